@@ -1,0 +1,11 @@
+"""Pure computation and presentation over the results dataset: per-request metrics,
+histograms, percentiles, goodput, economics, comparison, dashboard, report, plots.
+
+Reads only the results and trace schemas; never imports ``replay``.
+"""
+
+from __future__ import annotations
+
+from analysis.results_schema import REQUEST_SCHEMA, RESULTS_SCHEMA_VERSION, SERVER_METRICS_SCHEMA
+
+__all__ = ["REQUEST_SCHEMA", "RESULTS_SCHEMA_VERSION", "SERVER_METRICS_SCHEMA"]

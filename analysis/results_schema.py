@@ -1,0 +1,62 @@
+"""The results dataset written by ``agent-replay run``: one row per request.
+
+Layout of a results folder::
+
+    RESULTS/run.json                     run metadata (see RunMeta in replay)
+    RESULTS/requests/part-*.parquet      one row per request, REQUEST_SCHEMA
+    RESULTS/server_metrics.parquet       /metrics samples, SERVER_METRICS_SCHEMA (optional)
+
+Every ``*_ns`` time is an integer nanosecond offset on one monotonic clock from the run's
+start (``run.json`` holds the wall-clock anchor). Names follow METRICS.md: S = intended_ns,
+s = sent_ns, f = first_token_ns, c_j = chunk_ns[j], k_j = chunk_tokens[j], e = end_ns.
+``chunk_ns`` holds only chunks that carry at least one output token.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+RESULTS_SCHEMA_VERSION = 1
+
+REQUEST_SCHEMA = pa.schema(
+    [
+        pa.field("session_id", pa.string(), nullable=False),
+        pa.field("request_index", pa.int32(), nullable=False),
+        pa.field("parent_index", pa.int32(), nullable=False),
+        pa.field("clone", pa.int32(), nullable=False),  # --sessions-multiplier copy, 0 = original
+        pa.field("worker", pa.int32(), nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("api", pa.string(), nullable=False),
+        pa.field("warmup", pa.bool_(), nullable=False),  # inside --warmup: kept, not in stats
+        pa.field("intended_ns", pa.int64(), nullable=False),  # S
+        pa.field("sent_ns", pa.int64()),  # s
+        pa.field("headers_ns", pa.int64()),  # response headers received
+        pa.field("first_token_ns", pa.int64()),  # f
+        pa.field("end_ns", pa.int64()),  # e, last byte
+        pa.field("chunk_ns", pa.list_(pa.int64())),  # c_1..c_m
+        pa.field("chunk_tokens", pa.list_(pa.int32())),  # k_1..k_m
+        pa.field("parent_end_ns", pa.int64()),  # when the parent completed in this run
+        pa.field("think_ns", pa.int64()),  # intended think time (after --speedup)
+        pa.field("expected_input_tokens", pa.int32(), nullable=False),
+        pa.field("expected_output_tokens", pa.int32(), nullable=False),
+        pa.field("prompt_tokens", pa.int32()),  # from the server's usage
+        pa.field("completion_tokens", pa.int32()),
+        pa.field("cached_tokens", pa.int32()),
+        pa.field("implied_cached_tokens", pa.int32()),  # hit an unbounded prefix cache would get
+        pa.field("status", pa.string(), nullable=False),  # "ok" | "error"
+        pa.field("error_kind", pa.string()),  # connect | http | timeout | stream | json | cancelled
+        pa.field("http_status", pa.int32()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+ERROR_KINDS = ("connect", "http", "timeout", "stream", "json", "cancelled", "mismatch")
+
+SERVER_METRICS_SCHEMA = pa.schema(
+    [
+        pa.field("t_ns", pa.int64(), nullable=False),  # scrape time, same clock as requests
+        pa.field("name", pa.string(), nullable=False),  # sample name, e.g. vllm:num_requests_running
+        pa.field("labels", pa.string(), nullable=False),  # JSON object of labels, sorted keys
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)

@@ -1,0 +1,11 @@
+"""The targets and their wire: API dialects and the SSE parser, vLLM deployment profiles and
+launcher, the /metrics scraper, and the simulated engine.
+
+Never imports ``replay``.
+"""
+
+from __future__ import annotations
+
+from engines.sse import SSEEvent, SSEParser, encode_event
+
+__all__ = ["SSEEvent", "SSEParser", "encode_event"]

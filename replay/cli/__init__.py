@@ -1,0 +1,53 @@
+"""The ``agent-replay`` command line: parse, call the library, render.
+
+Each command group lives in its own module with a ``register(subparsers)`` function that
+adds its parsers and sets ``func`` (taking the parsed ``argparse.Namespace`` and returning
+an exit code). Errors from the library (``AgentReplayError``) become one line on stderr
+and the exit code the error class names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from replay import __version__
+from traces.errors import AgentReplayError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from replay.cli import cmd_analysis, cmd_engines, cmd_record, cmd_run, cmd_traces
+
+    parser = argparse.ArgumentParser(
+        prog="agent-replay",
+        description="Record coding-agent sessions and replay them against LLM serving "
+        "deployments with their original timing.",
+    )
+    parser.add_argument("--version", action="version", version=f"agent-replay {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    cmd_run.register(sub)
+    cmd_record.register(sub)
+    cmd_analysis.register(sub)
+    cmd_traces.register(sub)
+    cmd_engines.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(func(args) or 0)
+    except AgentReplayError as exc:
+        print(f"agent-replay: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("agent-replay: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

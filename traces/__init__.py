@@ -1,0 +1,30 @@
+"""The trace model: schema, Parquet reader/writer/validator, importers, synthesizer.
+
+Pure data, no network. Imports neither ``replay`` nor ``engines``.
+"""
+
+from __future__ import annotations
+
+from traces.errors import (
+    AgentReplayError,
+    InputError,
+    OutputExistsError,
+    TraceError,
+)
+from traces.io import iter_batches, read_meta, read_trace, trace_files, write_trace
+from traces.schema import SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TRACE_SCHEMA",
+    "AgentReplayError",
+    "InputError",
+    "OutputExistsError",
+    "TraceError",
+    "TraceMeta",
+    "iter_batches",
+    "read_meta",
+    "read_trace",
+    "trace_files",
+    "write_trace",
+]

@@ -1,0 +1,158 @@
+"""Reading and writing trace Parquet files.
+
+A trace is one ``.parquet`` file or a folder of part files (``*.parquet``, read in name
+order). Writes are atomic: a temporary file in the same folder, then ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces.errors import OutputExistsError, TraceError
+from traces.schema import METADATA_KEY, SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
+
+ROW_GROUP_SIZE = 64 * 1024
+"""Rows per row group: small enough to stream a 1M-row trace in bounded memory."""
+
+
+def trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The Parquet files that make up the trace at ``path``."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.suffix == ".parquet" and not f.name.startswith("."))
+        if not files:
+            raise TraceError("folder holds no .parquet part files", path=str(p))
+        return files
+    if not p.exists():
+        raise TraceError("no such file or folder", path=str(p))
+    return [p]
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """Cast ``table`` to the trace schema: add missing nullable columns, order known columns
+    first, keep unknown extra columns at the end."""
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    fields: list[pa.Field] = []
+    for f in TRACE_SCHEMA:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            if col.type != f.type:
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise TraceError(f"cannot cast {col.type} to {f.type}: {exc}", field=f.name) from exc
+            arrays.append(col)
+        elif not f.nullable:
+            raise TraceError("required column missing", field=f.name)
+        else:
+            arrays.append(pa.nulls(table.num_rows, f.type))
+        fields.append(f)
+    for name in table.column_names:
+        if name not in TRACE_SCHEMA.names:
+            arrays.append(table.column(name))
+            fields.append(table.schema.field(name))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_trace(
+    table: pa.Table | Iterable[pa.RecordBatch],
+    path: str | os.PathLike[str],
+    meta: TraceMeta,
+    *,
+    force: bool = False,
+    row_group_size: int = ROW_GROUP_SIZE,
+) -> Path:
+    """Write a trace atomically. Refuses to overwrite unless ``force``."""
+    dest = Path(path)
+    if dest.exists() and not force:
+        raise OutputExistsError(str(dest))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        writer: pq.ParquetWriter | None = None
+        batches = [table] if isinstance(table, pa.Table) else table
+        for part in batches:
+            t = part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
+            t = conform(t)
+            if writer is None:
+                schema = t.schema.with_metadata({METADATA_KEY: meta.to_bytes()})
+                writer = pq.ParquetWriter(tmp, schema, compression="zstd")
+            writer.write_table(t.replace_schema_metadata(writer.schema.metadata), row_group_size=row_group_size)
+        if writer is None:
+            empty = TRACE_SCHEMA.with_metadata({METADATA_KEY: meta.to_bytes()})
+            writer = pq.ParquetWriter(tmp, empty, compression="zstd")
+        writer.close()
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(f"not a readable Parquet file ({exc})", path=str(path)) from exc
+
+
+def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
+    """The metadata of a trace (of its first part file for a folder)."""
+    first = trace_files(path)[0]
+    md = _open(first).schema_arrow.metadata or {}
+    raw = md.get(METADATA_KEY)
+    if raw is None:
+        raise TraceError("not an agent-replay trace (no trace metadata; import it with "
+                         "`agent-replay traces import`)", path=str(first))
+    try:
+        meta = TraceMeta.from_bytes(raw)
+    except (ValueError, TypeError) as exc:
+        raise TraceError(f"trace metadata is not valid JSON ({exc})", path=str(first)) from exc
+    if meta.schema_version > SCHEMA_VERSION:
+        raise TraceError(
+            f"written with trace schema v{meta.schema_version}; this agent-replay reads up to "
+            f"v{SCHEMA_VERSION}: upgrade agent-replay", path=str(first))
+    return meta
+
+
+def iter_batches(
+    path: str | os.PathLike[str],
+    columns: Sequence[str] | None = None,
+    batch_size: int = ROW_GROUP_SIZE,
+) -> Iterator[pa.RecordBatch]:
+    """Stream the trace in record batches, optionally only some columns."""
+    for f in trace_files(path):
+        pf = _open(f)
+        cols = None
+        if columns is not None:
+            missing = [c for c in columns if c not in pf.schema_arrow.names]
+            if missing:
+                raise TraceError("column not in file", path=str(f), field=missing[0])
+            cols = list(columns)
+        try:
+            yield from pf.iter_batches(batch_size=batch_size, columns=cols)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceError(f"corrupt Parquet data ({exc})", path=str(f)) from exc
+
+
+def read_trace(
+    path: str | os.PathLike[str], columns: Sequence[str] | None = None
+) -> tuple[pa.Table, TraceMeta]:
+    """Read a whole trace (one file or a folder of parts) into one table."""
+    meta = read_meta(path)
+    tables = []
+    for f in trace_files(path):
+        try:
+            tables.append(pq.read_table(f, columns=list(columns) if columns else None))
+        except (pa.ArrowInvalid, OSError, KeyError) as exc:
+            raise TraceError(f"cannot read ({exc})", path=str(f)) from exc
+    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    return table.replace_schema_metadata(None), meta
