@@ -1,0 +1,229 @@
+"""Live statistics kept inside a replay worker and sent to the dashboard as snapshots.
+
+``LiveStats`` is pure (no clock, no I/O). It runs on the measuring event loop, so
+``observe_request`` only appends a few integers to Python lists; the metric arithmetic runs
+vectorized over everything pending when a snapshot is taken (``encode``) or when the pending
+buffer grows past ``FLUSH_CHUNKS`` values. Snapshots are compact bytes (JSON with HdrHistogram
+V2 payloads) that merge exactly across workers.
+
+Histograms (integer ns): ``ttft``, ``tpot``, ``itl`` (per token), ``chunk_gap``, ``e2e``,
+``schedule_lag`` and ``loop_lag`` (the load generator's own lag, from ``observe_lag``).
+Request TPS is derived from TPOT (P90 TPS = 1 / P90 TPOT, METRICS.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+
+from analysis.hist import Hist
+from analysis.metrics import Lists, chunk_samples_from
+
+HIST_NAMES = ("ttft", "tpot", "itl", "chunk_gap", "e2e", "schedule_lag", "loop_lag")
+FLUSH_CHUNKS = 200_000
+SNAPSHOT_VERSION = 1
+
+
+class LiveStats:
+    """Running counters and histograms of one worker (or of several, merged)."""
+
+    def __init__(self, bucket_ns: int = 1_000_000_000) -> None:
+        self.bucket_ns = bucket_ns
+        self.hists: dict[str, Hist] = {name: Hist() for name in HIST_NAMES}
+        self.ok = 0
+        self.failed = 0
+        self.warmup = 0
+        self.output_tokens = 0
+        self.early_sends = 0
+        self.errors: dict[str, int] = {}
+        self.tokens_per_chunk: dict[int, int] = {}
+        # bucket index (end_ns // bucket_ns) -> [output tokens, completed requests]
+        self.throughput: dict[int, list[int]] = {}
+        self.done = 0
+        self.total = 0
+        self.in_flight = 0
+        self.active_sessions = 0
+        self.elapsed_ns = 0
+        self.cpu_percent: list[float] = []
+        # pending per-request values of ok rows, flushed vectorized
+        self._sent: list[int] = []
+        self._first: list[int] = []
+        self._end: list[int] = []
+        self._c: list[int] = []
+        self._k: list[int] = []
+        self._m: list[int] = []
+
+    # -- hot path ----------------------------------------------------------------------
+    def observe_request(self, row: Mapping[str, Any]) -> None:
+        """Count one finished request (REQUEST_SCHEMA field names, Python values)."""
+        if row.get("warmup"):
+            self.warmup += 1
+            return
+        if row.get("status") != "ok":
+            self.failed += 1
+            kind = row.get("error_kind") or "unknown"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+            return
+        self.ok += 1
+        sent, end = row.get("sent_ns"), row.get("end_ns")
+        if sent is None or end is None:
+            return
+        first = row.get("first_token_ns")
+        chunks = row.get("chunk_ns") or ()
+        toks = row.get("chunk_tokens") or ()
+        if len(chunks) != len(toks):
+            return  # a malformed row: its chunks cannot be attributed
+        self._sent.append(sent)
+        self._first.append(-1 if first is None else first)
+        self._end.append(end)
+        self._c.extend(chunks)
+        self._k.extend(toks)
+        self._m.append(len(chunks))
+        if len(self._c) > FLUSH_CHUNKS:
+            self.flush()
+
+    def observe_lag(self, schedule_lag_ns: int | None, loop_lag_ns: int | None) -> None:
+        """The load generator's own lag: how late a send woke up (negative: early, counted
+        and recorded as 0) and the event-loop lag probe."""
+        if schedule_lag_ns is not None:
+            if schedule_lag_ns < 0:
+                self.early_sends += 1
+                schedule_lag_ns = 0
+            self.hists["schedule_lag"].record(schedule_lag_ns)
+        if loop_lag_ns is not None:
+            self.hists["loop_lag"].record(max(0, loop_lag_ns))
+
+    def set_progress(self, done: int, total: int, in_flight_requests: int, active_sessions: int,
+                     elapsed_ns: int, cpu_percent: float) -> None:
+        self.done, self.total = done, total
+        self.in_flight, self.active_sessions = in_flight_requests, active_sessions
+        self.elapsed_ns = elapsed_ns
+        self.cpu_percent = [float(cpu_percent)]
+
+    # -- vectorized part ---------------------------------------------------------------
+    def flush(self) -> None:
+        """Move pending rows into the histograms and counters."""
+        if not self._sent:
+            return
+        sent = np.asarray(self._sent, dtype=np.int64)
+        first = np.asarray(self._first, dtype=np.int64)
+        end = np.asarray(self._end, dtype=np.int64)
+        m = np.asarray(self._m, dtype=np.int64)
+        offsets = np.zeros(m.size + 1, dtype=np.int64)
+        np.cumsum(m, out=offsets[1:])
+        c = Lists(np.asarray(self._c, dtype=np.int64), offsets)
+        k = Lists(np.asarray(self._k, dtype=np.int64), offsets)
+        self._sent, self._first, self._end, self._c, self._k, self._m = [], [], [], [], [], []
+
+        has_first = first >= 0
+        self.hists["ttft"].record_many((first - sent)[has_first])
+        self.hists["e2e"].record_many(end - sent)
+        # N, k_1, c_1, c_m per request
+        n_out = np.zeros(m.size, dtype=np.int64)
+        has = m > 0
+        if k.values.size:
+            csum = np.concatenate(([0], np.cumsum(k.values)))
+            n_out = csum[offsets[1:]] - csum[offsets[:-1]]
+            k1 = np.zeros(m.size, dtype=np.int64)
+            k1[has] = k.values[offsets[:-1][has]]
+            c1 = c.values[offsets[:-1][has]]
+            cm = c.values[offsets[1:][has] - 1]
+            dec_tokens = (n_out - k1)[has]
+            sel = dec_tokens >= 1
+            self.hists["tpot"].record_many((cm - c1)[sel] // dec_tokens[sel])
+            s = chunk_samples_from(c, k)
+            self.hists["itl"].record_many(s.itl, s.itl_weight)
+            self.hists["chunk_gap"].record_many(s.chunk_gap)
+            vals, counts = np.unique(s.tokens, return_counts=True)
+            for v, n in zip(vals.tolist(), counts.tolist(), strict=True):
+                self.tokens_per_chunk[v] = self.tokens_per_chunk.get(v, 0) + n
+        self.output_tokens += int(n_out.sum())
+        bucket = end // self.bucket_ns
+        keys, inv = np.unique(bucket, return_inverse=True)
+        tok = np.bincount(inv, weights=n_out, minlength=keys.size)
+        req = np.bincount(inv, minlength=keys.size)
+        for key, t, r in zip(keys.tolist(), tok.tolist(), req.tolist(), strict=True):
+            slot = self.throughput.setdefault(key, [0, 0])
+            slot[0] += int(t)
+            slot[1] += int(r)
+
+    # -- merge and wire ----------------------------------------------------------------
+    def merge(self, other: LiveStats) -> None:
+        """Add ``other`` (another worker's stats) into this one. Progress counts add up;
+        elapsed is the longest; CPU keeps one entry per worker."""
+        self.flush()
+        other.flush()
+        if other.bucket_ns != self.bucket_ns:
+            raise ValueError("cannot merge live stats with different throughput buckets")
+        for name, h in other.hists.items():
+            self.hists[name].merge(h)
+        self.ok += other.ok
+        self.failed += other.failed
+        self.warmup += other.warmup
+        self.output_tokens += other.output_tokens
+        self.early_sends += other.early_sends
+        for key, n in other.errors.items():
+            self.errors[key] = self.errors.get(key, 0) + n
+        for kk, n in other.tokens_per_chunk.items():
+            self.tokens_per_chunk[kk] = self.tokens_per_chunk.get(kk, 0) + n
+        for b, (t, r) in other.throughput.items():
+            slot = self.throughput.setdefault(b, [0, 0])
+            slot[0] += t
+            slot[1] += r
+        self.done += other.done
+        self.total += other.total
+        self.in_flight += other.in_flight
+        self.active_sessions += other.active_sessions
+        self.elapsed_ns = max(self.elapsed_ns, other.elapsed_ns)
+        self.cpu_percent = self.cpu_percent + other.cpu_percent
+
+    def encode(self) -> bytes:
+        """A compact snapshot (flushes pending rows first)."""
+        self.flush()
+        return orjson.dumps({
+            "v": SNAPSHOT_VERSION,
+            "bucket_ns": self.bucket_ns,
+            "hists": {n: [h.encode(), h.dropped] for n, h in self.hists.items() if h.count or h.dropped},
+            "counts": [self.ok, self.failed, self.warmup, self.output_tokens, self.early_sends],
+            "errors": self.errors,
+            "tpc": [[k, n] for k, n in self.tokens_per_chunk.items()],
+            "tput": [[b, t, r] for b, (t, r) in self.throughput.items()],
+            "progress": [self.done, self.total, self.in_flight, self.active_sessions,
+                         self.elapsed_ns],
+            "cpu": self.cpu_percent,
+        })
+
+    @classmethod
+    def decode(cls, data: bytes) -> LiveStats:
+        d = orjson.loads(data)
+        if d.get("v") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported live snapshot version {d.get('v')!r}")
+        st = cls(bucket_ns=int(d["bucket_ns"]))
+        for name, (enc, dropped) in d["hists"].items():
+            st.hists[name] = Hist.decode(enc, int(dropped))
+        st.ok, st.failed, st.warmup, st.output_tokens, st.early_sends = d["counts"]
+        st.errors = {str(k): int(v) for k, v in d["errors"].items()}
+        st.tokens_per_chunk = {int(k): int(n) for k, n in d["tpc"]}
+        st.throughput = {int(b): [int(t), int(r)] for b, t, r in d["tput"]}
+        st.done, st.total, st.in_flight, st.active_sessions, st.elapsed_ns = d["progress"]
+        st.cpu_percent = [float(x) for x in d["cpu"]]
+        return st
+
+    # -- read side ---------------------------------------------------------------------
+    def throughput_series(self, last: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bucket start in ns, output tokens/s, requests/s) per bucket, gaps filled with 0."""
+        self.flush()
+        if not self.throughput:
+            z = np.zeros(0, dtype=np.float64)
+            return z, z, z
+        lo, hi = min(self.throughput), max(self.throughput)
+        if last is not None:
+            lo = max(lo, hi - last + 1)
+        keys = np.arange(lo, hi + 1)
+        tok = np.array([self.throughput.get(int(b), [0, 0])[0] for b in keys], dtype=np.float64)
+        req = np.array([self.throughput.get(int(b), [0, 0])[1] for b in keys], dtype=np.float64)
+        scale = 1e9 / self.bucket_ns
+        return keys * float(self.bucket_ns), tok * scale, req * scale
