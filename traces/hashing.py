@@ -1,0 +1,68 @@
+"""Stable prefix-block hashes (Mooncake semantics: each id covers its block and every
+block before it). Never Python's salted ``hash()``: the same input gives the same ids in
+every process, on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+_MASK = (1 << 63) - 1
+
+
+def _h(prev: int, payload: bytes) -> int:
+    d = hashlib.blake2b(prev.to_bytes(8, "little", signed=False) + payload, digest_size=8).digest()
+    return int.from_bytes(d, "little") & _MASK
+
+
+def hash_bytes(data: bytes, block_bytes: int, seed: int = 0) -> list[int]:
+    """Prefix hashes of ``data`` cut into ``block_bytes``-byte blocks (last one may be short)."""
+    out: list[int] = []
+    prev = seed & _MASK
+    for start in range(0, len(data), block_bytes):
+        prev = _h(prev, data[start:start + block_bytes])
+        out.append(prev)
+    return out
+
+
+def hash_tokens(token_ids: Sequence[int], block_size: int, seed: int = 0) -> list[int]:
+    """Prefix hashes of token ids cut into ``block_size``-token blocks."""
+    out: list[int] = []
+    prev = seed & _MASK
+    for start in range(0, len(token_ids), block_size):
+        block = token_ids[start:start + block_size]
+        prev = _h(prev, b"".join(int(t).to_bytes(4, "little", signed=False) for t in block))
+        out.append(prev)
+    return out
+
+
+def extend_hashes(shared: Sequence[int], n_blocks: int, tag: str) -> list[int]:
+    """``n_blocks`` prefix hashes whose first ``len(shared)`` are ``shared`` and whose
+    remaining ids are new, derived from the last shared id and ``tag`` (which must be
+    unique per request, e.g. ``"file#session#index"``). For sources that give token counts
+    and cache figures but no content."""
+    shared = list(shared[:n_blocks])
+    prev = shared[-1] if shared else 0
+    tag_b = tag.encode()
+    for k in range(len(shared), n_blocks):
+        prev = _h(prev, tag_b + k.to_bytes(4, "little"))
+        shared.append(prev)
+    return shared
+
+
+def chain_hashes(parent_ids: Sequence[int] | None, parent_input: int | None, input_tokens: int,
+                 cached_tokens: int | None, block_size: int, tag: str) -> list[int]:
+    """Hash ids for a request of a content-less source that gives token counts.
+
+    The conversation is taken as append-only: a request whose prompt is at least as long as
+    its parent's starts with the parent's prompt, so it shares the parent's full blocks.
+    A shorter prompt (the context was compacted or reset) shares only the prefix the
+    original server reported as cached (``cached_tokens``), none when unknown.
+    """
+    n_blocks = -(-input_tokens // block_size)
+    if not parent_ids or parent_input is None:
+        return extend_hashes([], n_blocks, tag)
+    shared_tokens = parent_input if input_tokens >= parent_input else (cached_tokens or 0)
+    shared_blocks = min(shared_tokens, input_tokens, parent_input) // block_size
+    return extend_hashes(list(parent_ids[:shared_blocks]), n_blocks, tag)

@@ -1,0 +1,187 @@
+"""Shared pieces of the importers: options, results, line readers that name file and line."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from traces.errors import TraceError
+from traces.schema import TraceMeta
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    block_size: int | None = None
+    """Override the format's block size (for formats whose hashes we compute)."""
+    tokenizer: str | None = None
+    """Path of a Hugging Face ``tokenizer.json`` for content-bearing formats."""
+    infer_sessions: bool = True
+    """Mooncake: infer sessions from hash-prefix chains (else one session per request)."""
+
+
+@dataclass
+class ImportResult:
+    table: pa.Table
+    meta: TraceMeta
+    format: str
+    notes: list[str] = field(default_factory=list)
+
+
+def fail(path: Path | str, line: int | None, message: str) -> TraceError:
+    where = f"line {line}: " if line is not None else ""
+    return TraceError(f"{where}{message}", path=str(path))
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(1-based line number, parsed object) for every non-blank line."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise fail(path, None, f"cannot open ({exc.strerror})") from exc
+    with fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                hint = " (truncated?)" if not raw.endswith(b"\n") else ""
+                raise fail(path, n, f"not valid JSON{hint}: {exc}") from exc
+            if not isinstance(obj, dict):
+                raise fail(path, n, f"expected a JSON object, got {type(obj).__name__}")
+            yield n, obj
+
+
+def read_csv(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """The header and an iterator of (line number, cells)."""
+    try:
+        fh = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise fail(path, None, f"cannot open ({exc.strerror})") from exc
+    reader = csv.reader(fh)
+    try:
+        header = next(reader)
+    except StopIteration as exc:
+        fh.close()
+        raise fail(path, 1, "empty file: no CSV header") from exc
+    except (csv.Error, UnicodeDecodeError) as exc:
+        fh.close()
+        raise fail(path, 1, f"not a CSV file ({exc})") from exc
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        with fh:
+            try:
+                for cells in reader:
+                    if cells:
+                        yield reader.line_num, cells
+            except (csv.Error, UnicodeDecodeError) as exc:
+                raise fail(path, reader.line_num, f"garbled CSV ({exc})") from exc
+
+    return [h.strip() for h in header], rows()
+
+
+def get_int(obj: dict[str, Any], key: str, path: Path, line: int, *, minimum: int = 0) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and v != int(v)):
+        raise fail(path, line, f"field {key!r} must be an integer, got {v!r}")
+    if v < minimum:
+        raise fail(path, line, f"field {key!r} must be >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def get_num(obj: dict[str, Any], key: str, path: Path, line: int) -> float:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise fail(path, line, f"field {key!r} must be a number, got {v!r}")
+    return float(v)
+
+
+def parse_iso_ns(text: Any, path: Path | str, line: int | None, key: str = "timestamp") -> int:
+    """ISO-8601 (``Z`` or offset; naive means UTC) to integer ns since the epoch, keeping
+    every digit of the fraction (Python's datetime stops at microseconds)."""
+    if not isinstance(text, str):
+        raise fail(path, line, f"field {key!r} must be an ISO timestamp, got {text!r}")
+    s = text.strip().replace("Z", "+00:00")
+    frac_ns = 0
+    main = s
+    dot = s.find(".")
+    if dot >= 0:
+        end = dot + 1
+        while end < len(s) and s[end].isdigit():
+            end += 1
+        digits = s[dot + 1:end]
+        frac_ns = int((digits + "000000000")[:9]) if digits else 0
+        main = s[:dot] + s[end:]
+    try:
+        d = dt.datetime.fromisoformat(main.replace(" ", "T"))
+    except ValueError as exc:
+        raise fail(path, line, f"field {key!r}: not an ISO timestamp: {text!r}") from exc
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.timezone.utc)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    delta = d - epoch
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + frac_ns
+
+
+def head_bytes(path: Path, n: int = 65536) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def first_json_object(head: bytes) -> dict[str, Any] | None:
+    """The first line of ``head`` parsed as a JSON object, or None."""
+    line = head.split(b"\n", 1)[0]
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+RECORD_SEPARATOR = b"===== record "
+
+
+def read_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """JSON objects of an agent log: JSONL, or the pretty-printed excerpt layout (``#``
+    comment lines, then ``===== record NNNN =====`` before each object). Yields (line of the
+    object's start, object)."""
+    head = head_bytes(path, 4096)
+    if RECORD_SEPARATOR not in head:
+        yield from read_jsonl(path)
+        return
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise fail(path, None, f"cannot open ({exc.strerror})") from exc
+    lines = text.split(b"\n")
+    start: int | None = None
+    buf: list[bytes] = []
+
+    def flush() -> Iterator[tuple[int, Any]]:
+        body = b"\n".join(buf).strip()
+        if start is not None and body:
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise fail(path, start, f"record is not valid JSON: {exc}") from exc
+            if not isinstance(obj, dict):
+                raise fail(path, start, "record is not a JSON object")
+            yield start, obj
+
+    for n, raw in enumerate(lines, 1):
+        if raw.startswith(RECORD_SEPARATOR):
+            yield from flush()
+            start, buf = n + 1, []
+        elif start is not None:
+            buf.append(raw)
+    yield from flush()

@@ -1,0 +1,176 @@
+"""Pure computations over a trace table: prefix reuse, implied cache hits, percentiles.
+
+Every function takes an Arrow table (or its columns) and returns numbers or numpy arrays;
+nothing here reads files or prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def _column(table: pa.Table, name: str) -> pa.ChunkedArray:
+    return table.column(name)
+
+
+def _np(col: pa.ChunkedArray | pa.Array, dtype: type | None = None) -> np.ndarray:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    out = arr.to_numpy(zero_copy_only=False)
+    return out.astype(dtype) if dtype is not None else out
+
+
+def arrival_order(table: pa.Table) -> np.ndarray:
+    """Row indices in arrival order; ties keep file order (a stable sort)."""
+    arrival = _np(_column(table, "arrival_ns"), np.int64)
+    return np.argsort(arrival, kind="stable")
+
+
+def matched_blocks(table: pa.Table) -> np.ndarray:
+    """Per row: leading blocks of ``hash_ids`` that an unbounded prefix cache already holds
+    when the row arrives (requests processed in arrival order, ties in file order).
+
+    A block counts as held when its hash appeared in an earlier request. Rows without
+    hashes (null) match 0 blocks. Vectorized: one pass over the flattened hash lists.
+    """
+    n = table.num_rows
+    if n == 0:
+        return np.zeros(0, np.int64)
+    hashes = _column(table, "hash_ids").combine_chunks()
+    lengths = _np(pc.fill_null(pc.list_value_length(hashes), 0), np.int64)
+    flat = _np(pc.list_flatten(hashes), np.int64)
+    if flat.size == 0:
+        return np.zeros(n, np.int64)
+    order = arrival_order(table)
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)
+    row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    elem_rank = rank[row_of]
+    # the earliest rank at which each hash value appears
+    by_rank = np.argsort(elem_rank, kind="stable")
+    uniq, first_pos, inverse = np.unique(flat[by_rank], return_index=True, return_inverse=True)
+    first_rank_sorted = elem_rank[by_rank][first_pos][inverse]
+    first_rank = np.empty_like(first_rank_sorted)
+    first_rank[by_rank] = first_rank_sorted
+    seen = first_rank < elem_rank
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    pos = np.arange(flat.size, dtype=np.int64) - np.repeat(starts, lengths)
+    big = np.iinfo(np.int64).max
+    first_miss_pos = np.where(seen, big, pos)
+    out = lengths.copy()
+    nonempty = lengths > 0
+    if nonempty.any():
+        firsts = np.minimum.reduceat(first_miss_pos, starts[nonempty])
+        out[nonempty] = np.minimum(firsts, lengths[nonempty])
+    del uniq
+    return out
+
+
+def implied_cached_tokens(table: pa.Table, block_size: int) -> np.ndarray:
+    """Per row: prompt tokens an unbounded prefix cache would serve from cache
+    (matched leading blocks * ``block_size``, capped at ``input_tokens``)."""
+    inputs = _np(_column(table, "input_tokens"), np.int64)
+    return np.minimum(matched_blocks(table) * int(block_size), inputs)
+
+
+def prefix_reuse(table: pa.Table, block_size: int | None = None) -> float | None:
+    """Block-level hit rate of an unbounded prefix cache: the fraction of all input blocks
+    whose hash was seen in an earlier request. ``None`` when the trace carries no hashes.
+    ``block_size`` is accepted for symmetry with ``implied_cached_tokens``; the ratio is
+    counted in blocks and does not depend on it."""
+    del block_size
+    hashes = _column(table, "hash_ids").combine_chunks()
+    total = int(pc.sum(pc.fill_null(pc.list_value_length(hashes), 0)).as_py() or 0)
+    if total == 0:
+        return None
+    return float(matched_blocks(table).sum()) / total
+
+
+def percentiles(values: np.ndarray, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, float]:
+    """Named percentiles (linear interpolation) plus min, max, mean and the count."""
+    v = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+    out: dict[str, float] = {"count": float(v.size)}
+    if v.size == 0:
+        return out
+    out["min"] = float(v.min())
+    out["mean"] = float(v.mean())
+    for q in qs:
+        out[f"p{q:g}"] = float(np.percentile(v, q))
+    out["max"] = float(v.max())
+    return out
+
+
+def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
+    """Session of each row as a dense integer code, and the number of sessions."""
+    col = _column(table, "session_id")
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    enc = col.combine_chunks().dictionary_encode()
+    return _np(enc.indices, np.int64), len(enc.dictionary)
+
+
+@dataclass
+class TraceSummary:
+    """What ``traces inspect`` shows, as numbers."""
+
+    requests: int
+    sessions: int
+    span_ns: int
+    first_arrival_ns: int
+    per_minute: list[int]
+    input_tokens: dict[str, float]
+    output_tokens: dict[str, float]
+    total_input_tokens: int
+    total_output_tokens: int
+    think_s: dict[str, float]
+    turns_per_session: dict[str, float]
+    cached_tokens_total: int | None
+    prefix_reuse: float | None
+    implied_cached_total: int | None
+    models: dict[str, int] = field(default_factory=dict)
+
+
+def summarize(table: pa.Table, block_size: int) -> TraceSummary:
+    """The numbers behind ``traces inspect``."""
+    n = table.num_rows
+    arrival = _np(_column(table, "arrival_ns"), np.int64)
+    codes, n_sessions = session_codes(table) if n else (np.zeros(0, np.int64), 0)
+    first = int(arrival.min()) if n else 0
+    span = int(arrival.max() - first) if n else 0
+    minutes = ((arrival - first) // 60_000_000_000).astype(np.int64)
+    per_minute = np.bincount(minutes).tolist() if n else []
+    inputs = _np(_column(table, "input_tokens"), np.int64)
+    outputs = _np(_column(table, "output_tokens"), np.int64)
+    think_col = _column(table, "think_ns")
+    think = _np(think_col.drop_null(), np.float64) / 1e9 if think_col.null_count < n else np.zeros(0)
+    turns = np.bincount(codes, minlength=n_sessions).astype(np.float64)
+    cached_col = _column(table, "cached_tokens")
+    cached_total = int(pc.sum(cached_col).as_py() or 0) if cached_col.null_count < n else None
+    reuse = prefix_reuse(table)
+    implied = int(implied_cached_tokens(table, block_size).sum()) if reuse is not None else None
+    models: dict[str, int] = {}
+    if "model" in table.column_names and _column(table, "model").null_count < n:
+        vc = pc.value_counts(_column(table, "model").cast(pa.string()).combine_chunks())
+        for item in vc.to_pylist():
+            if item["values"] is not None:
+                models[str(item["values"])] = int(item["counts"])
+    return TraceSummary(
+        requests=n,
+        sessions=n_sessions,
+        span_ns=span,
+        first_arrival_ns=first,
+        per_minute=per_minute,
+        input_tokens=percentiles(inputs),
+        output_tokens=percentiles(outputs),
+        total_input_tokens=int(inputs.sum()),
+        total_output_tokens=int(outputs.sum()),
+        think_s=percentiles(think),
+        turns_per_session=percentiles(turns),
+        cached_tokens_total=cached_total,
+        prefix_reuse=reuse,
+        implied_cached_total=implied,
+        models=models,
+    )
