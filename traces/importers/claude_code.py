@@ -99,7 +99,8 @@ def _load_file(path: Path, bs: int) -> list[Request]:
         m = rec.get("message")
         if not isinstance(m, dict) or not isinstance(m.get("id"), str):
             raise fail(path, line, "assistant record without message.id")
-        usage = m.get("usage") if isinstance(m.get("usage"), dict) else {}
+        raw_usage = m.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         mid = m["id"]
         sid = rec.get("sessionId")
         if not isinstance(sid, str):

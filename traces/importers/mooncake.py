@@ -56,7 +56,7 @@ def infer_sessions(hash_lists: list[list[int]], inputs: list[int], block_size: i
     key_pos: dict[int, int] = {}
     children: dict[int, int] = {}
     parents: list[int] = []
-    for row, (ids, n_in) in enumerate(zip(hash_lists, inputs)):
+    for row, (ids, n_in) in enumerate(zip(hash_lists, inputs, strict=True)):
         full = min(n_in // block_size, len(ids))
         parent = -1
         for j in range(full - 1, MIN_CHAIN_BLOCKS - 2, -1):
@@ -89,7 +89,7 @@ def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
         hashes.append(h)
     if not ts:
         raise fail(path, None, "no requests in file")
-    if any(b < a for a, b in zip(ts, ts[1:])):
+    if any(ts[i + 1] < ts[i] for i in range(len(ts) - 1)):
         order = sorted(range(len(ts)), key=lambda i: (ts[i], i))
         ts, ins, outs, hashes = ([x[i] for i in order] for x in (ts, ins, outs, hashes))  # type: ignore[assignment]
     bs = opts.block_size or BLOCK_SIZE
