@@ -1,0 +1,98 @@
+"""Importers of public traces and agent logs, one module per format, and auto-detection.
+
+Each module exposes ``NAME``, ``sniff(path, head) -> bool`` and
+``load(paths, options) -> ImportResult``. ``import_paths`` picks the format (or takes the
+one given), loads, validates and returns the table with its metadata and notes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from traces.errors import InputError, TraceError
+from traces.importers import (
+    azure,
+    burstgpt,
+    claude_code,
+    codex,
+    lmcache,
+    mooncake,
+    qwen,
+    tracelab,
+)
+from traces.importers._common import ImportOptions, ImportResult, head_bytes
+from traces.validate import validate_or_raise
+
+# Order matters: the first module whose sniff() accepts a file wins.
+_MODULES: tuple[ModuleType, ...] = (qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
+                                    burstgpt)
+FORMATS: dict[str, ModuleType] = {m.NAME: m for m in _MODULES}
+SUFFIXES = (".jsonl", ".json", ".csv")
+
+__all__ = ["FORMATS", "ImportOptions", "ImportResult", "detect", "expand", "import_paths"]
+
+
+def expand(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Files named, and the trace-like files (``.jsonl``/``.json``/``.csv``) under folders."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in SUFFIXES
+                           and not f.name.startswith("."))
+            if not found:
+                raise InputError(f"{p}: folder holds no .jsonl, .json or .csv files")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    return out
+
+
+def detect(path: Path) -> str:
+    """The format name of ``path``, from its first bytes."""
+    head = head_bytes(path)
+    if not head.strip():
+        raise TraceError("empty file: nothing to import", path=str(path))
+    for m in _MODULES:
+        if m.sniff(path, head):
+            return str(m.NAME)
+    raise TraceError("unrecognized format (not one of " + ", ".join(FORMATS) +
+                     "); name it with --format", path=str(path))
+
+
+def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None,
+                 options: ImportOptions | None = None) -> ImportResult:
+    """Import one or more files of one format into a validated trace table."""
+    files = expand(paths)
+    explicit = {Path(p) for p in paths if Path(p).is_file()}
+    opts = options or ImportOptions()
+    skipped: list[str] = []
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt is None:
+        kinds: dict[Path, str] = {}
+        for f in files:
+            try:
+                kinds[f] = detect(f)
+            except TraceError:
+                if f in explicit:
+                    raise
+                skipped.append(f.name)  # a side file in a folder (e.g. tool_calls.json)
+        if not kinds:
+            raise InputError(f"{paths[0]}: no file in a known format ({', '.join(FORMATS)})")
+        files = list(kinds)
+        names = set(kinds.values())
+        if len(names) > 1:
+            listing = ", ".join(f"{f.name}: {k}" for f, k in kinds.items())
+            raise InputError(f"inputs mix formats ({listing}); import them separately")
+        fmt = names.pop()
+    result: ImportResult = FORMATS[fmt].load(files, opts)
+    validate_or_raise(result.table, result.meta, f"import of {files[0]}")
+    if skipped:
+        result.notes.append(f"skipped {len(skipped)} unrecognized files: {', '.join(skipped[:5])}")
+    return result
