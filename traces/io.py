@@ -90,6 +90,9 @@ def write_trace(
             empty = TRACE_SCHEMA.with_metadata({METADATA_KEY: meta.to_bytes()})
             writer = pq.ParquetWriter(tmp, empty, compression="zstd")
         writer.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
