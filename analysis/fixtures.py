@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.results_schema import REQUEST_SCHEMA, RESULTS_SCHEMA_VERSION
@@ -119,8 +120,8 @@ def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows:
             "headers_ns": pa.array(sent + ttft // 2),
             "first_token_ns": pa.array(first, mask=failed),
             "end_ns": pa.array(end, mask=failed),
-            "chunk_ns": pa.compute.if_else(null_lists, pa.scalar(None, c_list.type), c_list),
-            "chunk_tokens": pa.compute.if_else(null_lists, pa.scalar(None, k_list.type), k_list),
+            "chunk_ns": pc.if_else(null_lists, pa.scalar(None, c_list.type), c_list),
+            "chunk_tokens": pc.if_else(null_lists, pa.scalar(None, k_list.type), k_list),
             "parent_end_ns": pa.array(np.where(req_index > 0, intended - np.nan_to_num(think), 0)
                                       .astype(np.int64), mask=req_index == 0),
             "think_ns": pa.array(np.nan_to_num(think).astype(np.int64), mask=req_index == 0),

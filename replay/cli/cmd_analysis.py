@@ -1,9 +1,102 @@
-"""CLI commands for this area (registered by replay.cli)."""
+"""``agent-replay report`` and ``agent-replay compare``: parse, call analysis, render."""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
+
+from traces.errors import InputError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return v
+
+
+def _price(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a price (USD per million tokens)") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return v
 
 
 def register(sub: Any) -> None:
     """Add this area's parsers to ``sub``."""
+    p = sub.add_parser("report", help="report the metrics of a results folder",
+                       description="Per-user P90 tokens/s, TTFT, ITL, tail latency, goodput, "
+                       "throughput, revenue per GPU-hour and replay fidelity of one run.")
+    p.add_argument("results", help="results folder written by 'agent-replay run'")
+    p.add_argument("--format", choices=("table", "md", "json", "csv"), default="table")
+    p.add_argument("--slo", help="per-request objectives for goodput, e.g. ttft=2s,tpot=50ms,e2e=60s "
+                   "(bare numbers are ms)")
+    p.add_argument("--gpus", type=_positive_int, help="GPUs serving the run (tokens/s per GPU)")
+    p.add_argument("--price-input-miss", type=_price, help="USD per million computed input tokens")
+    p.add_argument("--price-input-hit", type=_price, help="USD per million cached input tokens")
+    p.add_argument("--price-output", type=_price, help="USD per million output tokens")
+    p.add_argument("--plots", metavar="DIR", help="also write PNG plots into DIR")
+    p.add_argument("--force", action="store_true", help="overwrite existing plot files")
+    p.set_defaults(func=run_report)
+
+    c = sub.add_parser("compare", help="compare two or more results folders",
+                       description="Side-by-side metrics of runs, deltas against the first, "
+                       "bootstrap 95% confidence intervals and a plain verdict.")
+    c.add_argument("results", nargs="+", help="results folders; the first is the baseline")
+    c.add_argument("--format", choices=("table", "md", "json"), default="table")
+    c.add_argument("--resamples", type=_positive_int, default=1000,
+                   help="bootstrap resamples (default 1000)")
+    c.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    c.set_defaults(func=run_compare)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from analysis.render import FORMATS, render_table
+    from analysis.report import build_report, parse_slo
+    from analysis.runstats import Prices
+
+    given = [args.price_input_miss, args.price_input_hit, args.price_output]
+    prices = None
+    if any(v is not None for v in given):
+        if any(v is None for v in given):
+            raise InputError("revenue needs all three prices: --price-input-miss, "
+                             "--price-input-hit and --price-output")
+        prices = Prices(input_miss=args.price_input_miss, input_hit=args.price_input_hit,
+                        output=args.price_output)
+    report = build_report(args.results, slo=parse_slo(args.slo), gpus=args.gpus, prices=prices)
+    if args.plots:
+        from analysis.plots import write_plots
+
+        written = write_plots(report, args.plots, force=args.force)
+        print(f"wrote {len(written)} plots to {args.plots}", file=sys.stderr)
+    if args.format == "table":
+        from rich.console import Console
+
+        Console(width=None if sys.stdout.isatty() else 110).print(render_table(report))
+    else:
+        sys.stdout.write(FORMATS[args.format](report))
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_dirs, render_compare, to_json, to_markdown
+
+    if len(args.results) < 2:
+        raise InputError("compare needs at least two results folders")
+    result = compare_dirs(args.results, resamples=args.resamples, seed=args.seed)
+    if args.format == "json":
+        sys.stdout.write(to_json(result))
+    elif args.format == "md":
+        sys.stdout.write(to_markdown(result))
+    else:
+        from rich.console import Console
+
+        Console(width=None if sys.stdout.isatty() else 110).print(render_compare(result))
+    return 0

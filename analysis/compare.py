@@ -1,0 +1,242 @@
+"""Comparing runs: side-by-side numbers, deltas against the first run, bootstrap confidence
+intervals on P50/P90 of TPOT, TTFT and request TPS, and a plain verdict.
+
+The bootstrap is exact and vectorized without materializing resamples: the k-th smallest of
+n indices drawn uniformly with replacement from a sorted sample is floor(n * U_(k)), and the
+k-th order statistic U_(k) of n uniforms is Beta(k, n - k + 1). One resample's percentile is
+therefore ``sorted[floor(n * Beta(k, n - k + 1))]``: one sort per run and one Beta draw per
+resample, whatever the sample size. Resamples of the two runs are independent; the interval
+is the 2.5th-97.5th percentile of the resampled relative difference. A difference is called
+significant when that interval excludes zero.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from analysis.hist import rank
+from analysis.report import Report, build_report
+
+# (key, label, array, percentile, higher is better)
+STATS: tuple[tuple[str, str, str, float, bool], ...] = (
+    ("tps_p90", "P90 TPS", "tpot", 90.0, True),
+    ("tps_p50", "median TPS", "tpot", 50.0, True),
+    ("tpot_p90", "P90 TPOT", "tpot", 90.0, False),
+    ("tpot_p50", "median TPOT", "tpot", 50.0, False),
+    ("ttft_p90", "P90 TTFT", "ttft", 90.0, False),
+    ("ttft_p50", "median TTFT", "ttft", 50.0, False),
+)
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    key: str
+    label: str
+    base: float | None
+    value: float | None
+    change: float | None  # value / base - 1 (for TPS: speed ratio - 1)
+    ci_low: float | None
+    ci_high: float | None
+    higher_is_better: bool
+
+    @property
+    def significant(self) -> bool:
+        return self.ci_low is not None and self.ci_high is not None and (
+            self.ci_low > 0 or self.ci_high < 0)
+
+    def verdict(self, name: str) -> str:
+        if self.change is None or self.ci_low is None or self.ci_high is None:
+            return f"{self.label}: not enough data"
+        ci = f"95% CI {100 * self.ci_low:+.1f}% to {100 * self.ci_high:+.1f}%"
+        if not self.significant:
+            return f"{self.label}: no significant difference ({name} {100 * self.change:+.1f}%, {ci})"
+        if self.higher_is_better:
+            word = "faster" if self.change > 0 else "slower"
+            lo, hi = sorted((abs(self.ci_low), abs(self.ci_high)))
+            return (f"{name} is {100 * abs(self.change):.0f}% {word} at {self.label}, 95% CI "
+                    f"{100 * lo:.0f}-{100 * hi:.0f}%")
+        word = "lower (better)" if self.change < 0 else "higher (worse)"
+        lo, hi = sorted((abs(self.ci_low), abs(self.ci_high)))
+        return (f"{name} has {100 * abs(self.change):.0f}% {word} {self.label}, 95% CI "
+                f"{100 * lo:.0f}-{100 * hi:.0f}%")
+
+
+def _sorted_clean(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return np.sort(x[~np.isnan(x)])
+
+
+def bootstrap_percentile(sorted_x: np.ndarray, p: float, resamples: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """``resamples`` bootstrap replicates of the ``p`` percentile (inverted CDF) of a sorted
+    sample, exact in distribution (see the module docstring)."""
+    n = sorted_x.size
+    k = rank(p, n)
+    u = rng.beta(k, n - k + 1, size=resamples)
+    return sorted_x[np.minimum((u * n).astype(np.int64), n - 1)]
+
+
+def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], *,
+                   resamples: int = 1000, seed: int = 0) -> list[Delta]:
+    """Deltas of every STATS entry of ``other`` against ``base`` (per-request arrays in ns,
+    keys ``tpot`` and ``ttft``; NaN entries ignored)."""
+    rng = np.random.default_rng(seed)
+    a_lo, a_hi = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
+    out = []
+    cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for key, label, arr, p, higher in STATS:
+        if arr not in cache:
+            cache[arr] = (_sorted_clean(base[arr]), _sorted_clean(other[arr]))
+        a, b = cache[arr]
+        if a.size == 0 or b.size == 0:
+            out.append(Delta(key, label, None, None, None, None, None, higher))
+            continue
+        va, vb = a[rank(p, a.size) - 1], b[rank(p, b.size) - 1]
+        ra = bootstrap_percentile(a, p, resamples, rng)
+        rb = bootstrap_percentile(b, p, resamples, rng)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if key.startswith("tps"):  # speed = 1 / TPOT: ratio of speeds = inverse ratio
+                base_v, val_v = 1e9 / va, 1e9 / vb
+                change = va / vb - 1
+                reps = ra / rb - 1
+            else:
+                base_v, val_v = va / 1e6, vb / 1e6  # ms
+                change = vb / va - 1
+                reps = rb / ra - 1
+        reps = reps[np.isfinite(reps)]
+        lo, hi = (np.percentile(reps, [a_lo, a_hi]) if reps.size else (np.nan, np.nan))
+        out.append(Delta(key, label, float(base_v), float(val_v), float(change),
+                         float(lo), float(hi), higher))
+    return out
+
+
+@dataclass(slots=True)
+class CompareResult:
+    names: list[str]
+    side_by_side: list[dict[str, Any]]  # one dict of headline numbers per run
+    deltas: list[list[Delta]]  # per run after the first
+    verdicts: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _numbers(r: Report) -> dict[str, Any]:
+    st = r.stats
+    tp = st.extra.get("throughput", {})
+
+    def ms(metric: str, p: float) -> float | None:
+        v = st.latency[metric].values.get(p)
+        return None if v is None else v / 1e6
+
+    return {
+        "requests ok": st.requests["ok"], "requests failed": st.requests["failed"],
+        "P90 TPS (tok/s)": st.tps.values.get(90.0), "median TPS (tok/s)": st.tps.values.get(50.0),
+        "TTFT P50 (ms)": ms("ttft", 50.0), "TTFT P90 (ms)": ms("ttft", 90.0),
+        "TTFT P99 (ms)": ms("ttft", 99.0), "TPOT P50 (ms)": ms("tpot", 50.0),
+        "TPOT P90 (ms)": ms("tpot", 90.0), "ITL P99 (ms)": ms("itl", 99.0),
+        "E2E P90 (ms)": ms("e2e", 90.0), "output tok/s": tp.get("output_tokens_per_s"),
+    }
+
+
+def _arrays(r: Report) -> dict[str, np.ndarray]:
+    t = r.stats.per_request
+    ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+    return {k: np.asarray(t.column(k).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
+            for k in ("tpot", "ttft")}
+
+
+def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resamples: int = 1000,
+                    seed: int = 0) -> CompareResult:
+    base = _arrays(reports[0])
+    deltas, verdicts, warnings = [], [], []
+    for r, name in zip(reports[1:], names[1:], strict=True):
+        ds = compare_arrays(base, _arrays(r), resamples=resamples, seed=seed)
+        deltas.append(ds)
+        head = next(d for d in ds if d.key == "tps_p90")
+        verdicts.append(head.verdict(name) if head.significant else
+                        f"{name} vs {names[0]}: " + head.verdict(name))
+        verdicts += [d.verdict(name) for d in ds if d.key != "tps_p90" and d.significant]
+    for r, name in zip(reports, names, strict=True):
+        warnings += [f"{name}: {w}" for w in r.warnings]
+    return CompareResult(list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings)
+
+
+def compare_dirs(dirs: Sequence[str | os.PathLike[str]], *, resamples: int = 1000,
+                 seed: int = 0) -> CompareResult:
+    reports = [build_report(d) for d in dirs]
+    names = [os.path.basename(os.path.normpath(str(d))) or str(d) for d in dirs]
+    if len(set(names)) < len(names):
+        names = [str(d) for d in dirs]
+    return compare_reports(reports, names, resamples=resamples, seed=seed)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.2f}" if isinstance(v, float) else f"{v:,}"
+
+
+def _rows(c: CompareResult) -> tuple[list[str], list[list[str]]]:
+    head = ["metric", *c.names] + [f"{n} vs {c.names[0]}" for n in c.names[1:]]
+    rows = []
+    for key in c.side_by_side[0]:
+        vals = [s[key] for s in c.side_by_side]
+        deltas = []
+        for v in vals[1:]:
+            base = vals[0]
+            deltas.append(f"{100 * (v / base - 1):+.1f}%" if isinstance(v, (int, float))
+                          and isinstance(base, (int, float)) and base else "-")
+        rows.append([key, *[_fmt(v) for v in vals], *deltas])
+    return head, rows
+
+
+def render_compare(c: CompareResult) -> Group:
+    parts: list[Any] = [Text(w, style="yellow") for w in c.warnings]
+    head, rows = _rows(c)
+    t = Table(title="Side by side", title_justify="left", show_edge=False)
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*row)
+    parts.append(t)
+    for name, ds in zip(c.names[1:], c.deltas, strict=True):
+        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change",
+                   title_justify="left", show_edge=False)
+        for h in ("statistic", c.names[0], name, "change", "95% CI", "significant"):
+            bt.add_column(h, justify="left" if h == "statistic" else "right")
+        for d in ds:
+            bt.add_row(d.label, _fmt(d.base), _fmt(d.value),
+                       "-" if d.change is None else f"{100 * d.change:+.1f}%",
+                       "-" if d.ci_low is None or d.ci_high is None
+                       else f"{100 * d.ci_low:+.1f}% .. {100 * d.ci_high:+.1f}%",
+                       "yes" if d.significant else "no")
+        parts.append(bt)
+    parts.append(Text("TPS values in tok/s, TPOT/TTFT in ms; TPS change = ratio of speeds.",
+                      style="dim"))
+    parts += [Text(v, style="bold") for v in c.verdicts]
+    return Group(*parts)
+
+
+def to_markdown(c: CompareResult) -> str:
+    head, rows = _rows(c)
+    lines = [f"> {w}" for w in c.warnings]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += [""] + [f"- **{v}**" for v in c.verdicts]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(c: CompareResult) -> str:
+    d = {"names": c.names, "side_by_side": c.side_by_side, "verdicts": c.verdicts,
+         "warnings": c.warnings,
+         "deltas": [[asdict(x) | {"significant": x.significant} for x in ds] for ds in c.deltas]}
+    return orjson.dumps(d, option=orjson.OPT_INDENT_2).decode() + "\n"

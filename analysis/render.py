@@ -1,0 +1,284 @@
+"""Renderers of a Report: rich tables (terminal), Markdown, JSON and CSV.
+
+``report_dict`` is the one JSON-ready view every format derives from, so the formats never
+disagree. Times are shown in milliseconds, speeds in tokens per second.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from analysis.hist import PERCENTILES, Summary, min_count_for
+from analysis.report import Report
+
+LATENCY_ROWS = (
+    ("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("tpot", "TPOT"),
+    ("itl", "ITL (per token)"), ("chunk_gap", "chunk gap"), ("e2e", "E2E"),
+    ("e2e_intended", "E2E from intended"), ("schedule_lag", "schedule lag"),
+)
+FEW = "*"
+SESSIONS_SHOWN = 10
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, np.generic):
+        return _clean(x.item())
+    return x
+
+
+def summary_dict(s: Summary, scale: float = 1e-6) -> dict[str, Any]:
+    """Percentiles in ms (scale 1e-6 of ns) with the count and a flag per percentile."""
+    d: dict[str, Any] = {"count": s.count, "exact": s.exact}
+    for p in PERCENTILES:
+        v = s.values.get(p)
+        d[f"p{p:g}"] = None if v is None else _clean(v * scale)
+        d[f"p{p:g}_too_few"] = not s.reliable.get(p, False)
+    d["max"] = None if s.max is None else _clean(s.max * scale)
+    d["mean"] = None if s.mean is None else _clean(s.mean * scale)
+    if s.dropped:
+        d["dropped"] = s.dropped
+    return d
+
+
+def report_dict(r: Report) -> dict[str, Any]:
+    st = r.stats
+    sessions = st.sessions.to_pylist()
+    for row in sessions:
+        for k in ("wall_ns", "wait_ns", "think_ns"):
+            v = row.pop(k, None)
+            row[k.replace("_ns", "_s")] = None if v is None else _clean(v / 1e9)
+        row["session_tps"] = _clean(row.get("session_tps"))
+    fid = dict(st.fidelity)
+    fid["think_time_error_ms"] = summary_dict(fid.pop("think_time_error"))
+    return {
+        "results_dir": r.results_dir,
+        "warnings": r.warnings,
+        "headline": {k: _clean(v) for k, v in r.headline.items()},
+        "requests": st.requests,
+        "errors": st.errors,
+        "duration_s": st.duration_ns / 1e9,
+        "latency_ms": {k: summary_dict(st.latency[k]) for k, _ in LATENCY_ROWS},
+        "request_tps": summary_dict(st.tps, 1.0) | {"reading": "P90 = speed 90% of requests reach"},
+        "tokens": st.tokens,
+        "throughput": {k: _clean(v) for k, v in st.extra.get("throughput", {}).items()},
+        "goodput": st.goodput,
+        "economics": st.economics,
+        "fidelity": {k: _clean(v) for k, v in fid.items()},
+        "tokens_per_chunk": {str(k): v for k, v in st.tokens_per_chunk.items()},
+        "sessions": sessions,
+        "server": _jsonable(r.server),
+        "run": _jsonable(r.meta),
+    }
+
+
+def _jsonable(x: Any) -> Any:
+    return orjson.loads(orjson.dumps(x, default=str, option=orjson.OPT_SERIALIZE_NUMPY |
+                                     orjson.OPT_NON_STR_KEYS)) if x is not None else None
+
+
+def to_json(r: Report) -> str:
+    return orjson.dumps(report_dict(r), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def _pct_cells(d: Mapping[str, Any], digits: int = 2) -> list[str]:
+    cells = []
+    for p in PERCENTILES:
+        v = d.get(f"p{p:g}")
+        cells.append(_fmt(v, digits) + (FEW if v is not None and d.get(f"p{p:g}_too_few") else ""))
+    cells.append(_fmt(d.get("max"), digits))
+    return cells
+
+
+def _latency_rows(d: Mapping[str, Any]) -> Iterator[list[str]]:
+    for key, label in LATENCY_ROWS:
+        s = d["latency_ms"][key]
+        yield [label + ("" if s["exact"] else " (hdr)"), _fmt(s["count"]), *_pct_cells(s)]
+    t = d["request_tps"]
+    yield ["request TPS (tok/s)", _fmt(t["count"]), *_pct_cells(t, 1)]
+
+
+HEAD = ["metric (ms)", "count", "P50", "P90", "P99", "P99.9", "max"]
+FOOTNOTE = (f"{FEW} fewer samples than the percentile needs (P90 >= {min_count_for(90)}, "
+            f"P99 >= {min_count_for(99)}, P99.9 >= {min_count_for(99.9)}). Request TPS is read "
+            "as a tail: its P90 is the speed 90% of requests reach or beat. (hdr): HdrHistogram, "
+            "3 significant digits; other rows are exact.")
+
+
+def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    req = d["requests"]
+    errs = ", ".join(f"{k} {v}" for k, v in d["errors"].items()) or "none"
+    yield "Requests", [
+        ("ok / failed / warmup", f"{req['ok']:,} / {req['failed']:,} / {req['warmup']:,}"),
+        ("failed by cause", errs), ("duration", f"{d['duration_s']:,.1f} s")]
+    tp = d["throughput"]
+    rows = [("output tokens/s", _fmt(tp.get("output_tokens_per_s"), 1)),
+            ("input tokens/s (cached / computed)",
+             f"{_fmt(tp.get('input_tokens_per_s'), 1)} ({_fmt(tp.get('input_cached_tokens_per_s'), 1)}"
+             f" / {_fmt(tp.get('input_computed_tokens_per_s'), 1)})"),
+            ("requests/s", _fmt(tp.get("requests_per_s"), 2))]
+    if tp.get("gpus"):
+        rows.append((f"per GPU ({tp['gpus']} GPUs): output / input tokens/s",
+                     f"{_fmt(tp.get('output_tokens_per_s_per_gpu'), 1)} / "
+                     f"{_fmt(tp.get('input_tokens_per_s_per_gpu'), 1)}"))
+    yield "Throughput", rows
+    g = d["goodput"]
+    if g:
+        slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in g["slo"].items() if v is not None)
+        frac = g["fraction"]
+        yield "Goodput", [
+            ("SLO", slo),
+            ("good requests", f"{g['good_requests']:,} of {g['attempted_requests']:,}"
+             + (f" ({100 * frac:.1f}%)" if frac is not None else "")),
+            ("good requests/s", _fmt(g["requests_per_s"], 2)),
+            ("good output tokens/s", _fmt(g["output_tokens_per_s"], 1))]
+    e = d["economics"]
+    if e:
+        yield "Revenue per GPU-hour", [("", line) for line in e["arithmetic"]]
+    f = d["fidelity"]
+
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    tte = f["think_time_error_ms"]
+    yield "Replay fidelity", [
+        ("prompt tokens served / trace", f"{f['prompt_tokens_served']:,} / "
+         f"{f['prompt_tokens_trace']:,} ({pct(f['prompt_ratio'])}), {f['prompt_mismatches']:,} rows differ"),
+        ("output tokens served / trace", f"{f['output_tokens_served']:,} / "
+         f"{f['output_tokens_trace']:,} ({pct(f['output_ratio'])}), {f['output_mismatches']:,} rows differ"),
+        ("prefix-cache hit rate: server / trace implies",
+         f"{pct(f['prefix_hit_rate_server'])} / {pct(f['prefix_hit_rate_implied'])}"),
+        ("sent before parent finished", _fmt(f["sent_before_parent_end"])),
+        ("think-time error P50 / P99 (ms)", f"{_fmt(tte['p50'], 3)} / {_fmt(tte['p99'], 3)}"
+         f" (n={tte['count']:,})"),
+    ]
+    tpc = d["tokens_per_chunk"]
+    if tpc:
+        total = sum(tpc.values())
+        mean = sum(int(k) * v for k, v in tpc.items()) / total
+        yield "Tokens per chunk", [(f"{k} tokens", f"{v:,} ({100 * v / total:.1f}%)")
+                                   for k, v in sorted(tpc.items(), key=lambda kv: int(kv[0]))[:8]] + [
+            ("mean", f"{mean:.2f}")]
+    if d["server"]:
+        yield "Server side (/metrics deltas over the run)", [
+            (str(k), _fmt(_clean(v), 3) if not isinstance(v, (dict, list)) else
+             orjson.dumps(v, default=str).decode()[:80]) for k, v in d["server"].items()]
+
+
+def _session_rows(d: Mapping[str, Any], limit: int | None) -> tuple[list[str], list[list[str]]]:
+    rows = sorted(d["sessions"], key=lambda r: (r.get("session_tps") is None,
+                                                r.get("session_tps") or 0.0))
+    head = ["session", "clone", "ok", "failed", "session TPS", "wall s", "engine wait s",
+            "think s"]
+    out = [[str(r["session_id"]), str(r["clone"]), _fmt(r["requests_ok"]),
+            _fmt(r["requests_failed"]), _fmt(r["session_tps"], 1), _fmt(r["wall_s"], 1),
+            _fmt(r["wait_s"], 1), _fmt(r["think_s"], 1)] for r in rows[:limit]]
+    return head, out
+
+
+def render_table(r: Report) -> Group:
+    """The terminal report as a rich renderable."""
+    d = report_dict(r)
+    parts: list[Any] = [Text(w, style="bold red" if w.startswith("WARNING") else "yellow")
+                        for w in d["warnings"]]
+    parts.append(Text(f"agent-replay report: {d['results_dir']}", style="bold"))
+    parts.append(Text(d["headline"]["text"], style="bold green"))
+    lat = Table(title="Latency", title_justify="left", show_edge=False)
+    for i, h in enumerate(HEAD):
+        lat.add_column(h, justify="left" if i == 0 else "right")
+    for row in _latency_rows(d):
+        lat.add_row(*row)
+    parts.append(lat)
+    parts.append(Text(FOOTNOTE, style="dim"))
+    for title, kv in _kv_sections(d):
+        t = Table(title=title, title_justify="left", show_header=False, show_edge=False)
+        t.add_column(style="cyan")
+        t.add_column()
+        for k, v in kv:
+            t.add_row(k, v)
+        parts.append(t)
+    head, rows = _session_rows(d, SESSIONS_SHOWN)
+    st = Table(title=f"Sessions (slowest {min(SESSIONS_SHOWN, len(d['sessions']))} of "
+               f"{len(d['sessions'])} by session TPS)", title_justify="left", show_edge=False)
+    for i, h in enumerate(head):
+        st.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        st.add_row(*row)
+    parts.append(st)
+    return Group(*parts)
+
+
+def to_text(r: Report, width: int = 100) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, force_terminal=False, color_system=None).print(render_table(r))
+    return buf.getvalue()
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(r: Report) -> str:
+    d = report_dict(r)
+    out = [f"> {w}" for w in d["warnings"]]
+    out += [f"# agent-replay report: `{d['results_dir']}`", "", f"**{d['headline']['text']}**", "",
+            "## Latency", "", _md_table(HEAD, list(_latency_rows(d))), "", FOOTNOTE, ""]
+    for title, kv in _kv_sections(d):
+        out += [f"## {title}", ""]
+        out += [f"- {k + ': ' if k else ''}{v}" for k, v in kv] + [""]
+    head, rows = _session_rows(d, None)
+    out += ["## Sessions", "", _md_table(head, rows), ""]
+    return "\n".join(out)
+
+
+def to_csv(r: Report) -> str:
+    """Long format: section,name,field,value (one row per number)."""
+    d = report_dict(r)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["section", "name", "field", "value"])
+    for key, _ in LATENCY_ROWS:
+        for f, v in d["latency_ms"][key].items():
+            w.writerow(["latency_ms", key, f, v])
+    for f, v in d["request_tps"].items():
+        w.writerow(["request_tps", "tps", f, v])
+    for section in ("requests", "errors", "tokens", "throughput", "tokens_per_chunk"):
+        for f, v in d[section].items():
+            w.writerow([section, section, f, v])
+    for f, v in d["fidelity"].items():
+        if not isinstance(v, dict):
+            w.writerow(["fidelity", "fidelity", f, v])
+    for block in ("goodput", "economics"):
+        if d[block]:
+            for f, v in d[block].items():
+                if not isinstance(v, (dict, list)):
+                    w.writerow([block, block, f, v])
+    for row in d["sessions"]:
+        for f, v in row.items():
+            if f not in ("session_id", "clone"):
+                w.writerow(["sessions", f"{row['session_id']}#{row['clone']}", f, v])
+    return buf.getvalue()
+
+
+FORMATS = {"md": to_markdown, "json": to_json, "csv": to_csv}

@@ -1,0 +1,136 @@
+"""The report of one results folder: ``build_report`` (a library call, no printing) and the
+data it returns. Renderers live in ``analysis.render``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from analysis.hist import Summary
+from analysis.results import iter_request_batches, read_run_meta, read_server_metrics
+from analysis.runstats import COLUMNS, Accumulator, Prices, RunStats, Slo
+from traces.errors import InputError
+
+SCHEDULE_LAG_P99_BOUND_NS = 10_000_000
+"""A schedule-lag P99 above 10 ms means the load generator, not the server, set the pace."""
+ERROR_RATE_WARN = 0.01
+
+
+@dataclass(slots=True)
+class Report:
+    results_dir: str
+    meta: dict[str, Any]
+    stats: RunStats
+    headline: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    server: Mapping[str, Any] | None = None
+
+
+def parse_slo(text: str | None) -> Slo | None:
+    """``ttft=2s,tpot=50ms,e2e=30`` (bare numbers are milliseconds) -> Slo in ns."""
+    if not text:
+        return None
+    units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, raw = part.strip().partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("ttft", "tpot", "e2e"):
+            raise InputError(f"--slo: {part.strip()!r}: expected ttft=..,tpot=..,e2e=..")
+        raw = raw.strip().lower()
+        unit = next((u for u in ("ns", "us", "ms", "s") if raw.endswith(u)), "")
+        try:
+            value = float(raw[: len(raw) - len(unit)] if unit else raw)
+        except ValueError:
+            raise InputError(f"--slo: {key}: {raw!r} is not a duration (e.g. 500ms, 2s)") from None
+        if value <= 0:
+            raise InputError(f"--slo: {key} must be positive")
+        out[key] = value * units[unit or "ms"]
+    return Slo(out.get("ttft"), out.get("tpot"), out.get("e2e"))
+
+
+def _server_summary(table: pa.Table | None) -> Mapping[str, Any] | None:
+    if table is None or importlib.util.find_spec("analysis.server_metrics") is None:
+        return None
+    mod = importlib.import_module("analysis.server_metrics")
+    summarize = getattr(mod, "summarize", None)
+    if summarize is None:
+        return None
+    result = summarize(table)
+    if result is None:
+        return None
+    if hasattr(result, "to_dict"):
+        result = result.to_dict()
+    elif not isinstance(result, Mapping) and hasattr(result, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        result = asdict(result)
+    return result if isinstance(result, Mapping) else {"summary": result}
+
+
+def headline(tps: Summary) -> dict[str, Any]:
+    p90, p50 = tps.values.get(90.0), tps.values.get(50.0)
+    return {
+        "p90_tps": p90, "median_tps": p50, "count": tps.count,
+        "reliable": tps.reliable.get(90.0, False),
+        "text": ("per-user decode speed, P90: "
+                 + (f"{p90:,.1f} tok/s (90% of requests at least this fast)" if p90 is not None
+                    else "n/a (no request produced two or more tokens)")
+                 + (f"; median {p50:,.1f} tok/s" if p50 is not None else "")
+                 + ("" if tps.reliable.get(90.0, False) or p90 is None
+                    else f" [only {tps.count} requests: too few for P90]")),
+    }
+
+
+def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
+    out: list[str] = []
+    if meta.get("load_generator_bottleneck"):
+        why = meta.get("load_generator_warning") or "its own lag or CPU limited the load"
+        out.append(f"WARNING: the load generator was the bottleneck of this run ({why}); "
+                   "its numbers understate the server. Use more workers or a bigger client.")
+    for w in meta.get("warnings") or ():
+        out.append(f"warning: {w}")
+    lag = stats.latency["schedule_lag"]
+    p99 = lag.values.get(99.0)
+    if p99 is not None and p99 > SCHEDULE_LAG_P99_BOUND_NS:
+        out.append(f"warning: schedule lag P99 is {p99 / 1e6:,.1f} ms (> "
+                   f"{SCHEDULE_LAG_P99_BOUND_NS / 1e6:g} ms): requests left late; the client may "
+                   "have been saturated (see 'TTFT from intended').")
+    dropped = {k: s.dropped for k, s in stats.latency.items() if s.dropped}
+    if dropped:
+        out.append("warning: samples out of histogram range were dropped: "
+                   + ", ".join(f"{k} {v}" for k, v in dropped.items()))
+    counted = stats.requests["ok"] + stats.requests["failed"]
+    if counted and stats.requests["failed"] / counted > ERROR_RATE_WARN:
+        out.append(f"warning: {stats.requests['failed']} of {counted} requests failed "
+                   f"({100 * stats.requests['failed'] / counted:.1f}%); latency statistics "
+                   "cover successful requests only.")
+    mism = stats.fidelity["output_mismatches"]
+    if mism:
+        out.append(f"warning: {mism} requests returned a different number of output tokens "
+                   "than the trace asked for (does the server honour ignore_eos/min_tokens?).")
+    return out
+
+
+def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
+                 gpus: int | None = None, prices: Prices | None = None) -> Report:
+    """Read a results folder and compute everything the report shows."""
+    if gpus is not None and gpus <= 0:
+        raise InputError("--gpus must be a positive integer")
+    meta = read_run_meta(results_dir)
+    if gpus is None and isinstance(meta.get("gpus"), int) and meta["gpus"] > 0:
+        gpus = int(meta["gpus"])
+    acc = Accumulator()
+    for batch in iter_request_batches(results_dir, COLUMNS):
+        acc.add(batch)
+    stats = acc.finish(slo=slo, prices=prices, gpus=gpus)
+    server = _server_summary(read_server_metrics(results_dir))
+    return Report(results_dir=str(results_dir), meta=meta, stats=stats,
+                  headline=headline(stats.tps), warnings=_warnings(meta, stats), server=server)

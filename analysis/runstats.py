@@ -1,0 +1,337 @@
+"""Run-level statistics, accumulated over record batches in bounded memory.
+
+Per-request metrics of ``ok`` non-warmup rows are kept as columns (a few numbers per row;
+a million rows is ~100 MB) and summarized exactly; per-chunk samples (ITL, chunk gap) are
+folded into HdrHistograms batch by batch, so chunk lists never have to fit in memory at once.
+Warmup rows are counted and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analysis.hist import Hist, Summary, percentile_summary
+from analysis.metrics import NS, _col, _f64, _i64, chunk_samples, request_metrics, stats_rows
+
+LATENCY_METRICS = ("ttft", "ttft_intended", "tpot", "itl", "chunk_gap", "e2e", "e2e_intended",
+                   "schedule_lag")
+COLUMNS = (
+    "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
+    "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns", "think_ns",
+    "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
+    "cached_tokens", "implied_cached_tokens",
+)
+"""The request columns the analysis reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Per-request objectives in ns (None: not set)."""
+
+    ttft_ns: float | None = None
+    tpot_ns: float | None = None
+    e2e_ns: float | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.ttft_ns, self.tpot_ns, self.e2e_ns))
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """USD per million tokens."""
+
+    input_miss: float
+    input_hit: float
+    output: float
+
+
+@dataclass(slots=True)
+class RunStats:
+    """Everything the report shows, as plain values."""
+
+    requests: dict[str, int]
+    errors: dict[str, int]
+    latency: dict[str, Summary]
+    tps: Summary
+    duration_ns: int
+    tokens: dict[str, int]
+    tokens_per_chunk: dict[int, int]
+    fidelity: dict[str, Any]
+    sessions: pa.Table
+    per_request: pa.Table
+    goodput: dict[str, Any] | None = None
+    economics: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Accumulator:
+    """Feed REQUEST_SCHEMA batches with ``add``; ``finish`` returns the RunStats."""
+
+    def __init__(self) -> None:
+        self.itl = Hist()
+        self.chunk_gap = Hist()
+        self.tpc = np.zeros(0, dtype=np.int64)
+        self.parts: list[pa.Table] = []
+        self.errors: dict[str, int] = {}
+        self.warmup = 0
+        self.failed = 0
+        self.rows = 0
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        self.rows += batch.num_rows
+        ok, counted = stats_rows(batch)
+        self.warmup += int((~counted).sum())
+        bad = counted & ~ok
+        if bad.any():
+            self.failed += int(bad.sum())
+            kinds = pc.fill_null(_col(batch, "error_kind"), "unknown").filter(pa.array(bad))
+            for item in pc.value_counts(kinds).to_pylist():
+                self.errors[item["values"]] = self.errors.get(item["values"], 0) + item["counts"]
+        m = request_metrics(batch)
+        s = chunk_samples(batch, ok)
+        self.itl.record_many(s.itl, s.itl_weight)
+        self.chunk_gap.record_many(s.chunk_gap)
+        if s.tokens.size:
+            counts = np.bincount(s.tokens[s.tokens >= 0])
+            if counts.size > self.tpc.size:
+                counts[: self.tpc.size] += self.tpc
+                self.tpc = counts
+            else:
+                self.tpc[: counts.size] += counts
+        sel = pa.array(counted)
+        cols = {
+            "session_id": _col(batch, "session_id").filter(sel),
+            "clone": _col(batch, "clone").filter(sel),
+            "ok": ok[counted],
+            "intended_ns": _i64(batch, "intended_ns")[counted],
+            "end_ns": _f64(batch, "end_ns")[counted],
+            "think_ns": _f64(batch, "think_ns")[counted],
+            "parent_end_ns": _f64(batch, "parent_end_ns")[counted],
+            "sent_ns": _f64(batch, "sent_ns")[counted],
+            "output_tokens": m.output_tokens[counted],
+            "decode_tokens": m.decode_tokens[counted],
+            "expected_input_tokens": _i64(batch, "expected_input_tokens")[counted],
+            "expected_output_tokens": _i64(batch, "expected_output_tokens")[counted],
+            "prompt_tokens": _f64(batch, "prompt_tokens")[counted],
+            "completion_tokens": _f64(batch, "completion_tokens")[counted],
+            "cached_tokens": _f64(batch, "cached_tokens")[counted],
+            "implied_cached_tokens": _f64(batch, "implied_cached_tokens")[counted],
+        }
+        for name in ("schedule_lag", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode",
+                     "tpot", "tps"):
+            cols[name] = getattr(m, name)[counted]
+        self.parts.append(pa.table(cols))
+
+    def finish(self, slo: Slo | None = None, prices: Prices | None = None,
+               gpus: int | None = None) -> RunStats:
+        t = pa.concat_tables(self.parts) if self.parts else _empty_table()
+        ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+
+        def arr(name: str) -> np.ndarray:
+            return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+        latency: dict[str, Summary] = {}
+        for name in ("ttft", "ttft_intended", "tpot", "e2e", "e2e_intended"):
+            latency[name] = percentile_summary(arr(name)[ok])
+        latency["itl"] = self.itl.summary()
+        latency["chunk_gap"] = self.chunk_gap.summary()
+        latency["schedule_lag"] = percentile_summary(arr("schedule_lag"))
+        tps = _tps_summary(arr("tps")[ok])
+
+        intended = arr("intended_ns")
+        end = arr("end_ns")
+        start_ns = float(np.nanmin(intended)) if intended.size else 0.0
+        stop_ns = float(np.nanmax(end)) if np.isfinite(end).any() else start_ns
+        duration = max(0, int(stop_ns - start_ns))
+
+        out_tok = np.where(np.isnan(arr("completion_tokens")), arr("output_tokens"),
+                           arr("completion_tokens"))[ok]
+        prompt = np.where(np.isnan(arr("prompt_tokens")), arr("expected_input_tokens"),
+                          arr("prompt_tokens"))[ok]
+        cached = np.nan_to_num(arr("cached_tokens"))[ok]
+        tokens = {"output": int(out_tok.sum()), "input": int(prompt.sum()),
+                  "input_cached": int(cached.sum()),
+                  "input_computed": int(prompt.sum() - cached.sum())}
+        n_ok = int(ok.sum())
+        requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": self.failed,
+                    "warmup": self.warmup}
+        stats = RunStats(
+            requests=requests, errors=dict(sorted(self.errors.items(), key=lambda kv: -kv[1])),
+            latency=latency, tps=tps, duration_ns=duration, tokens=tokens,
+            tokens_per_chunk={i: int(n) for i, n in enumerate(self.tpc.tolist()) if n},
+            fidelity=_fidelity(t, ok, arr), sessions=_sessions(t), per_request=t,
+        )
+        secs = duration / NS if duration else float("nan")
+        stats.extra["throughput"] = {
+            "output_tokens_per_s": tokens["output"] / secs if duration else None,
+            "input_tokens_per_s": tokens["input"] / secs if duration else None,
+            "input_cached_tokens_per_s": tokens["input_cached"] / secs if duration else None,
+            "input_computed_tokens_per_s": tokens["input_computed"] / secs if duration else None,
+            "requests_per_s": n_ok / secs if duration else None,
+            "gpus": gpus,
+        }
+        if gpus and duration:
+            stats.extra["throughput"]["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
+            stats.extra["throughput"]["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus
+        if slo is not None and slo.any:
+            stats.goodput = goodput(arr("ttft")[ok], arr("tpot")[ok], arr("e2e")[ok], out_tok,
+                                    slo, duration, self.rows - self.warmup)
+        if prices is not None and duration:
+            stats.economics = economics(tokens, duration, prices, gpus or 1)
+        return stats
+
+
+def _tps_summary(tps: np.ndarray) -> Summary:
+    """Request TPS, read as a tail: the value at "P90" is the speed 90% of requests reach or
+    beat, i.e. the 10th percentile of TPS (= 1 / P90 of TPOT)."""
+    low = percentile_summary(tps, (50.0, 10.0, 1.0, 0.1))
+    values = {50.0: low.values[50.0], 90.0: low.values[10.0], 99.0: low.values[1.0],
+              99.9: low.values[0.1]}
+    reliable = {50.0: low.reliable[50.0], 90.0: low.count >= 10, 99.0: low.count >= 100,
+                99.9: low.count >= 1000}
+    return Summary(low.count, values, low.max, low.mean, reliable, True)
+
+
+def goodput(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray,
+            slo: Slo, duration_ns: int, attempted: int) -> dict[str, Any]:
+    """Requests (of the ok ones) meeting every SLO given; a request without TPOT (one
+    output chunk) meets the TPOT objective; failed requests never count as good."""
+    good = np.ones(ttft.size, dtype=bool)
+    for values, bound in ((ttft, slo.ttft_ns), (e2e, slo.e2e_ns)):
+        if bound is not None:
+            good &= ~np.isnan(values) & (values <= bound)
+    if slo.tpot_ns is not None:
+        good &= np.isnan(tpot) | (tpot <= slo.tpot_ns)
+    n_good = int(good.sum())
+    secs = duration_ns / NS if duration_ns else None
+    return {
+        "slo": {"ttft_ms": _ms(slo.ttft_ns), "tpot_ms": _ms(slo.tpot_ns), "e2e_ms": _ms(slo.e2e_ns)},
+        "good_requests": n_good, "attempted_requests": attempted,
+        "fraction": n_good / attempted if attempted else None,
+        "requests_per_s": n_good / secs if secs else None,
+        "output_tokens_per_s": float(out_tokens[good].sum()) / secs if secs else None,
+    }
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def economics(tokens: Mapping[str, int], duration_ns: int, prices: Prices, gpus: int) -> dict[str, Any]:
+    """Revenue per GPU-hour at the given prices (USD per million tokens), with the arithmetic.
+
+    revenue/hour = 3600 x (hit tokens/s x hit price + miss tokens/s x miss price
+    + output tokens/s x output price) / 1e6; per GPU-hour = that / GPUs."""
+    secs = duration_ns / NS
+    rates = {"input_hit": tokens["input_cached"] / secs,
+             "input_miss": tokens["input_computed"] / secs, "output": tokens["output"] / secs}
+    price = {"input_hit": prices.input_hit, "input_miss": prices.input_miss,
+             "output": prices.output}
+    parts = {k: rates[k] * 3600 * price[k] / 1e6 for k in rates}
+    per_hour = sum(parts.values())
+    lines = [f"{k:10s}: {rates[k]:,.1f} tok/s x 3600 s x ${price[k]:g}/M = ${parts[k]:,.2f}/h"
+             for k in rates]
+    lines.append(f"total     : ${per_hour:,.2f}/h / {gpus} GPU = ${per_hour / gpus:,.2f} per GPU-hour")
+    return {"prices_per_million": price, "tokens_per_s": rates, "usd_per_hour": parts,
+            "usd_per_hour_total": per_hour, "gpus": gpus, "usd_per_gpu_hour": per_hour / gpus,
+            "arithmetic": lines}
+
+
+def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
+    """How faithfully the replay reproduced the trace (ok rows)."""
+    exp_in = arr("expected_input_tokens")[ok]
+    exp_out = arr("expected_output_tokens")[ok]
+    prompt = arr("prompt_tokens")[ok]
+    completion = arr("completion_tokens")[ok]
+    out = np.where(np.isnan(completion), arr("output_tokens")[ok], completion)
+    cached = arr("cached_tokens")[ok]
+    implied = arr("implied_cached_tokens")[ok]
+    have_prompt = ~np.isnan(prompt)
+    have_cached = ~np.isnan(cached) & have_prompt
+    have_implied = ~np.isnan(implied)
+    sent, parent_end, think = arr("sent_ns"), arr("parent_end_ns"), arr("think_ns")
+    has_parent = ~np.isnan(parent_end) & ~np.isnan(sent)
+    think_err = (sent - parent_end - think)[has_parent & ~np.isnan(think)]
+
+    def ratio(a: float, b: float) -> float | None:
+        return a / b if b else None
+
+    return {
+        "prompt_tokens_served": int(np.nansum(prompt)),
+        "prompt_tokens_trace": int(exp_in[have_prompt].sum()),
+        "prompt_ratio": ratio(float(np.nansum(prompt)), float(exp_in[have_prompt].sum())),
+        "prompt_mismatches": int((prompt[have_prompt] != exp_in[have_prompt]).sum()),
+        "output_tokens_served": int(out.sum()),
+        "output_tokens_trace": int(exp_out.sum()),
+        "output_ratio": ratio(float(out.sum()), float(exp_out.sum())),
+        "output_mismatches": int((out != exp_out).sum()),
+        "prefix_hit_rate_server": ratio(float(cached[have_cached].sum()),
+                                        float(prompt[have_cached].sum())),
+        "prefix_hit_rate_implied": ratio(float(implied[have_implied].sum()),
+                                         float(exp_in[have_implied].sum())),
+        "requests_with_server_cache_info": int(have_cached.sum()),
+        "sent_before_parent_end": int((sent[has_parent] < parent_end[has_parent]).sum()),
+        "think_time_error": percentile_summary(np.abs(think_err)),
+    }
+
+
+def _sessions(t: pa.Table) -> pa.Table:
+    """Per (session_id, clone): requests, session TPS = sum(N - k_1) / sum(decode time),
+    wall time (first intended send to last byte), time waiting on the engine (sum of
+    intended send to last byte), think time (sum of intended think)."""
+    if t.num_rows == 0:
+        return pa.table({"session_id": pa.array([], pa.string())})
+    ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+    decode = np.nan_to_num(np.asarray(t.column("decode").to_numpy(zero_copy_only=False), dtype=np.float64))
+    dec_tok = np.asarray(t.column("decode_tokens").to_numpy(zero_copy_only=False), dtype=np.float64)
+    end = np.asarray(t.column("end_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    intended = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    useful = ok & (dec_tok >= 1)
+    g = pa.table({
+        "session_id": t.column("session_id"), "clone": t.column("clone"),
+        "ok": pa.array(ok.astype(np.int64)),
+        "failed": pa.array((~ok).astype(np.int64)),
+        "decode_ns": pa.array(np.where(useful, decode, 0.0)),
+        "decode_tokens": pa.array(np.where(useful, dec_tok, 0.0)),
+        "start_ns": pa.array(intended),
+        "end_ns": pa.array(end, mask=np.isnan(end)),
+        "wait_ns": pa.array(np.nan_to_num(end - intended)),
+        "think_ns": pa.array(np.nan_to_num(np.asarray(t.column("think_ns").to_numpy(
+            zero_copy_only=False), dtype=np.float64))),
+    }).group_by(["session_id", "clone"]).aggregate([
+        ("ok", "sum"), ("failed", "sum"), ("decode_ns", "sum"), ("decode_tokens", "sum"),
+        ("start_ns", "min"), ("end_ns", "max"), ("wait_ns", "sum"), ("think_ns", "sum"),
+    ])
+    dns = np.asarray(g.column("decode_ns_sum").to_numpy(), dtype=np.float64)
+    dtk = np.asarray(g.column("decode_tokens_sum").to_numpy(), dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tps = np.where(dns > 0, dtk * NS / dns, np.nan)
+    wall = pc.subtract(g.column("end_ns_max"), g.column("start_ns_min"))
+    return pa.table({
+        "session_id": g.column("session_id"), "clone": g.column("clone"),
+        "requests_ok": g.column("ok_sum"), "requests_failed": g.column("failed_sum"),
+        "session_tps": pa.array(tps), "wall_ns": wall,
+        "wait_ns": g.column("wait_ns_sum"), "think_ns": g.column("think_ns_sum"),
+    }).sort_by([("session_id", "ascending"), ("clone", "ascending")])
+
+
+def _empty_table() -> pa.Table:
+    from analysis.fixtures import rows_to_table
+
+    acc = Accumulator()
+    acc.add(rows_to_table([]))
+    return acc.parts[0]
+
+
+def accumulate(batches: Iterable[pa.RecordBatch | pa.Table]) -> Accumulator:
+    acc = Accumulator()
+    for b in batches:
+        acc.add(b)
+    return acc
