@@ -1,0 +1,18 @@
+"""The simulated engine: a vLLM-dialect HTTP server with a documented performance model.
+
+Public API: ``SimProfile`` (``SimProfile.load("fast")``), ``SimServer`` (in this event loop,
+``async with SimServer(profile) as s: s.url``), ``SimProcess`` (a child process,
+``with SimProcess("fast") as sim: sim.url``). Equations and wire details: docs/sim-engine.md.
+"""
+
+from __future__ import annotations
+
+from engines.sim.core import EngineCore, SimRequest
+from engines.sim.ground_truth import GROUND_TRUTH_SCHEMA
+from engines.sim.process import SimProcess
+from engines.sim.profile import PROFILE_NAMES, SimProfile
+from engines.sim.server import SimServer
+from engines.sim.tokenizer import SimTokenizer, synthesize_text
+
+__all__ = ["GROUND_TRUTH_SCHEMA", "PROFILE_NAMES", "EngineCore", "SimProcess", "SimProfile",
+           "SimRequest", "SimServer", "SimTokenizer", "synthesize_text"]

@@ -1,0 +1,146 @@
+"""Command line of the simulated engine, shared by ``python -m engines.sim`` and
+``agent-replay engines sim``. Several workers share one port with SO_REUSEPORT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY_PREFIX = "READY "
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port; default 8000)")
+    p.add_argument("--profile", default="default",
+                   help="shipped profile (default, fast, mtp) or a JSON profile file")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes sharing the port with SO_REUSEPORT (default 1)")
+    p.add_argument("--ground-truth", metavar="FILE", default=None,
+                   help="write per-chunk write times as Parquet on shutdown (one file per worker: "
+                        "FILE, or FILE with .wN before the suffix when --workers > 1)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing ground-truth file")
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def worker_path(path: str, k: int) -> str:
+    pth = Path(path)
+    return str(pth.with_name(f"{pth.stem}.w{k}{pth.suffix}"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from engines.sim.profile import SimProfile
+    from traces.errors import InputError
+
+    if args.workers < 1:
+        raise InputError("--workers must be >= 1")
+    SimProfile.load(args.profile)  # bad profile: one line, exit 2, before anything starts
+    if args.workers == 1:
+        return _run_single(args)
+    return _run_workers(args)
+
+
+def _install_loop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _run_single(args: argparse.Namespace) -> int:
+    from engines.sim.server import SimServer
+
+    async def main() -> None:
+        server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
+                           ground_truth=args.ground_truth, force=args.force,
+                           reuse_port=args.reuse_port, engine_index=args.engine_index)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await server.start()
+        print(f"{READY_PREFIX}{server.url} profile={server.profile.name} "
+              f"model={server.profile.model_name} pid={os.getpid()}", flush=True)
+        await stop.wait()
+        await server.stop()
+
+    _install_loop()
+    asyncio.run(main())
+    return 0
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    from traces.errors import LaunchError
+
+    reserve = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    reserve.bind((args.host, args.port))
+    port = reserve.getsockname()[1]
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for k in range(args.workers):
+            cmd = [sys.executable, "-m", "engines.sim", "--host", args.host, "--port", str(port),
+                   "--profile", args.profile, "--seed", str(args.seed + k), "--reuse-port",
+                   "--engine-index", str(k)]
+            if args.ground_truth:
+                cmd += ["--ground-truth", worker_path(args.ground_truth, k)]
+            if args.force:
+                cmd.append("--force")
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+        for k, pr in enumerate(procs):
+            assert pr.stdout is not None
+            line = pr.stdout.readline()
+            if not line.startswith(READY_PREFIX):
+                raise LaunchError(f"sim worker {k} did not start (exit code {pr.poll()})")
+        print(f"{READY_PREFIX}http://{args.host}:{port} workers={args.workers} pid={os.getpid()}",
+              flush=True)
+        stopped = False
+
+        def _stop(signum: int, frame: object) -> None:
+            nonlocal stopped
+            stopped = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        while not stopped and all(pr.poll() is None for pr in procs):
+            time.sleep(0.2)
+    finally:
+        for pr in procs:
+            if pr.poll() is None:
+                pr.send_signal(signal.SIGTERM)
+        for pr in procs:
+            try:
+                pr.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+        reserve.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from traces.errors import AgentReplayError
+
+    parser = argparse.ArgumentParser(prog="python -m engines.sim",
+                                     description="The simulated vLLM-dialect engine.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except AgentReplayError as exc:
+        print(f"engines.sim: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,404 @@
+"""The simulated engine as an aiohttp server speaking vLLM's OpenAI-compatible dialect.
+
+One engine loop task runs the core's steps on their own schedule: each step has an absolute
+deadline (start + modelled duration); the loop sleeps to ``deadline - spin_ns``, then yields
+to the event loop until ``time.monotonic_ns()`` reaches the deadline, then writes every
+stream's chunk. The next step starts at this deadline (not at "now"), so write costs do not
+accumulate into drift; if the loop falls more than ``rebase_ns`` behind, it restarts the
+schedule from now and counts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from engines.sim import wire
+from engines.sim.core import EngineCore, QueueFullError, SimRequest, request_seed
+from engines.sim.faults import FaultSpec, parse_faults
+from engines.sim.ground_truth import GroundTruthRecorder
+from engines.sim.metrics import make_registry
+from engines.sim.profile import SimProfile
+from engines.sim.requests import (
+    BadRequest,
+    ParsedRequest,
+    parse_chat,
+    parse_completions,
+    parse_messages,
+)
+from engines.sim.sinks import BaseSink, BufferSink, StreamSink
+from engines.sim.tokenizer import SimTokenizer
+from traces.errors import InputError
+
+log = logging.getLogger("engines.sim")
+_JSON = "application/json"
+_SSE = "text/event-stream; charset=utf-8"
+
+
+class SimServer:
+    """The simulated engine, in this process's event loop. Use ``async with`` or start/stop."""
+
+    def __init__(self, profile: SimProfile | str = "fast", host: str = "127.0.0.1", port: int = 0,
+                 seed: int = 0, ground_truth: str | Path | None = None, *, force: bool = False,
+                 reuse_port: bool = False, engine_index: int = 0) -> None:
+        self.profile = SimProfile.load(profile) if isinstance(profile, str) else profile
+        self.host = host
+        self.port = port
+        self.seed = seed
+        self.reuse_port = reuse_port
+        self.engine_index = engine_index
+        self.tokenizer = SimTokenizer(self.profile.vocab_size)
+        self.table = wire.TokenTable(self.tokenizer.texts())
+        self.core = EngineCore(self.profile)
+        self.gt = GroundTruthRecorder(ground_truth, force=force) if ground_truth else None
+        self.base_faults = parse_faults(self.profile.faults, source=f"profile {self.profile.name} faults")
+        self._counter = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self._sinks: set[BaseSink] = set()
+        self.created = int(time.time())
+        self.registry = make_registry(self.core, self.profile.model_name, str(engine_index))
+
+    # lifecycle --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        r = app.router
+        r.add_post("/v1/completions", self.handle_completions)
+        r.add_post("/v1/chat/completions", self.handle_chat)
+        r.add_post("/v1/messages", self.handle_messages)
+        r.add_post("/v1/messages/count_tokens", self.handle_count_tokens)
+        r.add_get("/v1/models", self.handle_models)
+        r.add_get("/health", self.handle_health)
+        r.add_get("/metrics", self.handle_metrics)
+        r.add_get("/version", self.handle_version)
+        r.add_post("/tokenize", self.handle_tokenize)
+        r.add_post("/detokenize", self.handle_detokenize)
+        r.add_post("/reset_prefix_cache", self.handle_reset_prefix_cache)
+        return app
+
+    async def start(self) -> SimServer:
+        self._wake = asyncio.Event()
+        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_port=self.reuse_port or None,
+                           backlog=1024)
+        await site.start()
+        server = site._server
+        if self.port == 0 and server is not None:
+            sockets = getattr(server, "sockets", None) or []
+            if sockets:
+                self.port = sockets[0].getsockname()[1]
+        self._loop_task = asyncio.get_running_loop().create_task(self._engine_loop())
+        return self
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        for sink in list(self._sinks):
+            sink.abort()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.gt is not None:
+            self.gt.write()
+
+    async def __aenter__(self) -> SimServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # the engine loop ----------------------------------------------------------------------
+
+    async def _engine_loop(self) -> None:
+        core = self.core
+        wake = self._wake
+        assert wake is not None
+        rebase = self.profile.rebase_ns
+        next_start: int | None = None
+        while True:
+            if not core.has_work():
+                wake.clear()
+                await wake.wait()
+                next_start = None
+                continue
+            now = time.monotonic_ns()
+            if next_start is None or now - next_start > rebase:
+                if next_start is not None:
+                    core.stats.schedule_rebases += 1
+                start = now
+            else:
+                start = next_start
+            res = core.step(start)
+            if res is None:
+                wake.clear()
+                wakeup = core.next_wakeup_ns()
+                timeout = None if wakeup is None else max(0, wakeup - now) / 1e9
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+                next_start = None
+                continue
+            await self._sleep_until(res.end_ns)
+            end = res.end_ns
+            for em in res.emissions:
+                req = em.request
+                if req.aborted:
+                    continue
+                try:
+                    req.sink.emit(em.token_ids, em.finish_reason, end)
+                except Exception:  # one broken stream must not stop the engine
+                    log.exception("sim: writing request %s failed", req.request_id)
+                    req.sink.abort()
+            next_start = end
+
+    async def _sleep_until(self, deadline: int) -> None:
+        spin = self.profile.spin_ns
+        while True:
+            rem = deadline - time.monotonic_ns()
+            if rem <= 0:
+                return
+            if rem > spin:
+                await asyncio.sleep((rem - spin) / 1e9)
+            else:
+                await asyncio.sleep(0)
+
+    # generation endpoints -----------------------------------------------------------------
+
+    async def handle_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completions")
+
+    async def handle_chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def handle_messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "messages")
+
+    def _error(self, api: str, exc: BadRequest) -> web.Response:
+        if api == "messages":
+            kind = "not_found_error" if exc.status == 404 else (
+                "overloaded_error" if exc.status == 503 else "invalid_request_error")
+            body = wire.anthropic_error_body(exc.message, kind)
+        else:
+            body = orjson.dumps({"error": {"message": exc.message, "type": exc.err_type,
+                                           "param": exc.param, "code": exc.status}})
+        return web.Response(body=body, status=exc.status, content_type=_JSON)
+
+    async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
+        received_ns = time.monotonic_ns()
+        p = self.profile
+        parse = {"completions": parse_completions, "chat": parse_chat, "messages": parse_messages}[api]
+        try:
+            body = await request.read()
+            parsed = parse(body, self.tokenizer, p.model_name, p.max_model_len)
+            fault = self._faults(request)
+        except BadRequest as exc:
+            return self._error(api, exc)
+        header_id = request.headers.get("X-Request-Id")
+        seq = next(self._counter)
+        key = header_id if header_id else f"#{seq}"
+        seed = request_seed(self.seed if parsed.seed is None else parsed.seed, key)
+        if fault.error > 0 and _draw(seed) < fault.error:
+            return self._error(api, BadRequest("simulated fault", fault.status, "InternalServerError"))
+        suffix = header_id if header_id else secrets.token_hex(8)
+        rid = {"completions": "cmpl-", "chat": "chatcmpl-", "messages": "msg_"}[api] + suffix
+        gt_id = header_id or rid
+        req = SimRequest(request_id=gt_id, prompt_ids=parsed.prompt_ids,
+                         max_tokens=parsed.max_tokens, min_tokens=parsed.min_tokens,
+                         ignore_eos=parsed.ignore_eos, seed=seed, arrival_ns=received_ns)
+        headers = {"x-request-id": header_id} if header_id else {}
+        common: dict[str, Any] = {"core": self.core, "api": api, "request_id": gt_id,
+                                  "received_ns": received_ns, "fault": fault, "gt": self.gt,
+                                  "show_cached": p.enable_prompt_tokens_details}
+        if not parsed.stream:
+            return await self._run_buffered(request, parsed, req, rid, headers, common)
+        sink = StreamSink(transport=request.transport, encoder=self._encoder(parsed, api, rid), **common)
+        sink.req = req
+        req.sink = sink
+        try:
+            self._admit(req)
+        except BadRequest as exc:
+            return self._error(api, exc)
+        self._sinks.add(sink)
+        try:
+            resp = web.StreamResponse(status=200, headers={"Content-Type": _SSE, **headers})
+            await resp.prepare(request)
+            await resp.write(b"")  # send the headers now, as vLLM does before the first token
+            sink.set_ready()
+            await sink.done
+            if not sink.killed:
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await resp.write_eof()
+            return resp
+        except (ConnectionError, asyncio.CancelledError):
+            sink.abort()
+            raise
+        finally:
+            self._sinks.discard(sink)
+
+    def _admit(self, req: SimRequest) -> None:
+        try:
+            self.core.add(req)
+        except QueueFullError:
+            raise BadRequest(
+                f"The server is overloaded: {len(self.core.waiting)} requests are waiting "
+                f"(max_num_queued_reqs={self.profile.max_num_queued_reqs}). Retry later.",
+                503, "ServiceUnavailableError") from None
+        assert self._wake is not None
+        self._wake.set()
+
+    def _encoder(self, parsed: ParsedRequest, api: str, rid: str) -> Any:
+        model = self.profile.model_name
+        if api == "messages":
+            return wire.MessagesEncoder(rid=rid, model=model, table=self.table,
+                                        prompt_tokens=len(parsed.prompt_ids))
+        cls = wire.CompletionsEncoder if api == "completions" else wire.ChatEncoder
+        return cls(rid=rid, created=int(time.time()), model=model, table=self.table,
+                   prompt_ids=parsed.prompt_ids, return_token_ids=parsed.return_token_ids,
+                   include_usage=parsed.include_usage, continuous_usage=parsed.continuous_usage)
+
+    async def _run_buffered(self, request: web.Request, parsed: ParsedRequest, req: SimRequest,
+                            rid: str, headers: dict[str, str], common: dict[str, Any]) -> web.StreamResponse:
+        api = common["api"]
+        sink = BufferSink(**common)
+        sink.req = req
+        req.sink = sink
+        try:
+            self._admit(req)
+        except BadRequest as exc:
+            return self._error(api, exc)
+        self._sinks.add(sink)
+        try:
+            await sink.done
+        finally:
+            self._sinks.discard(sink)
+        if sink.fault.reset_after >= 0 and request.transport is not None:
+            request.transport.abort()
+            raise ConnectionResetError("simulated connection reset")
+        text = self.tokenizer.decode(sink.ids)
+        n = len(sink.ids)
+        cached = sink.cached()
+        model = self.profile.model_name
+        if api == "messages":
+            body = wire.messages_body(rid=rid, model=model, text=text, finish=sink.finish_reason,
+                                      prompt=req.prompt_len, completion=n, cached=cached)
+        else:
+            make = wire.completion_body if api == "completions" else wire.chat_body
+            body = make(rid=rid, created=int(time.time()), model=model, text=text,
+                        finish=sink.finish_reason,
+                        token_ids=sink.ids if parsed.return_token_ids else None,
+                        prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
+                        prompt=req.prompt_len, completion=n, cached=cached)
+        return web.Response(body=body, content_type=_JSON, headers=headers)
+
+    def _faults(self, request: web.Request) -> FaultSpec:
+        header = request.headers.get("X-Sim-Fault")
+        if not header:
+            return self.base_faults
+        try:
+            return parse_faults(header)
+        except InputError as exc:
+            raise BadRequest(str(exc), param="X-Sim-Fault") from None
+
+    # other endpoints ----------------------------------------------------------------------
+
+    async def handle_models(self, request: web.Request) -> web.Response:
+        p = self.profile
+        card = {"id": p.model_name, "object": "model", "created": self.created,
+                "owned_by": "vllm", "root": p.model_name, "parent": None,
+                "max_model_len": p.max_model_len,
+                "permission": [{"id": f"modelperm-{p.name}", "object": "model_permission",
+                                "created": self.created, "allow_create_engine": False,
+                                "allow_sampling": True, "allow_logprobs": True,
+                                "allow_search_indices": False, "allow_view": True,
+                                "allow_fine_tuning": False, "organization": "*", "group": None,
+                                "is_blocking": False}]}
+        return web.Response(body=orjson.dumps({"object": "list", "data": [card]}), content_type=_JSON)
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        ok = self._loop_task is not None and not self._loop_task.done()
+        return web.Response(status=200 if ok else 503)
+
+    async def handle_version(self, request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps({"version": wire.SYSTEM_FINGERPRINT}), content_type=_JSON)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def handle_tokenize(self, request: web.Request) -> web.Response:
+        try:
+            data = orjson.loads(await request.read())
+            if not isinstance(data, dict):
+                raise BadRequest("The request body must be a JSON object")
+            if isinstance(data.get("messages"), list):
+                ids = self.tokenizer.chat_ids(data["messages"], bool(data.get("add_generation_prompt", True)))
+            elif isinstance(data.get("prompt"), str):
+                ids = self.tokenizer.encode(data["prompt"])
+            else:
+                raise BadRequest("prompt or messages: Field required")
+        except orjson.JSONDecodeError as exc:
+            return self._error("tokenize", BadRequest(f"JSON decode error: {exc}"))
+        except BadRequest as exc:
+            return self._error("tokenize", exc)
+        strs = None
+        if data.get("return_token_strs"):
+            strs = self.tokenizer.pieces(data["prompt"]) if "prompt" in data else None
+        body = {"count": len(ids), "max_model_len": self.profile.max_model_len, "tokens": ids,
+                "token_strs": strs}
+        return web.Response(body=orjson.dumps(body), content_type=_JSON)
+
+    async def handle_detokenize(self, request: web.Request) -> web.Response:
+        try:
+            data = orjson.loads(await request.read())
+            tokens = data.get("tokens") if isinstance(data, dict) else None
+            if not isinstance(tokens, list) or not all(
+                isinstance(t, int) and 0 <= t < self.profile.vocab_size for t in tokens
+            ):
+                raise BadRequest("tokens: a list of token ids within the vocabulary is required")
+        except orjson.JSONDecodeError as exc:
+            return self._error("detokenize", BadRequest(f"JSON decode error: {exc}"))
+        except BadRequest as exc:
+            return self._error("detokenize", exc)
+        return web.Response(body=orjson.dumps({"prompt": self.tokenizer.decode(tokens)}), content_type=_JSON)
+
+    async def handle_count_tokens(self, request: web.Request) -> web.Response:
+        from engines.sim.requests import anthropic_messages
+
+        try:
+            data = orjson.loads(await request.read())
+            if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+                raise BadRequest("messages: Field required")
+        except (orjson.JSONDecodeError, BadRequest) as exc:
+            return self._error("messages", exc if isinstance(exc, BadRequest) else BadRequest(str(exc)))
+        n = len(self.tokenizer.chat_ids(anthropic_messages(data)))
+        return web.Response(body=orjson.dumps({"input_tokens": n}), content_type=_JSON)
+
+    async def handle_reset_prefix_cache(self, request: web.Request) -> web.Response:
+        self.core.cache.clear()
+        return web.Response(status=200)
+
+
+def _draw(seed: int) -> float:
+    """A uniform [0, 1) draw from a request seed (fault decisions)."""
+    return ((seed * 6364136223846793005 + 1442695040888963407) % (1 << 64)) / float(1 << 64)
+
