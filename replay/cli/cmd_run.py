@@ -1,9 +1,103 @@
-"""CLI commands for this area (registered by replay.cli)."""
+"""``agent-replay run`` and ``agent-replay demo``: parse into a RunConfig, call the library,
+render the summary."""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
+
+from replay.config import RunConfig
+from traces.errors import InputError
 
 
 def register(sub: Any) -> None:
-    """Add this area's parsers to ``sub``."""
+    p = sub.add_parser("run", help="replay a trace against an endpoint with its original timing",
+                       description="Replay TRACE against --target, streaming every response, and "
+                       "write a results folder (run.json + requests/*.parquet).")
+    p.add_argument("trace", help="trace file or folder of part files")
+    p.add_argument("--target", required=True, help="base URL of the OpenAI-compatible server, "
+                   "e.g. http://127.0.0.1:8000")
+    add_run_options(p)
+    p.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="replay the bundled sample trace on the built-in simulated engine")
+    d.add_argument("--output", "-o", default=None, help="results folder (default ./demo-results/<time>)")
+    d.add_argument("--profile", default=None, help="simulated engine profile (default: the engine's default)")
+    d.add_argument("--speedup", type=float, default=None, help="time compression (default 10)")
+    d.add_argument("--trace", default=None, help="a trace to use instead of the bundled sample")
+    d.set_defaults(func=cmd_demo)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", "-o", default=None, help="results folder (default results/<trace>-<time>)")
+    p.add_argument("--force", action="store_true", help="replace an existing results folder")
+    p.add_argument("--timing", choices=("session", "absolute", "max-rate"), default="session",
+                   help="session: wait for the parent, then the think time (default); absolute: "
+                   "every request at its recorded arrival; max-rate: as fast as --concurrency allows")
+    p.add_argument("--speedup", type=float, default=1.0, help="divide all times by this (default 1)")
+    p.add_argument("--concurrency", type=int, default=None, help="max-rate: requests in flight")
+    p.add_argument("--sessions-multiplier", type=int, default=1, metavar="N",
+                   help="replay N copies of every session with disjoint prompts (default 1)")
+    p.add_argument("--max-sessions", type=int, default=None, help="replay only the first N sessions")
+    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="send nothing after this many seconds")
+    p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
+                   help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
+    p.add_argument("--api", choices=("completions", "chat", "messages"), default=None,
+                   help="override the trace's api column")
+    p.add_argument("--model", default=None, help="model name (default: the target's first model)")
+    p.add_argument("--salt", type=int, default=None, help="prompt salt (default: random per run; "
+                   "give the same salt to hit a previous run's prefix cache, 0 to reproduce)")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="token ids stay below this (default 32000)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--scrape-interval", type=float, default=None, metavar="SECONDS",
+                   help="/metrics scrape period (default 1 when the target has /metrics; 0: off)")
+    p.add_argument("--no-vllm-extras", action="store_true",
+                   help="do not send ignore_eos, min_tokens, return_token_ids, continuous usage")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
+
+
+def _headers(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"--header {item!r}: expected NAME=VALUE")
+        out.append((name.strip(), value))
+    return tuple(out)
+
+
+def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
+    return RunConfig(
+        trace=args.trace, target=target, output=args.output, force=args.force, timing=args.timing,
+        speedup=args.speedup, concurrency=args.concurrency,
+        sessions_multiplier=args.sessions_multiplier, max_sessions=args.max_sessions,
+        duration_s=args.duration, warmup_s=args.warmup, api=args.api, model=args.model,
+        salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
+        workers=args.workers, scrape_interval_s=args.scrape_interval,
+        vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,
+        progress=not args.no_progress, launch=getattr(args, "launch", None))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from replay.run import run
+    from replay.summary import render_summary
+
+    summary = run(config_from_args(args, args.target))
+    render_summary(summary, sys.stdout)
+    return 130 if summary.interrupted else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from replay.demo import demo
+    from replay.summary import render_summary
+
+    summary = demo(output=args.output, profile=args.profile, speedup=args.speedup, trace=args.trace)
+    render_summary(summary, sys.stdout)
+    return 130 if summary.interrupted else 0

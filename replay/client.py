@@ -1,0 +1,146 @@
+"""The streaming HTTP client: sends one prepared request and time-stamps its stream.
+
+Per chunk the work is: one ``time.monotonic_ns()`` per read, the SSE split, the token
+count (``engines.dialects``: a byte search, no JSON parse when token ids are present) and
+two typed-array appends. Everything else (errors, usage, mismatch) is done once per
+request. No retries: a retry is a different workload.
+
+Errors are classified into ``connect``, ``http``, ``timeout``, ``stream`` (broken or
+truncated stream, error event), ``json`` (an event that is not JSON) and ``cancelled``
+(the run was stopped while the request was in flight), recorded, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from engines.dialects import MessagesStreamDecoder, StreamDecoder
+from engines.sse import SSEParser
+from replay.outcome import RequestRecord
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request ready to go: path, body bytes and headers."""
+
+    path: str
+    body: bytes
+    headers: dict[str, str]
+    api: str
+
+
+def make_session(request_timeout_s: float, limit: int = 0) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
+
+
+class Sender:
+    """Sends prepared requests on one aiohttp session against ``base_url``."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str) -> None:
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self.chunks = 0
+        self.in_flight = 0
+
+    async def send(self, prep: Prepared, rec: RequestRecord) -> None:
+        """Send, stream to the end, fill ``rec``. Never raises except CancelledError (after
+        recording the request as cancelled)."""
+        now = time.monotonic_ns
+        url = self.base_url + prep.path
+        chunk_ns = rec.chunk_ns
+        chunk_tok = rec.chunk_tokens
+        parser = SSEParser()
+        anthropic = prep.api == "messages"
+        dec: StreamDecoder | MessagesStreamDecoder = MessagesStreamDecoder() if anthropic else StreamDecoder()
+        feed = dec.feed
+        self.in_flight += 1
+        rec.sent_ns = now()
+        try:
+            async with self.session.post(url, data=prep.body, headers=prep.headers) as resp:
+                rec.headers_ns = now()
+                rec.http_status = resp.status
+                if resp.status != 200:
+                    text = (await resp.content.read(4096)).decode("utf-8", "replace")
+                    rec.end_ns = now()
+                    rec.fail("http", f"HTTP {resp.status}: {text.strip()}")
+                    return
+                content = resp.content
+                t = 0
+                while True:
+                    data = await content.readany()
+                    if not data:
+                        break
+                    t = now()
+                    for ev in parser.feed(data):
+                        k = feed(ev.data, ev.event) if anthropic else feed(ev.data)  # type: ignore[call-arg]
+                        if k:
+                            chunk_ns.append(t)
+                            chunk_tok.append(k)
+                rec.end_ns = t or now()
+            events, rest = parser.end()
+            for ev in events:
+                k = feed(ev.data, ev.event) if anthropic else feed(ev.data)  # type: ignore[call-arg]
+                if k:
+                    chunk_ns.append(rec.end_ns)
+                    chunk_tok.append(k)
+            self.chunks += len(chunk_ns)
+            if chunk_ns:
+                rec.first_token_ns = chunk_ns[0]
+            rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = dec.result_usage()
+            if dec.error is not None:
+                rec.fail("stream", f"error event: {dec.error}")
+            elif rest:
+                rec.fail("stream", f"stream ended inside an event ({len(rest)} bytes left)")
+            elif not dec.done:
+                rec.fail("stream", "stream ended without its end marker")
+            elif not dec.exact:
+                rec.fail("stream", "the server sent neither token ids nor continuous usage: "
+                                   "tokens per chunk are not exact")
+            else:
+                _check_counts(rec)
+        except asyncio.CancelledError:
+            rec.end_ns = rec.end_ns or now()
+            rec.fail("cancelled", "the run was stopped while this request was in flight")
+            raise
+        except asyncio.TimeoutError:
+            rec.end_ns = now()
+            rec.fail("timeout", "request timed out")
+        except aiohttp.ClientConnectorError as exc:
+            rec.end_ns = now()
+            rec.fail("connect", str(exc))
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError) as exc:
+            rec.end_ns = now()
+            rec.fail("stream", f"{type(exc).__name__}: {exc}")
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            rec.end_ns = now()
+            rec.fail("json", f"bad event: {exc}")
+        except aiohttp.ClientError as exc:
+            rec.end_ns = now()
+            rec.fail("connect" if rec.headers_ns is None else "stream", f"{type(exc).__name__}: {exc}")
+        finally:
+            self.in_flight -= 1
+
+
+def _check_counts(rec: RequestRecord) -> None:
+    """Compare what the server said it served with what the trace asked for. A mismatch
+    keeps status ``ok`` (the request was served) with error_kind ``mismatch``."""
+    counted = sum(rec.chunk_tokens)
+    problems = []
+    if rec.completion_tokens is not None and rec.completion_tokens != counted:
+        problems.append(f"usage says {rec.completion_tokens} output tokens, chunks carried {counted}")
+    if counted != rec.expected_output_tokens:
+        problems.append(f"{counted} output tokens, trace has {rec.expected_output_tokens}")
+    if rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens:
+        problems.append(f"{rec.prompt_tokens} prompt tokens, trace has {rec.expected_input_tokens}")
+    if problems:
+        rec.error_kind = "mismatch"
+        rec.error = "; ".join(problems)

@@ -1,0 +1,77 @@
+"""``RunConfig``: everything a replay run needs, as one frozen, picklable value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replay.plan import TIMING_MODES, PlanOptions
+from traces.errors import InputError
+
+LOOP_KINDS = ("uvloop", "asyncio")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    trace: str
+    target: str
+    output: str | None = None
+    """Results folder; None: ``results/<trace name>-<UTC time>``."""
+    force: bool = False
+    timing: str = "session"
+    speedup: float = 1.0
+    concurrency: int | None = None
+    """max-rate: requests in flight at most (all workers together)."""
+    sessions_multiplier: int = 1
+    max_sessions: int | None = None
+    duration_s: float | None = None
+    warmup_s: float = 0.0
+    api: str | None = None
+    """Override the trace's api column (completions, chat, messages)."""
+    model: str | None = None
+    """None: the target's first model from /v1/models."""
+    salt: int | None = None
+    """Prompt salt; None: random per run (recorded in run.json). 0 reproduces."""
+    vocab_size: int | None = None
+    low_token_id: int = 1000
+    request_timeout_s: float = 600.0
+    workers: int = 1
+    scrape_interval_s: float | None = None
+    """/metrics scrape period; None: 1 s when the target has /metrics; 0: off."""
+    vllm_extras: bool = True
+    headers: tuple[tuple[str, str], ...] = ()
+    loop: str = "uvloop"
+    progress: bool = True
+    launch: str | None = None
+    """A deployment profile to start before the run (see ``replay.run.LAUNCH_HOOK``)."""
+    t0_ns: int | None = None
+    """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
+    run_id: str = "run"
+
+    def plan_options(self) -> PlanOptions:
+        return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,
+                           max_sessions=self.max_sessions, duration_s=self.duration_s,
+                           api_override=self.api)
+
+    def check(self) -> None:
+        if self.timing not in TIMING_MODES:
+            raise InputError(f"--timing must be one of {', '.join(TIMING_MODES)}, got {self.timing!r}")
+        if self.timing == "max-rate" and not self.concurrency:
+            raise InputError("--timing max-rate needs --concurrency N")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise InputError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.workers < 1:
+            raise InputError(f"--workers must be >= 1, got {self.workers}")
+        if self.warmup_s < 0:
+            raise InputError(f"--warmup must be >= 0, got {self.warmup_s}")
+        if self.request_timeout_s <= 0:
+            raise InputError(f"--request-timeout must be > 0, got {self.request_timeout_s}")
+        if self.loop not in LOOP_KINDS:
+            raise InputError(f"loop must be one of {', '.join(LOOP_KINDS)}")
+        if self.api is not None and self.api not in ("completions", "chat", "messages"):
+            raise InputError(f"--api must be completions, chat or messages, got {self.api!r}")
+        if self.vocab_size is not None and self.vocab_size <= self.low_token_id:
+            raise InputError(f"--vocab-size ({self.vocab_size}) must be > the lowest token id "
+                             f"used ({self.low_token_id})")
+        if not self.target.startswith(("http://", "https://")):
+            raise InputError(f"--target must be an http(s) URL, got {self.target!r}")
+        self.plan_options().check()

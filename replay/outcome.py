@@ -1,0 +1,62 @@
+"""One request's timing data as a value: what the results dataset stores per row.
+
+Times are absolute ``time.monotonic_ns()`` values while the run is going; the result
+writer turns them into offsets from the run's t0. Chunk times and token counts are typed
+arrays (``array('q')``/``array('i')``): appending to them is the only per-chunk work.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+
+class RequestRecord:
+    __slots__ = (
+        "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens",
+        "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
+        "first_token_ns", "headers_ns", "http_status", "implied_cached_tokens", "intended_ns",
+        "parent_end_ns", "parent_index", "prompt_tokens", "request_id", "request_index",
+        "sent_ns", "session_id", "status", "think_ns", "warmup", "worker",
+    )
+
+    def __init__(self, *, session_id: str, request_index: int, parent_index: int, clone: int,
+                 worker: int, request_id: str, api: str, expected_input_tokens: int,
+                 expected_output_tokens: int, implied_cached_tokens: int | None) -> None:
+        self.session_id = session_id
+        self.request_index = request_index
+        self.parent_index = parent_index
+        self.clone = clone
+        self.worker = worker
+        self.request_id = request_id
+        self.api = api
+        self.warmup = False
+        self.intended_ns = 0
+        self.sent_ns: int | None = None
+        self.headers_ns: int | None = None
+        self.first_token_ns: int | None = None
+        self.end_ns: int | None = None
+        self.chunk_ns = array("q")
+        self.chunk_tokens = array("i")
+        self.parent_end_ns: int | None = None
+        self.think_ns: int | None = None
+        self.expected_input_tokens = expected_input_tokens
+        self.expected_output_tokens = expected_output_tokens
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.implied_cached_tokens = implied_cached_tokens
+        self.status = "ok"
+        self.error_kind: str | None = None
+        self.http_status: int | None = None
+        self.error: str | None = None
+
+    def fail(self, kind: str, message: str) -> None:
+        """Mark the request failed (the first failure wins)."""
+        if self.status != "error":
+            self.status = "error"
+            self.error_kind = kind
+            self.error = message[:2000]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(self.chunk_tokens)

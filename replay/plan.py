@@ -1,0 +1,234 @@
+"""The replay plan: which requests go out, grouped in sessions, with their offsets, think
+times, prompt blocks and output lengths. Pure: a trace table in, plain objects out.
+
+Rules (docs/replay.md has the long form):
+
+* Offsets are from the trace's first arrival, divided by ``speedup``; so are think times.
+* Think time of a request = its ``think_ns``; when null, its arrival minus its parent's
+  arrival and original duration (``end_ns``; 0 when unknown), floored at 0.
+* ``sessions_multiplier`` N > 1 adds N-1 clones of every session. A clone has disjoint
+  prompt blocks (the clone index is part of every block's key) and its start is shifted
+  by a deterministic amount in [0, mean gap between session starts), so the load is N
+  times the trace's with the same shape.
+* ``max_sessions`` keeps the first sessions by start (after cloning); ``duration_s`` drops
+  sessions that start after it (the driver also stops sending at the deadline).
+* Every request gets enough prefix-block hash ids for its prompt. Rows without hash ids
+  get fresh per-request blocks, except that a request with a parent and a recorded
+  ``cached_tokens`` reuses its parent's first ``cached_tokens // block_size`` blocks, which
+  is the sharing the trace implies. Synthesized ids are negative, recorded ids are kept.
+* ``implied_cached`` = the prefix an unbounded block cache would hit: leading blocks whose
+  hash was seen in an earlier request (by offset), times block size, capped at the prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from traces.errors import InputError, TraceError
+
+TIMING_MODES = ("session", "absolute", "max-rate")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    speedup: float = 1.0
+    sessions_multiplier: int = 1
+    max_sessions: int | None = None
+    duration_s: float | None = None
+    default_api: str = "completions"
+    api_override: str | None = None
+
+    def check(self) -> None:
+        if not self.speedup > 0:
+            raise InputError(f"--speedup must be > 0, got {self.speedup}")
+        if self.sessions_multiplier < 1:
+            raise InputError(f"--sessions-multiplier must be >= 1, got {self.sessions_multiplier}")
+        if self.max_sessions is not None and self.max_sessions < 1:
+            raise InputError(f"--max-sessions must be >= 1, got {self.max_sessions}")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise InputError(f"--duration must be > 0, got {self.duration_s}")
+
+
+@dataclass(slots=True)
+class PlannedRequest:
+    session_id: str
+    clone: int
+    request_index: int
+    parent_index: int  # request_index of the parent in the trace, -1: none
+    parent: int  # position of the parent in the session's list, -1: none
+    offset_ns: int  # original arrival from trace start, after speedup and clone shift
+    think_ns: int  # after speedup
+    input_tokens: int
+    output_tokens: int
+    hash_ids: list[int]
+    api: str
+    model: str | None
+    content: str | None
+    cached_tokens: int | None
+    implied_cached: int = 0
+    children: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PlannedSession:
+    session_id: str
+    clone: int
+    start_ns: int
+    requests: list[PlannedRequest]
+
+    @property
+    def key(self) -> str:
+        return self.session_id if self.clone == 0 else f"{self.session_id}#{self.clone}"
+
+
+@dataclass(slots=True)
+class Plan:
+    sessions: list[PlannedSession]
+    block_size: int
+
+    @property
+    def n_requests(self) -> int:
+        return sum(len(s.requests) for s in self.sessions)
+
+    def shard(self, index: int, n: int) -> Plan:
+        """The sessions of shard ``index`` of ``n`` (stable hash of the session key)."""
+        if n <= 1:
+            return self
+        return Plan([s for s in self.sessions if shard_of(s.key, n) == index], self.block_size)
+
+
+def stable_hash(*parts: object) -> int:
+    raw = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
+
+
+def shard_of(session_key: str, n: int) -> int:
+    return stable_hash("shard", session_key) % n
+
+
+_COLUMNS = ("session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+            "output_tokens", "cached_tokens", "hash_ids", "api", "model", "end_ns", "content")
+
+
+def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
+    """The plan for a whole trace (validated beforehand)."""
+    opts.check()
+    if block_size < 1:
+        raise TraceError(f"block size in the trace metadata must be >= 1, got {block_size}")
+    cols: dict[str, list[Any]] = {}
+    n = table.num_rows
+    for name in _COLUMNS:
+        cols[name] = table.column(name).to_pylist() if name in table.column_names else [None] * n
+    if n == 0:
+        return Plan([], block_size)
+    t_first = min(cols["arrival_ns"])
+    by_session: dict[str, list[int]] = {}
+    for i, sid in enumerate(cols["session_id"]):
+        by_session.setdefault(str(sid), []).append(i)
+
+    base: list[PlannedSession] = []
+    for sid, rows in by_session.items():
+        rows.sort(key=lambda r: (cols["request_index"][r], cols["arrival_ns"][r]))
+        pos_of = {cols["request_index"][r]: p for p, r in enumerate(rows)}
+        reqs: list[PlannedRequest] = []
+        for p, r in enumerate(rows):
+            parent_index = int(cols["parent_index"][r])
+            parent = pos_of.get(parent_index, -1) if parent_index >= 0 else -1
+            if parent >= p:
+                raise TraceError(f"parent {parent_index} does not come before request "
+                                 f"{cols['request_index'][r]} in session {sid!r}", row=r,
+                                 field="parent_index")
+            arrival = int(cols["arrival_ns"][r])
+            think = cols["think_ns"][r]
+            if think is None:
+                if parent >= 0:
+                    pr = rows[parent]
+                    pdur = cols["end_ns"][pr] or 0
+                    think = max(0, arrival - int(cols["arrival_ns"][pr]) - int(pdur))
+                else:
+                    think = 0
+            api = opts.api_override or cols["api"][r] or opts.default_api
+            reqs.append(PlannedRequest(
+                session_id=sid, clone=0, request_index=int(cols["request_index"][r]),
+                parent_index=parent_index, parent=parent,
+                offset_ns=arrival - t_first, think_ns=int(think),
+                input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
+                hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
+                content=cols["content"][r], cached_tokens=cols["cached_tokens"][r]))
+        for p, req in enumerate(reqs):
+            if req.parent >= 0:
+                reqs[req.parent].children.append(p)
+        _fill_hash_ids(reqs, block_size)
+        base.append(PlannedSession(sid, 0, min(q.offset_ns for q in reqs), reqs))
+
+    sessions = _clone(base, opts.sessions_multiplier)
+    sessions.sort(key=lambda s: (s.start_ns, s.key))
+    if opts.speedup != 1.0:
+        for s in sessions:
+            s.start_ns = int(s.start_ns / opts.speedup)
+            for q in s.requests:
+                q.offset_ns = int(q.offset_ns / opts.speedup)
+                q.think_ns = int(q.think_ns / opts.speedup)
+    if opts.duration_s is not None:
+        limit = int(opts.duration_s * 1e9)
+        sessions = [s for s in sessions if s.start_ns < limit]
+    if opts.max_sessions is not None:
+        sessions = sessions[: opts.max_sessions]
+    _implied_cached(sessions, block_size)
+    return Plan(sessions, block_size)
+
+
+def _fill_hash_ids(reqs: Sequence[PlannedRequest], bs: int) -> None:
+    for q in reqs:
+        need = -(-q.input_tokens // bs)
+        ids = q.hash_ids
+        if not ids and q.parent >= 0 and q.cached_tokens:
+            par = reqs[q.parent]
+            shared = min(q.cached_tokens, par.input_tokens, q.input_tokens) // bs
+            ids = list(par.hash_ids[:shared])
+        ids = list(ids[:need]) if len(ids) >= need else list(ids)
+        k = len(ids)
+        while len(ids) < need:
+            ids.append(-1 - (stable_hash("blk", q.session_id, q.request_index, k) >> 2))
+            k += 1
+        q.hash_ids = ids
+
+
+def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
+    if mult <= 1:
+        return list(base)
+    starts = sorted(s.start_ns for s in base)
+    span = starts[-1] - starts[0] if len(starts) > 1 else 0
+    gap = max(span // max(len(starts) - 1, 1), 1) if span else 1_000_000_000
+    out = list(base)
+    for c in range(1, mult):
+        for s in base:
+            shift = stable_hash("clone", s.session_id, c) % gap
+            reqs = [PlannedRequest(
+                session_id=q.session_id, clone=c, request_index=q.request_index,
+                parent_index=q.parent_index, parent=q.parent, offset_ns=q.offset_ns + shift,
+                think_ns=q.think_ns, input_tokens=q.input_tokens, output_tokens=q.output_tokens,
+                hash_ids=q.hash_ids, api=q.api, model=q.model, content=q.content,
+                cached_tokens=q.cached_tokens, children=q.children) for q in s.requests]
+            out.append(PlannedSession(s.session_id, c, s.start_ns + shift, reqs))
+    return out
+
+
+def _implied_cached(sessions: Iterable[PlannedSession], bs: int) -> None:
+    order = sorted((q for s in sessions for q in s.requests),
+                   key=lambda q: (q.offset_ns, q.session_id, q.clone, q.request_index))
+    seen: set[tuple[int, int]] = set()
+    for q in order:
+        hit = 0
+        for h in q.hash_ids:
+            if (q.clone, h) in seen:
+                hit += 1
+            else:
+                break
+        q.implied_cached = min(hit * bs, q.input_tokens)
+        seen.update((q.clone, h) for h in q.hash_ids)

@@ -1,0 +1,98 @@
+"""Turning a planned request into bytes on the wire: prompt materialization + dialect.
+
+Completions get token-id prompts (``engines.prompts.TokenPrompts``); chat and messages get
+text fitted to the exact token count with the target's ``POST /tokenize`` (applied to the
+same messages, so the chat template is counted), or the recorded body when the trace row
+has ``content``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+
+from engines.dialects import API_PATHS, build_request, encode_body
+from engines.prompts import DEFAULT_LOW_ID, DEFAULT_VOCAB_SIZE, TextPrompts, TokenPrompts, fit_text
+from replay.client import Prepared
+from replay.plan import PlannedRequest, stable_hash
+from traces.errors import InputError
+
+TokenizeFn = Callable[[Mapping[str, Any]], Awaitable[int]]
+"""POSTs a /tokenize body and returns its ``count``."""
+
+
+class Preparer:
+    def __init__(
+        self,
+        *,
+        model: str,
+        block_size: int,
+        salt: int,
+        vocab_size: int = DEFAULT_VOCAB_SIZE,
+        low_token_id: int = DEFAULT_LOW_ID,
+        vllm_extras: bool = True,
+        tokenize: TokenizeFn | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.vllm_extras = vllm_extras
+        self.tokens = TokenPrompts(block_size, salt=salt, vocab_size=vocab_size, low=low_token_id)
+        self.text = TextPrompts(salt=salt)
+        self.tokenize = tokenize
+        self.headers = dict(headers or {})
+        self.headers.setdefault("Content-Type", "application/json")
+        self._calibrated = False
+        self.text_misses = 0
+
+    async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Prepared:
+        api = q.api
+        path = API_PATHS.get(api)
+        if path is None:
+            raise InputError(f"api {api!r} cannot be replayed (known: {', '.join(API_PATHS)}); "
+                             "use --api to override")
+        base: dict[str, Any] | None = None
+        if q.content:
+            try:
+                loaded = orjson.loads(q.content)
+            except orjson.JSONDecodeError as exc:
+                raise InputError(f"session {q.session_id!r} request {q.request_index}: "
+                                 f"content is not JSON ({exc})") from exc
+            base = loaded if isinstance(loaded, dict) else None
+        model = self.model
+        prompt: Any
+        if base is not None and ("prompt" in base or "messages" in base):
+            prompt = base.get("prompt") if api == "completions" else None
+        elif api == "completions":
+            prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)
+        else:
+            prompt = await self._fit_text(q)
+        body = build_request(api, model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
+                             vllm_extras=self.vllm_extras, base=base)
+        headers = dict(self.headers)
+        headers["X-Session-ID"] = session_key
+        headers["X-Request-Id"] = request_id
+        return Prepared(path, encode_body(body), headers, api)
+
+    async def _count(self, text: str) -> int:
+        assert self.tokenize is not None
+        return await self.tokenize({"model": self.model, "messages": [{"role": "user", "content": text}]})
+
+    async def _fit_text(self, q: PlannedRequest) -> str:
+        if self.tokenize is None:
+            raise InputError("chat/messages replay without recorded content needs the target's "
+                             "POST /tokenize (not available) to size prompts")
+        if not self._calibrated:
+            sample = self.text.tail(0, 512)
+            n = await self._count(sample) - await self._count("")
+            self.text.words_per_block = max(1, round(self.block_size * 512 / max(n, 1)))
+            self._calibrated = True
+        full = q.input_tokens // self.block_size
+        prefix = self.text.prefix(q.hash_ids[:full], q.clone)
+        key = stable_hash("tail", q.session_id, q.clone, q.request_index) >> 2
+        text, got = await fit_text(prefix, lambda n: self.text.tail(key, n), q.input_tokens, self._count)
+        if got != q.input_tokens:
+            self.text_misses += 1
+        return text

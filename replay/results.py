@@ -1,0 +1,142 @@
+"""The results folder: request rows written incrementally, and run.json.
+
+Rows are buffered and flushed to ``requests/part-WWW-NNNNN.parquet`` every ``flush_rows``
+rows or ``flush_s`` seconds (whichever first), each part written to a temporary name and
+renamed, so a crash or Ctrl-C keeps every completed request in readable files. The
+conversion to Arrow and the Parquet write run on a writer thread, off the measuring loop.
+Times are stored as offsets from the run's t0 (analysis/results_schema.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.results_schema import REQUEST_SCHEMA
+from replay.outcome import RequestRecord
+from traces.errors import InputError, OutputExistsError
+
+_SCALARS = (
+    "session_id", "request_index", "parent_index", "clone", "worker", "request_id", "api",
+    "warmup", "expected_input_tokens", "expected_output_tokens", "prompt_tokens",
+    "completion_tokens", "cached_tokens", "implied_cached_tokens", "status", "error_kind",
+    "http_status", "error", "think_ns",
+)
+_TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
+
+
+def prepare_folder(path: Path, force: bool) -> None:
+    """Create a fresh results folder. An existing non-empty one is replaced only with
+    ``force``, and only when it looks like a results folder (so a typo cannot wipe an
+    unrelated directory)."""
+    if path.exists():
+        if not path.is_dir():
+            raise OutputExistsError(str(path)) if not force else InputError(
+                f"{path}: exists and is not a results folder; remove it yourself")
+        entries = list(path.iterdir())
+        if entries:
+            if not force:
+                raise OutputExistsError(str(path))
+            if not (path / "run.json").exists() and not (path / "requests").is_dir():
+                raise InputError(f"{path}: not a results folder (no run.json); refusing to "
+                                 "overwrite it even with --force")
+            shutil.rmtree(path)
+    (path / "requests").mkdir(parents=True, exist_ok=True)
+
+
+def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
+    n = len(recs)
+    cols: dict[str, Any] = {}
+    for name in _SCALARS:
+        cols[name] = [getattr(r, name) for r in recs]
+    for name in _TIMES:
+        cols[name] = [None if (v := getattr(r, name)) is None else v - t0_ns for r in recs]
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    lens = np.fromiter((len(r.chunk_ns) for r in recs), dtype=np.int32, count=n)
+    np.cumsum(lens, out=offsets[1:])
+    if n and offsets[-1]:
+        ns = np.frombuffer(b"".join(r.chunk_ns.tobytes() for r in recs), dtype=np.int64) - t0_ns
+        tok = np.frombuffer(b"".join(r.chunk_tokens.tobytes() for r in recs), dtype=np.int32)
+    else:
+        ns = np.zeros(0, dtype=np.int64)
+        tok = np.zeros(0, dtype=np.int32)
+    cols["chunk_ns"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ns))
+    cols["chunk_tokens"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(tok))
+    arrays = [pa.array(cols[f.name], type=f.type) if not isinstance(cols[f.name], pa.Array)
+              else cols[f.name].cast(f.type) for f in REQUEST_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
+
+
+class ResultWriter:
+    """Buffers records of one worker and writes them as part files."""
+
+    def __init__(self, folder: Path, t0_ns: int, worker: int = 0, *, flush_rows: int = 2000,
+                 flush_s: float = 2.0) -> None:
+        self.dir = folder / "requests"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.t0 = t0_ns
+        self.worker = worker
+        self.flush_rows = flush_rows
+        self.flush_ns = int(flush_s * 1e9)
+        self._buf: list[RequestRecord] = []
+        self._seq = 0
+        self._last_flush_ns: int | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
+        self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self.rows = 0
+        self.parts: list[Path] = []
+
+    def add(self, rec: RequestRecord) -> None:
+        self._buf.append(rec)
+        if len(self._buf) >= self.flush_rows:
+            self.flush()
+
+    def tick(self, now_ns: int) -> None:
+        """Flush when the buffer is older than ``flush_s`` (called periodically)."""
+        if self._last_flush_ns is None:
+            self._last_flush_ns = now_ns
+        if self._buf and now_ns - self._last_flush_ns >= self.flush_ns:
+            self.flush()
+            self._last_flush_ns = now_ns
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        batch, self._buf = self._buf, []
+        name = f"part-{self.worker:03d}-{self._seq:05d}.parquet"
+        self._seq += 1
+        self.rows += len(batch)
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(self._pool.submit(self._write, batch, self.dir / name))
+
+    def _write(self, batch: list[RequestRecord], dest: Path) -> None:
+        table = records_to_table(batch, self.t0)
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, dest)
+        with self._lock:
+            self.parts.append(dest)
+
+    def close(self) -> None:
+        """Flush what is left and wait for every part file (raises a write error)."""
+        self.flush()
+        self._pool.shutdown(wait=True)
+        for f in self._pending:
+            f.result()
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,403 @@
+"""The library entry of a replay run: ``run(config) -> RunSummary`` and ``arun`` (async).
+
+Order of work: check the options, read and validate the trace and build the plan (bad
+input fails here, before anything is sent), probe the target (unreachable: one line, exit
+3), create the results folder (never over an existing one without ``force``), write
+run.json, start the /metrics scraper, run the workers from one shared t0, merge their
+summaries, write run.json again with the outcome and the load generator's self-check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import importlib
+import multiprocessing as mp
+import os
+import platform
+import queue
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replay import __version__
+from replay.config import RunConfig
+from replay.plan import Plan, build_plan
+from replay.results import prepare_folder, write_json_atomic
+from replay.selfmon import SelfReport, verdict
+from replay.target import TargetInfo, probe
+from replay.worker import WorkerSummary, arun_shard, run_shard
+from traces.errors import AgentReplayError
+from traces.io import read_trace, trace_files
+
+LaunchHook = Callable[[RunConfig], contextlib.AbstractContextManager[str]]
+LAUNCH_HOOK: LaunchHook | None = None
+"""Set by the vLLM area: given a config with ``launch``, a context manager that starts the
+server, yields its base URL and stops it on exit."""
+
+Reporter = Callable[[str], None]
+
+
+@dataclass
+class RunSummary:
+    output: str
+    total: int = 0
+    sent: int = 0
+    ok: int = 0
+    skipped: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    mismatches: int = 0
+    chunks: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    interrupted: bool = False
+    self_check: SelfReport = field(default_factory=SelfReport)
+    workers: list[WorkerSummary] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.self_check.warnings
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in trace_files(path):
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def load_and_validate(config: RunConfig) -> Plan:
+    table, meta = read_trace(config.trace)
+    try:
+        validate = importlib.import_module("traces.validate").validate_or_raise
+    except (ImportError, AttributeError):  # pragma: no cover - validator ships with traces
+        validate = None
+    if validate is not None:
+        validate(table, meta, config.trace)
+    return build_plan(table, meta.block_size, config.plan_options())
+
+
+def default_output(trace: str) -> str:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return str(Path("results") / f"{Path(trace).stem}-{stamp}")
+
+
+def resolve(config: RunConfig, info: TargetInfo) -> RunConfig:
+    model = config.model
+    if model is None:
+        if not info.models:
+            raise AgentReplayError(f"{info.url}/v1/models lists no model; pass --model")
+        model = info.models[0]
+    salt = config.salt if config.salt is not None else secrets.randbits(63)
+    return replace(config, model=model, salt=salt, output=config.output or default_output(config.trace),
+                   run_id=config.run_id if config.run_id != "run" else secrets.token_hex(4))
+
+
+def _environment(config: RunConfig) -> dict[str, Any]:
+    import aiohttp
+    import pyarrow
+
+    try:
+        import uvloop
+
+        uv = uvloop.__version__
+    except ImportError:
+        uv = None
+    return {
+        "agent_replay": __version__, "python": platform.python_version(), "aiohttp": aiohttp.__version__,
+        "pyarrow": pyarrow.__version__, "numpy": np.__version__, "uvloop": uv,
+        "host": socket.gethostname(), "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "loop": config.loop if (config.loop != "uvloop" or uv) else "asyncio",
+    }
+
+
+def _meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
+          wall_t0: int, status: str) -> dict[str, Any]:
+    opts = asdict(config)
+    opts.pop("t0_ns", None)
+    return {
+        "results_schema_version": 1, "status": status, "run_id": config.run_id,
+        "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
+                  "block_size": plan.block_size},
+        "target": {"url": config.target, "model": config.model, "models": info.models,
+                   "max_model_len": info.max_model_len, "has_metrics": info.has_metrics},
+        "options": opts, "salt": config.salt, "environment": _environment(config),
+        "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},
+        "warmup_ns": int(config.warmup_s * 1e9),
+        "planned": {"sessions": len(plan.sessions), "requests": plan.n_requests},
+    }
+
+
+class _Scrape:
+    """The /metrics scraper (vLLM area) on its own thread and loop, when installed."""
+
+    def __init__(self, url: str, interval_s: float, out: Path) -> None:
+        self.url, self.interval_s, self.out = url, interval_s, out
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None
+
+    def start(self) -> bool:
+        try:
+            mod = importlib.import_module("engines.metrics_scrape")
+        except ImportError:
+            return False
+        self._thread = threading.Thread(target=self._main, args=(mod,), daemon=True, name="scrape")
+        self._thread.start()
+        return True
+
+    def _main(self, mod: Any) -> None:
+        async def go() -> None:
+            scraper = mod.Scraper(self.url, self.interval_s, time.monotonic_ns)
+            await scraper.start()
+            while not self._stop.is_set():
+                await asyncio.sleep(0.1)
+            table = await scraper.stop()
+            import pyarrow.parquet as pq
+
+            tmp = self.out.with_name(f".{self.out.name}.tmp")
+            pq.write_table(table, tmp)
+            os.replace(tmp, self.out)
+
+        try:
+            asyncio.run(go())
+        except Exception as exc:  # reported in run.json, never fatal to the run
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+class _Progress:
+    def __init__(self, out: Reporter | None, every_s: float = 2.0) -> None:
+        self.out = out
+        self.every_ns = int(every_s * 1e9)
+        self.last: dict[int, dict[str, Any]] = {}
+        self._printed = 0
+        self._chunks0 = (0, time.monotonic_ns())
+
+    def update(self, msg: dict[str, Any]) -> None:
+        self.last[int(msg["shard"])] = msg
+        now = time.monotonic_ns()
+        if self.out is None or now - self._printed < self.every_ns:
+            return
+        self._printed = now
+        agg = {k: sum(m[k] for m in self.last.values()) for k in
+               ("total", "done", "errors", "in_flight", "sessions", "chunks", "output_tokens")}
+        c0, t0 = self._chunks0
+        rate = (agg["chunks"] - c0) / max((now - t0) / 1e9, 1e-9)
+        self._chunks0 = (agg["chunks"], now)
+        elapsed = max(m["elapsed_ns"] for m in self.last.values()) / 1e9
+        self.out(f"[{elapsed:7.1f}s] {agg['done']}/{agg['total']} done, {agg['errors']} failed, "
+                 f"{agg['in_flight']} in flight, {agg['sessions']} sessions, "
+                 f"{rate:,.0f} chunks/s, {agg['output_tokens']:,} tokens")
+
+
+def run(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
+    """Replay ``config.trace`` against ``config.target``; see the module docs."""
+    with _launched(config) as config:
+        return _run(config, progress)
+
+
+@contextlib.contextmanager
+def _launched(config: RunConfig) -> Iterator[RunConfig]:
+    if config.launch is None:
+        yield config
+        return
+    if LAUNCH_HOOK is None:
+        raise AgentReplayError("--launch is not available in this installation")
+    with LAUNCH_HOOK(config) as url:
+        yield replace(config, target=url)
+
+
+async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
+    """``run`` for callers that already have an event loop (notebooks): runs in a thread."""
+    return await asyncio.to_thread(run, config, progress=progress)
+
+
+def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
+    config.check()
+    plan = load_and_validate(config)
+    info = asyncio.run(probe(config.target))
+    config = resolve(config, info)
+    out = Path(config.output or ".")
+    prepare_folder(out, config.force)
+    trace_sha = _sha256(config.trace)
+    n = min(config.workers, max(1, len(plan.sessions)))
+    start_delay_ns = 200_000_000 if n == 1 else 1_500_000_000 + 500_000_000 * n
+    t0 = time.monotonic_ns() + start_delay_ns
+    wall_t0 = time.time_ns() + start_delay_ns
+    config = replace(config, t0_ns=t0, workers=n)
+    meta = _meta(config, info, plan, trace_sha, t0, wall_t0, "running")
+    write_json_atomic(out / "run.json", meta)
+    interval = config.scrape_interval_s
+    if interval is None:
+        interval = 1.0 if info.has_metrics else 0.0
+    scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
+    meta["scrape"] = {"interval_s": interval, "available": bool(scrape and scrape.start())}
+    prog = _Progress(progress if config.progress else None)
+    if progress is not None:
+        progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
+                 f"({config.timing} timing, x{config.speedup:g}) against {config.target} "
+                 f"model {config.model}; results: {out}")
+    summaries: list[WorkerSummary] = []
+    interrupted = False
+    try:
+        if n == 1:
+            summaries = [_in_process(config, plan, prog.update)]
+        else:
+            summaries = _in_processes(config, n, prog.update)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if scrape is not None:
+            scrape.stop()
+            if scrape.error:
+                meta["scrape"]["error"] = scrape.error
+    summary = _merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries))
+    meta.update(_outcome(summary))
+    write_json_atomic(out / "run.json", meta)
+    if summary.interrupted and progress is not None:
+        progress(f"interrupted: partial results (every completed request) are in {out}")
+    return summary
+
+
+def _in_process(config: RunConfig, plan: Plan, report: Callable[[dict[str, Any]], None]) -> WorkerSummary:
+    coro = arun_shard(config, 0, 1, report, plan=plan)
+    if config.loop == "uvloop":
+        try:
+            import uvloop
+
+            return uvloop.run(coro)
+        except ImportError:
+            pass
+    return asyncio.run(coro)
+
+
+def _in_processes(config: RunConfig, n: int, report: Callable[[dict[str, Any]], None]) -> list[WorkerSummary]:
+    ctx = mp.get_context("spawn")
+    q: Any = ctx.Queue()
+    procs = [ctx.Process(target=_proc_main, args=(config, i, n, q), name=f"replay-worker-{i}")
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    results: dict[int, WorkerSummary] = {}
+    failures: list[str] = []
+    try:
+        while len(results) + len(failures) < n:
+            try:
+                kind, shard, payload = q.get(timeout=0.5)
+            except queue.Empty:
+                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead and q.empty():
+                    failures.extend(f"worker {p.name} exited with code {p.exitcode}" for p in dead
+                                    if f"worker {p.name} exited with code {p.exitcode}" not in failures)
+                    if len(results) + len(failures) >= n:
+                        break
+                continue
+            if kind == "progress":
+                report(payload)
+            elif kind == "done":
+                results[shard] = payload
+            elif kind == "error":
+                failures.append(payload)
+    except KeyboardInterrupt:
+        # The workers got the same SIGINT: let them write what they have.
+        deadline = time.monotonic() + 30
+        while len(results) < n and time.monotonic() < deadline:
+            try:
+                kind, shard, payload = q.get(timeout=0.5)
+            except queue.Empty:
+                if not any(p.is_alive() for p in procs):
+                    break
+                continue
+            if kind == "done":
+                results[shard] = payload
+        for p in procs:
+            p.join(timeout=5)
+        raise
+    for p in procs:
+        p.join(timeout=30)
+    if failures:
+        raise AgentReplayError("; ".join(failures))
+    return [results[i] for i in sorted(results)]
+
+
+def _proc_main(config: RunConfig, shard: int, n: int, q: Any) -> None:
+    try:
+        summary = run_shard(config, shard, n, q)
+    except KeyboardInterrupt:
+        return
+    except AgentReplayError as exc:
+        q.put(("error", shard, f"worker {shard}: {exc}"))
+        return
+    except Exception as exc:
+        q.put(("error", shard, f"worker {shard}: {type(exc).__name__}: {exc}"))
+        return
+    q.put(("done", shard, summary))
+
+
+def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool) -> RunSummary:
+    s = RunSummary(output=out, workers=ws, interrupted=interrupted)
+    for w in ws:
+        s.total += w.total
+        s.sent += w.sent
+        s.ok += w.ok
+        s.skipped += w.skipped
+        s.mismatches += w.mismatches
+        s.chunks += w.chunks
+        s.output_tokens += w.output_tokens
+        s.cpu_s += w.cpu_s
+        s.wall_s = max(s.wall_s, w.wall_s)
+        for k, v in w.errors.items():
+            s.errors[k] = s.errors.get(k, 0) + v
+    lag = np.concatenate([w.schedule_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
+    loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
+    cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
+    s.self_check = verdict(lag, loop_lag, cpu, config.timing)
+    if s.mismatches:
+        s.self_check.warnings.append(
+            f"{s.mismatches} requests were not served with the trace's token counts (see error "
+            "column, error_kind 'mismatch'): check ignore_eos/min_tokens support and --vocab-size")
+    return s
+
+
+def _outcome(s: RunSummary) -> dict[str, Any]:
+    sc = s.self_check
+    bottleneck = [w for w in sc.warnings if "mismatch" not in w]
+    return {
+        "status": "interrupted" if s.interrupted else "complete",
+        "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
+                    "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
+                    "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
+                    "cpu_s": s.cpu_s},
+        "self_check": asdict(sc),
+        "load_generator_bottleneck": bool(bottleneck),
+        "load_generator_warning": bottleneck[0] if bottleneck else None,
+        "warnings": sc.warnings,
+    }

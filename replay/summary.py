@@ -1,0 +1,29 @@
+"""The end-of-run summary printed by ``run`` and ``demo``. The load generator's own
+warnings come first: a run whose client was the bottleneck says so on its first line."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from replay.run import RunSummary
+
+
+def _ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+def render_summary(s: RunSummary, out: TextIO) -> None:
+    for w in s.warnings:
+        print(f"WARNING: {w}", file=out)
+    sc = s.self_check
+    state = "INTERRUPTED: partial results" if s.interrupted else "done"
+    print(f"{state}: {s.ok} ok, {s.failed} failed, {s.skipped} not sent (past --duration), "
+          f"of {s.total} planned requests in {s.wall_s:.1f} s", file=out)
+    if s.errors:
+        print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())), file=out)
+    print(f"  output tokens {s.output_tokens:,} in {s.chunks:,} chunks; token-count mismatches vs "
+          f"trace: {s.mismatches}", file=out)
+    print(f"  load generator: schedule lag p50 {_ms(sc.schedule_lag_p50_ns)}, p99 "
+          f"{_ms(sc.schedule_lag_p99_ns)}, max {_ms(sc.schedule_lag_max_ns)}; loop lag p99 "
+          f"{_ms(sc.loop_lag_p99_ns)}; CPU {sc.cpu_fraction * 100:.0f}% of a core", file=out)
+    print(f"  results: {s.output}  (agent-replay report {s.output})", file=out)

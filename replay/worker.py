@@ -1,0 +1,196 @@
+"""One worker: one event loop replaying one shard of the plan, writing its own part files.
+
+``run_shard(config, shard_index, n_shards, report_queue)`` is the entry point for local
+worker processes and for any other executor (it only needs a picklable ``RunConfig`` with
+``t0_ns``, ``model`` and ``salt`` resolved, and a queue-like object with ``put``). Sessions
+go to shards by a stable hash of their key, so every worker builds the same plan and takes
+its own part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from replay.client import Prepared, Sender, make_session
+from replay.clock import MonotonicClock
+from replay.config import RunConfig
+from replay.driver import Driver
+from replay.outcome import RequestRecord
+from replay.plan import Plan, PlannedRequest, build_plan
+from replay.prepare import Preparer
+from replay.results import ResultWriter
+from replay.selfmon import CpuMeter, LoopWatchdog
+from traces.errors import TargetError
+from traces.io import read_trace
+
+
+@dataclass
+class WorkerSummary:
+    shard: int
+    total: int = 0
+    sent: int = 0
+    done: int = 0
+    skipped: int = 0
+    ok: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    mismatches: int = 0
+    chunks: int = 0
+    output_tokens: int = 0
+    text_misses: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    schedule_lag: bytes = b""  # int64 ns, one per sent request
+    loop_lag: bytes = b""  # int64 ns, one per watchdog tick
+    interrupted: bool = False
+
+    def schedule_lag_ns(self) -> np.ndarray:
+        return np.frombuffer(self.schedule_lag, dtype=np.int64)
+
+    def loop_lag_ns(self) -> np.ndarray:
+        return np.frombuffer(self.loop_lag, dtype=np.int64)
+
+
+class HttpTransport:
+    """The driver's transport over HTTP: ``Preparer`` + ``Sender``."""
+
+    def __init__(self, preparer: Preparer, sender: Sender) -> None:
+        self.preparer = preparer
+        self.sender = sender
+
+    async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Prepared:
+        return await self.preparer.prepare(q, request_id, session_key)
+
+    async def send(self, prepared: Prepared, rec: RequestRecord) -> None:
+        await self.sender.send(prepared, rec)
+
+
+def load_plan(config: RunConfig) -> Plan:
+    table, meta = read_trace(config.trace)
+    return build_plan(table, meta.block_size, config.plan_options())
+
+
+def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mapping[str, Any]], Any]:
+    url = base_url.rstrip("/") + "/tokenize"
+
+    async def tokenize(body: Mapping[str, Any]) -> int:
+        async with session.post(url, json=dict(body)) as resp:
+            if resp.status != 200:
+                raise TargetError(f"{url}: HTTP {resp.status} ({(await resp.text())[:200]})")
+            data = await resp.json()
+            return int(data["count"])
+
+    return tokenize
+
+
+async def arun_shard(
+    config: RunConfig,
+    shard_index: int = 0,
+    n_shards: int = 1,
+    report: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    plan: Plan | None = None,
+) -> WorkerSummary:
+    """Replay this worker's shard against ``config.target``; see module docs."""
+    assert config.t0_ns is not None and config.model is not None and config.salt is not None
+    cpu = CpuMeter()
+    wall0 = time.monotonic_ns()
+    plan = (plan or load_plan(config)).shard(shard_index, n_shards)
+    out = Path(config.output or ".")
+    t0 = config.t0_ns
+    summary = WorkerSummary(shard=shard_index, total=plan.n_requests)
+    writer = ResultWriter(out, t0, shard_index)
+    concurrency = None
+    if config.concurrency:
+        concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
+    session = make_session(config.request_timeout_s)
+    watchdog = LoopWatchdog()
+    driver: Driver | None = None
+    try:
+        sender = Sender(session, config.target)
+        preparer = Preparer(
+            model=config.model, block_size=plan.block_size, salt=config.salt,
+            vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
+            vllm_extras=config.vllm_extras, tokenize=_tokenizer(session, config.target),
+            headers=dict(config.headers))
+
+        def on_record(rec: RequestRecord) -> None:
+            writer.add(rec)
+            if rec.status == "ok":
+                summary.ok += 1
+                if rec.error_kind == "mismatch":
+                    summary.mismatches += 1
+            else:
+                kind = rec.error_kind or "unknown"
+                summary.errors[kind] = summary.errors.get(kind, 0) + 1
+            summary.output_tokens += sum(rec.chunk_tokens)
+
+        driver = Driver(
+            plan, HttpTransport(preparer, sender), MonotonicClock(), mode=config.timing, t0_ns=t0,
+            on_record=on_record, worker=shard_index, run_id=config.run_id, concurrency=concurrency,
+            duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
+            warmup_ns=int(config.warmup_s * 1e9))
+        watchdog.start()
+        ticker = asyncio.get_running_loop().create_task(_tick(driver, writer, sender, summary, report, t0))
+        try:
+            await driver.run()
+        finally:
+            ticker.cancel()
+            await watchdog.stop()
+            summary.text_misses = preparer.text_misses
+            summary.chunks = sender.chunks
+    except asyncio.CancelledError:
+        # Ctrl-C (the runner cancels this task): keep what was recorded, report it.
+        summary.interrupted = True
+    finally:
+        if driver is not None:
+            summary.sent, summary.done, summary.skipped = driver.sent, driver.done, driver.skipped
+            summary.schedule_lag = driver.schedule_lag.tobytes()
+        summary.loop_lag = watchdog.lags.tobytes()
+        await session.close()
+        writer.close()
+        summary.cpu_s = cpu.cpu_s()
+        summary.wall_s = (time.monotonic_ns() - wall0) / 1e9
+    return summary
+
+
+async def _tick(driver: Driver, writer: ResultWriter, sender: Sender, summary: WorkerSummary,
+                report: Callable[[dict[str, Any]], None] | None, t0: int) -> None:
+    cpu = CpuMeter()
+    while True:
+        await asyncio.sleep(0.5)
+        now = time.monotonic_ns()
+        writer.tick(now)
+        if report is not None:
+            report({
+                "shard": summary.shard, "elapsed_ns": now - t0, "total": driver.total,
+                "sent": driver.sent, "done": driver.done, "skipped": driver.skipped,
+                "in_flight": sender.in_flight, "sessions": driver.active_sessions,
+                "ok": summary.ok, "errors": sum(summary.errors.values()),
+                "chunks": sender.chunks, "output_tokens": summary.output_tokens,
+                "cpu": cpu.fraction(),
+            })
+
+
+def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any) -> WorkerSummary:
+    """Process entry: run one shard on a fresh event loop (uvloop when installed)."""
+
+    def report(msg: dict[str, Any]) -> None:
+        if report_queue is not None:
+            report_queue.put(("progress", shard_index, msg))
+
+    coro = arun_shard(config, shard_index, n_shards, report)
+    if config.loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(coro)
+        return uvloop.run(coro)
+    return asyncio.run(coro)
