@@ -1,0 +1,243 @@
+"""The reverse proxy: every request is forwarded to the upstream, and the upstream's answer
+to the client, as it arrives. LLM API requests are also timed and observed.
+
+Fidelity rules:
+
+* Hop-by-hop header fields (RFC 9110 7.6.1, and those named in ``Connection``) are
+  dropped both ways; everything else passes, ``Host`` becoming the upstream's.
+* Bodies pass as bytes: no decompression (``Content-Encoding`` is the upstream's), the
+  client gets chunked transfer when the upstream sent chunked, and the upstream's
+  ``Content-Length`` otherwise.
+* The one change to an exchange: see ``replay.record.wire`` (``include_usage``).
+* Failures look to the client as they would without the proxy: a refused or failed
+  upstream connection closes the client's connection without a response; a stream the
+  upstream cuts is cut; an upstream that stops answering gets the client a 504 before the
+  response started and a cut connection after; a client that goes away makes the proxy
+  close the upstream connection (which is how servers such as vLLM learn to abort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from replay.record.observe import ResponseObserver
+from replay.record.wire import RequestInfo, api_for, end_to_end_headers, inspect_request
+
+_DROP_REQUEST = frozenset({"host", "content-length"})
+_DROP_RESPONSE = frozenset({"content-length"})
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    """One observed API request, its times (monotonic ns) and its outcome."""
+
+    info: RequestInfo
+    arrival: int
+    send: int = 0
+    headers: int | None = None
+    end: int | None = None
+    observer: ResponseObserver | None = None
+    error: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    """Room for the recorder (session assignment...)."""
+
+
+class ProxyHandler:
+    """An aiohttp handler forwarding to ``upstream``.
+
+    ``on_headers(ex)`` runs when the upstream answered (or failed before answering);
+    ``on_done(ex)`` when the exchange is over, whatever happened. Neither may block.
+    """
+
+    def __init__(self, upstream: str, session: aiohttp.ClientSession, *,
+                 on_headers: Callable[[Exchange], None], on_done: Callable[[Exchange], None],
+                 read_timeout_s: float | None, session_header: str = "X-Session-ID",
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.session = session
+        self.on_headers = on_headers
+        self.on_done = on_done
+        self.read_timeout_s = read_timeout_s
+        self.clock = clock
+        self.session_header = session_header
+        self.passed_through = 0
+        self.in_flight = 0
+
+    def _url(self, request: web.Request) -> str:
+        return self.upstream + request.raw_path
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        arrival = self.clock()
+        self.in_flight += 1
+        try:
+            api = None if request.headers.get("Content-Encoding") else \
+                api_for(request.method, request.path)
+            if api is None:
+                return await self._pass_through(request)
+            raw = await request.read()
+            inspected = inspect_request(api, raw)
+            if inspected is None:
+                return await self._pass_through(request, raw)
+            info, body = inspected
+            ex = Exchange(info=info, arrival=arrival)
+            sid = request.headers.get(self.session_header)
+            if sid:
+                ex.state["header_session"] = sid
+            try:
+                return await self._exchange(request, ex, body)
+            finally:
+                if ex.end is None:
+                    ex.end = self.clock()
+                self.on_done(ex)
+        finally:
+            self.in_flight -= 1
+
+    async def _pass_through(self, request: web.Request, raw: bytes | None = None
+                            ) -> web.StreamResponse:
+        self.passed_through += 1
+        data: Any = raw if raw is not None else (
+            _body_iter(request) if request.body_exists else None)
+        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        out: web.StreamResponse | None = None
+        try:
+            async with self.session.request(
+                request.method, self._url(request), headers=headers, data=data,
+                allow_redirects=False, timeout=self._timeout(),
+            ) as resp:
+                out = await self._prepare(request, resp, resp.headers.get("Content-Length"))
+                async for chunk in resp.content.iter_any():
+                    await _send(out, chunk)
+                await _send(out, None)
+                return out
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return self._fail(request, exc, out)
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=None, sock_read=self.read_timeout_s)
+
+    async def _prepare(self, request: web.Request, resp: aiohttp.ClientResponse,
+                       length: str | None) -> web.StreamResponse:
+        headers = CIMultiDict(end_to_end_headers(resp.headers, _DROP_RESPONSE))
+        out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=headers)
+        if length is not None:
+            out.content_length = int(length)
+        await out.prepare(request)
+        return out
+
+    def _fail(self, request: web.Request, exc: BaseException,
+              out: web.StreamResponse | None) -> web.StreamResponse:
+        """Show an upstream failure to the client as it would look without the proxy."""
+        if out is None and isinstance(exc, asyncio.TimeoutError):
+            return web.Response(status=504, text="upstream timed out\n")
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        raise _ClientGone from exc
+
+    async def _exchange(self, request: web.Request, ex: Exchange, body: bytes
+                        ) -> web.StreamResponse:
+        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage)
+        ex.observer = obs
+        out: web.StreamResponse | None = None
+        clock = self.clock
+        try:
+            ex.send = clock()
+            async with self.session.request(
+                request.method, self._url(request), headers=headers, data=body,
+                allow_redirects=False, timeout=self._timeout(),
+            ) as resp:
+                ex.headers = clock()
+                length = resp.headers.get("Content-Length")
+                obs.start(resp.status, resp.headers.get("Content-Type", ""),
+                          resp.headers.get("Content-Encoding", ""),
+                          int(length) if length is not None else None)
+                if obs.filtering:
+                    length = None
+                self.on_headers(ex)
+                out = await self._prepare(request, resp, length)
+                read = resp.content.readany
+                while True:
+                    chunk = await read()
+                    t = clock()
+                    if not chunk:
+                        break
+                    ex.end = t
+                    data = obs.feed(chunk, t)
+                    if data:
+                        await _send(out, data)
+                tail = obs.end(ex.end or clock())
+                if tail:
+                    await _send(out, tail)
+                if ex.end is None:
+                    ex.end = clock()
+                if resp.status >= 400:
+                    detail = obs.server_error()
+                    ex.error = f"http {resp.status}" + (f": {detail}" if detail else "")
+                elif obs.server_error():
+                    ex.error = f"server error in stream: {obs.server_error()}"
+                elif obs.stream_error:
+                    ex.error = obs.stream_error
+                await _send(out, None)
+                return out
+        except (asyncio.CancelledError, _ClientGone):
+            ex.error = ex.error or "client disconnected"
+            raise
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            ex.error = _cause(exc)
+            return self._fail(request, exc, out)
+
+
+class _ClientGone(Exception):
+    """The client connection is closed; nothing more to send."""
+
+
+async def _send(out: web.StreamResponse, data: bytes | None) -> None:
+    """Write to the client (``None``: end the body); a client that is gone raises
+    ``_ClientGone``, so that it is not mistaken for an upstream failure."""
+    try:
+        if data is None:
+            await out.write_eof()
+        else:
+            await out.write(data)
+    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+        raise _ClientGone from exc
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "upstream timeout"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"upstream connect failed: {exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
+        return f"upstream connection reset: {type(exc).__name__}"
+    if isinstance(exc, (ConnectionResetError, aiohttp.ClientOSError)):
+        return f"upstream connection reset: {exc}"[:200]
+    return f"upstream error: {type(exc).__name__}: {exc}"[:200]
+
+
+async def _body_iter(request: web.Request) -> AsyncIterator[bytes]:
+    while True:
+        chunk = await request.content.readany()
+        if not chunk:
+            return
+        yield chunk
+
+
+@web.middleware
+async def client_gone_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Turn ``_ClientGone`` into a quiet end of the connection."""
+    try:
+        return await handler(request)
+    except _ClientGone:
+        if request.transport is not None:
+            request.transport.abort()
+        raise asyncio.CancelledError from None

@@ -1,0 +1,360 @@
+"""The recorder: the proxy, session inference and the part-file sink, with a lifecycle.
+
+    rec = Recorder("http://127.0.0.1:8000", "127.0.0.1:0", "trace-dir")
+    await rec.start()          # rec.url is where clients point their base URL
+    ...
+    await rec.stop()           # waits for open requests, flushes, closes
+
+Times: every interval is a difference of ``time.monotonic_ns()`` readings. The trace's
+zero is the arrival of the first recorded request; ``start_wall_ns`` in the metadata is
+the wall clock at that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import ipaddress
+import itertools
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from replay import __version__
+from replay.record.content import PromptHasher, conversation, load_tokenizer, strip_secrets
+from replay.record.observe import ResponseObserver
+from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
+from replay.record.replies import Reply, reply_from_events, reply_from_json
+from replay.record.sessions import SessionTracker
+from replay.record.sink import PartWriter
+from traces.errors import InputError
+from traces.schema import CONTENT_MODES, TraceMeta
+
+
+@dataclass(frozen=True, slots=True)
+class RecordConfig:
+    upstream: str
+    out_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    content: str = "hashed"
+    session_header: str = "X-Session-ID"
+    block_size: int = 64
+    tokenizer: str | None = None
+    hash_seed: int | None = None
+    flush_interval_s: float = 2.0
+    allow_remote: bool = False
+    force: bool = False
+    connect_timeout_s: float = 30.0
+    read_timeout_s: float | None = 600.0
+    drain_timeout_s: float = 10.0
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``PORT`` (loopback)."""
+    s = listen.strip()
+    if s.isdigit():
+        return "127.0.0.1", int(s)
+    host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InputError(f"--listen {listen!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check(cfg: RecordConfig) -> None:
+    if cfg.content not in CONTENT_MODES:
+        raise InputError(f"--content {cfg.content!r}: choose one of {', '.join(CONTENT_MODES)}")
+    if cfg.block_size < 1:
+        raise InputError("--block-size must be >= 1")
+    if cfg.flush_interval_s <= 0:
+        raise InputError("--flush-interval must be > 0")
+    if not cfg.upstream.startswith(("http://", "https://")):
+        raise InputError(f"--upstream {cfg.upstream!r}: expected an http:// or https:// URL")
+    if not is_loopback(cfg.host) and not cfg.allow_remote:
+        raise InputError(f"--listen {cfg.host}: not a loopback address; the recorder would "
+                         "accept traffic from other machines (pass --allow-remote to mean it)")
+
+
+@dataclass(slots=True)
+class RecorderStats:
+    requests: int = 0
+    errors: int = 0
+    passed_through: int = 0
+    sessions: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows_written: int = 0
+    parts: int = 0
+    last_flush_ns: int | None = None
+    last_part: str | None = None
+
+
+class Recorder:
+    """A recording proxy in this process's event loop (see the module text)."""
+
+    def __init__(self, upstream: str, listen: str | tuple[str, int] = "127.0.0.1:0",
+                 out_dir: str | os.PathLike[str] = "trace", **options: Any) -> None:
+        host, port = parse_listen(listen) if isinstance(listen, str) else listen
+        self.config = RecordConfig(upstream=upstream, out_dir=Path(out_dir), host=host,
+                                   port=port, **options)
+        _check(self.config)
+        cfg = self.config
+        self.writer = PartWriter(cfg.out_dir, force=cfg.force)
+        tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
+        seed = cfg.hash_seed if cfg.hash_seed is not None else secrets.randbits(63)
+        self.hasher = PromptHasher(cfg.block_size, seed, tok)
+        self._pseudo_key = secrets.token_bytes(16)
+        self.tracker = SessionTracker()
+        self.stats = RecorderStats()
+        self._pending: list[Exchange] = []
+        self._t0: int | None = None
+        self._wall0: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self._handler: ProxyHandler | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()
+        self._port = 0
+        self.clock: Callable[[], int] = time.monotonic_ns
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self._port}"
+
+    async def start(self) -> None:
+        cfg = self.config
+        if not is_loopback(cfg.host):
+            print(f"agent-replay record: WARNING: listening on {cfg.host}, reachable from "
+                  "other machines; anyone who can connect can use the upstream through it",
+                  file=sys.stderr)
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+            timeout=aiohttp.ClientTimeout(total=None, connect=cfg.connect_timeout_s,
+                                          sock_read=cfg.read_timeout_s),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self._handler = ProxyHandler(cfg.upstream, self._client, on_headers=self._on_headers,
+                                     on_done=self._on_done, read_timeout_s=cfg.read_timeout_s,
+                                     session_header=cfg.session_header, clock=self.clock)
+        app = web.Application(client_max_size=1 << 30, middlewares=[client_gone_middleware])
+        app.router.add_route("*", "/{tail:.*}", self._handler.handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self._port = sockets[0].getsockname()[1] if sockets else cfg.port
+        self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def stop(self) -> None:
+        """Stop listening, let open requests finish (up to ``drain_timeout_s``; the rest
+        are cut and recorded as such), flush everything, close."""
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        handler = self._handler
+        for site in list(runner.sites):
+            await site.stop()
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        while handler is not None and handler.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await runner.cleanup()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()
+        if self._client is not None:
+            await self._client.close()
+
+    async def __aenter__(self) -> Recorder:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- per exchange (on the event loop; cheap) --------------------------------------
+
+    def _on_headers(self, ex: Exchange) -> None:
+        if self._t0 is None:
+            self._t0 = ex.arrival
+            self._wall0 = time.time_ns() - (self.clock() - ex.arrival)
+        explicit = self._explicit_session(ex)
+        items = conversation(ex.info.api, ex.info.body)
+        assignment, turn = self.tracker.assign(ex.arrival, items, explicit)
+        ex.state["assignment"] = assignment
+        ex.state["turn"] = turn
+        self.stats.sessions = self.tracker.session_count
+
+    def _explicit_session(self, ex: Exchange) -> str | None:
+        header = ex.state.get("header_session")
+        if header:
+            return str(header)
+        hint = ex.info.session_hint
+        if hint is None:
+            return None
+        if self.config.content == "full":
+            return hint
+        return "user-" + hashlib.blake2b(hint.encode(), digest_size=6,
+                                         key=self._pseudo_key).hexdigest()
+
+    def _on_done(self, ex: Exchange) -> None:
+        if "assignment" not in ex.state:
+            self._on_headers(ex)
+        obs = ex.observer
+        turn = ex.state["turn"]
+        end = ex.end if ex.end is not None else self.clock()
+        ok = obs is not None and ex.error is None
+        self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None)
+        self.stats.requests += 1
+        self.stats.errors += ex.error is not None
+        if obs is not None:
+            self.stats.bytes_in += obs.bytes_in
+            self.stats.bytes_out += obs.bytes_out
+        self._pending.append(ex)
+
+    # -- flushing ----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_s)
+            try:
+                await self.flush()
+            except Exception as exc:  # keep recording; say so
+                print(f"agent-replay record: flush failed: {exc}", file=sys.stderr)
+
+    async def flush(self) -> Path | None:
+        """Write the rows of finished requests to a new part file (none when there are
+        none). The rows are built and written in a worker thread."""
+        async with self._flush_lock:
+            if not self._pending:
+                return None
+            batch, self._pending = self._pending, []
+            meta = self._meta()
+            loop = asyncio.get_running_loop()
+            path = await loop.run_in_executor(None, self._write, batch, meta)
+            self.stats.rows_written = self.writer.rows_written
+            self.stats.parts = len(self.writer.parts)
+            self.stats.last_flush_ns = self.clock()
+            self.stats.last_part = path.name
+            if self._handler is not None:
+                self.stats.passed_through = self._handler.passed_through
+            return path
+
+    def _meta(self) -> TraceMeta:
+        cfg = self.config
+        return TraceMeta(
+            block_size=cfg.block_size, source="recorded", content_mode=cfg.content,
+            tokenizer=cfg.tokenizer, start_wall_ns=self._wall0, tool_version=__version__,
+            extra={"recorder": {"upstream": cfg.upstream, "hash_unit": self.hasher.unit,
+                                "session_header": cfg.session_header}},
+        )
+
+    def _write(self, batch: list[Exchange], meta: TraceMeta) -> Path:
+        rows = [self._row(ex) for ex in batch]
+        return self.writer.write(rows, meta)
+
+    def _row(self, ex: Exchange) -> dict[str, Any]:
+        """A trace row (runs in the flush thread)."""
+        cfg = self.config
+        a = ex.state["assignment"]
+        obs: ResponseObserver | None = ex.observer
+        turn = ex.state["turn"]
+        turn.resolve_reply()
+        t0 = self._t0 if self._t0 is not None else ex.arrival
+        inp, out, cached = obs.usage() if obs is not None else (None, None, None)
+        hash_ids = None
+        if cfg.content != "none" or inp is None:
+            ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
+            if cfg.content != "none":
+                hash_ids = ids
+            if inp is None:
+                inp = est
+        times = obs.token_times if obs is not None else []
+        counts = obs.token_counts if obs is not None else []
+        exact = obs is not None and obs.exact_counts()
+        if out is None:
+            out = sum(counts)
+        gaps = None
+        if times:
+            gaps = [times[0] - ex.arrival] + [b - a_ for a_, b in itertools.pairwise(times)]
+        content = None
+        if cfg.content == "full":
+            content = orjson.dumps(strip_secrets(ex.info.body)).decode()
+        end = ex.end if ex.end is not None else ex.arrival
+        return {
+            "session_id": a.session_id,
+            "request_index": a.request_index,
+            "parent_index": a.parent_index,
+            "arrival_ns": ex.arrival - t0,
+            "think_ns": a.think_ns,
+            "input_tokens": int(inp),
+            "output_tokens": int(out),
+            "cached_tokens": cached,
+            "hash_ids": hash_ids,
+            "api": ex.info.api,
+            "model": ex.info.model,
+            "ttft_ns": times[0] - ex.arrival if times else None,
+            "end_ns": end - ex.arrival,
+            "chunk_gaps_ns": gaps,
+            "chunk_tokens": list(counts) if (times and exact) else None,
+            "content": content,
+            "error": ex.error,
+            "http_status": obs.status if obs is not None else 0,
+            "stream": obs.streamed if obs is not None else ex.info.stream,
+            "upstream_send_ns": ex.send - ex.arrival if ex.send else None,
+            "headers_ns": ex.headers - ex.arrival if ex.headers is not None else None,
+            "exact_chunk_tokens": exact if times else None,
+        }
+
+    # -- status ------------------------------------------------------------------------
+
+    def status_line(self) -> str:
+        s = self.stats
+        if s.last_flush_ns is None:
+            flush = "no flush yet"
+        else:
+            flush = f"last flush {s.last_part} {(self.clock() - s.last_flush_ns) / 1e9:.1f} s ago"
+        return (f"recorded {s.requests} requests ({s.errors} failed), {s.sessions} sessions, "
+                f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
+                f"{flush}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _reply_fn(api: str, obs: ResponseObserver) -> Callable[[], Reply | None]:
+    def fn() -> Reply | None:
+        if obs.streamed:
+            return reply_from_events(api, obs.events)
+        return reply_from_json(api, obs.json_body())
+
+    return fn

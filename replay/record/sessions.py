@@ -1,0 +1,189 @@
+"""Which session a request belongs to, and which earlier request it waited for.
+Sans-I/O: fed conversation items and integer times, no clocks.
+
+Rules, in order:
+
+1. A request whose conversation is an earlier request's conversation, followed by that
+   request's reply (the model-produced items: assistant message, tool calls) and anything
+   after it (tool results, the user's next message), continues that request's session, and
+   that request is its parent. Among several such earlier requests the one with the longest
+   conversation wins; among equals, one whose reply matches the items sent back (same
+   tool-call ids, else same text), then the most recent. Branches (two requests extending
+   the same request) are siblings with one parent.
+2. A request with an explicit session (header, ``metadata.user_id``, ``user``) belongs to
+   it; the parent is found as in 1 within that session, else it is the session's request
+   that finished last before this one arrived.
+3. Anything else starts a new session.
+
+``think_ns`` = arrival - the parent's last byte (clamped at 0), None without a parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from replay.record.replies import Reply, is_reply_item, reply_from_items
+
+
+@dataclass(slots=True, eq=False)
+class Turn:
+    """One request as the tracker remembers it."""
+
+    session_id: str
+    request_index: int
+    arrival_ns: int
+    key: bytes
+    end_ns: int | None = None
+    _reply: Reply | None = None
+    reply_fn: Callable[[], Reply | None] | None = None
+    """Computes the reply when first needed (parsing a stream costs time; most replies
+    are never asked for before the row is written)."""
+
+    @property
+    def reply(self) -> Reply | None:
+        fn = self.reply_fn
+        if fn is not None:
+            self._reply = fn()
+            self.reply_fn = None
+        return self._reply
+
+    def resolve_reply(self) -> None:
+        _ = self.reply
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    session_id: str
+    request_index: int
+    parent_index: int
+    think_ns: int | None
+    how: str
+    """"prefix", "explicit", "explicit+prefix" or "new"."""
+
+
+@dataclass(slots=True)
+class _Session:
+    next_index: int = 0
+    turns: list[Turn] = field(default_factory=list)
+
+
+def item_digest(item: Any) -> bytes:
+    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS),
+                           digest_size=16).digest()
+
+
+def chain_digests(items: Sequence[Any]) -> list[bytes]:
+    """c[k] identifies items[:k]; c[0] is the empty conversation."""
+    out = [b""]
+    for it in items:
+        out.append(hashlib.blake2b(out[-1] + item_digest(it), digest_size=16).digest())
+    return out
+
+
+class SessionTracker:
+    """Assigns sessions and parents. ``memory`` bounds how many past requests are kept as
+    possible parents (the oldest are forgotten first)."""
+
+    def __init__(self, *, memory: int = 100_000, new_prefix: str = "auto-") -> None:
+        self._by_key: dict[bytes, list[Turn]] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._order: deque[Turn] = deque()
+        self._memory = memory
+        self._new_prefix = new_prefix
+        self._new_count = 0
+
+    @property
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    def assign(self, arrival_ns: int, items: Sequence[Any],
+               explicit: str | None = None) -> tuple[Assignment, Turn]:
+        chains = chain_digests(items)
+        parent = self._find_parent(items, chains, arrival_ns, explicit)
+        how = "prefix" if parent is not None else "new"
+        if parent is not None:
+            sid = parent.session_id
+            if explicit is not None:
+                how = "explicit+prefix"
+        elif explicit is not None:
+            sid = explicit
+            how = "explicit"
+            sess = self._sessions.get(sid)
+            if sess is not None:
+                done = [t for t in sess.turns if t.end_ns is not None and t.end_ns <= arrival_ns]
+                if done:
+                    parent = max(done, key=lambda t: (t.end_ns, t.request_index))
+        else:
+            self._new_count += 1
+            sid = f"{self._new_prefix}{self._new_count:05d}"
+            while sid in self._sessions:
+                self._new_count += 1
+                sid = f"{self._new_prefix}{self._new_count:05d}"
+        sess = self._sessions.setdefault(sid, _Session())
+        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1])
+        sess.next_index += 1
+        sess.turns.append(turn)
+        self._remember(turn)
+        think = None
+        if parent is not None and parent.end_ns is not None:
+            think = max(0, arrival_ns - parent.end_ns)
+        pidx = parent.request_index if parent is not None else -1
+        return Assignment(sid, turn.request_index, pidx, think, how), turn
+
+    def complete(self, turn: Turn, end_ns: int,
+                 reply: Reply | Callable[[], Reply | None] | None) -> None:
+        """The request's last byte arrived; ``reply`` is what the model said (None when
+        unknown), or a function that tells it when asked."""
+        turn.end_ns = end_ns
+        if callable(reply) and not isinstance(reply, tuple):
+            turn.reply_fn = reply
+        else:
+            turn._reply = reply
+            turn.reply_fn = None
+
+    def _find_parent(self, items: Sequence[Any], chains: list[bytes], arrival_ns: int,
+                     explicit: str | None) -> Turn | None:
+        fallback: Turn | None = None
+        n = len(items)
+        for k in range(n - 1, 0, -1):
+            if not is_reply_item(items[k]):
+                continue
+            cands = [t for t in self._by_key.get(chains[k], ())
+                     if t.arrival_ns <= arrival_ns
+                     and (explicit is None or t.session_id == explicit)]
+            if not cands:
+                continue
+            j = k
+            while j < n and is_reply_item(items[j]):
+                j += 1
+            sent = reply_from_items(items[k:j])
+            matched = [t for t in cands if t.reply is not None and t.reply.matches(sent)]
+            if matched:
+                return matched[-1]
+            if fallback is None:
+                unknown = [t for t in cands if t.reply is None]
+                fallback = (unknown or cands)[-1]
+        return fallback
+
+    def _remember(self, turn: Turn) -> None:
+        self._by_key.setdefault(turn.key, []).append(turn)
+        self._order.append(turn)
+        while len(self._order) > self._memory:
+            old = self._order.popleft()
+            lst = self._by_key.get(old.key)
+            if lst is not None:
+                try:
+                    lst.remove(old)
+                except ValueError:
+                    pass
+                if not lst:
+                    del self._by_key[old.key]
+            sess = self._sessions.get(old.session_id)
+            if sess is not None and old in sess.turns:
+                sess.turns.remove(old)

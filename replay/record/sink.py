@@ -1,0 +1,84 @@
+"""Recorded rows on their way to disk: a buffer, and part files written atomically.
+
+A recording is a trace folder of ``part-NNNNN.parquet`` files, each written whole through
+``traces.io.write_trace`` (temporary file, then rename), so a reader never sees half a
+file and a killed recorder loses at most the rows of its last flush interval.
+
+Besides the trace schema's columns, a recorded row has these extra columns (readers keep
+unknown columns):
+
+========================  =====================================================
+``error``                 why the request failed (None when it did not)
+``http_status``           the upstream's status code (0 when none arrived)
+``stream``                the response was an event stream
+``upstream_send_ns``      when the proxy started the upstream request, from arrival
+``headers_ns``            when the upstream's response headers arrived, from arrival
+``exact_chunk_tokens``    ``chunk_tokens`` is exact (token ids / continuous usage)
+========================  =====================================================
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from traces.errors import OutputExistsError
+from traces.io import write_trace
+from traces.schema import TRACE_SCHEMA, TraceMeta
+
+EXTRA_FIELDS = [
+    pa.field("error", pa.string()),
+    pa.field("http_status", pa.int32()),
+    pa.field("stream", pa.bool_()),
+    pa.field("upstream_send_ns", pa.int64()),
+    pa.field("headers_ns", pa.int64()),
+    pa.field("exact_chunk_tokens", pa.bool_()),
+]
+RECORD_SCHEMA = pa.schema(list(TRACE_SCHEMA) + EXTRA_FIELDS)
+_PART = re.compile(r"^part-(\d{5,})\.parquet$")
+
+
+def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows (dicts keyed by column name; missing keys are null) as a table."""
+    cols = {f.name: [r.get(f.name) for r in rows] for f in RECORD_SCHEMA}
+    arrays = []
+    for f in RECORD_SCHEMA:
+        if pa.types.is_dictionary(f.type):
+            arrays.append(pa.array(cols[f.name], type=pa.string()).dictionary_encode()
+                          .cast(f.type))
+        else:
+            arrays.append(pa.array(cols[f.name], type=f.type))
+    return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+class PartWriter:
+    """Writes part files into ``out_dir``. An existing folder must hold no part files
+    unless ``force``, which deletes them first."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], *, force: bool = False) -> None:
+        self.out_dir = Path(out_dir)
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise OutputExistsError(str(self.out_dir))
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        existing = [p for p in self.out_dir.iterdir()
+                    if p.suffix == ".parquet" and not p.name.startswith(".")]
+        if existing:
+            if not force:
+                raise OutputExistsError(str(self.out_dir))
+            for p in existing:
+                p.unlink()
+        self.next_part = 1
+        self.parts: list[Path] = []
+        self.rows_written = 0
+
+    def write(self, rows: list[dict[str, Any]], meta: TraceMeta) -> Path:
+        path = self.out_dir / f"part-{self.next_part:05d}.parquet"
+        write_trace(rows_to_table(rows), path, meta)
+        self.next_part += 1
+        self.parts.append(path)
+        self.rows_written += len(rows)
+        return path

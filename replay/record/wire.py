@@ -1,0 +1,131 @@
+"""What the recorder needs to know about a request on the wire, and the one change it may
+make to it. Pure: bytes and dicts in, values out.
+
+The only rewrite: a streamed chat/completions request that does not ask for
+``stream_options.include_usage`` gets it (the prompt and output token counts come from the
+final usage chunk), and ``ResponseObserver`` later removes that extra chunk from the bytes
+the client sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+API_SUFFIXES: tuple[tuple[str, str], ...] = (
+    ("/chat/completions", "chat"),
+    ("/completions", "completions"),
+    ("/messages", "messages"),
+    ("/responses", "responses"),
+)
+"""Path suffix -> trace ``api``. Suffixes, so that a base URL with a prefix
+(``/openai/v1/chat/completions``) is understood too."""
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""RFC 9110 section 7.6.1 connection-specific fields, never forwarded."""
+
+
+def api_for(method: str, path: str) -> str | None:
+    """The API a request speaks, or None for anything the recorder only forwards."""
+    if method != "POST":
+        return None
+    p = path.rstrip("/")
+    if p.endswith("/messages/count_tokens"):
+        return None
+    for suffix, api in API_SUFFIXES:
+        if p.endswith(suffix):
+            return api
+    return None
+
+
+def end_to_end_headers(headers: Any, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """The headers a proxy forwards: without hop-by-hop fields, those the ``Connection``
+    field names, and ``drop`` (lower-case names). ``headers`` is a multidict or a list of
+    pairs; repeated fields keep their order."""
+    items = list(headers.items()) if hasattr(headers, "items") else list(headers)
+    named: set[str] = set()
+    for k, v in items:
+        if k.lower() == "connection":
+            named.update(t.strip().lower() for t in v.split(",") if t.strip())
+    out = []
+    for k, v in items:
+        lk = k.lower()
+        if lk in HOP_BY_HOP or lk in named or lk in drop:
+            continue
+        out.append((k, v))
+    return out
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """The parts of a request body the recorder uses."""
+
+    api: str
+    body: dict[str, Any]
+    model: str | None
+    stream: bool
+    injected_usage: bool
+    """The proxy added ``stream_options.include_usage``; the client did not ask for it."""
+    session_hint: str | None
+    """``metadata.user_id`` (messages) or ``user`` (OpenAI APIs), when the body has one."""
+
+
+_INJECT = b'"stream_options":{"include_usage":true},'
+
+
+def inspect_request(api: str, raw: bytes) -> tuple[RequestInfo, bytes] | None:
+    """Parse a request body; returns its info and the bytes to send upstream, or None
+    when the body is not a JSON object (it is then forwarded untouched, not recorded)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    model = body.get("model")
+    stream = body.get("stream") is True
+    hint: Any = None
+    if api == "messages":
+        md = body.get("metadata")
+        if isinstance(md, Mapping):
+            hint = md.get("user_id")
+    else:
+        hint = body.get("user")
+    out = raw
+    injected = False
+    if stream and api in ("chat", "completions"):
+        so = body.get("stream_options")
+        if "stream_options" not in body:
+            # Splice after the opening brace: every other byte of the body stays as sent.
+            i = raw.index(b"{")
+            out = raw[: i + 1] + _INJECT + raw[i + 1 :]
+            injected = True
+        elif so is None or (isinstance(so, Mapping) and so.get("include_usage") is not True):
+            new = dict(body)
+            new["stream_options"] = {**(so or {}), "include_usage": True}
+            out = orjson.dumps(new)
+            injected = True
+    info = RequestInfo(
+        api=api,
+        body=body,
+        model=model if isinstance(model, str) else None,
+        stream=stream,
+        injected_usage=injected,
+        session_hint=str(hint) if isinstance(hint, (str, int)) and str(hint) else None,
+    )
+    return info, out
