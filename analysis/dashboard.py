@@ -1,0 +1,295 @@
+"""The live dashboard of ``agent-replay run``, rendered outside the measuring event loop.
+
+``render_dashboard(stats, width, height)`` is pure: a LiveStats snapshot in, a rich
+renderable out (tests draw it into ``Console(file=io.StringIO(), width=100)``).
+
+``DashboardProcess`` renders in its own process at ~4 frames per second. Workers' merged
+snapshots reach it through one shared-memory slot: ``update`` copies the bytes in under a
+lock it never waits for (if the renderer is reading, the frame is skipped: a newer one comes
+soon) and bumps a sequence number; the renderer takes whatever is newest. Nothing is pickled,
+queued or rendered on the measuring loop. Off a TTY it prints a plain progress line every few
+seconds instead of redrawing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from analysis.hist import PERCENTILES, min_count_for
+from analysis.live import LiveStats
+
+FPS = 4.0
+SLOT_BYTES = 4 << 20
+SPARK = "▁▂▃▄▅▆▇█"
+CPU_BOTTLENECK = 90.0
+LAG_BOTTLENECK_NS = 10_000_000
+ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL/token"), ("chunk_gap", "chunk gap"),
+        ("e2e", "E2E"))
+GAUGES = {
+    "vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "KV cache", "vllm:num_preemptions": "preemptions",
+}
+
+
+def sparkline(values: list[float], width: int) -> str:
+    vals = values[-width:]
+    if not vals:
+        return ""
+    top = max(vals) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in vals)
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    ms = v / 1e6
+    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:,.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
+def _hms(secs: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(secs)) if secs < 86_400 else ">1 day"
+
+
+def _eta(done: int, total: int, elapsed_ns: int) -> str:
+    if done <= 0 or total <= done or elapsed_ns <= 0:
+        return "-"
+    return _hms(elapsed_ns / 1e9 * (total - done) / done)
+
+
+def bottleneck(stats: LiveStats) -> str | None:
+    """Why the load generator may be the bottleneck, or None."""
+    why = []
+    if stats.cpu_percent and max(stats.cpu_percent) >= CPU_BOTTLENECK:
+        why.append(f"worker CPU {max(stats.cpu_percent):.0f}%")
+    for name, label in (("schedule_lag", "schedule lag"), ("loop_lag", "loop lag")):
+        h = stats.hists[name]
+        if h.count >= 100:
+            p99 = h.percentiles([99.0])[99.0]
+            if p99 is not None and p99 > LAG_BOTTLENECK_NS:
+                why.append(f"{label} P99 {p99 / 1e6:.0f} ms")
+    return ", ".join(why) if why else None
+
+
+def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
+                     total_requests: int | None = None, title: str = "agent-replay",
+                     server_gauges: Mapping[str, float] | None = None) -> Group:
+    """One frame of the dashboard (fits ``width`` x ``height``; 100 x 30 shows everything)."""
+    stats.flush()
+    total = total_requests or stats.total
+    done = stats.done or (stats.ok + stats.failed + stats.warmup)
+    parts: list[Any] = []
+    head = Table.grid(expand=True)
+    head.add_column(ratio=1)
+    head.add_column(justify="right")
+    head.add_row(Text(title, style="bold"), Text(
+        f"{done:,}/{total:,} requests  elapsed {_hms(stats.elapsed_ns / 1e9)}"
+        f"  ETA {_eta(done, total, stats.elapsed_ns)}"))
+    parts.append(head)
+    bar = Table.grid()
+    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, max(total, 1)),
+                            width=width - 2))
+    parts.append(bar)
+    _, tok, req = stats.throughput_series(last=max(10, width - 30))
+    recent = float(tok[-10:].mean()) if tok.size else 0.0
+    parts.append(Text(
+        f"sessions {stats.active_sessions:,}  in flight {stats.in_flight:,}  "
+        f"ok {stats.ok:,}  failed {stats.failed:,}  warmup {stats.warmup:,}  "
+        f"output {recent:,.0f} tok/s (10 s)"))
+    t = Table(show_edge=False, pad_edge=False, expand=False, box=None, header_style="bold")
+    t.add_column("metric (ms)")
+    t.add_column("count", justify="right")
+    for p in PERCENTILES:
+        t.add_column(f"P{p:g}", justify="right")
+    t.add_column("max", justify="right")
+    for key, label in ROWS:
+        h = stats.hists[key]
+        vals = h.percentiles()
+        cells = [_ms(vals[p]) + ("*" if h.count < min_count_for(p) and vals[p] is not None else "")
+                 for p in PERCENTILES]
+        t.add_row(label, f"{h.count:,}", *cells, _ms(h.max))
+    tp = stats.hists["tpot"]
+    tv = tp.percentiles()
+    tps = ["-" if tv[p] in (None, 0) else f"{1e9 / tv[p]:,.1f}" for p in PERCENTILES]  # type: ignore[operator]
+    t.add_row("req TPS (tok/s)", f"{tp.count:,}", *tps, "")
+    parts.append(t)
+    parts.append(Text("* too few samples; TPS column Pxx = speed reached by xx% of requests",
+                      style="dim"))
+    spark_w = max(10, width - 26)
+    parts.append(Text(f"output tok/s {sparkline(tok.tolist(), spark_w)} "
+                      f"{(tok.max() if tok.size else 0):,.0f} max"))
+    parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
+                      f"{(req.max() if req.size else 0):,.1f} max"))
+    errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
+    parts.append(Text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    n_chunks = sum(stats.tokens_per_chunk.values())
+    if n_chunks:
+        tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(
+            stats.tokens_per_chunk.items())[:8])
+        mean = sum(k * v for k, v in stats.tokens_per_chunk.items()) / n_chunks
+        parts.append(Text(f"tokens/chunk: {tpc}  mean {mean:.2f}"))
+    sl = stats.hists["schedule_lag"].percentiles([50.0, 99.0])
+    ll = stats.hists["loop_lag"].percentiles([99.0])
+    cpu = " ".join(f"{c:.0f}%" for c in stats.cpu_percent[:8]) or "-"
+    dropped = sum(h.dropped for h in stats.hists.values())
+    parts.append(Text(f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
+                      f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
+                      + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
+                      + (f"  dropped samples {dropped}" if dropped else "")))
+    why = bottleneck(stats)
+    if why:
+        parts.append(Text(f"WARNING load generator is the bottleneck: {why}", style="bold red"))
+    if server_gauges:
+        parts.append(Text("server: " + "  ".join(
+            f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
+            f"{label} {server_gauges[name]:,.0f}"
+            for name, label in GAUGES.items() if name in server_gauges)))
+    return Group(*parts)
+
+
+def progress_line(stats: LiveStats, total_requests: int | None = None) -> str:
+    """The plain one-line form for non-TTY output."""
+    stats.flush()
+    total = total_requests or stats.total
+    done = stats.done or (stats.ok + stats.failed + stats.warmup)
+    tpot = stats.hists["tpot"].percentiles([90.0])[90.0]
+    ttft = stats.hists["ttft"].percentiles([90.0])[90.0]
+    p90 = f"{1e9 / tpot:,.1f}" if tpot else "-"
+    line = (f"{done:,}/{total:,} requests, {stats.failed:,} failed, in flight "
+            f"{stats.in_flight:,}, P90 TPS {p90} tok/s, TTFT P90 {_ms(ttft)} ms, "
+            f"ETA {_eta(done, total, stats.elapsed_ns)}")
+    why = bottleneck(stats)
+    return line + (f" [load generator bottleneck: {why}]" if why else "")
+
+
+def scrape_gauges(url: str, timeout: float = 0.5) -> dict[str, float]:
+    """Sum the dashboard's gauges over label sets from a Prometheus /metrics endpoint."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        text = resp.read().decode("utf-8", "replace")
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in GAUGES or s.name.removesuffix("_total") in GAUGES:
+                name = s.name.removesuffix("_total")
+                out[name] = out.get(name, 0.0) + float(s.value)
+    return out
+
+
+def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
+                 gauges_url: str | None, tty: bool) -> None:
+    console = Console(force_terminal=tty, width=None if tty else 120)
+    seen = -1
+    stats: LiveStats | None = None
+    gauges: dict[str, float] = {}
+    last_scrape = last_line = 0.0
+    live = None
+    if tty:
+        from rich.live import Live
+
+        live = Live(console=console, auto_refresh=False, transient=False)
+        live.start()
+    try:
+        while True:
+            stopping = stop.is_set()
+            if seq.value != seen and lock.acquire(timeout=0.1):
+                try:
+                    seen = seq.value
+                    data = ctypes.string_at(ctypes.addressof(buf), length.value)
+                finally:
+                    lock.release()
+                stats = LiveStats.decode(data)
+            now = time.monotonic()
+            if gauges_url and now - last_scrape > 1.0:
+                last_scrape = now
+                try:
+                    gauges = scrape_gauges(gauges_url)
+                except (OSError, ValueError):
+                    gauges = {}
+            if stats is not None:
+                if live is not None:
+                    size = console.size
+                    live.update(render_dashboard(stats, size.width, size.height,
+                                                 total_requests=total, title=title,
+                                                 server_gauges=gauges), refresh=True)
+                elif stopping or now - last_line >= 5.0:
+                    last_line = now
+                    print(progress_line(stats, total), flush=True)
+            if stopping:
+                break
+            time.sleep(1.0 / FPS)
+    finally:
+        if live is not None:
+            live.stop()
+
+
+class DashboardProcess:
+    """Renders snapshots in a child process; ``update`` never blocks the caller."""
+
+    def __init__(self, total_requests: int, title: str = "agent-replay",
+                 server_gauges_url: str | None = None, *, tty: bool | None = None) -> None:
+        self.total_requests = total_requests
+        self.title = title
+        self.server_gauges_url = server_gauges_url
+        self.tty = sys.stdout.isatty() if tty is None else tty
+        ctx = mp.get_context("spawn")
+        self._ctx = ctx
+        self._buf = ctx.RawArray("B", SLOT_BYTES)
+        self._seq = ctx.RawValue("q", 0)
+        self._len = ctx.RawValue("q", 0)
+        self._lock = ctx.Lock()
+        self._stop = ctx.Event()
+        self._proc: Any = None
+        self.sent = 0
+        self.skipped = 0
+
+    def start(self) -> None:
+        self._proc = self._ctx.Process(
+            target=_render_loop, name="agent-replay-dashboard", daemon=True,
+            args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
+                  self.title, self.server_gauges_url, self.tty))
+        self._proc.start()
+
+    def update(self, encoded: bytes) -> bool:
+        """Offer a snapshot; False when it was skipped (renderer busy or snapshot too big)."""
+        n = len(encoded)
+        if n > SLOT_BYTES or not self._lock.acquire(block=False):
+            self.skipped += 1
+            return False
+        try:
+            ctypes.memmove(self._buf, encoded, n)
+            self._len.value = n
+            self._seq.value += 1
+        finally:
+            self._lock.release()
+        self.sent += 1
+        return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Draw the last frame and end the child process."""
+        if self._proc is None:
+            return
+        self._stop.set()
+        self._proc.join(timeout)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(1.0)
+        self._proc = None
+
+    def __enter__(self) -> DashboardProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

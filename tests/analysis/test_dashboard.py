@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from rich.console import Console
+
+from analysis.dashboard import (
+    DashboardProcess,
+    bottleneck,
+    progress_line,
+    render_dashboard,
+    scrape_gauges,
+    sparkline,
+)
+from analysis.fixtures import synthetic_results
+from analysis.live import LiveStats
+
+
+def _stats(n: int = 400) -> LiveStats:
+    st = LiveStats()
+    for row in synthetic_results(n, seed=5, failed_fraction=0.05).to_pylist():
+        st.observe_request(row)
+        st.observe_lag(200_000, 50_000)
+    st.set_progress(n, 1000, 12, 7, 9_000_000_000, 35.0)
+    return st
+
+
+def _draw(st: LiveStats, width: int = 100, height: int = 30, **kw: object) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, height=height, color_system=None).print(
+        render_dashboard(st, width, height, **kw))  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def test_dashboard_fits_100x30_and_shows_everything() -> None:
+    out = _draw(_stats(), server_gauges={"vllm:num_requests_running": 12.0,
+                                         "vllm:kv_cache_usage_perc": 0.42})
+    lines = out.splitlines()
+    assert len(lines) <= 30 and max(len(x) for x in lines) <= 100
+    for needle in ("400/1,000 requests", "ETA", "sessions 7", "in flight 12", "TTFT", "TPOT",
+                   "ITL/token", "chunk gap", "E2E", "req TPS", "P99.9", "output tok/s",
+                   "errors: ", "tokens/chunk: 1:", "schedule lag P50 0.20", "CPU 35%",
+                   "running 12", "KV cache 42%"):
+        assert needle in out, needle
+    assert "bottleneck" not in out
+
+
+def test_bottleneck_warning_and_plain_line() -> None:
+    st = _stats(200)
+    st.set_progress(200, 1000, 3, 2, 1_000_000_000, 97.0)
+    for _ in range(200):
+        st.observe_lag(25_000_000, 0)
+    why = bottleneck(st)
+    assert why is not None and "CPU 97%" in why and "schedule lag P99" in why
+    assert "WARNING load generator is the bottleneck" in _draw(st)
+    line = progress_line(st, 1000)
+    assert line.startswith("200/1,000 requests") and "P90 TPS" in line and "bottleneck" in line
+
+
+def test_empty_stats_render() -> None:
+    out = _draw(LiveStats(), total_requests=10)
+    assert "0/10 requests" in out and "errors: none" in out
+
+
+def test_sparkline() -> None:
+    assert sparkline([0, 1, 2, 4], 10) == "▁▃▅█"
+    assert sparkline([5.0] * 20, 4) == "████"
+    assert sparkline([], 5) == ""
+
+
+@pytest.fixture
+def metrics_url() -> Iterator[str]:
+    body = (b"# TYPE vllm:num_requests_running gauge\n"
+            b'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+            b'vllm:num_requests_running{engine="1",model_name="m"} 4.0\n'
+            b"# TYPE vllm:num_preemptions counter\n"
+            b'vllm:num_preemptions_total{engine="0",model_name="m"} 9.0\n')
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_scrape_gauges(metrics_url: str) -> None:
+    g = scrape_gauges(metrics_url)
+    assert g == {"vllm:num_requests_running": 7.0, "vllm:num_preemptions": 9.0}
+
+
+def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    st = _stats(100)
+    d = DashboardProcess(total_requests=100, title="t", tty=False)
+    d.start()
+    try:
+        assert d.update(st.encode()) is True
+        assert d.update(b"x" * (5 << 20)) is False  # larger than the slot: skipped
+    finally:
+        d.stop()
+    out = capfd.readouterr().out
+    assert "100/100 requests" in out and "P90 TPS" in out
+    assert d.sent == 1 and d.skipped == 1
