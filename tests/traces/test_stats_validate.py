@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from traces.errors import TraceError
+from traces.io import conform
+from traces.schema import TraceMeta
+from traces.stats import implied_cached_tokens, matched_blocks, prefix_reuse, summarize
+from traces.validate import validate, validate_or_raise
+
+
+def table(**cols: list[object]) -> pa.Table:
+    n = len(next(iter(cols.values())))
+    base: dict[str, list[object]] = {
+        "session_id": ["s"] * n, "request_index": list(range(n)),
+        "parent_index": [-1] + list(range(n - 1)), "arrival_ns": list(range(n)),
+        "input_tokens": [16] * n, "output_tokens": [1] * n,
+    }
+    base.update(cols)
+    return conform(pa.table(base))
+
+
+def test_implied_cached_tokens_hand_computed() -> None:
+    # arrival order: row0 (t=0), row2 (t=1, file order tie-break), row1 (t=1), row3 (t=5)
+    t = table(arrival_ns=[0, 1, 1, 5], input_tokens=[30, 40, 20, 64],
+              hash_ids=[[1, 2], [1, 2, 3], [1, 7], [9, 2, 3, 4]],
+              session_id=["a", "b", "c", "d"], request_index=[0, 0, 0, 0], parent_index=[-1] * 4)
+    assert matched_blocks(t).tolist() == [0, 2, 1, 0]
+    # row1: 2 blocks * 16 = 32 <= 40; row2: 1 block = 16; row3 leads with an unseen hash
+    assert implied_cached_tokens(t, 16).tolist() == [0, 32, 16, 0]
+    assert prefix_reuse(t) == pytest.approx(3 / 11)
+
+
+def test_implied_cached_tokens_caps_at_input_and_handles_nulls() -> None:
+    t = table(input_tokens=[20, 20, 5], hash_ids=[[1, 2], [1, 2], None])
+    assert implied_cached_tokens(t, 16).tolist() == [0, 20, 0]
+    assert prefix_reuse(table(hash_ids=[None, None])) is None
+
+
+def test_summary_counts() -> None:
+    t = table(session_id=["a", "a", "b"], request_index=[0, 1, 0], parent_index=[-1, 0, -1],
+              arrival_ns=[0, 61_000_000_000, 62_000_000_000], think_ns=[None, 2_000_000_000, None])
+    s = summarize(t, 16)
+    assert (s.requests, s.sessions, s.span_ns) == (3, 2, 62_000_000_000)
+    assert s.per_minute == [1, 2]
+    assert s.think_s["count"] == 1 and s.think_s["p50"] == 2.0
+    assert s.turns_per_session["max"] == 2
+
+
+def test_valid_table_has_no_problems() -> None:
+    t = table(hash_ids=[[1], [1], [1]], cached_tokens=[0, 16, 16])
+    assert validate(t, TraceMeta(block_size=16), "ok.parquet") == []
+
+
+@pytest.mark.parametrize(("cols", "field", "row"), [
+    ({"request_index": [0, 0, 1]}, "request_index", 1),
+    ({"parent_index": [-1, 0, 2]}, "parent_index", 2),
+    ({"parent_index": [-1, 0, -5]}, "parent_index", 2),
+    ({"arrival_ns": [0, 10, 5]}, "arrival_ns", 2),
+    ({"input_tokens": [16, -1, 16]}, "input_tokens", 1),
+    ({"output_tokens": [1, 1, -3]}, "output_tokens", 2),
+    ({"hash_ids": [[1], [1, 2], [1]]}, "hash_ids", 1),
+    ({"cached_tokens": [0, 17, None]}, "cached_tokens", 1),
+    ({"think_ns": [None, -1, 0]}, "think_ns", 1),
+])
+def test_each_rule_names_row_and_field(cols: dict[str, list[object]], field: str, row: int) -> None:
+    problems = validate(table(**cols), TraceMeta(block_size=16), "bad.parquet")
+    assert any(p.field == field and p.row == row for p in problems), problems
+    with pytest.raises(TraceError, match=rf"bad\.parquet, row {row}"):
+        validate_or_raise(table(**cols), TraceMeta(block_size=16), "bad.parquet")
+
+
+def test_parent_must_exist_in_same_session() -> None:
+    t = table(session_id=["a", "b"], request_index=[0, 1], parent_index=[-1, 0])
+    problems = validate(t, TraceMeta(block_size=16), "x")
+    assert [(p.row, p.field) for p in problems] == [(1, "parent_index")]
+
+
+def test_wrong_types_and_missing_columns() -> None:
+    t = pa.table({"session_id": ["a"], "request_index": pa.array([0], pa.int64())})
+    fields = {p.field for p in validate(t, TraceMeta(), "x")}
+    assert {"request_index", "arrival_ns", "input_tokens"} <= fields
+
+
+def test_validate_is_vectorized_on_a_large_table() -> None:
+    n = 200_000
+    sess = np.repeat(np.arange(n // 10), 10)
+    idx = np.tile(np.arange(10), n // 10)
+    t = conform(pa.table({
+        "session_id": pa.array(sess.astype(str)), "request_index": pa.array(idx, pa.int32()),
+        "parent_index": pa.array(idx - 1, pa.int32()), "arrival_ns": pa.array(idx * 10, pa.int64()),
+        "input_tokens": pa.array(np.full(n, 5), pa.int32()), "output_tokens": pa.array(np.ones(n), pa.int32()),
+    }))
+    assert validate(t, TraceMeta(), "big") == []
+    bad = t.set_column(3, "arrival_ns", pa.array(np.where(np.arange(n) == 12345, 0, idx * 10), pa.int64()))
+    problems = validate(bad, TraceMeta(), "big")
+    assert [(p.row, p.field) for p in problems] == [(12345, "arrival_ns")]
