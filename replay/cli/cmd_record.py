@@ -1,9 +1,95 @@
-"""CLI commands for this area (registered by replay.cli)."""
+"""``agent-replay record``: run the recording proxy until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import sys
 from typing import Any
+
+from traces.errors import InputError
 
 
 def register(sub: Any) -> None:
-    """Add this area's parsers to ``sub``."""
+    p = sub.add_parser(
+        "record", help="record agent traffic through a proxy into a trace",
+        description="Run a reverse proxy in front of an OpenAI- or Anthropic-compatible "
+        "endpoint; point agents' base URL at it. Every LLM request becomes one trace row in "
+        "TRACE_DIR/part-NNNNN.parquet. Ctrl-C (or SIGTERM) flushes and exits 0.")
+    p.add_argument("--upstream", required=True, help="base URL of the real endpoint, "
+                   "e.g. http://127.0.0.1:8000 or https://api.anthropic.com")
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="where agents connect (default 127.0.0.1:8080; port 0 picks one)")
+    p.add_argument("-o", "--output", required=True, metavar="TRACE_DIR",
+                   help="trace folder to write part files into")
+    p.add_argument("--force", action="store_true",
+                   help="delete part files already in TRACE_DIR instead of refusing")
+    p.add_argument("--content", choices=("hashed", "full", "none"), default="hashed",
+                   help="hashed: prefix-block hashes only (default); full: also the request "
+                   "bodies (credential fields removed); none: neither")
+    p.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
+                   help="tokenizer.json (tokenizers library) to cut hash blocks on tokens; "
+                   "without it blocks are cut on bytes (4 bytes per token)")
+    p.add_argument("--block-size", type=int, default=64, help="tokens per hash block (default 64)")
+    p.add_argument("--hash-seed", type=int, default=None,
+                   help="fixed hash seed to compare ids across recordings (default: random)")
+    p.add_argument("--session-header", default="X-Session-ID",
+                   help="request header naming the session (default X-Session-ID)")
+    p.add_argument("--flush-interval", type=float, default=2.0, metavar="SECONDS",
+                   help="write buffered rows this often (default 2; at most this much is lost "
+                   "if the recorder is killed)")
+    p.add_argument("--read-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="give up on an upstream silent this long (default 600; 0: never)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --listen address")
+    p.add_argument("--quiet", action="store_true", help="no status line")
+    p.set_defaults(func=cmd_record)
+
+
+def cmd_record(args: Any) -> int:
+    from replay.record import Recorder
+
+    if args.flush_interval <= 0:
+        raise InputError("--flush-interval must be > 0")
+    rec = Recorder(
+        args.upstream, args.listen, args.output, content=args.content, force=args.force,
+        tokenizer=args.tokenizer, block_size=args.block_size, hash_seed=args.hash_seed,
+        session_header=args.session_header, flush_interval_s=args.flush_interval,
+        read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote)
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
+        runner = asyncio.run
+    runner(_serve(rec, quiet=args.quiet))
+    return 0
+
+
+async def _serve(rec: Any, *, quiet: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await rec.start()
+    print(f"agent-replay record: {rec.url} -> {rec.config.upstream}, writing "
+          f"{rec.config.out_dir}/ (content {rec.config.content}); Ctrl-C to stop",
+          file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()
+    last = ""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=1.0 if tty else 10.0)
+        except asyncio.TimeoutError:
+            pass
+        if not quiet:
+            line = rec.status_line()
+            if tty:
+                print("\r\x1b[2K" + line, end="", file=sys.stderr, flush=True)
+            elif line != last:
+                print(line, file=sys.stderr, flush=True)
+            last = line
+    if tty and not quiet:
+        print(file=sys.stderr)
+    await rec.stop()
+    print("agent-replay record: stopped; " + rec.status_line(), file=sys.stderr, flush=True)

