@@ -44,18 +44,36 @@ def matched_blocks(table: pa.Table) -> np.ndarray:
     flat = _np(pc.list_flatten(hashes), np.int64)
     if flat.size == 0:
         return np.zeros(n, np.int64)
-    order = arrival_order(table)
-    rank = np.empty(n, np.int64)
-    rank[order] = np.arange(n, dtype=np.int64)
+    arrival = _np(_column(table, "arrival_ns"), np.int64)
+    in_order = bool(np.all(arrival[1:] >= arrival[:-1]))
     row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    elem_rank = rank[row_of]
-    # the earliest rank at which each hash value appears
-    by_rank = np.argsort(elem_rank, kind="stable")
-    uniq, first_pos, inverse = np.unique(flat[by_rank], return_index=True, return_inverse=True)
-    first_rank_sorted = elem_rank[by_rank][first_pos][inverse]
-    first_rank = np.empty_like(first_rank_sorted)
-    first_rank[by_rank] = first_rank_sorted
-    seen = first_rank < elem_rank
+    if in_order:  # the common case: rank == row, elements already in rank order
+        elem_rank = row_of
+        vals = flat
+    else:
+        order = np.argsort(arrival, kind="stable")
+        rank = np.empty(n, np.int64)
+        rank[order] = np.arange(n, dtype=np.int64)
+        elem_rank = rank[row_of]
+        by_rank = np.argsort(elem_rank, kind="stable")
+        vals = flat[by_rank]
+    r = elem_rank if in_order else elem_rank[by_rank]
+    # group equal hashes (stable, so each group's first element has the earliest rank)
+    o = np.argsort(vals, kind="stable")
+    sv = vals[o]
+    start = np.empty(sv.size, bool)
+    start[0] = True
+    np.not_equal(sv[1:], sv[:-1], out=start[1:])
+    gid = np.cumsum(start) - 1
+    ro = r[o]
+    seen_sorted = ro[start][gid] < ro
+    seen_r = np.empty(sv.size, bool)
+    seen_r[o] = seen_sorted
+    if in_order:
+        seen = seen_r
+    else:
+        seen = np.empty(sv.size, bool)
+        seen[by_rank] = seen_r
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     pos = np.arange(flat.size, dtype=np.int64) - np.repeat(starts, lengths)
     big = np.iinfo(np.int64).max
@@ -65,7 +83,6 @@ def matched_blocks(table: pa.Table) -> np.ndarray:
     if nonempty.any():
         firsts = np.minimum.reduceat(first_miss_pos, starts[nonempty])
         out[nonempty] = np.minimum(firsts, lengths[nonempty])
-    del uniq
     return out
 
 
@@ -107,6 +124,11 @@ def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
     """Session of each row as a dense integer code, and the number of sessions."""
     col = _column(table, "session_id")
     if pa.types.is_dictionary(col.type):
+        arr = col.unify_dictionaries().combine_chunks() if col.num_chunks > 1 else col.combine_chunks()
+        codes = _np(arr.indices, np.int64)
+        used = np.unique(codes)  # dictionary entries may be unused: count only the used ones
+        if used.size == len(arr.dictionary) and used.size == len(pc.unique(arr.dictionary)):
+            return codes, int(used.size)
         col = col.cast(col.type.value_type)
     enc = col.combine_chunks().dictionary_encode()
     return _np(enc.indices, np.int64), len(enc.dictionary)
@@ -149,8 +171,14 @@ def summarize(table: pa.Table, block_size: int) -> TraceSummary:
     turns = np.bincount(codes, minlength=n_sessions).astype(np.float64)
     cached_col = _column(table, "cached_tokens")
     cached_total = int(pc.sum(cached_col).as_py() or 0) if cached_col.null_count < n else None
-    reuse = prefix_reuse(table)
-    implied = int(implied_cached_tokens(table, block_size).sum()) if reuse is not None else None
+    hashes = _column(table, "hash_ids")
+    total_blocks = int(pc.sum(pc.fill_null(pc.list_value_length(hashes.combine_chunks()), 0)).as_py() or 0)
+    reuse: float | None = None
+    implied: int | None = None
+    if total_blocks:
+        matched = matched_blocks(table)
+        reuse = float(matched.sum()) / total_blocks
+        implied = int(np.minimum(matched * int(block_size), inputs).sum())
     models: dict[str, int] = {}
     if "model" in table.column_names and _column(table, "model").null_count < n:
         vc = pc.value_counts(_column(table, "model").cast(pa.string()).combine_chunks())
