@@ -107,10 +107,12 @@ class _ResponsesDecoder:
         return response_usage(self.usage)
 
 
-def response_usage(usage: Any) -> tuple[int | None, int | None, int | None]:
+def response_usage(usage: Any, uncached_input: bool = False
+                   ) -> tuple[int | None, int | None, int | None]:
     """(prompt tokens, output tokens, cached prompt tokens) of a usage object of any API.
 
-    Anthropic counts only uncached input in ``input_tokens``; the prompt is that plus
+    Messages usage: vLLM reports the whole prompt in ``input_tokens``; Anthropic's API
+    (``uncached_input``) only the uncached part, the prompt being that plus
     ``cache_read_input_tokens`` and ``cache_creation_input_tokens``."""
     if not isinstance(usage, dict):
         return None, None, None
@@ -118,7 +120,7 @@ def response_usage(usage: Any) -> tuple[int | None, int | None, int | None]:
         inp = usage.get("input_tokens")
         read = usage.get("cache_read_input_tokens") or 0
         made = usage.get("cache_creation_input_tokens") or 0
-        total = inp + read + made if isinstance(inp, int) else None
+        total = inp + (read + made if uncached_input else 0) if isinstance(inp, int) else None
         out = usage.get("output_tokens")
         return total, out if isinstance(out, int) else None, read if isinstance(read, int) else None
     details = usage.get("input_tokens_details")
@@ -132,8 +134,9 @@ class ResponseObserver:
     (returns the bytes to forward now), ``end`` at the end of the body (returns the last
     bytes to forward). Then read the attributes."""
 
-    def __init__(self, api: str, *, injected_usage: bool) -> None:
+    def __init__(self, api: str, *, injected_usage: bool, uncached_input: bool = False) -> None:
         self.api = api
+        self.uncached_input = uncached_input
         self.injected_usage = injected_usage
         self.status = 0
         self.streamed = False
@@ -242,13 +245,15 @@ class ResponseObserver:
             if self._decoder is None:
                 return None, None, None
             if isinstance(self._decoder, MessagesStreamDecoder):
-                inp, out, cached = response_usage(self._decoder.usage)
+                inp, out, cached = response_usage(self._decoder.usage, self.uncached_input)
                 if out is None and self._decoder.usage is not None:
                     out = self._decoder.usage.get("output_tokens")
                 return inp, out, cached
             return response_usage(self._decoder.usage)
         obj = self.json_body()
-        return response_usage(obj.get("usage")) if isinstance(obj, dict) else (None, None, None)
+        if not isinstance(obj, dict):
+            return None, None, None
+        return response_usage(obj.get("usage"), self.uncached_input)
 
     def exact_counts(self) -> bool:
         dec = self._decoder

@@ -68,6 +68,9 @@ class ProxyHandler:
         self.read_timeout_s = read_timeout_s
         self.clock = clock
         self.session_header = session_header
+        self.uncached_input = "anthropic.com" in self.upstream.split("/")[2] \
+            if "//" in self.upstream else False
+        """Anthropic's own API counts only uncached prompt tokens in ``input_tokens``."""
         self.passed_through = 0
         self.in_flight = 0
 
@@ -145,7 +148,8 @@ class ProxyHandler:
     async def _exchange(self, request: web.Request, ex: Exchange, body: bytes
                         ) -> web.StreamResponse:
         headers = end_to_end_headers(request.headers, _DROP_REQUEST)
-        obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage)
+        obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
+                               uncached_input=self.uncached_input)
         ex.observer = obs
         out: web.StreamResponse | None = None
         clock = self.clock
