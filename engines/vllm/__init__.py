@@ -1,0 +1,5 @@
+"""vLLM as a first-class target: deployment profiles, argument checks, launcher, tiny models."""
+
+from engines.vllm.profiles import PROFILES, Command, Deployment, Profile, build, get_profile
+
+__all__ = ["PROFILES", "Command", "Deployment", "Profile", "build", "get_profile"]

@@ -1,0 +1,471 @@
+"""vLLM deployment profiles as data, and the exact per-node commands they produce.
+
+A profile is a name, the flags and environment every ``vllm serve`` of it carries, a set of
+typed knobs (``--set name=value``) and a layout rule that places instances on GPUs and
+nodes. ``build(profile, model=..., gpus=..., nodes=...)`` returns a ``Deployment``: one
+``Command`` per process to start (env + argv), in start order.
+
+Profiles:
+
+``standard``
+    One instance over every GPU: tensor parallel within a node, pipeline parallel across
+    nodes (multi-node over vLLM's own multiprocessing backend, ``--headless`` workers).
+``dedicated-decode``
+    A latency-tuned decode instance: ``--performance-mode interactivity``, a small
+    ``--max-num-seqs``, MTP speculative decoding with 3 draft tokens, prefill admitted only
+    every few steps (``--prefill-schedule-interval``). ``role=pd-decode`` makes it the
+    decode side of a prefill/decode split over NixlConnector. One replica per node.
+``wide-ep``
+    Data-parallel attention with expert parallelism over every GPU: ``-dp/-dpl/-dpa/-dpp``,
+    ``-dpr`` plus ``--headless`` on secondary nodes, ``--enable-expert-parallel``,
+    ``--enable-eplb`` with ``--eplb-config``, an ``--all2all-backend``.
+``pd-disagg``
+    A prefill instance and a decode instance (the dedicated-decode flags) connected by
+    NixlConnector, with vllm-router in front.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from engines.vllm.versions import adapt_argv
+from traces.errors import InputError
+
+Flag = tuple[str, "str | None"]
+
+#: Multicast over NVLink is off in every profile: it is what fails first on shared or
+#: virtualised hosts, and none of these deployments depends on it.
+NO_MULTICAST_ENV: tuple[tuple[str, str], ...] = (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    name: str
+    default: int | float | str | bool | None
+    help: str
+
+    def parse(self, text: str) -> int | float | str | bool | None:
+        low = text.strip().lower()
+        try:
+            if low in ("none", "null"):
+                return None
+            if isinstance(self.default, bool):
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+            if isinstance(self.default, int):
+                return int(text)
+            if isinstance(self.default, float):
+                return float(text)
+            if self.default is None:
+                try:
+                    return _number(text)
+                except ValueError:
+                    return text
+            return text
+        except ValueError:
+            kind = type(self.default).__name__
+            raise InputError(f"--set {self.name}={text}: expected {kind}") from None
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One process to start: ``env`` + ``argv`` on ``node``."""
+
+    name: str
+    node: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    is_vllm_serve: bool = True
+    port: int | None = None
+
+    @property
+    def serve_args(self) -> list[str]:
+        """The arguments after ``vllm serve`` (model first); empty for other programs."""
+        return list(self.argv[2:]) if self.is_vllm_serve else []
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={_quote(v)}" for k, v in self.env)
+        cmd = " ".join(_quote(a) for a in self.argv)
+        return f"{env} {cmd}" if env else cmd
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "node": self.node, "env": dict(self.env),
+                "argv": list(self.argv), "port": self.port}
+
+
+_PLACEHOLDER = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
+
+
+def _quote(text: str) -> str:
+    # "${HEAD_IP}" style placeholders stay expandable by the user's shell.
+    if "${" in text and _SAFE.fullmatch(_PLACEHOLDER.sub("", text)):
+        return text
+    return shlex.quote(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    profile: str
+    model: str
+    gpus: int
+    nodes: int
+    commands: tuple[Command, ...]
+    endpoint: str
+    notes: tuple[str, ...] = ()
+    knobs: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"profile": self.profile, "model": self.model, "gpus": self.gpus,
+                "nodes": self.nodes, "endpoint": self.endpoint, "knobs": dict(self.knobs),
+                "commands": [c.to_dict() for c in self.commands], "notes": list(self.notes)}
+
+    def render(self) -> str:
+        lines = [f"# profile {self.profile}: {self.model} on {self.gpus} GPU(s), "
+                 f"{self.nodes} node(s); clients use {self.endpoint}"]
+        lines += [f"# note: {n}" for n in self.notes]
+        for c in self.commands:
+            lines.append(f"# {c.name} (node {c.node})")
+            lines.append(c.shell())
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What a profile's layout rule receives."""
+
+    model: str
+    gpus: int
+    nodes: int
+    knobs: Mapping[str, object]
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    summary: str
+    flags: tuple[Flag, ...]
+    env: tuple[tuple[str, str], ...]
+    knobs: tuple[Knob, ...]
+    layout: Callable[[Profile, Layout], tuple[list[Command], str, list[str]]]
+    min_gpus: int = 1
+
+    def knob(self, name: str) -> Knob | None:
+        return next((k for k in self.knobs if k.name == name), None)
+
+
+COMMON_KNOBS: tuple[Knob, ...] = (
+    Knob("port", 8000, "API port of the (head) server"),
+    Knob("head_address", "${HEAD_IP}", "address of node 0 as other nodes reach it"),
+)
+
+DECODE_KNOBS: tuple[Knob, ...] = (
+    Knob("max_num_seqs", 16, "batch cap of the decode instance"),
+    Knob("spec_method", "mtp", "speculative decoding: mtp, ngram or none"),
+    Knob("spec_tokens", 3, "draft tokens per step (MTP nextn)"),
+    Knob("synthetic_acceptance_length", None,
+         "accept drafts synthetically at this mean acceptance length (for dummy weights)"),
+    Knob("prefill_schedule_interval", 4, "admit prefill only every N steps (1 = every step)"),
+)
+
+
+def _decode_flags(knobs: Mapping[str, object]) -> list[Flag]:
+    flags: list[Flag] = [("--performance-mode", "interactivity"),
+                         ("--max-num-seqs", str(knobs["max_num_seqs"]))]
+    interval = knobs["prefill_schedule_interval"]
+    if interval is not None and int(str(interval)) > 1:
+        flags.append(("--prefill-schedule-interval", str(interval)))
+    spec = _spec_config(knobs)
+    if spec is not None:
+        flags.append(("--speculative-config", spec))
+    return flags
+
+
+def _spec_config(knobs: Mapping[str, object]) -> str | None:
+    method = str(knobs["spec_method"] or "none")
+    if method == "none":
+        return None
+    if method not in ("mtp", "ngram"):
+        raise InputError(f"--set spec_method={method}: expected mtp, ngram or none")
+    cfg: dict[str, object] = {"method": method, "num_speculative_tokens": knobs["spec_tokens"]}
+    if method == "ngram":
+        cfg.update(prompt_lookup_max=4, prompt_lookup_min=2)
+    if knobs["synthetic_acceptance_length"] is not None:
+        cfg.update(rejection_sample_method="synthetic",
+                   synthetic_acceptance_length=knobs["synthetic_acceptance_length"])
+    return json.dumps(cfg, separators=(",", ":"))
+
+
+def _nixl(role: str = "kv_both") -> Flag:
+    return ("--kv-transfer-config",
+            json.dumps({"kv_connector": "NixlConnector", "kv_role": role}, separators=(",", ":")))
+
+
+def _serve(name: str, node: int, model: str, flags: Iterable[Flag],
+           env: Iterable[tuple[str, str]], port: int | None) -> Command:
+    argv = ["vllm", "serve", model]
+    for flag, value in flags:
+        argv.append(flag)
+        if value is not None:
+            argv.append(value)
+    return Command(name=name, node=node, argv=tuple(argv), env=tuple(env), port=port)
+
+
+def _standard_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
+    port = int(str(lay.knobs["port"]))
+    head = str(lay.knobs["head_address"])
+    base = [*p.flags, ("--tensor-parallel-size", str(lay.gpus_per_node))]
+    if lay.nodes == 1:
+        cmd = _serve("server", 0, lay.model, [*base, ("--port", str(port))], p.env, port)
+        return [cmd], f"http://localhost:{port}", []
+    base += [("--pipeline-parallel-size", str(lay.nodes)), ("--nnodes", str(lay.nodes)),
+             ("--master-addr", head), ("--master-port", str(lay.knobs["master_port"]))]
+    cmds = [_serve("head", 0, lay.model,
+                   [*base, ("--node-rank", "0"), ("--port", str(port))], p.env, port)]
+    cmds += [_serve(f"worker{i}", i, lay.model,
+                    [*base, ("--node-rank", str(i)), ("--headless", None)], p.env, None)
+             for i in range(1, lay.nodes)]
+    return cmds, f"http://{head}:{port}", []
+
+
+def _decode_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
+    port = int(str(lay.knobs["port"]))
+    role = str(lay.knobs["role"])
+    if role not in ("alone", "pd-decode"):
+        raise InputError(f"--set role={role}: expected alone or pd-decode")
+    flags = [*p.flags, *_decode_flags(lay.knobs),
+             ("--tensor-parallel-size", str(lay.gpus_per_node)), ("--port", str(port))]
+    notes = []
+    if role == "pd-decode":
+        flags.append(_nixl())
+        notes.append("decode side of a P/D split: put a prefill instance and a router "
+                     "(see the pd-disagg profile) in front")
+    cmds = [_serve(f"decode{i}", i, lay.model, flags, p.env, port) for i in range(lay.nodes)]
+    if lay.nodes > 1:
+        notes.append(f"{lay.nodes} independent replicas, one per node: balance clients "
+                     "over them with a router")
+    return cmds, f"http://localhost:{port}", notes
+
+
+def _wide_ep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
+    port = int(str(lay.knobs["port"]))
+    head = str(lay.knobs["head_address"])
+    backend = lay.knobs["all2all_backend"] or (
+        "allgather_reducescatter" if lay.nodes == 1 else "deepep_low_latency")
+    eplb = {"window_size": lay.knobs["eplb_window_size"],
+            "step_interval": lay.knobs["eplb_step_interval"],
+            "num_redundant_experts": lay.knobs["num_redundant_experts"]}
+    base: list[Flag] = [*p.flags, ("--data-parallel-size", str(lay.gpus)),
+                        ("--data-parallel-size-local", str(lay.gpus_per_node)),
+                        ("--all2all-backend", str(backend))]
+    if lay.knobs["eplb"]:
+        base += [("--enable-eplb", None),
+                 ("--eplb-config", json.dumps(eplb, separators=(",", ":")))]
+    if lay.nodes == 1:
+        cmd = _serve("server", 0, lay.model, [*base, ("--port", str(port))], p.env, port)
+        return [cmd], f"http://localhost:{port}", []
+    rpc = [("--data-parallel-address", head),
+           ("--data-parallel-rpc-port", str(lay.knobs["dp_rpc_port"]))]
+    cmds = [_serve("head", 0, lay.model, [*base, *rpc, ("--port", str(port))], p.env, port)]
+    for i in range(1, lay.nodes):
+        cmds.append(_serve(f"worker{i}", i, lay.model,
+                           [*base, *rpc, ("--data-parallel-start-rank",
+                                          str(i * lay.gpus_per_node)), ("--headless", None)],
+                           p.env, None))
+    return cmds, f"http://{head}:{port}", []
+
+
+def _pd_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
+    port = int(str(lay.knobs["port"]))
+    head = str(lay.knobs["head_address"])
+    prefill_gpus = int(str(lay.knobs["prefill_gpus"] or lay.gpus // 2))
+    decode_gpus = lay.gpus - prefill_gpus
+    if prefill_gpus < 1 or decode_gpus < 1:
+        raise InputError(f"pd-disagg: prefill_gpus={prefill_gpus} leaves "
+                         f"{decode_gpus} GPU(s) for decode; both need at least 1")
+    p_port, d_port = port + 100, port + 200
+    if lay.nodes == 1:
+        p_node, d_node = 0, 0
+        p_env = [*p.env, ("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(prefill_gpus)))),
+                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")]
+        d_env = [*p.env, ("CUDA_VISIBLE_DEVICES",
+                          ",".join(map(str, range(prefill_gpus, lay.gpus)))),
+                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5700")]
+        p_host = d_host = "localhost"
+    elif lay.nodes == 2:
+        if prefill_gpus != lay.gpus_per_node:
+            raise InputError("pd-disagg over 2 nodes puts prefill on node 0 and decode on "
+                             f"node 1: prefill_gpus must be {lay.gpus_per_node}")
+        p_node, d_node = 0, 1
+        p_env = [*p.env, ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")]
+        d_env = [*p.env, ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")]
+        p_host, d_host = head, str(lay.knobs["decode_address"])
+    else:
+        raise InputError("pd-disagg takes 1 or 2 nodes")
+    prefill = _serve("prefill", p_node, lay.model,
+                     [*p.flags, ("--tensor-parallel-size", str(prefill_gpus)),
+                      ("--port", str(p_port)), _nixl()], p_env, p_port)
+    decode = _serve("decode", d_node, lay.model,
+                    [*p.flags, *_decode_flags(lay.knobs),
+                     ("--tensor-parallel-size", str(decode_gpus)), ("--port", str(d_port)),
+                     _nixl()], d_env, d_port)
+    router = Command(
+        name="router", node=0, is_vllm_serve=False, port=port,
+        argv=("vllm-router", "--vllm-pd-disaggregation",
+              "--prefill", f"http://{p_host}:{p_port}", "--decode", f"http://{d_host}:{d_port}",
+              "--host", "0.0.0.0", "--port", str(port),
+              "--prefill-policy", "cache_aware", "--decode-policy", "power_of_two"))
+    notes = ["router: vllm-router (pip install vllm-router); its flags are not checked "
+             "by vLLM's parser"]
+    return [prefill, decode, router], f"http://{head if lay.nodes > 1 else 'localhost'}:{port}", notes
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("standard", "one instance over every GPU (TP in a node, PP across nodes)",
+                flags=(), env=NO_MULTICAST_ENV,
+                knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port")),
+                layout=_standard_layout),
+        Profile("dedicated-decode",
+                "latency-tuned decode instance (interactivity mode, small batch, MTP)",
+                flags=(), env=NO_MULTICAST_ENV,
+                knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
+                       Knob("role", "alone", "alone, or pd-decode (NixlConnector)")),
+                layout=_decode_layout),
+        Profile("wide-ep", "DP attention + expert parallelism + EPLB over every GPU",
+                flags=(("--enable-expert-parallel", None),), env=NO_MULTICAST_ENV,
+                knobs=(*COMMON_KNOBS,
+                       Knob("all2all_backend", None,
+                            "MoE all2all backend (default: allgather_reducescatter on one "
+                            "node, deepep_low_latency across nodes)"),
+                       Knob("eplb", True, "expert-parallel load balancing"),
+                       Knob("eplb_window_size", 1000, "EPLB window"),
+                       Knob("eplb_step_interval", 3000, "EPLB rebalance interval (steps)"),
+                       Knob("num_redundant_experts", 0, "EPLB redundant experts"),
+                       Knob("dp_rpc_port", 13345, "data-parallel RPC port on node 0")),
+                layout=_wide_ep_layout),
+        Profile("pd-disagg", "prefill + decode instances over NixlConnector, router in front",
+                flags=(), env=NO_MULTICAST_ENV,
+                knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
+                       Knob("prefill_gpus", None, "GPUs of the prefill instance "
+                            "(default: half)"),
+                       Knob("decode_address", "${DECODE_IP}", "address of the decode node")),
+                layout=_pd_layout, min_gpus=2),
+    )
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise InputError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def parse_sets(items: Iterable[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set {item!r}: expected key=value")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
+          sets: Iterable[tuple[str, str]] = (), version: str | None = None) -> Deployment:
+    """The commands of ``profile`` for ``model`` on ``gpus`` GPUs over ``nodes`` nodes.
+
+    ``sets`` are ``(key, value)`` pairs: a knob of the profile, or a vLLM flag (``max-num-seqs``
+    or ``--max-num-seqs``; ``prefill.KEY``/``decode.KEY`` only for that instance). Value
+    ``true`` or empty adds a bare flag, ``false`` removes it (or adds ``--no-FLAG``).
+    ``version``: adapt the commands to that vLLM release (see ``versions``).
+    """
+    p = get_profile(profile) if isinstance(profile, str) else profile
+    if not model:
+        raise InputError("--model is required")
+    if gpus < p.min_gpus:
+        raise InputError(f"profile {p.name} needs at least {p.min_gpus} GPUs, got {gpus}")
+    if nodes < 1 or gpus % nodes:
+        raise InputError(f"--gpus {gpus} does not divide over --nodes {nodes}")
+    knobs: dict[str, object] = {k.name: k.default for k in p.knobs}
+    flag_sets: list[tuple[str | None, str, str]] = []
+    for key, value in sets:
+        knob = p.knob(key)
+        if knob is not None:
+            knobs[key] = knob.parse(value)
+            continue
+        scope, dot, flag = key.partition(".")
+        if not dot:
+            scope, flag = "", key
+        if not flag.startswith("-"):
+            if flag.replace("_", "-") != flag or not flag.replace("-", "").isalnum():
+                raise InputError(f"--set {key}: not a knob of profile {p.name} "
+                                 f"({', '.join(k.name for k in p.knobs)}) nor a vLLM flag")
+            flag = "--" + flag
+        flag_sets.append((scope or None, flag, value))
+    commands, endpoint, notes = p.layout(p, Layout(model, gpus, nodes, knobs))
+    protected = frozenset(f for _, f, _ in flag_sets)
+    out: list[Command] = []
+    for cmd in commands:
+        if not cmd.is_vllm_serve:
+            out.append(cmd)
+            continue
+        args = cmd.serve_args[1:]
+        for only, flag, value in flag_sets:
+            if only is None or cmd.name.startswith(only):
+                args = _apply_flag(args, flag, value)
+        if version is not None:
+            args, adapt_notes = adapt_argv(args, version, protected=protected)
+            notes += [n for n in adapt_notes if n not in notes]
+        out.append(Command(name=cmd.name, node=cmd.node, argv=(*cmd.argv[:3], *args),
+                           env=cmd.env, port=cmd.port))
+    return Deployment(profile=p.name, model=model, gpus=gpus, nodes=nodes, commands=tuple(out),
+                      endpoint=endpoint, notes=tuple(notes), knobs=knobs)
+
+
+def _apply_flag(args: list[str], flag: str, value: str) -> list[str]:
+    out: list[str] = []
+    found = False
+    i = 0
+    while i < len(args):
+        has_value = i + 1 < len(args) and not args[i + 1].startswith("-")
+        width = 2 if has_value else 1
+        if args[i] == flag:
+            found = True
+            if value.lower() != "false":
+                out += [flag] if value.lower() in ("", "true") else [flag, value]
+        else:
+            out += args[i:i + width]
+        i += width
+    if not found:
+        if value.lower() in ("", "true"):
+            out.append(flag)
+        elif value.lower() == "false":
+            out.append("--no-" + flag[2:])
+        else:
+            out += [flag, value]
+    return out

