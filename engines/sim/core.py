@@ -177,10 +177,12 @@ class EngineCore:
                 take = min(budget, r.prefill_target - r.computed_tokens)
                 chunks.append((r, take))
                 budget -= take
-        used_blocks = sum(self._blocks(self._context(r)) for r in self.running)
+        used_blocks = -1
         while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
             r = self.waiting[0]
             need = self._blocks(r.prefill_target + 1)
+            if used_blocks < 0:
+                used_blocks = sum(self._blocks(self._context(x)) for x in self.running)
             if used_blocks + need > p.kv_cache_blocks and self.running:
                 break
             self.waiting.popleft()
@@ -193,7 +195,7 @@ class EngineCore:
         if not decode and not chunks:
             return None
         prefill_tokens = sum(t for _, t in chunks)
-        context = sum(self._context(r) for r in decode)
+        context = sum(r.prompt_len + r.num_generated for r in decode)
         duration = p.decode_step_ns(len(decode), context) + p.prefill_ns(prefill_tokens)
         end_ns = start_ns + max(1, duration)
         emissions: list[Emission] = []
@@ -240,11 +242,17 @@ class EngineCore:
         """Preempt the newest running request while the KV cache cannot hold the next step."""
         p = self.profile
         grow = 1 + p.num_speculative_tokens
-        while len(self.running) > 1:
-            need = sum(self._blocks(self._context(r) + grow) for r in self.running)
+        bs = p.block_size
+        running = self.running
+        # cheap bound first: ceil(x / bs) <= x / bs + 1
+        total = sum(r.prompt_len + r.num_generated for r in running)
+        if total + len(running) * (grow + bs) <= p.kv_cache_blocks * bs:
+            return
+        while len(running) > 1:
+            need = sum(self._blocks(self._context(r) + grow) for r in running)
             if need <= p.kv_cache_blocks:
                 return
-            victim = self.running.pop()
+            victim = running.pop()
             victim.num_preemptions += 1
             victim.computed_tokens = 0
             victim.prefill_target = self._context(victim)
@@ -269,16 +277,16 @@ class EngineCore:
     def _sample(self, r: SimRequest, n: int) -> tuple[list[int], str | None]:
         p = self.profile
         n = min(n, r.max_tokens - r.num_generated)
-        rng = r.rng
+        rnd = r.rng.random
         ids: list[int] = []
-        lo, hi = FIRST_WORD_ID, p.vocab_size - 1
+        lo, span = FIRST_WORD_ID, p.vocab_size - FIRST_WORD_ID
+        check_eos = not r.ignore_eos and p.eos_prob > 0
         for _ in range(n):
-            done = len(ids) + r.num_generated
-            if not r.ignore_eos and done >= r.min_tokens and rng.random() < p.eos_prob:
+            if check_eos and len(ids) + r.num_generated >= r.min_tokens and rnd() < p.eos_prob:
                 ids.append(p.eos_token_id)
                 r.num_generated += len(ids)
                 return ids, "stop"
-            ids.append(rng.randint(lo, hi))
+            ids.append(lo + int(rnd() * span))
         r.num_generated += len(ids)
         if r.num_generated >= r.max_tokens:
             return ids, "length"

@@ -158,17 +158,26 @@ class SimServer:
                     await asyncio.wait_for(wake.wait(), timeout)
                 next_start = None
                 continue
-            await self._sleep_until(res.end_ns)
-            end = res.end_ns
+            # encode every chunk before the deadline, so that only the writes remain after it
+            sinks = []
             for em in res.emissions:
-                req = em.request
-                if req.aborted:
+                sink = em.request.sink
+                try:
+                    sink.prepare(em.token_ids, em.finish_reason)
+                    sinks.append(sink)
+                except Exception:  # one broken stream must not stop the engine
+                    log.exception("sim: encoding request %s failed", em.request.request_id)
+                    sink.abort()
+            end = res.end_ns
+            await self._sleep_until(end)
+            for sink in sinks:
+                if sink.req.aborted:
                     continue
                 try:
-                    req.sink.emit(em.token_ids, em.finish_reason, end)
-                except Exception:  # one broken stream must not stop the engine
-                    log.exception("sim: writing request %s failed", req.request_id)
-                    req.sink.abort()
+                    sink.flush(end)
+                except Exception:
+                    log.exception("sim: writing request %s failed", sink.request_id)
+                    sink.abort()
             next_start = end
 
     async def _sleep_until(self, deadline: int) -> None:

@@ -70,7 +70,8 @@ class BaseSink:
 class StreamSink(BaseSink):
     """Writes SSE chunks directly to the connection's transport."""
 
-    __slots__ = ("encoder", "killed", "pending", "ready", "transport")
+    __slots__ = ("encoder", "killed", "next_data", "next_finish", "next_tokens", "pending", "ready",
+                 "transport")
 
     def __init__(self, *, transport: asyncio.Transport | None, encoder: Any, **kw: Any) -> None:
         super().__init__(**kw)
@@ -79,6 +80,9 @@ class StreamSink(BaseSink):
         self.ready = False  # headers not yet written: buffer chunks until they are
         self.pending: list[bytes] = []
         self.killed = False
+        self.next_data = b""
+        self.next_tokens = 0
+        self.next_finish: str | None = None
 
     def set_ready(self) -> None:
         self.ready = True
@@ -86,14 +90,22 @@ class StreamSink(BaseSink):
             self.transport.write(b"".join(self.pending))
         self.pending.clear()
 
-    def emit(self, ids: list[int], finish: str | None, sched_ns: int) -> None:
+    def prepare(self, ids: list[int], finish: str | None) -> None:
+        """Encode the chunk of the coming step ahead of its deadline."""
+        data = self.encoder.chunk(ids, finish)
+        if finish is not None:
+            data += self.encoder.final(self.cached(), finish)
+        self.next_data = data
+        self.next_tokens = len(ids)
+        self.next_finish = finish
+
+    def flush(self, sched_ns: int) -> None:
+        """Write the prepared chunk (at the step's deadline)."""
         tr = self.transport
         if tr is None or tr.is_closing():
             self.abort()
             return
-        data = self.encoder.chunk(ids, finish)
-        if finish is not None:
-            data += self.encoder.final(self.cached(), finish)
+        data = self.next_data
         if self.fault.any_stream_fault and self._fault(tr, data, sched_ns):
             return
         framed = b"%x\r\n%b\r\n" % (len(data), data)
@@ -103,11 +115,15 @@ class StreamSink(BaseSink):
             self.pending.append(framed)
         self.chunk_ns.append(time.monotonic_ns())
         self.chunk_sched.append(sched_ns)
-        self.chunk_tokens.append(len(ids))
-        if finish is not None:
+        self.chunk_tokens.append(self.next_tokens)
+        if self.next_finish is not None:
             self._finish()
         elif self.fault.stall_after == len(self.chunk_ns) and self.req is not None:
             self.req.stall_until_ns = sched_ns + int(self.fault.stall_ms * 1e6)
+
+    def emit(self, ids: list[int], finish: str | None, sched_ns: int) -> None:
+        self.prepare(ids, finish)
+        self.flush(sched_ns)
 
     def _fault(self, tr: asyncio.Transport, data: bytes, sched_ns: int) -> bool:
         """Apply stream faults before chunk number len(chunk_ns)+1; True when the stream died."""
@@ -142,18 +158,26 @@ class StreamSink(BaseSink):
 class BufferSink(BaseSink):
     """Collects all tokens of a non-streaming request."""
 
-    __slots__ = ("finish_reason", "ids")
+    __slots__ = ("_n", "finish_reason", "ids")
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.ids: list[int] = []
+        self._n = 0
         self.finish_reason: str | None = None
 
-    def emit(self, ids: list[int], finish: str | None, sched_ns: int) -> None:
+    def prepare(self, ids: list[int], finish: str | None) -> None:
         self.ids.extend(ids)
+        self._n = len(ids)
+        self.finish_reason = finish
+
+    def flush(self, sched_ns: int) -> None:
         self.chunk_ns.append(time.monotonic_ns())
         self.chunk_sched.append(sched_ns)
-        self.chunk_tokens.append(len(ids))
-        if finish is not None:
-            self.finish_reason = finish
+        self.chunk_tokens.append(self._n)
+        if self.finish_reason is not None:
             self._finish()
+
+    def emit(self, ids: list[int], finish: str | None, sched_ns: int) -> None:
+        self.prepare(ids, finish)
+        self.flush(sched_ns)
