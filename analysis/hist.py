@@ -154,11 +154,13 @@ class Hist:
         if v.size == 0:
             return lost
         idx = self._indices(v)
+        n = self._counts.size
         if c is None:
-            np.add.at(self._counts, idx, 1)
+            self._counts += np.bincount(idx, minlength=n).astype(np.uint64)
             added = int(v.size)
         else:
-            np.add.at(self._counts, idx, c.astype(np.uint64))
+            # float64 weights are exact for counts below 2**53
+            self._counts += np.bincount(idx, weights=c, minlength=n).astype(np.uint64)
             added = int(c.sum())
         h = self._h
         h.total_count += added

@@ -159,9 +159,8 @@ def chunk_samples_from(c: Lists, k: Lists, rows: np.ndarray | None = None) -> Ch
         return ChunkSamples(empty, empty, empty, empty)
     # Row of each flat position, then drop positions of unselected rows.
     keep_pos = np.ones(c.values.size, dtype=bool)
-    if rows is not None and not rows.all():
-        row_of = np.repeat(np.arange(n), c.lengths)
-        keep_pos = rows[row_of]
+    if rows is not None and not rows[c.lengths > 0].all():
+        keep_pos = np.repeat(rows[:n], c.lengths)
     # A gap ends at every position that is not the first of its row.
     is_first = np.zeros(c.values.size, dtype=bool)
     starts = c.offsets[:-1][c.lengths > 0]
@@ -169,7 +168,8 @@ def chunk_samples_from(c: Lists, k: Lists, rows: np.ndarray | None = None) -> Ch
     gaps = np.empty(c.values.size, dtype=np.int64)
     gaps[0] = 0
     np.subtract(c.values[1:], c.values[:-1], out=gaps[1:])
-    gap_pos = ~is_first & keep_pos
+    gap_pos = ~is_first
+    gap_pos &= keep_pos
     gap = gaps[gap_pos]
     kj = k.values[gap_pos]
     safe_k = np.maximum(kj, 1)
