@@ -16,8 +16,12 @@ def register(sub: Any) -> None:
                        description="Replay TRACE against --target, streaming every response, and "
                        "write a results folder (run.json + requests/*.parquet).")
     p.add_argument("trace", help="trace file or folder of part files")
-    p.add_argument("--target", required=True, help="base URL of the OpenAI-compatible server, "
-                   "e.g. http://127.0.0.1:8000")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--target", help="base URL of the OpenAI-compatible server, "
+                       "e.g. http://127.0.0.1:8000")
+    where.add_argument("--launch", metavar='"PROFILE --model M ..."',
+                       help="start a local vLLM for this run (the arguments of 'engines "
+                       "launch' in one string), replay against it, then stop it")
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
