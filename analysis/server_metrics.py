@@ -17,6 +17,7 @@ Prometheus' ``histogram_quantile`` uses; ``hi`` is ``None`` in the ``+Inf`` buck
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -48,7 +49,7 @@ def _group(labels: dict[str, str], drop: tuple[str, ...] = SUMMED_LABELS
 def _increase(values: list[float]) -> float:
     """Increase of a counter over consecutive samples, a drop counting as a restart."""
     total = 0.0
-    for prev, cur in zip(values, values[1:]):
+    for prev, cur in itertools.pairwise(values):
         total += cur - prev if cur >= prev else cur
     return total
 
@@ -108,7 +109,7 @@ def histogram(series: _Series, name: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "count": count, "sum": total,
         "mean": (total / count) if count and total is not None else None,
-        "buckets": [[le if math.isfinite(le) else None, c] for le, c in zip(les, cum)],
+        "buckets": [[le if math.isfinite(le) else None, c] for le, c in zip(les, cum, strict=True)],
     }
     for q in QUANTILES:
         out[f"p{round(q * 100):d}"] = bucket_quantile(les, cum, q)

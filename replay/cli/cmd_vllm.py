@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shlex
+import signal
 import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from traces.errors import InputError
 
 
 def register(sub: Any) -> None:
-    """Add ``vllm-cmd``, ``launch`` and ``tiny-model`` to the ``engines`` group."""
+    """Add ``vllm-cmd``, ``launch`` and ``tiny-model`` to the ``engines`` group, and make
+    ``agent-replay run --launch`` start servers through ``launch_hook``."""
     from engines.vllm.profiles import PROFILES
+
+    _install_launch_hook()
 
     names = ", ".join(PROFILES)
     p = sub.add_parser("vllm-cmd", help="print the exact vLLM commands of a deployment profile",
@@ -27,13 +37,10 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("launch", help="start a local vLLM with a profile and wait until healthy",
                        description="Start a local vLLM server (one instance, one node), "
-                       "wait for /health, print its URL and metadata, and stop it on Ctrl-C.")
-    _deployment_args(p, gpus_default=1)
-    p.add_argument("--port", type=int, default=None, help="API port (default: a free one)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health")
-    p.add_argument("--log", default=None, help="server log file (default: a temporary file)")
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="how to start it: cpu = api_server module, gpu = vllm CLI serve")
+                       "wait for /health, print its URL and metadata, and stop it on Ctrl-C. "
+                       "'agent-replay run --launch \"PROFILE --model M ...\"' takes the same "
+                       "arguments.")
+    add_launch_args(p)
     p.set_defaults(func=_launch)
 
     p = sub.add_parser("tiny-model", help="write a tiny model folder (tokenizer + config) "
@@ -45,6 +52,15 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="overwrite an existing folder")
     p.set_defaults(func=_tiny_model)
+
+
+def _install_launch_hook() -> None:
+    try:
+        import replay.run as run_module
+    except ImportError:
+        return
+    if getattr(run_module, "LAUNCH_HOOK", None) is None:
+        run_module.LAUNCH_HOOK = launch_hook
 
 
 def _deployment_args(p: argparse.ArgumentParser, gpus_default: int | None = None) -> None:
@@ -63,6 +79,68 @@ def _deployment_args(p: argparse.ArgumentParser, gpus_default: int | None = None
                    help="python of the venv that has vLLM (for checks and launch)")
     p.add_argument("--vllm-version", default=None,
                    help="adapt the commands to this vLLM version (default: the installed one)")
+
+
+def add_launch_args(p: argparse.ArgumentParser) -> None:
+    _deployment_args(p, gpus_default=1)
+    p.add_argument("--port", type=int, default=None, help="API port (default: a free one)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health")
+    p.add_argument("--log", default=None, help="server log file (default: a temporary file)")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="how to start it: cpu = api_server module, gpu = vllm CLI serve")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra environment for the server (repeatable)")
+
+
+def server_from_args(args: argparse.Namespace) -> Any:
+    """A ``VllmServer`` (not started) from ``engines launch`` arguments."""
+    from engines.vllm.launcher import VllmServer
+    from engines.vllm.profiles import build, parse_sets
+
+    dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes,
+                sets=parse_sets(args.sets), version=args.vllm_version)
+    env = dict(parse_sets(args.env))
+    return VllmServer(dep, python=args.vllm_python, port=args.port, timeout_s=args.timeout,
+                      log_path=args.log, device=args.device, env=env)
+
+
+def launch_hook(config: Any) -> contextlib.AbstractContextManager[str]:
+    """``replay.run.LAUNCH_HOOK``: start the server ``config.launch`` describes (the
+    arguments of ``engines launch`` in one string), yield its URL, stop it afterwards."""
+    return _launched(str(config.launch), getattr(config, "output", None))
+
+
+@contextlib.contextmanager
+def _launched(spec: str, output: str | None) -> Iterator[str]:
+    parser = argparse.ArgumentParser(prog="--launch", exit_on_error=False, add_help=False)
+    add_launch_args(parser)
+    try:
+        args = parser.parse_args(shlex.split(spec))
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise InputError(f"--launch {spec!r}: {exc} (expected: PROFILE --model M [--gpus N] "
+                         "[--set K=V ...] [--vllm-python PATH] [--env K=V ...])") from None
+    server = server_from_args(args)
+    with server:
+        print(f"agent-replay: launched vLLM {server.info.get('vllm_version')} "
+              f"({args.profile}) at {server.url} in {server.info.get('start_s')} s; "
+              f"log {server.log_path}", file=sys.stderr)
+        try:
+            yield server.url
+        finally:
+            if output:
+                _record_launch(Path(output) / "run.json", server.info)
+
+
+def _record_launch(run_json: Path, info: dict[str, Any]) -> None:
+    """Add the launched server's metadata to run.json as ``launch``."""
+    try:
+        meta = json.loads(run_json.read_text())
+    except (OSError, ValueError):
+        return
+    meta["launch"] = info
+    tmp = run_json.with_name(f".{run_json.name}.launch.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, default=str))
+    os.replace(tmp, run_json)
 
 
 def _vllm_cmd(args: argparse.Namespace) -> int:
@@ -111,16 +189,7 @@ def _checked(dep: Any, args: argparse.Namespace, sets: list[tuple[str, str]], py
 
 
 def _launch(args: argparse.Namespace) -> int:
-    import signal
-    import time
-
-    from engines.vllm.launcher import VllmServer
-    from engines.vllm.profiles import build, parse_sets
-
-    dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes,
-                sets=parse_sets(args.sets), version=args.vllm_version)
-    server = VllmServer(dep, python=args.vllm_python, port=args.port,
-                        timeout_s=args.timeout, log_path=args.log, device=args.device)
+    server = server_from_args(args)
     signal.signal(signal.SIGTERM, _interrupt)
     with server:
         print(json.dumps({"url": server.url, **server.info}, indent=2), flush=True)
