@@ -137,6 +137,9 @@ class EngineCore:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    def earliest_arrival_ns(self, default: int) -> int:
+        return min((r.arrival_ns for r in self.waiting), default=default)
+
     def next_wakeup_ns(self) -> int | None:
         """When all running requests are stalled and none wait: the earliest stall end."""
         if self.waiting or not self.running:

@@ -136,6 +136,7 @@ class SimServer:
         assert wake is not None
         rebase = self.profile.rebase_ns
         next_start: int | None = None
+        last_end = 0
         while True:
             if not core.has_work():
                 wake.clear()
@@ -143,9 +144,13 @@ class SimServer:
                 next_start = None
                 continue
             now = time.monotonic_ns()
-            if next_start is None or now - next_start > rebase:
-                if next_start is not None:
-                    core.stats.schedule_rebases += 1
+            if next_start is None:
+                # an idle engine starts the step when the request arrived, not when this
+                # loop got around to it (parsing and the wake-up are not the model's time)
+                start = min(now, core.earliest_arrival_ns(now))
+                start = max(start, last_end)
+            elif now - next_start > rebase:
+                core.stats.schedule_rebases += 1
                 start = now
             else:
                 start = next_start
@@ -178,7 +183,7 @@ class SimServer:
                 except Exception:
                     log.exception("sim: writing request %s failed", sink.request_id)
                     sink.abort()
-            next_start = end
+            next_start = last_end = end
 
     async def _sleep_until(self, deadline: int) -> None:
         spin = self.profile.spin_ns
