@@ -43,6 +43,10 @@ class RunConfig:
     progress: bool = True
     launch: str | None = None
     """A deployment profile to start before the run (see ``replay.run.LAUNCH_HOOK``)."""
+    ray: str | None = None
+    """Shards on Ray actors instead of local processes: ``auto`` (RAY_ADDRESS or the running
+    local cluster), ``local`` (a private one-node Ray) or a cluster address."""
+    ray_actors_per_node: int = 1
     t0_ns: int | None = None
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
     run_id: str = "run"
@@ -61,6 +65,8 @@ class RunConfig:
             raise InputError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.workers < 1:
             raise InputError(f"--workers must be >= 1, got {self.workers}")
+        if self.ray_actors_per_node < 1:
+            raise InputError(f"--ray-actors-per-node must be >= 1, got {self.ray_actors_per_node}")
         if self.warmup_s < 0:
             raise InputError(f"--warmup must be >= 0, got {self.warmup_s}")
         if self.request_timeout_s <= 0:

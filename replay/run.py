@@ -250,6 +250,12 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     trace_sha = _sha256(config.trace)
     n = min(config.workers, max(1, len(plan.sessions)))
     start_delay_ns = 200_000_000 if n == 1 else 1_500_000_000 + 500_000_000 * n
+    pool = None
+    if config.ray is not None:
+        from replay.distributed import RayPool
+
+        pool = RayPool.start(config, plan, config.ray, config.ray_actors_per_node)
+        n, start_delay_ns = pool.size, pool.start_delay_ns
     t0 = time.monotonic_ns() + start_delay_ns
     wall_t0 = time.time_ns() + start_delay_ns
     config = replace(config, t0_ns=t0, workers=n)
@@ -268,19 +274,28 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     summaries: list[WorkerSummary] = []
     interrupted = False
     try:
-        if n == 1:
+        if pool is not None:
+            summaries = pool.run(config, prog.update, progress)
+        elif n == 1:
             summaries = [_in_process(config, plan, prog.update)]
         else:
             summaries = _in_processes(config, n, prog.update)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        if pool is not None:
+            meta["ray"] = pool.describe()
+            pool.close()
         if scrape is not None:
             scrape.stop()
             if scrape.error:
                 meta["scrape"]["error"] = scrape.error
     summary = _merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries))
+    if pool is not None and pool.lost:
+        summary.self_check.warnings.extend(x.line() for x in pool.lost)
     meta.update(_outcome(summary))
+    if pool is not None and pool.lost and meta["status"] == "complete":
+        meta["status"] = "partial"
     write_json_atomic(out / "run.json", meta)
     if summary.interrupted and progress is not None:
         progress(f"interrupted: partial results (every completed request) are in {out}")

@@ -57,6 +57,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="token ids stay below this (default 32000)")
     p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
     p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                   help="run the shards on Ray actors (needs the ray extra): no ADDRESS = "
+                   "RAY_ADDRESS or the running local cluster; 'local' = a private one-node Ray; "
+                   "else the cluster address. Put it after TRACE, or write --ray=ADDRESS")
+    p.add_argument("--ray-actors-per-node", type=int, default=1, metavar="N",
+                   help="with --ray: shard actors on every node (default 1)")
     p.add_argument("--scrape-interval", type=float, default=None, metavar="SECONDS",
                    help="/metrics scrape period (default 1 when the target has /metrics; 0: off)")
     p.add_argument("--no-vllm-extras", action="store_true",
@@ -86,7 +92,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
         workers=args.workers, scrape_interval_s=args.scrape_interval,
         vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,
-        progress=not args.no_progress, launch=getattr(args, "launch", None))
+        progress=not args.no_progress, launch=getattr(args, "launch", None),
+        ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
