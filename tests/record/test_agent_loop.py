@@ -6,6 +6,7 @@ counts and think times (within 2 ms)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -72,7 +73,7 @@ async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
         reqs.sort(key=lambda r: r["request_index"])
         assert [r["request_index"] for r in reqs] == list(range(len(reqs)))
         assert [r["parent_index"] for r in reqs] == list(range(-1, len(reqs) - 1))
-        for prev, r in zip(reqs, reqs[1:]):
+        for prev, r in itertools.pairwise(reqs):
             # think = gap from the parent's last byte: at least the tool's sleep
             assert r["think_ns"] >= 10_000_000
             assert r["think_ns"] == r["arrival_ns"] - (prev["arrival_ns"] + prev["end_ns"])

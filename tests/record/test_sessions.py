@@ -74,7 +74,7 @@ def test_branching_gives_siblings_with_one_parent() -> None:
     tr = SessionTracker()
     _, t0 = tr.assign(0, conv(user("start")))
     tr.complete(t0, 10, Reply("r", ()))
-    x, tx = tr.assign(20, conv(user("start"), asst("r"), user("option 1")))
+    x, _tx = tr.assign(20, conv(user("start"), asst("r"), user("option 1")))
     y, ty = tr.assign(25, conv(user("start"), asst("r"), user("option 2")))
     assert (x.session_id, x.request_index, x.parent_index) == ("auto-00001", 1, 0)
     assert (y.session_id, y.request_index, y.parent_index) == ("auto-00001", 2, 0)
