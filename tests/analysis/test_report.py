@@ -128,3 +128,16 @@ def test_missing_column_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[s
     pq.write_table(t, root / "requests" / "part-00000.parquet")
     assert main(["report", str(root)]) == 2
     assert "missing column 'chunk_tokens'" in capsys.readouterr().err
+
+
+def test_plots_written_and_not_overwritten(results: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from analysis.plots import NAMES, write_plots
+    from traces.errors import OutputExistsError
+
+    r = build_report(results)
+    paths = write_plots(r, tmp_path / "plots")
+    assert [p.name for p in paths] == list(NAMES)
+    assert all(p.stat().st_size > 5_000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    with pytest.raises(OutputExistsError):
+        write_plots(r, tmp_path / "plots")

@@ -1,0 +1,130 @@
+"""PNG plots of a Report (``agent-replay report --plots DIR``); matplotlib is the optional
+``plots`` extra and is imported only here, lazily."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.report import Report
+from traces.errors import InputError, OutputExistsError
+
+NAMES = ("latency_cdf.png", "request_tps.png", "throughput.png", "tokens_per_chunk.png",
+         "sessions.png")
+MAX_LANES = 40
+
+
+def _plt() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("plots need matplotlib: pip install 'agent-replay[plots]'") from None
+    return plt
+
+
+def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool = False) -> list[Path]:
+    plt = _plt()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / n for n in NAMES]
+    if not force:
+        for p in paths:
+            if p.exists():
+                raise OutputExistsError(str(p))
+    t = report.stats.per_request
+    ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+
+    def col(name: str) -> np.ndarray:
+        return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        v = np.sort(col(name)[ok])
+        v = v[~np.isnan(v)] / 1e6
+        if v.size:
+            ax.plot(v, np.arange(1, v.size + 1) / v.size, label=f"{label} (n={v.size:,})")
+    ax.set_xscale("log")
+    ax.set_xlabel("milliseconds (log)")
+    ax.set_ylabel("fraction of requests at or below")
+    ax.set_title("Latency CDFs (successful requests)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.savefig(paths[0], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    tps = col("tps")[ok]
+    tps = tps[np.isfinite(tps)]
+    if tps.size:
+        ax.hist(tps, bins=60, color="tab:blue", alpha=0.8)
+        p90 = report.stats.tps.values.get(90.0)
+        if p90 is not None:
+            ax.axvline(p90, color="red", label=f"P90 TPS {p90:,.1f} (90% of requests faster)")
+            ax.legend()
+    ax.set_xlabel("request TPS (tokens/s, per user)")
+    ax.set_ylabel("requests")
+    ax.set_title("Per-request decode speed")
+    fig.savefig(paths[1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    end = col("end_ns")[ok]
+    sent = col("sent_ns")[ok]
+    out_tok = col("output_tokens")[ok]
+    if end.size:
+        t0 = float(np.nanmin(col("intended_ns")))
+        secs = (end - t0) / 1e9
+        nb = max(1, int(np.nanmax(secs)) + 1)
+        tok = np.bincount(np.clip(secs, 0, None).astype(np.int64), weights=out_tok, minlength=nb)
+        ax1.plot(np.arange(tok.size), tok, color="tab:green")
+        grid = np.arange(nb)
+        s_sec = (sent - t0) / 1e9
+        conc = (np.searchsorted(np.sort(s_sec), grid, side="right")
+                - np.searchsorted(np.sort(secs), grid, side="right"))
+        ax2.plot(grid, conc, color="tab:orange")
+    ax1.set_ylabel("output tokens/s")
+    ax1.set_title("Throughput and concurrency over time")
+    ax2.set_ylabel("requests in flight")
+    ax2.set_xlabel("seconds since start")
+    fig.savefig(paths[2], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    tpc = report.stats.tokens_per_chunk
+    if tpc:
+        ks = sorted(tpc)
+        total = sum(tpc.values())
+        ax.bar([str(k) for k in ks], [100 * tpc[k] / total for k in ks], color="tab:purple")
+    ax.set_xlabel("tokens in one streamed chunk")
+    ax.set_ylabel("% of chunks")
+    ax.set_title("Tokens per chunk (several = speculative decoding or coalescing)")
+    fig.savefig(paths[3], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    sid = t.column("session_id").to_pylist()
+    lanes: dict[str, int] = {}
+    starts, ends, intended = col("sent_ns"), col("end_ns"), col("intended_ns")
+    t0 = float(np.nanmin(intended)) if intended.size else 0.0
+    for i, s in enumerate(sid):
+        if s not in lanes:
+            if len(lanes) >= MAX_LANES:
+                continue
+            lanes[s] = len(lanes)
+        if np.isnan(starts[i]) or np.isnan(ends[i]):
+            continue
+        ax.barh(lanes[s], (ends[i] - starts[i]) / 1e9, left=(starts[i] - t0) / 1e9, height=0.6,
+                color="tab:blue" if ok[i] else "tab:red")
+    ax.set_yticks(list(lanes.values()), list(lanes.keys()), fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since start (bars: send to last byte; red: failed; gaps: thinking)")
+    ax.set_title(f"Session timelines (first {len(lanes)} sessions)")
+    fig.savefig(paths[4], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return paths
