@@ -44,7 +44,7 @@ def test_single_stream_decode_rate_with_the_openai_client(slow_sim: tuple[SimPro
     times: list[int] = []
     tokens: list[int] = []
     stream = client.completions.create(
-        model=prof.model_name, prompt=list(range(2000, 2032)), max_tokens=60, stream=True,
+        model=prof.model_name, prompt=list(range(2000, 2032)), max_tokens=120, stream=True,
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True, "return_token_ids": True},
     )
@@ -55,7 +55,7 @@ def test_single_stream_decode_rate_with_the_openai_client(slow_sim: tuple[SimPro
             tokens.append(len(chunk.choices[0].model_extra["token_ids"]))
         if chunk.usage is not None:
             usage = chunk.usage
-    assert usage is not None and usage.completion_tokens == 60 == sum(tokens)
+    assert usage is not None and usage.completion_tokens == 120 == sum(tokens)
     rate = (sum(tokens) - tokens[0]) * 1e9 / (times[-1] - times[0])
     predicted = 1e9 / prof.decode_step_ns(1, 0)
     assert rate == pytest.approx(predicted, rel=0.05)
@@ -74,7 +74,7 @@ async def _ttft(url: str, prompt: list[int]) -> float:
 
 async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
     # long steps, so that a busy 2-core machine's scheduling delays (a few ms) stay < 5%
-    path = profile_file(tmp_path, "fast", decode_base_ns=100_000_000, prefill_tokens_per_s=10_000.0,
+    path = profile_file(tmp_path, "fast", decode_base_ns=150_000_000, prefill_tokens_per_s=10_000.0,
                         spin_ns=1_500_000, eos_prob=0.0)
     prof = SimProfile.load(path)
     n = 2000
@@ -84,10 +84,12 @@ async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
             prompt = [16 + (trial * 7919 + i) % 30000 for i in range(n)]
             uncached.append(await _ttft(sim.url, prompt))
             cached.append(await _ttft(sim.url, prompt))
-    # uncached: one step of base + 2000 prompt tokens (300 ms); cached: (2000-1)//16 = 124
-    # blocks hit, so 16 tokens are computed (101.6 ms)
-    assert statistics.median(uncached) == pytest.approx((prof.decode_base_ns + prof.prefill_ns(n)) / 1e9, rel=0.05)
-    assert statistics.median(cached) == pytest.approx((prof.decode_base_ns + prof.prefill_ns(16)) / 1e9, rel=0.05)
+    # uncached: one step of base + 2000 prompt tokens (350 ms); cached: (2000-1)//16 = 124
+    # blocks hit, so 16 tokens are computed (151.6 ms). Delays from a loaded machine only
+    # ever add time, so the best of three trials estimates the engine's own timing.
+    assert min(uncached) == pytest.approx((prof.decode_base_ns + prof.prefill_ns(n)) / 1e9, rel=0.05)
+    assert min(cached) == pytest.approx((prof.decode_base_ns + prof.prefill_ns(16)) / 1e9, rel=0.05)
+    assert min(cached) < 0.5 * min(uncached)
 
 
 def test_mean_tokens_per_chunk_under_speculation(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
+import pyarrow.parquet as pq
 import pytest
 
 from engines.sim import SimProcess
@@ -65,3 +67,24 @@ def test_stop_returns_zero() -> None:
     s = SimProcess("fast").start()
     assert s.url.startswith("http://127.0.0.1:")
     assert s.stop() == 0
+
+
+async def test_workers_share_one_port_and_write_one_ground_truth_each(tmp_path: Path) -> None:
+    gt = tmp_path / "gt.parquet"
+    with SimProcess("fast", workers=2, ground_truth=gt) as s:
+        body = {"prompt": [5, 6, 7], "max_tokens": 3, "ignore_eos": True}
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as c:
+            for _ in range(12):
+                async with c.post(s.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200
+                    assert (await r.json())["usage"]["completion_tokens"] == 3
+    files = sorted(tmp_path.glob("gt.w*.parquet"))
+    assert [f.name for f in files] == ["gt.w0.parquet", "gt.w1.parquet"]
+    assert sum(pq.read_metadata(f).num_rows for f in files) == 12
+
+
+def test_cli_names_a_bad_profile_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from replay.cli import main
+
+    assert main(["engines", "sim", "--profile", "no-such-profile", "--port", "0"]) == 2
+    assert "no-such-profile" in capsys.readouterr().err
