@@ -164,7 +164,7 @@ async def test_metrics_follow_vllm_names_and_semantics() -> None:
 async def test_ground_truth_records_every_chunk(tmp_path: Path) -> None:
     gt = tmp_path / "gt.parquet"
     async with SimServer(FAST, ground_truth=gt) as s:
-        code, raw = await post(s.url, "/v1/completions", stream_body(6), {"X-Request-Id": "g1"})
+        code, _ = await post(s.url, "/v1/completions", stream_body(6), {"X-Request-Id": "g1"})
         assert code == 200
         code, _ = await post(s.url, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3, "ignore_eos": True})
     t = pq.read_table(gt).to_pylist()
