@@ -206,22 +206,33 @@ def usage_counts(usage: Mapping[str, Any] | None) -> tuple[int | None, int | Non
 class MessagesStreamDecoder:
     """Decodes an Anthropic messages stream (``event:`` typed SSE).
 
-    Tokens come from differencing the cumulative ``usage.output_tokens`` when events carry
-    it (vLLM forces continuous usage on this endpoint); otherwise each text delta counts as
-    one token and ``exact`` becomes False.
+    Tokens come from differencing the cumulative ``usage.output_tokens`` when delta events
+    carry it. vLLM's (and Anthropic's) deltas do not: then each ``content_block_delta``
+    counts one token provisionally, and the stream is exact only if the final
+    ``usage.output_tokens`` equals the number of deltas: every delta carries at least one
+    token, so equal totals mean every delta carried exactly one. Otherwise ``exact`` is
+    False and the caller flags the request.
     """
 
-    __slots__ = ("_input", "_output", "cached", "done", "error", "exact", "finish_reason", "usage")
+    __slots__ = ("_counted", "_input", "_output", "_provisional", "cached", "done", "error",
+                 "finish_reason", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] | None = None
         self.error: str | None = None
         self.done = False
-        self.exact = True
         self.finish_reason: str | None = None
         self.cached: int | None = None
         self._input: int | None = None
-        self._output = 0
+        self._output = 0  # tokens attributed to events so far
+        self._counted: int | None = None  # the server's cumulative output_tokens
+        self._provisional = False
+
+    @property
+    def exact(self) -> bool:
+        if not self._provisional:
+            return True
+        return self._counted is not None and self._counted == self._output
 
     def feed(self, data: bytes, event: str | None = None) -> int:
         if data == DONE:
@@ -233,7 +244,7 @@ class MessagesStreamDecoder:
         kind = event or obj.get("type")
         if kind == "error":
             err = obj.get("error", obj)
-            self.error = orjson.dumps(err).decode() if not isinstance(err, str) else err
+            self.error = err if isinstance(err, str) else orjson.dumps(err).decode()
             return 0
         if kind == "message_stop":
             self.done = True
@@ -245,17 +256,20 @@ class MessagesStreamDecoder:
             fr = (obj.get("delta") or {}).get("stop_reason")
             if fr:
                 self.finish_reason = fr
-        k = 0
+        out = usage.get("output_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict):
             self._merge_usage(usage)
-            out = usage.get("output_tokens")
-            if isinstance(out, int) and out > self._output:
-                k, self._output = out - self._output, out
-            return k
         if kind == "content_block_delta":
-            self.exact = False
+            if isinstance(out, int):
+                k = max(out - self._output, 0)
+                self._output = max(out, self._output)
+                self._counted = out
+                return k
+            self._provisional = True
             self._output += 1
             return 1
+        if isinstance(out, int):
+            self._counted = out
         return 0
 
     def _merge_usage(self, usage: Mapping[str, Any]) -> None:
@@ -274,4 +288,4 @@ class MessagesStreamDecoder:
             return None, None, None
         # Anthropic reports uncached input in input_tokens; vLLM reports the whole prompt
         # there. Keep what the server said: callers compare it with the trace.
-        return self._input, self._output if self.usage.get("output_tokens") is not None else None, self.cached
+        return self._input, self._counted, self.cached

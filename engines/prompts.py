@@ -177,7 +177,9 @@ async def fit_text(
         t = tail_words(n)
         return f"{prefix} {t}" if prefix and t else prefix or t
 
-    base = await measure(prefix) if prefix else await measure("")
+    base = await measure(prefix)
+    if base == target:
+        return prefix, base
     if base > target:
         # The prefix alone is too long: cut words off its end.
         words = prefix.split(" ")
@@ -193,36 +195,33 @@ async def fit_text(
                 wlo, best = mid, (text, c)
             else:
                 whi = mid - 1
-        return best
-    if base == target:
-        return prefix, base
-    # Grow the tail: secant estimate first, then bisection on the word count.
-    lo, lo_c = 0, base
-    n = max(1, target - base)
-    hi: int | None = None
-    best = (join(0), base)
-    while calls < max_calls:
-        text = join(n)
-        c = await measure(text)
-        if c == target:
-            return text, c
-        if c < target:
-            lo, lo_c, best = n, c, (text, c)
-        else:
-            hi = n
-        if hi is None:
-            per = max((c - base) / n, 0.25)
-            n = n + max(1, int((target - c) / per))
-        else:
-            if hi - lo <= 1:
-                break
-            n = (lo + hi) // 2
-    del lo_c
+    else:
+        # Grow the tail: secant estimate first, then bisection on the word count.
+        lo = 0
+        n = max(1, target - base)
+        hi: int | None = None
+        best = (join(0), base)
+        while calls < max_calls:
+            text = join(n)
+            c = await measure(text)
+            if c == target:
+                return text, c
+            if c < target:
+                lo, best = n, (text, c)
+            else:
+                hi = n
+            if hi is None:
+                per = max((c - base) / n, 0.25)
+                n = n + max(1, int((target - c) / per))
+            else:
+                if hi - lo <= 1:
+                    break
+                n = (lo + hi) // 2
     # Word granularity may step over the target: top up with one-character words, which
     # are one token each in the tokenizers we know.
     text, c = best
     while c < target and calls < max_calls:
-        cand = text + " a" * (target - c)
+        cand = (text + " a" * (target - c)) if text else " ".join(["a"] * (target - c))
         cc = await measure(cand)
         if cc == target:
             return cand, cc

@@ -88,6 +88,9 @@ class Driver:
 
     # -- task bookkeeping ----------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._failure is not None:  # the run is being torn down
+            coro.close()
+            return
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         self._idle.clear()

@@ -17,7 +17,8 @@ Rules (docs/replay.md has the long form):
   ``cached_tokens`` reuses its parent's first ``cached_tokens // block_size`` blocks, which
   is the sharing the trace implies. Synthesized ids are negative, recorded ids are kept.
 * ``implied_cached`` = the prefix an unbounded block cache would hit: leading blocks whose
-  hash was seen in an earlier request (by offset), times block size, capped at the prompt.
+  hash was seen in an earlier request (by offset), counted in full 16-token server blocks
+  (see ``_implied_cached``).
 """
 
 from __future__ import annotations
@@ -219,16 +220,27 @@ def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
     return out
 
 
-def _implied_cached(sessions: Iterable[PlannedSession], bs: int) -> None:
+def _implied_cached(sessions: Iterable[PlannedSession], bs: int, server_block: int = 16) -> None:
+    """Prefix-cache hits an unbounded cache with ``server_block``-token blocks would give
+    (vLLM's default block size; the simulated engine's too). A server caches only full
+    blocks, so a trace block seen only as a partial last block counts for the server blocks
+    it filled, and the hit stops there; and vLLM always computes the last prompt token, so
+    a hit is at most ``input_tokens - 1`` rounded down to a server block."""
+    sb = server_block if bs % server_block == 0 else 1
     order = sorted((q for s in sessions for q in s.requests),
                    key=lambda q: (q.offset_ns, q.session_id, q.clone, q.request_index))
-    seen: set[tuple[int, int]] = set()
+    cover: dict[tuple[int, int], int] = {}
     for q in order:
         hit = 0
-        for h in q.hash_ids:
-            if (q.clone, h) in seen:
-                hit += 1
-            else:
+        for i, h in enumerate(q.hash_ids):
+            have = cover.get((q.clone, h), 0)
+            need = min(bs, q.input_tokens - i * bs)
+            hit += min(have, need)
+            if have < bs:
                 break
-        q.implied_cached = min(hit * bs, q.input_tokens)
-        seen.update((q.clone, h) for h in q.hash_ids)
+        cap = (q.input_tokens - 1) // sb * sb if sb > 1 else q.input_tokens
+        q.implied_cached = max(0, min(hit, cap))
+        for i, h in enumerate(q.hash_ids):
+            n = min(bs, q.input_tokens - i * bs) // sb * sb
+            if n > cover.get((q.clone, h), 0):
+                cover[(q.clone, h)] = n

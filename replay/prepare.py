@@ -87,7 +87,7 @@ class Preparer:
         if not self._calibrated:
             sample = self.text.tail(0, 512)
             n = await self._count(sample) - await self._count("")
-            self.text.words_per_block = max(1, round(self.block_size * 512 / max(n, 1)))
+            self.text.words_per_block = max(1, int(0.97 * self.block_size * 512 / max(n, 1)))
             self._calibrated = True
         full = q.input_tokens // self.block_size
         prefix = self.text.prefix(q.hash_ids[:full], q.clone)
