@@ -65,7 +65,7 @@ def test_real_vllm_captures(name):
     raw = path.read_bytes()
     ks, d = decode_all(raw)
     assert d.done and d.exact
-    prompt, completion, _ = d.result_usage()
+    _prompt, completion, _ = d.result_usage()
     assert sum(ks) == completion  # exact, whichever way the tokens were reported
     events = [e for e in SSEParser().feed(raw) if e.data != b"[DONE]"]
     for ev in events:  # the fast path agrees with orjson wherever it applies

@@ -30,7 +30,7 @@ def run_plan(rows, mode="session", service_ns=20 * MS, **opts):
 
 async def test_session_mode_waits_for_parent_then_think_time():
     rows = chain_rows(3, 4, think_ns=50 * MS)
-    plan, driver, tr, recs, clock = run_plan(rows, service_ns=200 * MS)
+    _plan, driver, _tr, recs, _clock = run_plan(rows, service_ns=200 * MS)
     wall = time.monotonic()
     await driver.run()
     assert time.monotonic() - wall < 5  # 2+ s of fake time without sleeping it
@@ -53,7 +53,7 @@ async def test_session_mode_waits_for_parent_then_think_time():
 
 async def test_absolute_mode_ignores_parents():
     rows = chain_rows(2, 3)
-    plan, driver, tr, recs, clock = run_plan(rows, mode="absolute", service_ns=1_000 * MS)
+    _plan, driver, _tr, recs, _clock = run_plan(rows, mode="absolute", service_ns=1_000 * MS)
     await driver.run()
     for r in recs:
         s = int(r.session_id[1:])
@@ -67,7 +67,7 @@ async def test_absolute_mode_ignores_parents():
 
 async def test_speedup_scales_offsets_and_think():
     rows = chain_rows(2, 2, think_ns=400 * MS)
-    plan, driver, tr, recs, clock = run_plan(rows, service_ns=10 * MS, speedup=4.0)
+    _plan, driver, _tr, recs, _clock = run_plan(rows, service_ns=10 * MS, speedup=4.0)
     await driver.run()
     by = {(r.session_id, r.request_index): r for r in recs}
     assert by[("s1", 0)].intended_ns == T0 + 25 * MS  # 100 ms / 4
@@ -91,7 +91,7 @@ async def test_null_think_is_gap_minus_parent_duration():
 
 async def test_clones_are_staggered_and_run_independently():
     rows = chain_rows(4, 2)
-    plan, driver, tr, recs, clock = run_plan(rows, sessions_multiplier=3)
+    plan, driver, _tr, recs, _clock = run_plan(rows, sessions_multiplier=3)
     assert len(plan.sessions) == 12
     await driver.run()
     assert len(recs) == 24
@@ -113,7 +113,7 @@ async def test_simultaneous_arrivals_go_out_together():
              "input_tokens": 10, "output_tokens": 1} for i in range(28)]
     rows.append({"session_id": "first", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
                  "input_tokens": 10, "output_tokens": 1})
-    plan, driver, tr, recs, clock = run_plan(rows, mode="absolute")
+    _plan, driver, _tr, recs, _clock = run_plan(rows, mode="absolute")
     await driver.run()
     sends = sorted(r.sent_ns for r in recs if r.session_id != "first")
     assert sends[0] == sends[-1] == T0 + 3_000 * MS
@@ -121,7 +121,7 @@ async def test_simultaneous_arrivals_go_out_together():
 
 async def test_max_rate_respects_concurrency_and_order():
     rows = chain_rows(10, 3)
-    plan, driver, tr, recs, clock = run_plan(rows, mode="max-rate", concurrency=4, service_ns=10 * MS)
+    _plan, driver, tr, recs, _clock = run_plan(rows, mode="max-rate", concurrency=4, service_ns=10 * MS)
     await driver.run()
     assert len(recs) == 30
     assert tr.max_in_flight == 4
@@ -135,7 +135,7 @@ async def test_max_rate_respects_concurrency_and_order():
 
 async def test_duration_cuts_and_warmup_flags():
     rows = chain_rows(10, 1, gap_ns=100 * MS)
-    plan, driver, tr, recs, clock = run_plan(rows, mode="absolute", duration_ns=450 * MS,
+    _plan, driver, _tr, recs, _clock = run_plan(rows, mode="absolute", duration_ns=450 * MS,
                                              warmup_ns=200 * MS)
     await driver.run()
     assert sorted(r.session_id for r in recs) == ["s0", "s1", "s2", "s3", "s4"]
@@ -145,7 +145,7 @@ async def test_duration_cuts_and_warmup_flags():
 
 async def test_duration_in_session_mode_skips_descendants():
     rows = chain_rows(1, 5, think_ns=100 * MS)
-    plan, driver, tr, recs, clock = run_plan(rows, duration_ns=250 * MS, service_ns=50 * MS)
+    _plan, driver, _tr, recs, _clock = run_plan(rows, duration_ns=250 * MS, service_ns=50 * MS)
     await driver.run()
     # 0 @0-50, 1 @150-200, 2 would go at 300 > 250: it and its descendants are not sent
     assert [r.request_index for r in recs] == [0, 1]
@@ -169,7 +169,7 @@ async def test_fan_out_children_run_in_parallel_after_parent():
         {"session_id": "a", "request_index": 3, "parent_index": 1, "arrival_ns": 0, "think_ns": 0,
          "input_tokens": 10, "output_tokens": 1},
     ]
-    plan, driver, tr, recs, clock = run_plan(rows, service_ns=100 * MS)
+    _plan, driver, _tr, recs, _clock = run_plan(rows, service_ns=100 * MS)
     await driver.run()
     by = {r.request_index: r for r in recs}
     assert by[1].sent_ns == by[0].end_ns + 5 * MS
@@ -180,7 +180,7 @@ async def test_fan_out_children_run_in_parallel_after_parent():
 
 async def test_prepare_error_aborts_the_run():
     rows = chain_rows(3, 2)
-    plan, driver, tr, recs, clock = run_plan(rows)
+    _plan, driver, tr, _recs, _clock = run_plan(rows)
 
     async def bad_prepare(q, rid, key):
         raise ValueError("cannot build")

@@ -44,7 +44,7 @@ def test_completions_exact_tokens_cache_and_causality(sim: SimProcess, tmp_path:
     assert implied > 0.5
     assert abs(served - implied) <= 0.01, (served, implied)
     # causality: no request left before its parent completed plus its think time
-    by = {(sid, ri): i for i, (sid, ri) in enumerate(zip(d["session_id"], d["request_index"]))}
+    by = {(sid, ri): i for i, (sid, ri) in enumerate(zip(d["session_id"], d["request_index"], strict=False))}
     for i, pi in enumerate(d["parent_index"]):
         if pi < 0:
             continue
@@ -92,6 +92,6 @@ def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
                       scrape_interval_s=0), progress=None)
     d = rows_of(out)
     assert s.ok == 32 and sorted(set(d["worker"])) == [0, 1]
-    roots = {sid: t for sid, ri, t in zip(d["session_id"], d["request_index"], d["intended_ns"]) if ri == 0}
+    roots = {sid: t for sid, ri, t in zip(d["session_id"], d["request_index"], d["intended_ns"], strict=False) if ri == 0}
     assert roots == {f"s{i}": i * 20 * MS for i in range(16)}  # offsets from the one t0
     assert len(list((out / "requests").glob("part-00[01]-*.parquet"))) >= 2
