@@ -35,11 +35,11 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.sim import SimProcess  # noqa: E402
-from replay.config import RunConfig  # noqa: E402
-from replay.run import run  # noqa: E402
-from traces.io import write_trace  # noqa: E402
-from traces.schema import TraceMeta  # noqa: E402
+from engines.sim import SimProcess
+from replay.config import RunConfig
+from replay.run import run
+from traces.io import write_trace
+from traces.schema import TraceMeta
 
 OUT_TOKENS = 256
 IN_TOKENS = 128
