@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from engines.dialects import MessagesStreamDecoder, StreamDecoder
 from engines.sse import SSEParser
@@ -49,12 +50,15 @@ class Sender:
         self.base_url = base_url.rstrip("/")
         self.chunks = 0
         self.in_flight = 0
+        self._urls: dict[str, URL] = {}
 
     async def send(self, prep: Prepared, rec: RequestRecord) -> None:
         """Send, stream to the end, fill ``rec``. Never raises except CancelledError (after
         recording the request as cancelled)."""
         now = time.monotonic_ns
-        url = self.base_url + prep.path
+        url = self._urls.get(prep.path)
+        if url is None:  # parse once: yarl parsing is per-request work otherwise
+            url = self._urls[prep.path] = URL(self.base_url + prep.path)
         chunk_ns = rec.chunk_ns
         chunk_tok = rec.chunk_tokens
         parser = SSEParser()

@@ -148,6 +148,7 @@ class Driver:
             else:
                 await self.clock.sleep_until(start - self.lookahead)
             self._spawn(self._session(s))
+            await asyncio.sleep(0)  # see _launch_absolute
 
     async def _launch_absolute(self) -> None:
         items = sorted(((q.offset_ns, i, p) for i, s in enumerate(self.plan.sessions)
@@ -162,6 +163,9 @@ class Driver:
             await self.clock.sleep_until(due - self.lookahead)
             s = self.plan.sessions[i]
             self._spawn(self._request(s, None, p))
+            # One prepare per loop iteration: a burst of arrivals must not build all its
+            # prompts in one iteration while sends and chunks of other requests wait.
+            await asyncio.sleep(0)
 
     async def _session(self, s: PlannedSession) -> None:
         st = _SessionState(len(s.requests))

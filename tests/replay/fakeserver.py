@@ -87,7 +87,7 @@ class FakeVllm:
             n_prompt = self._text_tokens(body["messages"])
             cached = 0
             n_out = body.get("max_completion_tokens") or body["max_tokens"]
-        self.seen.append(Seen(path, body, dict(request.headers), t, n_prompt, cached))
+        self.seen.append(Seen(path, body, {k.lower(): v for k, v in request.headers.items()}, t, n_prompt, cached))
         if self.fail_status:
             return web.json_response({"error": {"message": "nope"}}, status=self.fail_status)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
