@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as _dt
 import importlib
+import importlib.util
 import multiprocessing as mp
 import os
 import platform
@@ -20,7 +21,6 @@ import queue
 import secrets
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -152,45 +152,71 @@ def _meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: i
 
 
 class _Scrape:
-    """The /metrics scraper (vLLM area) on its own thread and loop, when installed."""
+    """The /metrics scraper (engines.metrics_scrape) in its own process, so that parsing
+    Prometheus text never takes the GIL from the measuring event loop."""
 
     def __init__(self, url: str, interval_s: float, out: Path) -> None:
         self.url, self.interval_s, self.out = url, interval_s, out
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        self._ready = ctx.Event()
+        self._errq: Any = ctx.Queue()
+        self.t0: Any = ctx.Value("q", 0)
+        self._proc = ctx.Process(target=_scrape_main, name="agent-replay-scrape", daemon=True,
+                                 args=(url, interval_s, str(out), self._stop, self._ready, self._errq,
+                                       self.t0))
         self.error: str | None = None
 
     def start(self) -> bool:
-        try:
-            mod = importlib.import_module("engines.metrics_scrape")
-        except ImportError:
+        if importlib.util.find_spec("engines.metrics_scrape") is None:
             return False
-        self._thread = threading.Thread(target=self._main, args=(mod,), daemon=True, name="scrape")
-        self._thread.start()
+        self._proc.start()
+        self._ready.wait(timeout=20)  # the baseline scrape precedes t0
         return True
 
-    def _main(self, mod: Any) -> None:
-        async def go() -> None:
-            scraper = mod.Scraper(self.url, self.interval_s, time.monotonic_ns)
-            await scraper.start()
-            while not self._stop.is_set():
-                await asyncio.sleep(0.1)
-            table = await scraper.stop()
-            import pyarrow.parquet as pq
-
-            tmp = self.out.with_name(f".{self.out.name}.tmp")
-            pq.write_table(table, tmp)
-            os.replace(tmp, self.out)
-
-        try:
-            asyncio.run(go())
-        except Exception as exc:  # reported in run.json, never fatal to the run
-            self.error = f"{type(exc).__name__}: {exc}"
-
     def stop(self) -> None:
+        if self._proc.pid is None:
+            return
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.terminate()
+        with contextlib.suppress(queue.Empty):
+            self.error = self._errq.get_nowait()
+
+
+def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, errq: Any,
+                 t0: Any) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    from engines.metrics_scrape import Scraper
+
+    async def go() -> None:
+        scraper = Scraper(url, interval_s, time.monotonic_ns)
+        await scraper.start()
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        table = await scraper.stop()
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        # Scrape times as offsets from the run's t0, like every time in requests/.
+        t_ns = pc.subtract(table.column("t_ns"), pa.scalar(int(t0.value), pa.int64()))
+        table = table.set_column(table.schema.get_field_index("t_ns"), table.schema.field("t_ns"), t_ns)
+
+        dest = Path(out)
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, dest)
+
+    try:
+        asyncio.run(go())
+    except Exception as exc:  # reported in run.json, never fatal to the run
+        ready.set()
+        errq.put(f"{type(exc).__name__}: {exc}")
 
 
 class _Progress:
@@ -248,6 +274,12 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     out = Path(config.output or ".")
     prepare_folder(out, config.force)
     trace_sha = _sha256(config.trace)
+    # The scraper's baseline is taken before t0 (its process starts first).
+    interval = config.scrape_interval_s
+    if interval is None:
+        interval = 1.0 if info.has_metrics else 0.0
+    scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
+    scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
     n = min(config.workers, max(1, len(plan.sessions)))
     start_delay_ns = 200_000_000 if n == 1 else 1_500_000_000 + 500_000_000 * n
     pool = None
@@ -260,12 +292,10 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     wall_t0 = time.time_ns() + start_delay_ns
     config = replace(config, t0_ns=t0, workers=n)
     meta = _meta(config, info, plan, trace_sha, t0, wall_t0, "running")
+    meta["scrape"] = scrape_info
+    if scrape is not None:
+        scrape.t0.value = t0
     write_json_atomic(out / "run.json", meta)
-    interval = config.scrape_interval_s
-    if interval is None:
-        interval = 1.0 if info.has_metrics else 0.0
-    scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
-    meta["scrape"] = {"interval_s": interval, "available": bool(scrape and scrape.start())}
     prog = _Progress(progress if config.progress else None)
     if progress is not None:
         progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
