@@ -220,17 +220,58 @@ def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, e
 
 
 class _Progress:
-    def __init__(self, out: Reporter | None, every_s: float = 2.0) -> None:
+    """Progress while the run goes: the analysis dashboard (its own process, fed merged
+    LiveStats snapshots) when available, else a plain line every few seconds."""
+
+    def __init__(self, out: Reporter | None, every_s: float = 2.0, dashboard: Any = None) -> None:
         self.out = out
         self.every_ns = int(every_s * 1e9)
         self.last: dict[int, dict[str, Any]] = {}
         self._printed = 0
         self._chunks0 = (0, time.monotonic_ns())
+        self.dashboard = dashboard
+        self._snaps: dict[int, bytes] = {}
+
+    @classmethod
+    def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None) -> _Progress:
+        if out is None:
+            return cls(None)
+        try:
+            from analysis.dashboard import DashboardProcess
+        except ImportError:
+            return cls(out)
+        dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url)
+        dash.start()
+        return cls(out, dashboard=dash)
+
+    def live(self, shard: int, snapshot: bytes) -> None:
+        """A worker's cumulative LiveStats snapshot: merge all workers', show the result."""
+        if self.dashboard is None:
+            return
+        self._snaps[shard] = snapshot
+        if len(self._snaps) == 1:
+            self.dashboard.update(snapshot)
+            return
+        from analysis.live import LiveStats
+
+        merged: Any = None
+        for raw in self._snaps.values():
+            st = LiveStats.decode(raw)
+            if merged is None:
+                merged = st
+            else:
+                merged.merge(st)
+        self.dashboard.update(merged.encode())
+
+    def close(self) -> None:
+        if self.dashboard is not None:
+            self.dashboard.stop()
+            self.dashboard = None
 
     def update(self, msg: dict[str, Any]) -> None:
         self.last[int(msg["shard"])] = msg
         now = time.monotonic_ns()
-        if self.out is None or now - self._printed < self.every_ns:
+        if self.out is None or self.dashboard is not None or now - self._printed < self.every_ns:
             return
         self._printed = now
         agg = {k: sum(m[k] for m in self.last.values()) for k in
@@ -281,8 +322,13 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
     scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
     n = min(config.workers, max(1, len(plan.sessions)))
-    start_delay_ns = 200_000_000 if n == 1 else 1_500_000_000 + 500_000_000 * n
+    start_delay_ns = 200_000_000
     pool = None
+    spawned: _Spawned | None = None
+    if config.ray is None and n > 1:
+        spawned = _Spawned(config, n)
+        spawned.wait_ready()
+        start_delay_ns = 300_000_000
     if config.ray is not None:
         from replay.distributed import RayPool
 
@@ -296,7 +342,12 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     if scrape is not None:
         scrape.t0.value = t0
     write_json_atomic(out / "run.json", meta)
-    prog = _Progress(progress if config.progress else None)
+    if pool is None:
+        prog = _Progress.create(progress if config.progress else None, plan.n_requests,
+                                f"agent-replay {Path(config.trace).name} -> {config.target}",
+                                config.target if info.has_metrics else None)
+    else:
+        prog = _Progress(progress if config.progress else None)
     if progress is not None:
         progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
                  f"({config.timing} timing, x{config.speedup:g}) against {config.target} "
@@ -307,12 +358,14 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
         if pool is not None:
             summaries = pool.run(config, prog.update, progress)
         elif n == 1:
-            summaries = [_in_process(config, plan, prog.update)]
+            summaries = [_in_process(config, plan, prog)]
         else:
-            summaries = _in_processes(config, n, prog.update)
+            assert spawned is not None
+            summaries = spawned.run(t0, prog)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        prog.close()
         if pool is not None:
             meta["ray"] = pool.describe()
             pool.close()
@@ -332,8 +385,9 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     return summary
 
 
-def _in_process(config: RunConfig, plan: Plan, report: Callable[[dict[str, Any]], None]) -> WorkerSummary:
-    coro = arun_shard(config, 0, 1, report, plan=plan)
+def _in_process(config: RunConfig, plan: Plan, prog: _Progress) -> WorkerSummary:
+    live = None if prog.dashboard is None else (lambda b: prog.live(0, b))
+    coro = arun_shard(config, 0, 1, prog.update, plan=plan, live=live)
     if config.loop == "uvloop":
         try:
             import uvloop
@@ -344,58 +398,102 @@ def _in_process(config: RunConfig, plan: Plan, report: Callable[[dict[str, Any]]
     return asyncio.run(coro)
 
 
-def _in_processes(config: RunConfig, n: int, report: Callable[[dict[str, Any]], None]) -> list[WorkerSummary]:
-    ctx = mp.get_context("spawn")
-    q: Any = ctx.Queue()
-    procs = [ctx.Process(target=_proc_main, args=(config, i, n, q), name=f"replay-worker-{i}")
-             for i in range(n)]
-    for p in procs:
-        p.start()
-    results: dict[int, WorkerSummary] = {}
-    failures: list[str] = []
-    try:
-        while len(results) + len(failures) < n:
+class _Spawned:
+    """Local worker processes. They start, build their plan and say ready before t0 is
+    chosen, then all start from the one t0 the parent hands them (CLOCK_MONOTONIC is
+    shared by every process on the host), so slow process start-up is never schedule lag."""
+
+    def __init__(self, config: RunConfig, n: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.n = n
+        self.q: Any = ctx.Queue()
+        self.go = ctx.Event()
+        self.t0: Any = ctx.Value("q", 0)
+        self.procs = [ctx.Process(target=_proc_main, args=(config, i, n, self.q, self.go, self.t0),
+                                  name=f"replay-worker-{i}") for i in range(n)]
+        for p in self.procs:
+            p.start()
+        self.results: dict[int, WorkerSummary] = {}
+        self.failures: list[str] = []
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        ready: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(ready) < self.n:
             try:
-                kind, shard, payload = q.get(timeout=0.5)
+                kind, shard, payload = self.q.get(timeout=0.5)
             except queue.Empty:
-                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
-                if dead and q.empty():
-                    failures.extend(f"worker {p.name} exited with code {p.exitcode}" for p in dead
-                                    if f"worker {p.name} exited with code {p.exitcode}" not in failures)
-                    if len(results) + len(failures) >= n:
-                        break
+                dead = [p.name for p in self.procs if not p.is_alive()]
+                if dead or time.monotonic() > deadline:
+                    self.stop()
+                    raise AgentReplayError(f"worker processes did not start: {', '.join(dead) or 'timeout'}") from None
                 continue
-            if kind == "progress":
-                report(payload)
-            elif kind == "done":
-                results[shard] = payload
+            if kind == "ready":
+                ready.add(shard)
             elif kind == "error":
-                failures.append(payload)
-    except KeyboardInterrupt:
-        # The workers got the same SIGINT: let them write what they have.
-        deadline = time.monotonic() + 30
-        while len(results) < n and time.monotonic() < deadline:
-            try:
-                kind, shard, payload = q.get(timeout=0.5)
-            except queue.Empty:
-                if not any(p.is_alive() for p in procs):
-                    break
-                continue
-            if kind == "done":
-                results[shard] = payload
-        for p in procs:
+                self.stop()
+                raise AgentReplayError(payload)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
             p.join(timeout=5)
-        raise
-    for p in procs:
-        p.join(timeout=30)
-    if failures:
-        raise AgentReplayError("; ".join(failures))
-    return [results[i] for i in sorted(results)]
+
+    def run(self, t0: int, prog: _Progress) -> list[WorkerSummary]:
+        self.t0.value = t0
+        self.go.set()
+        n, procs, results, failures = self.n, self.procs, self.results, self.failures
+        try:
+            while len(results) + len(failures) < n:
+                try:
+                    kind, shard, payload = self.q.get(timeout=0.5)
+                except queue.Empty:
+                    dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                    if dead and self.q.empty():
+                        failures.extend(f"worker {p.name} exited with code {p.exitcode}" for p in dead
+                                        if f"worker {p.name} exited with code {p.exitcode}" not in failures)
+                        if len(results) + len(failures) >= n:
+                            break
+                    continue
+                if kind == "progress":
+                    prog.update(payload)
+                elif kind == "live":
+                    prog.live(shard, payload)
+                elif kind == "done":
+                    results[shard] = payload
+                elif kind == "error":
+                    failures.append(payload)
+        except KeyboardInterrupt:
+            # The workers got the same SIGINT: let them write what they have.
+            deadline = time.monotonic() + 30
+            while len(results) < n and time.monotonic() < deadline:
+                try:
+                    kind, shard, payload = self.q.get(timeout=0.5)
+                except queue.Empty:
+                    if not any(p.is_alive() for p in procs):
+                        break
+                    continue
+                if kind == "done":
+                    results[shard] = payload
+            for p in procs:
+                p.join(timeout=5)
+            raise
+        for p in procs:
+            p.join(timeout=30)
+        if failures:
+            raise AgentReplayError("; ".join(failures))
+        return [results[i] for i in sorted(results)]
 
 
-def _proc_main(config: RunConfig, shard: int, n: int, q: Any) -> None:
+def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
+    from replay.worker import load_plan
+
     try:
-        summary = run_shard(config, shard, n, q)
+        plan = load_plan(config)
+        q.put(("ready", shard, None))
+        go.wait()
+        summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan)
     except KeyboardInterrupt:
         return
     except AgentReplayError as exc:

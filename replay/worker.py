@@ -97,6 +97,7 @@ async def arun_shard(
     report: Callable[[dict[str, Any]], None] | None = None,
     *,
     plan: Plan | None = None,
+    live: Callable[[bytes], None] | None = None,
 ) -> WorkerSummary:
     """Replay this worker's shard against ``config.target``; see module docs."""
     assert config.t0_ns is not None and config.model is not None and config.salt is not None
@@ -106,7 +107,7 @@ async def arun_shard(
     out = Path(config.output or ".")
     t0 = config.t0_ns
     summary = WorkerSummary(shard=shard_index, total=plan.n_requests)
-    writer = ResultWriter(out, t0, shard_index)
+    writer = ResultWriter(out, t0, shard_index, live=live)
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
@@ -138,7 +139,8 @@ async def arun_shard(
             duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
             warmup_ns=int(config.warmup_s * 1e9))
         watchdog.start()
-        ticker = asyncio.get_running_loop().create_task(_tick(driver, writer, sender, summary, report, t0))
+        ticker = asyncio.get_running_loop().create_task(
+            _tick(driver, writer, sender, summary, report, t0, watchdog))
         try:
             await driver.run()
         finally:
@@ -162,12 +164,21 @@ async def arun_shard(
 
 
 async def _tick(driver: Driver, writer: ResultWriter, sender: Sender, summary: WorkerSummary,
-                report: Callable[[dict[str, Any]], None] | None, t0: int) -> None:
+                report: Callable[[dict[str, Any]], None] | None, t0: int,
+                watchdog: LoopWatchdog) -> None:
     cpu = CpuMeter()
+    seen_lags = 0
     while True:
         await asyncio.sleep(0.5)
         now = time.monotonic_ns()
         writer.tick(now)
+        lags = watchdog.lags[seen_lags:]
+        seen_lags += len(lags)
+        writer.snapshot({"done": driver.done, "total": driver.total,
+                         "in_flight_requests": sender.in_flight,
+                         "active_sessions": driver.active_sessions,
+                         "elapsed_ns": max(0, now - t0), "cpu_percent": cpu.fraction() * 100},
+                        lags)
         if report is not None:
             report({
                 "shard": summary.shard, "elapsed_ns": now - t0, "total": driver.total,
@@ -179,14 +190,21 @@ async def _tick(driver: Driver, writer: ResultWriter, sender: Sender, summary: W
             })
 
 
-def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any) -> WorkerSummary:
-    """Process entry: run one shard on a fresh event loop (uvloop when installed)."""
+def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any, *,
+              plan: Plan | None = None) -> WorkerSummary:
+    """Process entry: run one shard on a fresh event loop (uvloop when installed).
+    ``plan``: the whole plan when the caller built it already (it is sharded here)."""
 
     def report(msg: dict[str, Any]) -> None:
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    coro = arun_shard(config, shard_index, n_shards, report)
+    def live(snapshot: bytes) -> None:
+        if report_queue is not None:
+            report_queue.put(("live", shard_index, snapshot))
+
+    coro = arun_shard(config, shard_index, n_shards, report, plan=plan,
+                      live=live if config.progress else None)
     if config.loop == "uvloop":
         try:
             import uvloop
