@@ -203,6 +203,9 @@ class Driver:
             else:
                 due = parent_end + q.think_ns
             if self.mode == "max-rate":
+                # Nothing leaves before the run's t0 (workers share a t0 set slightly ahead):
+                # a first wave sent early would sit before t0 and count as warm-up.
+                await clock.sleep_until(self.t0)
                 if self.deadline is not None and clock.now_ns() >= self.deadline:
                     self._skip(s, st, p, clock.now_ns())
                     return
