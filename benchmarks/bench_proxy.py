@@ -2,15 +2,27 @@
 
 The simulated engine runs in its own process, the recorder (``agent-replay record``) in
 another; this process keeps N streams open at all times, each stream alternating its
-requests between the engine directly and the recorder (so both see the same engine load
-and the same background noise at the same moments), and compares the client-side TTFT and
-chunk-gap distributions of the two.
+requests between the engine directly (the baseline) and the recorder, so both see the same
+engine load and the same background noise at the same moments. It compares the client-side
+TTFT and chunk-gap distributions of the two, and times every hop: each request carries an
+``X-Request-Id`` and the engine writes its ground truth (when it received each request and
+wrote each chunk, ``time.monotonic_ns()``, shared by all processes of one host), so
 
-    .venv/bin/python benchmarks/bench_proxy.py --streams 100 --seconds 20
+* request hop = engine received - client sent (through the proxy: two hops and the proxy);
+* chunk hop   = client read - engine write, for every chunk.
+
+    .venv/bin/python benchmarks/bench_proxy.py --streams 100 --seconds 15 --prompt-len 32
+
+Arrivals: by default every request draws its max_tokens from [M/2, 3M/2] (mean M) and the
+streams start spread over the first request's duration, so requests arrive spread out as
+agents' do. ``--sync`` gives every request the same max_tokens: all streams then finish in
+the same engine step and send their next requests at the same moment, a burst of N requests
+every few seconds (a burst test: the proxy handles each burst's requests one after another).
 
 Targets: the proxy adds at most 1 ms to P99 TTFT and 0.2 ms to P99 chunk gap. On a
 shared 2-core machine the figures are noisy (the engine, the proxy and this client share
-two cores): run it more than once.
+two cores, and other work preempts them): run it more than once, and read the proxy's CPU
+time per request and per chunk (printed) as the figures least sensitive to that noise.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -30,6 +43,7 @@ import aiohttp
 import numpy as np
 import orjson
 import psutil
+import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIO = os.environ.get("BENCH_PROXY_PRIO", "").split()
@@ -52,17 +66,97 @@ def start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[bytes], str]
     return proc, line.split()[2]
 
 
+def serve_relay(upstream_port: int) -> None:
+    """The floor of any proxy on this host: a bare TCP relay (one more process and two more
+    loopback hops, no HTTP), with uvloop. Prints its port."""
+    import uvloop
+
+    class Pipe(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.peer: asyncio.Transport | None = None
+            self.transport: asyncio.Transport | None = None
+            self.early: list[bytes] = []
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            if self.peer is None:
+                self.early.append(data)
+            else:
+                self.peer.write(data)
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            if self.peer is not None:
+                self.peer.close()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        tasks: set[asyncio.Task[None]] = set()
+
+        def accept() -> Pipe:
+            down = Pipe()
+
+            async def connect() -> None:
+                _, up = await loop.create_connection(Pipe, "127.0.0.1", upstream_port)
+                assert down.transport is not None and up.transport is not None
+                up.peer, down.peer = down.transport, up.transport
+                for data in down.early:
+                    up.transport.write(data)
+                down.early.clear()
+
+            task = loop.create_task(connect())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            return down
+
+        server = await loop.create_server(accept, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.Event().wait()
+
+    uvloop.run(serve())
+
+
+def start_relay(upstream_port: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([*PRIO, sys.executable, __file__, "--serve-relay", str(upstream_port)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
+
+
+PATHS = ("direct", "relay", "proxy")
+
+
+@dataclasses.dataclass(slots=True)
+class Timed:
+    """One request as the client saw it (monotonic ns)."""
+
+    rid: str
+    path: str
+    sent: int
+    chunks: list[int] = dataclasses.field(default_factory=list)
+    """Read time of every event that carried output tokens."""
+
+
+@dataclasses.dataclass(slots=True)
+class Side:
+    ttfts: list[int] = dataclasses.field(default_factory=list)
+    gaps: list[int] = dataclasses.field(default_factory=list)
+    requests: int = 0
+    chunks: int = 0
+
+
 async def one_stream(s: aiohttp.ClientSession, url: str, body: bytes, chat: bool,
-                     ttfts: list[int], gaps: list[int]) -> None:
+                     rec: Timed) -> None:
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    sent = time.perf_counter_ns()
-    last = None
-    async with s.post(url + path, data=body, headers={"Content-Type": "application/json"}) as r:
+    headers = {"Content-Type": "application/json", "X-Request-Id": rec.rid}
+    rec.sent = time.monotonic_ns()
+    async with s.post(url + path, data=body, headers=headers) as r:
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {(await r.read())[:200]!r}")
         parser = SSEParser()
         async for chunk in r.content.iter_any():
-            t = time.perf_counter_ns()
+            t = time.monotonic_ns()
             for ev in parser.feed(chunk):
                 if ev.data == b"[DONE]":
                     continue
@@ -70,83 +164,138 @@ async def one_stream(s: aiohttp.ClientSession, url: str, body: bytes, chat: bool
                 if k < 0 and chat:
                     obj = orjson.loads(ev.data)
                     k = 1 if obj.get("choices") and obj["choices"][0]["delta"].get("content") else 0
-                if k <= 0:
-                    continue
-                if last is None:
-                    ttfts.append(t - sent)
-                else:
-                    gaps.append(t - last)
-                last = t
+                if k > 0:
+                    rec.chunks.append(t)
 
 
-async def phase(urls: list[str], model: str, streams: int, seconds: float, chat: bool,
-                max_tokens: int, prompt_len: int, seed: int
-                ) -> list[tuple[list[int], list[int], int]]:
-    """Every stream sends its requests to ``urls`` in turn; results per URL."""
-    res: list[tuple[list[int], list[int], int]] = [([], [], 0) for _ in urls]
-    end = time.monotonic() + seconds
+async def phase(urls: list[str], model: str, args: argparse.Namespace, seconds: float,
+                seed: int) -> list[Timed]:
+    """Every stream sends its requests to ``urls`` in turn."""
+    done: list[Timed] = []
+    end = time.monotonic_ns() + int(seconds * 1e9)
+    mt = args.max_tokens
 
     async def worker(i: int) -> None:
+        rnd = random.Random(seed * 100_003 + i)
+        if not args.sync:  # spread the streams' starts over one request's duration
+            await asyncio.sleep(rnd.uniform(0, mt * args.step_ms / 1e3))
         n = 0
-        while time.monotonic() < end:
+        while time.monotonic_ns() < end:
             which = (i + n) % len(urls)
-            ttfts, gaps, _ = res[which]
-            prompt = [1000 + (seed * 7919 + i * 131 + n * 17 + j) % 20000 for j in range(prompt_len)]
-            if chat:
-                body = build_request("chat", model=model, prompt=f"q {seed} {i} {n} " + "w " * prompt_len,
+            max_tokens = mt if args.sync else rnd.randint(max(1, mt // 2), mt + mt // 2)
+            if args.chat:
+                body = build_request("chat", model=model,
+                                     prompt=f"q {seed} {i} {n} " + "w " * args.prompt_len,
                                      max_tokens=max_tokens)
                 body.pop("return_token_ids", None)
                 body.pop("stream_options", None)  # like an SDK user: the proxy injects usage
             else:
-                body = build_request("completions", model=model, prompt=prompt, max_tokens=max_tokens)
-            await one_stream(s, urls[which], orjson.dumps(body), chat, ttfts, gaps)
+                prompt = [1000 + (seed * 7919 + i * 131 + n * 17 + j) % 20000
+                          for j in range(args.prompt_len)]
+                body = build_request("completions", model=model, prompt=prompt,
+                                     max_tokens=max_tokens)
+            rec = Timed(f"b{seed}-{i}-{n}", PATHS[which], 0)
+            await one_stream(s, urls[which], orjson.dumps(body), args.chat, rec)
+            done.append(rec)
             n += 1
-            res[which] = (ttfts, gaps, res[which][2] + 1)
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
-        await asyncio.gather(*(worker(i) for i in range(streams)))
-    return res
+        await asyncio.gather(*(worker(i) for i in range(args.streams)))
+    return done
 
 
 def pct(v: list[int], q: float) -> float:
     return float(np.percentile(np.asarray(v, dtype=np.int64), q)) / 1e6 if v else float("nan")
 
 
-async def main_async(args: argparse.Namespace, sim_url: str, proxy_url: str,
-                     proxy_proc: psutil.Process, sim_proc: psutil.Process) -> None:
-    async with aiohttp.ClientSession() as s, s.get(sim_url + "/v1/models") as r:
+@dataclasses.dataclass(slots=True)
+class Run:
+    timed: list[Timed]
+    cpu_s: dict[str, float]
+    """CPU seconds (user + system) of each process over the measured phase."""
+    wall_s: float
+
+
+async def measure(args: argparse.Namespace, urls: list[str], procs: dict[str, psutil.Process]
+                  ) -> Run:
+    async with aiohttp.ClientSession() as s, s.get(urls[0] + "/v1/models") as r:
         model = (await r.json())["data"][0]["id"]
-    await phase([sim_url], model, args.streams, 1.0, args.chat, args.max_tokens,
-                args.prompt_len, 999)  # warm-up, not counted
-    c0, s0, m0 = proxy_proc.cpu_times(), sim_proc.cpu_times(), psutil.Process().cpu_times()
-    t0 = time.monotonic()
-    (dt, dg, dn), (pt, pg, pn) = await phase([sim_url, proxy_url], model, args.streams,
-                                             args.seconds, args.chat, args.max_tokens,
-                                             args.prompt_len, 1)
-    el = time.monotonic() - t0
-    c1, s1, m1 = proxy_proc.cpu_times(), sim_proc.cpu_times(), psutil.Process().cpu_times()
-    cpu = ((c1.user + c1.system) - (c0.user + c0.system)) / el
-    sim_cpu = ((s1.user + s1.system) - (s0.user + s0.system)) / el
-    me_cpu = ((m1.user + m1.system) - (m0.user + m0.system)) / el
-    res = {"direct": (dt, dg), "proxied": (pt, pg)}
-    counts = {"direct": dn, "proxied": pn}
-    print(f"\n{args.streams} concurrent streams, {'chat (proxy injects usage)' if args.chat else 'completions'}, "
-          f"max_tokens {args.max_tokens}, prompt {args.prompt_len} tokens, {args.seconds:.0f} s; "
-          f"requests direct {counts['direct']}, proxied {counts['proxied']}; proxy CPU "
-          f"{cpu * 100:.0f}% of one core (it saw half the streams); sim CPU {sim_cpu * 100:.0f}%, "
-          f"client CPU {me_cpu * 100:.0f}%")
-    print(f"{'metric':<12}{'n direct':>10}{'n proxied':>11}{'p50 dir':>10}{'p50 prx':>10}"
-          f"{'p99 dir':>10}{'p99 prx':>10}{'added p99':>11}{'ratio':>8}{'target':>9}")
-    for name, idx, target in (("TTFT ms", 0, 1.0), ("gap ms", 1, 0.2)):
-        d, p = res["direct"][idx], res["proxied"][idx]
-        add = pct(p, 99) - pct(d, 99)
-        ok = "ok" if add <= target else "MISSED"
-        print(f"{name:<12}{len(d):>10}{len(p):>11}{pct(d, 50):>10.3f}{pct(p, 50):>10.3f}"
-              f"{pct(d, 99):>10.3f}{pct(p, 99):>10.3f}{add:>11.3f}{pct(p, 99) / pct(d, 99):>8.3f}"
-              f"{'<= ' + str(target):>9} {ok}")
+    await phase(urls, model, args, 1.5, 999)  # warm-up, not counted
+
+    def cpu() -> dict[str, float]:
+        return {k: p.cpu_times().user + p.cpu_times().system for k, p in procs.items()}
+
+    c0 = cpu()
+    t0 = time.monotonic_ns()
+    timed = await phase(urls, model, args, args.seconds, 1)
+    el = (time.monotonic_ns() - t0) / 1e9
+    c1 = cpu()
+    return Run(timed, {k: c1[k] - c0[k] for k in c0}, el)
+
+
+def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object]]) -> None:
+    sides = {k: Side() for k in PATHS}
+    hop_req: dict[str, list[int]] = {k: [] for k in PATHS}
+    hop_chunk: dict[str, list[int]] = {k: [] for k in PATHS}
+    unmatched = 0
+    for t in run.timed:
+        side = sides[t.path]
+        side.requests += 1
+        side.chunks += len(t.chunks)
+        if t.chunks:
+            side.ttfts.append(t.chunks[0] - t.sent)
+            side.gaps.extend(b - a for a, b in zip(t.chunks, t.chunks[1:], strict=False))
+        g = truth.get(t.rid)
+        if g is None:
+            unmatched += 1
+            continue
+        hop_req[t.path].append(int(g["received_ns"]) - t.sent)  # type: ignore[call-overload]
+        written = g["chunk_ns"]
+        assert isinstance(written, list)
+        if len(written) == len(t.chunks):
+            hop_chunk[t.path].extend(c - w for w, c in zip(written, t.chunks, strict=True))
+        else:
+            unmatched += 1
+    mode = "sync (all streams in step: bursts)" if args.sync else "spread arrivals"
+    print(f"\n{args.streams} concurrent streams, "
+          f"{'chat (proxy injects usage)' if args.chat else 'completions'}, max_tokens "
+          f"{args.max_tokens}{'' if args.sync else ' (mean; uniform M/2..3M/2)'}, prompt "
+          f"{args.prompt_len} tokens, step {args.step_ms:g} ms, {mode}, {run.wall_s:.0f} s; "
+          "requests " + ", ".join(f"{k} {sides[k].requests}" for k in PATHS))
+    p = sides["proxy"]
+    per_req = run.cpu_s["proxy"] / p.requests * 1e3 if p.requests else float("nan")
+    per_chunk = run.cpu_s["proxy"] / p.chunks * 1e6 if p.chunks else float("nan")
+    relay_chunk = (run.cpu_s["relay"] / sides["relay"].chunks * 1e6 if sides["relay"].chunks
+                   else float("nan"))
+    print("CPU, % of one core: " + ", ".join(
+        f"{k} {v / run.wall_s * 100:.0f}%" for k, v in run.cpu_s.items())
+        + f"; proxy {per_req:.2f} ms per request all included ({per_chunk:.0f} us per chunk), "
+        f"relay {relay_chunk:.0f} us per chunk")
+    print("baseline = direct (same streams, same moments); added p99 = p99 - direct p99")
+    print(f"{'metric':<15}{'path':<7}{'n':>7}{'p50':>9}{'p99':>9}{'added p99':>10}{'ratio':>7}"
+          f"{'target':>9}")
+    rows = (("TTFT ms", {k: v.ttfts for k, v in sides.items()}, 1.0),
+            ("chunk gap ms", {k: v.gaps for k, v in sides.items()}, 0.2),
+            ("request hop ms", hop_req, None), ("chunk hop ms", hop_chunk, None))
+    for name, values, target in rows:
+        base = pct(values["direct"], 99)
+        for k in PATHS:
+            v = values[k]
+            add = pct(v, 99) - base
+            verdict = "" if target is None or k != "proxy" else (
+                " ok" if add <= target else " MISSED")
+            tgt = "" if target is None or k == "direct" else f"<= {target:g}"
+            added = "" if k == "direct" else f"{add:.3f}"
+            print(f"{name if k == 'direct' else '':<15}{k:<7}{len(v):>7}{pct(v, 50):>9.3f}"
+                  f"{pct(v, 99):>9.3f}{added:>10}{pct(v, 99) / base:>7.2f}{tgt:>9}{verdict}")
+    if unmatched:
+        print(f"({unmatched} requests without a matching engine record left out of the hops)")
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve-relay":
+        serve_relay(int(sys.argv[2]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--profile", default="default", help="sim profile (default: default)")
@@ -157,7 +306,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--chat", action="store_true", help="chat without include_usage (injected)")
+    ap.add_argument("--sync", action="store_true",
+                    help="same max_tokens for every request: synchronized bursts of N requests")
     args = ap.parse_args()
+    print(f"host: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         prof = SimProfile.load(args.profile)
         data = {f.name: getattr(prof, f.name) for f in dataclasses.fields(prof)}
@@ -165,34 +317,40 @@ def main() -> None:
         data["eos_prob"] = 0.0
         pfile = Path(tmp) / "bench.json"
         pfile.write_text(json.dumps(data))
-        with SimProcess(pfile) as sim:
-            run_all(args, sim, Path(tmp))
+        gt = Path(tmp) / "truth.parquet"
+        with SimProcess(pfile, ground_truth=gt) as sim:
+            run, rows = run_proxy(args, sim, Path(tmp))
+        truth = {str(r["request_id"]): r for r in pq.read_table(gt).to_pylist()}
+        report(args, run, truth)
+        print("inside the proxy (from its own trace, ms from arrival): " + ", ".join(
+            f"{c} p50 {pct(v, 50):.3f} p99 {pct(v, 99):.3f}" for c, v in rows.items()))
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
-def run_all(args: argparse.Namespace, sim: SimProcess, tmp: Path) -> None:
-    if True:
-        proc, url = start_proxy(sim.url, tmp / "trace")
-        try:
-            assert sim.proc is not None
-            coro = main_async(args, sim.url, url, psutil.Process(proc.pid),
-                              psutil.Process(sim.proc.pid))
-            try:
-                import uvloop
+def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path
+              ) -> tuple[Run, dict[str, list[int]]]:
+    import uvloop
 
-                uvloop.run(coro)
-            except ImportError:
-                asyncio.run(coro)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-        from traces.io import read_trace
+    from traces.io import read_trace
 
-        rows = read_trace(tmp / "trace")[0]
-        print("inside the proxy (from its own trace, ms from arrival): " + ", ".join(
-            f"{c} p50 {pct(rows.column(c).drop_null().to_pylist(), 50):.3f} "
-            f"p99 {pct(rows.column(c).drop_null().to_pylist(), 99):.3f}"
-            for c in ("upstream_send_ns", "headers_ns", "ttft_ns")))
+    relay, relay_url = start_relay(sim.port)
+    proc, url = start_proxy(sim.url, tmp / "trace")
+    try:
+        assert sim.proc is not None
+        procs = {"proxy": psutil.Process(proc.pid), "relay": psutil.Process(relay.pid),
+                 "sim": psutil.Process(sim.proc.pid), "client": psutil.Process()}
+        run = uvloop.run(measure(args, [sim.url, relay_url, url], procs))
+    finally:
+        proc.terminate()
+        relay.terminate()
+        proc.wait(timeout=30)
+        relay.wait(timeout=30)
+        if relay.stdout is not None:
+            relay.stdout.close()
+    table = read_trace(tmp / "trace")[0]
+    rows = {c: table.column(c).drop_null().to_pylist()
+            for c in ("upstream_send_ns", "headers_ns", "ttft_ns")}
+    return run, rows
 
 
 if __name__ == "__main__":
