@@ -131,8 +131,9 @@ def response_usage(usage: Any, uncached_input: bool = False
 
 class ResponseObserver:
     """One response. Call ``start`` with the status and headers, ``feed`` with every read
-    (returns the bytes to forward now), ``end`` at the end of the body (returns the last
-    bytes to forward). Then read the attributes."""
+    (returns the bytes to forward now; or ``forward`` now and ``observe`` later, in order),
+    ``end`` at the end of the body (returns the last bytes to forward). Then read the
+    attributes."""
 
     def __init__(self, api: str, *, injected_usage: bool, uncached_input: bool = False) -> None:
         self.api = api
@@ -181,9 +182,21 @@ class ResponseObserver:
                 self._splitter = RawEventSplitter()
 
     def feed(self, data: bytes, t_ns: int) -> bytes:
+        out = self.forward(data)
+        self.observe(data, t_ns)
+        return out
+
+    def forward(self, data: bytes) -> bytes:
+        """The part of ``feed`` that decides what the client gets now: cheap, so that a
+        proxy can send it before it spends time on ``observe``."""
         self.bytes_in += len(data)
         out = self._forward(data)
         self.bytes_out += len(out)
+        return out
+
+    def observe(self, data: bytes, t_ns: int) -> None:
+        """The other part of ``feed``: parse a copy of ``data``, read at ``t_ns``. Calls
+        must come in the order of the reads, all before ``end``."""
         if self._parse:
             try:
                 self._observe(self._decomp.decompress(data) if self._decomp else data, t_ns)
@@ -191,7 +204,6 @@ class ResponseObserver:
                     AttributeError) as exc:
                 self._parse = False
                 self.parse_error = f"unparsable response: {type(exc).__name__}: {exc}"[:200]
-        return out
 
     def end(self, t_ns: int) -> bytes:
         out = b""

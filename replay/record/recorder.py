@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import ipaddress
 import itertools
 import os
@@ -28,6 +29,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pyarrow.parquet as pq
 from aiohttp import web
 
 from replay import __version__
@@ -36,9 +38,12 @@ from replay.record.observe import ResponseObserver
 from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
 from replay.record.replies import Reply, reply_from_events, reply_from_json
 from replay.record.sessions import SessionTracker
-from replay.record.sink import PartWriter
+from replay.record.sink import PartWriter, rows_to_table
 from traces.errors import InputError
+from traces.io import conform
 from traces.schema import CONTENT_MODES, TraceMeta
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,7 @@ class Recorder:
         self._flusher: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._port = 0
+        self._switch_interval: float | None = None
         self.clock: Callable[[], int] = time.monotonic_ns
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -170,6 +176,14 @@ class Recorder:
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self._port = sockets[0].getsockname()[1] if sockets else cfg.port
+        # The flush thread holds the GIL while it builds rows; the event loop waits for it
+        # up to the interpreter's switch interval (5 ms by default) every time it wakes up
+        # meanwhile, which shows as added latency on every stream. Restored by stop().
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL_S))
+        # The first Parquet write pays for lazy initialisation (tens of ms with the GIL
+        # held): pay it now, before any client is waiting.
+        await asyncio.get_running_loop().run_in_executor(None, _warm_up_writer)
         self._flusher = asyncio.create_task(self._flush_loop())
 
     async def stop(self) -> None:
@@ -192,6 +206,9 @@ class Recorder:
         await self.flush()
         if self._client is not None:
             await self._client.close()
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
 
     async def __aenter__(self) -> Recorder:
         await self.start()
@@ -345,6 +362,15 @@ class Recorder:
         return (f"recorded {s.requests} requests ({s.errors} failed), {s.sessions} sessions, "
                 f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
                 f"{flush}")
+
+
+def _warm_up_writer() -> None:
+    """Write a one-row part to memory, as ``PartWriter`` would to a file."""
+    table = rows_to_table([{"session_id": "warm-up", "request_index": 0, "parent_index": -1,
+                            "arrival_ns": 0, "input_tokens": 1, "output_tokens": 1,
+                            "api": "chat", "chunk_gaps_ns": [1], "chunk_tokens": [1],
+                            "hash_ids": [1]}])
+    pq.write_table(conform(table), io.BytesIO(), compression="zstd")
 
 
 def _mb(n: int) -> str:
