@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--mooncake", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"))
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--skip-capacity", action="store_true")
+    ap.add_argument("--mooncake-workers", type=int, nargs="+", default=[1])
     args = ap.parse_args()
     figures: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp, SimProcess("fast", workers=args.sim_workers) as sim:
@@ -148,10 +149,11 @@ def main() -> None:
         moon = Path(args.mooncake)
         if moon.exists():
             trace = mooncake_slice(moon, tmpd / "moon.parquet")
-            out = tmpd / "moon"
-            s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), timing="absolute",
-                              speedup=10, salt=3, scrape_interval_s=0), progress=None)
-            figures["mooncake_10min_x10"] = replay_figures(out, s)
+            for w in args.mooncake_workers:
+                out = tmpd / f"moon{w}"
+                s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), timing="absolute",
+                                  speedup=10, salt=3 + w, workers=w, scrape_interval_s=0), progress=None)
+                figures[f"mooncake_10min_x10_{w}w"] = replay_figures(out, s)
         else:
             print(f"(Mooncake trace not found at {moon}: part B skipped)")
     cols = ["requests", "failed", "chunks", "chunks_per_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms",
