@@ -1,0 +1,111 @@
+# Shared helpers of run_gpu.sh and run_wide_ep.sh (sourced, not run).
+# Needs: ROOT, RES (results folder), LOG (log folder), BUDGET (s), T0 (epoch s), DRY (0/1).
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+
+if [ "$DRY" = 1 ]; then
+  PY="$ROOT/.venv/bin/python"
+else
+  PY=python3
+fi
+AR="$PY -m replay"
+STEPS="$LOG/steps.tsv"
+
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+
+# step NAME MIN_LEFT_S MAX_S CMD...: run CMD (stdout+stderr to $LOG/NAME.log) with a
+# timeout of min(MAX_S, left - 25 s); skipped when less than MIN_LEFT_S remains.
+step() {
+  local name=$1 need=$2 max=$3; shift 3
+  local l; l=$(left)
+  if [ "$l" -lt "$need" ]; then
+    printf '%s\tskipped\t0\t-\t%s s left\n' "$name" "$l" >> "$STEPS"
+    echo "== $name: skipped ($l s left)"
+    return 0
+  fi
+  local t=$(( l - 25 < max ? l - 25 : max ))
+  local s; s=$(date +%s.%N)
+  echo "== $name (timeout $t s, $l s left)"
+  timeout -k 5 "$t" "$@" > "$LOG/$name.log" 2>&1
+  local rc=$?
+  local e; e=$(date +%s.%N)
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(awk "BEGIN{printf \"%.1f\", $e - $s}")" "$*" >> "$STEPS"
+  tail -n 4 "$LOG/$name.log" | sed 's/^/   /'
+  return 0
+}
+
+# start_server NAME PORT PROFILE GPU_LIST GPUS [--set K=V ...]: start a server in its own
+# session; its launcher's pid goes to $LOG/NAME.pid. Dry run: the simulated engine.
+start_server() {
+  local name=$1 port=$2 profile=$3 gpu=$4 ngpus=$5; shift 5
+  if [ "$DRY" = 1 ]; then
+    local simprof=default
+    [ "$profile" = dedicated-decode ] && simprof=mtp
+    setsid $AR engines sim --profile "$simprof" --port "$port" \
+      > "$LOG/$name.server.log" 2>&1 < /dev/null &
+  else
+    setsid $AR engines launch "$profile" --model "$MODEL" --gpus "$ngpus" \
+      --vllm-version 0.26.0 --device gpu --port "$port" --timeout 500 \
+      --log "$LOG/$name.server.log" --env "CUDA_VISIBLE_DEVICES=$gpu" \
+      --env VLLM_USE_FLASHINFER_SAMPLER=0 \
+      --set max-model-len=16384 --set dtype=bfloat16 --set load-format=dummy "$@" \
+      > "$LOG/$name.launch.json" 2> "$LOG/$name.launch.err" < /dev/null &
+  fi
+  echo $! > "$LOG/$name.pid"
+  echo "$port" > "$LOG/$name.port"
+  echo "started $name ($profile) on GPU(s) $gpu, port $port, pid $!"
+}
+
+# wait_healthy SECONDS PORT...: until every port answers /health 200 (or time is up).
+wait_healthy() {
+  local limit=$1; shift
+  local t_end=$(( $(date +%s) + limit ))
+  local p ok
+  while [ "$(date +%s)" -lt "$t_end" ]; do
+    ok=1
+    for p in "$@"; do
+      curl -sf -o /dev/null "http://127.0.0.1:$p/health" && continue
+      # a launcher that exited will not get healthy: do not wait for it
+      grep -l "^$p\$" "$LOG"/*.port 2>/dev/null | while read -r f; do
+        kill -0 "$(cat "${f%.port}.pid")" 2>/dev/null || echo dead
+      done | grep -q dead || ok=0
+    done
+    if [ "$ok" = 1 ]; then
+      printf 'healthy\t0\t%s\tports %s\n' "$(( $(date +%s) - T0 ))" "$*" >> "$STEPS"
+      echo "healthy: $* at $(( $(date +%s) - T0 )) s"
+      return 0
+    fi
+    sleep 1
+  done
+  printf 'healthy\t1\t%s\tports %s (not all healthy)\n' "$(( $(date +%s) - T0 ))" "$*" >> "$STEPS"
+  echo "not all healthy: $*"
+  return 1
+}
+
+# stop_server NAME: SIGTERM the launcher (it stops vLLM's process group), wait, then SIGKILL.
+stop_server() {
+  local pid; pid=$(cat "$LOG/$1.pid" 2>/dev/null) || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL "$pid" 2>/dev/null
+  kill -KILL -- "-$pid" 2>/dev/null
+  echo "stopped $1"
+}
+
+# warm PORT: one short completion so that no measured request pays a first-call cost.
+warm() {
+  curl -s -m 60 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$(served_model "$1")\", \"prompt\": [1,2,3,4,5,6,7,8], \"max_tokens\": 32, \"ignore_eos\": true}" \
+    -o /dev/null -w "warm $1: HTTP %{http_code} in %{time_total} s\n"
+}
+
+served_model() {
+  curl -s "http://127.0.0.1:$1/v1/models" | $PY -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])'
+}
+
+# scrape PORT FILE: one /metrics snapshot, first line "# t_ns <monotonic ns>".
+scrape() {
+  { echo "# t_ns $($PY -c 'import time; print(time.monotonic_ns())')";
+    curl -s -m 10 "http://127.0.0.1:$1/metrics"; } > "$2"
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The GPU run: the tiny DeepSeek-V3-shaped model (dummy weights) under vLLM's `standard` and
+# `dedicated-decode` (MTP nextn=3, synthetic acceptance 2.8) profiles, both started through
+# `agent-replay engines launch`, measured one at a time with:
+#   agent     one real mini-swe-agent session, session timing, --speedup 2
+#   mooncake  a 240 s Mooncake conversation slice, absolute timing, --speedup 8
+#   fixed-cN  2048 in / 256 out, max-rate at concurrency N (1, 16): our replay, then
+#   bench-cN  `vllm bench serve` on the same workload, /metrics scraped around it
+# and then `agent-replay report` / `compare` and the three-way comparison (three_way.py).
+#
+# On the GPU machine (after the staging described in docs/gpu.md), from the repo root:
+#   bash benchmarks/gpu/run_gpu.sh --out "$OUT/gpu"
+# Locally, with the simulated engine instead of vLLM and no `vllm bench serve`:
+#   bash benchmarks/gpu/run_gpu.sh --dry-run --out /tmp/gpu-dry
+# Inputs: .dev/gpu/ made by benchmarks/gpu/prepare_inputs.sh. Every step has a timeout and
+# the whole run stays inside --budget seconds (default 560); what is left out is logged in
+# logs/steps.tsv.
+set -u
+DRY=0; OUTDIR=${OUT:-/tmp}/gpu; BUDGET=570; SETUP=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) DRY=1 ;;
+    --out) OUTDIR=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --no-setup) SETUP=0 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+T0=$(date +%s)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 2
+IN=$ROOT/.dev/gpu
+MODEL=$IN/tiny-deepseek
+RES=$OUTDIR/results; LOG=$OUTDIR/logs
+mkdir -p "$RES" "$LOG"
+printf 'step\trc\tseconds\tcommand\n' > "$LOG/steps.tsv"
+# shellcheck source=benchmarks/gpu/lib.sh
+. "$ROOT/benchmarks/gpu/lib.sh"
+
+if [ "$DRY" = 0 ] && [ "$SETUP" = 1 ]; then
+  step setup 60 200 bash benchmarks/gpu/device-setup.sh
+fi
+if [ "$DRY" = 0 ]; then
+  export PYTHONPATH=/tmp/site:$ROOT
+  NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+else
+  NGPU=1
+fi
+{ date -u; uname -a; nvidia-smi 2>&1 | head -20; $PY -V;
+  $PY -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>&1 | tail -1;
+  git -C "$ROOT" log -1 --format='agent-replay commit %H' 2>/dev/null; } > "$LOG/env.txt" 2>&1
+
+# The two servers start together; on a 2-GPU machine each gets its own GPU, on one GPU they
+# share it with a fixed KV cache each (no memory profiling race between them).
+KV=$((24 * 1024 * 1024 * 1024))
+GPU_DED=0; [ "${NGPU:-1}" -ge 2 ] && GPU_DED=1
+if [ "$DRY" = 1 ]; then
+  P_STD=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
+  P_DED=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
+else
+  P_STD=8100; P_DED=8200
+fi
+start_server std $P_STD standard 0 1 --set kv-cache-memory-bytes=$KV --set gpu-memory-utilization=0.3
+start_server ded $P_DED dedicated-decode $GPU_DED 1 --set kv-cache-memory-bytes=$KV \
+  --set gpu-memory-utilization=0.3 --set synthetic_acceptance_length=2.8
+
+# While they start: every profile's command, checked by the installed vLLM's own parser.
+(
+  echo "### standard --gpus 1"
+  $AR engines vllm-cmd standard --model "$MODEL" --gpus 1 --set max-model-len=16384 2>&1
+  echo "### dedicated-decode --gpus 1"
+  $AR engines vllm-cmd dedicated-decode --model "$MODEL" --gpus 1 --set max-model-len=16384 \
+    --set synthetic_acceptance_length=2.8 2>&1
+  for g in 2 4 8; do
+    for e in true false; do
+      echo "### wide-ep --gpus $g eplb=$e"
+      $AR engines vllm-cmd wide-ep --model "$MODEL" --gpus $g --set eplb=$e \
+        --set max-model-len=16384 2>&1
+    done
+  done
+) > "$RES/vllm-cmds.txt" 2>&1 &
+CHECK_PID=$!
+
+wait_healthy $(( $(left) - 300 )) $P_STD $P_DED
+wait $CHECK_PID 2>/dev/null
+
+# The most telling comparisons first, so that a short budget drops the least of them.
+fixed_and_bench() {  # NAME PORT
+  local n=$1 p=$2 url="http://127.0.0.1:$2" c
+  for c in 1 16; do
+    step "$n-fixed-c$c" 40 45 $AR run "$IN/fixed-c$c.parquet" --target "$url" --api completions \
+      --timing max-rate --concurrency $c --scrape-interval 0.5 --salt 3$c \
+      -o "$RES/$n-fixed-c$c" --force --no-progress
+    if [ "$DRY" = 0 ]; then
+      scrape "$p" "$RES/$n-bench-c$c.metrics-before.txt"
+      step "$n-bench-c$c" 40 60 $PY -m vllm.entrypoints.cli.main bench serve --backend vllm \
+        --base-url "$url" --model "$(served_model "$p")" --tokenizer "$MODEL" \
+        --dataset-name random --random-input-len 2048 --random-output-len 256 \
+        --num-prompts $([ $c = 1 ] && echo 16 || echo 96) --max-concurrency $c --ignore-eos \
+        --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --seed 0 \
+        --ready-check-timeout-sec 0 \
+        --save-result --save-detailed --result-dir "$RES" --result-filename "$n-bench-c$c.json"
+      scrape "$p" "$RES/$n-bench-c$c.metrics-after.txt"
+    fi
+  done
+}
+agent() {  # NAME PORT
+  step "$1-agent" 50 70 $AR run "$IN/agent-session.parquet" --target "http://127.0.0.1:$2" \
+    --api completions --speedup 2 --scrape-interval 0.5 --salt 1 -o "$RES/$1-agent" --force \
+    --no-progress
+}
+mooncake() {  # NAME PORT
+  step "$1-mooncake" 70 90 $AR run "$IN/mooncake-slice.parquet" --target "http://127.0.0.1:$2" \
+    --api completions --timing absolute --speedup 8 --workers 4 --scrape-interval 1 --salt 2 \
+    -o "$RES/$1-mooncake" --force --no-progress
+}
+warm $P_STD >> "$LOG/warm.log" 2>&1
+warm $P_DED >> "$LOG/warm.log" 2>&1
+fixed_and_bench std $P_STD
+fixed_and_bench ded $P_DED
+agent std $P_STD
+agent ded $P_DED
+mooncake std $P_STD
+mooncake ded $P_DED
+# for the Wide-EP comparison: the multi-session agent trace on the single-GPU standard server
+step std-agents 40 50 $AR run "$IN/agents-multi" --target "http://127.0.0.1:$P_STD" \
+  --api completions --speedup 2 --sessions-multiplier 4 --scrape-interval 1 --salt 4 \
+  -o "$RES/std-agents" --force --no-progress
+
+stop_server std & stop_server ded & wait
+cp "$LOG/std.launch.json" "$LOG/ded.launch.json" "$RES/" 2>/dev/null
+
+# Reports, comparisons and the three-way table while time is left (what is left out is made
+# afterwards from the results folders with report_all.sh).
+bash benchmarks/gpu/report_all.sh "$RES" 1 $(( T0 + BUDGET - 15 )) > "$LOG/reports.log" 2>&1
+printf 'total\t0\t%s\n' "$(( $(date +%s) - T0 ))" >> "$LOG/steps.tsv"
+# server logs can be long: keep their ends
+for f in "$LOG"/*.server.log; do
+  [ -f "$f" ] && tail -c 300000 "$f" > "$f.tail" && mv "$f.tail" "$f"
+done
+tar czf "$OUTDIR.tar.gz" -C "$(dirname "$OUTDIR")" "$(basename "$OUTDIR")"
+cp "$RES/three-way.md" "$LOG/steps.tsv" "$(dirname "$OUTDIR")/" 2>/dev/null
+echo "done in $(( $(date +%s) - T0 )) s: $OUTDIR.tar.gz"
