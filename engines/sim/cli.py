@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -72,6 +73,10 @@ def _run_single(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         await server.start()
+        # Everything made so far (token tables, profile, app) lives as long as the process:
+        # keep it out of the collector's generations, so collections during the run are
+        # short (a collection blocks the loop, and with it a step's writes).
+        gc.freeze()
         print(f"{READY_PREFIX}{server.url} profile={server.profile.name} "
               f"model={server.profile.model_name} pid={os.getpid()}", flush=True)
         await stop.wait()

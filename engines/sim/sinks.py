@@ -70,8 +70,8 @@ class BaseSink:
 class StreamSink(BaseSink):
     """Writes SSE chunks directly to the connection's transport."""
 
-    __slots__ = ("encoder", "killed", "next_data", "next_finish", "next_tokens", "pending", "ready",
-                 "transport")
+    __slots__ = ("encoder", "killed", "next_data", "next_finish", "next_framed", "next_tokens",
+                 "pending", "ready", "transport")
 
     def __init__(self, *, transport: asyncio.Transport | None, encoder: Any, **kw: Any) -> None:
         super().__init__(**kw)
@@ -81,6 +81,7 @@ class StreamSink(BaseSink):
         self.pending: list[bytes] = []
         self.killed = False
         self.next_data = b""
+        self.next_framed = b""
         self.next_tokens = 0
         self.next_finish: str | None = None
 
@@ -91,28 +92,27 @@ class StreamSink(BaseSink):
         self.pending.clear()
 
     def prepare(self, ids: list[int], finish: str | None) -> None:
-        """Encode the chunk of the coming step ahead of its deadline."""
+        """Encode and frame the chunk of the coming step ahead of its deadline."""
         data = self.encoder.chunk(ids, finish)
         if finish is not None:
             data += self.encoder.final(self.cached(), finish)
         self.next_data = data
+        self.next_framed = b"%x\r\n%b\r\n" % (len(data), data)
         self.next_tokens = len(ids)
         self.next_finish = finish
 
     def flush(self, sched_ns: int) -> None:
-        """Write the prepared chunk (at the step's deadline)."""
+        """Write the prepared chunk (at the step's deadline): one ``transport.write``."""
         tr = self.transport
         if tr is None or tr.is_closing():
             self.abort()
             return
-        data = self.next_data
-        if self.fault.any_stream_fault and self._fault(tr, data, sched_ns):
+        if self.fault.any_stream_fault and self._fault(tr, self.next_data, sched_ns):
             return
-        framed = b"%x\r\n%b\r\n" % (len(data), data)
         if self.ready:
-            tr.write(framed)
+            tr.write(self.next_framed)
         else:
-            self.pending.append(framed)
+            self.pending.append(self.next_framed)
         self.chunk_ns.append(time.monotonic_ns())
         self.chunk_sched.append(sched_ns)
         self.chunk_tokens.append(self.next_tokens)
