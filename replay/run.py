@@ -348,6 +348,13 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
                                 config.target if info.has_metrics else None)
     else:
         prog = _Progress(progress if config.progress else None)
+    too_long = _over_context(plan, info.max_model_len)
+    if too_long:
+        meta.setdefault("warnings_before_run", []).append(
+            f"{too_long} requests need more than the target's max_model_len ({info.max_model_len}) "
+            "tokens: the server will refuse them")
+        if progress is not None:
+            progress(f"warning: {meta['warnings_before_run'][-1]}")
     if progress is not None:
         progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
                  f"({config.timing} timing, x{config.speedup:g}) against {config.target} "
@@ -503,6 +510,13 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         q.put(("error", shard, f"worker {shard}: {type(exc).__name__}: {exc}"))
         return
     q.put(("done", shard, summary))
+
+
+def _over_context(plan: Plan, max_model_len: int | None) -> int:
+    if not max_model_len:
+        return 0
+    return sum(1 for s in plan.sessions for q in s.requests
+               if q.input_tokens + q.output_tokens > max_model_len)
 
 
 def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool) -> RunSummary:
