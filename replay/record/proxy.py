@@ -168,21 +168,17 @@ class ProxyHandler:
                     length = None
                 self.on_headers(ex)
                 out = await self._prepare(request, resp, length)
-                backlog = _Backlog(obs)
-                try:
-                    read = resp.content.readany
-                    while True:
-                        chunk = await read()
-                        t = clock()
-                        if not chunk:
-                            break
-                        ex.end = t
-                        data = obs.forward(chunk)
-                        if data:
-                            await _send(out, data)
-                        backlog.add(chunk, t)
-                finally:
-                    backlog.run()
+                read = resp.content.readany
+                while True:
+                    chunk = await read()
+                    t = clock()
+                    if not chunk:
+                        break
+                    ex.end = t
+                    data = obs.forward(chunk)
+                    if data:
+                        await _send(out, data)
+                    obs.observe(chunk, t)
                 tail = obs.end(ex.end or clock())
                 if tail:
                     await _send(out, tail)
@@ -203,35 +199,6 @@ class ProxyHandler:
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)
             return self._fail(request, exc, out)
-
-
-class _Backlog:
-    """Reads waiting for ``ResponseObserver.observe``. The proxy forwards a read first and
-    observes it later in the same event-loop iteration, after the other streams' reads of
-    that iteration were forwarded: when an engine step writes to many streams at once, the
-    last stream's bytes wait for the forwarding of the others only, not for their parsing.
-    The read times were taken on arrival, so the trace's times are the same either way."""
-
-    __slots__ = ("obs", "reads", "scheduled")
-
-    def __init__(self, obs: ResponseObserver) -> None:
-        self.obs = obs
-        self.reads: list[tuple[bytes, int]] = []
-        self.scheduled = False
-
-    def add(self, data: bytes, t_ns: int) -> None:
-        self.reads.append((data, t_ns))
-        if not self.scheduled:
-            self.scheduled = True
-            asyncio.get_running_loop().call_soon(self.run)
-
-    def run(self) -> None:
-        """Observe every waiting read, in order (also called at the end of the body)."""
-        self.scheduled = False
-        reads, self.reads = self.reads, []
-        observe = self.obs.observe
-        for data, t_ns in reads:
-            observe(data, t_ns)
 
 
 class _ClientGone(Exception):
