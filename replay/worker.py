@@ -46,6 +46,7 @@ class WorkerSummary:
     output_tokens: int = 0
     text_misses: int = 0
     cpu_s: float = 0.0
+    cpu_run_s: float = 0.0  # from the start of the replay on (set-up and plan building excluded)
     wall_s: float = 0.0
     schedule_lag: bytes = b""  # int64 ns, one per sent request
     loop_lag: bytes = b""  # int64 ns, one per watchdog tick
@@ -139,6 +140,7 @@ async def arun_shard(
             duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
             warmup_ns=int(config.warmup_s * 1e9))
         watchdog.start()
+        run_cpu = CpuMeter()
         ticker = asyncio.get_running_loop().create_task(
             _tick(driver, writer, sender, summary, report, t0, watchdog))
         try:
@@ -148,6 +150,7 @@ async def arun_shard(
             await watchdog.stop()
             summary.text_misses = preparer.text_misses
             summary.chunks = sender.chunks
+            summary.cpu_run_s = run_cpu.cpu_s()
     except asyncio.CancelledError:
         # Ctrl-C (the runner cancels this task): keep what was recorded, report it.
         summary.interrupted = True

@@ -34,6 +34,7 @@ class FakeVllm:
     token_ids: bool = True  # honour return_token_ids
     fail_status: int | None = None
     truncate: bool = False
+    split_writes: bool = False  # write each event in two parts (reads end inside events)
     seen: list[Seen] = field(default_factory=list)
     cache: set[tuple[int, ...]] = field(default_factory=set)
 
@@ -116,7 +117,13 @@ class FakeVllm:
                 if cont:
                     ev["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": done,
                                    "total_tokens": n_prompt + done}
-                await resp.write(b"data: " + orjson.dumps(ev) + b"\n\n")
+                raw = b"data: " + orjson.dumps(ev) + b"\n\n"
+                if self.split_writes:
+                    cut = 7 + done % (len(raw) - 8)
+                    await resp.write(raw[:cut])
+                    await asyncio.sleep(0.002)
+                    raw = raw[cut:]
+                await resp.write(raw)
             if self.truncate and done >= n_out // 2:
                 await resp.write(b'data: {"id": "x", "choi')
                 return resp

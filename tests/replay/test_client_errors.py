@@ -65,6 +65,16 @@ async def test_ok_stream_with_multi_token_chunks(server) -> None:
     assert seen.body["ignore_eos"] is True and seen.body["min_tokens"] == 9
 
 
+@pytest.mark.parametrize("tpc", [1, 3])
+async def test_reads_that_end_inside_events(server, tpc: int) -> None:
+    fake, url = server
+    fake.split_writes = True
+    fake.tokens_per_chunk = tpc
+    r = await send(url, prep(40, 12), rec(40, 12))
+    assert r.status == "ok" and r.error_kind is None, r.error
+    assert sum(r.chunk_tokens) == 12 and len(r.chunk_tokens) == -(-12 // tpc)
+
+
 async def test_usage_differencing_when_token_ids_are_not_returned(server) -> None:
     fake, url = server
     fake.token_ids = False
