@@ -88,7 +88,7 @@ class Sender:
                             data.find(b"\n") == len(data) - 2 and data[-1] == 10:
                         # Exactly one single-line event in this read, the common case:
                         # what SSEParser would return, without its bookkeeping.
-                        k = feed(data[6:-2])  # type: ignore[call-arg]
+                        k = feed(data[6:-2])
                         if k:
                             chunk_ns.append(t)
                             chunk_tok.append(k)
