@@ -40,15 +40,16 @@ NAMES = {"ours": "agent-replay", "vllm": "vllm bench serve", "guidellm": "GuideL
 INTERVAL_MS = 5.0
 
 
-def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1) -> dict[str, Any]:
-    tag = f"{client}-c{conc}-s{spec}-w{workers}"
+def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
+        label: str = "") -> dict[str, Any]:
+    tag = f"{client}-c{conc}-s{spec}-w{workers}{label}"
     rundir = work / tag
     rundir.mkdir(parents=True, exist_ok=True)
     profile = write_profile(rundir / "profile.json", INTERVAL_MS, spec)
     gt = rundir / "gt.parquet"
     srv_core, cli_core = cores()
-    if workers > 1:
-        cli_core = ""  # the workers need both cores; the server shares them
+    if label == "-unpinned":
+        srv_core = cli_core = ""  # the workers need both cores; the server shares them
     with sim_server(profile, gt, srv_core) as url:
         cmd, env = cl.command(client, url, conc, n, rundir, workers)
         run = run_client(cmd, cli_core, env, rundir / "client.log")
@@ -159,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             spec_rows.append(one(c, spec_c, 4 * spec_c, 3, work))
         if "ours" in avail and not args.quick:
             top = max(streams)
-            scale_rows.append(one("ours", top, 4 * top, 0, work, workers=1))
-            scale_rows[-1]["client"] = NAMES["ours"]
-            scale_rows.append(one("ours", top, 4 * top, 0, work, workers=2))
+            scale_rows.append(one("ours", top, 4 * top, 0, work, workers=1, label="-unpinned"))
+            scale_rows.append(one("ours", top, 4 * top, 0, work, workers=2, label="-unpinned"))
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         f"# agent-replay benchmarks ({stamp})",
