@@ -26,4 +26,17 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
     print(f"  load generator: schedule lag p50 {_ms(sc.schedule_lag_p50_ns)}, p99 "
           f"{_ms(sc.schedule_lag_p99_ns)}, max {_ms(sc.schedule_lag_max_ns)}; loop lag p99 "
           f"{_ms(sc.loop_lag_p99_ns)}; CPU {sc.cpu_fraction * 100:.0f}% of a core", file=out)
-    print(f"  results: {s.output}  (agent-replay report {s.output})", file=out)
+    line = _headline(s.output)
+    if line:
+        print(f"  {line}", file=out)
+    print(f"  results: {s.output}  (full report: agent-replay report {s.output})", file=out)
+
+
+def _headline(results: str) -> str | None:
+    """The report's headline (P90 per-user decode speed), when the analysis can read the run."""
+    try:
+        from analysis.report import build_report
+
+        return str(build_report(results).headline["text"])
+    except Exception:  # the summary must not fail a finished run
+        return None
