@@ -10,6 +10,10 @@ A. Streaming capacity: requests of 256 output tokens (one token per chunk, the s
    client's CPU microseconds per chunk (all its processes; the number that transfers to
    bigger machines; process start-up and plan building excluded). The baseline, measured in the same run at the same load: a null
    client (aiohttp, reads the stream, counts events, no timestamps, no JSON, no results).
+C. Session timing (``--session-trace``, default the bundled agent-medium sample) at
+   ``--session-speedup``: think-time error = s - (parent end + think) of every child
+   request, p50/p99/max, and the number of requests that left before their parent
+   completed plus their think time (must be 0).
 B. Timing fidelity on real arrivals: the first 10 minutes of the Mooncake conversation
    trace (read directly from its JSONL) at --speedup 10 in ``absolute`` timing:
    |actual send - intended| p50/p99/max.
@@ -128,6 +132,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--skip-capacity", action="store_true")
     ap.add_argument("--mooncake-workers", type=int, nargs="+", default=[1])
+    ap.add_argument("--session-trace", default=str(Path(__file__).resolve().parents[1] / "traces" / "samples" / "agent-medium.parquet"))
+    ap.add_argument("--session-speedup", type=float, default=4.0)
     args = ap.parse_args()
     figures: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp, SimProcess("fast", workers=args.sim_workers) as sim:
@@ -156,6 +162,19 @@ def main() -> None:
                 figures[f"mooncake_10min_x10_{w}w"] = replay_figures(out, s)
         else:
             print(f"(Mooncake trace not found at {moon}: part B skipped)")
+        if Path(args.session_trace).exists():
+            out = tmpd / "session"
+            s = run(RunConfig(trace=args.session_trace, target=sim.url, output=str(out),
+                              speedup=args.session_speedup, salt=9, scrape_interval_s=0), progress=None)
+            f = replay_figures(out, s)
+            t = pq.read_table(out / "requests", columns=["sent_ns", "parent_end_ns", "think_ns"]).to_pydict()
+            err = np.array([sn - (pe + th) for sn, pe, th in zip(t["sent_ns"], t["parent_end_ns"], t["think_ns"], strict=True)
+                            if pe is not None and th is not None and sn is not None], dtype=np.int64)
+            f.update({"children": int(err.size), "early": int((err < 0).sum()),
+                      "think_err_p50_ms": float(np.percentile(err, 50) / 1e6),
+                      "think_err_p99_ms": float(np.percentile(err, 99) / 1e6),
+                      "think_err_max_ms": float(err.max() / 1e6)})
+            figures[f"session_x{args.session_speedup:g}"] = f
     cols = ["requests", "failed", "chunks", "chunks_per_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms",
             "loop_p99_ms", "cpu_us_per_chunk", "cpu_cores", "mismatches"]
     print(f"{'run':22s} " + " ".join(f"{c:>16s}" for c in cols))
@@ -168,6 +187,11 @@ def main() -> None:
     if "null_client_1w" in figures and "replay_1w" in figures:
         r = figures["replay_1w"]["cpu_us_per_chunk"] / figures["null_client_1w"]["cpu_us_per_chunk"]
         print(f"replay CPU per chunk / null client CPU per chunk: {r:.2f}x")
+    for name, f in figures.items():
+        if "children" in f:
+            print(f"{name}: {f['children']} child requests, {f['early']} left before parent end + think; "
+                  f"think-time error p50 {f['think_err_p50_ms']:.3f} ms, p99 {f['think_err_p99_ms']:.3f} ms, "
+                  f"max {f['think_err_max_ms']:.3f} ms")
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2))
 
