@@ -111,7 +111,12 @@ def resolve(config: RunConfig, info: TargetInfo) -> RunConfig:
             raise AgentReplayError(f"{info.url}/v1/models lists no model; pass --model")
         model = info.models[0]
     salt = config.salt if config.salt is not None else secrets.randbits(63)
-    return replace(config, model=model, salt=salt, output=config.output or default_output(config.trace),
+    vocab = config.vocab_size
+    if vocab is None:  # a server that reports its vocabulary size is believed; else 32000
+        reported = [m.get("vocab_size") for m in info.raw_models if m.get("id") == model]
+        vocab = next((v for v in reported if isinstance(v, int) and v > config.low_token_id), 32000)
+    return replace(config, model=model, salt=salt, vocab_size=vocab,
+                   output=config.output or default_output(config.trace),
                    run_id=config.run_id if config.run_id != "run" else secrets.token_hex(4))
 
 
