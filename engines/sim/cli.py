@@ -62,6 +62,7 @@ def _install_loop() -> None:
 
 def _run_single(args: argparse.Namespace) -> int:
     from engines.sim.server import SimServer
+    from engines.sim.stats import schedule_warning
 
     async def main() -> None:
         server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
@@ -81,6 +82,9 @@ def _run_single(args: argparse.Namespace) -> int:
               f"model={server.profile.model_name} pid={os.getpid()}", flush=True)
         await stop.wait()
         await server.stop()
+        warning = schedule_warning(server.core.stats)
+        if warning:
+            print(f"engines.sim: warning: {warning}", file=sys.stderr, flush=True)
 
     _install_loop()
     asyncio.run(main())

@@ -37,6 +37,7 @@ from engines.sim.requests import (
     parse_messages,
 )
 from engines.sim.sinks import BaseSink, BufferSink, StreamSink
+from engines.sim.stats import LATE_WRITE_NS
 from engines.sim.tokenizer import SimTokenizer
 from traces.errors import InputError
 
@@ -183,7 +184,18 @@ class SimServer:
                 except Exception:
                     log.exception("sim: writing request %s failed", sink.request_id)
                     sink.abort()
+            if sinks:
+                self._count_lag(time.monotonic_ns() - end)
             next_start = last_end = end
+
+    def _count_lag(self, lag_ns: int) -> None:
+        """The self-check of ``stats.schedule_warning``: how late a step's last write was."""
+        st = self.core.stats
+        st.written_steps += 1
+        if lag_ns > LATE_WRITE_NS:
+            st.late_steps += 1
+        if lag_ns > st.max_write_lag_ns:
+            st.max_write_lag_ns = lag_ns
 
     async def _sleep_until(self, deadline: int) -> None:
         spin = self.profile.spin_ns

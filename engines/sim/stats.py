@@ -32,6 +32,21 @@ def one_two_five(limit: int) -> tuple[float, ...]:
         mag *= 10
 
 
+LATE_WRITE_NS = 1_000_000
+
+
+def schedule_warning(stats: SimStats) -> str | None:
+    """A line for the operator when more than 1% of the steps wrote their last chunk more
+    than 1 ms after the step's deadline (the engine did not keep its own schedule)."""
+    n, late = stats.written_steps, stats.late_steps
+    if not n or late * 100 <= n:
+        return None
+    return (f"{late} of {n} steps ({late / n:.0%}) wrote their last chunk more than "
+            f"{LATE_WRITE_NS / 1e6:g} ms after the step's deadline (worst "
+            f"{stats.max_write_lag_ns / 1e6:.1f} ms): the host was busy, or one process "
+            "serves too many streams; try --workers N or fewer concurrent streams")
+
+
 class Hist:
     """A cumulative-bucket histogram: ``counts[i]`` counts values <= ``bounds[i]``
     (non-cumulative in storage, cumulated when rendered); the last slot is +Inf."""
@@ -79,6 +94,11 @@ class SimStats:
     admission_rejections: int = 0
     schedule_rebases: int = 0
     steps: int = 0
+    written_steps: int = 0
+    """Steps whose chunks were written to streams (the server counts them)."""
+    late_steps: int = 0
+    """Of those, steps whose last write ended more than ``LATE_WRITE_NS`` after the deadline."""
+    max_write_lag_ns: int = 0
     hists: dict[str, Hist] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -176,6 +176,22 @@ async def test_ground_truth_records_every_chunk(tmp_path: Path) -> None:
     assert len(t) == 2
     with pytest.raises(OutputExistsError):
         SimServer(FAST, ground_truth=gt)
+    # the self-check saw every step that wrote, and its worst lag bounds every write's lag
+    st = s.core.stats
+    steps_written = {sched for r in t for sched in r["chunk_scheduled_ns"]}
+    assert st.written_steps == len(steps_written) and 0 <= st.late_steps <= st.written_steps
+    assert st.max_write_lag_ns >= max(done - sched for r in t
+                                      for done, sched in zip(r["chunk_ns"], r["chunk_scheduled_ns"], strict=True))
+
+
+def test_schedule_warning_above_one_percent_of_late_steps() -> None:
+    from engines.sim.stats import SimStats, schedule_warning
+
+    assert schedule_warning(SimStats()) is None
+    assert schedule_warning(SimStats(written_steps=200, late_steps=2, max_write_lag_ns=3_000_000)) is None
+    line = schedule_warning(SimStats(written_steps=200, late_steps=3, max_write_lag_ns=2_500_000))
+    assert line is not None
+    assert "3 of 200 steps (2%)" in line and "worst 2.5 ms" in line and "--workers" in line
 
 
 def test_fault_strings_parse_and_bad_ones_are_named() -> None:
