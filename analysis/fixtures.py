@@ -149,17 +149,25 @@ def synthetic_results(n: int, seed: int, tpot_scale: float = 1.0, **kwargs: Any)
 
 def write_results(results_dir: str | os.PathLike[str], data: pa.Table | Iterator[pa.RecordBatch],
                   run_meta: Mapping[str, Any] | None = None, *,
-                  server_metrics: pa.Table | None = None) -> Path:
+                  server_metrics: pa.Table | None = None, part_rows: int | None = None,
+                  **parquet_options: Any) -> Path:
     """Lay ``data`` out as a results folder: run.json + requests/part-*.parquet (one part per
-    record batch of an iterator, one part for a table)."""
+    record batch of an iterator, one part for a table; with ``part_rows``, parts of that many
+    rows, as a replay writes them). ``parquet_options`` go to ``pq.write_table``
+    (e.g. ``compression="zstd"``)."""
     root = Path(results_dir)
     (root / "requests").mkdir(parents=True, exist_ok=True)
     meta = {"results_schema_version": RESULTS_SCHEMA_VERSION, "source": "synthetic"}
     meta.update(run_meta or {})
     (root / "run.json").write_text(json.dumps(meta, indent=2))
     batches = data.to_batches(max_chunksize=1 << 20) if isinstance(data, pa.Table) else data
-    for i, batch in enumerate(batches):
-        pq.write_table(pa.Table.from_batches([batch]), root / "requests" / f"part-{i:05d}.parquet")
+    i = 0
+    for batch in batches:
+        step = part_rows or max(1, batch.num_rows)
+        for start in range(0, max(1, batch.num_rows), step):
+            part = pa.Table.from_batches([batch.slice(start, step)])
+            pq.write_table(part, root / "requests" / f"part-{i:05d}.parquet", **parquet_options)
+            i += 1
     if server_metrics is not None:
         pq.write_table(server_metrics, root / "server_metrics.parquet")
     return root

@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.fold import fold_chunks
 from analysis.hist import Hist, Summary, percentile_summary
-from analysis.metrics import NS, _col, _f64, _i64, chunk_samples, request_metrics, stats_rows
+from analysis.metrics import NS, _col, _f64, _i64, lists, request_metrics, stats_rows
 
 LATENCY_METRICS = ("ttft", "ttft_intended", "tpot", "itl", "chunk_gap", "e2e", "e2e_intended",
                    "schedule_lag")
@@ -94,12 +95,10 @@ class Accumulator:
             kinds = pc.fill_null(_col(batch, "error_kind"), "unknown").filter(pa.array(bad))
             for item in pc.value_counts(kinds).to_pylist():
                 self.errors[item["values"]] = self.errors.get(item["values"], 0) + item["counts"]
-        m = request_metrics(batch)
-        s = chunk_samples(batch, ok)
-        self.itl.record_many(s.itl, s.itl_weight)
-        self.chunk_gap.record_many(s.chunk_gap)
-        if s.tokens.size:
-            counts = np.bincount(s.tokens[s.tokens >= 0])
+        c, k = lists(batch, "chunk_ns"), lists(batch, "chunk_tokens")
+        m = request_metrics(batch, c, k)
+        counts = fold_chunks(c, k, ok, self.itl, self.chunk_gap)
+        if counts.size:
             if counts.size > self.tpc.size:
                 counts[: self.tpc.size] += self.tpc
                 self.tpc = counts
