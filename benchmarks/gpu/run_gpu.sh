@@ -117,6 +117,8 @@ mooncake() {  # NAME PORT
 }
 warm $P_STD >> "$LOG/warm.log" 2>&1
 warm $P_DED >> "$LOG/warm.log" 2>&1
+warm_wave $P_STD >> "$LOG/warm.log" 2>&1
+warm_wave $P_DED >> "$LOG/warm.log" 2>&1
 fixed_and_bench std $P_STD
 fixed_and_bench ded $P_DED
 agent std $P_STD
