@@ -42,7 +42,7 @@ class RunConfig:
     loop: str = "uvloop"
     progress: bool = True
     launch: str | None = None
-    """A deployment profile to start before the run (see ``replay.run.LAUNCH_HOOK``)."""
+    """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
     ray: str | None = None
     """Shards on Ray actors instead of local processes: ``auto`` (RAY_ADDRESS or the running
     local cluster), ``local`` (a private one-node Ray) or a cluster address."""

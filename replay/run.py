@@ -22,7 +22,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,6 @@ from replay.target import TargetInfo, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError
 from traces.io import read_trace, trace_files
-
-LaunchHook = Callable[[RunConfig], contextlib.AbstractContextManager[str]]
-LAUNCH_HOOK: LaunchHook | None = None
-"""Set by the vLLM area: given a config with ``launch``, a context manager that starts the
-server, yields its base URL and stops it on exit."""
 
 Reporter = Callable[[str], None]
 
@@ -291,20 +286,14 @@ class _Progress:
 
 
 def run(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
-    """Replay ``config.trace`` against ``config.target``; see the module docs."""
-    with _launched(config) as config:
-        return _run(config, progress)
-
-
-@contextlib.contextmanager
-def _launched(config: RunConfig) -> Iterator[RunConfig]:
+    """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
+    ``config.launch`` describes, started first and stopped after); see the module docs."""
     if config.launch is None:
-        yield config
-        return
-    if LAUNCH_HOOK is None:
-        raise AgentReplayError("--launch is not available in this installation")
-    with LAUNCH_HOOK(config) as url:
-        yield replace(config, target=url)
+        return _run(config, progress)
+    from replay.launch import launched
+
+    with launched(config.launch) as (url, info):
+        return _run(replace(config, target=url), progress, launch_info=info)
 
 
 async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
@@ -312,7 +301,8 @@ async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> Run
     return await asyncio.to_thread(run, config, progress=progress)
 
 
-def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
+def _run(config: RunConfig, progress: Reporter | None,
+         launch_info: dict[str, Any] | None = None) -> RunSummary:
     config.check()
     plan = load_and_validate(config)
     info = asyncio.run(probe(config.target))
@@ -344,6 +334,8 @@ def _run(config: RunConfig, progress: Reporter | None) -> RunSummary:
     config = replace(config, t0_ns=t0, workers=n)
     meta = _meta(config, info, plan, trace_sha, t0, wall_t0, "running")
     meta["scrape"] = scrape_info
+    if launch_info is not None:
+        meta["launch"] = launch_info
     if scrape is not None:
         scrape.t0.value = t0
     write_json_atomic(out / "run.json", meta)

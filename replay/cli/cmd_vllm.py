@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+from replay.launch import add_launch_args, deployment_args, server_from_args
 from traces.errors import InputError
 
 
 def register(sub: Any) -> None:
-    """Add ``vllm-cmd``, ``launch`` and ``tiny-model`` to the ``engines`` group, and make
-    ``agent-replay run --launch`` start servers through ``launch_hook``."""
+    """Add ``vllm-cmd``, ``launch`` and ``tiny-model`` to the ``engines`` group."""
     from engines.vllm.profiles import PROFILES
-
-    _install_launch_hook()
 
     names = ", ".join(PROFILES)
     p = sub.add_parser("vllm-cmd", help="print the exact vLLM commands of a deployment profile",
@@ -30,7 +23,7 @@ def register(sub: Any) -> None:
                        f"deployment profile ({names}). When vLLM is importable (this "
                        "python, --vllm-python or $AGENT_REPLAY_VLLM_PYTHON), every command "
                        "is checked with vLLM's own argument parser.")
-    _deployment_args(p)
+    deployment_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of shell lines")
     p.add_argument("--no-check", action="store_true", help="do not run vLLM's parser")
     p.set_defaults(func=_vllm_cmd)
@@ -52,95 +45,6 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="overwrite an existing folder")
     p.set_defaults(func=_tiny_model)
-
-
-def _install_launch_hook() -> None:
-    try:
-        import replay.run as run_module
-    except ImportError:
-        return
-    if getattr(run_module, "LAUNCH_HOOK", None) is None:
-        run_module.LAUNCH_HOOK = launch_hook
-
-
-def _deployment_args(p: argparse.ArgumentParser, gpus_default: int | None = None) -> None:
-    from engines.vllm.profiles import PROFILES
-
-    p.add_argument("profile", choices=list(PROFILES), metavar="PROFILE",
-                   help=", ".join(PROFILES))
-    p.add_argument("--model", required=True, help="model path or hub name")
-    p.add_argument("--gpus", type=int, default=gpus_default, required=gpus_default is None,
-                   help="GPUs in total")
-    p.add_argument("--nodes", type=int, default=1, help="nodes (GPUs split evenly)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="a profile knob or a vLLM flag (repeatable); 'prefill.'/'decode.' "
-                   "scopes a flag to one instance")
-    p.add_argument("--vllm-python", default=None,
-                   help="python of the venv that has vLLM (for checks and launch)")
-    p.add_argument("--vllm-version", default=None,
-                   help="adapt the commands to this vLLM version (default: the installed one)")
-
-
-def add_launch_args(p: argparse.ArgumentParser) -> None:
-    _deployment_args(p, gpus_default=1)
-    p.add_argument("--port", type=int, default=None, help="API port (default: a free one)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health")
-    p.add_argument("--log", default=None, help="server log file (default: a temporary file)")
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="how to start it: cpu = api_server module, gpu = vllm CLI serve")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="extra environment for the server (repeatable)")
-
-
-def server_from_args(args: argparse.Namespace) -> Any:
-    """A ``VllmServer`` (not started) from ``engines launch`` arguments."""
-    from engines.vllm.launcher import VllmServer
-    from engines.vllm.profiles import build, parse_sets
-
-    dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes,
-                sets=parse_sets(args.sets), version=args.vllm_version)
-    env = dict(parse_sets(args.env))
-    return VllmServer(dep, python=args.vllm_python, port=args.port, timeout_s=args.timeout,
-                      log_path=args.log, device=args.device, env=env)
-
-
-def launch_hook(config: Any) -> contextlib.AbstractContextManager[str]:
-    """``replay.run.LAUNCH_HOOK``: start the server ``config.launch`` describes (the
-    arguments of ``engines launch`` in one string), yield its URL, stop it afterwards."""
-    return _launched(str(config.launch), getattr(config, "output", None))
-
-
-@contextlib.contextmanager
-def _launched(spec: str, output: str | None) -> Iterator[str]:
-    parser = argparse.ArgumentParser(prog="--launch", exit_on_error=False, add_help=False)
-    add_launch_args(parser)
-    try:
-        args = parser.parse_args(shlex.split(spec))
-    except (argparse.ArgumentError, SystemExit) as exc:
-        raise InputError(f"--launch {spec!r}: {exc} (expected: PROFILE --model M [--gpus N] "
-                         "[--set K=V ...] [--vllm-python PATH] [--env K=V ...])") from None
-    server = server_from_args(args)
-    with server:
-        print(f"agent-replay: launched vLLM {server.info.get('vllm_version')} "
-              f"({args.profile}) at {server.url} in {server.info.get('start_s')} s; "
-              f"log {server.log_path}", file=sys.stderr)
-        try:
-            yield server.url
-        finally:
-            if output:
-                _record_launch(Path(output) / "run.json", server.info)
-
-
-def _record_launch(run_json: Path, info: dict[str, Any]) -> None:
-    """Add the launched server's metadata to run.json as ``launch``."""
-    try:
-        meta = json.loads(run_json.read_text())
-    except (OSError, ValueError):
-        return
-    meta["launch"] = info
-    tmp = run_json.with_name(f".{run_json.name}.launch.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=str))
-    os.replace(tmp, run_json)
 
 
 def _vllm_cmd(args: argparse.Namespace) -> int:
