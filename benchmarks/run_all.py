@@ -126,7 +126,7 @@ def script(name: str, args: list[str], timeout: float = 600) -> str:
     except subprocess.TimeoutExpired:
         return f"(benchmarks/{name} ran past {timeout:.0f} s)"
     body = (p.stdout.strip() or p.stderr.strip()[-2000:])
-    return body if p.returncode == 0 else f"(exit {p.returncode})\n\n```\n{body[-1500:]}\n```"
+    return f"```\n{body}\n```" if p.returncode == 0 else f"(exit {p.returncode})\n\n```\n{body[-1500:]}\n```"
 
 
 def main(argv: list[str] | None = None) -> int:
