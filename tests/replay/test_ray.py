@@ -134,7 +134,7 @@ def test_ray_run_matches_a_local_run(cluster: Any, sim: SimProcess, tmp_path: Pa
             pa_, pb = np.percentile(a, q), np.percentile(b, q)
             assert abs(pa_ - pb) <= tol[name, q] * pa_, (name, q, pa_, pb)
         # and both measure the engine's step
-        assert abs(np.percentile(b, 50) - STEP_NS) <= 0.10 * STEP_NS
+        assert abs(np.percentile(b, 50) - STEP_NS) <= 0.15 * STEP_NS
 
 
 def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_path: Path) -> None:
