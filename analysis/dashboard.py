@@ -3,7 +3,9 @@
 ``render_dashboard(stats, width, height)`` is pure: a LiveStats snapshot in, a rich
 renderable out (tests draw it into ``Console(file=io.StringIO(), width=100)``).
 
-``DashboardProcess`` renders in its own process at ~4 frames per second. Workers' merged
+``DashboardProcess`` renders in its own process, at a lower CPU priority than the workers,
+at most ~4 frames per second and only when something changed (a new snapshot, new server
+gauges, a resized terminal). Workers' merged
 snapshots reach it through one shared-memory slot: ``update`` copies the bytes in under a
 lock it never waits for (if the renderer is reading, the frame is skipped: a newer one comes
 soon) and bumps a sequence number; the renderer takes whatever is newest. Nothing is pickled,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing as mp
+import os
 import sys
 import time
 import urllib.request
@@ -189,11 +192,13 @@ def scrape_gauges(url: str, timeout: float = 0.5) -> dict[str, float]:
 
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool) -> None:
+    _yield_cpu()
     console = Console(force_terminal=tty, width=None if tty else 120)
     seen = -1
     stats: LiveStats | None = None
     gauges: dict[str, float] = {}
     last_scrape = last_line = 0.0
+    drawn: tuple[int, int, int, int] | None = None
     live = None
     if tty:
         from rich.live import Live
@@ -220,9 +225,13 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
             if stats is not None:
                 if live is not None:
                     size = console.size
-                    live.update(render_dashboard(stats, size.width, size.height,
-                                                 total_requests=total, title=title,
-                                                 server_gauges=gauges), refresh=True)
+                    # A frame costs tens of ms of CPU: draw only when something changed.
+                    state = (seen, int(last_scrape * 1000), size.width, size.height)
+                    if state != drawn or stopping:
+                        drawn = state
+                        live.update(render_dashboard(stats, size.width, size.height,
+                                                     total_requests=total, title=title,
+                                                     server_gauges=gauges), refresh=True)
                 elif stopping or now - last_line >= 5.0:
                     last_line = now
                     print(progress_line(stats, total), flush=True)
@@ -232,6 +241,15 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     finally:
         if live is not None:
             live.stop()
+
+
+def _yield_cpu() -> None:
+    """Run the renderer at a lower CPU priority than the measuring workers it shares the
+    machine with (POSIX nice +10; ignored where not permitted)."""
+    try:
+        os.nice(10)
+    except (AttributeError, OSError):
+        pass
 
 
 class DashboardProcess:

@@ -152,9 +152,9 @@ class Hist:
             return 0
         if c is not None and c.shape != v.shape:
             raise ValueError("values and counts differ in length")
-        n = self._counts.size
         top = self._h.highest_trackable_value
-        acc = np.zeros(n, dtype=np.int64 if c is None else np.float64)
+        # counts below 2**63 read the same as int64: add into them in place
+        counts = self._counts.view(np.int64)
         lost = added = 0
         lo, hi = top + 1, -1
         for start in range(0, v.size, RECORD_BLOCK):
@@ -170,18 +170,22 @@ class Hist:
                     continue
                 b_lo, b_hi = int(vb.min()), int(vb.max())
             idx = self._indices(vb)
+            # only the span of buckets this block touches (indices grow with the value)
+            first, last = int(self._indices(np.array([b_lo]))[0]), int(
+                self._indices(np.array([b_hi]))[0])
+            idx -= first
+            span = counts[first:last + 1]
             if cb is None:
-                acc += np.bincount(idx, minlength=n)
+                span += np.bincount(idx, minlength=span.size)
                 added += int(vb.size)
             else:
                 # float64 weights are exact for counts below 2**53
-                acc += np.bincount(idx, weights=cb, minlength=n)
+                span += np.bincount(idx, weights=cb, minlength=span.size).astype(np.int64)
                 added += int(cb.sum())
             lo, hi = min(lo, b_lo), max(hi, b_hi)
         self.dropped += lost
         if hi < 0:
             return lost
-        self._counts += acc.astype(np.uint64)
         h = self._h
         h.total_count += added
         h.min_value = min(h.min_value, lo)

@@ -1,10 +1,14 @@
 """Live statistics kept inside a replay worker and sent to the dashboard as snapshots.
 
-``LiveStats`` is pure (no clock, no I/O). It runs on the measuring event loop, so
-``observe_request`` only appends a few integers to Python lists; the metric arithmetic runs
-vectorized over everything pending when a snapshot is taken (``encode``) or when the pending
-buffer grows past ``FLUSH_CHUNKS`` values. Snapshots are compact bytes (JSON with HdrHistogram
-V2 payloads) that merge exactly across workers.
+``LiveStats`` is pure (no clock, no I/O). It runs on the measuring event loop, so the work
+there is small and bounded: ``observe_request`` appends a few integers and a reference to the
+request's chunk arrays (no per-chunk Python work when they are ``array.array`` or numpy
+arrays, as the replay client records them); the metric arithmetic runs vectorized over what
+is pending once ``FLUSH_CHUNKS`` chunks have accumulated (a fraction of a millisecond each
+time) and when a snapshot is taken (``encode``). Take snapshots every
+``SNAPSHOT_INTERVAL_NS``: an encode costs ~0.5 ms of the loop, whatever the run's size.
+Snapshots are compact bytes (JSON with HdrHistogram V2 payloads) that merge exactly across
+workers.
 
 Histograms (integer ns): ``ttft``, ``tpot``, ``itl`` (per token), ``chunk_gap``, ``e2e``,
 ``schedule_lag`` and ``loop_lag`` (the load generator's own lag, from ``observe_lag``).
@@ -13,17 +17,23 @@ Request TPS is derived from TPOT (P90 TPS = 1 / P90 TPOT, METRICS.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from array import array
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from typing import Any, cast
 
 import numpy as np
 import orjson
 
+from analysis.fold import fold_chunks
 from analysis.hist import Hist
-from analysis.metrics import Lists, chunk_samples_from
+from analysis.metrics import Lists
 
 HIST_NAMES = ("ttft", "tpot", "itl", "chunk_gap", "e2e", "schedule_lag", "loop_lag")
-FLUSH_CHUNKS = 200_000
+FLUSH_CHUNKS = 8_192
+"""Pending chunks that trigger a flush (~100 requests; bounds the work of one flush)."""
+SNAPSHOT_INTERVAL_NS = 1_000_000_000
+"""How often a worker should take a snapshot (the dashboard redraws more often anyway)."""
 SNAPSHOT_VERSION = 1
 
 
@@ -52,9 +62,10 @@ class LiveStats:
         self._sent: list[int] = []
         self._first: list[int] = []
         self._end: list[int] = []
-        self._c: list[int] = []
-        self._k: list[int] = []
+        self._c: list[Sequence[int]] = []  # each pending request's chunk_ns
+        self._k: list[Sequence[int]] = []  # and chunk_tokens
         self._m: list[int] = []
+        self._pending_chunks = 0
 
     # -- hot path ----------------------------------------------------------------------
     def observe_request(self, row: Mapping[str, Any]) -> None:
@@ -72,17 +83,20 @@ class LiveStats:
         if sent is None or end is None:
             return
         first = row.get("first_token_ns")
-        chunks = row.get("chunk_ns") or ()
-        toks = row.get("chunk_tokens") or ()
-        if len(chunks) != len(toks):
+        chunks = row.get("chunk_ns")
+        toks = row.get("chunk_tokens")
+        m = 0 if chunks is None else len(chunks)
+        if m != (0 if toks is None else len(toks)):
             return  # a malformed row: its chunks cannot be attributed
         self._sent.append(sent)
         self._first.append(-1 if first is None else first)
         self._end.append(end)
-        self._c.extend(chunks)
-        self._k.extend(toks)
-        self._m.append(len(chunks))
-        if len(self._c) > FLUSH_CHUNKS:
+        if m:  # kept by reference: a finished request's arrays do not change
+            self._c.append(chunks)
+            self._k.append(toks)
+        self._m.append(m)
+        self._pending_chunks += m
+        if self._pending_chunks > FLUSH_CHUNKS:
             self.flush()
 
     def observe_lag(self, schedule_lag_ns: int | None, loop_lag_ns: int | None) -> None:
@@ -114,9 +128,11 @@ class LiveStats:
         m = np.asarray(self._m, dtype=np.int64)
         offsets = np.zeros(m.size + 1, dtype=np.int64)
         np.cumsum(m, out=offsets[1:])
-        c = Lists(np.asarray(self._c, dtype=np.int64), offsets)
-        k = Lists(np.asarray(self._k, dtype=np.int64), offsets)
+        total = int(offsets[-1])
+        c = Lists(_flat(self._c, total), offsets)
+        k = Lists(_flat(self._k, total), offsets)
         self._sent, self._first, self._end, self._c, self._k, self._m = [], [], [], [], [], []
+        self._pending_chunks = 0
 
         has_first = first >= 0
         self.hists["ttft"].record_many((first - sent)[has_first])
@@ -125,21 +141,19 @@ class LiveStats:
         n_out = np.zeros(m.size, dtype=np.int64)
         has = m > 0
         if k.values.size:
-            csum = np.concatenate(([0], np.cumsum(k.values)))
-            n_out = csum[offsets[1:]] - csum[offsets[:-1]]
+            starts = offsets[:-1][has]
+            n_out[has] = np.add.reduceat(k.values, starts)
             k1 = np.zeros(m.size, dtype=np.int64)
-            k1[has] = k.values[offsets[:-1][has]]
-            c1 = c.values[offsets[:-1][has]]
+            k1[has] = k.values[starts]
+            c1 = c.values[starts]
             cm = c.values[offsets[1:][has] - 1]
             dec_tokens = (n_out - k1)[has]
             sel = dec_tokens >= 1
             self.hists["tpot"].record_many((cm - c1)[sel] // dec_tokens[sel])
-            s = chunk_samples_from(c, k)
-            self.hists["itl"].record_many(s.itl, s.itl_weight)
-            self.hists["chunk_gap"].record_many(s.chunk_gap)
-            vals, counts = np.unique(s.tokens, return_counts=True)
-            for v, n in zip(vals.tolist(), counts.tolist(), strict=True):
-                self.tokens_per_chunk[v] = self.tokens_per_chunk.get(v, 0) + n
+            tpc = fold_chunks(c, k, None, self.hists["itl"], self.hists["chunk_gap"])
+            for v, n in enumerate(tpc.tolist()):
+                if n:
+                    self.tokens_per_chunk[v] = self.tokens_per_chunk.get(v, 0) + n
         self.output_tokens += int(n_out.sum())
         bucket = end // self.bucket_ns
         keys, inv = np.unique(bucket, return_inverse=True)
@@ -227,3 +241,18 @@ class LiveStats:
         req = np.array([self.throughput.get(int(b), [0, 0])[1] for b in keys], dtype=np.float64)
         scale = 1e9 / self.bucket_ns
         return keys * float(self.bucket_ns), tok * scale, req * scale
+
+
+def _flat(parts: list[Sequence[int]], total: int) -> np.ndarray:
+    """The concatenation of ``parts`` as int64: one memory copy when they are arrays of one
+    machine type (``array.array`` or numpy), one conversion pass otherwise."""
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    first = parts[0]
+    if isinstance(first, array) and all(
+            isinstance(p, array) and p.typecode == first.typecode for p in parts):
+        buffers = cast("list[array[int]]", parts)
+        return np.frombuffer(b"".join(buffers), dtype=np.dtype(first.typecode)).astype(np.int64)
+    if isinstance(first, np.ndarray):
+        return np.concatenate([np.asarray(p) for p in parts]).astype(np.int64, copy=False)
+    return np.fromiter(chain.from_iterable(parts), dtype=np.int64, count=total)

@@ -81,3 +81,46 @@ def test_bounded_pending_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_snapshot_version() -> None:
     with pytest.raises(ValueError, match="version"):
         LiveStats.decode(b'{"v": 99}')
+
+
+def _arrays(row: dict[str, object], kind: str) -> dict[str, object]:
+    from array import array
+
+    out = dict(row)
+    c, k = row["chunk_ns"] or [], row["chunk_tokens"] or []
+    if kind == "array":
+        out["chunk_ns"], out["chunk_tokens"] = array("q", c), array("i", k)  # type: ignore[arg-type]
+    elif kind == "numpy":
+        out["chunk_ns"] = np.asarray(c, dtype=np.int64)
+        out["chunk_tokens"] = np.asarray(k, dtype=np.int32)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["array", "numpy", "mixed"])
+def test_chunk_arrays_and_lists_give_the_same_stats(kind: str) -> None:
+    rows = synthetic_results(400, seed=8, failed_fraction=0.05).to_pylist()
+    ref, st = LiveStats(), LiveStats()
+    for i, row in enumerate(rows):
+        ref.observe_request(row)
+        st.observe_request(_arrays(row, kind if kind != "mixed" else ("array", "list")[i % 2]))
+    ref.flush()
+    st.flush()
+    for name in ("ttft", "tpot", "itl", "chunk_gap", "e2e"):
+        assert np.array_equal(st.hists[name]._counts, ref.hists[name]._counts), name
+    assert st.tokens_per_chunk == ref.tokens_per_chunk and st.throughput == ref.throughput
+    assert st.output_tokens == ref.output_tokens
+
+
+def test_pending_work_is_bounded_and_flushed_in_pieces() -> None:
+    rows = synthetic_results(600, seed=8).to_pylist()
+    longest = max(len(r["chunk_ns"] or []) for r in rows)
+    st = LiveStats()
+    flushed_counts = []
+    for row in rows:
+        before = st.hists["chunk_gap"].count
+        st.observe_request(row)
+        assert st._pending_chunks <= live.FLUSH_CHUNKS + longest
+        if st.hists["chunk_gap"].count != before:
+            flushed_counts.append(st.hists["chunk_gap"].count)
+    total = sum(len(r["chunk_ns"] or []) for r in rows)
+    assert len(flushed_counts) >= total // (live.FLUSH_CHUNKS + longest)  # many small flushes
