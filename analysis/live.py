@@ -83,10 +83,10 @@ class LiveStats:
         if sent is None or end is None:
             return
         first = row.get("first_token_ns")
-        chunks = row.get("chunk_ns")
-        toks = row.get("chunk_tokens")
-        m = 0 if chunks is None else len(chunks)
-        if m != (0 if toks is None else len(toks)):
+        chunks: Sequence[int] = _seq(row.get("chunk_ns"))
+        toks: Sequence[int] = _seq(row.get("chunk_tokens"))
+        m = len(chunks)
+        if m != len(toks):
             return  # a malformed row: its chunks cannot be attributed
         self._sent.append(sent)
         self._first.append(-1 if first is None else first)
@@ -241,6 +241,11 @@ class LiveStats:
         req = np.array([self.throughput.get(int(b), [0, 0])[1] for b in keys], dtype=np.float64)
         scale = 1e9 / self.bucket_ns
         return keys * float(self.bucket_ns), tok * scale, req * scale
+
+
+def _seq(value: Any) -> Sequence[int]:
+    """A row's list cell: None is empty (``or ()`` would reject numpy arrays)."""
+    return () if value is None else value
 
 
 def _flat(parts: list[Sequence[int]], total: int) -> np.ndarray:
