@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analysis.results import parquet_write_options
 from analysis.results_schema import REQUEST_SCHEMA
 from replay.outcome import RequestRecord
 from traces.errors import InputError, OutputExistsError
@@ -172,7 +173,7 @@ class ResultWriter:
                 self._live = None
         table = records_to_table(batch, self.t0)
         tmp = dest.with_name(f".{dest.name}.tmp")
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **parquet_write_options())  # zstd, delta-coded chunk times
         os.replace(tmp, dest)
         with self._lock:
             self.parts.append(dest)
