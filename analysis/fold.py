@@ -72,8 +72,12 @@ def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: His
         d = np.subtract(cv[1:], cv[:-1])
         g = d[keep[1:]]
         kj = kv[1:][keep[1:]]
-        gap.record_many(g)
-        itl.record_many(_floor_div(g, kj, d), kj)
+        if kj.size and kj.min() == 1 and kj.max() == 1:
+            # one token per chunk (no speculative decoding): each ITL sample is the gap
+            gap.record_many(g, also=itl)
+        else:
+            gap.record_many(g)
+            itl.record_many(_floor_div(g, kj, d), kj)
     return tpc
 
 

@@ -139,9 +139,12 @@ class Hist:
             return False
         return True
 
-    def record_many(self, values: np.ndarray, counts: np.ndarray | None = None) -> int:
-        """Record integer ``values`` (each ``counts[i]`` times). Returns how many samples were
-        dropped as out of range (also added to ``dropped``).
+    def record_many(self, values: np.ndarray, counts: np.ndarray | None = None, *,
+                    also: Hist | None = None) -> int:
+        """Record integer ``values`` (each ``counts[i]`` times), and the same samples into
+        ``also`` (a histogram of the same layout) when given: the bucket arithmetic is done
+        once. Returns how many samples were dropped as out of range (also added to
+        ``dropped`` of both).
 
         Large inputs are folded in blocks of ``RECORD_BLOCK`` values: each step's temporaries
         then stay in the CPU cache instead of streaming several arrays of the input's size
@@ -152,9 +155,12 @@ class Hist:
             return 0
         if c is not None and c.shape != v.shape:
             raise ValueError("values and counts differ in length")
+        targets = [self] if also is None else [self, also]
+        if also is not None and also._counts.shape != self._counts.shape:
+            raise ValueError("cannot record into histograms with different ranges")
         top = self._h.highest_trackable_value
         # counts below 2**63 read the same as int64: add into them in place
-        counts = self._counts.view(np.int64)
+        cells = [t._counts.view(np.int64) for t in targets]
         lost = added = 0
         lo, hi = top + 1, -1
         for start in range(0, v.size, RECORD_BLOCK):
@@ -174,22 +180,23 @@ class Hist:
             first, last = int(self._indices(np.array([b_lo]))[0]), int(
                 self._indices(np.array([b_hi]))[0])
             idx -= first
-            span = counts[first:last + 1]
             if cb is None:
-                span += np.bincount(idx, minlength=span.size)
+                tally = np.bincount(idx, minlength=last + 1 - first)
                 added += int(vb.size)
             else:
                 # float64 weights are exact for counts below 2**53
-                span += np.bincount(idx, weights=cb, minlength=span.size).astype(np.int64)
+                tally = np.bincount(idx, weights=cb, minlength=last + 1 - first).astype(np.int64)
                 added += int(cb.sum())
+            for cell in cells:
+                cell[first:last + 1] += tally
             lo, hi = min(lo, b_lo), max(hi, b_hi)
-        self.dropped += lost
-        if hi < 0:
-            return lost
-        h = self._h
-        h.total_count += added
-        h.min_value = min(h.min_value, lo)
-        h.max_value = max(h.max_value, hi)
+        for t in targets:
+            t.dropped += lost
+            if hi >= 0:
+                h = t._h
+                h.total_count += added
+                h.min_value = min(h.min_value, lo)
+                h.max_value = max(h.max_value, hi)
         return lost
 
     def _indices(self, v: np.ndarray) -> np.ndarray:

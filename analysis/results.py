@@ -73,7 +73,7 @@ def iter_request_batches(results_dir: str | os.PathLike[str],
     error names the file and the column.
 
     Part files of up to ``2 * batch_rows`` rows are decoded by ``readers`` threads (pyarrow
-    releases the GIL), at most ``readers + 1`` files ahead of the consumer, so reading
+    releases the GIL), at most ``readers`` files ahead of the consumer, so reading
     overlaps the consumer's numpy work and memory stays bounded; bigger files are streamed
     batch by batch. ``readers=0`` reads everything on the calling thread."""
     wanted = list(columns) if columns is not None else REQUEST_SCHEMA.names
@@ -110,7 +110,7 @@ def _load(path: Path, wanted: list[str], whole: int) -> pa.Table | pq.ParquetFil
 def _read_ahead(files: Sequence[Path], wanted: list[str], whole: int,
                 readers: int) -> Iterator[tuple[Path, pa.Table | pq.ParquetFile]]:
     """``_load`` of each file, in order, on a pool of ``readers`` threads, at most
-    ``readers + 1`` files ahead. A reader's error is raised here; closing early cancels the
+    ``readers`` files ahead. A reader's error is raised here; closing early cancels the
     files not started and waits for the ones being read."""
     pool = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="results-reader")
     window: deque[tuple[Path, Future[pa.Table | pq.ParquetFile]]] = deque()
@@ -122,7 +122,7 @@ def _read_ahead(files: Sequence[Path], wanted: list[str], whole: int,
             window.append((path, pool.submit(_load, path, wanted, whole)))
 
     try:
-        for _ in range(readers + 1):
+        for _ in range(readers):
             submit()
         while window:
             path, fut = window.popleft()

@@ -109,3 +109,31 @@ def test_blocked_recording_matches_reference_at_bucket_edges(
     assert np.array_equal(np.ctypeslib.as_array(ref.counts), ours._counts)
     assert ours.count == ref.get_total_count()
     assert (ours.min, ours.max) == (ref.get_min_value(), ref.get_max_value())
+
+
+@pytest.mark.parametrize("block", [50, 1 << 16])
+def test_one_token_chunks_share_the_bucket_work(block: int) -> None:
+    # No speculative decoding (every k_j = 1), and a mix where some steps have k_j > 1.
+    for p_k in ((1.0,), (0.98, 0.02)):
+        t = synthetic_results(200, seed=6, tokens_per_chunk=p_k)
+        ok, _ = stats_rows(t)
+        ref_itl, ref_gap, ref_tpc = _reference(t, ok)
+        itl, gap = Hist(), Hist()
+        tpc = fold_chunks(lists(t, "chunk_ns"), lists(t, "chunk_tokens"), ok, itl, gap,
+                          block=block)
+        assert np.array_equal(itl._counts, ref_itl._counts)
+        assert np.array_equal(gap._counts, ref_gap._counts)
+        assert (itl.count, itl.min, itl.max, itl.dropped) == (
+            ref_itl.count, ref_itl.min, ref_itl.max, ref_itl.dropped)
+        assert _tpc(tpc) == ref_tpc
+
+
+def test_record_into_two_histograms() -> None:
+    a, b = Hist(), Hist()
+    b.record(7)
+    assert a.record_many(np.array([5, -1, 9, 5]), also=b) == 1
+    assert (a.count, a.dropped, b.count, b.dropped) == (3, 1, 4, 1)
+    assert a.percentiles([50.0, 100.0]) == {50.0: 5, 100.0: 9}
+    assert b.percentiles([50.0, 100.0]) == {50.0: 5, 100.0: 9} and b.min == 5
+    with pytest.raises(ValueError, match="ranges"):
+        a.record_many(np.array([1]), also=Hist(highest=10**6))
