@@ -162,12 +162,15 @@ class ShardActor:
 
 
 def _node_id() -> str:
+    """The Ray node this actor runs on; "local" outside Ray (unit tests drive the class
+    directly). Asking Ray's runtime context without a connection would start Ray."""
     try:
         import ray
-
-        return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # outside Ray (unit tests drive the class directly)
+    except ImportError:
         return "local"
+    if not ray.is_initialized():
+        return "local"
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def _new_loop(kind: str) -> asyncio.AbstractEventLoop:

@@ -4,6 +4,7 @@ as bytes, writes to its staging folder, hands every part file over exactly once 
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,7 @@ def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
     actor.close()
     assert not staging.exists()
     assert actor.poll()["parts"] == []  # handed over once only
+    # driving the class outside Ray never starts a Ray instance
+    assert actor.info()["node_id"] == "local"
+    ray = sys.modules.get("ray")
+    assert ray is None or not ray.is_initialized()
