@@ -33,7 +33,7 @@ from replay import __version__
 from replay.config import RunConfig
 from replay.plan import Plan, build_plan
 from replay.results import prepare_folder, write_json_atomic
-from replay.selfmon import SelfReport, verdict
+from replay.selfmon import SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError
@@ -58,6 +58,8 @@ class RunSummary:
     interrupted: bool = False
     self_check: SelfReport = field(default_factory=SelfReport)
     workers: list[WorkerSummary] = field(default_factory=list)
+    loop_stalls: dict[str, Any] = field(default_factory=dict)  # selfmon.stall_distribution
+    gc: dict[str, int] = field(default_factory=dict)  # worst worker's QuietRuntime.stats()
 
     @property
     def failed(self) -> int:
@@ -534,6 +536,11 @@ def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bo
     loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
     s.self_check = verdict(lag, loop_lag, cpu, config.timing)
+    s.loop_stalls = stall_distribution(loop_lag)
+    for w in ws:
+        for k, v in w.gc.items():
+            s.gc[k] = v + s.gc.get(k, 0) if k in ("gc_young_collections", "gc_end_collected") \
+                else max(v, s.gc.get(k, 0))
     if s.mismatches:
         s.self_check.warnings.append(
             f"{s.mismatches} requests were not served with the trace's token counts (see error "
@@ -551,6 +558,8 @@ def _outcome(s: RunSummary) -> dict[str, Any]:
                     "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},
         "self_check": asdict(sc),
+        "loop_stalls": s.loop_stalls,
+        "gc": s.gc,
         "load_generator_bottleneck": bool(bottleneck),
         "load_generator_warning": bottleneck[0] if bottleneck else None,
         "warnings": sc.warnings,

@@ -27,7 +27,7 @@ from replay.outcome import RequestRecord
 from replay.plan import Plan, PlannedRequest, build_plan
 from replay.prepare import Preparer
 from replay.results import ResultWriter
-from replay.selfmon import CpuMeter, LoopWatchdog
+from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime
 from traces.errors import TargetError
 from traces.io import read_trace
 
@@ -51,6 +51,7 @@ class WorkerSummary:
     schedule_lag: bytes = b""  # int64 ns, one per sent request
     loop_lag: bytes = b""  # int64 ns, one per watchdog tick
     interrupted: bool = False
+    gc: dict[str, int] = field(default_factory=dict)  # QuietRuntime.stats()
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)
@@ -114,6 +115,7 @@ async def arun_shard(
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
     session = make_session(config.request_timeout_s)
     watchdog = LoopWatchdog()
+    quiet = QuietRuntime()
     driver: Driver | None = None
     try:
         sender = Sender(session, config.target)
@@ -139,10 +141,11 @@ async def arun_shard(
             on_record=on_record, worker=shard_index, run_id=config.run_id, concurrency=concurrency,
             duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
             warmup_ns=int(config.warmup_s * 1e9))
+        quiet.enter()
         watchdog.start()
         run_cpu = CpuMeter()
         ticker = asyncio.get_running_loop().create_task(
-            _tick(driver, writer, sender, summary, report, t0, watchdog))
+            _tick(driver, writer, sender, summary, report, t0, watchdog, quiet))
         try:
             await driver.run()
         finally:
@@ -161,6 +164,8 @@ async def arun_shard(
         summary.loop_lag = watchdog.lags.tobytes()
         await session.close()
         writer.close()
+        quiet.exit()
+        summary.gc = quiet.stats()
         summary.cpu_s = cpu.cpu_s()
         summary.wall_s = (time.monotonic_ns() - wall0) / 1e9
     return summary
@@ -168,11 +173,12 @@ async def arun_shard(
 
 async def _tick(driver: Driver, writer: ResultWriter, sender: Sender, summary: WorkerSummary,
                 report: Callable[[dict[str, Any]], None] | None, t0: int,
-                watchdog: LoopWatchdog) -> None:
+                watchdog: LoopWatchdog, quiet: QuietRuntime) -> None:
     cpu = CpuMeter()
     seen_lags = 0
     while True:
         await asyncio.sleep(0.5)
+        quiet.young()
         now = time.monotonic_ns()
         writer.tick(now)
         lags = watchdog.lags[seen_lags:]

@@ -1,0 +1,65 @@
+"""The loop-stall distribution written to run.json, and the interpreter settings kept off
+the measuring window (and restored after it)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+from replay.selfmon import QuietRuntime, stall_distribution
+
+MS = 1_000_000
+
+
+def test_stall_distribution_on_hand_made_lags() -> None:
+    lags = [0] * 90 + [1_500_000] * 5 + [6 * MS] * 3 + [25 * MS, 120 * MS]
+    d = stall_distribution(lags)
+    assert d["ticks"] == 100
+    assert d["p50_ns"] == 0
+    # sorted: 0..89 are 0, 90..94 1.5 ms, 95..97 6 ms, 98 25 ms, 99 120 ms; numpy's
+    # "higher" method takes index ceil(q/100 * 99): p90 -> 90, p99 -> 99
+    assert d["p90_ns"] == 1_500_000
+    assert d["p99_ns"] == 120 * MS
+    assert d["max_ns"] == 120 * MS
+    assert d["over_1ms"] == 10 and d["over_2ms"] == 5 and d["over_5ms"] == 5
+    assert d["over_10ms"] == 2 and d["over_20ms"] == 2 and d["over_50ms"] == 1
+    assert d["over_100ms"] == 1
+
+
+def test_stall_distribution_empty() -> None:
+    d = stall_distribution([])
+    assert d["ticks"] == 0 and d["p99_ns"] is None and d["over_1ms"] == 0
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_quiet_runtime_disables_gc_and_restores_settings() -> None:
+    old = sys.getswitchinterval()
+    assert gc.isenabled()
+    q = QuietRuntime(switch_interval_s=0.0005)
+    q.enter()
+    try:
+        assert not gc.isenabled()
+        assert sys.getswitchinterval() == 0.0005
+        assert gc.get_freeze_count() > 0
+        q.young()
+        for _ in range(100):
+            _Cycle()
+        q.young()  # young cycles are collected here, not at exit
+        for _ in range(50):
+            c = _Cycle()
+            gc.collect(0)  # survives two young generations: only exit finds it
+            gc.collect(1)
+            del c
+    finally:
+        q.exit()
+    assert gc.isenabled()
+    assert sys.getswitchinterval() == old
+    assert gc.get_freeze_count() == 0
+    st = q.stats()
+    assert st["gc_young_collections"] == 2
+    assert st["gc_end_collected"] >= 50  # each _Cycle is one object (plus its __dict__)
+    assert st["gc_young_max_ns"] > 0
