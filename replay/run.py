@@ -60,6 +60,23 @@ class RunSummary:
     workers: list[WorkerSummary] = field(default_factory=list)
     loop_stalls: dict[str, Any] = field(default_factory=dict)  # selfmon.stall_distribution
     gc: dict[str, int] = field(default_factory=dict)  # worst worker's QuietRuntime.stats()
+    partial: bool = False  # workers died (Ray actors): some sessions were not replayed
+    lost_sessions: int = 0
+    lost_requests: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        """130 after Ctrl-C, 1 when workers were lost (``partial``), else 0."""
+        return 130 if self.interrupted else 1 if self.partial else 0
+
+    def partial_line(self) -> str | None:
+        """The one line a partial run ends with (None when the run is not partial)."""
+        if not self.partial:
+            return None
+        return (f"error: partial run: {self.lost_sessions} sessions ({self.lost_requests} "
+                f"requests) were lost with their workers; partial results (every recorded "
+                f"request) are in {self.output}, the lost sessions are listed in "
+                f"{Path(self.output) / 'run.json'} under ray.lost")
 
     @property
     def failed(self) -> int:
@@ -341,12 +358,12 @@ def _run(config: RunConfig, progress: Reporter | None,
     if scrape is not None:
         scrape.t0.value = t0
     write_json_atomic(out / "run.json", meta)
-    if pool is None:
-        prog = _Progress.create(progress if config.progress else None, plan.n_requests,
-                                f"agent-replay {Path(config.trace).name} -> {config.target}",
-                                config.target if info.has_metrics else None)
-    else:
-        prog = _Progress(progress if config.progress else None)
+    prog = _Progress.create(progress if config.progress else None, plan.n_requests,
+                            f"agent-replay {Path(config.trace).name} -> {config.target}",
+                            config.target if info.has_metrics else None)
+    if pool is not None and prog.dashboard is not None:
+        # The pool merges its actors' snapshots itself: one stream for the dashboard.
+        pool.on_snapshot = lambda snap: prog.live(0, snap)
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
         meta.setdefault("warnings_before_run", []).append(
@@ -383,11 +400,17 @@ def _run(config: RunConfig, progress: Reporter | None,
     if pool is not None and pool.lost:
         summary.self_check.warnings.extend(x.line() for x in pool.lost)
     meta.update(_outcome(summary))
-    if pool is not None and pool.lost and meta["status"] == "complete":
-        meta["status"] = "partial"
+    if pool is not None and pool.lost:
+        summary.lost_sessions = sum(len(x.sessions) for x in pool.lost)
+        summary.lost_requests = sum(x.planned_requests - x.recorded_requests for x in pool.lost)
+        if meta["status"] == "complete":
+            meta["status"] = "partial"
+            summary.partial = True
     write_json_atomic(out / "run.json", meta)
     if summary.interrupted and progress is not None:
         progress(f"interrupted: partial results (every completed request) are in {out}")
+    elif summary.partial and progress is not None:
+        progress(summary.partial_line() or "")
     return summary
 
 

@@ -144,7 +144,8 @@ def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_pa
     cfg = RunConfig(trace=trace, target=sim.url, output=str(out), progress=False,
                     scrape_interval_s=0.0, salt=3, ray="auto", run_id="killtest")
     result: dict[str, Any] = {}
-    th = threading.Thread(target=lambda: result.setdefault("s", run(cfg, progress=None)))
+    lines: list[str] = []
+    th = threading.Thread(target=lambda: result.setdefault("s", run(cfg, progress=lines.append)))
     th.start()
     deadline = time.monotonic() + 60
     actor = None
@@ -183,3 +184,40 @@ def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_pa
     assert s.errors.get("actor_lost") == missing
     assert s.total == plan.n_requests
     assert any("shard 0" in w and "died" in w for w in s.warnings)
+    # partial: exit code 1 and one last line with the count and where the results are
+    assert s.partial and s.exit_code == 1
+    assert s.lost_sessions == len(expected) and s.lost_requests == missing
+    assert lines[-1] == s.partial_line()
+    assert f"{len(expected)} sessions ({missing} requests)" in lines[-1] and str(out) in lines[-1]
+
+
+def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ray pool's merged live statistics reach the dashboard, as local workers' do."""
+    import analysis.dashboard
+    from analysis.live import LiveStats
+
+    updates: list[bytes] = []
+
+    class Recorder:
+        def __init__(self, total: int, title: str = "", server_gauges_url: str | None = None) -> None:
+            self.total = total
+
+        def start(self) -> None:
+            pass
+
+        def update(self, encoded: bytes) -> bool:
+            updates.append(encoded)
+            return True
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(analysis.dashboard, "DashboardProcess", Recorder)
+    trace = _trace(tmp_path / "t.parquet", sessions=4, per_session=3, output_tokens=20, think_ms=50)
+    s = run(RunConfig(trace=trace, target=sim.url, output=str(tmp_path / "dash"), progress=True,
+                      scrape_interval_s=0.0, salt=5, ray="auto"), progress=lambda line: None)
+    assert s.ok == 12 and not s.partial and s.exit_code == 0
+    assert updates, "the dashboard got no snapshot from the Ray pool"
+    last = LiveStats.decode(updates[-1])
+    assert last.ok == 12  # both shards' snapshots, merged
