@@ -102,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     summary = run(config_from_args(args, args.target))
     render_summary(summary, sys.stdout)
-    return 130 if summary.interrupted else 0
+    return summary.exit_code  # 130 interrupted, 1 partial (workers lost), else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
