@@ -194,7 +194,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                  gauges_url: str | None, tty: bool) -> None:
     _yield_cpu()
     console = Console(force_terminal=tty, width=None if tty else 120)
-    seen = -1
+    seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
     stats: LiveStats | None = None
     gauges: dict[str, float] = {}
     last_scrape = last_line = 0.0
@@ -214,7 +214,10 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                     data = ctypes.string_at(ctypes.addressof(buf), length.value)
                 finally:
                     lock.release()
-                stats = LiveStats.decode(data)
+                try:
+                    stats = LiveStats.decode(data)
+                except ValueError:  # a damaged snapshot: keep showing the last good one
+                    pass
             now = time.monotonic()
             if gauges_url and now - last_scrape > 1.0:
                 last_scrape = now

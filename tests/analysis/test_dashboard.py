@@ -115,3 +115,30 @@ def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]
     out = capfd.readouterr().out
     assert "100/100 requests" in out and "P90 TPS" in out
     assert d.sent == 1 and d.skipped == 1
+
+
+def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The render loop itself, on a thread: it must poll before any snapshot arrived (sequence
+    # 0, empty slot) without dying, skip a damaged snapshot, and show the next good one.
+    from analysis import dashboard
+
+    monkeypatch.setattr(dashboard, "_yield_cpu", lambda: None)  # no renice of the test process
+    monkeypatch.setattr(dashboard, "FPS", 50.0)
+    d = DashboardProcess(total_requests=100, title="t", tty=False)
+    th = threading.Thread(target=dashboard._render_loop, args=(
+        d._buf, d._seq, d._len, d._lock, d._stop, 100, "t", None, False))
+    th.start()
+    try:
+        threading.Event().wait(0.2)  # ~10 polls of an empty slot
+        assert th.is_alive()
+        assert d.update(b"{not json")
+        threading.Event().wait(0.1)
+        assert th.is_alive()
+        assert d.update(_stats(100).encode())
+        threading.Event().wait(0.1)
+    finally:
+        d._stop.set()
+        th.join(5.0)
+    assert not th.is_alive()
+    assert "100/100 requests" in capsys.readouterr().out
