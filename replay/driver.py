@@ -26,6 +26,8 @@ from replay.clock import Clock
 from replay.outcome import RequestRecord
 from replay.plan import Plan, PlannedRequest, PlannedSession
 
+REFILL_PACE_S = 0.0005
+
 
 class Transport(Protocol):
     async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Any: ...
@@ -74,6 +76,7 @@ class Driver:
         self.warmup_end = t0_ns + warmup_ns
         self.lookahead = lookahead_ns
         self._sem = asyncio.Semaphore(concurrency) if concurrency else None
+        self._concurrency = concurrency
         self._session_slots = asyncio.Semaphore(max(2 * concurrency, 16)) if (
             mode == "max-rate" and concurrency) else None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -148,7 +151,16 @@ class Driver:
             else:
                 await self.clock.sleep_until(start - self.lookahead)
             self._spawn(self._session(s))
-            await asyncio.sleep(0)  # see _launch_absolute
+            if self._session_slots is not None and self._concurrency is not None and \
+                    self.active_sessions > self._concurrency:
+                # max-rate refill: a new session prepares its first request (~0.1 ms) at
+                # once, and slots free up in waves (all streams of a wave end together).
+                # While more sessions than slots are active, the next wave is already
+                # prepared, so the refill is paced instead of landing on the loop in the
+                # same few ms as the wave's request starts and first chunks.
+                await asyncio.sleep(REFILL_PACE_S)
+            else:
+                await asyncio.sleep(0)  # see _launch_absolute
 
     async def _launch_absolute(self) -> None:
         items = sorted(((q.offset_ns, i, p) for i, s in enumerate(self.plan.sessions)
