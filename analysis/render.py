@@ -178,10 +178,84 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
         yield "Tokens per chunk", [(f"{k} tokens", f"{v:,} ({100 * v / total:.1f}%)")
                                    for k, v in sorted(tpc.items(), key=lambda kv: int(kv[0]))[:8]] + [
             ("mean", f"{mean:.2f}")]
-    if d["server"]:
-        yield "Server side (/metrics deltas over the run)", [
-            (str(k), _fmt(_clean(v), 3) if not isinstance(v, (dict, list)) else
-             orjson.dumps(v, default=str).decode()[:80]) for k, v in d["server"].items()]
+    if d["server"] and d["server"].get("scrapes"):
+        yield "Server side (vLLM /metrics, deltas over the run) beside the client", \
+            list(_server_rows(d))
+
+
+SERVER_LATENCY = (("ttft", "ttft", "TTFT (server from engine arrival)"),
+                  ("tpot", "tpot", "TPOT"),
+                  ("itl", "itl", "ITL (server: per engine step)"),
+                  ("e2e", "e2e", "E2E"))
+
+
+def _bucket(h: Mapping[str, Any], q: str) -> str:
+    b = h.get(q)
+    if not b:
+        return "-"
+    hi = "+inf" if b.get("hi") is None else f"{1e3 * b['hi']:g}"
+    return f"({1e3 * (b.get('lo') or 0.0):g}, {hi}]"
+
+
+def _server_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Client and server figures side by side. Server percentiles are only known to the
+    histogram bucket that holds them, so they are shown as that bucket's range."""
+    srv = d["server"]
+    hists = srv.get("histograms") or {}
+    for client_key, server_key, label in SERVER_LATENCY:
+        h = hists.get(server_key)
+        c = d["latency_ms"].get(client_key) or {}
+        if not h or not h.get("count"):
+            continue
+        yield (f"{label}, mean ms: client / server",
+               f"{_fmt(c.get('mean'), 3)} / {_fmt(1e3 * h['mean'], 3)}  "
+               f"(server n={int(h['count']):,}; P50 in {_bucket(h, 'p50')}, "
+               f"P99 in {_bucket(h, 'p99')} ms)")
+    pc = srv.get("prefix_cache") or {}
+    f = d["fidelity"]
+
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    if pc.get("queries"):
+        yield ("prefix-cache hit rate: server counters / client usage / trace implies",
+               f"{pct(pc.get('hit_rate'))} / {pct(f.get('prefix_hit_rate_server'))} / "
+               f"{pct(f.get('prefix_hit_rate_implied'))}")
+    toks = d["tokens"]
+    if srv.get("generation_tokens") is not None:
+        yield ("generation tokens: server / client",
+               f"{_fmt(int(srv['generation_tokens']))} / {_fmt(toks.get('output'))}")
+    if srv.get("prompt_tokens") is not None:
+        yield ("prompt tokens: server / client",
+               f"{_fmt(int(srv['prompt_tokens']))} / {_fmt(toks.get('input'))}")
+    spec = srv.get("spec_decode")
+    if spec:
+        per_pos = ", ".join("-" if v is None else f"{v:.2f}"
+                            for v in spec.get("per_position_acceptance") or [])
+        yield ("speculative decoding: acceptance length (server)",
+               f"{_fmt(spec.get('acceptance_length'), 2)}; per position {per_pos or '-'}; "
+               f"client tokens per chunk {_fmt(_mean_tpc(d), 2)}")
+    for key, label in (("kv_cache_usage", "KV-cache usage"), ("running", "requests running"),
+                       ("waiting", "requests waiting")):
+        g = srv.get(key)
+        if g:
+            scale, unit = (100.0, "%") if key == "kv_cache_usage" else (1.0, "")
+            yield (f"{label}: mean / max", f"{g['mean'] * scale:,.1f}{unit} / "
+                   f"{g['max'] * scale:,.1f}{unit} ({g['samples']} scrapes)")
+    if srv.get("preemptions") is not None:
+        yield ("preemptions", _fmt(int(srv["preemptions"])))
+    fin = {k: int(v) for k, v in (srv.get("requests_finished") or {}).items() if v}
+    if fin:
+        yield ("requests finished (server), by reason",
+               ", ".join(f"{k} {v:,}" for k, v in sorted(fin.items())))
+    yield ("scrapes / engines", f"{srv['scrapes']} over {_fmt(srv.get('duration_s'), 1)} s / "
+           f"{srv.get('engines')}")
+
+
+def _mean_tpc(d: Mapping[str, Any]) -> float | None:
+    tpc = d["tokens_per_chunk"]
+    total = sum(tpc.values())
+    return sum(int(k) * v for k, v in tpc.items()) / total if total else None
 
 
 def _session_rows(d: Mapping[str, Any], limit: int | None) -> tuple[list[str], list[list[str]]]:

@@ -4,8 +4,6 @@ data it returns. Renderers live in ``analysis.render``.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +14,7 @@ import pyarrow as pa
 from analysis.hist import Summary
 from analysis.results import iter_request_batches, read_run_meta, read_server_metrics
 from analysis.runstats import COLUMNS, Accumulator, Prices, RunStats, Slo
+from analysis.server_metrics import summarize as summarize_server_metrics
 from traces.errors import InputError
 
 SCHEDULE_LAG_P99_BOUND_NS = 10_000_000
@@ -57,22 +56,7 @@ def parse_slo(text: str | None) -> Slo | None:
 
 
 def _server_summary(table: pa.Table | None) -> Mapping[str, Any] | None:
-    if table is None or importlib.util.find_spec("analysis.server_metrics") is None:
-        return None
-    mod = importlib.import_module("analysis.server_metrics")
-    summarize = getattr(mod, "summarize", None)
-    if summarize is None:
-        return None
-    result = summarize(table)
-    if result is None:
-        return None
-    if hasattr(result, "to_dict"):
-        result = result.to_dict()
-    elif not isinstance(result, Mapping) and hasattr(result, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        result = asdict(result)
-    return result if isinstance(result, Mapping) else {"summary": result}
+    return None if table is None else summarize_server_metrics(table)
 
 
 def headline(tps: Summary) -> dict[str, Any]:
