@@ -137,8 +137,8 @@ class ResultWriter:
                 "error_kind": r.error_kind if r.status != "ok" else None, "sent_ns": sent,
                 "first_token_ns": None if r.first_token_ns is None else r.first_token_ns - t0,
                 "end_ns": None if r.end_ns is None else r.end_ns - t0,
-                "chunk_ns": (np.frombuffer(r.chunk_ns, dtype=np.int64) - t0).tolist(),
-                "chunk_tokens": r.chunk_tokens.tolist()})
+                "chunk_ns": np.frombuffer(r.chunk_ns, dtype=np.int64) - t0,
+                "chunk_tokens": np.frombuffer(r.chunk_tokens, dtype=np.int32)})
             if sent is not None and not r.warmup:
                 live.observe_lag(r.sent_ns - r.intended_ns, None)  # type: ignore[operator]
 
