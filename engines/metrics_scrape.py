@@ -55,6 +55,11 @@ def rows_to_table(rows: list[tuple[int, str, str, float]]) -> pa.Table:
                                 schema=SERVER_METRICS_SCHEMA)
 
 
+def metrics_url(base_url: str) -> str:
+    """The Prometheus endpoint of a server whose base URL is ``base_url``."""
+    return base_url.rstrip("/") + "/metrics"
+
+
 class Scraper:
     """Scrape ``{base_url}/metrics`` every ``interval_s`` between ``start()`` and ``stop()``."""
 
@@ -64,7 +69,7 @@ class Scraper:
                  timeout_s: float = 5.0) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
-        self.url = base_url.rstrip("/") + "/metrics"
+        self.url = metrics_url(base_url)
         self.interval_ns = int(interval_s * 1e9)
         self.clock_ns = clock_ns
         self.prefixes = tuple(prefixes) if prefixes is not None else None

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from engines.metrics_scrape import metrics_url
 from replay import __version__
 from replay.config import RunConfig
 from replay.plan import Plan, build_plan
@@ -360,7 +361,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     write_json_atomic(out / "run.json", meta)
     prog = _Progress.create(progress if config.progress else None, plan.n_requests,
                             f"agent-replay {Path(config.trace).name} -> {config.target}",
-                            config.target if info.has_metrics else None)
+                            metrics_url(config.target) if info.has_metrics else None)
     if pool is not None and prog.dashboard is not None:
         # The pool merges its actors' snapshots itself: one stream for the dashboard.
         pool.on_snapshot = lambda snap: prog.live(0, snap)

@@ -95,3 +95,26 @@ def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
     roots = {sid: t for sid, ri, t in zip(d["session_id"], d["request_index"], d["intended_ns"], strict=False) if ri == 0}
     assert roots == {f"s{i}": i * 20 * MS for i in range(16)}  # offsets from the one t0
     assert len(list((out / "requests").glob("part-00[01]-*.parquet"))) >= 2
+
+
+def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import analysis.dashboard as dashboard
+
+    seen: list[dict[str, float]] = []
+
+    class Recording:
+        def __init__(self, total: int, title: str, server_gauges_url: str | None) -> None:
+            assert server_gauges_url is not None
+            seen.append(dashboard.scrape_gauges(server_gauges_url))
+
+        def start(self) -> None: ...
+        def update(self, encoded: bytes) -> None: ...
+        def stop(self) -> None: ...
+
+    monkeypatch.setattr(dashboard, "DashboardProcess", Recording)
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(1, 1, gap_ns=MS, think_ns=MS,
+                                                          input_tokens=32, output_tokens=4))
+    run(RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "res"),
+                  scrape_interval_s=0), progress=lambda line: None)
+    assert seen and "vllm:num_requests_running" in seen[0]
