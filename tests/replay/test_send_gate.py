@@ -1,15 +1,19 @@
-"""The send gate: at most one request start per event-loop iteration, in arrival order,
-and a cancelled waiter gives its turn away."""
+"""The send gate: at most ``per_iteration`` request starts per event-loop iteration, in
+arrival order, and a cancelled waiter gives its turn away."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+
+import pytest
 
 from replay.client import SendGate
 
 
-async def test_one_start_per_iteration_in_order() -> None:
-    gate = SendGate()
+@pytest.mark.parametrize("per_iteration", [1, 3])
+async def test_bounded_starts_per_iteration_in_order(per_iteration: int) -> None:
+    gate = SendGate(per_iteration)
     iteration = 0
     starts: list[tuple[int, int]] = []
 
@@ -24,16 +28,18 @@ async def test_one_start_per_iteration_in_order() -> None:
         starts.append((i, iteration))
 
     tick = asyncio.create_task(counter())
-    await asyncio.gather(*(sender(i) for i in range(6)))
+    await asyncio.gather(*(sender(i) for i in range(12)))
     tick.cancel()
-    assert [i for i, _ in starts] == list(range(6))
+    assert [i for i, _ in starts] == list(range(12))
     its = [it for _, it in starts]
-    assert len(set(its)) == 6, its  # no two starts in the same iteration
+    per_it = Counter(its)
+    assert max(per_it.values()) == per_iteration, per_it  # never more, and it is used
+    assert len(per_it) == -(-12 // per_iteration)  # so the 12 starts span this many
     assert its == sorted(its)
 
 
 async def test_cancelled_waiter_gives_its_turn_away() -> None:
-    gate = SendGate()
+    gate = SendGate(1)
     order: list[str] = []
 
     async def sender(name: str) -> None:
