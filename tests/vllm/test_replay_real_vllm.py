@@ -109,3 +109,62 @@ def test_prefix_cache_hits_match_the_trace(replayed: Path) -> None:
     assert abs(seen - implied) <= 0.05
     assert abs(per_request - seen) <= 0.01
     assert server["generation_tokens"] == sum(rows["completion_tokens"])  # type: ignore[arg-type]
+
+
+KEY = "sk-test-DO-NOT-RECORD-real-vllm"
+
+
+async def _sdk_traffic(base: str, seen: list[tuple[str, int, int]]) -> None:
+    import anthropic
+    import openai
+
+    oa = openai.AsyncOpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
+    msgs = [{"role": "user", "content": "write a haiku about caches"}]
+    extra = {"ignore_eos": True}
+    r = await oa.chat.completions.create(model=SERVED_NAME, messages=msgs, max_tokens=12,  # type: ignore[arg-type]
+                                         extra_body=extra)
+    assert r.usage is not None
+    seen.append(("chat", r.usage.prompt_tokens, r.usage.completion_tokens))
+    # a stream that did not ask for usage: the SDK must not see the usage chunk the proxy adds
+    chunks = [c async for c in await oa.chat.completions.create(
+        model=SERVED_NAME, messages=msgs, max_tokens=12, stream=True,  # type: ignore[arg-type]
+        extra_body=extra)]
+    assert chunks and all(c.usage is None for c in chunks)
+    seen.append(("chat", r.usage.prompt_tokens, 12))
+    cs = [x async for x in await oa.completions.create(
+        model=SERVED_NAME, prompt=[11, 12, 13, 14, 15], max_tokens=9, stream=True,
+        stream_options={"include_usage": True}, extra_body=extra)]
+    assert cs[-1].usage is not None
+    seen.append(("completions", cs[-1].usage.prompt_tokens, cs[-1].usage.completion_tokens))
+    an = anthropic.AsyncAnthropic(base_url=base, api_key=KEY, max_retries=0)
+    async with an.messages.stream(model=SERVED_NAME, max_tokens=10,
+                                  messages=[{"role": "user", "content": "hi"}],
+                                  extra_body=extra) as st:
+        _ = [t async for t in st.text_stream]
+        final = await st.get_final_message()
+    seen.append(("messages", final.usage.input_tokens, final.usage.output_tokens))
+    await oa.close()
+    await an.close()
+
+
+async def test_recorder_in_front_of_real_vllm(server: VllmServer, tmp_path: Path) -> None:
+    """The official SDKs through `agent-replay record` to the real vLLM: they work as usual,
+    and each request becomes a trace row with the server's usage and its stream timing."""
+    from replay.record import Recorder
+
+    seen: list[tuple[str, int, int]] = []
+    async with Recorder(server.url, "127.0.0.1:0", tmp_path / "trace",
+                        flush_interval_s=60) as rec:
+        await _sdk_traffic(rec.url, seen)
+    table, _ = read_trace(tmp_path / "trace")
+    rows = sorted(table.to_pylist(), key=lambda r: r["arrival_ns"])
+    assert [r["api"] for r in rows] == [s[0] for s in seen]
+    for row, (api, prompt, completion) in zip(rows, seen, strict=True):
+        assert row["error"] is None, (api, row["error"])
+        assert (row["input_tokens"], row["output_tokens"]) == (prompt, completion), api
+        if row["stream"]:
+            assert 0 < row["ttft_ns"] <= row["end_ns"]
+            if row["chunk_tokens"] is not None:
+                assert sum(row["chunk_tokens"]) == completion
+    for f in (tmp_path / "trace").iterdir():
+        assert KEY.encode() not in f.read_bytes()
