@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,3 +185,29 @@ def read_records(path: Path) -> Iterator[tuple[int, Any]]:
         elif start is not None:
             buf.append(raw)
     yield from flush()
+
+
+SYNTH_HASH_NOTE = "hash ids synthesized: append-only context, cached prefix on compaction"
+
+
+def agent_log_result(reqs: list[Any], paths: list[Path], block_size: int, name: str,
+                     notes: list[str]) -> ImportResult:
+    """The result of an agent-log importer (Claude Code, Codex, TraceLab): the table built
+    from its requests, with metadata naming the files it came from."""
+    from traces.builder import build_table
+
+    table, start = build_table(reqs)
+    meta = TraceMeta(block_size=block_size, source=f"imported:{name}", start_wall_ns=start,
+                     extra={"imported_from": [p.name for p in paths]})
+    return ImportResult(table, meta, name, [*notes, SYNTH_HASH_NOTE])
+
+
+def load_each(paths: list[Path], block_size: int,
+              load_file: Callable[[Path, int], list[Any]]) -> list[Any]:
+    """The requests of every file, in order; an empty file is an error that names it."""
+    reqs: list[Any] = []
+    for p in paths:
+        if not head_bytes(p, 1):
+            raise fail(p, None, "empty file")
+        reqs += load_file(p, block_size)
+    return reqs

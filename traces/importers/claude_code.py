@@ -32,17 +32,17 @@ from typing import Any
 
 import orjson
 
-from traces.builder import Request, build_table
+from traces.builder import Request
 from traces.hashing import chain_hashes
 from traces.importers._common import (
     ImportOptions,
     ImportResult,
+    agent_log_result,
     fail,
-    head_bytes,
+    load_each,
     parse_iso_ns,
     read_records,
 )
-from traces.schema import TraceMeta
 
 NAME = "claude-code"
 BLOCK_SIZE = 16
@@ -163,14 +163,5 @@ def _load_file(path: Path, bs: int) -> list[Request]:
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     bs = opts.block_size or BLOCK_SIZE
-    reqs: list[Request] = []
-    for p in paths:
-        if not head_bytes(p, 1):
-            raise fail(p, None, "empty file")
-        reqs += _load_file(p, bs)
-    table, start = build_table(reqs)
-    meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
-                     extra={"imported_from": [p.name for p in paths]})
-    return ImportResult(table, meta, NAME, [
-        "one request per message.id; sessions from sessionId; parents from parentUuid chains",
-        "hash ids synthesized: append-only context, cached prefix on compaction"])
+    return agent_log_result(load_each(paths, bs, _load_file), paths, bs, NAME, [
+        "one request per message.id; sessions from sessionId; parents from parentUuid chains"])

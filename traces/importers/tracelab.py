@@ -19,18 +19,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traces.builder import Request, build_table
+from traces.builder import Request
 from traces.hashing import chain_hashes
 from traces.importers._common import (
     ImportOptions,
     ImportResult,
+    agent_log_result,
     fail,
     first_json_object,
     get_int,
     parse_iso_ns,
     read_jsonl,
 )
-from traces.schema import TraceMeta
 
 NAME = "tracelab"
 BLOCK_SIZE = 16
@@ -103,9 +103,5 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
                                   r.cached_tokens, bs, f"{sid}#{idx}")
         prev[sid] = r
         reqs.append(r)
-    table, start = build_table(reqs)
-    meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
-                     extra={"imported_from": [p.name for p in paths]})
-    return ImportResult(table, meta, NAME, [
-        "sessions from session_id; think = arrival - previous round's last event",
-        "hash ids synthesized: append-only context, cached prefix on compaction"])
+    return agent_log_result(reqs, paths, bs, NAME, [
+        "sessions from session_id; think = arrival - previous round's last event"])
