@@ -1,10 +1,16 @@
 """Our replay against `vllm bench serve` on one workload both can express, on a real vLLM
 with n-gram speculative decoding (several tokens per chunk): TPOT agrees; vLLM's per-chunk
 "ITL" differs from our per-token ITL by exactly the tokens packed into each chunk. Last,
-stopping the server leaves no process behind."""
+stopping the server leaves no process behind.
+
+Under n-gram speculation the work per token depends on the prompt (drafts come from it), so
+both clients must send the same prompts: `vllm bench serve` (random dataset, fixed seed)
+first runs once through `agent-replay record --content full`, and our replay sends that
+recorded trace, prompt for prompt, while bench sends the same seeded prompts again."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -19,13 +25,10 @@ import pytest
 from analysis.server_metrics import summarize
 from engines.vllm.launcher import VllmServer
 from tests.vllm.conftest import SERVED_NAME, start_server
-from traces.builder import Request, build_table
-from traces.io import write_trace
-from traces.schema import TraceMeta
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-N_REQUESTS, INPUT_LEN, OUTPUT_LEN, BLOCK = 12, 256, 64, 16
+N_REQUESTS, INPUT_LEN, OUTPUT_LEN = 12, 256, 64
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +41,20 @@ def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
     return s
 
 
-def _sequential_trace(path: Path) -> Path:
-    """One session of requests back to back (concurrency 1), no shared prefixes."""
-    reqs = [Request(session="s", key=i, arrival_abs_ns=i, input_tokens=INPUT_LEN,
-                    output_tokens=OUTPUT_LEN, parent_key=i - 1 if i else None,
-                    think_ns=0 if i else None, api="completions", model=SERVED_NAME,
-                    hash_ids=list(range(i * 1000, i * 1000 + INPUT_LEN // BLOCK)))
-            for i in range(N_REQUESTS)]
-    table, _ = build_table(reqs)
-    return write_trace(table, path, TraceMeta(block_size=BLOCK, source="synthetic"))
+def record_bench_prompts(server: VllmServer, vllm_python: str, tiny_model: Path,
+                         tmp: Path) -> Path:
+    """vllm bench serve through our recorder: a trace holding its exact request bodies."""
+    from replay.record import Recorder
+
+    trace = tmp / "bench-trace"
+
+    async def go() -> None:
+        async with Recorder(server.url, "127.0.0.1:0", trace, content="full",
+                            flush_interval_s=60) as rec:
+            await asyncio.to_thread(run_bench, rec.url, vllm_python, tiny_model, tmp / "rec")
+
+    asyncio.run(go())
+    return trace
 
 
 def _median(xs: list[float]) -> float:
@@ -55,12 +63,12 @@ def _median(xs: list[float]) -> float:
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
-def run_ours(server: VllmServer, tmp: Path) -> dict[str, float]:
-    trace = _sequential_trace(tmp / "seq.parquet")
+def run_ours(server: VllmServer, trace: Path, tmp: Path) -> dict[str, float]:
     out = tmp / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "replay", "run", str(trace), "--target", server.url,
-         "--output", str(out), "--model", SERVED_NAME, "--salt", "1", "--no-progress",
+         "--output", str(out), "--model", SERVED_NAME, "--no-progress",
+         "--timing", "max-rate", "--concurrency", "1",  # as bench's --max-concurrency 1
          # first and last scrape only: vllm bench does not scrape, and on 2 cores every
          # /metrics render takes CPU from the server being timed
          "--scrape-interval", "600", "--loop", "asyncio"],
@@ -85,11 +93,11 @@ def run_ours(server: VllmServer, tmp: Path) -> dict[str, float]:
     }
 
 
-def run_bench(server: VllmServer, vllm_python: str, tiny_model: Path, out: Path
+def run_bench(base_url: str, vllm_python: str, tiny_model: Path, out: Path
               ) -> dict[str, float]:
     proc = subprocess.run(
         [vllm_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-         "--base-url", server.url, "--model", SERVED_NAME, "--tokenizer", str(tiny_model),
+         "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", str(tiny_model),
          "--dataset-name", "random", "--random-input-len", str(INPUT_LEN),
          "--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(N_REQUESTS),
          "--max-concurrency", "1", "--ignore-eos", "--temperature", "0", "--seed", "1",
@@ -110,14 +118,15 @@ def run_bench(server: VllmServer, vllm_python: str, tiny_model: Path, out: Path
 def attempts(server: VllmServer, vllm_python: str, tiny_model: Path,
              tmp_path_factory: pytest.TempPathFactory) -> list[tuple[dict[str, float],
                                                                       dict[str, float]]]:
-    """Our replay, then vllm bench serve, on the same workload; repeated (at most 3 times)
+    """Our replay, then vllm bench serve, on the same prompts; repeated (at most 3 times)
     until one pair's median TPOTs agree within 5%. Both are timing measurements on a
     2-core machine shared with other work: a stall in either run moves them apart, while a
     real measurement difference would show in every attempt."""
+    trace = record_bench_prompts(server, vllm_python, tiny_model, tmp_path_factory.mktemp("rec"))
     out: list[tuple[dict[str, float], dict[str, float]]] = []
     for i in range(3):
-        ours = run_ours(server, tmp_path_factory.mktemp(f"ours{i}"))
-        bench = run_bench(server, vllm_python, tiny_model, tmp_path_factory.mktemp(f"bench{i}"))
+        ours = run_ours(server, trace, tmp_path_factory.mktemp(f"ours{i}"))
+        bench = run_bench(server.url, vllm_python, tiny_model, tmp_path_factory.mktemp(f"bench{i}"))
         bench["load1"] = os.getloadavg()[0]
         out.append((ours, bench))
         print(json.dumps({"attempt": i, "ours": ours, "bench": bench}))
