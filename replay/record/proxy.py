@@ -54,17 +54,20 @@ class ProxyHandler:
     """An aiohttp handler forwarding to ``upstream``.
 
     ``on_headers(ex)`` runs when the upstream answered (or failed before answering);
-    ``on_done(ex)`` when the exchange is over, whatever happened. Neither may block.
+    ``on_done(ex)`` when the exchange is over, whatever happened; ``on_arrival(t)`` when an API
+    request arrives, in arrival order (before its body is read). None may block.
     """
 
     def __init__(self, upstream: str, session: aiohttp.ClientSession, *,
                  on_headers: Callable[[Exchange], None], on_done: Callable[[Exchange], None],
                  read_timeout_s: float | None, session_header: str = "X-Session-ID",
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns,
+                 on_arrival: Callable[[int], None] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.session = session
         self.on_headers = on_headers
         self.on_done = on_done
+        self.on_arrival = on_arrival
         self.read_timeout_s = read_timeout_s
         self.clock = clock
         self.session_header = session_header
@@ -85,6 +88,8 @@ class ProxyHandler:
                 api_for(request.method, request.path)
             if api is None:
                 return await self._pass_through(request)
+            if self.on_arrival is not None:  # before any await: API requests in arrival order
+                self.on_arrival(arrival)
             raw = await request.read()
             inspected = inspect_request(api, raw)
             if inspected is None:

@@ -166,7 +166,8 @@ class Recorder:
         )
         self._handler = ProxyHandler(cfg.upstream, self._client, on_headers=self._on_headers,
                                      on_done=self._on_done, read_timeout_s=cfg.read_timeout_s,
-                                     session_header=cfg.session_header, clock=self.clock)
+                                     session_header=cfg.session_header, clock=self.clock,
+                                     on_arrival=self._on_arrival)
         app = web.Application(client_max_size=1 << 30, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -219,10 +220,15 @@ class Recorder:
 
     # -- per exchange (on the event loop; cheap) --------------------------------------
 
-    def _on_headers(self, ex: Exchange) -> None:
+    def _on_arrival(self, arrival: int) -> None:
+        # Time zero is the first request to arrive (not the first to be answered: answers
+        # come back out of order, and an earlier arrival would get a negative time).
         if self._t0 is None:
-            self._t0 = ex.arrival
-            self._wall0 = time.time_ns() - (self.clock() - ex.arrival)
+            self._t0 = arrival
+            self._wall0 = time.time_ns() - (self.clock() - arrival)
+
+    def _on_headers(self, ex: Exchange) -> None:
+        self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit = self._explicit_session(ex)
         items = conversation(ex.info.api, ex.info.body)
         assignment, turn = self.tracker.assign(ex.arrival, items, explicit)

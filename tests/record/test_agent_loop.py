@@ -16,7 +16,7 @@ import openai
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimServer
+from engines.sim import SimProcess, SimServer
 from replay.record import Recorder
 from traces.io import read_trace
 
@@ -85,7 +85,9 @@ async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
     from replay.run import arun
 
     out = tmp_path / "results"
-    async with SimServer("fast", seed=4) as target:
+    # The replay's target runs in its own process, as in real use: an in-process server
+    # would share this interpreter's lock with the replay and add its own lag to the sends.
+    with SimProcess("fast", seed=4) as target:
         summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
                                        progress=False, scrape_interval_s=0, api="completions"),
                              progress=None)
@@ -104,15 +106,15 @@ async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
         if r["parent_index"] >= 0:
             assert x["think_ns"] == r["think_ns"]  # the replay intends the recorded think
             errs.append(x["sent_ns"] - x["parent_end_ns"] - r["think_ns"])
-    # think time honoured: the replay sends a child think_ns after its parent ended. The
-    # target is 2 ms for every sample; on a loaded 2-core machine the replay's own schedule lag (which the
-    # run reports) pushes some samples past it, so the test holds the median to 2 ms and
-    # every sample to 50 ms (5 ms for the median), and prints the share within 2 ms.
+    # think time honoured: the replay sends a child think_ns after its parent ended, within
+    # 2 ms. The replay's own schedule lag on a busy 2-core machine can push a rare sample
+    # past that (the run reports it), so the test holds 90% of samples to 2 ms and every
+    # sample to 50 ms, and prints the share within 2 ms.
     errs.sort()
     assert len(errs) == len(rows) - SESSIONS
     within = sum(1 for e in errs if abs(e) <= 2_000_000)
     print(f"think-time error: {within}/{len(errs)} within 2 ms, median "
           f"{errs[len(errs) // 2] / 1e6:.3f} ms, max {errs[-1] / 1e6:.3f} ms")
-    assert abs(errs[len(errs) // 2]) <= 5_000_000, errs
+    assert within >= 0.9 * len(errs), errs
     assert errs[0] >= -2_000_000 and errs[-1] <= 50_000_000, errs
     assert per_session == {s: len(v) for s, v in by_session.items()}
