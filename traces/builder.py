@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from traces.hashing import chain_hashes
 from traces.io import conform
 
 
@@ -34,6 +35,17 @@ class Request:
     ttft_ns: int | None = None
     end_ns: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
+
+
+def link_to_parent(r: Request, parent: Request | None, block_size: int, tag: str) -> None:
+    """For agent logs without prompt text: the think time since the parent's last byte, and
+    prefix hashes that extend the parent's (``chain_hashes``; ``tag`` keeps new blocks
+    unique to this request)."""
+    if parent is not None and parent.end_ns is not None:
+        r.think_ns = max(0, r.arrival_abs_ns - (parent.arrival_abs_ns + parent.end_ns))
+    r.hash_ids = chain_hashes(parent.hash_ids if parent else None,
+                              parent.input_tokens if parent else None, r.input_tokens,
+                              r.cached_tokens, block_size, tag)
 
 
 def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> tuple[pa.Table, int]:

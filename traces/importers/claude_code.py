@@ -32,8 +32,7 @@ from typing import Any
 
 import orjson
 
-from traces.builder import Request
-from traces.hashing import chain_hashes
+from traces.builder import Request, link_to_parent
 from traces.importers._common import (
     ImportOptions,
     ImportResult,
@@ -150,10 +149,7 @@ def _load_file(path: Path, bs: int) -> list[Request]:
                     arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
                     cached_tokens=cached, api="messages", model=m.model,
                     end_ns=m.last_ts - arrival)
-        if p is not None and p.end_ns is not None:
-            r.think_ns = max(0, arrival - (p.arrival_abs_ns + p.end_ns))
-        r.hash_ids = chain_hashes(p.hash_ids if p else None, p.input_tokens if p else None, n_in,
-                                  cached, bs, f"{path.name}#{m.id}")
+        link_to_parent(r, p, bs, f"{path.name}#{m.id}")
         done[m.id] = r
         reqs.append(r)
     if not reqs:

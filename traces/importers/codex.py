@@ -16,8 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traces.builder import Request
-from traces.hashing import chain_hashes
+from traces.builder import Request, link_to_parent
 from traces.importers._common import (
     ImportOptions,
     ImportResult,
@@ -102,11 +101,7 @@ def _load_file(path: Path, bs: int) -> list[Request]:
                         arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
                         cached_tokens=min(cached, n_in), api="responses", model=model,
                         end_ns=ts - arrival)
-            if prev is not None and prev.end_ns is not None:
-                r.think_ns = max(0, arrival - (prev.arrival_abs_ns + prev.end_ns))
-            r.hash_ids = chain_hashes(prev.hash_ids if prev else None,
-                                      prev.input_tokens if prev else None, n_in,
-                                      r.cached_tokens, bs, f"{session}#{len(reqs)}")
+            link_to_parent(r, prev, bs, f"{session}#{len(reqs)}")
             reqs.append(r)
             prev, last_in, first_out = r, None, None
     if not reqs:

@@ -19,8 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traces.builder import Request
-from traces.hashing import chain_hashes
+from traces.builder import Request, link_to_parent
 from traces.importers._common import (
     ImportOptions,
     ImportResult,
@@ -97,10 +96,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
             parent_key=p.key if p else None,
             end_ns=(end - arrival) if end is not None and end >= arrival else None,
         )
-        if p is not None and p.end_ns is not None:
-            r.think_ns = max(0, arrival - (p.arrival_abs_ns + p.end_ns))
-        r.hash_ids = chain_hashes(p.hash_ids if p else None, p.input_tokens if p else None, n_in,
-                                  r.cached_tokens, bs, f"{sid}#{idx}")
+        link_to_parent(r, p, bs, f"{sid}#{idx}")
         prev[sid] = r
         reqs.append(r)
     return agent_log_result(reqs, paths, bs, NAME, [
