@@ -282,7 +282,15 @@ class Recorder:
             batch, self._pending = self._pending, []
             meta = self._meta()
             loop = asyncio.get_running_loop()
-            path = await loop.run_in_executor(None, self._write, batch, meta)
+            write = loop.run_in_executor(None, self._write, batch, meta)
+            try:
+                path = await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # stop() cancels the periodic flush: the rows it took from the buffer are
+                # being written in the thread; finish that (holding the lock, so the final
+                # flush comes after it) before giving up.
+                await write
+                raise
             self.stats.rows_written = self.writer.rows_written
             self.stats.parts = len(self.writer.parts)
             self.stats.last_flush_ns = self.clock()

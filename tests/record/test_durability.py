@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -108,3 +109,39 @@ def _no_secret(out: Path, rows: list[dict]) -> None:
         if f.is_file():
             assert KEY.encode() not in f.read_bytes(), f
     assert all(r["content"] is not None and "api_key" not in r["content"] for r in rows)
+
+
+async def test_stop_during_a_periodic_flush_keeps_its_rows(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop() cancels the periodic flush; rows that flush had already taken must still be
+    on disk when stop() returns."""
+    import threading
+
+    import aiohttp
+
+    from replay.record import Recorder
+    from replay.record.sink import PartWriter
+    from tests.record.upstream import Upstream
+    from traces.io import read_trace
+
+    writing = threading.Event()
+    original = PartWriter.write
+
+    def slow_write(self: PartWriter, *args: Any, **kwargs: Any) -> Any:
+        writing.set()
+        time.sleep(0.4)  # a flush still in its thread when stop() comes
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartWriter, "write", slow_write)
+    async with Upstream() as up:
+        rec = Recorder(up.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=0.05)
+        await rec.start()
+        async with aiohttp.ClientSession() as s, s.post(
+                rec.url + "/v1/completions", json={"model": "m", "prompt": "hi"}) as r:
+            assert r.status == 200
+            await r.read()
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        await rec.stop()
+    table, _ = read_trace(tmp_path / "trace")
+    assert table.num_rows == 1
