@@ -41,6 +41,32 @@ def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
     return s
 
 
+TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
+
+
+def server_tpot_total(url: str) -> tuple[float, float]:
+    """(sum, count) of vLLM's per-request TPOT histogram, summed over its label sets."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    total = count = 0.0
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name == TPOT_METRIC + "_sum":
+                total += sample.value
+            elif sample.name == TPOT_METRIC + "_count":
+                count += sample.value
+    return total, count
+
+
+def server_tpot_ms(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The server's own mean TPOT (ms) over the requests finished between two scrapes."""
+    return 1e3 * (after[0] - before[0]) / (after[1] - before[1])
+
+
 def record_bench_prompts(server: VllmServer, vllm_python: str, tiny_model: Path,
                          tmp: Path) -> Path:
     """vllm bench serve through our recorder: a trace holding its exact request bodies."""
@@ -118,21 +144,38 @@ def run_bench(base_url: str, vllm_python: str, tiny_model: Path, out: Path
 def attempts(server: VllmServer, vllm_python: str, tiny_model: Path,
              tmp_path_factory: pytest.TempPathFactory) -> list[tuple[dict[str, float],
                                                                       dict[str, float]]]:
-    """Our replay, then vllm bench serve, on the same prompts; repeated (at most 3 times)
-    until one pair's median TPOTs agree within 5%. Both are timing measurements on a
+    """Our replay, then vllm bench serve, on the same prompts, with vLLM's own TPOT
+    histogram read before and after each; repeated (at most 3 times) until a pair agrees
+    (see ``_agree``). Both are timing measurements on a
     2-core machine shared with other work: a stall in either run moves them apart, while a
     real measurement difference would show in every attempt."""
     trace = record_bench_prompts(server, vllm_python, tiny_model, tmp_path_factory.mktemp("rec"))
     out: list[tuple[dict[str, float], dict[str, float]]] = []
     for i in range(3):
+        s0 = server_tpot_total(server.url)
         ours = run_ours(server, trace, tmp_path_factory.mktemp(f"ours{i}"))
+        s1 = server_tpot_total(server.url)
         bench = run_bench(server.url, vllm_python, tiny_model, tmp_path_factory.mktemp(f"bench{i}"))
+        s2 = server_tpot_total(server.url)
+        ours["server_tpot_ms"] = server_tpot_ms(s0, s1)
+        bench["server_tpot_ms"] = server_tpot_ms(s1, s2)
         bench["load1"] = os.getloadavg()[0]
         out.append((ours, bench))
         print(json.dumps({"attempt": i, "ours": ours, "bench": bench}))
-        if bench["median_tpot_ms"] == pytest.approx(ours["median_tpot_ms"], rel=0.05):
+        if _agree(ours, bench):
             break
     return out
+
+
+def _agree(ours: dict[str, float], bench: dict[str, float]) -> bool:
+    """Each client's mean TPOT is within 5% of the server's own over its requests, and the
+    two clients agree within 5% once the server's speed in each run is divided out (on 2
+    shared cores the server itself runs 5-15% faster or slower from one run to the next;
+    its histogram shows it, so that difference is the server's, not a measurement's)."""
+    o = ours["mean_tpot_ms"] / ours["server_tpot_ms"]
+    b = bench["mean_tpot_ms"] / bench["server_tpot_ms"]
+    return (o == pytest.approx(1.0, rel=0.05) and b == pytest.approx(1.0, rel=0.05)
+            and o == pytest.approx(b, rel=0.05))
 
 
 def test_speculation_packs_several_tokens_per_chunk(
@@ -148,7 +191,7 @@ def test_speculation_packs_several_tokens_per_chunk(
 def test_tpot_agrees_and_itl_differs_by_tokens_per_chunk(
         attempts: list[tuple[dict[str, float], dict[str, float]]]) -> None:
     ours, bench = attempts[-1]
-    agree = bench["median_tpot_ms"] == pytest.approx(ours["median_tpot_ms"], rel=0.05)
+    agree = _agree(ours, bench)
     cores = os.cpu_count() or 1
     if not agree and min(b["load1"] for _, b in attempts) > 1.5 * cores:
         pytest.skip(f"machine too busy for a 5% timing comparison (load average above "
