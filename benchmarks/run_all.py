@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.peers import clients as cl  # noqa: E402
 from benchmarks.peers.harness import cores, read_truth, run_client, sim_server, write_profile  # noqa: E402
 
-NAMES = {"ours": "agent-replay", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
+NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
          "aiperf": "AIPerf 0.13.0"}
 INTERVAL_MS = 5.0
 
@@ -66,7 +66,7 @@ def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
         "ttft": rep.get("ttft"), "itl": rep.get("itl"), "itl_p99": rep.get("itl_p99"),
         "lag_p99": None,
     }
-    if client == "ours":
+    if client in cl.OURS:
         sc = cl.self_check(rundir)
         if sc.get("schedule_lag_p99_ns") is not None:
             row["lag_p99"] = sc["schedule_lag_p99_ns"] / 1e6
@@ -132,7 +132,9 @@ def script(name: str, args: list[str], timeout: float = 600) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one load point per client, no extras")
-    ap.add_argument("--clients", default="ours,vllm,guidellm,aiperf")
+    ap.add_argument("--clients", default="ours,ours-aiohttp,vllm,guidellm,aiperf",
+                    help="comma-separated: ours (the default fast client), ours-aiohttp (our "
+                    "replay with --http-client aiohttp), vllm, guidellm, aiperf")
     ap.add_argument("--streams", default=None, help="comma-separated stream counts (default 64,256)")
     ap.add_argument("--no-install", action="store_true", help="skip peers that are not installed")
     ap.add_argument("--skip-scripts", action="store_true", help="skip (c) and (d)")
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [c for c in args.clients.split(",") if c]
     avail = []
     for c in wanted:
-        if c == "ours" or cl.ensure(c, install=not args.no_install) is not None:
+        if c in cl.OURS or cl.ensure(c, install=not args.no_install) is not None:
             avail.append(c)
         else:
             print(f"skipping {c}: not installed", file=sys.stderr)
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in avail:
                 rows.append(one(c, conc, 4 * conc, 0, work))
         spec_c = 64
-        for c in [x for x in avail if x in ("ours", "vllm")] if not args.quick else []:
+        for c in [x for x in avail if x in ("ours", "ours-aiohttp", "vllm")] if not args.quick else []:
             spec_rows.append(one(c, spec_c, 4 * spec_c, 3, work))
         if "ours" in avail and not args.quick:
             top = max(streams)

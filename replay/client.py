@@ -117,12 +117,8 @@ class Sender:
         url = self._urls.get(prep.path)
         if url is None:  # parse once: yarl parsing is per-request work otherwise
             url = self._urls[prep.path] = URL(self.base_url + prep.path)
-        chunk_ns = rec.chunk_ns
-        chunk_tok = rec.chunk_tokens
-        parser = SSEParser()
-        anthropic = prep.api == "messages"
-        dec: StreamDecoder | MessagesStreamDecoder = MessagesStreamDecoder() if anthropic else StreamDecoder()
-        feed = dec.feed
+        stream = EventStream(rec, prep.api)
+        feed = stream.feed
         try:
             await self.gate.enter()
         except asyncio.CancelledError:
@@ -142,51 +138,15 @@ class Sender:
                     return
                 content = resp.content
                 t = 0
-                clean = True  # the SSE parser holds no partial event
                 while True:
                     data = await content.readany()
                     if not data:
                         break
                     t = now()
-                    if clean and not anthropic and data.startswith(b"data: ") and \
-                            data.find(b"\n") == len(data) - 2 and data[-1] == 10:
-                        # Exactly one single-line event in this read, the common case:
-                        # what SSEParser would return, without its bookkeeping.
-                        k = feed(data[6:-2])
-                        if k:
-                            chunk_ns.append(t)
-                            chunk_tok.append(k)
-                        continue
-                    for ev in parser.feed(data):
-                        k = feed(ev.data, ev.event) if anthropic else feed(ev.data)  # type: ignore[call-arg]
-                        if k:
-                            chunk_ns.append(t)
-                            chunk_tok.append(k)
-                    # Ending on a blank line with no CR (a CR at the end may be half of a
-                    # CRLF the parser keeps) leaves the parser empty.
-                    clean = data.endswith(b"\n\n") and b"\r" not in data
+                    feed(data, t)
                 rec.end_ns = t or now()
-            events, rest = parser.end()
-            for ev in events:
-                k = feed(ev.data, ev.event) if anthropic else feed(ev.data)  # type: ignore[call-arg]
-                if k:
-                    chunk_ns.append(rec.end_ns)
-                    chunk_tok.append(k)
-            self.chunks += len(chunk_ns)
-            if chunk_ns:
-                rec.first_token_ns = chunk_ns[0]
-            rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = dec.result_usage()
-            if dec.error is not None:
-                rec.fail("stream", f"error event: {dec.error}")
-            elif rest:
-                rec.fail("stream", f"stream ended inside an event ({len(rest)} bytes left)")
-            elif not dec.done:
-                rec.fail("stream", "stream ended without its end marker")
-            elif not dec.exact:
-                rec.fail("stream", "the server sent neither token ids nor continuous usage: "
-                                   "tokens per chunk are not exact")
-            else:
-                _check_counts(rec)
+            stream.finish(rec.end_ns)
+            self.chunks += len(rec.chunk_ns)
         except asyncio.CancelledError:
             rec.end_ns = rec.end_ns or now()
             rec.fail("cancelled", "the run was stopped while this request was in flight")
@@ -209,6 +169,78 @@ class Sender:
             rec.fail("connect" if rec.headers_ns is None else "stream", f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight -= 1
+
+
+class EventStream:
+    """One response body's events into its record: the per-read work both clients share.
+
+    ``feed(data, t)`` takes the body bytes of one read and its ``monotonic_ns`` time: the
+    SSE split, the token count and, for every event that carried output tokens, one append
+    to each of the record's typed arrays. ``finish(end_ns)`` runs once at the end of the
+    body: the events only the end completes, usage, and the stream checks (error event,
+    truncation, end marker, exactness, counts against the trace). ``feed`` raises
+    ``orjson.JSONDecodeError``/``ValueError`` on an event that is not JSON (the caller
+    classifies it as ``json``).
+    """
+
+    __slots__ = ("_anthropic", "_clean", "_dec", "_feed", "_parser", "_rec", "_tok", "_ts")
+
+    def __init__(self, rec: RequestRecord, api: str) -> None:
+        self._rec = rec
+        self._ts = rec.chunk_ns
+        self._tok = rec.chunk_tokens
+        self._parser = SSEParser()
+        self._anthropic = api == "messages"
+        self._dec: StreamDecoder | MessagesStreamDecoder = \
+            MessagesStreamDecoder() if self._anthropic else StreamDecoder()
+        self._feed = self._dec.feed
+        self._clean = True  # the SSE parser holds no partial event
+
+    def feed(self, data: bytes, t: int) -> None:
+        if self._clean and not self._anthropic and data.startswith(b"data: ") and \
+                data.find(b"\n") == len(data) - 2 and data[-1] == 10:
+            # Exactly one single-line event in this read, the common case: what
+            # SSEParser would return, without its bookkeeping.
+            k = self._feed(data[6:-2])
+            if k:
+                self._ts.append(t)
+                self._tok.append(k)
+            return
+        feed = self._feed
+        anthropic = self._anthropic
+        for ev in self._parser.feed(data):
+            k = feed(ev.data, ev.event) if anthropic else feed(ev.data)  # type: ignore[call-arg]
+            if k:
+                self._ts.append(t)
+                self._tok.append(k)
+        # Ending on a blank line with no CR (a CR at the end may be half of a CRLF the
+        # parser keeps) leaves the parser empty.
+        self._clean = data.endswith(b"\n\n") and b"\r" not in data
+
+    def finish(self, end_ns: int) -> None:
+        rec = self._rec
+        dec = self._dec
+        feed = self._feed
+        events, rest = self._parser.end()
+        for ev in events:
+            k = feed(ev.data, ev.event) if self._anthropic else feed(ev.data)  # type: ignore[call-arg]
+            if k:
+                self._ts.append(end_ns)
+                self._tok.append(k)
+        if rec.chunk_ns:
+            rec.first_token_ns = rec.chunk_ns[0]
+        rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = dec.result_usage()
+        if dec.error is not None:
+            rec.fail("stream", f"error event: {dec.error}")
+        elif rest:
+            rec.fail("stream", f"stream ended inside an event ({len(rest)} bytes left)")
+        elif not dec.done:
+            rec.fail("stream", "stream ended without its end marker")
+        elif not dec.exact:
+            rec.fail("stream", "the server sent neither token ids nor continuous usage: "
+                               "tokens per chunk are not exact")
+        else:
+            _check_counts(rec)
 
 
 def _check_counts(rec: RequestRecord) -> None:

@@ -8,6 +8,7 @@ from replay.plan import TIMING_MODES, PlanOptions
 from traces.errors import InputError
 
 LOOP_KINDS = ("uvloop", "asyncio")
+HTTP_CLIENTS = ("fast", "aiohttp")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class RunConfig:
     vllm_extras: bool = True
     headers: tuple[tuple[str, str], ...] = ()
     loop: str = "uvloop"
+    http_client: str = "fast"
+    """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
+    to aiohttp) or ``aiohttp``."""
     progress: bool = True
     launch: str | None = None
     """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
@@ -73,6 +77,8 @@ class RunConfig:
             raise InputError(f"--request-timeout must be > 0, got {self.request_timeout_s}")
         if self.loop not in LOOP_KINDS:
             raise InputError(f"loop must be one of {', '.join(LOOP_KINDS)}")
+        if self.http_client not in HTTP_CLIENTS:
+            raise InputError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}, got {self.http_client!r}")
         if self.api is not None and self.api not in ("completions", "chat", "messages"):
             raise InputError(f"--api must be completions, chat or messages, got {self.api!r}")
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:
@@ -81,3 +87,9 @@ class RunConfig:
         if not self.target.startswith(("http://", "https://")):
             raise InputError(f"--target must be an http(s) URL, got {self.target!r}")
         self.plan_options().check()
+
+    def effective_http_client(self) -> str:
+        """The client a worker uses: the fast one speaks plain http only."""
+        if self.http_client == "fast" and self.target.startswith("https://"):
+            return "aiohttp"
+        return self.http_client

@@ -23,6 +23,7 @@ from replay.client import Prepared, Sender, make_session
 from replay.clock import MonotonicClock
 from replay.config import RunConfig
 from replay.driver import Driver
+from replay.fastclient import FastSender
 from replay.outcome import RequestRecord
 from replay.plan import Plan, PlannedRequest, build_plan
 from replay.prepare import Preparer
@@ -61,9 +62,9 @@ class WorkerSummary:
 
 
 class HttpTransport:
-    """The driver's transport over HTTP: ``Preparer`` + ``Sender``."""
+    """The driver's transport over HTTP: ``Preparer`` + ``Sender`` or ``FastSender``."""
 
-    def __init__(self, preparer: Preparer, sender: Sender) -> None:
+    def __init__(self, preparer: Preparer, sender: Sender | FastSender) -> None:
         self.preparer = preparer
         self.sender = sender
 
@@ -113,12 +114,17 @@ async def arun_shard(
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
-    session = make_session(config.request_timeout_s)
+    session = make_session(config.request_timeout_s)  # /tokenize, and the aiohttp client
+    fast: FastSender | None = None
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
     driver: Driver | None = None
     try:
-        sender = Sender(session, config.target)
+        sender: Sender | FastSender
+        if config.effective_http_client() == "fast":
+            sender = fast = FastSender(config.target, config.request_timeout_s)
+        else:
+            sender = Sender(session, config.target)
         preparer = Preparer(
             model=config.model, block_size=plan.block_size, salt=config.salt,
             vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
@@ -162,6 +168,8 @@ async def arun_shard(
             summary.sent, summary.done, summary.skipped = driver.sent, driver.done, driver.skipped
             summary.schedule_lag = driver.schedule_lag.tobytes()
         summary.loop_lag = watchdog.lags.tobytes()
+        if fast is not None:
+            await fast.close()
         await session.close()
         writer.close()
         quiet.exit()
@@ -171,7 +179,7 @@ async def arun_shard(
     return summary
 
 
-async def _tick(driver: Driver, writer: ResultWriter, sender: Sender, summary: WorkerSummary,
+async def _tick(driver: Driver, writer: ResultWriter, sender: Sender | FastSender, summary: WorkerSummary,
                 report: Callable[[dict[str, Any]], None] | None, t0: int,
                 watchdog: LoopWatchdog, quiet: QuietRuntime) -> None:
     cpu = CpuMeter()

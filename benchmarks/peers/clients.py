@@ -25,6 +25,8 @@ from benchmarks.peers.harness import MODEL, ROOT, Truth, find_number, per_token,
 CACHE = Path(os.environ.get("AGENT_REPLAY_CACHE", Path.home() / ".cache" / "agent-replay"))
 PEERS = CACHE / "peers"
 PINS = {"guidellm": "guidellm==0.8.1", "aiperf": "aiperf==0.13.0"}
+OURS = {"ours": "fast", "ours-aiohttp": "aiohttp"}
+"""Our client by name: the default fast client, and the aiohttp one (``--http-client``)."""
 INPUT_TOKENS = 128
 OUTPUT_TOKENS = 256
 
@@ -80,13 +82,13 @@ def write_trace(path: Path, n: int) -> Path:
 def command(client: str, url: str, conc: int, n: int, rundir: Path, workers: int = 1,
             ) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ, DO_NOT_TRACK="1", PYTHONUNBUFFERED="1")
-    tok = str(tokenizer_dir()) if client != "ours" else ""
-    if client == "ours":
+    tok = str(tokenizer_dir()) if client not in OURS else ""
+    if client in OURS:
         trace = write_trace(rundir / "trace.parquet", n)
         cmd = [str(ROOT / ".venv" / "bin" / "agent-replay"), "run", str(trace), "--target", url,
                "--timing", "max-rate", "--concurrency", str(conc), "--workers", str(workers),
                "--output", str(rundir / "results"), "--salt", "0", "--scrape-interval", "0",
-               "--no-progress", "--vocab-size", "4096"]
+               "--no-progress", "--vocab-size", "4096", "--http-client", OURS[client]]
     elif client == "vllm":
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
         cmd = [str(ensure("vllm")), "bench", "serve", "--backend", "vllm", "--base-url", url,
@@ -124,7 +126,7 @@ def reported(client: str, rundir: Path, truth: Truth) -> dict[str, float | None]
     """The client's own TTFT mean, ITL mean and P99 (ms), as it reports them. For us,
     computed from the results rows with METRICS.md's per-token ITL."""
     try:
-        if client == "ours":
+        if client in OURS:
             return _ours(rundir / "results")
         if client == "vllm":
             d = json.loads((rundir / "vllm.json").read_text())

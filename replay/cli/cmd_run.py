@@ -70,6 +70,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--http-client", choices=("fast", "aiohttp"), default="fast",
+                   help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
+                   "(default; https targets use aiohttp); aiohttp: the aiohttp client")
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
 
 
@@ -92,6 +95,7 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
         workers=args.workers, scrape_interval_s=args.scrape_interval,
         vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,
+        http_client=getattr(args, "http_client", "fast"),
         progress=not args.no_progress, launch=getattr(args, "launch", None),
         ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1))
 

@@ -1,0 +1,387 @@
+"""The fast streaming client: HTTP/1.1 on ``asyncio.Protocol`` (uvloop or plain asyncio).
+
+The per-read work happens in ``data_received``, with no stream reader, future or
+coroutine switch per read: one ``time.monotonic_ns()``, the chunked-coding split (a read
+that holds exactly one whole chunk, what an SSE server writes per event, takes a short
+path), and ``EventStream.feed`` (SSE split, token count, two typed-array appends). The
+request's coroutine wakes twice: when its connection is ready, and when the body ended.
+
+Requests go out as one ``transport.write`` of a head built from a pre-encoded prefix per
+path, plus the body. Connections are kept alive and reused per worker (most recently
+used first); a response with ``Connection: close``, extra bytes or an unfinished body
+closes its connection, and one idle for ``IDLE_S`` is closed instead of reused.
+
+Errors map to the same kinds as the aiohttp client (``replay.client``): ``connect``
+(refused, unreachable), ``timeout`` (``request_timeout_s`` from the send, connecting
+included), ``http``, ``stream`` (closed mid-response, not HTTP, broken chunked coding,
+error event, truncated events), ``json``, ``cancelled``. Plain ``http://`` only; https
+targets use the aiohttp client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from urllib.parse import urlsplit
+
+import orjson
+
+from replay.client import EventStream, Prepared, SendGate
+from replay.http1 import (
+    ChunkedDecoder,
+    HeadReader,
+    ProtocolError,
+    ResponseHead,
+    request_head,
+    request_head_prefix,
+)
+from replay.outcome import RequestRecord
+
+IDLE_S = 4.0
+"""An idle connection older than this is closed rather than reused: servers close idle
+keep-alive connections on their own (uvicorn, so vLLM, after 5 s), and a request written
+into a connection the server is closing would fail."""
+CONNECT_TIMEOUT_S = 10.0
+ERROR_BODY = 4096
+"""Bytes of a non-200 response body kept for the error message."""
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+_IDLE, _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE = range(5)
+
+
+class ConnectError(Exception):
+    """No connection to the target (refused, unreachable, name not resolved)."""
+
+
+class ConnectionClosed(Exception):
+    """The server closed the connection before the response ended."""
+
+
+class H1Connection(asyncio.Protocol):
+    """One keep-alive connection; carries one request at a time."""
+
+    __slots__ = ("_aligned", "_chunks", "_error_body", "_head", "_left", "_rec", "_state",
+                 "_stream", "_waiter", "closed", "idle_since", "keep_alive", "last_t",
+                 "transport")
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.keep_alive = True
+        self.idle_since = 0
+        self.last_t = 0
+        self._state = _IDLE
+        self._waiter: asyncio.Future[int] | None = None
+        self._rec: RequestRecord | None = None
+        self._stream: EventStream | None = None
+        self._head = HeadReader()
+        self._chunks: ChunkedDecoder | None = None
+        self._aligned = False  # chunked 200 body at a chunk boundary, nothing buffered
+        self._left = 0
+        self._error_body: bytearray | None = None
+
+    # -- driven by the client ----------------------------------------------------------
+
+    def begin(self, rec: RequestRecord, stream: EventStream, waiter: asyncio.Future[int]) -> None:
+        """Expect the response to the request about to be written."""
+        self._rec = rec
+        self._stream = stream
+        self._waiter = waiter
+        self._state = _HEAD
+        self._head = HeadReader()
+        self._chunks = None
+        self._aligned = False
+        self._error_body = None
+        self.last_t = 0
+
+    def error_text(self) -> str:
+        return bytes(self._error_body or b"").decode("utf-8", "replace")
+
+    def fail(self, exc: BaseException) -> None:
+        """End the current response with ``exc`` and drop the connection."""
+        self.keep_alive = False
+        self._state = _IDLE
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_exception(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def on_timeout(self) -> None:
+        self.fail(asyncio.TimeoutError())
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        t = time.monotonic_ns()
+        self.last_t = t
+        if self._aligned:
+            # The common read: exactly one whole chunk ("<hex>\r\n<data>\r\n").
+            i = data.find(b"\r\n")
+            if 0 < i < 9 and _HEX.issuperset(data[:i]):
+                end = i + 2 + int(data[:i], 16)
+                if end > i + 2 and len(data) == end + 2 and data[end] == 13 and data[end + 1] == 10:
+                    try:
+                        self._stream.feed(data[i + 2:end], t)  # type: ignore[union-attr]
+                    except Exception as exc:  # classified by the client
+                        self.fail(exc)
+                    return
+        try:
+            self._read(data, t)
+        except Exception as exc:  # classified by the client
+            self.fail(exc)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost ends the response
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.keep_alive = False
+        w = self._waiter
+        if w is None or w.done():
+            return
+        if self._state == _UNTIL_CLOSE:
+            self._complete(self.last_t or time.monotonic_ns())
+        elif self._state == _HEAD and not self._head.pending:
+            w.set_exception(ConnectionClosed(
+                "the server closed the connection without a response" + (f" ({exc})" if exc else "")))
+        else:
+            w.set_exception(ConnectionClosed(
+                "the server closed the connection before the end of the response"
+                + (f" ({exc})" if exc else "")))
+
+    # -- the response state machine ------------------------------------------------------
+
+    def _read(self, data: bytes, t: int) -> None:
+        state = self._state
+        if state == _HEAD:
+            got = self._head.feed(data)
+            if got is None:
+                return
+            head, data = got
+            self._start_body(head, t)
+            state = self._state
+            if not data or state == _IDLE:
+                if data:
+                    self._unexpected()
+                return
+        if state == _CHUNKED:
+            dec = self._chunks
+            assert dec is not None
+            pieces = dec.feed(data)
+            if pieces:
+                self._body(pieces[0] if len(pieces) == 1 else b"".join(pieces), t)
+            if dec.done:
+                if dec.extra:
+                    self.keep_alive = False
+                self._complete(t)
+            elif self._error_body is None:
+                self._aligned = dec.at_boundary
+        elif state == _LENGTH:
+            left = self._left
+            if len(data) > left:
+                self.keep_alive = False
+                data = data[:left]
+            self._left = left - len(data)
+            self._body(data, t)
+            if self._left == 0:
+                self._complete(t)
+        elif state == _UNTIL_CLOSE:
+            self._body(data, t)
+        else:
+            self._unexpected()
+
+    def _start_body(self, head: ResponseHead, t: int) -> None:
+        rec = self._rec
+        assert rec is not None
+        rec.headers_ns = t
+        rec.http_status = head.status
+        self.keep_alive = head.keep_alive
+        if head.status != 200:
+            self._error_body = bytearray()
+        if not head.has_body:
+            self._complete(t)
+        elif head.chunked:
+            self._chunks = ChunkedDecoder()
+            self._state = _CHUNKED
+            self._aligned = self._error_body is None
+        elif head.content_length is not None:
+            self._left = head.content_length
+            self._state = _LENGTH
+            if self._left == 0:
+                self._complete(t)
+        else:
+            self.keep_alive = False
+            self._state = _UNTIL_CLOSE
+
+    def _body(self, data: bytes, t: int) -> None:
+        err = self._error_body
+        if err is None:
+            self._stream.feed(data, t)  # type: ignore[union-attr]
+            return
+        err += data[:ERROR_BODY - len(err)]
+        if len(err) >= ERROR_BODY and self._state != _IDLE:
+            self.keep_alive = False  # the rest of the body is not read
+            self._complete(t)
+
+    def _complete(self, t: int) -> None:
+        self._state = _IDLE
+        self._aligned = False
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(t)
+
+    def _unexpected(self) -> None:
+        """Bytes when no response is expected: the connection cannot be trusted."""
+        self.keep_alive = False
+        if self.transport is not None:
+            self.transport.close()
+
+
+class ConnectionPool:
+    """Keep-alive connections to one host:port, most recently used first."""
+
+    def __init__(self, host: str, port: int, idle_s: float = IDLE_S) -> None:
+        self.host = host
+        self.port = port
+        self.idle_ns = int(idle_s * 1e9)
+        self._idle: list[H1Connection] = []
+        self.opened = 0
+        """Connections opened so far."""
+
+    def take(self) -> H1Connection | None:
+        """An idle connection to reuse, or None."""
+        idle = self._idle
+        if not idle:
+            return None
+        now = time.monotonic_ns()
+        while idle:
+            conn = idle.pop()
+            if conn.closed:
+                continue
+            if now - conn.idle_since > self.idle_ns:
+                if conn.transport is not None:
+                    conn.transport.close()
+                continue
+            return conn
+        return None
+
+    async def connect(self, timeout_s: float) -> H1Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(H1Connection, self.host, self.port), timeout_s)
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self.opened += 1
+        return conn
+
+    def release(self, conn: H1Connection) -> None:
+        """Back to the pool when it can carry another request, else closed."""
+        if conn.keep_alive and not conn.closed and conn._state == _IDLE:
+            conn.idle_since = time.monotonic_ns()
+            conn._waiter = None
+            conn._rec = None
+            conn._stream = None
+            self._idle.append(conn)
+        else:
+            conn.keep_alive = False
+            if conn.transport is not None:
+                conn.transport.close()
+
+    def close(self) -> None:
+        for conn in self._idle:
+            if conn.transport is not None:
+                conn.transport.close()
+        self._idle.clear()
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+
+class FastSender:
+    """Sends prepared requests over a keep-alive ``ConnectionPool`` against ``base_url``
+    (http only). Same interface and the same ``RequestRecord`` filling as
+    ``replay.client.Sender``."""
+
+    def __init__(self, base_url: str, request_timeout_s: float) -> None:
+        u = urlsplit(base_url.rstrip("/"))
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"the fast client speaks plain http://, not {base_url!r}")
+        port = u.port or 80
+        self.host_header = u.hostname if u.port is None else f"{u.hostname}:{u.port}"
+        if ":" in u.hostname:  # IPv6 literal
+            self.host_header = f"[{u.hostname}]" + (f":{u.port}" if u.port is not None else "")
+        self.base_path = u.path
+        self.pool = ConnectionPool(u.hostname, port)
+        self.timeout_s = request_timeout_s
+        self.chunks = 0
+        self.in_flight = 0
+        self.gate = SendGate()
+        self._prefix: dict[str, bytes] = {}
+
+    async def send(self, prep: Prepared, rec: RequestRecord) -> None:
+        """Send, stream to the end, fill ``rec``. Never raises except CancelledError (after
+        recording the request as cancelled)."""
+        now = time.monotonic_ns
+        stream = EventStream(rec, prep.api)
+        prefix = self._prefix.get(prep.path)
+        if prefix is None:
+            prefix = self._prefix[prep.path] = request_head_prefix(
+                "POST", self.base_path + prep.path, self.host_header)
+        try:
+            await self.gate.enter()
+        except asyncio.CancelledError:
+            rec.end_ns = now()
+            rec.fail("cancelled", "the run was stopped before this request was sent")
+            raise
+        self.in_flight += 1
+        loop = asyncio.get_running_loop()
+        conn: H1Connection | None = None
+        timer: asyncio.TimerHandle | None = None
+        rec.sent_ns = now()
+        try:
+            conn = self.pool.take()
+            if conn is None:
+                conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
+            waiter: asyncio.Future[int] = loop.create_future()
+            conn.begin(rec, stream, waiter)
+            timer = loop.call_later(self.timeout_s - (now() - rec.sent_ns) / 1e9, conn.on_timeout)
+            conn.transport.write(request_head(prefix, prep.headers, len(prep.body)) + prep.body)  # type: ignore[union-attr]
+            rec.end_ns = await waiter
+            if rec.http_status != 200:
+                rec.fail("http", f"HTTP {rec.http_status}: {conn.error_text().strip()}")
+                return
+            stream.finish(rec.end_ns)
+            self.chunks += len(rec.chunk_ns)
+        except asyncio.CancelledError:
+            rec.end_ns = rec.end_ns or now()
+            rec.fail("cancelled", "the run was stopped while this request was in flight")
+            if conn is not None:
+                conn.fail(ConnectionClosed("cancelled"))
+            raise
+        except asyncio.TimeoutError:
+            rec.end_ns = now()
+            rec.fail("timeout", "request timed out")
+        except ConnectError as exc:
+            rec.end_ns = now()
+            rec.fail("connect", str(exc))
+        except (ConnectionClosed, ProtocolError, OSError) as exc:
+            rec.end_ns = now()
+            rec.fail("stream", f"{type(exc).__name__}: {exc}")
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            rec.end_ns = now()
+            rec.fail("json", f"bad event: {exc}")
+        finally:
+            self.in_flight -= 1
+            if timer is not None:
+                timer.cancel()
+            if conn is not None:
+                self.pool.release(conn)
+
+    async def close(self) -> None:
+        self.pool.close()
