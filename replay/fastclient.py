@@ -145,9 +145,12 @@ class H1Connection(asyncio.Protocol):
             return
         if self._state == _UNTIL_CLOSE:
             self._complete(self.last_t or time.monotonic_ns())
-        elif self._state == _HEAD and not self._head.pending:
+        elif self._state == _HEAD:
+            held = self._head.pending
             w.set_exception(ConnectionClosed(
-                "the server closed the connection without a response" + (f" ({exc})" if exc else "")))
+                (f"the server closed the connection inside the response head ({held} bytes)"
+                 if held else "the server closed the connection without a response")
+                + (f" ({exc})" if exc else "")))
         else:
             w.set_exception(ConnectionClosed(
                 "the server closed the connection before the end of the response"
