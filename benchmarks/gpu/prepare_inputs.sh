@@ -5,7 +5,8 @@
 #   agent-session.parquet one real mini-swe-agent session (LMCache trace), 30 requests
 #   agents-multi/         four mini-swe-agent sessions that fit a 16k context (part files)
 #   mooncake-slice.parquet Mooncake conversation trace, first 240 s, requests <= 16000 tokens
-#   fixed-c1.parquet, fixed-c16.parquet  2048 in / 256 out, no shared prefix (16 and 96 requests)
+#   fixed-cN.parquet      2048 in / 256 out, no shared prefix (N = 1, 16, 64, 128: 16, 96,
+#                         256 and 512 requests)
 # Usage (from the repo root): bash benchmarks/gpu/prepare_inputs.sh [SHARED_DATA_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,4 +33,7 @@ $PY benchmarks/gpu/make_inputs.py slice "$D/mooncake-full.parquet" "$D/mooncake-
 rm -f "$D/mooncake-full.parquet"
 $PY benchmarks/gpu/make_inputs.py fixed "$D/fixed-c1.parquet" --requests 16 --force
 $PY benchmarks/gpu/make_inputs.py fixed "$D/fixed-c16.parquet" --requests 96 --force
+# capacity runs (single GPU vs Wide-EP): 4 waves each at concurrency 64 and 128
+$PY benchmarks/gpu/make_inputs.py fixed "$D/fixed-c64.parquet" --requests 256 --force
+$PY benchmarks/gpu/make_inputs.py fixed "$D/fixed-c128.parquet" --requests 512 --force
 du -sh "$D"

@@ -45,7 +45,7 @@ if [ "$DRY" = 0 ]; then
   export PYTHONPATH=/tmp/site:$ROOT
   NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 else
-  NGPU=1
+  NGPU=${DRY_GPUS:-1}
 fi
 { date -u; uname -a; nvidia-smi 2>&1 | head -20; $PY -V;
   $PY -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>&1 | tail -1;
@@ -85,24 +85,49 @@ CHECK_PID=$!
 wait_healthy $(( $(left) - 300 )) $P_STD $P_DED
 wait $CHECK_PID 2>/dev/null
 
-# The most telling comparisons first, so that a short budget drops the least of them.
+# bench_cmd BASE_URL PORT C RESULT_FILE: `vllm bench serve` on the fixed workload (random
+# 2048 in / 256 out, seed 0) into the array BENCH.
+bench_cmd() {
+  BENCH=($BENCH_PY -m vllm.entrypoints.cli.main bench serve --backend vllm --base-url "$1"
+    --model "$(served_model "$2")" --tokenizer "$MODEL" --dataset-name random
+    --random-input-len 2048 --random-output-len 256
+    --num-prompts "$([ "$3" = 1 ] && echo 16 || echo 96)" --max-concurrency "$3" --ignore-eos
+    --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --seed 0
+    --ready-check-timeout-sec 0 --save-result --save-detailed --result-dir "$RES"
+    --result-filename "$4")
+}
+# Per concurrency c, on one server:
+#   rec-cN    vllm bench serve through `agent-replay record --content full`: its exact
+#             prompts become a trace (bench's own figures from this run are not compared:
+#             the proxy sits in its path)
+#   same-cN   our replay of that trace: bench's prompts, prompt for prompt, max-rate at c
+#   bench-cN  vllm bench serve again, same seed, so the same prompts, /metrics around it
+#   fixed-cN  our replay of the token-id workload (2048 / 256, no shared prefix)
+# so that ours and bench's TPOT are compared on the same requests, each also beside vLLM's
+# own TPOT histogram over exactly its requests.
 fixed_and_bench() {  # NAME PORT
-  local n=$1 p=$2 url="http://127.0.0.1:$2" c
+  local n=$1 p=$2 url="http://127.0.0.1:$2" c rp rpid
   for c in 1 16; do
-    step "$n-fixed-c$c" 40 45 $AR run "$IN/fixed-c$c.parquet" --target "$url" --api completions \
-      --timing max-rate --concurrency $c --scrape-interval 0.5 --salt 3$c \
-      -o "$RES/$n-fixed-c$c" --force --no-progress
-    if [ "$DRY" = 0 ]; then
+    if [ -n "$BENCH_PY" ]; then
+      rp=$((p + 10 + c))
+      setsid $AR record --upstream "$url" --listen "127.0.0.1:$rp" -o "$RES/$n-rec-c$c.trace" \
+        --content full --force --quiet > "$LOG/$n-rec-c$c.record.log" 2>&1 < /dev/null &
+      rpid=$!
+      wait_listening "$rp" 20
+      bench_cmd "http://127.0.0.1:$rp" "$p" "$c" "$n-rec-c$c.json"
+      step "$n-rec-c$c" 50 70 "${BENCH[@]}"
+      kill -INT "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null
+      step "$n-same-c$c" 30 45 $AR run "$RES/$n-rec-c$c.trace" --target "$url" \
+        --api completions --timing max-rate --concurrency "$c" --scrape-interval 0.5 \
+        -o "$RES/$n-same-c$c" --force --no-progress
       scrape "$p" "$RES/$n-bench-c$c.metrics-before.txt"
-      step "$n-bench-c$c" 40 60 $PY -m vllm.entrypoints.cli.main bench serve --backend vllm \
-        --base-url "$url" --model "$(served_model "$p")" --tokenizer "$MODEL" \
-        --dataset-name random --random-input-len 2048 --random-output-len 256 \
-        --num-prompts $([ $c = 1 ] && echo 16 || echo 96) --max-concurrency $c --ignore-eos \
-        --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --seed 0 \
-        --ready-check-timeout-sec 0 \
-        --save-result --save-detailed --result-dir "$RES" --result-filename "$n-bench-c$c.json"
+      bench_cmd "$url" "$p" "$c" "$n-bench-c$c.json"
+      step "$n-bench-c$c" 40 60 "${BENCH[@]}"
       scrape "$p" "$RES/$n-bench-c$c.metrics-after.txt"
     fi
+    step "$n-fixed-c$c" 30 45 $AR run "$IN/fixed-c$c.parquet" --target "$url" --api completions \
+      --timing max-rate --concurrency "$c" --scrape-interval 0.5 --salt "3$c" \
+      -o "$RES/$n-fixed-c$c" --force --no-progress
   done
 }
 agent() {  # NAME PORT
@@ -111,24 +136,43 @@ agent() {  # NAME PORT
     --no-progress
 }
 mooncake() {  # NAME PORT
-  step "$1-mooncake" 70 90 $AR run "$IN/mooncake-slice.parquet" --target "http://127.0.0.1:$2" \
+  step "$1-mooncake" 60 90 $AR run "$IN/mooncake-slice.parquet" --target "http://127.0.0.1:$2" \
     --api completions --timing absolute --speedup 8 --workers 4 --scrape-interval 1 --salt 2 \
     -o "$RES/$1-mooncake" --force --no-progress
 }
+sequence_std() {
+  warm_wave $P_STD >> "$LOG/warm.log" 2>&1
+  fixed_and_bench std $P_STD
+  agent std $P_STD
+  mooncake std $P_STD
+  # for the Wide-EP comparison: 16 agents, and capacity at 64 and 128 concurrent requests
+  step std-agents 40 50 $AR run "$IN/agents-multi" --target "http://127.0.0.1:$P_STD" \
+    --api completions --speedup 2 --sessions-multiplier 4 --scrape-interval 1 --salt 4 \
+    -o "$RES/std-agents" --force --no-progress
+  capacity std $P_STD 64
+  capacity std $P_STD 128
+}
+sequence_ded() {
+  warm_wave $P_DED >> "$LOG/warm.log" 2>&1
+  fixed_and_bench ded $P_DED
+  mooncake ded $P_DED
+  agent ded $P_DED
+}
 warm $P_STD >> "$LOG/warm.log" 2>&1
 warm $P_DED >> "$LOG/warm.log" 2>&1
-warm_wave $P_STD >> "$LOG/warm.log" 2>&1
-warm_wave $P_DED >> "$LOG/warm.log" 2>&1
-fixed_and_bench std $P_STD
-fixed_and_bench ded $P_DED
-agent std $P_STD
-agent ded $P_DED
-mooncake std $P_STD
-mooncake ded $P_DED
-# for the Wide-EP comparison: the multi-session agent trace on the single-GPU standard server
-step std-agents 40 50 $AR run "$IN/agents-multi" --target "http://127.0.0.1:$P_STD" \
-  --api completions --speedup 2 --sessions-multiplier 4 --scrape-interval 1 --salt 4 \
-  -o "$RES/std-agents" --force --no-progress
+if [ "${NGPU:-1}" -ge 2 ]; then
+  # one GPU each: the two servers are measured at the same time (the clients share the host's
+  # CPUs; each server's GPU is its own)
+  echo "two GPUs: the two servers are measured in parallel" >> "$LOG/steps.tsv"
+  sequence_std > "$LOG/sequence-std.log" 2>&1 &
+  SEQ_STD=$!
+  sequence_ded > "$LOG/sequence-ded.log" 2>&1 &
+  SEQ_DED=$!
+  wait $SEQ_STD $SEQ_DED
+else
+  sequence_std
+  sequence_ded
+fi
 
 stop_server std & stop_server ded & wait
 cp "$LOG/std.launch.json" "$LOG/ded.launch.json" "$RES/" 2>/dev/null

@@ -6,6 +6,7 @@
 # the same traces as the single-GPU `standard` run of run_gpu.sh:
 #   mooncake  the 240 s Mooncake conversation slice, absolute timing, --speedup 8
 #   agents    four mini-swe-agent sessions x4 clones (16 users), session timing, --speedup 2
+#   max-cN    2048 in / 256 out at max rate, concurrency 128 and 64: capacity per GPU
 # Before that, the wide-ep commands for 2, 4 and 8 GPUs (with and without EPLB) are checked
 # with the installed vLLM's own parser (results/wide-ep-cmds.txt).
 #
@@ -81,10 +82,14 @@ else
     P_ON=8300; P_OFF=8400
   fi
   # Both start together with a fixed KV cache each (no memory-profiling race between them).
+  # Distinct DP RPC ports (one node: vLLM hands engines over IPC, but the two must not share
+  # the default port in any case).
   start_server wep-eplb $P_ON wide-ep "$DEV" "$GPUS" --set eplb=true "${EPLB_SETS[@]}" \
-    --set kv-cache-memory-bytes=$KV --set gpu-memory-utilization=0.3
+    --set kv-cache-memory-bytes=$KV --set gpu-memory-utilization=0.3 \
+    --set data-parallel-rpc-port=29650
   start_server wep-noeplb $P_OFF wide-ep "$DEV" "$GPUS" --set eplb=false \
-    --set kv-cache-memory-bytes=$KV --set gpu-memory-utilization=0.3
+    --set kv-cache-memory-bytes=$KV --set gpu-memory-utilization=0.3 \
+    --set data-parallel-rpc-port=29750
   wait $CHECK_PID
   wait_healthy $(( $(left) - 200 )) $P_ON $P_OFF
   for pair in "wep-noeplb $P_OFF" "wep-eplb $P_ON"; do
@@ -97,11 +102,13 @@ else
     step "$n-agents" 40 50 $AR run "$IN/agents-multi" --target "$url" --api completions \
       --speedup 2 --sessions-multiplier 4 --scrape-interval 1 --salt 4 \
       -o "$RES/$n-agents" --force --no-progress
+    capacity "$n" "$2" 128
+    capacity "$n" "$2" 64
   done
   stop_server wep-eplb & stop_server wep-noeplb & wait
   cp "$LOG/wep-eplb.launch.json" "$LOG/wep-noeplb.launch.json" "$RES/" 2>/dev/null
   bash benchmarks/gpu/report_all.sh "$RES" "$GPUS" $(( T0 + BUDGET - 15 )) > "$LOG/reports.log" 2>&1
-  for w in mooncake agents; do
+  for w in mooncake agents max-c128 max-c64; do
     if [ -d "$RES/wep-noeplb-$w" ] && [ -d "$RES/wep-eplb-$w" ] && [ "$(left)" -ge 20 ]; then
       $AR compare "$RES/wep-noeplb-$w" "$RES/wep-eplb-$w" --format md > "$RES/compare-eplb-$w.md" 2>&1
     fi

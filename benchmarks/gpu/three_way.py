@@ -5,7 +5,9 @@
 RESULTS_DIR is the ``results`` folder of ``run_gpu.sh``: ``NAME.report.json`` per replay
 (``agent-replay report --format json``), ``SRV-bench-cN.json`` (``vllm bench serve
 --save-result --save-detailed``) and ``SRV-bench-cN.metrics-{before,after}.txt`` (/metrics
-around the bench run).
+around the bench run). ``SRV-same-cN`` is our replay of bench's own prompts (recorded through
+``agent-replay record --content full``), ``SRV-fixed-cN`` our replay of a token-id workload
+of the same shape.
 
 Means are compared, not percentiles: vLLM's TPOT histogram has its first bucket at 10 ms, so
 at 2-4 ms per token every sample lands in that bucket and a bucket percentile says only
@@ -127,16 +129,53 @@ def collect(res: Path) -> dict[str, Any]:
         for c in (1, 16):
             key = f"{srv}-c{c}"
             rep = _load(res / f"{srv}-fixed-c{c}.report.json")
+            same = _load(res / f"{srv}-same-c{c}.report.json")
             br = _load(res / f"{srv}-bench-c{c}.json")
             bm = _metrics_delta(res / f"{srv}-bench-c{c}.metrics-before.txt",
                                 res / f"{srv}-bench-c{c}.metrics-after.txt")
-            out["fixed"][key] = {"ours": ours(rep) if rep else None,
+            out["fixed"][key] = {"same": ours(same) if same else None,
+                                 "ours": ours(rep) if rep else None,
                                  "bench": bench(br, bm) if br else None}
     for p in sorted(res.glob("*.report.json")):
         rep = _load(p)
         if rep:
             out["replays"][p.name[: -len(".report.json")]] = ours(rep)
     return out
+
+
+CLIENTS = (("same", "agent-replay, bench's prompts"), ("ours", "agent-replay, token ids"),
+           ("bench", "vllm bench serve"))
+
+
+def same_prompts(data: dict[str, Any]) -> list[str]:
+    """Ours vs bench's TPOT on the same prompts, raw and with each divided by the server's own
+    mean over its requests (what is left is the measurement's difference, not the server's
+    run-to-run speed)."""
+    rows = []
+    for key, both in data["fixed"].items():
+        same, b = both.get("same"), both.get("bench")
+        if not same or not b:
+            continue
+        srv, c = key.rsplit("-c", 1)
+        o_rel = _div(same["tpot_mean_ms"], same["server_tpot_mean_ms"])
+        b_rel = _div(b["tpot_mean_ms"], b["server_tpot_mean_ms"])
+        rows.append(f"| {srv} | {c} | {_f(same['tpot_mean_ms'], 3)} | {_f(b['tpot_mean_ms'], 3)} | "
+                    f"{_ratio(same['tpot_mean_ms'], b['tpot_mean_ms'])} | {_f(o_rel, 3)} | "
+                    f"{_f(b_rel, 3)} | {_ratio(o_rel, b_rel)} |")
+    if not rows:
+        return []
+    return ["## Same prompts: our TPOT beside vllm bench serve's", "",
+            "Our replay of bench's recorded prompts, then bench with the same seed. 'vs server' "
+            "= the client's mean TPOT / vLLM's histogram mean over that client's requests.", "",
+            "| server | c | ours TPOT mean | bench TPOT mean | ours / bench | ours vs server | "
+            "bench vs server | ours / bench, server speed divided out |",
+            "|---|---|---|---|---|---|---|---|", *rows, ""]
+
+
+def _div(a: Any, b: Any) -> float | None:
+    if a is None or b is None or not b:
+        return None
+    return float(a) / float(b)
 
 
 def render(data: dict[str, Any]) -> str:
@@ -150,12 +189,14 @@ def render(data: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, both in data["fixed"].items():
         srv, c = key.rsplit("-c", 1)
-        for client, label in (("ours", "agent-replay"), ("bench", "vllm bench serve")):
+        for client, label in CLIENTS:
             r = both.get(client)
+            if not r and client == "same":
+                continue  # runs made before bench's prompts were recorded
             if not r:
                 lines.append(f"| {srv} | {c} | {label} | (not run) |||||||||||||")
                 continue
-            gap = r.get("chunk_gap_p50_ms") if client == "ours" else r.get("itl_p50_ms")
+            gap = r.get("itl_p50_ms") if client == "bench" else r.get("chunk_gap_p50_ms")
             lines.append(
                 f"| {srv} | {c} | {label} | {_f(r['tpot_mean_ms'], 3)} | "
                 f"{_f(r['server_tpot_mean_ms'], 3)} | "
@@ -166,8 +207,9 @@ def render(data: dict[str, Any]) -> str:
                 f"{_f(r['ttft_mean_ms'])} | {_f(r['server_ttft_mean_ms'])} | "
                 f"{_f(r['server_acceptance_length'])} | {_f(r['output_tokens_per_s'], 0)} |")
     lines += ["", "For vllm bench serve, 'ITL' is its per-chunk inter-token latency and the "
-              "chunk-gap column repeats its ITL p50 (it has no per-token ITL).", "",
-              "## Every replay: ours beside the server's histograms", "",
+              "chunk-gap column repeats its ITL p50 (it has no per-token ITL).", ""]
+    lines += same_prompts(data)
+    lines += ["## Every replay: ours beside the server's histograms", "",
               "| run | ok | P90 TPS | TPOT mean | server TPOT mean | ratio | ITL mean (per token) "
               "| server ITL mean (per step) | chunk gap mean | tok/chunk | TTFT p50 | TTFT p90 | "
               "TTFT mean | server TTFT mean | accept. len | out tok/s |",
