@@ -119,16 +119,31 @@ class H1Connection(asyncio.Protocol):
         t = time.monotonic_ns()
         self.last_t = t
         if self._aligned:
-            # The common read: exactly one whole chunk ("<hex>\r\n<data>\r\n").
-            i = data.find(b"\r\n")
-            if 0 < i < 9 and _HEX.issuperset(data[:i]):
-                end = i + 2 + int(data[:i], 16)
-                if end > i + 2 and len(data) == end + 2 and data[end] == 13 and data[end + 1] == 10:
-                    try:
-                        self._stream.feed(data[i + 2:end], t)  # type: ignore[union-attr]
-                    except Exception as exc:  # classified by the client
-                        self.fail(exc)
-                    return
+            # The common read: whole chunks ("<hex>\r\n<data>\r\n"), usually one (an SSE
+            # server writes one chunk per event), several when reads fell behind. Their
+            # data goes straight to the event stream; whatever else (a partial chunk, the
+            # last chunk, an extension) goes through the chunked decoder below.
+            pos = 0
+            n = len(data)
+            feed = self._stream.feed  # type: ignore[union-attr]
+            try:
+                while True:
+                    i = data.find(b"\r\n", pos)
+                    if not 0 < i - pos < 9 or not _HEX.issuperset(data[pos:i]):
+                        break
+                    start = i + 2
+                    end = start + int(data[pos:i], 16)
+                    if end == start or end + 2 > n or data[end] != 13 or data[end + 1] != 10:
+                        break
+                    feed(data[start:end], t)
+                    pos = end + 2
+                    if pos == n:
+                        return
+            except Exception as exc:  # classified by the client
+                self.fail(exc)
+                return
+            if pos:
+                data = data[pos:]
         try:
             self._read(data, t)
         except Exception as exc:  # classified by the client

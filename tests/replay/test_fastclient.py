@@ -118,6 +118,25 @@ async def test_every_split_of_a_response(clock: list[int], response: bytes) -> N
         assert conn.keep_alive and not conn.transport.closed, cut  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("response", [FULL, with_extensions(EVS)], ids=["plain", "extensions"])
+async def test_every_split_of_a_body_after_its_head(clock: list[int], response: bytes) -> None:
+    # the head in a read of its own, so the body's reads start at a chunk boundary: whole
+    # chunks at the start of a read take the short path, the rest the chunked decoder
+    body = response[len(SSE_HEAD):]
+    for cut in range(len(body) + 1):
+        clock[0] = 0
+        reads = [SSE_HEAD, *split(body, cut)]
+        r, fut, conn = await feed(reads)
+        assert (r.status, r.error_kind) == ("ok", None), (cut, r.error)
+        assert list(r.chunk_tokens) == [1] * 5, cut
+        # every event is stamped with the read that completed it
+        ends = [body.index(chunk(e).split(b"\r\n", 1)[1][:-2]) + len(e) for e in EVS[:5]] \
+            if response is FULL else None
+        if ends is not None:
+            assert list(r.chunk_ns) == [2 if e <= cut and cut else len(reads) for e in ends], cut
+        assert conn.keep_alive and fut.result() == len(reads)
+
+
 async def test_two_cuts_anywhere_in_a_short_response(clock: list[int]) -> None:
     raw = chunked_response(events(1))
     for a in range(1, len(raw)):
