@@ -1,4 +1,7 @@
-"""The streaming HTTP client: sends one prepared request and time-stamps its stream.
+"""The streaming HTTP client on aiohttp (``--http-client aiohttp``, and https targets), and
+what it shares with the default fast client (``replay.fastclient``): ``Prepared``, the
+``SendGate`` and ``EventStream``, the per-read work and the end-of-stream checks, so both
+fill a ``RequestRecord`` the same way.
 
 Per chunk the work is: one ``time.monotonic_ns()`` per read, the SSE split, the token
 count (``engines.dialects``: a byte search, no JSON parse when token ids are present) and
@@ -100,7 +103,8 @@ class SendGate:
 
 
 class Sender:
-    """Sends prepared requests on one aiohttp session against ``base_url``."""
+    """Sends prepared requests on one aiohttp session against ``base_url``; the per-read
+    work is ``EventStream.feed`` after each ``readany()``."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str) -> None:
         self.session = session
