@@ -363,13 +363,14 @@ class FastSender:
         timer: asyncio.TimerHandle | None = None
         rec.sent_ns = now()
         try:
+            data = request_head(prefix, prep.headers, len(prep.body)) + prep.body
             conn = self.pool.take()
             if conn is None:
                 conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
             waiter: asyncio.Future[int] = loop.create_future()
             conn.begin(rec, stream, waiter)
             timer = loop.call_later(self.timeout_s - (now() - rec.sent_ns) / 1e9, conn.on_timeout)
-            conn.transport.write(request_head(prefix, prep.headers, len(prep.body)) + prep.body)  # type: ignore[union-attr]
+            conn.transport.write(data)  # type: ignore[union-attr]
             rec.end_ns = await waiter
             if rec.http_status != 200:
                 rec.fail("http", f"HTTP {rec.http_status}: {conn.error_text().strip()}")

@@ -28,9 +28,19 @@ def request_head_prefix(method: str, path: str, host: str) -> bytes:
 
 def request_head(prefix: bytes, headers: Mapping[str, str], content_length: int) -> bytes:
     """A complete request head: ``prefix``, ``headers`` (no Host, Content-Length or
-    Transfer-Encoding among them) and Content-Length."""
-    fields = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
-    return b"%s%sContent-Length: %d\r\n\r\n" % (prefix, fields.encode("latin-1"), content_length)
+    Transfer-Encoding among them) and Content-Length. Raises ``ProtocolError`` for a header
+    that cannot be sent as it is (CR or LF inside, characters outside ISO-8859-1)."""
+    lines = [f"{k}: {v}\r\n" for k, v in headers.items()]
+    fields = "".join(lines)
+    if fields.count("\r") != len(lines) or fields.count("\n") != len(lines):
+        # a CR or LF inside a name or value would end the field there
+        bad = next(line for line in lines if line.count("\r") + line.count("\n") > 2)
+        raise ProtocolError(f"header {bad[:60]!r} contains CR or LF: not sent")
+    try:
+        raw = fields.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(f"header value not encodable as ISO-8859-1: {exc}") from None
+    return b"%s%sContent-Length: %d\r\n\r\n" % (prefix, raw, content_length)
 
 
 class ResponseHead:

@@ -495,3 +495,12 @@ async def test_many_streams_on_the_simulated_engine() -> None:
     assert sender.chunks == sum(20 + i % 7 for i in range(64))
     assert all(r.sent_ns < r.headers_ns <= r.first_token_ns <= r.end_ns for r in recs)  # type: ignore[operator]
     assert all(list(r.chunk_ns) == sorted(r.chunk_ns) for r in recs)
+
+
+async def test_header_with_a_line_break_is_not_sent(raw: list[RawServer]) -> None:
+    srv, url = await serve(raw, always(FULL))
+    p = prep(40, 5)
+    p.headers = {**p.headers, "X-Session-ID": "s\r\nX-Injected: 1"}
+    r = await fast_send(url, p, rec(40, 5))
+    assert (r.status, r.error_kind) == ("error", "stream") and "contains CR or LF" in (r.error or "")
+    assert srv.received == [] and srv.connections == 0

@@ -48,6 +48,18 @@ def test_request_head_exact() -> None:
                     b"Content-Length: 42\r\n\r\n")
 
 
+@pytest.mark.parametrize("headers", [{"X-Session-ID": "s\r\nX-Evil: 1"}, {"X-A\nB": "v"},
+                                     {"X-Session-ID": "caf\u00e9 \u2603"}])
+def test_request_head_refuses_what_would_change_the_request(headers: dict[str, str]) -> None:
+    with pytest.raises(ProtocolError):
+        request_head(b"POST / HTTP/1.1\r\n", headers, 0)
+
+
+def test_request_head_without_headers() -> None:
+    assert request_head(b"P\r\n", {}, 0) == b"P\r\nContent-Length: 0\r\n\r\n"
+    assert request_head(b"P\r\n", {"A": "caf\u00e9"}, 1) == b"P\r\nA: caf\xe9\r\nContent-Length: 1\r\n\r\n"
+
+
 @pytest.mark.parametrize("ext,trailer", [(False, b""), (True, b""), (True, b"X-T: 1\r\nY: 2\r\n")])
 def test_chunked_every_single_split(ext: bool, trailer: bytes) -> None:
     raw = chunked(PAYLOADS, ext, trailer)
