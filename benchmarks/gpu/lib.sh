@@ -126,6 +126,7 @@ for i in range(1, 17):  # distinct prompts: no prefix-cache hits between them
 
 # capacity NAME PORT C: the fixed workload (2048 in / 256 out, IN/fixed-cC.parquet, 4 waves)
 # at max rate, concurrency C: output tokens/s per GPU at saturation.
+capacity() {
   step "$1-max-c$3" 30 45 $AR run "$IN/fixed-c$3.parquet" --target "http://127.0.0.1:$2" \
     --api completions --timing max-rate --concurrency "$3" --workers 2 --scrape-interval 1 \
     --salt "5$3" -o "$RES/$1-max-c$3" --force --no-progress

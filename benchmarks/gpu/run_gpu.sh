@@ -16,13 +16,14 @@
 # the whole run stays inside --budget seconds (default 560); what is left out is logged in
 # logs/steps.tsv.
 set -u
-DRY=0; OUTDIR=${OUT:-/tmp}/gpu; BUDGET=570; SETUP=1
+DRY=0; OUTDIR=${OUT:-/tmp}/gpu; BUDGET=570; SETUP=1; PART=all
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) DRY=1 ;;
     --out) OUTDIR=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --no-setup) SETUP=0 ;;
+    --part) PART=$2; shift ;;  # all, or "rest": only the runs after the fixed comparisons
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -142,9 +143,11 @@ mooncake() {  # NAME PORT
 }
 sequence_std() {
   warm_wave $P_STD >> "$LOG/warm.log" 2>&1
-  fixed_and_bench std $P_STD
-  agent std $P_STD
-  mooncake std $P_STD
+  if [ "$PART" = all ]; then
+    fixed_and_bench std $P_STD
+    agent std $P_STD
+    mooncake std $P_STD
+  fi
   # for the Wide-EP comparison: 16 agents, and capacity at 64 and 128 concurrent requests
   step std-agents 40 50 $AR run "$IN/agents-multi" --target "http://127.0.0.1:$P_STD" \
     --api completions --speedup 2 --sessions-multiplier 4 --scrape-interval 1 --salt 4 \
@@ -154,7 +157,7 @@ sequence_std() {
 }
 sequence_ded() {
   warm_wave $P_DED >> "$LOG/warm.log" 2>&1
-  fixed_and_bench ded $P_DED
+  [ "$PART" = all ] && fixed_and_bench ded $P_DED
   mooncake ded $P_DED
   agent ded $P_DED
 }
