@@ -158,7 +158,7 @@ class H1Connection(asyncio.Protocol):
         w = self._waiter
         if w is None or w.done():
             return
-        if self._state == _UNTIL_CLOSE:
+        if self._state == _UNTIL_CLOSE and exc is None:  # a clean close ends such a body
             self._complete(self.last_t or time.monotonic_ns())
         elif self._state == _HEAD:
             held = self._head.pending

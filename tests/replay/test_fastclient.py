@@ -17,7 +17,7 @@ import pytest
 
 from engines.sim.server import SimServer
 from replay.client import EventStream, Prepared, Sender, make_session
-from replay.fastclient import ERROR_BODY, FastSender, H1Connection
+from replay.fastclient import ERROR_BODY, ConnectionClosed, FastSender, H1Connection
 from replay.http1 import ProtocolError
 from replay.outcome import RequestRecord
 from tests.replay.fakeserver import FakeVllm, start
@@ -184,6 +184,14 @@ async def test_close_delimited_body_ends_at_close(clock: list[int]) -> None:
     assert fut.result() == 3  # the last read, not the close
     r2, fut, conn = await feed(split(raw, 60, 200), lost=True)
     assert r2.status == "ok" and list(r2.chunk_tokens) == [1] * 5 and not conn.keep_alive
+
+
+async def test_close_delimited_body_cut_by_a_reset_is_an_error(clock: list[int]) -> None:
+    raw = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + b"".join(EVS)
+    _, fut, conn = await feed([raw])
+    conn.connection_lost(ConnectionResetError(104, "Connection reset by peer"))
+    assert isinstance(fut.exception(), ConnectionClosed)
+    assert "before the end of the response" in str(fut.exception())
 
 
 async def test_bytes_after_the_response_close_the_connection(clock: list[int]) -> None:
