@@ -108,20 +108,21 @@ warm() {
 # warm_wave PORT: 16 concurrent 2048-token prompts (8 output tokens), so that the first
 # measured wave does not pay the first use of those batch shapes (seen on the H200: 1-2.7 s).
 warm_wave() {
-  local model; model=$(served_model "$1")
+  local model tmp; model=$(served_model "$1"); tmp=$(mktemp -d)
   $PY -c 'import json, random, sys
 for i in range(1, 17):  # distinct prompts: no prefix-cache hits between them
     rng = random.Random(i)
     body = {"model": sys.argv[1], "prompt": [rng.randrange(100, 30000) for _ in range(2048)],
             "max_tokens": 8, "ignore_eos": True}
-    open(f"{sys.argv[2]}-{i}.json", "w").write(json.dumps(body))' "$model" "$LOG/warm-$1"
+    open(f"{sys.argv[2]}-{i}.json", "w").write(json.dumps(body))' "$model" "$tmp/warm-$1"
   local i pids=()
   for i in $(seq 1 16); do
     curl -s -m 60 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
-      -d @"$LOG/warm-$1-$i.json" -o /dev/null -w "warm wave $1: HTTP %{http_code} in %{time_total} s\n" &
+      -d @"$tmp/warm-$1-$i.json" -o /dev/null -w "warm wave $1: HTTP %{http_code} in %{time_total} s\n" &
     pids+=($!)
   done
   wait "${pids[@]}"  # not a bare wait: the servers are this shell's background jobs too
+  rm -rf "$tmp"
 }
 
 # capacity NAME PORT C: the fixed workload (2048 in / 256 out, IN/fixed-cC.parquet, 4 waves)

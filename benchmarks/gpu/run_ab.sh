@@ -11,7 +11,10 @@
 # our replay of bench's own prompts (recorded earlier through `agent-replay record --content
 # full`: .dev/gpu/ded-rec-c16.trace, .dev/gpu/ded-rec-c1.trace) starts at concurrency c.
 # /metrics is saved around each pair.
-#   bash benchmarks/gpu/run_ab.sh --out "$OUT/ab"         (GPU machine, after the staging)
+#   bash benchmarks/gpu/run_ab.sh --out /tmp/ab/ab; cp /tmp/ab/ab.tar.gz "$OUT/"
+#                                          (GPU machine, after the staging; the tarball, not
+#                                          the folder: the device tool brings back only a
+#                                          limited number of files)
 #   bash benchmarks/gpu/run_ab.sh --dry-run --out /tmp/ab  (simulated engine here)
 set -u
 DRY=0; OUTDIR=${OUT:-/tmp}/ab; BUDGET=300; SETUP=1
