@@ -1,5 +1,14 @@
-# Shared helpers of run_gpu.sh and run_wide_ep.sh (sourced, not run).
-# Needs: ROOT, RES (results folder), LOG (log folder), BUDGET (s), T0 (epoch s), DRY (0/1).
+# Shared start and helpers of run_gpu.sh, run_wide_ep.sh and run_ab.sh (sourced, not run).
+# Needs: ROOT (repo root), OUTDIR, BUDGET (s), DRY (0/1), SETUP (0/1). Sets T0 (epoch s), IN
+# (inputs), MODEL, RES (results folder) and LOG (log folder), and starts LOG/steps.tsv.
+
+T0=$(date +%s)
+cd "$ROOT" || exit 2
+IN=$ROOT/.dev/gpu
+MODEL=$IN/tiny-deepseek
+RES=$OUTDIR/results; LOG=$OUTDIR/logs
+mkdir -p "$RES" "$LOG"
+printf 'step\trc\tseconds\tcommand\n' > "$LOG/steps.tsv"
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -16,6 +25,14 @@ else
 fi
 AR="$PY -m replay"
 STEPS="$LOG/steps.tsv"
+
+# device_setup: on the GPU machine, install the staged wheels once (unless --no-setup) and
+# put them and the project on PYTHONPATH.
+device_setup() {
+  [ "$DRY" = 1 ] && return 0
+  [ "$SETUP" = 1 ] && step setup 60 200 bash benchmarks/gpu/device-setup.sh
+  export PYTHONPATH=/tmp/site:$ROOT
+}
 
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 

@@ -28,20 +28,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-T0=$(date +%s)
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT" || exit 2
-IN=$ROOT/.dev/gpu
-MODEL=$IN/tiny-deepseek
-RES=$OUTDIR/results; LOG=$OUTDIR/logs
-mkdir -p "$RES" "$LOG"
-printf 'step\trc\tseconds\tcommand\n' > "$LOG/steps.tsv"
 # shellcheck source=benchmarks/gpu/lib.sh
 . "$ROOT/benchmarks/gpu/lib.sh"
-if [ "$DRY" = 0 ] && [ "$SETUP" = 1 ]; then
-  step setup 60 200 bash benchmarks/gpu/device-setup.sh
-fi
-[ "$DRY" = 0 ] && export PYTHONPATH=/tmp/site:$ROOT
+device_setup
 if [ "$DRY" = 1 ]; then
   P=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
 else

@@ -28,22 +28,12 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-T0=$(date +%s)
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT" || exit 2
-IN=$ROOT/.dev/gpu
-MODEL=$IN/tiny-deepseek
-RES=$OUTDIR/results; LOG=$OUTDIR/logs
-mkdir -p "$RES" "$LOG"
-printf 'step\trc\tseconds\tcommand\n' > "$LOG/steps.tsv"
 # shellcheck source=benchmarks/gpu/lib.sh
 . "$ROOT/benchmarks/gpu/lib.sh"
 
-if [ "$DRY" = 0 ] && [ "$SETUP" = 1 ]; then
-  step setup 60 200 bash benchmarks/gpu/device-setup.sh
-fi
+device_setup
 if [ "$DRY" = 0 ]; then
-  export PYTHONPATH=/tmp/site:$ROOT
   NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 else
   NGPU=${DRY_GPUS:-1}

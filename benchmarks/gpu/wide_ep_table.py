@@ -9,10 +9,12 @@ reports made with ``--gpus N``). Workloads: mooncake, agents, max-c64, max-c128.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from three_way import _load
 
 WORKLOADS = {
     "mooncake": "Mooncake conversation slice, 240 s at x8 (same offered load everywhere)",
@@ -22,14 +24,6 @@ WORKLOADS = {
 }
 SERVERS = (("std", "standard, 1 GPU"), ("wep-noeplb", "wide-ep, 2 GPUs, no EPLB"),
            ("wep-eplb", "wide-ep, 2 GPUs, EPLB"))
-
-
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _f(x: Any, digits: int = 0) -> str:
