@@ -135,6 +135,8 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
                       f"{(req.max() if req.size else 0):,.1f} max"))
     errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
     parts.append(Text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    if stats.inexact:
+        parts.append(Text(inexact_line(stats.inexact), style="yellow"))
     n_chunks = sum(stats.tokens_per_chunk.values())
     if n_chunks:
         tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(
@@ -172,7 +174,13 @@ def progress_line(stats: LiveStats, total_requests: int | None = None) -> str:
             f"{stats.in_flight:,}, P90 TPS {p90} tok/s, TTFT P90 {_ms(ttft)} ms, "
             f"ETA {_eta(done, total, stats.elapsed_ns)}")
     why = bottleneck(stats)
-    return line + (f" [load generator bottleneck: {why}]" if why else "")
+    return (line + (f" [{stats.inexact:,} inexact token counts: not in TPS]" if stats.inexact else "")
+            + (f" [load generator bottleneck: {why}]" if why else ""))
+
+
+def inexact_line(n: int) -> str:
+    return (f"inexact token counts: {n:,} ok requests (no token ids or continuous usage from "
+            "the server): in TTFT, E2E, chunk gap and tok/s; not in TPOT, ITL, TPS, tokens/chunk")
 
 
 def scrape_gauges(url: str, timeout: float = 0.5) -> dict[str, float]:

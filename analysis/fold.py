@@ -31,10 +31,14 @@ def _cuts(offsets: np.ndarray, block: int) -> np.ndarray:
 
 
 def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: Hist,
-                block: int = FOLD_BLOCK) -> np.ndarray:
+                block: int = FOLD_BLOCK, exact: np.ndarray | None = None) -> np.ndarray:
     """Record the ITL and chunk-gap samples of the rows selected by the boolean ``rows``
     (None: every row) into ``itl`` and ``gap``; return the tokens-per-chunk counts of those
-    rows (``out[k]`` = chunks carrying k tokens)."""
+    rows (``out[k]`` = chunks carrying k tokens).
+
+    ``exact`` (boolean per row, None: every row) marks the rows whose tokens per chunk are
+    exact: the chunk gaps of every selected row are recorded, the ITL samples and tokens per
+    chunk only of the selected rows that are exact."""
     if c.values.size != k.values.size or not np.array_equal(c.offsets, k.offsets):
         raise ValueError("chunk_ns and chunk_tokens differ in length")
     offsets = c.offsets
@@ -44,6 +48,7 @@ def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: His
     n = offsets.size - 1
     lengths = np.diff(offsets)
     every = rows is None or bool(rows[:n][lengths > 0].all())
+    all_exact = exact is None or bool(exact[:n][lengths > 0].all())
     cuts = _cuts(offsets, block)
     for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
         a, b = int(offsets[r0]), int(offsets[r1])
@@ -55,12 +60,16 @@ def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: His
         keep = np.ones(b - a, dtype=bool)
         starts = offsets[r0:r1] - a
         keep[starts[starts < b - a]] = False
+        sel = None
         if not every:
             sel = np.repeat(rows[r0:r1], lengths[r0:r1])  # type: ignore[index]
             keep &= sel
-            kt = kv[sel]
-        else:
-            kt = kv
+        keep_itl = None  # gap ends whose ITL samples count (None: the same as keep)
+        if not all_exact:
+            ex = np.repeat(exact[r0:r1], lengths[r0:r1])  # type: ignore[index]
+            keep_itl = keep & ex
+            sel = ex if sel is None else sel & ex
+        kt = kv if sel is None else kv[sel]
         if kt.size and kt.min() < 0:
             kt = kt[kt >= 0]
         counts = np.bincount(kt)
@@ -71,6 +80,12 @@ def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: His
             tpc[: counts.size] += counts
         d = np.subtract(cv[1:], cv[:-1])
         g = d[keep[1:]]
+        if keep_itl is not None:
+            gap.record_many(g)
+            gi = d[keep_itl[1:]]
+            ki = kv[1:][keep_itl[1:]]
+            itl.record_many(_floor_div(gi, ki, d), ki)
+            continue
         kj = kv[1:][keep[1:]]
         if kj.size and kj.min() == 1 and kj.max() == 1:
             # one token per chunk (no speculative decoding): each ITL sample is the gap

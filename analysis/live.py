@@ -12,7 +12,10 @@ workers.
 
 Histograms (integer ns): ``ttft``, ``tpot``, ``itl`` (per token), ``chunk_gap``, ``e2e``,
 ``schedule_lag`` and ``loop_lag`` (the load generator's own lag, from ``observe_lag``).
-Request TPS is derived from TPOT (P90 TPS = 1 / P90 TPOT, METRICS.md).
+Request TPS is derived from TPOT (P90 TPS = 1 / P90 TPOT, METRICS.md). Requests with
+inexact tokens per chunk (error_kind ``inexact``) are counted in ``inexact`` and feed TTFT,
+E2E, chunk gap and throughput (from their usage's ``completion_tokens`` when the row has
+it), never TPOT, ITL or tokens per chunk.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import orjson
 from analysis.fold import fold_chunks
 from analysis.hist import Hist
 from analysis.metrics import Lists
+from analysis.results_schema import INEXACT
 
 HIST_NAMES = ("ttft", "tpot", "itl", "chunk_gap", "e2e", "schedule_lag", "loop_lag")
 FLUSH_CHUNKS = 8_192
@@ -46,6 +50,7 @@ class LiveStats:
         self.ok = 0
         self.failed = 0
         self.warmup = 0
+        self.inexact = 0  # ok requests whose tokens per chunk are not exact
         self.output_tokens = 0
         self.early_sends = 0
         self.errors: dict[str, int] = {}
@@ -65,6 +70,8 @@ class LiveStats:
         self._c: list[Sequence[int]] = []  # each pending request's chunk_ns
         self._k: list[Sequence[int]] = []  # and chunk_tokens
         self._m: list[int] = []
+        self._x: list[bool] = []  # tokens per chunk exact
+        self._u: list[int] = []  # output tokens from the usage of an inexact row (-1: none)
         self._pending_chunks = 0
 
     # -- hot path ----------------------------------------------------------------------
@@ -95,6 +102,14 @@ class LiveStats:
             self._c.append(chunks)
             self._k.append(toks)
         self._m.append(m)
+        if row.get("error_kind") == INEXACT:
+            self.inexact += 1
+            self._x.append(False)
+            usage = row.get("completion_tokens")
+            self._u.append(-1 if usage is None else int(usage))
+        else:
+            self._x.append(True)
+            self._u.append(-1)
         self._pending_chunks += m
         if self._pending_chunks > FLUSH_CHUNKS:
             self.flush()
@@ -131,7 +146,10 @@ class LiveStats:
         total = int(offsets[-1])
         c = Lists(_flat(self._c, total), offsets)
         k = Lists(_flat(self._k, total), offsets)
+        exact = np.asarray(self._x, dtype=bool)
+        usage = np.asarray(self._u, dtype=np.int64)
         self._sent, self._first, self._end, self._c, self._k, self._m = [], [], [], [], [], []
+        self._x, self._u = [], []
         self._pending_chunks = 0
 
         has_first = first >= 0
@@ -148,12 +166,14 @@ class LiveStats:
             c1 = c.values[starts]
             cm = c.values[offsets[1:][has] - 1]
             dec_tokens = (n_out - k1)[has]
-            sel = dec_tokens >= 1
+            sel = (dec_tokens >= 1) & exact[has]
             self.hists["tpot"].record_many((cm - c1)[sel] // dec_tokens[sel])
-            tpc = fold_chunks(c, k, None, self.hists["itl"], self.hists["chunk_gap"])
+            tpc = fold_chunks(c, k, None, self.hists["itl"], self.hists["chunk_gap"],
+                              exact=None if exact.all() else exact)
             for v, n in enumerate(tpc.tolist()):
                 if n:
                     self.tokens_per_chunk[v] = self.tokens_per_chunk.get(v, 0) + n
+        n_out = np.where(usage >= 0, usage, n_out)
         self.output_tokens += int(n_out.sum())
         bucket = end // self.bucket_ns
         keys, inv = np.unique(bucket, return_inverse=True)
@@ -177,6 +197,7 @@ class LiveStats:
         self.ok += other.ok
         self.failed += other.failed
         self.warmup += other.warmup
+        self.inexact += other.inexact
         self.output_tokens += other.output_tokens
         self.early_sends += other.early_sends
         for key, n in other.errors.items():
@@ -203,6 +224,7 @@ class LiveStats:
             "hists": {n: [h.encode(), h.dropped] for n, h in self.hists.items() if h.count or h.dropped},
             "counts": [self.ok, self.failed, self.warmup, self.output_tokens, self.early_sends],
             "errors": self.errors,
+            "inexact": self.inexact,
             "tpc": [[k, n] for k, n in self.tokens_per_chunk.items()],
             "tput": [[b, t, r] for b, (t, r) in self.throughput.items()],
             "progress": [self.done, self.total, self.in_flight, self.active_sessions,
@@ -220,6 +242,7 @@ class LiveStats:
             st.hists[name] = Hist.decode(enc, int(dropped))
         st.ok, st.failed, st.warmup, st.output_tokens, st.early_sends = d["counts"]
         st.errors = {str(k): int(v) for k, v in d["errors"].items()}
+        st.inexact = int(d.get("inexact", 0))
         st.tokens_per_chunk = {int(k): int(n) for k, n in d["tpc"]}
         st.throughput = {int(b): [int(t), int(r)] for b, t, r in d["tput"]}
         st.done, st.total, st.in_flight, st.active_sessions, st.elapsed_ns = d["progress"]

@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.results_schema import INEXACT
+
 NS = 1_000_000_000
 
 REQUEST_METRICS = (
@@ -188,6 +190,14 @@ def chunk_samples_from(c: Lists, k: Lists, rows: np.ndarray | None = None) -> Ch
     safe_k = np.maximum(kj, 1)
     return ChunkSamples(itl=gap // safe_k, itl_weight=kj, chunk_gap=gap,
                         tokens=k.values[keep_pos])
+
+
+def exact_rows(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Rows whose tokens per chunk are exact: every row but those with error_kind
+    ``inexact`` (the server sent neither token ids nor continuous usage). Only these rows
+    count in per-token metrics (ITL, TPOT, request and session TPS, tokens per chunk)."""
+    inexact = pc.equal(_col(batch, "error_kind"), INEXACT).fill_null(False)
+    return ~np.asarray(inexact.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def stats_rows(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:

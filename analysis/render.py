@@ -20,6 +20,7 @@ from rich.text import Text
 
 from analysis.hist import PERCENTILES, Summary, min_count_for
 from analysis.report import Report
+from analysis.runstats import PER_TOKEN_METRICS
 
 LATENCY_ROWS = (
     ("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("tpot", "TPOT"),
@@ -68,6 +69,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "headline": {k: _clean(v) for k, v in r.headline.items()},
         "requests": st.requests,
         "errors": st.errors,
+        "inexact_token_counts": st.inexact | {"left_out_of": list(PER_TOKEN_METRICS)},
         "duration_s": st.duration_ns / 1e9,
         "latency_ms": {k: summary_dict(st.latency[k]) for k, _ in LATENCY_ROWS},
         "request_tps": summary_dict(st.tps, 1.0) | {"reading": "P90 = speed 90% of requests reach"},
@@ -129,7 +131,10 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
     errs = ", ".join(f"{k} {v}" for k, v in d["errors"].items()) or "none"
     yield "Requests", [
         ("ok / failed / warmup", f"{req['ok']:,} / {req['failed']:,} / {req['warmup']:,}"),
-        ("failed by cause", errs), ("duration", f"{d['duration_s']:,.1f} s")]
+        ("failed by cause", errs), ("duration", f"{d['duration_s']:,.1f} s")] + ([
+        ("inexact token counts (ok)", f"{d['inexact_token_counts']['requests']:,}: left out of "
+         + ", ".join(d["inexact_token_counts"]["left_out_of"]))]
+        if d["inexact_token_counts"]["requests"] else [])
     tp = d["throughput"]
     rows = [("output tokens/s", _fmt(tp.get("output_tokens_per_s"), 1)),
             ("input tokens/s (cached / computed)",
@@ -150,7 +155,9 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
             ("good requests", f"{g['good_requests']:,} of {g['attempted_requests']:,}"
              + (f" ({100 * frac:.1f}%)" if frac is not None else "")),
             ("good requests/s", _fmt(g["requests_per_s"], 2)),
-            ("good output tokens/s", _fmt(g["output_tokens_per_s"], 1))]
+            ("good output tokens/s", _fmt(g["output_tokens_per_s"], 1))] + ([
+            ("TPOT unknown (inexact token counts, not good)", f"{g['tpot_unknown']:,}")]
+            if g.get("tpot_unknown") else [])
     e = d["economics"]
     if e:
         yield "Revenue per GPU-hour", [("", line) for line in e["arithmetic"]]
@@ -340,6 +347,8 @@ def to_csv(r: Report) -> str:
     for section in ("requests", "errors", "tokens", "throughput", "tokens_per_chunk"):
         for f, v in d[section].items():
             w.writerow([section, section, f, v])
+    for f in ("requests", "without_usage"):
+        w.writerow(["inexact_token_counts", "inexact_token_counts", f, d["inexact_token_counts"][f]])
     for f, v in d["fidelity"].items():
         if not isinstance(v, dict):
             w.writerow(["fidelity", "fidelity", f, v])

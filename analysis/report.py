@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from analysis.hist import Summary
 from analysis.results import iter_request_batches, read_run_meta, read_server_metrics
-from analysis.runstats import COLUMNS, Accumulator, Prices, RunStats, Slo
+from analysis.runstats import COLUMNS, PER_TOKEN_METRICS, Accumulator, Prices, RunStats, Slo
 from analysis.server_metrics import summarize as summarize_server_metrics
 from traces.errors import InputError
 
@@ -59,18 +59,39 @@ def _server_summary(table: pa.Table | None) -> Mapping[str, Any] | None:
     return None if table is None else summarize_server_metrics(table)
 
 
-def headline(tps: Summary) -> dict[str, Any]:
+def headline(tps: Summary, inexact: int = 0) -> dict[str, Any]:
+    """The P90 TPS line; ``inexact``: ok requests left out of it because their tokens per
+    chunk are not exact."""
     p90, p50 = tps.values.get(90.0), tps.values.get(50.0)
+    if p90 is not None:
+        value = f"{p90:,.1f} tok/s (90% of requests at least this fast)"
+    elif inexact:
+        value = (f"n/a ({inexact:,} requests had inexact token counts per chunk, and no "
+                 "request with exact counts produced two or more tokens)")
+    else:
+        value = "n/a (no request produced two or more tokens)"
     return {
         "p90_tps": p90, "median_tps": p50, "count": tps.count,
         "reliable": tps.reliable.get(90.0, False),
-        "text": ("per-user decode speed, P90: "
-                 + (f"{p90:,.1f} tok/s (90% of requests at least this fast)" if p90 is not None
-                    else "n/a (no request produced two or more tokens)")
+        "text": ("per-user decode speed, P90: " + value
                  + (f"; median {p50:,.1f} tok/s" if p50 is not None else "")
                  + ("" if tps.reliable.get(90.0, False) or p90 is None
-                    else f" [only {tps.count} requests: too few for P90]")),
+                    else f" [only {tps.count} requests: too few for P90]")
+                 + (f" [leaves out {inexact:,} requests with inexact token counts]"
+                    if inexact and p90 is not None else "")),
     }
+
+
+def inexact_warning(n: int, ok: int, without_usage: int = 0) -> str:
+    """The warning line for ``n`` of ``ok`` requests with inexact tokens per chunk."""
+    text = (f"warning: {n:,} of {ok:,} successful requests had inexact token counts per chunk "
+            "(the server sent neither token ids nor continuous usage, e.g. --no-vllm-extras "
+            "against a server that is not vLLM): TTFT, E2E, chunk gap and throughput include "
+            f"them; {', '.join(PER_TOKEN_METRICS)} leave them out.")
+    if without_usage:
+        text += (f" {without_usage:,} of them sent no usage either: their output tokens are "
+                 "counted as content chunks (a lower bound) and not compared with the trace.")
+    return text
 
 
 def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
@@ -96,6 +117,9 @@ def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
         out.append(f"warning: {stats.requests['failed']} of {counted} requests failed "
                    f"({100 * stats.requests['failed'] / counted:.1f}%); latency statistics "
                    "cover successful requests only.")
+    if stats.inexact["requests"]:
+        out.append(inexact_warning(stats.inexact["requests"], stats.requests["ok"],
+                                   stats.inexact["without_usage"]))
     mism = stats.fidelity["output_mismatches"]
     if mism:
         out.append(f"warning: {mism} requests returned a different number of output tokens "
@@ -117,4 +141,5 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
     stats = acc.finish(slo=slo, prices=prices, gpus=gpus)
     server = _server_summary(read_server_metrics(results_dir))
     return Report(results_dir=str(results_dir), meta=meta, stats=stats,
-                  headline=headline(stats.tps), warnings=_warnings(meta, stats), server=server)
+                  headline=headline(stats.tps, stats.inexact["requests"]),
+                  warnings=_warnings(meta, stats), server=server)

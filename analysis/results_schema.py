@@ -44,13 +44,20 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("cached_tokens", pa.int32()),
         pa.field("implied_cached_tokens", pa.int32()),  # hit an unbounded prefix cache would get
         pa.field("status", pa.string(), nullable=False),  # "ok" | "error"
-        pa.field("error_kind", pa.string()),  # connect | http | timeout | stream | json | cancelled
+        # failed: connect | http | timeout | stream | json | cancelled; ok rows: null,
+        # mismatch (counts differ from the trace) or inexact (tokens per chunk not known)
+        pa.field("error_kind", pa.string()),
         pa.field("http_status", pa.int32()),
         pa.field("error", pa.string()),
     ]
 )
 
-ERROR_KINDS = ("connect", "http", "timeout", "stream", "json", "cancelled", "mismatch")
+ERROR_KINDS = ("connect", "http", "timeout", "stream", "json", "cancelled", "mismatch", "inexact")
+
+INEXACT = "inexact"
+"""error_kind of an ``ok`` row whose tokens per chunk are not exact (the server sent neither
+token ids nor continuous usage): its times are exact, its chunk_tokens (one per content
+event) are not, so per-token metrics leave it out."""
 
 SERVER_METRICS_SCHEMA = pa.schema(
     [

@@ -4,6 +4,12 @@ Per-request metrics of ``ok`` non-warmup rows are kept as columns (a few numbers
 a million rows is ~100 MB) and summarized exactly; per-chunk samples (ITL, chunk gap) are
 folded into HdrHistograms batch by batch, so chunk lists never have to fit in memory at once.
 Warmup rows are counted and otherwise ignored.
+
+Rows with inexact tokens per chunk (error_kind ``inexact``: the server sent neither token
+ids nor continuous usage) count everywhere a time or the final usage is enough (TTFT, E2E,
+chunk gap, schedule lag, request counts, throughput, goodput's TTFT/E2E objectives) and
+nowhere a per-token figure is needed: ITL, TPOT, request and session TPS (so the headline
+P90 TPS), tokens per chunk. ``RunStats.inexact`` counts them.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ import pyarrow.compute as pc
 
 from analysis.fold import fold_chunks
 from analysis.hist import Hist, Summary, percentile_summary
-from analysis.metrics import NS, _col, _f64, _i64, lists, request_metrics, stats_rows
+from analysis.metrics import NS, _col, _f64, _i64, exact_rows, lists, request_metrics, stats_rows
 
+PER_TOKEN_METRICS = ("ITL", "TPOT", "request TPS", "session TPS", "P90 TPS headline",
+                     "tokens per chunk")
+"""What rows with inexact tokens per chunk are left out of (in the report's words)."""
 LATENCY_METRICS = ("ttft", "ttft_intended", "tpot", "itl", "chunk_gap", "e2e", "e2e_intended",
                    "schedule_lag")
 COLUMNS = (
@@ -70,6 +79,9 @@ class RunStats:
     goodput: dict[str, Any] | None = None
     economics: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    inexact: dict[str, int] = field(default_factory=lambda: {"requests": 0, "without_usage": 0})
+    """Counted ``ok`` rows whose tokens per chunk are not exact, and how many of them had no
+    usage (their output length is unknown: counted as content chunks, a lower bound)."""
 
 
 class Accumulator:
@@ -84,6 +96,8 @@ class Accumulator:
         self.warmup = 0
         self.failed = 0
         self.rows = 0
+        self.inexact = 0
+        self.inexact_without_usage = 0
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         self.rows += batch.num_rows
@@ -95,9 +109,16 @@ class Accumulator:
             kinds = pc.fill_null(_col(batch, "error_kind"), "unknown").filter(pa.array(bad))
             for item in pc.value_counts(kinds).to_pylist():
                 self.errors[item["values"]] = self.errors.get(item["values"], 0) + item["counts"]
+        exact = exact_rows(batch)
+        inexact = ok & ~exact
+        if inexact.any():
+            self.inexact += int(inexact.sum())
+            no_usage = np.asarray(_col(batch, "completion_tokens").is_null().to_numpy(
+                zero_copy_only=False), dtype=bool)
+            self.inexact_without_usage += int((inexact & no_usage).sum())
         c, k = lists(batch, "chunk_ns"), lists(batch, "chunk_tokens")
         m = request_metrics(batch, c, k)
-        counts = fold_chunks(c, k, ok, self.itl, self.chunk_gap)
+        counts = fold_chunks(c, k, ok, self.itl, self.chunk_gap, exact=exact)
         if counts.size:
             if counts.size > self.tpc.size:
                 counts[: self.tpc.size] += self.tpc
@@ -109,6 +130,7 @@ class Accumulator:
             "session_id": _col(batch, "session_id").filter(sel),
             "clone": _col(batch, "clone").filter(sel),
             "ok": ok[counted],
+            "exact": exact[counted],
             "intended_ns": _i64(batch, "intended_ns")[counted],
             "end_ns": _f64(batch, "end_ns")[counted],
             "think_ns": _f64(batch, "think_ns")[counted],
@@ -123,9 +145,10 @@ class Accumulator:
             "cached_tokens": _f64(batch, "cached_tokens")[counted],
             "implied_cached_tokens": _f64(batch, "implied_cached_tokens")[counted],
         }
-        for name in ("schedule_lag", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode",
-                     "tpot", "tps"):
+        for name in ("schedule_lag", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode"):
             cols[name] = getattr(m, name)[counted]
+        for name in ("tpot", "tps"):  # per-token: undefined where tokens per chunk are not known
+            cols[name] = np.where(exact, getattr(m, name), np.nan)[counted]
         self.parts.append(pa.table(cols))
 
     def finish(self, slo: Slo | None = None, prices: Prices | None = None,
@@ -166,6 +189,7 @@ class Accumulator:
             latency=latency, tps=tps, duration_ns=duration, tokens=tokens,
             tokens_per_chunk={i: int(n) for i, n in enumerate(self.tpc.tolist()) if n},
             fidelity=_fidelity(t, ok, arr), sessions=_sessions(t), per_request=t,
+            inexact={"requests": self.inexact, "without_usage": self.inexact_without_usage},
         )
         secs = duration / NS if duration else float("nan")
         stats.extra["throughput"] = {
@@ -180,8 +204,9 @@ class Accumulator:
             stats.extra["throughput"]["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
             stats.extra["throughput"]["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus
         if slo is not None and slo.any:
+            exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
             stats.goodput = goodput(arr("ttft")[ok], arr("tpot")[ok], arr("e2e")[ok], out_tok,
-                                    slo, duration, self.rows - self.warmup)
+                                    slo, duration, self.rows - self.warmup, exact[ok])
         if prices is not None and duration:
             stats.economics = economics(tokens, duration, prices, gpus or 1)
         return stats
@@ -199,15 +224,23 @@ def _tps_summary(tps: np.ndarray) -> Summary:
 
 
 def goodput(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray,
-            slo: Slo, duration_ns: int, attempted: int) -> dict[str, Any]:
+            slo: Slo, duration_ns: int, attempted: int,
+            exact: np.ndarray | None = None) -> dict[str, Any]:
     """Requests (of the ok ones) meeting every SLO given; a request without TPOT (one
-    output chunk) meets the TPOT objective; failed requests never count as good."""
+    output chunk) meets the TPOT objective; failed requests never count as good. A request
+    whose tokens per chunk are not exact (``exact`` False) has an unknown TPOT: with a TPOT
+    objective it does not count as good, and ``tpot_unknown`` says how many such requests
+    there were."""
     good = np.ones(ttft.size, dtype=bool)
     for values, bound in ((ttft, slo.ttft_ns), (e2e, slo.e2e_ns)):
         if bound is not None:
             good &= ~np.isnan(values) & (values <= bound)
+    unknown = 0
     if slo.tpot_ns is not None:
         good &= np.isnan(tpot) | (tpot <= slo.tpot_ns)
+        if exact is not None:
+            unknown = int((~exact).sum())
+            good &= exact
     n_good = int(good.sum())
     secs = duration_ns / NS if duration_ns else None
     return {
@@ -216,6 +249,7 @@ def goodput(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, out_tokens: np.
         "fraction": n_good / attempted if attempted else None,
         "requests_per_s": n_good / secs if secs else None,
         "output_tokens_per_s": float(out_tokens[good].sum()) / secs if secs else None,
+        "tpot_unknown": unknown,
     }
 
 
@@ -246,10 +280,14 @@ def economics(tokens: Mapping[str, int], duration_ns: int, prices: Prices, gpus:
 def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
     """How faithfully the replay reproduced the trace (ok rows)."""
     exp_in = arr("expected_input_tokens")[ok]
-    exp_out = arr("expected_output_tokens")[ok]
     prompt = arr("prompt_tokens")[ok]
     completion = arr("completion_tokens")[ok]
-    out = np.where(np.isnan(completion), arr("output_tokens")[ok], completion)
+    # output length: the usage, else the chunks' tokens where those are exact; a row with
+    # neither (inexact, no usage) has no known length and is left out of the comparison
+    exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)[ok]
+    known = ~np.isnan(completion) | exact
+    exp_out = arr("expected_output_tokens")[ok][known]
+    out = np.where(np.isnan(completion), arr("output_tokens")[ok], completion)[known]
     cached = arr("cached_tokens")[ok]
     implied = arr("implied_cached_tokens")[ok]
     have_prompt = ~np.isnan(prompt)
@@ -282,7 +320,8 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
 
 
 def _sessions(t: pa.Table) -> pa.Table:
-    """Per (session_id, clone): requests, session TPS = sum(N - k_1) / sum(decode time),
+    """Per (session_id, clone): requests, session TPS = sum(N - k_1) / sum(decode time) over
+    its ok requests with exact tokens per chunk (NaN when it has none),
     wall time (first intended send to last byte), time waiting on the engine (sum of
     intended send to last byte), think time (sum of intended think)."""
     if t.num_rows == 0:
@@ -292,7 +331,8 @@ def _sessions(t: pa.Table) -> pa.Table:
     dec_tok = np.asarray(t.column("decode_tokens").to_numpy(zero_copy_only=False), dtype=np.float64)
     end = np.asarray(t.column("end_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
     intended = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
-    useful = ok & (dec_tok >= 1)
+    exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
+    useful = ok & exact & (dec_tok >= 1)
     g = pa.table({
         "session_id": t.column("session_id"), "clone": t.column("clone"),
         "ok": pa.array(ok.astype(np.int64)),

@@ -182,7 +182,8 @@ class EventStream:
     SSE split, the token count and, for every event that carried output tokens, one append
     to each of the record's typed arrays. ``finish(end_ns)`` runs once at the end of the
     body: the events only the end completes, usage, and the stream checks (error event,
-    truncation, end marker, exactness, counts against the trace). ``feed`` raises
+    truncation, end marker, counts against the trace; a stream without exact tokens per
+    chunk stays ``ok`` with error_kind ``inexact``). ``feed`` raises
     ``orjson.JSONDecodeError``/``ValueError`` on an event that is not JSON (the caller
     classifies it as ``json``).
     """
@@ -241,8 +242,7 @@ class EventStream:
         elif not dec.done:
             rec.fail("stream", "stream ended without its end marker")
         elif not dec.exact:
-            rec.fail("stream", "the server sent neither token ids nor continuous usage: "
-                               "tokens per chunk are not exact")
+            _check_inexact(rec)
         else:
             _check_counts(rec)
 
@@ -256,8 +256,32 @@ def _check_counts(rec: RequestRecord) -> None:
         problems.append(f"usage says {rec.completion_tokens} output tokens, chunks carried {counted}")
     if counted != rec.expected_output_tokens:
         problems.append(f"{counted} output tokens, trace has {rec.expected_output_tokens}")
-    if rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens:
-        problems.append(f"{rec.prompt_tokens} prompt tokens, trace has {rec.expected_input_tokens}")
+    problems += _prompt_problem(rec)
     if problems:
         rec.error_kind = "mismatch"
         rec.error = "; ".join(problems)
+
+
+def _check_inexact(rec: RequestRecord) -> None:
+    """A stream whose tokens per chunk are unknown (neither token ids nor continuous usage,
+    e.g. a generic OpenAI-compatible server with ``--no-vllm-extras``). Its times (TTFT, E2E,
+    chunk gaps) are exact and its final usage, when sent, gives the output length; only
+    the per-token figures are not. It keeps status ``ok`` with error_kind ``inexact`` (the
+    analysis leaves it out of ITL, TPOT, TPS and tokens per chunk); the counts are still
+    checked against the trace, from the usage, and any difference is added to ``error``."""
+    why = "tokens per chunk not exact: the server sent neither token ids nor continuous usage"
+    problems = []
+    if rec.completion_tokens is None:
+        problems.append("no usage: output length not checked")
+    elif rec.completion_tokens != rec.expected_output_tokens:
+        problems.append(f"usage says {rec.completion_tokens} output tokens, trace has "
+                        f"{rec.expected_output_tokens}")
+    problems += _prompt_problem(rec)
+    rec.error_kind = "inexact"
+    rec.error = "; ".join([why, *problems])
+
+
+def _prompt_problem(rec: RequestRecord) -> list[str]:
+    if rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens:
+        return [f"{rec.prompt_tokens} prompt tokens, trace has {rec.expected_input_tokens}"]
+    return []

@@ -3,6 +3,12 @@
 Times are absolute ``time.monotonic_ns()`` values while the run is going; the result
 writer turns them into offsets from the run's t0. Chunk times and token counts are typed
 arrays (``array('q')``/``array('i')``): appending to them is the only per-chunk work.
+
+``status`` is ``ok`` or ``error`` (``fail``: the first failure wins, with its
+``error_kind``). A served request stays ``ok`` with error_kind ``mismatch`` (its token
+counts differ from the trace) or ``inexact`` (the server did not say how many tokens each
+chunk carried: ``chunk_tokens`` then counts one per content event and only the request's
+times and its final usage are exact).
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ class ResultWriter:
             sent = None if r.sent_ns is None else r.sent_ns - t0
             live.observe_request({
                 "warmup": r.warmup, "status": r.status if r.error_kind != "cancelled" else "error",
-                "error_kind": r.error_kind if r.status != "ok" else None, "sent_ns": sent,
+                "error_kind": r.error_kind, "completion_tokens": r.completion_tokens,
+                "sent_ns": sent,
                 "first_token_ns": None if r.first_token_ns is None else r.first_token_ns - t0,
                 "end_ns": None if r.end_ns is None else r.end_ns - t0,
                 "chunk_ns": np.frombuffer(r.chunk_ns, dtype=np.int64) - t0,

@@ -36,7 +36,7 @@ from replay.plan import Plan
 from replay.worker import WorkerSummary, arun_shard, load_plan
 
 _ROW_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "first_token_ns",
-                "end_ns", "chunk_ns", "chunk_tokens")
+                "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
 
 
 class ShardActor:
