@@ -140,7 +140,9 @@ async def arun_shard(
             else:
                 kind = rec.error_kind or "unknown"
                 summary.errors[kind] = summary.errors.get(kind, 0) + 1
-            summary.output_tokens += sum(rec.chunk_tokens)
+            # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
+            summary.output_tokens += rec.completion_tokens if rec.error_kind == "inexact" and \
+                rec.completion_tokens is not None else sum(rec.chunk_tokens)
 
         driver = Driver(
             plan, HttpTransport(preparer, sender), MonotonicClock(), mode=config.timing, t0_ns=t0,

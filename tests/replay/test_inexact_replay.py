@@ -6,6 +6,7 @@ throughput but no per-token metrics, with the warning."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from replay.config import RunConfig
 from replay.fastclient import FastSender
 from replay.outcome import RequestRecord
 from replay.run import arun
+from replay.summary import render_summary
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 VLLM_FIELDS = ("ignore_eos", "min_tokens", "return_token_ids")
@@ -204,6 +206,7 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
                              scrape_interval_s=0, vllm_extras=False, http_client=client,
                              progress=False), progress=None)
     assert (s.ok, s.failed, s.total) == (6, 0, 6)
+    assert s.output_tokens == sum(r["output_tokens"] for r in rows)  # from the usage
     assert all(not any(f in b for f in VLLM_FIELDS) for b in srv.seen)
     t = pq.read_table(out / "requests").to_pylist()
     assert len(t) == 6
@@ -227,3 +230,35 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
     assert any("6 of 6 successful requests had inexact token counts" in w for w in r.warnings)
     text = to_text(r, width=120)
     assert "inexact token counts" in text and "6 requests had inexact token counts" in text
+    buf = io.StringIO()
+    render_summary(s, buf)  # the end-of-run summary's headline says why there is no TPS
+    assert "6 ok, 0 failed" in buf.getvalue()
+    assert "6 requests had inexact token counts" in buf.getvalue()
+
+
+def test_result_writer_feeds_inexact_rows_to_the_live_stats(tmp_path: Path) -> None:
+    from analysis.live import LiveStats
+    from replay.results import ResultWriter
+
+    snaps: list[bytes] = []
+    w = ResultWriter(tmp_path, t0_ns=1_000, live=snaps.append)
+    for i, kind in enumerate(("inexact", None)):
+        r = _rec("completions", 40, 9)
+        r.request_index = i
+        r.sent_ns, r.end_ns = 2_000, 9_000
+        r.first_token_ns = 3_000
+        r.chunk_ns.extend([3_000, 5_000, 8_000])
+        r.chunk_tokens.extend([1, 1, 1] if kind else [3, 3, 3])
+        r.completion_tokens, r.error_kind = 9, kind
+        w.add(r)
+    w.flush()
+    w.snapshot({"done": 2, "total": 2, "in_flight_requests": 0, "active_sessions": 0,
+                "elapsed_ns": 8_000, "cpu_percent": 1.0}, [])
+    w.close()
+    st = LiveStats.decode(snaps[-1])
+    assert (st.ok, st.inexact, st.output_tokens) == (2, 1, 18)  # the inexact row: its usage
+    assert st.hists["ttft"].count == 2 and st.hists["chunk_gap"].count == 4
+    assert st.hists["tpot"].count == 1 and st.hists["itl"].count == 6
+    assert st.tokens_per_chunk == {3: 3}
+    kinds = pq.read_table(tmp_path / "requests").column("error_kind").to_pylist()
+    assert sorted(kinds, key=str) == [None, "inexact"]
