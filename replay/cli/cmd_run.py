@@ -66,7 +66,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scrape-interval", type=float, default=None, metavar="SECONDS",
                    help="/metrics scrape period (default 1 when the target has /metrics; 0: off)")
     p.add_argument("--no-vllm-extras", action="store_true",
-                   help="do not send ignore_eos, min_tokens, return_token_ids, continuous usage")
+                   help="do not send ignore_eos, min_tokens, return_token_ids, continuous usage "
+                        "(for servers that reject them; a server that then sends no token counts "
+                        "per chunk gives requests marked 'inexact', left out of per-token metrics)")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
