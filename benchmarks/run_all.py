@@ -62,7 +62,8 @@ def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
         "chunks_s": truth.chunks / truth.window_s if truth.window_s > 0 else 0.0,
         "offered": conc * 1000 / INTERVAL_MS, "cpu_us_chunk": cpu / truth.chunks * 1e6 if truth.chunks else None,
         "core": cpu / truth.window_s if truth.window_s > 0 else None,
-        "gt_ttft": truth.ttft_mean_ms, "gt_itl": truth.itl_mean_ms, "gt_itl_p99": truth.itl_p99_ms,
+        "gt_ttft": truth.ttft_mean_ms, "gt_ttft_first": truth.ttft_first_read_mean_ms,
+        "gt_itl": truth.itl_mean_ms, "gt_itl_p99": truth.itl_p99_ms,
         "ttft": rep.get("ttft"), "itl": rep.get("itl"), "itl_p99": rep.get("itl_p99"),
         "lag_p99": None,
     }
@@ -81,6 +82,13 @@ def _f(v: Any, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _diff(a: Any, b: Any) -> str:
+    """a - b in ms, signed; '-' when either is missing (NaN: ground truth without the column)."""
+    if a is None or b is None or b != b:
+        return "-"
+    return f"{a - b:+.2f} ms"
+
+
 def _pct(a: Any, b: Any) -> str:
     return "-" if a is None or b is None or not b else f"{(a / b - 1) * 100:+.0f}%"
 
@@ -88,8 +96,9 @@ def _pct(a: Any, b: Any) -> str:
 def client_table(rows: list[dict[str, Any]]) -> str:
     ours = {(r["conc"], r["spec"]): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
     out = ["| client | streams | spec | chunks/s (% offered) | CPU us/chunk | vs ours | client core "
-           "| TTFT mean ms (GT) | ITL mean ms (GT) | ITL P99 ms (GT) | P99 err | sched. lag P99 |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| TTFT mean ms (GT) | TTFT - GT from first read | ITL mean ms (GT) | ITL P99 ms (GT) | P99 err "
+           "| sched. lag P99 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         base = ours.get((r["conc"], r["spec"]))
         ratio = "-" if base is None or not base["cpu_us_chunk"] or r["cpu_us_chunk"] is None else \
@@ -99,7 +108,8 @@ def client_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['client']}{err} | {r['conc']} | {'1-4 tok' if r['spec'] else '1 tok'} | "
             f"{r['chunks_s']:,.0f} ({r['chunks_s'] / r['offered'] * 100:.0f}%) | "
             f"{_f(r['cpu_us_chunk'], '{:.1f}')} | {ratio} | {_f(r['core'])} | "
-            f"{_f(r['ttft'])} ({_f(r['gt_ttft'])}) | {_f(r['itl'], '{:.3f}')} ({_f(r['gt_itl'], '{:.3f}')}) | "
+            f"{_f(r['ttft'])} ({_f(r['gt_ttft'])}) | {_diff(r['ttft'], r.get('gt_ttft_first'))} | "
+            f"{_f(r['itl'], '{:.3f}')} ({_f(r['gt_itl'], '{:.3f}')}) | "
             f"{_f(r['itl_p99'])} ({_f(r['gt_itl_p99'])}) | {_pct(r['itl_p99'], r['gt_itl_p99'])} | "
             f"{_f(r['lag_p99'])} |")
     return "\n".join(out)

@@ -1,7 +1,9 @@
 """What the simulated engine really did, per request, for checking clients' measurements.
 
-One row per request: its X-Request-Id (or the response id), when the server received it,
-and for every chunk written the ``time.monotonic_ns()`` right after the write, the engine's
+One row per request: its X-Request-Id (or the response id), when the server's handler got
+it (``received_ns``) and when its event loop first read the request's bytes
+(``first_byte_ns``: the difference is the engine's own ingress queue, the requests parsed
+and handled before it), and for every chunk written the ``time.monotonic_ns()`` right after the write, the engine's
 scheduled time for it and its token count. CLOCK_MONOTONIC is shared by all processes of one
 Linux host, so a client on the same host can compare its own timestamps directly.
 """
@@ -29,6 +31,7 @@ GROUND_TRUTH_SCHEMA = pa.schema(
         pa.field("chunk_ns", pa.list_(pa.int64()), nullable=False),
         pa.field("chunk_scheduled_ns", pa.list_(pa.int64()), nullable=False),
         pa.field("chunk_tokens", pa.list_(pa.int32()), nullable=False),
+        pa.field("first_byte_ns", pa.int64()),
     ]
 )
 
@@ -44,7 +47,8 @@ class GroundTruthRecorder:
 
     def add(self, *, request_id: str, api: str, received_ns: int, prompt_tokens: int,
             cached_tokens: int, finish_reason: str | None, chunk_ns: list[int],
-            chunk_scheduled_ns: list[int], chunk_tokens: list[int]) -> None:
+            chunk_scheduled_ns: list[int], chunk_tokens: list[int],
+            first_byte_ns: int | None = None) -> None:
         r = self.rows
         r["request_id"].append(request_id)
         r["api"].append(api)
@@ -55,6 +59,7 @@ class GroundTruthRecorder:
         r["chunk_ns"].append(chunk_ns)
         r["chunk_scheduled_ns"].append(chunk_scheduled_ns)
         r["chunk_tokens"].append(chunk_tokens)
+        r["first_byte_ns"].append(first_byte_ns)
 
     def __len__(self) -> int:
         return len(self.rows["request_id"])

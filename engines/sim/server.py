@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import web, web_protocol, web_server
 from prometheus_client import generate_latest
 
 from engines.sim import wire
@@ -98,6 +98,8 @@ class SimServer:
         self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
+        if type(self._runner.server) is web_server.Server:
+            self._runner.server.__class__ = _StampingServer
         site = web.TCPSite(self._runner, self.host, self.port, reuse_port=self.reuse_port or None,
                            backlog=1024)
         await site.start()
@@ -231,6 +233,7 @@ class SimServer:
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
         received_ns = time.monotonic_ns()
+        first_byte_ns = getattr(request.protocol, "first_byte_ns", 0) or received_ns
         p = self.profile
         parse = {"completions": parse_completions, "chat": parse_chat, "messages": parse_messages}[api]
         try:
@@ -253,7 +256,8 @@ class SimServer:
                          ignore_eos=parsed.ignore_eos, seed=seed, arrival_ns=received_ns)
         headers = {"x-request-id": header_id} if header_id else {}
         common: dict[str, Any] = {"core": self.core, "api": api, "request_id": gt_id,
-                                  "received_ns": received_ns, "fault": fault, "gt": self.gt,
+                                  "received_ns": received_ns, "first_byte_ns": first_byte_ns,
+                                  "fault": fault, "gt": self.gt,
                                   "show_cached": p.enable_prompt_tokens_details}
         if not parsed.stream:
             return await self._run_buffered(request, parsed, req, rid, headers, common)
@@ -428,3 +432,26 @@ def _draw(seed: int) -> float:
     """A uniform [0, 1) draw from a request seed (fault decisions)."""
     return ((seed * 6364136223846793005 + 1442695040888963407) % (1 << 64)) / float(1 << 64)
 
+
+
+class _StampingHandler(web_protocol.RequestHandler):
+    """aiohttp's connection handler, plus the time the event loop first read a request's
+    bytes (``first_byte_ns``). The handler of a request runs later: after the requests
+    that arrived before it were parsed and handled, which is the engine's own ingress queue.
+    A read that starts with ``P`` starts a POST (a JSON body or a chunk-size line never
+    does); clients send a connection's next request only after its response, so the stamp
+    the handler reads is its own request's."""
+
+    first_byte_ns = 0
+
+    def data_received(self, data: bytes) -> None:
+        if data[:1] == b"P":
+            self.first_byte_ns = time.monotonic_ns()
+        super().data_received(data)
+
+
+class _StampingServer(web_server.Server):
+    """Makes ``_StampingHandler`` connections (set on the runner's server instance)."""
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _StampingHandler(self, loop=self._loop, **self._kwargs)

@@ -29,14 +29,16 @@ class Encoder(Protocol):
 
 class BaseSink:
     __slots__ = ("api", "chunk_ns", "chunk_sched", "chunk_tokens", "core", "done", "fault",
-                 "gt", "received_ns", "req", "request_id", "show_cached")
+                 "first_byte_ns", "gt", "received_ns", "req", "request_id", "show_cached")
 
     def __init__(self, *, core: EngineCore, api: str, request_id: str, received_ns: int,
-                 fault: FaultSpec, gt: GroundTruthRecorder | None, show_cached: bool) -> None:
+                 fault: FaultSpec, gt: GroundTruthRecorder | None, show_cached: bool,
+                 first_byte_ns: int | None = None) -> None:
         self.core = core
         self.api = api
         self.request_id = request_id
         self.received_ns = received_ns
+        self.first_byte_ns = received_ns if first_byte_ns is None else first_byte_ns
         self.fault = fault
         self.gt = gt
         self.show_cached = show_cached
@@ -55,7 +57,7 @@ class BaseSink:
         req = self.req
         if self.gt is not None and req is not None:
             self.gt.add(request_id=self.request_id, api=self.api, received_ns=self.received_ns,
-                        prompt_tokens=req.prompt_len, cached_tokens=req.cached_tokens,
+                        first_byte_ns=self.first_byte_ns, prompt_tokens=req.prompt_len, cached_tokens=req.cached_tokens,
                         finish_reason=req.finish_reason, chunk_ns=self.chunk_ns,
                         chunk_scheduled_ns=self.chunk_sched, chunk_tokens=self.chunk_tokens)
         if not self.done.done():

@@ -184,6 +184,35 @@ async def test_ground_truth_records_every_chunk(tmp_path: Path) -> None:
                                       for done, sched in zip(r["chunk_ns"], r["chunk_scheduled_ns"], strict=True))
 
 
+async def test_ground_truth_first_read_includes_the_engines_ingress_queue(tmp_path: Path) -> None:
+    """Two requests whose bytes are read in the same loop iteration: the second one's handler
+    runs only after the first one's (a long prompt to tokenize), so its ``received_ns`` is
+    later than the moment its bytes were read (``first_byte_ns``); the wait in between is
+    the engine's own queue, and the ground truth now shows it."""
+    gt = tmp_path / "gt.parquet"
+    async with SimServer(FAST, ground_truth=gt) as s:
+        heads = []
+        for rid, prompt in (("big", "word " * 20000), ("small", "hi")):
+            body = json.dumps({"prompt": prompt, "max_tokens": 2, "ignore_eos": True,
+                               "stream": True}).encode()
+            heads.append((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: {rid}\r\n"
+                          f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                          f"Connection: close\r\n\r\n").encode() + body)
+        conns = [await asyncio.open_connection("127.0.0.1", s.port) for _ in heads]
+        for (_, w), data in zip(conns, heads, strict=True):
+            w.write(data)  # both written before the server's loop runs again
+        for r, w in conns:
+            await r.read()
+            w.close()
+    rows = {r["request_id"]: r for r in pq.read_table(gt).to_pylist()}
+    assert set(rows) == {"big", "small"}
+    for r in rows.values():
+        assert r["first_byte_ns"] is not None and r["first_byte_ns"] <= r["received_ns"]
+    # the small request waited for the big one's handler: 20,000 words to tokenize
+    assert rows["small"]["received_ns"] - rows["small"]["first_byte_ns"] > 0
+    assert rows["small"]["first_byte_ns"] <= rows["big"]["received_ns"]
+
+
 def test_schedule_warning_above_one_percent_of_late_steps() -> None:
     from engines.sim.stats import SimStats, schedule_warning
 
