@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         "Noisy: a shared 2-core VM; compare rows of the same run, not across runs.",
         "## (a) client capacity and (b) timing accuracy, 5 ms between chunks per stream",
         "GT = the simulated engine's ground truth (per-token ITL; TTFT = request received -> "
-        "first chunk written, so a client's TTFT is always a little above it). CPU us/chunk = the "
+        "first chunk written, so a client's TTFT is always a little above it; 'TTFT - GT from first "
+        "read' = the client's TTFT mean minus the ground truth's counted from when the engine's "
+        "loop first read each request, its queue behind other requests included). CPU us/chunk = the "
         "client's whole process tree over the streaming window / chunks written. 'vs ours' = "
         "that client's CPU per chunk divided by ours at the same point.",
         client_table(rows),
