@@ -52,6 +52,7 @@ class RunSummary:
     skipped: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     mismatches: int = 0
+    inexact: int = 0
     chunks: int = 0
     output_tokens: int = 0
     wall_s: float = 0.0
@@ -551,6 +552,7 @@ def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bo
         s.ok += w.ok
         s.skipped += w.skipped
         s.mismatches += w.mismatches
+        s.inexact += w.inexact
         s.chunks += w.chunks
         s.output_tokens += w.output_tokens
         s.cpu_s += w.cpu_s
@@ -569,7 +571,8 @@ def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bo
     if s.mismatches:
         s.self_check.warnings.append(
             f"{s.mismatches} requests were not served with the trace's token counts (see error "
-            "column, error_kind 'mismatch'): check ignore_eos/min_tokens support and --vocab-size")
+            "column, error_kind 'mismatch' or 'inexact'): check ignore_eos/min_tokens support "
+            "and --vocab-size")
     return s
 
 
@@ -580,6 +583,7 @@ def _outcome(s: RunSummary) -> dict[str, Any]:
         "status": "interrupted" if s.interrupted else "complete",
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
+                    "inexact": s.inexact,
                     "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},
         "self_check": asdict(sc),

@@ -21,8 +21,10 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
           f"of {s.total} planned requests in {s.wall_s:.1f} s", file=out)
     if s.errors:
         print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())), file=out)
+    inexact = (f"; {s.inexact:,} with inexact tokens per chunk (no token ids or continuous usage)"
+               if s.inexact else "")
     print(f"  output tokens {s.output_tokens:,} in {s.chunks:,} chunks; token-count mismatches vs "
-          f"trace: {s.mismatches}", file=out)
+          f"trace: {s.mismatches}{inexact}", file=out)
     print(f"  load generator: schedule lag p50 {_ms(sc.schedule_lag_p50_ns)}, p99 "
           f"{_ms(sc.schedule_lag_p99_ns)}, max {_ms(sc.schedule_lag_max_ns)}; loop lag p99 "
           f"{_ms(sc.loop_lag_p99_ns)}; CPU {sc.cpu_fraction * 100:.0f}% of a core", file=out)

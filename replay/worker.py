@@ -43,6 +43,7 @@ class WorkerSummary:
     ok: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     mismatches: int = 0
+    inexact: int = 0  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
     chunks: int = 0
     output_tokens: int = 0
     text_misses: int = 0
@@ -137,6 +138,10 @@ async def arun_shard(
                 summary.ok += 1
                 if rec.error_kind == "mismatch":
                     summary.mismatches += 1
+                elif rec.error_kind == "inexact":
+                    summary.inexact += 1
+                    if _usage_differs(rec):
+                        summary.mismatches += 1
             else:
                 kind = rec.error_kind or "unknown"
                 summary.errors[kind] = summary.errors.get(kind, 0) + 1
@@ -179,6 +184,13 @@ async def arun_shard(
         summary.cpu_s = cpu.cpu_s()
         summary.wall_s = (time.monotonic_ns() - wall0) / 1e9
     return summary
+
+
+def _usage_differs(rec: RequestRecord) -> bool:
+    """An inexact stream's usage (when sent) disagrees with the trace's token counts."""
+    return ((rec.completion_tokens is not None
+             and rec.completion_tokens != rec.expected_output_tokens)
+            or (rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens))
 
 
 async def _tick(driver: Driver, writer: ResultWriter, sender: Sender | FastSender, summary: WorkerSummary,

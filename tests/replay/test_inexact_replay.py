@@ -41,6 +41,7 @@ class GenericServer:
 
     tokens_per_chunk: int = 2
     usage: bool = True
+    shortfall: int = 0  # answers this many tokens short of max_tokens (an early end)
     seen: list[dict[str, Any]] = field(default_factory=list)
 
     def app(self) -> web.Application:
@@ -66,7 +67,7 @@ class GenericServer:
             n_in = len(body["prompt"])
         else:
             n_in = 3 + sum(len(str(m["content"]).split()) for m in body["messages"])
-        n_out = body.get("max_completion_tokens") or body["max_tokens"]
+        n_out = (body.get("max_completion_tokens") or body["max_tokens"]) - self.shortfall
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         messages = request.path == "/v1/messages"
@@ -234,6 +235,17 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
     render_summary(s, buf)  # the end-of-run summary's headline says why there is no TPS
     assert "6 ok, 0 failed" in buf.getvalue()
     assert "6 requests had inexact token counts" in buf.getvalue()
+    assert "mismatches vs trace: 0; 6 with inexact tokens per chunk" in buf.getvalue()
+    assert (s.inexact, s.mismatches) == (6, 0)
+    summary = orjson.loads((out / "run.json").read_bytes())["summary"]
+    assert (summary["inexact"], summary["mismatches"]) == (6, 0)
+    # an inexact stream whose usage disagrees with the trace counts as a mismatch too
+    srv.shortfall = 1
+    out2 = tmp_path / "out2"
+    s2 = await arun(RunConfig(trace=str(trace), target=url, output=str(out2), salt=3, speedup=10,
+                              scrape_interval_s=0, vllm_extras=False, http_client=client,
+                              progress=False), progress=None)
+    assert (s2.ok, s2.inexact, s2.mismatches) == (6, 6, 6)
 
 
 def test_result_writer_feeds_inexact_rows_to_the_live_stats(tmp_path: Path) -> None:
