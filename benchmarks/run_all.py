@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.peers import clients as cl  # noqa: E402
 from benchmarks.peers.harness import cores, read_truth, run_client, sim_server, write_profile  # noqa: E402
 
-NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
+NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)",
+         "ours-kernel": "agent-replay (--timestamps kernel)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
          "aiperf": "AIPerf 0.13.0"}
 INTERVAL_MS = 5.0
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one load point per client, no extras")
     ap.add_argument("--clients", default="ours,ours-aiohttp,vllm,guidellm,aiperf",
                     help="comma-separated: ours (the default fast client), ours-aiohttp (our "
-                    "replay with --http-client aiohttp), vllm, guidellm, aiperf")
+                    "replay with --http-client aiohttp), ours-kernel (--timestamps kernel), vllm, "
+                    "guidellm, aiperf")
     ap.add_argument("--streams", default=None, help="comma-separated stream counts (default 64,256)")
     ap.add_argument("--no-install", action="store_true", help="skip peers that are not installed")
     ap.add_argument("--skip-scripts", action="store_true", help="skip (c) and (d)")

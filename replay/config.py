@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from replay.plan import TIMING_MODES, PlanOptions
@@ -44,6 +45,9 @@ class RunConfig:
     http_client: str = "fast"
     """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
     to aiohttp) or ``aiohttp``."""
+    timestamps: str = "loop"
+    """``loop``: a chunk's time is when the event loop hands over the read; ``kernel``: the
+    kernel's receive time (``replay.kstamp``; fast client, Linux)."""
     progress: bool = True
     launch: str | None = None
     """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
@@ -79,6 +83,12 @@ class RunConfig:
             raise InputError(f"loop must be one of {', '.join(LOOP_KINDS)}")
         if self.http_client not in HTTP_CLIENTS:
             raise InputError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}, got {self.http_client!r}")
+        if self.timestamps not in ("loop", "kernel"):
+            raise InputError(f"--timestamps must be loop or kernel, got {self.timestamps!r}")
+        if self.timestamps == "kernel" and (self.effective_http_client() != "fast"
+                                            or not sys.platform.startswith("linux")):
+            raise InputError("--timestamps kernel needs the fast client on Linux (an http:// "
+                             "target, --http-client fast)")
         if self.api is not None and self.api not in ("completions", "chat", "messages"):
             raise InputError(f"--api must be completions, chat or messages, got {self.api!r}")
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:

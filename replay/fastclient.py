@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -35,6 +36,7 @@ from replay.http1 import (
     request_head,
     request_head_prefix,
 )
+from replay.kstamp import StampedTransport, open_stamped
 from replay.outcome import RequestRecord
 
 IDLE_S = 4.0
@@ -65,7 +67,7 @@ class H1Connection(asyncio.Protocol):
                  "transport")
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport | StampedTransport | None = None
         self.closed = False
         self.keep_alive = True
         self.idle_since = 0
@@ -112,11 +114,15 @@ class H1Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        t = time.monotonic_ns()
+        self.received(data, time.monotonic_ns())
+
+    def received(self, data: bytes, t: int) -> None:
+        """``data`` read at ``t`` (the loop's time, or the kernel's receive time with
+        ``replay.kstamp``)."""
         self.last_t = t
         if self._aligned:
             # The common read: whole chunks ("<hex>\r\n<data>\r\n"), usually one (an SSE
@@ -262,9 +268,11 @@ class H1Connection(asyncio.Protocol):
 class ConnectionPool:
     """Keep-alive connections to one host:port, most recently used first."""
 
-    def __init__(self, host: str, port: int, idle_s: float = IDLE_S) -> None:
+    def __init__(self, host: str, port: int, idle_s: float = IDLE_S, *,
+                 kernel_timestamps: bool = False) -> None:
         self.host = host
         self.port = port
+        self.kernel_timestamps = kernel_timestamps
         self.idle_ns = int(idle_s * 1e9)
         self._idle: list[H1Connection] = []
         self.opened = 0
@@ -290,8 +298,12 @@ class ConnectionPool:
     async def connect(self, timeout_s: float) -> H1Connection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(H1Connection, self.host, self.port), timeout_s)
+            if self.kernel_timestamps:
+                conn = H1Connection()
+                await asyncio.wait_for(open_stamped(self.host, self.port, conn), timeout_s)
+            else:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(H1Connection, self.host, self.port), timeout_s)
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self.opened += 1
@@ -326,7 +338,8 @@ class FastSender:
     (http only). Same interface and the same ``RequestRecord`` filling as
     ``replay.client.Sender``."""
 
-    def __init__(self, base_url: str, request_timeout_s: float) -> None:
+    def __init__(self, base_url: str, request_timeout_s: float, *,
+                 kernel_timestamps: bool = False) -> None:
         u = urlsplit(base_url.rstrip("/"))
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"the fast client speaks plain http://, not {base_url!r}")
@@ -335,7 +348,7 @@ class FastSender:
         if ":" in u.hostname:  # IPv6 literal
             self.host_header = f"[{u.hostname}]" + (f":{u.port}" if u.port is not None else "")
         self.base_path = u.path
-        self.pool = ConnectionPool(u.hostname, port)
+        self.pool = ConnectionPool(u.hostname, port, kernel_timestamps=kernel_timestamps)
         self.timeout_s = request_timeout_s
         self.chunks = 0
         self.in_flight = 0

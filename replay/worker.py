@@ -123,7 +123,8 @@ async def arun_shard(
     try:
         sender: Sender | FastSender
         if config.effective_http_client() == "fast":
-            sender = fast = FastSender(config.target, config.request_timeout_s)
+            sender = fast = FastSender(config.target, config.request_timeout_s,
+                                       kernel_timestamps=config.timestamps == "kernel")
         else:
             sender = Sender(session, config.target)
         preparer = Preparer(

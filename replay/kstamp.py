@@ -1,0 +1,186 @@
+"""Kernel receive timestamps for the fast client (``--timestamps kernel``, Linux).
+
+A chunk's time is normally ``time.monotonic_ns()`` when the event loop hands us the read.
+When the loop is busy (starting requests, a GC pass), the bytes wait in the socket and the
+chunk is stamped late. With ``SO_TIMESTAMPNS`` the kernel stamps every packet as it is
+received, and ``recvmsg`` returns that time with the data: the loop's own lag no longer
+moves the chunk's time. For TCP the stamp a read returns is that of the last packet it
+consumed, so when several chunks of one stream wait in the socket (a stall longer than the
+gap between them) the earlier ones still take the later packet's time; the common case, one
+chunk per read, is exact.
+
+asyncio's and uvloop's transports read with ``recv``, which drops the timestamp, so this is
+a small transport of its own: a non-blocking socket read with ``recvmsg`` from a
+``loop.add_reader`` callback (works on both loops), written with ``send`` and, when the
+socket is full, ``add_writer``. It offers what ``fastclient.H1Connection`` uses of a
+transport: ``write``, ``close``, ``abort``; and calls the protocol's ``connection_made``,
+``received(data, t)``, ``eof_received`` and ``connection_lost``.
+
+The kernel stamps with CLOCK_REALTIME; each stamp is moved to CLOCK_MONOTONIC by the offset
+between the two clocks measured when the connection opens (both clocks are slewed alike by
+NTP; a step of the wall clock during a run would shift the stamps of connections opened
+before it, and a stamp is never allowed to be later than the read itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+import time
+from typing import Any, Protocol
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+"""Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS); Python names it only on some builds."""
+READ_SIZE = 262144
+_ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
+_TS = struct.Struct("qq")
+
+
+class StampedProtocol(Protocol):
+    def connection_made(self, transport: Any) -> None: ...
+    def received(self, data: bytes, t: int) -> None: ...
+    def eof_received(self) -> bool | None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+def supported() -> bool:
+    return sys.platform.startswith("linux")
+
+
+def realtime_offset_ns(samples: int = 5) -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC, from the tightest of a few bracketed readings."""
+    best: tuple[int, int] | None = None
+    for _ in range(samples):
+        m0 = time.monotonic_ns()
+        r = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        m1 = time.monotonic_ns()
+        if best is None or m1 - m0 < best[0]:
+            best = (m1 - m0, r - (m0 + m1) // 2)
+    assert best is not None
+    return best[1]
+
+
+class StampedTransport:
+    """One connected TCP socket, read with ``recvmsg`` for the kernel's receive time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                 protocol: StampedProtocol) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._offset = realtime_offset_ns()
+        self._out = bytearray()
+        self._closing = False
+        self._lost = False
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self._sock.recvmsg(READ_SIZE, _ANC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._connection_lost(exc)
+            return
+        now = time.monotonic_ns()
+        if not data:
+            self._loop.remove_reader(self._fd)
+            self._protocol.eof_received()
+            self._connection_lost(None)
+            return
+        t = now
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                sec, nsec = _TS.unpack_from(payload)
+                t = min(now, sec * 1_000_000_000 + nsec - self._offset)
+        self._protocol.received(data, t)
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if not self._out:
+            try:
+                n = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as exc:
+                self._connection_lost(exc)
+                return
+            if n == len(data):
+                return
+            data = data[n:]
+            self._loop.add_writer(self._fd, self._on_writable)
+        self._out += data
+
+    def _on_writable(self) -> None:
+        try:
+            n = self._sock.send(self._out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._connection_lost(exc)
+            return
+        del self._out[:n]
+        if not self._out:
+            self._loop.remove_writer(self._fd)
+            if self._closing:
+                self._connection_lost(None)
+
+    def is_closing(self) -> bool:
+        return self._closing or self._lost
+
+    def close(self) -> None:
+        """Close after what is buffered has been written."""
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if not self._out:
+            self._loop.call_soon(self._connection_lost, None)
+
+    def abort(self) -> None:
+        self._closing = True
+        self._loop.call_soon(self._connection_lost, None)
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        self._out.clear()
+        try:
+            self._sock.close()
+        finally:
+            self._protocol.connection_lost(exc)
+
+
+async def open_stamped(host: str, port: int, protocol: StampedProtocol) -> StampedTransport:
+    """Connect to host:port and return the transport (the protocol gets connection_made)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    if not infos:
+        raise OSError(f"cannot resolve {host}")
+    last: OSError | None = None
+    for family, kind, proto, _name, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return StampedTransport(loop, sock, protocol)
+    assert last is not None
+    raise last
