@@ -36,7 +36,7 @@ from benchmarks.peers import clients as cl  # noqa: E402
 from benchmarks.peers.harness import cores, read_truth, run_client, sim_server, write_profile  # noqa: E402
 
 NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)",
-         "ours-kernel": "agent-replay (--timestamps kernel)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
+         "ours-loop": "agent-replay (--timestamps loop)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
          "aiperf": "AIPerf 0.13.0"}
 INTERVAL_MS = 5.0
 
@@ -143,9 +143,9 @@ def script(name: str, args: list[str], timeout: float = 600) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one load point per client, no extras")
-    ap.add_argument("--clients", default="ours,ours-aiohttp,vllm,guidellm,aiperf",
-                    help="comma-separated: ours (the default fast client), ours-aiohttp (our "
-                    "replay with --http-client aiohttp), ours-kernel (--timestamps kernel), vllm, "
+    ap.add_argument("--clients", default="ours,ours-loop,ours-aiohttp,vllm,guidellm,aiperf",
+                    help="comma-separated: ours (the defaults: fast client, kernel timestamps), "
+                    "ours-loop (--timestamps loop), ours-aiohttp (--http-client aiohttp), vllm, "
                     "guidellm, aiperf")
     ap.add_argument("--streams", default=None, help="comma-separated stream counts (default 64,256)")
     ap.add_argument("--no-install", action="store_true", help="skip peers that are not installed")
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in avail:
                 rows.append(one(c, conc, 4 * conc, 0, work))
         spec_c = 64
-        for c in [x for x in avail if x in ("ours", "ours-aiohttp", "vllm")] if not args.quick else []:
+        for c in [x for x in avail if x in ("ours", "ours-loop", "ours-aiohttp", "vllm")] if not args.quick else []:
             spec_rows.append(one(c, spec_c, 4 * spec_c, 3, work))
         if "ours" in avail and not args.quick:
             top = max(streams)

@@ -9,6 +9,7 @@ from replay.plan import TIMING_MODES, PlanOptions
 from traces.errors import InputError
 
 LOOP_KINDS = ("uvloop", "asyncio")
+TIMESTAMPS = ("auto", "kernel", "loop")
 HTTP_CLIENTS = ("fast", "aiohttp")
 
 
@@ -45,9 +46,10 @@ class RunConfig:
     http_client: str = "fast"
     """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
     to aiohttp) or ``aiohttp``."""
-    timestamps: str = "loop"
+    timestamps: str = "auto"
     """``loop``: a chunk's time is when the event loop hands over the read; ``kernel``: the
-    kernel's receive time (``replay.kstamp``; fast client, Linux)."""
+    kernel's receive time (``replay.kstamp``; fast client, Linux); ``auto``: kernel where it
+    can be had, else loop (``effective_timestamps``)."""
     progress: bool = True
     launch: str | None = None
     """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
@@ -83,8 +85,9 @@ class RunConfig:
             raise InputError(f"loop must be one of {', '.join(LOOP_KINDS)}")
         if self.http_client not in HTTP_CLIENTS:
             raise InputError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}, got {self.http_client!r}")
-        if self.timestamps not in ("loop", "kernel"):
-            raise InputError(f"--timestamps must be loop or kernel, got {self.timestamps!r}")
+        if self.timestamps not in TIMESTAMPS:
+            raise InputError(f"--timestamps must be one of {', '.join(TIMESTAMPS)}, "
+                             f"got {self.timestamps!r}")
         if self.timestamps == "kernel" and (self.effective_http_client() != "fast"
                                             or not sys.platform.startswith("linux")):
             raise InputError("--timestamps kernel needs the fast client on Linux (an http:// "
@@ -97,6 +100,13 @@ class RunConfig:
         if not self.target.startswith(("http://", "https://")):
             raise InputError(f"--target must be an http(s) URL, got {self.target!r}")
         self.plan_options().check()
+
+    def effective_timestamps(self) -> str:
+        """``kernel`` or ``loop``: what a worker stamps chunks with."""
+        if self.timestamps != "auto":
+            return self.timestamps
+        kernel = self.effective_http_client() == "fast" and sys.platform.startswith("linux")
+        return "kernel" if kernel else "loop"
 
     def effective_http_client(self) -> str:
         """The client a worker uses: the fast one speaks plain http only."""

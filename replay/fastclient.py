@@ -36,7 +36,7 @@ from replay.http1 import (
     request_head,
     request_head_prefix,
 )
-from replay.kstamp import StampedTransport, open_stamped
+from replay.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
 from replay.outcome import RequestRecord
 
 IDLE_S = 4.0
@@ -273,6 +273,7 @@ class ConnectionPool:
         self.host = host
         self.port = port
         self.kernel_timestamps = kernel_timestamps
+        self._addrs: list[AddrInfo] | None = None
         self.idle_ns = int(idle_s * 1e9)
         self._idle: list[H1Connection] = []
         self.opened = 0
@@ -299,8 +300,10 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         try:
             if self.kernel_timestamps:
+                if self._addrs is None:  # resolved once: not a thread-pool lookup per connection
+                    self._addrs = await asyncio.wait_for(resolve(self.host, self.port), timeout_s)
                 conn = H1Connection()
-                await asyncio.wait_for(open_stamped(self.host, self.port, conn), timeout_s)
+                await asyncio.wait_for(open_stamped(self._addrs, conn), timeout_s)
             else:
                 _, conn = await asyncio.wait_for(
                     loop.create_connection(H1Connection, self.host, self.port), timeout_s)

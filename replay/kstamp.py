@@ -161,12 +161,20 @@ class StampedTransport:
             self._protocol.connection_lost(exc)
 
 
-async def open_stamped(host: str, port: int, protocol: StampedProtocol) -> StampedTransport:
-    """Connect to host:port and return the transport (the protocol gets connection_made)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+AddrInfo = tuple[int, int, int, str, Any]
+
+
+async def resolve(host: str, port: int) -> list[AddrInfo]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     if not infos:
         raise OSError(f"cannot resolve {host}")
+    return list(infos)
+
+
+async def open_stamped(infos: list[AddrInfo], protocol: StampedProtocol) -> StampedTransport:
+    """Connect to the first address of ``infos`` (``resolve``) that answers and return the
+    transport (the protocol gets connection_made)."""
+    loop = asyncio.get_running_loop()
     last: OSError | None = None
     for family, kind, proto, _name, addr in infos:
         sock = socket.socket(family, kind, proto)

@@ -153,7 +153,7 @@ def _environment(config: RunConfig) -> dict[str, Any]:
         "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
         "loop": config.loop if (config.loop != "uvloop" or uv) else "asyncio",
         "http_client": config.effective_http_client(),
-        "timestamps": config.timestamps,
+        "timestamps": config.effective_timestamps(),
     }
 
 

@@ -124,7 +124,7 @@ async def arun_shard(
         sender: Sender | FastSender
         if config.effective_http_client() == "fast":
             sender = fast = FastSender(config.target, config.request_timeout_s,
-                                       kernel_timestamps=config.timestamps == "kernel")
+                                       kernel_timestamps=config.effective_timestamps() == "kernel")
         else:
             sender = Sender(session, config.target)
         preparer = Preparer(

@@ -25,9 +25,10 @@ from benchmarks.peers.harness import MODEL, ROOT, Truth, find_number, per_token,
 CACHE = Path(os.environ.get("AGENT_REPLAY_CACHE", Path.home() / ".cache" / "agent-replay"))
 PEERS = CACHE / "peers"
 PINS = {"guidellm": "guidellm==0.8.1", "aiperf": "aiperf==0.13.0"}
-OURS = {"ours": "fast", "ours-aiohttp": "aiohttp", "ours-kernel": "fast"}
-"""Our client by name: the default fast client, the aiohttp one (``--http-client``), and the
-fast client with kernel receive timestamps (``--timestamps kernel``)."""
+OURS = {"ours": ("fast", "auto"), "ours-loop": ("fast", "loop"), "ours-aiohttp": ("aiohttp", "loop")}
+"""Our client by name, as (``--http-client``, ``--timestamps``): the defaults (the fast client
+with kernel receive timestamps on Linux), the fast client with loop timestamps, and the
+aiohttp client."""
 INPUT_TOKENS = 128
 OUTPUT_TOKENS = 256
 
@@ -89,8 +90,8 @@ def command(client: str, url: str, conc: int, n: int, rundir: Path, workers: int
         cmd = [str(ROOT / ".venv" / "bin" / "agent-replay"), "run", str(trace), "--target", url,
                "--timing", "max-rate", "--concurrency", str(conc), "--workers", str(workers),
                "--output", str(rundir / "results"), "--salt", "0", "--scrape-interval", "0",
-               "--no-progress", "--vocab-size", "4096", "--http-client", OURS[client],
-               "--timestamps", "kernel" if client == "ours-kernel" else "loop"]
+               "--no-progress", "--vocab-size", "4096", "--http-client", OURS[client][0],
+               "--timestamps", OURS[client][1]]
     elif client == "vllm":
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
         cmd = [str(ensure("vllm")), "bench", "serve", "--backend", "vllm", "--base-url", url,

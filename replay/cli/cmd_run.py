@@ -75,10 +75,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http-client", choices=("fast", "aiohttp"), default="fast",
                    help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
                    "(default; https targets use aiohttp); aiohttp: the aiohttp client")
-    p.add_argument("--timestamps", choices=("loop", "kernel"), default="loop",
-                   help="loop: a chunk's time is when the event loop reads it (default); "
-                   "kernel: the kernel's receive time of its packet (SO_TIMESTAMPNS; fast client "
-                   "on Linux), so the load generator's own loop lag does not move it")
+    p.add_argument("--timestamps", choices=("auto", "kernel", "loop"), default="auto",
+                   help="kernel: a chunk's time is the kernel's receive time of its packet "
+                   "(SO_TIMESTAMPNS; fast client on Linux), so the load generator's own loop lag "
+                   "does not move it; loop: when the event loop reads it; auto (default): kernel "
+                   "where it can be had, else loop")
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
 
 
@@ -102,7 +103,7 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         workers=args.workers, scrape_interval_s=args.scrape_interval,
         vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,
         http_client=getattr(args, "http_client", "fast"),
-        timestamps=getattr(args, "timestamps", "loop"),
+        timestamps=getattr(args, "timestamps", "auto"),
         progress=not args.no_progress, launch=getattr(args, "launch", None),
         ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1))
 

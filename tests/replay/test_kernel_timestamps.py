@@ -165,6 +165,12 @@ def test_kernel_timestamps_need_the_fast_client() -> None:
     with pytest.raises(InputError, match="--timestamps kernel needs the fast client"):
         RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="kernel",
                   http_client="aiohttp").check()
-    with pytest.raises(InputError, match="--timestamps must be loop or kernel"):
+    with pytest.raises(InputError, match="--timestamps must be one of"):
         RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="nic").check()
     RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="kernel").check()
+    # auto: kernel stamps with the fast client, loop stamps where they cannot be had
+    auto = RunConfig(trace="t", target="http://127.0.0.1:1", output="o")
+    assert auto.timestamps == "auto" and auto.effective_timestamps() == "kernel"
+    assert RunConfig(trace="t", target="http://127.0.0.1:1", output="o",
+                     http_client="aiohttp").effective_timestamps() == "loop"
+    assert RunConfig(trace="t", target="https://example.com", output="o").effective_timestamps() == "loop"
