@@ -85,6 +85,16 @@ class SendGate:
         self._arm()
         await fut
 
+    async def admit(self, rec: RequestRecord) -> None:
+        """``enter`` for one request; a run stopped while it waits records the request as
+        cancelled before it was sent."""
+        try:
+            await self.enter()
+        except asyncio.CancelledError:
+            rec.end_ns = time.monotonic_ns()
+            rec.fail("cancelled", "the run was stopped before this request was sent")
+            raise
+
     def _arm(self) -> None:
         if not self._armed:
             self._armed = True
@@ -123,12 +133,7 @@ class Sender:
             url = self._urls[prep.path] = URL(self.base_url + prep.path)
         stream = EventStream(rec, prep.api)
         feed = stream.feed
-        try:
-            await self.gate.enter()
-        except asyncio.CancelledError:
-            rec.end_ns = now()
-            rec.fail("cancelled", "the run was stopped before this request was sent")
-            raise
+        await self.gate.admit(rec)
         self.in_flight += 1
         rec.sent_ns = now()
         try:

@@ -367,12 +367,7 @@ class FastSender:
         if prefix is None:
             prefix = self._prefix[prep.path] = request_head_prefix(
                 "POST", self.base_path + prep.path, self.host_header)
-        try:
-            await self.gate.enter()
-        except asyncio.CancelledError:
-            rec.end_ns = now()
-            rec.fail("cancelled", "the run was stopped before this request was sent")
-            raise
+        await self.gate.admit(rec)
         self.in_flight += 1
         loop = asyncio.get_running_loop()
         conn: H1Connection | None = None

@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import socket
 import types
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -246,12 +245,6 @@ async def test_close_before_the_end(clock: list[int], reads: list[bytes], messag
 # -- over sockets ---------------------------------------------------------------------
 
 
-@pytest.fixture
-async def raw() -> AsyncIterator[list[RawServer]]:
-    servers: list[RawServer] = []
-    yield servers
-    for s in servers:
-        await s.stop()
 
 
 async def serve(servers: list[RawServer], script: Any) -> tuple[RawServer, str]:

@@ -14,7 +14,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -31,12 +30,6 @@ MS = 1_000_000
 BLOCK_S = 0.08
 
 
-@pytest.fixture
-async def raw() -> AsyncIterator[list[RawServer]]:
-    servers: list[RawServer] = []
-    yield servers
-    for s in servers:
-        await s.stop()
 
 
 class ThreadServer:
