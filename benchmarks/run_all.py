@@ -39,6 +39,9 @@ NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)"
          "ours-loop": "agent-replay (--timestamps loop)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
          "aiperf": "AIPerf 0.13.0"}
 INTERVAL_MS = 5.0
+KERNEL_ARRIVAL = False
+"""--engine-kernel-arrival: the engine's ground truth stamps each request's arrival from the
+kernel (``engines sim --kernel-arrival``)."""
 
 
 def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
@@ -51,7 +54,7 @@ def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
     srv_core, cli_core = cores()
     if label == "-unpinned":
         srv_core = cli_core = ""  # the workers need both cores; the server shares them
-    with sim_server(profile, gt, srv_core) as url:
+    with sim_server(profile, gt, srv_core, kernel_arrival=KERNEL_ARRIVAL) as url:
         cmd, env = cl.command(client, url, conc, n, rundir, workers)
         run = run_client(cmd, cli_core, env, rundir / "client.log")
     truth = read_truth(gt)
@@ -152,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-scripts", action="store_true", help="skip (c) and (d)")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep every run's files in DIR")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest.md"))
+    ap.add_argument("--engine-kernel-arrival", action="store_true",
+                    help="the engine stamps each request's arrival from the kernel (its own "
+                         "ingress queue then shows in its ground truth; it runs on a slower "
+                         "Python transport)")
     args = ap.parse_args(argv)
+    global KERNEL_ARRIVAL
+    KERNEL_ARRIVAL = args.engine_kernel_arrival
     streams = [int(x) for x in (args.streams or ("256" if args.quick else "64,256")).split(",")]
     wanted = [c for c in args.clients.split(",") if c]
     avail = []

@@ -48,7 +48,7 @@ class RunConfig:
     to aiohttp) or ``aiohttp``."""
     timestamps: str = "auto"
     """``loop``: a chunk's time is when the event loop hands over the read; ``kernel``: the
-    kernel's receive time (``replay.kstamp``; fast client, Linux); ``auto``: kernel where it
+    kernel's receive time (``engines.kstamp``; fast client, Linux); ``auto``: kernel where it
     can be had, else loop (``effective_timestamps``)."""
     progress: bool = True
     launch: str | None = None

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from engines.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
 from replay.client import EventStream, Prepared, SendGate
 from replay.http1 import (
     ChunkedDecoder,
@@ -36,7 +37,6 @@ from replay.http1 import (
     request_head,
     request_head_prefix,
 )
-from replay.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
 from replay.outcome import RequestRecord
 
 IDLE_S = 4.0
@@ -122,7 +122,7 @@ class H1Connection(asyncio.Protocol):
 
     def received(self, data: bytes, t: int) -> None:
         """``data`` read at ``t`` (the loop's time, or the kernel's receive time with
-        ``replay.kstamp``)."""
+        ``engines.kstamp``)."""
         self.last_t = t
         if self._aligned:
             # The common read: whole chunks ("<hex>\r\n<data>\r\n"), usually one (an SSE

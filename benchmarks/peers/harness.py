@@ -61,12 +61,13 @@ def write_profile(path: Path, interval_ms: float, spec_tokens: int = 0) -> Path:
 
 
 @contextlib.contextmanager
-def sim_server(profile: Path, gt: Path, core: str) -> Iterator[str]:
+def sim_server(profile: Path, gt: Path, core: str, kernel_arrival: bool = False) -> Iterator[str]:
     """The engine on ``core``; yields its URL; on exit it is stopped (SIGTERM) and has
     written its ground truth to ``gt``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = pinned(core, [sys.executable, "-m", "engines.sim", "--port", "0", "--profile",
-                        str(profile), "--ground-truth", str(gt), "--force"])
+                        str(profile), "--ground-truth", str(gt), "--force"]
+                 + (["--kernel-arrival"] if kernel_arrival else []))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=env, start_new_session=True)
     try:

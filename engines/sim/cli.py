@@ -31,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write per-chunk write times as Parquet on shutdown (one file per worker: "
                         "FILE, or FILE with .wN before the suffix when --workers > 1)")
     p.add_argument("--force", action="store_true", help="overwrite an existing ground-truth file")
+    p.add_argument("--kernel-arrival", action="store_true",
+                   help="with --ground-truth (Linux): each request's arrival from the kernel's "
+                        "receive stamp of its first packet, so the engine's own ingress queue "
+                        "shows in the ground truth; the engine then reads and writes through a "
+                        "Python transport, slower than uvloop's")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -67,7 +72,8 @@ def _run_single(args: argparse.Namespace) -> int:
     async def main() -> None:
         server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
                            ground_truth=args.ground_truth, force=args.force,
-                           reuse_port=args.reuse_port, engine_index=args.engine_index)
+                           reuse_port=args.reuse_port, engine_index=args.engine_index,
+                           kernel_arrival=args.kernel_arrival)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -108,6 +114,8 @@ def _run_workers(args: argparse.Namespace) -> int:
                 cmd += ["--ground-truth", worker_path(args.ground_truth, k)]
             if args.force:
                 cmd.append("--force")
+            if args.kernel_arrival:
+                cmd.append("--kernel-arrival")
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         for k, pr in enumerate(procs):
             assert pr.stdout is not None

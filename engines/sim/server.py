@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import orjson
 from aiohttp import web, web_protocol, web_server
 from prometheus_client import generate_latest
 
+from engines import kstamp
 from engines.sim import wire
 from engines.sim.core import EngineCore, QueueFullError, SimRequest, request_seed
 from engines.sim.faults import FaultSpec, parse_faults
@@ -51,8 +53,13 @@ class SimServer:
 
     def __init__(self, profile: SimProfile | str = "fast", host: str = "127.0.0.1", port: int = 0,
                  seed: int = 0, ground_truth: str | Path | None = None, *, force: bool = False,
-                 reuse_port: bool = False, engine_index: int = 0) -> None:
+                 reuse_port: bool = False, engine_index: int = 0,
+                 kernel_arrival: bool = False) -> None:
         self.profile = SimProfile.load(profile) if isinstance(profile, str) else profile
+        self.kernel_arrival = kernel_arrival
+        """With ground truth: each request's ``first_byte_ns`` from the kernel's receive stamp
+        (``_StampedListener``; the engine then reads and writes through ``engines.kstamp``'s
+        Python transport, slower than uvloop's), instead of when the loop first read it."""
         self.host = host
         self.port = port
         self.seed = seed
@@ -67,6 +74,7 @@ class SimServer:
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: _StampedListener | None = None
         self._sinks: set[BaseSink] = set()
         self.created = int(time.time())
         self.registry = make_registry(self.core, self.profile.model_name, str(engine_index))
@@ -98,16 +106,22 @@ class SimServer:
         self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
-        if type(self._runner.server) is web_server.Server:
-            self._runner.server.__class__ = _StampingServer
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_port=self.reuse_port or None,
-                           backlog=1024)
-        await site.start()
-        server = site._server
-        if self.port == 0 and server is not None:
-            sockets = getattr(server, "sockets", None) or []
-            if sockets:
-                self.port = sockets[0].getsockname()[1]
+        factory = self._runner.server
+        if type(factory) is web_server.Server:
+            factory.__class__ = _StampingServer
+        if self.kernel_arrival and self.gt is not None and factory is not None \
+                and kstamp.supported():
+            self._listener = _StampedListener(factory, self.host, self.port, self.reuse_port)
+            self.port = self._listener.port
+        else:
+            site = web.TCPSite(self._runner, self.host, self.port,
+                               reuse_port=self.reuse_port or None, backlog=1024)
+            await site.start()
+            server = site._server
+            if self.port == 0 and server is not None:
+                sockets = getattr(server, "sockets", None) or []
+                if sockets:
+                    self.port = sockets[0].getsockname()[1]
         self._loop_task = asyncio.get_running_loop().create_task(self._engine_loop())
         return self
 
@@ -119,6 +133,9 @@ class SimServer:
             self._loop_task = None
         for sink in list(self._sinks):
             sink.abort()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -435,19 +452,65 @@ def _draw(seed: int) -> float:
 
 
 class _StampingHandler(web_protocol.RequestHandler):
-    """aiohttp's connection handler, plus the time the event loop first read a request's
-    bytes (``first_byte_ns``). The handler of a request runs later: after the requests
-    that arrived before it were parsed and handled, which is the engine's own ingress queue.
-    A read that starts with ``P`` starts a POST (a JSON body or a chunk-size line never
-    does); clients send a connection's next request only after its response, so the stamp
-    the handler reads is its own request's."""
+    """aiohttp's connection handler, plus when a request's bytes arrived (``first_byte_ns``):
+    the kernel's receive time of its first packet on a ``_StampedListener`` connection
+    (ground truth on), else when the event loop first read them. The handler of a request
+    runs later: after the engine's loop got round to the socket and after the requests that
+    arrived before it were parsed and handled, which is the engine's own ingress queue. A
+    read that starts with ``P`` starts a POST (a JSON body or a chunk-size line never does);
+    clients send a connection's next request only after its response, so the stamp the
+    handler reads is its own request's."""
 
     first_byte_ns = 0
 
     def data_received(self, data: bytes) -> None:
+        self.received(data, time.monotonic_ns())
+
+    def received(self, data: bytes, t: int) -> None:
         if data[:1] == b"P":
-            self.first_byte_ns = time.monotonic_ns()
+            self.first_byte_ns = t
         super().data_received(data)
+
+
+class _StampedListener:
+    """Accepts connections itself and gives each a kernel-stamped transport
+    (``engines.kstamp``) around aiohttp's handler, instead of ``web.TCPSite``."""
+
+    def __init__(self, factory: web_server.Server, host: str, port: int, reuse_port: bool) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._factory = factory
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(addr)
+            sock.listen(1024)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.port: int = sock.getsockname()[1]
+        self._loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors and the like: try again when readable
+                return
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            kstamp.StampedTransport(self._loop, conn, self._factory())  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._loop.remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
 class _StampingServer(web_server.Server):

@@ -184,13 +184,17 @@ async def test_ground_truth_records_every_chunk(tmp_path: Path) -> None:
                                       for done, sched in zip(r["chunk_ns"], r["chunk_scheduled_ns"], strict=True))
 
 
-async def test_ground_truth_first_read_includes_the_engines_ingress_queue(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kernel_arrival", [False, True])
+async def test_ground_truth_first_read_includes_the_engines_ingress_queue(
+        tmp_path: Path, kernel_arrival: bool) -> None:
     """Two requests whose bytes are read in the same loop iteration: the second one's handler
     runs only after the first one's (a long prompt to tokenize), so its ``received_ns`` is
     later than the moment its bytes were read (``first_byte_ns``); the wait in between is
-    the engine's own queue, and the ground truth now shows it."""
-    gt = tmp_path / "gt.parquet"
-    async with SimServer(FAST, ground_truth=gt) as s:
+    the engine's own queue, and the ground truth now shows it. With ``kernel_arrival`` the
+    stamp is the kernel's receive time (a transport of our own): the same holds, and the
+    server still answers both."""
+    gt = tmp_path / f"gt-{kernel_arrival}.parquet"
+    async with SimServer(FAST, ground_truth=gt, kernel_arrival=kernel_arrival) as s:
         heads = []
         for rid, prompt in (("big", "word " * 20000), ("small", "hi")):
             body = json.dumps({"prompt": prompt, "max_tokens": 2, "ignore_eos": True,

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
+from engines.kstamp import realtime_offset_ns
 from replay.fastclient import FastSender
-from replay.kstamp import realtime_offset_ns
 from replay.outcome import RequestRecord
 from tests.replay.rawserver import LAST_CHUNK, SSE_HEAD, RawServer, chunk, chunked_response, events
 from tests.replay.test_client_errors import prep, rec

@@ -1,4 +1,5 @@
-"""Kernel receive timestamps for the fast client (``--timestamps kernel``, Linux).
+"""Kernel receive timestamps (Linux): for the replay's fast client (``--timestamps kernel``)
+and for the simulated engine's ground truth (when a request's bytes reached the host).
 
 A chunk's time is normally ``time.monotonic_ns()`` when the event loop hands us the read.
 When the loop is busy (starting requests, a GC pass), the bytes wait in the socket and the
@@ -12,9 +13,11 @@ chunk per read, is exact.
 asyncio's and uvloop's transports read with ``recv``, which drops the timestamp, so this is
 a small transport of its own: a non-blocking socket read with ``recvmsg`` from a
 ``loop.add_reader`` callback (works on both loops), written with ``send`` and, when the
-socket is full, ``add_writer``. It offers what ``fastclient.H1Connection`` uses of a
-transport: ``write``, ``close``, ``abort``; and calls the protocol's ``connection_made``,
-``received(data, t)``, ``eof_received`` and ``connection_lost``.
+socket is full, ``add_writer``. It offers what ``fastclient.H1Connection`` and aiohttp's
+server protocol use of a transport (``write``, ``writelines``, ``close``, ``abort``,
+``is_closing``, ``get_extra_info``, ``pause_reading``/``resume_reading``), tells the
+protocol to pause and resume writing around a high-water mark, and calls its
+``connection_made``, ``received(data, t)``, ``eof_received`` and ``connection_lost``.
 
 The kernel stamps with CLOCK_REALTIME; each stamp is moved to CLOCK_MONOTONIC by the offset
 between the two clocks measured when the connection opens (both clocks are slewed alike by
@@ -34,6 +37,9 @@ from typing import Any, Protocol
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 """Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS); Python names it only on some builds."""
 READ_SIZE = 262144
+HIGH_WATER = 65536
+"""Buffered output above which the protocol is asked to pause writing (``LOW_WATER``: resume)."""
+LOW_WATER = 16384
 _ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _TS = struct.Struct("qq")
 
@@ -75,9 +81,12 @@ class StampedTransport:
         self._out = bytearray()
         self._closing = False
         self._lost = False
+        self._reading = True
+        self._write_paused = False
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         protocol.connection_made(self)
-        loop.add_reader(self._fd, self._on_readable)
+        if not self._closing:
+            loop.add_reader(self._fd, self._on_readable)
 
     def _on_readable(self) -> None:
         try:
@@ -116,6 +125,14 @@ class StampedTransport:
             data = data[n:]
             self._loop.add_writer(self._fd, self._on_writable)
         self._out += data
+        if not self._write_paused and len(self._out) > HIGH_WATER:
+            self._write_paused = True
+            pause = getattr(self._protocol, "pause_writing", None)
+            if pause is not None:
+                pause()
+
+    def writelines(self, chunks: Any) -> None:
+        self.write(b"".join(chunks))
 
     def _on_writable(self) -> None:
         try:
@@ -126,6 +143,11 @@ class StampedTransport:
             self._connection_lost(exc)
             return
         del self._out[:n]
+        if self._write_paused and len(self._out) <= LOW_WATER:
+            self._write_paused = False
+            resume = getattr(self._protocol, "resume_writing", None)
+            if resume is not None:
+                resume()
         if not self._out:
             self._loop.remove_writer(self._fd)
             if self._closing:
@@ -133,6 +155,31 @@ class StampedTransport:
 
     def is_closing(self) -> bool:
         return self._closing or self._lost
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        try:
+            if name == "socket":
+                return self._sock
+            if name == "peername":
+                return self._sock.getpeername()
+            if name == "sockname":
+                return self._sock.getsockname()
+        except OSError:
+            return default
+        return default
+
+    def pause_reading(self) -> None:
+        if self._reading and not self._closing:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closing:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def is_reading(self) -> bool:
+        return self._reading and not self._closing
 
     def close(self) -> None:
         """Close after what is buffered has been written."""
