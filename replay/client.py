@@ -278,7 +278,7 @@ def _check_inexact(rec: RequestRecord) -> None:
     problems = []
     if rec.completion_tokens is None:
         problems.append("no usage: output length not checked")
-    elif rec.completion_tokens != rec.expected_output_tokens:
+    elif _output_differs(rec):
         problems.append(f"usage says {rec.completion_tokens} output tokens, trace has "
                         f"{rec.expected_output_tokens}")
     problems += _prompt_problem(rec)
@@ -286,7 +286,21 @@ def _check_inexact(rec: RequestRecord) -> None:
     rec.error = "; ".join([why, *problems])
 
 
+def inexact_counts_differ(rec: RequestRecord) -> bool:
+    """An inexact stream's usage (when sent) disagrees with the trace's token counts: what
+    ``_check_inexact`` writes into ``error``, as a count the run summary can keep."""
+    return _output_differs(rec) or _prompt_differs(rec)
+
+
+def _output_differs(rec: RequestRecord) -> bool:
+    return rec.completion_tokens is not None and rec.completion_tokens != rec.expected_output_tokens
+
+
+def _prompt_differs(rec: RequestRecord) -> bool:
+    return rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens
+
+
 def _prompt_problem(rec: RequestRecord) -> list[str]:
-    if rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens:
+    if _prompt_differs(rec):
         return [f"{rec.prompt_tokens} prompt tokens, trace has {rec.expected_input_tokens}"]
     return []

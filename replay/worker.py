@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from replay.client import Prepared, Sender, make_session
+from replay.client import Prepared, Sender, inexact_counts_differ, make_session
 from replay.clock import MonotonicClock
 from replay.config import RunConfig
 from replay.driver import Driver
@@ -141,7 +141,7 @@ async def arun_shard(
                     summary.mismatches += 1
                 elif rec.error_kind == "inexact":
                     summary.inexact += 1
-                    if _usage_differs(rec):
+                    if inexact_counts_differ(rec):
                         summary.mismatches += 1
             else:
                 kind = rec.error_kind or "unknown"
@@ -185,13 +185,6 @@ async def arun_shard(
         summary.cpu_s = cpu.cpu_s()
         summary.wall_s = (time.monotonic_ns() - wall0) / 1e9
     return summary
-
-
-def _usage_differs(rec: RequestRecord) -> bool:
-    """An inexact stream's usage (when sent) disagrees with the trace's token counts."""
-    return ((rec.completion_tokens is not None
-             and rec.completion_tokens != rec.expected_output_tokens)
-            or (rec.prompt_tokens is not None and rec.prompt_tokens != rec.expected_input_tokens))
 
 
 async def _tick(driver: Driver, writer: ResultWriter, sender: Sender | FastSender, summary: WorkerSummary,

@@ -1,6 +1,25 @@
-# Shared start and helpers of run_gpu.sh, run_wide_ep.sh and run_ab.sh (sourced, not run).
-# Needs: ROOT (repo root), OUTDIR, BUDGET (s), DRY (0/1), SETUP (0/1). Sets T0 (epoch s), IN
-# (inputs), MODEL, RES (results folder) and LOG (log folder), and starts LOG/steps.tsv.
+# Shared start and helpers of run_gpu.sh, run_wide_ep.sh and run_ab.sh (sourced with the
+# script's arguments, not run). Needs: ROOT (repo root) and the defaults of OUTDIR, BUDGET
+# (s), DRY (0/1), SETUP (0/1). Takes the common options (--dry-run, --out DIR, --budget S,
+# --no-setup); any other goes to the script's `script_option NAME VALUE`, which returns 0 when
+# it knows NAME. Sets T0 (epoch s), IN (inputs), MODEL, RES (results folder) and LOG (log
+# folder), and starts LOG/steps.tsv.
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) DRY=1 ;;
+    --out) OUTDIR=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --no-setup) SETUP=0 ;;
+    *)
+      if declare -F script_option > /dev/null && [ $# -ge 2 ] && script_option "$1" "$2"; then
+        shift
+      else
+        echo "unknown argument $1" >&2; exit 2
+      fi ;;
+  esac
+  shift
+done
 
 T0=$(date +%s)
 cd "$ROOT" || exit 2

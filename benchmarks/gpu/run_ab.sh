@@ -18,19 +18,9 @@
 #   bash benchmarks/gpu/run_ab.sh --dry-run --out /tmp/ab  (simulated engine here)
 set -u
 DRY=0; OUTDIR=${OUT:-/tmp}/ab; BUDGET=300; SETUP=1
-while [ $# -gt 0 ]; do
-  case $1 in
-    --dry-run) DRY=1 ;;
-    --out) OUTDIR=$2; shift ;;
-    --budget) BUDGET=$2; shift ;;
-    --no-setup) SETUP=0 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=benchmarks/gpu/lib.sh
-. "$ROOT/benchmarks/gpu/lib.sh"
+. "$ROOT/benchmarks/gpu/lib.sh" "$@"
 device_setup
 if [ "$DRY" = 1 ]; then
   P=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')

@@ -23,20 +23,11 @@
 # logs/steps.tsv.
 set -u
 DRY=0; OUTDIR=${OUT:-/tmp}/gpu; BUDGET=570; SETUP=1; PART=all
-while [ $# -gt 0 ]; do
-  case $1 in
-    --dry-run) DRY=1 ;;
-    --out) OUTDIR=$2; shift ;;
-    --budget) BUDGET=$2; shift ;;
-    --no-setup) SETUP=0 ;;
-    --part) PART=$2; shift ;;  # all, or "rest": only the runs after the fixed comparisons
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+# --part all (default), or rest: only the runs after the fixed comparisons
+script_option() { case $1 in --part) PART=$2 ;; *) return 1 ;; esac; }
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=benchmarks/gpu/lib.sh
-. "$ROOT/benchmarks/gpu/lib.sh"
+. "$ROOT/benchmarks/gpu/lib.sh" "$@"
 
 device_setup
 if [ "$DRY" = 0 ]; then

@@ -19,20 +19,10 @@
 #     wide-ep/results/wep-eplb-mooncake
 set -u
 DRY=0; OUTDIR=${OUT:-/tmp}/wide-ep; BUDGET=560; SETUP=1; GPUS=2
-while [ $# -gt 0 ]; do
-  case $1 in
-    --dry-run) DRY=1 ;;
-    --gpus) GPUS=$2; shift ;;
-    --out) OUTDIR=$2; shift ;;
-    --budget) BUDGET=$2; shift ;;
-    --no-setup) SETUP=0 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+script_option() { case $1 in --gpus) GPUS=$2 ;; *) return 1 ;; esac; }
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source=benchmarks/gpu/lib.sh
-. "$ROOT/benchmarks/gpu/lib.sh"
+. "$ROOT/benchmarks/gpu/lib.sh" "$@"
 
 device_setup
 if [ "$DRY" = 0 ]; then
