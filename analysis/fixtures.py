@@ -117,6 +117,7 @@ def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows:
             "warmup": pa.array(idx < n_warm),
             "intended_ns": pa.array(intended),
             "sent_ns": pa.array(sent),
+            "connect_ns": pa.nulls(b, pa.int64()),  # every request on a kept-alive connection
             "headers_ns": pa.array(sent + ttft // 2),
             "first_token_ns": pa.array(first, mask=failed),
             "end_ns": pa.array(end, mask=failed),

@@ -89,6 +89,7 @@ class LiveStats:
         sent, end = row.get("sent_ns"), row.get("end_ns")
         if sent is None or end is None:
             return
+        sent += row.get("connect_ns") or 0  # s: when its bytes went out
         first = row.get("first_token_ns")
         chunks: Sequence[int] = _seq(row.get("chunk_ns"))
         toks: Sequence[int] = _seq(row.get("chunk_tokens"))

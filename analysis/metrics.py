@@ -1,7 +1,8 @@
 """Per-request and per-chunk metrics of METRICS.md, vectorized over Arrow record batches.
 
-Names follow METRICS.md: S = intended_ns, s = sent_ns, f = first_token_ns, c_j = chunk_ns[j],
-k_j = chunk_tokens[j], N = sum k_j, e = end_ns. Every function here is pure: a record batch
+Names follow METRICS.md: S = intended_ns, s = sent_ns + connect_ns (the request's bytes handed
+to its connection; s0 = sent_ns when the client started it), f = first_token_ns,
+c_j = chunk_ns[j], k_j = chunk_tokens[j], N = sum k_j, e = end_ns. Every function here is pure: a record batch
 (or table) of REQUEST_SCHEMA rows in, numpy arrays out; list columns are read through their
 flattened values and offsets, never row by row.
 
@@ -22,7 +23,7 @@ from analysis.results_schema import INEXACT
 NS = 1_000_000_000
 
 REQUEST_METRICS = (
-    "schedule_lag", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode", "tpot", "tps",
+    "schedule_lag", "connect", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode", "tpot", "tps",
 )
 """Per-request metric names (arrays in ``RequestMetrics``)."""
 
@@ -104,7 +105,8 @@ def _first_last(lst: Lists, sums: bool = True) -> tuple[np.ndarray, np.ndarray, 
 class RequestMetrics:
     """Per-request metrics for every row of one batch (NaN where undefined)."""
 
-    schedule_lag: np.ndarray  # s - S
+    schedule_lag: np.ndarray  # s0 - S (the client started the request)
+    connect: np.ndarray  # s - s0, NaN when a kept-alive connection was reused
     ttft: np.ndarray  # f - s
     ttft_intended: np.ndarray  # f - S
     e2e: np.ndarray  # e - s
@@ -122,7 +124,9 @@ def request_metrics(batch: pa.RecordBatch | pa.Table, c: Lists | None = None,
     """Every per-request metric of METRICS.md for each row of ``batch`` (``c`` and ``k``:
     its chunk_ns and chunk_tokens lists, when the caller already has them)."""
     S = _f64(batch, "intended_ns")
-    s = _f64(batch, "sent_ns")
+    s0 = _f64(batch, "sent_ns")
+    connect = _f64(batch, "connect_ns")
+    s = s0 + np.nan_to_num(connect)
     f = _f64(batch, "first_token_ns")
     e = _f64(batch, "end_ns")
     c = lists(batch, "chunk_ns") if c is None else c
@@ -137,7 +141,7 @@ def request_metrics(batch: pa.RecordBatch | pa.Table, c: Lists | None = None,
         tps = np.where(tpot > 0, NS / tpot, np.nan)
     # A request whose decode took zero time has infinite speed: not a number we can show.
     return RequestMetrics(
-        schedule_lag=s - S, ttft=f - s, ttft_intended=f - S, e2e=e - s, e2e_intended=e - S,
+        schedule_lag=s0 - S, connect=connect, ttft=f - s, ttft_intended=f - S, e2e=e - s, e2e_intended=e - S,
         decode=decode, tpot=tpot, tps=tps, output_tokens=n_out,
         decode_tokens=decode_tokens, chunks=c.lengths,
     )

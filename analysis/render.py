@@ -26,6 +26,7 @@ LATENCY_ROWS = (
     ("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("tpot", "TPOT"),
     ("itl", "ITL (per token)"), ("chunk_gap", "chunk gap"), ("e2e", "E2E"),
     ("e2e_intended", "E2E from intended"), ("schedule_lag", "schedule lag"),
+    ("connect", "connect (new connections)"),
 )
 FEW = "*"
 SESSIONS_SHOWN = 10

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.results_schema import REQUEST_SCHEMA
+from analysis.results_schema import OPTIONAL_COLUMNS, REQUEST_SCHEMA
 from traces.errors import InputError
 
 BATCH_ROWS = 65_536
@@ -96,13 +96,13 @@ def _load(path: Path, wanted: list[str], whole: int) -> pa.Table | pq.ParquetFil
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: not a readable Parquet file: {exc}") from exc
     names = pf.schema_arrow.names
-    missing = [c for c in wanted if c not in names]
+    missing = [c for c in wanted if c not in names and c not in OPTIONAL_COLUMNS]
     if missing:
         raise InputError(f"{path}: missing column {missing[0]!r} of the results schema")
     if pf.metadata.num_rows > whole:
         return pf
     try:
-        return pf.read(columns=wanted, use_threads=False)
+        return pf.read(columns=[c for c in wanted if c in names], use_threads=False)
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputError(f"{path}: corrupt Parquet data: {exc}") from exc
 
@@ -140,16 +140,19 @@ def _conformed(loaded: Iterable[tuple[Path, pa.Table | pq.ParquetFile]], wanted:
     """Batches with exactly the ``target`` schema (castable columns cast)."""
     for path, got in loaded:
         try:
-            batches = (got.to_batches() if isinstance(got, pa.Table)
-                       else got.iter_batches(batch_size=batch_rows, columns=wanted))
+            batches = (got.to_batches() if isinstance(got, pa.Table) else got.iter_batches(
+                batch_size=batch_rows, columns=[c for c in wanted if c in got.schema_arrow.names]))
             for batch in batches:
                 if batch.schema.equals(target):
                     yield batch
                     continue
                 arrays = []
                 for name in wanted:
-                    col = batch.column(name)
                     typ = target.field(name).type
+                    if batch.schema.get_field_index(name) < 0:  # an optional column, older file
+                        arrays.append(pa.nulls(batch.num_rows, typ))
+                        continue
+                    col = batch.column(name)
                     try:
                         arrays.append(col if col.type == typ else col.cast(typ))
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -7,16 +7,24 @@ Layout of a results folder::
     RESULTS/server_metrics.parquet       /metrics samples, SERVER_METRICS_SCHEMA (optional)
 
 Every ``*_ns`` time is an integer nanosecond offset on one monotonic clock from the run's
-start (``run.json`` holds the wall-clock anchor). Names follow METRICS.md: S = intended_ns,
-s = sent_ns, f = first_token_ns, c_j = chunk_ns[j], k_j = chunk_tokens[j], e = end_ns.
-``chunk_ns`` holds only chunks that carry at least one output token.
+start (``run.json`` holds the wall-clock anchor); ``think_ns`` and ``connect_ns`` are
+durations. Names follow METRICS.md: S = intended_ns, f = first_token_ns, c_j = chunk_ns[j],
+k_j = chunk_tokens[j], e = end_ns, and the actual send time s = sent_ns + connect_ns: the
+moment the request's bytes were handed to its connection. ``sent_ns`` (s0) is when the
+client started the request (the schedule lag is s0 - S); ``connect_ns`` is the time it then
+spent opening a new connection, null when it reused a kept-alive one (s = s0). TTFT and E2E
+count from s, so our own wait for a TCP handshake is not the server's latency; the latency
+from the intended send time (f - S) includes everything. ``chunk_ns`` holds only chunks
+that carry at least one output token.
+
+Files written before ``connect_ns`` existed (results schema 1) read with it null.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION = 2
 
 REQUEST_SCHEMA = pa.schema(
     [
@@ -29,7 +37,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("api", pa.string(), nullable=False),
         pa.field("warmup", pa.bool_(), nullable=False),  # inside --warmup: kept, not in stats
         pa.field("intended_ns", pa.int64(), nullable=False),  # S
-        pa.field("sent_ns", pa.int64()),  # s
+        pa.field("sent_ns", pa.int64()),  # s0: the client started the request
+        # s - s0: opening a new connection for it (null: a kept-alive one was reused)
+        pa.field("connect_ns", pa.int64()),
         pa.field("headers_ns", pa.int64()),  # response headers received
         pa.field("first_token_ns", pa.int64()),  # f
         pa.field("end_ns", pa.int64()),  # e, last byte
@@ -51,6 +61,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("error", pa.string()),
     ]
 )
+
+OPTIONAL_COLUMNS = frozenset({"connect_ns"})
+"""Columns added after schema 1: a part file without them reads them as nulls."""
 
 ERROR_KINDS = ("connect", "http", "timeout", "stream", "json", "cancelled", "mismatch", "inexact")
 

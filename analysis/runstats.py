@@ -30,10 +30,10 @@ PER_TOKEN_METRICS = ("ITL", "TPOT", "request TPS", "session TPS", "P90 TPS headl
                      "tokens per chunk")
 """What rows with inexact tokens per chunk are left out of (in the report's words)."""
 LATENCY_METRICS = ("ttft", "ttft_intended", "tpot", "itl", "chunk_gap", "e2e", "e2e_intended",
-                   "schedule_lag")
+                   "schedule_lag", "connect")
 COLUMNS = (
     "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
-    "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns", "think_ns",
+    "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns", "think_ns",
     "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
     "cached_tokens", "implied_cached_tokens",
 )
@@ -145,7 +145,8 @@ class Accumulator:
             "cached_tokens": _f64(batch, "cached_tokens")[counted],
             "implied_cached_tokens": _f64(batch, "implied_cached_tokens")[counted],
         }
-        for name in ("schedule_lag", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode"):
+        for name in ("schedule_lag", "connect", "ttft", "ttft_intended", "e2e", "e2e_intended",
+                     "decode"):
             cols[name] = getattr(m, name)[counted]
         for name in ("tpot", "tps"):  # per-token: undefined where tokens per chunk are not known
             cols[name] = np.where(exact, getattr(m, name), np.nan)[counted]
@@ -165,6 +166,8 @@ class Accumulator:
         latency["itl"] = self.itl.summary()
         latency["chunk_gap"] = self.chunk_gap.summary()
         latency["schedule_lag"] = percentile_summary(arr("schedule_lag"))
+        connect = arr("connect")
+        latency["connect"] = percentile_summary(connect[~np.isnan(connect)])
         tps = _tps_summary(arr("tps")[ok])
 
         intended = arr("intended_ns")

@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import orjson
@@ -39,11 +40,23 @@ class Prepared:
     api: str
 
 
+async def _connected(_session: aiohttp.ClientSession, ctx: Any, _params: Any) -> None:
+    """A new connection is open for the request whose record is the trace context."""
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord) and rec.sent_ns is not None:
+        rec.connect_ns = time.monotonic_ns() - rec.sent_ns
+
+
 def make_session(request_timeout_s: float, limit: int = 0) -> aiohttp.ClientSession:
+    """The replay's aiohttp session: no connection limit, and a trace hook that records how
+    long a request waited for a new connection (``RequestRecord.connect_ns``)."""
     connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(_connected)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                 json_serialize=lambda o: orjson.dumps(o).decode())
+                                 json_serialize=lambda o: orjson.dumps(o).decode(),
+                                 trace_configs=[trace])
 
 
 START_BURST = 8
@@ -137,7 +150,8 @@ class Sender:
         self.in_flight += 1
         rec.sent_ns = now()
         try:
-            async with self.session.post(url, data=prep.body, headers=prep.headers) as resp:
+            async with self.session.post(url, data=prep.body, headers=prep.headers,
+                                         trace_request_ctx=rec) as resp:
                 rec.headers_ns = now()
                 rec.http_status = resp.status
                 if resp.status != 200:

@@ -273,7 +273,9 @@ class ConnectionPool:
         self.host = host
         self.port = port
         self.kernel_timestamps = kernel_timestamps
-        self._addrs: list[AddrInfo] | None = None
+        self._addrs: asyncio.Future[list[AddrInfo]] | None = None
+        """The one lookup of host:port, shared by every connect (the first wave's connects
+        all wait on it instead of each taking a thread-pool lookup)."""
         self.idle_ns = int(idle_s * 1e9)
         self._idle: list[H1Connection] = []
         self.opened = 0
@@ -300,10 +302,11 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         try:
             if self.kernel_timestamps:
-                if self._addrs is None:  # resolved once: not a thread-pool lookup per connection
-                    self._addrs = await asyncio.wait_for(resolve(self.host, self.port), timeout_s)
+                if self._addrs is None or (self._addrs.done() and self._addrs.exception()):
+                    self._addrs = loop.create_task(resolve(self.host, self.port))
+                addrs = await asyncio.wait_for(asyncio.shield(self._addrs), timeout_s)
                 conn = H1Connection()
-                await asyncio.wait_for(open_stamped(self._addrs, conn), timeout_s)
+                await asyncio.wait_for(open_stamped(addrs, conn), timeout_s)
             else:
                 _, conn = await asyncio.wait_for(
                     loop.create_connection(H1Connection, self.host, self.port), timeout_s)
@@ -378,6 +381,7 @@ class FastSender:
             conn = self.pool.take()
             if conn is None:
                 conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
+                rec.connect_ns = now() - rec.sent_ns
             waiter: asyncio.Future[int] = loop.create_future()
             conn.begin(rec, stream, waiter)
             timer = loop.call_later(self.timeout_s - (now() - rec.sent_ns) / 1e9, conn.on_timeout)

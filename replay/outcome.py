@@ -18,7 +18,7 @@ from array import array
 
 class RequestRecord:
     __slots__ = (
-        "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens",
+        "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens", "connect_ns",
         "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
         "first_token_ns", "headers_ns", "http_status", "implied_cached_tokens", "intended_ns",
         "parent_end_ns", "parent_index", "prompt_tokens", "request_id", "request_index",
@@ -38,6 +38,9 @@ class RequestRecord:
         self.warmup = False
         self.intended_ns = 0
         self.sent_ns: int | None = None
+        self.connect_ns: int | None = None
+        """Time from ``sent_ns`` until a new connection was open for the request (None when a
+        kept-alive one was reused); its bytes went out at ``sent_ns + connect_ns``."""
         self.headers_ns: int | None = None
         self.first_token_ns: int | None = None
         self.end_ns: int | None = None

@@ -31,7 +31,7 @@ _SCALARS = (
     "session_id", "request_index", "parent_index", "clone", "worker", "request_id", "api",
     "warmup", "expected_input_tokens", "expected_output_tokens", "prompt_tokens",
     "completion_tokens", "cached_tokens", "implied_cached_tokens", "status", "error_kind",
-    "http_status", "error", "think_ns",
+    "http_status", "error", "think_ns", "connect_ns",
 )
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
 
@@ -135,7 +135,7 @@ class ResultWriter:
             live.observe_request({
                 "warmup": r.warmup, "status": r.status if r.error_kind != "cancelled" else "error",
                 "error_kind": r.error_kind, "completion_tokens": r.completion_tokens,
-                "sent_ns": sent,
+                "sent_ns": sent, "connect_ns": r.connect_ns,
                 "first_token_ns": None if r.first_token_ns is None else r.first_token_ns - t0,
                 "end_ns": None if r.end_ns is None else r.end_ns - t0,
                 "chunk_ns": np.frombuffer(r.chunk_ns, dtype=np.int64) - t0,

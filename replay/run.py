@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.results_schema import RESULTS_SCHEMA_VERSION
 from engines.metrics_scrape import metrics_url
 from replay import __version__
 from replay.config import RunConfig
@@ -162,7 +163,7 @@ def _meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: i
     opts = asdict(config)
     opts.pop("t0_ns", None)
     return {
-        "results_schema_version": 1, "status": status, "run_id": config.run_id,
+        "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
         "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
                   "block_size": plan.block_size},
         "target": {"url": config.target, "model": config.model, "models": info.models,

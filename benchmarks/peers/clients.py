@@ -155,17 +155,19 @@ def reported(client: str, rundir: Path, truth: Truth) -> dict[str, float | None]
 
 
 def _ours(folder: Path) -> dict[str, float | None]:
-    t = pq.read_table(folder / "requests", columns=["sent_ns", "first_token_ns", "chunk_ns",
+    from analysis.metrics import request_metrics
+
+    t = pq.read_table(folder / "requests", columns=["intended_ns", "sent_ns", "connect_ns",
+                                                    "first_token_ns", "end_ns", "chunk_ns",
                                                     "chunk_tokens"])
-    sent = t.column("sent_ns").to_numpy(zero_copy_only=False)
-    first = t.column("first_token_ns").to_numpy(zero_copy_only=False)
+    ttft = request_metrics(t).ttft  # from s, the request's bytes sent (METRICS.md)
     gaps, toks = [], []
     for c, k in zip(t.column("chunk_ns").to_pylist(), t.column("chunk_tokens").to_pylist(), strict=True):
         if len(c) > 1:
             gaps.append(np.diff(np.asarray(c, dtype=np.int64)))
             toks.append(np.asarray(k[1:], dtype=np.int64))
     itl, w = per_token(np.concatenate(gaps), np.concatenate(toks))
-    return {"ttft": float(np.mean(first - sent)) / 1e6, "itl": float((itl * w).sum() / w.sum()) / 1e6,
+    return {"ttft": float(np.nanmean(ttft)) / 1e6, "itl": float((itl * w).sum() / w.sum()) / 1e6,
             "itl_p99": weighted_pct(itl, w, 99) / 1e6}
 
 

@@ -5,8 +5,11 @@ directly. For a run kept by ``benchmarks/run_all.py --keep DIR`` (a folder with
 ``gt.parquet`` and ``results/``), every request is matched by its X-Request-Id and every
 token-carrying chunk by position:
 
-* ingress = engine received - our sent (write, kernel, the engine's loop reading and
-  parsing the request; it is in our TTFT and not in the ground truth's);
+* ingress = engine received - our send s (sent_ns + connect_ns): kernel, the engine's loop
+  reading and parsing the request; it is in our TTFT and not in the handler-based ground
+  truth's. Split at the engine's first byte (its kernel receive stamp when the engine ran
+  with --kernel-arrival, else its loop's first read): send -> first byte is what remains
+  against the first-byte ground truth, first byte -> handler is the engine's own queue;
 * delay = our read time - engine write time, per chunk (kernel, our loop getting to the
   read); TTFT excess = ingress + the first chunk's delay; an ITL sample differs from the
   truth by the difference of two consecutive delays;
@@ -42,16 +45,23 @@ def decompose(rundir: Path) -> str:
     truth = read_truth(rundir / "gt.parquet")
     t0 = json.loads((rundir / "results" / "run.json").read_text())["clock"]["t0_monotonic_ns"]
     t = pq.read_table(rundir / "results" / "requests",
-                      columns=["request_id", "sent_ns", "chunk_ns", "chunk_tokens"]).to_pydict()
+                      columns=["request_id", "sent_ns", "connect_ns", "chunk_ns",
+                               "chunk_tokens"]).to_pydict()
     ingress, first, delays, writes, gap_err, read_gap, gt_gap = [], [], [], [], [], [], []
-    for rid, sent, cns in zip(t["request_id"], t["sent_ns"], t["chunk_ns"], strict=True):
+    to_first_byte, queue = [], []
+    for rid, sent, connect, cns in zip(t["request_id"], t["sent_ns"], t["connect_ns"],
+                                       t["chunk_ns"], strict=True):
         if rid not in truth.by_id or sent is None:
             continue
+        sent += connect or 0  # s: the request's bytes handed to its connection
         received, wns, _ = truth.by_id[rid]
         ours = np.asarray(cns, dtype=np.int64) + t0
         if ours.size != wns.size or ours.size == 0:
             continue
         ingress.append(received - (sent + t0))
+        if rid in truth.first_byte_by_id:
+            to_first_byte.append(truth.first_byte_by_id[rid] - (sent + t0))
+            queue.append(received - truth.first_byte_by_id[rid])
         d = ours - wns
         first.append(d[0])
         delays.append(d)
@@ -69,7 +79,9 @@ def decompose(rundir: Path) -> str:
         f"{rundir.name}: {len(ing)} requests matched, {dl.size} chunks",
         f"  TTFT excess mean {float((ing + fst).mean()) / 1e6:.2f} ms = ingress mean "
         f"{float(ing.mean()) / 1e6:.2f} + first-chunk delay mean {float(fst.mean()) / 1e6:.2f}",
-        f"  ingress (engine received - sent): {pct(ing)}",
+        f"  ingress (engine handler - our send): {pct(ing)}",
+        f"    our send -> engine's first byte: {pct(np.asarray(to_first_byte))}",
+        f"    engine's first byte -> its handler: {pct(np.asarray(queue))}",
         f"  first-chunk delay (read - written): {pct(fst)}",
         f"  every chunk's delay: {pct(dl)}",
         f"  chunk gap, ours: {pct(rg, (50, 99))}; truth: {pct(gg, (50, 99))}",

@@ -177,6 +177,10 @@ class Truth:
     """First chunk written - the engine's event loop first read the request's bytes (its
     ingress queue included); NaN for ground truth written before that column existed."""
     by_id: dict[str, tuple[int, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    """request id -> (handler started, chunk write times, chunk tokens)."""
+    first_byte_by_id: dict[str, int] = field(default_factory=dict, repr=False)
+    """request id -> when its bytes reached the engine (kernel stamp with --kernel-arrival,
+    else the engine loop's first read)."""
 
     @property
     def window_s(self) -> float:
@@ -207,11 +211,13 @@ def read_truth(path: Path) -> Truth:
     cns = t.column("chunk_ns").to_pylist()
     ctk = t.column("chunk_tokens").to_pylist()
     gaps, toks, ttft, ttft_first = [], [], [], []
-    by_id = {}
+    by_id, first_by_id = {}, {}
     t1 = 0
     for rid, r, c, k in zip(ids, rec, cns, ctk, strict=True):
         c_arr, k_arr = np.asarray(c, dtype=np.int64), np.asarray(k, dtype=np.int64)
         by_id[rid] = (int(r), c_arr, k_arr)
+        if first is not None:
+            first_by_id[rid] = int(first[len(by_id) - 1])
         if c_arr.size:
             ttft.append(c_arr[0] - r)
             t1 = max(t1, int(c_arr[-1]))
@@ -232,7 +238,7 @@ def read_truth(path: Path) -> Truth:
         itl_p99_ms=weighted_pct(itl, w, 99) / 1e6,
         ttft_mean_ms=float(np.mean(ttft)) / 1e6 if ttft else float("nan"),
         ttft_first_read_mean_ms=float(np.mean(ttft_first)) / 1e6 if ttft_first else float("nan"),
-        by_id=by_id)
+        by_id=by_id, first_byte_by_id=first_by_id)
 
 
 def find_number(doc: Any, *path_options: Sequence[str]) -> float | None:

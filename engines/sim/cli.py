@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --ground-truth (Linux): each request's arrival from the kernel's "
                         "receive stamp of its first packet, so the engine's own ingress queue "
                         "shows in the ground truth; the engine then reads and writes through a "
-                        "Python transport, slower than uvloop's")
+                        "Python transport (engines.kstamp) instead of uvloop's")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 

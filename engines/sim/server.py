@@ -59,7 +59,7 @@ class SimServer:
         self.kernel_arrival = kernel_arrival
         """With ground truth: each request's ``first_byte_ns`` from the kernel's receive stamp
         (``_StampedListener``; the engine then reads and writes through ``engines.kstamp``'s
-        Python transport, slower than uvloop's), instead of when the loop first read it."""
+        Python transport instead of uvloop's), instead of when the loop first read it."""
         self.host = host
         self.port = port
         self.seed = seed

@@ -35,8 +35,8 @@ from replay.distributed.placement import rebase_t0
 from replay.plan import Plan
 from replay.worker import WorkerSummary, arun_shard, load_plan
 
-_ROW_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "first_token_ns",
-                "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
+_ROW_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
+                "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
 
 
 class ShardActor:

@@ -32,6 +32,22 @@ def test_request_metrics_on_hand_computed_rows() -> None:
     assert m.chunks.tolist() == [3, 1, 1, 0, 0, 2]
 
 
+def test_send_time_is_after_a_new_connection_opened() -> None:
+    # S=100, started s0=110, 30 opening a connection: s=140, f=240, e=300.
+    # schedule lag s0-S=10, TTFT f-s=100 (140 from intended), E2E e-s=160 (200 from intended).
+    # The same row on a kept-alive connection (connect null): s=s0.
+    row = dict(intended_ns=100, sent_ns=110, first_token_ns=240, end_ns=300,
+               chunk_ns=[240, 270], chunk_tokens=[1, 1])
+    m = request_metrics(rows_to_table([{**row, "connect_ns": 30}, row]))
+    assert _eq(m.schedule_lag, [10, 10])
+    assert _eq(m.connect, [30, NAN])
+    assert _eq(m.ttft, [100, 130])
+    assert _eq(m.ttft_intended, [140, 140])
+    assert _eq(m.e2e, [160, 190])
+    assert _eq(m.e2e_intended, [200, 200])
+    assert _eq(m.tpot, [30, 30])
+
+
 def test_chunk_samples_count_each_gap_k_times_for_itl() -> None:
     t = rows_to_table(ALL_ROWS)
     ok, counted = stats_rows(t)

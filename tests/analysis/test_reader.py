@@ -45,6 +45,24 @@ def test_big_file_is_streamed_and_small_ones_read_whole(table: pa.Table, tmp_pat
     assert pa.Table.from_batches(batches).equals(table.select(list(COLUMNS)))
 
 
+@pytest.mark.parametrize("readers,batch_rows", [(0, 10_000), (2, 500)])  # read whole, streamed
+def test_schema_1_files_read_with_connect_ns_null(table: pa.Table, tmp_path: Path, readers: int,
+                                                  batch_rows: int) -> None:
+    """Results written before connect_ns existed still read; the column comes back null and
+    the report is the one of the same rows with connect_ns null; a required column missing
+    is still an error naming the file."""
+    old = table.drop_columns(["connect_ns"])
+    root = write_results(tmp_path / "r", old)
+    got = pa.Table.from_batches(list(iter_request_batches(root, COLUMNS, batch_rows=batch_rows,
+                                                          readers=readers)))
+    assert got.column("connect_ns").null_count == table.num_rows
+    assert got.equals(table.select(list(COLUMNS)))
+    assert build_report(root).stats.latency == build_report(write_results(tmp_path / "n", table)).stats.latency
+    broken = write_results(tmp_path / "b", old.drop_columns(["sent_ns"]))
+    with pytest.raises(InputError, match=r"part-00000.parquet: missing column 'sent_ns'"):
+        list(iter_request_batches(broken, COLUMNS, readers=readers))
+
+
 def test_writer_options_roundtrip_and_are_smaller(table: pa.Table, tmp_path: Path) -> None:
     plain = write_results(tmp_path / "plain", table, compression="zstd")
     delta = write_results(tmp_path / "delta", table, **parquet_write_options())

@@ -5,6 +5,7 @@ test gives for that request: bytes to write, pauses, or closing the connection."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ class Received:
     connection: int
     head: bytes
     body: bytes
+    at_ns: int = 0
+    """monotonic_ns when the server had read the whole request."""
 
 
 @dataclass
@@ -57,7 +60,7 @@ class RawServer:
                     if name.strip().lower() == b"content-length":
                         length = int(value)
                 body = await reader.readexactly(length)
-                got = Received(conn, head, body)
+                got = Received(conn, head, body, time.monotonic_ns())
                 self.received.append(got)
                 for step in self.script(len(self.received) - 1, got):
                     if isinstance(step, bytes):

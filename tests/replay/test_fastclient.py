@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from analysis.fixtures import rows_to_table
+from analysis.metrics import request_metrics
 from engines.sim.server import SimServer
 from replay.client import EventStream, Prepared, Sender, make_session
 from replay.fastclient import ERROR_BODY, ConnectionClosed, FastSender, H1Connection
@@ -294,6 +296,56 @@ async def test_concurrent_requests_open_one_connection_each_then_reuse(raw: list
         assert all(r.status == "ok" and r.error_kind is None for r in rs)
     await sender.close()
     assert srv.connections == 6 and sender.pool.opened == 6 and len(srv.received) == 12
+
+
+async def test_connect_time_is_split_out_of_the_send(raw: list[RawServer],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that must open a connection records how long that took (connect_ns); its
+    bytes go out after it, so TTFT counts from sent_ns + connect_ns and a slow connect is
+    not server latency. A request on a kept-alive connection has connect_ns None."""
+    srv, url = await serve(raw, always(FULL))
+    sender = FastSender(url, 10)
+    real_connect = sender.pool.connect
+
+    async def slow_connect(timeout_s: float) -> H1Connection:
+        await asyncio.sleep(0.05)
+        return await real_connect(timeout_s)
+
+    monkeypatch.setattr(sender.pool, "connect", slow_connect)
+    first, second = rec(40, 5), rec(40, 5)
+    await sender.send(prep(40, 5), first)
+    await sender.send(prep(40, 5), second)
+    await sender.close()
+    assert (first.status, second.status) == ("ok", "ok") and sender.pool.opened == 1
+    assert first.connect_ns is not None and 50_000_000 <= first.connect_ns < 1_000_000_000
+    assert second.connect_ns is None
+    assert first.sent_ns is not None and second.sent_ns is not None
+    # the server read each request after it went out at sent_ns + connect_ns
+    assert srv.received[0].at_ns >= first.sent_ns + first.connect_ns
+    assert srv.received[1].at_ns >= second.sent_ns
+    t0 = first.sent_ns  # both intended at t0
+    m = request_metrics(rows_to_table([
+        {"intended_ns": 0, "sent_ns": r.sent_ns - t0, "connect_ns": r.connect_ns,  # type: ignore[operator]
+         "first_token_ns": r.first_token_ns - t0, "end_ns": r.end_ns - t0}  # type: ignore[operator]
+        for r in (first, second)]))
+    assert m.ttft[0] == first.first_token_ns - first.sent_ns - first.connect_ns  # type: ignore[operator]
+    assert m.ttft[0] < 50_000_000 <= m.ttft_intended[0]  # the connect counts from intended only
+    assert m.schedule_lag[0] == 0 and m.connect[0] == first.connect_ns
+    assert m.ttft[1] == second.first_token_ns - second.sent_ns  # type: ignore[operator]
+
+
+async def test_aiohttp_client_records_connect_time_too(raw: list[RawServer]) -> None:
+    srv, url = await serve(raw, always(FULL))
+    session = make_session(10.0)
+    sender = Sender(session, url)
+    rs = [rec(40, 5) for _ in range(2)]
+    for r in rs:
+        await sender.send(prep(40, 5), r)
+    await session.close()
+    assert [r.status for r in rs] == ["ok", "ok"] and srv.connections == 1
+    assert rs[0].connect_ns is not None and 0 < rs[0].connect_ns < 1_000_000_000
+    assert rs[0].sent_ns is not None and srv.received[0].at_ns >= rs[0].sent_ns + rs[0].connect_ns
+    assert rs[1].connect_ns is None
 
 
 async def test_connection_close_is_honoured(raw: list[RawServer]) -> None:
