@@ -1,12 +1,12 @@
 """Benchmark of the replay runtime against the simulated engine.
 
     python benchmarks/bench_replay.py [--rate 120] [--seconds 15] [--sim-workers 4]
-                                      [--mooncake PATH] [--out DIR]
+                                      [--capacity-workers 1 2 4] [--mooncake PATH] [--out DIR]
 
 A. Streaming capacity: requests of 256 output tokens (one token per chunk, the sim's
    ``fast`` profile: 1 ms per step) arrive uniformly at ``--rate`` per second per worker in
    ``absolute`` timing, so the offered load is about rate x 256 chunks/s per worker. For 1
-   and 2 workers it reports chunks/s delivered, schedule-lag and loop-lag p99, and the
+   and 2 workers (``--capacity-workers``) it reports chunks/s delivered, schedule-lag and loop-lag p99, and the
    client's CPU microseconds per chunk (all its processes; the number that transfers to
    bigger machines; process start-up and plan building excluded). The baseline, measured in the same run at the same load: a null
    client (aiohttp, reads the stream, counts events, no timestamps, no JSON, no results).
@@ -131,6 +131,9 @@ def main() -> None:
     ap.add_argument("--mooncake", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"))
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--skip-capacity", action="store_true")
+    ap.add_argument("--capacity-workers", type=int, nargs="+", default=[1, 2],
+                    help="worker counts for part A, each offered --rate x workers (the first is "
+                         "the baseline of the scaling ratios)")
     ap.add_argument("--mooncake-workers", type=int, nargs="+", default=[1])
     ap.add_argument("--session-trace", default=str(Path(__file__).resolve().parents[1] / "traces" / "samples" / "agent-medium.parquet"))
     ap.add_argument("--session-speedup", type=float, default=4.0)
@@ -139,7 +142,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, SimProcess("fast", workers=args.sim_workers) as sim:
         tmpd = Path(tmp)
         if not args.skip_capacity:
-            for workers in (1, 2):
+            for workers in args.capacity_workers:
                 trace = uniform_trace(tmpd / f"u{workers}.parquet", args.rate * workers, args.seconds)
                 out = tmpd / f"res{workers}"
                 s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), timing="absolute",
@@ -181,9 +184,14 @@ def main() -> None:
     for name, f in figures.items():
         print(f"{name:22s} " + " ".join(
             f"{f[c]:16.3f}" if isinstance(f.get(c), float) else f"{f.get(c, ''):>16}" for c in cols))
-    if "replay_1w" in figures and "replay_2w" in figures:
-        r = figures["replay_2w"]["chunks_per_s"] / figures["replay_1w"]["chunks_per_s"]
-        print(f"two workers / one worker, chunks/s: {r:.2f}x")
+    if not args.skip_capacity and len(args.capacity_workers) > 1:
+        w0 = args.capacity_workers[0]
+        base = figures[f"replay_{w0}w"]["chunks_per_s"]
+        for w in args.capacity_workers[1:]:
+            r = figures[f"replay_{w}w"]["chunks_per_s"] / base
+            print(f"{w} workers / {w0}, chunks/s: {r:.2f}x (ideal {w / w0:.2f}x, "
+                  f"{r / (w / w0):.2f} of it); schedule lag p99 "
+                  f"{figures[f'replay_{w}w']['lag_p99_ms']:.2f} ms")
     if "null_client_1w" in figures and "replay_1w" in figures:
         r = figures["replay_1w"]["cpu_us_per_chunk"] / figures["null_client_1w"]["cpu_us_per_chunk"]
         print(f"replay CPU per chunk / null client CPU per chunk: {r:.2f}x")
