@@ -45,7 +45,7 @@ def test_big_file_is_streamed_and_small_ones_read_whole(table: pa.Table, tmp_pat
     assert pa.Table.from_batches(batches).equals(table.select(list(COLUMNS)))
 
 
-@pytest.mark.parametrize("readers,batch_rows", [(0, 10_000), (2, 500)])  # read whole, streamed
+@pytest.mark.parametrize("readers,batch_rows", [(2, 10_000), (0, 500)])  # read whole, streamed
 def test_schema_1_files_read_with_connect_ns_null(table: pa.Table, tmp_path: Path, readers: int,
                                                   batch_rows: int) -> None:
     """Results written before connect_ns existed still read; the column comes back null and
