@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.metrics import request_metrics
 from analysis.server_metrics import summarize
 from engines.vllm.launcher import VllmServer
 from tests.vllm.conftest import SERVED_NAME, start_server
@@ -76,8 +77,8 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
     rows = _requests(replayed)
     server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
     n = len(rows["status"])
-    ttft = sorted((f - s) / 1e9 for f, s in zip(rows["first_token_ns"], rows["sent_ns"],  # type: ignore[operator]
-                                                strict=True))
+    # TTFT as the product defines it: from the request's bytes sent (after any new connection)
+    ttft = sorted(float(x) / 1e9 for x in request_metrics(pq.read_table(replayed / "requests")).ttft)
     tpot = []
     for cs, ks in zip(rows["chunk_ns"], rows["chunk_tokens"], strict=True):
         rest = sum(ks[1:])  # type: ignore[index]
@@ -93,8 +94,12 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
         for q in (0.5, 0.9):
             value = ours[min(len(ours) - 1, int(q * len(ours)))]
             report[f"{name}_p{int(q * 100)}"] = (value, hist[f"p{int(q * 100)}"])
-            # Client TTFT adds HTTP and tokenization time to the engine's: one bucket of slack.
-            assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=1), report
+            # Client TTFT adds the API server's HTTP, tokenization and queueing time to the
+            # engine's (vLLM's histogram starts at the engine's arrival): at P90 on this 2-core
+            # machine that was 12-32 ms in three runs, more than the one bucket (20 ms) around
+            # 0.08 s, so TTFT gets two buckets of slack and TPOT one.
+            slack = 2 if name == "ttft" else 1
+            assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=slack), report
     print(json.dumps(report))
 
 
