@@ -2,9 +2,9 @@
 
 Names follow METRICS.md: S = intended_ns, s = sent_ns + connect_ns (the request's bytes handed
 to its connection; s0 = sent_ns when the client started it), f = first_token_ns,
-c_j = chunk_ns[j], k_j = chunk_tokens[j], N = sum k_j, e = end_ns. Every function here is pure: a record batch
-(or table) of REQUEST_SCHEMA rows in, numpy arrays out; list columns are read through their
-flattened values and offsets, never row by row.
+c_j = chunk_ns[j], k_j = chunk_tokens[j], N = sum k_j, e = end_ns. Every function here is
+pure: a record batch (or table) of REQUEST_SCHEMA rows in, numpy arrays out; list columns are
+read through their flattened values and offsets, never row by row.
 
 Per-request values are float64 nanoseconds with NaN where a metric is undefined for a row
 (no first token, a one-token output has no TPOT, a failed request has no E2E ...).
@@ -23,7 +23,8 @@ from analysis.results_schema import INEXACT
 NS = 1_000_000_000
 
 REQUEST_METRICS = (
-    "schedule_lag", "connect", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode", "tpot", "tps",
+    "schedule_lag", "connect", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode", "tpot",
+    "tps",
 )
 """Per-request metric names (arrays in ``RequestMetrics``)."""
 
@@ -141,8 +142,8 @@ def request_metrics(batch: pa.RecordBatch | pa.Table, c: Lists | None = None,
         tps = np.where(tpot > 0, NS / tpot, np.nan)
     # A request whose decode took zero time has infinite speed: not a number we can show.
     return RequestMetrics(
-        schedule_lag=s0 - S, connect=connect, ttft=f - s, ttft_intended=f - S, e2e=e - s, e2e_intended=e - S,
-        decode=decode, tpot=tpot, tps=tps, output_tokens=n_out,
+        schedule_lag=s0 - S, connect=connect, ttft=f - s, ttft_intended=f - S, e2e=e - s,
+        e2e_intended=e - S, decode=decode, tpot=tpot, tps=tps, output_tokens=n_out,
         decode_tokens=decode_tokens, chunks=c.lengths,
     )
 

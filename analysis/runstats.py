@@ -33,8 +33,8 @@ LATENCY_METRICS = ("ttft", "ttft_intended", "tpot", "itl", "chunk_gap", "e2e", "
                    "schedule_lag", "connect")
 COLUMNS = (
     "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
-    "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns", "think_ns",
-    "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
+    "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns",
+    "think_ns", "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
     "cached_tokens", "implied_cached_tokens",
 )
 """The request columns the analysis reads."""

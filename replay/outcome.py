@@ -18,8 +18,8 @@ from array import array
 
 class RequestRecord:
     __slots__ = (
-        "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens", "connect_ns",
-        "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
+        "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens",
+        "connect_ns", "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
         "first_token_ns", "headers_ns", "http_status", "implied_cached_tokens", "intended_ns",
         "parent_end_ns", "parent_index", "prompt_tokens", "request_id", "request_index",
         "sent_ns", "session_id", "status", "think_ns", "warmup", "worker",
