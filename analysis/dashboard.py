@@ -5,12 +5,16 @@ renderable out (tests draw it into ``Console(file=io.StringIO(), width=100)``).
 
 ``DashboardProcess`` renders in its own process, at a lower CPU priority than the workers,
 at most ~4 frames per second and only when something changed (a new snapshot, new server
-gauges, a resized terminal). Workers' merged
-snapshots reach it through one shared-memory slot: ``update`` copies the bytes in under a
-lock it never waits for (if the renderer is reading, the frame is skipped: a newer one comes
-soon) and bumps a sequence number; the renderer takes whatever is newest. Nothing is pickled,
-queued or rendered on the measuring loop. Off a TTY it prints a plain progress line every few
-seconds instead of redrawing.
+gauges, a resized terminal, new result rows). Snapshots reach it through one shared-memory
+slot: ``update`` copies the bytes in under a lock it never waits for (if the renderer is
+reading, the frame is skipped: a newer one comes soon) and bumps a sequence number; the
+renderer takes whatever is newest. Nothing is pickled, queued or rendered on the measuring
+loop. Off a TTY it prints a plain progress line every few seconds instead of redrawing.
+
+With ``results_dir`` the renderer computes the request statistics itself, from the part
+files the workers write (``analysis.live.PartsFeed``), and the snapshots it is sent carry
+only progress and the loop-lag probe: the measuring processes do no statistics at all.
+Without it (the Ray pool), the snapshots are complete statistics merged by the sender.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from analysis.hist import PERCENTILES, min_count_for
-from analysis.live import LiveStats
+from analysis.live import LiveStats, PartsFeed
 
 FPS = 4.0
 SLOT_BYTES = 4 << 20
@@ -199,14 +203,17 @@ def scrape_gauges(url: str, timeout: float = 0.5) -> dict[str, float]:
 
 
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
-                 gauges_url: str | None, tty: bool) -> None:
+                 gauges_url: str | None, tty: bool, results_dir: str | None = None) -> None:
     _yield_cpu()
+    feed = None if results_dir is None else PartsFeed(results_dir)
+    got: bytes | None = None  # the newest good snapshot
+    parts = 0  # polls of the part files that found new ones
     console = Console(force_terminal=tty, width=None if tty else 120)
     seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
     stats: LiveStats | None = None
     gauges: dict[str, float] = {}
     last_scrape = last_line = 0.0
-    drawn: tuple[int, int, int, int] | None = None
+    drawn: tuple[int, int, int, int, int] | None = None
     live = None
     if tty:
         from rich.live import Live
@@ -223,9 +230,18 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                 finally:
                     lock.release()
                 try:
-                    stats = LiveStats.decode(data)
+                    fresh = LiveStats.decode(data)
                 except ValueError:  # a damaged snapshot: keep showing the last good one
                     pass
+                else:
+                    got, stats = data, fresh
+                    if feed is not None:
+                        stats.merge(feed.stats)
+            if feed is not None and feed.poll() and got is not None:
+                parts += 1
+                # progress and loop lag from the snapshot, requests from the part files
+                stats = LiveStats.decode(got)
+                stats.merge(feed.stats)
             now = time.monotonic()
             if gauges_url and now - last_scrape > 1.0:
                 last_scrape = now
@@ -237,7 +253,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                 if live is not None:
                     size = console.size
                     # A frame costs tens of ms of CPU: draw only when something changed.
-                    state = (seen, int(last_scrape * 1000), size.width, size.height)
+                    state = (seen, parts, int(last_scrape * 1000), size.width, size.height)
                     if state != drawn or stopping:
                         drawn = state
                         live.update(render_dashboard(stats, size.width, size.height,
@@ -267,8 +283,10 @@ class DashboardProcess:
     """Renders snapshots in a child process; ``update`` never blocks the caller."""
 
     def __init__(self, total_requests: int, title: str = "agent-replay",
-                 server_gauges_url: str | None = None, *, tty: bool | None = None) -> None:
+                 server_gauges_url: str | None = None, *, tty: bool | None = None,
+                 results_dir: str | None = None) -> None:
         self.total_requests = total_requests
+        self.results_dir = results_dir
         self.title = title
         self.server_gauges_url = server_gauges_url
         self.tty = sys.stdout.isatty() if tty is None else tty
@@ -287,7 +305,7 @@ class DashboardProcess:
         self._proc = self._ctx.Process(
             target=_render_loop, name="agent-replay-dashboard", daemon=True,
             args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
-                  self.title, self.server_gauges_url, self.tty))
+                  self.title, self.server_gauges_url, self.tty, self.results_dir))
         self._proc.start()
 
     def update(self, encoded: bytes) -> bool:

@@ -20,9 +20,11 @@ it), never TPOT, ITL or tokens per chunk.
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections.abc import Mapping, Sequence
 from itertools import chain
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -33,6 +35,9 @@ from analysis.hist import Hist
 from analysis.metrics import Lists
 from analysis.results_schema import INEXACT
 
+PART_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
+                "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
+"""The results columns ``observe_table`` reads."""
 HIST_NAMES = ("ttft", "tpot", "itl", "chunk_gap", "e2e", "schedule_lag", "loop_lag")
 FLUSH_CHUNKS = 8_192
 """Pending chunks that trigger a flush (~100 requests; bounds the work of one flush)."""
@@ -114,6 +119,27 @@ class LiveStats:
         self._pending_chunks += m
         if self._pending_chunks > FLUSH_CHUNKS:
             self.flush()
+
+    def observe_table(self, table: Any) -> None:
+        """Count every row of a results part file (a ``pyarrow.Table`` with ``PART_COLUMNS``,
+        times relative to the run's t0), its schedule lag too (warm-up rows excepted)."""
+        cols = {name: table.column(name).to_pylist() for name in PART_COLUMNS
+                if name not in ("chunk_ns", "chunk_tokens")}
+        lists = {}
+        for name in ("chunk_ns", "chunk_tokens"):
+            arr = table.column(name).combine_chunks()
+            values = arr.flatten().to_numpy(zero_copy_only=False)
+            # offsets relative to the flattened values (a sliced array's first offset is not 0)
+            off = arr.offsets.to_numpy(zero_copy_only=False)
+            lists[name] = (values, off - off[0])
+        (cns, coff), (tks, toff) = lists["chunk_ns"], lists["chunk_tokens"]
+        for i in range(table.num_rows):
+            row = {name: col[i] for name, col in cols.items()}
+            row["chunk_ns"] = cns[coff[i]:coff[i + 1]]
+            row["chunk_tokens"] = tks[toff[i]:toff[i + 1]]
+            self.observe_request(row)
+            if row["sent_ns"] is not None and row["intended_ns"] is not None and not row["warmup"]:
+                self.observe_lag(row["sent_ns"] - row["intended_ns"], None)
 
     def observe_lag(self, schedule_lag_ns: int | None, loop_lag_ns: int | None) -> None:
         """The load generator's own lag: how late a send woke up (negative: early, counted
@@ -265,6 +291,38 @@ class LiveStats:
         req = np.array([self.throughput.get(int(b), [0, 0])[1] for b in keys], dtype=np.float64)
         scale = 1e9 / self.bucket_ns
         return keys * float(self.bucket_ns), tok * scale, req * scale
+
+
+class PartsFeed:
+    """Reads a results folder's part files as they appear (``requests/part-*.parquet``; a
+    part is renamed into place only once complete) into a ``LiveStats``: the statistics of
+    a run computed in another process than the one measuring it."""
+
+    def __init__(self, folder: str | Path, stats: LiveStats | None = None) -> None:
+        self.dir = Path(folder) / "requests"
+        self.stats = stats if stats is not None else LiveStats()
+        self._seen: set[str] = set()
+        self.errors = 0
+
+    def poll(self) -> int:
+        """Read the part files not read yet; returns how many. A part that cannot be read
+        (removed meanwhile, damaged) is skipped and counted in ``errors``."""
+        import pyarrow.parquet as pq
+
+        try:
+            names = sorted(n for n in os.listdir(self.dir)
+                           if n.startswith("part-") and n.endswith(".parquet") and n not in self._seen)
+        except OSError:
+            return 0
+        for name in names:
+            self._seen.add(name)
+            try:
+                table = pq.read_table(self.dir / name, columns=list(PART_COLUMNS))
+            except (OSError, ValueError, KeyError):
+                self.errors += 1
+                continue
+            self.stats.observe_table(table)
+        return len(names)
 
 
 def _seq(value: Any) -> Sequence[int]:

@@ -1,26 +1,26 @@
-"""Benchmark: what live statistics and the dashboard cost the measuring loop.
+"""Benchmark: what the live dashboard costs the measuring loop.
 
 A simulated measuring loop (asyncio) fires a timer at scheduled times, 1,000 per second; each
-firing records its schedule lag and feeds one finished request (a synthetic row with ~80
-chunks whose times and token counts are ``array.array``s, as the replay client records them)
-to LiveStats. Every ``--snapshot-ms`` (default: analysis.live.SNAPSHOT_INTERVAL_NS) it encodes
-a snapshot and offers it to a DashboardProcess rendering full rich frames (forced terminal,
-into /dev/null). Modes, each in a fresh subprocess:
+firing records its schedule lag and hands one finished request (a ``RequestRecord`` with ~80
+chunks, from synthetic rows) to a ``ResultWriter``, which writes part files on its thread,
+as a replay worker does. Modes, each in a fresh subprocess:
 
-  none       timer only
-  stats      + LiveStats.observe_request / observe_lag and snapshot encoding
-  dashboard  + DashboardProcess.update (the renderer runs in its own process)
+  none       that alone (a run without the dashboard)
+  dashboard  + what a run with the dashboard adds to the measuring process: the loop-lag
+             samples and progress counters encoded and offered to a DashboardProcess every
+             250 ms (replay.run's progress path), and the DashboardProcess itself, which
+             reads the part files as they appear, computes the request statistics and
+             renders full rich frames (forced terminal, into /dev/null) in its own process
 
 The machine is shared and noisy, so modes are interleaved round by round (in a rotating
 order) and every mode is compared with the 'none' run of its own round. Reported per mode:
 schedule-lag P99 of each round, the median over rounds of P99 and of P99 minus 'none' in the
-same round, worker CPU (process time of the measuring process / wall) and its excess over
-'none', the median and longest snapshot (flush + encode + update) on the loop, and the
-renderer's own CPU while measuring (% of one core). Targets: the dashboard raises
-schedule-lag P99 by <= 1 ms and costs < 5% of a worker's CPU.
+same round, measuring-process CPU (process time / wall) and its excess over 'none', the
+median and longest snapshot (encode + update) on the loop, and the renderer's own CPU while
+measuring (% of one core). Targets: the dashboard raises schedule-lag P99 by <= 1 ms and
+costs < 5% of a worker's CPU.
 
     .venv/bin/python benchmarks/bench_dashboard.py [--seconds 8] [--repeat 3]
-        [--snapshot-ms 1000] [--rows arrays|lists] [--other-tree DIR]
 """
 
 from __future__ import annotations
@@ -38,30 +38,44 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("none", "stats", "dashboard")
+MODES = ("none", "dashboard")
+SNAPSHOT_NS = 250_000_000
 
 
-def _rows(kind: str) -> list[dict[str, Any]]:
+def _records() -> list[Any]:
     from analysis.fixtures import synthetic_results
+    from replay.outcome import RequestRecord
 
-    rows = synthetic_results(512, seed=3).to_pylist()
-    if kind == "arrays":
-        for r in rows:
-            r["chunk_ns"] = array("q", r["chunk_ns"] or ())
-            r["chunk_tokens"] = array("i", r["chunk_tokens"] or ())
-    return rows
+    out = []
+    for i, row in enumerate(synthetic_results(512, seed=3).to_pylist()):
+        r = RequestRecord(session_id=row["session_id"], request_index=row["request_index"],
+                          parent_index=row["parent_index"], clone=0, worker=0, request_id=f"r{i}",
+                          api=row["api"], expected_input_tokens=row["expected_input_tokens"],
+                          expected_output_tokens=row["expected_output_tokens"],
+                          implied_cached_tokens=row["implied_cached_tokens"])
+        for name in ("intended_ns", "sent_ns", "first_token_ns", "end_ns", "status", "error_kind",
+                     "completion_tokens", "prompt_tokens"):
+            setattr(r, name, row[name])
+        r.chunk_ns = array("q", row["chunk_ns"] or ())
+        r.chunk_tokens = array("i", row["chunk_tokens"] or ())
+        out.append(r)
+    return out
 
 
-async def _loop(mode: str, seconds: float, rate: int, snapshot_ns: int,
-                kind: str) -> dict[str, float]:
+async def _loop(mode: str, seconds: float, rate: int, folder: str) -> dict[str, float]:
+    from pathlib import Path
+
     from analysis.dashboard import DashboardProcess
     from analysis.live import LiveStats
+    from replay.results import ResultWriter
 
-    rows = _rows(kind)
-    stats = LiveStats() if mode != "none" else None
+    records = _records()
+    writer = ResultWriter(Path(folder), t0_ns=0)
+    own = LiveStats() if mode == "dashboard" else None
     dash = None
+    n = int(seconds * rate)
     if mode == "dashboard":
-        dash = DashboardProcess(total_requests=int(seconds * rate), title="bench", tty=True)
+        dash = DashboardProcess(total_requests=n, title="bench", tty=True, results_dir=folder)
         dash.start()
         await asyncio.sleep(1.5)  # let the child start (imports) before measuring
     render0 = _cpu_of(dash)
@@ -70,8 +84,8 @@ async def _loop(mode: str, seconds: float, rate: int, snapshot_ns: int,
     snaps = [0]
     start = time.perf_counter_ns()
     cpu0 = time.process_time_ns()
-    next_snap = start + snapshot_ns
-    n = int(seconds * rate)
+    next_snap = start + SNAPSHOT_NS
+    seen = 0
     for i in range(n):
         target = start + i * interval
         now = time.perf_counter_ns()
@@ -82,19 +96,21 @@ async def _loop(mode: str, seconds: float, rate: int, snapshot_ns: int,
                 await asyncio.sleep(0)
                 now = time.perf_counter_ns()
         lags.append(now - target)
-        if stats is not None:
-            stats.observe_request(rows[i % len(rows)])
-            stats.observe_lag(now - target, None)
-            if now >= next_snap:
-                next_snap += snapshot_ns
-                stats.set_progress(i, n, 10, 10, now - start, 0.0)
-                data = stats.encode()
-                if dash is not None:
-                    dash.update(data)
+        writer.add(records[i % len(records)])
+        if now >= next_snap:
+            next_snap += SNAPSHOT_NS
+            writer.tick(now)
+            if own is not None and dash is not None:
+                for lag in lags[seen:]:
+                    own.observe_lag(None, lag)
+                seen = len(lags)
+                own.done, own.total, own.elapsed_ns = i, n, now - start
+                dash.update(own.encode())
                 snaps.append(time.perf_counter_ns() - now)
     wall = time.perf_counter_ns() - start
     cpu = time.process_time_ns() - cpu0
     render_cpu = (_cpu_of(dash) - render0) / wall * 100 if dash is not None else float("nan")
+    writer.close()
     if dash is not None:
         dash.stop()
     a = np.asarray(lags, dtype=np.float64)
@@ -115,8 +131,11 @@ def _cpu_of(dash: Any) -> int:
     return int((t.user + t.system) * 1e9)
 
 
-def child(mode: str, seconds: float, rate: int, snapshot_ns: int, kind: str) -> None:
-    res = asyncio.run(_loop(mode, seconds, rate, snapshot_ns, kind))
+def child(mode: str, seconds: float, rate: int) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        res = asyncio.run(_loop(mode, seconds, rate, folder))
     print("RESULT " + json.dumps(res), file=sys.stderr, flush=True)
 
 
@@ -125,46 +144,28 @@ def _fmt(xs: list[float], spec: str) -> str:
 
 
 def main() -> int:
-    if os.environ.get("AGENT_REPLAY_BENCH_TREE"):  # a child measuring another source tree
-        sys.path.insert(0, os.environ["AGENT_REPLAY_BENCH_TREE"])
-    from analysis import live
-
-    default_ns = getattr(live, "SNAPSHOT_INTERVAL_NS", 250_000_000)
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--snapshot-ms", type=float, default=default_ns / 1e6)
-    ap.add_argument("--rows", choices=("arrays", "lists"), default="arrays",
-                    help="chunk columns as array.array (replay client) or Python lists")
-    ap.add_argument("--other-tree", help="also run stats and dashboard with this source tree "
-                    "first on sys.path (e.g. a git worktree of an older revision)")
     ap.add_argument("--child")
     args = ap.parse_args()
-    snapshot_ns = int(args.snapshot_ms * 1e6)
     if args.child:
-        child(args.child.partition("@")[0], args.seconds, args.rate, snapshot_ns, args.rows)
+        child(args.child, args.seconds, args.rate)
         return 0
-    modes = MODES + (("stats@other", "dashboard@other") if args.other_tree else ())
-    out: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    out: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for r in range(args.repeat):
-        order = modes[r % len(modes):] + modes[: r % len(modes)]
+        order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
         for mode in order:
-            env = dict(os.environ)
-            if mode.endswith("@other"):
-                env["AGENT_REPLAY_BENCH_TREE"] = str(args.other_tree)
             with open(os.devnull, "w") as null:
                 proc = subprocess.run([sys.executable, __file__, "--child", mode, "--seconds",
-                                       str(args.seconds), "--rate", str(args.rate),
-                                       "--snapshot-ms", str(args.snapshot_ms),
-                                       "--rows", args.rows], check=True, env=env,
+                                       str(args.seconds), "--rate", str(args.rate)], check=True,
                                       stdout=null, stderr=subprocess.PIPE, text=True)
             line = [x for x in proc.stderr.splitlines() if x.startswith("RESULT ")][-1]
             out[mode].append(json.loads(line[len("RESULT "):]))
     base = out["none"]
-    print(f"{args.rate} requests/s for {args.seconds:g} s, snapshot every {args.snapshot_ms:g} "
-          f"ms, chunk columns as {args.rows}, {args.repeat} interleaved rounds")
+    print(f"{args.rate} requests/s for {args.seconds:g} s, snapshot every {SNAPSHOT_NS / 1e6:g} ms, "
+          f"{args.repeat} interleaved rounds")
     print(f"{'mode':16s} {'lag P99 ms (rounds)':>22s} {'median':>7s} {'P99-none':>9s} "
           f"{'P99.9 med':>9s} {'CPU % (rounds)':>17s} {'CPU-none':>9s} {'snap ms med/max':>15s} "
           f"{'render CPU %':>12s}")

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,14 +81,12 @@ def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
 class ResultWriter:
     """Buffers records of one worker and writes them as part files.
 
-    With ``live`` (a callable taking encoded ``analysis.live.LiveStats`` snapshots), the
-    writer thread also feeds every written row into live statistics and, on ``snapshot``,
-    encodes them and hands the bytes to ``live``: the dashboard's numbers are computed off
-    the measuring loop too.
+    Nothing else runs here: live statistics are computed by the dashboard's process from
+    the part files (``analysis.live.PartsFeed``), off the measuring process.
     """
 
     def __init__(self, folder: Path, t0_ns: int, worker: int = 0, *, flush_rows: int = 2000,
-                 flush_s: float = 1.0, live: Callable[[bytes], None] | None = None) -> None:
+                 flush_s: float = 1.0) -> None:
         self.dir = folder / "requests"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = t0_ns
@@ -103,45 +101,6 @@ class ResultWriter:
         self._lock = threading.Lock()
         self.rows = 0
         self.parts: list[Path] = []
-        self._live_cb = live
-        self._live: Any = None
-        if live is not None:
-            try:
-                from analysis.live import LiveStats
-            except ImportError:  # pragma: no cover - analysis ships with the package
-                self._live_cb = None
-            else:
-                self._live = LiveStats()
-
-    def snapshot(self, progress: dict[str, Any], loop_lags: Sequence[int]) -> None:
-        """Queue a live snapshot (progress counters + new loop-lag samples) on the writer
-        thread, after the rows already queued."""
-        if self._live is None:
-            return
-        self._pending = [f for f in self._pending if not f.done()]
-        self._pending.append(self._pool.submit(self._snap, dict(progress), list(loop_lags)))
-
-    def _snap(self, progress: dict[str, Any], loop_lags: list[int]) -> None:
-        assert self._live is not None and self._live_cb is not None
-        for lag in loop_lags:
-            self._live.observe_lag(None, lag)
-        self._live.set_progress(**progress)
-        self._live_cb(self._live.encode())
-
-    def _observe(self, batch: list[RequestRecord]) -> None:
-        live, t0 = self._live, self.t0
-        for r in batch:
-            sent = None if r.sent_ns is None else r.sent_ns - t0
-            live.observe_request({
-                "warmup": r.warmup, "status": r.status if r.error_kind != "cancelled" else "error",
-                "error_kind": r.error_kind, "completion_tokens": r.completion_tokens,
-                "sent_ns": sent, "connect_ns": r.connect_ns,
-                "first_token_ns": None if r.first_token_ns is None else r.first_token_ns - t0,
-                "end_ns": None if r.end_ns is None else r.end_ns - t0,
-                "chunk_ns": np.frombuffer(r.chunk_ns, dtype=np.int64) - t0,
-                "chunk_tokens": np.frombuffer(r.chunk_tokens, dtype=np.int32)})
-            if sent is not None and not r.warmup:
-                live.observe_lag(r.sent_ns - r.intended_ns, None)  # type: ignore[operator]
 
     def add(self, rec: RequestRecord) -> None:
         self._buf.append(rec)
@@ -167,11 +126,6 @@ class ResultWriter:
         self._pending.append(self._pool.submit(self._write, batch, self.dir / name))
 
     def _write(self, batch: list[RequestRecord], dest: Path) -> None:
-        if self._live is not None:
-            try:
-                self._observe(batch)
-            except Exception:  # live numbers are a display: never lose rows for them
-                self._live = None
         table = records_to_table(batch, self.t0)
         tmp = dest.with_name(f".{dest.name}.tmp")
         pq.write_table(table, tmp, **parquet_write_options())  # zstd, delta-coded chunk times

@@ -244,8 +244,9 @@ def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, e
 
 
 class _Progress:
-    """Progress while the run goes: the analysis dashboard (its own process, fed merged
-    LiveStats snapshots) when available, else a plain line every few seconds."""
+    """Progress while the run goes: the analysis dashboard (its own process; it reads the
+    request statistics from the part files, or takes the Ray pool's merged snapshots) when
+    available, else a plain line every few seconds."""
 
     def __init__(self, out: Reporter | None, every_s: float = 2.0, dashboard: Any = None) -> None:
         self.out = out
@@ -255,18 +256,29 @@ class _Progress:
         self._chunks0 = (0, time.monotonic_ns())
         self.dashboard = dashboard
         self._snaps: dict[int, bytes] = {}
+        self._own: Any = None  # LiveStats of progress and loop lag, when the dashboard reads the parts
+        self._sent_ns = 0
 
     @classmethod
-    def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None) -> _Progress:
+    def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
+               results_dir: str | None = None) -> _Progress:
+        """With ``results_dir``, the dashboard computes the request statistics from the
+        part files there, and ``update`` sends it progress and loop lag only; without it,
+        ``live`` sends it complete snapshots (the Ray pool's)."""
         if out is None:
             return cls(None)
         try:
             from analysis.dashboard import DashboardProcess
         except ImportError:
             return cls(out)
-        dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url)
+        dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir)
         dash.start()
-        return cls(out, dashboard=dash)
+        prog = cls(out, dashboard=dash)
+        if results_dir is not None:
+            from analysis.live import LiveStats
+
+            prog._own = LiveStats()
+        return prog
 
     def live(self, shard: int, snapshot: bytes) -> None:
         """A worker's cumulative LiveStats snapshot: merge all workers', show the result."""
@@ -287,14 +299,36 @@ class _Progress:
                 merged.merge(st)
         self.dashboard.update(merged.encode())
 
+    def _to_dashboard(self, msg: dict[str, Any], now: int) -> None:
+        """Progress summed over the workers, and their loop-lag samples; sent at most every
+        0.25 s (an encode is ~0.1 ms: with one worker this runs on its measuring loop)."""
+        st = self._own
+        for lag in msg.get("loop_lags", ()):
+            st.observe_lag(None, lag)
+        if now - self._sent_ns < 250_000_000 and msg.get("done") != msg.get("total"):
+            return
+        self._sent_ns = now
+        last = self.last.values()
+        st.done, st.total = sum(m["done"] for m in last), sum(m["total"] for m in last)
+        st.in_flight, st.active_sessions = sum(m["in_flight"] for m in last), sum(m["sessions"] for m in last)
+        st.elapsed_ns = max(m["elapsed_ns"] for m in last)
+        st.cpu_percent = [m["cpu"] * 100 for m in last]
+        assert self.dashboard is not None
+        self.dashboard.update(st.encode())
+
     def close(self) -> None:
         if self.dashboard is not None:
+            if self._own is not None and self.last:
+                self._sent_ns = 0
+                self._to_dashboard({}, time.monotonic_ns())
             self.dashboard.stop()
             self.dashboard = None
 
     def update(self, msg: dict[str, Any]) -> None:
         self.last[int(msg["shard"])] = msg
         now = time.monotonic_ns()
+        if self._own is not None:
+            self._to_dashboard(msg, now)
         if self.out is None or self.dashboard is not None or now - self._printed < self.every_ns:
             return
         self._printed = now
@@ -365,7 +399,8 @@ def _run(config: RunConfig, progress: Reporter | None,
     write_json_atomic(out / "run.json", meta)
     prog = _Progress.create(progress if config.progress else None, plan.n_requests,
                             f"agent-replay {Path(config.trace).name} -> {config.target}",
-                            metrics_url(config.target) if info.has_metrics else None)
+                            metrics_url(config.target) if info.has_metrics else None,
+                            results_dir=None if pool is not None else str(out))
     if pool is not None and prog.dashboard is not None:
         # The pool merges its actors' snapshots itself: one stream for the dashboard.
         pool.on_snapshot = lambda snap: prog.live(0, snap)
@@ -420,8 +455,7 @@ def _run(config: RunConfig, progress: Reporter | None,
 
 
 def _in_process(config: RunConfig, plan: Plan, prog: _Progress) -> WorkerSummary:
-    live = None if prog.dashboard is None else (lambda b: prog.live(0, b))
-    coro = arun_shard(config, 0, 1, prog.update, plan=plan, live=live)
+    coro = arun_shard(config, 0, 1, prog.update, plan=plan)
     if config.loop == "uvloop":
         try:
             import uvloop
@@ -492,8 +526,6 @@ class _Spawned:
                     continue
                 if kind == "progress":
                     prog.update(payload)
-                elif kind == "live":
-                    prog.live(shard, payload)
                 elif kind == "done":
                     results[shard] = payload
                 elif kind == "error":

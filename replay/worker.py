@@ -101,7 +101,6 @@ async def arun_shard(
     report: Callable[[dict[str, Any]], None] | None = None,
     *,
     plan: Plan | None = None,
-    live: Callable[[bytes], None] | None = None,
 ) -> WorkerSummary:
     """Replay this worker's shard against ``config.target``; see module docs."""
     assert config.t0_ns is not None and config.model is not None and config.salt is not None
@@ -111,7 +110,7 @@ async def arun_shard(
     out = Path(config.output or ".")
     t0 = config.t0_ns
     summary = WorkerSummary(shard=shard_index, total=plan.n_requests)
-    writer = ResultWriter(out, t0, shard_index, live=live)
+    writer = ResultWriter(out, t0, shard_index)
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
@@ -158,13 +157,15 @@ async def arun_shard(
         quiet.enter()
         watchdog.start()
         run_cpu = CpuMeter()
-        ticker = asyncio.get_running_loop().create_task(
-            _tick(driver, writer, sender, summary, report, t0, watchdog, quiet))
+        progress = _ProgressReport(driver, sender, summary, t0, watchdog)
+        ticker = asyncio.get_running_loop().create_task(_tick(writer, progress, report, quiet))
         try:
             await driver.run()
         finally:
             ticker.cancel()
             await watchdog.stop()
+            if report is not None:  # the final counts
+                report(progress.message(time.monotonic_ns()))
             summary.text_misses = preparer.text_misses
             summary.chunks = sender.chunks
             summary.cpu_run_s = run_cpu.cpu_s()
@@ -187,32 +188,39 @@ async def arun_shard(
     return summary
 
 
-async def _tick(driver: Driver, writer: ResultWriter, sender: Sender | FastSender, summary: WorkerSummary,
-                report: Callable[[dict[str, Any]], None] | None, t0: int,
-                watchdog: LoopWatchdog, quiet: QuietRuntime) -> None:
-    cpu = CpuMeter()
-    seen_lags = 0
+class _ProgressReport:
+    """The worker's progress message: counters, its CPU share since the last message, and
+    the loop-lag samples taken since then."""
+
+    def __init__(self, driver: Driver, sender: Sender | FastSender, summary: WorkerSummary, t0: int,
+                 watchdog: LoopWatchdog) -> None:
+        self.driver, self.sender, self.summary, self.t0, self.watchdog = driver, sender, summary, t0, watchdog
+        self.cpu = CpuMeter()
+        self.seen_lags = 0
+
+    def message(self, now: int) -> dict[str, Any]:
+        lags = self.watchdog.lags[self.seen_lags:].tolist()
+        self.seen_lags += len(lags)
+        driver, sender, summary = self.driver, self.sender, self.summary
+        return {
+            "shard": summary.shard, "elapsed_ns": now - self.t0, "total": driver.total,
+            "sent": driver.sent, "done": driver.done, "skipped": driver.skipped,
+            "in_flight": sender.in_flight, "sessions": driver.active_sessions,
+            "ok": summary.ok, "errors": sum(summary.errors.values()),
+            "chunks": sender.chunks, "output_tokens": summary.output_tokens,
+            "cpu": self.cpu.fraction(), "loop_lags": lags,
+        }
+
+
+async def _tick(writer: ResultWriter, progress: _ProgressReport, report: Callable[[dict[str, Any]], None] | None,
+                quiet: QuietRuntime) -> None:
     while True:
         await asyncio.sleep(0.5)
         quiet.young()
         now = time.monotonic_ns()
         writer.tick(now)
-        lags = watchdog.lags[seen_lags:]
-        seen_lags += len(lags)
-        writer.snapshot({"done": driver.done, "total": driver.total,
-                         "in_flight_requests": sender.in_flight,
-                         "active_sessions": driver.active_sessions,
-                         "elapsed_ns": max(0, now - t0), "cpu_percent": cpu.fraction() * 100},
-                        lags)
         if report is not None:
-            report({
-                "shard": summary.shard, "elapsed_ns": now - t0, "total": driver.total,
-                "sent": driver.sent, "done": driver.done, "skipped": driver.skipped,
-                "in_flight": sender.in_flight, "sessions": driver.active_sessions,
-                "ok": summary.ok, "errors": sum(summary.errors.values()),
-                "chunks": sender.chunks, "output_tokens": summary.output_tokens,
-                "cpu": cpu.fraction(),
-            })
+            report(progress.message(now))
 
 
 def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any, *,
@@ -224,12 +232,7 @@ def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: 
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    def live(snapshot: bytes) -> None:
-        if report_queue is not None:
-            report_queue.put(("live", shard_index, snapshot))
-
-    coro = arun_shard(config, shard_index, n_shards, report, plan=plan,
-                      live=live if config.progress else None)
+    coro = arun_shard(config, shard_index, n_shards, report, plan=plan)
     if config.loop == "uvloop":
         try:
             import uvloop

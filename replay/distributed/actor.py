@@ -29,14 +29,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from analysis.live import LiveStats
+from analysis.live import PART_COLUMNS, LiveStats
 from replay.config import RunConfig
 from replay.distributed.placement import rebase_t0
 from replay.plan import Plan
 from replay.worker import WorkerSummary, arun_shard, load_plan
-
-_ROW_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
-                "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
 
 
 class ShardActor:
@@ -150,11 +147,7 @@ class ShardActor:
         return out
 
     def _observe(self, path: Path) -> None:
-        table = pq.read_table(path, columns=list(_ROW_COLUMNS))
-        for row in table.to_pylist():
-            self._live.observe_request(row)
-            if row["sent_ns"] is not None:
-                self._live.observe_lag(row["sent_ns"] - row["intended_ns"], None)
+        self._live.observe_table(pq.read_table(path, columns=list(PART_COLUMNS)))
 
     def close(self) -> None:
         if self._staging is not None:

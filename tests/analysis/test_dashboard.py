@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -142,3 +143,38 @@ def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
         th.join(5.0)
     assert not th.is_alive()
     assert "100/100 requests" in capsys.readouterr().out
+
+
+def test_dashboard_process_computes_request_stats_from_the_part_files(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # A local run's dashboard: the workers write part files and send progress only; the
+    # renderer's process reads the parts. Two requests with TTFT 10 and 30 ms (sent at 2 ms)
+    # and 4 tokens in 4 chunks 5 ms apart (TPOT 5 ms: 200 tok/s); the part being written
+    # (a temporary name) is not read.
+    from replay.outcome import RequestRecord
+    from replay.results import ResultWriter
+
+    ms = 1_000_000
+    w = ResultWriter(tmp_path, t0_ns=0)
+    for i, first in enumerate((12 * ms, 32 * ms)):
+        r = RequestRecord(session_id=f"s{i}", request_index=0, parent_index=-1, clone=0, worker=0,
+                          request_id=f"r{i}", api="completions", expected_input_tokens=10,
+                          expected_output_tokens=4, implied_cached_tokens=None)
+        r.intended_ns, r.sent_ns, r.first_token_ns = 2 * ms, 2 * ms, first
+        r.chunk_ns.extend(first + k * 5 * ms for k in range(4))
+        r.chunk_tokens.extend([1] * 4)
+        r.end_ns, r.status, r.completion_tokens = first + 15 * ms, "ok", 4
+        w.add(r)
+    w.close()
+    (tmp_path / "requests" / ".part-000-00001.parquet.tmp").write_bytes(b"not yet a parquet file")
+    progress = LiveStats()
+    progress.set_progress(2, 2, 0, 0, 50 * ms, 10.0)
+    d = DashboardProcess(total_requests=2, title="t", tty=False, results_dir=str(tmp_path))
+    d.start()
+    try:
+        assert d.update(progress.encode())
+    finally:
+        d.stop()
+    out = capfd.readouterr().out.strip().splitlines()[-1]
+    assert out.startswith("2/2 requests, 0 failed"), out
+    assert "P90 TPS 200.0 tok/s" in out and "TTFT P90 30.0 ms" in out, out

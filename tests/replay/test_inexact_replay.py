@@ -248,12 +248,11 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
     assert (s2.ok, s2.inexact, s2.mismatches) == (6, 6, 6)
 
 
-def test_result_writer_feeds_inexact_rows_to_the_live_stats(tmp_path: Path) -> None:
-    from analysis.live import LiveStats
+def test_part_files_feed_inexact_rows_to_the_live_stats(tmp_path: Path) -> None:
+    from analysis.live import LiveStats, PartsFeed
     from replay.results import ResultWriter
 
-    snaps: list[bytes] = []
-    w = ResultWriter(tmp_path, t0_ns=1_000, live=snaps.append)
+    w = ResultWriter(tmp_path, t0_ns=1_000)
     for i, kind in enumerate(("inexact", None)):
         r = _rec("completions", 40, 9)
         r.request_index = i
@@ -263,11 +262,10 @@ def test_result_writer_feeds_inexact_rows_to_the_live_stats(tmp_path: Path) -> N
         r.chunk_tokens.extend([1, 1, 1] if kind else [3, 3, 3])
         r.completion_tokens, r.error_kind = 9, kind
         w.add(r)
-    w.flush()
-    w.snapshot({"done": 2, "total": 2, "in_flight_requests": 0, "active_sessions": 0,
-                "elapsed_ns": 8_000, "cpu_percent": 1.0}, [])
     w.close()
-    st = LiveStats.decode(snaps[-1])
+    feed = PartsFeed(tmp_path)
+    assert feed.poll() == 1 and feed.poll() == 0  # each part is read once
+    st = LiveStats.decode(feed.stats.encode())
     assert (st.ok, st.inexact, st.output_tokens) == (2, 1, 18)  # the inexact row: its usage
     assert st.hists["ttft"].count == 2 and st.hists["chunk_gap"].count == 4
     assert st.hists["tpot"].count == 1 and st.hists["itl"].count == 6

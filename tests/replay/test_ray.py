@@ -193,15 +193,18 @@ def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_pa
 
 def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Ray pool's merged live statistics reach the dashboard, as local workers' do."""
+    """The Ray pool's merged live statistics reach the dashboard (complete snapshots: the
+    dashboard is not asked to read the part files)."""
     import analysis.dashboard
     from analysis.live import LiveStats
 
     updates: list[bytes] = []
 
     class Recorder:
-        def __init__(self, total: int, title: str = "", server_gauges_url: str | None = None) -> None:
+        def __init__(self, total: int, title: str = "", server_gauges_url: str | None = None,
+                     results_dir: str | None = None) -> None:
             self.total = total
+            assert results_dir is None
 
         def start(self) -> None:
             pass

@@ -101,20 +101,37 @@ def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: 
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import analysis.dashboard as dashboard
 
+    from analysis.live import LiveStats, PartsFeed
+
     seen: list[dict[str, float]] = []
+    folders: list[str | None] = []
+    updates: list[bytes] = []
 
     class Recording:
-        def __init__(self, total: int, title: str, server_gauges_url: str | None) -> None:
+        def __init__(self, total: int, title: str, server_gauges_url: str | None,
+                     results_dir: str | None = None) -> None:
             assert server_gauges_url is not None
             seen.append(dashboard.scrape_gauges(server_gauges_url))
+            folders.append(results_dir)
 
         def start(self) -> None: ...
-        def update(self, encoded: bytes) -> None: ...
+        def update(self, encoded: bytes) -> None:
+            updates.append(encoded)
+
         def stop(self) -> None: ...
 
     monkeypatch.setattr(dashboard, "DashboardProcess", Recording)
-    trace = write_rows(tmp_path / "t.parquet", chain_rows(1, 1, gap_ns=MS, think_ns=MS,
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 3, gap_ns=MS, think_ns=MS,
                                                           input_tokens=32, output_tokens=4))
     run(RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "res"),
                   scrape_interval_s=0), progress=lambda line: None)
     assert seen and "vllm:num_requests_running" in seen[0]
+    # The dashboard reads the request statistics from the part files; the run sends it the
+    # progress (final counts included) and nothing about requests.
+    assert folders == [str(tmp_path / "res")]
+    last = LiveStats.decode(updates[-1])
+    assert (last.done, last.total, last.ok, last.hists["ttft"].count) == (6, 6, 0, 0)
+    feed = PartsFeed(tmp_path / "res")
+    feed.poll()
+    feed.stats.flush()
+    assert (feed.stats.ok, feed.stats.output_tokens) == (6, 2 * (4 + 5 + 6))
