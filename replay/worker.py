@@ -3,8 +3,8 @@
 ``run_shard(config, shard_index, n_shards, report_queue)`` is the entry point for local
 worker processes and for any other executor (it only needs a picklable ``RunConfig`` with
 ``t0_ns``, ``model`` and ``salt`` resolved, and a queue-like object with ``put``). Sessions
-go to shards by a stable hash of their key, so every worker builds the same plan and takes
-its own part.
+go to shards in turn by start time (``Plan.shard``), so every worker builds the same plan,
+takes its own part, and gets an even share of the arrivals.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from rich.console import Console

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.plan import PlanOptions, build_plan, shard_of
+from replay.plan import PlanOptions, build_plan
 from tests.replay.helpers import MS, chain_rows, trace_table
 from traces.errors import InputError
 
@@ -63,14 +63,21 @@ def test_short_hash_lists_are_extended():
     assert q.hash_ids[0] == 7 and len(q.hash_ids) == 4
 
 
-def test_shards_partition_sessions():
+def test_shards_partition_sessions_evenly_over_time():
+    # 40 sessions starting 100 ms apart, twice (clones): 80 sessions, 27/27/26 per shard, and
+    # each shard's sessions start every third session of the whole run.
     rows = chain_rows(40, 1)
     plan = build_plan(trace_table(rows), 16, PlanOptions(sessions_multiplier=2))
     parts = [plan.shard(i, 3) for i in range(3)]
     keys = [s.key for p in parts for s in p.sessions]
     assert sorted(keys) == sorted(s.key for s in plan.sessions)
-    assert all(len(p.sessions) > 10 for p in parts)
-    assert shard_of("s1#1", 3) == shard_of("s1#1", 3)
+    assert [len(p.sessions) for p in parts] == [27, 27, 26]
+    starts = [s.start_ns for s in plan.sessions]
+    assert starts == sorted(starts)
+    for i, p in enumerate(parts):
+        assert [s.start_ns for s in p.sessions] == starts[i::3]
+    again = build_plan(trace_table(rows), 16, PlanOptions(sessions_multiplier=2))
+    assert [s.key for s in again.shard(1, 3).sessions] == [s.key for s in parts[1].sessions]
 
 
 @pytest.mark.parametrize("opts", [PlanOptions(speedup=0), PlanOptions(sessions_multiplier=0),

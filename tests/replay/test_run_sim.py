@@ -100,7 +100,6 @@ def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
 def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import analysis.dashboard as dashboard
-
     from analysis.live import LiveStats, PartsFeed
 
     seen: list[dict[str, float]] = []
