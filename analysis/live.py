@@ -152,6 +152,11 @@ class LiveStats:
         if loop_lag_ns is not None:
             self.hists["loop_lag"].record(max(0, loop_lag_ns))
 
+    def observe_loop_lags(self, lags_ns: Sequence[int]) -> None:
+        """Many loop-lag probe samples at once (vectorized; negative ones count as 0)."""
+        if len(lags_ns):
+            self.hists["loop_lag"].record_many(np.maximum(np.asarray(lags_ns, dtype=np.int64), 0))
+
     def set_progress(self, done: int, total: int, in_flight_requests: int, active_sessions: int,
                      elapsed_ns: int, cpu_percent: float) -> None:
         self.done, self.total = done, total

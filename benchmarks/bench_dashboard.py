@@ -101,8 +101,7 @@ async def _loop(mode: str, seconds: float, rate: int, folder: str) -> dict[str, 
             next_snap += SNAPSHOT_NS
             writer.tick(now)
             if own is not None and dash is not None:
-                for lag in lags[seen:]:
-                    own.observe_lag(None, lag)
+                own.observe_loop_lags(lags[seen:])
                 seen = len(lags)
                 own.done, own.total, own.elapsed_ns = i, n, now - start
                 dash.update(own.encode())

@@ -303,8 +303,7 @@ class _Progress:
         """Progress summed over the workers, and their loop-lag samples; sent at most every
         0.25 s (an encode is ~0.1 ms: with one worker this runs on its measuring loop)."""
         st = self._own
-        for lag in msg.get("loop_lags", ()):
-            st.observe_lag(None, lag)
+        st.observe_loop_lags(msg.get("loop_lags", ()))
         if now - self._sent_ns < 250_000_000 and msg.get("done") != msg.get("total"):
             return
         self._sent_ns = now

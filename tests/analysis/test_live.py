@@ -124,3 +124,16 @@ def test_pending_work_is_bounded_and_flushed_in_pieces() -> None:
             flushed_counts.append(st.hists["chunk_gap"].count)
     total = sum(len(r["chunk_ns"] or []) for r in rows)
     assert len(flushed_counts) >= total // (live.FLUSH_CHUNKS + longest)  # many small flushes
+
+
+def test_loop_lags_in_bulk_match_one_by_one() -> None:
+    one, bulk = LiveStats(), LiveStats()
+    lags = [0, 5, 1_000, 2_500_000, -3, 40_000_000]
+    for v in lags:
+        one.observe_lag(None, v)
+    bulk.observe_loop_lags(lags)
+    bulk.observe_loop_lags([])
+    a, b = one.hists["loop_lag"], bulk.hists["loop_lag"]
+    assert a.count == b.count == 6
+    assert a.percentiles([50.0, 100.0]) == b.percentiles([50.0, 100.0])
+    assert b.percentiles([0.0])[0.0] == 0  # the negative sample counted as 0
