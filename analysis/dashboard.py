@@ -15,17 +15,23 @@ With ``results_dir`` the renderer computes the request statistics itself, from t
 files the workers write (``analysis.live.PartsFeed``), and the snapshots it is sent carry
 only progress and the loop-lag probe: the measuring processes do no statistics at all.
 Without it (the Ray pool), the snapshots are complete statistics merged by the sender.
+
+Server gauges (running, waiting, KV cache, preemptions) come from the run's /metrics scraper
+through ``SharedGauges`` when it runs, so the server is scraped once per interval, not once
+more for the dashboard (a scrape takes time on the server's event loop: 3-5 ms round trip on
+the simulated engine under load); the dashboard scrapes by itself only when the run does not.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import multiprocessing as mp
 import os
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console, Group
@@ -187,23 +193,56 @@ def inexact_line(n: int) -> str:
             "the server): in TTFT, E2E, chunk gap and tok/s; not in TPOT, ITL, TPS, tokens/chunk")
 
 
+def gauge_sums(samples: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """The dashboard's gauges from ``(sample name, value)`` pairs, summed over label sets
+    (a counter's ``_total`` sample counts under its family's name)."""
+    out: dict[str, float] = {}
+    for name, value in samples:
+        name = name.removesuffix("_total") if name not in GAUGES else name
+        if name in GAUGES:
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
 def scrape_gauges(url: str, timeout: float = 0.5) -> dict[str, float]:
     """Sum the dashboard's gauges over label sets from a Prometheus /metrics endpoint."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         text = resp.read().decode("utf-8", "replace")
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in GAUGES or s.name.removesuffix("_total") in GAUGES:
-                name = s.name.removesuffix("_total")
-                out[name] = out.get(name, 0.0) + float(s.value)
-    return out
+    return gauge_sums((s.name, s.value) for fam in text_string_to_metric_families(text)
+                      for s in fam.samples)
+
+
+class SharedGauges:
+    """The dashboard's server gauges in shared memory, written by a process that scrapes the
+    server's /metrics anyway (the run's scraper): the dashboard then shows its values instead
+    of scraping the server a second time. Pass it to both processes when starting them."""
+
+    NAMES = tuple(GAUGES)
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self._values = ctx.Array("d", [math.nan] * len(self.NAMES))
+        self._seq = ctx.Value("q", 0)
+
+    def write(self, gauges: Mapping[str, float]) -> None:
+        with self._values.get_lock():
+            for i, name in enumerate(self.NAMES):
+                self._values[i] = gauges.get(name, math.nan)
+        with self._seq.get_lock():
+            self._seq.value += 1
+
+    def read(self) -> tuple[int, dict[str, float]]:
+        """(how many writes so far, the gauges of the newest one that the server had)."""
+        with self._values.get_lock():
+            vals = self._values[:]
+        return self._seq.value, {n: v for n, v in zip(self.NAMES, vals, strict=True) if not math.isnan(v)}
 
 
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
-                 gauges_url: str | None, tty: bool, results_dir: str | None = None) -> None:
+                 gauges_url: str | None, tty: bool, results_dir: str | None = None,
+                 shared_gauges: SharedGauges | None = None) -> None:
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot
@@ -212,6 +251,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
     stats: LiveStats | None = None
     gauges: dict[str, float] = {}
+    gauges_seen = 0
     last_scrape = last_line = 0.0
     drawn: tuple[int, int, int, int, int] | None = None
     live = None
@@ -243,7 +283,11 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                 stats = LiveStats.decode(got)
                 stats.merge(feed.stats)
             now = time.monotonic()
-            if gauges_url and now - last_scrape > 1.0:
+            if shared_gauges is not None:
+                n, fresh_gauges = shared_gauges.read()
+                if n != gauges_seen:
+                    gauges_seen, gauges, last_scrape = n, fresh_gauges, now
+            elif gauges_url and now - last_scrape > 1.0:
                 last_scrape = now
                 try:
                     gauges = scrape_gauges(gauges_url)
@@ -284,9 +328,12 @@ class DashboardProcess:
 
     def __init__(self, total_requests: int, title: str = "agent-replay",
                  server_gauges_url: str | None = None, *, tty: bool | None = None,
-                 results_dir: str | None = None) -> None:
+                 results_dir: str | None = None, shared_gauges: SharedGauges | None = None) -> None:
+        """Server gauges: from ``shared_gauges`` when given (another process scrapes), else
+        scraped from ``server_gauges_url`` every second."""
         self.total_requests = total_requests
         self.results_dir = results_dir
+        self.shared_gauges = shared_gauges
         self.title = title
         self.server_gauges_url = server_gauges_url
         self.tty = sys.stdout.isatty() if tty is None else tty
@@ -305,7 +352,7 @@ class DashboardProcess:
         self._proc = self._ctx.Process(
             target=_render_loop, name="agent-replay-dashboard", daemon=True,
             args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
-                  self.title, self.server_gauges_url, self.tty, self.results_dir))
+                  self.title, self.server_gauges_url, self.tty, self.results_dir, self.shared_gauges))
         self._proc.start()
 
     def update(self, encoded: bytes) -> bool:

@@ -66,7 +66,10 @@ class Scraper:
     def __init__(self, base_url: str, interval_s: float = 1.0,
                  clock_ns: Callable[[], int] = time.monotonic_ns, *,
                  prefixes: Iterable[str] | None = DEFAULT_PREFIXES,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0,
+                 on_scrape: Callable[[list[tuple[int, str, str, float]]], None] | None = None) -> None:
+        """``on_scrape``: called with the rows of each successful scrape (e.g. to show the
+        newest values live)."""
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.url = metrics_url(base_url)
@@ -74,6 +77,7 @@ class Scraper:
         self.clock_ns = clock_ns
         self.prefixes = tuple(prefixes) if prefixes is not None else None
         self.timeout_s = timeout_s
+        self.on_scrape = on_scrape
         self.rows: list[tuple[int, str, str, float]] = []
         self.scrapes = 0
         self.errors = 0
@@ -113,8 +117,11 @@ class Scraper:
                     raise ProtocolError(f"{self.url}: HTTP {resp.status}")
                 text = await resp.text()
             t_ns = self.clock_ns()
-            self.rows.extend(parse_metrics(text, t_ns, self.prefixes))
+            rows = parse_metrics(text, t_ns, self.prefixes)
+            self.rows.extend(rows)
             self.scrapes += 1
+            if self.on_scrape is not None:
+                self.on_scrape(rows)
             return True
         except (aiohttp.ClientError, asyncio.TimeoutError, ProtocolError, OSError) as exc:
             self.errors += 1

@@ -182,13 +182,20 @@ class _Scrape:
     def __init__(self, url: str, interval_s: float, out: Path) -> None:
         self.url, self.interval_s, self.out = url, interval_s, out
         ctx = mp.get_context("spawn")
+        self.gauges: Any = None  # analysis.dashboard.SharedGauges: the dashboard's, from each scrape
+        try:
+            from analysis.dashboard import SharedGauges
+        except ImportError:  # pragma: no cover - rich is a core dependency
+            pass
+        else:
+            self.gauges = SharedGauges()
         self._stop = ctx.Event()
         self._ready = ctx.Event()
         self._errq: Any = ctx.Queue()
         self.t0: Any = ctx.Value("q", 0)
         self._proc = ctx.Process(target=_scrape_main, name="agent-replay-scrape", daemon=True,
                                  args=(url, interval_s, str(out), self._stop, self._ready, self._errq,
-                                       self.t0))
+                                       self.t0, self.gauges))
         self.error: str | None = None
 
     def start(self) -> bool:
@@ -210,14 +217,21 @@ class _Scrape:
 
 
 def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, errq: Any,
-                 t0: Any) -> None:
+                 t0: Any, gauges: Any = None) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     from engines.metrics_scrape import Scraper
 
     async def go() -> None:
-        scraper = Scraper(url, interval_s, time.monotonic_ns)
+        on_scrape = None
+        if gauges is not None:
+            from analysis.dashboard import gauge_sums
+
+            def on_scrape(rows: list[tuple[int, str, str, float]]) -> None:
+                gauges.write(gauge_sums((name, value) for _, name, _, value in rows))
+
+        scraper = Scraper(url, interval_s, time.monotonic_ns, on_scrape=on_scrape)
         await scraper.start()
         ready.set()
         while not stop.is_set():
@@ -261,17 +275,19 @@ class _Progress:
 
     @classmethod
     def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
-               results_dir: str | None = None) -> _Progress:
+               results_dir: str | None = None, shared_gauges: Any = None) -> _Progress:
         """With ``results_dir``, the dashboard computes the request statistics from the
         part files there, and ``update`` sends it progress and loop lag only; without it,
-        ``live`` sends it complete snapshots (the Ray pool's)."""
+        ``live`` sends it complete snapshots (the Ray pool's). ``shared_gauges``: the
+        server gauges from the run's scraper (then the dashboard does not scrape itself)."""
         if out is None:
             return cls(None)
         try:
             from analysis.dashboard import DashboardProcess
         except ImportError:
             return cls(out)
-        dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir)
+        dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
+                                shared_gauges=shared_gauges)
         dash.start()
         prog = cls(out, dashboard=dash)
         if results_dir is not None:
@@ -399,7 +415,8 @@ def _run(config: RunConfig, progress: Reporter | None,
     prog = _Progress.create(progress if config.progress else None, plan.n_requests,
                             f"agent-replay {Path(config.trace).name} -> {config.target}",
                             metrics_url(config.target) if info.has_metrics else None,
-                            results_dir=None if pool is not None else str(out))
+                            results_dir=None if pool is not None else str(out),
+                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None)
     if pool is not None and prog.dashboard is not None:
         # The pool merges its actors' snapshots itself: one stream for the dashboard.
         pool.on_snapshot = lambda snap: prog.live(0, snap)

@@ -178,3 +178,29 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
     out = capfd.readouterr().out.strip().splitlines()[-1]
     assert out.startswith("2/2 requests, 0 failed"), out
     assert "P90 TPS 200.0 tok/s" in out and "TTFT P90 30.0 ms" in out, out
+
+
+def test_gauge_sums_add_label_sets_and_counter_totals() -> None:
+    from analysis.dashboard import gauge_sums
+
+    got = gauge_sums([("vllm:num_requests_running", 3), ("vllm:num_requests_running", 4),
+                      ("vllm:num_preemptions_total", 2), ("vllm:other", 9)])
+    assert got == {"vllm:num_requests_running": 7.0, "vllm:num_preemptions": 2.0}
+
+
+def _write_gauges(g: object) -> None:
+    g.write({"vllm:num_requests_waiting": 5.0})  # type: ignore[attr-defined]
+
+
+def test_shared_gauges_cross_processes() -> None:
+    import multiprocessing as mp
+
+    from analysis.dashboard import SharedGauges
+
+    g = SharedGauges()
+    assert g.read() == (0, {})
+    p = mp.get_context("spawn").Process(target=_write_gauges, args=(g,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert g.read() == (1, {"vllm:num_requests_waiting": 5.0})

@@ -108,8 +108,8 @@ def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: 
 
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
-                     results_dir: str | None = None) -> None:
-            assert server_gauges_url is not None
+                     results_dir: str | None = None, shared_gauges: object = None) -> None:
+            assert server_gauges_url is not None and shared_gauges is None  # no scraper in this run
             seen.append(dashboard.scrape_gauges(server_gauges_url))
             folders.append(results_dir)
 
@@ -134,3 +134,34 @@ def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: 
     feed.poll()
     feed.stats.flush()
     assert (feed.stats.ok, feed.stats.output_tokens) == (6, 2 * (4 + 5 + 6))
+
+
+def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # With the run's scraper on, the server is scraped once per interval, by the scraper;
+    # the dashboard gets the gauges of each scrape through shared memory.
+    import analysis.dashboard as dashboard
+
+    shared: list[dashboard.SharedGauges] = []
+
+    class Recording:
+        def __init__(self, total: int, title: str, server_gauges_url: str | None,
+                     results_dir: str | None = None,
+                     shared_gauges: dashboard.SharedGauges | None = None) -> None:
+            assert shared_gauges is not None
+            shared.append(shared_gauges)
+
+        def start(self) -> None: ...
+        def update(self, encoded: bytes) -> None: ...
+        def stop(self) -> None: ...
+
+    monkeypatch.setattr(dashboard, "DashboardProcess", Recording)
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 2, gap_ns=MS, think_ns=MS,
+                                                          input_tokens=32, output_tokens=4))
+    run(RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "res"),
+                  scrape_interval_s=0.1), progress=lambda line: None)
+    writes, gauges = shared[0].read()
+    scrapes = pq.read_table(tmp_path / "res" / "server_metrics.parquet", columns=["t_ns"])
+    assert writes == len(set(scrapes.column("t_ns").to_pylist())) >= 2  # one write per scrape
+    assert gauges["vllm:num_requests_running"] == 0.0  # the final scrape, after the run
+    assert set(gauges) <= set(dashboard.GAUGES)
