@@ -444,14 +444,14 @@ def _run(config: RunConfig, progress: Reporter | None,
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        if scrape is not None:  # first: its final scrape is the dashboard's last gauges
+            scrape.stop()
+            if scrape.error:
+                meta["scrape"]["error"] = scrape.error
         prog.close()
         if pool is not None:
             meta["ray"] = pool.describe()
             pool.close()
-        if scrape is not None:
-            scrape.stop()
-            if scrape.error:
-                meta["scrape"]["error"] = scrape.error
     summary = _merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries))
     if pool is not None and pool.lost:
         summary.self_check.warnings.extend(x.line() for x in pool.lost)

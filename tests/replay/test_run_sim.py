@@ -143,6 +143,7 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     import analysis.dashboard as dashboard
 
     shared: list[dashboard.SharedGauges] = []
+    at_stop: list[tuple[int, dict[str, float]]] = []
 
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
@@ -153,7 +154,8 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
 
         def start(self) -> None: ...
         def update(self, encoded: bytes) -> None: ...
-        def stop(self) -> None: ...
+        def stop(self) -> None:  # the last frame is drawn now
+            at_stop.append(shared[0].read())
 
     monkeypatch.setattr(dashboard, "DashboardProcess", Recording)
     trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 2, gap_ns=MS, think_ns=MS,
@@ -164,4 +166,5 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     scrapes = pq.read_table(tmp_path / "res" / "server_metrics.parquet", columns=["t_ns"])
     assert writes == len(set(scrapes.column("t_ns").to_pylist())) >= 2  # one write per scrape
     assert gauges["vllm:num_requests_running"] == 0.0  # the final scrape, after the run
+    assert at_stop == [(writes, gauges)]  # ... taken before the dashboard's last frame
     assert set(gauges) <= set(dashboard.GAUGES)
