@@ -10,7 +10,8 @@ Where it runs: a local run's dashboard process reads the workers' part files as 
 (``PartsFeed``, ``observe_table``) while the run sends it only progress and loop-lag samples;
 a Ray actor reads its own part files on its method thread. Nothing here runs in a measuring
 process's hot path: feeding it from a thread of a worker process cost the loop the GIL (with
-2 and 4 workers at 61k chunks/s each, schedule-lag p99 went from 0.75 to 2.3-3.6 ms).
+2 and 4 workers at 61k chunks/s each, schedule-lag p99 was 2.3-3.6 ms with it, 0.5-0.75 ms
+without).
 
 Histograms (integer ns): ``ttft``, ``tpot``, ``itl`` (per token), ``chunk_gap``, ``e2e``,
 ``schedule_lag`` and ``loop_lag`` (the load generator's own lag, from ``observe_lag``).

@@ -317,7 +317,7 @@ class _Progress:
 
     def _to_dashboard(self, msg: dict[str, Any], now: int) -> None:
         """Progress summed over the workers, and their loop-lag samples; sent at most every
-        0.25 s (an encode is ~0.1 ms: with one worker this runs on its measuring loop)."""
+        0.25 s (0.1-0.5 ms with the encode: with one worker this runs on its measuring loop)."""
         st = self._own
         st.observe_loop_lags(msg.get("loop_lags", ()))
         if now - self._sent_ns < 250_000_000 and msg.get("done") != msg.get("total"):
