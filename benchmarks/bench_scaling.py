@@ -82,24 +82,28 @@ def _lag_figures(folders: list[Path]) -> dict[str, float]:
 
 class BusyCores:
     """The host's busy cores (every process), sampled each second on a thread; ``peak`` is
-    the busiest second, i.e. the streaming phase of a run rather than its set-up."""
+    the busiest second, i.e. the streaming phase of a run rather than its set-up.
+    ``steal_peak``: the most cores' worth of time the hypervisor took from this VM in one
+    second (Linux ``steal``; 0 on bare metal), counted in ``peak`` too."""
 
     def __init__(self) -> None:
         self.peak = 0.0
+        self.steal_peak = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     @staticmethod
-    def _busy_s() -> float:
+    def _times() -> tuple[float, float]:
         t = psutil.cpu_times()
-        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0)), float(getattr(t, "steal", 0.0))
 
     def _sample(self) -> None:
-        prev, t = self._busy_s(), time.monotonic()
+        (busy, steal), t = self._times(), time.monotonic()
         while not self._stop.wait(1.0):
-            now_busy, now = self._busy_s(), time.monotonic()
-            self.peak = max(self.peak, (now_busy - prev) / (now - t))
-            prev, t = now_busy, now
+            (busy2, steal2), now = self._times(), time.monotonic()
+            self.peak = max(self.peak, (busy2 - busy) / (now - t))
+            self.steal_peak = max(self.steal_peak, (steal2 - steal) / (now - t))
+            busy, steal, t = busy2, steal2, now
 
     def __enter__(self) -> BusyCores:
         self._thread.start()
@@ -172,6 +176,7 @@ def _runs(args: argparse.Namespace, tmpd: Path, url: str, rows: list[dict]) -> N
             with BusyCores() as busy:
                 r = fn()
             r["seconds"], r["host_busy_cores"], r["repeat"] = args.seconds, busy.peak, rep
+            r["host_steal_cores"] = busy.steal_peak
             rows.append(r)
             _print(r)
 
@@ -224,7 +229,8 @@ def _print(r: dict) -> None:
           f"{r['offered']:>9,.0f} offered, failed {r['failed']}, lag p50/p99/max "
           f"{r['lag_p50_ms']:.2f}/{r['lag_p99_ms']:.2f}/{r['lag_max_ms']:.1f} ms, "
           f"loop p99 per worker [{loops}] ms, CPU {r['cpu_us_per_chunk']:.1f} us/chunk, "
-          f"host busy (peak second) {r['host_busy_cores']:.1f} cores", flush=True)
+          f"host busy (peak second) {r['host_busy_cores']:.1f} cores, stolen "
+          f"{r['host_steal_cores']:.2f}", flush=True)
 
 
 if __name__ == "__main__":
