@@ -242,7 +242,7 @@ class SharedGauges:
 
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
-                 shared_gauges: SharedGauges | None = None) -> None:
+                 shared_gauges: SharedGauges | None = None, ready: Any = None) -> None:
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot
@@ -260,6 +260,8 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
 
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
+    if ready is not None:  # imports done, priority lowered: the run may start
+        ready.set()
     try:
         while True:
             stopping = stop.is_set()
@@ -344,16 +346,24 @@ class DashboardProcess:
         self._len = ctx.RawValue("q", 0)
         self._lock = ctx.Lock()
         self._stop = ctx.Event()
+        self._ready = ctx.Event()
         self._proc: Any = None
         self.sent = 0
         self.skipped = 0
 
-    def start(self) -> None:
+    def start(self, wait_s: float = 30.0) -> None:
+        """Start the renderer and wait (up to ``wait_s``) until it has imported what it
+        needs and lowered its priority: a renderer starting up during a run would take CPU
+        from the workers exactly then (on 2 cores: loop-lag spikes over the first second)."""
         self._proc = self._ctx.Process(
             target=_render_loop, name="agent-replay-dashboard", daemon=True,
             args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
-                  self.title, self.server_gauges_url, self.tty, self.results_dir, self.shared_gauges))
+                  self.title, self.server_gauges_url, self.tty, self.results_dir, self.shared_gauges,
+                  self._ready))
         self._proc.start()
+        deadline = time.monotonic() + wait_s
+        while not self._ready.wait(0.1) and time.monotonic() < deadline and self._proc.is_alive():
+            pass
 
     def update(self, encoded: bytes) -> bool:
         """Offer a snapshot; False when it was skipped (renderer busy or snapshot too big)."""

@@ -305,6 +305,8 @@ class PartsFeed:
     a run computed in another process than the one measuring it."""
 
     def __init__(self, folder: str | Path, stats: LiveStats | None = None) -> None:
+        import pyarrow.parquet  # noqa: F401  # imported now, not at the first part (mid-run)
+
         self.dir = Path(folder) / "requests"
         self.stats = stats if stats is not None else LiveStats()
         self._seen: set[str] = set()

@@ -402,6 +402,15 @@ def _run(config: RunConfig, progress: Reporter | None,
 
         pool = RayPool.start(config, plan, config.ray, config.ray_actors_per_node)
         n, start_delay_ns = pool.size, pool.start_delay_ns
+    # The dashboard starts before t0 and says when it is ready: its start-up is not the run's.
+    prog = _Progress.create(progress if config.progress else None, plan.n_requests,
+                            f"agent-replay {Path(config.trace).name} -> {config.target}",
+                            metrics_url(config.target) if info.has_metrics else None,
+                            results_dir=None if pool is not None else str(out),
+                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None)
+    if pool is not None and prog.dashboard is not None:
+        # The pool merges its actors' snapshots itself: one stream for the dashboard.
+        pool.on_snapshot = lambda snap: prog.live(0, snap)
     t0 = time.monotonic_ns() + start_delay_ns
     wall_t0 = time.time_ns() + start_delay_ns
     config = replace(config, t0_ns=t0, workers=n)
@@ -412,14 +421,6 @@ def _run(config: RunConfig, progress: Reporter | None,
     if scrape is not None:
         scrape.t0.value = t0
     write_json_atomic(out / "run.json", meta)
-    prog = _Progress.create(progress if config.progress else None, plan.n_requests,
-                            f"agent-replay {Path(config.trace).name} -> {config.target}",
-                            metrics_url(config.target) if info.has_metrics else None,
-                            results_dir=None if pool is not None else str(out),
-                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None)
-    if pool is not None and prog.dashboard is not None:
-        # The pool merges its actors' snapshots itself: one stream for the dashboard.
-        pool.on_snapshot = lambda snap: prog.live(0, snap)
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
         meta.setdefault("warnings_before_run", []).append(

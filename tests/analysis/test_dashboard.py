@@ -108,6 +108,7 @@ def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]
     st = _stats(100)
     d = DashboardProcess(total_requests=100, title="t", tty=False)
     d.start()
+    assert d._ready.is_set()  # start() returns once the renderer has started up
     try:
         assert d.update(st.encode()) is True
         assert d.update(b"x" * (5 << 20)) is False  # larger than the slot: skipped

@@ -3,6 +3,8 @@ chat/messages prompts sized with /tokenize, several workers."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,6 +146,7 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
 
     shared: list[dashboard.SharedGauges] = []
     at_stop: list[tuple[int, dict[str, float]]] = []
+    started: list[int] = []
 
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
@@ -152,7 +155,10 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
             assert shared_gauges is not None
             shared.append(shared_gauges)
 
-        def start(self) -> None: ...
+        def start(self) -> None:  # a renderer that takes 0.3 s to start up
+            time.sleep(0.3)
+            started.append(time.monotonic_ns())
+
         def update(self, encoded: bytes) -> None: ...
         def stop(self) -> None:  # the last frame is drawn now
             at_stop.append(shared[0].read())
@@ -167,4 +173,7 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     assert writes == len(set(scrapes.column("t_ns").to_pylist())) >= 2  # one write per scrape
     assert gauges["vllm:num_requests_running"] == 0.0  # the final scrape, after the run
     assert at_stop == [(writes, gauges)]  # ... taken before the dashboard's last frame
+    # The run's t0 (chosen 0.2 s ahead) was chosen once the dashboard had started up.
+    t0 = json.loads((tmp_path / "res" / "run.json").read_text())["clock"]["t0_monotonic_ns"]
+    assert len(started) == 1 and started[0] < t0 - 150_000_000
     assert set(gauges) <= set(dashboard.GAUGES)
