@@ -12,7 +12,8 @@ durations. Names follow METRICS.md: S = intended_ns, f = first_token_ns, c_j = c
 k_j = chunk_tokens[j], e = end_ns, and the actual send time s = sent_ns + connect_ns: the
 moment the request's bytes were handed to its connection. ``sent_ns`` (s0) is when the
 client started the request (the schedule lag is s0 - S); ``connect_ns`` is the time it then
-spent opening a new connection, null when it reused a kept-alive one (s = s0). TTFT and E2E
+spent opening a new connection (and, with the fast client, waiting for its turn to write
+after it), null when it reused a kept-alive one (s = s0). TTFT and E2E
 count from s, so our own wait for a TCP handshake is not the server's latency; the latency
 from the intended send time (f - S) includes everything. ``chunk_ns`` holds only chunks
 that carry at least one output token.

@@ -381,6 +381,10 @@ class FastSender:
             conn = self.pool.take()
             if conn is None:
                 conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
+                # Connections opened together finish together (a max-rate wave: 256 in one
+                # loop iteration); their writes pass the gate again, a few per iteration,
+                # so the loop reads the other streams in between.
+                await self.gate.enter()
                 rec.connect_ns = now() - rec.sent_ns
             waiter: asyncio.Future[int] = loop.create_future()
             conn.begin(rec, stream, waiter)

@@ -39,8 +39,9 @@ class RequestRecord:
         self.intended_ns = 0
         self.sent_ns: int | None = None
         self.connect_ns: int | None = None
-        """Time from ``sent_ns`` until a new connection was open for the request (None when a
-        kept-alive one was reused); its bytes went out at ``sent_ns + connect_ns``."""
+        """Time from ``sent_ns`` until a new connection was open for the request and it could
+        write there (None when a kept-alive one was reused); its bytes went out at
+        ``sent_ns + connect_ns``."""
         self.headers_ns: int | None = None
         self.first_token_ns: int | None = None
         self.end_ns: int | None = None

@@ -298,6 +298,33 @@ async def test_concurrent_requests_open_one_connection_each_then_reuse(raw: list
     assert srv.connections == 6 and sender.pool.opened == 6 and len(srv.received) == 12
 
 
+async def test_writes_on_new_connections_pass_the_start_gate_again(raw: list[RawServer]) -> None:
+    # Connections opened together complete in one loop iteration; their requests' writes go
+    # through the gate a second time (a few per iteration), so a wave of new connections
+    # does not hold every other stream's reads back. A kept-alive connection: one pass.
+    srv, url = await serve(raw, always(0.05, FULL))
+    sender = FastSender(url, 10)
+    sender.gate.per_iteration = 2
+    entered = 0
+    enter = sender.gate.enter
+
+    async def counting() -> None:
+        nonlocal entered
+        entered += 1
+        await enter()
+
+    sender.gate.enter = counting  # type: ignore[method-assign]
+    for round_, want in ((1, 12), (2, 6)):
+        entered = 0
+        rs = [rec(40, 5) for _ in range(6)]
+        await asyncio.gather(*(sender.send(prep(40, 5), r) for r in rs))
+        assert all(r.status == "ok" for r in rs), round_
+        assert entered == want, round_
+        assert all((r.connect_ns is not None) == (round_ == 1) for r in rs)
+    await sender.close()
+    assert srv.connections == 6
+
+
 async def test_connect_time_is_split_out_of_the_send(raw: list[RawServer],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A request that must open a connection records how long that took (connect_ns); its
