@@ -32,6 +32,7 @@ from typing import Any, cast
 
 import numpy as np
 import orjson
+import pyarrow.parquet as pq  # at import, not at the first part file (mid-run)
 
 from analysis.fold import fold_chunks
 from analysis.hist import Hist
@@ -305,8 +306,6 @@ class PartsFeed:
     a run computed in another process than the one measuring it."""
 
     def __init__(self, folder: str | Path, stats: LiveStats | None = None) -> None:
-        import pyarrow.parquet  # noqa: F401  # imported now, not at the first part (mid-run)
-
         self.dir = Path(folder) / "requests"
         self.stats = stats if stats is not None else LiveStats()
         self._seen: set[str] = set()
@@ -315,8 +314,6 @@ class PartsFeed:
     def poll(self) -> int:
         """Read the part files not read yet; returns how many. A part that cannot be read
         (removed meanwhile, damaged) is skipped and counted in ``errors``."""
-        import pyarrow.parquet as pq
-
         try:
             names = sorted(n for n in os.listdir(self.dir)
                            if n.startswith("part-") and n.endswith(".parquet") and n not in self._seen)
