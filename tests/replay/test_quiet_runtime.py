@@ -4,7 +4,12 @@ the measuring window (and restored after it)."""
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from replay.selfmon import QuietRuntime, stall_distribution
 
@@ -65,3 +70,36 @@ def test_quiet_runtime_disables_gc_and_restores_settings() -> None:
     assert st["gc_young_collections"] == 1
     assert st["gc_end_collected"] >= 50  # each _Cycle is one object (plus its __dict__)
     assert st["gc_young_max_ns"] > 0
+
+
+_FDSIZE = r"""
+import json, resource, sys, threading
+from replay.selfmon import reserve_fds
+
+def fdsize():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("FDSize:")).split()[1])
+
+threading.Thread(target=lambda: None).start()  # several threads: the case that waits on RCU
+before = fdsize()
+size = reserve_fds(int(sys.argv[1]))
+print(json.dumps({"before": before, "size": size, "after": fdsize(),
+                  "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux's")
+@pytest.mark.parametrize("limit", [300, 4096])
+def test_reserve_fds_grows_the_table_before_the_run(limit: int) -> None:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    want = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    # a fresh process, whose table has not grown yet; its soft limit starts low
+    p = subprocess.run([sys.executable, "-c", _FDSIZE, str(limit)], capture_output=True, text=True,
+                       cwd=Path(__file__).parents[2], check=True,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
+    d = json.loads(p.stdout)
+    assert d["before"] < want
+    assert d["soft"] >= want  # the soft limit was raised to what the table holds
+    assert d["size"] == want
+    assert d["after"] >= want  # the kernel's table holds `want` descriptors now: no growth later
