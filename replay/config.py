@@ -38,6 +38,11 @@ class RunConfig:
     low_token_id: int = 1000
     request_timeout_s: float = 600.0
     workers: int = 1
+    cpus: str | None = None
+    """Pin each local worker to a CPU of its own: ``auto`` (one per physical core) or a list
+    like ``2,4,6-9`` (see ``replay.affinity``); None: no pinning."""
+    worker_cpus: tuple[int, ...] = ()
+    """The CPU of each worker, resolved from ``cpus`` by ``run``."""
     scrape_interval_s: float | None = None
     """/metrics scrape period; None: 1 s when the target has /metrics; 0: off."""
     vllm_extras: bool = True
@@ -75,6 +80,12 @@ class RunConfig:
             raise InputError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.workers < 1:
             raise InputError(f"--workers must be >= 1, got {self.workers}")
+        if self.cpus is not None and self.ray is not None:
+            raise InputError("--cpus pins local workers; it does not apply with --ray")
+        if self.cpus is not None and self.cpus != "auto":
+            from replay.affinity import parse_cpu_list
+
+            parse_cpu_list(self.cpus)
         if self.ray_actors_per_node < 1:
             raise InputError(f"--ray-actors-per-node must be >= 1, got {self.ray_actors_per_node}")
         if self.warmup_s < 0:

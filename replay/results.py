@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from analysis.results import parquet_write_options
 from analysis.results_schema import REQUEST_SCHEMA
+from replay.affinity import helper_thread
 from replay.outcome import RequestRecord
 from traces.errors import InputError, OutputExistsError
 
@@ -96,7 +97,8 @@ class ResultWriter:
         self._buf: list[RequestRecord] = []
         self._seq = 0
         self._last_flush_ns: int | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results",
+                                        initializer=helper_thread)
         self._pending: list[Future[None]] = []
         self._lock = threading.Lock()
         self.rows = 0

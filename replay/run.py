@@ -32,6 +32,7 @@ import numpy as np
 from analysis.results_schema import RESULTS_SCHEMA_VERSION
 from engines.metrics_scrape import metrics_url
 from replay import __version__
+from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
 from replay.config import RunConfig
 from replay.plan import Plan, build_plan
 from replay.results import prepare_folder, write_json_atomic
@@ -361,12 +362,13 @@ class _Progress:
 def run(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
     """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
     ``config.launch`` describes, started first and stopped after); see the module docs."""
-    if config.launch is None:
-        return _run(config, progress)
-    from replay.launch import launched
+    with kept_affinity():  # --cpus pins this process for the run's length only
+        if config.launch is None:
+            return _run(config, progress)
+        from replay.launch import launched
 
-    with launched(config.launch) as (url, info):
-        return _run(replace(config, target=url), progress, launch_info=info)
+        with launched(config.launch) as (url, info):
+            return _run(replace(config, target=url), progress, launch_info=info)
 
 
 async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
@@ -380,8 +382,14 @@ def _run(config: RunConfig, progress: Reporter | None,
     plan = load_and_validate(config)
     info = asyncio.run(probe(config.target))
     config = resolve(config, info)
+    n = min(config.workers, max(1, len(plan.sessions)))
+    if config.cpus is not None and config.ray is None:
+        cpus = worker_cpus(config.cpus, n)
+        config = replace(config, worker_cpus=tuple(cpus))
     out = Path(config.output or ".")
     prepare_folder(out, config.force)
+    if config.worker_cpus:
+        pin(rest_cpus(config.worker_cpus))  # the scraper and the dashboard start from here: the rest
     trace_sha = _sha256(config.trace)
     # The scraper's baseline is taken before t0 (its process starts first).
     interval = config.scrape_interval_s
@@ -389,7 +397,6 @@ def _run(config: RunConfig, progress: Reporter | None,
         interval = 1.0 if info.has_metrics else 0.0
     scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
     scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
-    n = min(config.workers, max(1, len(plan.sessions)))
     start_delay_ns = 200_000_000
     pool = None
     spawned: _Spawned | None = None
@@ -472,6 +479,8 @@ def _run(config: RunConfig, progress: Reporter | None,
 
 
 def _in_process(config: RunConfig, plan: Plan, prog: _Progress) -> WorkerSummary:
+    if config.worker_cpus:
+        pin_loop_thread(config.worker_cpus, 0)
     coro = arun_shard(config, 0, 1, prog.update, plan=plan)
     if config.loop == "uvloop":
         try:
@@ -576,6 +585,8 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         plan = load_plan(config)
         q.put(("ready", shard, None))
         go.wait()
+        if config.worker_cpus:
+            pin_loop_thread(config.worker_cpus, shard)
         summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan)
     except KeyboardInterrupt:
         return
@@ -640,6 +651,7 @@ def _outcome(s: RunSummary) -> dict[str, Any]:
         "self_check": asdict(sc),
         "loop_stalls": s.loop_stalls,
         "gc": s.gc,
+        "worker_cpus": [w.cpus for w in sorted(s.workers, key=lambda w: w.shard)],
         "load_generator_bottleneck": bool(bottleneck),
         "load_generator_warning": bottleneck[0] if bottleneck else None,
         "warnings": sc.warnings,

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from replay.affinity import allowed_cpus
 from replay.client import Prepared, Sender, inexact_counts_differ, make_session
 from replay.clock import MonotonicClock
 from replay.config import RunConfig
@@ -28,7 +29,7 @@ from replay.outcome import RequestRecord
 from replay.plan import Plan, PlannedRequest, build_plan
 from replay.prepare import Preparer
 from replay.results import ResultWriter
-from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime
+from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
 from traces.errors import TargetError
 from traces.io import read_trace
 
@@ -54,6 +55,8 @@ class WorkerSummary:
     loop_lag: bytes = b""  # int64 ns, one per watchdog tick
     interrupted: bool = False
     gc: dict[str, int] = field(default_factory=dict)  # QuietRuntime.stats()
+    cpus: list[int] = field(default_factory=list)  # the CPUs it was allowed to run on
+    fd_table: int = 0  # file descriptors reserved before the run (selfmon.reserve_fds)
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)
@@ -109,7 +112,7 @@ async def arun_shard(
     plan = (plan or load_plan(config)).shard(shard_index, n_shards)
     out = Path(config.output or ".")
     t0 = config.t0_ns
-    summary = WorkerSummary(shard=shard_index, total=plan.n_requests)
+    summary = WorkerSummary(shard=shard_index, total=plan.n_requests, cpus=allowed_cpus())
     writer = ResultWriter(out, t0, shard_index)
     concurrency = None
     if config.concurrency:
@@ -154,6 +157,7 @@ async def arun_shard(
             on_record=on_record, worker=shard_index, run_id=config.run_id, concurrency=concurrency,
             duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
             warmup_ns=int(config.warmup_s * 1e9))
+        summary.fd_table = reserve_fds()
         quiet.enter()
         watchdog.start()
         run_cpu = CpuMeter()

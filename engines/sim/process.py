@@ -22,12 +22,14 @@ class SimProcess:
 
     Use as a context manager (``with SimProcess("fast") as sim: ...``). ``port=0`` lets the
     child choose a free port and report it. ``stop()`` sends SIGTERM, so the child writes its
-    ground truth before it exits.
+    ground truth before it exits. ``cpus``: run it (and its worker processes) on these CPUs
+    only (Linux), e.g. away from a load generator's pinned workers.
     """
 
     def __init__(self, profile: str | Path = "fast", port: int = 0, workers: int = 1,
                  ground_truth: str | Path | None = None, extra_args: Sequence[str] = (),
-                 *, host: str = "127.0.0.1", seed: int = 0, start_timeout: float = 30.0) -> None:
+                 *, host: str = "127.0.0.1", seed: int = 0, start_timeout: float = 30.0,
+                 cpus: Sequence[int] | None = None) -> None:
         self.profile = str(profile)
         self.port = port
         self.workers = workers
@@ -36,6 +38,7 @@ class SimProcess:
         self.host = host
         self.seed = seed
         self.start_timeout = start_timeout
+        self.cpus = sorted(cpus) if cpus else None
         self.url = ""
         self.proc: subprocess.Popen[str] | None = None
         self._stderr: list[str] = []
@@ -52,8 +55,10 @@ class SimProcess:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        cpus = self.cpus
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env)
+                                     text=True, env=env,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()
         line = self._read_ready()

@@ -57,6 +57,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="token ids stay below this (default 32000)")
     p.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
     p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--cpus", default=None, metavar="auto|LIST",
+                   help="pin each worker to a CPU of its own (Linux): auto = one per physical "
+                   "core, hyperthread siblings left out; or a list like 2,4,6-9. The dashboard "
+                   "and scraper get the CPUs left over (default: no pinning)")
     p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
                    help="run the shards on Ray actors (needs the ray extra): no ADDRESS = "
                    "RAY_ADDRESS or the running local cluster; 'local' = a private one-node Ray; "
@@ -100,7 +104,7 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         sessions_multiplier=args.sessions_multiplier, max_sessions=args.max_sessions,
         duration_s=args.duration, warmup_s=args.warmup, api=args.api, model=args.model,
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
-        workers=args.workers, scrape_interval_s=args.scrape_interval,
+        workers=args.workers, cpus=args.cpus, scrape_interval_s=args.scrape_interval,
         vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,
         http_client=getattr(args, "http_client", "fast"),
         timestamps=getattr(args, "timestamps", "auto"),
