@@ -2,7 +2,7 @@
 
     python benchmarks/bench_scaling.py [--workers 1 2 4] [--rates 150 200 250 300]
                                        [--sim-workers 6] [--seconds 10] [--bound-ms 2]
-                                       [--independent] [--out FILE]
+                                       [--independent] [--pin] [--out FILE]
 
 Each run replays requests of 256 output tokens (one token per chunk, the sim's ``fast``
 profile) arriving uniformly at ``rate`` per second per worker in ``absolute`` timing, so the
@@ -22,6 +22,8 @@ with each count's capacity and its ratio to the first count's (the target for N 
 one-worker run shows what the host does to a worker when others run beside it, apart from
 anything the multi-worker run itself adds. ``--dashboard`` runs with the live dashboard, as
 ``agent-replay run`` does by default (its progress lines then appear among the rows).
+``--pin`` runs the workers with ``--cpus`` on the last physical cores and the sim on the
+others. Each row gives when the run's largest lag fell and its p99 without the first second.
 
 Needs as many free cores as workers plus what the engine takes (about one per 60k chunks/s):
 on a 2-core machine it cannot show scaling.
@@ -49,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_replay import OUT_TOKENS, uniform_trace
 from engines.sim import SimProcess
+from replay.affinity import allowed_cpus, one_per_core, siblings
 from replay.config import RunConfig
 from replay.run import run
 
@@ -56,9 +59,9 @@ _ONE = """
 import json, sys
 from replay.config import RunConfig
 from replay.run import run
-trace, target, out = sys.argv[1:4]
+trace, target, out, cpus = sys.argv[1:5]
 s = run(RunConfig(trace=trace, target=target, output=out, timing="absolute", workers=1,
-                  scrape_interval_s=0, progress=False), progress=None)
+                  cpus=cpus or None, scrape_interval_s=0, progress=False), progress=None)
 w = s.workers[0]
 json.dump({"chunks": s.chunks, "ok": s.ok, "failed": s.failed, "cpu_run_s": w.cpu_run_s,
            "loop_lag": w.loop_lag_ns().tolist()}, open(out + ".json", "w"))
@@ -76,8 +79,11 @@ def _lag_figures(folders: list[Path]) -> dict[str, float]:
     i = np.array([y for x, y in zip(sent, intended, strict=True) if x is not None], dtype=np.int64)
     e = np.array([x for x in end if x is not None], dtype=np.int64)
     lag = np.abs(s - i)
+    later = lag[i - i.min() >= 1_000_000_000]  # the first second (connections opening) left out
     return {"lag_p50_ms": float(np.percentile(lag, 50) / 1e6), "lag_p99_ms": float(np.percentile(lag, 99) / 1e6),
-            "lag_max_ms": float(lag.max() / 1e6), "span_s": float((e.max() - s.min()) / 1e9)}
+            "lag_max_ms": float(lag.max() / 1e6), "lag_max_at_s": float((i[lag.argmax()] - i.min()) / 1e9),
+            "lag_p99_after_1s_ms": float(np.percentile(later, 99) / 1e6) if later.size else float("nan"),
+            "span_s": float((e.max() - s.min()) / 1e9)}
 
 
 class BusyCores:
@@ -115,10 +121,11 @@ class BusyCores:
 
 
 def one_run(tmp: Path, url: str, workers: int, rate: float, seconds: float, salt: int,
-            dashboard: bool = False) -> dict:
+            dashboard: bool = False, cpus: list[int] | None = None) -> dict:
     trace = uniform_trace(tmp / f"u-{workers}-{rate:g}.parquet", rate * workers, seconds)
     out = tmp / f"res-{workers}-{rate:g}"
     s = run(RunConfig(trace=str(trace), target=url, output=str(out), timing="absolute", workers=workers,
+                      cpus=",".join(map(str, cpus)) if cpus else None,
                       salt=salt, scrape_interval_s=0, progress=dashboard),
             progress=(lambda line: None) if dashboard else None)
     f = _lag_figures([out])
@@ -129,13 +136,15 @@ def one_run(tmp: Path, url: str, workers: int, rate: float, seconds: float, salt
             "cpu_us_per_chunk": sum(w.cpu_run_s for w in s.workers) / max(s.chunks, 1) * 1e6}
 
 
-def independent_run(tmp: Path, url: str, n: int, rate: float, seconds: float) -> dict:
+def independent_run(tmp: Path, url: str, n: int, rate: float, seconds: float,
+                    cpus: list[int] | None = None) -> dict:
     outs, procs = [], []
     for k in range(n):
         trace = uniform_trace(tmp / f"i-{n}-{rate:g}-{k}.parquet", rate, seconds)
         out = tmp / f"ind-{n}-{rate:g}-{k}"
         outs.append(out)
-        procs.append(subprocess.Popen([sys.executable, "-c", _ONE, str(trace), url, str(out)],
+        cpu = str(cpus[k]) if cpus else ""
+        procs.append(subprocess.Popen([sys.executable, "-c", _ONE, str(trace), url, str(out), cpu],
                                       cwd=Path(__file__).resolve().parents[1]))
     for p in procs:
         if p.wait() != 0:
@@ -169,9 +178,10 @@ def _runs(args: argparse.Namespace, tmpd: Path, url: str, rows: list[dict]) -> N
     for rep, rate, w in plan:
         folder = tmpd / f"rep{rep}"
         folder.mkdir(exist_ok=True)
-        runs = [partial(one_run, folder, url, w, rate, args.seconds, salt=w, dashboard=args.dashboard)]
+        runs = [partial(one_run, folder, url, w, rate, args.seconds, salt=w, dashboard=args.dashboard,
+                        cpus=args.client_cpus)]
         if args.independent and w > 1:
-            runs.append(partial(independent_run, folder, url, w, rate, args.seconds))
+            runs.append(partial(independent_run, folder, url, w, rate, args.seconds, cpus=args.client_cpus))
         for fn in runs:
             with BusyCores() as busy:
                 r = fn()
@@ -197,9 +207,15 @@ def main() -> None:
     ap.add_argument("--independent", action="store_true")
     ap.add_argument("--dashboard", action="store_true",
                     help="runs with the live dashboard (its plain-line form: stdout is not a terminal)")
+    ap.add_argument("--pin", action="store_true",
+                    help="workers on CPUs of their own (one per physical core, the last cores), "
+                         "the sim on the cores left (hyperthread siblings of the workers' left idle)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     rows: list[dict] = []
+    args.client_cpus, sim_cpus = _placement(max(args.workers)) if args.pin else (None, None)
+    if args.pin:
+        print(f"pinned: workers on CPUs {args.client_cpus}, sim on {sim_cpus}")
     print(f"host: {os.cpu_count()} CPUs; sim in {args.sim_workers} processes (spin {args.sim_spin_us:g} us); "
           f"{args.seconds:g} s per run",
           flush=True)
@@ -208,7 +224,7 @@ def main() -> None:
         profile = json.loads((resources.files("engines.sim") / "profiles" / "fast.json").read_text())
         profile["spin_ns"] = int(args.sim_spin_us * 1000)
         (tmpd / "fast.json").write_text(json.dumps(profile))
-        with SimProcess(tmpd / "fast.json", workers=args.sim_workers) as sim:
+        with SimProcess(tmpd / "fast.json", workers=args.sim_workers, cpus=sim_cpus) as sim:
             _runs(args, tmpd, sim.url, rows)
     print()
     base = None
@@ -223,11 +239,24 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(rows, indent=2))
 
 
+def _placement(n: int) -> tuple[list[int], list[int]]:
+    """CPUs for ``n`` pinned workers (the first thread of each of the last ``n`` physical
+    cores) and for the sim (every allowed CPU not on those cores)."""
+    allowed = allowed_cpus()
+    cores = one_per_core(allowed)
+    if len(cores) < n + 1:
+        raise SystemExit(f"--pin: {len(cores)} physical cores, need {n} for workers and one for the sim")
+    clients = cores[-n:]
+    used = {c for cpu in clients for c in siblings(cpu)} | set(clients)
+    return clients, [c for c in allowed if c not in used]
+
+
 def _print(r: dict) -> None:
     loops = " ".join(f"{x:.2f}" for x in r["worker_loop_p99_ms"])
     print(f"{r['mode']:>15s} rate {r['rate']:>5g}/s/worker: {r['chunks_per_s']:>9,.0f} chunks/s of "
           f"{r['offered']:>9,.0f} offered, failed {r['failed']}, lag p50/p99/max "
-          f"{r['lag_p50_ms']:.2f}/{r['lag_p99_ms']:.2f}/{r['lag_max_ms']:.1f} ms, "
+          f"{r['lag_p50_ms']:.2f}/{r['lag_p99_ms']:.2f}/{r['lag_max_ms']:.1f} ms "
+          f"(max at {r['lag_max_at_s']:.2f} s; p99 after 1 s {r['lag_p99_after_1s_ms']:.2f}), "
           f"loop p99 per worker [{loops}] ms, CPU {r['cpu_us_per_chunk']:.1f} us/chunk, "
           f"host busy (peak second) {r['host_busy_cores']:.1f} cores, stolen "
           f"{r['host_steal_cores']:.2f}", flush=True)
