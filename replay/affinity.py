@@ -106,15 +106,15 @@ def rest_cpus(workers: Iterable[int]) -> list[int]:
 _helpers: frozenset[int] | None = None
 
 
-def pin_loop_thread(worker_cpus: list[int] | tuple[int, ...], index: int) -> None:
-    """Pin the calling thread (a worker's event loop) to ``worker_cpus[index]``; threads
-    that call ``helper_thread`` later run on the CPUs this process had, less every worker's
-    (all of them when nothing is left)."""
+def pin_loop_thread(cpus: list[int] | tuple[int, ...], index: int) -> None:
+    """Pin the calling thread (worker ``index``'s event loop) to ``cpus[index]``, ``cpus``
+    being every worker's; threads that call ``helper_thread`` later run on the CPUs this
+    process had, less every worker's (all of them when nothing is left)."""
     global _helpers
     allowed = allowed_cpus()
-    taken = set(worker_cpus)
+    taken = set(cpus)
     _helpers = frozenset([c for c in allowed if c not in taken] or allowed)
-    pin([worker_cpus[index]])
+    pin([cpus[index]])
 
 
 def helper_thread() -> None:

@@ -62,7 +62,7 @@ def reserve_fds(limit: int = 65536) -> int:
     (64, 128, 256, ...), and in a process with more than one thread each growth waits for an
     RCU grace period (``synchronize_rcu`` in ``expand_fdtable``). The thread that asked,
     here the event loop opening a connection, is stopped meanwhile: ``socket()`` took 6-15 ms
-    at descriptors 256 and 512 on a 2-vCPU VM, and 20-50 ms stalled every worker at once on
+    at descriptors 256 and 512 on a 2-vCPU VM, and 20-48 ms stalled every worker at once on
     a 16-vCPU one, 0.1 and 0.4 s into a run that opened 100+ connections per worker. A
     table grown beforehand never shrinks, so those calls never wait again.
     """
