@@ -104,6 +104,7 @@ def test_workers_run_on_their_cpus(tmp_path: Path, workers: int) -> None:
     assert sim_mask == {allowed[0]}
     assert s.ok == 16 and s.failed == 0
     assert [w.cpus for w in sorted(s.workers, key=lambda w: w.shard)] == [[c] for c in cpus]
+    assert all(w.fd_table > 64 for w in s.workers)  # each grew its fd table before the run
     meta = json.loads((out / "run.json").read_text())
     assert meta["worker_cpus"] == [[c] for c in cpus]
     assert meta["options"]["cpus"] == ",".join(map(str, cpus))
