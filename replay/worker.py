@@ -158,6 +158,7 @@ async def arun_shard(
             duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
             warmup_ns=int(config.warmup_s * 1e9))
         summary.fd_table = reserve_fds()
+        writer.warm()  # the first Parquet conversion's one-off set-up, before t0
         quiet.enter()
         watchdog.start()
         run_cpu = CpuMeter()
