@@ -133,7 +133,8 @@ def one_run(tmp: Path, url: str, workers: int, rate: float, seconds: float, salt
             "offered": rate * workers * OUT_TOKENS, "chunks": s.chunks, "ok": s.ok, "failed": s.failed,
             "chunks_per_s": s.chunks / f["span_s"], **f,
             "worker_loop_p99_ms": [float(np.percentile(w.loop_lag_ns(), 99) / 1e6) for w in s.workers],
-            "cpu_us_per_chunk": sum(w.cpu_run_s for w in s.workers) / max(s.chunks, 1) * 1e6}
+            "cpu_us_per_chunk": sum(w.cpu_run_s for w in s.workers) / max(s.chunks, 1) * 1e6,
+            "gc": s.gc}
 
 
 def independent_run(tmp: Path, url: str, n: int, rate: float, seconds: float,
