@@ -248,7 +248,7 @@ def _placement(n: int) -> tuple[list[int], list[int]]:
     if len(cores) < n + 1:
         raise SystemExit(f"--pin: {len(cores)} physical cores, need {n} for workers and one for the sim")
     clients = cores[-n:]
-    used = {c for cpu in clients for c in siblings(cpu)} | set(clients)
+    used = {c for cpu in clients for c in siblings(cpu)}  # siblings(cpu) includes cpu
     return clients, [c for c in allowed if c not in used]
 
 

@@ -111,9 +111,7 @@ def pin_loop_thread(cpus: list[int] | tuple[int, ...], index: int) -> None:
     being every worker's; threads that call ``helper_thread`` later run on the CPUs this
     process had, less every worker's (all of them when nothing is left)."""
     global _helpers
-    allowed = allowed_cpus()
-    taken = set(cpus)
-    _helpers = frozenset([c for c in allowed if c not in taken] or allowed)
+    _helpers = frozenset(rest_cpus(cpus) or allowed_cpus())
     pin([cpus[index]])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from replay.affinity import parse_cpu_list
 from replay.plan import TIMING_MODES, PlanOptions
 from traces.errors import InputError
 
@@ -83,8 +84,6 @@ class RunConfig:
         if self.cpus is not None and self.ray is not None:
             raise InputError("--cpus pins local workers; it does not apply with --ray")
         if self.cpus is not None and self.cpus != "auto":
-            from replay.affinity import parse_cpu_list
-
             parse_cpu_list(self.cpus)
         if self.ray_actors_per_node < 1:
             raise InputError(f"--ray-actors-per-node must be >= 1, got {self.ray_actors_per_node}")

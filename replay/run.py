@@ -383,9 +383,8 @@ def _run(config: RunConfig, progress: Reporter | None,
     info = asyncio.run(probe(config.target))
     config = resolve(config, info)
     n = min(config.workers, max(1, len(plan.sessions)))
-    if config.cpus is not None and config.ray is None:
-        cpus = worker_cpus(config.cpus, n)
-        config = replace(config, worker_cpus=tuple(cpus))
+    if config.cpus is not None:  # check() refuses it with --ray
+        config = replace(config, worker_cpus=tuple(worker_cpus(config.cpus, n)))
     out = Path(config.output or ".")
     prepare_folder(out, config.force)
     if config.worker_cpus:
