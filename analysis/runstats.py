@@ -168,7 +168,7 @@ class Accumulator:
         latency["schedule_lag"] = percentile_summary(arr("schedule_lag"))
         connect = arr("connect")
         latency["connect"] = percentile_summary(connect[~np.isnan(connect)])
-        tps = _tps_summary(arr("tps")[ok])
+        tps = _tps_summary(arr("tps")[ok], latency["tpot"])
 
         intended = arr("intended_ns")
         end = arr("end_ns")
@@ -215,15 +215,17 @@ class Accumulator:
         return stats
 
 
-def _tps_summary(tps: np.ndarray) -> Summary:
+def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:
     """Request TPS, read as a tail: the value at "P90" is the speed 90% of requests reach or
-    beat, i.e. the 10th percentile of TPS (= 1 / P90 of TPOT)."""
-    low = percentile_summary(tps, (50.0, 10.0, 1.0, 0.1))
-    values = {50.0: low.values[50.0], 90.0: low.values[10.0], 99.0: low.values[1.0],
-              99.9: low.values[0.1]}
-    reliable = {50.0: low.reliable[50.0], 90.0: low.count >= 10, 99.0: low.count >= 100,
-                99.9: low.count >= 1000}
-    return Summary(low.count, values, low.max, low.mean, reliable, True)
+    beat, defined as 1 / (P90 of TPOT) (METRICS.md) and computed from ``tpot`` (the TPOT
+    percentiles of the same requests); never as a low percentile of ``tps``, which picks a
+    different rank whenever 0.1 n is a whole number."""
+    if tpot is None:
+        tpot = percentile_summary(1e9 / tps[tps > 0])
+    values = {p: (None if v is None or v <= 0 else NS / v) for p, v in tpot.values.items()}
+    clean = tps[~np.isnan(tps)]
+    return Summary(tpot.count, values, float(clean.max()) if clean.size else None,
+                   float(clean.mean()) if clean.size else None, dict(tpot.reliable), True)
 
 
 def goodput(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray,

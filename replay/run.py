@@ -35,6 +35,7 @@ from replay import __version__
 from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
 from replay.config import RunConfig
 from replay.plan import Plan, build_plan
+from replay.provenance import provenance
 from replay.results import prepare_folder, write_json_atomic
 from replay.selfmon import SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, probe
@@ -359,12 +360,14 @@ class _Progress:
                  f"{rate:,.0f} chunks/s, {agg['output_tokens']:,} tokens")
 
 
-def run(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
+def run(config: RunConfig, *, progress: Reporter | None = _stderr,
+        launch_info: dict[str, Any] | None = None) -> RunSummary:
     """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
-    ``config.launch`` describes, started first and stopped after); see the module docs."""
+    ``config.launch`` describes, started first and stopped after); see the module docs.
+    ``launch_info``: what the caller knows of a server it started (for run.json)."""
     with kept_affinity():  # --cpus pins this process for the run's length only
         if config.launch is None:
-            return _run(config, progress)
+            return _run(config, progress, launch_info=launch_info)
         from replay.launch import launched
 
         with launched(config.launch) as (url, info):
@@ -424,6 +427,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     meta["scrape"] = scrape_info
     if launch_info is not None:
         meta["launch"] = launch_info
+    meta["provenance"] = provenance(config.target, launch_info)
     if scrape is not None:
         scrape.t0.value = t0
     write_json_atomic(out / "run.json", meta)
