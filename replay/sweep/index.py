@@ -23,7 +23,8 @@ KEY_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("salt", pa.int64()), ("started_utc", pa.string()), ("run_s", pa.float64()),
     ("replay_s", pa.float64()), ("warmup_s", pa.float64()), ("warmup_bursts", pa.int64()),
     ("warmup_steady", pa.bool_()), ("gpus", pa.int64()), ("usd_per_gpu_hour", pa.float64()),
-    ("load_generator_bottleneck", pa.bool_()), ("cold_start", pa.bool_()),
+    ("load_generator_bottleneck", pa.bool_()), ("machine_contention", pa.bool_()),
+    ("cold_start", pa.bool_()),
 )
 DONE = ("complete", "failed", "unreachable")
 """Statuses a resumed sweep does not run again (an interrupted run is run again)."""

@@ -236,6 +236,8 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
             status, reason, figures, bottleneck, cold = _outcome(run_dir, summary, target)
             row.update(figures, status=status, reason=reason, load_generator_bottleneck=bottleneck,
+                       machine_contention=bool(json.loads((run_dir / "run.json").read_text()).get(
+                           "machine_contention")),
                        cold_start=cold or not exp.warmup.enabled)
             interrupted = summary.interrupted
         except KeyboardInterrupt:

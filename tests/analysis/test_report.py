@@ -83,7 +83,8 @@ def test_report_renders_every_section(results: Path) -> None:
                      prices=Prices(0.27, 0.07, 1.10))
     text = to_text(r)
     first = text.splitlines()[0]
-    assert first.startswith("WARNING: the load generator was the bottleneck") and "CPU 98%" in first
+    assert first.startswith("WARNING: load generator saturated: CPU 98%") and "understate" in first
+    assert sum("CPU 98%" in ln for ln in text.splitlines()) == 1
     for needle in ("90% of requests at least this fast", "median", "TTFT from intended",
                    "ITL (per token) (hdr)", "request TPS", "Goodput", "per GPU-hour",
                    "Replay fidelity", "Tokens per chunk", "Sessions (slowest 10 of 149",
