@@ -23,6 +23,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from analysis.definitions import METRICS, SPEEDS, speeds
 from analysis.hist import rank
 from analysis.report import Report, build_report
 
@@ -130,21 +131,20 @@ class CompareResult:
 
 
 def _numbers(r: Report) -> dict[str, Any]:
+    """The headline figures of one run: the definitions table's speeds and headline
+    percentiles (``analysis.definitions``), and throughput."""
     st = r.stats
     tp = st.extra.get("throughput", {})
-
-    def ms(metric: str, p: float) -> float | None:
-        v = st.latency[metric].values.get(p)
-        return None if v is None else v / 1e6
-
-    return {
-        "requests ok": st.requests["ok"], "requests failed": st.requests["failed"],
-        "P90 TPS (tok/s)": st.tps.values.get(90.0), "median TPS (tok/s)": st.tps.values.get(50.0),
-        "TTFT P50 (ms)": ms("ttft", 50.0), "TTFT P90 (ms)": ms("ttft", 90.0),
-        "TTFT P99 (ms)": ms("ttft", 99.0), "TPOT P50 (ms)": ms("tpot", 50.0),
-        "TPOT P90 (ms)": ms("tpot", 90.0), "ITL P99 (ms)": ms("itl", 99.0),
-        "E2E P90 (ms)": ms("e2e", 90.0), "output tok/s": tp.get("output_tokens_per_s"),
-    }
+    out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
+    sp = speeds(st.latency)
+    for key, label, _, _ in SPEEDS:
+        out[f"{label} (tok/s)"] = sp[key]
+    for m in METRICS:
+        for p in m.headline:
+            v = st.latency[m.key].values.get(p)
+            out[f"{m.label} P{p:g} ({m.unit})"] = None if v is None else v / 1e6
+    out["output tok/s"] = tp.get("output_tokens_per_s")
+    return out
 
 
 def _arrays(r: Report) -> dict[str, np.ndarray]:
