@@ -28,6 +28,8 @@ class Report:
     headline: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     server: Mapping[str, Any] | None = None
+    cold_start: str | None = None
+    """Why the run's start may be cold (``analysis.coldstart``), None when it does not look so."""
 
 
 def parse_slo(text: str | None) -> Slo | None:
@@ -159,6 +161,10 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
         acc.add(batch)
     stats = acc.finish(slo=slo, prices=prices, gpus=gpus)
     server = _server_summary(read_server_metrics(results_dir))
+    from analysis.coldstart import cold_start
+
+    cold = cold_start(meta, stats.per_request)
+    warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])
     return Report(results_dir=str(results_dir), meta=meta, stats=stats,
                   headline=headline(stats.tps, stats.inexact["requests"]),
-                  warnings=_warnings(meta, stats), server=server)
+                  warnings=warnings, server=server, cold_start=cold)

@@ -73,6 +73,8 @@ class RunConfig:
     t0_ns: int | None = None
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
     run_id: str = "run"
+    warmed_up: bool = False
+    """A warm-up replay ran against the target just before this run (``agent-replay sweep``)."""
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,

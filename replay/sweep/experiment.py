@@ -285,5 +285,5 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"{f}: targets: name {dup[0]!r} is used twice")
-    return Experiment(str(p), str(trace), str(out_path), targets, str(axis), tuple(points),
+    return Experiment(str(p), str(trace.resolve()), str(out_path.resolve()), targets, str(axis), tuple(points),
                       repeats, seed, dict(run), w, prices, slo)

@@ -160,16 +160,19 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _outcome(run_dir: Path, summary: Any, target: Target) -> tuple[str, str | None, dict[str, Any], bool, bool]:
+def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, float] | None = None,
+             ) -> tuple[str, str | None, dict[str, Any], bool, bool]:
     """status, reason, point figures, bottleneck flag, cold-start flag of a finished run."""
     from analysis.points import empty_point, point_metrics
     from analysis.report import build_report
+    from analysis.runstats import Prices
 
     meta = json.loads((run_dir / "run.json").read_text())
-    rep = build_report(run_dir, gpus=target.gpus)
+    rep = build_report(run_dir, gpus=target.gpus, prices=None if prices is None else Prices(
+        input_miss=prices["input_miss"], input_hit=prices["input_hit"], output=prices["output"]))
     figures = point_metrics(rep, target.gpus, target.usd_per_gpu_hour)
     bottleneck = bool(meta.get("load_generator_bottleneck"))
-    cold = bool(getattr(rep, "cold_start", None))
+    cold = bool(rep.cold_start)
     if summary.interrupted:
         return "interrupted", "interrupted by the user", figures, bottleneck, cold
     if rep.stats.requests["ok"] == 0:
@@ -225,7 +228,8 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
                     h.start(run_dir, target, running.url)
                     started.append(h)
                 tr = time.monotonic()
-                summary = run(cfg, progress=None, launch_info=running.info)
+                summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
+                              launch_info=running.info)
                 row["run_s"] = time.monotonic() - tr
             finally:
                 for h in started:
@@ -234,11 +238,11 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             row["replay_s"] = summary.wall_s
             timing["run_s"] = timing.get("run_s", 0.0) + row["run_s"]
             timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
-            status, reason, figures, bottleneck, cold = _outcome(run_dir, summary, target)
+            status, reason, figures, bottleneck, cold = _outcome(run_dir, summary, target, exp.prices)
             row.update(figures, status=status, reason=reason, load_generator_bottleneck=bottleneck,
                        machine_contention=bool(json.loads((run_dir / "run.json").read_text()).get(
                            "machine_contention")),
-                       cold_start=cold or not exp.warmup.enabled)
+                       cold_start=cold)
             interrupted = summary.interrupted
         except KeyboardInterrupt:
             row.update(status="interrupted", reason="interrupted by the user")

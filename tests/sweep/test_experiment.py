@@ -44,7 +44,7 @@ def test_reads_a_valid_file(tmp_path: Path) -> None:
     assert [t.name for t in exp.targets] == ["a", "b"]
     assert exp.targets[1].gpus == 2 and exp.targets[1].usd_per_gpu_hour == 2.5
     assert exp.run == {"speedup": 4} and exp.repeats == 3
-    assert exp.output == str(Path("sweeps") / "exp")
+    assert exp.output == str((Path("sweeps") / "exp").resolve())
 
 
 @pytest.mark.parametrize("text, expect", [
