@@ -217,6 +217,28 @@ class _Scrape:
             self.error = self._errq.get_nowait()
 
 
+def _start_gpu_telemetry(config: RunConfig, out: Path, launched: bool,
+                         progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
+    """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
+    and the run.json block that says why (also said in one line)."""
+    from engines.telemetry import FILE_NAME, TelemetryProcess, resolve
+    from engines.telemetry.source import nvml_unavailable
+
+    source, why = resolve(config.gpu_metrics, config.target, launched)
+    if source is not None and source.kind == "nvml":
+        why = nvml_unavailable() or ""
+        if why:
+            source = None
+    if source is not None:
+        tel = TelemetryProcess(source, config.gpu_interval_s, out / FILE_NAME)
+        if tel.start():
+            return tel, {}
+        why = tel.off_reason or ""
+    if progress is not None:
+        progress(f"GPU telemetry off: {why}")
+    return None, {"enabled": False, "reason": why}
+
+
 def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, errq: Any,
                  t0: Any, gauges: Any = None) -> None:
     import signal
@@ -396,6 +418,7 @@ def _run(config: RunConfig, progress: Reporter | None,
         interval = 1.0 if info.has_metrics else 0.0
     scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
     scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
+    gpu_tel, gpu_off = _start_gpu_telemetry(config, out, launch_info is not None, progress)
     start_delay_ns = 200_000_000
     pool = None
     spawned: _Spawned | None = None
@@ -426,6 +449,9 @@ def _run(config: RunConfig, progress: Reporter | None,
         meta["launch"] = launch_info
     if scrape is not None:
         scrape.t0.value = t0
+    if gpu_tel is not None:
+        gpu_tel.set_t0(t0)
+    meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
     write_json_atomic(out / "run.json", meta)
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
@@ -455,6 +481,8 @@ def _run(config: RunConfig, progress: Reporter | None,
             scrape.stop()
             if scrape.error:
                 meta["scrape"]["error"] = scrape.error
+        if gpu_tel is not None:
+            meta["gpu_telemetry"] = gpu_tel.stop()
         prog.close()
         if pool is not None:
             meta["ray"] = pool.describe()

@@ -1,0 +1,151 @@
+"""The GPU sampler in a process of its own, beside a run: ``TelemetryProcess``.
+
+    tel = TelemetryProcess(source, 0.1, out / "gpu_telemetry.parquet")
+    if not tel.start():          # opens NVML / reads the exporter once, takes a first sample
+        print(tel.off_line())    # "GPU telemetry off: <why>"
+    tel.set_t0(t0_ns)            # the run's t0: written times are offsets from it
+    ...                          # the run
+    meta["gpu_telemetry"] = tel.stop()  # last sample, Parquet written, cost returned
+
+A sweep runs one per run the same way. The process never shares an event loop or the GIL
+with the workers; NVML (``nvidia-ml-py``, the ``gpu`` extra) is imported only there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import multiprocessing as mp
+import os
+import queue
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from engines.telemetry.backends import Backend, DcgmBackend, NvmlBackend, TelemetryOff
+from engines.telemetry.source import GPU_EXTRA, Source
+
+FILE_NAME = "gpu_telemetry.parquet"
+DEFAULT_INTERVAL_S = 0.1
+
+
+def open_backend(source: Source, nvml: Any = None) -> Backend:
+    """The backend for ``source``; ``nvml``: a module object to use instead of ``pynvml``."""
+    if source.kind == "dcgm":
+        assert source.url is not None
+        return DcgmBackend(source.url)
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            raise TelemetryOff(f"nvidia-ml-py is not installed ({GPU_EXTRA})") from None
+    return NvmlBackend(nvml, source.indices)
+
+
+class TelemetryProcess:
+    """Start/stop a sampler process; see the module docs. ``nvml``: a picklable module-like
+    object used instead of ``pynvml`` (the fake, in tests and benchmarks)."""
+
+    def __init__(self, source: Source, interval_s: float = DEFAULT_INTERVAL_S,
+                 out: str | os.PathLike[str] | None = None, *, nvml: Any = None) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.source, self.interval_s = source, interval_s
+        self.out = None if out is None else Path(out)
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        self._q: Any = ctx.Queue()
+        self._t0: Any = ctx.Value("q", 0)
+        self._proc = ctx.Process(target=_main, name="agent-replay-gpu-telemetry", daemon=True,
+                                 args=(source, interval_s, None if out is None else str(out),
+                                       self._stop, self._q, self._t0, nvml))
+        self.gpus: list[dict[str, Any]] = []
+        self.off_reason: str | None = None
+        self.result: dict[str, Any] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> bool:
+        """Start sampling; False (and ``off_reason``) when the source cannot be sampled."""
+        self._proc.start()
+        try:
+            kind, payload = self._q.get(timeout=timeout_s)
+        except queue.Empty:
+            kind, payload = "off", f"the sampler did not start within {timeout_s:g} s"
+        if kind == "ready":
+            self.gpus = payload
+            return True
+        self.off_reason = str(payload)
+        self._join()
+        return False
+
+    def off_line(self) -> str:
+        return f"GPU telemetry off: {self.off_reason}"
+
+    def set_t0(self, t0_ns: int) -> None:
+        """The run's t0 on CLOCK_MONOTONIC: sample times are written as offsets from it."""
+        self._t0.value = int(t0_ns)
+
+    def stop(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Take the last sample, write the Parquet file, and return the run.json block."""
+        if self.off_reason is not None or self._proc.pid is None:
+            return self.describe()
+        self._stop.set()
+        try:
+            kind, payload = self._q.get(timeout=timeout_s)
+        except queue.Empty:
+            kind, payload = "error", f"the sampler did not stop within {timeout_s:g} s"
+        self._join()
+        self.result = {"error": str(payload)} if kind != "done" else payload
+        return self.describe()
+
+    def describe(self) -> dict[str, Any]:
+        if self.off_reason is not None:
+            return {"enabled": False, "reason": self.off_reason, "source": self.source.describe()}
+        d: dict[str, Any] = {"enabled": True, "source": self.source.describe(),
+                             "backend": self.source.kind, "interval_s": self.interval_s,
+                             "gpus": self.gpus, "file": FILE_NAME if self.out else None}
+        if self.result is not None:
+            d.update(self.result)
+        return d
+
+    def _join(self) -> None:
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(timeout=5)
+
+
+def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any, t0: Any,
+          nvml: Any) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    try:
+        backend = open_backend(source, nvml)
+        infos = backend.open()
+    except TelemetryOff as exc:
+        q.put(("off", str(exc)))
+        return
+    except Exception as exc:
+        q.put(("off", f"{type(exc).__name__}: {exc}"))
+        return
+    from engines.telemetry.sampler import Sampler
+
+    # The first read follows at once, well before the run's t0 (chosen after this).
+    q.put(("ready", [asdict(i) for i in infos]))
+    sampler = Sampler(backend, interval_s)
+    try:
+        sampler.run(stop.wait)
+        result: dict[str, Any] = {"rows": len(sampler.rows), "cost": sampler.cost.as_dict()}
+        if out is not None:
+            import pyarrow.parquet as pq
+
+            dest = Path(out)
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            pq.write_table(sampler.table(int(t0.value)), tmp, compression="zstd")
+            os.replace(tmp, dest)
+        q.put(("done", result))
+    except Exception as exc:  # reported in run.json, never fatal to the run
+        q.put(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        with contextlib.suppress(Exception):
+            backend.close()
