@@ -11,8 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from analysis.gpu_energy import gpu_section
 from analysis.hist import Summary
-from analysis.results import iter_request_batches, read_run_meta, read_server_metrics
+from analysis.results import (
+    iter_request_batches,
+    read_gpu_telemetry,
+    read_run_meta,
+    read_server_metrics,
+)
 from analysis.runstats import COLUMNS, PER_TOKEN_METRICS, Accumulator, Prices, RunStats, Slo
 from analysis.server_metrics import summarize as summarize_server_metrics
 from traces.errors import InputError
@@ -30,6 +36,9 @@ class Report:
     headline: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     server: Mapping[str, Any] | None = None
+    gpu: Mapping[str, Any] | None = None
+    """analysis.gpu_energy figures when the run has GPU telemetry."""
+    gpu_samples: pa.Table | None = None
 
 
 def parse_slo(text: str | None) -> Slo | None:
@@ -140,6 +149,8 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
         acc.add(batch)
     stats = acc.finish(slo=slo, prices=prices, gpus=gpus)
     server = _server_summary(read_server_metrics(results_dir))
+    samples = read_gpu_telemetry(results_dir)
     return Report(results_dir=str(results_dir), meta=meta, stats=stats,
                   headline=headline(stats.tps, stats.inexact["requests"]),
-                  warnings=_warnings(meta, stats), server=server)
+                  warnings=_warnings(meta, stats), server=server,
+                  gpu=gpu_section(results_dir, meta, stats, samples), gpu_samples=samples)
