@@ -14,7 +14,6 @@ with the workers; NVML (``nvidia-ml-py``, the ``gpu`` extra) is imported only th
 from __future__ import annotations
 
 import contextlib
-import importlib
 import multiprocessing as mp
 import os
 import queue
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.telemetry.backends import Backend, DcgmBackend, NvmlBackend, TelemetryOff
-from engines.telemetry.source import GPU_EXTRA, Source
+from engines.telemetry.source import GPU_EXTRA, Source, load_pynvml
 
 FILE_NAME = "gpu_telemetry.parquet"
 DEFAULT_INTERVAL_S = 0.1
@@ -36,7 +35,7 @@ def open_backend(source: Source, nvml: Any = None) -> Backend:
         return DcgmBackend(source.url)
     if nvml is None:
         try:
-            nvml = importlib.import_module("pynvml")
+            nvml = load_pynvml()
         except ImportError:
             raise TelemetryOff(f"nvidia-ml-py is not installed ({GPU_EXTRA})") from None
     return NvmlBackend(nvml, source.indices)

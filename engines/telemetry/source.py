@@ -15,6 +15,8 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 from traces.errors import InputError
@@ -87,11 +89,39 @@ def resolve(spec: str, target: str, launched: bool = False) -> tuple[Source | No
     return Source("nvml", indices=_indices(spec) if spec.startswith("nvml:") else None), ""
 
 
+def vendored_pynvml() -> Path | None:
+    """vLLM's own copy of the NVML bindings (``vllm/third_party/pynvml.py``), found without
+    importing vLLM, when vLLM is installed."""
+    spec = importlib.util.find_spec("vllm")
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(loc) / "third_party" / "pynvml.py"
+        if path.is_file():
+            return path
+    return None
+
+
+def load_pynvml() -> ModuleType:
+    """The NVML bindings: ``pynvml`` (nvidia-ml-py, the ``gpu`` extra), else the copy vLLM
+    ships, loaded on its own (vLLM itself is not imported). ImportError when neither is here."""
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError:
+        path = vendored_pynvml()
+        if path is None:
+            raise
+    spec = importlib.util.spec_from_file_location("agent_replay_vendored_pynvml", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def nvml_unavailable() -> str | None:
     """Why NVML cannot work here, found without starting a process or loading NVML (no
-    ``pynvml`` module; on Linux no ``libnvidia-ml``), else None: the sampler process then
-    finds out the rest (no GPU, driver errors)."""
-    if importlib.util.find_spec("pynvml") is None:
+    bindings; on Linux no ``libnvidia-ml``), else None: the sampler process then finds out
+    the rest (no GPU, driver errors)."""
+    if importlib.util.find_spec("pynvml") is None and vendored_pynvml() is None:
         return f"nvidia-ml-py is not installed ({GPU_EXTRA})"
     if (sys.platform.startswith("linux") and not any(map(os.path.exists, DRIVER_PATHS))
             and ctypes.util.find_library("nvidia-ml") is None):

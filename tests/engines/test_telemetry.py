@@ -176,7 +176,7 @@ def test_parse_recorded_dcgm_page() -> None:
     assert g0["mem_used_bytes"] == 129658 * MIB
     assert g0["mem_total_bytes"] == (129658 + 12830 + 583) * MIB  # used + free + reserved
     assert g0["power_w"] == 512.348
-    assert g0["energy_mj"] == 31035686671  # a counter: the parser calls its sample *_total
+    assert g0["energy_mj"] == 31035686671
     assert (g0["temp_c"], g0["sm_clock_mhz"], g0["mem_clock_mhz"]) == (47.0, 1980.0, 2619.0)
     assert [r[0] for r in rows] == [0, 1]
 
@@ -191,8 +191,18 @@ def test_parse_dcgm_blank_values_mig_and_missing_fields() -> None:
     rows, _ = parse_dcgm(text)
     assert rows == [(0, "GPU-a", None, None, None, None, 10 * MIB, None, 100.5, None, None,
                      None, None)]
-    with pytest.raises(ValueError):
-        parse_dcgm("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\" 5\n")
+    # spaces after commas, an escaped quote, a timestamp after the value
+    rows, info = parse_dcgm('DCGM_FI_DEV_SM_CLOCK{gpu="3", UUID="GPU-c", modelName="a \\"b\\""} '
+                            '1410 1700000000000\n')
+    assert rows[0][0] == 3 and rows[0][-2] == 1410.0 and info[3].name == 'a "b"'
+    for bad, msg in (('DCGM_FI_DEV_GPU_TEMP{gpu="0" 5', "line 2: no closing brace"),
+                     ('DCGM_FI_DEV_GPU_TEMP{gpu=0} 5', "line 2: bad labels"),
+                     ('DCGM_FI_DEV_GPU_TEMP{gpu="0"} hot', "line 2: value 'hot' is not a number"),
+                     ('DCGM_FI_DEV_GPU_TEMP{gpu="0"}', "line 2: no value")):
+        with pytest.raises(ValueError, match=msg):
+            parse_dcgm("# HELP x\n" + bad + "\n")
+    # lines of metrics the sampler does not read are not parsed at all
+    assert parse_dcgm('DCGM_FI_DEV_XID_ERRORS{gpu="0" broken\n') == ([], {})
 
 
 def test_dcgm_backend_over_loopback_http() -> None:
@@ -269,3 +279,22 @@ def test_resolve_and_check_spec() -> None:
                      ("http://", "no host"), ("nvml:-1", ">= 0")):
         with pytest.raises(InputError, match=msg):
             check_spec(bad)
+
+
+def test_vllm_vendored_bindings_are_loaded_without_importing_vllm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from engines.telemetry.source import load_pynvml, nvml_unavailable, vendored_pynvml
+
+    pkg = tmp_path / "vllm"
+    (pkg / "third_party").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('vllm itself must not be imported')\n")
+    (pkg / "third_party" / "pynvml.py").write_text("MARK = 'vendored'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py absent
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    assert vendored_pynvml() == pkg / "third_party" / "pynvml.py"
+    assert load_pynvml().MARK == "vendored"
+    assert "vllm" not in sys.modules
+    assert nvml_unavailable() != "nvidia-ml-py is not installed (pip install 'agent-replay[gpu]')"
