@@ -164,3 +164,18 @@ def test_energy_helpers_edges() -> None:
     per, rest = apportion(t, np.array([10.0, 20.0]), np.array([0.5, 1.5, 1.6]) * S,
                           np.array([1, 1, 3]), np.array([0, 0, 1]), 2, window_ns=(0.5 * S, 2 * S))
     assert per.tolist() == pytest.approx([5.0 + 5.0, 15.0]) and rest == 0.0
+
+
+def test_gpu_plot_and_in_flight(results: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from analysis.gpu_plots import in_flight
+    from analysis.plots import NAMES, write_plots
+
+    # a: 1..3 s, b: 2..4 s -> in flight at 0.5, 1, 2.5, 3.5, 4 s: 0, 1, 2, 1, 0
+    grid = np.array([0.5, 1.0, 2.5, 3.5, 4.0]) * S
+    assert in_flight(np.array([1.0, 2.0]) * S, np.array([3.0, 4.0]) * S, grid).tolist() == [
+        0, 1, 2, 1, 0]
+    r = build_report(results)
+    paths = write_plots(r, tmp_path / "plots")
+    assert [p.name for p in paths] == [*NAMES, "gpu.png"]
+    assert (tmp_path / "plots" / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
