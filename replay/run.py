@@ -298,7 +298,8 @@ class _Progress:
 
     @classmethod
     def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
-               results_dir: str | None = None, shared_gauges: Any = None) -> _Progress:
+               results_dir: str | None = None, shared_gauges: Any = None,
+               gpu_gauges: Any = None) -> _Progress:
         """With ``results_dir``, the dashboard computes the request statistics from the
         part files there, and ``update`` sends it progress and loop lag only; without it,
         ``live`` sends it complete snapshots (the Ray pool's). ``shared_gauges``: the
@@ -310,7 +311,7 @@ class _Progress:
         except ImportError:
             return cls(out)
         dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
-                                shared_gauges=shared_gauges)
+                                shared_gauges=shared_gauges, gpu_gauges=gpu_gauges)
         dash.start()
         prog = cls(out, dashboard=dash)
         if results_dir is not None:
@@ -436,7 +437,8 @@ def _run(config: RunConfig, progress: Reporter | None,
                             f"agent-replay {Path(config.trace).name} -> {config.target}",
                             metrics_url(config.target) if info.has_metrics else None,
                             results_dir=None if pool is not None else str(out),
-                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None)
+                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None,
+                            gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None)
     if pool is not None and prog.dashboard is not None:
         # The pool merges its actors' snapshots itself: one stream for the dashboard.
         pool.on_snapshot = lambda snap: prog.live(0, snap)

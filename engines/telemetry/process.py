@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.telemetry.backends import Backend, DcgmBackend, NvmlBackend, TelemetryOff
+from engines.telemetry.gauges import GpuGauges
 from engines.telemetry.source import GPU_EXTRA, Source, load_pynvml
 
 FILE_NAME = "gpu_telemetry.parquet"
@@ -55,9 +56,10 @@ class TelemetryProcess:
         self._stop = ctx.Event()
         self._q: Any = ctx.Queue()
         self._t0: Any = ctx.Value("q", 0)
+        self.gauges = GpuGauges()  # the newest read, for the dashboard
         self._proc = ctx.Process(target=_main, name="agent-replay-gpu-telemetry", daemon=True,
                                  args=(source, interval_s, None if out is None else str(out),
-                                       self._stop, self._q, self._t0, nvml))
+                                       self._stop, self._q, self._t0, nvml, self.gauges))
         self.gpus: list[dict[str, Any]] = []
         self.off_reason: str | None = None
         self.result: dict[str, Any] | None = None
@@ -114,7 +116,7 @@ class TelemetryProcess:
 
 
 def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any, t0: Any,
-          nvml: Any) -> None:
+          nvml: Any, gauges: GpuGauges | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
@@ -131,7 +133,18 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
 
     # The first read follows at once, well before the run's t0 (chosen after this).
     q.put(("ready", [asdict(i) for i in infos]))
-    sampler = Sampler(backend, interval_s)
+    on_sample = None
+    if gauges is not None:
+        from engines.telemetry.gauges import aggregate
+
+        energy0: list[float | None] = [None]
+
+        def on_sample(t_ns: int, rows: list[Any]) -> None:
+            if energy0[0] is None and rows and all(r[9] is not None for r in rows):
+                energy0[0] = float(sum(r[9] for r in rows))
+            gauges.write(aggregate(rows, energy0[0]))
+
+    sampler = Sampler(backend, interval_s, on_sample=on_sample)
     try:
         sampler.run(stop.wait)
         result: dict[str, Any] = {"rows": len(sampler.rows), "cost": sampler.cost.as_dict()}

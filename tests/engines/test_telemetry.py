@@ -298,3 +298,48 @@ def test_vllm_vendored_bindings_are_loaded_without_importing_vllm(
     assert load_pynvml().MARK == "vendored"
     assert "vllm" not in sys.modules
     assert nvml_unavailable() != "nvidia-ml-py is not installed (pip install 'agent-replay[gpu]')"
+
+
+# -- the dashboard's GPU line ----------------------------------------------------------------
+
+def test_gauges_aggregate_and_line() -> None:
+    from engines.telemetry.gauges import aggregate, line
+
+    nv = FakeNvml(2, clock_ns=FakeClock(0).now)
+    b = NvmlBackend(nv)
+    b.open()
+    rows = b.sample()
+    e0 = float(sum(r[9] for r in rows)) - 2_500_000  # 2.5 kJ before this read
+    g = aggregate(rows, e0)
+    # util 50 and 55 %, power 300 + 310 W, memory 60 + 61 GiB of 2 x 141, hottest 41 C
+    assert g["util_pct"] == 52.5 and g["power_w"] == 610.0 and g["energy_j"] == 2500.0
+    assert (g["mem_used_gib"], g["mem_total_gib"], g["temp_max_c"]) == (121.0, 282.0, 41.0)
+    assert line(g) == "GPU 2x: util 52%  power 610 W  energy 2.5 kJ  memory 121/282 GiB  max 41 C"
+    # DCGM has SM activity; without a first energy reading energy is left out. Page:
+    # util (93 + 71) / 2, SM (78.125 + 55.37) / 2, power 512.348 + 431.007 W, memory
+    # (129,658 + 128,486) MiB = 252.1 GiB of 2 x (used + free + reserved) = 279.4 GiB
+    rows, _ = parse_dcgm(PAGE.read_text())
+    assert line(aggregate(rows, None)) == ("GPU 2x: util 82% (SM 67%)  power 943 W  "
+                                           "memory 252/279 GiB  max 52 C")
+
+
+def test_process_feeds_the_dashboard_line(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from analysis.dashboard import render_dashboard
+    from analysis.live import LiveStats
+
+    tel = TelemetryProcess(Source("nvml"), 0.05, None, nvml=FakeNvml(2))
+    assert tel.gauges.line() == (0, "")
+    assert tel.start()
+    deadline = time.monotonic() + 10
+    while tel.gauges.line()[0] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tel.stop()
+    n, text = tel.gauges.line()
+    assert n >= 3 and text.startswith("GPU 2x: util 52%  power 610 W  energy ")
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(render_dashboard(LiveStats(), 120, 30, gpu_line=text))
+    assert "GPU 2x: util 52%  power 610 W" in buf.getvalue()
