@@ -17,6 +17,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ class TelemetryProcess:
     object used instead of ``pynvml`` (the fake, in tests and benchmarks)."""
 
     def __init__(self, source: Source, interval_s: float = DEFAULT_INTERVAL_S,
-                 out: str | os.PathLike[str] | None = None, *, nvml: Any = None) -> None:
+                 out: str | os.PathLike[str] | None = None, *, nvml: Any = None,
+                 flush_rows: int = 65_536) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.source, self.interval_s = source, interval_s
@@ -59,7 +61,8 @@ class TelemetryProcess:
         self.gauges = GpuGauges()  # the newest read, for the dashboard
         self._proc = ctx.Process(target=_main, name="agent-replay-gpu-telemetry", daemon=True,
                                  args=(source, interval_s, None if out is None else str(out),
-                                       self._stop, self._q, self._t0, nvml, self.gauges))
+                                       self._stop, self._q, self._t0, nvml, self.gauges,
+                                       flush_rows))
         self.gpus: list[dict[str, Any]] = []
         self.off_reason: str | None = None
         self.result: dict[str, Any] | None = None
@@ -90,10 +93,17 @@ class TelemetryProcess:
         if self.off_reason is not None or self._proc.pid is None:
             return self.describe()
         self._stop.set()
-        try:
-            kind, payload = self._q.get(timeout=timeout_s)
-        except queue.Empty:
-            kind, payload = "error", f"the sampler did not stop within {timeout_s:g} s"
+        kind: str = "error"
+        payload: Any = f"the sampler did not stop within {timeout_s:g} s"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                kind, payload = self._q.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if not self._proc.is_alive() and self._q.empty():
+                    payload = f"the sampler process died (exit code {self._proc.exitcode})"
+                    break
         self._join()
         self.result = {"error": str(payload)} if kind != "done" else payload
         return self.describe()
@@ -116,7 +126,7 @@ class TelemetryProcess:
 
 
 def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any, t0: Any,
-          nvml: Any, gauges: GpuGauges | None = None) -> None:
+          nvml: Any, gauges: GpuGauges | None = None, flush_rows: int = 65_536) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
@@ -144,20 +154,41 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
                 energy0[0] = float(sum(r[9] for r in rows))
             gauges.write(aggregate(rows, energy0[0]))
 
-    sampler = Sampler(backend, interval_s, on_sample=on_sample)
+    import pyarrow.parquet as pq
+
+    from analysis.results_schema import GPU_TELEMETRY_SCHEMA
+
+    dest = None if out is None else Path(out)
+    tmp = None if dest is None else dest.with_name(f".{dest.name}.tmp")
+    writer: pq.ParquetWriter | None = None
+
+    def sink(rows: list[Any]) -> bool:
+        """A long run's rows go to the file as they come (bounded memory), once t0 is known."""
+        nonlocal writer
+        if tmp is None or not t0.value:
+            return False
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, GPU_TELEMETRY_SCHEMA, compression="zstd")
+        writer.write_table(sampler.table(int(t0.value), rows))
+        return True
+
+    sampler = Sampler(backend, interval_s, on_sample=on_sample, sink=sink, flush_rows=flush_rows)
     try:
         sampler.run(stop.wait)
-        result: dict[str, Any] = {"rows": len(sampler.rows), "cost": sampler.cost.as_dict()}
-        if out is not None:
-            import pyarrow.parquet as pq
-
-            dest = Path(out)
-            tmp = dest.with_name(f".{dest.name}.tmp")
-            pq.write_table(sampler.table(int(t0.value)), tmp, compression="zstd")
+        result: dict[str, Any] = {"rows": sampler.rows_flushed + len(sampler.rows),
+                                  "cost": sampler.cost.as_dict()}
+        if dest is not None and tmp is not None:
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, GPU_TELEMETRY_SCHEMA, compression="zstd")
+            writer.write_table(sampler.table(int(t0.value)))
+            writer.close()
             os.replace(tmp, dest)
         q.put(("done", result))
     except Exception as exc:  # reported in run.json, never fatal to the run
         q.put(("error", f"{type(exc).__name__}: {exc}"))
     finally:
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
         with contextlib.suppress(Exception):
             backend.close()

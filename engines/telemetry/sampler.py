@@ -56,7 +56,12 @@ class Sampler:
     cpu_s: Callable[[], float] = time.process_time
     on_sample: Callable[[int, list[Row]], None] | None = None
     """Called with each read's time and rows (the dashboard's gauges)."""
+    sink: Callable[[list[tuple[Any, ...]]], bool] | None = None
+    """Takes the rows kept so far once there are ``flush_rows`` of them (e.g. writes them
+    as a Parquet row group); True: they are written and are dropped here."""
+    flush_rows: int = 65_536
     rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rows_flushed: int = 0
     cost: SamplerCost = field(default_factory=SamplerCost)
 
     def __post_init__(self) -> None:
@@ -81,6 +86,9 @@ class Sampler:
         self.cost.read_ns_max = max(self.cost.read_ns_max, after - before)
         if self.on_sample is not None:
             self.on_sample(t, rows)
+        if self.sink is not None and len(self.rows) >= self.flush_rows and self.sink(self.rows):
+            self.rows_flushed += len(self.rows)
+            self.rows = []
         return True
 
     def run(self, wait: Callable[[float], bool]) -> None:
@@ -104,9 +112,10 @@ class Sampler:
             self.cost.wall_s += (self.clock_ns() - wall0) / 1e9
             self.cost.cpu_s += self.cpu_s() - cpu0
 
-    def table(self, t0_ns: int = 0) -> pa.Table:
-        """Every row, ``t_ns`` as an offset from ``t0_ns`` (the run's t0)."""
-        cols: list[Any] = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(
+    def table(self, t0_ns: int = 0, rows: list[tuple[Any, ...]] | None = None) -> pa.Table:
+        """The rows kept (or ``rows``), ``t_ns`` as an offset from ``t0_ns`` (the run's t0)."""
+        rows = self.rows if rows is None else rows
+        cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(
             GPU_TELEMETRY_SCHEMA)
         arrays = [pa.array(c, type=f.type) for c, f in zip(cols, GPU_TELEMETRY_SCHEMA, strict=True)]
         if t0_ns:

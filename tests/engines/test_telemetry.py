@@ -343,3 +343,26 @@ def test_process_feeds_the_dashboard_line(tmp_path: Path) -> None:
     buf = io.StringIO()
     Console(file=buf, width=120).print(render_dashboard(LiveStats(), 120, 30, gpu_line=text))
     assert "GPU 2x: util 52%  power 610 W" in buf.getvalue()
+
+
+def test_long_runs_flush_rows_to_the_file_as_they_come(tmp_path: Path) -> None:
+    clock = FakeClock(ticks=10)
+    b = NvmlBackend(FakeNvml(2, clock_ns=clock.now))
+    b.open()
+    got: list[int] = []
+    s = Sampler(b, 0.1, clock_ns=clock.now, cpu_s=lambda: 0.0, flush_rows=6,
+                sink=lambda rows: got.append(len(rows)) or len(got) > 1)  # refuses the first
+    s.run(clock.wait)
+    # 11 reads x 2 GPUs: refused at 6 rows, taken at 8, then at 6 and 6; 2 left
+    assert got == [6, 8, 6, 6] and s.rows_flushed == 20 and len(s.rows) == 2
+    out = tmp_path / "g.parquet"
+    tel = TelemetryProcess(Source("nvml"), 0.02, out, nvml=FakeNvml(2), flush_rows=4)
+    assert tel.start()
+    tel.set_t0(time.monotonic_ns())
+    time.sleep(0.5)
+    info = tel.stop()
+    f = pq.ParquetFile(out)
+    assert f.metadata.num_row_groups >= 3 and f.metadata.num_rows == info["rows"]
+    assert f.schema_arrow == GPU_TELEMETRY_SCHEMA
+    ts = f.read().column("t_ns").to_pylist()
+    assert ts == sorted(ts) and ts[-1] < 5 * S  # offsets from t0 in every row group
