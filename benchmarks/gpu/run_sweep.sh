@@ -105,7 +105,7 @@ phase_wide() {
   wait_healthy $(( $(left) - 200 )) $P_WEP || return 1
   warm $P_WEP
   local f
-  f=$(experiment wide "[4, 16, 64]" \
+  f=$(experiment wide "${WIDE_POINTS:-[4, 16, 64]}" \
     "name = \"wide-ep\"\nurl = \"http://127.0.0.1:$P_WEP\"\ngpus = 2\nusd_per_gpu_hour = 3.5")
   step wide-sweep 40 $(( $(left) - 20 )) $AR sweep "$f"
   tail -n 20 "$LOG/wide-sweep.log"
