@@ -37,6 +37,7 @@ from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, work
 from replay.config import RunConfig
 from replay.messages import Progress
 from replay.plan import Plan, build_plan
+from replay.provenance import code_version
 from replay.results import prepare_folder, write_json_atomic
 from replay.selfmon import SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, probe
@@ -151,7 +152,7 @@ def _environment(config: RunConfig) -> dict[str, Any]:
     except ImportError:
         uv = None
     return {
-        "agent_replay": __version__, "python": platform.python_version(), "aiohttp": aiohttp.__version__,
+        "agent_replay": __version__, "commit": code_version(), "python": platform.python_version(), "aiohttp": aiohttp.__version__,
         "pyarrow": pyarrow.__version__, "numpy": np.__version__, "uvloop": uv,
         "host": socket.gethostname(), "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),

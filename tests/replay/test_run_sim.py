@@ -13,6 +13,7 @@ import pytest
 
 from engines.sim import SimProcess
 from replay.config import RunConfig
+from replay.provenance import code_version
 from replay.run import run
 from tests.replay.helpers import MS, chain_rows, write_rows
 
@@ -59,6 +60,7 @@ def test_completions_exact_tokens_cache_and_causality(sim: SimProcess, tmp_path:
     assert all(r.startswith(s.workers and d["request_id"][0].split("-")[0]) for r in d["request_id"])
     meta = (out / "run.json").read_text()
     assert '"status": "complete"' in meta and '"salt": 0' in meta
+    assert json.loads(meta)["environment"]["commit"] == code_version()  # the code that ran
 
 
 def test_second_run_with_new_salt_misses_cache(sim: SimProcess, tmp_path: Path) -> None:
