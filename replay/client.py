@@ -61,20 +61,18 @@ def make_session(request_timeout_s: float, limit: int = 0) -> aiohttp.ClientSess
 
 
 START_BURST = 8
-"""Request starts let through per event-loop iteration (about 1 ms of set-up at ~0.1 ms
-each). Measured at 256 streams x 200 chunks/s on one core against 1 (one start per
-iteration) and unlimited: 1 doubled the schedule lag of a 256-request wave (~105 ms P99),
-unlimited held every stream's reads back for the whole wave (P99 ITL error +82%); 8 gave
-about 60 ms and +50% (docs/performance.md)."""
+"""Request starts let through per event-loop iteration: one per iteration stretches a
+wave's schedule lag, unlimited holds every stream's reads back for the whole wave; 8 sits
+between the two (benchmarks/journal/2026-11-29-client-performance.md, "start gate")."""
 
 
 class SendGate:
     """At most ``per_iteration`` request starts per event-loop iteration, in arrival order.
 
-    Starting a request (aiohttp's request set-up and the write) costs ~100 us of loop time.
-    When many requests become due in the same iteration (a max-rate wave, a burst of
-    simultaneous arrivals), starting them all in that iteration would hold every stream's
-    reads back for the whole burst (256 starts: ~30 ms), and each early request's first
+    Starting a request (request set-up and the write) costs loop time. When many requests
+    become due in the same iteration (a max-rate wave, a burst of simultaneous arrivals),
+    starting them all in that iteration would hold every stream's reads back for the whole
+    burst, and each early request's first
     chunk would be time-stamped after the later requests' set-up. Through the gate the
     starts go a few per iteration, in arrival order, with the loop polling sockets between
     them: chunk timestamps stay true, and the queueing shows where it belongs, as the

@@ -321,7 +321,7 @@ class _Progress:
 
     def _to_dashboard(self, msg: Progress | None, now: int) -> None:
         """Progress summed over the workers, and their loop-lag samples; sent at most every
-        0.25 s (0.1-0.5 ms with the encode: with one worker this runs on its measuring loop)."""
+        0.25 s (with one worker this runs on its measuring loop, so it is kept rare)."""
         st = self._own
         if msg is not None:
             st.observe_loop_lags(msg.loop_lags)
