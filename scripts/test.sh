@@ -19,6 +19,7 @@ fi
 # Two steps, both must pass: the suite, then the real-clock accuracy tests (marked timing) on
 # their own, so their bounds are not measured while the rest of the suite loads the machine.
 # pytest's exit code 5 (nothing selected, e.g. a path without timing tests) is not a failure.
+# A -m of the caller's own replaces the step's (pytest keeps the last -m).
 step() {
     local rc=0
     .venv/bin/python -m pytest "$@" || rc=$?
