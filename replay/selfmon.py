@@ -28,6 +28,10 @@ MIN_SAMPLES_P99 = 100
 
 
 class LoopWatchdog:
+    """Event-loop lag: how late a plain loop timer fires, every ``interval_ns``. It sleeps on
+    the loop's own timer, not on the run's Clock, on purpose: its subject is the loop's
+    lateness, which the Clock's re-check after waking would hide."""
+
     def __init__(self, interval_ns: int = 10_000_000) -> None:
         self.interval_ns = interval_ns
         self.lags = array("q")

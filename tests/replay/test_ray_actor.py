@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from analysis.live import LiveStats
 from engines.sim import SimProcess
@@ -45,6 +46,7 @@ def _poll_until_done(actor: ShardActor) -> list[ActorPoll]:
     raise AssertionError("the shard did not finish")
 
 
+@pytest.mark.slow
 def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
     trace = _trace(tmp_path / "t.parquet")
     with SimProcess("fast") as sim:

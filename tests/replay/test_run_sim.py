@@ -88,6 +88,7 @@ def test_text_prompts_have_exact_length(sim: SimProcess, tmp_path: Path, api: st
     assert s.mismatches == 0, d["error"]
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
     rows = chain_rows(16, 2, gap_ns=20 * MS, output_tokens=4)
     trace = write_rows(tmp_path / "t.parquet", rows)
