@@ -2,7 +2,7 @@
 
 A worker reports ``Progress`` about twice a second and once at its end: through a
 multiprocessing queue (local processes), a direct call (one worker in the parent's
-process) or a Ray actor's ``poll`` (``ActorPoll``). Each is a frozen, slotted dataclass so a
+process) or a Ray actor's ``poll`` (``ActorPoll``). Each is a frozen dataclass so a
 reader gets named, typed fields and a missing one fails where it is built, not where it is
 read. Both pickle (queues and Ray move them between processes).
 """
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from replay.worker import WorkerSummary
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Progress:
     """One worker's counters at ``elapsed_ns`` since t0; ``cpu`` is its CPU share since its
     previous message, ``loop_lags`` the event-loop lag samples (ns) taken since then."""
@@ -37,7 +37,7 @@ class Progress:
     loop_lags: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ActorPoll:
     """A Ray worker actor's answer to ``poll``: its last progress, the part files written
     since the previous poll (name, bytes) when it ships them, its cumulative LiveStats
