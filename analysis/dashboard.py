@@ -336,9 +336,8 @@ def _yield_cpu() -> None:
     """Run the renderer below the measuring workers it shares the machine with: Linux's
     SCHED_IDLE (it gets only CPU time no other process wants, so a waking worker never
     waits for it; on a machine with no idle CPU the dashboard pauses, the measurement does
-    not), else POSIX nice +10 (ignored where not permitted). Measured on 2 cores, one worker
-    at 38k chunks/s: loop-lag p99 1.06-1.20 ms with SCHED_IDLE, 1.52-2.21 ms with nice +10,
-    1.03-1.07 ms without a dashboard."""
+    not), else POSIX nice +10 (ignored where not permitted). With SCHED_IDLE a worker's
+    loop lag is as without a dashboard (benchmarks/journal/2026-11-30-workers-on-one-host.md)."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return

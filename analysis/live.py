@@ -38,7 +38,7 @@ from analysis.definitions import LIVE
 from analysis.fold import fold_chunks
 from analysis.hist import Hist
 from analysis.metrics import Lists
-from analysis.results_schema import INEXACT
+from analysis.results_schema import INEXACT, ErrorKind
 
 PART_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
                 "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
@@ -91,7 +91,7 @@ class LiveStats:
             return
         if row.get("status") != "ok":
             self.failed += 1
-            kind = row.get("error_kind") or "unknown"
+            kind = row.get("error_kind") or ErrorKind.UNKNOWN
             self.errors[kind] = self.errors.get(kind, 0) + 1
             return
         self.ok += 1

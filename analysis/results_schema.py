@@ -24,6 +24,8 @@ Files written before ``connect_ns`` existed (results schema 1) read with it null
 
 from __future__ import annotations
 
+from typing import Final, Literal, get_args
+
 import pyarrow as pa
 
 RESULTS_SCHEMA_VERSION = 2
@@ -67,9 +69,30 @@ REQUEST_SCHEMA = pa.schema(
 OPTIONAL_COLUMNS = frozenset({"connect_ns"})
 """Columns added after schema 1: a part file without them reads them as nulls."""
 
-ERROR_KINDS = ("connect", "http", "timeout", "stream", "json", "cancelled", "mismatch", "inexact")
+ErrorKindName = Literal["connect", "http", "timeout", "stream", "json", "cancelled", "mismatch",
+                        "inexact"]
 
-INEXACT = "inexact"
+
+class ErrorKind:
+    """The ``error_kind`` values by name, the one place they are spelled. A failed row has
+    one of CONNECT .. CANCELLED; an ``ok`` row has null, MISMATCH (token counts differ from
+    the trace) or INEXACT (see below). UNKNOWN is never written: counts use it for a failed
+    row whose kind is null."""
+
+    CONNECT: Final = "connect"
+    HTTP: Final = "http"
+    TIMEOUT: Final = "timeout"
+    STREAM: Final = "stream"
+    JSON: Final = "json"
+    CANCELLED: Final = "cancelled"
+    MISMATCH: Final = "mismatch"
+    INEXACT: Final = "inexact"
+    UNKNOWN: Final = "unknown"
+
+
+ERROR_KINDS: tuple[ErrorKindName, ...] = get_args(ErrorKindName)
+
+INEXACT: Final = ErrorKind.INEXACT
 """error_kind of an ``ok`` row whose tokens per chunk are not exact (the server sent neither
 token ids nor continuous usage): its times are exact, its chunk_tokens (one per content
 event) are not, so per-token metrics leave it out."""

@@ -28,6 +28,7 @@ from analysis.definitions import Inputs
 from analysis.fold import fold_chunks
 from analysis.hist import Hist, Summary, percentile_summary
 from analysis.metrics import NS, _col, _f64, _i64, exact_rows, lists, request_metrics, stats_rows
+from analysis.results_schema import REQUEST_SCHEMA, ErrorKind
 
 PER_TOKEN_METRICS = ("ITL", "TPOT", "request TPS", "session TPS", "P90 TPS headline",
                      "tokens per chunk")
@@ -108,7 +109,7 @@ class Accumulator:
         bad = counted & ~ok
         if bad.any():
             self.failed += int(bad.sum())
-            kinds = pc.fill_null(_col(batch, "error_kind"), "unknown").filter(pa.array(bad))
+            kinds = pc.fill_null(_col(batch, "error_kind"), ErrorKind.UNKNOWN).filter(pa.array(bad))
             for item in pc.value_counts(kinds).to_pylist():
                 self.errors[item["values"]] = self.errors.get(item["values"], 0) + item["counts"]
         exact = exact_rows(batch)
@@ -382,10 +383,8 @@ def _sessions(t: pa.Table) -> pa.Table:
 
 
 def _empty_table() -> pa.Table:
-    from analysis.fixtures import rows_to_table
-
     acc = Accumulator()
-    acc.add(rows_to_table([]))
+    acc.add(REQUEST_SCHEMA.empty_table())
     return acc.parts[0]
 
 

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from engines.dialects import build_request, count_token_ids  # noqa: E402
 from engines.sim import SimProcess, SimProfile  # noqa: E402
 from engines.sse import SSEParser  # noqa: E402
+from replay.provenance import code_version  # noqa: E402
 
 
 def start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -309,7 +310,7 @@ def main() -> None:
     ap.add_argument("--sync", action="store_true",
                     help="same max_tokens for every request: synchronized bursts of N requests")
     args = ap.parse_args()
-    print(f"host: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
+    print(f"commit {code_version()}; host: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         prof = SimProfile.load(args.profile)
         data = {f.name: getattr(prof, f.name) for f in dataclasses.fields(prof)}

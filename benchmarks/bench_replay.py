@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engines.sim import SimProcess
 from replay.config import RunConfig
+from replay.provenance import code_version
 from replay.run import run
 from traces.io import write_trace
 from traces.schema import TraceMeta
@@ -201,7 +202,7 @@ def main() -> None:
                   f"think-time error p50 {f['think_err_p50_ms']:.3f} ms, p99 {f['think_err_p99_ms']:.3f} ms, "
                   f"max {f['think_err_max_ms']:.3f} ms")
     if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=2))
+        Path(args.out).write_text(json.dumps({"commit": code_version(), "figures": figures}, indent=2))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from benchmarks.bench_replay import OUT_TOKENS, uniform_trace
 from engines.sim import SimProcess
 from replay.affinity import allowed_cpus, one_per_core, siblings
 from replay.config import RunConfig
+from replay.provenance import code_version
 from replay.run import run
 
 _ONE = """
@@ -217,7 +218,7 @@ def main() -> None:
     args.client_cpus, sim_cpus = _placement(max(args.workers)) if args.pin else (None, None)
     if args.pin:
         print(f"pinned: workers on CPUs {args.client_cpus}, sim on {sim_cpus}")
-    print(f"host: {os.cpu_count()} CPUs; sim in {args.sim_workers} processes (spin {args.sim_spin_us:g} us); "
+    print(f"commit {code_version()}; host: {os.cpu_count()} CPUs; sim in {args.sim_workers} processes (spin {args.sim_spin_us:g} us); "
           f"{args.seconds:g} s per run",
           flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -237,7 +238,7 @@ def main() -> None:
         print(f"capacity at schedule-lag p99 <= {args.bound_ms:g} ms, {w} worker(s): {c:,.0f} chunks/s"
               f" = {ratio:.2f}x of {args.workers[0]} (target >= {0.85 * w / args.workers[0]:.2f}x)")
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2))
+        Path(args.out).write_text(json.dumps({"commit": code_version(), "rows": rows}, indent=2))
 
 
 def _placement(n: int) -> tuple[list[int], list[int]]:

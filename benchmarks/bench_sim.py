@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engines.sim import SimProcess, SimProfile  # noqa: E402
+from replay.provenance import code_version  # noqa: E402
 
 
 async def _one_stream(host: str, port: int, body: bytes, counts: list[int]) -> None:
@@ -347,7 +348,7 @@ def main() -> None:
     ap.add_argument("--profile", default="default", help="profile of the accuracy run")
     ap.add_argument("--skip-baseline", action="store_true")
     args = ap.parse_args()
-    print(f"host: {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    print(f"commit {code_version()}; host: {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
     step_ns = args.step_us * 1000
     target = args.streams * 1e9 / step_ns
     rows = [("sim", args.workers, throughput(args.streams, args.tokens, args.workers, step_ns))]

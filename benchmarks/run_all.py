@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers import clients as cl  # noqa: E402
 from benchmarks.peers.harness import cores, read_truth, run_client, sim_server, write_profile  # noqa: E402
+from replay.provenance import code_version  # noqa: E402
 
 NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)",
          "ours-loop": "agent-replay (--timestamps loop)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         f"# agent-replay benchmarks ({stamp})",
-        f"Machine: {platform.node()}, {platform.machine()}, {sys.platform}, Python "
+        f"Commit: {code_version()}. Machine: {platform.node()}, {platform.machine()}, {sys.platform}, Python "
         f"{platform.python_version()}; server on core 0, client on core 1 (taskset). "
         f"Rerun: `.venv/bin/python benchmarks/run_all.py{' --quick' if args.quick else ''}`. "
         "Noisy: a shared 2-core VM; compare rows of the same run, not across runs.",

@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from analysis.results_schema import ErrorKind
 from engines.dialects import MessagesStreamDecoder, StreamDecoder
 from engines.sse import SSEParser
 from replay.outcome import RequestRecord
@@ -60,20 +61,18 @@ def make_session(request_timeout_s: float, limit: int = 0) -> aiohttp.ClientSess
 
 
 START_BURST = 8
-"""Request starts let through per event-loop iteration (about 1 ms of set-up at ~0.1 ms
-each). Measured at 256 streams x 200 chunks/s on one core against 1 (one start per
-iteration) and unlimited: 1 doubled the schedule lag of a 256-request wave (~105 ms P99),
-unlimited held every stream's reads back for the whole wave (P99 ITL error +82%); 8 gave
-about 60 ms and +50% (docs/performance.md)."""
+"""Request starts let through per event-loop iteration: one per iteration stretches a
+wave's schedule lag, unlimited holds every stream's reads back for the whole wave; 8 sits
+between the two (benchmarks/journal/2026-11-29-client-performance.md, "start gate")."""
 
 
 class SendGate:
     """At most ``per_iteration`` request starts per event-loop iteration, in arrival order.
 
-    Starting a request (aiohttp's request set-up and the write) costs ~100 us of loop time.
-    When many requests become due in the same iteration (a max-rate wave, a burst of
-    simultaneous arrivals), starting them all in that iteration would hold every stream's
-    reads back for the whole burst (256 starts: ~30 ms), and each early request's first
+    Starting a request (request set-up and the write) costs loop time. When many requests
+    become due in the same iteration (a max-rate wave, a burst of simultaneous arrivals),
+    starting them all in that iteration would hold every stream's reads back for the whole
+    burst, and each early request's first
     chunk would be time-stamped after the later requests' set-up. Through the gate the
     starts go a few per iteration, in arrival order, with the loop polling sockets between
     them: chunk timestamps stay true, and the queueing shows where it belongs, as the
@@ -105,7 +104,7 @@ class SendGate:
             await self.enter()
         except asyncio.CancelledError:
             rec.end_ns = time.monotonic_ns()
-            rec.fail("cancelled", "the run was stopped before this request was sent")
+            rec.fail(ErrorKind.CANCELLED, "the run was stopped before this request was sent")
             raise
 
     def _arm(self) -> None:
@@ -157,7 +156,7 @@ class Sender:
                 if resp.status != 200:
                     text = (await resp.content.read(4096)).decode("utf-8", "replace")
                     rec.end_ns = now()
-                    rec.fail("http", f"HTTP {resp.status}: {text.strip()}")
+                    rec.fail(ErrorKind.HTTP, f"HTTP {resp.status}: {text.strip()}")
                     return
                 content = resp.content
                 t = 0
@@ -172,24 +171,24 @@ class Sender:
             self.chunks += len(rec.chunk_ns)
         except asyncio.CancelledError:
             rec.end_ns = rec.end_ns or now()
-            rec.fail("cancelled", "the run was stopped while this request was in flight")
+            rec.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
             raise
         except asyncio.TimeoutError:
             rec.end_ns = now()
-            rec.fail("timeout", "request timed out")
+            rec.fail(ErrorKind.TIMEOUT, "request timed out")
         except aiohttp.ClientConnectorError as exc:
             rec.end_ns = now()
-            rec.fail("connect", str(exc))
+            rec.fail(ErrorKind.CONNECT, str(exc))
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
                 aiohttp.ClientOSError) as exc:
             rec.end_ns = now()
-            rec.fail("stream", f"{type(exc).__name__}: {exc}")
+            rec.fail(ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
         except (orjson.JSONDecodeError, ValueError) as exc:
             rec.end_ns = now()
-            rec.fail("json", f"bad event: {exc}")
+            rec.fail(ErrorKind.JSON, f"bad event: {exc}")
         except aiohttp.ClientError as exc:
             rec.end_ns = now()
-            rec.fail("connect" if rec.headers_ns is None else "stream", f"{type(exc).__name__}: {exc}")
+            rec.fail(ErrorKind.CONNECT if rec.headers_ns is None else "stream", f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight -= 1
 
@@ -255,11 +254,11 @@ class EventStream:
             rec.first_token_ns = rec.chunk_ns[0]
         rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = dec.result_usage()
         if dec.error is not None:
-            rec.fail("stream", f"error event: {dec.error}")
+            rec.fail(ErrorKind.STREAM, f"error event: {dec.error}")
         elif rest:
-            rec.fail("stream", f"stream ended inside an event ({len(rest)} bytes left)")
+            rec.fail(ErrorKind.STREAM, f"stream ended inside an event ({len(rest)} bytes left)")
         elif not dec.done:
-            rec.fail("stream", "stream ended without its end marker")
+            rec.fail(ErrorKind.STREAM, "stream ended without its end marker")
         elif not dec.exact:
             _check_inexact(rec)
         else:
@@ -277,7 +276,7 @@ def _check_counts(rec: RequestRecord) -> None:
         problems.append(f"{counted} output tokens, trace has {rec.expected_output_tokens}")
     problems += _prompt_problem(rec)
     if problems:
-        rec.error_kind = "mismatch"
+        rec.error_kind = ErrorKind.MISMATCH
         rec.error = "; ".join(problems)
 
 
@@ -296,7 +295,7 @@ def _check_inexact(rec: RequestRecord) -> None:
         problems.append(f"usage says {rec.completion_tokens} output tokens, trace has "
                         f"{rec.expected_output_tokens}")
     problems += _prompt_problem(rec)
-    rec.error_kind = "inexact"
+    rec.error_kind = ErrorKind.INEXACT
     rec.error = "; ".join([why, *problems])
 
 

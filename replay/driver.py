@@ -26,7 +26,7 @@ from replay.clock import Clock
 from replay.outcome import RequestRecord
 from replay.plan import Plan, PlannedRequest, PlannedSession
 
-REFILL_PACE_S = 0.0005
+REFILL_PACE_NS = 500_000
 
 
 class Transport(Protocol):
@@ -158,7 +158,7 @@ class Driver:
                 # While more sessions than slots are active, the next wave is already
                 # prepared, so the refill is paced instead of landing on the loop in the
                 # same few ms as the wave's request starts and first chunks.
-                await asyncio.sleep(REFILL_PACE_S)
+                await self.clock.pause(REFILL_PACE_NS)
             else:
                 await asyncio.sleep(0)  # see _launch_absolute
 

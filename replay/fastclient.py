@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from analysis.results_schema import ErrorKind
 from engines.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
 from replay.client import EventStream, Prepared, SendGate
 from replay.http1 import (
@@ -392,28 +393,28 @@ class FastSender:
             conn.transport.write(data)  # type: ignore[union-attr]
             rec.end_ns = await waiter
             if rec.http_status != 200:
-                rec.fail("http", f"HTTP {rec.http_status}: {conn.error_text().strip()}")
+                rec.fail(ErrorKind.HTTP, f"HTTP {rec.http_status}: {conn.error_text().strip()}")
                 return
             stream.finish(rec.end_ns)
             self.chunks += len(rec.chunk_ns)
         except asyncio.CancelledError:
             rec.end_ns = rec.end_ns or now()
-            rec.fail("cancelled", "the run was stopped while this request was in flight")
+            rec.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
             if conn is not None:
                 conn.fail(ConnectionClosed("cancelled"))
             raise
         except asyncio.TimeoutError:
             rec.end_ns = now()
-            rec.fail("timeout", "request timed out")
+            rec.fail(ErrorKind.TIMEOUT, "request timed out")
         except ConnectError as exc:
             rec.end_ns = now()
-            rec.fail("connect", str(exc))
+            rec.fail(ErrorKind.CONNECT, str(exc))
         except (ConnectionClosed, ProtocolError, OSError) as exc:
             rec.end_ns = now()
-            rec.fail("stream", f"{type(exc).__name__}: {exc}")
+            rec.fail(ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
         except (orjson.JSONDecodeError, ValueError) as exc:
             rec.end_ns = now()
-            rec.fail("json", f"bad event: {exc}")
+            rec.fail(ErrorKind.JSON, f"bad event: {exc}")
         finally:
             self.in_flight -= 1
             if timer is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from array import array
 
+from analysis.results_schema import ErrorKindName
+
 
 class RequestRecord:
     __slots__ = (
@@ -56,11 +58,11 @@ class RequestRecord:
         self.cached_tokens: int | None = None
         self.implied_cached_tokens = implied_cached_tokens
         self.status = "ok"
-        self.error_kind: str | None = None
+        self.error_kind: ErrorKindName | None = None
         self.http_status: int | None = None
         self.error: str | None = None
 
-    def fail(self, kind: str, message: str) -> None:
+    def fail(self, kind: ErrorKindName, message: str) -> None:
         """Mark the request failed (the first failure wins)."""
         if self.status != "error":
             self.status = "error"

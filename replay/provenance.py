@@ -22,7 +22,8 @@ DEPENDENCIES = ("aiohttp", "numpy", "pyarrow", "rich", "hdrhistogram", "orjson",
                 "uvloop", "openai", "anthropic", "matplotlib", "ray", "vllm")
 """Packages whose installed versions are recorded (absent ones as null)."""
 
-_ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The repository root when the code runs from a checkout."""
 
 
 def _cmd(args: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str | None:
@@ -36,18 +37,38 @@ def _cmd(args: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str 
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+@lru_cache(maxsize=4)
+def code_version(root: Path = CHECKOUT) -> str:
+    """Which code produced a result, the one answer every results file records (run.json,
+    benchmark summaries): ``git describe --always --dirty`` when the code runs from a git
+    checkout (a commit id, ``-dirty`` when files differ from it); else the installed
+    distribution's version."""
+    if (root / ".git").exists():  # a directory, or a file in a git worktree
+        described = _cmd(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                         timeout=10.0)
+        if described:
+            return described
+    try:
+        return metadata.version("agent-replay")
+    except metadata.PackageNotFoundError:
+        from replay import __version__
+
+        return __version__
+
+
 @lru_cache(maxsize=1)
 def source() -> dict[str, Any]:
-    """The project's git commit and whether the tree had uncommitted changes (null outside
-    a checkout), and its installed version."""
+    """The project's code version (``code_version``), its git commit and whether the tree
+    had uncommitted changes (null outside a checkout), and its installed version."""
     from replay import __version__
 
-    commit = _cmd(["git", "rev-parse", "HEAD"], cwd=_ROOT)
+    commit = _cmd(["git", "rev-parse", "HEAD"], cwd=CHECKOUT)
     dirty = None
     if commit is not None:
-        status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_ROOT)
+        status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=CHECKOUT)
         dirty = bool(status) if status is not None else None
-    return {"version": __version__, "git_commit": commit, "git_dirty": dirty}
+    return {"code_version": code_version(), "version": __version__, "git_commit": commit,
+            "git_dirty": dirty}
 
 
 @lru_cache(maxsize=1)

@@ -106,10 +106,9 @@ class ResultWriter:
 
     def warm(self) -> None:
         """Start the writer thread and run one conversion and one Parquet write (to memory)
-        on it now, before the run. The first of each in a process does one-off set-up (a
-        370-row conversion took 50 ms the first time and 3 ms after; the first write 6-36 ms
-        and 4-6 ms after), part of it holding the GIL for 5-7 ms at a time: left to the
-        first flush, it lands inside the run, on the measuring loop."""
+        on it now, before the run. The first of each in a process does one-off set-up, part
+        of it holding the GIL: left to the first flush, it lands inside the run, on the
+        measuring loop (benchmarks/journal/2026-11-30-workers-on-one-host.md)."""
         self._pool.submit(self._warm).result()
 
     def _warm(self) -> None:

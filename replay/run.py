@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 
 from analysis.results_schema import RESULTS_SCHEMA_VERSION
+from engines import aio
 from engines.metrics_scrape import metrics_url
 from replay import __version__
 from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
 from replay.config import RunConfig
+from replay.messages import Progress
 from replay.plan import Plan, build_plan
-from replay.provenance import provenance
+from replay.provenance import code_version, provenance
 from replay.results import prepare_folder, write_json_atomic
 from replay.selfmon import MachineMeter, SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, probe
@@ -150,7 +152,7 @@ def _environment(config: RunConfig) -> dict[str, Any]:
     except ImportError:
         uv = None
     return {
-        "agent_replay": __version__, "python": platform.python_version(), "aiohttp": aiohttp.__version__,
+        "agent_replay": __version__, "commit": code_version(), "python": platform.python_version(), "aiohttp": aiohttp.__version__,
         "pyarrow": pyarrow.__version__, "numpy": np.__version__, "uvloop": uv,
         "host": socket.gethostname(), "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
@@ -289,7 +291,7 @@ class _Progress:
     def __init__(self, out: Reporter | None, every_s: float = 2.0, dashboard: Any = None) -> None:
         self.out = out
         self.every_ns = int(every_s * 1e9)
-        self.last: dict[int, dict[str, Any]] = {}
+        self.last: dict[int, Progress] = {}
         self._printed = 0
         self._chunks0 = (0, time.monotonic_ns())
         self.dashboard = dashboard
@@ -340,19 +342,20 @@ class _Progress:
                 merged.merge(st)
         self.dashboard.update(merged.encode())
 
-    def _to_dashboard(self, msg: dict[str, Any], now: int) -> None:
+    def _to_dashboard(self, msg: Progress | None, now: int) -> None:
         """Progress summed over the workers, and their loop-lag samples; sent at most every
-        0.25 s (0.1-0.5 ms with the encode: with one worker this runs on its measuring loop)."""
+        0.25 s (with one worker this runs on its measuring loop, so it is kept rare)."""
         st = self._own
-        st.observe_loop_lags(msg.get("loop_lags", ()))
-        if now - self._sent_ns < 250_000_000 and msg.get("done") != msg.get("total"):
+        if msg is not None:
+            st.observe_loop_lags(msg.loop_lags)
+        if now - self._sent_ns < 250_000_000 and msg is not None and msg.done != msg.total:
             return
         self._sent_ns = now
         last = self.last.values()
-        st.done, st.total = sum(m["done"] for m in last), sum(m["total"] for m in last)
-        st.in_flight, st.active_sessions = sum(m["in_flight"] for m in last), sum(m["sessions"] for m in last)
-        st.elapsed_ns = max(m["elapsed_ns"] for m in last)
-        st.cpu_percent = [m["cpu"] * 100 for m in last]
+        st.done, st.total = sum(m.done for m in last), sum(m.total for m in last)
+        st.in_flight, st.active_sessions = sum(m.in_flight for m in last), sum(m.sessions for m in last)
+        st.elapsed_ns = max(m.elapsed_ns for m in last)
+        st.cpu_percent = [m.cpu * 100 for m in last]
         assert self.dashboard is not None
         self.dashboard.update(st.encode())
 
@@ -360,24 +363,24 @@ class _Progress:
         if self.dashboard is not None:
             if self._own is not None and self.last:
                 self._sent_ns = 0
-                self._to_dashboard({}, time.monotonic_ns())
+                self._to_dashboard(None, time.monotonic_ns())
             self.dashboard.stop()
             self.dashboard = None
 
-    def update(self, msg: dict[str, Any]) -> None:
-        self.last[int(msg["shard"])] = msg
+    def update(self, msg: Progress) -> None:
+        self.last[msg.shard] = msg
         now = time.monotonic_ns()
         if self._own is not None:
             self._to_dashboard(msg, now)
         if self.out is None or self.dashboard is not None or now - self._printed < self.every_ns:
             return
         self._printed = now
-        agg = {k: sum(m[k] for m in self.last.values()) for k in
+        agg = {k: sum(getattr(m, k) for m in self.last.values()) for k in
                ("total", "done", "errors", "in_flight", "sessions", "chunks", "output_tokens")}
         c0, t0 = self._chunks0
         rate = (agg["chunks"] - c0) / max((now - t0) / 1e9, 1e-9)
         self._chunks0 = (agg["chunks"], now)
-        elapsed = max(m["elapsed_ns"] for m in self.last.values()) / 1e9
+        elapsed = max(m.elapsed_ns for m in self.last.values()) / 1e9
         self.out(f"[{elapsed:7.1f}s] {agg['done']}/{agg['total']} done, {agg['errors']} failed, "
                  f"{agg['in_flight']} in flight, {agg['sessions']} sessions, "
                  f"{rate:,.0f} chunks/s, {agg['output_tokens']:,} tokens")
@@ -516,15 +519,7 @@ def _run(config: RunConfig, progress: Reporter | None,
 def _in_process(config: RunConfig, plan: Plan, prog: _Progress) -> WorkerSummary:
     if config.worker_cpus:
         pin_loop_thread(config.worker_cpus, 0)
-    coro = arun_shard(config, 0, 1, prog.update, plan=plan)
-    if config.loop == "uvloop":
-        try:
-            import uvloop
-
-            return uvloop.run(coro)
-        except ImportError:
-            pass
-    return asyncio.run(coro)
+    return aio.run(arun_shard(config, 0, 1, prog.update, plan=plan), config.loop)
 
 
 class _Spawned:

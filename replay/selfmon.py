@@ -25,6 +25,10 @@ import numpy as np
 
 
 class LoopWatchdog:
+    """Event-loop lag: how late a plain loop timer fires, every ``interval_ns``. It sleeps on
+    the loop's own timer, not on the run's Clock, on purpose: its subject is the loop's
+    lateness, which the Clock's re-check after waking would hide."""
+
     def __init__(self, interval_ns: int = 10_000_000) -> None:
         self.interval_ns = interval_ns
         self.lags = array("q")
@@ -58,10 +62,9 @@ def reserve_fds(limit: int = 65536) -> int:
     The kernel grows a process's fd table by doubling when a new descriptor does not fit
     (64, 128, 256, ...), and in a process with more than one thread each growth waits for an
     RCU grace period (``synchronize_rcu`` in ``expand_fdtable``). The thread that asked,
-    here the event loop opening a connection, is stopped meanwhile: ``socket()`` took 6-15 ms
-    at descriptors 256 and 512 on a 2-vCPU VM, and 20-48 ms stalled every worker at once on
-    a 16-vCPU one, 0.1 and 0.4 s into a run that opened 100+ connections per worker. A
-    table grown beforehand never shrinks, so those calls never wait again.
+    here the event loop opening a connection, is stopped meanwhile, for milliseconds to tens
+    of milliseconds (benchmarks/journal/2026-11-30-workers-on-one-host.md). A table grown beforehand never shrinks, so those calls never wait
+    again.
     """
     try:
         import fcntl
@@ -96,11 +99,10 @@ class QuietRuntime:
       collection is switched off. ``young()``, called by the worker's 0.5 s ticker, runs
       a generation-0/1 collection once ``young_threshold`` tracked objects have been
       created (net) since the last one, never a full collection of every live object
-      landing on a burst (tens of ms). The replay itself makes almost no cyclic garbage
-      (1,024 streamed requests at 256 streams: 1,597 objects in all, the closed
+      landing on a burst. The replay itself makes almost no cyclic garbage (the closed
       connections), so at the default threshold a run of that kind never collects, where a
-      collection every 0.5 s stalled the loop 0.6-3.7 ms for nothing; a workload that does
-      make cycles is collected once they reach the threshold (a bounded memory cost).
+      collection every tick stalls the loop for nothing (benchmarks/journal/2026-11-29-client-performance.md); a workload that does make
+      cycles is collected once they reach the threshold (a bounded memory cost).
       Cyclic garbage that survives a young collection waits for ``exit`` (a full
       collection): its count is reported (``gc_end_collected``).
     * GIL hand-over: while the result-writer thread converts rows to Arrow it holds the

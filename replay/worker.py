@@ -19,12 +19,15 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from analysis.results_schema import ErrorKind
+from engines import aio
 from replay.affinity import allowed_cpus
 from replay.client import Prepared, Sender, inexact_counts_differ, make_session
-from replay.clock import MonotonicClock
+from replay.clock import Clock, MonotonicClock
 from replay.config import RunConfig
 from replay.driver import Driver
 from replay.fastclient import FastSender
+from replay.messages import Progress
 from replay.outcome import RequestRecord
 from replay.plan import Plan, PlannedRequest, build_plan
 from replay.prepare import Preparer
@@ -101,7 +104,7 @@ async def arun_shard(
     config: RunConfig,
     shard_index: int = 0,
     n_shards: int = 1,
-    report: Callable[[dict[str, Any]], None] | None = None,
+    report: Callable[[Progress], None] | None = None,
     *,
     plan: Plan | None = None,
 ) -> WorkerSummary:
@@ -122,6 +125,7 @@ async def arun_shard(
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
     driver: Driver | None = None
+    clock = MonotonicClock()
     try:
         sender: Sender | FastSender
         if config.effective_http_client() == "fast":
@@ -139,21 +143,21 @@ async def arun_shard(
             writer.add(rec)
             if rec.status == "ok":
                 summary.ok += 1
-                if rec.error_kind == "mismatch":
+                if rec.error_kind == ErrorKind.MISMATCH:
                     summary.mismatches += 1
-                elif rec.error_kind == "inexact":
+                elif rec.error_kind == ErrorKind.INEXACT:
                     summary.inexact += 1
                     if inexact_counts_differ(rec):
                         summary.mismatches += 1
             else:
-                kind = rec.error_kind or "unknown"
+                kind = rec.error_kind or ErrorKind.UNKNOWN
                 summary.errors[kind] = summary.errors.get(kind, 0) + 1
             # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
-            summary.output_tokens += rec.completion_tokens if rec.error_kind == "inexact" and \
+            summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
 
         driver = Driver(
-            plan, HttpTransport(preparer, sender), MonotonicClock(), mode=config.timing, t0_ns=t0,
+            plan, HttpTransport(preparer, sender), clock, mode=config.timing, t0_ns=t0,
             on_record=on_record, worker=shard_index, run_id=config.run_id, concurrency=concurrency,
             duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
             warmup_ns=int(config.warmup_s * 1e9))
@@ -163,7 +167,7 @@ async def arun_shard(
         watchdog.start()
         run_cpu = CpuMeter()
         progress = _ProgressReport(driver, sender, summary, t0, watchdog)
-        ticker = asyncio.get_running_loop().create_task(_tick(writer, progress, report, quiet))
+        ticker = asyncio.get_running_loop().create_task(_tick(clock, writer, progress, report, quiet))
         try:
             await driver.run()
         finally:
@@ -203,26 +207,28 @@ class _ProgressReport:
         self.cpu = CpuMeter()
         self.seen_lags = 0
 
-    def message(self, now: int) -> dict[str, Any]:
+    def message(self, now: int) -> Progress:
         lags = self.watchdog.lags[self.seen_lags:].tolist()
         self.seen_lags += len(lags)
         driver, sender, summary = self.driver, self.sender, self.summary
-        return {
-            "shard": summary.shard, "elapsed_ns": now - self.t0, "total": driver.total,
-            "sent": driver.sent, "done": driver.done, "skipped": driver.skipped,
-            "in_flight": sender.in_flight, "sessions": driver.active_sessions,
-            "ok": summary.ok, "errors": sum(summary.errors.values()),
-            "chunks": sender.chunks, "output_tokens": summary.output_tokens,
-            "cpu": self.cpu.fraction(), "loop_lags": lags,
-        }
+        return Progress(
+            shard=summary.shard, elapsed_ns=now - self.t0, total=driver.total,
+            sent=driver.sent, done=driver.done, skipped=driver.skipped,
+            in_flight=sender.in_flight, sessions=driver.active_sessions,
+            ok=summary.ok, errors=sum(summary.errors.values()),
+            chunks=sender.chunks, output_tokens=summary.output_tokens,
+            cpu=self.cpu.fraction(), loop_lags=tuple(lags))
 
 
-async def _tick(writer: ResultWriter, progress: _ProgressReport, report: Callable[[dict[str, Any]], None] | None,
-                quiet: QuietRuntime) -> None:
+TICK_NS = 500_000_000
+
+
+async def _tick(clock: Clock, writer: ResultWriter, progress: _ProgressReport,
+                report: Callable[[Progress], None] | None, quiet: QuietRuntime) -> None:
     while True:
-        await asyncio.sleep(0.5)
+        await clock.pause(TICK_NS)
         quiet.young()
-        now = time.monotonic_ns()
+        now = clock.now_ns()
         writer.tick(now)
         if report is not None:
             report(progress.message(now))
@@ -233,15 +239,8 @@ def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: 
     """Process entry: run one shard on a fresh event loop (uvloop when installed).
     ``plan``: the whole plan when the caller built it already (it is sharded here)."""
 
-    def report(msg: dict[str, Any]) -> None:
+    def report(msg: Progress) -> None:
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    coro = arun_shard(config, shard_index, n_shards, report, plan=plan)
-    if config.loop == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            return asyncio.run(coro)
-        return uvloop.run(coro)
-    return asyncio.run(coro)
+    return aio.run(arun_shard(config, shard_index, n_shards, report, plan=plan), config.loop)

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from engines import aio
+
 READY_PREFIX = "READY "
 
 
@@ -57,14 +59,6 @@ def run(args: argparse.Namespace) -> int:
     return _run_workers(args)
 
 
-def _install_loop() -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def _run_single(args: argparse.Namespace) -> int:
     from engines.sim.server import SimServer
     from engines.sim.stats import schedule_warning
@@ -92,8 +86,7 @@ def _run_single(args: argparse.Namespace) -> int:
         if warning:
             print(f"engines.sim: warning: {warning}", file=sys.stderr, flush=True)
 
-    _install_loop()
-    asyncio.run(main())
+    aio.run(main())
     return 0
 
 

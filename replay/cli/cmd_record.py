@@ -7,6 +7,7 @@ import signal
 import sys
 from typing import Any
 
+from engines import aio
 from traces.errors import InputError
 
 
@@ -56,13 +57,7 @@ def cmd_record(args: Any) -> int:
         tokenizer=args.tokenizer, block_size=args.block_size, hash_seed=args.hash_seed,
         session_header=args.session_header, flush_interval_s=args.flush_interval,
         read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote)
-    try:
-        import uvloop
-
-        runner: Any = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
-        runner = asyncio.run
-    runner(_serve(rec, quiet=args.quiet))
+    aio.run(_serve(rec, quiet=args.quiet))
     return 0
 
 

@@ -30,8 +30,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from analysis.live import PART_COLUMNS, LiveStats
+from engines import aio
 from replay.config import RunConfig
 from replay.distributed.placement import rebase_t0
+from replay.messages import ActorPoll, Progress
 from replay.plan import Plan
 from replay.worker import WorkerSummary, arun_shard, load_plan
 
@@ -52,7 +54,7 @@ class ShardActor:
         self._ship = False
         self._seen: set[str] = set()
         self._live = LiveStats()
-        self._progress: dict[str, Any] | None = None
+        self._progress: Progress | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[WorkerSummary] | None = None
@@ -96,7 +98,7 @@ class ShardActor:
         started.wait(10)
 
     def _main(self, config: RunConfig, plan: Plan, started: threading.Event) -> None:
-        loop = _new_loop(config.loop)
+        loop = aio.new_event_loop(config.loop)
         self._loop = loop
         try:
             asyncio.set_event_loop(loop)
@@ -111,7 +113,7 @@ class ShardActor:
             with contextlib.suppress(Exception):
                 loop.close()
 
-    def _report(self, msg: dict[str, Any]) -> None:
+    def _report(self, msg: Progress) -> None:
         self._progress = msg
 
     def stop(self) -> None:
@@ -122,14 +124,14 @@ class ShardActor:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
 
-    def poll(self) -> dict[str, Any]:
+    def poll(self) -> ActorPoll:
         """Progress, new part files (when shipping), live snapshot; ``done`` with the
         shard's summary once it finished."""
         done = self._thread is not None and not self._thread.is_alive()
         parts = self._collect()
-        return {"progress": self._progress, "parts": parts, "snapshot": self._live.encode(),
-                "done": done, "summary": self._summary if done else None,
-                "error": self._error if done else None}
+        return ActorPoll(progress=self._progress, parts=parts, snapshot=self._live.encode(),
+                         done=done, summary=self._summary if done else None,
+                         error=self._error if done else None)
 
     def _collect(self) -> list[tuple[str, bytes]]:
         out: list[tuple[str, bytes]] = []
@@ -166,12 +168,3 @@ def _node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
-def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    if kind == "uvloop":
-        try:
-            import uvloop
-
-            return uvloop.new_event_loop()
-        except ImportError:
-            pass
-    return asyncio.new_event_loop()

@@ -14,7 +14,7 @@ it died are kept (parts already handed over, or written in place on the driver's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from analysis.live import LiveStats
+from analysis.results_schema import ErrorKind
 from replay.config import RunConfig
 from replay.distributed.placement import (
     ActorSpec,
@@ -31,13 +32,14 @@ from replay.distributed.placement import (
     place,
     session_key,
 )
+from replay.messages import ActorPoll, Progress
 from replay.plan import Plan
 from replay.worker import WorkerSummary
 from traces.errors import AgentReplayError, InputError, TargetError
 from traces.io import trace_files
 
 POLL_S = 0.5
-Report = Callable[[dict[str, Any]], None]
+Report = Callable[[Progress], None]
 Snapshot = Callable[[bytes], None]
 
 
@@ -199,22 +201,22 @@ class RayPool:
         if ready_set:
             self._merge_live()
 
-    def _take(self, s: _Slot, msg: Mapping[str, Any], report: Report | None) -> None:
-        for name, data in msg["parts"]:
+    def _take(self, s: _Slot, msg: ActorPoll, report: Report | None) -> None:
+        for name, data in msg.parts:
             dest = self.output / "requests" / name
             tmp = dest.with_name(f".{name}.tmp")
             tmp.write_bytes(data)
             tmp.replace(dest)
             self.parts_received += 1
             self.bytes_received += len(data)
-        s.snapshot = msg["snapshot"]
-        if msg["progress"] is not None and report is not None:
-            report(dict(msg["progress"]))
-        if msg["done"]:
-            if msg["summary"] is not None:
-                s.summary = msg["summary"]
+        s.snapshot = msg.snapshot
+        if msg.progress is not None and report is not None:
+            report(msg.progress)
+        if msg.done:
+            if msg.summary is not None:
+                s.summary = msg.summary
             else:
-                self._died(s, RuntimeError(str(msg["error"] or "no summary").splitlines()[0]), None)
+                self._died(s, RuntimeError(str(msg.error or "no summary").splitlines()[0]), None)
             s.handle.close.remote()
 
     def _died(self, s: _Slot, exc: BaseException, warn: Callable[[str], None] | None) -> None:
@@ -252,7 +254,7 @@ class RayPool:
                 if status == "ok":
                     ok += 1
                 else:
-                    errors[kind or "unknown"] = errors.get(kind or "unknown", 0) + 1
+                    errors[kind or ErrorKind.UNKNOWN] = errors.get(kind or ErrorKind.UNKNOWN, 0) + 1
         missing = lost.planned_requests - lost.recorded_requests
         if missing:
             errors["actor_lost"] = errors.get("actor_lost", 0) + missing

@@ -116,6 +116,7 @@ def test_scrape_gauges(metrics_url: str) -> None:
     assert g == {"vllm:num_requests_running": 7.0, "vllm:num_preemptions": 9.0}
 
 
+@pytest.mark.slow
 def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]) -> None:
     st = _stats(100)
     d = DashboardProcess(total_requests=100, title="t", tty=False)

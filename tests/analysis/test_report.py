@@ -148,6 +148,7 @@ def test_missing_column_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "missing column 'chunk_tokens'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plots_written_and_not_overwritten(results: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from analysis.plots import NAMES, write_plots

@@ -38,6 +38,7 @@ def slow_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimProc
         yield s, SimProfile.load(path)
 
 
+@pytest.mark.timing
 def test_single_stream_decode_rate_with_the_openai_client(slow_sim: tuple[SimProcess, SimProfile]) -> None:
     sim, prof = slow_sim
     client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none")
@@ -58,7 +59,9 @@ def test_single_stream_decode_rate_with_the_openai_client(slow_sim: tuple[SimPro
     assert usage is not None and usage.completion_tokens == 120 == sum(tokens)
     rate = (sum(tokens) - tokens[0]) * 1e9 / (times[-1] - times[0])
     predicted = 1e9 / prof.decode_step_ns(1, 0)
-    assert rate == pytest.approx(predicted, rel=0.05)
+    # a loaded machine delays steps (a lower rate) and reads: a late first read shortens
+    # the measured span (a higher rate)
+    assert rate == pytest.approx(predicted, rel=0.15)
 
 
 async def _ttft(url: str, prompt: list[int]) -> float:
@@ -72,6 +75,7 @@ async def _ttft(url: str, prompt: list[int]) -> float:
     raise AssertionError("no token")
 
 
+@pytest.mark.timing
 async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
     # long steps, so that a busy 2-core machine's scheduling delays (a few ms) stay < 5%
     path = profile_file(tmp_path, "fast", decode_base_ns=150_000_000, prefill_tokens_per_s=10_000.0,
@@ -87,8 +91,10 @@ async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
     # uncached: one step of base + 2000 prompt tokens (350 ms); cached: (2000-1)//16 = 124
     # blocks hit, so 16 tokens are computed (151.6 ms). Delays from a loaded machine only
     # ever add time, so the best of three trials estimates the engine's own timing.
-    assert min(uncached) == pytest.approx((prof.decode_base_ns + prof.prefill_ns(n)) / 1e9, rel=0.05)
-    assert min(cached) == pytest.approx((prof.decode_base_ns + prof.prefill_ns(16)) / 1e9, rel=0.05)
+    want_uncached = (prof.decode_base_ns + prof.prefill_ns(n)) / 1e9
+    want_cached = (prof.decode_base_ns + prof.prefill_ns(16)) / 1e9
+    assert 0.98 * want_uncached <= min(uncached) <= 1.10 * want_uncached
+    assert 0.98 * want_cached <= min(cached) <= 1.10 * want_cached
     assert min(cached) < 0.5 * min(uncached)
 
 

@@ -69,6 +69,7 @@ def test_stop_returns_zero() -> None:
     assert s.stop() == 0
 
 
+@pytest.mark.slow
 async def test_workers_share_one_port_and_write_one_ground_truth_each(tmp_path: Path) -> None:
     gt = tmp_path / "gt.parquet"
     with SimProcess("fast", workers=2, ground_truth=gt) as s:

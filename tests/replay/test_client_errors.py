@@ -166,6 +166,7 @@ def test_existing_results_are_not_overwritten(tmp_path: Path, capsys) -> None:
     assert (out / "run.json").read_text() == "{}"
 
 
+@pytest.mark.slow
 def test_run_cli_end_to_end_and_force(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(3, 2, output_tokens=4))
     out = tmp_path / "r"

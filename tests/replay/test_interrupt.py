@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_sigint_keeps_partial_results(tmp_path: Path) -> None:
     # 40 sessions of 3 requests spread over 8 s: the interrupt lands in the middle
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 3, gap_ns=200 * MS, output_tokens=4))

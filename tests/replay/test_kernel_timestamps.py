@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="SO_TIMESTAMPNS receive timestamps are Linux's")
 
 MS = 1_000_000
-BLOCK_S = 0.08
+BLOCK_S = 0.2  # long enough that a loaded machine still writes inside it
 
 
 
@@ -60,7 +60,7 @@ class ThreadServer:
             for i, ev in enumerate(events(3, n_in=40) + [b"data: [DONE]\n\n"]):
                 if i == 1:
                     self.blocked.wait(10)
-                    time.sleep(0.01)  # well inside the client's 80 ms block
+                    time.sleep(0.01)  # well inside the client's block
                 t0 = time.monotonic_ns()
                 conn.sendall(chunk(ev))
                 self.writes.append((t0, time.monotonic_ns()))
@@ -73,6 +73,7 @@ class ThreadServer:
         self.sock.close()
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("kernel", [True, False])
 async def test_a_chunk_read_late_keeps_its_arrival_time(kernel: bool) -> None:
     srv = ThreadServer()
@@ -101,10 +102,11 @@ async def test_a_chunk_read_late_keeps_its_arrival_time(kernel: bool) -> None:
     assert r.end_ns is not None and r.end_ns >= r.chunk_ns[-1]
 
 
+@pytest.mark.timing
 def test_the_realtime_offset_matches_the_clocks() -> None:
     off = realtime_offset_ns()
     drift = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns() - off
-    assert abs(drift) < 5 * MS
+    assert abs(drift) < 20 * MS  # a preemption between the two reads adds to it
 
 
 # -- the kernel-stamped transport carries the fast client's other cases too -----------------

@@ -7,15 +7,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from analysis.live import LiveStats
 from engines.sim import SimProcess
 from replay.config import RunConfig
 from replay.distributed.actor import ShardActor
+from replay.messages import ActorPoll
 from traces.io import write_trace
 from traces.schema import TraceMeta
 
@@ -33,18 +34,19 @@ def _trace(path: Path) -> Path:
     return write_trace(t, path, TraceMeta(block_size=16))
 
 
-def _poll_until_done(actor: ShardActor) -> list[dict[str, Any]]:
+def _poll_until_done(actor: ShardActor) -> list[ActorPoll]:
     msgs = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         msg = actor.poll()
         msgs.append(msg)
-        if msg["done"]:
+        if msg.done:
             return msgs
         time.sleep(0.1)
     raise AssertionError("the shard did not finish")
 
 
+@pytest.mark.slow
 def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
     trace = _trace(tmp_path / "t.parquet")
     with SimProcess("fast") as sim:
@@ -58,9 +60,9 @@ def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
         actor.start(now + 50 * MS, time.time_ns() + 50 * MS, same_clock=False)
         msgs = _poll_until_done(actor)
     final = msgs[-1]
-    assert final["error"] is None and final["summary"] is not None
-    assert final["summary"].ok == 6
-    parts = [p for m in msgs for p in m["parts"]]
+    assert final.error is None and final.summary is not None
+    assert final.summary.ok == 6
+    parts = [p for m in msgs for p in m.parts]
     names = [name for name, _ in parts]
     assert names and len(names) == len(set(names)) and all(x.startswith("part-000-") for x in names)
     rows = pa.concat_tables([pq.read_table(pa.BufferReader(data)) for _, data in parts])
@@ -69,7 +71,7 @@ def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
     # nothing is written into the driver's folder by a shipping actor, and the staging
     # folder is gone after close
     assert not (tmp_path / "driver-out").exists()
-    live = LiveStats.decode(final["snapshot"])
+    live = LiveStats.decode(final.snapshot)
     assert live.ok == 6 and live.output_tokens == 72
     assert live.hists["ttft"].count == 6
     assert live.hists["schedule_lag"].count == 6
@@ -77,7 +79,7 @@ def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
     assert staging is not None and staging.exists()
     actor.close()
     assert not staging.exists()
-    assert actor.poll()["parts"] == []  # handed over once only
+    assert actor.poll().parts == []  # handed over once only
     # driving the class outside Ray never starts a Ray instance
     assert actor.info()["node_id"] == "local"
     ray = sys.modules.get("ray")

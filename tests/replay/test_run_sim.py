@@ -13,6 +13,7 @@ import pytest
 
 from engines.sim import SimProcess
 from replay.config import RunConfig
+from replay.provenance import code_version
 from replay.run import run
 from tests.replay.helpers import MS, chain_rows, write_rows
 
@@ -59,6 +60,7 @@ def test_completions_exact_tokens_cache_and_causality(sim: SimProcess, tmp_path:
     assert all(r.startswith(s.workers and d["request_id"][0].split("-")[0]) for r in d["request_id"])
     meta = (out / "run.json").read_text()
     assert '"status": "complete"' in meta and '"salt": 0' in meta
+    assert json.loads(meta)["environment"]["commit"] == code_version()  # the code that ran
 
 
 def test_second_run_with_new_salt_misses_cache(sim: SimProcess, tmp_path: Path) -> None:
@@ -86,6 +88,7 @@ def test_text_prompts_have_exact_length(sim: SimProcess, tmp_path: Path, api: st
     assert s.mismatches == 0, d["error"]
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
     rows = chain_rows(16, 2, gap_ns=20 * MS, output_tokens=4)
     trace = write_rows(tmp_path / "t.parquet", rows)

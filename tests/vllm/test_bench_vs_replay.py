@@ -26,7 +26,9 @@ from analysis.server_metrics import summarize
 from engines.vllm.launcher import VllmServer
 from tests.vllm.conftest import SERVED_NAME, start_server
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# timing: the TPOT comparison is a real-clock accuracy test; the whole module goes with it,
+# so its one expensive fixture (a vLLM server and both clients) runs in one pytest step.
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timing]
 
 N_REQUESTS, INPUT_LEN, OUTPUT_LEN = 12, 256, 64
 
