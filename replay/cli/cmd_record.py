@@ -63,6 +63,10 @@ def cmd_record(args: Any) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency where it exists
         runner = asyncio.run
     runner(_serve(rec, quiet=args.quiet))
+    if rec.stats.unwritten:
+        print(f"agent-replay record: ERROR: {rec.stats.unwritten} recorded rows could not be "
+              f"written ({rec.stats.write_error})", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
