@@ -243,6 +243,9 @@ class SharedGauges:
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
                  shared_gauges: SharedGauges | None = None, ready: Any = None) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot

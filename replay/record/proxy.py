@@ -30,6 +30,7 @@ from multidict import CIMultiDict
 
 from replay.record.observe import ResponseObserver
 from replay.record.wire import RequestInfo, api_for, end_to_end_headers, inspect_request
+from traces.redact import header_secrets
 
 _DROP_REQUEST = frozenset({"host", "content-length"})
 _DROP_RESPONSE = frozenset({"content-length"})
@@ -62,8 +63,12 @@ class ProxyHandler:
                  on_headers: Callable[[Exchange], None], on_done: Callable[[Exchange], None],
                  read_timeout_s: float | None, session_header: str = "X-Session-ID",
                  clock: Callable[[], int] = time.monotonic_ns,
-                 on_arrival: Callable[[int], None] | None = None) -> None:
+                 on_arrival: Callable[[int], None] | None = None,
+                 authorization: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.authorization = authorization
+        """Sent upstream when the client sends no Authorization (the upstream URL's
+        user-info, as Basic auth)."""
         self.session = session
         self.on_headers = on_headers
         self.on_done = on_done
@@ -99,6 +104,7 @@ class ProxyHandler:
             sid = request.headers.get(self.session_header)
             if sid:
                 ex.state["header_session"] = sid
+            ex.state["secrets"] = header_secrets(request.headers.items())
             try:
                 return await self._exchange(request, ex, body)
             finally:
@@ -113,7 +119,7 @@ class ProxyHandler:
         self.passed_through += 1
         data: Any = raw if raw is not None else (
             _body_iter(request) if request.body_exists else None)
-        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        headers = self._headers(request)
         out: web.StreamResponse | None = None
         try:
             async with self.session.request(
@@ -150,9 +156,15 @@ class ProxyHandler:
             transport.abort()
         raise _ClientGone from exc
 
+    def _headers(self, request: web.Request) -> list[tuple[str, str]]:
+        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        if self.authorization is not None and "Authorization" not in request.headers:
+            headers.append(("Authorization", self.authorization))
+        return headers
+
     async def _exchange(self, request: web.Request, ex: Exchange, body: bytes
                         ) -> web.StreamResponse:
-        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        headers = self._headers(request)
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
                                uncached_input=self.uncached_input)
         ex.observer = obs

@@ -42,7 +42,7 @@ from replay.record.sessions import SessionTracker
 from replay.record.sink import PartWriter, rows_to_table
 from traces.errors import InputError
 from traces.io import conform
-from traces.redact import header_secrets, redact_url, scrub, secret_values, strip_secrets
+from traces.redact import header_secrets, scrub, secret_values, split_userinfo, strip_secrets
 from traces.schema import CONTENT_MODES, TraceMeta
 
 SWITCH_INTERVAL_S = 0.0005
@@ -129,8 +129,8 @@ class Recorder:
         host, port = parse_listen(listen) if isinstance(listen, str) else listen
         # Credentials in the upstream URL go upstream as Basic auth and nowhere else: the
         # config (printed, stored in every part's metadata) keeps the URL without them.
-        self._authorization = _basic_auth(upstream)
-        self.config = RecordConfig(upstream=redact_url(upstream), out_dir=Path(out_dir),
+        upstream, self._authorization = split_userinfo(upstream)
+        self.config = RecordConfig(upstream=upstream, out_dir=Path(out_dir),
                                    host=host, port=port, **options)
         _check(self.config)
         cfg = self.config
@@ -457,15 +457,6 @@ def _describe(exc: BaseException) -> str:
     if code:
         return f"{os.strerror(code)} (errno {code})"
     return f"{type(exc).__name__}: {exc}"[:200]
-
-
-def _basic_auth(url: str) -> str | None:
-    from urllib.parse import unquote, urlsplit
-
-    u = urlsplit(url)
-    if u.username is None:
-        return None
-    return aiohttp.BasicAuth(unquote(u.username), unquote(u.password or "")).encode()
 
 
 def _warm_up_writer() -> None:
