@@ -81,12 +81,17 @@ class ProxyHandler:
         """Anthropic's own API counts only uncached prompt tokens in ``input_tokens``."""
         self.passed_through = 0
         self.in_flight = 0
+        self.draining = False
+        """Set by the recorder's stop: new requests are refused (503), open ones end."""
 
     def _url(self, request: web.Request) -> str:
         return self.upstream + request.raw_path
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         arrival = self.clock()
+        if self.draining:  # a kept-alive connection after the stop: not taken
+            return web.Response(status=503, text="the recorder is stopping\n",
+                                headers={"Connection": "close", "Retry-After": "1"})
         self.in_flight += 1
         try:
             api = None if request.headers.get("Content-Encoding") else \
@@ -211,7 +216,8 @@ class ProxyHandler:
                 await _send(out, None)
                 return out
         except (asyncio.CancelledError, _ClientGone):
-            ex.error = ex.error or "client disconnected"
+            ex.error = ex.error or ("cut by the recorder's stop" if self.draining
+                                    else "client disconnected")
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)

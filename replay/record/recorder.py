@@ -96,6 +96,8 @@ def _check(cfg: RecordConfig) -> None:
         raise InputError("--block-size must be >= 1")
     if cfg.flush_interval_s <= 0:
         raise InputError("--flush-interval must be > 0")
+    if cfg.drain_timeout_s < 0:
+        raise InputError("--drain-timeout must be >= 0")
     if not cfg.upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream {cfg.upstream!r}: expected an http:// or https:// URL")
     if not is_loopback(cfg.host) and not cfg.allow_remote:
@@ -151,6 +153,7 @@ class Recorder:
         self._handler: ProxyHandler | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
+        self._force = asyncio.Event()
         self._port = 0
         self._switch_interval: float | None = None
         self.clock: Callable[[], int] = time.monotonic_ns
@@ -184,10 +187,19 @@ class Recorder:
                                      authorization=self._authorization)
         app = web.Application(client_max_size=1 << 30, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
+        # top of it (60 s by default) would make the stop unbounded in practice.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            await self._client.close()
+            raise InputError(f"--listen {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self._port = sockets[0].getsockname()[1] if sockets else cfg.port
@@ -201,18 +213,33 @@ class Recorder:
         await asyncio.get_running_loop().run_in_executor(None, _warm_up_writer)
         self._flusher = asyncio.create_task(self._flush_loop())
 
+    @property
+    def in_flight(self) -> int:
+        return self._handler.in_flight if self._handler is not None else 0
+
+    def force_stop(self) -> None:
+        """Cut the drain of a ``stop()`` under way short (a second Ctrl-C): requests still
+        open are cut now and recorded as cut; everything complete is flushed."""
+        self._force.set()
+
     async def stop(self) -> None:
-        """Stop listening, let open requests finish (up to ``drain_timeout_s``; the rest
-        are cut and recorded as such), flush everything, close."""
+        """Stop listening and taking requests (a new request on a kept-alive connection
+        gets 503 and ``Connection: close``), let open requests finish for up to
+        ``drain_timeout_s`` (or until ``force_stop``; the rest are cut and recorded as
+        such), flush everything, close."""
         if self._runner is None:
             return
         runner, self._runner = self._runner, None
         handler = self._handler
+        if handler is not None:
+            handler.draining = True
         for site in list(runner.sites):
             await site.stop()
         deadline = time.monotonic() + self.config.drain_timeout_s
-        while handler is not None and handler.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        while handler is not None and handler.in_flight and time.monotonic() < deadline \
+                and not self._force.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._force.wait(), 0.02)
         await runner.cleanup()
         if self._flusher is not None:
             self._flusher.cancel()
