@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
                    "if the recorder is killed)")
     p.add_argument("--read-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="give up on an upstream silent this long (default 600; 0: never)")
+    p.add_argument("--max-body", type=float, default=32.0, metavar="MIB",
+                   help="largest request body taken, in MiB; larger ones get 413 (default 32, "
+                   "what LLM APIs accept)")
     p.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on Ctrl-C or SIGTERM, requests in flight get this long to finish "
                    "(new ones are refused); then they are cut and recorded as cut, and the "
@@ -60,7 +63,7 @@ def cmd_record(args: Any) -> int:
         tokenizer=args.tokenizer, block_size=args.block_size, hash_seed=args.hash_seed,
         session_header=args.session_header, flush_interval_s=args.flush_interval,
         read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote,
-        drain_timeout_s=args.drain_timeout)
+        drain_timeout_s=args.drain_timeout, max_body=int(args.max_body * (1 << 20)))
     try:
         import uvloop
 

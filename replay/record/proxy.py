@@ -19,6 +19,9 @@ Fidelity rules:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import io
+import multiprocessing
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -100,8 +103,11 @@ class ProxyHandler:
                 return await self._pass_through(request)
             if self.on_arrival is not None:  # before any await: API requests in arrival order
                 self.on_arrival(arrival)
-            raw = await request.read()
-            inspected = inspect_request(api, raw)
+            raw = await request.read()  # at most client_max_size (--max-body): else 413
+            if len(raw) > PARSE_OFF_LOOP_BYTES:
+                inspected = await _parse_off_loop(api, raw)
+            else:
+                inspected = inspect_request(api, raw)
             if inspected is None:
                 return await self._pass_through(request, raw)
             info, body = inspected
@@ -177,8 +183,9 @@ class ProxyHandler:
         clock = self.clock
         try:
             ex.send = clock()
-            async with self.session.request(
-                request.method, self._url(request), headers=headers, data=body,
+            data: Any = io.BytesIO(body) if len(body) > PARSE_OFF_LOOP_BYTES else body
+            async with self.session.request(  # a big body goes in pieces, between other work
+                request.method, self._url(request), headers=headers, data=data,
                 allow_redirects=False, timeout=self._timeout(),
             ) as resp:
                 ex.headers = clock()
@@ -222,6 +229,29 @@ class ProxyHandler:
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)
             return self._fail(request, exc, out)
+
+
+PARSE_OFF_LOOP_BYTES = 1 << 20
+"""Bodies larger than this are parsed in a helper process: a JSON parser holds the GIL for
+the whole parse (about a second for 30 MB on a busy core), which would stall every other
+stream the proxy forwards; taking the parsed result back costs a small part of that."""
+_parser: concurrent.futures.ProcessPoolExecutor | None = None
+
+
+async def _parse_off_loop(api: str, raw: bytes) -> tuple[RequestInfo, bytes] | None:
+    global _parser
+    if _parser is None:
+        _parser = concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"))
+    return await asyncio.get_running_loop().run_in_executor(_parser, inspect_request, api, raw)
+
+
+def close_parser() -> None:
+    """End the helper process of ``_parse_off_loop`` (the recorder's stop)."""
+    global _parser
+    if _parser is not None:
+        _parser.shutdown(wait=False, cancel_futures=True)
+        _parser = None
 
 
 class _ClientGone(Exception):

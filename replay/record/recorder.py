@@ -36,10 +36,11 @@ from aiohttp import web
 from replay import __version__
 from replay.record.content import PromptHasher, conversation, load_tokenizer
 from replay.record.observe import ResponseObserver
-from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
+from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware, close_parser
 from replay.record.replies import Reply, reply_from_events, reply_from_json
 from replay.record.sessions import SessionTracker
 from replay.record.sink import PartWriter, rows_to_table
+from replay.selfmon import reserve_fds
 from traces.errors import InputError
 from traces.io import conform
 from traces.redact import header_secrets, scrub, secret_values, split_userinfo, strip_secrets
@@ -65,6 +66,8 @@ class RecordConfig:
     connect_timeout_s: float = 30.0
     read_timeout_s: float | None = 600.0
     drain_timeout_s: float = 10.0
+    max_body: int = 32 << 20
+    """Largest API request body taken (bytes; larger ones get 413, as LLM APIs answer)."""
     write_retry_s: float = 10.0
     """At stop, how long a failing final write is retried before the rows are given up."""
 
@@ -96,6 +99,8 @@ def _check(cfg: RecordConfig) -> None:
         raise InputError("--block-size must be >= 1")
     if cfg.flush_interval_s <= 0:
         raise InputError("--flush-interval must be > 0")
+    if cfg.max_body < 1:
+        raise InputError("--max-body must be >= 1")
     if cfg.drain_timeout_s < 0:
         raise InputError("--drain-timeout must be >= 0")
     if not cfg.upstream.startswith(("http://", "https://")):
@@ -155,6 +160,8 @@ class Recorder:
         self._flush_lock = asyncio.Lock()
         self._force = asyncio.Event()
         self._port = 0
+        self.fd_limit = 0
+        """Descriptors reserved at start (``replay.selfmon.reserve_fds``)."""
         self._switch_interval: float | None = None
         self.clock: Callable[[], int] = time.monotonic_ns
 
@@ -168,6 +175,9 @@ class Recorder:
 
     async def start(self) -> None:
         cfg = self.config
+        # Every client connection holds two descriptors (client side, upstream side): the
+        # default soft limit (1024) would refuse new clients after ~500 open streams.
+        self.fd_limit = reserve_fds()
         if not is_loopback(cfg.host):
             print(f"agent-replay record: WARNING: listening on {cfg.host}, reachable from "
                   "other machines; anyone who can connect can use the upstream through it",
@@ -185,7 +195,7 @@ class Recorder:
                                      session_header=cfg.session_header, clock=self.clock,
                                      on_arrival=self._on_arrival,
                                      authorization=self._authorization)
-        app = web.Application(client_max_size=1 << 30, middlewares=[client_gone_middleware])
+        app = web.Application(client_max_size=cfg.max_body, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
         # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
         # top of it (60 s by default) would make the stop unbounded in practice.
@@ -248,6 +258,7 @@ class Recorder:
         await self._final_flush()
         if self._client is not None:
             await self._client.close()
+        close_parser()
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
