@@ -196,6 +196,7 @@ class ProxyHandler:
                 if obs.filtering:
                     length = None
                 self.on_headers(ex)
+                _fail_payload_on_close(resp)
                 out = await self._prepare(request, resp, length)
                 read = resp.content.readany
                 while True:
@@ -270,11 +271,39 @@ async def _send(out: web.StreamResponse, data: bytes | None) -> None:
         raise _ClientGone from exc
 
 
+def _fail_payload_on_close(resp: aiohttp.ClientResponse) -> None:
+    """End ``resp``'s body with an error when its connection closes before the body ended.
+
+    aiohttp's client closes the connection on a response it cannot parse (broken chunked
+    coding) but leaves the body's reader waiting (until ``sock_read``, 600 s by default):
+    the client behind the proxy would hang that long, and the row would say whatever ended
+    it. This makes it an upstream error at once."""
+    conn = resp.connection
+    closed = conn.protocol.closed if conn is not None and conn.protocol is not None else None
+    if closed is None:
+        return
+    proto = conn.protocol  # type: ignore[union-attr]
+    content = resp.content
+
+    def on_closed(fut: asyncio.Future[None]) -> None:
+        if content.is_eof() or content.exception() is not None:
+            return
+        why = proto.exception() if proto is not None else None
+        if why is None and not fut.cancelled():
+            why = fut.exception()
+        detail = " ".join(str(why).split()) if why else "connection closed mid-body"
+        content.set_exception(aiohttp.ClientPayloadError(f"upstream response broken: {detail}"))
+
+    closed.add_done_callback(on_closed)
+
+
 def _cause(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "upstream timeout"
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"upstream connect failed: {exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, aiohttp.ClientPayloadError) and str(exc).startswith("upstream"):
+        return str(exc)[:200]
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
         return f"upstream connection reset: {type(exc).__name__}"
     if isinstance(exc, (ConnectionResetError, aiohttp.ClientOSError)):
