@@ -153,6 +153,8 @@ async def test_tmpfs_full_then_space_returns(tmp_path: Path) -> None:
             rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
             assert await proc.wait() == 0, rest
         table, _ = read_trace(out)
+        print(f"disk full: {len(done)} requests completed ({during} while full), "
+              f"{table.num_rows} rows written")
         assert during > 0 and len(done) > during
         assert "writing again" in rest
         assert table.num_rows >= len(done)  # every completed request, none lost

@@ -84,6 +84,7 @@ def test_sigterm_ends_run_and_workers(tmp_path: Path) -> None:
         stdout, stderr = run.communicate(timeout=90)
         time.sleep(1.0)
         left = [p for p in children if _alive(p)]
+    print(f"SIGTERM: {len(children)} child processes, {len(left)} left")
     assert left == []
     assert run.returncode == 130, stdout + stderr
     assert "Traceback" not in stderr
@@ -236,6 +237,63 @@ def test_port_in_use_is_one_line(tmp_path: Path) -> None:
         s.close()
 
 
+async def test_recorder_force_stop_cuts_the_drain(tmp_path: Path) -> None:
+    """A second Ctrl-C (``force_stop``) ends a long drain at once, after flushing what is
+    complete."""
+    from aiohttp import web
+
+    from replay.record import Recorder
+
+    stall = asyncio.Event()
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n')
+        if body["messages"][0]["content"] == "stall":
+            await stall.wait()
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    rec = Recorder(f"http://127.0.0.1:{port}", "127.0.0.1:0", tmp_path / "trace",
+                   drain_timeout_s=60.0, flush_interval_s=60)
+    await rec.start()
+
+    def body(text: str) -> bytes:
+        return orjson.dumps({"model": "m", "stream": True,
+                             "messages": [{"role": "user", "content": text}]})
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(rec.url + "/v1/chat/completions", data=body("done")) as r:
+            await r.read()
+        stalled = asyncio.create_task(s.post(rec.url + "/v1/chat/completions",
+                                             data=body("stall")))
+        await asyncio.sleep(0.2)
+        stopping = asyncio.create_task(rec.stop())
+        await asyncio.sleep(0.3)
+        assert not stopping.done()  # draining: the stalled stream may still finish
+        t0 = time.monotonic()
+        rec.force_stop()
+        await stopping
+        took = time.monotonic() - t0
+        resp = await stalled
+        with pytest.raises(aiohttp.ClientError):
+            await resp.read()
+    stall.set()
+    await runner.cleanup()
+    assert took < 3
+    rows = pq.read_table(tmp_path / "trace").to_pylist()
+    assert sorted(str(r["error"]) for r in rows) == ["None", "cut by the recorder's stop"]
+
+
 async def test_recorder_drain_refuses_new_requests_and_is_bounded(tmp_path: Path) -> None:
     """A stalled upstream: the stop returns after --drain-timeout (not aiohttp's 60 s), and
     a request on a kept-alive connection after the signal is refused."""
@@ -289,6 +347,7 @@ async def test_recorder_drain_refuses_new_requests_and_is_bounded(tmp_path: Path
             await resp.read()
     stall.set()
     await runner.cleanup()
+    print(f"drain with a stalled upstream: stop took {took:.2f} s (--drain-timeout 1)")
     assert late == 503
     assert took < 5  # drain 1 s + the cut, not aiohttp's 60 s
     rows = pq.read_table(tmp_path / "trace").to_pylist()
