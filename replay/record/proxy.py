@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import io
 import multiprocessing
+import pickle
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -32,7 +34,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from replay.record.observe import ResponseObserver
-from replay.record.wire import RequestInfo, api_for, end_to_end_headers, inspect_request
+from replay.record.wire import (
+    _INJECT,
+    RequestInfo,
+    api_for,
+    end_to_end_headers,
+    inspect_request,
+)
 from traces.redact import header_secrets
 
 _DROP_REQUEST = frozenset({"host", "content-length"})
@@ -104,14 +112,21 @@ class ProxyHandler:
             if self.on_arrival is not None:  # before any await: API requests in arrival order
                 self.on_arrival(arrival)
             raw = await request.read()  # at most client_max_size (--max-body): else 413
+            chains = None
             if len(raw) > PARSE_OFF_LOOP_BYTES:
-                inspected = await _parse_off_loop(api, raw)
+                parsed = await _parse_off_loop(api, raw)
+                inspected = None
+                if parsed is not None:
+                    info, out, chains = parsed
+                    inspected = info, raw if out is None else out
             else:
                 inspected = inspect_request(api, raw)
             if inspected is None:
                 return await self._pass_through(request, raw)
             info, body = inspected
             ex = Exchange(info=info, arrival=arrival)
+            if chains is not None:
+                ex.state["chains"] = chains
             sid = request.headers.get(self.session_header)
             if sid:
                 ex.state["header_session"] = sid
@@ -239,12 +254,69 @@ stream the proxy forwards; taking the parsed result back costs a small part of t
 _parser: concurrent.futures.ProcessPoolExecutor | None = None
 
 
-async def _parse_off_loop(api: str, raw: bytes) -> tuple[RequestInfo, bytes] | None:
+async def _parse_off_loop(api: str, raw: bytes
+                          ) -> tuple[RequestInfo, bytes | None, list[bytes]] | None:
     global _parser
     if _parser is None:
         _parser = concurrent.futures.ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("spawn"))
-    return await asyncio.get_running_loop().run_in_executor(_parser, inspect_request, api, raw)
+    got = await asyncio.get_running_loop().run_in_executor(_parser, _parse_big, api, raw)
+    if got is None:
+        return None
+    info, out, chains, pieces = got
+    # The body comes back in pieces (its top level, then each list item), unpickled here
+    # one at a time with the loop free in between: one unpickle of the whole body would
+    # hold the GIL for tens of milliseconds.
+    body = pickle.loads(pieces[0])
+    done = 0
+    for name, items in pieces[1:]:
+        parts = []
+        for item in items:
+            parts.append(pickle.loads(item))
+            done += len(item)
+            if done > PARSE_OFF_LOOP_BYTES:
+                done = 0
+                await asyncio.sleep(0)
+        body[name] = parts  # an existing key: the body keeps its field order
+    info = dataclasses.replace(info, body=body)
+    return info, _spliced(raw) if out == _SPLICE else out, chains
+
+
+_SPLICE = b"<splice>"
+
+
+def _spliced(raw: bytes) -> bytes:
+    """``raw`` with the usage option after its opening brace (as ``inspect_request``)."""
+    i = raw.index(b"{")
+    return raw[: i + 1] + _INJECT + raw[i + 1 :]
+
+
+def _parse_big(api: str, raw: bytes
+               ) -> tuple[RequestInfo, bytes | None, list[bytes], list[Any]] | None:
+    """In the helper process: ``inspect_request`` and the session digests, returning as
+    few bytes as it can (the body to send is not sent back when it is ``raw`` or ``raw``
+    with the usage option spliced in)."""
+    from replay.record.content import conversation
+    from replay.record.sessions import chain_digests
+
+    got = inspect_request(api, raw)
+    if got is None:
+        return None
+    info, out = got
+    chains = chain_digests(conversation(api, info.body))
+    top = dict(info.body)
+    lists: list[tuple[str, list[bytes]]] = []
+    for name, value in info.body.items():
+        if isinstance(value, list) and len(value) > 1:
+            lists.append((name, [pickle.dumps(v) for v in value]))
+            top[name] = None
+    pieces: list[Any] = [pickle.dumps(top), *lists]
+    info = dataclasses.replace(info, body={})
+    if out is raw:
+        return info, None, chains, pieces
+    if info.injected_usage and out == _spliced(raw):
+        return info, _SPLICE, chains, pieces
+    return info, out, chains, pieces
 
 
 def close_parser() -> None:
