@@ -246,6 +246,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
+    parent = os.getppid()  # ...or the run's end, however it ends (checked every frame)
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot
@@ -267,7 +268,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
         ready.set()
     try:
         while True:
-            stopping = stop.is_set()
+            stopping = stop.is_set() or os.getppid() != parent
             if seq.value != seen and lock.acquire(timeout=0.1):
                 try:
                     seen = seq.value

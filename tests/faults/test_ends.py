@@ -353,3 +353,27 @@ async def test_recorder_drain_refuses_new_requests_and_is_bounded(tmp_path: Path
     rows = pq.read_table(tmp_path / "trace").to_pylist()
     errors = sorted(str(r["error"]) for r in rows)
     assert len(rows) == 2 and errors == ["None", "cut by the recorder's stop"]
+
+
+@pytest.mark.slow
+def test_kill_9_of_run_leaves_no_worker(tmp_path: Path) -> None:
+    """The parent killed outright: its workers and scraper notice and end (they watch it)."""
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 4, gap_ns=150 * MS, output_tokens=6))
+    out = tmp_path / "res"
+    with SimProcess("fast") as sim:
+        run = subprocess.Popen([sys.executable, "-m", "replay", "run", str(trace), "--target",
+                                sim.url, "-o", str(out), "--workers", "2", "--no-progress"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
+            time.sleep(0.1)
+        children = _descendants(run.pid)
+        assert len(children) >= 3
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(p) for p in children):
+            time.sleep(0.2)
+        left = [p for p in children if _alive(p)]
+    assert left == []
+    pq.read_table(out / "requests")  # what the workers wrote is readable
