@@ -244,8 +244,10 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
                  shared_gauges: SharedGauges | None = None, ready: Any = None) -> None:
     import signal
+    import threading
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
+    if threading.current_thread() is threading.main_thread():  # its own process
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
     parent = os.getppid()  # ...or the run's end, however it ends (checked every frame)
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
