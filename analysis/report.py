@@ -96,6 +96,11 @@ def inexact_warning(n: int, ok: int, without_usage: int = 0) -> str:
 
 def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
     out: list[str] = []
+    status = meta.get("status")
+    if status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
+        why = f": {meta['error']}" if meta.get("error") else ""
+        out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
+                   "what completed before that.")
     if meta.get("load_generator_bottleneck"):
         why = meta.get("load_generator_warning") or "its own lag or CPU limited the load"
         out.append(f"WARNING: the load generator was the bottleneck of this run ({why}); "

@@ -61,6 +61,9 @@ async def probe(url: str, timeout_s: float = 5.0, *, headers: Mapping[str, str] 
                     await resp.read()
             except aiohttp.ClientError:
                 info.has_metrics = False
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise TargetError(f"{shown}: TLS certificate not trusted ({exc.certificate_error}); "
+                          "--insecure accepts it (a self-signed test server)") from exc
     except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
         raise TargetError(f"cannot reach {shown}: {redact_url(str(exc))}") from exc
     except asyncio.TimeoutError as exc:

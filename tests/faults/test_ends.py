@@ -147,6 +147,8 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
             meta = json.loads((tmp_path / "g" / "run.json").read_text())
             assert meta["status"] == "aborted"
             assert 3 <= meta["summary"]["failed"] < 18
+            report = _run("report", str(tmp_path / "g"))
+            assert "this run ended with status aborted" in report.stdout + report.stderr
         finally:
             srv.close()
 
