@@ -251,6 +251,12 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
                  shared_gauges: SharedGauges | None = None, ready: Any = None,
                  gpu_gauges: Any = None) -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # its own process
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
+    parent = os.getppid()  # ...or the run's end, however it ends (checked every frame)
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot
@@ -273,7 +279,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
         ready.set()
     try:
         while True:
-            stopping = stop.is_set()
+            stopping = stop.is_set() or os.getppid() != parent
             if seq.value != seen and lock.acquire(timeout=0.1):
                 try:
                     seen = seq.value

@@ -121,6 +121,11 @@ def self_check(meta: Mapping[str, Any], stats: RunStats) -> Any:
 
 def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
     out: list[str] = []
+    status = meta.get("status")
+    if status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
+        why = f": {meta['error']}" if meta.get("error") else ""
+        out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
+                   "what completed before that.")
     check = self_check(meta, stats)
     if check.bottleneck:
         out.append(f"WARNING: {check.line}; this run's numbers understate the server.")

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from analysis.results_schema import GPU_TELEMETRY_SCHEMA, OPTIONAL_COLUMNS, REQUEST_SCHEMA
 from traces.errors import InputError
+from traces.redact import redact
 
 BATCH_ROWS = 65_536
 READERS = 2
@@ -51,7 +52,7 @@ def read_run_meta(results_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"{path}: unreadable run metadata: {exc}") from exc
     if not isinstance(meta, dict):
         raise InputError(f"{path}: run metadata must be a JSON object")
-    return meta
+    return redact(meta)  # a folder written before redaction existed shows no secret either
 
 
 def request_files(results_dir: str | os.PathLike[str]) -> list[Path]:

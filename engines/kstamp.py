@@ -23,15 +23,25 @@ The kernel stamps with CLOCK_REALTIME; each stamp is moved to CLOCK_MONOTONIC by
 between the two clocks measured when the connection opens (both clocks are slewed alike by
 NTP; a step of the wall clock during a run would shift the stamps of connections opened
 before it, and a stamp is never allowed to be later than the read itself).
+
+On uvloop a reader added with ``add_reader`` (libuv's ``uv_poll``) can silently lose its
+epoll registration when descriptor numbers are reused quickly (libuv batches
+``EPOLL_CTL_ADD``/``MOD`` through io_uring but deletes at once): the socket stays readable,
+with data or a reset, and the reader is never called again. A ``Watchdog`` per loop
+therefore polls the descriptors of its transports every ``WATCHDOG_S``; one that was ready
+at two polls in a row without being read is re-registered and read at once, so a reset or
+a stalled read is noticed within ``2 * WATCHDOG_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 import sys
 import time
+import weakref
 from typing import Any, Protocol
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -42,6 +52,8 @@ HIGH_WATER = 65536
 LOW_WATER = 16384
 _ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _TS = struct.Struct("qq")
+WATCHDOG_S = 0.01
+_READY = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
 class StampedProtocol(Protocol):
@@ -83,12 +95,24 @@ class StampedTransport:
         self._lost = False
         self._reading = True
         self._write_paused = False
+        self.reads = 0
+        """Reads so far (the watchdog's sign that the loop serves this descriptor)."""
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         protocol.connection_made(self)
+        self._watchdog = Watchdog.of(loop)
         if not self._closing:
             loop.add_reader(self._fd, self._on_readable)
+            self._watchdog.add(self)
+
+    def rearm(self) -> None:
+        """Register the reader anew (its registration was lost) and read now."""
+        if self._reading and not self._closing:
+            self._loop.remove_reader(self._fd)
+            self._loop.add_reader(self._fd, self._on_readable)
+            self._on_readable()
 
     def _on_readable(self) -> None:
+        self.reads += 1
         try:
             data, anc, _flags, _addr = self._sock.recvmsg(READ_SIZE, _ANC)
         except (BlockingIOError, InterruptedError):
@@ -199,6 +223,7 @@ class StampedTransport:
             return
         self._lost = True
         self._closing = True
+        self._watchdog.discard(self)
         self._loop.remove_reader(self._fd)
         self._loop.remove_writer(self._fd)
         self._out.clear()
@@ -206,6 +231,66 @@ class StampedTransport:
             self._sock.close()
         finally:
             self._protocol.connection_lost(exc)
+
+
+class Watchdog:
+    """Re-registers the readers of a loop's transports whose descriptors stay ready
+    without being read (see the module text). Runs only on uvloop, and only while it has
+    transports: one ``poll(2)`` of their descriptors every ``WATCHDOG_S``."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watchdog] = \
+        weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.active = type(loop).__module__.startswith("uvloop")
+        self.transports: dict[int, StampedTransport] = {}
+        self._suspect: dict[int, int] = {}  # fd -> reads when first seen ready
+        self._timer: asyncio.TimerHandle | None = None
+        self.rearmed = 0
+        """Registrations restored so far."""
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> Watchdog:
+        wd = cls._by_loop.get(loop)
+        if wd is None:
+            wd = cls._by_loop[loop] = cls(loop)
+        return wd
+
+    def add(self, t: StampedTransport) -> None:
+        if not self.active:
+            return
+        self.transports[t._fd] = t
+        if self._timer is None:
+            self._timer = self.loop.call_later(WATCHDOG_S, self._check)
+
+    def discard(self, t: StampedTransport) -> None:
+        if self.transports.get(t._fd) is t:
+            del self.transports[t._fd]
+            self._suspect.pop(t._fd, None)
+
+    def _check(self) -> None:
+        self._timer = None
+        if not self.transports or self.loop.is_closed():
+            return
+        p = select.poll()
+        for fd, tr in self.transports.items():
+            if tr._reading and not tr._closing:
+                p.register(fd, _READY)
+        suspect = self._suspect
+        seen: dict[int, int] = {}
+        for fd, _ev in p.poll(0):
+            t = self.transports.get(fd)
+            if t is None:
+                continue
+            if suspect.get(fd) == t.reads:  # ready a whole period, and not read meanwhile
+                self.rearmed += 1
+                t.rearm()
+            else:
+                seen[fd] = t.reads
+        self._suspect = seen
+        if self.transports:
+            self._timer = self.loop.call_later(WATCHDOG_S, self._check)
 
 
 AddrInfo = tuple[int, int, int, str, Any]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from analysis.results_schema import ErrorKind
 from engines.dialects import MessagesStreamDecoder, StreamDecoder
 from engines.sse import SSEParser
 from replay.outcome import RequestRecord
+from traces.redact import header_secrets, scrub
 
 
 @dataclass(slots=True)
@@ -48,16 +50,20 @@ async def _connected(_session: aiohttp.ClientSession, ctx: Any, _params: Any) ->
         rec.connect_ns = time.monotonic_ns() - rec.sent_ns
 
 
-def make_session(request_timeout_s: float, limit: int = 0) -> aiohttp.ClientSession:
+def make_session(request_timeout_s: float, limit: int = 0, *,
+                 headers: Mapping[str, str] | None = None,
+                 insecure: bool = False) -> aiohttp.ClientSession:
     """The replay's aiohttp session: no connection limit, and a trace hook that records how
-    long a request waited for a new connection (``RequestRecord.connect_ns``)."""
-    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True)
+    long a request waited for a new connection (``RequestRecord.connect_ns``). ``headers``
+    go with every request (the credentials); ``insecure`` accepts any TLS certificate."""
+    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True,
+                                     ssl=not insecure)
     timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(_connected)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
                                  json_serialize=lambda o: orjson.dumps(o).decode(),
-                                 trace_configs=[trace])
+                                 trace_configs=[trace], headers=dict(headers or {}))
 
 
 START_BURST = 8
@@ -156,7 +162,8 @@ class Sender:
                 if resp.status != 200:
                     text = (await resp.content.read(4096)).decode("utf-8", "replace")
                     rec.end_ns = now()
-                    rec.fail(ErrorKind.HTTP, f"HTTP {resp.status}: {text.strip()}")
+                    rec.fail(ErrorKind.HTTP, scrub(f"HTTP {resp.status}: {text.strip()}",
+                                           header_secrets(prep.headers.items())))
                     return
                 content = resp.content
                 t = 0
@@ -188,7 +195,7 @@ class Sender:
             rec.fail(ErrorKind.JSON, f"bad event: {exc}")
         except aiohttp.ClientError as exc:
             rec.end_ns = now()
-            rec.fail(ErrorKind.CONNECT if rec.headers_ns is None else "stream", f"{type(exc).__name__}: {exc}")
+            rec.fail(ErrorKind.CONNECT if rec.headers_ns is None else ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight -= 1
 

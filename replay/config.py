@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -56,6 +57,17 @@ class RunConfig:
     """/metrics scrape period; None: 1 s when the target has /metrics; 0: off."""
     vllm_extras: bool = True
     headers: tuple[tuple[str, str], ...] = ()
+    """Sent with every request, the /v1/models probe and /tokenize included."""
+    api_key: str | None = None
+    """Sent as ``Authorization: Bearer`` (and ``x-api-key`` for the messages API) unless
+    ``headers`` name them; None: $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for messages, when
+    set (``auth_headers``). Never written: run.json shows it redacted."""
+    insecure: bool = False
+    """Accept any TLS certificate (self-signed test servers)."""
+    max_failure_rate: float = 0.1
+    """Exit 1 (status ``failed``) when more than this fraction of sent requests failed."""
+    abort_after_failures: int | None = None
+    """Stop the run (status ``aborted``) after this many failed requests in a row."""
     loop: str = "uvloop"
     http_client: str = "fast"
     """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
@@ -127,9 +139,29 @@ class RunConfig:
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:
             raise InputError(f"--vocab-size ({self.vocab_size}) must be > the lowest token id "
                              f"used ({self.low_token_id})")
+        if not 0 <= self.max_failure_rate <= 1:
+            raise InputError(f"--max-failure-rate must be within 0..1, got {self.max_failure_rate}")
+        if self.abort_after_failures is not None and self.abort_after_failures < 1:
+            raise InputError(f"--abort-after-failures must be >= 1, got {self.abort_after_failures}")
         if not self.target.startswith(("http://", "https://")):
             raise InputError(f"--target must be an http(s) URL, got {self.target!r}")
         self.plan_options().check()
+
+    def auth_headers(self, api: str) -> tuple[tuple[str, str], ...]:
+        """``headers`` with the API key added for ``api`` (see ``api_key``)."""
+        key = self.api_key
+        if key is None:
+            env = "ANTHROPIC_API_KEY" if api == "messages" else "OPENAI_API_KEY"
+            key = os.environ.get(env) or None
+        if not key:
+            return self.headers
+        names = {k.lower() for k, _ in self.headers}
+        extra = []
+        if "authorization" not in names:
+            extra.append(("Authorization", f"Bearer {key}"))
+        if api == "messages" and "x-api-key" not in names:
+            extra.append(("x-api-key", key))
+        return self.headers + tuple(extra)
 
     def effective_timestamps(self) -> str:
         """``kernel`` or ``loop``: what a worker stamps chunks with."""

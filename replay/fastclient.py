@@ -39,6 +39,7 @@ from replay.http1 import (
     request_head_prefix,
 )
 from replay.outcome import RequestRecord
+from traces.redact import header_secrets, scrub
 
 IDLE_S = 4.0
 """An idle connection older than this is closed rather than reused: servers close idle
@@ -393,7 +394,8 @@ class FastSender:
             conn.transport.write(data)  # type: ignore[union-attr]
             rec.end_ns = await waiter
             if rec.http_status != 200:
-                rec.fail(ErrorKind.HTTP, f"HTTP {rec.http_status}: {conn.error_text().strip()}")
+                rec.fail(ErrorKind.HTTP, scrub(f"HTTP {rec.http_status}: {conn.error_text().strip()}",
+                                       header_secrets(prep.headers.items())))
                 return
             stream.finish(rec.end_ns)
             self.chunks += len(rec.chunk_ns)

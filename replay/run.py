@@ -19,6 +19,7 @@ import os
 import platform
 import queue
 import secrets
+import signal
 import socket
 import sys
 import time
@@ -29,21 +30,23 @@ from typing import Any
 
 import numpy as np
 
-from analysis.results_schema import RESULTS_SCHEMA_VERSION
+from analysis.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
 from engines import aio
 from engines.metrics_scrape import metrics_url
 from replay import __version__
 from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
 from replay.config import RunConfig
+from replay.lifeline import die_with_parent, parent_alive, sigterm_as_sigint, sigterm_received
 from replay.messages import Progress
 from replay.plan import Plan, build_plan
 from replay.provenance import code_version, provenance
 from replay.results import prepare_folder, write_json_atomic
 from replay.selfmon import MachineMeter, SelfReport, stall_distribution, verdict
-from replay.target import TargetInfo, probe
+from replay.target import TargetInfo, base_url, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError
 from traces.io import read_trace, trace_files
+from traces.redact import redact, redact_url, split_userinfo
 
 Reporter = Callable[[str], None]
 
@@ -70,11 +73,28 @@ class RunSummary:
     partial: bool = False  # workers died (Ray actors): some sessions were not replayed
     lost_sessions: int = 0
     lost_requests: int = 0
+    aborted: bool = False  # --abort-after-failures stopped it
+    max_failure_rate: float = 0.1
+
+    @property
+    def status(self) -> str:
+        """The run's final status: ``interrupted`` (Ctrl-C, SIGTERM), ``aborted``
+        (``--abort-after-failures``), ``partial`` (workers lost), ``failed`` (more than
+        ``max_failure_rate`` of the sent requests failed) or ``ok``."""
+        if self.interrupted:
+            return "interrupted"
+        if self.aborted:
+            return "aborted"
+        if self.partial:
+            return "partial"
+        if self.failed and self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled):
+            return "failed"
+        return "ok"
 
     @property
     def exit_code(self) -> int:
-        """130 after Ctrl-C, 1 when workers were lost (``partial``), else 0."""
-        return 130 if self.interrupted else 1 if self.partial else 0
+        """130 interrupted, 1 aborted, partial or failed, else 0."""
+        return {"ok": 0, "interrupted": 130}.get(self.status, 1)
 
     def partial_line(self) -> str | None:
         """The one line a partial run ends with (None when the run is not partial)."""
@@ -87,7 +107,13 @@ class RunSummary:
 
     @property
     def failed(self) -> int:
-        return sum(self.errors.values())
+        """Failed requests; those cancelled by the run's own stop are not failures."""
+        return sum(v for k, v in self.errors.items() if k != ErrorKind.CANCELLED)
+
+    @property
+    def cancelled(self) -> int:
+        """In flight when the run was stopped (Ctrl-C, abort)."""
+        return self.errors.get(ErrorKind.CANCELLED, 0)
 
     @property
     def warnings(self) -> list[str]:
@@ -118,6 +144,22 @@ def load_and_validate(config: RunConfig) -> Plan:
     if validate is not None:
         validate(table, meta, config.trace)
     return build_plan(table, meta.block_size, config.plan_options())
+
+
+def with_credentials(config: RunConfig, plan: Plan) -> RunConfig:
+    """``config`` whose headers carry the credentials: the API key (``RunConfig.auth_headers``,
+    for the API most of the plan's requests use), or the target URL's user-info as Basic
+    auth; the target is the server's root without user-info (``target.base_url``)."""
+    apis: dict[str, int] = {}
+    for session in plan.sessions:
+        for q in session.requests:
+            apis[q.api] = apis.get(q.api, 0) + 1
+    api = config.api or max(apis, key=lambda a: apis[a], default="completions")
+    target, basic = split_userinfo(base_url(config.target))
+    headers = config.auth_headers(api)
+    if basic is not None and not any(k.lower() == "authorization" for k, _ in headers):
+        headers += (("Authorization", basic),)  # user-info in the URL: Basic auth
+    return replace(config, target=target, headers=headers)
 
 
 def default_output(trace: str) -> str:
@@ -164,13 +206,13 @@ def _environment(config: RunConfig) -> dict[str, Any]:
 
 def _meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
           wall_t0: int, status: str) -> dict[str, Any]:
-    opts = asdict(config)
+    opts = redact(asdict(config))
     opts.pop("t0_ns", None)
     return {
         "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
         "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
                   "block_size": plan.block_size},
-        "target": {"url": config.target, "model": config.model, "models": info.models,
+        "target": {"url": redact_url(config.target), "model": config.model, "models": info.models,
                    "max_model_len": info.max_model_len, "has_metrics": info.has_metrics},
         "options": opts, "salt": config.salt, "environment": _environment(config),
         "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},
@@ -247,6 +289,7 @@ def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, e
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    die_with_parent(signal.SIGTERM)  # ...or its end does
     from engines.metrics_scrape import Scraper
 
     async def go() -> None:
@@ -391,7 +434,7 @@ def run(config: RunConfig, *, progress: Reporter | None = _stderr,
     """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
     ``config.launch`` describes, started first and stopped after); see the module docs.
     ``launch_info``: what the caller knows of a server it started (for run.json)."""
-    with kept_affinity():  # --cpus pins this process for the run's length only
+    with kept_affinity(), sigterm_as_sigint():  # --cpus pins this process for the run only
         if config.launch is None:
             return _run(config, progress, launch_info=launch_info)
         from replay.launch import launched
@@ -409,7 +452,9 @@ def _run(config: RunConfig, progress: Reporter | None,
          launch_info: dict[str, Any] | None = None) -> RunSummary:
     config.check()
     plan = load_and_validate(config)
-    info = asyncio.run(probe(config.target))
+    config = with_credentials(config, plan)
+    info = asyncio.run(probe(config.target, headers=dict(config.headers),
+                             insecure=config.insecure))
     config = resolve(config, info)
     n = min(config.workers, max(1, len(plan.sessions)))
     if config.cpus is not None:  # check() refuses it with --ray
@@ -440,7 +485,7 @@ def _run(config: RunConfig, progress: Reporter | None,
         n, start_delay_ns = pool.size, pool.start_delay_ns
     # The dashboard starts before t0 and says when it is ready: its start-up is not the run's.
     prog = _Progress.create(progress if config.progress else None, plan.n_requests,
-                            f"agent-replay {Path(config.trace).name} -> {config.target}",
+                            f"agent-replay {Path(config.trace).name} -> {redact_url(config.target)}",
                             metrics_url(config.target) if info.has_metrics else None,
                             results_dir=None if pool is not None else str(out),
                             shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None,
@@ -471,7 +516,7 @@ def _run(config: RunConfig, progress: Reporter | None,
             progress(f"warning: {meta['warnings_before_run'][-1]}")
     if progress is not None:
         progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
-                 f"({config.timing} timing, x{config.speedup:g}) against {config.target} "
+                 f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
                  f"model {config.model}; results: {out}")
     summaries: list[WorkerSummary] = []
     interrupted = False
@@ -486,6 +531,12 @@ def _run(config: RunConfig, progress: Reporter | None,
             summaries = spawned.run(t0, prog)
     except KeyboardInterrupt:
         interrupted = True
+        if spawned is not None:  # the workers that reported before the stop
+            summaries = [spawned.results[i] for i in sorted(spawned.results)]
+    except Exception as exc:  # a worker failed (a dead server, say): a final status first
+        meta.update({"status": "failed", "error": redact_url(str(exc))[:500]})
+        write_json_atomic(out / "run.json", meta)
+        raise
     finally:
         if scrape is not None:  # first: its final scrape is the dashboard's last gauges
             scrape.stop()
@@ -505,9 +556,9 @@ def _run(config: RunConfig, progress: Reporter | None,
     if pool is not None and pool.lost:
         summary.lost_sessions = sum(len(x.sessions) for x in pool.lost)
         summary.lost_requests = sum(x.planned_requests - x.recorded_requests for x in pool.lost)
-        if meta["status"] == "complete":
-            meta["status"] = "partial"
+        if meta["status"] in ("ok", "failed"):
             summary.partial = True
+            meta["status"] = summary.status
     write_json_atomic(out / "run.json", meta)
     if summary.interrupted and progress is not None:
         progress(f"interrupted: partial results (every completed request) are in {out}")
@@ -587,7 +638,13 @@ class _Spawned:
                 elif kind == "error":
                     failures.append(payload)
         except KeyboardInterrupt:
-            # The workers got the same SIGINT: let them write what they have.
+            # A Ctrl-C at a terminal reached the workers too; a SIGTERM to this process did
+            # not: pass it on. Then let them write what they have.
+            if sigterm_received():
+                for p in procs:
+                    if p.is_alive() and p.pid is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(p.pid, signal.SIGINT)
             deadline = time.monotonic() + 30
             while len(results) < n and time.monotonic() < deadline:
                 try:
@@ -611,6 +668,8 @@ class _Spawned:
 def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
     from replay.worker import load_plan
 
+    parent = os.getppid()
+    die_with_parent(signal.SIGINT, parent)  # a parent killed outright: stop as on Ctrl-C
     try:
         plan = load_plan(config)
         q.put(("ready", shard, None))
@@ -626,6 +685,9 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
     except Exception as exc:
         q.put(("error", shard, f"worker {shard}: {type(exc).__name__}: {exc}"))
         return
+    if not parent_alive(parent):  # nobody reads the queue: do not wait to flush it
+        q.cancel_join_thread()
+        return
     q.put(("done", shard, summary))
 
 
@@ -638,7 +700,8 @@ def _over_context(plan: Plan, max_model_len: int | None) -> int:
 
 def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
            machine: Any = None) -> RunSummary:
-    s = RunSummary(output=out, workers=ws, interrupted=interrupted)
+    s = RunSummary(output=out, workers=ws, interrupted=interrupted,
+                   aborted=any(w.aborted for w in ws), max_failure_rate=config.max_failure_rate)
     for w in ws:
         s.total += w.total
         s.sent += w.sent
@@ -673,8 +736,9 @@ def _outcome(s: RunSummary) -> dict[str, Any]:
     sc = s.self_check
     bottleneck = [sc.line] if sc.kind == "saturated" and sc.line else []
     return {
-        "status": "interrupted" if s.interrupted else "complete",
+        "status": s.status,
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
+                    "cancelled": s.cancelled,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
                     "inexact": s.inexact,
                     "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,

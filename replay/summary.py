@@ -16,9 +16,14 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
     for w in s.warnings:
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
-    state = "INTERRUPTED: partial results" if s.interrupted else "done"
-    print(f"{state}: {s.ok} ok, {s.failed} failed, {s.skipped} not sent (past --duration), "
-          f"of {s.total} planned requests in {s.wall_s:.1f} s", file=out)
+    state = {"interrupted": "INTERRUPTED: partial results",
+             "aborted": "ABORTED (--abort-after-failures): partial results",
+             "partial": "PARTIAL: workers were lost",
+             "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)"
+             }.get(s.status, "done")
+    cancelled = f", {s.cancelled} cancelled by the stop" if s.cancelled else ""
+    print(f"{state}: {s.ok} ok, {s.failed} failed{cancelled}, {s.skipped} not sent (past "
+          f"--duration), of {s.total} planned requests in {s.wall_s:.1f} s", file=out)
     if s.errors:
         print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())), file=out)
     inexact = (f"; {s.inexact:,} with inexact tokens per chunk (no token ids or continuous usage)"

@@ -4,12 +4,14 @@ with one line (TargetError, exit 3) when the server cannot be used."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from traces.errors import TargetError
+from traces.redact import redact_url
 
 
 @dataclass
@@ -21,15 +23,30 @@ class TargetInfo:
     raw_models: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def probe(url: str, timeout_s: float = 5.0) -> TargetInfo:
+def base_url(url: str) -> str:
+    """The server's root: a base URL given as ``.../v1`` (the way SDKs take it) loses the
+    ``/v1``, since every path the replay sends starts with it."""
+    base = url.rstrip("/")
+    return base[:-3] if base.endswith("/v1") else base
+
+
+async def probe(url: str, timeout_s: float = 5.0, *, headers: Mapping[str, str] | None = None,
+                insecure: bool = False) -> TargetInfo:
     base = url.rstrip("/")
     info = TargetInfo(url=base)
+    shown = redact_url(base)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
+    connector = aiohttp.TCPConnector(ssl=not insecure)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as s:
+        async with aiohttp.ClientSession(timeout=timeout, headers=dict(headers or {}),
+                                         connector=connector) as s:
             async with s.get(base + "/v1/models") as resp:
+                if resp.status in (401, 403):
+                    raise TargetError(f"{shown}/v1/models answered HTTP {resp.status}: the server "
+                                      "wants a key (--api-key, or OPENAI_API_KEY / "
+                                      "ANTHROPIC_API_KEY)")
                 if resp.status != 200:
-                    raise TargetError(f"{base}/v1/models answered HTTP {resp.status}: is this an "
+                    raise TargetError(f"{shown}/v1/models answered HTTP {resp.status}: is this an "
                                       "OpenAI-compatible server?")
                 data = await resp.json(content_type=None)
             for m in (data or {}).get("data") or ():
@@ -44,10 +61,14 @@ async def probe(url: str, timeout_s: float = 5.0) -> TargetInfo:
                     await resp.read()
             except aiohttp.ClientError:
                 info.has_metrics = False
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise TargetError(f"{shown}: TLS certificate not trusted ({exc.certificate_error}); "
+                          "--insecure accepts it (a self-signed test server)") from exc
     except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
-        raise TargetError(f"cannot reach {base}: {exc}") from exc
+        raise TargetError(f"cannot reach {shown}: {redact_url(str(exc))}") from exc
     except asyncio.TimeoutError as exc:
-        raise TargetError(f"{base} did not answer within {timeout_s:g} s") from exc
+        raise TargetError(f"{shown} did not answer within {timeout_s:g} s") from exc
     except (aiohttp.ClientError, ValueError) as exc:
-        raise TargetError(f"{base}: unusable answer from /v1/models ({exc})") from exc
+        raise TargetError(f"{shown}: unusable answer from /v1/models ({redact_url(str(exc))})"
+                          ) from exc
     return info

@@ -35,6 +35,7 @@ from replay.results import ResultWriter
 from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
 from traces.errors import TargetError
 from traces.io import read_trace
+from traces.redact import redact_url
 
 
 @dataclass
@@ -57,6 +58,7 @@ class WorkerSummary:
     schedule_lag: bytes = b""  # int64 ns, one per sent request
     loop_lag: bytes = b""  # int64 ns, one per watchdog tick
     interrupted: bool = False
+    aborted: bool = False  # --abort-after-failures: this worker stopped its shard
     gc: dict[str, int] = field(default_factory=dict)  # QuietRuntime.stats()
     cpus: list[int] = field(default_factory=list)  # the CPUs it was allowed to run on
     fd_table: int = 0  # file descriptors reserved before the run (selfmon.reserve_fds)
@@ -91,11 +93,16 @@ def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mappi
     url = base_url.rstrip("/") + "/tokenize"
 
     async def tokenize(body: Mapping[str, Any]) -> int:
-        async with session.post(url, json=dict(body)) as resp:
-            if resp.status != 200:
-                raise TargetError(f"{url}: HTTP {resp.status} ({(await resp.text())[:200]})")
-            data = await resp.json()
-            return int(data["count"])
+        try:
+            async with session.post(url, json=dict(body)) as resp:
+                if resp.status != 200:
+                    raise TargetError(f"{redact_url(url)}: HTTP {resp.status} "
+                                      f"({(await resp.text())[:200]})")
+                data = await resp.json()
+                return int(data["count"])
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise TargetError(f"{redact_url(url)}: {type(exc).__name__}: "
+                              f"{redact_url(str(exc))[:200]} (is the server gone?)") from exc
 
     return tokenize
 
@@ -120,7 +127,8 @@ async def arun_shard(
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
-    session = make_session(config.request_timeout_s)  # /tokenize, and the aiohttp client
+    session = make_session(config.request_timeout_s,  # /tokenize, and the aiohttp client
+                           headers=dict(config.headers), insecure=config.insecure)
     fast: FastSender | None = None
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
@@ -139,6 +147,10 @@ async def arun_shard(
             vllm_extras=config.vllm_extras, tokenize=_tokenizer(session, config.target),
             headers=dict(config.headers))
 
+        streak = [0]  # failed requests in a row
+        abort_after = config.abort_after_failures
+        run_task: asyncio.Future[None] | None = None
+
         def on_record(rec: RequestRecord) -> None:
             writer.add(rec)
             if rec.status == "ok":
@@ -152,6 +164,14 @@ async def arun_shard(
             else:
                 kind = rec.error_kind or ErrorKind.UNKNOWN
                 summary.errors[kind] = summary.errors.get(kind, 0) + 1
+            if rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED:
+                streak[0] = 0
+            else:
+                streak[0] += 1
+                if abort_after is not None and streak[0] >= abort_after and not summary.aborted:
+                    summary.aborted = True
+                    if run_task is not None:
+                        run_task.cancel()
             # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
             summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
@@ -169,7 +189,12 @@ async def arun_shard(
         progress = _ProgressReport(driver, sender, summary, t0, watchdog)
         ticker = asyncio.get_running_loop().create_task(_tick(clock, writer, progress, report, quiet))
         try:
-            await driver.run()
+            run_task = asyncio.ensure_future(driver.run())
+            try:
+                await run_task
+            except asyncio.CancelledError:
+                if not summary.aborted:  # Ctrl-C, not --abort-after-failures
+                    raise
         finally:
             ticker.cancel()
             await watchdog.stop()

@@ -93,11 +93,21 @@ def write_trace(
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
+        _fsync(tmp)  # the data is on disk before the name points at it
         os.replace(tmp, dest)
+        _fsync(dest.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _open(path: Path) -> pq.ParquetFile:

@@ -89,6 +89,14 @@ def _check_types(table: pa.Table, c: _Collector) -> bool:
     return ok
 
 
+MAX_TOKENS = 10_000_000
+"""Bound on a request's input or output tokens: ten times the largest context any model
+offers. A larger count is a unit mix-up (bytes, or a timestamp in the wrong column), and
+replaying it would build prompts of gigabytes."""
+MAX_SPAN_NS = 366 * 86_400 * 10**9
+"""Bound on a time in a trace (arrival, think, TTFT, end): a year, in nanoseconds."""
+
+
 def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>") -> list[Problem]:
     """Every rule the table breaks, as a list (empty when the trace is valid)."""
     c = _Collector(str(path))
@@ -113,6 +121,12 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
     c.rows(arrival < 0, "arrival_ns", "must be >= 0 (nanoseconds from trace start)")
     c.rows(inputs < 0, "input_tokens", "must be >= 0")
     c.rows(outputs < 0, "output_tokens", "must be >= 0")
+    c.rows(inputs > MAX_TOKENS, "input_tokens",
+           f"above {MAX_TOKENS:,}, more than any model's context (a unit mix-up?)")
+    c.rows(outputs > MAX_TOKENS, "output_tokens",
+           f"above {MAX_TOKENS:,}, more than any model's context (a unit mix-up?)")
+    c.rows(arrival > MAX_SPAN_NS, "arrival_ns",
+           "more than a year after the trace's start (a unit mix-up?)")
     c.rows((parent < -1) | ((parent >= 0) & (parent >= req)), "parent_index",
            "must be -1 or an earlier request_index of the same session")
     for name in ("think_ns", "ttft_ns", "end_ns"):
@@ -121,6 +135,7 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
             if col.null_count < n:
                 v = _np(pc.fill_null(col, 0), np.int64)
                 c.rows(v < 0, name, "must be >= 0")
+                c.rows(v > MAX_SPAN_NS, name, "more than a year (a unit mix-up?)")
     if "ttft_ns" in table.column_names and "end_ns" in table.column_names:
         t, e = table.column("ttft_ns"), table.column("end_ns")
         both = _np(pc.and_(pc.is_valid(t), pc.is_valid(e)), bool)

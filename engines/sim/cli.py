@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "receive stamp of its first packet, so the engine's own ingress queue "
                         "shows in the ground truth; the engine then reads and writes through a "
                         "Python transport (engines.kstamp) instead of uvloop's")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="demand this key (Authorization: Bearer KEY or x-api-key: KEY) on "
+                   "every request but /health, else 401: a protected endpoint, for tests")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -67,7 +70,7 @@ def _run_single(args: argparse.Namespace) -> int:
         server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
                            ground_truth=args.ground_truth, force=args.force,
                            reuse_port=args.reuse_port, engine_index=args.engine_index,
-                           kernel_arrival=args.kernel_arrival)
+                           kernel_arrival=args.kernel_arrival, api_key=args.api_key)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -91,11 +94,16 @@ def _run_single(args: argparse.Namespace) -> int:
 
 
 def _run_workers(args: argparse.Namespace) -> int:
-    from traces.errors import LaunchError
+    from traces.errors import InputError, LaunchError
 
     reserve = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    reserve.bind((args.host, args.port))
+    try:
+        reserve.bind((args.host, args.port))
+    except OSError as exc:
+        reserve.close()
+        raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+                         ) from None
     port = reserve.getsockname()[1]
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -109,6 +117,8 @@ def _run_workers(args: argparse.Namespace) -> int:
                 cmd.append("--force")
             if args.kernel_arrival:
                 cmd.append("--kernel-arrival")
+            if args.api_key:
+                cmd += ["--api-key", args.api_key]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         for k, pr in enumerate(procs):
             assert pr.stdout is not None

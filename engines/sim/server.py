@@ -54,8 +54,11 @@ class SimServer:
     def __init__(self, profile: SimProfile | str = "fast", host: str = "127.0.0.1", port: int = 0,
                  seed: int = 0, ground_truth: str | Path | None = None, *, force: bool = False,
                  reuse_port: bool = False, engine_index: int = 0,
-                 kernel_arrival: bool = False) -> None:
+                 kernel_arrival: bool = False, api_key: str | None = None) -> None:
         self.profile = SimProfile.load(profile) if isinstance(profile, str) else profile
+        self.api_key = api_key
+        """When set, every request but /health must carry it (``Authorization: Bearer KEY``
+        or ``x-api-key: KEY``), else 401: a protected endpoint, for tests."""
         self.kernel_arrival = kernel_arrival
         """With ground truth: each request's ``first_byte_ns`` from the kernel's receive stamp
         (``_StampedListener``; the engine then reads and writes through ``engines.kstamp``'s
@@ -86,7 +89,8 @@ class SimServer:
         return f"http://{self.host}:{self.port}"
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = [_key_check(self.api_key)] if self.api_key else []
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         r = app.router
         r.add_post("/v1/completions", self.handle_completions)
         r.add_post("/v1/chat/completions", self.handle_chat)
@@ -116,7 +120,12 @@ class SimServer:
         else:
             site = web.TCPSite(self._runner, self.host, self.port,
                                reuse_port=self.reuse_port or None, backlog=1024)
-            await site.start()
+            try:
+                await site.start()
+            except OSError as exc:
+                await self._runner.cleanup()
+                raise InputError(f"cannot listen on {self.host}:{self.port}: "
+                                 f"{exc.strerror or exc}") from None
             server = site._server
             if self.port == 0 and server is not None:
                 sockets = getattr(server, "sockets", None) or []
@@ -518,3 +527,16 @@ class _StampingServer(web_server.Server):
 
     def __call__(self) -> web_protocol.RequestHandler:
         return _StampingHandler(self, loop=self._loop, **self._kwargs)
+
+
+def _key_check(key: str) -> Any:
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path != "/health":
+            auth = request.headers.get("Authorization", "")
+            if auth != f"Bearer {key}" and request.headers.get("x-api-key") != key:
+                return web.json_response({"error": {"message": "missing or wrong API key",
+                                                    "type": "authentication_error"}}, status=401)
+        return await handler(request)
+
+    return check

@@ -41,6 +41,13 @@ def register(sub: Any) -> None:
                    "if the recorder is killed)")
     p.add_argument("--read-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="give up on an upstream silent this long (default 600; 0: never)")
+    p.add_argument("--max-body", type=float, default=32.0, metavar="MIB",
+                   help="largest request body taken, in MiB; larger ones get 413 (default 32, "
+                   "what LLM APIs accept)")
+    p.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="on Ctrl-C or SIGTERM, requests in flight get this long to finish "
+                   "(new ones are refused); then they are cut and recorded as cut, and the "
+                   "rows are flushed (default 10; a second Ctrl-C cuts at once)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --listen address")
     p.add_argument("--quiet", action="store_true", help="no status line")
@@ -56,16 +63,27 @@ def cmd_record(args: Any) -> int:
         args.upstream, args.listen, args.output, content=args.content, force=args.force,
         tokenizer=args.tokenizer, block_size=args.block_size, hash_seed=args.hash_seed,
         session_header=args.session_header, flush_interval_s=args.flush_interval,
-        read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote)
+        read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote,
+        drain_timeout_s=args.drain_timeout, max_body=int(args.max_body * (1 << 20)))
     aio.run(_serve(rec, quiet=args.quiet))
+    if rec.stats.unwritten:
+        print(f"agent-replay record: ERROR: {rec.stats.unwritten} recorded rows could not be "
+              f"written ({rec.stats.write_error})", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
 async def _serve(rec: Any, *, quiet: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            rec.force_stop()  # the second one: cut the drain short
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     await rec.start()
     print(f"agent-replay record: {rec.url} -> {rec.config.upstream}, writing "
           f"{rec.config.out_dir}/ (content {rec.config.content}); Ctrl-C to stop",
@@ -86,5 +104,8 @@ async def _serve(rec: Any, *, quiet: bool) -> None:
             last = line
     if tty and not quiet:
         print(file=sys.stderr)
+    print(f"agent-replay record: stopping: {rec.in_flight} requests in flight get up to "
+          f"{rec.config.drain_timeout_s:g} s (Ctrl-C again: cut them now)", file=sys.stderr,
+          flush=True)
     await rec.stop()
     print("agent-replay record: stopped; " + rec.status_line(), file=sys.stderr, flush=True)

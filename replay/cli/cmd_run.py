@@ -94,6 +94,17 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "per chunk gives requests marked 'inexact', left out of per-token metrics)")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="sent as Authorization: Bearer KEY (and x-api-key for the messages API) "
+                   "on every request, the probe included (default: $OPENAI_API_KEY, or "
+                   "$ANTHROPIC_API_KEY for messages, when set); never written to results")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept any TLS certificate (self-signed servers)")
+    p.add_argument("--max-failure-rate", type=float, default=0.1, metavar="FRACTION",
+                   help="exit 1 (status failed) when more than this fraction of the sent "
+                   "requests failed (default 0.1)")
+    p.add_argument("--abort-after-failures", type=int, default=None, metavar="N",
+                   help="stop the run (status aborted, exit 1) after N failed requests in a row")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     p.add_argument("--http-client", choices=("fast", "aiohttp"), default="fast",
                    help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
@@ -134,7 +145,10 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         progress=not args.no_progress, launch=getattr(args, "launch", None),
         gpu_metrics=getattr(args, "gpu_metrics", "auto"),
         gpu_interval_s=getattr(args, "gpu_interval", 0.1),
-        ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1))
+        ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1),
+        api_key=getattr(args, "api_key", None), insecure=getattr(args, "insecure", False),
+        max_failure_rate=getattr(args, "max_failure_rate", 0.1),
+        abort_after_failures=getattr(args, "abort_after_failures", None))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -143,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     summary = run(config_from_args(args, args.target))
     render_summary(summary, sys.stdout)
-    return summary.exit_code  # 130 interrupted, 1 partial (workers lost), else 0
+    return summary.exit_code  # 130 interrupted, 1 failed/aborted/partial, else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -34,29 +34,6 @@ from traces.hashing import extend_hashes, hash_bytes
 BYTES_PER_TOKEN = 4
 """Fallback: bytes of prompt text that stand for one token."""
 
-_SECRET_KEYS = frozenset({"authorization", "proxyauthorization", "accesstoken", "cookie",
-                          "setcookie", "password", "secret", "clientsecret"})
-
-
-def _norm_key(k: str) -> str:
-    return k.lower().replace("_", "").replace("-", "")
-
-
-def is_secret_key(key: str) -> bool:
-    """Field names that hold credentials: ``api_key``, ``x-api-key``, ``openai_api_key``,
-    ``authorization``, ``access_token``, ``cookie``..."""
-    k = _norm_key(key)
-    return k.endswith("apikey") or k in _SECRET_KEYS
-
-
-def strip_secrets(obj: Any) -> Any:
-    """A copy of ``obj`` without any credential-named field, at any depth."""
-    if isinstance(obj, Mapping):
-        return {k: strip_secrets(v) for k, v in obj.items() if not is_secret_key(str(k))}
-    if isinstance(obj, list):
-        return [strip_secrets(v) for v in obj]
-    return obj
-
 
 def _drop_cache_control(obj: Any) -> Any:
     if isinstance(obj, Mapping):

@@ -154,6 +154,9 @@ class ResponseObserver:
         self.bytes_out = 0
         self.parse_error: str | None = None
         self.stream_error: str | None = None
+        self.malformed = 0
+        """Events that could not be decoded (skipped; ``stream_error`` says so)."""
+        self._first_malformed = ""
         self._parser = SSEParser()
         self._splitter: RawEventSplitter | None = None
         self._decomp: Any | None = None
@@ -239,12 +242,21 @@ class ResponseObserver:
     def _event(self, ev: SSEEvent, t_ns: int) -> None:
         if not ev.data:
             return
-        self.events.append(ev)
         dec = self._decoder
-        if isinstance(dec, StreamDecoder):
-            k = dec.feed(ev.data)
-        else:
-            k = dec.feed(ev.data, ev.event)
+        try:
+            if isinstance(dec, StreamDecoder):
+                k = dec.feed(ev.data)
+            else:
+                k = dec.feed(ev.data, ev.event)
+        except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            # One bad event is recorded as such; the events around it still count.
+            self.malformed += 1
+            if self.malformed == 1:
+                self._first_malformed = f"{type(exc).__name__}: {exc}"[:160]
+            self.stream_error = (f"malformed event from the upstream ({self.malformed} in "
+                                 f"all; first: {self._first_malformed})")
+            return
+        self.events.append(ev)
         if k > 0:
             self.token_times.append(t_ns)
             self.token_counts.append(k)
@@ -269,7 +281,8 @@ class ResponseObserver:
 
     def exact_counts(self) -> bool:
         dec = self._decoder
-        return bool(self.streamed and dec is not None and dec.exact and self._parse)
+        return bool(self.streamed and dec is not None and dec.exact and self._parse
+                    and not self.malformed)
 
     def json_body(self) -> Any:
         """The parsed body of a non-stream response (None when it is not JSON)."""

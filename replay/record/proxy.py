@@ -19,6 +19,11 @@ Fidelity rules:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import dataclasses
+import io
+import multiprocessing
+import pickle
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -29,7 +34,14 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from replay.record.observe import ResponseObserver
-from replay.record.wire import RequestInfo, api_for, end_to_end_headers, inspect_request
+from replay.record.wire import (
+    _INJECT,
+    RequestInfo,
+    api_for,
+    end_to_end_headers,
+    inspect_request,
+)
+from traces.redact import header_secrets
 
 _DROP_REQUEST = frozenset({"host", "content-length"})
 _DROP_RESPONSE = frozenset({"content-length"})
@@ -62,8 +74,12 @@ class ProxyHandler:
                  on_headers: Callable[[Exchange], None], on_done: Callable[[Exchange], None],
                  read_timeout_s: float | None, session_header: str = "X-Session-ID",
                  clock: Callable[[], int] = time.monotonic_ns,
-                 on_arrival: Callable[[int], None] | None = None) -> None:
+                 on_arrival: Callable[[int], None] | None = None,
+                 authorization: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.authorization = authorization
+        """Sent upstream when the client sends no Authorization (the upstream URL's
+        user-info, as Basic auth)."""
         self.session = session
         self.on_headers = on_headers
         self.on_done = on_done
@@ -76,12 +92,17 @@ class ProxyHandler:
         """Anthropic's own API counts only uncached prompt tokens in ``input_tokens``."""
         self.passed_through = 0
         self.in_flight = 0
+        self.draining = False
+        """Set by the recorder's stop: new requests are refused (503), open ones end."""
 
     def _url(self, request: web.Request) -> str:
         return self.upstream + request.raw_path
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         arrival = self.clock()
+        if self.draining:  # a kept-alive connection after the stop: not taken
+            return web.Response(status=503, text="the recorder is stopping\n",
+                                headers={"Connection": "close", "Retry-After": "1"})
         self.in_flight += 1
         try:
             api = None if request.headers.get("Content-Encoding") else \
@@ -90,15 +111,26 @@ class ProxyHandler:
                 return await self._pass_through(request)
             if self.on_arrival is not None:  # before any await: API requests in arrival order
                 self.on_arrival(arrival)
-            raw = await request.read()
-            inspected = inspect_request(api, raw)
+            raw = await request.read()  # at most client_max_size (--max-body): else 413
+            chains = None
+            if len(raw) > PARSE_OFF_LOOP_BYTES:
+                parsed = await _parse_off_loop(api, raw)
+                inspected = None
+                if parsed is not None:
+                    info, out, chains = parsed
+                    inspected = info, raw if out is None else out
+            else:
+                inspected = inspect_request(api, raw)
             if inspected is None:
                 return await self._pass_through(request, raw)
             info, body = inspected
             ex = Exchange(info=info, arrival=arrival)
+            if chains is not None:
+                ex.state["chains"] = chains
             sid = request.headers.get(self.session_header)
             if sid:
                 ex.state["header_session"] = sid
+            ex.state["secrets"] = header_secrets(request.headers.items())
             try:
                 return await self._exchange(request, ex, body)
             finally:
@@ -113,7 +145,7 @@ class ProxyHandler:
         self.passed_through += 1
         data: Any = raw if raw is not None else (
             _body_iter(request) if request.body_exists else None)
-        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        headers = self._headers(request)
         out: web.StreamResponse | None = None
         try:
             async with self.session.request(
@@ -150,9 +182,15 @@ class ProxyHandler:
             transport.abort()
         raise _ClientGone from exc
 
+    def _headers(self, request: web.Request) -> list[tuple[str, str]]:
+        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        if self.authorization is not None and "Authorization" not in request.headers:
+            headers.append(("Authorization", self.authorization))
+        return headers
+
     async def _exchange(self, request: web.Request, ex: Exchange, body: bytes
                         ) -> web.StreamResponse:
-        headers = end_to_end_headers(request.headers, _DROP_REQUEST)
+        headers = self._headers(request)
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
                                uncached_input=self.uncached_input)
         ex.observer = obs
@@ -160,8 +198,9 @@ class ProxyHandler:
         clock = self.clock
         try:
             ex.send = clock()
-            async with self.session.request(
-                request.method, self._url(request), headers=headers, data=body,
+            data: Any = io.BytesIO(body) if len(body) > PARSE_OFF_LOOP_BYTES else body
+            async with self.session.request(  # a big body goes in pieces, between other work
+                request.method, self._url(request), headers=headers, data=data,
                 allow_redirects=False, timeout=self._timeout(),
             ) as resp:
                 ex.headers = clock()
@@ -172,6 +211,7 @@ class ProxyHandler:
                 if obs.filtering:
                     length = None
                 self.on_headers(ex)
+                _fail_payload_on_close(resp)
                 out = await self._prepare(request, resp, length)
                 read = resp.content.readany
                 while True:
@@ -199,11 +239,92 @@ class ProxyHandler:
                 await _send(out, None)
                 return out
         except (asyncio.CancelledError, _ClientGone):
-            ex.error = ex.error or "client disconnected"
+            ex.error = ex.error or ("cut by the recorder's stop" if self.draining
+                                    else "client disconnected")
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)
             return self._fail(request, exc, out)
+
+
+PARSE_OFF_LOOP_BYTES = 1 << 20
+"""Bodies larger than this are parsed in a helper process: a JSON parser holds the GIL for
+the whole parse (about a second for 30 MB on a busy core), which would stall every other
+stream the proxy forwards; taking the parsed result back costs a small part of that."""
+_parser: concurrent.futures.ProcessPoolExecutor | None = None
+
+
+async def _parse_off_loop(api: str, raw: bytes
+                          ) -> tuple[RequestInfo, bytes | None, list[bytes]] | None:
+    global _parser
+    if _parser is None:
+        _parser = concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"))
+    got = await asyncio.get_running_loop().run_in_executor(_parser, _parse_big, api, raw)
+    if got is None:
+        return None
+    info, out, chains, pieces = got
+    # The body comes back in pieces (its top level, then each list item), unpickled here
+    # one at a time with the loop free in between: one unpickle of the whole body would
+    # hold the GIL for tens of milliseconds.
+    body = pickle.loads(pieces[0])
+    done = 0
+    for name, items in pieces[1:]:
+        parts = []
+        for item in items:
+            parts.append(pickle.loads(item))
+            done += len(item)
+            if done > PARSE_OFF_LOOP_BYTES:
+                done = 0
+                await asyncio.sleep(0)
+        body[name] = parts  # an existing key: the body keeps its field order
+    info = dataclasses.replace(info, body=body)
+    return info, _spliced(raw) if out == _SPLICE else out, chains
+
+
+_SPLICE = b"<splice>"
+
+
+def _spliced(raw: bytes) -> bytes:
+    """``raw`` with the usage option after its opening brace (as ``inspect_request``)."""
+    i = raw.index(b"{")
+    return raw[: i + 1] + _INJECT + raw[i + 1 :]
+
+
+def _parse_big(api: str, raw: bytes
+               ) -> tuple[RequestInfo, bytes | None, list[bytes], list[Any]] | None:
+    """In the helper process: ``inspect_request`` and the session digests, returning as
+    few bytes as it can (the body to send is not sent back when it is ``raw`` or ``raw``
+    with the usage option spliced in)."""
+    from replay.record.content import conversation
+    from replay.record.sessions import chain_digests
+
+    got = inspect_request(api, raw)
+    if got is None:
+        return None
+    info, out = got
+    chains = chain_digests(conversation(api, info.body))
+    top = dict(info.body)
+    lists: list[tuple[str, list[bytes]]] = []
+    for name, value in info.body.items():
+        if isinstance(value, list) and len(value) > 1:
+            lists.append((name, [pickle.dumps(v) for v in value]))
+            top[name] = None
+    pieces: list[Any] = [pickle.dumps(top), *lists]
+    info = dataclasses.replace(info, body={})
+    if out is raw:
+        return info, None, chains, pieces
+    if info.injected_usage and out == _spliced(raw):
+        return info, _SPLICE, chains, pieces
+    return info, out, chains, pieces
+
+
+def close_parser() -> None:
+    """End the helper process of ``_parse_off_loop`` (the recorder's stop)."""
+    global _parser
+    if _parser is not None:
+        _parser.shutdown(wait=False, cancel_futures=True)
+        _parser = None
 
 
 class _ClientGone(Exception):
@@ -222,11 +343,39 @@ async def _send(out: web.StreamResponse, data: bytes | None) -> None:
         raise _ClientGone from exc
 
 
+def _fail_payload_on_close(resp: aiohttp.ClientResponse) -> None:
+    """End ``resp``'s body with an error when its connection closes before the body ended.
+
+    aiohttp's client closes the connection on a response it cannot parse (broken chunked
+    coding) but leaves the body's reader waiting (until ``sock_read``, 600 s by default):
+    the client behind the proxy would hang that long, and the row would say whatever ended
+    it. This makes it an upstream error at once."""
+    conn = resp.connection
+    closed = conn.protocol.closed if conn is not None and conn.protocol is not None else None
+    if closed is None:
+        return
+    proto = conn.protocol  # type: ignore[union-attr]
+    content = resp.content
+
+    def on_closed(fut: asyncio.Future[None]) -> None:
+        if content.is_eof() or content.exception() is not None:
+            return
+        why = proto.exception() if proto is not None else None
+        if why is None and not fut.cancelled():
+            why = fut.exception()
+        detail = " ".join(str(why).split()) if why else "connection closed mid-body"
+        content.set_exception(aiohttp.ClientPayloadError(f"upstream response broken: {detail}"))
+
+    closed.add_done_callback(on_closed)
+
+
 def _cause(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "upstream timeout"
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"upstream connect failed: {exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, aiohttp.ClientPayloadError) and str(exc).startswith("upstream"):
+        return str(exc)[:200]
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
         return f"upstream connection reset: {type(exc).__name__}"
     if isinstance(exc, (ConnectionResetError, aiohttp.ClientOSError)):

@@ -19,6 +19,7 @@ import io
 import ipaddress
 import itertools
 import os
+import re
 import secrets
 import sys
 import time
@@ -33,14 +34,16 @@ import pyarrow.parquet as pq
 from aiohttp import web
 
 from replay import __version__
-from replay.record.content import PromptHasher, conversation, load_tokenizer, strip_secrets
+from replay.record.content import PromptHasher, conversation, load_tokenizer
 from replay.record.observe import ResponseObserver
-from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
+from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware, close_parser
 from replay.record.replies import Reply, reply_from_events, reply_from_json
 from replay.record.sessions import SessionTracker
 from replay.record.sink import PartWriter, rows_to_table
+from replay.selfmon import reserve_fds
 from traces.errors import InputError
 from traces.io import conform
+from traces.redact import header_secrets, scrub, secret_values, split_userinfo, strip_secrets
 from traces.schema import CONTENT_MODES, TraceMeta
 
 SWITCH_INTERVAL_S = 0.0005
@@ -63,6 +66,10 @@ class RecordConfig:
     connect_timeout_s: float = 30.0
     read_timeout_s: float | None = 600.0
     drain_timeout_s: float = 10.0
+    max_body: int = 32 << 20
+    """Largest API request body taken (bytes; larger ones get 413, as LLM APIs answer)."""
+    write_retry_s: float = 10.0
+    """At stop, how long a failing final write is retried before the rows are given up."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -92,6 +99,10 @@ def _check(cfg: RecordConfig) -> None:
         raise InputError("--block-size must be >= 1")
     if cfg.flush_interval_s <= 0:
         raise InputError("--flush-interval must be > 0")
+    if cfg.max_body < 1:
+        raise InputError("--max-body must be >= 1")
+    if cfg.drain_timeout_s < 0:
+        raise InputError("--drain-timeout must be >= 0")
     if not cfg.upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream {cfg.upstream!r}: expected an http:// or https:// URL")
     if not is_loopback(cfg.host) and not cfg.allow_remote:
@@ -111,6 +122,10 @@ class RecorderStats:
     parts: int = 0
     last_flush_ns: int | None = None
     last_part: str | None = None
+    unwritten: int = 0
+    """Rows of finished requests that a failed flush could not write yet (kept, retried)."""
+    write_error: str | None = None
+    """Why the last flush failed (None once a flush succeeds again)."""
 
 
 class Recorder:
@@ -119,8 +134,11 @@ class Recorder:
     def __init__(self, upstream: str, listen: str | tuple[str, int] = "127.0.0.1:0",
                  out_dir: str | os.PathLike[str] = "trace", **options: Any) -> None:
         host, port = parse_listen(listen) if isinstance(listen, str) else listen
-        self.config = RecordConfig(upstream=upstream, out_dir=Path(out_dir), host=host,
-                                   port=port, **options)
+        # Credentials in the upstream URL go upstream as Basic auth and nowhere else: the
+        # config (printed, stored in every part's metadata) keeps the URL without them.
+        upstream, self._authorization = split_userinfo(upstream)
+        self.config = RecordConfig(upstream=upstream, out_dir=Path(out_dir),
+                                   host=host, port=port, **options)
         _check(self.config)
         cfg = self.config
         self.writer = PartWriter(cfg.out_dir, force=cfg.force)
@@ -131,6 +149,8 @@ class Recorder:
         self.tracker = SessionTracker()
         self.stats = RecorderStats()
         self._pending: list[Exchange] = []
+        self._unwritten: list[dict[str, Any]] = []
+        """Built rows a failed write left behind; the next flush writes them first."""
         self._t0: int | None = None
         self._wall0: int | None = None
         self._runner: web.AppRunner | None = None
@@ -138,7 +158,10 @@ class Recorder:
         self._handler: ProxyHandler | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
+        self._force = asyncio.Event()
         self._port = 0
+        self.fd_limit = 0
+        """Descriptors reserved at start (``replay.selfmon.reserve_fds``)."""
         self._switch_interval: float | None = None
         self.clock: Callable[[], int] = time.monotonic_ns
 
@@ -152,6 +175,9 @@ class Recorder:
 
     async def start(self) -> None:
         cfg = self.config
+        # Every client connection holds two descriptors (client side, upstream side): the
+        # default soft limit (1024) would refuse new clients after ~500 open streams.
+        self.fd_limit = reserve_fds()
         if not is_loopback(cfg.host):
             print(f"agent-replay record: WARNING: listening on {cfg.host}, reachable from "
                   "other machines; anyone who can connect can use the upstream through it",
@@ -167,13 +193,23 @@ class Recorder:
         self._handler = ProxyHandler(cfg.upstream, self._client, on_headers=self._on_headers,
                                      on_done=self._on_done, read_timeout_s=cfg.read_timeout_s,
                                      session_header=cfg.session_header, clock=self.clock,
-                                     on_arrival=self._on_arrival)
-        app = web.Application(client_max_size=1 << 30, middlewares=[client_gone_middleware])
+                                     on_arrival=self._on_arrival,
+                                     authorization=self._authorization)
+        app = web.Application(client_max_size=cfg.max_body, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
+        # top of it (60 s by default) would make the stop unbounded in practice.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            await self._client.close()
+            raise InputError(f"--listen {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self._port = sockets[0].getsockname()[1] if sockets else cfg.port
@@ -187,29 +223,58 @@ class Recorder:
         await asyncio.get_running_loop().run_in_executor(None, _warm_up_writer)
         self._flusher = asyncio.create_task(self._flush_loop())
 
+    @property
+    def in_flight(self) -> int:
+        return self._handler.in_flight if self._handler is not None else 0
+
+    def force_stop(self) -> None:
+        """Cut the drain of a ``stop()`` under way short (a second Ctrl-C): requests still
+        open are cut now and recorded as cut; everything complete is flushed."""
+        self._force.set()
+
     async def stop(self) -> None:
-        """Stop listening, let open requests finish (up to ``drain_timeout_s``; the rest
-        are cut and recorded as such), flush everything, close."""
+        """Stop listening and taking requests (a new request on a kept-alive connection
+        gets 503 and ``Connection: close``), let open requests finish for up to
+        ``drain_timeout_s`` (or until ``force_stop``; the rest are cut and recorded as
+        such), flush everything, close."""
         if self._runner is None:
             return
         runner, self._runner = self._runner, None
         handler = self._handler
+        if handler is not None:
+            handler.draining = True
         for site in list(runner.sites):
             await site.stop()
         deadline = time.monotonic() + self.config.drain_timeout_s
-        while handler is not None and handler.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        while handler is not None and handler.in_flight and time.monotonic() < deadline \
+                and not self._force.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._force.wait(), 0.02)
         await runner.cleanup()
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        await self.flush()
+        await self._final_flush()
         if self._client is not None:
             await self._client.close()
+        close_parser()
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
+
+    async def _final_flush(self) -> None:
+        """Flush, retrying a failing write for up to ``write_retry_s``; what still cannot
+        be written stays counted in ``stats.unwritten`` (the caller exits non-zero)."""
+        deadline = time.monotonic() + self.config.write_retry_s
+        while True:
+            try:
+                await self.flush()
+                return
+            except FlushError:
+                if time.monotonic() >= deadline:
+                    return
+                await asyncio.sleep(min(1.0, self.config.flush_interval_s))
 
     async def __aenter__(self) -> Recorder:
         await self.start()
@@ -231,7 +296,8 @@ class Recorder:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit = self._explicit_session(ex)
         items = conversation(ex.info.api, ex.info.body)
-        assignment, turn = self.tracker.assign(ex.arrival, items, explicit)
+        assignment, turn = self.tracker.assign(ex.arrival, items, explicit,
+                                               chains=ex.state.pop("chains", None))
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
         self.stats.sessions = self.tracker.session_count
@@ -268,16 +334,18 @@ class Recorder:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
-            try:
+            with contextlib.suppress(FlushError):  # kept and retried; the status line says so
                 await self.flush()
-            except Exception as exc:  # keep recording; say so
-                print(f"agent-replay record: flush failed: {exc}", file=sys.stderr)
 
     async def flush(self) -> Path | None:
         """Write the rows of finished requests to a new part file (none when there are
-        none). The rows are built and written in a worker thread."""
+        none). The rows are built and written in a worker thread.
+
+        A write that fails (a full disk, say) loses nothing: its rows stay in memory, the
+        next flush writes them first, and ``FlushError`` says how many wait. The part file
+        is complete or absent (``traces.io.write_trace``)."""
         async with self._flush_lock:
-            if not self._pending:
+            if not self._pending and not self._unwritten:
                 return None
             batch, self._pending = self._pending, []
             meta = self._meta()
@@ -289,8 +357,24 @@ class Recorder:
                 # stop() cancels the periodic flush: the rows it took from the buffer are
                 # being written in the thread; finish that (holding the lock, so the final
                 # flush comes after it) before giving up.
-                await write
+                with contextlib.suppress(Exception):
+                    await write
                 raise
+            except Exception as exc:
+                first = self.stats.write_error is None
+                self.stats.unwritten = len(self._unwritten)
+                self.stats.write_error = _describe(exc)
+                if first:
+                    print(f"agent-replay record: WARNING: cannot write {self.config.out_dir}: "
+                          f"{self.stats.write_error}; {self.stats.unwritten} rows kept in "
+                          "memory and retried every flush; still proxying",
+                          file=sys.stderr, flush=True)
+                raise FlushError(self.stats.unwritten, self.stats.write_error) from exc
+            if self.stats.write_error is not None:
+                print(f"agent-replay record: writing again; {path.name} holds the rows "
+                      "kept since the failure", file=sys.stderr, flush=True)
+            self.stats.unwritten = 0
+            self.stats.write_error = None
             self.stats.rows_written = self.writer.rows_written
             self.stats.parts = len(self.writer.parts)
             self.stats.last_flush_ns = self.clock()
@@ -309,8 +393,12 @@ class Recorder:
         )
 
     def _write(self, batch: list[Exchange], meta: TraceMeta) -> Path:
-        rows = [self._row(ex) for ex in batch]
-        return self.writer.write(rows, meta)
+        """Build the batch's rows, then write them with any a failed write left (flush
+        thread, under the flush lock). The rows leave memory only once written."""
+        self._unwritten.extend(self._row(ex) for ex in batch)
+        path = self.writer.write(self._unwritten, meta)
+        self._unwritten = []
+        return path
 
     def _row(self, ex: Exchange) -> dict[str, Any]:
         """A trace row (runs in the flush thread)."""
@@ -357,13 +445,23 @@ class Recorder:
             "chunk_gaps_ns": gaps,
             "chunk_tokens": list(counts) if (times and exact) else None,
             "content": content,
-            "error": ex.error,
+            "error": self._scrubbed_error(ex),
             "http_status": obs.status if obs is not None else 0,
             "stream": obs.streamed if obs is not None else ex.info.stream,
             "upstream_send_ns": ex.send - ex.arrival if ex.send else None,
             "headers_ns": ex.headers - ex.arrival if ex.headers is not None else None,
             "exact_chunk_tokens": exact if times else None,
         }
+
+    def _scrubbed_error(self, ex: Exchange) -> str | None:
+        """The error text without the request's own credentials (an upstream may echo
+        the key it refused)."""
+        if not ex.error:
+            return ex.error
+        secrets = [*ex.state.get("secrets", ()), *secret_values(ex.info.body)]
+        if self._authorization is not None:
+            secrets.extend(header_secrets([("authorization", self._authorization)]))
+        return scrub(ex.error, secrets)
 
     # -- status ------------------------------------------------------------------------
 
@@ -373,9 +471,31 @@ class Recorder:
             flush = "no flush yet"
         else:
             flush = f"last flush {s.last_part} {(self.clock() - s.last_flush_ns) / 1e9:.1f} s ago"
-        return (f"recorded {s.requests} requests ({s.errors} failed), {s.sessions} sessions, "
+        line = (f"recorded {s.requests} requests ({s.errors} failed), {s.sessions} sessions, "
                 f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
                 f"{flush}")
+        if s.write_error is not None:
+            line += f"; WARNING: {s.unwritten} rows NOT written ({s.write_error})"
+        return line
+
+
+class FlushError(Exception):
+    """A flush could not write its part file; its rows are kept for the next one."""
+
+    def __init__(self, unwritten: int, reason: str) -> None:
+        super().__init__(f"{unwritten} rows not written: {reason}")
+        self.unwritten = unwritten
+        self.reason = reason
+
+
+def _describe(exc: BaseException) -> str:
+    code = exc.errno if isinstance(exc, OSError) else None
+    if not code:  # pyarrow's OSError carries the errno only in its text
+        m = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(m.group(1)) if m else None
+    if code:
+        return f"{os.strerror(code)} (errno {code})"
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 def _warm_up_writer() -> None:

@@ -102,9 +102,12 @@ class SessionTracker:
     def session_count(self) -> int:
         return len(self._sessions)
 
-    def assign(self, arrival_ns: int, items: Sequence[Any],
-               explicit: str | None = None) -> tuple[Assignment, Turn]:
-        chains = chain_digests(items)
+    def assign(self, arrival_ns: int, items: Sequence[Any], explicit: str | None = None,
+               chains: list[bytes] | None = None) -> tuple[Assignment, Turn]:
+        """``chains``: ``chain_digests(items)`` when the caller computed it already (off the
+        event loop, for a big request)."""
+        if chains is None:
+            chains = chain_digests(items)
         parent = self._find_parent(items, chains, arrival_ns, explicit)
         how = "prefix" if parent is not None else "new"
         if parent is not None:

@@ -21,7 +21,7 @@ def test_demo_runs_the_sample(tmp_path: Path) -> None:
     s = demo(output=str(out), speedup=20, progress=None)
     assert s.total > 0 and s.ok == s.total and s.failed == 0 and s.mismatches == 0
     meta = json.loads((out / "run.json").read_text())
-    assert meta["status"] == "complete" and meta["salt"] == 0
+    assert meta["status"] == "ok" and meta["salt"] == 0
     assert pq.read_table(out / "requests").num_rows == s.total
 
 

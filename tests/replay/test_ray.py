@@ -119,7 +119,7 @@ def test_ray_run_matches_a_local_run(cluster: Any, sim: SimProcess, tmp_path: Pa
     lt, rt = _rows(tmp_path / "local"), _rows(tmp_path / "ray")
     assert _keys(lt) == _keys(rt)
     meta = json.loads((tmp_path / "ray" / "run.json").read_text())
-    assert meta["status"] == "complete"
+    assert meta["status"] == "ok"
     actors = meta["ray"]["actors"]
     assert len(actors) == 2 and len({a["node_id"] for a in actors}) == 2
     assert sorted(set(rt.column("worker").to_pylist())) == [0, 1]

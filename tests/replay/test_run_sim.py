@@ -59,7 +59,7 @@ def test_completions_exact_tokens_cache_and_causality(sim: SimProcess, tmp_path:
     # headers reached the server's request ids
     assert all(r.startswith(s.workers and d["request_id"][0].split("-")[0]) for r in d["request_id"])
     meta = (out / "run.json").read_text()
-    assert '"status": "complete"' in meta and '"salt": 0' in meta
+    assert '"status": "ok"' in meta and '"salt": 0' in meta
     assert json.loads(meta)["environment"]["commit"] == code_version()  # the code that ran
 
 

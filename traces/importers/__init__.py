@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+import pyarrow as pa
+
 from traces.errors import InputError, TraceError
 from traces.importers import (
     azure,
@@ -91,7 +93,11 @@ def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None
             listing = ", ".join(f"{f.name}: {k}" for f, k in kinds.items())
             raise InputError(f"inputs mix formats ({listing}); import them separately")
         fmt = names.pop()
-    result: ImportResult = FORMATS[fmt].load(files, opts)
+    try:
+        result: ImportResult = FORMATS[fmt].load(files, opts)
+    except (pa.ArrowInvalid, OverflowError) as exc:  # a number the schema cannot hold
+        raise TraceError(f"a value does not fit the trace schema ({exc}); numbers this large "
+                         "are not real requests (a unit mix-up?)", path=str(files[0])) from None
     validate_or_raise(result.table, result.meta, f"import of {files[0]}")
     if skipped:
         result.notes.append(f"skipped {len(skipped)} unrecognized files: {', '.join(skipped[:5])}")

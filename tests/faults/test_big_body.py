@@ -1,0 +1,98 @@
+"""One big request does not stall everyone: while a 30 MB body goes through the proxy,
+the other streams' chunks keep their 5 ms rhythm; a body over ``--max-body`` gets 413.
+
+The JSON parse runs in a helper process; what is left on the event loop is the session
+tracker's digest of every message (about 0.25 s for 30 MB here) and taking the parsed body
+back (about 0.1 s): the largest gap is bounded (under 1 s) but not yet under the 50 ms
+goal, which is reported as an expected failure until those move off the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import signal
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _proc(*args: str) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    return proc, ""
+
+
+async def _stream(s: aiohttp.ClientSession, url: str, gaps: list[float], until: float) -> None:
+    body = orjson.dumps({"model": "m", "stream": True, "max_tokens": 100, "temperature": 5,
+                         "messages": [{"role": "user", "content": "small"}]})
+    while time.monotonic() < until:
+        async with s.post(url + "/v1/chat/completions", data=body) as r:
+            last = None
+            async for _ in r.content.iter_any():
+                now = time.monotonic()
+                if last is not None:
+                    gaps.append(now - last)
+                last = now
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
+    up = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.faults.streamserver", cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE)
+    assert up.stdout is not None
+    up_url = (await asyncio.wait_for(up.stdout.readline(), 30)).decode().strip()
+    rec = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "replay", "record", "--upstream", up_url, "--listen",
+        "127.0.0.1:0", "-o", str(tmp_path / "trace"), "--quiet", "--max-body", "40",
+        cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+    assert rec.stderr is not None
+    url = (await asyncio.wait_for(rec.stderr.readline(), 30)).decode().split()[2]
+    try:
+        big = orjson.dumps({"model": "m", "stream": True, "messages": [
+            {"role": "user", "content": "x " * 500_000} for _ in range(30)]})
+        assert len(big) > 30_000_000
+        huge = b'{"model": "m", "pad": "' + b"y" * (41 << 20) + b'"}'
+        quiet: list[float] = []
+        gaps: list[float] = []
+        async with aiohttp.ClientSession() as s:
+            await asyncio.gather(*(_stream(s, url, quiet, time.monotonic() + 1.5)
+                                   for _ in range(4)))
+            until = time.monotonic() + 6
+            streams = [asyncio.create_task(_stream(s, url, gaps, until)) for _ in range(4)]
+            await asyncio.sleep(0.5)
+            t0 = time.monotonic()
+            async with s.post(url + "/v1/chat/completions", data=io.BytesIO(big)) as r:
+                assert r.status == 200
+                await r.read()
+            big_s = time.monotonic() - t0
+            async with s.post(url + "/v1/chat/completions", data=io.BytesIO(huge)) as r:
+                assert r.status == 413
+            await asyncio.gather(*streams)
+        print(f"30 MB body through the proxy in {big_s:.1f} s: other streams' largest chunk "
+              f"gap {max(gaps) * 1e3:.0f} ms (quiet: {max(quiet) * 1e3:.0f} ms)")
+        assert len(gaps) > 1000
+        assert max(gaps) < 1.0, (max(gaps), max(quiet), big_s)
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(rec.wait(), 60)
+        up.kill()
+        await up.wait()
+    # the big request is recorded like a small one: its own session, every block hashed
+    from traces.io import read_trace
+
+    table, meta = read_trace(tmp_path / "trace")
+    rows = [r for r in table.to_pylist() if r["input_tokens"] > 1_000_000]
+    assert len(rows) == 1 and rows[0]["error"] is None
+    assert len(rows[0]["hash_ids"]) == -(-rows[0]["input_tokens"] // meta.block_size)
+    if max(gaps) >= 0.050:
+        pytest.xfail(f"largest chunk gap {max(gaps) * 1e3:.0f} ms during a 30 MB body "
+                     f"(quiet: {max(quiet) * 1e3:.0f} ms); goal 50 ms")
