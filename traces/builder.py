@@ -37,6 +37,8 @@ class Request:
     end_ns: int | None = None
     agent_id: str | None = None
     """Stream inside the session (schema v2); None: null (read as ``main``)."""
+    output_estimated: bool | None = None
+    """The output size was estimated from content (the source logged no final count)."""
     depends_on_keys: list[object] | None = None
     """Keys of the requests this one waits for (schema v2); None: null (read as its
     parent)."""
@@ -64,7 +66,7 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
     cols: dict[str, list[object]] = {name: [] for name in (
         "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
         "output_tokens", "cached_tokens", "hash_ids", "api", "model", "ttft_ns", "end_ns",
-        "agent_id", "depends_on")}
+        "agent_id", "depends_on", "output_estimated")}
     for _, r in reqs:
         idx = counters.get(r.session, 0)
         counters[r.session] = idx + 1
@@ -83,6 +85,7 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
                 deps.append(d)
             deps.sort()
         cols["agent_id"].append(r.agent_id)
+        cols["output_estimated"].append(r.output_estimated)
         cols["depends_on"].append(deps)
         cols["session_id"].append(r.session)
         cols["request_index"].append(idx)
@@ -113,6 +116,7 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
         "end_ns": pa.array(cols["end_ns"], pa.int64()),
         "agent_id": pa.array(cols["agent_id"], pa.string()).dictionary_encode(),
         "depends_on": pa.array(cols["depends_on"], pa.list_(pa.int32())),
+        "output_estimated": pa.array(cols["output_estimated"], pa.bool_()),
     })
     return conform(table), start
 

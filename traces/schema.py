@@ -41,6 +41,8 @@ TRACE_SCHEMA = pa.schema(
         # v2 (agent trees), last so that v1 column positions hold
         pa.field("agent_id", pa.dictionary(pa.int32(), pa.string())),
         pa.field("depends_on", pa.list_(pa.int32())),
+        # the output size was estimated from content (no final count in the source)
+        pa.field("output_estimated", pa.bool_()),
     ]
 )
 
