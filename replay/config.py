@@ -66,11 +66,16 @@ class RunConfig:
     t0_ns: int | None = None
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
     run_id: str = "run"
+    max_think_s: float | None = None
+    """Cap on every recorded think time, in trace seconds (before --speedup)."""
+    rebase_sessions: bool = False
+    """Every session starts at time zero instead of its recorded offset."""
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,
                            max_sessions=self.max_sessions, duration_s=self.duration_s,
-                           api_override=self.api)
+                           api_override=self.api, max_think_s=self.max_think_s,
+                           rebase_sessions=self.rebase_sessions)
 
     def check(self) -> None:
         if self.timing not in TIMING_MODES:
