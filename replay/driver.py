@@ -232,10 +232,10 @@ class Driver:
                 await self._sem.acquire()
                 due = clock.now_ns()
             else:
-                if self.deadline is not None and due >= self.deadline:
+                if self._past_deadline(due):
                     self._skip(s, st, p, due)
                     return
-                await clock.sleep_until(due)
+                due = await self._sleep_to(due)
             rec.intended_ns = due
             rec.parent_end_ns = parent_end
             rec.think_ns = q.think_ns if parent_end is not None and self.mode == "session" else None
@@ -263,6 +263,15 @@ class Driver:
             if st is not None and not st.events[p].is_set():
                 # prepare failed or the task was cancelled: release waiting children
                 st.events[p].set()
+
+    def _past_deadline(self, due: int) -> bool:
+        return self.deadline is not None and due >= self.deadline
+
+    async def _sleep_to(self, due: int) -> int:
+        """Wait until ``due``; returns the intended send time (``agentx`` timing moves it
+        earlier when it skips an idle gap)."""
+        await self.clock.sleep_until(due)
+        return due
 
     def _skip(self, s: PlannedSession, st: _SessionState | None, p: int, t: int) -> None:
         """Past the deadline: this request and its descendants are not sent."""

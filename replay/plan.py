@@ -40,7 +40,7 @@ import pyarrow as pa
 from traces.errors import InputError, TraceError
 from traces.tree import MAIN, tree_columns
 
-TIMING_MODES = ("session", "absolute", "max-rate")
+TIMING_MODES = ("session", "absolute", "max-rate", "agentx")
 
 
 @dataclass(frozen=True)

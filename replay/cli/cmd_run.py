@@ -36,9 +36,11 @@ def register(sub: Any) -> None:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", default=None, help="results folder (default results/<trace>-<time>)")
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
-    p.add_argument("--timing", choices=("session", "absolute", "max-rate"), default="session",
-                   help="session: wait for the parent, then the think time (default); absolute: "
-                   "every request at its recorded arrival; max-rate: as fast as --concurrency allows")
+    p.add_argument("--timing", choices=("session", "absolute", "max-rate", "agentx"), default="session",
+                   help="session: wait for the dependencies, then the think time (default); absolute: "
+                   "every request at its recorded arrival; max-rate: as fast as --concurrency allows; "
+                   "agentx: --concurrency live session trees, recycled, AgentX rules (default "
+                   "--duration 1800)")
     p.add_argument("--speedup", type=float, default=1.0, help="divide all times by this (default 1)")
     p.add_argument("--concurrency", type=int, default=None, help="max-rate: requests in flight")
     p.add_argument("--sessions-multiplier", type=int, default=1, metavar="N",
