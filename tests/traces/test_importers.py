@@ -47,11 +47,13 @@ def test_mooncake_sessions_from_prefix_chains(tmp_path: Path) -> None:
 
 
 def test_mooncake_popular_prefix_stops_linking() -> None:
-    # six requests with the same 2-block context: each links to the most recent holder of
-    # that context until MAX_CHILDREN (4) links used it; the sixth starts a new session
+    # six prompts of the same length sharing a 2-block context: siblings on a shared prompt,
+    # none extends another by a block, so none links
     hashes = [[7, 8, 9]] + [[7, 8, 10 + i] for i in range(5)]
-    parents = infer_sessions(hashes, [1100] * 6, 512)
-    assert parents == [-1, 0, 1, 2, 3, -1]
+    assert infer_sessions(hashes, [1100] * 6, 512) == [-1] * 6
+    # five continuations one block longer: the first MAX_CHILDREN (4) link, then it stops
+    hashes = [[7, 8, 9]] + [[7, 8, 10 + i, 20 + i] for i in range(5)]
+    assert infer_sessions(hashes, [1100] + [1600] * 5, 512) == [-1, 0, 0, 0, 0, -1]
 
 
 def test_azure_keeps_100ns_digits(tmp_path: Path) -> None:
@@ -115,6 +117,45 @@ def test_lmcache_rebuilds_prompt_and_sorts(tmp_path: Path) -> None:
     assert r[1]["parent_index"] == 0
     # 64-byte blocks: the first (100 // 64) = 1 full block of request 0 is shared
     assert implied_cached_tokens(res.table, 16).tolist() == [0, 16]
+
+
+def test_lmcache_magagent_flattened_inputs_and_empty_rows(tmp_path: Path) -> None:
+    # magagent: each input already holds the whole conversation, earlier outputs included
+    sys_, out0 = "S" * 100, "answer-zero " * 4  # 48-byte output
+    lines = [
+        {"timestamp": 1_000_000, "input": sys_, "output": out0, "session_id": "m"},
+        {"timestamp": 2_000_000, "input": "", "output": "o" * 8, "session_id": "m"},  # screenshot dropped
+        {"timestamp": 3_000_000, "input": sys_ + out0 + "U" * 40, "output": "o" * 8, "session_id": "m"},
+    ]
+    res = import_paths([write(tmp_path / "m.jsonl", "\n".join(map(json.dumps, lines)))])
+    r = rows(res)
+    assert len(r) == 2  # the empty-input row is left out, not a 0-token prompt
+    # prompt of row 2 = its input as it is: (100 + 48 + 40) / 4 bytes per token = 47, not
+    # 47 + 12 (the output appended a second time)
+    assert [x["input_tokens"] for x in r] == [25, 47]
+    assert r[1]["parent_index"] == 0
+    assert any("1 rows with an empty input left out" in n for n in res.notes)
+    assert any("already holds the conversation" in n for n in res.notes)
+
+
+def test_lmcache_taubench_two_llms_get_one_chain_each(tmp_path: Path) -> None:
+    # taubench: the user simulator (U...) and the agent (A...) take turns under one session
+    u, a = "U" * 64, "A" * 64
+    lines = [
+        {"timestamp": 1_000_000, "input": a, "output": "a1", "session_id": "t"},
+        {"timestamp": 2_000_000, "input": u, "output": "u1", "session_id": "t"},
+        {"timestamp": 3_000_000, "input": a + "q2", "output": "a2", "session_id": "t"},
+        {"timestamp": 4_000_000, "input": u + "r2", "output": "u2", "session_id": "t"},
+    ]
+    res = import_paths([write(tmp_path / "t.jsonl", "\n".join(map(json.dumps, lines)))])
+    r = rows(res)
+    assert [x["agent_id"] for x in r] == ["main", "llm-1", "main", "llm-1"]
+    assert [x["parent_index"] for x in r] == [-1, -1, 0, 1]
+    # each turn waits for its own chain's previous turn and for the other LLM's last turn
+    assert [x["depends_on"] for x in r] == [[], [0], [0, 1], [1, 2]]
+    # prompts continue their own chain: agent turn 2 = a + a1 + q2 = 68 bytes -> 17 tokens
+    assert r[2]["input_tokens"] == 17 and r[3]["input_tokens"] == 17
+    assert any("interleave several LLMs" in n for n in res.notes)
 
 
 def test_detection_and_bad_input(tmp_path: Path) -> None:
