@@ -62,8 +62,9 @@ def to_weka(table: pa.Table, meta: TraceMeta) -> list[dict[str, object]]:
     agent's calls in ``requests``, each subagent inline in its spawner's list, placed by its
     first call's arrival (its spawn), with inner ``t`` relative to it. ``hash_ids`` are the
     full blocks (``floor(in / block_size)``, the format hashes no partial block); a session
-    whose ids are negative or not exact in JSON numbers gets them renumbered from 1 in
-    order of first use. ``think_time`` is the gap since the latest dependency's end."""
+    whose ids are below 1 or not exact in JSON numbers gets them renumbered from 1 in
+    order of first use; ``"convention": "WEKA"`` says which of the two conventions this
+    is. ``think_time`` is the gap since the latest dependency's end."""
     from traces.tree import tree_columns
 
     t = tree_columns(table)
@@ -84,7 +85,7 @@ def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int
     row_of = {cols["request_index"][r]: r for r in rows}
     ids_all = [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]]
     remap: dict[int, int] | None = None
-    if any(h < 0 or h >= _JSON_SAFE for h in ids_all):
+    if any(h < 1 or h >= _JSON_SAFE for h in ids_all):  # WEKA ids count from 1
         remap = {}
         for h in ids_all:
             remap.setdefault(h, len(remap) + 1)
@@ -150,7 +151,7 @@ def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int
         return int(ms)
 
     return {"id": sid, "models": sorted({str(cols["model"][r]) for r in rows if cols["model"][r]}),
-            "block_size": bs, "hash_id_scope": "local",
+            "block_size": bs, "hash_id_scope": "local", "convention": "WEKA",
             "requests": stream(MAIN, 0) if MAIN in agents else []}
 
 

@@ -218,3 +218,21 @@ def test_bad_subagent_structures_name_file_trace_and_request(
     backwards["requests"][4]["t"] = 1.0
     assert "trace fx, request requests[4]: starts before the previous entry" \
         in bad(tmp_path, capsys, backwards)
+
+
+def test_convert_any_trace_to_weka_and_back(tmp_path: Path) -> None:
+    # a synthetic v1 trace (chains, hash ids from 0): the export says its convention and
+    # renumbers ids from 1, and the re-import keeps the tree and the prefix sharing
+    from traces.samples import make_samples
+    from traces.stats import matched_blocks
+
+    src = Path(make_samples.__file__).resolve().parent / "agent-small.parquet"
+    back = tmp_path / "s.jsonl"
+    assert main(["traces", "convert", str(src), "-o", str(back), "--to", "weka"]) == 0
+    first = json.loads(back.read_text().splitlines()[0])
+    assert first["convention"] == "WEKA" and min(first["requests"][0]["hash_ids"]) >= 1
+    orig = read_trace(src)[0]
+    again = import_paths([back]).table
+    assert again.num_rows == orig.num_rows
+    assert sum(again.column("output_tokens").to_pylist()) == sum(orig.column("output_tokens").to_pylist())
+    assert matched_blocks(again).sum() > 0

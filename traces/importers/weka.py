@@ -10,8 +10,9 @@ Two conventions share the name; each trace is classified and the summary names t
 * ``SemiAnalysis`` (cc-traces-weka-*): inner ``t`` on the session clock, ``in`` a hashed
   count, hash ids from 0, no ``input_types`` / ``stop``.
 
-Evidence for WEKA: request type fields, or an inner first ``t`` earlier than its
-subagent's ``t`` (AIPerf's rule: relative). Evidence for SemiAnalysis: an inner first
+A trace-level ``"convention"`` (``WEKA`` / ``SemiAnalysis``, written by ``traces convert
+--to weka``) decides. Otherwise evidence for WEKA: request type fields, or an inner first
+``t`` earlier than its subagent's ``t`` (AIPerf's rule: relative). Evidence for SemiAnalysis: an inner first
 ``t`` at or after a nonzero spawn ``t``, or (without type fields) hash ids starting at 0.
 Evidence for both or for neither: the trace is refused.
 
@@ -114,6 +115,10 @@ def convention(trace: dict[str, Any]) -> str:
             if r.get("type") == "subagent":
                 inner = r.get("requests")
                 t = r.get("t")
+                if not isinstance(r.get("agent_id"), str) or not r.get("agent_id"):
+                    raise _Bad(f"{where}[{i}]", "subagent without an 'agent_id' (dangling)")
+                if not isinstance(inner, list) or not inner:
+                    raise _Bad(f"{where}[{i}].requests", "a subagent with no requests (dangling)")
                 if isinstance(inner, list) and inner and isinstance(inner[0], dict) and \
                         isinstance(t, (int, float)) and isinstance(inner[0].get("t"), (int, float)):
                     if inner[0]["t"] < t:
@@ -130,6 +135,9 @@ def convention(trace: dict[str, Any]) -> str:
                 min_hash = m if min_hash is None else min(min_hash, m)
 
     walk(trace.get("requests") or [], "requests")
+    declared = trace.get("convention")  # written by our exporter
+    if declared in (WEKA, SEMIANALYSIS):
+        return str(declared)
     weka = typed or relative
     sa = absolute or (not typed and min_hash == 0)
     if weka and not sa:
