@@ -4,6 +4,7 @@ import json
 import math
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -342,3 +343,16 @@ def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
         # think time of the join: from the subagent's end, not from the spawning turn's
         j = row_of[joiner]
         assert j["think_ns"] == j["arrival_ns"] - (last["arrival_ns"] + last["end_ns"])
+
+
+def test_claude_code_stream_start_estimate_by_hand() -> None:
+    from traces.importers.claude_code import estimate_output
+
+    class Tok:  # counts words: a stand-in for a tokenizers.Tokenizer
+        def encode(self, text: str, add_special_tokens: bool = False) -> Any:
+            return type("Enc", (), {"ids": text.split()})()
+
+    texts = ["a" * 10, '{"file_path": "/x"}']  # 10 + 19 characters, one tool call
+    assert estimate_output(texts, 1) == 8 + 40  # ceil(29 / 4) + 40 per tool call
+    assert estimate_output(texts, 0) == 8
+    assert estimate_output(["one two three", "four"], 2, Tok()) == 4 + 80
