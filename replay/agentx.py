@@ -14,8 +14,9 @@
 * When nothing at all is in flight and the next send is more than ``IDLE_SKIP_NS`` away,
   the gap is skipped: every waiting request's intended send time moves earlier by it
   (its recorded ``think_ns`` is then the think time it got).
-* Lanes stop starting requests at the duration (default ``DEFAULT_DURATION_S``); requests in
-  flight finish.
+* Lanes stop starting requests at the duration (default ``DEFAULT_DURATION_S``): a request
+  due after it is not sent, nor are the rest of its tree, and a lane whose play was cut
+  starts no other; requests in flight finish.
 * Validity (``agentx_validity``, written to run.json by the run): a run where more than
   ``MAX_OVERFLOW_FRACTION`` of the responses were context-length overflows is invalid.
 """
@@ -182,7 +183,10 @@ class AgentXDriver(Driver):
                 start = int(len(s.requests) * (lo + (hi - lo) * rng.random()))
                 start = min(max(start, 0), len(s.requests) - 1)
             first = False
+            cut_before = self.skipped
             await self._play(s, play, start)
+            if self.skipped > cut_before:
+                break  # the deadline cut this play: the lane is done
 
     async def _play(self, s: PlannedSession, play: int, start: int) -> None:
         now = max(self.clock.now_ns(), self.t0)
