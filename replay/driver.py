@@ -215,7 +215,8 @@ class Driver:
             if st is not None and q.deps:
                 for d in q.deps:
                     await st.events[d].wait()
-                parent_end = max(st.ends[d] or 0 for d in q.deps)
+                ends = [e for e in (st.ends[d] for d in q.deps) if e is not None]
+                parent_end = max(ends) if ends else None  # None: every dependency failed to start
             clock = self.clock
             if self.mode == "absolute" or parent_end is None:
                 due = self.t0 + q.offset_ns
