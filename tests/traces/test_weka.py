@@ -79,6 +79,10 @@ def test_every_real_weka_trace_recomputed_from_raw(shared_data: Path) -> None:
             assert [g["hash_ids"][: len(c["hash_ids"])] for g, c in zip(got, calls, strict=True)] \
                 == [c["hash_ids"] for c in calls]
             assert all(len(g["hash_ids"]) == -(-c["in"] // BS) for g, c in zip(got, calls, strict=True))
+            # arrivals on the session clock: inner t counts from the subagent's spawn
+            assert [g["arrival_ns"] for g in got] == [round(c["abs_t"] * 1e9) for c in calls]
+            assert [g["end_ns"] for g in got] == [
+                None if "api_time" not in c else round(c["api_time"] * 1e9) for c in calls]
         # number of subagents
         assert len(agents) - 1 == len(subs)
         with_subagents += bool(subs)
