@@ -103,6 +103,10 @@ async def test_absolute_timing_sends_early_and_the_results_count_it() -> None:
     want = {i for i, row in enumerate(tree_rows())
             for d in row["depends_on"] if by[i].sent_ns < by[d].end_ns}  # type: ignore[operator]
     assert got == want == {1, 2, 3, 4}
+    # and the report's fidelity row says 4, not 0
+    from analysis.runstats import accumulate
+
+    assert accumulate([t]).finish().fidelity["sent_before_parent_end"] == 4
 
 
 async def test_max_think_caps_and_rebase_starts_sessions_at_zero() -> None:
