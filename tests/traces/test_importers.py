@@ -4,6 +4,7 @@ import json
 import math
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,11 +48,13 @@ def test_mooncake_sessions_from_prefix_chains(tmp_path: Path) -> None:
 
 
 def test_mooncake_popular_prefix_stops_linking() -> None:
-    # six requests with the same 2-block context: each links to the most recent holder of
-    # that context until MAX_CHILDREN (4) links used it; the sixth starts a new session
+    # six prompts of the same length sharing a 2-block context: siblings on a shared prompt,
+    # none extends another by a block, so none links
     hashes = [[7, 8, 9]] + [[7, 8, 10 + i] for i in range(5)]
-    parents = infer_sessions(hashes, [1100] * 6, 512)
-    assert parents == [-1, 0, 1, 2, 3, -1]
+    assert infer_sessions(hashes, [1100] * 6, 512) == [-1] * 6
+    # five continuations one block longer: the first MAX_CHILDREN (4) link, then it stops
+    hashes = [[7, 8, 9]] + [[7, 8, 10 + i, 20 + i] for i in range(5)]
+    assert infer_sessions(hashes, [1100] + [1600] * 5, 512) == [-1, 0, 0, 0, 0, -1]
 
 
 def test_azure_keeps_100ns_digits(tmp_path: Path) -> None:
@@ -115,6 +118,45 @@ def test_lmcache_rebuilds_prompt_and_sorts(tmp_path: Path) -> None:
     assert r[1]["parent_index"] == 0
     # 64-byte blocks: the first (100 // 64) = 1 full block of request 0 is shared
     assert implied_cached_tokens(res.table, 16).tolist() == [0, 16]
+
+
+def test_lmcache_magagent_flattened_inputs_and_empty_rows(tmp_path: Path) -> None:
+    # magagent: each input already holds the whole conversation, earlier outputs included
+    sys_, out0 = "S" * 100, "answer-zero " * 4  # 48-byte output
+    lines = [
+        {"timestamp": 1_000_000, "input": sys_, "output": out0, "session_id": "m"},
+        {"timestamp": 2_000_000, "input": "", "output": "o" * 8, "session_id": "m"},  # screenshot dropped
+        {"timestamp": 3_000_000, "input": sys_ + out0 + "U" * 40, "output": "o" * 8, "session_id": "m"},
+    ]
+    res = import_paths([write(tmp_path / "m.jsonl", "\n".join(map(json.dumps, lines)))])
+    r = rows(res)
+    assert len(r) == 2  # the empty-input row is left out, not a 0-token prompt
+    # prompt of row 2 = its input as it is: (100 + 48 + 40) / 4 bytes per token = 47, not
+    # 47 + 12 (the output appended a second time)
+    assert [x["input_tokens"] for x in r] == [25, 47]
+    assert r[1]["parent_index"] == 0
+    assert any("1 rows with an empty input left out" in n for n in res.notes)
+    assert any("already holds the conversation" in n for n in res.notes)
+
+
+def test_lmcache_taubench_two_llms_get_one_chain_each(tmp_path: Path) -> None:
+    # taubench: the user simulator (U...) and the agent (A...) take turns under one session
+    u, a = "U" * 64, "A" * 64
+    lines = [
+        {"timestamp": 1_000_000, "input": a, "output": "a1", "session_id": "t"},
+        {"timestamp": 2_000_000, "input": u, "output": "u1", "session_id": "t"},
+        {"timestamp": 3_000_000, "input": a + "q2", "output": "a2", "session_id": "t"},
+        {"timestamp": 4_000_000, "input": u + "r2", "output": "u2", "session_id": "t"},
+    ]
+    res = import_paths([write(tmp_path / "t.jsonl", "\n".join(map(json.dumps, lines)))])
+    r = rows(res)
+    assert [x["agent_id"] for x in r] == ["main", "llm-1", "main", "llm-1"]
+    assert [x["parent_index"] for x in r] == [-1, -1, 0, 1]
+    # each turn waits for its own chain's previous turn and for the other LLM's last turn
+    assert [x["depends_on"] for x in r] == [[], [0], [0, 1], [1, 2]]
+    # prompts continue their own chain: agent turn 2 = a + a1 + q2 = 68 bytes -> 17 tokens
+    assert r[2]["input_tokens"] == 17 and r[3]["input_tokens"] == 17
+    assert any("interleave several LLMs" in n for n in res.notes)
 
 
 def test_detection_and_bad_input(tmp_path: Path) -> None:
@@ -261,3 +303,56 @@ def test_tokenizer_option_counts_with_a_real_tokenizer(tmp_path: Path) -> None:
     # prompt 1 = "a b a" + "b b" + " b" = "a b ab b b": the joined "ab" is one unknown word
     assert [x["input_tokens"] for x in rows(res)] == [3, 5]
     assert [x["output_tokens"] for x in rows(res)] == [2, 1]
+
+
+@pytest.mark.shared_data
+def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
+    """Recomputed from the raw records: sidechain messages become one subagent spawned by
+    the message with the Task call and joined by the one whose prompt holds its result."""
+    for name in ("haiku__prefab-cloud__prefab-cloud-python-62",
+                 "haiku__wemake-services__wemake-python-styleguide-3117"):
+        src = shared_data / "claude_code_logs" / name / "trace.jsonl"
+        recs = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+        side_ids = {r["message"]["id"] for r in recs if r.get("type") == "assistant" and r.get("isSidechain")}
+        task = next((r["message"]["id"], b["id"]) for r in recs if r.get("type") == "assistant"
+                    for b in r["message"]["content"] if b.get("type") == "tool_use" and b.get("name") == "Task")
+        result_uuid = next(r["uuid"] for r in recs if r.get("type") == "user" and isinstance(
+            r["message"]["content"], list) and any(b.get("tool_use_id") == task[1] for b in r["message"]["content"]))
+        joiner = next(r["message"]["id"] for r in recs if r.get("parentUuid") == result_uuid)
+        stream_start = {r["message"]["id"] for r in recs if r.get("type") == "assistant"} - {
+            r["message"]["id"] for r in recs if r.get("type") == "assistant" and (
+                r["message"].get("stop_reason") or r["message"]["usage"]["output_tokens"] > 4)}
+        res = import_paths([src])
+        t = res.table.to_pylist()
+        ids = list(t)  # rows in arrival order; message ids by first timestamp
+        msg_order = []
+        for r in recs:
+            if r.get("type") == "assistant" and r["message"]["id"] not in msg_order:
+                msg_order.append(r["message"]["id"])
+        row_of = dict(zip(sorted(msg_order, key=lambda m: next(
+            x["timestamp"] for x in recs if x.get("type") == "assistant" and x["message"]["id"] == m)),
+            ids, strict=True))
+        sub = [row_of[m] for m in side_ids]
+        assert {r["agent_id"] for r in sub} == {task[1]}
+        assert sum(r["agent_id"] != "main" for r in t) == len(side_ids)
+        first = min(sub, key=lambda r: r["arrival_ns"])
+        last = max(sub, key=lambda r: r["arrival_ns"])
+        assert first["depends_on"] == [row_of[task[0]]["request_index"]]
+        assert last["request_index"] in row_of[joiner]["depends_on"]
+        assert {m for m, r in row_of.items() if r["output_estimated"]} == stream_start
+        # think time of the join: from the subagent's end, not from the spawning turn's
+        j = row_of[joiner]
+        assert j["think_ns"] == j["arrival_ns"] - (last["arrival_ns"] + last["end_ns"])
+
+
+def test_claude_code_stream_start_estimate_by_hand() -> None:
+    from traces.importers.claude_code import estimate_output
+
+    class Tok:  # counts words: a stand-in for a tokenizers.Tokenizer
+        def encode(self, text: str, add_special_tokens: bool = False) -> Any:
+            return type("Enc", (), {"ids": text.split()})()
+
+    texts = ["a" * 10, '{"file_path": "/x"}']  # 10 + 19 characters, one tool call
+    assert estimate_output(texts, 1) == 8 + 40  # ceil(29 / 4) + 40 per tool call
+    assert estimate_output(texts, 0) == 8
+    assert estimate_output(["one two three", "four"], 2, Tok()) == 4 + 80

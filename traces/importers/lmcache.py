@@ -2,10 +2,21 @@
 ``{timestamp (µs since epoch), input (text), output (text), session_id}``, rows not in
 time order.
 
-``input`` holds only the non-assistant messages, so the prompt the model really saw is
-rebuilt per session in time order: earlier inputs interleaved with earlier outputs
-(``input_0 + output_0 + new part of input_1 + output_1 + ... + new part of input_i``).
-When a row's input does not extend the previous one, the session's context restarts.
+The prompt the model really saw is rebuilt per conversation in time order:
+
+* A row continues the conversation (chain) of its session whose last input its own input
+  extends (the longest such input wins); none: a new chain starts. ``taubench`` files
+  interleave two LLMs (user simulator and agent) under one ``session_id``: each gets its
+  own chain, and when a session has more than one chain that continues, each chain is an
+  ``agent_id`` stream (``main``, ``llm-1``, ...) whose turns depend on their chain's
+  previous turn and on the session's previous row (the order the two LLMs took turns).
+* Where ``input`` holds only the non-assistant messages (``miniswe``), earlier outputs are
+  interleaved (``input_0 + output_0 + new part of input_1 + output_1 + ...``). Where it
+  already holds the whole flattened conversation (``magagent``: the new part of the input
+  contains the chain's previous output), the input is the prompt as it is; appending the
+  outputs again would inflate it.
+* Rows with an empty ``input`` (``magagent`` rows whose screenshot was dropped) are left
+  out and counted in the import summary: they are not 0-token prompts.
 
 Token counts come from a tokenizer when one is given (``--tokenizer tokenizer.json``),
 else from the estimate ``ceil(utf-8 bytes / 4)``. Hash ids are computed from the content:
@@ -79,15 +90,27 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
         return math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
 
     reqs: list[Request] = []
-    prev_input = ""
-    prompt = ""
-    prev: Request | None = None
+    empty = flattened = 0
+    chains: dict[str, list[_Chain]] = {}
     for sid, ts_us, line, text_in, text_out in rows:
-        if prev is not None and prev.session == sid and text_in.startswith(prev_input):
-            prompt = prompt + text_in[len(prev_input):]
-            parent = prev.key
+        if not text_in.strip():
+            empty += 1
+            continue
+        mine = chains.setdefault(sid, [])
+        chain = max((c for c in mine if text_in.startswith(c.last_input)),
+                    key=lambda c: len(c.last_input), default=None)
+        if chain is None:
+            chain = _Chain(len(mine))
+            mine.append(chain)
+            prompt = text_in
         else:
-            prompt, parent = text_in, None
+            new = text_in[len(chain.last_input):]
+            out_head = chain.last_output.strip()[:200]
+            if out_head and out_head in new:
+                prompt = text_in  # the input is the flattened conversation already
+                flattened += 1
+            else:
+                prompt = chain.prompt + new
         if tok is not None:
             ids = tok.encode(prompt, add_special_tokens=False).ids
             n_in, hashes = len(ids), hash_tokens(ids, bs)
@@ -95,16 +118,58 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
             data = prompt.encode()
             n_in = math.ceil(len(data) / BYTES_PER_TOKEN)
             hashes = hash_bytes(data, bs * BYTES_PER_TOKEN)
-        r = Request(session=sid, key=(ts_us, line), parent_key=parent, arrival_abs_ns=ts_us * 1000,
-                    input_tokens=n_in, output_tokens=count(text_out), hash_ids=hashes, api="chat")
+        r = Request(session=sid, key=(ts_us, line),
+                    parent_key=chain.last.key if chain.last is not None else None,
+                    arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=count(text_out),
+                    hash_ids=hashes, api="chat")
+        r.extra["chain"] = chain.number
         reqs.append(r)
-        prompt += text_out
-        prev_input, prev = text_in, r
+        chain.prompt = prompt + text_out
+        chain.last_input, chain.last_output, chain.last = text_in, text_out, r
+    if not reqs:
+        raise fail(paths[0], None, "every row has an empty input")
+    interleaved = _streams(reqs, chains)
     table, start = build_table(reqs)
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
                      content_mode="hashed", tokenizer=opts.tokenizer,
                      extra={"imported_from": [p.name for p in paths]})
     how = f"tokens counted with {opts.tokenizer}" if tok is not None else \
         f"tokens estimated as ceil(utf-8 bytes / {BYTES_PER_TOKEN}) (no --tokenizer)"
-    return ImportResult(table, meta, NAME, [
-        "prompts rebuilt from earlier inputs and outputs; hash ids from content", how])
+    notes = ["prompts rebuilt from earlier inputs and outputs; hash ids from content", how]
+    if flattened:
+        notes.append(f"{flattened} rows whose input already holds the conversation (kept as is)")
+    if interleaved:
+        notes.append(f"{interleaved} sessions interleave several LLMs: one chain (agent_id) each")
+    if empty:
+        notes.append(f"{empty} rows with an empty input left out (not replayed as 0-token prompts)")
+    return ImportResult(table, meta, NAME, notes)
+
+
+class _Chain:
+    """One conversation of a session: its prompt so far and its last row."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.prompt = ""
+        self.last_input = ""
+        self.last_output = ""
+        self.last: Request | None = None
+
+
+def _streams(reqs: list[Request], chains: dict[str, list[_Chain]]) -> int:
+    """Sessions where more than one chain continues: each chain becomes an agent stream
+    depending on its own previous turn and on the session's previous row. Returns how many
+    sessions that was."""
+    multi = {sid for sid, cs in chains.items()
+             if sum(1 for c in cs if c.last is not None and c.last.parent_key is not None) > 1}
+    prev_row: dict[str, Request] = {}
+    for r in sorted(reqs, key=lambda r: r.arrival_abs_ns):
+        if r.session not in multi:
+            continue
+        n = int(r.extra["chain"])  # type: ignore[call-overload]
+        r.agent_id = "main" if n == 0 else f"llm-{n}"
+        deps = {k for k in (r.parent_key, prev_row[r.session].key if r.session in prev_row else None)
+                if k is not None}
+        r.depends_on_keys = sorted(deps, key=lambda k: k)  # type: ignore[arg-type,return-value]
+        prev_row[r.session] = r
+    return len(multi)

@@ -8,9 +8,11 @@ Sessions are not in the file; they are inferred from hash-prefix chains:
   (``hash_ids[input_length // 512 - 1]``): it names the request's whole prompt up to that
   block.
 * A later request continues an earlier one when its own hash list contains that key at
-  the same position, i.e. its prompt starts with the earlier prompt's full blocks, and it
-  matches at least ``MIN_CHAIN_BLOCKS`` blocks. The parent is the request with the longest
-  such match (the most recent one on ties).
+  the same position, i.e. its prompt starts with the earlier prompt's full blocks, it
+  matches at least ``MIN_CHAIN_BLOCKS`` blocks, and it extends the earlier one by at least
+  one block (more hash ids: the conversation continued; two prompts of the same length
+  that share blocks share a system prompt and are not linked). The parent is the request
+  with the longest such match (the most recent one on ties).
 * A key held by more than ``MAX_CHILDREN`` continuations is a shared system prompt, not
   a conversation, and stops linking. Everything else starts a new session.
 
@@ -61,7 +63,10 @@ def infer_sessions(hash_lists: list[list[int]], inputs: list[int], block_size: i
         parent = -1
         for j in range(full - 1, MIN_CHAIN_BLOCKS - 2, -1):
             owner = key_owner.get(ids[j])
-            if owner is not None and key_pos[ids[j]] == j and children.get(ids[j], 0) < MAX_CHILDREN:
+            # a continuation extends its parent by at least one block: same-length prompts
+            # that share full blocks are siblings on a shared prompt, not a conversation
+            if owner is not None and key_pos[ids[j]] == j and children.get(ids[j], 0) < MAX_CHILDREN \
+                    and len(ids) >= len(hash_lists[owner]) + 1:
                 parent = owner
                 children[ids[j]] = children.get(ids[j], 0) + 1
                 break
