@@ -63,7 +63,7 @@ class Preparer:
             base = loaded if isinstance(loaded, dict) else None
         model = self.model
         prompt: Any
-        if base is not None and ("prompt" in base or "messages" in base):
+        if base is not None and ("prompt" in base or "messages" in base or "input" in base):
             prompt = base.get("prompt") if api == "completions" else None
         elif api == "completions":
             prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)

@@ -36,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "receive stamp of its first packet, so the engine's own ingress queue "
                         "shows in the ground truth; the engine then reads and writes through a "
                         "Python transport (engines.kstamp) instead of uvloop's")
+    p.add_argument("--tool-call", metavar="NAME=JSON", default=None,
+                   help="answer a request that offers tool NAME, on a user's turn, with a call "
+                        "of it with these arguments (e.g. 'Bash={\"command\": \"ls\"}'), "
+                        "so that an agent runs a tool")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -52,6 +56,13 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise InputError("--workers must be >= 1")
     SimProfile.load(args.profile)  # bad profile: one line, exit 2, before anything starts
+    if args.tool_call is not None:
+        from engines.sim.requests import ToolCallSpec
+
+        try:
+            ToolCallSpec.parse(args.tool_call)
+        except ValueError as exc:
+            raise InputError(f"--tool-call: {exc}") from None
     if args.workers == 1:
         return _run_single(args)
     return _run_workers(args)
@@ -73,7 +84,7 @@ def _run_single(args: argparse.Namespace) -> int:
         server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
                            ground_truth=args.ground_truth, force=args.force,
                            reuse_port=args.reuse_port, engine_index=args.engine_index,
-                           kernel_arrival=args.kernel_arrival)
+                           kernel_arrival=args.kernel_arrival, tool_call=args.tool_call)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -116,6 +127,8 @@ def _run_workers(args: argparse.Namespace) -> int:
                 cmd.append("--force")
             if args.kernel_arrival:
                 cmd.append("--kernel-arrival")
+            if args.tool_call:
+                cmd += ["--tool-call", args.tool_call]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         for k, pr in enumerate(procs):
             assert pr.stdout is not None
