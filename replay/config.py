@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from engines.dialects import API_PATHS
 from replay.affinity import parse_cpu_list
 from replay.plan import TIMING_MODES, PlanOptions
 from traces.errors import InputError
@@ -30,7 +31,9 @@ class RunConfig:
     duration_s: float | None = None
     warmup_s: float = 0.0
     api: str | None = None
-    """Override the trace's api column (completions, chat, messages)."""
+    """Override the trace's api column (completions, chat, messages, responses)."""
+    include_failed: bool = False
+    """Replay requests the recording marked failed (``error`` set); left out by default."""
     model: str | None = None
     """None: the target's first model from /v1/models."""
     salt: int | None = None
@@ -102,8 +105,8 @@ class RunConfig:
                                             or not sys.platform.startswith("linux")):
             raise InputError("--timestamps kernel needs the fast client on Linux (an http:// "
                              "target, --http-client fast)")
-        if self.api is not None and self.api not in ("completions", "chat", "messages"):
-            raise InputError(f"--api must be completions, chat or messages, got {self.api!r}")
+        if self.api is not None and self.api not in API_PATHS:
+            raise InputError(f"--api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:
             raise InputError(f"--vocab-size ({self.vocab_size}) must be > the lowest token id "
                              f"used ({self.low_token_id})")

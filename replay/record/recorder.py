@@ -32,11 +32,13 @@ import orjson
 import pyarrow.parquet as pq
 from aiohttp import web
 
+from engines.dialects import dialect
+from engines.replies import Reply
 from replay import __version__
+from replay.record.agents import AgentTracker
 from replay.record.content import PromptHasher, conversation, load_tokenizer, strip_secrets
 from replay.record.observe import ResponseObserver
 from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
-from replay.record.replies import Reply, reply_from_events, reply_from_json
 from replay.record.sessions import SessionTracker
 from replay.record.sink import PartWriter, rows_to_table
 from traces.errors import InputError
@@ -129,6 +131,7 @@ class Recorder:
         self.hasher = PromptHasher(cfg.block_size, seed, tok)
         self._pseudo_key = secrets.token_bytes(16)
         self.tracker = SessionTracker()
+        self.agents = AgentTracker()
         self.stats = RecorderStats()
         self._pending: list[Exchange] = []
         self._t0: int | None = None
@@ -170,7 +173,10 @@ class Recorder:
                                      on_arrival=self._on_arrival)
         app = web.Application(client_max_size=1 << 30, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        # auto_decompress=False: a request body reaches the upstream as the client sent it
+        # (replay.record.encodings decodes a copy for the recorder).
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         await site.start()
@@ -234,6 +240,9 @@ class Recorder:
         assignment, turn = self.tracker.assign(ex.arrival, items, explicit)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
+        ex.state["placement"] = self.agents.place(
+            assignment.session_id, assignment.request_index, ex.state.get("agent_id"),
+            ex.arrival, assignment.parent_index)
         self.stats.sessions = self.tracker.session_count
 
     def _explicit_session(self, ex: Exchange) -> str | None:
@@ -255,7 +264,9 @@ class Recorder:
         turn = ex.state["turn"]
         end = ex.end if ex.end is not None else self.clock()
         ok = obs is not None and ex.error is None
-        self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None)
+        self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None,
+                              failed=not ok)
+        self.agents.complete(turn.session_id, turn.request_index, end)
         self.stats.requests += 1
         self.stats.errors += ex.error is not None
         if obs is not None:
@@ -322,12 +333,14 @@ class Recorder:
         t0 = self._t0 if self._t0 is not None else ex.arrival
         inp, out, cached = obs.usage() if obs is not None else (None, None, None)
         hash_ids = None
-        if cfg.content != "none" or inp is None:
+        if ex.info.undecoded is None and (cfg.content != "none" or inp is None):
             ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
             if cfg.content != "none":
                 hash_ids = ids
             if inp is None:
                 inp = est
+        if inp is None:
+            inp = 0  # an undecoded body of a request that got no usage
         times = obs.token_times if obs is not None else []
         counts = obs.token_counts if obs is not None else []
         exact = obs is not None and obs.exact_counts()
@@ -337,15 +350,18 @@ class Recorder:
         if times:
             gaps = [times[0] - ex.arrival] + [b - a_ for a_, b in itertools.pairwise(times)]
         content = None
-        if cfg.content == "full":
+        if cfg.content == "full" and ex.info.undecoded is None:
             content = orjson.dumps(strip_secrets(ex.info.body)).decode()
         end = ex.end if ex.end is not None else ex.arrival
+        place = ex.state["placement"]
         return {
             "session_id": a.session_id,
             "request_index": a.request_index,
             "parent_index": a.parent_index,
+            "agent_id": place.agent_id,
+            "depends_on": place.depends_on,
             "arrival_ns": ex.arrival - t0,
-            "think_ns": a.think_ns,
+            "think_ns": place.think_ns if place.depends_on else a.think_ns,
             "input_tokens": int(inp),
             "output_tokens": int(out),
             "cached_tokens": cached,
@@ -363,6 +379,7 @@ class Recorder:
             "upstream_send_ns": ex.send - ex.arrival if ex.send else None,
             "headers_ns": ex.headers - ex.arrival if ex.headers is not None else None,
             "exact_chunk_tokens": exact if times else None,
+            "undecoded_body": ex.info.undecoded,
         }
 
     # -- status ------------------------------------------------------------------------
@@ -394,7 +411,7 @@ def _mb(n: int) -> str:
 def _reply_fn(api: str, obs: ResponseObserver) -> Callable[[], Reply | None]:
     def fn() -> Reply | None:
         if obs.streamed:
-            return reply_from_events(api, obs.events)
-        return reply_from_json(api, obs.json_body())
+            return dialect(api).reply_from_events(obs.events)
+        return dialect(api).reply_from_json(obs.json_body())
 
     return fn

@@ -1,0 +1,99 @@
+"""Agent streams inside a recorded session: which agent sent a request (``agent_id``) and
+which earlier requests it waited for (``depends_on``). Sans-I/O: fed indices and integer
+times, no clocks.
+
+Claude Code names a subagent (a Task tool's run) in the ``x-claude-code-agent-id`` header;
+requests without it are the main agent's (``MAIN``). The rules are the trace tree's
+(``traces.tree.derive_depends_on``), applied as requests arrive:
+
+* a turn depends on the previous turn of its stream: its prefix parent when that is in
+  the same stream, else the stream's latest turn;
+* a subagent's first turn depends on the main agent's latest turn that arrived before it
+  (the one whose reply spawned it);
+* a main-agent turn that arrives after a spawned subagent's every turn has finished joins
+  it: it also depends on the subagent's last turn (once per subagent). A subagent still
+  running then stays a background branch.
+
+``think_ns`` of a turn with dependencies is the gap from the latest dependency's last byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAIN = "main"
+"""``agent_id`` of the main agent's stream (as in ``traces.tree``)."""
+
+AGENT_HEADER = "x-claude-code-agent-id"
+
+
+@dataclass(slots=True)
+class _Stream:
+    turns: list[int] = field(default_factory=list)
+    joined: bool = False
+
+
+@dataclass(slots=True)
+class _SessionAgents:
+    streams: dict[str, _Stream] = field(default_factory=dict)
+    agent_of: dict[int, str] = field(default_factory=dict)
+    arrival: dict[int, int] = field(default_factory=dict)
+    end: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    agent_id: str
+    depends_on: list[int]
+    think_ns: int | None
+    """Arrival minus the latest dependency's end (floored at 0); None when it has none or
+    one has not finished."""
+
+
+class AgentTracker:
+    """Places each request of each session in its agent stream (see the module text)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _SessionAgents] = {}
+
+    def place(self, session_id: str, request_index: int, agent_id: str | None,
+              arrival_ns: int, parent_index: int) -> Placement:
+        s = self._sessions.setdefault(session_id, _SessionAgents())
+        agent = agent_id or MAIN
+        stream = s.streams.get(agent)
+        deps: list[int] = []
+        if stream is not None and stream.turns:
+            prev = parent_index if s.agent_of.get(parent_index) == agent else stream.turns[-1]
+            deps.append(prev)
+        elif agent != MAIN:
+            main = s.streams.get(MAIN)
+            spawn = [i for i in main.turns if s.arrival[i] <= arrival_ns] if main else []
+            if spawn:
+                deps.append(spawn[-1])
+            elif parent_index >= 0:
+                deps.append(parent_index)
+        elif parent_index >= 0:
+            deps.append(parent_index)
+        if agent == MAIN:
+            for name, sub in s.streams.items():
+                if name == MAIN or sub.joined or not sub.turns:
+                    continue
+                last = sub.turns[-1]
+                if all(i in s.end and s.end[i] <= arrival_ns for i in sub.turns):
+                    deps.append(last)
+                    sub.joined = True
+        if stream is None:
+            stream = s.streams[agent] = _Stream()
+        stream.turns.append(request_index)
+        s.agent_of[request_index] = agent
+        s.arrival[request_index] = arrival_ns
+        deps = sorted(set(deps))
+        think = None
+        if deps and all(d in s.end for d in deps):
+            think = max(0, arrival_ns - max(s.end[d] for d in deps))
+        return Placement(agent, deps, think)
+
+    def complete(self, session_id: str, request_index: int, end_ns: int) -> None:
+        s = self._sessions.get(session_id)
+        if s is not None:
+            s.end[request_index] = end_ns
