@@ -229,3 +229,104 @@ async def fit_text(
             break
         text, c = cand, cc
     return text, c
+
+
+# --- block-aligned text prompts -----------------------------------------------------
+
+
+_COMMON = ["the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old", "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use", "time", "year", "work", "back", "call", "came", "come", "each", "even", "find", "from", "give", "good", "hand", "have", "here", "high", "just", "keep", "kind", "know", "last", "left", "life", "line", "long", "look", "made", "make", "many", "more", "most", "move", "much", "must", "name", "near", "need", "next", "only", "open", "over", "part", "play", "read", "same", "seem", "show", "side", "some", "such", "take", "tell", "than", "that", "them", "then", "they", "this", "turn", "very", "want", "well", "went", "were", "what", "when", "will", "with", "word", "also", "area", "away", "best", "body", "book", "both", "case", "city", "door", "down", "face", "fact", "feel", "form", "full", "game", "girl", "hear", "help", "home", "hour", "idea", "into", "king", "land", "late", "lead", "less", "live", "mind", "miss", "note", "page", "plan", "real", "rest", "road", "room", "rule", "run", "sea", "set", "sit", "six", "ten", "top", "try", "war", "yes", "yet", "act", "add", "age", "ago", "air", "arm", "ask", "bad", "bed", "big", "box", "bus", "buy", "car", "cut", "dog", "eat", "end", "eye", "far", "few", "fly", "fun", "god", "gun", "hot", "job", "key", "kid", "law", "lay", "leg", "lie", "lot", "low", "map", "mom", "net", "oil", "pay", "per", "red", "sun", "tax", "tea", "win"]
+
+
+def candidate_words(n: int, salt: int = 0) -> list[str]:
+    """``n`` distinct short words to calibrate against a tokenizer: common English words
+    (one token in the BPE vocabularies we know), then pseudo-words of two syllables."""
+    out = list(dict.fromkeys(_COMMON))[:n]
+    seen = set(out)
+    seed = block_seed(salt, -2, 0)
+    k = 0
+    while len(out) < n and k < 64:
+        for v in splitmix64(seed + k, 4 * n) >> np.uint64(40):
+            w = _SYLLABLES[int(v) % 24] + _SYLLABLES[(int(v) >> 5) % 24]
+            if w not in seen:
+                seen.add(w)
+                out.append(w)
+                if len(out) == n:
+                    break
+        k += 1
+    return out
+
+
+class AlignedText:
+    """Text prompts built without a tokenizer round trip, block-aligned through the chat
+    template.
+
+    ``words`` are words the target's tokenizer counts as exactly one token each, also in
+    sequence (calibrated once per run against ``POST /tokenize``: see
+    ``replay.textcal``); one user message of k such words is ``overhead + k`` prompt tokens,
+    ``head`` of them before the content. The content of a request of ``input_tokens``
+    tokens is then ``input_tokens - overhead`` words: hash block 0 gives the first
+    ``block_size - head`` words and block i the next ``block_size``, so the server's
+    token block i holds exactly hash block i's words (for every block that ends before the
+    content does); a tail of words unique to the request fills the rest. Equal hash ids give
+    equal server blocks, different ones different blocks, and the count is exact with no
+    request-time call.
+    """
+
+    def __init__(self, words: Sequence[str], *, head: int, overhead: int, block_size: int,
+                 salt: int = 0, cache_blocks: int = 8192) -> None:
+        if len(words) < 2:
+            raise ValueError("need at least 2 one-token words")
+        if not 0 <= head <= overhead:
+            raise ValueError(f"need 0 <= head ({head}) <= overhead ({overhead})")
+        self.words = np.asarray(list(words), dtype=object)
+        self.head = head
+        self.overhead = overhead
+        self.block_size = block_size
+        self.salt = salt
+        self._first = block_size - head % block_size
+        self._cache: OrderedDict[tuple[int, int, int], str] = OrderedDict()
+        self._cache_blocks = cache_blocks
+
+    def _pick(self, seed: int, n: int) -> str:
+        idx = (splitmix64(seed, n) % np.uint64(len(self.words))).astype(np.int64)
+        return " ".join(self.words[idx].tolist())
+
+    def block(self, hash_id: int, clone: int, n: int) -> str:
+        key = (clone, hash_id, n)
+        text = self._cache.get(key)
+        if text is not None:
+            self._cache.move_to_end(key)
+            return text
+        text = self._pick(block_seed(self.salt, clone, hash_id), n)
+        self._cache[key] = text
+        if len(self._cache) > self._cache_blocks:
+            self._cache.popitem(last=False)
+        return text
+
+    def layout(self, n_hash_ids: int, input_tokens: int) -> tuple[int, int] | None:
+        """(hash blocks used, tail words) of a prompt, or None when it is shorter than the
+        template."""
+        content = input_tokens - self.overhead
+        if content < 1:
+            return None
+        bs = self.block_size
+        end = self.head + content  # the server's position after the content
+        full = min(n_hash_ids, end // bs)
+        used = 0 if full == 0 else self._first + (full - 1) * bs
+        if used > content:  # head beyond a block: nothing aligns
+            full, used = 0, 0
+        return full, content - used
+
+    def prompt(self, hash_ids: Sequence[int], input_tokens: int, clone: int, tail_key: int
+               ) -> str | None:
+        """The user message's text, or None when ``input_tokens`` is below the template's
+        own tokens."""
+        lay = self.layout(len(hash_ids), input_tokens)
+        if lay is None:
+            return None
+        full, tail = lay
+        parts = [self.block(h, clone, self._first if i == 0 else self.block_size)
+                 for i, h in enumerate(hash_ids[:full])]
+        if tail:
+            parts.append(self._pick(block_seed(self.salt, -1, tail_key), tail))
+        return " ".join(parts)

@@ -1,26 +1,37 @@
 """Turning a planned request into bytes on the wire: prompt materialization + dialect.
 
-Completions get token-id prompts (``engines.prompts.TokenPrompts``); chat and messages get
-text fitted to the exact token count with the target's ``POST /tokenize`` (applied to the
-same messages, so the chat template is counted), or the recorded body when the trace row
-has ``content``.
+Completions get token-id prompts (``engines.prompts.TokenPrompts``). Chat, messages and
+responses get block-aligned text (``engines.prompts.AlignedText``, calibrated once per run
+against the target's ``POST /tokenize`` by ``calibrate_text``): built from the hash ids
+with no request-time call, exactly ``input_tokens`` through the chat template. When the
+tokenizer does not allow that, text is fitted per request with ``/tokenize`` (slower: it
+costs round trips on the way to the send). A row with ``content`` replays its recorded body.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from engines.dialects import API_PATHS, build_request, encode_body
-from engines.prompts import DEFAULT_LOW_ID, DEFAULT_VOCAB_SIZE, TextPrompts, TokenPrompts, fit_text
+from engines.prompts import (
+    DEFAULT_LOW_ID,
+    DEFAULT_VOCAB_SIZE,
+    AlignedText,
+    TextPrompts,
+    TokenPrompts,
+    fit_text,
+)
 from replay.client import Prepared
-from replay.plan import PlannedRequest, stable_hash
-from traces.errors import InputError
+from replay.plan import Plan, PlannedRequest, stable_hash
+from replay.textcal import CalibrationError, TokenizeFn, calibrate
+from traces.errors import InputError, TargetError
 
-TokenizeFn = Callable[[Mapping[str, Any]], Awaitable[int]]
-"""POSTs a /tokenize body and returns its ``count``."""
+NO_TOKENIZE_HINT = ("chat/messages/responses replay sizes its text prompts with the target's "
+                    "POST /tokenize; replay with --api completions (token-id prompts) instead, "
+                    "or record with --content full")
 
 
 class Preparer:
@@ -46,6 +57,9 @@ class Preparer:
         self.headers.setdefault("Content-Type", "application/json")
         self._calibrated = False
         self.text_misses = 0
+        self.aligned: AlignedText | None = None
+        """Set by ``calibrate_text``; None: text is fitted per request."""
+        self.salt = salt
 
     async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Prepared:
         api = q.api
@@ -68,7 +82,12 @@ class Preparer:
         elif api == "completions":
             prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)
         else:
-            prompt = await self._fit_text(q)
+            prompt = None
+            if self.aligned is not None:
+                key = stable_hash("tail", q.session_id, q.clone, q.request_index) >> 2
+                prompt = self.aligned.prompt(q.hash_ids, q.input_tokens, q.clone, key)
+            if prompt is None:
+                prompt = await self._fit_text(q)
         body = build_request(api, model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
                              vllm_extras=self.vllm_extras, base=base)
         headers = dict(self.headers)
@@ -76,9 +95,26 @@ class Preparer:
         headers["X-Request-Id"] = request_id
         return Prepared(path, encode_body(body), headers, api)
 
+    async def calibrate_text(self, plan: Plan) -> None:
+        """Calibrate block-aligned text before the run when the plan has text prompts to
+        build (see the module text). A target without /tokenize is an error with a hint."""
+        if not any(q.api != "completions" and not q.content
+                   for s in plan.sessions for q in s.requests):
+            return
+        if self.tokenize is None:
+            raise InputError(NO_TOKENIZE_HINT)
+        try:
+            self.aligned = await calibrate(self.tokenize, self.model, self.block_size, self.salt)
+        except CalibrationError:
+            self.aligned = None  # per-request fitting
+        except TargetError as exc:
+            raise TargetError(f"{exc}; {NO_TOKENIZE_HINT}") from None
+
     async def _count(self, text: str) -> int:
         assert self.tokenize is not None
-        return await self.tokenize({"model": self.model, "messages": [{"role": "user", "content": text}]})
+        data = await self.tokenize({"model": self.model,
+                                    "messages": [{"role": "user", "content": text}]})
+        return int(data["count"])
 
     async def _fit_text(self, q: PlannedRequest) -> str:
         if self.tokenize is None:

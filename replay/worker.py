@@ -87,12 +87,17 @@ def load_plan(config: RunConfig) -> Plan:
 def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mapping[str, Any]], Any]:
     url = base_url.rstrip("/") + "/tokenize"
 
-    async def tokenize(body: Mapping[str, Any]) -> int:
-        async with session.post(url, json=dict(body)) as resp:
-            if resp.status != 200:
-                raise TargetError(f"{url}: HTTP {resp.status} ({(await resp.text())[:200]})")
-            data = await resp.json()
-            return int(data["count"])
+    async def tokenize(body: Mapping[str, Any]) -> Mapping[str, Any]:
+        try:
+            async with session.post(url, json=dict(body)) as resp:
+                if resp.status != 200:
+                    raise TargetError(f"{url}: HTTP {resp.status} ({(await resp.text())[:200]})")
+                data = await resp.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise TargetError(f"{url}: {type(exc).__name__}: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+            raise TargetError(f"{url}: the answer has no token count")
+        return data
 
     return tokenize
 
@@ -134,6 +139,7 @@ async def arun_shard(
             vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
             vllm_extras=config.vllm_extras, tokenize=_tokenizer(session, config.target),
             headers=dict(config.headers))
+        await preparer.calibrate_text(plan)  # before t0: no /tokenize calls per request
 
         def on_record(rec: RequestRecord) -> None:
             writer.add(rec)

@@ -1,0 +1,94 @@
+"""Block-aligned text prompts: calibrated once against a tokenizer's /tokenize answers,
+then exact token counts through the chat template and server blocks that are shared
+exactly when hash ids are, with no call per request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from engines.prompts import AlignedText
+from engines.sim import SimTokenizer
+from replay.textcal import CalibrationError, calibrate
+
+BS = 16
+
+
+class FakeTarget:
+    """/tokenize answers of the simulated engine's tokenizer, counting calls."""
+
+    def __init__(self) -> None:
+        self.tok = SimTokenizer()
+        self.calls = 0
+
+    async def tokenize(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.calls += 1
+        if "messages" in body:
+            ids = self.tok.chat_ids(body["messages"])
+        else:
+            ids = self.tok.encode(body["prompt"])
+        return {"count": len(ids), "tokens": ids}
+
+    def prompt_ids(self, text: str) -> list[int]:
+        return self.tok.chat_ids([{"role": "user", "content": text}])
+
+
+async def _calibrated() -> tuple[AlignedText, FakeTarget]:
+    target = FakeTarget()
+    aligned = await calibrate(target.tokenize, "m", BS, salt=5)
+    return aligned, target
+
+
+async def test_calibration_finds_one_token_words_and_the_template() -> None:
+    aligned, target = await _calibrated()
+    # the sim's template: <|im_start|> user \n ... <|im_end|> \n <|im_start|> assistant \n
+    assert (aligned.head, aligned.overhead) == (3, 8)
+    assert len(aligned.words) >= 64
+    assert all(target.tok.count(" " + w) == 1 for w in aligned.words)
+    assert target.calls < 40
+
+
+@pytest.mark.parametrize("n", [9, 10, 16, 17, 40, 63, 64, 65, 200, 1000])
+async def test_exact_counts_through_the_template(n: int) -> None:
+    aligned, target = await _calibrated()
+    hash_ids = list(range(100, 100 + -(-n // BS)))
+    text = aligned.prompt(hash_ids, n, clone=0, tail_key=7)
+    assert text is not None
+    assert len(target.prompt_ids(text)) == n
+
+
+async def test_too_short_for_the_template_is_none() -> None:
+    aligned, _ = await _calibrated()
+    assert aligned.prompt([1], 8, clone=0, tail_key=1) is None
+
+
+async def test_server_blocks_shared_exactly_as_hash_ids() -> None:
+    """A parent and its child share 6 hash ids, then differ: the server's token blocks
+    (through the template) are equal for exactly the first 6 and differ after; another
+    clone shares none."""
+    aligned, target = await _calibrated()
+    parent = aligned.prompt([1, 2, 3, 4, 5, 6, 7], 7 * BS, clone=0, tail_key=1)
+    child = aligned.prompt([1, 2, 3, 4, 5, 6, 8, 9, 10], 9 * BS - 3, clone=0, tail_key=2)
+    other = aligned.prompt([1, 2, 3, 4, 5, 6, 7], 7 * BS, clone=1, tail_key=1)
+    assert parent and child and other
+
+    def blocks(text: str) -> list[tuple[int, ...]]:
+        ids = target.prompt_ids(text)
+        return [tuple(ids[i:i + BS]) for i in range(0, len(ids) - BS + 1, BS)]
+
+    p, c, o = blocks(parent), blocks(child), blocks(other)
+    shared = next(i for i, (x, y) in enumerate(zip(p, c, strict=False)) if x != y)
+    assert shared == 6
+    assert p[0] != o[0]
+
+
+async def test_words_that_are_not_independent_fail_calibration() -> None:
+    async def tokenize(body: Mapping[str, Any]) -> Mapping[str, Any]:
+        text = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+        n = len(text.split()) + (len(text) // 50)  # long texts merge: not additive
+        return {"count": n + (5 if "messages" in body else 0), "tokens": list(range(n))}
+
+    with pytest.raises(CalibrationError):
+        await calibrate(tokenize, "m", BS, salt=0)
