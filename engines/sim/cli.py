@@ -36,10 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "receive stamp of its first packet, so the engine's own ingress queue "
                         "shows in the ground truth; the engine then reads and writes through a "
                         "Python transport (engines.kstamp) instead of uvloop's")
-    p.add_argument("--tool-call", metavar="NAME=JSON", default=None,
+    p.add_argument("--tool-call", metavar="NAME=JSON", action="append", default=None,
                    help="answer a request that offers tool NAME, on a user's turn, with a call "
                         "of it with these arguments (e.g. 'Bash={\"command\": \"ls\"}'), "
-                        "so that an agent runs a tool")
+                        "so that an agent runs a tool; repeat for several tools (the first "
+                        "offered applies)")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -59,10 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if args.tool_call is not None:
         from engines.sim.requests import ToolCallSpec
 
-        try:
-            ToolCallSpec.parse(args.tool_call)
-        except ValueError as exc:
-            raise InputError(f"--tool-call: {exc}") from None
+        for spec in args.tool_call:
+            try:
+                ToolCallSpec.parse(spec)
+            except ValueError as exc:
+                raise InputError(f"--tool-call: {exc}") from None
     if args.workers == 1:
         return _run_single(args)
     return _run_workers(args)
@@ -127,8 +129,8 @@ def _run_workers(args: argparse.Namespace) -> int:
                 cmd.append("--force")
             if args.kernel_arrival:
                 cmd.append("--kernel-arrival")
-            if args.tool_call:
-                cmd += ["--tool-call", args.tool_call]
+            for spec in args.tool_call or ():
+                cmd += ["--tool-call", spec]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         for k, pr in enumerate(procs):
             assert pr.stdout is not None

@@ -6,8 +6,8 @@ vLLM's wording where it is known.
 The prompt is counted as vLLM's chat template renders it: the ``tools`` the request
 offers, then the system prompt, then the conversation (``SimTokenizer.chat_ids``).
 
-A tool-call answer (``ToolCallSpec``, ``engines sim --tool-call NAME=ARGS``): a request that
-offers a tool of that name and whose last conversation item is a user's message (not a tool
+A tool-call answer (``ToolCallSpec``, ``engines sim --tool-call NAME=ARGS``, repeatable: the
+first whose tool is offered applies): a request that offers a tool of that name and whose last conversation item is a user's message (not a tool
 result) is answered with one call of that tool with those arguments. Its output is the
 arguments text, one token per tokenizer piece, so the stream and its counts stay exact;
 the agent runs the tool and sends the result, which the engine answers with text.
@@ -16,6 +16,7 @@ the agent runs the tool and sends the result, which the engine answers with text
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,8 +277,14 @@ def tool_names(tools: Any) -> set[str]:
     return out
 
 
-def _user_turn(last: Any) -> bool:
-    """The last conversation item is a user's message, not a tool result."""
+def _user_turn(items: list[Any]) -> bool:
+    """The last conversation item (system reminders after it aside: Claude Code appends
+    some) is a user's message, not a tool result."""
+    last = None
+    for it in reversed(items):
+        if not (isinstance(it, dict) and it.get("role") in ("system", "developer")):
+            last = it
+            break
     if not isinstance(last, dict) or last.get("role") != "user":
         return False
     content = last.get("content")
@@ -286,12 +293,13 @@ def _user_turn(last: Any) -> bool:
     return True
 
 
-def plan_tool_call(req: ParsedRequest, spec: ToolCallSpec | None, data: dict[str, Any],
+def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict[str, Any],
                    items: list[Any], tok: SimTokenizer, max_model_len: int) -> ParsedRequest:
-    """Make ``req`` answer with ``spec``'s tool call when the request asks for it (see the
-    module text): its output becomes the arguments' pieces, exactly."""
-    if spec is None or spec.name not in tool_names(data.get("tools")) or not items \
-            or not _user_turn(items[-1]):
+    """Make ``req`` answer with the first of ``specs`` whose tool the request offers, on a
+    user's turn (see the module text): its output becomes the arguments' pieces, exactly."""
+    offered = tool_names(data.get("tools"))
+    spec = next((s for s in specs if s.name in offered), None)
+    if spec is None or not _user_turn(items):
         return req
     pieces = tuple(tok.pieces(spec.arguments))
     call_id = "call_{:08x}".format(zlib.crc32(b"%d:" % len(req.prompt_ids) + spec.arguments.encode()))

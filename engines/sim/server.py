@@ -17,6 +17,7 @@ import logging
 import secrets
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,14 @@ class SimServer:
     def __init__(self, profile: SimProfile | str = "fast", host: str = "127.0.0.1", port: int = 0,
                  seed: int = 0, ground_truth: str | Path | None = None, *, force: bool = False,
                  reuse_port: bool = False, engine_index: int = 0,
-                 kernel_arrival: bool = False, tool_call: ToolCallSpec | str | None = None) -> None:
+                 kernel_arrival: bool = False,
+                 tool_call: ToolCallSpec | str | Sequence[ToolCallSpec | str] | None = None) -> None:
         self.profile = SimProfile.load(profile) if isinstance(profile, str) else profile
-        self.tool_call = ToolCallSpec.parse(tool_call) if isinstance(tool_call, str) else tool_call
-        """Answer requests that offer this tool, on a user's turn, with a call of it."""
+        calls = [] if tool_call is None else [tool_call] if isinstance(tool_call, (str, ToolCallSpec)) \
+            else list(tool_call)
+        self.tool_calls = tuple(ToolCallSpec.parse(c) if isinstance(c, str) else c for c in calls)
+        """Answer requests that offer one of these tools, on a user's turn, with a call of
+        the first one offered."""
         self.kernel_arrival = kernel_arrival
         """With ground truth: each request's ``first_byte_ns`` from the kernel's receive stamp
         (``_StampedListener``; the engine then reads and writes through ``engines.kstamp``'s
@@ -263,9 +268,9 @@ class SimServer:
         try:
             body = await request.read()
             parsed = dialect.sim_parse(body, self.tokenizer, p.model_name, p.max_model_len)
-            if self.tool_call is not None and api != "completions":
+            if self.tool_calls and api != "completions":
                 data = orjson.loads(body)
-                parsed = plan_tool_call(parsed, self.tool_call, data, conversation_items(api, data),
+                parsed = plan_tool_call(parsed, self.tool_calls, data, conversation_items(api, data),
                                         self.tokenizer, p.max_model_len)
             fault = self._faults(request)
         except BadRequest as exc:
@@ -351,22 +356,27 @@ class SimServer:
         n = len(sink.ids)
         cached = sink.cached()
         model = self.profile.model_name
-        if parsed.tool_call is not None:
-            text = parsed.tool_call.arguments
         if api == "messages":
             body = wire.messages_body(rid=rid, model=model, text=text, finish=sink.finish_reason,
-                                      prompt=req.prompt_len, completion=n, cached=cached)
+                                      prompt=req.prompt_len, completion=n, cached=cached,
+                                      tool_call=parsed.tool_call)
         elif api == "responses":
             body = wire.responses_body(rid=rid, created=int(time.time()), model=model, text=text,
                                        finish=sink.finish_reason, prompt=req.prompt_len,
                                        completion=n, cached=cached, tool_call=parsed.tool_call)
+        elif api == "chat":
+            body = wire.chat_body(rid=rid, created=int(time.time()), model=model, text=text,
+                                  finish=sink.finish_reason,
+                                  token_ids=sink.ids if parsed.return_token_ids else None,
+                                  prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
+                                  prompt=req.prompt_len, completion=n, cached=cached,
+                                  tool_call=parsed.tool_call)
         else:
-            make = wire.completion_body if api == "completions" else wire.chat_body
-            body = make(rid=rid, created=int(time.time()), model=model, text=text,
-                        finish=sink.finish_reason,
-                        token_ids=sink.ids if parsed.return_token_ids else None,
-                        prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
-                        prompt=req.prompt_len, completion=n, cached=cached)
+            body = wire.completion_body(rid=rid, created=int(time.time()), model=model, text=text,
+                                        finish=sink.finish_reason,
+                                        token_ids=sink.ids if parsed.return_token_ids else None,
+                                        prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
+                                        prompt=req.prompt_len, completion=n, cached=cached)
         return web.Response(body=body, content_type=_JSON, headers=headers)
 
     def _faults(self, request: web.Request) -> FaultSpec:

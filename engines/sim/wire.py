@@ -54,7 +54,8 @@ def _final_usage(prompt: int, completion: int, cached: int | None) -> bytes:
     return u + b"}"
 
 
-_FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"', "abort": b'"abort"'}
+_FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"', "abort": b'"abort"',
+           "tool_calls": b'"tool_calls"'}
 
 
 class CompletionsEncoder:
@@ -215,12 +216,18 @@ def completion_body(*, rid: str, created: int, model: str, text: str, finish: st
 
 def chat_body(*, rid: str, created: int, model: str, text: str, finish: str | None,
               token_ids: list[int] | None, prompt_ids: list[int] | None, prompt: int,
-              completion: int, cached: int | None) -> bytes:
+              completion: int, cached: int | None, tool_call: Any = None) -> bytes:
+    calls: list[dict[str, Any]] = []
+    content: str | None = text
+    if tool_call is not None:
+        calls = [{"id": tool_call.call_id, "type": "function",
+                  "function": {"name": tool_call.name, "arguments": tool_call.arguments}}]
+        content, finish = None, "tool_calls"
     return orjson.dumps({
         "id": rid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None,
-                                             "annotations": None, "audio": None,
-                                             "function_call": None, "tool_calls": [],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
+                                             "refusal": None, "annotations": None, "audio": None,
+                                             "function_call": None, "tool_calls": calls,
                                              "reasoning": None},
                      "logprobs": None, "finish_reason": finish, "stop_reason": None,
                      "token_ids": token_ids}],
@@ -287,14 +294,20 @@ class MessagesEncoder:
 
 
 def messages_body(*, rid: str, model: str, text: str, finish: str | None, prompt: int,
-                  completion: int, cached: int | None) -> bytes:
+                  completion: int, cached: int | None, tool_call: Any = None) -> bytes:
     usage: dict[str, Any] = {"input_tokens": prompt, "output_tokens": completion}
     if cached is not None:
         usage["cache_read_input_tokens"] = cached
+    block: dict[str, Any] = {"type": "text", "text": text}
+    stop = _ANTHROPIC_STOP.get(finish, "end_turn")
+    if tool_call is not None:
+        block = {"type": "tool_use", "id": "toolu_" + tool_call.call_id[5:],
+                 "name": tool_call.name, "input": orjson.loads(tool_call.arguments)}
+        stop = "tool_use"
     return orjson.dumps({
         "id": rid, "type": "message", "role": "assistant",
-        "content": [{"type": "text", "text": text}], "model": model,
-        "stop_reason": _ANTHROPIC_STOP.get(finish, "end_turn"), "stop_sequence": None,
+        "content": [block], "model": model,
+        "stop_reason": stop, "stop_sequence": None,
         "usage": usage,
     })
 

@@ -5,6 +5,7 @@ exactly when hash ids are, with no call per request."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,3 +93,25 @@ async def test_words_that_are_not_independent_fail_calibration() -> None:
 
     with pytest.raises(CalibrationError):
         await calibrate(tokenize, "m", BS, salt=0)
+
+
+async def test_a_target_without_tokenize_fails_with_a_hint(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    from engines.sim import SimServer
+    from replay.config import RunConfig
+    from replay.run import arun
+    from traces.errors import AgentReplayError
+
+    class NoTokenize(SimServer):
+        async def handle_tokenize(self, request: web.Request) -> web.Response:
+            return web.Response(status=404, text="Not Found")
+
+    trace = Path(__file__).resolve().parents[2] / "traces" / "samples"
+    sample = sorted(trace.glob("*.parquet"))[0]
+    async with NoTokenize("fast") as sim:
+        with pytest.raises(AgentReplayError) as exc:
+            await arun(RunConfig(trace=str(sample), target=sim.url, output=str(tmp_path / "r"),
+                                 progress=False, scrape_interval_s=0, api="chat",
+                                 max_sessions=1), progress=None)
+    assert "HTTP 404" in str(exc.value) and "--api completions" in str(exc.value)
