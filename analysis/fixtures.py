@@ -138,6 +138,8 @@ def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows:
                                     mask=error_kind != "http"),
             "error": pa.array(["synthetic failure" if x else None for x in failed.tolist()],
                               pa.string()),
+            "agent_id": pa.nulls(b, pa.string()),
+            "depends_on": pa.nulls(b, pa.list_(pa.int32())),
         }
         yield pa.RecordBatch.from_pydict(cols, schema=REQUEST_SCHEMA)
 

@@ -175,7 +175,7 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
          f"{f['output_tokens_trace']:,} ({pct(f['output_ratio'])}), {f['output_mismatches']:,} rows differ"),
         ("prefix-cache hit rate: server / trace implies",
          f"{pct(f['prefix_hit_rate_server'])} / {pct(f['prefix_hit_rate_implied'])}"),
-        ("sent before parent finished", _fmt(f["sent_before_parent_end"])),
+        ("sent before dependencies finished", _fmt(f["sent_before_parent_end"])),
         ("think-time error P50 / P99 (ms)", f"{_fmt(tte['p50'], 3)} / {_fmt(tte['p99'], 3)}"
          f" (n={tte['count']:,})"),
     ]

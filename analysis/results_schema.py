@@ -46,7 +46,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("end_ns", pa.int64()),  # e, last byte
         pa.field("chunk_ns", pa.list_(pa.int64())),  # c_1..c_m
         pa.field("chunk_tokens", pa.list_(pa.int32())),  # k_1..k_m
-        pa.field("parent_end_ns", pa.int64()),  # when the parent completed in this run
+        # when the latest dependency completed in this run (a chain: the parent); null when
+        # the request did not wait (absolute timing, roots)
+        pa.field("parent_end_ns", pa.int64()),
         pa.field("think_ns", pa.int64()),  # intended think time (after --speedup)
         pa.field("expected_input_tokens", pa.int32(), nullable=False),
         pa.field("expected_output_tokens", pa.int32(), nullable=False),
@@ -60,10 +62,14 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("error_kind", pa.string()),
         pa.field("http_status", pa.int32()),
         pa.field("error", pa.string()),
+        # agent trees (trace schema v2): the request's stream and the request_index values
+        # of its dependencies (same session and clone)
+        pa.field("agent_id", pa.string()),
+        pa.field("depends_on", pa.list_(pa.int32())),
     ]
 )
 
-OPTIONAL_COLUMNS = frozenset({"connect_ns"})
+OPTIONAL_COLUMNS = frozenset({"connect_ns", "agent_id", "depends_on"})
 """Columns added after schema 1: a part file without them reads them as nulls."""
 
 ERROR_KINDS = ("connect", "http", "timeout", "stream", "json", "cancelled", "mismatch", "inexact")

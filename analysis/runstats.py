@@ -35,7 +35,7 @@ COLUMNS = (
     "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
     "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns",
     "think_ns", "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "implied_cached_tokens",
+    "cached_tokens", "implied_cached_tokens", "request_index", "depends_on",
 )
 """The request columns the analysis reads."""
 
@@ -135,6 +135,8 @@ class Accumulator:
             "end_ns": _f64(batch, "end_ns")[counted],
             "think_ns": _f64(batch, "think_ns")[counted],
             "parent_end_ns": _f64(batch, "parent_end_ns")[counted],
+            "request_index": _i64(batch, "request_index")[counted],
+            "depends_on": _depends_on(batch).filter(sel),
             "sent_ns": _f64(batch, "sent_ns")[counted],
             "output_tokens": m.output_tokens[counted],
             "decode_tokens": m.decode_tokens[counted],
@@ -299,6 +301,7 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
     sent, parent_end, think = arr("sent_ns"), arr("parent_end_ns"), arr("think_ns")
     has_parent = ~np.isnan(parent_end) & ~np.isnan(sent)
     think_err = (sent - parent_end - think)[has_parent & ~np.isnan(think)]
+    early = early_sends(t)
 
     def ratio(a: float, b: float) -> float | None:
         return a / b if b else None
@@ -317,9 +320,50 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
         "prefix_hit_rate_implied": ratio(float(implied[have_implied].sum()),
                                          float(exp_in[have_implied].sum())),
         "requests_with_server_cache_info": int(have_cached.sum()),
-        "sent_before_parent_end": int((sent[has_parent] < parent_end[has_parent]).sum()),
+        "sent_before_parent_end": int((sent[has_parent] < parent_end[has_parent]).sum())
+        if early is None else int(early.sum()),
         "think_time_error": percentile_summary(np.abs(think_err)),
     }
+
+
+def _depends_on(batch: pa.RecordBatch | pa.Table) -> pa.Array:
+    if "depends_on" in batch.schema.names:
+        col = batch.column("depends_on")
+        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return pa.nulls(batch.num_rows, pa.list_(pa.int32()))
+
+
+def early_sends(t: pa.Table) -> np.ndarray | None:
+    """Per row: sent before the latest end, in this run, of its dependencies (the rows of
+    the same session and clone whose ``request_index`` its ``depends_on`` lists; those not in
+    ``t`` are left out). In every timing mode: absolute timing does not wait, so there this
+    counts how often the trace's order was broken. None when ``t`` has no ``depends_on``
+    (results from before agent trees)."""
+    if "depends_on" not in t.column_names or t.num_rows == 0:
+        return None
+    deps = t.column("depends_on").combine_chunks()
+    if deps.null_count == len(deps):
+        return None
+    sess_col = t.column("session_id").combine_chunks()
+    if pa.types.is_dictionary(sess_col.type):
+        sess_col = sess_col.cast(sess_col.type.value_type)
+    sess = np.asarray(sess_col.dictionary_encode().indices, dtype=np.int64)
+    clone = np.asarray(t.column("clone").to_numpy(zero_copy_only=False), dtype=np.int64)
+    req = np.asarray(t.column("request_index").to_numpy(zero_copy_only=False), dtype=np.int64)
+    end = np.asarray(t.column("end_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    sent = np.asarray(t.column("sent_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    rows = np.asarray(pc.list_parent_indices(deps), dtype=np.int64)
+    dep_req = np.asarray(pc.list_flatten(deps).to_numpy(zero_copy_only=False), dtype=np.int64)
+    span_r = int(max(req.max(initial=0), dep_req.max(initial=0))) + 1
+    span_c = int(clone.max(initial=0)) + 1
+    key = (sess * span_c + clone) * span_r + req
+    order = np.argsort(key, kind="stable")
+    want = (sess[rows] * span_c + clone[rows]) * span_r + dep_req
+    pos = np.minimum(np.searchsorted(key[order], want), len(key) - 1)
+    found = key[order][pos] == want
+    latest = np.full(t.num_rows, -np.inf)
+    np.fmax.at(latest, rows[found], end[order][pos[found]])
+    return ~np.isnan(sent) & (sent < latest)
 
 
 def _sessions(t: pa.Table) -> pa.Table:

@@ -69,17 +69,26 @@ class RunConfig:
     t0_ns: int | None = None
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
     run_id: str = "run"
+    max_think_s: float | None = None
+    """Cap on every recorded think time, in trace seconds (before --speedup)."""
+    rebase_sessions: bool = False
+    """Every session starts at time zero instead of its recorded offset."""
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,
-                           max_sessions=self.max_sessions, duration_s=self.duration_s,
-                           api_override=self.api)
+                           max_sessions=self.max_sessions,
+                           # agentx recycles every session: the duration cuts lanes, not the plan
+                           duration_s=None if self.timing == "agentx" else self.duration_s,
+                           api_override=self.api, max_think_s=self.max_think_s,
+                           rebase_sessions=self.rebase_sessions)
 
     def check(self) -> None:
         if self.timing not in TIMING_MODES:
             raise InputError(f"--timing must be one of {', '.join(TIMING_MODES)}, got {self.timing!r}")
         if self.timing == "max-rate" and not self.concurrency:
             raise InputError("--timing max-rate needs --concurrency N")
+        if self.timing == "agentx" and not self.concurrency:
+            raise InputError("--timing agentx needs --concurrency N (live session trees)")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.workers < 1:

@@ -2,14 +2,18 @@
 
 Timing modes (the intended send time S of each request; ``t0`` is the run's start):
 
-* ``session``: a session's root requests at ``t0 + offset``; every other request when its
-  parent completed in this run plus its think time (``parent_end + think``).
+* ``session``: a session's root requests at ``t0 + offset``; every other request when all
+  its dependencies completed in this run plus its think time, counted from the latest
+  dependency's end (``max(dep ends) + think``). Sessions are trees: parallel subagent
+  branches are in flight together, a join waits for every branch, a branch nothing joins
+  runs on in the background (the session ends when it does).
 * ``absolute``: every request at ``t0 + offset``, whatever happened before.
-* ``max-rate``: no timing; a request goes as soon as its parent completed and one of
-  ``concurrency`` slots is free; S is the moment both held.
+* ``max-rate``: no timing; a request goes as soon as its dependencies completed and one
+  of ``concurrency`` slots is free; S is the moment both held.
 
 A request is prepared (prompt built, body encoded) before its S: roots when their session
-starts (``lookahead_ns`` before its first S), children while their parent is in flight.
+starts (``lookahead_ns`` before its first S), others while their latest-positioned
+dependency is in flight.
 So s - S, the schedule lag, measures the load generator and not prompt building. Requests
 whose S falls after the ``duration`` deadline are not sent. Requests whose S falls inside
 the warm-up window are sent and flagged.
@@ -184,7 +188,7 @@ class Driver:
         self.active_sessions += 1
         try:
             for p, q in enumerate(s.requests):
-                if q.parent < 0:
+                if not q.deps:
                     self._spawn(self._request(s, st, p))
             for ev in st.events:
                 await ev.wait()
@@ -203,12 +207,15 @@ class Driver:
             clone=q.clone, worker=self.worker, request_id=rid, api=q.api,
             expected_input_tokens=q.input_tokens, expected_output_tokens=q.output_tokens,
             implied_cached_tokens=q.implied_cached)
+        rec.agent_id = q.agent_id
+        rec.depends_on = q.depends_on
         try:
             prepared = await self.transport.prepare(q, rid, key)
-            parent_end: int | None = None
-            if st is not None and q.parent >= 0:
-                await st.events[q.parent].wait()
-                parent_end = st.ends[q.parent]
+            parent_end: int | None = None  # the latest dependency's end
+            if st is not None and q.deps:
+                for d in q.deps:
+                    await st.events[d].wait()
+                parent_end = max(st.ends[d] or 0 for d in q.deps)
             clock = self.clock
             if self.mode == "absolute" or parent_end is None:
                 due = self.t0 + q.offset_ns
@@ -225,10 +232,10 @@ class Driver:
                 await self._sem.acquire()
                 due = clock.now_ns()
             else:
-                if self.deadline is not None and due >= self.deadline:
+                if self._past_deadline(due):
                     self._skip(s, st, p, due)
                     return
-                await clock.sleep_until(due)
+                due = await self._sleep_to(due)
             rec.intended_ns = due
             rec.parent_end_ns = parent_end
             rec.think_ns = q.think_ns if parent_end is not None and self.mode == "session" else None
@@ -256,6 +263,15 @@ class Driver:
             if st is not None and not st.events[p].is_set():
                 # prepare failed or the task was cancelled: release waiting children
                 st.events[p].set()
+
+    def _past_deadline(self, due: int) -> bool:
+        return self.deadline is not None and due >= self.deadline
+
+    async def _sleep_to(self, due: int) -> int:
+        """Wait until ``due``; returns the intended send time (``agentx`` timing moves it
+        earlier when it skips an idle gap)."""
+        await self.clock.sleep_until(due)
+        return due
 
     def _skip(self, s: PlannedSession, st: _SessionState | None, p: int, t: int) -> None:
         """Past the deadline: this request and its descendants are not sent."""

@@ -18,8 +18,8 @@ from array import array
 
 class RequestRecord:
     __slots__ = (
-        "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens",
-        "connect_ns", "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
+        "agent_id", "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens",
+        "connect_ns", "depends_on", "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
         "first_token_ns", "headers_ns", "http_status", "implied_cached_tokens", "intended_ns",
         "parent_end_ns", "parent_index", "prompt_tokens", "request_id", "request_index",
         "sent_ns", "session_id", "status", "think_ns", "warmup", "worker",
@@ -48,6 +48,9 @@ class RequestRecord:
         self.chunk_ns = array("q")
         self.chunk_tokens = array("i")
         self.parent_end_ns: int | None = None
+        """When the latest dependency completed in this run (v1 traces: the parent)."""
+        self.agent_id = "main"
+        self.depends_on: list[int] = []
         self.think_ns: int | None = None
         self.expected_input_tokens = expected_input_tokens
         self.expected_output_tokens = expected_output_tokens

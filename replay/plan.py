@@ -4,8 +4,15 @@ times, prompt blocks and output lengths. Pure: a trace table in, plain objects o
 Rules (docs/replay.md has the long form):
 
 * Offsets are from the trace's first arrival, divided by ``speedup``; so are think times.
-* Think time of a request = its ``think_ns``; when null, its arrival minus its parent's
-  arrival and original duration (``end_ns``; 0 when unknown), floored at 0.
+* Sessions are trees (trace schema v2): a request waits for every request in its
+  ``depends_on`` (v1 traces: its parent). ``deps`` holds their positions in the session;
+  ``children`` the requests whose latest-positioned dependency this one is (the driver
+  starts preparing those while this one is in flight).
+* Think time of a request = its ``think_ns``; when null, its arrival minus the latest end
+  (arrival + ``end_ns``; 0 when unknown) of its dependencies, floored at 0. ``max_think_s``
+  caps it (recorded tool timeouts of minutes are not load).
+* ``rebase_sessions`` starts every session at offset 0 (sessions recorded hours apart then
+  run together).
 * ``sessions_multiplier`` N > 1 adds N-1 clones of every session. A clone has disjoint
   prompt blocks (the clone index is part of every block's key) and its start is shifted
   by a deterministic amount in [0, mean gap between session starts), so the load is N
@@ -31,8 +38,9 @@ from typing import Any
 import pyarrow as pa
 
 from traces.errors import InputError, TraceError
+from traces.tree import MAIN, tree_columns
 
-TIMING_MODES = ("session", "absolute", "max-rate")
+TIMING_MODES = ("session", "absolute", "max-rate", "agentx")
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,8 @@ class PlanOptions:
     duration_s: float | None = None
     default_api: str = "completions"
     api_override: str | None = None
+    max_think_s: float | None = None
+    rebase_sessions: bool = False
 
     def check(self) -> None:
         if not self.speedup > 0:
@@ -53,6 +63,8 @@ class PlanOptions:
             raise InputError(f"--max-sessions must be >= 1, got {self.max_sessions}")
         if self.duration_s is not None and not self.duration_s > 0:
             raise InputError(f"--duration must be > 0, got {self.duration_s}")
+        if self.max_think_s is not None and not self.max_think_s >= 0:
+            raise InputError(f"--max-think must be >= 0, got {self.max_think_s}")
 
 
 @dataclass(slots=True)
@@ -73,6 +85,9 @@ class PlannedRequest:
     cached_tokens: int | None
     implied_cached: int = 0
     children: list[int] = field(default_factory=list)
+    agent_id: str = MAIN
+    deps: list[int] = field(default_factory=list)  # positions of the dependencies
+    depends_on: list[int] = field(default_factory=list)  # their request_index values
 
 
 @dataclass(slots=True)
@@ -113,7 +128,8 @@ def stable_hash(*parts: object) -> int:
 
 
 _COLUMNS = ("session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-            "output_tokens", "cached_tokens", "hash_ids", "api", "model", "end_ns", "content")
+            "output_tokens", "cached_tokens", "hash_ids", "api", "model", "end_ns", "content",
+            "agent_id", "depends_on")
 
 
 def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
@@ -123,6 +139,7 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
         raise TraceError(f"block size in the trace metadata must be >= 1, got {block_size}")
     cols: dict[str, list[Any]] = {}
     n = table.num_rows
+    table = tree_columns(table)
     for name in _COLUMNS:
         cols[name] = table.column(name).to_pylist() if name in table.column_names else [None] * n
     if n == 0:
@@ -145,14 +162,22 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
                                  f"{cols['request_index'][r]} in session {sid!r}", row=r,
                                  field="parent_index")
             arrival = int(cols["arrival_ns"][r])
+            dep_idx = sorted(int(d) for d in cols["depends_on"][r])
+            deps = []
+            for d in dep_idx:
+                dp = pos_of.get(d, -1)
+                if not 0 <= dp < p:
+                    raise TraceError(f"depends_on {d} does not come before request "
+                                     f"{cols['request_index'][r]} in session {sid!r}", row=r,
+                                     field="depends_on")
+                deps.append(dp)
             think = cols["think_ns"][r]
             if think is None:
-                if parent >= 0:
-                    pr = rows[parent]
-                    pdur = cols["end_ns"][pr] or 0
-                    think = max(0, arrival - int(cols["arrival_ns"][pr]) - int(pdur))
-                else:
-                    think = 0
+                latest = max((int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]] or 0)
+                              for dp in deps), default=None)
+                think = 0 if latest is None else max(0, arrival - latest)
+            if opts.max_think_s is not None:
+                think = min(int(think), int(opts.max_think_s * 1e9))
             api = opts.api_override or cols["api"][r] or opts.default_api
             reqs.append(PlannedRequest(
                 session_id=sid, clone=0, request_index=int(cols["request_index"][r]),
@@ -160,13 +185,19 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
                 offset_ns=arrival - t_first, think_ns=int(think),
                 input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
                 hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
-                content=cols["content"][r], cached_tokens=cols["cached_tokens"][r]))
+                content=cols["content"][r], cached_tokens=cols["cached_tokens"][r],
+                agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx))
         for p, req in enumerate(reqs):
-            if req.parent >= 0:
-                reqs[req.parent].children.append(p)
+            if req.deps:
+                reqs[req.deps[-1]].children.append(p)
         _fill_hash_ids(reqs, block_size)
         base.append(PlannedSession(sid, 0, min(q.offset_ns for q in reqs), reqs))
 
+    if opts.rebase_sessions:
+        for s in base:
+            for q in s.requests:
+                q.offset_ns -= s.start_ns
+            s.start_ns = 0
     sessions = _clone(base, opts.sessions_multiplier)
     sessions.sort(key=lambda s: (s.start_ns, s.key))
     if opts.speedup != 1.0:
@@ -215,7 +246,8 @@ def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
                 parent_index=q.parent_index, parent=q.parent, offset_ns=q.offset_ns + shift,
                 think_ns=q.think_ns, input_tokens=q.input_tokens, output_tokens=q.output_tokens,
                 hash_ids=q.hash_ids, api=q.api, model=q.model, content=q.content,
-                cached_tokens=q.cached_tokens, children=q.children) for q in s.requests]
+                cached_tokens=q.cached_tokens, children=q.children, agent_id=q.agent_id,
+                deps=q.deps, depends_on=q.depends_on) for q in s.requests]
             out.append(PlannedSession(s.session_id, c, s.start_ns + shift, reqs))
     return out
 

@@ -32,7 +32,7 @@ _SCALARS = (
     "session_id", "request_index", "parent_index", "clone", "worker", "request_id", "api",
     "warmup", "expected_input_tokens", "expected_output_tokens", "prompt_tokens",
     "completion_tokens", "cached_tokens", "implied_cached_tokens", "status", "error_kind",
-    "http_status", "error", "think_ns", "connect_ns",
+    "http_status", "error", "think_ns", "connect_ns", "agent_id", "depends_on",
 )
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
 

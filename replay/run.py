@@ -466,6 +466,8 @@ def _run(config: RunConfig, progress: Reporter | None,
     if pool is not None and pool.lost:
         summary.self_check.warnings.extend(x.line() for x in pool.lost)
     meta.update(_outcome(summary))
+    if config.timing == "agentx":
+        _agentx_meta(meta, out, summary)
     if pool is not None and pool.lost:
         summary.lost_sessions = sum(len(x.sessions) for x in pool.lost)
         summary.lost_requests = sum(x.planned_requests - x.recorded_requests for x in pool.lost)
@@ -478,6 +480,27 @@ def _run(config: RunConfig, progress: Reporter | None,
     elif summary.partial and progress is not None:
         progress(summary.partial_line() or "")
     return summary
+
+
+def _agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary) -> None:
+    """run.json's ``agentx`` block: validity (context overflows, warm-up excluded) and the
+    idle time skipped; an invalid run says so first among the warnings."""
+    import pyarrow.parquet as pq
+
+    from replay.agentx import agentx_validity
+
+    cols = ["warmup", "http_status", "error"]
+    rows: list[tuple[bool, int | None, str | None]] = []
+    for f in sorted((out / "requests").glob("*.parquet")):
+        d = pq.read_table(f, columns=cols).to_pydict()
+        rows += zip(d["warmup"], d["http_status"], d["error"], strict=True)
+    block = agentx_validity(rows)
+    block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
+    meta["agentx"] = block
+    meta["valid"] = block["valid"]
+    if not block["valid"]:
+        meta["warnings"] = [f"INVALID run (AgentX rule): {block['invalid_reason']}",
+                            *meta.get("warnings", [])]
 
 
 def _in_process(config: RunConfig, plan: Plan, prog: _Progress) -> WorkerSummary:

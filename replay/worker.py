@@ -57,6 +57,7 @@ class WorkerSummary:
     gc: dict[str, int] = field(default_factory=dict)  # QuietRuntime.stats()
     cpus: list[int] = field(default_factory=list)  # the CPUs it was allowed to run on
     fd_table: int = 0  # file descriptors reserved before the run (selfmon.reserve_fds)
+    idle_skipped_ns: int = 0  # agentx timing: idle gaps skipped
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)
@@ -158,11 +159,20 @@ async def arun_shard(
             summary.output_tokens += rec.completion_tokens if rec.error_kind == "inexact" and \
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
 
-        driver = Driver(
-            plan, HttpTransport(preparer, sender), MonotonicClock(), mode=config.timing, t0_ns=t0,
-            on_record=on_record, worker=shard_index, run_id=config.run_id, concurrency=concurrency,
-            duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
-            warmup_ns=int(config.warmup_s * 1e9))
+        if config.timing == "agentx":
+            from replay.agentx import AgentXDriver
+
+            driver = AgentXDriver(
+                plan, HttpTransport(preparer, sender), MonotonicClock(), t0_ns=t0,
+                on_record=on_record, lanes=concurrency or 1, seed=config.salt or 0,
+                worker=shard_index, run_id=config.run_id,
+                duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9))
+        else:
+            driver = Driver(
+                plan, HttpTransport(preparer, sender), MonotonicClock(), mode=config.timing, t0_ns=t0,
+                on_record=on_record, worker=shard_index, run_id=config.run_id, concurrency=concurrency,
+                duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
+                warmup_ns=int(config.warmup_s * 1e9))
         summary.fd_table = reserve_fds()
         writer.warm()  # the first Parquet conversion's one-off set-up, before t0
         quiet.enter()
@@ -180,6 +190,7 @@ async def arun_shard(
             summary.text_misses = preparer.text_misses
             summary.chunks = sender.chunks
             summary.cpu_run_s = run_cpu.cpu_s()
+            summary.idle_skipped_ns = getattr(driver, "idle_skipped_ns", 0)
     except asyncio.CancelledError:
         # Ctrl-C (the runner cancels this task): keep what was recorded, report it.
         summary.interrupted = True

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from traces.errors import TraceError
 from traces.hashing import chain_hashes
 from traces.io import conform
 
@@ -34,6 +35,13 @@ class Request:
     model: str | None = None
     ttft_ns: int | None = None
     end_ns: int | None = None
+    agent_id: str | None = None
+    """Stream inside the session (schema v2); None: null (read as ``main``)."""
+    output_estimated: bool | None = None
+    """The output size was estimated from content (the source logged no final count)."""
+    depends_on_keys: list[object] | None = None
+    """Keys of the requests this one waits for (schema v2); None: null (read as its
+    parent)."""
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -57,7 +65,8 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
     index_of: dict[tuple[str, object], int] = {}
     cols: dict[str, list[object]] = {name: [] for name in (
         "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "cached_tokens", "hash_ids", "api", "model", "ttft_ns", "end_ns")}
+        "output_tokens", "cached_tokens", "hash_ids", "api", "model", "ttft_ns", "end_ns",
+        "agent_id", "depends_on", "output_estimated")}
     for _, r in reqs:
         idx = counters.get(r.session, 0)
         counters[r.session] = idx + 1
@@ -65,6 +74,19 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
         parent = -1
         if r.parent_key is not None:
             parent = index_of.get((r.session, r.parent_key), -1)
+        deps: list[int] | None = None
+        if r.depends_on_keys is not None:
+            deps = []
+            for k in r.depends_on_keys:
+                d = index_of.get((r.session, k))
+                if d is None or d == idx:
+                    raise TraceError(f"session {r.session!r}, request {r.key!r}: depends on "
+                                     f"{k!r}, which does not arrive before it in the session")
+                deps.append(d)
+            deps.sort()
+        cols["agent_id"].append(r.agent_id)
+        cols["output_estimated"].append(r.output_estimated)
+        cols["depends_on"].append(deps)
         cols["session_id"].append(r.session)
         cols["request_index"].append(idx)
         cols["parent_index"].append(parent)
@@ -92,6 +114,9 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
         "model": pa.array(cols["model"], pa.string()).dictionary_encode(),
         "ttft_ns": pa.array(cols["ttft_ns"], pa.int64()),
         "end_ns": pa.array(cols["end_ns"], pa.int64()),
+        "agent_id": pa.array(cols["agent_id"], pa.string()).dictionary_encode(),
+        "depends_on": pa.array(cols["depends_on"], pa.list_(pa.int32())),
+        "output_estimated": pa.array(cols["output_estimated"], pa.bool_()),
     })
     return conform(table), start
 

@@ -1,6 +1,7 @@
-"""Export a trace as Mooncake-style JSONL, so that other tools can replay it:
-``{"timestamp": ms, "input_length", "output_length", "hash_ids"}`` per line, in arrival
-order. Import goes the other way through ``traces.importers.mooncake``.
+"""Export a trace so that other tools can replay it: Mooncake-style JSONL
+(``{"timestamp": ms, "input_length", "output_length", "hash_ids"}`` per line, in arrival
+order; import through ``traces.importers.mooncake``), or weka traces with their agent trees
+(``to_weka``; import through ``traces.importers.weka``).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -45,6 +47,131 @@ def write_mooncake(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.writelines(to_mooncake_lines(table, meta))
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+_JSON_SAFE = 1 << 53
+
+
+def to_weka(table: pa.Table, meta: TraceMeta) -> list[dict[str, object]]:
+    """One weka trace (WEKA convention, see ``traces.importers.weka``) per session: the main
+    agent's calls in ``requests``, each subagent inline in its spawner's list, placed by its
+    first call's arrival (its spawn), with inner ``t`` relative to it. ``hash_ids`` are the
+    full blocks (``floor(in / block_size)``, the format hashes no partial block); a session
+    whose ids are negative or not exact in JSON numbers gets them renumbered from 1 in
+    order of first use. ``think_time`` is the gap since the latest dependency's end."""
+    from traces.tree import tree_columns
+
+    t = tree_columns(table)
+    cols = {name: t.column(name).to_pylist() for name in (
+        "session_id", "request_index", "arrival_ns", "think_ns", "input_tokens", "output_tokens",
+        "hash_ids", "model", "ttft_ns", "end_ns", "agent_id", "depends_on")}
+    bs = meta.block_size
+    by_session: dict[str, list[int]] = {}
+    for i, s in enumerate(cols["session_id"]):
+        by_session.setdefault(str(s), []).append(i)
+    return [_weka_session(sid, rows, cols, bs) for sid, rows in by_session.items()]
+
+
+def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int) -> dict[str, object]:
+    from traces.tree import MAIN
+
+    rows.sort(key=lambda r: (cols["arrival_ns"][r], cols["request_index"][r]))
+    row_of = {cols["request_index"][r]: r for r in rows}
+    ids_all = [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]]
+    remap: dict[int, int] | None = None
+    if any(h < 0 or h >= _JSON_SAFE for h in ids_all):
+        remap = {}
+        for h in ids_all:
+            remap.setdefault(h, len(remap) + 1)
+    agents: dict[str, list[int]] = {}
+    for r in rows:
+        agents.setdefault(cols["agent_id"][r], []).append(r)
+    spawner: dict[str, str] = {}
+    for a, rs in agents.items():
+        if a != MAIN:
+            cross = [cols["agent_id"][row_of[d]] for d in cols["depends_on"][rs[0]]
+                     if d in row_of and cols["agent_id"][row_of[d]] != a]
+            spawner[a] = cross[0] if cross else MAIN
+
+    def call(r: int, base_ns: int) -> dict[str, object]:
+        n_in = cols["input_tokens"][r]
+        ids = (cols["hash_ids"][r] or [])[: n_in // bs]
+        e: dict[str, object] = {
+            "t": (cols["arrival_ns"][r] - base_ns) / 1e9,
+            "type": "s" if cols["ttft_ns"][r] is not None else "n",
+            "model": cols["model"][r] or "", "in": n_in, "out": cols["output_tokens"][r],
+            "hash_ids": [remap[h] for h in ids] if remap is not None else list(ids)}
+        if cols["end_ns"][r] is not None:
+            e["api_time"] = cols["end_ns"][r] / 1e9
+        if cols["ttft_ns"][r] is not None:
+            e["ttft"] = cols["ttft_ns"][r] / 1e9
+        if cols["think_ns"][r] is not None:
+            e["think_time"] = cols["think_ns"][r] / 1e9
+        return e
+
+    def stream(agent: str, base_ns: int) -> list[dict[str, object]]:
+        items: list[tuple[int, int, dict[str, object]]] = [
+            (cols["arrival_ns"][r], 0, call(r, base_ns)) for r in agents[agent]]
+        for sub, sp in spawner.items():
+            if sp != agent:
+                continue
+            rs = agents[sub]
+            spawn = cols["arrival_ns"][rs[0]]
+            items.append((spawn, 1, {
+                "t": (spawn - base_ns) / 1e9, "type": "subagent", "agent_id": sub,
+                "duration_ms": _duration_ms(sub, rs, agents[agent]),
+                "models": sorted({str(cols["model"][r]) for r in rs if cols["model"][r]}),
+                "requests": stream(sub, spawn)}))
+        items.sort(key=lambda x: (x[0], x[1]))
+        return [x[2] for x in items]
+
+    def _duration_ms(sub: str, rs: list[int], parent_rows: list[int]) -> int:
+        """The subagent's span, stretched or cut so that the importer's join rule
+        (first later spawner call at or after the end) finds the join this trace has."""
+        spawn = cols["arrival_ns"][rs[0]]
+        end = max(cols["arrival_ns"][r] + (cols["end_ns"][r] or 0) for r in rs)
+        last_idx = cols["request_index"][rs[-1]]
+        later = [r for r in parent_rows
+                 if (cols["arrival_ns"][r], cols["request_index"][r])
+                 > (cols["arrival_ns"][rs[-1]], last_idx)]
+        joins = [k for k, r in enumerate(later) if last_idx in cols["depends_on"][r]]
+        upper = cols["arrival_ns"][later[joins[0]]] if joins else None
+        before = later[: joins[0]] if joins else later
+        if before:
+            end = max(end, cols["arrival_ns"][before[-1]] + 1_000_000)
+        ms = -(-(end - spawn) // 1_000_000)
+        if upper is not None and spawn + ms * 1_000_000 > upper:
+            ms = (upper - spawn) // 1_000_000
+        return int(ms)
+
+    return {"id": sid, "models": sorted({str(cols["model"][r]) for r in rows if cols["model"][r]}),
+            "block_size": bs, "hash_id_scope": "local",
+            "requests": stream(MAIN, 0) if MAIN in agents else []}
+
+
+def write_weka(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *,
+               force: bool = False) -> Path:
+    """Write atomically: one trace object for ``.json`` (one session only), else one per
+    line. Refuses to overwrite unless ``force``."""
+    from traces.errors import InputError
+
+    dest = Path(path)
+    if dest.exists() and not force:
+        raise OutputExistsError(str(dest))
+    traces = to_weka(table, meta)
+    if dest.suffix == ".json" and len(traces) != 1:
+        raise InputError(f"{dest}: a .json file holds one trace, this one has {len(traces)} "
+                         "sessions: write .jsonl (one trace per line)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.writelines(orjson.dumps(x) + b"\n" for x in traces)
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -3,6 +3,10 @@
 Version policy: ``SCHEMA_VERSION`` is an integer. A reader accepts files whose version is
 <= its own; a file from a newer major version is refused with a message that says so.
 Columns this version does not know are kept and passed through untouched.
+
+v2 adds ``agent_id`` and ``depends_on`` (agent trees). Both are nullable in the Arrow
+schema so that v1 files, and v2 rows without them, read; ``traces.tree.tree_columns``
+derives the v1 meaning (agent ``main``, depends on the prefix parent).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 METADATA_KEY = b"agent_replay.trace"
 
 TRACE_SCHEMA = pa.schema(
@@ -34,6 +38,11 @@ TRACE_SCHEMA = pa.schema(
         pa.field("chunk_gaps_ns", pa.list_(pa.int64())),
         pa.field("chunk_tokens", pa.list_(pa.int32())),
         pa.field("content", pa.string()),
+        # v2 (agent trees), last so that v1 column positions hold
+        pa.field("agent_id", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("depends_on", pa.list_(pa.int32())),
+        # the output size was estimated from content (no final count in the source)
+        pa.field("output_estimated", pa.bool_()),
     ]
 )
 

@@ -171,7 +171,52 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
         parent_rows = order[pos_c[found]]
         c.rows(rows_f[arrival[rows_f] < arrival[parent_rows]], "arrival_ns",
                "arrives before its parent request")
+    _check_tree(table, c, sess, req, arrival, order, (s_sorted << 32) | r_sorted)
     return c.problems
+
+
+def _check_tree(table: pa.Table, c: _Collector, sess: np.ndarray, req: np.ndarray,
+                arrival: np.ndarray, order: np.ndarray, key_sorted: np.ndarray) -> None:
+    """Schema v2: ``depends_on`` names requests of the same session that arrive earlier
+    (arrival, then request_index: a strict order, so the graph is acyclic), and the turns
+    of every ``agent_id`` form a sequence (each depends on the previous one). Null values
+    mean the v1 default (the parent; agent ``main``) and are not checked here."""
+    n = table.num_rows
+    dep_row = dep_req = np.zeros(0, np.int64)
+    if "depends_on" in table.column_names:
+        col = table.column("depends_on").combine_chunks()
+        if col.null_count < n:
+            dep_row = _np(pc.list_parent_indices(col), np.int64)
+            dep_req = _np(pc.list_flatten(col), np.int64)
+    if dep_row.size:
+        want_key = (sess[dep_row] << 32) | np.maximum(dep_req, 0)
+        pos = np.minimum(np.searchsorted(key_sorted, want_key), n - 1)
+        found = (key_sorted[pos] == want_key) & (dep_req >= 0)
+        c.rows(np.unique(dep_row[~found]), "depends_on",
+               "names a request_index the session does not have")
+        rows_f, dep_rows = dep_row[found], order[pos[found]]
+        earlier = (arrival[dep_rows] < arrival[rows_f]) | (
+            (arrival[dep_rows] == arrival[rows_f]) & (req[dep_rows] < req[rows_f]))
+        c.rows(np.unique(rows_f[~earlier]), "depends_on",
+               "depends on a request that does not arrive before it (forward or cyclic)")
+    if "agent_id" not in table.column_names:
+        return
+    acol = table.column("agent_id")
+    if acol.null_count == n:
+        return
+    if pa.types.is_dictionary(acol.type):
+        acol = acol.cast(acol.type.value_type)
+    acol = acol.combine_chunks()
+    valid = _np(pc.is_valid(acol), bool)
+    agent = _np(pc.fill_null(acol, "").dictionary_encode().indices, np.int64)
+    rows = np.flatnonzero(valid)
+    o = rows[np.lexsort((req[rows], agent[rows], sess[rows]))]
+    same = (sess[o[1:]] == sess[o[:-1]]) & (agent[o[1:]] == agent[o[:-1]])
+    nxt, prev = o[1:][same], o[:-1][same]
+    have = (dep_row << 32) | np.maximum(dep_req, 0)
+    ok = np.isin((nxt << 32) | req[prev], have)
+    c.rows(np.sort(nxt[~ok]), "depends_on",
+           "does not depend on the previous turn of its agent_id (each agent is a sequence)")
 
 
 def validate_or_raise(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>") -> None:

@@ -36,9 +36,11 @@ def register(sub: Any) -> None:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", default=None, help="results folder (default results/<trace>-<time>)")
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
-    p.add_argument("--timing", choices=("session", "absolute", "max-rate"), default="session",
-                   help="session: wait for the parent, then the think time (default); absolute: "
-                   "every request at its recorded arrival; max-rate: as fast as --concurrency allows")
+    p.add_argument("--timing", choices=("session", "absolute", "max-rate", "agentx"), default="session",
+                   help="session: wait for the dependencies, then the think time (default); absolute: "
+                   "every request at its recorded arrival; max-rate: as fast as --concurrency allows; "
+                   "agentx: --concurrency live session trees, recycled, AgentX rules (default "
+                   "--duration 1800)")
     p.add_argument("--speedup", type=float, default=1.0, help="divide all times by this (default 1)")
     p.add_argument("--concurrency", type=int, default=None, help="max-rate: requests in flight")
     p.add_argument("--sessions-multiplier", type=int, default=1, metavar="N",
@@ -46,6 +48,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sessions", type=int, default=None, help="replay only the first N sessions")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="send nothing after this many seconds")
+    p.add_argument("--max-think", type=float, default=None, metavar="SECONDS",
+                   help="cap every recorded think time (tool timeouts of minutes are not load)")
+    p.add_argument("--rebase-sessions", action="store_true",
+                   help="start every session at time zero instead of its recorded offset")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
     p.add_argument("--api", choices=("completions", "chat", "messages", "responses"), default=None,
@@ -112,7 +118,9 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         http_client=getattr(args, "http_client", "fast"),
         timestamps=getattr(args, "timestamps", "auto"),
         progress=not args.no_progress, launch=getattr(args, "launch", None),
-        ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1))
+        ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1),
+        max_think_s=getattr(args, "max_think", None),
+        rebase_sessions=getattr(args, "rebase_sessions", False))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -59,6 +59,8 @@ def register(sub: Any) -> None:
     cv.add_argument("input")
     cv.add_argument("-o", "--output", required=True, help=".jsonl writes Mooncake JSONL; "
                     ".parquet reads Mooncake JSONL")
+    cv.add_argument("--to", choices=("mooncake", "weka"), default="mooncake",
+                    help="format of a .jsonl/.json output (weka: AgentX traces, agent trees kept)")
     cv.add_argument("--force", action="store_true")
     cv.set_defaults(func=_convert)
 
@@ -180,6 +182,15 @@ def _head(a: argparse.Namespace) -> int:
 def _convert(a: argparse.Namespace) -> int:
     out = Path(a.output)
     _check_out(a.output, a.force)
+    if getattr(a, "to", "mooncake") == "weka" and out.suffix in (".jsonl", ".json"):
+        from traces.convert import write_weka
+        from traces.io import read_trace
+
+        table, meta = read_trace(a.input)
+        write_weka(table, meta, out, force=a.force)
+        print(f"{table.num_rows:,} requests -> {out} (weka traces, WEKA convention, "
+              f"{meta.block_size}-token blocks)")
+        return 0
     if out.suffix == ".jsonl":
         from traces.convert import write_mooncake
         from traces.io import read_trace

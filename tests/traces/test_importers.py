@@ -261,3 +261,43 @@ def test_tokenizer_option_counts_with_a_real_tokenizer(tmp_path: Path) -> None:
     # prompt 1 = "a b a" + "b b" + " b" = "a b ab b b": the joined "ab" is one unknown word
     assert [x["input_tokens"] for x in rows(res)] == [3, 5]
     assert [x["output_tokens"] for x in rows(res)] == [2, 1]
+
+
+@pytest.mark.shared_data
+def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
+    """Recomputed from the raw records: sidechain messages become one subagent spawned by
+    the message with the Task call and joined by the one whose prompt holds its result."""
+    for name in ("haiku__prefab-cloud__prefab-cloud-python-62",
+                 "haiku__wemake-services__wemake-python-styleguide-3117"):
+        src = shared_data / "claude_code_logs" / name / "trace.jsonl"
+        recs = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+        side_ids = {r["message"]["id"] for r in recs if r.get("type") == "assistant" and r.get("isSidechain")}
+        task = next((r["message"]["id"], b["id"]) for r in recs if r.get("type") == "assistant"
+                    for b in r["message"]["content"] if b.get("type") == "tool_use" and b.get("name") == "Task")
+        result_uuid = next(r["uuid"] for r in recs if r.get("type") == "user" and isinstance(
+            r["message"]["content"], list) and any(b.get("tool_use_id") == task[1] for b in r["message"]["content"]))
+        joiner = next(r["message"]["id"] for r in recs if r.get("parentUuid") == result_uuid)
+        stream_start = {r["message"]["id"] for r in recs if r.get("type") == "assistant"} - {
+            r["message"]["id"] for r in recs if r.get("type") == "assistant" and (
+                r["message"].get("stop_reason") or r["message"]["usage"]["output_tokens"] > 4)}
+        res = import_paths([src])
+        t = res.table.to_pylist()
+        ids = list(t)  # rows in arrival order; message ids by first timestamp
+        msg_order = []
+        for r in recs:
+            if r.get("type") == "assistant" and r["message"]["id"] not in msg_order:
+                msg_order.append(r["message"]["id"])
+        row_of = dict(zip(sorted(msg_order, key=lambda m: next(
+            x["timestamp"] for x in recs if x.get("type") == "assistant" and x["message"]["id"] == m)),
+            ids, strict=True))
+        sub = [row_of[m] for m in side_ids]
+        assert {r["agent_id"] for r in sub} == {task[1]}
+        assert sum(r["agent_id"] != "main" for r in t) == len(side_ids)
+        first = min(sub, key=lambda r: r["arrival_ns"])
+        last = max(sub, key=lambda r: r["arrival_ns"])
+        assert first["depends_on"] == [row_of[task[0]]["request_index"]]
+        assert last["request_index"] in row_of[joiner]["depends_on"]
+        assert {m for m, r in row_of.items() if r["output_estimated"]} == stream_start
+        # think time of the join: from the subagent's end, not from the spawning turn's
+        j = row_of[joiner]
+        assert j["think_ns"] == j["arrival_ns"] - (last["arrival_ns"] + last["end_ns"])

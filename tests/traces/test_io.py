@@ -65,7 +65,7 @@ def test_folder_of_parts_projection_and_batches(tmp_path: Path) -> None:
 
 def test_newer_schema_version_is_refused_with_a_reason(tmp_path: Path) -> None:
     dest = write_trace(small_table(), tmp_path / "t.parquet", TraceMeta(schema_version=SCHEMA_VERSION + 1))
-    with pytest.raises(TraceError, match=r"t\.parquet.*schema v2.*upgrade"):
+    with pytest.raises(TraceError, match=rf"t\.parquet.*schema v{SCHEMA_VERSION + 1}.*upgrade"):
         read_meta(dest)
 
 

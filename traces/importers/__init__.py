@@ -22,12 +22,13 @@ from traces.importers import (
     mooncake,
     qwen,
     tracelab,
+    weka,
 )
 from traces.importers._common import ImportOptions, ImportResult, head_bytes
 from traces.validate import validate_or_raise
 
 # Order matters: the first module whose sniff() accepts a file wins.
-_MODULES: tuple[ModuleType, ...] = (qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
+_MODULES: tuple[ModuleType, ...] = (weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
                                     burstgpt)
 FORMATS: dict[str, ModuleType] = {m.NAME: m for m in _MODULES}
 SUFFIXES = (".jsonl", ".json", ".csv")

@@ -1,0 +1,328 @@
+"""The "weka" agentic trace format (SemiAnalysis InferenceX AgentX, WEKA kv-cache-tester),
+replayed by NVIDIA AIPerf: one JSON object per trace (``.json``, or one per line in a
+``.jsonl``), ``requests`` holding the main agent's calls with subagents inline
+(``type: "subagent"``, their own ``requests``).
+
+Two conventions share the name; each trace is classified and the summary names them:
+
+* ``WEKA`` (kv-cache-tester): inner subagent ``t`` relative to the spawn, ``in`` the real
+  prompt with ``len(hash_ids) == floor(in / block_size)``, ``input_types`` / ``stop`` present.
+* ``SemiAnalysis`` (cc-traces-weka-*): inner ``t`` on the session clock, ``in`` a hashed
+  count, hash ids from 0, no ``input_types`` / ``stop``.
+
+Evidence for WEKA: request type fields, or an inner first ``t`` earlier than its
+subagent's ``t`` (AIPerf's rule: relative). Evidence for SemiAnalysis: an inner first
+``t`` at or after a nonzero spawn ``t``, or (without type fields) hash ids starting at 0.
+Evidence for both or for neither: the trace is refused.
+
+Mapping: one session per trace (``id``); agent ``main`` for top-level calls, the subagent's
+``agent_id`` inside; arrival = ``t`` on the session clock; ``end_ns`` = ``api_time``;
+``ttft_ns`` = ``ttft`` (both null when absent, as on cut-off streams); prefix parent = the previous call of the same stream. Dependencies
+as AIPerf derives them (``traces.tree.derive_depends_on``): a subagent is spawned off its
+spawner's last call at or before its ``t``; the first later spawner call whose ``t`` is
+at or after the subagent's end (``t + duration_ms``) joins it; none: a background branch.
+``think_ns`` = arrival - the latest dependency's end, floored at 0 (end-to-start, as
+AIPerf replays; the recorded ``think_time`` differs between conventions). Hash ids are
+kept; the partial last block the format leaves unhashed gets a fresh negative id so that
+``len(hash_ids) == ceil(in / block_size)``. Ids are local to a trace: the k-th trace of an
+import (k >= 1) has ``k << 40`` added, so traces never share blocks by accident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traces.builder import Request, build_table
+from traces.errors import TraceError
+from traces.importers._common import ImportOptions, ImportResult, first_json_object
+from traces.schema import TraceMeta
+from traces.tree import MAIN, derive_depends_on, think_after
+
+NAME = "weka"
+BLOCK_SIZE = 64
+WEKA, SEMIANALYSIS = "WEKA", "SemiAnalysis"
+TRACE_ID_SHIFT = 40
+_TYPE_FIELDS = ("input_types", "output_types", "stop")
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    obj = first_json_object(head)
+    if obj is not None:
+        return isinstance(obj.get("requests"), list) and "id" in obj
+    text = head.lstrip()
+    return text.startswith((b"{", b"[")) and b'"requests"' in head and b'"hash_ids"' in head \
+        and b'"api_time"' in head
+
+
+class _Bad(Exception):
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+@dataclass
+class _Call:
+    agent: str
+    where: str
+    t_ns: int
+    obj: dict[str, Any]
+
+
+@dataclass
+class _Agent:
+    agent: str
+    spawner: str
+    where: str
+    spawn_ns: int
+    end_ns: int | None
+
+
+def _num(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
+    v = obj.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise _Bad(where, f"field {key!r} must be a number >= 0, got {v!r}")
+    return float(v)
+
+
+def _tail_id(*parts: object) -> int:
+    """A fresh negative id (as the planner's synthesized ones) for a partial last block."""
+    raw = "\x1f".join(str(p) for p in ("weka-tail", *parts)).encode()
+    return -1 - (int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") >> 2)
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+def convention(trace: dict[str, Any]) -> str:
+    """``WEKA`` or ``SemiAnalysis``; raises ``_Bad`` when the evidence is for both or neither."""
+    typed = relative = absolute = False
+    min_hash: int | None = None
+
+    def walk(reqs: list[Any], where: str) -> None:
+        nonlocal typed, relative, absolute, min_hash
+        for i, r in enumerate(reqs):
+            if not isinstance(r, dict):
+                raise _Bad(f"{where}[{i}]", "not a JSON object")
+            if r.get("type") == "subagent":
+                inner = r.get("requests")
+                t = r.get("t")
+                if isinstance(inner, list) and inner and isinstance(inner[0], dict) and \
+                        isinstance(t, (int, float)) and isinstance(inner[0].get("t"), (int, float)):
+                    if inner[0]["t"] < t:
+                        relative = True
+                    elif t > 0:
+                        absolute = True
+                if isinstance(inner, list):
+                    walk(inner, f"{where}[{i}].requests")
+                continue
+            typed = typed or any(k in r for k in _TYPE_FIELDS)
+            h = r.get("hash_ids")
+            if isinstance(h, list) and h and all(isinstance(x, int) for x in h):
+                m = min(h)
+                min_hash = m if min_hash is None else min(min_hash, m)
+
+    walk(trace.get("requests") or [], "requests")
+    weka = typed or relative
+    sa = absolute or (not typed and min_hash == 0)
+    if weka and not sa:
+        return WEKA
+    if sa and not weka:
+        return SEMIANALYSIS
+    why = ("evidence for both (" + ", ".join(
+        x for x, on in (("type fields", typed), ("relative inner t", relative),
+                        ("absolute inner t", absolute), ("hash ids from 0", min_hash == 0)) if on)
+        + ")") if weka else "no type fields, no subagent timing and hash ids not from 0"
+    raise _Bad("requests", f"cannot decide the convention (WEKA or SemiAnalysis): {why}")
+
+
+def _flatten(trace: dict[str, Any], conv: str) -> tuple[list[_Call], list[_Agent]]:
+    calls: list[_Call] = []
+    agents: list[_Agent] = []
+    seen: dict[str, str] = {MAIN: "requests"}
+
+    def walk(reqs: Any, where: str, agent: str, base_ns: int) -> None:
+        if not isinstance(reqs, list) or not reqs:
+            raise _Bad(where, "a subagent with no requests (dangling)" if agent != MAIN
+                       else "field 'requests' must be a non-empty list")
+        last_t = -1
+        for i, r in enumerate(reqs):
+            w = f"{where}[{i}]"
+            if not isinstance(r, dict):
+                raise _Bad(w, "not a JSON object")
+            t = _num(r, "t", w)
+            assert t is not None
+            t_ns = (base_ns + _ns(t)) if conv == WEKA else _ns(t)
+            if t_ns < last_t:
+                raise _Bad(w, "starts before the previous entry of its stream (t goes back)")
+            last_t = t_ns
+            if r.get("type") == "subagent":
+                sub = r.get("agent_id")
+                if not isinstance(sub, str) or not sub:
+                    raise _Bad(w, "subagent without an 'agent_id' (dangling)")
+                if sub in seen:
+                    raise _Bad(w, f"subagent {sub!r} appears again (first at {seen[sub]}): "
+                               "a cyclic or duplicated subagent structure")
+                seen[sub] = w
+                dur = _num(r, "duration_ms", w, optional=True)
+                end = None if dur is None else t_ns + _ns(dur / 1000)
+                agents.append(_Agent(sub, agent, w, t_ns, end))
+                if conv == SEMIANALYSIS:
+                    inner = r.get("requests")
+                    if isinstance(inner, list) and inner and isinstance(inner[0], dict) and \
+                            isinstance(inner[0].get("t"), (int, float)) and inner[0]["t"] < t:
+                        raise _Bad(f"{w}.requests[0]", "inner t before its subagent's t in a "
+                                   "SemiAnalysis trace (relative?): conventions mixed")
+                walk(r.get("requests"), f"{w}.requests", sub, t_ns)
+                continue
+            calls.append(_Call(agent, w, t_ns, r))
+
+    walk(trace.get("requests"), "requests", MAIN, 0)
+    return calls, agents
+
+
+def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Request], dict[str, Any]]:
+    tid = trace.get("id")
+    if not isinstance(tid, (str, int)) or isinstance(tid, bool):
+        raise _Bad("id", f"trace 'id' must be a string, got {tid!r}")
+    tid = str(tid)
+    conv = convention(trace)
+    calls, agents = _flatten(trace, conv)
+    calls.sort(key=lambda c: c.t_ns)  # stable: stream order kept on ties
+    ag = [c.agent for c in calls]
+    arr = [c.t_ns for c in calls]
+    dur: list[int | None] = []
+    for c in calls:
+        api = _num(c.obj, "api_time", c.where, optional=True)  # absent on cut-off streams
+        dur.append(None if api is None else _ns(api))
+    deps = derive_depends_on(
+        ag, arr, dur, spawner={a.agent: a.spawner for a in agents},
+        spawn_at={a.agent: a.spawn_ns for a in agents},
+        agent_end={a.agent: a.end_ns for a in agents if a.end_ns is not None})
+    shift = ordinal << TRACE_ID_SHIFT
+    last_of: dict[str, int] = {}
+    out: list[Request] = []
+    padded = 0
+    for i, c in enumerate(calls):
+        r, w = c.obj, c.where
+        n_in = _num(r, "in", w)
+        n_out = _num(r, "out", w)
+        assert n_in is not None and n_out is not None
+        h = r.get("hash_ids")
+        if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                              and x >= 0 for x in h):
+            raise _Bad(w, "field 'hash_ids' must be a list of integers >= 0")
+        need = -(-int(n_in) // bs)
+        ids = [x + shift for x in h[:need]]
+        k = len(ids)
+        while len(ids) < need:
+            ids.append(_tail_id(tid, c.agent, i, k))
+            k += 1
+            padded += 1
+        ttft = _num(r, "ttft", w, optional=True)
+        d = dur[i]
+        ttft_ns = None if ttft is None else (_ns(ttft) if d is None else min(_ns(ttft), d))
+        model = r.get("model")
+        out.append(Request(
+            session=tid, key=i, arrival_abs_ns=c.t_ns, input_tokens=int(n_in),
+            output_tokens=int(n_out), parent_key=last_of.get(c.agent),
+            think_ns=think_after(c.t_ns, deps[i], arr, dur), hash_ids=ids, api="messages",
+            model=model if isinstance(model, str) else None,
+            ttft_ns=ttft_ns, end_ns=d,
+            agent_id=c.agent, depends_on_keys=list(deps[i])))
+        last_of[c.agent] = i
+    ends = {a.agent: a.end_ns if a.end_ns is not None else max(
+        arr[i] + (dur[i] or 0) for i in range(len(calls)) if ag[i] == a.agent) for a in agents}
+    overlaps = [(x.agent, y.agent) for n, x in enumerate(agents) for y in agents[n + 1:]
+                if x.spawn_ns < ends[y.agent] and y.spawn_ns < ends[x.agent]]
+    background = [a.agent for a in agents
+                  if not any(ag[i] == a.spawner and ag[j] == a.agent
+                             for i, d in enumerate(deps) for j in d)]
+    info = {"id": tid, "convention": conv, "subagents": len(agents), "overlaps": overlaps,
+            "background": background, "padded": padded}
+    return out, info
+
+
+def _traces(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(where, trace object) for every trace in the file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"cannot open ({exc.strerror})", path=str(path)) from exc
+    try:
+        doc = orjson.loads(raw)
+        docs = doc if isinstance(doc, list) else [doc]
+        where = ["" if not isinstance(doc, list) else f"item {i}: " for i in range(len(docs))]
+    except orjson.JSONDecodeError:
+        docs, where = [], []
+        for n, line in enumerate(raw.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise TraceError(f"line {n}: not valid JSON ({exc})", path=str(path)) from exc
+            where.append(f"line {n}: ")
+    out = []
+    for w, d in zip(where, docs, strict=True):
+        if not isinstance(d, dict):
+            raise TraceError(f"{w}a trace must be a JSON object", path=str(path))
+        out.append((w, d))
+    return out
+
+
+def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
+    reqs: list[Request] = []
+    infos: list[dict[str, Any]] = []
+    block_size: int | None = opts.block_size
+    ordinal = 0
+    seen_ids: dict[str, str] = {}
+    for path in paths:
+        for w, trace in _traces(path):
+            tid = trace.get("id", "?")
+            bs = trace.get("block_size", BLOCK_SIZE)
+            if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+                raise TraceError(f"{w}trace {tid}: 'block_size' must be a positive integer, "
+                                 f"got {bs!r}", path=str(path))
+            if block_size is None:
+                block_size = bs
+            elif bs != block_size:
+                raise TraceError(f"{w}trace {tid}: block size {bs} differs from {block_size} "
+                                 "of the traces before it", path=str(path))
+            try:
+                rs, info = _requests(trace, ordinal, block_size)
+            except _Bad as exc:
+                raise TraceError(f"{w}trace {tid}, request {exc.where}: {exc}", path=str(path)) from exc
+            if info["id"] in seen_ids:
+                raise TraceError(f"{w}trace {tid}: id also used in {seen_ids[info['id']]}",
+                                 path=str(path))
+            seen_ids[info["id"]] = path.name
+            ordinal += 1
+            reqs += rs
+            infos.append(info)
+    if not reqs:
+        raise TraceError("no traces in file", path=str(paths[0]))
+    table, _ = build_table(reqs)
+    convs = sorted({i["convention"] for i in infos})
+    notes = [f"convention: {' and '.join(convs)} ("
+             + ", ".join(f"{sum(i['convention'] == c for i in infos)} {c}" for c in convs) + " traces)"]
+    n_sub = sum(i["subagents"] for i in infos)
+    n_par = sum(len(i["overlaps"]) for i in infos)
+    n_bg = sum(len(i["background"]) for i in infos)
+    notes.append(f"{n_sub} subagents in {sum(1 for i in infos if i['subagents'])} traces; "
+                 f"{n_par} pairs overlap in time (parallel); {n_bg} background (no join)")
+    padded = sum(i["padded"] for i in infos)
+    if padded:
+        notes.append(f"{padded} partial last blocks got fresh hash ids (the format hashes "
+                     "only full blocks)")
+    meta = TraceMeta(block_size=block_size or BLOCK_SIZE, source=f"imported:{NAME}",
+                     extra={"imported_from": [p.name for p in paths],
+                            "weka": [{k: v for k, v in i.items() if k != "padded"} for i in infos]})
+    return ImportResult(table, meta, NAME, notes)
