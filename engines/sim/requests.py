@@ -15,7 +15,7 @@ the agent runs the tool and sends the result, which the engine answers with text
 
 from __future__ import annotations
 
-import zlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +61,7 @@ class ToolCallSpec:
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A tool call the engine answers with: name, arguments text and its pieces (one per
-    output token), and an id derived from the request."""
+    output token), and a unique call id."""
 
     name: str
     arguments: str
@@ -302,7 +302,7 @@ def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict
     if spec is None or not _user_turn(items):
         return req
     pieces = tuple(tok.pieces(spec.arguments))
-    call_id = "call_{:08x}".format(zlib.crc32(b"%d:" % len(req.prompt_ids) + spec.arguments.encode()))
+    call_id = "call_" + secrets.token_hex(12)  # unique, as a real model's are
     req.tool_call = ToolCall(spec.name, spec.arguments, pieces, call_id)
     n = max(1, len(pieces))
     _check_len(len(req.prompt_ids), n, max_model_len)

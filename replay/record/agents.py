@@ -8,10 +8,11 @@ requests without it are the main agent's (``MAIN``). The rules are the trace tre
 
 * a turn depends on the previous turn of its stream: its prefix parent when that is in
   the same stream, else the stream's latest turn;
-* a subagent's first turn depends on the main agent's latest turn that arrived before it
-  (the one whose reply spawned it);
-* a main-agent turn that arrives after a spawned subagent's every turn has finished joins
-  it: it also depends on the subagent's last turn (once per subagent). A subagent still
+* a subagent's first turn depends on the session's turn (of another stream) that finished
+  last before it arrived: the one whose reply spawned it; that turn's stream is the
+  subagent's spawner (subagents spawn subagents too);
+* a turn of a spawner that arrives after a subagent's every turn has finished joins it:
+  it also depends on the subagent's last turn (once per subagent). A subagent still
   running then stays a background branch.
 
 ``think_ns`` of a turn with dependencies is the gap from the latest dependency's last byte.
@@ -31,6 +32,7 @@ AGENT_HEADER = "x-claude-code-agent-id"
 class _Stream:
     turns: list[int] = field(default_factory=list)
     joined: bool = False
+    spawner: str | None = None
 
 
 @dataclass(slots=True)
@@ -65,25 +67,25 @@ class AgentTracker:
         if stream is not None and stream.turns:
             prev = parent_index if s.agent_of.get(parent_index) == agent else stream.turns[-1]
             deps.append(prev)
-        elif agent != MAIN:
-            main = s.streams.get(MAIN)
-            spawn = [i for i in main.turns if s.arrival[i] <= arrival_ns] if main else []
-            if spawn:
-                deps.append(spawn[-1])
+        spawner: str | None = None
+        if stream is None and agent != MAIN:
+            done = [i for i, e in s.end.items() if e <= arrival_ns and s.agent_of[i] != agent]
+            if done:
+                spawn = max(done, key=lambda i: (s.end[i], i))
+                deps.append(spawn)
+                spawner = s.agent_of[spawn]
             elif parent_index >= 0:
                 deps.append(parent_index)
-        elif parent_index >= 0:
+        elif stream is None and parent_index >= 0:
             deps.append(parent_index)
-        if agent == MAIN:
-            for name, sub in s.streams.items():
-                if name == MAIN or sub.joined or not sub.turns:
-                    continue
-                last = sub.turns[-1]
-                if all(i in s.end and s.end[i] <= arrival_ns for i in sub.turns):
-                    deps.append(last)
-                    sub.joined = True
+        for sub in s.streams.values():
+            if sub.spawner != agent or sub.joined or not sub.turns:
+                continue
+            if all(i in s.end and s.end[i] <= arrival_ns for i in sub.turns):
+                deps.append(sub.turns[-1])
+                sub.joined = True
         if stream is None:
-            stream = s.streams[agent] = _Stream()
+            stream = s.streams[agent] = _Stream(spawner=spawner)
         stream.turns.append(request_index)
         s.agent_of[request_index] = agent
         s.arrival[request_index] = arrival_ns

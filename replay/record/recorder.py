@@ -237,7 +237,8 @@ class Recorder:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit = self._explicit_session(ex)
         items = conversation(ex.info.api, ex.info.body)
-        assignment, turn = self.tracker.assign(ex.arrival, items, explicit)
+        assignment, turn = self.tracker.assign(ex.arrival, items, explicit,
+                                               ex.state.get("agent_id"))
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
         ex.state["placement"] = self.agents.place(

@@ -48,6 +48,8 @@ class Turn:
     arrival_ns: int
     key: bytes
     parent: Turn | None = None
+    agent: str | None = None
+    """The agent stream that sent it (``replay.record.agents``); None: the main agent."""
     end_ns: int | None = None
     failed: bool = False
     """Finished without a reply (an error)."""
@@ -113,15 +115,18 @@ class SessionTracker:
     def session_count(self) -> int:
         return len(self._sessions)
 
-    def assign(self, arrival_ns: int, items: Sequence[Any],
-               explicit: str | None = None) -> tuple[Assignment, Turn]:
+    def assign(self, arrival_ns: int, items: Sequence[Any], explicit: str | None = None,
+               agent: str | None = None) -> tuple[Assignment, Turn]:
+        """``agent``: the agent stream named by the request (Claude Code subagents); parents
+        by conversation are looked for among that stream's requests only (subagents often
+        open with identical conversations)."""
         chains = chain_digests(items)
-        retried = self._find_retry(chains[-1], arrival_ns, explicit) if items else None
+        retried = self._find_retry(chains[-1], arrival_ns, explicit, agent) if items else None
         if retried is not None:
             parent = retried.parent
             how = "retry"
         else:
-            parent = self._find_parent(items, chains, arrival_ns, explicit)
+            parent = self._find_parent(items, chains, arrival_ns, explicit, agent)
             how = "prefix" if parent is not None else "new"
         owner = retried or parent
         if owner is not None:
@@ -143,7 +148,7 @@ class SessionTracker:
                 self._new_count += 1
                 sid = f"{self._new_prefix}{self._new_count:05d}"
         sess = self._sessions.setdefault(sid, _Session())
-        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent)
+        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent, agent)
         sess.next_index += 1
         sess.turns.append(turn)
         self._remember(turn)
@@ -167,23 +172,24 @@ class SessionTracker:
             turn._reply = reply
             turn.reply_fn = None
 
-    def _find_retry(self, key: bytes, arrival_ns: int, explicit: str | None) -> Turn | None:
+    def _find_retry(self, key: bytes, arrival_ns: int, explicit: str | None,
+                    agent: str | None) -> Turn | None:
         """The most recent earlier request with this very conversation that failed before
         ``arrival_ns`` (rule 3)."""
         for t in reversed(self._by_key.get(key, ())):
-            if explicit is not None and t.session_id != explicit:
+            if (explicit is not None and t.session_id != explicit) or t.agent != agent:
                 continue
             if t.failed and t.end_ns is not None and t.end_ns <= arrival_ns:
                 return t
         return None
 
     def _find_parent(self, items: Sequence[Any], chains: list[bytes], arrival_ns: int,
-                     explicit: str | None) -> Turn | None:
+                     explicit: str | None, agent: str | None) -> Turn | None:
         fallback: Turn | None = None
         n = len(items)
         for k in range(n - 1, 0, -1):
             cands = [t for t in self._by_key.get(chains[k], ())
-                     if t.arrival_ns <= arrival_ns
+                     if t.arrival_ns <= arrival_ns and t.agent == agent
                      and (explicit is None or t.session_id == explicit)]
             if not cands:
                 continue

@@ -160,6 +160,50 @@ async def test_claude_code(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
+AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
+         '"subagent_type": "general-purpose"}')
+
+
+async def test_claude_code_subagents(tmp_path: Path) -> None:
+    """The engine answers with the Agent tool where it is offered: Claude Code runs a
+    subagent (x-claude-code-agent-id), which spawns its own, down to --max-turns; each
+    subagent's result joins the turn of its spawner that follows."""
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
+                   DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                   DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
+        return [claude, "-p", "List the files here.", "--max-turns", "3",
+                "--allowedTools", "Bash(ls)", "Agent"], env
+
+    trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
+    session = [r for r in rows if r["session_id"] == rows[0]["session_id"]]
+    session.sort(key=lambda r: r["request_index"])
+    agents = {r["agent_id"] for r in session}
+    assert "main" in agents and len(agents) >= 2
+    by_index = {r["request_index"]: r for r in session}
+    subs = [a for a in agents if a != "main"]
+    for a in subs:
+        turns = [r for r in session if r["agent_id"] == a]
+        first, last = turns[0], turns[-1]
+        spawn = by_index[first["depends_on"][0]]
+        assert spawn["agent_id"] != a  # spawned by another stream's turn
+        # joined by a later turn of the spawner's stream, when the spawner went on
+        later = [r for r in session if r["agent_id"] == spawn["agent_id"]
+                 and r["request_index"] > spawn["request_index"]]
+        if later:
+            assert last["request_index"] in later[0]["depends_on"]
+    main_turns = [r for r in session if r["agent_id"] == "main"]
+    assert len(main_turns) >= 2
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
 async def test_codex_cli(tmp_path: Path) -> None:
     codex = program("codex")
 

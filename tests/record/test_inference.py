@@ -3,6 +3,7 @@ spawn and join, and the session headers real agents send. Hand-computed expectat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from multidict import CIMultiDict
@@ -117,6 +118,23 @@ def test_subagents_spawn_from_the_main_turn_and_join_it() -> None:
     ]
 
 
+def test_nested_subagents_join_their_own_spawner() -> None:
+    """main 0 spawns A (1); A spawns B (2); B ends; A's next turn (3) joins B; A ends; main's
+    next turn (4) joins A only."""
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1)
+    at.complete("s", 0, 10)
+    a1 = at.place("s", 1, "A", 20, 0)
+    at.complete("s", 1, 30)
+    b1 = at.place("s", 2, "B", 40, 1)
+    at.complete("s", 2, 50)
+    a2 = at.place("s", 3, "A", 60, 1)
+    at.complete("s", 3, 70)
+    m = at.place("s", 4, None, 80, 0)
+    assert [p.depends_on for p in (a1, b1, a2, m)] == [[0], [1], [1, 2], [0, 3]]
+    assert [p.think_ns for p in (a1, b1, a2, m)] == [10, 10, 10, 10]
+
+
 def test_a_subagent_still_running_is_not_joined() -> None:
     at = AgentTracker()
     at.place("s", 0, None, 0, -1)
@@ -127,3 +145,42 @@ def test_a_subagent_still_running_is_not_joined() -> None:
     at.complete("s", 1, 40)
     m2 = at.place("s", 3, None, 50, 2)
     assert m2.depends_on == [1, 2]
+
+
+async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -> None:
+    """Through the proxy: main turn, a subagent (two turns, same opening as the main
+    agent's), then the main agent's next turn; the trace holds agent_id and depends_on and
+    passes validation."""
+    import anthropic
+
+    from engines.sim import SimServer
+    from replay.record import Recorder
+    from traces.io import read_trace
+    from traces.validate import validate_or_raise
+
+    trace = tmp_path / "t"
+    sess = {"X-Claude-Code-Session-Id": "cc-7"}
+    sub = {**sess, "x-claude-code-agent-id": "agent-1"}
+    async with SimServer("fast") as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
+
+        async def turn(msgs: list[dict[str, Any]], headers: dict[str, str]) -> str:
+            r = await client.messages.create(model="sim-fast", max_tokens=5, messages=msgs,  # type: ignore[arg-type]
+                                             extra_headers=headers)
+            return r.content[0].text  # type: ignore[union-attr]
+
+        opening = [user("look at the repo")]
+        r0 = await turn(opening, sess)
+        s0 = await turn(opening, sub)  # the subagent opens with the same words
+        await turn([*opening, asst(s0), user("go on")], sub)
+        await turn([*opening, asst(r0), user("subagent says: done")], sess)
+        await client.close()
+    table, meta = read_trace(trace)
+    validate_or_raise(table, meta, str(trace))
+    rows = sorted(table.to_pylist(), key=lambda r: r["request_index"])
+    got = [(r["session_id"], r["agent_id"], r["parent_index"], r["depends_on"]) for r in rows]
+    assert got == [("cc-7", "main", -1, []), ("cc-7", "agent-1", 0, [0]),
+                   ("cc-7", "agent-1", 1, [1]), ("cc-7", "main", 0, [0, 2])]
+    last = rows[3]
+    assert last["think_ns"] == last["arrival_ns"] - rows[2]["arrival_ns"] - rows[2]["end_ns"]
