@@ -32,6 +32,9 @@ class RunConfig:
     warmup_s: float = 0.0
     api: str | None = None
     """Override the trace's api column (completions, chat, messages, responses)."""
+    tokenizer: str | None = None
+    """The target's tokenizer (file, folder or model name) for text prompts when the target
+    has no /tokenize (needs the ``tokenizer`` extra)."""
     include_failed: bool = False
     """Replay requests the recording marked failed (``error`` set); left out by default."""
     model: str | None = None

@@ -26,12 +26,20 @@ from engines.prompts import (
 )
 from replay.client import Prepared
 from replay.plan import Plan, PlannedRequest, stable_hash
-from replay.textcal import CalibrationError, TokenizeFn, calibrate
+from replay.textcal import (
+    CalibrationError,
+    ProbeFn,
+    TokenizeFn,
+    calibrate,
+    calibrate_offline,
+    load_tokenizer,
+)
 from traces.errors import InputError, TargetError
 
 NO_TOKENIZE_HINT = ("chat/messages/responses replay sizes its text prompts with the target's "
-                    "POST /tokenize; replay with --api completions (token-id prompts) instead, "
-                    "or record with --content full")
+                    "POST /tokenize; without it, pass --tokenizer NAME_OR_PATH (the target's "
+                    "tokenizer; pip install 'agent-replay[tokenizer]') or replay with "
+                    "--api completions (token-id prompts)")
 
 
 class Preparer:
@@ -46,6 +54,8 @@ class Preparer:
         vllm_extras: bool = True,
         tokenize: TokenizeFn | None = None,
         headers: Mapping[str, str] | None = None,
+        tokenizer: str | None = None,
+        probe: ProbeFn | None = None,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -60,6 +70,9 @@ class Preparer:
         self.aligned: AlignedText | None = None
         """Set by ``calibrate_text``; None: text is fitted per request."""
         self.salt = salt
+        self.tokenizer = tokenizer
+        """``--tokenizer``: calibrate offline when the target has no /tokenize."""
+        self.probe = probe
 
     async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Prepared:
         api = q.api
@@ -101,14 +114,25 @@ class Preparer:
         if not any(q.api != "completions" and not q.content
                    for s in plan.sessions for q in s.requests):
             return
-        if self.tokenize is None:
+        if self.tokenize is not None:
+            try:
+                self.aligned = await calibrate(self.tokenize, self.model, self.block_size,
+                                               self.salt)
+                return
+            except CalibrationError:
+                self.aligned = None  # per-request fitting
+                return
+            except TargetError as exc:
+                if self.tokenizer is None or self.probe is None:
+                    raise TargetError(f"{exc}; {NO_TOKENIZE_HINT}") from None
+        if self.tokenizer is None or self.probe is None:
             raise InputError(NO_TOKENIZE_HINT)
         try:
-            self.aligned = await calibrate(self.tokenize, self.model, self.block_size, self.salt)
-        except CalibrationError:
-            self.aligned = None  # per-request fitting
-        except TargetError as exc:
-            raise TargetError(f"{exc}; {NO_TOKENIZE_HINT}") from None
+            self.aligned = await calibrate_offline(load_tokenizer(self.tokenizer), self.probe,
+                                                   self.block_size, self.salt)
+        except CalibrationError as exc:
+            raise InputError(f"--tokenizer {self.tokenizer}: {exc}") from None
+        self.tokenize = None  # no per-request fitting against a target without /tokenize
 
     async def _count(self, text: str) -> int:
         assert self.tokenize is not None

@@ -19,6 +19,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from engines.dialects import dialect, encode_body
+from engines.sse import SSEParser
 from replay.affinity import allowed_cpus
 from replay.client import Prepared, Sender, inexact_counts_differ, make_session
 from replay.clock import MonotonicClock
@@ -103,6 +105,40 @@ def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mappi
     return tokenize
 
 
+def _prompt_probe(session: aiohttp.ClientSession, config: RunConfig, plan: Plan
+                  ) -> Callable[[str], Any]:
+    """Sends one user message as the plan's first text API (one output token) and returns
+    the prompt tokens its usage reports: the chat template's size where no /tokenize is."""
+    api = next((q.api for s in plan.sessions for q in s.requests if q.api != "completions"),
+               "chat")
+    d = dialect(api)
+    url = config.target.rstrip("/") + d.path
+    headers = {"Content-Type": "application/json", **dict(config.headers)}
+
+    async def probe(text: str) -> int:
+        body = d.build(model=config.model or "", prompt=text, max_tokens=1,
+                       vllm_extras=config.vllm_extras)
+        try:
+            async with session.post(url, data=encode_body(body), headers=headers) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise TargetError(f"{url}: HTTP {resp.status} ({raw[:200]!r})")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise TargetError(f"{url}: {type(exc).__name__}: {exc}") from None
+        dec = d.decoder()
+        for ev in SSEParser().feed(raw + b"\n\n"):
+            if d.typed_events:
+                dec.feed(ev.data, ev.event)  # type: ignore[call-arg]
+            else:
+                dec.feed(ev.data)
+        prompt = dec.result_usage()[0]
+        if prompt is None:
+            raise TargetError(f"{url}: no usage in the answer: cannot size the chat template")
+        return int(prompt)
+
+    return probe
+
+
 async def arun_shard(
     config: RunConfig,
     shard_index: int = 0,
@@ -139,7 +175,8 @@ async def arun_shard(
             model=config.model, block_size=plan.block_size, salt=config.salt,
             vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
             vllm_extras=config.vllm_extras, tokenize=_tokenizer(session, config.target),
-            headers=dict(config.headers))
+            headers=dict(config.headers), tokenizer=config.tokenizer,
+            probe=_prompt_probe(session, config, plan))
         await preparer.calibrate_text(plan)  # before t0: no /tokenize calls per request
 
         def on_record(rec: RequestRecord) -> None:

@@ -56,6 +56,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
     p.add_argument("--api", choices=("completions", "chat", "messages", "responses"), default=None,
                    help="override the trace's api column")
+    p.add_argument("--tokenizer", metavar="NAME_OR_PATH", default=None,
+                   help="the target's tokenizer (tokenizer.json, its folder, or a model name) "
+                        "for chat/messages/responses prompts when the target has no /tokenize "
+                        "(needs the tokenizer extra)")
     p.add_argument("--include-failed", action="store_true",
                    help="also replay the requests the recording marked failed (error column)")
     p.add_argument("--model", default=None, help="model name (default: the target's first model)")
@@ -112,6 +116,7 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         sessions_multiplier=args.sessions_multiplier, max_sessions=args.max_sessions,
         duration_s=args.duration, warmup_s=args.warmup, api=args.api, model=args.model,
         include_failed=getattr(args, "include_failed", False),
+        tokenizer=getattr(args, "tokenizer", None),
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
         workers=args.workers, cpus=args.cpus, scrape_interval_s=args.scrape_interval,
         vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,

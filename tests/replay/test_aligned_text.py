@@ -115,3 +115,37 @@ async def test_a_target_without_tokenize_fails_with_a_hint(tmp_path: Path) -> No
                                  progress=False, scrape_interval_s=0, api="chat",
                                  max_sessions=1), progress=None)
     assert "HTTP 404" in str(exc.value) and "--api completions" in str(exc.value)
+
+
+async def test_a_target_without_tokenize_replays_with_an_offline_tokenizer(tmp_path: Path) -> None:
+    """--tokenizer: one-token words from a local tokenizer (here a word-level one that
+    agrees with the sim's tokenizer on short words), the template's size from two real
+    requests' usage; prompts are then exact."""
+    import pyarrow.parquet as pq
+    from aiohttp import web
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from engines.prompts import candidate_words
+    from engines.sim import SimServer
+    from replay.config import RunConfig
+    from replay.run import arun
+
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(candidate_words(400, 0))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+
+    class NoTokenize(SimServer):
+        async def handle_tokenize(self, request: web.Request) -> web.Response:
+            return web.Response(status=404, text="Not Found")
+
+    sample = Path(__file__).resolve().parents[2] / "traces" / "samples" / "agent-small.parquet"
+    async with NoTokenize("fast") as sim:
+        summary = await arun(RunConfig(trace=str(sample), target=sim.url,
+                                       output=str(tmp_path / "r"), progress=False,
+                                       scrape_interval_s=0, api="chat", max_sessions=2,
+                                       speedup=50, tokenizer=str(path), salt=0), progress=None)
+    rows = pq.read_table(tmp_path / "r" / "requests").to_pylist()
+    assert summary.failed == 0 and rows
+    assert all(r["prompt_tokens"] == r["expected_input_tokens"] for r in rows)
