@@ -149,3 +149,13 @@ async def test_a_target_without_tokenize_replays_with_an_offline_tokenizer(tmp_p
     rows = pq.read_table(tmp_path / "r" / "requests").to_pylist()
     assert summary.failed == 0 and rows
     assert all(r["prompt_tokens"] == r["expected_input_tokens"] for r in rows)
+
+
+async def test_text_from_a_cached_prefix_equals_text_built_whole() -> None:
+    warm, _ = await _calibrated()
+    cold = AlignedText(warm.words.tolist(), head=warm.head, overhead=warm.overhead,
+                       block_size=BS, salt=5)
+    ids = list(range(500, 560))
+    warm.prompt(ids[:40], 40 * BS, clone=0, tail_key=1)  # the parent's prefix is cached
+    assert warm.prompt(ids, 60 * BS - 5, 0, 2) == cold.prompt(ids, 60 * BS - 5, 0, 2)
+    assert warm.prompt(ids[:40], 40 * BS, 1, 1) == cold.prompt(ids[:40], 40 * BS, 1, 1)
