@@ -98,6 +98,7 @@ async def _run(trace: Path, api: str, speedup: float, profile: str, out: Path) -
         "think_err_ms": {q: float(np.percentile(err, p)) / 1e6 for q, p in
                          (("p50", 50), ("p99", 99), ("max", 100))} if err.size else {},
         "abs_think_err_p99_ms": float(np.percentile(np.abs(err), 99)) / 1e6 if err.size else None,
+        "within_2ms": f"{int((np.abs(err) <= 2e6).sum())}/{err.size}",
     }
 
 
@@ -121,7 +122,7 @@ async def main() -> None:
                   f"implied {r['implied_rate']:.2%}  prompt mismatches {r['prompt_mismatches']}  "
                   f"think err ms p50 {r['think_err_ms'].get('p50', 0):.3f} "
                   f"p99 {r['think_err_ms'].get('p99', 0):.3f} max {r['think_err_ms'].get('max', 0):.3f} "
-                  f"|p99| {r['abs_think_err_p99_ms']:.3f}", flush=True)
+                  f"|p99| {r['abs_think_err_p99_ms']:.3f}  within 2 ms {r['within_2ms']}", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=2))
 
