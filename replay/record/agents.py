@@ -6,8 +6,8 @@ Claude Code names a subagent (a Task tool's run) in the ``x-claude-code-agent-id
 requests without it are the main agent's (``MAIN``). The rules are the trace tree's
 (``traces.tree.derive_depends_on``), applied as requests arrive:
 
-* a turn depends on the previous turn of its stream: its prefix parent when that is in
-  the same stream, else the stream's latest turn;
+* a turn depends on the previous turn of its stream (each stream is a sequence, as the
+  trace schema requires: a retry waits for the failed request, a branch for its sibling);
 * a subagent's first turn depends on the session's turn (of another stream) that finished
   last before it arrived: the one whose reply spawned it; that turn's stream is the
   subagent's spawner (subagents spawn subagents too);
@@ -65,8 +65,7 @@ class AgentTracker:
         stream = s.streams.get(agent)
         deps: list[int] = []
         if stream is not None and stream.turns:
-            prev = parent_index if s.agent_of.get(parent_index) == agent else stream.turns[-1]
-            deps.append(prev)
+            deps.append(stream.turns[-1])
         spawner: str | None = None
         if stream is None and agent != MAIN:
             done = [i for i, e in s.end.items() if e <= arrival_ns and s.agent_of[i] != agent]

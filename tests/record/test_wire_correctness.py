@@ -163,7 +163,9 @@ def _trace(errors: list[str | None], parents: list[int]) -> pa.Table:
     n = len(errors)
     return pa.table({"session_id": ["s"] * n, "request_index": list(range(n)),
                      "parent_index": parents, "error": errors,
-                     "depends_on": [[p] if p >= 0 else [] for p in parents]})
+                     "depends_on": [[p] if p >= 0 else [] for p in parents],
+                     "arrival_ns": [0, 100, 200, 300], "end_ns": [50, 20, 50, 50],
+                     "think_ns": [None, 50, 50, 180]})
 
 
 def test_failed_rows_are_dropped_and_their_children_relinked() -> None:
@@ -174,6 +176,47 @@ def test_failed_rows_are_dropped_and_their_children_relinked() -> None:
     assert kept.column("request_index").to_pylist() == [0, 2, 3]
     assert kept.column("parent_index").to_pylist() == [-1, 0, 0]
     assert kept.column("depends_on").to_pylist() == [[], [0], [0]]
+    # 2 waited for 0 all along; 3 waited for 1 (ended 120) and now for 0 (ended 50)
+    assert kept.column("think_ns").to_pylist() == [None, 50, 250]
     assert failed_line(t) == ("failed requests: 1 of 4 (25.0%): http 500 (1); "
                               "left out of replay unless --include-failed")
     assert failed_line(kept) == "failed requests: none"
+
+
+async def test_failed_recorded_requests_show_in_inspect_and_stay_out_of_replay(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three turns of one conversation, the second refused by the engine (500) and retried:
+    inspect counts the failure; replay sends 3 requests, or 4 with --include-failed."""
+    import pyarrow.parquet as pq
+
+    from engines.sim import SimProcess, SimServer
+    from replay.cli import main
+    from replay.config import RunConfig
+    from replay.run import arun
+
+    trace = tmp_path / "t"
+    msgs: list[dict] = [{"role": "user", "content": "start"}]
+    async with SimServer("fast") as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec, \
+            aiohttp.ClientSession() as s:
+        for fault in ("", "error=1,status=500", "", ""):
+            body = {"model": "sim-fast", "messages": msgs, "max_tokens": 4}
+            async with s.post(rec.url + "/v1/chat/completions", json=body,
+                              headers={"X-Sim-Fault": fault} if fault else {}) as r:
+                data = await r.json()
+            if r.status == 200:
+                msgs = [*msgs, data["choices"][0]["message"], {"role": "user", "content": "more"}]
+    rows = read_trace(trace)[0].to_pylist()
+    assert [r["error"] is not None for r in sorted(rows, key=lambda r: r["request_index"])] \
+        == [False, True, False, False]
+    assert main(["traces", "inspect", str(trace)]) == 0
+    assert "failed requests: 1 of 4 (25.0%): http 500 (1)" in capsys.readouterr().out.replace("\n", " ")
+    sent = {}
+    with SimProcess("fast") as target:
+        for include in (False, True):
+            out = tmp_path / f"r{include}"
+            await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
+                                 progress=False, scrape_interval_s=0, include_failed=include),
+                       progress=None)
+            sent[include] = pq.read_table(out / "requests").num_rows
+    assert sent == {False: 3, True: 4}
