@@ -33,6 +33,7 @@ from replay.prepare import Preparer
 from replay.results import ResultWriter
 from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
 from traces.errors import TargetError
+from traces.failed import drop_failed
 from traces.io import read_trace
 
 
@@ -83,7 +84,11 @@ class HttpTransport:
 
 
 def load_plan(config: RunConfig) -> Plan:
+    """The plan as ``replay.run.load_and_validate`` builds it (failed rows left out unless
+    ``include_failed``), without validating again."""
     table, meta = read_trace(config.trace)
+    if not config.include_failed:
+        table, _ = drop_failed(table)
     return build_plan(table, meta.block_size, config.plan_options())
 
 

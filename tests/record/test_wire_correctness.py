@@ -185,8 +185,9 @@ def test_failed_rows_are_dropped_and_their_children_relinked() -> None:
 
 async def test_failed_recorded_requests_show_in_inspect_and_stay_out_of_replay(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Three turns of one conversation, the second refused by the engine (500) and retried:
-    inspect counts the failure; replay sends 3 requests, or 4 with --include-failed."""
+    """Three turns of one conversation, the second refused by the engine (500) and retried,
+    and a second session: inspect counts the failure; replay sends 4 requests (with one
+    worker or two), or 5 with --include-failed."""
     import pyarrow.parquet as pq
 
     from engines.sim import SimProcess, SimServer
@@ -206,17 +207,21 @@ async def test_failed_recorded_requests_show_in_inspect_and_stay_out_of_replay(
                 data = await r.json()
             if r.status == 200:
                 msgs = [*msgs, data["choices"][0]["message"], {"role": "user", "content": "more"}]
-    rows = read_trace(trace)[0].to_pylist()
+        other = {"model": "sim-fast", "messages": [{"role": "user", "content": "other"}],
+                 "max_tokens": 4}  # a second session, so that two workers get one each
+        async with s.post(rec.url + "/v1/chat/completions", json=other) as r:
+            assert r.status == 200
+    rows = [r for r in read_trace(trace)[0].to_pylist() if r["session_id"] == "auto-00001"]
     assert [r["error"] is not None for r in sorted(rows, key=lambda r: r["request_index"])] \
         == [False, True, False, False]
     assert main(["traces", "inspect", str(trace)]) == 0
-    assert "failed requests: 1 of 4 (25.0%): http 500 (1)" in capsys.readouterr().out.replace("\n", " ")
+    assert "failed requests: 1 of 5 (20.0%): http 500 (1)" in capsys.readouterr().out.replace("\n", " ")
     sent = {}
     with SimProcess("fast") as target:
-        for include in (False, True):
-            out = tmp_path / f"r{include}"
+        for include, workers in ((False, 1), (True, 1), (False, 2)):
+            out = tmp_path / f"r{include}{workers}"
             await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
-                                 progress=False, scrape_interval_s=0, include_failed=include),
-                       progress=None)
-            sent[include] = pq.read_table(out / "requests").num_rows
-    assert sent == {False: 3, True: 4}
+                                 progress=False, scrape_interval_s=0, include_failed=include,
+                                 workers=workers), progress=None)
+            sent[(include, workers)] = pq.read_table(out / "requests").num_rows
+    assert sent == {(False, 1): 4, (True, 1): 5, (False, 2): 4}
