@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from engines.dialects import API_PATHS, build_request, encode_body
+from engines.dialects import DIALECTS, encode_body
 from engines.prompts import (
     DEFAULT_LOW_ID,
     DEFAULT_VOCAB_SIZE,
@@ -76,9 +76,9 @@ class Preparer:
 
     async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Prepared:
         api = q.api
-        path = API_PATHS.get(api)
-        if path is None:
-            raise InputError(f"api {api!r} cannot be replayed (known: {', '.join(API_PATHS)}); "
+        d = DIALECTS.get(api)
+        if d is None:
+            raise InputError(f"api {api!r} cannot be replayed (known: {', '.join(DIALECTS)}); "
                              "use --api to override")
         base: dict[str, Any] | None = None
         if q.content:
@@ -101,12 +101,12 @@ class Preparer:
                 prompt = self.aligned.prompt(q.hash_ids, q.input_tokens, q.clone, key)
             if prompt is None:
                 prompt = await self._fit_text(q)
-        body = build_request(api, model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
-                             vllm_extras=self.vllm_extras, base=base)
+        body = d.build(model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
+                       vllm_extras=self.vllm_extras, base=base)
         headers = dict(self.headers)
         headers["X-Session-ID"] = session_key
         headers["X-Request-Id"] = request_id
-        return Prepared(path, encode_body(body), headers, api)
+        return Prepared(d.path, encode_body(body), headers, api)
 
     async def calibrate_text(self, plan: Plan) -> None:
         """Calibrate block-aligned text before the run when the plan has text prompts to
