@@ -49,6 +49,18 @@ def splitmix64(seed: int, n: int) -> np.ndarray:
     return x
 
 
+def splitmix64_rows(seeds: Sequence[int], n: int) -> np.ndarray:
+    """``splitmix64(seed, n)`` for every seed at once: one row per seed."""
+    x = np.arange(1, n + 1, dtype=np.uint64)[None, :] * np.uint64(_GOLDEN)
+    x = x + np.asarray([sd & _M64 for sd in seeds], dtype=np.uint64)[:, None]
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
 def block_ids(seed: int, n: int, vocab_size: int, low: int) -> np.ndarray:
     """``n`` token ids in ``[low, vocab_size)`` from ``seed`` (int64)."""
     span = np.uint64(vocab_size - low)
@@ -77,6 +89,14 @@ class TokenPrompts:
         self.low = low
         self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._cache_blocks = cache_blocks
+        self._prefixes: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()
+        """The first k blocks joined, by (clone, k-th hash id, k): a child extends its
+        parent's prefix with its new blocks only (joining 3,000 blocks one by one costs
+        ~2.5 ms of the event loop)."""
+        self._prefix_tokens = 0
+
+    PREFIX_CACHE_TOKENS = 16 << 20
+    """Token ids kept in joined prefixes (8 bytes each)."""
 
     def block(self, hash_id: int, clone: int = 0) -> np.ndarray:
         key = (clone, hash_id)
@@ -99,8 +119,27 @@ class TokenPrompts:
             raise ValueError(f"{input_tokens} tokens need {need} blocks of {bs}, got {len(hash_ids)} hash ids")
         if need == 0:
             return np.zeros(0, dtype=np.int64)
-        parts = [self.block(h, clone) for h in hash_ids[:need]]
+        full = input_tokens // bs
+        cache = self._prefixes
+        k = full
+        head: np.ndarray | None = None
+        while k > 0:
+            head = cache.get((clone, hash_ids[k - 1], k))
+            if head is not None:
+                cache.move_to_end((clone, hash_ids[k - 1], k))
+                break
+            k -= 1
+        parts = [head] if head is not None else []
+        parts += [self.block(h, clone) for h in hash_ids[k:need]]
         out = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+        if full > k and full >= 2:
+            pre = out[:full * bs].copy()  # the caller owns what it gets
+            pre.setflags(write=False)
+            cache[(clone, hash_ids[full - 1], full)] = pre
+            self._prefix_tokens += pre.size
+            while self._prefix_tokens > self.PREFIX_CACHE_TOKENS and len(cache) > 1:
+                _, old = cache.popitem(last=False)
+                self._prefix_tokens -= old.size
         return out[:input_tokens]
 
 
@@ -229,3 +268,162 @@ async def fit_text(
             break
         text, c = cand, cc
     return text, c
+
+
+# --- block-aligned text prompts -----------------------------------------------------
+
+
+_COMMON = ["the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old", "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use", "time", "year", "work", "back", "call", "came", "come", "each", "even", "find", "from", "give", "good", "hand", "have", "here", "high", "just", "keep", "kind", "know", "last", "left", "life", "line", "long", "look", "made", "make", "many", "more", "most", "move", "much", "must", "name", "near", "need", "next", "only", "open", "over", "part", "play", "read", "same", "seem", "show", "side", "some", "such", "take", "tell", "than", "that", "them", "then", "they", "this", "turn", "very", "want", "well", "went", "were", "what", "when", "will", "with", "word", "also", "area", "away", "best", "body", "book", "both", "case", "city", "door", "down", "face", "fact", "feel", "form", "full", "game", "girl", "hear", "help", "home", "hour", "idea", "into", "king", "land", "late", "lead", "less", "live", "mind", "miss", "note", "page", "plan", "real", "rest", "road", "room", "rule", "run", "sea", "set", "sit", "six", "ten", "top", "try", "war", "yes", "yet", "act", "add", "age", "ago", "air", "arm", "ask", "bad", "bed", "big", "box", "bus", "buy", "car", "cut", "dog", "eat", "end", "eye", "far", "few", "fly", "fun", "god", "gun", "hot", "job", "key", "kid", "law", "lay", "leg", "lie", "lot", "low", "map", "mom", "net", "oil", "pay", "per", "red", "sun", "tax", "tea", "win"]
+
+
+def candidate_words(n: int, salt: int = 0) -> list[str]:
+    """``n`` distinct short words to calibrate against a tokenizer: common English words
+    (one token in the BPE vocabularies we know), then pseudo-words of two syllables."""
+    out = list(dict.fromkeys(_COMMON))[:n]
+    seen = set(out)
+    seed = block_seed(salt, -2, 0)
+    k = 0
+    while len(out) < n and k < 64:
+        for v in splitmix64(seed + k, 4 * n) >> np.uint64(40):
+            w = _SYLLABLES[int(v) % 24] + _SYLLABLES[(int(v) >> 5) % 24]
+            if w not in seen:
+                seen.add(w)
+                out.append(w)
+                if len(out) == n:
+                    break
+        k += 1
+    return out
+
+
+class AlignedText:
+    """Text prompts built without a tokenizer round trip, block-aligned through the chat
+    template.
+
+    ``words`` are words the target's tokenizer counts as exactly one token each, also in
+    sequence (calibrated once per run against ``POST /tokenize``: see
+    ``replay.textcal``); one user message of k such words is ``overhead + k`` prompt tokens,
+    ``head`` of them before the content. The content of a request of ``input_tokens``
+    tokens is then ``input_tokens - overhead`` words: hash block 0 gives the first
+    ``block_size - head`` words and block i the next ``block_size``, so the server's
+    token block i holds exactly hash block i's words (for every block that ends before the
+    content does); a tail of words unique to the request fills the rest. Equal hash ids give
+    equal server blocks, different ones different blocks, and the count is exact with no
+    request-time call.
+    """
+
+    def __init__(self, words: Sequence[str], *, head: int, overhead: int, block_size: int,
+                 salt: int = 0, cache_blocks: int = 8192) -> None:
+        if len(words) < 2:
+            raise ValueError("need at least 2 one-token words")
+        if not 0 <= head <= overhead:
+            raise ValueError(f"need 0 <= head ({head}) <= overhead ({overhead})")
+        self.words = np.asarray(list(words), dtype=object)
+        self.head = head
+        self.overhead = overhead
+        self.block_size = block_size
+        self.salt = salt
+        self._first = block_size - head % block_size
+        self._cache: OrderedDict[tuple[int, int, int], str] = OrderedDict()
+        self._cache_blocks = cache_blocks
+        self._prefixes: OrderedDict[tuple[int, int, int], str] = OrderedDict()
+        """Joined text of the first k blocks, by (clone, k-th hash id, k): a child extends
+        its parent's prefix with its new blocks only (a 3,000-block prompt costs ~10 ms
+        to join block by block)."""
+        self._prefix_chars = 0
+
+    def _pick(self, seed: int, n: int) -> str:
+        idx = (splitmix64(seed, n) % np.uint64(len(self.words))).astype(np.int64)
+        return " ".join(self.words[idx].tolist())
+
+    def block(self, hash_id: int, clone: int, n: int) -> str:
+        key = (clone, hash_id, n)
+        text = self._cache.get(key)
+        if text is not None:
+            self._cache.move_to_end(key)
+            return text
+        text = self._pick(block_seed(self.salt, clone, hash_id), n)
+        self._cache[key] = text
+        if len(self._cache) > self._cache_blocks:
+            self._cache.popitem(last=False)
+        return text
+
+    def _blocks(self, hash_ids: Sequence[int], start: int, end: int, clone: int) -> list[str]:
+        """The texts of blocks ``start..end-1``: cached ones looked up, the others made in
+        one vectorized pass (one block at a time costs ~60 us each)."""
+        bs, first = self.block_size, self._first
+        out: list[str | None] = []
+        missing: list[int] = []
+        for i in range(start, end):
+            text = self._cache.get((clone, hash_ids[i], first if i == 0 else bs))
+            out.append(text)
+            if text is None:
+                missing.append(i)
+        if missing:
+            seeds = [block_seed(self.salt, clone, hash_ids[i]) for i in missing]
+            idx = (splitmix64_rows(seeds, bs) % np.uint64(len(self.words))).astype(np.int64)
+            rows = self.words[idx].tolist()
+            for i, row in zip(missing, rows, strict=True):
+                n = first if i == 0 else bs
+                text = " ".join(row[:n])
+                out[i - start] = text
+                self._cache[(clone, hash_ids[i], n)] = text
+            while len(self._cache) > self._cache_blocks:
+                self._cache.popitem(last=False)
+        return out  # type: ignore[return-value]
+
+    def layout(self, n_hash_ids: int, input_tokens: int) -> tuple[int, int] | None:
+        """(hash blocks used, tail words) of a prompt, or None when it is shorter than the
+        template."""
+        content = input_tokens - self.overhead
+        if content < 1:
+            return None
+        bs = self.block_size
+        end = self.head + content  # the server's position after the content
+        full = min(n_hash_ids, end // bs)
+        used = 0 if full == 0 else self._first + (full - 1) * bs
+        if used > content:  # head beyond a block: nothing aligns
+            full, used = 0, 0
+        return full, content - used
+
+    def prompt(self, hash_ids: Sequence[int], input_tokens: int, clone: int, tail_key: int
+               ) -> str | None:
+        """The user message's text, or None when ``input_tokens`` is below the template's
+        own tokens."""
+        lay = self.layout(len(hash_ids), input_tokens)
+        if lay is None:
+            return None
+        full, tail = lay
+        prefix = self._prefix(hash_ids, full, clone)
+        if not tail:
+            return prefix
+        rest = self._pick(block_seed(self.salt, -1, tail_key), tail)
+        return f"{prefix} {rest}" if prefix else rest
+
+    PREFIX_CACHE_CHARS = 128 << 20
+
+    def _prefix(self, hash_ids: Sequence[int], full: int, clone: int) -> str:
+        """The joined words of the first ``full`` hash blocks, from the longest cached
+        prefix (ids chain, so one id stands for its whole prefix)."""
+        if full == 0:
+            return ""
+        cache = self._prefixes
+        k = full
+        text = ""
+        while k > 0:
+            hit = cache.get((clone, hash_ids[k - 1], k))
+            if hit is not None:
+                text = hit
+                cache.move_to_end((clone, hash_ids[k - 1], k))
+                break
+            k -= 1
+        if k == full:
+            return text
+        parts = [text] if text else []
+        parts += self._blocks(hash_ids, k, full, clone)
+        text = " ".join(parts)
+        cache[(clone, hash_ids[full - 1], full)] = text
+        self._prefix_chars += len(text)
+        while self._prefix_chars > self.PREFIX_CACHE_CHARS and len(cache) > 1:
+            _, old = cache.popitem(last=False)
+            self._prefix_chars -= len(old)
+        return text

@@ -27,7 +27,7 @@ import orjson
 from yarl import URL
 
 from analysis.results_schema import ErrorKind
-from engines.dialects import MessagesStreamDecoder, StreamDecoder
+from engines.dialects import Decoder, dialect
 from engines.sse import SSEParser
 from replay.outcome import RequestRecord
 from traces.redact import header_secrets, scrub
@@ -213,21 +213,21 @@ class EventStream:
     classifies it as ``json``).
     """
 
-    __slots__ = ("_anthropic", "_clean", "_dec", "_feed", "_parser", "_rec", "_tok", "_ts")
+    __slots__ = ("_clean", "_dec", "_feed", "_parser", "_rec", "_tok", "_ts", "_typed")
 
     def __init__(self, rec: RequestRecord, api: str) -> None:
         self._rec = rec
         self._ts = rec.chunk_ns
         self._tok = rec.chunk_tokens
         self._parser = SSEParser()
-        self._anthropic = api == "messages"
-        self._dec: StreamDecoder | MessagesStreamDecoder = \
-            MessagesStreamDecoder() if self._anthropic else StreamDecoder()
+        d = dialect(api)
+        self._typed = d.typed_events  # events named by an ``event:`` line
+        self._dec: Decoder = d.decoder()
         self._feed = self._dec.feed
         self._clean = True  # the SSE parser holds no partial event
 
     def feed(self, data: bytes, t: int) -> None:
-        if self._clean and not self._anthropic and data.startswith(b"data: ") and \
+        if self._clean and not self._typed and data.startswith(b"data: ") and \
                 data.find(b"\n") == len(data) - 2 and data[-1] == 10:
             # Exactly one single-line event in this read, the common case: what
             # SSEParser would return, without its bookkeeping.
@@ -237,9 +237,9 @@ class EventStream:
                 self._tok.append(k)
             return
         feed = self._feed
-        anthropic = self._anthropic
+        typed = self._typed
         for ev in self._parser.feed(data):
-            k = feed(ev.data, ev.event) if anthropic else feed(ev.data)  # type: ignore[call-arg]
+            k = feed(ev.data, ev.event) if typed else feed(ev.data)  # type: ignore[call-arg]
             if k:
                 self._ts.append(t)
                 self._tok.append(k)
@@ -253,7 +253,7 @@ class EventStream:
         feed = self._feed
         events, rest = self._parser.end()
         for ev in events:
-            k = feed(ev.data, ev.event) if self._anthropic else feed(ev.data)  # type: ignore[call-arg]
+            k = feed(ev.data, ev.event) if self._typed else feed(ev.data)  # type: ignore[call-arg]
             if k:
                 self._ts.append(end_ns)
                 self._tok.append(k)

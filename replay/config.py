@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from engines.dialects import API_PATHS
 from engines.telemetry.source import check_spec as check_gpu_metrics
 from replay.affinity import parse_cpu_list
 from replay.plan import TIMING_MODES, PlanOptions
@@ -39,7 +40,12 @@ class RunConfig:
     duration_s: float | None = None
     warmup_s: float = 0.0
     api: str | None = None
-    """Override the trace's api column (completions, chat, messages)."""
+    """Override the trace's api column (completions, chat, messages, responses)."""
+    tokenizer: str | None = None
+    """The target's tokenizer (file, folder or model name) for text prompts when the target
+    has no /tokenize (needs the ``tokenizer`` extra)."""
+    include_failed: bool = False
+    """Replay requests the recording marked failed (``error`` set); left out by default."""
     model: str | None = None
     """None: the target's first model from /v1/models."""
     salt: int | None = None
@@ -143,8 +149,8 @@ class RunConfig:
         check_gpu_metrics(self.gpu_metrics)
         if self.gpu_interval_s <= 0:
             raise InputError(f"--gpu-interval must be > 0, got {self.gpu_interval_s}")
-        if self.api is not None and self.api not in ("completions", "chat", "messages"):
-            raise InputError(f"--api must be completions, chat or messages, got {self.api!r}")
+        if self.api is not None and self.api not in API_PATHS:
+            raise InputError(f"--api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:
             raise InputError(f"--vocab-size ({self.vocab_size}) must be > the lowest token id "
                              f"used ({self.low_token_id})")

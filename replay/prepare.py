@@ -1,26 +1,45 @@
 """Turning a planned request into bytes on the wire: prompt materialization + dialect.
 
-Completions get token-id prompts (``engines.prompts.TokenPrompts``); chat and messages get
-text fitted to the exact token count with the target's ``POST /tokenize`` (applied to the
-same messages, so the chat template is counted), or the recorded body when the trace row
-has ``content``.
+Completions get token-id prompts (``engines.prompts.TokenPrompts``). Chat, messages and
+responses get block-aligned text (``engines.prompts.AlignedText``, calibrated once per run
+against the target's ``POST /tokenize`` by ``calibrate_text``): built from the hash ids
+with no request-time call, exactly ``input_tokens`` through the chat template. When the
+tokenizer does not allow that, text is fitted per request with ``/tokenize`` (slower: it
+costs round trips on the way to the send). A row with ``content`` replays its recorded body.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from engines.dialects import API_PATHS, build_request, encode_body
-from engines.prompts import DEFAULT_LOW_ID, DEFAULT_VOCAB_SIZE, TextPrompts, TokenPrompts, fit_text
+from engines.dialects import DIALECTS, encode_body
+from engines.prompts import (
+    DEFAULT_LOW_ID,
+    DEFAULT_VOCAB_SIZE,
+    AlignedText,
+    TextPrompts,
+    TokenPrompts,
+    fit_text,
+)
 from replay.client import Prepared
-from replay.plan import PlannedRequest, stable_hash
-from traces.errors import InputError
+from replay.plan import Plan, PlannedRequest, stable_hash
+from replay.textcal import (
+    CalibrationError,
+    ProbeFn,
+    TokenizeFn,
+    calibrate,
+    calibrate_offline,
+    load_tokenizer,
+)
+from traces.errors import InputError, TargetError
 
-TokenizeFn = Callable[[Mapping[str, Any]], Awaitable[int]]
-"""POSTs a /tokenize body and returns its ``count``."""
+NO_TOKENIZE_HINT = ("chat/messages/responses replay sizes its text prompts with the target's "
+                    "POST /tokenize; without it, pass --tokenizer NAME_OR_PATH (the target's "
+                    "tokenizer; pip install 'agent-replay[tokenizer]') or replay with "
+                    "--api completions (token-id prompts)")
 
 
 class Preparer:
@@ -35,6 +54,8 @@ class Preparer:
         vllm_extras: bool = True,
         tokenize: TokenizeFn | None = None,
         headers: Mapping[str, str] | None = None,
+        tokenizer: str | None = None,
+        probe: ProbeFn | None = None,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -46,12 +67,18 @@ class Preparer:
         self.headers.setdefault("Content-Type", "application/json")
         self._calibrated = False
         self.text_misses = 0
+        self.aligned: AlignedText | None = None
+        """Set by ``calibrate_text``; None: text is fitted per request."""
+        self.salt = salt
+        self.tokenizer = tokenizer
+        """``--tokenizer``: calibrate offline when the target has no /tokenize."""
+        self.probe = probe
 
     async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Prepared:
         api = q.api
-        path = API_PATHS.get(api)
-        if path is None:
-            raise InputError(f"api {api!r} cannot be replayed (known: {', '.join(API_PATHS)}); "
+        d = DIALECTS.get(api)
+        if d is None:
+            raise InputError(f"api {api!r} cannot be replayed (known: {', '.join(DIALECTS)}); "
                              "use --api to override")
         base: dict[str, Any] | None = None
         if q.content:
@@ -63,22 +90,55 @@ class Preparer:
             base = loaded if isinstance(loaded, dict) else None
         model = self.model
         prompt: Any
-        if base is not None and ("prompt" in base or "messages" in base):
+        if base is not None and ("prompt" in base or "messages" in base or "input" in base):
             prompt = base.get("prompt") if api == "completions" else None
         elif api == "completions":
             prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)
         else:
-            prompt = await self._fit_text(q)
-        body = build_request(api, model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
-                             vllm_extras=self.vllm_extras, base=base)
+            prompt = None
+            if self.aligned is not None:
+                key = stable_hash("tail", q.session_id, q.clone, q.request_index) >> 2
+                prompt = self.aligned.prompt(q.hash_ids, q.input_tokens, q.clone, key)
+            if prompt is None:
+                prompt = await self._fit_text(q)
+        body = d.build(model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
+                       vllm_extras=self.vllm_extras, base=base)
         headers = dict(self.headers)
         headers["X-Session-ID"] = session_key
         headers["X-Request-Id"] = request_id
-        return Prepared(path, encode_body(body), headers, api)
+        return Prepared(d.path, encode_body(body), headers, api)
+
+    async def calibrate_text(self, plan: Plan) -> None:
+        """Calibrate block-aligned text before the run when the plan has text prompts to
+        build (see the module text). A target without /tokenize is an error with a hint."""
+        if not any(q.api != "completions" and not q.content
+                   for s in plan.sessions for q in s.requests):
+            return
+        if self.tokenize is not None:
+            try:
+                self.aligned = await calibrate(self.tokenize, self.model, self.block_size,
+                                               self.salt)
+                return
+            except CalibrationError:
+                self.aligned = None  # per-request fitting
+                return
+            except TargetError as exc:
+                if self.tokenizer is None or self.probe is None:
+                    raise TargetError(f"{exc}; {NO_TOKENIZE_HINT}") from None
+        if self.tokenizer is None or self.probe is None:
+            raise InputError(NO_TOKENIZE_HINT)
+        try:
+            self.aligned = await calibrate_offline(load_tokenizer(self.tokenizer), self.probe,
+                                                   self.block_size, self.salt)
+        except CalibrationError as exc:
+            raise InputError(f"--tokenizer {self.tokenizer}: {exc}") from None
+        self.tokenize = None  # no per-request fitting against a target without /tokenize
 
     async def _count(self, text: str) -> int:
         assert self.tokenize is not None
-        return await self.tokenize({"model": self.model, "messages": [{"role": "user", "content": text}]})
+        data = await self.tokenize({"model": self.model,
+                                    "messages": [{"role": "user", "content": text}]})
+        return int(data["count"])
 
     async def _fit_text(self, q: PlannedRequest) -> str:
         if self.tokenize is None:

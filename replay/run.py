@@ -45,6 +45,7 @@ from replay.selfmon import MachineMeter, SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, base_url, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError
+from traces.failed import drop_failed
 from traces.io import read_trace, trace_files
 from traces.redact import redact, redact_url, split_userinfo
 
@@ -143,6 +144,8 @@ def load_and_validate(config: RunConfig) -> Plan:
         validate = None
     if validate is not None:
         validate(table, meta, config.trace)
+    if not config.include_failed:
+        table, _ = drop_failed(table)
     return build_plan(table, meta.block_size, config.plan_options())
 
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from analysis.results_schema import ErrorKind
 from engines import aio
+from engines.dialects import dialect, encode_body
+from engines.sse import SSEParser
 from replay.affinity import allowed_cpus
 from replay.client import Prepared, Sender, inexact_counts_differ, make_session
 from replay.clock import Clock, MonotonicClock
@@ -34,6 +36,7 @@ from replay.prepare import Preparer
 from replay.results import ResultWriter
 from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
 from traces.errors import TargetError
+from traces.failed import drop_failed
 from traces.io import read_trace
 from traces.redact import redact_url
 
@@ -86,26 +89,66 @@ class HttpTransport:
 
 
 def load_plan(config: RunConfig) -> Plan:
+    """The plan as ``replay.run.load_and_validate`` builds it (failed rows left out unless
+    ``include_failed``), without validating again."""
     table, meta = read_trace(config.trace)
+    if not config.include_failed:
+        table, _ = drop_failed(table)
     return build_plan(table, meta.block_size, config.plan_options())
 
 
 def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mapping[str, Any]], Any]:
     url = base_url.rstrip("/") + "/tokenize"
 
-    async def tokenize(body: Mapping[str, Any]) -> int:
+    async def tokenize(body: Mapping[str, Any]) -> Mapping[str, Any]:
         try:
             async with session.post(url, json=dict(body)) as resp:
                 if resp.status != 200:
                     raise TargetError(f"{redact_url(url)}: HTTP {resp.status} "
                                       f"({(await resp.text())[:200]})")
                 data = await resp.json()
-                return int(data["count"])
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise TargetError(f"{redact_url(url)}: {type(exc).__name__}: "
                               f"{redact_url(str(exc))[:200]} (is the server gone?)") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+            raise TargetError(f"{redact_url(url)}: the answer has no token count")
+        return data
 
     return tokenize
+
+
+def _prompt_probe(session: aiohttp.ClientSession, config: RunConfig, plan: Plan
+                  ) -> Callable[[str], Any]:
+    """Sends one user message as the plan's first text API (one output token) and returns
+    the prompt tokens its usage reports: the chat template's size where no /tokenize is."""
+    api = next((q.api for s in plan.sessions for q in s.requests if q.api != "completions"),
+               "chat")
+    d = dialect(api)
+    url = config.target.rstrip("/") + d.path
+    headers = {"Content-Type": "application/json", **dict(config.headers)}
+
+    async def probe(text: str) -> int:
+        body = d.build(model=config.model or "", prompt=text, max_tokens=1,
+                       vllm_extras=config.vllm_extras)
+        try:
+            async with session.post(url, data=encode_body(body), headers=headers) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise TargetError(f"{url}: HTTP {resp.status} ({raw[:200]!r})")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise TargetError(f"{url}: {type(exc).__name__}: {exc}") from None
+        dec = d.decoder()
+        for ev in SSEParser().feed(raw + b"\n\n"):
+            if d.typed_events:
+                dec.feed(ev.data, ev.event)  # type: ignore[call-arg]
+            else:
+                dec.feed(ev.data)
+        prompt = dec.result_usage()[0]
+        if prompt is None:
+            raise TargetError(f"{url}: no usage in the answer: cannot size the chat template")
+        return int(prompt)
+
+    return probe
 
 
 async def arun_shard(
@@ -146,7 +189,9 @@ async def arun_shard(
             model=config.model, block_size=plan.block_size, salt=config.salt,
             vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
             vllm_extras=config.vllm_extras, tokenize=_tokenizer(session, config.target),
-            headers=dict(config.headers))
+            headers=dict(config.headers), tokenizer=config.tokenizer,
+            probe=_prompt_probe(session, config, plan))
+        await preparer.calibrate_text(plan)  # before t0: no /tokenize calls per request
 
         streak = [0]  # failed requests in a row
         abort_after = config.abort_after_failures

@@ -41,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="demand this key (Authorization: Bearer KEY or x-api-key: KEY) on "
                    "every request but /health, else 401: a protected endpoint, for tests")
+    p.add_argument("--tool-call", metavar="NAME=JSON", action="append", default=None,
+                   help="answer a request that offers tool NAME, on a user's turn, with a call "
+                        "of it with these arguments (e.g. 'Bash={\"command\": \"ls\"}'), "
+                        "so that an agent runs a tool; repeat for several tools (the first "
+                        "offered applies)")
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -57,6 +62,14 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise InputError("--workers must be >= 1")
     SimProfile.load(args.profile)  # bad profile: one line, exit 2, before anything starts
+    if args.tool_call is not None:
+        from engines.sim.requests import ToolCallSpec
+
+        for spec in args.tool_call:
+            try:
+                ToolCallSpec.parse(spec)
+            except ValueError as exc:
+                raise InputError(f"--tool-call: {exc}") from None
     if args.workers == 1:
         return _run_single(args)
     return _run_workers(args)
@@ -70,7 +83,8 @@ def _run_single(args: argparse.Namespace) -> int:
         server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
                            ground_truth=args.ground_truth, force=args.force,
                            reuse_port=args.reuse_port, engine_index=args.engine_index,
-                           kernel_arrival=args.kernel_arrival, api_key=args.api_key)
+                           kernel_arrival=args.kernel_arrival, api_key=args.api_key,
+                           tool_call=args.tool_call)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,6 +133,8 @@ def _run_workers(args: argparse.Namespace) -> int:
                 cmd.append("--kernel-arrival")
             if args.api_key:
                 cmd += ["--api-key", args.api_key]
+            for spec in args.tool_call or ():
+                cmd += ["--tool-call", spec]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         for k, pr in enumerate(procs):
             assert pr.stdout is not None

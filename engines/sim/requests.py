@@ -1,11 +1,22 @@
-"""Request bodies of the three APIs parsed and validated into one ``ParsedRequest``.
+"""Request bodies of the four APIs parsed and validated into one ``ParsedRequest``.
 
 Pure: bytes in, a ParsedRequest or a ``BadRequest`` (status, message) out. Messages follow
 vLLM's wording where it is known.
+
+The prompt is counted as vLLM's chat template renders it: the ``tools`` the request
+offers, then the system prompt, then the conversation (``SimTokenizer.chat_ids``).
+
+A tool-call answer (``ToolCallSpec``, ``engines sim --tool-call NAME=ARGS``, repeatable: the
+first whose tool is offered applies): a request that offers a tool of that name and whose last conversation item is a user's message (not a tool
+result) is answered with one call of that tool with those arguments. Its output is the
+arguments text, one token per tokenizer piece, so the stream and its counts stay exact;
+the agent runs the tool and sends the result, which the engine answers with text.
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +35,43 @@ class BadRequest(Exception):
         self.param = param
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCallSpec:
+    """The tool call the engine answers with when the request offers ``name``."""
+
+    name: str
+    arguments: str
+    """JSON text of the call's arguments."""
+
+    @classmethod
+    def parse(cls, text: str) -> ToolCallSpec:
+        """``NAME=ARGS_JSON`` (e.g. ``Bash={"command": "ls"}``); ``ValueError`` otherwise."""
+        name, sep, args = text.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"tool call {text!r}: expected NAME=JSON_ARGUMENTS")
+        try:
+            obj = orjson.loads(args)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"tool call {text!r}: arguments are not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"tool call {text!r}: arguments must be a JSON object")
+        return cls(name.strip(), args.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the engine answers with: name, arguments text and its pieces (one per
+    output token), and a unique call id."""
+
+    name: str
+    arguments: str
+    pieces: tuple[str, ...]
+    call_id: str
+
+
 @dataclass(slots=True)
 class ParsedRequest:
-    api: str  # "completions" | "chat" | "messages"
+    api: str  # "completions" | "chat" | "messages" | "responses"
     prompt_ids: list[int]
     max_tokens: int
     stream: bool
@@ -36,6 +81,7 @@ class ParsedRequest:
     continuous_usage: bool = False
     return_token_ids: bool = False
     seed: int | None = None
+    tool_call: ToolCall | None = None
 
 
 def _load(body: bytes) -> dict[str, Any]:
@@ -167,7 +213,7 @@ def parse_chat(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: i
     for i, m in enumerate(messages):
         if not isinstance(m.get("role"), str):
             raise BadRequest(f"messages.{i}.role: Field required", param="messages")
-    ids = tok.chat_ids(messages, _bool(data, "add_generation_prompt", True))
+    ids = tok.chat_ids(messages, _bool(data, "add_generation_prompt", True), tools=_tools(data))
     stream = _bool(data, "stream")
     include, cont = _stream_opts(data, stream)
     max_tokens = _int(data, "max_completion_tokens", 1)
@@ -202,8 +248,126 @@ def parse_messages(body: bytes, tok: SimTokenizer, model_name: str, max_model_le
     model = data.get("model")
     if model is not None and model != model_name:
         raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError", "model")
-    ids = tok.chat_ids(anthropic_messages(data))
+    ids = tok.chat_ids(anthropic_messages(data), tools=_tools(data))
     stream = _bool(data, "stream")
     _check_len(len(ids), max_tokens, max_model_len)
     req = ParsedRequest("messages", ids, max_tokens, stream, include_usage=True, continuous_usage=True)
     return _sampling(data, req)
+
+
+def _tools(data: dict[str, Any]) -> list[Any] | None:
+    tools = data.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise BadRequest("tools: Input should be a valid list", param="tools")
+    return tools or None
+
+
+def tool_names(tools: Any) -> set[str]:
+    """Names of the tools a request offers, in any API's shape."""
+    out: set[str] = set()
+    for t in tools if isinstance(tools, list) else ():
+        if not isinstance(t, dict):
+            continue
+        fn = t.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else t.get("name")
+        if isinstance(name, str):
+            out.add(name)
+    return out
+
+
+def _user_turn(items: list[Any]) -> bool:
+    """The last conversation item (system reminders after it aside: Claude Code appends
+    some) is a user's message, not a tool result."""
+    last = None
+    for it in reversed(items):
+        if not (isinstance(it, dict) and it.get("role") in ("system", "developer")):
+            last = it
+            break
+    if not isinstance(last, dict) or last.get("role") != "user":
+        return False
+    content = last.get("content")
+    if isinstance(content, list):
+        return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    return True
+
+
+def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict[str, Any],
+                   items: list[Any], tok: SimTokenizer, max_model_len: int) -> ParsedRequest:
+    """Make ``req`` answer with the first of ``specs`` whose tool the request offers, on a
+    user's turn (see the module text): its output becomes the arguments' pieces, exactly."""
+    offered = tool_names(data.get("tools"))
+    spec = next((s for s in specs if s.name in offered), None)
+    if spec is None or not _user_turn(items):
+        return req
+    pieces = tuple(tok.pieces(spec.arguments))
+    call_id = "call_" + secrets.token_hex(12)  # unique, as a real model's are
+    req.tool_call = ToolCall(spec.name, spec.arguments, pieces, call_id)
+    n = max(1, len(pieces))
+    _check_len(len(req.prompt_ids), n, max_model_len)
+    req.max_tokens = n
+    req.min_tokens = n
+    req.ignore_eos = True
+    return req
+
+
+def responses_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Responses ``instructions`` + ``input`` items as OpenAI-style chat messages: message
+    items keep their role and content parts; a ``function_call`` becomes an assistant
+    message with that call; a ``function_call_output`` a tool message; other items
+    (reasoning...) count as their JSON."""
+    out: list[dict[str, Any]] = []
+    instructions = data.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        out.append({"role": "system", "content": instructions})
+    inp = data.get("input")
+    if isinstance(inp, str):
+        return [*out, {"role": "user", "content": inp}]
+    for i, item in enumerate(inp if isinstance(inp, list) else ()):
+        if not isinstance(item, dict):
+            raise BadRequest(f"input.{i}: Input should be an object", param="input")
+        kind = item.get("type", "message")
+        if kind == "message" or ("role" in item and "type" not in item):
+            role = item.get("role")
+            if not isinstance(role, str):
+                raise BadRequest(f"input.{i}.role: Field required", param="input")
+            out.append({"role": role, "content": item.get("content")})
+        elif kind == "function_call":
+            out.append({"role": "assistant", "content": None,
+                        "tool_calls": [{"name": item.get("name"),
+                                        "arguments": item.get("arguments")}]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "content": item.get("output")})
+        else:
+            out.append({"role": "assistant", "content": orjson.dumps(item).decode()})
+    return out
+
+
+def parse_responses(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int) -> ParsedRequest:
+    data = _load(body)
+    _common(data, model_name)
+    inp = data.get("input")
+    if not (isinstance(inp, str) and inp) and not (isinstance(inp, list) and inp):
+        raise BadRequest("input: Field required (text or a non-empty list of items)", param="input")
+    if data.get("previous_response_id"):
+        raise BadRequest("previous_response_id: the simulated engine stores no responses; "
+                         "send the whole conversation", param="previous_response_id")
+    ids = tok.chat_ids(responses_messages(data), tools=_tools(data))
+    stream = _bool(data, "stream")
+    max_tokens = _int(data, "max_output_tokens", 1)
+    if max_tokens is None:
+        max_tokens = max(1, max_model_len - len(ids))
+    _check_len(len(ids), max_tokens, max_model_len)
+    req = ParsedRequest("responses", ids, max_tokens, stream, include_usage=True,
+                        continuous_usage=True)
+    return _sampling(data, req)
+
+
+def conversation_items(api: str, data: dict[str, Any]) -> list[Any]:
+    """The conversation a request ends with, as chat-style messages (for the tool-call
+    rule); empty for completions."""
+    if api == "responses":
+        return responses_messages(data)
+    msgs = data.get("messages") if api in ("chat", "messages") else None
+    return msgs if isinstance(msgs, list) else []

@@ -17,6 +17,7 @@ import logging
 import secrets
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from aiohttp import web, web_protocol, web_server
 from prometheus_client import generate_latest
 
 from engines import kstamp
+from engines.dialects import DIALECTS
 from engines.sim import wire
 from engines.sim.core import EngineCore, QueueFullError, SimRequest, request_seed
 from engines.sim.faults import FaultSpec, parse_faults
@@ -34,9 +36,9 @@ from engines.sim.profile import SimProfile
 from engines.sim.requests import (
     BadRequest,
     ParsedRequest,
-    parse_chat,
-    parse_completions,
-    parse_messages,
+    ToolCallSpec,
+    conversation_items,
+    plan_tool_call,
 )
 from engines.sim.sinks import BaseSink, BufferSink, StreamSink
 from engines.sim.stats import LATE_WRITE_NS
@@ -54,11 +56,17 @@ class SimServer:
     def __init__(self, profile: SimProfile | str = "fast", host: str = "127.0.0.1", port: int = 0,
                  seed: int = 0, ground_truth: str | Path | None = None, *, force: bool = False,
                  reuse_port: bool = False, engine_index: int = 0,
-                 kernel_arrival: bool = False, api_key: str | None = None) -> None:
+                 kernel_arrival: bool = False, api_key: str | None = None,
+                 tool_call: ToolCallSpec | str | Sequence[ToolCallSpec | str] | None = None) -> None:
         self.profile = SimProfile.load(profile) if isinstance(profile, str) else profile
         self.api_key = api_key
         """When set, every request but /health must carry it (``Authorization: Bearer KEY``
         or ``x-api-key: KEY``), else 401: a protected endpoint, for tests."""
+        calls = [] if tool_call is None else [tool_call] if isinstance(tool_call, (str, ToolCallSpec)) \
+            else list(tool_call)
+        self.tool_calls = tuple(ToolCallSpec.parse(c) if isinstance(c, str) else c for c in calls)
+        """Answer requests that offer one of these tools, on a user's turn, with a call of
+        the first one offered."""
         self.kernel_arrival = kernel_arrival
         """With ground truth: each request's ``first_byte_ns`` from the kernel's receive stamp
         (``_StampedListener``; the engine then reads and writes through ``engines.kstamp``'s
@@ -95,6 +103,7 @@ class SimServer:
         r.add_post("/v1/completions", self.handle_completions)
         r.add_post("/v1/chat/completions", self.handle_chat)
         r.add_post("/v1/messages", self.handle_messages)
+        r.add_post("/v1/responses", self.handle_responses)
         r.add_post("/v1/messages/count_tokens", self.handle_count_tokens)
         r.add_get("/v1/models", self.handle_models)
         r.add_get("/health", self.handle_health)
@@ -247,6 +256,9 @@ class SimServer:
     async def handle_messages(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "messages")
 
+    async def handle_responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "responses")
+
     def _error(self, api: str, exc: BadRequest) -> web.Response:
         if api == "messages":
             kind = "not_found_error" if exc.status == 404 else (
@@ -261,10 +273,14 @@ class SimServer:
         received_ns = time.monotonic_ns()
         first_byte_ns = getattr(request.protocol, "first_byte_ns", 0) or received_ns
         p = self.profile
-        parse = {"completions": parse_completions, "chat": parse_chat, "messages": parse_messages}[api]
+        dialect = DIALECTS[api]
         try:
             body = await request.read()
-            parsed = parse(body, self.tokenizer, p.model_name, p.max_model_len)
+            parsed = dialect.sim_parse(body, self.tokenizer, p.model_name, p.max_model_len)
+            if self.tool_calls and api != "completions":
+                data = orjson.loads(body)
+                parsed = plan_tool_call(parsed, self.tool_calls, data, conversation_items(api, data),
+                                        self.tokenizer, p.max_model_len)
             fault = self._faults(request)
         except BadRequest as exc:
             return self._error(api, exc)
@@ -275,7 +291,7 @@ class SimServer:
         if fault.error > 0 and _draw(seed) < fault.error:
             return self._error(api, BadRequest("simulated fault", fault.status, "InternalServerError"))
         suffix = header_id if header_id else secrets.token_hex(8)
-        rid = {"completions": "cmpl-", "chat": "chatcmpl-", "messages": "msg_"}[api] + suffix
+        rid = dialect.id_prefix + suffix
         gt_id = header_id or rid
         req = SimRequest(request_id=gt_id, prompt_ids=parsed.prompt_ids,
                          max_tokens=parsed.max_tokens, min_tokens=parsed.min_tokens,
@@ -323,14 +339,9 @@ class SimServer:
         self._wake.set()
 
     def _encoder(self, parsed: ParsedRequest, api: str, rid: str) -> Any:
-        model = self.profile.model_name
-        if api == "messages":
-            return wire.MessagesEncoder(rid=rid, model=model, table=self.table,
-                                        prompt_tokens=len(parsed.prompt_ids))
-        cls = wire.CompletionsEncoder if api == "completions" else wire.ChatEncoder
-        return cls(rid=rid, created=int(time.time()), model=model, table=self.table,
-                   prompt_ids=parsed.prompt_ids, return_token_ids=parsed.return_token_ids,
-                   include_usage=parsed.include_usage, continuous_usage=parsed.continuous_usage)
+        return DIALECTS[api].sim_encoder(rid=rid, created=int(time.time()),
+                                         model=self.profile.model_name, table=self.table,
+                                         parsed=parsed)
 
     async def _run_buffered(self, request: web.Request, parsed: ParsedRequest, req: SimRequest,
                             rid: str, headers: dict[str, str], common: dict[str, Any]) -> web.StreamResponse:
@@ -356,14 +367,25 @@ class SimServer:
         model = self.profile.model_name
         if api == "messages":
             body = wire.messages_body(rid=rid, model=model, text=text, finish=sink.finish_reason,
-                                      prompt=req.prompt_len, completion=n, cached=cached)
+                                      prompt=req.prompt_len, completion=n, cached=cached,
+                                      tool_call=parsed.tool_call)
+        elif api == "responses":
+            body = wire.responses_body(rid=rid, created=int(time.time()), model=model, text=text,
+                                       finish=sink.finish_reason, prompt=req.prompt_len,
+                                       completion=n, cached=cached, tool_call=parsed.tool_call)
+        elif api == "chat":
+            body = wire.chat_body(rid=rid, created=int(time.time()), model=model, text=text,
+                                  finish=sink.finish_reason,
+                                  token_ids=sink.ids if parsed.return_token_ids else None,
+                                  prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
+                                  prompt=req.prompt_len, completion=n, cached=cached,
+                                  tool_call=parsed.tool_call)
         else:
-            make = wire.completion_body if api == "completions" else wire.chat_body
-            body = make(rid=rid, created=int(time.time()), model=model, text=text,
-                        finish=sink.finish_reason,
-                        token_ids=sink.ids if parsed.return_token_ids else None,
-                        prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
-                        prompt=req.prompt_len, completion=n, cached=cached)
+            body = wire.completion_body(rid=rid, created=int(time.time()), model=model, text=text,
+                                        finish=sink.finish_reason,
+                                        token_ids=sink.ids if parsed.return_token_ids else None,
+                                        prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
+                                        prompt=req.prompt_len, completion=n, cached=cached)
         return web.Response(body=body, content_type=_JSON, headers=headers)
 
     def _faults(self, request: web.Request) -> FaultSpec:
@@ -407,7 +429,9 @@ class SimServer:
             if not isinstance(data, dict):
                 raise BadRequest("The request body must be a JSON object")
             if isinstance(data.get("messages"), list):
-                ids = self.tokenizer.chat_ids(data["messages"], bool(data.get("add_generation_prompt", True)))
+                tools = data.get("tools") if isinstance(data.get("tools"), list) else None
+                ids = self.tokenizer.chat_ids(data["messages"], bool(data.get("add_generation_prompt", True)),
+                                              tools=tools)
             elif isinstance(data.get("prompt"), str):
                 ids = self.tokenizer.encode(data["prompt"])
             else:
@@ -446,7 +470,8 @@ class SimServer:
                 raise BadRequest("messages: Field required")
         except (orjson.JSONDecodeError, BadRequest) as exc:
             return self._error("messages", exc if isinstance(exc, BadRequest) else BadRequest(str(exc)))
-        n = len(self.tokenizer.chat_ids(anthropic_messages(data)))
+        tools = data.get("tools") if isinstance(data.get("tools"), list) else None
+        n = len(self.tokenizer.chat_ids(anthropic_messages(data), tools=tools))
         return web.Response(body=orjson.dumps({"input_tokens": n}), content_type=_JSON)
 
     async def handle_reset_prefix_cache(self, request: web.Request) -> web.Response:

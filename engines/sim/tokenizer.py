@@ -14,11 +14,15 @@ letters of rank ``i - 16``, so the engine's own output tokenizes back to the sam
 Chat template (ChatML-shaped, deterministic overhead): each message becomes
 ``<|im_start|> ROLE \\n CONTENT <|im_end|> \\n`` (5 tokens + its content) and the
 generation prompt ``<|im_start|> assistant \\n`` adds 3 tokens. So a chat prompt of one
-user message with content of n tokens is n + 8 prompt tokens.
+user message with content of n tokens is n + 8 prompt tokens. A request's ``tools`` come
+first, as one system message whose content is ``render_tools(tools)`` (``# Tools`` and one
+line of canonical JSON per tool, as Jinja's ``tojson`` writes it), then the system prompt,
+then the conversation: the order in which the recorder hashes a request.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -114,9 +118,15 @@ class SimTokenizer:
 
     # chat templates -------------------------------------------------------------------
 
-    def chat_ids(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
-        """Prompt ids of OpenAI-style chat messages under the documented template."""
+    def chat_ids(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                 tools: Sequence[Any] | None = None) -> list[int]:
+        """Prompt ids of OpenAI-style chat messages (and the tools offered) under the
+        documented template."""
         ids: list[int] = []
+        if tools:
+            ids += (IM_START, ROLE_IDS["system"], NEWLINE)
+            ids.extend(self.encode(render_tools(tools)))
+            ids += (IM_END, NEWLINE)
         for m in messages:
             role = m.get("role")
             ids.append(IM_START)
@@ -128,6 +138,13 @@ class SimTokenizer:
         if add_generation_prompt:
             ids.extend(GENERATION_PROMPT)
         return ids
+
+
+def render_tools(tools: Sequence[Any]) -> str:
+    """The text of the tools message: ``# Tools`` and each tool as JSON with sorted keys
+    and Python's separators (what Jinja's ``tojson`` filter writes), one per line."""
+    return "# Tools\n" + "\n".join(json.dumps(t, sort_keys=True, ensure_ascii=False)
+                                    for t in tools)
 
 
 def synthesize_text(n_tokens: int) -> str:

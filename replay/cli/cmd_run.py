@@ -65,8 +65,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="start every session at time zero instead of its recorded offset")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
-    p.add_argument("--api", choices=("completions", "chat", "messages"), default=None,
+    p.add_argument("--api", choices=("completions", "chat", "messages", "responses"), default=None,
                    help="override the trace's api column")
+    p.add_argument("--tokenizer", metavar="NAME_OR_PATH", default=None,
+                   help="the target's tokenizer (tokenizer.json, its folder, or a model name) "
+                        "for chat/messages/responses prompts when the target has no /tokenize "
+                        "(needs the tokenizer extra)")
+    p.add_argument("--include-failed", action="store_true",
+                   help="also replay the requests the recording marked failed (error column)")
     p.add_argument("--model", default=None, help="model name (default: the target's first model)")
     p.add_argument("--salt", type=int, default=None, help="prompt salt (default: random per run; "
                    "give the same salt to hit a previous run's prefix cache, 0 to reproduce)")
@@ -143,6 +149,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         concurrent_sessions=getattr(args, "concurrent_sessions", None),
         ramp_s=getattr(args, "ramp", 1.0),
         duration_s=args.duration, warmup_s=args.warmup, api=args.api, model=args.model,
+        include_failed=getattr(args, "include_failed", False),
+        tokenizer=getattr(args, "tokenizer", None),
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
         workers=args.workers, cpus=args.cpus, scrape_interval_s=args.scrape_interval,
         vllm_extras=not args.no_vllm_extras, headers=_headers(args.header), loop=args.loop,

@@ -118,11 +118,38 @@ def _inspect(a: argparse.Namespace) -> int:
     from traces.io import read_trace
     from traces.stats import summarize
 
-    table, meta = read_trace(a.trace, columns=["session_id", "request_index", "parent_index",
-                                               "arrival_ns", "think_ns", "input_tokens",
-                                               "output_tokens", "cached_tokens", "hash_ids", "model"])
-    _console().print(render_summary(summarize(table, meta.block_size), meta, a.trace))
+    columns = ["session_id", "request_index", "parent_index", "arrival_ns", "think_ns",
+               "input_tokens", "output_tokens", "cached_tokens", "hash_ids", "model"]
+    if _has_column(a.trace, "error"):  # recorded traces
+        columns.append("error")
+    table, meta = read_trace(a.trace, columns=columns)
+    console = _console()
+    console.print(render_summary(summarize(table, meta.block_size), meta, a.trace))
+    console.print(failed_line(table))
     return 0
+
+
+def _has_column(path: str, name: str) -> bool:
+    import pyarrow.parquet as pq
+
+    from traces.io import trace_files
+
+    try:
+        return all(name in pq.read_schema(f).names for f in trace_files(path))
+    except Exception:  # unreadable: read_trace says so in one line
+        return False
+
+
+def failed_line(table: Any) -> str:
+    """One line on the recorded failures: how many, their causes, and what replay does."""
+    from traces.failed import failed_mask, failure_causes
+
+    n = int(failed_mask(table).sum())
+    if n == 0:
+        return "failed requests: none"
+    causes = ", ".join(f"{c} ({k:,})" for c, k in failure_causes(table))
+    return (f"failed requests: {n:,} of {table.num_rows:,} ({n / table.num_rows:.1%}): {causes}; "
+            "left out of replay unless --include-failed")
 
 
 def _validate(a: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from engines.dialects import MessagesStreamDecoder, StreamDecoder, usage_counts
+from engines.dialects import MessagesStreamDecoder, StreamDecoder, dialect, read_usage
 from engines.sse import SSEEvent, SSEParser
 
 _BLANK_LINE = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
@@ -66,67 +66,11 @@ def _decompressor(encoding: str) -> Any | None:
     raise ValueError(enc)
 
 
-class _ResponsesDecoder:
-    """OpenAI Responses API stream: token-bearing deltas (counts unknown), usage at the end."""
-
-    __slots__ = ("done", "error", "exact", "usage")
-
-    _DELTAS = (
-        "response.output_text.delta",
-        "response.function_call_arguments.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.refusal.delta",
-    )
-
-    def __init__(self) -> None:
-        self.usage: dict[str, Any] | None = None
-        self.error: str | None = None
-        self.done = False
-        self.exact = False
-
-    def feed(self, data: bytes, event: str | None = None) -> int:
-        obj = orjson.loads(data)
-        if not isinstance(obj, dict):
-            return 0
-        kind = event or obj.get("type")
-        if kind in self._DELTAS:
-            return 1 if obj.get("delta") else 0
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
-            self.done = True
-            resp = obj.get("response") or {}
-            if isinstance(resp.get("usage"), dict):
-                self.usage = resp["usage"]
-            if resp.get("error"):
-                self.error = orjson.dumps(resp["error"]).decode()
-        elif kind == "error":
-            self.error = orjson.dumps(obj.get("error", obj)).decode()
-        return 0
-
-    def result_usage(self) -> tuple[int | None, int | None, int | None]:
-        return response_usage(self.usage)
-
-
 def response_usage(usage: Any, uncached_input: bool = False
                    ) -> tuple[int | None, int | None, int | None]:
-    """(prompt tokens, output tokens, cached prompt tokens) of a usage object of any API.
-
-    Messages usage: vLLM reports the whole prompt in ``input_tokens``; Anthropic's API
-    (``uncached_input``) only the uncached part, the prompt being that plus
-    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``."""
-    if not isinstance(usage, dict):
-        return None, None, None
-    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
-        inp = usage.get("input_tokens")
-        read = usage.get("cache_read_input_tokens") or 0
-        made = usage.get("cache_creation_input_tokens") or 0
-        total = inp + (read + made if uncached_input else 0) if isinstance(inp, int) else None
-        out = usage.get("output_tokens")
-        return total, out if isinstance(out, int) else None, read if isinstance(read, int) else None
-    details = usage.get("input_tokens_details")
-    if isinstance(details, dict) and "prompt_tokens" not in usage:
-        return usage.get("input_tokens"), usage.get("output_tokens"), details.get("cached_tokens")
-    return usage_counts(usage)
+    """(prompt tokens, output tokens, cached prompt tokens) of a usage object of any API
+    (``engines.dialects.read_usage``)."""
+    return read_usage(usage, uncached_input)
 
 
 class ResponseObserver:
@@ -173,12 +117,7 @@ class ResponseObserver:
             self._parse = False
             self.parse_error = f"content-encoding {content_encoding!r} not decoded"
         if self.streamed:
-            if self.api in ("chat", "completions"):
-                self._decoder = StreamDecoder()
-            elif self.api == "messages":
-                self._decoder = MessagesStreamDecoder()
-            else:
-                self._decoder = _ResponsesDecoder()
+            self._decoder = dialect(self.api).decoder()
             self.filtering = (self.injected_usage and self._decomp is None and self._parse
                               and content_length is None)
             if self.filtering:
@@ -278,6 +217,12 @@ class ResponseObserver:
         if not isinstance(obj, dict):
             return None, None, None
         return response_usage(obj.get("usage"), self.uncached_input)
+
+    def finished(self) -> bool:
+        """A stream whose end event was seen (and forwarded: ``observe`` follows
+        ``forward``)."""
+        dec = self._decoder
+        return bool(self.streamed and dec is not None and dec.done and self._parse)
 
     def exact_counts(self) -> bool:
         dec = self._decoder

@@ -33,12 +33,15 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from replay.record.encodings import decode_body
 from replay.record.observe import ResponseObserver
 from replay.record.wire import (
     _INJECT,
+    AGENT_ID_HEADER,
     RequestInfo,
     api_for,
     end_to_end_headers,
+    header_session,
     inspect_request,
 )
 from traces.redact import header_secrets
@@ -105,31 +108,35 @@ class ProxyHandler:
                                 headers={"Connection": "close", "Retry-After": "1"})
         self.in_flight += 1
         try:
-            api = None if request.headers.get("Content-Encoding") else \
-                api_for(request.method, request.path)
+            api = api_for(request.method, request.path)
             if api is None:
                 return await self._pass_through(request)
             if self.on_arrival is not None:  # before any await: API requests in arrival order
                 self.on_arrival(arrival)
             raw = await request.read()  # at most client_max_size (--max-body): else 413
+            encoding = request.headers.get("Content-Encoding")
             chains = None
-            if len(raw) > PARSE_OFF_LOOP_BYTES:
+            prepared: tuple[RequestInfo, bytes] | None
+            if len(raw) > PARSE_OFF_LOOP_BYTES and not encoding:
                 parsed = await _parse_off_loop(api, raw)
-                inspected = None
+                prepared = None
                 if parsed is not None:
                     info, out, chains = parsed
-                    inspected = info, raw if out is None else out
+                    prepared = info, raw if out is None else out
             else:
-                inspected = inspect_request(api, raw)
-            if inspected is None:
+                prepared = prepare_body(api, raw, encoding)
+            if prepared is None:
                 return await self._pass_through(request, raw)
-            info, body = inspected
+            info, body = prepared
             ex = Exchange(info=info, arrival=arrival)
             if chains is not None:
                 ex.state["chains"] = chains
-            sid = request.headers.get(self.session_header)
+            sid = header_session(request.headers, self.session_header)
             if sid:
                 ex.state["header_session"] = sid
+            agent = request.headers.get(AGENT_ID_HEADER)
+            if agent:
+                ex.state["agent_id"] = agent
             ex.state["secrets"] = header_secrets(request.headers.items())
             try:
                 return await self._exchange(request, ex, body)
@@ -218,6 +225,7 @@ class ProxyHandler:
                     chunk = await read()
                     t = clock()
                     if not chunk:
+                        ex.state["upstream_done"] = True
                         break
                     ex.end = t
                     data = obs.forward(chunk)
@@ -239,8 +247,9 @@ class ProxyHandler:
                 await _send(out, None)
                 return out
         except (asyncio.CancelledError, _ClientGone):
-            ex.error = ex.error or ("cut by the recorder's stop" if self.draining
-                                    else "client disconnected")
+            if not answered(ex):
+                ex.error = ex.error or ("cut by the recorder's stop" if self.draining
+                                        else "client disconnected")
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)
@@ -325,6 +334,31 @@ def close_parser() -> None:
     if _parser is not None:
         _parser.shutdown(wait=False, cancel_futures=True)
         _parser = None
+def answered(ex: Exchange) -> bool:
+    """The client had the whole answer when its connection went: the upstream's body
+    ended, or the stream's end event (``[DONE]``, ``message_stop``,
+    ``response.completed``) was forwarded. A client that closes then (the OpenAI SDK stops
+    reading at ``[DONE]``) did not disconnect early."""
+    if ex.state.get("upstream_done"):
+        return True
+    obs = ex.observer
+    return obs is not None and obs.finished()
+
+
+def prepare_body(api: str, raw: bytes, encoding: str | None) -> tuple[RequestInfo, bytes] | None:
+    """What the recorder knows of an API request body and the bytes to send upstream; None
+    for a body that is not a JSON object (forwarded, not recorded). An encoded body
+    (``Content-Encoding``) goes upstream as sent, unchanged, and is parsed decoded; one
+    that cannot be decoded here is recorded without its content (``info.undecoded``)."""
+    decoded, why = decode_body(raw, encoding)
+    if decoded is None:
+        return RequestInfo(api=api, body={}, model=None, stream=False, injected_usage=False,
+                           session_hint=None, undecoded=why), raw
+    inspected = inspect_request(api, decoded, rewrite=not encoding)
+    if inspected is None:
+        return None
+    info, body = inspected
+    return info, (raw if encoding else body)
 
 
 class _ClientGone(Exception):

@@ -33,11 +33,13 @@ import orjson
 import pyarrow.parquet as pq
 from aiohttp import web
 
+from engines.dialects import dialect
+from engines.replies import Reply
 from replay import __version__
+from replay.record.agents import AgentTracker
 from replay.record.content import PromptHasher, conversation, load_tokenizer
 from replay.record.observe import ResponseObserver
 from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware, close_parser
-from replay.record.replies import Reply, reply_from_events, reply_from_json
 from replay.record.sessions import SessionTracker
 from replay.record.sink import PartWriter, rows_to_table
 from replay.selfmon import reserve_fds
@@ -147,6 +149,7 @@ class Recorder:
         self.hasher = PromptHasher(cfg.block_size, seed, tok)
         self._pseudo_key = secrets.token_bytes(16)
         self.tracker = SessionTracker()
+        self.agents = AgentTracker()
         self.stats = RecorderStats()
         self._pending: list[Exchange] = []
         self._unwritten: list[dict[str, Any]] = []
@@ -199,8 +202,10 @@ class Recorder:
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
         # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
         # top of it (60 s by default) would make the stop unbounded in practice.
+        # auto_decompress=False: a request body reaches the upstream as the client sent it
+        # (replay.record.encodings decodes a copy for the recorder).
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=0.5)
+                                     shutdown_timeout=0.5, auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         try:
@@ -297,9 +302,13 @@ class Recorder:
         explicit = self._explicit_session(ex)
         items = conversation(ex.info.api, ex.info.body)
         assignment, turn = self.tracker.assign(ex.arrival, items, explicit,
+                                               ex.state.get("agent_id"),
                                                chains=ex.state.pop("chains", None))
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
+        ex.state["placement"] = self.agents.place(
+            assignment.session_id, assignment.request_index, ex.state.get("agent_id"),
+            ex.arrival, assignment.parent_index)
         self.stats.sessions = self.tracker.session_count
 
     def _explicit_session(self, ex: Exchange) -> str | None:
@@ -321,7 +330,9 @@ class Recorder:
         turn = ex.state["turn"]
         end = ex.end if ex.end is not None else self.clock()
         ok = obs is not None and ex.error is None
-        self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None)
+        self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None,
+                              failed=not ok)
+        self.agents.complete(turn.session_id, turn.request_index, end)
         self.stats.requests += 1
         self.stats.errors += ex.error is not None
         if obs is not None:
@@ -410,12 +421,14 @@ class Recorder:
         t0 = self._t0 if self._t0 is not None else ex.arrival
         inp, out, cached = obs.usage() if obs is not None else (None, None, None)
         hash_ids = None
-        if cfg.content != "none" or inp is None:
+        if ex.info.undecoded is None and (cfg.content != "none" or inp is None):
             ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
             if cfg.content != "none":
                 hash_ids = ids
             if inp is None:
                 inp = est
+        if inp is None:
+            inp = 0  # an undecoded body of a request that got no usage
         times = obs.token_times if obs is not None else []
         counts = obs.token_counts if obs is not None else []
         exact = obs is not None and obs.exact_counts()
@@ -425,15 +438,18 @@ class Recorder:
         if times:
             gaps = [times[0] - ex.arrival] + [b - a_ for a_, b in itertools.pairwise(times)]
         content = None
-        if cfg.content == "full":
+        if cfg.content == "full" and ex.info.undecoded is None:
             content = orjson.dumps(strip_secrets(ex.info.body)).decode()
         end = ex.end if ex.end is not None else ex.arrival
+        place = ex.state["placement"]
         return {
             "session_id": a.session_id,
             "request_index": a.request_index,
             "parent_index": a.parent_index,
+            "agent_id": place.agent_id,
+            "depends_on": place.depends_on,
             "arrival_ns": ex.arrival - t0,
-            "think_ns": a.think_ns,
+            "think_ns": place.think_ns if place.depends_on else a.think_ns,
             "input_tokens": int(inp),
             "output_tokens": int(out),
             "cached_tokens": cached,
@@ -451,6 +467,7 @@ class Recorder:
             "upstream_send_ns": ex.send - ex.arrival if ex.send else None,
             "headers_ns": ex.headers - ex.arrival if ex.headers is not None else None,
             "exact_chunk_tokens": exact if times else None,
+            "undecoded_body": ex.info.undecoded,
         }
 
     def _scrubbed_error(self, ex: Exchange) -> str | None:
@@ -514,7 +531,7 @@ def _mb(n: int) -> str:
 def _reply_fn(api: str, obs: ResponseObserver) -> Callable[[], Reply | None]:
     def fn() -> Reply | None:
         if obs.streamed:
-            return reply_from_events(api, obs.events)
-        return reply_from_json(api, obs.json_body())
+            return dialect(api).reply_from_events(obs.events)
+        return dialect(api).reply_from_json(obs.json_body())
 
     return fn

@@ -10,10 +10,18 @@ Rules, in order:
    conversation wins; among equals, one whose reply matches the items sent back (same
    tool-call ids, else same text), then the most recent. Branches (two requests extending
    the same request) are siblings with one parent.
-2. A request with an explicit session (header, ``metadata.user_id``, ``user``) belongs to
+2. A request whose conversation begins with an earlier request's whole conversation but
+   does not send its reply back (a client that drops a malformed reply and appends a user
+   message) is that request's child too, when that request had finished before it arrived
+   (the most recent such; a longer match of rule 1 wins).
+3. A request whose conversation equals that of an earlier request that failed (finished
+   with no reply) before it arrived is its retry: same session, same parent (a sibling).
+   An identical conversation sent while the first is still running, or after it succeeded,
+   is not a retry (parallel or repeated runs of one task).
+4. A request with an explicit session (header, ``metadata.user_id``, ``user``) belongs to
    it; the parent is found as in 1 within that session, else it is the session's request
    that finished last before this one arrived.
-3. Anything else starts a new session.
+5. Anything else starts a new session.
 
 ``think_ns`` = arrival - the parent's last byte (clamped at 0), None without a parent.
 """
@@ -39,7 +47,12 @@ class Turn:
     request_index: int
     arrival_ns: int
     key: bytes
+    parent: Turn | None = None
+    agent: str | None = None
+    """The agent stream that sent it (``replay.record.agents``); None: the main agent."""
     end_ns: int | None = None
+    failed: bool = False
+    """Finished without a reply (an error)."""
     _reply: Reply | None = None
     reply_fn: Callable[[], Reply | None] | None = None
     """Computes the reply when first needed (parsing a stream costs time; most replies
@@ -64,7 +77,7 @@ class Assignment:
     parent_index: int
     think_ns: int | None
     how: str
-    """"prefix", "explicit", "explicit+prefix" or "new"."""
+    """"prefix", "retry", "explicit", "explicit+prefix", "explicit+retry" or "new"."""
 
 
 @dataclass(slots=True)
@@ -103,17 +116,26 @@ class SessionTracker:
         return len(self._sessions)
 
     def assign(self, arrival_ns: int, items: Sequence[Any], explicit: str | None = None,
-               chains: list[bytes] | None = None) -> tuple[Assignment, Turn]:
-        """``chains``: ``chain_digests(items)`` when the caller computed it already (off the
-        event loop, for a big request)."""
+               agent: str | None = None, chains: list[bytes] | None = None
+               ) -> tuple[Assignment, Turn]:
+        """``agent``: the agent stream named by the request (Claude Code subagents); parents
+        by conversation are looked for among that stream's requests only (subagents often
+        open with identical conversations). ``chains``: ``chain_digests(items)`` when the
+        caller computed it already (off the event loop, for a big request)."""
         if chains is None:
             chains = chain_digests(items)
-        parent = self._find_parent(items, chains, arrival_ns, explicit)
-        how = "prefix" if parent is not None else "new"
-        if parent is not None:
-            sid = parent.session_id
+        retried = self._find_retry(chains[-1], arrival_ns, explicit, agent) if items else None
+        if retried is not None:
+            parent = retried.parent
+            how = "retry"
+        else:
+            parent = self._find_parent(items, chains, arrival_ns, explicit, agent)
+            how = "prefix" if parent is not None else "new"
+        owner = retried or parent
+        if owner is not None:
+            sid = owner.session_id
             if explicit is not None:
-                how = "explicit+prefix"
+                how = "explicit+" + how
         elif explicit is not None:
             sid = explicit
             how = "explicit"
@@ -129,7 +151,7 @@ class SessionTracker:
                 self._new_count += 1
                 sid = f"{self._new_prefix}{self._new_count:05d}"
         sess = self._sessions.setdefault(sid, _Session())
-        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1])
+        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent, agent)
         sess.next_index += 1
         sess.turns.append(turn)
         self._remember(turn)
@@ -140,27 +162,47 @@ class SessionTracker:
         return Assignment(sid, turn.request_index, pidx, think, how), turn
 
     def complete(self, turn: Turn, end_ns: int,
-                 reply: Reply | Callable[[], Reply | None] | None) -> None:
+                 reply: Reply | Callable[[], Reply | None] | None,
+                 failed: bool | None = None) -> None:
         """The request's last byte arrived; ``reply`` is what the model said (None when
-        unknown), or a function that tells it when asked."""
+        unknown), or a function that tells it when asked. ``failed`` (default: no reply)
+        marks a request whose identical successor is its retry."""
         turn.end_ns = end_ns
+        turn.failed = reply is None if failed is None else failed
         if callable(reply) and not isinstance(reply, tuple):
             turn.reply_fn = reply
         else:
             turn._reply = reply
             turn.reply_fn = None
 
+    def _find_retry(self, key: bytes, arrival_ns: int, explicit: str | None,
+                    agent: str | None) -> Turn | None:
+        """The most recent earlier request with this very conversation that failed before
+        ``arrival_ns`` (rule 3)."""
+        for t in reversed(self._by_key.get(key, ())):
+            if (explicit is not None and t.session_id != explicit) or t.agent != agent:
+                continue
+            if t.failed and t.end_ns is not None and t.end_ns <= arrival_ns:
+                return t
+        return None
+
     def _find_parent(self, items: Sequence[Any], chains: list[bytes], arrival_ns: int,
-                     explicit: str | None) -> Turn | None:
+                     explicit: str | None, agent: str | None) -> Turn | None:
         fallback: Turn | None = None
         n = len(items)
         for k in range(n - 1, 0, -1):
-            if not is_reply_item(items[k]):
-                continue
             cands = [t for t in self._by_key.get(chains[k], ())
-                     if t.arrival_ns <= arrival_ns
+                     if t.arrival_ns <= arrival_ns and t.agent == agent
                      and (explicit is None or t.session_id == explicit)]
             if not cands:
+                continue
+            if not is_reply_item(items[k]):
+                # Rule 2: the reply was not sent back; a parent must have finished.
+                done = [t for t in cands if t.end_ns is not None and t.end_ns <= arrival_ns]
+                if fallback is None and done:
+                    fallback = done[-1]
+                if fallback is not None:
+                    return fallback
                 continue
             j = k
             while j < n and is_reply_item(items[j]):

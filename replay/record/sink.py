@@ -14,6 +14,8 @@ unknown columns):
 ``upstream_send_ns``      when the proxy started the upstream request, from arrival
 ``headers_ns``            when the upstream's response headers arrived, from arrival
 ``exact_chunk_tokens``    ``chunk_tokens`` is exact (token ids / continuous usage)
+``undecoded_body``        why the request body (Content-Encoding) was not decoded:
+                          forwarded as sent, recorded without content or hash ids
 ========================  =====================================================
 """
 
@@ -37,6 +39,7 @@ EXTRA_FIELDS = [
     pa.field("upstream_send_ns", pa.int64()),
     pa.field("headers_ns", pa.int64()),
     pa.field("exact_chunk_tokens", pa.bool_()),
+    pa.field("undecoded_body", pa.string()),
 ]
 RECORD_SCHEMA = pa.schema(list(TRACE_SCHEMA) + EXTRA_FIELDS)
 _PART = re.compile(r"^part-(\d{5,})\.parquet$")

@@ -40,6 +40,30 @@ HOP_BY_HOP = frozenset(
 """RFC 9110 section 7.6.1 connection-specific fields, never forwarded."""
 
 
+AGENT_SESSION_HEADERS: tuple[str, ...] = (
+    "X-Claude-Code-Session-Id",
+    "session-id",
+    "session_id",
+    "thread-id",
+    "thread_id",
+)
+"""Headers real agents name their session with (Claude Code; Codex CLI), read after the
+configured ``--session-header``."""
+
+AGENT_ID_HEADER = "x-claude-code-agent-id"
+"""Claude Code's subagent id (``replay.record.agents``)."""
+
+
+def header_session(headers: Mapping[str, str], configured: str) -> str | None:
+    """The session a request's headers name: the configured header, else the first of
+    ``AGENT_SESSION_HEADERS`` present (``headers`` is case-insensitive)."""
+    for name in (configured, *AGENT_SESSION_HEADERS):
+        value = headers.get(name)
+        if value:
+            return value
+    return None
+
+
 def api_for(method: str, path: str) -> str | None:
     """The API a request speaks, or None for anything the recorder only forwards."""
     if method != "POST":
@@ -83,14 +107,17 @@ class RequestInfo:
     """The proxy added ``stream_options.include_usage``; the client did not ask for it."""
     session_hint: str | None
     """``metadata.user_id`` (messages) or ``user`` (OpenAI APIs), when the body has one."""
+    undecoded: str | None = None
+    """Why the body could not be decoded (its Content-Encoding); ``body`` is then empty."""
 
 
 _INJECT = b'"stream_options":{"include_usage":true},'
 
 
-def inspect_request(api: str, raw: bytes) -> tuple[RequestInfo, bytes] | None:
+def inspect_request(api: str, raw: bytes, rewrite: bool = True) -> tuple[RequestInfo, bytes] | None:
     """Parse a request body; returns its info and the bytes to send upstream, or None
-    when the body is not a JSON object (it is then forwarded untouched, not recorded)."""
+    when the body is not a JSON object (it is then forwarded untouched, not recorded).
+    Without ``rewrite`` the body goes as sent (no ``include_usage`` added)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -108,7 +135,7 @@ def inspect_request(api: str, raw: bytes) -> tuple[RequestInfo, bytes] | None:
         hint = body.get("user")
     out = raw
     injected = False
-    if stream and api in ("chat", "completions"):
+    if rewrite and stream and api in ("chat", "completions"):
         so = body.get("stream_options")
         if "stream_options" not in body:
             # Splice after the opening brace: every other byte of the body stays as sent.

@@ -146,7 +146,13 @@ def test_build_request_bodies():
                              base={"messages": [{"role": "system", "content": "s"}], "max_tokens": 99, "stream": False})
     assert replayed["messages"] == [{"role": "system", "content": "s"}]
     assert replayed["stream"] and "max_tokens" not in replayed
+    resp = build_request("responses", model="m", prompt="x", max_tokens=4,
+                         base={"input": "old", "previous_response_id": "resp_1",
+                               "max_tokens": 9})
+    assert resp["input"] == [{"role": "user", "content": "x"}] and resp["max_output_tokens"] == 4
+    assert "previous_response_id" not in resp and "max_tokens" not in resp
+    assert resp["store"] is False and "stream_options" not in resp and resp["ignore_eos"]
     with pytest.raises(ValueError):
-        build_request("responses", model="m", prompt="x", max_tokens=1)
+        build_request("batch", model="m", prompt="x", max_tokens=1)
     with pytest.raises(ValueError):
         build_request("chat", model="m", prompt=[1, 2], max_tokens=1)

@@ -58,3 +58,17 @@ async def test_fit_text_reaches_exact_count():
 
     text, got = await fit_text("one two three four five six", tail, 6, count)
     assert got == 6 and text == "one two three"  # prefix longer than the target: cut
+
+
+def test_prompts_from_a_cached_prefix_equal_prompts_built_whole() -> None:
+    import numpy as np
+
+    from engines.prompts import TokenPrompts
+
+    warm, cold = TokenPrompts(16, salt=3), TokenPrompts(16, salt=3)
+    ids = list(range(40, 100))
+    warm.prompt(ids[:30], 30 * 16)  # the parent: its 30 blocks are cached joined
+    child = warm.prompt(ids, 60 * 16 - 7)
+    assert np.array_equal(child, cold.prompt(ids, 60 * 16 - 7))
+    child[:] = 0  # the caller's array is its own
+    assert np.array_equal(warm.prompt(ids[:30], 30 * 16), cold.prompt(ids[:30], 30 * 16))

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the real agent programs the `realclient` tests drive: Claude Code and Codex CLI
+# (npm, into .real-clients/ of the repository) and mini-swe-agent (pip, into the venv).
+# Each is skipped with a reason when its registry cannot be reached; the tests then skip.
+#
+#   scripts/setup-real-clients.sh [PYTHON]      # PYTHON: the venv's python (default .venv/bin/python)
+#
+# The tests find the programs in .real-clients/bin (or on PATH).
+set -u
+cd "$(dirname "$0")/.."
+PY="${1:-.venv/bin/python}"
+PREFIX="$PWD/.real-clients"
+mkdir -p "$PREFIX"
+status=0
+
+npm_install() {  # package, binary
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "setup-real-clients: skip $1: npm not installed"; return
+    fi
+    if ! timeout 60 npm view "$1" version >/dev/null 2>&1; then
+        echo "setup-real-clients: skip $1: npm registry not reachable"; return
+    fi
+    if timeout 600 npm install -g --prefix "$PREFIX" --no-audit --no-fund "$1" >/dev/null 2>&1 \
+            && [ -x "$PREFIX/bin/$2" ]; then
+        echo "setup-real-clients: $1 $("$PREFIX/bin/$2" --version 2>/dev/null | head -1)"
+    else
+        echo "setup-real-clients: $1: npm install failed"; status=1
+    fi
+}
+
+npm_install @anthropic-ai/claude-code claude
+npm_install @openai/codex codex
+
+if "$PY" -c "import minisweagent" >/dev/null 2>&1; then
+    echo "setup-real-clients: mini-swe-agent already installed"
+elif timeout 600 "$PY" -m pip install -q mini-swe-agent >/dev/null 2>&1; then
+    echo "setup-real-clients: mini-swe-agent $("$PY" -m pip show mini-swe-agent 2>/dev/null | sed -n 's/^Version: //p')"
+else
+    echo "setup-real-clients: skip mini-swe-agent: PyPI not reachable or install failed"
+fi
+exit $status

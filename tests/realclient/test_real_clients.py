@@ -1,0 +1,248 @@
+"""Real agent programs nobody here wrote, recorded through the proxy in front of the
+simulated engine and replayed against a fresh one: Claude Code (messages), Codex CLI
+(responses) and mini-swe-agent (chat, through litellm).
+
+The engine answers a user's turn with a tool call (``ls``), so each agent runs a tool and
+sends its result: a multi-turn session. The recording must hold that session (one
+session, each turn the child of the one before), and its replay must send the same token
+counts in the same tree with the recorded think times. No dummy key may appear in any
+file written. The programs talk to loopback only: HTTP(S)_PROXY points at a closed
+loopback port, so anything else they try fails.
+
+Install the programs with scripts/setup-real-clients.sh; each test skips when its
+program is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from engines.sim import SimProcess, SimServer
+from replay.record import Recorder
+from traces.io import read_trace
+
+pytestmark = [pytest.mark.slow, pytest.mark.realclient]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / ".real-clients" / "bin"
+SECRET = "sk-realclient-test-0f9e8d7c"
+LS = 'Bash={"command": "ls"}'
+CODEX_LS = 'exec_command={"cmd": "ls"}'
+MINI_LS = 'bash={"command": "ls"}'
+
+
+def program(name: str) -> str:
+    for folder in (BIN, Path(sys.executable).parent):  # npm's prefix; the venv (pip)
+        path = folder / name
+        if path.exists():
+            return str(path)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} not installed (scripts/setup-real-clients.sh)")
+    return found
+
+
+def base_env(home: Path) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(HOME=str(home), HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9",
+               https_proxy="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9",
+               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    return env
+
+
+async def run_program(argv: Sequence[str], env: dict[str, str], cwd: Path,
+                      timeout_s: float = 240) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    return text
+
+
+async def record(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[Path, list[dict]]:
+    """Record one run of the program; ``argv_env(proxy_url, model, home)`` gives
+    (argv, env)."""
+    trace = tmp / "trace"
+    home = tmp / "home"
+    work = tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        argv, env = argv_env(rec.url, sim.profile.model_name, home)
+        await run_program(argv, env, work)
+    rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    return trace, rows
+
+
+def the_agent_session(rows: list[dict]) -> list[dict]:
+    """The rows of the session with the most turns, in request order; it must be one chain
+    with a tool-call turn and a turn after it."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["session_id"], []).append(r)
+    main = max(by.values(), key=len)
+    main.sort(key=lambda r: r["request_index"])
+    assert len(main) >= 2, [(r["session_id"], r["request_index"]) for r in rows]
+    assert [r["parent_index"] for r in main] == list(range(-1, len(main) - 1))
+    assert all(r["error"] is None for r in main)
+    return main
+
+
+async def replay_matches(trace: Path, rows: list[dict], out: Path) -> None:
+    from replay.config import RunConfig
+    from replay.run import arun
+
+    with SimProcess("fast", seed=4) as target:
+        summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
+                                       progress=False, scrape_interval_s=0), progress=None)
+    assert summary.failed == 0
+    res = {(x["session_id"], x["request_index"]): x
+           for x in pq.read_table(out / "requests").to_pylist()}
+    assert len(res) == len(rows)
+    for r in rows:
+        x = res[(r["session_id"], r["request_index"])]
+        assert x["status"] == "ok", x["error"]
+        assert x["api"] == r["api"]
+        assert x["prompt_tokens"] == r["input_tokens"]
+        assert x["completion_tokens"] == r["output_tokens"]
+        assert x["parent_index"] == r["parent_index"]
+        if r["parent_index"] >= 0:
+            assert x["think_ns"] == r["think_ns"]
+
+
+def no_secret_written(*dirs: Path) -> None:
+    for d in dirs:
+        for f in d.rglob("*"):
+            if f.is_file():
+                assert SECRET.encode() not in f.read_bytes(), f
+
+
+async def test_claude_code(tmp_path: Path) -> None:
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
+                   DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                   DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
+        return [claude, "-p", "List the files here.", "--max-turns", "3",
+                "--allowedTools", "Bash(ls)"], env
+
+    trace, rows = await record(tmp_path, [LS], argv_env)
+    main = the_agent_session(rows)
+    assert all(r["api"] == "messages" for r in main)
+    assert main[0]["input_tokens"] > 5000  # Claude Code's tools and system are counted
+    assert main[0]["session_id"] != "auto-00001"  # named by X-Claude-Code-Session-Id
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
+         '"subagent_type": "general-purpose"}')
+
+
+async def test_claude_code_subagents(tmp_path: Path) -> None:
+    """The engine answers with the Agent tool where it is offered: Claude Code runs a
+    subagent (x-claude-code-agent-id), which spawns its own, down to --max-turns; each
+    subagent's result joins the turn of its spawner that follows."""
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
+                   DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                   DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
+        return [claude, "-p", "List the files here.", "--max-turns", "3",
+                "--allowedTools", "Bash(ls)", "Agent"], env
+
+    trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
+    session = [r for r in rows if r["session_id"] == rows[0]["session_id"]]
+    session.sort(key=lambda r: r["request_index"])
+    agents = {r["agent_id"] for r in session}
+    assert "main" in agents and len(agents) >= 2
+    by_index = {r["request_index"]: r for r in session}
+    subs = [a for a in agents if a != "main"]
+    for a in subs:
+        turns = [r for r in session if r["agent_id"] == a]
+        first, last = turns[0], turns[-1]
+        spawn = by_index[first["depends_on"][0]]
+        assert spawn["agent_id"] != a  # spawned by another stream's turn
+        # joined by a later turn of the spawner's stream, when the spawner went on
+        later = [r for r in session if r["agent_id"] == spawn["agent_id"]
+                 and r["request_index"] > spawn["request_index"]]
+        if later:
+            assert last["request_index"] in later[0]["depends_on"]
+    main_turns = [r for r in session if r["agent_id"] == "main"]
+    assert len(main_turns) >= 2
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+async def test_codex_cli(tmp_path: Path) -> None:
+    codex = program("codex")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        (home / "config.toml").write_text(
+            f'model = "{model}"\nmodel_provider = "sim"\n\n'
+            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
+            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n'
+            "[analytics]\nenabled = false\n")
+        env = base_env(home)
+        env.update(CODEX_HOME=str(home), SIM_API_KEY=SECRET)
+        return [codex, "exec", "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox", "List the files here."], env
+
+    trace, rows = await record(tmp_path, [CODEX_LS, LS], argv_env)
+    main = the_agent_session(rows)
+    assert all(r["api"] == "responses" for r in main)
+    assert main[0]["session_id"] != "auto-00001"  # named by Codex's session header
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+async def test_mini_swe_agent(tmp_path: Path) -> None:
+    mini = program("mini")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(MSWEA_CONFIGURED="true", MSWEA_GLOBAL_CONFIG_DIR=str(home),
+                   MSWEA_COST_TRACKING="ignore_errors", OPENAI_API_KEY=SECRET,
+                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        return [mini, "-m", f"openai/{model}", "-t", "List the files here.", "-y",
+                "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={url}/v1",
+                "-c", "agent.step_limit=3", "-c", "agent.cost_limit=0",
+                "-o", str(home / "trajectory.json")], env
+
+    trace, rows = await record(tmp_path, [MINI_LS], argv_env)
+    main = the_agent_session(rows)
+    # tool call, text after the tool's output, then a format-error turn that drops that
+    # reply: still one chain
+    assert len(main) == 3 and all(r["api"] == "chat" for r in main)
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")

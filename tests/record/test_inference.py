@@ -1,0 +1,186 @@
+"""Session inference beyond reply matching (dropped replies, retries), agent streams with
+spawn and join, and the session headers real agents send. Hand-computed expectations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from multidict import CIMultiDict
+
+from replay.record.agents import MAIN, AgentTracker
+from replay.record.content import conversation
+from replay.record.replies import Reply
+from replay.record.sessions import SessionTracker
+from replay.record.wire import header_session
+
+
+def user(t: str) -> dict[str, Any]:
+    return {"role": "user", "content": t}
+
+
+def asst(t: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": t}
+
+
+def conv(*msgs: dict[str, Any]) -> list[Any]:
+    return conversation("chat", {"messages": list(msgs)})
+
+
+SYS = {"role": "system", "content": "you are an agent"}
+
+
+def test_a_child_that_dropped_the_reply_continues_the_session() -> None:
+    # mini-swe-agent: a malformed reply is not sent back; only a user message is appended
+    tr = SessionTracker()
+    a, ta = tr.assign(0, conv(SYS, user("task")))
+    tr.complete(ta, 100, Reply("no code block here", ()))
+    b, tb = tr.assign(130, conv(SYS, user("task"), user("format error: one bash block")))
+    assert (b.session_id, b.request_index, b.parent_index, b.think_ns, b.how) == \
+        (a.session_id, 1, 0, 30, "prefix")
+    tr.complete(tb, 200, Reply("```bash\nls\n```", ()))
+    # the next turn keeps the reply and extends the longer conversation: its parent is 1
+    c, _ = tr.assign(260, conv(SYS, user("task"), user("format error: one bash block"),
+                               asst("```bash\nls\n```"), user("a.txt")))
+    assert (c.session_id, c.parent_index, c.think_ns) == (a.session_id, 1, 60)
+    assert tr.session_count == 1
+
+
+def test_a_prefix_still_running_is_not_a_parent() -> None:
+    tr = SessionTracker()
+    _, _ = tr.assign(0, conv(user("task")))  # still running
+    b, _ = tr.assign(10, conv(user("task"), user("more")))
+    assert (b.session_id, b.parent_index, b.how) == ("auto-00002", -1, "new")
+
+
+def test_retries_of_a_first_request_stay_in_its_session() -> None:
+    tr = SessionTracker()
+    a, ta = tr.assign(0, conv(user("go")))
+    tr.complete(ta, 50, None)  # failed
+    r1, t1 = tr.assign(60, conv(user("go")))
+    tr.complete(t1, 90, None)  # failed again
+    r2, t2 = tr.assign(100, conv(user("go")))
+    assert [(x.session_id, x.request_index, x.parent_index, x.how) for x in (a, r1, r2)] == [
+        ("auto-00001", 0, -1, "new"), ("auto-00001", 1, -1, "retry"),
+        ("auto-00001", 2, -1, "retry")]
+    tr.complete(t2, 150, Reply("ok", ()))
+    # the next turn follows the retry that succeeded
+    n, _ = tr.assign(170, conv(user("go"), asst("ok"), user("next")))
+    assert (n.session_id, n.parent_index, n.think_ns) == ("auto-00001", 2, 20)
+
+
+def test_an_identical_request_after_a_success_is_a_new_session() -> None:
+    tr = SessionTracker()
+    _, ta = tr.assign(0, conv(user("go")))
+    tr.complete(ta, 50, Reply("ok", ()))
+    b, _ = tr.assign(60, conv(user("go")))
+    assert (b.session_id, b.how) == ("auto-00002", "new")
+
+
+def test_session_headers_of_real_agents_by_default() -> None:
+    h = CIMultiDict({"x-claude-code-session-id": "cc-1"})
+    assert header_session(h, "X-Session-ID") == "cc-1"
+    assert header_session(CIMultiDict({"session_id": "codex-9"}), "X-Session-ID") == "codex-9"
+    assert header_session(CIMultiDict({"thread-id": "t-3"}), "X-Session-ID") == "t-3"
+    # the configured header comes first
+    both = CIMultiDict({"X-Session-ID": "mine", "X-Claude-Code-Session-Id": "cc"})
+    assert header_session(both, "X-Session-ID") == "mine"
+    assert header_session(CIMultiDict({"X-Other": "x"}), "X-Other") == "x"
+    assert header_session(CIMultiDict(), "X-Session-ID") is None
+
+
+def test_subagents_spawn_from_the_main_turn_and_join_it() -> None:
+    """Main turns 0, 1; subagents A (turns 2, 4) and B (turn 3) spawned by turn 1; main
+    turn 5 arrives after both finished and joins them; main turn 6 follows 5 only."""
+    at = AgentTracker()
+    p0 = at.place("s", 0, None, 0, -1)
+    at.complete("s", 0, 100)
+    p1 = at.place("s", 1, None, 150, 0)
+    at.complete("s", 1, 300)
+    a1 = at.place("s", 2, "agent-a", 320, 1)
+    b1 = at.place("s", 3, "agent-b", 325, 1)
+    at.complete("s", 2, 400)
+    a2 = at.place("s", 4, "agent-a", 450, 2)
+    at.complete("s", 3, 500)
+    at.complete("s", 4, 600)
+    m = at.place("s", 5, None, 640, 1)
+    at.complete("s", 5, 700)
+    m2 = at.place("s", 6, None, 710, 5)
+    got = [(p.agent_id, p.depends_on, p.think_ns) for p in (p0, p1, a1, b1, a2, m, m2)]
+    assert got == [
+        (MAIN, [], None),
+        (MAIN, [0], 50),
+        ("agent-a", [1], 20),
+        ("agent-b", [1], 25),
+        ("agent-a", [2], 50),
+        (MAIN, [1, 3, 4], 40),  # after the later of the subagents' ends (600)
+        (MAIN, [5], 10),
+    ]
+
+
+def test_nested_subagents_join_their_own_spawner() -> None:
+    """main 0 spawns A (1); A spawns B (2); B ends; A's next turn (3) joins B; A ends; main's
+    next turn (4) joins A only."""
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1)
+    at.complete("s", 0, 10)
+    a1 = at.place("s", 1, "A", 20, 0)
+    at.complete("s", 1, 30)
+    b1 = at.place("s", 2, "B", 40, 1)
+    at.complete("s", 2, 50)
+    a2 = at.place("s", 3, "A", 60, 1)
+    at.complete("s", 3, 70)
+    m = at.place("s", 4, None, 80, 0)
+    assert [p.depends_on for p in (a1, b1, a2, m)] == [[0], [1], [1, 2], [0, 3]]
+    assert [p.think_ns for p in (a1, b1, a2, m)] == [10, 10, 10, 10]
+
+
+def test_a_subagent_still_running_is_not_joined() -> None:
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1)
+    at.complete("s", 0, 10)
+    at.place("s", 1, "bg", 20, 0)  # running in the background
+    m = at.place("s", 2, None, 30, 0)
+    assert m.depends_on == [0]
+    at.complete("s", 1, 40)
+    m2 = at.place("s", 3, None, 50, 2)
+    assert m2.depends_on == [1, 2]
+
+
+async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -> None:
+    """Through the proxy: main turn, a subagent (two turns, same opening as the main
+    agent's), then the main agent's next turn; the trace holds agent_id and depends_on and
+    passes validation."""
+    import anthropic
+
+    from engines.sim import SimServer
+    from replay.record import Recorder
+    from traces.io import read_trace
+    from traces.validate import validate_or_raise
+
+    trace = tmp_path / "t"
+    sess = {"X-Claude-Code-Session-Id": "cc-7"}
+    sub = {**sess, "x-claude-code-agent-id": "agent-1"}
+    async with SimServer("fast") as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
+
+        async def turn(msgs: list[dict[str, Any]], headers: dict[str, str]) -> str:
+            r = await client.messages.create(model="sim-fast", max_tokens=5, messages=msgs,  # type: ignore[arg-type]
+                                             extra_headers=headers)
+            return r.content[0].text  # type: ignore[union-attr]
+
+        opening = [user("look at the repo")]
+        r0 = await turn(opening, sess)
+        s0 = await turn(opening, sub)  # the subagent opens with the same words
+        await turn([*opening, asst(s0), user("go on")], sub)
+        await turn([*opening, asst(r0), user("subagent says: done")], sess)
+        await client.close()
+    table, meta = read_trace(trace)
+    validate_or_raise(table, meta, str(trace))
+    rows = sorted(table.to_pylist(), key=lambda r: r["request_index"])
+    got = [(r["session_id"], r["agent_id"], r["parent_index"], r["depends_on"]) for r in rows]
+    assert got == [("cc-7", "main", -1, []), ("cc-7", "agent-1", 0, [0]),
+                   ("cc-7", "agent-1", 1, [1]), ("cc-7", "main", 0, [0, 2])]
+    last = rows[3]
+    assert last["think_ns"] == last["arrival_ns"] - rows[2]["arrival_ns"] - rows[2]["end_ns"]
