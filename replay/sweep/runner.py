@@ -314,6 +314,8 @@ def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None
     if progress is not None and todo < len(slots):
         progress(f"resuming {out}: {len(slots) - todo} of {len(slots)} runs already done")
     with Servers(exp.seed) as servers:
+        if todo:
+            servers.prestart([t for t in exp.targets if t.lifetime == "sweep" and t.kind != "url"])
         ok = execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing)
         timing["server_start_s"] = servers.start_s
     timing["wall_s"] = time.monotonic() - t0
