@@ -84,7 +84,14 @@ def main() -> None:
     ap.add_argument("--speedup", type=float, default=8.0)
     ap.add_argument("--no-warmup", action="store_true")
     args = ap.parse_args()
+    import signal
+
     from replay.sweep import load_experiment, run_sweep
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # the sweep stops the servers it started
+
+    signal.signal(signal.SIGTERM, stop)
 
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         root = Path(tmp)

@@ -35,12 +35,24 @@ def _err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _term_as_interrupt() -> None:
+    """SIGTERM ends a sweep like Ctrl-C: the run in progress is marked interrupted in the
+    index and every server the sweep started is stopped (none is left behind)."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from analysis.frontier import build
     from replay.sweep import load_experiment, run_capacity, run_sweep
     from traces.errors import InputError
 
     exp = load_experiment(args.experiment, output=args.output)
+    _term_as_interrupt()
     if args.report_only:
         res = build([exp.output])
         print(res["markdown"])
