@@ -13,7 +13,7 @@ index. Warm-up traffic is load on the server, counted apart. The figures:
   outside       wall - runs - warm-up: server start, indexing, the schedule, the frontier
                 is not included (built afterwards)
 
-    .venv/bin/python benchmarks/bench_sweep.py [--duration 3] [--speedup 8] [--no-warmup]
+    .venv/bin/python benchmarks/bench_sweep.py [--duration 3] [--speedup 8] [--turns 5] [--no-warmup]
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--speedup", type=float, default=8.0)
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--turns", type=int, default=5, help="turns per session (run length)")
     args = ap.parse_args()
     import signal
 
@@ -95,7 +96,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         root = Path(tmp)
-        tr = trace(root / "t.parquet")
+        tr = trace(root / "t.parquet", turns=args.turns)
         exp_file = root / "exp.toml"
         exp_file.write_text(EXPERIMENT.format(
             trace=tr, out=root / "sweep", speedup=args.speedup, duration=args.duration,

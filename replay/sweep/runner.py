@@ -322,3 +322,30 @@ def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None
     timing["outside_runs_s"] = timing["wall_s"] - timing.get("run_s", 0.0) - timing.get("warmup_s", 0.0)
     write_state(exp, out, timing, "complete" if ok else "interrupted")
     return SweepResult(out, list(rows.values()), timing, interrupted=not ok)
+
+
+def reindex(exp: Experiment, out: Path | None = None) -> list[dict[str, Any]]:
+    """Recompute every run's figures from its results folder (after a change of metric
+    definitions, prices or target costs in the experiment file) and rewrite the index;
+    statuses and reasons of runs that did not finish stay as they are."""
+    from analysis.points import point_metrics
+    from analysis.report import build_report
+    from analysis.runstats import Prices
+
+    root = Path(out or exp.output)
+    rows = read_index(root)
+    if not rows:
+        raise InputError(f"{root}: no index.parquet to rebuild")
+    targets = {t.name: t for t in exp.targets}
+    prices = None if exp.prices is None else Prices(
+        input_miss=exp.prices["input_miss"], input_hit=exp.prices["input_hit"], output=exp.prices["output"])
+    for r in rows:
+        run_dir = root / str(r["path"])
+        t = targets.get(str(r["target"]))
+        if t is None or r["status"] not in ("complete", "unreachable") or not (run_dir / "run.json").exists():
+            continue
+        rep = build_report(run_dir, gpus=t.gpus, prices=prices)
+        r.update(point_metrics(rep, t.gpus, t.usd_per_gpu_hour), gpus=t.gpus,
+                 usd_per_gpu_hour=t.usd_per_gpu_hour, cold_start=bool(rep.cold_start))
+    write_index(root, rows)
+    return rows
