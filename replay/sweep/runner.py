@@ -196,6 +196,7 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
     slots = list(slots)
     total = total or len(slots)
     current: Target | None = None
+    cannot_start: dict[tuple[str, int], str] = {}  # (target, repeat) -> why: not retried in that visit
     for n, slot in enumerate(slots, 1):
         target = exp.targets[slot.target]
         k = (slot.phase, target.name, slot.point, slot.repeat)
@@ -214,7 +215,14 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
         t_run = time.monotonic()
         interrupted = False
         try:
-            running: Running = servers.get(target)
+            why = cannot_start.get((target.name, slot.repeat))
+            if why is not None:
+                raise AgentReplayError(why)
+            try:
+                running: Running = servers.get(target)
+            except AgentReplayError as exc:
+                cannot_start[(target.name, slot.repeat)] = str(exc)
+                raise
             cfg = run_config(exp, running.url, run_dir, slot.point, slot.repeat)
             row["salt"] = cfg.salt
             if exp.warmup.enabled:
