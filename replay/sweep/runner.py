@@ -161,10 +161,11 @@ def _now() -> str:
 
 
 def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, float] | None = None,
-             ) -> tuple[str, str | None, dict[str, Any], bool, bool]:
-    """status, reason, point figures, bottleneck flag, cold-start flag of a finished run."""
+             ) -> tuple[str, str | None, dict[str, Any], bool, bool, bool]:
+    """status, reason, point figures, and the flags bottleneck, cold start, host contention
+    (``analysis.selfcheck``) of a finished run."""
     from analysis.points import empty_point, point_metrics
-    from analysis.report import build_report
+    from analysis.report import build_report, self_check
     from analysis.runstats import Prices
 
     meta = json.loads((run_dir / "run.json").read_text())
@@ -173,15 +174,16 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
     figures = point_metrics(rep, target.gpus, target.usd_per_gpu_hour)
     bottleneck = bool(meta.get("load_generator_bottleneck"))
     cold = bool(rep.cold_start)
+    contended = bool(self_check(meta, rep.stats).contention)
     if summary.interrupted:
-        return "interrupted", "interrupted by the user", figures, bottleneck, cold
+        return "interrupted", "interrupted by the user", figures, bottleneck, cold, contended
     if rep.stats.requests["ok"] == 0:
         why = ", ".join(f"{k} {v}" for k, v in rep.stats.errors.items()) or "no request was sent"
-        return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold
+        return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold, contended
     if bottleneck:
         return ("unreachable", "the load generator could not hold this load: "
-                + str(meta.get("load_generator_warning")), figures, bottleneck, cold)
-    return "complete", None, figures, bottleneck, cold
+                + str(meta.get("load_generator_warning")), figures, bottleneck, cold, contended)
+    return "complete", None, figures, bottleneck, cold, contended
 
 
 def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict[tuple[Any, ...], dict[str, Any]],
@@ -246,10 +248,10 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             row["replay_s"] = summary.wall_s
             timing["run_s"] = timing.get("run_s", 0.0) + row["run_s"]
             timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
-            status, reason, figures, bottleneck, cold = _outcome(run_dir, summary, target, exp.prices)
+            status, reason, figures, bottleneck, cold, contended = _outcome(run_dir, summary, target,
+                                                                           exp.prices)
             row.update(figures, status=status, reason=reason, load_generator_bottleneck=bottleneck,
-                       machine_contention=bool(json.loads((run_dir / "run.json").read_text()).get(
-                           "machine_contention")),
+                       machine_contention=contended,
                        cold_start=cold)
             interrupted = summary.interrupted
         except KeyboardInterrupt:
@@ -337,7 +339,7 @@ def reindex(exp: Experiment, out: Path | None = None) -> list[dict[str, Any]]:
     definitions, prices or target costs in the experiment file) and rewrite the index;
     statuses and reasons of runs that did not finish stay as they are."""
     from analysis.points import point_metrics
-    from analysis.report import build_report
+    from analysis.report import build_report, self_check
     from analysis.runstats import Prices
 
     root = Path(out or exp.output)
@@ -354,6 +356,7 @@ def reindex(exp: Experiment, out: Path | None = None) -> list[dict[str, Any]]:
             continue
         rep = build_report(run_dir, gpus=t.gpus, prices=prices)
         r.update(point_metrics(rep, t.gpus, t.usd_per_gpu_hour), gpus=t.gpus,
-                 usd_per_gpu_hour=t.usd_per_gpu_hour, cold_start=bool(rep.cold_start))
+                 usd_per_gpu_hour=t.usd_per_gpu_hour, cold_start=bool(rep.cold_start),
+                 machine_contention=self_check(rep.meta, rep.stats).contention)
     write_index(root, rows)
     return rows

@@ -29,7 +29,7 @@ def test_saturated_run_is_unreachable_with_its_reason(tmp_path: Path) -> None:
     run_dir = write_results(tmp_path / "r", synthetic_batches(300, 1), {
         "load_generator_bottleneck": True,
         "load_generator_warning": "load generator saturated: schedule lag p99 30.0 ms"})
-    status, reason, figures, bottleneck, _ = _outcome(run_dir, SimpleNamespace(interrupted=False),
+    status, reason, figures, bottleneck, _, _ = _outcome(run_dir, SimpleNamespace(interrupted=False),
                                                       Target("a", "sim", "fast"))
     assert (status, bottleneck) == ("unreachable", True)
     assert "could not hold this load" in str(reason) and "30.0 ms" in str(reason)
