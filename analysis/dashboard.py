@@ -99,7 +99,8 @@ def bottleneck(stats: LiveStats) -> str | None:
 
 def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
                      total_requests: int | None = None, title: str = "agent-replay",
-                     server_gauges: Mapping[str, float] | None = None) -> Group:
+                     server_gauges: Mapping[str, float] | None = None,
+                     gpu_line: str = "") -> Group:
     """One frame of the dashboard (fits ``width`` x ``height``; 100 x 30 shows everything)."""
     stats.flush()
     total = total_requests or stats.total
@@ -173,6 +174,8 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
             f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
             f"{label} {server_gauges[name]:,.0f}"
             for name, label in GAUGES.items() if name in server_gauges)))
+    if gpu_line:  # engines.telemetry.gauges.line
+        parts.append(Text(gpu_line))
     return Group(*parts)
 
 
@@ -246,7 +249,8 @@ class SharedGauges:
 
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
-                 shared_gauges: SharedGauges | None = None, ready: Any = None) -> None:
+                 shared_gauges: SharedGauges | None = None, ready: Any = None,
+                 gpu_gauges: Any = None) -> None:
     _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot
@@ -256,8 +260,9 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     stats: LiveStats | None = None
     gauges: dict[str, float] = {}
     gauges_seen = 0
+    gpu_seen, gpu_text, gpu_at = 0, "", 0.0
     last_scrape = last_line = 0.0
-    drawn: tuple[int, int, int, int, int] | None = None
+    drawn: tuple[int, int, int, int, int, int] | None = None
     live = None
     if tty:
         from rich.live import Live
@@ -299,19 +304,26 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                     gauges = scrape_gauges(gauges_url)
                 except (OSError, ValueError):
                     gauges = {}
+            if gpu_gauges is not None and now - gpu_at >= 0.5:  # the sampler reads every 0.1 s
+                n_gpu, text = gpu_gauges.line()
+                if n_gpu != gpu_seen:
+                    gpu_seen, gpu_text, gpu_at = n_gpu, text, now
             if stats is not None:
                 if live is not None:
                     size = console.size
                     # A frame costs tens of ms of CPU: draw only when something changed.
-                    state = (seen, parts, int(last_scrape * 1000), size.width, size.height)
+                    state = (seen, parts, int(last_scrape * 1000), gpu_seen, size.width,
+                             size.height)
                     if state != drawn or stopping:
                         drawn = state
                         live.update(render_dashboard(stats, size.width, size.height,
                                                      total_requests=total, title=title,
-                                                     server_gauges=gauges), refresh=True)
+                                                     server_gauges=gauges, gpu_line=gpu_text),
+                                    refresh=True)
                 elif stopping or now - last_line >= 5.0:
                     last_line = now
-                    print(progress_line(stats, total), flush=True)
+                    print(progress_line(stats, total) + (f" | {gpu_text}" if gpu_text else ""),
+                          flush=True)
             if stopping:
                 break
             time.sleep(1.0 / FPS)
@@ -343,9 +355,12 @@ class DashboardProcess:
 
     def __init__(self, total_requests: int, title: str = "agent-replay",
                  server_gauges_url: str | None = None, *, tty: bool | None = None,
-                 results_dir: str | None = None, shared_gauges: SharedGauges | None = None) -> None:
+                 results_dir: str | None = None, shared_gauges: SharedGauges | None = None,
+                 gpu_gauges: Any = None) -> None:
         """Server gauges: from ``shared_gauges`` when given (another process scrapes), else
-        scraped from ``server_gauges_url`` every second."""
+        scraped from ``server_gauges_url`` every second. ``gpu_gauges``: the GPU sampler's
+        ``engines.telemetry.gauges.GpuGauges`` (its ``line()`` is shown)."""
+        self.gpu_gauges = gpu_gauges
         self.total_requests = total_requests
         self.results_dir = results_dir
         self.shared_gauges = shared_gauges
@@ -372,7 +387,7 @@ class DashboardProcess:
             target=_render_loop, name="agent-replay-dashboard", daemon=True,
             args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
                   self.title, self.server_gauges_url, self.tty, self.results_dir, self.shared_gauges,
-                  self._ready))
+                  self._ready, self.gpu_gauges))
         self._proc.start()
         deadline = time.monotonic() + wait_s
         while not self._ready.wait(0.1) and time.monotonic() < deadline and self._proc.is_alive():

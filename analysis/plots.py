@@ -34,8 +34,9 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / n for n in NAMES]
+    gpu = report.gpu_samples is not None and report.gpu_samples.num_rows > 0
     if not force:
-        for p in paths:
+        for p in paths + ([out / "gpu.png"] if gpu else []):
             if p.exists():
                 raise OutputExistsError(str(p))
     t = report.stats.per_request
@@ -128,4 +129,8 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     ax.set_title(f"Session timelines (first {len(lanes)} sessions)")
     fig.savefig(paths[4], dpi=100, bbox_inches="tight")
     plt.close(fig)
+    if gpu:  # GPU telemetry beside the run (analysis.gpu_plots)
+        from analysis.gpu_plots import NAME, plot_gpu
+
+        paths.append(plot_gpu(report, out / NAME, plt))
     return paths

@@ -80,6 +80,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "tokens_per_chunk": {str(k): v for k, v in st.tokens_per_chunk.items()},
         "sessions": sessions,
         "server": _jsonable(r.server),
+        "gpu": _jsonable(r.gpu),
         "run": _jsonable(r.meta),
     }
 
@@ -187,6 +188,10 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
     if d["server"] and d["server"].get("scrapes"):
         yield "Server side (vLLM /metrics, deltas over the run) beside the client", \
             list(_server_rows(d))
+    if d.get("gpu"):
+        from analysis.gpu_energy import report_rows
+
+        yield from report_rows(d["gpu"])
 
 
 SERVER_LATENCY = (("ttft", "ttft", "TTFT (server from engine arrival)"),
@@ -353,8 +358,8 @@ def to_csv(r: Report) -> str:
     for f, v in d["fidelity"].items():
         if not isinstance(v, dict):
             w.writerow(["fidelity", "fidelity", f, v])
-    for block in ("goodput", "economics"):
-        if d[block]:
+    for block in ("goodput", "economics", "gpu"):
+        if d.get(block):
             for f, v in d[block].items():
                 if not isinstance(v, (dict, list)):
                     w.writerow([block, block, f, v])

@@ -11,8 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from analysis.gpu_energy import gpu_section
 from analysis.hist import Summary
-from analysis.results import iter_request_batches, read_run_meta, read_server_metrics
+from analysis.results import (
+    iter_request_batches,
+    read_gpu_telemetry,
+    read_run_meta,
+    read_server_metrics,
+)
 from analysis.runstats import COLUMNS, PER_TOKEN_METRICS, Accumulator, Prices, RunStats, Slo
 from analysis.server_metrics import summarize as summarize_server_metrics
 from traces.errors import InputError
@@ -30,6 +36,9 @@ class Report:
     server: Mapping[str, Any] | None = None
     cold_start: str | None = None
     """Why the run's start may be cold (``analysis.coldstart``), None when it does not look so."""
+    gpu: Mapping[str, Any] | None = None
+    """analysis.gpu_energy figures when the run has GPU telemetry."""
+    gpu_samples: pa.Table | None = None
 
 
 def parse_slo(text: str | None) -> Slo | None:
@@ -165,6 +174,8 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
 
     cold = cold_start(meta, stats.per_request, results_dir)
     warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])
+    samples = read_gpu_telemetry(results_dir)
     return Report(results_dir=str(results_dir), meta=meta, stats=stats,
                   headline=headline(stats.tps, stats.inexact["requests"]),
-                  warnings=warnings, server=server, cold_start=cold)
+                  warnings=warnings, server=server, cold_start=cold,
+                  gpu=gpu_section(results_dir, meta, stats, samples), gpu_samples=samples)

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.results_schema import OPTIONAL_COLUMNS, REQUEST_SCHEMA
+from analysis.results_schema import GPU_TELEMETRY_SCHEMA, OPTIONAL_COLUMNS, REQUEST_SCHEMA
 from traces.errors import InputError
 
 BATCH_ROWS = 65_536
@@ -196,3 +196,18 @@ def read_server_metrics(results_dir: str | os.PathLike[str]) -> pa.Table | None:
         return pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: not a readable Parquet file: {exc}") from exc
+
+
+def read_gpu_telemetry(results_dir: str | os.PathLike[str]) -> pa.Table | None:
+    """gpu_telemetry.parquet (GPU_TELEMETRY_SCHEMA), or None when the run has none."""
+    path = _root(results_dir) / "gpu_telemetry.parquet"
+    if not path.exists():
+        return None
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: not a readable Parquet file: {exc}") from exc
+    missing = [n for n in GPU_TELEMETRY_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: missing column {missing[0]!r} of the GPU telemetry schema")
+    return table

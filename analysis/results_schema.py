@@ -5,6 +5,7 @@ Layout of a results folder::
     RESULTS/run.json                     run metadata (see RunMeta in replay)
     RESULTS/requests/part-*.parquet      one row per request, REQUEST_SCHEMA
     RESULTS/server_metrics.parquet       /metrics samples, SERVER_METRICS_SCHEMA (optional)
+    RESULTS/gpu_telemetry.parquet        GPU samples, GPU_TELEMETRY_SCHEMA (optional)
 
 Every ``*_ns`` time is an integer nanosecond offset on one monotonic clock from the run's
 start (``run.json`` holds the wall-clock anchor); ``think_ns`` and ``connect_ns`` are
@@ -81,3 +82,25 @@ SERVER_METRICS_SCHEMA = pa.schema(
         pa.field("value", pa.float64(), nullable=False),
     ]
 )
+
+GPU_TELEMETRY_SCHEMA = pa.schema(
+    [
+        pa.field("t_ns", pa.int64(), nullable=False),  # sample time, same clock as requests
+        pa.field("gpu", pa.int32(), nullable=False),  # NVML index / the exporter's gpu label
+        pa.field("uuid", pa.string()),
+        # Null where the source does not have the field (NVML has no sm_active/dram_active).
+        pa.field("gpu_util_pct", pa.float64()),  # time a kernel ran (NVML util.gpu, DCGM_FI_DEV_GPU_UTIL)
+        pa.field("sm_active_pct", pa.float64()),  # cycles an SM had a warp (DCGM_FI_PROF_SM_ACTIVE)
+        pa.field("mem_util_pct", pa.float64()),  # time memory was read/written (NVML util.memory)
+        pa.field("dram_active_pct", pa.float64()),  # memory bandwidth in use (DCGM_FI_PROF_DRAM_ACTIVE)
+        pa.field("mem_used_bytes", pa.int64()),
+        pa.field("mem_total_bytes", pa.int64()),
+        pa.field("power_w", pa.float64()),  # the driver's power reading
+        pa.field("energy_mj", pa.int64()),  # energy counter (since driver load), millijoules
+        pa.field("temp_c", pa.float64()),
+        pa.field("sm_clock_mhz", pa.float64()),
+        pa.field("mem_clock_mhz", pa.float64()),
+    ]
+)
+"""One row per GPU per sample (``engines.telemetry``); ``t_ns`` is an offset from the run's
+t0 like every time in requests/."""

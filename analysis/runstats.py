@@ -200,6 +200,7 @@ class Accumulator:
             inexact={"requests": self.inexact, "without_usage": self.inexact_without_usage},
         )
         secs = duration / NS if duration else float("nan")
+        stats.extra["window_ns"] = (start_ns, stop_ns)  # the measured window, run clock
         stats.extra["throughput"] = {
             "output_tokens_per_s": tokens["output"] / secs if duration else None,
             "input_tokens_per_s": tokens["input"] / secs if duration else None,

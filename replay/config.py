@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from engines.telemetry.source import check_spec as check_gpu_metrics
 from replay.affinity import parse_cpu_list
 from replay.plan import TIMING_MODES, PlanOptions
 from traces.errors import InputError
@@ -64,6 +65,11 @@ class RunConfig:
     kernel's receive time (``engines.kstamp``; fast client, Linux); ``auto``: kernel where it
     can be had, else loop (``effective_timestamps``)."""
     progress: bool = True
+    gpu_metrics: str = "auto"
+    """GPU telemetry (``engines.telemetry.source``): ``auto`` (NVML when the server is on
+    this host or launched), ``nvml``, ``nvml:0,1``, a DCGM exporter's URL, or ``off``."""
+    gpu_interval_s: float = 0.1
+    """GPU telemetry sample period."""
     launch: str | None = None
     """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
     ray: str | None = None
@@ -113,6 +119,9 @@ class RunConfig:
                                             or not sys.platform.startswith("linux")):
             raise InputError("--timestamps kernel needs the fast client on Linux (an http:// "
                              "target, --http-client fast)")
+        check_gpu_metrics(self.gpu_metrics)
+        if self.gpu_interval_s <= 0:
+            raise InputError(f"--gpu-interval must be > 0, got {self.gpu_interval_s}")
         if self.api is not None and self.api not in ("completions", "chat", "messages"):
             raise InputError(f"--api must be completions, chat or messages, got {self.api!r}")
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:

@@ -218,6 +218,28 @@ class _Scrape:
             self.error = self._errq.get_nowait()
 
 
+def _start_gpu_telemetry(config: RunConfig, out: Path, launched: bool,
+                         progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
+    """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
+    and the run.json block that says why (also said in one line)."""
+    from engines.telemetry import FILE_NAME, TelemetryProcess, resolve
+    from engines.telemetry.source import nvml_unavailable
+
+    source, why = resolve(config.gpu_metrics, config.target, launched)
+    if source is not None and source.kind == "nvml":
+        why = nvml_unavailable() or ""
+        if why:
+            source = None
+    if source is not None:
+        tel = TelemetryProcess(source, config.gpu_interval_s, out / FILE_NAME)
+        if tel.start():
+            return tel, {}
+        why = tel.off_reason or ""
+    if progress is not None:
+        progress(f"GPU telemetry off: {why}")
+    return None, {"enabled": False, "reason": why}
+
+
 def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, errq: Any,
                  t0: Any, gauges: Any = None) -> None:
     import signal
@@ -277,7 +299,8 @@ class _Progress:
 
     @classmethod
     def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
-               results_dir: str | None = None, shared_gauges: Any = None) -> _Progress:
+               results_dir: str | None = None, shared_gauges: Any = None,
+               gpu_gauges: Any = None) -> _Progress:
         """With ``results_dir``, the dashboard computes the request statistics from the
         part files there, and ``update`` sends it progress and loop lag only; without it,
         ``live`` sends it complete snapshots (the Ray pool's). ``shared_gauges``: the
@@ -289,7 +312,7 @@ class _Progress:
         except ImportError:
             return cls(out)
         dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
-                                shared_gauges=shared_gauges)
+                                shared_gauges=shared_gauges, gpu_gauges=gpu_gauges)
         dash.start()
         prog = cls(out, dashboard=dash)
         if results_dir is not None:
@@ -399,6 +422,7 @@ def _run(config: RunConfig, progress: Reporter | None,
         interval = 1.0 if info.has_metrics else 0.0
     scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
     scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
+    gpu_tel, gpu_off = _start_gpu_telemetry(config, out, launch_info is not None, progress)
     start_delay_ns = 200_000_000
     pool = None
     spawned: _Spawned | None = None
@@ -416,7 +440,8 @@ def _run(config: RunConfig, progress: Reporter | None,
                             f"agent-replay {Path(config.trace).name} -> {config.target}",
                             metrics_url(config.target) if info.has_metrics else None,
                             results_dir=None if pool is not None else str(out),
-                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None)
+                            shared_gauges=scrape.gauges if scrape is not None and scrape_info["available"] else None,
+                            gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None)
     if pool is not None and prog.dashboard is not None:
         # The pool merges its actors' snapshots itself: one stream for the dashboard.
         pool.on_snapshot = lambda snap: prog.live(0, snap)
@@ -430,6 +455,9 @@ def _run(config: RunConfig, progress: Reporter | None,
     meta["provenance"] = provenance(config.target, launch_info)
     if scrape is not None:
         scrape.t0.value = t0
+    if gpu_tel is not None:
+        gpu_tel.set_t0(t0)
+    meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
     write_json_atomic(out / "run.json", meta)
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
@@ -460,6 +488,8 @@ def _run(config: RunConfig, progress: Reporter | None,
             scrape.stop()
             if scrape.error:
                 meta["scrape"]["error"] = scrape.error
+        if gpu_tel is not None:
+            meta["gpu_telemetry"] = gpu_tel.stop()
         prog.close()
         if pool is not None:
             meta["ray"] = pool.describe()

@@ -80,6 +80,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="with --ray: shard actors on every node (default 1)")
     p.add_argument("--scrape-interval", type=float, default=None, metavar="SECONDS",
                    help="/metrics scrape period (default 1 when the target has /metrics; 0: off)")
+    p.add_argument("--gpu-metrics", default="auto", metavar="auto|nvml[:0,1]|URL|off",
+                   help="GPU telemetry beside the run: auto (default) = NVML when the server "
+                   "is on this host or launched (needs the gpu extra); nvml:0,1 = those GPUs; "
+                   "URL = a DCGM exporter's /metrics; off")
+    p.add_argument("--no-gpu-metrics", dest="gpu_metrics", action="store_const", const="off",
+                   help="no GPU telemetry (same as --gpu-metrics off)")
+    p.add_argument("--gpu-interval", type=float, default=0.1, metavar="SECONDS",
+                   help="GPU telemetry sample period (default 0.1)")
     p.add_argument("--no-vllm-extras", action="store_true",
                    help="do not send ignore_eos, min_tokens, return_token_ids, continuous usage "
                         "(for servers that reject them; a server that then sends no token counts "
@@ -124,6 +132,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         http_client=getattr(args, "http_client", "fast"),
         timestamps=getattr(args, "timestamps", "auto"),
         progress=not args.no_progress, launch=getattr(args, "launch", None),
+        gpu_metrics=getattr(args, "gpu_metrics", "auto"),
+        gpu_interval_s=getattr(args, "gpu_interval", 0.1),
         ray=getattr(args, "ray", None), ray_actors_per_node=getattr(args, "ray_actors_per_node", 1))
 
 

@@ -1,0 +1,97 @@
+"""The newest GPU figures for the live dashboard, in shared memory: the sampler process
+writes one aggregate per read (``GpuGauges.write``), the dashboard's process reads it and
+shows ``line()``. Nothing is queued or pickled per read.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+from collections.abc import Sequence
+from typing import Any
+
+from engines.telemetry.backends import Row
+
+NAMES = ("gpus", "util_pct", "sm_active_pct", "power_w", "energy_j", "mem_used_gib",
+         "mem_total_gib", "temp_max_c")
+_UTIL, _SM, _MEM, _MEMTOT, _POWER, _ENERGY, _TEMP = 2, 3, 6, 7, 8, 9, 10  # Row positions
+
+
+def aggregate(rows: Sequence[Row], energy0_mj: float | None) -> dict[str, float]:
+    """One read of every GPU as the dashboard's figures: mean utilization and SM activity,
+    total power and memory, hottest GPU, and the energy (J) since ``energy0_mj`` (the sum of
+    the counters at the first read)."""
+
+    def vals(i: int) -> list[float]:
+        return [float(r[i]) for r in rows if r[i] is not None]
+
+    def mean(v: list[float]) -> float:
+        return sum(v) / len(v) if v else math.nan
+
+    def total(v: list[float]) -> float:
+        return sum(v) if v else math.nan
+
+    energy = vals(_ENERGY)
+    return {
+        "gpus": float(len(rows)), "util_pct": mean(vals(_UTIL)), "sm_active_pct": mean(vals(_SM)),
+        "power_w": total(vals(_POWER)),
+        "energy_j": (sum(energy) - energy0_mj) / 1000 if energy0_mj is not None and
+        len(energy) == len(rows) else math.nan,
+        "mem_used_gib": total(vals(_MEM)) / 2**30, "mem_total_gib": total(vals(_MEMTOT)) / 2**30,
+        "temp_max_c": max(vals(_TEMP), default=math.nan),
+    }
+
+
+def line(g: dict[str, float]) -> str:
+    """``GPU 8x: util 73% (SM 61%)  power 5,431 W  energy 1.23 MJ  memory 610/1,128 GiB
+    max 67 C``, leaving out what the source does not have."""
+    if not g or not g.get("gpus"):
+        return ""
+    parts: list[str] = []
+
+    def has(k: str) -> bool:
+        return k in g and not math.isnan(g[k])
+
+    if has("util_pct"):
+        parts.append(f"util {g['util_pct']:.0f}%" + (f" (SM {g['sm_active_pct']:.0f}%)"
+                                                    if has("sm_active_pct") else ""))
+    if has("power_w"):
+        parts.append(f"power {g['power_w']:,.0f} W")
+    if has("energy_j"):
+        e = g["energy_j"]
+        parts.append(f"energy {e / 1e6:,.2f} MJ" if e >= 1e6 else
+                     f"energy {e / 1e3:,.1f} kJ" if e >= 1e3 else f"energy {e:,.0f} J")
+    if has("mem_used_gib"):
+        parts.append(f"memory {g['mem_used_gib']:,.0f}"
+                     + (f"/{g['mem_total_gib']:,.0f}" if has("mem_total_gib") else "") + " GiB")
+    if has("temp_max_c"):
+        parts.append(f"max {g['temp_max_c']:.0f} C")
+    return f"GPU {g['gpus']:.0f}x: " + "  ".join(parts)
+
+
+class GpuGauges:
+    """Made in the parent, handed to the sampler process (writer) and the dashboard process
+    (reader)."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self._values: Any = ctx.Array("d", [math.nan] * len(NAMES))
+        self._seq: Any = ctx.Value("q", 0)
+
+    def write(self, g: dict[str, float]) -> None:
+        with self._values.get_lock():
+            for i, name in enumerate(NAMES):
+                self._values[i] = g.get(name, math.nan)
+        with self._seq.get_lock():
+            self._seq.value += 1
+
+    def read(self) -> tuple[int, dict[str, float]]:
+        """(writes so far, the newest figures)."""
+        with self._values.get_lock():
+            vals = self._values[:]
+        return self._seq.value, dict(zip(NAMES, vals, strict=True))
+
+    def line(self) -> tuple[int, str]:
+        """(writes so far, the dashboard's GPU line; empty before the first read)."""
+        n, g = self.read()
+        return n, line(g) if n else ""

@@ -1,0 +1,76 @@
+"""GPU telemetry beside a real run on the simulated engine: a DCGM exporter page on
+loopback gives gpu_telemetry.parquet on the run's clock and the sampler's cost in run.json;
+without GPUs the run says in one line that telemetry is off and why."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.results_schema import GPU_TELEMETRY_SCHEMA
+from engines.sim import SimProcess
+from engines.telemetry.source import nvml_unavailable
+from replay.config import RunConfig
+from replay.run import run
+from tests.engines.dcgm_page import DcgmPage
+from tests.replay.helpers import MS, chain_rows, write_rows
+from traces.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    with SimProcess("fast") as s:
+        yield s
+
+
+def _trace(tmp_path: Path) -> Path:
+    return write_rows(tmp_path / "t.parquet", chain_rows(4, 3, gap_ns=50 * MS, think_ns=50 * MS,
+                                                         output_tokens=20))
+
+
+def test_run_with_dcgm_exporter_writes_telemetry(sim: SimProcess, tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    lines: list[str] = []
+    with DcgmPage(live=True) as url:
+        s = run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
+                          scrape_interval_s=0, gpu_metrics=url, gpu_interval_s=0.05),
+                progress=lines.append)
+    assert s.ok == 12
+    assert not any("GPU telemetry off" in x for x in lines)
+    meta = json.loads((out / "run.json").read_text())
+    g = meta["gpu_telemetry"]
+    assert g["enabled"] and g["backend"] == "dcgm" and g["file"] == "gpu_telemetry.parquet"
+    assert [x["name"] for x in g["gpus"]] == ["NVIDIA H200"] * 2
+    assert g["cost"]["samples"] >= 3 and g["cost"]["errors"] == 0
+    assert g["cost"]["samples_per_s"] > 0 and g["cost"]["cpu_percent"] is not None
+    t = pq.read_table(out / "gpu_telemetry.parquet")
+    assert t.schema == GPU_TELEMETRY_SCHEMA
+    assert t.num_rows == 2 * g["cost"]["samples"] == g["rows"]
+    # on the requests' clock: samples before the first request and after the last one ends
+    req = pq.read_table(out / "requests").to_pydict()
+    ts = t.column("t_ns").to_pylist()
+    assert min(ts) < min(req["sent_ns"]) and max(ts) > max(req["end_ns"])
+
+
+def test_run_without_gpus_says_why_in_one_line(sim: SimProcess, tmp_path: Path) -> None:
+    why = nvml_unavailable()
+    if why is None:
+        pytest.skip("this host has NVML and a driver")
+    out = tmp_path / "res"
+    lines: list[str] = []
+    run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
+                  scrape_interval_s=0), progress=lines.append)
+    assert [x for x in lines if "GPU telemetry" in x] == [f"GPU telemetry off: {why}"]
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["gpu_telemetry"] == {"enabled": False, "reason": why}
+    assert not (out / "gpu_telemetry.parquet").exists()
+
+
+def test_bad_gpu_metrics_value_is_an_input_error(tmp_path: Path) -> None:
+    cfg = RunConfig(trace=str(_trace(tmp_path)), target="http://127.0.0.1:9", gpu_metrics="nvml:x")
+    with pytest.raises(InputError, match="--gpu-metrics 'nvml:x'"):
+        run(cfg, progress=None)
