@@ -124,7 +124,7 @@ def warm_up(cfg: RunConfig, wdir: Path, policy: Warmup) -> dict[str, Any]:
     for i in range(policy.max_bursts):
         b_out = wdir / f"burst-{i}"
         bcfg = replace(cfg, output=str(b_out), duration_s=dur, warmup_s=0.0, scrape_interval_s=0.0,
-                       salt=stable_hash("warmup", cfg.salt, i) & ((1 << 62) - 1))
+                       gpu_metrics="off", salt=stable_hash("warmup", cfg.salt, i) & ((1 << 62) - 1))
         tb = time.monotonic()
         summary = run(bcfg, progress=None)
         med, n = _median_tpot_ms(b_out)
@@ -238,8 +238,9 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
                     h.start(run_dir, target, running.url)
                     started.append(h)
                 tr = time.monotonic()
+                # a server the sweep started is "launched" (run.json, telemetry's auto mode)
                 summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
-                              launch_info=running.info)
+                              launch_info=None if target.kind == "url" else running.info)
                 row["run_s"] = time.monotonic() - tr
             finally:
                 for h in started:
