@@ -229,9 +229,11 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
     (dest / "frontier.md").write_text(text)
     files = [dest / "frontier.md"]
     for x in X_AXES:
-        png = plot(pts, dest / f"frontier-{x}.png", x=x)
-        if png is not None:
-            files.append(png)
+        for y in Y_AXES:
+            name = f"frontier-{x}.png" if y == "output_tps_per_gpu" else f"frontier-{x}-total.png"
+            png = plot(pts, dest / name, x=x, y=y)
+            if png is not None:
+                files.append(png)
     data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
              "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
                         for r in p.failed],
