@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from analysis.results_schema import RESULTS_SCHEMA_VERSION
+from analysis.selfcheck import MachineMeter
 from engines.metrics_scrape import metrics_url
 from replay import __version__
 from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
@@ -37,7 +38,7 @@ from replay.config import RunConfig
 from replay.plan import Plan, build_plan
 from replay.provenance import provenance
 from replay.results import prepare_folder, write_json_atomic
-from replay.selfmon import MachineMeter, SelfReport, stall_distribution, verdict
+from replay.selfmon import SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError
