@@ -9,7 +9,9 @@ includes them can reverse its conclusion. ``cold_start`` flags a run when
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,12 +47,17 @@ def start_outlier(per_request: pa.Table) -> str | None:
     return None
 
 
-def cold_start(meta: Mapping[str, Any], per_request: pa.Table) -> str | None:
-    """Why this run's start may be cold (None: no sign of it)."""
+def cold_start(meta: Mapping[str, Any], per_request: pa.Table,
+               results_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Why this run's start may be cold (None: no sign of it). A sweep's warm-up replay is
+    known from run.json (``options.warmed_up``) or from its folder beside the run's."""
     why = start_outlier(per_request)
     if why:
         return why
     opts = meta.get("options") or {}
+    warm_dir = None if results_dir is None else Path(results_dir).with_name(Path(results_dir).name + ".warmup")
+    if warm_dir is not None and (warm_dir / "warmup.json").exists():
+        return None
     if not meta.get("warmup_ns") and not opts.get("warmed_up"):
         return ("no warm-up: the server may have been cold at the start (use --warmup SECONDS, "
                 "or agent-replay sweep, which warms up before each run)")

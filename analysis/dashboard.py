@@ -78,9 +78,10 @@ def _eta(done: int, total: int, elapsed_ns: int) -> str:
     return _hms(elapsed_ns / 1e9 * (total - done) / done)
 
 
-def self_check(stats: LiveStats) -> Any:
+def self_check(stats: LiveStats, machine: Any = None) -> Any:
     """The self-check policy (``analysis.selfcheck``) on the live figures: the busiest
-    worker's CPU and the schedule and loop lag so far (no host figures while running)."""
+    worker's CPU, the schedule and loop lag so far, and the host's CPU (``machine``, an
+    ``analysis.selfcheck.Machine``, when the caller measures it)."""
     from analysis.selfcheck import assess
 
     sl, ll = stats.hists["schedule_lag"], stats.hists["loop_lag"]
@@ -88,20 +89,42 @@ def self_check(stats: LiveStats) -> Any:
                   schedule_lag_n=sl.count,
                   loop_lag_p99_ns=ll.percentiles([99.0])[99.0] if ll.count else None,
                   loop_lag_n=ll.count,
-                  cpu_fraction=max(stats.cpu_percent) / 100 if stats.cpu_percent else 0.0)
+                  cpu_fraction=max(stats.cpu_percent) / 100 if stats.cpu_percent else 0.0,
+                  machine=machine)
 
 
-def bottleneck(stats: LiveStats) -> str | None:
+def bottleneck(stats: LiveStats, machine: Any = None) -> str | None:
     """The self-check's line, or None when all is well."""
-    line: str | None = self_check(stats).line
+    line: str | None = self_check(stats, machine).line
     return line
+
+
+class HostWatch:
+    """The host's CPU since the dashboard started, with our own use (the workers' CPU as
+    they report it, and this process's) taken out: what tells host contention from our own
+    saturation while the run goes."""
+
+    def __init__(self) -> None:
+        from analysis.selfcheck import MachineMeter
+
+        self.meter = MachineMeter()
+        self.t0 = time.monotonic()
+        t = os.times()
+        self.own0 = t.user + t.system
+
+    def machine(self, stats: LiveStats) -> Any:
+        t = os.times()
+        own = t.user + t.system - self.own0
+        workers = sum(stats.cpu_percent) / 100 * (time.monotonic() - self.t0)
+        return self.meter.machine(own + workers)
 
 
 def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
                      total_requests: int | None = None, title: str = "agent-replay",
                      server_gauges: Mapping[str, float] | None = None,
-                     gpu_line: str = "") -> Group:
-    """One frame of the dashboard (fits ``width`` x ``height``; 100 x 30 shows everything)."""
+                     gpu_line: str = "", machine: Any = None) -> Group:
+    """One frame of the dashboard (fits ``width`` x ``height``; 100 x 30 shows everything).
+    ``machine``: the host's CPU (``HostWatch``), for the self-check."""
     stats.flush()
     total = total_requests or stats.total
     done = stats.done or (stats.ok + stats.failed + stats.warmup)
@@ -165,7 +188,7 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
                       f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
                       + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
                       + (f"  dropped samples {dropped}" if dropped else "")))
-    check = self_check(stats)
+    check = self_check(stats, machine)
     if check.line:
         parts.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
                           style="bold red" if check.bottleneck else "yellow"))
@@ -179,7 +202,7 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     return Group(*parts)
 
 
-def progress_line(stats: LiveStats, total_requests: int | None = None) -> str:
+def progress_line(stats: LiveStats, total_requests: int | None = None, machine: Any = None) -> str:
     """The plain one-line form for non-TTY output."""
     stats.flush()
     total = total_requests or stats.total
@@ -190,7 +213,7 @@ def progress_line(stats: LiveStats, total_requests: int | None = None) -> str:
     line = (f"{done:,}/{total:,} requests, {stats.failed:,} failed, in flight "
             f"{stats.in_flight:,}, P90 TPS {p90} tok/s, TTFT P90 {_ms(ttft)} ms, "
             f"ETA {_eta(done, total, stats.elapsed_ns)}")
-    why = bottleneck(stats)
+    why = bottleneck(stats, machine)
     return (line + (f" [{stats.inexact:,} inexact token counts: not in TPS]" if stats.inexact else "")
             + (f" [{why}]" if why else ""))
 
@@ -268,6 +291,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     gauges_seen = 0
     gpu_seen, gpu_text, gpu_at = 0, "", 0.0
     last_scrape = last_line = 0.0
+    host = HostWatch()
     drawn: tuple[int, int, int, int, int, int] | None = None
     live = None
     if tty:
@@ -324,11 +348,13 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                         drawn = state
                         live.update(render_dashboard(stats, size.width, size.height,
                                                      total_requests=total, title=title,
-                                                     server_gauges=gauges, gpu_line=gpu_text),
+                                                     server_gauges=gauges, gpu_line=gpu_text,
+                                                     machine=host.machine(stats)),
                                     refresh=True)
                 elif stopping or now - last_line >= 5.0:
                     last_line = now
-                    print(progress_line(stats, total) + (f" | {gpu_text}" if gpu_text else ""),
+                    print(progress_line(stats, total, host.machine(stats))
+                          + (f" | {gpu_text}" if gpu_text else ""),
                           flush=True)
             if stopping:
                 break

@@ -111,7 +111,7 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
     mark_frontier(pts, x, y)
     mark_frontier(pts, "interactivity", y)
     head = ["sweep", "target", axis, "runs", "P90 TPS", "interactivity", "output tok/s/GPU",
-            "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h", "frontier", "failed"]
+            "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h", "frontier", "failed / flagged"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in pts:
         fr = []
@@ -119,7 +119,9 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
             fr.append("P90 TPS")
         if p.on_frontier.get(f"interactivity:{y}"):
             fr.append("interactivity")
-        failed = "; ".join(f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed)
+        failed = "; ".join([f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
+                           + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
+                           + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")])
         lines.append("| " + " | ".join([
             p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _ci(p.ci["p90_tps"]),
             _ci(p.ci["interactivity"]), _ci(p.ci["output_tps_per_gpu"], 0),
@@ -227,9 +229,11 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
     (dest / "frontier.md").write_text(text)
     files = [dest / "frontier.md"]
     for x in X_AXES:
-        png = plot(pts, dest / f"frontier-{x}.png", x=x)
-        if png is not None:
-            files.append(png)
+        for y in Y_AXES:
+            name = f"frontier-{x}.png" if y == "output_tps_per_gpu" else f"frontier-{x}-total.png"
+            png = plot(pts, dest / name, x=x, y=y)
+            if png is not None:
+                files.append(png)
     data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
              "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
                         for r in p.failed],

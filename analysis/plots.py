@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.definitions import BY_KEY
 from analysis.report import Report
 from traces.errors import InputError, OutputExistsError
 
@@ -45,7 +46,7 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
         return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
+    for name, label in ((k, BY_KEY[k].label) for k in ("ttft", "tpot", "e2e")):
         v = np.sort(col(name)[ok])
         v = v[~np.isnan(v)] / 1e6
         if v.size:

@@ -177,7 +177,7 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
     server = _server_summary(read_server_metrics(results_dir))
     from analysis.coldstart import cold_start
 
-    cold = cold_start(meta, stats.per_request)
+    cold = cold_start(meta, stats.per_request, results_dir)
     warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])
     samples = read_gpu_telemetry(results_dir)
     return Report(results_dir=str(results_dir), meta=meta, stats=stats,

@@ -18,6 +18,8 @@ each only with at least ``MIN_SAMPLES`` samples behind the P99. Causes, in order
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,6 +71,29 @@ class Assessment:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class MachineMeter:
+    """The host's CPU since creation (psutil's system-wide times): cores busy on average and
+    the share stolen by the hypervisor; ``machine(ours_cpu_s)`` subtracts our own use."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.t0 = time.monotonic()
+        self.c0 = psutil.cpu_times()
+
+    def machine(self, ours_cpu_s: float) -> Machine:
+        c1 = self._psutil.cpu_times()
+        wall = max(time.monotonic() - self.t0, 1e-9)
+        d = {k: getattr(c1, k) - getattr(self.c0, k) for k in c1._fields}
+        total = sum(d.values())
+        idle = d.get("idle", 0.0) + d.get("iowait", 0.0)
+        steal = d.get("steal", 0.0)
+        busy = max(0.0, total - idle - steal)
+        return Machine(cpus=os.cpu_count() or 1, busy_cores=busy / wall,
+                       steal=steal / total if total > 0 else 0.0, ours_cores=ours_cpu_s / wall)
 
 
 def _ms(ns: float) -> str:

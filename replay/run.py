@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from analysis.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
+from analysis.selfcheck import MachineMeter
 from engines import aio
 from engines.metrics_scrape import metrics_url
 from replay import __version__
@@ -41,7 +42,7 @@ from replay.messages import Progress
 from replay.plan import Plan, build_plan
 from replay.provenance import code_version, provenance
 from replay.results import prepare_folder, write_json_atomic
-from replay.selfmon import MachineMeter, SelfReport, stall_distribution, verdict
+from replay.selfmon import SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, base_url, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError

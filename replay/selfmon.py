@@ -204,31 +204,6 @@ def pct(values: Sequence[int] | np.ndarray, q: float) -> int | None:
     return int(np.partition(arr, k)[k])
 
 
-class MachineMeter:
-    """The host's CPU over a run (psutil's system-wide times): cores busy on average, the
-    share stolen by the hypervisor; ``machine(ours_cpu_s)`` subtracts our own use."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self.t0 = time.monotonic()
-        self.c0 = psutil.cpu_times()
-
-    def machine(self, ours_cpu_s: float) -> Any:
-        from analysis.selfcheck import Machine
-
-        c1 = self._psutil.cpu_times()
-        wall = max(time.monotonic() - self.t0, 1e-9)
-        d = {k: getattr(c1, k) - getattr(self.c0, k) for k in c1._fields}
-        total = sum(d.values())
-        idle = d.get("idle", 0.0) + d.get("iowait", 0.0)
-        steal = d.get("steal", 0.0)
-        busy = max(0.0, total - idle - steal)
-        return Machine(cpus=os.cpu_count() or 1, busy_cores=busy / wall,
-                       steal=steal / total if total > 0 else 0.0, ours_cores=ours_cpu_s / wall)
-
-
 @dataclass
 class SelfReport:
     schedule_lag_p50_ns: int | None = None

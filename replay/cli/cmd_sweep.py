@@ -23,6 +23,9 @@ def register(sub: Any) -> None:
                    help="e.g. 'p90_tps>=20,ttft_p99<=2s' (default: the file's slo)")
     p.add_argument("--report-only", action="store_true",
                    help="rebuild the frontier from the sweep folder, run nothing")
+    p.add_argument("--reindex", action="store_true",
+                   help="with --report-only: first recompute every run's figures from its "
+                   "results folder (new metric definitions, prices or GPU costs)")
     p.set_defaults(func=cmd_sweep)
 
     f = sub.add_parser("frontier", help="the frontier of one or several sweep folders (overlaid)")
@@ -35,13 +38,29 @@ def _err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _term_as_interrupt() -> None:
+    """SIGTERM ends a sweep like Ctrl-C: the run in progress is marked interrupted in the
+    index and every server the sweep started is stopped (none is left behind)."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from analysis.frontier import build
     from replay.sweep import load_experiment, run_capacity, run_sweep
     from traces.errors import InputError
 
     exp = load_experiment(args.experiment, output=args.output)
+    _term_as_interrupt()
     if args.report_only:
+        if args.reindex:
+            from replay.sweep.runner import reindex
+
+            reindex(exp)
         res = build([exp.output])
         print(res["markdown"])
         print("wrote " + ", ".join(str(f) for f in res["files"]))

@@ -104,6 +104,9 @@ class Capacity:
     """Lowest probed load above ``capacity`` that does not (None: the highest probed met it)."""
     disagree: tuple[float, float] | None = None
     """Lowest and highest probe where some repeats met the SLO and some did not."""
+    interval: tuple[float | None, float | None] = (None, None)
+    """The uncertainty: the highest probe where every run met the SLO, and the highest
+    where at least one did (single runs put the capacity anywhere between)."""
 
     def line(self, axis: str) -> str:
         per = "" if self.capacity is None else f" = {self.capacity / self.gpus:g} per GPU"
@@ -114,9 +117,12 @@ class Capacity:
         else:
             head = (f"{self.target}: capacity {self.capacity:g}{per} ({axis}; between {self.capacity:g} "
                     f"and {self.first_fail:g})")
-        if self.disagree is not None:
-            head += (f"; replicate runs disagreed between {self.disagree[0]:g} and "
-                     f"{self.disagree[1]:g}")
+        lo, hi = self.interval
+        if lo != hi or self.disagree is not None:
+            head += (f"; uncertainty {'-' if lo is None else f'{lo:g}'} to "
+                     f"{'-' if hi is None else f'{hi:g}'}: every run met the SLO up to "
+                     f"{'none' if lo is None else f'{lo:g}'}, some run up to "
+                     f"{'none' if hi is None else f'{hi:g}'}")
         return head
 
 
@@ -176,6 +182,9 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
         c.capacity, c.first_fail = _state(c.probes)
         mixed = [p.point for p in c.probes if 0 < p.passed_runs < p.runs]
         c.disagree = (min(mixed), max(mixed)) if mixed else None
+        every = [p.point for p in c.probes if p.runs and p.passed_runs == p.runs]
+        some = [p.point for p in c.probes if p.passed_runs > 0]
+        c.interval = (max(every) if every else None, max(some) if some else None)
     return caps
 
 

@@ -62,6 +62,7 @@ RUN_KEYS: dict[str, type | tuple[type, ...]] = {
     "request_timeout_s": (int, float), "workers": int, "scrape_interval_s": (int, float),
     "vllm_extras": bool, "http_client": str, "timestamps": str, "loop": str,
     "arrival": str, "ramp_s": (int, float), "vocab_size": int, "cpus": str,
+    "gpu_metrics": str, "gpu_interval_s": (int, float),
 }
 """``[run]`` keys: RunConfig fields every run of the sweep shares."""
 LIFETIMES = ("sweep", "visit")

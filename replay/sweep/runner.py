@@ -124,7 +124,7 @@ def warm_up(cfg: RunConfig, wdir: Path, policy: Warmup) -> dict[str, Any]:
     for i in range(policy.max_bursts):
         b_out = wdir / f"burst-{i}"
         bcfg = replace(cfg, output=str(b_out), duration_s=dur, warmup_s=0.0, scrape_interval_s=0.0,
-                       salt=stable_hash("warmup", cfg.salt, i) & ((1 << 62) - 1))
+                       gpu_metrics="off", salt=stable_hash("warmup", cfg.salt, i) & ((1 << 62) - 1))
         tb = time.monotonic()
         summary = run(bcfg, progress=None)
         med, n = _median_tpot_ms(b_out)
@@ -161,10 +161,11 @@ def _now() -> str:
 
 
 def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, float] | None = None,
-             ) -> tuple[str, str | None, dict[str, Any], bool, bool]:
-    """status, reason, point figures, bottleneck flag, cold-start flag of a finished run."""
+             ) -> tuple[str, str | None, dict[str, Any], bool, bool, bool]:
+    """status, reason, point figures, and the flags bottleneck, cold start, host contention
+    (``analysis.selfcheck``) of a finished run."""
     from analysis.points import empty_point, point_metrics
-    from analysis.report import build_report
+    from analysis.report import build_report, self_check
     from analysis.runstats import Prices
 
     meta = json.loads((run_dir / "run.json").read_text())
@@ -173,15 +174,16 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
     figures = point_metrics(rep, target.gpus, target.usd_per_gpu_hour)
     bottleneck = bool(meta.get("load_generator_bottleneck"))
     cold = bool(rep.cold_start)
+    contended = bool(self_check(meta, rep.stats).contention)
     if summary.interrupted:
-        return "interrupted", "interrupted by the user", figures, bottleneck, cold
+        return "interrupted", "interrupted by the user", figures, bottleneck, cold, contended
     if rep.stats.requests["ok"] == 0:
         why = ", ".join(f"{k} {v}" for k, v in rep.stats.errors.items()) or "no request was sent"
-        return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold
+        return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold, contended
     if bottleneck:
         return ("unreachable", "the load generator could not hold this load: "
-                + str(meta.get("load_generator_warning")), figures, bottleneck, cold)
-    return "complete", None, figures, bottleneck, cold
+                + str(meta.get("load_generator_warning")), figures, bottleneck, cold, contended)
+    return "complete", None, figures, bottleneck, cold, contended
 
 
 def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict[tuple[Any, ...], dict[str, Any]],
@@ -196,6 +198,7 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
     slots = list(slots)
     total = total or len(slots)
     current: Target | None = None
+    cannot_start: dict[tuple[str, int], str] = {}  # (target, repeat) -> why: not retried in that visit
     for n, slot in enumerate(slots, 1):
         target = exp.targets[slot.target]
         k = (slot.phase, target.name, slot.point, slot.repeat)
@@ -214,7 +217,14 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
         t_run = time.monotonic()
         interrupted = False
         try:
-            running: Running = servers.get(target)
+            why = cannot_start.get((target.name, slot.repeat))
+            if why is not None:
+                raise AgentReplayError(why)
+            try:
+                running: Running = servers.get(target)
+            except AgentReplayError as exc:
+                cannot_start[(target.name, slot.repeat)] = str(exc)
+                raise
             cfg = run_config(exp, running.url, run_dir, slot.point, slot.repeat)
             row["salt"] = cfg.salt
             if exp.warmup.enabled:
@@ -228,8 +238,9 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
                     h.start(run_dir, target, running.url)
                     started.append(h)
                 tr = time.monotonic()
+                # a server the sweep started is "launched" (run.json, telemetry's auto mode)
                 summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
-                              launch_info=running.info)
+                              launch_info=None if target.kind == "url" else running.info)
                 row["run_s"] = time.monotonic() - tr
             finally:
                 for h in started:
@@ -238,10 +249,10 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             row["replay_s"] = summary.wall_s
             timing["run_s"] = timing.get("run_s", 0.0) + row["run_s"]
             timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
-            status, reason, figures, bottleneck, cold = _outcome(run_dir, summary, target, exp.prices)
+            status, reason, figures, bottleneck, cold, contended = _outcome(run_dir, summary, target,
+                                                                           exp.prices)
             row.update(figures, status=status, reason=reason, load_generator_bottleneck=bottleneck,
-                       machine_contention=bool(json.loads((run_dir / "run.json").read_text()).get(
-                           "machine_contention")),
+                       machine_contention=contended,
                        cold_start=cold)
             interrupted = summary.interrupted
         except KeyboardInterrupt:
@@ -314,9 +325,39 @@ def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None
     if progress is not None and todo < len(slots):
         progress(f"resuming {out}: {len(slots) - todo} of {len(slots)} runs already done")
     with Servers(exp.seed) as servers:
+        if todo:
+            servers.prestart([t for t in exp.targets if t.lifetime == "sweep" and t.kind != "url"])
         ok = execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing)
         timing["server_start_s"] = servers.start_s
     timing["wall_s"] = time.monotonic() - t0
     timing["outside_runs_s"] = timing["wall_s"] - timing.get("run_s", 0.0) - timing.get("warmup_s", 0.0)
     write_state(exp, out, timing, "complete" if ok else "interrupted")
     return SweepResult(out, list(rows.values()), timing, interrupted=not ok)
+
+
+def reindex(exp: Experiment, out: Path | None = None) -> list[dict[str, Any]]:
+    """Recompute every run's figures from its results folder (after a change of metric
+    definitions, prices or target costs in the experiment file) and rewrite the index;
+    statuses and reasons of runs that did not finish stay as they are."""
+    from analysis.points import point_metrics
+    from analysis.report import build_report, self_check
+    from analysis.runstats import Prices
+
+    root = Path(out or exp.output)
+    rows = read_index(root)
+    if not rows:
+        raise InputError(f"{root}: no index.parquet to rebuild")
+    targets = {t.name: t for t in exp.targets}
+    prices = None if exp.prices is None else Prices(
+        input_miss=exp.prices["input_miss"], input_hit=exp.prices["input_hit"], output=exp.prices["output"])
+    for r in rows:
+        run_dir = root / str(r["path"])
+        t = targets.get(str(r["target"]))
+        if t is None or r["status"] not in ("complete", "unreachable") or not (run_dir / "run.json").exists():
+            continue
+        rep = build_report(run_dir, gpus=t.gpus, prices=prices)
+        r.update(point_metrics(rep, t.gpus, t.usd_per_gpu_hour), gpus=t.gpus,
+                 usd_per_gpu_hour=t.usd_per_gpu_hour, cold_start=bool(rep.cold_start),
+                 machine_contention=self_check(rep.meta, rep.stats).contention)
+    write_index(root, rows)
+    return rows

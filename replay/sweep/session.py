@@ -32,5 +32,6 @@ def run_capacity(exp: Experiment, slo_text: str, *, force: bool = False,
         "targets": [{"target": c.target, "gpus": c.gpus, "capacity": c.capacity,
                      "capacity_per_gpu": None if c.capacity is None else c.capacity / c.gpus,
                      "first_fail": c.first_fail, "disagree": c.disagree,
+                     "interval": c.interval,
                      "probes": [p.__dict__ for p in c.probes]} for c in caps]})
     return caps

@@ -72,6 +72,12 @@ def test_lag_at_low_cpu_does_not_advise_more_workers() -> None:
     assert why is not None and "CPU at 7% of a core" in why
     assert "more --workers would not help" in why and "use more --workers" not in why
     assert "WARNING" not in _draw(st)
+    # with the host's CPU measured: other processes kept it busy, so it is contention
+    from analysis.selfcheck import Machine
+
+    busy = Machine(cpus=2, busy_cores=1.9, steal=0.0, ours_cores=0.07)
+    assert "host contention" in progress_line(st, 1000, busy)
+    assert "host contention" in str(bottleneck(st, busy))
 
 
 def test_empty_stats_render() -> None:

@@ -49,3 +49,26 @@ def test_plan_with_concurrent_sessions_clones_to_the_count() -> None:
 def test_bad_options(opts: PlanOptions, msg: str) -> None:
     with pytest.raises(InputError, match=msg):
         opts.check()
+
+
+@pytest.mark.slow
+def test_run_with_a_constant_rate_sends_roots_on_the_grid(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import pyarrow.parquet as pq
+
+    from engines.sim import SimProcess
+    from replay.cli import main
+    from tests.replay.helpers import write_rows
+
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(5, 2, output_tokens=4))
+    out = tmp_path / "res"
+    with SimProcess("fast") as sim:
+        rc = main(["run", str(trace), "--target", sim.url, "--output", str(out), "--rate", "20",
+                   "--arrival", "constant", "--scrape-interval", "0", "--no-progress", "--salt", "0"])
+    assert rc == 0
+    meta = json.loads((out / "run.json").read_text())
+    assert (meta["options"]["rate"], meta["options"]["arrival"]) == (20.0, "constant")
+    d = pq.read_table(out / "requests").to_pydict()
+    roots = sorted(i for i, p in zip(d["intended_ns"], d["parent_index"], strict=True) if p < 0)
+    assert np.diff(roots).tolist() == [50 * MS] * 4  # every 1/20 s

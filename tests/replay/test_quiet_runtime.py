@@ -21,10 +21,11 @@ def test_stall_distribution_on_hand_made_lags() -> None:
     d = stall_distribution(lags)
     assert d["ticks"] == 100
     assert d["p50_ns"] == 0
-    # sorted: 0..89 are 0, 90..94 1.5 ms, 95..97 6 ms, 98 25 ms, 99 120 ms; numpy's
-    # "higher" method takes index ceil(q/100 * 99): p90 -> 90, p99 -> 99
-    assert d["p90_ns"] == 1_500_000
-    assert d["p99_ns"] == 120 * MS
+    # sorted: 0..89 are 0, 90..94 1.5 ms, 95..97 6 ms, 98 25 ms, 99 120 ms; nearest rank
+    # (the report's rule) takes rank ceil(p/100 x 100): p90 -> the 90th (index 89), p99 ->
+    # the 99th (index 98)
+    assert d["p90_ns"] == 0
+    assert d["p99_ns"] == 25 * MS
     assert d["max_ns"] == 120 * MS
     assert d["over_1ms"] == 10 and d["over_2ms"] == 5 and d["over_5ms"] == 5
     assert d["over_10ms"] == 2 and d["over_20ms"] == 2 and d["over_50ms"] == 1

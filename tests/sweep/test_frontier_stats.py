@@ -74,3 +74,27 @@ def test_frontier_table_marks_and_keeps_failed_points() -> None:
     assert "r0 unreachable: boom" in lines["16"]
     assert set(itertools.chain.from_iterable(p.on_frontier for p in pts)) == {
         "p90_tps:output_tps_per_gpu", "interactivity:output_tps_per_gpu"}
+
+
+def test_build_writes_tables_and_plots_and_skips_plots_without_matplotlib(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from analysis.frontier import build
+    from replay.sweep.index import write_index
+
+    rows = []
+    for r in range(2):
+        for p, tps, thr in ((1, 50, 100), (4, 30, 300)):
+            row = _row("a", p, r, tps + r, thr + r) | {"phase": "sweep", "order": r * 2 + p}
+            rows.append(row)
+    write_index(tmp_path, rows)
+    res = build([tmp_path])
+    names = sorted(f.name for f in res["files"])
+    assert names == ["frontier-interactivity-total.png", "frontier-interactivity.png",
+                     "frontier-p90_tps-total.png", "frontier-p90_tps.png", "frontier.json", "frontier.md"]
+    assert (tmp_path / "frontier-p90_tps.png").read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # the plots extra not installed
+    out = tmp_path / "again"
+    res = build([tmp_path], out)
+    assert sorted(f.name for f in res["files"]) == ["frontier.json", "frontier.md"]

@@ -117,3 +117,9 @@ def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.
     assert "--slo: 'p90_tps>>1'" in capsys.readouterr().err
     assert main(["sweep", str(exp_file), "--report-only"]) == 0
     assert "frontier.md" in capsys.readouterr().out
+    # reindex: figures recomputed from the run folders, with the prices now in the file
+    exp_file.write_text(exp_file.read_text().replace(
+        "[[targets]]", "[prices]\ninput_hit = 0.1\ninput_miss = 0.5\noutput = 2.0\n[[targets]]", 1))
+    assert main(["sweep", str(exp_file), "--report-only", "--reindex"]) == 0
+    rows = pq.read_table(Path(exp.output) / "index.parquet").to_pylist()
+    assert rows and all(r["revenue_per_gpu_hour"] > 0 for r in rows if r["status"] == "complete")
