@@ -217,14 +217,19 @@ class _Scrape:
             self.error = self._errq.get_nowait()
 
 
-def _start_gpu_telemetry(config: RunConfig, out: Path, launched: bool,
+def _start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any] | None,
                          progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
     """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
-    and the run.json block that says why (also said in one line)."""
+    and the run.json block that says why (also said in one line). A launched server's
+    CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""
     from engines.telemetry import FILE_NAME, TelemetryProcess, resolve
     from engines.telemetry.source import nvml_unavailable
 
-    source, why = resolve(config.gpu_metrics, config.target, launched)
+    visible = None
+    if launch_info is not None:
+        visible = (launch_info.get("env") or {}).get("CUDA_VISIBLE_DEVICES",
+                                                     os.environ.get("CUDA_VISIBLE_DEVICES"))
+    source, why = resolve(config.gpu_metrics, config.target, launch_info is not None, visible)
     if source is not None and source.kind == "nvml":
         why = nvml_unavailable() or ""
         if why:
@@ -419,7 +424,7 @@ def _run(config: RunConfig, progress: Reporter | None,
         interval = 1.0 if info.has_metrics else 0.0
     scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
     scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
-    gpu_tel, gpu_off = _start_gpu_telemetry(config, out, launch_info is not None, progress)
+    gpu_tel, gpu_off = _start_gpu_telemetry(config, out, launch_info, progress)
     start_delay_ns = 200_000_000
     pool = None
     spawned: _Spawned | None = None

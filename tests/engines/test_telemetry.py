@@ -275,6 +275,11 @@ def test_resolve_and_check_spec() -> None:
     assert resolve("nvml:0,2", "http://10.1.2.3:8000")[0] == Source("nvml", indices=(0, 2))
     assert resolve("http://h:9400/metrics", "http://x")[0] == Source("dcgm", url="http://h:9400/metrics")
     assert resolve("off", "http://127.0.0.1:1") == (None, "turned off (--gpu-metrics off)")
+    # a launched server's CUDA_VISIBLE_DEVICES picks the GPUs auto samples
+    assert resolve("auto", "http://127.0.0.1:8", True, "2,3")[0] == Source("nvml", indices=(2, 3))
+    assert resolve("auto", "http://127.0.0.1:8", True, "GPU-1a2b")[0] == Source("nvml")
+    assert resolve("auto", "http://127.0.0.1:8", False, "1")[0] == Source("nvml")
+    assert resolve("nvml:0", "http://127.0.0.1:8", True, "1")[0] == Source("nvml", indices=(0,))
     for bad, msg in (("nvml:a", "'a' is not a GPU index"), ("gpu", "expected auto, off"),
                      ("http://", "no host"), ("nvml:-1", ">= 0")):
         with pytest.raises(InputError, match=msg):
