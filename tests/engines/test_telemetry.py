@@ -225,7 +225,9 @@ def test_process_with_fake_nvml_writes_parquet_on_the_runs_clock(tmp_path: Path)
     assert tel.start(), tel.off_reason
     t0 = time.monotonic_ns()
     tel.set_t0(t0)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while tel.gauges.line()[0] < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
     info = tel.stop()
     t = pq.read_table(out)
     assert t.schema == GPU_TELEMETRY_SCHEMA
@@ -364,10 +366,12 @@ def test_long_runs_flush_rows_to_the_file_as_they_come(tmp_path: Path) -> None:
     tel = TelemetryProcess(Source("nvml"), 0.02, out, nvml=FakeNvml(2), flush_rows=4)
     assert tel.start()
     tel.set_t0(time.monotonic_ns())
-    time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while tel.gauges.line()[0] < 8 and time.monotonic() < deadline:  # 8 reads, however slow
+        time.sleep(0.05)
     info = tel.stop()
     f = pq.ParquetFile(out)
     assert f.metadata.num_row_groups >= 3 and f.metadata.num_rows == info["rows"]
     assert f.schema_arrow == GPU_TELEMETRY_SCHEMA
     ts = f.read().column("t_ns").to_pylist()
-    assert ts == sorted(ts) and ts[-1] < 5 * S  # offsets from t0 in every row group
+    assert ts == sorted(ts) and ts[-1] < 30 * S  # offsets from t0 in every row group
