@@ -110,7 +110,8 @@ def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: 
 
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
-                     results_dir: str | None = None, shared_gauges: object = None) -> None:
+                     results_dir: str | None = None, shared_gauges: object = None,
+                     gpu_gauges: object = None) -> None:
             assert server_gauges_url is not None and shared_gauges is None  # no scraper in this run
             seen.append(dashboard.scrape_gauges(server_gauges_url))
             folders.append(results_dir)
@@ -151,7 +152,8 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
                      results_dir: str | None = None,
-                     shared_gauges: dashboard.SharedGauges | None = None) -> None:
+                     shared_gauges: dashboard.SharedGauges | None = None,
+                     gpu_gauges: object = None) -> None:
             assert shared_gauges is not None
             shared.append(shared_gauges)
 
