@@ -143,6 +143,13 @@ def summarize(table: pa.Table, window_ns: tuple[float, float], *, output_tokens:
             f"energy counter and power integral differ by {diff:+.1f}% (more than "
             f"{100 * AGREEMENT:g}%): the driver may average its power reading, or the sample "
             "interval is coarse for this window")
+    elif len(per_gpu) > 1:
+        off = [x for x in per_gpu if x["energy_diff_pct"] is not None
+               and abs(x["energy_diff_pct"]) > 100 * AGREEMENT]
+        if off:
+            out["notes"].append("energy counter and power integral differ by more than "
+                                f"{100 * AGREEMENT:g}% on " + ", ".join(
+                                    f"GPU {x['gpu']} ({x['energy_diff_pct']:+.1f}%)" for x in off))
     covered = [x for x in per_gpu if x["samples"] < 2]
     if covered:
         out["notes"].append(f"{len(covered)} GPUs have fewer than 2 samples in the window")
