@@ -23,8 +23,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from analysis.definitions import METRICS, SPEEDS, speeds
 from analysis.hist import rank
 from analysis.report import Report, build_report
+from traces.errors import InputError
 
 # (key, label, array, percentile, higher is better)
 STATS: tuple[tuple[str, str, str, float, bool], ...] = (
@@ -59,7 +61,8 @@ class Delta:
             return f"{self.label}: not enough data"
         ci = f"95% CI {100 * self.ci_low:+.1f}% to {100 * self.ci_high:+.1f}%"
         if not self.significant:
-            return f"{self.label}: no significant difference ({name} {100 * self.change:+.1f}%, {ci})"
+            return (f"{self.label}: inconclusive ({name} {100 * self.change:+.1f}%, {ci}: the "
+                    "interval includes 0)")
         if self.higher_is_better:
             word = "faster" if self.change > 0 else "slower"
             lo, hi = sorted((abs(self.ci_low), abs(self.ci_high)))
@@ -86,10 +89,42 @@ def bootstrap_percentile(sorted_x: np.ndarray, p: float, resamples: int,
     return sorted_x[np.minimum((u * n).astype(np.int64), n - 1)]
 
 
+BLOCKS = 10
+"""Time blocks of a run for the block bootstrap (contiguous in send order, equal counts)."""
+
+
+def block_bootstrap_percentile(x: np.ndarray, order: np.ndarray | None, p: float, resamples: int,
+                               rng: np.random.Generator, blocks: int = BLOCKS) -> np.ndarray:
+    """Bootstrap replicates of the ``p`` percentile that resample whole time blocks: the
+    requests (in send order ``order``) are cut into ``blocks`` contiguous blocks, each
+    replicate draws that many blocks with replacement and takes the nearest-rank percentile
+    of their requests. Requests close in time share the server's state (batch, cache, a
+    slow phase); resampling them one by one treats them as independent and gives an
+    interval too narrow."""
+    v = np.asarray(x, dtype=np.float64)
+    if order is not None:
+        v = v[np.argsort(order, kind="stable")]
+    v = v[~np.isnan(v)]
+    n = v.size
+    nb = max(1, min(blocks, n // 5))
+    edges = np.linspace(0, n, nb + 1).astype(np.int64)
+    parts = [np.sort(v[edges[i]:edges[i + 1]]) for i in range(nb)]
+    out = np.empty(resamples)
+    for r in range(resamples):
+        pick = rng.integers(0, nb, size=nb)
+        sample = np.concatenate([parts[i] for i in pick])
+        k = rank(p, sample.size) - 1
+        out[r] = np.partition(sample, k)[k]
+    return out
+
+
 def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], *,
-                   resamples: int = 1000, seed: int = 0) -> list[Delta]:
+                   resamples: int = 1000, seed: int = 0,
+                   order: tuple[np.ndarray, np.ndarray] | None = None) -> list[Delta]:
     """Deltas of every STATS entry of ``other`` against ``base`` (per-request arrays in ns,
-    keys ``tpot`` and ``ttft``; NaN entries ignored)."""
+    keys ``tpot`` and ``ttft``; NaN entries ignored). ``order``: each side's send times;
+    then the intervals come from the time-block bootstrap (``block_bootstrap_percentile``),
+    else from the per-request one."""
     rng = np.random.default_rng(seed)
     a_lo, a_hi = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
     out = []
@@ -102,8 +137,12 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             out.append(Delta(key, label, None, None, None, None, None, higher))
             continue
         va, vb = a[rank(p, a.size) - 1], b[rank(p, b.size) - 1]
-        ra = bootstrap_percentile(a, p, resamples, rng)
-        rb = bootstrap_percentile(b, p, resamples, rng)
+        if order is not None:
+            ra = block_bootstrap_percentile(base[arr], order[0], p, resamples, rng)
+            rb = block_bootstrap_percentile(other[arr], order[1], p, resamples, rng)
+        else:
+            ra = bootstrap_percentile(a, p, resamples, rng)
+            rb = bootstrap_percentile(b, p, resamples, rng)
         with np.errstate(divide="ignore", invalid="ignore"):
             if key.startswith("tps"):  # speed = 1 / TPOT: ratio of speeds = inverse ratio
                 base_v, val_v = 1e9 / va, 1e9 / vb
@@ -130,53 +169,139 @@ class CompareResult:
 
 
 def _numbers(r: Report) -> dict[str, Any]:
+    """The headline figures of one run: the definitions table's speeds and headline
+    percentiles (``analysis.definitions``), and throughput."""
     st = r.stats
     tp = st.extra.get("throughput", {})
-
-    def ms(metric: str, p: float) -> float | None:
-        v = st.latency[metric].values.get(p)
-        return None if v is None else v / 1e6
-
-    return {
-        "requests ok": st.requests["ok"], "requests failed": st.requests["failed"],
-        "P90 TPS (tok/s)": st.tps.values.get(90.0), "median TPS (tok/s)": st.tps.values.get(50.0),
-        "TTFT P50 (ms)": ms("ttft", 50.0), "TTFT P90 (ms)": ms("ttft", 90.0),
-        "TTFT P99 (ms)": ms("ttft", 99.0), "TPOT P50 (ms)": ms("tpot", 50.0),
-        "TPOT P90 (ms)": ms("tpot", 90.0), "ITL P99 (ms)": ms("itl", 99.0),
-        "E2E P90 (ms)": ms("e2e", 90.0), "output tok/s": tp.get("output_tokens_per_s"),
-    }
+    out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
+    sp = speeds(st.latency)
+    for key, label, _, _ in SPEEDS:
+        out[f"{label} (tok/s)"] = sp[key]
+    for m in METRICS:
+        for p in m.headline:
+            v = st.latency[m.key].values.get(p)
+            out[f"{m.label} P{p:g} ({m.unit})"] = None if v is None else v / 1e6
+    out["output tok/s"] = tp.get("output_tokens_per_s")
+    return out
 
 
 def _arrays(r: Report) -> dict[str, np.ndarray]:
     t = r.stats.per_request
     ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
     return {k: np.asarray(t.column(k).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
-            for k in ("tpot", "ttft")}
+            for k in ("tpot", "ttft", "intended_ns")}
+
+
+TIMING_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier", "max_sessions",
+                  "duration_s", "warmup_s", "api", "rate", "arrival", "concurrent_sessions",
+                  "ramp_s")
+"""run.json options that shape the load: runs that differ in one are different experiments."""
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """What makes two runs (their run.json) not comparable: another trace (content hash),
+    model, or load-shaping option. The servers' URLs may differ: that is what is compared."""
+    out = []
+    ta, tb = a.get("trace") or {}, b.get("trace") or {}
+    if ta.get("sha256") != tb.get("sha256"):
+        out.append(f"trace {ta.get('path')} vs {tb.get('path')}")
+    ma, mb = (a.get("target") or {}).get("model"), (b.get("target") or {}).get("model")
+    if ma != mb:
+        out.append(f"model {ma} vs {mb}")
+    oa, ob = a.get("options") or {}, b.get("options") or {}
+    for k in TIMING_OPTIONS:
+        if oa.get(k) != ob.get(k):
+            out.append(f"{k} {oa.get(k)} vs {ob.get(k)}")
+    return out
+
+
+def check_comparable(metas: Sequence[Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
+    """Refuse (InputError) runs that differ in trace, model or timing options, naming what
+    differs; with ``force`` the differences become warnings."""
+    lines = []
+    for m, name in zip(metas[1:], names[1:], strict=True):
+        diff = differences(metas[0], m)
+        if diff:
+            lines.append(f"{name} differs from {names[0]}: {'; '.join(diff)}")
+    if lines and not force:
+        raise InputError("compare: not the same experiment (" + " | ".join(lines)
+                         + "); pass --force to compare anyway")
+    return [f"not comparable, compared because of --force: {ln}" for ln in lines]
+
+
+ONE_RUN_WARNING = ("one run per side: the intervals cover the variation within each run (time-"
+                   "block bootstrap), not between runs, which is often larger; repeat the runs "
+                   "(agent-replay sweep, or compare A1,A2,A3 B1,B2,B3) for intervals that do")
 
 
 def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resamples: int = 1000,
-                    seed: int = 0) -> CompareResult:
+                    seed: int = 0, force: bool = False) -> CompareResult:
+    warnings = check_comparable([r.meta for r in reports], names, force)
     base = _arrays(reports[0])
-    deltas, verdicts, warnings = [], [], []
+    deltas, verdicts = [], []
     for r, name in zip(reports[1:], names[1:], strict=True):
-        ds = compare_arrays(base, _arrays(r), resamples=resamples, seed=seed)
+        other = _arrays(r)
+        ds = compare_arrays(base, other, resamples=resamples, seed=seed,
+                            order=(base["intended_ns"], other["intended_ns"]))
         deltas.append(ds)
         head = next(d for d in ds if d.key == "tps_p90")
         verdicts.append(head.verdict(name) if head.significant else
                         f"{name} vs {names[0]}: " + head.verdict(name))
         verdicts += [d.verdict(name) for d in ds if d.key != "tps_p90" and d.significant]
+    warnings.append(ONE_RUN_WARNING)
     for r, name in zip(reports, names, strict=True):
         warnings += [f"{name}: {w}" for w in r.warnings]
     return CompareResult(list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings)
 
 
 def compare_dirs(dirs: Sequence[str | os.PathLike[str]], *, resamples: int = 1000,
-                 seed: int = 0) -> CompareResult:
+                 seed: int = 0, force: bool = False) -> CompareResult:
     reports = [build_report(d) for d in dirs]
     names = [os.path.basename(os.path.normpath(str(d))) or str(d) for d in dirs]
     if len(set(names)) < len(names):
         names = [str(d) for d in dirs]
-    return compare_reports(reports, names, resamples=resamples, seed=seed)
+    return compare_reports(reports, names, resamples=resamples, seed=seed, force=force)
+
+
+ARM_FIGURES: tuple[tuple[str, str, bool], ...] = (
+    ("p90_tps", "P90 TPS", True), ("median_tps", "median TPS", True),
+    ("interactivity", "interactivity", True), ("ttft_p90_ms", "TTFT P90", False),
+    ("ttft_p99_ms", "TTFT P99", False), ("tpot_p90_ms", "TPOT P90", False),
+    ("output_tps", "output tok/s", True),
+)
+
+
+def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,
+                 force: bool = False, paired: bool = True) -> CompareResult:
+    """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
+    each arm against the first with a run-level Student-t interval (paired by position when
+    the arms have as many runs, as ``sweep`` makes them); "inconclusive" when it includes 0."""
+    from analysis.points import point_metrics
+    from analysis.replicates import paired_ci, verdict
+
+    reports = [[build_report(d) for d in arm] for arm in arms]
+    flat = [r for arm in reports for r in arm]
+    warnings = check_comparable([r.meta for r in flat],
+                                [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
+                                force)
+    figs = [[point_metrics(r, gpus=1) for r in arm] for arm in reports]
+    side = []
+    for arm, rows in zip(names, figs, strict=True):
+        d: dict[str, Any] = {"runs": len(rows)}
+        for key, label, _ in ARM_FIGURES:
+            vals = [r[key] for r in rows if r.get(key) is not None]
+            d[f"{label} (mean)"] = float(np.mean(vals)) if vals else None
+        side.append(d)
+        del arm
+    verdicts = []
+    for name, rows in zip(names[1:], figs[1:], strict=True):
+        for key, label, hib in ARM_FIGURES:
+            ci = paired_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
+                           paired=paired and len(rows) == len(figs[0]))
+            verdicts.append(verdict(f"{name} vs {names[0]}, {label}", ci, hib))
+    if any(len(a) < 2 for a in arms):
+        warnings.append("an arm has a single run: no run-to-run interval for it")
+    return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
 
 
 def _fmt(v: Any) -> str:
@@ -209,6 +334,8 @@ def render_compare(c: CompareResult) -> Group:
         t.add_row(*row)
     parts.append(t)
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
+        if not ds:  # replicate arms: the verdicts carry the run-level intervals
+            continue
         bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change",
                    title_justify="left", show_edge=False)
         for h in ("statistic", c.names[0], name, "change", "95% CI", "significant"):

@@ -45,8 +45,6 @@ from analysis.live import LiveStats, PartsFeed
 FPS = 4.0
 SLOT_BYTES = 4 << 20
 SPARK = "▁▂▃▄▅▆▇█"
-CPU_BOTTLENECK = 90.0
-LAG_BOTTLENECK_NS = 10_000_000
 ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL/token"), ("chunk_gap", "chunk gap"),
         ("e2e", "E2E"))
 GAUGES = {
@@ -80,18 +78,23 @@ def _eta(done: int, total: int, elapsed_ns: int) -> str:
     return _hms(elapsed_ns / 1e9 * (total - done) / done)
 
 
+def self_check(stats: LiveStats) -> Any:
+    """The self-check policy (``analysis.selfcheck``) on the live figures: the busiest
+    worker's CPU and the schedule and loop lag so far (no host figures while running)."""
+    from analysis.selfcheck import assess
+
+    sl, ll = stats.hists["schedule_lag"], stats.hists["loop_lag"]
+    return assess(schedule_lag_p99_ns=sl.percentiles([99.0])[99.0] if sl.count else None,
+                  schedule_lag_n=sl.count,
+                  loop_lag_p99_ns=ll.percentiles([99.0])[99.0] if ll.count else None,
+                  loop_lag_n=ll.count,
+                  cpu_fraction=max(stats.cpu_percent) / 100 if stats.cpu_percent else 0.0)
+
+
 def bottleneck(stats: LiveStats) -> str | None:
-    """Why the load generator may be the bottleneck, or None."""
-    why = []
-    if stats.cpu_percent and max(stats.cpu_percent) >= CPU_BOTTLENECK:
-        why.append(f"worker CPU {max(stats.cpu_percent):.0f}%")
-    for name, label in (("schedule_lag", "schedule lag"), ("loop_lag", "loop lag")):
-        h = stats.hists[name]
-        if h.count >= 100:
-            p99 = h.percentiles([99.0])[99.0]
-            if p99 is not None and p99 > LAG_BOTTLENECK_NS:
-                why.append(f"{label} P99 {p99 / 1e6:.0f} ms")
-    return ", ".join(why) if why else None
+    """The self-check's line, or None when all is well."""
+    line: str | None = self_check(stats).line
+    return line
 
 
 def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
@@ -162,9 +165,10 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
                       f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
                       + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
                       + (f"  dropped samples {dropped}" if dropped else "")))
-    why = bottleneck(stats)
-    if why:
-        parts.append(Text(f"WARNING load generator is the bottleneck: {why}", style="bold red"))
+    check = self_check(stats)
+    if check.line:
+        parts.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
+                          style="bold red" if check.bottleneck else "yellow"))
     if server_gauges:
         parts.append(Text("server: " + "  ".join(
             f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
@@ -188,7 +192,7 @@ def progress_line(stats: LiveStats, total_requests: int | None = None) -> str:
             f"ETA {_eta(done, total, stats.elapsed_ns)}")
     why = bottleneck(stats)
     return (line + (f" [{stats.inexact:,} inexact token counts: not in TPS]" if stats.inexact else "")
-            + (f" [load generator bottleneck: {why}]" if why else ""))
+            + (f" [{why}]" if why else ""))
 
 
 def inexact_line(n: int) -> str:

@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 import pyarrow.parquet as pq  # at import, not at the first part file (mid-run)
 
+from analysis.definitions import LIVE
 from analysis.fold import fold_chunks
 from analysis.hist import Hist
 from analysis.metrics import Lists
@@ -42,7 +43,8 @@ from analysis.results_schema import INEXACT
 PART_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
                 "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
 """The results columns ``observe_table`` reads."""
-HIST_NAMES = ("ttft", "tpot", "itl", "chunk_gap", "e2e", "schedule_lag", "loop_lag")
+HIST_NAMES = (*LIVE, "loop_lag")
+"""The definitions table's ``live`` entries (``analysis.definitions``) and the loop lag."""
 FLUSH_CHUNKS = 8_192
 """Pending chunks that trigger a flush (~100 requests; bounds the work of one flush)."""
 SNAPSHOT_VERSION = 1
@@ -201,7 +203,9 @@ class LiveStats:
             cm = c.values[offsets[1:][has] - 1]
             dec_tokens = (n_out - k1)[has]
             sel = (dec_tokens >= 1) & exact[has]
-            self.hists["tpot"].record_many((cm - c1)[sel] // dec_tokens[sel])
+            # TPOT rounded to the nearest ns (the histogram records integers), as a true
+            # quotient: floor division would bias every value down
+            self.hists["tpot"].record_many(np.rint((cm - c1)[sel] / dec_tokens[sel]).astype(np.int64))
             tpc = fold_chunks(c, k, None, self.hists["itl"], self.hists["chunk_gap"],
                               exact=None if exact.all() else exact)
             for v, n in enumerate(tpc.tolist()):

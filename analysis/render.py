@@ -18,16 +18,13 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from analysis.definitions import METRICS, speeds
 from analysis.hist import PERCENTILES, Summary, min_count_for
 from analysis.report import Report
 from analysis.runstats import PER_TOKEN_METRICS
 
-LATENCY_ROWS = (
-    ("ttft", "TTFT"), ("ttft_intended", "TTFT from intended"), ("tpot", "TPOT"),
-    ("itl", "ITL (per token)"), ("chunk_gap", "chunk gap"), ("e2e", "E2E"),
-    ("e2e_intended", "E2E from intended"), ("schedule_lag", "schedule lag"),
-    ("connect", "connect (new connections)"),
-)
+LATENCY_ROWS = tuple((d.key, d.label) for d in METRICS)
+"""The latency table's rows: the definitions table (``analysis.definitions``), in order."""
 FEW = "*"
 SESSIONS_SHOWN = 10
 
@@ -74,6 +71,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "duration_s": st.duration_ns / 1e9,
         "latency_ms": {k: summary_dict(st.latency[k]) for k, _ in LATENCY_ROWS},
         "request_tps": summary_dict(st.tps, 1.0) | {"reading": "P90 = speed 90% of requests reach"},
+        "speeds_tok_s": {k: _clean(v) for k, v in speeds(st.latency).items()},
         "tokens": st.tokens,
         "throughput": {k: _clean(v) for k, v in st.extra.get("throughput", {}).items()},
         "goodput": st.goodput,
@@ -350,6 +348,8 @@ def to_csv(r: Report) -> str:
             w.writerow(["latency_ms", key, f, v])
     for f, v in d["request_tps"].items():
         w.writerow(["request_tps", "tps", f, v])
+    for f, v in d["speeds_tok_s"].items():
+        w.writerow(["speeds_tok_s", "speeds_tok_s", f, v])
     for section in ("requests", "errors", "tokens", "throughput", "tokens_per_chunk"):
         for f, v in d[section].items():
             w.writerow([section, section, f, v])

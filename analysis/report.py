@@ -23,8 +23,6 @@ from analysis.runstats import COLUMNS, PER_TOKEN_METRICS, Accumulator, Prices, R
 from analysis.server_metrics import summarize as summarize_server_metrics
 from traces.errors import InputError
 
-SCHEDULE_LAG_P99_BOUND_NS = 10_000_000
-"""A schedule-lag P99 above 10 ms means the load generator, not the server, set the pace."""
 ERROR_RATE_WARN = 0.01
 
 
@@ -36,6 +34,8 @@ class Report:
     headline: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     server: Mapping[str, Any] | None = None
+    cold_start: str | None = None
+    """Why the run's start may be cold (``analysis.coldstart``), None when it does not look so."""
     gpu: Mapping[str, Any] | None = None
     """analysis.gpu_energy figures when the run has GPU telemetry."""
     gpu_samples: pa.Table | None = None
@@ -103,20 +103,36 @@ def inexact_warning(n: int, ok: int, without_usage: int = 0) -> str:
     return text
 
 
+def self_check(meta: Mapping[str, Any], stats: RunStats) -> Any:
+    """The self-check policy's verdict for this run (``analysis.selfcheck``): run.json's loop
+    lag, CPU and host figures with the schedule lag of the rows; for a run.json written
+    before the policy kept its figures, its recorded bottleneck flag."""
+    from analysis.selfcheck import Assessment, assess_meta
+
+    lag = stats.latency["schedule_lag"]
+    a = assess_meta(meta, lag.values.get(99.0), lag.count)
+    if a is None or ("kind" not in (meta.get("self_check") or {}) and meta.get("load_generator_bottleneck")):
+        if meta.get("load_generator_bottleneck"):
+            why = meta.get("load_generator_warning") or "its own lag or CPU limited the load"
+            return Assessment("saturated", f"load generator saturated: {why}")
+        return Assessment("ok", None)
+    return a
+
+
 def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
     out: list[str] = []
-    if meta.get("load_generator_bottleneck"):
-        why = meta.get("load_generator_warning") or "its own lag or CPU limited the load"
-        out.append(f"WARNING: the load generator was the bottleneck of this run ({why}); "
-                   "its numbers understate the server. Use more workers or a bigger client.")
+    check = self_check(meta, stats)
+    if check.bottleneck:
+        out.append(f"WARNING: {check.line}; this run's numbers understate the server.")
+    elif check.line:
+        out.append(f"warning: {check.line}.")
+    recorded = (meta.get("self_check") or {})
+    skip = {recorded.get("line"), meta.get("load_generator_warning")}
     for w in meta.get("warnings") or ():
+        # the self-check is said once, above; token-count mismatches have their own line below
+        if w in skip or "not served with the trace's token counts" in w or _old_self_check(w):
+            continue
         out.append(f"warning: {w}")
-    lag = stats.latency["schedule_lag"]
-    p99 = lag.values.get(99.0)
-    if p99 is not None and p99 > SCHEDULE_LAG_P99_BOUND_NS:
-        out.append(f"warning: schedule lag P99 is {p99 / 1e6:,.1f} ms (> "
-                   f"{SCHEDULE_LAG_P99_BOUND_NS / 1e6:g} ms): requests left late; the client may "
-                   "have been saturated (see 'TTFT from intended').")
     dropped = {k: s.dropped for k, s in stats.latency.items() if s.dropped}
     if dropped:
         out.append("warning: samples out of histogram range were dropped: "
@@ -136,6 +152,11 @@ def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
     return out
 
 
+def _old_self_check(w: str) -> bool:
+    """A self-check line of a run.json written before the one policy (its three forms)."""
+    return w.startswith(("schedule lag p99 ", "event-loop lag p99 ", "load generator CPU "))
+
+
 def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
                  gpus: int | None = None, prices: Prices | None = None) -> Report:
     """Read a results folder and compute everything the report shows."""
@@ -149,8 +170,12 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
         acc.add(batch)
     stats = acc.finish(slo=slo, prices=prices, gpus=gpus)
     server = _server_summary(read_server_metrics(results_dir))
+    from analysis.coldstart import cold_start
+
+    cold = cold_start(meta, stats.per_request)
+    warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])
     samples = read_gpu_telemetry(results_dir)
     return Report(results_dir=str(results_dir), meta=meta, stats=stats,
                   headline=headline(stats.tps, stats.inexact["requests"]),
-                  warnings=_warnings(meta, stats), server=server,
+                  warnings=warnings, server=server, cold_start=cold,
                   gpu=gpu_section(results_dir, meta, stats, samples), gpu_samples=samples)

@@ -22,6 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.definitions import METRICS as METRIC_DEFS
+from analysis.definitions import REQUEST_METRICS as REQUEST_DEFS
+from analysis.definitions import Inputs
 from analysis.fold import fold_chunks
 from analysis.hist import Hist, Summary, percentile_summary
 from analysis.metrics import NS, _col, _f64, _i64, exact_rows, lists, request_metrics, stats_rows
@@ -29,8 +32,7 @@ from analysis.metrics import NS, _col, _f64, _i64, exact_rows, lists, request_me
 PER_TOKEN_METRICS = ("ITL", "TPOT", "request TPS", "session TPS", "P90 TPS headline",
                      "tokens per chunk")
 """What rows with inexact tokens per chunk are left out of (in the report's words)."""
-LATENCY_METRICS = ("ttft", "ttft_intended", "tpot", "itl", "chunk_gap", "e2e", "e2e_intended",
-                   "schedule_lag", "connect")
+LATENCY_METRICS = tuple(d.key for d in METRIC_DEFS)
 COLUMNS = (
     "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
     "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns",
@@ -145,11 +147,15 @@ class Accumulator:
             "cached_tokens": _f64(batch, "cached_tokens")[counted],
             "implied_cached_tokens": _f64(batch, "implied_cached_tokens")[counted],
         }
-        for name in ("schedule_lag", "connect", "ttft", "ttft_intended", "e2e", "e2e_intended",
-                     "decode"):
-            cols[name] = getattr(m, name)[counted]
-        for name in ("tpot", "tps"):  # per-token: undefined where tokens per chunk are not known
-            cols[name] = np.where(exact, getattr(m, name), np.nan)[counted]
+        cols["decode"] = m.decode[counted]
+        cols["tps"] = np.where(exact, m.tps, np.nan)[counted]
+        inputs = Inputs(batch, c, k, m)
+        for d in REQUEST_DEFS:  # every per-request entry of the definitions table
+            assert d.formula is not None
+            v = d.formula(inputs)
+            if d.rows == "ok_exact":  # per-token: undefined where tokens per chunk are not known
+                v = np.where(exact, v, np.nan)
+            cols[d.key] = v[counted]
         self.parts.append(pa.table(cols))
 
     def finish(self, slo: Slo | None = None, prices: Prices | None = None,
@@ -161,14 +167,13 @@ class Accumulator:
             return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
         latency: dict[str, Summary] = {}
-        for name in ("ttft", "ttft_intended", "tpot", "e2e", "e2e_intended"):
-            latency[name] = percentile_summary(arr(name)[ok])
-        latency["itl"] = self.itl.summary()
-        latency["chunk_gap"] = self.chunk_gap.summary()
-        latency["schedule_lag"] = percentile_summary(arr("schedule_lag"))
-        connect = arr("connect")
-        latency["connect"] = percentile_summary(connect[~np.isnan(connect)])
-        tps = _tps_summary(arr("tps")[ok])
+        hists = {"itl": self.itl, "chunk_gap": self.chunk_gap}
+        for d in METRIC_DEFS:  # the one percentile rule: exact nearest rank, or the histogram's
+            if d.per == "request":
+                latency[d.key] = percentile_summary(arr(d.key) if d.rows == "all" else arr(d.key)[ok])
+            else:
+                latency[d.key] = hists[d.key].summary()
+        tps = _tps_summary(arr("tps")[ok], latency["tpot"])
 
         intended = arr("intended_ns")
         end = arr("end_ns")
@@ -216,15 +221,17 @@ class Accumulator:
         return stats
 
 
-def _tps_summary(tps: np.ndarray) -> Summary:
+def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:
     """Request TPS, read as a tail: the value at "P90" is the speed 90% of requests reach or
-    beat, i.e. the 10th percentile of TPS (= 1 / P90 of TPOT)."""
-    low = percentile_summary(tps, (50.0, 10.0, 1.0, 0.1))
-    values = {50.0: low.values[50.0], 90.0: low.values[10.0], 99.0: low.values[1.0],
-              99.9: low.values[0.1]}
-    reliable = {50.0: low.reliable[50.0], 90.0: low.count >= 10, 99.0: low.count >= 100,
-                99.9: low.count >= 1000}
-    return Summary(low.count, values, low.max, low.mean, reliable, True)
+    beat, defined as 1 / (P90 of TPOT) (METRICS.md) and computed from ``tpot`` (the TPOT
+    percentiles of the same requests); never as a low percentile of ``tps``, which picks a
+    different rank whenever 0.1 n is a whole number."""
+    if tpot is None:
+        tpot = percentile_summary(1e9 / tps[tps > 0])
+    values = {p: (None if v is None or v <= 0 else NS / v) for p, v in tpot.values.items()}
+    clean = tps[~np.isnan(tps)]
+    return Summary(tpot.count, values, float(clean.max()) if clean.size else None,
+                   float(clean.mean()) if clean.size else None, dict(tpot.reliable), True)
 
 
 def goodput(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray,
@@ -282,16 +289,23 @@ def economics(tokens: Mapping[str, int], duration_ns: int, prices: Prices, gpus:
 
 
 def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
-    """How faithfully the replay reproduced the trace (ok rows)."""
-    exp_in = arr("expected_input_tokens")[ok]
-    prompt = arr("prompt_tokens")[ok]
-    completion = arr("completion_tokens")[ok]
+    """How faithfully the replay reproduced the trace. Token counts served vs the trace
+    count every attempted (non-warmup) request on both sides: a failed request adds its
+    trace tokens and whatever it was served (METRICS.md), so failures lower the ratios.
+    Cache and think-time figures cover ok rows."""
+    exp_in_all = arr("expected_input_tokens")
+    prompt_all = arr("prompt_tokens")
+    completion = arr("completion_tokens")
     # output length: the usage, else the chunks' tokens where those are exact; a row with
     # neither (inexact, no usage) has no known length and is left out of the comparison
-    exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)[ok]
+    exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
     known = ~np.isnan(completion) | exact
-    exp_out = arr("expected_output_tokens")[ok][known]
-    out = np.where(np.isnan(completion), arr("output_tokens")[ok], completion)[known]
+    exp_out_all = arr("expected_output_tokens")
+    out_all = np.where(np.isnan(completion), arr("output_tokens"), completion)
+    exp_out, out = exp_out_all[known], out_all[known]
+    mism = (out_all != exp_out_all)[known & ok]
+    exp_in = exp_in_all[ok]
+    prompt = prompt_all[ok]
     cached = arr("cached_tokens")[ok]
     implied = arr("implied_cached_tokens")[ok]
     have_prompt = ~np.isnan(prompt)
@@ -304,15 +318,17 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
     def ratio(a: float, b: float) -> float | None:
         return a / b if b else None
 
+    served_in = float(np.nansum(prompt_all))
+    trace_in = float(exp_in_all.sum())
     return {
-        "prompt_tokens_served": int(np.nansum(prompt)),
-        "prompt_tokens_trace": int(exp_in[have_prompt].sum()),
-        "prompt_ratio": ratio(float(np.nansum(prompt)), float(exp_in[have_prompt].sum())),
+        "prompt_tokens_served": int(served_in),
+        "prompt_tokens_trace": int(trace_in),
+        "prompt_ratio": ratio(served_in, trace_in),
         "prompt_mismatches": int((prompt[have_prompt] != exp_in[have_prompt]).sum()),
         "output_tokens_served": int(out.sum()),
         "output_tokens_trace": int(exp_out.sum()),
         "output_ratio": ratio(float(out.sum()), float(exp_out.sum())),
-        "output_mismatches": int((out != exp_out).sum()),
+        "output_mismatches": int(mism.sum()),
         "prefix_hit_rate_server": ratio(float(cached[have_cached].sum()),
                                         float(prompt[have_cached].sum())),
         "prefix_hit_rate_implied": ratio(float(implied[have_implied].sum()),

@@ -27,6 +27,13 @@ class RunConfig:
     concurrency: int | None = None
     """max-rate: requests in flight at most (all workers together)."""
     sessions_multiplier: int = 1
+    rate: float | None = None
+    """Session arrival rate (sessions/s; ``replay.plan.arrival_offsets``), None: the trace's starts."""
+    arrival: str = "poisson"
+    concurrent_sessions: int | None = None
+    """Replay this many sessions at once (``replay.plan.concurrent_starts``)."""
+    ramp_s: float = 1.0
+    arrival_seed: int = 0
     max_sessions: int | None = None
     duration_s: float | None = None
     warmup_s: float = 0.0
@@ -72,11 +79,15 @@ class RunConfig:
     t0_ns: int | None = None
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
     run_id: str = "run"
+    warmed_up: bool = False
+    """A warm-up replay ran against the target just before this run (``agent-replay sweep``)."""
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,
                            max_sessions=self.max_sessions, duration_s=self.duration_s,
-                           api_override=self.api)
+                           api_override=self.api, rate=self.rate, arrival=self.arrival,
+                           concurrent_sessions=self.concurrent_sessions, ramp_s=self.ramp_s,
+                           arrival_seed=self.arrival_seed)
 
     def check(self) -> None:
         if self.timing not in TIMING_MODES:

@@ -33,6 +33,7 @@ import pyarrow as pa
 from traces.errors import InputError, TraceError
 
 TIMING_MODES = ("session", "absolute", "max-rate")
+ARRIVALS = ("poisson", "constant")
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,27 @@ class PlanOptions:
     duration_s: float | None = None
     default_api: str = "completions"
     api_override: str | None = None
+    rate: float | None = None
+    """Sessions per second (after ``speedup``): session starts become an arrival process
+    (``arrivals``) instead of the trace's; see ``arrival_offsets``."""
+    arrival: str = "poisson"
+    concurrent_sessions: int | None = None
+    """Replay exactly this many sessions (cloned as needed), all started within
+    ``ramp_s``; see ``concurrent_starts``."""
+    ramp_s: float = 1.0
+    arrival_seed: int = 0
 
     def check(self) -> None:
+        if self.rate is not None and not self.rate > 0:
+            raise InputError(f"--rate must be > 0 sessions/s, got {self.rate}")
+        if self.arrival not in ARRIVALS:
+            raise InputError(f"--arrival must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
+        if self.concurrent_sessions is not None and self.concurrent_sessions < 1:
+            raise InputError(f"--concurrent-sessions must be >= 1, got {self.concurrent_sessions}")
+        if self.rate is not None and self.concurrent_sessions is not None:
+            raise InputError("--rate and --concurrent-sessions are two load axes; give one")
+        if self.ramp_s < 0:
+            raise InputError(f"ramp must be >= 0 s, got {self.ramp_s}")
         if not self.speedup > 0:
             raise InputError(f"--speedup must be > 0, got {self.speedup}")
         if self.sessions_multiplier < 1:
@@ -167,7 +187,10 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
         _fill_hash_ids(reqs, block_size)
         base.append(PlannedSession(sid, 0, min(q.offset_ns for q in reqs), reqs))
 
-    sessions = _clone(base, opts.sessions_multiplier)
+    mult = opts.sessions_multiplier
+    if opts.concurrent_sessions is not None:
+        mult = max(mult, -(-opts.concurrent_sessions // max(len(base), 1)))
+    sessions = _clone(base, mult)
     sessions.sort(key=lambda s: (s.start_ns, s.key))
     if opts.speedup != 1.0:
         for s in sessions:
@@ -175,6 +198,11 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
             for q in s.requests:
                 q.offset_ns = int(q.offset_ns / opts.speedup)
                 q.think_ns = int(q.think_ns / opts.speedup)
+    if opts.concurrent_sessions is not None:
+        sessions = sessions[: opts.concurrent_sessions]
+        restart(sessions, concurrent_starts(len(sessions), opts.ramp_s))
+    elif opts.rate is not None:
+        restart(sessions, arrival_offsets(len(sessions), opts.rate, opts.arrival, opts.arrival_seed))
     if opts.duration_s is not None:
         limit = int(opts.duration_s * 1e9)
         sessions = [s for s in sessions if s.start_ns < limit]
@@ -244,3 +272,35 @@ def _implied_cached(sessions: Iterable[PlannedSession], bs: int, server_block: i
             n = min(bs, q.input_tokens - i * bs) // sb * sb
             if n > cover.get((q.clone, h), 0):
                 cover[(q.clone, h)] = n
+
+
+def arrival_offsets(n: int, rate: float, process: str = "poisson", seed: int = 0) -> list[int]:
+    """Start offsets (ns) of ``n`` sessions arriving at ``rate`` per second: ``constant``
+    every 1/rate s from 0; ``poisson`` with exponential gaps of mean 1/rate (the first at
+    0), drawn from ``seed`` so that the same seed gives the same starts everywhere."""
+    import numpy as np
+
+    if n <= 0:
+        return []
+    gap = 1e9 / rate
+    if process == "constant":
+        return [round(i * gap) for i in range(n)]
+    gaps = np.random.default_rng(seed).exponential(gap, n - 1)
+    return [0, *np.cumsum(gaps).round().astype(np.int64).tolist()]
+
+
+def concurrent_starts(n: int, ramp_s: float) -> list[int]:
+    """Offsets of ``n`` sessions that all run at once: spread evenly over ``ramp_s``, so
+    that their first requests do not land in the same millisecond."""
+    step = ramp_s * 1e9 / n if n else 0.0
+    return [round(i * step) for i in range(n)]
+
+
+def restart(sessions: list[PlannedSession], starts: Sequence[int]) -> None:
+    """Move each session (in order) to a new start, shifting all its requests' offsets by
+    the same amount (think times and parent links are unchanged)."""
+    for s, start in zip(sessions, starts, strict=True):
+        delta = start - s.start_ns
+        s.start_ns = start
+        for q in s.requests:
+            q.offset_ns += delta

@@ -35,8 +35,9 @@ from replay import __version__
 from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
 from replay.config import RunConfig
 from replay.plan import Plan, build_plan
+from replay.provenance import provenance
 from replay.results import prepare_folder, write_json_atomic
-from replay.selfmon import SelfReport, stall_distribution, verdict
+from replay.selfmon import MachineMeter, SelfReport, stall_distribution, verdict
 from replay.target import TargetInfo, probe
 from replay.worker import WorkerSummary, arun_shard, run_shard
 from traces.errors import AgentReplayError
@@ -387,12 +388,14 @@ class _Progress:
                  f"{rate:,.0f} chunks/s, {agg['output_tokens']:,} tokens")
 
 
-def run(config: RunConfig, *, progress: Reporter | None = _stderr) -> RunSummary:
+def run(config: RunConfig, *, progress: Reporter | None = _stderr,
+        launch_info: dict[str, Any] | None = None) -> RunSummary:
     """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
-    ``config.launch`` describes, started first and stopped after); see the module docs."""
+    ``config.launch`` describes, started first and stopped after); see the module docs.
+    ``launch_info``: what the caller knows of a server it started (for run.json)."""
     with kept_affinity():  # --cpus pins this process for the run's length only
         if config.launch is None:
-            return _run(config, progress)
+            return _run(config, progress, launch_info=launch_info)
         from replay.launch import launched
 
         with launched(config.launch) as (url, info):
@@ -454,6 +457,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     meta["scrape"] = scrape_info
     if launch_info is not None:
         meta["launch"] = launch_info
+    meta["provenance"] = provenance(config.target, launch_info)
     if scrape is not None:
         scrape.t0.value = t0
     if gpu_tel is not None:
@@ -473,6 +477,7 @@ def _run(config: RunConfig, progress: Reporter | None,
                  f"model {config.model}; results: {out}")
     summaries: list[WorkerSummary] = []
     interrupted = False
+    host = MachineMeter()
     try:
         if pool is not None:
             summaries = pool.run(config, prog.update, progress)
@@ -494,7 +499,8 @@ def _run(config: RunConfig, progress: Reporter | None,
         if pool is not None:
             meta["ray"] = pool.describe()
             pool.close()
-    summary = _merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries))
+    summary = _merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
+                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool is None else None)
     if pool is not None and pool.lost:
         summary.self_check.warnings.extend(x.line() for x in pool.lost)
     meta.update(_outcome(summary))
@@ -640,7 +646,8 @@ def _over_context(plan: Plan, max_model_len: int | None) -> int:
                if q.input_tokens + q.output_tokens > max_model_len)
 
 
-def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool) -> RunSummary:
+def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
+           machine: Any = None) -> RunSummary:
     s = RunSummary(output=out, workers=ws, interrupted=interrupted)
     for w in ws:
         s.total += w.total
@@ -658,7 +665,7 @@ def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bo
     lag = np.concatenate([w.schedule_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
-    s.self_check = verdict(lag, loop_lag, cpu, config.timing)
+    s.self_check = verdict(lag, loop_lag, cpu, config.timing, machine)
     s.loop_stalls = stall_distribution(loop_lag)
     for w in ws:
         for k, v in w.gc.items():
@@ -674,7 +681,7 @@ def _merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bo
 
 def _outcome(s: RunSummary) -> dict[str, Any]:
     sc = s.self_check
-    bottleneck = [w for w in sc.warnings if "mismatch" not in w]
+    bottleneck = [sc.line] if sc.kind == "saturated" and sc.line else []
     return {
         "status": "interrupted" if s.interrupted else "complete",
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
@@ -688,5 +695,6 @@ def _outcome(s: RunSummary) -> dict[str, Any]:
         "worker_cpus": [w.cpus for w in sorted(s.workers, key=lambda w: w.shard)],
         "load_generator_bottleneck": bool(bottleneck),
         "load_generator_warning": bottleneck[0] if bottleneck else None,
+        "machine_contention": sc.kind == "contention",
         "warnings": sc.warnings,
     }

@@ -5,7 +5,8 @@
   woke (includes the timer's own 0-1 ms wake-up jitter);
 * the process's CPU use over the run.
 
-``verdict`` turns them into warnings, printed on the first line of the output.
+``verdict`` turns them into the one self-check policy's verdict (``analysis.selfcheck``),
+printed on the first line of the output.
 """
 
 from __future__ import annotations
@@ -17,14 +18,10 @@ import sys
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
-
-SCHEDULE_LAG_P99_NS = 2_000_000
-LOOP_LAG_P99_NS = 5_000_000
-CPU_LIMIT = 0.90
-MIN_SAMPLES_P99 = 100
 
 
 class LoopWatchdog:
@@ -195,10 +192,39 @@ class CpuMeter:
 
 
 def pct(values: Sequence[int] | np.ndarray, q: float) -> int | None:
+    """Nearest-rank percentile (``analysis.hist.rank``, the one rule of every report)."""
+    from analysis.hist import rank
+
     arr = np.asarray(values, dtype=np.int64)
     if arr.size == 0:
         return None
-    return int(np.percentile(arr, q, method="higher"))
+    k = rank(q, int(arr.size)) - 1
+    return int(np.partition(arr, k)[k])
+
+
+class MachineMeter:
+    """The host's CPU over a run (psutil's system-wide times): cores busy on average, the
+    share stolen by the hypervisor; ``machine(ours_cpu_s)`` subtracts our own use."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.t0 = time.monotonic()
+        self.c0 = psutil.cpu_times()
+
+    def machine(self, ours_cpu_s: float) -> Any:
+        from analysis.selfcheck import Machine
+
+        c1 = self._psutil.cpu_times()
+        wall = max(time.monotonic() - self.t0, 1e-9)
+        d = {k: getattr(c1, k) - getattr(self.c0, k) for k in c1._fields}
+        total = sum(d.values())
+        idle = d.get("idle", 0.0) + d.get("iowait", 0.0)
+        steal = d.get("steal", 0.0)
+        busy = max(0.0, total - idle - steal)
+        return Machine(cpus=os.cpu_count() or 1, busy_cores=busy / wall,
+                       steal=steal / total if total > 0 else 0.0, ours_cores=ours_cpu_s / wall)
 
 
 @dataclass
@@ -210,29 +236,30 @@ class SelfReport:
     loop_lag_max_ns: int | None = None
     cpu_fraction: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    schedule_lag_n: int = 0
+    loop_lag_n: int = 0
+    kind: str = "ok"
+    """``analysis.selfcheck``: ok, saturated, contention or stall."""
+    line: str | None = None
+    machine: dict[str, Any] | None = None
 
 
 def verdict(schedule_lag: Sequence[int] | np.ndarray, loop_lag: Sequence[int] | np.ndarray,
-            cpu_fraction: float, mode: str = "session") -> SelfReport:
-    """Percentiles and warnings. Pure: tested on hand-made samples."""
+            cpu_fraction: float, mode: str = "session", machine: Any = None) -> SelfReport:
+    """Percentiles and the self-check policy's verdict (``analysis.selfcheck.assess``).
+    Pure: tested on hand-made samples. ``machine``: an ``analysis.selfcheck.Machine``."""
+    from analysis.selfcheck import assess
+
     r = SelfReport(
         schedule_lag_p50_ns=pct(schedule_lag, 50), schedule_lag_p99_ns=pct(schedule_lag, 99),
         schedule_lag_max_ns=pct(schedule_lag, 100), loop_lag_p99_ns=pct(loop_lag, 99),
-        loop_lag_max_ns=pct(loop_lag, 100), cpu_fraction=cpu_fraction)
-    # A P99 of fewer than 100 samples is the maximum of a few: too few to call the load
-    # generator a bottleneck (METRICS.md marks such percentiles the same way).
-    enough = len(schedule_lag) >= MIN_SAMPLES_P99
-    if (mode != "max-rate" and enough and r.schedule_lag_p99_ns is not None
-            and r.schedule_lag_p99_ns > SCHEDULE_LAG_P99_NS):
-        r.warnings.append(
-            f"schedule lag p99 {r.schedule_lag_p99_ns / 1e6:.1f} ms > {SCHEDULE_LAG_P99_NS / 1e6:.0f} ms: "
-            "requests left late; use more --workers or a faster machine")
-    if (len(loop_lag) >= MIN_SAMPLES_P99 and r.loop_lag_p99_ns is not None
-            and r.loop_lag_p99_ns > LOOP_LAG_P99_NS):
-        r.warnings.append(
-            f"event-loop lag p99 {r.loop_lag_p99_ns / 1e6:.1f} ms > {LOOP_LAG_P99_NS / 1e6:.0f} ms: "
-            "chunk timestamps are late; use more --workers")
-    if cpu_fraction > CPU_LIMIT:
-        r.warnings.append(f"load generator CPU {cpu_fraction * 100:.0f}% of a core: it may be "
-                          "the bottleneck; use more --workers")
+        loop_lag_max_ns=pct(loop_lag, 100), cpu_fraction=cpu_fraction,
+        schedule_lag_n=len(schedule_lag), loop_lag_n=len(loop_lag),
+        machine=None if machine is None else asdict(machine))
+    a = assess(schedule_lag_p99_ns=r.schedule_lag_p99_ns, schedule_lag_n=r.schedule_lag_n,
+               loop_lag_p99_ns=r.loop_lag_p99_ns, loop_lag_n=r.loop_lag_n,
+               cpu_fraction=cpu_fraction, machine=machine, mode=mode)
+    r.kind, r.line = a.kind, a.line
+    if a.line:
+        r.warnings.append(a.line)
     return r

@@ -17,7 +17,7 @@ from traces.errors import AgentReplayError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import cmd_analysis, cmd_engines, cmd_record, cmd_run, cmd_traces
+    from replay.cli import cmd_analysis, cmd_engines, cmd_record, cmd_run, cmd_sweep, cmd_traces
 
     parser = argparse.ArgumentParser(
         prog="agent-replay",
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_analysis.register(sub)
     cmd_traces.register(sub)
     cmd_engines.register(sub)
+    cmd_sweep.register(sub)
     return parser
 
 

@@ -49,7 +49,11 @@ def register(sub: Any) -> None:
     c = sub.add_parser("compare", help="compare two or more results folders",
                        description="Side-by-side metrics of runs, deltas against the first, "
                        "bootstrap 95% confidence intervals and a plain verdict.")
-    c.add_argument("results", nargs="+", help="results folders; the first is the baseline")
+    c.add_argument("results", nargs="+", help="results folders; the first is the baseline. "
+                   "Replicate runs of one arm joined by commas (A1,A2,A3 B1,B2,B3) give "
+                   "run-level intervals")
+    c.add_argument("--force", action="store_true", help="compare runs of different traces, "
+                   "models or timing options anyway (they are refused otherwise)")
     c.add_argument("--format", choices=("table", "md", "json"), default="table")
     c.add_argument("--resamples", type=_positive_int, default=1000,
                    help="bootstrap resamples (default 1000)")
@@ -90,7 +94,15 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if len(args.results) < 2:
         raise InputError("compare needs at least two results folders")
-    result = compare_dirs(args.results, resamples=args.resamples, seed=args.seed)
+    if any("," in r for r in args.results):
+        from analysis.compare import compare_arms
+
+        arms = [[p for p in r.split(",") if p] for r in args.results]
+        result = compare_arms(arms, [a[0] if len(a) == 1 else f"{a[0]}+{len(a) - 1}" for a in arms],
+                              force=args.force)
+    else:
+        result = compare_dirs(args.results, resamples=args.resamples, seed=args.seed,
+                              force=args.force)
     if args.format == "json":
         sys.stdout.write(to_json(result))
     elif args.format == "md":

@@ -43,6 +43,17 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=None, help="max-rate: requests in flight")
     p.add_argument("--sessions-multiplier", type=int, default=1, metavar="N",
                    help="replay N copies of every session with disjoint prompts (default 1)")
+    p.add_argument("--rate", type=float, default=None, metavar="SESSIONS_PER_S",
+                   help="sessions start as an arrival process at this rate instead of at the "
+                   "trace's times (see --arrival)")
+    p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson",
+                   help="with --rate: exponential gaps (seeded by --arrival-seed) or fixed ones")
+    p.add_argument("--arrival-seed", type=int, default=0, help="seed of the Poisson arrivals")
+    p.add_argument("--concurrent-sessions", type=int, default=None, metavar="N",
+                   help="replay N sessions at once (the trace's, cloned with disjoint prompts "
+                   "as needed), started within --ramp seconds")
+    p.add_argument("--ramp", type=float, default=1.0, metavar="SECONDS",
+                   help="with --concurrent-sessions: spread the starts over this long (default 1)")
     p.add_argument("--max-sessions", type=int, default=None, help="replay only the first N sessions")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="send nothing after this many seconds")
@@ -110,6 +121,10 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         trace=args.trace, target=target, output=args.output, force=args.force, timing=args.timing,
         speedup=args.speedup, concurrency=args.concurrency,
         sessions_multiplier=args.sessions_multiplier, max_sessions=args.max_sessions,
+        rate=getattr(args, "rate", None), arrival=getattr(args, "arrival", "poisson"),
+        arrival_seed=getattr(args, "arrival_seed", 0),
+        concurrent_sessions=getattr(args, "concurrent_sessions", None),
+        ramp_s=getattr(args, "ramp", 1.0),
         duration_s=args.duration, warmup_s=args.warmup, api=args.api, model=args.model,
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
         workers=args.workers, cpus=args.cpus, scrape_interval_s=args.scrape_interval,

@@ -53,5 +53,57 @@ def test_compare_cli_and_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert '"significant": true' in to_json(c)
     assert main(["compare", str(a), str(a)]) == 0
     out = capsys.readouterr().out
-    assert "no significant difference" in out and "P90 TPS" in out
+    assert "inconclusive" in out and "P90 TPS" in out and "not between runs" in out
     assert main(["compare", str(a)]) == 2
+
+
+def test_compare_refuses_different_experiments_unless_forced(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meta = {"trace": {"path": "t1.parquet", "sha256": "aa"}, "target": {"model": "m"},
+            "options": {"timing": "session", "speedup": 1.0}}
+    a = write_results(tmp_path / "a", synthetic_batches(500, 1), meta)
+    b = write_results(tmp_path / "b", synthetic_batches(500, 2), meta | {
+        "trace": {"path": "t2.parquet", "sha256": "bb"}, "options": {"timing": "session", "speedup": 4.0}})
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trace t1.parquet vs t2.parquet" in err and "speedup 1.0 vs 4.0" in err
+    assert "--force" in err
+    assert main(["compare", str(a), str(b), "--force", "--format", "md"]) == 0
+    assert "compared because of --force: b differs from a: trace" in capsys.readouterr().out
+
+
+def test_time_block_bootstrap_is_wider_on_drifting_runs() -> None:
+    from analysis.compare import block_bootstrap_percentile
+
+    rng = np.random.default_rng(5)
+    # a run whose server had slow and fast phases: 10 blocks of 200 requests, each block
+    # shifted by its own random level (requests within a block are alike)
+    levels = np.repeat(rng.normal(0, 3, 10), 200)
+    x = 20 + levels + rng.normal(0, 1, 2000)
+    t = np.arange(2000)
+    blk = block_bootstrap_percentile(x, t, 90.0, 2000, np.random.default_rng(1))
+    iid = bootstrap_percentile(np.sort(x), 90.0, 2000, np.random.default_rng(1))
+    assert np.std(blk) > 3 * np.std(iid)
+    # independent requests: about the same spread (10 blocks estimate a variance with ~9
+    # degrees of freedom, so the ratio of spreads itself varies by tens of percent)
+    ratios = []
+    for seed in range(5):
+        y = 20 + np.random.default_rng(100 + seed).normal(0, 1, 2000)
+        blk = block_bootstrap_percentile(y, t, 90.0, 1000, np.random.default_rng(seed))
+        iid = bootstrap_percentile(np.sort(y), 90.0, 1000, np.random.default_rng(seed))
+        ratios.append(np.std(blk) / np.std(iid))
+    assert 0.7 < float(np.median(ratios)) < 1.4, ratios
+
+
+def test_replicate_arms_give_run_level_intervals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [write_results(tmp_path / f"r{i}", synthetic_batches(400, i)) for i in range(3)]
+    arm = ",".join(str(r) for r in runs)
+    # the same three runs on both sides: every difference is 0, every verdict inconclusive
+    assert main(["compare", arm, arm, "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "P90 TPS: +0.0% (95% CI +0.0% to +0.0%, paired t, 3 pairs): inconclusive" in out
+    faster = [write_results(tmp_path / f"f{i}", synthetic_batches(400, 10 + i, tpot_scale=0.5))
+              for i in range(3)]
+    assert main(["compare", arm, ",".join(str(r) for r in faster), "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "P90 TPS: +" in out and "pairs): better" in out

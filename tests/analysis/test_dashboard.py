@@ -57,10 +57,21 @@ def test_bottleneck_warning_and_plain_line() -> None:
     for _ in range(200):
         st.observe_lag(25_000_000, 0)
     why = bottleneck(st)
-    assert why is not None and "CPU 97%" in why and "schedule lag P99" in why
-    assert "WARNING load generator is the bottleneck" in _draw(st)
+    assert why is not None and "CPU 97% of a core" in why and "schedule lag p99 25.0 ms" in why
+    assert "WARNING load generator saturated" in _draw(st)
     line = progress_line(st, 1000)
-    assert line.startswith("200/1,000 requests") and "P90 TPS" in line and "bottleneck" in line
+    assert line.startswith("200/1,000 requests") and "P90 TPS" in line and "saturated" in line
+
+
+def test_lag_at_low_cpu_does_not_advise_more_workers() -> None:
+    st = _stats(200)
+    st.set_progress(200, 1000, 3, 2, 1_000_000_000, 7.0)
+    for _ in range(200):
+        st.observe_lag(25_000_000, 0)
+    why = bottleneck(st)
+    assert why is not None and "CPU at 7% of a core" in why
+    assert "more --workers would not help" in why and "use more --workers" not in why
+    assert "WARNING" not in _draw(st)
 
 
 def test_empty_stats_render() -> None:

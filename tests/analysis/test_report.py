@@ -33,8 +33,9 @@ def test_run_stats_on_hand_computed_rows() -> None:
     assert st.tokens == {"output": 11, "input": 360, "input_cached": 140, "input_computed": 220}
     assert st.tokens_per_chunk == {1: 2, 2: 1, 3: 1, 4: 1}
     f = st.fidelity
-    assert (f["prompt_tokens_served"], f["prompt_tokens_trace"], f["prompt_mismatches"]) == (360, 360, 0)
-    assert (f["output_tokens_served"], f["output_tokens_trace"], f["output_mismatches"]) == (11, 18, 2)
+    # the failed D counts on both sides: 60 prompt and 5 output tokens in the trace, none served
+    assert (f["prompt_tokens_served"], f["prompt_tokens_trace"], f["prompt_mismatches"]) == (360, 420, 0)
+    assert (f["output_tokens_served"], f["output_tokens_trace"], f["output_mismatches"]) == (11, 23, 2)
     assert f["prefix_hit_rate_server"] == pytest.approx(140 / 360)
     assert f["prefix_hit_rate_implied"] == pytest.approx(150 / 360)
     assert f["think_time_error"].count == 1 and f["think_time_error"].max == 0
@@ -48,6 +49,22 @@ def test_run_stats_on_hand_computed_rows() -> None:
     assert (s["a"]["wall_ns"], s["a"]["wait_ns"], s["a"]["think_ns"]) == (410, 330, 80)
     assert (s["b"]["requests_ok"], s["b"]["requests_failed"], s["b"]["wall_ns"]) == (1, 1, 105)
     assert s["b"]["session_tps"] is None or s["b"]["session_tps"] != s["b"]["session_tps"]
+
+
+def test_definitions_table_entries_on_hand_computed_rows() -> None:
+    from analysis.definitions import speeds
+
+    st = _stats()
+    # time to second token: A's second token comes in its second chunk (260 - 110 = 150); B
+    # has one token; C's first chunk carries 4 (700 - 605 = 95); E has none
+    ttst = st.latency["ttst"]
+    assert (ttst.count, ttst.values[50.0], ttst.max) == (2, 95, 150)
+    # E2E per output token: A 210/6 = 35, B 110/1, C 100/4 = 25; E has N = 0
+    ept = st.latency["e2e_per_token"]
+    assert (ept.count, ept.values[90.0]) == (3, 110)
+    sp = speeds(st.latency)
+    assert sp["interactivity"] == pytest.approx(1e9 / 110)
+    assert sp["p90_tps"] == pytest.approx(1e9 / 18) == st.tps.values[90.0]
 
 
 def test_economics_arithmetic() -> None:
@@ -83,7 +100,8 @@ def test_report_renders_every_section(results: Path) -> None:
                      prices=Prices(0.27, 0.07, 1.10))
     text = to_text(r)
     first = text.splitlines()[0]
-    assert first.startswith("WARNING: the load generator was the bottleneck") and "CPU 98%" in first
+    assert first.startswith("WARNING: load generator saturated: CPU 98%") and "understate" in first
+    assert sum("CPU 98%" in ln for ln in text.splitlines()) == 1
     for needle in ("90% of requests at least this fast", "median", "TTFT from intended",
                    "ITL (per token) (hdr)", "request TPS", "Goodput", "per GPU-hour",
                    "Replay fidelity", "Tokens per chunk", "Sessions (slowest 10 of 149",

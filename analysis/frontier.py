@@ -1,0 +1,241 @@
+"""The Pareto frontier of a sweep (or several): per target and load point, throughput per
+GPU against what each user feels (P90 TPS, and InferenceX's E2E-normalized interactivity),
+with the run-to-run spread, the frontier's points marked, cost and revenue per point, and
+paired comparisons between targets. Input: the index table(s) ``replay.sweep`` writes; the
+frontier can be rebuilt from a sweep tree at any time without rerunning anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from analysis.replicates import Interval, mean_ci, paired_ci, verdict
+from traces.errors import InputError
+
+X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
+Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}
+
+
+@dataclass
+class Point:
+    sweep: str
+    target: str
+    point: float
+    runs: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    ci: dict[str, Interval] = field(default_factory=dict)
+    on_frontier: dict[str, bool] = field(default_factory=dict)
+
+    def mean(self, key: str) -> float | None:
+        return self.ci[key].estimate if key in self.ci else mean_ci([r.get(key) for r in self.runs]).estimate
+
+
+SUMMARY_KEYS = ("p90_tps", "median_tps", "interactivity", "ttft_p99_ms", "tpot_p90_ms",
+                "output_tps_per_gpu", "total_tps_per_gpu", "usd_per_m_output", "usd_per_m_total",
+                "revenue_per_gpu_hour")
+
+
+def read_sweep(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    p = Path(path)
+    idx = p / "index.parquet"
+    if not idx.exists():
+        raise InputError(f"{p}: not a sweep folder (no index.parquet)")
+    meta = json.loads((p / "sweep.json").read_text()) if (p / "sweep.json").exists() else {}
+    return meta, [dict(r) for r in pq.read_table(idx).to_pylist()]
+
+
+def points(rows: Sequence[Mapping[str, Any]], sweep: str = "", phase: str = "sweep") -> list[Point]:
+    """Rows grouped by (target, point); complete runs give the means and intervals, the
+    others are kept as failed with their reasons."""
+    groups: dict[tuple[str, float], Point] = {}
+    for r in rows:
+        if r.get("phase", "sweep") != phase:
+            continue
+        k = (str(r["target"]), float(r["point"]))
+        pt = groups.setdefault(k, Point(sweep, k[0], k[1], [], []))
+        (pt.runs if r["status"] == "complete" else pt.failed).append(dict(r))
+    out = sorted(groups.values(), key=lambda p: (p.sweep, p.target, p.point))
+    for pt in out:
+        pt.ci = {k: mean_ci([r.get(k) for r in pt.runs]) for k in SUMMARY_KEYS}
+    return out
+
+
+def pareto_mask(xy: Sequence[tuple[float, float]]) -> list[bool]:
+    """True for the points no other point dominates (another is >= on both and > on one);
+    both coordinates higher-is-better."""
+    out = []
+    for i, (x, y) in enumerate(xy):
+        dominated = any((x2 >= x and y2 >= y and (x2 > x or y2 > y))
+                        for j, (x2, y2) in enumerate(xy) if j != i)
+        out.append(not dominated)
+    return out
+
+
+def mark_frontier(pts: Sequence[Point], x: str, y: str) -> None:
+    """Per (sweep, target): mark each point on the frontier of (mean x, mean y)."""
+    by: dict[tuple[str, str], list[Point]] = {}
+    for p in pts:
+        by.setdefault((p.sweep, p.target), []).append(p)
+    for group in by.values():
+        have = [p for p in group if p.mean(x) is not None and p.mean(y) is not None]
+        mask = pareto_mask([(float(p.mean(x) or 0), float(p.mean(y) or 0)) for p in have])
+        for p in group:
+            p.on_frontier[f"{x}:{y}"] = False
+        for p, m in zip(have, mask, strict=True):
+            p.on_frontier[f"{x}:{y}"] = m
+
+
+def _f(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+
+
+def _ci(i: Interval, digits: int = 1) -> str:
+    if i.estimate is None:
+        return "-"
+    if i.low is None or i.high is None:
+        return f"{_f(i.estimate, digits)} (n={i.n})"
+    return f"{_f(i.estimate, digits)} [{_f(i.low, digits)}, {_f(i.high, digits)}]"
+
+
+def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu") -> str:
+    """The frontier table: one row per (target, point), means with 95% intervals over the
+    replicate runs, the frontier marked (*), failed runs with their reasons."""
+    mark_frontier(pts, x, y)
+    mark_frontier(pts, "interactivity", y)
+    head = ["sweep", "target", axis, "runs", "P90 TPS", "interactivity", "output tok/s/GPU",
+            "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h", "frontier", "failed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in pts:
+        fr = []
+        if p.on_frontier.get(f"{x}:{y}"):
+            fr.append("P90 TPS")
+        if p.on_frontier.get(f"interactivity:{y}"):
+            fr.append("interactivity")
+        failed = "; ".join(f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed)
+        lines.append("| " + " | ".join([
+            p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _ci(p.ci["p90_tps"]),
+            _ci(p.ci["interactivity"]), _ci(p.ci["output_tps_per_gpu"], 0),
+            _ci(p.ci["total_tps_per_gpu"], 0), _ci(p.ci["ttft_p99_ms"]),
+            _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
+            "* " + ", ".join(fr) if fr else "", failed or ""]) + " |")
+    lines.append("")
+    lines.append("Means over replicate runs with 95% Student-t intervals [low, high]; '*' marks "
+                 "a point no other point of the same target beats on both per-user speed and "
+                 "throughput per GPU.")
+    return "\n".join(lines) + "\n"
+
+
+def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = (
+        ("p90_tps", True), ("output_tps_per_gpu", True), ("ttft_p99_ms", False))) -> list[str]:
+    """Each target against the first at every shared point: paired by repeat, run-level
+    intervals, "inconclusive" when they include 0."""
+    targets = sorted({p.target for p in pts}, key=lambda t: min(
+        (r.get("order", 0) for p in pts if p.target == t for r in p.runs), default=0))
+    if len(targets) < 2:
+        return []
+    base = targets[0]
+    by = {(p.target, p.point): p for p in pts}
+    out = []
+    for t in targets[1:]:
+        for pt in sorted({p.point for p in pts}):
+            a, b = by.get((base, pt)), by.get((t, pt))
+            if a is None or b is None:
+                continue
+            ra = {int(r["repeat"]): r for r in a.runs}
+            rb = {int(r["repeat"]): r for r in b.runs}
+            reps = sorted(set(ra) | set(rb))
+            for m, hib in metrics:
+                ci = paired_ci([ra[i].get(m) if i in ra else None for i in reps],
+                               [rb[i].get(m) if i in rb else None for i in reps])
+                out.append(verdict(f"{t} vs {base} at {pt:g}, {m}", ci, hib))
+    return out
+
+
+def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
+         y: str = "output_tps_per_gpu", title: str = "") -> Path | None:
+    """A PNG: every run as a dot (the run-to-run spread), each target's means joined by a
+    line, its frontier points ringed. None when matplotlib (the plots extra) is missing."""
+    if not pts:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    mark_frontier(pts, x, y)
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    by: dict[tuple[str, str], list[Point]] = {}
+    for p in pts:
+        by.setdefault((p.sweep, p.target), []).append(p)
+    for (sweep, target), group in by.items():
+        name = f"{sweep}:{target}" if sweep else target
+        xs = [r.get(x) for p in group for r in p.runs]
+        ys = [r.get(y) for p in group for r in p.runs]
+        keep = [(a, b) for a, b in zip(xs, ys, strict=True) if a is not None and b is not None]
+        means = [(float(mx), float(my)) for mx, my in ((p.mean(x), p.mean(y)) for p in group)
+                 if mx is not None and my is not None]
+        line = ax.plot([a for a, _ in means], [b for _, b in means], "-", label=name)[0]
+        if keep:
+            ax.scatter([float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5,
+                       color=line.get_color())
+        fr = [p for p in group if p.on_frontier.get(f"{x}:{y}")]
+        ax.scatter([float(p.mean(x) or 0) for p in fr], [float(p.mean(y) or 0) for p in fr], s=80, facecolors="none",
+                   edgecolors=line.get_color(), linewidths=1.5)
+        for p in group:
+            if p.mean(x) is not None and p.mean(y) is not None:
+                ax.annotate(f"{p.point:g}", (p.mean(x), p.mean(y)), fontsize=7,
+                            textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel(X_AXES.get(x, x))
+    ax.set_ylabel(Y_AXES.get(y, y))
+    ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    dest = Path(out)
+    fig.savefig(dest)
+    plt.close(fig)
+    return dest
+
+
+def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
+          ) -> dict[str, Any]:
+    """Rebuild the frontier files of one or several sweep trees (overlaid): frontier.md,
+    frontier.json, and the PNGs when matplotlib is there. ``out_dir``: default the first
+    sweep's folder."""
+    pts: list[Point] = []
+    axis = "load"
+    for s in sweeps:
+        meta, rows = read_sweep(s)
+        axis = meta.get("axis", axis)
+        name = "" if len(sweeps) == 1 else (os.path.basename(os.path.normpath(str(s))) or str(s))
+        pts += points(rows, name)
+    dest = Path(out_dir or sweeps[0])
+    dest.mkdir(parents=True, exist_ok=True)
+    md = to_markdown(pts, axis)
+    cmp = comparisons(pts)
+    text = md + ("\n## Paired comparisons (run-level 95% intervals)\n\n" + "\n".join(f"- {c}" for c in cmp) + "\n"
+                 if cmp else "")
+    (dest / "frontier.md").write_text(text)
+    files = [dest / "frontier.md"]
+    for x in X_AXES:
+        png = plot(pts, dest / f"frontier-{x}.png", x=x)
+        if png is not None:
+            files.append(png)
+    data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
+             "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
+                        for r in p.failed],
+             "on_frontier": p.on_frontier,
+             "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
+                         for k, v in p.ci.items()}} for p in pts]
+    (dest / "frontier.json").write_text(json.dumps({"points": data, "comparisons": cmp}, indent=2) + "\n")
+    files.append(dest / "frontier.json")
+    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp}

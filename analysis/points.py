@@ -1,0 +1,66 @@
+"""One run as one point of a sweep: the figures a frontier, a capacity search and an index
+table need, from a ``Report`` (so from the same statistics the report prints).
+
+Throughput per GPU = tokens / (last byte - first intended send) / GPUs (METRICS.md "across
+runs"); cost per million tokens = the deployment's USD per hour / tokens per hour x 1e6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from analysis.definitions import METRICS, SPEEDS, headline_figures, speeds
+from analysis.metrics import NS
+from analysis.report import Report
+
+POINT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("requests_ok", "requests"), ("requests_failed", "requests"), ("duration_s", "s"),
+    *((key, "tok/s") for key, _, _, _ in SPEEDS),
+    *((f"{m.key}_p{p:g}_ms", "ms") for m in METRICS for p in m.headline),
+    ("output_tps", "tok/s"), ("total_tps", "tok/s"),
+    ("output_tps_per_gpu", "tok/s/GPU"), ("total_tps_per_gpu", "tok/s/GPU"),
+    ("usd_per_m_output", "USD"), ("usd_per_m_total", "USD"), ("revenue_per_gpu_hour", "USD"),
+)
+"""The per-run figures of a sweep's index table, with their units."""
+
+
+def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = None) -> dict[str, Any]:
+    """The run's figures: speeds and headline percentiles from the definitions table
+    (``analysis.definitions``), throughput per GPU, cost and revenue."""
+    st = report.stats
+    lat = st.latency
+    secs = st.duration_ns / NS if st.duration_ns else None
+    out_tps = st.tokens["output"] / secs if secs else None
+    total_tps = (st.tokens["output"] + st.tokens["input"]) / secs if secs else None
+    figures = headline_figures(lat)
+    row: dict[str, Any] = {
+        "requests_ok": st.requests["ok"], "requests_failed": st.requests["failed"],
+        "duration_s": secs, **speeds(lat),
+        **{k: figures.get(k) for k, unit in POINT_FIELDS if unit == "ms"},
+        "output_tps": out_tps, "total_tps": total_tps,
+        "output_tps_per_gpu": out_tps / gpus if out_tps is not None else None,
+        "total_tps_per_gpu": total_tps / gpus if total_tps is not None else None,
+        "usd_per_m_output": None, "usd_per_m_total": None,
+        "revenue_per_gpu_hour": (st.economics or {}).get("usd_per_gpu_hour"),
+    }
+    if usd_per_gpu_hour is not None:
+        per_hour = usd_per_gpu_hour * gpus
+        if out_tps:
+            row["usd_per_m_output"] = per_hour / (out_tps * 3600) * 1e6
+        if total_tps:
+            row["usd_per_m_total"] = per_hour / (total_tps * 3600) * 1e6
+    return row
+
+
+def empty_point() -> dict[str, Any]:
+    return {k: None for k, _ in POINT_FIELDS}
+
+
+def meets(row: Mapping[str, Any], key: str, op: str, bound: float) -> bool:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return False
+    return bool(v >= bound) if op == ">=" else bool(v <= bound)

@@ -1,0 +1,124 @@
+"""The one self-check policy: was the load generator the bottleneck, was the host busy with
+other work, or neither? The run line, the dashboard and the report all call ``assess``, so
+they say the same thing with the same thresholds, once.
+
+Symptoms: schedule lag P99 (requests left late; not in max-rate timing, where waiting for
+a slot is the design) or event-loop lag P99 (chunk timestamps late) above ``LAG_P99_NS``,
+each only with at least ``MIN_SAMPLES`` samples behind the P99. Causes, in order:
+
+* saturated: our busiest worker used at least ``CPU_SATURATED`` of a core (with a symptom),
+  or ``CPU_BUSY`` without one. The load generator set the pace: more ``--workers`` help.
+* contention: a symptom while our CPU was low, and the host was busy with other processes
+  (their CPU at least ``OTHERS_BUSY`` of the host's cores) or the hypervisor stole at least
+  ``STEAL`` of the CPU time. More workers would not help; a quieter host or CPUs of our own
+  (``--cpus``) would.
+* stall: a symptom with neither: the loop was held up by something other than load (a
+  blocking call, the timer, I/O). More workers would not help either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LAG_P99_NS = 5_000_000
+MIN_SAMPLES = 100
+CPU_SATURATED = 0.85
+CPU_BUSY = 0.95
+OTHERS_BUSY = 0.5
+STEAL = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """The host over the run: its CPUs, the cores busy on average (every process), the share
+    of CPU time stolen by the hypervisor, and the cores our own processes used."""
+
+    cpus: int
+    busy_cores: float
+    steal: float
+    ours_cores: float
+
+    @property
+    def others_cores(self) -> float:
+        return max(0.0, self.busy_cores - self.ours_cores)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Machine | None:
+        if not d:
+            return None
+        try:
+            return cls(int(d["cpus"]), float(d["busy_cores"]), float(d["steal"]), float(d["ours_cores"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    kind: str  # ok, saturated, contention, stall
+    line: str | None
+
+    @property
+    def bottleneck(self) -> bool:
+        return self.kind == "saturated"
+
+    @property
+    def contention(self) -> bool:
+        return self.kind == "contention"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p99_ns: float | None,
+           loop_lag_n: int, cpu_fraction: float, machine: Machine | None = None,
+           mode: str = "session") -> Assessment:
+    """The verdict and its one line (None when all is well). ``cpu_fraction``: the busiest
+    worker's CPU seconds per wall second (1.0 = one core)."""
+    symptoms = []
+    if (mode != "max-rate" and schedule_lag_n >= MIN_SAMPLES and schedule_lag_p99_ns is not None
+            and schedule_lag_p99_ns > LAG_P99_NS):
+        symptoms.append(f"schedule lag p99 {_ms(schedule_lag_p99_ns)}")
+    if loop_lag_n >= MIN_SAMPLES and loop_lag_p99_ns is not None and loop_lag_p99_ns > LAG_P99_NS:
+        symptoms.append(f"event-loop lag p99 {_ms(loop_lag_p99_ns)}")
+    cpu = f"{cpu_fraction * 100:.0f}% of a core"
+    bound = f"> {_ms(LAG_P99_NS)}"
+    if cpu_fraction >= CPU_BUSY or (symptoms and cpu_fraction >= CPU_SATURATED):
+        what = ", ".join(symptoms) + f" ({bound}) " if symptoms else ""
+        return Assessment("saturated", f"load generator saturated: {what}at CPU {cpu}: it may "
+                          "have set the pace instead of the server; use more --workers")
+    if not symptoms:
+        return Assessment("ok", None)
+    lags = ", ".join(symptoms) + f" ({bound})"
+    if machine is not None and (machine.steal >= STEAL or machine.others_cores >= OTHERS_BUSY * machine.cpus):
+        return Assessment("contention", (
+            f"host contention: {lags} while our CPU was {cpu} and other processes kept "
+            f"{machine.others_cores:.1f} of {machine.cpus} CPUs busy (steal "
+            f"{machine.steal * 100:.0f}%): timings may be late by that much; run on a quieter "
+            "host or give the replay CPUs of its own (--cpus); more --workers would not help"))
+    host = "" if machine is None else (f" and the host not busy ({machine.others_cores:.1f} of "
+                                        f"{machine.cpus} CPUs used by others)")
+    return Assessment("stall", (
+        f"{lags} with our CPU at {cpu}{host}: the loop was held up by something other than "
+        "its load (a blocking call, the timer, I/O); more --workers would not help"))
+
+
+def assess_meta(meta: Mapping[str, Any], schedule_lag_p99_ns: float | None, schedule_lag_n: int,
+                mode: str | None = None) -> Assessment | None:
+    """``assess`` for a finished run: the loop lag, CPU and host figures run.json keeps, with
+    the schedule lag from the run's rows. None for a run.json without a self-check."""
+    sc = meta.get("self_check")
+    if not isinstance(sc, Mapping):
+        return None
+    stalls = meta.get("loop_stalls") or {}
+    return assess(schedule_lag_p99_ns=schedule_lag_p99_ns, schedule_lag_n=schedule_lag_n,
+                  loop_lag_p99_ns=sc.get("loop_lag_p99_ns"),
+                  loop_lag_n=int(sc.get("loop_lag_n") or stalls.get("ticks") or 0),
+                  cpu_fraction=float(sc.get("cpu_fraction") or 0.0),
+                  machine=Machine.from_dict(sc.get("machine")),
+                  mode=mode or str((meta.get("options") or {}).get("timing", "session")))

@@ -1,0 +1,75 @@
+"""``agent-replay sweep`` (run, resume, or search capacity) and ``agent-replay frontier``
+(rebuild the frontier of one or several sweep trees without rerunning)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="run an experiment: targets x load points x repeats, "
+                       "interleaved, with warm-up; writes one tree, its index and frontier",
+                       description="Run (or resume) the sweep EXPERIMENT.toml describes, then "
+                       "write its frontier (frontier.md, PNGs with the plots extra).")
+    p.add_argument("experiment", help="experiment file (TOML)")
+    p.add_argument("--output", "-o", default=None, help="sweep folder (default: the file's "
+                   "'output', else sweeps/<file name>)")
+    p.add_argument("--force", action="store_true", help="replace the sweep folder instead of resuming it")
+    p.add_argument("--find-capacity", action="store_true",
+                   help="bisect the load axis for the most load that meets --slo")
+    p.add_argument("--slo", default=None, metavar="TERMS",
+                   help="e.g. 'p90_tps>=20,ttft_p99<=2s' (default: the file's slo)")
+    p.add_argument("--report-only", action="store_true",
+                   help="rebuild the frontier from the sweep folder, run nothing")
+    p.set_defaults(func=cmd_sweep)
+
+    f = sub.add_parser("frontier", help="the frontier of one or several sweep folders (overlaid)")
+    f.add_argument("sweeps", nargs="+", help="sweep folders")
+    f.add_argument("--output", "-o", default=None, help="where to write (default: the first sweep)")
+    f.set_defaults(func=cmd_frontier)
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from analysis.frontier import build
+    from replay.sweep import load_experiment, run_capacity, run_sweep
+    from traces.errors import InputError
+
+    exp = load_experiment(args.experiment, output=args.output)
+    if args.report_only:
+        res = build([exp.output])
+        print(res["markdown"])
+        print("wrote " + ", ".join(str(f) for f in res["files"]))
+        return 0
+    if args.find_capacity:
+        slo = args.slo or exp.slo
+        if not slo:
+            raise InputError(f"{args.experiment}: --find-capacity needs --slo or an 'slo' key")
+        caps = run_capacity(exp, slo, force=args.force, progress=_err)
+        for c in caps:
+            print(c.line(exp.axis))
+        print(f"wrote {exp.output}/capacity.md")
+        return 0
+    result = run_sweep(exp, force=args.force, progress=_err)
+    t = result.timing
+    _err(f"sweep wall {t.get('wall_s', 0):.1f} s: runs {t.get('run_s', 0):.1f} s, warm-up "
+         f"{t.get('warmup_s', 0):.1f} s, server start {t.get('server_start_s', 0):.1f} s, "
+         f"other {t.get('outside_runs_s', 0) - t.get('server_start_s', 0):.1f} s")
+    res = build([result.out])
+    print(res["markdown"])
+    print("wrote " + ", ".join(str(f) for f in res["files"]))
+    return result.exit_code
+
+
+def cmd_frontier(args: argparse.Namespace) -> int:
+    from analysis.frontier import build
+
+    res = build(args.sweeps, args.output)
+    print(res["markdown"])
+    print("wrote " + ", ".join(str(f) for f in res["files"]))
+    return 0

@@ -1,0 +1,289 @@
+"""An experiment file (TOML) as a frozen ``Experiment``: targets, a load axis, repeats, a
+seed, the run options every run shares, the warm-up policy, prices and an SLO.
+
+Strict: an unknown key, a missing one or a value of the wrong kind is an ``InputError``
+naming the file and the key (``exp.toml: [load] points: ...``). Paths in the file are
+relative to the file.
+
+    trace = "agent.parquet"
+    output = "sweeps/std-vs-mtp"       # default: sweeps/<file stem>
+    repeats = 3
+    seed = 1
+
+    [load]
+    axis = "concurrent_sessions"       # or rate, speedup, concurrency
+    points = [2, 4, 8, 16]
+
+    [run]                              # RunConfig options shared by every run
+    speedup = 5
+    duration_s = 20
+
+    [warmup]
+    burst_s = 3                        # min_bursts, max_bursts, tolerance, enabled
+
+    [prices]                           # USD per million tokens (revenue per GPU-hour)
+    input_hit = 0.1
+    input_miss = 0.5
+    output = 2.0
+
+    [[targets]]
+    name = "standard"
+    sim = "default"                    # or url = "http://...", or launch = "PROFILE --model M"
+    gpus = 1
+    usd_per_gpu_hour = 2.5
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traces.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with tomli when it is installed
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None
+
+AXES = ("concurrent_sessions", "rate", "speedup", "concurrency")
+"""Load axes: sessions at once, session arrivals per second, time compression, requests in
+flight (max-rate timing)."""
+INTEGER_AXES = ("concurrent_sessions", "concurrency")
+
+RUN_KEYS: dict[str, type | tuple[type, ...]] = {
+    "speedup": (int, float), "duration_s": (int, float), "timing": str, "max_sessions": int,
+    "sessions_multiplier": int, "warmup_s": (int, float), "api": str, "model": str,
+    "request_timeout_s": (int, float), "workers": int, "scrape_interval_s": (int, float),
+    "vllm_extras": bool, "http_client": str, "timestamps": str, "loop": str,
+    "arrival": str, "ramp_s": (int, float), "vocab_size": int, "cpus": str,
+}
+"""``[run]`` keys: RunConfig fields every run of the sweep shares."""
+LIFETIMES = ("sweep", "visit")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    kind: str  # url, sim, launch
+    spec: str  # the URL, the sim profile, or the launch spec
+    gpus: int = 1
+    usd_per_gpu_hour: float | None = None
+    lifetime: str = "sweep"
+    """``sweep``: started once and kept for the whole sweep; ``visit``: started for each
+    visit (a repeat's pass over its load points) and stopped after it."""
+    sim_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Warmup:
+    enabled: bool = True
+    burst_s: float = 3.0
+    min_bursts: int = 2
+    max_bursts: int = 5
+    tolerance: float = 0.10
+    """Steady: the median TPOT of the last burst within this fraction of the one before."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    path: str
+    trace: str
+    output: str
+    targets: tuple[Target, ...]
+    axis: str
+    points: tuple[float, ...]
+    repeats: int = 3
+    seed: int = 0
+    run: dict[str, Any] = field(default_factory=dict)
+    warmup: Warmup = field(default_factory=Warmup)
+    prices: dict[str, float] | None = None
+    slo: str | None = None
+
+    def point_label(self, point: float) -> str:
+        return f"{self.axis}={format_point(point)}"
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change between a sweep and its resumption."""
+        return {"trace": self.trace, "axis": self.axis, "seed": self.seed,
+                "targets": [t.name for t in self.targets], "run": self.run}
+
+
+def format_point(p: float) -> str:
+    return str(int(p)) if float(p).is_integer() else f"{p:g}"
+
+
+def _check_keys(where: str, table: dict[str, Any], known: set[str] | dict[str, Any]) -> None:
+    for key in table:
+        if key not in known:
+            raise InputError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+
+
+def _typed(where: str, key: str, value: Any, kinds: type | tuple[type, ...]) -> Any:
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and kinds in ((int, float), int))
+    if not ok:
+        want = " or ".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+        raise InputError(f"{where} {key}: expected {want}, got {value!r}")
+    return value
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _target(where: str, raw: Any) -> Target:
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: expected a table")
+    _check_keys(where, raw, {"name", "url", "sim", "launch", "gpus", "usd_per_gpu_hour",
+                             "lifetime", "sim_args"})
+    kinds = [k for k in ("url", "sim", "launch") if k in raw]
+    if len(kinds) != 1:
+        raise InputError(f"{where}: give exactly one of url, sim, launch")
+    kind = kinds[0]
+    spec = str(_typed(where, kind, raw[kind], str))
+    if kind == "url" and not spec.startswith(("http://", "https://")):
+        raise InputError(f"{where} url: expected an http(s) URL, got {spec!r}")
+    if kind == "launch":
+        from replay.launch import parse_spec
+
+        try:
+            parse_spec(spec)
+        except InputError as exc:
+            raise InputError(f"{where} launch: {exc}") from None
+    name = str(_typed(where, "name", raw.get("name", spec if kind == "sim" else ""), str))
+    if not _NAME.match(name):
+        raise InputError(f"{where} name: {name!r} must be letters, digits, '.', '_' or '-'")
+    gpus = int(_typed(where, "gpus", raw.get("gpus", 1), int))
+    if gpus < 1:
+        raise InputError(f"{where} gpus: must be >= 1, got {gpus}")
+    price = raw.get("usd_per_gpu_hour")
+    if price is not None:
+        price = float(_typed(where, "usd_per_gpu_hour", price, (int, float)))
+        if price < 0:
+            raise InputError(f"{where} usd_per_gpu_hour: must be >= 0")
+    lifetime = str(_typed(where, "lifetime", raw.get("lifetime", "visit" if kind == "launch" else "sweep"), str))
+    if lifetime not in LIFETIMES:
+        raise InputError(f"{where} lifetime: must be one of {', '.join(LIFETIMES)}, got {lifetime!r}")
+    if kind == "url" and lifetime == "visit":
+        raise InputError(f"{where} lifetime: a url target cannot be restarted; use 'sweep'")
+    sim_args = raw.get("sim_args", [])
+    if not isinstance(sim_args, list) or not all(isinstance(a, str) for a in sim_args):
+        raise InputError(f"{where} sim_args: expected a list of strings")
+    return Target(name, kind, spec, gpus, price, lifetime, tuple(sim_args))
+
+
+def load_experiment(path: str | Path, *, output: str | None = None) -> Experiment:
+    """Read and check an experiment file; every problem is one InputError line."""
+    p = Path(path)
+    if tomllib is None:
+        raise InputError(f"{p}: reading experiment files needs Python 3.11+ or the tomli package")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such experiment file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{p}: not valid TOML: {exc}") from None
+    return experiment_from_dict(raw, p, output=output)
+
+
+def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = None) -> Experiment:
+    f = str(p)
+    _check_keys(f, raw, {"trace", "output", "repeats", "seed", "load", "run", "warmup",
+                         "prices", "slo", "targets"})
+    if "trace" not in raw:
+        raise InputError(f"{f}: missing key 'trace'")
+    base = p.resolve().parent
+    trace = base / str(_typed(f, "trace", raw["trace"], str))
+    if not trace.exists():
+        raise InputError(f"{f}: trace: {trace} does not exist")
+    out = output or raw.get("output") or str(Path("sweeps") / p.stem)
+    out_path = Path(str(_typed(f, "output", out, str)))
+    if output is None and "output" in raw and not out_path.is_absolute():
+        out_path = base / out_path
+    repeats = int(_typed(f, "repeats", raw.get("repeats", 3), int))
+    if repeats < 1:
+        raise InputError(f"{f}: repeats: must be >= 1, got {repeats}")
+    seed = int(_typed(f, "seed", raw.get("seed", 0), int))
+
+    load = raw.get("load")
+    if not isinstance(load, dict):
+        raise InputError(f"{f}: missing table [load] (axis = ..., points = [...])")
+    _check_keys(f"{f}: [load]", load, {"axis", "points"})
+    axis = load.get("axis")
+    if axis not in AXES:
+        raise InputError(f"{f}: [load] axis: must be one of {', '.join(AXES)}, got {axis!r}")
+    pts = load.get("points")
+    if not isinstance(pts, list) or not pts:
+        raise InputError(f"{f}: [load] points: expected a non-empty list of numbers")
+    points: list[float] = []
+    for v in pts:
+        _typed(f"{f}: [load]", "points", v, (int, float))
+        if not v > 0 or (axis in INTEGER_AXES and not float(v).is_integer()):
+            raise InputError(f"{f}: [load] points: {v!r} is not a valid {axis} (positive"
+                             f"{' whole number' if axis in INTEGER_AXES else ''})")
+        points.append(float(v))
+    if len(set(points)) != len(points):
+        raise InputError(f"{f}: [load] points: repeated values")
+
+    run = raw.get("run", {})
+    if not isinstance(run, dict):
+        raise InputError(f"{f}: [run]: expected a table")
+    for k in AXES:
+        if k in run and (k == axis or k != "speedup"):
+            raise InputError(f"{f}: [run] {k}: a load axis; set it in [load] (axis, points)")
+    _check_keys(f"{f}: [run]", run, RUN_KEYS)
+    for k, v in run.items():
+        _typed(f"{f}: [run]", k, v, RUN_KEYS[k])
+    if axis == "concurrency" and run.get("timing", "max-rate") != "max-rate":
+        raise InputError(f"{f}: [run] timing: the concurrency axis needs timing = 'max-rate'")
+
+    wraw = raw.get("warmup", {})
+    if not isinstance(wraw, dict):
+        raise InputError(f"{f}: [warmup]: expected a table")
+    _check_keys(f"{f}: [warmup]", wraw, {"enabled", "burst_s", "min_bursts", "max_bursts", "tolerance"})
+    w = Warmup(
+        enabled=bool(_typed(f"{f}: [warmup]", "enabled", wraw.get("enabled", True), bool)),
+        burst_s=float(_typed(f"{f}: [warmup]", "burst_s", wraw.get("burst_s", 3.0), (int, float))),
+        min_bursts=int(_typed(f"{f}: [warmup]", "min_bursts", wraw.get("min_bursts", 2), int)),
+        max_bursts=int(_typed(f"{f}: [warmup]", "max_bursts", wraw.get("max_bursts", 5), int)),
+        tolerance=float(_typed(f"{f}: [warmup]", "tolerance", wraw.get("tolerance", 0.10), (int, float))))
+    if w.burst_s <= 0 or w.min_bursts < 1 or w.max_bursts < w.min_bursts or w.tolerance <= 0:
+        raise InputError(f"{f}: [warmup]: need burst_s > 0, 1 <= min_bursts <= max_bursts, tolerance > 0")
+
+    prices = raw.get("prices")
+    if prices is not None:
+        if not isinstance(prices, dict):
+            raise InputError(f"{f}: [prices]: expected a table")
+        _check_keys(f"{f}: [prices]", prices, {"input_hit", "input_miss", "output"})
+        for k in ("input_hit", "input_miss", "output"):
+            if k not in prices:
+                raise InputError(f"{f}: [prices]: missing key {k!r} (USD per million tokens)")
+            _typed(f"{f}: [prices]", k, prices[k], (int, float))
+        prices = {k: float(v) for k, v in prices.items()}
+
+    slo = raw.get("slo")
+    if slo is not None:
+        _typed(f, "slo", slo, str)
+        from replay.sweep.capacity import parse_slo
+
+        try:
+            parse_slo(slo)
+        except InputError as exc:
+            raise InputError(f"{f}: slo: {exc}") from None
+
+    traw = raw.get("targets")
+    if not isinstance(traw, list) or not traw:
+        raise InputError(f"{f}: missing [[targets]] (at least one)")
+    targets = tuple(_target(f"{f}: targets[{i}]", t) for i, t in enumerate(traw))
+    names = [t.name for t in targets]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"{f}: targets: name {dup[0]!r} is used twice")
+    return Experiment(str(p), str(trace.resolve()), str(out_path.resolve()), targets, str(axis), tuple(points),
+                      repeats, seed, dict(run), w, prices, slo)

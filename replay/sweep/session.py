@@ -1,0 +1,36 @@
+"""``run_capacity``: the capacity search of an experiment, in its sweep tree (resumable like
+the sweep: its runs are rows of the same index, phase ``capacity``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from replay.results import write_json_atomic
+from replay.sweep.capacity import Capacity, find_capacity, parse_slo, to_markdown
+from replay.sweep.experiment import Experiment
+from replay.sweep.runner import Reporter, RunHook, _prepare, write_state
+from replay.sweep.targets import Servers
+
+
+def run_capacity(exp: Experiment, slo_text: str, *, force: bool = False,
+                 progress: Reporter | None = None, hooks: Sequence[RunHook] = ()) -> list[Capacity]:
+    slo = parse_slo(slo_text)
+    t0 = time.monotonic()
+    out, rows = _prepare(exp, force)
+    timing: dict[str, float] = {}
+    write_state(exp, out, timing, "capacity search")
+    with Servers(exp.seed) as servers:
+        caps = find_capacity(exp, slo, rows=rows, out=out, servers=servers, progress=progress,
+                             hooks=hooks, timing=timing)
+    timing["wall_s"] = time.monotonic() - t0
+    write_state(exp, out, timing, "complete")
+    (Path(out) / "capacity.md").write_text(to_markdown(caps, exp.axis, slo_text))
+    write_json_atomic(Path(out) / "capacity.json", {
+        "slo": slo_text, "axis": exp.axis,
+        "targets": [{"target": c.target, "gpus": c.gpus, "capacity": c.capacity,
+                     "capacity_per_gpu": None if c.capacity is None else c.capacity / c.gpus,
+                     "first_fail": c.first_fail, "disagree": c.disagree,
+                     "probes": [p.__dict__ for p in c.probes]} for c in caps]})
+    return caps

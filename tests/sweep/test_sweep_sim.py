@@ -1,0 +1,119 @@
+"""A real sweep on the simulated engine: plain run folders, the index, resumption, failed
+points kept with their reasons, the frontier rebuilt from the tree, capacity at an SLO."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.frontier import build
+from replay.cli import main
+from replay.sweep import load_experiment, run_capacity, run_sweep
+from tests.replay.helpers import chain_rows, write_rows
+
+pytestmark = pytest.mark.slow
+
+EXP = """
+trace = "t.parquet"
+output = "out"
+repeats = 2
+seed = 3
+[load]
+axis = "concurrent_sessions"
+points = [1, 3]
+[run]
+speedup = 4
+scrape_interval_s = 0
+[warmup]
+burst_s = 0.3
+max_bursts = 3
+tolerance = 0.5
+[[targets]]
+name = "a"
+sim = "fast"
+usd_per_gpu_hour = 2.0
+[[targets]]
+name = "b"
+sim = "fast"
+"""
+
+
+@pytest.fixture
+def exp_file(tmp_path: Path) -> Path:
+    write_rows(tmp_path / "t.parquet", chain_rows(3, 3, output_tokens=12))
+    p = tmp_path / "exp.toml"
+    p.write_text(EXP)
+    return p
+
+
+def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> None:
+    lines: list[str] = []
+    exp = load_experiment(exp_file)
+    res = run_sweep(exp, progress=lines.append)
+    out = Path(exp.output)
+    assert len(res.rows) == 8 and {r["status"] for r in res.rows} == {"complete"}, res.rows
+    idx = pq.read_table(out / "index.parquet").to_pylist()
+    assert sorted((r["target"], r["point"], r["repeat"]) for r in idx) == sorted(
+        (t, p, r) for t in "ab" for p in (1.0, 3.0) for r in (0, 1))
+    assert (out / "index.csv").read_text().count("\n") == 9
+    for r in idx:
+        run_dir = out / r["path"]
+        meta = json.loads((run_dir / "run.json").read_text())
+        assert meta["status"] == "complete" and meta["options"]["concurrent_sessions"] == int(r["point"])
+        prov = meta["provenance"]
+        assert prov["command_line"] and prov["dependencies"]["pyarrow"]
+        assert prov["server"]["version_endpoint"] is not None and prov["host"]["hostname"]
+        warm = json.loads((run_dir.with_name(run_dir.name + ".warmup") / "warmup.json").read_text())
+        assert 1 <= len(warm["bursts"]) <= 3 and r["warmup_bursts"] == len(warm["bursts"])
+        assert r["p90_tps"] > 0 and r["output_tps_per_gpu"] > 0 and r["interactivity"] > 0
+        # paired design: the same (point, repeat) has the same salt on both targets
+    salts = {(r["point"], r["repeat"]): set() for r in idx}
+    for r in idx:
+        salts[(r["point"], r["repeat"])].add(r["salt"])
+    assert all(len(s) == 1 for s in salts.values()) and len({next(iter(s)) for s in salts.values()}) == 4
+    assert [r["usd_per_m_output"] is not None for r in idx if r["target"] == "a"] == [True] * 4
+    assert len(lines) == 8 and lines[0].startswith("[1/8] r0 ")
+
+    again: list[str] = []
+    res2 = run_sweep(exp, progress=again.append)
+    assert again == ["resuming " + str(out) + ": 8 of 8 runs already done"]
+    assert "run_s" not in res2.timing
+
+    built = build([out])
+    assert (out / "frontier.md").exists() and (out / "frontier.json").exists()
+    assert "| a | 3 | 2 |" in built["markdown"].replace("|  | ", "| ")
+    assert any("b vs a at 1, p90_tps" in c for c in built["comparisons"])
+
+
+def test_unreachable_target_is_kept_as_failed_with_its_reason(tmp_path: Path, exp_file: Path) -> None:
+    text = exp_file.read_text().replace('sim = "fast"\n[[targets]]', 'sim = "fast"\n[[targets]]', 1)
+    text = text.replace('name = "b"\nsim = "fast"', 'name = "b"\nurl = "http://127.0.0.1:9"')
+    text = text.replace("points = [1, 3]", "points = [1]").replace("repeats = 2", "repeats = 1")
+    exp_file.write_text(text)
+    res = run_sweep(load_experiment(exp_file))
+    by = {r["target"]: r for r in res.rows}
+    assert by["a"]["status"] == "complete"
+    assert by["b"]["status"] == "failed" and "target 'b' (http://127.0.0.1:9) does not answer" in by["b"]["reason"]
+    md = build([res.out])["markdown"]
+    assert "r0 failed: target 'b'" in md
+
+
+def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = exp_file.read_text().replace("points = [1, 3]", "points = [1, 4]").replace("repeats = 2", "repeats = 1")
+    text = text.replace('[[targets]]\nname = "b"\nsim = "fast"\n', "")
+    exp_file.write_text(text)
+    exp = load_experiment(exp_file)
+    caps = run_capacity(exp, "p90_tps>=1,ttft_p99<=60s")
+    assert caps[0].capacity == 4.0 and caps[0].first_fail is None
+    # nothing meets an impossible SLO; the lowest point is the only probe needed
+    caps = run_capacity(exp, "ttft_p99<=0.001ms", force=True)
+    assert caps[0].capacity is None and [p.point for p in caps[0].probes] == [1.0, 4.0]
+    assert (Path(exp.output) / "capacity.md").read_text().startswith("# Capacity at SLO")
+    # the CLI: bad SLO is one line, exit 2
+    assert main(["sweep", str(exp_file), "--find-capacity", "--slo", "p90_tps>>1"]) == 2
+    assert "--slo: 'p90_tps>>1'" in capsys.readouterr().err
+    assert main(["sweep", str(exp_file), "--report-only"]) == 0
+    assert "frontier.md" in capsys.readouterr().out
