@@ -287,6 +287,18 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: Mapping[str, Any], st
     return out
 
 
+POINT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("energy_j", "J"), ("mean_power_w", "W"), ("j_per_output_token", "J/token"),
+    ("j_per_request", "J"), ("output_tokens_per_s_per_kw", "tok/s/kW"))
+"""The energy figures of one run as a sweep point (with their units)."""
+
+
+def point_figures(gpu: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``POINT_FIELDS`` from a report's ``gpu`` block (all None without telemetry): what a
+    sweep's index and frontier take (energy per token as a second axis)."""
+    return {k: (gpu or {}).get(k) for k, _ in POINT_FIELDS}
+
+
 def _n(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 

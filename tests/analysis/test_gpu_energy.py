@@ -99,6 +99,16 @@ def test_energy_two_ways_and_derived_figures(results: Path) -> None:
                           "GPU 1 (+4.0%)"]
 
 
+def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
+    from analysis.gpu_energy import POINT_FIELDS, point_figures
+
+    p = point_figures(build_report(results).gpu)
+    assert list(p) == [k for k, _ in POINT_FIELDS]
+    assert p["j_per_output_token"] == pytest.approx(656.0 / 60)
+    assert p["output_tokens_per_s_per_kw"] == pytest.approx(60_000 / 656.0)
+    assert point_figures(None) == dict.fromkeys(p)
+
+
 def test_per_session_energy_by_token_share(results: Path) -> None:
     g = build_report(results).gpu
     assert g is not None
