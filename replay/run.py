@@ -218,19 +218,29 @@ class _Scrape:
             self.error = self._errq.get_nowait()
 
 
+def gpu_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[Any, str]:
+    """``engines.telemetry.resolve`` for this run: a server counts as launched when ``run
+    --launch`` or a sweep's launch target started it (not a sweep's URL or sim target), and
+    then its CUDA_VISIBLE_DEVICES (else this process's) picks the GPUs ``auto`` samples."""
+    from engines.telemetry import resolve
+
+    launched = launch_info is not None and launch_info.get("kind", "launch") == "launch"
+    visible = None
+    if launch_info is not None and launched:
+        visible = (launch_info.get("env") or {}).get("CUDA_VISIBLE_DEVICES",
+                                                     os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return resolve(config.gpu_metrics, config.target, launched, visible)
+
+
 def _start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any] | None,
                          progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
     """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
     and the run.json block that says why (also said in one line). A launched server's
     CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""
-    from engines.telemetry import FILE_NAME, TelemetryProcess, resolve
+    from engines.telemetry import FILE_NAME, TelemetryProcess
     from engines.telemetry.source import nvml_unavailable
 
-    visible = None
-    if launch_info is not None:
-        visible = (launch_info.get("env") or {}).get("CUDA_VISIBLE_DEVICES",
-                                                     os.environ.get("CUDA_VISIBLE_DEVICES"))
-    source, why = resolve(config.gpu_metrics, config.target, launch_info is not None, visible)
+    source, why = gpu_source(config, launch_info)
     if source is not None and source.kind == "nvml":
         why = nvml_unavailable() or ""
         if why:

@@ -109,3 +109,22 @@ def test_cli_options() -> None:
     assert config_from_args(args, args.target).gpu_metrics == "off"
     with pytest.raises(InputError, match="--gpu-interval must be > 0"):
         RunConfig(trace="t", target="http://127.0.0.1:1", gpu_interval_s=0).check()
+
+
+def test_which_gpus_a_run_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engines.telemetry import Source
+    from replay.run import gpu_source
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    remote = RunConfig(trace="t", target="http://10.9.9.9:8000")
+    local = RunConfig(trace="t", target="http://127.0.0.1:8000")
+    # run --launch (no kind) and a sweep's launch target: the server's CUDA_VISIBLE_DEVICES
+    assert gpu_source(remote, {"env": {"CUDA_VISIBLE_DEVICES": "1"}})[0] == Source("nvml", indices=(1,))
+    assert gpu_source(remote, {"kind": "launch", "env": {}})[0] == Source("nvml")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert gpu_source(remote, {"kind": "launch", "env": {}})[0] == Source("nvml", indices=(0, 1))
+    # a sweep's URL target is not launched: a remote one is off, a local one is every GPU
+    src, why = gpu_source(remote, {"kind": "url"})
+    assert src is None and "not on this host" in why
+    assert gpu_source(local, {"kind": "url"})[0] == Source("nvml")
+    assert gpu_source(local, {"kind": "sim"})[0] == Source("nvml")
