@@ -221,14 +221,18 @@ class _Scrape:
 def gpu_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[Any, str]:
     """``engines.telemetry.resolve`` for this run: a server counts as launched when ``run
     --launch`` or a sweep's launch target started it (not a sweep's URL or sim target), and
-    then its CUDA_VISIBLE_DEVICES (else this process's) picks the GPUs ``auto`` samples."""
+    then its CUDA_VISIBLE_DEVICES (else this process's) picks the GPUs ``auto`` samples;
+    for a server on this host reached by URL, the listening process's CUDA_VISIBLE_DEVICES."""
     from engines.telemetry import resolve
+    from engines.telemetry.source import server_visible_devices
 
     launched = launch_info is not None and launch_info.get("kind", "launch") == "launch"
     visible = None
     if launch_info is not None and launched:
         visible = (launch_info.get("env") or {}).get("CUDA_VISIBLE_DEVICES",
                                                      os.environ.get("CUDA_VISIBLE_DEVICES"))
+    elif config.gpu_metrics == "auto":
+        visible = server_visible_devices(config.target)
     return resolve(config.gpu_metrics, config.target, launched, visible)
 
 

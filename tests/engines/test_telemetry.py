@@ -280,7 +280,7 @@ def test_resolve_and_check_spec() -> None:
     # a launched server's CUDA_VISIBLE_DEVICES picks the GPUs auto samples
     assert resolve("auto", "http://127.0.0.1:8", True, "2,3")[0] == Source("nvml", indices=(2, 3))
     assert resolve("auto", "http://127.0.0.1:8", True, "GPU-1a2b")[0] == Source("nvml")
-    assert resolve("auto", "http://127.0.0.1:8", False, "1")[0] == Source("nvml")
+    assert resolve("auto", "http://127.0.0.1:8", False, "1")[0] == Source("nvml", indices=(1,))
     assert resolve("nvml:0", "http://127.0.0.1:8", True, "1")[0] == Source("nvml", indices=(0,))
     for bad, msg in (("nvml:a", "'a' is not a GPU index"), ("gpu", "expected auto, off"),
                      ("http://", "no host"), ("nvml:-1", ">= 0")):

@@ -128,3 +128,43 @@ def test_which_gpus_a_run_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     assert src is None and "not on this host" in why
     assert gpu_source(local, {"kind": "url"})[0] == Source("nvml")
     assert gpu_source(local, {"kind": "sim"})[0] == Source("nvml")
+
+
+def test_a_local_servers_cuda_visible_devices_picks_its_gpus(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from engines.telemetry import Source
+    from engines.telemetry.source import server_visible_devices
+    from replay.run import gpu_source
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while server_visible_devices(url) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server_visible_devices(url) == "3"
+        cfg = RunConfig(trace="t", target=url)
+        assert gpu_source(cfg, None)[0] == Source("nvml", indices=(3,))
+        assert gpu_source(cfg, {"kind": "url"})[0] == Source("nvml", indices=(3,))
+        assert gpu_source(replace_spec(cfg, "nvml"), None)[0] == Source("nvml")  # named: kept
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert server_visible_devices("http://10.9.9.9:8000") is None
+
+
+def replace_spec(cfg: RunConfig, spec: str) -> RunConfig:
+    from dataclasses import replace
+
+    return replace(cfg, gpu_metrics=spec)
