@@ -143,6 +143,13 @@ def summarize(table: pa.Table, window_ns: tuple[float, float], *, output_tokens:
             f"energy counter and power integral differ by {diff:+.1f}% (more than "
             f"{100 * AGREEMENT:g}%): the driver may average its power reading, or the sample "
             "interval is coarse for this window")
+    elif len(per_gpu) > 1:
+        off = [x for x in per_gpu if x["energy_diff_pct"] is not None
+               and abs(x["energy_diff_pct"]) > 100 * AGREEMENT]
+        if off:
+            out["notes"].append("energy counter and power integral differ by more than "
+                                f"{100 * AGREEMENT:g}% on " + ", ".join(
+                                    f"GPU {x['gpu']} ({x['energy_diff_pct']:+.1f}%)" for x in off))
     covered = [x for x in per_gpu if x["samples"] < 2]
     if covered:
         out["notes"].append(f"{len(covered)} GPUs have fewer than 2 samples in the window")
@@ -278,6 +285,18 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: Mapping[str, Any], st
         cols = ["session_id", "clone", "chunk_ns", "chunk_tokens"]
         out["sessions"] = session_energy(samples, iter_request_batches(results_dir, cols), window)
     return out
+
+
+POINT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("energy_j", "J"), ("mean_power_w", "W"), ("j_per_output_token", "J/token"),
+    ("j_per_request", "J"), ("output_tokens_per_s_per_kw", "tok/s/kW"))
+"""The energy figures of one run as a sweep point (with their units)."""
+
+
+def point_figures(gpu: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``POINT_FIELDS`` from a report's ``gpu`` block (all None without telemetry): what a
+    sweep's index and frontier take (energy per token as a second axis)."""
+    return {k: (gpu or {}).get(k) for k, _ in POINT_FIELDS}
 
 
 def _n(v: Any, digits: int = 1) -> str:

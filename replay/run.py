@@ -266,14 +266,33 @@ class _Scrape:
             self.error = self._errq.get_nowait()
 
 
-def _start_gpu_telemetry(config: RunConfig, out: Path, launched: bool,
+def gpu_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[Any, str]:
+    """``engines.telemetry.resolve`` for this run: a server counts as launched when ``run
+    --launch`` or a sweep's launch target started it (not a sweep's URL or sim target), and
+    then its CUDA_VISIBLE_DEVICES (else this process's) picks the GPUs ``auto`` samples;
+    for a server on this host reached by URL, the listening process's CUDA_VISIBLE_DEVICES."""
+    from engines.telemetry import resolve
+    from engines.telemetry.source import server_visible_devices
+
+    launched = launch_info is not None and launch_info.get("kind", "launch") == "launch"
+    visible = None
+    if launch_info is not None and launched:
+        visible = (launch_info.get("env") or {}).get("CUDA_VISIBLE_DEVICES",
+                                                     os.environ.get("CUDA_VISIBLE_DEVICES"))
+    elif config.gpu_metrics == "auto":
+        visible = server_visible_devices(config.target)
+    return resolve(config.gpu_metrics, config.target, launched, visible)
+
+
+def _start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any] | None,
                          progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
     """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
-    and the run.json block that says why (also said in one line)."""
-    from engines.telemetry import FILE_NAME, TelemetryProcess, resolve
+    and the run.json block that says why (also said in one line). A launched server's
+    CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""
+    from engines.telemetry import FILE_NAME, TelemetryProcess
     from engines.telemetry.source import nvml_unavailable
 
-    source, why = resolve(config.gpu_metrics, config.target, launched)
+    source, why = gpu_source(config, launch_info)
     if source is not None and source.kind == "nvml":
         why = nvml_unavailable() or ""
         if why:
@@ -474,7 +493,7 @@ def _run(config: RunConfig, progress: Reporter | None,
         interval = 1.0 if info.has_metrics else 0.0
     scrape = _Scrape(config.target, interval, out / "server_metrics.parquet") if interval > 0 else None
     scrape_info = {"interval_s": interval, "available": bool(scrape and scrape.start())}
-    gpu_tel, gpu_off = _start_gpu_telemetry(config, out, launch_info is not None, progress)
+    gpu_tel, gpu_off = _start_gpu_telemetry(config, out, launch_info, progress)
     start_delay_ns = 200_000_000
     pool = None
     spawned: _Spawned | None = None

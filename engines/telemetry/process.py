@@ -113,7 +113,7 @@ class TelemetryProcess:
             return {"enabled": False, "reason": self.off_reason, "source": self.source.describe()}
         d: dict[str, Any] = {"enabled": True, "source": self.source.describe(),
                              "backend": self.source.kind, "interval_s": self.interval_s,
-                             "gpus": self.gpus, "file": FILE_NAME if self.out else None}
+                             "gpus": self.gpus, "file": self.out.name if self.out else None}
         if self.result is not None:
             d.update(self.result)
         return d

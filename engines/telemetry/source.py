@@ -2,8 +2,9 @@
 against the run's target.
 
 Values: ``auto`` (NVML when the server runs on this host: a loopback or this host's name
-in the target URL, or a server that ``--launch`` started), ``nvml`` or ``nvml:0,2`` (NVML,
-all GPUs or the listed indices), a DCGM exporter's ``http(s)://`` URL, or ``off``.
+in the target URL, or a server that ``--launch`` started; only the GPUs the server's
+``CUDA_VISIBLE_DEVICES`` lists, when it sets one), ``nvml`` or ``nvml:0,2`` (NVML, all GPUs
+or the listed indices), a DCGM exporter's ``http(s)://`` URL, or ``off``.
 """
 
 from __future__ import annotations
@@ -76,8 +77,48 @@ def is_local(url: str) -> bool:
     return ip.is_loopback or ip.is_unspecified
 
 
-def resolve(spec: str, target: str, launched: bool = False) -> tuple[Source | None, str]:
-    """The source to sample, or None and the reason telemetry is off (one line's end)."""
+def visible_indices(value: str | None) -> tuple[int, ...] | None:
+    """GPU indices from a ``CUDA_VISIBLE_DEVICES`` value; None when it is unset, empty or
+    not a list of integers (UUIDs, MIG names). CUDA numbers GPUs fastest first, NVML by PCI
+    bus; on a host of identical GPUs the two orders agree."""
+    if not value or not value.strip():
+        return None
+    try:
+        out = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        return None
+    return out if all(i >= 0 for i in out) else None
+
+
+def server_visible_devices(url: str) -> str | None:
+    """The ``CUDA_VISIBLE_DEVICES`` of the process on this host that listens on ``url``'s
+    port (a server started beside the run, e.g. by ``engines launch``), or None: not a local
+    URL, no such process visible to us, or the variable unset. Best effort (psutil)."""
+    if not is_local(url):
+        return None
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            try:
+                return psutil.Process(c.pid).environ().get("CUDA_VISIBLE_DEVICES")
+            except (psutil.Error, OSError):
+                return None
+    return None
+
+
+def resolve(spec: str, target: str, launched: bool = False,
+            visible_devices: str | None = None) -> tuple[Source | None, str]:
+    """The source to sample, or None and the reason telemetry is off (one line's end).
+    ``visible_devices``: the server's ``CUDA_VISIBLE_DEVICES`` (of the launched server, or
+    of the local process listening on the target's port); with ``auto``, only those GPUs
+    are sampled (a host may serve several deployments at once)."""
     check_spec(spec)
     if spec == "off":
         return None, "turned off (--gpu-metrics off)"
@@ -86,7 +127,9 @@ def resolve(spec: str, target: str, launched: bool = False) -> tuple[Source | No
     if spec == "auto" and not (launched or is_local(target)):
         return None, (f"the server ({urlsplit(target).hostname}) is not on this host; pass "
                       "--gpu-metrics URL of its DCGM exporter")
-    return Source("nvml", indices=_indices(spec) if spec.startswith("nvml:") else None), ""
+    if spec.startswith("nvml:"):
+        return Source("nvml", indices=_indices(spec)), ""
+    return Source("nvml", indices=visible_indices(visible_devices)), ""
 
 
 def vendored_pynvml() -> Path | None:

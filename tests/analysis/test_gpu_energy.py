@@ -94,8 +94,19 @@ def test_energy_two_ways_and_derived_figures(results: Path) -> None:
     assert a["fields"]["mem_used_bytes"]["mean"] == pytest.approx(3.5)  # GiB: 2, 3, 4, 5
     assert a["fields"]["temp_c"]["p99"] == 44.0
     assert "sm_active_pct" not in a["fields"]  # no such readings: left out
-    # the +0.9% total is within 2%, GPU 1's +4% is not flagged per GPU: no note
-    assert g["notes"] == []
+    # the +0.9% total is within 2%; GPU 1's +4% is not
+    assert g["notes"] == ["energy counter and power integral differ by more than 2% on "
+                          "GPU 1 (+4.0%)"]
+
+
+def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
+    from analysis.gpu_energy import POINT_FIELDS, point_figures
+
+    p = point_figures(build_report(results).gpu)
+    assert list(p) == [k for k, _ in POINT_FIELDS]
+    assert p["j_per_output_token"] == pytest.approx(656.0 / 60)
+    assert p["output_tokens_per_s_per_kw"] == pytest.approx(60_000 / 656.0)
+    assert point_figures(None) == dict.fromkeys(p)
 
 
 def test_per_session_energy_by_token_share(results: Path) -> None:

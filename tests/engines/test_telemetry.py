@@ -225,7 +225,9 @@ def test_process_with_fake_nvml_writes_parquet_on_the_runs_clock(tmp_path: Path)
     assert tel.start(), tel.off_reason
     t0 = time.monotonic_ns()
     tel.set_t0(t0)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while tel.gauges.line()[0] < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
     info = tel.stop()
     t = pq.read_table(out)
     assert t.schema == GPU_TELEMETRY_SCHEMA
@@ -275,6 +277,11 @@ def test_resolve_and_check_spec() -> None:
     assert resolve("nvml:0,2", "http://10.1.2.3:8000")[0] == Source("nvml", indices=(0, 2))
     assert resolve("http://h:9400/metrics", "http://x")[0] == Source("dcgm", url="http://h:9400/metrics")
     assert resolve("off", "http://127.0.0.1:1") == (None, "turned off (--gpu-metrics off)")
+    # a launched server's CUDA_VISIBLE_DEVICES picks the GPUs auto samples
+    assert resolve("auto", "http://127.0.0.1:8", True, "2,3")[0] == Source("nvml", indices=(2, 3))
+    assert resolve("auto", "http://127.0.0.1:8", True, "GPU-1a2b")[0] == Source("nvml")
+    assert resolve("auto", "http://127.0.0.1:8", False, "1")[0] == Source("nvml", indices=(1,))
+    assert resolve("nvml:0", "http://127.0.0.1:8", True, "1")[0] == Source("nvml", indices=(0,))
     for bad, msg in (("nvml:a", "'a' is not a GPU index"), ("gpu", "expected auto, off"),
                      ("http://", "no host"), ("nvml:-1", ">= 0")):
         with pytest.raises(InputError, match=msg):
@@ -359,10 +366,12 @@ def test_long_runs_flush_rows_to_the_file_as_they_come(tmp_path: Path) -> None:
     tel = TelemetryProcess(Source("nvml"), 0.02, out, nvml=FakeNvml(2), flush_rows=4)
     assert tel.start()
     tel.set_t0(time.monotonic_ns())
-    time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while tel.gauges.line()[0] < 8 and time.monotonic() < deadline:  # 8 reads, however slow
+        time.sleep(0.05)
     info = tel.stop()
     f = pq.ParquetFile(out)
     assert f.metadata.num_row_groups >= 3 and f.metadata.num_rows == info["rows"]
     assert f.schema_arrow == GPU_TELEMETRY_SCHEMA
     ts = f.read().column("t_ns").to_pylist()
-    assert ts == sorted(ts) and ts[-1] < 5 * S  # offsets from t0 in every row group
+    assert ts == sorted(ts) and ts[-1] < 30 * S  # offsets from t0 in every row group

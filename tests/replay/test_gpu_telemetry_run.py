@@ -14,6 +14,8 @@ import pytest
 from analysis.results_schema import GPU_TELEMETRY_SCHEMA
 from engines.sim import SimProcess
 from engines.telemetry.source import nvml_unavailable
+from replay.cli import build_parser
+from replay.cli.cmd_run import config_from_args
 from replay.config import RunConfig
 from replay.run import run
 from tests.engines.dcgm_page import DcgmPage
@@ -74,3 +76,95 @@ def test_bad_gpu_metrics_value_is_an_input_error(tmp_path: Path) -> None:
     cfg = RunConfig(trace=str(_trace(tmp_path)), target="http://127.0.0.1:9", gpu_metrics="nvml:x")
     with pytest.raises(InputError, match="--gpu-metrics 'nvml:x'"):
         run(cfg, progress=None)
+
+
+def test_unreachable_exporter_is_one_line_and_the_run_goes_on(sim: SimProcess,
+                                                               tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/metrics"
+    out = tmp_path / "res"
+    lines: list[str] = []
+    s = run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
+                      scrape_interval_s=0, gpu_metrics=url), progress=lines.append)
+    assert s.ok == 12 and s.exit_code == 0
+    off = [x for x in lines if "GPU telemetry" in x]
+    assert len(off) == 1 and off[0].startswith(f"GPU telemetry off: DCGM exporter {url} not "
+                                                "reachable (")
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["gpu_telemetry"]["enabled"] is False and meta["status"] == "complete"
+
+
+def test_cli_options() -> None:
+    parser = build_parser()
+    base = ["run", "t.parquet", "--target", "http://127.0.0.1:1"]
+    cfg = config_from_args(parser.parse_args(base), "http://127.0.0.1:1")
+    assert (cfg.gpu_metrics, cfg.gpu_interval_s) == ("auto", 0.1)
+    args = parser.parse_args([*base, "--gpu-metrics", "http://h:9400/metrics", "--gpu-interval", "0.5"])
+    cfg = config_from_args(args, args.target)
+    assert (cfg.gpu_metrics, cfg.gpu_interval_s) == ("http://h:9400/metrics", 0.5)
+    args = parser.parse_args([*base, "--no-gpu-metrics"])
+    assert config_from_args(args, args.target).gpu_metrics == "off"
+    with pytest.raises(InputError, match="--gpu-interval must be > 0"):
+        RunConfig(trace="t", target="http://127.0.0.1:1", gpu_interval_s=0).check()
+
+
+def test_which_gpus_a_run_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engines.telemetry import Source
+    from replay.run import gpu_source
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    remote = RunConfig(trace="t", target="http://10.9.9.9:8000")
+    local = RunConfig(trace="t", target="http://127.0.0.1:8000")
+    # run --launch (no kind) and a sweep's launch target: the server's CUDA_VISIBLE_DEVICES
+    assert gpu_source(remote, {"env": {"CUDA_VISIBLE_DEVICES": "1"}})[0] == Source("nvml", indices=(1,))
+    assert gpu_source(remote, {"kind": "launch", "env": {}})[0] == Source("nvml")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert gpu_source(remote, {"kind": "launch", "env": {}})[0] == Source("nvml", indices=(0, 1))
+    # a sweep's URL target is not launched: a remote one is off, a local one is every GPU
+    src, why = gpu_source(remote, {"kind": "url"})
+    assert src is None and "not on this host" in why
+    assert gpu_source(local, {"kind": "url"})[0] == Source("nvml")
+    assert gpu_source(local, {"kind": "sim"})[0] == Source("nvml")
+
+
+def test_a_local_servers_cuda_visible_devices_picks_its_gpus(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from engines.telemetry import Source
+    from engines.telemetry.source import server_visible_devices
+    from replay.run import gpu_source
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while server_visible_devices(url) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server_visible_devices(url) == "3"
+        cfg = RunConfig(trace="t", target=url)
+        assert gpu_source(cfg, None)[0] == Source("nvml", indices=(3,))
+        assert gpu_source(cfg, {"kind": "url"})[0] == Source("nvml", indices=(3,))
+        assert gpu_source(replace_spec(cfg, "nvml"), None)[0] == Source("nvml")  # named: kept
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert server_visible_devices("http://10.9.9.9:8000") is None
+
+
+def replace_spec(cfg: RunConfig, spec: str) -> RunConfig:
+    from dataclasses import replace
+
+    return replace(cfg, gpu_metrics=spec)
