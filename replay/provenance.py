@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from traces.redact import redact, redact_argv
+
 DEPENDENCIES = ("aiohttp", "numpy", "pyarrow", "rich", "hdrhistogram", "orjson", "psutil",
                 "uvloop", "openai", "anthropic", "matplotlib", "ray", "vllm")
 """Packages whose installed versions are recorded (absent ones as null)."""
@@ -130,12 +132,12 @@ def provenance(target_url: str | None = None, launch_info: dict[str, Any] | None
         for key in ("vllm_version", "command", "argv", "flags", "profile", "env"):
             if key in launch_info:
                 server[key] = launch_info[key]
-    return {
+    return redact({
         "source": source(),
-        "command_line": list(sys.argv if argv is None else argv),
+        "command_line": redact_argv(sys.argv if argv is None else argv),
         "executable": sys.executable,
         "dependencies": dependencies(),
         "host": host(),
         "gpus": gpus(),
         "server": server,
-    }
+    })

@@ -131,3 +131,30 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
         return url, None
     pair = f"{unquote(u.username)}:{unquote(u.password or '')}"
     return redact_url(url), "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """A command line to record: the value of every credential-named option (``--api-key
+    KEY``, ``--api-key=KEY``), of a ``NAME=VALUE`` or ``NAME: VALUE`` word whose name is a
+    credential (``--header Authorization=...``) replaced by ``REDACTED``; URL user-info
+    removed."""
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if word.startswith("--"):
+            name, eq, _ = word[2:].partition("=")
+            if is_secret_key(name):
+                out.append(f"--{name}={REDACTED}" if eq else word)
+                hide_next = not eq
+                continue
+        for sep in ("=", ":"):
+            name, found, value = word.partition(sep)
+            if found and value and is_secret_key(name.strip()):
+                word = f"{name}{sep}{' ' if value.startswith(' ') else ''}{REDACTED}"
+                break
+        out.append(redact(word))
+    return out
