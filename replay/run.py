@@ -723,18 +723,20 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, shard)
         summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan)
+        if parent_alive(parent):
+            q.put(("done", shard, summary))
     except KeyboardInterrupt:
-        return
+        pass
     except AgentReplayError as exc:
         q.put(("error", shard, f"worker {shard}: {exc}"))
-        return
     except Exception as exc:
         q.put(("error", shard, f"worker {shard}: {type(exc).__name__}: {exc}"))
-        return
-    if not parent_alive(parent):  # nobody reads the queue: do not wait to flush it
-        q.cancel_join_thread()
-        return
-    q.put(("done", shard, summary))
+    finally:
+        # The work is over: a parent's death from here on (its SIGINT) must not break the
+        # exit half-way through the queue's own finalizers, which would then wait forever.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not parent_alive(parent):  # nobody reads the queue: do not wait to flush it
+            q.cancel_join_thread()
 
 
 def _over_context(plan: Plan, max_model_len: int | None) -> int:
