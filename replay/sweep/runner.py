@@ -177,6 +177,9 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
     contended = bool(self_check(meta, rep.stats).contention)
     if summary.interrupted:
         return "interrupted", "interrupted by the user", figures, bottleneck, cold, contended
+    if meta.get("status") in ("failed", "aborted"):  # replay.run's final status
+        why = meta.get("error") or f"the run ended {meta['status']}"
+        return "failed", str(why), figures, bottleneck, cold, contended
     if rep.stats.requests["ok"] == 0:
         why = ", ".join(f"{k} {v}" for k, v in rep.stats.errors.items()) or "no request was sent"
         return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold, contended

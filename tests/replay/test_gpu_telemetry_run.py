@@ -94,7 +94,7 @@ def test_unreachable_exporter_is_one_line_and_the_run_goes_on(sim: SimProcess,
     assert len(off) == 1 and off[0].startswith(f"GPU telemetry off: DCGM exporter {url} not "
                                                 "reachable (")
     meta = json.loads((out / "run.json").read_text())
-    assert meta["gpu_telemetry"]["enabled"] is False and meta["status"] == "complete"
+    assert meta["gpu_telemetry"]["enabled"] is False and meta["status"] == "ok"
 
 
 def test_cli_options() -> None:

@@ -62,7 +62,7 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     for r in idx:
         run_dir = out / r["path"]
         meta = json.loads((run_dir / "run.json").read_text())
-        assert meta["status"] == "complete" and meta["options"]["concurrent_sessions"] == int(r["point"])
+        assert meta["status"] == "ok" and meta["options"]["concurrent_sessions"] == int(r["point"])
         prov = meta["provenance"]
         assert prov["command_line"] and prov["dependencies"]["pyarrow"]
         assert prov["server"]["version_endpoint"] is not None and prov["host"]["hostname"]
