@@ -194,7 +194,8 @@ class _RefusingProxy:
 @pytest.mark.slow
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_server_killed_mid_run(tmp_path: Path, api: str) -> None:
-    trace = write_rows(tmp_path / "t.parquet", chain_rows(20, 4, gap_ns=100 * MS, output_tokens=6))
+    # long enough that the sim dies (at the first part file, about 1 s in) with most of it unsent
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(20, 8, gap_ns=500 * MS, output_tokens=6))
     out = tmp_path / "res"
     sim = SimProcess("fast").start()
     try:

@@ -134,14 +134,14 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     assert "INVALID run (AgentX rule)" in capsys.readouterr().out
 
 
-async def test_idle_gaps_over_10s_are_skipped() -> None:
+def test_idle_gaps_over_10s_are_skipped() -> None:
     t = tree_table(1, think_ns=60_000 * MS)  # every think time a minute: nothing in flight
     plan = build_plan(t, 16, PlanOptions())
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []
     d = AgentXDriver(plan, FakeTransport(clock, 5 * MS), clock, t0_ns=0, on_record=recs.append,
                      lanes=1, duration_ns=2_000 * MS)
-    await d.run()
+    clock.run(d.run())
     real = [x for x in recs if not x.warmup]
     assert len(real) >= 2
     for x in real:

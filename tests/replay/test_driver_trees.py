@@ -38,7 +38,7 @@ def table(rows: list[dict[str, Any]]) -> pa.Table:
                                                   pa.list_(pa.int32())))
 
 
-async def replay(rows: list[dict[str, Any]], mode: str = "session", service: dict[int, int] | None = None,
+def replay(rows: list[dict[str, Any]], mode: str = "session", service: dict[int, int] | None = None,
                  **opts: Any) -> tuple[dict[int, RequestRecord], Driver]:
     plan = build_plan(table(rows), 16, PlanOptions(**opts))
     clock = FakeClock(start_ns=T0 - 2_000 * MS)
@@ -53,13 +53,13 @@ async def replay(rows: list[dict[str, Any]], mode: str = "session", service: dic
     recs: list[RequestRecord] = []
     driver = Driver(plan, transport, clock, mode=mode, t0_ns=T0, on_record=recs.append,
                     concurrency=4 if mode == "max-rate" else None)
-    await driver.run()
+    clock.run(driver.run())
     return {r.request_index: r for r in recs}, driver
 
 
-async def test_session_timing_waits_for_every_dependency() -> None:
+def test_session_timing_waits_for_every_dependency() -> None:
     # x's first turn takes 300 ms: the join (5) waits for it although y finished long before
-    by, _ = await replay(tree_rows(), service={1: 300 * MS})
+    by, _ = replay(tree_rows(), service={1: 300 * MS})
     assert len(by) == 8
     for i, r in by.items():
         deps = tree_rows()[i]["depends_on"]
@@ -79,18 +79,18 @@ async def test_session_timing_waits_for_every_dependency() -> None:
     assert by[7].sent_ns < by[6].end_ns  # type: ignore[operator]
 
 
-async def test_max_rate_respects_dependencies() -> None:
-    by, _ = await replay(tree_rows(), mode="max-rate")
+def test_max_rate_respects_dependencies() -> None:
+    by, _ = replay(tree_rows(), mode="max-rate")
     for i, r in by.items():
         for d in tree_rows()[i]["depends_on"]:
             assert r.sent_ns >= by[d].end_ns  # type: ignore[operator]
 
 
-async def test_absolute_timing_sends_early_and_the_results_count_it() -> None:
+def test_absolute_timing_sends_early_and_the_results_count_it() -> None:
     from analysis.runstats import early_sends
     from replay.results import records_to_table
 
-    by, _ = await replay(tree_rows(), mode="absolute", service={1: 300 * MS})
+    by, _ = replay(tree_rows(), mode="absolute", service={1: 300 * MS})
     for r in by.values():
         assert r.intended_ns == T0 + tree_rows()[r.request_index]["arrival_ns"]
     t = records_to_table(list(by.values()), T0)
