@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu/run_sweep.sh --phase pair             # the standard-vs-MTP sweep
 #   bash benchmarks/gpu/run_sweep.sh --phase ab               # ours + bench at one moment
 #   bash benchmarks/gpu/run_sweep.sh --phase wide             # Wide-EP sweep (restarts servers)
+#   WIDE_GPUS=4 EPLB=true bash benchmarks/gpu/run_sweep.sh --phase wide   # on 4 (or 8) GPUs
 #   bash benchmarks/gpu/run_sweep.sh --phase pack; cp /root/sw.tar.gz "$OUT/"
 # Locally, with the simulated engine (default and mtp profiles) instead of vLLM:
 #   bash benchmarks/gpu/run_sweep.sh --dry-run --phase all --out /tmp/sw-dry
@@ -99,21 +100,29 @@ phase_ab() {
   scrape "$P" "$RES/ab-c$c.metrics-after.txt"
 }
 
+# Wide-EP over WIDE_GPUS GPUs (default 2), EPLB on or off (EPLB=true|false, default false),
+# at WIDE_POINTS concurrent sessions (default: 8 and 32 per GPU, the standard server's load
+# per GPU above); its sweep folder is wide (2 GPUs, EPLB off) or wide-gN-eplbB.
 phase_wide() {
-  stop_server std; stop_server ded
-  start_server wep $P_WEP wide-ep 0,1 2 --set eplb=false --set max-num-seqs=256
+  local g=${WIDE_GPUS:-2} eplb=${EPLB:-false} name=wide
+  [ "$g" = 2 ] && [ "$eplb" = false ] || name=wide-g$g-eplb$eplb
+  stop_server std; stop_server ded; stop_server wep
+  local sets=(--set eplb=$eplb --set max-num-seqs=256)
+  [ "$eplb" = true ] && sets+=(--set eplb_window_size=1000 --set eplb_step_interval=3000)
+  start_server wep $P_WEP wide-ep "$(seq -s, 0 $((g - 1)))" "$g" "${sets[@]}"
   wait_healthy $(( $(left) - 200 )) $P_WEP || return 1
   warm $P_WEP
   local f
-  f=$(experiment wide "${WIDE_POINTS:-[4, 16, 64]}" \
-    "name = \"wide-ep\"\nurl = \"http://127.0.0.1:$P_WEP\"\ngpus = 2\nusd_per_gpu_hour = 3.5")
-  step wide-sweep 40 $(( $(left) - 20 )) $AR sweep "$f"
-  tail -n 20 "$LOG/wide-sweep.log"
+  f=$(experiment "$name" "${WIDE_POINTS:-[$((8 * g)), $((32 * g))]}" \
+    "name = \"wide-ep-$g-eplb-$eplb\"\nurl = \"http://127.0.0.1:$P_WEP\"\ngpus = $g\nusd_per_gpu_hour = 3.5")
+  step "$name-sweep" 40 $(( $(left) - 20 )) $AR sweep "$f"
+  tail -n 20 "$LOG/$name-sweep.log"
 }
 
 phase_pack() {
   local s
-  for s in pair wide; do
+  for s in "$OUTDIR"/*.toml; do
+    s=$(basename "$s" .toml)
     [ -d "$OUTDIR/$s" ] && $AR sweep "$OUTDIR/$s.toml" --report-only > "$LOG/$s-frontier.log" 2>&1
   done
   for s in "$LOG"/*.server.log; do
