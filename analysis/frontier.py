@@ -1,7 +1,8 @@
 """The Pareto frontier of a sweep (or several): per target and load point, throughput per
 GPU against what each user feels (P90 TPS, and InferenceX's E2E-normalized interactivity),
 with the run-to-run spread, the frontier's points marked, cost and revenue per point, and
-paired comparisons between targets. Input: the index table(s) ``replay.sweep`` writes; the
+paired comparisons between targets. Runs with GPU telemetry add joules per output token (a
+column of the table, a second y-axis of the plots). Input: the index table(s) ``replay.sweep`` writes; the
 frontier can be rebuilt from a sweep tree at any time without rerunning anything.
 """
 
@@ -22,6 +23,8 @@ from traces.errors import InputError
 
 X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
 Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}
+ENERGY = "j_per_output_token"
+"""The second y-axis of the frontier (from ``analysis.gpu_energy.point_figures``)."""
 
 
 @dataclass
@@ -40,7 +43,7 @@ class Point:
 
 SUMMARY_KEYS = ("p90_tps", "median_tps", "interactivity", "ttft_p99_ms", "tpot_p90_ms",
                 "output_tps_per_gpu", "total_tps_per_gpu", "usd_per_m_output", "usd_per_m_total",
-                "revenue_per_gpu_hour")
+                "revenue_per_gpu_hour", ENERGY, "output_tokens_per_s_per_kw")
 
 
 def read_sweep(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -110,8 +113,10 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
     replicate runs, the frontier marked (*), failed runs with their reasons."""
     mark_frontier(pts, x, y)
     mark_frontier(pts, "interactivity", y)
+    energy = has_energy(pts)
     head = ["sweep", "target", axis, "runs", "P90 TPS", "interactivity", "output tok/s/GPU",
-            "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h", "frontier", "failed / flagged"]
+            "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h",
+            *(["J/output token"] if energy else []), "frontier", "failed / flagged"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in pts:
         fr = []
@@ -127,12 +132,19 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
             _ci(p.ci["interactivity"]), _ci(p.ci["output_tps_per_gpu"], 0),
             _ci(p.ci["total_tps_per_gpu"], 0), _ci(p.ci["ttft_p99_ms"]),
             _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
-            "* " + ", ".join(fr) if fr else "", failed or ""]) + " |")
+            *([_ci(p.ci[ENERGY], 3)] if energy else []), "* " + ", ".join(fr) if fr else "", failed or ""]) + " |")
     lines.append("")
     lines.append("Means over replicate runs with 95% Student-t intervals [low, high]; '*' marks "
                  "a point no other point of the same target beats on both per-user speed and "
-                 "throughput per GPU.")
+                 "throughput per GPU."
+                 + (" J/output token: GPU energy over the measured window (every sampled GPU) "
+                    "per output token; '-' for runs without GPU telemetry." if energy else ""))
     return "\n".join(lines) + "\n"
+
+
+def has_energy(pts: Sequence[Point]) -> bool:
+    """True when any point has a joules-per-output-token figure (GPU telemetry)."""
+    return any(p.mean(ENERGY) is not None for p in pts)
 
 
 def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = (
@@ -164,7 +176,9 @@ def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = (
 def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
          y: str = "output_tps_per_gpu", title: str = "") -> Path | None:
     """A PNG: every run as a dot (the run-to-run spread), each target's means joined by a
-    line, its frontier points ringed. None when matplotlib (the plots extra) is missing."""
+    line, its frontier points ringed; with GPU telemetry, each target's mean joules per output
+    token on a second y-axis (dashed, same colour). None when matplotlib (the plots extra)
+    is missing."""
     if not pts:
         return None
     try:
@@ -176,6 +190,7 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
         return None
     mark_frontier(pts, x, y)
     fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    ax2 = ax.twinx() if has_energy(pts) else None
     by: dict[tuple[str, str], list[Point]] = {}
     for p in pts:
         by.setdefault((p.sweep, p.target), []).append(p)
@@ -197,13 +212,30 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
             if p.mean(x) is not None and p.mean(y) is not None:
                 ax.annotate(f"{p.point:g}", (p.mean(x), p.mean(y)), fontsize=7,
                             textcoords="offset points", xytext=(3, 3))
+        if ax2 is not None:
+            energy = [(float(mx), float(me)) for mx, me in ((p.mean(x), p.mean(ENERGY)) for p in group)
+                      if mx is not None and me is not None]
+            if energy:
+                ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
+                         markersize=5, linewidth=1, alpha=0.8, color=line.get_color(),
+                         label=f"{name} J/output token")
     ax.set_xlabel(X_AXES.get(x, x))
     ax.set_ylabel(Y_AXES.get(y, y))
     ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if ax2 is not None:
+        ax2.set_ylabel("joules per output token (dashed)")
+        ax2.set_ylim(bottom=0)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+        # below the plot: the second axis would draw over a legend inside it
+        ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+                  ncol=2, frameon=False)
+    else:
+        ax.legend(handles, labels, fontsize=8)
     dest = Path(out)
-    fig.savefig(dest)
+    fig.savefig(dest, bbox_inches="tight" if ax2 is not None else None)
     plt.close(fig)
     return dest
 

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from analysis.definitions import METRICS, SPEEDS, headline_figures, speeds
+from analysis.gpu_energy import POINT_FIELDS as ENERGY_FIELDS
+from analysis.gpu_energy import point_figures
 from analysis.metrics import NS
 from analysis.report import Report
 
@@ -23,13 +25,16 @@ POINT_FIELDS: tuple[tuple[str, str], ...] = (
     ("output_tps", "tok/s"), ("total_tps", "tok/s"),
     ("output_tps_per_gpu", "tok/s/GPU"), ("total_tps_per_gpu", "tok/s/GPU"),
     ("usd_per_m_output", "USD"), ("usd_per_m_total", "USD"), ("revenue_per_gpu_hour", "USD"),
+    *ENERGY_FIELDS,
 )
-"""The per-run figures of a sweep's index table, with their units."""
+"""The per-run figures of a sweep's index table, with their units (the energy figures None
+when the run has no GPU telemetry)."""
 
 
 def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = None) -> dict[str, Any]:
     """The run's figures: speeds and headline percentiles from the definitions table
-    (``analysis.definitions``), throughput per GPU, cost and revenue."""
+    (``analysis.definitions``), throughput per GPU, cost and revenue, and the energy figures
+    of ``analysis.gpu_energy.point_figures``."""
     st = report.stats
     lat = st.latency
     secs = st.duration_ns / NS if st.duration_ns else None
@@ -45,6 +50,7 @@ def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = No
         "total_tps_per_gpu": total_tps / gpus if total_tps is not None else None,
         "usd_per_m_output": None, "usd_per_m_total": None,
         "revenue_per_gpu_hour": (st.economics or {}).get("usd_per_gpu_hour"),
+        **point_figures(report.gpu),
     }
     if usd_per_gpu_hour is not None:
         per_hour = usd_per_gpu_hour * gpus

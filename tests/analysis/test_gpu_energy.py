@@ -107,6 +107,15 @@ def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
     assert p["j_per_output_token"] == pytest.approx(656.0 / 60)
     assert p["output_tokens_per_s_per_kw"] == pytest.approx(60_000 / 656.0)
     assert point_figures(None) == dict.fromkeys(p)
+    # the sweep's point (its index row) carries them, and the index keeps them
+    from analysis.points import point_metrics
+    from replay.sweep.index import read_index, write_index
+
+    row = point_metrics(build_report(results), gpus=1)
+    assert row["j_per_output_token"] == pytest.approx(656.0 / 60)
+    write_index(tmp_path, [row | {"phase": "sweep", "order": 0, "repeat": 0, "target": "t",
+                                  "point": 1.0, "status": "complete"}])
+    assert read_index(tmp_path)[0]["j_per_output_token"] == pytest.approx(656.0 / 60)
 
 
 def test_per_session_energy_by_token_share(results: Path) -> None:

@@ -98,3 +98,44 @@ def test_build_writes_tables_and_plots_and_skips_plots_without_matplotlib(
     out = tmp_path / "again"
     res = build([tmp_path], out)
     assert sorted(f.name for f in res["files"]) == ["frontier.json", "frontier.md"]
+
+
+def test_energy_column_with_interval_and_second_axis(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from analysis.frontier import build
+    from analysis.points import POINT_FIELDS
+    from replay.sweep.index import read_index, write_index
+
+    assert {"j_per_output_token", "output_tokens_per_s_per_kw"} <= {k for k, _ in POINT_FIELDS}
+    energy = {1: (0.30, 0.34, 0.32), 4: (0.20, 0.22, 0.24)}  # J per output token, 3 repeats
+    rows = [_row("a", p, r, tps, thr) | {"order": r * 2 + p, "j_per_output_token": energy[p][r],
+                                          "output_tokens_per_s_per_kw": 1000 / energy[p][r]}
+            for r in range(3) for p, tps, thr in ((1, 50, 100), (4, 30, 300))]
+    rows.append(_row("b", 1, 0, 45, 90) | {"order": 9})  # a target without telemetry
+    write_index(tmp_path, rows)
+    back = {(r["target"], r["point"], r["repeat"]): r for r in read_index(tmp_path)}
+    assert back[("a", 4.0, 2)]["j_per_output_token"] == 0.24
+    assert back[("b", 1.0, 0)]["j_per_output_token"] is None
+    assert "j_per_output_token" in (tmp_path / "index.csv").read_text().splitlines()[0]
+    res = build([tmp_path])
+    md = res["markdown"]
+    head = next(ln for ln in md.splitlines() if ln.startswith("| sweep"))
+    col = head.split(" | ").index("J/output token")
+    cells = {(ln.split(" | ")[1], ln.split(" | ")[2]): ln.split(" | ")[col]
+             for ln in md.splitlines() if ln.startswith("|  | ")}
+    # point 1: mean 0.32, sd 0.02, half width 4.303 * 0.02 / sqrt(3) = 0.0497
+    assert cells[("a", "1")] == "0.320 [0.270, 0.370]"
+    assert cells[("a", "4")] == "0.220 [0.170, 0.270]"
+    assert cells[("b", "1")] == "-"
+    data = json.loads((tmp_path / "frontier.json").read_text())
+    a1 = next(p for p in data["points"] if p["target"] == "a" and p["point"] == 1)
+    assert a1["mean_ci"]["j_per_output_token"]["estimate"] == pytest.approx(0.32)
+    assert a1["mean_ci"]["output_tokens_per_s_per_kw"]["estimate"] == pytest.approx(
+        np.mean([1000 / 0.30, 1000 / 0.34, 1000 / 0.32]))
+    png = tmp_path / "frontier-p90_tps.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # without the energy figures the column goes away
+    plain = to_markdown(points([{k: v for k, v in r.items() if "per_output_token" not in k
+                                 and "per_kw" not in k} for r in rows]), "load")
+    assert "J/output token" not in plain

@@ -85,6 +85,12 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     built = build([out])
     assert (out / "frontier.md").exists() and (out / "frontier.json").exists()
     assert "| a | 3 | 2 |" in built["markdown"].replace("|  | ", "| ")
+    # no GPU telemetry on the simulated engine: the energy figures are null, no energy column
+    assert all(r["j_per_output_token"] is None and r["output_tokens_per_s_per_kw"] is None
+               for r in idx)
+    assert "J/output token" not in built["markdown"]
+    assert json.loads((out / "frontier.json").read_text())["points"][0]["mean_ci"][
+        "j_per_output_token"]["estimate"] is None
     assert any("b vs a at 1, p90_tps" in c for c in built["comparisons"])
 
 
