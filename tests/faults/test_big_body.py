@@ -1,10 +1,11 @@
 """One big request does not stall everyone: while a 30 MB body goes through the proxy,
-the other streams' chunks keep their 5 ms rhythm; a body over ``--max-body`` gets 413.
+the other streams' chunks keep their 5 ms rhythm (no gap of 50 ms); a body over
+``--max-body`` gets 413.
 
-The JSON parse runs in a helper process; what is left on the event loop is the session
-tracker's digest of every message (about 0.25 s for 30 MB here) and taking the parsed body
-back (about 0.1 s): the largest gap is bounded (under 1 s) but not yet under the 50 ms
-goal, which is reported as an expected failure until those move off the loop."""
+The proxy keeps the body in the pieces it arrived in and parses it in a helper process
+(``replay.record.bigbody``); what it takes back is the body's digest, not the body. The
+client here posts its big bodies in slices, as a bytes body would be copied whole on this
+test's own event loop and stall the streams it measures."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
         print(f"30 MB body through the proxy in {big_s:.1f} s: other streams' largest chunk "
               f"gap {max(gaps) * 1e3:.0f} ms (quiet: {max(quiet) * 1e3:.0f} ms)")
         assert len(gaps) > 1000
-        assert max(gaps) < 1.0, (max(gaps), max(quiet), big_s)
+        assert max(gaps) < 0.050, (max(gaps), max(quiet), big_s)
     finally:
         rec.send_signal(signal.SIGTERM)
         await asyncio.wait_for(rec.wait(), 60)
@@ -105,6 +106,3 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
     rows = [r for r in table.to_pylist() if r["input_tokens"] > 1_000_000]
     assert len(rows) == 1 and rows[0]["error"] is None
     assert len(rows[0]["hash_ids"]) == -(-rows[0]["input_tokens"] // meta.block_size)
-    if max(gaps) >= 0.050:
-        pytest.xfail(f"largest chunk gap {max(gaps) * 1e3:.0f} ms during a 30 MB body "
-                     f"(quiet: {max(quiet) * 1e3:.0f} ms); goal 50 ms")
