@@ -106,3 +106,64 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
     rows = [r for r in table.to_pylist() if r["input_tokens"] > 1_000_000]
     assert len(rows) == 1 and rows[0]["error"] is None
     assert len(rows[0]["hash_ids"]) == -(-rows[0]["input_tokens"] // meta.block_size)
+
+
+@pytest.mark.parametrize("content", ["hashed", "full", "none"])
+async def test_big_body_digest_matches_the_small_path(content: str) -> None:
+    """What the helper sends back is what the recorder computes from a small body: the
+    bytes sent upstream, the block hashes for any reported prompt length, the session
+    digests and parent, the stored content and the secrets."""
+    from replay.record.bigbody import BigBodies, DigestSpec
+    from replay.record.content import PromptHasher, conversation
+    from replay.record.sessions import SessionTracker, chain_digests
+    from replay.record.wire import inspect_request
+    from traces.redact import secret_values, strip_secrets
+
+    msgs = [{"role": "user", "content": "a " * 300_000},
+            {"role": "assistant", "content": "sure", "tool_calls": None},
+            {"role": "user", "content": [{"type": "text", "text": "b " * 400_000,
+                                          "cache_control": {"type": "ephemeral"}}]}]
+    bodies = [
+        {"model": "m", "stream": True, "messages": msgs, "api_key": "sk-planted"},
+        {"model": "m", "stream": True, "stream_options": {"x": 1}, "messages": msgs},
+        {"model": "m", "messages": msgs, "user": "u1"},
+    ]
+    hasher = PromptHasher(16, seed=5)
+    big = BigBodies(DigestSpec(16, 5, None, content))
+    try:
+        for body in bodies:
+            raw = b"  " + orjson.dumps(body)
+            parts = [raw[i:i + 70_001] for i in range(0, len(raw), 70_001)]
+            got = await big.digest("chat", parts)
+            assert got is not None
+            info, send, digest = got
+            want_info, want_out = inspect_request("chat", raw)  # type: ignore[misc]
+            assert b"".join(send) == want_out
+            assert info.body == {}
+            assert (info.model, info.stream, info.injected_usage, info.session_hint) == (
+                want_info.model, want_info.stream, want_info.injected_usage,
+                want_info.session_hint)
+            est = hasher.hash_ids("chat", body, None)[1]
+            for n in (None, 1, 17, est, est + 100):
+                ids, e = digest.hash_ids(n)
+                assert e == est
+                if content != "none" or n is None:
+                    want = hasher.hash_ids("chat", body, n)[0]
+                    assert ids == want if content != "none" else len(ids) == len(want)
+            items = conversation("chat", body)
+            assert digest.chains == chain_digests(items)
+            assert digest.content == (orjson.dumps(strip_secrets(body))
+                                      if content == "full" else None)
+            assert digest.secrets == secret_values(body)
+            # session inference: the same parent from the digest as from the body
+            full, light = SessionTracker(), SessionTracker()
+            for tracker, its, chains in ((full, items, None),
+                                         (light, digest.items, digest.chains)):
+                first = conversation("chat", {"messages": msgs[:1]})
+                _, turn = tracker.assign(0, first)
+                tracker.complete(turn, 10, None, failed=False)
+                a, _ = tracker.assign(20, its, chains=chains)
+                assert (a.session_id, a.parent_index, a.how) == ("auto-00001", 0, "prefix")
+        assert await big.digest("chat", [b"[1, 2]", b" " * (2 << 20)]) is None
+    finally:
+        await big.close()
