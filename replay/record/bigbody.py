@@ -18,6 +18,8 @@ import dataclasses
 import multiprocessing
 import os
 import tempfile
+import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -148,9 +150,19 @@ def _spliced(parts: list[bytes]) -> list[bytes]:
 
 def _background() -> None:
     """In the helper: yield the CPU to the proxy's forwarding (a parse is not urgent; on a
-    machine with few cores it would otherwise take a core from the streams)."""
+    machine with few cores it would otherwise take a core from the streams), and end with
+    the recorder, also when it is killed (the helper would otherwise wait for work
+    forever, holding the recorder's stderr open)."""
     with contextlib.suppress(OSError):
         os.nice(10)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="watch-recorder", daemon=True).start()
 
 
 _hashers: dict[DigestSpec, PromptHasher] = {}
