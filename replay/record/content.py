@@ -149,12 +149,26 @@ class PromptHasher:
         """The ids, exactly ceil(n / block_size) of them where n = ``input_tokens`` when
         known, else the estimated prompt length; and that estimate."""
         data, block_bytes, est = self.units(api, body)
+        want = self.blocks(input_tokens, est)
+        return fit_ids(hash_bytes(data[: want * block_bytes], block_bytes, self.seed), want), est
+
+    def all_ids(self, api: str, body: Mapping[str, Any]) -> tuple[list[int], int]:
+        """The ids of the whole prompt and its estimated length: ``hash_ids`` for any
+        ``input_tokens`` is ``fit_ids(ids, blocks(input_tokens, est))``, so the ids can be
+        computed before the answer tells the prompt's length."""
+        data, block_bytes, est = self.units(api, body)
+        return hash_bytes(data, block_bytes, self.seed), est
+
+    def blocks(self, input_tokens: int | None, est: int) -> int:
         n = input_tokens if input_tokens is not None and input_tokens >= 0 else est
-        want = -(-n // self.block_size)
-        ids = hash_bytes(data[: want * block_bytes], block_bytes, self.seed)
-        if len(ids) < want:
-            ids = extend_hashes(ids, want, "recorded:beyond-prompt")
-        return ids, est
+        return -(-n // self.block_size)
+
+
+def fit_ids(ids: list[int], want: int) -> list[int]:
+    """Exactly ``want`` ids: ``ids`` cut, or extended by ids chained from the last one."""
+    if len(ids) < want:
+        return extend_hashes(ids, want, "recorded:beyond-prompt")
+    return ids[:want]
 
 
 def load_tokenizer(path: str) -> Any:

@@ -19,11 +19,6 @@ Fidelity rules:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import dataclasses
-import io
-import multiprocessing
-import pickle
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -33,10 +28,10 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
 from replay.record.encodings import decode_body
 from replay.record.observe import ResponseObserver
 from replay.record.wire import (
-    _INJECT,
     AGENT_ID_HEADER,
     RequestInfo,
     api_for,
@@ -71,6 +66,11 @@ class ProxyHandler:
     ``on_headers(ex)`` runs when the upstream answered (or failed before answering);
     ``on_done(ex)`` when the exchange is over, whatever happened; ``on_arrival(t)`` when an API
     request arrives, in arrival order (before its body is read). None may block.
+
+    An API request body is read in the pieces it arrives in, at most ``max_body`` bytes
+    (else 413); one over ``BIG_BODY_BYTES`` is parsed by ``big`` (off the event loop) and
+    its exchange carries the ``BodyDigest`` as ``state["digest"]`` (``info.body`` is then
+    empty).
     """
 
     def __init__(self, upstream: str, session: aiohttp.ClientSession, *,
@@ -78,8 +78,11 @@ class ProxyHandler:
                  read_timeout_s: float | None, session_header: str = "X-Session-ID",
                  clock: Callable[[], int] = time.monotonic_ns,
                  on_arrival: Callable[[int], None] | None = None,
-                 authorization: str | None = None) -> None:
+                 authorization: str | None = None, max_body: int | None = None,
+                 big: BigBodies | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.max_body = max_body
+        self.big = big
         self.authorization = authorization
         """Sent upstream when the client sends no Authorization (the upstream URL's
         user-info, as Basic auth)."""
@@ -113,24 +116,26 @@ class ProxyHandler:
                 return await self._pass_through(request)
             if self.on_arrival is not None:  # before any await: API requests in arrival order
                 self.on_arrival(arrival)
-            raw = await request.read()  # at most client_max_size (--max-body): else 413
+            parts = await _read_parts(request, self.max_body)
             encoding = request.headers.get("Content-Encoding")
-            chains = None
-            prepared: tuple[RequestInfo, bytes] | None
-            if len(raw) > PARSE_OFF_LOOP_BYTES and not encoding:
-                parsed = await _parse_off_loop(api, raw)
-                prepared = None
-                if parsed is not None:
-                    info, out, chains = parsed
-                    prepared = info, raw if out is None else out
+            digest = None
+            send: list[bytes]
+            if self.big is not None and not encoding \
+                    and sum(map(len, parts)) > BIG_BODY_BYTES:
+                got = await self.big.digest(api, parts)
+                if got is None:
+                    return await self._pass_through(request, parts)
+                info, send, digest = got
             else:
+                raw = parts[0] if len(parts) == 1 else b"".join(parts)
                 prepared = prepare_body(api, raw, encoding)
-            if prepared is None:
-                return await self._pass_through(request, raw)
-            info, body = prepared
+                if prepared is None:
+                    return await self._pass_through(request, [raw])
+                info, body = prepared
+                send = [body]
             ex = Exchange(info=info, arrival=arrival)
-            if chains is not None:
-                ex.state["chains"] = chains
+            if digest is not None:
+                ex.state["digest"] = digest
             sid = header_session(request.headers, self.session_header)
             if sid:
                 ex.state["header_session"] = sid
@@ -139,7 +144,7 @@ class ProxyHandler:
                 ex.state["agent_id"] = agent
             ex.state["secrets"] = header_secrets(request.headers.items())
             try:
-                return await self._exchange(request, ex, body)
+                return await self._exchange(request, ex, send)
             finally:
                 if ex.end is None:
                     ex.end = self.clock()
@@ -147,12 +152,15 @@ class ProxyHandler:
         finally:
             self.in_flight -= 1
 
-    async def _pass_through(self, request: web.Request, raw: bytes | None = None
+    async def _pass_through(self, request: web.Request, parts: list[bytes] | None = None
                             ) -> web.StreamResponse:
         self.passed_through += 1
-        data: Any = raw if raw is not None else (
-            _body_iter(request) if request.body_exists else None)
         headers = self._headers(request)
+        data: Any
+        if parts is not None:
+            data = _body_data(parts, headers)
+        else:
+            data = _body_iter(request) if request.body_exists else None
         out: web.StreamResponse | None = None
         try:
             async with self.session.request(
@@ -195,7 +203,7 @@ class ProxyHandler:
             headers.append(("Authorization", self.authorization))
         return headers
 
-    async def _exchange(self, request: web.Request, ex: Exchange, body: bytes
+    async def _exchange(self, request: web.Request, ex: Exchange, body: list[bytes]
                         ) -> web.StreamResponse:
         headers = self._headers(request)
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
@@ -205,7 +213,7 @@ class ProxyHandler:
         clock = self.clock
         try:
             ex.send = clock()
-            data: Any = io.BytesIO(body) if len(body) > PARSE_OFF_LOOP_BYTES else body
+            data = _body_data(body, headers)
             async with self.session.request(  # a big body goes in pieces, between other work
                 request.method, self._url(request), headers=headers, data=data,
                 allow_redirects=False, timeout=self._timeout(),
@@ -256,84 +264,31 @@ class ProxyHandler:
             return self._fail(request, exc, out)
 
 
-PARSE_OFF_LOOP_BYTES = 1 << 20
-"""Bodies larger than this are parsed in a helper process: a JSON parser holds the GIL for
-the whole parse (about a second for 30 MB on a busy core), which would stall every other
-stream the proxy forwards; taking the parsed result back costs a small part of that."""
-_parser: concurrent.futures.ProcessPoolExecutor | None = None
+async def _read_parts(request: web.Request, limit: int | None) -> list[bytes]:
+    """The request body in the pieces it arrived in (no copy into one buffer, which for a
+    big body holds the GIL for tens of milliseconds); over ``limit`` bytes: 413."""
+    parts: list[bytes] = []
+    size = 0
+    read = request.content.readany
+    while True:
+        chunk = await read()
+        if not chunk:
+            return parts
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+        parts.append(chunk)
 
 
-async def _parse_off_loop(api: str, raw: bytes
-                          ) -> tuple[RequestInfo, bytes | None, list[bytes]] | None:
-    global _parser
-    if _parser is None:
-        _parser = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"))
-    got = await asyncio.get_running_loop().run_in_executor(_parser, _parse_big, api, raw)
-    if got is None:
-        return None
-    info, out, chains, pieces = got
-    # The body comes back in pieces (its top level, then each list item), unpickled here
-    # one at a time with the loop free in between: one unpickle of the whole body would
-    # hold the GIL for tens of milliseconds.
-    body = pickle.loads(pieces[0])
-    done = 0
-    for name, items in pieces[1:]:
-        parts = []
-        for item in items:
-            parts.append(pickle.loads(item))
-            done += len(item)
-            if done > PARSE_OFF_LOOP_BYTES:
-                done = 0
-                await asyncio.sleep(0)
-        body[name] = parts  # an existing key: the body keeps its field order
-    info = dataclasses.replace(info, body=body)
-    return info, _spliced(raw) if out == _SPLICE else out, chains
+def _body_data(parts: list[bytes], headers: list[tuple[str, str]]) -> Any:
+    """What aiohttp sends as the body ``parts``: one piece as bytes; several one at a
+    time, with their length in ``headers`` (so not as chunked transfer)."""
+    if len(parts) <= 1:
+        return parts[0] if parts else b""
+    headers.append(("Content-Length", str(sum(map(len, parts)))))
+    return pieces(parts)
 
 
-_SPLICE = b"<splice>"
-
-
-def _spliced(raw: bytes) -> bytes:
-    """``raw`` with the usage option after its opening brace (as ``inspect_request``)."""
-    i = raw.index(b"{")
-    return raw[: i + 1] + _INJECT + raw[i + 1 :]
-
-
-def _parse_big(api: str, raw: bytes
-               ) -> tuple[RequestInfo, bytes | None, list[bytes], list[Any]] | None:
-    """In the helper process: ``inspect_request`` and the session digests, returning as
-    few bytes as it can (the body to send is not sent back when it is ``raw`` or ``raw``
-    with the usage option spliced in)."""
-    from replay.record.content import conversation
-    from replay.record.sessions import chain_digests
-
-    got = inspect_request(api, raw)
-    if got is None:
-        return None
-    info, out = got
-    chains = chain_digests(conversation(api, info.body))
-    top = dict(info.body)
-    lists: list[tuple[str, list[bytes]]] = []
-    for name, value in info.body.items():
-        if isinstance(value, list) and len(value) > 1:
-            lists.append((name, [pickle.dumps(v) for v in value]))
-            top[name] = None
-    pieces: list[Any] = [pickle.dumps(top), *lists]
-    info = dataclasses.replace(info, body={})
-    if out is raw:
-        return info, None, chains, pieces
-    if info.injected_usage and out == _spliced(raw):
-        return info, _SPLICE, chains, pieces
-    return info, out, chains, pieces
-
-
-def close_parser() -> None:
-    """End the helper process of ``_parse_off_loop`` (the recorder's stop)."""
-    global _parser
-    if _parser is not None:
-        _parser.shutdown(wait=False, cancel_futures=True)
-        _parser = None
 def answered(ex: Exchange) -> bool:
     """The client had the whole answer when its connection went: the upstream's body
     ended, or the stream's end event (``[DONE]``, ``message_stop``,

@@ -37,9 +37,10 @@ from engines.dialects import dialect
 from engines.replies import Reply
 from replay import __version__
 from replay.record.agents import AgentTracker
+from replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
 from replay.record.content import PromptHasher, conversation, load_tokenizer
 from replay.record.observe import ResponseObserver
-from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware, close_parser
+from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
 from replay.record.sessions import SessionTracker
 from replay.record.sink import PartWriter, rows_to_table
 from replay.selfmon import reserve_fds
@@ -147,6 +148,8 @@ class Recorder:
         tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         seed = cfg.hash_seed if cfg.hash_seed is not None else secrets.randbits(63)
         self.hasher = PromptHasher(cfg.block_size, seed, tok)
+        self._big = BigBodies(DigestSpec(cfg.block_size, self.hasher.seed, cfg.tokenizer,
+                                         cfg.content))
         self._pseudo_key = secrets.token_bytes(16)
         self.tracker = SessionTracker()
         self.agents = AgentTracker()
@@ -197,7 +200,8 @@ class Recorder:
                                      on_done=self._on_done, read_timeout_s=cfg.read_timeout_s,
                                      session_header=cfg.session_header, clock=self.clock,
                                      on_arrival=self._on_arrival,
-                                     authorization=self._authorization)
+                                     authorization=self._authorization,
+                                     max_body=cfg.max_body, big=self._big)
         app = web.Application(client_max_size=cfg.max_body, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
         # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
@@ -226,6 +230,7 @@ class Recorder:
         # The first Parquet write pays for lazy initialisation (tens of ms with the GIL
         # held): pay it now, before any client is waiting.
         await asyncio.get_running_loop().run_in_executor(None, _warm_up_writer)
+        self._big.start()
         self._flusher = asyncio.create_task(self._flush_loop())
 
     @property
@@ -263,7 +268,7 @@ class Recorder:
         await self._final_flush()
         if self._client is not None:
             await self._client.close()
-        close_parser()
+        await self._big.close()
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
@@ -300,10 +305,13 @@ class Recorder:
     def _on_headers(self, ex: Exchange) -> None:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit = self._explicit_session(ex)
-        items = conversation(ex.info.api, ex.info.body)
+        digest: BodyDigest | None = ex.state.get("digest")
+        if digest is not None:
+            items, chains = digest.items, digest.chains
+        else:
+            items, chains = conversation(ex.info.api, ex.info.body), None
         assignment, turn = self.tracker.assign(ex.arrival, items, explicit,
-                                               ex.state.get("agent_id"),
-                                               chains=ex.state.pop("chains", None))
+                                               ex.state.get("agent_id"), chains=chains)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
         ex.state["placement"] = self.agents.place(
@@ -421,8 +429,12 @@ class Recorder:
         t0 = self._t0 if self._t0 is not None else ex.arrival
         inp, out, cached = obs.usage() if obs is not None else (None, None, None)
         hash_ids = None
+        digest: BodyDigest | None = ex.state.get("digest")
         if ex.info.undecoded is None and (cfg.content != "none" or inp is None):
-            ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
+            if digest is not None:
+                ids, est = digest.hash_ids(inp)
+            else:
+                ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
             if cfg.content != "none":
                 hash_ids = ids
             if inp is None:
@@ -439,7 +451,10 @@ class Recorder:
             gaps = [times[0] - ex.arrival] + [b - a_ for a_, b in itertools.pairwise(times)]
         content = None
         if cfg.content == "full" and ex.info.undecoded is None:
-            content = orjson.dumps(strip_secrets(ex.info.body)).decode()
+            if digest is not None and digest.content is not None:
+                content = digest.content.decode()
+            else:
+                content = orjson.dumps(strip_secrets(ex.info.body)).decode()
         end = ex.end if ex.end is not None else ex.arrival
         place = ex.state["placement"]
         return {
@@ -475,7 +490,9 @@ class Recorder:
         the key it refused)."""
         if not ex.error:
             return ex.error
-        secrets = [*ex.state.get("secrets", ()), *secret_values(ex.info.body)]
+        digest: BodyDigest | None = ex.state.get("digest")
+        secrets = [*ex.state.get("secrets", ()),
+                   *(digest.secrets if digest is not None else secret_values(ex.info.body))]
         if self._authorization is not None:
             secrets.extend(header_secrets([("authorization", self._authorization)]))
         return scrub(ex.error, secrets)

@@ -1,0 +1,217 @@
+"""Big request bodies, handled without holding the proxy's event loop.
+
+A JSON parser holds the GIL for the whole parse (about a second for 30 MB on a busy core),
+and so do copies and hashes of a prompt that size: on the event loop, or in a thread, they
+would stall every other stream the proxy forwards. A body over ``BIG_BODY_BYTES`` is
+therefore kept as the pieces it arrived in (forwarded upstream as they are), written to a
+temporary file, and parsed in a helper process, which sends back only what the recorder
+keeps of it (``BodyDigest``): the session digests, the prompt's block hashes, the stored
+content. Neither the body nor any copy of it crosses a pipe in one pickle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from replay.record.content import PromptHasher, fit_ids
+from replay.record.wire import _INJECT, RequestInfo
+
+BIG_BODY_BYTES = 1 << 20
+"""Bodies larger than this are parsed in the helper process."""
+
+_OTHER_ITEM: dict[str, Any] = {"role": "user"}
+"""Stands for a conversation item the model did not produce: session inference looks only
+at the model's own items (``replay.record.sessions``), and at the chain digests."""
+
+
+@dataclass(frozen=True, slots=True)
+class DigestSpec:
+    """How the recorder hashes and stores a prompt (its ``PromptHasher`` and content mode)."""
+
+    block_size: int
+    seed: int
+    tokenizer: str | None
+    content: str
+
+
+@dataclass(slots=True)
+class BodyDigest:
+    """What the recorder keeps of a big body instead of the body."""
+
+    items: list[Any]
+    """The conversation items, those the model did not produce replaced by a stand-in."""
+    chains: list[bytes]
+    """``sessions.chain_digests`` of the whole conversation."""
+    ids: list[int]
+    """Block hashes of the whole prompt (``PromptHasher.all_ids``); empty with content
+    mode ``none``."""
+    estimate: int
+    block_size: int
+    content: bytes | None
+    """The stored content (content mode ``full``), as JSON."""
+    secrets: list[str]
+    """``traces.redact.secret_values`` of the body."""
+
+    def hash_ids(self, input_tokens: int | None) -> tuple[list[int], int]:
+        """As ``PromptHasher.hash_ids`` of the body."""
+        n = input_tokens if input_tokens is not None and input_tokens >= 0 else self.estimate
+        return fit_ids(self.ids, -(-n // self.block_size)), self.estimate
+
+
+class BigBodies:
+    """The helper process and the parse of one big body in it (``digest``).
+
+    ``start`` starts the helper in a thread (spawning it and importing what it needs costs
+    the calling thread tens of milliseconds of GIL, and a second of wall time), so that
+    it is ready before the first big body and never started by one."""
+
+    def __init__(self, spec: DigestSpec) -> None:
+        self.spec = spec
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._ready: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().run_in_executor(None, self._start)
+
+    def _start(self) -> None:
+        pool = concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_background)
+        self._pool = pool
+        pool.submit(_hasher, self.spec).result()
+
+    async def close(self) -> None:
+        """End the helper (after its start, when that is under way)."""
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            with contextlib.suppress(Exception):
+                await ready
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    async def digest(self, api: str, parts: list[bytes]
+                     ) -> tuple[RequestInfo, list[bytes], BodyDigest] | None:
+        """The request's info (with an empty ``body``), the pieces to send upstream and
+        the digest; None when the body is not a JSON object."""
+        loop = asyncio.get_running_loop()
+        self.start()
+        assert self._ready is not None
+        await asyncio.shield(self._ready)
+        assert self._pool is not None
+        fd, path = tempfile.mkstemp(prefix="agent-replay-body-")
+        try:
+            await loop.run_in_executor(None, _write, fd, parts)
+            got = await loop.run_in_executor(self._pool, _digest, api, path, self.spec)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if got is None:
+            return None
+        info, out, digest = got
+        send = parts if out is None else _spliced(parts) if out == _SPLICE else [out]
+        return info, send, digest
+
+
+async def pieces(parts: list[bytes]) -> AsyncIterator[bytes]:
+    """``parts`` as a request body that aiohttp sends one piece at a time."""
+    for p in parts:
+        yield p
+
+
+def _write(fd: int, parts: list[bytes]) -> None:
+    with os.fdopen(fd, "wb") as f:
+        for p in parts:
+            f.write(p)
+
+
+_SPLICE = b"<splice>"
+
+
+def _spliced(parts: list[bytes]) -> list[bytes]:
+    """``parts`` with the usage option after the opening brace (as ``inspect_request``)."""
+    for k, p in enumerate(parts):
+        i = p.find(b"{")
+        if i >= 0:
+            return [*parts[:k], p[: i + 1], _INJECT, p[i + 1 :], *parts[k + 1 :]]
+    raise ValueError("no JSON object")
+
+
+def _background() -> None:
+    """In the helper: yield the CPU to the proxy's forwarding (a parse is not urgent; on a
+    machine with few cores it would otherwise take a core from the streams), and end with
+    the recorder, also when it is killed (the helper would otherwise wait for work
+    forever, holding the recorder's stderr open)."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="watch-recorder", daemon=True).start()
+
+
+_hashers: dict[DigestSpec, PromptHasher] = {}
+
+
+def _hasher(spec: DigestSpec) -> PromptHasher:
+    """In the helper: the recorder's ``PromptHasher`` (the tokenizer loaded once)."""
+    h = _hashers.get(spec)
+    if h is None:
+        from replay.record.content import load_tokenizer
+
+        tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else None
+        h = _hashers[spec] = PromptHasher(spec.block_size, spec.seed, tok)
+    return h
+
+
+def _digest(api: str, path: str, spec: DigestSpec
+            ) -> tuple[RequestInfo, bytes | None, BodyDigest] | None:
+    """In the helper: parse the body in ``path``; the bytes to send are not sent back when
+    they are the body as it came (None) or with the usage option spliced in."""
+    import orjson
+
+    from engines.replies import is_reply_item
+    from replay.record.content import conversation
+    from replay.record.sessions import chain_digests
+    from replay.record.wire import inspect_request
+    from traces.redact import secret_values, strip_secrets
+
+    with open(path, "rb") as f:
+        raw = f.read()
+    got = inspect_request(api, raw)
+    if got is None:
+        return None
+    info, out = got
+    body = info.body
+    items = conversation(api, body)
+    if spec.content != "none":
+        ids, est = _hasher(spec).all_ids(api, body)
+    else:
+        ids, est = [], _hasher(spec).units(api, body)[2]
+    digest = BodyDigest(
+        items=[it if is_reply_item(it) else _OTHER_ITEM for it in items],
+        chains=chain_digests(items), ids=ids, estimate=est, block_size=spec.block_size,
+        content=orjson.dumps(strip_secrets(body)) if spec.content == "full" else None,
+        secrets=secret_values(body))
+    info = dataclasses.replace(info, body={})
+    if out is raw:
+        return info, None, digest
+    i = raw.index(b"{")
+    if info.injected_usage and out == raw[: i + 1] + _INJECT + raw[i + 1 :]:
+        return info, _SPLICE, digest
+    return info, out, digest
