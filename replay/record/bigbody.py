@@ -110,7 +110,9 @@ class BigBodies:
         assert self._ready is not None
         await asyncio.shield(self._ready)
         assert self._pool is not None
-        fd, path = tempfile.mkstemp(prefix="agent-replay-body-")
+        # In memory where the host has it (/dev/shm): the body may carry secrets, which a
+        # file on disk would hold until it is overwritten.
+        fd, path = tempfile.mkstemp(prefix="agent-replay-body-", dir=_MEMORY_DIR)
         try:
             await loop.run_in_executor(None, _write, fd, parts)
             got = await loop.run_in_executor(self._pool, _digest, api, path, self.spec)
@@ -122,6 +124,10 @@ class BigBodies:
         info, out, digest = got
         send = parts if out is None else _spliced(parts) if out == _SPLICE else [out]
         return info, send, digest
+
+
+_MEMORY_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+"""Where a big body waits for the helper process: tmpfs on Linux, else the temp folder."""
 
 
 async def pieces(parts: list[bytes]) -> AsyncIterator[bytes]:
