@@ -192,7 +192,7 @@ class _RefusingProxy:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize("api", ["completions", "chat", "messages", "responses"])
 def test_server_killed_mid_run(tmp_path: Path, api: str) -> None:
     # long enough that the sim dies (at the first part file, about 1 s in) with most of it unsent
     trace = write_rows(tmp_path / "t.parquet", chain_rows(20, 8, gap_ns=500 * MS, output_tokens=6))
