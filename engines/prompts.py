@@ -38,15 +38,7 @@ def block_seed(salt: int, clone: int, hash_id: int) -> int:
 
 def splitmix64(seed: int, n: int) -> np.ndarray:
     """``n`` splitmix64 outputs from ``seed`` as uint64 (vectorized, wrapping arithmetic)."""
-    x = np.arange(1, n + 1, dtype=np.uint64)
-    x *= np.uint64(_GOLDEN)
-    x += np.uint64(seed & _M64)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
+    return splitmix64_rows([seed], n)[0]
 
 
 def splitmix64_rows(seeds: Sequence[int], n: int) -> np.ndarray:
@@ -99,16 +91,7 @@ class TokenPrompts:
     """Token ids kept in joined prefixes (8 bytes each)."""
 
     def block(self, hash_id: int, clone: int = 0) -> np.ndarray:
-        key = (clone, hash_id)
-        arr = self._cache.get(key)
-        if arr is not None:
-            self._cache.move_to_end(key)
-            return arr
-        arr = block_ids(block_seed(self.salt, clone, hash_id), self.block_size, self.vocab_size, self.low)
-        self._cache[key] = arr
-        if len(self._cache) > self._cache_blocks:
-            self._cache.popitem(last=False)
-        return arr
+        return self.blocks([hash_id], clone)[0]
 
     def blocks(self, hash_ids: Sequence[int], clone: int = 0) -> list[np.ndarray]:
         """``block(h, clone)`` for every hash id, the missing ones generated together (one
