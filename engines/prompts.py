@@ -121,6 +121,16 @@ class TokenPrompts:
                 cache.popitem(last=False)
         return [a for a in out if a is not None]
 
+    def uncached(self, hash_ids: Sequence[int], input_tokens: int, clone: int = 0) -> Sequence[int]:
+        """The hash ids ``prompt`` would have to materialize block by block: those after
+        the longest cached prefix (a caller can make them ahead, in slices, with
+        ``blocks``)."""
+        need = -(-input_tokens // self.block_size)
+        k = min(input_tokens // self.block_size, len(hash_ids))
+        while k > 0 and (clone, hash_ids[k - 1], k) not in self._prefixes:
+            k -= 1
+        return hash_ids[k:need]
+
     def prompt(self, hash_ids: Sequence[int], input_tokens: int, clone: int = 0) -> np.ndarray:
         """Exactly ``input_tokens`` ids; blocks beyond the hash ids must not be needed
         (the plan gives every row enough hash ids)."""

@@ -10,6 +10,7 @@ costs round trips on the way to the send). A row with ``content`` replays its re
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,6 +94,7 @@ class Preparer:
         if base is not None and ("prompt" in base or "messages" in base or "input" in base):
             prompt = base.get("prompt") if api == "completions" else None
         elif api == "completions":
+            await self._make_blocks(q)
             prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)
         else:
             prompt = None
@@ -107,6 +109,23 @@ class Preparer:
         headers["X-Session-ID"] = session_key
         headers["X-Request-Id"] = request_id
         return Prepared(d.path, encode_body(body), headers, api)
+
+    BLOCKS_PER_SLICE = 128
+    """Prompt blocks made (and joined) per event-loop iteration while a prompt is prepared:
+    thousands of new blocks made and joined at once held the loop for several
+    milliseconds, and a request due then left late."""
+
+    async def _make_blocks(self, q: PlannedRequest) -> None:
+        """Grow the prompt's uncached part as cached prefixes, one slice per loop
+        iteration, so that ``prompt`` then only adds the last slice."""
+        tokens, step = self.tokens, self.BLOCKS_PER_SLICE
+        todo = tokens.uncached(q.hash_ids, q.input_tokens, q.clone)
+        if len(todo) <= step:
+            return
+        need = -(-q.input_tokens // tokens.block_size)
+        for end in range(need - len(todo) + step, need, step):
+            tokens.prompt(q.hash_ids, end * tokens.block_size, q.clone)
+            await asyncio.sleep(0)
 
     async def calibrate_text(self, plan: Plan) -> None:
         """Calibrate block-aligned text before the run when the plan has text prompts to
