@@ -73,8 +73,14 @@ def _within_buckets(value: float, q: dict[str, float | None], les: list[float | 
     return lo_b <= value <= hi_b
 
 
+@pytest.mark.timing
 def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
     rows = _requests(replayed)
+    # With the host's CPUs busy with other work (the run's self-check says so), vLLM's API
+    # server waits for a CPU before the engine's arrival stamp: client TTFT then exceeds the
+    # engine's by far more than its HTTP and tokenization time (P50 0.65 s against 0.06 s
+    # with one core held by a busy loop), so only its lower side is checked then.
+    contended = bool(json.loads((replayed / "run.json").read_text()).get("machine_contention"))
     server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
     n = len(rows["status"])
     # TTFT as the product defines it: from the request's bytes sent (after any new connection)
@@ -99,8 +105,12 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
             # machine that was 12-32 ms in three runs, more than the one bucket (20 ms) around
             # 0.08 s, so TTFT gets two buckets of slack and TPOT one.
             slack = 2 if name == "ttft" else 1
+            if name == "ttft" and contended:
+                assert _within_buckets(value, hist[f"p{int(q * 100)}"] | {"hi": None}, les,
+                                       slack=slack), report
+                continue
             assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=slack), report
-    print(json.dumps(report))
+    print(json.dumps(report | {"host_contended": contended}))
 
 
 def test_prefix_cache_hits_match_the_trace(replayed: Path) -> None:
