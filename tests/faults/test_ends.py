@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -243,42 +244,21 @@ def test_port_in_use_is_one_line(tmp_path: Path) -> None:
 async def test_recorder_force_stop_cuts_the_drain(tmp_path: Path) -> None:
     """A second Ctrl-C (``force_stop``) ends a long drain at once, after flushing what is
     complete."""
-    from aiohttp import web
 
     from replay.record import Recorder
 
     stall = asyncio.Event()
 
-    async def chat(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n')
-        if body["messages"][0]["content"] == "stall":
-            await stall.wait()
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await _stalling_upstream(stall)
     rec = Recorder(f"http://127.0.0.1:{port}", "127.0.0.1:0", tmp_path / "trace",
                    drain_timeout_s=60.0, flush_interval_s=60)
     await rec.start()
 
-    def body(text: str) -> bytes:
-        return orjson.dumps({"model": "m", "stream": True,
-                             "messages": [{"role": "user", "content": text}]})
-
     async with aiohttp.ClientSession() as s:
-        async with s.post(rec.url + "/v1/chat/completions", data=body("done")) as r:
+        async with s.post(rec.url + "/v1/chat/completions", data=_chat_body("done")) as r:
             await r.read()
         stalled = asyncio.create_task(s.post(rec.url + "/v1/chat/completions",
-                                             data=body("stall")))
+                                             data=_chat_body("stall")))
         await asyncio.sleep(0.2)
         stopping = asyncio.create_task(rec.stop())
         await asyncio.sleep(0.3)
@@ -300,47 +280,26 @@ async def test_recorder_force_stop_cuts_the_drain(tmp_path: Path) -> None:
 async def test_recorder_drain_refuses_new_requests_and_is_bounded(tmp_path: Path) -> None:
     """A stalled upstream: the stop returns after --drain-timeout (not aiohttp's 60 s), and
     a request on a kept-alive connection after the signal is refused."""
-    from aiohttp import web
 
     from replay.record import Recorder
 
     stall = asyncio.Event()
 
-    async def chat(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n')
-        if body["messages"][0]["content"] == "stall":
-            await stall.wait()
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await _stalling_upstream(stall)
     rec = Recorder(f"http://127.0.0.1:{port}", "127.0.0.1:0", tmp_path / "trace",
                    drain_timeout_s=1.0, flush_interval_s=60)
     await rec.start()
 
-    def body(text: str) -> bytes:
-        return orjson.dumps({"model": "m", "stream": True,
-                             "messages": [{"role": "user", "content": text}]})
-
     async with aiohttp.ClientSession() as s, aiohttp.ClientSession() as other:
-        async with s.post(rec.url + "/v1/chat/completions", data=body("quick")) as r:
+        async with s.post(rec.url + "/v1/chat/completions", data=_chat_body("quick")) as r:
             await r.read()  # the connection stays open (keep-alive)
         stalled = asyncio.create_task(other.post(rec.url + "/v1/chat/completions",
-                                                 data=body("stall")))
+                                                 data=_chat_body("stall")))
         await asyncio.sleep(0.2)
         t0 = time.monotonic()
         stopping = asyncio.create_task(rec.stop())
         await asyncio.sleep(0.1)
-        async with s.post(rec.url + "/v1/chat/completions", data=body("late")) as r:
+        async with s.post(rec.url + "/v1/chat/completions", data=_chat_body("late")) as r:
             late = r.status
             await r.read()
         await stopping
@@ -380,3 +339,32 @@ def test_kill_9_of_run_leaves_no_worker(tmp_path: Path) -> None:
         left = [p for p in children if _alive(p)]
     assert left == []
     pq.read_table(out / "requests")  # what the workers wrote is readable
+
+
+async def _stalling_upstream(stall: asyncio.Event) -> tuple[Any, int]:
+    """A chat upstream on loopback that sends one chunk, then, for the prompt "stall",
+    waits for ``stall`` before it ends the stream; its runner and port."""
+    from aiohttp import web
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n')
+        if body["messages"][0]["content"] == "stall":
+            await stall.wait()
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+def _chat_body(text: str) -> bytes:
+    return orjson.dumps({"model": "m", "stream": True,
+                         "messages": [{"role": "user", "content": text}]})
