@@ -6,6 +6,10 @@ Reads only the results and trace schemas; never imports ``replay``.
 
 from __future__ import annotations
 
-from analysis.results_schema import REQUEST_SCHEMA, RESULTS_SCHEMA_VERSION, SERVER_METRICS_SCHEMA
+from agent_replay.results_schema import (
+    REQUEST_SCHEMA,
+    RESULTS_SCHEMA_VERSION,
+    SERVER_METRICS_SCHEMA,
+)
 
 __all__ = ["REQUEST_SCHEMA", "RESULTS_SCHEMA_VERSION", "SERVER_METRICS_SCHEMA"]

@@ -23,10 +23,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from analysis.definitions import METRICS, SPEEDS, speeds
-from analysis.hist import rank
-from analysis.report import Report, build_report
-from traces.errors import InputError
+from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
+from agent_replay.analysis.hist import rank
+from agent_replay.analysis.report import Report, build_report
+from agent_replay.errors import InputError
 
 # (key, label, array, percentile, higher is better)
 STATS: tuple[tuple[str, str, str, float, bool], ...] = (
@@ -276,8 +276,8 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
     each arm against the first with a run-level Student-t interval (paired by position when
     the arms have as many runs, as ``sweep`` makes them); "inconclusive" when it includes 0."""
-    from analysis.points import point_metrics
-    from analysis.replicates import paired_ci, verdict
+    from agent_replay.analysis.points import point_metrics
+    from agent_replay.analysis.replicates import paired_ci, verdict
 
     reports = [[build_report(d) for d in arm] for arm in arms]
     flat = [r for arm in reports for r in arm]

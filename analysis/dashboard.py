@@ -39,14 +39,16 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from analysis.hist import PERCENTILES, min_count_for
-from analysis.live import LiveStats, PartsFeed
+from agent_replay.analysis.definitions import METRICS
+from agent_replay.analysis.hist import PERCENTILES, min_count_for
+from agent_replay.analysis.live import LiveStats, PartsFeed
 
 FPS = 4.0
 SLOT_BYTES = 4 << 20
 SPARK = "▁▂▃▄▅▆▇█"
-ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL/token"), ("chunk_gap", "chunk gap"),
-        ("e2e", "E2E"))
+ROWS = tuple((m.key, m.label) for m in METRICS if m.live and m.rows != "all")
+"""The latency table's rows: the definitions table's live entries (the schedule lag has its
+own line)."""
 GAUGES = {
     "vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
     "vllm:kv_cache_usage_perc": "KV cache", "vllm:num_preemptions": "preemptions",
@@ -82,7 +84,7 @@ def self_check(stats: LiveStats, machine: Any = None) -> Any:
     """The self-check policy (``analysis.selfcheck``) on the live figures: the busiest
     worker's CPU, the schedule and loop lag so far, and the host's CPU (``machine``, an
     ``analysis.selfcheck.Machine``, when the caller measures it)."""
-    from analysis.selfcheck import assess
+    from agent_replay.analysis.selfcheck import assess
 
     sl, ll = stats.hists["schedule_lag"], stats.hists["loop_lag"]
     return assess(schedule_lag_p99_ns=sl.percentiles([99.0])[99.0] if sl.count else None,
@@ -105,7 +107,7 @@ class HostWatch:
     saturation while the run goes."""
 
     def __init__(self) -> None:
-        from analysis.selfcheck import MachineMeter
+        from agent_replay.analysis.selfcheck import MachineMeter
 
         self.meter = MachineMeter()
         self.t0 = time.monotonic()

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.hist import PERCENTILES, Summary
-from analysis.metrics import NS, Lists, RequestMetrics, _f64
+from agent_replay.analysis.hist import PERCENTILES, Summary
+from agent_replay.analysis.metrics import NS, Lists, RequestMetrics, _f64
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analysis.results_schema import REQUEST_SCHEMA, RESULTS_SCHEMA_VERSION
+from agent_replay.results_schema import REQUEST_SCHEMA, RESULTS_SCHEMA_VERSION
 
 _DEFAULTS: dict[str, Any] = {
     "session_id": "s0", "request_index": 0, "parent_index": -1, "clone": 0, "worker": 0,

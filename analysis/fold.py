@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.hist import Hist
-from analysis.metrics import Lists
+from agent_replay.analysis.hist import Hist
+from agent_replay.analysis.metrics import Lists
 
 FOLD_BLOCK = 1 << 16
 """Chunks per step (rows are never split across steps)."""

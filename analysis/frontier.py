@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from analysis.replicates import Interval, mean_ci, paired_ci, verdict
-from traces.errors import InputError
+from agent_replay.analysis.replicates import Interval, mean_ci, paired_ci, verdict
+from agent_replay.errors import InputError
 
 X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
 Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}

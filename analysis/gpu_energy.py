@@ -31,10 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.hist import percentile_summary
+from agent_replay.analysis.hist import percentile_summary
 
 if TYPE_CHECKING:
-    from analysis.runstats import RunStats
+    from agent_replay.analysis.runstats import RunStats
 
 NS = 1_000_000_000
 FIELDS = (
@@ -280,7 +280,7 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: Mapping[str, Any], st
     out["source"] = tel.get("source")
     out["sampler_cost"] = tel.get("cost")
     if (meta.get("options") or {}).get("timing", "session") == "session":
-        from analysis.results import iter_request_batches
+        from agent_replay.analysis.results import iter_request_batches
 
         cols = ["session_id", "clone", "chunk_ns", "chunk_tokens"]
         out["sessions"] = session_energy(samples, iter_request_batches(results_dir, cols), window)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.report import Report
+from agent_replay.analysis.report import Report
 
 NAME = "gpu.png"
 NS = 1e9

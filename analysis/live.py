@@ -32,19 +32,23 @@ from typing import Any, cast
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq  # at import, not at the first part file (mid-run)
 
-from analysis.definitions import LIVE
-from analysis.fold import fold_chunks
-from analysis.hist import Hist
-from analysis.metrics import Lists
-from analysis.results_schema import INEXACT, ErrorKind
+from agent_replay.analysis.definitions import LIVE, METRICS, Inputs
+from agent_replay.analysis.fold import fold_chunks
+from agent_replay.analysis.hist import Hist
+from agent_replay.analysis.metrics import Lists, request_metrics
+from agent_replay.results_schema import INEXACT, ErrorKind
 
 PART_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
                 "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
 """The results columns ``observe_table`` reads."""
 HIST_NAMES = (*LIVE, "loop_lag")
 """The definitions table's ``live`` entries (``analysis.definitions``) and the loop lag."""
+LIVE_REQUEST = tuple(m for m in METRICS if m.live and m.per == "request" and m.rows != "all")
+"""The live per-request entries over ok rows, computed by their own formulas; the ``all``-rows
+one (schedule lag) comes from ``observe_lag``, the per-token ones from ``fold_chunks``."""
 FLUSH_CHUNKS = 8_192
 """Pending chunks that trigger a flush (~100 requests; bounds the work of one flush)."""
 SNAPSHOT_VERSION = 1
@@ -73,8 +77,10 @@ class LiveStats:
         self.elapsed_ns = 0
         self.cpu_percent: list[float] = []
         # pending per-request values of ok rows, flushed vectorized
+        self._intended: list[int] = []
         self._sent: list[int] = []
-        self._first: list[int] = []
+        self._connect: list[int | None] = []
+        self._first: list[int | None] = []
         self._end: list[int] = []
         self._c: list[Sequence[int]] = []  # each pending request's chunk_ns
         self._k: list[Sequence[int]] = []  # and chunk_tokens
@@ -98,15 +104,15 @@ class LiveStats:
         sent, end = row.get("sent_ns"), row.get("end_ns")
         if sent is None or end is None:
             return
-        sent += row.get("connect_ns") or 0  # s: when its bytes went out
-        first = row.get("first_token_ns")
         chunks: Sequence[int] = _seq(row.get("chunk_ns"))
         toks: Sequence[int] = _seq(row.get("chunk_tokens"))
         m = len(chunks)
         if m != len(toks):
             return  # a malformed row: its chunks cannot be attributed
+        self._intended.append(row.get("intended_ns") or 0)
         self._sent.append(sent)
-        self._first.append(-1 if first is None else first)
+        self._connect.append(row.get("connect_ns"))
+        self._first.append(row.get("first_token_ns"))
         self._end.append(end)
         if m:  # kept by reference: a finished request's arrays do not change
             self._c.append(chunks)
@@ -173,8 +179,6 @@ class LiveStats:
         """Move pending rows into the histograms and counters."""
         if not self._sent:
             return
-        sent = np.asarray(self._sent, dtype=np.int64)
-        first = np.asarray(self._first, dtype=np.int64)
         end = np.asarray(self._end, dtype=np.int64)
         m = np.asarray(self._m, dtype=np.int64)
         offsets = np.zeros(m.size + 1, dtype=np.int64)
@@ -184,33 +188,34 @@ class LiveStats:
         k = Lists(_flat(self._k, total), offsets)
         exact = np.asarray(self._x, dtype=bool)
         usage = np.asarray(self._u, dtype=np.int64)
-        self._sent, self._first, self._end, self._c, self._k, self._m = [], [], [], [], [], []
-        self._x, self._u = [], []
+        batch = pa.RecordBatch.from_pydict({
+            "intended_ns": pa.array(self._intended, pa.int64()),
+            "sent_ns": pa.array(self._sent, pa.int64()),
+            "connect_ns": pa.array(self._connect, pa.int64()),
+            "first_token_ns": pa.array(self._first, pa.int64()),
+            "end_ns": end,
+        })
+        self._intended, self._sent, self._connect, self._first, self._end = [], [], [], [], []
+        self._c, self._k, self._m, self._x, self._u = [], [], [], [], []
         self._pending_chunks = 0
 
-        has_first = first >= 0
-        self.hists["ttft"].record_many((first - sent)[has_first])
-        self.hists["e2e"].record_many(end - sent)
-        # N, k_1, c_1, c_m per request
-        n_out = np.zeros(m.size, dtype=np.int64)
-        has = m > 0
+        # every live per-request metric by its formula in the definitions table, over the
+        # rows the table names (TPOT, exact tokens per chunk only), rounded to integer ns
+        x = Inputs(batch, c, k, request_metrics(batch, c, k))
+        for d in LIVE_REQUEST:
+            assert d.formula is not None
+            v = d.formula(x)
+            keep = ~np.isnan(v)
+            if d.rows == "ok_exact":
+                keep &= exact
+            self.hists[d.key].record_many(np.rint(v[keep]).astype(np.int64))
+        n_out = np.asarray(x.m.output_tokens, dtype=np.int64)
         if k.values.size:
-            starts = offsets[:-1][has]
-            n_out[has] = np.add.reduceat(k.values, starts)
-            k1 = np.zeros(m.size, dtype=np.int64)
-            k1[has] = k.values[starts]
-            c1 = c.values[starts]
-            cm = c.values[offsets[1:][has] - 1]
-            dec_tokens = (n_out - k1)[has]
-            sel = (dec_tokens >= 1) & exact[has]
-            # TPOT rounded to the nearest ns (the histogram records integers), as a true
-            # quotient: floor division would bias every value down
-            self.hists["tpot"].record_many(np.rint((cm - c1)[sel] / dec_tokens[sel]).astype(np.int64))
             tpc = fold_chunks(c, k, None, self.hists["itl"], self.hists["chunk_gap"],
                               exact=None if exact.all() else exact)
-            for v, n in enumerate(tpc.tolist()):
+            for tokens, n in enumerate(tpc.tolist()):
                 if n:
-                    self.tokens_per_chunk[v] = self.tokens_per_chunk.get(v, 0) + n
+                    self.tokens_per_chunk[tokens] = self.tokens_per_chunk.get(tokens, 0) + n
         n_out = np.where(usage >= 0, usage, n_out)
         self.output_tokens += int(n_out.sum())
         bucket = end // self.bucket_ns

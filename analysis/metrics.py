@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.results_schema import INEXACT
+from agent_replay.results_schema import INEXACT
 
 NS = 1_000_000_000
 

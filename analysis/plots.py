@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.definitions import BY_KEY
-from analysis.report import Report
-from traces.errors import InputError, OutputExistsError
+from agent_replay.analysis.definitions import BY_KEY
+from agent_replay.analysis.report import Report
+from agent_replay.errors import InputError, OutputExistsError
 
 NAMES = ("latency_cdf.png", "request_tps.png", "throughput.png", "tokens_per_chunk.png",
          "sessions.png")
@@ -130,7 +130,7 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     fig.savefig(paths[4], dpi=100, bbox_inches="tight")
     plt.close(fig)
     if gpu:  # GPU telemetry beside the run (analysis.gpu_plots)
-        from analysis.gpu_plots import NAME, plot_gpu
+        from agent_replay.analysis.gpu_plots import NAME, plot_gpu
 
         paths.append(plot_gpu(report, out / NAME, plt))
     return paths

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from analysis.definitions import METRICS, SPEEDS, headline_figures, speeds
-from analysis.gpu_energy import POINT_FIELDS as ENERGY_FIELDS
-from analysis.gpu_energy import point_figures
-from analysis.metrics import NS
-from analysis.report import Report
+from agent_replay.analysis.definitions import METRICS, SPEEDS, headline_figures, speeds
+from agent_replay.analysis.gpu_energy import POINT_FIELDS as ENERGY_FIELDS
+from agent_replay.analysis.gpu_energy import point_figures
+from agent_replay.analysis.metrics import NS
+from agent_replay.analysis.report import Report
 
 POINT_FIELDS: tuple[tuple[str, str], ...] = (
     ("requests_ok", "requests"), ("requests_failed", "requests"), ("duration_s", "s"),

@@ -18,10 +18,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from analysis.definitions import METRICS, speeds
-from analysis.hist import PERCENTILES, Summary, min_count_for
-from analysis.report import Report
-from analysis.runstats import PER_TOKEN_METRICS
+from agent_replay.analysis.definitions import METRICS, speeds
+from agent_replay.analysis.hist import PERCENTILES, Summary, min_count_for
+from agent_replay.analysis.report import Report
+from agent_replay.analysis.runstats import PER_TOKEN_METRICS
 
 LATENCY_ROWS = tuple((d.key, d.label) for d in METRICS)
 """The latency table's rows: the definitions table (``analysis.definitions``), in order."""
@@ -189,7 +189,7 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
         yield "Server side (vLLM /metrics, deltas over the run) beside the client", \
             list(_server_rows(d))
     if d.get("gpu"):
-        from analysis.gpu_energy import report_rows
+        from agent_replay.analysis.gpu_energy import report_rows
 
         yield from report_rows(d["gpu"])
 

@@ -11,17 +11,24 @@ from typing import Any
 
 import pyarrow as pa
 
-from analysis.gpu_energy import gpu_section
-from analysis.hist import Summary
-from analysis.results import (
+from agent_replay.analysis.gpu_energy import gpu_section
+from agent_replay.analysis.hist import Summary
+from agent_replay.analysis.results import (
     iter_request_batches,
     read_gpu_telemetry,
     read_run_meta,
     read_server_metrics,
 )
-from analysis.runstats import COLUMNS, PER_TOKEN_METRICS, Accumulator, Prices, RunStats, Slo
-from analysis.server_metrics import summarize as summarize_server_metrics
-from traces.errors import InputError
+from agent_replay.analysis.runstats import (
+    COLUMNS,
+    PER_TOKEN_METRICS,
+    Accumulator,
+    Prices,
+    RunStats,
+    Slo,
+)
+from agent_replay.analysis.server_metrics import summarize as summarize_server_metrics
+from agent_replay.errors import InputError
 
 ERROR_RATE_WARN = 0.01
 
@@ -37,7 +44,7 @@ class Report:
     cold_start: str | None = None
     """Why the run's start may be cold (``analysis.coldstart``), None when it does not look so."""
     gpu: Mapping[str, Any] | None = None
-    """analysis.gpu_energy figures when the run has GPU telemetry."""
+    """agent_replay.analysis.gpu_energy figures when the run has GPU telemetry."""
     gpu_samples: pa.Table | None = None
 
 
@@ -107,7 +114,7 @@ def self_check(meta: Mapping[str, Any], stats: RunStats) -> Any:
     """The self-check policy's verdict for this run (``analysis.selfcheck``): run.json's loop
     lag, CPU and host figures with the schedule lag of the rows; for a run.json written
     before the policy kept its figures, its recorded bottleneck flag."""
-    from analysis.selfcheck import Assessment, assess_meta
+    from agent_replay.analysis.selfcheck import Assessment, assess_meta
 
     lag = stats.latency["schedule_lag"]
     a = assess_meta(meta, lag.values.get(99.0), lag.count)
@@ -175,7 +182,7 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
         acc.add(batch)
     stats = acc.finish(slo=slo, prices=prices, gpus=gpus)
     server = _server_summary(read_server_metrics(results_dir))
-    from analysis.coldstart import cold_start
+    from agent_replay.analysis.coldstart import cold_start
 
     cold = cold_start(meta, stats.per_request, results_dir)
     warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])

@@ -1,4 +1,4 @@
-"""Reading a results folder (see analysis.results_schema): run.json, request part files in
+"""Reading a results folder (see agent_replay.results_schema): run.json, request part files in
 record batches (bounded memory), and the optional server metrics samples."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.results_schema import GPU_TELEMETRY_SCHEMA, OPTIONAL_COLUMNS, REQUEST_SCHEMA
-from traces.errors import InputError
-from traces.redact import redact
+from agent_replay.errors import InputError
+from agent_replay.redact import redact
+from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA, OPTIONAL_COLUMNS, REQUEST_SCHEMA
 
 BATCH_ROWS = 65_536
 READERS = 2

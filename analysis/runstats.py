@@ -22,13 +22,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.definitions import METRICS as METRIC_DEFS
-from analysis.definitions import REQUEST_METRICS as REQUEST_DEFS
-from analysis.definitions import Inputs
-from analysis.fold import fold_chunks
-from analysis.hist import Hist, Summary, percentile_summary
-from analysis.metrics import NS, _col, _f64, _i64, exact_rows, lists, request_metrics, stats_rows
-from analysis.results_schema import REQUEST_SCHEMA, ErrorKind
+from agent_replay.analysis.definitions import METRICS as METRIC_DEFS
+from agent_replay.analysis.definitions import REQUEST_METRICS as REQUEST_DEFS
+from agent_replay.analysis.definitions import Inputs
+from agent_replay.analysis.fold import fold_chunks
+from agent_replay.analysis.hist import Hist, Summary, percentile_summary
+from agent_replay.analysis.metrics import (
+    NS,
+    _col,
+    _f64,
+    _i64,
+    exact_rows,
+    lists,
+    request_metrics,
+    stats_rows,
+)
+from agent_replay.results_schema import REQUEST_SCHEMA, ErrorKind
 
 PER_TOKEN_METRICS = ("ITL", "TPOT", "request TPS", "session TPS", "P90 TPS headline",
                      "tokens per chunk")

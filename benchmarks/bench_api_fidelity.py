@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.sim import SimProcess, SimProfile
-from replay.config import RunConfig
-from replay.run import arun
-from traces.io import read_trace, write_trace
+from agent_replay.engines.sim import SimProcess, SimProfile
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import arun
+from agent_replay.traces.io import read_trace, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAUDE_LOGS = Path(os.environ.get("AGENT_REPLAY_SHARED", ROOT.parent / "shared")) / "data" / "claude_code_logs"
@@ -45,7 +45,7 @@ CLAUDE_LOGS = Path(os.environ.get("AGENT_REPLAY_SHARED", ROOT.parent / "shared")
 
 def _import_default(tmp: Path) -> Path:
     out = tmp / "claude-code.parquet"
-    subprocess.run([sys.executable, "-m", "replay", "traces", "import", str(CLAUDE_LOGS),
+    subprocess.run([sys.executable, "-m", "agent_replay", "traces", "import", str(CLAUDE_LOGS),
                     "-o", str(out), "--force"], check=True, capture_output=True)
     return out
 

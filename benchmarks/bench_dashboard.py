@@ -43,8 +43,8 @@ SNAPSHOT_NS = 250_000_000
 
 
 def _records() -> list[Any]:
-    from analysis.fixtures import synthetic_results
-    from replay.outcome import RequestRecord
+    from agent_replay.analysis.fixtures import synthetic_results
+    from agent_replay.replay.outcome import RequestRecord
 
     out = []
     for i, row in enumerate(synthetic_results(512, seed=3).to_pylist()):
@@ -65,9 +65,9 @@ def _records() -> list[Any]:
 async def _loop(mode: str, seconds: float, rate: int, folder: str) -> dict[str, float]:
     from pathlib import Path
 
-    from analysis.dashboard import DashboardProcess
-    from analysis.live import LiveStats
-    from replay.results import ResultWriter
+    from agent_replay.analysis.dashboard import DashboardProcess
+    from agent_replay.analysis.live import LiveStats
+    from agent_replay.replay.results import ResultWriter
 
     records = _records()
     writer = ResultWriter(Path(folder), t0_ns=0)

@@ -49,15 +49,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PRIO = os.environ.get("BENCH_PROXY_PRIO", "").split()
 sys.path.insert(0, str(ROOT))
 
-from engines.dialects import build_request, count_token_ids  # noqa: E402
-from engines.sim import SimProcess, SimProfile  # noqa: E402
-from engines.sse import SSEParser  # noqa: E402
-from replay.provenance import code_version  # noqa: E402
+from agent_replay.engines.dialects import build_request, count_token_ids  # noqa: E402
+from agent_replay.engines.sim import SimProcess, SimProfile  # noqa: E402
+from agent_replay.engines.sse import SSEParser  # noqa: E402
+from agent_replay.replay.provenance import code_version  # noqa: E402
 
 
 def start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
-        [*PRIO, sys.executable, "-m", "replay", "record", "--upstream", upstream, "--listen",
+        [*PRIO, sys.executable, "-m", "agent_replay", "record", "--upstream", upstream, "--listen",
          "127.0.0.1:0", "-o", str(out), "--quiet"], stderr=subprocess.PIPE, cwd=ROOT)
     assert proc.stderr is not None
     line = proc.stderr.readline().decode()
@@ -332,7 +332,7 @@ def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path
               ) -> tuple[Run, dict[str, list[int]]]:
     import uvloop
 
-    from traces.io import read_trace
+    from agent_replay.traces.io import read_trace
 
     relay, relay_url = start_relay(sim.port)
     proc, url = start_proxy(sim.url, tmp / "trace")

@@ -39,12 +39,12 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.sim import SimProcess
-from replay.config import RunConfig
-from replay.provenance import code_version
-from replay.run import run
-from traces.io import write_trace
-from traces.schema import TraceMeta
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.provenance import code_version
+from agent_replay.replay.run import run
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 
 OUT_TOKENS = 256
 IN_TOKENS = 128

@@ -64,8 +64,8 @@ def run_case(code: str, data: Path, tree: str | None = None) -> tuple[float, flo
 
 
 def generate(data: Path, rows: int, layout: str) -> None:
-    from analysis.fixtures import synthetic_batches, write_results
-    from analysis.results import parquet_write_options
+    from agent_replay.analysis.fixtures import synthetic_batches, write_results
+    from agent_replay.analysis.results import parquet_write_options
 
     opts: dict[str, object] = {}
     part_rows = None

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from engines import kstamp
+from agent_replay.engines import kstamp
 from tests.faults import test_resets as t
 
 

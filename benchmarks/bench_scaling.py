@@ -49,17 +49,17 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.affinity import allowed_cpus, one_per_core, siblings
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.provenance import code_version
+from agent_replay.replay.run import run
 from benchmarks.bench_replay import OUT_TOKENS, uniform_trace
-from engines.sim import SimProcess
-from replay.affinity import allowed_cpus, one_per_core, siblings
-from replay.config import RunConfig
-from replay.provenance import code_version
-from replay.run import run
 
 _ONE = """
 import json, sys
-from replay.config import RunConfig
-from replay.run import run
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import run
 trace, target, out, cpus = sys.argv[1:5]
 s = run(RunConfig(trace=trace, target=target, output=out, timing="absolute", workers=1,
                   cpus=cpus or None, scrape_interval_s=0, progress=False), progress=None)
@@ -223,7 +223,7 @@ def main() -> None:
           flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
-        profile = json.loads((resources.files("engines.sim") / "profiles" / "fast.json").read_text())
+        profile = json.loads((resources.files("agent_replay.engines.sim") / "profiles" / "fast.json").read_text())
         profile["spin_ns"] = int(args.sim_spin_us * 1000)
         (tmpd / "fast.json").write_text(json.dumps(profile))
         with SimProcess(tmpd / "fast.json", workers=args.sim_workers, cpus=sim_cpus) as sim:

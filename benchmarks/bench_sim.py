@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engines.sim import SimProcess, SimProfile  # noqa: E402
-from replay.provenance import code_version  # noqa: E402
+from agent_replay.engines.sim import SimProcess, SimProfile  # noqa: E402
+from agent_replay.replay.provenance import code_version  # noqa: E402
 
 
 async def _one_stream(host: str, port: int, body: bytes, counts: list[int]) -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from traces.io import write_trace
-from traces.schema import TraceMeta
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 
 EXPERIMENT = """
 trace = "{trace}"
@@ -87,7 +87,7 @@ def main() -> None:
     args = ap.parse_args()
     import signal
 
-    from replay.sweep import load_experiment, run_sweep
+    from agent_replay.replay.sweep import load_experiment, run_sweep
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # the sweep stops the servers it started

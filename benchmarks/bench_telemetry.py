@@ -90,9 +90,9 @@ class Page:
 
 def one(source: str, gpus: int, interval: float, seconds: float, folder: Path,
         load: str | None = None) -> dict[str, Any]:
-    from analysis.gpu_energy import summarize
-    from engines.telemetry import Source, TelemetryProcess
-    from engines.telemetry.fake import FakeNvml
+    from agent_replay.analysis.gpu_energy import summarize
+    from agent_replay.engines.telemetry import Source, TelemetryProcess
+    from agent_replay.engines.telemetry.fake import FakeNvml
 
     page = None
     nvml = None

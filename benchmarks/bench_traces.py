@@ -40,7 +40,7 @@ def child(body: str, arg: str) -> tuple[float, float]:
 
 def cmd(args: list[str]) -> float:
     t0 = time.perf_counter_ns()
-    subprocess.run([sys.executable, "-m", "replay", *args], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "agent_replay", *args], check=True, capture_output=True, cwd=ROOT)
     return (time.perf_counter_ns() - t0) / 1e9
 
 
@@ -69,8 +69,8 @@ def main() -> None:
         else:
             print(f"skipping the Mooncake import: {mc} not found")
 
-        from traces.io import write_trace
-        from traces.synth import SynthConfig, SynthModel, synthesize
+        from agent_replay.traces.io import write_trace
+        from agent_replay.traces.synth import SynthConfig, SynthModel, synthesize
 
         big = Path(tmp) / "big.parquet"
         sessions = max(1, a.requests // 8)

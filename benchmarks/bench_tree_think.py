@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-import engines.sim
-from engines.sim.process import SimProcess
-from replay.config import RunConfig
-from replay.provenance import code_version
-from replay.run import run
-from traces.importers import import_paths
-from traces.io import write_trace
+import agent_replay.engines.sim
+from agent_replay.engines.sim.process import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.provenance import code_version
+from agent_replay.replay.run import run
+from agent_replay.traces.importers import import_paths
+from agent_replay.traces.io import write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("AGENT_REPLAY_SHARED", ROOT.parent / "shared")) / "data"
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
-    profile = json.loads((Path(engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
+    profile = json.loads((Path(agent_replay.engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
     profile.update(name="fast-long", max_model_len=262_144)  # trace_0291 reaches 101k tokens
     (tmp / "fast-long.json").write_text(json.dumps(profile))
     traces = {"weka": ([SHARED / "weka" / "trace_0291.json"], 20.0),

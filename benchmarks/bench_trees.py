@@ -25,12 +25,12 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.sim import SimProcess
-from replay.config import RunConfig
-from replay.plan import PlanOptions, build_plan
-from replay.run import run
-from traces.io import read_trace, write_trace
-from traces.schema import TraceMeta
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.plan import PlanOptions, build_plan
+from agent_replay.replay.run import run
+from agent_replay.traces.io import read_trace, write_trace
+from agent_replay.traces.schema import TraceMeta
 
 PER_SESSION = 10
 TREE = [  # (agent, depends_on) of one session's requests, in arrival order

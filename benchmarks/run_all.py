@@ -32,9 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_replay.replay.provenance import code_version  # noqa: E402
 from benchmarks.peers import clients as cl  # noqa: E402
 from benchmarks.peers.harness import cores, read_truth, run_client, sim_server, write_profile  # noqa: E402
-from replay.provenance import code_version  # noqa: E402
 
 NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)",
          "ours-loop": "agent-replay (--timestamps loop)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",

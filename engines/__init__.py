@@ -6,6 +6,6 @@ Never imports ``replay``.
 
 from __future__ import annotations
 
-from engines.sse import SSEEvent, SSEParser, encode_event
+from agent_replay.engines.sse import SSEEvent, SSEParser, encode_event
 
 __all__ = ["SSEEvent", "SSEParser", "encode_event"]

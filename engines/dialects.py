@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from engines.replies import Reply, reply_from_events, reply_from_json
-from engines.sse import SSEEvent
+from agent_replay.engines.replies import Reply, reply_from_events, reply_from_json
+from agent_replay.engines.sse import SSEEvent
 
 API_PATHS: dict[str, str] = {
     "completions": "/v1/completions",
@@ -477,7 +477,7 @@ class Dialect:
 
     def sim_parse(self, body: bytes, tok: Any, model_name: str, max_model_len: int) -> Any:
         """The simulated engine's ``ParsedRequest`` of a request body (or ``BadRequest``)."""
-        from engines.sim import requests
+        from agent_replay.engines.sim import requests
 
         parse = {"completions": requests.parse_completions, "chat": requests.parse_chat,
                  "messages": requests.parse_messages,
@@ -487,7 +487,7 @@ class Dialect:
     def sim_encoder(self, *, rid: str, created: int, model: str, table: Any, parsed: Any) -> Any:
         """The simulated engine's encoder of one streamed response: ``chunk(ids, finish)``
         per engine step and ``final(cached, finish)``."""
-        from engines.sim import wire
+        from agent_replay.engines.sim import wire
 
         if self.name == "messages":
             return wire.MessagesEncoder(rid=rid, model=model, table=table,

@@ -1,7 +1,7 @@
 """Sample a server's Prometheus ``/metrics`` during a run.
 
 ``parse_metrics`` is the pure part: Prometheus text in, rows of
-``analysis.results_schema.SERVER_METRICS_SCHEMA`` out, parsed with prometheus_client's own
+``agent_replay.results_schema.SERVER_METRICS_SCHEMA`` out, parsed with prometheus_client's own
 text parser. ``Scraper`` is the I/O shell: it scrapes once at ``start()`` (the baseline),
 then every ``interval_s``, and once more at ``stop()``, which returns the samples as an
 Arrow table. Times come from the injected ``clock_ns`` (pass the run's clock so scrape
@@ -20,8 +20,8 @@ import aiohttp
 import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.results_schema import SERVER_METRICS_SCHEMA
-from traces.errors import ProtocolError
+from agent_replay.errors import ProtocolError
+from agent_replay.results_schema import SERVER_METRICS_SCHEMA
 
 DEFAULT_PREFIXES = ("vllm:",)
 

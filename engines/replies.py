@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from engines.sse import SSEEvent
+from agent_replay.engines.sse import SSEEvent
 
 
 class Reply(NamedTuple):

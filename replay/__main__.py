@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from replay.cli import main
+from agent_replay.replay.cli import main
 
 sys.exit(main())

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 _SYS_CPU = Path("/sys/devices/system/cpu")
 

@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from replay.clock import Clock
-from replay.driver import Driver, Transport
-from replay.outcome import RequestRecord
-from replay.plan import Plan, PlannedRequest, PlannedSession
+from agent_replay.replay.clock import Clock
+from agent_replay.replay.driver import Driver, Transport
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession
 
 IDLE_SKIP_NS = 10_000_000_000
 DEFAULT_DURATION_S = 1800.0

@@ -26,11 +26,11 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from analysis.results_schema import ErrorKind
-from engines.dialects import Decoder, dialect
-from engines.sse import SSEParser
-from replay.outcome import RequestRecord
-from traces.redact import header_secrets, scrub
+from agent_replay.engines.dialects import Decoder, dialect
+from agent_replay.engines.sse import SSEParser
+from agent_replay.redact import header_secrets, scrub
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.results_schema import ErrorKind
 
 
 @dataclass(slots=True)

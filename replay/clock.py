@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
-from engines import aio
+from agent_replay.engines import aio
 
 T = TypeVar("T")
 

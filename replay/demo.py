@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from replay.config import RunConfig
-from replay.run import Reporter, RunSummary, _stderr, run
-from traces.io import write_trace
-from traces.schema import TraceMeta
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import Reporter, RunSummary, _stderr, run
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 
 DEFAULT_SPEEDUP = 5.0
 
 
 def sample_trace() -> Path | None:
-    import traces
+    import agent_replay.traces
 
-    p = Path(traces.__file__).resolve().parent / "samples" / "agent-small.parquet"
+    p = Path(agent_replay.traces.__file__).resolve().parent / "samples" / "agent-small.parquet"
     return p if p.exists() else None
 
 
@@ -55,7 +55,7 @@ def synthetic_trace(path: Path, sessions: int = 8, turns: int = 6) -> Path:
 
 def demo(*, output: str | None = None, profile: str | None = None, speedup: float | None = None,
          trace: str | None = None, progress: Reporter | None = _stderr) -> RunSummary:
-    from engines.sim import SimProcess
+    from agent_replay.engines.sim import SimProcess
 
     out = output or str(Path("demo-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     with tempfile.TemporaryDirectory(prefix="agent-replay-demo-") as tmp:

@@ -26,9 +26,9 @@ from array import array
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from replay.clock import Clock
-from replay.outcome import RequestRecord
-from replay.plan import Plan, PlannedRequest, PlannedSession
+from agent_replay.replay.clock import Clock
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession
 
 REFILL_PACE_NS = 500_000
 

@@ -27,10 +27,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from analysis.results_schema import ErrorKind
-from engines.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
-from replay.client import EventStream, Prepared, SendGate
-from replay.http1 import (
+from agent_replay.engines.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
+from agent_replay.redact import header_secrets, scrub
+from agent_replay.replay.client import EventStream, Prepared, SendGate
+from agent_replay.replay.http1 import (
     ChunkedDecoder,
     HeadReader,
     ProtocolError,
@@ -38,8 +38,8 @@ from replay.http1 import (
     request_head,
     request_head_prefix,
 )
-from replay.outcome import RequestRecord
-from traces.redact import header_secrets, scrub
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.results_schema import ErrorKind
 
 IDLE_S = 4.0
 """An idle connection older than this is closed rather than reused: servers close idle

@@ -10,12 +10,12 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 
 def deployment_args(p: argparse.ArgumentParser, gpus_default: int | None = None) -> None:
     """The arguments that pick a profile and size it (``vllm-cmd`` and ``launch``)."""
-    from engines.vllm.profiles import PROFILES
+    from agent_replay.engines.vllm.profiles import PROFILES
 
     p.add_argument("profile", choices=list(PROFILES), metavar="PROFILE",
                    help=", ".join(PROFILES))
@@ -45,8 +45,8 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
 
 def server_from_args(args: argparse.Namespace) -> Any:
     """A ``VllmServer`` (not started) from ``engines launch`` arguments."""
-    from engines.vllm.launcher import VllmServer
-    from engines.vllm.profiles import build, parse_sets
+    from agent_replay.engines.vllm.launcher import VllmServer
+    from agent_replay.engines.vllm.profiles import build, parse_sets
 
     dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes,
                 sets=parse_sets(args.sets), version=args.vllm_version)

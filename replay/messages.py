@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replay.worker import WorkerSummary
+    from agent_replay.replay.worker import WorkerSummary
 
 
 @dataclass(frozen=True)

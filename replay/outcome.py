@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 
-from analysis.results_schema import ErrorKindName
+from agent_replay.results_schema import ErrorKindName
 
 
 class RequestRecord:

@@ -37,8 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from traces.errors import InputError, TraceError
-from traces.tree import MAIN, tree_columns
+from agent_replay.errors import InputError, TraceError
+from agent_replay.traces.tree import MAIN, tree_columns
 
 TIMING_MODES = ("session", "absolute", "max-rate", "agentx")
 ARRIVALS = ("poisson", "constant")

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from engines.dialects import DIALECTS, encode_body
-from engines.prompts import (
+from agent_replay.engines.dialects import DIALECTS, encode_body
+from agent_replay.engines.prompts import (
     DEFAULT_LOW_ID,
     DEFAULT_VOCAB_SIZE,
     AlignedText,
@@ -25,9 +25,10 @@ from engines.prompts import (
     TokenPrompts,
     fit_text,
 )
-from replay.client import Prepared
-from replay.plan import Plan, PlannedRequest, stable_hash
-from replay.textcal import (
+from agent_replay.errors import InputError, TargetError
+from agent_replay.replay.client import Prepared
+from agent_replay.replay.plan import Plan, PlannedRequest, stable_hash
+from agent_replay.replay.textcal import (
     CalibrationError,
     ProbeFn,
     TokenizeFn,
@@ -35,7 +36,6 @@ from replay.textcal import (
     calibrate_offline,
     load_tokenizer,
 )
-from traces.errors import InputError, TargetError
 
 NO_TOKENIZE_HINT = ("chat/messages/responses replay sizes its text prompts with the target's "
                     "POST /tokenize; without it, pass --tokenizer NAME_OR_PATH (the target's "

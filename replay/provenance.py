@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from traces.redact import redact, redact_argv
+from agent_replay.redact import redact, redact_argv
 
 DEPENDENCIES = ("aiohttp", "numpy", "pyarrow", "rich", "hdrhistogram", "orjson", "psutil",
                 "uvloop", "openai", "anthropic", "matplotlib", "ray", "vllm")
@@ -53,7 +53,7 @@ def code_version(root: Path = CHECKOUT) -> str:
     try:
         return metadata.version("agent-replay")
     except metadata.PackageNotFoundError:
-        from replay import __version__
+        from agent_replay import __version__
 
         return __version__
 
@@ -62,7 +62,7 @@ def code_version(root: Path = CHECKOUT) -> str:
 def source() -> dict[str, Any]:
     """The project's code version (``code_version``), its git commit and whether the tree
     had uncommitted changes (null outside a checkout), and its installed version."""
-    from replay import __version__
+    from agent_replay import __version__
 
     commit = _cmd(["git", "rev-parse", "HEAD"], cwd=CHECKOUT)
     dirty = None

@@ -22,11 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.results import parquet_write_options
-from analysis.results_schema import REQUEST_SCHEMA
-from replay.affinity import helper_thread
-from replay.outcome import RequestRecord
-from traces.errors import InputError, OutputExistsError
+from agent_replay.analysis.results import parquet_write_options
+from agent_replay.errors import InputError, OutputExistsError
+from agent_replay.replay.affinity import helper_thread
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.results_schema import REQUEST_SCHEMA
 
 _SCALARS = (
     "session_id", "request_index", "parent_index", "clone", "worker", "request_id", "api",

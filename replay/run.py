@@ -30,25 +30,30 @@ from typing import Any
 
 import numpy as np
 
-from analysis.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
-from analysis.selfcheck import MachineMeter
-from engines import aio
-from engines.metrics_scrape import metrics_url
-from replay import __version__
-from replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
-from replay.config import RunConfig
-from replay.lifeline import die_with_parent, parent_alive, sigterm_as_sigint, sigterm_received
-from replay.messages import Progress
-from replay.plan import Plan, build_plan
-from replay.provenance import code_version, provenance
-from replay.results import prepare_folder, write_json_atomic
-from replay.selfmon import SelfReport, stall_distribution, verdict
-from replay.target import TargetInfo, base_url, probe
-from replay.worker import WorkerSummary, arun_shard, run_shard
-from traces.errors import AgentReplayError
-from traces.failed import drop_failed
-from traces.io import read_trace, trace_files
-from traces.redact import redact, redact_url, split_userinfo
+from agent_replay import __version__
+from agent_replay.analysis.selfcheck import MachineMeter
+from agent_replay.engines import aio
+from agent_replay.engines.metrics_scrape import metrics_url
+from agent_replay.errors import AgentReplayError
+from agent_replay.redact import redact, redact_url, split_userinfo
+from agent_replay.replay.affinity import kept_affinity, pin, pin_loop_thread, rest_cpus, worker_cpus
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.lifeline import (
+    die_with_parent,
+    parent_alive,
+    sigterm_as_sigint,
+    sigterm_received,
+)
+from agent_replay.replay.messages import Progress
+from agent_replay.replay.plan import Plan, build_plan
+from agent_replay.replay.provenance import code_version, provenance
+from agent_replay.replay.results import prepare_folder, write_json_atomic
+from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
+from agent_replay.replay.target import TargetInfo, base_url, probe
+from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard
+from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
+from agent_replay.traces.failed import drop_failed
+from agent_replay.traces.io import read_trace, trace_files
 
 Reporter = Callable[[str], None]
 
@@ -140,7 +145,7 @@ def _sha256(path: str) -> str:
 def load_and_validate(config: RunConfig) -> Plan:
     table, meta = read_trace(config.trace)
     try:
-        validate = importlib.import_module("traces.validate").validate_or_raise
+        validate = importlib.import_module("agent_replay.traces.validate").validate_or_raise
     except (ImportError, AttributeError):  # pragma: no cover - validator ships with traces
         validate = None
     if validate is not None:
@@ -234,7 +239,7 @@ class _Scrape:
         ctx = mp.get_context("spawn")
         self.gauges: Any = None  # analysis.dashboard.SharedGauges: the dashboard's, from each scrape
         try:
-            from analysis.dashboard import SharedGauges
+            from agent_replay.analysis.dashboard import SharedGauges
         except ImportError:  # pragma: no cover - rich is a core dependency
             pass
         else:
@@ -249,7 +254,7 @@ class _Scrape:
         self.error: str | None = None
 
     def start(self) -> bool:
-        if importlib.util.find_spec("engines.metrics_scrape") is None:
+        if importlib.util.find_spec("agent_replay.engines.metrics_scrape") is None:
             return False
         self._proc.start()
         self._ready.wait(timeout=20)  # the baseline scrape precedes t0
@@ -271,8 +276,8 @@ def gpu_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[A
     --launch`` or a sweep's launch target started it (not a sweep's URL or sim target), and
     then its CUDA_VISIBLE_DEVICES (else this process's) picks the GPUs ``auto`` samples;
     for a server on this host reached by URL, the listening process's CUDA_VISIBLE_DEVICES."""
-    from engines.telemetry import resolve
-    from engines.telemetry.source import server_visible_devices
+    from agent_replay.engines.telemetry import resolve
+    from agent_replay.engines.telemetry.source import server_visible_devices
 
     launched = launch_info is not None and launch_info.get("kind", "launch") == "launch"
     visible = None
@@ -289,8 +294,8 @@ def _start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, An
     """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
     and the run.json block that says why (also said in one line). A launched server's
     CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""
-    from engines.telemetry import FILE_NAME, TelemetryProcess
-    from engines.telemetry.source import nvml_unavailable
+    from agent_replay.engines.telemetry import FILE_NAME, TelemetryProcess
+    from agent_replay.engines.telemetry.source import nvml_unavailable
 
     source, why = gpu_source(config, launch_info)
     if source is not None and source.kind == "nvml":
@@ -313,12 +318,12 @@ def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, e
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     die_with_parent(signal.SIGTERM)  # ...or its end does
-    from engines.metrics_scrape import Scraper
+    from agent_replay.engines.metrics_scrape import Scraper
 
     async def go() -> None:
         on_scrape = None
         if gauges is not None:
-            from analysis.dashboard import gauge_sums
+            from agent_replay.analysis.dashboard import gauge_sums
 
             def on_scrape(rows: list[tuple[int, str, str, float]]) -> None:
                 gauges.write(gauge_sums((name, value) for _, name, _, value in rows))
@@ -376,7 +381,7 @@ class _Progress:
         if out is None:
             return cls(None)
         try:
-            from analysis.dashboard import DashboardProcess
+            from agent_replay.analysis.dashboard import DashboardProcess
         except ImportError:
             return cls(out)
         dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
@@ -384,7 +389,7 @@ class _Progress:
         dash.start()
         prog = cls(out, dashboard=dash)
         if results_dir is not None:
-            from analysis.live import LiveStats
+            from agent_replay.analysis.live import LiveStats
 
             prog._own = LiveStats()
         return prog
@@ -397,7 +402,7 @@ class _Progress:
         if len(self._snaps) == 1:
             self.dashboard.update(snapshot)
             return
-        from analysis.live import LiveStats
+        from agent_replay.analysis.live import LiveStats
 
         merged: Any = None
         for raw in self._snaps.values():
@@ -460,7 +465,7 @@ def run(config: RunConfig, *, progress: Reporter | None = _stderr,
     with kept_affinity(), sigterm_as_sigint():  # --cpus pins this process for the run only
         if config.launch is None:
             return _run(config, progress, launch_info=launch_info)
-        from replay.launch import launched
+        from agent_replay.replay.launch import launched
 
         with launched(config.launch) as (url, info):
             return _run(replace(config, target=url), progress, launch_info=info)
@@ -502,7 +507,7 @@ def _run(config: RunConfig, progress: Reporter | None,
         spawned.wait_ready()
         start_delay_ns = 300_000_000
     if config.ray is not None:
-        from replay.distributed import RayPool
+        from agent_replay.replay.distributed import RayPool
 
         pool = RayPool.start(config, plan, config.ray, config.ray_actors_per_node)
         n, start_delay_ns = pool.size, pool.start_delay_ns
@@ -597,7 +602,7 @@ def _agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary) -> None:
     idle time skipped; an invalid run says so first among the warnings."""
     import pyarrow.parquet as pq
 
-    from replay.agentx import agentx_validity
+    from agent_replay.replay.agentx import agentx_validity
 
     cols = ["warmup", "http_status", "error"]
     rows: list[tuple[bool, int | None, str | None]] = []
@@ -712,7 +717,7 @@ class _Spawned:
 
 
 def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
-    from replay.worker import load_plan
+    from agent_replay.replay.worker import load_plan
 
     parent = os.getppid()
     die_with_parent(signal.SIGINT, parent)  # a parent killed outright: stop as on Ctrl-C

@@ -195,7 +195,7 @@ class CpuMeter:
 
 def pct(values: Sequence[int] | np.ndarray, q: float) -> int | None:
     """Nearest-rank percentile (``analysis.hist.rank``, the one rule of every report)."""
-    from analysis.hist import rank
+    from agent_replay.analysis.hist import rank
 
     arr = np.asarray(values, dtype=np.int64)
     if arr.size == 0:
@@ -225,7 +225,7 @@ def verdict(schedule_lag: Sequence[int] | np.ndarray, loop_lag: Sequence[int] | 
             cpu_fraction: float, mode: str = "session", machine: Any = None) -> SelfReport:
     """Percentiles and the self-check policy's verdict (``analysis.selfcheck.assess``).
     Pure: tested on hand-made samples. ``machine``: an ``analysis.selfcheck.Machine``."""
-    from analysis.selfcheck import assess
+    from agent_replay.analysis.selfcheck import assess
 
     r = SelfReport(
         schedule_lag_p50_ns=pct(schedule_lag, 50), schedule_lag_p99_ns=pct(schedule_lag, 99),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from replay.run import RunSummary
+from agent_replay.replay.run import RunSummary
 
 
 def _ms(ns: int | None) -> str:
@@ -42,7 +42,7 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
 def _headline(results: str) -> str | None:
     """The report's headline (P90 per-user decode speed), when the analysis can read the run."""
     try:
-        from analysis.report import build_report
+        from agent_replay.analysis.report import build_report
 
         return str(build_report(results).headline["text"])
     except Exception:  # the summary must not fail a finished run

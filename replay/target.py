@@ -10,8 +10,8 @@ from typing import Any
 
 import aiohttp
 
-from traces.errors import TargetError
-from traces.redact import redact_url
+from agent_replay.errors import TargetError
+from agent_replay.redact import redact_url
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from engines.prompts import AlignedText, candidate_words
+from agent_replay.engines.prompts import AlignedText, candidate_words
 
 TokenizeFn = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 """POSTs a /tokenize body and returns the response (``count``, ``tokens``)."""
@@ -83,7 +83,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     Hugging Face model name (downloaded by the ``tokenizers`` library)."""
     from pathlib import Path
 
-    from traces.errors import InputError
+    from agent_replay.errors import InputError
 
     try:
         from tokenizers import Tokenizer

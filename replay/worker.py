@@ -19,26 +19,26 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from analysis.results_schema import ErrorKind
-from engines import aio
-from engines.dialects import dialect, encode_body
-from engines.sse import SSEParser
-from replay.affinity import allowed_cpus
-from replay.client import Prepared, Sender, inexact_counts_differ, make_session
-from replay.clock import Clock, MonotonicClock
-from replay.config import RunConfig
-from replay.driver import Driver
-from replay.fastclient import FastSender
-from replay.messages import Progress
-from replay.outcome import RequestRecord
-from replay.plan import Plan, PlannedRequest, build_plan
-from replay.prepare import Preparer
-from replay.results import ResultWriter
-from replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
-from traces.errors import TargetError
-from traces.failed import drop_failed
-from traces.io import read_trace
-from traces.redact import redact_url
+from agent_replay.engines import aio
+from agent_replay.engines.dialects import dialect, encode_body
+from agent_replay.engines.sse import SSEParser
+from agent_replay.errors import TargetError
+from agent_replay.redact import redact_url
+from agent_replay.replay.affinity import allowed_cpus
+from agent_replay.replay.client import Prepared, Sender, inexact_counts_differ, make_session
+from agent_replay.replay.clock import Clock, MonotonicClock
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.driver import Driver
+from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.messages import Progress
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import Plan, PlannedRequest, build_plan
+from agent_replay.replay.prepare import Preparer
+from agent_replay.replay.results import ResultWriter
+from agent_replay.replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
+from agent_replay.results_schema import ErrorKind
+from agent_replay.traces.failed import drop_failed
+from agent_replay.traces.io import read_trace
 
 
 @dataclass
@@ -223,7 +223,7 @@ async def arun_shard(
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
 
         if config.timing == "agentx":
-            from replay.agentx import AgentXDriver
+            from agent_replay.replay.agentx import AgentXDriver
 
             driver = AgentXDriver(
                 plan, HttpTransport(preparer, sender), clock, t0_ns=t0,

@@ -5,14 +5,14 @@ Pure data, no network. Imports neither ``replay`` nor ``engines``.
 
 from __future__ import annotations
 
-from traces.errors import (
+from agent_replay.errors import (
     AgentReplayError,
     InputError,
     OutputExistsError,
     TraceError,
 )
-from traces.io import iter_batches, read_meta, read_trace, trace_files, write_trace
-from traces.schema import SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
+from agent_replay.traces.io import iter_batches, read_meta, read_trace, trace_files, write_trace
+from agent_replay.traces.schema import SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from traces.errors import TraceError
-from traces.hashing import chain_hashes
-from traces.io import conform
+from agent_replay.errors import TraceError
+from agent_replay.traces.hashing import chain_hashes
+from agent_replay.traces.io import conform
 
 
 @dataclass

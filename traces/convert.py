@@ -15,9 +15,9 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from traces.errors import OutputExistsError
-from traces.hashing import extend_hashes
-from traces.schema import TraceMeta
+from agent_replay.errors import OutputExistsError
+from agent_replay.traces.hashing import extend_hashes
+from agent_replay.traces.schema import TraceMeta
 
 
 def to_mooncake_lines(table: pa.Table, meta: TraceMeta) -> list[bytes]:
@@ -65,7 +65,7 @@ def to_weka(table: pa.Table, meta: TraceMeta) -> list[dict[str, object]]:
     whose ids are below 1 or not exact in JSON numbers gets them renumbered from 1 in
     order of first use; ``"convention": "WEKA"`` says which of the two conventions this
     is. ``think_time`` is the gap since the latest dependency's end."""
-    from traces.tree import tree_columns
+    from agent_replay.traces.tree import tree_columns
 
     t = tree_columns(table)
     cols = {name: t.column(name).to_pylist() for name in (
@@ -79,7 +79,7 @@ def to_weka(table: pa.Table, meta: TraceMeta) -> list[dict[str, object]]:
 
 
 def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int) -> dict[str, object]:
-    from traces.tree import MAIN
+    from agent_replay.traces.tree import MAIN
 
     rows.sort(key=lambda r: (cols["arrival_ns"][r], cols["request_index"][r]))
     row_of = {cols["request_index"][r]: r for r in rows}
@@ -159,7 +159,7 @@ def write_weka(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *
                force: bool = False) -> Path:
     """Write atomically: one trace object for ``.json`` (one session only), else one per
     line. Refuses to overwrite unless ``force``."""
-    from traces.errors import InputError
+    from agent_replay.errors import InputError
 
     dest = Path(path)
     if dest.exists() and not force:

@@ -10,8 +10,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from traces.schema import TraceMeta
-from traces.stats import TraceSummary
+from agent_replay.traces.schema import TraceMeta
+from agent_replay.traces.stats import TraceSummary
 
 BARS = "▁▂▃▄▅▆▇█"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.errors import OutputExistsError, TraceError
-from traces.schema import METADATA_KEY, SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
+from agent_replay.errors import OutputExistsError, TraceError
+from agent_replay.traces.schema import METADATA_KEY, SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
 
 ROW_GROUP_SIZE = 64 * 1024
 """Rows per row group: small enough to stream a 1M-row trace in bounded memory."""

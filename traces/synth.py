@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from traces.io import conform
-from traces.schema import TraceMeta
-from traces.stats import session_codes
+from agent_replay.traces.io import conform
+from agent_replay.traces.schema import TraceMeta
+from agent_replay.traces.stats import session_codes
 
 PARTIAL_ID_BASE = 1 << 62
 """Ids of partial last blocks (unique per request) live above this; full blocks below."""

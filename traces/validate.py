@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traces.errors import TraceError
-from traces.schema import CONTENT_MODES, REQUIRED_COLUMNS, TRACE_SCHEMA, TraceMeta
+from agent_replay.errors import TraceError
+from agent_replay.traces.schema import CONTENT_MODES, REQUIRED_COLUMNS, TRACE_SCHEMA, TraceMeta
 
 MAX_ROWS_PER_CHECK = 5
 """Problems of one kind are reported for this many rows, then counted."""

@@ -42,7 +42,7 @@ else
   PY=python3
   BENCH_PY=python3
 fi
-AR="$PY -m replay"
+AR="$PY -m agent_replay"
 STEPS="$LOG/steps.tsv"
 
 # device_setup: on the GPU machine, install the staged wheels once (unless --no-setup) and

@@ -30,8 +30,8 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from traces.io import read_trace, write_trace  # noqa: E402
-from traces.schema import TraceMeta  # noqa: E402
+from agent_replay.traces.io import read_trace, write_trace  # noqa: E402
+from agent_replay.traces.schema import TraceMeta  # noqa: E402
 
 NS = 1_000_000_000
 

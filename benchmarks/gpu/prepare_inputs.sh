@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA=${1:-../shared/data}
-AR=".venv/bin/python -m replay"
+AR=".venv/bin/python -m agent_replay"
 PY=.venv/bin/python
 D=.dev/gpu
 mkdir -p "$D" "$D/agents-multi"

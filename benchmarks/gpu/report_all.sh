@@ -7,7 +7,7 @@ set -u
 RES=$1; GPUS=${2:-1}; DEADLINE=${3:-0}; FORCE=${4:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 if [ -x "$ROOT/.venv/bin/python" ] && [ -z "${PYTHONPATH:-}" ]; then PY=$ROOT/.venv/bin/python; else PY=python3; fi
-AR="$PY -m replay"
+AR="$PY -m agent_replay"
 cd "$ROOT" || exit 2
 late() { [ "$DEADLINE" -gt 0 ] && [ "$(date +%s)" -ge "$DEADLINE" ]; }
 for d in "$RES"/*/; do

@@ -24,8 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from analysis.server_metrics import summarize  # noqa: E402
-from engines.metrics_scrape import parse_metrics, rows_to_table  # noqa: E402
+from agent_replay.analysis.server_metrics import summarize  # noqa: E402
+from agent_replay.engines.metrics_scrape import parse_metrics, rows_to_table  # noqa: E402
 
 SERVERS = {"std": "standard", "ded": "dedicated-decode (MTP 3, synthetic 2.8)"}
 

@@ -58,7 +58,7 @@ def tokenizer_dir() -> Path:
     out = PEERS / "tokenizer"
     if not (out / "tokenizer.json").exists():
         sys.path.insert(0, str(ROOT))
-        from engines.vllm.tiny_model import make_tiny_model
+        from agent_replay.engines.vllm.tiny_model import make_tiny_model
 
         out.parent.mkdir(parents=True, exist_ok=True)
         make_tiny_model(out, arch="llama", vocab=4096)
@@ -68,8 +68,8 @@ def tokenizer_dir() -> Path:
 def write_trace(path: Path, n: int) -> Path:
     """N one-request sessions, all at t=0, 128 in / 256 out (run with --timing max-rate)."""
     sys.path.insert(0, str(ROOT))
-    from traces.io import write_trace as wt
-    from traces.schema import TraceMeta
+    from agent_replay.traces.io import write_trace as wt
+    from agent_replay.traces.schema import TraceMeta
 
     schema = pa.schema([("session_id", pa.string()), ("request_index", pa.int32()),
                         ("parent_index", pa.int32()), ("arrival_ns", pa.int64()),
@@ -155,7 +155,7 @@ def reported(client: str, rundir: Path, truth: Truth) -> dict[str, float | None]
 
 
 def _ours(folder: Path) -> dict[str, float | None]:
-    from analysis.metrics import request_metrics
+    from agent_replay.analysis.metrics import request_metrics
 
     t = pq.read_table(folder / "requests", columns=["intended_ns", "sent_ns", "connect_ns",
                                                     "first_token_ns", "end_ns", "chunk_ns",

@@ -48,7 +48,7 @@ def write_profile(path: Path, interval_ms: float, spec_tokens: int = 0) -> Path:
     batch (so the offered load is streams x 1000/interval chunks/s), with no early end of
     sequence; with ``spec_tokens``, an MTP-like acceptance so chunks carry 1..1+spec tokens."""
     sys.path.insert(0, str(ROOT))
-    from engines.sim import SimProfile
+    from agent_replay.engines.sim import SimProfile
 
     base = SimProfile.load("fast").to_dict()
     base.update(name=path.stem, model_name=MODEL, decode_base_ns=int(interval_ms * 1e6),
@@ -65,7 +65,7 @@ def sim_server(profile: Path, gt: Path, core: str, kernel_arrival: bool = False)
     """The engine on ``core``; yields its URL; on exit it is stopped (SIGTERM) and has
     written its ground truth to ``gt``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = pinned(core, [sys.executable, "-m", "engines.sim", "--port", "0", "--profile",
+    cmd = pinned(core, [sys.executable, "-m", "agent_replay.engines.sim", "--port", "0", "--profile",
                         str(profile), "--ground-truth", str(gt), "--force"]
                  + (["--kernel-arrival"] if kernel_arrival else []))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

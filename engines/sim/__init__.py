@@ -7,12 +7,12 @@ Public API: ``SimProfile`` (``SimProfile.load("fast")``), ``SimServer`` (in this
 
 from __future__ import annotations
 
-from engines.sim.core import EngineCore, SimRequest
-from engines.sim.ground_truth import GROUND_TRUTH_SCHEMA
-from engines.sim.process import SimProcess
-from engines.sim.profile import PROFILE_NAMES, SimProfile
-from engines.sim.server import SimServer
-from engines.sim.tokenizer import SimTokenizer, synthesize_text
+from agent_replay.engines.sim.core import EngineCore, SimRequest
+from agent_replay.engines.sim.ground_truth import GROUND_TRUTH_SCHEMA
+from agent_replay.engines.sim.process import SimProcess
+from agent_replay.engines.sim.profile import PROFILE_NAMES, SimProfile
+from agent_replay.engines.sim.server import SimServer
+from agent_replay.engines.sim.tokenizer import SimTokenizer, synthesize_text
 
 __all__ = ["GROUND_TRUTH_SCHEMA", "PROFILE_NAMES", "EngineCore", "SimProcess", "SimProfile",
            "SimRequest", "SimServer", "SimTokenizer", "synthesize_text"]

@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from engines.sim.cli import main
+from agent_replay.engines.sim.cli import main
 
 sys.exit(main())

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from engines import aio
+from agent_replay.engines import aio
 
 READY_PREFIX = "READY "
 
@@ -56,14 +56,14 @@ def worker_path(path: str, k: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.sim.profile import SimProfile
-    from traces.errors import InputError
+    from agent_replay.engines.sim.profile import SimProfile
+    from agent_replay.errors import InputError
 
     if args.workers < 1:
         raise InputError("--workers must be >= 1")
     SimProfile.load(args.profile)  # bad profile: one line, exit 2, before anything starts
     if args.tool_call is not None:
-        from engines.sim.requests import ToolCallSpec
+        from agent_replay.engines.sim.requests import ToolCallSpec
 
         for spec in args.tool_call:
             try:
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_single(args: argparse.Namespace) -> int:
-    from engines.sim.server import SimServer
-    from engines.sim.stats import schedule_warning
+    from agent_replay.engines.sim.server import SimServer
+    from agent_replay.engines.sim.stats import schedule_warning
 
     async def main() -> None:
         server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
@@ -108,7 +108,7 @@ def _run_single(args: argparse.Namespace) -> int:
 
 
 def _run_workers(args: argparse.Namespace) -> int:
-    from traces.errors import InputError, LaunchError
+    from agent_replay.errors import InputError, LaunchError
 
     reserve = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     reserve.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -122,7 +122,7 @@ def _run_workers(args: argparse.Namespace) -> int:
     procs: list[subprocess.Popen[str]] = []
     try:
         for k in range(args.workers):
-            cmd = [sys.executable, "-m", "engines.sim", "--host", args.host, "--port", str(port),
+            cmd = [sys.executable, "-m", "agent_replay.engines.sim", "--host", args.host, "--port", str(port),
                    "--profile", args.profile, "--seed", str(args.seed + k), "--reuse-port",
                    "--engine-index", str(k)]
             if args.ground_truth:
@@ -167,7 +167,7 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from traces.errors import AgentReplayError
+    from agent_replay.errors import AgentReplayError
 
     parser = argparse.ArgumentParser(prog="python -m engines.sim",
                                      description="The simulated vLLM-dialect engine.")

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.sim.prefix_cache import PrefixCache, block_hashes
-from engines.sim.profile import SimProfile
-from engines.sim.stats import SimStats
-from engines.sim.tokenizer import FIRST_WORD_ID
+from agent_replay.engines.sim.prefix_cache import PrefixCache, block_hashes
+from agent_replay.engines.sim.profile import SimProfile
+from agent_replay.engines.sim.stats import SimStats
+from agent_replay.engines.sim.tokenizer import FIRST_WORD_ID
 
 NS = 1e-9
 

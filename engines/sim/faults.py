@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.errors import OutputExistsError
+from agent_replay.errors import OutputExistsError
 
 GROUND_TRUTH_SCHEMA = pa.schema(
     [

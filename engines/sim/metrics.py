@@ -17,8 +17,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from engines.sim.core import EngineCore
-from engines.sim.stats import Hist
+from agent_replay.engines.sim.core import EngineCore
+from agent_replay.engines.sim.stats import Hist
 
 _HELP = {
     "time_to_first_token_seconds": "Histogram of time to first token in seconds.",

@@ -13,8 +13,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from engines.sim.cli import READY_PREFIX
-from traces.errors import LaunchError
+import agent_replay
+from agent_replay.engines.sim.cli import READY_PREFIX
+from agent_replay.errors import LaunchError
 
 
 class SimProcess:
@@ -45,15 +46,15 @@ class SimProcess:
         self._drain: threading.Thread | None = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "engines.sim", "--host", self.host, "--port", str(self.port),
-               "--profile", self.profile, "--seed", str(self.seed), "--workers", str(self.workers)]
+        cmd = [sys.executable, "-m", "agent_replay.engines.sim", "--host", self.host,
+               "--port", str(self.port), "--profile", self.profile, "--seed", str(self.seed), "--workers", str(self.workers)]
         if self.ground_truth is not None:
             cmd += ["--ground-truth", str(self.ground_truth)]
         return cmd + self.extra_args
 
     def start(self) -> SimProcess:
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(agent_replay.__file__).parent.parent)  # the folder holding the package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cpus = self.cpus
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

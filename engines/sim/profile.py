@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 PROFILE_NAMES = ("default", "fast", "mtp")
 
@@ -129,7 +129,7 @@ class SimProfile:
         text: str
         source = str(name_or_path)
         if isinstance(name_or_path, str) and name_or_path in PROFILE_NAMES:
-            text = (resources.files("engines.sim") / "profiles" / f"{name_or_path}.json").read_text()
+            text = (resources.files("agent_replay.engines.sim") / "profiles" / f"{name_or_path}.json").read_text()
         else:
             path = Path(name_or_path)
             if not path.is_file():

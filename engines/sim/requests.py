@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from engines.sim.tokenizer import SimTokenizer, message_text
+from agent_replay.engines.sim.tokenizer import SimTokenizer, message_text
 
 
 class BadRequest(Exception):

@@ -25,27 +25,27 @@ import orjson
 from aiohttp import web, web_protocol, web_server
 from prometheus_client import generate_latest
 
-from engines import kstamp
-from engines.dialects import DIALECTS
-from engines.sim import wire
-from engines.sim.core import EngineCore, QueueFullError, SimRequest, request_seed
-from engines.sim.faults import FaultSpec, parse_faults
-from engines.sim.ground_truth import GroundTruthRecorder
-from engines.sim.metrics import make_registry
-from engines.sim.profile import SimProfile
-from engines.sim.requests import (
+from agent_replay.engines import kstamp
+from agent_replay.engines.dialects import DIALECTS
+from agent_replay.engines.sim import wire
+from agent_replay.engines.sim.core import EngineCore, QueueFullError, SimRequest, request_seed
+from agent_replay.engines.sim.faults import FaultSpec, parse_faults
+from agent_replay.engines.sim.ground_truth import GroundTruthRecorder
+from agent_replay.engines.sim.metrics import make_registry
+from agent_replay.engines.sim.profile import SimProfile
+from agent_replay.engines.sim.requests import (
     BadRequest,
     ParsedRequest,
     ToolCallSpec,
     conversation_items,
     plan_tool_call,
 )
-from engines.sim.sinks import BaseSink, BufferSink, StreamSink
-from engines.sim.stats import LATE_WRITE_NS
-from engines.sim.tokenizer import SimTokenizer
-from traces.errors import InputError
+from agent_replay.engines.sim.sinks import BaseSink, BufferSink, StreamSink
+from agent_replay.engines.sim.stats import LATE_WRITE_NS
+from agent_replay.engines.sim.tokenizer import SimTokenizer
+from agent_replay.errors import InputError
 
-log = logging.getLogger("engines.sim")
+log = logging.getLogger("agent_replay.engines.sim")
 _JSON = "application/json"
 _SSE = "text/event-stream; charset=utf-8"
 
@@ -462,7 +462,7 @@ class SimServer:
         return web.Response(body=orjson.dumps({"prompt": self.tokenizer.decode(tokens)}), content_type=_JSON)
 
     async def handle_count_tokens(self, request: web.Request) -> web.Response:
-        from engines.sim.requests import anthropic_messages
+        from agent_replay.engines.sim.requests import anthropic_messages
 
         try:
             data = orjson.loads(await request.read())

@@ -14,9 +14,9 @@ import struct
 import time
 from typing import Any, Protocol
 
-from engines.sim.core import EngineCore, SimRequest
-from engines.sim.faults import FaultSpec
-from engines.sim.ground_truth import GroundTruthRecorder
+from agent_replay.engines.sim.core import EngineCore, SimRequest
+from agent_replay.engines.sim.faults import FaultSpec
+from agent_replay.engines.sim.ground_truth import GroundTruthRecorder
 
 _LINGER_RST = struct.pack("ii", 1, 0)
 

@@ -2,7 +2,7 @@
 
 A backend is opened once (``open`` raises ``TelemetryOff`` with the reason when it cannot
 sample: no driver, no GPU, no exporter), then ``sample()`` returns one row per GPU in the
-column order of ``analysis.results_schema.GPU_TELEMETRY_SCHEMA`` without ``t_ns`` (the
+column order of ``agent_replay.results_schema.GPU_TELEMETRY_SCHEMA`` without ``t_ns`` (the
 sampler stamps it). Both take their I/O as an argument: ``NvmlBackend`` the ``pynvml``
 module object (``engines.telemetry.fake.FakeNvml`` in tests), ``DcgmBackend`` a function
 that fetches the page's text; ``parse_dcgm`` is pure.

@@ -10,7 +10,7 @@ import multiprocessing as mp
 from collections.abc import Sequence
 from typing import Any
 
-from engines.telemetry.backends import Row
+from agent_replay.engines.telemetry.backends import Row
 
 NAMES = ("gpus", "util_pct", "sm_active_pct", "power_w", "energy_j", "mem_used_gib",
          "mem_total_gib", "temp_max_c")

@@ -22,9 +22,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engines.telemetry.backends import Backend, DcgmBackend, NvmlBackend, TelemetryOff
-from engines.telemetry.gauges import GpuGauges
-from engines.telemetry.source import GPU_EXTRA, Source, load_pynvml
+from agent_replay.engines.telemetry.backends import Backend, DcgmBackend, NvmlBackend, TelemetryOff
+from agent_replay.engines.telemetry.gauges import GpuGauges
+from agent_replay.engines.telemetry.source import GPU_EXTRA, Source, load_pynvml
 
 FILE_NAME = "gpu_telemetry.parquet"
 DEFAULT_INTERVAL_S = 0.1
@@ -139,13 +139,13 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
     except Exception as exc:
         q.put(("off", f"{type(exc).__name__}: {exc}"))
         return
-    from engines.telemetry.sampler import Sampler
+    from agent_replay.engines.telemetry.sampler import Sampler
 
     # The first read follows at once, well before the run's t0 (chosen after this).
     q.put(("ready", [asdict(i) for i in infos]))
     on_sample = None
     if gauges is not None:
-        from engines.telemetry.gauges import aggregate
+        from agent_replay.engines.telemetry.gauges import aggregate
 
         energy0: list[float | None] = [None]
 
@@ -156,7 +156,7 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
 
     import pyarrow.parquet as pq
 
-    from analysis.results_schema import GPU_TELEMETRY_SCHEMA
+    from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
     dest = None if out is None else Path(out)
     tmp = None if dest is None else dest.with_name(f".{dest.name}.tmp")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from analysis.results_schema import GPU_TELEMETRY_SCHEMA
-from engines.telemetry.backends import Backend, Row
+from agent_replay.engines.telemetry.backends import Backend, Row
+from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
 
 @dataclass(slots=True)

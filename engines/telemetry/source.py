@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 GPU_EXTRA = "pip install 'agent-replay[gpu]'"
 DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia")

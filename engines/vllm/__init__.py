@@ -1,5 +1,12 @@
 """vLLM as a first-class target: deployment profiles, argument checks, launcher, tiny models."""
 
-from engines.vllm.profiles import PROFILES, Command, Deployment, Profile, build, get_profile
+from agent_replay.engines.vllm.profiles import (
+    PROFILES,
+    Command,
+    Deployment,
+    Profile,
+    build,
+    get_profile,
+)
 
 __all__ = ["PROFILES", "Command", "Deployment", "Profile", "build", "get_profile"]

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engines.vllm.profiles import Deployment
-from traces.errors import InputError, LaunchError
+from agent_replay.engines.vllm.profiles import Deployment
+from agent_replay.errors import InputError, LaunchError
 
 _MARK = "@@agent-replay-vllm-probe@@"
 

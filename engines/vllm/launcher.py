@@ -36,8 +36,8 @@ from typing import Any
 
 import psutil
 
-from engines.vllm.profiles import Deployment
-from traces.errors import InputError, LaunchError
+from agent_replay.engines.vllm.profiles import Deployment
+from agent_replay.errors import InputError, LaunchError
 
 _INFO_MARK = "@@agent-replay-vllm-info@@"
 _INFO_PROBE = r'''
@@ -132,7 +132,7 @@ class VllmServer:
                  log_path: str | Path | None = None, device: str = "auto",
                  env: Mapping[str, str] | None = None, grace_s: float = 20.0,
                  clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
-        from engines.vllm.argcheck import find_vllm_python
+        from agent_replay.engines.vllm.argcheck import find_vllm_python
 
         found = find_vllm_python(python)
         if found is None:

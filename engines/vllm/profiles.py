@@ -32,8 +32,8 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from engines.vllm.versions import adapt_argv
-from traces.errors import InputError
+from agent_replay.engines.vllm.versions import adapt_argv
+from agent_replay.errors import InputError
 
 Flag = tuple[str, "str | None"]
 

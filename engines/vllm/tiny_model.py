@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from traces.errors import InputError, OutputExistsError
+from agent_replay.errors import InputError, OutputExistsError
 
 SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (

@@ -12,12 +12,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from replay import __version__
-from traces.errors import AgentReplayError
+from agent_replay import __version__
+from agent_replay.errors import AgentReplayError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from replay.cli import cmd_analysis, cmd_engines, cmd_record, cmd_run, cmd_sweep, cmd_traces
+    from agent_replay.replay.cli import (
+        cmd_analysis,
+        cmd_engines,
+        cmd_record,
+        cmd_run,
+        cmd_sweep,
+        cmd_traces,
+    )
 
     parser = argparse.ArgumentParser(
         prog="agent-replay",

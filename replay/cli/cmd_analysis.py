@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 
 def _positive_int(text: str) -> int:
@@ -62,9 +62,9 @@ def register(sub: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from analysis.render import FORMATS, render_table
-    from analysis.report import build_report, parse_slo
-    from analysis.runstats import Prices
+    from agent_replay.analysis.render import FORMATS, render_table
+    from agent_replay.analysis.report import build_report, parse_slo
+    from agent_replay.analysis.runstats import Prices
 
     given = [args.price_input_miss, args.price_input_hit, args.price_output]
     prices = None
@@ -76,7 +76,7 @@ def run_report(args: argparse.Namespace) -> int:
                         output=args.price_output)
     report = build_report(args.results, slo=parse_slo(args.slo), gpus=args.gpus, prices=prices)
     if args.plots:
-        from analysis.plots import write_plots
+        from agent_replay.analysis.plots import write_plots
 
         written = write_plots(report, args.plots, force=args.force)
         print(f"wrote {len(written)} plots to {args.plots}", file=sys.stderr)
@@ -90,12 +90,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from analysis.compare import compare_dirs, render_compare, to_json, to_markdown
+    from agent_replay.analysis.compare import compare_dirs, render_compare, to_json, to_markdown
 
     if len(args.results) < 2:
         raise InputError("compare needs at least two results folders")
     if any("," in r for r in args.results):
-        from analysis.compare import compare_arms
+        from agent_replay.analysis.compare import compare_arms
 
         arms = [[p for p in r.split(",") if p] for r in args.results]
         result = compare_arms(arms, [a[0] if len(a) == 1 else f"{a[0]}+{len(a) - 1}" for a in arms],

@@ -11,7 +11,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from replay.cli import cmd_sim, cmd_vllm
+    from agent_replay.replay.cli import cmd_sim, cmd_vllm
 
     p = sub.add_parser("engines", help="run the simulated engine; print or launch vLLM profiles")
     group = p.add_subparsers(dest="engines_command", metavar="ENGINES_COMMAND")

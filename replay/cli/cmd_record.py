@@ -7,8 +7,8 @@ import signal
 import sys
 from typing import Any
 
-from engines import aio
-from traces.errors import InputError
+from agent_replay.engines import aio
+from agent_replay.errors import InputError
 
 
 def register(sub: Any) -> None:
@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_record(args: Any) -> int:
-    from replay.record import Recorder
+    from agent_replay.replay.record import Recorder
 
     if args.flush_interval <= 0:
         raise InputError("--flush-interval must be > 0")

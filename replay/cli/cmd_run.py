@@ -7,8 +7,8 @@ import argparse
 import sys
 from typing import Any
 
-from replay.config import RunConfig
-from traces.errors import InputError
+from agent_replay.errors import InputError
+from agent_replay.replay.config import RunConfig
 
 
 def register(sub: Any) -> None:
@@ -168,8 +168,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from replay.run import run
-    from replay.summary import render_summary
+    from agent_replay.replay.run import run
+    from agent_replay.replay.summary import render_summary
 
     summary = run(config_from_args(args, args.target))
     render_summary(summary, sys.stdout)
@@ -177,8 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from replay.demo import demo
-    from replay.summary import render_summary
+    from agent_replay.replay.demo import demo
+    from agent_replay.replay.summary import render_summary
 
     summary = demo(output=args.output, profile=args.profile, speedup=args.speedup, trace=args.trace)
     render_summary(summary, sys.stdout)

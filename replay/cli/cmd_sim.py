@@ -8,7 +8,7 @@ from typing import Any
 
 def register(sub: Any) -> None:
     """Add ``sim`` to the ``engines`` group."""
-    from engines.sim.cli import add_arguments
+    from agent_replay.engines.sim.cli import add_arguments
 
     p = sub.add_parser(
         "sim",
@@ -22,6 +22,6 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from engines.sim.cli import run
+    from agent_replay.engines.sim.cli import run
 
     return run(args)

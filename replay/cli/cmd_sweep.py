@@ -50,15 +50,15 @@ def _term_as_interrupt() -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from analysis.frontier import build
-    from replay.sweep import load_experiment, run_capacity, run_sweep
-    from traces.errors import InputError
+    from agent_replay.analysis.frontier import build
+    from agent_replay.errors import InputError
+    from agent_replay.replay.sweep import load_experiment, run_capacity, run_sweep
 
     exp = load_experiment(args.experiment, output=args.output)
     _term_as_interrupt()
     if args.report_only:
         if args.reindex:
-            from replay.sweep.runner import reindex
+            from agent_replay.replay.sweep.runner import reindex
 
             reindex(exp)
         res = build([exp.output])
@@ -86,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
-    from analysis.frontier import build
+    from agent_replay.analysis.frontier import build
 
     res = build(args.sweeps, args.output)
     print(res["markdown"])

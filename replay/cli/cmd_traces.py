@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traces.errors import InputError, OutputExistsError
+from agent_replay.errors import InputError, OutputExistsError
 
 
 def register(sub: Any) -> None:
@@ -16,7 +16,7 @@ def register(sub: Any) -> None:
     tsub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda a: (p.print_help(sys.stderr), 2)[1])
 
-    from traces.importers import FORMATS
+    from agent_replay.traces.importers import FORMATS
 
     imp = tsub.add_parser("import", help="import public traces or agent logs into a Parquet trace")
     imp.add_argument("paths", nargs="+", metavar="PATH", help="files or folders of one format")
@@ -77,13 +77,13 @@ def _check_out(path: str, force: bool) -> None:
 
 
 def _import(a: argparse.Namespace) -> int:
-    from traces.importers import ImportOptions, import_paths
-    from traces.io import write_trace
+    from agent_replay.traces.importers import ImportOptions, import_paths
+    from agent_replay.traces.io import write_trace
 
     _check_out(a.output, a.force)
     res = import_paths(a.paths, a.format, ImportOptions(block_size=a.block_size, tokenizer=a.tokenizer,
                                                         infer_sessions=not a.no_sessions))
-    from traces.stats import session_codes
+    from agent_replay.traces.stats import session_codes
 
     _, n_sess = session_codes(res.table)
     write_trace(res.table, a.output, res.meta, force=a.force)
@@ -95,8 +95,8 @@ def _import(a: argparse.Namespace) -> int:
 
 
 def _synth(a: argparse.Namespace) -> int:
-    from traces.io import read_trace, write_trace
-    from traces.synth import SynthConfig, SynthModel, fit, synthesize
+    from agent_replay.traces.io import read_trace, write_trace
+    from agent_replay.traces.synth import SynthConfig, SynthModel, fit, synthesize
 
     if a.sessions < 1 or a.block_size < 1:
         raise InputError("--sessions and --block-size must be >= 1")
@@ -114,9 +114,9 @@ def _synth(a: argparse.Namespace) -> int:
 
 
 def _inspect(a: argparse.Namespace) -> int:
-    from traces.inspect import render_summary
-    from traces.io import read_trace
-    from traces.stats import summarize
+    from agent_replay.traces.inspect import render_summary
+    from agent_replay.traces.io import read_trace
+    from agent_replay.traces.stats import summarize
 
     columns = ["session_id", "request_index", "parent_index", "arrival_ns", "think_ns",
                "input_tokens", "output_tokens", "cached_tokens", "hash_ids", "model"]
@@ -132,7 +132,7 @@ def _inspect(a: argparse.Namespace) -> int:
 def _has_column(path: str, name: str) -> bool:
     import pyarrow.parquet as pq
 
-    from traces.io import trace_files
+    from agent_replay.traces.io import trace_files
 
     try:
         return all(name in pq.read_schema(f).names for f in trace_files(path))
@@ -142,7 +142,7 @@ def _has_column(path: str, name: str) -> bool:
 
 def failed_line(table: Any) -> str:
     """One line on the recorded failures: how many, their causes, and what replay does."""
-    from traces.failed import failed_mask, failure_causes
+    from agent_replay.traces.failed import failed_mask, failure_causes
 
     n = int(failed_mask(table).sum())
     if n == 0:
@@ -153,8 +153,8 @@ def failed_line(table: Any) -> str:
 
 
 def _validate(a: argparse.Namespace) -> int:
-    from traces.io import read_trace
-    from traces.validate import validate
+    from agent_replay.traces.io import read_trace
+    from agent_replay.traces.validate import validate
 
     table, meta = read_trace(a.trace)
     problems = validate(table, meta, a.trace)
@@ -167,8 +167,8 @@ def _validate(a: argparse.Namespace) -> int:
 
 
 def _head(a: argparse.Namespace) -> int:
-    from traces.inspect import render_head
-    from traces.io import iter_batches, read_meta
+    from agent_replay.traces.inspect import render_head
+    from agent_replay.traces.io import iter_batches, read_meta
 
     read_meta(a.trace)
     batch = next(iter_batches(a.trace, batch_size=max(1, a.n)), None)
@@ -183,8 +183,8 @@ def _convert(a: argparse.Namespace) -> int:
     out = Path(a.output)
     _check_out(a.output, a.force)
     if getattr(a, "to", "mooncake") == "weka" and out.suffix in (".jsonl", ".json"):
-        from traces.convert import write_weka
-        from traces.io import read_trace
+        from agent_replay.traces.convert import write_weka
+        from agent_replay.traces.io import read_trace
 
         table, meta = read_trace(a.input)
         write_weka(table, meta, out, force=a.force)
@@ -192,8 +192,8 @@ def _convert(a: argparse.Namespace) -> int:
               f"{meta.block_size}-token blocks)")
         return 0
     if out.suffix == ".jsonl":
-        from traces.convert import write_mooncake
-        from traces.io import read_trace
+        from agent_replay.traces.convert import write_mooncake
+        from agent_replay.traces.io import read_trace
 
         table, meta = read_trace(a.input)
         write_mooncake(table, meta, out, force=a.force)
@@ -201,8 +201,8 @@ def _convert(a: argparse.Namespace) -> int:
               f"{meta.block_size}-token blocks)")
         return 0
     if out.suffix == ".parquet":
-        from traces.importers import ImportOptions, import_paths
-        from traces.io import write_trace
+        from agent_replay.traces.importers import ImportOptions, import_paths
+        from agent_replay.traces.io import write_trace
 
         res = import_paths([a.input], "mooncake", ImportOptions())
         write_trace(res.table, out, res.meta, force=a.force)

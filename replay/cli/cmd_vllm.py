@@ -9,13 +9,13 @@ import sys
 import time
 from typing import Any
 
-from replay.launch import add_launch_args, deployment_args, server_from_args
-from traces.errors import InputError
+from agent_replay.errors import InputError
+from agent_replay.replay.launch import add_launch_args, deployment_args, server_from_args
 
 
 def register(sub: Any) -> None:
     """Add ``vllm-cmd``, ``launch`` and ``tiny-model`` to the ``engines`` group."""
-    from engines.vllm.profiles import PROFILES
+    from agent_replay.engines.vllm.profiles import PROFILES
 
     names = ", ".join(PROFILES)
     p = sub.add_parser("vllm-cmd", help="print the exact vLLM commands of a deployment profile",
@@ -48,8 +48,8 @@ def register(sub: Any) -> None:
 
 
 def _vllm_cmd(args: argparse.Namespace) -> int:
-    from engines.vllm.argcheck import find_vllm_python
-    from engines.vllm.profiles import build, parse_sets
+    from agent_replay.engines.vllm.argcheck import find_vllm_python
+    from agent_replay.engines.vllm.profiles import build, parse_sets
 
     sets = parse_sets(args.sets)
     dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes, sets=sets,
@@ -76,8 +76,8 @@ def _vllm_cmd(args: argparse.Namespace) -> int:
 def _checked(dep: Any, args: argparse.Namespace, sets: list[tuple[str, str]], python: str
              ) -> tuple[Any, str]:
     """Check ``dep`` with vLLM's parser; adapt to its version first when that changes it."""
-    from engines.vllm.argcheck import require_valid
-    from engines.vllm.profiles import build
+    from agent_replay.engines.vllm.argcheck import require_valid
+    from agent_replay.engines.vllm.profiles import build
 
     res = require_valid(dep, python)
     if args.vllm_version is None:
@@ -111,7 +111,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
-    from engines.vllm.tiny_model import make_tiny_model
+    from agent_replay.engines.vllm.tiny_model import make_tiny_model
 
     path = make_tiny_model(args.out, arch=args.arch, vocab=args.vocab, seed=args.seed,
                            force=args.force)

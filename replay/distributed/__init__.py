@@ -4,8 +4,15 @@ a pool starts."""
 
 from __future__ import annotations
 
-from replay.distributed.backend import RayPool, import_ray
-from replay.distributed.placement import ActorSpec, Lost, NodeInfo, lost_sessions, place, rebase_t0
+from agent_replay.replay.distributed.backend import RayPool, import_ray
+from agent_replay.replay.distributed.placement import (
+           ActorSpec,
+           Lost,
+           NodeInfo,
+           lost_sessions,
+           place,
+           rebase_t0,
+)
 
 __all__ = ["ActorSpec", "Lost", "NodeInfo", "RayPool", "import_ray", "lost_sessions", "place",
            "rebase_t0"]

@@ -29,13 +29,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from analysis.live import PART_COLUMNS, LiveStats
-from engines import aio
-from replay.config import RunConfig
-from replay.distributed.placement import rebase_t0
-from replay.messages import ActorPoll, Progress
-from replay.plan import Plan
-from replay.worker import WorkerSummary, arun_shard, load_plan
+from agent_replay.analysis.live import PART_COLUMNS, LiveStats
+from agent_replay.engines import aio
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.distributed.placement import rebase_t0
+from agent_replay.replay.messages import ActorPoll, Progress
+from agent_replay.replay.plan import Plan
+from agent_replay.replay.worker import WorkerSummary, arun_shard, load_plan
 
 
 class ShardActor:

@@ -21,10 +21,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from analysis.live import LiveStats
-from analysis.results_schema import ErrorKind
-from replay.config import RunConfig
-from replay.distributed.placement import (
+from agent_replay.analysis.live import LiveStats
+from agent_replay.errors import AgentReplayError, InputError, TargetError
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.distributed.placement import (
     ActorSpec,
     Lost,
     alive_nodes,
@@ -32,11 +32,11 @@ from replay.distributed.placement import (
     place,
     session_key,
 )
-from replay.messages import ActorPoll, Progress
-from replay.plan import Plan
-from replay.worker import WorkerSummary
-from traces.errors import AgentReplayError, InputError, TargetError
-from traces.io import trace_files
+from agent_replay.replay.messages import ActorPoll, Progress
+from agent_replay.replay.plan import Plan
+from agent_replay.replay.worker import WorkerSummary
+from agent_replay.results_schema import ErrorKind
+from agent_replay.traces.io import trace_files
 
 POLL_S = 0.5
 Report = Callable[[Progress], None]
@@ -98,7 +98,7 @@ class RayPool:
         n = len(specs)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from replay.distributed.actor import ShardActor
+        from agent_replay.replay.distributed.actor import ShardActor
 
         remote = ray.remote(ShardActor)
         slots = []

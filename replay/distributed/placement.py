@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from replay.plan import Plan
-from traces.errors import InputError
+from agent_replay.errors import InputError
+from agent_replay.replay.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ See docs/recording.md.
 
 from __future__ import annotations
 
-from replay.record.recorder import RecordConfig, Recorder, RecorderStats, parse_listen
-from replay.record.sessions import Assignment, SessionTracker
+from agent_replay.replay.record.recorder import RecordConfig, Recorder, RecorderStats, parse_listen
+from agent_replay.replay.record.sessions import Assignment, SessionTracker
 
 __all__ = ["Assignment", "RecordConfig", "Recorder", "RecorderStats", "SessionTracker",
            "parse_listen"]

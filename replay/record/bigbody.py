@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from replay.record.content import PromptHasher, fit_ids
-from replay.record.wire import _INJECT, RequestInfo
+from agent_replay.replay.record.content import PromptHasher, fit_ids
+from agent_replay.replay.record.wire import _INJECT, RequestInfo
 
 BIG_BODY_BYTES = 1 << 20
 """Bodies larger than this are parsed in the helper process."""
@@ -61,7 +61,7 @@ class BodyDigest:
     content: bytes | None
     """The stored content (content mode ``full``), as JSON."""
     secrets: list[str]
-    """``traces.redact.secret_values`` of the body."""
+    """``agent_replay.redact.secret_values`` of the body."""
 
     def hash_ids(self, input_tokens: int | None) -> tuple[list[int], int]:
         """As ``PromptHasher.hash_ids`` of the body."""
@@ -178,7 +178,7 @@ def _hasher(spec: DigestSpec) -> PromptHasher:
     """In the helper: the recorder's ``PromptHasher`` (the tokenizer loaded once)."""
     h = _hashers.get(spec)
     if h is None:
-        from replay.record.content import load_tokenizer
+        from agent_replay.replay.record.content import load_tokenizer
 
         tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else None
         h = _hashers[spec] = PromptHasher(spec.block_size, spec.seed, tok)
@@ -191,11 +191,11 @@ def _digest(api: str, path: str, spec: DigestSpec
     they are the body as it came (None) or with the usage option spliced in."""
     import orjson
 
-    from engines.replies import is_reply_item
-    from replay.record.content import conversation
-    from replay.record.sessions import chain_digests
-    from replay.record.wire import inspect_request
-    from traces.redact import secret_values, strip_secrets
+    from agent_replay.engines.replies import is_reply_item
+    from agent_replay.redact import secret_values, strip_secrets
+    from agent_replay.replay.record.content import conversation
+    from agent_replay.replay.record.sessions import chain_digests
+    from agent_replay.replay.record.wire import inspect_request
 
     with open(path, "rb") as f:
         raw = f.read()

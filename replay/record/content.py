@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from traces.hashing import extend_hashes, hash_bytes
+from agent_replay.traces.hashing import extend_hashes, hash_bytes
 
 BYTES_PER_TOKEN = 4
 """Fallback: bytes of prompt text that stand for one token."""

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from engines.dialects import MessagesStreamDecoder, StreamDecoder, dialect, read_usage
-from engines.sse import SSEEvent, SSEParser
+from agent_replay.engines.dialects import MessagesStreamDecoder, StreamDecoder, dialect, read_usage
+from agent_replay.engines.sse import SSEEvent, SSEParser
 
 _BLANK_LINE = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 

@@ -28,10 +28,11 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
-from replay.record.encodings import decode_body
-from replay.record.observe import ResponseObserver
-from replay.record.wire import (
+from agent_replay.redact import header_secrets
+from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
+from agent_replay.replay.record.encodings import decode_body
+from agent_replay.replay.record.observe import ResponseObserver
+from agent_replay.replay.record.wire import (
     AGENT_ID_HEADER,
     RequestInfo,
     api_for,
@@ -39,7 +40,6 @@ from replay.record.wire import (
     header_session,
     inspect_request,
 )
-from traces.redact import header_secrets
 
 _DROP_REQUEST = frozenset({"host", "content-length"})
 _DROP_RESPONSE = frozenset({"content-length"})

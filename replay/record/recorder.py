@@ -33,21 +33,21 @@ import orjson
 import pyarrow.parquet as pq
 from aiohttp import web
 
-from engines.dialects import dialect
-from engines.replies import Reply
-from replay import __version__
-from replay.record.agents import AgentTracker
-from replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
-from replay.record.content import PromptHasher, conversation, load_tokenizer
-from replay.record.observe import ResponseObserver
-from replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
-from replay.record.sessions import SessionTracker
-from replay.record.sink import PartWriter, rows_to_table
-from replay.selfmon import reserve_fds
-from traces.errors import InputError
-from traces.io import conform
-from traces.redact import header_secrets, scrub, secret_values, split_userinfo, strip_secrets
-from traces.schema import CONTENT_MODES, TraceMeta
+from agent_replay import __version__
+from agent_replay.engines.dialects import dialect
+from agent_replay.engines.replies import Reply
+from agent_replay.errors import InputError
+from agent_replay.redact import header_secrets, scrub, secret_values, split_userinfo, strip_secrets
+from agent_replay.replay.record.agents import AgentTracker
+from agent_replay.replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
+from agent_replay.replay.record.content import PromptHasher, conversation, load_tokenizer
+from agent_replay.replay.record.observe import ResponseObserver
+from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
+from agent_replay.replay.record.sessions import SessionTracker
+from agent_replay.replay.record.sink import PartWriter, rows_to_table
+from agent_replay.replay.selfmon import reserve_fds
+from agent_replay.traces.io import conform
+from agent_replay.traces.schema import CONTENT_MODES, TraceMeta
 
 SWITCH_INTERVAL_S = 0.0005
 

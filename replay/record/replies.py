@@ -3,7 +3,7 @@ with the API dialects)."""
 
 from __future__ import annotations
 
-from engines.replies import (
+from agent_replay.engines.replies import (
     Reply,
     is_reply_item,
     reply_from_events,

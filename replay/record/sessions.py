@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from replay.record.replies import Reply, is_reply_item, reply_from_items
+from agent_replay.replay.record.replies import Reply, is_reply_item, reply_from_items
 
 
 @dataclass(slots=True, eq=False)

@@ -28,9 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from traces.errors import OutputExistsError
-from traces.io import write_trace
-from traces.schema import TRACE_SCHEMA, TraceMeta
+from agent_replay.errors import OutputExistsError
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TRACE_SCHEMA, TraceMeta
 
 EXTRA_FIELDS = [
     pa.field("error", pa.string()),

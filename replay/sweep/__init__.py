@@ -7,9 +7,9 @@ each run, e.g. a telemetry sampler)."""
 
 from __future__ import annotations
 
-from replay.sweep.experiment import Experiment, Target, Warmup, load_experiment
-from replay.sweep.runner import RunHook, SweepResult, run_sweep, schedule
-from replay.sweep.session import run_capacity
+from agent_replay.replay.sweep.experiment import Experiment, Target, Warmup, load_experiment
+from agent_replay.replay.sweep.runner import RunHook, SweepResult, run_sweep, schedule
+from agent_replay.replay.sweep.session import run_capacity
 
 __all__ = ["Experiment", "RunHook", "SweepResult", "Target", "Warmup", "load_experiment",
            "run_capacity", "run_sweep", "schedule"]

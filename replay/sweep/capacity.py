@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from analysis.points import POINT_FIELDS
-from replay.plan import stable_hash
-from replay.sweep.experiment import INTEGER_AXES, Experiment
-from replay.sweep.runner import Reporter, RunHook, Slot, execute
-from replay.sweep.targets import Servers
-from traces.errors import InputError
+from agent_replay.analysis.points import POINT_FIELDS
+from agent_replay.errors import InputError
+from agent_replay.replay.plan import stable_hash
+from agent_replay.replay.sweep.experiment import INTEGER_AXES, Experiment
+from agent_replay.replay.sweep.runner import Reporter, RunHook, Slot, execute
+from agent_replay.replay.sweep.targets import Servers
 
 _TERM = re.compile(r"^\s*([a-z0-9_]+)\s*(>=|<=)\s*([0-9.eE+-]+)\s*([a-z]*)\s*$")
 _UNITS_MS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 0.001}

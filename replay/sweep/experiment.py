@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traces.errors import InputError
+from agent_replay.errors import InputError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -149,7 +149,7 @@ def _target(where: str, raw: Any) -> Target:
     if kind == "url" and not spec.startswith(("http://", "https://")):
         raise InputError(f"{where} url: expected an http(s) URL, got {spec!r}")
     if kind == "launch":
-        from replay.launch import parse_spec
+        from agent_replay.replay.launch import parse_spec
 
         try:
             parse_spec(spec)
@@ -271,7 +271,7 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     slo = raw.get("slo")
     if slo is not None:
         _typed(f, "slo", slo, str)
-        from replay.sweep.capacity import parse_slo
+        from agent_replay.replay.sweep.capacity import parse_slo
 
         try:
             parse_slo(slo)

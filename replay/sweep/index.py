@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.points import POINT_FIELDS
+from agent_replay.analysis.points import POINT_FIELDS
 
 KEY_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("phase", pa.string()), ("order", pa.int64()), ("repeat", pa.int64()),

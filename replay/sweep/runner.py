@@ -29,13 +29,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from replay.config import RunConfig
-from replay.plan import stable_hash
-from replay.results import write_json_atomic
-from replay.sweep.experiment import Experiment, Target, Warmup
-from replay.sweep.index import DONE, key, read_index, write_index
-from replay.sweep.targets import Running, Servers
-from traces.errors import AgentReplayError, InputError
+from agent_replay.errors import AgentReplayError, InputError
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.plan import stable_hash
+from agent_replay.replay.results import write_json_atomic
+from agent_replay.replay.sweep.experiment import Experiment, Target, Warmup
+from agent_replay.replay.sweep.index import DONE, key, read_index, write_index
+from agent_replay.replay.sweep.targets import Running, Servers
 
 Reporter = Callable[[str], None]
 
@@ -91,7 +91,7 @@ def run_config(exp: Experiment, url: str, out: Path, point: float, repeat: int) 
 
 
 def _median_tpot_ms(run_dir: Path) -> tuple[float | None, int]:
-    from analysis.report import build_report
+    from agent_replay.analysis.report import build_report
 
     rep = build_report(run_dir)
     s = rep.stats.latency["tpot"]
@@ -112,7 +112,7 @@ def warm_up(cfg: RunConfig, wdir: Path, policy: Warmup) -> dict[str, Any]:
     """Short replays of the same workload at the same load (different prompt salts) until
     the median TPOT of one burst is within ``tolerance`` of the last one's; the bursts'
     results and the decision go to ``wdir``."""
-    from replay.run import run
+    from agent_replay.replay.run import run
 
     if wdir.exists():
         shutil.rmtree(wdir)
@@ -164,9 +164,9 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
              ) -> tuple[str, str | None, dict[str, Any], bool, bool, bool]:
     """status, reason, point figures, and the flags bottleneck, cold start, host contention
     (``analysis.selfcheck``) of a finished run."""
-    from analysis.points import empty_point, point_metrics
-    from analysis.report import build_report, self_check
-    from analysis.runstats import Prices
+    from agent_replay.analysis.points import empty_point, point_metrics
+    from agent_replay.analysis.report import build_report, self_check
+    from agent_replay.analysis.runstats import Prices
 
     meta = json.loads((run_dir / "run.json").read_text())
     rep = build_report(run_dir, gpus=target.gpus, prices=None if prices is None else Prices(
@@ -194,8 +194,8 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             timing: dict[str, float] | None = None, total: int | None = None) -> bool:
     """Run ``slots`` (skipping those already done in ``rows``), updating ``rows`` and the
     index after each; returns False when interrupted."""
-    from analysis.points import empty_point
-    from replay.run import run
+    from agent_replay.analysis.points import empty_point
+    from agent_replay.replay.run import run
 
     timing = timing if timing is not None else {}
     slots = list(slots)
@@ -305,7 +305,7 @@ def _prepare(exp: Experiment, force: bool) -> tuple[Path, dict[tuple[Any, ...], 
 
 
 def write_state(exp: Experiment, out: Path, timing: dict[str, float], status: str) -> None:
-    from replay.provenance import provenance
+    from agent_replay.replay.provenance import provenance
 
     write_json_atomic(out / "sweep.json", {
         "experiment": exp.path, "identity": exp.identity(), "status": status,
@@ -342,9 +342,9 @@ def reindex(exp: Experiment, out: Path | None = None) -> list[dict[str, Any]]:
     """Recompute every run's figures from its results folder (after a change of metric
     definitions, prices or target costs in the experiment file) and rewrite the index;
     statuses and reasons of runs that did not finish stay as they are."""
-    from analysis.points import point_metrics
-    from analysis.report import build_report, self_check
-    from analysis.runstats import Prices
+    from agent_replay.analysis.points import point_metrics
+    from agent_replay.analysis.report import build_report, self_check
+    from agent_replay.analysis.runstats import Prices
 
     root = Path(out or exp.output)
     rows = read_index(root)

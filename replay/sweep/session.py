@@ -7,11 +7,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from replay.results import write_json_atomic
-from replay.sweep.capacity import Capacity, find_capacity, parse_slo, to_markdown
-from replay.sweep.experiment import Experiment
-from replay.sweep.runner import Reporter, RunHook, _prepare, write_state
-from replay.sweep.targets import Servers
+from agent_replay.replay.results import write_json_atomic
+from agent_replay.replay.sweep.capacity import Capacity, find_capacity, parse_slo, to_markdown
+from agent_replay.replay.sweep.experiment import Experiment
+from agent_replay.replay.sweep.runner import Reporter, RunHook, _prepare, write_state
+from agent_replay.replay.sweep.targets import Servers
 
 
 def run_capacity(exp: Experiment, slo_text: str, *, force: bool = False,

@@ -10,9 +10,9 @@ import contextlib
 import time
 from typing import Any
 
-from replay.sweep.experiment import Target
-from replay.target import probe
-from traces.errors import AgentReplayError, TargetError
+from agent_replay.errors import AgentReplayError, TargetError
+from agent_replay.replay.sweep.experiment import Target
+from agent_replay.replay.target import probe
 
 
 class Running:
@@ -40,13 +40,13 @@ def start(target: Target, seed: int = 0) -> Running:
             except AgentReplayError as exc:
                 raise TargetError(f"target {target.name!r} ({url}) does not answer: {exc}") from None
         elif target.kind == "sim":
-            from engines.sim import SimProcess
+            from agent_replay.engines.sim import SimProcess
 
             sim = stack.enter_context(SimProcess(target.spec, seed=seed, extra_args=target.sim_args))
             url = sim.url
             info = {"kind": "sim", "profile": target.spec, "argv": sim.command()}
         else:
-            from replay.launch import launched
+            from agent_replay.replay.launch import launched
 
             url, linfo = stack.enter_context(launched(target.spec))
             info = {"kind": "launch", "spec": target.spec, **linfo}

@@ -5,10 +5,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.compare import bootstrap_percentile, compare_arrays, compare_dirs, to_json
-from analysis.fixtures import synthetic_batches, synthetic_results, write_results
-from analysis.metrics import request_metrics
-from replay.cli import main
+from agent_replay.analysis.compare import (
+    bootstrap_percentile,
+    compare_arrays,
+    compare_dirs,
+    to_json,
+)
+from agent_replay.analysis.fixtures import synthetic_batches, synthetic_results, write_results
+from agent_replay.analysis.metrics import request_metrics
+from agent_replay.replay.cli import main
 
 
 def test_beta_order_statistic_bootstrap_matches_explicit_resampling() -> None:
@@ -73,7 +78,7 @@ def test_compare_refuses_different_experiments_unless_forced(
 
 
 def test_time_block_bootstrap_is_wider_on_drifting_runs() -> None:
-    from analysis.compare import block_bootstrap_percentile
+    from agent_replay.analysis.compare import block_bootstrap_percentile
 
     rng = np.random.default_rng(5)
     # a run whose server had slow and fast phases: 10 blocks of 200 requests, each block

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from analysis.dashboard import (
+from agent_replay.analysis.dashboard import (
     DashboardProcess,
     bottleneck,
     progress_line,
@@ -18,8 +18,8 @@ from analysis.dashboard import (
     scrape_gauges,
     sparkline,
 )
-from analysis.fixtures import synthetic_results
-from analysis.live import LiveStats
+from agent_replay.analysis.fixtures import synthetic_results
+from agent_replay.analysis.live import LiveStats
 
 
 def _stats(n: int = 400) -> LiveStats:
@@ -44,7 +44,7 @@ def test_dashboard_fits_100x30_and_shows_everything() -> None:
     lines = out.splitlines()
     assert len(lines) <= 30 and max(len(x) for x in lines) <= 100
     for needle in ("400/1,000 requests", "ETA", "sessions 7", "in flight 12", "TTFT", "TPOT",
-                   "ITL/token", "chunk gap", "E2E", "req TPS", "P99.9", "output tok/s",
+                   "ITL (per token)", "chunk gap", "E2E", "req TPS", "P99.9", "output tok/s",
                    "errors: ", "tokens/chunk: 1:", "schedule lag P50 0.20", "CPU 35%",
                    "running 12", "KV cache 42%"):
         assert needle in out, needle
@@ -73,7 +73,7 @@ def test_lag_at_low_cpu_does_not_advise_more_workers() -> None:
     assert "more --workers would not help" in why and "use more --workers" not in why
     assert "WARNING" not in _draw(st)
     # with the host's CPU measured: other processes kept it busy, so it is contention
-    from analysis.selfcheck import Machine
+    from agent_replay.analysis.selfcheck import Machine
 
     busy = Machine(cpus=2, busy_cores=1.9, steal=0.0, ours_cores=0.07)
     assert "host contention" in progress_line(st, 1000, busy)
@@ -144,7 +144,7 @@ def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # The render loop itself, on a thread: it must poll before any snapshot arrived (sequence
     # 0, empty slot) without dying, skip a damaged snapshot, and show the next good one.
-    from analysis import dashboard
+    from agent_replay.analysis import dashboard
 
     monkeypatch.setattr(dashboard, "_yield_cpu", lambda: None)  # no renice of the test process
     monkeypatch.setattr(dashboard, "FPS", 50.0)
@@ -173,8 +173,8 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
     # renderer's process reads the parts. Two requests with TTFT 10 and 30 ms (sent at 2 ms)
     # and 4 tokens in 4 chunks 5 ms apart (TPOT 5 ms: 200 tok/s); the part being written
     # (a temporary name) is not read.
-    from replay.outcome import RequestRecord
-    from replay.results import ResultWriter
+    from agent_replay.replay.outcome import RequestRecord
+    from agent_replay.replay.results import ResultWriter
 
     ms = 1_000_000
     w = ResultWriter(tmp_path, t0_ns=0)
@@ -203,7 +203,7 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
 
 
 def test_gauge_sums_add_label_sets_and_counter_totals() -> None:
-    from analysis.dashboard import gauge_sums
+    from agent_replay.analysis.dashboard import gauge_sums
 
     got = gauge_sums([("vllm:num_requests_running", 3), ("vllm:num_requests_running", 4),
                       ("vllm:num_preemptions_total", 2), ("vllm:other", 9)])
@@ -217,7 +217,7 @@ def _write_gauges(g: object) -> None:
 def test_shared_gauges_cross_processes() -> None:
     import multiprocessing as mp
 
-    from analysis.dashboard import SharedGauges
+    from agent_replay.analysis.dashboard import SharedGauges
 
     g = SharedGauges()
     assert g.read() == (0, {})

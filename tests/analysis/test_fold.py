@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from analysis import hist
-from analysis.fixtures import rows_to_table, synthetic_results
-from analysis.fold import fold_chunks
-from analysis.hist import Hist
-from analysis.metrics import Lists, chunk_samples, lists, request_metrics, stats_rows
+from agent_replay.analysis import hist
+from agent_replay.analysis.fixtures import rows_to_table, synthetic_results
+from agent_replay.analysis.fold import fold_chunks
+from agent_replay.analysis.hist import Hist
+from agent_replay.analysis.metrics import Lists, chunk_samples, lists, request_metrics, stats_rows
 from tests.analysis.rows import ALL_ROWS
 
 

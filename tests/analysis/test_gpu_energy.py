@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.fixtures import rows_to_table, write_results
-from analysis.gpu_energy import apportion, counter_energy_j, power_energy_j
-from analysis.render import to_csv, to_json, to_markdown, to_text
-from analysis.report import build_report
-from analysis.results_schema import GPU_TELEMETRY_SCHEMA
-from traces.errors import InputError
+from agent_replay.analysis.fixtures import rows_to_table, write_results
+from agent_replay.analysis.gpu_energy import apportion, counter_energy_j, power_energy_j
+from agent_replay.analysis.render import to_csv, to_json, to_markdown, to_text
+from agent_replay.analysis.report import build_report
+from agent_replay.errors import InputError
+from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
 S = 1_000_000_000
 
@@ -100,7 +100,7 @@ def test_energy_two_ways_and_derived_figures(results: Path) -> None:
 
 
 def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
-    from analysis.gpu_energy import POINT_FIELDS, point_figures
+    from agent_replay.analysis.gpu_energy import POINT_FIELDS, point_figures
 
     p = point_figures(build_report(results).gpu)
     assert list(p) == [k for k, _ in POINT_FIELDS]
@@ -108,8 +108,8 @@ def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
     assert p["output_tokens_per_s_per_kw"] == pytest.approx(60_000 / 656.0)
     assert point_figures(None) == dict.fromkeys(p)
     # the sweep's point (its index row) carries them, and the index keeps them
-    from analysis.points import point_metrics
-    from replay.sweep.index import read_index, write_index
+    from agent_replay.analysis.points import point_metrics
+    from agent_replay.replay.sweep.index import read_index, write_index
 
     row = point_metrics(build_report(results), gpus=1)
     assert row["j_per_output_token"] == pytest.approx(656.0 / 60)
@@ -188,8 +188,8 @@ def test_energy_helpers_edges() -> None:
 
 def test_gpu_plot_and_in_flight(results: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from analysis.gpu_plots import in_flight
-    from analysis.plots import NAMES, write_plots
+    from agent_replay.analysis.gpu_plots import in_flight
+    from agent_replay.analysis.plots import NAMES, write_plots
 
     # a: 1..3 s, b: 2..4 s -> in flight at 0.5, 1, 2.5, 3.5, 4 s: 0, 1, 2, 1, 0
     grid = np.array([0.5, 1.0, 2.5, 3.5, 4.0]) * S

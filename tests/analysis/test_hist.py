@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from analysis.hist import Hist, min_count_for, percentile_summary, rank
+from agent_replay.analysis.hist import Hist, min_count_for, percentile_summary, rank
 
 
 def test_vectorized_recording_matches_reference_hdrhistogram() -> None:

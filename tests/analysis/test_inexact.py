@@ -14,17 +14,17 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from analysis.compare import compare_dirs, render_compare
-from analysis.compare import to_json as compare_json
-from analysis.dashboard import progress_line, render_dashboard
-from analysis.fixtures import rows_to_table, write_results
-from analysis.fold import fold_chunks
-from analysis.hist import Hist
-from analysis.live import LiveStats
-from analysis.metrics import exact_rows, lists
-from analysis.render import to_csv, to_json, to_markdown, to_text
-from analysis.report import build_report
-from analysis.runstats import Accumulator, Slo
+from agent_replay.analysis.compare import compare_dirs, render_compare
+from agent_replay.analysis.compare import to_json as compare_json
+from agent_replay.analysis.dashboard import progress_line, render_dashboard
+from agent_replay.analysis.fixtures import rows_to_table, write_results
+from agent_replay.analysis.fold import fold_chunks
+from agent_replay.analysis.hist import Hist
+from agent_replay.analysis.live import LiveStats
+from agent_replay.analysis.metrics import exact_rows, lists
+from agent_replay.analysis.render import to_csv, to_json, to_markdown, to_text
+from agent_replay.analysis.report import build_report
+from agent_replay.analysis.runstats import Accumulator, Slo
 
 # X1 (exact): s=0, chunks 100/130/190 with 1/1/2 tokens, e=200. TTFT 100, E2E 200,
 #    decode 90, N - k_1 = 3, TPOT 30; ITL 30 x1, 60/2=30 x2; chunk gaps 30, 60.

@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import live
-from analysis.fixtures import rows_to_table, synthetic_results
-from analysis.live import LiveStats
-from analysis.metrics import chunk_samples, request_metrics, stats_rows
+from agent_replay.analysis import live
+from agent_replay.analysis.fixtures import rows_to_table, synthetic_results
+from agent_replay.analysis.live import LiveStats
+from agent_replay.analysis.metrics import chunk_samples, request_metrics, stats_rows
 from tests.analysis.rows import ALL_ROWS, ROW_A
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from analysis.fixtures import rows_to_table
-from analysis.metrics import chunk_samples, request_metrics, stats_rows
+from agent_replay.analysis.fixtures import rows_to_table
+from agent_replay.analysis.metrics import chunk_samples, request_metrics, stats_rows
 from tests.analysis.rows import ALL_ROWS, ROW_A, ROW_B
 
 

@@ -13,17 +13,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.compare import compare_dirs
-from analysis.dashboard import progress_line
-from analysis.definitions import METRICS, speeds
-from analysis.live import PART_COLUMNS, LiveStats
-from analysis.points import point_metrics
-from analysis.render import to_csv, to_json, to_markdown, to_text
-from analysis.report import build_report
-from engines.sim import SimProcess
-from replay.config import RunConfig
-from replay.run import run
-from replay.summary import render_summary
+from agent_replay.analysis.compare import compare_dirs
+from agent_replay.analysis.dashboard import progress_line
+from agent_replay.analysis.definitions import METRICS, speeds
+from agent_replay.analysis.live import PART_COLUMNS, LiveStats
+from agent_replay.analysis.points import point_metrics
+from agent_replay.analysis.render import to_csv, to_json, to_markdown, to_text
+from agent_replay.analysis.report import build_report
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import run
+from agent_replay.replay.summary import render_summary
 from tests.replay.helpers import chain_rows, write_rows
 
 HDR = 1e-3  # HdrHistogram at 3 significant digits

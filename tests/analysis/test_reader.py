@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.fixtures import synthetic_batches, synthetic_results, write_results
-from analysis.report import build_report
-from analysis.results import iter_request_batches, parquet_write_options
-from analysis.runstats import COLUMNS
-from traces.errors import InputError
+from agent_replay.analysis.fixtures import synthetic_batches, synthetic_results, write_results
+from agent_replay.analysis.report import build_report
+from agent_replay.analysis.results import iter_request_batches, parquet_write_options
+from agent_replay.analysis.runstats import COLUMNS
+from agent_replay.errors import InputError
 
 
 @pytest.fixture(scope="module")

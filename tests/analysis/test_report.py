@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.fixtures import rows_to_table, synthetic_batches, write_results
-from analysis.render import to_csv, to_json, to_markdown, to_text
-from analysis.report import build_report, parse_slo
-from analysis.runstats import Accumulator, Prices, Slo, economics
-from replay.cli import main
+from agent_replay.analysis.fixtures import rows_to_table, synthetic_batches, write_results
+from agent_replay.analysis.render import to_csv, to_json, to_markdown, to_text
+from agent_replay.analysis.report import build_report, parse_slo
+from agent_replay.analysis.runstats import Accumulator, Prices, Slo, economics
+from agent_replay.replay.cli import main
 from tests.analysis.rows import ALL_ROWS
 
 
@@ -52,7 +52,7 @@ def test_run_stats_on_hand_computed_rows() -> None:
 
 
 def test_definitions_table_entries_on_hand_computed_rows() -> None:
-    from analysis.definitions import speeds
+    from agent_replay.analysis.definitions import speeds
 
     st = _stats()
     # time to second token: A's second token comes in its second chunk (260 - 110 = 150); B
@@ -151,8 +151,8 @@ def test_missing_column_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[s
 @pytest.mark.slow
 def test_plots_written_and_not_overwritten(results: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from analysis.plots import NAMES, write_plots
-    from traces.errors import OutputExistsError
+    from agent_replay.analysis.plots import NAMES, write_plots
+    from agent_replay.errors import OutputExistsError
 
     r = build_report(results)
     paths = write_plots(r, tmp_path / "plots")

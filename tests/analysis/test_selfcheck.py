@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.selfcheck import LAG_P99_NS, Assessment, Machine, assess
+from agent_replay.analysis.selfcheck import LAG_P99_NS, Assessment, Machine, assess
 
 MS = 1_000_000
 QUIET = Machine(cpus=2, busy_cores=0.4, steal=0.0, ours_cores=0.07)

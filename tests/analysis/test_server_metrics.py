@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.server_metrics import bucket_quantile, summarize
-from engines.metrics_scrape import parse_metrics, rows_to_table
+from agent_replay.analysis.server_metrics import bucket_quantile, summarize
+from agent_replay.engines.metrics_scrape import parse_metrics, rows_to_table
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_cpu_metrics_llama_ngram.txt"
 

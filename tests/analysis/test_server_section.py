@@ -9,10 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 from rich.console import Console
 
-from analysis.fixtures import synthetic_results, write_results
-from analysis.render import render_table, report_dict
-from analysis.report import build_report
-from analysis.results_schema import SERVER_METRICS_SCHEMA
+from agent_replay.analysis.fixtures import synthetic_results, write_results
+from agent_replay.analysis.render import render_table, report_dict
+from agent_replay.analysis.report import build_report
+from agent_replay.results_schema import SERVER_METRICS_SCHEMA
 
 
 def _samples(t_ns: int, gen: float, hits: float, queries: float, ttft_sum: float,

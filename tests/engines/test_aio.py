@@ -1,4 +1,4 @@
-"""engines.aio.run: the one runner every process entry point uses."""
+"""agent_replay.engines.aio.run: the one runner every process entry point uses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from engines import aio
+from agent_replay.engines import aio
 
 
 async def _loop_module() -> str:

@@ -8,14 +8,14 @@ import numpy as np
 import orjson
 import pytest
 
-from engines.dialects import (
+from agent_replay.engines.dialects import (
     MessagesStreamDecoder,
     StreamDecoder,
     build_request,
     count_token_ids,
     encode_body,
 )
-from engines.sse import SSEParser
+from agent_replay.engines.sse import SSEParser
 
 SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "vllm-cpu" / "samples"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from analysis.results_schema import SERVER_METRICS_SCHEMA
-from analysis.server_metrics import summarize
-from engines.metrics_scrape import Scraper, parse_metrics
-from traces.errors import ProtocolError
+from agent_replay.analysis.server_metrics import summarize
+from agent_replay.engines.metrics_scrape import Scraper, parse_metrics
+from agent_replay.errors import ProtocolError
+from agent_replay.results_schema import SERVER_METRICS_SCHEMA
 
 FIXTURE = Path(__file__).parent.parent / "analysis" / "fixtures" / \
     "vllm_cpu_metrics_llama_ngram.txt"
@@ -97,7 +97,7 @@ async def test_scraper_on_unreachable_server_counts_errors() -> None:
 
 
 async def test_scraper_against_the_simulated_engine() -> None:
-    sim = pytest.importorskip("engines.sim.server")
+    sim = pytest.importorskip("agent_replay.engines.sim.server")
     server = sim.SimServer("fast")
     await server.start()
     try:

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from engines.prompts import TokenPrompts, block_seed, fit_text, splitmix64
+from agent_replay.engines.prompts import TokenPrompts, block_seed, fit_text, splitmix64
 
 
 def test_splitmix64_known_values():
@@ -63,7 +63,7 @@ async def test_fit_text_reaches_exact_count():
 def test_prompts_from_a_cached_prefix_equal_prompts_built_whole() -> None:
     import numpy as np
 
-    from engines.prompts import TokenPrompts
+    from agent_replay.engines.prompts import TokenPrompts
 
     warm, cold = TokenPrompts(16, salt=3), TokenPrompts(16, salt=3)
     ids = list(range(40, 100))

@@ -10,9 +10,9 @@ import aiohttp
 import openai
 import pytest
 
-from engines.dialects import DIALECTS, ResponsesStreamDecoder, dialect
-from engines.sim import SimProfile, SimServer, SimTokenizer
-from engines.sse import SSEParser
+from agent_replay.engines.dialects import DIALECTS, ResponsesStreamDecoder, dialect
+from agent_replay.engines.sim import SimProfile, SimServer, SimTokenizer
+from agent_replay.engines.sse import SSEParser
 
 LS = 'Bash={"command": "ls"}'
 BASH_TOOL = {"type": "function", "name": "Bash", "description": "Run a shell command",

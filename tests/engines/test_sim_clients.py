@@ -17,7 +17,7 @@ import anthropic
 import openai
 import pytest
 
-from engines.sim import SimProcess, SimProfile
+from agent_replay.engines.sim import SimProcess, SimProfile
 
 
 def profile_file(tmp: Path, name: str, **changes: object) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from engines.sim import SimProfile, SimServer
-from engines.sse import SSEParser
+from agent_replay.engines.sim import SimProfile, SimServer
+from agent_replay.engines.sse import SSEParser
 
 FAST = SimProfile.load("fast").replace(eos_prob=0.0)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sim.core import EngineCore, QueueFullError, SimRequest, StepResult
-from engines.sim.prefix_cache import PrefixCache, block_hashes
-from engines.sim.profile import SimProfile
-from traces.errors import InputError
+from agent_replay.engines.sim.core import EngineCore, QueueFullError, SimRequest, StepResult
+from agent_replay.engines.sim.prefix_cache import PrefixCache, block_hashes
+from agent_replay.engines.sim.profile import SimProfile
+from agent_replay.errors import InputError
 
 BASE = SimProfile(
     name="t", max_num_seqs=4, max_num_batched_tokens=128, block_size=16, kv_cache_blocks=1000,

@@ -11,7 +11,7 @@ import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProcess
+from agent_replay.engines.sim import SimProcess
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ async def test_workers_share_one_port_and_write_one_ground_truth_each(tmp_path: 
 
 
 def test_cli_names_a_bad_profile_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from replay.cli import main
+    from agent_replay.replay.cli import main
 
     assert main(["engines", "sim", "--profile", "no-such-profile", "--port", "0"]) == 2
     assert "no-such-profile" in capsys.readouterr().err

@@ -13,10 +13,10 @@ import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProfile, SimServer
-from engines.sim.faults import parse_faults
-from engines.sse import SSEParser
-from traces.errors import InputError, OutputExistsError
+from agent_replay.engines.sim import SimProfile, SimServer
+from agent_replay.engines.sim.faults import parse_faults
+from agent_replay.engines.sse import SSEParser
+from agent_replay.errors import InputError, OutputExistsError
 
 FAST = SimProfile.load("fast").replace(eos_prob=0.0)
 
@@ -218,7 +218,7 @@ async def test_ground_truth_first_read_includes_the_engines_ingress_queue(
 
 
 def test_schedule_warning_above_one_percent_of_late_steps() -> None:
-    from engines.sim.stats import SimStats, schedule_warning
+    from agent_replay.engines.sim.stats import SimStats, schedule_warning
 
     assert schedule_warning(SimStats()) is None
     assert schedule_warning(SimStats(written_steps=200, late_steps=2, max_write_lag_ns=3_000_000)) is None

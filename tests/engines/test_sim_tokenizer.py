@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.sim.tokenizer import (
+from agent_replay.engines.sim.tokenizer import (
     FIRST_WORD_ID,
     SimTokenizer,
     letters_for_rank,

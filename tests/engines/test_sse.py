@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sse import SSEEvent, SSEParser, encode_event
+from agent_replay.engines.sse import SSEEvent, SSEParser, encode_event
 
 STREAM = (
     b": keep-alive\n\n"

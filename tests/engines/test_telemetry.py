@@ -10,8 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.results_schema import GPU_TELEMETRY_SCHEMA
-from engines.telemetry import (
+from agent_replay.engines.telemetry import (
     DcgmBackend,
     NvmlBackend,
     Sampler,
@@ -22,10 +21,11 @@ from engines.telemetry import (
     parse_dcgm,
     resolve,
 )
-from engines.telemetry.backends import MIB
-from engines.telemetry.fake import FakeNvml
+from agent_replay.engines.telemetry.backends import MIB
+from agent_replay.engines.telemetry.fake import FakeNvml
+from agent_replay.errors import InputError
+from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 from tests.engines.dcgm_page import PAGE, DcgmPage
-from traces.errors import InputError
 
 S = 1_000_000_000
 
@@ -292,7 +292,7 @@ def test_vllm_vendored_bindings_are_loaded_without_importing_vllm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from engines.telemetry.source import load_pynvml, nvml_unavailable, vendored_pynvml
+    from agent_replay.engines.telemetry.source import load_pynvml, nvml_unavailable, vendored_pynvml
 
     pkg = tmp_path / "vllm"
     (pkg / "third_party").mkdir(parents=True)
@@ -310,7 +310,7 @@ def test_vllm_vendored_bindings_are_loaded_without_importing_vllm(
 # -- the dashboard's GPU line ----------------------------------------------------------------
 
 def test_gauges_aggregate_and_line() -> None:
-    from engines.telemetry.gauges import aggregate, line
+    from agent_replay.engines.telemetry.gauges import aggregate, line
 
     nv = FakeNvml(2, clock_ns=FakeClock(0).now)
     b = NvmlBackend(nv)
@@ -335,8 +335,8 @@ def test_process_feeds_the_dashboard_line(tmp_path: Path) -> None:
 
     from rich.console import Console
 
-    from analysis.dashboard import render_dashboard
-    from analysis.live import LiveStats
+    from agent_replay.analysis.dashboard import render_dashboard
+    from agent_replay.analysis.live import LiveStats
 
     tel = TelemetryProcess(Source("nvml"), 0.05, None, nvml=FakeNvml(2))
     assert tel.gauges.line() == (0, "")

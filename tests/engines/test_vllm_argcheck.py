@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engines.vllm.argcheck import require_valid, run_probe
-from engines.vllm.profiles import PROFILES, build
+from agent_replay.engines.vllm.argcheck import require_valid, run_probe
+from agent_replay.engines.vllm.profiles import PROFILES, build
+from agent_replay.errors import InputError
 from tests.vllm._env import vllm_python_or_skip
-from traces.errors import InputError
 
 pytestmark = pytest.mark.vllm
 

@@ -5,10 +5,10 @@ import shlex
 
 import pytest
 
-from engines.vllm.profiles import PROFILES, build, parse_sets
-from engines.vllm.versions import adapt_argv, flag_present, parse_version
-from replay.cli import main
-from traces.errors import InputError
+from agent_replay.engines.vllm.profiles import PROFILES, build, parse_sets
+from agent_replay.engines.vllm.versions import adapt_argv, flag_present, parse_version
+from agent_replay.errors import InputError
+from agent_replay.replay.cli import main
 
 
 def _flags(argv: tuple[str, ...]) -> dict[str, str | None]:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "replay", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

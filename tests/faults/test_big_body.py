@@ -64,7 +64,7 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
     assert up.stdout is not None
     up_url = (await asyncio.wait_for(up.stdout.readline(), 30)).decode().strip()
     rec = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "replay", "record", "--upstream", up_url, "--listen",
+        sys.executable, "-m", "agent_replay", "record", "--upstream", up_url, "--listen",
         "127.0.0.1:0", "-o", str(tmp_path / "trace"), "--quiet", "--max-body", "40",
         cwd=ROOT, stderr=asyncio.subprocess.PIPE)
     assert rec.stderr is not None
@@ -100,7 +100,7 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
         up.kill()
         await up.wait()
     # the big request is recorded like a small one: its own session, every block hashed
-    from traces.io import read_trace
+    from agent_replay.traces.io import read_trace
 
     table, meta = read_trace(tmp_path / "trace")
     rows = [r for r in table.to_pylist() if r["input_tokens"] > 1_000_000]
@@ -113,11 +113,11 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
     """What the helper sends back is what the recorder computes from a small body: the
     bytes sent upstream, the block hashes for any reported prompt length, the session
     digests and parent, the stored content and the secrets."""
-    from replay.record.bigbody import BigBodies, DigestSpec
-    from replay.record.content import PromptHasher, conversation
-    from replay.record.sessions import SessionTracker, chain_digests
-    from replay.record.wire import inspect_request
-    from traces.redact import secret_values, strip_secrets
+    from agent_replay.redact import secret_values, strip_secrets
+    from agent_replay.replay.record.bigbody import BigBodies, DigestSpec
+    from agent_replay.replay.record.content import PromptHasher, conversation
+    from agent_replay.replay.record.sessions import SessionTracker, chain_digests
+    from agent_replay.replay.record.wire import inspect_request
 
     msgs = [{"role": "user", "content": "a " * 300_000},
             {"role": "assistant", "content": "sure", "tool_calls": None},

@@ -18,10 +18,10 @@ import aiohttp
 import orjson
 import pytest
 
-from engines.sim import SimServer
-from replay.record import Recorder
-from replay.record.sink import PartWriter
-from traces.io import read_trace
+from agent_replay.engines.sim import SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.replay.record.sink import PartWriter
+from agent_replay.traces.io import read_trace
 
 FLUSH_S = 0.2
 BODY = {"model": "sim-fast", "stream": True, "max_tokens": 8,
@@ -123,7 +123,7 @@ async def test_tmpfs_full_then_space_returns(tmp_path: Path) -> None:
         out = disk / "trace"
         async with SimServer("fast") as sim:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "replay", "record", "--upstream", sim.url, "--listen",
+                sys.executable, "-m", "agent_replay", "record", "--upstream", sim.url, "--listen",
                 "127.0.0.1:0", "-o", str(out), "--flush-interval", str(FLUSH_S),
                 stderr=asyncio.subprocess.PIPE)
             assert proc.stderr is not None
@@ -172,7 +172,7 @@ async def test_tmpfs_full_at_exit_is_loud(tmp_path: Path) -> None:
         out = disk / "trace"
         async with SimServer("fast") as sim:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "replay", "record", "--upstream", sim.url, "--listen",
+                sys.executable, "-m", "agent_replay", "record", "--upstream", sim.url, "--listen",
                 "127.0.0.1:0", "-o", str(out), "--flush-interval", "60",
                 stderr=asyncio.subprocess.PIPE)
             assert proc.stderr is not None

@@ -29,7 +29,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim.process import SimProcess
+from agent_replay.engines.sim.process import SimProcess
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ KEY = "sim-key-123456"
 
 
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "replay", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -72,7 +72,7 @@ def test_sigterm_ends_run_and_workers(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 4, gap_ns=150 * MS, output_tokens=6))
     out = tmp_path / "res"
     with SimProcess("fast") as sim:
-        run = subprocess.Popen([sys.executable, "-m", "replay", "run", str(trace), "--target",
+        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
                                 sim.url, "-o", str(out), "--workers", "2", "--no-progress"],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 90
@@ -119,7 +119,7 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
         assert KEY not in (tmp_path / "b" / "run.json").read_text()
         # the key by environment
         env_run = subprocess.run(
-            [sys.executable, "-m", "replay", "run", str(trace), "--target", sim.url, "-o",
+            [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", sim.url, "-o",
              str(tmp_path / "c"), "--no-progress", "--speedup", "5"], cwd=ROOT,
             capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
         assert env_run.returncode == 0, env_run.stderr
@@ -200,7 +200,7 @@ def test_server_killed_mid_run(tmp_path: Path, api: str) -> None:
     out = tmp_path / "res"
     sim = SimProcess("fast").start()
     try:
-        run = subprocess.Popen([sys.executable, "-m", "replay", "run", str(trace), "--target",
+        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
                                 sim.url, "-o", str(out), "--no-progress", "--api", api],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
@@ -245,7 +245,7 @@ async def test_recorder_force_stop_cuts_the_drain(tmp_path: Path) -> None:
     """A second Ctrl-C (``force_stop``) ends a long drain at once, after flushing what is
     complete."""
 
-    from replay.record import Recorder
+    from agent_replay.replay.record import Recorder
 
     stall = asyncio.Event()
 
@@ -281,7 +281,7 @@ async def test_recorder_drain_refuses_new_requests_and_is_bounded(tmp_path: Path
     """A stalled upstream: the stop returns after --drain-timeout (not aiohttp's 60 s), and
     a request on a kept-alive connection after the signal is refused."""
 
-    from replay.record import Recorder
+    from agent_replay.replay.record import Recorder
 
     stall = asyncio.Event()
 
@@ -323,7 +323,7 @@ def test_kill_9_of_run_leaves_no_worker(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 4, gap_ns=150 * MS, output_tokens=6))
     out = tmp_path / "res"
     with SimProcess("fast") as sim:
-        run = subprocess.Popen([sys.executable, "-m", "replay", "run", str(trace), "--target",
+        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
                                 sim.url, "-o", str(out), "--workers", "2", "--no-progress"],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 90

@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from replay.client import Sender
-from replay.fastclient import FastSender
-from replay.outcome import RequestRecord
+from agent_replay.replay.client import Sender
+from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.outcome import RequestRecord
 from tests.faults.resetserver import ResetServer
 from tests.replay.test_client_errors import prep, rec
 

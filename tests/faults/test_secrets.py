@@ -94,7 +94,7 @@ async def echo() -> AsyncIterator[EchoUpstream]:
 async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """An agent-replay command, without blocking this loop (the upstream runs on it)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "replay", *args, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "agent_replay", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
@@ -118,7 +118,7 @@ async def test_no_secret_in_anything_written(tmp_path: Path, echo: EchoUpstream)
     host = echo.url.removeprefix("http://")
     trace = tmp_path / "trace"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "replay", "record", "--upstream", f"http://user:{URLPASS}@{host}",
+        sys.executable, "-m", "agent_replay", "record", "--upstream", f"http://user:{URLPASS}@{host}",
         "--listen", "127.0.0.1:0", "-o", str(trace), "--content", "full",
         "--flush-interval", "0.2", stderr=asyncio.subprocess.PIPE)
     assert proc.stderr is not None
@@ -144,7 +144,7 @@ async def test_no_secret_in_anything_written(tmp_path: Path, echo: EchoUpstream)
     proc.send_signal(signal.SIGTERM)
     rec_err = first + (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
     assert await proc.wait() == 0, rec_err
-    from traces.io import read_trace
+    from agent_replay.traces.io import read_trace
 
     table, _ = read_trace(trace)
     errors = [e for e in table.column("error").to_pylist() if e]
@@ -174,7 +174,7 @@ async def test_no_secret_in_anything_written(tmp_path: Path, echo: EchoUpstream)
 
 
 def test_redaction_policy() -> None:
-    from traces.redact import is_secret_key, redact, redact_url, scrub
+    from agent_replay.redact import is_secret_key, redact, redact_url, scrub
 
     for k in ("api_key", "x-api-key", "Authorization", "token", "auth_token", "bearer",
               "private_key", "aws_secret_access_key", "password", "clientSecret", "Cookie",

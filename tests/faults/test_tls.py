@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from replay.client import make_session
-from replay.target import probe
-from traces.errors import TargetError
+from agent_replay.errors import TargetError
+from agent_replay.replay.client import make_session
+from agent_replay.replay.target import probe
 
 
 @pytest.fixture

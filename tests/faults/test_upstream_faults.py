@@ -12,7 +12,7 @@ import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
-from replay.record import Recorder
+from agent_replay.replay.record import Recorder
 from tests.replay.rawserver import SSE_HEAD, RawServer, chunk
 
 EV = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'

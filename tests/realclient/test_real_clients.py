@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProcess, SimServer
-from replay.record import Recorder
-from traces.io import read_trace
+from agent_replay.engines.sim import SimProcess, SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.traces.io import read_trace
 
 pytestmark = [pytest.mark.slow, pytest.mark.realclient]
 
@@ -109,8 +109,8 @@ def the_agent_session(rows: list[dict]) -> list[dict]:
 
 
 async def replay_matches(trace: Path, rows: list[dict], out: Path) -> None:
-    from replay.config import RunConfig
-    from replay.run import arun
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
 
     with SimProcess("fast", seed=4) as target:
         summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),

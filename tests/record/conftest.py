@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.record import Recorder
+from agent_replay.replay.record import Recorder
 from tests.record.upstream import Upstream
 
 

@@ -16,9 +16,9 @@ import openai
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProcess, SimServer
-from replay.record import Recorder
-from traces.io import read_trace
+from agent_replay.engines.sim import SimProcess, SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.traces.io import read_trace
 
 MODEL = "sim-fast"
 SESSIONS = 20
@@ -82,8 +82,8 @@ async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
         assert all(len(r["hash_ids"]) == -(-r["input_tokens"] // meta.block_size) for r in reqs)
 
     # replay the recorded trace against a fresh simulated engine
-    from replay.config import RunConfig
-    from replay.run import arun
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
 
     out = tmp_path / "results"
     # The replay's target runs in its own process, as in real use: an in-process server

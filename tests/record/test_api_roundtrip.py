@@ -14,10 +14,10 @@ import openai
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProcess, SimServer, SimTokenizer
-from replay.record import Recorder
-from replay.record.content import BYTES_PER_TOKEN, prompt_parts, render
-from traces.io import read_trace
+from agent_replay.engines.sim import SimProcess, SimServer, SimTokenizer
+from agent_replay.replay.record import Recorder
+from agent_replay.replay.record.content import BYTES_PER_TOKEN, prompt_parts, render
+from agent_replay.traces.io import read_trace
 
 MODEL = "sim-fast"
 BASH = {"type": "function", "name": "Bash", "description": "Run a shell command",
@@ -47,8 +47,8 @@ async def _codex_like(client: openai.AsyncOpenAI, task: str) -> None:
 
 
 async def _replay(trace: Path, out: Path) -> list[dict]:
-    from replay.config import RunConfig
-    from replay.run import arun
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
 
     with SimProcess("fast", seed=4) as target:
         summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),

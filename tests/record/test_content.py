@@ -7,11 +7,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from replay.record.content import BYTES_PER_TOKEN, PromptHasher
-from replay.record.observe import RawEventSplitter, ResponseObserver
-from replay.record.wire import end_to_end_headers, inspect_request
-from traces.hashing import hash_tokens
-from traces.redact import strip_secrets
+from agent_replay.redact import strip_secrets
+from agent_replay.replay.record.content import BYTES_PER_TOKEN, PromptHasher
+from agent_replay.replay.record.observe import RawEventSplitter, ResponseObserver
+from agent_replay.replay.record.wire import end_to_end_headers, inspect_request
+from agent_replay.traces.hashing import hash_tokens
 
 
 def _chat(*texts: str) -> dict:

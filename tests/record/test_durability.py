@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 import pytest
 
-from engines.sim import SimServer
-from traces.io import read_trace, trace_files
+from agent_replay.engines.sim import SimServer
+from agent_replay.traces.io import read_trace, trace_files
 
 KEY = "sk-live-SECRET-7c1e0b5d"
 FLUSH_S = 0.3
@@ -24,7 +24,7 @@ FLUSH_S = 0.3
 
 async def _start(out: Path, upstream: str, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "replay", "record", "--upstream", upstream, "--listen",
+        sys.executable, "-m", "agent_replay", "record", "--upstream", upstream, "--listen",
         "127.0.0.1:0", "-o", str(out), "--flush-interval", str(FLUSH_S), *extra,
         stderr=asyncio.subprocess.PIPE)
     assert proc.stderr is not None
@@ -119,10 +119,10 @@ async def test_stop_during_a_periodic_flush_keeps_its_rows(tmp_path: Path,
 
     import aiohttp
 
-    from replay.record import Recorder
-    from replay.record.sink import PartWriter
+    from agent_replay.replay.record import Recorder
+    from agent_replay.replay.record.sink import PartWriter
+    from agent_replay.traces.io import read_trace
     from tests.record.upstream import Upstream
-    from traces.io import read_trace
 
     writing = threading.Event()
     original = PartWriter.write

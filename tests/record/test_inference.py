@@ -8,11 +8,11 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from replay.record.agents import MAIN, AgentTracker
-from replay.record.content import conversation
-from replay.record.replies import Reply
-from replay.record.sessions import SessionTracker
-from replay.record.wire import header_session
+from agent_replay.replay.record.agents import MAIN, AgentTracker
+from agent_replay.replay.record.content import conversation
+from agent_replay.replay.record.replies import Reply
+from agent_replay.replay.record.sessions import SessionTracker
+from agent_replay.replay.record.wire import header_session
 
 
 def user(t: str) -> dict[str, Any]:
@@ -153,10 +153,10 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
     passes validation."""
     import anthropic
 
-    from engines.sim import SimServer
-    from replay.record import Recorder
-    from traces.io import read_trace
-    from traces.validate import validate_or_raise
+    from agent_replay.engines.sim import SimServer
+    from agent_replay.replay.record import Recorder
+    from agent_replay.traces.io import read_trace
+    from agent_replay.traces.validate import validate_or_raise
 
     trace = tmp_path / "t"
     sess = {"X-Claude-Code-Session-Id": "cc-7"}

@@ -6,9 +6,9 @@ import aiohttp
 import orjson
 import pytest
 
-from replay.record import Recorder
+from agent_replay.replay.record import Recorder
+from agent_replay.traces.io import read_trace
 from tests.record.upstream import Upstream
-from traces.io import read_trace
 
 CASES = [
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],

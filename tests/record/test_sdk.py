@@ -9,9 +9,9 @@ from pathlib import Path
 import anthropic
 import openai
 
-from engines.sim import SimServer
-from replay.record import Recorder
-from traces.io import read_trace
+from agent_replay.engines.sim import SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.traces.io import read_trace
 
 KEY = "sk-test-DO-NOT-RECORD-4f9a2c"
 MODEL = "sim-fast"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.record.content import conversation
-from replay.record.replies import Reply
-from replay.record.sessions import SessionTracker
+from agent_replay.replay.record.content import conversation
+from agent_replay.replay.record.replies import Reply
+from agent_replay.replay.record.sessions import SessionTracker
 
 
 def user(t: str) -> dict[str, Any]:

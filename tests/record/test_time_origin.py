@@ -10,9 +10,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from replay.record import Recorder
-from traces.io import read_trace
-from traces.validate import validate_or_raise
+from agent_replay.replay.record import Recorder
+from agent_replay.traces.io import read_trace
+from agent_replay.traces.validate import validate_or_raise
 
 
 async def _slow_then_fast_upstream() -> tuple[web.AppRunner, str]:

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from aiohttp import web
 
-from replay.cli.cmd_traces import failed_line
-from replay.record import Recorder
-from replay.record.encodings import decode_body, decoders
-from traces.failed import drop_failed
-from traces.io import read_trace
+from agent_replay.replay.cli.cmd_traces import failed_line
+from agent_replay.replay.record import Recorder
+from agent_replay.replay.record.encodings import decode_body, decoders
+from agent_replay.traces.failed import drop_failed
+from agent_replay.traces.io import read_trace
 
 BODY = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
@@ -190,10 +190,10 @@ async def test_failed_recorded_requests_show_in_inspect_and_stay_out_of_replay(
     worker or two), or 5 with --include-failed."""
     import pyarrow.parquet as pq
 
-    from engines.sim import SimProcess, SimServer
-    from replay.cli import main
-    from replay.config import RunConfig
-    from replay.run import arun
+    from agent_replay.engines.sim import SimProcess, SimServer
+    from agent_replay.replay.cli import main
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
 
     trace = tmp_path / "t"
     msgs: list[dict] = [{"role": "user", "content": "start"}]

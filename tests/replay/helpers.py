@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from replay.clock import FakeClock
-from replay.outcome import RequestRecord
-from replay.plan import PlannedRequest
-from traces.io import write_trace
-from traces.schema import TraceMeta
+from agent_replay.replay.clock import FakeClock
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import PlannedRequest
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 
 MS = 1_000_000
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.sim import SimProcess
-from replay.affinity import (
+from agent_replay.engines.sim import SimProcess
+from agent_replay.errors import InputError
+from agent_replay.replay.affinity import (
     allowed_cpus,
     helper_thread,
     kept_affinity,
@@ -20,10 +21,9 @@ from replay.affinity import (
     pin_loop_thread,
     worker_cpus,
 )
-from replay.config import RunConfig
-from replay.run import run
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import run
 from tests.replay.helpers import MS, chain_rows, write_rows
-from traces.errors import InputError
 
 linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
 
@@ -116,7 +116,7 @@ def test_workers_run_on_their_cpus(tmp_path: Path, workers: int) -> None:
 def test_cli_refuses_more_workers_than_listed_cpus(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(4, 1, gap_ns=MS, output_tokens=2))
     with SimProcess("fast") as sim:
-        p = subprocess.run([sys.executable, "-m", "replay", "run", str(trace), "--target", sim.url,
+        p = subprocess.run([sys.executable, "-m", "agent_replay", "run", str(trace), "--target", sim.url,
                             "--workers", "2", "--cpus", str(allowed_cpus()[0]), "-o", str(tmp_path / "r"),
                             "--no-progress"], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert p.returncode != 0

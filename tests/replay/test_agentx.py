@@ -13,18 +13,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import engines.sim
-from analysis.runstats import accumulate
-from engines.sim import SimProcess
-from replay.agentx import IDLE_SKIP_NS, AgentXDriver
-from replay.clock import FakeClock
-from replay.config import RunConfig
-from replay.outcome import RequestRecord
-from replay.plan import PlanOptions, build_plan
-from replay.run import run
+import agent_replay.engines.sim
+from agent_replay.analysis.runstats import accumulate
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.agentx import IDLE_SKIP_NS, AgentXDriver
+from agent_replay.replay.clock import FakeClock
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import PlanOptions, build_plan
+from agent_replay.replay.run import run
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 from tests.replay.helpers import MS, FakeTransport
-from traces.io import write_trace
-from traces.schema import TraceMeta
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def tree_table(n_sessions: int = 8, think_ns: int = 30 * MS) -> pa.Table:
 def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     tmp = tmp_path_factory.mktemp("agentx")
     trace = write_trace(tree_table(), tmp / "trees.parquet", TraceMeta(block_size=16))
-    profile = json.loads((Path(engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
+    profile = json.loads((Path(agent_replay.engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
     profile.update(name="fast-short", max_model_len=150)  # the longest prompts (> 150) overflow
     (tmp / "short.json").write_text(json.dumps(profile))
     out: dict[str, Path] = {}
@@ -128,7 +128,7 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     meta = json.loads((sim_runs["overflow"] / "run.json").read_text())
     assert meta["valid"] is False and meta["agentx"]["context_overflows"] == len(over)
     assert meta["warnings"][0].startswith("INVALID run (AgentX rule)")
-    from replay.cli import main
+    from agent_replay.replay.cli import main
 
     assert main(["report", str(sim_runs["overflow"])]) == 0
     assert "INVALID run (AgentX rule)" in capsys.readouterr().out

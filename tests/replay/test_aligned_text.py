@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from engines.prompts import AlignedText
-from engines.sim import SimTokenizer
-from replay.textcal import CalibrationError, calibrate
+from agent_replay.engines.prompts import AlignedText
+from agent_replay.engines.sim import SimTokenizer
+from agent_replay.replay.textcal import CalibrationError, calibrate
 
 BS = 16
 
@@ -98,10 +98,10 @@ async def test_words_that_are_not_independent_fail_calibration() -> None:
 async def test_a_target_without_tokenize_fails_with_a_hint(tmp_path: Path) -> None:
     from aiohttp import web
 
-    from engines.sim import SimServer
-    from replay.config import RunConfig
-    from replay.run import arun
-    from traces.errors import AgentReplayError
+    from agent_replay.engines.sim import SimServer
+    from agent_replay.errors import AgentReplayError
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
 
     class NoTokenize(SimServer):
         async def handle_tokenize(self, request: web.Request) -> web.Response:
@@ -125,10 +125,10 @@ async def test_a_target_without_tokenize_replays_with_an_offline_tokenizer(tmp_p
     from aiohttp import web
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from engines.prompts import candidate_words
-    from engines.sim import SimServer
-    from replay.config import RunConfig
-    from replay.run import arun
+    from agent_replay.engines.prompts import candidate_words
+    from agent_replay.engines.sim import SimServer
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
 
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(candidate_words(400, 0))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.dialects import build_request, encode_body
-from replay.cli import main
-from replay.client import Prepared, Sender, make_session
-from replay.outcome import RequestRecord
+from agent_replay.engines.dialects import build_request, encode_body
+from agent_replay.replay.cli import main
+from agent_replay.replay.client import Prepared, Sender, make_session
+from agent_replay.replay.outcome import RequestRecord
 from tests.replay.fakeserver import FakeVllm, start
 from tests.replay.helpers import chain_rows, write_rows
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from replay.clock import FakeClock, MonotonicClock
+from agent_replay.replay.clock import FakeClock, MonotonicClock
 
 MS = 1_000_000
 

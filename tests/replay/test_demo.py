@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from replay.demo import demo, sample_trace, synthetic_trace
-from replay.plan import PlanOptions, build_plan
-from traces.io import read_trace
-from traces.validate import validate_or_raise
+from agent_replay.replay.demo import demo, sample_trace, synthetic_trace
+from agent_replay.replay.plan import PlanOptions, build_plan
+from agent_replay.traces.io import read_trace
+from agent_replay.traces.validate import validate_or_raise
 
 
 @pytest.mark.slow

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from replay.clock import FakeClock
-from replay.driver import Driver
-from replay.outcome import RequestRecord
-from replay.plan import PlanOptions, build_plan
+from agent_replay.replay.clock import FakeClock
+from agent_replay.replay.driver import Driver
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import PlanOptions, build_plan
 from tests.replay.helpers import MS, FakeTransport, chain_rows, trace_table
 
 T0 = 5_000 * MS

@@ -7,10 +7,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from replay.clock import FakeClock
-from replay.driver import Driver
-from replay.outcome import RequestRecord
-from replay.plan import PlanOptions, build_plan
+from agent_replay.replay.clock import FakeClock
+from agent_replay.replay.driver import Driver
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.plan import PlanOptions, build_plan
 from tests.replay.helpers import MS, FakeTransport, trace_table
 
 T0 = 5_000 * MS
@@ -87,8 +87,8 @@ def test_max_rate_respects_dependencies() -> None:
 
 
 def test_absolute_timing_sends_early_and_the_results_count_it() -> None:
-    from analysis.runstats import early_sends
-    from replay.results import records_to_table
+    from agent_replay.analysis.runstats import early_sends
+    from agent_replay.replay.results import records_to_table
 
     by, _ = replay(tree_rows(), mode="absolute", service={1: 300 * MS})
     for r in by.values():
@@ -104,7 +104,7 @@ def test_absolute_timing_sends_early_and_the_results_count_it() -> None:
             for d in row["depends_on"] if by[i].sent_ns < by[d].end_ns}  # type: ignore[operator]
     assert got == want == {1, 2, 3, 4}
     # and the report's fidelity row says 4, not 0
-    from analysis.runstats import accumulate
+    from agent_replay.analysis.runstats import accumulate
 
     assert accumulate([t]).finish().fidelity["sent_before_parent_end"] == 4
 

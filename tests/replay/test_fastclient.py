@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from analysis.fixtures import rows_to_table
-from analysis.metrics import request_metrics
-from engines.sim.server import SimServer
-from replay.client import EventStream, Prepared, Sender, make_session
-from replay.fastclient import ERROR_BODY, ConnectionClosed, FastSender, H1Connection
-from replay.http1 import ProtocolError
-from replay.outcome import RequestRecord
+from agent_replay.analysis.fixtures import rows_to_table
+from agent_replay.analysis.metrics import request_metrics
+from agent_replay.engines.sim.server import SimServer
+from agent_replay.replay.client import EventStream, Prepared, Sender, make_session
+from agent_replay.replay.fastclient import ERROR_BODY, ConnectionClosed, FastSender, H1Connection
+from agent_replay.replay.http1 import ProtocolError
+from agent_replay.replay.outcome import RequestRecord
 from tests.replay.fakeserver import FakeVllm, start
 from tests.replay.rawserver import (
     LAST_CHUNK,
@@ -61,7 +61,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         reads[0] += 1
         return reads[0]
 
-    monkeypatch.setattr("replay.fastclient.time", types.SimpleNamespace(monotonic_ns=monotonic_ns))
+    monkeypatch.setattr("agent_replay.replay.fastclient.time", types.SimpleNamespace(monotonic_ns=monotonic_ns))
     return reads
 
 

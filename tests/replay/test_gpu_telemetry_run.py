@@ -11,16 +11,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.results_schema import GPU_TELEMETRY_SCHEMA
-from engines.sim import SimProcess
-from engines.telemetry.source import nvml_unavailable
-from replay.cli import build_parser
-from replay.cli.cmd_run import config_from_args
-from replay.config import RunConfig
-from replay.run import run
+from agent_replay.engines.sim import SimProcess
+from agent_replay.engines.telemetry.source import nvml_unavailable
+from agent_replay.errors import InputError
+from agent_replay.replay.cli import build_parser
+from agent_replay.replay.cli.cmd_run import config_from_args
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import run
+from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 from tests.engines.dcgm_page import DcgmPage
 from tests.replay.helpers import MS, chain_rows, write_rows
-from traces.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,8 @@ def test_cli_options() -> None:
 
 
 def test_which_gpus_a_run_samples(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engines.telemetry import Source
-    from replay.run import gpu_source
+    from agent_replay.engines.telemetry import Source
+    from agent_replay.replay.run import gpu_source
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     remote = RunConfig(trace="t", target="http://10.9.9.9:8000")
@@ -137,9 +137,9 @@ def test_a_local_servers_cuda_visible_devices_picks_its_gpus(tmp_path: Path) -> 
     import sys
     import time
 
-    from engines.telemetry import Source
-    from engines.telemetry.source import server_visible_devices
-    from replay.run import gpu_source
+    from agent_replay.engines.telemetry import Source
+    from agent_replay.engines.telemetry.source import server_visible_devices
+    from agent_replay.replay.run import gpu_source
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

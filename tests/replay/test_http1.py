@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay.http1 import (
+from agent_replay.replay.http1 import (
     MAX_HEAD,
     ChunkedDecoder,
     HeadReader,

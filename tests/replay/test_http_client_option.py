@@ -10,13 +10,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProcess
-from replay.cli import build_parser
-from replay.cli.cmd_run import config_from_args
-from replay.config import RunConfig
-from replay.run import run
+from agent_replay.engines.sim import SimProcess
+from agent_replay.errors import InputError
+from agent_replay.replay.cli import build_parser
+from agent_replay.replay.cli.cmd_run import config_from_args
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import run
 from tests.replay.helpers import MS, chain_rows, write_rows
-from traces.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 
-from analysis.render import to_text
-from analysis.report import build_report
-from engines.dialects import API_PATHS, build_request, encode_body
-from replay.client import Prepared, Sender, make_session
-from replay.config import RunConfig
-from replay.fastclient import FastSender
-from replay.outcome import RequestRecord
-from replay.run import arun
-from replay.summary import render_summary
+from agent_replay.analysis.render import to_text
+from agent_replay.analysis.report import build_report
+from agent_replay.engines.dialects import API_PATHS, build_request, encode_body
+from agent_replay.replay.client import Prepared, Sender, make_session
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.run import arun
+from agent_replay.replay.summary import render_summary
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 VLLM_FIELDS = ("ignore_eos", "min_tokens", "return_token_ids")
@@ -249,8 +249,8 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
 
 
 def test_part_files_feed_inexact_rows_to_the_live_stats(tmp_path: Path) -> None:
-    from analysis.live import LiveStats, PartsFeed
-    from replay.results import ResultWriter
+    from agent_replay.analysis.live import LiveStats, PartsFeed
+    from agent_replay.replay.results import ResultWriter
 
     w = ResultWriter(tmp_path, t0_ns=1_000)
     for i, kind in enumerate(("inexact", None)):

@@ -32,7 +32,7 @@ def test_sigint_keeps_partial_results(tmp_path: Path) -> None:
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
-        run = subprocess.Popen([sys.executable, "-m", "replay", "run", str(trace), "--target", url,
+        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target", url,
                                 "-o", str(out), "--no-progress"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60

@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from engines.kstamp import realtime_offset_ns
-from replay.fastclient import FastSender
-from replay.outcome import RequestRecord
+from agent_replay.engines.kstamp import realtime_offset_ns
+from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.outcome import RequestRecord
 from tests.replay.rawserver import LAST_CHUNK, SSE_HEAD, RawServer, chunk, chunked_response, events
 from tests.replay.test_client_errors import prep, rec
 
@@ -154,8 +154,8 @@ async def test_kernel_transport_keep_alive_close_stall_and_refused(raw: list[Raw
 
 
 def test_kernel_timestamps_need_the_fast_client() -> None:
-    from replay.config import RunConfig
-    from traces.errors import InputError
+    from agent_replay.errors import InputError
+    from agent_replay.replay.config import RunConfig
 
     with pytest.raises(InputError, match="--timestamps kernel needs the fast client"):
         RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="kernel",

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from replay.messages import ActorPoll, Progress
-from replay.run import _Progress
+from agent_replay.replay.messages import ActorPoll, Progress
+from agent_replay.replay.run import _Progress
 
 
 def _progress(shard: int, **kw: object) -> Progress:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import replay.run as run_mod
-from replay.cli import main
-from replay.run import RunSummary
+import agent_replay.replay.run as run_mod
+from agent_replay.replay.cli import main
+from agent_replay.replay.run import RunSummary
 from tests.replay.helpers import chain_rows, write_rows
 
 

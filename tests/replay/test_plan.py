@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from replay.plan import PlanOptions, build_plan
+from agent_replay.errors import InputError
+from agent_replay.replay.plan import PlanOptions, build_plan
 from tests.replay.helpers import MS, chain_rows, trace_table
-from traces.errors import InputError
 
 
 def test_implied_cached_follows_shared_prefix_blocks():

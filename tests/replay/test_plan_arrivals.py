@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replay.plan import PlanOptions, arrival_offsets, build_plan, concurrent_starts
+from agent_replay.errors import InputError
+from agent_replay.replay.plan import PlanOptions, arrival_offsets, build_plan, concurrent_starts
 from tests.replay.helpers import MS, chain_rows, trace_table
-from traces.errors import InputError
 
 
 def test_constant_and_poisson_offsets() -> None:
@@ -57,8 +57,8 @@ def test_run_with_a_constant_rate_sends_roots_on_the_grid(tmp_path) -> None:  # 
 
     import pyarrow.parquet as pq
 
-    from engines.sim import SimProcess
-    from replay.cli import main
+    from agent_replay.engines.sim import SimProcess
+    from agent_replay.replay.cli import main
     from tests.replay.helpers import write_rows
 
     trace = write_rows(tmp_path / "t.parquet", chain_rows(5, 2, output_tokens=4))

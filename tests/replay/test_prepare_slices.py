@@ -7,9 +7,9 @@ import asyncio
 
 import orjson
 
-from engines.prompts import TokenPrompts
-from replay.plan import PlannedRequest
-from replay.prepare import Preparer
+from agent_replay.engines.prompts import TokenPrompts
+from agent_replay.replay.plan import PlannedRequest
+from agent_replay.replay.prepare import Preparer
 
 
 def request(tokens: int, clone: int = 0) -> PlannedRequest:

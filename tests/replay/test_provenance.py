@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from replay import __version__
-from replay.provenance import CHECKOUT, code_version
+from agent_replay import __version__
+from agent_replay.replay.provenance import CHECKOUT, code_version
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (CHECKOUT / ".git").exists(),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.selfmon import QuietRuntime, stall_distribution
+from agent_replay.replay.selfmon import QuietRuntime, stall_distribution
 
 MS = 1_000_000
 
@@ -75,7 +75,7 @@ def test_quiet_runtime_disables_gc_and_restores_settings() -> None:
 
 _FDSIZE = r"""
 import json, resource, sys, threading
-from replay.selfmon import reserve_fds
+from agent_replay.replay.selfmon import reserve_fds
 
 def fdsize():
     return int(next(l for l in open("/proc/self/status") if l.startswith("FDSize:")).split()[1])

@@ -25,12 +25,12 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from engines.sim import SimProcess, SimProfile  # noqa: E402
-from replay.config import RunConfig  # noqa: E402
-from replay.plan import PlanOptions, build_plan  # noqa: E402
-from replay.run import run  # noqa: E402
-from traces.io import read_trace, write_trace  # noqa: E402
-from traces.schema import TraceMeta  # noqa: E402
+from agent_replay.engines.sim import SimProcess, SimProfile  # noqa: E402
+from agent_replay.replay.config import RunConfig  # noqa: E402
+from agent_replay.replay.plan import PlanOptions, build_plan  # noqa: E402
+from agent_replay.replay.run import run  # noqa: E402
+from agent_replay.traces.io import read_trace, write_trace  # noqa: E402
+from agent_replay.traces.schema import TraceMeta  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 MS = 1_000_000
@@ -197,8 +197,8 @@ def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Pa
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The Ray pool's merged live statistics reach the dashboard (complete snapshots: the
     dashboard is not asked to read the part files)."""
-    import analysis.dashboard
-    from analysis.live import LiveStats
+    import agent_replay.analysis.dashboard
+    from agent_replay.analysis.live import LiveStats
 
     updates: list[bytes] = []
 
@@ -219,7 +219,7 @@ def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Pa
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(analysis.dashboard, "DashboardProcess", Recorder)
+    monkeypatch.setattr(agent_replay.analysis.dashboard, "DashboardProcess", Recorder)
     trace = _trace(tmp_path / "t.parquet", sessions=4, per_session=3, output_tokens=20, think_ms=50)
     s = run(RunConfig(trace=trace, target=sim.url, output=str(tmp_path / "dash"), progress=True,
                       scrape_interval_s=0.0, salt=5, ray="auto"), progress=lambda line: None)

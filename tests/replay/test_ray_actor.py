@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.live import LiveStats
-from engines.sim import SimProcess
-from replay.config import RunConfig
-from replay.distributed.actor import ShardActor
-from replay.messages import ActorPoll
-from traces.io import write_trace
-from traces.schema import TraceMeta
+from agent_replay.analysis.live import LiveStats
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.distributed.actor import ShardActor
+from agent_replay.replay.messages import ActorPoll
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 
 MS = 1_000_000
 

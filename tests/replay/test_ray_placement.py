@@ -7,10 +7,17 @@ import sys
 
 import pytest
 
-from replay.distributed import ActorSpec, NodeInfo, import_ray, lost_sessions, place, rebase_t0
-from replay.distributed.placement import alive_nodes
-from replay.plan import Plan, PlannedRequest, PlannedSession
-from traces.errors import InputError
+from agent_replay.errors import InputError
+from agent_replay.replay.distributed import (
+    ActorSpec,
+    NodeInfo,
+    import_ray,
+    lost_sessions,
+    place,
+    rebase_t0,
+)
+from agent_replay.replay.distributed.placement import alive_nodes
+from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession
 
 
 def test_place_deals_shards_round_robin_and_caps_cpus() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from replay.outcome import RequestRecord
-from replay.results import ResultWriter
+from agent_replay.replay.outcome import RequestRecord
+from agent_replay.replay.results import ResultWriter
 
 
 def _rec(i: int, t0: int) -> RequestRecord:

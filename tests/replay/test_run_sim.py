@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from engines.sim import SimProcess
-from replay.config import RunConfig
-from replay.provenance import code_version
-from replay.run import run
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.provenance import code_version
+from agent_replay.replay.run import run
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 
@@ -104,8 +104,8 @@ def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
 
 def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import analysis.dashboard as dashboard
-    from analysis.live import LiveStats, PartsFeed
+    import agent_replay.analysis.dashboard as dashboard
+    from agent_replay.analysis.live import LiveStats, PartsFeed
 
     seen: list[dict[str, float]] = []
     folders: list[str | None] = []
@@ -146,7 +146,7 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # With the run's scraper on, the server is scraped once per interval, by the scraper;
     # the dashboard gets the gauges of each scrape through shared memory.
-    import analysis.dashboard as dashboard
+    import agent_replay.analysis.dashboard as dashboard
 
     shared: list[dashboard.SharedGauges] = []
     at_stop: list[tuple[int, dict[str, float]]] = []

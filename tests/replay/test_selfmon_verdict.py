@@ -3,8 +3,8 @@ policy itself is ``analysis.selfcheck``; tests/analysis/test_selfcheck.py)."""
 
 from __future__ import annotations
 
-from analysis.selfcheck import Machine
-from replay.selfmon import pct, verdict
+from agent_replay.analysis.selfcheck import Machine
+from agent_replay.replay.selfmon import pct, verdict
 
 MS = 1_000_000
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from replay.client import SendGate
+from agent_replay.replay.client import SendGate
 
 
 @pytest.mark.parametrize("per_iteration", [1, 3])

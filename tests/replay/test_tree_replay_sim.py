@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import engines.sim
-from engines.sim import SimProcess
-from replay.config import RunConfig
-from replay.run import run
-from traces.importers import import_paths
-from traces.io import write_trace
+import agent_replay.engines.sim
+from agent_replay.engines.sim import SimProcess
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.run import run
+from agent_replay.traces.importers import import_paths
+from agent_replay.traces.io import write_trace
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 
@@ -34,7 +34,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
         pytest.skip(f"real traces not available: {SHARED_DATA} does not exist")
     tmp = tmp_path_factory.mktemp("trees")
     out: dict[str, dict[str, list[Any]]] = {}
-    profile = json.loads((Path(engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
+    profile = json.loads((Path(agent_replay.engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
     profile.update(name="fast-long", max_model_len=262_144)  # prompts of trace_0291 reach 101k
     (tmp / "fast-long.json").write_text(json.dumps(profile))
     with SimProcess(tmp / "fast-long.json") as sim:

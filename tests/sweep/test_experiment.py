@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.sweep.experiment import load_experiment
-from replay.sweep.runner import schedule
-from traces.errors import InputError
+from agent_replay.errors import InputError
+from agent_replay.replay.sweep.experiment import load_experiment
+from agent_replay.replay.sweep.runner import schedule
 
 BASE = """
 trace = "t.parquet"

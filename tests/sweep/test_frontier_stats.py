@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis.frontier import pareto_mask, points, to_markdown
-from analysis.replicates import mean_ci, paired_ci, t975, verdict
+from agent_replay.analysis.frontier import pareto_mask, points, to_markdown
+from agent_replay.analysis.replicates import mean_ci, paired_ci, t975, verdict
 
 
 def test_pareto_mask_is_exactly_the_non_dominated_points() -> None:
@@ -80,8 +80,8 @@ def test_build_writes_tables_and_plots_and_skips_plots_without_matplotlib(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     import sys
 
-    from analysis.frontier import build
-    from replay.sweep.index import write_index
+    from agent_replay.analysis.frontier import build
+    from agent_replay.replay.sweep.index import write_index
 
     rows = []
     for r in range(2):
@@ -103,9 +103,9 @@ def test_build_writes_tables_and_plots_and_skips_plots_without_matplotlib(
 def test_energy_column_with_interval_and_second_axis(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
-    from analysis.frontier import build
-    from analysis.points import POINT_FIELDS
-    from replay.sweep.index import read_index, write_index
+    from agent_replay.analysis.frontier import build
+    from agent_replay.analysis.points import POINT_FIELDS
+    from agent_replay.replay.sweep.index import read_index, write_index
 
     assert {"j_per_output_token", "output_tokens_per_s_per_kw"} <= {k for k, _ in POINT_FIELDS}
     energy = {1: (0.30, 0.34, 0.32), 4: (0.20, 0.22, 0.24)}  # J per output token, 3 repeats

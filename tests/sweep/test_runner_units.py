@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis.fixtures import synthetic_batches, write_results
-from replay.sweep.capacity import Probe, _next, _state, meets, parse_slo
-from replay.sweep.experiment import Target, Warmup, experiment_from_dict
-from replay.sweep.runner import _outcome, run_config, steady
-from traces.errors import InputError
+from agent_replay.analysis.fixtures import synthetic_batches, write_results
+from agent_replay.errors import InputError
+from agent_replay.replay.sweep.capacity import Probe, _next, _state, meets, parse_slo
+from agent_replay.replay.sweep.experiment import Target, Warmup, experiment_from_dict
+from agent_replay.replay.sweep.runner import _outcome, run_config, steady
 
 
 def test_steady_needs_two_close_bursts() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.frontier import build
-from replay.cli import main
-from replay.sweep import load_experiment, run_capacity, run_sweep
+from agent_replay.analysis.frontier import build
+from agent_replay.replay.cli import main
+from agent_replay.replay.sweep import load_experiment, run_capacity, run_sweep
 from tests.replay.helpers import chain_rows, write_rows
 
 pytestmark = pytest.mark.slow

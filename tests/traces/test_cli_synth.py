@@ -6,12 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replay.cli import main
-from traces.io import read_trace
-from traces.samples import make_samples
-from traces.stats import prefix_reuse
-from traces.synth import SynthConfig, SynthModel, fit, synthesize
-from traces.validate import validate
+from agent_replay.replay.cli import main
+from agent_replay.traces.io import read_trace
+from agent_replay.traces.samples import make_samples
+from agent_replay.traces.stats import prefix_reuse
+from agent_replay.traces.synth import SynthConfig, SynthModel, fit, synthesize
+from agent_replay.traces.validate import validate
 
 SAMPLES = Path(make_samples.__file__).resolve().parent
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from traces.errors import InputError, TraceError
-from traces.importers import ImportOptions, detect, import_paths
-from traces.importers.mooncake import infer_sessions
-from traces.stats import implied_cached_tokens, prefix_reuse
+from agent_replay.errors import InputError, TraceError
+from agent_replay.traces.importers import ImportOptions, detect, import_paths
+from agent_replay.traces.importers.mooncake import infer_sessions
+from agent_replay.traces.stats import implied_cached_tokens, prefix_reuse
 
 
 def write(path: Path, text: str) -> Path:
@@ -346,7 +346,7 @@ def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
 
 
 def test_claude_code_stream_start_estimate_by_hand() -> None:
-    from traces.importers.claude_code import estimate_output
+    from agent_replay.traces.importers.claude_code import estimate_output
 
     class Tok:  # counts words: a stand-in for a tokenizers.Tokenizer
         def encode(self, text: str, add_special_tokens: bool = False) -> Any:

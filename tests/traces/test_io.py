@@ -6,7 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from traces import (
+from agent_replay.errors import OutputExistsError
+from agent_replay.traces import (
     SCHEMA_VERSION,
     TraceError,
     TraceMeta,
@@ -15,8 +16,7 @@ from traces import (
     read_trace,
     write_trace,
 )
-from traces.errors import OutputExistsError
-from traces.schema import METADATA_KEY
+from agent_replay.traces.schema import METADATA_KEY
 
 
 def small_table(n: int = 5) -> pa.Table:

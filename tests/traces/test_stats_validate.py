@@ -4,11 +4,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from traces.errors import TraceError
-from traces.io import conform
-from traces.schema import TraceMeta
-from traces.stats import implied_cached_tokens, matched_blocks, prefix_reuse, summarize
-from traces.validate import validate, validate_or_raise
+from agent_replay.errors import TraceError
+from agent_replay.traces.io import conform
+from agent_replay.traces.schema import TraceMeta
+from agent_replay.traces.stats import implied_cached_tokens, matched_blocks, prefix_reuse, summarize
+from agent_replay.traces.validate import validate, validate_or_raise
 
 
 def table(**cols: list[object]) -> pa.Table:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.io import conform, read_trace, write_trace
-from traces.schema import METADATA_KEY, TraceMeta
-from traces.tree import derive_depends_on, think_after, tree_columns
-from traces.validate import validate
+from agent_replay.traces.io import conform, read_trace, write_trace
+from agent_replay.traces.schema import METADATA_KEY, TraceMeta
+from agent_replay.traces.tree import derive_depends_on, think_after, tree_columns
+from agent_replay.traces.validate import validate
 
 
 def v2(agent: list[str | None], deps: list[list[int] | None], **cols: list[object]) -> pa.Table:

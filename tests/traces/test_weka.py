@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from replay.cli import main
-from traces.importers import import_paths
-from traces.io import read_trace
+from agent_replay.replay.cli import main
+from agent_replay.traces.importers import import_paths
+from agent_replay.traces.io import read_trace
 
 BS = 64
 
@@ -227,8 +227,8 @@ def test_bad_subagent_structures_name_file_trace_and_request(
 def test_convert_any_trace_to_weka_and_back(tmp_path: Path) -> None:
     # a synthetic v1 trace (chains, hash ids from 0): the export says its convention and
     # renumbers ids from 1, and the re-import keeps the tree and the prefix sharing
-    from traces.samples import make_samples
-    from traces.stats import matched_blocks
+    from agent_replay.traces.samples import make_samples
+    from agent_replay.traces.stats import matched_blocks
 
     src = Path(make_samples.__file__).resolve().parent / "agent-small.parquet"
     back = tmp_path / "s.jsonl"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.vllm.launcher import VllmServer
-from engines.vllm.profiles import build
-from engines.vllm.tiny_model import make_tiny_model
+from agent_replay.engines.vllm.launcher import VllmServer
+from agent_replay.engines.vllm.profiles import build
+from agent_replay.engines.vllm.tiny_model import make_tiny_model
 from tests.vllm._env import vllm_python_or_skip
 
 SERVED_NAME = "tiny"

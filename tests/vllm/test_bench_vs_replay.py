@@ -22,8 +22,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.server_metrics import summarize
-from engines.vllm.launcher import VllmServer
+from agent_replay.analysis.server_metrics import summarize
+from agent_replay.engines.vllm.launcher import VllmServer
 from tests.vllm.conftest import SERVED_NAME, start_server
 
 # timing: the TPOT comparison is a real-clock accuracy test; the whole module goes with it,
@@ -72,7 +72,7 @@ def server_tpot_ms(before: tuple[float, float], after: tuple[float, float]) -> f
 def record_bench_prompts(server: VllmServer, vllm_python: str, tiny_model: Path,
                          tmp: Path) -> Path:
     """vllm bench serve through our recorder: a trace holding its exact request bodies."""
-    from replay.record import Recorder
+    from agent_replay.replay.record import Recorder
 
     trace = tmp / "bench-trace"
 
@@ -94,7 +94,7 @@ def _median(xs: list[float]) -> float:
 def run_ours(server: VllmServer, trace: Path, tmp: Path) -> dict[str, float]:
     out = tmp / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "replay", "run", str(trace), "--target", server.url,
+        [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", server.url,
          "--output", str(out), "--model", SERVED_NAME, "--no-progress",
          "--timing", "max-rate", "--concurrency", "1",  # as bench's --max-concurrency 1
          # first and last scrape only: vllm bench does not scrape, and on 2 cores every

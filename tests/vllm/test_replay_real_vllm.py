@@ -11,11 +11,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.metrics import request_metrics
-from analysis.server_metrics import summarize
-from engines.vllm.launcher import VllmServer
+from agent_replay.analysis.metrics import request_metrics
+from agent_replay.analysis.server_metrics import summarize
+from agent_replay.engines.vllm.launcher import VllmServer
+from agent_replay.traces.io import read_trace
 from tests.vllm.conftest import SERVED_NAME, start_server
-from traces.io import read_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
 def replayed(server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("results") / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "replay", "run", str(TRACE), "--target", server.url,
+        [sys.executable, "-m", "agent_replay", "run", str(TRACE), "--target", server.url,
          "--output", str(out), "--model", SERVED_NAME, "--speedup", "2", "--salt", "7",
          "--scrape-interval", "0.5", "--no-progress", "--loop", "asyncio"],
         capture_output=True, text=True, timeout=600, check=False)
@@ -165,7 +165,7 @@ async def _sdk_traffic(base: str, seen: list[tuple[str, int, int]]) -> None:
 async def test_recorder_in_front_of_real_vllm(server: VllmServer, tmp_path: Path) -> None:
     """The official SDKs through `agent-replay record` to the real vLLM: they work as usual,
     and each request becomes a trace row with the server's usage and its stream timing."""
-    from replay.record import Recorder
+    from agent_replay.replay.record import Recorder
 
     seen: list[tuple[str, int, int]] = []
     async with Recorder(server.url, "127.0.0.1:0", tmp_path / "trace",

@@ -14,8 +14,8 @@ from types import ModuleType
 
 import pyarrow as pa
 
-from traces.errors import InputError, TraceError
-from traces.importers import (
+from agent_replay.errors import InputError, TraceError
+from agent_replay.traces.importers import (
     azure,
     burstgpt,
     claude_code,
@@ -26,8 +26,8 @@ from traces.importers import (
     tracelab,
     weka,
 )
-from traces.importers._common import ImportOptions, ImportResult, head_bytes
-from traces.validate import validate_or_raise
+from agent_replay.traces.importers._common import ImportOptions, ImportResult, head_bytes
+from agent_replay.traces.validate import validate_or_raise
 
 # Order matters: the first module whose sniff() accepts a file wins.
 _MODULES: tuple[ModuleType, ...] = (weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from traces.errors import TraceError
-from traces.schema import TraceMeta
+from agent_replay.errors import TraceError
+from agent_replay.traces.schema import TraceMeta
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def agent_log_result(reqs: list[Any], paths: list[Path], block_size: int, name: 
                      notes: list[str]) -> ImportResult:
     """The result of an agent-log importer (Claude Code, Codex, TraceLab): the table built
     from its requests, with metadata naming the files it came from."""
-    from traces.builder import build_table
+    from agent_replay.traces.builder import build_table
 
     table, start = build_table(reqs)
     meta = TraceMeta(block_size=block_size, source=f"imported:{name}", start_wall_ns=start,

@@ -10,10 +10,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from traces.builder import concat
-from traces.importers._common import ImportOptions, ImportResult, fail, parse_iso_ns, read_csv
-from traces.io import conform
-from traces.schema import TraceMeta
+from agent_replay.traces.builder import concat
+from agent_replay.traces.importers._common import (
+    ImportOptions,
+    ImportResult,
+    fail,
+    parse_iso_ns,
+    read_csv,
+)
+from agent_replay.traces.io import conform
+from agent_replay.traces.schema import TraceMeta
 
 NAME = "azure"
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")

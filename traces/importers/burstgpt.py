@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traces.builder import Request, build_table, concat
-from traces.importers._common import ImportOptions, ImportResult, fail, read_csv
-from traces.schema import TraceMeta
+from agent_replay.traces.builder import Request, build_table, concat
+from agent_replay.traces.importers._common import ImportOptions, ImportResult, fail, read_csv
+from agent_replay.traces.schema import TraceMeta
 
 NAME = "burstgpt"
 REQUIRED = ("Timestamp", "Request tokens", "Response tokens")

@@ -43,8 +43,8 @@ from typing import Any
 
 import orjson
 
-from traces.builder import Request, link_to_parent
-from traces.importers._common import (
+from agent_replay.traces.builder import Request, link_to_parent
+from agent_replay.traces.importers._common import (
     ImportOptions,
     ImportResult,
     agent_log_result,
@@ -299,7 +299,7 @@ def _load_file(path: Path, bs: int, tokenizer: Any = None) -> list[Request]:
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
-    from traces.importers.lmcache import _tokenizer
+    from agent_replay.traces.importers.lmcache import _tokenizer
 
     bs = opts.block_size or BLOCK_SIZE
     tok = _tokenizer(opts.tokenizer)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traces.builder import Request, link_to_parent
-from traces.importers._common import (
+from agent_replay.traces.builder import Request, link_to_parent
+from agent_replay.traces.importers._common import (
     ImportOptions,
     ImportResult,
     agent_log_result,

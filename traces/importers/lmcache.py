@@ -32,10 +32,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from traces.builder import Request, build_table
-from traces.errors import InputError
-from traces.hashing import hash_bytes, hash_tokens
-from traces.importers._common import (
+from agent_replay.errors import InputError
+from agent_replay.traces.builder import Request, build_table
+from agent_replay.traces.hashing import hash_bytes, hash_tokens
+from agent_replay.traces.importers._common import (
     ImportOptions,
     ImportResult,
     fail,
@@ -43,7 +43,7 @@ from traces.importers._common import (
     get_int,
     read_jsonl,
 )
-from traces.schema import TraceMeta
+from agent_replay.traces.schema import TraceMeta
 
 NAME = "lmcache"
 BLOCK_SIZE = 16

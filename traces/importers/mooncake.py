@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from traces.builder import concat
-from traces.importers._common import (
+from agent_replay.traces.builder import concat
+from agent_replay.traces.importers._common import (
     ImportOptions,
     ImportResult,
     fail,
@@ -36,8 +36,8 @@ from traces.importers._common import (
     get_int,
     read_jsonl,
 )
-from traces.io import conform
-from traces.schema import TraceMeta
+from agent_replay.traces.io import conform
+from agent_replay.traces.schema import TraceMeta
 
 NAME = "mooncake"
 BLOCK_SIZE = 512

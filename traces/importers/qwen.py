@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traces.builder import Request, build_table
-from traces.importers._common import (
+from agent_replay.traces.builder import Request, build_table
+from agent_replay.traces.importers._common import (
     ImportOptions,
     ImportResult,
     fail,
@@ -21,7 +21,7 @@ from traces.importers._common import (
     get_num,
     read_jsonl,
 )
-from traces.schema import TraceMeta
+from agent_replay.traces.schema import TraceMeta
 
 NAME = "qwen"
 BLOCK_SIZE = 16

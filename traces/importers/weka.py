@@ -38,11 +38,11 @@ from typing import Any
 
 import orjson
 
-from traces.builder import Request, build_table
-from traces.errors import TraceError
-from traces.importers._common import ImportOptions, ImportResult, first_json_object
-from traces.schema import TraceMeta
-from traces.tree import MAIN, derive_depends_on, think_after
+from agent_replay.errors import TraceError
+from agent_replay.traces.builder import Request, build_table
+from agent_replay.traces.importers._common import ImportOptions, ImportResult, first_json_object
+from agent_replay.traces.schema import TraceMeta
+from agent_replay.traces.tree import MAIN, derive_depends_on, think_after
 
 NAME = "weka"
 BLOCK_SIZE = 64

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traces.io import write_trace
-from traces.synth import Dist, SynthConfig, SynthModel, synthesize
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.synth import Dist, SynthConfig, SynthModel, synthesize
 
 HERE = Path(__file__).resolve().parent
 
