@@ -139,24 +139,23 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
     except Exception as exc:
         q.put(("off", f"{type(exc).__name__}: {exc}"))
         return
-    from agent_replay.engines.telemetry.sampler import Sampler
+    # Everything the sampling needs is imported before "ready": the first read follows it at
+    # once, well before the run's t0 (chosen after this).
+    import pyarrow.parquet as pq
 
-    # The first read follows at once, well before the run's t0 (chosen after this).
+    from agent_replay.engines.telemetry.gauges import aggregate
+    from agent_replay.engines.telemetry.sampler import Sampler
+    from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
+
     q.put(("ready", [asdict(i) for i in infos]))
     on_sample = None
     if gauges is not None:
-        from agent_replay.engines.telemetry.gauges import aggregate
-
         energy0: list[float | None] = [None]
 
         def on_sample(t_ns: int, rows: list[Any]) -> None:
             if energy0[0] is None and rows and all(r[9] is not None for r in rows):
                 energy0[0] = float(sum(r[9] for r in rows))
             gauges.write(aggregate(rows, energy0[0]))
-
-    import pyarrow.parquet as pq
-
-    from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
     dest = None if out is None else Path(out)
     tmp = None if dest is None else dest.with_name(f".{dest.name}.tmp")
