@@ -19,9 +19,11 @@ if [ "${AGENT_REPLAY_VLLM_PYTHON:-}" != skip ] && [ -z "${AGENT_REPLAY_VLLM_PYTH
     export AGENT_REPLAY_VLLM_PYTHON
 fi
 [ "${AGENT_REPLAY_VLLM_PYTHON:-}" = skip ] && unset AGENT_REPLAY_VLLM_PYTHON
-# Two steps, both must pass: the suite, then the real-clock accuracy tests (marked timing) on
-# their own, so their bounds are not measured while the rest of the suite loads the machine.
-# pytest's exit code 5 (nothing selected, e.g. a path without timing tests) is not a failure.
+# Two steps, both must pass. First the suite, spread over AGENT_REPLAY_TEST_WORKERS pytest
+# processes (default 2; a module's tests stay in one process, with its fixtures); then, on
+# their own so that nothing else loads the machine, the real-clock accuracy tests (marked
+# timing) and the tests against a real vLLM (marked vllm).
+# pytest's exit code 5 (nothing selected, e.g. a path without such tests) is not a failure.
 # A -m of the caller's own replaces the step's (pytest keeps the last -m).
 step() {
     local rc=0
@@ -29,5 +31,5 @@ step() {
     [ "$rc" -eq 5 ] && rc=0
     return "$rc"
 }
-step -m "not timing" "$@"
-step -m timing "$@"
+step -m "not timing and not vllm" -n "${AGENT_REPLAY_TEST_WORKERS:-2}" --dist loadfile "$@"
+step -m "timing or vllm" "$@"

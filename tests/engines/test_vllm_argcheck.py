@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agent_replay.engines.vllm.argcheck import require_valid, run_probe
@@ -9,13 +11,13 @@ from agent_replay.engines.vllm.profiles import PROFILES, build
 from agent_replay.errors import InputError
 from tests.vllm._env import vllm_python_or_skip
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 SHAPES = [(1, 1), (8, 1), (8, 2), (16, 1), (16, 2)]
 
 
-def test_every_profile_and_shape_is_accepted() -> None:
-    python = vllm_python_or_skip()
+def _shapes() -> list[tuple[Any, Any]]:
+    """(deployment, vllm serve command) for every profile and shape, and a few variants."""
     deployments = [build(name, model="deepseek-ai/DeepSeek-V3", gpus=g, nodes=n)
                    for name in PROFILES for g, n in SHAPES
                    if g >= PROFILES[name].min_gpus]
@@ -28,14 +30,32 @@ def test_every_profile_and_shape_is_accepted() -> None:
               sets=[("all2all_backend", "deepep_high_throughput"),
                     ("num_redundant_experts", "32")]),
     ]
-    serve = [(d, c) for d in deployments + variants for c in d.commands if c.is_vllm_serve]
-    # One probe for all of them: building vLLM's parser takes seconds.
-    res = run_probe(python, [c.serve_args for _, c in serve],
-                    sorted({k for _, c in serve for k, _ in c.env}))
+    return [(d, c) for d in deployments + variants for c in d.commands if c.is_vllm_serve]
+
+
+BAD = {
+    "backend": build("wide-ep", model="m", gpus=8, sets=[("all2all_backend", "carrier-pigeon")]),
+    "spec": build("dedicated-decode", model="m", gpus=1,
+                  sets=[("speculative-config", '{"method":"mtp","bogus_key":1}')]),
+    "ok": build("dedicated-decode", model="m", gpus=1, sets=[("spec_tokens", "2")]),
+}
+
+
+@pytest.fixture(scope="module")
+def probed() -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
+    """One probe for every command of this module: building vLLM's parser takes seconds."""
+    python = vllm_python_or_skip()
+    serve = _shapes()
+    args = [c.serve_args for _, c in serve] + [d.commands[0].serve_args for d in BAD.values()]
+    return serve, run_probe(python, args, sorted({k for _, c in serve for k, _ in c.env}))
+
+
+def test_every_profile_and_shape_is_accepted(probed: tuple[list[tuple[Any, Any]], dict[str, Any]]) -> None:
+    serve, res = probed
     results = res["results"]
-    assert isinstance(results, list) and len(results) == len(serve)
+    assert isinstance(results, list) and len(results) == len(serve) + len(BAD)
     bad = [(d.profile, d.gpus, d.nodes, c.name, r["error"])
-           for (d, c), r in zip(serve, results, strict=True) if not r["ok"]]
+           for (d, c), r in zip(serve, results[:len(serve)], strict=True) if not r["ok"]]
     assert bad == []
     assert res["unknown_env"] == []  # VLLM_NIXL_SIDE_CHANNEL_PORT is a real vLLM env
 
@@ -47,17 +67,9 @@ def test_unknown_flag_and_bad_values_name_the_version() -> None:
         require_valid(d, python)
 
 
-def test_bad_values_and_spec_keys_are_rejected() -> None:
-    python = vllm_python_or_skip()
-    cases = {
-        "backend": build("wide-ep", model="m", gpus=8,
-                         sets=[("all2all_backend", "carrier-pigeon")]),
-        "spec": build("dedicated-decode", model="m", gpus=1,
-                      sets=[("speculative-config", '{"method":"mtp","bogus_key":1}')]),
-        "ok": build("dedicated-decode", model="m", gpus=1, sets=[("spec_tokens", "2")]),
-    }
-    res = run_probe(python, [d.commands[0].serve_args for d in cases.values()])
-    backend, spec, ok = res["results"]  # type: ignore[misc]
+def test_bad_values_and_spec_keys_are_rejected(probed: tuple[list[tuple[Any, Any]], dict[str, Any]]) -> None:
+    _, res = probed
+    backend, spec, ok = res["results"][-len(BAD):]
     assert not backend["ok"] and "carrier-pigeon" in backend["error"]
     assert not spec["ok"] and "bogus_key" in spec["error"]
     assert ok["ok"], ok

@@ -32,7 +32,9 @@ from agent_replay.replay.run import run  # noqa: E402
 from agent_replay.traces.io import read_trace, write_trace  # noqa: E402
 from agent_replay.traces.schema import TraceMeta  # noqa: E402
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# timing: the Ray-vs-local parity test is a real-clock accuracy test and shares the Ray
+# cluster fixture with the others: the whole module goes with it (one cluster start).
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timing]
 MS = 1_000_000
 STEP_NS = 4 * MS
 
@@ -105,7 +107,6 @@ def _tpot_itl(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(tpot), np.asarray(itl)
 
 
-@pytest.mark.timing
 def test_ray_run_matches_a_local_run(cluster: Any, sim: SimProcess, tmp_path: Path) -> None:
     trace = _trace(tmp_path / "t.parquet", sessions=8, per_session=4, output_tokens=100, think_ms=60)
     common = dict(trace=trace, target=sim.url, progress=False, scrape_interval_s=0.0)

@@ -20,7 +20,9 @@ from agent_replay.replay.run import run
 from agent_replay.traces.importers import import_paths
 from agent_replay.traces.io import write_trace
 
-pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
+# timing: the think-time test is a real-clock accuracy test and reads the same replays as
+# the others: the whole module goes with it, so its one expensive fixture runs once.
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow, pytest.mark.timing]
 
 LOGS = ("haiku__prefab-cloud__prefab-cloud-python-62",
         "haiku__wemake-services__wemake-python-styleguide-3117")
@@ -102,7 +104,6 @@ def test_parallel_subagents_overlap_and_joins_wait_for_every_branch(results: dic
     assert joins == 2 + 2  # trace_0291 joins agent_001 and agent_002 apart; one per log
 
 
-@pytest.mark.timing
 @pytest.mark.parametrize("name", ["weka", "claude"])
 def test_think_time_error_is_small(results: dict[str, Any], name: str) -> None:
     d = results[name]
