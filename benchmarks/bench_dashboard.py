@@ -8,7 +8,7 @@ as a replay worker does. Modes, each in a fresh subprocess:
   none       that alone (a run without the dashboard)
   dashboard  + what a run with the dashboard adds to the measuring process: the loop-lag
              samples and progress counters encoded and offered to a DashboardProcess every
-             250 ms (replay.run's progress path), and the DashboardProcess itself, which
+             250 ms (replay.feed's progress path), and the DashboardProcess itself, which
              reads the part files as they appear, computes the request statistics and
              renders full rich frames (forced terminal, into /dev/null) in its own process
 

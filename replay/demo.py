@@ -10,7 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from agent_replay.replay.config import RunConfig
-from agent_replay.replay.run import Reporter, RunSummary, _stderr, run
+from agent_replay.replay.feed import Reporter
+from agent_replay.replay.run import _stderr, run
+from agent_replay.replay.runrecord import RunSummary
 from agent_replay.traces.io import write_trace
 from agent_replay.traces.schema import TraceMeta
 

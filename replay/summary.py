@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from agent_replay.replay.run import RunSummary
+from agent_replay.replay.runrecord import RunSummary
 
 
 def _ms(ns: int | None) -> str:

@@ -1,6 +1,6 @@
-"""Replay beyond one host: shards of the plan on Ray actors (``RayPool``), each running the
-same worker code as local ``--workers``. ``ray`` is an optional extra, imported only when
-a pool starts."""
+"""Replay beyond one host: shards of the plan on Ray actors (``RayPool``, a
+``replay.pools.WorkerPool``), each running the same worker code as local ``--workers``.
+``ray`` is an optional extra, imported only when a pool starts."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Driver side of the Ray backend: ``RayPool.start(config, plan)`` connects to a cluster,
-places ``actors_per_node`` shard actors on every alive node and loads their plans; then
-``pool.run(config, report)`` starts them all on the run's t0 and gathers progress, part
-files, live snapshots and summaries until every shard finished or died.
+"""Driver side of the Ray backend, a ``replay.pools.WorkerPool``: ``RayPool.start(config,
+plan)`` connects to a cluster, places ``actors_per_node`` shard actors on every alive node
+and loads their plans; then ``pool.run(config, feed)`` starts them all on the run's t0 and
+gathers progress, part files, live snapshots (merged here: the dashboard gets one stream)
+and summaries until every shard finished or died.
 
 A dead actor (node lost, process killed, out of memory) does not stop the run: the other
 shards go on, and the dead shard's sessions that were not fully recorded are listed
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
@@ -37,6 +38,9 @@ from agent_replay.replay.plan import Plan
 from agent_replay.replay.worker import WorkerSummary
 from agent_replay.results_schema import ErrorKind
 from agent_replay.traces.io import trace_files
+
+if TYPE_CHECKING:
+    from agent_replay.replay.feed import ProgressFeed
 
 POLL_S = 0.5
 Report = Callable[[Progress], None]
@@ -80,11 +84,15 @@ class RayPool:
     start_delay_ns: int = 1_000_000_000
     interrupted: bool = False
     connected_here: bool = False
+    warn: Callable[[str], None] | None = None  # a line for each actor lost
+    feeds_snapshots = True  # the actors' snapshots, merged here, are the dashboard's
+    meters_host = False  # the actors run on other hosts too: this host's CPU says nothing
 
     # -- setup ---------------------------------------------------------------------------
     @classmethod
     def start(cls, config: RunConfig, plan: Plan, address: str | None = None,
-              actors_per_node: int = 1, ship: str = "auto") -> RayPool:
+              actors_per_node: int = 1, ship: str = "auto",
+              warn: Callable[[str], None] | None = None) -> RayPool:
         """Connect (``address``: ``auto`` = RAY_ADDRESS or the running local cluster,
         ``local`` = start a private one-node Ray here, else ``HOST:PORT`` or ``ray://...``),
         place the actors and load their plans. ``ship``: ``auto`` (part files travel back
@@ -109,7 +117,7 @@ class RayPool:
                                     namespace="agent-replay").remote()
             slots.append(_Slot(spec, handle))
         pool = cls(ray, slots, driver_node, Path(config.output or "."), plan,
-                   connected_here=connected_here)
+                   connected_here=connected_here, warn=warn)
         infos = pool._get([s.handle.info.remote() for s in slots], "start")
         blob: Any = None
         sends = []
@@ -140,20 +148,29 @@ class RayPool:
         return len(self.slots)
 
     def describe(self) -> dict[str, Any]:
-        """For run.json: where every shard ran and what was lost."""
-        return {
+        """run.json's ``ray`` block: where every shard ran and what was lost."""
+        return {"ray": {
             "actors": [{"shard": s.spec.shard, "host": s.host, "node_id": s.spec.node_id,
                         "num_cpus": s.spec.num_cpus, "ships_parts": not s.same_node,
                         "requests": s.requests, "dead": s.dead} for s in self.slots],
             "parts_received": self.parts_received, "bytes_received": self.bytes_received,
             "lost": [x.to_json() for x in self.lost],
-        }
+        }}
 
     # -- the run -------------------------------------------------------------------------
-    def run(self, config: RunConfig, report: Report | None = None,
-            warn: Callable[[str], None] | None = None) -> list[WorkerSummary]:
-        """Start every shard at ``config.t0_ns`` and wait for all of them. Ctrl-C stops the
-        shards, collects what they wrote and re-raises."""
+    def run(self, config: RunConfig, feed: ProgressFeed) -> list[WorkerSummary]:
+        """Start every shard at ``config.t0_ns`` and wait for all of them; the merged
+        snapshots go to ``feed``'s dashboard. Ctrl-C stops the shards and collects what they
+        wrote: the dead shards' summaries follow the finished ones'."""
+        if feed.dashboard is not None:
+            self.on_snapshot = lambda snap: feed.live(0, snap)
+        return self._run(config, feed.update, self.warn)
+
+    def arrived(self) -> list[WorkerSummary]:
+        return [s.summary for s in self.slots if s.summary is not None]
+
+    def _run(self, config: RunConfig, report: Report | None,
+             warn: Callable[[str], None] | None) -> list[WorkerSummary]:
         assert config.t0_ns is not None
         wall_t0 = time.time_ns() + (config.t0_ns - time.monotonic_ns())
         starts = [s.handle.start.remote(config.t0_ns, wall_t0, s.same_node) for s in self.slots]
@@ -177,8 +194,7 @@ class RayPool:
             self.interrupted = True
         finally:
             self._merge_live()
-        return [s.summary for s in self.slots if s.summary is not None] + [
-            self._lost_summary(x) for x in self.lost]
+        return self.arrived() + [self._lost_summary(x) for x in self.lost]
 
     def _poll_round(self, report: Report | None, warn: Callable[[str], None] | None) -> None:
         live = [s for s in self.slots if s.summary is None and s.dead is None]

@@ -113,7 +113,7 @@ def test_cli_options() -> None:
 
 def test_which_gpus_a_run_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     from agent_replay.engines.telemetry import Source
-    from agent_replay.replay.run import gpu_source
+    from agent_replay.replay.scrape import gpu_source
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     remote = RunConfig(trace="t", target="http://10.9.9.9:8000")
@@ -139,7 +139,7 @@ def test_a_local_servers_cuda_visible_devices_picks_its_gpus(tmp_path: Path) -> 
 
     from agent_replay.engines.telemetry import Source
     from agent_replay.engines.telemetry.source import server_visible_devices
-    from agent_replay.replay.run import gpu_source
+    from agent_replay.replay.scrape import gpu_source
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
+from agent_replay.replay.feed import ProgressFeed
 from agent_replay.replay.messages import ActorPoll, Progress
-from agent_replay.replay.run import _Progress
 
 
 def _progress(shard: int, **kw: object) -> Progress:
@@ -34,7 +34,7 @@ def test_a_missing_field_fails_where_the_message_is_built():
 
 def test_the_progress_line_sums_the_workers_latest_messages():
     lines: list[str] = []
-    prog = _Progress(lines.append, every_s=0.0)
+    prog = ProgressFeed(lines.append, every_s=0.0)
     prog.update(_progress(0, done=3, elapsed_ns=1_000_000_000))
     prog.update(_progress(1, done=5, errors=1, elapsed_ns=2_500_000_000))
     prog.update(_progress(0, done=4, elapsed_ns=3_000_000_000))  # replaces shard 0's message

@@ -10,7 +10,7 @@ import pytest
 
 import agent_replay.replay.run as run_mod
 from agent_replay.replay.cli import main
-from agent_replay.replay.run import RunSummary
+from agent_replay.replay.runrecord import RunSummary
 from tests.replay.helpers import chain_rows, write_rows
 
 

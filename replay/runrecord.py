@@ -1,0 +1,244 @@
+"""The run's record: ``RunSummary`` (the workers' summaries merged, its status and exit
+code) and run.json, written when t0 is chosen, again with ``failed`` when a worker fails,
+and last with the outcome and the load generator's self-check."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from agent_replay import __version__
+from agent_replay.redact import redact, redact_url
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.plan import Plan
+from agent_replay.replay.provenance import code_version
+from agent_replay.replay.results import write_json_atomic
+from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
+from agent_replay.replay.target import TargetInfo
+from agent_replay.replay.worker import WorkerSummary
+from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
+
+if TYPE_CHECKING:
+    from agent_replay.replay.distributed.placement import Lost
+
+RUN_JSON = "run.json"
+
+
+@dataclass
+class RunSummary:
+    output: str
+    total: int = 0
+    sent: int = 0
+    ok: int = 0
+    skipped: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    mismatches: int = 0
+    inexact: int = 0
+    chunks: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    interrupted: bool = False
+    self_check: SelfReport = field(default_factory=SelfReport)
+    workers: list[WorkerSummary] = field(default_factory=list)
+    loop_stalls: dict[str, Any] = field(default_factory=dict)  # selfmon.stall_distribution
+    gc: dict[str, int] = field(default_factory=dict)  # worst worker's QuietRuntime.stats()
+    partial: bool = False  # workers died (Ray actors): some sessions were not replayed
+    lost_sessions: int = 0
+    lost_requests: int = 0
+    aborted: bool = False  # --abort-after-failures stopped it
+    max_failure_rate: float = 0.1
+
+    @property
+    def status(self) -> str:
+        """The run's final status: ``interrupted`` (Ctrl-C, SIGTERM), ``aborted``
+        (``--abort-after-failures``), ``partial`` (workers lost), ``failed`` (more than
+        ``max_failure_rate`` of the sent requests failed) or ``ok``."""
+        if self.interrupted:
+            return "interrupted"
+        if self.aborted:
+            return "aborted"
+        if self.partial:
+            return "partial"
+        if self.failed and self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled):
+            return "failed"
+        return "ok"
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted, 1 aborted, partial or failed, else 0."""
+        return {"ok": 0, "interrupted": 130}.get(self.status, 1)
+
+    def partial_line(self) -> str | None:
+        """The one line a partial run ends with (None when the run is not partial)."""
+        if not self.partial:
+            return None
+        return (f"error: partial run: {self.lost_sessions} sessions ({self.lost_requests} "
+                f"requests) were lost with their workers; partial results (every recorded "
+                f"request) are in {self.output}, the lost sessions are listed in "
+                f"{Path(self.output) / RUN_JSON} under ray.lost")
+
+    @property
+    def failed(self) -> int:
+        """Failed requests; those cancelled by the run's own stop are not failures."""
+        return sum(v for k, v in self.errors.items() if k != ErrorKind.CANCELLED)
+
+    @property
+    def cancelled(self) -> int:
+        """In flight when the run was stopped (Ctrl-C, abort)."""
+        return self.errors.get(ErrorKind.CANCELLED, 0)
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.self_check.warnings
+
+
+def environment(config: RunConfig) -> dict[str, Any]:
+    """run.json's ``environment``: versions, host, CPU, loop kind, HTTP client, timestamps."""
+    import aiohttp
+    import pyarrow
+
+    try:
+        import uvloop
+
+        uv = uvloop.__version__
+    except ImportError:
+        uv = None
+    return {
+        "agent_replay": __version__, "commit": code_version(), "python": platform.python_version(), "aiohttp": aiohttp.__version__,
+        "pyarrow": pyarrow.__version__, "numpy": np.__version__, "uvloop": uv,
+        "host": socket.gethostname(), "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "loop": config.loop if (config.loop != "uvloop" or uv) else "asyncio",
+        "http_client": config.effective_http_client(),
+        "timestamps": config.effective_timestamps(),
+    }
+
+
+def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
+             wall_t0: int, status: str) -> dict[str, Any]:
+    """run.json as written when t0 is chosen (credentials redacted)."""
+    opts = redact(asdict(config))
+    opts.pop("t0_ns", None)
+    return {
+        "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
+        "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
+                  "block_size": plan.block_size},
+        "target": {"url": redact_url(config.target), "model": config.model, "models": info.models,
+                   "max_model_len": info.max_model_len, "has_metrics": info.has_metrics},
+        "options": opts, "salt": config.salt, "environment": environment(config),
+        "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},
+        "warmup_ns": int(config.warmup_s * 1e9),
+        "planned": {"sessions": len(plan.sessions), "requests": plan.n_requests},
+    }
+
+
+def write_run_json(out: Path, meta: dict[str, Any]) -> None:
+    write_json_atomic(out / RUN_JSON, meta)
+
+
+def record_failure(out: Path, meta: dict[str, Any], exc: BaseException) -> None:
+    """A worker failed (a dead server, say): run.json gets a final status before the error
+    goes up."""
+    meta.update({"status": "failed", "error": redact_url(str(exc))[:500]})
+    write_run_json(out, meta)
+
+
+def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
+          machine: Any = None, lost: Sequence[Lost] = ()) -> RunSummary:
+    """The workers' summaries as one, with the self-check over all their samples; ``lost``
+    (shards that died) makes an otherwise finished run ``partial``."""
+    s = RunSummary(output=out, workers=ws, interrupted=interrupted,
+                   aborted=any(w.aborted for w in ws), max_failure_rate=config.max_failure_rate)
+    for w in ws:
+        s.total += w.total
+        s.sent += w.sent
+        s.ok += w.ok
+        s.skipped += w.skipped
+        s.mismatches += w.mismatches
+        s.inexact += w.inexact
+        s.chunks += w.chunks
+        s.output_tokens += w.output_tokens
+        s.cpu_s += w.cpu_s
+        s.wall_s = max(s.wall_s, w.wall_s)
+        for k, v in w.errors.items():
+            s.errors[k] = s.errors.get(k, 0) + v
+    lag = np.concatenate([w.schedule_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
+    loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
+    cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
+    s.self_check = verdict(lag, loop_lag, cpu, config.timing, machine)
+    s.loop_stalls = stall_distribution(loop_lag)
+    for w in ws:
+        for k, v in w.gc.items():
+            s.gc[k] = v + s.gc.get(k, 0) if k in ("gc_young_collections", "gc_end_collected") \
+                else max(v, s.gc.get(k, 0))
+    if s.mismatches:
+        s.self_check.warnings.append(
+            f"{s.mismatches} requests were not served with the trace's token counts (see error "
+            "column, error_kind 'mismatch' or 'inexact'): check ignore_eos/min_tokens support "
+            "and --vocab-size")
+    if lost:
+        s.self_check.warnings.extend(x.line() for x in lost)
+        s.lost_sessions = sum(len(x.sessions) for x in lost)
+        s.lost_requests = sum(x.planned_requests - x.recorded_requests for x in lost)
+        s.partial = not (s.interrupted or s.aborted)  # a stop's own status comes first
+    return s
+
+
+def outcome(s: RunSummary) -> dict[str, Any]:
+    """run.json's final fields: status, counts, self-check and warnings."""
+    sc = s.self_check
+    bottleneck = [sc.line] if sc.kind == "saturated" and sc.line else []
+    return {
+        "status": s.status,
+        "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
+                    "cancelled": s.cancelled,
+                    "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
+                    "inexact": s.inexact,
+                    "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
+                    "cpu_s": s.cpu_s},
+        "self_check": asdict(sc),
+        "loop_stalls": s.loop_stalls,
+        "gc": s.gc,
+        "worker_cpus": [w.cpus for w in sorted(s.workers, key=lambda w: w.shard)],
+        "load_generator_bottleneck": bool(bottleneck),
+        "load_generator_warning": bottleneck[0] if bottleneck else None,
+        "machine_contention": sc.kind == "contention",
+        "warnings": sc.warnings,
+    }
+
+
+def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary) -> None:
+    """run.json's ``agentx`` block: validity (context overflows, warm-up excluded) and the
+    idle time skipped; an invalid run says so first among the warnings."""
+    import pyarrow.parquet as pq
+
+    from agent_replay.replay.agentx import agentx_validity
+
+    cols = ["warmup", "http_status", "error"]
+    rows: list[tuple[bool, int | None, str | None]] = []
+    for f in sorted((out / "requests").glob("*.parquet")):
+        d = pq.read_table(f, columns=cols).to_pydict()
+        rows += zip(d["warmup"], d["http_status"], d["error"], strict=True)
+    block = agentx_validity(rows)
+    block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
+    meta["agentx"] = block
+    meta["valid"] = block["valid"]
+    if not block["valid"]:
+        meta["warnings"] = [f"INVALID run (AgentX rule): {block['invalid_reason']}",
+                            *meta.get("warnings", [])]
+
+
+def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str) -> None:
+    """run.json's last write: the outcome (and, for ``agentx`` timing, its validity)."""
+    meta.update(outcome(summary))
+    if timing == "agentx":
+        agentx_meta(meta, out, summary)
+    write_run_json(out, meta)

@@ -1,0 +1,89 @@
+"""The worker-pool interface: ``start_pool`` picks this process for one worker, local
+processes for more and Ray with ``--ray``; every kind has the members ``replay.run`` uses.
+Nothing here starts a worker process or a Ray cluster."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.distributed import RayPool
+from agent_replay.replay.feed import ProgressFeed
+from agent_replay.replay.plan import Plan
+from agent_replay.replay.pools import InProcessPool, LocalProcessPool, WorkerPool, start_pool
+from agent_replay.replay.run import load_and_validate
+from tests.replay.helpers import chain_rows, write_rows
+
+MEMBERS = ("size", "start_delay_ns", "feeds_snapshots", "meters_host", "lost", "run", "arrived",
+           "describe", "close")
+
+
+@pytest.fixture()
+def config(tmp_path: Path) -> RunConfig:
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(3, 2))
+    return RunConfig(trace=str(trace), target="http://127.0.0.1:9", output=str(tmp_path / "r"))
+
+
+@pytest.fixture()
+def plan(config: RunConfig) -> Plan:
+    return load_and_validate(config)
+
+
+def _has_the_interface(pool: Any) -> None:
+    for name in MEMBERS:
+        assert hasattr(pool, name), name
+    assert isinstance(pool.size, int) and isinstance(pool.start_delay_ns, int)
+    assert isinstance(pool.feeds_snapshots, bool) and isinstance(pool.meters_host, bool)
+
+
+def test_one_worker_runs_in_this_process(config: RunConfig, plan: Plan) -> None:
+    pool: WorkerPool = start_pool(config, plan, 1)
+    assert isinstance(pool, InProcessPool)
+    _has_the_interface(pool)
+    assert (pool.size, pool.feeds_snapshots, pool.meters_host) == (1, False, True)
+    assert pool.lost == [] and pool.describe() == {} and pool.arrived() == []
+
+
+def test_more_workers_run_in_local_processes(config: RunConfig, plan: Plan,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[int] = []
+
+    def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int) -> LocalProcessPool:
+        started.append(n)
+        return cls(cfg, 0)  # no process: the pool's bookkeeping only
+
+    monkeypatch.setattr(LocalProcessPool, "start", classmethod(fake_start))
+    pool = start_pool(config, plan, 3)
+    assert isinstance(pool, LocalProcessPool) and started == [3]
+    _has_the_interface(pool)
+    assert (pool.feeds_snapshots, pool.meters_host) == (False, True)
+    assert pool.lost == [] and pool.describe() == {}
+    # With no worker, run returns at once: what arrived, nothing.
+    assert pool.run(replace(config, t0_ns=0), ProgressFeed(None)) == pool.arrived() == []
+    pool.close()
+
+
+def test_ray_is_picked_by_its_option(config: RunConfig, plan: Plan,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_start(cls: type[RayPool], cfg: RunConfig, p: Plan, address: str | None = None,
+                   actors_per_node: int = 1, ship: str = "auto", warn: Any = None) -> RayPool:
+        seen.update(address=address, actors_per_node=actors_per_node, warn=warn)
+        return cls(ray=None, slots=[], driver_node="n0", output=Path(cfg.output or "."), plan=p,
+                   warn=warn)
+
+    monkeypatch.setattr(RayPool, "start", classmethod(fake_start))
+    cfg = replace(config, ray="local", ray_actors_per_node=2)
+    pool = start_pool(cfg, plan, 1, warn=print)
+    assert isinstance(pool, RayPool) and seen == {"address": "local", "actors_per_node": 2, "warn": print}
+    _has_the_interface(pool)
+    assert (pool.size, pool.feeds_snapshots, pool.meters_host) == (0, True, False)
+    assert pool.describe() == {"ray": {"actors": [], "parts_received": 0, "bytes_received": 0,
+                                       "lost": []}}
+    assert pool.arrived() == []
+
