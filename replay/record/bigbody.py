@@ -87,7 +87,8 @@ class BigBodies:
 
     def _start(self) -> None:
         pool = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"), initializer=_background)
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=_background,
+            initargs=(os.getpid(),))
         self._pool = pool
         pool.submit(_hasher, self.spec).result()
 
@@ -154,17 +155,16 @@ def _spliced(parts: list[bytes]) -> list[bytes]:
     raise ValueError("no JSON object")
 
 
-def _background() -> None:
+def _background(recorder: int) -> None:
     """In the helper: yield the CPU to the proxy's forwarding (a parse is not urgent; on a
     machine with few cores it would otherwise take a core from the streams), and end with
-    the recorder, also when it is killed (the helper would otherwise wait for work
-    forever, holding the recorder's stderr open)."""
+    the recorder (pid ``recorder``), also when it is killed, even before this ran (the
+    helper would otherwise wait for work forever, holding the recorder's stderr open)."""
     with contextlib.suppress(OSError):
         os.nice(10)
-    parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == recorder:
             time.sleep(0.5)
         os._exit(0)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -167,3 +168,17 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
         assert await big.digest("chat", [b"[1, 2]", b" " * (2 << 20)]) is None
     finally:
         await big.close()
+
+
+def test_helper_ends_when_the_recorder_died_before_it_started() -> None:
+    """The parse helper watches the recorder's pid, not whichever parent it finds: a
+    recorder killed while the helper was still starting (it was reparented already) must
+    not leave it waiting for work forever, holding the recorder's stderr open."""
+    code = ("import sys, time\n"
+            "from agent_replay.replay.record.bigbody import _background\n"
+            "_background(int(sys.argv[1]))\n"
+            "time.sleep(30)\n"
+            "sys.exit(3)\n")
+    gone = 2 ** 22 + 1  # above pid_max's default: never this process's parent
+    proc = subprocess.run([sys.executable, "-c", code, str(gone)], timeout=20)
+    assert proc.returncode == 0
