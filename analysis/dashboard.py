@@ -441,8 +441,10 @@ class DashboardProcess:
         self.sent += 1
         return True
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Draw the last frame and end the child process."""
+    def stop(self, timeout: float = 20.0) -> None:
+        """Draw the last frame and end the child process (ended without it after
+        ``timeout``: the renderer runs at a lowered priority, and on a host busy with other
+        work its last frame, a read of every part file, can take seconds)."""
         if self._proc is None:
             return
         self._stop.set()
