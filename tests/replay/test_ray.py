@@ -130,11 +130,15 @@ def test_ray_run_matches_a_local_run(cluster: Any, sim: SimProcess, tmp_path: Pa
     (lt_tpot, lt_itl), (rt_tpot, rt_itl) = _tpot_itl(lt), _tpot_itl(rt)
     # Within noise: per-token gaps of 4 ms on a loaded 2-core machine jitter by a few ms
     # whichever client runs (one late read is a short gap and a long one); per-request
-    # TPOT averages that out.
-    tol = {("tpot", 50): 0.20, ("tpot", 90): 0.30, ("itl", 50): 0.25, ("itl", 90): 0.60}
+    # TPOT averages that out. ITL is compared at its median and mean, not its P90: with a
+    # core held busy the engine (on the same 2 cores) misses some 4 ms steps, and whether
+    # P90 lands on one step or on two follows how many it missed in that run (4.2 against
+    # 7.9 ms in one run whose medians and TPOT agreed), not which client measured.
+    tol = {("tpot", 50): 0.20, ("tpot", 90): 0.30, ("itl", 50): 0.25, ("itl", "mean"): 0.30}
     for name, a, b in (("tpot", lt_tpot, rt_tpot), ("itl", lt_itl, rt_itl)):
-        for q in (50, 90):
-            pa_, pb = np.percentile(a, q), np.percentile(b, q)
+        for q in ((50, 90) if name == "tpot" else (50, "mean")):
+            pa_, pb = ((np.mean(a), np.mean(b)) if q == "mean"
+                       else (np.percentile(a, q), np.percentile(b, q)))
             assert abs(pa_ - pb) <= tol[name, q] * pa_, (name, q, pa_, pb)
         # and both measure the engine's step
         assert abs(np.percentile(b, 50) - STEP_NS) <= 0.25 * STEP_NS

@@ -41,8 +41,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
     (tmp / "fast-long.json").write_text(json.dumps(profile))
     with SimProcess(tmp / "fast-long.json") as sim:
         for name, paths, speedup in (
-                ("weka", [SHARED_DATA / "weka" / "trace_0291.json"], 20.0),
-                ("claude", [SHARED_DATA / "claude_code_logs" / x / "trace.jsonl" for x in LOGS], 4.0)):
+                ("weka", [SHARED_DATA / "weka" / "trace_0291.json"], 40.0),
+                ("claude", [SHARED_DATA / "claude_code_logs" / x / "trace.jsonl" for x in LOGS], 8.0)):
             res = import_paths(paths)
             trace = write_trace(res.table, tmp / f"{name}.parquet", res.meta)
             dest = tmp / f"{name}-res"

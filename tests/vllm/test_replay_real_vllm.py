@@ -8,13 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.analysis.metrics import request_metrics
 from agent_replay.analysis.server_metrics import summarize
 from agent_replay.engines.vllm.launcher import VllmServer
-from agent_replay.traces.io import read_trace
+from agent_replay.traces.io import read_trace, write_trace
 from tests.vllm.conftest import SERVED_NAME, start_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -32,11 +34,25 @@ def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
     return s
 
 
+SESSIONS = 4
+"""Sessions of the sample replayed: on 2 CPU cores the tiny model's prefill of their uncached
+prompt tokens, not the trace's clock, sets how long the replay takes."""
+
+
 @pytest.fixture(scope="module")
-def replayed(server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample's first ``SESSIONS`` sessions, as a trace of their own."""
+    table, meta = read_trace(TRACE)
+    keep = sorted(set(table.column("session_id").to_pylist()))[:SESSIONS]
+    mask = pc.is_in(table.column("session_id"), value_set=pa.array(keep))
+    return write_trace(table.filter(mask), tmp_path_factory.mktemp("trace") / "t.parquet", meta)
+
+
+@pytest.fixture(scope="module")
+def replayed(server: VllmServer, trace: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("results") / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent_replay", "run", str(TRACE), "--target", server.url,
+        [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", server.url,
          "--output", str(out), "--model", SERVED_NAME, "--speedup", "2", "--salt", "7",
          "--scrape-interval", "0.5", "--no-progress", "--loop", "asyncio"],
         capture_output=True, text=True, timeout=600, check=False)
@@ -48,9 +64,9 @@ def _requests(out: Path) -> dict[str, list[object]]:
     return pq.read_table(out / "requests").to_pydict()
 
 
-def test_tokens_served_equal_the_trace(replayed: Path) -> None:
-    trace = read_trace(TRACE)
-    table = trace[0] if isinstance(trace, tuple) else trace
+def test_tokens_served_equal_the_trace(replayed: Path, trace: Path) -> None:
+    table, _ = read_trace(trace)
+    assert len(set(table.column("session_id").to_pylist())) == SESSIONS
     rows = _requests(replayed)
     assert len(rows["status"]) == table.num_rows
     assert set(rows["status"]) == {"ok"}
