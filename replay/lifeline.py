@@ -4,7 +4,8 @@
   (Linux ``PR_SET_PDEATHSIG``; elsewhere a thread polls the parent's pid), so a worker or
   scraper never outlives a parent that was killed.
 * ``sigterm_as_sigint()``: in the parent, SIGTERM becomes SIGINT (the same graceful stop:
-  workers finish what is in flight as ``cancelled``, results and run.json are written);
+  workers finish what is in flight as ``cancelled``, results and run.json are written),
+  also when the process inherited SIGINT ignored;
   ``sigterm_received()`` tells whether it happened, since children, unlike with a Ctrl-C at
   a terminal, did not get the signal themselves.
 """
@@ -61,11 +62,19 @@ def sigterm_as_sigint() -> Iterator[None]:
         _term.set()
         os.kill(os.getpid(), signal.SIGINT)
 
+    # A parent without job control (a script's ``cmd &``, a test runner's worker) may have
+    # left SIGINT ignored, which the process inherits: SIGINT, and SIGTERM through it,
+    # would then do nothing. Within, both stop the run.
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     old = signal.signal(signal.SIGTERM, on_term)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def sigterm_received() -> bool:

@@ -18,8 +18,15 @@ from tests.replay.helpers import MS, chain_rows, write_rows
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.slow
-def test_sigint_keeps_partial_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_sigint_keeps_partial_results(tmp_path: Path, inherited: str) -> None:
+    # "ignored": started by a parent that ignores SIGINT (a script's ``cmd &``), which the
+    # run inherits; an explicit SIGINT still stops it
     # 40 sessions of 3 requests spread over 8 s: the interrupt lands in the middle
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 3, gap_ns=200 * MS, output_tokens=4))
     out = tmp_path / "res"
@@ -34,7 +41,8 @@ def test_sigint_keeps_partial_results(tmp_path: Path) -> None:
         url = server.stdout.readline().strip()
         run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target", url,
                                 "-o", str(out), "--no-progress"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_ignore_sigint if inherited == "ignored" else None)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.1)
