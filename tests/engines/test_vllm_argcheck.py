@@ -11,7 +11,9 @@ from agent_replay.engines.vllm.profiles import PROFILES, build
 from agent_replay.errors import InputError
 from tests.vllm._env import vllm_python_or_skip
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# Not marked vllm (a real server, run in the quiet step): vLLM's parser only, in a probe
+# process; skipped with the reason when no vLLM is installed.
+pytestmark = pytest.mark.slow
 
 SHAPES = [(1, 1), (8, 1), (8, 2), (16, 1), (16, 2)]
 
