@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_replay.analysis.selfcheck import MachineMeter
 from agent_replay.engines.metrics_scrape import metrics_url
-from agent_replay.errors import AgentReplayError
+from agent_replay.errors import AgentReplayError, InputError
 from agent_replay.redact import redact_url, split_userinfo
 from agent_replay.replay.affinity import kept_affinity, pin, rest_cpus, worker_cpus
 from agent_replay.replay.config import RunConfig
@@ -71,9 +71,15 @@ def _sha256(path: str) -> str:
 def load_and_validate(config: RunConfig) -> Plan:
     table, meta = read_trace(config.trace)
     validate_or_raise(table, meta, config.trace)
+    dropped = 0
     if not config.include_failed:
-        table, _ = drop_failed(table)
-    return build_plan(table, meta.block_size, config.plan_options())
+        table, dropped = drop_failed(table)
+    plan = build_plan(table, meta.block_size, config.plan_options())
+    if plan.n_requests == 0:  # a run of nothing would end "ok" with no results to report
+        why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
+               if dropped and table.num_rows == 0 else "no request is left to send")
+        raise InputError(f"{config.trace}: nothing to replay: {why}")
+    return plan
 
 
 def with_credentials(config: RunConfig, plan: Plan) -> RunConfig:

@@ -9,9 +9,12 @@ import time
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 
-from tests.replay.helpers import chain_rows, write_rows
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
+from tests.replay.helpers import chain_rows, trace_table, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +68,14 @@ def test_validate_and_run_refuse_before_planning(tmp_path: Path) -> None:
                           str(tmp_path / "res")))
     assert "above 10,000,000" in line
     assert time.monotonic() - t0 < 30  # validation, not minutes of planning
+
+
+def test_run_of_a_trace_whose_every_request_failed_is_refused(tmp_path: Path) -> None:
+    table = trace_table(chain_rows(1, 2))
+    table = table.append_column("error", pa.array(["upstream: HTTP 404"] * 2, pa.string()))
+    trace = write_trace(table, tmp_path / "t.parquet", TraceMeta(block_size=16))
+    line = _one_line(_cli("run", str(trace), "--target", "http://127.0.0.1:9", "-o",
+                          str(tmp_path / "res")))
+    assert "nothing to replay" in line and "2 requests all failed" in line
+    assert "--include-failed" in line and str(trace) in line
+    assert not (tmp_path / "res").exists()
