@@ -4,7 +4,7 @@ Rows are buffered and flushed to ``requests/part-WWW-NNNNN.parquet`` every ``flu
 rows or ``flush_s`` seconds (whichever first), each part written to a temporary name and
 renamed, so a crash or Ctrl-C keeps every completed request in readable files. The
 conversion to Arrow and the Parquet write run on a writer thread, off the measuring loop.
-Times are stored as offsets from the run's t0 (analysis/results_schema.py).
+Times are stored as offsets from the run's t0 (agent_replay/results_schema.py).
 """
 
 from __future__ import annotations

@@ -95,7 +95,10 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
     # With the host's CPUs busy with other work (the run's self-check says so), vLLM's API
     # server waits for a CPU before the engine's arrival stamp: client TTFT then exceeds the
     # engine's by far more than its HTTP and tokenization time (P50 0.65 s against 0.06 s
-    # with one core held by a busy loop), so only its lower side is checked then.
+    # with one core held by a busy loop), so only its lower side is checked then. TPOT the
+    # same: the API server, in the engine's process on these CPUs, streams each token late
+    # by its wait for a CPU (client P50 52 ms against the engine's 10-25 ms bucket, with the
+    # core held busy), while the engine's histogram times its own steps.
     contended = bool(json.loads((replayed / "run.json").read_text()).get("machine_contention"))
     server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
     n = len(rows["status"])
@@ -121,7 +124,7 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
             # machine that was 12-32 ms in three runs, more than the one bucket (20 ms) around
             # 0.08 s, so TTFT gets two buckets of slack and TPOT one.
             slack = 2 if name == "ttft" else 1
-            if name == "ttft" and contended:
+            if contended:
                 assert _within_buckets(value, hist[f"p{int(q * 100)}"] | {"hi": None}, les,
                                        slack=slack), report
                 continue
