@@ -94,7 +94,10 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
         print(f"30 MB body through the proxy in {big_s:.1f} s: other streams' largest chunk "
               f"gap {max(gaps) * 1e3:.0f} ms (quiet: {max(quiet) * 1e3:.0f} ms)")
         assert len(gaps) > 1000
-        assert max(gaps) < 0.050, (max(gaps), max(quiet), big_s)
+        # The body takes about a second to pass; parsing it on the proxy's loop would stall
+        # the other streams for about that long. With a core held busy by other work the
+        # largest gap reached 62 ms (quiet host: under 15 ms), hence 100 ms.
+        assert max(gaps) < 0.100, (max(gaps), max(quiet), big_s)
     finally:
         rec.send_signal(signal.SIGTERM)
         await asyncio.wait_for(rec.wait(), 60)
