@@ -3,8 +3,8 @@ original timing, against LLM serving deployments.
 
 One import root. ``agent_replay.traces`` (the trace model), ``agent_replay.engines`` (the
 simulated engine, vLLM launch and profiles, telemetry) and ``agent_replay.analysis``
-(metrics, reports, comparisons) stand side by side and import only each other's base here:
-``agent_replay.errors`` (the exception hierarchy), ``agent_replay.redact`` (the secrets
+(metrics, reports, comparisons) stand side by side: besides themselves they import only the
+base here, ``agent_replay.errors`` (the exception hierarchy), ``agent_replay.redact`` (the secrets
 policy) and ``agent_replay.results_schema`` (the Parquet schemas a run writes).
 ``agent_replay.replay`` (the runtime and the CLI) imports them all.
 """
