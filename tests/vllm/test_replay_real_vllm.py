@@ -1,5 +1,7 @@
-"""`agent-replay run` against a real vLLM: tokens served, timing against vLLM's own
-histograms, and prefix-cache hits against what the trace implies."""
+"""`agent-replay run` against a real vLLM (the server: tests/vllm/conftest.py): tokens
+served, timing against vLLM's own histograms, prefix-cache hits against what the trace
+implies, the official SDKs through the recorder. Last, stopping the server leaves no process
+behind."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -17,21 +20,12 @@ from agent_replay.analysis.metrics import request_metrics
 from agent_replay.analysis.server_metrics import summarize
 from agent_replay.engines.vllm.launcher import VllmServer
 from agent_replay.traces.io import read_trace, write_trace
-from tests.vllm.conftest import SERVED_NAME, start_server
+from tests.vllm.conftest import SERVED_NAME
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "traces" / "samples" / "agent-small.parquet"
-
-
-@pytest.fixture(scope="module")
-def server(server_factory: list[VllmServer], vllm_python: str, tiny_model: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
-    log = tmp_path_factory.mktemp("logs") / "vllm-standard.log"
-    s = start_server("standard", vllm_python, tiny_model, log)
-    server_factory.append(s)
-    return s
 
 
 SESSIONS = 4
@@ -202,3 +196,14 @@ async def test_recorder_in_front_of_real_vllm(server: VllmServer, tmp_path: Path
                 assert sum(row["chunk_tokens"]) == completion
     for f in (tmp_path / "trace").iterdir():
         assert KEY.encode() not in f.read_bytes()
+
+
+def test_stop_leaves_no_process_behind(server: VllmServer) -> None:
+    """The last test of the last module here: it stops the shared server."""
+    assert server.running() and server.pid is not None
+    family = [server.pid] + [p.pid for p in psutil.Process(server.pid).children(recursive=True)]
+    server.stop()
+    assert not server.running()
+    alive = [pid for pid in family if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
