@@ -37,7 +37,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
     tmp = tmp_path_factory.mktemp("trees")
     out: dict[str, dict[str, list[Any]]] = {}
     profile = json.loads((Path(agent_replay.engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
-    profile.update(name="fast-long", max_model_len=262_144)  # prompts of trace_0291 reach 101k
+    # prompts of trace_0291 reach 101k tokens; its 19.5k output tokens, mostly on one branch
+    # at a time, take 5 s at 0.25 ms a step
+    profile.update(name="fast-long", max_model_len=262_144, decode_base_ns=250_000)
     (tmp / "fast-long.json").write_text(json.dumps(profile))
     with SimProcess(tmp / "fast-long.json") as sim:
         for name, paths, speedup in (
