@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from agent_replay.replay.cli import entry
 
-from agent_replay.replay.cli import main
-
-sys.exit(main())
+entry()

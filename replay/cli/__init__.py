@@ -9,8 +9,13 @@ and the exit code the error class names.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from agent_replay import __version__
 from agent_replay.errors import AgentReplayError
@@ -59,3 +64,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def entry() -> NoReturn:
+    """The ``agent-replay`` executable: ``main()``, then :func:`exit_process`."""
+    exit_process(main())
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with ``code``: Python's own shutdown steps (non-daemon threads joined,
+    ``atexit`` handlers, multiprocessing children reaped, streams flushed), then ``os._exit``.
+
+    What is skipped is the native teardown after them: the C++ static destructors of
+    Arrow's thread pools can race a pool worker at exit and abort a process whose work is
+    complete ("terminate called without an active exception", exit -6; apache/arrow#34314,
+    #39862). A command's exit code must say how its work went, not how a library's threads
+    were torn down.
+    """
+    shutdown_threads = getattr(threading, "_shutdown", None)
+    try:
+        if shutdown_threads is not None:
+            shutdown_threads()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe reads as done
+                stream.flush()
+    os._exit(code)

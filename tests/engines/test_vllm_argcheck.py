@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from agent_replay.engines.vllm import argcheck
 from agent_replay.engines.vllm.argcheck import require_valid, run_probe
 from agent_replay.engines.vllm.profiles import PROFILES, build
 from agent_replay.errors import InputError
@@ -41,6 +42,7 @@ BAD = {
                   sets=[("speculative-config", '{"method":"mtp","bogus_key":1}')]),
     "ok": build("dedicated-decode", model="m", gpus=1, sets=[("spec_tokens", "2")]),
 }
+UNKNOWN_FLAG = build("standard", model="m", gpus=1, sets=[("no-such-flag", "3")])
 
 
 @pytest.fixture(scope="module")
@@ -48,30 +50,41 @@ def probed() -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
     """One probe for every command of this module: building vLLM's parser takes seconds."""
     python = vllm_python_or_skip()
     serve = _shapes()
-    args = [c.serve_args for _, c in serve] + [d.commands[0].serve_args for d in BAD.values()]
+    args = ([c.serve_args for _, c in serve] + [d.commands[0].serve_args for d in BAD.values()]
+            + [UNKNOWN_FLAG.commands[0].serve_args])
     return serve, run_probe(python, args, sorted({k for _, c in serve for k, _ in c.env}))
 
 
 def test_every_profile_and_shape_is_accepted(probed: tuple[list[tuple[Any, Any]], dict[str, Any]]) -> None:
     serve, res = probed
     results = res["results"]
-    assert isinstance(results, list) and len(results) == len(serve) + len(BAD)
+    assert isinstance(results, list) and len(results) == len(serve) + len(BAD) + 1
     bad = [(d.profile, d.gpus, d.nodes, c.name, r["error"])
            for (d, c), r in zip(serve, results[:len(serve)], strict=True) if not r["ok"]]
     assert bad == []
     assert res["unknown_env"] == []  # VLLM_NIXL_SIDE_CHANNEL_PORT is a real vLLM env
 
 
-def test_unknown_flag_and_bad_values_name_the_version() -> None:
-    python = vllm_python_or_skip()
-    d = build("standard", model="m", gpus=1, sets=[("no-such-flag", "3")])
+def test_unknown_flag_and_bad_values_name_the_version(
+        probed: tuple[list[tuple[Any, Any]], dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``require_valid`` on vLLM's own verdict: the module's probe parsed this command
+    (building vLLM's parser once takes seconds); here its answer is handed back for it."""
+    _, res = probed
+    verdict = res["results"][-1]
+    assert not verdict["ok"] and "no-such-flag" in verdict["error"]
+
+    def answer(python: str, argvs: Any, env_names: Any = (), timeout_s: float = 0) -> dict[str, Any]:
+        assert [list(a) for a in argvs] == [list(UNKNOWN_FLAG.commands[0].serve_args)]
+        return {"version": res["version"], "results": [verdict], "unknown_env": []}
+
+    monkeypatch.setattr(argcheck, "run_probe", answer)
     with pytest.raises(InputError, match=r"vLLM 0\.\d+\.\d+.*no-such-flag"):
-        require_valid(d, python)
+        require_valid(UNKNOWN_FLAG, "vllm-python")
 
 
 def test_bad_values_and_spec_keys_are_rejected(probed: tuple[list[tuple[Any, Any]], dict[str, Any]]) -> None:
     _, res = probed
-    backend, spec, ok = res["results"][-len(BAD):]
+    backend, spec, ok = res["results"][-len(BAD) - 1:-1]
     assert not backend["ok"] and "carrier-pigeon" in backend["error"]
     assert not spec["ok"] and "bogus_key" in spec["error"]
     assert ok["ok"], ok

@@ -175,7 +175,7 @@ def test_run_cli_end_to_end_and_force(tmp_path: Path) -> None:
         "from tests.replay.fakeserver import FakeVllm, start\n"
         "async def go():\n"
         "    runner, url = await start(FakeVllm())\n"
-        f"    args = ['-m', 'replay', 'run', {str(trace)!r}, '--target', url, '-o', {str(out)!r}, '--no-progress', '--speedup', '5']\n"
+        f"    args = ['-m', 'agent_replay', 'run', {str(trace)!r}, '--target', url, '-o', {str(out)!r}, '--no-progress', '--speedup', '5']\n"
         "    codes = []\n"
         "    for extra in ([], [], ['--force']):\n"
         "        p = await asyncio.create_subprocess_exec(sys.executable, *args, *extra, stdout=-1, stderr=-1)\n"
