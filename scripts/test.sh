@@ -24,12 +24,13 @@ fi
 # their own so that nothing else loads the machine, the real-clock accuracy tests (marked
 # timing) and the tests against a real vLLM (marked vllm).
 # pytest's exit code 5 (nothing selected, e.g. a path without such tests) is not a failure.
-# A -m of the caller's own replaces the step's (pytest keeps the last -m).
+# A -m of the caller's own replaces the step's (pytest keeps the last -m). Each step lists its
+# slowest tests, for a log that says where the time went.
 step() {
     local rc=0
     .venv/bin/python -m pytest "$@" || rc=$?
     [ "$rc" -eq 5 ] && rc=0
     return "$rc"
 }
-step -m "not timing and not vllm" -n "${AGENT_REPLAY_TEST_WORKERS:-2}" --dist loadfile "$@"
-step -m "timing or vllm" "$@"
+step -m "not timing and not vllm" -n "${AGENT_REPLAY_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"
+step -m "timing or vllm" --durations=10 "$@"

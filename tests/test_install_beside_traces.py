@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 import venv
 from pathlib import Path
@@ -33,13 +34,14 @@ def _copy_source(dst: Path) -> None:
 
 
 def _pip(py: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, timeout=600)
+    """This interpreter's pip installing into the venv of ``py`` (no pip of its own to set up)."""
+    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--python",
+                           str(py), *args], capture_output=True, text=True, timeout=600)
 
 
 def test_agent_replay_installs_beside_pypi_traces(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
     got = _pip(py, "install", "-q", "traces")
     if got.returncode != 0:

@@ -90,8 +90,10 @@ def test_resets_are_noticed(loop_factory: Any, client: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize("loop_factory", _loops())
+@pytest.mark.parametrize("loop_factory", _loops()[-1:])
 def test_ten_thousand_resets(loop_factory: Any, client: str) -> None:
+    """At scale on the loop runs use (uvloop where installed, the one whose ``uv_poll``
+    drops a reset descriptor); both loops are covered by the 400-stream test above."""
     kinds, delays = run_resets(loop_factory, client, 10_000, concurrency=64)
     assert kinds == {"stream": 10_000}, kinds
     assert len(delays) == 10_000 and max(delays) < int(TIMEOUT_S * 1e9)
