@@ -282,7 +282,6 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     if threading.current_thread() is threading.main_thread():  # its own process
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
     parent = os.getppid()  # ...or the run's end, however it ends (checked every frame)
-    _yield_cpu()
     feed = None if results_dir is None else PartsFeed(results_dir)
     got: bytes | None = None  # the newest good snapshot
     parts = 0  # polls of the part files that found new ones
@@ -301,6 +300,9 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
 
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
+    # Set up at the run's priority (under SCHED_IDLE on a host with no idle CPU it would
+    # not get far), then below it for the run.
+    _yield_cpu()
     if ready is not None:  # imports done, priority lowered: the run may start
         ready.set()
     try:
@@ -383,6 +385,17 @@ def _yield_cpu() -> None:
         pass
 
 
+def _resume_cpu(pid: int) -> None:
+    """The renderer ``pid`` back from SCHED_IDLE to the normal policy, once the run is over:
+    on a host with no idle CPU, SCHED_IDLE leaves it unscheduled for seconds, so it would
+    not even see the stop. Linux permits this to root, or where RLIMIT_NICE allows nice 0;
+    elsewhere the renderer stays where it is (and its last frame may wait that long)."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
 class DashboardProcess:
     """Renders snapshots in a child process; ``update`` never blocks the caller."""
 
@@ -442,12 +455,14 @@ class DashboardProcess:
         return True
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Draw the last frame and end the child process (ended without it after
-        ``timeout``: the renderer runs at a lowered priority, and on a host busy with other
-        work its last frame, a read of every part file, can take seconds)."""
+        """Draw the last frame and end the child process: the renderer is first put back
+        at normal priority where Linux permits (``_resume_cpu``); it is ended without its last
+        frame after ``timeout``, which a renderer left under SCHED_IDLE on a host with no
+        idle CPU can reach."""
         if self._proc is None:
             return
         self._stop.set()
+        _resume_cpu(self._proc.pid)  # the run is over: the last frame at its priority
         self._proc.join(timeout)
         if self._proc.is_alive():
             self._proc.terminate()

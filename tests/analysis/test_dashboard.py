@@ -122,14 +122,6 @@ def test_scrape_gauges(metrics_url: str) -> None:
     assert g == {"vllm:num_requests_running": 7.0, "vllm:num_preemptions": 9.0}
 
 
-def _full_priority(d: DashboardProcess) -> None:
-    """Put a started renderer back at normal priority: SCHED_IDLE pauses it while no CPU is
-    idle, and with the suite's other processes keeping every CPU busy its last frame could
-    wait past stop()'s timeout. What these tests check is what it draws."""
-    if hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(d._proc.pid, os.SCHED_OTHER, os.sched_param(0))
-
-
 @pytest.mark.slow
 def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]) -> None:
     st = _stats(100)
@@ -138,7 +130,6 @@ def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]
     assert d._ready.is_set()  # start() returns once the renderer has started up
     if hasattr(os, "SCHED_IDLE"):  # Linux: it runs only on CPU time no worker wants
         assert os.sched_getscheduler(d._proc.pid) == os.SCHED_IDLE
-    _full_priority(d)
     try:
         assert d.update(st.encode()) is True
         assert d.update(b"x" * (5 << 20)) is False  # larger than the slot: skipped
@@ -147,6 +138,32 @@ def test_dashboard_process_renders_plain_lines(capfd: pytest.CaptureFixture[str]
     out = capfd.readouterr().out
     assert "100/100 requests" in out and "P90 TPS" in out
     assert d.sent == 1 and d.skipped == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_stop_puts_the_renderer_back_at_normal_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under SCHED_IDLE on a host with no idle CPU the renderer is not scheduled for seconds
+    and would not even see the stop; stop() gives it the normal policy back before it waits
+    (where Linux permits: root, or RLIMIT_NICE allowing nice 0)."""
+    import resource
+
+    if os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20:
+        pytest.skip("leaving SCHED_IDLE needs root or RLIMIT_NICE >= 20 here")
+    d = DashboardProcess(total_requests=1, title="t", tty=False)
+    d.start()
+    proc = d._proc
+    assert os.sched_getscheduler(proc.pid) == os.SCHED_IDLE
+    policy_at_join: list[int] = []
+    join = proc.join
+
+    def watched_join(timeout: float | None = None) -> None:
+        policy_at_join.append(os.sched_getscheduler(proc.pid))
+        join(timeout)
+
+    monkeypatch.setattr(proc, "join", watched_join)
+    d.stop()
+    assert policy_at_join[0] == os.SCHED_OTHER
+    assert not proc.is_alive()
 
 
 def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
@@ -202,7 +219,6 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
     progress.set_progress(2, 2, 0, 0, 50 * ms, 10.0)
     d = DashboardProcess(total_requests=2, title="t", tty=False, results_dir=str(tmp_path))
     d.start()
-    _full_priority(d)
     try:
         assert d.update(progress.encode())
     finally:
