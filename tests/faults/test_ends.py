@@ -41,6 +41,11 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=timeout)
 
 
+NO_SCRAPE = ("--no-progress", "--scrape-interval", "0")
+"""For runs whose end is not about /metrics: without the scraper's process (its start is
+about a second of CPU per run)."""
+
+
 def _descendants(pid: int) -> set[int]:
     """Every process whose ancestry leads to ``pid`` (from /proc)."""
     parents: dict[int, int] = {}
@@ -107,11 +112,11 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
     with SimProcess("fast", extra_args=["--api-key", KEY]) as sim:
         # no key: the probe says so, one line, exit 3
         r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "a"),
-                 "--no-progress")
+                 *NO_SCRAPE)
         assert r.returncode == 3 and "wants a key" in r.stderr and "Traceback" not in r.stderr
         # the key by option, and a base URL ending in /v1: every request served
         r = _run("run", str(trace), "--target", sim.url + "/v1", "-o", str(tmp_path / "b"),
-                 "--no-progress", "--api-key", KEY, "--speedup", "5")
+                 *NO_SCRAPE, "--api-key", KEY, "--speedup", "5")
         assert r.returncode == 0, r.stderr
         meta = json.loads((tmp_path / "b" / "run.json").read_text())
         assert meta["status"] == "ok" and meta["summary"]["ok"] == 18
@@ -120,30 +125,30 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
         # the key by environment
         env_run = subprocess.run(
             [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", sim.url, "-o",
-             str(tmp_path / "c"), "--no-progress", "--speedup", "5"], cwd=ROOT,
+             str(tmp_path / "c"), *NO_SCRAPE, "--speedup", "5"], cwd=ROOT,
             capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
         assert env_run.returncode == 0, env_run.stderr
         # a wrong key in a header (the probe passes with the right one in x-api-key...):
         # every request refused -> failed, exit 1
         r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "d"),
-                 "--no-progress", "--header", "Authorization=Bearer wrong", "--header",
+                 *NO_SCRAPE, "--header", "Authorization=Bearer wrong", "--header",
                  f"x-api-key={KEY}", "--speedup", "5")
         assert r.returncode == 0, r.stderr  # x-api-key suffices for the engine
         r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "e"),
-                 "--no-progress", "--api-key", "wrong-key", "--speedup", "5")
+                 *NO_SCRAPE, "--api-key", "wrong-key", "--speedup", "5")
         assert r.returncode == 3  # the probe is refused first
     # every request refused past the probe: a server that lists models but refuses work
     with SimProcess("fast") as ok_sim:
         srv = _RefusingProxy(ok_sim.url)
         try:
             r = _run("run", str(trace), "--target", srv.url, "-o", str(tmp_path / "f"),
-                     "--no-progress", "--speedup", "5")
+                     *NO_SCRAPE, "--speedup", "5")
             assert r.returncode == 1, r.stdout + r.stderr
             assert "FAILED" in r.stdout and "Traceback" not in r.stderr
             meta = json.loads((tmp_path / "f" / "run.json").read_text())
             assert meta["status"] == "failed" and meta["summary"]["failed"] == 18
             r = _run("run", str(trace), "--target", srv.url, "-o", str(tmp_path / "g"),
-                     "--no-progress", "--speedup", "5", "--abort-after-failures", "3")
+                     *NO_SCRAPE, "--speedup", "5", "--abort-after-failures", "3")
             assert r.returncode == 1, r.stdout + r.stderr
             meta = json.loads((tmp_path / "g" / "run.json").read_text())
             assert meta["status"] == "aborted"

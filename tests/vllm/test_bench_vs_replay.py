@@ -4,13 +4,12 @@ with n-gram speculative decoding (several tokens per chunk): TPOT agrees; vLLM's
 server: tests/vllm/conftest.py).
 
 Under n-gram speculation the work per token depends on the prompt (drafts come from it), so
-both clients must send the same prompts: `vllm bench serve` (random dataset, fixed seed)
-first runs once through `agent-replay record --content full`, and our replay sends that
-recorded trace, prompt for prompt, while bench sends the same seeded prompts again."""
+both clients send the same prompts: random tokens of the tiny model's vocabulary (fixed
+seed), written once as a ShareGPT file for `vllm bench serve` and once as a trace whose
+rows carry the same prompt text (content ``full``) for our replay."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import os
@@ -18,11 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.analysis.server_metrics import summarize
 from agent_replay.engines.vllm.launcher import VllmServer
+from agent_replay.traces.builder import Request, build_table
+from agent_replay.traces.io import write_trace
+from agent_replay.traces.schema import TraceMeta
 from tests.vllm.conftest import SERVED_NAME
 
 # timing: the TPOT comparison is a real-clock accuracy test; the whole module goes with it,
@@ -58,20 +62,44 @@ def server_tpot_ms(before: tuple[float, float], after: tuple[float, float]) -> f
     return 1e3 * (after[0] - before[0]) / (after[1] - before[1])
 
 
-def record_bench_prompts(server: VllmServer, vllm_python: str, tiny_model: Path,
-                         tmp: Path) -> Path:
-    """vllm bench serve through our recorder: a trace holding its exact request bodies."""
-    from agent_replay.replay.record import Recorder
+def shared_prompts(tiny_model: Path, tmp: Path) -> tuple[Path, Path]:
+    """The one workload of both clients: ``N_REQUESTS`` prompts of about ``INPUT_LEN`` random
+    tokens (seed 1), as a ShareGPT file for bench and as a trace for our replay."""
+    from tokenizers import Tokenizer
 
-    trace = tmp / "bench-trace"
+    tok = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+    rng = np.random.default_rng(1)
+    prompts = [tok.decode(rng.integers(0, tok.get_vocab_size(), INPUT_LEN).tolist(),
+                          skip_special_tokens=True) for _ in range(N_REQUESTS)]
+    sharegpt = tmp / "prompts.json"
+    sharegpt.write_text(json.dumps([
+        {"id": str(i), "conversations": [{"from": "human", "value": p},
+                                         {"from": "gpt", "value": "-"}]}
+        for i, p in enumerate(prompts)]))
+    reqs = [Request(session=f"p{i}", key=0, arrival_abs_ns=i * 1_000_000,
+                    input_tokens=len(tok.encode(p).ids), output_tokens=OUTPUT_LEN,
+                    api="completions", model=SERVED_NAME)
+            for i, p in enumerate(prompts)]
+    table, _ = build_table(reqs)
+    bodies = [json.dumps({"model": SERVED_NAME, "prompt": p, "temperature": 0,
+                          "max_tokens": OUTPUT_LEN, "ignore_eos": True}) for p in prompts]
+    table = table.set_column(table.schema.get_field_index("content"), "content",
+                             pa.array(bodies, pa.string()))
+    trace = write_trace(table, tmp / "prompts.parquet",
+                        TraceMeta(source="synthetic", content_mode="full"))
+    return sharegpt, trace
 
-    async def go() -> None:
-        async with Recorder(server.url, "127.0.0.1:0", trace, content="full",
-                            flush_interval_s=60) as rec:
-            await asyncio.to_thread(run_bench, rec.url, vllm_python, tiny_model, tmp / "rec")
 
-    asyncio.run(go())
-    return trace
+def warm_up(server: VllmServer) -> None:
+    """Two short requests, so that neither client's first run pays the server's first ones."""
+    import urllib.request
+
+    for _ in range(2):
+        body = json.dumps({"model": SERVED_NAME, "prompt": "warm up", "max_tokens": 8}).encode()
+        req = urllib.request.Request(server.url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            resp.read()
 
 
 def _median(xs: list[float]) -> float:
@@ -110,13 +138,13 @@ def run_ours(server: VllmServer, trace: Path, tmp: Path) -> dict[str, float]:
     }
 
 
-def run_bench(base_url: str, vllm_python: str, tiny_model: Path, out: Path
+def run_bench(base_url: str, vllm_python: str, tiny_model: Path, prompts: Path, out: Path
               ) -> dict[str, float]:
     proc = subprocess.run(
         [vllm_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
          "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", str(tiny_model),
-         "--dataset-name", "random", "--random-input-len", str(INPUT_LEN),
-         "--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(N_REQUESTS),
+         "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--disable-shuffle",
+         "--sharegpt-output-len", str(OUTPUT_LEN), "--num-prompts", str(N_REQUESTS),
          "--max-concurrency", "1", "--ignore-eos", "--temperature", "0", "--seed", "1",
          "--percentile-metrics", "ttft,tpot,itl", "--save-result", "--result-dir", str(out),
          "--result-filename", "bench.json"],
@@ -140,13 +168,15 @@ def attempts(server: VllmServer, vllm_python: str, tiny_model: Path,
     (see ``_agree``). Both are timing measurements on a
     2-core machine shared with other work: a stall in either run moves them apart, while a
     real measurement difference would show in every attempt."""
-    trace = record_bench_prompts(server, vllm_python, tiny_model, tmp_path_factory.mktemp("rec"))
+    prompts, trace = shared_prompts(tiny_model, tmp_path_factory.mktemp("prompts"))
+    warm_up(server)
     out: list[tuple[dict[str, float], dict[str, float]]] = []
     for i in range(3):
         s0 = server_tpot_total(server.url)
         ours = run_ours(server, trace, tmp_path_factory.mktemp(f"ours{i}"))
         s1 = server_tpot_total(server.url)
-        bench = run_bench(server.url, vllm_python, tiny_model, tmp_path_factory.mktemp(f"bench{i}"))
+        bench = run_bench(server.url, vllm_python, tiny_model, prompts,
+                          tmp_path_factory.mktemp(f"bench{i}"))
         s2 = server_tpot_total(server.url)
         ours["server_tpot_ms"] = server_tpot_ms(s0, s1)
         bench["server_tpot_ms"] = server_tpot_ms(s1, s2)
