@@ -103,8 +103,10 @@ class QuietRuntime:
       connections), so at the default threshold a run of that kind never collects, where a
       collection every tick stalls the loop for nothing (benchmarks/journal/2026-11-29-client-performance.md); a workload that does make
       cycles is collected once they reach the threshold (a bounded memory cost).
-      Cyclic garbage that survives a young collection waits for ``exit`` (a full
-      collection): its count is reported (``gc_end_collected``).
+      Cyclic garbage that survives a young collection waits for ``exit``: a collection of
+      the objects made during the run, run before the rest is unfrozen (a process that
+      holds much more, such as a sweep's, is not scanned whole at every run's end); its
+      count is reported (``gc_end_collected``).
     * GIL hand-over: while the result-writer thread converts rows to Arrow it holds the
       GIL; the loop thread gets it back after at most ``switch_interval_s`` (CPython's
       default is 5 ms, i.e. up to 5 ms late chunk timestamps per hand-over).
@@ -143,10 +145,10 @@ class QuietRuntime:
             return
         sys.setswitchinterval(self._old_switch)
         self._old_switch = None
-        gc.unfreeze()
         t = time.perf_counter_ns()
-        self.end_collected = gc.collect()
+        self.end_collected = gc.collect()  # the run's objects only: the rest is still frozen
         self.end_ns = time.perf_counter_ns() - t
+        gc.unfreeze()
         if self._was_enabled:
             gc.enable()
 

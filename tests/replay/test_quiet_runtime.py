@@ -73,6 +73,24 @@ def test_quiet_runtime_disables_gc_and_restores_settings() -> None:
     assert st["gc_young_max_ns"] > 0
 
 
+def test_exit_collects_what_the_run_made_and_leaves_older_garbage_to_the_interpreter() -> None:
+    """The end-of-run collection runs while the objects from before the run are frozen: it
+    frees the run's cycles without a scan of everything the process holds; older cycles
+    are the interpreter's own collections' to find, after ``exit``."""
+    gc.collect()
+    before = [_Cycle() for _ in range(40)]  # alive at enter: frozen with the rest
+    q = QuietRuntime(young_threshold=10**9)
+    q.enter()
+    try:
+        del before  # garbage now, but frozen: not the run's
+        for _ in range(30):
+            _Cycle()
+    finally:
+        q.exit()
+    assert 30 <= q.end_collected < 70  # the run's 30 cycles (an object and its __dict__)
+    assert gc.collect() >= 40  # the older ones, once unfrozen
+
+
 _FDSIZE = r"""
 import json, resource, sys, threading
 from agent_replay.replay.selfmon import reserve_fds
