@@ -79,12 +79,17 @@ def exit_process(code: int) -> NoReturn:
     Arrow's thread pools can race a pool worker at exit and abort a process whose work is
     complete ("terminate called without an active exception", exit -6; apache/arrow#34314,
     #39862). A command's exit code must say how its work went, not how a library's threads
-    were torn down.
+    were torn down; a library's exit hook that raises is one line on stderr, not a
+    traceback and exit 1.
     """
     shutdown_threads = getattr(threading, "_shutdown", None)
     try:
         if shutdown_threads is not None:
-            shutdown_threads()
+            try:
+                shutdown_threads()
+            except Exception as exc:  # a library's exit hook, after the command's work
+                with contextlib.suppress(OSError, ValueError):
+                    print(f"agent-replay: at exit: {type(exc).__name__}: {exc}", file=sys.stderr)
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):

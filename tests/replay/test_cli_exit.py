@@ -48,3 +48,27 @@ def test_module_entry_exit_codes(tmp_path: Path) -> None:
     ok = subprocess.run([sys.executable, "-m", "agent_replay", "--version"], capture_output=True,
                         text=True, timeout=60, cwd=ROOT)
     assert ok.returncode == 0 and ok.stdout.startswith("agent-replay ")
+
+
+HOOK_SCRIPT = """
+import atexit, sys, threading
+from agent_replay.replay.cli import exit_process
+
+def hook():
+    raise OSError(9, "Bad file descriptor")
+
+threading._register_atexit(hook)  # as concurrent.futures registers its exit hook
+atexit.register(lambda: open(sys.argv[1], "w").write("atexit"))
+exit_process(0)
+"""
+
+
+def test_a_raising_exit_hook_is_one_line_and_keeps_the_code(tmp_path: Path) -> None:
+    script = tmp_path / "hook_script.py"
+    script.write_text(HOOK_SCRIPT)
+    marks = tmp_path / "marks"
+    res = subprocess.run([sys.executable, str(script), str(marks)], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == ["agent-replay: at exit: OSError: [Errno 9] Bad file descriptor"]
+    assert marks.read_text() == "atexit"  # the other exit steps still ran
