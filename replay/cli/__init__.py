@@ -80,7 +80,8 @@ def exit_process(code: int) -> NoReturn:
     complete ("terminate called without an active exception", exit -6; apache/arrow#34314,
     #39862). A command's exit code must say how its work went, not how a library's threads
     were torn down; a library's exit hook that raises is one line on stderr, not a
-    traceback and exit 1.
+    traceback and exit 1 (CPython 3.11's ``concurrent.futures`` hook can write to a
+    process pool's wake-up pipe that the pool's own thread is closing: EBADF).
     """
     shutdown_threads = getattr(threading, "_shutdown", None)
     try:

@@ -92,26 +92,15 @@ class BigBodies:
         self._pool = pool
         pool.submit(_hasher, self.spec).result()
 
-    CLOSE_WAIT_S = 10.0
-    """How long ``close`` waits for the executor to end (its helper is idle, or finishing
-    one body)."""
-
     async def close(self) -> None:
-        """End the helper (after its start, when that is under way) and wait, at most
-        ``CLOSE_WAIT_S``, until the executor's manager thread has ended: one still closing
-        its wake-up pipe when the interpreter exits races concurrent.futures' exit hook,
-        which then writes to the closed pipe (Python 3.11: EBADF, a traceback and exit 1
-        after a clean stop)."""
+        """End the helper (after its start, when that is under way)."""
         ready, self._ready = self._ready, None
         if ready is not None:
             with contextlib.suppress(Exception):
                 await ready
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            done = asyncio.ensure_future(asyncio.to_thread(pool.shutdown, True,
-                                                           cancel_futures=True))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(done), self.CLOSE_WAIT_S)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     async def digest(self, api: str, parts: list[bytes]
                      ) -> tuple[RequestInfo, list[bytes], BodyDigest] | None:

@@ -173,25 +173,6 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
         await big.close()
 
 
-async def test_close_waits_for_the_executor_to_end() -> None:
-    """After ``close`` no manager thread of the helper's executor is left: one still ending
-    at interpreter exit races concurrent.futures' exit hook (a traceback, exit 1)."""
-    import threading
-
-    from agent_replay.replay.record.bigbody import BigBodies, DigestSpec
-
-    def managers() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
-
-    before = managers()
-    big = BigBodies(DigestSpec(16, 5, None, "hashed"))
-    big.start()
-    assert await big.digest("chat", [b'{"model": "m", "messages": []}']) is not None
-    assert len(managers()) == len(before) + 1
-    await big.close()
-    assert managers() == before
-
-
 def test_helper_ends_when_the_recorder_died_before_it_started() -> None:
     """The parse helper watches the recorder's pid, not whichever parent it finds: a
     recorder killed while the helper was still starting (it was reparented already) must
