@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# The suite starts hundreds of Python processes (CLI runs, their workers, servers), each
+# importing the project from source: compiled modules are kept in the clone (__pycache__/,
+# ignored by git) even where the caller's environment says not to write them.
+unset PYTHONDONTWRITEBYTECODE
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
