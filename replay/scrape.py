@@ -13,12 +13,14 @@ import queue
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent_replay.replay.config import RunConfig
-from agent_replay.replay.feed import Reporter
 from agent_replay.replay.lifeline import die_with_parent
-from agent_replay.replay.target import TargetInfo
+
+if TYPE_CHECKING:  # not imported at run time: the scraper's process starts from this module
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.feed import Reporter
+    from agent_replay.replay.target import TargetInfo
 
 FILE_NAME = "server_metrics.parquet"
 
@@ -37,7 +39,7 @@ class MetricsScraper:
 
     def __init__(self, url: str, interval_s: float, out: Path) -> None:
         self.url, self.interval_s, self.out = url, interval_s, out
-        self.gauges: Any = None  # analysis.dashboard.SharedGauges while it runs
+        self.gauges: Any = None  # analysis.gauges.SharedGauges while it runs
         self.error: str | None = None
         self._proc: Any = None
 
@@ -48,7 +50,7 @@ class MetricsScraper:
     def start(self) -> None:
         if self.interval_s <= 0:
             return
-        from agent_replay.analysis.dashboard import SharedGauges
+        from agent_replay.analysis.gauges import SharedGauges
 
         ctx = mp.get_context("spawn")
         self.gauges = SharedGauges()
@@ -96,7 +98,7 @@ def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, e
     async def go() -> None:
         on_scrape = None
         if gauges is not None:
-            from agent_replay.analysis.dashboard import gauge_sums
+            from agent_replay.analysis.gauges import gauge_sums
 
             def on_scrape(rows: list[tuple[int, str, str, float]]) -> None:
                 gauges.write(gauge_sums((name, value) for _, name, _, value in rows))

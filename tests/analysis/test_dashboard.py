@@ -15,10 +15,10 @@ from agent_replay.analysis.dashboard import (
     bottleneck,
     progress_line,
     render_dashboard,
-    scrape_gauges,
     sparkline,
 )
 from agent_replay.analysis.fixtures import synthetic_results
+from agent_replay.analysis.gauges import scrape_gauges
 from agent_replay.analysis.live import LiveStats
 
 
@@ -229,7 +229,7 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
 
 
 def test_gauge_sums_add_label_sets_and_counter_totals() -> None:
-    from agent_replay.analysis.dashboard import gauge_sums
+    from agent_replay.analysis.gauges import gauge_sums
 
     got = gauge_sums([("vllm:num_requests_running", 3), ("vllm:num_requests_running", 4),
                       ("vllm:num_preemptions_total", 2), ("vllm:other", 9)])
@@ -243,7 +243,7 @@ def _write_gauges(g: object) -> None:
 def test_shared_gauges_cross_processes() -> None:
     import multiprocessing as mp
 
-    from agent_replay.analysis.dashboard import SharedGauges
+    from agent_replay.analysis.gauges import SharedGauges
 
     g = SharedGauges()
     assert g.read() == (0, {})

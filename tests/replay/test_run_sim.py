@@ -105,6 +105,7 @@ def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
 def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import agent_replay.analysis.dashboard as dashboard
+    from agent_replay.analysis.gauges import scrape_gauges
     from agent_replay.analysis.live import LiveStats, PartsFeed
 
     seen: list[dict[str, float]] = []
@@ -116,7 +117,7 @@ def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: 
                      results_dir: str | None = None, shared_gauges: object = None,
                      gpu_gauges: object = None) -> None:
             assert server_gauges_url is not None and shared_gauges is None  # no scraper in this run
-            seen.append(dashboard.scrape_gauges(server_gauges_url))
+            seen.append(scrape_gauges(server_gauges_url))
             folders.append(results_dir)
 
         def start(self) -> None: ...
@@ -147,15 +148,16 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     # With the run's scraper on, the server is scraped once per interval, by the scraper;
     # the dashboard gets the gauges of each scrape through shared memory.
     import agent_replay.analysis.dashboard as dashboard
+    from agent_replay.analysis.gauges import GAUGES, SharedGauges
 
-    shared: list[dashboard.SharedGauges] = []
+    shared: list[SharedGauges] = []
     at_stop: list[tuple[int, dict[str, float]]] = []
     started: list[int] = []
 
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
                      results_dir: str | None = None,
-                     shared_gauges: dashboard.SharedGauges | None = None,
+                     shared_gauges: SharedGauges | None = None,
                      gpu_gauges: object = None) -> None:
             assert shared_gauges is not None
             shared.append(shared_gauges)
@@ -181,4 +183,4 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     # The run's t0 (chosen 0.2 s ahead) was chosen once the dashboard had started up.
     t0 = json.loads((tmp_path / "res" / "run.json").read_text())["clock"]["t0_monotonic_ns"]
     assert len(started) == 1 and started[0] < t0 - 150_000_000
-    assert set(gauges) <= set(dashboard.GAUGES)
+    assert set(gauges) <= set(GAUGES)
