@@ -1,3 +1,7 @@
+"""Fixtures shared by the suite. Every pytest process imports every test module to collect
+it, so a module imports a library that is slow to import (the openai and anthropic SDKs:
+1-3 s each) inside the tests that use it."""
+
 from __future__ import annotations
 
 import os

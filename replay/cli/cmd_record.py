@@ -48,6 +48,9 @@ def register(sub: Any) -> None:
                    help="on Ctrl-C or SIGTERM, requests in flight get this long to finish "
                    "(new ones are refused); then they are cut and recorded as cut, and the "
                    "rows are flushed (default 10; a second Ctrl-C cuts at once)")
+    p.add_argument("--write-retry", type=float, default=10.0, metavar="SECONDS",
+                   help="at stop, how long a failing final write (a full disk) is retried "
+                   "before the rows it holds are given up and the exit is 1 (default 10)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --listen address")
     p.add_argument("--quiet", action="store_true", help="no status line")
@@ -64,7 +67,8 @@ def cmd_record(args: Any) -> int:
         tokenizer=args.tokenizer, block_size=args.block_size, hash_seed=args.hash_seed,
         session_header=args.session_header, flush_interval_s=args.flush_interval,
         read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote,
-        drain_timeout_s=args.drain_timeout, max_body=int(args.max_body * (1 << 20)))
+        drain_timeout_s=args.drain_timeout, max_body=int(args.max_body * (1 << 20)),
+        write_retry_s=args.write_retry)
     aio.run(_serve(rec, quiet=args.quiet))
     if rec.stats.unwritten:
         print(f"agent-replay record: ERROR: {rec.stats.unwritten} recorded rows could not be "

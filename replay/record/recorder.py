@@ -106,6 +106,8 @@ def _check(cfg: RecordConfig) -> None:
         raise InputError("--max-body must be >= 1")
     if cfg.drain_timeout_s < 0:
         raise InputError("--drain-timeout must be >= 0")
+    if cfg.write_retry_s < 0:
+        raise InputError("--write-retry must be >= 0")
     if not cfg.upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream {cfg.upstream!r}: expected an http:// or https:// URL")
     if not is_loopback(cfg.host) and not cfg.allow_remote:

@@ -7,7 +7,6 @@ import json
 from collections.abc import AsyncIterator
 
 import aiohttp
-import openai
 import pytest
 
 from agent_replay.engines.dialects import DIALECTS, ResponsesStreamDecoder, dialect
@@ -31,6 +30,7 @@ def words(n: int) -> str:
 
 
 async def test_openai_library_streams_a_responses_reply(sim: SimServer) -> None:
+    import openai
     client = openai.AsyncOpenAI(base_url=sim.url + "/v1", api_key="none")
     stream = await client.responses.create(
         model=sim.profile.model_name, instructions=words(7), input=words(20),
@@ -85,6 +85,7 @@ def test_decoder_is_inexact_when_deltas_and_usage_disagree() -> None:
 
 
 async def test_tool_call_on_a_user_turn_then_text_after_the_result(sim: SimServer) -> None:
+    import openai
     client = openai.AsyncOpenAI(base_url=sim.url + "/v1", api_key="none")
     model = sim.profile.model_name
     first = await client.responses.create(model=model, input="list the files",

@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
-import anthropic
-import openai
 import pytest
 
 from agent_replay.engines.sim import SimProcess, SimProfile
@@ -40,6 +38,7 @@ def slow_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimProc
 
 @pytest.mark.timing
 def test_single_stream_decode_rate_with_the_openai_client(slow_sim: tuple[SimProcess, SimProfile]) -> None:
+    import openai
     sim, prof = slow_sim
     client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none")
     times: list[int] = []
@@ -99,6 +98,7 @@ async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
 
 
 def test_mean_tokens_per_chunk_under_speculation(tmp_path: Path) -> None:
+    import openai
     path = profile_file(tmp_path, "mtp", decode_base_ns=500_000, decode_per_seq_ns=0,
                         decode_per_ctx_token_ns=0.0, prefill_tokens_per_s=1e6, spin_ns=300_000,
                         eos_prob=0.0)
@@ -118,6 +118,7 @@ def test_mean_tokens_per_chunk_under_speculation(tmp_path: Path) -> None:
 
 
 def test_anthropic_client_streams_and_counts_tokens(slow_sim: tuple[SimProcess, SimProfile]) -> None:
+    import anthropic
     sim, prof = slow_sim
     client = anthropic.Anthropic(base_url=sim.url, api_key="none")
     content = " abcd" * 30  # 30 tokens under the documented tokenizer
@@ -139,6 +140,7 @@ def test_anthropic_client_streams_and_counts_tokens(slow_sim: tuple[SimProcess, 
 
 
 def test_openai_chat_client_non_streaming(slow_sim: tuple[SimProcess, SimProfile]) -> None:
+    import openai
     sim, prof = slow_sim
     client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none")
     r = client.chat.completions.create(model=prof.model_name, max_completion_tokens=5,

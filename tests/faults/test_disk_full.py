@@ -173,7 +173,7 @@ async def test_tmpfs_full_at_exit_is_loud(tmp_path: Path) -> None:
         async with SimServer("fast") as sim:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "agent_replay", "record", "--upstream", sim.url, "--listen",
-                "127.0.0.1:0", "-o", str(out), "--flush-interval", "60",
+                "127.0.0.1:0", "-o", str(out), "--flush-interval", "60", "--write-retry", "1.5",
                 stderr=asyncio.subprocess.PIPE)
             assert proc.stderr is not None
             line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
@@ -186,11 +186,22 @@ async def test_tmpfs_full_at_exit_is_loud(tmp_path: Path) -> None:
                     pass
             async with aiohttp.ClientSession() as s:
                 assert all([await _one(s, url) for _ in range(6)])
+            stopped = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
             rc = await proc.wait()
+            took = time.monotonic() - stopped
         assert rc == 1, rest
+        assert took >= 1.5  # the final write was retried for --write-retry
         assert "6 recorded rows could not be written (No space left on device" in rest
         assert "Traceback" not in rest
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_negative_write_retry_is_refused(tmp_path: Path) -> None:
+    from agent_replay.errors import InputError
+    from agent_replay.replay.record import Recorder
+
+    with pytest.raises(InputError, match="--write-retry must be >= 0"):
+        Recorder("http://127.0.0.1:9", "127.0.0.1:0", tmp_path / "t", write_retry_s=-1)

@@ -10,15 +10,17 @@ import itertools
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.engines.sim import SimProcess, SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.traces.io import read_trace
+
+if TYPE_CHECKING:  # imported by the tests that use it (tests/conftest.py says why)
+    import openai
 
 MODEL = "sim-fast"
 SESSIONS = 20
@@ -53,6 +55,7 @@ async def _agent(client: openai.AsyncOpenAI, i: int, log: list[tuple[int, int, i
 @pytest.mark.slow
 @pytest.mark.timing
 async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
+    import openai
     trace = tmp_path / "trace"
     log: list[tuple[int, int, int]] = []
     async with SimServer("fast", seed=3) as sim, Recorder(

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
-import openai
 import pyarrow.parquet as pq
 import pytest
 
@@ -18,6 +16,9 @@ from agent_replay.engines.sim import SimProcess, SimServer, SimTokenizer
 from agent_replay.replay.record import Recorder
 from agent_replay.replay.record.content import BYTES_PER_TOKEN, prompt_parts, render
 from agent_replay.traces.io import read_trace
+
+if TYPE_CHECKING:  # imported by the tests that use it (tests/conftest.py says why)
+    import openai
 
 MODEL = "sim-fast"
 BASH = {"type": "function", "name": "Bash", "description": "Run a shell command",
@@ -59,6 +60,7 @@ async def _replay(trace: Path, out: Path) -> list[dict]:
 
 @pytest.mark.slow
 async def test_a_responses_session_with_a_tool_call_replays_with_responses(tmp_path: Path) -> None:
+    import openai
     trace = tmp_path / "trace"
     async with SimServer("fast", seed=3, tool_call='Bash={"command": "ls"}') as sim, \
             Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
@@ -101,6 +103,7 @@ def _rendered_count(tools: list[Any], system: list[Any], messages: list[Any]) ->
 
 async def test_claude_code_shaped_requests_count_and_hash_the_whole_request(
         tmp_path: Path) -> None:
+    import anthropic
     trace = tmp_path / "trace"
     firsts = ["Fix the failing test in tests/test_io.py please.",
               "Write a README section about installation."]

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anthropic
-import openai
-
 from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.traces.io import read_trace
@@ -18,6 +15,8 @@ MODEL = "sim-fast"
 
 
 async def test_openai_and_anthropic_sdks(tmp_path: Path) -> None:
+    import anthropic
+    import openai
     seen: list[tuple[str, int, int]] = []  # (api, prompt tokens, completion tokens) per SDK
     async with SimServer("fast", seed=1) as sim, Recorder(
             sim.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60,

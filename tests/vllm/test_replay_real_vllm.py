@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "traces" / "samples" / "agent-small.parquet"
 
 
-SESSIONS = 4
+SESSIONS = 3
 """Sessions of the sample replayed: on 2 CPU cores the tiny model's prefill of their uncached
 prompt tokens, not the trace's clock, sets how long the replay takes."""
 
