@@ -1,7 +1,8 @@
 """Ray backend on a real two-node Ray cluster on loopback (ray.cluster_utils.Cluster: a
 head and a worker node, one CPU each), against the simulated engine in its own process.
 
-* A local run and a Ray run of the same trace agree on counts and on P50/P90 TPOT and ITL.
+* A local run and a Ray run of the same trace agree on counts, and each measures what the
+  engine wrote (its ground truth) within 5%: P50/P90 TPOT, ITL P50 and mean.
 * The actor on the other node ships its part files back; both shards' rows are there.
 * Killing an actor mid-run: the run finishes, and the sessions it left are listed.
 """
@@ -77,14 +78,19 @@ def cluster() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+def profile(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Decode steps of 4 ms whatever the batch, fast prefill, no early end of sequence."""
     base = SimProfile.load("fast").to_dict()
     base.update(name="ray-test", decode_base_ns=STEP_NS, decode_per_seq_ns=0,
                 decode_per_ctx_token_ns=0.0, eos_prob=0.0, prefill_tokens_per_s=1e6)
     path = tmp_path_factory.mktemp("sim") / "ray-test.json"
     path.write_text(json.dumps(base))
-    with SimProcess(str(path)) as s:
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sim(profile: str) -> Iterator[SimProcess]:
+    with SimProcess(profile) as s:
         yield s
 
 
@@ -97,21 +103,42 @@ def _keys(t: pa.Table) -> list[tuple[str, int]]:
                       strict=True))
 
 
-def _tpot_itl(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    tpot, itl = [], []
-    for c, k in zip(t.column("chunk_ns").to_pylist(), t.column("chunk_tokens").to_pylist(), strict=True):
-        c, k = np.asarray(c), np.asarray(k)
-        if len(c) >= 2:
-            tpot.append((c[-1] - c[0]) / (k.sum() - k[0]))
-            itl.extend(np.repeat(np.diff(c) / k[1:], k[1:]))
-    return np.asarray(tpot), np.asarray(itl)
+def _tpot_itl(chunk_ns: list[int], chunk_tokens: list[int]) -> tuple[float | None, np.ndarray]:
+    """A request's TPOT and its per-token ITL samples (a gap counts once per token it
+    brought, at gap / tokens), from its chunks' times and token counts."""
+    c, k = np.asarray(chunk_ns), np.asarray(chunk_tokens)
+    if len(c) < 2:
+        return None, np.empty(0)
+    return (c[-1] - c[0]) / (k.sum() - k[0]), np.repeat(np.diff(c) / k[1:], k[1:])
 
 
-def test_ray_run_matches_a_local_run(cluster: Any, sim: SimProcess, tmp_path: Path) -> None:
+def _against_truth(rows: pa.Table, truth: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """What the client measured over what the engine wrote, on the same requests: each
+    request's TPOT (median and P90 of the ratio) and the run's per-token ITL (the ratio of
+    medians and of means)."""
+    ratios, ours, engine = [], [], []
+    for rid, c, k in zip(rows.column("request_id").to_pylist(), rows.column("chunk_ns").to_pylist(),
+                         rows.column("chunk_tokens").to_pylist(), strict=True):
+        t = truth[rid]
+        tpot, itl = _tpot_itl(c, k)
+        true_tpot, true_itl = _tpot_itl(t["chunk_ns"], t["chunk_tokens"])
+        assert tpot is not None and true_tpot is not None
+        ratios.append(tpot / true_tpot)
+        ours.append(itl)
+        engine.append(true_itl)
+    a, b = np.concatenate(ours), np.concatenate(engine)
+    return {"tpot_p50": float(np.percentile(ratios, 50)), "tpot_p90": float(np.percentile(ratios, 90)),
+            "itl_p50": float(np.percentile(a, 50) / np.percentile(b, 50)),
+            "itl_mean": float(a.mean() / b.mean())}
+
+
+def test_ray_run_matches_a_local_run(cluster: Any, profile: str, tmp_path: Path) -> None:
     trace = _trace(tmp_path / "t.parquet", sessions=8, per_session=4, output_tokens=100, think_ms=60)
-    common = dict(trace=trace, target=sim.url, progress=False, scrape_interval_s=0.0)
-    local = run(RunConfig(output=str(tmp_path / "local"), salt=1, **common), progress=None)  # type: ignore[arg-type]
-    dist = run(RunConfig(output=str(tmp_path / "ray"), salt=2, ray="auto", **common), progress=None)  # type: ignore[arg-type]
+    gt = tmp_path / "truth.parquet"
+    with SimProcess(profile, ground_truth=gt) as sim:
+        common = dict(trace=trace, target=sim.url, progress=False, scrape_interval_s=0.0)
+        local = run(RunConfig(output=str(tmp_path / "local"), salt=1, **common), progress=None)  # type: ignore[arg-type]
+        dist = run(RunConfig(output=str(tmp_path / "ray"), salt=2, ray="auto", **common), progress=None)  # type: ignore[arg-type]
 
     assert local.total == dist.total == 32
     assert local.ok == dist.ok == 32 and not dist.errors
@@ -127,21 +154,22 @@ def test_ray_run_matches_a_local_run(cluster: Any, sim: SimProcess, tmp_path: Pa
     # the actor on the worker node sent its part files back over Ray
     assert any(a["ships_parts"] for a in actors) and meta["ray"]["parts_received"] >= 1
     assert meta["ray"]["lost"] == []
-    (lt_tpot, lt_itl), (rt_tpot, rt_itl) = _tpot_itl(lt), _tpot_itl(rt)
-    # Within noise: per-token gaps of 4 ms on a loaded 2-core machine jitter by a few ms
-    # whichever client runs (one late read is a short gap and a long one); per-request
-    # TPOT averages that out. ITL is compared at its median and mean, not its P90: with a
-    # core held busy the engine (on the same 2 cores) misses some 4 ms steps, and whether
-    # P90 lands on one step or on two follows how many it missed in that run (4.2 against
-    # 7.9 ms in one run whose medians and TPOT agreed), not which client measured.
-    tol = {("tpot", 50): 0.20, ("tpot", 90): 0.30, ("itl", 50): 0.25, ("itl", "mean"): 0.30}
-    for name, a, b in (("tpot", lt_tpot, rt_tpot), ("itl", lt_itl, rt_itl)):
-        for q in ((50, 90) if name == "tpot" else (50, "mean")):
-            pa_, pb = ((np.mean(a), np.mean(b)) if q == "mean"
-                       else (np.percentile(a, q), np.percentile(b, q)))
-            assert abs(pa_ - pb) <= tol[name, q] * pa_, (name, q, pa_, pb)
-        # and both measure the engine's step
-        assert abs(np.percentile(b, 50) - STEP_NS) <= 0.25 * STEP_NS
+    # Each run against what the engine wrote for its own requests (its ground truth), not
+    # one run against the other: on a loaded 2-core machine the engine, on the same cores,
+    # misses some of its 4 ms steps and catches up, differently in each run (ITL P50 4.0
+    # against 3.0 ms in one pair of runs), and both clients must see exactly that.
+    truth = {str(r["request_id"]): r for r in pq.read_table(gt).to_pylist()}
+    assert len(truth) == 64 and set(truth) >= set(lt.column("request_id").to_pylist()) | set(
+        rt.column("request_id").to_pylist())
+    report = {"local": _against_truth(lt, truth), "ray": _against_truth(rt, truth)}
+    print(json.dumps(report))
+    # With one core held busy both stay within 1.2%. With both cores busy the actor's loop
+    # falls a step behind at times and reads two steps' chunks as one (the kernel merges
+    # them in the socket's queue, under one receive time): Ray's ITL 5-7% low, which its
+    # run's self-check reports as a loop stall.
+    for name, r in report.items():
+        for key, ratio in r.items():
+            assert abs(ratio - 1) <= 0.05, (name, key, report)
 
 
 def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_path: Path) -> None:
