@@ -7,7 +7,9 @@ k-th order statistic U_(k) of n uniforms is Beta(k, n - k + 1). One resample's p
 therefore ``sorted[floor(n * Beta(k, n - k + 1))]``: one sort per run and one Beta draw per
 resample, whatever the sample size. Resamples of the two runs are independent; the interval
 is the 2.5th-97.5th percentile of the resampled relative difference. A difference is called
-significant when that interval excludes zero.
+significant when that interval excludes zero. No interval is given where a side has fewer
+requests than the percentile needs (``analysis.hist.min_count_for``) or than two time blocks
+hold: a bootstrap of one or two values has no spread, and would call any change significant.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
-from agent_replay.analysis.hist import rank
+from agent_replay.analysis.hist import min_count_for, rank
 from agent_replay.analysis.report import Report, build_report
 from agent_replay.errors import InputError
 
@@ -50,6 +52,7 @@ class Delta:
     ci_low: float | None
     ci_high: float | None
     higher_is_better: bool
+    note: str | None = None  # why there is no interval
 
     @property
     def significant(self) -> bool:
@@ -58,7 +61,7 @@ class Delta:
 
     def verdict(self, name: str) -> str:
         if self.change is None or self.ci_low is None or self.ci_high is None:
-            return f"{self.label}: not enough data"
+            return f"{self.label}: {self.note or 'not enough data'}"
         ci = f"95% CI {100 * self.ci_low:+.1f}% to {100 * self.ci_high:+.1f}%"
         if not self.significant:
             return (f"{self.label}: inconclusive ({name} {100 * self.change:+.1f}%, {ci}: the "
@@ -91,6 +94,15 @@ def bootstrap_percentile(sorted_x: np.ndarray, p: float, resamples: int,
 
 BLOCKS = 10
 """Time blocks of a run for the block bootstrap (contiguous in send order, equal counts)."""
+BLOCK_MIN = 5
+"""Fewest requests in a time block: a run of n requests has min(BLOCKS, n // BLOCK_MIN)."""
+
+
+def min_interval_count(p: float, blocks: bool) -> int:
+    """Requests each side needs for an interval of the ``p`` percentile: what the percentile
+    needs, and with the time-block bootstrap at least two blocks (one block resamples to the
+    run itself)."""
+    return max(min_count_for(p), 2 * BLOCK_MIN if blocks else 2)
 
 
 def block_bootstrap_percentile(x: np.ndarray, order: np.ndarray | None, p: float, resamples: int,
@@ -106,7 +118,7 @@ def block_bootstrap_percentile(x: np.ndarray, order: np.ndarray | None, p: float
         v = v[np.argsort(order, kind="stable")]
     v = v[~np.isnan(v)]
     n = v.size
-    nb = max(1, min(blocks, n // 5))
+    nb = max(1, min(blocks, n // BLOCK_MIN))
     edges = np.linspace(0, n, nb + 1).astype(np.int64)
     parts = [np.sort(v[edges[i]:edges[i + 1]]) for i in range(nb)]
     out = np.empty(resamples)
@@ -137,6 +149,16 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             out.append(Delta(key, label, None, None, None, None, None, higher))
             continue
         va, vb = a[rank(p, a.size) - 1], b[rank(p, b.size) - 1]
+        tps = key.startswith("tps")  # speed = 1 / TPOT: ratio of speeds = inverse ratio
+        with np.errstate(divide="ignore", invalid="ignore"):
+            base_v, val_v = (1e9 / va, 1e9 / vb) if tps else (va / 1e6, vb / 1e6)  # tok/s, ms
+            change = va / vb - 1 if tps else vb / va - 1
+        need = min_interval_count(p, order is not None)
+        if min(a.size, b.size) < need:
+            out.append(Delta(key, label, float(base_v), float(val_v), float(change), None, None,
+                             higher, f"no interval: {a.size} and {b.size} requests, it needs "
+                             f"{need} a side"))
+            continue
         if order is not None:
             ra = block_bootstrap_percentile(base[arr], order[0], p, resamples, rng)
             rb = block_bootstrap_percentile(other[arr], order[1], p, resamples, rng)
@@ -144,14 +166,7 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             ra = bootstrap_percentile(a, p, resamples, rng)
             rb = bootstrap_percentile(b, p, resamples, rng)
         with np.errstate(divide="ignore", invalid="ignore"):
-            if key.startswith("tps"):  # speed = 1 / TPOT: ratio of speeds = inverse ratio
-                base_v, val_v = 1e9 / va, 1e9 / vb
-                change = va / vb - 1
-                reps = ra / rb - 1
-            else:
-                base_v, val_v = va / 1e6, vb / 1e6  # ms
-                change = vb / va - 1
-                reps = rb / ra - 1
+            reps = ra / rb - 1 if tps else rb / ra - 1
         reps = reps[np.isfinite(reps)]
         lo, hi = (np.percentile(reps, [a_lo, a_hi]) if reps.size else (np.nan, np.nan))
         out.append(Delta(key, label, float(base_v), float(val_v), float(change),

@@ -32,6 +32,35 @@ def _arrays(n: int, seed: int, scale: float) -> dict[str, np.ndarray]:
     return {"tpot": m.tpot, "ttft": m.ttft}
 
 
+def test_no_interval_from_fewer_requests_than_the_percentile_and_two_blocks_need() -> None:
+    """One request a side resamples to itself: a zero-width interval around any change,
+    which would read as significant. Below what each statistic needs there is no interval,
+    the change is still shown, and the verdict says why."""
+    one = {"tpot": np.array([6.41e6]), "ttft": np.array([781.5e6])}
+    other = {"tpot": np.array([6.39e6]), "ttft": np.array([8.77e6])}
+    t = np.array([0.0])
+    ds = {d.key: d for d in compare_arrays(one, other, order=(t, t))}
+    head = ds["tps_p90"]
+    assert not head.significant and head.ci_low is None
+    assert head.change == pytest.approx(6.41 / 6.39 - 1)
+    assert head.verdict("b") == "P90 TPS: no interval: 1 and 1 requests, it needs 10 a side"
+    assert not any(d.significant for d in ds.values())
+
+    rng = np.random.default_rng(0)
+    for n, has_ci in ((9, False), (10, True)):  # the block bootstrap: two blocks of 5
+        a = {"tpot": rng.normal(6e6, 1e5, n), "ttft": rng.normal(20e6, 1e6, n)}
+        b = {"tpot": a["tpot"] * 0.5, "ttft": a["ttft"] * 2}
+        order = np.arange(n, dtype=np.float64)
+        ds = {d.key: d for d in compare_arrays(a, b, order=(order, order))}
+        assert (ds["tps_p90"].ci_low is not None) is has_ci, n
+        assert ds["tps_p90"].significant is has_ci, n
+    # the per-request bootstrap: P50 needs 2 samples, P90 10
+    two = np.array([1e6, 2e6])
+    ds = {d.key: d for d in compare_arrays({"tpot": two, "ttft": two},
+                                           {"tpot": two * 3, "ttft": two * 3}, seed=1)}
+    assert ds["tpot_p50"].ci_low is not None and ds["tpot_p90"].ci_low is None
+
+
 @pytest.mark.slow
 def test_five_percent_tpot_difference_is_found_and_zero_is_not() -> None:
     hits = {1.05: 0, 1.0: 0}
