@@ -6,13 +6,13 @@ import os
 import sys
 from dataclasses import dataclass
 
+from agent_replay.engines.aio import LOOP_KINDS
 from agent_replay.engines.dialects import API_PATHS
 from agent_replay.engines.telemetry.source import check_spec as check_gpu_metrics
 from agent_replay.errors import InputError
 from agent_replay.replay.affinity import parse_cpu_list
 from agent_replay.replay.plan import TIMING_MODES, PlanOptions
 
-LOOP_KINDS = ("uvloop", "asyncio")
 TIMESTAMPS = ("auto", "kernel", "loop")
 HTTP_CLIENTS = ("fast", "aiohttp")
 

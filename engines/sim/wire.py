@@ -58,26 +58,16 @@ _FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"', "abort": b'"
            "tool_calls": b'"tool_calls"'}
 
 
-class CompletionsEncoder:
-    """SSE chunks of one streamed /v1/completions response."""
+class _Encoder:
+    """What the streamed responses of both APIs keep: the prompt, the token table, the
+    usage options and the count of completion tokens sent."""
 
-    __slots__ = (
-        "completion_tokens",
-        "continuous",
-        "head",
-        "include_usage",
-        "prompt_ids",
-        "prompt_tokens",
-        "return_ids",
-        "table",
-        "tail_fp",
-    )
+    __slots__ = ("completion_tokens", "continuous", "head", "include_usage", "prompt_ids",
+                 "prompt_tokens", "return_ids", "table", "tail_fp")
 
-    def __init__(self, *, rid: str, created: int, model: str, table: TokenTable,
-                 prompt_ids: Sequence[int], return_token_ids: bool, include_usage: bool,
-                 continuous_usage: bool) -> None:
-        self.head = (b'data: {"id":' + orjson.dumps(rid) + b',"object":"text_completion","created":%d,"model":' % created
-                     + orjson.dumps(model) + b',"choices":[{"index":0,"text":')
+    def __init__(self, head: bytes, table: TokenTable, prompt_ids: Sequence[int],
+                 return_token_ids: bool, include_usage: bool, continuous_usage: bool) -> None:
+        self.head = head
         self.table = table
         self.prompt_ids = prompt_ids
         self.prompt_tokens = len(prompt_ids)
@@ -86,6 +76,23 @@ class CompletionsEncoder:
         self.continuous = include_usage and continuous_usage
         self.completion_tokens = 0
         self.tail_fp = b',"system_fingerprint":' + orjson.dumps(SYSTEM_FINGERPRINT) + b"}\n\n"
+
+
+def _head(rid: str, obj: bytes, created: int, model: str, choices: bytes) -> bytes:
+    return (b'data: {"id":' + orjson.dumps(rid) + b',"object":"' + obj + b'","created":%d,"model":'
+            % created + orjson.dumps(model) + b',"choices":[' + choices)
+
+
+class CompletionsEncoder(_Encoder):
+    """SSE chunks of one streamed /v1/completions response."""
+
+    __slots__ = ()
+
+    def __init__(self, *, rid: str, created: int, model: str, table: TokenTable,
+                 prompt_ids: Sequence[int], return_token_ids: bool, include_usage: bool,
+                 continuous_usage: bool) -> None:
+        super().__init__(_head(rid, b"text_completion", created, model, b'{"index":0,"text":'),
+                         table, prompt_ids, return_token_ids, include_usage, continuous_usage)
 
     def chunk(self, ids: Sequence[int], finish: str | None) -> bytes:
         t = self.table
@@ -130,26 +137,17 @@ class ToolText:
         return orjson.dumps("".join(pieces))[1:-1]
 
 
-class ChatEncoder:
+class ChatEncoder(_Encoder):
     """SSE chunks of one streamed /v1/chat/completions response."""
 
-    __slots__ = ("base", "completion_tokens", "continuous", "include_usage", "prompt_ids",
-                 "prompt_tokens", "return_ids", "table", "tail_fp", "tool")
+    __slots__ = ("tool",)
 
     def __init__(self, *, rid: str, created: int, model: str, table: TokenTable,
                  prompt_ids: Sequence[int], return_token_ids: bool, include_usage: bool,
                  continuous_usage: bool, tool_call: Any = None) -> None:
+        super().__init__(_head(rid, b"chat.completion.chunk", created, model, b""), table,
+                         prompt_ids, return_token_ids, include_usage, continuous_usage)
         self.tool = ToolText(tool_call) if tool_call is not None else None
-        self.base = (b'data: {"id":' + orjson.dumps(rid) + b',"object":"chat.completion.chunk","created":%d,"model":' % created
-                     + orjson.dumps(model) + b',"choices":[')
-        self.table = table
-        self.prompt_ids = prompt_ids
-        self.prompt_tokens = len(prompt_ids)
-        self.return_ids = return_token_ids
-        self.include_usage = include_usage
-        self.continuous = include_usage and continuous_usage
-        self.completion_tokens = 0
-        self.tail_fp = b',"system_fingerprint":' + orjson.dumps(SYSTEM_FINGERPRINT) + b"}\n\n"
 
     def _usage_part(self) -> bytes:
         if not self.continuous:
@@ -168,7 +166,7 @@ class ChatEncoder:
                 role = (b'{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":'
                         + orjson.dumps(tool.call.call_id) + b',"type":"function","function":{"name":'
                         + orjson.dumps(tool.call.name) + b',"arguments":""}}]}')
-            out = (self.base + b'{"index":0,"delta":' + role + b',"logprobs":null,"finish_reason":null}]'
+            out = (self.head + b'{"index":0,"delta":' + role + b',"logprobs":null,"finish_reason":null}]'
                    + self._usage_part() + b',"prompt_token_ids":' + prompt_ids + b',"prompt_text":null}\n\n')
         self.completion_tokens += len(ids)
         token_ids = t.id_list(ids) if self.return_ids else b"null"
@@ -182,13 +180,13 @@ class ChatEncoder:
                      + b'"}}]}')
         else:
             delta = b'{"content":' + t.text(ids) + b"}"
-        return (out + self.base + b'{"index":0,"delta":' + delta + b',"logprobs":null,'
+        return (out + self.head + b'{"index":0,"delta":' + delta + b',"logprobs":null,'
                 + fin + b'"token_ids":' + token_ids + b"}]" + self._usage_part() + b"}\n\n")
 
     def final(self, cached: int | None, finish: str | None = None) -> bytes:
         if not self.include_usage:
             return DONE
-        return (self.base + b'],"usage":' + _final_usage(self.prompt_tokens, self.completion_tokens, cached)
+        return (self.head + b'],"usage":' + _final_usage(self.prompt_tokens, self.completion_tokens, cached)
                 + self.tail_fp + DONE)
 
 

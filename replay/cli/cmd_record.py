@@ -9,6 +9,7 @@ from typing import Any
 
 from agent_replay.engines import aio
 from agent_replay.errors import InputError
+from agent_replay.traces.schema import CONTENT_MODES
 
 
 def register(sub: Any) -> None:
@@ -25,7 +26,7 @@ def register(sub: Any) -> None:
                    help="trace folder to write part files into")
     p.add_argument("--force", action="store_true",
                    help="delete part files already in TRACE_DIR instead of refusing")
-    p.add_argument("--content", choices=("hashed", "full", "none"), default="hashed",
+    p.add_argument("--content", choices=CONTENT_MODES, default="hashed",
                    help="hashed: prefix-block hashes only (default); full: also the request "
                    "bodies (credential fields removed); none: neither")
     p.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",

@@ -7,8 +7,11 @@ import argparse
 import sys
 from typing import Any
 
+from agent_replay.engines.aio import LOOP_KINDS
+from agent_replay.engines.dialects import API_PATHS
 from agent_replay.errors import InputError
-from agent_replay.replay.config import RunConfig
+from agent_replay.replay.config import HTTP_CLIENTS, TIMESTAMPS, RunConfig
+from agent_replay.replay.plan import ARRIVALS, TIMING_MODES
 
 
 def register(sub: Any) -> None:
@@ -36,7 +39,7 @@ def register(sub: Any) -> None:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", default=None, help="results folder (default results/<trace>-<time>)")
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
-    p.add_argument("--timing", choices=("session", "absolute", "max-rate", "agentx"), default="session",
+    p.add_argument("--timing", choices=TIMING_MODES, default="session",
                    help="session: wait for the dependencies, then the think time (default); absolute: "
                    "every request at its recorded arrival; max-rate: as fast as --concurrency allows; "
                    "agentx: --concurrency live session trees, recycled, AgentX rules (default "
@@ -48,7 +51,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=None, metavar="SESSIONS_PER_S",
                    help="sessions start as an arrival process at this rate instead of at the "
                    "trace's times (see --arrival)")
-    p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson",
+    p.add_argument("--arrival", choices=ARRIVALS, default="poisson",
                    help="with --rate: exponential gaps (seeded by --arrival-seed) or fixed ones")
     p.add_argument("--arrival-seed", type=int, default=0, help="seed of the Poisson arrivals")
     p.add_argument("--concurrent-sessions", type=int, default=None, metavar="N",
@@ -65,7 +68,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="start every session at time zero instead of its recorded offset")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
-    p.add_argument("--api", choices=("completions", "chat", "messages", "responses"), default=None,
+    p.add_argument("--api", choices=tuple(API_PATHS), default=None,
                    help="override the trace's api column")
     p.add_argument("--tokenizer", metavar="NAME_OR_PATH", default=None,
                    help="the target's tokenizer (tokenizer.json, its folder, or a model name) "
@@ -117,11 +120,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    "requests failed (default 0.1)")
     p.add_argument("--abort-after-failures", type=int, default=None, metavar="N",
                    help="stop the run (status aborted, exit 1) after N failed requests in a row")
-    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
-    p.add_argument("--http-client", choices=("fast", "aiohttp"), default="fast",
+    p.add_argument("--loop", choices=LOOP_KINDS, default="uvloop")
+    p.add_argument("--http-client", choices=HTTP_CLIENTS, default="fast",
                    help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
                    "(default; https targets use aiohttp); aiohttp: the aiohttp client")
-    p.add_argument("--timestamps", choices=("auto", "kernel", "loop"), default="auto",
+    p.add_argument("--timestamps", choices=TIMESTAMPS, default="auto",
                    help="kernel: a chunk's time is the kernel's receive time of its packet "
                    "(SO_TIMESTAMPNS; fast client on Linux), so the load generator's own loop lag "
                    "does not move it; loop: when the event loop reads it; auto (default): kernel "
