@@ -109,11 +109,18 @@ def test_parallel_subagents_overlap_and_joins_wait_for_every_branch(results: dic
 @pytest.mark.parametrize("name", ["weka", "claude"])
 def test_think_time_error_is_small(results: dict[str, Any], name: str) -> None:
     d = results[name]
-    err = np.array([s - p - t for s, p, t in zip(d["sent_ns"], d["parent_end_ns"], d["think_ns"], strict=True)
-                    if p is not None and t is not None], dtype=np.float64)
-    assert err.size > 10 and (err >= 0).all()
-    # Bounds that hold on a loaded 2-core host, where the simulated engine shares the CPUs
-    # (p99 there: 0.5-27 ms with other work running). The 2 ms p99 target is a benchmark
-    # figure on a quiet host: benchmarks/bench_api_fidelity.py.
-    assert np.percentile(err, 50) <= 1e6, np.percentile(err, 50)
+    rows = [(s, p, t, i) for s, p, t, i in zip(d["sent_ns"], d["parent_end_ns"], d["think_ns"],
+                                               d["intended_ns"], strict=True)
+            if p is not None and t is not None]
+    assert len(rows) > 10
+    # The schedule, exactly: each request is due its think time after its latest dependency
+    # ended, and leaves no earlier.
+    assert [i - p - t for _, p, t, i in rows] == [0] * len(rows)
+    err = np.array([s - p - t for s, p, t, _ in rows], dtype=np.float64)
+    assert (err >= 0).all()
+    # How late it left: the load generator's own lag. Bounds that hold on a 2-core host with
+    # one core held busy, where the simulated engine and the replay share the other (p50
+    # 0.05-1.4 ms, p99 3-8 ms there: benchmarks/journal/2026-12-02-suite-streak.md). The 2 ms
+    # p99 target is a benchmark figure on a quiet host: benchmarks/bench_tree_think.py.
+    assert np.percentile(err, 50) <= 5e6, np.percentile(err, 50)
     assert np.percentile(err, 99) <= 50e6, np.percentile(err, 99)
