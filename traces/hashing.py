@@ -43,12 +43,19 @@ def extend_hashes(shared: Sequence[int], n_blocks: int, tag: str) -> list[int]:
     unique per request, e.g. ``"file#session#index"``). For sources that give token counts
     and cache figures but no content."""
     shared = list(shared[:n_blocks])
-    prev = shared[-1] if shared else 0
+    return shared + hashes_after(shared[-1] if shared else 0, len(shared), n_blocks, tag)
+
+
+def hashes_after(last: int, start: int, n_blocks: int, tag: str) -> list[int]:
+    """The new ids of ``extend_hashes`` alone: blocks ``start`` to ``n_blocks - 1``
+    chained from ``last``, the id of block ``start - 1`` (0 when ``start`` is 0)."""
+    out: list[int] = []
+    prev = int(last)
     tag_b = tag.encode()
-    for k in range(len(shared), n_blocks):
+    for k in range(start, n_blocks):
         prev = _h(prev, tag_b + k.to_bytes(4, "little"))
-        shared.append(prev)
-    return shared
+        out.append(prev)
+    return out
 
 
 def chain_hashes(parent_ids: Sequence[int] | None, parent_input: int | None, input_tokens: int,

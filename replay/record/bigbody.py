@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from agent_replay.replay.record.content import PromptHasher, fit_ids
 from agent_replay.replay.record.wire import _INJECT, RequestInfo
 
@@ -53,9 +55,11 @@ class BodyDigest:
     """The conversation items, those the model did not produce replaced by a stand-in."""
     chains: list[bytes]
     """``sessions.chain_digests`` of the whole conversation."""
-    ids: list[int]
-    """Block hashes of the whole prompt (``PromptHasher.all_ids``); empty with content
-    mode ``none``."""
+    ids: np.ndarray
+    """Block hashes of the whole prompt (``PromptHasher.all_ids``) as int64; empty with
+    content mode ``none``. An array, not a list: it crosses from the helper as one buffer,
+    and the flush gathers it into the part's column without the GIL
+    (``sink.rows_to_table``)."""
     estimate: int
     block_size: int
     content: bytes | None
@@ -63,8 +67,8 @@ class BodyDigest:
     secrets: list[str]
     """``agent_replay.redact.secret_values`` of the body."""
 
-    def hash_ids(self, input_tokens: int | None) -> tuple[list[int], int]:
-        """As ``PromptHasher.hash_ids`` of the body."""
+    def hash_ids(self, input_tokens: int | None) -> tuple[np.ndarray, int]:
+        """As ``PromptHasher.hash_ids`` of the body, as an int64 array."""
         n = input_tokens if input_tokens is not None and input_tokens >= 0 else self.estimate
         return fit_ids(self.ids, -(-n // self.block_size)), self.estimate
 
@@ -211,7 +215,8 @@ def _digest(api: str, path: str, spec: DigestSpec
         ids, est = [], _hasher(spec).units(api, body)[2]
     digest = BodyDigest(
         items=[it if is_reply_item(it) else _OTHER_ITEM for it in items],
-        chains=chain_digests(items), ids=ids, estimate=est, block_size=spec.block_size,
+        chains=chain_digests(items), ids=np.array(ids, dtype=np.int64), estimate=est,
+        block_size=spec.block_size,
         content=orjson.dumps(strip_secrets(body)) if spec.content == "full" else None,
         secrets=secret_values(body))
     info = dataclasses.replace(info, body={})

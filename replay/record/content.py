@@ -24,12 +24,12 @@ text; a fixed seed keeps ids comparable across recordings.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
 
-from agent_replay.traces.hashing import extend_hashes, hash_bytes
+from agent_replay.traces.hashing import hash_bytes, hashes_after
 
 BYTES_PER_TOKEN = 4
 """Fallback: bytes of prompt text that stand for one token."""
@@ -164,11 +164,19 @@ class PromptHasher:
         return -(-n // self.block_size)
 
 
-def fit_ids(ids: list[int], want: int) -> list[int]:
-    """Exactly ``want`` ids: ``ids`` cut, or extended by ids chained from the last one."""
-    if len(ids) < want:
-        return extend_hashes(ids, want, "recorded:beyond-prompt")
-    return ids[:want]
+Ids = TypeVar("Ids", list[int], np.ndarray)
+
+
+def fit_ids(ids: Ids, want: int) -> Ids:
+    """Exactly ``want`` ids: ``ids`` cut, or extended by ids chained from the last one (a
+    list stays a list, an int64 array an array)."""
+    n = len(ids)
+    if n >= want:
+        return ids[:want]
+    tail = hashes_after(ids[-1] if n else 0, n, want, "recorded:beyond-prompt")
+    if isinstance(ids, np.ndarray):
+        return np.concatenate([ids, np.array(tail, dtype=np.int64)])
+    return ids + tail
 
 
 def load_tokenizer(path: str) -> Any:

@@ -23,12 +23,13 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import orjson
 import pyarrow.parquet as pq
 from aiohttp import web
@@ -433,6 +434,7 @@ class Recorder:
         hash_ids = None
         digest: BodyDigest | None = ex.state.get("digest")
         if ex.info.undecoded is None and (cfg.content != "none" or inp is None):
+            ids: Sequence[int] | np.ndarray  # a big body's: an array (BodyDigest.ids)
             if digest is not None:
                 ids, est = digest.hash_ids(inp)
             else:

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from agent_replay.errors import OutputExistsError
@@ -46,16 +47,33 @@ _PART = re.compile(r"^part-(\d{5,})\.parquet$")
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """Rows (dicts keyed by column name; missing keys are null) as a table."""
+    """Rows (dicts keyed by column name; missing keys are null) as a table. ``hash_ids``
+    may be an int64 array (a big body's, ``BodyDigest.ids``)."""
     cols = {f.name: [r.get(f.name) for r in rows] for f in RECORD_SCHEMA}
     arrays = []
     for f in RECORD_SCHEMA:
-        if pa.types.is_dictionary(f.type):
+        if f.name == "hash_ids" and any(isinstance(v, np.ndarray) for v in cols[f.name]):
+            arrays.append(_int64_lists(cols[f.name]))
+        elif pa.types.is_dictionary(f.type):
             arrays.append(pa.array(cols[f.name], type=pa.string()).dictionary_encode()
                           .cast(f.type))
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def _int64_lists(values: list[Any]) -> pa.ListArray:
+    """A list<int64> column of lists, int64 arrays and None, its values gathered by NumPy:
+    a copy that runs without the GIL, where Arrow's conversion of an array inside a list
+    holds it, and with it the proxy's loop, for as long as the copy takes (on a fresh
+    page of memory, up to 100 ms for a 30 MB body's 117,000 ids)."""
+    lengths = np.array([0 if v is None else len(v) for v in values], dtype=np.int64)
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    parts = [np.asarray(v, dtype=np.int64) for v in values if v is not None]
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat),
+                                    mask=pa.array([v is None for v in values]))
 
 
 class PartWriter:

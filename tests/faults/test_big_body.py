@@ -1,6 +1,6 @@
 """One big request does not stall everyone: while a 30 MB body goes through the proxy,
-the other streams' chunks keep their 5 ms rhythm (no gap of 50 ms); a body over
-``--max-body`` gets 413.
+the other streams' chunks keep their 5 ms rhythm (no gap of 100 ms), also when its row
+is written; a body over ``--max-body`` gets 413.
 
 The proxy keeps the body in the pieces it arrived in and parses it in a helper process
 (``replay.record.bigbody``); what it takes back is the body's digest, not the body. The
@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import orjson
 import pytest
 
@@ -94,9 +95,10 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
         print(f"30 MB body through the proxy in {big_s:.1f} s: other streams' largest chunk "
               f"gap {max(gaps) * 1e3:.0f} ms (quiet: {max(quiet) * 1e3:.0f} ms)")
         assert len(gaps) > 1000
-        # The body takes about a second to pass; parsing it on the proxy's loop would stall
-        # the other streams for about that long. With a core held busy by other work the
-        # largest gap reached 62 ms (quiet host: under 15 ms), hence 100 ms.
+        # Parsing the body on the proxy's loop stalled the other streams for 88-215 ms, and
+        # so did converting its 117,000 hash ids to Arrow under the GIL at the next flush
+        # (83-202 ms). Without either: 18-40 ms, with or without a core held busy by other
+        # work (benchmarks/journal/2026-12-02-suite-streak.md), hence 100 ms.
         assert max(gaps) < 0.100, (max(gaps), max(quiet), big_s)
     finally:
         rec.send_signal(signal.SIGTERM)
@@ -121,6 +123,7 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
     from agent_replay.replay.record.bigbody import BigBodies, DigestSpec
     from agent_replay.replay.record.content import PromptHasher, conversation
     from agent_replay.replay.record.sessions import SessionTracker, chain_digests
+    from agent_replay.replay.record.sink import rows_to_table
     from agent_replay.replay.record.wire import inspect_request
 
     msgs = [{"role": "user", "content": "a " * 300_000},
@@ -153,7 +156,13 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
                 assert e == est
                 if content != "none" or n is None:
                     want = hasher.hash_ids("chat", body, n)[0]
-                    assert ids == want if content != "none" else len(ids) == len(want)
+                    got_ids = np.asarray(ids).tolist()
+                    assert got_ids == want if content != "none" else len(ids) == len(want)
+                    # a part file holds the same column from the array as from the list
+                    row = {"session_id": "s", "request_index": 0, "parent_index": -1}
+                    rows = [row, row | {"hash_ids": [7, 8]}, row | {"hash_ids": []}]
+                    assert (rows_to_table([*rows, row | {"hash_ids": ids}])
+                            .equals(rows_to_table([*rows, row | {"hash_ids": got_ids}])))
             items = conversation("chat", body)
             assert digest.chains == chain_digests(items)
             assert digest.content == (orjson.dumps(strip_secrets(body))
