@@ -50,6 +50,7 @@ class RunSummary:
     workers: list[WorkerSummary] = field(default_factory=list)
     loop_stalls: dict[str, Any] = field(default_factory=dict)  # selfmon.stall_distribution
     gc: dict[str, int] = field(default_factory=dict)  # worst worker's QuietRuntime.stats()
+    machine: Any = None  # analysis.selfcheck.Machine over the run, where it was metered
     partial: bool = False  # workers died (Ray actors): some sessions were not replayed
     lost_sessions: int = 0
     lost_requests: int = 0
@@ -174,6 +175,7 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
     loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
     s.self_check = verdict(lag, loop_lag, cpu, config.timing, machine)
+    s.machine = machine
     s.loop_stalls = stall_distribution(loop_lag)
     for w in ws:
         for k, v in w.gc.items():
@@ -211,6 +213,7 @@ def outcome(s: RunSummary) -> dict[str, Any]:
         "load_generator_bottleneck": bool(bottleneck),
         "load_generator_warning": bottleneck[0] if bottleneck else None,
         "machine_contention": sc.kind == "contention",
+        "machine": asdict(s.machine) if s.machine is not None else None,
         "warnings": sc.warnings,
     }
 

@@ -4,6 +4,7 @@ chat/messages prompts sized with /tokenize, several workers."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,10 @@ def test_completions_exact_tokens_cache_and_causality(sim: SimProcess, tmp_path:
     meta = (out / "run.json").read_text()
     assert '"status": "ok"' in meta and '"salt": 0' in meta
     assert json.loads(meta)["environment"]["commit"] == code_version()  # the code that ran
+    # the host's CPU over the run, as the self-check saw it
+    m = json.loads(meta)["machine"]
+    assert m["cpus"] == os.cpu_count() and 0 < m["busy_cores"] <= m["cpus"] + 0.1
+    assert m["ours_cores"] > 0 and 0 <= m["steal"] <= 1
 
 
 def test_second_run_with_new_salt_misses_cache(sim: SimProcess, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.analysis.metrics import request_metrics
+from agent_replay.analysis.selfcheck import OTHERS_BUSY, Machine
 from agent_replay.analysis.server_metrics import summarize
 from agent_replay.engines.vllm.launcher import VllmServer
 from agent_replay.traces.io import read_trace, write_trace
@@ -86,14 +87,21 @@ def _within_buckets(value: float, q: dict[str, float | None], les: list[float | 
 @pytest.mark.timing
 def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
     rows = _requests(replayed)
-    # With the host's CPUs busy with other work (the run's self-check says so), vLLM's API
-    # server waits for a CPU before the engine's arrival stamp: client TTFT then exceeds the
-    # engine's by far more than its HTTP and tokenization time (P50 0.65 s against 0.06 s
-    # with one core held by a busy loop), so only its lower side is checked then. TPOT the
-    # same: the API server, in the engine's process on these CPUs, streams each token late
-    # by its wait for a CPU (client P50 52 ms against the engine's 10-25 ms bucket, with the
-    # core held busy), while the engine's histogram times its own steps.
-    contended = bool(json.loads((replayed / "run.json").read_text()).get("machine_contention"))
+    # With the host's CPUs busy, vLLM's API server waits for a CPU before the engine's
+    # arrival stamp: client TTFT then exceeds the engine's by far more than its HTTP and
+    # tokenization time (P50 0.65 s against 0.06 s with one core held by a busy loop), so
+    # only its lower side is checked then. TPOT the same: the API server, in the engine's
+    # process on these CPUs, streams each token late by its wait for a CPU (client P50 52 ms
+    # against the engine's 10-25 ms bucket, with the core held busy), while the engine's
+    # histogram times its own steps. The host counts as busy when the run's self-check saw
+    # contention, or when other processes (the vLLM server's among them) kept the self-check's
+    # share of its cores busy over the run: P90 TTFT 110 ms against the engine's 40-60 ms
+    # bucket in one such run with no symptom on our side, where the self-check had not said
+    # so (benchmarks/journal/2026-12-02-suite-streak.md).
+    meta = json.loads((replayed / "run.json").read_text())
+    machine = Machine.from_dict(meta.get("machine"))
+    contended = bool(meta.get("machine_contention")) or (
+        machine is not None and machine.others_cores >= OTHERS_BUSY * machine.cpus)
     server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
     n = len(rows["status"])
     # TTFT as the product defines it: from the request's bytes sent (after any new connection)
@@ -120,10 +128,11 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
             slack = 2 if name == "ttft" else 1
             if contended:
                 assert _within_buckets(value, hist[f"p{int(q * 100)}"] | {"hi": None}, les,
-                                       slack=slack), report
+                                       slack=slack), (report, machine)
                 continue
-            assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=slack), report
-    print(json.dumps(report | {"host_contended": contended}))
+            assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=slack), (
+                report, machine)
+    print(json.dumps(report | {"host_contended": contended, "machine": meta.get("machine")}))
 
 
 def test_prefix_cache_hits_match_the_trace(replayed: Path) -> None:
