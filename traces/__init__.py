@@ -5,6 +5,9 @@ Pure data, no network. Imports neither ``replay`` nor ``engines``.
 
 from __future__ import annotations
 
+if __name__ != "agent_replay.traces":  # the folder on sys.path would be a second copy
+    raise ImportError(f"import agent_replay.traces, not {__name__}")
+
 from agent_replay.errors import (
     AgentReplayError,
     InputError,
