@@ -33,12 +33,12 @@ from pathlib import Path
 
 BASELINE = (
     "import sys, pyarrow.parquet as pq\n"
-    "from analysis.runstats import COLUMNS\n"
+    "from agent_replay.analysis.runstats import COLUMNS\n"
     "t = pq.read_table(sys.argv[1] + '/requests', columns=list(COLUMNS))\n"
     "print(t.num_rows)\n")
 REPORT = (
     "import sys\n"
-    "from replay.cli import main\n"
+    "from agent_replay.replay.cli import main\n"
     "import io, contextlib\n"
     "with contextlib.redirect_stdout(io.StringIO()):\n"
     "    rc = main(['report', sys.argv[1], '--format', 'json', '--slo', 'ttft=1s,tpot=30ms',"

@@ -27,7 +27,7 @@ print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 BODIES = {
     "json_lines": "import json\nrows=[json.loads(l) for l in open(sys.argv[1], 'rb')]",
-    "read_trace": "from traces.io import read_trace\nt,m=read_trace(sys.argv[1])",
+    "read_trace": "from agent_replay.traces.io import read_trace\nt,m=read_trace(sys.argv[1])",
     "pq_read": "import pyarrow.parquet as pq\nt=pq.read_table(sys.argv[1])",
 }
 

@@ -2,13 +2,13 @@
 its next request: the reply's text (whitespace collapsed) and its tool-call ids. Pure.
 
 Used by session inference (``replay.record.sessions``) through the API dialects
-(``engines.dialects``): a request whose conversation is an earlier request's conversation
+(``engines.apis``): a request whose conversation is an earlier request's conversation
 plus that request's reply continues that request's session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -26,7 +26,8 @@ class Reply(NamedTuple):
         return self.text == other.text
 
 
-def _norm(text: str) -> str:
+def norm_text(text: str) -> str:
+    """Whitespace collapsed: how a reply's text is compared."""
     return " ".join(text.split())
 
 
@@ -76,26 +77,11 @@ def reply_from_items(items: Sequence[Any]) -> Reply:
         for tc in it.get("tool_calls") or ():
             if isinstance(tc, dict) and tc.get("id"):
                 ids.append(str(tc["id"]))
-    return Reply(_norm("".join(texts)), tuple(ids))
+    return Reply(norm_text("".join(texts)), tuple(ids))
 
 
-def reply_from_json(api: str, obj: Any) -> Reply | None:
-    """The reply in a non-streamed response body."""
-    if not isinstance(obj, dict):
-        return None
-    if api == "chat":
-        choices = obj.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
-            return None
-        return reply_from_items([choices[0].get("message") or {}])
-    if api == "messages":
-        return reply_from_items([{"role": "assistant", "content": obj.get("content")}])
-    if api == "responses":
-        return _responses_output(obj.get("output"))
-    return None
-
-
-def _responses_output(output: Any) -> Reply | None:
+def responses_output(output: Any) -> Reply | None:
+    """The reply in a Responses ``output`` list."""
     if not isinstance(output, list):
         return None
     items = [o for o in output if isinstance(o, dict)]
@@ -104,45 +90,12 @@ def _responses_output(output: Any) -> Reply | None:
     return reply_from_items(msgs)
 
 
-def reply_from_events(api: str, events: Iterable[SSEEvent]) -> Reply | None:
-    """The reply carried by a stream's events."""
-    texts: list[str] = []
-    ids: list[str] = []
-    for ev in events:
-        if ev.data == b"[DONE]":
-            continue
-        try:
-            obj = orjson.loads(ev.data)
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if api == "chat":
-            for c in obj.get("choices") or ():
-                if not isinstance(c, dict) or c.get("index", 0) != 0:
-                    continue
-                delta = c.get("delta") or {}
-                if isinstance(delta.get("content"), str):
-                    texts.append(delta["content"])
-                for tc in delta.get("tool_calls") or ():
-                    if isinstance(tc, dict) and tc.get("id"):
-                        ids.append(str(tc["id"]))
-        elif api == "messages":
-            kind = ev.event or obj.get("type")
-            if kind == "content_block_start":
-                block = obj.get("content_block") or {}
-                if block.get("type") == "tool_use" and block.get("id"):
-                    ids.append(str(block["id"]))
-                if isinstance(block.get("text"), str):
-                    texts.append(block["text"])
-            elif kind == "content_block_delta":
-                delta = obj.get("delta") or {}
-                if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-                    texts.append(delta["text"])
-        elif api == "responses":
-            kind = ev.event or obj.get("type")
-            if kind in ("response.completed", "response.incomplete"):
-                return _responses_output((obj.get("response") or {}).get("output"))
-        else:
-            return None
-    return Reply(_norm("".join(texts)), tuple(ids))
+def event_object(ev: SSEEvent) -> dict[str, Any]:
+    """A stream event's JSON object; empty for ``[DONE]`` and anything that is not one."""
+    if ev.data == b"[DONE]":
+        return {}
+    try:
+        obj = orjson.loads(ev.data)
+    except orjson.JSONDecodeError:
+        return {}
+    return obj if isinstance(obj, dict) else {}

@@ -239,7 +239,7 @@ class EventStream:
         feed = self._feed
         typed = self._typed
         for ev in self._parser.feed(data):
-            k = feed(ev.data, ev.event) if typed else feed(ev.data)  # type: ignore[call-arg]
+            k = feed(ev.data, ev.event) if typed else feed(ev.data)
             if k:
                 self._ts.append(t)
                 self._tok.append(k)
@@ -253,7 +253,7 @@ class EventStream:
         feed = self._feed
         events, rest = self._parser.end()
         for ev in events:
-            k = feed(ev.data, ev.event) if self._typed else feed(ev.data)  # type: ignore[call-arg]
+            k = feed(ev.data, ev.event) if self._typed else feed(ev.data)
             if k:
                 self._ts.append(end_ns)
                 self._tok.append(k)

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 
 from agent_replay.engines.aio import LOOP_KINDS
-from agent_replay.engines.dialects import API_PATHS
+from agent_replay.engines.dialects import API_PATHS, DIALECTS
 from agent_replay.engines.telemetry.source import check_spec as check_gpu_metrics
 from agent_replay.errors import InputError
 from agent_replay.replay.affinity import parse_cpu_list
@@ -164,18 +164,18 @@ class RunConfig:
 
     def auth_headers(self, api: str) -> tuple[tuple[str, str], ...]:
         """``headers`` with the API key added for ``api`` (see ``api_key``)."""
+        d = DIALECTS.get(api)
         key = self.api_key
         if key is None:
-            env = "ANTHROPIC_API_KEY" if api == "messages" else "OPENAI_API_KEY"
-            key = os.environ.get(env) or None
+            key = os.environ.get(d.key_env if d else "OPENAI_API_KEY") or None
         if not key:
             return self.headers
         names = {k.lower() for k, _ in self.headers}
         extra = []
         if "authorization" not in names:
             extra.append(("Authorization", f"Bearer {key}"))
-        if api == "messages" and "x-api-key" not in names:
-            extra.append(("x-api-key", key))
+        if d is not None and d.key_header and d.key_header.lower() not in names:
+            extra.append((d.key_header, key))
         return self.headers + tuple(extra)
 
     def effective_timestamps(self) -> str:

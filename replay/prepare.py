@@ -91,9 +91,9 @@ class Preparer:
             base = loaded if isinstance(loaded, dict) else None
         model = self.model
         prompt: Any
-        if base is not None and ("prompt" in base or "messages" in base or "input" in base):
-            prompt = base.get("prompt") if api == "completions" else None
-        elif api == "completions":
+        if base is not None and d.carries_prompt(base):
+            prompt = d.recorded_prompt(base)
+        elif d.token_ids:
             await self._make_blocks(q)
             prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)
         else:
@@ -108,7 +108,7 @@ class Preparer:
         headers = dict(self.headers)
         headers["X-Session-ID"] = session_key
         headers["X-Request-Id"] = request_id
-        return Prepared(d.path, encode_body(body), headers, api)
+        return Prepared(d.url_path(model), encode_body(body), headers, api)
 
     BLOCKS_PER_SLICE = 128
     """Prompt blocks made (and joined) per event-loop iteration while a prompt is prepared:
@@ -130,7 +130,7 @@ class Preparer:
     async def calibrate_text(self, plan: Plan) -> None:
         """Calibrate block-aligned text before the run when the plan has text prompts to
         build (see the module text). A target without /tokenize is an error with a hint."""
-        if not any(q.api != "completions" and not q.content
+        if not any(text_prompt(q.api) and not q.content
                    for s in plan.sessions for q in s.requests):
             return
         if self.tokenize is not None:
@@ -175,3 +175,9 @@ class Preparer:
         if got != q.input_tokens:
             self.text_misses += 1
         return text
+
+
+def text_prompt(api: str) -> bool:
+    """Requests of ``api`` are sent with text prompts (not token ids)."""
+    d = DIALECTS.get(api)
+    return d is None or not d.token_ids

@@ -33,7 +33,7 @@ from agent_replay.replay.fastclient import FastSender
 from agent_replay.replay.messages import Progress
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import Plan, PlannedRequest, build_plan
-from agent_replay.replay.prepare import Preparer
+from agent_replay.replay.prepare import Preparer, text_prompt
 from agent_replay.replay.results import ResultWriter
 from agent_replay.replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
 from agent_replay.results_schema import ErrorKind
@@ -121,10 +121,10 @@ def _prompt_probe(session: aiohttp.ClientSession, config: RunConfig, plan: Plan
                   ) -> Callable[[str], Any]:
     """Sends one user message as the plan's first text API (one output token) and returns
     the prompt tokens its usage reports: the chat template's size where no /tokenize is."""
-    api = next((q.api for s in plan.sessions for q in s.requests if q.api != "completions"),
+    api = next((q.api for s in plan.sessions for q in s.requests if text_prompt(q.api)),
                "chat")
     d = dialect(api)
-    url = config.target.rstrip("/") + d.path
+    url = config.target.rstrip("/") + d.url_path(config.model or "")
     headers = {"Content-Type": "application/json", **dict(config.headers)}
 
     async def probe(text: str) -> int:
@@ -139,10 +139,7 @@ def _prompt_probe(session: aiohttp.ClientSession, config: RunConfig, plan: Plan
             raise TargetError(f"{url}: {type(exc).__name__}: {exc}") from None
         dec = d.decoder()
         for ev in SSEParser().feed(raw + b"\n\n"):
-            if d.typed_events:
-                dec.feed(ev.data, ev.event)  # type: ignore[call-arg]
-            else:
-                dec.feed(ev.data)
+            dec.feed(ev.data, ev.event)
         prompt = dec.result_usage()[0]
         if prompt is None:
             raise TargetError(f"{url}: no usage in the answer: cannot size the chat template")

@@ -227,6 +227,16 @@ def replay_arrows() -> list[str]:
             for line, mod in imports(path) if _sub(mod) == "replay"]
 
 
+def wire_arrows() -> list[str]:
+    """The wire code (``engines.apis``, ``engines.sse``, ``engines.dialects``) serves the
+    simulated engine and never imports it."""
+    wire = ("agent_replay.engines.apis", "agent_replay.engines.sse",
+            "agent_replay.engines.dialects", "agent_replay.engines.replies")
+    return [_where(path, line, mod) for _, path in production_modules()
+            if _module_name(path).startswith(wire)
+            for line, mod in imports(path) if mod.startswith("agent_replay.engines.sim")]
+
+
 def test_the_base_imports_nothing_of_the_project():
     assert base_arrows() == []
 
@@ -243,7 +253,12 @@ def test_only_replay_imports_replay():
     assert replay_arrows() == []
 
 
+def test_the_wire_code_never_imports_the_simulated_engine():
+    assert wire_arrows() == []
+
+
 if __name__ == "__main__":
-    bad = sorted({*base_arrows(), *cross_arrows(), *fixture_arrows(), *replay_arrows()})
+    bad = sorted({*base_arrows(), *cross_arrows(), *fixture_arrows(), *replay_arrows(),
+                  *wire_arrows()})
     print("\n".join(bad) or f"{len(_modules())} modules, no arrow against the layout")
     sys.exit(1 if bad else 0)

@@ -23,7 +23,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/benchmarks/gpu/lib.sh" "$@"
 device_setup
 if [ "$DRY" = 1 ]; then
-  P=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
+  P=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
 else
   P=8200
 fi

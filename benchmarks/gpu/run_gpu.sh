@@ -44,8 +44,8 @@ fi
 KV=$((24 * 1024 * 1024 * 1024))
 GPU_DED=0; [ "${NGPU:-1}" -ge 2 ] && GPU_DED=1
 if [ "$DRY" = 1 ]; then
-  P_STD=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
-  P_DED=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
+  P_STD=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
+  P_DED=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
 else
   P_STD=8100; P_DED=8200
 fi

@@ -27,9 +27,9 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/benchmarks/gpu/lib.sh" "$@"
 
 if [ "$DRY" = 1 ]; then
-  P_STD=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
-  P_DED=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
-  P_WEP=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
+  P_STD=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
+  P_DED=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
+  P_WEP=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
 else
   P_STD=8100; P_DED=8200; P_WEP=8300
   export PYTHONPATH=/tmp/site:$ROOT

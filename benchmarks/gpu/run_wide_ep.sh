@@ -56,8 +56,8 @@ else
   KV=$((24 * 1024 * 1024 * 1024))
   DEV=$(seq -s, 0 $((GPUS - 1)))
   if [ "$DRY" = 1 ]; then
-    P_ON=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
-    P_OFF=$($PY -c 'from engines.vllm.launcher import free_port; print(free_port())')
+    P_ON=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
+    P_OFF=$($PY -c 'from agent_replay.engines.vllm.launcher import free_port; print(free_port())')
   else
     P_ON=8300; P_OFF=8400
   fi

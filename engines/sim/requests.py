@@ -71,7 +71,7 @@ class ToolCall:
 
 @dataclass(slots=True)
 class ParsedRequest:
-    api: str  # "completions" | "chat" | "messages" | "responses"
+    api: str  # the trace's api name
     prompt_ids: list[int]
     max_tokens: int
     stream: bool
@@ -362,12 +362,3 @@ def parse_responses(body: bytes, tok: SimTokenizer, model_name: str, max_model_l
     req = ParsedRequest("responses", ids, max_tokens, stream, include_usage=True,
                         continuous_usage=True)
     return _sampling(data, req)
-
-
-def conversation_items(api: str, data: dict[str, Any]) -> list[Any]:
-    """The conversation a request ends with, as chat-style messages (for the tool-call
-    rule); empty for completions."""
-    if api == "responses":
-        return responses_messages(data)
-    msgs = data.get("messages") if api in ("chat", "messages") else None
-    return msgs if isinstance(msgs, list) else []

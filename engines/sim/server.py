@@ -17,7 +17,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ from aiohttp import web, web_protocol, web_server
 from prometheus_client import generate_latest
 
 from agent_replay.engines import kstamp
-from agent_replay.engines.dialects import DIALECTS
 from agent_replay.engines.sim import wire
+from agent_replay.engines.sim.apis import SIM_APIS, SimApi, openai_error
 from agent_replay.engines.sim.core import EngineCore, QueueFullError, SimRequest, request_seed
 from agent_replay.engines.sim.faults import FaultSpec, parse_faults
 from agent_replay.engines.sim.ground_truth import GroundTruthRecorder
@@ -37,7 +37,6 @@ from agent_replay.engines.sim.requests import (
     BadRequest,
     ParsedRequest,
     ToolCallSpec,
-    conversation_items,
     plan_tool_call,
 )
 from agent_replay.engines.sim.sinks import BaseSink, BufferSink, StreamSink
@@ -100,10 +99,10 @@ class SimServer:
         middlewares = [_key_check(self.api_key)] if self.api_key else []
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         r = app.router
-        r.add_post("/v1/completions", self.handle_completions)
-        r.add_post("/v1/chat/completions", self.handle_chat)
-        r.add_post("/v1/messages", self.handle_messages)
-        r.add_post("/v1/responses", self.handle_responses)
+        for api in SIM_APIS.values():
+            # a model named in the path may hold a slash (org/name)
+            r.add_post(api.dialect.route.replace("{model}", "{model:[^{}]+}"),
+                       self._generate_handler(api))
         r.add_post("/v1/messages/count_tokens", self.handle_count_tokens)
         r.add_get("/v1/models", self.handle_models)
         r.add_get("/health", self.handle_health)
@@ -247,51 +246,42 @@ class SimServer:
 
     # generation endpoints -----------------------------------------------------------------
 
-    async def handle_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "completions")
+    def _generate_handler(self, api: SimApi
+                          ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._generate(request, api)
+        return handle
 
-    async def handle_chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "chat")
-
-    async def handle_messages(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "messages")
-
-    async def handle_responses(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "responses")
-
-    def _error(self, api: str, exc: BadRequest) -> web.Response:
-        if api == "messages":
-            kind = "not_found_error" if exc.status == 404 else (
-                "overloaded_error" if exc.status == 503 else "invalid_request_error")
-            body = wire.anthropic_error_body(exc.message, kind)
-        else:
-            body = orjson.dumps({"error": {"message": exc.message, "type": exc.err_type,
-                                           "param": exc.param, "code": exc.status}})
+    def _error(self, api: SimApi | None, exc: BadRequest) -> web.Response:
+        """The error answer in ``api``'s shape (OpenAI's for the other endpoints)."""
+        body = api.error(exc) if api is not None else openai_error(exc)
         return web.Response(body=body, status=exc.status, content_type=_JSON)
 
-    async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, sim_api: SimApi) -> web.StreamResponse:
         received_ns = time.monotonic_ns()
         first_byte_ns = getattr(request.protocol, "first_byte_ns", 0) or received_ns
         p = self.profile
-        dialect = DIALECTS[api]
+        api = sim_api.name
         try:
             body = await request.read()
-            parsed = dialect.sim_parse(body, self.tokenizer, p.model_name, p.max_model_len)
-            if self.tool_calls and api != "completions":
+            parsed = sim_api.parse(body, self.tokenizer, p.model_name, p.max_model_len,
+                                   request.match_info.get("model"))
+            if self.tool_calls and sim_api.tool_calls:
                 data = orjson.loads(body)
-                parsed = plan_tool_call(parsed, self.tool_calls, data, conversation_items(api, data),
+                parsed = plan_tool_call(parsed, self.tool_calls, data, sim_api.conversation(data),
                                         self.tokenizer, p.max_model_len)
             fault = self._faults(request)
         except BadRequest as exc:
-            return self._error(api, exc)
+            return self._error(sim_api, exc)
         header_id = request.headers.get("X-Request-Id")
         seq = next(self._counter)
         key = header_id if header_id else f"#{seq}"
         seed = request_seed(self.seed if parsed.seed is None else parsed.seed, key)
         if fault.error > 0 and _draw(seed) < fault.error:
-            return self._error(api, BadRequest("simulated fault", fault.status, "InternalServerError"))
+            return self._error(sim_api, BadRequest("simulated fault", fault.status,
+                                                   "InternalServerError"))
         suffix = header_id if header_id else secrets.token_hex(8)
-        rid = dialect.id_prefix + suffix
+        rid = sim_api.dialect.id_prefix + suffix
         gt_id = header_id or rid
         req = SimRequest(request_id=gt_id, prompt_ids=parsed.prompt_ids,
                          max_tokens=parsed.max_tokens, min_tokens=parsed.min_tokens,
@@ -302,14 +292,16 @@ class SimServer:
                                   "fault": fault, "gt": self.gt,
                                   "show_cached": p.enable_prompt_tokens_details}
         if not parsed.stream:
-            return await self._run_buffered(request, parsed, req, rid, headers, common)
-        sink = StreamSink(transport=request.transport, encoder=self._encoder(parsed, api, rid), **common)
+            return await self._run_buffered(request, sim_api, parsed, req, rid, headers, common)
+        encoder = sim_api.encoder(rid=rid, created=int(time.time()), model=p.model_name,
+                                  table=self.table, tok=self.tokenizer, parsed=parsed)
+        sink = StreamSink(transport=request.transport, encoder=encoder, **common)
         sink.req = req
         req.sink = sink
         try:
             self._admit(req)
         except BadRequest as exc:
-            return self._error(api, exc)
+            return self._error(sim_api, exc)
         self._sinks.add(sink)
         try:
             resp = web.StreamResponse(status=200, headers={"Content-Type": _SSE, **headers})
@@ -338,14 +330,9 @@ class SimServer:
         assert self._wake is not None
         self._wake.set()
 
-    def _encoder(self, parsed: ParsedRequest, api: str, rid: str) -> Any:
-        return DIALECTS[api].sim_encoder(rid=rid, created=int(time.time()),
-                                         model=self.profile.model_name, table=self.table,
-                                         parsed=parsed)
-
-    async def _run_buffered(self, request: web.Request, parsed: ParsedRequest, req: SimRequest,
-                            rid: str, headers: dict[str, str], common: dict[str, Any]) -> web.StreamResponse:
-        api = common["api"]
+    async def _run_buffered(self, request: web.Request, api: SimApi, parsed: ParsedRequest,
+                            req: SimRequest, rid: str, headers: dict[str, str],
+                            common: dict[str, Any]) -> web.StreamResponse:
         sink = BufferSink(**common)
         sink.req = req
         req.sink = sink
@@ -364,28 +351,9 @@ class SimServer:
         text = self.tokenizer.decode(sink.ids)
         n = len(sink.ids)
         cached = sink.cached()
-        model = self.profile.model_name
-        if api == "messages":
-            body = wire.messages_body(rid=rid, model=model, text=text, finish=sink.finish_reason,
-                                      prompt=req.prompt_len, completion=n, cached=cached,
-                                      tool_call=parsed.tool_call)
-        elif api == "responses":
-            body = wire.responses_body(rid=rid, created=int(time.time()), model=model, text=text,
-                                       finish=sink.finish_reason, prompt=req.prompt_len,
-                                       completion=n, cached=cached, tool_call=parsed.tool_call)
-        elif api == "chat":
-            body = wire.chat_body(rid=rid, created=int(time.time()), model=model, text=text,
-                                  finish=sink.finish_reason,
-                                  token_ids=sink.ids if parsed.return_token_ids else None,
-                                  prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
-                                  prompt=req.prompt_len, completion=n, cached=cached,
-                                  tool_call=parsed.tool_call)
-        else:
-            body = wire.completion_body(rid=rid, created=int(time.time()), model=model, text=text,
-                                        finish=sink.finish_reason,
-                                        token_ids=sink.ids if parsed.return_token_ids else None,
-                                        prompt_ids=list(parsed.prompt_ids) if parsed.return_token_ids else None,
-                                        prompt=req.prompt_len, completion=n, cached=cached)
+        body = api.body(rid=rid, created=int(time.time()), model=self.profile.model_name,
+                        text=text, ids=sink.ids, parsed=parsed, finish=sink.finish_reason,
+                        prompt=req.prompt_len, completion=n, cached=cached)
         return web.Response(body=body, content_type=_JSON, headers=headers)
 
     def _faults(self, request: web.Request) -> FaultSpec:
@@ -437,9 +405,9 @@ class SimServer:
             else:
                 raise BadRequest("prompt or messages: Field required")
         except orjson.JSONDecodeError as exc:
-            return self._error("tokenize", BadRequest(f"JSON decode error: {exc}"))
+            return self._error(None, BadRequest(f"JSON decode error: {exc}"))
         except BadRequest as exc:
-            return self._error("tokenize", exc)
+            return self._error(None, exc)
         strs = None
         if data.get("return_token_strs"):
             strs = self.tokenizer.pieces(data["prompt"]) if "prompt" in data else None
@@ -456,9 +424,9 @@ class SimServer:
             ):
                 raise BadRequest("tokens: a list of token ids within the vocabulary is required")
         except orjson.JSONDecodeError as exc:
-            return self._error("detokenize", BadRequest(f"JSON decode error: {exc}"))
+            return self._error(None, BadRequest(f"JSON decode error: {exc}"))
         except BadRequest as exc:
-            return self._error("detokenize", exc)
+            return self._error(None, exc)
         return web.Response(body=orjson.dumps({"prompt": self.tokenizer.decode(tokens)}), content_type=_JSON)
 
     async def handle_count_tokens(self, request: web.Request) -> web.Response:
@@ -469,7 +437,8 @@ class SimServer:
             if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
                 raise BadRequest("messages: Field required")
         except (orjson.JSONDecodeError, BadRequest) as exc:
-            return self._error("messages", exc if isinstance(exc, BadRequest) else BadRequest(str(exc)))
+            return self._error(SIM_APIS["messages"], exc if isinstance(exc, BadRequest)
+                               else BadRequest(str(exc)))
         tools = data.get("tools") if isinstance(data.get("tools"), list) else None
         n = len(self.tokenizer.chat_ids(anthropic_messages(data), tools=tools))
         return web.Response(body=orjson.dumps({"input_tokens": n}), content_type=_JSON)

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from agent_replay.engines.apis.openai import INJECT_USAGE as _INJECT
 from agent_replay.replay.record.content import PromptHasher, fit_ids
-from agent_replay.replay.record.wire import _INJECT, RequestInfo
+from agent_replay.replay.record.wire import RequestInfo
 
 BIG_BODY_BYTES = 1 << 20
 """Bodies larger than this are parsed in the helper process."""

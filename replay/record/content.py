@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from agent_replay.engines.apis import dialect
 from agent_replay.traces.hashing import hash_bytes, hashes_after
 
 BYTES_PER_TOKEN = 4
@@ -53,24 +54,17 @@ def _norm_item(item: Any) -> Any:
 
 
 def conversation(api: str, body: Mapping[str, Any]) -> list[Any]:
-    """The conversation items of a request (messages, or Responses input items),
-    normalized. Empty for completions."""
-    if api in ("chat", "messages"):
-        msgs = body.get("messages")
-        return [_norm_item(m) for m in msgs] if isinstance(msgs, list) else []
-    if api == "responses":
-        inp = body.get("input")
-        if isinstance(inp, str):
-            return [_norm_item({"role": "user", "content": inp})]
-        return [_norm_item(m) for m in inp] if isinstance(inp, list) else []
-    return []
+    """The conversation items of a request (``Dialect.conversation``), normalized. Empty
+    where the prompt is not a conversation (completions)."""
+    return [_norm_item(m) for m in dialect(api).conversation(body)]
 
 
 def prompt_parts(api: str, body: Mapping[str, Any]) -> list[Any] | np.ndarray:
     """The prompt in order (tools, system/instructions, items), or a completions
     request's token ids."""
-    if api == "completions":
-        p = body.get("prompt")
+    d = dialect(api)
+    if d.token_ids:  # a prompt field, not a conversation
+        p = d.prompt(body)
         if isinstance(p, list) and p and isinstance(p[0], list):
             p = p[0]  # a batch of prompts: the first stands for the request
         if isinstance(p, list) and p and all(isinstance(t, int) for t in p):
@@ -79,9 +73,10 @@ def prompt_parts(api: str, body: Mapping[str, Any]) -> list[Any] | np.ndarray:
             return [str(x) for x in p]
         return [p] if isinstance(p, str) else []
     parts: list[Any] = []
-    if body.get("tools"):
-        parts.append({"tools": _drop_cache_control(body["tools"])})
-    system = body.get("system") if api == "messages" else body.get("instructions")
+    tools = d.tools(body)
+    if tools:
+        parts.append({"tools": _drop_cache_control(tools)})
+    system = d.system(body)
     if isinstance(system, str):
         parts.append({"role": "system", "content": [{"type": "text", "text": system}]})
     elif system:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from agent_replay.engines.dialects import MessagesStreamDecoder, StreamDecoder, dialect, read_usage
+from agent_replay.engines.dialects import dialect
 from agent_replay.engines.sse import SSEEvent, SSEParser
 
 _BLANK_LINE = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
@@ -64,13 +64,6 @@ def _decompressor(encoding: str) -> Any | None:
     if enc == "deflate":
         return zlib.decompressobj(zlib.MAX_WBITS)
     raise ValueError(enc)
-
-
-def response_usage(usage: Any, uncached_input: bool = False
-                   ) -> tuple[int | None, int | None, int | None]:
-    """(prompt tokens, output tokens, cached prompt tokens) of a usage object of any API
-    (``engines.dialects.read_usage``)."""
-    return read_usage(usage, uncached_input)
 
 
 class ResponseObserver:
@@ -183,10 +176,7 @@ class ResponseObserver:
             return
         dec = self._decoder
         try:
-            if isinstance(dec, StreamDecoder):
-                k = dec.feed(ev.data)
-            else:
-                k = dec.feed(ev.data, ev.event)
+            k = dec.feed(ev.data, ev.event)
         except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
             # One bad event is recorded as such; the events around it still count.
             self.malformed += 1
@@ -207,16 +197,8 @@ class ResponseObserver:
         if self.streamed:
             if self._decoder is None:
                 return None, None, None
-            if isinstance(self._decoder, MessagesStreamDecoder):
-                inp, out, cached = response_usage(self._decoder.usage, self.uncached_input)
-                if out is None and self._decoder.usage is not None:
-                    out = self._decoder.usage.get("output_tokens")
-                return inp, out, cached
-            return response_usage(self._decoder.usage)
-        obj = self.json_body()
-        if not isinstance(obj, dict):
-            return None, None, None
-        return response_usage(obj.get("usage"), self.uncached_input)
+            return dialect(self.api).stream_usage(self._decoder, self.uncached_input)
+        return dialect(self.api).response_usage(self.json_body(), self.uncached_input)
 
     def finished(self) -> bool:
         """A stream whose end event was seen (and forwarded: ``observe`` follows

@@ -128,7 +128,7 @@ class ProxyHandler:
                 info, send, digest = got
             else:
                 raw = parts[0] if len(parts) == 1 else b"".join(parts)
-                prepared = prepare_body(api, raw, encoding)
+                prepared = prepare_body(api, raw, encoding, request.path)
                 if prepared is None:
                     return await self._pass_through(request, [raw])
                 info, body = prepared
@@ -300,7 +300,8 @@ def answered(ex: Exchange) -> bool:
     return obs is not None and obs.finished()
 
 
-def prepare_body(api: str, raw: bytes, encoding: str | None) -> tuple[RequestInfo, bytes] | None:
+def prepare_body(api: str, raw: bytes, encoding: str | None, path: str = ""
+                 ) -> tuple[RequestInfo, bytes] | None:
     """What the recorder knows of an API request body and the bytes to send upstream; None
     for a body that is not a JSON object (forwarded, not recorded). An encoded body
     (``Content-Encoding``) goes upstream as sent, unchanged, and is parsed decoded; one
@@ -309,7 +310,7 @@ def prepare_body(api: str, raw: bytes, encoding: str | None) -> tuple[RequestInf
     if decoded is None:
         return RequestInfo(api=api, body={}, model=None, stream=False, injected_usage=False,
                            session_hint=None, undecoded=why), raw
-    inspected = inspect_request(api, decoded, rewrite=not encoding)
+    inspected = inspect_request(api, decoded, rewrite=not encoding, path=path)
     if inspected is None:
         return None
     info, body = inspected

@@ -1,10 +1,10 @@
 """What the recorder needs to know about a request on the wire, and the one change it may
 make to it. Pure: bytes and dicts in, values out.
 
-The only rewrite: a streamed chat/completions request that does not ask for
-``stream_options.include_usage`` gets it (the prompt and output token counts come from the
-final usage chunk), and ``ResponseObserver`` later removes that extra chunk from the bytes
-the client sees.
+The only rewrite is the dialect's (``Dialect.with_usage``): a streamed chat/completions
+request that does not ask for ``stream_options.include_usage`` gets it (the prompt and output
+token counts come from the final usage chunk), and ``ResponseObserver`` later removes that
+extra chunk from the bytes the client sees.
 """
 
 from __future__ import annotations
@@ -15,14 +15,7 @@ from typing import Any
 
 import orjson
 
-API_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("/chat/completions", "chat"),
-    ("/completions", "completions"),
-    ("/messages", "messages"),
-    ("/responses", "responses"),
-)
-"""Path suffix -> trace ``api``. Suffixes, so that a base URL with a prefix
-(``/openai/v1/chat/completions``) is understood too."""
+from agent_replay.engines.apis import dialect, dialect_for_path
 
 HOP_BY_HOP = frozenset(
     {
@@ -65,16 +58,13 @@ def header_session(headers: Mapping[str, str], configured: str) -> str | None:
 
 
 def api_for(method: str, path: str) -> str | None:
-    """The API a request speaks, or None for anything the recorder only forwards."""
+    """The API a request speaks (its dialect matches the end of the path, so that a base
+    URL with a prefix such as ``/openai/v1/chat/completions`` is understood too), or None
+    for anything the recorder only forwards."""
     if method != "POST":
         return None
-    p = path.rstrip("/")
-    if p.endswith("/messages/count_tokens"):
-        return None
-    for suffix, api in API_SUFFIXES:
-        if p.endswith(suffix):
-            return api
-    return None
+    d = dialect_for_path(path)
+    return d.name if d is not None else None
 
 
 def end_to_end_headers(headers: Any, drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
@@ -111,46 +101,31 @@ class RequestInfo:
     """Why the body could not be decoded (its Content-Encoding); ``body`` is then empty."""
 
 
-_INJECT = b'"stream_options":{"include_usage":true},'
-
-
-def inspect_request(api: str, raw: bytes, rewrite: bool = True) -> tuple[RequestInfo, bytes] | None:
+def inspect_request(api: str, raw: bytes, rewrite: bool = True, path: str = ""
+                    ) -> tuple[RequestInfo, bytes] | None:
     """Parse a request body; returns its info and the bytes to send upstream, or None
     when the body is not a JSON object (it is then forwarded untouched, not recorded).
-    Without ``rewrite`` the body goes as sent (no ``include_usage`` added)."""
+    Without ``rewrite`` the body goes as sent (no ``include_usage`` added). ``path``: the
+    request path, for APIs that name the model or the stream there."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(body, dict):
         return None
-    model = body.get("model")
-    stream = body.get("stream") is True
-    hint: Any = None
-    if api == "messages":
-        md = body.get("metadata")
-        if isinstance(md, Mapping):
-            hint = md.get("user_id")
-    else:
-        hint = body.get("user")
+    d = dialect(api)
+    stream = d.streams(body) or d.path_streams(path)
+    hint = d.session_hint(body)
     out = raw
     injected = False
-    if rewrite and stream and api in ("chat", "completions"):
-        so = body.get("stream_options")
-        if "stream_options" not in body:
-            # Splice after the opening brace: every other byte of the body stays as sent.
-            i = raw.index(b"{")
-            out = raw[: i + 1] + _INJECT + raw[i + 1 :]
-            injected = True
-        elif so is None or (isinstance(so, Mapping) and so.get("include_usage") is not True):
-            new = dict(body)
-            new["stream_options"] = {**(so or {}), "include_usage": True}
-            out = orjson.dumps(new)
-            injected = True
+    if rewrite and stream:
+        changed = d.with_usage(raw, body)
+        if changed is not None:
+            out, injected = changed, True
     info = RequestInfo(
         api=api,
         body=body,
-        model=model if isinstance(model, str) else None,
+        model=d.model(body) or d.path_model(path),
         stream=stream,
         injected_usage=injected,
         session_hint=str(hint) if isinstance(hint, (str, int)) and str(hint) else None,

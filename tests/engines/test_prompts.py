@@ -18,7 +18,7 @@ def test_splitmix64_known_values():
 
 
 def test_ids_are_stable_across_processes():
-    code = ("from engines.prompts import TokenPrompts;"
+    code = ("from agent_replay.engines.prompts import TokenPrompts;"
             "print(TokenPrompts(16, salt=7).prompt([3, 4], 20).tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123", "PATH": ""}, cwd=".").stdout

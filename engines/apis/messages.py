@@ -1,0 +1,162 @@
+"""Anthropic messages (``/v1/messages``, as vLLM and Anthropic serve it): ``event:`` typed SSE.
+
+Tokens come from differencing the cumulative ``usage.output_tokens`` when delta events carry
+it. vLLM's (and Anthropic's) deltas do not: then each ``content_block_delta`` counts one
+token provisionally, and the stream is exact only if the final ``usage.output_tokens``
+equals the number of deltas: every delta carries at least one token, so equal totals mean
+every delta carried exactly one. Otherwise ``exact`` is False and the caller flags it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from agent_replay.engines.apis.base import DONE, Dialect, as_messages, error_text
+from agent_replay.engines.replies import Reply, event_object, norm_text, reply_from_items
+from agent_replay.engines.sse import SSEEvent
+
+
+class MessagesStreamDecoder:
+    """Decodes an Anthropic messages stream (see the module text)."""
+
+    __slots__ = ("_counted", "_input", "_output", "_provisional", "cached", "done", "error",
+                 "finish_reason", "usage")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.done = False
+        self.finish_reason: str | None = None
+        self.cached: int | None = None
+        self._input: int | None = None
+        self._output = 0  # tokens attributed to events so far
+        self._counted: int | None = None  # the server's cumulative output_tokens
+        self._provisional = False
+
+    @property
+    def exact(self) -> bool:
+        if not self._provisional:
+            return True
+        return self._counted is not None and self._counted == self._output
+
+    def feed(self, data: bytes, event: str | None = None) -> int:
+        if data == DONE:
+            self.done = True
+            return 0
+        obj = orjson.loads(data)
+        if not isinstance(obj, dict):
+            raise ValueError("stream event is not a JSON object")
+        kind = event or obj.get("type")
+        if kind == "error":
+            self.error = error_text(obj)
+            return 0
+        if kind == "message_stop":
+            self.done = True
+            return 0
+        usage = obj.get("usage")
+        if kind == "message_start":
+            usage = (obj.get("message") or {}).get("usage")
+        if kind == "message_delta":
+            fr = (obj.get("delta") or {}).get("stop_reason")
+            if fr:
+                self.finish_reason = fr
+        out = usage.get("output_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict):
+            self._merge_usage(usage)
+        if kind == "content_block_delta":
+            if isinstance(out, int):
+                k = max(out - self._output, 0)
+                self._output = max(out, self._output)
+                self._counted = out
+                return k
+            self._provisional = True
+            self._output += 1
+            return 1
+        if isinstance(out, int):
+            self._counted = out
+        return 0
+
+    def _merge_usage(self, usage: Mapping[str, Any]) -> None:
+        if self.usage is None:
+            self.usage = {}
+        for key, val in usage.items():
+            if val is not None:
+                self.usage[key] = val
+        if isinstance(usage.get("input_tokens"), int) and usage["input_tokens"] > 0:
+            self._input = usage["input_tokens"]
+        if isinstance(usage.get("cache_read_input_tokens"), int):
+            self.cached = usage["cache_read_input_tokens"]
+
+    def result_usage(self) -> tuple[int | None, int | None, int | None]:
+        if self.usage is None:
+            return None, None, None
+        # Anthropic reports uncached input in input_tokens; vLLM reports the whole prompt
+        # there. Keep what the server said: callers compare it with the trace.
+        return self._input, self._counted, self.cached
+
+
+class Messages(Dialect):
+    name = "messages"
+    route = "/v1/messages"
+    typed_events = True
+    id_prefix = "msg_"
+    key_env = "ANTHROPIC_API_KEY"
+    key_header = "x-api-key"
+    prompt_fields = ("messages",)
+
+    def _fill(self, body: dict[str, Any], model: str, prompt: Any, max_tokens: int) -> None:
+        body["model"] = model
+        body["stream"] = True
+        if prompt is not None or "messages" not in body:
+            body["messages"] = as_messages(prompt)
+        body["max_tokens"] = max_tokens
+
+    def decoder(self) -> MessagesStreamDecoder:
+        return MessagesStreamDecoder()
+
+    def stream_usage(self, dec: Any, uncached_input: bool = False
+                     ) -> tuple[int | None, int | None, int | None]:
+        inp, out, cached = self.usage(dec.usage, uncached_input)
+        if out is None and dec.usage is not None:
+            out = dec.usage.get("output_tokens")
+        return inp, out, cached
+
+    def session_hint(self, body: Mapping[str, Any]) -> Any:
+        md = body.get("metadata")
+        return md.get("user_id") if isinstance(md, Mapping) else None
+
+    def conversation(self, body: Mapping[str, Any]) -> list[Any]:
+        msgs = body.get("messages")
+        return list(msgs) if isinstance(msgs, list) else []
+
+    def system(self, body: Mapping[str, Any]) -> Any:
+        return body.get("system")
+
+    def reply_from_json(self, obj: Any) -> Reply | None:
+        if not isinstance(obj, dict):
+            return None
+        return reply_from_items([{"role": "assistant", "content": obj.get("content")}])
+
+    def reply_from_events(self, events: Iterable[SSEEvent]) -> Reply | None:
+        texts: list[str] = []
+        ids: list[str] = []
+        for ev in events:
+            obj = event_object(ev)
+            kind = ev.event or obj.get("type")
+            if kind == "content_block_start":
+                block = obj.get("content_block") or {}
+                if block.get("type") == "tool_use" and block.get("id"):
+                    ids.append(str(block["id"]))
+                if isinstance(block.get("text"), str):
+                    texts.append(block["text"])
+            elif kind == "content_block_delta":
+                delta = obj.get("delta") or {}
+                if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                    texts.append(delta["text"])
+        return Reply(norm_text("".join(texts)), tuple(ids))
+
+
+DIALECT = Messages()
