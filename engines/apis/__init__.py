@@ -6,7 +6,7 @@ branch on an API's name. Adding an API is one module and its line below.
 
 from __future__ import annotations
 
-from agent_replay.engines.apis import chat, completions, messages, responses
+from agent_replay.engines.apis import chat, completions, gemini, messages, responses
 from agent_replay.engines.apis.base import Decoder, Dialect, ServedRequest
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (
@@ -14,6 +14,7 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     chat.DIALECT,
     messages.DIALECT,
     responses.DIALECT,
+    gemini.DIALECT,
 )}
 """Every API, by the trace's ``api`` name."""
 
