@@ -9,7 +9,7 @@ Layout of a results folder::
 
 Every ``*_ns`` time is an integer nanosecond offset on one monotonic clock from the run's
 start (``run.json`` holds the wall-clock anchor); ``think_ns`` and ``connect_ns`` are
-durations. Names follow METRICS.md: S = intended_ns, f = first_token_ns, c_j = chunk_ns[j],
+durations. Names follow docs/metrics.md: S = intended_ns, f = first_token_ns, c_j = chunk_ns[j],
 k_j = chunk_tokens[j], e = end_ns, and the actual send time s = sent_ns + connect_ns: the
 moment the request's bytes were handed to its connection. ``sent_ns`` (s0) is when the
 client started the request (the schedule lag is s0 - S); ``connect_ns`` is the time it then

@@ -2,7 +2,7 @@
 
 A million results rows hold ~80 million chunks. ``chunk_samples`` materializes every ITL and
 chunk-gap sample of a batch (several arrays of the batch's chunk count); ``fold_chunks``
-computes the same samples (METRICS.md: chunk gap c_j - c_(j-1), ITL the gap / k_j counted
+computes the same samples (docs/metrics.md: chunk gap c_j - c_(j-1), ITL the gap / k_j counted
 k_j times, tokens per chunk k_j) for a few thousand rows at a time and adds them to the
 histograms at once, so its temporaries stay in the CPU cache. The samples and their counts
 are exactly those of ``chunk_samples``.

@@ -15,7 +15,7 @@ without).
 
 Histograms (integer ns): ``ttft``, ``tpot``, ``itl`` (per token), ``chunk_gap``, ``e2e``,
 ``schedule_lag`` and ``loop_lag`` (the load generator's own lag, from ``observe_lag``).
-Request TPS is derived from TPOT (P90 TPS = 1 / P90 TPOT, METRICS.md). Requests with
+Request TPS is derived from TPOT (P90 TPS = 1 / P90 TPOT, docs/metrics.md). Requests with
 inexact tokens per chunk (error_kind ``inexact``) are counted in ``inexact`` and feed TTFT,
 E2E, chunk gap and throughput (from their usage's ``completion_tokens`` when the row has
 it), never TPOT, ITL or tokens per chunk.

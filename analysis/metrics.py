@@ -1,6 +1,6 @@
-"""Per-request and per-chunk metrics of METRICS.md, vectorized over Arrow record batches.
+"""Per-request and per-chunk metrics of docs/metrics.md, vectorized over Arrow record batches.
 
-Names follow METRICS.md: S = intended_ns, s = sent_ns + connect_ns (the request's bytes handed
+Names follow docs/metrics.md: S = intended_ns, s = sent_ns + connect_ns (the request's bytes handed
 to its connection; s0 = sent_ns when the client started it), f = first_token_ns,
 c_j = chunk_ns[j], k_j = chunk_tokens[j], N = sum k_j, e = end_ns. Every function here is
 pure: a record batch (or table) of REQUEST_SCHEMA rows in, numpy arrays out; list columns are
@@ -122,7 +122,7 @@ class RequestMetrics:
 
 def request_metrics(batch: pa.RecordBatch | pa.Table, c: Lists | None = None,
                     k: Lists | None = None) -> RequestMetrics:
-    """Every per-request metric of METRICS.md for each row of ``batch`` (``c`` and ``k``:
+    """Every per-request metric of docs/metrics.md for each row of ``batch`` (``c`` and ``k``:
     its chunk_ns and chunk_tokens lists, when the caller already has them)."""
     S = _f64(batch, "intended_ns")
     s0 = _f64(batch, "sent_ns")

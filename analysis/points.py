@@ -1,8 +1,8 @@
 """One run as one point of a sweep: the figures a frontier, a capacity search and an index
 table need, from a ``Report`` (so from the same statistics the report prints).
 
-Throughput per GPU = tokens / (last byte - first intended send) / GPUs (METRICS.md "across
-runs"); cost per million tokens = the deployment's USD per hour / tokens per hour x 1e6.
+Throughput per GPU = tokens / (last byte - first intended send) / GPUs (docs/metrics.md,
+"Across runs"); cost per million tokens = the deployment's USD per hour / tokens per hour x 1e6.
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ class Accumulator:
 
 def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:
     """Request TPS, read as a tail: the value at "P90" is the speed 90% of requests reach or
-    beat, defined as 1 / (P90 of TPOT) (METRICS.md) and computed from ``tpot`` (the TPOT
+    beat, defined as 1 / (P90 of TPOT) (docs/metrics.md) and computed from ``tpot`` (the TPOT
     percentiles of the same requests); never as a low percentile of ``tps``, which picks a
     different rank whenever 0.1 n is a whole number."""
     if tpot is None:
@@ -303,7 +303,7 @@ def economics(tokens: Mapping[str, int], duration_ns: int, prices: Prices, gpus:
 def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
     """How faithfully the replay reproduced the trace. Token counts served vs the trace
     count every attempted (non-warmup) request on both sides: a failed request adds its
-    trace tokens and whatever it was served (METRICS.md), so failures lower the ratios.
+    trace tokens and whatever it was served (docs/metrics.md), so failures lower the ratios.
     Cache and think-time figures cover ok rows."""
     exp_in_all = arr("expected_input_tokens")
     prompt_all = arr("prompt_tokens")

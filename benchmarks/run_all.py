@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if spec_rows:
         parts += ["### speculative multi-token chunks (1-4 tokens per chunk, mean about 2.5)",
-                  "ITL here is per token (METRICS.md). A client that takes one ITL sample per "
+                  "ITL here is per token (docs/metrics.md). A client that takes one ITL sample per "
                   "chunk reports the chunk gap instead, about 2.5x the per-token figure.",
                   client_table(spec_rows)]
     if scale_rows:

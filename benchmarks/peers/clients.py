@@ -127,7 +127,7 @@ def command(client: str, url: str, conc: int, n: int, rundir: Path, workers: int
 
 def reported(client: str, rundir: Path, truth: Truth) -> dict[str, float | None]:
     """The client's own TTFT mean, ITL mean and P99 (ms), as it reports them. For us,
-    computed from the results rows with METRICS.md's per-token ITL."""
+    computed from the results rows with docs/metrics.md's per-token ITL."""
     try:
         if client in OURS:
             return _ours(rundir / "results")
@@ -160,7 +160,7 @@ def _ours(folder: Path) -> dict[str, float | None]:
     t = pq.read_table(folder / "requests", columns=["intended_ns", "sent_ns", "connect_ns",
                                                     "first_token_ns", "end_ns", "chunk_ns",
                                                     "chunk_tokens"])
-    ttft = request_metrics(t).ttft  # from s, the request's bytes sent (METRICS.md)
+    ttft = request_metrics(t).ttft  # from s, the request's bytes sent (docs/metrics.md)
     gaps, toks = [], []
     for c, k in zip(t.column("chunk_ns").to_pylist(), t.column("chunk_tokens").to_pylist(), strict=True):
         if len(c) > 1:

@@ -188,7 +188,7 @@ class Truth:
 
 
 def per_token(gaps: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token ITL samples (METRICS.md): gap j counts k_j times as gap/k_j."""
+    """Per-token ITL samples (docs/metrics.md): gap j counts k_j times as gap/k_j."""
     return gaps / k, k
 
 
