@@ -1,5 +1,5 @@
-"""The API dialects on the wire: a view of ``engines.apis`` (the registry, one module per
-API) under the names the rest of the code has long imported."""
+"""The API dialects on the wire, in one import: the registry of ``engines.apis`` (one module
+per API), its stream decoders, and ``build_request``/``API_PATHS`` by API name."""
 
 from __future__ import annotations
 
