@@ -15,6 +15,7 @@ import functools
 import importlib.util
 import os
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -235,6 +236,24 @@ def wire_arrows() -> list[str]:
     return [_where(path, line, mod) for _, path in production_modules()
             if _module_name(path).startswith(wire)
             for line, mod in imports(path) if mod.startswith("agent_replay.engines.sim")]
+
+
+_BARE = re.compile(r"(?<!`)\b(?:from|import) (?:traces|engines|analysis|replay)\b(?!\.md)")
+"""A bare import in code (an import quoted in prose, in backticks, is not one)."""
+
+
+def test_no_script_or_doc_imports_a_folder_by_its_bare_name():
+    """Code in strings, shell scripts and docs (``python -c '...'``) imports through the root
+    too: a bare folder name is refused at import time."""
+    files = [p for p in (*ROOT.glob("benchmarks/**/*"), *ROOT.glob("scripts/**/*"),
+                         *ROOT.glob("tests/**/*.py"), *ROOT.glob("docs/*.md"), ROOT / "README.md")
+             if p.suffix in (".py", ".sh", ".md")
+             and p.name not in ("test_import_graph.py",  # its refusal test imports one
+                                "test_install_beside_traces.py")  # PyPI's traces, on purpose
+             and "journal" not in p.parts and "results" not in p.parts]
+    bad = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in files
+           for i, line in enumerate(p.read_text().splitlines(), 1) if _BARE.search(line)]
+    assert bad == []
 
 
 def test_the_base_imports_nothing_of_the_project():
