@@ -110,9 +110,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
                    help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
     p.add_argument("--api-key", default=None, metavar="KEY",
-                   help="sent as Authorization: Bearer KEY (and x-api-key for the messages API) "
-                   "on every request, the probe included (default: $OPENAI_API_KEY, or "
-                   "$ANTHROPIC_API_KEY for messages, when set); never written to results")
+                   help="sent as Authorization: Bearer KEY (and the API's own key header: "
+                   "x-api-key for messages, x-goog-api-key for gemini) on every request, the "
+                   "probe included (default: $OPENAI_API_KEY, or the API's own variable, "
+                   "$ANTHROPIC_API_KEY or $GEMINI_API_KEY, when set); never written to results")
     p.add_argument("--insecure", action="store_true",
                    help="accept any TLS certificate (self-signed servers)")
     p.add_argument("--max-failure-rate", type=float, default=0.1, metavar="FRACTION",

@@ -98,6 +98,22 @@ def test_the_recorder_finds_the_api_and_the_model_in_the_path():
     assert out == orjson.dumps({"contents": []})
 
 
+def test_the_api_key_goes_in_each_api_s_own_header(monkeypatch: pytest.MonkeyPatch):
+    from agent_replay.replay.config import RunConfig
+
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    given = RunConfig(trace="t", target="http://h", api_key="K")
+    assert given.auth_headers("gemini") == (("Authorization", "Bearer K"),
+                                            ("x-goog-api-key", "K"))
+    assert given.auth_headers("messages") == (("Authorization", "Bearer K"), ("x-api-key", "K"))
+    assert given.auth_headers("chat") == (("Authorization", "Bearer K"),)
+    monkeypatch.setenv("GEMINI_API_KEY", "G")
+    env = RunConfig(trace="t", target="http://h")
+    assert env.auth_headers("gemini") == (("Authorization", "Bearer G"), ("x-goog-api-key", "G"))
+    assert env.auth_headers("chat") == ()
+
+
 async def test_the_simulated_engine_serves_it_with_exact_counts():
     async with SimServer("fast", seed=1) as sim, aiohttp.ClientSession() as http:
         model = sim.profile.model_name
