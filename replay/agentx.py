@@ -1,24 +1,27 @@
-"""``--timing agentx``: replay comparable with InferenceX AgentX (AIPerf's
-``inferencex-agentx-mvp`` scenario), on the same results and reports as every run.
+"""``--timing agentx``: replay comparable with InferenceX AgentX (AIPerf's ``agentx`` and
+``inferencex-agentx-mvp`` scenarios), on the same results and reports as every run.
 
 * ``lanes`` (``--concurrency``) session trees are live at once. A lane that finishes a tree
   takes the next session of the plan (cycling): recycling. Every play gets its own
-  ``clone`` number, and with it disjoint prompt blocks (a fresh cache-bust prefix): copies
-  of one trace never share cache, and a copy's prefix-cache hits are those of a first play.
-* A lane's first play starts at a point sampled uniformly in 25-75% of its session's
-  requests (seeded per lane). Before it, a warm-up request (flagged ``warmup``, so left out
-  of every statistic) sends the prompt of that turn's prefix parent with one output token:
-  the cache then holds what it would hold in steady state. Dependencies on skipped turns
-  count as met at the warm-up's end.
-* Inside a tree, timing is ``session`` timing (dependencies, then think time).
-* When nothing at all is in flight and the next send is more than ``IDLE_SKIP_NS`` away,
-  the gap is skipped: every waiting request's intended send time moves earlier by it
-  (its recorded ``think_ns`` is then the think time it got).
-* Lanes stop starting requests at the duration (default ``DEFAULT_DURATION_S``): a request
-  due after it is not sent, nor are the rest of its tree, and a lane whose play was cut
-  starts no other; requests in flight finish.
-* Validity (``agentx_validity``, written to run.json by the run): a run where more than
-  ``MAX_OVERFLOW_FRACTION`` of the responses were context-length overflows is invalid.
+  ``clone`` number, and with it a fresh cache-bust marker at the first user turn (see
+  ``cache_bust``): the tools + system prefix stays shareable between plays, the
+  conversation does not.
+* A lane's first play starts at a sampled instant t* (``start_range`` of the session's
+  time span, seeded per lane; AIPerf's trajectory start ratios): its first request is the
+  first at or after t*. Before it, a warm-up request (flagged ``warmup``, so left out of
+  every statistic) sends the prompt of that turn's prefix parent with one output token, then
+  ``warmup_requests`` more turns of the play go back to back, also flagged; the measured
+  play begins after them. Dependencies on turns left out count as met.
+* Inside a tree, timing is ``session`` timing (dependencies, then think time), each think
+  time capped at ``tree_idle_cap_ns`` when set.
+* System idle cap (AIPerf's ``system_idle_gap_cap_seconds``): when nothing at all is in
+  flight, the idle time before the next send is at most ``idle_cap_ns``; every waiting
+  request's intended send time moves earlier by the same amount (the skip). A request's
+  recorded ``think_ns`` is then the think time it got.
+* Lanes stop starting requests at the duration: a request due after it is not sent, nor
+  are the rest of its tree, and a lane whose play was cut starts no other; requests in
+  flight finish.
+* Validity (``agentx_validity``, written to run.json by the run): the rules in its text.
 """
 
 from __future__ import annotations
@@ -26,15 +29,17 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_replay.replay.clock import Clock
-from agent_replay.replay.driver import Driver, Transport
+from agent_replay.replay.driver import Driver, Transport, _SessionState
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession
 
-IDLE_SKIP_NS = 10_000_000_000
+IDLE_CAP_NS = 10_000_000_000
+"""AIPerf's ``system_idle_gap_cap_seconds`` of both AgentX scenarios (10 s)."""
+IDLE_SKIP_NS = IDLE_CAP_NS
 DEFAULT_DURATION_S = 1800.0
 MAX_OVERFLOW_FRACTION = 0.01
 START_RANGE = (0.25, 0.75)
@@ -47,9 +52,52 @@ def is_overflow(http_status: int | None, error: str | None) -> bool:
     return http_status == 400 and error is not None and any(m in error.lower() for m in OVERFLOW_MARKERS)
 
 
-def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]]) -> dict[str, Any]:
-    """From (warmup, http_status, error) of every result row: responses counted (warm-up
-    excluded), context overflows, and whether the run is valid (overflows <= 1%)."""
+@dataclass(frozen=True)
+class ValidityRules:
+    """What makes an AgentX run valid (AIPerf ``common/scenario``: ``submission_outcome``
+    and the scenario's coverage and duration floors). None: the rule is not applied."""
+
+    min_duration_s: float | None = None
+    failure_threshold: float | None = None
+    metric_coverage: float | None = None
+    max_overflow_fraction: float = MAX_OVERFLOW_FRACTION
+
+
+@dataclass
+class ValidityInput:
+    """Per-run facts the rules need, gathered from the result rows."""
+
+    responses: int = 0
+    failed: int = 0
+    overflows: int = 0
+    cancelled: int = 0
+    interrupted: bool = False
+    measured_s: float = 0.0
+    expected_s: float | None = None
+    last_first_token_s: float | None = None  # from the first measured send
+    last_itl_end_s: float | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+def coverage_ratio(last_s: float | None, expected_s: float | None) -> float | None:
+    """AIPerf's profile metric duration coverage: how far into the expected profiling
+    window the last observation of a metric lies (0 when none)."""
+    if not expected_s:
+        return None
+    return 0.0 if last_s is None else last_s / expected_s
+
+
+def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
+                    rules: ValidityRules | None = None,
+                    facts: ValidityInput | None = None) -> dict[str, Any]:
+    """From (warmup, http_status, error) of every result row, and the run's facts: the
+    AgentX verdict. Invalid when, warm-up excluded: more than ``max_overflow_fraction`` of
+    the responses overflowed the context; any request was cancelled or the run was
+    interrupted; the measured time is below ``min_duration_s``; more than
+    ``failure_threshold`` of the requests failed; neither the last first token nor the last
+    streamed token lies ``metric_coverage`` of the way into the expected duration."""
+    rules = rules or ValidityRules()
+    f = facts or ValidityInput()
     n = over = 0
     for warm, status, error in rows:
         if warm:
@@ -57,20 +105,85 @@ def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]]) -> dict
         n += 1
         over += is_overflow(status, error)
     frac = over / n if n else 0.0
-    valid = frac <= MAX_OVERFLOW_FRACTION
+    reasons: list[str] = []
+    if frac > rules.max_overflow_fraction:
+        reasons.append(f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
+                       f"(AgentX allows {rules.max_overflow_fraction:.0%})")
+    if f.interrupted or f.cancelled:
+        reasons.append(f"the run was interrupted ({f.cancelled:,} requests cancelled)")
+    if rules.min_duration_s is not None and f.measured_s < rules.min_duration_s:
+        reasons.append(f"measured {f.measured_s:,.0f} s, below the minimum of "
+                       f"{rules.min_duration_s:,.0f} s")
+    fail_frac = f.failed / n if n else 0.0
+    if rules.failure_threshold is not None and fail_frac > rules.failure_threshold:
+        reasons.append(f"{f.failed:,} of {n:,} requests ({fail_frac:.1%}) failed (threshold "
+                       f"{rules.failure_threshold:.0%})")
+    ttft_cov = coverage_ratio(f.last_first_token_s, f.expected_s)
+    itl_cov = coverage_ratio(f.last_itl_end_s, f.expected_s)
+    if rules.metric_coverage is not None and ttft_cov is not None and itl_cov is not None \
+            and max(ttft_cov, itl_cov) < rules.metric_coverage:
+        reasons.append(f"metrics cover {max(ttft_cov, itl_cov):.1%} of the {f.expected_s:,.0f} s "
+                       f"window (needs {rules.metric_coverage:.0%})")
     out: dict[str, Any] = {"responses": n, "context_overflows": over, "overflow_fraction": frac,
-                           "valid": valid}
-    if not valid:
-        out["invalid_reason"] = (f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
-                                 f"(AgentX allows {MAX_OVERFLOW_FRACTION:.0%})")
+                           "failed": f.failed, "failure_fraction": fail_frac,
+                           "cancelled": f.cancelled, "interrupted": f.interrupted,
+                           "measured_s": f.measured_s, "ttft_coverage": ttft_cov,
+                           "itl_coverage": itl_cov, "rules": {
+                               "min_duration_s": rules.min_duration_s,
+                               "failure_threshold": rules.failure_threshold,
+                               "metric_coverage": rules.metric_coverage,
+                               "max_overflow_fraction": rules.max_overflow_fraction},
+                           "valid": not reasons}
+    if reasons:
+        out["invalid_reason"] = "; ".join(reasons)
+        out["invalid_reasons"] = reasons
     return out
+
+
+def sample_start(offsets: list[int], u: float) -> int:
+    """The position of the first request at or after t* = first + u * span (AIPerf samples
+    an instant, not a turn: a session is never cut before its first turn unless t* is its
+    very start). ``offsets`` are in position order (non-decreasing in a trace's time)."""
+    if len(offsets) < 2:
+        return 0
+    first, last = min(offsets), max(offsets)
+    t_star = first + u * (last - first)
+    for p, o in enumerate(offsets):
+        if o >= t_star:
+            return p
+    return len(offsets) - 1
+
+
+@dataclass
+class _Live:
+    """A play in progress: its requests, their state, which completed."""
+
+    session: PlannedSession
+    st: _SessionState
+    pos_of: dict[int, int]
+    finished: set[int] = field(default_factory=set)
+
+    def ready(self) -> int:
+        """Requests whose dependencies all completed and that have not completed: each is
+        waiting for its send time, in flight, or about to be scheduled."""
+        done = self.st.events
+        n = 0
+        for p, q in enumerate(self.session.requests):
+            if p in self.finished or done[p].is_set():
+                continue
+            if all(done[d].is_set() or d in self.finished for d in q.deps):
+                n += 1
+        return n
 
 
 class AgentXDriver(Driver):
     def __init__(self, plan: Plan, transport: Transport, clock: Clock, *, t0_ns: int,
                  on_record: Callable[[RequestRecord], None], lanes: int, seed: int = 0,
                  worker: int = 0, run_id: str = "run", duration_ns: int | None = None,
-                 lookahead_ns: int = 1_000_000_000) -> None:
+                 lookahead_ns: int = 1_000_000_000,
+                 start_range: tuple[float, float] = START_RANGE, warmup_requests: int = 0,
+                 idle_cap_ns: int | None = IDLE_CAP_NS, tree_idle_cap_ns: int | None = None,
+                 cache_bust: Callable[[PlannedRequest, int], PlannedRequest] | None = None) -> None:
         if lanes < 1:
             raise ValueError("agentx needs at least one lane")
         if duration_ns is None:
@@ -81,60 +194,95 @@ class AgentXDriver(Driver):
         self._user_record = on_record
         self.lanes = lanes
         self.seed = seed
+        self.start_range = start_range
+        self.warmup_requests = warmup_requests
+        self.idle_cap_ns = idle_cap_ns
+        self.tree_idle_cap_ns = tree_idle_cap_ns
+        self.cache_bust = cache_bust
         self.idle_skipped_ns = 0
+        self.idle_skips = 0
         self.plays = 0
         self.warmups = 0
         self._cursor = 0
         self._shift = 0
-        self._waiting: dict[int, int] = {}  # waiter id -> target (shift not applied)
+        self._waiting: dict[int, int] = {}  # waiter id -> intended send + the shift when it registered
+        self._handoff: int | None = None
         self._wake = asyncio.Event()
         self._next_waiter = 0
+        self._live: dict[str, _Live] = {}
+        self._settling = 0  # lanes between plays (about to schedule a play's first requests)
+        self._idle_since: int | None = None
         self.total = 0  # unknown up front: counts as requests start
 
-    # -- idle-gap skipping ---------------------------------------------------------------
+    # -- the system idle cap ----------------------------------------------------------------
     def _record(self, rec: RequestRecord) -> None:
         if rec.parent_end_ns is not None and rec.think_ns is not None:
             rec.think_ns = rec.intended_ns - rec.parent_end_ns  # after any skipped gap
+        if not rec.warmup:
+            live = self._live.get(f"{rec.session_id}#{rec.clone}")
+            if live is not None and rec.request_index in live.pos_of:
+                live.finished.add(live.pos_of[rec.request_index])
         self._user_record(rec)
+        if self._in_flight() == 0:
+            self._idle_since = self.clock.now_ns()
         self._maybe_skip()
 
     def _in_flight(self) -> int:
         return self.sent - self.done
 
+    def _settled(self) -> bool:
+        """Whether every request that can go next is waiting for its send time: none is
+        being scheduled (a completion's children wake only after the completion's record)
+        and no lane is between plays."""
+        if self._settling:
+            return False
+        ready = sum(live.ready() for live in self._live.values())
+        return ready <= len(self._waiting)
+
     def _maybe_skip(self) -> None:
-        if not self._waiting or self._in_flight() > 0:
+        if self.idle_cap_ns is None or not self._waiting or self._in_flight() > 0:
             return
         now = self.clock.now_ns()
+        since = self._idle_since if self._idle_since is not None else now
         nearest = min(self._waiting.values()) - self._shift
-        if nearest - now > IDLE_SKIP_NS:
-            gap = nearest - now
-            self._shift += gap
-            self.idle_skipped_ns += gap
-            self._wake.set()
-            self._wake = asyncio.Event()
+        gap = nearest - max(since + self.idle_cap_ns, now)
+        if gap <= 0 or not self._settled():
+            return
+        self._shift += gap
+        self.idle_skipped_ns += gap
+        self.idle_skips += 1
+        self._wake.set()
+        self._wake = asyncio.Event()
 
     def _past_deadline(self, due: int) -> bool:
-        """Whether ``due``, after any idle gap it lets skip now, falls after the deadline."""
+        """Whether ``due``, after any idle gap it lets skip now, falls after the deadline.
+        The request stays registered for ``_sleep_to``, which the driver calls next
+        without yielding."""
         wid = self._next_waiter
         self._next_waiter += 1
-        self._waiting[wid] = due
-        try:
-            self._maybe_skip()
-        finally:
+        self._waiting[wid] = due + self._shift
+        self._maybe_skip()
+        if self.deadline is not None and self._waiting[wid] - self._shift >= self.deadline:
             del self._waiting[wid]
-        return self.deadline is not None and due - self._shift >= self.deadline
+            return True
+        self._handoff = wid
+        return False
 
     async def _sleep_to(self, due: int) -> int:
-        wid = self._next_waiter
-        self._next_waiter += 1
-        self._waiting[wid] = due
+        wid, self._handoff = self._handoff, None
+        if wid is None:
+            wid = self._next_waiter
+            self._next_waiter += 1
+            self._waiting[wid] = due + self._shift
         try:
             while True:
-                target = due - self._shift
+                target = self._waiting[wid] - self._shift
                 if self.clock.now_ns() >= target:
                     return target
                 self._maybe_skip()
-                target = due - self._shift
+                target = self._waiting[wid] - self._shift
+                if self.clock.now_ns() >= target:
+                    return target
                 wake = self._wake
                 sleeper = asyncio.ensure_future(self.clock.sleep_until(target))
                 shifted = asyncio.ensure_future(wake.wait())
@@ -173,72 +321,102 @@ class AgentXDriver(Driver):
         rng = random.Random(f"agentx\x1f{self.seed}\x1f{self.worker}\x1f{lane}")
         first = True
         assert self.deadline is not None
-        while self.clock.now_ns() < self.deadline and self._failure is None:
-            s = self._next_session()
-            play = self.worker * 1_000_000 + self.plays + 1  # clone 0 stays the trace's own
-            self.plays += 1
-            start = 0
-            if first and len(s.requests) > 1:
-                lo, hi = START_RANGE
-                start = int(len(s.requests) * (lo + (hi - lo) * rng.random()))
-                start = min(max(start, 0), len(s.requests) - 1)
-            first = False
-            cut_before = self.skipped
-            await self._play(s, play, start)
-            if self.skipped > cut_before:
-                break  # the deadline cut this play: the lane is done
+        self._settling += 1
+        try:
+            while self.clock.now_ns() < self.deadline and self._failure is None:
+                s = self._next_session()
+                play = self.worker * 1_000_000 + self.plays + 1  # clone 0 stays the trace's own
+                self.plays += 1
+                start = 0
+                if first:
+                    lo, hi = self.start_range
+                    start = sample_start([q.offset_ns for q in s.requests], lo + (hi - lo) * rng.random())
+                first = False
+                cut_before = self.skipped
+                await self._play(s, play, start)
+                if self.skipped > cut_before:
+                    break  # the deadline cut this play: the lane is done
+        finally:
+            self._settling -= 1
+            self._maybe_skip()
+
+    def _bust(self, q: PlannedRequest, play: int) -> PlannedRequest:
+        return self.cache_bust(q, play) if self.cache_bust is not None else replace(q, clone=play)
 
     async def _play(self, s: PlannedSession, play: int, start: int) -> None:
         now = max(self.clock.now_ns(), self.t0)
         reqs = s.requests
         if start > 0:
-            warm_end = await self._warm_up(s, play, start)
+            warm = [reqs[start].parent] if reqs[start].parent >= 0 else []
+            end = min(start + self.warmup_requests, len(reqs) - 1)
+            warm += range(start, end)
+            warm_end = await self._warm_up(s, play, warm)
             if warm_end is None:
                 return
+            start = end
             now = max(now, warm_end)
         keep = list(range(start, len(reqs)))
         pos = {p: i for i, p in enumerate(keep)}
         base = reqs[start].offset_ns
+        cap = self.tree_idle_cap_ns
         out: list[PlannedRequest] = []
         for p in keep:
-            q = reqs[p]
+            q = self._bust(reqs[p], play)
             deps = [pos[d] for d in q.deps if d in pos]
-            out.append(replace(q, clone=play, deps=deps, children=[],
-                               parent=pos.get(q.parent, -1),
+            think = q.think_ns if deps else 0
+            out.append(replace(q, deps=deps, children=[], parent=pos.get(q.parent, -1),
                                offset_ns=now - self.t0 + max(0, q.offset_ns - base),
-                               think_ns=q.think_ns if deps else 0))
+                               think_ns=think if cap is None else min(think, cap)))
         for i, q in enumerate(out):
             if q.deps:
                 out[q.deps[-1]].children.append(i)
         self.total += len(out)
         await self._session(PlannedSession(s.session_id, play, now - self.t0, out))
 
-    async def _warm_up(self, s: PlannedSession, play: int, start: int) -> int | None:
-        """Sends the prompt of request ``start``'s prefix parent (one output token), flagged
-        warm-up; returns its end, or None past the deadline."""
-        q = s.requests[start]
-        src = s.requests[q.parent] if q.parent >= 0 else None
-        if src is None:
-            return self.clock.now_ns()
-        w = replace(src, clone=play, output_tokens=1, deps=[], children=[])
-        rid = f"{self.run_id}-{s.session_id}#{play}-warmup"
-        rec = RequestRecord(session_id=w.session_id, request_index=w.request_index,
-                            parent_index=w.parent_index, clone=play, worker=self.worker,
-                            request_id=rid, api=w.api, expected_input_tokens=w.input_tokens,
-                            expected_output_tokens=1, implied_cached_tokens=None)
-        rec.agent_id = w.agent_id
-        rec.depends_on = w.depends_on
-        rec.warmup = True
-        prepared = await self.transport.prepare(w, rid, f"{s.session_id}#{play}")
-        await self.clock.sleep_until(self.t0)
-        if self.clock.now_ns() >= (self.deadline or 0):
-            return None
-        rec.intended_ns = self.clock.now_ns()
-        self.warmups += 1
-        self.sent += 1
+    async def _session(self, s: PlannedSession) -> None:
+        st = _SessionState(len(s.requests))
+        self._live[s.key] = _Live(s, st, {q.request_index: p for p, q in enumerate(s.requests)})
+        self.active_sessions += 1
         try:
-            await self.transport.send(prepared, rec)
+            for p, q in enumerate(s.requests):
+                if not q.deps:
+                    self._spawn(self._request(s, st, p))
+            self._settling -= 1
+            try:
+                for ev in st.events:
+                    await ev.wait()
+            finally:
+                self._settling += 1
         finally:
-            self.done += 1
-            self._record(rec)
-        return rec.end_ns if rec.end_ns is not None else self.clock.now_ns()
+            self.active_sessions -= 1
+            del self._live[s.key]
+
+    async def _warm_up(self, s: PlannedSession, play: int, positions: list[int]) -> int | None:
+        """Sends the requests at ``positions`` one after the other with one output token,
+        flagged warm-up; returns the last one's end, or None past the deadline."""
+        end = self.clock.now_ns()
+        for p in positions:
+            w = replace(self._bust(s.requests[p], play), output_tokens=1, deps=[], children=[])
+            rid = f"{self.run_id}-{s.session_id}#{play}-warmup-{w.request_index}"
+            rec = RequestRecord(session_id=w.session_id, request_index=w.request_index,
+                                parent_index=w.parent_index, clone=play, worker=self.worker,
+                                request_id=rid, api=w.api, expected_input_tokens=w.input_tokens,
+                                expected_output_tokens=1, implied_cached_tokens=None)
+            rec.agent_id = w.agent_id
+            rec.depends_on = w.depends_on
+            rec.warmup = True
+            prepared = await self.transport.prepare(w, rid, f"{s.session_id}#{play}")
+            await self.clock.sleep_until(self.t0)
+            if self.clock.now_ns() >= (self.deadline or 0):
+                return None
+            rec.intended_ns = self.clock.now_ns()
+            self.warmups += 1
+            self.sent += 1
+            try:
+                await self.transport.send(prepared, rec)
+            finally:
+                self.done += 1
+                self._record(rec)
+            end = rec.end_ns if rec.end_ns is not None else self.clock.now_ns()
+        return end
+

@@ -16,7 +16,7 @@ import pytest
 import agent_replay.engines.sim
 from agent_replay.analysis.runstats import accumulate
 from agent_replay.engines.sim import SimProcess
-from agent_replay.replay.agentx import IDLE_SKIP_NS, AgentXDriver
+from agent_replay.replay.agentx import AgentXDriver, sample_start
 from agent_replay.replay.clock import FakeClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.outcome import RequestRecord
@@ -134,18 +134,56 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     assert "INVALID run (AgentX rule)" in capsys.readouterr().out
 
 
-def test_idle_gaps_over_10s_are_skipped() -> None:
-    t = tree_table(1, think_ns=60_000 * MS)  # every think time a minute: nothing in flight
-    plan = build_plan(t, 16, PlanOptions())
+S = 1_000 * MS
+# (agent, depends_on, think in ms) of a tree whose idle gaps the cap shortens three times
+IDLE_TREE = [("main", [], None), ("x", [0], 30_000), ("y", [0], 2_000), ("x", [1], 40_000),
+             ("main", [0, 2, 3], 5_000), ("main", [4], 7_410), ("main", [5], 100_000)]
+
+
+def idle_tree_table() -> pa.Table:
+    rows = []
+    for i, (agent, deps, think) in enumerate(IDLE_TREE):
+        rows.append({"session_id": "t", "request_index": i, "parent_index": -1,
+                     "arrival_ns": i * S, "think_ns": None if think is None else think * MS,
+                     "input_tokens": 32, "output_tokens": 4, "hash_ids": [i * 10, i * 10 + 1],
+                     "agent_id": agent, "depends_on": deps})
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    return pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())),
+        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+
+
+def test_idle_cap_after_several_skips_keeps_the_schedule_exact() -> None:
+    """Every request served in 1 s; nothing in flight is idle and capped at 10 s. By hand:
+    r0 at 0 (ends 1); r2 at 1+2 = 3 (ends 4); r1 due 1+30 = 31, idle since 4: capped to 14
+    (skip 17); r3 due 15+40 = 55, idle since 15: capped to 25 (skip 30); r4 at
+    max(1, 4, 26)+5 = 31; r5 at 32+7.41 = 39.41 (under the cap: kept); r6 due 40.41+100,
+    capped to 50.41 (skip 90). The lane recycles the tree at 51.41; its next turns fall
+    after the 53 s duration."""
+    plan = build_plan(idle_tree_table(), 16, PlanOptions())
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []
-    d = AgentXDriver(plan, FakeTransport(clock, 5 * MS), clock, t0_ns=0, on_record=recs.append,
-                     lanes=1, duration_ns=2_000 * MS)
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=53 * S, start_range=(0.0, 0.0))
     clock.run(d.run())
-    real = [x for x in recs if not x.warmup]
-    assert len(real) >= 2
-    for x in real:
-        if x.parent_end_ns is not None:
-            # a 60 s think with nothing in flight: skipped, so the request goes at once
-            assert x.intended_ns == x.parent_end_ns and x.think_ns == 0
-    assert d.idle_skipped_ns >= IDLE_SKIP_NS
+    got = [(x.clone, x.request_index, x.intended_ns, x.think_ns) for x in recs]
+    assert got == [
+        (1, 0, 0, None), (1, 2, 3 * S, 2 * S), (1, 1, 14 * S, 13 * S), (1, 3, 25 * S, 10 * S),
+        (1, 4, 31 * S, 5 * S), (1, 5, 39_410 * MS, 7_410 * MS), (1, 6, 50_410 * MS, 10 * S),
+        (2, 0, 51_410 * MS, None)]
+    assert not any(x.warmup for x in recs)
+    assert all(x.sent_ns == x.intended_ns for x in recs)
+    assert list(d.schedule_lag) == [0] * len(recs)  # against the shifted schedule
+    assert d.idle_skipped_ns == (17 + 30 + 90) * S and d.idle_skips == 3
+
+
+def test_start_sampling_is_an_instant_not_a_rounded_turn() -> None:
+    """A 3-request session with start in 25-75% of its time span never starts at its
+    first turn (int(3 x 0.25) would); t* = 0 is the only start at turn 0."""
+    offs = [0, 10 * S, 20 * S]
+    assert {sample_start(offs, u / 100) for u in range(25, 76)} == {1, 2}
+    assert sample_start(offs, 0.25) == 1 and sample_start(offs, 0.5) == 1
+    assert sample_start(offs, 0.51) == 2 and sample_start(offs, 0.0) == 0
+    assert sample_start(offs, 1.0) == 2 and sample_start([5], 0.7) == 0
