@@ -18,7 +18,8 @@
   flight, the idle time before the next send is at most ``idle_cap_ns``; every waiting
   request's intended send time moves earlier by the same amount (the skip). A request's
   recorded ``think_ns`` is then the think time it got.
-* Lanes stop starting requests at the duration: a request due after it is not sent, nor
+* Lanes stop starting requests at the duration, counted from the end of the last warm-up:
+  a request due after it is not sent, nor
   are the rest of its tree, and a lane whose play was cut starts no other; requests in
   flight finish.
 * Validity (``agentx_validity``, written to run.json by the run): the rules in its text.
@@ -192,6 +193,7 @@ class AgentXDriver(Driver):
                          on_record=self._record, worker=worker, run_id=run_id,
                          duration_ns=duration_ns, lookahead_ns=lookahead_ns)
         self._user_record = on_record
+        self.duration_ns = duration_ns
         self.lanes = lanes
         self.seed = seed
         self.start_range = start_range
@@ -353,6 +355,10 @@ class AgentXDriver(Driver):
             warm_end = await self._warm_up(s, play, warm)
             if warm_end is None:
                 return
+            # the measured duration counts from the end of the warm-up (AIPerf runs its
+            # warm-up as a phase of its own before the profiling duration)
+            assert self.deadline is not None
+            self.deadline = max(self.deadline, warm_end + self.duration_ns)
             start = end
             now = max(now, warm_end)
         keep = list(range(start, len(reqs)))

@@ -126,6 +126,18 @@ def _over_context(plan: Plan, max_model_len: int | None) -> int:
                if q.input_tokens + q.output_tokens > max_model_len)
 
 
+def gpu_count(config: RunConfig) -> tuple[int | None, str]:
+    """The GPUs serving the target and where that comes from: ``--gpus``, the ``--launch``
+    profile's ``--gpus``, or unknown."""
+    if config.gpus is not None:
+        return config.gpus, "--gpus"
+    if config.launch is not None:
+        from agent_replay.replay.launch import parse_spec
+
+        return int(parse_spec(config.launch).gpus), "--launch profile"
+    return None, "unknown (give --gpus N)"
+
+
 def run(config: RunConfig, *, progress: Reporter | None = _stderr,
         launch_info: dict[str, Any] | None = None) -> RunSummary:
     """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
@@ -177,6 +189,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     wall_t0 = time.time_ns() + pool.start_delay_ns
     config = replace(config, t0_ns=t0, workers=pool.size)
     meta = run_meta(config, info, plan, trace_sha, t0, wall_t0, "running")
+    meta["gpus"], meta["gpus_source"] = gpu_count(config)
     meta["scrape"] = scrape.describe()
     if launch_info is not None:
         meta["launch"] = launch_info
@@ -219,7 +232,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
-    finish(out, meta, summary, config.timing)
+    finish(out, meta, summary, config.timing, config)
     if summary.interrupted and progress is not None:
         progress(f"interrupted: partial results (every completed request) are in {out}")
     elif summary.partial and progress is not None:

@@ -16,11 +16,18 @@ import pytest
 import agent_replay.engines.sim
 from agent_replay.analysis.runstats import accumulate
 from agent_replay.engines.sim import SimProcess
-from agent_replay.replay.agentx import AgentXDriver, sample_start
+from agent_replay.replay.agentx import (
+    AgentXDriver,
+    ValidityInput,
+    ValidityRules,
+    agentx_validity,
+    sample_start,
+)
 from agent_replay.replay.clock import FakeClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import PlanOptions, build_plan
+from agent_replay.replay.presets import PRESETS, AgentXSettings
 from agent_replay.replay.run import run
 from agent_replay.traces.io import write_trace
 from agent_replay.traces.schema import TraceMeta
@@ -69,12 +76,15 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
     profile.update(name="fast-short", max_model_len=150)  # the longest prompts (> 150) overflow
     (tmp / "short.json").write_text(json.dumps(profile))
     out: dict[str, Path] = {}
-    for name, prof in (("ok", "fast"), ("overflow", str(tmp / "short.json"))):
+    runs = (("ok", "fast", 4.0, AgentXSettings()), ("overflow", str(tmp / "short.json"), 1.5, AgentXSettings()),
+            ("short", "fast", 1.0, PRESETS["aiperf-agentx-mvp"].agentx))
+    for name, prof, dur, ax in runs:
         with SimProcess(prof) as sim:
             out[name] = tmp / name
-            run(RunConfig(trace=str(trace), target=sim.url, output=str(out[name]), salt=7,
-                          timing="agentx", concurrency=8, duration_s=4.0 if name == "ok" else 1.5,
-                          scrape_interval_s=0, progress=False), progress=None)
+            summary = run(RunConfig(trace=str(trace), target=sim.url, output=str(out[name]), salt=7,
+                                    timing="agentx", concurrency=8, duration_s=dur, agentx=ax,
+                                    scrape_interval_s=0, progress=False), progress=None)
+            (out[name] / "exit").write_text(f"{summary.exit_code} {summary.status}")
     yield out
 
 
@@ -187,3 +197,46 @@ def test_start_sampling_is_an_instant_not_a_rounded_turn() -> None:
     assert sample_start(offs, 0.25) == 1 and sample_start(offs, 0.5) == 1
     assert sample_start(offs, 0.51) == 2 and sample_start(offs, 0.0) == 0
     assert sample_start(offs, 1.0) == 2 and sample_start([5], 0.7) == 0
+
+
+def test_a_run_below_its_presets_minimum_is_invalid_and_exits_non_zero(
+        sim_runs: dict[str, Path]) -> None:
+    meta = json.loads((sim_runs["short"] / "run.json").read_text())
+    assert meta["valid"] is False and meta["status"] == "invalid"
+    assert "below the minimum of 900 s" in meta["agentx"]["invalid_reason"]
+    assert meta["options"]["agentx"]["preset"] == "aiperf-agentx-mvp"
+    assert meta["options"]["agentx"]["start_min"] == 0.0 and meta["options"]["agentx"]["start_max"] == 1.0
+    assert (sim_runs["short"] / "exit").read_text() == "1 invalid"
+    assert (sim_runs["ok"] / "exit").read_text() == "0 ok"  # no minimum without a preset
+
+
+def test_validity_rules_on_hand_computed_facts() -> None:
+    rows = [(False, 200, None)] * 97 + [(False, 400, "maximum context length exceeded")] + \
+        [(False, 500, "boom")] * 2 + [(True, 400, "too long")] * 5  # warm-up left out
+    rules = ValidityRules(min_duration_s=900, failure_threshold=0.02, metric_coverage=0.95)
+    ok = ValidityInput(failed=3, measured_s=1000, expected_s=1000, last_first_token_s=940,
+                       last_itl_end_s=960)
+    v = agentx_validity(rows, rules, ok)
+    # 1 overflow of 100 responses = 1% (allowed: strictly more is invalid); 3 failed > 2%
+    assert v["responses"] == 100 and v["context_overflows"] == 1 and v["overflow_fraction"] == 0.01
+    assert v["valid"] is False and v["invalid_reasons"] == [
+        "3 of 100 requests (3.0%) failed (threshold 2%)"]
+    assert v["ttft_coverage"] == 0.94 and v["itl_coverage"] == 0.96  # max 0.96 >= 0.95: covered
+    short = ValidityInput(failed=2, measured_s=899.0, expected_s=1000, last_first_token_s=900,
+                          last_itl_end_s=940, cancelled=4)
+    r = agentx_validity(rows, rules, short)["invalid_reasons"]
+    assert r == ["the run was interrupted (4 requests cancelled)",
+                 "measured 899 s, below the minimum of 900 s",
+                 "metrics cover 94.0% of the 1,000 s window (needs 95%)"]
+    assert agentx_validity(rows, ValidityRules(), ValidityInput())["valid"] is True
+
+
+def test_presets_resolve_with_explicit_values_on_top() -> None:
+    from agent_replay.replay.presets import resolve
+
+    ax, dur = resolve("inferencex-agentx", {"warmup_requests": 3, "seed": None}, None)
+    assert dur == 3600.0 and ax.warmup_requests == 3 and ax.seed == 42
+    assert (ax.start_min, ax.start_max, ax.tree_idle_cap_s, ax.idle_cap_s) == (0.25, 0.75, 300.0, 10.0)
+    assert (ax.failure_threshold, ax.metric_coverage, ax.min_duration_s) == (0.10, 0.95, 900.0)
+    ax, dur = resolve("aiperf-agentx-mvp", {}, 1200.0)
+    assert dur == 1200.0 and (ax.start_min, ax.start_max, ax.warmup_requests) == (0.0, 1.0, 0)
