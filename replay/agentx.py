@@ -36,7 +36,7 @@ from typing import Any
 from agent_replay.replay.clock import Clock
 from agent_replay.replay.driver import Driver, Transport, _SessionState
 from agent_replay.replay.outcome import RequestRecord
-from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession
+from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession, stable_hash
 
 IDLE_CAP_NS = 10_000_000_000
 """AIPerf's ``system_idle_gap_cap_seconds`` of both AgentX scenarios (10 s)."""
@@ -139,6 +139,20 @@ def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
         out["invalid_reason"] = "; ".join(reasons)
         out["invalid_reasons"] = reasons
     return out
+
+
+def cache_bust(q: PlannedRequest, play: int) -> PlannedRequest:
+    """Request ``q`` in play ``play`` with AIPerf's ``first_turn_prefix`` cache bust: a
+    marker ``[rid:<hex>]`` opens the first user turn, so in block terms the blocks before it
+    (``q.shared_blocks``, the tools + system prefix) keep the trace's own ids and stay
+    shared between plays, and every block from it on gets an id of this play (one id per
+    trace id, so the sharing inside a play is kept). Without a known prefix, every block
+    is the play's own (``clone``)."""
+    k = q.shared_blocks
+    if k <= 0:
+        return replace(q, clone=play)
+    ids = q.hash_ids[:k] + [-1 - (stable_hash("rid", play, h) >> 2) for h in q.hash_ids[k:]]
+    return replace(q, clone=play, prompt_clone=0, hash_ids=ids)
 
 
 def sample_start(offsets: list[int], u: float) -> int:
@@ -343,7 +357,7 @@ class AgentXDriver(Driver):
             self._maybe_skip()
 
     def _bust(self, q: PlannedRequest, play: int) -> PlannedRequest:
-        return self.cache_bust(q, play) if self.cache_bust is not None else replace(q, clone=play)
+        return self.cache_bust(q, play) if self.cache_bust is not None else cache_bust(q, play)
 
     async def _play(self, s: PlannedSession, play: int, start: int) -> None:
         now = max(self.clock.now_ns(), self.t0)

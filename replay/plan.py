@@ -108,6 +108,16 @@ class PlannedRequest:
     agent_id: str = MAIN
     deps: list[int] = field(default_factory=list)  # positions of the dependencies
     depends_on: list[int] = field(default_factory=list)  # their request_index values
+    shared_blocks: int = 0
+    """Leading prompt blocks before the first user turn (the tools + system prefix, from the
+    trace's ``prefix_tokens``): what a cache-bust marker at the first user turn leaves
+    shared between copies of a session (``replay.agentx``)."""
+    prompt_clone: int | None = None
+    """The clone whose blocks the prompt is made of (None: ``clone``)."""
+
+    @property
+    def blocks_clone(self) -> int:
+        return self.clone if self.prompt_clone is None else self.prompt_clone
 
 
 @dataclass(slots=True)
@@ -140,6 +150,17 @@ class Plan:
         if n <= 1:
             return self
         return Plan(self.sessions[index::n], self.block_size)
+
+
+def set_shared_prefix(plan: Plan, prefix_tokens: dict[tuple[str, str], int]) -> None:
+    """Each request's ``shared_blocks`` from the tools + system prefix size of its session
+    and agent (``prefix_tokens``: (session id, agent id) -> tokens)."""
+    if not prefix_tokens:
+        return
+    for s in plan.sessions:
+        for q in s.requests:
+            n = prefix_tokens.get((q.session_id, q.agent_id), 0)
+            q.shared_blocks = min(n // plan.block_size, len(q.hash_ids))
 
 
 def stable_hash(*parts: object) -> int:

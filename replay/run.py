@@ -28,7 +28,7 @@ from agent_replay.replay.affinity import kept_affinity, pin, rest_cpus, worker_c
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
 from agent_replay.replay.lifeline import sigterm_as_sigint
-from agent_replay.replay.plan import Plan, build_plan
+from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix
 from agent_replay.replay.pools import start_pool
 from agent_replay.replay.provenance import provenance
 from agent_replay.replay.results import prepare_folder
@@ -68,6 +68,15 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def prefix_tokens(extra: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """(session, agent) -> tools + system prefix tokens, as a weka import recorded them."""
+    out: dict[tuple[str, str], int] = {}
+    for t in extra.get("weka") or ():
+        for agent, n in (t.get("prefix_tokens") or {}).items():
+            out[(str(t.get("id")), str(agent))] = int(n)
+    return out
+
+
 def load_and_validate(config: RunConfig) -> Plan:
     table, meta = read_trace(config.trace)
     validate_or_raise(table, meta, config.trace)
@@ -75,6 +84,7 @@ def load_and_validate(config: RunConfig) -> Plan:
     if not config.include_failed:
         table, dropped = drop_failed(table)
     plan = build_plan(table, meta.block_size, config.plan_options())
+    set_shared_prefix(plan, prefix_tokens(meta.extra))
     if plan.n_requests == 0:  # a run of nothing would end "ok" with no results to report
         why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
                if dropped and table.num_rows == 0 else "no request is left to send")

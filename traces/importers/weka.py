@@ -25,7 +25,9 @@ at or after the subagent's end (``t + duration_ms``) joins it; none: a backgroun
 ``think_ns`` = arrival - the latest dependency's end, floored at 0 (end-to-start, as
 AIPerf replays; the recorded ``think_time`` differs between conventions). Hash ids are
 kept; the partial last block the format leaves unhashed gets a fresh negative id so that
-``len(hash_ids) == ceil(in / block_size)``. Ids are local to a trace: the k-th trace of an
+``len(hash_ids) == ceil(in / block_size)``. ``tool_tokens + system_tokens`` of the trace and
+of each subagent (the shared prefix before the first user turn) go to the metadata
+(``extra.weka[].prefix_tokens``). Ids are local to a trace: the k-th trace of an
 import (k >= 1) has ``k << 40`` added, so traces never share blocks by accident.
 """
 
@@ -254,8 +256,30 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
                   if not any(ag[i] == a.spawner and ag[j] == a.agent
                              for i, d in enumerate(deps) for j in d)]
     info = {"id": tid, "convention": conv, "subagents": len(agents), "overlaps": overlaps,
-            "background": background, "padded": padded}
+            "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace)}
     return out, info
+
+
+def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
+    """Agent -> ``tool_tokens + system_tokens`` (the shared tools + system prefix) where the
+    trace or the subagent records them."""
+    out: dict[str, int] = {}
+
+    def one(obj: dict[str, Any], agent: str) -> None:
+        t, s = obj.get("tool_tokens"), obj.get("system_tokens")
+        vals = [v for v in (t, s) if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if vals:
+            out[agent] = sum(vals)
+
+    one(trace, MAIN)
+    stack = [trace.get("requests")]
+    while stack:
+        reqs = stack.pop()
+        for r in reqs if isinstance(reqs, list) else ():
+            if isinstance(r, dict) and r.get("type") == "subagent" and isinstance(r.get("agent_id"), str):
+                one(r, r["agent_id"])
+                stack.append(r.get("requests"))
+    return out
 
 
 def _traces(path: Path) -> list[tuple[str, dict[str, Any]]]:
