@@ -23,7 +23,8 @@ as AIPerf derives them (``traces.tree.derive_depends_on``): a subagent is spawne
 spawner's last call at or before its ``t``; the first later spawner call whose ``t`` is
 at or after the subagent's end (``t + duration_ms``) joins it; none: a background branch.
 ``think_ns`` = arrival - the latest dependency's end, floored at 0 (end-to-start, as
-AIPerf replays; the recorded ``think_time`` differs between conventions). Hash ids are
+AIPerf replays; the recorded ``think_time`` differs between conventions), or the recorded
+``think_time`` where a dependency has no ``api_time`` (its end is unknown). Hash ids are
 kept; the partial last block the format leaves unhashed gets a fresh negative id so that
 ``len(hash_ids) == ceil(in / block_size)``. ``tool_tokens + system_tokens`` of the trace and
 of each subagent (the shared prefix before the first user turn) go to the metadata
@@ -243,7 +244,7 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
         out.append(Request(
             session=tid, key=i, arrival_abs_ns=c.t_ns, input_tokens=int(n_in),
             output_tokens=int(n_out), parent_key=last_of.get(c.agent),
-            think_ns=think_after(c.t_ns, deps[i], arr, dur), hash_ids=ids, api="messages",
+            think_ns=_think(c, deps[i], arr, dur), hash_ids=ids, api="messages",
             model=model if isinstance(model, str) else None,
             ttft_ns=ttft_ns, end_ns=d,
             agent_id=c.agent, depends_on_keys=list(deps[i])))
@@ -280,6 +281,18 @@ def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
                 one(r, r["agent_id"])
                 stack.append(r.get("requests"))
     return out
+
+
+def _think(c: _Call, deps: list[int], arr: list[int], dur: list[int | None]) -> int | None:
+    """End-to-start from the latest dependency (``think_after``); where a dependency has no
+    ``api_time`` (a cut-off stream) that gap is unknown, and the request's recorded
+    ``think_time`` stands in for it (None when it has none)."""
+    gap = think_after(c.t_ns, deps, arr, dur)
+    if gap is None and deps and any(dur[d] is None for d in deps):
+        rec = c.obj.get("think_time")
+        if isinstance(rec, (int, float)) and not isinstance(rec, bool) and rec >= 0:
+            return _ns(rec)
+    return gap
 
 
 def _traces(path: Path) -> list[tuple[str, dict[str, Any]]]:
