@@ -104,6 +104,8 @@ class RunConfig:
     """Cap on every recorded think time, in trace seconds (before --speedup)."""
     rebase_sessions: bool = False
     """Every session starts at time zero instead of its recorded offset."""
+    keep_overlaps: bool = False
+    """Keep the recorded order inside sessions (``replay.plan.PlanOptions.keep_overlaps``)."""
     agentx: AgentXSettings = field(default_factory=AgentXSettings)
     """``--timing agentx`` settings (``replay.presets``: ``--preset`` and its options)."""
     gpus: int | None = None
@@ -118,7 +120,7 @@ class RunConfig:
                            api_override=self.api, rate=self.rate, arrival=self.arrival,
                            concurrent_sessions=self.concurrent_sessions, ramp_s=self.ramp_s,
                            arrival_seed=self.arrival_seed, max_think_s=self.max_think_s,
-                           rebase_sessions=self.rebase_sessions)
+                           rebase_sessions=self.rebase_sessions, keep_overlaps=self.keep_overlaps)
 
     def check(self) -> None:
         if self.timing not in TIMING_MODES:

@@ -17,6 +17,9 @@ Rules (docs/replay.md has the long form):
   prompt blocks (the clone index is part of every block's key) and its start is shifted
   by a deterministic amount in [0, mean gap between session starts), so the load is N
   times the trace's with the same shape.
+* ``keep_overlaps``: a request with dependencies also waits for every request of its
+  session that ended before it started in the recording (the recorded order is kept
+  under ``speedup``).
 * ``max_sessions`` keeps the first sessions by start (after cloning); ``duration_s`` drops
   sessions that start after it (the driver also stops sending at the deadline).
 * Every request gets enough prefix-block hash ids for its prompt. Rows without hash ids
@@ -63,6 +66,10 @@ class PlanOptions:
     arrival_seed: int = 0
     max_think_s: float | None = None
     rebase_sessions: bool = False
+    keep_overlaps: bool = False
+    """A request with dependencies also waits for every request of its session that had
+    ended before it started in the recording: ``speedup`` then shrinks think times without
+    letting requests overlap that never overlapped (``speedup_warning``)."""
 
     def check(self) -> None:
         if self.rate is not None and not self.rate > 0:
@@ -163,6 +170,19 @@ def set_shared_prefix(plan: Plan, prefix_tokens: dict[tuple[str, str], int]) -> 
             q.shared_blocks = min(n // plan.block_size, len(q.hash_ids))
 
 
+def speedup_warning(plan: Plan, opts: PlanOptions) -> str | None:
+    """The warning a ``speedup`` of session trees deserves: think times and spawn delays
+    shrink, service times do not, so parallel branches overlap where the recording had them
+    apart (None when it does not apply)."""
+    if opts.speedup == 1.0 or opts.keep_overlaps:
+        return None
+    if not any(q.agent_id != MAIN for s in plan.sessions for q in s.requests):
+        return None
+    return (f"--speedup {opts.speedup:g} shrinks think times and subagent spawn delays but not "
+            "service times: branches of a session tree overlap where the recording had them "
+            "apart; --keep-overlaps keeps the recorded order")
+
+
 def stable_hash(*parts: object) -> int:
     raw = "\x1f".join(str(p) for p in parts).encode()
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
@@ -219,6 +239,10 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
                 think = 0 if latest is None else max(0, arrival - latest)
             if opts.max_think_s is not None:
                 think = min(int(think), int(opts.max_think_s * 1e9))
+            if opts.keep_overlaps and deps:
+                deps = sorted(set(deps) | {dp for dp in range(p) if cols["end_ns"][rows[dp]] is not None
+                                           and int(cols["arrival_ns"][rows[dp]])
+                                           + int(cols["end_ns"][rows[dp]]) <= arrival})
             api = opts.api_override or cols["api"][r] or opts.default_api
             reqs.append(PlannedRequest(
                 session_id=sid, clone=0, request_index=int(cols["request_index"][r]),

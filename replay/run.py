@@ -28,7 +28,7 @@ from agent_replay.replay.affinity import kept_affinity, pin, rest_cpus, worker_c
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
 from agent_replay.replay.lifeline import sigterm_as_sigint
-from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix
+from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
 from agent_replay.replay.pools import start_pool
 from agent_replay.replay.provenance import provenance
 from agent_replay.replay.results import prepare_folder
@@ -209,6 +209,11 @@ def _run(config: RunConfig, progress: Reporter | None,
         gpu_tel.set_t0(t0)
     meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
     write_run_json(out, meta)
+    fast = speedup_warning(plan, config.plan_options())
+    if fast:
+        meta.setdefault("warnings_before_run", []).append(fast)
+        if progress is not None:
+            progress(f"warning: {fast}")
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
         meta.setdefault("warnings_before_run", []).append(

@@ -67,6 +67,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="cap every recorded think time (tool timeouts of minutes are not load)")
     p.add_argument("--rebase-sessions", action="store_true",
                    help="start every session at time zero instead of its recorded offset")
+    p.add_argument("--keep-overlaps", action="store_true",
+                   help="a request also waits for every request of its session that had ended "
+                   "before it started in the recording (with --speedup: no overlaps the "
+                   "recording did not have)")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
     p.add_argument("--api", choices=tuple(API_PATHS), default=None,
@@ -213,7 +217,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         max_failure_rate=getattr(args, "max_failure_rate", 0.1),
         abort_after_failures=getattr(args, "abort_after_failures", None),
         max_think_s=getattr(args, "max_think", None),
-        rebase_sessions=getattr(args, "rebase_sessions", False))
+        rebase_sessions=getattr(args, "rebase_sessions", False),
+        keep_overlaps=getattr(args, "keep_overlaps", False))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
