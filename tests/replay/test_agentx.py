@@ -17,6 +17,7 @@ import agent_replay.engines.sim
 from agent_replay.analysis.runstats import accumulate
 from agent_replay.engines.sim import SimProcess
 from agent_replay.replay.agentx import (
+    IDLE_CAP_NS,
     AgentXDriver,
     ValidityInput,
     ValidityRules,
@@ -240,3 +241,39 @@ def test_presets_resolve_with_explicit_values_on_top() -> None:
     assert (ax.failure_threshold, ax.metric_coverage, ax.min_duration_s) == (0.10, 0.95, 900.0)
     ax, dur = resolve("aiperf-agentx-mvp", {}, 1200.0)
     assert dur == 1200.0 and (ax.start_min, ax.start_max, ax.warmup_requests) == (0.0, 1.0, 0)
+
+
+@pytest.mark.shared_data
+def test_real_weka_trees_keep_their_think_times_under_the_idle_cap(shared_data: Path) -> None:
+    """Every real weka trace with subagents, one lane, an hour of fake time, every request
+    served in 2 s: no intended send before t0 or flagged warm-up outside the warm-up, every
+    think time got is the recorded one, or shorter only where the idle cap moved it, and
+    nothing in flight never idles longer than the cap."""
+    from agent_replay.traces.importers import import_paths
+
+    files = sorted((shared_data / "weka").glob("trace_*.json"))
+    res = import_paths(files, "weka")
+    plan = build_plan(res.table, res.meta.block_size, PlanOptions())
+    recorded = {(q.session_id, q.request_index): q.think_ns for s in plan.sessions for q in s.requests}
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 2 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=3600 * S, seed=3)
+    clock.run(d.run())
+    real = [x for x in recs if not x.warmup]
+    assert len(real) > 100 and d.idle_skips > 10
+    shortened = 0
+    for x in real:
+        assert x.intended_ns >= 0
+        if x.parent_end_ns is None or x.think_ns is None:
+            continue
+        want = recorded[(x.session_id, x.request_index)]
+        assert 0 <= x.think_ns <= want
+        shortened += x.think_ns < want
+    assert shortened > 0
+    # a send after every earlier request ended follows idle time: at most the cap
+    last_end = None
+    for sent, end in sorted((x.sent_ns or 0, x.end_ns or 0) for x in recs):
+        if last_end is not None and sent > last_end:
+            assert sent - last_end <= IDLE_CAP_NS
+        last_end = end if last_end is None else max(last_end, end)
