@@ -12,8 +12,9 @@
   every statistic) sends the prompt of that turn's prefix parent with one output token, then
   ``warmup_requests`` more turns of the play go back to back, also flagged; the measured
   play begins after them. Dependencies on turns left out count as met.
-* Inside a tree, timing is ``session`` timing (dependencies, then think time), each think
-  time capped at ``tree_idle_cap_ns`` when set.
+* Inside a tree, timing is ``session`` timing (dependencies, then think time); with
+  ``tree_idle_cap_ns`` every recorded stretch where nothing of the tree was in flight is
+  shortened to at most that (AIPerf's trace idle gap cap; ``idle_warp``).
 * System idle cap (AIPerf's ``system_idle_gap_cap_seconds``): when nothing at all is in
   flight, the idle time before the next send is at most ``idle_cap_ns``; every waiting
   request's intended send time moves earlier by the same amount (the skip). A request's
@@ -153,6 +154,44 @@ def cache_bust(q: PlannedRequest, play: int) -> PlannedRequest:
         return replace(q, clone=play)
     ids = q.hash_ids[:k] + [-1 - (stable_hash("rid", play, h) >> 2) for h in q.hash_ids[k:]]
     return replace(q, clone=play, prompt_clone=0, hash_ids=ids)
+
+
+def idle_warp(reqs: list[PlannedRequest], cap_ns: int) -> Callable[[int], int]:
+    """AIPerf's trace idle gap cap as a warp of one session's clock: every stretch where
+    nothing of the session was in flight (recorded ``offset_ns`` to ``offset_ns +
+    service_ns``) longer than ``cap_ns`` is shortened to it; returns t -> the time removed
+    before t. A request's think time loses the part removed between its latest
+    dependency's end and its arrival (idle stretches lie wholly inside that or outside)."""
+    gaps: list[tuple[int, int]] = []  # (end of the stretch, time removed)
+    busy: int | None = None
+    for start, end in sorted((q.offset_ns, q.offset_ns + (q.service_ns or 0)) for q in reqs):
+        if busy is not None and start - busy > cap_ns:
+            gaps.append((start, start - busy - cap_ns))
+        busy = end if busy is None else max(busy, end)
+
+    def removed(t: int) -> int:
+        return sum(cut for end, cut in gaps if end <= t)
+
+    return removed
+
+
+def capped_times(reqs: list[PlannedRequest], cap_ns: int | None) -> tuple[list[int], list[int]]:
+    """(offsets, think times) of a session's requests with its idle stretches capped at
+    ``cap_ns`` (``idle_warp``; None: as recorded). A think time whose dependency's end is
+    unknown is capped at ``cap_ns`` itself."""
+    if cap_ns is None:
+        return [q.offset_ns for q in reqs], [q.think_ns for q in reqs]
+    removed = idle_warp(reqs, cap_ns)
+    offsets = [q.offset_ns - removed(q.offset_ns) for q in reqs]
+    thinks = []
+    for q in reqs:
+        ends = [reqs[d].offset_ns + svc for d in q.deps
+                if (svc := reqs[d].service_ns) is not None]
+        if q.deps and len(ends) == len(q.deps):
+            thinks.append(max(0, q.think_ns - (removed(q.offset_ns) - removed(max(ends)))))
+        else:
+            thinks.append(min(q.think_ns, cap_ns))
+    return offsets, thinks
 
 
 def sample_start(offsets: list[int], u: float) -> int:
@@ -377,16 +416,15 @@ class AgentXDriver(Driver):
             now = max(now, warm_end)
         keep = list(range(start, len(reqs)))
         pos = {p: i for i, p in enumerate(keep)}
-        base = reqs[start].offset_ns
-        cap = self.tree_idle_cap_ns
+        offsets, thinks = capped_times(reqs, self.tree_idle_cap_ns)
+        base = offsets[start]
         out: list[PlannedRequest] = []
         for p in keep:
             q = self._bust(reqs[p], play)
             deps = [pos[d] for d in q.deps if d in pos]
-            think = q.think_ns if deps else 0
             out.append(replace(q, deps=deps, children=[], parent=pos.get(q.parent, -1),
-                               offset_ns=now - self.t0 + max(0, q.offset_ns - base),
-                               think_ns=think if cap is None else min(think, cap)))
+                               offset_ns=now - self.t0 + max(0, offsets[p] - base),
+                               think_ns=thinks[p] if deps else 0))
         for i, q in enumerate(out):
             if q.deps:
                 out[q.deps[-1]].children.append(i)

@@ -277,3 +277,37 @@ def test_real_weka_trees_keep_their_think_times_under_the_idle_cap(shared_data: 
         if last_end is not None and sent > last_end:
             assert sent - last_end <= IDLE_CAP_NS
         last_end = end if last_end is None else max(last_end, end)
+
+
+def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None:
+    """Recorded: r0 main 0-1 s; r1 subagent x spawned 1 s later, busy 2-52 s; r2 main at
+    100 s (think 99 s after r0); r3 main at 200 s (think 99 s after r2's end at 101 s).
+    With a 20 s trace idle cap, the idle stretch 52-100 s loses 28 s and 101-200 s loses
+    79 s: r2's think becomes 99 - 28 = 71 s (the subagent kept the tree busy for 50 s of
+    it; a cap on each think time would give 20 s), r3's 99 - 79 = 20 s. Served in 1 s
+    each, no system idle cap: r0 at 0, r1 at 2, r2 at 1 + 71 = 72, r3 at 73 + 20 = 93."""
+    rows = [("main", 0, [], None, 1), ("x", 2, [0], 1, 50), ("main", 100, [0], 99, 1),
+            ("main", 200, [2], 99, 1)]
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids", "end_ns", "agent_id", "depends_on")}
+    for i, (agent, t, deps, think, dur) in enumerate(rows):
+        for k, v in (("session_id", "t"), ("request_index", i), ("parent_index", -1),
+                     ("arrival_ns", t * S), ("think_ns", None if think is None else think * S),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
+                     ("end_ns", dur * S), ("agent_id", agent), ("depends_on", deps)):
+            cols[k].append(v)
+    table = pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
+        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=94 * S, start_range=(0.0, 0.0), idle_cap_ns=None,
+                     tree_idle_cap_ns=20 * S)
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1)
+    assert got == [(0, 0), (2 * S, 1), (72 * S, 2), (93 * S, 3)]
