@@ -217,6 +217,11 @@ class _Live:
     pos_of: dict[int, int]
     finished: set[int] = field(default_factory=set)
 
+    def over(self) -> bool:
+        """Every request completed or was cut: the lane is about to start its next play."""
+        ev = self.st.events
+        return all(p in self.finished or ev[p].is_set() for p in range(len(ev)))
+
     def ready(self) -> int:
         """Requests whose dependencies all completed and that have not completed: each is
         waiting for its send time, in flight, or about to be scheduled."""
@@ -288,8 +293,8 @@ class AgentXDriver(Driver):
     def _settled(self) -> bool:
         """Whether every request that can go next is waiting for its send time: none is
         being scheduled (a completion's children wake only after the completion's record)
-        and no lane is between plays."""
-        if self._settling:
+        and no lane is between plays (or has just finished one)."""
+        if self._settling or any(live.over() for live in self._live.values()):
             return False
         ready = sum(live.ready() for live in self._live.values())
         return ready <= len(self._waiting)
@@ -310,20 +315,20 @@ class AgentXDriver(Driver):
         self._wake = asyncio.Event()
 
     def _past_deadline(self, due: int) -> bool:
-        """Whether ``due``, after any idle gap it lets skip now, falls after the deadline.
-        The request stays registered for ``_sleep_to``, which the driver calls next
-        without yielding."""
+        """Never decided here: a later idle skip can still bring ``due`` before the
+        deadline, so ``_sleep_to`` decides when the deadline comes. The request is
+        registered (and may let an idle gap be skipped now); ``_sleep_to``, which the driver
+        calls next without yielding, takes the registration over."""
         wid = self._next_waiter
         self._next_waiter += 1
         self._waiting[wid] = due + self._shift
-        self._maybe_skip()
-        if self.deadline is not None and self._waiting[wid] - self._shift >= self.deadline:
-            del self._waiting[wid]
-            return True
         self._handoff = wid
+        self._maybe_skip()
         return False
 
-    async def _sleep_to(self, due: int) -> int:
+    async def _sleep_to(self, due: int) -> int | None:
+        """Wait for the (shifted) intended send time and return it; None when the deadline
+        comes first (the request is not sent)."""
         wid, self._handoff = self._handoff, None
         if wid is None:
             wid = self._next_waiter
@@ -332,12 +337,17 @@ class AgentXDriver(Driver):
         try:
             while True:
                 target = self._waiting[wid] - self._shift
-                if self.clock.now_ns() >= target:
+                now = self.clock.now_ns()
+                if now >= target:
                     return target
+                if self.deadline is not None and now >= self.deadline:
+                    return None
                 self._maybe_skip()
                 target = self._waiting[wid] - self._shift
                 if self.clock.now_ns() >= target:
                     return target
+                if self.deadline is not None:
+                    target = min(target, self.deadline)
                 wake = self._wake
                 sleeper = asyncio.ensure_future(self.clock.sleep_until(target))
                 shifted = asyncio.ensure_future(wake.wait())

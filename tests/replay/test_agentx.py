@@ -311,3 +311,34 @@ def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None
     clock.run(d.run())
     got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1)
     assert got == [(0, 0), (2 * S, 1), (72 * S, 2), (93 * S, 3)]
+
+
+def test_a_send_due_after_the_duration_goes_if_the_idle_cap_brings_it_before() -> None:
+    """Sessions a (r1 thinks 100 s) and b (r1 thinks 0.5 s), two lanes, 1 s service, 15 s
+    duration. By hand: a#1 r0 and b#2 r0 at 0 (end 1); b#2 r1 at 1.5 (ends 2.5); lane 2
+    recycles a as a#3, r0 at 2.5 (ends 3.5). Idle since 3.5: a#1 r1 (due 101) moves to
+    13.5 and a#3 r1 to 16; a#1 r1 goes at 13.5 although due after the duration when it was
+    scheduled; lane 1 then recycles b as b#4 at 14.5; a#3 r1 and b#4 r1 fall after 15 s."""
+    rows = [("a", 0, None), ("a", 1, 100_000), ("b", 0, None), ("b", 1, 500)]
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids")}
+    for sid, i, think in rows:
+        for k, v in (("session_id", sid), ("request_index", i), ("parent_index", i - 1),
+                     ("arrival_ns", i * S), ("think_ns", None if think is None else think * MS),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i])):
+            cols[k].append(v)
+    table = pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64()))]))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=2, duration_ns=15 * S, start_range=(0.0, 0.0))
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.clone, x.request_index) for x in recs)
+    assert got == [(0, 1, 0), (0, 2, 0), (1_500 * MS, 2, 1), (2_500 * MS, 3, 0),
+                   (13_500 * MS, 1, 1), (14_500 * MS, 4, 0)]
+    assert d.skipped == 2
