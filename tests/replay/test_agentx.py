@@ -208,6 +208,8 @@ def test_a_run_below_its_presets_minimum_is_invalid_and_exits_non_zero(
     assert meta["options"]["agentx"]["preset"] == "aiperf-agentx-mvp"
     assert meta["options"]["agentx"]["start_min"] == 0.0 and meta["options"]["agentx"]["start_max"] == 1.0
     assert (sim_runs["short"] / "exit").read_text() == "1 invalid"
+    assert meta["warnings_before_run"] == [
+        "--duration 1 s is below the minimum of 900 s (aiperf-agentx-mvp): the run will be invalid"]
     assert (sim_runs["ok"] / "exit").read_text() == "0 ok"  # no minimum without a preset
 
 
