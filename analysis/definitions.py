@@ -11,7 +11,14 @@ keeps a histogram of every ``live`` entry. Adding a metric is one entry here (an
 that pins it on a hand-computed example).
 
 Speeds are read from times: request TPS = 1 / TPOT, and its P90 = 1 / P90 of TPOT
-(``speed_at``); interactivity = 1 / P90 of E2E per output token (InferenceX).
+(``speed_at``, nearest rank). InferenceX AgentX's figures use its own rules, kept apart:
+AgentX interactivity = 1 / P90 of each request's (E2E - TTFT) / (N - 1) (AIPerf's
+per-request inter-token latency), the North Star axis = 1 / P90 of E2E / N, both with
+linear-interpolation percentiles (``percentile_method``) over the measured ok requests of
+parents and subagents pooled (InferenceX ``utils/agentic/aggregation``:
+``request_metrics.py``, ``aggregation_common.percentile``); total tokens per GPU =
+(input, cached included, + output tokens) / (last end - first send) / GPUs
+(``total_tokens_per_s_per_gpu``).
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ class Metric:
     headline: tuple[float, ...] = ()
     """Percentiles ``compare`` and the sweep index show."""
     percentiles: tuple[float, ...] = PERCENTILES
+    percentile_method: str = "nearest"
+    """``analysis.hist.PERCENTILE_METHODS``: ``linear`` only where a standard requires it."""
 
 
 def time_to_second_token(x: Inputs) -> np.ndarray:
@@ -88,6 +97,24 @@ def e2e_per_token(x: Inputs) -> np.ndarray:
         return np.where(n >= 1, x.m.e2e / np.maximum(n, 1), np.nan)
 
 
+def agentx_itl(x: Inputs) -> np.ndarray:
+    """(E2E - TTFT) / (N - 1): AIPerf's per-request inter-token latency, whose P90 InferenceX
+    AgentX inverts into interactivity (NaN with fewer than 2 output tokens)."""
+    n = x.m.output_tokens.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n >= 2, (x.m.e2e - x.m.ttft) / np.maximum(n - 1, 1), np.nan)
+
+
+def total_tokens_per_s_per_gpu(input_tokens: int, output_tokens: int, first_send_ns: float,
+                               last_end_ns: float, gpus: int | None) -> float | None:
+    """InferenceX AgentX throughput per GPU: (input + output tokens) / (last end - first
+    send) / GPUs; None when the window is empty or the GPU count is unknown."""
+    span = last_end_ns - first_send_ns
+    if not gpus or not span > 0:
+        return None
+    return (input_tokens + output_tokens) / (span / NS) / gpus
+
+
 def _attr(name: str) -> Formula:
     def f(x: Inputs) -> np.ndarray:
         return np.asarray(getattr(x.m, name), dtype=np.float64)
@@ -111,7 +138,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("e2e_intended", "E2E from intended", "ms", "request", "ok", False, False, "e - S",
            _attr("e2e_intended")),
     Metric("e2e_per_token", "E2E per output token", "ms", "request", "ok", False, False,
-           "E2E / N (interactivity = 1 / its P90)", e2e_per_token),
+           "E2E / N (AgentX North Star = 1 / its P90; linear percentiles)", e2e_per_token,
+           percentile_method="linear"),
+    Metric("agentx_itl", "AgentX ITL (per request)", "ms", "request", "ok", False, False,
+           "(E2E - TTFT) / (N - 1) (AgentX interactivity = 1 / its P90; linear percentiles)",
+           agentx_itl, (90.0,), percentile_method="linear"),
     Metric("schedule_lag", "schedule lag", "ms", "request", "all", True, False, "s0 - S",
            _attr("schedule_lag"), (99.0,)),
     Metric("connect", "connect (new connections)", "ms", "request", "all", False, False,
@@ -126,7 +157,10 @@ LIVE = tuple(m.key for m in METRICS if m.live)
 SPEEDS: tuple[tuple[str, str, str, str], ...] = (
     ("p90_tps", "P90 TPS", "tpot", "speed 90% of requests reach or beat: 1 / P90 of TPOT"),
     ("median_tps", "median TPS", "tpot", "1 / P50 of TPOT"),
-    ("interactivity", "interactivity", "e2e_per_token", "InferenceX: 1 / P90 of E2E per output token"),
+    ("interactivity", "interactivity", "e2e_per_token",
+     "InferenceX AgentX North Star: 1 / P90 of E2E per output token (linear percentile)"),
+    ("agentx_interactivity", "AgentX interactivity", "agentx_itl",
+     "InferenceX AgentX: 1 / P90 of (E2E - TTFT) / (N - 1) (linear percentile)"),
 )
 """Speeds (tok/s, higher is better) derived from a time's percentile: (key, label, time
 metric, reading)."""
@@ -140,7 +174,7 @@ def speed_at(s: Summary, p: float) -> float | None:
 
 def speeds(latency: dict[str, Summary]) -> dict[str, float | None]:
     """Every entry of ``SPEEDS`` from a run's latency summaries."""
-    pct = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0}
+    pct = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0, "agentx_interactivity": 90.0}
     return {key: speed_at(latency[src], pct[key]) if src in latency else None
             for key, _, src, _ in SPEEDS}
 

@@ -76,10 +76,20 @@ def _reliability(count: int, ps: Sequence[float]) -> dict[float, bool]:
     return {p: count >= min_count_for(p) for p in ps}
 
 
+PERCENTILE_METHODS = ("nearest", "linear")
+"""``nearest``: nearest rank (``rank``), ours everywhere. ``linear``: linear interpolation
+between the closest ranks, x[floor(k)] + frac(k) (x[floor(k)+1] - x[floor(k)]) with
+k = (n - 1) p / 100 (numpy's default; InferenceX's ``percentile``), for the figures that
+must match InferenceX AgentX."""
+
+
 def percentile_summary(values: np.ndarray, ps: Sequence[float] = PERCENTILES,
-                       weights: np.ndarray | None = None) -> Summary:
+                       weights: np.ndarray | None = None, method: str = "nearest") -> Summary:
     """Exact percentiles of ``values`` (NaN entries ignored), optionally weighted by integer
-    ``weights`` (a value with weight k counts as k samples)."""
+    ``weights`` (a value with weight k counts as k samples), by ``method`` (see
+    ``PERCENTILE_METHODS``; ``linear`` takes no weights)."""
+    if method not in PERCENTILE_METHODS:
+        raise ValueError(f"unknown percentile method {method!r}")
     v = np.asarray(values, dtype=np.float64)
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     keep = ~np.isnan(v)
@@ -89,6 +99,12 @@ def percentile_summary(values: np.ndarray, ps: Sequence[float] = PERCENTILES,
     v = v[keep]
     if v.size == 0:
         return Summary(0, {p: None for p in ps}, None, None, _reliability(0, ps), True)
+    if method == "linear":
+        if w is not None:
+            raise ValueError("linear percentiles take no weights")
+        lin = np.percentile(v, list(ps), method="linear")
+        return Summary(int(v.size), {p: float(x) for p, x in zip(ps, lin, strict=True)},
+                       float(v.max()), float(v.mean()), _reliability(int(v.size), ps), True)
     if w is None:
         count = int(v.size)
         ranks = sorted({rank(p, count) - 1 for p in ps})

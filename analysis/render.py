@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from agent_replay.analysis.definitions import METRICS, speeds
+from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
 from agent_replay.analysis.hist import PERCENTILES, Summary, min_count_for
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.runstats import PER_TOKEN_METRICS
@@ -145,7 +145,13 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
         rows.append((f"per GPU ({tp['gpus']} GPUs): output / input tokens/s",
                      f"{_fmt(tp.get('output_tokens_per_s_per_gpu'), 1)} / "
                      f"{_fmt(tp.get('input_tokens_per_s_per_gpu'), 1)}"))
+    rows.append(("AgentX total tokens/s per GPU (input + output, first send to last end)",
+                 _fmt(tp.get("total_tokens_per_s_per_gpu"), 1) if tp.get("gpus")
+                 else "GPU count unknown (give --gpus N)"))
     yield "Throughput", rows
+    sp = d["speeds_tok_s"]
+    yield "Speeds (tok/s)", [
+        (f"{label}: {reading}", _fmt(sp.get(key), 1)) for key, label, _, reading in SPEEDS]
     g = d["goodput"]
     if g:
         slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in g["slo"].items() if v is not None)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from agent_replay.analysis.definitions import METRICS as METRIC_DEFS
 from agent_replay.analysis.definitions import REQUEST_METRICS as REQUEST_DEFS
-from agent_replay.analysis.definitions import Inputs
+from agent_replay.analysis.definitions import Inputs, total_tokens_per_s_per_gpu
 from agent_replay.analysis.fold import fold_chunks
 from agent_replay.analysis.hist import Hist, Summary, percentile_summary
 from agent_replay.analysis.metrics import (
@@ -182,7 +182,8 @@ class Accumulator:
         hists = {"itl": self.itl, "chunk_gap": self.chunk_gap}
         for d in METRIC_DEFS:  # the one percentile rule: exact nearest rank, or the histogram's
             if d.per == "request":
-                latency[d.key] = percentile_summary(arr(d.key) if d.rows == "all" else arr(d.key)[ok])
+                latency[d.key] = percentile_summary(arr(d.key) if d.rows == "all" else arr(d.key)[ok],
+                                                    method=d.percentile_method)
             else:
                 latency[d.key] = hists[d.key].summary()
         tps = _tps_summary(arr("tps")[ok], latency["tpot"])
@@ -221,6 +222,10 @@ class Accumulator:
             "requests_per_s": n_ok / secs if duration else None,
             "gpus": gpus,
         }
+        sent = arr("sent_ns")[ok]
+        stats.extra["throughput"]["total_tokens_per_s_per_gpu"] = total_tokens_per_s_per_gpu(
+            tokens["input"], tokens["output"], float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
+            float(np.nanmax(end[ok])) if np.isfinite(end[ok]).any() else 0.0, gpus)
         if gpus and duration:
             stats.extra["throughput"]["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
             stats.extra["throughput"]["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus

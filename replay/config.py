@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agent_replay.engines.aio import LOOP_KINDS
 from agent_replay.engines.dialects import API_PATHS, DIALECTS
@@ -12,6 +12,7 @@ from agent_replay.engines.telemetry.source import check_spec as check_gpu_metric
 from agent_replay.errors import InputError
 from agent_replay.replay.affinity import parse_cpu_list
 from agent_replay.replay.plan import TIMING_MODES, PlanOptions
+from agent_replay.replay.presets import AgentXSettings
 
 TIMESTAMPS = ("auto", "kernel", "loop")
 HTTP_CLIENTS = ("fast", "aiohttp")
@@ -103,6 +104,13 @@ class RunConfig:
     """Cap on every recorded think time, in trace seconds (before --speedup)."""
     rebase_sessions: bool = False
     """Every session starts at time zero instead of its recorded offset."""
+    keep_overlaps: bool = False
+    """Keep the recorded order inside sessions (``replay.plan.PlanOptions.keep_overlaps``)."""
+    agentx: AgentXSettings = field(default_factory=AgentXSettings)
+    """``--timing agentx`` settings (``replay.presets``: ``--preset`` and its options)."""
+    gpus: int | None = None
+    """GPUs serving the target (prefill + decode when disaggregated), for tokens/s per GPU;
+    None: the launch profile's when known, else unknown."""
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,
@@ -112,7 +120,7 @@ class RunConfig:
                            api_override=self.api, rate=self.rate, arrival=self.arrival,
                            concurrent_sessions=self.concurrent_sessions, ramp_s=self.ramp_s,
                            arrival_seed=self.arrival_seed, max_think_s=self.max_think_s,
-                           rebase_sessions=self.rebase_sessions)
+                           rebase_sessions=self.rebase_sessions, keep_overlaps=self.keep_overlaps)
 
     def check(self) -> None:
         if self.timing not in TIMING_MODES:
@@ -121,6 +129,11 @@ class RunConfig:
             raise InputError("--timing max-rate needs --concurrency N")
         if self.timing == "agentx" and not self.concurrency:
             raise InputError("--timing agentx needs --concurrency N (live session trees)")
+        if self.agentx.preset is not None and self.timing != "agentx":
+            raise InputError(f"--preset {self.agentx.preset} needs --timing agentx")
+        self.agentx.check()
+        if self.gpus is not None and self.gpus < 1:
+            raise InputError(f"--gpus must be >= 1, got {self.gpus}")
         if self.concurrency is not None and self.concurrency < 1:
             raise InputError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.workers < 1:

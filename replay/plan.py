@@ -17,6 +17,9 @@ Rules (docs/replay.md has the long form):
   prompt blocks (the clone index is part of every block's key) and its start is shifted
   by a deterministic amount in [0, mean gap between session starts), so the load is N
   times the trace's with the same shape.
+* ``keep_overlaps``: a request with dependencies also waits for every request of its
+  session that ended before it started in the recording (the recorded order is kept
+  under ``speedup``).
 * ``max_sessions`` keeps the first sessions by start (after cloning); ``duration_s`` drops
   sessions that start after it (the driver also stops sending at the deadline).
 * Every request gets enough prefix-block hash ids for its prompt. Rows without hash ids
@@ -63,6 +66,10 @@ class PlanOptions:
     arrival_seed: int = 0
     max_think_s: float | None = None
     rebase_sessions: bool = False
+    keep_overlaps: bool = False
+    """A request with dependencies also waits for every request of its session that had
+    ended before it started in the recording: ``speedup`` then shrinks think times without
+    letting requests overlap that never overlapped (``speedup_warning``)."""
 
     def check(self) -> None:
         if self.rate is not None and not self.rate > 0:
@@ -108,6 +115,18 @@ class PlannedRequest:
     agent_id: str = MAIN
     deps: list[int] = field(default_factory=list)  # positions of the dependencies
     depends_on: list[int] = field(default_factory=list)  # their request_index values
+    service_ns: int | None = None
+    """Recorded arrival to last byte (the trace's ``end_ns``), after ``speedup``; None: unknown."""
+    shared_blocks: int = 0
+    """Leading prompt blocks before the first user turn (the tools + system prefix, from the
+    trace's ``prefix_tokens``): what a cache-bust marker at the first user turn leaves
+    shared between copies of a session (``replay.agentx``)."""
+    prompt_clone: int | None = None
+    """The clone whose blocks the prompt is made of (None: ``clone``)."""
+
+    @property
+    def blocks_clone(self) -> int:
+        return self.clone if self.prompt_clone is None else self.prompt_clone
 
 
 @dataclass(slots=True)
@@ -140,6 +159,30 @@ class Plan:
         if n <= 1:
             return self
         return Plan(self.sessions[index::n], self.block_size)
+
+
+def set_shared_prefix(plan: Plan, prefix_tokens: dict[tuple[str, str], int]) -> None:
+    """Each request's ``shared_blocks`` from the tools + system prefix size of its session
+    and agent (``prefix_tokens``: (session id, agent id) -> tokens)."""
+    if not prefix_tokens:
+        return
+    for s in plan.sessions:
+        for q in s.requests:
+            n = prefix_tokens.get((q.session_id, q.agent_id), 0)
+            q.shared_blocks = min(n // plan.block_size, len(q.hash_ids))
+
+
+def speedup_warning(plan: Plan, opts: PlanOptions) -> str | None:
+    """The warning a ``speedup`` of session trees deserves: think times and spawn delays
+    shrink, service times do not, so parallel branches overlap where the recording had them
+    apart (None when it does not apply)."""
+    if opts.speedup == 1.0 or opts.keep_overlaps:
+        return None
+    if not any(q.agent_id != MAIN for s in plan.sessions for q in s.requests):
+        return None
+    return (f"--speedup {opts.speedup:g} shrinks think times and subagent spawn delays but not "
+            "service times: branches of a session tree overlap where the recording had them "
+            "apart; --keep-overlaps keeps the recorded order")
 
 
 def stable_hash(*parts: object) -> int:
@@ -198,6 +241,10 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
                 think = 0 if latest is None else max(0, arrival - latest)
             if opts.max_think_s is not None:
                 think = min(int(think), int(opts.max_think_s * 1e9))
+            if opts.keep_overlaps and deps:
+                deps = sorted(set(deps) | {dp for dp in range(p) if cols["end_ns"][rows[dp]] is not None
+                                           and int(cols["arrival_ns"][rows[dp]])
+                                           + int(cols["end_ns"][rows[dp]]) <= arrival})
             api = opts.api_override or cols["api"][r] or opts.default_api
             reqs.append(PlannedRequest(
                 session_id=sid, clone=0, request_index=int(cols["request_index"][r]),
@@ -206,7 +253,8 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
                 input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
                 hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
                 content=cols["content"][r], cached_tokens=cols["cached_tokens"][r],
-                agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx))
+                agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx,
+                service_ns=None if cols["end_ns"][r] is None else int(cols["end_ns"][r])))
         for p, req in enumerate(reqs):
             if req.deps:
                 reqs[req.deps[-1]].children.append(p)
@@ -229,6 +277,8 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
             for q in s.requests:
                 q.offset_ns = int(q.offset_ns / opts.speedup)
                 q.think_ns = int(q.think_ns / opts.speedup)
+                if q.service_ns is not None:
+                    q.service_ns = int(q.service_ns / opts.speedup)
     if opts.concurrent_sessions is not None:
         sessions = sessions[: opts.concurrent_sessions]
         restart(sessions, concurrent_starts(len(sessions), opts.ramp_s))
@@ -275,6 +325,7 @@ def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
                 think_ns=q.think_ns, input_tokens=q.input_tokens, output_tokens=q.output_tokens,
                 hash_ids=q.hash_ids, api=q.api, model=q.model, content=q.content,
                 cached_tokens=q.cached_tokens, children=q.children, agent_id=q.agent_id,
+                service_ns=q.service_ns,
                 deps=q.deps, depends_on=q.depends_on) for q in s.requests]
             out.append(PlannedSession(s.session_id, c, s.start_ns + shift, reqs))
     return out

@@ -95,12 +95,12 @@ class Preparer:
             prompt = d.recorded_prompt(base)
         elif d.token_ids:
             await self._make_blocks(q)
-            prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.clone)
+            prompt = self.tokens.prompt(q.hash_ids, q.input_tokens, q.blocks_clone)
         else:
             prompt = None
             if self.aligned is not None:
                 key = stable_hash("tail", q.session_id, q.clone, q.request_index) >> 2
-                prompt = self.aligned.prompt(q.hash_ids, q.input_tokens, q.clone, key)
+                prompt = self.aligned.prompt(q.hash_ids, q.input_tokens, q.blocks_clone, key)
             if prompt is None:
                 prompt = await self._fit_text(q)
         body = d.build(model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
@@ -119,12 +119,12 @@ class Preparer:
         """Grow the prompt's uncached part as cached prefixes, one slice per loop
         iteration, so that ``prompt`` then only adds the last slice."""
         tokens, step = self.tokens, self.BLOCKS_PER_SLICE
-        todo = tokens.uncached(q.hash_ids, q.input_tokens, q.clone)
+        todo = tokens.uncached(q.hash_ids, q.input_tokens, q.blocks_clone)
         if len(todo) <= step:
             return
         need = -(-q.input_tokens // tokens.block_size)
         for end in range(need - len(todo) + step, need, step):
-            tokens.prompt(q.hash_ids, end * tokens.block_size, q.clone)
+            tokens.prompt(q.hash_ids, end * tokens.block_size, q.blocks_clone)
             await asyncio.sleep(0)
 
     async def calibrate_text(self, plan: Plan) -> None:
@@ -169,7 +169,7 @@ class Preparer:
             self.text.words_per_block = max(1, int(0.97 * self.block_size * 512 / max(n, 1)))
             self._calibrated = True
         full = q.input_tokens // self.block_size
-        prefix = self.text.prefix(q.hash_ids[:full], q.clone)
+        prefix = self.text.prefix(q.hash_ids[:full], q.blocks_clone)
         key = stable_hash("tail", q.session_id, q.clone, q.request_index) >> 2
         text, got = await fit_text(prefix, lambda n: self.text.tail(key, n), q.input_tokens, self._count)
         if got != q.input_tokens:

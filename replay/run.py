@@ -28,7 +28,7 @@ from agent_replay.replay.affinity import kept_affinity, pin, rest_cpus, worker_c
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
 from agent_replay.replay.lifeline import sigterm_as_sigint
-from agent_replay.replay.plan import Plan, build_plan
+from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
 from agent_replay.replay.pools import start_pool
 from agent_replay.replay.provenance import provenance
 from agent_replay.replay.results import prepare_folder
@@ -68,6 +68,15 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def prefix_tokens(extra: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """(session, agent) -> tools + system prefix tokens, as a weka import recorded them."""
+    out: dict[tuple[str, str], int] = {}
+    for t in extra.get("weka") or ():
+        for agent, n in (t.get("prefix_tokens") or {}).items():
+            out[(str(t.get("id")), str(agent))] = int(n)
+    return out
+
+
 def load_and_validate(config: RunConfig) -> Plan:
     table, meta = read_trace(config.trace)
     validate_or_raise(table, meta, config.trace)
@@ -75,6 +84,7 @@ def load_and_validate(config: RunConfig) -> Plan:
     if not config.include_failed:
         table, dropped = drop_failed(table)
     plan = build_plan(table, meta.block_size, config.plan_options())
+    set_shared_prefix(plan, prefix_tokens(meta.extra))
     if plan.n_requests == 0:  # a run of nothing would end "ok" with no results to report
         why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
                if dropped and table.num_rows == 0 else "no request is left to send")
@@ -124,6 +134,27 @@ def _over_context(plan: Plan, max_model_len: int | None) -> int:
         return 0
     return sum(1 for s in plan.sessions for q in s.requests
                if q.input_tokens + q.output_tokens > max_model_len)
+
+
+def _short_agentx(config: RunConfig) -> str | None:
+    """The warning for an ``agentx`` run whose duration cannot reach its minimum."""
+    low = config.agentx.min_duration_s
+    if config.timing != "agentx" or low is None or config.duration_s is None or config.duration_s >= low:
+        return None
+    return (f"--duration {config.duration_s:g} s is below the minimum of {low:g} s "
+            f"({config.agentx.preset or '--min-duration'}): the run will be invalid")
+
+
+def gpu_count(config: RunConfig) -> tuple[int | None, str]:
+    """The GPUs serving the target and where that comes from: ``--gpus``, the ``--launch``
+    profile's ``--gpus``, or unknown."""
+    if config.gpus is not None:
+        return config.gpus, "--gpus"
+    if config.launch is not None:
+        from agent_replay.replay.launch import parse_spec
+
+        return int(parse_spec(config.launch).gpus), "--launch profile"
+    return None, "unknown (give --gpus N)"
 
 
 def run(config: RunConfig, *, progress: Reporter | None = _stderr,
@@ -177,6 +208,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     wall_t0 = time.time_ns() + pool.start_delay_ns
     config = replace(config, t0_ns=t0, workers=pool.size)
     meta = run_meta(config, info, plan, trace_sha, t0, wall_t0, "running")
+    meta["gpus"], meta["gpus_source"] = gpu_count(config)
     meta["scrape"] = scrape.describe()
     if launch_info is not None:
         meta["launch"] = launch_info
@@ -186,6 +218,11 @@ def _run(config: RunConfig, progress: Reporter | None,
         gpu_tel.set_t0(t0)
     meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
     write_run_json(out, meta)
+    for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
+        if w:
+            meta.setdefault("warnings_before_run", []).append(w)
+            if progress is not None:
+                progress(f"warning: {w}")
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
         meta.setdefault("warnings_before_run", []).append(
@@ -219,7 +256,7 @@ def _run(config: RunConfig, progress: Reporter | None,
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
-    finish(out, meta, summary, config.timing)
+    finish(out, meta, summary, config.timing, config)
     if summary.interrupted and progress is not None:
         progress(f"interrupted: partial results (every completed request) are in {out}")
     elif summary.partial and progress is not None:

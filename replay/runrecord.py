@@ -56,12 +56,14 @@ class RunSummary:
     lost_requests: int = 0
     aborted: bool = False  # --abort-after-failures stopped it
     max_failure_rate: float = 0.1
+    invalid_reason: str | None = None  # agentx timing: why the run is not a valid AgentX run
 
     @property
     def status(self) -> str:
         """The run's final status: ``interrupted`` (Ctrl-C, SIGTERM), ``aborted``
         (``--abort-after-failures``), ``partial`` (workers lost), ``failed`` (more than
-        ``max_failure_rate`` of the sent requests failed) or ``ok``."""
+        ``max_failure_rate`` of the sent requests failed), ``invalid`` (``agentx`` timing: the
+        AgentX rules refuse the run) or ``ok``."""
         if self.interrupted:
             return "interrupted"
         if self.aborted:
@@ -70,11 +72,13 @@ class RunSummary:
             return "partial"
         if self.failed and self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled):
             return "failed"
+        if self.invalid_reason is not None:
+            return "invalid"
         return "ok"
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 1 aborted, partial or failed, else 0."""
+        """130 interrupted, 1 aborted, partial, failed or invalid, else 0."""
         return {"ok": 0, "interrupted": 130}.get(self.status, 1)
 
     def partial_line(self) -> str | None:
@@ -218,30 +222,71 @@ def outcome(s: RunSummary) -> dict[str, Any]:
     }
 
 
-def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary) -> None:
-    """run.json's ``agentx`` block: validity (context overflows, warm-up excluded) and the
-    idle time skipped; an invalid run says so first among the warnings."""
+def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
+                config: RunConfig | None = None) -> None:
+    """run.json's ``agentx`` block: the settings, the validity verdict (warm-up excluded;
+    ``replay.agentx.agentx_validity``) and the idle time skipped; an invalid run says so
+    first among the warnings and in ``summary.invalid_reason``."""
     import pyarrow.parquet as pq
 
-    from agent_replay.replay.agentx import agentx_validity
+    from agent_replay.replay.agentx import DEFAULT_DURATION_S
+    from agent_replay.replay.validity import ValidityInput, ValidityRules, agentx_validity
 
-    cols = ["warmup", "http_status", "error"]
+    cols = ["warmup", "http_status", "error", "error_kind", "status", "sent_ns",
+            "first_token_ns", "end_ns", "chunk_tokens"]
     rows: list[tuple[bool, int | None, str | None]] = []
-    for f in sorted((out / "requests").glob("*.parquet")):
-        d = pq.read_table(f, columns=cols).to_pydict()
+    f = ValidityInput(interrupted=summary.interrupted)
+    first_send: int | None = None
+    last_ft: int | None = None
+    last_itl: int | None = None
+    last_end: int | None = None
+    for part in sorted((out / "requests").glob("*.parquet")):
+        d = pq.read_table(part, columns=cols).to_pydict()
         rows += zip(d["warmup"], d["http_status"], d["error"], strict=True)
-    block = agentx_validity(rows)
+        for i, warm in enumerate(d["warmup"]):
+            if warm:
+                continue
+            f.responses += 1
+            if d["error_kind"][i] == ErrorKind.CANCELLED:
+                f.cancelled += 1
+            elif d["status"][i] != "ok":
+                f.failed += 1
+            s_ns, ft, e = d["sent_ns"][i], d["first_token_ns"][i], d["end_ns"][i]
+            if s_ns is not None:
+                first_send = s_ns if first_send is None else min(first_send, s_ns)
+            if d["status"][i] == "ok":
+                if ft is not None:
+                    last_ft = ft if last_ft is None else max(last_ft, ft)
+                if e is not None and sum(d["chunk_tokens"][i] or ()) >= 2:
+                    last_itl = e if last_itl is None else max(last_itl, e)
+            if e is not None:
+                last_end = e if last_end is None else max(last_end, e)
+    if first_send is not None:
+        f.measured_s = max(0, (last_end or first_send) - first_send) / 1e9
+        f.last_first_token_s = None if last_ft is None else (last_ft - first_send) / 1e9
+        f.last_itl_end_s = None if last_itl is None else (last_itl - first_send) / 1e9
+    rules = ValidityRules()
+    if config is not None:
+        ax = config.agentx
+        f.expected_s = config.duration_s if config.duration_s is not None else DEFAULT_DURATION_S
+        rules = ValidityRules(min_duration_s=ax.min_duration_s,
+                              failure_threshold=ax.failure_threshold,
+                              metric_coverage=ax.metric_coverage)
+    block = agentx_validity(rows, rules, f)
     block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
     meta["agentx"] = block
     meta["valid"] = block["valid"]
     if not block["valid"]:
+        summary.invalid_reason = block["invalid_reason"]
         meta["warnings"] = [f"INVALID run (AgentX rule): {block['invalid_reason']}",
                             *meta.get("warnings", [])]
 
 
-def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str) -> None:
+def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str,
+           config: RunConfig | None = None) -> None:
     """run.json's last write: the outcome (and, for ``agentx`` timing, its validity)."""
     meta.update(outcome(summary))
     if timing == "agentx":
-        agentx_meta(meta, out, summary)
+        agentx_meta(meta, out, summary, config)
+        meta["status"] = summary.status
     write_run_json(out, meta)

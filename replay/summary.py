@@ -19,11 +19,18 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
     state = {"interrupted": "INTERRUPTED: partial results",
              "aborted": "ABORTED (--abort-after-failures): partial results",
              "partial": "PARTIAL: workers were lost",
-             "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)"
+             "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)",
+             "invalid": f"INVALID (AgentX rule): {s.invalid_reason}",
              }.get(s.status, "done")
-    cancelled = f", {s.cancelled} cancelled by the stop" if s.cancelled else ""
-    print(f"{state}: {s.ok} ok, {s.failed} failed{cancelled}, {s.skipped} not sent (past "
-          f"--duration), of {s.total} planned requests in {s.wall_s:.1f} s", file=out)
+    if s.interrupted:
+        unsent = max(0, s.total - s.sent - s.skipped)
+        cut = (f"{s.cancelled} cancelled in flight by the interrupt, {unsent} not sent "
+               f"(interrupted), {s.skipped} not sent (past --duration)")
+    else:
+        cancelled = f"{s.cancelled} cancelled by the stop, " if s.cancelled else ""
+        cut = f"{cancelled}{s.skipped} not sent (past --duration)"
+    print(f"{state}: {s.ok} ok, {s.failed} failed, {cut}, of {s.total} planned requests in "
+          f"{s.wall_s:.1f} s", file=out)
     if s.errors:
         print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())), file=out)
     inexact = (f"; {s.inexact:,} with inexact tokens per chunk (no token ids or continuous usage)"

@@ -222,11 +222,16 @@ async def arun_shard(
         if config.timing == "agentx":
             from agent_replay.replay.agentx import AgentXDriver
 
+            ax = config.agentx
             driver = AgentXDriver(
                 plan, HttpTransport(preparer, sender), clock, t0_ns=t0,
-                on_record=on_record, lanes=concurrency or 1, seed=config.salt or 0,
+                on_record=on_record, lanes=concurrency or 1,
+                seed=ax.seed if ax.seed is not None else (config.salt or 0),
                 worker=shard_index, run_id=config.run_id,
-                duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9))
+                duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
+                start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
+                idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
+                tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9))
         else:
             driver = Driver(
                 plan, HttpTransport(preparer, sender), clock, mode=config.timing, t0_ns=t0,

@@ -12,6 +12,7 @@ from agent_replay.engines.dialects import API_PATHS
 from agent_replay.errors import InputError
 from agent_replay.replay.config import HTTP_CLIENTS, TIMESTAMPS, RunConfig
 from agent_replay.replay.plan import ARRIVALS, TIMING_MODES
+from agent_replay.replay.presets import PRESETS, resolve
 
 
 def register(sub: Any) -> None:
@@ -66,6 +67,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="cap every recorded think time (tool timeouts of minutes are not load)")
     p.add_argument("--rebase-sessions", action="store_true",
                    help="start every session at time zero instead of its recorded offset")
+    p.add_argument("--keep-overlaps", action="store_true",
+                   help="a request also waits for every request of its session that had ended "
+                   "before it started in the recording (with --speedup: no overlaps the "
+                   "recording did not have)")
     p.add_argument("--warmup", type=float, default=0.0, metavar="SECONDS",
                    help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
     p.add_argument("--api", choices=tuple(API_PATHS), default=None,
@@ -131,6 +136,30 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    "does not move it; loop: when the event loop reads it; auto (default): kernel "
                    "where it can be had, else loop")
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
+    a = p.add_argument_group("agentx timing (InferenceX AgentX / AIPerf rules; see docs/agentx.md)")
+    a.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                   help="AgentX parameters as AIPerf's scenario sets them (implies --timing "
+                   "agentx); the options below override single values")
+    a.add_argument("--gpus", type=int, default=None, metavar="N",
+                   help="GPUs serving the target, prefill + decode when disaggregated (tokens/s "
+                   "per GPU; default: the launch profile's, else unknown)")
+    a.add_argument("--start-range", default=None, metavar="LO,HI",
+                   help="first play starts at an instant LO..HI of its session's time span "
+                   "(default 0.25,0.75)")
+    a.add_argument("--warmup-requests", type=int, default=None, metavar="N",
+                   help="turns per lane replayed as warm-up before the measured play (default 0)")
+    a.add_argument("--idle-cap", type=float, default=None, metavar="SECONDS",
+                   help="nothing in flight idles at most this long (default 10)")
+    a.add_argument("--tree-idle-cap", type=float, default=None, metavar="SECONDS",
+                   help="shorten every recorded stretch where nothing of a session tree was "
+                   "in flight to at most this (default none)")
+    a.add_argument("--min-duration", type=float, default=None, metavar="SECONDS",
+                   help="a run measuring less is invalid")
+    a.add_argument("--failure-threshold", type=float, default=None, metavar="FRACTION",
+                   help="a run with more failed requests is invalid")
+    a.add_argument("--metric-coverage", type=float, default=None, metavar="FRACTION",
+                   help="a run whose last first token / token lies less far into --duration is invalid")
+    a.add_argument("--seed", type=int, default=None, help="start sampling seed (default: --salt)")
 
 
 def _headers(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -143,16 +172,38 @@ def _headers(items: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _start_range(v: str | None) -> tuple[float | None, float | None]:
+    if v is None:
+        return None, None
+    lo, _, hi = v.partition(",")
+    try:
+        return float(lo), float(hi)
+    except ValueError:
+        raise InputError(f"--start-range {v!r}: expected LO,HI (fractions, e.g. 0.25,0.75)") from None
+
+
 def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
-    return RunConfig(
-        trace=args.trace, target=target, output=args.output, force=args.force, timing=args.timing,
+    preset = getattr(args, "preset", None)
+    lo, hi = _start_range(getattr(args, "start_range", None))
+    agentx, duration = resolve(preset, {
+        "start_min": lo, "start_max": hi,
+        "warmup_requests": getattr(args, "warmup_requests", None),
+        "idle_cap_s": getattr(args, "idle_cap", None),
+        "tree_idle_cap_s": getattr(args, "tree_idle_cap", None),
+        "min_duration_s": getattr(args, "min_duration", None),
+        "failure_threshold": getattr(args, "failure_threshold", None),
+        "metric_coverage": getattr(args, "metric_coverage", None),
+        "seed": getattr(args, "seed", None)}, args.duration)
+    timing = "agentx" if preset is not None else args.timing
+    return RunConfig(agentx=agentx, gpus=getattr(args, "gpus", None),
+        trace=args.trace, target=target, output=args.output, force=args.force, timing=timing,
         speedup=args.speedup, concurrency=args.concurrency,
         sessions_multiplier=args.sessions_multiplier, max_sessions=args.max_sessions,
         rate=getattr(args, "rate", None), arrival=getattr(args, "arrival", "poisson"),
         arrival_seed=getattr(args, "arrival_seed", 0),
         concurrent_sessions=getattr(args, "concurrent_sessions", None),
         ramp_s=getattr(args, "ramp", 1.0),
-        duration_s=args.duration, warmup_s=args.warmup, api=args.api, model=args.model,
+        duration_s=duration, warmup_s=args.warmup, api=args.api, model=args.model,
         include_failed=getattr(args, "include_failed", False),
         tokenizer=getattr(args, "tokenizer", None),
         salt=args.salt, vocab_size=args.vocab_size, request_timeout_s=args.request_timeout,
@@ -168,7 +219,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         max_failure_rate=getattr(args, "max_failure_rate", 0.1),
         abort_after_failures=getattr(args, "abort_after_failures", None),
         max_think_s=getattr(args, "max_think", None),
-        rebase_sessions=getattr(args, "rebase_sessions", False))
+        rebase_sessions=getattr(args, "rebase_sessions", False),
+        keep_overlaps=getattr(args, "keep_overlaps", False))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agent_replay.analysis.fixtures import rows_to_table, synthetic_batches, write_results
@@ -59,12 +60,37 @@ def test_definitions_table_entries_on_hand_computed_rows() -> None:
     # has one token; C's first chunk carries 4 (700 - 605 = 95); E has none
     ttst = st.latency["ttst"]
     assert (ttst.count, ttst.values[50.0], ttst.max) == (2, 95, 150)
-    # E2E per output token: A 210/6 = 35, B 110/1, C 100/4 = 25; E has N = 0
+    # E2E per output token: A 210/6 = 35, B 110/1, C 100/4 = 25; E has N = 0. Linear P90
+    # (AgentX's North Star): k = (3 - 1) x 0.9 = 1.8 -> 35 + 0.8 x (110 - 35) = 95; the
+    # nearest rank would give 110
     ept = st.latency["e2e_per_token"]
-    assert (ept.count, ept.values[90.0]) == (3, 110)
+    assert (ept.count, ept.values[90.0]) == (3, pytest.approx(95))
+    # AgentX ITL (E2E - TTFT) / (N - 1): A (210 - 100) / 5 = 22, C (100 - 95) / 3 = 5/3;
+    # B (N = 1) and E (N = 0) have none. Linear P90: 5/3 + 0.9 x (22 - 5/3)
+    ax = st.latency["agentx_itl"]
+    assert ax.count == 2 and ax.values[90.0] == pytest.approx(5 / 3 + 0.9 * (22 - 5 / 3))
     sp = speeds(st.latency)
-    assert sp["interactivity"] == pytest.approx(1e9 / 110)
+    assert sp["interactivity"] == pytest.approx(1e9 / 95)
+    assert sp["agentx_interactivity"] == pytest.approx(1e9 / (5 / 3 + 0.9 * (22 - 5 / 3)))
     assert sp["p90_tps"] == pytest.approx(1e9 / 18) == st.tps.values[90.0]
+
+
+def test_agentx_total_tokens_per_gpu_and_an_unknown_gpu_count() -> None:
+    # ok rows: input 100 + 200 + 50 + 10 = 360 (cached included), output 11; first send
+    # 110 (A), last end 950 (E): (360 + 11) / 840 ns / 2 GPUs
+    tp = _stats(gpus=2).extra["throughput"]
+    assert tp["total_tokens_per_s_per_gpu"] == pytest.approx(371 / 840e-9 / 2)
+    assert _stats().extra["throughput"]["total_tokens_per_s_per_gpu"] is None
+
+
+def test_linear_and_nearest_rank_percentiles_differ_as_defined() -> None:
+    from agent_replay.analysis.hist import percentile_summary
+
+    v = np.array([10.0, 20.0, 30.0, 40.0])
+    # nearest rank: ceil(0.9 x 4) = 4th = 40; linear: k = 3 x 0.9 = 2.7 -> 30 + 0.7 x 10 = 37
+    assert percentile_summary(v, (90.0,)).values[90.0] == 40
+    assert percentile_summary(v, (90.0,), method="linear").values[90.0] == pytest.approx(37)
+    assert percentile_summary(v, (50.0,), method="linear").values[50.0] == pytest.approx(25)
 
 
 def test_economics_arithmetic() -> None:
@@ -160,3 +186,12 @@ def test_plots_written_and_not_overwritten(results: Path, tmp_path: Path) -> Non
     assert all(p.stat().st_size > 5_000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
     with pytest.raises(OutputExistsError):
         write_plots(r, tmp_path / "plots")
+
+
+def test_the_report_states_agentx_readings_and_an_unknown_gpu_count(tmp_path: Path) -> None:
+    write_results(tmp_path / "r", rows_to_table(ALL_ROWS))
+    text = to_text(build_report(tmp_path / "r"))
+    assert "AgentX interactivity" in text and "(linear" in text and "1 / P90 of TPOT" in text
+    assert "GPU count unknown (give --gpus N)" in text
+    two = to_markdown(build_report(tmp_path / "r", gpus=2))
+    assert f"{371 / 840e-9 / 2:,.1f}" in two

@@ -16,11 +16,19 @@ import pytest
 import agent_replay.engines.sim
 from agent_replay.analysis.runstats import accumulate
 from agent_replay.engines.sim import SimProcess
-from agent_replay.replay.agentx import IDLE_SKIP_NS, AgentXDriver
+from agent_replay.replay.agentx import (
+    IDLE_CAP_NS,
+    AgentXDriver,
+    ValidityInput,
+    ValidityRules,
+    agentx_validity,
+    sample_start,
+)
 from agent_replay.replay.clock import FakeClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import PlanOptions, build_plan
+from agent_replay.replay.presets import PRESETS, AgentXSettings
 from agent_replay.replay.run import run
 from agent_replay.traces.io import write_trace
 from agent_replay.traces.schema import TraceMeta
@@ -69,12 +77,15 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
     profile.update(name="fast-short", max_model_len=150)  # the longest prompts (> 150) overflow
     (tmp / "short.json").write_text(json.dumps(profile))
     out: dict[str, Path] = {}
-    for name, prof in (("ok", "fast"), ("overflow", str(tmp / "short.json"))):
+    runs = (("ok", "fast", 4.0, AgentXSettings()), ("overflow", str(tmp / "short.json"), 1.5, AgentXSettings()),
+            ("short", "fast", 1.0, PRESETS["aiperf-agentx-mvp"].agentx))
+    for name, prof, dur, ax in runs:
         with SimProcess(prof) as sim:
             out[name] = tmp / name
-            run(RunConfig(trace=str(trace), target=sim.url, output=str(out[name]), salt=7,
-                          timing="agentx", concurrency=8, duration_s=4.0 if name == "ok" else 1.5,
-                          scrape_interval_s=0, progress=False), progress=None)
+            summary = run(RunConfig(trace=str(trace), target=sim.url, output=str(out[name]), salt=7,
+                                    timing="agentx", concurrency=8, duration_s=dur, agentx=ax,
+                                    scrape_interval_s=0, progress=False), progress=None)
+            (out[name] / "exit").write_text(f"{summary.exit_code} {summary.status}")
     yield out
 
 
@@ -134,18 +145,202 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     assert "INVALID run (AgentX rule)" in capsys.readouterr().out
 
 
-def test_idle_gaps_over_10s_are_skipped() -> None:
-    t = tree_table(1, think_ns=60_000 * MS)  # every think time a minute: nothing in flight
-    plan = build_plan(t, 16, PlanOptions())
+S = 1_000 * MS
+# (agent, depends_on, think in ms) of a tree whose idle gaps the cap shortens three times
+IDLE_TREE = [("main", [], None), ("x", [0], 30_000), ("y", [0], 2_000), ("x", [1], 40_000),
+             ("main", [0, 2, 3], 5_000), ("main", [4], 7_410), ("main", [5], 100_000)]
+
+
+def idle_tree_table() -> pa.Table:
+    rows = []
+    for i, (agent, deps, think) in enumerate(IDLE_TREE):
+        rows.append({"session_id": "t", "request_index": i, "parent_index": -1,
+                     "arrival_ns": i * S, "think_ns": None if think is None else think * MS,
+                     "input_tokens": 32, "output_tokens": 4, "hash_ids": [i * 10, i * 10 + 1],
+                     "agent_id": agent, "depends_on": deps})
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    return pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())),
+        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+
+
+def test_idle_cap_after_several_skips_keeps_the_schedule_exact() -> None:
+    """Every request served in 1 s; nothing in flight is idle and capped at 10 s. By hand:
+    r0 at 0 (ends 1); r2 at 1+2 = 3 (ends 4); r1 due 1+30 = 31, idle since 4: capped to 14
+    (skip 17); r3 due 15+40 = 55, idle since 15: capped to 25 (skip 30); r4 at
+    max(1, 4, 26)+5 = 31; r5 at 32+7.41 = 39.41 (under the cap: kept); r6 due 40.41+100,
+    capped to 50.41 (skip 90). The lane recycles the tree at 51.41; its next turns fall
+    after the 53 s duration."""
+    plan = build_plan(idle_tree_table(), 16, PlanOptions())
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []
-    d = AgentXDriver(plan, FakeTransport(clock, 5 * MS), clock, t0_ns=0, on_record=recs.append,
-                     lanes=1, duration_ns=2_000 * MS)
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=53 * S, start_range=(0.0, 0.0))
+    clock.run(d.run())
+    got = [(x.clone, x.request_index, x.intended_ns, x.think_ns) for x in recs]
+    assert got == [
+        (1, 0, 0, None), (1, 2, 3 * S, 2 * S), (1, 1, 14 * S, 13 * S), (1, 3, 25 * S, 10 * S),
+        (1, 4, 31 * S, 5 * S), (1, 5, 39_410 * MS, 7_410 * MS), (1, 6, 50_410 * MS, 10 * S),
+        (2, 0, 51_410 * MS, None)]
+    assert not any(x.warmup for x in recs)
+    assert all(x.sent_ns == x.intended_ns for x in recs)
+    assert list(d.schedule_lag) == [0] * len(recs)  # against the shifted schedule
+    assert d.idle_skipped_ns == (17 + 30 + 90) * S and d.idle_skips == 3
+
+
+def test_start_sampling_is_an_instant_not_a_rounded_turn() -> None:
+    """A 3-request session with start in 25-75% of its time span never starts at its
+    first turn (int(3 x 0.25) would); t* = 0 is the only start at turn 0."""
+    offs = [0, 10 * S, 20 * S]
+    assert {sample_start(offs, u / 100) for u in range(25, 76)} == {1, 2}
+    assert sample_start(offs, 0.25) == 1 and sample_start(offs, 0.5) == 1
+    assert sample_start(offs, 0.51) == 2 and sample_start(offs, 0.0) == 0
+    assert sample_start(offs, 1.0) == 2 and sample_start([5], 0.7) == 0
+
+
+def test_a_run_below_its_presets_minimum_is_invalid_and_exits_non_zero(
+        sim_runs: dict[str, Path]) -> None:
+    meta = json.loads((sim_runs["short"] / "run.json").read_text())
+    assert meta["valid"] is False and meta["status"] == "invalid"
+    assert "below the minimum of 900 s" in meta["agentx"]["invalid_reason"]
+    assert meta["options"]["agentx"]["preset"] == "aiperf-agentx-mvp"
+    assert meta["options"]["agentx"]["start_min"] == 0.0 and meta["options"]["agentx"]["start_max"] == 1.0
+    assert (sim_runs["short"] / "exit").read_text() == "1 invalid"
+    assert meta["warnings_before_run"] == [
+        "--duration 1 s is below the minimum of 900 s (aiperf-agentx-mvp): the run will be invalid"]
+    assert (sim_runs["ok"] / "exit").read_text() == "0 ok"  # no minimum without a preset
+
+
+def test_validity_rules_on_hand_computed_facts() -> None:
+    rows = [(False, 200, None)] * 97 + [(False, 400, "maximum context length exceeded")] + \
+        [(False, 500, "boom")] * 2 + [(True, 400, "too long")] * 5  # warm-up left out
+    rules = ValidityRules(min_duration_s=900, failure_threshold=0.02, metric_coverage=0.95)
+    ok = ValidityInput(failed=3, measured_s=1000, expected_s=1000, last_first_token_s=940,
+                       last_itl_end_s=960)
+    v = agentx_validity(rows, rules, ok)
+    # 1 overflow of 100 responses = 1% (allowed: strictly more is invalid); 3 failed > 2%
+    assert v["responses"] == 100 and v["context_overflows"] == 1 and v["overflow_fraction"] == 0.01
+    assert v["valid"] is False and v["invalid_reasons"] == [
+        "3 of 100 requests (3.0%) failed (threshold 2%)"]
+    assert v["ttft_coverage"] == 0.94 and v["itl_coverage"] == 0.96  # max 0.96 >= 0.95: covered
+    short = ValidityInput(failed=2, measured_s=899.0, expected_s=1000, last_first_token_s=900,
+                          last_itl_end_s=940, cancelled=4)
+    r = agentx_validity(rows, rules, short)["invalid_reasons"]
+    assert r == ["the run was interrupted (4 requests cancelled)",
+                 "measured 899 s, below the minimum of 900 s",
+                 "metrics cover 94.0% of the 1,000 s window (needs 95%)"]
+    assert agentx_validity(rows, ValidityRules(), ValidityInput())["valid"] is True
+
+
+def test_presets_resolve_with_explicit_values_on_top() -> None:
+    from agent_replay.replay.presets import resolve
+
+    ax, dur = resolve("inferencex-agentx", {"warmup_requests": 3, "seed": None}, None)
+    assert dur == 3600.0 and ax.warmup_requests == 3 and ax.seed == 42
+    assert (ax.start_min, ax.start_max, ax.tree_idle_cap_s, ax.idle_cap_s) == (0.25, 0.75, 300.0, 10.0)
+    assert (ax.failure_threshold, ax.metric_coverage, ax.min_duration_s) == (0.10, 0.95, 900.0)
+    ax, dur = resolve("aiperf-agentx-mvp", {}, 1200.0)
+    assert dur == 1200.0 and (ax.start_min, ax.start_max, ax.warmup_requests) == (0.0, 1.0, 0)
+
+
+@pytest.mark.shared_data
+def test_real_weka_trees_keep_their_think_times_under_the_idle_cap(shared_data: Path) -> None:
+    """Every real weka trace with subagents, one lane, an hour of fake time, every request
+    served in 2 s: no intended send before t0 or flagged warm-up outside the warm-up, every
+    think time got is the recorded one, or shorter only where the idle cap moved it, and
+    nothing in flight never idles longer than the cap."""
+    from agent_replay.traces.importers import import_paths
+
+    files = sorted((shared_data / "weka").glob("trace_*.json"))
+    res = import_paths(files, "weka")
+    plan = build_plan(res.table, res.meta.block_size, PlanOptions())
+    recorded = {(q.session_id, q.request_index): q.think_ns for s in plan.sessions for q in s.requests}
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 2 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=3600 * S, seed=3)
     clock.run(d.run())
     real = [x for x in recs if not x.warmup]
-    assert len(real) >= 2
+    assert len(real) > 100 and d.idle_skips > 10
+    shortened = 0
     for x in real:
-        if x.parent_end_ns is not None:
-            # a 60 s think with nothing in flight: skipped, so the request goes at once
-            assert x.intended_ns == x.parent_end_ns and x.think_ns == 0
-    assert d.idle_skipped_ns >= IDLE_SKIP_NS
+        assert x.intended_ns >= 0
+        if x.parent_end_ns is None or x.think_ns is None:
+            continue
+        want = recorded[(x.session_id, x.request_index)]
+        assert 0 <= x.think_ns <= want
+        shortened += x.think_ns < want
+    assert shortened > 0
+    # a send after every earlier request ended follows idle time: at most the cap
+    last_end = None
+    for sent, end in sorted((x.sent_ns or 0, x.end_ns or 0) for x in recs):
+        if last_end is not None and sent > last_end:
+            assert sent - last_end <= IDLE_CAP_NS
+        last_end = end if last_end is None else max(last_end, end)
+
+
+def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None:
+    """Recorded: r0 main 0-1 s; r1 subagent x spawned 1 s later, busy 2-52 s; r2 main at
+    100 s (think 99 s after r0); r3 main at 200 s (think 99 s after r2's end at 101 s).
+    With a 20 s trace idle cap, the idle stretch 52-100 s loses 28 s and 101-200 s loses
+    79 s: r2's think becomes 99 - 28 = 71 s (the subagent kept the tree busy for 50 s of
+    it; a cap on each think time would give 20 s), r3's 99 - 79 = 20 s. Served in 1 s
+    each, no system idle cap: r0 at 0, r1 at 2, r2 at 1 + 71 = 72, r3 at 73 + 20 = 93."""
+    rows = [("main", 0, [], None, 1), ("x", 2, [0], 1, 50), ("main", 100, [0], 99, 1),
+            ("main", 200, [2], 99, 1)]
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids", "end_ns", "agent_id", "depends_on")}
+    for i, (agent, t, deps, think, dur) in enumerate(rows):
+        for k, v in (("session_id", "t"), ("request_index", i), ("parent_index", -1),
+                     ("arrival_ns", t * S), ("think_ns", None if think is None else think * S),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
+                     ("end_ns", dur * S), ("agent_id", agent), ("depends_on", deps)):
+            cols[k].append(v)
+    table = pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
+        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=94 * S, start_range=(0.0, 0.0), idle_cap_ns=None,
+                     tree_idle_cap_ns=20 * S)
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1)
+    assert got == [(0, 0), (2 * S, 1), (72 * S, 2), (93 * S, 3)]
+
+
+def test_a_send_due_after_the_duration_goes_if_the_idle_cap_brings_it_before() -> None:
+    """Sessions a (r1 thinks 100 s) and b (r1 thinks 0.5 s), two lanes, 1 s service, 15 s
+    duration. By hand: a#1 r0 and b#2 r0 at 0 (end 1); b#2 r1 at 1.5 (ends 2.5); lane 2
+    recycles a as a#3, r0 at 2.5 (ends 3.5). Idle since 3.5: a#1 r1 (due 101) moves to
+    13.5 and a#3 r1 to 16; a#1 r1 goes at 13.5 although due after the duration when it was
+    scheduled; lane 1 then recycles b as b#4 at 14.5; a#3 r1 and b#4 r1 fall after 15 s."""
+    rows = [("a", 0, None), ("a", 1, 100_000), ("b", 0, None), ("b", 1, 500)]
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids")}
+    for sid, i, think in rows:
+        for k, v in (("session_id", sid), ("request_index", i), ("parent_index", i - 1),
+                     ("arrival_ns", i * S), ("think_ns", None if think is None else think * MS),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i])):
+            cols[k].append(v)
+    table = pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64()))]))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=2, duration_ns=15 * S, start_range=(0.0, 0.0))
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.clone, x.request_index) for x in recs)
+    assert got == [(0, 1, 0), (0, 2, 0), (1_500 * MS, 2, 1), (2_500 * MS, 3, 0),
+                   (13_500 * MS, 1, 1), (14_500 * MS, 4, 0)]
+    assert d.skipped == 2

@@ -240,3 +240,28 @@ def test_convert_any_trace_to_weka_and_back(tmp_path: Path) -> None:
     assert again.num_rows == orig.num_rows
     assert sum(again.column("output_tokens").to_pylist()) == sum(orig.column("output_tokens").to_pylist())
     assert matched_blocks(again).sum() > 0
+
+
+def test_think_time_after_a_call_without_api_time_is_the_recorded_one(tmp_path: Path) -> None:
+    """The pattern of three held-out traces: a call with no ``api_time`` (its stream was
+    cut off) is followed by one whose recorded ``think_time`` (1,201 s) is the only
+    measure of the gap; the arrival gap (16 s) is not a think time."""
+    def call(t: float, api: float | None, think: float | None) -> dict[str, Any]:
+        c: dict[str, Any] = {"t": t, "type": "s", "model": "m", "in": 128, "out": 5,
+                             "hash_ids": [1, 2], "input_types": ["text"],
+                             "output_types": ["text"], "stop": "end_turn"}
+        if api is not None:
+            c["api_time"] = api
+        if think is not None:
+            c["think_time"] = think
+        return c
+    trace = {"id": "cut", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
+             "requests": [call(0.0, 2.0, None), call(10.0, None, 8.0), call(26.0, 1.5, 1201.0),
+                          call(30.0, 1.0, 2.5)]}
+    (tmp_path / "cut.json").write_text(json.dumps(trace))
+    rows = sorted(import_paths([tmp_path / "cut.json"], "weka").table.to_pylist(),
+                  key=lambda r: r["request_index"])
+    # row 1: its dependency (row 0) has api_time: end-to-start 10 - (0 + 2) = 8 s
+    # row 2: its dependency (row 1) has none: the recorded 1,201 s
+    # row 3: end-to-start again, 30 - (26 + 1.5) = 2.5 s
+    assert [r["think_ns"] for r in rows] == [None, 8 * 10**9, 1201 * 10**9, 2_500_000_000]

@@ -23,9 +23,12 @@ as AIPerf derives them (``traces.tree.derive_depends_on``): a subagent is spawne
 spawner's last call at or before its ``t``; the first later spawner call whose ``t`` is
 at or after the subagent's end (``t + duration_ms``) joins it; none: a background branch.
 ``think_ns`` = arrival - the latest dependency's end, floored at 0 (end-to-start, as
-AIPerf replays; the recorded ``think_time`` differs between conventions). Hash ids are
+AIPerf replays; the recorded ``think_time`` differs between conventions), or the recorded
+``think_time`` where a dependency has no ``api_time`` (its end is unknown). Hash ids are
 kept; the partial last block the format leaves unhashed gets a fresh negative id so that
-``len(hash_ids) == ceil(in / block_size)``. Ids are local to a trace: the k-th trace of an
+``len(hash_ids) == ceil(in / block_size)``. ``tool_tokens + system_tokens`` of the trace and
+of each subagent (the shared prefix before the first user turn) go to the metadata
+(``extra.weka[].prefix_tokens``). Ids are local to a trace: the k-th trace of an
 import (k >= 1) has ``k << 40`` added, so traces never share blocks by accident.
 """
 
@@ -241,7 +244,7 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
         out.append(Request(
             session=tid, key=i, arrival_abs_ns=c.t_ns, input_tokens=int(n_in),
             output_tokens=int(n_out), parent_key=last_of.get(c.agent),
-            think_ns=think_after(c.t_ns, deps[i], arr, dur), hash_ids=ids, api="messages",
+            think_ns=_think(c, deps[i], arr, dur), hash_ids=ids, api="messages",
             model=model if isinstance(model, str) else None,
             ttft_ns=ttft_ns, end_ns=d,
             agent_id=c.agent, depends_on_keys=list(deps[i])))
@@ -254,8 +257,42 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
                   if not any(ag[i] == a.spawner and ag[j] == a.agent
                              for i, d in enumerate(deps) for j in d)]
     info = {"id": tid, "convention": conv, "subagents": len(agents), "overlaps": overlaps,
-            "background": background, "padded": padded}
+            "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace)}
     return out, info
+
+
+def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
+    """Agent -> ``tool_tokens + system_tokens`` (the shared tools + system prefix) where the
+    trace or the subagent records them."""
+    out: dict[str, int] = {}
+
+    def one(obj: dict[str, Any], agent: str) -> None:
+        t, s = obj.get("tool_tokens"), obj.get("system_tokens")
+        vals = [v for v in (t, s) if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if vals:
+            out[agent] = sum(vals)
+
+    one(trace, MAIN)
+    stack = [trace.get("requests")]
+    while stack:
+        reqs = stack.pop()
+        for r in reqs if isinstance(reqs, list) else ():
+            if isinstance(r, dict) and r.get("type") == "subagent" and isinstance(r.get("agent_id"), str):
+                one(r, r["agent_id"])
+                stack.append(r.get("requests"))
+    return out
+
+
+def _think(c: _Call, deps: list[int], arr: list[int], dur: list[int | None]) -> int | None:
+    """End-to-start from the latest dependency (``think_after``); where a dependency has no
+    ``api_time`` (a cut-off stream) that gap is unknown, and the request's recorded
+    ``think_time`` stands in for it (None when it has none)."""
+    gap = think_after(c.t_ns, deps, arr, dur)
+    if gap is None and deps and any(dur[d] is None for d in deps):
+        rec = c.obj.get("think_time")
+        if isinstance(rec, (int, float)) and not isinstance(rec, bool) and rec >= 0:
+            return _ns(rec)
+    return gap
 
 
 def _traces(path: Path) -> list[tuple[str, dict[str, Any]]]:
