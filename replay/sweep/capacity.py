@@ -24,7 +24,7 @@ from agent_replay.analysis.points import POINT_FIELDS
 from agent_replay.errors import InputError
 from agent_replay.replay.plan import stable_hash
 from agent_replay.replay.sweep.experiment import INTEGER_AXES, Experiment
-from agent_replay.replay.sweep.runner import Reporter, RunHook, Slot, execute
+from agent_replay.replay.sweep.runner import Reporter, RunHook, Slot, execute, target_order
 from agent_replay.replay.sweep.targets import Servers
 
 _TERM = re.compile(r"^\s*([a-z0-9_]+)\s*(>=|<=)\s*([0-9.eE+-]+)\s*([a-z]*)\s*$")
@@ -155,14 +155,15 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
         if not jobs:
             break
         rng = np.random.default_rng([exp.seed, step, stable_hash("capacity") & 0xFFFFFFFF])
-        # repeat-major, targets and points shuffled within a repeat
+        # repeat-major; targets in the balanced (rotated) order, points shuffled per target
+        base = rng.permutation(len(caps)).tolist()
         slots = []
         for r in range(exp.repeats):
-            these = [j for j in jobs if j[0] == r]
-            for k in rng.permutation(len(these)).tolist():
-                _, i, pt = these[k]
-                slots.append(Slot(order, r, i, pt, "capacity"))
-                order += 1
+            for i in target_order(base, r + step):
+                mine = [pt for rr, ii, pt in jobs if rr == r and ii == i]
+                for k in rng.permutation(len(mine)).tolist():
+                    slots.append(Slot(order, r, i, mine[k], "capacity"))
+                    order += 1
         if not execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing):
             raise KeyboardInterrupt
         for i, pts in want.items():
