@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.points import POINT_FIELDS
+from agent_replay.analysis.hist import FEW, min_count_for
+from agent_replay.analysis.points import POINT_FIELDS, too_few
 from agent_replay.analysis.replicates import mean_ci
 from agent_replay.errors import InputError
 from agent_replay.replay.plan import stable_hash
@@ -179,6 +180,10 @@ class Probe:
     """Runs whose load generator could not hold the load."""
     contended: int = 0
     """Runs with host contention."""
+    unsteady: int = 0
+    """Runs whose warm-up never became steady."""
+    few: tuple[str, ...] = ()
+    """SLO figures that are, in some run, a percentile of too few samples."""
 
 
 @dataclass
@@ -264,7 +269,9 @@ def _probe(rows: Mapping[tuple[Any, ...], Mapping[str, Any]], target: str, pt: f
     sure = surely(good, slo) if len(good) == len(runs) else "fails"
     return Probe(pt, len(runs), passed, ok, {t.column: _mean([r.get(t.column) for r in good]) for t in slo},
                  sure, sum(1 for r in runs if r["status"] == "unreachable"),
-                 sum(1 for r in runs if r.get("machine_contention")))
+                 sum(1 for r in runs if r.get("machine_contention")),
+                 sum(1 for r in runs if r.get("warmup_steady") is False),
+                 tuple(t.column for t in slo if any(too_few(r, t.column) for r in good)))
 
 
 def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any, ...], dict[str, Any]],
@@ -373,27 +380,31 @@ def _spread(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
 
 def _mean(vals: Sequence[Any]) -> float | None:
     clean = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
-    return float(np.mean(clean)) if clean else None
+    return mean_ci(clean).estimate if clean else None
 
 
 def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str) -> str:
     lines = [f"# Capacity at SLO `{slo_text}`", ""]
     lines += [f"- {c.line(axis)}" for c in caps]
     lines += ["", f"| target | {axis} | runs | runs meeting SLO | mean meets | surely | host contention | "
+              "warm-up not steady | "
               + " | ".join("mean " + t for t in sorted({k for c in caps for p in c.probes for k in p.means}))
               + " |"]
     keys = sorted({k for c in caps for p in c.probes for k in p.means})
-    lines.append("|" + "---|" * (7 + len(keys)))
+    lines.append("|" + "---|" * (8 + len(keys)))
     for c in caps:
         for p in sorted(c.probes, key=lambda p: p.point):
-            vals = [("-" if p.means.get(k) is None else f"{p.means[k]:,.2f}") for k in keys]
+            vals = [("-" if p.means.get(k) is None else f"{p.means[k]:,.2f}" + (FEW if k in p.few else ""))
+                    for k in keys]
             lines.append(f"| {c.target} | {p.point:g} | {p.runs} | {p.passed_runs} | "
-                         f"{'yes' if p.meets else 'no'} | {p.sure} | {p.contended} | " + " | ".join(vals) + " |")
+                         f"{'yes' if p.meets else 'no'} | {p.sure} | {p.contended} | {p.unsteady} | "
+                         + " | ".join(vals) + " |")
     lines.append("")
     lines.append("A load meets the SLO when the mean of its replicate runs meets every term "
                  "and none of them failed; 'surely' compares the 95% interval of each mean with "
                  "the bound (the bracket's ends are run twice as often). Per GPU = load / the "
-                 "target's GPUs.")
+                 f"target's GPUs. {FEW}: a percentile over fewer samples than it needs in some "
+                 f"run (P90 >= {min_count_for(90)}, P99 >= {min_count_for(99)}).")
     runs = sum(p.runs for c in caps for p in c.probes)
     busy = sum(p.contended for c in caps for p in c.probes)
     lines.append("")

@@ -232,3 +232,15 @@ def test_committed_h200_sweep_frontier_flags_and_dominated_point(tmp_path: Path)
     assert "server settings not recorded for standard, dedicated-decode" in md
     data = json.loads((tmp_path / "frontier.json").read_text())
     assert sum(len(p["warmup_not_steady"]) for p in data["points"]) == unsteady
+
+
+def test_a_run_whose_warm_up_never_became_steady_says_so_in_its_report() -> None:
+    from agent_replay.analysis.report import build_report
+
+    runs = PAIR / "runs" / "standard" / "concurrent_sessions=2"
+    rep = build_report(runs / "r0")  # r0.warmup/warmup.json: steady false, 4 bursts
+    assert rep.cold_start is not None and rep.cold_start.startswith(
+        "warm-up not reached: 4 warm-up bursts never had two in a row with median TPOT within "
+        "10% (1.71, 2.30, 1.87, 1.60 ms)")
+    assert any("warm-up not reached" in w for w in rep.warnings)
+    assert build_report(runs / "r1").cold_start is None  # steady after 2 bursts

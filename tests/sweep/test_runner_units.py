@@ -130,3 +130,21 @@ def test_capacity_needs_a_paced_axis_and_enough_turns(tmp_path: Path) -> None:
                                 tmp_path / "e.toml")
     with pytest.raises(InputError, match="needs a load the server paces"):
         check_axis(sped)
+
+
+def test_capacity_table_flags_contention_warmup_and_few_samples() -> None:
+    from agent_replay.replay.sweep.capacity import Capacity, _probe, to_markdown
+
+    slo = parse_slo("p90_tps>=100,ttft_p99<=2s")
+    rows = {("capacity", "a", 4.0, r): {"status": "complete", "p90_tps": v, "ttft_p99_ms": 500.0,
+                                        "requests_ok": 30, "tpot_n": 30, "ttft_n": 30,
+                                        "machine_contention": r == 0, "warmup_steady": r != 1}
+            for r, v in enumerate((110.0, 120.0, 130.0))}
+    p = _probe(rows, "a", 4.0, slo)
+    assert (p.runs, p.passed_runs, p.meets, p.contended, p.unsteady) == (3, 3, True, 1, 1)
+    assert p.few == ("ttft_p99_ms",)  # a P99 of 30 requests; P90 TPS of 30 is enough
+    assert p.means["p90_tps"] == pytest.approx((110 * 120 * 130) ** (1 / 3))
+    md = to_markdown([Capacity("a", 1, [p], 4.0, None)], "concurrent_sessions", "x")
+    row = next(ln for ln in md.splitlines() if ln.startswith("| a | 4 |"))
+    assert "| 1 | 1 |" in row and "500.00*" in row and "119.7" in row
+    assert "1 of 3 runs had host contention" in md

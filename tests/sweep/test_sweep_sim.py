@@ -69,6 +69,8 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
         warm = json.loads((run_dir.with_name(run_dir.name + ".warmup") / "warmup.json").read_text())
         assert 1 <= len(warm["bursts"]) <= 3 and r["warmup_bursts"] == len(warm["bursts"])
         assert r["p90_tps"] > 0 and r["output_tps_per_gpu"] > 0 and r["interactivity"] > 0
+        assert r["warmup_steady"] == warm["steady"] and (r["cold_start"] or warm["steady"])
+        assert 0 < r["tpot_n"] <= r["requests_ok"] == r["ttft_n"]
         # paired design: the same (point, repeat) has the same salt on both targets
     salts = {(r["point"], r["repeat"]): set() for r in idx}
     for r in idx:
@@ -92,6 +94,8 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     assert json.loads((out / "frontier.json").read_text())["points"][0]["mean_ci"][
         "j_per_output_token"]["estimate"] is None
     assert any("b vs a at 1, p90_tps" in c for c in built["comparisons"])
+    # both targets are the same sim profile: no server setting differs
+    assert "Targets' server settings" not in built["markdown"]
 
 
 def test_unreachable_target_is_kept_as_failed_with_its_reason(tmp_path: Path, exp_file: Path) -> None:
