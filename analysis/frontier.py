@@ -25,6 +25,8 @@ from agent_replay.errors import InputError
 
 X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
 Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}
+OFFERED = ("concurrent_sessions", "rate", "speedup")
+"""Load axes whose throughput is the offered load's (session timing), not a capacity."""
 ENERGY = "j_per_output_token"
 """The second y-axis of the frontier (from ``analysis.gpu_energy.point_figures``)."""
 
@@ -172,7 +174,11 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
                  "same target beats on both per-user speed and throughput per GPU (means). "
                  + FEW_NOTE
                  + (" J/output token: GPU energy over the measured window (every sampled GPU) "
-                    "per output token; '-' for runs without GPU telemetry." if energy else ""))
+                    "per output token; '-' for runs without GPU telemetry." if energy else "")
+                 + (" Throughput here is what the offered load drew over a fixed run length: "
+                    "with think times the server idles between turns, and a slower target "
+                    "finishes fewer turns in the same time; it is not the server's capacity "
+                    "(agent-replay sweep --find-capacity)." if axis in OFFERED else ""))
     return "\n".join(lines) + "\n"
 
 

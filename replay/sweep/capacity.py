@@ -383,7 +383,30 @@ def _mean(vals: Sequence[Any]) -> float | None:
     return mean_ci(clean).estimate if clean else None
 
 
-def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str) -> str:
+def other_phase(caps: Sequence[Capacity], rows: Mapping[tuple[Any, ...], Mapping[str, Any]],
+                slo: Sequence[Term]) -> list[str]:
+    """Where the sweep phase of the same tree measured a probed (target, load) too: both
+    means of each SLO figure, so that a drift of the host between the phases shows."""
+    out = []
+    for c in caps:
+        for p in c.probes:
+            runs = [r for k, r in rows.items() if k[0] == "sweep" and k[1] == c.target
+                    and k[2] == p.point and r["status"] == "complete"]
+            if not runs:
+                continue
+            figs = []
+            for t in slo:
+                other = _mean([r.get(t.column) for r in runs])
+                mine = p.means.get(t.column)
+                if other is not None and mine is not None:
+                    figs.append(f"{t.column} {mine:,.1f} here, {other:,.1f} in the sweep")
+            if figs:
+                out.append(f"{c.target} at {p.point:g}: " + "; ".join(figs))
+    return out
+
+
+def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str,
+                drift: Sequence[str] = ()) -> str:
     lines = [f"# Capacity at SLO `{slo_text}`", ""]
     lines += [f"- {c.line(axis)}" for c in caps]
     lines += ["", f"| target | {axis} | runs | runs meeting SLO | mean meets | surely | host contention | "
@@ -412,4 +435,7 @@ def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str) -> str:
                  "had host contention. The same load measured at another time, or on a host "
                  "with other work, can land outside the bracket: repeat the search before "
                  "comparing it with another.")
+    if drift:
+        lines += ["", "The same loads measured by this tree's sweep (another time, another host "
+                  "load):", ""] + [f"- {d}" for d in drift]
     return "\n".join(lines) + "\n"

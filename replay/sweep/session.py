@@ -13,6 +13,7 @@ from agent_replay.replay.sweep.capacity import (
     Capacity,
     check_axis,
     find_capacity,
+    other_phase,
     parse_slo,
     run_length,
     to_markdown,
@@ -39,7 +40,7 @@ def run_capacity(exp: Experiment, slo_text: str, *, force: bool = False,
                              hooks=hooks, timing=timing)
     timing["wall_s"] = time.monotonic() - t0
     write_state(exp, out, timing, "complete")
-    (Path(out) / "capacity.md").write_text(to_markdown(caps, exp.axis, slo_text) + (
+    (Path(out) / "capacity.md").write_text(to_markdown(caps, exp.axis, slo_text, other_phase(caps, rows, slo)) + (
         f"\nEach capacity run lasted {'the whole trace' if duration is None else f'{duration:g} s'}: "
         f"{why}.\n"))
     write_json_atomic(Path(out) / "capacity.json", {

@@ -229,6 +229,7 @@ def test_committed_h200_sweep_frontier_flags_and_dominated_point(tmp_path: Path)
     assert ttft_cell.split(" ")[0].endswith("*")  # P99 of < 100 requests
     assert all(float(c.strip("[],*")) > 0 for c in ttft_cell.split(" ")[1:])  # never below 0
     assert "Holm-corrected across the 9 comparisons" in md
+    assert "it is not the server's capacity" in md  # session timing: offered load
     assert "server settings not recorded for standard, dedicated-decode" in md
     data = json.loads((tmp_path / "frontier.json").read_text())
     assert sum(len(p["warmup_not_steady"]) for p in data["points"]) == unsteady

@@ -148,3 +148,14 @@ def test_capacity_table_flags_contention_warmup_and_few_samples() -> None:
     row = next(ln for ln in md.splitlines() if ln.startswith("| a | 4 |"))
     assert "| 1 | 1 |" in row and "500.00*" in row and "119.7" in row
     assert "1 of 3 runs had host contention" in md
+
+
+def test_capacity_shows_the_same_load_measured_by_the_sweep_phase() -> None:
+    from agent_replay.replay.sweep.capacity import Capacity, _probe, other_phase
+
+    slo = parse_slo("p90_tps>=100")
+    rows = {(phase, "a", 8.0, r): {"status": "complete", "p90_tps": v}
+            for phase, vals in (("capacity", (119.0, 119.0)), ("sweep", (98.0, 98.0)))
+            for r, v in enumerate(vals)}
+    cap = Capacity("a", 1, [_probe(rows, "a", 8.0, slo)])
+    assert other_phase([cap], rows, slo) == ["a at 8: p90_tps 119.0 here, 98.0 in the sweep"]
