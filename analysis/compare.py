@@ -429,7 +429,7 @@ def render_compare(c: CompareResult) -> Group:
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
         if not ds:  # replicate arms: the verdicts carry the run-level intervals
             continue
-        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change",
+        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change (log ratio)",
                    title_justify="left", show_edge=False)
         for h in ("statistic", c.names[0], name, "change", "95% CI", "Holm p", "significant"):
             bt.add_column(h, justify="left" if h == "statistic" else "right")
