@@ -133,7 +133,7 @@ def warmup_line(pts: Sequence[Point]) -> str | None:
         return None
     return (f"Warm-up not reached: {len(bad)} of {total} runs never had two bursts with median "
             f"TPOT within the tolerance ({', '.join(bad)}); their figures may include the "
-            "server's warm-up (flagged per run below; 'x' in the plots).")
+            "server's warm-up (flagged per run below; hollow triangles in the plots).")
 
 
 FEW_NOTE = (f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
@@ -253,8 +253,8 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
             ax.scatter([float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5,
                        color=line.get_color())
         if cold:
-            ax.scatter([float(a) for a, _ in cold], [float(b) for _, b in cold], s=24, marker="x",
-                       alpha=0.8, color=line.get_color())
+            ax.scatter([float(a) for a, _ in cold], [float(b) for _, b in cold], s=28, marker="^",
+                       facecolors="none", edgecolors=line.get_color(), linewidths=1.0)
             flagged = True
         fr = [p for p in group if p.on_frontier.get(f"{x}:{y}")]
         ax.scatter([float(p.mean(x) or 0) for p in fr], [float(p.mean(y) or 0) for p in fr], s=80, facecolors="none",
@@ -274,7 +274,7 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     ax.set_ylabel(Y_AXES.get(y, y))
     ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
     ax.grid(alpha=0.3)
-    notes = (["x: a run whose warm-up never became steady"] if flagged else []) + (
+    notes = (["hollow triangle: a run whose warm-up never became steady"] if flagged else []) + (
         [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else [])
     if notes:
         ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
