@@ -245,3 +245,24 @@ def test_a_run_whose_warm_up_never_became_steady_says_so_in_its_report() -> None
         "10% (1.71, 2.30, 1.87, 1.60 ms)")
     assert any("warm-up not reached" in w for w in rep.warnings)
     assert build_report(runs / "r1").cold_start is None  # steady after 2 bursts
+
+
+def test_frontier_lists_the_settings_in_which_the_targets_differ(tmp_path: Path) -> None:
+    from agent_replay.replay.sweep.index import write_index
+
+    rows = [_row(t, 2, r, 50 + r, 100) | {"path": f"runs/{t}/r{r}"} for t in ("std", "mtp") for r in range(2)]
+    argv = {"std": ["vllm", "serve", "M", "--port", "1", "--max-num-seqs", "64"],
+            "mtp": ["vllm", "serve", "M", "--port", "2", "--max-num-seqs", "64",
+                    "--speculative-config", '{"method":"mtp"}']}
+    for r in rows:
+        d = tmp_path / r["path"]
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"launch": {
+            "kind": "launch", "profile": r["target"], "command": argv[r["target"]]}}))
+    write_index(tmp_path, rows)
+    (tmp_path / "sweep.json").write_text(json.dumps({"axis": "concurrent_sessions",
+                                                     "targets": [{"name": "std"}, {"name": "mtp"}]}))
+    md = build([tmp_path])["markdown"]
+    assert ("- mtp vs std: the servers differ in 2 settings: --speculative-config (unset) vs "
+            '{"method":"mtp"}; profile std vs mtp') in md
+    assert "mtp vs std at 2, p90_tps" in md  # the file's first target is the base
