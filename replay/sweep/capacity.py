@@ -151,8 +151,10 @@ def turn_period_s(trace: str) -> float | None:
 
 def run_length(exp: Experiment) -> tuple[float | None, str]:
     """The duration of a capacity run and why: for session-timed axes, ``MIN_TURNS`` turns
-    at the trace's median turn period (compressed by ``speedup``) plus the ramp, or the
-    experiment's ``duration_s`` when longer; the experiment's for requests in flight."""
+    per session at the trace's median turn period (compressed by ``speedup``) plus the ramp,
+    more turns where the fewest sessions at once would not send the requests a P90 needs
+    (``analysis.hist.min_count_for``), or the experiment's ``duration_s`` when longer; the
+    experiment's for requests in flight."""
     given = exp.run.get("duration_s")
     if exp.axis == "concurrency":
         return given, "closed loop: the experiment's duration"
@@ -160,10 +162,13 @@ def run_length(exp: Experiment) -> tuple[float | None, str]:
     if period is None:
         return given, "the trace has no session of two turns: the experiment's duration"
     speed = float(exp.run.get("speedup", 1.0))
-    need = MIN_TURNS * period / speed + float(exp.run.get("ramp_s", 1.0))
+    turns = MIN_TURNS
+    if exp.axis == "concurrent_sessions":
+        turns = max(turns, math.ceil(min_count_for(90) / min(exp.points)))
+    need = turns * period / speed + float(exp.run.get("ramp_s", 1.0))
     if given is not None and float(given) >= need:
-        return float(given), f"the experiment's duration (>= {MIN_TURNS} turns of {period / speed:.2f} s)"
-    return round(need, 1), (f"{MIN_TURNS} turns per session at the trace's median turn period "
+        return float(given), f"the experiment's duration (>= {turns} turns of {period / speed:.2f} s)"
+    return round(need, 1), (f"{turns} turns per session at the trace's median turn period "
                             f"{period:.2f} s / speedup {speed:g} + ramp")
 
 

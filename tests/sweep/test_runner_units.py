@@ -121,10 +121,15 @@ def test_capacity_needs_a_paced_axis_and_enough_turns(tmp_path: Path) -> None:
     raw = {"trace": "t.parquet", "load": {"axis": "concurrent_sessions", "points": [1, 4]},
            "run": {"speedup": 2, "duration_s": 3}, "targets": [{"sim": "fast"}]}
     exp = experiment_from_dict(raw, tmp_path / "e.toml")
-    # 5 turns x 1.75 s / speedup 2 + 1 s ramp = 5.4 s > the file's 3 s
-    assert MIN_TURNS == 5 and run_length(exp)[0] == pytest.approx(5.4)
-    exp = experiment_from_dict(raw | {"run": {"speedup": 2, "duration_s": 9}}, tmp_path / "e.toml")
-    assert run_length(exp)[0] == 9.0
+    # 1 session at the lowest point: 10 turns for a P90's 10 requests (more than 5);
+    # 10 x 1.75 s / speedup 2 + 1 s ramp = 9.75 s > the file's 3 s
+    assert MIN_TURNS == 5 and run_length(exp)[0] == pytest.approx(9.8)
+    exp = experiment_from_dict(raw | {"load": {"axis": "concurrent_sessions", "points": [4, 8]}},
+                               tmp_path / "e.toml")
+    # 4 sessions send 10 requests in 3 turns: 5 turns x 1.75 / 2 + 1 = 5.375 s
+    assert run_length(exp)[0] == pytest.approx(5.4)
+    exp = experiment_from_dict(raw | {"run": {"speedup": 2, "duration_s": 12}}, tmp_path / "e.toml")
+    assert run_length(exp)[0] == 12.0
     check_axis(exp)
     sped = experiment_from_dict(raw | {"load": {"axis": "speedup", "points": [1, 4]}, "run": {}},
                                 tmp_path / "e.toml")
