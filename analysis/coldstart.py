@@ -2,7 +2,8 @@
 not cause (JIT compilation, CUDA graph capture, an empty prefix cache), and a comparison that
 includes them can reverse its conclusion. ``cold_start`` flags a run when
 
-* nothing warmed the server before it (no ``--warmup`` window and no warm-up replay), or
+* nothing warmed the server before it (no ``--warmup`` window and no warm-up replay),
+* the sweep's warm-up replay before it never became steady (``warmup.json``), or
 * its first window is an outlier: the median TPOT of requests sent in the first
   ``WINDOW_FRACTION`` of the run (at most ``WINDOW_MAX_S``) is ``RATIO`` times the rest's.
 """
@@ -47,6 +48,25 @@ def start_outlier(per_request: pa.Table) -> str | None:
     return None
 
 
+def unsteady_warmup(path: str | os.PathLike[str]) -> str | None:
+    """Why a sweep's warm-up (its ``warmup.json``) did not leave the server warm: it never
+    had two bursts in a row with median TPOT within its tolerance. None when it did."""
+    import json
+
+    try:
+        w = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(w, dict) or w.get("steady", True):
+        return None
+    meds = [b.get("tpot_p50_ms") for b in w.get("bursts", []) if isinstance(b, dict)]
+    shown = ", ".join("-" if m is None else f"{m:.2f}" for m in meds)
+    return (f"warm-up not reached: {len(meds)} warm-up bursts never had two in a row with median "
+            f"TPOT within {100 * float((w.get('policy') or {}).get('tolerance', 0)):.0f}% "
+            f"({shown} ms): the server may not have been warm (a longer [warmup] max_bursts "
+            "or burst_s helps)")
+
+
 def cold_start(meta: Mapping[str, Any], per_request: pa.Table,
                results_dir: str | os.PathLike[str] | None = None) -> str | None:
     """Why this run's start may be cold (None: no sign of it). A sweep's warm-up replay is
@@ -57,7 +77,7 @@ def cold_start(meta: Mapping[str, Any], per_request: pa.Table,
     opts = meta.get("options") or {}
     warm_dir = None if results_dir is None else Path(results_dir).with_name(Path(results_dir).name + ".warmup")
     if warm_dir is not None and (warm_dir / "warmup.json").exists():
-        return None
+        return unsteady_warmup(warm_dir / "warmup.json")
     if not meta.get("warmup_ns") and not opts.get("warmed_up"):
         return ("no warm-up: the server may have been cold at the start (use --warmup SECONDS, "
                 "or agent-replay sweep, which warms up before each run)")

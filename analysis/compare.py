@@ -1,22 +1,30 @@
 """Comparing runs: side-by-side numbers, deltas against the first run, bootstrap confidence
-intervals on P50/P90 of TPOT, TTFT and request TPS, and a plain verdict.
+intervals on the P50/P90 of TPOT and TTFT, and a plain verdict.
+
+One test per statistic: the speed P90 TPS is 1 / P90 TPOT, so the two have one log ratio and
+one verdict ("P90 TPS (= 1 / P90 TPOT)"). Intervals are taken on the log ratio of the two
+runs' percentiles and shown as percent change, exp(log ratio) - 1: never below -100%, and
+the same interval, mirrored, for a statistic and its reciprocal. The verdicts of one table
+are Holm-corrected across all its comparisons (``analysis.replicates.holm``).
 
 The bootstrap is exact and vectorized without materializing resamples: the k-th smallest of
 n indices drawn uniformly with replacement from a sorted sample is floor(n * U_(k)), and the
 k-th order statistic U_(k) of n uniforms is Beta(k, n - k + 1). One resample's percentile is
 therefore ``sorted[floor(n * Beta(k, n - k + 1))]``: one sort per run and one Beta draw per
 resample, whatever the sample size. Resamples of the two runs are independent; the interval
-is the 2.5th-97.5th percentile of the resampled relative difference. A difference is called
-significant when that interval excludes zero. No interval is given where a side has fewer
-requests than the percentile needs (``analysis.hist.min_count_for``) or than two time blocks
-hold: a bootstrap of one or two values has no spread, and would call any change significant.
+is the 2.5th-97.5th percentile of the resampled log ratio, its p-value twice the smaller
+share of resampled log ratios on either side of zero. No interval is given where a side has
+fewer requests than the percentile needs (``analysis.hist.min_count_for``) or than two time
+blocks hold: a bootstrap of one or two values has no spread, and would call any change
+significant. With one run per side no verdict is given where either run's self-check found
+host contention: its timings carry the other processes' noise, which one run cannot measure.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,15 +35,15 @@ from rich.text import Text
 
 from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
 from agent_replay.analysis.hist import min_count_for, rank
-from agent_replay.analysis.report import Report, build_report
+from agent_replay.analysis.replicates import ALPHA, holm, holm_note
+from agent_replay.analysis.report import Report, build_report, self_check
 from agent_replay.errors import InputError
 
-# (key, label, array, percentile, higher is better)
+# (key, label, array, percentile, higher is better); a TPS entry is the speed 1 / TPOT, so
+# it stands for the TPOT percentile too: one test for a statistic and its reciprocal
 STATS: tuple[tuple[str, str, str, float, bool], ...] = (
-    ("tps_p90", "P90 TPS", "tpot", 90.0, True),
-    ("tps_p50", "median TPS", "tpot", 50.0, True),
-    ("tpot_p90", "P90 TPOT", "tpot", 90.0, False),
-    ("tpot_p50", "median TPOT", "tpot", 50.0, False),
+    ("tps_p90", "P90 TPS (= 1 / P90 TPOT)", "tpot", 90.0, True),
+    ("tps_p50", "median TPS (= 1 / median TPOT)", "tpot", 50.0, True),
     ("ttft_p90", "P90 TTFT", "ttft", 90.0, False),
     ("ttft_p50", "median TTFT", "ttft", 50.0, False),
 )
@@ -53,19 +61,25 @@ class Delta:
     ci_high: float | None
     higher_is_better: bool
     note: str | None = None  # why there is no interval
+    p: float | None = None  # bootstrap two-sided p-value of "no change"
+    p_holm: float | None = None  # ``p`` after Holm's adjustment across the table
 
     @property
     def significant(self) -> bool:
-        return self.ci_low is not None and self.ci_high is not None and (
-            self.ci_low > 0 or self.ci_high < 0)
+        q = self.p_holm if self.p_holm is not None else self.p
+        return (self.ci_low is not None and self.ci_high is not None and q is not None
+                and q < ALPHA and (self.ci_low > 0 or self.ci_high < 0))
 
     def verdict(self, name: str) -> str:
         if self.change is None or self.ci_low is None or self.ci_high is None:
             return f"{self.label}: {self.note or 'not enough data'}"
         ci = f"95% CI {100 * self.ci_low:+.1f}% to {100 * self.ci_high:+.1f}%"
-        if not self.significant:
+        if not (self.ci_low > 0 or self.ci_high < 0):
             return (f"{self.label}: inconclusive ({name} {100 * self.change:+.1f}%, {ci}: the "
                     "interval includes 0)")
+        if not self.significant:
+            return (f"{self.label}: inconclusive after the Holm correction ({name} "
+                    f"{100 * self.change:+.1f}%, {ci}, Holm p={self.p_holm:.3g})")
         if self.higher_is_better:
             word = "faster" if self.change > 0 else "slower"
             lo, hi = sorted((abs(self.ci_low), abs(self.ci_high)))
@@ -153,6 +167,10 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
         with np.errstate(divide="ignore", invalid="ignore"):
             base_v, val_v = (1e9 / va, 1e9 / vb) if tps else (va / 1e6, vb / 1e6)  # tok/s, ms
             change = va / vb - 1 if tps else vb / va - 1
+        if not (va > 0 and vb > 0):
+            out.append(Delta(key, label, None, None, None, None, None, higher,
+                             "a percentile <= 0: no ratio"))
+            continue
         need = min_interval_count(p, order is not None)
         if min(a.size, b.size) < need:
             out.append(Delta(key, label, float(base_v), float(val_v), float(change), None, None,
@@ -166,12 +184,34 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             ra = bootstrap_percentile(a, p, resamples, rng)
             rb = bootstrap_percentile(b, p, resamples, rng)
         with np.errstate(divide="ignore", invalid="ignore"):
-            reps = ra / rb - 1 if tps else rb / ra - 1
-        reps = reps[np.isfinite(reps)]
-        lo, hi = (np.percentile(reps, [a_lo, a_hi]) if reps.size else (np.nan, np.nan))
+            logs = np.log(ra / rb) if tps else np.log(rb / ra)
+        logs = logs[np.isfinite(logs)]
+        if logs.size == 0:
+            out.append(Delta(key, label, float(base_v), float(val_v), float(change), None, None,
+                             higher, "no finite resample"))
+            continue
+        lo, hi = np.expm1(np.percentile(logs, [a_lo, a_hi]))
+        pval = min(1.0, 2 * min(float(np.mean(logs <= 0)), float(np.mean(logs >= 0))))
         out.append(Delta(key, label, float(base_v), float(val_v), float(change),
-                         float(lo), float(hi), higher))
+                         float(lo), float(hi), higher, p=pval))
     return out
+
+
+def with_holm(deltas: Sequence[Sequence[Delta]]) -> list[list[Delta]]:
+    """The deltas of one table with Holm-adjusted p-values across all of them."""
+    flat = [d for ds in deltas for d in ds]
+    adj = iter(holm([d.p for d in flat]))
+    return [[replace(d, p_holm=next(adj)) for d in ds] for ds in deltas]
+
+
+def contention_note(reports: Sequence[Report], names: Sequence[str]) -> str | None:
+    """The refusal line when any of these runs' self-check found host contention."""
+    bad = [n for r, n in zip(reports, names, strict=True)
+           if self_check(r.meta, r.stats).contention]
+    if not bad:
+        return None
+    return (f"no verdict: host contention in run {', '.join(bad)}: rerun on a quiet host or "
+            "with replicates (compare A1,A2,A3 B1,B2,B3)")
 
 
 @dataclass(slots=True)
@@ -230,6 +270,14 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def server_difference_lines(metas: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+    """The table's lines on the servers' settings (``analysis.settings``): every setting in
+    which a run's server differs from the first's, or that none were recorded."""
+    from agent_replay.analysis.settings import setting_differences
+
+    return setting_differences(metas, names)
+
+
 def check_comparable(metas: Sequence[Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
     """Refuse (InputError) runs that differ in trace, model or timing options, naming what
     differs; with ``force`` the differences become warnings."""
@@ -252,17 +300,29 @@ ONE_RUN_WARNING = ("one run per side: the intervals cover the variation within e
 def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resamples: int = 1000,
                     seed: int = 0, force: bool = False) -> CompareResult:
     warnings = check_comparable([r.meta for r in reports], names, force)
+    warnings += server_difference_lines([r.meta for r in reports], names)
     base = _arrays(reports[0])
-    deltas, verdicts = [], []
-    for r, name in zip(reports[1:], names[1:], strict=True):
+    raw = []
+    for r in reports[1:]:
         other = _arrays(r)
-        ds = compare_arrays(base, other, resamples=resamples, seed=seed,
-                            order=(base["intended_ns"], other["intended_ns"]))
-        deltas.append(ds)
+        raw.append(compare_arrays(base, other, resamples=resamples, seed=seed,
+                                  order=(base["intended_ns"], other["intended_ns"])))
+    deltas = with_holm(raw)
+    verdicts = []
+    for i, (ds, r, name) in enumerate(zip(deltas, reports[1:], names[1:], strict=True)):
+        refuse = contention_note([reports[0], r], [names[0], name])
+        if refuse is not None:
+            deltas[i] = [replace(d, ci_low=None, ci_high=None, p=None, p_holm=None, note=refuse)
+                         for d in ds]
+            verdicts.append(f"{name} vs {names[0]}: {refuse}")
+            continue
         head = next(d for d in ds if d.key == "tps_p90")
         verdicts.append(head.verdict(name) if head.significant else
                         f"{name} vs {names[0]}: " + head.verdict(name))
         verdicts += [d.verdict(name) for d in ds if d.key != "tps_p90" and d.significant]
+    n_tests = sum(1 for ds in deltas for d in ds if d.p is not None)
+    if n_tests:
+        verdicts.append(holm_note(n_tests))
     warnings.append(ONE_RUN_WARNING)
     for r, name in zip(reports, names, strict=True):
         warnings += [f"{name}: {w}" for w in r.warnings]
@@ -284,6 +344,14 @@ ARM_FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("ttft_p99_ms", "TTFT P99", False), ("tpot_p90_ms", "TPOT P90", False),
     ("output_tps", "output tok/s", True),
 )
+"""Each arm's figures, side by side (geometric means of its runs)."""
+ARM_TESTS: tuple[tuple[str, str, bool], ...] = (
+    ("p90_tps", "P90 TPS (= 1 / P90 TPOT)", True), ("median_tps", "median TPS (= 1 / median TPOT)", True),
+    ("interactivity", "interactivity", True), ("ttft_p90_ms", "TTFT P90", False),
+    ("ttft_p99_ms", "TTFT P99", False), ("output_tps", "output tok/s", True),
+)
+"""The figures tested between arms: one test per statistic (TPOT P90 is P90 TPS's
+reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,
@@ -291,29 +359,39 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
     each arm against the first with a run-level Student-t interval (paired by position when
     the arms have as many runs, as ``sweep`` makes them); "inconclusive" when it includes 0."""
-    from agent_replay.analysis.points import point_metrics
-    from agent_replay.analysis.replicates import paired_ci, verdict
+    from agent_replay.analysis.hist import FEW
+    from agent_replay.analysis.points import point_metrics, too_few
+    from agent_replay.analysis.replicates import adjust, mean_ci, ratio_ci, verdict
 
     reports = [[build_report(d) for d in arm] for arm in arms]
     flat = [r for arm in reports for r in arm]
     warnings = check_comparable([r.meta for r in flat],
                                 [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
                                 force)
+    warnings += server_difference_lines([arm[0].meta for arm in reports], names)
     figs = [[point_metrics(r, gpus=1) for r in arm] for arm in reports]
     side = []
-    for arm, rows in zip(names, figs, strict=True):
+    for rows in figs:
         d: dict[str, Any] = {"runs": len(rows)}
         for key, label, _ in ARM_FIGURES:
-            vals = [r[key] for r in rows if r.get(key) is not None]
-            d[f"{label} (mean)"] = float(np.mean(vals)) if vals else None
+            few = FEW if any(too_few(r, key) for r in rows) else ""
+            d[f"{label}{few} (geometric mean)"] = mean_ci([r.get(key) for r in rows]).estimate
         side.append(d)
-        del arm
-    verdicts = []
+    tests = []
     for name, rows in zip(names[1:], figs[1:], strict=True):
-        for key, label, hib in ARM_FIGURES:
-            ci = paired_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
-                           paired=paired and len(rows) == len(figs[0]))
-            verdicts.append(verdict(f"{name} vs {names[0]}, {label}", ci, hib))
+        for key, label, hib in ARM_TESTS:
+            ci = ratio_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
+                          paired=paired and len(rows) == len(figs[0]))
+            few = FEW if any(too_few(r, key) for r in figs[0] + rows) else ""
+            tests.append((f"{name} vs {names[0]}, {label}{few}", ci, hib))
+    adjusted = adjust([ci for _, ci, _ in tests])
+    verdicts = [verdict(label, ci, hib) for (label, _, hib), ci in zip(tests, adjusted, strict=True)]
+    n = sum(1 for c in adjusted if c.p is not None)
+    if n:
+        verdicts.append(holm_note(n))
+    if any(too_few(r, key) for rows in figs for r in rows for key, _, _ in ARM_FIGURES):
+        warnings.append(f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
+                        f"{min_count_for(90)}, P99 >= {min_count_for(99)})")
     if any(len(a) < 2 for a in arms):
         warnings.append("an arm has a single run: no run-to-run interval for it")
     return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
@@ -351,15 +429,16 @@ def render_compare(c: CompareResult) -> Group:
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
         if not ds:  # replicate arms: the verdicts carry the run-level intervals
             continue
-        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change",
+        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change (log ratio)",
                    title_justify="left", show_edge=False)
-        for h in ("statistic", c.names[0], name, "change", "95% CI", "significant"):
+        for h in ("statistic", c.names[0], name, "change", "95% CI", "Holm p", "significant"):
             bt.add_column(h, justify="left" if h == "statistic" else "right")
         for d in ds:
             bt.add_row(d.label, _fmt(d.base), _fmt(d.value),
                        "-" if d.change is None else f"{100 * d.change:+.1f}%",
                        "-" if d.ci_low is None or d.ci_high is None
                        else f"{100 * d.ci_low:+.1f}% .. {100 * d.ci_high:+.1f}%",
+                       "-" if d.p_holm is None else f"{d.p_holm:.3g}",
                        "yes" if d.significant else "no")
         parts.append(bt)
     parts.append(Text("TPS values in tok/s, TPOT/TTFT in ms; TPS change = ratio of speeds.",

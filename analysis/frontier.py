@@ -18,11 +18,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from agent_replay.analysis.replicates import Interval, mean_ci, paired_ci, verdict
+from agent_replay.analysis.hist import FEW, min_count_for
+from agent_replay.analysis.points import too_few
+from agent_replay.analysis.replicates import Interval, adjust, holm_note, mean_ci, ratio_ci, verdict
 from agent_replay.errors import InputError
 
 X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
 Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}
+OFFERED = ("concurrent_sessions", "rate", "speedup")
+"""Load axes whose throughput is the offered load's (session timing), not a capacity."""
 ENERGY = "j_per_output_token"
 """The second y-axis of the frontier (from ``analysis.gpu_energy.point_figures``)."""
 
@@ -39,6 +43,14 @@ class Point:
 
     def mean(self, key: str) -> float | None:
         return self.ci[key].estimate if key in self.ci else mean_ci([r.get(key) for r in self.runs]).estimate
+
+    def unsteady(self) -> list[int]:
+        """Repeats whose warm-up never became steady (``warmup_steady`` false)."""
+        return [int(r["repeat"]) for r in self.runs if r.get("warmup_steady") is False]
+
+    def few(self, key: str) -> list[int]:
+        """Repeats whose ``key`` is a percentile of too few samples (``points.too_few``)."""
+        return [int(r["repeat"]) for r in self.runs if too_few(r, key)]
 
 
 SUMMARY_KEYS = ("p90_tps", "median_tps", "interactivity", "ttft_p99_ms", "tpot_p90_ms",
@@ -100,12 +112,33 @@ def _f(v: float | None, digits: int = 1) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
 
 
-def _ci(i: Interval, digits: int = 1) -> str:
+def _ci(i: Interval, digits: int = 1, few: bool = False) -> str:
+    mark = FEW if few else ""
     if i.estimate is None:
         return "-"
     if i.low is None or i.high is None:
-        return f"{_f(i.estimate, digits)} (n={i.n})"
-    return f"{_f(i.estimate, digits)} [{_f(i.low, digits)}, {_f(i.high, digits)}]"
+        return f"{_f(i.estimate, digits)}{mark} (n={i.n})"
+    return f"{_f(i.estimate, digits)}{mark} [{_f(i.low, digits)}, {_f(i.high, digits)}]"
+
+
+def _cell(p: Point, key: str, digits: int = 1) -> str:
+    return _ci(p.ci[key], digits, few=bool(p.few(key)))
+
+
+def warmup_line(pts: Sequence[Point]) -> str | None:
+    """The runs whose warm-up never became steady, counted and named; None when none."""
+    bad = [f"{p.target} {p.point:g} r{r}" for p in pts for r in p.unsteady()]
+    total = sum(len(p.runs) for p in pts)
+    if not bad:
+        return None
+    return (f"Warm-up not reached: {len(bad)} of {total} runs never had two bursts with median "
+            f"TPOT within the tolerance ({', '.join(bad)}); their figures may include the "
+            "server's warm-up (flagged per run below; hollow triangles in the plots).")
+
+
+FEW_NOTE = (f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
+            f"{min_count_for(90)}, P99 >= {min_count_for(99)}): at that count the P99 is the "
+            "run's maximum or next to it.")
 
 
 def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu") -> str:
@@ -117,7 +150,8 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
     head = ["sweep", "target", axis, "runs", "P90 TPS", "interactivity", "output tok/s/GPU",
             "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h",
             *(["J/output token"] if energy else []), "frontier", "failed / flagged"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [w + "\n" for w in [warmup_line(pts)] if w]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in pts:
         fr = []
         if p.on_frontier.get(f"{x}:{y}"):
@@ -126,19 +160,25 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
             fr.append("interactivity")
         failed = "; ".join([f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
                            + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
-                           + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")])
+                           + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")]
+                           + [f"r{r} warm-up not steady" for r in p.unsteady()])
         lines.append("| " + " | ".join([
-            p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _ci(p.ci["p90_tps"]),
-            _ci(p.ci["interactivity"]), _ci(p.ci["output_tps_per_gpu"], 0),
-            _ci(p.ci["total_tps_per_gpu"], 0), _ci(p.ci["ttft_p99_ms"]),
+            p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _cell(p, "p90_tps"),
+            _cell(p, "interactivity"), _ci(p.ci["output_tps_per_gpu"], 0),
+            _ci(p.ci["total_tps_per_gpu"], 0), _cell(p, "ttft_p99_ms"),
             _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
             *([_ci(p.ci[ENERGY], 3)] if energy else []), "* " + ", ".join(fr) if fr else "", failed or ""]) + " |")
     lines.append("")
-    lines.append("Means over replicate runs with 95% Student-t intervals [low, high]; '*' marks "
-                 "a point no other point of the same target beats on both per-user speed and "
-                 "throughput per GPU."
+    lines.append("Geometric means over replicate runs with 95% Student-t intervals on the log "
+                 "scale [low, high]; the frontier column marks a point no other point of the "
+                 "same target beats on both per-user speed and throughput per GPU (means). "
+                 + FEW_NOTE
                  + (" J/output token: GPU energy over the measured window (every sampled GPU) "
-                    "per output token; '-' for runs without GPU telemetry." if energy else ""))
+                    "per output token; '-' for runs without GPU telemetry." if energy else "")
+                 + (" Throughput here is what the offered load drew over a fixed run length: "
+                    "with think times the server idles between turns, and a slower target "
+                    "finishes fewer turns in the same time; it is not the server's capacity "
+                    "(agent-replay sweep --find-capacity)." if axis in OFFERED else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -148,16 +188,19 @@ def has_energy(pts: Sequence[Point]) -> bool:
 
 
 def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = (
-        ("p90_tps", True), ("output_tps_per_gpu", True), ("ttft_p99_ms", False))) -> list[str]:
-    """Each target against the first at every shared point: paired by repeat, run-level
-    intervals, "inconclusive" when they include 0."""
-    targets = sorted({p.target for p in pts}, key=lambda t: min(
+        ("p90_tps", True), ("output_tps_per_gpu", True), ("ttft_p99_ms", False)),
+        order: Sequence[str] = ()) -> list[str]:
+    """Each target against the first (``order``: the experiment's target names; else the
+    earliest run) at every shared point: paired by repeat, intervals on the log ratio, one
+    test per statistic, Holm-corrected across all of them (the last line says so)."""
+    known = [t for t in order if any(p.target == t for p in pts)]
+    targets = known + sorted({p.target for p in pts} - set(known), key=lambda t: min(
         (r.get("order", 0) for p in pts if p.target == t for r in p.runs), default=0))
     if len(targets) < 2:
         return []
     base = targets[0]
     by = {(p.target, p.point): p for p in pts}
-    out = []
+    tests: list[tuple[str, Interval, bool]] = []
     for t in targets[1:]:
         for pt in sorted({p.point for p in pts}):
             a, b = by.get((base, pt)), by.get((t, pt))
@@ -167,10 +210,13 @@ def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = (
             rb = {int(r["repeat"]): r for r in b.runs}
             reps = sorted(set(ra) | set(rb))
             for m, hib in metrics:
-                ci = paired_ci([ra[i].get(m) if i in ra else None for i in reps],
-                               [rb[i].get(m) if i in rb else None for i in reps])
-                out.append(verdict(f"{t} vs {base} at {pt:g}, {m}", ci, hib))
-    return out
+                ci = ratio_ci([ra[i].get(m) if i in ra else None for i in reps],
+                              [rb[i].get(m) if i in rb else None for i in reps])
+                few = FEW if a.few(m) or b.few(m) else ""
+                tests.append((f"{t} vs {base} at {pt:g}, {m}{few}", ci, hib))
+    adjusted = adjust([ci for _, ci, _ in tests])
+    out = [verdict(label, ci, hib) for (label, _, hib), ci in zip(tests, adjusted, strict=True)]
+    return out + [holm_note(sum(1 for c in adjusted if c.p is not None))]
 
 
 def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
@@ -194,23 +240,28 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     by: dict[tuple[str, str], list[Point]] = {}
     for p in pts:
         by.setdefault((p.sweep, p.target), []).append(p)
+    flagged = False
     for (sweep, target), group in by.items():
         name = f"{sweep}:{target}" if sweep else target
-        xs = [r.get(x) for p in group for r in p.runs]
-        ys = [r.get(y) for p in group for r in p.runs]
-        keep = [(a, b) for a, b in zip(xs, ys, strict=True) if a is not None and b is not None]
+        runs = [r for p in group for r in p.runs if r.get(x) is not None and r.get(y) is not None]
+        keep = [(r[x], r[y]) for r in runs if r.get("warmup_steady") is not False]
+        cold = [(r[x], r[y]) for r in runs if r.get("warmup_steady") is False]
         means = [(float(mx), float(my)) for mx, my in ((p.mean(x), p.mean(y)) for p in group)
                  if mx is not None and my is not None]
         line = ax.plot([a for a, _ in means], [b for _, b in means], "-", label=name)[0]
         if keep:
             ax.scatter([float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5,
                        color=line.get_color())
+        if cold:
+            ax.scatter([float(a) for a, _ in cold], [float(b) for _, b in cold], s=28, marker="^",
+                       facecolors="none", edgecolors=line.get_color(), linewidths=1.0)
+            flagged = True
         fr = [p for p in group if p.on_frontier.get(f"{x}:{y}")]
         ax.scatter([float(p.mean(x) or 0) for p in fr], [float(p.mean(y) or 0) for p in fr], s=80, facecolors="none",
                    edgecolors=line.get_color(), linewidths=1.5)
         for p in group:
             if p.mean(x) is not None and p.mean(y) is not None:
-                ax.annotate(f"{p.point:g}", (p.mean(x), p.mean(y)), fontsize=7,
+                ax.annotate(f"{p.point:g}" + (FEW if p.few(x) else ""), (p.mean(x), p.mean(y)), fontsize=7,
                             textcoords="offset points", xytext=(3, 3))
         if ax2 is not None:
             energy = [(float(mx), float(me)) for mx, me in ((p.mean(x), p.mean(ENERGY)) for p in group)
@@ -223,6 +274,10 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     ax.set_ylabel(Y_AXES.get(y, y))
     ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
     ax.grid(alpha=0.3)
+    notes = (["hollow triangle: a run whose warm-up never became steady"] if flagged else []) + (
+        [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else [])
+    if notes:
+        ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
     handles, labels = ax.get_legend_handles_labels()
     if ax2 is not None:
         ax2.set_ylabel("joules per output token (dashed)")
@@ -240,6 +295,31 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     return dest
 
 
+def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point],
+                    order: Sequence[str]) -> list[str]:
+    """What the targets' servers differ in (``analysis.settings``), from the run.json of
+    each target's first complete run."""
+    from agent_replay.analysis.settings import setting_differences
+
+    metas, names = [], []
+    roots = {("" if len(sweeps) == 1 else os.path.basename(os.path.normpath(str(s))) or str(s)): Path(s)
+             for s in sweeps}
+    seen = set()
+    ranked = sorted(pts, key=lambda p: (p.sweep, order.index(p.target) if p.target in order else len(order)))
+    for p in ranked:
+        name = f"{p.sweep}:{p.target}" if p.sweep else p.target
+        if name in seen:
+            continue
+        for r in p.runs:
+            f = roots[p.sweep] / str(r.get("path")) / "run.json"
+            if r.get("path") and f.exists():
+                metas.append(json.loads(f.read_text()))
+                names.append(name)
+                seen.add(name)
+                break
+    return setting_differences(metas, names) if len(metas) > 1 else []
+
+
 def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
           ) -> dict[str, Any]:
     """Rebuild the frontier files of one or several sweep trees (overlaid): frontier.md,
@@ -247,17 +327,24 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
     sweep's folder."""
     pts: list[Point] = []
     axis = "load"
+    order: list[str] = []
     for s in sweeps:
         meta, rows = read_sweep(s)
         axis = meta.get("axis", axis)
+        order += [str(t.get("name")) for t in meta.get("targets", []) if isinstance(t, dict)]
         name = "" if len(sweeps) == 1 else (os.path.basename(os.path.normpath(str(s))) or str(s))
         pts += points(rows, name)
     dest = Path(out_dir or sweeps[0])
     dest.mkdir(parents=True, exist_ok=True)
     md = to_markdown(pts, axis)
-    cmp = comparisons(pts)
-    text = md + ("\n## Paired comparisons (run-level 95% intervals)\n\n" + "\n".join(f"- {c}" for c in cmp) + "\n"
-                 if cmp else "")
+    cmp = comparisons(pts, order=order)
+    diffs = target_settings(sweeps, pts, order)
+    if diffs:
+        md = ("Targets' server settings (run.json): a comparison means what its target names "
+              "say only where the servers differ in nothing else.\n\n"
+              + "\n".join(f"- {d}" for d in diffs) + "\n\n" + md)
+    text = md + ("\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
+                 + "\n".join(f"- {c}" for c in cmp[:-1]) + f"\n\n{cmp[-1]}\n" if cmp else "")
     (dest / "frontier.md").write_text(text)
     files = [dest / "frontier.md"]
     for x in X_AXES:
@@ -269,9 +356,12 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
     data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
              "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
                         for r in p.failed],
-             "on_frontier": p.on_frontier,
+             "on_frontier": p.on_frontier, "warmup_not_steady": p.unsteady(),
+             "too_few_samples": {k: p.few(k) for k in ("p90_tps", "interactivity", "ttft_p99_ms")
+                                 if p.few(k)},
              "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
                          for k, v in p.ci.items()}} for p in pts]
-    (dest / "frontier.json").write_text(json.dumps({"points": data, "comparisons": cmp}, indent=2) + "\n")
+    (dest / "frontier.json").write_text(json.dumps({"points": data, "comparisons": cmp,
+                                                    "server_settings": diffs}, indent=2) + "\n")
     files.append(dest / "frontier.json")
     return {"points": pts, "markdown": text, "files": files, "comparisons": cmp}

@@ -36,6 +36,10 @@ RECORD_BLOCK = 1 << 16
 """Values per step of ``Hist.record_many``."""
 
 
+FEW = "*"
+"""The mark of a percentile over fewer samples than ``min_count_for`` asks, everywhere."""
+
+
 def min_count_for(p: float) -> int:
     """Samples a percentile needs to mean anything: P50 needs 2, P90 10, P99 100, P99.9 1000."""
     if p >= 100.0:

@@ -15,6 +15,7 @@ import numpy as np
 from agent_replay.analysis.definitions import METRICS, SPEEDS, headline_figures, speeds
 from agent_replay.analysis.gpu_energy import POINT_FIELDS as ENERGY_FIELDS
 from agent_replay.analysis.gpu_energy import point_figures
+from agent_replay.analysis.hist import min_count_for
 from agent_replay.analysis.metrics import NS
 from agent_replay.analysis.report import Report
 
@@ -26,9 +27,38 @@ POINT_FIELDS: tuple[tuple[str, str], ...] = (
     ("output_tps_per_gpu", "tok/s/GPU"), ("total_tps_per_gpu", "tok/s/GPU"),
     ("usd_per_m_output", "USD"), ("usd_per_m_total", "USD"), ("revenue_per_gpu_hour", "USD"),
     *ENERGY_FIELDS,
+    *((f"{k}_n", "samples") for k in ("ttft", "tpot", "e2e", "e2e_per_token", "itl", "schedule_lag")),
 )
 """The per-run figures of a sweep's index table, with their units (the energy figures None
-when the run has no GPU telemetry)."""
+when the run has no GPU telemetry), and the sample counts behind its percentiles."""
+
+_SPEED_PCT = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0}
+
+
+def basis(key: str) -> tuple[str, float] | None:
+    """The (metric, percentile) behind a percentile figure of the index (``p90_tps`` is the
+    P90 of TPOT, ``ttft_p99_ms`` the P99 of TTFT); None for other figures."""
+    src = {k: s for k, _, s, _ in SPEEDS}
+    if key in src:
+        return src[key], _SPEED_PCT[key]
+    for m in METRICS:
+        for p in m.headline:
+            if key == f"{m.key}_p{p:g}_ms":
+                return m.key, p
+    return None
+
+
+def too_few(row: Mapping[str, Any], key: str) -> bool:
+    """True when the figure ``key`` of a run is a percentile of fewer samples than it needs
+    (``analysis.hist.min_count_for``: P90 10, P99 100): the report's ``*`` rule. A run
+    indexed without counts falls back to its successful requests for per-request metrics."""
+    b = basis(key)
+    if b is None or row.get(key) is None:
+        return False
+    n = row.get(f"{b[0]}_n")
+    if n is None and b[0] in ("ttft", "e2e", "e2e_per_token", "tpot"):
+        n = row.get("requests_ok")
+    return n is not None and int(n) < min_count_for(b[1])
 
 
 def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = None) -> dict[str, Any]:
@@ -51,6 +81,8 @@ def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = No
         "usd_per_m_output": None, "usd_per_m_total": None,
         "revenue_per_gpu_hour": (st.economics or {}).get("usd_per_gpu_hour"),
         **point_figures(report.gpu),
+        **{f: lat[f.removesuffix("_n")].count for f, unit in POINT_FIELDS
+           if unit == "samples" and f.removesuffix("_n") in lat},
     }
     if usd_per_gpu_hour is not None:
         per_hour = usd_per_gpu_hour * gpus

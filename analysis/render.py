@@ -19,13 +19,12 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
-from agent_replay.analysis.hist import PERCENTILES, Summary, min_count_for
+from agent_replay.analysis.hist import FEW, PERCENTILES, Summary, min_count_for
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.runstats import PER_TOKEN_METRICS
 
 LATENCY_ROWS = tuple((d.key, d.label) for d in METRICS)
 """The latency table's rows: the definitions table (``analysis.definitions``), in order."""
-FEW = "*"
 SESSIONS_SHOWN = 10
 
 

@@ -3,11 +3,27 @@
 ``parse_slo('p90_tps>=20,ttft_p99<=2s')``: terms over the index table's per-run figures
 (``analysis.points.POINT_FIELDS``); a latency term (``ttft_p99``, ``tpot_p90``, ...) takes
 a duration (bare numbers are ms). A load point meets the SLO when the mean of its replicate
-runs meets every term. ``find_capacity`` bisects the load axis for every target in lock
-step (each step's runs interleaved in a seeded random order), between the experiment's
-smallest and largest points, until adjacent probes are one session apart (integer axes) or
-5% apart. The answer comes with its uncertainty: the bracket [highest passing probe, lowest
-failing probe) and the range where the replicate runs disagreed (some passed, some not).
+runs (``analysis.replicates.mean_ci``) meets every term and none failed.
+
+Capacity means the server, not the trace's idle time, set the limit, so the search:
+
+* runs only on a load the server paces: sessions at once (each session's turns back to
+  back but for their think times), requests in flight (closed loop) or session arrivals
+  per second; not ``speedup``, where the trace's own timing sets the load;
+* makes each run long enough for ``MIN_TURNS`` turns per session at the trace's median
+  turn period (``run_length``), or the experiment's ``duration_s`` when that is longer;
+* raises the top of the range (doubling, ``expand`` times at most) while the highest probe
+  still meets the SLO, so that the answer is a load that fails, not the end of the file's
+  range;
+* bisects between the highest passing and the lowest failing probe for every target in
+  lock step (each step's runs interleaved, targets in a rotated order), until adjacent
+  probes are one apart (integer axes) or 5% apart;
+* runs the bracket's two ends again (``repeats`` more runs each) and widens the bracket by
+  the run-to-run spread: a load surely meets when the 95% interval of every term's mean is
+  on the right side of its bound, surely fails when one term's is wholly on the wrong side.
+
+The answer holds for the host's load during the search: the runs with host contention are
+counted beside it.
 """
 
 from __future__ import annotations
@@ -20,11 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.points import POINT_FIELDS
+from agent_replay.analysis.hist import FEW, min_count_for
+from agent_replay.analysis.points import POINT_FIELDS, too_few
+from agent_replay.analysis.replicates import mean_ci
 from agent_replay.errors import InputError
 from agent_replay.replay.plan import stable_hash
 from agent_replay.replay.sweep.experiment import INTEGER_AXES, Experiment
-from agent_replay.replay.sweep.runner import Reporter, RunHook, Slot, execute
+from agent_replay.replay.sweep.runner import Reporter, RunHook, Slot, execute, target_order
 from agent_replay.replay.sweep.targets import Servers
 
 _TERM = re.compile(r"^\s*([a-z0-9_]+)\s*(>=|<=)\s*([0-9.eE+-]+)\s*([a-z]*)\s*$")
@@ -73,15 +91,85 @@ def parse_slo(text: str) -> tuple[Term, ...]:
 
 
 def meets(runs: Sequence[Mapping[str, Any]], slo: Sequence[Term]) -> bool:
-    """The mean over ``runs`` meets every term (no complete run: it does not)."""
+    """The mean over ``runs`` (``mean_ci``'s estimate) meets every term (no complete run:
+    it does not)."""
     if not runs:
         return False
     for t in slo:
         vals = [r.get(t.column) for r in runs]
         clean = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
-        if len(clean) < len(vals) or not t.ok(float(np.mean(clean)) if clean else None):
+        if len(clean) < len(vals) or not t.ok(mean_ci(clean).estimate if clean else None):
             return False
     return True
+
+
+def surely(runs: Sequence[Mapping[str, Any]], slo: Sequence[Term]) -> str:
+    """``meets`` when the 95% interval of every term's mean is on the right side of its bound,
+    ``fails`` when some term's interval is wholly on the wrong side (or a run failed),
+    ``uncertain`` otherwise (also with fewer than two runs: no interval)."""
+    if not runs:
+        return "fails"
+    all_in = True
+    for t in slo:
+        vals = [r.get(t.column) for r in runs]
+        clean = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
+        if len(clean) < len(vals):
+            return "fails"
+        ci = mean_ci(clean)
+        if ci.low is None or ci.high is None:
+            all_in = False
+            continue
+        worst, best = (ci.low, ci.high) if t.op == ">=" else (ci.high, ci.low)
+        if not t.ok(best):
+            return "fails"
+        all_in &= t.ok(worst)
+    return "meets" if all_in else "uncertain"
+
+
+MIN_TURNS = 5
+"""Turns per session a capacity run lasts at least (``run_length``)."""
+
+
+def turn_period_s(trace: str) -> float | None:
+    """The trace's median time from one turn's send to the next one's in the same session
+    (intended, trace time), over sessions of two or more turns; None when there are none."""
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(trace, columns=["session_id", "arrival_ns"])
+    except (OSError, ValueError, KeyError):
+        return None
+    sid = np.asarray(t.column("session_id").to_pylist(), dtype=object)
+    arr = np.asarray(t.column("arrival_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    periods = []
+    for s in set(sid.tolist()):
+        a = np.sort(arr[sid == s])
+        if a.size >= 2 and a[-1] > a[0]:
+            periods.append((a[-1] - a[0]) / (a.size - 1) / 1e9)
+    return float(np.median(periods)) if periods else None
+
+
+def run_length(exp: Experiment) -> tuple[float | None, str]:
+    """The duration of a capacity run and why: for session-timed axes, ``MIN_TURNS`` turns
+    per session at the trace's median turn period (compressed by ``speedup``) plus the ramp,
+    more turns where the fewest sessions at once would not send the requests a P90 needs
+    (``analysis.hist.min_count_for``), or the experiment's ``duration_s`` when longer; the
+    experiment's for requests in flight."""
+    given = exp.run.get("duration_s")
+    if exp.axis == "concurrency":
+        return given, "closed loop: the experiment's duration"
+    period = turn_period_s(exp.trace)
+    if period is None:
+        return given, "the trace has no session of two turns: the experiment's duration"
+    speed = float(exp.run.get("speedup", 1.0))
+    turns = MIN_TURNS
+    if exp.axis == "concurrent_sessions":
+        turns = max(turns, math.ceil(min_count_for(90) / min(exp.points)))
+    need = turns * period / speed + float(exp.run.get("ramp_s", 1.0))
+    if given is not None and float(given) >= need:
+        return float(given), f"the experiment's duration (>= {turns} turns of {period / speed:.2f} s)"
+    return round(need, 1), (f"{turns} turns per session at the trace's median turn period "
+                            f"{period:.2f} s / speedup {speed:g} + ramp")
 
 
 @dataclass
@@ -91,6 +179,16 @@ class Probe:
     passed_runs: int
     meets: bool
     means: dict[str, float | None]
+    sure: str = "uncertain"
+    """``surely``: meets, fails or uncertain given the run-to-run spread."""
+    unreachable: int = 0
+    """Runs whose load generator could not hold the load."""
+    contended: int = 0
+    """Runs with host contention."""
+    unsteady: int = 0
+    """Runs whose warm-up never became steady."""
+    few: tuple[str, ...] = ()
+    """SLO figures that are, in some run, a percentile of too few samples."""
 
 
 @dataclass
@@ -107,6 +205,11 @@ class Capacity:
     interval: tuple[float | None, float | None] = (None, None)
     """The uncertainty: the highest probe where every run met the SLO, and the highest
     where at least one did (single runs put the capacity anywhere between)."""
+    spread: tuple[float | None, float | None] = (None, None)
+    """The bracket widened by the run-to-run spread: the highest probe that surely meets
+    the SLO (none below it surely fails) and the lowest above it that surely fails."""
+    client_limit: bool = False
+    """The lowest failing probe was one the load generator could not hold."""
 
     def line(self, axis: str) -> str:
         per = "" if self.capacity is None else f" = {self.capacity / self.gpus:g} per GPU"
@@ -117,6 +220,15 @@ class Capacity:
         else:
             head = (f"{self.target}: capacity {self.capacity:g}{per} ({axis}; between {self.capacity:g} "
                     f"and {self.first_fail:g})")
+        slo_, shi = self.spread
+        if self.capacity is not None and (slo_, shi) != (self.capacity, self.first_fail):
+            top = max((p.point for p in self.probes), default=None)
+            head += (f"; with the run-to-run spread: {'none' if slo_ is None else f'{slo_:g}'} to "
+                     + (f"{shi:g}" if shi is not None else f"beyond the highest probe ({top:g})"
+                        if top is not None else "-"))
+        if self.client_limit:
+            head += ("; the first failing load was one the load generator could not hold: "
+                     "this is the client's limit, not the server's (use more --workers)")
         lo, hi = self.interval
         if lo != hi or self.disagree is not None:
             head += (f"; uncertainty {'-' if lo is None else f'{lo:g}'} to "
@@ -141,71 +253,194 @@ def _next(lo: float | None, hi: float | None, integer: bool) -> float | None:
     return math.sqrt(lo * hi) if hi / lo - 1 > 0.05 else None
 
 
+CAPACITY_AXES = ("concurrent_sessions", "concurrency", "rate")
+"""Load axes the server paces (closed loop or arrival rate)."""
+
+
+def check_axis(exp: Experiment) -> None:
+    if exp.axis not in CAPACITY_AXES:
+        raise InputError(f"{exp.path}: --find-capacity needs a load the server paces: [load] axis "
+                         f"concurrent_sessions, concurrency (closed loop) or rate, not {exp.axis!r} "
+                         "(the trace's own timing sets that load, so meeting an SLO there says "
+                         "nothing of how much more the server could take)")
+
+
+def _probe(rows: Mapping[tuple[Any, ...], Mapping[str, Any]], target: str, pt: float,
+           slo: Sequence[Term]) -> Probe:
+    runs = [r for k, r in rows.items() if k[0] == "capacity" and k[1] == target and k[2] == pt]
+    good = [r for r in runs if r["status"] == "complete"]
+    passed = sum(1 for r in good if meets([r], slo))
+    ok = meets(good, slo) and len(good) == len(runs)
+    sure = surely(good, slo) if len(good) == len(runs) else "fails"
+    return Probe(pt, len(runs), passed, ok, {t.column: _mean([r.get(t.column) for r in good]) for t in slo},
+                 sure, sum(1 for r in runs if r["status"] == "unreachable"),
+                 sum(1 for r in runs if r.get("machine_contention")),
+                 sum(1 for r in runs if r.get("warmup_steady") is False),
+                 tuple(t.column for t in slo if any(too_few(r, t.column) for r in good)))
+
+
 def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any, ...], dict[str, Any]],
                   out: Any, servers: Servers, progress: Reporter | None = None,
                   hooks: Sequence[RunHook] = (), timing: dict[str, float] | None = None,
-                  max_steps: int = 12) -> list[Capacity]:
+                  max_steps: int = 12, expand: int = 3, rounds: int = 3) -> list[Capacity]:
+    check_axis(exp)
     integer = exp.axis in INTEGER_AXES
     lo0, hi0 = min(exp.points), max(exp.points)
     caps = [Capacity(t.name, t.gpus) for t in exp.targets]
     want: dict[int, list[float]] = {i: [lo0, hi0] if hi0 > lo0 else [lo0] for i in range(len(caps))}
+    reps: dict[tuple[int, float], range] = {}
     order = 10_000
-    for step in range(max_steps):
-        jobs = [(r, i, pt) for i, pts in want.items() for pt in pts for r in range(exp.repeats)]
-        if not jobs:
-            break
+    grown = [0] * len(caps)
+    confirmed: set[tuple[int, float]] = set()
+
+    def run_step(step: int, jobs: list[tuple[int, int, float]]) -> None:
+        nonlocal order
         rng = np.random.default_rng([exp.seed, step, stable_hash("capacity") & 0xFFFFFFFF])
-        # repeat-major, targets and points shuffled within a repeat
+        # repeat-major; targets in the balanced (rotated) order, points shuffled per target
+        base = rng.permutation(len(caps)).tolist()
         slots = []
-        for r in range(exp.repeats):
-            these = [j for j in jobs if j[0] == r]
-            for k in rng.permutation(len(these)).tolist():
-                _, i, pt = these[k]
-                slots.append(Slot(order, r, i, pt, "capacity"))
-                order += 1
+        for r in sorted({j[0] for j in jobs}):
+            for i in target_order(base, r + step):
+                mine = [pt for rr, ii, pt in jobs if rr == r and ii == i]
+                for k in rng.permutation(len(mine)).tolist():
+                    slots.append(Slot(order, r, i, mine[k], "capacity"))
+                    order += 1
         if not execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing):
             raise KeyboardInterrupt
-        for i, pts in want.items():
-            for pt in pts:
-                runs = [rows[k] for k in rows if k[0] == "capacity" and k[1] == caps[i].target and k[2] == pt]
-                good = [r for r in runs if r["status"] == "complete"]
-                passed = sum(1 for r in good if meets([r], slo))
-                caps[i].probes.append(Probe(pt, len(runs), passed, meets(good, slo) and len(good) == len(runs),
-                                            {t.column: _mean([r.get(t.column) for r in good]) for t in slo}))
-        want = {}
+
+    def refresh(i: int) -> None:
+        caps[i].probes = [_probe(rows, caps[i].target, pt, slo) for pt in sorted({
+            p for (ii, p) in reps if ii == i})]
+
+    step = 0
+    for _ in range(rounds):
+        while step < max_steps + expand:
+            jobs = [(r, i, pt) for i, pts in want.items() for pt in pts for r in range(exp.repeats)]
+            if not jobs:
+                break
+            for i, pts in want.items():
+                for pt in pts:
+                    reps[(i, pt)] = range(exp.repeats)
+            run_step(step, jobs)
+            step += 1
+            want = {}
+            for i, c in enumerate(caps):
+                refresh(i)
+                lo, hi = _state(c.probes)
+                top = max(p.point for p in c.probes)
+                if hi is None and lo == top and grown[i] < expand:
+                    # still meets at the top: the server is not yet the limit there
+                    grown[i] += 1
+                    want[i] = [float(int(top) * 2) if integer else top * 2]
+                    continue
+                nxt = _next(lo, hi, integer)
+                if nxt is not None and all(p.point != nxt for p in c.probes):
+                    want[i] = [nxt]
+        # the bracket's ends again (repeats more runs each); where that moves the bracket,
+        # bisect the new one
+        again = []
+        before = [_state(c.probes) for c in caps]
+        for i in range(len(caps)):
+            for end in before[i]:
+                if end is not None and (i, end) not in confirmed:
+                    confirmed.add((i, end))
+                    again += [(exp.repeats + r, i, end) for r in range(exp.repeats)]
+        if not again:
+            break
+        run_step(step, again)
+        step += 1
         for i, c in enumerate(caps):
-            lo, hi = _state(c.probes)
-            nxt = _next(lo, hi, integer)
-            if nxt is not None and all(p.point != nxt for p in c.probes):
-                want[i] = [nxt]
-    for c in caps:
+            refresh(i)
+            if _state(c.probes) != before[i]:
+                nxt = _next(*_state(c.probes), integer)
+                if nxt is not None and all(p.point != nxt for p in c.probes):
+                    want[i] = [nxt]
+    for i, c in enumerate(caps):
+        refresh(i)
         c.capacity, c.first_fail = _state(c.probes)
         mixed = [p.point for p in c.probes if 0 < p.passed_runs < p.runs]
         c.disagree = (min(mixed), max(mixed)) if mixed else None
         every = [p.point for p in c.probes if p.runs and p.passed_runs == p.runs]
         some = [p.point for p in c.probes if p.passed_runs > 0]
         c.interval = (max(every) if every else None, max(some) if some else None)
+        c.spread = _spread(c.probes)
+        fail = next((p for p in c.probes if p.point == c.first_fail), None)
+        c.client_limit = fail is not None and fail.unreachable > 0
     return caps
+
+
+def _spread(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
+    """(highest probe that surely meets with no surely failing probe below it, lowest probe
+    above that which surely fails)."""
+    ordered = sorted(probes, key=lambda p: p.point)
+    lo: float | None = None
+    for p in ordered:
+        if p.sure == "fails":
+            break
+        if p.sure == "meets":
+            lo = p.point
+    hi = next((p.point for p in ordered if p.sure == "fails" and (lo is None or p.point > lo)), None)
+    return lo, hi
 
 
 def _mean(vals: Sequence[Any]) -> float | None:
     clean = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
-    return float(np.mean(clean)) if clean else None
+    return mean_ci(clean).estimate if clean else None
 
 
-def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str) -> str:
+def other_phase(caps: Sequence[Capacity], rows: Mapping[tuple[Any, ...], Mapping[str, Any]],
+                slo: Sequence[Term]) -> list[str]:
+    """Where the sweep phase of the same tree measured a probed (target, load) too: both
+    means of each SLO figure, so that a drift of the host between the phases shows."""
+    out = []
+    for c in caps:
+        for p in c.probes:
+            runs = [r for k, r in rows.items() if k[0] == "sweep" and k[1] == c.target
+                    and k[2] == p.point and r["status"] == "complete"]
+            if not runs:
+                continue
+            figs = []
+            for t in slo:
+                other = _mean([r.get(t.column) for r in runs])
+                mine = p.means.get(t.column)
+                if other is not None and mine is not None:
+                    figs.append(f"{t.column} {mine:,.1f} here, {other:,.1f} in the sweep")
+            if figs:
+                out.append(f"{c.target} at {p.point:g}: " + "; ".join(figs))
+    return out
+
+
+def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str,
+                drift: Sequence[str] = ()) -> str:
     lines = [f"# Capacity at SLO `{slo_text}`", ""]
     lines += [f"- {c.line(axis)}" for c in caps]
-    lines += ["", f"| target | {axis} | runs | runs meeting SLO | mean meets | " + " | ".join(
-        "mean " + t for t in sorted({k for c in caps for p in c.probes for k in p.means})) + " |"]
+    lines += ["", f"| target | {axis} | runs | runs meeting SLO | mean meets | surely | host contention | "
+              "warm-up not steady | "
+              + " | ".join("mean " + t for t in sorted({k for c in caps for p in c.probes for k in p.means}))
+              + " |"]
     keys = sorted({k for c in caps for p in c.probes for k in p.means})
-    lines.append("|" + "---|" * (5 + len(keys)))
+    lines.append("|" + "---|" * (8 + len(keys)))
     for c in caps:
         for p in sorted(c.probes, key=lambda p: p.point):
-            vals = [("-" if p.means.get(k) is None else f"{p.means[k]:,.2f}") for k in keys]
+            vals = [("-" if p.means.get(k) is None else f"{p.means[k]:,.2f}" + (FEW if k in p.few else ""))
+                    for k in keys]
             lines.append(f"| {c.target} | {p.point:g} | {p.runs} | {p.passed_runs} | "
-                         f"{'yes' if p.meets else 'no'} | " + " | ".join(vals) + " |")
+                         f"{'yes' if p.meets else 'no'} | {p.sure} | {p.contended} | {p.unsteady} | "
+                         + " | ".join(vals) + " |")
     lines.append("")
     lines.append("A load meets the SLO when the mean of its replicate runs meets every term "
-                 "and none of them failed. Per GPU = load / the target's GPUs.")
+                 "and none of them failed; 'surely' compares the 95% interval of each mean with "
+                 "the bound (the bracket's ends are run twice as often). Per GPU = load / the "
+                 f"target's GPUs. {FEW}: a percentile over fewer samples than it needs in some "
+                 f"run (P90 >= {min_count_for(90)}, P99 >= {min_count_for(99)}).")
+    runs = sum(p.runs for c in caps for p in c.probes)
+    busy = sum(p.contended for c in caps for p in c.probes)
+    lines.append("")
+    lines.append(f"This answer holds for the host's load during the search: {busy} of {runs} runs "
+                 "had host contention. The same load measured at another time, or on a host "
+                 "with other work, can land outside the bracket: repeat the search before "
+                 "comparing it with another.")
+    if drift:
+        lines += ["", "The same loads measured by this tree's sweep (another time, another host "
+                  "load):", ""] + [f"- {d}" for d in drift]
     return "\n".join(lines) + "\n"

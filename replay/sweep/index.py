@@ -34,7 +34,8 @@ _INT = {"requests_ok", "requests_failed"}
 
 def schema() -> pa.Schema:
     fields = [pa.field(k, t) for k, t in KEY_FIELDS]
-    fields += [pa.field(k, pa.int64() if k in _INT else pa.float64()) for k, _ in POINT_FIELDS]
+    fields += [pa.field(k, pa.int64() if k in _INT or unit == "samples" else pa.float64())
+               for k, unit in POINT_FIELDS]
     return pa.schema(fields)
 
 

@@ -1,9 +1,11 @@
 """Running a sweep: the interleaved schedule, a warm-up before each run, one plain results
 folder per run, the index table after every run, and resumption.
 
-Schedule: for each repeat, the targets in a seeded random order, and within each target's
-visit its load points in a seeded random order; so drift over time and noisy neighbours
-hit every arm alike. Runs of the same (point, repeat) share their prompt salt and arrival
+Schedule: for each repeat, the targets in a balanced order (a seeded random order rotated
+by one place per repeat: a Latin square, so every target goes first, second, ... equally
+often over each cycle of as many repeats as targets), and within each target's visit its
+load points in a seeded random order; so drift over time, the first run after a start and
+noisy neighbours hit every arm alike. Runs of the same (point, repeat) share their prompt salt and arrival
 seed on every target: a paired design.
 
 Tree: ``OUT/sweep.json`` (the experiment, its identity, the sweep's own timing),
@@ -58,14 +60,23 @@ class Slot:
     phase: str = "sweep"
 
 
+def target_order(base: Sequence[int], repeat: int) -> list[int]:
+    """The targets' order in ``repeat``: ``base`` rotated left by ``repeat`` places. Over any
+    ``len(base)`` consecutive repeats each target holds each position once."""
+    k = repeat % len(base) if base else 0
+    return list(base[k:]) + list(base[:k])
+
+
 def schedule(n_targets: int, points: Sequence[float], repeats: int, seed: int,
              first_order: int = 0, phase: str = "sweep") -> list[Slot]:
-    """The interleaved order of runs: every repeat visits every target (seeded random order),
-    each visit runs every point (seeded random order)."""
+    """The interleaved order of runs: every repeat visits every target (``target_order``: a
+    seeded permutation rotated per repeat), each visit runs every point (seeded random
+    order)."""
     rng = np.random.default_rng([seed, stable_hash(phase) & 0xFFFFFFFF])
+    base = rng.permutation(n_targets).tolist()
     out: list[Slot] = []
     for r in range(repeats):
-        for t in rng.permutation(n_targets).tolist():
+        for t in target_order(base, r):
             for i in rng.permutation(len(points)).tolist():
                 out.append(Slot(first_order + len(out), r, int(t), float(points[i]), phase))
     return out

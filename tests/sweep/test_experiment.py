@@ -91,6 +91,19 @@ def test_schedule_interleaves_every_repeat_over_every_target() -> None:
     # seeded: the same seed gives the same order, another seed another one
     assert schedule(3, (1.0, 2.0, 4.0, 8.0), 3, 5) == slots
     assert schedule(3, (1.0, 2.0, 4.0, 8.0), 3, 6) != slots
-    # the target order is not the same in every repeat (random, not rotated) for this seed
-    orders = {tuple(dict.fromkeys(s.target for s in slots if s.repeat == r)) for r in range(3)}
-    assert len(orders) > 1
+    # balanced: each repeat's target order is the last one rotated by one place (a Latin
+    # square), so over 3 repeats every target goes first, second and last once
+    orders = [tuple(dict.fromkeys(s.target for s in slots if s.repeat == r)) for r in range(3)]
+    assert orders[1] == orders[0][1:] + orders[0][:1] and orders[2] == orders[1][1:] + orders[1][:1]
+    for pos in range(3):
+        assert sorted(o[pos] for o in orders) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("n_targets,repeats", [(2, 3), (2, 4), (3, 7), (4, 8), (5, 3)])
+def test_every_target_goes_first_equally_often(n_targets: int, repeats: int) -> None:
+    for seed in range(5):
+        slots = schedule(n_targets, (1.0, 2.0), repeats=repeats, seed=seed)
+        first = Counter(next(s.target for s in slots if s.repeat == r) for r in range(repeats))
+        counts = [first.get(t, 0) for t in range(n_targets)]
+        # as equal as the repeats allow: a multiple of the targets gives exactly equal counts
+        assert max(counts) - min(counts) <= (0 if repeats % n_targets == 0 else 1), (seed, counts)

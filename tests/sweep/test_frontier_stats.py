@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from agent_replay.analysis.frontier import pareto_mask, points, to_markdown
-from agent_replay.analysis.replicates import mean_ci, paired_ci, t975, verdict
+from agent_replay.analysis.frontier import build, pareto_mask, points, to_markdown
+from agent_replay.analysis.replicates import (
+    adjust,
+    holm,
+    mean_ci,
+    ratio_ci,
+    t975,
+    t_two_sided_p,
+    verdict,
+)
 
 
 def test_pareto_mask_is_exactly_the_non_dominated_points() -> None:
@@ -25,34 +35,84 @@ def test_pareto_mask_is_exactly_the_non_dominated_points() -> None:
     assert pareto_mask([(1, 10), (10, 1), (5, 5), (4, 4), (5, 5)]) == [True, True, True, False, True]
 
 
-def test_mean_ci_hand_computed() -> None:
-    ci = mean_ci([10.0, 12.0, 14.0])  # mean 12, sd 2, se 2/sqrt(3), t(2) = 4.303
-    half = 4.303 * 2 / math.sqrt(3)
-    assert ci.estimate == pytest.approx(12.0)
-    assert (ci.low, ci.high) == (pytest.approx(12 - half), pytest.approx(12 + half))
+def test_mean_ci_is_geometric_with_a_log_scale_interval_hand_computed() -> None:
+    # logs of (e^1, e^2, e^3): mean 2, sd 1, se 1/sqrt(3), t(2) = 4.303
+    ci = mean_ci([math.e, math.e ** 2, math.e ** 3])
+    half = 4.303 / math.sqrt(3)
+    assert ci.estimate == pytest.approx(math.e ** 2)
+    assert (ci.low, ci.high) == (pytest.approx(math.exp(2 - half)), pytest.approx(math.exp(2 + half)))
+    # a spread that took the arithmetic interval below zero (TTFT P99 of 50, 60, 430 ms)
+    # stays positive on the log scale
+    wide = mean_ci([50.0, 60.0, 430.0])
+    assert wide.low is not None and wide.low > 0 and wide.estimate == pytest.approx((50 * 60 * 430) ** (1 / 3))
     one = mean_ci([5.0])
     assert one.estimate == 5.0 and one.low is None
+    # not all positive: the arithmetic mean and interval (mean 0, sd 2)
+    flat = mean_ci([-2.0, 0.0, 2.0])
+    assert flat.estimate == 0.0 and flat.high == pytest.approx(4.303 * 2 / math.sqrt(3))
 
 
-def test_paired_ci_hand_computed_and_verdicts() -> None:
-    a, b = [100.0, 110.0, 90.0], [110.0, 118.0, 102.0]  # d = 10, 8, 12: mean 10, sd 2
-    ci = paired_ci(a, b)
-    half = 4.303 * 2 / math.sqrt(3) / 100.0
-    assert ci.estimate == pytest.approx(0.10) and ci.high == pytest.approx(0.10 + half)
-    assert ci.excludes_zero and "better" in verdict("P90 TPS", ci)
-    # between-run spread larger than the difference: inconclusive
-    wide = paired_ci([100.0, 150.0, 60.0], [104.0, 140.0, 75.0])
-    assert not wide.excludes_zero and "inconclusive" in verdict("P90 TPS", wide)
-    assert "inconclusive" in verdict("x", paired_ci([1.0], [2.0]))
+def test_t_p_value_matches_closed_forms() -> None:
+    for t in (0.5, 1.0, 3.4641, 12.706):
+        assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), rel=1e-9)
+        assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+    assert t_two_sided_p(2.776, 4) == pytest.approx(0.05, abs=2e-4)
+    assert t_two_sided_p(2.042, 30) == pytest.approx(0.05, abs=2e-4)
+
+
+def test_ratio_ci_on_log_ratios_hand_computed() -> None:
+    # per-pair ratios e^0.1, e^0.2, e^0.3: log mean 0.2, sd 0.1, se 0.1/sqrt(3)
+    a = [100.0, 200.0, 50.0]
+    b = [100.0 * math.exp(0.1), 200.0 * math.exp(0.2), 50.0 * math.exp(0.3)]
+    ci = ratio_ci(a, b)
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert ci.estimate == pytest.approx(math.exp(0.2) - 1)
+    assert ci.low == pytest.approx(math.exp(0.2 - half) - 1)  # -4.7%
+    assert ci.high == pytest.approx(math.exp(0.2 + half) - 1)  # +56.6%
+    t = 0.2 / (0.1 / math.sqrt(3))
+    assert ci.p == pytest.approx(1 - t / math.sqrt(2 + t * t))  # df 2: 0.0742
+    assert not ci.excludes_zero and "inconclusive" in verdict("P90 TPS", ci)
+    # a statistic and its reciprocal: the same test, mirrored (P90 TPS = 1 / P90 TPOT)
+    inv = ratio_ci([1 / x for x in a], [1 / x for x in b])
+    assert inv.p == pytest.approx(ci.p)
+    assert math.log1p(inv.estimate or 0) == pytest.approx(-math.log1p(ci.estimate or 0))
+    assert math.log1p(inv.low or 0) == pytest.approx(-math.log1p(ci.high or 0))
+    # a large relative spread never gives a bound at or below -100%
+    big = ratio_ci([100.0, 100.0, 100.0], [10.0, 90.0, 200.0])
+    assert big.low is not None and big.low > -1
+    assert "inconclusive" in verdict("x", ratio_ci([1.0], [2.0]))
+
+
+def test_holm_hand_computed() -> None:
+    # sorted 0.01, 0.03, 0.04 -> 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, 1 x 0.04 -> max(0.06, 0.04)
+    assert holm([0.01, 0.04, 0.03]) == [pytest.approx(0.03), pytest.approx(0.06), pytest.approx(0.06)]
+    assert holm([0.5, None, 0.001]) == [pytest.approx(0.5), None, pytest.approx(0.002)]
+    assert holm([0.6, 0.7]) == [1.0, 1.0]  # capped at 1 (2 x 0.6), then monotone
     assert t975(2) == pytest.approx(4.303) and t975(1000) == pytest.approx(1.96, abs=0.01)
+
+
+def test_verdict_uses_the_holm_adjusted_p_value() -> None:
+    # log ratios 0.08, 0.10, 0.12: mean 0.1, sd 0.02, t = 0.1 / (0.02 / sqrt 3) = 8.66,
+    # df 2: p = 1 - t / sqrt(2 + t^2) = 0.0131
+    a = [100.0, 100.0, 100.0]
+    b = [100 * math.exp(0.08), 100 * math.exp(0.10), 100 * math.exp(0.12)]
+    (alone,) = adjust([ratio_ci(a, b)])
+    t = 0.1 / (0.02 / math.sqrt(3))
+    assert alone.p == pytest.approx(1 - t / math.sqrt(2 + t * t))
+    assert alone.p_adjusted == alone.p and "better" in verdict("P90 TPS", alone)
+    # the same comparison among 9 others with p = 1: Holm multiplies its p by 10 -> 0.131
+    nothing = ratio_ci(a, [100.0, 101.0, 99.0])
+    crowd = adjust([ratio_ci(a, b)] + [nothing] * 9)
+    assert crowd[0].p_adjusted == pytest.approx(10 * (alone.p or 0))
+    assert "inconclusive after the Holm correction" in verdict("P90 TPS", crowd[0])
 
 
 def test_interval_of_identical_targets_contains_zero_in_95_percent() -> None:
     # two identical arms with run-to-run noise: the 95% paired interval covers 0 in ~95% of
     # trials (a test that the interval is not too narrow)
     rng = np.random.default_rng(11)
-    hits = sum(not paired_ci(list(x), list(y)).excludes_zero
-               for x, y in (rng.normal(100, 15, size=(2, 3)) for _ in range(2000)))
+    hits = sum(not ratio_ci(list(x), list(y)).excludes_zero
+               for x, y in (rng.lognormal(np.log(100), 0.15, size=(2, 3)) for _ in range(2000)))
     assert 0.93 <= hits / 2000 <= 0.97
 
 
@@ -124,18 +184,85 @@ def test_energy_column_with_interval_and_second_axis(tmp_path) -> None:  # type:
     col = head.split(" | ").index("J/output token")
     cells = {(ln.split(" | ")[1], ln.split(" | ")[2]): ln.split(" | ")[col]
              for ln in md.splitlines() if ln.startswith("|  | ")}
-    # point 1: mean 0.32, sd 0.02, half width 4.303 * 0.02 / sqrt(3) = 0.0497
-    assert cells[("a", "1")] == "0.320 [0.270, 0.370]"
-    assert cells[("a", "4")] == "0.220 [0.170, 0.270]"
+    # point 1: 0.30, 0.34, 0.32: the geometric mean with a t interval on the logs
+    logs = np.log([0.30, 0.34, 0.32])
+    half = 4.303 * logs.std(ddof=1) / math.sqrt(3)
+    g = math.exp(logs.mean())
+    assert cells[("a", "1")] == f"{g:.3f} [{math.exp(logs.mean() - half):.3f}, {math.exp(logs.mean() + half):.3f}]"
+    assert cells[("a", "1")] == "0.320 [0.274, 0.373]"
     assert cells[("b", "1")] == "-"
     data = json.loads((tmp_path / "frontier.json").read_text())
     a1 = next(p for p in data["points"] if p["target"] == "a" and p["point"] == 1)
-    assert a1["mean_ci"]["j_per_output_token"]["estimate"] == pytest.approx(0.32)
-    assert a1["mean_ci"]["output_tokens_per_s_per_kw"]["estimate"] == pytest.approx(
-        np.mean([1000 / 0.30, 1000 / 0.34, 1000 / 0.32]))
+    assert a1["mean_ci"]["j_per_output_token"]["estimate"] == pytest.approx(g)
+    assert a1["mean_ci"]["output_tokens_per_s_per_kw"]["estimate"] == pytest.approx(1000 / g)
     png = tmp_path / "frontier-p90_tps.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
     # without the energy figures the column goes away
     plain = to_markdown(points([{k: v for k, v in r.items() if "per_output_token" not in k
                                  and "per_kw" not in k} for r in rows]), "load")
     assert "J/output token" not in plain
+
+
+PAIR = Path(__file__).resolve().parents[2] / "benchmarks/results/gpu/2026-12-01-h200x2-sweep/pair"
+
+
+def test_committed_h200_sweep_frontier_flags_and_dominated_point(tmp_path: Path) -> None:
+    """The H200 sweep of two vLLM deployments: dedicated-decode at 2 sessions is beaten on
+    both axes by its own 8-session point, so it is not on the frontier; the runs whose
+    warm-up never became steady and the TTFT P99 of a few dozen requests are flagged."""
+    from agent_replay.replay.sweep.index import read_index
+
+    res = build([PAIR], tmp_path)
+    pts = {(p.target, p.point): p for p in res["points"]}
+    d2, d8 = pts[("dedicated-decode", 2.0)], pts[("dedicated-decode", 8.0)]
+    for k in ("p90_tps", "output_tps_per_gpu"):
+        assert (d8.mean(k) or 0) > (d2.mean(k) or 0)
+    assert d2.on_frontier["p90_tps:output_tps_per_gpu"] is False
+    rows = read_index(PAIR)
+    unsteady = sum(1 for r in rows if r.get("warmup_steady") is False)
+    assert unsteady == 7 and len(rows) == 18
+    md = res["markdown"]
+    assert f"Warm-up not reached: {unsteady} of 18 runs" in md
+    assert md.count("warm-up not steady") == unsteady
+    line2 = next(ln for ln in md.splitlines() if ln.startswith("|  | dedicated-decode | 2 |"))
+    ttft_cell = line2.split(" | ")[8]
+    assert ttft_cell.split(" ")[0].endswith("*")  # P99 of < 100 requests
+    assert all(float(c.strip("[],*")) > 0 for c in ttft_cell.split(" ")[1:])  # never below 0
+    assert "Holm-corrected across the 9 comparisons" in md
+    assert "it is not the server's capacity" in md  # session timing: offered load
+    assert "server settings not recorded for standard, dedicated-decode" in md
+    data = json.loads((tmp_path / "frontier.json").read_text())
+    assert sum(len(p["warmup_not_steady"]) for p in data["points"]) == unsteady
+
+
+def test_a_run_whose_warm_up_never_became_steady_says_so_in_its_report() -> None:
+    from agent_replay.analysis.report import build_report
+
+    runs = PAIR / "runs" / "standard" / "concurrent_sessions=2"
+    rep = build_report(runs / "r0")  # r0.warmup/warmup.json: steady false, 4 bursts
+    assert rep.cold_start is not None and rep.cold_start.startswith(
+        "warm-up not reached: 4 warm-up bursts never had two in a row with median TPOT within "
+        "10% (1.71, 2.30, 1.87, 1.60 ms)")
+    assert any("warm-up not reached" in w for w in rep.warnings)
+    assert build_report(runs / "r1").cold_start is None  # steady after 2 bursts
+
+
+def test_frontier_lists_the_settings_in_which_the_targets_differ(tmp_path: Path) -> None:
+    from agent_replay.replay.sweep.index import write_index
+
+    rows = [_row(t, 2, r, 50 + r, 100) | {"path": f"runs/{t}/r{r}"} for t in ("std", "mtp") for r in range(2)]
+    argv = {"std": ["vllm", "serve", "M", "--port", "1", "--max-num-seqs", "64"],
+            "mtp": ["vllm", "serve", "M", "--port", "2", "--max-num-seqs", "64",
+                    "--speculative-config", '{"method":"mtp"}']}
+    for r in rows:
+        d = tmp_path / r["path"]
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"launch": {
+            "kind": "launch", "profile": r["target"], "command": argv[r["target"]]}}))
+    write_index(tmp_path, rows)
+    (tmp_path / "sweep.json").write_text(json.dumps({"axis": "concurrent_sessions",
+                                                     "targets": [{"name": "std"}, {"name": "mtp"}]}))
+    md = build([tmp_path])["markdown"]
+    assert ("- mtp vs std: the servers differ in 2 settings: --speculative-config (unset) vs "
+            '{"method":"mtp"}; profile std vs mtp') in md
+    assert "mtp vs std at 2, p90_tps" in md  # the file's first target is the base

@@ -69,6 +69,8 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
         warm = json.loads((run_dir.with_name(run_dir.name + ".warmup") / "warmup.json").read_text())
         assert 1 <= len(warm["bursts"]) <= 3 and r["warmup_bursts"] == len(warm["bursts"])
         assert r["p90_tps"] > 0 and r["output_tps_per_gpu"] > 0 and r["interactivity"] > 0
+        assert r["warmup_steady"] == warm["steady"] and (r["cold_start"] or warm["steady"])
+        assert 0 < r["tpot_n"] <= r["requests_ok"] == r["ttft_n"]
         # paired design: the same (point, repeat) has the same salt on both targets
     salts = {(r["point"], r["repeat"]): set() for r in idx}
     for r in idx:
@@ -92,6 +94,8 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     assert json.loads((out / "frontier.json").read_text())["points"][0]["mean_ci"][
         "j_per_output_token"]["estimate"] is None
     assert any("b vs a at 1, p90_tps" in c for c in built["comparisons"])
+    # both targets are the same sim profile: no server setting differs
+    assert "Targets' server settings" not in built["markdown"]
 
 
 def test_unreachable_target_is_kept_as_failed_with_its_reason(tmp_path: Path, exp_file: Path) -> None:
@@ -107,13 +111,28 @@ def test_unreachable_target_is_kept_as_failed_with_its_reason(tmp_path: Path, ex
     assert "r0 failed: target 'b'" in md
 
 
+def find(exp, slo: str, **kw):  # type: ignore[no-untyped-def]
+    """``find_capacity`` in the experiment's tree, with its keyword arguments."""
+    from agent_replay.replay.sweep.capacity import find_capacity, parse_slo
+    from agent_replay.replay.sweep.runner import _prepare
+    from agent_replay.replay.sweep.targets import Servers
+
+    out, rows = _prepare(exp, True)
+    with Servers(exp.seed) as servers:
+        return find_capacity(exp, parse_slo(slo), rows=rows, out=out, servers=servers, **kw)
+
+
 def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = exp_file.read_text().replace("points = [1, 3]", "points = [1, 4]").replace("repeats = 2", "repeats = 1")
     text = text.replace('[[targets]]\nname = "b"\nsim = "fast"\n', "")
     exp_file.write_text(text)
     exp = load_experiment(exp_file)
-    caps = run_capacity(exp, "p90_tps>=1,ttft_p99<=60s")
-    assert caps[0].capacity == 4.0 and caps[0].first_fail is None
+    # met everywhere: the top is doubled (twice here) looking for a load that misses it
+    caps = find(exp, "p90_tps>=1,ttft_p99<=60s", expand=2)
+    assert caps[0].capacity == 16.0 and caps[0].first_fail is None
+    assert [p.point for p in caps[0].probes] == [1.0, 4.0, 8.0, 16.0]
+    assert "beyond the highest probe" not in caps[0].line(exp.axis)  # met: 'at least this'
+    assert "the highest point probed, so capacity is at least this" in caps[0].line(exp.axis)
     # nothing meets an impossible SLO; the lowest point is the only probe needed
     caps = run_capacity(exp, "ttft_p99<=0.001ms", force=True)
     assert caps[0].capacity is None and [p.point for p in caps[0].probes] == [1.0, 4.0]
@@ -129,3 +148,28 @@ def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.
     assert main(["sweep", str(exp_file), "--report-only", "--reindex"]) == 0
     rows = pq.read_table(Path(exp.output) / "index.parquet").to_pylist()
     assert rows and all(r["revenue_per_gpu_hour"] > 0 for r in rows if r["status"] == "complete")
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_capacity_example_finds_a_capacity(tmp_path: Path) -> None:
+    """The README's --find-capacity example, as written there (experiment file and SLO),
+    ends on a load that meets the SLO below one that does not: a capacity, not the top of
+    the range."""
+    import re
+    import shlex
+
+    text = README.read_text()
+    m = re.search(r"agent-replay sweep (\S+) --find-capacity(?: \\\n\s*)? --slo '([^']+)'", text)
+    if m is None:
+        m = re.search(r"agent-replay sweep (\S+) --find-capacity", text)
+    assert m is not None, "no --find-capacity example in the README"
+    exp = load_experiment(README.parent / m.group(1), output=str(tmp_path / "cap"))
+    slo = m.group(2) if m.lastindex == 2 else exp.slo
+    assert slo and shlex.split(slo)
+    caps = run_capacity(exp, slo)
+    for c in caps:
+        assert c.capacity is not None and c.first_fail is not None, c.line(exp.axis)
+        assert c.capacity < c.first_fail
+    assert "host contention" in (tmp_path / "cap" / "capacity.md").read_text()
