@@ -47,7 +47,7 @@ COLUMNS = (
     "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
     "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns",
     "think_ns", "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "implied_cached_tokens", "request_index", "depends_on",
+    "cached_tokens", "implied_cached_tokens", "request_index", "depends_on", "agent_id",
 )
 """The request columns the analysis reads."""
 
@@ -149,6 +149,8 @@ class Accumulator:
             "parent_end_ns": _f64(batch, "parent_end_ns")[counted],
             "request_index": _i64(batch, "request_index")[counted],
             "depends_on": _depends_on(batch).filter(sel),
+            "agent_id": _optional_str(batch, "agent_id").filter(sel),
+            "error_kind": _col(batch, "error_kind").filter(sel),
             "sent_ns": _f64(batch, "sent_ns")[counted],
             "output_tokens": m.output_tokens[counted],
             "decode_tokens": m.decode_tokens[counted],
@@ -213,6 +215,7 @@ class Accumulator:
         )
         secs = duration / NS if duration else float("nan")
         stats.extra["window_ns"] = (start_ns, stop_ns)  # the measured window, run clock
+        stats.extra["hists"] = hists  # the per-token distributions (the HTML report's CDFs)
         stats.extra["throughput"] = {
             "output_tokens_per_s": tokens["output"] / secs if duration else None,
             "input_tokens_per_s": tokens["input"] / secs if duration else None,
@@ -351,6 +354,12 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
         if early is None else int(early.sum()),
         "think_time_error": percentile_summary(np.abs(think_err)),
     }
+
+
+def _optional_str(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    if name in batch.schema.names:
+        return _col(batch, name).cast(pa.string())
+    return pa.nulls(batch.num_rows, pa.string())
 
 
 def _depends_on(batch: pa.RecordBatch | pa.Table) -> pa.Array:

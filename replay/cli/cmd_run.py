@@ -172,17 +172,25 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agent_replay.replay.run import run
-    from agent_replay.replay.summary import render_summary
 
     summary = run(config_from_args(args, args.target))
-    render_summary(summary, sys.stdout)
+    _render(summary)
     return summary.exit_code  # 130 interrupted, 1 failed/aborted/partial, else 0
+
+
+def _render(summary: Any) -> None:
+    """The summary, after writing report.html beside run.json (or saying how to get it)."""
+    from agent_replay.analysis.html import write_run_report
+    from agent_replay.replay.summary import load_report, render_summary
+
+    report = load_report(summary.output)
+    _, line = write_run_report(summary.output, report) if report is not None else (None, None)
+    render_summary(summary, sys.stdout, report=report, html_line=line)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from agent_replay.replay.demo import demo
-    from agent_replay.replay.summary import render_summary
 
     summary = demo(output=args.output, profile=args.profile, speedup=args.speedup, trace=args.trace)
-    render_summary(summary, sys.stdout)
+    _render(summary)
     return 130 if summary.interrupted else 0
