@@ -20,7 +20,7 @@ from bokeh.palettes import Category10_10
 
 from agent_replay.analysis.definitions import BY_KEY
 from agent_replay.analysis.report import Report
-from agent_replay.analysis.timeseries import bin_edges, mean_in_flight, spread_rate
+from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
 
 # Bokeh's own type stubs disagree with its keyword API: its models are used untyped here.
 bm: Any = _models
@@ -206,40 +206,13 @@ def over_time(report: Report) -> tuple[Any, Any] | None:
     return p1, p2
 
 
-def lanes(report: Report) -> tuple[list[str], np.ndarray]:
-    """A lane per (session, clone, agent): its label and each row's lane index (-1: none).
-    Clones of one session get their own lanes (``#clone``); subagents theirs
-    (``session / agent``); lanes in order of their first send."""
-    t = report.stats.per_request
-    sid = [str(s) for s in t.column("session_id").to_pylist()]
-    clone = t.column("clone").to_pylist()
-    agent = t.column("agent_id").to_pylist() if "agent_id" in t.column_names else [None] * len(sid)
-    cloned = any(c for c in clone)
-    agents_per_session: dict[str, set[Any]] = {}
-    for s, a in zip(sid, agent, strict=True):
-        agents_per_session.setdefault(s, set()).add(a)
-    keys = []
-    for s, c, a in zip(sid, clone, agent, strict=True):
-        label = s + (f" #{c}" if cloned else "")
-        if len(agents_per_session[s]) > 1 and a is not None:
-            label += f" / {a}"
-        keys.append(label)
-    start = _col(t, "intended_ns")
-    first: dict[str, float] = {}
-    for k, v in zip(keys, start, strict=True):
-        first[k] = min(first.get(k, np.inf), v)
-    order = sorted(first, key=lambda k: (first[k], k))
-    index = {k: i for i, k in enumerate(order)}
-    return order, np.asarray([index[k] for k in keys], dtype=np.int64)
-
-
 def timelines(report: Report) -> Any | None:
     """One lane per session (clone, subagent); a bar per request from its send to its last
     byte, coloured by outcome; the gaps are the agent's think time."""
     t = report.stats.per_request
     if t.num_rows == 0:
         return None
-    labels, lane = lanes(report)
+    labels, lane = lanes(report.stats.per_request)
     shown = labels[:MAX_LANES]
     keep = lane < len(shown)
     sent, end = _col(t, "sent_ns"), _col(t, "end_ns")

@@ -52,7 +52,10 @@ def _clean(values: Sequence[float | None]) -> np.ndarray:
     return a[~np.isnan(a)]
 
 
-def mean_ci(values: Sequence[float | None]) -> Interval:
+def mean_ci(values: Sequence[float | None], *, lower: float | None = None) -> Interval:
+    """The mean with a Student-t 95% interval. ``lower``: the least value the quantity can
+    take (0 for speeds, throughputs, latencies): the interval is cut there, since a mean of
+    such values cannot lie below it (cutting keeps the coverage)."""
     v = _clean(values)
     if v.size == 0:
         return Interval(None, None, None, 0, "none")
@@ -60,7 +63,10 @@ def mean_ci(values: Sequence[float | None]) -> Interval:
     if v.size < 2:
         return Interval(m, None, None, int(v.size), "one run: no run-to-run interval")
     half = t975(v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
-    return Interval(m, m - half, m + half, int(v.size), f"t, {v.size} runs")
+    low = m - half
+    if lower is not None and low < lower:
+        return Interval(m, lower, m + half, int(v.size), f"t, {v.size} runs, cut at {lower:g}")
+    return Interval(m, low, m + half, int(v.size), f"t, {v.size} runs")
 
 
 def paired_ci(a: Sequence[float | None], b: Sequence[float | None], *,

@@ -8,6 +8,8 @@ NaN entries (a request never sent, or without an end) are left out.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -75,3 +77,32 @@ def spread_rate(start_ns: np.ndarray, end_ns: np.ndarray, amount: np.ndarray,
         s, e = start[span], end[span]
         total += _covered(s, e, amt[span] / (e - s), edges)  # amount per ns x ns covered
     return total / (widths / 1e9)
+
+
+def lanes(per_request: Any) -> tuple[list[str], np.ndarray]:
+    """A timeline lane per (session, clone, agent) of a report's per-request table: the
+    lanes' labels and each row's lane index. Clones of a session get lanes of their own
+    (``s #clone``, when the run has clones), so do a session's subagents (``s / agent``,
+    when it has more than one agent); lanes are in the order of their first intended send."""
+    t = per_request
+    sid = [str(s) for s in t.column("session_id").to_pylist()]
+    clone = t.column("clone").to_pylist()
+    agent = (t.column("agent_id").to_pylist() if "agent_id" in t.column_names
+             else [None] * len(sid))
+    cloned = any(c for c in clone)
+    agents: dict[str, set[Any]] = {}
+    for s, a in zip(sid, agent, strict=True):
+        agents.setdefault(s, set()).add(a)
+    keys = []
+    for s, c, a in zip(sid, clone, agent, strict=True):
+        label = s + (f" #{c}" if cloned else "")
+        if len(agents[s]) > 1 and a is not None:
+            label += f" / {a}"
+        keys.append(label)
+    start = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    first: dict[str, float] = {}
+    for k, v in zip(keys, start, strict=True):
+        first[k] = min(first.get(k, np.inf), v)
+    order = sorted(first, key=lambda k: (first[k], k))
+    index = {k: i for i, k in enumerate(order)}
+    return order, np.asarray([index[k] for k in keys], dtype=np.int64)

@@ -19,6 +19,7 @@ import pytest
 
 from agent_replay.analysis.fixtures import synthetic_results, write_results
 from agent_replay.analysis.report import Report, build_report
+from agent_replay.analysis.timeseries import lanes
 from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
 pytest.importorskip("bokeh", reason="the html extra (Bokeh) is not installed")
@@ -85,7 +86,7 @@ def test_each_cdf_crosses_p50_p90_p99_at_the_tables_values(report: Report, key: 
 
 
 def test_clones_and_subagents_get_lanes_of_their_own(report: Report) -> None:
-    labels, lane = hc.lanes(report)
+    labels, lane = lanes(report.stats.per_request)
     assert "s1 #0" in labels and "s1 #1" in labels  # clones are not merged under one label
     assert "s2 #0 / main" in labels and "s2 #0 / sub-1" in labels
     assert len(labels) == 30 + 1 + 1  # 30 sessions, s1's clone, s2's subagent

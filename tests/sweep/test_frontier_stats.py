@@ -25,6 +25,18 @@ def test_pareto_mask_is_exactly_the_non_dominated_points() -> None:
     assert pareto_mask([(1, 10), (10, 1), (5, 5), (4, 4), (5, 5)]) == [True, True, True, False, True]
 
 
+def test_an_interval_on_a_positive_quantity_stops_at_zero() -> None:
+    # mean 40, sd 52.9, t(2) 4.303: half-width 131.4, so t alone says [-91.4, 171.4]
+    ci = mean_ci([100.0, 10.0, 10.0])
+    assert ci.low == pytest.approx(40 - 4.303 * 51.9615 / 3 ** 0.5, rel=1e-4) and ci.low < 0
+    cut = mean_ci([100.0, 10.0, 10.0], lower=0.0)
+    assert (cut.estimate, cut.low, cut.high) == (ci.estimate, 0.0, ci.high)
+    assert "cut at 0" in cut.method
+    pts = points([{"target": "a", "point": 1.0, "repeat": i, "status": "complete",
+                   "p90_tps": v} for i, v in enumerate((100.0, 10.0, 10.0))])
+    assert pts[0].ci["p90_tps"].low == 0.0  # the frontier's intervals never go below zero
+
+
 def test_mean_ci_hand_computed() -> None:
     ci = mean_ci([10.0, 12.0, 14.0])  # mean 12, sd 2, se 2/sqrt(3), t(2) = 4.303
     half = 4.303 * 2 / math.sqrt(3)
