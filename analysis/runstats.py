@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent_replay.analysis import outcomes
 from agent_replay.analysis.definitions import METRICS as METRIC_DEFS
 from agent_replay.analysis.definitions import REQUEST_METRICS as REQUEST_DEFS
 from agent_replay.analysis.definitions import Inputs
@@ -204,8 +205,9 @@ class Accumulator:
                   "input_cached": int(cached.sum()),
                   "input_computed": int(prompt.sum() - cached.sum())}
         n_ok = int(ok.sum())
-        requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": self.failed,
-                    "warmup": self.warmup}
+        failed, cancelled = outcomes.split(self.errors)  # the stop's cancellations are apart
+        requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": failed,
+                    "cancelled": cancelled, "warmup": self.warmup}
         stats = RunStats(
             requests=requests, errors=dict(sorted(self.errors.items(), key=lambda kv: -kv[1])),
             latency=latency, tps=tps, duration_ns=duration, tokens=tokens,
@@ -234,6 +236,13 @@ class Accumulator:
         if prices is not None and duration:
             stats.economics = economics(tokens, duration, prices, gpus or 1)
         return stats
+
+
+def tps_from_tpot(tpot: Summary) -> Summary:
+    """Request TPS read from TPOT's percentiles alone (the live statistics keep only TPOT's
+    histogram): the same values as the report's, without max and mean."""
+    values = {p: (None if v is None or v <= 0 else NS / v) for p, v in tpot.values.items()}
+    return Summary(tpot.count, values, None, None, dict(tpot.reliable), tpot.exact)
 
 
 def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:

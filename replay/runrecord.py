@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent_replay import __version__
+from agent_replay.analysis import outcomes
 from agent_replay.redact import redact, redact_url
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.plan import Plan
@@ -23,7 +24,7 @@ from agent_replay.replay.results import write_json_atomic
 from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
 from agent_replay.replay.worker import WorkerSummary
-from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
+from agent_replay.results_schema import RESULTS_SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
@@ -89,12 +90,12 @@ class RunSummary:
     @property
     def failed(self) -> int:
         """Failed requests; those cancelled by the run's own stop are not failures."""
-        return sum(v for k, v in self.errors.items() if k != ErrorKind.CANCELLED)
+        return outcomes.split(self.errors)[0]
 
     @property
     def cancelled(self) -> int:
         """In flight when the run was stopped (Ctrl-C, abort)."""
-        return self.errors.get(ErrorKind.CANCELLED, 0)
+        return outcomes.split(self.errors)[1]
 
     @property
     def warnings(self) -> list[str]:

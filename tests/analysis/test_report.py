@@ -21,7 +21,8 @@ def _stats(**kw):  # type: ignore[no-untyped-def]
 
 def test_run_stats_on_hand_computed_rows() -> None:
     st = _stats(slo=Slo(ttft_ns=100, tpot_ns=20, e2e_ns=200))
-    assert st.requests == {"total": 6, "counted": 5, "ok": 4, "failed": 1, "warmup": 1}
+    assert st.requests == {"total": 6, "counted": 5, "ok": 4, "failed": 1, "cancelled": 0,
+                           "warmup": 1}
     assert st.errors == {"http": 1}
     assert st.latency["ttft"].count == 3 and st.latency["ttft"].values[50.0] == 100
     assert st.latency["tpot"].count == 1 and st.latency["tpot"].values[50.0] == 18
