@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,39 @@ def _next(lo: float | None, hi: float | None, integer: bool) -> float | None:
     return math.sqrt(lo * hi) if hi / lo - 1 > 0.05 else None
 
 
+def max_runs(exp: Experiment, max_steps: int = 12) -> int:
+    """The most runs a capacity search can take: both ends of the load axis, then one point
+    per target and round while the bisection narrows (to neighbouring integers on an
+    integer axis, to 5% on the others), for every repeat."""
+    lo, hi = min(exp.points), max(exp.points)
+    if hi <= lo:
+        return len(exp.targets) * exp.repeats
+    if exp.axis in INTEGER_AXES:
+        rounds = math.ceil(math.log2(max(int(hi) - int(lo), 1)))
+    else:
+        rounds = math.ceil(math.log2(max(math.log(hi / lo) / math.log(1.05), 1.0)))
+    rounds = min(rounds, max_steps - 1)
+    return len(exp.targets) * exp.repeats * (2 + rounds)
+
+
+class _Overall:
+    """The capacity search's progress lines: each run's line with the round, the runs done
+    of the most the search can take, and the time that leaves at most (from the mean run
+    so far); the sweep runner's own count restarts every round."""
+
+    def __init__(self, progress: Reporter | None, most: int) -> None:
+        self.progress, self.most, self.done, self.round = progress, most, 0, 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        self.done += 1
+        per_run = (time.monotonic() - self.t0) / self.done
+        left = max(0, self.most - self.done) * per_run
+        if self.progress is not None:
+            self.progress(f"capacity round {self.round}, run {self.done} of at most {self.most}"
+                          f" (at most {left / 60:.0f} min left): {line}")
+
+
 def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any, ...], dict[str, Any]],
                   out: Any, servers: Servers, progress: Reporter | None = None,
                   hooks: Sequence[RunHook] = (), timing: dict[str, float] | None = None,
@@ -150,6 +184,8 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
     caps = [Capacity(t.name, t.gpus) for t in exp.targets]
     want: dict[int, list[float]] = {i: [lo0, hi0] if hi0 > lo0 else [lo0] for i in range(len(caps))}
     order = 10_000
+    most = max_runs(exp, max_steps)
+    overall = _Overall(progress, most)
     for step in range(max_steps):
         jobs = [(r, i, pt) for i, pts in want.items() for pt in pts for r in range(exp.repeats)]
         if not jobs:
@@ -163,7 +199,9 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
                 _, i, pt = these[k]
                 slots.append(Slot(order, r, i, pt, "capacity"))
                 order += 1
-        if not execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing):
+        overall.round = step + 1
+        if not execute(exp, slots, servers, rows, out, progress=overall if progress else None,
+                       hooks=hooks, timing=timing):
             raise KeyboardInterrupt
         for i, pts in want.items():
             for pt in pts:

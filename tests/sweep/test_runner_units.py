@@ -69,3 +69,25 @@ def test_slo_terms_and_bisection_state() -> None:
     probes = [Probe(2, 3, 3, True, {}), Probe(32, 3, 0, False, {}), Probe(17, 3, 1, False, {})]
     assert _state(probes) == (2, 17) and _next(2, 17, True) == 9.0 and _next(8, 9, True) is None
     assert _next(1.0, 1.04, False) is None and _next(1.0, 4.0, False) == pytest.approx(2.0)
+
+
+def test_capacity_progress_counts_every_round_against_the_most_runs(tmp_path: Path) -> None:
+    from agent_replay.replay.sweep.capacity import _Overall, max_runs
+
+    (tmp_path / "t.parquet").write_bytes(b"")
+    raw = {"trace": "t.parquet", "repeats": 2,
+           "targets": [{"name": "a", "sim": "fast"}, {"name": "b", "sim": "mtp"}],
+           "load": {"axis": "concurrent_sessions", "points": [1, 33]}}
+    exp = experiment_from_dict(raw, tmp_path / "e.toml")
+    # both ends (2 points), then bisection of 1..33: 32 -> 16 -> 8 -> 4 -> 2 -> 1: 5 rounds;
+    # 2 targets x 2 repeats each time
+    assert max_runs(exp) == 2 * 2 * (2 + 5)
+    lines: list[str] = []
+    ov = _Overall(lines.append, max_runs(exp))
+    ov.round = 1
+    ov("[1/8] r0 a concurrent_sessions=1: complete")
+    ov.round = 2
+    ov("[1/4] r0 a concurrent_sessions=17: complete")  # the runner's count restarts
+    assert lines[0].startswith("capacity round 1, run 1 of at most 28 (at most ")
+    assert lines[1].startswith("capacity round 2, run 2 of at most 28 (at most ")
+    assert lines[1].endswith(": [1/4] r0 a concurrent_sessions=17: complete")
