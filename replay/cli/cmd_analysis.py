@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("report", help="report the metrics of a results folder",
                        description="Per-user P90 tokens/s, TTFT, ITL, tail latency, goodput, "
                        "throughput, revenue per GPU-hour and replay fidelity of one run.")
-    p.add_argument("results", help="results folder written by 'agent-replay run'")
+    p.add_argument("results", nargs="+", help="results folder written by 'agent-replay run' "
+                   "(several: a table report of each in turn, e.g. demo-results/*)")
     p.add_argument("--format", choices=("table", "md", "json", "csv"), default="table")
     p.add_argument("--slo", help="per-request objectives for goodput, e.g. ttft=2s,tpot=50ms,e2e=60s "
                    "(bare numbers are ms)")
@@ -78,7 +79,17 @@ def run_report(args: argparse.Namespace) -> int:
                              "--price-input-hit and --price-output")
         prices = Prices(input_miss=args.price_input_miss, input_hit=args.price_input_hit,
                         output=args.price_output)
-    report = build_report(args.results, slo=parse_slo(args.slo), gpus=args.gpus, prices=prices)
+    if len(args.results) > 1:
+        if args.plots or args.html or args.format not in ("table", "md"):
+            raise InputError(f"{len(args.results)} results folders given: --plots, --html and "
+                             "--format json/csv take one (report them one at a time)")
+        for results in args.results:
+            one = argparse.Namespace(**{**vars(args), "results": [results]})
+            run_report(one)
+            print()
+        return 0
+    report = build_report(args.results[0], slo=parse_slo(args.slo), gpus=args.gpus,
+                          prices=prices)
     if args.plots:
         from agent_replay.analysis.plots import write_plots
 

@@ -161,3 +161,16 @@ def test_plots_written_and_not_overwritten(results: Path, tmp_path: Path) -> Non
     assert all(p.stat().st_size > 5_000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
     with pytest.raises(OutputExistsError):
         write_plots(r, tmp_path / "plots")
+
+
+def test_report_of_several_folders_reports_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``report demo-results/*`` after a second demo: each run in turn."""
+    from agent_replay.analysis.fixtures import synthetic_results
+    from agent_replay.replay.cli import main
+
+    dirs = [write_results(tmp_path / f"demo-{i}", synthetic_results(50, i)) for i in (1, 2)]
+    assert main(["report", *map(str, dirs)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("agent-replay report: ") == 2 and str(dirs[0]) in out and str(dirs[1]) in out
+    assert main(["report", *map(str, dirs), "--format", "json"]) == 2
+    assert "take one" in capsys.readouterr().err
