@@ -142,6 +142,41 @@ def _headers(items: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def check_trace(path: str) -> None:
+    """A JSON, JSONL or CSV file is a trace to import first (``traces import``), not one to
+    replay: say so instead of "not a readable Parquet file"."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        return
+    with p.open("rb") as f:
+        head = f.read(64).lstrip()
+    if p.suffix.lower() in (".json", ".jsonl", ".csv") or head[:1] in (b"{", b"["):
+        raise InputError(f"{path}: not a Parquet trace (it looks like {p.suffix.lstrip('.') or 'JSON'}): "
+                         f"import it first: agent-replay traces import {path} -o "
+                         f"{p.with_suffix('.parquet').name} (agent-replay traces import --help "
+                         "lists the formats), then run that")
+
+
+def check_target(url: str) -> str:
+    """``--target`` as given, after saying what a ``/v1`` ending means; an endpoint path
+    (``.../v1/chat/completions``) is refused: the replay adds each request's path itself."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        root = url.rstrip("/")[:-3]
+        print(f"note: --target {url}: the server's root {root} is used (each request's path "
+              "starts with /v1 already)", file=sys.stderr)
+    elif "/v1/" in path:
+        root = f"{parts.scheme}://{parts.netloc}{path[:path.index('/v1/')]}"
+        raise InputError(f"--target {url}: give the server's base URL ({root}), not an "
+                         "endpoint: the replay adds each request's path itself")
+    return url
+
+
 def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
     return RunConfig(
         trace=args.trace, target=target, output=args.output, force=args.force, timing=args.timing,
@@ -173,7 +208,8 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
 def cmd_run(args: argparse.Namespace) -> int:
     from agent_replay.replay.run import run
 
-    summary = run(config_from_args(args, args.target))
+    check_trace(args.trace)
+    summary = run(config_from_args(args, check_target(args.target) if args.target else args.target))
     _render(summary)
     return summary.exit_code  # 130 interrupted, 1 failed/aborted/partial, else 0
 
