@@ -40,7 +40,8 @@ th:first-child,td:first-child{text-align:left} th{background:#f6f8fa}
 table.kv td:first-child{color:#0550ae} table.kv td{text-align:left;white-space:normal}
 .note{color:#666;font-size:12px;max-width:1000px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px}
-.chart{border:1px solid #eee;padding:4px;min-width:0}
+.chart{border:1px solid #eee;padding:4px;min-width:0;margin-bottom:12px}
+.scroll{overflow-x:auto}
 footer{color:#888;font-size:12px;margin-top:32px}
 """
 
@@ -64,12 +65,12 @@ def _e(x: Any) -> str:
 
 
 def _table(head: Sequence[str] | None, rows: Iterable[Sequence[str]], cls: str = "") -> str:
-    out = [f'<table class="{cls}">' if cls else "<table>"]
+    out = ['<div class="scroll">', f'<table class="{cls}">' if cls else "<table>"]
     if head:
         out.append("<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>")
     for row in rows:
         out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "".join(out)
 
 
@@ -195,16 +196,19 @@ def _md_tables(md: str) -> str:
 
     def flush() -> None:
         if table:
-            out.append(_table(table[0], table[1:]))
+            # a column empty in every row (the sweep's name, when there is one sweep) is left out
+            keep = [i for i in range(len(table[0]))
+                    if any(i < len(r) and r[i] not in ("", "-") for r in table[1:])]
+            rows = [[r[i] if i < len(r) else "" for i in keep] for r in table]
+            out.append(_table(rows[0], rows[1:]))
             table.clear()
 
     for line in md.splitlines():
         s = line.strip()
         if s.startswith("|"):
-            cells = [c.strip() for c in s.strip("|").split(" | ")]
-            if all(set(c) <= {"-", ":"} for c in cells):
+            if set(s) <= set("|-: "):  # the header's separator row
                 continue
-            table.append(cells)
+            table.append([c.strip() for c in s[1:-1].split(" | ")])
             continue
         flush()
         if s.startswith("#"):
@@ -232,7 +236,7 @@ def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, A
     script, divs = _charts(charts)
     names = ", ".join(str(s) for s in sweep_dirs)
     body = ["<h1>agent-replay sweep</h1>", f"<p class='path'>{_e(names)}</p>",
-            "<h2>Frontier</h2>", _chart_block(divs, [n for n, _ in charts]),
+            "<h2>Frontier</h2>", _chart_block(divs, [n for n, _ in charts], grid=False),
             _md_tables(result["markdown"])]
     cap = Path(sweep_dirs[0]) / "capacity.md"
     if cap.exists():

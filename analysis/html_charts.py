@@ -297,9 +297,11 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
         by.setdefault(f"{pt.sweep}:{pt.target}" if pt.sweep else pt.target, []).append(pt)
     if not by:
         return None
-    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats)", x_label, y_label,
-             height=420)
+    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point)",
+             x_label, y_label, height=420)
     drew = False
+    xs: list[float] = []
+    ys: list[float] = []
     for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
         runs = [(r.get(x), r.get(y), pt.point) for pt in group for r in pt.runs]
         runs = [(a, b, c) for a, b, c in runs if a is not None and b is not None]
@@ -320,7 +322,11 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
             "yhi": [cy.high if cy.high is not None else cy.estimate for _, _, cy in m],
             "point": [f"{pt.point:g}" for pt, _, _ in m], "n": [len(pt.runs) for pt, _, _ in m],
         })
+        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _, _ in runs]
+        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b, _ in runs]
         p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
+        p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
+               text_font_size="10px", text_color=color)
         p.scatter("x", "y", source=src, size=9, color=color, legend_label=f"{name}: mean")
         p.add_layout(Whisker(base="x", lower="ylo", upper="yhi", source=src, dimension="height",
                              line_color=color))
@@ -328,6 +334,10 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
                              line_color=color))
     if not drew:
         return None
+    for rng, vals in ((p.x_range, xs), (p.y_range, ys)):  # the whiskers inside the frame
+        lo, hi = min(vals), max(vals)
+        pad = 0.06 * (hi - lo or abs(hi) or 1.0)
+        rng.start, rng.end = lo - pad, hi + pad
     p.add_tools(HoverTool(tooltips=[("load point", "@point"), ("runs", "@n"),
                                     (x_label, "@x{0,0.0} [@xlo{0,0.0}, @xhi{0,0.0}]"),
                                     (y_label, "@y{0,0.0} [@ylo{0,0.0}, @yhi{0,0.0}]")]))
