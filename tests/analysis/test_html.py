@@ -204,3 +204,18 @@ def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
     res = {"points": pts, "markdown": to_markdown(pts, "concurrent_sessions")}
     path = html_mod.write_html(html_mod.sweep_html([tmp_path], res), tmp_path / "sweep.html")
     _check_in_chromium(path, tmp_path / "sweep.png", {"frontier-p90_tps", "frontier-interactivity"})
+
+
+def test_each_sweep_run_gets_its_page(tmp_path: Path) -> None:
+    """The sweep's hook writes report.html into a run's folder once the run is done."""
+    hook = html_mod.RunReportHook()
+    run_dir = make_results(tmp_path / "runs" / "a" / "r0", gpu=False)
+    hook.start(run_dir, None, "http://127.0.0.1:1")
+    assert not (run_dir / "report.html").exists()
+    hook.stop()
+    assert (run_dir / "report.html").stat().st_size > 500_000
+    empty = tmp_path / "runs" / "a" / "r1"  # a run that never started: nothing to report
+    empty.mkdir(parents=True)
+    hook.start(empty, None, "http://127.0.0.1:1")
+    hook.stop()
+    assert not (empty / "report.html").exists()
