@@ -107,6 +107,8 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     p = _fig(f"{d.label} CDF{hdr}", f"{d.label}, ms (log scale)",
              f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
     p.y_range = Range1d(0, 1.02)
+    p.xaxis.ticker = bm.LogTicker(mantissas=[1, 2, 5])  # labels within a decade too
+    p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
     for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True):
         if not v.size:
             continue

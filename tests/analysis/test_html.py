@@ -171,6 +171,7 @@ needs_chromium = pytest.mark.skipif(chromium_path() is None,
                                     reason="no chromium (apt-get install chromium; scripts/test.sh does)")
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_report_renders_every_chart_in_chromium(report: Report, tmp_path: Path) -> None:
     path = html_mod.write_html(html_mod.report_html(report), tmp_path / "report.html")
@@ -179,6 +180,7 @@ def test_report_renders_every_chart_in_chromium(report: Report, tmp_path: Path) 
                         "in-flight", "timelines", "gpu-power", "gpu-util"})
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
     from agent_replay.analysis.compare import compare_dirs
