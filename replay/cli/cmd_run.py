@@ -164,15 +164,18 @@ def check_target(url: str) -> str:
     (``.../v1/chat/completions``) is refused: the replay adds each request's path itself."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
+    from agent_replay.redact import redact_url
+
+    shown = redact_url(url)  # user-info (a password) is never printed
+    parts = urlsplit(shown)
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
-        root = url.rstrip("/")[:-3]
-        print(f"note: --target {url}: the server's root {root} is used (each request's path "
+        root = shown.rstrip("/")[:-3]
+        print(f"note: --target {shown}: the server's root {root} is used (each request's path "
               "starts with /v1 already)", file=sys.stderr)
     elif "/v1/" in path:
         root = f"{parts.scheme}://{parts.netloc}{path[:path.index('/v1/')]}"
-        raise InputError(f"--target {url}: give the server's base URL ({root}), not an "
+        raise InputError(f"--target {shown}: give the server's base URL ({root}), not an "
                          "endpoint: the replay adds each request's path itself")
     return url
 

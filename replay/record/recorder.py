@@ -348,8 +348,8 @@ class Recorder:
         self.agents.complete(turn.session_id, turn.request_index, end)
         self.stats.requests += 1
         self.stats.errors += ex.error is not None
-        if ex.error is not None:
-            self.stats.last_error = ex.error
+        if ex.error is not None:  # without the request's credentials, as in its row
+            self.stats.last_error = (self._scrubbed_error(ex) or "")[:160]
         if obs is not None:
             self.stats.bytes_in += obs.bytes_in
             self.stats.bytes_out += obs.bytes_out

@@ -158,7 +158,7 @@ def _check_in_chromium(page_path: Path, shot: Path, expected: set[str]) -> list[
     for c in charts:
         assert c["title"], c
         assert c["rows"] and min(c["rows"]) > 0, c  # every glyph has data
-        assert c["coloured"] > 500, c  # marks were painted, not only axes
+        assert c["coloured"] > 200, c  # marks were painted (a blank chart has 0)
     assert shot.stat().st_size > 10_000
     keep = os.environ.get("AGENT_REPLAY_SCREENSHOTS")
     if keep:
