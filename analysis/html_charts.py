@@ -87,8 +87,10 @@ def cdf_points(report: Report, key: str) -> tuple[np.ndarray, np.ndarray]:
             vals = vals[_ok(report)]
         v = np.sort(vals[~np.isnan(vals)])
         f = np.arange(1, v.size + 1, dtype=np.float64) / max(1, v.size)
-    if v.size > CDF_POINTS:  # evenly spaced ranks, the last one kept
-        idx = np.unique(np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64))
+    if v.size > CDF_POINTS:  # evenly spaced ranks and the marked percentiles' own
+        idx = np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64)
+        at = np.searchsorted(f, np.asarray(MARKED) / 100 - 1e-12)
+        idx = np.unique(np.concatenate((idx, np.minimum(at, v.size - 1))))
         v, f = v[idx], f[idx]
     return v / 1e6, f
 
@@ -119,9 +121,7 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
         marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
         if marks:
             msrc = ColumnDataSource({"ms": [max(m, 1e-3) for _, m in marks],
-                                     "frac": [q / 100 for q, _ in marks],
-                                     "label": [f"P{q:g}" + ("*" if not s.reliable.get(q) else "")
-                                               for q, _ in marks]})
+                                     "frac": [q / 100 for q, _ in marks]})
             p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
                       legend_label=f"{name + ': ' if len(lines) > 1 else ''}P50 / P90 / P99 "
                       "(as in the table)")

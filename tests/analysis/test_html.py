@@ -85,6 +85,17 @@ def test_each_cdf_crosses_p50_p90_p99_at_the_tables_values(report: Report, key: 
         assert crossing == pytest.approx(s.values[p] / 1e6, rel=1e-9), (key, p)
 
 
+def test_a_thinned_cdf_keeps_the_percentiles_crossings(tmp_path: Path) -> None:
+    """Over CDF_POINTS values the line is thinned; its P50/P90/P99 crossings are kept."""
+    rep = build_report(write_results(tmp_path / "big", synthetic_results(5_003, 9)))
+    for key in ("ttft", "e2e"):
+        ms, frac = hc.cdf_points(rep, key)
+        assert ms.size <= hc.CDF_POINTS + len(hc.MARKED)
+        for p in hc.MARKED:
+            crossing = ms[np.searchsorted(frac, p / 100 - 1e-12)]
+            assert crossing == pytest.approx(rep.stats.latency[key].values[p] / 1e6, rel=1e-9)
+
+
 def test_clones_and_subagents_get_lanes_of_their_own(report: Report) -> None:
     labels, lane = lanes(report.stats.per_request)
     assert "s1 #0" in labels and "s1 #1" in labels  # clones are not merged under one label
