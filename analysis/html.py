@@ -11,6 +11,7 @@ the optional ``html`` extra: ``available()`` says whether it is installed, and
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 from collections.abc import Iterable, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 from agent_replay import __version__
 from agent_replay.analysis.report import Report
-from agent_replay.errors import InputError, OutputExistsError
+from agent_replay.errors import AgentReplayError, InputError, OutputExistsError
 
 FILE_NAME = "report.html"
 """The report every run writes beside its run.json."""
@@ -249,11 +250,15 @@ def write_html(page: str, path: str | os.PathLike[str], *, force: bool = True) -
     dest = Path(path)
     if dest.exists() and not force:
         raise OutputExistsError(str(dest))
-    if dest.parent and not dest.parent.exists():
-        dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, dest)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise AgentReplayError(f"{dest}: cannot write the HTML report: {exc.strerror or exc}") from exc
     return dest
 
 

@@ -232,3 +232,14 @@ def test_each_sweep_run_gets_its_page(tmp_path: Path) -> None:
     hook.start(empty, None, "http://127.0.0.1:1")
     hook.stop()
     assert not (empty / "report.html").exists()
+
+
+def test_an_unwritable_page_is_one_line_not_a_traceback(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from agent_replay.replay.cli import main
+
+    root = make_results(tmp_path / "run", gpu=False)
+    (tmp_path / "file").write_text("")
+    assert main(["report", str(root), "--html", str(tmp_path / "file" / "r.html")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the HTML report" in err
