@@ -287,8 +287,12 @@ def check_comparable(metas: Sequence[Mapping[str, Any]], names: Sequence[str], f
         if diff:
             lines.append(f"{name} differs from {names[0]}: {'; '.join(diff)}")
     if lines and not force:
-        raise InputError("compare: not the same experiment (" + " | ".join(lines)
-                         + "); pass --force to compare anyway")
+        only_model = all(d.startswith("model ") for m in metas[1:] for d in differences(metas[0], m))
+        hint = ("; pass --force to compare anyway" if not only_model else
+                ": the same trace and load, served under different model names, which is "
+                "expected when the deployments name their model differently (two simulated "
+                "engine profiles, a quantized or renamed copy); pass --force to compare them")
+        raise InputError("compare: not the same experiment (" + " | ".join(lines) + ")" + hint)
     return [f"not comparable, compared because of --force: {ln}" for ln in lines]
 
 

@@ -37,6 +37,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from agent_replay.analysis import outcomes
 from agent_replay.analysis.definitions import METRICS
 from agent_replay.analysis.gauges import GAUGES, SharedGauges, scrape_gauges
 from agent_replay.analysis.hist import PERCENTILES, min_count_for
@@ -69,10 +70,38 @@ def _hms(secs: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(secs)) if secs < 86_400 else ">1 day"
 
 
-def _eta(done: int, total: int, elapsed_ns: int) -> str:
-    if done <= 0 or total <= done or elapsed_ns <= 0:
-        return "-"
-    return _hms(elapsed_ns / 1e9 * (total - done) / done)
+MIN_ETA_DONE = 0.05
+"""No ETA before this share of the requests is done: the first ones finish early (short
+prompts, no queue yet) and a rate extrapolated from them is minutes off."""
+
+
+def eta_s(done: int, total: int, elapsed_ns: int, planned_ns: int = 0) -> float | None:
+    """Seconds left: the later of the rate so far extrapolated to the requests left, and
+    the plan's last intended send (``planned_ns`` after the start: the trace's own schedule,
+    which think times hold the run to whatever the server's speed), plus a second while
+    requests remain. None when nothing can be said yet."""
+    if total <= done or elapsed_ns <= 0:
+        return None
+    by_plan = max(0.0, (planned_ns - elapsed_ns) / 1e9)
+    if done < max(1, MIN_ETA_DONE * total):
+        return by_plan or None
+    by_rate = elapsed_ns / 1e9 * (total - done) / done
+    return max(by_rate, by_plan, 1.0)
+
+
+def _eta(done: int, total: int, elapsed_ns: int, planned_ns: int = 0) -> str:
+    left = eta_s(done, total, elapsed_ns, planned_ns)
+    return "-" if left is None else _hms(left)
+
+
+def live_headline(stats: LiveStats) -> str:
+    """The report's headline line (``analysis.report.headline``) on the live TPOT
+    histogram: the P90 TPS so far, labelled as the report labels it."""
+    from agent_replay.analysis.report import headline
+    from agent_replay.analysis.runstats import tps_from_tpot
+
+    stats.flush()
+    return str(headline(tps_from_tpot(stats.hists["tpot"].summary()), stats.inexact)["text"])
 
 
 def self_check(stats: LiveStats, machine: Any = None) -> Any:
@@ -119,7 +148,7 @@ class HostWatch:
 def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
                      total_requests: int | None = None, title: str = "agent-replay",
                      server_gauges: Mapping[str, float] | None = None,
-                     gpu_line: str = "", machine: Any = None) -> Group:
+                     gpu_line: str = "", machine: Any = None, planned_ns: int = 0) -> Group:
     """One frame of the dashboard (fits ``width`` x ``height``; 100 x 30 shows everything).
     ``machine``: the host's CPU (``HostWatch``), for the self-check."""
     stats.flush()
@@ -131,8 +160,9 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     head.add_column(justify="right")
     head.add_row(Text(title, style="bold"), Text(
         f"{done:,}/{total:,} requests  elapsed {_hms(stats.elapsed_ns / 1e9)}"
-        f"  ETA {_eta(done, total, stats.elapsed_ns)}"))
+        f"  ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}"))
     parts.append(head)
+    parts.append(Text(live_headline(stats), style="bold green"))
     bar = Table.grid()
     bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, max(total, 1)),
                             width=width - 2))
@@ -141,7 +171,8 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     recent = float(tok[-10:].mean()) if tok.size else 0.0
     parts.append(Text(
         f"sessions {stats.active_sessions:,}  in flight {stats.in_flight:,}  "
-        f"ok {stats.ok:,}  failed {stats.failed:,}  warmup {stats.warmup:,}  "
+        f"ok {stats.ok:,}  {outcomes.text(stats.errors).replace(',', ' ')}  "
+        f"warmup {stats.warmup:,}  "
         f"output {recent:,.0f} tok/s (10 s)"))
     t = Table(show_edge=False, pad_edge=False, expand=False, box=None, header_style="bold")
     t.add_column("metric (ms)")
@@ -199,18 +230,26 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     return Group(*parts)
 
 
-def progress_line(stats: LiveStats, total_requests: int | None = None, machine: Any = None) -> str:
-    """The plain one-line form for non-TTY output."""
+def progress_line(stats: LiveStats, total_requests: int | None = None, machine: Any = None,
+                  planned_ns: int = 0, said: set[str] | None = None) -> str:
+    """The plain one-line form for non-TTY output. ``said``: the self-check lines already
+    printed (updated here): a line said before is shown as a short marker."""
     stats.flush()
     total = total_requests or stats.total
     done = stats.done or (stats.ok + stats.failed + stats.warmup)
     tpot = stats.hists["tpot"].percentiles([90.0])[90.0]
     ttft = stats.hists["ttft"].percentiles([90.0])[90.0]
     p90 = f"{1e9 / tpot:,.1f}" if tpot else "-"
-    line = (f"{done:,}/{total:,} requests, {stats.failed:,} failed, in flight "
+    line = (f"{done:,}/{total:,} requests, {outcomes.text(stats.errors)}, in flight "
             f"{stats.in_flight:,}, P90 TPS {p90} tok/s, TTFT P90 {_ms(ttft)} ms, "
-            f"ETA {_eta(done, total, stats.elapsed_ns)}")
-    why = bottleneck(stats, machine)
+            f"ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}")
+    check = self_check(stats, machine)
+    why = check.line
+    if why and said is not None:
+        if check.kind in said:
+            why = f"{check.kind}, as said above"
+        else:
+            said.add(check.kind)
     return (line + (f" [{stats.inexact:,} inexact token counts: not in TPS]" if stats.inexact else "")
             + (f" [{why}]" if why else ""))
 
@@ -223,7 +262,7 @@ def inexact_line(n: int) -> str:
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
                  shared_gauges: SharedGauges | None = None, ready: Any = None,
-                 gpu_gauges: Any = None) -> None:
+                 gpu_gauges: Any = None, planned_ns: int = 0) -> None:
     import signal
     import threading
 
@@ -241,6 +280,7 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     gpu_seen, gpu_text, gpu_at = 0, "", 0.0
     last_scrape = last_line = 0.0
     host = HostWatch()
+    said: set[str] = set()  # self-check kinds printed in full on a progress line
     drawn: tuple[int, int, int, int, int, int] | None = None
     live = None
     if tty:
@@ -301,11 +341,12 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
                         live.update(render_dashboard(stats, size.width, size.height,
                                                      total_requests=total, title=title,
                                                      server_gauges=gauges, gpu_line=gpu_text,
-                                                     machine=host.machine(stats)),
+                                                     machine=host.machine(stats),
+                                                     planned_ns=planned_ns),
                                     refresh=True)
                 elif stopping or now - last_line >= 5.0:
                     last_line = now
-                    print(progress_line(stats, total, host.machine(stats))
+                    print(progress_line(stats, total, host.machine(stats), planned_ns, said)
                           + (f" | {gpu_text}" if gpu_text else ""),
                           flush=True)
             if stopping:
@@ -350,11 +391,13 @@ class DashboardProcess:
     def __init__(self, total_requests: int, title: str = "agent-replay",
                  server_gauges_url: str | None = None, *, tty: bool | None = None,
                  results_dir: str | None = None, shared_gauges: SharedGauges | None = None,
-                 gpu_gauges: Any = None) -> None:
+                 gpu_gauges: Any = None, planned_ns: int = 0) -> None:
         """Server gauges: from ``shared_gauges`` when given (another process scrapes), else
         scraped from ``server_gauges_url`` every second. ``gpu_gauges``: the GPU sampler's
-        ``engines.telemetry.gauges.GpuGauges`` (its ``line()`` is shown)."""
+        ``engines.telemetry.gauges.GpuGauges`` (its ``line()`` is shown). ``planned_ns``:
+        the plan's last intended send after the start (the ETA is never before it)."""
         self.gpu_gauges = gpu_gauges
+        self.planned_ns = planned_ns
         self.total_requests = total_requests
         self.results_dir = results_dir
         self.shared_gauges = shared_gauges
@@ -381,7 +424,7 @@ class DashboardProcess:
             target=_render_loop, name="agent-replay-dashboard", daemon=True,
             args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
                   self.title, self.server_gauges_url, self.tty, self.results_dir, self.shared_gauges,
-                  self._ready, self.gpu_gauges))
+                  self._ready, self.gpu_gauges, self.planned_ns))
         self._proc.start()
         deadline = time.monotonic() + wait_s
         while not self._ready.wait(0.1) and time.monotonic() < deadline and self._proc.is_alive():

@@ -79,7 +79,8 @@ def points(rows: Sequence[Mapping[str, Any]], sweep: str = "", phase: str = "swe
         (pt.runs if r["status"] == "complete" else pt.failed).append(dict(r))
     out = sorted(groups.values(), key=lambda p: (p.sweep, p.target, p.point))
     for pt in out:
-        pt.ci = {k: mean_ci([r.get(k) for r in pt.runs]) for k in SUMMARY_KEYS}
+        # every summary figure is a speed, throughput, latency, price or energy: never < 0
+        pt.ci = {k: mean_ci([r.get(k) for r in pt.runs], lower=0.0) for k in SUMMARY_KEYS}
     return out
 
 

@@ -289,6 +289,21 @@ class Hist:
             out = {p: (min(v, self.max) if v is not None else None) for p, v in out.items()}
         return out
 
+    def cdf(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distribution as (value, fraction of samples at or below it), one point per
+        occupied bucket, the value being the bucket's highest equivalent value: the
+        convention of ``percentiles``, so the smallest value whose fraction reaches p% is
+        the P-th percentile."""
+        nz = np.nonzero(self._counts)[0]
+        if nz.size == 0:
+            return np.zeros(0), np.zeros(0)
+        h = self._h
+        values = np.array([h.get_highest_equivalent_value(h.get_value_from_index(int(i)))
+                           for i in nz], dtype=np.float64)
+        values = np.minimum(values, float(self._h.get_max_value()))
+        frac = np.cumsum(self._counts[nz], dtype=np.float64) / self.count
+        return values, frac
+
     def summary(self, ps: Sequence[float] = PERCENTILES) -> Summary:
         vals = self.percentiles(ps)
         return Summary(self.count, {p: (float(v) if v is not None else None) for p, v in vals.items()},

@@ -11,11 +11,12 @@ import numpy as np
 
 from agent_replay.analysis.definitions import BY_KEY
 from agent_replay.analysis.report import Report
+from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
 from agent_replay.errors import InputError, OutputExistsError
 
 NAMES = ("latency_cdf.png", "request_tps.png", "throughput.png", "tokens_per_chunk.png",
          "sessions.png")
-MAX_LANES = 40
+MAX_LANES = 200
 
 
 def _plt() -> Any:
@@ -76,23 +77,24 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     plt.close(fig)
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    end = col("end_ns")[ok]
-    sent = col("sent_ns")[ok]
-    out_tok = col("output_tokens")[ok]
-    if end.size:
+    end = col("end_ns")
+    if np.isfinite(end).any():
+        # averages per bin (analysis.timeseries): sampling in-flight counts at whole seconds
+        # shows none while requests shorter than a second keep tokens flowing
         t0 = float(np.nanmin(col("intended_ns")))
-        secs = (end - t0) / 1e9
-        nb = max(1, int(np.nanmax(secs)) + 1)
-        tok = np.bincount(np.clip(secs, 0, None).astype(np.int64), weights=out_tok, minlength=nb)
-        ax1.plot(np.arange(tok.size), tok, color="tab:green")
-        grid = np.arange(nb)
-        s_sec = (sent - t0) / 1e9
-        conc = (np.searchsorted(np.sort(s_sec), grid, side="right")
-                - np.searchsorted(np.sort(secs), grid, side="right"))
-        ax2.plot(grid, conc, color="tab:orange")
+        edges = bin_edges(t0, max(float(np.nanmax(end)), t0 + 1e8))
+        first = end - col("e2e") + col("ttft")  # s + TTFT, with s = end - E2E
+        out_tok = np.where(np.isnan(col("completion_tokens")), col("output_tokens"),
+                           col("completion_tokens"))
+        x = (edges[:-1] - t0) / 1e9
+        w = np.diff(edges) / 1e9
+        ax1.bar(x, spread_rate(first[ok], end[ok], out_tok[ok], edges), width=w, align="edge",
+                color="tab:green")
+        ax2.bar(x, mean_in_flight(col("sent_ns"), end, edges), width=w, align="edge",
+                color="tab:orange")
+        ax1.set_title(f"Output tokens/s and requests in flight ({w[0]:g} s bins)")
     ax1.set_ylabel("output tokens/s")
-    ax1.set_title("Throughput and concurrency over time")
-    ax2.set_ylabel("requests in flight")
+    ax2.set_ylabel("mean requests in flight")
     ax2.set_xlabel("seconds since start")
     fig.savefig(paths[2], dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -109,24 +111,22 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     fig.savefig(paths[3], dpi=100, bbox_inches="tight")
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(10, 6))
-    sid = t.column("session_id").to_pylist()
-    lanes: dict[str, int] = {}
+    labels, lane = lanes(t)
+    shown = labels[:MAX_LANES]
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 1.0 + 0.18 * len(shown))))
     starts, ends, intended = col("sent_ns"), col("end_ns"), col("intended_ns")
     t0 = float(np.nanmin(intended)) if intended.size else 0.0
-    for i, s in enumerate(sid):
-        if s not in lanes:
-            if len(lanes) >= MAX_LANES:
-                continue
-            lanes[s] = len(lanes)
-        if np.isnan(starts[i]) or np.isnan(ends[i]):
+    for i in range(t.num_rows):
+        if lane[i] >= len(shown) or np.isnan(starts[i]) or np.isnan(ends[i]):
             continue
-        ax.barh(lanes[s], (ends[i] - starts[i]) / 1e9, left=(starts[i] - t0) / 1e9, height=0.6,
+        ax.barh(lane[i], (ends[i] - starts[i]) / 1e9, left=(starts[i] - t0) / 1e9, height=0.6,
                 color="tab:blue" if ok[i] else "tab:red")
-    ax.set_yticks(list(lanes.values()), list(lanes.keys()), fontsize=7)
-    ax.invert_yaxis()
+    ax.set_yticks(list(range(len(shown))), shown, fontsize=7)
+    ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_xlabel("seconds since start (bars: send to last byte; red: failed; gaps: thinking)")
-    ax.set_title(f"Session timelines (first {len(lanes)} sessions)")
+    ax.set_title(f"Session timelines: all {len(labels)} lanes (session #clone / subagent)"
+                 if len(shown) == len(labels) else
+                 f"Session timelines: the first {len(shown)} of {len(labels)} lanes by start")
     fig.savefig(paths[4], dpi=100, bbox_inches="tight")
     plt.close(fig)
     if gpu:  # GPU telemetry beside the run (analysis.gpu_plots)

@@ -129,7 +129,9 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
     req = d["requests"]
     errs = ", ".join(f"{k} {v}" for k, v in d["errors"].items()) or "none"
     yield "Requests", [
-        ("ok / failed / warmup", f"{req['ok']:,} / {req['failed']:,} / {req['warmup']:,}"),
+        ("ok / failed / warmup", f"{req['ok']:,} / {req['failed']:,} / {req['warmup']:,}")] + ([
+        ("cancelled by the run's stop (not failed)", f"{req['cancelled']:,}")]
+        if req.get("cancelled") else []) + [
         ("failed by cause", errs), ("duration", f"{d['duration_s']:,.1f} s")] + ([
         ("inexact token counts (ok)", f"{d['inexact_token_counts']['requests']:,}: left out of "
          + ", ".join(d["inexact_token_counts"]["left_out_of"]))]

@@ -125,9 +125,11 @@ def _clean(values: Sequence[float | None]) -> np.ndarray:
     return a[~np.isnan(a)]
 
 
-def mean_ci(values: Sequence[float | None]) -> Interval:
+def mean_ci(values: Sequence[float | None], *, lower: float | None = None) -> Interval:
     """Geometric mean of positive replicate values with a 95% Student-t interval on their
-    logs (bounds exp(mean log +- t se)); arithmetic mean and interval otherwise."""
+    logs (bounds exp(mean log +- t se)), which never leaves the positive half-line;
+    arithmetic mean and interval otherwise, cut at ``lower`` (the least value the quantity
+    can take, e.g. 0) when given."""
     v = _clean(values)
     if v.size == 0:
         return Interval(None, None, None, 0, "none")
@@ -138,8 +140,12 @@ def mean_ci(values: Sequence[float | None]) -> Interval:
     if v.size < 2:
         return Interval(float(v[0]), None, None, 1, "one run: no run-to-run interval")
     half = t975(v.size - 1) * float(w.std(ddof=1)) / math.sqrt(v.size)
-    how = f"t on logs, {v.size} runs (geometric mean)" if log else f"t, {v.size} runs"
-    return Interval(back(m), back(m - half), back(m + half), int(v.size), how)
+    if log:
+        return Interval(back(m), back(m - half), back(m + half), int(v.size),
+                        f"t on logs, {v.size} runs (geometric mean)")
+    if lower is not None and m - half < lower:
+        return Interval(m, lower, m + half, int(v.size), f"t, {v.size} runs, cut at {lower:g}")
+    return Interval(m, m - half, m + half, int(v.size), f"t, {v.size} runs")
 
 
 def ratio_ci(a: Sequence[float | None], b: Sequence[float | None], *,

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent_replay.analysis import outcomes
 from agent_replay.analysis.definitions import METRICS as METRIC_DEFS
 from agent_replay.analysis.definitions import REQUEST_METRICS as REQUEST_DEFS
 from agent_replay.analysis.definitions import Inputs, total_tokens_per_s_per_gpu
@@ -47,7 +48,7 @@ COLUMNS = (
     "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
     "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns",
     "think_ns", "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "implied_cached_tokens", "request_index", "depends_on",
+    "cached_tokens", "implied_cached_tokens", "request_index", "depends_on", "agent_id",
 )
 """The request columns the analysis reads."""
 
@@ -149,6 +150,8 @@ class Accumulator:
             "parent_end_ns": _f64(batch, "parent_end_ns")[counted],
             "request_index": _i64(batch, "request_index")[counted],
             "depends_on": _depends_on(batch).filter(sel),
+            "agent_id": _optional_str(batch, "agent_id").filter(sel),
+            "error_kind": _col(batch, "error_kind").filter(sel),
             "sent_ns": _f64(batch, "sent_ns")[counted],
             "output_tokens": m.output_tokens[counted],
             "decode_tokens": m.decode_tokens[counted],
@@ -203,8 +206,9 @@ class Accumulator:
                   "input_cached": int(cached.sum()),
                   "input_computed": int(prompt.sum() - cached.sum())}
         n_ok = int(ok.sum())
-        requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": self.failed,
-                    "warmup": self.warmup}
+        failed, cancelled = outcomes.split(self.errors)  # the stop's cancellations are apart
+        requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": failed,
+                    "cancelled": cancelled, "warmup": self.warmup}
         stats = RunStats(
             requests=requests, errors=dict(sorted(self.errors.items(), key=lambda kv: -kv[1])),
             latency=latency, tps=tps, duration_ns=duration, tokens=tokens,
@@ -214,6 +218,7 @@ class Accumulator:
         )
         secs = duration / NS if duration else float("nan")
         stats.extra["window_ns"] = (start_ns, stop_ns)  # the measured window, run clock
+        stats.extra["hists"] = hists  # the per-token distributions (the HTML report's CDFs)
         stats.extra["throughput"] = {
             "output_tokens_per_s": tokens["output"] / secs if duration else None,
             "input_tokens_per_s": tokens["input"] / secs if duration else None,
@@ -236,6 +241,13 @@ class Accumulator:
         if prices is not None and duration:
             stats.economics = economics(tokens, duration, prices, gpus or 1)
         return stats
+
+
+def tps_from_tpot(tpot: Summary) -> Summary:
+    """Request TPS read from TPOT's percentiles alone (the live statistics keep only TPOT's
+    histogram): the same values as the report's, without max and mean."""
+    values = {p: (None if v is None or v <= 0 else NS / v) for p, v in tpot.values.items()}
+    return Summary(tpot.count, values, None, None, dict(tpot.reliable), tpot.exact)
 
 
 def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:
@@ -356,6 +368,12 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
         if early is None else int(early.sum()),
         "think_time_error": percentile_summary(np.abs(think_err)),
     }
+
+
+def _optional_str(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    if name in batch.schema.names:
+        return _col(batch, name).cast(pa.string())
+    return pa.nulls(batch.num_rows, pa.string())
 
 
 def _depends_on(batch: pa.RecordBatch | pa.Table) -> pa.Array:

@@ -32,7 +32,7 @@ class ProgressFeed:
     @classmethod
     def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
                results_dir: str | None = None, shared_gauges: Any = None,
-               gpu_gauges: Any = None) -> ProgressFeed:
+               gpu_gauges: Any = None, planned_ns: int = 0) -> ProgressFeed:
         """With ``results_dir``, the dashboard computes the request statistics from the
         part files there, and ``update`` sends it progress and loop lag only; without it,
         ``live`` sends it complete snapshots (the Ray pool's). ``shared_gauges``: the
@@ -42,7 +42,8 @@ class ProgressFeed:
         from agent_replay.analysis.dashboard import DashboardProcess
 
         dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
-                                shared_gauges=shared_gauges, gpu_gauges=gpu_gauges)
+                                shared_gauges=shared_gauges, gpu_gauges=gpu_gauges,
+                                planned_ns=planned_ns)
         dash.start()
         prog = cls(out, dashboard=dash)
         if results_dir is not None:

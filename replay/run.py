@@ -129,6 +129,14 @@ def resolve(config: RunConfig, info: TargetInfo) -> RunConfig:
                    run_id=config.run_id if config.run_id != "run" else secrets.token_hex(4))
 
 
+def _planned_end(plan: Plan, timing: str) -> int:
+    """The last intended send of a plan that follows the trace's schedule (ns after t0),
+    0 for max-rate timing (no schedule): the dashboard's ETA is never before it."""
+    if timing not in ("session", "absolute"):
+        return 0
+    return max((q.offset_ns for s in plan.sessions for q in s.requests), default=0)
+
+
 def _over_context(plan: Plan, max_model_len: int | None) -> int:
     if not max_model_len:
         return 0
@@ -203,7 +211,8 @@ def _run(config: RunConfig, progress: Reporter | None,
                                metrics_url(config.target) if info.has_metrics else None,
                                results_dir=None if pool.feeds_snapshots else str(out),
                                shared_gauges=scrape.gauges,
-                               gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None)
+                               gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None,
+                               planned_ns=_planned_end(plan, config.timing))
     t0 = time.monotonic_ns() + pool.start_delay_ns
     wall_t0 = time.time_ns() + pool.start_delay_ns
     config = replace(config, t0_ns=t0, workers=pool.size)

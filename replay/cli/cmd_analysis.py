@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("report", help="report the metrics of a results folder",
                        description="Per-user P90 tokens/s, TTFT, ITL, tail latency, goodput, "
                        "throughput, revenue per GPU-hour and replay fidelity of one run.")
-    p.add_argument("results", help="results folder written by 'agent-replay run'")
+    p.add_argument("results", nargs="+", help="results folder written by 'agent-replay run' "
+                   "(several: a table report of each in turn, e.g. demo-results/*)")
     p.add_argument("--format", choices=("table", "md", "json", "csv"), default="table")
     p.add_argument("--slo", help="per-request objectives for goodput, e.g. ttft=2s,tpot=50ms,e2e=60s "
                    "(bare numbers are ms)")
@@ -42,7 +43,9 @@ def register(sub: Any) -> None:
     p.add_argument("--price-input-miss", type=_price, help="USD per million computed input tokens")
     p.add_argument("--price-input-hit", type=_price, help="USD per million cached input tokens")
     p.add_argument("--price-output", type=_price, help="USD per million output tokens")
-    p.add_argument("--plots", metavar="DIR", help="also write PNG plots into DIR")
+    p.add_argument("--plots", metavar="DIR", help="also write PNG plots into DIR (for papers)")
+    p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained "
+                   "HTML file with interactive charts (needs the html extra)")
     p.add_argument("--force", action="store_true", help="overwrite existing plot files")
     p.set_defaults(func=run_report)
 
@@ -58,6 +61,8 @@ def register(sub: Any) -> None:
     c.add_argument("--resamples", type=_positive_int, default=1000,
                    help="bootstrap resamples (default 1000)")
     c.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    c.add_argument("--html", metavar="FILE", help="also write the comparison as one "
+                   "self-contained HTML file with the runs' latency CDFs (needs the html extra)")
     c.set_defaults(func=run_compare)
 
 
@@ -74,12 +79,27 @@ def run_report(args: argparse.Namespace) -> int:
                              "--price-input-hit and --price-output")
         prices = Prices(input_miss=args.price_input_miss, input_hit=args.price_input_hit,
                         output=args.price_output)
-    report = build_report(args.results, slo=parse_slo(args.slo), gpus=args.gpus, prices=prices)
+    if len(args.results) > 1:
+        if args.plots or args.html or args.format not in ("table", "md"):
+            raise InputError(f"{len(args.results)} results folders given: --plots, --html and "
+                             "--format json/csv take one (report them one at a time)")
+        for results in args.results:
+            one = argparse.Namespace(**{**vars(args), "results": [results]})
+            run_report(one)
+            print()
+        return 0
+    report = build_report(args.results[0], slo=parse_slo(args.slo), gpus=args.gpus,
+                          prices=prices)
     if args.plots:
         from agent_replay.analysis.plots import write_plots
 
         written = write_plots(report, args.plots, force=args.force)
         print(f"wrote {len(written)} plots to {args.plots}", file=sys.stderr)
+    if args.html:
+        from agent_replay.analysis.html import report_html, write_html
+
+        write_html(report_html(report), args.html)
+        print(f"wrote {args.html}", file=sys.stderr)
     if args.format == "table":
         from rich.console import Console
 
@@ -94,15 +114,28 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if len(args.results) < 2:
         raise InputError("compare needs at least two results folders")
+    if args.html:
+        from agent_replay.analysis.html import HTML_EXTRA_HINT, available
+
+        if not available():  # before the work, not after it
+            raise InputError(f"--html needs Bokeh: {HTML_EXTRA_HINT}")
+    arms = [[p for p in r.split(",") if p] for r in args.results]
+    names = [a[0] if len(a) == 1 else f"{a[0]}+{len(a) - 1}" for a in arms]
     if any("," in r for r in args.results):
         from agent_replay.analysis.compare import compare_arms
 
-        arms = [[p for p in r.split(",") if p] for r in args.results]
-        result = compare_arms(arms, [a[0] if len(a) == 1 else f"{a[0]}+{len(a) - 1}" for a in arms],
-                              force=args.force)
+        result = compare_arms(arms, names, force=args.force)
     else:
         result = compare_dirs(args.results, resamples=args.resamples, seed=args.seed,
                               force=args.force)
+    if args.html:
+        from agent_replay.analysis.html import compare_html, write_html
+        from agent_replay.analysis.report import build_report
+
+        runs = [(result.names[i] + (f" [{j}]" if len(arm) > 1 else ""), build_report(d))
+                for i, arm in enumerate(arms) for j, d in enumerate(arm)]
+        write_html(compare_html(result, runs), args.html)
+        print(f"wrote {args.html}", file=sys.stderr)
     if args.format == "json":
         sys.stdout.write(to_json(result))
     elif args.format == "md":

@@ -93,6 +93,11 @@ async def _serve(rec: Any, *, quiet: bool) -> None:
     print(f"agent-replay record: {rec.url} -> {rec.config.upstream}, writing "
           f"{rec.config.out_dir}/ (content {rec.config.content}); Ctrl-C to stop",
           file=sys.stderr, flush=True)
+    why = await upstream_problem(rec.config.upstream)
+    if why is not None:
+        print(f"agent-replay record: WARNING: the upstream {rec.config.upstream} does not answer "
+              f"({why}): every request through the proxy will fail until it does (its client "
+              "sees the connection close); recording goes on", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty()
     last = ""
     while not stop.is_set():
@@ -114,3 +119,21 @@ async def _serve(rec: Any, *, quiet: bool) -> None:
           flush=True)
     await rec.stop()
     print("agent-replay record: stopped; " + rec.status_line(), file=sys.stderr, flush=True)
+
+
+async def upstream_problem(upstream: str, timeout_s: float = 5.0) -> str | None:
+    """Why ``upstream`` cannot be reached (one HTTP request to its root, any answer, even an
+    error status, counts as reachable), or None."""
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s, \
+                s.get(upstream.rstrip("/") + "/", allow_redirects=False) as r:
+            await r.read()
+    except asyncio.TimeoutError:
+        return f"no answer in {timeout_s:g} s"
+    except aiohttp.ClientConnectorError as exc:
+        return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    return None

@@ -182,6 +182,44 @@ def _start_range(v: str | None) -> tuple[float | None, float | None]:
         raise InputError(f"--start-range {v!r}: expected LO,HI (fractions, e.g. 0.25,0.75)") from None
 
 
+def check_trace(path: str) -> None:
+    """A JSON, JSONL or CSV file is a trace to import first (``traces import``), not one to
+    replay: say so instead of "not a readable Parquet file"."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        return
+    with p.open("rb") as f:
+        head = f.read(64).lstrip()
+    if p.suffix.lower() in (".json", ".jsonl", ".csv") or head[:1] in (b"{", b"["):
+        raise InputError(f"{path}: not a Parquet trace (it looks like {p.suffix.lstrip('.') or 'JSON'}): "
+                         f"import it first: agent-replay traces import {path} -o "
+                         f"{p.with_suffix('.parquet').name} (agent-replay traces import --help "
+                         "lists the formats), then run that")
+
+
+def check_target(url: str) -> str:
+    """``--target`` as given, after saying what a ``/v1`` ending means; an endpoint path
+    (``.../v1/chat/completions``) is refused: the replay adds each request's path itself."""
+    from urllib.parse import urlsplit
+
+    from agent_replay.redact import redact_url
+
+    shown = redact_url(url)  # user-info (a password) is never printed
+    parts = urlsplit(shown)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        root = shown.rstrip("/")[:-3]
+        print(f"note: --target {shown}: the server's root {root} is used (each request's path "
+              "starts with /v1 already)", file=sys.stderr)
+    elif "/v1/" in path:
+        root = f"{parts.scheme}://{parts.netloc}{path[:path.index('/v1/')]}"
+        raise InputError(f"--target {shown}: give the server's base URL ({root}), not an "
+                         "endpoint: the replay adds each request's path itself")
+    return url
+
+
 def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
     preset = getattr(args, "preset", None)
     lo, hi = _start_range(getattr(args, "start_range", None))
@@ -225,17 +263,26 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agent_replay.replay.run import run
-    from agent_replay.replay.summary import render_summary
 
-    summary = run(config_from_args(args, args.target))
-    render_summary(summary, sys.stdout)
+    check_trace(args.trace)
+    summary = run(config_from_args(args, check_target(args.target) if args.target else args.target))
+    _render(summary)
     return summary.exit_code  # 130 interrupted, 1 failed/aborted/partial, else 0
+
+
+def _render(summary: Any) -> None:
+    """The summary, after writing report.html beside run.json (or saying how to get it)."""
+    from agent_replay.analysis.html import write_run_report
+    from agent_replay.replay.summary import load_report, render_summary
+
+    report = load_report(summary.output)
+    _, line = write_run_report(summary.output, report) if report is not None else (None, None)
+    render_summary(summary, sys.stdout, report=report, html_line=line)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from agent_replay.replay.demo import demo
-    from agent_replay.replay.summary import render_summary
 
     summary = demo(output=args.output, profile=args.profile, speedup=args.speedup, trace=args.trace)
-    render_summary(summary, sys.stdout)
+    _render(summary)
     return 130 if summary.interrupted else 0

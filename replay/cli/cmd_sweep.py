@@ -62,6 +62,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
             reindex(exp)
         res = build([exp.output])
+        _html([exp.output], res, exp.output)
         print(res["markdown"])
         print("wrote " + ", ".join(str(f) for f in res["files"]))
         return 0
@@ -69,17 +70,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         slo = args.slo or exp.slo
         if not slo:
             raise InputError(f"{args.experiment}: --find-capacity needs --slo or an 'slo' key")
-        caps = run_capacity(exp, slo, force=args.force, progress=_err)
+        caps = run_capacity(exp, slo, force=args.force, progress=_err, hooks=_hooks())
         for c in caps:
             print(c.line(exp.axis))
         print(f"wrote {exp.output}/capacity.md")
         return 0
-    result = run_sweep(exp, force=args.force, progress=_err)
+    result = run_sweep(exp, force=args.force, progress=_err, hooks=_hooks())
     t = result.timing
     _err(f"sweep wall {t.get('wall_s', 0):.1f} s: runs {t.get('run_s', 0):.1f} s, warm-up "
          f"{t.get('warmup_s', 0):.1f} s, server start {t.get('server_start_s', 0):.1f} s, "
          f"other {t.get('outside_runs_s', 0) - t.get('server_start_s', 0):.1f} s")
     res = build([result.out])
+    _html([result.out], res, result.out)
     print(res["markdown"])
     print("wrote " + ", ".join(str(f) for f in res["files"]))
     return result.exit_code
@@ -89,6 +91,33 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     from agent_replay.analysis.frontier import build
 
     res = build(args.sweeps, args.output)
+    _html(args.sweeps, res, args.output or args.sweeps[0])
     print(res["markdown"])
     print("wrote " + ", ".join(str(f) for f in res["files"]))
     return 0
+
+
+def _hooks() -> list[Any]:
+    """Each run of a sweep writes its report.html (with the html extra)."""
+    from agent_replay.analysis.html import RunReportHook, available
+
+    return [RunReportHook()] if available() else []
+
+
+def _html(sweeps: Any, res: dict[str, Any], out: Any) -> None:
+    """The sweep's report.html beside frontier.md, listed with the files written; without
+    the html extra, one line saying how to get it."""
+    from pathlib import Path
+
+    from agent_replay.analysis.html import (
+        FILE_NAME,
+        HTML_EXTRA_HINT,
+        available,
+        sweep_html,
+        write_html,
+    )
+
+    if not available():
+        _err(f"HTML report: {HTML_EXTRA_HINT}")
+        return
+    res["files"].append(write_html(sweep_html(sweeps, res), Path(out) / FILE_NAME))

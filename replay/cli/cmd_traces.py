@@ -175,7 +175,8 @@ def _head(a: argparse.Namespace) -> int:
     import pyarrow as pa
 
     table = pa.Table.from_batches([batch]) if batch is not None else pa.table({})
-    _console().print(render_head(table, a.n))
+    console = _console()
+    console.print(render_head(table, a.n, width=console.width))
     return 0
 
 

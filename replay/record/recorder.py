@@ -132,6 +132,8 @@ class RecorderStats:
     """Rows of finished requests that a failed flush could not write yet (kept, retried)."""
     write_error: str | None = None
     """Why the last flush failed (None once a flush succeeds again)."""
+    last_error: str | None = None
+    """Why the last failed request failed (the status line names it)."""
 
 
 class Recorder:
@@ -346,6 +348,8 @@ class Recorder:
         self.agents.complete(turn.session_id, turn.request_index, end)
         self.stats.requests += 1
         self.stats.errors += ex.error is not None
+        if ex.error is not None:  # without the request's credentials, as in its row
+            self.stats.last_error = (self._scrubbed_error(ex) or "")[:160]
         if obs is not None:
             self.stats.bytes_in += obs.bytes_in
             self.stats.bytes_out += obs.bytes_out
@@ -509,7 +513,8 @@ class Recorder:
             flush = "no flush yet"
         else:
             flush = f"last flush {s.last_part} {(self.clock() - s.last_flush_ns) / 1e9:.1f} s ago"
-        line = (f"recorded {s.requests} requests ({s.errors} failed), {s.sessions} sessions, "
+        failed = f"{s.errors} failed" + (f", last: {s.last_error}" if s.errors and s.last_error else "")
+        line = (f"recorded {s.requests} requests ({failed}), {s.sessions} sessions, "
                 f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
                 f"{flush}")
         if s.write_error is not None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,6 +280,44 @@ def _probe(rows: Mapping[tuple[Any, ...], Mapping[str, Any]], target: str, pt: f
                  tuple(t.column for t in slo if any(too_few(r, t.column) for r in good)))
 
 
+def max_runs(exp: Experiment, max_steps: int = 12, expand: int = 3, rounds: int = 3) -> int:
+    """About the most runs a capacity search can take (for the progress line's bound): both
+    ends of the load axis, the top doubled while it still meets the SLO, one point per
+    target and step while the bisection narrows (to neighbouring integers on an integer
+    axis, to 5% on the others), for every repeat, and the bracket's ends run again."""
+    lo, hi = min(exp.points), max(exp.points)
+    if hi <= lo:
+        return len(exp.targets) * exp.repeats
+    if exp.axis in INTEGER_AXES:
+        steps = math.ceil(math.log2(max(int(hi) - int(lo), 1)))
+    else:
+        steps = math.ceil(math.log2(max(math.log(hi / lo) / math.log(1.05), 1.0)))
+    # both ends, up to `expand` doublings of the top, the bisection, then per round the
+    # bracket's two ends again (another `repeats` runs each) and a bisection step more
+    steps = min(steps + 2 * expand, max_steps + expand - 1)
+    per_round = 3 * exp.repeats  # the two ends again, then a bisection step
+    return len(exp.targets) * (exp.repeats * (2 + steps) + rounds * per_round)
+
+
+class _Overall:
+    """The capacity search's progress lines: each run's line with the round, the runs done
+    of the most the search can take, and the time that leaves at most (from the mean run
+    so far); the sweep runner's own count restarts every round."""
+
+    def __init__(self, progress: Reporter | None, most: int) -> None:
+        self.progress, self.most, self.done, self.round = progress, most, 0, 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        self.done += 1
+        self.most = max(self.most, self.done)  # the bound is an estimate: never below the count
+        per_run = (time.monotonic() - self.t0) / self.done
+        left = max(0, self.most - self.done) * per_run
+        if self.progress is not None:
+            self.progress(f"capacity round {self.round}, run {self.done} of at most {self.most}"
+                          f" (at most {left / 60:.0f} min left): {line}")
+
+
 def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any, ...], dict[str, Any]],
                   out: Any, servers: Servers, progress: Reporter | None = None,
                   hooks: Sequence[RunHook] = (), timing: dict[str, float] | None = None,
@@ -293,8 +332,11 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
     grown = [0] * len(caps)
     confirmed: set[tuple[int, float]] = set()
 
+    overall = _Overall(progress, max_runs(exp, max_steps, expand, rounds))
+
     def run_step(step: int, jobs: list[tuple[int, int, float]]) -> None:
         nonlocal order
+        overall.round = step + 1
         rng = np.random.default_rng([exp.seed, step, stable_hash("capacity") & 0xFFFFFFFF])
         # repeat-major; targets in the balanced (rotated) order, points shuffled per target
         base = rng.permutation(len(caps)).tolist()
@@ -305,7 +347,8 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
                 for k in rng.permutation(len(mine)).tolist():
                     slots.append(Slot(order, r, i, mine[k], "capacity"))
                     order += 1
-        if not execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing):
+        if not execute(exp, slots, servers, rows, out, progress=overall if progress else None,
+                       hooks=hooks, timing=timing):
             raise KeyboardInterrupt
 
     def refresh(i: int) -> None:

@@ -198,3 +198,18 @@ def test_server_setting_differences_are_listed() -> None:
     assert setting_differences([sim, sim], ["a", "b"]) == []
     (none,) = setting_differences([{"launch": {"kind": "url"}}, sim], ["u", "s"])
     assert none.startswith("server settings not recorded for u (a server given by URL)")
+
+
+def test_compare_of_differently_named_models_says_that_is_expected(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's two-deployment recipe with two simulated engine profiles: only the
+    model names differ; the refusal says when that is expected and what to do."""
+    meta = {"trace": {"path": "t.parquet", "sha256": "aa"}, "target": {"model": "sim-8b"},
+            "options": {"timing": "session", "speedup": 1.0}}
+    a = write_results(tmp_path / "a", synthetic_batches(300, 1), meta)
+    b = write_results(tmp_path / "b", synthetic_batches(300, 2), meta | {"target": {"model": "sim-8b-mtp"}})
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model sim-8b vs sim-8b-mtp" in err
+    assert "expected when the deployments name their model differently" in err and "--force" in err
+    assert main(["compare", str(a), str(b), "--force", "--format", "md"]) == 0

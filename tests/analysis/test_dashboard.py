@@ -252,3 +252,37 @@ def test_shared_gauges_cross_processes() -> None:
     p.join(30)
     assert p.exitcode == 0
     assert g.read() == (1, {"vllm:num_requests_waiting": 5.0})
+
+
+def test_eta_follows_the_plan_and_never_says_zero_while_requests_remain() -> None:
+    from agent_replay.analysis.dashboard import eta_s
+
+    s = 1_000_000_000
+    # 5 s in, 10 of 57 done: the rate says 23.5 s, the trace's schedule 106 s more
+    assert eta_s(10, 57, 5 * s, planned_ns=111 * s) == 106.0
+    assert eta_s(10, 57, 5 * s) == 23.5
+    assert eta_s(2, 57, 1 * s) is None  # under 5% done: no rate to extrapolate
+    assert eta_s(2, 57, 1 * s, planned_ns=111 * s) == 110.0
+    # the last session still running: a second at least, not 0:00
+    assert eta_s(56, 57, 110 * s, planned_ns=100 * s) == pytest.approx(max(110 / 56, 1.0))
+    assert eta_s(57, 57, 111 * s) is None
+
+
+def test_dashboard_shows_the_labelled_p90_tps_headline() -> None:
+    from agent_replay.analysis.dashboard import live_headline, render_dashboard
+    from agent_replay.analysis.live import LiveStats
+
+    st = LiveStats()
+    ms = 1_000_000
+    for i in range(20):  # TPOT (c_m - c_1) / (N - k_1) = (i + 10) ms per token
+        t0 = i * 100 * ms
+        st.observe_request({"status": "ok", "intended_ns": t0, "sent_ns": t0,
+                            "first_token_ns": t0 + 5 * ms, "end_ns": t0 + 5 * ms + 4 * (i + 10) * ms,
+                            "chunk_ns": [t0 + 5 * ms, t0 + 5 * ms + 4 * (i + 10) * ms],
+                            "chunk_tokens": [1, 4], "completion_tokens": 5})
+    line = live_headline(st)
+    # P90 of TPOT over 10..29 ms is the 18th value, 27 ms (HdrHistogram: to 3 digits)
+    assert line.startswith("per-user decode speed, P90: 37.0 tok/s (90% of requests at least")
+    buf = io.StringIO()
+    Console(file=buf, width=100, color_system=None).print(render_dashboard(st, 100, 30))
+    assert line[:40] in buf.getvalue()

@@ -22,7 +22,8 @@ def _stats(**kw):  # type: ignore[no-untyped-def]
 
 def test_run_stats_on_hand_computed_rows() -> None:
     st = _stats(slo=Slo(ttft_ns=100, tpot_ns=20, e2e_ns=200))
-    assert st.requests == {"total": 6, "counted": 5, "ok": 4, "failed": 1, "warmup": 1}
+    assert st.requests == {"total": 6, "counted": 5, "ok": 4, "failed": 1, "cancelled": 0,
+                           "warmup": 1}
     assert st.errors == {"http": 1}
     assert st.latency["ttft"].count == 3 and st.latency["ttft"].values[50.0] == 100
     assert st.latency["tpot"].count == 1 and st.latency["tpot"].values[50.0] == 18
@@ -195,3 +196,16 @@ def test_the_report_states_agentx_readings_and_an_unknown_gpu_count(tmp_path: Pa
     assert "GPU count unknown (give --gpus N)" in text
     two = to_markdown(build_report(tmp_path / "r", gpus=2))
     assert f"{371 / 840e-9 / 2:,.1f}" in two
+
+
+def test_report_of_several_folders_reports_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``report demo-results/*`` after a second demo: each run in turn."""
+    from agent_replay.analysis.fixtures import synthetic_results
+    from agent_replay.replay.cli import main
+
+    dirs = [write_results(tmp_path / f"demo-{i}", synthetic_results(50, i)) for i in (1, 2)]
+    assert main(["report", *map(str, dirs)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("agent-replay report: ") == 2 and str(dirs[0]) in out and str(dirs[1]) in out
+    assert main(["report", *map(str, dirs), "--format", "json"]) == 2
+    assert "take one" in capsys.readouterr().err

@@ -62,14 +62,23 @@ def test_run_without_gpus_says_why_in_one_line(sim: SimProcess, tmp_path: Path) 
     why = nvml_unavailable()
     if why is None:
         pytest.skip("this host has NVML and a driver")
+    from agent_replay.replay.scrape import host_has_nvidia
+
     out = tmp_path / "res"
     lines: list[str] = []
     run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
-                  scrape_interval_s=0), progress=lines.append)
+                  scrape_interval_s=0, gpu_metrics="nvml"), progress=lines.append)
     assert [x for x in lines if "GPU telemetry" in x] == [f"GPU telemetry off: {why}"]
     meta = json.loads((out / "run.json").read_text())
     assert meta["gpu_telemetry"] == {"enabled": False, "reason": why}
     assert not (out / "gpu_telemetry.parquet").exists()
+    # not asked for (auto): said only on a host with an NVIDIA driver; run.json keeps it
+    lines.clear()
+    run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(tmp_path / "auto"),
+                  salt=0, scrape_interval_s=0), progress=lines.append)
+    said = [x for x in lines if "GPU telemetry" in x]
+    assert said == ([f"GPU telemetry off: {why}"] if host_has_nvidia() else [])
+    assert json.loads((tmp_path / "auto" / "run.json").read_text())["gpu_telemetry"]["enabled"] is False
 
 
 def test_bad_gpu_metrics_value_is_an_input_error(tmp_path: Path) -> None:

@@ -173,3 +173,30 @@ def test_capacity_shows_the_same_load_measured_by_the_sweep_phase() -> None:
             for r, v in enumerate(vals)}
     cap = Capacity("a", 1, [_probe(rows, "a", 8.0, slo)])
     assert other_phase([cap], rows, slo) == ["a at 8: p90_tps 119.0 here, 98.0 in the sweep"]
+
+
+def test_capacity_progress_counts_every_round_against_the_most_runs(tmp_path: Path) -> None:
+    from agent_replay.replay.sweep.capacity import _Overall, max_runs
+
+    (tmp_path / "t.parquet").write_bytes(b"")
+    raw = {"trace": "t.parquet", "repeats": 2,
+           "targets": [{"name": "a", "sim": "fast"}, {"name": "b", "sim": "mtp"}],
+           "load": {"axis": "concurrent_sessions", "points": [1, 33]}}
+    exp = experiment_from_dict(raw, tmp_path / "e.toml")
+    # both ends (2 points), bisection of 1..33 (32 -> 16 -> 8 -> 4 -> 2 -> 1: 5 steps) and up
+    # to 2 x 3 more for the top doubled 3 times, then 3 rounds of the bracket's ends again
+    # and a step (3 x 2 repeats each): 2 targets x (2 x (2 + 11) + 3 x 6)
+    assert max_runs(exp) == 2 * (2 * (2 + 11) + 3 * 6)
+    lines: list[str] = []
+    ov = _Overall(lines.append, max_runs(exp))
+    ov.round = 1
+    ov("[1/8] r0 a concurrent_sessions=1: complete")
+    ov.round = 2
+    ov("[1/4] r0 a concurrent_sessions=17: complete")  # the runner's count restarts
+    assert lines[0].startswith("capacity round 1, run 1 of at most 88 (at most ")
+    assert lines[1].startswith("capacity round 2, run 2 of at most 88 (at most ")
+    assert lines[1].endswith(": [1/4] r0 a concurrent_sessions=17: complete")
+    few = _Overall(lines.append, 1)
+    few("x")
+    few("y")  # the bound is an estimate: it never shows fewer runs than were done
+    assert lines[-1].startswith("capacity round 0, run 2 of at most 2 (")

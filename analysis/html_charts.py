@@ -1,0 +1,349 @@
+"""The charts of the HTML report, as Bokeh models (the ``html`` extra; imported only by
+``analysis.html``). Each builder takes analysis values (a Report, sweep points) and returns
+a figure, or None when it has nothing to draw; every chart carries its title, axis labels
+with units and a legend, so it reads without the docs.
+
+The numbers are the report's: a CDF is drawn from the same per-request values (exact) or
+the same HdrHistogram (ITL) whose percentiles the tables print, and those percentiles are
+marked on it from the same Summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from bokeh import models as _models
+from bokeh import plotting as _plotting
+from bokeh.palettes import Category10_10
+
+from agent_replay.analysis.definitions import BY_KEY
+from agent_replay.analysis.report import Report
+from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
+
+# Bokeh's own type stubs disagree with its keyword API: its models are used untyped here.
+bm: Any = _models
+figure: Any = _plotting.figure
+ColumnDataSource, FactorRange, HoverTool = bm.ColumnDataSource, bm.FactorRange, bm.HoverTool
+Range1d, Span, Whisker = bm.Range1d, bm.Span, bm.Whisker
+NS = 1e9
+CDF_POINTS = 2000
+"""At most this many points per CDF line (quantiles evenly spaced; exact values)."""
+MAX_LANES = 400
+"""Session timelines: at most this many lanes (the title says how many were left out)."""
+LANE_PX = 16
+TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
+CDF_KEYS = ("ttft", "tpot", "itl", "e2e")
+MARKED = (50.0, 90.0, 99.0)
+STATUS_COLORS = {"ok": "#1f77b4", "failed": "#d62728", "cancelled": "#7f7f7f"}
+
+
+def colors(n: int) -> list[str]:
+    return [Category10_10[i % 10] for i in range(n)]
+
+
+def _fig(title: str, x_label: str, y_label: str, **kw: Any) -> Any:
+    p = figure(title=title, x_axis_label=x_label, y_axis_label=y_label, tools=TOOLS,
+               sizing_mode="stretch_width", height=kw.pop("height", 320), **kw)
+    p.title.text_font_size = "13px"
+    p.toolbar.logo = None
+    return p
+
+
+def _legend_below(p: Any) -> None:
+    """The legend under the plot, in a row: inside it would hide the data of a time chart."""
+    for leg in list(p.legend):
+        p.center = [c for c in p.center if c is not leg]
+        leg.orientation = "horizontal"
+        leg.location = "top_left"
+        leg.click_policy = "hide"
+        leg.label_text_font_size = "11px"
+        p.add_layout(leg, "below")
+
+
+def _col(t: Any, name: str) -> np.ndarray:
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _ok(report: Report) -> np.ndarray:
+    return report.stats.per_request.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+
+
+def cdf_points(report: Report, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values in ms, fraction at or below) of one CDF metric: the exact per-request values
+    of the rows the metric covers, or the histogram's buckets for a per-token metric; at
+    most CDF_POINTS points, each an observed value and its exact fraction."""
+    d = BY_KEY[key]
+    if d.per != "request":
+        hist = report.stats.extra.get("hists", {}).get(key)
+        if hist is None:
+            return np.zeros(0), np.zeros(0)
+        v, f = hist.cdf()
+    else:
+        t = report.stats.per_request
+        vals = _col(t, key)
+        if d.rows != "all":
+            vals = vals[_ok(report)]
+        v = np.sort(vals[~np.isnan(vals)])
+        f = np.arange(1, v.size + 1, dtype=np.float64) / max(1, v.size)
+    if v.size > CDF_POINTS:  # evenly spaced ranks and the marked percentiles' own
+        idx = np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64)
+        at = np.searchsorted(f, np.asarray(MARKED) / 100 - 1e-12)
+        idx = np.unique(np.concatenate((idx, np.minimum(at, v.size - 1))))
+        v, f = v[idx], f[idx]
+    return v / 1e6, f
+
+
+def _unit_of(key: str) -> str:
+    return "tokens" if BY_KEY[key].per == "token" else "requests"
+
+
+def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
+    """One metric's CDF, one line per run, its P50/P90/P99 marked (the tables' values)."""
+    d = BY_KEY[key]
+    lines = [(name, *cdf_points(r, key), r.stats.latency[key]) for name, r in runs]
+    if not any(v.size for _, v, _, _ in lines):
+        return None
+    hdr = "" if d.per == "request" else " (HdrHistogram, 3 significant digits)"
+    p = _fig(f"{d.label} CDF{hdr}", f"{d.label}, ms (log scale)",
+             f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
+    p.y_range = Range1d(0, 1.02)
+    p.xaxis.ticker = bm.LogTicker(mantissas=[1, 2, 5])  # labels within a decade too
+    p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
+    for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True):
+        if not v.size:
+            continue
+        label = f"{name}: n={s.count:,}" if len(lines) > 1 else f"n={s.count:,}"
+        src = ColumnDataSource({"ms": np.maximum(v, 1e-3), "frac": f})
+        p.step("ms", "frac", source=src, mode="after", line_width=2, color=color,
+               legend_label=label)
+        marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
+        if marks:
+            msrc = ColumnDataSource({"ms": [max(m, 1e-3) for _, m in marks],
+                                     "frac": [q / 100 for q, _ in marks]})
+            p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
+                      legend_label=f"{name + ': ' if len(lines) > 1 else ''}P50 / P90 / P99 "
+                      "(as in the table)")
+    # a few near-zero values (chunks read together) would stretch a log axis over decades
+    lows = [float(v[np.searchsorted(f, 0.1)]) for _, v, f, _ in lines if v.size]
+    lo, smallest = min(lows) / 10, min(float(v[0]) for _, v, _, _ in lines if v.size)
+    if smallest < lo:
+        p.x_range = Range1d(max(lo, 1e-3), max(float(v[-1]) for _, v, _, _ in lines if v.size) * 1.2)
+        p.title.text += "; axis from P10 / 10, zoom out for smaller values"
+    p.add_tools(HoverTool(tooltips=[("ms", "@ms{0,0.000}"), ("fraction", "@frac{0.000}")]))
+    p.legend.location = "bottom_right"
+    p.legend.click_policy = "hide"
+    p.legend.label_text_font_size = "11px"
+    return p
+
+
+def tps_histogram(report: Report) -> Any | None:
+    """Per-request decode speed with the P90 TPS headline marked."""
+    t = report.stats.per_request
+    tps = _col(t, "tps")[_ok(report)]
+    tps = tps[np.isfinite(tps)]
+    if not tps.size:
+        return None
+    counts, edges = np.histogram(tps, bins=min(60, max(5, tps.size // 3)))
+    p = _fig("Per-request decode speed (request TPS = 1 / TPOT)", "tokens/s per request",
+             "requests")
+    src = ColumnDataSource({"left": edges[:-1], "right": edges[1:], "n": counts})
+    p.quad(left="left", right="right", bottom=0, top="n", source=src, color="#1f77b4",
+           alpha=0.7, legend_label=f"requests (n={tps.size:,})")
+    p90 = report.stats.tps.values.get(90.0)
+    if p90 is not None:
+        p.add_layout(Span(location=p90, dimension="height", line_color="#d62728", line_width=2))
+        p.line([p90, p90], [0, 0], color="#d62728", line_width=2,
+               legend_label=f"P90 TPS {p90:,.1f} tok/s (90% of requests at least this fast)")
+    p.add_tools(HoverTool(tooltips=[("tok/s", "@left{0,0.0} to @right{0,0.0}"),
+                                    ("requests", "@n")]))
+    _legend_below(p)
+    return p
+
+
+def _t0(report: Report) -> float:
+    w = report.stats.extra.get("window_ns")
+    if w:
+        return float(w[0])
+    intended = _col(report.stats.per_request, "intended_ns")
+    return float(np.nanmin(intended)) if intended.size else 0.0
+
+
+def over_time(report: Report) -> tuple[Any, Any] | None:
+    """Output tokens/s and mean requests in flight, per bin of the run's clock."""
+    t = report.stats.per_request
+    if t.num_rows == 0:
+        return None
+    ok = _ok(report)
+    sent, end = _col(t, "sent_ns"), _col(t, "end_ns")
+    e2e, ttft = _col(t, "e2e"), _col(t, "ttft")
+    first = end - e2e + ttft  # the first token's arrival: s + TTFT, with s = end - E2E
+    out_tok = np.where(np.isnan(_col(t, "completion_tokens")), _col(t, "output_tokens"),
+                       _col(t, "completion_tokens"))
+    t0 = _t0(report)
+    stop = np.nanmax(end) if np.isfinite(end).any() else t0
+    edges = bin_edges(t0, max(stop, t0 + 1e8))
+    tok = spread_rate(first[ok], end[ok], out_tok[ok], edges)
+    flight = mean_in_flight(sent, end, edges)
+    x = (edges - t0) / NS
+    width = float(np.diff(edges)[0]) / NS
+    src = ColumnDataSource({"left": x[:-1], "right": x[1:], "tok": tok, "flight": flight})
+    p1 = _fig(f"Output tokens/s over the run ({width:g} s bins)", "seconds since the run's start",
+              "output tokens/s", height=300)
+    p1.quad(left="left", right="right", bottom=0, top="tok", source=src, color="#2ca02c",
+            alpha=0.75, legend_label="output tokens/s (each request's tokens spread from its "
+            "first to its last token)")
+    p1.add_tools(HoverTool(tooltips=[("s", "@left{0.0} to @right{0.0}"), ("tok/s", "@tok{0,0.0}")]))
+    p2 = _fig(f"Requests in flight over the run (mean per {width:g} s bin)",
+              "seconds since the run's start", "requests in flight", height=270,
+              x_range=p1.x_range)
+    p2.quad(left="left", right="right", bottom=0, top="flight", source=src, color="#ff7f0e",
+            alpha=0.75, legend_label="mean requests between send and last byte (failed too)")
+    p2.add_tools(HoverTool(tooltips=[("s", "@left{0.0} to @right{0.0}"),
+                                     ("in flight", "@flight{0.00}")]))
+    for p in (p1, p2):
+        _legend_below(p)
+        p.y_range.start = 0
+    return p1, p2
+
+
+def timelines(report: Report) -> Any | None:
+    """One lane per session (clone, subagent); a bar per request from its send to its last
+    byte, coloured by outcome; the gaps are the agent's think time."""
+    t = report.stats.per_request
+    if t.num_rows == 0:
+        return None
+    labels, lane = lanes(report.stats.per_request)
+    shown = labels[:MAX_LANES]
+    keep = lane < len(shown)
+    sent, end = _col(t, "sent_ns"), _col(t, "end_ns")
+    keep &= ~np.isnan(sent)
+    if not keep.any():
+        return None
+    span = float(np.nanmax(np.fmax(sent, end)) - np.nanmin(sent))
+    # a bar at least 0.3% of the run wide: a request that failed at once (or without an end
+    # time) stays visible
+    end = np.fmax(np.where(np.isnan(end), sent, end), sent + 0.003 * span)
+    ok = _ok(report)
+    kinds = t.column("error_kind").to_pylist() if "error_kind" in t.column_names else [None] * t.num_rows
+    status = np.asarray(["ok" if o else ("cancelled" if k == "cancelled" else "failed")
+                         for o, k in zip(ok, kinds, strict=True)])
+    t0 = _t0(report)
+    idx = np.nonzero(keep)[0]
+    title = (f"Session timelines: {len(labels):,} lanes (session #clone / subagent)"
+             if len(shown) == len(labels) else
+             f"Session timelines: the first {len(shown):,} of {len(labels):,} lanes by start")
+    p = _fig(title, "seconds since the run's start (bars: send to last byte; gaps: think time)",
+             "session", y_range=FactorRange(factors=list(reversed(shown))),
+             height=max(200, 90 + LANE_PX * len(shown)))
+    rid = _col(t, "request_index")
+    for st, color in STATUS_COLORS.items():
+        sel = idx[status[idx] == st]
+        if not sel.size:
+            continue
+        src = ColumnDataSource({
+            "lane": [shown[i] for i in lane[sel]],
+            "left": (sent[sel] - t0) / NS, "right": (end[sel] - t0) / NS,
+            "request": rid[sel], "ttft": _col(t, "ttft")[sel] / 1e6,
+            "e2e": _col(t, "e2e")[sel] / 1e6, "tokens": _col(t, "output_tokens")[sel],
+        })
+        p.hbar(y="lane", left="left", right="right", height=0.7, source=src, color=color,
+               legend_label=f"{st} ({sel.size:,})")
+    p.add_tools(HoverTool(tooltips=[("lane", "@lane"), ("request", "@request"),
+                                    ("sent at s", "@left{0.000}"), ("TTFT ms", "@ttft{0,0.0}"),
+                                    ("E2E ms", "@e2e{0,0.0}"),
+                                    ("output tokens", "@tokens{0,0}")]))
+    p.yaxis.major_label_text_font_size = "9px"
+    _legend_below(p)
+    return p
+
+
+def gpu_charts(report: Report) -> tuple[Any, Any] | None:
+    """Per GPU power and utilization on the run's clock (telemetry beside the run)."""
+    t = report.gpu_samples
+    if t is None or t.num_rows == 0:
+        return None
+    ts = _col(t, "t_ns")
+    gpu = np.asarray(t.column("gpu").to_numpy(zero_copy_only=False))
+    t0 = _t0(report)
+    g = report.gpu or {}
+    jt = g.get("j_per_output_token")
+    p1 = _fig("GPU power" + (f" ({jt:.3f} J per output token)" if jt else ""),
+              "seconds since the run's start", "power, W", height=260)
+    p2 = _fig("GPU utilization", "seconds since the run's start", "utilization, %",
+              height=260, x_range=p1.x_range)
+    ids = np.unique(gpu)
+    for gid, color in zip(ids, colors(ids.size), strict=True):
+        sel = gpu == gid
+        order = np.argsort(ts[sel])
+        x = (ts[sel][order] - t0) / NS
+        p1.line(x, _col(t, "power_w")[sel][order], color=color, legend_label=f"GPU {gid}")
+        p2.line(x, _col(t, "gpu_util_pct")[sel][order], color=color,
+                legend_label=f"GPU {gid} busy")
+        sm = _col(t, "sm_active_pct")[sel][order]
+        if not np.isnan(sm).all():
+            p2.line(x, sm, color=color, line_dash="dashed", legend_label=f"GPU {gid} SM active")
+    for p in (p1, p2):
+        _legend_below(p)
+        if ids.size > 8:
+            p.legend.visible = False
+    return p1, p2
+
+
+def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str) -> Any | None:
+    """Every run as a dot, each target's means joined, with the run-to-run 95% interval of
+    the mean on both axes (whiskers)."""
+    by: dict[str, list[Any]] = {}
+    for pt in pts:
+        by.setdefault(f"{pt.sweep}:{pt.target}" if pt.sweep else pt.target, []).append(pt)
+    if not by:
+        return None
+    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point)",
+             x_label, y_label, height=420)
+    drew = False
+    xs: list[float] = []
+    ys: list[float] = []
+    for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
+        runs = [(r.get(x), r.get(y), pt.point) for pt in group for r in pt.runs]
+        runs = [(a, b, c) for a, b, c in runs if a is not None and b is not None]
+        if runs:
+            p.scatter([a for a, _, _ in runs], [b for _, b, _ in runs], size=6, alpha=0.4,
+                      color=color, legend_label=f"{name}: one run")
+        m = [(pt, pt.ci.get(x), pt.ci.get(y)) for pt in group]
+        m = [(pt, cx, cy) for pt, cx, cy in m if cx is not None and cy is not None
+             and cx.estimate is not None and cy.estimate is not None]
+        if not m:
+            continue
+        drew = True
+        src = ColumnDataSource({
+            "x": [cx.estimate for _, cx, _ in m], "y": [cy.estimate for _, _, cy in m],
+            "xlo": [cx.low if cx.low is not None else cx.estimate for _, cx, _ in m],
+            "xhi": [cx.high if cx.high is not None else cx.estimate for _, cx, _ in m],
+            "ylo": [cy.low if cy.low is not None else cy.estimate for _, _, cy in m],
+            "yhi": [cy.high if cy.high is not None else cy.estimate for _, _, cy in m],
+            "point": [f"{pt.point:g}" for pt, _, _ in m], "n": [len(pt.runs) for pt, _, _ in m],
+        })
+        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _, _ in runs]
+        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b, _ in runs]
+        p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
+        p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
+               text_font_size="10px", text_color=color)
+        p.scatter("x", "y", source=src, size=9, color=color, legend_label=f"{name}: mean")
+        p.add_layout(Whisker(base="x", lower="ylo", upper="yhi", source=src, dimension="height",
+                             line_color=color))
+        p.add_layout(Whisker(base="y", lower="xlo", upper="xhi", source=src, dimension="width",
+                             line_color=color))
+    if not drew:
+        return None
+    for rng, vals in ((p.x_range, xs), (p.y_range, ys)):  # the whiskers inside the frame
+        lo, hi = min(vals), max(vals)
+        pad = 0.06 * (hi - lo or abs(hi) or 1.0)
+        rng.start, rng.end = lo - pad, hi + pad
+    p.add_tools(HoverTool(tooltips=[("load point", "@point"), ("runs", "@n"),
+                                    (x_label, "@x{0,0.0} [@xlo{0,0.0}, @xhi{0,0.0}]"),
+                                    (y_label, "@y{0,0.0} [@ylo{0,0.0}, @yhi{0,0.0}]")]))
+    _legend_below(p)
+    return p
+
+
