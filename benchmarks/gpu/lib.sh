@@ -69,7 +69,7 @@ step() {
   local t=$(( l - 25 < max ? l - 25 : max ))
   local s; s=$(date +%s.%N)
   echo "== $name (timeout $t s, $l s left)"
-  timeout -k 5 "$t" "$@" > "$LOG/$name.log" 2>&1
+  timeout -k "${KILL_GRACE:-5}" "$t" "$@" > "$LOG/$name.log" 2>&1
   local rc=$?
   local e; e=$(date +%s.%N)
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(awk "BEGIN{printf \"%.1f\", $e - $s}")" "$*" >> "$STEPS"

@@ -152,8 +152,10 @@ experiment_file() {
 
 # sweep [RESERVE_S]: the sweep (resuming one cut short) until RESERVE_S (25) before the budget.
 phase_sweep() {
-  local f; f=$(experiment_file)
-  step "sweep-$(date +%s)" 40 $(( $(left) - ${1:-25} )) $AR sweep "$f"
+  local f max; f=$(experiment_file)
+  max=$(( $(left) - ${1:-25} - 20 ))
+  [ "$max" -lt 30 ] && { echo "sweep skipped: $(left) s left"; return 0; }
+  KILL_GRACE=20 step "sweep-$(date +%s)" 40 "$max" $AR sweep "$f"
   ls -t "$LOG"/sweep-*.log | head -1 | xargs tail -n 3
 }
 
