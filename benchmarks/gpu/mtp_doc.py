@@ -4,7 +4,8 @@
 per-request Parquet files, the servers' /metrics and logs, and `vllm bench serve`'s JSON.
 
     python benchmarks/gpu/mtp_doc.py                     # print the doc's figure blocks
-    python benchmarks/gpu/mtp_doc.py --check docs/gpu.md # exit 1 naming each block it lacks
+    python benchmarks/gpu/mtp_doc.py --check docs/gpu.md --readme README.md
+                                                          # exit 1 naming each block it lacks
 
 Each block is a table or sentence that docs/gpu.md must contain verbatim; a changed number
 in the doc (or in the data) makes ``--check`` fail.
@@ -273,6 +274,19 @@ def effects_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def readme_table(rows: list[dict[str, object]]) -> str:
+    """The README's short form of the effects table: estimates and Holm verdicts."""
+    eff = effects(rows)
+    lines = ["| comparison | sessions | P90 TPS | output tok/s per GPU | TTFT p99 |",
+             "|---|---|---|---|---|"]
+    for other, base in COMPARISONS:
+        for p in POINTS:
+            cells = [f"{_pct(eff[(other, base, p, m)].estimate)} "
+                     f"{_verdict(eff[(other, base, p, m)], m)}" for m, _ in METRICS]
+            lines.append(f"| {other} vs {base} | {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def frontier_sentence(rows: list[dict[str, object]]) -> str:
     """Which points another point of the same target beats on both P90 TPS and output
     tokens/s per GPU (means)."""
@@ -465,12 +479,17 @@ def missing(doc_text: str, run: Path = RUN) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", metavar="DOC", default=None)
+    ap.add_argument("--readme", metavar="README", default=None,
+                    help="with --check: also the README's table")
     args = ap.parse_args(argv)
     if args.check is None:
         for name, text in blocks().items():
             print(f"<!-- {name} -->\n{text}\n")
+        print(f"<!-- README table -->\n{readme_table(index())}\n")
         return 0
     gone = missing(Path(args.check).read_text())
+    if args.readme is not None and readme_table(index()) not in Path(args.readme).read_text():
+        gone.append(f"README table (in {args.readme})")
     for name in gone:
         print(f"{args.check}: lacks the {name} computed from {RUN.relative_to(ROOT)}",
               file=sys.stderr)

@@ -66,6 +66,7 @@ def test_nearest_rank() -> None:
 def test_doc_holds_every_figure_of_the_data() -> None:
     text = (ROOT / "docs/gpu.md").read_text()
     assert doc.missing(text) == []
+    assert doc.readme_table(doc.index()) in (ROOT / "README.md").read_text()
 
 
 def test_a_changed_number_fails() -> None:
