@@ -102,3 +102,8 @@ def test_profiles_differ_from_standard_as_the_doc_says() -> None:
     assert diffs == {"std": [], "mtp": ["--speculative-config"],
                      "ded": ["--performance-mode", "--max-num-seqs",
                              "--prefill-schedule-interval", "--speculative-config"]}
+
+
+def test_intervals_leave_out_zero_exactly_where_holm_rejects() -> None:
+    for e in doc.effects(doc.index(RUN)).values():
+        assert (e.p_holm < doc.ALPHA) == (e.low > 0 or e.high < 0)
