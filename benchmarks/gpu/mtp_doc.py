@@ -350,9 +350,11 @@ def env_sentence(run: Path = RUN) -> str:
     vllm = re.search(r"^vllm (\S+) torch (\S+)$", text, re.M)
     driver = re.search(r"Driver Version: (\S+)", text)
     gpu = re.search(r"\|\s+\d+\s+(NVIDIA \S+)", text)
-    assert vllm and driver and gpu, f"{run}/logs/env.txt: no vLLM, driver or GPU line"
-    return (f"vLLM {vllm.group(1)} (torch {vllm.group(2)}), one {gpu.group(1)}, driver "
-            f"{driver.group(1)}.")
+    cuda = re.search(r"CUDA Version: (\S+)", text)
+    python = re.search(r"^Python (\S+)$", text, re.M)
+    assert vllm and driver and gpu and cuda and python, f"{run}/logs/env.txt: lines missing"
+    return (f"vLLM {vllm.group(1)} (torch {vllm.group(2)}, Python {python.group(1)}), one "
+            f"{gpu.group(1)}, driver {driver.group(1)}, CUDA {cuda.group(1)}.")
 
 
 def kv_table(run: Path = RUN) -> str:
@@ -442,7 +444,9 @@ def run_sentence(rows: list[dict[str, object]]) -> str:
     secs = [float(str(r["run_s"])) for r in rows]
     reqs = {p: [int(str(r["requests_ok"])) for r in rows if float(str(r["point"])) == p]
             for p in POINTS}
-    return (f"{len(rows)} runs, all complete; each took {min(secs):.1f}-{max(secs):.1f} s "
+    done = sum(1 for r in rows if r["status"] == "complete")
+    status = "all complete" if done == len(rows) else f"{done} complete"
+    return (f"{len(rows)} runs, {status}; each took {min(secs):.1f}-{max(secs):.1f} s "
             "of wall time; measured requests per run: " +
             ", ".join(f"{min(v)}-{max(v)} at {p}" for p, v in reqs.items()) + " sessions.")
 

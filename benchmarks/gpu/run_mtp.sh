@@ -19,7 +19,7 @@
 # simulator's mtp profile):
 #   AR_PYTHON=/work/venv/bin/python bash benchmarks/gpu/run_mtp.sh --dry-run --phase all \
 #       --out /tmp/mtp-dry --budget 300
-# Knobs (environment): POINTS ("[1, 2, 8, 32]"), REPEATS (5), DURATION_S (11: the whole run),
+# Knobs (environment): POINTS ("[1, 2, 8, 32]"), REPEATS (5), DURATION_S (13: the whole run),
 # WARMUP_S (3: its first seconds, at the run's own load, left out of its statistics), BURSTS
 # (0: no separate warm-up replays before a run; N: the sweep's adaptive warm-up, up to N bursts
 # of BURST_S = 2 s until median TPOT is steady), KV_GIB (16).
@@ -36,7 +36,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 
 POINTS=${POINTS:-[1, 2, 8, 32]}
 REPEATS=${REPEATS:-5}
-DURATION_S=${DURATION_S:-11}
+DURATION_S=${DURATION_S:-13}
 WARMUP_S=${WARMUP_S:-3}
 BURST_S=${BURST_S:-2}
 BURSTS=${BURSTS:-0}

@@ -107,3 +107,11 @@ def test_profiles_differ_from_standard_as_the_doc_says() -> None:
 def test_intervals_leave_out_zero_exactly_where_holm_rejects() -> None:
     for e in doc.effects(doc.index(RUN)).values():
         assert (e.p_holm < doc.ALPHA) == (e.low > 0 or e.high < 0)
+
+
+def test_every_target_got_the_same_requests_at_each_point_and_repeat() -> None:
+    salts: dict[tuple[float, int], set[int]] = {}
+    for r in doc.index(RUN):
+        salts.setdefault((float(str(r["point"])), int(str(r["repeat"]))), set()).add(
+            int(str(r["salt"])))
+    assert len(salts) == 20 and all(len(v) == 1 for v in salts.values())
