@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs ON the GPU machine, from the repo root there, after every piece .dev/partNN has been
-# copied to /root/st (docs/gpu.md, "Staging"). Joins the pieces, installs vLLM 0.26.0 and the
+# copied to /root/st (docs/gpu.md, "How to reproduce"). Joins the pieces, installs vLLM 0.26.0 and the
 # packages the image lacks into /tmp/site once, adds the project's own missing wheels
 # (.whl/: hdrhistogram, orjson, pbr) when they travelled, and checks that vLLM imports.
 # Afterwards: export PYTHONPATH=/tmp/site:$PWD

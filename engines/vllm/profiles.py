@@ -10,6 +10,9 @@ Profiles:
 ``standard``
     One instance over every GPU: tensor parallel within a node, pipeline parallel across
     nodes (multi-node over vLLM's own multiprocessing backend, ``--headless`` workers).
+``mtp``
+    ``standard`` plus MTP speculative decoding (3 draft tokens) and nothing else, so that a
+    comparison against ``standard`` measures speculative decoding alone.
 ``dedicated-decode``
     A latency-tuned decode instance: ``--performance-mode interactivity``, a small
     ``--max-num-seqs``, MTP speculative decoding with 3 draft tokens, prefill admitted only
@@ -181,12 +184,16 @@ COMMON_KNOBS: tuple[Knob, ...] = (
     Knob("head_address", "${HEAD_IP}", "address of node 0 as other nodes reach it"),
 )
 
-DECODE_KNOBS: tuple[Knob, ...] = (
-    Knob("max_num_seqs", 16, "batch cap of the decode instance"),
+SPEC_KNOBS: tuple[Knob, ...] = (
     Knob("spec_method", "mtp", "speculative decoding: mtp, ngram or none"),
     Knob("spec_tokens", 3, "draft tokens per step (MTP nextn)"),
     Knob("synthetic_acceptance_length", None,
          "accept drafts synthetically at this mean acceptance length (for dummy weights)"),
+)
+
+DECODE_KNOBS: tuple[Knob, ...] = (
+    Knob("max_num_seqs", 16, "batch cap of the decode instance"),
+    *SPEC_KNOBS,
     Knob("prefill_schedule_interval", 4, "admit prefill only every N steps (1 = every step)"),
 )
 
@@ -264,6 +271,9 @@ def _standard_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[
     port = int(str(lay.knobs["port"]))
     head = str(lay.knobs["head_address"])
     base = [*p.flags, ("--tensor-parallel-size", str(lay.gpus_per_node))]
+    spec = _spec_config(lay.knobs) if "spec_method" in lay.knobs else None
+    if spec is not None:
+        base.append(("--speculative-config", spec))
     if lay.nodes == 1:
         cmd = _serve("server", 0, lay.model, [*base, ("--port", str(port))], p.env, port)
         return [cmd], f"http://localhost:{port}", []
@@ -376,6 +386,11 @@ PROFILES: dict[str, Profile] = {
                 flags=(), env=NO_MULTICAST_ENV,
                 knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port")),
                 layout=_standard_layout),
+        Profile("mtp", "standard plus MTP speculative decoding, nothing else",
+                flags=(), env=NO_MULTICAST_ENV,
+                knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port"),
+                       *SPEC_KNOBS),
+                layout=_standard_layout),
         Profile("dedicated-decode",
                 "latency-tuned decode instance (interactivity mode, small batch, MTP)",
                 flags=(), env=NO_MULTICAST_ENV,
@@ -403,6 +418,59 @@ PROFILES: dict[str, Profile] = {
                 layout=_pd_layout, min_gpus=2),
     )
 }
+
+
+@dataclass(frozen=True, slots=True)
+class FlagDiff:
+    """One flag or environment variable that differs between two deployments' commands.
+    ``None``: absent; ``""``: present without a value."""
+
+    flag: str
+    base: str | None
+    other: str | None
+
+
+def _flag_map(args: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    items = list(args)
+    i = 0
+    while i < len(items):
+        if items[i].startswith("-") and i + 1 < len(items) and not items[i + 1].startswith("-"):
+            out[items[i]] = items[i + 1]
+            i += 2
+        else:
+            out[items[i]] = ""
+            i += 1
+    return out
+
+
+def diff(base: Deployment, other: Deployment) -> list[FlagDiff]:
+    """What ``other``'s first vLLM command sets differently from ``base``'s: each flag (and
+    each environment variable, as ``env:NAME``) that one has and the other lacks or sets to
+    another value, in ``base``'s order, then ``other``'s new ones."""
+    def first(dep: Deployment) -> Command:
+        cmd = next((c for c in dep.commands if c.is_vllm_serve), None)
+        if cmd is None:
+            raise InputError(f"profile {dep.profile} starts no vllm serve")
+        return cmd
+
+    a, b = first(base), first(other)
+    fa = {**_flag_map(a.serve_args[1:]), **{f"env:{k}": v for k, v in a.env}}
+    fb = {**_flag_map(b.serve_args[1:]), **{f"env:{k}": v for k, v in b.env}}
+    return [FlagDiff(k, fa.get(k), fb.get(k))
+            for k in [*fa, *(k for k in fb if k not in fa)] if fa.get(k) != fb.get(k)]
+
+
+def render_diff(base: Deployment, other: Deployment) -> str:
+    """``diff`` as text: one line per flag, ``-`` what only ``base`` has, ``+`` ``other``'s."""
+    rows = diff(base, other)
+    lines = [f"# {other.profile} vs {base.profile}: {len(rows)} setting(s) differ"]
+    for d in rows:
+        if d.base is not None:
+            lines.append(f"- {d.flag} {d.base}".rstrip())
+        if d.other is not None:
+            lines.append(f"+ {d.flag} {d.other}".rstrip())
+    return "\n".join(lines) + "\n"
 
 
 def get_profile(name: str) -> Profile:

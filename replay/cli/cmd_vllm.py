@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
     deployment_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of shell lines")
     p.add_argument("--no-check", action="store_true", help="do not run vLLM's parser")
+    p.add_argument("--diff", default=None, metavar="PROFILE",
+                   help="print only what differs from PROFILE's command (built with the "
+                   "same model, GPUs and the --set flags it takes)")
     p.set_defaults(func=_vllm_cmd)
 
     p = sub.add_parser("launch", help="start a local vLLM with a profile and wait until healthy",
@@ -54,6 +57,8 @@ def _vllm_cmd(args: argparse.Namespace) -> int:
     sets = parse_sets(args.sets)
     dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes, sets=sets,
                 version=args.vllm_version)
+    if args.diff is not None:
+        return _print_diff(dep, args, sets)
     python = None if args.no_check else find_vllm_python(args.vllm_python)
     checked = None
     if python is not None:
@@ -70,6 +75,24 @@ def _vllm_cmd(args: argparse.Namespace) -> int:
             print("# not checked (--no-check)")
         else:
             print("# not checked: no vLLM importable (use --vllm-python PATH)")
+    return 0
+
+
+def _print_diff(dep: Any, args: argparse.Namespace, sets: list[tuple[str, str]]) -> int:
+    """The flags by which ``dep`` differs from profile ``args.diff``. The base takes the
+    --set items that are its own knobs or vLLM flags, not the other profile's knobs."""
+    from agent_replay.engines.vllm.profiles import build, diff, get_profile, render_diff
+
+    mine, other = get_profile(args.profile), get_profile(args.diff)
+    base_sets = [(k, v) for k, v in sets if other.knob(k) is not None or mine.knob(k) is None]
+    base = build(other, model=args.model, gpus=args.gpus, nodes=args.nodes, sets=base_sets,
+                 version=args.vllm_version)
+    if args.json:
+        print(json.dumps({"profile": dep.profile, "base": base.profile,
+                          "diff": [{"flag": d.flag, "base": d.base, "profile": d.other}
+                                   for d in diff(base, dep)]}, indent=2))
+    else:
+        sys.stdout.write(render_diff(base, dep))
     return 0
 
 

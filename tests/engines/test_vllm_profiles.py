@@ -202,3 +202,51 @@ def test_agentx_pinned_acceptance_per_model_and_k() -> None:
         agentx_speculative_config("DeepSeek-R1", 5)
     with pytest.raises(InputError, match="known families: deepseek"):
         agentx_speculative_config("Qwen/Qwen3-8B", 3)
+
+
+MTP_SPEC = {"method": "mtp", "num_speculative_tokens": 3,
+            "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.8}
+
+
+def test_mtp_is_standard_plus_speculative_decoding_only() -> None:
+    std = build("standard", model="m", gpus=2)
+    mtp = build("mtp", model="m", gpus=2, sets=[("synthetic_acceptance_length", "2.8")])
+    f_std, f_mtp = _flags(std.commands[0].argv), _flags(mtp.commands[0].argv)
+    assert json.loads(f_mtp.pop("--speculative-config") or "") == MTP_SPEC
+    assert f_mtp == f_std and mtp.commands[0].env == std.commands[0].env
+    assert "--speculative-config" not in _flags(
+        build("mtp", model="m", gpus=1, sets=[("spec_method", "none")]).commands[0].argv)
+
+
+def test_diff_against_standard() -> None:
+    from agent_replay.engines.vllm.profiles import FlagDiff, diff
+
+    std = build("standard", model="m", gpus=1, sets=[("kv-cache-memory-bytes", "1024")])
+    mtp = build("mtp", model="m", gpus=1, sets=[("kv-cache-memory-bytes", "1024")])
+    ded = build("dedicated-decode", model="m", gpus=1, sets=[("max_num_seqs", "8")])
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 3}, separators=(",", ":"))
+    assert diff(std, mtp) == [FlagDiff("--speculative-config", None, spec)]
+    assert diff(std, std) == []
+    assert diff(std, ded) == [
+        FlagDiff("--kv-cache-memory-bytes", "1024", None),
+        FlagDiff("--performance-mode", None, "interactivity"),
+        FlagDiff("--max-num-seqs", None, "8"),
+        FlagDiff("--prefill-schedule-interval", None, "4"),
+        FlagDiff("--speculative-config", None, spec)]
+    bare = build("standard", model="m", gpus=1, sets=[("enforce-eager", "true")])
+    assert diff(bare, build("standard", model="m", gpus=1)) == [
+        FlagDiff("--enforce-eager", "", None)]
+
+
+def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["engines", "vllm-cmd", "mtp", "--model", "m", "--gpus", "1",
+            "--set", "synthetic_acceptance_length=2.8", "--set", "kv-cache-memory-bytes=64",
+            "--diff", "standard"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# mtp vs standard: 1 setting(s) differ"
+    assert out[1:] == ["+ --speculative-config " + json.dumps(MTP_SPEC, separators=(",", ":"))]
+    assert main([*args[:2], "dedicated-decode", *args[3:], "--json"]) == 0
+    flags = [d["flag"] for d in json.loads(capsys.readouterr().out)["diff"]]
+    assert flags == ["--performance-mode", "--max-num-seqs", "--prefill-schedule-interval",
+                     "--speculative-config"]
