@@ -120,7 +120,7 @@ def test_dashboard_is_pointed_at_the_servers_metrics(sim: SimProcess, tmp_path: 
     class Recording:
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
                      results_dir: str | None = None, shared_gauges: object = None,
-                     gpu_gauges: object = None) -> None:
+                     gpu_gauges: object = None, planned_ns: object = None) -> None:
             assert server_gauges_url is not None and shared_gauges is None  # no scraper in this run
             seen.append(scrape_gauges(server_gauges_url))
             folders.append(results_dir)
@@ -163,7 +163,7 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
         def __init__(self, total: int, title: str, server_gauges_url: str | None,
                      results_dir: str | None = None,
                      shared_gauges: SharedGauges | None = None,
-                     gpu_gauges: object = None) -> None:
+                     gpu_gauges: object = None, planned_ns: object = None) -> None:
             assert shared_gauges is not None
             shared.append(shared_gauges)
 
