@@ -14,14 +14,19 @@ from agent_replay.traces.schema import METADATA_KEY, TraceMeta
 
 
 def _base(n: int, sessions: int = 1) -> dict[str, pa.Array]:
+    """Every column ``traces inspect`` reads."""
     sid = np.arange(n) % sessions
     return {
         "session_id": pa.array([f"s{i}" for i in sid]),
         "request_index": pa.array(np.arange(n) // sessions, pa.int32()),
         "parent_index": pa.array(np.arange(n) // sessions - 1, pa.int32()),
         "arrival_ns": pa.array(np.arange(n, dtype=np.int64) * 1000),
+        "think_ns": pa.nulls(n, pa.int64()),
         "input_tokens": pa.array(np.full(n, 16), pa.int32()),
         "output_tokens": pa.array(np.full(n, 4), pa.int32()),
+        "cached_tokens": pa.nulls(n, pa.int32()),
+        "hash_ids": pa.nulls(n, pa.list_(pa.int64())),
+        "model": pa.array(["m"] * n),
     }
 
 
@@ -50,6 +55,15 @@ def name_bomb(path: Path, rows: int = 5000, value_bytes: int = 1 << 20) -> Path:
     cols["model"] = pa.DictionaryArray.from_arrays(
         pa.array(np.zeros(rows, np.int32)), pa.array(["m" * value_bytes]))
     return _write(path, cols)
+
+
+def long_name(path: Path, rows: int = 5000, value_bytes: int = 1 << 20) -> Path:
+    """The ``session_id`` of every row one plain string of ``value_bytes`` (a dictionary
+    page on disk; written without the Arrow schema, so it reads as plain strings)."""
+    cols = _base(rows)
+    cols["session_id"] = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(rows, np.int32)), pa.array(["s" * value_bytes]))
+    return _write(path, cols, store_schema=False)
 
 
 def list_bomb(path: Path, length: int = 11_000_000) -> Path:
