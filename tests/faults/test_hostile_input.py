@@ -26,6 +26,7 @@ from tests.faults import hostile
 from tests.replay.helpers import chain_rows, trace_table, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "PASS-SECRET-2468"
 CAP = 1 << 30
 
 
@@ -181,8 +182,10 @@ def test_bad_sweep_file_is_one_line(tmp_path: Path, change: tuple[str, str], say
 
 
 def test_failed_runs_exit_1_and_are_run_again_on_resume(tmp_path: Path) -> None:
+    """Also: the target's user-info is in no file of the sweep and not on stderr."""
     write_rows(tmp_path / "t.parquet", chain_rows(1, 1))
-    (tmp_path / "e.toml").write_text(EXP.replace("points = [1]", "points = [1, 2]"))
+    (tmp_path / "e.toml").write_text(EXP.replace("points = [1]", "points = [1, 2]").replace(
+        "http://127.0.0.1:9", f"http://user:{PASSWORD}@127.0.0.1:9"))
     first = subprocess.run([sys.executable, "-m", "agent_replay", "sweep", str(tmp_path / "e.toml")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert first.returncode == 1, first.stderr
@@ -194,3 +197,27 @@ def test_failed_runs_exit_1_and_are_run_again_on_resume(tmp_path: Path) -> None:
     assert again.returncode == 1
     assert "resuming" not in again.stderr  # no run counts as done
     assert again.stderr.count(": failed (") == 2  # both run again
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert any(p.name == "sweep.json" for p in files) and any(p.suffix == ".csv" for p in files)
+    leaks = [str(p) for p in files if PASSWORD.encode() in p.read_bytes()]
+    assert leaks == [] and PASSWORD not in first.stderr + again.stderr + first.stdout
+    assert "127.0.0.1:9" in (tmp_path / "out" / "sweep.json").read_text()
+
+
+def test_run_json_keeps_header_values_only_for_safe_names() -> None:
+    from dataclasses import asdict
+
+    from agent_replay.redact import redact, redact_argv
+
+    cfg = RunConfig(trace="t", target=f"http://u:{PASSWORD}@h:8000/v1", api_key=PASSWORD,
+                    headers=(("X-Auth", PASSWORD), ("X-Trace", PASSWORD), ("Accept", "text/x"),
+                             ("Authorization", f"Bearer {PASSWORD}")))
+    opts = redact(asdict(cfg))
+    assert opts["headers"] == [["X-Auth", "<redacted>"], ["X-Trace", "<redacted>"],
+                               ["Accept", "text/x"], ["Authorization", "<redacted>"]]
+    assert opts["target"] == "http://h:8000/v1" and opts["api_key"] == "<redacted>"
+    argv = redact_argv(["run", "--header", f"X-Auth={PASSWORD}", f"--header=X-Trace: {PASSWORD}",
+                        "-H", "Accept=text/x", "--target", f"http://u:{PASSWORD}@h/"])
+    assert argv == ["run", "--header", "X-Auth=<redacted>", "--header=X-Trace:<redacted>",
+                    "-H", "Accept=text/x", "--target", "http://h/"]
+    assert PASSWORD not in repr(opts) + repr(argv)
