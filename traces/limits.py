@@ -7,8 +7,8 @@ checked first from the file's metadata (rows, and the decoded size of every colu
 chunk: values times width for numbers and lists of numbers, the uncompressed size for
 plain strings), then, with string columns read as dictionaries (their decoded size is the
 dictionary's value lengths taken by the indices, a vectorized sum without decoding), per
-value (string bytes, list lengths). Numbers that are not finite are rejected by row and
-field. Every breach is a ``TraceError`` naming the file, the limit and, where known, the
+value (string bytes, list lengths). A number of one of the schema's numeric columns that
+is not finite is rejected by row and field. Every breach is a ``TraceError`` naming the file, the limit and, where known, the
 row and field.
 
 The decoded-bytes budget defaults to 8 GiB, or half the process's address-space limit
@@ -27,10 +27,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agent_replay.errors import TraceError
+from agent_replay.traces.schema import TRACE_SCHEMA
 
 GIB = 1 << 30
 NAME_COLUMNS = frozenset({"session_id", "api", "model", "agent_id"})
 """Schema columns that hold names (``TraceLimits.max_name_bytes``)."""
+NUMERIC_COLUMNS = frozenset(f.name for f in TRACE_SCHEMA
+                            if pa.types.is_integer(f.type) or pa.types.is_floating(f.type))
+"""Schema columns that hold numbers: one stored as floats must hold finite ones (a column
+the schema does not know is kept as it is, NaN included)."""
 
 
 def memory_budget() -> int:
@@ -164,7 +169,7 @@ class Reading:
                     self._fail(path, f"a list of {int(lens[row]):,} values, more than "
                                f"{lim.max_list_length:,}, the limit on list lengths",
                                row=first_row + row, field=name)
-            elif pa.types.is_floating(t):
+            elif pa.types.is_floating(t) and name in NUMERIC_COLUMNS:
                 bad = _np(pc.fill_null(pc.invert(pc.is_finite(col)), False))
                 if bad.any():
                     row = int(np.argmax(bad))

@@ -85,6 +85,11 @@ def test_limits_hold_in_the_library_too(tmp_path: Path) -> None:
         read_trace(path, limits=TraceLimits(max_rows=39))
     with pytest.raises(TraceError, match=r"row 0, field 'content': a value of 1,000 bytes"):
         read_trace(path, limits=TraceLimits(max_value_bytes=999))
+    # a column the schema does not know is kept as it is, NaN included
+    table = trace_table(chain_rows(1, 3)).append_column("score", pa.array([1.0, np.nan, 2.0]))
+    extra = write_trace(table, tmp_path / "extra.parquet", TraceMeta(block_size=16))
+    got, _ = read_trace(extra)
+    assert np.isnan(got.column("score").to_numpy()[1])
 
 
 def test_max_sessions_reads_only_the_sessions_it_can_use(tmp_path: Path) -> None:
