@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,15 +165,18 @@ class Sender:
                     rec.end_ns = now()
                     rec.fail(ErrorKind.HTTP, f"HTTP {resp.status}: {text.strip()}")
                     return
-                fail_payload_on_close(resp, "response broken")
+                unwatch = fail_payload_on_close(resp, "response broken")
                 content = resp.content
                 t = 0
-                while True:
-                    data = await content.readany()
-                    if not data:
-                        break
-                    t = now()
-                    feed(data, t)
+                try:
+                    while True:
+                        data = await content.readany()
+                        if not data:
+                            break
+                        t = now()
+                        feed(data, t)
+                finally:
+                    unwatch()
                 rec.end_ns = t or now()
             stream.finish(rec.end_ns)
             self.chunks += len(rec.chunk_ns)
@@ -211,18 +214,26 @@ def clean_error(rec: RequestRecord, scrub: Scrubber, headers: Mapping[str, str])
         rec.error = scrub(rec.error, headers)[:ERROR_CHARS]
 
 
-def fail_payload_on_close(resp: aiohttp.ClientResponse, prefix: str = "upstream response broken") -> None:
+def _nothing() -> None:
+    return None
+
+
+def fail_payload_on_close(resp: aiohttp.ClientResponse, prefix: str = "upstream response broken"
+                          ) -> Callable[[], None]:
     """End ``resp``'s body with an error when its connection closes before the body ended.
 
     aiohttp's client closes the connection on a response it cannot parse (broken chunked
     coding) but leaves the body's reader waiting (until its timeout, 600 s by default):
     a replay request, or the client behind the recorder, would hang that long, and the
     error would say whatever ended it. This ends the body at once with a
-    ``ClientPayloadError`` whose text starts with ``prefix`` and says what broke."""
+    ``ClientPayloadError`` whose text starts with ``prefix`` and says what broke.
+
+    Returns the function that takes the watch off again, to call when the body has ended:
+    a kept-alive connection carries many responses, and their watches would pile up on it."""
     conn = resp.connection
     closed = conn.protocol.closed if conn is not None and conn.protocol is not None else None
     if closed is None:
-        return
+        return _nothing
     proto = conn.protocol  # type: ignore[union-attr]
     content = resp.content
 
@@ -236,6 +247,11 @@ def fail_payload_on_close(resp: aiohttp.ClientResponse, prefix: str = "upstream 
         content.set_exception(aiohttp.ClientPayloadError(f"{prefix}: {detail}"))
 
     closed.add_done_callback(on_closed)
+
+    def unwatch() -> None:
+        closed.remove_done_callback(on_closed)
+
+    return unwatch
 
 
 class EventStream:

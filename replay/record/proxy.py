@@ -230,20 +230,23 @@ class ProxyHandler:
                 if obs.filtering:
                     length = None
                 self.on_headers(ex)
-                fail_payload_on_close(resp)
-                out = await self._prepare(request, resp, length)
-                read = resp.content.readany
-                while True:
-                    chunk = await read()
-                    t = clock()
-                    if not chunk:
-                        ex.state["upstream_done"] = True
-                        break
-                    ex.end = t
-                    data = obs.forward(chunk)
-                    if data:
-                        await _send(out, data)
-                    obs.observe(chunk, t)
+                unwatch = fail_payload_on_close(resp)
+                try:
+                    out = await self._prepare(request, resp, length)
+                    read = resp.content.readany
+                    while True:
+                        chunk = await read()
+                        t = clock()
+                        if not chunk:
+                            ex.state["upstream_done"] = True
+                            break
+                        ex.end = t
+                        data = obs.forward(chunk)
+                        if data:
+                            await _send(out, data)
+                        obs.observe(chunk, t)
+                finally:
+                    unwatch()
                 tail = obs.end(ex.end or clock())
                 if tail:
                     await _send(out, tail)
