@@ -5,17 +5,22 @@ the aiohttp client as on the fast one, not at the request timeout."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import quote
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.replay.client import Prepared, Sender, make_session
 from agent_replay.replay.fastclient import FastSender
 from agent_replay.replay.outcome import RequestRecord
+from tests.replay.helpers import chain_rows, write_rows
 from tests.replay.rawserver import SSE_HEAD, RawServer, Received, Step, chunk, events
 from tests.replay.test_client_errors import prep, rec
 
@@ -114,3 +119,42 @@ async def test_broken_chunked_coding_ends_the_request_at_once(raw: list[RawServe
     assert took < 5, f"{kind}: {took:.1f} s"  # 0.2 s of pause; the timeout is 30 s
     if kind == "aiohttp":
         assert "response broken" in (r.error or ""), r.error
+
+
+def _models_or_echo(i: int, got: Received) -> list[Step]:
+    if got.head.startswith(b"GET /v1/models"):
+        body = orjson.dumps({"object": "list", "data": [{"id": "echo-model", "object": "model"}]})
+        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)]
+    return _echo(i, got)
+
+
+@pytest.mark.parametrize("client", ["fast", "aiohttp"])
+async def test_run_writes_no_echoed_secret(raw: list[RawServer], tmp_path: Path, client: str) -> None:
+    """``agent-replay run`` with --api-key, --header X-Auth/X-Trace and user-info in the
+    target, against a server whose every stream ends in an error event echoing the request
+    head: every row failed with the echo, and no value is in any file or output."""
+    srv = RawServer(_models_or_echo)
+    raw.append(srv)
+    url = await srv.start()
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(3, 2))
+    target = url.replace("http://", f"http://user:{PASSWORD}@")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_replay", "run", str(trace), "--target", target,
+        "--api-key", KEY, "--header", f"X-Auth={XAUTH}", "--header", f"X-Trace={TRACE}",
+        "-o", str(tmp_path / "res"), "--no-progress", "--http-client", client,
+        "--max-failure-rate", "1", "--scrape-interval", "0", "--speedup", "50",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert b"Traceback" not in err, err.decode()[-2000:]
+    sent = b"".join(r.head for r in srv.received)
+    assert KEY.encode() in sent and XAUTH.encode() in sent  # sent, only not kept
+    rows = pq.read_table(tmp_path / "res" / "requests").to_pylist()
+    assert len(rows) == 6
+    assert all(r["error_kind"] == "stream" and "<redacted>" in r["error"] for r in rows)
+    files = [p for p in (tmp_path / "res").rglob("*") if p.is_file()]
+    blobs = [p.read_bytes() for p in files] + [out, err]
+    leaks = [s for s in SECRETS if any(s.encode() in b for b in blobs)]
+    assert leaks == [] and len(files) >= 2
+    meta = orjson.loads((tmp_path / "res" / "run.json").read_bytes())
+    assert ["X-Auth", "<redacted>"] in meta["options"]["headers"]
