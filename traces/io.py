@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -154,11 +154,19 @@ def _open_for_reading(path: Path) -> tuple[pq.ParquetFile, list[str]]:
 
 
 def _row_groups(path: Path, pf: pq.ParquetFile, strings: list[str], columns: list[str] | None,
-                reading: Reading) -> Iterator[tuple[int, pa.Table]]:
-    """Each row group of ``pf`` (its first row's number in the trace, the table), each
-    checked against ``reading``'s limits before and after it is read."""
+                reading: Reading, pick: Picker | None = None
+                ) -> Iterator[tuple[int, pa.Table, np.ndarray | None]]:
+    """Each row group of ``pf``: its first row's number in the trace, the table, and with
+    ``pick`` the rows of it to keep (a group with none is not read), each checked against
+    ``reading``'s limits before and after it is read."""
     for i in range(pf.num_row_groups):
         first_row = reading.rows
+        chosen = None
+        if pick is not None:
+            chosen = pick(pf, i)
+            if chosen.size == 0:
+                reading.skip(pf.metadata.row_group(i).num_rows)
+                continue
         reading.check_row_group(pf, str(path), i, columns, first_row)
         try:
             t = pf.read_row_group(i, columns=columns, use_threads=False)
@@ -167,7 +175,39 @@ def _row_groups(path: Path, pf: pq.ParquetFile, strings: list[str], columns: lis
                              "claim more than the file's metadata", path=str(path)) from exc
         except (pa.ArrowInvalid, OSError, KeyError) as exc:
             raise TraceError(f"corrupt Parquet data ({exc})", path=str(path)) from exc
-        yield first_row, reading.check_table(t, str(path), first_row, strings)
+        yield first_row, reading.check_table(t, str(path), first_row, strings), chosen
+
+
+Picker = Callable[[pq.ParquetFile, int], np.ndarray]
+"""(file, row group) -> the rows of the group to keep."""
+
+
+def _session_picker(path: Path, keep: pa.Array, limits: TraceLimits) -> Picker:
+    """Rows of a row group whose session is in ``keep``, from its ``session_id`` column
+    alone (read as a dictionary: the test runs on the dictionary's values)."""
+    def pick(pf: pq.ParquetFile, i: int) -> np.ndarray:
+        Reading(limits).check_row_group(pf, str(path), i, ["session_id"], 0)
+        try:
+            col = pf.read_row_group(i, columns=["session_id"], use_threads=False).column("session_id")
+        except (MemoryError, pa.ArrowMemoryError, pa.ArrowInvalid, OSError) as exc:
+            raise TraceError(f"cannot read row group {i} ({exc})", path=str(path)) from exc
+        parts = []
+        for chunk in col.chunks:
+            if pa.types.is_dictionary(chunk.type):
+                in_dict = np.asarray(pc.is_in(chunk.dictionary, value_set=keep)
+                                     .to_numpy(zero_copy_only=False), dtype=bool)
+                idx = np.asarray(pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False))
+                m = in_dict[idx] if in_dict.size else np.zeros(len(chunk), bool)
+                if chunk.null_count:
+                    m &= np.asarray(chunk.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            else:
+                m = np.asarray(pc.fill_null(pc.is_in(chunk, value_set=keep), False)
+                               .to_numpy(zero_copy_only=False), dtype=bool)
+            parts.append(m)
+        mask = np.concatenate(parts) if parts else np.zeros(0, bool)
+        return np.flatnonzero(mask)
+
+    return pick
 
 
 def iter_batches(
@@ -188,7 +228,7 @@ def iter_batches(
             if missing:
                 raise TraceError("column not in file", path=str(f), field=missing[0])
             cols = list(columns)
-        for _, t in _row_groups(f, pf, strings, cols, reading):
+        for _, t, _ in _row_groups(f, pf, strings, cols, reading):
             yield from t.to_batches(max_chunksize=batch_size)
 
 
@@ -209,35 +249,28 @@ def read_trace_rows(
     """``read_trace``, and the number of each row kept in the whole trace (0-based, in
     file order), for messages about rows."""
     meta = read_meta(path)
-    reading = Reading(limits or TraceLimits())
+    lim = limits or TraceLimits()
+    reading = Reading(lim)
     keep = None if sessions is None else pa.array(sorted(sessions), pa.string())
     tables: list[pa.Table] = []
     rows: list[np.ndarray] = []
     for f in trace_files(path):
         pf, strings = _open_for_reading(f)
         cols = list(columns) if columns else None
-        if cols is not None and keep is not None and "session_id" not in cols:
-            cols.append("session_id")
-        if cols is not None:
-            missing = [c for c in cols if c not in pf.schema_arrow.names]
-            if missing:
-                raise TraceError("column not in file", path=str(f), field=missing[0])
-        for first, t in _row_groups(f, pf, strings, cols, reading):
+        needed = (cols or []) + (["session_id"] if keep is not None else [])
+        missing = [c for c in needed if c not in pf.schema_arrow.names]
+        if missing:
+            raise TraceError("column not in file", path=str(f), field=missing[0])
+        pick = None if keep is None else _session_picker(f, keep, lim)
+        for first, t, chosen in _row_groups(f, pf, strings, cols, reading, pick):
             n = t.num_rows
-            if keep is not None:
-                sid = t.column("session_id")
-                if pa.types.is_dictionary(sid.type):
-                    sid = sid.cast(sid.type.value_type)
-                mask = pc.is_in(sid, value_set=keep)
-                idx = np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
-                t = t.take(pa.array(idx)) if idx.size < n else t
-                rows.append(idx + first)
-                if columns and "session_id" not in columns:
-                    t = t.drop_columns(["session_id"])
+            if chosen is not None:
+                t = t.take(pa.array(chosen)) if chosen.size < n else t
+                rows.append(chosen + first)
             else:
                 rows.append(np.arange(first, first + n))
             tables.append(t)
-        if pf.num_row_groups == 0:
+        if pf.num_row_groups == 0 or (keep is not None and not tables):
             empty = pf.schema_arrow.empty_table()
             tables.append(empty.select(list(columns)) if columns else empty)
     try:

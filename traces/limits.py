@@ -101,6 +101,10 @@ class Reading:
         self.rows = 0
         self.bytes = 0
 
+    def skip(self, rows: int) -> None:
+        """A row group left unread: its rows still count for the row numbers."""
+        self.rows += rows
+
     def _fail(self, path: str, what: str, row: int | None = None, field: str | None = None) -> None:
         raise TraceError(f"{what}; refusing to read it", path=path, row=row, field=field)
 

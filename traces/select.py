@@ -26,22 +26,36 @@ def first_sessions(path: str | os.PathLike[str], n: int, *, skip_failed: bool) -
     arrivals: list[np.ndarray] = []
     for b in iter_batches(path, columns=cols):
         sid = b.column("session_id")
-        if pa.types.is_dictionary(sid.type):
-            sid = sid.cast(sid.type.value_type)
-        arr = np.asarray(b.column("arrival_ns").to_numpy(zero_copy_only=False))
+        if not pa.types.is_dictionary(sid.type):
+            sid = sid.dictionary_encode()
+        arr = np.asarray(b.column("arrival_ns").to_numpy(zero_copy_only=False)).astype(np.int64)
         if "error" in b.schema.names:
             ok = np.asarray(pc.is_null(b.column("error")).to_numpy(zero_copy_only=False), bool)
             sid, arr = sid.filter(pa.array(ok)), arr[ok]
         sids.append(sid)
-        arrivals.append(arr.astype(np.int64))
+        arrivals.append(arr)
     if not sids:
         return None
-    table = pa.table({"s": pa.chunked_array(sids, pa.string()),
-                      "a": pa.array(np.concatenate(arrivals))})
-    starts = table.group_by("s").aggregate([("a", "min")])
-    if starts.num_rows <= n:
+    # one dictionary for all batches: its indices are then session numbers
+    col = pa.chunked_array(sids, sids[0].type).unify_dictionaries()
+    if col.num_chunks == 0 or len(col) == 0:
         return None
-    first = np.asarray(starts.column("a_min").to_numpy(zero_copy_only=False))
-    cut = np.partition(first, n - 1)[n - 1]
-    keep = starts.column("s").filter(pa.array(first <= cut))
+    names = col.chunk(0).dictionary
+    idx = np.concatenate([np.asarray(c.indices.fill_null(0).to_numpy(zero_copy_only=False))
+                          for c in col.chunks]).astype(np.int64)
+    valid = np.concatenate([np.asarray(c.is_valid().to_numpy(zero_copy_only=False), bool)
+                            for c in col.chunks])
+    arrival = np.concatenate(arrivals)[valid]
+    idx = idx[valid]
+    first = np.full(len(names), np.iinfo(np.int64).max, np.int64)
+    if idx.size:  # the earliest arrival per session: sort by session, reduce each run
+        order = np.argsort(idx, kind="stable")
+        si, sa = idx[order], arrival[order]
+        starts = np.flatnonzero(np.r_[True, si[1:] != si[:-1]])
+        first[si[starts]] = np.minimum.reduceat(sa, starts)
+    present = first < np.iinfo(np.int64).max
+    if int(present.sum()) <= n:
+        return None
+    cut = np.partition(first[present], n - 1)[n - 1]
+    keep = names.filter(pa.array(present & (first <= cut)))
     return {str(s) for s in keep.to_pylist()}
