@@ -120,8 +120,8 @@ def _inspect(a: argparse.Namespace) -> int:
 
     columns = ["session_id", "request_index", "parent_index", "arrival_ns", "think_ns",
                "input_tokens", "output_tokens", "cached_tokens", "hash_ids", "model"]
-    optional = ("think_ns", "cached_tokens", "hash_ids", "model", "error")
-    columns = [c for c in columns + ["error"] if c not in optional or _has_column(a.trace, c)]
+    if _has_column(a.trace, "error"):  # recorded traces
+        columns.append("error")
     table, meta = read_trace(a.trace, columns=columns)
     console = _console()
     console.print(render_summary(summarize(table, meta.block_size), meta, a.trace))
