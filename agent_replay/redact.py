@@ -7,16 +7,23 @@ recorder's metadata and logs, trace content and error texts.
   ``aws_secret_access_key``, ``clientSecret``). ``max_tokens`` or ``token_ids`` are not.
 * A URL loses its user-info (``http://user:PASS@host`` -> ``http://host``).
 * A text (an upstream's error message) loses every occurrence of the secrets its request
-  carried (``scrub``).
+  carried (``scrub``), in the forms a server may echo them in (``secret_forms``: the
+  token of ``Bearer TOKEN``, base64 and its decoding for ``Basic``, percent- and
+  JSON-escaped).
+* A header's value is written only when its name is on a short list of names that never
+  carry credentials (``SAFE_HEADERS``): a header a user adds (``X-Auth``, ``X-Trace``) may
+  be a credential whatever its name, so every other value is written as ``REDACTED``.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
 _LAST_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "credentials",
@@ -28,6 +35,12 @@ _SPLIT = re.compile(r"[^a-z0-9]+")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _MIN_SECRET = 6
 """Shorter values are not scrubbed out of texts (they would eat ordinary words)."""
+SAFE_HEADERS = frozenset({
+    "accept", "accept-encoding", "accept-language", "anthropic-beta", "anthropic-version",
+    "cache-control", "connection", "content-length", "content-type", "host", "openai-beta",
+    "transfer-encoding", "user-agent", "x-request-id", "x-session-id"})
+"""Header names whose values are written (run.json, sweep.json) and not treated as secrets;
+the values of all others are."""
 
 
 def is_secret_key(name: str) -> bool:
@@ -63,12 +76,33 @@ def redact_url(url: str) -> str:
     return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
 
 
+def redact_headers(headers: Any) -> Any:
+    """Headers (a mapping or ``(name, value)`` pairs) to write: the value of every name not
+    in ``SAFE_HEADERS`` replaced by ``REDACTED``."""
+    if isinstance(headers, Mapping):
+        return {k: v if str(k).lower() in SAFE_HEADERS or v in (None, "") else REDACTED
+                for k, v in headers.items()}
+    if isinstance(headers, (list, tuple)):
+        out: list[Any] = []
+        for pair in headers:
+            if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                name, value = pair
+                safe = str(name).lower() in SAFE_HEADERS or value in (None, "")
+                out.append([name, redact(value) if safe else REDACTED])
+            else:
+                out.append(REDACTED)
+        return out
+    return REDACTED if headers not in (None, "") else headers
+
+
 def redact(obj: Any) -> Any:
     """A copy of ``obj`` to write or show: credential-named fields' values replaced by
-    ``REDACTED`` (also in ``(name, value)`` pairs, the shape of ``--header`` options), URL
-    user-info removed from every string."""
+    ``REDACTED`` (also in ``(name, value)`` pairs, the shape of ``--header`` options), the
+    values of a field named ``headers`` (or ``*_headers``) kept only for ``SAFE_HEADERS``,
+    URL user-info removed from every string."""
     if isinstance(obj, Mapping):
-        return {k: REDACTED if is_secret_key(str(k)) and v not in (None, "") else redact(v)
+        return {k: REDACTED if is_secret_key(str(k)) and v not in (None, "")
+                else redact_headers(v) if str(k).lower().endswith("headers") else redact(v)
                 for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         if len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], str) \
@@ -81,17 +115,60 @@ def redact(obj: Any) -> Any:
 
 
 def header_secrets(headers: Iterable[tuple[str, str]]) -> list[str]:
-    """The credential values among ``headers`` (the token of ``Bearer TOKEN`` too), for
-    ``scrub``."""
-    out = []
-    for name, value in headers:
-        if not is_secret_key(name) or not value:
+    """The values among ``headers`` that may be credentials (every name not in
+    ``SAFE_HEADERS``), in every form ``secret_forms`` lists, for ``scrub``."""
+    return secret_forms(v for k, v in headers if k.lower() not in SAFE_HEADERS and v)
+
+
+def secret_forms(values: Iterable[str]) -> list[str]:
+    """Each value as a server may echo it: itself, the token of ``Bearer TOKEN`` (any
+    ``SCHEME TOKEN``), for ``Basic`` the decoded ``user:pass`` and its parts; and each of
+    those base64-encoded (with and without padding, standard and URL-safe), percent-encoded
+    and JSON-escaped."""
+    plain: list[str] = []
+    for value in values:
+        value = value.strip()
+        if not value:
             continue
-        out.append(value)
+        plain.append(value)
         scheme, _, token = value.partition(" ")
-        if token and scheme.lower() in ("bearer", "basic", "token"):
-            out.append(token.strip())
-    return out
+        token = token.strip()
+        if token:
+            plain.append(token)
+            if scheme.lower() == "basic":
+                try:
+                    pair = base64.b64decode(token, validate=True).decode()
+                except (binascii.Error, UnicodeDecodeError):
+                    pair = ""
+                if pair:
+                    user, _, password = pair.partition(":")
+                    plain += [pair, user, password]
+    out = set(plain)
+    for s in plain:
+        if len(s) < _MIN_SECRET:
+            continue
+        raw = s.encode()
+        for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+            out.add(enc.decode())
+            out.add(enc.decode().rstrip("="))
+        out.add(quote(s, safe=""))
+        out.add(quote_plus(s))
+        out.add(json.dumps(s)[1:-1])
+    return sorted((s for s in out if len(s) >= _MIN_SECRET), key=len, reverse=True)
+
+
+def userinfo_secrets(url: str) -> list[str]:
+    """The user-info of ``url`` (``user:pass``, and each part), in every form
+    ``secret_forms`` lists."""
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return []
+    if u.username is None:
+        return []
+    pair = f"{unquote(u.username)}:{unquote(u.password or '')}"
+    return secret_forms(["Basic " + base64.b64encode(pair.encode()).decode(),
+                         u.username, u.password or ""])
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
@@ -100,7 +177,7 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     if not text:
         return text
     for s in sorted(set(secrets), key=len, reverse=True):
-        if len(s) >= _MIN_SECRET and s in text:
+        if len(s) >= _MIN_SECRET and s in text and s != REDACTED:
             text = text.replace(s, REDACTED)
     if "@" in text and "://" in text:
         text = _USERINFO.sub(r"\1", text)
@@ -140,10 +217,20 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     removed."""
     out: list[str] = []
     hide_next = False
+    header_next = False
     for word in argv:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
+            continue
+        if header_next or word.startswith("--header="):
+            head, eq, item = word.partition("=") if not header_next else ("", "", word)
+            out.append((f"{head}=" if eq else "") + _header_word(item))
+            header_next = False
+            continue
+        if word in ("--header", "-H"):
+            out.append(word)
+            header_next = True
             continue
         if word.startswith("--"):
             name, eq, _ = word[2:].partition("=")
@@ -158,3 +245,33 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
                 break
         out.append(redact(word))
     return out
+
+
+def _header_word(item: str) -> str:
+    """A ``NAME=VALUE`` (or ``NAME: VALUE``) header option, its value redacted unless the
+    name is in ``SAFE_HEADERS``."""
+    for sep in ("=", ":"):
+        name, found, _ = item.partition(sep)
+        if found:
+            return item if name.strip().lower() in SAFE_HEADERS else f"{name}{sep}{REDACTED}"
+    return REDACTED
+
+
+class Scrubber:
+    """``scrub`` for the texts of a run's requests: the secrets are the ``header_secrets``
+    of each request's headers (found once per distinct set of values) and ``extra``."""
+
+    __slots__ = ("_cache", "_extra")
+
+    def __init__(self, extra: Iterable[str] = ()) -> None:
+        self._extra = list(extra)
+        self._cache: dict[tuple[str, ...], list[str]] = {}
+
+    def __call__(self, text: str, headers: Mapping[str, str]) -> str:
+        key = tuple(v for k, v in headers.items() if k.lower() not in SAFE_HEADERS)
+        forms = self._cache.get(key)
+        if forms is None:
+            if len(self._cache) >= 64:
+                self._cache.clear()
+            forms = self._cache[key] = header_secrets(headers.items()) + self._extra
+        return scrub(text, forms)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,8 @@ from yarl import URL
 
 from agent_replay.engines.dialects import Decoder, dialect
 from agent_replay.engines.sse import SSEParser
-from agent_replay.redact import header_secrets, scrub
-from agent_replay.replay.outcome import RequestRecord
+from agent_replay.redact import Scrubber, header_secrets
+from agent_replay.replay.outcome import ERROR_CHARS, RequestRecord
 from agent_replay.results_schema import ErrorKind
 
 
@@ -141,6 +141,7 @@ class Sender:
         self.in_flight = 0
         self._urls: dict[str, URL] = {}
         self.gate = SendGate()
+        self.scrub = Scrubber(header_secrets(session.headers.items()))
 
     async def send(self, prep: Prepared, rec: RequestRecord) -> None:
         """Send, stream to the end, fill ``rec``. Never raises except CancelledError (after
@@ -162,17 +163,20 @@ class Sender:
                 if resp.status != 200:
                     text = (await resp.content.read(4096)).decode("utf-8", "replace")
                     rec.end_ns = now()
-                    rec.fail(ErrorKind.HTTP, scrub(f"HTTP {resp.status}: {text.strip()}",
-                                           header_secrets(prep.headers.items())))
+                    rec.fail(ErrorKind.HTTP, f"HTTP {resp.status}: {text.strip()}")
                     return
+                unwatch = fail_payload_on_close(resp, "response broken")
                 content = resp.content
                 t = 0
-                while True:
-                    data = await content.readany()
-                    if not data:
-                        break
-                    t = now()
-                    feed(data, t)
+                try:
+                    while True:
+                        data = await content.readany()
+                        if not data:
+                            break
+                        t = now()
+                        feed(data, t)
+                finally:
+                    unwatch()
                 rec.end_ns = t or now()
             stream.finish(rec.end_ns)
             self.chunks += len(rec.chunk_ns)
@@ -198,6 +202,56 @@ class Sender:
             rec.fail(ErrorKind.CONNECT if rec.headers_ns is None else ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight -= 1
+            clean_error(rec, self.scrub, prep.headers)
+
+
+def clean_error(rec: RequestRecord, scrub: Scrubber, headers: Mapping[str, str]) -> None:
+    """``rec.error`` (text from the wire: an error body, an error event, an exception
+    message) without any of the values the request was sent with, cut to
+    ``ERROR_CHARS``. The counts problems (``mismatch``, ``inexact``) are the client's own
+    words and are left alone."""
+    if rec.error and rec.error_kind not in (ErrorKind.MISMATCH, ErrorKind.INEXACT):
+        rec.error = scrub(rec.error, headers)[:ERROR_CHARS]
+
+
+def _nothing() -> None:
+    return None
+
+
+def fail_payload_on_close(resp: aiohttp.ClientResponse, prefix: str = "upstream response broken"
+                          ) -> Callable[[], None]:
+    """End ``resp``'s body with an error when its connection closes before the body ended.
+
+    aiohttp's client closes the connection on a response it cannot parse (broken chunked
+    coding) but leaves the body's reader waiting (until its timeout, 600 s by default):
+    a replay request, or the client behind the recorder, would hang that long, and the
+    error would say whatever ended it. This ends the body at once with a
+    ``ClientPayloadError`` whose text starts with ``prefix`` and says what broke.
+
+    Returns the function that takes the watch off again, to call when the body has ended:
+    a kept-alive connection carries many responses, and their watches would pile up on it."""
+    conn = resp.connection
+    closed = conn.protocol.closed if conn is not None and conn.protocol is not None else None
+    if closed is None:
+        return _nothing
+    proto = conn.protocol  # type: ignore[union-attr]
+    content = resp.content
+
+    def on_closed(fut: asyncio.Future[None]) -> None:
+        if content.is_eof() or content.exception() is not None:
+            return
+        why = proto.exception() if proto is not None else None
+        if why is None and not fut.cancelled():
+            why = fut.exception()
+        detail = " ".join(str(why).split()) if why else "connection closed mid-body"
+        content.set_exception(aiohttp.ClientPayloadError(f"{prefix}: {detail}"))
+
+    closed.add_done_callback(on_closed)
+
+    def unwatch() -> None:
+        closed.remove_done_callback(on_closed)
+
+    return unwatch
 
 
 class EventStream:

@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from agent_replay.engines.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
-from agent_replay.redact import header_secrets, scrub
-from agent_replay.replay.client import EventStream, Prepared, SendGate
+from agent_replay.redact import Scrubber
+from agent_replay.replay.client import EventStream, Prepared, SendGate, clean_error
 from agent_replay.replay.http1 import (
     ChunkedDecoder,
     HeadReader,
@@ -361,6 +361,7 @@ class FastSender:
         self.chunks = 0
         self.in_flight = 0
         self.gate = SendGate()
+        self.scrub = Scrubber()
         self._prefix: dict[str, bytes] = {}
 
     async def send(self, prep: Prepared, rec: RequestRecord) -> None:
@@ -394,8 +395,7 @@ class FastSender:
             conn.transport.write(data)  # type: ignore[union-attr]
             rec.end_ns = await waiter
             if rec.http_status != 200:
-                rec.fail(ErrorKind.HTTP, scrub(f"HTTP {rec.http_status}: {conn.error_text().strip()}",
-                                       header_secrets(prep.headers.items())))
+                rec.fail(ErrorKind.HTTP, f"HTTP {rec.http_status}: {conn.error_text().strip()}")
                 return
             stream.finish(rec.end_ns)
             self.chunks += len(rec.chunk_ns)
@@ -419,6 +419,7 @@ class FastSender:
             rec.fail(ErrorKind.JSON, f"bad event: {exc}")
         finally:
             self.in_flight -= 1
+            clean_error(rec, self.scrub, prep.headers)
             if timer is not None:
                 timer.cancel()
             if conn is not None:

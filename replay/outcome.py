@@ -17,6 +17,11 @@ from array import array
 
 from agent_replay.results_schema import ErrorKindName
 
+ERROR_CHARS = 2000
+"""Characters of an error text written to the results."""
+ERROR_KEEP = 16384
+"""Characters of an error text kept until it is scrubbed and cut to ``ERROR_CHARS``."""
+
 
 class RequestRecord:
     __slots__ = (
@@ -66,11 +71,13 @@ class RequestRecord:
         self.error: str | None = None
 
     def fail(self, kind: ErrorKindName, message: str) -> None:
-        """Mark the request failed (the first failure wins)."""
+        """Mark the request failed (the first failure wins). The message is kept whole up
+        to ``ERROR_KEEP`` characters: the client scrubs secrets out of it before cutting it
+        to ``ERROR_CHARS`` (a cut first could leave part of a secret behind)."""
         if self.status != "error":
             self.status = "error"
             self.error_kind = kind
-            self.error = message[:2000]
+            self.error = message[:ERROR_KEEP]
 
     @property
     def output_tokens(self) -> int:

@@ -46,10 +46,11 @@ from agent_replay.replay.scrape import (
     scrape_interval,
     start_gpu_telemetry,
 )
+from agent_replay.replay.source import read_replayed
 from agent_replay.replay.target import TargetInfo, base_url, probe
 from agent_replay.replay.worker import WorkerSummary
 from agent_replay.traces.failed import drop_failed
-from agent_replay.traces.io import read_trace, trace_files
+from agent_replay.traces.io import trace_files
 from agent_replay.traces.validate import validate_or_raise
 
 
@@ -78,8 +79,8 @@ def prefix_tokens(extra: dict[str, Any]) -> dict[tuple[str, str], int]:
 
 
 def load_and_validate(config: RunConfig) -> Plan:
-    table, meta = read_trace(config.trace)
-    validate_or_raise(table, meta, config.trace)
+    table, meta, rows = read_replayed(config)
+    validate_or_raise(table, meta, config.trace, rows)
     dropped = 0
     if not config.include_failed:
         table, dropped = drop_failed(table)

@@ -36,9 +36,9 @@ from agent_replay.replay.plan import Plan, PlannedRequest, build_plan
 from agent_replay.replay.prepare import Preparer, text_prompt
 from agent_replay.replay.results import ResultWriter
 from agent_replay.replay.selfmon import CpuMeter, LoopWatchdog, QuietRuntime, reserve_fds
+from agent_replay.replay.source import read_replayed
 from agent_replay.results_schema import ErrorKind
 from agent_replay.traces.failed import drop_failed
-from agent_replay.traces.io import read_trace
 
 
 @dataclass
@@ -91,7 +91,7 @@ class HttpTransport:
 def load_plan(config: RunConfig) -> Plan:
     """The plan as ``replay.run.load_and_validate`` builds it (failed rows left out unless
     ``include_failed``), without validating again."""
-    table, meta = read_trace(config.trace)
+    table, meta, _ = read_replayed(config)
     if not config.include_failed:
         table, _ = drop_failed(table)
     return build_plan(table, meta.block_size, config.plan_options())

@@ -2,19 +2,24 @@
 
 A trace is one ``.parquet`` file or a folder of part files (``*.parquet``, read in name
 order). Writes are atomic: a temporary file in the same folder, then ``os.replace``.
+Reads go one row group at a time within ``traces.limits`` (a small file can claim, or
+decode to, gigabytes).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agent_replay.errors import OutputExistsError, TraceError
+from agent_replay.traces.limits import Reading, TraceLimits, string_columns
 from agent_replay.traces.schema import METADATA_KEY, SCHEMA_VERSION, TRACE_SCHEMA, TraceMeta
 
 ROW_GROUP_SIZE = 64 * 1024
@@ -136,36 +141,141 @@ def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
     return meta
 
 
+def _open_for_reading(path: Path) -> tuple[pq.ParquetFile, list[str]]:
+    """The file opened with its plain string columns read as dictionaries (see
+    ``traces.limits``), and those columns' names."""
+    strings = string_columns(_open(path).schema_arrow)
+    if not strings:
+        return _open(path), []
+    try:
+        return pq.ParquetFile(path, read_dictionary=strings), strings
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(f"not a readable Parquet file ({exc})", path=str(path)) from exc
+
+
+def _row_groups(path: Path, pf: pq.ParquetFile, strings: list[str], columns: list[str] | None,
+                reading: Reading, pick: Picker | None = None
+                ) -> Iterator[tuple[int, pa.Table, np.ndarray | None]]:
+    """Each row group of ``pf``: its first row's number in the trace, the table, and with
+    ``pick`` the rows of it to keep (a group with none is not read), each checked against
+    ``reading``'s limits before and after it is read."""
+    for i in range(pf.num_row_groups):
+        first_row = reading.rows
+        chosen = None
+        if pick is not None:
+            chosen = pick(pf, i)
+            if chosen.size == 0:
+                reading.skip(pf.metadata.row_group(i).num_rows)
+                continue
+        reading.check_row_group(pf, str(path), i, columns, first_row)
+        try:
+            t = pf.read_row_group(i, columns=columns, use_threads=False)
+        except (MemoryError, pa.ArrowMemoryError) as exc:
+            raise TraceError(f"ran out of memory reading row group {i} ({exc}); its pages "
+                             "claim more than the file's metadata", path=str(path)) from exc
+        except (pa.ArrowInvalid, OSError, KeyError) as exc:
+            raise TraceError(f"corrupt Parquet data ({exc})", path=str(path)) from exc
+        yield first_row, reading.check_table(t, str(path), first_row, strings), chosen
+
+
+Picker = Callable[[pq.ParquetFile, int], np.ndarray]
+"""(file, row group) -> the rows of the group to keep."""
+
+
+def _session_picker(path: Path, keep: pa.Array, limits: TraceLimits) -> Picker:
+    """Rows of a row group whose session is in ``keep``, from its ``session_id`` column
+    alone (read as a dictionary: the test runs on the dictionary's values)."""
+    def pick(pf: pq.ParquetFile, i: int) -> np.ndarray:
+        Reading(limits).check_row_group(pf, str(path), i, ["session_id"], 0)
+        try:
+            col = pf.read_row_group(i, columns=["session_id"], use_threads=False).column("session_id")
+        except (MemoryError, pa.ArrowMemoryError, pa.ArrowInvalid, OSError) as exc:
+            raise TraceError(f"cannot read row group {i} ({exc})", path=str(path)) from exc
+        parts = []
+        for chunk in col.chunks:
+            if pa.types.is_dictionary(chunk.type):
+                in_dict = np.asarray(pc.is_in(chunk.dictionary, value_set=keep)
+                                     .to_numpy(zero_copy_only=False), dtype=bool)
+                idx = np.asarray(pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False))
+                m = in_dict[idx] if in_dict.size else np.zeros(len(chunk), bool)
+                if chunk.null_count:
+                    m &= np.asarray(chunk.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            else:
+                m = np.asarray(pc.fill_null(pc.is_in(chunk, value_set=keep), False)
+                               .to_numpy(zero_copy_only=False), dtype=bool)
+            parts.append(m)
+        mask = np.concatenate(parts) if parts else np.zeros(0, bool)
+        return np.flatnonzero(mask)
+
+    return pick
+
+
 def iter_batches(
     path: str | os.PathLike[str],
     columns: Sequence[str] | None = None,
     batch_size: int = ROW_GROUP_SIZE,
+    *,
+    limits: TraceLimits | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the trace in record batches, optionally only some columns."""
+    """Stream the trace in record batches, optionally only some columns, one row group
+    in memory at a time, within ``limits``."""
+    reading = Reading(limits or TraceLimits())
     for f in trace_files(path):
-        pf = _open(f)
+        pf, strings = _open_for_reading(f)
         cols = None
         if columns is not None:
             missing = [c for c in columns if c not in pf.schema_arrow.names]
             if missing:
                 raise TraceError("column not in file", path=str(f), field=missing[0])
             cols = list(columns)
-        try:
-            yield from pf.iter_batches(batch_size=batch_size, columns=cols)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise TraceError(f"corrupt Parquet data ({exc})", path=str(f)) from exc
+        for _, t, _ in _row_groups(f, pf, strings, cols, reading):
+            yield from t.to_batches(max_chunksize=batch_size)
 
 
 def read_trace(
-    path: str | os.PathLike[str], columns: Sequence[str] | None = None
+    path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
+    sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
 ) -> tuple[pa.Table, TraceMeta]:
-    """Read a whole trace (one file or a folder of parts) into one table."""
+    """Read a whole trace (one file or a folder of parts) into one table, one row group at
+    a time within ``limits``; with ``sessions``, only those sessions' rows are kept."""
+    table, meta, _ = read_trace_rows(path, columns, sessions=sessions, limits=limits)
+    return table, meta
+
+
+def read_trace_rows(
+    path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
+    sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
+) -> tuple[pa.Table, TraceMeta, np.ndarray]:
+    """``read_trace``, and the number of each row kept in the whole trace (0-based, in
+    file order), for messages about rows."""
     meta = read_meta(path)
-    tables = []
+    lim = limits or TraceLimits()
+    reading = Reading(lim)
+    keep = None if sessions is None else pa.array(sorted(sessions), pa.string())
+    tables: list[pa.Table] = []
+    rows: list[np.ndarray] = []
     for f in trace_files(path):
-        try:
-            tables.append(pq.read_table(f, columns=list(columns) if columns else None))
-        except (pa.ArrowInvalid, OSError, KeyError) as exc:
-            raise TraceError(f"cannot read ({exc})", path=str(f)) from exc
-    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    return table.replace_schema_metadata(None), meta
+        pf, strings = _open_for_reading(f)
+        cols = list(columns) if columns else None
+        needed = (cols or []) + (["session_id"] if keep is not None else [])
+        missing = [c for c in needed if c not in pf.schema_arrow.names]
+        if missing:
+            raise TraceError("column not in file", path=str(f), field=missing[0])
+        pick = None if keep is None else _session_picker(f, keep, lim)
+        for first, t, chosen in _row_groups(f, pf, strings, cols, reading, pick):
+            n = t.num_rows
+            if chosen is not None:
+                t = t.take(pa.array(chosen)) if chosen.size < n else t
+                rows.append(chosen + first)
+            else:
+                rows.append(np.arange(first, first + n))
+            tables.append(t)
+        if pf.num_row_groups == 0 or (keep is not None and not tables):
+            empty = pf.schema_arrow.empty_table()
+            tables.append(empty.select(list(columns)) if columns else empty)
+    try:
+        table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TraceError(f"part files do not agree on their columns ({exc})", path=str(path)) from exc
+    rows_all = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    return table.replace_schema_metadata(None), meta, rows_all

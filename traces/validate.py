@@ -47,9 +47,10 @@ def _np(col: pa.ChunkedArray | pa.Array, dtype: type) -> np.ndarray:
 
 
 class _Collector:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, rows: np.ndarray | None = None) -> None:
         self.path = path
         self.problems: list[Problem] = []
+        self.row_numbers = rows  # the trace's row number of each table row
 
     def file(self, message: str, field: str | None = None) -> None:
         self.problems.append(Problem(self.path, None, field, message))
@@ -58,7 +59,8 @@ class _Collector:
         """``bad``: boolean mask over rows or array of row indices."""
         idx = np.flatnonzero(bad) if bad.dtype == bool else np.sort(bad)
         if idx.size:
-            self.problems.append(Problem(self.path, int(idx[0]), field, message, int(idx.size)))
+            first = int(idx[0]) if self.row_numbers is None else int(self.row_numbers[idx[0]])
+            self.problems.append(Problem(self.path, first, field, message, int(idx.size)))
 
 
 def _check_types(table: pa.Table, c: _Collector) -> bool:
@@ -97,9 +99,11 @@ MAX_SPAN_NS = 366 * 86_400 * 10**9
 """Bound on a time in a trace (arrival, think, TTFT, end): a year, in nanoseconds."""
 
 
-def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>") -> list[Problem]:
-    """Every rule the table breaks, as a list (empty when the trace is valid)."""
-    c = _Collector(str(path))
+def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>",
+             rows: np.ndarray | None = None) -> list[Problem]:
+    """Every rule the table breaks, as a list (empty when the trace is valid). ``rows``:
+    the trace's row number of each table row, when the table holds only some of them."""
+    c = _Collector(str(path), rows)
     if meta.block_size <= 0:
         c.file(f"block_size must be positive, got {meta.block_size}", "block_size")
     if meta.content_mode not in CONTENT_MODES:
@@ -234,9 +238,10 @@ def _check_tree(table: pa.Table, c: _Collector, sess: np.ndarray, req: np.ndarra
            "does not depend on the previous turn of its agent_id (each agent is a sequence)")
 
 
-def validate_or_raise(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>") -> None:
+def validate_or_raise(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>",
+                      rows: np.ndarray | None = None) -> None:
     """Raise ``TraceError`` naming the first problem (and how many more) if any."""
-    problems = validate(table, meta, path)
+    problems = validate(table, meta, path, rows)
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise TraceError(f"{problems[0]}{more}")

@@ -84,6 +84,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _html([result.out], res, result.out)
     print(res["markdown"])
     print("wrote " + ", ".join(str(f) for f in res["files"]))
+    if result.failed:
+        _err(f"agent-replay: error: {result.failed} of {len(result.rows)} runs failed (reasons "
+             f"in {result.out}/index.csv); the same command runs them again")
     return result.exit_code
 
 

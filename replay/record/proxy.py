@@ -28,9 +28,10 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from agent_replay.redact import header_secrets
+from agent_replay.replay.client import fail_payload_on_close
 from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
 from agent_replay.replay.record.encodings import decode_body
+from agent_replay.replay.record.guard import upstream_path
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.wire import (
     AGENT_ID_HEADER,
@@ -102,13 +103,16 @@ class ProxyHandler:
         """Set by the recorder's stop: new requests are refused (503), open ones end."""
 
     def _url(self, request: web.Request) -> str:
-        return self.upstream + request.raw_path
+        return self.upstream + (upstream_path(request.raw_path) or "/")
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         arrival = self.clock()
         if self.draining:  # a kept-alive connection after the stop: not taken
             return web.Response(status=503, text="the recorder is stopping\n",
                                 headers={"Connection": "close", "Retry-After": "1"})
+        if upstream_path(request.raw_path) is None:
+            return web.Response(status=400, text="the request path climbs out of the "
+                                "upstream's base\n")
         self.in_flight += 1
         try:
             api = api_for(request.method, request.path)
@@ -142,7 +146,7 @@ class ProxyHandler:
             agent = request.headers.get(AGENT_ID_HEADER)
             if agent:
                 ex.state["agent_id"] = agent
-            ex.state["secrets"] = header_secrets(request.headers.items())
+            ex.state["headers"] = request.headers  # for the error text's scrub, if any
             try:
                 return await self._exchange(request, ex, send)
             finally:
@@ -226,20 +230,23 @@ class ProxyHandler:
                 if obs.filtering:
                     length = None
                 self.on_headers(ex)
-                _fail_payload_on_close(resp)
-                out = await self._prepare(request, resp, length)
-                read = resp.content.readany
-                while True:
-                    chunk = await read()
-                    t = clock()
-                    if not chunk:
-                        ex.state["upstream_done"] = True
-                        break
-                    ex.end = t
-                    data = obs.forward(chunk)
-                    if data:
-                        await _send(out, data)
-                    obs.observe(chunk, t)
+                unwatch = fail_payload_on_close(resp)
+                try:
+                    out = await self._prepare(request, resp, length)
+                    read = resp.content.readany
+                    while True:
+                        chunk = await read()
+                        t = clock()
+                        if not chunk:
+                            ex.state["upstream_done"] = True
+                            break
+                        ex.end = t
+                        data = obs.forward(chunk)
+                        if data:
+                            await _send(out, data)
+                        obs.observe(chunk, t)
+                finally:
+                    unwatch()
                 tail = obs.end(ex.end or clock())
                 if tail:
                     await _send(out, tail)
@@ -331,32 +338,6 @@ async def _send(out: web.StreamResponse, data: bytes | None) -> None:
             await out.write(data)
     except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
         raise _ClientGone from exc
-
-
-def _fail_payload_on_close(resp: aiohttp.ClientResponse) -> None:
-    """End ``resp``'s body with an error when its connection closes before the body ended.
-
-    aiohttp's client closes the connection on a response it cannot parse (broken chunked
-    coding) but leaves the body's reader waiting (until ``sock_read``, 600 s by default):
-    the client behind the proxy would hang that long, and the row would say whatever ended
-    it. This makes it an upstream error at once."""
-    conn = resp.connection
-    closed = conn.protocol.closed if conn is not None and conn.protocol is not None else None
-    if closed is None:
-        return
-    proto = conn.protocol  # type: ignore[union-attr]
-    content = resp.content
-
-    def on_closed(fut: asyncio.Future[None]) -> None:
-        if content.is_eof() or content.exception() is not None:
-            return
-        why = proto.exception() if proto is not None else None
-        if why is None and not fut.cancelled():
-            why = fut.exception()
-        detail = " ".join(str(why).split()) if why else "connection closed mid-body"
-        content.set_exception(aiohttp.ClientPayloadError(f"upstream response broken: {detail}"))
-
-    closed.add_done_callback(on_closed)
 
 
 def _cause(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ import hashlib
 import io
 import ipaddress
 import itertools
+import logging
 import os
 import re
 import secrets
@@ -38,10 +39,18 @@ from agent_replay import __version__
 from agent_replay.engines.dialects import dialect
 from agent_replay.engines.replies import Reply
 from agent_replay.errors import InputError
-from agent_replay.redact import header_secrets, scrub, secret_values, split_userinfo, strip_secrets
+from agent_replay.redact import (
+    header_secrets,
+    scrub,
+    secret_forms,
+    secret_values,
+    split_userinfo,
+    strip_secrets,
+)
 from agent_replay.replay.record.agents import AgentTracker
 from agent_replay.replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
 from agent_replay.replay.record.content import PromptHasher, conversation, load_tokenizer
+from agent_replay.replay.record.guard import MalformedRequests
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
 from agent_replay.replay.record.sessions import SessionTracker
@@ -131,6 +140,8 @@ class RecorderStats:
     unwritten: int = 0
     """Rows of finished requests that a failed flush could not write yet (kept, retried)."""
     write_error: str | None = None
+    malformed: int = 0
+    """Requests aiohttp could not parse (answered 400, not recorded)."""
     """Why the last flush failed (None once a flush succeeds again)."""
     last_error: str | None = None
     """Why the last failed request failed (the status line names it)."""
@@ -165,6 +176,7 @@ class Recorder:
         self._t0: int | None = None
         self._wall0: int | None = None
         self._runner: web.AppRunner | None = None
+        self._malformed = MalformedRequests()
         self._client: aiohttp.ClientSession | None = None
         self._handler: ProxyHandler | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -186,6 +198,7 @@ class Recorder:
 
     async def start(self) -> None:
         cfg = self.config
+        logging.getLogger("aiohttp.server").addFilter(self._malformed)
         # Every client connection holds two descriptors (client side, upstream side): the
         # default soft limit (1024) would refuse new clients after ~500 open streams.
         self.fd_limit = reserve_fds()
@@ -266,6 +279,8 @@ class Recorder:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._force.wait(), 0.02)
         await runner.cleanup()
+        logging.getLogger("aiohttp.server").removeFilter(self._malformed)
+        self.stats.malformed = self._malformed.count
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -499,8 +514,9 @@ class Recorder:
         if not ex.error:
             return ex.error
         digest: BodyDigest | None = ex.state.get("digest")
-        secrets = [*ex.state.get("secrets", ()),
-                   *(digest.secrets if digest is not None else secret_values(ex.info.body))]
+        headers = ex.state.get("headers")
+        secrets = [*(header_secrets(headers.items()) if headers is not None else ()),
+                   *secret_forms(digest.secrets if digest is not None else secret_values(ex.info.body))]
         if self._authorization is not None:
             secrets.extend(header_secrets([("authorization", self._authorization)]))
         return scrub(ex.error, secrets)
@@ -517,6 +533,9 @@ class Recorder:
         line = (f"recorded {s.requests} requests ({failed}), {s.sessions} sessions, "
                 f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
                 f"{flush}")
+        malformed = max(s.malformed, self._malformed.count)
+        if malformed:
+            line += f", {malformed} malformed requests refused (400)"
         if s.write_error is not None:
             line += f"; WARNING: {s.unwritten} rows NOT written ({s.write_error})"
         return line

@@ -35,6 +35,7 @@ relative to the file.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -66,6 +67,18 @@ RUN_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 """``[run]`` keys: RunConfig fields every run of the sweep shares."""
 LIFETIMES = ("sweep", "visit")
+MAX_FILE_BYTES = 1 << 20
+"""An experiment file is a page of settings; a larger one is not one."""
+MAX_DEPTH = 6
+"""Nesting of tables and arrays (the schema needs 3: ``targets[i].sim_args``)."""
+MAX_NUMBER = 1e12
+"""Bound on the magnitude of any number in the file."""
+MAX_POINT = 1e6
+"""Bound on a load point: a million sessions, requests in flight, sessions/s or speedup."""
+MAX_POINTS = 1000
+MAX_REPEATS = 1000
+MAX_RUNS = 100_000
+"""Bound on targets x points x repeats."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,24 @@ class Experiment:
         """What must not change between a sweep and its resumption."""
         return {"trace": self.trace, "axis": self.axis, "seed": self.seed,
                 "targets": [t.name for t in self.targets], "run": self.run}
+
+
+def _check_run_options(f: str, trace: str, run: dict[str, Any], axis: str,
+                       points: list[float]) -> None:
+    """The [run] options at every load point, as the runs will get them, checked by
+    ``RunConfig.check`` (a bad speedup or duration is an error now, not a failed run each)."""
+    from agent_replay.replay.config import RunConfig
+
+    for point in points:
+        extra: dict[str, Any] = {axis: int(point) if axis in INTEGER_AXES else float(point)}
+        if axis == "concurrency":
+            extra["timing"] = "max-rate"
+        try:
+            RunConfig(trace=trace, target="http://127.0.0.1", **run, **extra).check()
+        except InputError as exc:
+            raise InputError(f"{f}: [run] at {axis}={format_point(point)}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{f}: [run]: {exc}") from None
 
 
 def format_point(p: float) -> str:
@@ -183,14 +214,39 @@ def load_experiment(path: str | Path, *, output: str | None = None) -> Experimen
     if tomllib is None:
         raise InputError(f"{p}: reading experiment files needs Python 3.11+ or the tomli package")
     try:
-        raw = tomllib.loads(p.read_text())
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise InputError(f"{p}: larger than {MAX_FILE_BYTES:,} bytes; not an experiment file")
+        raw = tomllib.loads(data.decode())
     except FileNotFoundError:
         raise InputError(f"{p}: no such experiment file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{p}: nested too deeply (more than {MAX_DEPTH} levels of tables "
+                         "or arrays)") from None
+    _check_shape(str(p), raw)
     return experiment_from_dict(raw, p, output=output)
+
+
+def _check_shape(where: str, value: Any, key: str = "", depth: int = 0) -> None:
+    """Nesting depth and the range of every number, before any value is used."""
+    if depth > MAX_DEPTH:
+        raise InputError(f"{where}: {key or 'the file'}: nested too deeply (more than "
+                         f"{MAX_DEPTH} levels of tables or arrays)")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_shape(where, v, f"{key}.{k}" if key else str(k), depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_shape(where, v, f"{key}[{i}]", depth + 1)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            not math.isfinite(value) or abs(value) > MAX_NUMBER):
+        raise InputError(f"{where}: {key}: {value!r} is out of range (a finite number "
+                         f"of magnitude at most {MAX_NUMBER:g})")
 
 
 def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = None) -> Experiment:
@@ -208,8 +264,8 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     if output is None and "output" in raw and not out_path.is_absolute():
         out_path = base / out_path
     repeats = int(_typed(f, "repeats", raw.get("repeats", 3), int))
-    if repeats < 1:
-        raise InputError(f"{f}: repeats: must be >= 1, got {repeats}")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise InputError(f"{f}: repeats: must be within 1..{MAX_REPEATS}, got {repeats}")
     seed = int(_typed(f, "seed", raw.get("seed", 0), int))
 
     load = raw.get("load")
@@ -222,12 +278,15 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     pts = load.get("points")
     if not isinstance(pts, list) or not pts:
         raise InputError(f"{f}: [load] points: expected a non-empty list of numbers")
+    if len(pts) > MAX_POINTS:
+        raise InputError(f"{f}: [load] points: {len(pts):,} points, more than {MAX_POINTS}")
     points: list[float] = []
     for v in pts:
         _typed(f"{f}: [load]", "points", v, (int, float))
-        if not v > 0 or (axis in INTEGER_AXES and not float(v).is_integer()):
+        if not 0 < v <= MAX_POINT or (axis in INTEGER_AXES and not float(v).is_integer()):
             raise InputError(f"{f}: [load] points: {v!r} is not a valid {axis} (positive"
-                             f"{' whole number' if axis in INTEGER_AXES else ''})")
+                             f"{' whole number' if axis in INTEGER_AXES else ''}, at most "
+                             f"{MAX_POINT:g})")
         points.append(float(v))
     if len(set(points)) != len(points):
         raise InputError(f"{f}: [load] points: repeated values")
@@ -286,5 +345,10 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"{f}: targets: name {dup[0]!r} is used twice")
+    runs = len(targets) * len(points) * repeats
+    if runs > MAX_RUNS:
+        raise InputError(f"{f}: {len(targets)} targets x {len(points)} points x {repeats} "
+                         f"repeats = {runs:,} runs, more than {MAX_RUNS:,}")
+    _check_run_options(f, str(trace.resolve()), dict(run), str(axis), points)
     return Experiment(str(p), str(trace.resolve()), str(out_path.resolve()), targets, str(axis), tuple(points),
                       repeats, seed, dict(run), w, prices, slo)

@@ -26,8 +26,8 @@ KEY_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("load_generator_bottleneck", pa.bool_()), ("machine_contention", pa.bool_()),
     ("cold_start", pa.bool_()),
 )
-DONE = ("complete", "failed", "unreachable")
-"""Statuses a resumed sweep does not run again (an interrupted run is run again)."""
+DONE = ("complete", "unreachable")
+"""Statuses a resumed sweep does not run again (a failed or interrupted run is run again)."""
 
 _INT = {"requests_ok", "requests_failed"}
 

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent_replay.errors import AgentReplayError, InputError
+from agent_replay.redact import redact
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.plan import stable_hash
 from agent_replay.replay.results import write_json_atomic
@@ -163,8 +164,14 @@ class SweepResult:
     interrupted: bool = False
 
     @property
+    def failed(self) -> int:
+        """Runs that failed (a resumed sweep runs them again)."""
+        return sum(1 for r in self.rows if r.get("status") == "failed")
+
+    @property
     def exit_code(self) -> int:
-        return 130 if self.interrupted else 0
+        """130 when interrupted, 1 when a run failed, else 0."""
+        return 130 if self.interrupted else 1 if self.failed else 0
 
 
 def _now() -> str:
@@ -268,7 +275,7 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
             status, reason, figures, bottleneck, cold, contended = _outcome(run_dir, summary, target,
                                                                            exp.prices)
-            row.update(figures, status=status, reason=reason, load_generator_bottleneck=bottleneck,
+            row.update(figures, status=status, reason=redact(reason), load_generator_bottleneck=bottleneck,
                        machine_contention=contended,
                        cold_start=cold)
             interrupted = summary.interrupted
@@ -276,7 +283,7 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             row.update(status="interrupted", reason="interrupted by the user")
             interrupted = True
         except AgentReplayError as exc:
-            row.update(status="failed", reason=str(exc))
+            row.update(status="failed", reason=redact(str(exc)))
             servers.drop(target)  # a target that failed is started afresh for its next run
         rows[k] = row
         write_index(out, rows.values())
@@ -307,7 +314,7 @@ def _prepare(exp: Experiment, force: bool) -> tuple[Path, dict[tuple[Any, ...], 
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     if state.exists():
         old = json.loads(state.read_text())
-        if old.get("identity") != json.loads(json.dumps(exp.identity())):
+        if old.get("identity") != json.loads(json.dumps(redact(exp.identity()))):
             raise InputError(f"{out}: holds a sweep of a different experiment (trace, axis, seed, "
                              "targets or [run] options differ); use --force to replace it or "
                              "--output for another folder")
@@ -321,12 +328,12 @@ def _prepare(exp: Experiment, force: bool) -> tuple[Path, dict[tuple[Any, ...], 
 def write_state(exp: Experiment, out: Path, timing: dict[str, float], status: str) -> None:
     from agent_replay.replay.provenance import provenance
 
-    write_json_atomic(out / "sweep.json", {
+    write_json_atomic(out / "sweep.json", redact({
         "experiment": exp.path, "identity": exp.identity(), "status": status,
         "axis": exp.axis, "points": list(exp.points), "repeats": exp.repeats, "seed": exp.seed,
         "targets": [t.__dict__ for t in exp.targets], "warmup": exp.warmup.__dict__,
         "prices": exp.prices, "timing": timing, "provenance": provenance(None),
-    })
+    }))
 
 
 def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None = None,
