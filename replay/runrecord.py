@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent_replay import __version__
-from agent_replay.redact import redact, redact_url
+from agent_replay.redact import redact_url
 from agent_replay.replay.config import RunConfig
+from agent_replay.replay.options import record_options
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.provenance import code_version
 from agent_replay.replay.results import write_json_atomic
@@ -130,8 +131,7 @@ def environment(config: RunConfig) -> dict[str, Any]:
 def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
              wall_t0: int, status: str) -> dict[str, Any]:
     """run.json as written when t0 is chosen (credentials redacted)."""
-    opts = redact(asdict(config))
-    opts.pop("t0_ns", None)
+    opts = record_options(config)
     return {
         "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
         "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
