@@ -38,6 +38,7 @@ from agent_replay.analysis.hist import min_count_for, rank
 from agent_replay.analysis.replicates import ALPHA, holm, holm_note
 from agent_replay.analysis.report import Report, build_report, self_check
 from agent_replay.errors import InputError
+from agent_replay.runmeta import RunMeta
 
 # (key, label, array, percentile, higher is better); a TPS entry is the speed 1 / TPOT, so
 # it stands for the TPOT percentile too: one test for a statistic and its reciprocal
@@ -253,24 +254,23 @@ TIMING_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier", "ma
 """run.json options that shape the load: runs that differ in one are different experiments."""
 
 
-def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+def differences(a: RunMeta | Mapping[str, Any], b: RunMeta | Mapping[str, Any]) -> list[str]:
     """What makes two runs (their run.json) not comparable: another trace (content hash),
     model, or load-shaping option. The servers' URLs may differ: that is what is compared."""
     out = []
-    ta, tb = a.get("trace") or {}, b.get("trace") or {}
-    if ta.get("sha256") != tb.get("sha256"):
-        out.append(f"trace {ta.get('path')} vs {tb.get('path')}")
-    ma, mb = (a.get("target") or {}).get("model"), (b.get("target") or {}).get("model")
-    if ma != mb:
-        out.append(f"model {ma} vs {mb}")
-    oa, ob = a.get("options") or {}, b.get("options") or {}
+    a, b = RunMeta.of(a), RunMeta.of(b)
+    if a.trace.sha256 != b.trace.sha256:
+        out.append(f"trace {a.trace.path} vs {b.trace.path}")
+    if a.target.model != b.target.model:
+        out.append(f"model {a.target.model} vs {b.target.model}")
+    oa, ob = a.options, b.options
     for k in TIMING_OPTIONS:
         if oa.get(k) != ob.get(k):
             out.append(f"{k} {oa.get(k)} vs {ob.get(k)}")
     return out
 
 
-def server_difference_lines(metas: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+def server_difference_lines(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]) -> list[str]:
     """The table's lines on the servers' settings (``analysis.settings``): every setting in
     which a run's server differs from the first's, or that none were recorded."""
     from agent_replay.analysis.settings import setting_differences
@@ -278,7 +278,7 @@ def server_difference_lines(metas: Sequence[Mapping[str, Any]], names: Sequence[
     return setting_differences(metas, names)
 
 
-def check_comparable(metas: Sequence[Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
+def check_comparable(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
     """Refuse (InputError) runs that differ in trace, model or timing options, naming what
     differs; with ``force`` the differences become warnings."""
     lines = []

@@ -22,6 +22,7 @@ from agent_replay.analysis.hist import FEW, min_count_for
 from agent_replay.analysis.points import too_few
 from agent_replay.analysis.replicates import Interval, adjust, holm_note, mean_ci, ratio_ci, verdict
 from agent_replay.errors import InputError
+from agent_replay.runmeta import RunMeta
 
 X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
 Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}
@@ -313,7 +314,7 @@ def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Poin
         for r in p.runs:
             f = roots[p.sweep] / str(r.get("path")) / "run.json"
             if r.get("path") and f.exists():
-                metas.append(json.loads(f.read_text()))
+                metas.append(RunMeta.from_json(json.loads(f.read_text())))
                 names.append(name)
                 seen.add(name)
                 break

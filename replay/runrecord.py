@@ -25,6 +25,7 @@ from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
 from agent_replay.replay.worker import WorkerSummary
 from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
+from agent_replay.runmeta import RUN_META_VERSION
 
 if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
@@ -130,9 +131,11 @@ def environment(config: RunConfig) -> dict[str, Any]:
 
 def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
              wall_t0: int, status: str) -> dict[str, Any]:
-    """run.json as written when t0 is chosen (credentials redacted)."""
+    """run.json as written when t0 is chosen (credentials redacted), in the layout
+    ``agent_replay.runmeta.RunMeta`` reads."""
     opts = record_options(config)
     return {
+        "run_meta_version": RUN_META_VERSION,
         "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
         "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
                   "block_size": plan.block_size},
