@@ -33,7 +33,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
+from agent_replay.analysis.definitions import (
+    FIGURES,
+    METRICS,
+    RUN_FIGURES,
+    SPEEDS,
+    RunInputs,
+    speeds,
+)
 from agent_replay.analysis.hist import min_count_for, rank
 from agent_replay.analysis.replicates import ALPHA, holm, holm_note
 from agent_replay.analysis.report import Report, build_report, self_check
@@ -228,7 +235,7 @@ def _numbers(r: Report) -> dict[str, Any]:
     """The headline figures of one run: the definitions table's speeds and headline
     percentiles (``analysis.definitions``), and throughput."""
     st = r.stats
-    tp = st.extra.get("throughput", {})
+    gpus = st.extra.get("throughput", {}).get("gpus") or 1
     out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
     sp = speeds(st.latency)
     for key, label, _, _ in SPEEDS:
@@ -237,7 +244,9 @@ def _numbers(r: Report) -> dict[str, Any]:
         for p in m.headline:
             v = st.latency[m.key].values.get(p)
             out[f"{m.label} P{p:g} ({m.unit})"] = None if v is None else v / 1e6
-    out["output tok/s"] = tp.get("output_tokens_per_s")
+    for f in RUN_FIGURES:  # the run-level figures compare shows (``Figure.compare``)
+        if f.compare and f.value is not None:
+            out[f.label] = f.value(RunInputs(st, gpus, gpu=r.gpu))
     return out
 
 
@@ -338,20 +347,14 @@ def compare_dirs(dirs: Sequence[str | os.PathLike[str]], *, resamples: int = 100
     return compare_reports(reports, names, resamples=resamples, seed=seed, force=force)
 
 
-ARM_FIGURES: tuple[tuple[str, str, bool], ...] = (
-    ("p90_tps", "P90 TPS", True), ("median_tps", "median TPS", True),
-    ("interactivity", "interactivity", True), ("ttft_p90_ms", "TTFT P90", False),
-    ("ttft_p99_ms", "TTFT P99", False), ("tpot_p90_ms", "TPOT P90", False),
-    ("output_tps", "output tok/s", True),
-)
-"""Each arm's figures, side by side (geometric means of its runs)."""
-ARM_TESTS: tuple[tuple[str, str, bool], ...] = (
-    ("p90_tps", "P90 TPS (= 1 / P90 TPOT)", True), ("median_tps", "median TPS (= 1 / median TPOT)", True),
-    ("interactivity", "interactivity", True), ("ttft_p90_ms", "TTFT P90", False),
-    ("ttft_p99_ms", "TTFT P99", False), ("output_tps", "output tok/s", True),
-)
-"""The figures tested between arms: one test per statistic (TPOT P90 is P90 TPS's
-reciprocal, so it is tested once, as P90 TPS)."""
+ARM_FIGURES: tuple[tuple[str, str, bool], ...] = tuple(
+    (f.key, f.label, f.higher_is_better) for f in FIGURES if f.compare)
+"""Each arm's figures, side by side (geometric means of its runs): the definitions table's
+figures marked ``compare``."""
+ARM_TESTS: tuple[tuple[str, str, bool], ...] = tuple(
+    (f.key, f.test_label or f.label, f.higher_is_better) for f in FIGURES if f.tested)
+"""The figures tested between arms (``Figure.tested``): one test per statistic (TPOT P90 is
+P90 TPS's reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,

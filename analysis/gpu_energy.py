@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent_replay.analysis.definitions import RUN_FIGURES
 from agent_replay.analysis.hist import percentile_summary
 from agent_replay.runmeta import RunMeta
 
@@ -289,10 +290,10 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: RunMeta | Mapping[str
     return out
 
 
-POINT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("energy_j", "J"), ("mean_power_w", "W"), ("j_per_output_token", "J/token"),
-    ("j_per_request", "J"), ("output_tokens_per_s_per_kw", "tok/s/kW"))
-"""The energy figures of one run as a sweep point (with their units)."""
+POINT_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (f.key, f.unit) for f in RUN_FIGURES if f.needs == "gpu")
+"""The energy figures of one run as a sweep point (with their units): the definitions
+table's figures that need GPU telemetry."""
 
 
 def point_figures(gpu: Mapping[str, Any] | None) -> dict[str, Any]:

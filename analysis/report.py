@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from agent_replay.analysis.definitions import REQUEST_METRICS
 from agent_replay.analysis.gpu_energy import gpu_section
 from agent_replay.analysis.hist import Summary
 from agent_replay.analysis.results import (
@@ -50,16 +51,19 @@ class Report:
 
 
 def parse_slo(text: str | None) -> Slo | None:
-    """``ttft=2s,tpot=50ms,e2e=30`` (bare numbers are milliseconds) -> Slo in ns."""
+    """``ttft=2s,tpot=50ms,e2e=30`` (bare numbers are milliseconds) -> Slo in ns: any
+    per-request metric of the definitions table (``ttst=1s``, ``e2e_per_token=40ms``...)."""
     if not text:
         return None
     units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+    known = [d.key for d in REQUEST_METRICS]
     out: dict[str, float] = {}
     for part in text.split(","):
         key, sep, raw = part.strip().partition("=")
         key = key.strip().lower()
-        if not sep or key not in ("ttft", "tpot", "e2e"):
-            raise InputError(f"--slo: {part.strip()!r}: expected ttft=..,tpot=..,e2e=..")
+        if not sep or key not in known:
+            raise InputError(f"--slo: {part.strip()!r}: expected METRIC=DURATION, METRIC one of "
+                             f"{', '.join(known)} (e.g. ttft=2s,tpot=50ms)")
         raw = raw.strip().lower()
         unit = next((u for u in ("ns", "us", "ms", "s") if raw.endswith(u)), "")
         try:
@@ -69,7 +73,7 @@ def parse_slo(text: str | None) -> Slo | None:
         if value <= 0:
             raise InputError(f"--slo: {key} must be positive")
         out[key] = value * units[unit or "ms"]
-    return Slo(out.get("ttft"), out.get("tpot"), out.get("e2e"))
+    return Slo.of(out)
 
 
 def _server_summary(table: pa.Table | None) -> Mapping[str, Any] | None:
