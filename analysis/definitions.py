@@ -68,6 +68,8 @@ class Metric:
     percentiles: tuple[float, ...] = PERCENTILES
     percentile_method: str = "nearest"
     """``analysis.hist.PERCENTILE_METHODS``: ``linear`` only where a standard requires it."""
+    cdf: bool = False
+    """Drawn in the report's latency CDF plot (``analysis.plots``)."""
 
 
 def time_to_second_token(x: Inputs) -> np.ndarray:
@@ -124,17 +126,18 @@ def _attr(name: str) -> Formula:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("ttft", "TTFT", "ms", "request", "ok", True, False, "f - s", _attr("ttft"), (50.0, 90.0, 99.0)),
+    Metric("ttft", "TTFT", "ms", "request", "ok", True, False, "f - s", _attr("ttft"), (50.0, 90.0, 99.0),
+           cdf=True),
     Metric("ttft_intended", "TTFT from intended", "ms", "request", "ok", False, False, "f - S",
            _attr("ttft_intended")),
     Metric("ttst", "time to second token", "ms", "request", "ok", False, False,
            "send to the arrival of the second output token", time_to_second_token),
     Metric("tpot", "TPOT", "ms", "request", "ok_exact", True, False, "(c_m - c_1) / (N - k_1)",
-           _attr("tpot"), (50.0, 90.0)),
+           _attr("tpot"), (50.0, 90.0), cdf=True),
     Metric("itl", "ITL (per token)", "ms", "token", "ok_exact", True, False,
            "each gap c_j - c_(j-1) as k_j samples of gap / k_j", None, (99.0,)),
     Metric("chunk_gap", "chunk gap", "ms", "chunk", "ok", True, False, "each c_j - c_(j-1) once"),
-    Metric("e2e", "E2E", "ms", "request", "ok", True, False, "e - s", _attr("e2e"), (90.0,)),
+    Metric("e2e", "E2E", "ms", "request", "ok", True, False, "e - s", _attr("e2e"), (90.0,), cdf=True),
     Metric("e2e_intended", "E2E from intended", "ms", "request", "ok", False, False, "e - S",
            _attr("e2e_intended")),
     Metric("e2e_per_token", "E2E per output token", "ms", "request", "ok", False, False,

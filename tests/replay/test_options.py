@@ -114,3 +114,27 @@ def test_run_json_options_redact_and_skip_unrecorded() -> None:
     rec = record_options(cfg)
     assert "t0_ns" not in rec and rec["api_key"] != "sk-1"
     assert rec["headers"][0][1] != "Bearer x" and rec["trace"] == "t"
+
+
+def test_a_run_records_its_options_and_reads_back_typed(tmp_path: Path) -> None:
+    import json
+
+    from agent_replay.engines.sim import SimProcess
+    from agent_replay.replay.run import run
+    from agent_replay.runmeta import RUN_META_VERSION, RunMeta
+    from tests.replay.helpers import MS, chain_rows, write_rows
+
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 2, gap_ns=5 * MS, think_ns=1 * MS,
+                                                          input_tokens=40, output_tokens=4))
+    with SimProcess("fast") as sim:
+        cfg = RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "r"), salt=3,
+                        speedup=4, scrape_interval_s=0, low_token_id=2000, gpu_metrics="off")
+        s = run(cfg, progress=None)
+    assert (s.ok, s.failed) == (4, 0)
+    raw = json.loads((tmp_path / "r" / "run.json").read_text())
+    m = RunMeta.from_json(raw)
+    assert m.version == RUN_META_VERSION and m.status == "ok" and m.salt == 3
+    assert m.options["low_token_id"] == 2000 and m.options["speedup"] == 4
+    assert set(m.options) == set(record_options(cfg))  # the run.json entry is the fields'
+    assert m.summary is not None and (m.summary.ok, m.summary.sent) == (4, 4)
+    assert m.planned.requests == 4 and m.trace.block_size is not None
