@@ -1,7 +1,7 @@
 """Run options declared once: a ``RunConfig`` field made with ``option(...)`` carries its
 type (the annotation), default, help, CLI flag, validation and whether an experiment file's
 ``[run]`` table may set it. From those fields come the ``run`` command's arguments
-(``add_options``), the config built from them (``from_namespace``), the sweep's ``[run]``
+(``add_options``), the config built from them (``namespace_values``), the sweep's ``[run]``
 keys and their checks (``sweep_keys``, ``check_sweep_value``), the field checks of
 ``RunConfig.check`` (``check_fields``) and run.json's ``options`` entry
 (``record_options``). Adding a run option is one field.
