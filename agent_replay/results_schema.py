@@ -2,7 +2,7 @@
 
 Layout of a results folder::
 
-    RESULTS/run.json                     run metadata (see RunMeta in replay)
+    RESULTS/run.json                     run metadata (agent_replay.runmeta.RunMeta)
     RESULTS/requests/part-*.parquet      one row per request, REQUEST_SCHEMA
     RESULTS/server_metrics.parquet       /metrics samples, SERVER_METRICS_SCHEMA (optional)
     RESULTS/gpu_telemetry.parquet        GPU samples, GPU_TELEMETRY_SCHEMA (optional)

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from agent_replay.runmeta import RunMeta
+
 WINDOW_FRACTION = 0.1
 WINDOW_MAX_S = 4.0
 RATIO = 1.5
@@ -67,18 +69,18 @@ def unsteady_warmup(path: str | os.PathLike[str]) -> str | None:
             "or burst_s helps)")
 
 
-def cold_start(meta: Mapping[str, Any], per_request: pa.Table,
+def cold_start(meta: RunMeta | Mapping[str, Any], per_request: pa.Table,
                results_dir: str | os.PathLike[str] | None = None) -> str | None:
     """Why this run's start may be cold (None: no sign of it). A sweep's warm-up replay is
     known from run.json (``options.warmed_up``) or from its folder beside the run's."""
     why = start_outlier(per_request)
     if why:
         return why
-    opts = meta.get("options") or {}
+    meta = RunMeta.of(meta)
     warm_dir = None if results_dir is None else Path(results_dir).with_name(Path(results_dir).name + ".warmup")
     if warm_dir is not None and (warm_dir / "warmup.json").exists():
         return unsteady_warmup(warm_dir / "warmup.json")
-    if not meta.get("warmup_ns") and not opts.get("warmed_up"):
+    if not meta.warmup_ns and not meta.warmed_up:
         return ("no warm-up: the server may have been cold at the start (use --warmup SECONDS, "
                 "or agent-replay sweep, which warms up before each run)")
     return None

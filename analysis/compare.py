@@ -33,11 +33,19 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
+from agent_replay.analysis.definitions import (
+    FIGURES,
+    METRICS,
+    RUN_FIGURES,
+    SPEEDS,
+    RunInputs,
+    speeds,
+)
 from agent_replay.analysis.hist import min_count_for, rank
 from agent_replay.analysis.replicates import ALPHA, holm, holm_note
 from agent_replay.analysis.report import Report, build_report, self_check
 from agent_replay.errors import InputError
+from agent_replay.runmeta import RunMeta
 
 # (key, label, array, percentile, higher is better); a TPS entry is the speed 1 / TPOT, so
 # it stands for the TPOT percentile too: one test for a statistic and its reciprocal
@@ -227,7 +235,7 @@ def _numbers(r: Report) -> dict[str, Any]:
     """The headline figures of one run: the definitions table's speeds and headline
     percentiles (``analysis.definitions``), and throughput."""
     st = r.stats
-    tp = st.extra.get("throughput", {})
+    gpus = st.extra.get("throughput", {}).get("gpus") or 1
     out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
     sp = speeds(st.latency)
     for key, label, _, _ in SPEEDS:
@@ -236,7 +244,9 @@ def _numbers(r: Report) -> dict[str, Any]:
         for p in m.headline:
             v = st.latency[m.key].values.get(p)
             out[f"{m.label} P{p:g} ({m.unit})"] = None if v is None else v / 1e6
-    out["output tok/s"] = tp.get("output_tokens_per_s")
+    for f in RUN_FIGURES:  # the run-level figures compare shows (``Figure.compare``)
+        if f.compare and f.value is not None:
+            out[f.label] = f.value(RunInputs(st, gpus, gpu=r.gpu))
     return out
 
 
@@ -253,24 +263,23 @@ TIMING_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier", "ma
 """run.json options that shape the load: runs that differ in one are different experiments."""
 
 
-def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+def differences(a: RunMeta | Mapping[str, Any], b: RunMeta | Mapping[str, Any]) -> list[str]:
     """What makes two runs (their run.json) not comparable: another trace (content hash),
     model, or load-shaping option. The servers' URLs may differ: that is what is compared."""
     out = []
-    ta, tb = a.get("trace") or {}, b.get("trace") or {}
-    if ta.get("sha256") != tb.get("sha256"):
-        out.append(f"trace {ta.get('path')} vs {tb.get('path')}")
-    ma, mb = (a.get("target") or {}).get("model"), (b.get("target") or {}).get("model")
-    if ma != mb:
-        out.append(f"model {ma} vs {mb}")
-    oa, ob = a.get("options") or {}, b.get("options") or {}
+    a, b = RunMeta.of(a), RunMeta.of(b)
+    if a.trace.sha256 != b.trace.sha256:
+        out.append(f"trace {a.trace.path} vs {b.trace.path}")
+    if a.target.model != b.target.model:
+        out.append(f"model {a.target.model} vs {b.target.model}")
+    oa, ob = a.options, b.options
     for k in TIMING_OPTIONS:
         if oa.get(k) != ob.get(k):
             out.append(f"{k} {oa.get(k)} vs {ob.get(k)}")
     return out
 
 
-def server_difference_lines(metas: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+def server_difference_lines(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]) -> list[str]:
     """The table's lines on the servers' settings (``analysis.settings``): every setting in
     which a run's server differs from the first's, or that none were recorded."""
     from agent_replay.analysis.settings import setting_differences
@@ -278,7 +287,7 @@ def server_difference_lines(metas: Sequence[Mapping[str, Any]], names: Sequence[
     return setting_differences(metas, names)
 
 
-def check_comparable(metas: Sequence[Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
+def check_comparable(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
     """Refuse (InputError) runs that differ in trace, model or timing options, naming what
     differs; with ``force`` the differences become warnings."""
     lines = []
@@ -342,20 +351,14 @@ def compare_dirs(dirs: Sequence[str | os.PathLike[str]], *, resamples: int = 100
     return compare_reports(reports, names, resamples=resamples, seed=seed, force=force)
 
 
-ARM_FIGURES: tuple[tuple[str, str, bool], ...] = (
-    ("p90_tps", "P90 TPS", True), ("median_tps", "median TPS", True),
-    ("interactivity", "interactivity", True), ("ttft_p90_ms", "TTFT P90", False),
-    ("ttft_p99_ms", "TTFT P99", False), ("tpot_p90_ms", "TPOT P90", False),
-    ("output_tps", "output tok/s", True),
-)
-"""Each arm's figures, side by side (geometric means of its runs)."""
-ARM_TESTS: tuple[tuple[str, str, bool], ...] = (
-    ("p90_tps", "P90 TPS (= 1 / P90 TPOT)", True), ("median_tps", "median TPS (= 1 / median TPOT)", True),
-    ("interactivity", "interactivity", True), ("ttft_p90_ms", "TTFT P90", False),
-    ("ttft_p99_ms", "TTFT P99", False), ("output_tps", "output tok/s", True),
-)
-"""The figures tested between arms: one test per statistic (TPOT P90 is P90 TPS's
-reciprocal, so it is tested once, as P90 TPS)."""
+ARM_FIGURES: tuple[tuple[str, str, bool], ...] = tuple(
+    (f.key, f.label, f.higher_is_better) for f in FIGURES if f.compare)
+"""Each arm's figures, side by side (geometric means of its runs): the definitions table's
+figures marked ``compare``."""
+ARM_TESTS: tuple[tuple[str, str, bool], ...] = tuple(
+    (f.key, f.test_label or f.label, f.higher_is_better) for f in FIGURES if f.tested)
+"""The figures tested between arms (``Figure.tested``): one test per statistic (TPOT P90 is
+P90 TPS's reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,

@@ -23,7 +23,7 @@ parents and subagents pooled (InferenceX ``utils/agentic/aggregation``:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,8 @@ class Metric:
     percentiles: tuple[float, ...] = PERCENTILES
     percentile_method: str = "nearest"
     """``analysis.hist.PERCENTILE_METHODS``: ``linear`` only where a standard requires it."""
+    cdf: bool = False
+    """Drawn in the report's latency CDF plot (``analysis.plots``)."""
 
 
 def time_to_second_token(x: Inputs) -> np.ndarray:
@@ -124,17 +126,18 @@ def _attr(name: str) -> Formula:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("ttft", "TTFT", "ms", "request", "ok", True, False, "f - s", _attr("ttft"), (50.0, 90.0, 99.0)),
+    Metric("ttft", "TTFT", "ms", "request", "ok", True, False, "f - s", _attr("ttft"), (50.0, 90.0, 99.0),
+           cdf=True),
     Metric("ttft_intended", "TTFT from intended", "ms", "request", "ok", False, False, "f - S",
            _attr("ttft_intended")),
     Metric("ttst", "time to second token", "ms", "request", "ok", False, False,
            "send to the arrival of the second output token", time_to_second_token),
     Metric("tpot", "TPOT", "ms", "request", "ok_exact", True, False, "(c_m - c_1) / (N - k_1)",
-           _attr("tpot"), (50.0, 90.0)),
+           _attr("tpot"), (50.0, 90.0), cdf=True),
     Metric("itl", "ITL (per token)", "ms", "token", "ok_exact", True, False,
            "each gap c_j - c_(j-1) as k_j samples of gap / k_j", None, (99.0,)),
     Metric("chunk_gap", "chunk gap", "ms", "chunk", "ok", True, False, "each c_j - c_(j-1) once"),
-    Metric("e2e", "E2E", "ms", "request", "ok", True, False, "e - s", _attr("e2e"), (90.0,)),
+    Metric("e2e", "E2E", "ms", "request", "ok", True, False, "e - s", _attr("e2e"), (90.0,), cdf=True),
     Metric("e2e_intended", "E2E from intended", "ms", "request", "ok", False, False, "e - S",
            _attr("e2e_intended")),
     Metric("e2e_per_token", "E2E per output token", "ms", "request", "ok", False, False,
@@ -186,4 +189,188 @@ def headline_figures(latency: dict[str, Summary]) -> dict[str, float | None]:
         for p in m.headline:
             v = latency[m.key].values.get(p) if m.key in latency else None
             out[f"{m.key}_p{p:g}_ms"] = None if v is None else v / 1e6
+    return out
+
+
+# ---- run-level figures: one number per run
+
+@dataclass(frozen=True, slots=True)
+class RunInputs:
+    """What a run-level figure is computed from: the run's statistics
+    (``analysis.runstats.RunStats``), the GPUs serving it and their price, and the report's
+    GPU block (``analysis.gpu_energy``; None without telemetry)."""
+
+    stats: Any
+    gpus: int = 1
+    usd_per_gpu_hour: float | None = None
+    gpu: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One number per run: a column of the sweep's index, a term of ``sweep --slo``, a line
+    of compare's tables, an axis of the frontier."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    doc: str
+    value: Callable[[RunInputs], float | None] | None = None
+    """None: a speed or a percentile of the metrics above (``speeds``, ``headline_figures``)."""
+    axis: str | None = None
+    """A frontier axis: ``x`` (what a user feels), ``y`` (throughput), ``y2`` (the second
+    y-axis, energy)."""
+    axis_label: str | None = None
+    compare: bool = False
+    """Shown per arm when ``compare`` gets replicate runs."""
+    tested: bool = False
+    """Tested between arms (one verdict each, Holm-corrected with the others)."""
+    test_label: str | None = None
+    needs: str | None = None
+    """What the figure needs besides the rows (None where it is missing): ``gpu``
+    telemetry, an ``slo``, ``prices``, a GPU-hour ``price``."""
+
+
+def _secs(x: RunInputs) -> float | None:
+    d = x.stats.duration_ns
+    return d / NS if d else None
+
+
+def _rate(tokens: Callable[[Any], int]) -> Callable[[RunInputs], float | None]:
+    def f(x: RunInputs) -> float | None:
+        s = _secs(x)
+        return tokens(x.stats) / s if s else None
+    return f
+
+
+def _per_gpu(rate: Callable[[RunInputs], float | None]) -> Callable[[RunInputs], float | None]:
+    def f(x: RunInputs) -> float | None:
+        v = rate(x)
+        return None if v is None else v / x.gpus
+    return f
+
+
+def _usd_per_m(rate: Callable[[RunInputs], float | None]) -> Callable[[RunInputs], float | None]:
+    """USD per million tokens: the deployment's USD per hour / tokens per hour x 1e6."""
+    def f(x: RunInputs) -> float | None:
+        v = rate(x)
+        if x.usd_per_gpu_hour is None or not v:
+            return None
+        return x.usd_per_gpu_hour * x.gpus / (v * 3600) * 1e6
+    return f
+
+
+def failure_rate(x: RunInputs) -> float | None:
+    """Failed / attempted (non-warm-up) requests; None when none was attempted."""
+    r = x.stats.requests
+    n = r["ok"] + r["failed"]
+    return r["failed"] / n if n else None
+
+
+def agentx_tokens_per_gpu(x: RunInputs) -> float | None:
+    """InferenceX AgentX total tokens per GPU (``total_tokens_per_s_per_gpu``) over the ok
+    requests' first send to last end."""
+    first, last = x.stats.extra.get("send_window_ns") or (0.0, 0.0)
+    return total_tokens_per_s_per_gpu(x.stats.tokens["input"], x.stats.tokens["output"],
+                                      first, last, x.gpus)
+
+
+def _goodput(name: str) -> Callable[[RunInputs], float | None]:
+    def f(x: RunInputs) -> float | None:
+        v = (x.stats.goodput or {}).get(name)
+        return None if v is None else float(v)
+    return f
+
+
+def _gpu(name: str) -> Callable[[RunInputs], float | None]:
+    def f(x: RunInputs) -> float | None:
+        v = (x.gpu or {}).get(name)
+        return None if v is None else float(v)
+    return f
+
+
+_output = _rate(lambda st: st.tokens["output"])
+_total = _rate(lambda st: st.tokens["output"] + st.tokens["input"])
+
+RUN_FIGURES: tuple[Figure, ...] = (
+    Figure("requests_ok", "requests ok", "requests", True, "successful non-warm-up requests",
+           lambda x: x.stats.requests["ok"]),
+    Figure("requests_failed", "requests failed", "requests", False,
+           "failed non-warm-up requests", lambda x: x.stats.requests["failed"]),
+    Figure("duration_s", "duration", "s", False,
+           "first intended send to last byte of the counted requests", _secs),
+    Figure("output_tps", "output tok/s", "tok/s", True,
+           "output tokens / duration", _output, compare=True, tested=True),
+    Figure("total_tps", "total tok/s", "tok/s", True,
+           "(input + output tokens) / duration", _total),
+    Figure("output_tps_per_gpu", "output tok/s per GPU", "tok/s/GPU", True,
+           "output tok/s / GPUs", _per_gpu(_output), axis="y"),
+    Figure("total_tps_per_gpu", "total tok/s per GPU", "tok/s/GPU", True,
+           "total tok/s / GPUs", _per_gpu(_total), axis="y"),
+    Figure("usd_per_m_output", "USD per M output tokens", "USD", False,
+           "USD per GPU-hour x GPUs / output tokens per hour x 1e6", _usd_per_m(_output), needs="price"),
+    Figure("usd_per_m_total", "USD per M tokens", "USD", False,
+           "USD per GPU-hour x GPUs / total tokens per hour x 1e6", _usd_per_m(_total), needs="price"),
+    Figure("revenue_per_gpu_hour", "revenue per GPU-hour", "USD", True,
+           "at the given prices (``analysis.runstats.economics``)",
+           lambda x: (x.stats.economics or {}).get("usd_per_gpu_hour"), needs="prices"),
+    Figure("energy_j", "GPU energy", "J", False, "GPU energy over the measured window",
+           _gpu("energy_j"), needs="gpu"),
+    Figure("mean_power_w", "mean GPU power", "W", False, "energy / window", _gpu("mean_power_w"), needs="gpu"),
+    Figure("j_per_output_token", "energy per output token", "J/token", False,
+           "GPU energy / output tokens", _gpu("j_per_output_token"), axis="y2",
+           axis_label="J per output token", needs="gpu"),
+    Figure("j_per_request", "energy per request", "J", False, "GPU energy / ok requests",
+           _gpu("j_per_request"), needs="gpu"),
+    Figure("output_tokens_per_s_per_kw", "output tok/s per kW", "tok/s/kW", True,
+           "output tok/s / mean power", _gpu("output_tokens_per_s_per_kw"), needs="gpu"),
+    Figure("failure_rate", "failure rate", "fraction", False,
+           "failed / (ok + failed) non-warm-up requests", failure_rate),
+    Figure("goodput_rps", "goodput", "req/s", True,
+           "requests meeting every per-request objective / duration (needs an SLO)",
+           _goodput("requests_per_s"), needs="slo"),
+    Figure("goodput_fraction", "goodput fraction", "fraction", True,
+           "requests meeting every per-request objective / attempted (needs an SLO)",
+           _goodput("fraction"), needs="slo"),
+    Figure("agentx_tps_per_gpu", "AgentX total tok/s per GPU", "tok/s/GPU", True,
+           "(input + output tokens) / (last end - first send) / GPUs (InferenceX AgentX)",
+           agentx_tokens_per_gpu),
+)
+"""Every run-level figure computed from a run's statistics, in the index's order."""
+
+_SPEED_TESTS = {"p90_tps": "P90 TPS (= 1 / P90 TPOT)", "median_tps": "median TPS (= 1 / median TPOT)",
+                "interactivity": "interactivity"}
+_X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
+_COMPARED_PERCENTILES = {"ttft_p90_ms": True, "ttft_p99_ms": True, "tpot_p90_ms": False}
+"""Headline percentiles compared between arms: key -> tested (TPOT P90 is P90 TPS's
+reciprocal, so it is tested once, as P90 TPS)."""
+
+
+def _figures() -> tuple[Figure, ...]:
+    out = [Figure(key, label, "tok/s", True, reading, axis="x" if key in _X_AXES else None,
+                  axis_label=_X_AXES.get(key), compare=key in _SPEED_TESTS,
+                  tested=key in _SPEED_TESTS, test_label=_SPEED_TESTS.get(key))
+           for key, label, _, reading in SPEEDS]
+    for m in METRICS:
+        for p in m.headline:
+            key = f"{m.key}_p{p:g}_ms"
+            out.append(Figure(key, f"{m.label} P{p:g}", "ms", m.higher_is_better,
+                              f"P{p:g} of {m.label}", compare=key in _COMPARED_PERCENTILES,
+                              tested=_COMPARED_PERCENTILES.get(key, False)))
+    return (*out, *RUN_FIGURES)
+
+
+FIGURES: tuple[Figure, ...] = _figures()
+"""Every figure of one run: the speeds, the headline percentiles and the run-level figures."""
+FIGURES_BY_KEY = {f.key: f for f in FIGURES}
+
+
+def run_figures(x: RunInputs) -> dict[str, float | None]:
+    """Every figure of ``FIGURES`` for one run, keyed by figure."""
+    st = x.stats
+    out: dict[str, float | None] = {**speeds(st.latency), **headline_figures(st.latency)}
+    for f in RUN_FIGURES:
+        assert f.value is not None
+        out[f.key] = f.value(x)
     return out

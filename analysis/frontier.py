@@ -18,17 +18,21 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from agent_replay.analysis.definitions import FIGURES, FIGURES_BY_KEY
 from agent_replay.analysis.hist import FEW, min_count_for
 from agent_replay.analysis.points import too_few
 from agent_replay.analysis.replicates import Interval, adjust, holm_note, mean_ci, ratio_ci, verdict
 from agent_replay.errors import InputError
+from agent_replay.runmeta import RunMeta
 
-X_AXES = {"p90_tps": "per-user P90 TPS (tok/s)", "interactivity": "E2E-normalized interactivity (tok/s)"}
-Y_AXES = {"output_tps_per_gpu": "output tok/s per GPU", "total_tps_per_gpu": "total tok/s per GPU"}
+X_AXES = {f.key: f.axis_label or f.label for f in FIGURES if f.axis == "x"}
+"""What a user feels: the definitions table's figures marked ``axis="x"``."""
+Y_AXES = {f.key: f.axis_label or f.label for f in FIGURES if f.axis == "y"}
+"""Throughput: the figures marked ``axis="y"``."""
 OFFERED = ("concurrent_sessions", "rate", "speedup")
 """Load axes whose throughput is the offered load's (session timing), not a capacity."""
-ENERGY = "j_per_output_token"
-"""The second y-axis of the frontier (from ``analysis.gpu_energy.point_figures``)."""
+ENERGY = next(f.key for f in FIGURES if f.axis == "y2")
+"""The second y-axis of the frontier (``j_per_output_token``, from the GPU telemetry)."""
 
 
 @dataclass
@@ -188,9 +192,14 @@ def has_energy(pts: Sequence[Point]) -> bool:
     return any(p.mean(ENERGY) is not None for p in pts)
 
 
-def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = (
-        ("p90_tps", True), ("output_tps_per_gpu", True), ("ttft_p99_ms", False)),
-        order: Sequence[str] = ()) -> list[str]:
+PAIRED: tuple[tuple[str, bool], ...] = tuple(
+    (k, FIGURES_BY_KEY[k].higher_is_better) for k in ("p90_tps", "output_tps_per_gpu", "ttft_p99_ms"))
+"""The figures compared between targets at each point, with which way is better (the
+definitions table's ``higher_is_better``)."""
+
+
+def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = PAIRED,
+                order: Sequence[str] = ()) -> list[str]:
     """Each target against the first (``order``: the experiment's target names; else the
     earliest run) at every shared point: paired by repeat, intervals on the log ratio, one
     test per statistic, Holm-corrected across all of them (the last line says so)."""
@@ -314,7 +323,7 @@ def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Poin
         for r in p.runs:
             f = roots[p.sweep] / str(r.get("path")) / "run.json"
             if r.get("path") and f.exists():
-                metas.append(json.loads(f.read_text()))
+                metas.append(RunMeta.from_json(json.loads(f.read_text())))
                 names.append(name)
                 seen.add(name)
                 break

@@ -31,7 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent_replay.analysis.definitions import RUN_FIGURES
 from agent_replay.analysis.hist import percentile_summary
+from agent_replay.runmeta import RunMeta
 
 if TYPE_CHECKING:
     from agent_replay.analysis.runstats import RunStats
@@ -266,7 +268,7 @@ def session_energy(table: pa.Table, batches: Iterable[pa.RecordBatch | pa.Table]
                               "p90": summ.values[90.0], "max": summ.max, "n": summ.count}}
 
 
-def gpu_section(results_dir: str | os.PathLike[str], meta: Mapping[str, Any], stats: RunStats,
+def gpu_section(results_dir: str | os.PathLike[str], meta: RunMeta | Mapping[str, Any], stats: RunStats,
                 samples: pa.Table | None) -> dict[str, Any] | None:
     """The report's GPU block for a results folder: ``summarize`` over the measured window,
     plus per-session energy when sessions are the unit (session timing). None without
@@ -274,12 +276,13 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: Mapping[str, Any], st
     if samples is None or samples.num_rows == 0:
         return None
     window = stats.extra.get("window_ns") or (0.0, 0.0)
-    tel = meta.get("gpu_telemetry") or {}
+    meta = RunMeta.of(meta)
+    tel = meta.gpu_telemetry
     out = summarize(samples, window, output_tokens=stats.tokens["output"],
                     requests_ok=stats.requests["ok"], gpus=tel.get("gpus") or ())
     out["source"] = tel.get("source")
     out["sampler_cost"] = tel.get("cost")
-    if (meta.get("options") or {}).get("timing", "session") == "session":
+    if meta.timing == "session":
         from agent_replay.analysis.results import iter_request_batches
 
         cols = ["session_id", "clone", "chunk_ns", "chunk_tokens"]
@@ -287,10 +290,10 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: Mapping[str, Any], st
     return out
 
 
-POINT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("energy_j", "J"), ("mean_power_w", "W"), ("j_per_output_token", "J/token"),
-    ("j_per_request", "J"), ("output_tokens_per_s_per_kw", "tok/s/kW"))
-"""The energy figures of one run as a sweep point (with their units)."""
+POINT_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (f.key, f.unit) for f in RUN_FIGURES if f.needs == "gpu")
+"""The energy figures of one run as a sweep point (with their units): the definitions
+table's figures that need GPU telemetry."""
 
 
 def point_figures(gpu: Mapping[str, Any] | None) -> dict[str, Any]:

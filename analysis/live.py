@@ -35,6 +35,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq  # at import, not at the first part file (mid-run)
 
+from agent_replay.analysis.counters import Counters, add, keyed, keyed_lists, largest
 from agent_replay.analysis.definitions import LIVE, METRICS, Inputs
 from agent_replay.analysis.fold import fold_chunks
 from agent_replay.analysis.hist import Hist
@@ -54,8 +55,17 @@ FLUSH_CHUNKS = 8_192
 SNAPSHOT_VERSION = 1
 
 
-class LiveStats:
+class LiveStats(Counters):
     """Running counters and histograms of one worker (or of several, merged)."""
+
+    MERGES = {
+        "ok": add, "failed": add, "warmup": add, "inexact": add, "output_tokens": add,
+        "early_sends": add, "errors": keyed, "tokens_per_chunk": keyed,
+        "throughput": keyed_lists, "done": add, "total": add, "in_flight": add,
+        "active_sessions": add, "elapsed_ns": largest, "cpu_percent": add,
+    }
+    """How two workers' stats merge (``analysis.counters``): progress counts add up,
+    elapsed is the longest, CPU keeps one entry per worker."""
 
     def __init__(self, bucket_ns: int = 1_000_000_000) -> None:
         self.bucket_ns = bucket_ns
@@ -237,26 +247,7 @@ class LiveStats:
             raise ValueError("cannot merge live stats with different throughput buckets")
         for name, h in other.hists.items():
             self.hists[name].merge(h)
-        self.ok += other.ok
-        self.failed += other.failed
-        self.warmup += other.warmup
-        self.inexact += other.inexact
-        self.output_tokens += other.output_tokens
-        self.early_sends += other.early_sends
-        for key, n in other.errors.items():
-            self.errors[key] = self.errors.get(key, 0) + n
-        for kk, n in other.tokens_per_chunk.items():
-            self.tokens_per_chunk[kk] = self.tokens_per_chunk.get(kk, 0) + n
-        for b, (t, r) in other.throughput.items():
-            slot = self.throughput.setdefault(b, [0, 0])
-            slot[0] += t
-            slot[1] += r
-        self.done += other.done
-        self.total += other.total
-        self.in_flight += other.in_flight
-        self.active_sessions += other.active_sessions
-        self.elapsed_ns = max(self.elapsed_ns, other.elapsed_ns)
-        self.cpu_percent = self.cpu_percent + other.cpu_percent
+        self.merge_counts(other)
 
     def encode(self) -> bytes:
         """A compact snapshot (flushes pending rows first)."""

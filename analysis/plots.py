@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.definitions import BY_KEY
+from agent_replay.analysis.definitions import METRICS
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
 from agent_replay.errors import InputError, OutputExistsError
@@ -47,7 +47,7 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
         return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, label in ((k, BY_KEY[k].label) for k in ("ttft", "tpot", "e2e")):
+    for name, label in ((m.key, m.label) for m in METRICS if m.cdf):  # the table's CDF entries
         v = np.sort(col(name)[ok])
         v = v[~np.isnan(v)] / 1e6
         if v.size:

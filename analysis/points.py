@@ -1,5 +1,6 @@
 """One run as one point of a sweep: the figures a frontier, a capacity search and an index
-table need, from a ``Report`` (so from the same statistics the report prints).
+table need, from a ``Report`` (so from the same statistics the report prints). Every figure
+is an entry of the definitions table (``analysis.definitions.FIGURES``).
 
 Throughput per GPU = tokens / (last byte - first intended send) / GPUs (docs/metrics.md,
 "Across runs"); cost per million tokens = the deployment's USD per hour / tokens per hour x 1e6.
@@ -12,25 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.definitions import METRICS, SPEEDS, headline_figures, speeds
-from agent_replay.analysis.gpu_energy import POINT_FIELDS as ENERGY_FIELDS
-from agent_replay.analysis.gpu_energy import point_figures
+from agent_replay.analysis.definitions import FIGURES, METRICS, SPEEDS, RunInputs, run_figures
 from agent_replay.analysis.hist import min_count_for
-from agent_replay.analysis.metrics import NS
 from agent_replay.analysis.report import Report
 
 POINT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("requests_ok", "requests"), ("requests_failed", "requests"), ("duration_s", "s"),
-    *((key, "tok/s") for key, _, _, _ in SPEEDS),
-    *((f"{m.key}_p{p:g}_ms", "ms") for m in METRICS for p in m.headline),
-    ("output_tps", "tok/s"), ("total_tps", "tok/s"),
-    ("output_tps_per_gpu", "tok/s/GPU"), ("total_tps_per_gpu", "tok/s/GPU"),
-    ("usd_per_m_output", "USD"), ("usd_per_m_total", "USD"), ("revenue_per_gpu_hour", "USD"),
-    *ENERGY_FIELDS,
+    *((f.key, f.unit) for f in FIGURES),
     *((f"{k}_n", "samples") for k in ("ttft", "tpot", "e2e", "e2e_per_token", "itl", "schedule_lag")),
 )
-"""The per-run figures of a sweep's index table, with their units (the energy figures None
-when the run has no GPU telemetry), and the sample counts behind its percentiles."""
+"""The per-run figures of a sweep's index table (every entry of ``FIGURES``), with their
+units (the energy figures None when the run has no GPU telemetry, the goodput figures None
+without an SLO), and the sample counts behind its percentiles."""
 
 _SPEED_PCT = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0}
 
@@ -67,29 +60,9 @@ def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = No
     of ``analysis.gpu_energy.point_figures``."""
     st = report.stats
     lat = st.latency
-    secs = st.duration_ns / NS if st.duration_ns else None
-    out_tps = st.tokens["output"] / secs if secs else None
-    total_tps = (st.tokens["output"] + st.tokens["input"]) / secs if secs else None
-    figures = headline_figures(lat)
-    row: dict[str, Any] = {
-        "requests_ok": st.requests["ok"], "requests_failed": st.requests["failed"],
-        "duration_s": secs, **speeds(lat),
-        **{k: figures.get(k) for k, unit in POINT_FIELDS if unit == "ms"},
-        "output_tps": out_tps, "total_tps": total_tps,
-        "output_tps_per_gpu": out_tps / gpus if out_tps is not None else None,
-        "total_tps_per_gpu": total_tps / gpus if total_tps is not None else None,
-        "usd_per_m_output": None, "usd_per_m_total": None,
-        "revenue_per_gpu_hour": (st.economics or {}).get("usd_per_gpu_hour"),
-        **point_figures(report.gpu),
-        **{f: lat[f.removesuffix("_n")].count for f, unit in POINT_FIELDS
-           if unit == "samples" and f.removesuffix("_n") in lat},
-    }
-    if usd_per_gpu_hour is not None:
-        per_hour = usd_per_gpu_hour * gpus
-        if out_tps:
-            row["usd_per_m_output"] = per_hour / (out_tps * 3600) * 1e6
-        if total_tps:
-            row["usd_per_m_total"] = per_hour / (total_tps * 3600) * 1e6
+    row: dict[str, Any] = dict(run_figures(RunInputs(st, gpus, usd_per_gpu_hour, report.gpu)))
+    row.update({f: lat[f.removesuffix("_n")].count for f, unit in POINT_FIELDS
+                if unit == "samples" and f.removesuffix("_n") in lat})
     return row
 
 

@@ -80,7 +80,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "sessions": sessions,
         "server": _jsonable(r.server),
         "gpu": _jsonable(r.gpu),
-        "run": _jsonable(r.meta),
+        "run": _jsonable(r.meta.to_json()),
     }
 
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from agent_replay.analysis.definitions import REQUEST_METRICS
 from agent_replay.analysis.gpu_energy import gpu_section
 from agent_replay.analysis.hist import Summary
 from agent_replay.analysis.results import (
     iter_request_batches,
     read_gpu_telemetry,
-    read_run_meta,
+    read_run_record,
     read_server_metrics,
 )
 from agent_replay.analysis.runstats import (
@@ -29,6 +30,7 @@ from agent_replay.analysis.runstats import (
 )
 from agent_replay.analysis.server_metrics import summarize as summarize_server_metrics
 from agent_replay.errors import InputError
+from agent_replay.runmeta import RunMeta
 
 ERROR_RATE_WARN = 0.01
 
@@ -36,7 +38,7 @@ ERROR_RATE_WARN = 0.01
 @dataclass(slots=True)
 class Report:
     results_dir: str
-    meta: dict[str, Any]
+    meta: RunMeta
     stats: RunStats
     headline: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
@@ -49,16 +51,19 @@ class Report:
 
 
 def parse_slo(text: str | None) -> Slo | None:
-    """``ttft=2s,tpot=50ms,e2e=30`` (bare numbers are milliseconds) -> Slo in ns."""
+    """``ttft=2s,tpot=50ms,e2e=30`` (bare numbers are milliseconds) -> Slo in ns: any
+    per-request metric of the definitions table (``ttst=1s``, ``e2e_per_token=40ms``...)."""
     if not text:
         return None
     units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+    known = [d.key for d in REQUEST_METRICS]
     out: dict[str, float] = {}
     for part in text.split(","):
         key, sep, raw = part.strip().partition("=")
         key = key.strip().lower()
-        if not sep or key not in ("ttft", "tpot", "e2e"):
-            raise InputError(f"--slo: {part.strip()!r}: expected ttft=..,tpot=..,e2e=..")
+        if not sep or key not in known:
+            raise InputError(f"--slo: {part.strip()!r}: expected METRIC=DURATION, METRIC one of "
+                             f"{', '.join(known)} (e.g. ttft=2s,tpot=50ms)")
         raw = raw.strip().lower()
         unit = next((u for u in ("ns", "us", "ms", "s") if raw.endswith(u)), "")
         try:
@@ -68,7 +73,7 @@ def parse_slo(text: str | None) -> Slo | None:
         if value <= 0:
             raise InputError(f"--slo: {key} must be positive")
         out[key] = value * units[unit or "ms"]
-    return Slo(out.get("ttft"), out.get("tpot"), out.get("e2e"))
+    return Slo.of(out)
 
 
 def _server_summary(table: pa.Table | None) -> Mapping[str, Any] | None:
@@ -110,27 +115,29 @@ def inexact_warning(n: int, ok: int, without_usage: int = 0) -> str:
     return text
 
 
-def self_check(meta: Mapping[str, Any], stats: RunStats) -> Any:
+def self_check(meta: RunMeta | Mapping[str, Any], stats: RunStats) -> Any:
     """The self-check policy's verdict for this run (``analysis.selfcheck``): run.json's loop
     lag, CPU and host figures with the schedule lag of the rows; for a run.json written
     before the policy kept its figures, its recorded bottleneck flag."""
     from agent_replay.analysis.selfcheck import Assessment, assess_meta
 
+    meta = RunMeta.of(meta)
     lag = stats.latency["schedule_lag"]
     a = assess_meta(meta, lag.values.get(99.0), lag.count)
-    if a is None or ("kind" not in (meta.get("self_check") or {}) and meta.get("load_generator_bottleneck")):
-        if meta.get("load_generator_bottleneck"):
-            why = meta.get("load_generator_warning") or "its own lag or CPU limited the load"
+    legacy = meta.self_check is None or meta.self_check.kind is None
+    if a is None or (legacy and meta.load_generator_bottleneck):
+        if meta.load_generator_bottleneck:
+            why = meta.load_generator_warning or "its own lag or CPU limited the load"
             return Assessment("saturated", f"load generator saturated: {why}")
         return Assessment("ok", None)
     return a
 
 
-def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
+def _warnings(meta: RunMeta, stats: RunStats) -> list[str]:
     out: list[str] = []
-    status = meta.get("status")
+    status = meta.status
     if status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
-        why = f": {meta['error']}" if meta.get("error") else ""
+        why = f": {meta.error}" if meta.error else ""
         out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
                    "what completed before that.")
     check = self_check(meta, stats)
@@ -138,9 +145,8 @@ def _warnings(meta: Mapping[str, Any], stats: RunStats) -> list[str]:
         out.append(f"WARNING: {check.line}; this run's numbers understate the server.")
     elif check.line:
         out.append(f"warning: {check.line}.")
-    recorded = (meta.get("self_check") or {})
-    skip = {recorded.get("line"), meta.get("load_generator_warning")}
-    for w in meta.get("warnings") or ():
+    skip = {meta.self_check.line if meta.self_check else None, meta.load_generator_warning}
+    for w in meta.warnings:
         # the self-check is said once, above; token-count mismatches have their own line below
         if w in skip or "not served with the trace's token counts" in w or _old_self_check(w):
             continue
@@ -174,9 +180,9 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
     """Read a results folder and compute everything the report shows."""
     if gpus is not None and gpus <= 0:
         raise InputError("--gpus must be a positive integer")
-    meta = read_run_meta(results_dir)
-    if gpus is None and isinstance(meta.get("gpus"), int) and meta["gpus"] > 0:
-        gpus = int(meta["gpus"])
+    meta = read_run_record(results_dir)
+    if gpus is None:
+        gpus = meta.gpus
     acc = Accumulator()
     for batch in iter_request_batches(results_dir, COLUMNS):
         acc.add(batch)

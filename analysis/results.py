@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from agent_replay.errors import InputError
 from agent_replay.redact import redact
 from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA, OPTIONAL_COLUMNS, REQUEST_SCHEMA
+from agent_replay.runmeta import RunMeta
 
 BATCH_ROWS = 65_536
 READERS = 2
@@ -53,6 +54,11 @@ def read_run_meta(results_dir: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise InputError(f"{path}: run metadata must be a JSON object")
     return redact(meta)  # a folder written before redaction existed shows no secret either
+
+
+def read_run_record(results_dir: str | os.PathLike[str]) -> RunMeta:
+    """run.json as a typed record (``agent_replay.runmeta``; empty when the folder has none)."""
+    return RunMeta.from_json(read_run_meta(results_dir))
 
 
 def request_files(results_dir: str | os.PathLike[str]) -> list[Path]:

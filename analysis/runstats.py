@@ -55,15 +55,34 @@ COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """Per-request objectives in ns (None: not set)."""
+    """Per-request objectives: an upper bound in ns on per-request metrics of the
+    definitions table (``analysis.definitions``, ``per == "request"``). TTFT, TPOT and E2E
+    have fields of their own; ``more`` holds any other metric's (key, bound)."""
 
     ttft_ns: float | None = None
     tpot_ns: float | None = None
     e2e_ns: float | None = None
+    more: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def of(cls, bounds: Mapping[str, float]) -> Slo:
+        """An Slo from metric key -> bound in ns (an unknown key is a ``ValueError``)."""
+        unknown = set(bounds) - {d.key for d in REQUEST_DEFS}
+        if unknown:
+            raise ValueError(f"not per-request metrics: {sorted(unknown)}")
+        rest = tuple(sorted((k, float(v)) for k, v in bounds.items()
+                            if k not in ("ttft", "tpot", "e2e")))
+        return cls(bounds.get("ttft"), bounds.get("tpot"), bounds.get("e2e"), rest)
+
+    def bounds(self) -> dict[str, float]:
+        """Metric key -> bound in ns, for every objective set (the table's order)."""
+        given = {"ttft": self.ttft_ns, "tpot": self.tpot_ns, "e2e": self.e2e_ns, **dict(self.more)}
+        return {d.key: float(v) for d in REQUEST_DEFS
+                if (v := given.get(d.key)) is not None}
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.ttft_ns, self.tpot_ns, self.e2e_ns))
+        return bool(self.bounds())
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,16 +247,19 @@ class Accumulator:
             "gpus": gpus,
         }
         sent = arr("sent_ns")[ok]
+        window = (float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
+                  float(np.nanmax(end[ok])) if np.isfinite(end[ok]).any() else 0.0)
+        stats.extra["send_window_ns"] = window  # first send to last end of the ok requests
         stats.extra["throughput"]["total_tokens_per_s_per_gpu"] = total_tokens_per_s_per_gpu(
-            tokens["input"], tokens["output"], float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
-            float(np.nanmax(end[ok])) if np.isfinite(end[ok]).any() else 0.0, gpus)
+            tokens["input"], tokens["output"], *window, gpus)
         if gpus and duration:
             stats.extra["throughput"]["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
             stats.extra["throughput"]["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus
         if slo is not None and slo.any:
             exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
-            stats.goodput = goodput(arr("ttft")[ok], arr("tpot")[ok], arr("e2e")[ok], out_tok,
-                                    slo, duration, self.rows - self.warmup, exact[ok])
+            values = {k: arr(k)[ok] for k in slo.bounds()}
+            stats.goodput = goodput(values, out_tok, slo, duration, self.rows - self.warmup,
+                                    exact[ok])
         if prices is not None and duration:
             stats.economics = economics(tokens, duration, prices, gpus or 1)
         return stats
@@ -263,34 +285,41 @@ def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:
                    float(clean.mean()) if clean.size else None, dict(tpot.reliable), True)
 
 
-def goodput(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray,
-            slo: Slo, duration_ns: int, attempted: int,
-            exact: np.ndarray | None = None) -> dict[str, Any]:
-    """Requests (of the ok ones) meeting every SLO given; a request without TPOT (one
-    output chunk) meets the TPOT objective; failed requests never count as good. A request
-    whose tokens per chunk are not exact (``exact`` False) has an unknown TPOT: with a TPOT
-    objective it does not count as good, and ``tpot_unknown`` says how many such requests
-    there were."""
-    good = np.ones(ttft.size, dtype=bool)
-    for values, bound in ((ttft, slo.ttft_ns), (e2e, slo.e2e_ns)):
-        if bound is not None:
-            good &= ~np.isnan(values) & (values <= bound)
+def goodput(values: Mapping[str, np.ndarray], out_tokens: np.ndarray, slo: Slo,
+            duration_ns: int, attempted: int, exact: np.ndarray | None = None) -> dict[str, Any]:
+    """Requests (of the ok ones, ``values``: each objective's metric per ok request, in ns)
+    meeting every objective of ``slo``; failed requests never count as good. A per-token
+    metric (rows ``ok_exact``: TPOT) that is undefined for a request (one output chunk)
+    is met; any other undefined value is not. A request whose tokens per chunk are not exact
+    (``exact`` False) has unknown per-token metrics: with such an objective it does not count
+    as good, and ``tpot_unknown`` says how many such requests there were."""
+    n = len(out_tokens)
+    good = np.ones(n, dtype=bool)
     unknown = 0
-    if slo.tpot_ns is not None:
-        good &= np.isnan(tpot) | (tpot <= slo.tpot_ns)
-        if exact is not None:
-            unknown = int((~exact).sum())
-            good &= exact
+    for key, bound in slo.bounds().items():
+        v = values[key]
+        if _REQUEST_ROWS[key] == "ok_exact":
+            good &= np.isnan(v) | (v <= bound)
+            if exact is not None:
+                unknown = int((~exact).sum())
+                good &= exact
+        else:
+            good &= ~np.isnan(v) & (v <= bound)
     n_good = int(good.sum())
     secs = duration_ns / NS if duration_ns else None
+    b = slo.bounds()
     return {
-        "slo": {"ttft_ms": _ms(slo.ttft_ns), "tpot_ms": _ms(slo.tpot_ns), "e2e_ms": _ms(slo.e2e_ns)},
+        "slo": {"ttft_ms": _ms(slo.ttft_ns), "tpot_ms": _ms(slo.tpot_ns), "e2e_ms": _ms(slo.e2e_ns),
+                **{f"{k}_ms": _ms(v) for k, v in b.items() if k not in ("ttft", "tpot", "e2e")}},
         "good_requests": n_good, "attempted_requests": attempted,
         "fraction": n_good / attempted if attempted else None,
         "requests_per_s": n_good / secs if secs else None,
         "output_tokens_per_s": float(out_tokens[good].sum()) / secs if secs else None,
         "tpot_unknown": unknown,
     }
+
+
+_REQUEST_ROWS = {d.key: d.rows for d in REQUEST_DEFS}
 
 
 def _ms(ns: float | None) -> float | None:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent_replay.runmeta import RunMeta
+
 LAG_P99_NS = 5_000_000
 MIN_SAMPLES = 100
 CPU_SATURATED = 0.85
@@ -133,17 +135,16 @@ def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p
         "its load (a blocking call, the timer, I/O); more --workers would not help"))
 
 
-def assess_meta(meta: Mapping[str, Any], schedule_lag_p99_ns: float | None, schedule_lag_n: int,
-                mode: str | None = None) -> Assessment | None:
+def assess_meta(meta: RunMeta | Mapping[str, Any], schedule_lag_p99_ns: float | None,
+                schedule_lag_n: int, mode: str | None = None) -> Assessment | None:
     """``assess`` for a finished run: the loop lag, CPU and host figures run.json keeps, with
     the schedule lag from the run's rows. None for a run.json without a self-check."""
-    sc = meta.get("self_check")
-    if not isinstance(sc, Mapping):
+    meta = RunMeta.of(meta)
+    sc = meta.self_check
+    if sc is None:
         return None
-    stalls = meta.get("loop_stalls") or {}
     return assess(schedule_lag_p99_ns=schedule_lag_p99_ns, schedule_lag_n=schedule_lag_n,
-                  loop_lag_p99_ns=sc.get("loop_lag_p99_ns"),
-                  loop_lag_n=int(sc.get("loop_lag_n") or stalls.get("ticks") or 0),
-                  cpu_fraction=float(sc.get("cpu_fraction") or 0.0),
-                  machine=Machine.from_dict(sc.get("machine")),
-                  mode=mode or str((meta.get("options") or {}).get("timing", "session")))
+                  loop_lag_p99_ns=sc.loop_lag_p99_ns,
+                  loop_lag_n=int(sc.loop_lag_n or meta.loop_stalls.get("ticks") or 0),
+                  cpu_fraction=float(sc.cpu_fraction or 0.0),
+                  machine=Machine.from_dict(sc.machine), mode=mode or meta.timing)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_replay.runmeta import RunMeta
+
 PER_INSTANCE = frozenset({"--port", "--host", "--seed", "--log", "--uvicorn-log-level",
                           "--served-model-name"})
 """Flags that name this instance (where it listens, its log), not how it serves."""
@@ -45,11 +47,12 @@ def _table(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
-def server_settings(meta: Mapping[str, Any]) -> dict[str, str] | None:
+def server_settings(meta: RunMeta | Mapping[str, Any]) -> dict[str, str] | None:
     """The settings of the server a run measured: profile, flags, environment additions and
     version, as strings; None when run.json records none (a server given by URL)."""
-    launch = _table(meta.get("launch"))
-    server = _table(_table(meta.get("provenance")).get("server"))
+    meta = RunMeta.of(meta)
+    launch = _table(meta.launch)
+    server = _table(meta.provenance.get("server"))
     out: dict[str, str] = {}
     for src in (server, launch):
         if src.get("profile") is not None:
@@ -75,7 +78,7 @@ def server_settings(meta: Mapping[str, Any]) -> dict[str, str] | None:
     return out
 
 
-def setting_differences(metas: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+def setting_differences(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]) -> list[str]:
     """Each run's settings against the first's: one entry per differing setting
     (``name=value`` pairs, '(unset)' where a side has none); or a note that a run records no
     settings, so that nothing can be checked."""

@@ -1,4 +1,6 @@
-"""``RunConfig``: everything a replay run needs, as one frozen, picklable value."""
+"""``RunConfig``: everything a replay run needs, as one frozen, picklable value. Its
+``option`` fields are the run options: the CLI, the sweep's ``[run]`` keys and run.json's
+``options`` are made from them (``replay.options``)."""
 
 from __future__ import annotations
 
@@ -11,104 +13,217 @@ from agent_replay.engines.dialects import API_PATHS, DIALECTS
 from agent_replay.engines.telemetry.source import check_spec as check_gpu_metrics
 from agent_replay.errors import InputError
 from agent_replay.replay.affinity import parse_cpu_list
-from agent_replay.replay.plan import TIMING_MODES, PlanOptions
-from agent_replay.replay.presets import AgentXSettings
+from agent_replay.replay.options import (
+    OPTION,
+    Option,
+    above,
+    at_least,
+    check_fields,
+    internal,
+    option,
+    within,
+)
+from agent_replay.replay.plan import ARRIVALS, TIMING_MODES, PlanOptions
+from agent_replay.replay.presets import AGENTX_GROUP, AgentXSettings
 
 TIMESTAMPS = ("auto", "kernel", "loop")
 HTTP_CLIENTS = ("fast", "aiohttp")
 
 
+def parse_headers(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--header NAME=VALUE`` values as (name, value) pairs."""
+    out = []
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"--header {item!r}: expected NAME=VALUE")
+        out.append((name.strip(), value))
+    return tuple(out)
+
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    trace: str
-    target: str
-    output: str | None = None
+    """Every field made with ``option`` is a run option (``replay.options``): its CLI flag,
+    sweep key and run.json entry come from the field."""
+
+    trace: str = field(metadata={OPTION: Option(cli=False)})
+    target: str = field(metadata={OPTION: Option(cli=False)})
+    output: str | None = option(None, short="-o",
+                                help="results folder (default results/<trace>-<time>)")
     """Results folder; None: ``results/<trace name>-<UTC time>``."""
-    force: bool = False
-    timing: str = "session"
-    speedup: float = 1.0
-    concurrency: int | None = None
+    force: bool = option(False, help="replace an existing results folder")
+    timing: str = option(
+        "session", choices=TIMING_MODES, sweep=True,
+        help="session: wait for the dependencies, then the think time (default); absolute: "
+        "every request at its recorded arrival; max-rate: as fast as --concurrency allows; "
+        "agentx: --concurrency live session trees, recycled, AgentX rules (default "
+        "--duration 1800)")
+    speedup: float = option(1.0, checks=(above(0),), sweep=True,
+                            help="divide all times by this (default 1)")
+    concurrency: int | None = option(None, checks=(at_least(1),),
+                                     help="max-rate: requests in flight")
     """max-rate: requests in flight at most (all workers together)."""
-    sessions_multiplier: int = 1
-    rate: float | None = None
+    sessions_multiplier: int = option(
+        1, metavar="N", checks=(at_least(1),), sweep=True,
+        help="replay N copies of every session with disjoint prompts (default 1)")
+    rate: float | None = option(
+        None, metavar="SESSIONS_PER_S", checks=(above(0),),
+        help="sessions start as an arrival process at this rate instead of at the "
+        "trace's times (see --arrival)")
     """Session arrival rate (sessions/s; ``replay.plan.arrival_offsets``), None: the trace's starts."""
-    arrival: str = "poisson"
-    concurrent_sessions: int | None = None
+    arrival: str = option("poisson", choices=ARRIVALS, sweep=True,
+                          help="with --rate: exponential gaps (seeded by --arrival-seed) or fixed ones")
+    concurrent_sessions: int | None = option(
+        None, metavar="N", checks=(at_least(1),),
+        help="replay N sessions at once (the trace's, cloned with disjoint prompts "
+        "as needed), started within --ramp seconds")
     """Replay this many sessions at once (``replay.plan.concurrent_starts``)."""
-    ramp_s: float = 1.0
-    arrival_seed: int = 0
-    max_sessions: int | None = None
-    duration_s: float | None = None
-    warmup_s: float = 0.0
-    api: str | None = None
+    ramp_s: float = option(
+        1.0, metavar="SECONDS", checks=(at_least(0),), sweep=True,
+        help="with --concurrent-sessions: spread the starts over this long (default 1)")
+    arrival_seed: int = option(0, help="seed of the Poisson arrivals")
+    max_sessions: int | None = option(None, checks=(at_least(1),), sweep=True,
+                                      help="replay only the first N sessions")
+    duration_s: float | None = option(None, metavar="SECONDS", checks=(above(0),), sweep=True,
+                                      help="send nothing after this many seconds")
+    warmup_s: float = option(
+        0.0, metavar="SECONDS", checks=(at_least(0),), sweep=True,
+        help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
+    api: str | None = option(None, choices=tuple(API_PATHS), sweep=True,
+                             help="override the trace's api column")
     """Override the trace's api column (completions, chat, messages, responses)."""
-    tokenizer: str | None = None
+    tokenizer: str | None = option(
+        None, metavar="NAME_OR_PATH",
+        help="the target's tokenizer (tokenizer.json, its folder, or a model name) "
+        "for chat/messages/responses prompts when the target has no /tokenize "
+        "(needs the tokenizer extra)")
     """The target's tokenizer (file, folder or model name) for text prompts when the target
     has no /tokenize (needs the ``tokenizer`` extra)."""
-    include_failed: bool = False
+    include_failed: bool = option(
+        False, help="also replay the requests the recording marked failed (error column)")
     """Replay requests the recording marked failed (``error`` set); left out by default."""
-    model: str | None = None
+    model: str | None = option(None, sweep=True,
+                               help="model name (default: the target's first model)")
     """None: the target's first model from /v1/models."""
-    salt: int | None = None
+    salt: int | None = option(
+        None, help="prompt salt (default: random per run; "
+        "give the same salt to hit a previous run's prefix cache, 0 to reproduce)")
     """Prompt salt; None: random per run (recorded in run.json). 0 reproduces."""
-    vocab_size: int | None = None
-    low_token_id: int = 1000
-    request_timeout_s: float = 600.0
-    workers: int = 1
-    cpus: str | None = None
+    vocab_size: int | None = option(None, sweep=True,
+                                    help="token ids stay below this (default 32000)")
+    low_token_id: int = option(
+        1000, metavar="ID", checks=(at_least(0),), sweep=True,
+        help="prompt token ids start at this id, above the special tokens of common "
+        "vocabularies (default 1000)")
+    request_timeout_s: float = option(600.0, metavar="SECONDS", checks=(above(0),), sweep=True)
+    workers: int = option(1, checks=(at_least(1),), sweep=True,
+                          help="local worker processes (default 1)")
+    cpus: str | None = option(
+        None, metavar="auto|LIST", sweep=True,
+        help="pin each worker to a CPU of its own (Linux): auto = one per physical "
+        "core, hyperthread siblings left out; or a list like 2,4,6-9. The dashboard "
+        "and scraper get the CPUs left over (default: no pinning)")
     """Pin each local worker to a CPU of its own: ``auto`` (one per physical core) or a list
     like ``2,4,6-9`` (see ``replay.affinity``); None: no pinning."""
-    worker_cpus: tuple[int, ...] = ()
+    worker_cpus: tuple[int, ...] = internal(())
     """The CPU of each worker, resolved from ``cpus`` by ``run``."""
-    scrape_interval_s: float | None = None
+    scrape_interval_s: float | None = option(
+        None, metavar="SECONDS", checks=(at_least(0),), sweep=True,
+        help="/metrics scrape period (default 1 when the target has /metrics; 0: off)")
     """/metrics scrape period; None: 1 s when the target has /metrics; 0: off."""
-    vllm_extras: bool = True
-    headers: tuple[tuple[str, str], ...] = ()
+    vllm_extras: bool = option(
+        True, flag="--no-vllm-extras", sweep=True,
+        help="do not send ignore_eos, min_tokens, return_token_ids, continuous usage "
+        "(for servers that reject them; a server that then sends no token counts "
+        "per chunk gives requests marked 'inexact', left out of per-token metrics)")
+    headers: tuple[tuple[str, str], ...] = option(
+        (), flag="--header", repeat=True, parse=parse_headers, metavar="NAME=VALUE",
+        help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
     """Sent with every request, the /v1/models probe and /tokenize included."""
-    api_key: str | None = None
+    api_key: str | None = option(
+        None, metavar="KEY",
+        help="sent as Authorization: Bearer KEY (and the API's own key header: "
+        "x-api-key for messages, x-goog-api-key for gemini) on every request, the "
+        "probe included (default: $OPENAI_API_KEY, or the API's own variable, "
+        "$ANTHROPIC_API_KEY or $GEMINI_API_KEY, when set); never written to results")
     """Sent as ``Authorization: Bearer`` (and ``x-api-key`` for the messages API) unless
     ``headers`` name them; None: $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for messages, when
     set (``auth_headers``). Never written: run.json shows it redacted."""
-    insecure: bool = False
+    insecure: bool = option(False, help="accept any TLS certificate (self-signed servers)")
     """Accept any TLS certificate (self-signed test servers)."""
-    max_failure_rate: float = 0.1
+    max_failure_rate: float = option(
+        0.1, metavar="FRACTION", checks=(within(0, 1),),
+        help="exit 1 (status failed) when more than this fraction of the sent "
+        "requests failed (default 0.1)")
     """Exit 1 (status ``failed``) when more than this fraction of sent requests failed."""
-    abort_after_failures: int | None = None
+    abort_after_failures: int | None = option(
+        None, metavar="N", checks=(at_least(1),),
+        help="stop the run (status aborted, exit 1) after N failed requests in a row")
     """Stop the run (status ``aborted``) after this many failed requests in a row."""
-    loop: str = "uvloop"
-    http_client: str = "fast"
+    loop: str = option("uvloop", choices=LOOP_KINDS, sweep=True)
+    http_client: str = option(
+        "fast", choices=HTTP_CLIENTS, sweep=True,
+        help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
+        "(default; https targets use aiohttp); aiohttp: the aiohttp client")
     """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
     to aiohttp) or ``aiohttp``."""
-    timestamps: str = "auto"
+    timestamps: str = option(
+        "auto", choices=TIMESTAMPS, sweep=True,
+        help="kernel: a chunk's time is the kernel's receive time of its packet "
+        "(SO_TIMESTAMPNS; fast client on Linux), so the load generator's own loop lag "
+        "does not move it; loop: when the event loop reads it; auto (default): kernel "
+        "where it can be had, else loop")
     """``loop``: a chunk's time is when the event loop hands over the read; ``kernel``: the
     kernel's receive time (``engines.kstamp``; fast client, Linux); ``auto``: kernel where it
     can be had, else loop (``effective_timestamps``)."""
-    progress: bool = True
-    gpu_metrics: str = "auto"
+    progress: bool = option(True, flag="--no-progress", help="no progress lines")
+    gpu_metrics: str = option(
+        "auto", metavar="auto|nvml[:0,1]|URL|off", sweep=True,
+        help="GPU telemetry beside the run: auto (default) = NVML when the server "
+        "is on this host or launched (needs the gpu extra); nvml:0,1 = those GPUs; "
+        "URL = a DCGM exporter's /metrics; off",
+        aliases=(("--no-gpu-metrics", "off", "no GPU telemetry (same as --gpu-metrics off)"),))
     """GPU telemetry (``engines.telemetry.source``): ``auto`` (NVML when the server is on
     this host or launched), ``nvml``, ``nvml:0,1``, a DCGM exporter's URL, or ``off``."""
-    gpu_interval_s: float = 0.1
+    gpu_interval_s: float = option(0.1, metavar="SECONDS", checks=(above(0),), sweep=True,
+                                   help="GPU telemetry sample period (default 0.1)")
     """GPU telemetry sample period."""
-    launch: str | None = None
+    launch: str | None = field(default=None, metadata={OPTION: Option(cli=False)})
     """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
-    ray: str | None = None
+    ray: str | None = option(
+        None, nargs="?", const="auto", metavar="ADDRESS",
+        help="run the shards on Ray actors (needs the ray extra): no ADDRESS = "
+        "RAY_ADDRESS or the running local cluster; 'local' = a private one-node Ray; "
+        "else the cluster address. Put it after TRACE, or write --ray=ADDRESS")
     """Shards on Ray actors instead of local processes: ``auto`` (RAY_ADDRESS or the running
     local cluster), ``local`` (a private one-node Ray) or a cluster address."""
-    ray_actors_per_node: int = 1
-    t0_ns: int | None = None
+    ray_actors_per_node: int = option(1, metavar="N", checks=(at_least(1),),
+                                      help="with --ray: shard actors on every node (default 1)")
+    t0_ns: int | None = internal(None, record=False)
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
-    run_id: str = "run"
-    warmed_up: bool = False
+    run_id: str = internal("run")
+    warmed_up: bool = internal(False)
     """A warm-up replay ran against the target just before this run (``agent-replay sweep``)."""
-    max_think_s: float | None = None
+    max_think_s: float | None = option(
+        None, metavar="SECONDS", checks=(at_least(0),),
+        help="cap every recorded think time (tool timeouts of minutes are not load)")
     """Cap on every recorded think time, in trace seconds (before --speedup)."""
-    rebase_sessions: bool = False
+    rebase_sessions: bool = option(
+        False, help="start every session at time zero instead of its recorded offset")
     """Every session starts at time zero instead of its recorded offset."""
-    keep_overlaps: bool = False
+    keep_overlaps: bool = option(
+        False, help="a request also waits for every request of its session that had ended "
+        "before it started in the recording (with --speedup: no overlaps the "
+        "recording did not have)")
     """Keep the recorded order inside sessions (``replay.plan.PlanOptions.keep_overlaps``)."""
-    agentx: AgentXSettings = field(default_factory=AgentXSettings)
+    agentx: AgentXSettings = field(default_factory=AgentXSettings,
+                                   metadata={OPTION: Option(nested=True)})
     """``--timing agentx`` settings (``replay.presets``: ``--preset`` and its options)."""
-    gpus: int | None = None
+    gpus: int | None = option(
+        None, metavar="N", checks=(at_least(1),), group=AGENTX_GROUP,
+        help="GPUs serving the target, prefill + decode when disaggregated (tokens/s "
+        "per GPU; default: the launch profile's, else unknown)")
     """GPUs serving the target (prefill + decode when disaggregated), for tokens/s per GPU;
     None: the launch profile's when known, else unknown."""
 
@@ -123,8 +238,7 @@ class RunConfig:
                            rebase_sessions=self.rebase_sessions, keep_overlaps=self.keep_overlaps)
 
     def check(self) -> None:
-        if self.timing not in TIMING_MODES:
-            raise InputError(f"--timing must be one of {', '.join(TIMING_MODES)}, got {self.timing!r}")
+        check_fields(self)  # every option's choices and rules
         if self.timing == "max-rate" and not self.concurrency:
             raise InputError("--timing max-rate needs --concurrency N")
         if self.timing == "agentx" and not self.concurrency:
@@ -132,45 +246,18 @@ class RunConfig:
         if self.agentx.preset is not None and self.timing != "agentx":
             raise InputError(f"--preset {self.agentx.preset} needs --timing agentx")
         self.agentx.check()
-        if self.gpus is not None and self.gpus < 1:
-            raise InputError(f"--gpus must be >= 1, got {self.gpus}")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InputError(f"--concurrency must be >= 1, got {self.concurrency}")
-        if self.workers < 1:
-            raise InputError(f"--workers must be >= 1, got {self.workers}")
         if self.cpus is not None and self.ray is not None:
             raise InputError("--cpus pins local workers; it does not apply with --ray")
         if self.cpus is not None and self.cpus != "auto":
             parse_cpu_list(self.cpus)
-        if self.ray_actors_per_node < 1:
-            raise InputError(f"--ray-actors-per-node must be >= 1, got {self.ray_actors_per_node}")
-        if self.warmup_s < 0:
-            raise InputError(f"--warmup must be >= 0, got {self.warmup_s}")
-        if self.request_timeout_s <= 0:
-            raise InputError(f"--request-timeout must be > 0, got {self.request_timeout_s}")
-        if self.loop not in LOOP_KINDS:
-            raise InputError(f"loop must be one of {', '.join(LOOP_KINDS)}")
-        if self.http_client not in HTTP_CLIENTS:
-            raise InputError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}, got {self.http_client!r}")
-        if self.timestamps not in TIMESTAMPS:
-            raise InputError(f"--timestamps must be one of {', '.join(TIMESTAMPS)}, "
-                             f"got {self.timestamps!r}")
         if self.timestamps == "kernel" and (self.effective_http_client() != "fast"
                                             or not sys.platform.startswith("linux")):
             raise InputError("--timestamps kernel needs the fast client on Linux (an http:// "
                              "target, --http-client fast)")
         check_gpu_metrics(self.gpu_metrics)
-        if self.gpu_interval_s <= 0:
-            raise InputError(f"--gpu-interval must be > 0, got {self.gpu_interval_s}")
-        if self.api is not None and self.api not in API_PATHS:
-            raise InputError(f"--api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
         if self.vocab_size is not None and self.vocab_size <= self.low_token_id:
             raise InputError(f"--vocab-size ({self.vocab_size}) must be > the lowest token id "
                              f"used ({self.low_token_id})")
-        if not 0 <= self.max_failure_rate <= 1:
-            raise InputError(f"--max-failure-rate must be within 0..1, got {self.max_failure_rate}")
-        if self.abort_after_failures is not None and self.abort_after_failures < 1:
-            raise InputError(f"--abort-after-failures must be >= 1, got {self.abort_after_failures}")
         if not self.target.startswith(("http://", "https://")):
             raise InputError(f"--target must be an http(s) URL, got {self.target!r}")
         self.plan_options().check()

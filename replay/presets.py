@@ -22,42 +22,74 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from agent_replay.errors import InputError
+from agent_replay.replay.options import at_least, check_fields, option, within
+
+AGENTX_GROUP = "agentx timing (InferenceX AgentX / AIPerf rules; see docs/agentx.md)"
+"""The CLI group of the AgentX options."""
+PRESET_NAMES = ("inferencex-agentx", "aiperf-agentx-mvp")
+
+
+def parse_start_range(v: str | None) -> tuple[float | None, float | None]:
+    """``--start-range LO,HI`` as (LO, HI); (None, None) when not given."""
+    if v is None:
+        return None, None
+    lo, _, hi = v.partition(",")
+    try:
+        return float(lo), float(hi)
+    except ValueError:
+        raise InputError(f"--start-range {v!r}: expected LO,HI (fractions, e.g. 0.25,0.75)") from None
 
 
 @dataclass(frozen=True)
 class AgentXSettings:
-    preset: str | None = None
-    start_min: float = 0.25
-    start_max: float = 0.75
+    """Run options of ``--timing agentx`` (``replay.options``: on the command line each
+    defaults to not given, so that ``resolve`` takes the preset's value)."""
+
+    preset: str | None = option(
+        None, choices=PRESET_NAMES, group=AGENTX_GROUP,
+        help="AgentX parameters as AIPerf's scenario sets them (implies --timing "
+        "agentx); the options below override single values")
+    start_min: float = option(
+        0.25, flag="--start-range", metavar="LO,HI", parse=parse_start_range,
+        sets=("start_min", "start_max"), group=AGENTX_GROUP,
+        help="first play starts at an instant LO..HI of its session's time span "
+        "(default 0.25,0.75)")
+    start_max: float = option(0.75, cli=False)
     """Range of the first play's start instant t*, as fractions of its session's time span."""
-    warmup_requests: int = 0
+    warmup_requests: int = option(
+        0, metavar="N", checks=(at_least(0),), group=AGENTX_GROUP,
+        help="turns per lane replayed as warm-up before the measured play (default 0)")
     """Turns replayed back to back (one output token, flagged warm-up) after the warm-up of
     the first measured turn's prefix, before the measured play starts."""
-    idle_cap_s: float | None = 10.0
+    idle_cap_s: float | None = option(
+        10.0, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        help="nothing in flight idles at most this long (default 10)")
     """System idle cap: nothing in flight idles at most this long (None: no cap)."""
-    tree_idle_cap_s: float | None = None
+    tree_idle_cap_s: float | None = option(
+        None, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        help="shorten every recorded stretch where nothing of a session tree was "
+        "in flight to at most this (default none)")
     """Every recorded stretch where nothing of a session tree was in flight is shortened to
     at most this (AIPerf's trace idle gap cap; ``replay.agentx.idle_warp``)."""
-    min_duration_s: float | None = None
-    failure_threshold: float | None = None
-    metric_coverage: float | None = None
-    seed: int | None = None
+    min_duration_s: float | None = option(
+        None, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        help="a run measuring less is invalid")
+    failure_threshold: float | None = option(
+        None, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
+        help="a run with more failed requests is invalid")
+    metric_coverage: float | None = option(
+        None, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
+        help="a run whose last first token / token lies less far into --duration is invalid")
+    seed: int | None = option(None, group=AGENTX_GROUP,
+                              help="start sampling seed (default: --salt)")
     """Start sampling seed; None: the prompt salt (0 when none)."""
 
     def check(self) -> None:
+        """The rule across fields; each field's own rules are ``options.check_fields``'."""
         if not 0 <= self.start_min <= self.start_max <= 1:
             raise InputError(f"--start-range must satisfy 0 <= LO <= HI <= 1, got "
                              f"{self.start_min},{self.start_max}")
-        if self.warmup_requests < 0:
-            raise InputError(f"--warmup-requests must be >= 0, got {self.warmup_requests}")
-        for name in ("idle_cap_s", "tree_idle_cap_s", "min_duration_s"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise InputError(f"--{name.removesuffix('_s').replace('_', '-')} must be >= 0, got {v}")
-        for name in ("failure_threshold", "metric_coverage"):
-            v = getattr(self, name)
-            if v is not None and not 0 <= v <= 1:
-                raise InputError(f"--{name.replace('_', '-')} must be within 0..1, got {v}")
+        check_fields(self)
 
 
 @dataclass(frozen=True)

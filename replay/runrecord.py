@@ -16,15 +16,18 @@ import numpy as np
 
 from agent_replay import __version__
 from agent_replay.analysis import outcomes
-from agent_replay.redact import redact, redact_url
+from agent_replay.analysis.counters import Counters, counter, keyed, largest, merge_all, merged_by
+from agent_replay.redact import redact_url
 from agent_replay.replay.config import RunConfig
+from agent_replay.replay.options import record_options
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.provenance import code_version
 from agent_replay.replay.results import write_json_atomic
 from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
-from agent_replay.replay.worker import WorkerSummary
+from agent_replay.replay.worker import GC_MERGE, WorkerSummary
 from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
+from agent_replay.runmeta import RUN_META_VERSION
 
 if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
@@ -33,24 +36,27 @@ RUN_JSON = "run.json"
 
 
 @dataclass
-class RunSummary:
+class RunSummary(Counters):
+    """The workers' summaries merged: each count by its declared rule (``analysis.counters``;
+    the same rules as ``WorkerSummary``'s fields)."""
+
     output: str
-    total: int = 0
-    sent: int = 0
-    ok: int = 0
-    skipped: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    mismatches: int = 0
-    inexact: int = 0
-    chunks: int = 0
-    output_tokens: int = 0
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
+    total: int = counter(0)
+    sent: int = counter(0)
+    ok: int = counter(0)
+    skipped: int = counter(0)
+    errors: dict[str, int] = field(default_factory=dict, metadata=merged_by(keyed))
+    mismatches: int = counter(0)
+    inexact: int = counter(0)
+    chunks: int = counter(0)
+    output_tokens: int = counter(0)
+    wall_s: float = counter(0.0, largest)
+    cpu_s: float = counter(0.0)
     interrupted: bool = False
     self_check: SelfReport = field(default_factory=SelfReport)
     workers: list[WorkerSummary] = field(default_factory=list)
     loop_stalls: dict[str, Any] = field(default_factory=dict)  # selfmon.stall_distribution
-    gc: dict[str, int] = field(default_factory=dict)  # worst worker's QuietRuntime.stats()
+    gc: dict[str, int] = field(default_factory=dict, metadata=merged_by(GC_MERGE))  # worker.GC_MERGE of QuietRuntime.stats()
     machine: Any = None  # analysis.selfcheck.Machine over the run, where it was metered
     partial: bool = False  # workers died (Ray actors): some sessions were not replayed
     lost_sessions: int = 0
@@ -130,10 +136,11 @@ def environment(config: RunConfig) -> dict[str, Any]:
 
 def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
              wall_t0: int, status: str) -> dict[str, Any]:
-    """run.json as written when t0 is chosen (credentials redacted)."""
-    opts = redact(asdict(config))
-    opts.pop("t0_ns", None)
+    """run.json as written when t0 is chosen (credentials redacted), in the layout
+    ``agent_replay.runmeta.RunMeta`` reads."""
+    opts = record_options(config)
     return {
+        "run_meta_version": RUN_META_VERSION,
         "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
         "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
                   "block_size": plan.block_size},
@@ -163,29 +170,13 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
     (shards that died) makes an otherwise finished run ``partial``."""
     s = RunSummary(output=out, workers=ws, interrupted=interrupted,
                    aborted=any(w.aborted for w in ws), max_failure_rate=config.max_failure_rate)
-    for w in ws:
-        s.total += w.total
-        s.sent += w.sent
-        s.ok += w.ok
-        s.skipped += w.skipped
-        s.mismatches += w.mismatches
-        s.inexact += w.inexact
-        s.chunks += w.chunks
-        s.output_tokens += w.output_tokens
-        s.cpu_s += w.cpu_s
-        s.wall_s = max(s.wall_s, w.wall_s)
-        for k, v in w.errors.items():
-            s.errors[k] = s.errors.get(k, 0) + v
+    merge_all(s, ws)
     lag = np.concatenate([w.schedule_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
     s.self_check = verdict(lag, loop_lag, cpu, config.timing, machine)
     s.machine = machine
     s.loop_stalls = stall_distribution(loop_lag)
-    for w in ws:
-        for k, v in w.gc.items():
-            s.gc[k] = v + s.gc.get(k, 0) if k in ("gc_young_collections", "gc_end_collected") \
-                else max(v, s.gc.get(k, 0))
     if s.mismatches:
         s.self_check.warnings.append(
             f"{s.mismatches} requests were not served with the trace's token counts (see error "

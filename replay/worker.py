@@ -19,6 +19,16 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from agent_replay.analysis.counters import (
+    Counters,
+    add,
+    counter,
+    either,
+    keyed,
+    keyed_by,
+    largest,
+    merged_by,
+)
 from agent_replay.engines import aio
 from agent_replay.engines.dialects import dialect, encode_body
 from agent_replay.engines.sse import SSEParser
@@ -40,32 +50,39 @@ from agent_replay.replay.source import read_replayed
 from agent_replay.results_schema import ErrorKind
 from agent_replay.traces.failed import drop_failed
 
+GC_MERGE = keyed_by({"gc_young_collections": add, "gc_end_collected": add}, largest)
+"""QuietRuntime.stats() across workers: collections and objects collected add up; the
+other figures (pauses, thresholds) are the worst worker's."""
+
 
 @dataclass
-class WorkerSummary:
+class WorkerSummary(Counters):
+    """One worker's counts; they merge across workers by the rules declared on the fields
+    (``analysis.counters``)."""
+
     shard: int
-    total: int = 0
-    sent: int = 0
-    done: int = 0
-    skipped: int = 0
-    ok: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    mismatches: int = 0
-    inexact: int = 0  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
-    chunks: int = 0
-    output_tokens: int = 0
-    text_misses: int = 0
-    cpu_s: float = 0.0
-    cpu_run_s: float = 0.0  # from the start of the replay on (set-up and plan building excluded)
-    wall_s: float = 0.0
-    schedule_lag: bytes = b""  # int64 ns, one per sent request
-    loop_lag: bytes = b""  # int64 ns, one per watchdog tick
-    interrupted: bool = False
-    aborted: bool = False  # --abort-after-failures: this worker stopped its shard
-    gc: dict[str, int] = field(default_factory=dict)  # QuietRuntime.stats()
-    cpus: list[int] = field(default_factory=list)  # the CPUs it was allowed to run on
-    fd_table: int = 0  # file descriptors reserved before the run (selfmon.reserve_fds)
-    idle_skipped_ns: int = 0  # agentx timing: idle gaps skipped
+    total: int = counter(0)
+    sent: int = counter(0)
+    done: int = counter(0)
+    skipped: int = counter(0)
+    ok: int = counter(0)
+    errors: dict[str, int] = field(default_factory=dict, metadata=merged_by(keyed))
+    mismatches: int = counter(0)
+    inexact: int = counter(0)  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
+    chunks: int = counter(0)
+    output_tokens: int = counter(0)
+    text_misses: int = counter(0)
+    cpu_s: float = counter(0.0)
+    cpu_run_s: float = counter(0.0)  # from the start of the replay on (set-up and plan building excluded)
+    wall_s: float = counter(0.0, largest)
+    schedule_lag: bytes = counter(b"")  # int64 ns, one per sent request
+    loop_lag: bytes = counter(b"")  # int64 ns, one per watchdog tick
+    interrupted: bool = counter(False, either)
+    aborted: bool = counter(False, either)  # --abort-after-failures: this worker stopped its shard
+    gc: dict[str, int] = field(default_factory=dict, metadata=merged_by(GC_MERGE))  # QuietRuntime.stats()
+    cpus: list[int] = field(default_factory=list, metadata=merged_by(add))  # the CPUs it was allowed to run on
+    fd_table: int = counter(0, largest)  # file descriptors reserved before the run (selfmon.reserve_fds)
+    idle_skipped_ns: int = counter(0)  # agentx timing: idle gaps skipped
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)

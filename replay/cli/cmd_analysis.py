@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
                    "(several: a table report of each in turn, e.g. demo-results/*)")
     p.add_argument("--format", choices=("table", "md", "json", "csv"), default="table")
     p.add_argument("--slo", help="per-request objectives for goodput, e.g. ttft=2s,tpot=50ms,e2e=60s "
-                   "(bare numbers are ms)")
+                   "(bare numbers are ms); any per-request metric of the report's latency "
+                   "table (ttst, e2e_per_token, agentx_itl, ...)")
     p.add_argument("--gpus", type=_positive_int, help="GPUs serving the run (tokens/s per GPU)")
     p.add_argument("--price-input-miss", type=_price, help="USD per million computed input tokens")
     p.add_argument("--price-input-hit", type=_price, help="USD per million cached input tokens")

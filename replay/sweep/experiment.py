@@ -14,7 +14,7 @@ relative to the file.
     axis = "concurrent_sessions"       # or rate, speedup, concurrency
     points = [2, 4, 8, 16]
 
-    [run]                              # RunConfig options shared by every run
+    [run]                              # RunConfig options shared by every run (sweep keys)
     speedup = 5
     duration_s = 20
 
@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_replay.errors import InputError
+from agent_replay.replay.config import RunConfig
+from agent_replay.replay.options import check_sweep_value, sweep_keys
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,15 +59,9 @@ AXES = ("concurrent_sessions", "rate", "speedup", "concurrency")
 flight (max-rate timing)."""
 INTEGER_AXES = ("concurrent_sessions", "concurrency")
 
-RUN_KEYS: dict[str, type | tuple[type, ...]] = {
-    "speedup": (int, float), "duration_s": (int, float), "timing": str, "max_sessions": int,
-    "sessions_multiplier": int, "warmup_s": (int, float), "api": str, "model": str,
-    "request_timeout_s": (int, float), "workers": int, "scrape_interval_s": (int, float),
-    "vllm_extras": bool, "http_client": str, "timestamps": str, "loop": str,
-    "arrival": str, "ramp_s": (int, float), "vocab_size": int, "cpus": str,
-    "gpu_metrics": str, "gpu_interval_s": (int, float),
-}
-"""``[run]`` keys: RunConfig fields every run of the sweep shares."""
+RUN_KEYS = sweep_keys(RunConfig)
+"""``[run]`` keys: the RunConfig options declared ``sweep=True`` (``replay.options``), each
+checked by its field's rules."""
 LIFETIMES = ("sweep", "visit")
 MAX_FILE_BYTES = 1 << 20
 """An experiment file is a page of settings; a larger one is not one."""
@@ -299,7 +295,7 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
             raise InputError(f"{f}: [run] {k}: a load axis; set it in [load] (axis, points)")
     _check_keys(f"{f}: [run]", run, RUN_KEYS)
     for k, v in run.items():
-        _typed(f"{f}: [run]", k, v, RUN_KEYS[k])
+        check_sweep_value(f"{f}: [run]", RunConfig, k, v)
     if axis == "concurrency" and run.get("timing", "max-rate") != "max-rate":
         raise InputError(f"{f}: [run] timing: the concurrency axis needs timing = 'max-rate'")
 

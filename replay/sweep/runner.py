@@ -39,6 +39,7 @@ from agent_replay.replay.results import write_json_atomic
 from agent_replay.replay.sweep.experiment import Experiment, Target, Warmup
 from agent_replay.replay.sweep.index import DONE, key, read_index, write_index
 from agent_replay.replay.sweep.targets import Running, Servers
+from agent_replay.runmeta import RunMeta
 
 Reporter = Callable[[str], None]
 
@@ -186,27 +187,26 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
     from agent_replay.analysis.report import build_report, self_check
     from agent_replay.analysis.runstats import Prices
 
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = RunMeta.from_json(json.loads((run_dir / "run.json").read_text()))
     rep = build_report(run_dir, gpus=target.gpus, prices=None if prices is None else Prices(
         input_miss=prices["input_miss"], input_hit=prices["input_hit"], output=prices["output"]))
     figures = point_metrics(rep, target.gpus, target.usd_per_gpu_hour)
-    bottleneck = bool(meta.get("load_generator_bottleneck"))
+    bottleneck = meta.load_generator_bottleneck
     cold = bool(rep.cold_start)
     contended = bool(self_check(meta, rep.stats).contention)
     if summary.interrupted:
         return "interrupted", "interrupted by the user", figures, bottleneck, cold, contended
-    if meta.get("status") in ("failed", "aborted"):  # replay.run's final status
-        why = meta.get("error") or f"the run ended {meta['status']}"
+    if meta.status in ("failed", "aborted"):  # replay.run's final status
+        why = meta.error or f"the run ended {meta.status}"
         return "failed", str(why), figures, bottleneck, cold, contended
-    if meta.get("status") == "invalid":  # agentx timing: the AgentX rules refuse the run
-        why = (meta.get("agentx") or {}).get("invalid_reason")
-        return "failed", f"invalid AgentX run: {why}", figures, bottleneck, cold, contended
+    if meta.status == "invalid":  # agentx timing: the AgentX rules refuse the run
+        return "failed", f"invalid AgentX run: {meta.invalid_reason}", figures, bottleneck, cold, contended
     if rep.stats.requests["ok"] == 0:
         why = ", ".join(f"{k} {v}" for k, v in rep.stats.errors.items()) or "no request was sent"
         return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold, contended
     if bottleneck:
         return ("unreachable", "the load generator could not hold this load: "
-                + str(meta.get("load_generator_warning")), figures, bottleneck, cold, contended)
+                + str(meta.load_generator_warning), figures, bottleneck, cold, contended)
     return "complete", None, figures, bottleneck, cold, contended
 
 

@@ -166,9 +166,9 @@ url = "http://127.0.0.1:9"
     (("points = [1]", "points = [nan]"), "load.points[0]: nan is out of range"),
     (("points = [1]", "points = [2000000]"), "at most 1e+06"),
     (("repeats = 1", "repeats = 1000000000"), "repeats: must be within 1..1000"),
-    (("[warmup]", "[run]\nduration_s = -5\n[warmup]"), "--duration must be > 0, got -5"),
+    (("[warmup]", "[run]\nduration_s = -5\n[warmup]"), "[run] duration_s: must be > 0, got -5"),
     (('axis = "concurrent_sessions"', 'axis = "rate"'), None),
-    (("[warmup]", "[run]\nspeedup = 0\n[warmup]"), "--speedup must be > 0, got 0"),
+    (("[warmup]", "[run]\nspeedup = 0\n[warmup]"), "[run] speedup: must be > 0, got 0"),
     (("points = [1]", "points = [" + ", ".join(str(i) for i in range(1, 1002)) + "]"),
      "1,001 points, more than 1000"),
     (("[warmup]", "[run]\nx = " + "[" * 4000 + "]" * 4000 + "\n[warmup]"), "nested too deeply"),
@@ -179,7 +179,7 @@ def test_bad_sweep_file_is_one_line(tmp_path: Path, change: tuple[str, str], say
     text = EXP.replace(*change)
     if says is None:  # the rate axis with a speedup of 0 in [run]
         text = text.replace("[warmup]", "[run]\nspeedup = 0\n[warmup]")
-        says = "--speedup must be > 0, got 0"
+        says = "[run] speedup: must be > 0, got 0"
     (tmp_path / "e.toml").write_text(text)
     if "nested" in says or "1e+308" in says:  # through the CLI: one line, no traceback
         line = _one_line(_cli("sweep", str(tmp_path / "e.toml")))
