@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from agent_replay.replay.cli import entry
+import sys
+
+try:
+    from agent_replay.replay.cli import entry
+except KeyboardInterrupt:  # Ctrl-C while the interpreter imports: one line, not a traceback
+    print("agent-replay: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 entry()

@@ -74,6 +74,9 @@ class RunConfig:
     """Exit 1 (status ``failed``) when more than this fraction of sent requests failed."""
     abort_after_failures: int | None = None
     """Stop the run (status ``aborted``) after this many failed requests in a row."""
+    write_retry_s: float = 10.0
+    """At a worker's end, how long part files that cannot be written (a full disk) are
+    retried before their rows are counted as unwritten (``ResultWriter``)."""
     loop: str = "uvloop"
     http_client: str = "fast"
     """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
@@ -158,6 +161,8 @@ class RunConfig:
             raise InputError(f"--max-failure-rate must be within 0..1, got {self.max_failure_rate}")
         if self.abort_after_failures is not None and self.abort_after_failures < 1:
             raise InputError(f"--abort-after-failures must be >= 1, got {self.abort_after_failures}")
+        if not self.write_retry_s >= 0:
+            raise InputError(f"--write-retry must be >= 0, got {self.write_retry_s}")
         if not self.target.startswith(("http://", "https://")):
             raise InputError(f"--target must be an http(s) URL, got {self.target!r}")
         self.plan_options().check()

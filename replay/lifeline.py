@@ -8,6 +8,16 @@
   also when the process inherited SIGINT ignored;
   ``sigterm_received()`` tells whether it happened, since children, unlike with a Ctrl-C at
   a terminal, did not get the signal themselves.
+* ``StopSignals``: in a process that runs a shard, SIGINT and SIGTERM are one graceful
+  stop, taken once: the first cancels the run (or, before it started, raises
+  ``KeyboardInterrupt``), later ones are ignored, so a Ctrl-C at a terminal, the parent's
+  own SIGINT after it and a SIGTERM to the group cannot break the stop half-way through
+  writing the last rows.
+* ``signals_held()``: SIGINT and SIGTERM blocked in this thread while worker processes
+  are spawned; the children inherit the block (it survives ``exec``) and take a signal that
+  came meanwhile once ``StopSignals`` is installed, so a Ctrl-C during their start-up
+  (imports, unpickling) is a clean stop, not a traceback; the parent takes its own when
+  the block ends.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
@@ -79,3 +89,64 @@ def sigterm_as_sigint() -> Iterator[None]:
 
 def sigterm_received() -> bool:
     return _term.is_set()
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread within (delivered when it ends)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM as one graceful stop of a shard's run, taken once (see the module
+    docs). ``arm(cancel)`` when the run starts: a stop then calls ``cancel`` (thread-safe:
+    it is called from the signal handler); before that, a stop raises ``KeyboardInterrupt``.
+    ``install`` also unblocks the two signals (``signals_held``), so one that came during
+    the process's start is taken now. Main thread only; elsewhere a no-op."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal: int | None = None
+        self._cancel: Callable[[], None] | None = None
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> StopSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in _STOPS:
+            self._old[sig] = signal.signal(sig, self._on_signal)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def arm(self, cancel: Callable[[], None] | None) -> None:
+        """From now on a stop calls ``cancel`` (None: raise ``KeyboardInterrupt`` again);
+        a stop that came before is passed on at once."""
+        self._cancel = cancel
+        if cancel is not None and self.requested:
+            cancel()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        self.signal = signum
+        if self._cancel is not None:
+            self._cancel()
+        else:
+            raise KeyboardInterrupt

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent_replay import __version__
+from agent_replay.errors import OutputError
 from agent_replay.redact import redact, redact_url
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.provenance import code_version
-from agent_replay.replay.results import write_json_atomic
+from agent_replay.replay.results import SpaceReserve, write_json_atomic
 from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
 from agent_replay.replay.worker import WorkerSummary
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
 
 RUN_JSON = "run.json"
+ROWS_LOST_EXIT = OutputError.exit_code
+"""A run's exit code when recorded requests have no row."""
 
 
 @dataclass
@@ -56,26 +59,41 @@ class RunSummary:
     lost_requests: int = 0
     aborted: bool = False  # --abort-after-failures stopped it
     max_failure_rate: float = 0.1
+    unwritten: int = 0  # recorded requests whose row could not be written (a full disk)
+    write_error: str | None = None
 
     @property
     def status(self) -> str:
         """The run's final status: ``interrupted`` (Ctrl-C, SIGTERM), ``aborted``
-        (``--abort-after-failures``), ``partial`` (workers lost), ``failed`` (more than
-        ``max_failure_rate`` of the sent requests failed) or ``ok``."""
+        (``--abort-after-failures``), ``partial`` (workers lost), ``incomplete`` (requests
+        without a row: ``unwritten``), ``failed`` (more than ``max_failure_rate`` of the
+        sent requests failed) or ``ok``."""
         if self.interrupted:
             return "interrupted"
         if self.aborted:
             return "aborted"
         if self.partial:
             return "partial"
+        if self.unwritten:
+            return "incomplete"
         if self.failed and self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled):
             return "failed"
         return "ok"
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 1 aborted, partial or failed, else 0."""
+        """5 when recorded requests have no row (whatever the status: the results are not
+        all on disk), else 130 interrupted, 1 aborted, partial or failed, 0 ok."""
+        if self.unwritten:
+            return ROWS_LOST_EXIT
         return {"ok": 0, "interrupted": 130}.get(self.status, 1)
+
+    def unwritten_line(self) -> str | None:
+        """The line that says how many requests have no row (None when all have one)."""
+        if not self.unwritten:
+            return None
+        return (f"{self.unwritten} recorded requests have no row in {Path(self.output) / 'requests'}: "
+                f"their part files could not be written ({self.write_error or 'unknown error'})")
 
     def partial_line(self) -> str | None:
         """The one line a partial run ends with (None when the run is not partial)."""
@@ -141,15 +159,29 @@ def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0
     }
 
 
-def write_run_json(out: Path, meta: dict[str, Any]) -> None:
-    write_json_atomic(out / RUN_JSON, meta)
+def write_run_json(out: Path, meta: dict[str, Any], reserve: SpaceReserve | None = None) -> None:
+    """run.json, replaced atomically. On a full disk the ``reserve`` is given up for it;
+    when it still cannot be written: ``OutputError`` (exit 5)."""
+    try:
+        write_json_atomic(out / RUN_JSON, meta)
+        return
+    except OSError as exc:
+        err = exc
+        if reserve is not None and reserve.release():
+            try:
+                write_json_atomic(out / RUN_JSON, meta)
+                return
+            except OSError as again:
+                err = again
+    raise OutputError(f"{out / RUN_JSON}: cannot write the run's record: {err.strerror or err}")
 
 
-def record_failure(out: Path, meta: dict[str, Any], exc: BaseException) -> None:
+def record_failure(out: Path, meta: dict[str, Any], exc: BaseException,
+                   reserve: SpaceReserve | None = None) -> None:
     """A worker failed (a dead server, say): run.json gets a final status before the error
     goes up."""
     meta.update({"status": "failed", "error": redact_url(str(exc))[:500]})
-    write_run_json(out, meta)
+    write_run_json(out, meta, reserve)
 
 
 def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
@@ -171,6 +203,8 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
         s.wall_s = max(s.wall_s, w.wall_s)
         for k, v in w.errors.items():
             s.errors[k] = s.errors.get(k, 0) + v
+        s.unwritten += w.unwritten
+        s.write_error = s.write_error or w.write_error
     lag = np.concatenate([w.schedule_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
     cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
@@ -186,6 +220,8 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
             f"{s.mismatches} requests were not served with the trace's token counts (see error "
             "column, error_kind 'mismatch' or 'inexact'): check ignore_eos/min_tokens support "
             "and --vocab-size")
+    if s.unwritten:
+        s.self_check.warnings.insert(0, s.unwritten_line() or "")
     if lost:
         s.self_check.warnings.extend(x.line() for x in lost)
         s.lost_sessions = sum(len(x.sessions) for x in lost)
@@ -203,7 +239,7 @@ def outcome(s: RunSummary) -> dict[str, Any]:
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
                     "cancelled": s.cancelled,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
-                    "inexact": s.inexact,
+                    "inexact": s.inexact, "unwritten": s.unwritten, "write_error": s.write_error,
                     "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},
         "self_check": asdict(sc),
@@ -239,9 +275,10 @@ def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary) -> None:
                             *meta.get("warnings", [])]
 
 
-def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str) -> None:
+def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str,
+           reserve: SpaceReserve | None = None) -> None:
     """run.json's last write: the outcome (and, for ``agentx`` timing, its validity)."""
     meta.update(outcome(summary))
     if timing == "agentx":
         agentx_meta(meta, out, summary)
-    write_run_json(out, meta)
+    write_run_json(out, meta, reserve)

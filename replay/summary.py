@@ -19,10 +19,12 @@ def render_summary(s: RunSummary, out: TextIO) -> None:
     state = {"interrupted": "INTERRUPTED: partial results",
              "aborted": "ABORTED (--abort-after-failures): partial results",
              "partial": "PARTIAL: workers were lost",
+             "incomplete": "INCOMPLETE: rows lost",
              "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)"
              }.get(s.status, "done")
     cancelled = f", {s.cancelled} cancelled by the stop" if s.cancelled else ""
-    print(f"{state}: {s.ok} ok, {s.failed} failed{cancelled}, {s.skipped} not sent (past "
+    unwritten = f", {s.unwritten} WITHOUT A ROW (not written)" if s.unwritten else ""
+    print(f"{state}: {s.ok} ok, {s.failed} failed{cancelled}{unwritten}, {s.skipped} not sent (past "
           f"--duration), of {s.total} planned requests in {s.wall_s:.1f} s", file=out)
     if s.errors:
         print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())), file=out)

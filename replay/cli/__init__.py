@@ -48,13 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return 2
     try:
+        parser = build_parser()  # imports the commands: a Ctrl-C may come meanwhile
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help(sys.stderr)
+            return 2
         return int(func(args) or 0)
     except AgentReplayError as exc:
         print(f"agent-replay: error: {exc}", file=sys.stderr)

@@ -120,6 +120,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    "requests failed (default 0.1)")
     p.add_argument("--abort-after-failures", type=int, default=None, metavar="N",
                    help="stop the run (status aborted, exit 1) after N failed requests in a row")
+    p.add_argument("--write-retry", type=float, default=10.0, metavar="SECONDS",
+                   help="at the end, retry part files that cannot be written (a full disk) "
+                   "this long before their rows count as unwritten (exit 5; default 10)")
     p.add_argument("--loop", choices=LOOP_KINDS, default="uvloop")
     p.add_argument("--http-client", choices=HTTP_CLIENTS, default="fast",
                    help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
@@ -166,6 +169,7 @@ def config_from_args(args: argparse.Namespace, target: str) -> RunConfig:
         api_key=getattr(args, "api_key", None), insecure=getattr(args, "insecure", False),
         max_failure_rate=getattr(args, "max_failure_rate", 0.1),
         abort_after_failures=getattr(args, "abort_after_failures", None),
+        write_retry_s=getattr(args, "write_retry", 10.0),
         max_think_s=getattr(args, "max_think", None),
         rebase_sessions=getattr(args, "rebase_sessions", False))
 
@@ -176,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     summary = run(config_from_args(args, args.target))
     render_summary(summary, sys.stdout)
-    return summary.exit_code  # 130 interrupted, 1 failed/aborted/partial, else 0
+    return summary.exit_code  # 5 rows unwritten, 130 interrupted, 1 failed/aborted/partial, else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -185,4 +189,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     summary = demo(output=args.output, profile=args.profile, speedup=args.speedup, trace=args.trace)
     render_summary(summary, sys.stdout)
-    return 130 if summary.interrupted else 0
+    return summary.exit_code if summary.unwritten else (130 if summary.interrupted else 0)

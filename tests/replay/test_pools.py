@@ -52,8 +52,10 @@ def test_more_workers_run_in_local_processes(config: RunConfig, plan: Plan,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[int] = []
 
-    def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int) -> LocalProcessPool:
+    def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int,
+                   whole: Plan | None = None) -> LocalProcessPool:
         started.append(n)
+        assert whole is plan
         return cls(cfg, 0)  # no process: the pool's bookkeeping only
 
     monkeypatch.setattr(LocalProcessPool, "start", classmethod(fake_start))
