@@ -164,11 +164,17 @@ class LocalProcessPool(_OnThisHost):
         self.t0: Any = ctx.Value("q", 0)
         self.procs = [ctx.Process(target=_proc_main, args=(config, i, n, self.q, self.go, self.t0),
                                   name=f"replay-worker-{i}") for i in range(n)]
-        with signals_held():  # a stop during their start-up waits for their handlers
-            for p in self.procs:
-                p.start()
         self.results: dict[int, WorkerSummary] = {}
         self.failures: list[str] = []
+        try:
+            with signals_held():  # a stop during their start-up waits for their handlers
+                for p in self.procs:
+                    p.start()
+        except BaseException:  # a Ctrl-C meanwhile: delivered as the block ends
+            # The workers still read their start-up state from this process: it must not
+            # exit (and remove their semaphores) before they have.
+            self.stop(grace_s=0.0)
+            raise
 
     @classmethod
     def start(cls, config: RunConfig, n: int, plan: Plan | None = None) -> LocalProcessPool:
@@ -204,12 +210,13 @@ class LocalProcessPool(_OnThisHost):
         """End every worker: the ones still running after ``grace_s`` get SIGTERM, then
         SIGKILL if they do not end within 5 s."""
         deadline = time.monotonic() + grace_s
-        for p in self.procs:
+        started = [p for p in self.procs if p.pid is not None]
+        for p in started:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
+        for p in started:
             if p.is_alive():
                 p.terminate()
-        for p in self.procs:
+        for p in started:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()

@@ -160,8 +160,10 @@ class ResultWriter:
 
     @property
     def held(self) -> int:
-        """Rows waiting in memory for a write that failed to succeed."""
-        return len(self._held)
+        """While writes fail: the rows waiting in memory (held, buffered or being retried)."""
+        if not self.failing:
+            return 0
+        return len(self._held) + len(self._buf) + sum(len(b) for _, b in self._pending)
 
     def flush(self, now_ns: int | None = None) -> None:
         """Hand the buffered rows (and any held ones, once the back-off is over) to the
@@ -199,8 +201,7 @@ class ResultWriter:
             self._backoff_ns = self.flush_ns
             return
         self.failing = True
-        self.error = f"{type(err).__name__}: {err}" if not isinstance(err, OSError) else \
-            (err.strerror or str(err))
+        self.error = _why(err)
         self._held.extend(batch)
         self._held_bytes += sum(_row_bytes(r) for r in batch)
         self._retry_at_ns = time.monotonic_ns() + self._backoff_ns
@@ -249,6 +250,14 @@ class ResultWriter:
             self.flush()
         self._pool.shutdown(wait=True)
         self.unwritten = len(self._held) + len(self._buf) + self.dropped
+
+
+def _why(err: BaseException) -> str:
+    """A write error in a few words: the system's text for its errno (pyarrow wraps it in
+    longer prose), else the exception."""
+    if isinstance(err, OSError) and err.errno:
+        return os.strerror(err.errno)
+    return f"{type(err).__name__}: {err}"
 
 
 def _row_bytes(rec: RequestRecord) -> int:

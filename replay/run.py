@@ -193,7 +193,8 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
                                    metrics_url(config.target) if info.has_metrics else None,
                                    results_dir=None if pool.feeds_snapshots else str(out),
                                    shared_gauges=scrape.gauges,
-                                   gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None)
+                                   gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None,
+                                   warn=progress)
         t0 = time.monotonic_ns() + pool.start_delay_ns
         wall_t0 = time.time_ns() + pool.start_delay_ns
         config = replace(config, t0_ns=t0, workers=pool.size)

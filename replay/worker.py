@@ -183,6 +183,7 @@ async def arun_shard(
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
     driver: Driver | None = None
+    progress: _ProgressReport | None = None
     clock = MonotonicClock()
     try:
         sender: Sender | FastSender
@@ -260,8 +261,6 @@ async def arun_shard(
         finally:
             ticker.cancel()
             await watchdog.stop()
-            if report is not None:  # the final counts
-                report(progress.message(time.monotonic_ns()))
             summary.text_misses = preparer.text_misses
             summary.chunks = sender.chunks
             summary.cpu_run_s = run_cpu.cpu_s()
@@ -278,6 +277,8 @@ async def arun_shard(
         # blocking call, only the awaits below, which are then left.
         writer.close()
         summary.unwritten, summary.write_error = writer.unwritten, writer.error
+        if report is not None and progress is not None:  # the final counts
+            report(progress.message(time.monotonic_ns()))
         quiet.exit()
         summary.gc = quiet.stats()
         with contextlib.suppress(asyncio.CancelledError):

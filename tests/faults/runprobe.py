@@ -318,3 +318,14 @@ def early(then: Fault, delay_s: float) -> Fault:
             time.sleep(0.01)
         then(run)
     return fault
+
+
+def when_workers_start(then: Fault) -> Fault:
+    """``then`` as soon as worker processes exist (they are still importing)."""
+    def fault(run: Run) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and run.proc.poll() is None and not run.workers():
+            time.sleep(0.01)
+        run.watch()
+        then(run)
+    return fault
