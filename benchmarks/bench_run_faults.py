@@ -29,6 +29,8 @@ SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
         (rp.after_first_part(rp.disk_full(None)), {"tmpfs": "6m"}),
     "disk full mid-run, never freed, 2 workers":
         (rp.after_first_part(rp.disk_full(None)), {"tmpfs": "6m", "workers": 2}),
+    "disk full at the end, freed during the last retries, 2 workers":
+        (rp.after_rows(400, rp.disk_full(4.0)), {"tmpfs": "6m", "workers": 2}),
     "disk full before start, 1 worker": (None, {"tmpfs": "6m", "fill_first": True}),
     "disk full before start, 2 workers":
         (None, {"tmpfs": "6m", "fill_first": True, "workers": 2}),
@@ -45,6 +47,10 @@ SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
         (rp.after_first_part(rp.to_worker(signal.SIGTERM)), {"workers": 2}),
     "kill -9 of parent, 2 workers":
         (rp.after_first_part(rp.to_parent(signal.SIGKILL)), {"workers": 2}),
+    "kill -9 of the group, 2 workers":
+        (rp.after_first_part(rp.to_group(signal.SIGKILL)), {"workers": 2}),
+    "Ctrl-C as workers start, 2 workers":
+        (rp.when_workers_start(rp.to_group(signal.SIGINT)), {"workers": 2}),
     "Ctrl-C at 0.5 s, 2 workers": (rp.early(rp.to_group(signal.SIGINT), 0.5), {"workers": 2}),
     "Ctrl-C at 1.0 s, 2 workers": (rp.early(rp.to_group(signal.SIGINT), 1.0), {"workers": 2}),
     "Ctrl-C at 0.5 s, 1 worker": (rp.early(rp.to_group(signal.SIGINT), 0.5), {}),

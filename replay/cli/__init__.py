@@ -12,6 +12,7 @@ import argparse
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -67,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The ``agent-replay`` executable: ``main()``, then :func:`exit_process`."""
+    """The ``agent-replay`` executable: ``main()``, then :func:`exit_process`. SIGINT stops
+    it even when it was started with SIGINT ignored (a script's ``cmd &``)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     exit_process(main())
 
 

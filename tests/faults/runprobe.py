@@ -263,6 +263,23 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
 
 # Faults ------------------------------------------------------------------------------
 
+def after_rows(n: int, then: Fault) -> Fault:
+    """``then`` once the part files hold at least ``n`` rows."""
+    def fault(run: Run) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and run.proc.poll() is None:
+            run.watch()
+            rows = 0
+            for f in run.parts():
+                with contextlib.suppress(OSError, ValueError):
+                    rows += pq.ParquetFile(f).metadata.num_rows
+            if rows >= n:
+                break
+            time.sleep(0.05)
+        then(run)
+    return fault
+
+
 def after_first_part(then: Fault, delay_s: float = 0.3) -> Fault:
     def fault(run: Run) -> None:
         if run.wait_parts():
@@ -310,7 +327,7 @@ def to_worker(sig: int) -> Fault:
 
 
 def early(then: Fault, delay_s: float) -> Fault:
-    """``then`` ``delay_s`` after the run started (its workers still starting)."""
+    """``then`` ``delay_s`` after the run started."""
     def fault(run: Run) -> None:
         end = time.monotonic() + delay_s
         while time.monotonic() < end:
