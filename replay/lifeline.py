@@ -96,15 +96,26 @@ _STOPS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked in this thread within (delivered when it ends)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    """SIGINT and SIGTERM held within: blocked in this thread (processes started within
+    inherit the block), and, since the kernel may hand a signal for the process to another
+    thread, kept from this process's own handlers too; one that came is raised again when
+    the block ends."""
+    came: list[int] = []
+    old_handlers: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in _STOPS:
+            old_handlers[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS) \
+        if hasattr(signal, "pthread_sigmask") else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        for num, handler in old_handlers.items():
+            signal.signal(num, handler)
+        for num in dict.fromkeys(came):
+            signal.raise_signal(num)
 
 
 class StopSignals:
