@@ -57,6 +57,14 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
 
 
 def parent_alive(parent: int) -> bool:
+    """Whether ``parent`` still runs. A multiprocessing child asks its parent's sentinel
+    (a pipe that closes when that process is gone): ``getppid`` can still name a parent
+    that was killed while its other threads end."""
+    import multiprocessing
+
+    proc = multiprocessing.parent_process()
+    if proc is not None and proc.pid == parent:
+        return proc.is_alive()
     return os.getppid() == parent
 
 
@@ -92,6 +100,10 @@ def sigterm_received() -> bool:
 
 
 _STOPS = (signal.SIGINT, signal.SIGTERM)
+ORPHANED = signal.SIGUSR1
+"""The signal a worker asks for at its parent's death (``die_with_parent``): a stop that
+also says nobody reads its messages any more. ``getppid`` and the parent's sentinel can
+still show a parent killed outright as alive for a while, until all its threads ended."""
 
 
 @contextlib.contextmanager
@@ -119,8 +131,8 @@ def signals_held() -> Iterator[None]:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM as one graceful stop of a shard's run, taken once (see the module
-    docs). ``arm(cancel)`` when the run starts: a stop then calls ``cancel`` (thread-safe:
+    """SIGINT, SIGTERM and ``ORPHANED`` as one graceful stop of a shard's run, taken once
+    (see the module docs); ``orphaned`` tells that the parent died. ``arm(cancel)`` when the run starts: a stop then calls ``cancel`` (thread-safe:
     it is called from the signal handler); before that, a stop raises ``KeyboardInterrupt``.
     ``install`` also unblocks the two signals (``signals_held``), so one that came during
     the process's start is taken now. Main thread only; elsewhere a no-op."""
@@ -128,13 +140,14 @@ class StopSignals:
     def __init__(self) -> None:
         self.requested = False
         self.signal: int | None = None
+        self.orphaned = False  # ORPHANED came: the parent is gone (die_with_parent)
         self._cancel: Callable[[], None] | None = None
         self._old: dict[int, Any] = {}
 
     def install(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
-        for sig in _STOPS:
+        for sig in (*_STOPS, ORPHANED):
             self._old[sig] = signal.signal(sig, self._on_signal)
         if hasattr(signal, "pthread_sigmask"):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
@@ -153,6 +166,8 @@ class StopSignals:
             cancel()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == ORPHANED:
+            self.orphaned = True
         if self.requested:
             return
         self.requested = True

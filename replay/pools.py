@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,8 +27,15 @@ from agent_replay.errors import AgentReplayError
 from agent_replay.replay.affinity import pin_loop_thread
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
-from agent_replay.replay.lifeline import StopSignals, die_with_parent, parent_alive, signals_held
+from agent_replay.replay.lifeline import (
+    ORPHANED,
+    StopSignals,
+    die_with_parent,
+    parent_alive,
+    signals_held,
+)
 from agent_replay.replay.plan import Plan
+from agent_replay.replay.results import SpaceReserve
 from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard, stoppable
 from agent_replay.results_schema import ErrorKind
 
@@ -318,16 +326,17 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
     from agent_replay.replay.worker import load_plan
 
     parent = os.getppid()
+    stop = StopSignals()
     try:
-        stop = StopSignals().install()  # takes a stop that came while this process started
-        die_with_parent(signal.SIGINT, parent)  # a parent killed outright: stop as on Ctrl-C
+        stop.install()  # takes a stop that came while this process started
+        die_with_parent(ORPHANED, parent)  # a parent killed outright: stop as on Ctrl-C
         plan = load_plan(config)
         q.put(("ready", shard, None))
         go.wait()
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, shard)
         summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop)
-        if parent_alive(parent):
+        if not stop.orphaned and parent_alive(parent):
             q.put(("done", shard, summary))
     except KeyboardInterrupt:
         pass  # stopped before the run started: nothing sent, nothing to report
@@ -337,9 +346,23 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         q.put(("error", shard, f"worker {shard}: {type(exc).__name__}: {exc}"))
     finally:
         # The work is over: a stop from here on (the parent's SIGINT after a Ctrl-C, its
-        # death) must not break the exit half-way through the queue's own finalizers,
-        # which would then wait forever.
+        # death) only sets flags; it must not break the exit half-way through the queue's
+        # own finalizers, which would then wait forever.
+        stop.arm(lambda: None)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-        if not parent_alive(parent):  # nobody reads the queue: do not wait to flush it
-            q.cancel_join_thread()
+        _leave(q, parent, stop, Path(config.output or "."))
+
+
+def _leave(q: Any, parent: int, stop: StopSignals, out: Path) -> None:
+    """Let the last messages reach the parent while it lives; once it is gone, give them
+    up (nobody reads the queue) and remove the space reserve it can no longer release."""
+    q.close()
+    feeder = threading.Thread(target=q.join_thread, daemon=True)
+    feeder.start()
+    while feeder.is_alive() and not stop.orphaned and parent_alive(parent):
+        feeder.join(0.1)
+    if stop.orphaned or not parent_alive(parent):
+        q.cancel_join_thread()
+        with contextlib.suppress(OSError):
+            (out / SpaceReserve.NAME).unlink()

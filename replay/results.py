@@ -10,6 +10,7 @@ Times are stored as offsets from the run's t0 (agent_replay/results_schema.py).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -288,9 +289,11 @@ class SpaceReserve:
         self.path = folder / self.NAME
         try:
             with open(self.path, "wb") as f:
-                if hasattr(os, "posix_fallocate"):
+                try:
                     os.posix_fallocate(f.fileno(), 0, size)
-                else:  # pragma: no cover - not Linux
+                except (AttributeError, OSError) as exc:  # not Linux, or a file system without it
+                    if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
                     f.write(b"\0" * size)
         except OSError as exc:
             with contextlib.suppress(OSError):

@@ -51,12 +51,26 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def alive(pid: int) -> bool:
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (None: no such process)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def started(pid: int) -> tuple[int, int]:
+    """``pid`` with its start time (clock ticks after boot): a process, even once its pid
+    is reused."""
+    st = _stat(pid)
+    return pid, int(st[19]) if st is not None else -1
+
+
+def alive(proc: tuple[int, int]) -> bool:
+    """Whether the process ``started`` gave is still running (not a zombie)."""
+    st = _stat(proc[0])
+    return st is not None and st[0] != "Z" and int(st[19]) == proc[1]
 
 
 def mount_tmpfs(where: Path, size: str) -> bool:
@@ -91,11 +105,11 @@ class Run:
     proc: subprocess.Popen[str]
     out: Path
     disk: Path | None
-    seen: set[int] = field(default_factory=set)  # child pids seen while it ran
+    seen: set[tuple[int, int]] = field(default_factory=set)  # children seen while it ran (started)
     fault_at: float | None = None  # time.monotonic() when the fault was applied
 
     def watch(self) -> None:
-        self.seen |= descendants(self.proc.pid)
+        self.seen |= {started(p) for p in descendants(self.proc.pid)}
 
     def parts(self) -> list[Path]:
         d = self.out / "requests"
@@ -147,6 +161,7 @@ class Outcome:
     orphans: int
     seconds: float
     after_fault_s: float | None  # from the fault to the run's exit
+    reserve_left: bool  # the results folder's .space-reserve is still there
     stderr: str
     stdout: str
 
@@ -218,9 +233,10 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             ended = time.monotonic()
             if hang:
                 run.signal_group(signal.SIGKILL)
-                for pid in run.seen:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                for child in run.seen:
+                    if alive(child):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(child[0], signal.SIGKILL)
                 reader.join(10)
             seconds = time.monotonic() - t0
             # children left: give them the time a stop takes, then count
@@ -230,7 +246,7 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             orphans = [p for p in run.seen if alive(p)]
             for p in orphans:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
+                    os.kill(p[0], signal.SIGKILL)
         stdout, stderr = (outs + ["", ""])[:2]
         rows_ids: set[str] = set()
         for f in run.parts():
@@ -255,6 +271,7 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             summary=summary, unwritten=summary.get("unwritten"), last_line=final,
             traceback="Traceback" in stderr, orphans=len(orphans), seconds=seconds,
             after_fault_s=None if run.fault_at is None else ended - run.fault_at,
+            reserve_left=(out / ".space-reserve").exists(),
             stderr=stderr, stdout=stdout)
     finally:
         if disk is not None:

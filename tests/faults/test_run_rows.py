@@ -35,11 +35,13 @@ def _root() -> None:
 
 
 def _clean(o: rp.Outcome) -> None:
-    """What every outcome must show: an end, no traceback, no process left, no .tmp."""
+    """What every outcome must show: an end, no traceback, no process left, no .tmp, no
+    space reserve left in the results folder."""
     assert not o.hang, o.stderr
     assert "Traceback" not in o.stderr, o.stderr
     assert o.orphans == 0
     assert o.tmp_left == 0
+    assert not o.reserve_left
 
 
 def _rows_match(o: rp.Outcome) -> None:
