@@ -5,11 +5,9 @@
   scraper never outlives a parent that was killed.
 * ``sigterm_as_sigint()``: in the parent, SIGTERM becomes SIGINT (the same graceful stop:
   workers finish what is in flight as ``cancelled``, results and run.json are written),
-  also when the process inherited SIGINT ignored;
-  ``sigterm_received()`` tells whether it happened, since children, unlike with a Ctrl-C at
-  a terminal, did not get the signal themselves.
-* ``StopSignals``: in a process that runs a shard, SIGINT and SIGTERM are one graceful
-  stop, taken once: the first cancels the run (or, before it started, raises
+  also when the process inherited SIGINT ignored.
+* ``StopSignals``: in a process that runs a shard, SIGINT and SIGTERM (and ``ORPHANED``,
+  the parent's death) are one graceful stop, taken once: the first cancels the run (or, before it started, raises
   ``KeyboardInterrupt``), later ones are ignored, so a Ctrl-C at a terminal, the parent's
   own SIGINT after it and a SIGTERM to the group cannot break the stop half-way through
   writing the last rows.
@@ -33,7 +31,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
-_term = threading.Event()
 
 
 def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
@@ -74,10 +71,8 @@ def sigterm_as_sigint() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _term.clear()
 
     def on_term(signum: int, frame: Any) -> None:
-        _term.set()
         os.kill(os.getpid(), signal.SIGINT)
 
     # A parent without job control (a script's ``cmd &``, a test runner's worker) may have
@@ -93,10 +88,6 @@ def sigterm_as_sigint() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def sigterm_received() -> bool:
-    return _term.is_set()
 
 
 _STOPS = (signal.SIGINT, signal.SIGTERM)
