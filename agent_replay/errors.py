@@ -57,6 +57,14 @@ class ProtocolError(AgentReplayError):
     exit_code = 3
 
 
+class OutputError(AgentReplayError):
+    """The results cannot be written (a full disk, no permission). Exit code 5 is also a
+    run's code when it ended with finished requests that have no row
+    (``RunSummary.exit_code``): either way, what was measured is not all on disk."""
+
+    exit_code = 5
+
+
 class LaunchError(AgentReplayError):
     """A server we were asked to launch did not come up."""
 

@@ -28,6 +28,11 @@ def largest(a: Any, b: Any) -> Any:
     return max(a, b)
 
 
+def first(a: Any, b: Any) -> Any:
+    """The first value that is not None (a worker's first error, say)."""
+    return a if a is not None else b
+
+
 def either(a: bool, b: bool) -> bool:
     return bool(a or b)
 

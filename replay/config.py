@@ -161,6 +161,12 @@ class RunConfig:
         None, metavar="N", checks=(at_least(1),),
         help="stop the run (status aborted, exit 1) after N failed requests in a row")
     """Stop the run (status ``aborted``) after this many failed requests in a row."""
+    write_retry_s: float = option(
+        10.0, metavar="SECONDS", checks=(at_least(0),),
+        help="at the end, retry part files that cannot be written (a full disk) "
+        "this long before their rows count as unwritten (exit 5; default 10)")
+    """At a worker's end, how long part files that cannot be written (a full disk) are
+    retried before their rows are counted as unwritten (``ResultWriter``)."""
     loop: str = option("uvloop", choices=LOOP_KINDS, sweep=True)
     http_client: str = option(
         "fast", choices=HTTP_CLIENTS, sweep=True,

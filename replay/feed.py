@@ -18,8 +18,10 @@ class ProgressFeed:
     """Progress while the run goes: the analysis dashboard when the run shows progress,
     else a plain line every ``every_s`` seconds to ``out``."""
 
-    def __init__(self, out: Reporter | None, every_s: float = 2.0, dashboard: Any = None) -> None:
+    def __init__(self, out: Reporter | None, every_s: float = 2.0, dashboard: Any = None,
+                 warn: Reporter | None = None) -> None:
         self.out = out
+        self.warn = warn if warn is not None else out  # warnings, also without progress lines
         self.every_ns = int(every_s * 1e9)
         self.last: dict[int, Progress] = {}
         self._printed = 0
@@ -28,24 +30,26 @@ class ProgressFeed:
         self._snaps: dict[int, bytes] = {}
         self._own: Any = None  # LiveStats of progress and loop lag, when the dashboard reads the parts
         self._sent_ns = 0
+        self._held = 0  # rows the workers could not write yet, as last said
 
     @classmethod
     def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
                results_dir: str | None = None, shared_gauges: Any = None,
-               gpu_gauges: Any = None, planned_ns: int = 0) -> ProgressFeed:
+               gpu_gauges: Any = None, planned_ns: int = 0,
+               warn: Reporter | None = None) -> ProgressFeed:
         """With ``results_dir``, the dashboard computes the request statistics from the
         part files there, and ``update`` sends it progress and loop lag only; without it,
         ``live`` sends it complete snapshots (the Ray pool's). ``shared_gauges``: the
         server gauges from the run's scraper (then the dashboard does not scrape itself)."""
         if out is None:
-            return cls(None)
+            return cls(None, warn=warn)
         from agent_replay.analysis.dashboard import DashboardProcess
 
         dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
                                 shared_gauges=shared_gauges, gpu_gauges=gpu_gauges,
                                 planned_ns=planned_ns)
         dash.start()
-        prog = cls(out, dashboard=dash)
+        prog = cls(out, dashboard=dash, warn=warn)
         if results_dir is not None:
             from agent_replay.analysis.live import LiveStats
 
@@ -87,6 +91,18 @@ class ProgressFeed:
         st.cpu_percent = [m.cpu * 100 for m in last]
         self.dashboard.update(st.encode())
 
+    def _writes(self) -> None:
+        """One line when part files start to fail (rows held in memory) and one when every
+        held row is written again."""
+        held = sum(m.held_rows for m in self.last.values())
+        if held and not self._held and self.warn is not None:
+            err = next((m.write_error for m in self.last.values() if m.write_error), "write error")
+            self.warn(f"WARNING: cannot write part files ({err}): "
+                     f"{held} rows kept in memory and retried; free space in the results folder")
+        elif self._held and not held and self.warn is not None:
+            self.warn("writing again: every kept row is written")
+        self._held = held
+
     def close(self) -> None:
         if self.dashboard is not None:
             if self._own is not None and self.last:
@@ -98,6 +114,7 @@ class ProgressFeed:
     def update(self, msg: Progress) -> None:
         self.last[msg.shard] = msg
         now = time.monotonic_ns()
+        self._writes()
         if self._own is not None:
             self._to_dashboard(msg, now)
         if self.out is None or self.dashboard is not None or now - self._printed < self.every_ns:

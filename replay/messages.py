@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Progress:
     """One worker's counters at ``elapsed_ns`` since t0; ``cpu`` is its CPU share since its
-    previous message, ``loop_lags`` the event-loop lag samples (ns) taken since then."""
+    previous message, ``loop_lags`` the event-loop lag samples (ns) taken since then;
+    ``held_rows`` and ``write_error`` say that its part files cannot be written now."""
 
     shard: int
     elapsed_ns: int
@@ -35,6 +36,8 @@ class Progress:
     output_tokens: int
     cpu: float
     loop_lags: tuple[int, ...] = ()
+    held_rows: int = 0  # rows whose part file could not be written yet (kept, retried)
+    write_error: str | None = None  # why, while writes fail
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,10 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_replay.engines import aio
@@ -25,9 +27,17 @@ from agent_replay.errors import AgentReplayError
 from agent_replay.replay.affinity import pin_loop_thread
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
-from agent_replay.replay.lifeline import die_with_parent, parent_alive, sigterm_received
+from agent_replay.replay.lifeline import (
+    ORPHANED,
+    StopSignals,
+    die_with_parent,
+    parent_alive,
+    signals_held,
+)
 from agent_replay.replay.plan import Plan
-from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard
+from agent_replay.replay.results import SpaceReserve
+from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard, stoppable
+from agent_replay.results_schema import ErrorKind
 
 if TYPE_CHECKING:  # the Ray side is imported only when a Ray pool starts
     from agent_replay.replay.distributed.placement import Lost
@@ -88,7 +98,7 @@ def start_pool(config: RunConfig, plan: Plan, n: int, warn: Reporter | None = No
         return RayPool.start(config, plan, config.ray, config.ray_actors_per_node, warn=warn)
     if n == 1:
         return InProcessPool(plan)
-    return LocalProcessPool.start(config, n)
+    return LocalProcessPool.start(config, n, plan)
 
 
 class _OnThisHost:
@@ -107,7 +117,8 @@ class _OnThisHost:
 
 
 class InProcessPool(_OnThisHost):
-    """The one worker on an event loop of this process, with the plan already built."""
+    """The one worker on an event loop of this process, with the plan already built.
+    While it runs, SIGINT and SIGTERM are one graceful stop (``StopSignals``)."""
 
     size = 1
     start_delay_ns = 200_000_000
@@ -118,7 +129,12 @@ class InProcessPool(_OnThisHost):
     def run(self, config: RunConfig, feed: ProgressFeed) -> list[WorkerSummary]:
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, 0)
-        return [aio.run(arun_shard(config, 0, 1, feed.update, plan=self.plan), config.loop)]
+        stop = StopSignals().install()
+        try:
+            return [aio.run(stoppable(arun_shard(config, 0, 1, feed.update, plan=self.plan), stop),
+                            config.loop)]
+        finally:
+            stop.uninstall()
 
     def arrived(self) -> list[WorkerSummary]:
         return []  # the one summary is run's return value
@@ -127,30 +143,55 @@ class InProcessPool(_OnThisHost):
         pass
 
 
+STOP_WAIT_S = 30.0
+"""After a stop, how long the workers get to end their in-flight requests, beyond the time
+their writers may retry part files (``RunConfig.write_retry_s``); then they are killed."""
+
+
 class LocalProcessPool(_OnThisHost):
     """Local worker processes. They start, build their plan and say ready before t0 is
     chosen, then all start from the one t0 the parent hands them (CLOCK_MONOTONIC is
-    shared by every process on the host), so slow process start-up is never schedule lag."""
+    shared by every process on the host), so slow process start-up is never schedule lag.
+
+    A stop (SIGINT or SIGTERM to this process, or to the group) is passed to every worker
+    once; they end their in-flight requests as ``cancelled``, write their rows and report.
+    A worker that ends without a report (stopped before it could send one, killed) is
+    counted from its part files. None outlives the pool: each watches this process and
+    stops when it dies, and ``close`` kills what is left."""
 
     start_delay_ns = 300_000_000
 
-    def __init__(self, config: RunConfig, n: int) -> None:
+    def __init__(self, config: RunConfig, n: int, plan: Plan | None = None) -> None:
         ctx = mp.get_context("spawn")
         self.n = n
+        self.out = Path(config.output or ".")
+        self.write_retry_s = config.write_retry_s
+        self.planned = [plan.shard(i, n).n_requests for i in range(n)] if plan is not None else [0] * n
         self.q: Any = ctx.Queue()
         self.go = ctx.Event()
         self.t0: Any = ctx.Value("q", 0)
         self.procs = [ctx.Process(target=_proc_main, args=(config, i, n, self.q, self.go, self.t0),
                                   name=f"replay-worker-{i}") for i in range(n)]
-        for p in self.procs:
-            p.start()
         self.results: dict[int, WorkerSummary] = {}
         self.failures: list[str] = []
+        try:
+            with signals_held():  # a stop during their start-up waits for their handlers
+                for p in self.procs:
+                    p.start()
+        except BaseException:  # a Ctrl-C meanwhile: delivered as the block ends
+            # The workers still read their start-up state from this process: it must not
+            # exit (and remove their semaphores) before they have.
+            self.stop(grace_s=0.0)
+            raise
 
     @classmethod
-    def start(cls, config: RunConfig, n: int) -> LocalProcessPool:
-        pool = cls(config, n)
-        pool.wait_ready()
+    def start(cls, config: RunConfig, n: int, plan: Plan | None = None) -> LocalProcessPool:
+        pool = cls(config, n, plan)
+        try:
+            pool.wait_ready()
+        except BaseException:
+            pool.stop()
+            raise
         return pool
 
     @property
@@ -166,102 +207,162 @@ class LocalProcessPool(_OnThisHost):
             except queue.Empty:
                 dead = [p.name for p in self.procs if not p.is_alive()]
                 if dead or time.monotonic() > deadline:
-                    self.stop()
                     raise AgentReplayError(f"worker processes did not start: {', '.join(dead) or 'timeout'}") from None
                 continue
             if kind == "ready":
                 ready.add(shard)
             elif kind == "error":
-                self.stop()
                 raise AgentReplayError(payload)
 
-    def stop(self) -> None:
-        for p in self.procs:
+    def stop(self, grace_s: float = 0.0) -> None:
+        """End every worker: the ones still running after ``grace_s`` get SIGTERM, then
+        SIGKILL if they do not end within 5 s."""
+        deadline = time.monotonic() + grace_s
+        started = [p for p in self.procs if p.pid is not None]
+        for p in started:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in started:
             if p.is_alive():
                 p.terminate()
+        for p in started:
             p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
 
     def run(self, config: RunConfig, feed: ProgressFeed) -> list[WorkerSummary]:
         assert config.t0_ns is not None
         self.t0.value = config.t0_ns
-        self.go.set()
-        n, procs, results, failures = self.n, self.procs, self.results, self.failures
+        stop = StopSignals().install()  # a stop sets a flag: no exception inside a queue read
+        stop.arm(lambda: None)
         try:
-            while len(results) + len(failures) < n:
-                try:
-                    kind, shard, payload = self.q.get(timeout=0.5)
-                except queue.Empty:
-                    dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
-                    if dead and self.q.empty():
-                        failures.extend(f"worker {p.name} exited with code {p.exitcode}" for p in dead
-                                        if f"worker {p.name} exited with code {p.exitcode}" not in failures)
-                        if len(results) + len(failures) >= n:
-                            break
-                    continue
-                if kind == "progress":
-                    feed.update(payload)
-                elif kind == "done":
-                    results[shard] = payload
-                elif kind == "error":
-                    failures.append(payload)
-        except KeyboardInterrupt:
-            # A Ctrl-C at a terminal reached the workers too; a SIGTERM to this process did
-            # not: pass it on. Then let them write what they have.
-            if sigterm_received():
-                for p in procs:
-                    if p.is_alive() and p.pid is not None:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(p.pid, signal.SIGINT)
-            deadline = time.monotonic() + 30
-            while len(results) < n and time.monotonic() < deadline:
-                try:
-                    kind, shard, payload = self.q.get(timeout=0.5)
-                except queue.Empty:
-                    if not any(p.is_alive() for p in procs):
-                        break
-                    continue
-                if kind == "done":
-                    results[shard] = payload
-            for p in procs:
-                p.join(timeout=5)
-            raise
-        for p in procs:
-            p.join(timeout=30)
-        if failures:
-            raise AgentReplayError("; ".join(failures))
+            self.go.set()
+            self._collect(feed, stop, None)
+            if stop.requested:
+                self._pass_on_stop()
+                self._collect(None, None, time.monotonic() + STOP_WAIT_S + self.write_retry_s)
+        finally:
+            self._end()
+            stop.uninstall()
+        if stop.requested:
+            raise KeyboardInterrupt
+        if self.failures:
+            raise AgentReplayError("; ".join(self.failures))
         return self.arrived()
+
+    def _collect(self, feed: ProgressFeed | None, stop: StopSignals | None,
+                 deadline: float | None) -> None:
+        """Read the workers' messages until each has reported or ended, a stop is asked
+        for (``stop``) or ``deadline`` passes."""
+        while len(self.results) < self.n:
+            if stop is not None and stop.requested:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            try:
+                kind, shard, payload = self.q.get(timeout=0.2)
+            except queue.Empty:
+                if all(not p.is_alive() or i in self.results for i, p in enumerate(self.procs)):
+                    return  # the ones without a report are gone, and so is what they sent
+                continue
+            if kind == "progress":
+                if feed is not None:
+                    feed.update(payload)
+            elif kind == "done":
+                self.results[shard] = payload
+            elif kind == "error":
+                self.failures.append(payload)
+                self.results.setdefault(shard, WorkerSummary(shard=shard, total=self.planned[shard]))
+
+    def _pass_on_stop(self) -> None:
+        """SIGINT to every worker: a Ctrl-C at a terminal reached them already (they take a
+        stop once), a signal to this process alone did not."""
+        for p in self.procs:
+            if p.is_alive() and p.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGINT)
+
+    def _end(self) -> None:
+        """Every worker ended; the ones that sent no report counted from their part files."""
+        self.stop(grace_s=5.0)
+        for i, p in enumerate(self.procs):
+            if i in self.results:
+                continue
+            if p.exitcode not in (0, None) and p.exitcode != -signal.SIGINT:
+                self.failures.append(f"worker {p.name} exited with code {p.exitcode}")
+            self.results[i] = summary_from_parts(self.out, i, self.planned[i])
 
     def arrived(self) -> list[WorkerSummary]:
         return [self.results[i] for i in sorted(self.results)]
 
     def close(self) -> None:
-        """Nothing to end: ``run`` joined the workers, and one still writing its last rows
-        after a stop is left to finish (multiprocessing joins it when this process exits)."""
+        """End any worker still running (a start or run that failed half-way)."""
+        self.stop()
+
+
+def summary_from_parts(out: Path, shard: int, planned: int) -> WorkerSummary:
+    """What a worker that ended without its report recorded, counted from its part files:
+    its totals then match its rows. Marked interrupted."""
+    import pyarrow.parquet as pq
+
+    s = WorkerSummary(shard=shard, total=planned, interrupted=True)
+    for f in sorted((out / "requests").glob(f"part-{shard:03d}-*.parquet")):
+        try:
+            cols = pq.read_table(f, columns=["status", "error_kind"]).to_pydict()
+        except (OSError, ValueError):
+            continue
+        for status, kind in zip(cols["status"], cols["error_kind"], strict=True):
+            s.sent += 1
+            s.done += 1
+            if status == "ok":
+                s.ok += 1
+            else:
+                k = kind or ErrorKind.UNKNOWN
+                s.errors[k] = s.errors.get(k, 0) + 1
+    return s
 
 
 def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
     from agent_replay.replay.worker import load_plan
 
     parent = os.getppid()
-    die_with_parent(signal.SIGINT, parent)  # a parent killed outright: stop as on Ctrl-C
+    stop = StopSignals()
     try:
+        stop.install()  # takes a stop that came while this process started
+        die_with_parent(ORPHANED, parent)  # a parent killed outright: stop as on Ctrl-C
         plan = load_plan(config)
         q.put(("ready", shard, None))
         go.wait()
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, shard)
-        summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan)
-        if parent_alive(parent):
+        summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop)
+        if not stop.orphaned and parent_alive(parent):
             q.put(("done", shard, summary))
     except KeyboardInterrupt:
-        pass
+        pass  # stopped before the run started: nothing sent, nothing to report
     except AgentReplayError as exc:
         q.put(("error", shard, f"worker {shard}: {exc}"))
     except Exception as exc:
         q.put(("error", shard, f"worker {shard}: {type(exc).__name__}: {exc}"))
     finally:
-        # The work is over: a parent's death from here on (its SIGINT) must not break the
-        # exit half-way through the queue's own finalizers, which would then wait forever.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if not parent_alive(parent):  # nobody reads the queue: do not wait to flush it
-            q.cancel_join_thread()
+        # The work is over: a stop from here on (the parent's SIGINT after a Ctrl-C, its
+        # death) only sets flags; it must not break the exit half-way through the queue's
+        # own finalizers, which would then wait forever.
+        stop.arm(lambda: None)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        _leave(q, parent, stop, Path(config.output or "."))
+
+
+def _leave(q: Any, parent: int, stop: StopSignals, out: Path) -> None:
+    """Let the last messages reach the parent while it lives; once it is gone, give them
+    up (nobody reads the queue) and remove the space reserve it can no longer release."""
+    q.close()
+    feeder = threading.Thread(target=q.join_thread, daemon=True)
+    feeder.start()
+    while feeder.is_alive() and not stop.orphaned and parent_alive(parent):
+        feeder.join(0.1)
+    if stop.orphaned or not parent_alive(parent):
+        q.cancel_join_thread()
+        with contextlib.suppress(OSError):
+            (out / SpaceReserve.NAME).unlink()

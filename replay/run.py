@@ -12,6 +12,7 @@ generator's self-check (replay.runrecord).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import secrets
 import sys
@@ -29,9 +30,9 @@ from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
 from agent_replay.replay.lifeline import sigterm_as_sigint
 from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
-from agent_replay.replay.pools import start_pool
+from agent_replay.replay.pools import WorkerPool, start_pool
 from agent_replay.replay.provenance import provenance
-from agent_replay.replay.results import prepare_folder
+from agent_replay.replay.results import SpaceReserve, prepare_folder, remove_unfinished_parts
 from agent_replay.replay.runrecord import (
     RunSummary,
     finish,
@@ -49,6 +50,7 @@ from agent_replay.replay.scrape import (
 from agent_replay.replay.source import read_replayed
 from agent_replay.replay.target import TargetInfo, base_url, probe
 from agent_replay.replay.worker import WorkerSummary
+from agent_replay.results_schema import RESULTS_SCHEMA_VERSION
 from agent_replay.traces.failed import drop_failed
 from agent_replay.traces.io import trace_files
 from agent_replay.traces.validate import validate_or_raise
@@ -198,6 +200,18 @@ def _run(config: RunConfig, progress: Reporter | None,
         config = replace(config, worker_cpus=tuple(worker_cpus(config.cpus, n)))
     out = Path(config.output or ".")
     prepare_folder(out, config.force)
+    reserve = SpaceReserve(out)  # a disk full before the start: one line, exit 5, nothing sent
+    try:
+        return _replay(config, plan, info, n, out, reserve, progress, launch_info)
+    finally:
+        reserve.release()
+
+
+def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
+            reserve: SpaceReserve, progress: Reporter | None,
+            launch_info: dict[str, Any] | None) -> RunSummary:
+    """From the fresh results folder on: the samplers, the pool, t0, the run, run.json.
+    Whatever ends it, every process it started is ended and run.json gets a final status."""
     if config.worker_cpus:
         pin(rest_cpus(config.worker_cpus))  # the scraper and the dashboard start from here: the rest
     trace_sha = _sha256(config.trace)
@@ -205,70 +219,95 @@ def _run(config: RunConfig, progress: Reporter | None,
     scrape = MetricsScraper(config.target, scrape_interval(config, info), out / FILE_NAME)
     scrape.start()
     gpu_tel, gpu_off = start_gpu_telemetry(config, out, launch_info, progress)
-    pool = start_pool(config, plan, n, warn=progress)  # its workers are ready when it returns
-    # The dashboard starts before t0 and says when it is ready: its start-up is not the run's.
-    prog = ProgressFeed.create(progress if config.progress else None, plan.n_requests,
-                               f"agent-replay {Path(config.trace).name} -> {redact_url(config.target)}",
-                               metrics_url(config.target) if info.has_metrics else None,
-                               results_dir=None if pool.feeds_snapshots else str(out),
-                               shared_gauges=scrape.gauges,
-                               gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None,
-                               planned_ns=_planned_end(plan, config.timing))
-    t0 = time.monotonic_ns() + pool.start_delay_ns
-    wall_t0 = time.time_ns() + pool.start_delay_ns
-    config = replace(config, t0_ns=t0, workers=pool.size)
-    meta = run_meta(config, info, plan, trace_sha, t0, wall_t0, "running")
-    meta["gpus"], meta["gpus_source"] = gpu_count(config)
-    meta["scrape"] = scrape.describe()
-    if launch_info is not None:
-        meta["launch"] = launch_info
-    meta["provenance"] = provenance(config.target, launch_info)
-    scrape.set_t0(t0)
-    if gpu_tel is not None:
-        gpu_tel.set_t0(t0)
-    meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
-    write_run_json(out, meta)
-    for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
-        if w:
-            meta.setdefault("warnings_before_run", []).append(w)
-            if progress is not None:
-                progress(f"warning: {w}")
-    too_long = _over_context(plan, info.max_model_len)
-    if too_long:
-        meta.setdefault("warnings_before_run", []).append(
-            f"{too_long} requests need more than the target's max_model_len ({info.max_model_len}) "
-            "tokens: the server will refuse them")
-        if progress is not None:
-            progress(f"warning: {meta['warnings_before_run'][-1]}")
-    if progress is not None:
-        progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
-                 f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
-                 f"model {config.model}; results: {out}")
+    pool: WorkerPool | None = None
+    prog: ProgressFeed | None = None
+    meta: dict[str, Any] = {}
     summaries: list[WorkerSummary] = []
     interrupted = False
     host = MachineMeter()
     try:
-        summaries = pool.run(config, prog)
-    except KeyboardInterrupt:
-        interrupted = True
-        summaries = pool.arrived()  # the workers that reported before the stop
+        pool = start_pool(config, plan, n, warn=progress)  # its workers are ready when it returns
+        # The dashboard starts before t0 and says when it is ready: its start-up is not the run's.
+        prog = ProgressFeed.create(progress if config.progress else None, plan.n_requests,
+                                   f"agent-replay {Path(config.trace).name} -> {redact_url(config.target)}",
+                                   metrics_url(config.target) if info.has_metrics else None,
+                                   results_dir=None if pool.feeds_snapshots else str(out),
+                                   shared_gauges=scrape.gauges,
+                                   gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None,
+                                   planned_ns=_planned_end(plan, config.timing), warn=progress)
+        t0 = time.monotonic_ns() + pool.start_delay_ns
+        wall_t0 = time.time_ns() + pool.start_delay_ns
+        config = replace(config, t0_ns=t0, workers=pool.size)
+        meta = run_meta(config, info, plan, trace_sha, t0, wall_t0, "running")
+        meta["gpus"], meta["gpus_source"] = gpu_count(config)
+        meta["scrape"] = scrape.describe()
+        if launch_info is not None:
+            meta["launch"] = launch_info
+        meta["provenance"] = provenance(config.target, launch_info)
+        scrape.set_t0(t0)
+        if gpu_tel is not None:
+            gpu_tel.set_t0(t0)
+        meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
+        write_run_json(out, meta, reserve)
+        for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
+            if w:
+                meta.setdefault("warnings_before_run", []).append(w)
+                if progress is not None:
+                    progress(f"warning: {w}")
+        too_long = _over_context(plan, info.max_model_len)
+        if too_long:
+            meta.setdefault("warnings_before_run", []).append(
+                f"{too_long} requests need more than the target's max_model_len ({info.max_model_len}) "
+                "tokens: the server will refuse them")
+            if progress is not None:
+                progress(f"warning: {meta['warnings_before_run'][-1]}")
+        if progress is not None:
+            progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
+                     f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
+                     f"model {config.model}; results: {out}")
+        try:
+            summaries = pool.run(config, prog)
+        except KeyboardInterrupt:
+            interrupted = True
+            summaries = pool.arrived()  # the workers that reported before the stop
+    except KeyboardInterrupt:  # before t0: nothing was sent
+        _stopped_before_start(out, meta, reserve)
+        raise
     except Exception as exc:  # a worker failed (a dead server, say): a final status first
-        record_failure(out, meta, exc)
+        if meta:
+            record_failure(out, meta, exc, reserve)
         raise
     finally:
         scrape.stop()  # first: its final scrape is the dashboard's last gauges
         meta["scrape"] = scrape.describe()
         if gpu_tel is not None:
             meta["gpu_telemetry"] = gpu_tel.stop()
-        prog.close()
-        meta.update(pool.describe())
-        pool.close()
+        if prog is not None:
+            prog.close()
+        if pool is not None:
+            meta.update(pool.describe())
+            pool.close()
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
-    finish(out, meta, summary, config.timing, config)
+    leftovers = remove_unfinished_parts(out)
+    if leftovers:
+        summary.self_check.warnings.append(
+            f"{leftovers} unfinished part files (.tmp) of stopped workers were removed")
+    finish(out, meta, summary, config.timing, config, reserve)
+    if summary.unwritten and progress is not None:
+        progress(f"error: {summary.unwritten_line()}")
     if summary.interrupted and progress is not None:
         progress(f"interrupted: partial results (every completed request) are in {out}")
     elif summary.partial and progress is not None:
         progress(summary.partial_line() or "")
     return summary
+
+
+def _stopped_before_start(out: Path, meta: dict[str, Any], reserve: SpaceReserve) -> None:
+    """run.json of a run stopped before its t0 (or before its replay sent anything)."""
+    with contextlib.suppress(AgentReplayError):
+        write_run_json(out, {**meta, "results_schema_version": RESULTS_SCHEMA_VERSION,
+                             "status": "interrupted", "stopped_before_start": True,
+                             "summary": {"total": 0, "sent": 0, "ok": 0, "failed": 0,
+                                         "cancelled": 0, "unwritten": 0}}, reserve)

@@ -16,13 +16,22 @@ import numpy as np
 
 from agent_replay import __version__
 from agent_replay.analysis import outcomes
-from agent_replay.analysis.counters import Counters, counter, keyed, largest, merge_all, merged_by
+from agent_replay.analysis.counters import (
+    Counters,
+    counter,
+    first,
+    keyed,
+    largest,
+    merge_all,
+    merged_by,
+)
+from agent_replay.errors import OutputError
 from agent_replay.redact import redact_url
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.options import record_options
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.provenance import code_version
-from agent_replay.replay.results import write_json_atomic
+from agent_replay.replay.results import SpaceReserve, write_json_atomic
 from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
 from agent_replay.replay.worker import GC_MERGE, WorkerSummary
@@ -33,6 +42,8 @@ if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
 
 RUN_JSON = "run.json"
+ROWS_LOST_EXIT = OutputError.exit_code
+"""A run's exit code when recorded requests have no row."""
 
 
 @dataclass
@@ -64,19 +75,24 @@ class RunSummary(Counters):
     aborted: bool = False  # --abort-after-failures stopped it
     max_failure_rate: float = 0.1
     invalid_reason: str | None = None  # agentx timing: why the run is not a valid AgentX run
+    unwritten: int = counter(0)  # recorded requests whose row could not be written (a full disk)
+    write_error: str | None = counter(None, first)
 
     @property
     def status(self) -> str:
         """The run's final status: ``interrupted`` (Ctrl-C, SIGTERM), ``aborted``
-        (``--abort-after-failures``), ``partial`` (workers lost), ``failed`` (more than
-        ``max_failure_rate`` of the sent requests failed), ``invalid`` (``agentx`` timing: the
-        AgentX rules refuse the run) or ``ok``."""
+        (``--abort-after-failures``), ``partial`` (workers lost), ``incomplete`` (requests
+        without a row: ``unwritten``), ``failed`` (more than ``max_failure_rate`` of the
+        sent requests failed), ``invalid`` (``agentx`` timing: the AgentX rules refuse the
+        run) or ``ok``."""
         if self.interrupted:
             return "interrupted"
         if self.aborted:
             return "aborted"
         if self.partial:
             return "partial"
+        if self.unwritten:
+            return "incomplete"
         if self.failed and self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled):
             return "failed"
         if self.invalid_reason is not None:
@@ -85,8 +101,18 @@ class RunSummary(Counters):
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 1 aborted, partial, failed or invalid, else 0."""
+        """5 when recorded requests have no row (whatever the status: the results are not
+        all on disk), else 130 interrupted, 1 aborted, partial, failed or invalid, 0 ok."""
+        if self.unwritten:
+            return ROWS_LOST_EXIT
         return {"ok": 0, "interrupted": 130}.get(self.status, 1)
+
+    def unwritten_line(self) -> str | None:
+        """The line that says how many requests have no row (None when all have one)."""
+        if not self.unwritten:
+            return None
+        return (f"{self.unwritten} recorded requests have no row in {Path(self.output) / 'requests'}: "
+                f"their part files could not be written ({self.write_error or 'unknown error'})")
 
     def partial_line(self) -> str | None:
         """The one line a partial run ends with (None when the run is not partial)."""
@@ -153,15 +179,29 @@ def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0
     }
 
 
-def write_run_json(out: Path, meta: dict[str, Any]) -> None:
-    write_json_atomic(out / RUN_JSON, meta)
+def write_run_json(out: Path, meta: dict[str, Any], reserve: SpaceReserve | None = None) -> None:
+    """run.json, replaced atomically. On a full disk the ``reserve`` is given up for it;
+    when it still cannot be written: ``OutputError`` (exit 5)."""
+    try:
+        write_json_atomic(out / RUN_JSON, meta)
+        return
+    except OSError as exc:
+        err = exc
+        if reserve is not None and reserve.release():
+            try:
+                write_json_atomic(out / RUN_JSON, meta)
+                return
+            except OSError as again:
+                err = again
+    raise OutputError(f"{out / RUN_JSON}: cannot write the run's record: {err.strerror or err}")
 
 
-def record_failure(out: Path, meta: dict[str, Any], exc: BaseException) -> None:
+def record_failure(out: Path, meta: dict[str, Any], exc: BaseException,
+                   reserve: SpaceReserve | None = None) -> None:
     """A worker failed (a dead server, say): run.json gets a final status before the error
     goes up."""
     meta.update({"status": "failed", "error": redact_url(str(exc))[:500]})
-    write_run_json(out, meta)
+    write_run_json(out, meta, reserve)
 
 
 def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
@@ -182,6 +222,8 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
             f"{s.mismatches} requests were not served with the trace's token counts (see error "
             "column, error_kind 'mismatch' or 'inexact'): check ignore_eos/min_tokens support "
             "and --vocab-size")
+    if s.unwritten:
+        s.self_check.warnings.insert(0, s.unwritten_line() or "")
     if lost:
         s.self_check.warnings.extend(x.line() for x in lost)
         s.lost_sessions = sum(len(x.sessions) for x in lost)
@@ -199,7 +241,7 @@ def outcome(s: RunSummary) -> dict[str, Any]:
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
                     "cancelled": s.cancelled,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
-                    "inexact": s.inexact,
+                    "inexact": s.inexact, "unwritten": s.unwritten, "write_error": s.write_error,
                     "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},
         "self_check": asdict(sc),
@@ -275,10 +317,10 @@ def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
 
 
 def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str,
-           config: RunConfig | None = None) -> None:
+           config: RunConfig | None = None, reserve: SpaceReserve | None = None) -> None:
     """run.json's last write: the outcome (and, for ``agentx`` timing, its validity)."""
     meta.update(outcome(summary))
     if timing == "agentx":
         agentx_meta(meta, out, summary, config)
         meta["status"] = summary.status
-    write_run_json(out, meta)
+    write_run_json(out, meta, reserve)

@@ -27,6 +27,7 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
              "partial": "PARTIAL: workers were lost",
              "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)",
              "invalid": f"INVALID (AgentX rule): {s.invalid_reason}",
+             "incomplete": "INCOMPLETE: rows lost",
              }.get(s.status, "done")
     if s.interrupted:
         unsent = max(0, s.total - s.sent - s.skipped)
@@ -35,7 +36,8 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
     else:
         cancelled = f"{s.cancelled} cancelled by the stop, " if s.cancelled else ""
         cut = f"{cancelled}{s.skipped} not sent (past --duration)"
-    print(f"{state}: {s.ok} ok, {s.failed} failed, {cut}, of {s.total} planned requests in "
+    unwritten = f", {s.unwritten} WITHOUT A ROW (not written)" if s.unwritten else ""
+    print(f"{state}: {s.ok} ok, {s.failed} failed{unwritten}, {cut}, of {s.total} planned requests in "
           f"{s.wall_s:.1f} s", file=out)
     if s.errors:
         print("  failures: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())), file=out)

@@ -10,11 +10,12 @@ takes its own part, and gets an even share of the arrivals.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import numpy as np
@@ -24,6 +25,7 @@ from agent_replay.analysis.counters import (
     add,
     counter,
     either,
+    first,
     keyed,
     keyed_by,
     largest,
@@ -40,6 +42,7 @@ from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
 from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.lifeline import StopSignals
 from agent_replay.replay.messages import Progress
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import Plan, PlannedRequest, build_plan
@@ -53,6 +56,8 @@ from agent_replay.traces.failed import drop_failed
 GC_MERGE = keyed_by({"gc_young_collections": add, "gc_end_collected": add}, largest)
 """QuietRuntime.stats() across workers: collections and objects collected add up; the
 other figures (pauses, thresholds) are the worst worker's."""
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -83,6 +88,8 @@ class WorkerSummary(Counters):
     cpus: list[int] = field(default_factory=list, metadata=merged_by(add))  # the CPUs it was allowed to run on
     fd_table: int = counter(0, largest)  # file descriptors reserved before the run (selfmon.reserve_fds)
     idle_skipped_ns: int = counter(0)  # agentx timing: idle gaps skipped
+    unwritten: int = counter(0)  # recorded requests whose row could not be written (ResultWriter)
+    write_error: str | None = counter(None, first)  # the first part-file write error, if any
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)
@@ -181,7 +188,7 @@ async def arun_shard(
     out = Path(config.output or ".")
     t0 = config.t0_ns
     summary = WorkerSummary(shard=shard_index, total=plan.n_requests, cpus=allowed_cpus())
-    writer = ResultWriter(out, t0, shard_index)
+    writer = ResultWriter(out, t0, shard_index, retry_s=config.write_retry_s)
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
@@ -191,6 +198,7 @@ async def arun_shard(
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
     driver: Driver | None = None
+    progress: _ProgressReport | None = None
     clock = MonotonicClock()
     try:
         sender: Sender | FastSender
@@ -261,7 +269,7 @@ async def arun_shard(
         quiet.enter()
         watchdog.start()
         run_cpu = CpuMeter()
-        progress = _ProgressReport(driver, sender, summary, t0, watchdog)
+        progress = _ProgressReport(driver, sender, summary, t0, watchdog, writer)
         ticker = asyncio.get_running_loop().create_task(_tick(clock, writer, progress, report, quiet))
         try:
             run_task = asyncio.ensure_future(driver.run())
@@ -273,8 +281,6 @@ async def arun_shard(
         finally:
             ticker.cancel()
             await watchdog.stop()
-            if report is not None:  # the final counts
-                report(progress.message(time.monotonic_ns()))
             summary.text_misses = preparer.text_misses
             summary.chunks = sender.chunks
             summary.cpu_run_s = run_cpu.cpu_s()
@@ -287,12 +293,18 @@ async def arun_shard(
             summary.sent, summary.done, summary.skipped = driver.sent, driver.done, driver.skipped
             summary.schedule_lag = driver.schedule_lag.tobytes()
         summary.loop_lag = watchdog.lags.tobytes()
-        if fast is not None:
-            await fast.close()
-        await session.close()
+        # The rows first, on this thread: a stop that comes now (a cancel) cannot cut a
+        # blocking call, only the awaits below, which are then left.
         writer.close()
+        summary.unwritten, summary.write_error = writer.unwritten, writer.error
+        if report is not None and progress is not None:  # the final counts
+            report(progress.message(time.monotonic_ns()))
         quiet.exit()
         summary.gc = quiet.stats()
+        with contextlib.suppress(asyncio.CancelledError):
+            if fast is not None:
+                await fast.close()
+            await session.close()
         summary.cpu_s = cpu.cpu_s()
         summary.wall_s = (time.monotonic_ns() - wall0) / 1e9
     return summary
@@ -303,8 +315,9 @@ class _ProgressReport:
     the loop-lag samples taken since then."""
 
     def __init__(self, driver: Driver, sender: Sender | FastSender, summary: WorkerSummary, t0: int,
-                 watchdog: LoopWatchdog) -> None:
+                 watchdog: LoopWatchdog, writer: ResultWriter) -> None:
         self.driver, self.sender, self.summary, self.t0, self.watchdog = driver, sender, summary, t0, watchdog
+        self.writer = writer
         self.cpu = CpuMeter()
         self.seen_lags = 0
 
@@ -318,7 +331,8 @@ class _ProgressReport:
             in_flight=sender.in_flight, sessions=driver.active_sessions,
             ok=summary.ok, errors=sum(summary.errors.values()),
             chunks=sender.chunks, output_tokens=summary.output_tokens,
-            cpu=self.cpu.fraction(), loop_lags=tuple(lags))
+            cpu=self.cpu.fraction(), loop_lags=tuple(lags), held_rows=self.writer.held,
+            write_error=self.writer.error if self.writer.failing else None)
 
 
 TICK_NS = 500_000_000
@@ -336,12 +350,29 @@ async def _tick(clock: Clock, writer: ResultWriter, progress: _ProgressReport,
 
 
 def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any, *,
-              plan: Plan | None = None) -> WorkerSummary:
+              plan: Plan | None = None, stop: StopSignals | None = None) -> WorkerSummary:
     """Process entry: run one shard on a fresh event loop (uvloop when installed).
-    ``plan``: the whole plan when the caller built it already (it is sharded here)."""
+    ``plan``: the whole plan when the caller built it already (it is sharded here);
+    ``stop``: the process's stop signals, which then cancel the shard (a graceful stop)."""
 
     def report(msg: Progress) -> None:
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    return aio.run(arun_shard(config, shard_index, n_shards, report, plan=plan), config.loop)
+    return aio.run(stoppable(arun_shard(config, shard_index, n_shards, report, plan=plan), stop),
+                   config.loop)
+
+
+async def stoppable(main: Awaitable[T], stop: StopSignals | None) -> T:
+    """``main`` in the running task, which ``stop`` cancels on SIGINT or SIGTERM."""
+    if stop is not None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def cancel() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
+                loop.call_soon_threadsafe(task.cancel)
+
+        stop.arm(cancel)
+    return await main

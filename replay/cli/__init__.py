@@ -12,6 +12,7 @@ import argparse
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -48,13 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return 2
     try:
+        parser = build_parser()  # imports the commands: a Ctrl-C may come meanwhile
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help(sys.stderr)
+            return 2
         return int(func(args) or 0)
     except AgentReplayError as exc:
         print(f"agent-replay: error: {exc}", file=sys.stderr)
@@ -67,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The ``agent-replay`` executable: ``main()``, then :func:`exit_process`."""
+    """The ``agent-replay`` executable: ``main()``, then :func:`exit_process`. SIGINT stops
+    it even when it was started with SIGINT ignored (a script's ``cmd &``)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     exit_process(main())
 
 

@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_trace(args.trace)
     summary = run(config_from_args(args, check_target(args.target) if args.target else args.target))
     _render(summary)
-    return summary.exit_code  # 130 interrupted, 1 failed/aborted/partial, else 0
+    return summary.exit_code  # 5 rows unwritten, 130 interrupted, 1 failed/aborted/partial, else 0
 
 
 def _render(summary: Any) -> None:
@@ -113,4 +113,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     summary = demo(output=args.output, profile=args.profile, speedup=args.speedup, trace=args.trace)
     _render(summary)
-    return 130 if summary.interrupted else 0
+    return summary.exit_code if summary.unwritten else (130 if summary.interrupted else 0)

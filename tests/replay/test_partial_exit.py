@@ -24,6 +24,16 @@ def test_exit_codes_of_summaries() -> None:
     assert "3 sessions (17 requests)" in line and "res/x" in line and "ray.lost" in line
 
 
+def test_rows_without_a_part_file_exit_5_whatever_the_status() -> None:
+    s = RunSummary(output="res/x", ok=10, unwritten=4, write_error="No space left on device")
+    assert (s.status, s.exit_code) == ("incomplete", 5)
+    assert s.unwritten_line() == ("4 recorded requests have no row in res/x/requests: their "
+                                  "part files could not be written (No space left on device)")
+    stopped = RunSummary(output="o", interrupted=True, unwritten=1)
+    assert (stopped.status, stopped.exit_code) == ("interrupted", 5)
+    assert RunSummary(output="o").unwritten_line() is None
+
+
 def test_cli_exits_1_on_a_partial_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 2, gap_ns=1, think_ns=1,

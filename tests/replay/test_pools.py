@@ -52,8 +52,10 @@ def test_more_workers_run_in_local_processes(config: RunConfig, plan: Plan,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[int] = []
 
-    def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int) -> LocalProcessPool:
+    def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int,
+                   whole: Plan | None = None) -> LocalProcessPool:
         started.append(n)
+        assert whole is plan
         return cls(cfg, 0)  # no process: the pool's bookkeeping only
 
     monkeypatch.setattr(LocalProcessPool, "start", classmethod(fake_start))
@@ -87,3 +89,26 @@ def test_ray_is_picked_by_its_option(config: RunConfig, plan: Plan,
                                        "lost": []}}
     assert pool.arrived() == []
 
+
+
+def test_a_worker_without_a_report_is_counted_from_its_part_files(tmp_path: Path) -> None:
+    from agent_replay.replay.pools import summary_from_parts
+    from agent_replay.replay.results import ResultWriter
+    from tests.replay.test_results_writer import _rec
+
+    w = ResultWriter(tmp_path, 0, worker=1)
+    recs = [_rec(i, 0) for i in range(5)]
+    for r in recs[3:]:
+        r.fail("cancelled", "cancelled by the run's stop")
+    for r in recs:
+        w.add(r)
+    w.flush()
+    w.add(_rec(9, 0))  # a second part
+    w.close()
+    other = ResultWriter(tmp_path, 0, worker=0)  # another shard's rows are not counted
+    other.add(_rec(7, 0))
+    other.close()
+    (tmp_path / "requests" / ".part-001-00002.parquet.tmp").write_bytes(b"PAR1 cut")
+    s = summary_from_parts(tmp_path, 1, planned=12)
+    assert (s.shard, s.total, s.sent, s.done, s.ok) == (1, 12, 6, 6, 4)
+    assert s.errors == {"cancelled": 2} and s.interrupted
