@@ -417,6 +417,23 @@ def compare_gaps(a: Mapping[Key, list[float]], o: Mapping[Key, list[float]]) -> 
             for k in sorted(set(a) & set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2]))]
 
 
+CAP_SLACK_MS = 50.0
+
+
+def classify(g: GapDiff, a: Rule | None, o: Rule | None) -> str:
+    """Why a measured gap may differ: ``plan`` when the two plans differ for the request
+    (wait set, or delay by more than 1 ms, or AIPerf's conditional join); ``idle-cap`` when
+    a side sent it sooner than its planned delay (by more than ``CAP_SLACK_MS``: its system
+    idle cap, which depends on what else was in flight, moved it); else ``lag``: both sent
+    it after the full, equal delay, so the difference is the two clients' dispatch lag."""
+    if a is None or o is None or a.waits_for != o.waits_for or a.delay_ms is None \
+            or o.delay_ms is None or abs(a.delay_ms - o.delay_ms) > 1.0:
+        return "plan"
+    if g.aiperf_ms < a.delay_ms - CAP_SLACK_MS or g.ours_ms < o.delay_ms - CAP_SLACK_MS:
+        return "idle-cap"
+    return "lag"
+
+
 def summarize(diffs: Sequence[float]) -> dict[str, float | int]:
     """p50 / p99 / max of |difference| (ms), with the count."""
     ab = [abs(d) for d in diffs]

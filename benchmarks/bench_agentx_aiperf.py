@@ -154,9 +154,12 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
     gaps = ao.compare_gaps(ao.measured_gaps(sent["aiperf"], rules_a),
                            ao.measured_gaps(sent["ours"], rules_o))
     by_kind: dict[str, list[float]] = {}
+    by_cause: dict[str, list[float]] = {}
     for g in gaps:
         kind = f"{rules_a[g.key].kind}/{rules_o[g.key].kind}"
         by_kind.setdefault(kind, []).append(g.diff_ms)
+        by_cause.setdefault(ao.classify(g, rules_a.get(g.key), rules_o.get(g.key)), []).append(g.diff_ms)
+    lag = by_cause.get("lag", [])
     tokens = ao.compare_tokens(sent["aiperf"] + sent["ours"], ix)
     keys = {s: {x.key for x in sent[s] if not x.warmup} for s in sent}
     return {
@@ -167,10 +170,15 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                      "both": len(keys["aiperf"] & keys["ours"])},
         "gaps": {"all": ao.summarize([g.diff_ms for g in gaps]),
                  "by_kind": {k: ao.summarize(v) for k, v in sorted(by_kind.items())},
+                 "by_cause": {k: ao.summarize(v) for k, v in sorted(by_cause.items())},
+                 "lag_signed_p50_ms": ao.percentile(lag, 50),
                  "per_request": [{"key": ao.key_str(g.key), "aiperf_ms": g.aiperf_ms,
                                   "ours_ms": g.ours_ms, "diff_ms": g.diff_ms,
                                   "n_aiperf": g.n_aiperf, "n_ours": g.n_ours,
-                                  "kind": f"{rules_a[g.key].kind}/{rules_o[g.key].kind}"}
+                                  "kind": f"{rules_a[g.key].kind}/{rules_o[g.key].kind}",
+                                  "cause": ao.classify(g, rules_a.get(g.key), rules_o.get(g.key)),
+                                  "plan_aiperf_ms": rules_a[g.key].delay_ms,
+                                  "plan_ours_ms": rules_o[g.key].delay_ms}
                                  for g in gaps]},
         "tokens": {"requests": len(tokens),
                    "input_rel_diff": ao.summarize([(t.aiperf_in - t.ours_in) / t.trace_in * 100 for t in tokens]),
@@ -209,13 +217,20 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
     L += ["", "## Schedule: gap after the awaited request's end, median per request, AIPerf - ours", "",
           f"requests measured: AIPerf {c['aiperf_keys']}, ours {c['ours_keys']}, both {c['both']}", "",
           "| rule (AIPerf/ours) | n | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
-    for k, s in [("all", res["gaps"]["all"]), *res["gaps"]["by_kind"].items()]:
+    for k, s in [("all", res["gaps"]["all"]), *res["gaps"]["by_kind"].items(),
+                 *((f"cause: {c}", v) for c, v in res["gaps"]["by_cause"].items())]:
         L.append(f"| {k} | {s['n']} | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | {_fmt(s['max_ms'])} |")
+    L += ["", f"(|AIPerf - ours|; cause lag: both waited their full, equal planned delay, signed "
+          f"p50 {_fmt(res['gaps']['lag_signed_p50_ms'])} ms; idle-cap: a side's 10 s system idle cap "
+          "cut the delay; plan: the plans differ, see below)"]
     worst = sorted(res["gaps"]["per_request"], key=lambda g: -abs(g["diff_ms"]))[:15]
     if worst:
-        L += ["", "Largest differences:", "", "| request | rule | AIPerf ms | ours ms | diff ms |",
-              "|---|---|---|---|---|"]
-        L += [f"| {g['key']} | {g['kind']} | {_fmt(g['aiperf_ms'])} | {_fmt(g['ours_ms'])} | "
+        L += ["", "Largest differences:", "",
+              "| request | rule | cause | planned AIPerf/ours ms | AIPerf ms | ours ms | diff ms |",
+              "|---|---|---|---|---|---|---|"]
+        L += [f"| {g['key']} | {g['kind']} | {g['cause']} | "
+              f"{'join' if g['plan_aiperf_ms'] is None else _fmt(g['plan_aiperf_ms'], 0)}/"
+              f"{_fmt(g['plan_ours_ms'], 0)} | {_fmt(g['aiperf_ms'])} | {_fmt(g['ours_ms'])} | "
               f"{_fmt(g['diff_ms'])} |" for g in worst]
     t = res["tokens"]
     L += ["", "## Tokens (server counts, per request sent by both)", "",

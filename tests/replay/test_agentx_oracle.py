@@ -181,3 +181,14 @@ def test_compare_tokens_and_spread() -> None:
     assert (t.key, t.trace_in, t.aiperf_in, t.ours_in, t.trace_out, t.aiperf_out) == (S1, 70, 68.0, 70.0, 7, 7.0)
     sp = ao.spread([90.0, 110.0, 100.0])
     assert sp == {"mean": 100.0, "min": 90.0, "max": 110.0, "rel_range": 0.2}
+
+
+def test_classify_separates_plan_idle_cap_and_lag() -> None:
+    nxt = ao.Rule(frozenset({M0}), 3000.0, "next")
+    g = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=3001.0, n_aiperf=1, n_ours=1)
+    assert ao.classify(g, nxt, nxt) == "lag"
+    capped = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=2900.0, n_aiperf=1, n_ours=1)
+    assert ao.classify(capped, nxt, nxt) == "idle-cap"  # ours 100 ms short of its plan
+    assert ao.classify(g, nxt, ao.Rule(frozenset({M0}), 3002.0, "next")) == "plan"
+    assert ao.classify(g, ao.Rule(frozenset({M0, S0}), None, "join"), nxt) == "plan"
+    assert ao.classify(g, nxt, None) == "plan"
