@@ -298,6 +298,11 @@ def test_t_star_is_drawn_as_aiperf_draws_it() -> None:
     assert sample_t_star(offs, 0.0, 1.0, 42, "trace_0277", 0) == 1061133.657246249
     assert sample_t_star(offs, 0.0, 1.0, 42, "trace_0277", 1) == 132339.42137145528
     assert sample_t_star(offs, 0.5, 0.5, 42, "trace_0277", 1) == 531000.0  # no draw
+    from agent_replay.replay.worker import _first_lane
+
+    # 5 lanes over 2 workers: 3 and 2, so worker 1's lane 0 is run-wide lane 3
+    assert [_first_lane(5, w, 2) for w in (0, 1)] == [0, 3]
+    assert [_first_lane(7, w, 3) for w in (0, 1, 2)] == [0, 3, 5]
 
 
 def test_start_sampling_is_an_instant_not_a_rounded_turn() -> None:
