@@ -512,15 +512,19 @@ class AgentXDriver(Driver):
         if any(e is None for e in ends):
             return False
         if self.warmup_requests:
-            for f in firsts:
-                more = f.cut.keep[: self.warmup_requests]
-                if len(more) >= len(f.cut.keep):
-                    more = more[:-1]  # the play keeps at least one measured request
-                for p in more:
-                    if await self._warm_one(f.session, f.play, p) is None:
-                        return False
-                keep = f.cut.keep[len(more):]
-                f.cut = FirstPlay(min(f.offsets[p] for p in keep), keep, f.cut.warm)
+            done = await asyncio.gather(*(self._warm_turns(f) for f in firsts))
+            return all(done)
+        return True
+
+    async def _warm_turns(self, f: _Lane) -> bool:
+        """Lane ``f``'s ``warmup_requests`` first turns back to back (the play keeps at
+        least one); its cut then starts after them."""
+        more = f.cut.keep[: min(self.warmup_requests, len(f.cut.keep) - 1)]
+        for p in more:
+            if await self._warm_one(f.session, f.play, p) is None:
+                return False
+        keep = f.cut.keep[len(more):]
+        f.cut = FirstPlay(min(f.offsets[p] for p in keep), keep, f.cut.warm)
         return True
 
     async def _lane(self, first: _Lane, start: int) -> None:

@@ -288,6 +288,24 @@ def test_a_first_play_warms_every_live_stream_and_keeps_offsets_from_t_star() ->
     assert got == [(1_500 * MS, 2), (3_500 * MS, 3), (4_500 * MS, 4)]
 
 
+def test_warm_up_turns_go_back_to_back_and_the_play_starts_after_them() -> None:
+    """One chain, turns at 0, 2, 4, 6 s (1 s each), start range 0.3-0.3: t* = 1.8 s, so r0
+    warms (0-1 s); with one warm-up turn r1 follows back to back (1-2 s); the measured start
+    is 2 s and the play starts at r2, at once (its offset is the new t*), r3 at 3 + (6 - 4
+    - 1) = 4 s."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "main", 2, [0], 1), ("a", "main", 4, [1], 1),
+                   ("a", "main", 6, [2], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=3 * S, start_range=(0.3, 0.3), warmup_requests=1)
+    clock.run(d.run())
+    assert [(x.request_index, x.intended_ns, x.warmup) for x in recs] == [
+        (0, 0, True), (1, 1 * S, True), (2, 2 * S, False), (3, 4 * S, False)]
+    assert d.measured_start_ns == 2 * S
+
+
 def test_t_star_is_drawn_as_aiperf_draws_it() -> None:
     """The seed and the draw of AIPerf 0.13.0's ``_seed_for_trace_lane`` and
     ``default_rng(seed).uniform(lo, hi)``, values printed by AIPerf itself: seed 42, trace
