@@ -218,10 +218,7 @@ class Driver:
                 ends = [e for e in (st.ends[d] for d in q.deps) if e is not None]
                 parent_end = max(ends) if ends else None  # None: every dependency failed to start
             clock = self.clock
-            if self.mode == "absolute" or parent_end is None:
-                due = self.t0 + q.offset_ns
-            else:
-                due = parent_end + q.think_ns
+            due = self._due(s, st, p, parent_end)
             if self.mode == "max-rate":
                 # Nothing leaves before the run's t0 (workers share a t0 set slightly ahead):
                 # a first wave sent early would sit before t0 and count as warm-up.
@@ -268,6 +265,14 @@ class Driver:
             if st is not None and not st.events[p].is_set():
                 # prepare failed or the task was cancelled: release waiting children
                 st.events[p].set()
+
+    def _due(self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None) -> int:
+        """The intended send time of request ``p`` once its dependencies completed
+        (``parent_end``: the latest one's end, None when it has none that started)."""
+        q = s.requests[p]
+        if self.mode == "absolute" or parent_end is None:
+            return self.t0 + q.offset_ns
+        return parent_end + q.think_ns
 
     def _past_deadline(self, due: int) -> bool:
         return self.deadline is not None and due >= self.deadline

@@ -9,7 +9,7 @@ inferencex_agentx_mvp.py`` in ai-dynamo/aiperf):
   scenario it inherits the 900 s minimum duration, the 10 s system idle gap cap and the
   0.95 profile metric coverage.
 * ``aiperf-agentx-mvp``: AIPerf's ``inferencex-agentx-mvp``: duration 1,800 s (minimum
-  900 s), start ratios 0-1, one warm-up turn (the prefix of the first measured turn),
+  900 s), start ratios 0-1, the warm-up of every stream live at t* (its last turn before t*),
   10 s system idle gap cap, metric coverage 0.95; no failure threshold of its own.
 
 Explicit options override a preset's values; every resolved value is in run.json
@@ -60,7 +60,7 @@ class AgentXSettings:
         0, metavar="N", checks=(at_least(0),), group=AGENTX_GROUP,
         help="turns per lane replayed as warm-up before the measured play (default 0)")
     """Turns replayed back to back (one output token, flagged warm-up) after the warm-up of
-    the first measured turn's prefix, before the measured play starts."""
+    every stream live at t*, before the measured play starts."""
     idle_cap_s: float | None = option(
         10.0, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
         help="nothing in flight idles at most this long (default 10)")

@@ -172,6 +172,12 @@ def _prompt_probe(session: aiohttp.ClientSession, config: RunConfig, plan: Plan
     return probe
 
 
+def _first_lane(concurrency: int, shard: int, n_shards: int) -> int:
+    """The run-wide index of shard ``shard``'s first lane (lanes split as ``arun_shard``
+    splits the concurrency)."""
+    return shard * (concurrency // n_shards) + min(shard, concurrency % n_shards)
+
+
 async def arun_shard(
     config: RunConfig,
     shard_index: int = 0,
@@ -251,6 +257,7 @@ async def arun_shard(
             driver = AgentXDriver(
                 plan, HttpTransport(preparer, sender), clock, t0_ns=t0,
                 on_record=on_record, lanes=concurrency or 1,
+                first_lane=_first_lane(config.concurrency or 1, shard_index, n_shards),
                 seed=ax.seed if ax.seed is not None else (config.salt or 0),
                 worker=shard_index, run_id=config.run_id,
                 duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),

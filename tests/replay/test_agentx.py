@@ -22,7 +22,9 @@ from agent_replay.replay.agentx import (
     ValidityInput,
     ValidityRules,
     agentx_validity,
-    sample_start,
+    first_play,
+    lane_seed,
+    sample_t_star,
 )
 from agent_replay.replay.clock import FakeClock
 from agent_replay.replay.config import RunConfig
@@ -117,13 +119,21 @@ def test_recycling_and_a_fresh_cache_bust_per_play(sim_runs: dict[str, Path]) ->
 def test_first_plays_start_mid_tree_after_an_excluded_warm_up(sim_runs: dict[str, Path]) -> None:
     r = rows(sim_runs["ok"])
     warm = [x for x in r if x["warmup"]]
-    assert 1 <= len(warm) <= 8 and all(x["expected_output_tokens"] == 1 for x in warm)
-    for w in warm:
-        play = [x for x in r if (x["session_id"], x["clone"]) == (w["session_id"], w["clone"]) and not x["warmup"]]
-        first = min(play, key=lambda x: x["sent_ns"])
-        assert first["request_index"] >= 2  # 25-75% of 8 requests: start at 2..6
-        assert first["sent_ns"] >= w["end_ns"]
-        assert SPEC[first["request_index"]][2] == w["request_index"]  # warm-up = prefix parent
+    assert warm and all(x["expected_output_tokens"] == 1 for x in warm)
+    measured_start = max(x["end_ns"] for x in warm)
+    assert all(x["sent_ns"] >= measured_start for x in r if not x["warmup"])
+    for key in {(x["session_id"], x["clone"]) for x in warm}:
+        played = {x["request_index"] for x in r if (x["session_id"], x["clone"]) == key and not x["warmup"]}
+        first = min(played)
+        assert first >= 2  # 25-75% of the 0.7 s span: t* after r1's start
+        assert played == set(range(first, len(SPEC)))
+        # every stream with turns on both sides of t* warms its last turn before t*
+        want = set()
+        for agent in {SPEC[i][0] for i in played}:
+            before = [i for i in range(first) if SPEC[i][0] == agent]
+            if before:
+                want.add(before[-1])
+        assert {x["request_index"] for x in warm if (x["session_id"], x["clone"]) == key} == want
     stats = accumulate(pq.read_table(sim_runs["ok"] / "requests").to_batches()).finish()
     assert stats.requests["counted"] == len(r) - len(warm)
     meta = json.loads((sim_runs["ok"] / "run.json").read_text())
@@ -167,37 +177,163 @@ def idle_tree_table() -> pa.Table:
 
 
 def test_idle_cap_after_several_skips_keeps_the_schedule_exact() -> None:
-    """Every request served in 1 s; nothing in flight is idle and capped at 10 s. By hand:
-    r0 at 0 (ends 1); r2 at 1+2 = 3 (ends 4); r1 due 1+30 = 31, idle since 4: capped to 14
-    (skip 17); r3 due 15+40 = 55, idle since 15: capped to 25 (skip 30); r4 at
-    max(1, 4, 26)+5 = 31; r5 at 32+7.41 = 39.41 (under the cap: kept); r6 due 40.41+100,
-    capped to 50.41 (skip 90). The lane recycles the tree at 51.41; its next turns fall
-    after the 53 s duration."""
+    """Every request served in 1 s; nothing in flight is idle and capped at 10 s. x and y
+    are one branch (spawned by r0, joined by r4), starting at x's first t (1 s). By hand:
+    r0 at 0 (ends 1); r1 (x's first) at 1 + 0 (ends 2); r2 (y's first) at 1 + (2 - 1) = 2
+    (ends 3); r3 due 2 + 40 = 42, idle since 3: capped to 13 (skip 29); r4 joins at r3's end
+    14 (x ran past r0, the parent's previous turn: no delay); r5 at 15 + 7.41 = 22.41; r6
+    due 23.41 + 100, capped to 33.41 (skip 90). The lane recycles the tree at 34.41: r0
+    34.41, r1 35.41, r2 36.41, r3 due 76.41 capped to 47.41 (skip 29), r4 48.41; r5 (due
+    56.82) and r6 fall after the 50 s duration."""
     plan = build_plan(idle_tree_table(), 16, PlanOptions())
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []
     d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
-                     lanes=1, duration_ns=53 * S, start_range=(0.0, 0.0))
+                     lanes=1, duration_ns=50 * S, start_range=(0.0, 0.0))
     clock.run(d.run())
     got = [(x.clone, x.request_index, x.intended_ns, x.think_ns) for x in recs]
     assert got == [
-        (1, 0, 0, None), (1, 2, 3 * S, 2 * S), (1, 1, 14 * S, 13 * S), (1, 3, 25 * S, 10 * S),
-        (1, 4, 31 * S, 5 * S), (1, 5, 39_410 * MS, 7_410 * MS), (1, 6, 50_410 * MS, 10 * S),
-        (2, 0, 51_410 * MS, None)]
+        (1, 0, 0, None), (1, 1, 1 * S, 0), (1, 2, 2 * S, 1 * S), (1, 3, 13 * S, 11 * S),
+        (1, 4, 14 * S, 0), (1, 5, 22_410 * MS, 7_410 * MS), (1, 6, 33_410 * MS, 10 * S),
+        (2, 0, 34_410 * MS, None), (2, 1, 35_410 * MS, 0), (2, 2, 36_410 * MS, 1 * S),
+        (2, 3, 47_410 * MS, 11 * S), (2, 4, 48_410 * MS, 0)]
     assert not any(x.warmup for x in recs)
     assert all(x.sent_ns == x.intended_ns for x in recs)
     assert list(d.schedule_lag) == [0] * len(recs)  # against the shifted schedule
-    assert d.idle_skipped_ns == (17 + 30 + 90) * S and d.idle_skips == 3
+    assert d.idle_skipped_ns == (29 + 90 + 29) * S and d.idle_skips == 3 and d.skipped == 2
+
+
+def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
+    """(session, agent, t s, depends_on, service s) rows -> a trace table (think times
+    end-to-start from the latest dependency, as the weka import gives them)."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids", "end_ns", "agent_id", "depends_on")}
+    index: dict[str, int] = {}
+    at: dict[tuple[str, int], tuple[float, float]] = {}
+    for sid, agent, t, deps, svc in rows:
+        i = index.get(sid, 0)
+        index[sid] = i + 1
+        at[(sid, i)] = (t, svc)
+        think = None if not deps else max(0.0, t - max(sum(at[(sid, d)]) for d in deps))
+        for k, v in (("session_id", sid), ("request_index", i), ("parent_index", -1),
+                     ("arrival_ns", round(t * S)), ("think_ns", None if think is None else round(think * S)),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
+                     ("end_ns", round(svc * S)), ("agent_id", agent), ("depends_on", deps)):
+            cols[k].append(v)
+    return pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
+        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+
+
+def _first_plays(table: pa.Table, lanes: int, duration_s: float, **kw: Any) -> list[tuple[int, int, int]]:
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=lanes, duration_ns=round(duration_s * S), **kw)
+    clock.run(d.run())
+    return sorted((x.clone, x.request_index, x.intended_ns) for x in recs
+                  if x.clone <= lanes and not x.warmup)
+
+
+def test_a_join_goes_when_its_subagent_ends_after_the_parents_previous_turn() -> None:
+    """AIPerf's join: a subagent still running when the parent's previous turn ends
+    releases the join the moment it ends (no delay); one done before gets the parent's
+    end-to-start delay after that turn. Served in 1 s, no idle cap. Session a: r0 0-1; x
+    spawned by r0 (r1 at 1, ends 2; r3 at 2, ends 3); r2 (main) at 1 + 0.2 = 1.2, ends 2.2;
+    r4 joins x: x ended at 3 > 2.2, so r4 at 3 (the recorded think after x's end, 17 s,
+    is not waited). Session b: r0 0-1; x r1 at 1, ends 2; r2 at 1 + 4 = 5, ends 6 (after
+    x); r3 at 6 + (10 - 5 - 1) = 10."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "x", 1, [0], 1), ("a", "main", 1.2, [0], 1),
+                   ("a", "x", 2, [1], 1), ("a", "main", 20, [2, 3], 1),
+                   ("b", "main", 0, [], 1), ("b", "x", 1, [0], 1), ("b", "main", 5, [0], 1),
+                   ("b", "main", 10, [2, 1], 1)])
+    got = _first_plays(table, 2, 30, start_range=(0.0, 0.0), idle_cap_ns=None)
+    assert got == [(1, 0, 0), (1, 1, 1 * S), (1, 2, 1_200 * MS), (1, 3, 2 * S), (1, 4, 3 * S),
+                   (2, 0, 0), (2, 1, 1 * S), (2, 2, 5 * S), (2, 3, 10 * S)]
+
+
+def test_a_subagents_first_turn_waits_its_branch_offset_past_the_idle_cap() -> None:
+    """x and y are one branch (spawned by r0, joined by r3), its start x's first t (1 s):
+    x goes 0 s after r0 ends, y 30 s after (31 - 1), although nothing is in flight from 2
+    s on and the system idle cap is 10 s (AIPerf sleeps a child's offset outside the
+    scheduler its cap moves); r3 joins at y's end, 32."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "x", 1, [0], 1), ("a", "y", 31, [0], 1),
+                   ("a", "main", 100, [0, 1, 2], 1)])
+    assert _first_plays(table, 1, 40, start_range=(0.0, 0.0)) == [
+        (1, 0, 0), (1, 1, 1 * S), (1, 2, 31 * S), (1, 3, 32 * S)]
+
+
+def test_a_first_play_warms_every_live_stream_and_keeps_offsets_from_t_star() -> None:
+    """Span 0-10 s, start range 0.35-0.35: t* = 3.5 s. Played: r3 (main, 4 s), r2 (x, 6 s),
+    r4 (the join, 10 s). Warm-ups, both at 0 with one token: main's last turn before t*
+    (r0) and x's (r1); they end at 1, the measured start. r3 goes at 1 + (4 - 3.5) = 1.5,
+    r2 at 1 + (6 - 3.5) = 3.5 (their dependencies were before t*), r4 joins at r2's end
+    4.5 (x outlived r3)."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "x", 1, [0], 1), ("a", "main", 4, [0], 1),
+                   ("a", "x", 6, [1], 1), ("a", "main", 10, [3, 2], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=5 * S, start_range=(0.35, 0.35))
+    clock.run(d.run())
+    warm = sorted((x.request_index, x.intended_ns, x.expected_output_tokens) for x in recs if x.warmup)
+    assert warm == [(0, 0, 1), (1, 0, 1)]
+    assert d.measured_start_ns == 1 * S
+    got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1 and not x.warmup)
+    assert got == [(1_500 * MS, 2), (3_500 * MS, 3), (4_500 * MS, 4)]
+
+
+def test_warm_up_turns_go_back_to_back_and_the_play_starts_after_them() -> None:
+    """One chain, turns at 0, 2, 4, 6 s (1 s each), start range 0.3-0.3: t* = 1.8 s, so r0
+    warms (0-1 s); with one warm-up turn r1 follows back to back (1-2 s); the measured start
+    is 2 s and the play starts at r2, at once (its offset is the new t*), r3 at 3 + (6 - 4
+    - 1) = 4 s."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "main", 2, [0], 1), ("a", "main", 4, [1], 1),
+                   ("a", "main", 6, [2], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=3 * S, start_range=(0.3, 0.3), warmup_requests=1)
+    clock.run(d.run())
+    assert [(x.request_index, x.intended_ns, x.warmup) for x in recs] == [
+        (0, 0, True), (1, 1 * S, True), (2, 2 * S, False), (3, 4 * S, False)]
+    assert d.measured_start_ns == 2 * S
+
+
+def test_t_star_is_drawn_as_aiperf_draws_it() -> None:
+    """The seed and the draw of AIPerf 0.13.0's ``_seed_for_trace_lane`` and
+    ``default_rng(seed).uniform(lo, hi)``, values printed by AIPerf itself: seed 42, trace
+    "trace_0277", lanes 0 and 1, over 0-1,062,000 ms."""
+    assert lane_seed(42, "trace_0277", 0) == 5455050004541897606
+    assert lane_seed(42, "trace_0277", 1) == 2008786018912519716
+    offs = [0, 500_000 * MS, 1_062_000 * MS]
+    assert sample_t_star(offs, 0.0, 1.0, 42, "trace_0277", 0) == 1061133.657246249
+    assert sample_t_star(offs, 0.0, 1.0, 42, "trace_0277", 1) == 132339.42137145528
+    assert sample_t_star(offs, 0.5, 0.5, 42, "trace_0277", 1) == 531000.0  # no draw
+    from agent_replay.replay.worker import _first_lane
+
+    # 5 lanes over 2 workers: 3 and 2, so worker 1's lane 0 is run-wide lane 3
+    assert [_first_lane(5, w, 2) for w in (0, 1)] == [0, 3]
+    assert [_first_lane(7, w, 3) for w in (0, 1, 2)] == [0, 3, 5]
 
 
 def test_start_sampling_is_an_instant_not_a_rounded_turn() -> None:
-    """A 3-request session with start in 25-75% of its time span never starts at its
-    first turn (int(3 x 0.25) would); t* = 0 is the only start at turn 0."""
-    offs = [0, 10 * S, 20 * S]
-    assert {sample_start(offs, u / 100) for u in range(25, 76)} == {1, 2}
-    assert sample_start(offs, 0.25) == 1 and sample_start(offs, 0.5) == 1
-    assert sample_start(offs, 0.51) == 2 and sample_start(offs, 0.0) == 0
-    assert sample_start(offs, 1.0) == 2 and sample_start([5], 0.7) == 0
+    """A 3-request session cut at t*: the requests at or after t* are played; a stream
+    with requests on both sides warms its last one before t*."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "main", 10, [0], 1), ("a", "main", 20, [1], 1)])
+    reqs = build_plan(table, 16, PlanOptions()).sessions[0].requests
+    offs = [q.offset_ns for q in reqs]
+    assert first_play(reqs, offs, 5_000.0).keep == [1, 2]
+    assert first_play(reqs, offs, 5_000.0).warm == [0]
+    assert first_play(reqs, offs, 10_000.0).keep == [1, 2]  # a turn at t* is played
+    assert first_play(reqs, offs, 0.0).keep == [0, 1, 2] and first_play(reqs, offs, 0.0).warm == []
+    assert first_play(reqs, offs, 10_000.001).keep == [2]
 
 
 def test_a_run_below_its_presets_minimum_is_invalid_and_exits_non_zero(
@@ -287,7 +423,8 @@ def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None
     With a 20 s trace idle cap, the idle stretch 52-100 s loses 28 s and 101-200 s loses
     79 s: r2's think becomes 99 - 28 = 71 s (the subagent kept the tree busy for 50 s of
     it; a cap on each think time would give 20 s), r3's 99 - 79 = 20 s. Served in 1 s
-    each, no system idle cap: r0 at 0, r1 at 2, r2 at 1 + 71 = 72, r3 at 73 + 20 = 93."""
+    each, no system idle cap: r0 at 0, r1 (x's first turn, its branch's start) at 1 + 0,
+    r2 at 1 + 71 = 72, r3 at 73 + 20 = 93."""
     rows = [("main", 0, [], None, 1), ("x", 2, [0], 1, 50), ("main", 100, [0], 99, 1),
             ("main", 200, [2], 99, 1)]
     cols: dict[str, list[Any]] = {k: [] for k in (
@@ -312,7 +449,7 @@ def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None
                      tree_idle_cap_ns=20 * S)
     clock.run(d.run())
     got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1)
-    assert got == [(0, 0), (2 * S, 1), (72 * S, 2), (93 * S, 3)]
+    assert got == [(0, 0), (1 * S, 1), (72 * S, 2), (93 * S, 3)]
 
 
 def test_a_send_due_after_the_duration_goes_if_the_idle_cap_brings_it_before() -> None:

@@ -265,3 +265,25 @@ def test_think_time_after_a_call_without_api_time_is_the_recorded_one(tmp_path: 
     # row 2: its dependency (row 1) has none: the recorded 1,201 s
     # row 3: end-to-start again, 30 - (26 + 1.5) = 2.5 s
     assert [r["think_ns"] for r in rows] == [None, 8 * 10**9, 1201 * 10**9, 2_500_000_000]
+
+
+def test_inner_calls_aiperf_reads_as_absolute_are_counted(tmp_path: Path) -> None:
+    """A WEKA trace whose subagent (spawned at 10 s) has inner calls at relative 0, 5 and
+    12 s: all three are relative here (arrivals 10, 15, 22 s); AIPerf's per-call rule reads
+    the one at 12 s (not before 10 s) as absolute, and the import says so (1 call)."""
+    def call(t: float) -> dict[str, Any]:
+        return {"t": t, "type": "s", "model": "m", "in": 128, "out": 5, "api_time": 1.0,
+                "hash_ids": [1, 2], "input_types": ["text"], "output_types": ["text"],
+                "stop": "end_turn"}
+    trace = {"id": "rel", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
+             "requests": [call(0.0), {"type": "subagent", "t": 10.0, "agent_id": "a1",
+                                      "duration_ms": 14000, "requests": [call(0.0), call(5.0), call(12.0)]},
+                          call(30.0)]}
+    (tmp_path / "rel.json").write_text(json.dumps(trace))
+    res = import_paths([tmp_path / "rel.json"], "weka")
+    rows = [r for r in res.table.to_pylist() if r["agent_id"] == "a1"]
+    assert sorted(r["arrival_ns"] for r in rows) == [10 * 10**9, 15 * 10**9, 22 * 10**9]
+    assert any(n.startswith("1 inner subagent calls have a relative t at or after") for n in res.notes)
+    trace["requests"][1]["requests"][2]["t"] = 9.0  # before the spawn: relative for both
+    (tmp_path / "rel.json").write_text(json.dumps(trace))
+    assert not any("inner subagent calls" in n for n in import_paths([tmp_path / "rel.json"], "weka").notes)

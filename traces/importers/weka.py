@@ -12,7 +12,9 @@ Two conventions share the name; each trace is classified and the summary names t
 
 A trace-level ``"convention"`` (``WEKA`` / ``SemiAnalysis``, written by ``traces convert
 --to weka``) decides. Otherwise evidence for WEKA: request type fields, or an inner first
-``t`` earlier than its subagent's ``t`` (AIPerf's rule: relative). Evidence for SemiAnalysis: an inner first
+``t`` earlier than its subagent's ``t`` (AIPerf's rule: relative; AIPerf applies it to
+every inner call, so a WEKA inner ``t`` at or after its subagent's ``t`` is absolute to AIPerf:
+the summary counts such calls). Evidence for SemiAnalysis: an inner first
 ``t`` at or after a nonzero spawn ``t``, or (without type fields) hash ids starting at 0.
 Evidence for both or for neither: the trace is refused.
 
@@ -257,8 +259,32 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
                   if not any(ag[i] == a.spawner and ag[j] == a.agent
                              for i, d in enumerate(deps) for j in d)]
     info = {"id": tid, "convention": conv, "subagents": len(agents), "overlaps": overlaps,
-            "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace)}
+            "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace),
+            "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0}
     return out, info
+
+
+def _read_as_absolute(trace: dict[str, Any]) -> int:
+    """Inner subagent calls of a WEKA trace whose relative ``t`` is at or after their
+    subagent's ``t``: AIPerf decides relative or absolute per inner call (relative only when
+    ``t + 1e-6`` is before the subagent's ``t``), so it reads these as absolute while the
+    convention (and this importer) reads every inner ``t`` of a WEKA trace as relative."""
+    n = 0
+    stack: list[Any] = [trace.get("requests")]
+    while stack:
+        reqs = stack.pop()
+        for r in reqs if isinstance(reqs, list) else ():
+            if not isinstance(r, dict) or r.get("type") != "subagent":
+                continue
+            inner = r.get("requests")
+            spawn = r.get("t")
+            for q in inner if isinstance(inner, list) else ():
+                t = q.get("t") if isinstance(q, dict) else None
+                if isinstance(t, (int, float)) and isinstance(spawn, (int, float)) and \
+                        q.get("type") != "subagent" and t + 1e-6 >= spawn:
+                    n += 1
+            stack.append(inner)
+    return n
 
 
 def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
@@ -363,11 +389,17 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     n_bg = sum(len(i["background"]) for i in infos)
     notes.append(f"{n_sub} subagents in {sum(1 for i in infos if i['subagents'])} traces; "
                  f"{n_par} pairs overlap in time (parallel); {n_bg} background (no join)")
+    absolute = sum(i["aiperf_absolute"] for i in infos)
+    if absolute:
+        notes.append(f"{absolute} inner subagent calls have a relative t at or after their "
+                     "subagent's t: read as relative here; AIPerf 0.13.0 reads each such call "
+                     "as absolute (its rule is per call), so its schedule of them differs")
     padded = sum(i["padded"] for i in infos)
     if padded:
         notes.append(f"{padded} partial last blocks got fresh hash ids (the format hashes "
                      "only full blocks)")
     meta = TraceMeta(block_size=block_size or BLOCK_SIZE, source=f"imported:{NAME}",
                      extra={"imported_from": [p.name for p in paths],
-                            "weka": [{k: v for k, v in i.items() if k != "padded"} for i in infos]})
+                            "weka": [{k: v for k, v in i.items() if k not in ("padded", "aiperf_absolute")}
+                              for i in infos]})
     return ImportResult(table, meta, NAME, notes)

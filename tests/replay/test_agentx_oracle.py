@@ -1,0 +1,194 @@
+"""The AIPerf-oracle comparison functions (benchmarks/agentx_oracle.py) on hand-built
+traces, AIPerf records and plans: every figure below is computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks import agentx_oracle as ao
+
+# A WEKA trace: main turn 0 (t 0, 10 s), a subagent spawned at t 30 with two calls (inner t
+# relative: 0 and 5 -> 30 and 35), main turn 2 at t 60 after the subagent ended (t 30 + 20 s).
+TRACE = {"id": "tr", "requests": [
+    {"type": "s", "t": 0.0, "api_time": 10.0, "in": 100, "out": 10, "hash_ids": [1]},
+    {"type": "subagent", "t": 30.0, "agent_id": "agent_001", "duration_ms": 20000,
+     "requests": [{"type": "n", "t": 0.0, "api_time": 2.0, "in": 50, "out": 5, "hash_ids": [9]},
+                  {"type": "n", "t": 5.0, "api_time": 3.0, "in": 70, "out": 7, "hash_ids": [9]}]},
+    {"type": "s", "t": 60.0, "api_time": 4.0, "in": 200, "out": 20, "hash_ids": [1, 2]},
+]}
+M0, S0, S1, M2 = ("tr", 0, None), ("tr", 1, 0), ("tr", 1, 1), ("tr", 2, None)
+
+
+def test_index_trace_puts_relative_inner_times_on_the_session_clock() -> None:
+    ix = ao.index_trace(TRACE)
+    assert ix.streams[("tr", "main")] == [M0, M2]
+    assert ix.streams[("tr", "agent_001")] == [S0, S1]
+    assert ix.calls[S1].t == 35.0 and ix.calls[S1].input_tokens == 70
+    assert ix.subagents[0].end == 50.0
+    assert ao.key_str(S1) == "tr[1].1" and ao.key_str(M2) == "tr[2]"
+
+
+def _rec(conv: str, outer: int, inner: int | None, start_ms: float, end_ms: float, *,
+         phase: str = "profiling", ttft_ms: float = 1.0, isl: int = 100, osl: int = 10,
+         root: str = "play1") -> dict:
+    md = {"conversation_id": conv, "source_trace_id": "tr", "source_outer_idx": outer,
+          "request_start_ns": int(start_ms * 1e6), "request_end_ns": int(end_ms * 1e6),
+          "benchmark_phase": phase, "root_correlation_id": root, "x_correlation_id": conv}
+    if inner is not None:
+        md["source_inner_idx"] = inner
+    return {"metadata": md, "metrics": {
+        "time_to_first_token": {"value": ttft_ms, "unit": "ms"},
+        "usage_prompt_tokens": {"value": isl, "unit": "tokens"},
+        "output_sequence_length": {"value": osl, "unit": "tokens"}}}
+
+
+def test_aiperf_sent_reads_keys_streams_phases_and_times() -> None:
+    recs = [_rec("tr", 0, None, 0, 100, phase="warmup"),
+            _rec("tr::sa:agent_001:aux:002", 1, 1, 200, 260, ttft_ms=20, isl=70, osl=7),
+            {"metadata": {"conversation_id": "x"}, "metrics": {}}]  # no source: skipped
+    a = ao.aiperf_sent(recs, run=3)
+    assert len(a) == 2
+    assert a[0].warmup and a[0].key == M0 and a[0].stream == "main"
+    s = a[1]
+    assert (s.key, s.stream, s.run, s.play, s.warmup) == (S1, "agent_001", 3, "play1", False)
+    assert (s.send_ns, s.first_token_ns, s.end_ns) == (200_000_000, 220_000_000, 260_000_000)
+    assert (s.input_tokens, s.output_tokens, s.error) == (70, 7, False)
+
+
+def test_ours_sent_maps_each_agent_stream_by_rank_and_checks_tokens() -> None:
+    ix = ao.index_trace(TRACE)
+    plan = [{"session_id": "tr", "request_index": i, "agent_id": a}
+            for i, a in enumerate(["main", "agent_001", "agent_001", "main"])]
+    ranks = ao.stream_ranks(plan)
+    assert ranks == {("tr", 0): 0, ("tr", 1): 0, ("tr", 2): 1, ("tr", 3): 1}
+    base = {"session_id": "tr", "clone": 2, "warmup": False, "first_token_ns": 5,
+            "end_ns": 9, "prompt_tokens": 70, "completion_tokens": 7, "status": "ok"}
+    rows = [dict(base, request_index=2, agent_id="agent_001", sent_ns=1, expected_input_tokens=70),
+            dict(base, request_index=3, agent_id="main", sent_ns=2, expected_input_tokens=999,
+                 status="error"),
+            dict(base, request_index=7, agent_id="main", sent_ns=3, expected_input_tokens=1)]
+    got, problems = ao.ours_sent(rows, ix, ranks, run=0)
+    assert [s.key for s in got] == [S1, M2]
+    assert got[0].play == "tr#2" and not got[0].error and got[1].error
+    assert problems == ["ours: tr[2] expected 200 input tokens, row says 999",
+                        "ours: tr/main request 7 is not in the traces"]
+
+
+META = {"conversations": [
+    {"conversation_id": "tr", "branches": [
+        {"branch_id": "tr:spawn:agent_001", "child_conversation_ids": ["tr::sa:agent_001"],
+         "start_timestamp_ms": 30000.0}],
+     "turns": [
+         {"source_trace_id": "tr", "source_outer_idx": 0, "timestamp_ms": 0.0, "delay_ms": None,
+          "branch_ids": ["tr:spawn:agent_001"], "prerequisites": [], "replay_predecessors": []},
+         {"source_trace_id": "tr", "source_outer_idx": 2, "timestamp_ms": 60000.0,
+          "delay_ms": 50000.0, "branch_ids": [],
+          "prerequisites": [{"kind": "spawn_join", "branch_id": "tr:spawn:agent_001"}],
+          "replay_predecessors": []}]},
+    {"conversation_id": "tr::sa:agent_001", "branches": [], "turns": [
+        {"source_trace_id": "tr", "source_outer_idx": 1, "source_inner_idx": 0,
+         "timestamp_ms": 30000.0, "delay_ms": None, "prerequisites": [], "replay_predecessors": []},
+        {"source_trace_id": "tr", "source_outer_idx": 1, "source_inner_idx": 1,
+         "timestamp_ms": 35000.0, "delay_ms": 3000.0, "prerequisites": [],
+         "replay_predecessors": []}]}]}
+
+
+def test_aiperf_rules_spawn_at_the_turns_end_and_join_without_delay() -> None:
+    r = ao.aiperf_rules(META)
+    assert r[M0] == ao.Rule(frozenset(), 0.0, "first")
+    # the child's first call: the spawning turn's end + (30000 - branch start 30000)
+    assert r[S0] == ao.Rule(frozenset({M0}), 0.0, "child-first")
+    assert r[S1] == ao.Rule(frozenset({S0}), 3000.0, "next")
+    assert r[M2] == ao.Rule(frozenset({M0, S1}), None, "join")
+
+
+def test_ours_rules_and_their_differences_from_aiperfs() -> None:
+    ix = ao.index_trace(TRACE)
+    plan = [{"session_id": "tr", "request_index": 0, "agent_id": "main", "depends_on": [], "think_ns": None},
+            {"session_id": "tr", "request_index": 1, "agent_id": "agent_001", "depends_on": [0],
+             "think_ns": 20_000_000_000},  # 30 - (0 + 10)
+            {"session_id": "tr", "request_index": 2, "agent_id": "agent_001", "depends_on": [1],
+             "think_ns": 3_000_000_000},
+            {"session_id": "tr", "request_index": 3, "agent_id": "main", "depends_on": [0, 2],
+             "think_ns": 22_000_000_000}]  # 60 - (35 + 3)
+    o = ao.ours_rules(plan, ix)
+    assert o[S0] == ao.Rule(frozenset({M0}), 20000.0, "child-first")
+    assert o[M2] == ao.Rule(frozenset({M0, S1}), 22000.0, "join")
+    diffs = ao.compare_rules(ao.aiperf_rules(META), o)
+    assert [(d.key, d.what) for d in diffs] == [
+        (S0, "delay: AIPerf 0 ms, ours 20,000 ms (-20,000)"),
+        (M2, "join: AIPerf 0 ms after the children when they end last, else join delay; "
+             "ours 22,000 ms after the latest")]
+
+
+def _sent(side: str, key: ao.Key, send: int, end: int, *, play: str = "p", warmup: bool = False,
+          first: int | None = None, osl: int = 10, run: int = 0, error: bool = False) -> ao.Sent:
+    return ao.Sent(side, run, key, "main", play, warmup, send, first, end, 100, osl, error)
+
+
+def test_measured_gaps_use_the_latest_awaited_end_in_the_same_play() -> None:
+    rules = {M0: ao.Rule(frozenset(), 0.0, "first"), S0: ao.Rule(frozenset({M0}), 0.0, "child-first"),
+             S1: ao.Rule(frozenset({S0}), 3000.0, "next"), M2: ao.Rule(frozenset({M0, S1}), None, "join")}
+    ms = 1_000_000
+    sent = [_sent("x", M0, 0, 10 * ms), _sent("x", S0, 12 * ms, 20 * ms),
+            _sent("x", S1, 23 * ms, 40 * ms), _sent("x", M2, 41 * ms, 50 * ms),
+            # another play: M2 measured, but its awaited S1 only as a warm-up -> left out
+            _sent("x", M0, 0, 5 * ms, play="q"), _sent("x", S1, 0, 7 * ms, play="q", warmup=True),
+            _sent("x", M2, 9 * ms, 10 * ms, play="q"),
+            # a failed request is left out
+            _sent("x", S0, 30 * ms, 31 * ms, play="q", error=True)]
+    g = ao.measured_gaps(sent, rules)
+    assert g == {S0: [2.0], S1: [3.0], M2: [1.0]}
+    d = ao.compare_gaps({S0: [2.0, 4.0, 9.0], M2: [1.0]}, {S0: [1.0], S1: [5.0]})
+    assert [(x.key, x.aiperf_ms, x.ours_ms, x.diff_ms, x.n_aiperf) for x in d] == [(S0, 4.0, 1.0, 3.0, 3)]
+
+
+def test_percentile_is_linear_interpolation() -> None:
+    xs = [4.0, 1.0, 3.0, 2.0]
+    assert ao.percentile(xs, 50) == 2.5
+    assert ao.percentile(xs, 90) == pytest.approx(3.7)  # 1 + 0.9 * 3 = position 2.7
+    assert ao.percentile([5.0], 99) == 5.0
+    assert math.isnan(ao.percentile([], 50))
+    s = ao.summarize([-3.0, 1.0, 2.0])
+    assert s == {"n": 3, "p50_ms": 2.0, "p99_ms": pytest.approx(2.98), "max_ms": 3.0}
+
+
+def test_interactivity_pools_non_error_measured_requests_with_osl_over_one() -> None:
+    s = 1_000_000_000
+    rows = [  # (E2E - TTFT) / (OSL - 1): 9 s / 9 = 1.0, 4 s / 4 = 1.0 ... below
+        _sent("x", M0, 0, 10 * s, first=1 * s, osl=10),       # 1.0 s/token
+        _sent("x", S0, 0, 5 * s, first=1 * s, osl=5),         # 1.0
+        _sent("x", S1, 0, 3 * s, first=1 * s, osl=5),         # 0.5
+        _sent("x", M2, 0, 9 * s, first=1 * s, osl=3),         # 4.0
+        _sent("x", M2, 0, 9 * s, first=1 * s, osl=1),         # OSL 1: left out
+        _sent("x", M2, 0, 9 * s, first=1 * s, osl=9, warmup=True),
+        _sent("x", M2, 0, 9 * s, first=1 * s, osl=9, error=True)]
+    got = ao.interactivity(rows)
+    # sorted 0.5, 1.0, 1.0, 4.0; P90 at position 2.7 -> 1.0 + 0.7 * 3.0 = 3.1 s/token
+    assert got["n"] == 4
+    assert got["p90_s_per_token"] == pytest.approx(3.1)
+    assert got["tok_s_user"] == pytest.approx(1 / 3.1)
+
+
+def test_compare_tokens_and_spread() -> None:
+    ix = ao.index_trace(TRACE)
+    a = ao.Sent("aiperf", 0, S1, "agent_001", "p", False, 0, 1, 2, 68, 7, False)
+    o = ao.Sent("ours", 0, S1, "agent_001", "p", False, 0, 1, 2, 70, 7, False)
+    only = ao.Sent("ours", 0, M0, "main", "p", False, 0, 1, 2, 100, 10, False)
+    (t,) = ao.compare_tokens([a, o, only], ix)
+    assert (t.key, t.trace_in, t.aiperf_in, t.ours_in, t.trace_out, t.aiperf_out) == (S1, 70, 68.0, 70.0, 7, 7.0)
+    sp = ao.spread([90.0, 110.0, 100.0])
+    assert sp == {"mean": 100.0, "min": 90.0, "max": 110.0, "rel_range": 0.2}
+
+
+def test_classify_separates_plan_idle_cap_and_lag() -> None:
+    nxt = ao.Rule(frozenset({M0}), 3000.0, "next")
+    g = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=3001.0, n_aiperf=1, n_ours=1)
+    assert ao.classify(g, nxt, nxt) == "lag"
+    capped = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=2900.0, n_aiperf=1, n_ours=1)
+    assert ao.classify(capped, nxt, nxt) == "idle-cap"  # ours 100 ms short of its plan
+    assert ao.classify(g, nxt, ao.Rule(frozenset({M0}), 3002.0, "next")) == "plan"
+    assert ao.classify(g, ao.Rule(frozenset({M0, S0}), None, "join"), nxt) == "plan"
+    assert ao.classify(g, nxt, None) == "plan"
