@@ -12,8 +12,9 @@
   every statistic) sends the prompt of that turn's prefix parent with one output token, then
   ``warmup_requests`` more turns of the play go back to back, also flagged; the measured
   play begins after them. Dependencies on turns left out count as met.
-* Inside a tree, timing is ``session`` timing (dependencies, then think time), each think
-  time capped at ``tree_idle_cap_ns`` when set.
+* Inside a tree, timing is ``session`` timing (dependencies, then think time); with
+  ``tree_idle_cap_ns`` every recorded stretch where nothing of the tree was in flight is
+  shortened to at most that (AIPerf's trace idle gap cap; ``idle_warp``).
 * System idle cap (AIPerf's ``system_idle_gap_cap_seconds``): when nothing at all is in
   flight, the idle time before the next send is at most ``idle_cap_ns``; every waiting
   request's intended send time moves earlier by the same amount (the skip). A request's
@@ -22,125 +23,39 @@
   a request due after it is not sent, nor
   are the rest of its tree, and a lane whose play was cut starts no other; requests in
   flight finish.
-* Validity (``agentx_validity``, written to run.json by the run): the rules in its text.
+* Validity (``replay.validity.agentx_validity``, written to run.json by the run): the rules
+  in its text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from agent_replay.replay.clock import Clock
 from agent_replay.replay.driver import Driver, Transport, _SessionState
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession, stable_hash
+from agent_replay.replay.validity import (
+    MAX_OVERFLOW_FRACTION,
+    ValidityInput,
+    ValidityRules,
+    agentx_validity,
+    coverage_ratio,
+    is_overflow,
+)
+
+__all__ = ["DEFAULT_DURATION_S", "IDLE_CAP_NS", "MAX_OVERFLOW_FRACTION", "AgentXDriver",
+           "ValidityInput", "ValidityRules", "agentx_validity", "cache_bust", "capped_times",
+           "coverage_ratio", "idle_warp", "is_overflow", "sample_start"]
 
 IDLE_CAP_NS = 10_000_000_000
 """AIPerf's ``system_idle_gap_cap_seconds`` of both AgentX scenarios (10 s)."""
 IDLE_SKIP_NS = IDLE_CAP_NS
 DEFAULT_DURATION_S = 1800.0
-MAX_OVERFLOW_FRACTION = 0.01
 START_RANGE = (0.25, 0.75)
-OVERFLOW_MARKERS = ("maximum model length", "maximum context length", "context length",
-                    "too long", "prompt is too long")
-"""Substrings (lower case) of an HTTP 400 error that mark a context-length overflow."""
-
-
-def is_overflow(http_status: int | None, error: str | None) -> bool:
-    return http_status == 400 and error is not None and any(m in error.lower() for m in OVERFLOW_MARKERS)
-
-
-@dataclass(frozen=True)
-class ValidityRules:
-    """What makes an AgentX run valid (AIPerf ``common/scenario``: ``submission_outcome``
-    and the scenario's coverage and duration floors). None: the rule is not applied."""
-
-    min_duration_s: float | None = None
-    failure_threshold: float | None = None
-    metric_coverage: float | None = None
-    max_overflow_fraction: float = MAX_OVERFLOW_FRACTION
-
-
-@dataclass
-class ValidityInput:
-    """Per-run facts the rules need, gathered from the result rows."""
-
-    responses: int = 0
-    failed: int = 0
-    overflows: int = 0
-    cancelled: int = 0
-    interrupted: bool = False
-    measured_s: float = 0.0
-    expected_s: float | None = None
-    last_first_token_s: float | None = None  # from the first measured send
-    last_itl_end_s: float | None = None
-    reasons: list[str] = field(default_factory=list)
-
-
-def coverage_ratio(last_s: float | None, expected_s: float | None) -> float | None:
-    """AIPerf's profile metric duration coverage: how far into the expected profiling
-    window the last observation of a metric lies (0 when none)."""
-    if not expected_s:
-        return None
-    return 0.0 if last_s is None else last_s / expected_s
-
-
-def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
-                    rules: ValidityRules | None = None,
-                    facts: ValidityInput | None = None) -> dict[str, Any]:
-    """From (warmup, http_status, error) of every result row, and the run's facts: the
-    AgentX verdict. Invalid when, warm-up excluded: more than ``max_overflow_fraction`` of
-    the responses overflowed the context; any request was cancelled or the run was
-    interrupted; the measured time is below ``min_duration_s``; more than
-    ``failure_threshold`` of the requests failed; neither the last first token nor the last
-    streamed token lies ``metric_coverage`` of the way into the expected duration."""
-    rules = rules or ValidityRules()
-    f = facts or ValidityInput()
-    n = over = 0
-    for warm, status, error in rows:
-        if warm:
-            continue
-        n += 1
-        over += is_overflow(status, error)
-    frac = over / n if n else 0.0
-    reasons: list[str] = []
-    if frac > rules.max_overflow_fraction:
-        reasons.append(f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
-                       f"(AgentX allows {rules.max_overflow_fraction:.0%})")
-    if f.interrupted or f.cancelled:
-        reasons.append(f"the run was interrupted ({f.cancelled:,} requests cancelled)")
-    if rules.min_duration_s is not None and f.measured_s < rules.min_duration_s:
-        reasons.append(f"measured {f.measured_s:,.0f} s, below the minimum of "
-                       f"{rules.min_duration_s:,.0f} s")
-    fail_frac = f.failed / n if n else 0.0
-    if rules.failure_threshold is not None and fail_frac > rules.failure_threshold:
-        reasons.append(f"{f.failed:,} of {n:,} requests ({fail_frac:.1%}) failed (threshold "
-                       f"{rules.failure_threshold:.0%})")
-    ttft_cov = coverage_ratio(f.last_first_token_s, f.expected_s)
-    itl_cov = coverage_ratio(f.last_itl_end_s, f.expected_s)
-    if rules.metric_coverage is not None and ttft_cov is not None and itl_cov is not None \
-            and max(ttft_cov, itl_cov) < rules.metric_coverage:
-        reasons.append(f"metrics cover {max(ttft_cov, itl_cov):.1%} of the {f.expected_s:,.0f} s "
-                       f"window (needs {rules.metric_coverage:.0%})")
-    out: dict[str, Any] = {"responses": n, "context_overflows": over, "overflow_fraction": frac,
-                           "failed": f.failed, "failure_fraction": fail_frac,
-                           "cancelled": f.cancelled, "interrupted": f.interrupted,
-                           "measured_s": f.measured_s, "ttft_coverage": ttft_cov,
-                           "itl_coverage": itl_cov, "rules": {
-                               "min_duration_s": rules.min_duration_s,
-                               "failure_threshold": rules.failure_threshold,
-                               "metric_coverage": rules.metric_coverage,
-                               "max_overflow_fraction": rules.max_overflow_fraction},
-                           "valid": not reasons}
-    if reasons:
-        out["invalid_reason"] = "; ".join(reasons)
-        out["invalid_reasons"] = reasons
-    return out
-
-
 def cache_bust(q: PlannedRequest, play: int) -> PlannedRequest:
     """Request ``q`` in play ``play`` with AIPerf's ``first_turn_prefix`` cache bust: a
     marker ``[rid:<hex>]`` opens the first user turn, so in block terms the blocks before it
@@ -153,6 +68,44 @@ def cache_bust(q: PlannedRequest, play: int) -> PlannedRequest:
         return replace(q, clone=play)
     ids = q.hash_ids[:k] + [-1 - (stable_hash("rid", play, h) >> 2) for h in q.hash_ids[k:]]
     return replace(q, clone=play, prompt_clone=0, hash_ids=ids)
+
+
+def idle_warp(reqs: list[PlannedRequest], cap_ns: int) -> Callable[[int], int]:
+    """AIPerf's trace idle gap cap as a warp of one session's clock: every stretch where
+    nothing of the session was in flight (recorded ``offset_ns`` to ``offset_ns +
+    service_ns``) longer than ``cap_ns`` is shortened to it; returns t -> the time removed
+    before t. A request's think time loses the part removed between its latest
+    dependency's end and its arrival (idle stretches lie wholly inside that or outside)."""
+    gaps: list[tuple[int, int]] = []  # (end of the stretch, time removed)
+    busy: int | None = None
+    for start, end in sorted((q.offset_ns, q.offset_ns + (q.service_ns or 0)) for q in reqs):
+        if busy is not None and start - busy > cap_ns:
+            gaps.append((start, start - busy - cap_ns))
+        busy = end if busy is None else max(busy, end)
+
+    def removed(t: int) -> int:
+        return sum(cut for end, cut in gaps if end <= t)
+
+    return removed
+
+
+def capped_times(reqs: list[PlannedRequest], cap_ns: int | None) -> tuple[list[int], list[int]]:
+    """(offsets, think times) of a session's requests with its idle stretches capped at
+    ``cap_ns`` (``idle_warp``; None: as recorded). A think time whose dependency's end is
+    unknown is capped at ``cap_ns`` itself."""
+    if cap_ns is None:
+        return [q.offset_ns for q in reqs], [q.think_ns for q in reqs]
+    removed = idle_warp(reqs, cap_ns)
+    offsets = [q.offset_ns - removed(q.offset_ns) for q in reqs]
+    thinks = []
+    for q in reqs:
+        ends = [reqs[d].offset_ns + svc for d in q.deps
+                if (svc := reqs[d].service_ns) is not None]
+        if q.deps and len(ends) == len(q.deps):
+            thinks.append(max(0, q.think_ns - (removed(q.offset_ns) - removed(max(ends)))))
+        else:
+            thinks.append(min(q.think_ns, cap_ns))
+    return offsets, thinks
 
 
 def sample_start(offsets: list[int], u: float) -> int:
@@ -177,6 +130,11 @@ class _Live:
     st: _SessionState
     pos_of: dict[int, int]
     finished: set[int] = field(default_factory=set)
+
+    def over(self) -> bool:
+        """Every request completed or was cut: the lane is about to start its next play."""
+        ev = self.st.events
+        return all(p in self.finished or ev[p].is_set() for p in range(len(ev)))
 
     def ready(self) -> int:
         """Requests whose dependencies all completed and that have not completed: each is
@@ -249,8 +207,8 @@ class AgentXDriver(Driver):
     def _settled(self) -> bool:
         """Whether every request that can go next is waiting for its send time: none is
         being scheduled (a completion's children wake only after the completion's record)
-        and no lane is between plays."""
-        if self._settling:
+        and no lane is between plays (or has just finished one)."""
+        if self._settling or any(live.over() for live in self._live.values()):
             return False
         ready = sum(live.ready() for live in self._live.values())
         return ready <= len(self._waiting)
@@ -271,20 +229,20 @@ class AgentXDriver(Driver):
         self._wake = asyncio.Event()
 
     def _past_deadline(self, due: int) -> bool:
-        """Whether ``due``, after any idle gap it lets skip now, falls after the deadline.
-        The request stays registered for ``_sleep_to``, which the driver calls next
-        without yielding."""
+        """Never decided here: a later idle skip can still bring ``due`` before the
+        deadline, so ``_sleep_to`` decides when the deadline comes. The request is
+        registered (and may let an idle gap be skipped now); ``_sleep_to``, which the driver
+        calls next without yielding, takes the registration over."""
         wid = self._next_waiter
         self._next_waiter += 1
         self._waiting[wid] = due + self._shift
-        self._maybe_skip()
-        if self.deadline is not None and self._waiting[wid] - self._shift >= self.deadline:
-            del self._waiting[wid]
-            return True
         self._handoff = wid
+        self._maybe_skip()
         return False
 
-    async def _sleep_to(self, due: int) -> int:
+    async def _sleep_to(self, due: int) -> int | None:
+        """Wait for the (shifted) intended send time and return it; None when the deadline
+        comes first (the request is not sent)."""
         wid, self._handoff = self._handoff, None
         if wid is None:
             wid = self._next_waiter
@@ -293,12 +251,17 @@ class AgentXDriver(Driver):
         try:
             while True:
                 target = self._waiting[wid] - self._shift
-                if self.clock.now_ns() >= target:
+                now = self.clock.now_ns()
+                if now >= target:
                     return target
+                if self.deadline is not None and now >= self.deadline:
+                    return None
                 self._maybe_skip()
                 target = self._waiting[wid] - self._shift
                 if self.clock.now_ns() >= target:
                     return target
+                if self.deadline is not None:
+                    target = min(target, self.deadline)
                 wake = self._wake
                 sleeper = asyncio.ensure_future(self.clock.sleep_until(target))
                 shifted = asyncio.ensure_future(wake.wait())
@@ -377,16 +340,15 @@ class AgentXDriver(Driver):
             now = max(now, warm_end)
         keep = list(range(start, len(reqs)))
         pos = {p: i for i, p in enumerate(keep)}
-        base = reqs[start].offset_ns
-        cap = self.tree_idle_cap_ns
+        offsets, thinks = capped_times(reqs, self.tree_idle_cap_ns)
+        base = offsets[start]
         out: list[PlannedRequest] = []
         for p in keep:
             q = self._bust(reqs[p], play)
             deps = [pos[d] for d in q.deps if d in pos]
-            think = q.think_ns if deps else 0
             out.append(replace(q, deps=deps, children=[], parent=pos.get(q.parent, -1),
-                               offset_ns=now - self.t0 + max(0, q.offset_ns - base),
-                               think_ns=think if cap is None else min(think, cap)))
+                               offset_ns=now - self.t0 + max(0, offsets[p] - base),
+                               think_ns=thinks[p] if deps else 0))
         for i, q in enumerate(out):
             if q.deps:
                 out[q.deps[-1]].children.append(i)

@@ -236,7 +236,11 @@ class Driver:
                 if self._past_deadline(due):
                     self._skip(s, st, p, due)
                     return
-                due = await self._sleep_to(due)
+                woke = await self._sleep_to(due)
+                if woke is None:  # the deadline came first
+                    self._skip(s, st, p, clock.now_ns())
+                    return
+                due = woke
             rec.intended_ns = due
             rec.parent_end_ns = parent_end
             rec.think_ns = q.think_ns if parent_end is not None and self.mode == "session" else None
@@ -268,9 +272,9 @@ class Driver:
     def _past_deadline(self, due: int) -> bool:
         return self.deadline is not None and due >= self.deadline
 
-    async def _sleep_to(self, due: int) -> int:
+    async def _sleep_to(self, due: int) -> int | None:
         """Wait until ``due``; returns the intended send time (``agentx`` timing moves it
-        earlier when it skips an idle gap)."""
+        earlier when it skips an idle gap, and returns None when the deadline comes first)."""
         await self.clock.sleep_until(due)
         return due
 

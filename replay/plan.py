@@ -115,6 +115,8 @@ class PlannedRequest:
     agent_id: str = MAIN
     deps: list[int] = field(default_factory=list)  # positions of the dependencies
     depends_on: list[int] = field(default_factory=list)  # their request_index values
+    service_ns: int | None = None
+    """Recorded arrival to last byte (the trace's ``end_ns``), after ``speedup``; None: unknown."""
     shared_blocks: int = 0
     """Leading prompt blocks before the first user turn (the tools + system prefix, from the
     trace's ``prefix_tokens``): what a cache-bust marker at the first user turn leaves
@@ -251,7 +253,8 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
                 input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
                 hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
                 content=cols["content"][r], cached_tokens=cols["cached_tokens"][r],
-                agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx))
+                agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx,
+                service_ns=None if cols["end_ns"][r] is None else int(cols["end_ns"][r])))
         for p, req in enumerate(reqs):
             if req.deps:
                 reqs[req.deps[-1]].children.append(p)
@@ -274,6 +277,8 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
             for q in s.requests:
                 q.offset_ns = int(q.offset_ns / opts.speedup)
                 q.think_ns = int(q.think_ns / opts.speedup)
+                if q.service_ns is not None:
+                    q.service_ns = int(q.service_ns / opts.speedup)
     if opts.concurrent_sessions is not None:
         sessions = sessions[: opts.concurrent_sessions]
         restart(sessions, concurrent_starts(len(sessions), opts.ramp_s))
@@ -320,6 +325,7 @@ def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
                 think_ns=q.think_ns, input_tokens=q.input_tokens, output_tokens=q.output_tokens,
                 hash_ids=q.hash_ids, api=q.api, model=q.model, content=q.content,
                 cached_tokens=q.cached_tokens, children=q.children, agent_id=q.agent_id,
+                service_ns=q.service_ns,
                 deps=q.deps, depends_on=q.depends_on) for q in s.requests]
             out.append(PlannedSession(s.session_id, c, s.start_ns + shift, reqs))
     return out

@@ -36,7 +36,8 @@ class AgentXSettings:
     idle_cap_s: float | None = 10.0
     """System idle cap: nothing in flight idles at most this long (None: no cap)."""
     tree_idle_cap_s: float | None = None
-    """Cap on every think time inside a session tree (AIPerf's per-trace idle gap cap)."""
+    """Every recorded stretch where nothing of a session tree was in flight is shortened to
+    at most this (AIPerf's trace idle gap cap; ``replay.agentx.idle_warp``)."""
     min_duration_s: float | None = None
     failure_threshold: float | None = None
     metric_coverage: float | None = None

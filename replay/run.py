@@ -136,6 +136,15 @@ def _over_context(plan: Plan, max_model_len: int | None) -> int:
                if q.input_tokens + q.output_tokens > max_model_len)
 
 
+def _short_agentx(config: RunConfig) -> str | None:
+    """The warning for an ``agentx`` run whose duration cannot reach its minimum."""
+    low = config.agentx.min_duration_s
+    if config.timing != "agentx" or low is None or config.duration_s is None or config.duration_s >= low:
+        return None
+    return (f"--duration {config.duration_s:g} s is below the minimum of {low:g} s "
+            f"({config.agentx.preset or '--min-duration'}): the run will be invalid")
+
+
 def gpu_count(config: RunConfig) -> tuple[int | None, str]:
     """The GPUs serving the target and where that comes from: ``--gpus``, the ``--launch``
     profile's ``--gpus``, or unknown."""
@@ -209,11 +218,11 @@ def _run(config: RunConfig, progress: Reporter | None,
         gpu_tel.set_t0(t0)
     meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
     write_run_json(out, meta)
-    fast = speedup_warning(plan, config.plan_options())
-    if fast:
-        meta.setdefault("warnings_before_run", []).append(fast)
-        if progress is not None:
-            progress(f"warning: {fast}")
+    for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
+        if w:
+            meta.setdefault("warnings_before_run", []).append(w)
+            if progress is not None:
+                progress(f"warning: {w}")
     too_long = _over_context(plan, info.max_model_len)
     if too_long:
         meta.setdefault("warnings_before_run", []).append(

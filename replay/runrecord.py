@@ -229,12 +229,8 @@ def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
     first among the warnings and in ``summary.invalid_reason``."""
     import pyarrow.parquet as pq
 
-    from agent_replay.replay.agentx import (
-        DEFAULT_DURATION_S,
-        ValidityInput,
-        ValidityRules,
-        agentx_validity,
-    )
+    from agent_replay.replay.agentx import DEFAULT_DURATION_S
+    from agent_replay.replay.validity import ValidityInput, ValidityRules, agentx_validity
 
     cols = ["warmup", "http_status", "error", "error_kind", "status", "sent_ns",
             "first_token_ns", "end_ns", "chunk_tokens"]

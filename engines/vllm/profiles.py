@@ -218,6 +218,33 @@ def _spec_config(knobs: Mapping[str, object]) -> str | None:
     return json.dumps(cfg, separators=(",", ":"))
 
 
+AGENTX_ACCEPTANCE_LENGTH: dict[str, dict[int, float]] = {
+    "deepseek": {1: 1.79, 2: 2.27, 3: 2.49, 4: 2.54},
+}
+"""InferenceX AgentX's pinned synthetic acceptance (mean accepted length per verify step)
+by model family and draft tokens K: its DeepSeek MTP runs accept drafts synthetically at
+these lengths (K=3: 2.49, the ``SIMULATE_ACC_LEN`` of its DeepSeek recipes), so that
+deployments are compared at one acceptance instead of at what their weights happen to
+draft. A family matches when its key is part of the model name (lower case)."""
+
+
+def agentx_speculative_config(model: str, k: int) -> str:
+    """``--speculative-config`` for MTP with K draft tokens accepted synthetically at
+    AgentX's pinned length for ``model`` (``AGENTX_ACCEPTANCE_LENGTH``); an InputError
+    names the families and K values known when there is none."""
+    name = model.lower()
+    for family, by_k in AGENTX_ACCEPTANCE_LENGTH.items():
+        if family in name:
+            if k not in by_k:
+                raise InputError(f"no AgentX acceptance length for {family} MTP with K={k} "
+                                 f"(known: K={', '.join(map(str, sorted(by_k)))})")
+            return json.dumps({"method": "mtp", "num_speculative_tokens": k,
+                               "rejection_sample_method": "synthetic",
+                               "synthetic_acceptance_length": by_k[k]}, separators=(",", ":"))
+    raise InputError(f"no AgentX acceptance length for model {model!r} (known families: "
+                     f"{', '.join(AGENTX_ACCEPTANCE_LENGTH)})")
+
+
 def _nixl(role: str = "kv_both") -> Flag:
     return ("--kv-transfer-config",
             json.dumps({"kv_connector": "NixlConnector", "kv_role": role}, separators=(",", ":")))

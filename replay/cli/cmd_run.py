@@ -150,7 +150,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--idle-cap", type=float, default=None, metavar="SECONDS",
                    help="nothing in flight idles at most this long (default 10)")
     a.add_argument("--tree-idle-cap", type=float, default=None, metavar="SECONDS",
-                   help="cap on every think time inside a session tree (default none)")
+                   help="shorten every recorded stretch where nothing of a session tree was "
+                   "in flight to at most this (default none)")
     a.add_argument("--min-duration", type=float, default=None, metavar="SECONDS",
                    help="a run measuring less is invalid")
     a.add_argument("--failure-threshold", type=float, default=None, metavar="FRACTION",

@@ -180,6 +180,9 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
     if meta.get("status") in ("failed", "aborted"):  # replay.run's final status
         why = meta.get("error") or f"the run ended {meta['status']}"
         return "failed", str(why), figures, bottleneck, cold, contended
+    if meta.get("status") == "invalid":  # agentx timing: the AgentX rules refuse the run
+        why = (meta.get("agentx") or {}).get("invalid_reason")
+        return "failed", f"invalid AgentX run: {why}", figures, bottleneck, cold, contended
     if rep.stats.requests["ok"] == 0:
         why = ", ".join(f"{k} {v}" for k, v in rep.stats.errors.items()) or "no request was sent"
         return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold, contended

@@ -186,3 +186,12 @@ def test_plots_written_and_not_overwritten(results: Path, tmp_path: Path) -> Non
     assert all(p.stat().st_size > 5_000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
     with pytest.raises(OutputExistsError):
         write_plots(r, tmp_path / "plots")
+
+
+def test_the_report_states_agentx_readings_and_an_unknown_gpu_count(tmp_path: Path) -> None:
+    write_results(tmp_path / "r", rows_to_table(ALL_ROWS))
+    text = to_text(build_report(tmp_path / "r"))
+    assert "AgentX interactivity" in text and "(linear" in text and "1 / P90 of TPOT" in text
+    assert "GPU count unknown (give --gpus N)" in text
+    two = to_markdown(build_report(tmp_path / "r", gpus=2))
+    assert f"{371 / 840e-9 / 2:,.1f}" in two

@@ -187,3 +187,18 @@ def test_cli_prints_commands(capsys: pytest.CaptureFixture[str]) -> None:
 def test_every_profile_is_documented() -> None:
     for p in PROFILES.values():
         assert p.summary and all(k.help for k in p.knobs)
+
+
+def test_agentx_pinned_acceptance_per_model_and_k() -> None:
+    from agent_replay.engines.vllm.profiles import agentx_speculative_config
+
+    got = {k: json.loads(agentx_speculative_config("deepseek-ai/DeepSeek-V3.2", k))
+           for k in (1, 2, 3, 4)}
+    assert {k: c["synthetic_acceptance_length"] for k, c in got.items()} == {
+        1: 1.79, 2: 2.27, 3: 2.49, 4: 2.54}
+    assert got[3] == {"method": "mtp", "num_speculative_tokens": 3,
+                      "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.49}
+    with pytest.raises(InputError, match="K=5"):
+        agentx_speculative_config("DeepSeek-R1", 5)
+    with pytest.raises(InputError, match="known families: deepseek"):
+        agentx_speculative_config("Qwen/Qwen3-8B", 3)

@@ -17,6 +17,7 @@ import agent_replay.engines.sim
 from agent_replay.analysis.runstats import accumulate
 from agent_replay.engines.sim import SimProcess
 from agent_replay.replay.agentx import (
+    IDLE_CAP_NS,
     AgentXDriver,
     ValidityInput,
     ValidityRules,
@@ -207,6 +208,8 @@ def test_a_run_below_its_presets_minimum_is_invalid_and_exits_non_zero(
     assert meta["options"]["agentx"]["preset"] == "aiperf-agentx-mvp"
     assert meta["options"]["agentx"]["start_min"] == 0.0 and meta["options"]["agentx"]["start_max"] == 1.0
     assert (sim_runs["short"] / "exit").read_text() == "1 invalid"
+    assert meta["warnings_before_run"] == [
+        "--duration 1 s is below the minimum of 900 s (aiperf-agentx-mvp): the run will be invalid"]
     assert (sim_runs["ok"] / "exit").read_text() == "0 ok"  # no minimum without a preset
 
 
@@ -240,3 +243,104 @@ def test_presets_resolve_with_explicit_values_on_top() -> None:
     assert (ax.failure_threshold, ax.metric_coverage, ax.min_duration_s) == (0.10, 0.95, 900.0)
     ax, dur = resolve("aiperf-agentx-mvp", {}, 1200.0)
     assert dur == 1200.0 and (ax.start_min, ax.start_max, ax.warmup_requests) == (0.0, 1.0, 0)
+
+
+@pytest.mark.shared_data
+def test_real_weka_trees_keep_their_think_times_under_the_idle_cap(shared_data: Path) -> None:
+    """Every real weka trace with subagents, one lane, an hour of fake time, every request
+    served in 2 s: no intended send before t0 or flagged warm-up outside the warm-up, every
+    think time got is the recorded one, or shorter only where the idle cap moved it, and
+    nothing in flight never idles longer than the cap."""
+    from agent_replay.traces.importers import import_paths
+
+    files = sorted((shared_data / "weka").glob("trace_*.json"))
+    res = import_paths(files, "weka")
+    plan = build_plan(res.table, res.meta.block_size, PlanOptions())
+    recorded = {(q.session_id, q.request_index): q.think_ns for s in plan.sessions for q in s.requests}
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 2 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=3600 * S, seed=3)
+    clock.run(d.run())
+    real = [x for x in recs if not x.warmup]
+    assert len(real) > 100 and d.idle_skips > 10
+    shortened = 0
+    for x in real:
+        assert x.intended_ns >= 0
+        if x.parent_end_ns is None or x.think_ns is None:
+            continue
+        want = recorded[(x.session_id, x.request_index)]
+        assert 0 <= x.think_ns <= want
+        shortened += x.think_ns < want
+    assert shortened > 0
+    # a send after every earlier request ended follows idle time: at most the cap
+    last_end = None
+    for sent, end in sorted((x.sent_ns or 0, x.end_ns or 0) for x in recs):
+        if last_end is not None and sent > last_end:
+            assert sent - last_end <= IDLE_CAP_NS
+        last_end = end if last_end is None else max(last_end, end)
+
+
+def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None:
+    """Recorded: r0 main 0-1 s; r1 subagent x spawned 1 s later, busy 2-52 s; r2 main at
+    100 s (think 99 s after r0); r3 main at 200 s (think 99 s after r2's end at 101 s).
+    With a 20 s trace idle cap, the idle stretch 52-100 s loses 28 s and 101-200 s loses
+    79 s: r2's think becomes 99 - 28 = 71 s (the subagent kept the tree busy for 50 s of
+    it; a cap on each think time would give 20 s), r3's 99 - 79 = 20 s. Served in 1 s
+    each, no system idle cap: r0 at 0, r1 at 2, r2 at 1 + 71 = 72, r3 at 73 + 20 = 93."""
+    rows = [("main", 0, [], None, 1), ("x", 2, [0], 1, 50), ("main", 100, [0], 99, 1),
+            ("main", 200, [2], 99, 1)]
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids", "end_ns", "agent_id", "depends_on")}
+    for i, (agent, t, deps, think, dur) in enumerate(rows):
+        for k, v in (("session_id", "t"), ("request_index", i), ("parent_index", -1),
+                     ("arrival_ns", t * S), ("think_ns", None if think is None else think * S),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
+                     ("end_ns", dur * S), ("agent_id", agent), ("depends_on", deps)):
+            cols[k].append(v)
+    table = pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
+        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=94 * S, start_range=(0.0, 0.0), idle_cap_ns=None,
+                     tree_idle_cap_ns=20 * S)
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1)
+    assert got == [(0, 0), (2 * S, 1), (72 * S, 2), (93 * S, 3)]
+
+
+def test_a_send_due_after_the_duration_goes_if_the_idle_cap_brings_it_before() -> None:
+    """Sessions a (r1 thinks 100 s) and b (r1 thinks 0.5 s), two lanes, 1 s service, 15 s
+    duration. By hand: a#1 r0 and b#2 r0 at 0 (end 1); b#2 r1 at 1.5 (ends 2.5); lane 2
+    recycles a as a#3, r0 at 2.5 (ends 3.5). Idle since 3.5: a#1 r1 (due 101) moves to
+    13.5 and a#3 r1 to 16; a#1 r1 goes at 13.5 although due after the duration when it was
+    scheduled; lane 1 then recycles b as b#4 at 14.5; a#3 r1 and b#4 r1 fall after 15 s."""
+    rows = [("a", 0, None), ("a", 1, 100_000), ("b", 0, None), ("b", 1, 500)]
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+        "output_tokens", "hash_ids")}
+    for sid, i, think in rows:
+        for k, v in (("session_id", sid), ("request_index", i), ("parent_index", i - 1),
+                     ("arrival_ns", i * S), ("think_ns", None if think is None else think * MS),
+                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i])):
+            cols[k].append(v)
+    table = pa.table(cols, schema=pa.schema([
+        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64()))]))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=2, duration_ns=15 * S, start_range=(0.0, 0.0))
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.clone, x.request_index) for x in recs)
+    assert got == [(0, 1, 0), (0, 2, 0), (1_500 * MS, 2, 1), (2_500 * MS, 3, 0),
+                   (13_500 * MS, 1, 1), (14_500 * MS, 4, 0)]
+    assert d.skipped == 2

@@ -69,3 +69,12 @@ def test_slo_terms_and_bisection_state() -> None:
     probes = [Probe(2, 3, 3, True, {}), Probe(32, 3, 0, False, {}), Probe(17, 3, 1, False, {})]
     assert _state(probes) == (2, 17) and _next(2, 17, True) == 9.0 and _next(8, 9, True) is None
     assert _next(1.0, 1.04, False) is None and _next(1.0, 4.0, False) == pytest.approx(2.0)
+
+
+def test_an_invalid_agentx_run_is_a_failed_point_with_its_reason(tmp_path: Path) -> None:
+    run_dir = write_results(tmp_path / "r", synthetic_batches(300, 1), {
+        "status": "invalid", "agentx": {"invalid_reason": "measured 60 s, below the minimum of 900 s"}})
+    status, reason, figures, _, _, _ = _outcome(run_dir, SimpleNamespace(interrupted=False),
+                                                Target("a", "sim", "fast"))
+    assert status == "failed" and reason == "invalid AgentX run: measured 60 s, below the minimum of 900 s"
+    assert figures["p90_tps"] is not None

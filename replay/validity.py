@@ -1,0 +1,109 @@
+"""The AgentX validity verdict of a run (AIPerf ``common/scenario``: ``submission_outcome``
+and the scenario's duration floor, failure threshold and metric coverage): pure functions
+of the result rows and the run's facts; ``replay.runrecord`` gathers the facts and writes
+the verdict to run.json."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_OVERFLOW_FRACTION = 0.01
+OVERFLOW_MARKERS = ("maximum model length", "maximum context length", "context length",
+                    "too long", "prompt is too long")
+"""Substrings (lower case) of an HTTP 400 error that mark a context-length overflow."""
+
+
+def is_overflow(http_status: int | None, error: str | None) -> bool:
+    return http_status == 400 and error is not None and any(m in error.lower() for m in OVERFLOW_MARKERS)
+
+
+@dataclass(frozen=True)
+class ValidityRules:
+    """What makes an AgentX run valid (AIPerf ``common/scenario``: ``submission_outcome``
+    and the scenario's coverage and duration floors). None: the rule is not applied."""
+
+    min_duration_s: float | None = None
+    failure_threshold: float | None = None
+    metric_coverage: float | None = None
+    max_overflow_fraction: float = MAX_OVERFLOW_FRACTION
+
+
+@dataclass
+class ValidityInput:
+    """Per-run facts the rules need, gathered from the result rows."""
+
+    responses: int = 0
+    failed: int = 0
+    overflows: int = 0
+    cancelled: int = 0
+    interrupted: bool = False
+    measured_s: float = 0.0
+    expected_s: float | None = None
+    last_first_token_s: float | None = None  # from the first measured send
+    last_itl_end_s: float | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+def coverage_ratio(last_s: float | None, expected_s: float | None) -> float | None:
+    """AIPerf's profile metric duration coverage: how far into the expected profiling
+    window the last observation of a metric lies (0 when none)."""
+    if not expected_s:
+        return None
+    return 0.0 if last_s is None else last_s / expected_s
+
+
+def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
+                    rules: ValidityRules | None = None,
+                    facts: ValidityInput | None = None) -> dict[str, Any]:
+    """From (warmup, http_status, error) of every result row, and the run's facts: the
+    AgentX verdict. Invalid when, warm-up excluded: more than ``max_overflow_fraction`` of
+    the responses overflowed the context; any request was cancelled or the run was
+    interrupted; the measured time is below ``min_duration_s``; more than
+    ``failure_threshold`` of the requests failed; neither the last first token nor the last
+    streamed token lies ``metric_coverage`` of the way into the expected duration."""
+    rules = rules or ValidityRules()
+    f = facts or ValidityInput()
+    n = over = 0
+    for warm, status, error in rows:
+        if warm:
+            continue
+        n += 1
+        over += is_overflow(status, error)
+    frac = over / n if n else 0.0
+    reasons: list[str] = []
+    if frac > rules.max_overflow_fraction:
+        reasons.append(f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
+                       f"(AgentX allows {rules.max_overflow_fraction:.0%})")
+    if f.interrupted or f.cancelled:
+        reasons.append(f"the run was interrupted ({f.cancelled:,} requests cancelled)")
+    if rules.min_duration_s is not None and f.measured_s < rules.min_duration_s:
+        reasons.append(f"measured {f.measured_s:,.0f} s, below the minimum of "
+                       f"{rules.min_duration_s:,.0f} s")
+    fail_frac = f.failed / n if n else 0.0
+    if rules.failure_threshold is not None and fail_frac > rules.failure_threshold:
+        reasons.append(f"{f.failed:,} of {n:,} requests ({fail_frac:.1%}) failed (threshold "
+                       f"{rules.failure_threshold:.0%})")
+    ttft_cov = coverage_ratio(f.last_first_token_s, f.expected_s)
+    itl_cov = coverage_ratio(f.last_itl_end_s, f.expected_s)
+    if rules.metric_coverage is not None and ttft_cov is not None and itl_cov is not None \
+            and max(ttft_cov, itl_cov) < rules.metric_coverage:
+        reasons.append(f"metrics cover {max(ttft_cov, itl_cov):.1%} of the {f.expected_s:,.0f} s "
+                       f"window (needs {rules.metric_coverage:.0%})")
+    out: dict[str, Any] = {"responses": n, "context_overflows": over, "overflow_fraction": frac,
+                           "failed": f.failed, "failure_fraction": fail_frac,
+                           "cancelled": f.cancelled, "interrupted": f.interrupted,
+                           "measured_s": f.measured_s, "ttft_coverage": ttft_cov,
+                           "itl_coverage": itl_cov, "rules": {
+                               "min_duration_s": rules.min_duration_s,
+                               "failure_threshold": rules.failure_threshold,
+                               "metric_coverage": rules.metric_coverage,
+                               "max_overflow_fraction": rules.max_overflow_fraction},
+                           "valid": not reasons}
+    if reasons:
+        out["invalid_reason"] = "; ".join(reasons)
+        out["invalid_reasons"] = reasons
+    return out
+
+
