@@ -329,9 +329,30 @@ class RuleDiff:
     what: str
 
 
+def direct_waits(k: Key, rules: Mapping[Key, Rule]) -> frozenset[Key]:
+    """``k``'s wait set without the requests another of its waits already waits for,
+    directly or not (a wait implied by the others changes nothing)."""
+    waits = rules[k].waits_for if k in rules else frozenset()
+
+    def ancestors(x: Key) -> set[Key]:
+        seen: set[Key] = set()
+        todo = list(rules[x].waits_for) if x in rules else []
+        while todo:
+            y = todo.pop()
+            if y not in seen:
+                seen.add(y)
+                todo.extend(rules[y].waits_for if y in rules else ())
+        return seen
+
+    implied: set[Key] = set()
+    for w in waits:
+        implied |= ancestors(w)
+    return frozenset(waits - implied)
+
+
 def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float = 1.0) -> list[RuleDiff]:
-    """Every request whose wait set or delay differs between the two plans (delay compared
-    only where both are unconditional), in key order."""
+    """Every request whose direct wait set (``direct_waits``) or delay differs between the
+    two plans (delay compared only where both are unconditional), in key order."""
     out: list[RuleDiff] = []
     for k in sorted(set(a) | set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
         ra, ro = a.get(k), o.get(k)
@@ -339,9 +360,10 @@ def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float
             out.append(RuleDiff(k, ra, ro, "only in " + ("ours" if ra is None else "AIPerf")))
             continue
         what = []
-        if ra.waits_for != ro.waits_for:
-            only_a = sorted(map(key_str, ra.waits_for - ro.waits_for))
-            only_o = sorted(map(key_str, ro.waits_for - ra.waits_for))
+        wa, wo = direct_waits(k, a), direct_waits(k, o)
+        if wa != wo:
+            only_a = sorted(map(key_str, wa - wo))
+            only_o = sorted(map(key_str, wo - wa))
             what.append(f"waits: AIPerf also for {only_a or '-'}, ours also for {only_o or '-'}")
         if ra.delay_ms is None:
             if ro.delay_ms and ro.delay_ms > tol_ms:
@@ -420,14 +442,13 @@ def compare_gaps(a: Mapping[Key, list[float]], o: Mapping[Key, list[float]]) -> 
 CAP_SLACK_MS = 50.0
 
 
-def classify(g: GapDiff, a: Rule | None, o: Rule | None) -> str:
+def classify(g: GapDiff, a: Rule | None, o: Rule | None, plan_differs: bool) -> str:
     """Why a measured gap may differ: ``plan`` when the two plans differ for the request
-    (wait set, or delay by more than 1 ms, or AIPerf's conditional join); ``idle-cap`` when
+    (``compare_rules`` lists it, or a rule is missing or conditional); ``idle-cap`` when
     a side sent it sooner than its planned delay (by more than ``CAP_SLACK_MS``: its system
     idle cap, which depends on what else was in flight, moved it); else ``lag``: both sent
     it after the full, equal delay, so the difference is the two clients' dispatch lag."""
-    if a is None or o is None or a.waits_for != o.waits_for or a.delay_ms is None \
-            or o.delay_ms is None or abs(a.delay_ms - o.delay_ms) > 1.0:
+    if plan_differs or a is None or o is None or a.delay_ms is None or o.delay_ms is None:
         return "plan"
     if g.aiperf_ms < a.delay_ms - CAP_SLACK_MS or g.ours_ms < o.delay_ms - CAP_SLACK_MS:
         return "idle-cap"

@@ -127,6 +127,7 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
     rules_a = ao.aiperf_rules(aiperf_metadata(out / "aiperf-cache"))
     rules_o = ao.ours_rules(plan, ix)
     rule_diffs = ao.compare_rules(rules_a, rules_o)
+    differ = {d.key for d in rule_diffs}
     sent: dict[str, list[ao.Sent]] = {"aiperf": [], "ours": []}
     scores: dict[str, list[dict[str, Any]]] = {"aiperf": [], "ours": []}
     problems: list[str] = []
@@ -158,7 +159,7 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
     for g in gaps:
         kind = f"{rules_a[g.key].kind}/{rules_o[g.key].kind}"
         by_kind.setdefault(kind, []).append(g.diff_ms)
-        by_cause.setdefault(ao.classify(g, rules_a.get(g.key), rules_o.get(g.key)), []).append(g.diff_ms)
+        by_cause.setdefault(ao.classify(g, rules_a.get(g.key), rules_o.get(g.key), g.key in differ), []).append(g.diff_ms)
     lag = by_cause.get("lag", [])
     tokens = ao.compare_tokens(sent["aiperf"] + sent["ours"], ix)
     keys = {s: {x.key for x in sent[s] if not x.warmup} for s in sent}
@@ -176,7 +177,7 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                                   "ours_ms": g.ours_ms, "diff_ms": g.diff_ms,
                                   "n_aiperf": g.n_aiperf, "n_ours": g.n_ours,
                                   "kind": f"{rules_a[g.key].kind}/{rules_o[g.key].kind}",
-                                  "cause": ao.classify(g, rules_a.get(g.key), rules_o.get(g.key)),
+                                  "cause": ao.classify(g, rules_a.get(g.key), rules_o.get(g.key), g.key in differ),
                                   "plan_aiperf_ms": rules_a[g.key].delay_ms,
                                   "plan_ours_ms": rules_o[g.key].delay_ms}
                                  for g in gaps]},

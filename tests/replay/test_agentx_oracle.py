@@ -186,9 +186,21 @@ def test_compare_tokens_and_spread() -> None:
 def test_classify_separates_plan_idle_cap_and_lag() -> None:
     nxt = ao.Rule(frozenset({M0}), 3000.0, "next")
     g = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=3001.0, n_aiperf=1, n_ours=1)
-    assert ao.classify(g, nxt, nxt) == "lag"
+    assert ao.classify(g, nxt, nxt, False) == "lag"
     capped = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=2900.0, n_aiperf=1, n_ours=1)
-    assert ao.classify(capped, nxt, nxt) == "idle-cap"  # ours 100 ms short of its plan
-    assert ao.classify(g, nxt, ao.Rule(frozenset({M0}), 3002.0, "next")) == "plan"
-    assert ao.classify(g, ao.Rule(frozenset({M0, S0}), None, "join"), nxt) == "plan"
-    assert ao.classify(g, nxt, None) == "plan"
+    assert ao.classify(capped, nxt, nxt, False) == "idle-cap"  # ours 100 ms short of its plan
+    assert ao.classify(g, nxt, nxt, True) == "plan"
+    assert ao.classify(g, ao.Rule(frozenset({M0, S0}), None, "join"), nxt, False) == "plan"
+    assert ao.classify(g, nxt, None, False) == "plan"
+
+
+def test_compare_rules_ignores_waits_implied_by_the_others() -> None:
+    # AIPerf also makes S1 wait for M0, which S0 (S1's other wait) already waits for
+    a = {M0: ao.Rule(frozenset(), 0.0, "first"), S0: ao.Rule(frozenset({M0}), 0.0, "child-first"),
+         S1: ao.Rule(frozenset({S0, M0}), 5.0, "next"), M2: ao.Rule(frozenset({S1, M0}), 7.0, "next")}
+    o = {M0: a[M0], S0: a[S0], S1: ao.Rule(frozenset({S0}), 5.0, "next"),
+         M2: ao.Rule(frozenset({M0}), 7.0, "next")}
+    assert ao.direct_waits(S1, a) == frozenset({S0})
+    assert ao.direct_waits(M2, a) == frozenset({S1})
+    (d,) = ao.compare_rules(a, o)
+    assert d.key == M2 and d.what == "waits: AIPerf also for ['tr[1].1'], ours also for ['tr[0]']"
