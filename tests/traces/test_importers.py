@@ -356,3 +356,30 @@ def test_claude_code_stream_start_estimate_by_hand() -> None:
     assert estimate_output(texts, 1) == 8 + 40  # ceil(29 / 4) + 40 per tool call
     assert estimate_output(texts, 0) == 8
     assert estimate_output(["one two three", "four"], 2, Tok()) == 4 + 80
+
+
+LMCACHE_FIXTURES = Path(__file__).parent / "fixtures" / "lmcache"
+
+
+def test_lmcache_magagent_repeated_prompt_is_not_inflated() -> None:
+    # real rows: the orchestrator sends the same 3,790-byte ledger prompt three times; each
+    # call's prompt is that input, not the input with the earlier outputs appended
+    path = LMCACHE_FIXTURES / "magagent-1aa87db6-rows2-5.jsonl"
+    raw = [json.loads(x) for x in path.read_text().splitlines()]
+    res = import_paths([path])
+    r = rows(res)
+    assert [x["input_tokens"] for x in r] == [math.ceil(len(o["input"].encode()) / 4) for o in raw]
+    assert [x["input_tokens"] for x in r[1:]] == [948, 948, 948]  # ceil(3790 / 4)
+    assert [x["parent_index"] for x in r] == [-1, -1, 1, 2]
+    # a resend shares its whole prompt (every hash block) with the call before it
+    assert implied_cached_tokens(res.table, 16).tolist()[2:] == [948, 948]
+    assert any("2 rows repeat their conversation's last input" in n for n in res.notes)
+
+
+def test_lmcache_taubench_empty_outputs_replay_as_one_estimated_token() -> None:
+    path = LMCACHE_FIXTURES / "taubench-09867e5c-rows0-4.jsonl"
+    res = import_paths([path])
+    r = rows(res)
+    assert [x["output_tokens"] for x in r] == [33, 1, 1, 16, 57]
+    assert [x["output_estimated"] for x in r] == [None, True, True, None, None]
+    assert any("2 rows with an empty output" in n for n in res.notes)

@@ -15,8 +15,14 @@ The prompt the model really saw is rebuilt per conversation in time order:
   already holds the whole flattened conversation (``magagent``: the new part of the input
   contains the chain's previous output), the input is the prompt as it is; appending the
   outputs again would inflate it.
+* A row whose input repeats its chain's last input byte for byte (``magagent``'s
+  orchestrator sends the same ledger prompt again) is a new call with that same prompt:
+  its prompt is the previous row's prompt, without the previous output appended.
 * Rows with an empty ``input`` (``magagent`` rows whose screenshot was dropped) are left
   out and counted in the import summary: they are not 0-token prompts.
+* Rows with an empty ``output`` (``taubench`` tool calls, whose text the source did not
+  log) are replayed with one output token, the least a server can be asked for, and marked
+  ``output_estimated``: their real length is unknown.
 
 Token counts come from a tokenizer when one is given (``--tokenizer tokenizer.json``),
 else from the estimate ``ceil(utf-8 bytes / 4)``. Hash ids are computed from the content:
@@ -90,7 +96,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
         return math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
 
     reqs: list[Request] = []
-    empty = flattened = 0
+    empty = flattened = repeated = no_output = 0
     chains: dict[str, list[_Chain]] = {}
     for sid, ts_us, line, text_in, text_out in rows:
         if not text_in.strip():
@@ -103,6 +109,9 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
             chain = _Chain(len(mine))
             mine.append(chain)
             prompt = text_in
+        elif text_in == chain.last_input:
+            prompt = chain.last_prompt  # the same prompt sent again, not a continuation
+            repeated += 1
         else:
             new = text_in[len(chain.last_input):]
             out_head = chain.last_output.strip()[:200]
@@ -118,13 +127,16 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
             data = prompt.encode()
             n_in = math.ceil(len(data) / BYTES_PER_TOKEN)
             hashes = hash_bytes(data, bs * BYTES_PER_TOKEN)
+        n_out = count(text_out)
+        if n_out == 0:
+            no_output += 1
         r = Request(session=sid, key=(ts_us, line),
                     parent_key=chain.last.key if chain.last is not None else None,
-                    arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=count(text_out),
-                    hash_ids=hashes, api="chat")
+                    arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=max(n_out, 1),
+                    hash_ids=hashes, api="chat", output_estimated=True if n_out == 0 else None)
         r.extra["chain"] = chain.number
         reqs.append(r)
-        chain.prompt = prompt + text_out
+        chain.prompt, chain.last_prompt = prompt + text_out, prompt
         chain.last_input, chain.last_output, chain.last = text_in, text_out, r
     if not reqs:
         raise fail(paths[0], None, "every row has an empty input")
@@ -138,6 +150,12 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     notes = ["prompts rebuilt from earlier inputs and outputs; hash ids from content", how]
     if flattened:
         notes.append(f"{flattened} rows whose input already holds the conversation (kept as is)")
+    if repeated:
+        notes.append(f"{repeated} rows repeat their conversation's last input: sent with the "
+                     "same prompt again")
+    if no_output:
+        notes.append(f"{no_output} rows with an empty output (not logged by the source): replayed "
+                     "with 1 output token (output_estimated)")
     if interleaved:
         notes.append(f"{interleaved} sessions interleave several LLMs: one chain (agent_id) each")
     if empty:
@@ -151,6 +169,7 @@ class _Chain:
     def __init__(self, number: int) -> None:
         self.number = number
         self.prompt = ""
+        self.last_prompt = ""
         self.last_input = ""
         self.last_output = ""
         self.last: Request | None = None
