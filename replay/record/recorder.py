@@ -436,7 +436,7 @@ class Recorder:
         if ex.info.undecoded is None and (cfg.content != "none" or inp is None):
             ids: Sequence[int] | np.ndarray  # a big body's: an array (BodyDigest.ids)
             if digest is not None:
-                ids, est = digest.hash_ids(inp)
+                ids, est = digest.hash_ids(self.hasher, inp)
             else:
                 ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
             if cfg.content != "none":
