@@ -134,6 +134,63 @@ def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
     return _np(enc.indices, np.int64), len(enc.dictionary)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionCache:
+    """One session's prompt tokens and how many were cached: by the original server (its
+    usage's cached-token figure, ``cached_tokens``) and as the trace's hash ids imply
+    (``implied_cached_tokens``). Rates are of the session's input tokens; None when
+    unknown."""
+
+    session_id: str
+    requests: int
+    input_tokens: int
+    server_cached: int | None
+    implied_cached: int | None
+
+    @property
+    def server_rate(self) -> float | None:
+        return _rate(self.server_cached, self.input_tokens)
+
+    @property
+    def implied_rate(self) -> float | None:
+        return _rate(self.implied_cached, self.input_tokens)
+
+
+def _rate(part: int | None, whole: int) -> float | None:
+    return None if part is None or whole <= 0 else part / whole
+
+
+def session_cache(table: pa.Table, block_size: int) -> list[SessionCache]:
+    """Per session, in order of first arrival: server-cached vs trace-implied prompt
+    tokens (the implied figure over the whole trace's cache, as a replay would see it).
+    A session's server figure is None unless every row has one."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    codes, n_sessions = session_codes(table)
+    names = _column(table, "session_id").cast(pa.string()).to_pylist()
+    inputs = _np(_column(table, "input_tokens"), np.int64)
+    arrival = _np(_column(table, "arrival_ns"), np.int64)
+    cached_col = _column(table, "cached_tokens")
+    known = _np(pc.is_valid(cached_col), bool)
+    cached = _np(pc.fill_null(cached_col, 0), np.int64)
+    hashes = _column(table, "hash_ids")
+    has_ids = int(pc.sum(pc.fill_null(pc.list_value_length(hashes.combine_chunks()), 0)).as_py() or 0) > 0
+    implied = implied_cached_tokens(table, block_size) if has_ids else None
+    inp = np.bincount(codes, inputs, minlength=n_sessions)
+    cnt = np.bincount(codes, minlength=n_sessions)
+    srv = np.bincount(codes, cached, minlength=n_sessions)
+    srv_known = np.bincount(codes, known, minlength=n_sessions)
+    imp = np.bincount(codes, implied, minlength=n_sessions) if implied is not None else None
+    first = np.full(n_sessions, np.iinfo(np.int64).max)
+    np.minimum.at(first, codes, arrival)
+    name = {int(c): names[i] for i, c in enumerate(codes)}
+    return [SessionCache(session_id=name[c], requests=int(cnt[c]), input_tokens=int(inp[c]),
+                         server_cached=int(srv[c]) if srv_known[c] == cnt[c] else None,
+                         implied_cached=int(imp[c]) if imp is not None else None)
+            for c in np.argsort(first, kind="stable").tolist()]
+
+
 @dataclass
 class TraceSummary:
     """What ``traces inspect`` shows, as numbers."""
@@ -153,6 +210,7 @@ class TraceSummary:
     prefix_reuse: float | None
     implied_cached_total: int | None
     models: dict[str, int] = field(default_factory=dict)
+    sessions_cache: list[SessionCache] = field(default_factory=list)
 
 
 def summarize(table: pa.Table, block_size: int) -> TraceSummary:
@@ -201,4 +259,5 @@ def summarize(table: pa.Table, block_size: int) -> TraceSummary:
         prefix_reuse=reuse,
         implied_cached_total=implied,
         models=models,
+        sessions_cache=session_cache(table, block_size),
     )
