@@ -319,7 +319,8 @@ class Recorder:
         ex.state["turn"] = turn
         ex.state["placement"] = self.agents.place(
             assignment.session_id, assignment.request_index, ex.state.get("agent_id"),
-            ex.arrival, assignment.parent_index)
+            ex.arrival, assignment.parent_index,
+            linked=assignment.how.endswith(("prefix", "retry")))
         self.stats.sessions = self.tracker.session_count
 
     def _explicit_session(self, ex: Exchange) -> str | None:

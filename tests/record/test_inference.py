@@ -184,3 +184,34 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
                    ("cc-7", "agent-1", 1, [1]), ("cc-7", "main", 0, [0, 2])]
     last = rows[3]
     assert last["think_ns"] == last["arrival_ns"] - rows[2]["arrival_ns"] - rows[2]["end_ns"]
+
+
+def test_side_requests_and_parallel_branches_stay_concurrent() -> None:
+    """Claude Code's interactive turn: a title request (no conversation parent) and, 8 ms
+    later, the turn that continues the conversation; each depends on the turn that ended
+    before it, not on the other. A branch whose parent already has a successor (a
+    parallel request) opens a lane of its own; each lane stays a sequence."""
+    at = AgentTracker()
+    t0 = at.place("s", 0, None, 0, -1, linked=False)  # the first turn
+    at.complete("s", 0, 100)
+    title = at.place("s", 1, None, 5_000, 0, linked=False)
+    turn = at.place("s", 2, None, 5_008, 0)  # still running: title
+    at.complete("s", 1, 5_300)
+    at.complete("s", 2, 6_000)
+    tool = at.place("s", 3, None, 6_050, 2)
+    branch = at.place("s", 4, None, 6_060, 2)  # the same parent, side by side with 3
+    at.complete("s", 3, 7_000)
+    at.complete("s", 4, 7_100)
+    title2 = at.place("s", 5, None, 9_000, 4, linked=False)  # ended last: 4
+    turn2 = at.place("s", 6, None, 9_001, 3)
+    got = [(p.agent_id, p.depends_on, p.think_ns)
+           for p in (t0, title, turn, tool, branch, title2, turn2)]
+    assert got == [
+        (MAIN, [], None),
+        (MAIN, [0], 4_900),
+        ("main/2", [0], 4_908),
+        ("main/2", [2], 50),
+        ("main/3", [2], 60),
+        (MAIN, [1, 4], 1_900),
+        ("main/2", [3], 2_001),
+    ]

@@ -8,9 +8,9 @@ import pytest
 from rich.console import Console
 
 from agent_replay.errors import TraceError
+from agent_replay.traces.inspect import render_summary
 from agent_replay.traces.io import conform
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.inspect import render_summary
 from agent_replay.traces.stats import (
     implied_cached_tokens,
     matched_blocks,
