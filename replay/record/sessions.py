@@ -260,7 +260,9 @@ class SessionTracker:
         while len(self._order) > self._memory:
             old = self._order.popleft()
             for index, key in ((self._by_key, old.key), (self._by_bare, old.bare_key)):
-                lst = index.get(key) if key is not None else None
+                if key is None:
+                    continue
+                lst = index.get(key)
                 if lst is not None:
                     try:
                         lst.remove(old)
