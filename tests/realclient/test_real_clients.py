@@ -1,6 +1,7 @@
 """Real agent programs nobody here wrote, recorded through the proxy in front of the
 simulated engine and replayed against a fresh one: Claude Code (messages), Codex CLI
-(responses) and mini-swe-agent (chat, through litellm).
+(responses), opencode (chat) and mini-swe-agent (chat, through litellm); the OpenAI Agents
+SDK in test_agents_sdk.py.
 
 The engine answers a user's turn with a tool call (``ls``), so each agent runs a tool and
 sends its result: a multi-turn session. The recording must hold that session (one
@@ -16,6 +17,7 @@ program is missing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -244,5 +246,45 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
     # tool call, text after the tool's output, then a format-error turn that drops that
     # reply: still one chain
     assert len(main) == 3 and all(r["api"] == "chat" for r in main)
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+OPENCODE_TASK = ('task={"description": "List files", "prompt": "List the files here.", '
+                 '"subagent_type": "general"}')
+OPENCODE_LS = 'bash={"command": "ls", "description": "List files"}'
+
+
+def opencode_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+    conf = home / ".config" / "opencode"
+    conf.mkdir(parents=True)
+    (conf / "opencode.json").write_text(json.dumps({
+        "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
+                             "options": {"baseURL": f"{url}/v1", "apiKey": SECRET},
+                             "models": {model: {"name": model, "limit": {
+                                 "context": 32768, "output": 4000}}}}},
+        "model": f"sim/{model}", "share": "disabled", "autoupdate": False}))
+    return [program("opencode"), "run", "List the files here."], base_env(home)
+
+
+async def test_opencode_subagent(tmp_path: Path) -> None:
+    """opencode (X-Session-Id names its session): its task tool runs a subagent in a child
+    session whose requests carry
+    x-parent-session-id: a stream of the parent's session, spawned by the turn that called
+    the tool and joined by the parent's next turn."""
+    program("opencode")
+    trace, rows = await record(tmp_path, [OPENCODE_TASK, OPENCODE_LS], opencode_argv_env)
+    assert len({r["session_id"] for r in rows}) == 1
+    assert rows[0]["session_id"].startswith("ses_")  # named by X-Session-Id
+    assert all(r["api"] == "chat" and r["error"] is None for r in rows)
+    by_index = {r["request_index"]: r for r in rows}
+    subs = [r for r in rows if r["agent_id"] != "main"]
+    assert subs and len({r["agent_id"] for r in subs}) == 1
+    spawn = by_index[subs[0]["depends_on"][0]]
+    assert spawn["agent_id"] == "main"
+    later = [r for r in rows if r["agent_id"] == "main"
+             and r["request_index"] > spawn["request_index"]]
+    assert later and subs[-1]["request_index"] in later[0]["depends_on"]  # the join
+    assert later[0]["think_ns"] < 5_000_000_000  # not the subagent's whole run
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")

@@ -215,3 +215,36 @@ def test_side_requests_and_parallel_branches_stay_concurrent() -> None:
         (MAIN, [1, 4], 1_900),
         ("main/2", [3], 2_001),
     ]
+
+
+async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) -> None:
+    """opencode's subagent: a child session (X-Session-Id) whose requests name their parent
+    session (x-parent-session-id), nested twice. Every request lands in the root session;
+    each child session is a stream spawned by the turn that ended before it."""
+    import anthropic
+
+    from agent_replay.engines.sim import SimServer
+    from agent_replay.replay.record import Recorder
+    from agent_replay.traces.io import read_trace
+    from agent_replay.traces.validate import validate_or_raise
+
+    trace = tmp_path / "t"
+    root = {"X-Session-Id": "ses_root"}
+    child = {"X-Session-Id": "ses_child", "x-parent-session-id": "ses_root"}
+    grandchild = {"X-Session-Id": "ses_grand", "x-parent-session-id": "ses_child"}
+    async with SimServer("fast") as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
+        for headers in (root, child, grandchild, root):
+            await client.messages.create(model="sim-fast", max_tokens=5,
+                                         messages=[user("do it")], extra_headers=headers)
+        await client.close()
+    table, meta = read_trace(trace)
+    validate_or_raise(table, meta, str(trace))
+    rows = sorted(table.to_pylist(), key=lambda r: r["request_index"])
+    got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
+    assert got == [("ses_root", "main", []), ("ses_root", "ses_child", [0]),
+                   ("ses_root", "ses_grand", [1]),
+                   # main's lane, the child it joins, and (no reply carried) the request
+                   # that ended last
+                   ("ses_root", "main", [0, 1, 2])]
