@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.stats import SessionCache, TraceSummary
+from agent_replay.traces.stats import AgentStream, SessionCache, TraceSummary
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -92,7 +92,24 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
     parts: list[RenderableType] = [head, Text(""), pt]
     if s.sessions_cache:
         parts += [Text(""), render_session_cache(s.sessions_cache)]
+    if s.agents:
+        parts += [Text(""), render_agents(s.agents)]
     return Group(*parts)
+
+
+def render_agents(rows: list[AgentStream], limit: int = 40) -> RenderableType:
+    """The agent streams of sessions with subagents or side lanes, with the request that
+    spawned each and the one that joined it (``traces.stats.agent_streams``)."""
+    t = Table(title="agents (sessions with more than one stream)", title_justify="left")
+    for col in ("session", "agent", "turns", "requests", "spawned by", "joined by"):
+        t.add_column(col, justify="left" if col in ("session", "agent") else "right")
+    for r in rows[:limit]:
+        t.add_row(r.session_id, r.agent_id, f"{r.turns:,}", f"{r.first}-{r.last}",
+                  "-" if r.spawned_by is None else f"#{r.spawned_by}",
+                  "-" if r.joined_by is None else f"#{r.joined_by}")
+    if len(rows) > limit:
+        t.add_row(f"... {len(rows) - limit:,} more", "", "", "", "", "")
+    return t
 
 
 def _pct(x: float | None) -> str:

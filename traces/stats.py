@@ -191,6 +191,55 @@ def session_cache(table: pa.Table, block_size: int) -> list[SessionCache]:
             for c in np.argsort(first, kind="stable").tolist()]
 
 
+@dataclass(frozen=True, slots=True)
+class AgentStream:
+    """One agent stream (``agent_id``) of a session that has more than one: its turns,
+    the request that spawned it (its first turn's dependency in another stream) and the
+    request that joined it (a later request of another stream that depends on its last
+    turn). Request indices; None where there is none."""
+
+    session_id: str
+    agent_id: str
+    turns: int
+    first: int
+    last: int
+    spawned_by: int | None
+    joined_by: int | None
+
+
+def agent_streams(table: pa.Table) -> list[AgentStream]:
+    """The streams of every session with more than one (``traces inspect``), in order of
+    session, then first turn."""
+    if table.num_rows == 0 or "agent_id" not in table.column_names \
+            or "depends_on" not in table.column_names:
+        return []
+    agent = _column(table, "agent_id").cast(pa.string())
+    multi = pc.unique(pc.filter(_column(table, "session_id").cast(pa.string()),
+                                pc.fill_null(pc.not_equal(agent, "main"), False)))
+    if len(multi) == 0:
+        return []
+    sub = table.select(["session_id", "request_index", "agent_id", "depends_on"])
+    sub = sub.filter(pc.is_in(sub.column("session_id").cast(pa.string()), multi))
+    by: dict[str, list[dict[str, object]]] = {}
+    for r in sub.to_pylist():
+        by.setdefault(str(r["session_id"]), []).append(r)
+    out: list[AgentStream] = []
+    for sid, rows in by.items():
+        rows.sort(key=lambda r: int(r["request_index"]))  # type: ignore[call-overload]
+        of = {int(r["request_index"]): str(r["agent_id"] or "main") for r in rows}  # type: ignore[call-overload]
+        turns: dict[str, list[int]] = {}
+        for r in rows:
+            turns.setdefault(of[int(r["request_index"])], []).append(int(r["request_index"]))  # type: ignore[call-overload]
+        deps = {int(r["request_index"]): list(r["depends_on"] or []) for r in rows}  # type: ignore[call-overload]
+        for name, idx in turns.items():
+            spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
+            joins = [i for i, ds in deps.items() if of[i] != name and idx[-1] in ds]
+            out.append(AgentStream(sid, name, len(idx), idx[0], idx[-1],
+                                   max(spawn) if spawn else None,
+                                   min(joins) if joins else None))
+    return out
+
+
 @dataclass
 class TraceSummary:
     """What ``traces inspect`` shows, as numbers."""
@@ -211,6 +260,7 @@ class TraceSummary:
     implied_cached_total: int | None
     models: dict[str, int] = field(default_factory=dict)
     sessions_cache: list[SessionCache] = field(default_factory=list)
+    agents: list[AgentStream] = field(default_factory=list)
 
 
 def summarize(table: pa.Table, block_size: int) -> TraceSummary:
@@ -260,4 +310,5 @@ def summarize(table: pa.Table, block_size: int) -> TraceSummary:
         implied_cached_total=implied,
         models=models,
         sessions_cache=session_cache(table, block_size),
+        agents=agent_streams(table),
     )

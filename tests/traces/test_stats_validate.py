@@ -12,6 +12,7 @@ from agent_replay.traces.inspect import render_summary
 from agent_replay.traces.io import conform
 from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.stats import (
+    agent_streams,
     implied_cached_tokens,
     matched_blocks,
     prefix_reuse,
@@ -127,3 +128,18 @@ def test_session_cache_rates_by_hand() -> None:
     Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=16), "t"))
     text = out.getvalue()
     assert "35.6%" in text and "53.3%" in text  # a: 32/90 server, 48/90 implied
+
+
+def test_agent_streams_spawn_and_join_by_hand() -> None:
+    """Session a: main 0, 1; subagent x (2, 3) spawned by 1; main 4 joins x. Session b has
+    one stream and is not listed."""
+    t = table(session_id=["a"] * 5 + ["b", "b"], request_index=[0, 1, 2, 3, 4, 0, 1],
+              parent_index=[-1, 0, -1, 2, 1, -1, 0], arrival_ns=list(range(7)),
+              agent_id=["main", "main", "x", "x", "main", "main", "main"],
+              depends_on=[[], [0], [1], [2], [1, 3], [], [0]])
+    got = [(a.session_id, a.agent_id, a.turns, a.first, a.last, a.spawned_by, a.joined_by)
+           for a in agent_streams(t)]
+    assert got == [("a", "main", 3, 0, 4, None, None), ("a", "x", 2, 2, 3, 1, 4)]
+    out = io.StringIO()
+    Console(file=out, width=120).print(render_summary(summarize(t, 16), TraceMeta(block_size=16), "t"))
+    assert "spawned by" in out.getvalue() and "#1" in out.getvalue()
