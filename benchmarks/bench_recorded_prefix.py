@@ -7,12 +7,12 @@ way the recorder did without a tokenizer until 2026-12-03 (4 bytes a token, fixe
 256-byte blocks, the list padded with ids unique to the request up to the server's
 count), so both figures come from one recording.
 
-    .venv/bin/python benchmarks/bench_recorded_prefix.py [--clients claude,codex,mini]
+    .venv/bin/python benchmarks/bench_recorded_prefix.py [--clients claude,codex,opencode,mini]
         [--turns 4] [--block-size 64]
 
 Each client gets ``--turns`` user turns in one conversation (Claude Code ``-p`` then
-``--continue``; Codex ``exec`` then ``exec resume --last``; mini-swe-agent one task with a
-step limit); the engine answers each user turn with a tool call (``ls``). Needs the
+``--continue``; Codex ``exec`` then ``exec resume --last``; opencode ``run`` then ``run
+--continue``; mini-swe-agent one task with a step limit); the engine answers each user turn with a tool call (``ls``). Needs the
 programs of scripts/setup-real-clients.sh; a missing one is skipped.
 """
 
@@ -107,10 +107,26 @@ def mini_runs(exe: str, url: str, model: str, home: Path, turns: int
               "-o", str(home / "trajectory.json")], env)]
 
 
+def opencode_runs(exe: str, url: str, model: str, home: Path, turns: int
+                  ) -> list[tuple[list[str], dict[str, str]]]:
+    conf = home / ".config" / "opencode"
+    conf.mkdir(parents=True)
+    (conf / "opencode.json").write_text(orjson.dumps({
+        "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
+                             "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
+                             "models": {model: {"name": model, "limit": {
+                                 "context": 32768, "output": 4000}}}}},
+        "model": f"sim/{model}", "share": "disabled", "autoupdate": False}).decode())
+    env = base_env(home)
+    return [([exe, "run", *(["--continue"] if t else []), f"Step {t}: list the files here."],
+             env) for t in range(turns)]
+
+
 CLIENTS: dict[str, tuple[str, Any, list[str]]] = {
     "claude": ("claude", claude_runs, ['Bash={"command": "ls"}']),
     "codex": ("codex", codex_runs, ['exec_command={"cmd": "ls"}', 'shell={"command": ["ls"]}']),
     "mini": ("mini", mini_runs, ['bash={"command": "ls"}']),
+    "opencode": ("opencode", opencode_runs, ['bash={"command": "ls", "description": "List"}']),
 }
 
 
@@ -166,7 +182,7 @@ def rates(trace: Path) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--clients", default="claude,codex,mini")
+    ap.add_argument("--clients", default="claude,codex,opencode,mini")
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--block-size", type=int, default=64,
                     help="the trace's (the engine caches 16-token blocks)")
