@@ -8,7 +8,7 @@ way the recorder did without a tokenizer until 2026-12-03 (4 bytes a token, fixe
 count), so both figures come from one recording.
 
     .venv/bin/python benchmarks/bench_recorded_prefix.py [--clients claude,codex,opencode,mini]
-        [--turns 4] [--block-size 64]
+        [--turns 4] [--block-size 64] [--new-sessions]
 
 Each client gets ``--turns`` user turns in one conversation (Claude Code ``-p`` then
 ``--continue``; Codex ``exec`` then ``exec resume --last``; opencode ``run`` then ``run
@@ -42,6 +42,9 @@ from agent_replay.traces.stats import implied_cached_tokens
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".real-clients" / "bin"
 KEY = "sk-bench-recorded-prefix"
+FRESH = False
+"""--new-sessions: every turn a new session (they share the agent's tools and system
+prompt, not the conversation)."""
 
 
 def program(name: str) -> str | None:
@@ -71,7 +74,7 @@ def claude_runs(exe: str, url: str, model: str, home: Path, turns: int
                CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000")
     runs = []
     for t in range(turns):
-        more = ["--continue"] if t else []
+        more = ["--continue"] if t and not FRESH else []
         runs.append(([exe, "-p", f"Step {t}: list the files here.", *more, "--max-turns", "3",
                       "--allowedTools", "Bash(ls)"], env))
     return runs
@@ -89,7 +92,7 @@ def codex_runs(exe: str, url: str, model: str, home: Path, turns: int
     runs = []
     for t in range(turns):
         prompt = f"Step {t}: list the files here."
-        argv = [exe, "exec", *flags, prompt] if t == 0 else \
+        argv = [exe, "exec", *flags, prompt] if t == 0 or FRESH else \
             [exe, "exec", *flags, "resume", "--last", prompt]
         runs.append((argv, env))
     return runs
@@ -118,7 +121,8 @@ def opencode_runs(exe: str, url: str, model: str, home: Path, turns: int
                                  "context": 32768, "output": 4000}}}}},
         "model": f"sim/{model}", "share": "disabled", "autoupdate": False}).decode())
     env = base_env(home)
-    return [([exe, "run", *(["--continue"] if t else []), f"Step {t}: list the files here."],
+    return [([exe, "run", *(["--continue"] if t and not FRESH else []),
+              f"Step {t}: list the files here."],
              env) for t in range(turns)]
 
 
@@ -186,9 +190,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--block-size", type=int, default=64,
                     help="the trace's (the engine caches 16-token blocks)")
+    ap.add_argument("--new-sessions", action="store_true",
+                    help="every turn a new session of the agent (mini-swe-agent: one task)")
     args = ap.parse_args()
+    global FRESH
+    FRESH = args.new_sessions
     print(f"# commit {code_version()}, host {os.uname().nodename}, {os.cpu_count()} cpus, "
-          f"trace block size {args.block_size}, {args.turns} turns")
+          f"trace block size {args.block_size}, {args.turns} turns"
+          f"{', each a new session' if FRESH else ''}")
     print("| client | requests | sessions | input tokens | server cached | trace implies, "
           "before | after | after - server |")
     print("|---|---|---|---|---|---|---|---|")
