@@ -356,5 +356,7 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
     errs = [x["sent_ns"] - x["parent_end_ns"] - x["think_ns"]
             for x in pq.read_table(tmp_path / "results" / "requests").to_pylist()
             if x["depends_on"] and x["parent_end_ns"] is not None]
+    print(f"send offset from the latest dependency vs recorded think: {len(errs)} requests, "
+          f"max |error| {max(abs(e) for e in errs) / 1e6:.3f} ms")
     assert errs and max(abs(e) for e in errs) < 50_000_000, errs
     no_secret_written(trace, tmp_path / "results")
