@@ -95,15 +95,22 @@ def prompt_parts(api: str, body: Mapping[str, Any]) -> list[Any] | np.ndarray:
     return parts
 
 
+_NOT_SEEN = frozenset({"role", "content", "id", "status"})
+"""Keys of a conversation item not rendered beside its role and content: an item's own
+``id`` and ``status`` (Responses items) are bookkeeping the model never reads, and a
+client may give its own items fresh ids in every session (Codex does), which would end
+the shared prefix of two sessions at the first such item."""
+
+
 def render(part: Any) -> str:
     """Text of one prompt part: its role, then text blocks as text and anything else as
-    canonical JSON."""
+    canonical JSON (without the item's own ``id`` and ``status``)."""
     if isinstance(part, str):
         return part
     if not isinstance(part, dict):
         return orjson.dumps(part, option=orjson.OPT_SORT_KEYS).decode()
     head = str(part.get("role") or part.get("type") or "")
-    rest = {k: v for k, v in part.items() if k not in ("role", "content")}
+    rest = {k: v for k, v in part.items() if k not in _NOT_SEEN}
     out = [head]
     content = part.get("content")
     if isinstance(content, list):
@@ -308,9 +315,10 @@ class PromptHasher:
         full = n // bs
         known: list[np.ndarray] = []
         k, prev, start = 0, -1, 0
-        while k < full:  # the boundaries known after this prefix, while bytes match
+        limit = min(full, want - 1)  # the last block always reaches the prompt's end
+        while k < limit:  # the boundaries known after this prefix, while bytes match
             for run, pos in self._next.get(prev, ()):
-                m = run.matching(prefix, pos, full - k, start)
+                m = run.matching(prefix, pos, limit - k, start)
                 if m:
                     known.append(run.ids[pos:pos + m])
                     k += m
@@ -327,11 +335,14 @@ class PromptHasher:
         j = np.arange(k, want, dtype=np.int64)
         t = np.minimum((j + 1 - k) * bs, rest)
         ends = start + (t * (total - start) + rest // 2) // rest
-        ends[j < full] = np.maximum(np.minimum(ends[j < full], u.complete), start)
+        inner = j < want - 1  # no inner boundary inside the last, partial grain
+        ends[inner] = np.maximum(np.minimum(ends[inner], u.complete), start)
+        ends[-1] = total
         new = _ids_at(self.seed, prefix, ends, j)
-        if full > k and input_tokens is not None and input_tokens >= 0:  # not a guess
-            self._remember(prev, _Run(ends[: full - k], prefix[ends[: full - k]],
-                                      new[: full - k]))
+        # full blocks that end on a whole grain are boundaries a later prompt can reuse
+        keep = full - k - (1 if full == want and total != u.complete else 0)
+        if keep > 0 and input_tokens is not None and input_tokens >= 0:  # not a guess
+            self._remember(prev, _Run(ends[:keep], prefix[ends[:keep]], new[:keep]))
         known.append(new)
         return _joined(known)
 

@@ -58,7 +58,9 @@ def test_next_turn_shares_every_full_block_whatever_the_ratio(ratio: float) -> N
     """A conversation grows turn by turn; the server counts more (or fewer) tokens than
     the bytes suggest. Every turn has ceil(n / block_size) ids, and starts with all of
     the previous turn's full blocks, so the trace implies what a block-level prefix cache
-    serves: floor(previous n / block_size) blocks."""
+    serves: floor(previous n / block_size) blocks (one less when the previous prompt ends
+    with a full block: that block reaches the prompt's last byte, inside a grain the next
+    prompt completes)."""
     bs = 16
     h = PromptHasher(bs, seed=3)
     sys_text = "You are a careful agent. " * 40
@@ -72,6 +74,8 @@ def test_next_turn_shares_every_full_block_whatever_the_ratio(ratio: float) -> N
         ids, _ = h.hash_ids("messages", body, n)
         assert len(ids) == -(-n // bs)
         full = prev_n // bs
+        if prev_n and prev_n % bs == 0:  # its last block ends inside a grain: not reusable
+            full -= 1
         assert ids[:full] == prev[:full], f"turn {turn}"
         if prev_n % bs:  # the partial block was completed otherwise
             assert ids[full] != prev[full]
@@ -238,3 +242,21 @@ def test_vllm_captured_stream_token_counts(shared_dir: Path) -> None:
     inp, out, _ = obs.usage()
     assert obs.exact_counts()
     assert sum(obs.token_counts) == out and out > 0 and inp == 8
+
+
+def test_item_ids_the_model_never_reads_do_not_end_the_shared_prefix() -> None:
+    """Codex gives its own Responses items fresh ids in every session: two sessions with
+    the same instructions and messages hash alike however their item ids differ."""
+    def body(item_id: str, text: str) -> dict:
+        return {"instructions": "Be brief.", "input": [
+            {"type": "message", "id": item_id, "role": "developer", "status": "completed",
+             "content": [{"type": "input_text", "text": "Sandbox on."}]},
+            {"type": "message", "role": "developer",
+             "content": [{"type": "input_text", "text": "Sandbox rules. " * 80}]},
+            {"type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": text}]}]}
+    h = PromptHasher(16, seed=2)
+    a, _ = h.hash_ids("responses", body("msg_1", "first task"), 400)
+    b, _ = h.hash_ids("responses", body("msg_2", "second task"), 400)
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    assert common >= 20
