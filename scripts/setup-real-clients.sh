@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the real agent programs the `realclient` tests drive: Claude Code and Codex CLI
-# (npm, into .real-clients/ of the repository) and mini-swe-agent (pip, into the venv).
+# Installs the real agent programs the `realclient` tests drive: Claude Code, Codex CLI and
+# opencode (npm, into .real-clients/ of the repository), mini-swe-agent and the OpenAI
+# Agents SDK (pip, into the venv).
 # Each is skipped with a reason when its registry cannot be reached; the tests then skip.
 #
 #   scripts/setup-real-clients.sh [PYTHON]      # PYTHON: the venv's python (default .venv/bin/python)
@@ -30,6 +31,7 @@ npm_install() {  # package, binary
 
 npm_install @anthropic-ai/claude-code claude
 npm_install @openai/codex codex
+npm_install opencode-ai opencode
 
 if "$PY" -c "import minisweagent" >/dev/null 2>&1; then
     echo "setup-real-clients: mini-swe-agent already installed"
@@ -37,5 +39,13 @@ elif timeout 600 "$PY" -m pip install -q mini-swe-agent >/dev/null 2>&1; then
     echo "setup-real-clients: mini-swe-agent $("$PY" -m pip show mini-swe-agent 2>/dev/null | sed -n 's/^Version: //p')"
 else
     echo "setup-real-clients: skip mini-swe-agent: PyPI not reachable or install failed"
+fi
+
+if "$PY" -c "import agents" >/dev/null 2>&1; then
+    echo "setup-real-clients: openai-agents already installed"
+elif timeout 600 "$PY" -m pip install -q openai-agents >/dev/null 2>&1; then
+    echo "setup-real-clients: openai-agents $("$PY" -m pip show openai-agents 2>/dev/null | sed -n 's/^Version: //p')"
+else
+    echo "setup-real-clients: skip openai-agents: PyPI not reachable or install failed"
 fi
 exit $status

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.stats import TraceSummary
+from agent_replay.traces.stats import AgentStream, SessionCache, TraceSummary
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -72,8 +72,12 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
     else:
         head.add_row("prefix reuse", "unknown (no hash ids)")
     if s.cached_tokens_total is not None and s.total_input_tokens:
+        implied = s.implied_cached_total
+        vs = (f"; the trace implies {implied / s.total_input_tokens:.1%}"
+              if implied is not None else "")
         head.add_row("cached (orig.)", f"{s.cached_tokens_total:,} tokens "
-                                       f"({s.cached_tokens_total / s.total_input_tokens:.1%} of input)")
+                                       f"({s.cached_tokens_total / s.total_input_tokens:.1%} "
+                                       f"of input, by the server's usage{vs})")
     if s.models:
         head.add_row("models", ", ".join(f"{k} ({v:,})" for k, v in sorted(s.models.items(), key=lambda kv: -kv[1])[:5]))
 
@@ -87,7 +91,46 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
         pt.add_row(*_pct_row("think time (s)", s.think_s, "{:,.3f}"))
     else:
         pt.add_row("think time (s)", "0", "unknown", "", "", "", "", "")
-    return Group(head, Text(""), pt)
+    parts: list[RenderableType] = [head, Text(""), pt]
+    if s.sessions_cache:
+        parts += [Text(""), render_session_cache(s.sessions_cache)]
+    if s.agents:
+        parts += [Text(""), render_agents(s.agents)]
+    return Group(*parts)
+
+
+def render_agents(rows: list[AgentStream], limit: int = 40) -> RenderableType:
+    """The agent streams of sessions with subagents or side lanes, with the request that
+    spawned each and the one that joined it (``traces.stats.agent_streams``)."""
+    t = Table(title="agents (sessions with more than one stream)", title_justify="left")
+    for col in ("session", "agent", "turns", "requests", "spawned by", "joined by"):
+        t.add_column(col, justify="left" if col in ("session", "agent") else "right")
+    for r in rows[:limit]:
+        t.add_row(r.session_id, r.agent_id, f"{r.turns:,}", f"{r.first}-{r.last}",
+                  "-" if r.spawned_by is None else f"#{r.spawned_by}",
+                  "-" if r.joined_by is None else f"#{r.joined_by}")
+    if len(rows) > limit:
+        t.add_row(f"... {len(rows) - limit:,} more", "", "", "", "", "")
+    return t
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def render_session_cache(rows: list[SessionCache], limit: int = 30) -> RenderableType:
+    """Per session: prompt tokens the original server reported cached vs those the
+    trace's hash ids imply (``traces.stats.session_cache``)."""
+    t = Table(title="prefix cache per session: server (recorded) vs trace (implied)",
+              title_justify="left")
+    for col in ("session", "requests", "input tokens", "server cached", "trace implies"):
+        t.add_column(col, justify="left" if col == "session" else "right")
+    for r in rows[:limit]:
+        t.add_row(r.session_id, f"{r.requests:,}", f"{r.input_tokens:,}", _pct(r.server_rate),
+                  _pct(r.implied_rate))
+    if len(rows) > limit:
+        t.add_row(f"... {len(rows) - limit:,} more", "", "", "", "")
+    return t
 
 
 SESSION_WIDTH = 18

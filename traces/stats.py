@@ -134,6 +134,112 @@ def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
     return _np(enc.indices, np.int64), len(enc.dictionary)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionCache:
+    """One session's prompt tokens and how many were cached: by the original server (its
+    usage's cached-token figure, ``cached_tokens``) and as the trace's hash ids imply
+    (``implied_cached_tokens``). Rates are of the session's input tokens; None when
+    unknown."""
+
+    session_id: str
+    requests: int
+    input_tokens: int
+    server_cached: int | None
+    implied_cached: int | None
+
+    @property
+    def server_rate(self) -> float | None:
+        return _rate(self.server_cached, self.input_tokens)
+
+    @property
+    def implied_rate(self) -> float | None:
+        return _rate(self.implied_cached, self.input_tokens)
+
+
+def _rate(part: int | None, whole: int) -> float | None:
+    return None if part is None or whole <= 0 else part / whole
+
+
+def session_cache(table: pa.Table, block_size: int) -> list[SessionCache]:
+    """Per session, in order of first arrival: server-cached vs trace-implied prompt
+    tokens (the implied figure over the whole trace's cache, as a replay would see it).
+    A session's server figure is None unless every row has one."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    codes, n_sessions = session_codes(table)
+    names = _column(table, "session_id").cast(pa.string()).to_pylist()
+    inputs = _np(_column(table, "input_tokens"), np.int64)
+    arrival = _np(_column(table, "arrival_ns"), np.int64)
+    cached_col = _column(table, "cached_tokens")
+    known = _np(pc.is_valid(cached_col), bool)
+    cached = _np(pc.fill_null(cached_col, 0), np.int64)
+    hashes = _column(table, "hash_ids")
+    has_ids = int(pc.sum(pc.fill_null(pc.list_value_length(hashes.combine_chunks()), 0)).as_py() or 0) > 0
+    implied = implied_cached_tokens(table, block_size) if has_ids else None
+    inp = np.bincount(codes, inputs, minlength=n_sessions)
+    cnt = np.bincount(codes, minlength=n_sessions)
+    srv = np.bincount(codes, cached, minlength=n_sessions)
+    srv_known = np.bincount(codes, known, minlength=n_sessions)
+    imp = np.bincount(codes, implied, minlength=n_sessions) if implied is not None else None
+    first = np.full(n_sessions, np.iinfo(np.int64).max)
+    np.minimum.at(first, codes, arrival)
+    name = {int(c): names[i] for i, c in enumerate(codes)}
+    return [SessionCache(session_id=name[c], requests=int(cnt[c]), input_tokens=int(inp[c]),
+                         server_cached=int(srv[c]) if srv_known[c] == cnt[c] else None,
+                         implied_cached=int(imp[c]) if imp is not None else None)
+            for c in np.argsort(first, kind="stable").tolist()]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStream:
+    """One agent stream (``agent_id``) of a session that has more than one: its turns,
+    the request that spawned it (its first turn's dependency in another stream) and the
+    request that joined it (a later request of another stream that depends on its last
+    turn). Request indices; None where there is none."""
+
+    session_id: str
+    agent_id: str
+    turns: int
+    first: int
+    last: int
+    spawned_by: int | None
+    joined_by: int | None
+
+
+def agent_streams(table: pa.Table) -> list[AgentStream]:
+    """The streams of every session with more than one (``traces inspect``), in order of
+    session, then first turn."""
+    if table.num_rows == 0 or "agent_id" not in table.column_names \
+            or "depends_on" not in table.column_names:
+        return []
+    agent = _column(table, "agent_id").cast(pa.string())
+    multi = pc.unique(pc.filter(_column(table, "session_id").cast(pa.string()),
+                                pc.fill_null(pc.not_equal(agent, "main"), False)))
+    if len(multi) == 0:
+        return []
+    sub = table.select(["session_id", "request_index", "agent_id", "depends_on"])
+    sub = sub.filter(pc.is_in(sub.column("session_id").cast(pa.string()), multi))
+    by: dict[str, list[dict[str, object]]] = {}
+    for r in sub.to_pylist():
+        by.setdefault(str(r["session_id"]), []).append(r)
+    out: list[AgentStream] = []
+    for sid, rows in by.items():
+        rows.sort(key=lambda r: int(r["request_index"]))  # type: ignore[call-overload]
+        of = {int(r["request_index"]): str(r["agent_id"] or "main") for r in rows}  # type: ignore[call-overload]
+        turns: dict[str, list[int]] = {}
+        for r in rows:
+            turns.setdefault(of[int(r["request_index"])], []).append(int(r["request_index"]))  # type: ignore[call-overload]
+        deps = {int(r["request_index"]): list(r["depends_on"] or []) for r in rows}  # type: ignore[call-overload]
+        for name, idx in turns.items():
+            spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
+            joins = [i for i, ds in deps.items() if of[i] != name and idx[-1] in ds]
+            out.append(AgentStream(sid, name, len(idx), idx[0], idx[-1],
+                                   max(spawn) if spawn else None,
+                                   min(joins) if joins else None))
+    return out
+
+
 @dataclass
 class TraceSummary:
     """What ``traces inspect`` shows, as numbers."""
@@ -153,6 +259,8 @@ class TraceSummary:
     prefix_reuse: float | None
     implied_cached_total: int | None
     models: dict[str, int] = field(default_factory=dict)
+    sessions_cache: list[SessionCache] = field(default_factory=list)
+    agents: list[AgentStream] = field(default_factory=list)
 
 
 def summarize(table: pa.Table, block_size: int) -> TraceSummary:
@@ -201,4 +309,6 @@ def summarize(table: pa.Table, block_size: int) -> TraceSummary:
         prefix_reuse=reuse,
         implied_cached_total=implied,
         models=models,
+        sessions_cache=session_cache(table, block_size),
+        agents=agent_streams(table),
     )

@@ -122,6 +122,7 @@ def _inspect(a: argparse.Namespace) -> int:
                "input_tokens", "output_tokens", "cached_tokens", "hash_ids", "model"]
     if _has_column(a.trace, "error"):  # recorded traces
         columns.append("error")
+    columns += [c for c in ("agent_id", "depends_on") if _has_column(a.trace, c)]
     table, meta = read_trace(a.trace, columns=columns)
     console = _console()
     console.print(render_summary(summarize(table, meta.block_size), meta, a.trace))

@@ -1,18 +1,28 @@
-"""Agent streams inside a recorded session: which agent sent a request (``agent_id``) and
-which earlier requests it waited for (``depends_on``). Sans-I/O: fed indices and integer
-times, no clocks.
+"""Agent streams inside a recorded session: which stream a request belongs to
+(``agent_id``) and which earlier requests it waited for (``depends_on``). Sans-I/O: fed
+indices and integer times, no clocks.
 
-Claude Code names a subagent (a Task tool's run) in the ``x-claude-code-agent-id`` header;
-requests without it are the main agent's (``MAIN``). The rules are the trace tree's
-(``traces.tree.derive_depends_on``), applied as requests arrive:
+Dependencies come from what the agent did, not from the order of arrival: a request that
+carries an earlier request's reply (its conversation parent, ``replay.record.sessions``)
+depends on that request; one that carries none (a title, a summary, a token count, a new
+conversation) depends on the session's request that finished last before it arrived. So
+requests an agent sends side by side stay side by side in the replay.
 
-* a turn depends on the previous turn of its stream (each stream is a sequence, as the
-  trace schema requires: a retry waits for the failed request, a branch for its sibling);
-* a subagent's first turn depends on the session's turn (of another stream) that finished
-  last before it arrived: the one whose reply spawned it; that turn's stream is the
+Streams (``agent_id``) are sequences, as the trace schema requires. Claude Code names a
+subagent (a Task tool's run) in the ``x-claude-code-agent-id`` header; requests without it
+are the main agent's (``MAIN``). An agent's requests are split into lanes so that each lane
+stays a sequence: a request continues the lane of its conversation parent when the parent
+is that lane's last turn; a request whose parent already has a successor in its lane (a
+parallel branch), or a request without a conversation parent while the agent's lanes are
+all busy, opens a new lane ``AGENT/N``. A request without a conversation parent takes a
+finished lane of its agent: one whose last turn had none either, if any (side requests
+keep to their own lane), else the one that ended last.
+
+* a subagent's first turn depends on the session's turn (of another agent) that finished
+  last before it arrived: the one whose reply spawned it; that turn's lane is the
   subagent's spawner (subagents spawn subagents too);
-* a turn of a spawner that arrives after a subagent's every turn has finished joins it:
-  it also depends on the subagent's last turn (once per subagent). A subagent still
+* a turn of a spawner lane that arrives after a subagent's every turn has finished joins
+  it: it also depends on the subagent's last turn (once per subagent). A subagent still
   running then stays a background branch.
 
 ``think_ns`` of a turn with dependencies is the gap from the latest dependency's last byte.
@@ -30,15 +40,18 @@ AGENT_HEADER = "x-claude-code-agent-id"
 
 @dataclass(slots=True)
 class _Stream:
+    agent: str
     turns: list[int] = field(default_factory=list)
     joined: bool = False
     spawner: str | None = None
+    side: bool = False
+    """Its last turn carried no earlier reply (a title, a summary, a new conversation)."""
 
 
 @dataclass(slots=True)
 class _SessionAgents:
     streams: dict[str, _Stream] = field(default_factory=dict)
-    agent_of: dict[int, str] = field(default_factory=dict)
+    lane_of: dict[int, str] = field(default_factory=dict)
     arrival: dict[int, int] = field(default_factory=dict)
     end: dict[int, int] = field(default_factory=dict)
 
@@ -59,40 +72,60 @@ class AgentTracker:
         self._sessions: dict[str, _SessionAgents] = {}
 
     def place(self, session_id: str, request_index: int, agent_id: str | None,
-              arrival_ns: int, parent_index: int) -> Placement:
+              arrival_ns: int, parent_index: int, linked: bool = True) -> Placement:
+        """``parent_index``: the request's parent in the session (-1: none); ``linked``:
+        the parent was found by conversation (the request carries its reply or extends
+        its prompt), not only as the session's last finished request."""
         s = self._sessions.setdefault(session_id, _SessionAgents())
         agent = agent_id or MAIN
-        stream = s.streams.get(agent)
+        done = lambda i: i in s.end and s.end[i] <= arrival_ns  # noqa: E731
+        lanes = [name for name, st in s.streams.items() if st.agent == agent]
         deps: list[int] = []
-        if stream is not None and stream.turns:
-            deps.append(stream.turns[-1])
-        spawner: str | None = None
-        if stream is None and agent != MAIN:
-            done = [i for i, e in s.end.items() if e <= arrival_ns and s.agent_of[i] != agent]
-            if done:
-                spawn = max(done, key=lambda i: (s.end[i], i))
-                deps.append(spawn)
-                spawner = s.agent_of[spawn]
-            elif parent_index >= 0:
-                deps.append(parent_index)
-        elif stream is None and parent_index >= 0:
+        lane: str | None = None
+        if linked and parent_index >= 0 and s.lane_of.get(parent_index) in lanes:
+            home = s.lane_of[parent_index]
             deps.append(parent_index)
+            if s.streams[home].turns[-1] == parent_index:
+                lane = home
+        else:
+            if parent_index >= 0:
+                deps.append(parent_index)
+            free = [n for n in lanes if done(s.streams[n].turns[-1])]
+            if free:
+                lane = max(free, key=lambda n: (s.streams[n].side,
+                                                s.end[s.streams[n].turns[-1]], n == agent))
+                deps.append(s.streams[lane].turns[-1])
+            elif not lanes and agent != MAIN:  # a subagent's first turn: its spawn
+                spawned = [i for i in s.end if done(i) and s.streams[s.lane_of[i]].agent != agent]
+                if spawned:
+                    spawn = max(spawned, key=lambda i: (s.end[i], i))
+                    deps.append(spawn)
+                    lane = agent
+                    s.streams[lane] = _Stream(agent, spawner=s.lane_of[spawn])
+            elif not lanes:
+                lane = agent
+        if lane is None:
+            lane = agent if agent not in s.streams else f"{agent}/{len(lanes) + 1}"
+            while lane in s.streams:
+                lane += "+"
+        stream = s.streams.get(lane)
+        if stream is None:
+            stream = s.streams[lane] = _Stream(agent)
         for sub in s.streams.values():
-            if sub.spawner != agent or sub.joined or not sub.turns:
+            if sub.spawner != lane or sub.joined or not sub.turns:
                 continue
-            if all(i in s.end and s.end[i] <= arrival_ns for i in sub.turns):
+            if all(done(i) for i in sub.turns):
                 deps.append(sub.turns[-1])
                 sub.joined = True
-        if stream is None:
-            stream = s.streams[agent] = _Stream(spawner=spawner)
         stream.turns.append(request_index)
-        s.agent_of[request_index] = agent
+        stream.side = not (linked and parent_index >= 0)
+        s.lane_of[request_index] = lane
         s.arrival[request_index] = arrival_ns
         deps = sorted(set(deps))
         think = None
         if deps and all(d in s.end for d in deps):
             think = max(0, arrival_ns - max(s.end[d] for d in deps))
-        return Placement(agent, deps, think)
+        return Placement(lane, deps, think)
 
     def complete(self, session_id: str, request_index: int, end_ns: int) -> None:
         s = self._sessions.get(session_id)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from agent_replay.engines.apis.openai import INJECT_USAGE as _INJECT
-from agent_replay.replay.record.content import PromptHasher, fit_ids
+from agent_replay.replay.record.content import PromptHasher, PromptUnits
 from agent_replay.replay.record.wire import RequestInfo
 
 BIG_BODY_BYTES = 1 << 20
@@ -56,22 +56,20 @@ class BodyDigest:
     """The conversation items, those the model did not produce replaced by a stand-in."""
     chains: list[bytes]
     """``sessions.chain_digests`` of the whole conversation."""
-    ids: np.ndarray
-    """Block hashes of the whole prompt (``PromptHasher.all_ids``) as int64; empty with
-    content mode ``none``. An array, not a list: it crosses from the helper as one buffer,
-    and the flush gathers it into the part's column without the GIL
-    (``sink.rows_to_table``)."""
-    estimate: int
-    block_size: int
+    units: PromptUnits
+    """What the prompt's block ids are computed from (``PromptHasher.units``); no grains
+    with content mode ``none``. Arrays, not lists: they cross from the helper as buffers."""
     content: bytes | None
     """The stored content (content mode ``full``), as JSON."""
     secrets: list[str]
     """``agent_replay.redact.secret_values`` of the body."""
 
-    def hash_ids(self, input_tokens: int | None) -> tuple[np.ndarray, int]:
-        """As ``PromptHasher.hash_ids`` of the body, as an int64 array."""
-        n = input_tokens if input_tokens is not None and input_tokens >= 0 else self.estimate
-        return fit_ids(self.ids, -(-n // self.block_size)), self.estimate
+    def hash_ids(self, hasher: PromptHasher, input_tokens: int | None
+                 ) -> tuple[np.ndarray, int]:
+        """As ``PromptHasher.hash_ids`` of the body, as an int64 array (which the flush
+        gathers into the part's column without the GIL, ``sink.rows_to_table``)."""
+        ids = hasher.ids(self.units, input_tokens)
+        return np.asarray(ids, dtype=np.int64), self.units.estimate
 
 
 class BigBodies:
@@ -210,14 +208,12 @@ def _digest(api: str, path: str, spec: DigestSpec
     info, out = got
     body = info.body
     items = conversation(api, body)
-    if spec.content != "none":
-        ids, est = _hasher(spec).all_ids(api, body)
-    else:
-        ids, est = [], _hasher(spec).units(api, body)[2]
+    units = _hasher(spec).units(api, body)
+    if spec.content == "none":
+        units = dataclasses.replace(units, prefix=units.prefix[:0], complete=0)
     digest = BodyDigest(
         items=[it if is_reply_item(it) else _OTHER_ITEM for it in items],
-        chains=chain_digests(items), ids=np.array(ids, dtype=np.int64), estimate=est,
-        block_size=spec.block_size,
+        chains=chain_digests(items), units=units,
         content=orjson.dumps(strip_secrets(body)) if spec.content == "full" else None,
         secrets=secret_values(body))
     info = dataclasses.replace(info, body={})

@@ -1,5 +1,5 @@
 """A request's prompt as data: conversation items, prefix-block hashes, and the stored
-``content`` with secrets removed. Pure functions; no I/O.
+``content`` with secrets removed. No I/O.
 
 Prefix-block hashes (content mode ``hashed``, the default). The prompt is cut into blocks
 of ``block_size`` units; block i's id is a BLAKE2b digest of block i and the id of block i-1, so an id stands for its block and everything before it (Mooncake semantics), and
@@ -10,20 +10,30 @@ The units are, best first:
 2. tokens of the configured tokenizer (``tokenizers`` JSON file), each prompt part
    (tools, system, every message) tokenized on its own, so a part's tokens never depend
    on what follows it;
-3. otherwise bytes of the same parts, ``BYTES_PER_TOKEN`` bytes standing for one token:
-   a block is ``block_size * BYTES_PER_TOKEN`` bytes. Boundaries depend only on the bytes
-   before them, so they are stable as a conversation grows.
+3. otherwise bytes of the same parts.
 
-The list then has exactly ceil(input_tokens / block_size) ids (input_tokens as the server
-reported it): cut at the end, or extended by ids chained from the last one, which match
-another request only when the whole prompt matches. The chain starts from a seed that is
+For 2 and 3 the units are cut by the server's token count, not by a fixed ratio: the
+prompt has ceil(input_tokens / block_size) blocks, and where a block ends in the bytes is
+decided once per prefix (``PromptHasher``): a prompt that starts like an earlier one keeps
+the earlier one's boundaries for as long as its bytes match, and the rest of its blocks
+are spread evenly over the rest of its bytes. Boundaries therefore stay put as a
+conversation grows, and sessions that share a system prompt and tools share its blocks,
+whatever the ratio of bytes to the server's tokens (``BYTES_PER_TOKEN`` is used only to
+estimate a prompt's length when the server did not report it).
+
+A token-id prompt's list has exactly ceil(input_tokens / block_size) ids too: cut at the
+end, or extended by ids chained from the last one. The chain starts from a seed that is
 random per recording unless one is given, so an id cannot be checked against a guessed
 text; a fixed seed keeps ids comparable across recordings.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -85,15 +95,22 @@ def prompt_parts(api: str, body: Mapping[str, Any]) -> list[Any] | np.ndarray:
     return parts
 
 
+_NOT_SEEN = frozenset({"role", "content", "id", "status"})
+"""Keys of a conversation item not rendered beside its role and content: an item's own
+``id`` and ``status`` (Responses items) are bookkeeping the model never reads, and a
+client may give its own items fresh ids in every session (Codex does), which would end
+the shared prefix of two sessions at the first such item."""
+
+
 def render(part: Any) -> str:
     """Text of one prompt part: its role, then text blocks as text and anything else as
-    canonical JSON."""
+    canonical JSON (without the item's own ``id`` and ``status``)."""
     if isinstance(part, str):
         return part
     if not isinstance(part, dict):
         return orjson.dumps(part, option=orjson.OPT_SORT_KEYS).decode()
     head = str(part.get("role") or part.get("type") or "")
-    rest = {k: v for k, v in part.items() if k not in ("role", "content")}
+    rest = {k: v for k, v in part.items() if k not in _NOT_SEEN}
     out = [head]
     content = part.get("content")
     if isinstance(content, list):
@@ -109,50 +126,238 @@ def render(part: Any) -> str:
     return "\n".join(out) + "\n"
 
 
+GRAIN_BYTES = 64
+"""Prompt bytes are digested in grains of this many bytes; block boundaries fall between
+grains (a 64-token block at 3-4 bytes a token spans 3-4 grains)."""
+
+MAX_KNOWN_BLOCKS = 1 << 22
+"""Block boundaries kept (past this, the oldest half of the prefixes they continue is
+dropped; a prompt that continues one of those starts new boundaries there)."""
+
+_K = 0x9E3779B97F4A7C15
+_K_INV = pow(_K, -1, 1 << 64)
+_MASK = (1 << 63) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, element-wise (wrapping uint64 arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+_LANE_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                       0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53,
+                       0x27D4EB2F165667C5, 0x94D049BB133111EB], dtype=np.uint64)
+
+
+def grain_digests(data: bytes) -> np.ndarray:
+    """A 64-bit digest of every ``GRAIN_BYTES`` bytes of ``data`` (the last grain padded,
+    its length mixed in), vectorized: equal grains give equal digests. Not keyed: block ids
+    are keyed hashes over prefixes of these (``PromptHasher``), and the digests themselves
+    are never stored."""
+    n = len(data)
+    g = -(-n // GRAIN_BYTES)
+    buf = np.zeros(g * GRAIN_BYTES, dtype=np.uint8)
+    buf[:n] = np.frombuffer(data, dtype=np.uint8)
+    lanes = buf.view("<u8").reshape(g, GRAIN_BYTES // 8)
+    h = np.zeros(g, dtype=np.uint64)
+    for j in range(lanes.shape[1]):
+        h = _mix(h ^ (lanes[:, j] * _LANE_MULT[j]))
+    if n % GRAIN_BYTES:
+        h[-1:] = _mix(h[-1:] ^ np.uint64(n % GRAIN_BYTES))
+    return h
+
+
+def prefix_digests(grains: np.ndarray) -> np.ndarray:
+    """``P[e]`` for e = 0..len(grains): a polynomial digest (mod 2**64) of the first e
+    grains, all computed at once: P[e] = sum over i < e of grains[i] * K**(e-1-i)."""
+    n = len(grains)
+    inv = np.cumprod(np.full(n, _K_INV, dtype=np.uint64))  # K**-(i+1)
+    pw = np.cumprod(np.concatenate([[np.uint64(1)], np.full(n, _K, dtype=np.uint64)]))
+    q = np.concatenate([[np.uint64(0)], np.cumsum(grains * inv, dtype=np.uint64)])
+    return q * pw
+
+
+YIELD_EVERY = 2048
+"""Block ids computed between two offers of the GIL (the recorder's flush thread computes
+them; a 30 MB prompt seen for the first time has 100,000 new blocks)."""
+
+
+def _ids_at(seed: int, prefix: np.ndarray, ends: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Block ids (int64, >= 0) of blocks ``index`` ending at grains ``ends``: a BLAKE2b
+    hash, keyed by the recording's seed, of the prefix digest at the end, the end and the
+    index. An id stands for every byte before its end (Mooncake semantics), and cannot be
+    checked against a guessed text without the seed."""
+    key = hashlib.blake2b(key=seed.to_bytes(8, "little"), digest_size=8)
+    rows = np.empty((len(ends), 3), dtype="<u8")
+    rows[:, 0] = prefix[ends]
+    rows[:, 1] = ends
+    rows[:, 2] = index
+    data = memoryview(rows.tobytes())
+    out = bytearray()
+    for i in range(len(ends)):
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            time.sleep(0.0005)
+        h = key.copy()
+        h.update(data[24 * i:24 * i + 24])
+        out += h.digest()
+    return (np.frombuffer(bytes(out), dtype="<u8") & np.uint64(_MASK)).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Full blocks one prompt placed after a known prefix: where each ends (grain), the
+    prefix digest there and its id."""
+
+    ends: np.ndarray
+    digests: np.ndarray
+    ids: np.ndarray
+
+    def matching(self, prefix: np.ndarray, pos: int, most: int, start: int) -> int:
+        """How many blocks from ``pos`` on (at most ``most``) a prompt with these prefix
+        digests shares, having reached grain ``start``."""
+        ends = self.ends[pos:pos + most]
+        if not len(ends) or ends[0] < start:
+            return 0
+        inside = ends < len(prefix)
+        same = inside & (prefix[np.where(inside, ends, 0)] == self.digests[pos:pos + len(ends)])
+        return len(ends) if same.all() else int(np.argmin(same))
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptUnits:
+    """What the block ids of one prompt are computed from (``PromptHasher.units``); small
+    enough to cross from the big-body helper process."""
+
+    prefix: np.ndarray
+    """``prefix_digests`` of the rendered prompt's grains (uint64, one more than there are
+    grains); empty for token-id prompts."""
+    exact: np.ndarray | None
+    """Token-id prompts: the ids of the prompt's own blocks (int64), else None."""
+    complete: int
+    """Grains wholly inside the prompt (the last one may be partial: its digest changes
+    when the prompt grows, so no full block ends inside it)."""
+    estimate: int
+    """The prompt's length in tokens: exact for token ids and with a tokenizer, else
+    ``ceil(bytes / BYTES_PER_TOKEN)``."""
+
+
 class PromptHasher:
-    """Prefix-block hash ids of request prompts (see the module text), computed with
-    ``traces.hashing`` (a token block is hashed as its ids in 4-byte little-endian)."""
+    """Prefix-block hash ids of request prompts (see the module text).
+
+    Where the units are not the server's tokens (bytes, or a tokenizer other than the
+    server's), the server's token count decides how many blocks a prompt has and the bytes
+    only where they are cut. A block boundary, once placed after a given prefix, stays
+    put: a later prompt that starts with the same bytes gets the same boundaries and ids
+    for as far as its bytes match (``ids``), and only the blocks after that are spread
+    evenly over the remaining bytes, as many as the remaining tokens fill. So a
+    conversation's next turn shares every full block of the turn before, and sessions that
+    share a system prompt and tools share those blocks, whatever the bytes-per-token ratio
+    of either. The boundaries known so far are state: ``ids`` must see the requests in the
+    order they finished (the recorder's flush does)."""
 
     def __init__(self, block_size: int, seed: int, tokenizer: Any | None = None) -> None:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.block_size = block_size
-        self.seed = seed & ((1 << 63) - 1)
+        self.seed = seed & _MASK
         self.tokenizer = tokenizer
+        self._next: dict[int, list[tuple[_Run, int]]] = {}
+        """Id of a full block (-1 before the first) -> the runs of full blocks seen after
+        it (and where in the run they start)."""
+        self._stored = 0
 
     @property
     def unit(self) -> str:
-        return "tokens" if self.tokenizer is not None else f"bytes/{BYTES_PER_TOKEN}"
+        return "tokens" if self.tokenizer is not None else "bytes"
 
-    def units(self, api: str, body: Mapping[str, Any]) -> tuple[bytes, int, int]:
-        """(data, bytes per block, prompt length in tokens or estimated tokens)."""
+    def units(self, api: str, body: Mapping[str, Any]) -> PromptUnits:
         parts = prompt_parts(api, body)
-        bs = self.block_size
         if isinstance(parts, np.ndarray):
-            return parts.astype("<u4").tobytes(), bs * 4, len(parts)
+            ids = hash_bytes(parts.astype("<u4").tobytes(), self.block_size * 4, self.seed)
+            return PromptUnits(np.zeros(0, dtype=np.uint64), np.array(ids, dtype=np.int64),
+                               0, len(parts))
         texts = [render(p) for p in parts]
         if self.tokenizer is not None:
             encs = self.tokenizer.encode_batch(texts, add_special_tokens=False)
-            n = sum(len(e.ids) for e in encs)
+            est = sum(len(e.ids) for e in encs)
             data = b"".join(np.asarray(e.ids, dtype="<u4").tobytes() for e in encs)
-            return data, bs * 4, n
-        data = "".join(texts).encode()
-        return data, bs * BYTES_PER_TOKEN, -(-len(data) // BYTES_PER_TOKEN)
+        else:
+            data = "".join(texts).encode()
+            est = -(-len(data) // BYTES_PER_TOKEN)
+        return PromptUnits(prefix_digests(grain_digests(data)), None,
+                           len(data) // GRAIN_BYTES, est)
 
     def hash_ids(self, api: str, body: Mapping[str, Any],
                  input_tokens: int | None) -> tuple[list[int], int]:
         """The ids, exactly ceil(n / block_size) of them where n = ``input_tokens`` when
         known, else the estimated prompt length; and that estimate."""
-        data, block_bytes, est = self.units(api, body)
-        want = self.blocks(input_tokens, est)
-        return fit_ids(hash_bytes(data[: want * block_bytes], block_bytes, self.seed), want), est
+        u = self.units(api, body)
+        return self.ids(u, input_tokens).tolist(), u.estimate
 
-    def all_ids(self, api: str, body: Mapping[str, Any]) -> tuple[list[int], int]:
-        """The ids of the whole prompt and its estimated length: ``hash_ids`` for any
-        ``input_tokens`` is ``fit_ids(ids, blocks(input_tokens, est))``, so the ids can be
-        computed before the answer tells the prompt's length."""
-        data, block_bytes, est = self.units(api, body)
-        return hash_bytes(data, block_bytes, self.seed), est
+    def ids(self, u: PromptUnits, input_tokens: int | None) -> np.ndarray:
+        """The block ids (int64) of a prompt of ``input_tokens`` tokens (the estimate when
+        None; boundaries placed on an estimate are not remembered for later prompts)."""
+        bs = self.block_size
+        n = input_tokens if input_tokens is not None and input_tokens >= 0 else u.estimate
+        want = -(-n // bs)
+        if u.exact is not None:
+            return fit_ids(u.exact, want)
+        prefix = u.prefix
+        total = max(len(prefix) - 1, 0)
+        full = n // bs
+        known: list[np.ndarray] = []
+        k, prev, start = 0, -1, 0
+        limit = min(full, want - 1)  # the last block always reaches the prompt's end
+        while k < limit:  # the boundaries known after this prefix, while bytes match
+            for run, pos in self._next.get(prev, ()):
+                m = run.matching(prefix, pos, limit - k, start)
+                if m:
+                    known.append(run.ids[pos:pos + m])
+                    k += m
+                    prev, start = int(run.ids[pos + m - 1]), int(run.ends[pos + m - 1])
+                    break
+            else:
+                break
+        if want <= k or total == 0:
+            if want > k:
+                known.append(fit_ids(np.zeros(0, dtype=np.int64), want - k))
+            return _joined(known)
+        # the rest: evenly over the remaining grains, as many blocks as the tokens left fill
+        rest = n - k * bs
+        j = np.arange(k, want, dtype=np.int64)
+        t = np.minimum((j + 1 - k) * bs, rest)
+        ends = start + (t * (total - start) + rest // 2) // rest
+        inner = j < want - 1  # no inner boundary inside the last, partial grain
+        ends[inner] = np.maximum(np.minimum(ends[inner], u.complete), start)
+        ends[-1] = total
+        new = _ids_at(self.seed, prefix, ends, j)
+        # full blocks that end on a whole grain are boundaries a later prompt can reuse
+        keep = full - k - (1 if full == want and total != u.complete else 0)
+        if keep > 0 and input_tokens is not None and input_tokens >= 0:  # not a guess
+            self._remember(prev, _Run(ends[:keep], prefix[ends[:keep]], new[:keep]))
+        known.append(new)
+        return _joined(known)
+
+    def _remember(self, prev: int, run: _Run) -> None:
+        nexts = self._next.get(prev)
+        if nexts is None:
+            if self._stored + len(run.ids) > MAX_KNOWN_BLOCKS:
+                for key in list(itertools.islice(self._next, len(self._next) // 2)):
+                    self._stored -= sum(len(r.ids) for r, _ in self._next.pop(key))
+            self._next[prev] = [(run, 0)]
+        elif len(nexts) < 8:
+            nexts.append((run, 0))
+        else:
+            return
+        self._stored += len(run.ids)
 
     def blocks(self, input_tokens: int | None, est: int) -> int:
         n = input_tokens if input_tokens is not None and input_tokens >= 0 else est

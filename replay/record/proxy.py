@@ -34,8 +34,8 @@ from agent_replay.replay.record.encodings import decode_body
 from agent_replay.replay.record.guard import upstream_path
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.wire import (
-    AGENT_ID_HEADER,
     RequestInfo,
+    agent_headers,
     api_for,
     end_to_end_headers,
     header_session,
@@ -143,9 +143,7 @@ class ProxyHandler:
             sid = header_session(request.headers, self.session_header)
             if sid:
                 ex.state["header_session"] = sid
-            agent = request.headers.get(AGENT_ID_HEADER)
-            if agent:
-                ex.state["agent_id"] = agent
+            ex.state.update(agent_headers(request.headers))
             ex.state["headers"] = request.headers  # for the error text's scrub, if any
             try:
                 return await self._exchange(request, ex, send)

@@ -169,6 +169,8 @@ class Recorder:
         self._pseudo_key = secrets.token_bytes(16)
         self.tracker = SessionTracker()
         self.agents = AgentTracker()
+        self._root_session: dict[str, str] = {}
+        """Child session -> the root session it belongs to (``parent_session`` header)."""
         self.stats = RecorderStats()
         self._pending: list[Exchange] = []
         self._unwritten: list[dict[str, Any]] = []
@@ -325,18 +327,26 @@ class Recorder:
     def _on_headers(self, ex: Exchange) -> None:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit = self._explicit_session(ex)
+        agent = ex.state.get("agent_id")
+        parent_session = ex.state.get("parent_session")
+        if parent_session and explicit:
+            # A child session (an opencode subagent) is a stream of its root session.
+            root = self._root_session.get(parent_session, parent_session)
+            self._root_session[explicit] = root
+            explicit, agent = root, agent or explicit
         digest: BodyDigest | None = ex.state.get("digest")
         if digest is not None:
             items, chains = digest.items, digest.chains
         else:
             items, chains = conversation(ex.info.api, ex.info.body), None
-        assignment, turn = self.tracker.assign(ex.arrival, items, explicit,
-                                               ex.state.get("agent_id"), chains=chains)
+        assignment, turn = self.tracker.assign(ex.arrival, items, explicit, agent,
+                                               chains=chains)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
         ex.state["placement"] = self.agents.place(
-            assignment.session_id, assignment.request_index, ex.state.get("agent_id"),
-            ex.arrival, assignment.parent_index)
+            assignment.session_id, assignment.request_index, agent,
+            ex.arrival, assignment.parent_index,
+            linked=assignment.how.endswith(("prefix", "retry")))
         self.stats.sessions = self.tracker.session_count
 
     def _explicit_session(self, ex: Exchange) -> str | None:
@@ -455,7 +465,7 @@ class Recorder:
         if ex.info.undecoded is None and (cfg.content != "none" or inp is None):
             ids: Sequence[int] | np.ndarray  # a big body's: an array (BodyDigest.ids)
             if digest is not None:
-                ids, est = digest.hash_ids(inp)
+                ids, est = digest.hash_ids(self.hasher, inp)
             else:
                 ids, est = self.hasher.hash_ids(ex.info.api, ex.info.body, inp)
             if cfg.content != "none":

@@ -23,6 +23,12 @@ Rules, in order:
    that finished last before this one arrived.
 5. Anything else starts a new session.
 
+Rules 1-3 look first at whole conversations, then, when none matches, at conversations
+without their leading system messages: a request whose system message was replaced (an
+OpenAI Agents SDK handoff on Chat Completions hands the conversation to another agent with
+that agent's instructions) continues the request whose reply it carries. (Not for a body
+parsed in the big-body helper, which sends only the whole-conversation digests.)
+
 ``think_ns`` = arrival - the parent's last byte (clamped at 0), None without a parent.
 """
 
@@ -48,6 +54,8 @@ class Turn:
     arrival_ns: int
     key: bytes
     parent: Turn | None = None
+    bare_key: bytes | None = None
+    """The conversation's digest without its leading system messages (None: it has none)."""
     agent: str | None = None
     """The agent stream that sent it (``replay.record.agents``); None: the main agent."""
     end_ns: int | None = None
@@ -93,10 +101,23 @@ def item_digest(item: Any) -> bytes:
 
 def chain_digests(items: Sequence[Any]) -> list[bytes]:
     """c[k] identifies items[:k]; c[0] is the empty conversation."""
+    return _chain([item_digest(it) for it in items])
+
+
+def _chain(digests: Sequence[bytes]) -> list[bytes]:
     out = [b""]
-    for it in items:
-        out.append(hashlib.blake2b(out[-1] + item_digest(it), digest_size=16).digest())
+    for d in digests:
+        out.append(hashlib.blake2b(out[-1] + d, digest_size=16).digest())
     return out
+
+
+def _leading_system(items: Sequence[Any]) -> int:
+    n = 0
+    for it in items:
+        if not (isinstance(it, dict) and it.get("role") in ("system", "developer")):
+            break
+        n += 1
+    return n
 
 
 class SessionTracker:
@@ -105,6 +126,8 @@ class SessionTracker:
 
     def __init__(self, *, memory: int = 100_000, new_prefix: str = "auto-") -> None:
         self._by_key: dict[bytes, list[Turn]] = {}
+        self._by_bare: dict[bytes, list[Turn]] = {}
+        """Turns by ``Turn.bare_key``."""
         self._sessions: dict[str, _Session] = {}
         self._order: deque[Turn] = deque()
         self._memory = memory
@@ -122,14 +145,24 @@ class SessionTracker:
         by conversation are looked for among that stream's requests only (subagents often
         open with identical conversations). ``chains``: ``chain_digests(items)`` when the
         caller computed it already (off the event loop, for a big request)."""
+        bare_chains: list[bytes] | None = None
+        system = _leading_system(items)
         if chains is None:
-            chains = chain_digests(items)
+            digests = [item_digest(it) for it in items]
+            chains = _chain(digests)
+            if system and system < len(items):
+                bare_chains = _chain(digests[system:])
         retried = self._find_retry(chains[-1], arrival_ns, explicit, agent) if items else None
+        if retried is None and bare_chains is not None:
+            retried = self._find_retry(bare_chains[-1], arrival_ns, explicit, agent, bare=True)
         if retried is not None:
             parent = retried.parent
             how = "retry"
         else:
             parent = self._find_parent(items, chains, arrival_ns, explicit, agent)
+            if parent is None and bare_chains is not None:
+                parent = self._find_parent(items[system:], bare_chains, arrival_ns, explicit,
+                                           agent, bare=True)
             how = "prefix" if parent is not None else "new"
         owner = retried or parent
         if owner is not None:
@@ -151,7 +184,8 @@ class SessionTracker:
                 self._new_count += 1
                 sid = f"{self._new_prefix}{self._new_count:05d}"
         sess = self._sessions.setdefault(sid, _Session())
-        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent, agent)
+        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent,
+                    bare_chains[-1] if bare_chains is not None else None, agent)
         sess.next_index += 1
         sess.turns.append(turn)
         self._remember(turn)
@@ -176,10 +210,10 @@ class SessionTracker:
             turn.reply_fn = None
 
     def _find_retry(self, key: bytes, arrival_ns: int, explicit: str | None,
-                    agent: str | None) -> Turn | None:
+                    agent: str | None, bare: bool = False) -> Turn | None:
         """The most recent earlier request with this very conversation that failed before
         ``arrival_ns`` (rule 3)."""
-        for t in reversed(self._by_key.get(key, ())):
+        for t in reversed((self._by_bare if bare else self._by_key).get(key, ())):
             if (explicit is not None and t.session_id != explicit) or t.agent != agent:
                 continue
             if t.failed and t.end_ns is not None and t.end_ns <= arrival_ns:
@@ -187,11 +221,13 @@ class SessionTracker:
         return None
 
     def _find_parent(self, items: Sequence[Any], chains: list[bytes], arrival_ns: int,
-                     explicit: str | None, agent: str | None) -> Turn | None:
+                     explicit: str | None, agent: str | None, bare: bool = False
+                     ) -> Turn | None:
         fallback: Turn | None = None
         n = len(items)
+        index = self._by_bare if bare else self._by_key
         for k in range(n - 1, 0, -1):
-            cands = [t for t in self._by_key.get(chains[k], ())
+            cands = [t for t in index.get(chains[k], ())
                      if t.arrival_ns <= arrival_ns and t.agent == agent
                      and (explicit is None or t.session_id == explicit)]
             if not cands:
@@ -218,17 +254,22 @@ class SessionTracker:
 
     def _remember(self, turn: Turn) -> None:
         self._by_key.setdefault(turn.key, []).append(turn)
+        if turn.bare_key is not None:
+            self._by_bare.setdefault(turn.bare_key, []).append(turn)
         self._order.append(turn)
         while len(self._order) > self._memory:
             old = self._order.popleft()
-            lst = self._by_key.get(old.key)
-            if lst is not None:
-                try:
-                    lst.remove(old)
-                except ValueError:
-                    pass
-                if not lst:
-                    del self._by_key[old.key]
+            for index, key in ((self._by_key, old.key), (self._by_bare, old.bare_key)):
+                if key is None:
+                    continue
+                lst = index.get(key)
+                if lst is not None:
+                    try:
+                        lst.remove(old)
+                    except ValueError:
+                        pass
+                    if not lst:
+                        del index[key]
             sess = self._sessions.get(old.session_id)
             if sess is not None and old in sess.turns:
                 sess.turns.remove(old)

@@ -46,6 +46,22 @@ configured ``--session-header``."""
 AGENT_ID_HEADER = "x-claude-code-agent-id"
 """Claude Code's subagent id (``replay.record.agents``)."""
 
+PARENT_SESSION_HEADER = "x-parent-session-id"
+"""opencode's parent session, sent by a subagent's (child session's) requests."""
+
+
+def agent_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """What a request's headers say about its agent: ``agent_id`` (a Claude Code subagent)
+    and ``parent_session`` (the session that spawned this one, opencode)."""
+    out = {}
+    agent = headers.get(AGENT_ID_HEADER)
+    if agent:
+        out["agent_id"] = agent
+    parent = headers.get(PARENT_SESSION_HEADER)
+    if parent:
+        out["parent_session"] = parent
+    return out
+
 
 def header_session(headers: Mapping[str, str], configured: str) -> str | None:
     """The session a request's headers name: the configured header, else the first of

@@ -1,6 +1,7 @@
 """Real agent programs nobody here wrote, recorded through the proxy in front of the
 simulated engine and replayed against a fresh one: Claude Code (messages), Codex CLI
-(responses) and mini-swe-agent (chat, through litellm).
+(responses), opencode (chat) and mini-swe-agent (chat, through litellm); the OpenAI Agents
+SDK in test_agents_sdk.py.
 
 The engine answers a user's turn with a tool call (``ls``), so each agent runs a tool and
 sends its result: a multi-turn session. The recording must hold that session (one
@@ -16,6 +17,7 @@ program is missing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -245,4 +247,116 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
     # reply: still one chain
     assert len(main) == 3 and all(r["api"] == "chat" for r in main)
     await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+OPENCODE_TASK = ('task={"description": "List files", "prompt": "List the files here.", '
+                 '"subagent_type": "general"}')
+OPENCODE_LS = 'bash={"command": "ls", "description": "List files"}'
+
+
+def opencode_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+    conf = home / ".config" / "opencode"
+    conf.mkdir(parents=True)
+    (conf / "opencode.json").write_text(json.dumps({
+        "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
+                             "options": {"baseURL": f"{url}/v1", "apiKey": SECRET},
+                             "models": {model: {"name": model, "limit": {
+                                 "context": 32768, "output": 4000}}}}},
+        "model": f"sim/{model}", "share": "disabled", "autoupdate": False}))
+    return [program("opencode"), "run", "List the files here."], base_env(home)
+
+
+async def test_opencode_subagent(tmp_path: Path) -> None:
+    """opencode (X-Session-Id names its session): its task tool runs a subagent in a child
+    session whose requests carry
+    x-parent-session-id: a stream of the parent's session, spawned by the turn that called
+    the tool and joined by the parent's next turn."""
+    program("opencode")
+    trace, rows = await record(tmp_path, [OPENCODE_TASK, OPENCODE_LS], opencode_argv_env)
+    assert len({r["session_id"] for r in rows}) == 1
+    assert rows[0]["session_id"].startswith("ses_")  # named by X-Session-Id
+    assert all(r["api"] == "chat" and r["error"] is None for r in rows)
+    by_index = {r["request_index"]: r for r in rows}
+    subs = [r for r in rows if r["agent_id"] != "main"]
+    assert subs and len({r["agent_id"] for r in subs}) == 1
+    spawn = by_index[subs[0]["depends_on"][0]]
+    assert spawn["agent_id"] == "main"
+    later = [r for r in rows if r["agent_id"] == "main"
+             and r["request_index"] > spawn["request_index"]]
+    assert later and subs[-1]["request_index"] in later[0]["depends_on"]  # the join
+    assert later[0]["think_ns"] < 5_000_000_000  # not the subagent's whole run
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+@pytest.mark.timing
+async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: Path) -> None:
+    """Interactive Claude Code, driven in tmux: each user turn comes with a title request
+    sent beside it. Neither waits for the other in the trace (the turn depends on the
+    request whose reply it carries), and the replay sends every request its recorded
+    think time after the end of its latest dependency."""
+    claude = program("claude")
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux not installed")
+    home, work, trace = tmp_path / "home", tmp_path / "work", tmp_path / "trace"
+    home.mkdir()
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True,
+        "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
+        "projects": {str(work): {"hasTrustDialogAccepted": True}}}))
+    name = f"agent-replay-{os.getpid()}"
+    async with SimServer("fast", seed=3, tool_call=[LS]) as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        model = sim.profile.model_name
+        env = base_env(home)
+        env.update(ANTHROPIC_BASE_URL=rec.url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
+                   DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000", TERM="xterm-256color")
+        script = tmp_path / "claude.sh"
+        script.write_text("#!/bin/sh\nexec env -i "
+                          + " ".join(f"{k}='{v}'" for k, v in env.items()) + f" {claude}\n")
+        script.chmod(0o755)
+        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
+                        str(work), str(script)], check=True)
+        try:
+            want = 0
+            for text in ("List the files here.", "List them again."):
+                await asyncio.sleep(4)  # the prompt is ready
+                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+                want += 3  # title, the turn (a tool call), the turn after the tool's result
+                for _ in range(600):
+                    if rec.stats.requests >= want and not rec.in_flight:
+                        break
+                    await asyncio.sleep(0.1)
+            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
+            await asyncio.sleep(1)
+        finally:
+            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+    rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    assert len({r["session_id"] for r in rows}) == 1 and all(r["error"] is None for r in rows)
+    by_index = {r["request_index"]: r for r in rows}
+    # a request that extends a conversation never depends on a request still running when
+    # it arrived (the title request beside it)
+    for r in rows:
+        for d in r["depends_on"]:
+            dep = by_index[d]
+            assert dep["arrival_ns"] + dep["end_ns"] <= r["arrival_ns"], (r, dep)
+    # the user's turns overlap their title requests: some pair ran side by side
+    assert any(a["arrival_ns"] < b["arrival_ns"] < a["arrival_ns"] + a["end_ns"]
+               for a in rows for b in rows if a is not b)
+    await replay_matches(trace, rows, tmp_path / "results")
+    # each request is sent its think time after its latest dependency ended (the recorded
+    # offsets were 0.02-0.09 ms off on a quiet machine: benchmarks/journal/
+    # 2026-12-03-recorded-prefix.md; the bound leaves room for load)
+    errs = [x["sent_ns"] - x["parent_end_ns"] - x["think_ns"]
+            for x in pq.read_table(tmp_path / "results" / "requests").to_pylist()
+            if x["depends_on"] and x["parent_end_ns"] is not None]
+    print(f"send offset from the latest dependency vs recorded think: {len(errs)} requests, "
+          f"max |error| {max(abs(e) for e in errs) / 1e6:.3f} ms")
+    assert errs and max(abs(e) for e in errs) < 50_000_000, errs
     no_secret_written(trace, tmp_path / "results")

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 from agent_replay.redact import strip_secrets
-from agent_replay.replay.record.content import BYTES_PER_TOKEN, PromptHasher
+from agent_replay.replay.record.content import (
+    BYTES_PER_TOKEN,
+    GRAIN_BYTES,
+    PromptHasher,
+    grain_digests,
+    prefix_digests,
+    prompt_parts,
+    render,
+)
 from agent_replay.replay.record.observe import RawEventSplitter, ResponseObserver
 from agent_replay.replay.record.wire import end_to_end_headers, inspect_request
 from agent_replay.traces.hashing import hash_tokens
@@ -37,18 +46,99 @@ def test_length_follows_reported_input_tokens() -> None:
     assert again == longer  # the extension depends on the prompt only
 
 
-def test_byte_fallback_prefix_is_stable_as_the_conversation_grows() -> None:
-    h = PromptHasher(8, seed=3)  # 32-byte blocks
-    one = _chat("x" * 100)
-    two = _chat("x" * 100, "y" * 50, "z" * 70)
-    a, est_a = h.hash_ids("chat", one, None)
-    b, _ = h.hash_ids("chat", two, None)
-    full_blocks = (len("user\n") + 100 + 1) // (8 * BYTES_PER_TOKEN)
-    assert est_a == -(-(len("user\n") + 101) // BYTES_PER_TOKEN)
-    assert b[:full_blocks] == a[:full_blocks]
-    assert b[full_blocks] != a[full_blocks]  # the partial block was completed differently
-    other, _ = PromptHasher(8, seed=4).hash_ids("chat", one, None)
-    assert set(other).isdisjoint(a)  # another seed, unrelated ids
+def _server_count(body: dict, bytes_per_token: float) -> int:
+    """A stand-in server's prompt length: 7 template tokens a message plus its rendered
+    bytes at ``bytes_per_token`` (never the recorder's 4)."""
+    return sum(7 + int(len(render(m).encode()) / bytes_per_token)
+               for m in prompt_parts("messages", body))
+
+
+@pytest.mark.parametrize("ratio", [1.3, 2.5, 3.2, 4.0, 6.5])
+def test_next_turn_shares_every_full_block_whatever_the_ratio(ratio: float) -> None:
+    """A conversation grows turn by turn; the server counts more (or fewer) tokens than
+    the bytes suggest. Every turn has ceil(n / block_size) ids, and starts with all of
+    the previous turn's full blocks, so the trace implies what a block-level prefix cache
+    serves: floor(previous n / block_size) blocks (one less when the previous prompt ends
+    with a full block: that block reaches the prompt's last byte, inside a grain the next
+    prompt completes)."""
+    bs = 16
+    h = PromptHasher(bs, seed=3)
+    sys_text = "You are a careful agent. " * 40
+    msgs: list[dict] = []
+    prev: list[int] = []
+    prev_n = 0
+    for turn in range(8):
+        msgs = [*msgs, {"role": "user", "content": f"turn {turn}: " + "run the tests " * (5 + turn)}]
+        body = {"system": sys_text, "messages": msgs}
+        n = _server_count(body, ratio)
+        ids, _ = h.hash_ids("messages", body, n)
+        assert len(ids) == -(-n // bs)
+        full = prev_n // bs
+        if prev_n and prev_n % bs == 0:  # its last block ends inside a grain: not reusable
+            full -= 1
+        assert ids[:full] == prev[:full], f"turn {turn}"
+        if prev_n % bs:  # the partial block was completed otherwise
+            assert ids[full] != prev[full]
+        msgs = [*msgs, {"role": "assistant", "content": f"ok {turn} " + "done " * 9}]
+        prev, prev_n = ids, n
+
+
+def test_sessions_sharing_a_prefix_share_its_blocks() -> None:
+    """Two sessions with the same system prompt and tools: the second one's first turn
+    reuses the first one's boundaries inside the common bytes, so the blocks that lie
+    wholly in it are shared, however many tokens either prompt has."""
+    bs = 16
+    h = PromptHasher(bs, seed=9)
+    system = "Shared system prompt with tools. " * 60
+    a = {"system": system, "messages": [{"role": "user", "content": "fix the bug " * 30}]}
+    b = {"system": system, "messages": [{"role": "user", "content": "write the docs " * 50}]}
+    na = _server_count(a, 2.8)
+    ids_a, _ = h.hash_ids("messages", a, na)
+    ids_b, _ = h.hash_ids("messages", b, _server_count(b, 2.8))
+    common = next(i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y)
+    shared_bytes = len(render({"role": "system", "content": [{"type": "text", "text": system}]}))
+    # a's blocks are spread at its own ratio: the common bytes hold this many whole blocks
+    per_block = len("".join(render(m) for m in prompt_parts("messages", a)).encode()) / na * bs
+    assert common == int(shared_bytes // per_block) or common == int(shared_bytes // per_block) - 1
+    assert common > 20
+    assert not set(ids_a[common:]) & set(ids_b[common:])
+
+
+def test_length_is_the_count_given_and_estimates_leave_no_boundaries() -> None:
+    h = PromptHasher(8, seed=3)
+    body = _chat("x" * 100, "y" * 50)
+    est = h.hash_ids("chat", body, None)[1]
+    assert not h._next  # an estimate is not built upon
+    assert est == -(-len("".join(render(m) for m in prompt_parts("chat", body)).encode())
+                    // BYTES_PER_TOKEN)
+    for n in (0, 1, 8, 9, est, 5 * est):
+        ids, _ = h.hash_ids("chat", body, n)
+        assert len(ids) == -(-n // 8) and len(set(ids)) == len(ids)
+    again, _ = h.hash_ids("chat", body, 9)
+    assert again == h.hash_ids("chat", body, 9)[0]
+    other, _ = PromptHasher(8, seed=4).hash_ids("chat", body, 40)
+    assert set(other).isdisjoint(PromptHasher(8, seed=3).hash_ids("chat", body, 40)[0])
+
+
+def test_grain_and_prefix_digests() -> None:
+    a = b"abc" * 100
+    b = a + b"tail" * 40
+    ga, gb = grain_digests(a), grain_digests(b)
+    full = len(a) // GRAIN_BYTES
+    assert len(ga) == -(-len(a) // GRAIN_BYTES)
+    assert ga[:full].tolist() == gb[:full].tolist()
+    assert ga[full] != gb[full]  # the partial grain differs from the completed one
+    assert grain_digests(b"x")[0] != grain_digests(b"x\0")[0]  # the length counts
+    pa_, pb = prefix_digests(ga), prefix_digests(gb)
+    assert pa_[0] == 0 and len(pa_) == len(ga) + 1
+    assert pa_[: full + 1].tolist() == pb[: full + 1].tolist()
+    # P[e] = sum g[i] * K**(e-1-i) mod 2**64, checked with Python integers
+    k = 0x9E3779B97F4A7C15
+    want = [sum(int(g) * pow(k, e - 1 - i, 1 << 64) for i, g in enumerate(gb[:e])) % (1 << 64)
+            for e in range(len(gb) + 1)]
+    assert pb.tolist() == want
+    swapped = np.concatenate([gb[1:2], gb[:1], gb[2:]])
+    assert prefix_digests(swapped)[-1] != pb[-1]  # order counts
 
 
 def test_cache_control_and_string_vs_block_content_hash_the_same() -> None:
@@ -68,7 +158,9 @@ def test_tokenizer_units(tmp_path: Path) -> None:
     h = PromptHasher(2, seed=0, tokenizer=tok)
     ids, est = h.hash_ids("chat", _chat("a b a b"), None)
     assert est == 5  # "user" + 4 words
-    assert ids == hash_tokens([1, 2, 3, 2, 3], 2, seed=0)
+    assert len(ids) == 3
+    longer, _ = h.hash_ids("chat", _chat("a b a b", "a b", "b b b a"), 40)
+    assert len(longer) == 20
 
 
 def test_strip_secrets_at_any_depth() -> None:
@@ -150,3 +242,21 @@ def test_vllm_captured_stream_token_counts(shared_dir: Path) -> None:
     inp, out, _ = obs.usage()
     assert obs.exact_counts()
     assert sum(obs.token_counts) == out and out > 0 and inp == 8
+
+
+def test_item_ids_the_model_never_reads_do_not_end_the_shared_prefix() -> None:
+    """Codex gives its own Responses items fresh ids in every session: two sessions with
+    the same instructions and messages hash alike however their item ids differ."""
+    def body(item_id: str, text: str) -> dict:
+        return {"instructions": "Be brief.", "input": [
+            {"type": "message", "id": item_id, "role": "developer", "status": "completed",
+             "content": [{"type": "input_text", "text": "Sandbox on."}]},
+            {"type": "message", "role": "developer",
+             "content": [{"type": "input_text", "text": "Sandbox rules. " * 80}]},
+            {"type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": text}]}]}
+    h = PromptHasher(16, seed=2)
+    a, _ = h.hash_ids("responses", body("msg_1", "first task"), 400)
+    b, _ = h.hash_ids("responses", body("msg_2", "second task"), 400)
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    assert common >= 20

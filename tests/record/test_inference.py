@@ -184,3 +184,67 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
                    ("cc-7", "agent-1", 1, [1]), ("cc-7", "main", 0, [0, 2])]
     last = rows[3]
     assert last["think_ns"] == last["arrival_ns"] - rows[2]["arrival_ns"] - rows[2]["end_ns"]
+
+
+def test_side_requests_and_parallel_branches_stay_concurrent() -> None:
+    """Claude Code's interactive turn: a title request (no conversation parent) and, 8 ms
+    later, the turn that continues the conversation; each depends on the turn that ended
+    before it, not on the other. A branch whose parent already has a successor (a
+    parallel request) opens a lane of its own; each lane stays a sequence."""
+    at = AgentTracker()
+    t0 = at.place("s", 0, None, 0, -1, linked=False)  # the first turn
+    at.complete("s", 0, 100)
+    title = at.place("s", 1, None, 5_000, 0, linked=False)
+    turn = at.place("s", 2, None, 5_008, 0)  # still running: title
+    at.complete("s", 1, 5_300)
+    at.complete("s", 2, 6_000)
+    tool = at.place("s", 3, None, 6_050, 2)
+    branch = at.place("s", 4, None, 6_060, 2)  # the same parent, side by side with 3
+    at.complete("s", 3, 7_000)
+    at.complete("s", 4, 7_100)
+    title2 = at.place("s", 5, None, 9_000, 4, linked=False)  # ended last: 4
+    turn2 = at.place("s", 6, None, 9_001, 3)
+    got = [(p.agent_id, p.depends_on, p.think_ns)
+           for p in (t0, title, turn, tool, branch, title2, turn2)]
+    assert got == [
+        (MAIN, [], None),
+        (MAIN, [0], 4_900),
+        ("main/2", [0], 4_908),
+        ("main/2", [2], 50),
+        ("main/3", [2], 60),
+        (MAIN, [1, 4], 1_900),
+        ("main/2", [3], 2_001),
+    ]
+
+
+async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) -> None:
+    """opencode's subagent: a child session (X-Session-Id) whose requests name their parent
+    session (x-parent-session-id), nested twice. Every request lands in the root session;
+    each child session is a stream spawned by the turn that ended before it."""
+    import anthropic
+
+    from agent_replay.engines.sim import SimServer
+    from agent_replay.replay.record import Recorder
+    from agent_replay.traces.io import read_trace
+    from agent_replay.traces.validate import validate_or_raise
+
+    trace = tmp_path / "t"
+    root = {"X-Session-Id": "ses_root"}
+    child = {"X-Session-Id": "ses_child", "x-parent-session-id": "ses_root"}
+    grandchild = {"X-Session-Id": "ses_grand", "x-parent-session-id": "ses_child"}
+    async with SimServer("fast") as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
+        for headers in (root, child, grandchild, root):
+            await client.messages.create(model="sim-fast", max_tokens=5,
+                                         messages=[user("do it")], extra_headers=headers)
+        await client.close()
+    table, meta = read_trace(trace)
+    validate_or_raise(table, meta, str(trace))
+    rows = sorted(table.to_pylist(), key=lambda r: r["request_index"])
+    got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
+    assert got == [("ses_root", "main", []), ("ses_root", "ses_child", [0]),
+                   ("ses_root", "ses_grand", [1]),
+                   # main's lane, the child it joins, and (no reply carried) the request
+                   # that ended last
+                   ("ses_root", "main", [0, 1, 2])]

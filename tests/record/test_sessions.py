@@ -145,3 +145,21 @@ def test_memory_bound_forgets_oldest() -> None:
         tr.assign(2 + i, conv(user(f"other {i}")))
     a, _ = tr.assign(10, conv(user("a"), asst("b"), user("c")))
     assert a.parent_index == -1 and a.how == "new"
+
+
+def test_handoff_that_replaces_the_system_message_continues_the_session() -> None:
+    """An Agents SDK handoff on Chat Completions: the triage agent's reply calls the
+    transfer tool; the next request, with the other agent's system message, sends that
+    call and its result back. Same session, the triage request its parent; a request
+    that carries no earlier reply still starts its own session."""
+    tr = SessionTracker()
+    triage = {"role": "system", "content": "You route questions."}
+    expert = {"role": "system", "content": "You answer maths questions."}
+    a1, t1 = tr.assign(0, conv(triage, user("what is 2+2?")))
+    tr.complete(t1, 100, Reply("", ("call_transfer",)))
+    a2, t2 = tr.assign(150, conv(expert, user("what is 2+2?"), asst("", "call_transfer"),
+                                 tool("call_transfer", '{"assistant": "Math"}')))
+    assert (a2.session_id, a2.parent_index, a2.think_ns, a2.how) == (a1.session_id, 0, 50, "prefix")
+    tr.complete(t2, 300, Reply("4", ()))
+    other, _ = tr.assign(400, conv(expert, user("what is 3+3?")))
+    assert other.session_id != a1.session_id

@@ -1,13 +1,24 @@
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pyarrow as pa
 import pytest
+from rich.console import Console
 
 from agent_replay.errors import TraceError
+from agent_replay.traces.inspect import render_summary
 from agent_replay.traces.io import conform
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.stats import implied_cached_tokens, matched_blocks, prefix_reuse, summarize
+from agent_replay.traces.stats import (
+    agent_streams,
+    implied_cached_tokens,
+    matched_blocks,
+    prefix_reuse,
+    session_cache,
+    summarize,
+)
 from agent_replay.traces.validate import validate, validate_or_raise
 
 
@@ -97,3 +108,38 @@ def test_validate_is_vectorized_on_a_large_table() -> None:
     bad = t.set_column(3, "arrival_ns", pa.array(np.where(np.arange(n) == 12345, 0, idx * 10), pa.int64()))
     problems = validate(bad, TraceMeta(), "big")
     assert [(p.row, p.field) for p in problems] == [(12345, "arrival_ns")]
+
+
+def test_session_cache_rates_by_hand() -> None:
+    """Two sessions, block size 16: b's second request shares a's first block (16 tokens
+    implied); the server said 10 and 20 cached for a, nothing known for one of b's rows."""
+    t = table(session_id=["a", "b", "a", "b"], request_index=[0, 0, 1, 1],
+              parent_index=[-1, -1, 0, 0], arrival_ns=[0, 1, 2, 3],
+              input_tokens=[40, 20, 50, 30], cached_tokens=[0, 0, 32, None],
+              hash_ids=[[1, 2, 3], [7, 8], [1, 2, 3, 4], [1, 9]])
+    a, b = session_cache(t, 16)
+    assert (a.session_id, a.requests, a.input_tokens) == ("a", 2, 90)
+    assert a.server_cached == 32 and a.implied_cached == 48
+    assert a.server_rate == pytest.approx(32 / 90) and a.implied_rate == pytest.approx(48 / 90)
+    assert b.server_cached is None and b.implied_cached == 16 and b.server_rate is None
+    s = summarize(t, 16)
+    assert s.sessions_cache == [a, b]
+    out = io.StringIO()
+    Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=16), "t"))
+    text = out.getvalue()
+    assert "35.6%" in text and "53.3%" in text  # a: 32/90 server, 48/90 implied
+
+
+def test_agent_streams_spawn_and_join_by_hand() -> None:
+    """Session a: main 0, 1; subagent x (2, 3) spawned by 1; main 4 joins x. Session b has
+    one stream and is not listed."""
+    t = table(session_id=["a"] * 5 + ["b", "b"], request_index=[0, 1, 2, 3, 4, 0, 1],
+              parent_index=[-1, 0, -1, 2, 1, -1, 0], arrival_ns=list(range(7)),
+              agent_id=["main", "main", "x", "x", "main", "main", "main"],
+              depends_on=[[], [0], [1], [2], [1, 3], [], [0]])
+    got = [(a.session_id, a.agent_id, a.turns, a.first, a.last, a.spawned_by, a.joined_by)
+           for a in agent_streams(t)]
+    assert got == [("a", "main", 3, 0, 4, None, None), ("a", "x", 2, 2, 3, 1, 4)]
+    out = io.StringIO()
+    Console(file=out, width=120).print(render_summary(summarize(t, 16), TraceMeta(block_size=16), "t"))
+    assert "spawned by" in out.getvalue() and "#1" in out.getvalue()
