@@ -156,23 +156,7 @@ async def record(name: str, exe: str, tmp: Path, turns: int, block_size: int) ->
 
 def old_render(part: Any) -> str:
     """``content.render`` as it was before 2026-12-03: every key of an item rendered."""
-    if not isinstance(part, dict):
-        return render(part)
-    head = str(part.get("role") or part.get("type") or "")
-    rest = {k: v for k, v in part.items() if k not in ("role", "content")}
-    out = [head]
-    content = part.get("content")
-    if isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and isinstance(block.get("text"), str) and len(block) <= 2:
-                out.append(block["text"])
-            else:
-                out.append(orjson.dumps(block, option=orjson.OPT_SORT_KEYS).decode())
-    elif content is not None:
-        out.append(orjson.dumps(content, option=orjson.OPT_SORT_KEYS).decode())
-    if rest:
-        out.append(orjson.dumps(rest, option=orjson.OPT_SORT_KEYS).decode())
-    return "\n".join(out) + "\n"
+    return render(part, not_seen=frozenset({"role", "content"}))
 
 
 def old_ids(row: dict[str, Any], block_size: int, seed: int) -> list[int]:

@@ -102,15 +102,16 @@ client may give its own items fresh ids in every session (Codex does), which wou
 the shared prefix of two sessions at the first such item."""
 
 
-def render(part: Any) -> str:
+def render(part: Any, not_seen: frozenset[str] = _NOT_SEEN) -> str:
     """Text of one prompt part: its role, then text blocks as text and anything else as
-    canonical JSON (without the item's own ``id`` and ``status``)."""
+    canonical JSON (without the keys in ``not_seen``: by default the item's own ``id`` and
+    ``status``)."""
     if isinstance(part, str):
         return part
     if not isinstance(part, dict):
         return orjson.dumps(part, option=orjson.OPT_SORT_KEYS).decode()
     head = str(part.get("role") or part.get("type") or "")
-    rest = {k: v for k, v in part.items() if k not in _NOT_SEEN}
+    rest = {k: v for k, v in part.items() if k not in not_seen}
     out = [head]
     content = part.get("content")
     if isinstance(content, list):

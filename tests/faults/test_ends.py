@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.engines.sim.process import SimProcess
+from tests.faults.runprobe import descendants
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,24 +45,6 @@ def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 NO_SCRAPE = ("--no-progress", "--scrape-interval", "0")
 """For runs whose end is not about /metrics: without the scraper's process (its start is
 about a second of CPU per run)."""
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process whose ancestry leads to ``pid`` (from /proc)."""
-    parents: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    out: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {c for c, p in parents.items() if p in frontier} - out
-        out |= frontier
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -84,7 +67,7 @@ def test_sigterm_ends_run_and_workers(tmp_path: Path) -> None:
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.1)
         time.sleep(0.5)
-        children = _descendants(run.pid)
+        children = descendants(run.pid)
         assert len(children) >= 3  # two workers and the scraper at least
         run.send_signal(signal.SIGTERM)
         stdout, stderr = run.communicate(timeout=90)
@@ -334,7 +317,7 @@ def test_kill_9_of_run_leaves_no_worker(tmp_path: Path) -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.1)
-        children = _descendants(run.pid)
+        children = descendants(run.pid)
         assert len(children) >= 3
         run.kill()
         run.wait()
