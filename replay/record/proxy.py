@@ -9,16 +9,19 @@ Fidelity rules:
   client gets chunked transfer when the upstream sent chunked, and the upstream's
   ``Content-Length`` otherwise.
 * The one change to an exchange: see ``replay.record.wire`` (``include_usage``).
-* Failures look to the client as they would without the proxy: a refused or failed
-  upstream connection closes the client's connection without a response; a stream the
-  upstream cuts is cut; an upstream that stops answering gets the client a 504 before the
-  response started and a cut connection after; a client that goes away makes the proxy
-  close the upstream connection (which is how servers such as vLLM learn to abort).
+* Failures: an upstream that cannot be reached, or fails before its response started,
+  gets the client a 502 whose JSON body, in the API's error shape, names the upstream and
+  the cause (credentials redacted); one that stops answering gets a 504 before the
+  response started. After it started, the client's connection is cut as the upstream's
+  was. A client that goes away makes the proxy close the upstream connection (which is
+  how servers such as vLLM learn to abort).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -28,6 +31,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from agent_replay.engines.dialects import dialect
+from agent_replay.redact import header_secrets, redact_url, scrub
 from agent_replay.replay.client import fail_payload_on_close
 from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
 from agent_replay.replay.record.encodings import decode_body
@@ -192,10 +197,17 @@ class ProxyHandler:
         return out
 
     def _fail(self, request: web.Request, exc: BaseException,
-              out: web.StreamResponse | None) -> web.StreamResponse:
-        """Show an upstream failure to the client as it would look without the proxy."""
+              out: web.StreamResponse | None, api: str | None = None) -> web.StreamResponse:
+        """Show an upstream failure to the client: before the response started, 504 for a
+        timeout and 502 for anything else; after, a cut connection."""
         if out is None and isinstance(exc, asyncio.TimeoutError):
             return web.Response(status=504, text="upstream timed out\n")
+        if out is None:
+            message = scrub(upstream_failure(redact_url(self.upstream), exc),
+                            header_secrets(request.headers.items()))
+            return web.Response(status=502, content_type="application/json",
+                                body=dialect(api or "chat").error_body(
+                                    message, 502, "upstream_error"))
         transport = request.transport
         if transport is not None:
             transport.abort()
@@ -268,7 +280,7 @@ class ProxyHandler:
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)
-            return self._fail(request, exc, out)
+            return self._fail(request, exc, out, ex.info.api)
 
 
 async def _read_parts(request: web.Request, limit: int | None) -> list[bytes]:
@@ -338,6 +350,17 @@ async def _send(out: web.StreamResponse, data: bytes | None) -> None:
             await out.write(data)
     except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
         raise _ClientGone from exc
+
+
+def upstream_failure(upstream: str, exc: BaseException) -> str:
+    """The line a client gets in the 502 for an upstream that failed before answering."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = exc.os_error
+        why = (os.strerror(err.errno) if err.errno and not isinstance(err, socket.gaierror)
+               else err.strerror or str(err))
+        return f"agent-replay record: upstream {upstream} unreachable: {why.lower()}"
+    return (f"agent-replay record: upstream {upstream} failed before answering: "
+            + _cause(exc).removeprefix("upstream "))
 
 
 def _cause(exc: BaseException) -> str:
