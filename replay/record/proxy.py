@@ -170,17 +170,19 @@ class ProxyHandler:
             data = _body_data(parts, headers)
         else:
             data = _body_iter(request) if request.body_exists else None
-        out: web.StreamResponse | None = None
+        out: ClientBody | None = None
         try:
             async with self.session.request(
                 request.method, self._url(request), headers=headers, data=data,
                 allow_redirects=False, timeout=self._timeout(),
             ) as resp:
                 out = await self._prepare(request, resp, resp.headers.get("Content-Length"))
-                async for chunk in resp.content.iter_any():
-                    await _send(out, chunk)
-                await _send(out, None)
-                return out
+                read = resp.content.readany
+                while chunk := await read():
+                    if out.write(chunk):
+                        await out.drain()
+                await out.end()
+                return out.response
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             return self._fail(request, exc, out)
 
@@ -188,16 +190,16 @@ class ProxyHandler:
         return aiohttp.ClientTimeout(total=None, sock_read=self.read_timeout_s)
 
     async def _prepare(self, request: web.Request, resp: aiohttp.ClientResponse,
-                       length: str | None) -> web.StreamResponse:
+                       length: str | None) -> ClientBody:
         headers = CIMultiDict(end_to_end_headers(resp.headers, _DROP_RESPONSE))
         out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=headers)
         if length is not None:
             out.content_length = int(length)
         await out.prepare(request)
-        return out
+        return ClientBody(request, out)
 
     def _fail(self, request: web.Request, exc: BaseException,
-              out: web.StreamResponse | None, api: str | None = None) -> web.StreamResponse:
+              out: ClientBody | None, api: str | None = None) -> web.StreamResponse:
         """Show an upstream failure to the client: before the response started, 504 for a
         timeout and 502 for anything else; after, a cut connection."""
         if out is None and isinstance(exc, asyncio.TimeoutError):
@@ -225,7 +227,7 @@ class ProxyHandler:
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
                                uncached_input=self.uncached_input)
         ex.observer = obs
-        out: web.StreamResponse | None = None
+        out: ClientBody | None = None
         clock = self.clock
         try:
             ex.send = clock()
@@ -253,15 +255,16 @@ class ProxyHandler:
                             ex.state["upstream_done"] = True
                             break
                         ex.end = t
-                        data = obs.forward(chunk)
-                        if data:
-                            await _send(out, data)
+                        # Forwarded first, observed after: the parse is not on the
+                        # client's path, and a paused client is waited for only then.
+                        paused = out.write(obs.forward(chunk))
                         obs.observe(chunk, t)
+                        if paused:
+                            await out.drain()
                 finally:
                     unwatch()
-                tail = obs.end(ex.end or clock())
-                if tail:
-                    await _send(out, tail)
+                if out.write(obs.end(ex.end or clock())):
+                    await out.drain()
                 if ex.end is None:
                     ex.end = clock()
                 if resp.status >= 400:
@@ -271,8 +274,8 @@ class ProxyHandler:
                     ex.error = f"server error in stream: {obs.server_error()}"
                 elif obs.stream_error:
                     ex.error = obs.stream_error
-                await _send(out, None)
-                return out
+                await out.end()
+                return out.response
         except (asyncio.CancelledError, _ClientGone):
             if not answered(ex):
                 ex.error = ex.error or ("cut by the recorder's stop" if self.draining
@@ -340,16 +343,66 @@ class _ClientGone(Exception):
     """The client connection is closed; nothing more to send."""
 
 
-async def _send(out: web.StreamResponse, data: bytes | None) -> None:
-    """Write to the client (``None``: end the body); a client that is gone raises
-    ``_ClientGone``, so that it is not mistaken for an upstream failure."""
-    try:
-        if data is None:
-            await out.write_eof()
-        else:
-            await out.write(data)
-    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-        raise _ClientGone from exc
+class ClientBody:
+    """The body of a response to the client, written straight to its transport.
+
+    aiohttp's ``StreamResponse`` writes the head (status, headers, keep-alive, and the
+    framing: the upstream's ``Content-Length``, else chunked for HTTP/1.1, else the end of
+    the connection); the body bypasses its per-write machinery (a coroutine, length and
+    compression bookkeeping per chunk): every upstream read becomes one ``transport.write``
+    (framed as one chunk when chunked), and the writer waits only while the transport is
+    above its high-water mark (the client reads slower than the upstream sends). A client
+    that is gone raises ``_ClientGone``, so that it is not mistaken for an upstream
+    failure."""
+
+    __slots__ = ("_chunked", "_left", "_protocol", "_transport", "_writer", "response")
+
+    def __init__(self, request: web.Request, response: web.StreamResponse) -> None:
+        self.response = response
+        writer = request.writer
+        writer.send_headers()  # now: the client sees the upstream's answer start
+        self._writer = writer
+        self._transport = request.transport
+        self._protocol: Any = getattr(writer, "protocol", None)
+        self._chunked = bool(getattr(writer, "chunked", False))
+        empty = request.method == "HEAD" or response.status in (204, 304) \
+            or response.status < 200
+        self._left: int | None = 0 if empty else (
+            None if self._chunked else response.content_length)
+        """Bytes the declared length still allows (None: no limit)."""
+
+    def write(self, data: bytes) -> bool:
+        """Send ``data`` now; True when the client is not keeping up (then ``drain``)."""
+        if not data:
+            return False
+        left = self._left
+        if left is not None:
+            if len(data) > left:  # never more than the head declared
+                data = data[:left]
+                if not data:
+                    return False
+            self._left = left - len(data)
+        elif self._chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise _ClientGone
+        transport.write(data)
+        protocol = self._protocol
+        return protocol is None or bool(protocol.writing_paused)
+
+    async def drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+            raise _ClientGone from exc
+
+    async def end(self) -> None:
+        """End the body (the last chunk when chunked; keep-alive is aiohttp's)."""
+        try:
+            await self.response.write_eof()
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+            raise _ClientGone from exc
 
 
 def upstream_failure(upstream: str, exc: BaseException) -> str:
