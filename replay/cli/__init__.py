@@ -68,7 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> NoReturn:
     """The ``agent-replay`` executable: ``main()``, then :func:`exit_process`."""
-    exit_process(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C before a command took it over (importing, parsing)
+        print("agent-replay: interrupted", file=sys.stderr)
+        code = 130
+    exit_process(code)
 
 
 def exit_process(code: int) -> NoReturn:
@@ -92,6 +97,8 @@ def exit_process(code: int) -> NoReturn:
                 with contextlib.suppress(OSError, ValueError):
                     print(f"agent-replay: at exit: {type(exc).__name__}: {exc}", file=sys.stderr)
         atexit._run_exitfuncs()
+    except KeyboardInterrupt:  # Ctrl-C while the work is done and the process ends
+        code = code or 130
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe reads as done
