@@ -187,7 +187,12 @@ class ProxyHandler:
             return self._fail(request, exc, out)
 
     def _timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, sock_read=self.read_timeout_s)
+        """The read timeout; the connect timeouts are the session's (a request's own
+        ``ClientTimeout`` replaces the session's whole)."""
+        base = self.session.timeout
+        return aiohttp.ClientTimeout(total=None, connect=base.connect,
+                                     sock_connect=base.sock_connect,
+                                     sock_read=self.read_timeout_s)
 
     async def _prepare(self, request: web.Request, resp: aiohttp.ClientResponse,
                        length: str | None) -> ClientBody:
@@ -202,7 +207,8 @@ class ProxyHandler:
               out: ClientBody | None, api: str | None = None) -> web.StreamResponse:
         """Show an upstream failure to the client: before the response started, 504 for a
         timeout and 502 for anything else; after, a cut connection."""
-        if out is None and isinstance(exc, asyncio.TimeoutError):
+        if out is None and isinstance(exc, asyncio.TimeoutError) \
+                and not isinstance(exc, aiohttp.ConnectionTimeoutError):
             return web.Response(status=504, text="upstream timed out\n")
         if out is None:
             message = scrub(upstream_failure(redact_url(self.upstream), exc),
@@ -407,6 +413,8 @@ class ClientBody:
 
 def upstream_failure(upstream: str, exc: BaseException) -> str:
     """The line a client gets in the 502 for an upstream that failed before answering."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return f"agent-replay record: upstream {upstream} unreachable: connect timed out"
     if isinstance(exc, aiohttp.ClientConnectorError):
         err = exc.os_error
         why = (os.strerror(err.errno) if err.errno and not isinstance(err, socket.gaierror)
@@ -417,6 +425,8 @@ def upstream_failure(upstream: str, exc: BaseException) -> str:
 
 
 def _cause(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "upstream connect timeout"
     if isinstance(exc, asyncio.TimeoutError):
         return "upstream timeout"
     if isinstance(exc, aiohttp.ClientConnectorError):

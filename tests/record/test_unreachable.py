@@ -77,3 +77,34 @@ async def test_upstream_closing_before_answering_is_a_502(tmp_path: Path) -> Non
         f"agent-replay record: upstream http://127.0.0.1:{port} failed before answering: "
         "connection reset: ServerDisconnectedError")
     assert body["error"]["type"] == "upstream_error"
+
+
+async def test_upstream_not_accepting_is_a_502_after_the_connect_timeout(tmp_path: Path) -> None:
+    import openai
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)  # never accepts: once its queue is full, connects get no answer
+        port = full.getsockname()[1]
+        fillers = []
+        for _ in range(4):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            fillers.append(s)
+        try:
+            async with Recorder(f"http://127.0.0.1:{port}", "127.0.0.1:0", tmp_path / "t",
+                                flush_interval_s=60, connect_timeout_s=0.5) as rec, \
+                    openai.AsyncOpenAI(base_url=rec.url + "/v1", api_key=KEY,
+                                       max_retries=0, timeout=20) as oa:
+                with pytest.raises(openai.APIStatusError) as oe:
+                    await oa.completions.create(model="m", prompt="hi", max_tokens=5)
+                await rec.flush()
+                rows = read_trace(rec.config.out_dir)[0].to_pylist()
+        finally:
+            for s in fillers:
+                s.close()
+    assert oe.value.status_code == 502
+    assert oe.value.body == {
+        "message": f"agent-replay record: upstream http://127.0.0.1:{port} unreachable: "
+                   "connect timed out", "type": "upstream_error", "code": 502}
+    assert rows[0]["error"] == "upstream connect timeout"
