@@ -35,6 +35,7 @@ from agent_replay.engines.dialects import dialect
 from agent_replay.redact import header_secrets, redact_url, scrub
 from agent_replay.replay.client import fail_payload_on_close
 from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
+from agent_replay.replay.record.downstream import ClientBody, ClientGone
 from agent_replay.replay.record.encodings import decode_body
 from agent_replay.replay.record.guard import upstream_path
 from agent_replay.replay.record.observe import ResponseObserver
@@ -219,7 +220,7 @@ class ProxyHandler:
         transport = request.transport
         if transport is not None:
             transport.abort()
-        raise _ClientGone from exc
+        raise ClientGone from exc
 
     def _headers(self, request: web.Request) -> list[tuple[str, str]]:
         headers = end_to_end_headers(request.headers, _DROP_REQUEST)
@@ -282,7 +283,7 @@ class ProxyHandler:
                     ex.error = obs.stream_error
                 await out.end()
                 return out.response
-        except (asyncio.CancelledError, _ClientGone):
+        except (asyncio.CancelledError, ClientGone):
             if not answered(ex):
                 ex.error = ex.error or ("cut by the recorder's stop" if self.draining
                                         else "client disconnected")
@@ -345,72 +346,6 @@ def prepare_body(api: str, raw: bytes, encoding: str | None, path: str = ""
     return info, (raw if encoding else body)
 
 
-class _ClientGone(Exception):
-    """The client connection is closed; nothing more to send."""
-
-
-class ClientBody:
-    """The body of a response to the client, written straight to its transport.
-
-    aiohttp's ``StreamResponse`` writes the head (status, headers, keep-alive, and the
-    framing: the upstream's ``Content-Length``, else chunked for HTTP/1.1, else the end of
-    the connection); the body bypasses its per-write machinery (a coroutine, length and
-    compression bookkeeping per chunk): every upstream read becomes one ``transport.write``
-    (framed as one chunk when chunked), and the writer waits only while the transport is
-    above its high-water mark (the client reads slower than the upstream sends). A client
-    that is gone raises ``_ClientGone``, so that it is not mistaken for an upstream
-    failure."""
-
-    __slots__ = ("_chunked", "_left", "_protocol", "_transport", "_writer", "response")
-
-    def __init__(self, request: web.Request, response: web.StreamResponse) -> None:
-        self.response = response
-        writer = request.writer
-        writer.send_headers()  # now: the client sees the upstream's answer start
-        self._writer = writer
-        self._transport = request.transport
-        self._protocol: Any = getattr(writer, "protocol", None)
-        self._chunked = bool(getattr(writer, "chunked", False))
-        empty = request.method == "HEAD" or response.status in (204, 304) \
-            or response.status < 200
-        self._left: int | None = 0 if empty else (
-            None if self._chunked else response.content_length)
-        """Bytes the declared length still allows (None: no limit)."""
-
-    def write(self, data: bytes) -> bool:
-        """Send ``data`` now; True when the client is not keeping up (then ``drain``)."""
-        if not data:
-            return False
-        left = self._left
-        if left is not None:
-            if len(data) > left:  # never more than the head declared
-                data = data[:left]
-                if not data:
-                    return False
-            self._left = left - len(data)
-        elif self._chunked:
-            data = b"%x\r\n%b\r\n" % (len(data), data)
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            raise _ClientGone
-        transport.write(data)
-        protocol = self._protocol
-        return protocol is None or bool(protocol.writing_paused)
-
-    async def drain(self) -> None:
-        try:
-            await self._writer.drain()
-        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-            raise _ClientGone from exc
-
-    async def end(self) -> None:
-        """End the body (the last chunk when chunked; keep-alive is aiohttp's)."""
-        try:
-            await self.response.write_eof()
-        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-            raise _ClientGone from exc
-
-
 def upstream_failure(upstream: str, exc: BaseException) -> str:
     """The line a client gets in the 502 for an upstream that failed before answering."""
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
@@ -450,10 +385,10 @@ async def _body_iter(request: web.Request) -> AsyncIterator[bytes]:
 
 @web.middleware
 async def client_gone_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Turn ``_ClientGone`` into a quiet end of the connection."""
+    """Turn ``ClientGone`` into a quiet end of the connection."""
     try:
         return await handler(request)
-    except _ClientGone:
+    except ClientGone:
         if request.transport is not None:
             request.transport.abort()
         raise asyncio.CancelledError from None
