@@ -287,7 +287,8 @@ def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object
     print("CPU, % of one core: " + ", ".join(
         f"{k} {v / run.wall_s * 100:.0f}%" for k, v in run.cpu_s.items())
         + f"; proxy {per_req:.2f} ms per request all included ({per_chunk:.0f} us per chunk), "
-        f"relay {relay_chunk:.0f} us per chunk")
+        f"relay {relay_chunk:.0f} us per chunk (proxy / relay {per_chunk / relay_chunk:.2f}: "
+        "the figure least moved by other load)")
     print("baseline = direct (same streams, same moments); added p99 = p99 - direct p99")
     print(f"{'metric':<15}{'path':<7}{'n':>7}{'p50':>9}{'p99':>9}{'added p99':>10}{'ratio':>7}"
           f"{'target':>9}")

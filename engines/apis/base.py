@@ -235,9 +235,14 @@ class Dialect:
         """The JSON body of an answer that is not streamed."""
         raise NotImplementedError
 
-    def error_body(self, message: str, status: int) -> bytes:
-        """The JSON body of an error answer."""
-        return orjson.dumps({"error": {"message": message, "code": status}})
+    def error_body(self, message: str, status: int, kind: str | None = None) -> bytes:
+        """The JSON body of an error answer; ``kind`` its ``type`` where the API's error
+        shape has a free one (OpenAI's), else the API's own type for ``status``."""
+        err: dict[str, Any] = {"message": message}
+        if kind is not None:
+            err["type"] = kind
+        err["code"] = status
+        return orjson.dumps({"error": err})
 
 
 def as_messages(prompt: Any) -> list[dict[str, Any]]:

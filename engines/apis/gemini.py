@@ -35,7 +35,8 @@ from agent_replay.engines.sse import SSEEvent
 _PATH = re.compile(r"/models/([^:]+):(streamGenerateContent|generateContent)$")
 _FINISH = {"length": "MAX_TOKENS", "stop": "STOP", "tool_calls": "STOP"}
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND",
-           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE",
+           503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
 
 def _parts(obj: Any) -> list[Any]:
@@ -239,7 +240,7 @@ class Gemini(Dialect):
                        prompt_tokens: int) -> GeminiEncoder:
         return GeminiEncoder(rid=rid, model=model, prompt_tokens=prompt_tokens)
 
-    def error_body(self, message: str, status: int) -> bytes:
+    def error_body(self, message: str, status: int, kind: str | None = None) -> bytes:
         return orjson.dumps({"error": {"code": status, "message": message,
                                        "status": _STATUS.get(status, "UNKNOWN")}})
 

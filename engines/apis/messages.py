@@ -98,6 +98,12 @@ class MessagesStreamDecoder:
         return self._input, self._counted, self.cached
 
 
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+"""Anthropic's error types by HTTP status; every other status is ``api_error``."""
+
+
 class Messages(Dialect):
     name = "messages"
     route = "/v1/messages"
@@ -116,6 +122,11 @@ class Messages(Dialect):
 
     def decoder(self) -> MessagesStreamDecoder:
         return MessagesStreamDecoder()
+
+    def error_body(self, message: str, status: int, kind: str | None = None) -> bytes:
+        """Anthropic's shape; its ``type`` is one of the API's own, by ``status``."""
+        return orjson.dumps({"type": "error", "error": {
+            "type": _ERROR_TYPES.get(status, "api_error"), "message": message}})
 
     def stream_usage(self, dec: Any, uncached_input: bool = False
                      ) -> tuple[int | None, int | None, int | None]:

@@ -72,7 +72,12 @@ def entry() -> NoReturn:
     it even when it was started with SIGINT ignored (a script's ``cmd &``)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    exit_process(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C before a command took it over (importing, parsing)
+        print("agent-replay: interrupted", file=sys.stderr)
+        code = 130
+    exit_process(code)
 
 
 def exit_process(code: int) -> NoReturn:
@@ -96,6 +101,8 @@ def exit_process(code: int) -> NoReturn:
                 with contextlib.suppress(OSError, ValueError):
                     print(f"agent-replay: at exit: {type(exc).__name__}: {exc}", file=sys.stderr)
         atexit._run_exitfuncs()
+    except KeyboardInterrupt:  # Ctrl-C while the work is done and the process ends
+        code = code or 130
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe reads as done

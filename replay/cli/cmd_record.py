@@ -97,7 +97,7 @@ async def _serve(rec: Any, *, quiet: bool) -> None:
     if why is not None:
         print(f"agent-replay record: WARNING: the upstream {rec.config.upstream} does not answer "
               f"({why}): every request through the proxy will fail until it does (its client "
-              "sees the connection close); recording goes on", file=sys.stderr, flush=True)
+              "gets a 502 that says why); recording goes on", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty()
     last = ""
     while not stop.is_set():

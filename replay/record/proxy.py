@@ -9,16 +9,19 @@ Fidelity rules:
   client gets chunked transfer when the upstream sent chunked, and the upstream's
   ``Content-Length`` otherwise.
 * The one change to an exchange: see ``replay.record.wire`` (``include_usage``).
-* Failures look to the client as they would without the proxy: a refused or failed
-  upstream connection closes the client's connection without a response; a stream the
-  upstream cuts is cut; an upstream that stops answering gets the client a 504 before the
-  response started and a cut connection after; a client that goes away makes the proxy
-  close the upstream connection (which is how servers such as vLLM learn to abort).
+* Failures: an upstream that cannot be reached, or fails before its response started,
+  gets the client a 502 whose JSON body, in the API's error shape, names the upstream and
+  the cause (credentials redacted); one that stops answering gets a 504 before the
+  response started. After it started, the client's connection is cut as the upstream's
+  was. A client that goes away makes the proxy close the upstream connection (which is
+  how servers such as vLLM learn to abort).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -28,8 +31,11 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from agent_replay.engines.dialects import dialect
+from agent_replay.redact import header_secrets, redact_url, scrub
 from agent_replay.replay.client import fail_payload_on_close
 from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
+from agent_replay.replay.record.downstream import ClientBody, ClientGone
 from agent_replay.replay.record.encodings import decode_body
 from agent_replay.replay.record.guard import upstream_path
 from agent_replay.replay.record.observe import ResponseObserver
@@ -163,41 +169,56 @@ class ProxyHandler:
             data = _body_data(parts, headers)
         else:
             data = _body_iter(request) if request.body_exists else None
-        out: web.StreamResponse | None = None
+        out: ClientBody | None = None
         try:
             async with self.session.request(
                 request.method, self._url(request), headers=headers, data=data,
                 allow_redirects=False, timeout=self._timeout(),
             ) as resp:
                 out = await self._prepare(request, resp, resp.headers.get("Content-Length"))
-                async for chunk in resp.content.iter_any():
-                    await _send(out, chunk)
-                await _send(out, None)
-                return out
+                read = resp.content.readany
+                while chunk := await read():
+                    if out.write(chunk):
+                        await out.drain()
+                await out.end()
+                return out.response
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             return self._fail(request, exc, out)
 
     def _timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, sock_read=self.read_timeout_s)
+        """The read timeout; the connect timeouts are the session's (a request's own
+        ``ClientTimeout`` replaces the session's whole)."""
+        base = self.session.timeout
+        return aiohttp.ClientTimeout(total=None, connect=base.connect,
+                                     sock_connect=base.sock_connect,
+                                     sock_read=self.read_timeout_s)
 
     async def _prepare(self, request: web.Request, resp: aiohttp.ClientResponse,
-                       length: str | None) -> web.StreamResponse:
+                       length: str | None) -> ClientBody:
         headers = CIMultiDict(end_to_end_headers(resp.headers, _DROP_RESPONSE))
         out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=headers)
         if length is not None:
             out.content_length = int(length)
         await out.prepare(request)
-        return out
+        return ClientBody(request, out)
 
     def _fail(self, request: web.Request, exc: BaseException,
-              out: web.StreamResponse | None) -> web.StreamResponse:
-        """Show an upstream failure to the client as it would look without the proxy."""
-        if out is None and isinstance(exc, asyncio.TimeoutError):
+              out: ClientBody | None, api: str | None = None) -> web.StreamResponse:
+        """Show an upstream failure to the client: before the response started, 504 for a
+        timeout and 502 for anything else; after, a cut connection."""
+        if out is None and isinstance(exc, asyncio.TimeoutError) \
+                and not isinstance(exc, aiohttp.ConnectionTimeoutError):
             return web.Response(status=504, text="upstream timed out\n")
+        if out is None:
+            message = scrub(upstream_failure(redact_url(self.upstream), exc),
+                            header_secrets(request.headers.items()))
+            return web.Response(status=502, content_type="application/json",
+                                body=dialect(api or "chat").error_body(
+                                    message, 502, "upstream_error"))
         transport = request.transport
         if transport is not None:
             transport.abort()
-        raise _ClientGone from exc
+        raise ClientGone from exc
 
     def _headers(self, request: web.Request) -> list[tuple[str, str]]:
         headers = end_to_end_headers(request.headers, _DROP_REQUEST)
@@ -211,7 +232,7 @@ class ProxyHandler:
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
                                uncached_input=self.uncached_input)
         ex.observer = obs
-        out: web.StreamResponse | None = None
+        out: ClientBody | None = None
         clock = self.clock
         try:
             ex.send = clock()
@@ -239,15 +260,16 @@ class ProxyHandler:
                             ex.state["upstream_done"] = True
                             break
                         ex.end = t
-                        data = obs.forward(chunk)
-                        if data:
-                            await _send(out, data)
+                        # Forwarded first, observed after: the parse is not on the
+                        # client's path, and a paused client is waited for only then.
+                        paused = out.write(obs.forward(chunk))
                         obs.observe(chunk, t)
+                        if paused:
+                            await out.drain()
                 finally:
                     unwatch()
-                tail = obs.end(ex.end or clock())
-                if tail:
-                    await _send(out, tail)
+                if out.write(obs.end(ex.end or clock())):
+                    await out.drain()
                 if ex.end is None:
                     ex.end = clock()
                 if resp.status >= 400:
@@ -257,16 +279,16 @@ class ProxyHandler:
                     ex.error = f"server error in stream: {obs.server_error()}"
                 elif obs.stream_error:
                     ex.error = obs.stream_error
-                await _send(out, None)
-                return out
-        except (asyncio.CancelledError, _ClientGone):
+                await out.end()
+                return out.response
+        except (asyncio.CancelledError, ClientGone):
             if not answered(ex):
                 ex.error = ex.error or ("cut by the recorder's stop" if self.draining
                                         else "client disconnected")
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             ex.error = _cause(exc)
-            return self._fail(request, exc, out)
+            return self._fail(request, exc, out, ex.info.api)
 
 
 async def _read_parts(request: web.Request, limit: int | None) -> list[bytes]:
@@ -322,23 +344,22 @@ def prepare_body(api: str, raw: bytes, encoding: str | None, path: str = ""
     return info, (raw if encoding else body)
 
 
-class _ClientGone(Exception):
-    """The client connection is closed; nothing more to send."""
-
-
-async def _send(out: web.StreamResponse, data: bytes | None) -> None:
-    """Write to the client (``None``: end the body); a client that is gone raises
-    ``_ClientGone``, so that it is not mistaken for an upstream failure."""
-    try:
-        if data is None:
-            await out.write_eof()
-        else:
-            await out.write(data)
-    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-        raise _ClientGone from exc
+def upstream_failure(upstream: str, exc: BaseException) -> str:
+    """The line a client gets in the 502 for an upstream that failed before answering."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return f"agent-replay record: upstream {upstream} unreachable: connect timed out"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = exc.os_error
+        why = (os.strerror(err.errno) if err.errno and not isinstance(err, socket.gaierror)
+               else err.strerror or str(err))
+        return f"agent-replay record: upstream {upstream} unreachable: {why.lower()}"
+    return (f"agent-replay record: upstream {upstream} failed before answering: "
+            + _cause(exc).removeprefix("upstream "))
 
 
 def _cause(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "upstream connect timeout"
     if isinstance(exc, asyncio.TimeoutError):
         return "upstream timeout"
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -362,10 +383,10 @@ async def _body_iter(request: web.Request) -> AsyncIterator[bytes]:
 
 @web.middleware
 async def client_gone_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Turn ``_ClientGone`` into a quiet end of the connection."""
+    """Turn ``ClientGone`` into a quiet end of the connection."""
     try:
         return await handler(request)
-    except _ClientGone:
+    except ClientGone:
         if request.transport is not None:
             request.transport.abort()
         raise asyncio.CancelledError from None

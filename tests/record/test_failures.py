@@ -49,8 +49,11 @@ async def test_refused(tmp_path: Path) -> None:
     async with Recorder(dead, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec:
         proxied = await _post(rec.url)
         rows = await _rows(rec)
-    assert direct[0] == proxied[0] == "error"
-    assert issubclass(proxied[1], aiohttp.ClientConnectionError)  # type: ignore[arg-type]
+    assert direct[0] == "error"  # a refused connection; through the proxy, a 502 says so
+    assert proxied[0] == "ok" and proxied[1][0] == 502  # type: ignore[index]
+    err = orjson.loads(proxied[1][1])["error"]  # type: ignore[index]
+    assert err["type"] == "upstream_error" and err["message"].endswith(
+        f"upstream {dead} unreachable: connection refused")
     assert rows[0]["error"].startswith("upstream connect failed")
     assert rows[0]["http_status"] == 0 and rows[0]["output_tokens"] == 0
 
