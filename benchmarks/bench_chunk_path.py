@@ -149,7 +149,7 @@ def callgrind(reads_file: str, small: int, large: int, mode: str) -> dict[str, f
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out",
                  sys.executable, __file__, "--reads", reads_file, "--requests", str(r),
                  "--mode", mode, "--json"],
-                capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0"))
+                capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1"))
             m = re.search(r"Collected : (\d+)", out.stderr)
             if out.returncode or m is None:
                 raise SystemExit(f"callgrind failed: {out.stderr[-2000:]}")

@@ -234,8 +234,8 @@ class EventStream:
         buffer (a chunked frame). The common read, one single-line event whose tokens the
         decoder counts in place, is not copied out of ``data``."""
         span = self._span
-        if span is not None and self._clean and data.startswith(b"data: ", start) and \
-                data.find(b"\n", start, end) == end - 2 and data[end - 1] == 10:
+        if span is not None and self._clean and data[start:start + 6] == b"data: " and \
+                data.find(b"\n", start) == end - 2 and data[end - 1] == 10:
             k = span(data, start + 6, end - 2)
             if k < 0:
                 k = self._feed(data[start + 6:end - 2])

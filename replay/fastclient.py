@@ -137,7 +137,7 @@ class H1Connection(asyncio.Protocol):
             feed = self._stream.feed_span  # type: ignore[union-attr]
             try:
                 while True:
-                    i = data.find(b"\r\n", pos)
+                    i = data.find(b"\r\n", pos) if pos else data.find(b"\r\n")
                     if not 0 < i - pos < 9:
                         break
                     size = data[pos:i]
