@@ -52,6 +52,8 @@ HIGH_WATER = 65536
 LOW_WATER = 16384
 _ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _TS = struct.Struct("qq")
+_unpack_ts = _TS.unpack_from
+_SOL_SOCKET = socket.SOL_SOCKET
 WATCHDOG_S = 0.01
 _READY = select.POLLIN | select.POLLERR | select.POLLHUP
 
@@ -98,6 +100,8 @@ class StampedTransport:
         self.reads = 0
         """Reads so far (the watchdog's sign that the loop serves this descriptor)."""
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._recvmsg = sock.recvmsg
+        self._received = protocol.received
         protocol.connection_made(self)
         self._watchdog = Watchdog.of(loop)
         if not self._closing:
@@ -114,7 +118,7 @@ class StampedTransport:
     def _on_readable(self) -> None:
         self.reads += 1
         try:
-            data, anc, _flags, _addr = self._sock.recvmsg(READ_SIZE, _ANC)
+            data, anc, _flags, _addr = self._recvmsg(READ_SIZE, _ANC)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -127,11 +131,13 @@ class StampedTransport:
             self._connection_lost(None)
             return
         t = now
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-                sec, nsec = _TS.unpack_from(payload)
-                t = min(now, sec * 1_000_000_000 + nsec - self._offset)
-        self._protocol.received(data, t)
+        for level, kind, payload in anc:  # one entry: only SO_TIMESTAMPNS is asked for
+            if level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                sec, nsec = _unpack_ts(payload)
+                ts = sec * 1_000_000_000 + nsec - self._offset
+                if ts < now:
+                    t = ts
+        self._received(data, t)
 
     def write(self, data: bytes) -> None:
         if self._closing:
@@ -245,6 +251,8 @@ class Watchdog:
         self.loop = loop
         self.active = type(loop).__module__.startswith("uvloop")
         self.transports: dict[int, StampedTransport] = {}
+        self._poll = select.poll()
+        """Every transport's descriptor, registered once (not once per check)."""
         self._suspect: dict[int, int] = {}  # fd -> reads when first seen ready
         self._timer: asyncio.TimerHandle | None = None
         self.rearmed = 0
@@ -261,6 +269,7 @@ class Watchdog:
         if not self.active:
             return
         self.transports[t._fd] = t
+        self._poll.register(t._fd, _READY)
         if self._timer is None:
             self._timer = self.loop.call_later(WATCHDOG_S, self._check)
 
@@ -268,20 +277,17 @@ class Watchdog:
         if self.transports.get(t._fd) is t:
             del self.transports[t._fd]
             self._suspect.pop(t._fd, None)
+            self._poll.unregister(t._fd)
 
     def _check(self) -> None:
         self._timer = None
         if not self.transports or self.loop.is_closed():
             return
-        p = select.poll()
-        for fd, tr in self.transports.items():
-            if tr._reading and not tr._closing:
-                p.register(fd, _READY)
         suspect = self._suspect
         seen: dict[int, int] = {}
-        for fd, _ev in p.poll(0):
+        for fd, _ev in self._poll.poll(0):
             t = self.transports.get(fd)
-            if t is None:
+            if t is None or not t._reading or t._closing:
                 continue
             if suspect.get(fd) == t.reads:  # ready a whole period, and not read meanwhile
                 self.rearmed += 1

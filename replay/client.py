@@ -267,7 +267,7 @@ class EventStream:
     classifies it as ``json``).
     """
 
-    __slots__ = ("_clean", "_dec", "_feed", "_parser", "_rec", "_tok", "_ts", "_typed")
+    __slots__ = ("_clean", "_dec", "_feed", "_parser", "_rec", "_span", "_tok", "_ts", "_typed")
 
     def __init__(self, rec: RequestRecord, api: str) -> None:
         self._rec = rec
@@ -278,7 +278,26 @@ class EventStream:
         self._typed = d.typed_events  # events named by an ``event:`` line
         self._dec: Decoder = d.decoder()
         self._feed = self._dec.feed
+        self._span: Any = None if self._typed else getattr(self._dec, "count_span", None)
+        """The decoder's count of one event inside a larger buffer (``count_span(data,
+        start, end)``, -1 when it cannot count that event without ``feed``), if it has one."""
         self._clean = True  # the SSE parser holds no partial event
+
+    def feed_span(self, data: bytes, start: int, end: int, t: int) -> None:
+        """``feed(data[start:end], t)``: the body bytes of a read that sit inside a larger
+        buffer (a chunked frame). The common read, one single-line event whose tokens the
+        decoder counts in place, is not copied out of ``data``."""
+        span = self._span
+        if span is not None and self._clean and data[start:start + 6] == b"data: " and \
+                data.find(b"\n", start) == end - 2 and data[end - 1] == 10:
+            k = span(data, start + 6, end - 2)
+            if k < 0:
+                k = self._feed(data[start + 6:end - 2])
+            if k:
+                self._ts.append(t)
+                self._tok.append(k)
+            return
+        self.feed(data[start:end], t)
 
     def feed(self, data: bytes, t: int) -> None:
         if self._clean and not self._typed and data.startswith(b"data: ") and \

@@ -3,7 +3,8 @@
 The per-read work happens in ``data_received``, with no stream reader, future or
 coroutine switch per read: one ``time.monotonic_ns()``, the chunked-coding split (a read
 that holds exactly one whole chunk, what an SSE server writes per event, takes a short
-path), and ``EventStream.feed`` (SSE split, token count, two typed-array appends). The
+path, and its event is counted where it lies in the read, ``EventStream.feed_span``), and the
+SSE split, token count and two typed-array appends of ``EventStream``. The
 request's coroutine wakes twice: when its connection is ready, and when the body ended.
 
 Requests go out as one ``transport.write`` of a head built from a pre-encoded prefix per
@@ -133,17 +134,20 @@ class H1Connection(asyncio.Protocol):
             # last chunk, an extension) goes through the chunked decoder below.
             pos = 0
             n = len(data)
-            feed = self._stream.feed  # type: ignore[union-attr]
+            feed = self._stream.feed_span  # type: ignore[union-attr]
             try:
                 while True:
-                    i = data.find(b"\r\n", pos)
-                    if not 0 < i - pos < 9 or not _HEX.issuperset(data[pos:i]):
+                    i = data.find(b"\r\n", pos) if pos else data.find(b"\r\n")
+                    if not 0 < i - pos < 9:
+                        break
+                    size = data[pos:i]
+                    if not _HEX.issuperset(size):
                         break
                     start = i + 2
-                    end = start + int(data[pos:i], 16)
+                    end = start + int(size, 16)
                     if end == start or end + 2 > n or data[end] != 13 or data[end + 1] != 10:
                         break
-                    feed(data[start:end], t)
+                    feed(data, start, end, t)
                     pos = end + 2
                     if pos == n:
                         return

@@ -54,6 +54,27 @@ def test_fast_count_equals_full_parse():
         assert count_token_ids(ev.data) == want
 
 
+def test_count_in_place_equals_feed_of_the_copy():
+    """``count_span`` on an event inside a larger buffer (a chunked frame around it) gives
+    what ``feed`` gives on the event's bytes, or -1 and no change where ``feed`` must parse."""
+    events = SSEParser().feed(STREAM)
+    by_span, by_feed = StreamDecoder(), StreamDecoder()
+    got = []
+    for ev in events:
+        buf = b"3b7\r\ndata: " + ev.data + b"\n\n\r\n"
+        start, end = 11, 11 + len(ev.data)
+        before = by_span.tokens
+        k = by_span.count_span(buf, start, end)
+        if k < 0:
+            assert by_span.tokens == before
+            k = by_span.feed(buf[start:end])
+        got.append(k)
+        assert k == by_feed.feed(ev.data)
+    assert got == [1, 3, 0, 1, 0, 0]  # the string '\"token_ids\":[1,2]' in event 2 is not counted
+    assert by_span.tokens == by_feed.tokens == 5
+    assert StreamDecoder().count_span(b'{"token_ids":[1,2,3]}', 0, 15) == -1  # "]" past the end
+
+
 @pytest.mark.parametrize("name", ["sse_completions_return_token_ids.txt",
                                   "sse_dsv3_mtp_engineered_peak0.917_temp1.txt",
                                   "sse_completions_tokenids.txt", "sse_chat.txt",

@@ -169,3 +169,62 @@ def test_kernel_timestamps_need_the_fast_client() -> None:
     assert RunConfig(trace="t", target="http://127.0.0.1:1", output="o",
                      http_client="aiohttp").effective_timestamps() == "loop"
     assert RunConfig(trace="t", target="https://example.com", output="o").effective_timestamps() == "loop"
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.reads: list[bytes] = []
+        self.lost = False
+
+    def connection_made(self, transport: object) -> None:
+        pass
+
+    def received(self, data: bytes, t: int) -> None:
+        self.reads.append(data)
+
+    def eof_received(self) -> None:
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+def test_watchdog_reads_a_descriptor_whose_reader_was_lost() -> None:
+    """On uvloop a reader whose registration was lost is re-registered and read; a paused
+    one is left alone, and a closed one leaves the watchdog's poll set."""
+    uvloop = pytest.importorskip("uvloop")
+    from agent_replay.engines.kstamp import WATCHDOG_S, StampedTransport, Watchdog
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pairs = [socket.socketpair() for _ in range(2)]
+        protos = [Collect(), Collect()]
+        trs = []
+        for (_a, b), p in zip(pairs, protos, strict=True):
+            b.setblocking(False)
+            trs.append(StampedTransport(loop, b, p))
+        wd = Watchdog.of(loop)
+        assert wd.active and set(wd.transports) == {b.fileno() for _a, b in pairs}
+        loop.remove_reader(pairs[0][1].fileno())  # the lost registration
+        trs[1].pause_reading()
+        for a, _b in pairs:
+            a.send(b"x")
+        await asyncio.sleep(WATCHDOG_S * 10)
+        assert protos[0].reads == [b"x"] and wd.rearmed == 1
+        assert protos[1].reads == []  # paused: not the watchdog's to read
+        trs[1].resume_reading()
+        await asyncio.sleep(WATCHDOG_S * 2)
+        assert protos[1].reads == [b"x"] and wd.rearmed == 1
+        for t in trs:
+            t.abort()
+        await asyncio.sleep(0)
+        assert all(p.lost for p in protos) and not wd.transports
+        assert wd._poll.poll(0) == []  # nothing left registered
+        for a, _b in pairs:
+            a.close()
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
