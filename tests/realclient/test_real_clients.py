@@ -278,14 +278,18 @@ async def test_opencode_subagent(tmp_path: Path) -> None:
     assert rows[0]["session_id"].startswith("ses_")  # named by X-Session-Id
     assert all(r["api"] == "chat" and r["error"] is None for r in rows)
     by_index = {r["request_index"]: r for r in rows}
-    subs = [r for r in rows if r["agent_id"] != "main"]
+
+    def of_main(r: dict[str, Any]) -> bool:  # the main agent, or a lane of it (a side request)
+        return r["agent_id"] == "main" or r["agent_id"].startswith("main/")
+
+    subs = [r for r in rows if not of_main(r)]
     assert subs and len({r["agent_id"] for r in subs}) == 1
     spawn = by_index[subs[0]["depends_on"][0]]
-    assert spawn["agent_id"] == "main"
-    later = [r for r in rows if r["agent_id"] == "main"
-             and r["request_index"] > spawn["request_index"]]
-    assert later and subs[-1]["request_index"] in later[0]["depends_on"]  # the join
-    assert later[0]["think_ns"] < 5_000_000_000  # not the subagent's whole run
+    assert of_main(spawn)
+    later = [r for r in rows if of_main(r) and r["request_index"] > spawn["request_index"]]
+    joins = [r for r in later if subs[-1]["request_index"] in r["depends_on"]]
+    assert joins  # the parent's next turn waits for the subagent
+    assert joins[0]["think_ns"] < 5_000_000_000  # not the subagent's whole run
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")
 
