@@ -14,6 +14,8 @@ unset PYTHONDONTWRITEBYTECODE
 # Real agent programs (Claude Code, Codex CLI, mini-swe-agent) for the tests marked realclient;
 # where a registry cannot be reached they are left out and those tests skip, saying why.
 bash scripts/setup-real-clients.sh .venv/bin/python || echo "real clients: setup incomplete; their tests skip"
+# NVIDIA AIPerf in a venv of its own, the oracle of the AgentX timing test (reused when there).
+bash scripts/setup-aiperf.sh || echo "aiperf: setup incomplete; its test skips"
 # Headless Chromium (Debian's package) for the tests that open the HTML report in a browser;
 # where apt is not there (or not root) it is left out and those tests skip, saying why.
 if ! command -v chromium >/dev/null 2>&1; then
