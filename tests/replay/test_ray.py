@@ -238,7 +238,7 @@ def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Pa
     class Recorder:
         def __init__(self, total: int, title: str = "", server_gauges_url: str | None = None,
                      results_dir: str | None = None, shared_gauges: object = None,
-                     gpu_gauges: object = None) -> None:
+                     gpu_gauges: object = None, planned_ns: object = None) -> None:
             self.total = total
             assert results_dir is None
 
