@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -96,7 +97,8 @@ class _Session:
 async def _open(chromium: str, profile: str, width: int, height: int) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}",
                              f"--window-size={width},{height}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its helpers are ended with it
     port_file = Path(profile) / "DevToolsActivePort"
     for _ in range(300):
         if port_file.exists() and port_file.read_text().strip():
@@ -119,7 +121,9 @@ async def load(path: str | os.PathLike[str], *, check: str = "true", screenshot:
     chromium = chromium_path()
     if chromium is None:
         raise RuntimeError("no chromium on PATH (apt-get install chromium)")
-    with tempfile.TemporaryDirectory(prefix="agent-replay-chromium-") as profile:
+    # Chromium's helper processes may still write to the profile while it is removed
+    with tempfile.TemporaryDirectory(prefix="agent-replay-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         proc, base = await _open(chromium, profile, width, height)
         try:
             async with aiohttp.ClientSession() as http:
@@ -156,9 +160,11 @@ async def load(path: str | os.PathLike[str], *, check: str = "true", screenshot:
                         await s.reader
                     return page
         finally:
-            proc.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
