@@ -352,7 +352,7 @@ def test_process_feeds_the_dashboard_line(tmp_path: Path) -> None:
     assert "GPU 2x: util 52%  power 610 W" in buf.getvalue()
 
 
-def test_long_runs_flush_rows_to_the_file_as_they_come(tmp_path: Path) -> None:
+def test_long_runs_flush_rows_to_the_file_as_they_come() -> None:
     clock = FakeClock(ticks=10)
     b = NvmlBackend(FakeNvml(2, clock_ns=clock.now))
     b.open()
@@ -362,6 +362,10 @@ def test_long_runs_flush_rows_to_the_file_as_they_come(tmp_path: Path) -> None:
     s.run(clock.wait)
     # 11 reads x 2 GPUs: refused at 6 rows, taken at 8, then at 6 and 6; 2 left
     assert got == [6, 8, 6, 6] and s.rows_flushed == 20 and len(s.rows) == 2
+
+
+@pytest.mark.timing
+def test_the_telemetry_process_writes_row_groups_as_it_reads(tmp_path: Path) -> None:
     out = tmp_path / "g.parquet"
     tel = TelemetryProcess(Source("nvml"), 0.02, out, nvml=FakeNvml(2), flush_rows=4)
     assert tel.start()
