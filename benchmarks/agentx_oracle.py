@@ -514,6 +514,34 @@ def summarize(diffs: Sequence[float]) -> dict[str, float | int]:
             "max_ms": max(ab) if ab else math.nan}
 
 
+# -- the warm-up ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WarmUps:
+    """One run's warm-up as sent: each warm-up's send, and the first measured send, in ms
+    after the run's first warm-up send."""
+
+    run: int
+    sends: dict[Key, float]
+    measured_start_ms: float | None
+
+
+def warmups(sent: Iterable[Sent]) -> dict[int, WarmUps]:
+    """Per run: its warm-ups' sends and its first measured send, after its first warm-up."""
+    by_run: dict[int, list[Sent]] = defaultdict(list)
+    for s in sent:
+        by_run[s.run].append(s)
+    out: dict[int, WarmUps] = {}
+    for run, xs in by_run.items():
+        warm = [s for s in xs if s.warmup]
+        if not warm:
+            continue
+        t0 = min(s.send_ns for s in warm)
+        measured = [s.send_ns for s in xs if not s.warmup]
+        out[run] = WarmUps(run, {s.key: (s.send_ns - t0) / 1e6 for s in warm},
+                           (min(measured) - t0) / 1e6 if measured else None)
+    return out
+
+
 # -- tokens ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class TokenDiff:

@@ -162,6 +162,18 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
         by_cause.setdefault(ao.classify(g, g.key in differ), []).append(g.diff_ms)
     lag = by_cause.get("lag", [])
     tokens = ao.compare_tokens(sent["aiperf"] + sent["ours"], ix)
+    warm_a, warm_o = ao.warmups(sent["aiperf"]), ao.warmups(sent["ours"])
+    warm_runs = []
+    for rep in sorted(set(warm_a) & set(warm_o)):
+        wa, wo = warm_a[rep], warm_o[rep]
+        both = sorted(set(wa.sends) & set(wo.sends), key=lambda k: wa.sends[k])
+        warm_runs.append({
+            "repeat": rep, "aiperf": len(wa.sends), "ours": len(wo.sends),
+            "same_requests": set(wa.sends) == set(wo.sends),
+            "diff": ao.summarize([wa.sends[k] - wo.sends[k] for k in both]),
+            "measured_start_ms": {"aiperf": wa.measured_start_ms, "ours": wo.measured_start_ms},
+            "per_request": [{"key": ao.key_str(k), "aiperf_ms": wa.sends[k], "ours_ms": wo.sends[k]}
+                            for k in both]})
     keys = {s: {x.key for x in sent[s] if not x.warmup} for s in sent}
     return {
         "rules": {"requests": len(rules_a), "differ": [
@@ -190,6 +202,7 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                        "key": ao.key_str(t.key), "trace_in": t.trace_in, "aiperf_in": t.aiperf_in,
                        "ours_in": t.ours_in, "trace_out": t.trace_out, "aiperf_out": t.aiperf_out,
                        "ours_out": t.ours_out} for t in tokens]},
+        "warmups": warm_runs,
         "scores": {s: {"runs": scores[s], "spread": ao.spread([x["tok_s_user"] for x in scores[s]])}
                    for s in scores},
         "problems": problems,
@@ -233,6 +246,14 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
               f"{_fmt(g['plan_aiperf_ms'], 0)}/"
               f"{_fmt(g['plan_ours_ms'], 0)} | {_fmt(g['aiperf_ms'])} | {_fmt(g['ours_ms'])} | "
               f"{_fmt(g['diff_ms'])} |" for g in worst]
+    L += ["", "## Warm-up: each warm-up's send and the first measured send, after the first warm-up", "",
+          "| repeat | warm-ups AIPerf/ours | same requests | |AIPerf - ours| p50 ms | max ms | "
+          "first measured send AIPerf/ours s |", "|---|---|---|---|---|---|"]
+    for w in res.get("warmups", []):
+        ms = w["measured_start_ms"]
+        L.append(f"| {w['repeat']} | {w['aiperf']}/{w['ours']} | {'yes' if w['same_requests'] else 'NO'} | "
+                 f"{_fmt(w['diff']['p50_ms'])} | {_fmt(w['diff']['max_ms'])} | "
+                 f"{_fmt((ms['aiperf'] or math.nan) / 1000, 2)}/{_fmt((ms['ours'] or math.nan) / 1000, 2)} |")
     t = res["tokens"]
     L += ["", "## Tokens (server counts, per request sent by both)", "",
           f"requests {t['requests']}; input AIPerf vs ours (% of trace `in`): p50 "

@@ -234,3 +234,13 @@ def test_compare_rules_ignores_waits_implied_by_the_others() -> None:
     d0, _ = ao.compare_rules(a, o)
     assert d0.key == S0 and d0.what == ("kind: AIPerf child-first, ours next; "
                                         "delay: AIPerf 0 ms, ours 20,000 ms (-20,000)")
+
+
+def test_warmups_are_timed_from_each_runs_first_warm_up() -> None:
+    ms = 1_000_000
+    sent = [_sent("x", M0, 100 * ms, 110 * ms, warmup=True), _sent("x", S0, 125 * ms, 130 * ms, warmup=True),
+            _sent("x", S1, 140 * ms, 150 * ms), _sent("x", M2, 160 * ms, 170 * ms),
+            _sent("x", M0, 5 * ms, 6 * ms, run=1)]  # run 1 had no warm-up
+    w = ao.warmups(sent)
+    assert list(w) == [0]
+    assert w[0].sends == {M0: 0.0, S0: 25.0} and w[0].measured_start_ms == 40.0
