@@ -10,9 +10,10 @@ A in the trace, checked on its input token count).
 
 What is compared:
 
-* the static plan: which requests each tool makes a request wait for, and the delay it adds
-  after them, both read from the tools' own plans (AIPerf's dataset metadata, our imported
-  trace), so differences there hold whatever the load;
+* the static plan: which requests each tool makes a request wait for, the kind of rule and
+  the delay it adds after them, read from AIPerf's own plan (its dataset metadata) and from
+  the rules our replay applies (``replay.agentx.stream_rules`` on our imported trace), so
+  differences there hold whatever the load;
 * the measured schedule: per request, its gap after its same-stream predecessor's end (or,
   for a subagent's first call, after the spawning turn's end) in the same play, on each
   side, and the difference between the sides' medians (ms);
@@ -30,7 +31,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent_replay.replay.plan import Plan, PlannedSession
 
 Key = tuple[str, int, int | None]
 """(trace id, outer index, inner index or None)."""
@@ -226,10 +230,16 @@ def stream_ranks(plan_rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int]
 # -- the plans -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """What a tool makes one request wait for, and the delay after it (ms)."""
+    """What a tool makes one request wait for, the kind of rule, and its delay (ms).
+
+    ``kind``: ``first`` (no wait), ``next`` (``delay_ms`` after the stream's previous
+    turn), ``child-first`` (a subagent's first turn: ``delay_ms`` after the spawning turn
+    ends), ``join`` (the moment the last awaited subagent ends when one outlives the
+    parent's previous turn, else ``delay_ms`` after that turn) or ``after`` (``delay_ms``
+    after the latest wait)."""
 
     waits_for: frozenset[Key]
-    delay_ms: float | None  # after the latest of waits_for; None: the rule is conditional
+    delay_ms: float
     kind: str
 
 
@@ -242,7 +252,7 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
       child's recorded offset from its branch's ``start_timestamp_ms``;
     * a join turn (``spawn_join`` prerequisite): if the children are still running when the
       parent's previous turn ends, it is sent the moment they are done (no delay);
-      otherwise ``delay_ms`` after the previous turn (``kind`` ``join``, delay None);
+      otherwise its ``delay_ms`` after the previous turn (``kind`` ``join``);
     * ``replay_predecessors``: extra cross-stream waits.
     """
     convs = {c["conversation_id"]: c for c in metadata.get("conversations", [])}
@@ -291,34 +301,52 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
                     for kid in branch_children.get(bid, []):
                         if kid in convs and convs[kid]["turns"]:
                             waits.add(key_of(convs[kid]["turns"][-1]))
-                rules[k] = Rule(frozenset(waits), None, "join")
+                rules[k] = Rule(frozenset(waits), float(t.get("delay_ms") or 0.0), "join")
                 continue
             rules[k] = Rule(frozenset({prev} | extra_keys), float(t.get("delay_ms") or 0.0), "next")
     return rules
 
 
-def ours_rules(plan_rows: Iterable[Mapping[str, Any]], ix: TraceIndex) -> dict[Key, Rule]:
-    """Our rule per request, from our imported trace table (``session_id``,
-    ``request_index``, ``agent_id``, ``depends_on``, ``think_ns``): wait for every
-    ``depends_on`` request, then ``think_ns`` after the latest of them ends."""
-    rows = list(plan_rows)
-    ranks = stream_ranks(rows)
-    key_of: dict[tuple[str, int], Key] = {}
-    for r in rows:
-        s = r["session_id"]
-        key_of[(s, int(r["request_index"]))] = ix.streams[(s, r["agent_id"] or MAIN)][ranks[(s, int(r["request_index"]))]]
+OUR_KINDS = {"root": "first", "next": "next", "join": "join", "child": "child-first",
+             "after": "after"}
+"""``replay.agentx.Rule`` kinds -> the kinds of ``Rule`` here."""
+
+
+def session_keys(s: PlannedSession, ix: TraceIndex) -> list[Key]:
+    """The trace key of every request of one of our planned sessions: the k-th call of
+    agent A in the session is the k-th call of A in its trace."""
+    rank: dict[str, int] = {}
+    keys: list[Key] = []
+    for q in s.requests:
+        a = q.agent_id or MAIN
+        keys.append(ix.streams[(s.session_id, a)][rank.get(a, 0)])
+        rank[a] = rank.get(a, 0) + 1
+    return keys
+
+
+def ours_rules(plan: Plan, ix: TraceIndex, tree_idle_cap_ns: int | None = None) -> dict[Key, Rule]:
+    """Our rule per request: what ``--timing agentx`` applies, ``replay.agentx.stream_rules``
+    on the session's ``capped_times`` (``tree_idle_cap_ns``: the run's trace idle cap), with
+    its dependencies as the wait set (keys by ``session_keys``)."""
+    from agent_replay.replay.agentx import capped_times, stream_rules
+
     rules: dict[Key, Rule] = {}
-    for r in rows:
-        s = r["session_id"]
-        k = key_of[(s, int(r["request_index"]))]
-        deps = frozenset(key_of[(s, int(d))] for d in (r.get("depends_on") or []))
-        think = r.get("think_ns")
-        stream = r["agent_id"] or MAIN
-        first_of_stream = ix.streams[(s, stream)][0] == k
-        kind = "first" if not deps else ("child-first" if first_of_stream and stream != MAIN
-                                          else ("join" if len(deps) > 1 else "next"))
-        rules[k] = Rule(deps, 0.0 if think is None else think / 1e6, kind)
+    for s in plan.sessions:
+        keys = session_keys(s, ix)
+        offsets, thinks = capped_times(s.requests, tree_idle_cap_ns)
+        for p, r in enumerate(stream_rules(s.requests, offsets, thinks)):
+            rules[keys[p]] = Rule(frozenset(keys[d] for d in s.requests[p].deps),
+                                  r.delay_ns / 1e6, OUR_KINDS[r.kind])
     return rules
+
+
+def read_plan(trace: str | Path) -> Plan:
+    """Our plan of an imported trace, as ``agent-replay run`` builds it."""
+    from agent_replay.replay.plan import PlanOptions, build_plan
+    from agent_replay.traces.io import read_trace
+
+    table, meta = read_trace(trace)
+    return build_plan(table, meta.block_size, PlanOptions())
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,8 +379,8 @@ def direct_waits(k: Key, rules: Mapping[Key, Rule]) -> frozenset[Key]:
 
 
 def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float = 1.0) -> list[RuleDiff]:
-    """Every request whose direct wait set (``direct_waits``) or delay differs between the
-    two plans (delay compared only where both are unconditional), in key order."""
+    """Every request whose direct wait set (``direct_waits``), kind or delay differs between
+    the two plans, in key order."""
     out: list[RuleDiff] = []
     for k in sorted(set(a) | set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
         ra, ro = a.get(k), o.get(k)
@@ -365,11 +393,9 @@ def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float
             only_a = sorted(map(key_str, wa - wo))
             only_o = sorted(map(key_str, wo - wa))
             what.append(f"waits: AIPerf also for {only_a or '-'}, ours also for {only_o or '-'}")
-        if ra.delay_ms is None:
-            if ro.delay_ms and ro.delay_ms > tol_ms:
-                what.append(f"join: AIPerf 0 ms after the children when they end last, "
-                            f"else {ra.kind} delay; ours {ro.delay_ms:,.0f} ms after the latest")
-        elif ro.delay_ms is not None and abs(ra.delay_ms - ro.delay_ms) > tol_ms:
+        if ra.kind != ro.kind:
+            what.append(f"kind: AIPerf {ra.kind}, ours {ro.kind}")
+        if abs(ra.delay_ms - ro.delay_ms) > tol_ms:
             what.append(f"delay: AIPerf {ra.delay_ms:,.0f} ms, ours {ro.delay_ms:,.0f} ms "
                         f"({ra.delay_ms - ro.delay_ms:+,.0f})")
         if what:
@@ -378,18 +404,28 @@ def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float
 
 
 # -- the measured schedule -------------------------------------------------------------------
-def measured_gaps(sent: Sequence[Sent], rules: Mapping[Key, Rule]) -> dict[Key, list[float]]:
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """One measured send: its gap after the latest awaited end, and the gap its rule
+    planned for it in that play (ms)."""
+
+    gap_ms: float
+    planned_ms: float
+
+
+def measured_gaps(sent: Sequence[Sent], rules: Mapping[Key, Rule]) -> dict[Key, list[Gap]]:
     """Per request key, over every play it was measured in: the gap (ms) from the end of
     the latest request it waits for (by ``rules``, the side's own plan) in the same play to
-    its send. A request is left out when it is a warm-up, failed, or when any request it
-    waits for was not sent in that play outside warm-up (the first request of a play, or
-    one after a sampled start)."""
+    its send, beside the gap planned: the rule's delay, or 0 for a join whose latest
+    awaited end is a subagent's (it goes at once). A request is left out when it is a
+    warm-up, failed, or when any request it waits for was not sent in that play outside
+    warm-up (the first request of a play, or one after a sampled start)."""
     by_play: dict[tuple[int, str], dict[Key, Sent]] = defaultdict(dict)
     for s in sent:
         play = by_play[(s.run, s.play)]
         if not s.warmup or s.key not in play:  # a measured send wins over a warm-up
             play[s.key] = s
-    out: dict[Key, list[float]] = defaultdict(list)
+    out: dict[Key, list[Gap]] = defaultdict(list)
     for play in by_play.values():
         for k, s in play.items():
             if s.warmup or s.error:
@@ -400,8 +436,14 @@ def measured_gaps(sent: Sequence[Sent], rules: Mapping[Key, Rule]) -> dict[Key, 
             deps = [play.get(d) for d in rule.waits_for]
             if any(d is None or d.warmup or d.end_ns is None for d in deps):
                 continue
-            latest = max(d.end_ns for d in deps if d is not None and d.end_ns is not None)
-            out[k].append((s.send_ns - latest) / 1e6)
+            ends = {d.key: d.end_ns for d in deps if d is not None and d.end_ns is not None}
+            latest = max(ends.values())
+            planned = rule.delay_ms
+            if rule.kind == "join":
+                own = [e for d, e in ends.items() if play[d].stream == s.stream]
+                if not own or max(own) < latest:
+                    planned = 0.0
+            out[k].append(Gap((s.send_ns - latest) / 1e6, planned))
     return dict(out)
 
 
@@ -422,35 +464,45 @@ def _median(xs: Sequence[float]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class GapDiff:
+    """Medians of one request's measured and planned gaps on each side (ms)."""
+
     key: Key
     aiperf_ms: float
     ours_ms: float
     n_aiperf: int
     n_ours: int
+    plan_aiperf_ms: float = math.nan
+    plan_ours_ms: float = math.nan
 
     @property
     def diff_ms(self) -> float:
         return self.aiperf_ms - self.ours_ms
 
 
-def compare_gaps(a: Mapping[Key, list[float]], o: Mapping[Key, list[float]]) -> list[GapDiff]:
-    """Per request measured on both sides: the median gap of each and their difference."""
-    return [GapDiff(k, _median(a[k]), _median(o[k]), len(a[k]), len(o[k]))
-            for k in sorted(set(a) & set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2]))]
+def compare_gaps(a: Mapping[Key, list[Gap]], o: Mapping[Key, list[Gap]]) -> list[GapDiff]:
+    """Per request measured on both sides: the median gap and median planned gap of each."""
+    def med(xs: list[Gap]) -> tuple[float, float]:
+        return _median([x.gap_ms for x in xs]), _median([x.planned_ms for x in xs])
+
+    out = []
+    for k in sorted(set(a) & set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
+        (ga, pa), (go, po) = med(a[k]), med(o[k])
+        out.append(GapDiff(k, ga, go, len(a[k]), len(o[k]), pa, po))
+    return out
 
 
 CAP_SLACK_MS = 50.0
 
 
-def classify(g: GapDiff, a: Rule | None, o: Rule | None, plan_differs: bool) -> str:
+def classify(g: GapDiff, plan_differs: bool) -> str:
     """Why a measured gap may differ: ``plan`` when the two plans differ for the request
-    (``compare_rules`` lists it, or a rule is missing or conditional); ``idle-cap`` when
-    a side sent it sooner than its planned delay (by more than ``CAP_SLACK_MS``: its system
-    idle cap, which depends on what else was in flight, moved it); else ``lag``: both sent
-    it after the full, equal delay, so the difference is the two clients' dispatch lag."""
-    if plan_differs or a is None or o is None or a.delay_ms is None or o.delay_ms is None:
+    (``compare_rules`` lists it); ``idle-cap`` when a side sent it sooner than its planned
+    gap (by more than ``CAP_SLACK_MS``: its system idle cap, which depends on what else was
+    in flight, moved it); else ``lag``: both sent it after the full planned gap, so the
+    difference is the two clients' dispatch lag."""
+    if plan_differs:
         return "plan"
-    if g.aiperf_ms < a.delay_ms - CAP_SLACK_MS or g.ours_ms < o.delay_ms - CAP_SLACK_MS:
+    if g.aiperf_ms < g.plan_aiperf_ms - CAP_SLACK_MS or g.ours_ms < g.plan_ours_ms - CAP_SLACK_MS:
         return "idle-cap"
     return "lag"
 
@@ -460,6 +512,34 @@ def summarize(diffs: Sequence[float]) -> dict[str, float | int]:
     ab = [abs(d) for d in diffs]
     return {"n": len(ab), "p50_ms": percentile(ab, 50), "p99_ms": percentile(ab, 99),
             "max_ms": max(ab) if ab else math.nan}
+
+
+# -- the warm-up ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WarmUps:
+    """One run's warm-up as sent: each warm-up's send, and the first measured send, in ms
+    after the run's first warm-up send."""
+
+    run: int
+    sends: dict[Key, float]
+    measured_start_ms: float | None
+
+
+def warmups(sent: Iterable[Sent]) -> dict[int, WarmUps]:
+    """Per run: its warm-ups' sends and its first measured send, after its first warm-up."""
+    by_run: dict[int, list[Sent]] = defaultdict(list)
+    for s in sent:
+        by_run[s.run].append(s)
+    out: dict[int, WarmUps] = {}
+    for run, xs in by_run.items():
+        warm = [s for s in xs if s.warmup]
+        if not warm:
+            continue
+        t0 = min(s.send_ns for s in warm)
+        measured = [s.send_ns for s in xs if not s.warmup]
+        out[run] = WarmUps(run, {s.key: (s.send_ns - t0) / 1e6 for s in warm},
+                           (min(measured) - t0) / 1e6 if measured else None)
+    return out
 
 
 # -- tokens ----------------------------------------------------------------------------------

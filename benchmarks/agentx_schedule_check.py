@@ -1,23 +1,38 @@
-"""Our ``--timing agentx`` schedule rules against AIPerf's, request by request, from the two
-plans alone (no run, so no load in the figures): AIPerf's dataset metadata (its weka loader's
-output, in the dataset cache a ``bench_agentx_aiperf.py`` run leaves in DIR/aiperf-cache)
-and ``replay.agentx.stream_rules`` on our import of the same traces (DIR/trace.parquet).
+"""Our ``--timing agentx`` schedule rules against AIPerf's, request by request, from the plans
+alone (no run, so no load in the figures).
 
     python benchmarks/agentx_schedule_check.py DIR [--json OUT]
+        [--concurrency N [--seed S] [--start-range LO,HI] [--recycles K]]
 
-Per request (``trace[outer].inner``): what it waits for, its kind (first / next / join /
-child-first) and its delay: a next turn's end-to-start delay, a join's delay when its
-subagents ended before the parent's previous turn (AIPerf's join turn ``delay_ms``; when one
-outlives that turn both send the join at its end), a subagent's first turn's offset after
-the spawning turn's end (AIPerf: the child's turn-0 ``timestamp_ms`` - its branch's
-``start_timestamp_ms``). Prints the counts that differ and the largest delay difference per
-kind; exit 1 when any wait set or kind differs or a delay differs by more than 1 ms.
+DIR: a ``bench_agentx_aiperf.py --out DIR`` (its AIPerf dataset cache DIR/aiperf-cache, our
+import DIR/trace.parquet, the traces DIR/traces).
+
+Rules: AIPerf's dataset metadata (its weka loader's conversations, branches, delays) against
+``replay.agentx.stream_rules`` on our import, through ``agentx_oracle.aiperf_rules`` and
+``agentx_oracle.ours_rules``. Per request (``trace[outer].inner``): what it waits for, its
+kind (first / next / join / child-first) and its delay: a next turn's end-to-start delay, a
+join's delay when its subagents ended before the parent's previous turn (when one outlives
+that turn both send the join at its end), a subagent's first turn's offset after the
+spawning turn's end (AIPerf: the child's turn-0 ``timestamp_ms`` - its branch's
+``start_timestamp_ms``).
+
+Starts (with ``--concurrency``): AIPerf's own start plan, computed by AIPerf's code in its
+venv (``aiperf_agentx_plan.py``), against ours (``replay.agentx.first_plays``,
+``warm_spread``, ``play_starts``) for the same concurrency, seed and start range (default
+0,1: the MVP scenario's): per lane its trace and t*, the warm-ups (which requests, and when
+after the warm-up starts, before the system idle cap moves them), the first measured sends
+(which, and when after the measured phase starts) and the order of the next K traces the
+lanes recycle into.
+
+Prints the counts that differ; exit 1 when anything differs (delays and offsets by more
+than 1 ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,61 +40,28 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks import agentx_oracle as ao  # noqa: E402
-from benchmarks.bench_agentx_aiperf import aiperf_metadata  # noqa: E402
+from benchmarks.bench_agentx_aiperf import AIPERF_VENV, aiperf_metadata  # noqa: E402
 
-KINDS = {"root": "first", "next": "next", "join": "join", "child": "child-first", "after": "after"}
-
-
-def aiperf_join_delays(metadata: dict[str, Any]) -> dict[ao.Key, float]:
-    """Each turn's own ``delay_ms`` (the join's delay when its subagents are done first)."""
-    out: dict[ao.Key, float] = {}
-    for c in metadata.get("conversations", []):
-        for t in c["turns"]:
-            inner = t.get("source_inner_idx")
-            out[(str(t["source_trace_id"]), int(t["source_outer_idx"]),
-                 None if inner is None else int(inner))] = float(t.get("delay_ms") or 0.0)
-    return out
+TOL_MS = 1.0
 
 
-def ours(trace: Path, ix: ao.TraceIndex) -> dict[ao.Key, tuple[frozenset[ao.Key], str, float]]:
-    """Our rule per request: (waits for, kind, delay ms), from ``stream_rules``."""
-    from agent_replay.replay.agentx import capped_times, stream_rules
-    from agent_replay.replay.plan import PlanOptions, build_plan
-    from agent_replay.traces.io import read_trace
-
-    table, meta = read_trace(trace)
-    plan = build_plan(table, meta.block_size, PlanOptions())
-    out: dict[ao.Key, tuple[frozenset[ao.Key], str, float]] = {}
-    for s in plan.sessions:
-        rank: dict[str, int] = {}
-        keys: list[ao.Key] = []
-        for q in s.requests:
-            a = q.agent_id
-            keys.append(ix.streams[(s.session_id, a)][rank.get(a, 0)])
-            rank[a] = rank.get(a, 0) + 1
-        offsets, thinks = capped_times(s.requests, None)
-        for p, r in enumerate(stream_rules(s.requests, offsets, thinks)):
-            waits = frozenset(keys[d] for d in s.requests[p].deps)
-            out[keys[p]] = (waits, KINDS[r.kind], r.delay_ns / 1e6)
-    return out
+def _order(k: ao.Key) -> tuple[str, int, int]:
+    return (k[0], k[1], -1 if k[2] is None else k[2])
 
 
 def check(run_dir: Path) -> dict[str, Any]:
     ix = ao.load_traces(sorted((run_dir / "traces").glob("*.json")))
-    meta = aiperf_metadata(run_dir / "aiperf-cache")
-    a = ao.aiperf_rules(meta)
-    join_delay = aiperf_join_delays(meta)
-    o = ours(run_dir / "trace.parquet", ix)
+    a = ao.aiperf_rules(aiperf_metadata(run_dir / "aiperf-cache"))
+    o = ao.ours_rules(ao.read_plan(run_dir / "trace.parquet"), ix)
     rows: list[dict[str, Any]] = []
-    for k in sorted(set(a) | set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
+    for k in sorted(set(a) | set(o), key=_order):
         ra, ro = a.get(k), o.get(k)
         if ra is None or ro is None:
             rows.append({"key": ao.key_str(k), "only": "ours" if ra is None else "aiperf"})
             continue
-        da = join_delay[k] if ra.delay_ms is None else ra.delay_ms
-        rows.append({"key": ao.key_str(k), "kind_aiperf": ra.kind, "kind_ours": ro[1],
-                     "waits_equal": ra.waits_for == ro[0], "delay_aiperf_ms": da,
-                     "delay_ours_ms": ro[2], "diff_ms": ro[2] - da})
+        rows.append({"key": ao.key_str(k), "kind_aiperf": ra.kind, "kind_ours": ro.kind,
+                     "waits_equal": ra.waits_for == ro.waits_for, "delay_aiperf_ms": ra.delay_ms,
+                     "delay_ours_ms": ro.delay_ms, "diff_ms": ro.delay_ms - ra.delay_ms})
     both = [r for r in rows if "only" not in r]
     by_kind: dict[str, dict[str, float | int]] = {}
     for kind in sorted({r["kind_aiperf"] for r in both}):
@@ -88,27 +70,118 @@ def check(run_dir: Path) -> dict[str, Any]:
     return {"requests": len(rows), "only_one_side": [r for r in rows if "only" in r],
             "waits_differ": [r["key"] for r in both if not r["waits_equal"]],
             "kinds_differ": [r["key"] for r in both if r["kind_aiperf"] != r["kind_ours"]],
-            "delays_differ": [r for r in both if abs(r["diff_ms"]) > 1.0],
+            "delays_differ": [r for r in both if abs(r["diff_ms"]) > TOL_MS],
             "by_kind": by_kind, "traces": sorted({k[0] for k in a})}
+
+
+def aiperf_starts(run_dir: Path, concurrency: int, seed: int, start_range: str, recycles: int,
+                  venv: Path = AIPERF_VENV) -> dict[str, Any]:
+    """AIPerf's start plan (``aiperf_agentx_plan.py`` in the AIPerf venv)."""
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), str(ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
+         str(run_dir / "aiperf-cache"), "--concurrency", str(concurrency), "--seed", str(seed),
+         "--start-range", start_range, "--recycles", str(recycles)],
+        capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def ours_starts(run_dir: Path, concurrency: int, seed: int, start_range: str,
+                recycles: int) -> dict[str, Any]:
+    """Our start plan, by the functions ``AgentXDriver`` plays it with, in the shape of
+    ``aiperf_agentx_plan.py``'s (one worker, no trace idle cap: the MVP scenario)."""
+    from agent_replay.replay.agentx import first_plays, play_starts, warm_spread
+
+    ix = ao.load_traces(sorted((run_dir / "traces").glob("*.json")))
+    plan = ao.read_plan(run_dir / "trace.parquet")
+    lo, hi = (float(x) for x in start_range.split(","))
+    starts = first_plays(plan, concurrency, seed=seed, start_range=(lo, hi), tree_idle_cap_ns=None)
+    warm = iter(warm_spread([x for ls in starts for x in ls.warm_leads()], None))
+    lanes = []
+    for ls in starts:
+        keys = ao.session_keys(ls.session, ix)
+        reqs, keep = ls.session.requests, ls.cut.keep
+        kept = set(keep)
+        at = play_starts(reqs, keep, ls.offsets, ls.cut.t_star_ns, None)
+        lanes.append({
+            "lane": ls.lane, "trace": ls.session.session_id, "t_star_ms": ls.cut.t_star_ns / 1e6,
+            "warmups": [{"key": list(keys[p]), "offset_ms": next(warm) / 1e6} for p in ls.cut.warm],
+            "first": [{"key": list(keys[p]), "offset_ms": at[p] / 1e6} for p in keep
+                      if not any(d in kept for d in reqs[p].deps)]})
+    n = len(plan.sessions)
+    return {"lanes": lanes,
+            "recycles": [plan.sessions[(concurrency + k) % n].session_id for k in range(recycles)]}
+
+
+def compare_starts(a: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
+    """Lane by lane: trace, t*, warm-ups and first sends (as key -> offset), recycle order."""
+    def by_key(xs: list[dict[str, Any]]) -> dict[str, float]:
+        return {ao.key_str((x["key"][0], x["key"][1], x["key"][2])): x["offset_ms"] for x in xs}
+
+    lanes = []
+    for la, lo in zip(a["lanes"], o["lanes"], strict=False):
+        row: dict[str, Any] = {"lane": la["lane"], "trace": la["trace"], "problems": []}
+        if la["trace"] != lo["trace"]:
+            row["problems"].append(f"trace: AIPerf {la['trace']}, ours {lo['trace']}")
+        if abs(la["t_star_ms"] - lo["t_star_ms"]) > 1e-3:
+            row["problems"].append(f"t*: AIPerf {la['t_star_ms']:.3f} ms, ours {lo['t_star_ms']:.3f} ms")
+        for what in ("warmups", "first"):
+            wa, wo = by_key(la[what]), by_key(lo[what])
+            if set(wa) != set(wo):
+                row["problems"].append(f"{what}: AIPerf only {sorted(set(wa) - set(wo))}, ours only "
+                                       f"{sorted(set(wo) - set(wa))}")
+            for k in sorted(set(wa) & set(wo)):
+                if abs(wa[k] - wo[k]) > TOL_MS:
+                    row["problems"].append(f"{what} {k}: AIPerf at {wa[k]:,.1f} ms, ours {wo[k]:,.1f} ms")
+        row.update(warmups=len(la["warmups"]), first=len(la["first"]),
+                   warm_spread_ms=max((x["offset_ms"] for x in la["warmups"]), default=0.0))
+        lanes.append(row)
+    problems = [f"lane {r['lane']} ({r['trace']}): {p}" for r in lanes for p in r["problems"]]
+    if len(a["lanes"]) != len(o["lanes"]):
+        problems.append(f"lanes: AIPerf {len(a['lanes'])}, ours {len(o['lanes'])}")
+    if a["recycles"] != o["recycles"]:
+        problems.append(f"recycle order: AIPerf {a['recycles']}, ours {o['recycles']}")
+    return {"lanes": lanes, "recycles": a["recycles"], "problems": problems}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a bench_agentx_aiperf.py --out DIR")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="also compare the start plans (t*, warm-ups, first sends, recycling)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--start-range", default="0,1", metavar="LO,HI")
+    ap.add_argument("--recycles", type=int, default=12)
     args = ap.parse_args()
     res = check(args.run_dir)
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
     print(f"traces {', '.join(res['traces'])}: {res['requests']} requests; only one side "
           f"{len(res['only_one_side'])}; wait sets differ {len(res['waits_differ'])}; kinds differ "
-          f"{len(res['kinds_differ'])}; delays differ by more than 1 ms {len(res['delays_differ'])}")
+          f"{len(res['kinds_differ'])}; delays differ by more than {TOL_MS:g} ms {len(res['delays_differ'])}")
     for kind, v in res["by_kind"].items():
         print(f"  {kind}: {v['n']} requests, largest |delay difference| {v['max_abs_diff_ms']:.3f} ms")
     for r in res["delays_differ"][:20]:
         print(f"  {r['key']} ({r['kind_aiperf']}): AIPerf {r['delay_aiperf_ms']:,.1f} ms, ours "
               f"{r['delay_ours_ms']:,.1f} ms")
-    bad = res["only_one_side"] or res["waits_differ"] or res["kinds_differ"] or res["delays_differ"]
+    for r in res["only_one_side"][:10] + [{"key": k, "only": "kind"} for k in res["kinds_differ"][:10]]:
+        print(f"  {r['key']}: {r['only']}")
+    bad = bool(res["only_one_side"] or res["waits_differ"] or res["kinds_differ"] or res["delays_differ"])
+    if args.concurrency is not None:
+        a = aiperf_starts(args.run_dir, args.concurrency, args.seed, args.start_range, args.recycles)
+        o = ours_starts(args.run_dir, args.concurrency, args.seed, args.start_range, args.recycles)
+        st = compare_starts(a, o)
+        res["starts"] = st
+        print(f"starts, {args.concurrency} lanes, seed {args.seed}, start range {args.start_range}: "
+              f"{sum(r['warmups'] for r in st['lanes'])} warm-ups, "
+              f"{sum(r['first'] for r in st['lanes'])} first sends, {len(st['problems'])} differences; "
+              f"recycle order {', '.join(st['recycles'])}")
+        for r in st["lanes"]:
+            print(f"  lane {r['lane']} {r['trace']}: {r['warmups']} warm-ups (last at "
+                  f"{r['warm_spread_ms'] / 1000:,.1f} s), {r['first']} first sends")
+        for p in st["problems"][:30]:
+            print(f"  {p}")
+        bad = bad or bool(st["problems"])
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
     return 1 if bad else 0
 
 

@@ -122,10 +122,10 @@ def _fmt(x: float, nd: int = 1) -> str:
 def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> dict[str, Any]:
     ix = ao.load_traces(trace_files)
     plan = pq.read_table(out / "trace.parquet", columns=[
-        "session_id", "request_index", "agent_id", "depends_on", "think_ns"]).to_pylist()
+        "session_id", "request_index", "agent_id"]).to_pylist()
     ranks = ao.stream_ranks(plan)
     rules_a = ao.aiperf_rules(aiperf_metadata(out / "aiperf-cache"))
-    rules_o = ao.ours_rules(plan, ix)
+    rules_o = ao.ours_rules(ao.read_plan(out / "trace.parquet"), ix)
     rule_diffs = ao.compare_rules(rules_a, rules_o)
     differ = {d.key for d in rule_diffs}
     sent: dict[str, list[ao.Sent]] = {"aiperf": [], "ours": []}
@@ -159,9 +159,21 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
     for g in gaps:
         kind = f"{rules_a[g.key].kind}/{rules_o[g.key].kind}"
         by_kind.setdefault(kind, []).append(g.diff_ms)
-        by_cause.setdefault(ao.classify(g, rules_a.get(g.key), rules_o.get(g.key), g.key in differ), []).append(g.diff_ms)
+        by_cause.setdefault(ao.classify(g, g.key in differ), []).append(g.diff_ms)
     lag = by_cause.get("lag", [])
     tokens = ao.compare_tokens(sent["aiperf"] + sent["ours"], ix)
+    warm_a, warm_o = ao.warmups(sent["aiperf"]), ao.warmups(sent["ours"])
+    warm_runs = []
+    for rep in sorted(set(warm_a) & set(warm_o)):
+        wa, wo = warm_a[rep], warm_o[rep]
+        both = sorted(set(wa.sends) & set(wo.sends), key=lambda k: wa.sends[k])
+        warm_runs.append({
+            "repeat": rep, "aiperf": len(wa.sends), "ours": len(wo.sends),
+            "same_requests": set(wa.sends) == set(wo.sends),
+            "diff": ao.summarize([wa.sends[k] - wo.sends[k] for k in both]),
+            "measured_start_ms": {"aiperf": wa.measured_start_ms, "ours": wo.measured_start_ms},
+            "per_request": [{"key": ao.key_str(k), "aiperf_ms": wa.sends[k], "ours_ms": wo.sends[k]}
+                            for k in both]})
     keys = {s: {x.key for x in sent[s] if not x.warmup} for s in sent}
     return {
         "rules": {"requests": len(rules_a), "differ": [
@@ -177,9 +189,9 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                                   "ours_ms": g.ours_ms, "diff_ms": g.diff_ms,
                                   "n_aiperf": g.n_aiperf, "n_ours": g.n_ours,
                                   "kind": f"{rules_a[g.key].kind}/{rules_o[g.key].kind}",
-                                  "cause": ao.classify(g, rules_a.get(g.key), rules_o.get(g.key), g.key in differ),
-                                  "plan_aiperf_ms": rules_a[g.key].delay_ms,
-                                  "plan_ours_ms": rules_o[g.key].delay_ms}
+                                  "cause": ao.classify(g, g.key in differ),
+                                  "plan_aiperf_ms": g.plan_aiperf_ms,
+                                  "plan_ours_ms": g.plan_ours_ms}
                                  for g in gaps]},
         "tokens": {"requests": len(tokens),
                    "input_rel_diff": ao.summarize([(t.aiperf_in - t.ours_in) / t.trace_in * 100 for t in tokens]),
@@ -190,6 +202,7 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                        "key": ao.key_str(t.key), "trace_in": t.trace_in, "aiperf_in": t.aiperf_in,
                        "ours_in": t.ours_in, "trace_out": t.trace_out, "aiperf_out": t.aiperf_out,
                        "ours_out": t.ours_out} for t in tokens]},
+        "warmups": warm_runs,
         "scores": {s: {"runs": scores[s], "spread": ao.spread([x["tok_s_user"] for x in scores[s]])}
                    for s in scores},
         "problems": problems,
@@ -221,7 +234,7 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
     for k, s in [("all", res["gaps"]["all"]), *res["gaps"]["by_kind"].items(),
                  *((f"cause: {c}", v) for c, v in res["gaps"]["by_cause"].items())]:
         L.append(f"| {k} | {s['n']} | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | {_fmt(s['max_ms'])} |")
-    L += ["", f"(|AIPerf - ours|; cause lag: both waited their full, equal planned delay, signed "
+    L += ["", f"(|AIPerf - ours|; cause lag: both waited their full planned gap, signed "
           f"p50 {_fmt(res['gaps']['lag_signed_p50_ms'])} ms; idle-cap: a side's 10 s system idle cap "
           "cut the delay; plan: the plans differ, see below)"]
     worst = sorted(res["gaps"]["per_request"], key=lambda g: -abs(g["diff_ms"]))[:15]
@@ -230,9 +243,17 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
               "| request | rule | cause | planned AIPerf/ours ms | AIPerf ms | ours ms | diff ms |",
               "|---|---|---|---|---|---|---|"]
         L += [f"| {g['key']} | {g['kind']} | {g['cause']} | "
-              f"{'join' if g['plan_aiperf_ms'] is None else _fmt(g['plan_aiperf_ms'], 0)}/"
+              f"{_fmt(g['plan_aiperf_ms'], 0)}/"
               f"{_fmt(g['plan_ours_ms'], 0)} | {_fmt(g['aiperf_ms'])} | {_fmt(g['ours_ms'])} | "
               f"{_fmt(g['diff_ms'])} |" for g in worst]
+    L += ["", "## Warm-up: each warm-up's send and the first measured send, after the first warm-up", "",
+          "| repeat | warm-ups AIPerf/ours | same requests | |AIPerf - ours| p50 ms | max ms | "
+          "first measured send AIPerf/ours s |", "|---|---|---|---|---|---|"]
+    for w in res.get("warmups", []):
+        ms = w["measured_start_ms"]
+        L.append(f"| {w['repeat']} | {w['aiperf']}/{w['ours']} | {'yes' if w['same_requests'] else 'NO'} | "
+                 f"{_fmt(w['diff']['p50_ms'])} | {_fmt(w['diff']['max_ms'])} | "
+                 f"{_fmt((ms['aiperf'] or math.nan) / 1000, 2)}/{_fmt((ms['ours'] or math.nan) / 1000, 2)} |")
     t = res["tokens"]
     L += ["", "## Tokens (server counts, per request sent by both)", "",
           f"requests {t['requests']}; input AIPerf vs ours (% of trace `in`): p50 "

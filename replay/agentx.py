@@ -1,6 +1,6 @@
-"""``--timing agentx``: replay comparable with InferenceX AgentX (AIPerf's ``agentx`` and
-``inferencex-agentx-mvp`` scenarios, its ``agentic_replay`` timing), on the same results and
-reports as every run.
+"""``--timing agentx``: replay comparable with InferenceX AgentX (AIPerf's
+``inferencex-agentx-mvp`` scenario, alone or with InferenceX's AgentX settings, and its
+``agentic_replay`` timing), on the same results and reports as every run.
 
 * ``lanes`` (``--concurrency``) session trees are live at once. A lane that finishes a tree
   takes the next session of the plan (cycling): recycling. Every play gets its own
@@ -11,12 +11,16 @@ reports as every run.
   uniformly in ``start_range`` of its session's time span, from numpy's ``default_rng``
   seeded with the first 8 bytes (big-endian) of sha256(``"{seed}:{session}:{lane}"``), as
   AIPerf seeds its trajectory lanes: the requests at or after t* are played.
-* Warm-up: before the measured phase, every stream of every lane (the main agent and each
-  subagent) that has requests both before and at or after t* sends its last request before
-  t* with its full prompt and one output token (flagged ``warmup``, left out of every
-  statistic); all lanes' warm-ups go at once, then ``warmup_requests`` more turns of each
-  first play back to back, also flagged. The measured phase starts when the last warm-up
-  has ended, for every lane at once; the duration counts from there.
+* Warm-up (``warm_spread``): before the measured phase, every stream of every lane (the
+  main agent and each subagent) that has requests both before and at or after t* sends its
+  last request before t* with its full prompt and one output token (flagged ``warmup``,
+  left out of every statistic). They are spread as AIPerf spreads them: a warm-up whose
+  turn was recorded ``lead`` before its lane's t* goes at (the longest lead of all lanes -
+  ``lead``) after the warm-up starts, so that every lane's t* falls at the same instant;
+  with a trace idle cap, each lead is capped to it first; the system idle cap moves these
+  waits like any other. Then ``warmup_requests`` more turns of each first play back to
+  back, also flagged. The measured phase starts when the last warm-up has ended, for every
+  lane at once; the duration counts from there (the warm-up has no deadline of its own).
 * First play: a request whose dependencies were all before t* goes at (its ``t`` - t*)
   after the measured phase starts (with a trace idle cap, the lane's leading idle is
   capped too, as AIPerf's ``_leading_idle_shift_ms``); a recycled play's first request goes
@@ -36,6 +40,11 @@ reports as every run.
   subagent's first turn waiting out its branch offset (AIPerf sleeps that outside its
   scheduler, so the cap does not move it). A request's recorded ``think_ns`` is then the
   think time it got.
+* Context overflow (``overflow_ends``): a request answered with a context-length HTTP 400
+  that is not its stream's last turn ends its stream in that play, as AIPerf ends a
+  trajectory's stream: the stream's later turns, and the subagents it or they would spawn,
+  are not sent (``dropped``); a join of another stream goes as if the ended stream had
+  ended then; the lane takes its next play when the rest of the tree is done.
 * Lanes stop starting requests at the duration: a request due after it is not sent, nor
   are the rest of its tree, and a lane whose play was cut starts no other; requests in
   flight finish.
@@ -49,6 +58,7 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -65,10 +75,10 @@ from agent_replay.replay.validity import (
     is_overflow,
 )
 
-__all__ = ["DEFAULT_DURATION_S", "IDLE_CAP_NS", "MAX_OVERFLOW_FRACTION", "AgentXDriver", "Rule",
-           "ValidityInput", "ValidityRules", "agentx_validity", "cache_bust", "capped_times",
-           "coverage_ratio", "first_play", "idle_warp", "is_overflow", "lane_seed",
-           "sample_t_star", "stream_rules"]
+__all__ = ["DEFAULT_DURATION_S", "IDLE_CAP_NS", "MAX_OVERFLOW_FRACTION", "AgentXDriver", "LaneStart",
+           "Rule", "ValidityInput", "ValidityRules", "agentx_validity", "cache_bust", "capped_times",
+           "coverage_ratio", "first_play", "first_plays", "idle_warp", "is_overflow", "lane_seed",
+           "overflow_ends", "play_starts", "sample_t_star", "stream_rules", "warm_spread"]
 
 IDLE_CAP_NS = 10_000_000_000
 """AIPerf's ``system_idle_gap_cap_seconds`` of both AgentX scenarios (10 s)."""
@@ -200,6 +210,35 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
     return out
 
 
+def overflow_ends(reqs: list[PlannedRequest], rules: list[Rule], p: int) -> set[int]:
+    """The requests of a play that a context overflow of request ``p`` leaves unsent (AIPerf
+    ends a trajectory's stream at an overflow on any turn but its last): the later turns of
+    ``p``'s stream, and every stream that ``p`` or one of those turns would have spawned
+    (a subagent whose first turn's ``anchor`` is among them), with its own later spawns.
+    Empty when ``p`` is its stream's last turn (AIPerf spawns that turn's subagents). A
+    join of another stream still goes: a dropped request counts as ended when dropped."""
+    agent = [q.agent_id for q in reqs]
+    later = [i for i in range(p + 1, len(reqs)) if agent[i] == agent[p]]
+    if not later:
+        return set()
+    dead = set(later)
+    ended = dead | {p}
+    first_of: dict[str, int] = {}
+    for i, a in enumerate(agent):
+        first_of.setdefault(a, i)
+    grew = True
+    while grew:
+        grew = False
+        for a, f in first_of.items():
+            r = rules[f]
+            if f not in dead and r.kind == "child" and r.anchor in ended:
+                stream = {i for i in range(f, len(reqs)) if agent[i] == a}
+                dead |= stream
+                ended |= stream
+                grew = True
+    return dead
+
+
 def lane_seed(seed: int, session_id: str, lane: int) -> int:
     """AIPerf's per-(trace, lane) seed: the first 8 bytes of sha256(``"{seed}:{trace}:{lane}"``),
     big-endian."""
@@ -246,6 +285,64 @@ def first_play(reqs: list[PlannedRequest], offsets: list[int], t_star_ms: float)
             last_before[q.agent_id] = p
     warm = sorted(p for a, p in last_before.items() if a in live)
     return FirstPlay(round(t_star_ms * 1e6), keep, warm)
+
+
+def warm_spread(leads_ns: list[int], cap_ns: int | None) -> list[int]:
+    """AIPerf's spread warm-up (``AgenticReplayStrategy._execute_warmup``): the send time,
+    after the warm-up starts, of warm-ups whose warmed turns were recorded ``leads_ns``
+    before their lanes' t*. Each lead is capped at ``cap_ns`` (the trace idle cap; None:
+    none); the longest goes at 0 and every other at (longest - its lead), so that every
+    lane's t* falls at the same instant, the warm-up's planned end."""
+    capped = [lead if cap_ns is None else min(lead, cap_ns) for lead in leads_ns]
+    top = max(capped, default=0)
+    return [top - lead for lead in capped]
+
+
+def play_starts(reqs: list[PlannedRequest], keep: list[int], offsets: list[int], t_star_ns: int,
+                tree_idle_cap_ns: int | None) -> dict[int, int]:
+    """When each request of a play cut at t* goes after the play starts, for a request
+    none of whose dependencies is played: (its offset - t*), floored at 0; with a trace
+    idle cap, the play's leading idle (t* to its earliest such request) is capped to it
+    by moving all of them alike (AIPerf's ``_leading_idle_shift_ms``). A recycled play
+    (t* its first offset) starts its first request at once. Every position of ``keep`` is
+    in the result: a request with dependencies falls back to it only when none of them
+    started."""
+    kept = set(keep)
+    roots = [offsets[p] - t_star_ns for p in keep if not any(d in kept for d in reqs[p].deps)]
+    lead = 0
+    if tree_idle_cap_ns is not None and roots:
+        lead = max(0, min(roots) - tree_idle_cap_ns)
+    return {p: max(0, offsets[p] - t_star_ns - lead) for p in keep}
+
+
+@dataclass(frozen=True, slots=True)
+class LaneStart:
+    """A lane's first play before it is played: its session, the session's (capped)
+    offsets and think times, and its cut at t*."""
+
+    lane: int
+    session: PlannedSession
+    offsets: list[int]
+    thinks: list[int]
+    cut: FirstPlay
+
+    def warm_leads(self) -> list[int]:
+        """How long before t* each warm-up's turn was recorded (ns), in ``cut.warm`` order."""
+        return [self.cut.t_star_ns - self.offsets[p] for p in self.cut.warm]
+
+
+def first_plays(plan: Plan, lanes: int, *, seed: int, start_range: tuple[float, float],
+                tree_idle_cap_ns: int | None, first_lane: int = 0) -> list[LaneStart]:
+    """Every lane's first play: lane k plays the plan's k-th session (cycling), cut at the
+    t* drawn for it (``sample_t_star``, the run-wide lane ``first_lane + k`` seeding it)."""
+    out = []
+    lo, hi = start_range
+    for k in range(lanes):
+        s = plan.sessions[k % len(plan.sessions)]
+        offsets, thinks = capped_times(s.requests, tree_idle_cap_ns)
+        t_star = sample_t_star(offsets, lo, hi, seed, s.session_id, first_lane + k)
+        out.append(LaneStart(k, s, offsets, thinks, first_play(s.requests, offsets, t_star)))
+    return out
 
 
 @dataclass
@@ -317,6 +414,8 @@ class AgentXDriver(Driver):
         self.idle_skips = 0
         self.plays = 0
         self.warmups = 0
+        self.dropped = 0
+        """Requests not sent because their stream ended on a context overflow."""
         self.measured_start_ns: int | None = None
         """When the measured phase started (the last warm-up's end)."""
         self._cursor = 0
@@ -331,6 +430,8 @@ class AgentXDriver(Driver):
         self._rules: dict[str, list[Rule]] = {}
         self._settling = 0  # lanes between plays (about to schedule a play's first requests)
         self._idle_since: int | None = None
+        self._dead: dict[str, set[int]] = {}  # play -> positions its overflows ended
+        self._drop = False
         self.total = 0  # unknown up front: counts as requests start
 
     # -- the system idle cap ----------------------------------------------------------------
@@ -338,9 +439,14 @@ class AgentXDriver(Driver):
         if rec.parent_end_ns is not None and rec.think_ns is not None:
             rec.think_ns = rec.intended_ns - rec.parent_end_ns  # after any skipped gap
         if not rec.warmup:
-            live = self._live.get(f"{rec.session_id}#{rec.clone}")
+            key = f"{rec.session_id}#{rec.clone}"
+            live = self._live.get(key)
             if live is not None and rec.request_index in live.pos_of:
-                live.finished.add(live.pos_of[rec.request_index])
+                p = live.pos_of[rec.request_index]
+                live.finished.add(p)
+                if is_overflow(rec.http_status, rec.error):
+                    self._dead.setdefault(key, set()).update(
+                        overflow_ends(live.session.requests, self._rules[key], p))
         self._user_record(rec)
         if self._in_flight() == 0:
             self._idle_since = self.clock.now_ns()
@@ -378,6 +484,7 @@ class AgentXDriver(Driver):
         """``stream_rules``' send time of request ``p`` of a play (every dependency done);
         a subagent's first turn is marked for a wait the idle cap does not move."""
         self._pin = False
+        self._drop = p in self._dead.get(s.key, ())
         q = s.requests[p]
         rules = self._rules.get(s.key)
         if rules is None or st is None or parent_end is None:
@@ -400,30 +507,54 @@ class AgentXDriver(Driver):
             return prev_end + r.delay_ns
         return parent_end + r.delay_ns
 
+    def _register(self, due: int) -> int:
+        """A waiter for ``due`` that idle skips move (from now on); its id."""
+        wid = self._next_waiter
+        self._next_waiter += 1
+        self._waiting[wid] = due + self._shift
+        return wid
+
     def _past_deadline(self, due: int) -> bool:
         """Never decided here: a later idle skip can still bring ``due`` before the
         deadline, so ``_sleep_to`` decides when the deadline comes. The request is
         registered (and may let an idle gap be skipped now); ``_sleep_to``, which the driver
-        calls next without yielding, takes the registration over."""
-        wid = self._next_waiter
-        self._next_waiter += 1
+        calls next without yielding, takes the registration over. A request whose stream
+        ended on a context overflow is past it: ``_skip`` drops it."""
+        if self._drop:
+            return True
         if self._pin:
+            wid = self._next_waiter
+            self._next_waiter += 1
             self._pinned[wid] = due
         else:
-            self._waiting[wid] = due + self._shift
+            wid = self._register(due)
         self._pin = False
         self._handoff = wid
         self._maybe_skip()
         return False
+
+    def _skip(self, s: PlannedSession, st: _SessionState | None, p: int, t: int) -> None:
+        """A request past the deadline is skipped (``Driver._skip``); one whose stream ended
+        on a context overflow is dropped: not sent, not planned any more, done now (a join
+        waiting for it goes as if its subagent had ended now)."""
+        if not self._drop:
+            super()._skip(s, st, p, t)
+            return
+        self._drop = False
+        self.dropped += 1
+        self.total -= 1
+        if st is not None:
+            st.ends[p] = self.clock.now_ns()
+            st.events[p].set()
+            for c in s.requests[p].children:  # each decides for itself: dropped too, or not
+                self._spawn(self._request(s, st, c))
 
     async def _sleep_to(self, due: int) -> int | None:
         """Wait for the (shifted) intended send time and return it; None when the deadline
         comes first (the request is not sent)."""
         wid, self._handoff = self._handoff, None
         if wid is None:
-            wid = self._next_waiter
-            self._next_waiter += 1
-            self._waiting[wid] = due + self._shift
+            wid = self._register(due)
         if wid in self._pinned:
             try:
                 while True:
@@ -435,6 +566,11 @@ class AgentXDriver(Driver):
                     await self.clock.sleep_until(due if self.deadline is None else min(due, self.deadline))
             finally:
                 del self._pinned[wid]
+        return await self._wait(wid)
+
+    async def _wait(self, wid: int) -> int | None:
+        """Wait for waiter ``wid``'s (shifted) send time and return it; None when the
+        deadline comes first."""
         try:
             while True:
                 target = self._waiting[wid] - self._shift
@@ -465,7 +601,12 @@ class AgentXDriver(Driver):
     async def run(self) -> None:
         if not self.plan.sessions:
             return
-        firsts = [self._first(k) for k in range(self.lanes)]
+        firsts = [_Lane(x.session, self._new_play(), x.offsets, x.thinks, x.cut)
+                  for x in first_plays(self.plan, self.lanes, seed=self.seed,
+                                       start_range=self.start_range,
+                                       tree_idle_cap_ns=self.tree_idle_cap_ns,
+                                       first_lane=self.first_lane)]
+        self._cursor = self.lanes
         lanes: list[asyncio.Future[None]] = []
         try:
             if not await self._warm_phase(firsts):
@@ -496,21 +637,26 @@ class AgentXDriver(Driver):
         self.plays += 1
         return self.worker * 1_000_000 + self.plays  # clone 0 stays the trace's own
 
-    def _first(self, lane: int) -> _Lane:
-        """Lane ``lane``'s first play: its session, t* and warm-up."""
-        s = self._next_session()
-        offsets, thinks = capped_times(s.requests, self.tree_idle_cap_ns)
-        lo, hi = self.start_range
-        t_star = sample_t_star(offsets, lo, hi, self.seed, s.session_id, self.first_lane + lane)
-        return _Lane(s, self._new_play(), offsets, thinks, first_play(s.requests, offsets, t_star))
-
     async def _warm_phase(self, firsts: list[_Lane]) -> bool:
-        """Every lane's stream warm-ups at once, then each lane's ``warmup_requests`` turns
-        back to back; False when the deadline came first."""
-        sends = [self._warm_one(f.session, f.play, p) for f in firsts for p in f.cut.warm]
-        ends = await asyncio.gather(*sends)
-        if any(e is None for e in ends):
-            return False
+        """Every lane's stream warm-ups spread over their leads (``warm_spread``), then
+        each lane's ``warmup_requests`` turns back to back; False when the deadline came
+        first (it does not cut the stream warm-ups: AIPerf gives its warm-up phase no
+        duration)."""
+        items = [(f, p, f.cut.t_star_ns - f.offsets[p]) for f in firsts for p in f.cut.warm]
+        due = warm_spread([lead for _, _, lead in items], self.tree_idle_cap_ns)
+        prepared = await asyncio.gather(*(self._warm_prepare(f.session, f.play, p)
+                                          for f, p, _ in items))
+        await self.clock.sleep_until(self.t0)
+        start = max(self.clock.now_ns(), self.t0)
+        # every warm-up waits from now on, so that an idle skip moves them all alike
+        wids = [self._register(start + d) for d in due]
+        self._maybe_skip()
+        deadline, self.deadline = self.deadline, None
+        try:
+            await asyncio.gather(*(self._warm_send(prep, rec, wid)
+                                   for (prep, rec), wid in zip(prepared, wids, strict=True)))
+        finally:
+            self.deadline = deadline
         if self.warmup_requests:
             done = await asyncio.gather(*(self._warm_turns(f) for f in firsts))
             return all(done)
@@ -521,8 +667,11 @@ class AgentXDriver(Driver):
         least one); its cut then starts after them."""
         more = f.cut.keep[: min(self.warmup_requests, len(f.cut.keep) - 1)]
         for p in more:
-            if await self._warm_one(f.session, f.play, p) is None:
+            prep, rec = await self._warm_prepare(f.session, f.play, p)
+            await self.clock.sleep_until(self.t0)
+            if self.clock.now_ns() >= (self.deadline or 0):
                 return False
+            await self._warm_send(prep, rec, self._register(self.clock.now_ns()))
         keep = f.cut.keep[len(more):]
         f.cut = FirstPlay(min(f.offsets[p] for p in keep), keep, f.cut.warm)
         return True
@@ -559,10 +708,7 @@ class AgentXDriver(Driver):
         now = max(start, self.t0)
         pos = {p: i for i, p in enumerate(keep)}
         rules = stream_rules(reqs, offsets, thinks)
-        roots = [offsets[p] - t_star for p in keep if not any(d in pos for d in reqs[p].deps)]
-        lead = 0
-        if self.tree_idle_cap_ns is not None and roots:
-            lead = max(0, min(roots) - self.tree_idle_cap_ns)  # AIPerf's leading idle shift
+        starts = play_starts(reqs, keep, offsets, t_star, self.tree_idle_cap_ns)
         out: list[PlannedRequest] = []
         play_rules: list[Rule] = []
         for p in keep:
@@ -572,7 +718,7 @@ class AgentXDriver(Driver):
             play_rules.append(replace(r, prev=None if r.prev is None else pos.get(r.prev),
                                       anchor=None if r.anchor is None else pos.get(r.anchor)))
             out.append(replace(q, deps=deps, children=[], parent=pos.get(q.parent, -1),
-                               offset_ns=now - self.t0 + max(0, offsets[p] - t_star - lead),
+                               offset_ns=now - self.t0 + starts[p],
                                think_ns=thinks[p] if deps else 0))
         for i, q in enumerate(out):
             if q.deps:
@@ -600,10 +746,11 @@ class AgentXDriver(Driver):
             self.active_sessions -= 1
             del self._live[s.key]
             self._rules.pop(s.key, None)
+            self._dead.pop(s.key, None)
 
-    async def _warm_one(self, s: PlannedSession, play: int, p: int) -> int | None:
-        """Sends request ``p`` of ``s`` with one output token, flagged warm-up; returns its
-        end, or None past the deadline."""
+    async def _warm_prepare(self, s: PlannedSession, play: int, p: int) -> tuple[Any, RequestRecord]:
+        """Request ``p`` of ``s`` with one output token, flagged warm-up, prepared; and its
+        record."""
         w = replace(self._bust(s.requests[p], play), output_tokens=1, deps=[], children=[])
         rid = f"{self.run_id}-{s.session_id}#{play}-warmup-{w.request_index}"
         rec = RequestRecord(session_id=w.session_id, request_index=w.request_index,
@@ -613,11 +760,13 @@ class AgentXDriver(Driver):
         rec.agent_id = w.agent_id
         rec.depends_on = w.depends_on
         rec.warmup = True
-        prepared = await self.transport.prepare(w, rid, f"{s.session_id}#{play}")
-        await self.clock.sleep_until(self.t0)
-        if self.clock.now_ns() >= (self.deadline or 0):
-            return None
-        rec.intended_ns = self.clock.now_ns()
+        return await self.transport.prepare(w, rid, f"{s.session_id}#{play}"), rec
+
+    async def _warm_send(self, prepared: Any, rec: RequestRecord, wid: int) -> None:
+        """Sends a prepared warm-up at waiter ``wid``'s time."""
+        intended = await self._wait(wid)
+        assert intended is not None  # no deadline, or due at once
+        rec.intended_ns = intended
         self.warmups += 1
         self.sent += 1
         try:
@@ -625,4 +774,3 @@ class AgentXDriver(Driver):
         finally:
             self.done += 1
             self._record(rec)
-        return rec.end_ns if rec.end_ns is not None else self.clock.now_ns()

@@ -1,13 +1,13 @@
 """``--timing agentx`` settings and the named presets that fill them (``--preset``).
 
-The two presets reproduce AIPerf's scenarios (``src/aiperf/common/scenario/
-inferencex_agentx_mvp.py`` in ai-dynamo/aiperf):
+The two presets reproduce AIPerf's scenario (``src/aiperf/common/scenario/
+inferencex_agentx_mvp.py`` in ai-dynamo/aiperf), alone and as InferenceX runs it:
 
-* ``inferencex-agentx``: AIPerf's ``agentx`` scenario, the one InferenceX AgentX runs:
-  benchmark duration 3,600 s, trajectory start ratios 0.25-0.75, seed 42, failed request
-  threshold 0.10, 10 warm-up requests per lane, trace idle gap cap 300 s; from the MVP
-  scenario it inherits the 900 s minimum duration, the 10 s system idle gap cap and the
-  0.95 profile metric coverage.
+* ``inferencex-agentx``: ``inferencex-agentx-mvp`` with the settings InferenceX's AgentX
+  runs give it (AIPerf versions after 0.13.0): benchmark duration 3,600 s, trajectory start
+  ratios 0.25-0.75, seed 42, failed request threshold 0.10, 10 warm-up requests per lane,
+  trace idle gap cap 300 s; from the scenario it keeps the 900 s minimum duration, the 10 s
+  system idle gap cap and the 0.95 profile metric coverage.
 * ``aiperf-agentx-mvp``: AIPerf's ``inferencex-agentx-mvp``: duration 1,800 s (minimum
   900 s), start ratios 0-1, the warm-up of every stream live at t* (its last turn before t*),
   10 s system idle gap cap, metric coverage 0.95; no failure threshold of its own.

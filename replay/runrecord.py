@@ -308,6 +308,7 @@ def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
                               metric_coverage=ax.metric_coverage)
     block = agentx_validity(rows, rules, f)
     block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
+    block["overflow_dropped"] = sum(w.overflow_dropped for w in summary.workers)
     meta["agentx"] = block
     meta["valid"] = block["valid"]
     if not block["valid"]:

@@ -88,6 +88,7 @@ class WorkerSummary(Counters):
     cpus: list[int] = field(default_factory=list, metadata=merged_by(add))  # the CPUs it was allowed to run on
     fd_table: int = counter(0, largest)  # file descriptors reserved before the run (selfmon.reserve_fds)
     idle_skipped_ns: int = counter(0)  # agentx timing: idle gaps skipped
+    overflow_dropped: int = counter(0)  # agentx timing: not sent, their stream ended on an overflow
     unwritten: int = counter(0)  # recorded requests whose row could not be written (ResultWriter)
     write_error: str | None = counter(None, first)  # the first part-file write error, if any
 
@@ -292,6 +293,7 @@ async def arun_shard(
             summary.chunks = sender.chunks
             summary.cpu_run_s = run_cpu.cpu_s()
             summary.idle_skipped_ns = getattr(driver, "idle_skipped_ns", 0)
+            summary.overflow_dropped = getattr(driver, "dropped", 0)
     except asyncio.CancelledError:
         # Ctrl-C (the runner cancels this task): keep what was recorded, report it.
         summary.interrupted = True

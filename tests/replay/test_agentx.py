@@ -25,6 +25,7 @@ from agent_replay.replay.agentx import (
     first_play,
     lane_seed,
     sample_t_star,
+    warm_spread,
 )
 from agent_replay.replay.clock import FakeClock
 from agent_replay.replay.config import RunConfig
@@ -148,6 +149,16 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     assert len(over) / len(r) > 0.01
     meta = json.loads((sim_runs["overflow"] / "run.json").read_text())
     assert meta["valid"] is False and meta["agentx"]["context_overflows"] == len(over)
+    # main's turns are r0, r5, r6, r7: an overflow before r7 ends main in its play, and
+    # main's later turns are not sent (nothing spawns after r0)
+    mains, dropped = [0, 5, 6, 7], 0
+    for play in {(x["session_id"], x["clone"]) for x in over}:
+        first = min((x["request_index"] for x in over
+                     if (x["session_id"], x["clone"]) == play and x["request_index"] in mains), default=7)
+        later = {m for m in mains if m > first}
+        dropped += len(later)
+        assert not later & {x["request_index"] for x in r if (x["session_id"], x["clone"]) == play}
+    assert dropped > 0 and meta["agentx"]["overflow_dropped"] == dropped
     assert meta["warnings"][0].startswith("INVALID run (AgentX rule)")
     from agent_replay.replay.cli import main
 
@@ -268,11 +279,11 @@ def test_a_subagents_first_turn_waits_its_branch_offset_past_the_idle_cap() -> N
 
 
 def test_a_first_play_warms_every_live_stream_and_keeps_offsets_from_t_star() -> None:
-    """Span 0-10 s, start range 0.35-0.35: t* = 3.5 s. Played: r3 (main, 4 s), r2 (x, 6 s),
-    r4 (the join, 10 s). Warm-ups, both at 0 with one token: main's last turn before t*
-    (r0) and x's (r1); they end at 1, the measured start. r3 goes at 1 + (4 - 3.5) = 1.5,
-    r2 at 1 + (6 - 3.5) = 3.5 (their dependencies were before t*), r4 joins at r2's end
-    4.5 (x outlived r3)."""
+    """Span 0-10 s, start range 0.35-0.35: t* = 3.5 s. Played: r2 (main, 4 s), r3 (x, 6 s),
+    r4 (the join, 10 s). Warm-ups, one token each: main's last turn before t* (r0, recorded
+    3.5 s before t*) at 0 and x's (r1, 2.5 s before) at 3.5 - 2.5 = 1 s; r1 ends at 2, the
+    measured start. r2 goes at 2 + (4 - 3.5) = 2.5, r3 at 2 + (6 - 3.5) = 4.5 (their
+    dependencies were before t*), r4 joins at r3's end 5.5 (x outlived r2)."""
     table = _tree([("a", "main", 0, [], 1), ("a", "x", 1, [0], 1), ("a", "main", 4, [0], 1),
                    ("a", "x", 6, [1], 1), ("a", "main", 10, [3, 2], 1)])
     plan = build_plan(table, 16, PlanOptions())
@@ -282,10 +293,80 @@ def test_a_first_play_warms_every_live_stream_and_keeps_offsets_from_t_star() ->
                      lanes=1, duration_ns=5 * S, start_range=(0.35, 0.35))
     clock.run(d.run())
     warm = sorted((x.request_index, x.intended_ns, x.expected_output_tokens) for x in recs if x.warmup)
-    assert warm == [(0, 0, 1), (1, 0, 1)]
-    assert d.measured_start_ns == 1 * S
+    assert warm == [(0, 0, 1), (1, 1 * S, 1)]
+    assert d.measured_start_ns == 2 * S
     got = sorted((x.intended_ns, x.request_index) for x in recs if x.clone == 1 and not x.warmup)
-    assert got == [(1_500 * MS, 2), (3_500 * MS, 3), (4_500 * MS, 4)]
+    assert got == [(2_500 * MS, 2), (4_500 * MS, 3), (5_500 * MS, 4)]
+
+
+def test_warm_ups_are_spread_so_every_lanes_t_star_lands_at_their_end() -> None:
+    """AIPerf's spread warm-up, two lanes, served in 1 s, system idle cap 10 s, start range
+    0.5-0.5. Lane 0 plays a (span 0-60 s, t* = 30): main warms r0 (lead 30 s), x warms r1
+    (t 12, lead 18); r2 (main at 30), r3 (x at 40) and the join r4 are played. Lane 1 plays
+    b (span 0-100, t* = 50): main warms r1 (t 5, lead 45); r2 (at 100) is played. The
+    longest lead, 45, goes first: b.r1 at 0, a.r0 due 45 - 30 = 15, a.r1 due 45 - 18 = 27.
+    b.r1 ends at 1; idle since, the cap moves every waiting warm-up 4 s earlier: a.r0 at 11
+    (ends 12), a.r1 due 23, moved 1 s to 22 (ends 23): the measured start. a.r2 at 23 + (30 -
+    30) = 23 (ends 24), a.r3 at 23 + (40 - 30) = 33 (idle 24-33 is under the cap), a.r4
+    joins at a.r3's end 34; b.r2, due 23 + 50 = 73, is past the 11.5 s duration (34.5)."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "x", 12, [0], 1), ("a", "main", 30, [0], 1),
+                   ("a", "x", 40, [1], 1), ("a", "main", 60, [2, 3], 1),
+                   ("b", "main", 0, [], 1), ("b", "main", 5, [0], 1), ("b", "main", 100, [1], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    assert [s.session_id for s in plan.sessions] == ["a", "b"]
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=2, duration_ns=11_500 * MS, start_range=(0.5, 0.5))
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.session_id, x.request_index, x.warmup) for x in recs)
+    assert got == [(0, "b", 1, True), (11 * S, "a", 0, True), (22 * S, "a", 1, True),
+                   (23 * S, "a", 2, False), (33 * S, "a", 3, False), (34 * S, "a", 4, False)]
+    assert d.measured_start_ns == 23 * S
+    assert (d.idle_skips, d.idle_skipped_ns, d.skipped) == (2, 5 * S, 1)
+
+
+class _OverflowTransport(FakeTransport):
+    """Answers a prompt over 500 tokens with vLLM's context-length HTTP 400, after serving it."""
+
+    async def send(self, prepared: Any, rec: RequestRecord) -> None:
+        await super().send(prepared, rec)
+        if prepared[0].input_tokens > 500:
+            rec.http_status = 400
+            rec.fail("http", "This model's maximum context length is 400 tokens")
+
+
+def test_a_context_overflow_ends_its_stream_and_the_tree_goes_on() -> None:
+    """AIPerf ends a stream at a context overflow on any turn but its last. One lane,
+    served in 1 s, no idle cap. r0 (main) 0-1; r1 (x, spawned by r0) 1-2 overflows: x's
+    r2 is dropped at 2; r3 (main) at 1 + 1 = 2, ends 3; the join r4 waits for r3 and x,
+    whose dropped r2 ended at 2, before r3: its delay, 10 - (2 + 1) = 7 s, after r3, at 10;
+    r5 at 11 + 1 = 12 overflows: main's r6 and y (r7, which r6 would spawn) are dropped.
+    The 13 s duration ends the run before the lane's next play."""
+    rows = [("main", 0, [], 32), ("x", 1, [0], 900), ("x", 3, [1], 32), ("main", 2, [0], 32),
+            ("main", 10, [3, 2], 32), ("main", 12, [4], 900), ("main", 14, [5], 32),
+            ("y", 15, [6], 32)]
+    table = _tree([("a", agent, t, deps, 1) for agent, t, deps, _ in rows])
+    table = table.set_column(table.schema.get_field_index("input_tokens"), "input_tokens",
+                             pa.array([n for *_, n in rows], pa.int32()))
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, _OverflowTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=13 * S, start_range=(0.0, 0.0), idle_cap_ns=None)
+    clock.run(d.run())
+    got = sorted((x.intended_ns, x.request_index, x.http_status) for x in recs)
+    assert got == [(0, 0, None), (1 * S, 1, 400), (2 * S, 3, None), (10 * S, 4, None),
+                   (12 * S, 5, 400)]
+    assert (d.dropped, d.total, d.skipped) == (3, 5, 0)
+
+
+def test_warm_spread_caps_each_lead_at_the_trace_idle_cap() -> None:
+    """Leads 30, 18 and 45 s: 15, 27 and 0 s after the warm-up starts; with a 20 s trace
+    idle cap the leads are 20, 18, 20: 0, 2 and 0 s."""
+    assert warm_spread([30 * S, 18 * S, 45 * S], None) == [15 * S, 27 * S, 0]
+    assert warm_spread([30 * S, 18 * S, 45 * S], 20 * S) == [0, 2 * S, 0]
+    assert warm_spread([], None) == []
 
 
 def test_warm_up_turns_go_back_to_back_and_the_play_starts_after_them() -> None:

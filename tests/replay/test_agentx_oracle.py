@@ -101,36 +101,55 @@ def test_aiperf_rules_spawn_at_the_turns_end_and_join_without_delay() -> None:
     # the child's first call: the spawning turn's end + (30000 - branch start 30000)
     assert r[S0] == ao.Rule(frozenset({M0}), 0.0, "child-first")
     assert r[S1] == ao.Rule(frozenset({S0}), 3000.0, "next")
-    assert r[M2] == ao.Rule(frozenset({M0, S1}), None, "join")
+    assert r[M2] == ao.Rule(frozenset({M0, S1}), 50000.0, "join")  # its own delay_ms
 
 
-def test_ours_rules_and_their_differences_from_aiperfs() -> None:
-    ix = ao.index_trace(TRACE)
-    plan = [{"session_id": "tr", "request_index": 0, "agent_id": "main", "depends_on": [], "think_ns": None},
-            {"session_id": "tr", "request_index": 1, "agent_id": "agent_001", "depends_on": [0],
-             "think_ns": 20_000_000_000},  # 30 - (0 + 10)
-            {"session_id": "tr", "request_index": 2, "agent_id": "agent_001", "depends_on": [1],
-             "think_ns": 3_000_000_000},
-            {"session_id": "tr", "request_index": 3, "agent_id": "main", "depends_on": [0, 2],
-             "think_ns": 22_000_000_000}]  # 60 - (35 + 3)
-    o = ao.ours_rules(plan, ix)
-    assert o[S0] == ao.Rule(frozenset({M0}), 20000.0, "child-first")
-    assert o[M2] == ao.Rule(frozenset({M0, S1}), 22000.0, "join")
-    diffs = ao.compare_rules(ao.aiperf_rules(META), o)
-    assert [(d.key, d.what) for d in diffs] == [
-        (S0, "delay: AIPerf 0 ms, ours 20,000 ms (-20,000)"),
-        (M2, "join: AIPerf 0 ms after the children when they end last, else join delay; "
-             "ours 22,000 ms after the latest")]
+def test_ours_rules_are_the_replays_stream_rules_and_equal_aiperfs_here() -> None:
+    """Our plan of TRACE (our import's rows: offsets, service times, dependencies, think
+    times end-to-start from the latest dependency). ``stream_rules``: the subagent's first
+    call goes 0 ms after M0 ends (its branch starts at its own first t, 30 s), S1 3 s after
+    S0 (35 - (30 + 2)), the join M2 50 s after M0 (60 - (0 + 10)) when the subagent ended
+    first, although the recorded think time counts 22 s from S1's end: the same as
+    AIPerf's plan, request by request."""
+    import pyarrow as pa
+
+    from agent_replay.replay.plan import PlanOptions, build_plan
+
+    S = 1_000_000_000
+    rows = [("main", 0, 10, [], None), ("agent_001", 30, 2, [0], 20), ("agent_001", 35, 3, [1], 3),
+            ("main", 60, 4, [0, 2], 22)]
+    table = pa.table({
+        "session_id": ["tr"] * 4, "request_index": list(range(4)), "parent_index": [-1] * 4,
+        "arrival_ns": [t * S for _, t, _, _, _ in rows],
+        "think_ns": [None if k is None else k * S for *_, k in rows],
+        "input_tokens": [100, 50, 70, 200], "output_tokens": [10, 5, 7, 20],
+        "hash_ids": [[1], [9], [9], [1, 2]], "end_ns": [d * S for _, _, d, _, _ in rows],
+        "agent_id": [a for a, *_ in rows], "depends_on": [deps for _, _, _, deps, _ in rows]},
+        schema=pa.schema([
+            ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
+            ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
+            ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
+            ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    o = ao.ours_rules(build_plan(table, 16, PlanOptions()), ao.index_trace(TRACE))
+    assert o == {M0: ao.Rule(frozenset(), 0.0, "first"),
+                 S0: ao.Rule(frozenset({M0}), 0.0, "child-first"),
+                 S1: ao.Rule(frozenset({S0}), 3000.0, "next"),
+                 M2: ao.Rule(frozenset({M0, S1}), 50000.0, "join")}
+    assert ao.compare_rules(ao.aiperf_rules(META), o) == []
 
 
 def _sent(side: str, key: ao.Key, send: int, end: int, *, play: str = "p", warmup: bool = False,
           first: int | None = None, osl: int = 10, run: int = 0, error: bool = False) -> ao.Sent:
-    return ao.Sent(side, run, key, "main", play, warmup, send, first, end, 100, osl, error)
+    stream = "main" if key[2] is None else "agent_001"
+    return ao.Sent(side, run, key, stream, play, warmup, send, first, end, 100, osl, error)
 
 
 def test_measured_gaps_use_the_latest_awaited_end_in_the_same_play() -> None:
+    """Play p: the join M2 follows S1's end (the subagent ended after M0): 1 ms after it,
+    planned 0 (it goes at once). Play r: M0 ends after S1, so M2's planned gap is its delay,
+    7 ms, after M0's end; sent 10 ms after it."""
     rules = {M0: ao.Rule(frozenset(), 0.0, "first"), S0: ao.Rule(frozenset({M0}), 0.0, "child-first"),
-             S1: ao.Rule(frozenset({S0}), 3000.0, "next"), M2: ao.Rule(frozenset({M0, S1}), None, "join")}
+             S1: ao.Rule(frozenset({S0}), 3.0, "next"), M2: ao.Rule(frozenset({M0, S1}), 7.0, "join")}
     ms = 1_000_000
     sent = [_sent("x", M0, 0, 10 * ms), _sent("x", S0, 12 * ms, 20 * ms),
             _sent("x", S1, 23 * ms, 40 * ms), _sent("x", M2, 41 * ms, 50 * ms),
@@ -138,11 +157,16 @@ def test_measured_gaps_use_the_latest_awaited_end_in_the_same_play() -> None:
             _sent("x", M0, 0, 5 * ms, play="q"), _sent("x", S1, 0, 7 * ms, play="q", warmup=True),
             _sent("x", M2, 9 * ms, 10 * ms, play="q"),
             # a failed request is left out
-            _sent("x", S0, 30 * ms, 31 * ms, play="q", error=True)]
+            _sent("x", S0, 30 * ms, 31 * ms, play="q", error=True),
+            _sent("x", M0, 0, 50 * ms, play="r"), _sent("x", S1, 0, 40 * ms, play="r"),
+            _sent("x", M2, 60 * ms, 70 * ms, play="r")]
     g = ao.measured_gaps(sent, rules)
-    assert g == {S0: [2.0], S1: [3.0], M2: [1.0]}
-    d = ao.compare_gaps({S0: [2.0, 4.0, 9.0], M2: [1.0]}, {S0: [1.0], S1: [5.0]})
-    assert [(x.key, x.aiperf_ms, x.ours_ms, x.diff_ms, x.n_aiperf) for x in d] == [(S0, 4.0, 1.0, 3.0, 3)]
+    assert g == {S0: [ao.Gap(2.0, 0.0)], S1: [ao.Gap(3.0, 3.0)],
+                 M2: [ao.Gap(1.0, 0.0), ao.Gap(10.0, 7.0)]}
+    d = ao.compare_gaps({S0: [ao.Gap(2.0, 1.0), ao.Gap(4.0, 1.0), ao.Gap(9.0, 5.0)], M2: [ao.Gap(1.0, 0.0)]},
+                        {S0: [ao.Gap(1.0, 1.0)], S1: [ao.Gap(5.0, 5.0)]})
+    assert [(x.key, x.aiperf_ms, x.ours_ms, x.diff_ms, x.n_aiperf, x.plan_aiperf_ms, x.plan_ours_ms)
+            for x in d] == [(S0, 4.0, 1.0, 3.0, 3, 1.0, 1.0)]
 
 
 def test_percentile_is_linear_interpolation() -> None:
@@ -184,14 +208,16 @@ def test_compare_tokens_and_spread() -> None:
 
 
 def test_classify_separates_plan_idle_cap_and_lag() -> None:
-    nxt = ao.Rule(frozenset({M0}), 3000.0, "next")
-    g = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=3001.0, n_aiperf=1, n_ours=1)
-    assert ao.classify(g, nxt, nxt, False) == "lag"
-    capped = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=2900.0, n_aiperf=1, n_ours=1)
-    assert ao.classify(capped, nxt, nxt, False) == "idle-cap"  # ours 100 ms short of its plan
-    assert ao.classify(g, nxt, nxt, True) == "plan"
-    assert ao.classify(g, ao.Rule(frozenset({M0, S0}), None, "join"), nxt, False) == "plan"
-    assert ao.classify(g, nxt, None, False) == "plan"
+    g = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=3001.0, n_aiperf=1, n_ours=1,
+                   plan_aiperf_ms=3000.0, plan_ours_ms=3000.0)
+    assert ao.classify(g, False) == "lag"
+    capped = ao.GapDiff(S1, aiperf_ms=3010.0, ours_ms=2900.0, n_aiperf=1, n_ours=1,
+                        plan_aiperf_ms=3000.0, plan_ours_ms=3000.0)
+    assert ao.classify(capped, False) == "idle-cap"  # ours 100 ms short of its plan
+    assert ao.classify(g, True) == "plan"
+    join = ao.GapDiff(M2, aiperf_ms=20.0, ours_ms=1.0, n_aiperf=1, n_ours=1,
+                      plan_aiperf_ms=0.0, plan_ours_ms=0.0)  # both at the subagent's end
+    assert ao.classify(join, False) == "lag"
 
 
 def test_compare_rules_ignores_waits_implied_by_the_others() -> None:
@@ -204,3 +230,17 @@ def test_compare_rules_ignores_waits_implied_by_the_others() -> None:
     assert ao.direct_waits(M2, a) == frozenset({S1})
     (d,) = ao.compare_rules(a, o)
     assert d.key == M2 and d.what == "waits: AIPerf also for ['tr[1].1'], ours also for ['tr[0]']"
+    o[S0] = ao.Rule(frozenset({M0}), 20000.0, "next")
+    d0, _ = ao.compare_rules(a, o)
+    assert d0.key == S0 and d0.what == ("kind: AIPerf child-first, ours next; "
+                                        "delay: AIPerf 0 ms, ours 20,000 ms (-20,000)")
+
+
+def test_warmups_are_timed_from_each_runs_first_warm_up() -> None:
+    ms = 1_000_000
+    sent = [_sent("x", M0, 100 * ms, 110 * ms, warmup=True), _sent("x", S0, 125 * ms, 130 * ms, warmup=True),
+            _sent("x", S1, 140 * ms, 150 * ms), _sent("x", M2, 160 * ms, 170 * ms),
+            _sent("x", M0, 5 * ms, 6 * ms, run=1)]  # run 1 had no warm-up
+    w = ao.warmups(sent)
+    assert list(w) == [0]
+    assert w[0].sends == {M0: 0.0, S0: 25.0} and w[0].measured_start_ms == 40.0
