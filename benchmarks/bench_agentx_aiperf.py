@@ -161,6 +161,10 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
         by_kind.setdefault(kind, []).append(g.diff_ms)
         by_cause.setdefault(ao.classify(g, g.key in differ), []).append(g.diff_ms)
     lag = by_cause.get("lag", [])
+    # each side against its own plan, where no idle cap moved the send: how late it went
+    late = {side: ao.summarize([getattr(g, f"{side}_ms") - getattr(g, f"plan_{side}_ms")
+                                for g in gaps if ao.classify(g, g.key in differ) != "idle-cap"])
+            for side in ("aiperf", "ours")}
     tokens = ao.compare_tokens(sent["aiperf"] + sent["ours"], ix)
     warm_a, warm_o = ao.warmups(sent["aiperf"]), ao.warmups(sent["ours"])
     warm_runs = []
@@ -185,6 +189,7 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                  "by_kind": {k: ao.summarize(v) for k, v in sorted(by_kind.items())},
                  "by_cause": {k: ao.summarize(v) for k, v in sorted(by_cause.items())},
                  "lag_signed_p50_ms": ao.percentile(lag, 50),
+                 "late_vs_own_plan": late,
                  "per_request": [{"key": ao.key_str(g.key), "aiperf_ms": g.aiperf_ms,
                                   "ours_ms": g.ours_ms, "diff_ms": g.diff_ms,
                                   "n_aiperf": g.n_aiperf, "n_ours": g.n_ours,
@@ -237,6 +242,12 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
     L += ["", f"(|AIPerf - ours|; cause lag: both waited their full planned gap, signed "
           f"p50 {_fmt(res['gaps']['lag_signed_p50_ms'])} ms; idle-cap: a side's 10 s system idle cap "
           "cut the delay; plan: the plans differ, see below)"]
+    if "late_vs_own_plan" in res["gaps"]:
+        L += ["", "Each side against its own plan (sent minus planned gap, requests no idle cap "
+              "moved):", "", "| side | n | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
+        for side, s in res["gaps"]["late_vs_own_plan"].items():
+            L.append(f"| {side} | {s['n']} | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | "
+                     f"{_fmt(s['max_ms'])} |")
     worst = sorted(res["gaps"]["per_request"], key=lambda g: -abs(g["diff_ms"]))[:15]
     if worst:
         L += ["", "Largest differences:", "",
