@@ -269,7 +269,8 @@ class AgentStream:
     """One agent stream (``agent_id``) of a session that has more than one: its turns,
     the request that spawned it (its first turn's dependency in another stream) and the
     request that joined it (a later request of another stream that depends on its last
-    turn). Request indices; None where there is none."""
+    turn, other than a stream's first turn, which that turn spawned). Request indices;
+    None where there is none."""
 
     session_id: str
     agent_id: str
@@ -304,9 +305,11 @@ def agent_streams(table: pa.Table) -> list[AgentStream]:
         for r in rows:
             turns.setdefault(of[int(r["request_index"])], []).append(int(r["request_index"]))  # type: ignore[call-overload]
         deps = {int(r["request_index"]): list(r["depends_on"] or []) for r in rows}  # type: ignore[call-overload]
+        firsts = {idx[0] for idx in turns.values()}  # a stream's first turn: its spawn
         for name, idx in turns.items():
             spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
-            joins = [i for i, ds in deps.items() if of[i] != name and idx[-1] in ds]
+            joins = [i for i, ds in deps.items()
+                     if of[i] != name and idx[-1] in ds and i not in firsts]
             out.append(AgentStream(sid, name, len(idx), idx[0], idx[-1],
                                    max(spawn) if spawn else None,
                                    min(joins) if joins else None))
