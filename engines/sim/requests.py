@@ -274,8 +274,8 @@ def tool_names(tools: Any) -> dict[str, str | None]:
         if not isinstance(t, dict):
             continue
         if t.get("type") == "namespace" and isinstance(t.get("name"), str):
-            for name in tool_names(t.get("tools")):
-                out.setdefault(name, t["name"])
+            for inner in tool_names(t.get("tools")):
+                out.setdefault(inner, t["name"])
             continue
         fn = t.get("function")
         name = fn.get("name") if isinstance(fn, dict) else t.get("name")
