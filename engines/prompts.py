@@ -326,10 +326,13 @@ class AlignedText:
     ``head`` of them before the content. The content of a request of ``input_tokens``
     tokens is then ``input_tokens - overhead`` words: hash block 0 gives the first
     ``block_size - head`` words and block i the next ``block_size``, so the server's
-    token block i holds exactly hash block i's words (for every block that ends before the
-    content does); a tail of words unique to the request fills the rest. Equal hash ids give
-    equal server blocks, different ones different blocks, and the count is exact with no
-    request-time call.
+    token block i holds exactly hash block i's words. The block the content ends in gives
+    as many of its words as fit, the beginning of what its id gives in full: the template's
+    last tokens may end the prompt inside a block the trace counts whole, and a partial
+    last block may recur whole in a longer prompt; either way the server blocks before the
+    template are shared. Words unique to the request fill what the hash ids do not cover.
+    Equal hash ids give equal server blocks, different ones different blocks, and the count
+    is exact with no request-time call.
     """
 
     def __init__(self, words: Sequence[str], *, head: int, overhead: int, block_size: int,
@@ -392,9 +395,9 @@ class AlignedText:
                 self._cache.popitem(last=False)
         return out  # type: ignore[return-value]
 
-    def layout(self, n_hash_ids: int, input_tokens: int) -> tuple[int, int] | None:
-        """(hash blocks used, tail words) of a prompt, or None when it is shorter than the
-        template."""
+    def layout(self, n_hash_ids: int, input_tokens: int) -> tuple[int, int, int] | None:
+        """(whole hash blocks used, words of the next hash block, tail words) of a prompt,
+        or None when it is shorter than the template."""
         content = input_tokens - self.overhead
         if content < 1:
             return None
@@ -403,8 +406,9 @@ class AlignedText:
         full = min(n_hash_ids, end // bs)
         used = 0 if full == 0 else self._first + (full - 1) * bs
         if used > content:  # head beyond a block: nothing aligns
-            full, used = 0, 0
-        return full, content - used
+            return 0, 0, content
+        part = content - used if full < n_hash_ids else 0
+        return full, part, content - used - part
 
     def prompt(self, hash_ids: Sequence[int], input_tokens: int, clone: int, tail_key: int
                ) -> str | None:
@@ -413,12 +417,14 @@ class AlignedText:
         lay = self.layout(len(hash_ids), input_tokens)
         if lay is None:
             return None
-        full, tail = lay
+        full, part, tail = lay
         prefix = self._prefix(hash_ids, full, clone)
-        if not tail:
-            return prefix
-        rest = self._pick(block_seed(self.salt, -1, tail_key), tail)
-        return f"{prefix} {rest}" if prefix else rest
+        pieces = [prefix] if prefix else []
+        if part:
+            pieces.append(self.block(hash_ids[full], clone, part))
+        if tail:
+            pieces.append(self._pick(block_seed(self.salt, -1, tail_key), tail))
+        return " ".join(pieces)
 
     PREFIX_CACHE_CHARS = 128 << 20
 

@@ -28,7 +28,7 @@ Rules (docs/replay.md has the long form):
   is the sharing the trace implies. Synthesized ids are negative, recorded ids are kept.
 * ``implied_cached`` = the prefix an unbounded block cache would hit: leading blocks whose
   hash was seen in an earlier request (by offset), counted in full 16-token server blocks
-  (see ``_implied_cached``).
+  (``traces.stats.implied_hits``, which ``traces inspect`` uses too).
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from agent_replay.errors import InputError, TraceError
+from agent_replay.traces.stats import implied_hits
 from agent_replay.traces.tree import MAIN, tree_columns
 
 TIMING_MODES = ("session", "absolute", "max-rate", "agentx")
@@ -331,30 +333,22 @@ def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
     return out
 
 
-def _implied_cached(sessions: Iterable[PlannedSession], bs: int, server_block: int = 16) -> None:
-    """Prefix-cache hits an unbounded cache with ``server_block``-token blocks would give
-    (vLLM's default block size; the simulated engine's too). A server caches only full
-    blocks, so a trace block seen only as a partial last block counts for the server blocks
-    it filled, and the hit stops there; and vLLM always computes the last prompt token, so
-    a hit is at most ``input_tokens - 1`` rounded down to a server block."""
-    sb = server_block if bs % server_block == 0 else 1
+def _implied_cached(sessions: Iterable[PlannedSession], bs: int) -> None:
+    """Prefix-cache hits an unbounded cache would give, counted as vLLM counts them
+    (``traces.stats.implied_hits``: whole 16-token blocks, a trace block seen only as a
+    partial last block counting for the server blocks it filled, never the last prompt
+    token); clones keep their own hash spaces."""
     order = sorted((q for s in sessions for q in s.requests),
                    key=lambda q: (q.offset_ns, q.session_id, q.clone, q.request_index))
-    cover: dict[tuple[int, int], int] = {}
-    for q in order:
-        hit = 0
-        for i, h in enumerate(q.hash_ids):
-            have = cover.get((q.clone, h), 0)
-            need = min(bs, q.input_tokens - i * bs)
-            hit += min(have, need)
-            if have < bs:
-                break
-        cap = (q.input_tokens - 1) // sb * sb if sb > 1 else q.input_tokens
-        q.implied_cached = max(0, min(hit, cap))
-        for i, h in enumerate(q.hash_ids):
-            n = min(bs, q.input_tokens - i * bs) // sb * sb
-            if n > cover.get((q.clone, h), 0):
-                cover[(q.clone, h)] = n
+    if not order:
+        return
+    lengths = np.fromiter((len(q.hash_ids) for q in order), np.int64, len(order))
+    flat = np.fromiter((h for q in order for h in q.hash_ids), np.int64, int(lengths.sum()))
+    inputs = np.fromiter((q.input_tokens for q in order), np.int64, len(order))
+    space = np.fromiter((q.clone for q in order), np.int64, len(order))
+    hits = implied_hits(lengths, flat, inputs, np.arange(len(order)), bs, space=space)
+    for q, hit in zip(order, hits.tolist(), strict=True):
+        q.implied_cached = hit
 
 
 def arrival_offsets(n: int, rate: float, process: str = "poisson", seed: int = 0) -> list[int]:

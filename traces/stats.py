@@ -86,11 +86,84 @@ def matched_blocks(table: pa.Table) -> np.ndarray:
     return out
 
 
-def implied_cached_tokens(table: pa.Table, block_size: int) -> np.ndarray:
-    """Per row: prompt tokens an unbounded prefix cache would serve from cache
-    (matched leading blocks * ``block_size``, capped at ``input_tokens``)."""
+SERVER_BLOCK = 16
+"""The server's own cache block in tokens, for the implied figures: vLLM's default block
+size, and the simulated engine's."""
+
+
+def implied_hits(lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray, rank: np.ndarray,
+                 block_size: int, server_block: int = SERVER_BLOCK,
+                 space: np.ndarray | None = None) -> np.ndarray:
+    """Per row: prompt tokens an unbounded prefix cache serves, counted as the server
+    counts them. Rows are taken in ``rank`` order (unique ranks); row r has hash ids
+    ``flat[starts[r]:starts[r] + lengths[r]]`` and ``inputs[r]`` prompt tokens; ``space``
+    (per row) keeps hash spaces apart (replay clones).
+
+    Block i of a row holds ``min(block_size, inputs - i * block_size)`` tokens, and leaves
+    in the cache the whole ``server_block``-token blocks of them. A row's hit goes block by
+    block: each counts the tokens of it that an earlier row left (at most its own), and the
+    hit stops at the first block no earlier row left whole; so a block seen only as a
+    partial last block counts for what it filled (its id may recur as a full block in a
+    longer prompt that extends it). A server always computes the last prompt token: the hit
+    is at most ``inputs - 1`` rounded down to a server block (when ``block_size`` is a
+    multiple of ``server_block``; else tokens are counted one by one, up to ``inputs``)."""
+    n = len(lengths)
+    inputs = np.asarray(inputs, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    bs = int(block_size)
+    sb = server_block if server_block > 1 and bs % server_block == 0 else 1
+    out = np.zeros(n, np.int64)
+    if n == 0 or len(flat) == 0:
+        return out
+    row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    pos = np.arange(len(flat), dtype=np.int64) - starts[row_of]
+    need = np.clip(inputs[row_of] - pos * bs, 0, bs)
+    cover = need // sb * sb
+    r = np.asarray(rank, np.int64)[row_of]
+    sp = np.zeros(n, np.int64) if space is None else np.asarray(space, np.int64)
+    # elements grouped by (space, hash id), each group in rank order
+    o = np.lexsort((r, flat, sp[row_of]))
+    fo, so, ro = flat[o], sp[row_of][o], r[o]
+    new_group = np.empty(len(o), bool)
+    new_group[0] = True
+    new_group[1:] = (fo[1:] != fo[:-1]) | (so[1:] != so[:-1])
+    gid = np.cumsum(new_group) - 1
+    step = np.int64(bs + 1)
+    running = np.maximum.accumulate(cover[o] + gid * step) - gid * step  # max so far, in group
+    # what rows of earlier rank left: the running max before this element's rank began
+    first_of_rank = np.empty(len(o), bool)
+    first_of_rank[0] = True
+    first_of_rank[1:] = new_group[1:] | (ro[1:] != ro[:-1])
+    idx = np.maximum.accumulate(np.where(first_of_rank, np.arange(len(o)), 0))
+    before = np.where(new_group[idx], 0, running[np.maximum(idx - 1, 0)])
+    have = np.empty(len(o), np.int64)
+    have[o] = before
+    big = np.iinfo(np.int64).max
+    stop_pos = np.where(have < bs, pos, big)
+    first_stop = np.full(n, big, np.int64)
+    nonempty = lengths > 0
+    first_stop[nonempty] = np.minimum.reduceat(stop_pos, starts[nonempty])
+    counted = pos <= first_stop[row_of]
+    hit = np.bincount(row_of, np.where(counted, np.minimum(have, need), 0), minlength=n)
+    cap = (inputs - 1) // sb * sb if sb > 1 else inputs
+    return np.maximum(0, np.minimum(hit.astype(np.int64), cap))
+
+
+def implied_cached_tokens(table: pa.Table, block_size: int,
+                          server_block: int = SERVER_BLOCK) -> np.ndarray:
+    """Per row: prompt tokens an unbounded prefix cache, cold at the trace's start, would
+    serve, requests taken in arrival order (ties in file order), counted in whole
+    ``server_block``-token blocks as the server counts its cached tokens (``implied_hits``;
+    ``server_block`` 1 counts tokens). Rows without hashes (null) hit nothing."""
+    n = table.num_rows
     inputs = _np(_column(table, "input_tokens"), np.int64)
-    return np.minimum(matched_blocks(table) * int(block_size), inputs)
+    hashes = _column(table, "hash_ids").combine_chunks()
+    lengths = _np(pc.fill_null(pc.list_value_length(hashes), 0), np.int64)
+    flat = _np(pc.list_flatten(hashes), np.int64)
+    rank = np.empty(n, np.int64)
+    rank[arrival_order(table)] = np.arange(n, dtype=np.int64)
+    return implied_hits(lengths, flat, inputs, rank, block_size, server_block)
 
 
 def prefix_reuse(table: pa.Table, block_size: int | None = None) -> float | None:
@@ -196,7 +269,8 @@ class AgentStream:
     """One agent stream (``agent_id``) of a session that has more than one: its turns,
     the request that spawned it (its first turn's dependency in another stream) and the
     request that joined it (a later request of another stream that depends on its last
-    turn). Request indices; None where there is none."""
+    turn, other than a stream's first turn, which that turn spawned). Request indices;
+    None where there is none."""
 
     session_id: str
     agent_id: str
@@ -231,9 +305,11 @@ def agent_streams(table: pa.Table) -> list[AgentStream]:
         for r in rows:
             turns.setdefault(of[int(r["request_index"])], []).append(int(r["request_index"]))  # type: ignore[call-overload]
         deps = {int(r["request_index"]): list(r["depends_on"] or []) for r in rows}  # type: ignore[call-overload]
+        firsts = {idx[0] for idx in turns.values()}  # a stream's first turn: its spawn
         for name, idx in turns.items():
             spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
-            joins = [i for i, ds in deps.items() if of[i] != name and idx[-1] in ds]
+            joins = [i for i, ds in deps.items()
+                     if of[i] != name and idx[-1] in ds and i not in firsts]
             out.append(AgentStream(sid, name, len(idx), idx[0], idx[-1],
                                    max(spawn) if spawn else None,
                                    min(joins) if joins else None))

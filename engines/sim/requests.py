@@ -67,6 +67,8 @@ class ToolCall:
     arguments: str
     pieces: tuple[str, ...]
     call_id: str
+    namespace: str | None = None
+    """The Responses ``namespace`` tool that offers it (Codex's ``multi_agent_v1``)."""
 
 
 @dataclass(slots=True)
@@ -264,16 +266,21 @@ def _tools(data: dict[str, Any]) -> list[Any] | None:
     return tools or None
 
 
-def tool_names(tools: Any) -> set[str]:
-    """Names of the tools a request offers, in any API's shape."""
-    out: set[str] = set()
+def tool_names(tools: Any) -> dict[str, str | None]:
+    """Names of the tools a request offers, in any API's shape, each with the Responses
+    ``namespace`` tool that groups it (None: none)."""
+    out: dict[str, str | None] = {}
     for t in tools if isinstance(tools, list) else ():
         if not isinstance(t, dict):
+            continue
+        if t.get("type") == "namespace" and isinstance(t.get("name"), str):
+            for inner in tool_names(t.get("tools")):
+                out.setdefault(inner, t["name"])
             continue
         fn = t.get("function")
         name = fn.get("name") if isinstance(fn, dict) else t.get("name")
         if isinstance(name, str):
-            out.add(name)
+            out[name] = None
     return out
 
 
@@ -303,7 +310,7 @@ def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict
         return req
     pieces = tuple(tok.pieces(spec.arguments))
     call_id = "call_" + secrets.token_hex(12)  # unique, as a real model's are
-    req.tool_call = ToolCall(spec.name, spec.arguments, pieces, call_id)
+    req.tool_call = ToolCall(spec.name, spec.arguments, pieces, call_id, offered[spec.name])
     n = max(1, len(pieces))
     _check_len(len(req.prompt_ids), n, max_model_len)
     req.max_tokens = n

@@ -354,9 +354,12 @@ class ResponsesEncoder:
         status = "completed" if done else "in_progress"
         if self.tool is not None:
             call = self.tool.call
-            return {"id": self.item_id, "type": "function_call", "status": status,
+            item = {"id": self.item_id, "type": "function_call", "status": status,
                     "call_id": call.call_id, "name": call.name,
                     "arguments": orjson.loads(b'"' + text.encode() + b'"') if done else ""}
+            if call.namespace is not None:
+                item["namespace"] = call.namespace
+            return item
         content = ([{"type": "output_text", "text": orjson.loads(b'"' + text.encode() + b'"'),
                      "annotations": []}] if done else [])
         return {"id": self.item_id, "type": "message", "status": status, "role": "assistant",
@@ -433,6 +436,8 @@ def responses_body(*, rid: str, created: int, model: str, text: str, finish: str
         item = {"id": "fc_" + suffix, "type": "function_call", "status": "completed",
                 "call_id": tool_call.call_id, "name": tool_call.name,
                 "arguments": tool_call.arguments}
+        if tool_call.namespace is not None:
+            item["namespace"] = tool_call.namespace
     else:
         item = {"id": "msg_" + suffix, "type": "message", "status": "completed",
                 "role": "assistant",

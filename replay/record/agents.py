@@ -25,12 +25,26 @@ keep to their own lane), else the one that ended last.
   it: it also depends on the subagent's last turn (once per subagent). A subagent still
   running then stays a background branch.
 
+Handoffs (the OpenAI Agents SDK): an agent hands the conversation to another by calling a
+tool ``transfer_to_NAME``; the next request carries that call and another system prompt
+(instructions). Such a request, and every turn that continues it, is agent ``NAME``'s: a
+stream spawned by the turn that called the tool; handing back to an agent whose system
+prompt the session had before returns to that agent's stream, which then joins the one it
+handed to (``handoff_target``, ``Handoffs``).
+
 ``think_ns`` of a turn with dependencies is the gap from the latest dependency's last byte.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agent_replay.engines.replies import is_reply_item
 
 MAIN = "main"
 """``agent_id`` of the main agent's stream (as in ``traces.tree``)."""
@@ -131,3 +145,80 @@ class AgentTracker:
         s = self._sessions.get(session_id)
         if s is not None:
             s.end[request_index] = end_ns
+
+
+HANDOFF_PREFIX = "transfer_to_"
+"""The OpenAI Agents SDK's default name of a handoff tool: ``transfer_to_`` and the target
+agent's name in snake case."""
+
+
+def _tool_names(item: Any) -> list[str]:
+    """Names of the tools a model-produced item calls (chat ``tool_calls``, a Responses
+    ``function_call``, Anthropic ``tool_use`` blocks)."""
+    if item.get("type") == "function_call":
+        return [str(item.get("name") or "")]
+    names = [str((tc.get("function") or {}).get("name") or "")
+             for tc in item.get("tool_calls") or () if isinstance(tc, dict)]
+    content = item.get("content")
+    if isinstance(content, list):
+        names += [str(b.get("name") or "") for b in content
+                  if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return names
+
+
+def handoff_target(items: Sequence[Any]) -> str | None:
+    """The agent the conversation's last reply hands off to (its ``transfer_to_NAME`` tool
+    call: ``NAME``), or None."""
+    i = len(items) - 1
+    while i >= 0 and not is_reply_item(items[i]):
+        i -= 1
+    while i >= 0 and is_reply_item(items[i]):
+        for name in _tool_names(items[i]):
+            if name.startswith(HANDOFF_PREFIX) and len(name) > len(HANDOFF_PREFIX):
+                return name[len(HANDOFF_PREFIX):]
+        i -= 1
+    return None
+
+
+def system_key(system: Any, items: Sequence[Any]) -> bytes:
+    """A digest of the system prompt: the API's own field (``system``, ``instructions``)
+    and the conversation's leading system/developer items."""
+    lead = []
+    for it in items:
+        if not (isinstance(it, dict) and it.get("role") in ("system", "developer")):
+            break
+        lead.append(it)
+    return hashlib.blake2b(orjson.dumps([system, lead], option=orjson.OPT_SORT_KEYS),
+                           digest_size=16).digest()
+
+
+class Handoffs:
+    """The stream of each request of a session in terms of handoffs: ``stream`` is called
+    for requests no header names an agent of, in arrival order."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, dict[bytes, str]] = {}
+        """Session -> system prompt digest -> the stream that had it."""
+        self._stream: dict[tuple[str, int], str] = {}
+
+    def stream(self, session_id: str, request_index: int, parent_index: int, linked: bool,
+               system: Any, items: Sequence[Any]) -> str:
+        names = self._names.get(session_id)
+        if names is None:
+            names = self._names[session_id] = {system_key(system, items): MAIN}
+        own = MAIN
+        if linked and parent_index >= 0:
+            own = self._stream.get((session_id, parent_index), MAIN)
+            target = handoff_target(items)
+            if target is not None:
+                key = system_key(system, items)
+                name = names.get(key)
+                if name is None:
+                    name = target
+                    while name in names.values():
+                        name += "+"
+                    names[key] = name
+                own = name
+        if own != MAIN:
+            self._stream[(session_id, request_index)] = own
+        return own

@@ -135,6 +135,9 @@ MAX_KNOWN_BLOCKS = 1 << 22
 """Block boundaries kept (past this, the oldest half of the prefixes they continue is
 dropped; a prompt that continues one of those starts new boundaries there)."""
 
+MAX_KNOWN_TAILS = 1 << 18
+"""Prompts' last blocks kept, by the block before them (past this, the oldest half)."""
+
 _K = 0x9E3779B97F4A7C15
 _K_INV = pow(_K, -1, 1 << 64)
 _MASK = (1 << 63) - 1
@@ -248,6 +251,38 @@ class PromptUnits:
     estimate: int
     """The prompt's length in tokens: exact for token ids and with a tokenizer, else
     ``ceil(bytes / BYTES_PER_TOKEN)``."""
+    tail: bytes = b""
+    """The units after the last whole grain (fewer than ``GRAIN_BYTES`` bytes)."""
+    data: bytes | None = None
+    """All the units, where they are at hand (not for a big body's prompt, which stays in
+    the helper process): only a prompt with its units can be found to continue an earlier
+    prompt's last block (``PromptHasher``)."""
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The last block of a prompt, where no later prompt's prefix digests can find it (it
+    ends inside a grain, or is partial): its place, the bytes it ends with, its id."""
+
+    index: int
+    """The block's index in its prompt."""
+    complete: int
+    """Whole grains of the prompt."""
+    digest: np.uint64
+    """The prefix digest there."""
+    tail: bytes
+    """The prompt's bytes after them."""
+    tokens: int
+    """Tokens of the block (``block_size`` when full)."""
+    id: int
+    taken: bool = False
+    """A partial block's id, once a longer prompt continued it: a second continuation (a
+    sibling of the first) gets a block of its own, since the two differ after the
+    partial block's end."""
+
+    @property
+    def end(self) -> int:
+        return self.complete * GRAIN_BYTES + len(self.tail)
 
 
 class PromptHasher:
@@ -261,8 +296,19 @@ class PromptHasher:
     evenly over the remaining bytes, as many as the remaining tokens fill. So a
     conversation's next turn shares every full block of the turn before, and sessions that
     share a system prompt and tools share those blocks, whatever the bytes-per-token ratio
-    of either. The boundaries known so far are state: ``ids`` must see the requests in the
-    order they finished (the recorder's flush does)."""
+    of either.
+
+    A prompt's last block usually ends inside a grain that a longer prompt fills
+    differently, so prefix digests cannot find it; it is kept apart (``_Tail``). A later
+    prompt that has matched every block before it and continues all of that prompt's
+    bytes gets its id for the block in that place: a partial block then recurs as a full
+    (or longer) one, which a prefix cache counts for the tokens the partial one filled
+    (``traces.stats.implied_hits``), and a replay builds its tokens as the longer block's
+    beginning. So a conversation's next turn shares the previous prompt's last, partial
+    block too (on average half a block a turn, which a server with smaller blocks caches).
+
+    The boundaries known so far are state: ``ids`` must see the requests in the order they
+    finished (the recorder's flush does)."""
 
     def __init__(self, block_size: int, seed: int, tokenizer: Any | None = None) -> None:
         if block_size < 1:
@@ -274,6 +320,8 @@ class PromptHasher:
         """Id of a full block (-1 before the first) -> the runs of full blocks seen after
         it (and where in the run they start)."""
         self._stored = 0
+        self._tails: dict[int, list[_Tail]] = {}
+        """Id of the block before (-1: none) -> last blocks of prompts seen after it."""
 
     @property
     def unit(self) -> str:
@@ -293,8 +341,9 @@ class PromptHasher:
         else:
             data = "".join(texts).encode()
             est = -(-len(data) // BYTES_PER_TOKEN)
-        return PromptUnits(prefix_digests(grain_digests(data)), None,
-                           len(data) // GRAIN_BYTES, est)
+        whole = len(data) // GRAIN_BYTES
+        return PromptUnits(prefix_digests(grain_digests(data)), None, whole, est,
+                           data[whole * GRAIN_BYTES:], data)
 
     def hash_ids(self, api: str, body: Mapping[str, Any],
                  input_tokens: int | None) -> tuple[list[int], int]:
@@ -331,6 +380,8 @@ class PromptHasher:
             if want > k:
                 known.append(fit_ids(np.zeros(0, dtype=np.int64), want - k))
             return _joined(known)
+        exact = input_tokens is not None and input_tokens >= 0  # not a guess
+        cont = self._continued(prev, k, u, n, want) if exact else None
         # the rest: evenly over the remaining grains, as many blocks as the tokens left fill
         rest = n - k * bs
         j = np.arange(k, want, dtype=np.int64)
@@ -339,13 +390,59 @@ class PromptHasher:
         inner = j < want - 1  # no inner boundary inside the last, partial grain
         ends[inner] = np.maximum(np.minimum(ends[inner], u.complete), start)
         ends[-1] = total
+        if cont is not None:  # block k holds all of the continued prompt's bytes
+            ends = np.maximum(ends, -(-cont.end // GRAIN_BYTES))
         new = _ids_at(self.seed, prefix, ends, j)
+        if cont is not None:
+            new[0] = cont.id
         # full blocks that end on a whole grain are boundaries a later prompt can reuse
         keep = full - k - (1 if full == want and total != u.complete else 0)
-        if keep > 0 and input_tokens is not None and input_tokens >= 0:  # not a guess
+        if keep > 0 and exact:
             self._remember(prev, _Run(ends[:keep], prefix[ends[:keep]], new[:keep]))
+        if exact and keep < want - k and u.data is not None:
+            before = int(new[-2]) if want - k >= 2 else prev
+            self._keep_tail(before, _Tail(want - 1, u.complete, prefix[u.complete], u.tail,
+                                          n - (want - 1) * bs, int(new[-1])))
         known.append(new)
         return _joined(known)
+
+    def _continued(self, prev: int, k: int, u: PromptUnits, n: int, want: int
+                   ) -> _Tail | None:
+        """The last block of an earlier prompt that this one continues at block ``k``
+        (after block ``prev``): every byte of that prompt begins this one, this one is
+        longer, and its block k holds more tokens (the longest such; a partial one that a
+        longer prompt already continued is not offered again)."""
+        data, bs = u.data, self.block_size
+        if data is None:
+            return None
+        best: _Tail | None = None
+        for c in self._tails.get(prev, ()):
+            if c.index != k or (c.taken and c.tokens < bs) or len(data) <= c.end:
+                continue
+            if n - k * bs < (c.tokens + 1 if c.tokens < bs else bs):
+                continue
+            if (want - 1 > k and -(-c.end // GRAIN_BYTES) > u.complete) or \
+                    c.complete >= len(u.prefix) or u.prefix[c.complete] != c.digest:
+                continue
+            if data[c.complete * GRAIN_BYTES:c.end] == c.tail and (best is None or c.end > best.end):
+                best = c
+        if best is not None and best.tokens < bs:
+            best.taken = True
+        return best
+
+    def _keep_tail(self, prev: int, tail: _Tail) -> None:
+        tails = self._tails.get(prev)
+        if tails is None:
+            if len(self._tails) >= MAX_KNOWN_TAILS:
+                for key in list(itertools.islice(self._tails, len(self._tails) // 2)):
+                    del self._tails[key]
+            self._tails[prev] = [tail]
+            return
+        for c in tails:
+            if c.id == tail.id and c.end == tail.end:
+                return  # the same prompt again (a retry): the one kept stands
+        if len(tails) < 8:
+            tails.append(tail)
 
     def _remember(self, prev: int, run: _Run) -> None:
         nexts = self._next.get(prev)

@@ -47,7 +47,7 @@ from agent_replay.redact import (
     split_userinfo,
     strip_secrets,
 )
-from agent_replay.replay.record.agents import AgentTracker
+from agent_replay.replay.record.agents import MAIN, AgentTracker, Handoffs
 from agent_replay.replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
 from agent_replay.replay.record.content import PromptHasher, conversation, load_tokenizer
 from agent_replay.replay.record.guard import MalformedRequests
@@ -169,6 +169,7 @@ class Recorder:
         self._pseudo_key = secrets.token_bytes(16)
         self.tracker = SessionTracker()
         self.agents = AgentTracker()
+        self.handoffs = Handoffs()
         self._root_session: dict[str, str] = {}
         """Child session -> the root session it belongs to (``parent_session`` header)."""
         self.stats = RecorderStats()
@@ -343,10 +344,15 @@ class Recorder:
                                                chains=chains)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
+        linked = assignment.how.endswith(("prefix", "retry"))
+        if agent is None and digest is None:  # an Agents SDK handoff names its agent
+            stream = self.handoffs.stream(assignment.session_id, assignment.request_index,
+                                          assignment.parent_index, linked,
+                                          dialect(ex.info.api).system(ex.info.body), items)
+            agent = None if stream == MAIN else stream
         ex.state["placement"] = self.agents.place(
             assignment.session_id, assignment.request_index, agent,
-            ex.arrival, assignment.parent_index,
-            linked=assignment.how.endswith(("prefix", "retry")))
+            ex.arrival, assignment.parent_index, linked=linked)
         self.stats.sessions = self.tracker.session_count
 
     def _explicit_session(self, ex: Exchange) -> str | None:

@@ -49,12 +49,19 @@ AGENT_ID_HEADER = "x-claude-code-agent-id"
 PARENT_SESSION_HEADER = "x-parent-session-id"
 """opencode's parent session, sent by a subagent's (child session's) requests."""
 
+PARENT_THREAD_HEADER = "x-codex-parent-thread-id"
+"""Codex's parent thread, sent by a subagent thread's requests (which name their own thread
+in ``thread-id`` and the root's session in ``session-id``)."""
+
 
 def agent_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """What a request's headers say about its agent: ``agent_id`` (a Claude Code subagent)
-    and ``parent_session`` (the session that spawned this one, opencode)."""
+    """What a request's headers say about its agent: ``agent_id`` (a Claude Code subagent;
+    a Codex subagent's thread) and ``parent_session`` (the session that spawned this one,
+    opencode)."""
     out = {}
     agent = headers.get(AGENT_ID_HEADER)
+    if not agent and headers.get(PARENT_THREAD_HEADER):
+        agent = headers.get("thread-id") or headers.get("thread_id")
     if agent:
         out["agent_id"] = agent
     parent = headers.get(PARENT_SESSION_HEADER)

@@ -115,6 +115,35 @@ async def test_tool_call_on_a_user_turn_then_text_after_the_result(sim: SimServe
     assert second.usage.output_tokens == 5
 
 
+async def test_a_namespaced_tool_is_called_in_its_namespace() -> None:
+    """Codex offers its subagent tools inside a ``namespace`` tool (``multi_agent_v1``):
+    the engine finds the tool there and names the namespace in its call, streamed or not."""
+    import openai
+    spawn = {"type": "function", "name": "spawn_agent", "description": "spawn",
+             "parameters": {"type": "object", "properties": {"message": {"type": "string"}}}}
+    tools = [BASH_TOOL, {"type": "namespace", "name": "multi_agent_v1",
+                         "description": "agents", "tools": [spawn]}]
+    async with SimServer(SimProfile.load("fast"),
+                         tool_call=['spawn_agent={"message": "ls"}', LS]) as s:
+        client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key="none")
+        for stream in (False, True):
+            resp = await client.responses.create(model=s.profile.model_name, input="go",
+                                                 tools=tools, stream=stream)  # type: ignore[arg-type]
+            if stream:
+                done = None
+                async for ev in resp:  # type: ignore[union-attr]
+                    if ev.type == "response.completed":
+                        done = ev.response
+                resp = done
+            call = resp.output[0].model_dump()  # type: ignore[union-attr]
+            assert (call["type"], call["name"], call.get("namespace")) == (
+                "function_call", "spawn_agent", "multi_agent_v1")
+        plain = await client.responses.create(model=s.profile.model_name, input="go",
+                                              tools=[BASH_TOOL])  # type: ignore[list-item]
+        await client.close()
+    assert plain.output[0].model_dump().get("namespace") is None
+
+
 CLAUDE_TOOLS = [{"name": f"Tool{i}", "description": f"does thing number {i} " * 20,
                  "input_schema": {"type": "object", "properties": {
                      "path": {"type": "string", "description": "where"},

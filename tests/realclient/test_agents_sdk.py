@@ -3,7 +3,8 @@ recorded through the proxy in front of the simulated engine: a triage agent hand
 a maths agent. On Chat Completions the handoff replaces the system message; on the
 Responses API it changes the instructions. Either way the second agent's request carries
 the transfer call and its result, so the recording is one session whose second request is
-the first one's child, and its replay sends the same tokens in the same tree."""
+the first one's child, in the maths agent's stream (named by the transfer tool) spawned by
+the triage turn, and its replay sends the same tokens in the same tree."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.stats import agent_streams
 from tests.realclient.test_real_clients import SECRET, no_secret_written, replay_matches
 
 pytestmark = [pytest.mark.slow, pytest.mark.realclient]
@@ -44,5 +46,9 @@ async def test_handoff_is_one_session(tmp_path: Path, api: str) -> None:
     assert len({r["session_id"] for r in rows}) == 1
     assert [(r["request_index"], r["parent_index"], r["depends_on"]) for r in rows] == [
         (0, -1, []), (1, 0, [0])]
+    assert [r["agent_id"] for r in rows] == ["main", "math_agent"]
+    streams = agent_streams(read_trace(trace)[0])  # what traces inspect lists
+    assert [(a.agent_id, a.first, a.spawned_by, a.joined_by) for a in streams] == [
+        ("main", 0, None, None), ("math_agent", 1, 0, None)]
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")

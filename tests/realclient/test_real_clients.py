@@ -228,6 +228,47 @@ async def test_codex_cli(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
+CODEX_SPAWN = 'spawn_agent={"message": "List the files here."}'
+
+
+async def test_codex_subagent(tmp_path: Path) -> None:
+    """Codex offers spawn_agent (its multi-agent tools, on by default in 0.171); the engine
+    calls it: the subagent runs in a thread of its own (thread-id, x-codex-parent-thread-id)
+    in the root's session. Its requests are a stream of that session, spawned by the turn
+    that called the tool; a subagent may spawn its own (the engine calls the tool on every
+    user turn that offers it). (On the engine the main agent answers the tool's result
+    with text and ends without waiting for the subagent, so the run may end inside it: no
+    join here, and a subagent's last request may be cut.)"""
+    codex = program("codex")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        (home / "config.toml").write_text(
+            f'model = "{model}"\nmodel_provider = "sim"\n\n'
+            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
+            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n'
+            "[analytics]\nenabled = false\n")
+        env = base_env(home)
+        env.update(CODEX_HOME=str(home), SIM_API_KEY=SECRET)
+        return [codex, "exec", "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "Spawn a subagent to list the files here."], env
+
+    trace, rows = await record(tmp_path, [CODEX_SPAWN, CODEX_LS], argv_env)
+    assert len({r["session_id"] for r in rows}) == 1
+    by_index = {r["request_index"]: r for r in rows}
+    threads = {r["agent_id"] for r in rows} - {"main"}
+    assert threads
+    spawners = set()
+    for a in threads:  # a subagent spawns its own too, down to Codex's depth limit
+        first = min((r for r in rows if r["agent_id"] == a), key=lambda r: r["request_index"])
+        spawn = by_index[first["depends_on"][0]]
+        assert spawn["agent_id"] != a and spawn["error"] is None
+        spawners.add(spawn["agent_id"])
+    assert "main" in spawners
+    assert all(r["error"] is None for r in rows if r["agent_id"] == "main")
+    no_secret_written(trace)
+
+
 async def test_mini_swe_agent(tmp_path: Path) -> None:
     mini = program("mini")
 

@@ -54,33 +54,56 @@ def _server_count(body: dict, bytes_per_token: float) -> int:
 
 
 @pytest.mark.parametrize("ratio", [1.3, 2.5, 3.2, 4.0, 6.5])
-def test_next_turn_shares_every_full_block_whatever_the_ratio(ratio: float) -> None:
+def test_next_turn_shares_every_block_whatever_the_ratio(ratio: float) -> None:
     """A conversation grows turn by turn; the server counts more (or fewer) tokens than
-    the bytes suggest. Every turn has ceil(n / block_size) ids, and starts with all of
-    the previous turn's full blocks, so the trace implies what a block-level prefix cache
-    serves: floor(previous n / block_size) blocks (one less when the previous prompt ends
-    with a full block: that block reaches the prompt's last byte, inside a grain the next
-    prompt completes)."""
+    the bytes suggest. Every turn has ceil(n / block_size) ids and starts with all of the
+    previous turn's ids, its last block included (partial there, longer here), so the
+    trace implies what a block-level prefix cache serves."""
     bs = 16
     h = PromptHasher(bs, seed=3)
     sys_text = "You are a careful agent. " * 40
     msgs: list[dict] = []
     prev: list[int] = []
-    prev_n = 0
     for turn in range(8):
         msgs = [*msgs, {"role": "user", "content": f"turn {turn}: " + "run the tests " * (5 + turn)}]
         body = {"system": sys_text, "messages": msgs}
         n = _server_count(body, ratio)
         ids, _ = h.hash_ids("messages", body, n)
         assert len(ids) == -(-n // bs)
-        full = prev_n // bs
-        if prev_n and prev_n % bs == 0:  # its last block ends inside a grain: not reusable
-            full -= 1
-        assert ids[:full] == prev[:full], f"turn {turn}"
-        if prev_n % bs:  # the partial block was completed otherwise
-            assert ids[full] != prev[full]
+        assert ids[:len(prev)] == prev, f"turn {turn}"
+        assert len(set(ids)) == len(ids)
         msgs = [*msgs, {"role": "assistant", "content": f"ok {turn} " + "done " * 9}]
-        prev, prev_n = ids, n
+        prev = ids
+
+
+def test_a_partial_last_block_is_continued_once() -> None:
+    """A prompt ends with a partial block. The first longer prompt that continues all of
+    its bytes takes that block's id; a second one (a sibling: the same start, other bytes
+    after it) gets its own block there, so the two do not claim to share more than the
+    partial block held; the first one sent again (a retry) keeps its ids."""
+    bs = 16
+    h = PromptHasher(bs, seed=5)
+    base = [{"role": "user", "content": "list the files " * 20}]
+    parent = {"messages": base}
+    n = _server_count(parent, 3.0)
+    assert n % bs
+    p_ids, _ = h.hash_ids("chat", parent, n)
+    a = {"messages": [*base, {"role": "assistant", "content": "here they are " * 12}]}
+    b = {"messages": [*base, {"role": "assistant", "content": "nothing found " * 12}]}
+    a_ids, _ = h.hash_ids("chat", a, _server_count(a, 3.0))
+    b_ids, _ = h.hash_ids("chat", b, _server_count(b, 3.0))
+    again, _ = h.hash_ids("chat", a, _server_count(a, 3.0))
+    last = len(p_ids) - 1
+    assert a_ids[:last + 1] == p_ids
+    assert b_ids[:last] == p_ids[:last] and b_ids[last] != p_ids[last]
+    assert again == a_ids
+    # a prompt that does not hold the parent's last bytes does not continue it
+    c = {"messages": [{"role": "user", "content": "list the files " * 19 + "list the fileZ "},
+                      {"role": "assistant", "content": "ok " * 40}]}
+    h2 = PromptHasher(bs, seed=5)
+    p2, _ = h2.hash_ids("chat", parent, n)
+    c_ids, _ = h2.hash_ids("chat", c, _server_count(c, 3.0))
+    assert c_ids[last] != p2[last]
 
 
 def test_sessions_sharing_a_prefix_share_its_blocks() -> None:

@@ -248,3 +248,32 @@ async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) 
                    # main's lane, the child it joins, and (no reply carried) the request
                    # that ended last
                    ("ses_root", "main", [0, 1, 2])]
+
+
+async def test_codex_subagent_threads_are_streams_of_their_session(tmp_path: Path) -> None:
+    """Codex's subagent: a thread of its own (thread-id) in the root's session
+    (session-id), naming its parent thread (x-codex-parent-thread-id). Its requests are a
+    stream named by its thread, spawned by the turn that ended before it and joined by the
+    main thread's next turn."""
+    import anthropic
+
+    from agent_replay.engines.sim import SimServer
+    from agent_replay.replay.record import Recorder
+    from agent_replay.traces.io import read_trace
+
+    trace = tmp_path / "t"
+    root = {"session-id": "th-root", "thread-id": "th-root"}
+    child = {"session-id": "th-root", "thread-id": "th-child",
+             "x-codex-parent-thread-id": "th-root", "x-openai-subagent": "collab_spawn"}
+    async with SimServer("fast") as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
+        for headers, text in ((root, "do it"), (child, "list files"), (child, "and more"),
+                              (root, "done?")):
+            await client.messages.create(model="sim-fast", max_tokens=5,
+                                         messages=[user(text)], extra_headers=headers)
+        await client.close()
+    rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["request_index"])
+    got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
+    assert got == [("th-root", "main", []), ("th-root", "th-child", [0]),
+                   ("th-root", "th-child", [1]), ("th-root", "main", [0, 2])]

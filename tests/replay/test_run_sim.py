@@ -93,6 +93,41 @@ def test_text_prompts_have_exact_length(sim: SimProcess, tmp_path: Path, api: st
     assert s.mismatches == 0, d["error"]
 
 
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_text_prompts_keep_the_last_blocks_the_trace_shares(sim: SimProcess, tmp_path: Path,
+                                                             api: str) -> None:
+    """Trace blocks of 64 tokens, the engine's of 16, its template 3 tokens before the
+    content and 5 after. a/0 (258 tokens) has 4 whole blocks and 2 tokens of a fifth; the
+    template's last tokens end it inside block 3, which a/1 shares whole. b/0 (296 tokens)
+    ends with a partial block (40 tokens) that b/1 has whole. The engine serves b/1 the 288
+    tokens the trace implies (4 blocks and the partial block's 2 whole server blocks), and
+    a/1 all of block 3's server blocks but the one the template starts in (240 of 256)."""
+    rows = [
+        {"session_id": "a", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
+         "input_tokens": 258, "output_tokens": 2, "hash_ids": [1, 2, 3, 4, 5]},
+        {"session_id": "a", "request_index": 1, "parent_index": 0, "arrival_ns": 100 * MS,
+         "think_ns": MS, "input_tokens": 400, "output_tokens": 2,
+         "hash_ids": [1, 2, 3, 4, 6, 7, 8]},
+        {"session_id": "b", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
+         "input_tokens": 296, "output_tokens": 2, "hash_ids": [11, 12, 13, 14, 15]},
+        {"session_id": "b", "request_index": 1, "parent_index": 0, "arrival_ns": 100 * MS,
+         "think_ns": MS, "input_tokens": 400, "output_tokens": 2,
+         "hash_ids": [11, 12, 13, 14, 15, 16, 17]},
+    ]
+    trace = write_rows(tmp_path / "t.parquet", rows, block_size=64)
+    out = tmp_path / "res"
+    salt = 7 if api == "chat" else 8  # the engine is shared: each run's blocks its own
+    s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), api=api, salt=salt,
+                      scrape_interval_s=0), progress=None)
+    d = rows_of(out)
+    assert s.ok == 4 and s.mismatches == 0, d["error"]
+    got = {(sid, ri): (c, i) for sid, ri, c, i in zip(
+        d["session_id"], d["request_index"], d["cached_tokens"], d["implied_cached_tokens"],
+        strict=True)}
+    assert got[("b", 1)] == (288, 288)
+    assert got[("a", 1)] == (240, 256)
+
+
 @pytest.mark.slow
 def test_two_workers_share_one_t0(sim: SimProcess, tmp_path: Path) -> None:
     rows = chain_rows(16, 2, gap_ns=20 * MS, output_tokens=4)

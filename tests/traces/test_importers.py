@@ -43,8 +43,9 @@ def test_mooncake_sessions_from_prefix_chains(tmp_path: Path) -> None:
     assert [x["request_index"] for x in r] == [0, 0, 1, 2]
     assert [x["parent_index"] for x in r] == [-1, -1, 0, 1]
     assert [x["arrival_ns"] for x in r] == [0, 0, 3_000_000_000, 6_000_000_000]
-    # row 3 finds all four of row 2's ids: 4 * 512
-    assert implied_cached_tokens(res.table, 512).tolist() == [0, 512, 1024, 2048]
+    # row 3 finds row 2's three full blocks and its partial last one, which held 64 tokens
+    # (1600 - 3 * 512): 3 * 512 + 64
+    assert implied_cached_tokens(res.table, 512).tolist() == [0, 512, 1024, 1600]
 
 
 def test_mooncake_popular_prefix_stops_linking() -> None:
@@ -99,7 +100,9 @@ def test_qwen_chat_trees(tmp_path: Path) -> None:
     assert [(x["session_id"], x["request_index"], x["parent_index"]) for x in r] == [
         ("qw-1", 0, -1), ("qw-2", 0, -1), ("qw-1", 1, 0)]
     assert r[2]["arrival_ns"] == 1_250_000_000
-    assert implied_cached_tokens(res.table, 16).tolist() == [0, 0, 32]
+    # chat 3 shares chat 1's first block; chat 1's second held 4 tokens (20 - 16), no
+    # whole server block
+    assert implied_cached_tokens(res.table, 16).tolist() == [0, 0, 16]
 
 
 def test_lmcache_rebuilds_prompt_and_sorts(tmp_path: Path) -> None:
@@ -371,8 +374,9 @@ def test_lmcache_magagent_repeated_prompt_is_not_inflated() -> None:
     assert [x["input_tokens"] for x in r] == [math.ceil(len(o["input"].encode()) / 4) for o in raw]
     assert [x["input_tokens"] for x in r[1:]] == [948, 948, 948]  # ceil(3790 / 4)
     assert [x["parent_index"] for x in r] == [-1, -1, 1, 2]
-    # a resend shares its whole prompt (every hash block) with the call before it
-    assert implied_cached_tokens(res.table, 16).tolist()[2:] == [948, 948]
+    # a resend shares its whole prompt (every hash block) with the call before it, all
+    # but the last token, which a server always computes: (948 - 1) // 16 * 16
+    assert implied_cached_tokens(res.table, 16).tolist()[2:] == [944, 944]
     assert any("2 rows repeat their conversation's last input" in n for n in res.notes)
 
 

@@ -14,6 +14,7 @@ from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.stats import (
     agent_streams,
     implied_cached_tokens,
+    implied_hits,
     matched_blocks,
     prefix_reuse,
     session_cache,
@@ -34,20 +35,43 @@ def table(**cols: list[object]) -> pa.Table:
 
 
 def test_implied_cached_tokens_hand_computed() -> None:
-    # arrival order: row0 (t=0), row2 (t=1, file order tie-break), row1 (t=1), row3 (t=5)
+    # arrival order: row0 (t=0), row1 (t=1, file order breaks the tie), row2 (t=1), row3 (t=5)
     t = table(arrival_ns=[0, 1, 1, 5], input_tokens=[30, 40, 20, 64],
               hash_ids=[[1, 2], [1, 2, 3], [1, 7], [9, 2, 3, 4]],
               session_id=["a", "b", "c", "d"], request_index=[0, 0, 0, 0], parent_index=[-1] * 4)
     assert matched_blocks(t).tolist() == [0, 2, 1, 0]
-    # row1: 2 blocks * 16 = 32 <= 40; row2: 1 block = 16; row3 leads with an unseen hash
-    assert implied_cached_tokens(t, 16).tolist() == [0, 32, 16, 0]
+    # counted in tokens: row0 left block 2 with 14 tokens, so row1 gets 16 + 14 = 30 and
+    # stops there; row2 block 1 = 16; row3 leads with an unseen hash
+    assert implied_cached_tokens(t, 16, server_block=1).tolist() == [0, 30, 16, 0]
+    # as a server with 16-token blocks counts: row0's 14 tokens fill no server block, and
+    # row2 (20 tokens) never gets its last token cached: (20 - 1) // 16 * 16 = 16
+    assert implied_cached_tokens(t, 16).tolist() == [0, 16, 16, 0]
     assert prefix_reuse(t) == pytest.approx(3 / 11)
 
 
 def test_implied_cached_tokens_caps_at_input_and_handles_nulls() -> None:
     t = table(input_tokens=[20, 20, 5], hash_ids=[[1, 2], [1, 2], None])
-    assert implied_cached_tokens(t, 16).tolist() == [0, 20, 0]
+    assert implied_cached_tokens(t, 16, server_block=1).tolist() == [0, 20, 0]
+    assert implied_cached_tokens(t, 16).tolist() == [0, 16, 0]
     assert prefix_reuse(table(hash_ids=[None, None])) is None
+
+
+def test_a_partial_block_counts_for_what_it_filled() -> None:
+    """Block size 64. Row 0 (100 tokens) ends with a 36-token block 2, which rows 1 and 2
+    have whole: row 1 gets 64 + 32 (the partial block's 2 whole server blocks) and stops
+    there; row 2 comes after row 1 filled block 2, so gets 64 + 64 + 52 (its last block
+    whole, as row 1 left it), capped at its own last token: (180 - 1) // 16 * 16 = 176. Replay clones (``space``)
+    share nothing."""
+    lengths = np.array([2, 4, 3])
+    flat = np.array([1, 2, 1, 2, 3, 4, 1, 2, 3])
+    inputs = np.array([100, 250, 180])
+    assert implied_hits(lengths, flat, inputs, np.arange(3), 64).tolist() == [0, 96, 176]
+    assert implied_hits(lengths, flat, inputs, np.arange(3), 64, server_block=1
+                        ).tolist() == [0, 100, 180]
+    # the other way round: row 2 first leaves 48 tokens of block 3 whole in server blocks
+    assert implied_hits(lengths, flat, inputs, np.array([2, 1, 0]), 64).tolist() == [96, 176, 0]
+    assert implied_hits(lengths, flat, inputs, np.arange(3), 64,
+                        space=np.array([0, 1, 0])).tolist() == [0, 0, 96]
 
 
 def test_summary_counts() -> None:
@@ -115,19 +139,19 @@ def test_session_cache_rates_by_hand() -> None:
     implied); the server said 10 and 20 cached for a, nothing known for one of b's rows."""
     t = table(session_id=["a", "b", "a", "b"], request_index=[0, 0, 1, 1],
               parent_index=[-1, -1, 0, 0], arrival_ns=[0, 1, 2, 3],
-              input_tokens=[40, 20, 50, 30], cached_tokens=[0, 0, 32, None],
+              input_tokens=[48, 20, 50, 30], cached_tokens=[0, 0, 32, None],
               hash_ids=[[1, 2, 3], [7, 8], [1, 2, 3, 4], [1, 9]])
     a, b = session_cache(t, 16)
-    assert (a.session_id, a.requests, a.input_tokens) == ("a", 2, 90)
+    assert (a.session_id, a.requests, a.input_tokens) == ("a", 2, 98)
     assert a.server_cached == 32 and a.implied_cached == 48
-    assert a.server_rate == pytest.approx(32 / 90) and a.implied_rate == pytest.approx(48 / 90)
+    assert a.server_rate == pytest.approx(32 / 98) and a.implied_rate == pytest.approx(48 / 98)
     assert b.server_cached is None and b.implied_cached == 16 and b.server_rate is None
     s = summarize(t, 16)
     assert s.sessions_cache == [a, b]
     out = io.StringIO()
     Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=16), "t"))
     text = out.getvalue()
-    assert "35.6%" in text and "53.3%" in text  # a: 32/90 server, 48/90 implied
+    assert "32.7%" in text and "49.0%" in text  # a: 32/98 server, 48/98 implied
 
 
 def test_agent_streams_spawn_and_join_by_hand() -> None:
