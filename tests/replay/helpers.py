@@ -17,20 +17,30 @@ from agent_replay.traces.schema import TraceMeta
 MS = 1_000_000
 
 
-def trace_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
-    cols: dict[str, list[Any]] = {k: [] for k in (
-        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "cached_tokens", "hash_ids", "end_ns", "api")}
-    for r in rows:
-        for k in cols:
-            cols[k].append(r.get(k))
-    schema = pa.schema([("session_id", pa.string()), ("request_index", pa.int32()),
-                        ("parent_index", pa.int32()), ("arrival_ns", pa.int64()),
-                        ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-                        ("output_tokens", pa.int32()), ("cached_tokens", pa.int32()),
-                        ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
-                        ("api", pa.string())])
-    return pa.table(cols, schema=schema)
+TYPES: dict[str, pa.DataType] = {
+    "session_id": pa.string(), "request_index": pa.int32(), "parent_index": pa.int32(),
+    "arrival_ns": pa.int64(), "think_ns": pa.int64(), "input_tokens": pa.int32(),
+    "output_tokens": pa.int32(), "cached_tokens": pa.int32(), "hash_ids": pa.list_(pa.int64()),
+    "end_ns": pa.int64(), "api": pa.string(), "agent_id": pa.string(),
+    "depends_on": pa.list_(pa.int32())}
+BASIC = ("session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
+         "output_tokens", "cached_tokens", "hash_ids", "end_ns", "api")
+
+
+def trace_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = BASIC) -> pa.Table:
+    """Rows -> a trace table of ``columns`` (typed by ``TYPES``; a key a row lacks is null)."""
+    return pa.table({k: [r.get(k) for r in rows] for k in columns},
+                    schema=pa.schema([(k, TYPES[k]) for k in columns]))
+
+
+def tree_rows_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Rows that all have the same keys -> a trace table of exactly those columns."""
+    return trace_table(rows, list(rows[0]))
+
+
+def columns_table(cols: dict[str, list[Any]]) -> pa.Table:
+    """Columns by name -> a trace table typed by ``TYPES``."""
+    return pa.table(cols, schema=pa.schema([(k, TYPES[k]) for k in cols]))
 
 
 def chain_rows(n_sessions: int, per_session: int, *, gap_ns: int = 100 * MS, think_ns: int = 50 * MS,

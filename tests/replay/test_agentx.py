@@ -35,7 +35,7 @@ from agent_replay.replay.presets import PRESETS, AgentXSettings
 from agent_replay.replay.run import run
 from agent_replay.traces.io import write_trace
 from agent_replay.traces.schema import TraceMeta
-from tests.replay.helpers import MS, FakeTransport
+from tests.replay.helpers import MS, FakeTransport, columns_table, tree_rows_table
 
 pytestmark = pytest.mark.slow
 
@@ -45,9 +45,7 @@ SPEC = [  # (agent, depends_on, prefix parent) of one tree
 
 
 def tree_table(n_sessions: int = 8, think_ns: int = 30 * MS) -> pa.Table:
-    cols: dict[str, list[Any]] = {k: [] for k in (
-        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "hash_ids", "agent_id", "depends_on")}
+    rows = []
     for s in range(n_sessions):
         blocks: dict[int, list[int]] = {}
         for i, (agent, deps, parent) in enumerate(SPEC):
@@ -55,21 +53,12 @@ def tree_table(n_sessions: int = 8, think_ns: int = 30 * MS) -> pa.Table:
                                                                     (3000 if agent == "x" else 6000))]
             ids = base + [s * 10_000 + 100 * (i + 1) + k for k in range(4)]
             blocks[i] = ids
-            cols["session_id"].append(f"t{s}")
-            cols["request_index"].append(i)
-            cols["parent_index"].append(parent)
-            cols["arrival_ns"].append(s * 7 * MS + i * 100 * MS)
-            cols["think_ns"].append(think_ns if deps else None)
-            cols["input_tokens"].append(16 * len(ids))
-            cols["output_tokens"].append(8)
-            cols["hash_ids"].append(ids)
-            cols["agent_id"].append(agent)
-            cols["depends_on"].append(deps)
-    return pa.table(cols, schema=pa.schema([
-        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
-        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())),
-        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+            rows.append({"session_id": f"t{s}", "request_index": i, "parent_index": parent,
+                         "arrival_ns": s * 7 * MS + i * 100 * MS,
+                         "think_ns": think_ns if deps else None, "input_tokens": 16 * len(ids),
+                         "output_tokens": 8, "hash_ids": ids, "agent_id": agent,
+                         "depends_on": deps})
+    return tree_rows_table(rows)
 
 
 @pytest.fixture(scope="module")
@@ -179,12 +168,7 @@ def idle_tree_table() -> pa.Table:
                      "arrival_ns": i * S, "think_ns": None if think is None else think * MS,
                      "input_tokens": 32, "output_tokens": 4, "hash_ids": [i * 10, i * 10 + 1],
                      "agent_id": agent, "depends_on": deps})
-    cols = {k: [r[k] for r in rows] for k in rows[0]}
-    return pa.table(cols, schema=pa.schema([
-        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
-        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())),
-        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    return tree_rows_table(rows)
 
 
 def test_idle_cap_after_several_skips_keeps_the_schedule_exact() -> None:
@@ -232,11 +216,7 @@ def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
                      ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
                      ("end_ns", round(svc * S)), ("agent_id", agent), ("depends_on", deps)):
             cols[k].append(v)
-    return pa.table(cols, schema=pa.schema([
-        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
-        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
-        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    return columns_table(cols)
 
 
 def _first_plays(table: pa.Table, lanes: int, duration_s: float, **kw: Any) -> list[tuple[int, int, int]]:
@@ -517,11 +497,7 @@ def test_tree_idle_cap_shortens_only_stretches_where_the_tree_was_idle() -> None
                      ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
                      ("end_ns", dur * S), ("agent_id", agent), ("depends_on", deps)):
             cols[k].append(v)
-    table = pa.table(cols, schema=pa.schema([
-        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
-        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
-        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    table = columns_table(cols)
     plan = build_plan(table, 16, PlanOptions())
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []
@@ -548,10 +524,7 @@ def test_a_send_due_after_the_duration_goes_if_the_idle_cap_brings_it_before() -
                      ("arrival_ns", i * S), ("think_ns", None if think is None else think * MS),
                      ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i])):
             cols[k].append(v)
-    table = pa.table(cols, schema=pa.schema([
-        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
-        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64()))]))
+    table = columns_table(cols)
     plan = build_plan(table, 16, PlanOptions())
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []

@@ -11,7 +11,7 @@ from agent_replay.replay.clock import FakeClock
 from agent_replay.replay.driver import Driver
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import PlanOptions, build_plan, speedup_warning
-from tests.replay.helpers import MS, FakeTransport
+from tests.replay.helpers import MS, FakeTransport, columns_table
 
 S = 1_000 * MS
 # main 0 (0-1 s) spawns x: x0 at 2 s ends 5 s; main 1 at 6 s depends on main 0 only (x ran
@@ -29,11 +29,7 @@ def table() -> pa.Table:
                      ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
                      ("end_ns", dur * S), ("agent_id", agent), ("depends_on", deps)):
             cols[k].append(v)
-    return pa.table(cols, schema=pa.schema([
-        ("session_id", pa.string()), ("request_index", pa.int32()), ("parent_index", pa.int32()),
-        ("arrival_ns", pa.int64()), ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-        ("output_tokens", pa.int32()), ("hash_ids", pa.list_(pa.int64())), ("end_ns", pa.int64()),
-        ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
+    return columns_table(cols)
 
 
 def sends(opts: PlanOptions) -> dict[int, tuple[int, int]]:
