@@ -10,7 +10,7 @@ records every chunk's write time; each client (us, ``vllm bench serve``, GuideLL
 runs on core 1 with the same workload (128 in / 256 out tokens). Per run: the chunks/s the
 server delivered (and % of offered), the client's CPU per chunk over the workload's window
 (its whole process tree, read every 10 ms from the processes' CPU-time clocks; start-up,
-its own test requests and the work after the last chunk excluded; see
+its own requests before the workload and the work after the last chunk excluded; see
 benchmarks/peers/harness.py) beside its CPU per chunk over the whole run (what a user pays),
 and the client's own TTFT and ITL against the server's ground truth. Also with speculative multi-token chunks (1..4 tokens per chunk), and
 our 1 vs 2 local workers. (c) proxy overhead and (d) trace/report speeds come from the
@@ -247,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         "ours at the same point.",
         client_table(rows),
         "### client CPU: the window and the whole run",
-        "'before' = start-up (imports, tokenizer, dataset or plan, a client's own test "
-        "requests), 'after' = the end (metrics, reports, result files); whole run = the "
+        "'before' = start-up (imports, tokenizer, dataset or plan, a client's own "
+        "requests before the workload), 'after' = the end (metrics, reports, result files); whole run = the "
         "client's wait4 CPU (user + system, every process) / the workload's chunks: what a "
         "user pays for this run. 'ours / it' = our CPU per chunk divided by that client's.",
         cpu_table(rows),

@@ -5,8 +5,9 @@ its whole process tree, and the ground truth's own figures.
 Method (the same for every client): the server records ``monotonic_ns`` when each request
 arrived and right after each chunk was written. The window is the workload's: from the
 arrival of the first of the client's N workload requests to the last chunk written; a
-client's own extra requests before its workload (``vllm bench serve``'s single-prompt test
-run) are left out of the window and of its chunks. A client's CPU is the CPU time of all its
+client's own extra requests before its workload (a warm-up; ``vllm bench serve`` sends a
+single-prompt test run when ``--ready-check-timeout-sec`` is above 0, which is not its
+default in 0.32) are left out of the window and of its chunks. A client's CPU is the CPU time of all its
 processes, read from each process's CPU-time clock (nanoseconds, every thread, living and
 ended) every ``CPU_PERIOD_S`` and interpolated to the window's two ends, so start-up
 (imports, tokenizer loading, dataset building) and the work after the last chunk (metrics,
