@@ -53,6 +53,7 @@ LOW_WATER = 16384
 _ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 64
 _TS = struct.Struct("qq")
 _unpack_ts = _TS.unpack_from
+_monotonic_ns = time.monotonic_ns
 _SOL_SOCKET = socket.SOL_SOCKET
 WATCHDOG_S = 0.01
 _READY = select.POLLIN | select.POLLERR | select.POLLHUP
@@ -84,6 +85,10 @@ def realtime_offset_ns(samples: int = 5) -> int:
 
 class StampedTransport:
     """One connected TCP socket, read with ``recvmsg`` for the kernel's receive time."""
+
+    __slots__ = ("__weakref__", "_closing", "_fd", "_loop", "_lost", "_offset", "_out",
+                 "_protocol", "_reading", "_received", "_recvmsg", "_sock", "_watchdog",
+                 "_write_paused", "reads")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
                  protocol: StampedProtocol) -> None:
@@ -124,14 +129,15 @@ class StampedTransport:
         except OSError as exc:
             self._connection_lost(exc)
             return
-        now = time.monotonic_ns()
+        now = _monotonic_ns()
         if not data:
             self._loop.remove_reader(self._fd)
             self._protocol.eof_received()
             self._connection_lost(None)
             return
         t = now
-        for level, kind, payload in anc:  # one entry: only SO_TIMESTAMPNS is asked for
+        if anc:  # one entry: only SO_TIMESTAMPNS is asked for
+            level, kind, payload = anc[0]
             if level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
                 sec, nsec = _unpack_ts(payload)
                 ts = sec * 1_000_000_000 + nsec - self._offset
