@@ -26,6 +26,7 @@ import argparse
 import datetime as dt
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,13 +110,13 @@ def _pct(a: Any, b: Any) -> str:
 
 
 def client_table(rows: list[dict[str, Any]]) -> str:
-    ours = {(r["conc"], r["spec"]): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
+    ours = {_point(r): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
     out = ["| client | streams | spec | chunks/s (% offered) | CPU us/chunk | vs ours | client core "
            "| TTFT mean ms (GT) | TTFT - GT | engine queue | ITL mean ms (GT) | ITL P99 ms (GT) "
            "| P99 err | sched. lag P99 |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        base = ours.get((r["conc"], r["spec"]))
+        base = ours.get(_point(r))
         ratio = "-" if base is None or not base["cpu_us_chunk"] or r["cpu_us_chunk"] is None else \
             f"{r['cpu_us_chunk'] / base['cpu_us_chunk']:.2f}x"
         err = f" ({r['error']})" if r.get("error") else ""
@@ -131,11 +132,36 @@ def client_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _point(r: dict[str, Any]) -> tuple[int, int, int]:
+    """A row's load point and repeat: rows of one point and repeat are compared."""
+    return r["conc"], r["spec"], r.get("rep", 1)
+
+
+def ratio_summary(rows: list[dict[str, Any]]) -> str:
+    """Our CPU per chunk / each other client's, per repeat and their median, per stream
+    count: in the window and over the whole run."""
+    ours = {_point(r): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
+    out = ["| client | streams | ours / it, window: per repeat (median) "
+           "| ours / it, whole run: per repeat (median) |", "|---|---|---|---|"]
+    seen: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["key"] != "ours":
+            seen.setdefault((r["client"], r["conc"], r["spec"]), []).append(r)
+    for (client, conc, _spec), rs in seen.items():
+        cells = []
+        for key in ("cpu_us_chunk", "cpu_us_chunk_total"):
+            vals = [ours[_point(r)][key] / r[key] for r in rs
+                    if _point(r) in ours and r.get(key) and ours[_point(r)].get(key) is not None]
+            cells.append(", ".join(f"{v:.2f}" for v in vals) + (f" ({statistics.median(vals):.2f})" if vals else "-"))
+        out.append(f"| {client} | {conc} | {cells[0]} | {cells[1]} |")
+    return "\n".join(out)
+
+
 def cpu_table(rows: list[dict[str, Any]]) -> str:
     """Each client's CPU: in the window (the per-chunk figure above), before it (start-up)
     and after it (the end: metrics, reports, files), and per chunk over the whole run, with
     ours / that client for both."""
-    ours = {(r["conc"], r["spec"]): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
+    ours = {_point(r): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
     out = ["| client | streams | spec | CPU s before / window / after | CPU us/chunk, window "
            "| ours / it | CPU us/chunk, whole run | ours / it | host load (1 min) at start "
            "| steal |",
@@ -147,7 +173,7 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
         return f"{base[key] / r[key]:.2f}"
 
     for r in rows:
-        base = ours.get((r["conc"], r["spec"]))
+        base = ours.get(_point(r))
         out.append(
             f"| {r['client']} | {r['conc']} | {'1-4 tok' if r['spec'] else '1 tok'} | "
             f"{_f(r.get('cpu_before_s'))} / {_f(r.get('cpu_window_s'))} / {_f(r.get('cpu_after_s'))} | "
@@ -190,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                     "guidellm, aiperf")
     ap.add_argument("--streams", default=None, help="comma-separated stream counts (default 64,256)")
     ap.add_argument("--no-install", action="store_true", help="skip peers that are not installed")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every client at every stream count, the clients' order "
+                         "alternated; the CPU ratios get a median over them")
     ap.add_argument("--skip-scripts", action="store_true", help="skip (c) and (d)")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep every run's files in DIR")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest.md"))
@@ -213,9 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     scale_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agent-replay-bench-") as tmp:
         work = Path(args.keep or tmp)
-        for conc in streams:
-            for c in avail:
-                rows.append(one(c, conc, 4 * conc, 0, work))
+        for rep in range(args.repeat):
+            for conc in streams:
+                # alternated order: a drift of the host over a run falls on both sides
+                for c in (avail if rep % 2 == 0 else avail[::-1]):
+                    row = one(c, conc, 4 * conc, 0, work, label=f"-r{rep + 1}" if args.repeat > 1 else "")
+                    row["rep"] = rep + 1
+                    rows.append(row)
         spec_c = 64
         for c in [x for x in avail if x in ("ours", "ours-loop", "ours-aiohttp", "vllm")] if not args.quick else []:
             spec_rows.append(one(c, spec_c, 4 * spec_c, 3, work))
@@ -252,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         "client's wait4 CPU (user + system, every process) / the workload's chunks: what a "
         "user pays for this run. 'ours / it' = our CPU per chunk divided by that client's.",
         cpu_table(rows),
+        "### our CPU per chunk / theirs, by repeat",
+        ratio_summary(rows),
     ]
     if spec_rows:
         parts += ["### speculative multi-token chunks (1-4 tokens per chunk, mean about 2.5)",
