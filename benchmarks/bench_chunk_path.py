@@ -24,7 +24,8 @@ load of other processes, so they compare two versions of the code on a busy mach
 
     PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --requests 400
     PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --callgrind --mode protocol
-    PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --mode loop --streams 256 --ready 16
+    PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --mode loop --streams 256 --ready 16 \
+        --requests 2 --repeat 3
     PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --profile   # cProfile, top functions
 """
 
