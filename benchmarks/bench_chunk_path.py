@@ -9,7 +9,12 @@ frame per read), and fed R times through the client's per-read path:
   SSE split, the token count, the record's appends), then ``EventStream.finish``;
 * ``--mode socket``: the same reads written into a socketpair and taken by the kernel-stamped
   transport (``StampedTransport._on_readable``: ``recvmsg``, the stamp), so the system calls
-  of both ends are in it.
+  of both ends are in it;
+* ``--mode loop``: ``--streams`` connections on a running event loop (uvloop when installed),
+  each a socketpair with its stamped transport; every read of the response is written to
+  ``--ready`` streams at a time and the loop runs until it has served them, so each loop
+  wake-up finds that many sockets ready: the loop's dispatch (epoll, the reader callbacks)
+  is in it.
 
 It prints ns per chunk (wall clock: noisy on a shared host) and, with ``--callgrind``,
 instructions per chunk: the difference in instructions between R=``--small`` and
@@ -19,6 +24,8 @@ load of other processes, so they compare two versions of the code on a busy mach
 
     PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --requests 400
     PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --callgrind --mode protocol
+    PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --mode loop --streams 256 --ready 16 \
+        --requests 2 --repeat 3
     PYTHONPATH=$PWD python benchmarks/bench_chunk_path.py --profile   # cProfile, top functions
 """
 
@@ -86,8 +93,11 @@ class _NullTransport:
         pass
 
 
-def run(reads: list[bytes], requests: int, mode: str) -> tuple[int, float]:
+def run(reads: list[bytes], requests: int, mode: str, streams: int = 1, ready: int = 1
+        ) -> tuple[int, float]:
     """Feed the reads ``requests`` times; (chunks recorded, seconds in the loop)."""
+    if mode == "loop":
+        return run_loop(reads, requests, streams, ready)
     from agent_replay.engines import kstamp
     from agent_replay.replay.client import EventStream
     from agent_replay.replay.fastclient import H1Connection
@@ -141,14 +151,68 @@ def run(reads: list[bytes], requests: int, mode: str) -> tuple[int, float]:
     return chunks, elapsed
 
 
-def callgrind(reads_file: str, small: int, large: int, mode: str) -> dict[str, float]:
+def run_loop(reads: list[bytes], requests: int, streams: int, ready: int) -> tuple[int, float]:
+    """``--mode loop``: (chunks recorded, CPU seconds of this process in the loop)."""
+    from agent_replay.engines import aio, kstamp
+    from agent_replay.replay.client import EventStream
+    from agent_replay.replay.fastclient import H1Connection
+    from agent_replay.replay.outcome import RequestRecord
+
+    async def main() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        pairs = [socket.socketpair() for _ in range(streams)]
+        conns = [H1Connection() for _ in range(streams)]
+        transports = []
+        for (a, b), conn in zip(pairs, conns, strict=True):
+            a.setblocking(False)
+            b.setblocking(False)
+            transports.append(kstamp.StampedTransport(loop, b, conn))
+        sends = [a.send for a, _b in pairs]
+        chunks = 0
+        start = time.process_time()
+        for i in range(requests):
+            recs, waiters = [], []
+            for j, conn in enumerate(conns):
+                rec = RequestRecord(session_id="s", request_index=i, parent_index=-1, clone=0,
+                                    worker=0, request_id=f"r{i}-{j}", api="completions",
+                                    expected_input_tokens=PROMPT, expected_output_tokens=OUTPUT,
+                                    implied_cached_tokens=0)
+                waiter: asyncio.Future[int] = loop.create_future()
+                conn.begin(rec, EventStream(rec, "completions"), waiter)
+                recs.append(rec)
+                waiters.append(waiter)
+            for data in reads:
+                for g in range(0, streams, ready):
+                    group = conns[g:g + ready]
+                    marks = [c.last_t for c in group]
+                    for send in sends[g:g + ready]:
+                        send(data)
+                    while any(c.last_t == m for c, m in zip(group, marks, strict=True)):
+                        await asyncio.sleep(0)
+            for rec, waiter in zip(recs, waiters, strict=True):
+                if not waiter.done() or len(rec.chunk_ns) != OUTPUT:
+                    raise SystemExit("a response did not end with every chunk")
+                chunks += len(rec.chunk_ns)
+        elapsed = time.process_time() - start
+        for t in transports:
+            t.abort()
+        await asyncio.sleep(0)
+        for a, _b in pairs:
+            a.close()
+        return chunks, elapsed
+
+    return aio.run(main(), "uvloop")
+
+
+def callgrind(reads_file: str, small: int, large: int, mode: str, streams: int, ready: int
+              ) -> dict[str, float]:
     counts = {}
     for r in (small, large):
         with tempfile.TemporaryDirectory() as d:
             out = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out",
                  sys.executable, __file__, "--reads", reads_file, "--requests", str(r),
-                 "--mode", mode, "--json"],
+                 "--mode", mode, "--streams", str(streams), "--ready", str(ready), "--json"],
                 capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1"))
             m = re.search(r"Collected : (\d+)", out.stderr)
             if out.returncode or m is None:
@@ -162,7 +226,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--small", type=int, default=20, help="the smaller R of --callgrind")
-    ap.add_argument("--mode", choices=("protocol", "socket"), default="protocol")
+    ap.add_argument("--mode", choices=("protocol", "socket", "loop"), default="protocol")
+    ap.add_argument("--streams", type=int, default=64, help="--mode loop: connections")
+    ap.add_argument("--ready", type=int, default=8,
+                    help="--mode loop: streams written to before the loop serves them")
     ap.add_argument("--repeat", type=int, default=5, help="timed repeats (the best is printed)")
     ap.add_argument("--callgrind", action="store_true", help="instructions per chunk (valgrind)")
     ap.add_argument("--profile", action="store_true", help="cProfile of one pass")
@@ -175,14 +242,14 @@ def main() -> None:
     else:
         reads = capture_reads()
     if args.json:  # one pass, for callgrind
-        chunks, _ = run(reads, args.requests, args.mode)
+        chunks, _ = run(reads, args.requests, args.mode, args.streams, args.ready)
         print(json.dumps({"chunks": chunks}))
         return
     if args.callgrind:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="latin-1") as f:
             json.dump([r.decode("latin-1") for r in reads], f)
         try:
-            res = callgrind(f.name, args.small, args.requests, args.mode)
+            res = callgrind(f.name, args.small, args.requests, args.mode, args.streams, args.ready)
         finally:
             os.unlink(f.name)
         print(f"{args.mode}: {res['instructions_per_chunk']:.0f} instructions per chunk "
@@ -193,12 +260,13 @@ def main() -> None:
         import pstats
         prof = cProfile.Profile()
         prof.enable()
-        run(reads, args.requests, args.mode)
+        run(reads, args.requests, args.mode, args.streams, args.ready)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
         return
     best = min(elapsed / chunks for chunks, elapsed in
-               (run(reads, args.requests, args.mode) for _ in range(args.repeat)))
+               (run(reads, args.requests, args.mode, args.streams, args.ready)
+                for _ in range(args.repeat)))
     print(f"{args.mode}: {best * 1e9:.0f} ns per chunk (best of {args.repeat}; {len(reads)} reads "
           f"per response, {args.requests} responses)")
 

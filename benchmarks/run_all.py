@@ -8,9 +8,11 @@ benchmarks/results/latest.md.
 core 0 writes one chunk per stream every 5 ms (offered load = streams x 200 chunks/s) and
 records every chunk's write time; each client (us, ``vllm bench serve``, GuideLLM, AIPerf)
 runs on core 1 with the same workload (128 in / 256 out tokens). Per run: the chunks/s the
-server delivered (and % of offered), the client's CPU per chunk over the streaming window
-(its whole process tree, start-up excluded), and the client's own TTFT and ITL against the
-server's ground truth. Also with speculative multi-token chunks (1..4 tokens per chunk), and
+server delivered (and % of offered), the client's CPU per chunk over the workload's window
+(its whole process tree, read every 10 ms from the processes' CPU-time clocks; start-up,
+its own requests before the workload and the work after the last chunk excluded; see
+benchmarks/peers/harness.py) beside its CPU per chunk over the whole run (what a user pays),
+and the client's own TTFT and ITL against the server's ground truth. Also with speculative multi-token chunks (1..4 tokens per chunk), and
 our 1 vs 2 local workers. (c) proxy overhead and (d) trace/report speeds come from the
 benchmarks/bench_*.py scripts when present. Peers are installed on first use into
 ~/.cache/agent-replay/peers/ (see benchmarks/peers/clients.py).
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,8 +63,10 @@ def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
     with sim_server(profile, gt, srv_core, kernel_arrival=KERNEL_ARRIVAL) as url:
         cmd, env = cl.command(client, url, conc, n, rundir, workers)
         run = run_client(cmd, cli_core, env, rundir / "client.log")
-    truth = read_truth(gt)
-    cpu = run.cpu.between(truth.t0, truth.t1)
+    truth = read_truth(gt).workload(n)
+    run.cpu.save(rundir / "cpu.csv")
+    before, upto = run.cpu.at(truth.t0), run.cpu.at(truth.t1)
+    cpu = upto - before
     rep = cl.reported(client, rundir, truth)
     row: dict[str, Any] = {
         "client": NAMES[client] + (f" x{workers} workers" if workers > 1 else ""), "key": client,
@@ -68,6 +74,9 @@ def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
         "chunks_s": truth.chunks / truth.window_s if truth.window_s > 0 else 0.0,
         "offered": conc * 1000 / INTERVAL_MS, "cpu_us_chunk": cpu / truth.chunks * 1e6 if truth.chunks else None,
         "core": cpu / truth.window_s if truth.window_s > 0 else None,
+        "cpu_before_s": before, "cpu_window_s": cpu, "cpu_after_s": run.total_cpu_s - upto,
+        "cpu_total_s": run.total_cpu_s, "load1": run.load1, "steal": run.steal,
+        "cpu_us_chunk_total": run.total_cpu_s / truth.chunks * 1e6 if truth.chunks else None,
         "gt_ttft": truth.ttft_mean_ms, "gt_ttft_first": truth.ttft_first_read_mean_ms,
         "gt_itl": truth.itl_mean_ms, "gt_itl_p99": truth.itl_p99_ms,
         "ttft": rep.get("ttft"), "itl": rep.get("itl"), "itl_p99": rep.get("itl_p99"),
@@ -79,7 +88,8 @@ def one(client: str, conc: int, n: int, spec: int, work: Path, workers: int = 1,
             row["lag_p99"] = sc["schedule_lag_p99_ns"] / 1e6
     if run.rc != 0:
         row["error"] = run.log.strip().splitlines()[-1][:160] if run.log.strip() else f"exit {run.rc}"
-    print(f"  {tag}: {row['chunks_s']:,.0f} chunks/s, cpu/chunk {row['cpu_us_chunk']}, rc {run.rc}",
+    print(f"  {tag}: {row['chunks_s']:,.0f} chunks/s, cpu/chunk {_f(row['cpu_us_chunk'])} us "
+          f"(whole run {_f(row['cpu_us_chunk_total'])} us), rc {run.rc}",
           file=sys.stderr, flush=True)
     return row
 
@@ -100,13 +110,13 @@ def _pct(a: Any, b: Any) -> str:
 
 
 def client_table(rows: list[dict[str, Any]]) -> str:
-    ours = {(r["conc"], r["spec"]): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
+    ours = {_point(r): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
     out = ["| client | streams | spec | chunks/s (% offered) | CPU us/chunk | vs ours | client core "
            "| TTFT mean ms (GT) | TTFT - GT | engine queue | ITL mean ms (GT) | ITL P99 ms (GT) "
            "| P99 err | sched. lag P99 |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        base = ours.get((r["conc"], r["spec"]))
+        base = ours.get(_point(r))
         ratio = "-" if base is None or not base["cpu_us_chunk"] or r["cpu_us_chunk"] is None else \
             f"{r['cpu_us_chunk'] / base['cpu_us_chunk']:.2f}x"
         err = f" ({r['error']})" if r.get("error") else ""
@@ -119,6 +129,57 @@ def client_table(rows: list[dict[str, Any]]) -> str:
             f"{_f(r['itl'], '{:.3f}')} ({_f(r['gt_itl'], '{:.3f}')}) | "
             f"{_f(r['itl_p99'])} ({_f(r['gt_itl_p99'])}) | {_pct(r['itl_p99'], r['gt_itl_p99'])} | "
             f"{_f(r['lag_p99'])} |")
+    return "\n".join(out)
+
+
+def _point(r: dict[str, Any]) -> tuple[int, int, int]:
+    """A row's load point and repeat: rows of one point and repeat are compared."""
+    return r["conc"], r["spec"], r.get("rep", 1)
+
+
+def ratio_summary(rows: list[dict[str, Any]]) -> str:
+    """Our CPU per chunk / each other client's, per repeat and their median, per stream
+    count: in the window and over the whole run."""
+    ours = {_point(r): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
+    out = ["| client | streams | ours / it, window: per repeat (median) "
+           "| ours / it, whole run: per repeat (median) |", "|---|---|---|---|"]
+    seen: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["key"] != "ours":
+            seen.setdefault((r["client"], r["conc"], r["spec"]), []).append(r)
+    for (client, conc, _spec), rs in seen.items():
+        cells = []
+        for key in ("cpu_us_chunk", "cpu_us_chunk_total"):
+            vals = [ours[_point(r)][key] / r[key] for r in rs
+                    if _point(r) in ours and r.get(key) and ours[_point(r)].get(key) is not None]
+            cells.append(", ".join(f"{v:.2f}" for v in vals) + (f" ({statistics.median(vals):.2f})" if vals else "-"))
+        out.append(f"| {client} | {conc} | {cells[0]} | {cells[1]} |")
+    return "\n".join(out)
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    """Each client's CPU: in the window (the per-chunk figure above), before it (start-up)
+    and after it (the end: metrics, reports, files), and per chunk over the whole run, with
+    ours / that client for both."""
+    ours = {_point(r): r for r in rows if r["key"] == "ours" and "workers" not in r["client"]}
+    out = ["| client | streams | spec | CPU s before / window / after | CPU us/chunk, window "
+           "| ours / it | CPU us/chunk, whole run | ours / it | host load (1 min) at start "
+           "| steal |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def ratio(base: dict[str, Any] | None, r: dict[str, Any], key: str) -> str:
+        if base is None or not r.get(key) or base.get(key) is None:
+            return "-"
+        return f"{base[key] / r[key]:.2f}"
+
+    for r in rows:
+        base = ours.get(_point(r))
+        out.append(
+            f"| {r['client']} | {r['conc']} | {'1-4 tok' if r['spec'] else '1 tok'} | "
+            f"{_f(r.get('cpu_before_s'))} / {_f(r.get('cpu_window_s'))} / {_f(r.get('cpu_after_s'))} | "
+            f"{_f(r['cpu_us_chunk'], '{:.1f}')} | {ratio(base, r, 'cpu_us_chunk')} | "
+            f"{_f(r.get('cpu_us_chunk_total'), '{:.1f}')} | {ratio(base, r, 'cpu_us_chunk_total')} | "
+            f"{_f(r.get('load1'))} | {_f(r.get('steal'), '{:.1%}')} |")
     return "\n".join(out)
 
 
@@ -155,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                     "guidellm, aiperf")
     ap.add_argument("--streams", default=None, help="comma-separated stream counts (default 64,256)")
     ap.add_argument("--no-install", action="store_true", help="skip peers that are not installed")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every client at every stream count, the clients' order "
+                         "alternated; the CPU ratios get a median over them")
     ap.add_argument("--skip-scripts", action="store_true", help="skip (c) and (d)")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep every run's files in DIR")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest.md"))
@@ -178,9 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     scale_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agent-replay-bench-") as tmp:
         work = Path(args.keep or tmp)
-        for conc in streams:
-            for c in avail:
-                rows.append(one(c, conc, 4 * conc, 0, work))
+        for rep in range(args.repeat):
+            for conc in streams:
+                # alternated order: a drift of the host over a run falls on both sides
+                for c in (avail if rep % 2 == 0 else avail[::-1]):
+                    row = one(c, conc, 4 * conc, 0, work, label=f"-r{rep + 1}" if args.repeat > 1 else "")
+                    row["rep"] = rep + 1
+                    rows.append(row)
         spec_c = 64
         for c in [x for x in avail if x in ("ours", "ours-loop", "ours-aiohttp", "vllm")] if not args.quick else []:
             spec_rows.append(one(c, spec_c, 4 * spec_c, 3, work))
@@ -205,9 +273,20 @@ def main(argv: list[str] | None = None) -> int:
         "wait from the first byte to its request handler (mean), which is in the truth and so "
         "in every client's TTFT. Our TTFT counts from the request's send (sent_ns + connect_ns: "
         "after a new connection is open); the other clients' from their own stamps. "
-        "CPU us/chunk = the client's whole process tree over the streaming window / chunks "
-        "written. 'vs ours' = that client's CPU per chunk divided by ours at the same point.",
+        "CPU us/chunk = the CPU time of the client's whole process tree over the workload's "
+        "window (the first of its N requests arriving -> the last chunk written; read from "
+        "the processes' CPU-time clocks every 10 ms and interpolated to both ends) / chunks "
+        "written for those N requests. 'vs ours' = that client's CPU per chunk divided by "
+        "ours at the same point.",
         client_table(rows),
+        "### client CPU: the window and the whole run",
+        "'before' = start-up (imports, tokenizer, dataset or plan, a client's own "
+        "requests before the workload), 'after' = the end (metrics, reports, result files); whole run = the "
+        "client's wait4 CPU (user + system, every process) / the workload's chunks: what a "
+        "user pays for this run. 'ours / it' = our CPU per chunk divided by that client's.",
+        cpu_table(rows),
+        "### our CPU per chunk / theirs, by repeat",
+        ratio_summary(rows),
     ]
     if spec_rows:
         parts += ["### speculative multi-token chunks (1-4 tokens per chunk, mean about 2.5)",
@@ -227,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n\n".join(parts) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
+    Path(args.out).with_suffix(".json").write_text(json.dumps(
+        {"stamp": stamp, "commit": code_version(), "rows": rows + spec_rows + scale_rows},
+        indent=1, default=str))
     print(text)
     return 0
 

@@ -50,6 +50,10 @@ CONNECT_TIMEOUT_S = 10.0
 ERROR_BODY = 4096
 """Bytes of a non-200 response body kept for the error message."""
 _HEX = frozenset(b"0123456789abcdefABCDEF")
+_SIZES: dict[bytes, int] = {}
+"""Chunk-size lines seen (hex digits only) and their values: an SSE stream repeats a few
+sizes, and a lookup costs less than checking and converting the digits every chunk."""
+_SIZES_KEPT = 4096
 
 _IDLE, _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE = range(5)
 
@@ -141,10 +145,15 @@ class H1Connection(asyncio.Protocol):
                     if not 0 < i - pos < 9:
                         break
                     size = data[pos:i]
-                    if not _HEX.issuperset(size):
-                        break
+                    length = _SIZES.get(size)
+                    if length is None:
+                        if not _HEX.issuperset(size):
+                            break
+                        length = int(size, 16)
+                        if len(_SIZES) < _SIZES_KEPT:
+                            _SIZES[size] = length
                     start = i + 2
-                    end = start + int(size, 16)
+                    end = start + length
                     if end == start or end + 2 > n or data[end] != 13 or data[end + 1] != 10:
                         break
                     feed(data, start, end, t)

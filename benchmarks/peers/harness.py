@@ -3,10 +3,17 @@ core with ground truth on, a client pinned to the other core, the client's CPU s
 its whole process tree, and the ground truth's own figures.
 
 Method (the same for every client): the server records ``monotonic_ns`` when each request
-arrived and right after each chunk was written. The window is from the first arrival to
-the last chunk written. A client's CPU is the user+system time of all its processes,
-sampled every 0.2 s and interpolated to that window, so start-up (imports, tokenizer
-loading) is not counted. CPU per chunk = that CPU / chunks the server wrote in the window.
+arrived and right after each chunk was written. The window is the workload's: from the
+arrival of the first of the client's N workload requests to the last chunk written; a
+client's own extra requests before its workload (a warm-up; ``vllm bench serve`` sends a
+single-prompt test run when ``--ready-check-timeout-sec`` is above 0, which is not its
+default in 0.32) are left out of the window and of its chunks. A client's CPU is the CPU time of all its
+processes, read from each process's CPU-time clock (nanoseconds, every thread, living and
+ended) every ``CPU_PERIOD_S`` and interpolated to the window's two ends, so start-up
+(imports, tokenizer loading, dataset building) and the work after the last chunk (metrics,
+reports, result files) are not counted, and each end is off by at most one period of CPU.
+CPU per chunk = that CPU / chunks the server wrote in the window. What a whole run costs
+(start-up and the end included) is the client's ``wait4`` resource usage, kept beside it.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,15 +93,40 @@ def sim_server(profile: Path, gt: Path, core: str, kernel_arrival: bool = False)
                 proc.wait()
 
 
-class TreeCpu:
-    """Samples user+system CPU seconds of a process and all its descendants (dead ones keep
-    their last reading) every ``period`` seconds, against ``time.monotonic_ns()``."""
+CPU_PERIOD_S = 0.01
+"""How often the client's CPU clocks are read: 10 ms, so each end of the window is off by at
+most 10 ms of one core's time (the old 0.2 s period put up to 0.2 s of start-up or report CPU
+into a window that holds 0.5-3 s of CPU)."""
+CHILDREN_PERIOD_S = 0.25
+"""How often the client's process tree is listed anew (a scan of /proc: the costly part)."""
 
-    def __init__(self, pid: int, period: float = 0.2) -> None:
+
+def process_cpu_clock(pid: int) -> int:
+    """Linux's CPU-time clock of process ``pid`` (``clock_getcpuclockid``: all its threads,
+    nanoseconds), for ``time.clock_gettime_ns``."""
+    return (~pid << 3) | 2  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by process ``pid``: its CPU-time clock where the platform has
+    one, else user + system from psutil (10 ms resolution)."""
+    if sys.platform.startswith("linux"):
+        return time.clock_gettime_ns(process_cpu_clock(pid)) / 1e9
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+class TreeCpu:
+    """Samples the CPU seconds of a process and all its descendants (ended ones keep their
+    last reading) every ``period`` seconds, against ``time.monotonic_ns()``."""
+
+    def __init__(self, pid: int, period: float = CPU_PERIOD_S) -> None:
         self.root = psutil.Process(pid)
         self.period = period
         self.samples: list[tuple[int, float]] = []
         self._last: dict[int, float] = {}
+        self._pids: list[int] = [pid]
+        self._listed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -103,34 +135,45 @@ class TreeCpu:
         return self
 
     def _read(self) -> float:
-        try:
-            procs = [self.root, *self.root.children(recursive=True)]
-        except psutil.Error:
-            procs = []
-        for p in procs:
+        now = time.monotonic_ns()
+        if now - self._listed >= CHILDREN_PERIOD_S * 1e9:
+            self._listed = now
             try:
-                t = p.cpu_times()
-                self._last[p.pid] = t.user + t.system
+                self._pids = [self.root.pid, *(p.pid for p in self.root.children(recursive=True))]
             except psutil.Error:
+                pass
+        for pid in self._pids:
+            try:
+                self._last[pid] = process_cpu_s(pid)
+            except (OSError, psutil.Error):
                 pass
         return sum(self._last.values())
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic_ns(), self._read()))
+            t = time.monotonic_ns()
+            self.samples.append((t, self._read()))
             self._stop.wait(self.period)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
 
-    def between(self, t0: int, t1: int) -> float:
-        """CPU seconds used between two monotonic instants (linear interpolation)."""
+    def at(self, t: int) -> float:
+        """CPU seconds used by ``t`` (linear interpolation between samples)."""
         if len(self.samples) < 2:
             return float("nan")
         ts = np.array([s[0] for s in self.samples], dtype=np.float64)
         cpu = np.array([s[1] for s in self.samples])
-        return float(np.interp(t1, ts, cpu) - np.interp(t0, ts, cpu))
+        return float(np.interp(t, ts, cpu))
+
+    def between(self, t0: int, t1: int) -> float:
+        """CPU seconds used between two monotonic instants (linear interpolation)."""
+        return self.at(t1) - self.at(t0)
+
+    def save(self, path: Path) -> None:
+        """The samples as CSV (monotonic ns, CPU s), to look at the edges of a window."""
+        path.write_text("t_ns,cpu_s\n" + "".join(f"{t},{c:.6f}\n" for t, c in self.samples))
 
 
 @dataclass
@@ -139,23 +182,57 @@ class ClientRun:
     wall_s: float
     cpu: TreeCpu
     log: str
+    total_cpu_s: float = float("nan")
+    """User + system CPU of the whole run (``wait4``: the client and every descendant it
+    waited for), start-up and the end included: what the user pays for the run."""
+    load1: float = float("nan")
+    """The host's 1-minute load average when the client started."""
+    steal: float = float("nan")
+    """Share of the host's CPU time stolen by the hypervisor while the client ran."""
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(all, steal) clock ticks of the host so far, from /proc/stat; (0, 0) elsewhere."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(f[:8]), f[7] if len(f) > 7 else 0
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, float]:
+    """Wait for ``proc`` (SIGKILL to its session after ``timeout`` s); (exit code, its
+    user + system CPU seconds with its waited-for descendants)."""
+    deadline = time.monotonic() + timeout
+    killed = False
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, ru.ru_utime + ru.ru_stime
+        if not killed and time.monotonic() > deadline:
+            killed = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.02)
 
 
 def run_client(cmd: Sequence[str], core: str, env: dict[str, str], log: Path,
                timeout: float = 600) -> ClientRun:
     t = time.monotonic()
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    all0, steal0 = _cpu_ticks()
     with open(log, "w") as fh:
         proc = subprocess.Popen(pinned(core, cmd), stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         cpu = TreeCpu(proc.pid).start()
-        try:
-            rc = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
+        rc, total = _wait(proc, timeout)
         cpu.stop()
-    return ClientRun(rc, time.monotonic() - t, cpu, log.read_text(errors="replace")[-3000:])
+    all1, steal1 = _cpu_ticks()
+    steal = (steal1 - steal0) / (all1 - all0) if all1 > all0 else float("nan")
+    return ClientRun(rc, time.monotonic() - t, cpu, log.read_text(errors="replace")[-3000:], total,
+                     load1, steal)
 
 
 @dataclass
@@ -182,9 +259,24 @@ class Truth:
     """request id -> when its bytes reached the engine (kernel stamp with --kernel-arrival,
     else the engine loop's first read)."""
 
+    arrivals_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    """Each request's arrival (when its handler started), in arrival order."""
+    chunks_by_arrival: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    """Chunks written for each request, in the order of ``arrivals_ns``."""
+
     @property
     def window_s(self) -> float:
         return (self.t1 - self.t0) / 1e9
+
+    def workload(self, n: int) -> Truth:
+        """The ground truth's window and chunk count cut to the client's last ``n`` requests
+        by arrival: a client's own requests before its workload of ``n`` (a warm-up, a test
+        run) are left out of the CPU window and of the chunks it is divided by."""
+        extra = self.requests - n
+        if extra <= 0 or self.arrivals_ns.size != self.requests:
+            return self
+        return replace(self, requests=n, t0=int(self.arrivals_ns[extra]),
+                       chunks=int(self.chunks_by_arrival[extra:].sum()))
 
 
 def per_token(gaps: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -238,7 +330,9 @@ def read_truth(path: Path) -> Truth:
         itl_p99_ms=weighted_pct(itl, w, 99) / 1e6,
         ttft_mean_ms=float(np.mean(ttft)) / 1e6 if ttft else float("nan"),
         ttft_first_read_mean_ms=float(np.mean(ttft_first)) / 1e6 if ttft_first else float("nan"),
-        by_id=by_id, first_byte_by_id=first_by_id)
+        by_id=by_id, first_byte_by_id=first_by_id,
+        arrivals_ns=np.sort(rec.astype(np.int64)),
+        chunks_by_arrival=np.array([len(c) for c in cns], dtype=np.int64)[np.argsort(rec, kind="stable")])
 
 
 def find_number(doc: Any, *path_options: Sequence[str]) -> float | None:
