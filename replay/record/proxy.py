@@ -232,6 +232,7 @@ class ProxyHandler:
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
                                uncached_input=self.uncached_input)
         ex.observer = obs
+        later = ObserveLater(obs)
         out: ClientBody | None = None
         clock = self.clock
         try:
@@ -260,14 +261,15 @@ class ProxyHandler:
                             ex.state["upstream_done"] = True
                             break
                         ex.end = t
-                        # Forwarded first, observed after: the parse is not on the
-                        # client's path, and a paused client is waited for only then.
+                        # Forwarded now, observed later: the parse waits until the
+                        # loop has forwarded what else came in the same wake-up.
                         paused = out.write(obs.forward(chunk))
-                        obs.observe(chunk, t)
+                        later.add(chunk, t)
                         if paused:
                             await out.drain()
                 finally:
                     unwatch()
+                later.drain()
                 if out.write(obs.end(ex.end or clock())):
                     await out.drain()
                 if ex.end is None:
@@ -282,13 +284,43 @@ class ProxyHandler:
                 await out.end()
                 return out.response
         except (asyncio.CancelledError, ClientGone):
+            later.drain()
             if not answered(ex):
                 ex.error = ex.error or ("cut by the recorder's stop" if self.draining
                                         else "client disconnected")
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            later.drain()
             ex.error = _cause(exc)
             return self._fail(request, exc, out, ex.info.api)
+        finally:
+            later.drain()
+
+
+class ObserveLater:
+    """The observer's share of each read, run after the forwarding: ``add`` keeps the read
+    and its time and asks the loop for one call soon, which observes everything kept, in
+    order. So when many upstreams' chunks arrive in one wake-up of the loop, every one is
+    forwarded before any is parsed. ``drain`` observes what is still kept, at once (before
+    the observer's results are read)."""
+
+    __slots__ = ("_kept", "_loop", "_obs")
+
+    def __init__(self, obs: ResponseObserver) -> None:
+        self._obs = obs
+        self._kept: list[tuple[bytes, int]] = []
+        self._loop = asyncio.get_running_loop()
+
+    def add(self, chunk: bytes, t: int) -> None:
+        if not self._kept:
+            self._loop.call_soon(self.drain)
+        self._kept.append((chunk, t))
+
+    def drain(self) -> None:
+        kept, self._kept = self._kept, []
+        observe = self._obs.observe
+        for chunk, t in kept:
+            observe(chunk, t)
 
 
 async def _read_parts(request: web.Request, limit: int | None) -> list[bytes]:
