@@ -251,6 +251,7 @@ class ProxyHandler:
                     length = None
                 self.on_headers(ex)
                 unwatch = fail_payload_on_close(resp)
+                deadline = ReadDeadline.start(resp, self.read_timeout_s, clock)
                 try:
                     out = await self._prepare(request, resp, length)
                     read = resp.content.readany
@@ -261,14 +262,23 @@ class ProxyHandler:
                             ex.state["upstream_done"] = True
                             break
                         ex.end = t
+                        if deadline is not None:
+                            deadline.last = t
                         # Forwarded now, observed later: the parse waits until the
                         # loop has forwarded what else came in the same wake-up.
                         paused = out.write(obs.forward(chunk))
                         later.add(chunk, t)
                         if paused:
+                            if deadline is not None:  # waiting on the client, not the upstream
+                                deadline.paused = True
                             await out.drain()
+                            if deadline is not None:
+                                deadline.paused = False
+                                deadline.last = clock()
                 finally:
                     unwatch()
+                    if deadline is not None:
+                        deadline.cancel()
                 later.drain()
                 if out.write(obs.end(ex.end or clock())):
                     await out.drain()
@@ -295,6 +305,50 @@ class ProxyHandler:
             return self._fail(request, exc, out, ex.info.api)
         finally:
             later.drain()
+
+
+class ReadDeadline:
+    """The read timeout of a response body (``read_timeout_s`` without a byte from the
+    upstream ends the body with aiohttp's ``SocketTimeoutError``), kept by one timer that
+    is re-armed only when it fires: aiohttp's own (``sock_read``) cancels and re-arms a
+    timer at every read. The reader stores each read's time in ``last``; time spent
+    waiting on a slow client (``paused``) is not the upstream's."""
+
+    __slots__ = ("_clock", "_content", "_handle", "_loop", "_ns", "last", "paused")
+
+    def __init__(self, resp: aiohttp.ClientResponse, timeout_s: float,
+                 clock: Callable[[], int]) -> None:
+        self._content = resp.content
+        self._ns = int(timeout_s * 1e9)
+        self._clock = clock
+        self._loop = asyncio.get_running_loop()
+        self.last = clock()
+        self.paused = False
+        self._handle = self._loop.call_later(timeout_s, self._check)
+
+    @classmethod
+    def start(cls, resp: aiohttp.ClientResponse, timeout_s: float | None,
+              clock: Callable[[], int]) -> ReadDeadline | None:
+        """Take the body's read timeout over from aiohttp (None: there is none, or the
+        response has no connection of its own any more)."""
+        conn = resp.connection
+        proto = conn.protocol if conn is not None else None
+        if not timeout_s or proto is None:
+            return None
+        proto.read_timeout = None  # for this response: set again for the next one
+        return cls(resp, timeout_s, clock)
+
+    def _check(self) -> None:
+        idle = self._clock() - self.last
+        if self.paused or idle < self._ns:
+            wait = self._ns if self.paused else self._ns - idle
+            self._handle = self._loop.call_later(wait / 1e9, self._check)
+            return
+        self._content.set_exception(
+            aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class ObserveLater:
