@@ -365,12 +365,16 @@ def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object
     ttft, gap = added_p99(run.timed, "proxy")
     rttft, rgap = added_p99(run.timed, "relay")
     n_proxy = sum(1 for t in run.timed if t.path == "proxy" and t.chunks)
-    print(f"VERDICT {args.streams} streams: added p99 TTFT proxy {ttft:.2f} ms (relay {rttft:.2f}), "
-          f"target {t_ttft:g}: {'ok' if ttft <= t_ttft else 'MISSED'}; chunk gap proxy {gap:.2f} ms "
-          f"(relay {rgap:.2f}), target {t_gap:g}: {'ok' if gap <= t_gap else 'MISSED'}; "
-          f"{n_proxy} proxy requests"
-          + ("" if p99_ci(n_proxy) else " (too few for a bounded p99: use --repeat or --seconds)")
-          + f"; load average {run.load[0]:.1f} -> {run.load[1]:.1f}")
+    if not n_proxy:
+        print(f"VERDICT {args.streams} streams: no request through the recorder (longer "
+              "--seconds or more --repeat)")
+    else:
+        print(f"VERDICT {args.streams} streams: added p99 TTFT proxy {ttft:.2f} ms (relay {rttft:.2f}), "
+              f"target {t_ttft:g}: {'ok' if ttft <= t_ttft else 'MISSED'}; chunk gap proxy {gap:.2f} ms "
+              f"(relay {rgap:.2f}), target {t_gap:g}: {'ok' if gap <= t_gap else 'MISSED'}; "
+              f"{n_proxy} proxy requests"
+              + ("" if p99_ci(n_proxy) else " (too few for a bounded p99: use --repeat or --seconds)")
+              + f"; load average {run.load[0]:.1f} -> {run.load[1]:.1f}")
     if unmatched:
         print(f"({unmatched} requests without a matching engine record left out of the hops)")
 
@@ -460,10 +464,11 @@ def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path, counts: list
         relay.wait(timeout=30)
         if relay.stdout is not None:
             relay.stdout.close()
+    cols = ("upstream_send_ns", "headers_ns", "ttft_ns")
+    if not list((tmp / "trace").glob("*.parquet")):  # no request went through the recorder
+        return runs, {c: [] for c in cols}
     table = read_trace(tmp / "trace")[0]
-    rows = {c: table.column(c).drop_null().to_pylist()
-            for c in ("upstream_send_ns", "headers_ns", "ttft_ns")}
-    return runs, rows
+    return runs, {c: table.column(c).drop_null().to_pylist() for c in cols}
 
 
 if __name__ == "__main__":
