@@ -17,6 +17,8 @@ Free-form blocks that belong to one producer and one reader (``environment``, ``
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -159,13 +161,16 @@ class RunMeta:
     gpu_telemetry: dict[str, Any] = field(default_factory=dict)
     agentx: dict[str, Any] | None = None
     valid: bool | None = None
+    writer: dict[str, Any] | None = None
+    """The process that writes this run.json (``writer_identity``): while the status is
+    ``running``, a reader can tell a run still under way from one whose process is gone."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Every other key of the file (``scrape``, ``gc``, ``ray``, ``machine``...), as read."""
 
     BLOCKS = {"trace": TraceRef, "target": TargetRef, "clock": ClockAnchor,
               "planned": Planned, "summary": Counts, "self_check": SelfCheckRecord}
     MAPPINGS = ("options", "environment", "loop_stalls", "provenance", "gpu_telemetry")
-    OPTIONAL_MAPPINGS = ("launch", "agentx")
+    OPTIONAL_MAPPINGS = ("launch", "agentx", "writer")
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any] | None) -> RunMeta:
@@ -232,3 +237,66 @@ class RunMeta:
 
 def _int(v: Any, default: Any) -> Any:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (None: no /proc, no process)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot, Linux): with the pid, a process even
+    once its pid is reused. None where there is no /proc or no such process."""
+    st = _stat(pid)
+    try:
+        return int(st[19]) if st is not None else None
+    except (ValueError, IndexError):
+        return None
+
+
+def writer_identity(pid: int | None = None) -> dict[str, Any]:
+    """run.json's ``writer`` block for process ``pid`` (default: this one): pid, host,
+    boot id and start time."""
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "host": socket.gethostname(), "boot_id": _boot_id(),
+            "start_ticks": _start_ticks(pid)}
+
+
+def writer_state(meta: RunMeta) -> str:
+    """Whether the process that wrote ``meta`` still runs: ``alive``, ``gone`` or
+    ``unknown`` (no writer recorded, or one on another host: it cannot be asked from
+    here)."""
+    w = meta.writer or {}
+    pid = w.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return "unknown"
+    if w.get("host") != socket.gethostname():
+        return "unknown"
+    boot = _boot_id()
+    if w.get("boot_id") is not None and boot is not None and w.get("boot_id") != boot:
+        return "gone"  # the host rebooted since
+    st = _stat(pid)
+    if st is not None:
+        if st[0] in ("Z", "X"):  # killed, not yet reaped
+            return "gone"
+        recorded = w.get("start_ticks")
+        return "alive" if recorded is None or str(recorded) == st[19] else "gone"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "alive"
+    return "gone" if os.path.isdir("/proc") else "alive"

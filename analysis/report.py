@@ -30,7 +30,7 @@ from agent_replay.analysis.runstats import (
 )
 from agent_replay.analysis.server_metrics import summarize as summarize_server_metrics
 from agent_replay.errors import InputError
-from agent_replay.runmeta import RunMeta
+from agent_replay.runmeta import RunMeta, writer_state
 
 ERROR_RATE_WARN = 0.01
 
@@ -133,10 +133,30 @@ def self_check(meta: RunMeta | Mapping[str, Any], stats: RunStats) -> Any:
     return a
 
 
+def running_line(meta: RunMeta) -> str:
+    """The warning for a run.json that still says ``running``: the run is under way, or
+    its process is gone (killed before it could write its end), or it cannot be told."""
+    w = meta.writer or {}
+    who = f"pid {w.get('pid')} on {w.get('host')}" if w.get("pid") else "not recorded"
+    state = writer_state(meta)
+    if state == "gone":
+        return (f"WARNING: run.json says running, but the process that ran it ({who}) is "
+                "gone: it was killed before it could write its end; the totals in run.json "
+                "are not final and the numbers cover the rows written before that.")
+    if state == "alive":
+        return (f"WARNING: this run is still running ({who}); its numbers cover the rows "
+                "written so far.")
+    return (f"WARNING: run.json says running and its process ({who}) cannot be checked from "
+            "here: the run is either still under way or was killed; its numbers cover the "
+            "rows written so far.")
+
+
 def _warnings(meta: RunMeta, stats: RunStats) -> list[str]:
     out: list[str] = []
     status = meta.status
-    if status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
+    if status == "running":
+        out.append(running_line(meta))
+    elif status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
         why = f": {meta.error}" if meta.error else ""
         out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
                    "what completed before that.")

@@ -12,7 +12,14 @@ wrote each chunk, ``time.monotonic_ns()``, shared by all processes of one host),
 * chunk hop   = client read - engine write, for every chunk.
 
     .venv/bin/python benchmarks/bench_proxy.py --streams 100 --seconds 15 --prompt-len 32
-    .venv/bin/python benchmarks/bench_proxy.py --streams 1,50,150 --pin --seconds 20
+    .venv/bin/python benchmarks/bench_proxy.py --streams 1,50,150 --pin --seconds 20 \
+        --repeat 5 --prompt-len 32
+
+A P99 of ~120 requests (one 20 s phase at 50 streams) is nearly their maximum: ``--repeat``
+pools several phases, and each P99 is printed with its distribution-free 95% interval
+(the order statistics whose ranks bound it), or "n too small" where the interval would
+reach past the largest sample; the added P99 of each repeat is printed too, for the relay
+(the floor any extra process and two loopback hops cost on this host) beside the proxy.
 
 ``--pin`` puts the engine on the first allowed CPU and the proxy, the relay and this
 client on the second (``os.sched_setaffinity``), so that the engine's decode loop and the
@@ -225,12 +232,36 @@ def pct(v: list[int], q: float) -> float:
     return float(np.percentile(np.asarray(v, dtype=np.int64), q)) / 1e6 if v else float("nan")
 
 
+def p99_ci(n: int, q: float = 0.99) -> tuple[int, int] | None:
+    """The ranks (0-based, in sorted order) that bound the ``q`` quantile of ``n`` samples
+    with about 95% confidence (distribution-free: the rank of the true quantile among the
+    samples is binomial(n, q), here by its normal approximation); None when the upper
+    bound would be past the largest sample (too few samples for this quantile)."""
+    half = 1.96 * (n * q * (1 - q)) ** 0.5
+    lo, hi = int(np.floor(n * q - half)), int(np.ceil(n * q + half))
+    if hi >= n:
+        return None
+    return max(0, lo), hi
+
+
+def ci_text(v: list[int]) -> str:
+    ci = p99_ci(len(v))
+    if ci is None:
+        return "n too small"
+    s = np.sort(np.asarray(v, dtype=np.int64))
+    return f"{s[ci[0]] / 1e6:.2f}..{s[ci[1]] / 1e6:.2f}"
+
+
 @dataclasses.dataclass(slots=True)
 class Run:
     timed: list[Timed]
     cpu_s: dict[str, float]
-    """CPU seconds (user + system) of each process over the measured phase."""
+    """CPU seconds (user + system) of each process over the measured phases."""
     wall_s: float
+    repeats: list[list[Timed]] = dataclasses.field(default_factory=list)
+    """The requests of each measured phase (``timed`` is all of them)."""
+    load: tuple[float, float] = (0.0, 0.0)
+    """The host's 1-minute load average before and after."""
 
 
 async def measure(args: argparse.Namespace, urls: list[str], procs: dict[str, psutil.Process]
@@ -242,12 +273,30 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: dict[str, ps
     def cpu() -> dict[str, float]:
         return {k: p.cpu_times().user + p.cpu_times().system for k, p in procs.items()}
 
+    load0 = os.getloadavg()[0]
     c0 = cpu()
     t0 = time.monotonic_ns()
-    timed = await phase(urls, model, args, args.seconds, 1)
+    repeats = [await phase(urls, model, args, args.seconds, 1 + k) for k in range(args.repeat)]
     el = (time.monotonic_ns() - t0) / 1e9
     c1 = cpu()
-    return Run(timed, {k: c1[k] - c0[k] for k in c0}, el)
+    return Run([t for r in repeats for t in r], {k: c1[k] - c0[k] for k in c0}, el, repeats,
+               (load0, os.getloadavg()[0]))
+
+
+def added_p99(timed: list[Timed], path: str) -> tuple[float, float]:
+    """(added P99 TTFT, added P99 chunk gap) of ``path`` over direct, ms, in ``timed``."""
+    def values(p: str) -> tuple[list[int], list[int]]:
+        ttft: list[int] = []
+        gaps: list[int] = []
+        for t in timed:
+            if t.path == p and t.chunks:
+                ttft.append(t.chunks[0] - t.sent)
+                gaps.extend(b - a for a, b in zip(t.chunks, t.chunks[1:], strict=False))
+        return ttft, gaps
+
+    dt, dg = values("direct")
+    pt, pg = values(path)
+    return pct(pt, 99) - pct(dt, 99), pct(pg, 99) - pct(dg, 99)
 
 
 def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object]]) -> None:
@@ -290,8 +339,8 @@ def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object
         f"relay {relay_chunk:.0f} us per chunk (proxy / relay {per_chunk / relay_chunk:.2f}: "
         "the figure least moved by other load)")
     print("baseline = direct (same streams, same moments); added p99 = p99 - direct p99")
-    print(f"{'metric':<15}{'path':<7}{'n':>7}{'p50':>9}{'p99':>9}{'added p99':>10}{'ratio':>7}"
-          f"{'target':>9}")
+    print(f"{'metric':<15}{'path':<7}{'n':>7}{'p50':>9}{'p99':>9}{'p99 95% CI':>14}"
+          f"{'added p99':>10}{'ratio':>7}{'target':>9}")
     t_ttft, t_gap = targets(args.streams)
     rows = (("TTFT ms", {k: v.ttfts for k, v in sides.items()}, t_ttft),
             ("chunk gap ms", {k: v.gaps for k, v in sides.items()}, t_gap),
@@ -306,7 +355,26 @@ def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object
             tgt = "" if target is None or k == "direct" else f"<= {target:g}"
             added = "" if k == "direct" else f"{add:.3f}"
             print(f"{name if k == 'direct' else '':<15}{k:<7}{len(v):>7}{pct(v, 50):>9.3f}"
-                  f"{pct(v, 99):>9.3f}{added:>10}{pct(v, 99) / base:>7.2f}{tgt:>9}{verdict}")
+                  f"{pct(v, 99):>9.3f}{ci_text(v):>14}{added:>10}{pct(v, 99) / base:>7.2f}"
+                  f"{tgt:>9}{verdict}")
+    if len(run.repeats) > 1:
+        for k in ("relay", "proxy"):
+            each = [added_p99(r, k) for r in run.repeats]
+            print(f"added p99 per repeat, {k}: TTFT " + " ".join(f"{a:.2f}" for a, _ in each)
+                  + " ms; chunk gap " + " ".join(f"{b:.2f}" for _, b in each) + " ms")
+    ttft, gap = added_p99(run.timed, "proxy")
+    rttft, rgap = added_p99(run.timed, "relay")
+    n_proxy = sum(1 for t in run.timed if t.path == "proxy" and t.chunks)
+    if not n_proxy:
+        print(f"VERDICT {args.streams} streams: no request through the recorder (longer "
+              "--seconds or more --repeat)")
+    else:
+        print(f"VERDICT {args.streams} streams: added p99 TTFT proxy {ttft:.2f} ms (relay {rttft:.2f}), "
+              f"target {t_ttft:g}: {'ok' if ttft <= t_ttft else 'MISSED'}; chunk gap proxy {gap:.2f} ms "
+              f"(relay {rgap:.2f}), target {t_gap:g}: {'ok' if gap <= t_gap else 'MISSED'}; "
+              f"{n_proxy} proxy requests"
+              + ("" if p99_ci(n_proxy) else " (too few for a bounded p99: use --repeat or --seconds)")
+              + f"; load average {run.load[0]:.1f} -> {run.load[1]:.1f}")
     if unmatched:
         print(f"({unmatched} requests without a matching engine record left out of the hops)")
 
@@ -323,7 +391,10 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=20.0,
                     help="sim decode step time (default 20 ms: ~5k chunks/s at 100 streams, "
                     "which the single-process sim itself can keep up with)")
-    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of one measured phase")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measured phases per stream count, pooled (a P99 needs a few hundred "
+                    "requests per path to be more than the maximum)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--chat", action="store_true", help="chat without include_usage (injected)")
@@ -393,10 +464,11 @@ def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path, counts: list
         relay.wait(timeout=30)
         if relay.stdout is not None:
             relay.stdout.close()
+    cols = ("upstream_send_ns", "headers_ns", "ttft_ns")
+    if not list((tmp / "trace").glob("*.parquet")):  # no request went through the recorder
+        return runs, {c: [] for c in cols}
     table = read_trace(tmp / "trace")[0]
-    rows = {c: table.column(c).drop_null().to_pylist()
-            for c in ("upstream_send_ns", "headers_ns", "ttft_ns")}
-    return runs, rows
+    return runs, {c: table.column(c).drop_null().to_pylist() for c in cols}
 
 
 if __name__ == "__main__":

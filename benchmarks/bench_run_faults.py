@@ -2,9 +2,11 @@
 freed or not) and signals (SIGINT/SIGTERM to the parent, a worker, the group; kill -9 of
 the parent; Ctrl-C in the first second). Prints one table row per scenario and try: rows
 written against requests the engine finished, what the run reported, exit code, traceback,
-orphans, ``.tmp`` leftovers (tests/faults/runprobe.py). Needs root for the tmpfs.
+orphans, ``.tmp`` leftovers, and the contract checks each outcome breaks (``problems``:
+``Outcome.problems``; after a kill -9 of the whole group run.json can only stay
+``running``, which ``report`` then calls dead). Needs root for the tmpfs.
 
-    PYTHONPATH=. python benchmarks/bench_run_faults.py [--repo TREE] [--tries N] [--only NAME]
+    PYTHONPATH=. python benchmarks/bench_run_faults.py [--repo TREE] [--tries N] [--only NAME] [--ray]
 
 ``--repo``: the code tree whose ``agent-replay run`` is probed (default this one; e.g. an
 export of main: ``git archive main | tar -x -C /tmp/main``)."""
@@ -56,6 +58,17 @@ SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
     "Ctrl-C at 0.5 s, 1 worker": (rp.early(rp.to_group(signal.SIGINT), 0.5), {}),
 }
 
+RAY_SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
+    "kill -9 of parent, --ray=local, 2 actors":
+        (rp.after_first_part(rp.to_parent(signal.SIGKILL)),
+         {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
+    "SIGINT to parent, --ray=local, 2 actors":
+        (rp.after_first_part(rp.to_parent(signal.SIGINT)),
+         {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
+}
+"""With ``--ray``: the same probes on a private one-node Ray (needs the ray extra; Ray's
+own processes, started by the run, count as its children)."""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -64,19 +77,25 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="scenarios whose name contains this")
     ap.add_argument("--sessions", type=int, default=60)
     ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--ray", action="store_true", help="also the Ray scenarios (RAY_SCENARIOS)")
     args = ap.parse_args()
+    scenarios = {**SCENARIOS, **(RAY_SCENARIOS if args.ray else {})}
     with tempfile.TemporaryDirectory(prefix="run-faults-") as tmp:
         trace = write_rows(Path(tmp) / "t.parquet",
                            chain_rows(args.sessions, 10, gap_ns=60 * MS, output_tokens=6))
         print(rp.TABLE_HEAD, flush=True)
-        for name, (fault, opts) in SCENARIOS.items():
+        bad: list[str] = []
+        for name, (fault, opts) in scenarios.items():
             if args.only and args.only not in name:
                 continue
             for k in range(args.tries):
+                kw = {"timeout_s": args.timeout, **opts}
                 o = rp.probe(name, trace, Path(tmp) / f"{len(name)}-{k}-{abs(hash(name))}",
-                             fault, repo=args.repo.resolve(), timeout_s=args.timeout,
-                             **opts)  # type: ignore[arg-type]
+                             fault, repo=args.repo.resolve(), **kw)  # type: ignore[arg-type]
                 print(o.row(), flush=True)
+                if o.problems():
+                    bad.append(name)
+        print(f"\n{len(bad)} outcomes with problems" + (f": {', '.join(bad)}" if bad else ""))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ summaries.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -35,7 +37,8 @@ from agent_replay.replay.lifeline import (
     signals_held,
 )
 from agent_replay.replay.plan import Plan
-from agent_replay.replay.results import SpaceReserve
+from agent_replay.replay.results import SpaceReserve, remove_unfinished_parts
+from agent_replay.replay.runrecord import RUN_JSON, merge, outcome, write_run_json
 from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard, stoppable
 from agent_replay.results_schema import ErrorKind
 
@@ -322,11 +325,68 @@ def summary_from_parts(out: Path, shard: int, planned: int) -> WorkerSummary:
     return s
 
 
+PARENT_DIED = "parent_died"
+"""run.json's block written by the workers of a run whose process died (``record_orphaned``)."""
+
+
+def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int, n: int,
+                    summary: WorkerSummary | None) -> bool:
+    """run.json of a run whose process died (killed outright) while its workers ran, as
+    the workers see it once they have stopped and written their rows: status
+    ``interrupted``, totals merged from the summaries of the workers that got this far
+    (kept in the ``parent_died`` block) and, for the others, counted from their part files.
+    Each worker calls it on its way out, under a lock on the results folder, so the last
+    one out writes totals that match every row on disk. It does nothing where the run's
+    process wrote its end first, or wrote no run.json (stopped before t0). Returns whether
+    it wrote run.json."""
+    import fcntl
+
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            meta = json.loads((out / RUN_JSON).read_text())
+        except (OSError, ValueError):
+            return False
+        block = meta.get(PARENT_DIED)
+        if not isinstance(block, dict):
+            if meta.get("status") != "running":
+                return False  # the run's process recorded its end itself
+            block = {"process": meta.get("writer"), "shards": {}}
+        shards: dict[str, Any] = block.setdefault("shards", {})
+        if summary is not None:
+            shards[str(shard)] = {f.name: getattr(summary, f.name)
+                                  for f in dataclasses.fields(summary)
+                                  if not isinstance(getattr(summary, f.name), bytes)}
+        planned = [plan.shard(i, n).n_requests if plan is not None else 0 for i in range(n)]
+        ws = [WorkerSummary(**shards[str(i)]) if str(i) in shards
+              else summary_from_parts(out, i, planned[i]) for i in range(n)]
+        counted = [i for i in range(n) if str(i) not in shards]
+        block["counted_from_rows"] = counted
+        meta.update(outcome(merge(str(out), ws, config, interrupted=True)))
+        meta["status"] = "interrupted"
+        pid = (meta.get("writer") or {}).get("pid")
+        meta["error"] = (f"the run's process{f' (pid {pid})' if pid else ''} died while its "
+                         "workers ran; they stopped, wrote their rows and this record"
+                         + (f" (workers {', '.join(map(str, counted))} counted from their "
+                            "part files)" if counted else ""))
+        meta[PARENT_DIED] = block
+        if not counted:  # every worker is through: a .tmp left is nobody's write under way
+            remove_unfinished_parts(out)
+        write_run_json(out, meta)
+        return True
+    finally:
+        os.close(fd)
+
+
 def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
     from agent_replay.replay.worker import load_plan
 
     parent = os.getppid()
     stop = StopSignals()
+    plan: Plan | None = None
+    summary: WorkerSummary | None = None
+    started = False  # past the start signal: run.json exists, rows may have been written
     try:
         stop.install()  # takes a stop that came while this process started
         die_with_parent(ORPHANED, parent)  # a parent killed outright: stop as on Ctrl-C
@@ -335,6 +395,7 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         go.wait()
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, shard)
+        started = True
         summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop)
         if not stop.orphaned and parent_alive(parent):
             q.put(("done", shard, summary))
@@ -351,7 +412,11 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         stop.arm(lambda: None)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-        _leave(q, parent, stop, Path(config.output or "."))
+        out = Path(config.output or ".")
+        _leave(q, parent, stop, out)
+        if started and (stop.orphaned or not parent_alive(parent)):
+            with contextlib.suppress(OSError, ValueError, TypeError, AgentReplayError):
+                record_orphaned(out, config, plan, shard, n, summary)
 
 
 def _leave(q: Any, parent: int, stop: StopSignals, out: Path) -> None:

@@ -36,7 +36,7 @@ from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
 from agent_replay.replay.worker import GC_MERGE, WorkerSummary
 from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
-from agent_replay.runmeta import RUN_META_VERSION
+from agent_replay.runmeta import RUN_META_VERSION, writer_identity
 
 if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
@@ -176,6 +176,7 @@ def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0
         "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},
         "warmup_ns": int(config.warmup_s * 1e9),
         "planned": {"sessions": len(plan.sessions), "requests": plan.n_requests},
+        "writer": writer_identity(),
     }
 
 

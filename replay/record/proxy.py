@@ -232,6 +232,7 @@ class ProxyHandler:
         obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
                                uncached_input=self.uncached_input)
         ex.observer = obs
+        later = ObserveLater(obs)
         out: ClientBody | None = None
         clock = self.clock
         try:
@@ -250,6 +251,7 @@ class ProxyHandler:
                     length = None
                 self.on_headers(ex)
                 unwatch = fail_payload_on_close(resp)
+                deadline = ReadDeadline.start(resp, self.read_timeout_s, clock)
                 try:
                     out = await self._prepare(request, resp, length)
                     read = resp.content.readany
@@ -260,14 +262,24 @@ class ProxyHandler:
                             ex.state["upstream_done"] = True
                             break
                         ex.end = t
-                        # Forwarded first, observed after: the parse is not on the
-                        # client's path, and a paused client is waited for only then.
+                        if deadline is not None:
+                            deadline.last = t
+                        # Forwarded now, observed later: the parse waits until the
+                        # loop has forwarded what else came in the same wake-up.
                         paused = out.write(obs.forward(chunk))
-                        obs.observe(chunk, t)
+                        later.add(chunk, t)
                         if paused:
+                            if deadline is not None:  # waiting on the client, not the upstream
+                                deadline.paused = True
                             await out.drain()
+                            if deadline is not None:
+                                deadline.paused = False
+                                deadline.last = clock()
                 finally:
                     unwatch()
+                    if deadline is not None:
+                        deadline.cancel()
+                later.drain()
                 if out.write(obs.end(ex.end or clock())):
                     await out.drain()
                 if ex.end is None:
@@ -282,13 +294,87 @@ class ProxyHandler:
                 await out.end()
                 return out.response
         except (asyncio.CancelledError, ClientGone):
+            later.drain()
             if not answered(ex):
                 ex.error = ex.error or ("cut by the recorder's stop" if self.draining
                                         else "client disconnected")
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            later.drain()
             ex.error = _cause(exc)
             return self._fail(request, exc, out, ex.info.api)
+        finally:
+            later.drain()
+
+
+class ReadDeadline:
+    """The read timeout of a response body (``read_timeout_s`` without a byte from the
+    upstream ends the body with aiohttp's ``SocketTimeoutError``), kept by one timer that
+    is re-armed only when it fires: aiohttp's own (``sock_read``) cancels and re-arms a
+    timer at every read. The reader stores each read's time in ``last``; time spent
+    waiting on a slow client (``paused``) is not the upstream's."""
+
+    __slots__ = ("_clock", "_content", "_handle", "_loop", "_ns", "last", "paused")
+
+    def __init__(self, resp: aiohttp.ClientResponse, timeout_s: float,
+                 clock: Callable[[], int]) -> None:
+        self._content = resp.content
+        self._ns = int(timeout_s * 1e9)
+        self._clock = clock
+        self._loop = asyncio.get_running_loop()
+        self.last = clock()
+        self.paused = False
+        self._handle = self._loop.call_later(timeout_s, self._check)
+
+    @classmethod
+    def start(cls, resp: aiohttp.ClientResponse, timeout_s: float | None,
+              clock: Callable[[], int]) -> ReadDeadline | None:
+        """Take the body's read timeout over from aiohttp (None: there is none, or the
+        response has no connection of its own any more)."""
+        conn = resp.connection
+        proto = conn.protocol if conn is not None else None
+        if not timeout_s or proto is None:
+            return None
+        proto.read_timeout = None  # for this response: set again for the next one
+        return cls(resp, timeout_s, clock)
+
+    def _check(self) -> None:
+        idle = self._clock() - self.last
+        if self.paused or idle < self._ns:
+            wait = self._ns if self.paused else self._ns - idle
+            self._handle = self._loop.call_later(wait / 1e9, self._check)
+            return
+        self._content.set_exception(
+            aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+class ObserveLater:
+    """The observer's share of each read, run after the forwarding: ``add`` keeps the read
+    and its time and asks the loop for one call soon, which observes everything kept, in
+    order. So when many upstreams' chunks arrive in one wake-up of the loop, every one is
+    forwarded before any is parsed. ``drain`` observes what is still kept, at once (before
+    the observer's results are read)."""
+
+    __slots__ = ("_kept", "_loop", "_obs")
+
+    def __init__(self, obs: ResponseObserver) -> None:
+        self._obs = obs
+        self._kept: list[tuple[bytes, int]] = []
+        self._loop = asyncio.get_running_loop()
+
+    def add(self, chunk: bytes, t: int) -> None:
+        if not self._kept:
+            self._loop.call_soon(self.drain)
+        self._kept.append((chunk, t))
+
+    def drain(self) -> None:
+        kept, self._kept = self._kept, []
+        observe = self._obs.observe
+        for chunk, t in kept:
+            observe(chunk, t)
 
 
 async def _read_parts(request: web.Request, limit: int | None) -> list[bytes]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import io
 import ipaddress
@@ -174,6 +175,8 @@ class Recorder:
         """Child session -> the root session it belongs to (``parent_session`` header)."""
         self.stats = RecorderStats()
         self._pending: list[Exchange] = []
+        self._to_assign: list[Exchange] = []
+        """Exchanges whose upstream answered, waiting for their session (``_on_headers``)."""
         self._unwritten: list[dict[str, Any]] = []
         """Built rows a failed write left behind; the next flush writes them first."""
         self._t0: int | None = None
@@ -189,6 +192,7 @@ class Recorder:
         self.fd_limit = 0
         """Descriptors reserved at start (``replay.selfmon.reserve_fds``)."""
         self._switch_interval: float | None = None
+        self._frozen = False
         self.clock: Callable[[], int] = time.monotonic_ns
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -251,6 +255,12 @@ class Recorder:
         # The first Parquet write pays for lazy initialisation (tens of ms with the GIL
         # held): pay it now, before any client is waiting.
         await asyncio.get_running_loop().run_in_executor(None, _warm_up_writer)
+        # Everything built so far (imported modules: pyarrow, numpy, aiohttp...) is moved
+        # out of the cyclic collector's reach: a full collection, which stops the loop for
+        # as long as it takes to scan every tracked object, then scans only what the
+        # recording made. Undone by stop() (what was garbage already is collected then).
+        gc.freeze()
+        self._frozen = True
         self._big.start()
         self._flusher = asyncio.create_task(self._flush_loop())
 
@@ -295,6 +305,9 @@ class Recorder:
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
 
     async def _final_flush(self) -> None:
         """Flush, retrying a failing write for up to ``write_retry_s``; what still cannot
@@ -326,6 +339,21 @@ class Recorder:
             self._wall0 = time.time_ns() - (self.clock() - arrival)
 
     def _on_headers(self, ex: Exchange) -> None:
+        """The upstream answered: the session assignment is queued, to run once the loop
+        is through with what is waiting (the answer's first bytes are forwarded first).
+        Queued assignments run in the order they came, and all of them before any
+        exchange's end is taken (``_on_done``), so the tracker sees the same sequence of
+        assignments and completions as if each ran here."""
+        if not self._to_assign:
+            asyncio.get_running_loop().call_soon(self._assign_queued)
+        self._to_assign.append(ex)
+
+    def _assign_queued(self) -> None:
+        queued, self._to_assign = self._to_assign, []
+        for ex in queued:
+            self._assign(ex)
+
+    def _assign(self, ex: Exchange) -> None:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit = self._explicit_session(ex)
         agent = ex.state.get("agent_id")
@@ -368,8 +396,9 @@ class Recorder:
                                          key=self._pseudo_key).hexdigest()
 
     def _on_done(self, ex: Exchange) -> None:
-        if "assignment" not in ex.state:
-            self._on_headers(ex)
+        self._assign_queued()
+        if "assignment" not in ex.state:  # it failed before the upstream answered
+            self._assign(ex)
         obs = ex.observer
         turn = ex.state["turn"]
         end = ex.end if ex.end is not None else self.clock()

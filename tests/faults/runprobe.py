@@ -164,6 +164,7 @@ class Outcome:
     reserve_left: bool  # the results folder's .space-reserve is still there
     stderr: str
     stdout: str
+    pid: int = 0  # the run's process
 
     def reported_rows(self) -> int | None:
         """Rows the run says it has: ok + failed + cancelled, less any it says it lost."""
@@ -173,6 +174,32 @@ class Outcome:
         return int(s.get("ok", 0)) + int(s.get("failed", 0)) + int(s.get("cancelled", 0)) \
             - int(s.get("unwritten", 0) or 0)
 
+    def problems(self) -> list[str]:
+        """What this outcome breaks of the contract (the test_run_rows.py checks that
+        hold for every fault): a hang, a traceback, processes left, a ``.tmp`` part or the
+        space reserve left, a run.json that still says running, totals that are not the
+        rows on disk, requests the engine finished without a row the run does not
+        report as unwritten."""
+        out = []
+        if self.hang:
+            out.append("hang")
+        if self.traceback:
+            out.append("traceback")
+        if self.orphans:
+            out.append(f"{self.orphans} orphans")
+        if self.tmp_left:
+            out.append(f"{self.tmp_left} .tmp")
+        if self.reserve_left:
+            out.append("reserve left")
+        if self.status == "running":
+            out.append("run.json running")
+        rep = self.reported_rows()
+        if rep is not None and rep != self.rows:
+            out.append(f"reported {rep} != {self.rows} rows")
+        if self.missing > (self.unwritten or 0):
+            out.append(f"{self.missing - (self.unwritten or 0)} finished, no row, unreported")
+        return out
+
     def row(self) -> str:
         rep = self.reported_rows()
         return (f"| {self.name} | {self.finished} | {self.rows} | {self.missing} | "
@@ -180,12 +207,13 @@ class Outcome:
                 f"{self.status or '-'} | {'hang' if self.hang else self.rc} | "
                 f"{'yes' if self.traceback else 'no'} | {self.orphans} | {self.tmp_left} | "
                 f"{'-' if self.after_fault_s is None else f'{self.after_fault_s:.1f}'} | "
-                f"{self.last_line[:70]} |")
+                f"{self.last_line[:70]} | {'; '.join(self.problems()) or 'none'} |")
 
 
 TABLE_HEAD = ("| scenario | finished by engine | rows | finished without row | rows reported "
               "| unwritten reported | run.json status | exit | traceback | orphans | .tmp left "
-              "| exit s after fault | final line |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| exit s after fault | final line | problems |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: int = 1,
@@ -272,10 +300,18 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             traceback="Traceback" in stderr, orphans=len(orphans), seconds=seconds,
             after_fault_s=None if run.fault_at is None else ended - run.fault_at,
             reserve_left=(out / ".space-reserve").exists(),
-            stderr=stderr, stdout=stdout)
+            stderr=stderr, stdout=stdout, pid=proc.pid)
     finally:
         if disk is not None:
             umount(disk)
+
+
+def report(out: Path, repo: Path = ROOT) -> str:
+    """What ``agent-replay report`` prints for the results folder ``out``."""
+    r = subprocess.run([sys.executable, "-m", "agent_replay", "report", str(out)], cwd=repo,
+                       env={**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "200"},
+                       capture_output=True, text=True, timeout=120)
+    return r.stdout + r.stderr
 
 
 # Faults ------------------------------------------------------------------------------

@@ -123,13 +123,38 @@ def test_a_stop_keeps_every_finished_row(trace: Path, tmp_path: Path, fault: rp.
 
 def test_kill_9_of_the_parent_leaves_workers_that_write_and_end(trace: Path,
                                                                  tmp_path: Path) -> None:
+    """The workers notice the parent's death, stop, write their rows, and the last one
+    out records the run as interrupted with totals that are the rows on disk."""
     o = rp.probe("kill -9", trace, tmp_path, rp.after_first_part(rp.to_parent(signal.SIGKILL)),
                  workers=2)
     print(o.row())
     _clean(o)
     assert o.rc == -signal.SIGKILL
-    assert o.missing == 0  # the workers noticed, stopped and wrote what they had
-    assert o.rows < 360
+    assert 0 < o.rows < 360
+    assert o.status == "interrupted", o.stderr
+    _rows_match(o)  # at most the requests in flight at the kill have no row: the engine
+    # did not finish them (it saw their connections close)
+    meta = json.loads((tmp_path / "res" / "run.json").read_text())
+    assert meta["summary"]["total"] == 360
+    assert sorted(meta["parent_died"]["shards"]) == ["0", "1"]
+    assert meta["parent_died"]["counted_from_rows"] == []
+    assert meta["parent_died"]["process"]["pid"] == o.pid
+    assert f"pid {o.pid}" in meta["error"]
+    report = rp.report(tmp_path / "res")
+    assert "ended with status interrupted: the run's process" in report, report
+
+
+def test_kill_9_of_the_group_leaves_a_run_json_that_readers_call_dead(trace: Path,
+                                                                       tmp_path: Path) -> None:
+    """Every process killed at once: nobody can write the end, so run.json still says
+    running; ``report`` says its process is gone instead of presenting a run under way."""
+    o = rp.probe("kill -9 group", trace, tmp_path,
+                 rp.after_first_part(rp.to_group(signal.SIGKILL)), workers=2)
+    assert not o.hang and o.orphans == 0
+    assert o.status == "running"
+    report = rp.report(tmp_path / "res")
+    assert f"run.json says running, but the process that ran it (pid {o.pid} on" in report, \
+        report
 
 
 @pytest.mark.parametrize("workers", [1, 2])

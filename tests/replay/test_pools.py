@@ -112,3 +112,63 @@ def test_a_worker_without_a_report_is_counted_from_its_part_files(tmp_path: Path
     s = summary_from_parts(tmp_path, 1, planned=12)
     assert (s.shard, s.total, s.sent, s.done, s.ok) == (1, 12, 6, 6, 4)
     assert s.errors == {"cancelled": 2} and s.interrupted
+
+
+def test_workers_whose_parent_died_record_the_run_as_interrupted(tmp_path: Path,
+                                                                 config: RunConfig) -> None:
+    """Each worker, on its way out, merges its own summary and counts the others from their
+    part files; the last one out writes totals from every summary."""
+    import json
+
+    from agent_replay.replay.pools import record_orphaned
+    from agent_replay.replay.results import ResultWriter
+    from agent_replay.replay.worker import WorkerSummary
+    from tests.replay.test_results_writer import _rec
+
+    out = Path(config.output or "")
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"status": "running", "writer": {"pid": 4242}}))
+    plan = load_and_validate(config)  # 3 sessions of 2 requests: shards of 4 and 2
+    w0, w1 = ResultWriter(out, 0, worker=0), ResultWriter(out, 0, worker=1)
+    for i in range(3):
+        w0.add(_rec(i, 0))
+    cut = _rec(5, 0)
+    cut.fail("cancelled", "cancelled by the run's stop")
+    w1.add(_rec(4, 0))
+    w1.add(cut)
+    w0.close()
+    w1.close()
+    (out / "requests" / ".part-001-00009.parquet.tmp").write_bytes(b"PAR1 cut")
+    s0 = WorkerSummary(shard=0, total=4, sent=3, done=3, ok=3, chunks=30, interrupted=True)
+    assert record_orphaned(out, config, plan, 0, 2, s0)
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    assert meta["parent_died"]["counted_from_rows"] == [1]
+    assert meta["error"] == ("the run's process (pid 4242) died while its workers ran; they "
+                             "stopped, wrote their rows and this record (workers 1 counted "
+                             "from their part files)")
+    s = meta["summary"]
+    assert (s["total"], s["sent"], s["ok"], s["cancelled"], s["chunks"]) == (6, 5, 4, 1, 30)
+    assert (out / "requests" / ".part-001-00009.parquet.tmp").exists()  # worker 1 may write
+    s1 = WorkerSummary(shard=1, total=2, sent=2, done=2, ok=1, errors={"cancelled": 1},
+                       chunks=7, interrupted=True)
+    assert record_orphaned(out, config, plan, 1, 2, s1)
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["parent_died"]["counted_from_rows"] == []
+    assert meta["summary"]["chunks"] == 37 and meta["summary"]["ok"] == 4
+    assert not (out / "requests" / ".part-001-00009.parquet.tmp").exists()
+    assert meta["error"].endswith("wrote their rows and this record")
+
+
+def test_a_run_that_recorded_its_end_is_left_alone(tmp_path: Path, config: RunConfig) -> None:
+    import json
+
+    from agent_replay.replay.pools import record_orphaned
+    from agent_replay.replay.worker import WorkerSummary
+
+    out = Path(config.output or "")
+    out.mkdir()
+    assert not record_orphaned(out, config, None, 0, 2, WorkerSummary(shard=0))  # no run.json
+    (out / "run.json").write_text(json.dumps({"status": "ok"}))
+    assert not record_orphaned(out, config, None, 0, 2, WorkerSummary(shard=0))
+    assert json.loads((out / "run.json").read_text()) == {"status": "ok"}
