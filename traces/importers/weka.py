@@ -32,6 +32,11 @@ kept; the partial last block the format leaves unhashed gets a fresh negative id
 of each subagent (the shared prefix before the first user turn) go to the metadata
 (``extra.weka[].prefix_tokens``). Ids are local to a trace: the k-th trace of an
 import (k >= 1) has ``k << 40`` added, so traces never share blocks by accident.
+
+Flattened agents: calls of one stream (the top level or a subagent) that AIPerf's loader
+tells apart as another agent by their hash ids (``weka_chains``) get their own agent id,
+``fa:NNN`` on the top level and ``<subagent>:fa:NNN`` inside a subagent; the summary and
+``extra.weka[].flattened`` name them with their call counts.
 """
 
 from __future__ import annotations
