@@ -107,3 +107,24 @@ def test_inside_a_subagent_a_flattened_agent_shares_its_branch(tmp_path: Path) -
     assert rows[1]["depends_on"] == [0] and rows[3]["depends_on"] == [0]
     assert rows[8]["depends_on"] == [0, 4, 7]
     assert res.meta.extra["weka"][0]["subagents"] == 1
+
+
+def test_aiperf_interval_waits_not_implied_are_counted(tmp_path: Path) -> None:
+    """A main call [3] at 15 inside B's life ([2] 10-12, [4] 20-22): AIPerf also holds [3]
+    until [2] ended and [4] until [3] ended (the latest call of the other stream that ended
+    before it started); neither is a dependency here, nor implied by one. [5] waits for [4]
+    there and here (B's join)."""
+    tr = flattened_trace()
+    tr["requests"].insert(3, call(15.0, [1, 2, 3, 5]))
+    assert detect(chain_calls(tr)) == ([0, 1, 3, 5, 6, 7], [[2, 4]])
+    src = tmp_path / "bar.json"
+    src.write_text(json.dumps(tr))
+    res = import_paths([src])
+    rows = sorted(res.table.to_pylist(), key=lambda r: r["request_index"])
+    assert [r["depends_on"] for r in rows][2:6] == [[1], [1], [2], [3, 4]]
+    assert [n for n in res.notes if "interval barriers" in n] == [
+        "2 calls of streams with flattened agents wait in AIPerf 0.13.0 also for another of "
+        "those streams' calls that ended before they started in the recording (its interval "
+        "barriers); not applied here"]
+    src.write_text(json.dumps(flattened_trace()))
+    assert not [n for n in import_paths([src]).notes if "interval barriers" in n]

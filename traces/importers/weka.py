@@ -51,7 +51,12 @@ import orjson
 from agent_replay.errors import TraceError
 from agent_replay.traces.builder import Request, build_table
 from agent_replay.traces.importers._common import ImportOptions, ImportResult, first_json_object
-from agent_replay.traces.importers.weka_chains import ChainCall, detect, flat_agent_id
+from agent_replay.traces.importers.weka_chains import (
+    ChainCall,
+    detect,
+    flat_agent_id,
+    interval_waits,
+)
 from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.tree import MAIN, derive_depends_on, think_after
 
@@ -93,6 +98,7 @@ class _Agent:
     spawn_ns: int
     end_ns: int | None
     flat: bool = False
+    scope: str = ""  # a flattened agent's stream (the top level or a subagent)
 
 
 def _num(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
@@ -243,10 +249,11 @@ def _split_flattened(stream: str, calls: list[_Call], agents: list[_Agent]) -> N
         first = calls[chain[0]]
         if owner is None:
             end = max(_chain_call(i, calls[i]).end for i in chain)
-            agents.append(_Agent(name, MAIN, first.where, first.t_ns, _ns(end), flat=True))
+            agents.append(_Agent(name, MAIN, first.where, first.t_ns, _ns(end), flat=True,
+                                 scope=stream))
         else:
             agents.append(_Agent(name, owner.spawner, first.where, owner.spawn_ns, owner.end_ns,
-                                 flat=True))
+                                 flat=True, scope=stream))
 
 
 def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Request], dict[str, Any]]:
@@ -310,8 +317,37 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
                              for i, d in enumerate(deps) for j in d)]
     info = {"id": tid, "convention": conv, "subagents": len(subs), "overlaps": overlaps,
             "flattened": flattened, "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace),
-            "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0}
+            "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0,
+            "aiperf_interval_waits": _unapplied_interval_waits(agents, ag, arr, dur, deps)}
     return out, info
+
+
+def _unapplied_interval_waits(agents: list[_Agent], ag: list[str], arr: list[int],
+                              dur: list[int | None], deps: list[list[int]]) -> int:
+    """Calls for which AIPerf's recorded-interval waits between a stream and its flattened
+    agents (``weka_chains.interval_waits``) name a call that their dependencies here do not
+    already wait for, directly or not: AIPerf holds such a call back until that one ends,
+    this replay does not."""
+    flat = {a.agent for a in agents if a.flat}
+    if not flat:
+        return 0
+    scope = {a.agent: a.scope if a.flat else a.agent for a in agents}
+    scope_of = [scope.get(a, a) for a in ag]
+    anc: list[int] = []  # bit d of anc[i]: i waits for d, directly or not (deps come first)
+    for d_list in deps:
+        bits = 0
+        for d in d_list:
+            bits |= anc[d] | (1 << d)
+        anc.append(bits)
+    n = 0
+    for sc in sorted(set(scope_of)):
+        pos = [i for i, s in enumerate(scope_of) if s == sc]
+        if not any(ag[i] in flat for i in pos):
+            continue
+        waits = interval_waits([ag[i] for i in pos], [arr[i] / 1e9 for i in pos],
+                               [(arr[i] + (dur[i] or 0)) / 1e9 for i in pos])
+        n += sum(1 for k, i in enumerate(pos) if any(not anc[i] >> pos[w] & 1 for w in waits[k]))
+    return n
 
 
 def _read_as_absolute(trace: dict[str, Any]) -> int:
@@ -449,12 +485,17 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
         notes.append(f"{absolute} inner subagent calls have a relative t at or after their "
                      "subagent's t: read as relative here; AIPerf 0.13.0 reads each such call "
                      "as absolute (its rule is per call), so its schedule of them differs")
+    barred = sum(i["aiperf_interval_waits"] for i in infos)
+    if barred:
+        notes.append(f"{barred} calls of streams with flattened agents wait in AIPerf 0.13.0 also "
+                     "for another of those streams' calls that ended before they started in the "
+                     "recording (its interval barriers); not applied here")
     padded = sum(i["padded"] for i in infos)
     if padded:
         notes.append(f"{padded} partial last blocks got fresh hash ids (the format hashes "
                      "only full blocks)")
     meta = TraceMeta(block_size=block_size or BLOCK_SIZE, source=f"imported:{NAME}",
                      extra={"imported_from": [p.name for p in paths],
-                            "weka": [{k: v for k, v in i.items() if k not in ("padded", "aiperf_absolute")}
+                            "weka": [{k: v for k, v in i.items() if k not in ("padded", "aiperf_absolute", "aiperf_interval_waits")}
                               for i in infos]})
     return ImportResult(table, meta, NAME, notes)

@@ -249,3 +249,27 @@ def _seams(chains: list[_Chain], forks_by_tail: dict[int, list[int]],
         if rekeyed:
             done.discard(new_tail)
             heapq.heappush(keys, new_tail)
+
+
+def interval_waits(streams: list[str], starts: list[float], ends: list[float]) -> list[list[int]]:
+    """AIPerf's recorded-interval waits among the streams of one scope (a trace's main
+    stream and its flattened agents, or a subagent and its own): call ``i`` also waits, for
+    every other stream, for that stream's call with the latest end among those that started
+    before ``i`` and ended at or before ``i``'s start, unless another of these waits started
+    after that one ended. Positions in the given lists; ``ends`` absolute (start + duration,
+    a missing duration counting as 0)."""
+    by: dict[str, list[int]] = {}
+    for i, s in enumerate(streams):
+        by.setdefault(s, []).append(i)
+    out: list[list[int]] = []
+    for i, s in enumerate(streams):
+        frontier = []
+        for other, idx in by.items():
+            if other == s:
+                continue
+            done = [j for j in idx if starts[j] < starts[i] and ends[j] <= starts[i]]
+            if done:
+                frontier.append(max(done, key=lambda j: (ends[j], starts[j], j)))
+        out.append(sorted(j for j in frontier if not any(
+            starts[j] < starts[k] and ends[j] <= starts[k] for k in frontier if k != j)))
+    return out
