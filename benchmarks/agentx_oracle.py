@@ -79,9 +79,14 @@ class TraceIndex:
 
 def index_trace(obj: Mapping[str, Any], into: TraceIndex | None = None) -> TraceIndex:
     """The calls of one weka trace object, by key and by (trace, stream) in trace order.
-    An inner ``t`` earlier than its subagent's ``t`` is relative to the spawn (WEKA)."""
+    An inner ``t`` earlier than its subagent's ``t`` is relative to the spawn (WEKA). A
+    flattened agent (``traces.importers.weka_chains``) is a stream of its own, named as the
+    importer names it."""
+    from agent_replay.traces.importers.weka_chains import ChainCall, detect, flat_agent_id
+
     ix = into if into is not None else TraceIndex()
     tid = str(obj["id"])
+    found: dict[str, list[tuple[Key, float, dict[str, Any]]]] = {}
     for o, r in enumerate(obj.get("requests") or []):
         if r.get("type") == "subagent":
             agent = str(r["agent_id"])
@@ -89,19 +94,26 @@ def index_trace(obj: Mapping[str, Any], into: TraceIndex | None = None) -> Trace
             inner = r.get("requests") or []
             relative = bool(inner) and float(inner[0]["t"]) + _JOIN_EPS_S < spawn
             for i, q in enumerate(inner):
-                t = float(q["t"]) + (spawn if relative else 0.0)
-                c = TraceCall((tid, o, i), agent, t, float(q.get("api_time") or 0.0),
-                              int(q["in"]), int(q["out"]))
-                ix.calls[c.key] = c
-                ix.streams.setdefault((tid, agent), []).append(c.key)
+                found.setdefault(agent, []).append(
+                    ((tid, o, i), float(q["t"]) + (spawn if relative else 0.0), q))
             dur = r.get("duration_ms")
             ix.subagents.append(TraceSubagent(tid, o, agent, spawn,
                                               spawn + float(dur) / 1000 if dur is not None else spawn))
             continue
-        c = TraceCall((tid, o, None), MAIN, float(r["t"]), float(r.get("api_time") or 0.0),
-                      int(r["in"]), int(r["out"]))
-        ix.calls[c.key] = c
-        ix.streams.setdefault((tid, MAIN), []).append(c.key)
+        found.setdefault(MAIN, []).append(((tid, o, None), float(r["t"]), r))
+    for agent, calls in found.items():
+        stream_of = [agent] * len(calls)
+        _, flat = detect([ChainCall(n, t, t + max(float(q.get("api_time") or 0.0), 0.0),
+                                    str(q.get("model") or ""), tuple(q.get("hash_ids") or ()),
+                                    int(q["in"]), int(q["out"]))
+                          for n, (_, t, q) in enumerate(calls)])
+        for n, chain in enumerate(flat):
+            for p in chain:
+                stream_of[p] = flat_agent_id(None if agent == MAIN else agent, n)
+        for (key, t, q), stream in zip(calls, stream_of, strict=True):
+            c = TraceCall(key, stream, t, float(q.get("api_time") or 0.0), int(q["in"]), int(q["out"]))
+            ix.calls[key] = c
+            ix.streams.setdefault((tid, stream), []).append(key)
     return ix
 
 
@@ -132,9 +144,10 @@ class Sent:
 
 
 def _stream_of_conversation(conv: str) -> str:
-    """AIPerf's ``trace::sa:agent_001:aux:002`` -> ``agent_001``; a root -> ``main``."""
+    """AIPerf's ``trace::sa:agent_001:aux:002`` -> ``agent_001``; a flattened agent of the
+    top level, ``trace::fa:000``, -> ``fa:000``; a root -> ``main``."""
     if "::sa:" not in conv:
-        return MAIN
+        return conv.split("::", 1)[1] if "::" in conv else MAIN
     agent = conv.split("::sa:", 1)[1]
     for marker in (":aux:", ":fa:", ":wg:"):
         if marker in agent:

@@ -9,7 +9,9 @@ import DIR/trace.parquet, the traces DIR/traces).
 
 Rules: AIPerf's dataset metadata (its weka loader's conversations, branches, delays) against
 ``replay.agentx.stream_rules`` on our import, through ``agentx_oracle.aiperf_rules`` and
-``agentx_oracle.ours_rules``. Per request (``trace[outer].inner``): what it waits for, its
+``agentx_oracle.ours_rules``. Per request (``trace[outer].inner``): what it waits for (its
+direct waits, ``agentx_oracle.direct_waits``: AIPerf's interval barriers between a trace's
+main stream and its flattened agents add waits that its other waits already imply), its
 kind (first / next / join / child-first) and its delay: a next turn's end-to-start delay, a
 join's delay when its subagents ended before the parent's previous turn (when one outlives
 that turn both send the join at its end), a subagent's first turn's offset after the
@@ -60,7 +62,7 @@ def check(run_dir: Path) -> dict[str, Any]:
             rows.append({"key": ao.key_str(k), "only": "ours" if ra is None else "aiperf"})
             continue
         rows.append({"key": ao.key_str(k), "kind_aiperf": ra.kind, "kind_ours": ro.kind,
-                     "waits_equal": ra.waits_for == ro.waits_for, "delay_aiperf_ms": ra.delay_ms,
+                     "waits_equal": ao.direct_waits(k, a) == ao.direct_waits(k, o), "delay_aiperf_ms": ra.delay_ms,
                      "delay_ours_ms": ro.delay_ms, "diff_ms": ro.delay_ms - ra.delay_ms})
     both = [r for r in rows if "only" not in r]
     by_kind: dict[str, dict[str, float | int]] = {}
@@ -162,7 +164,8 @@ def main() -> int:
     for r in res["delays_differ"][:20]:
         print(f"  {r['key']} ({r['kind_aiperf']}): AIPerf {r['delay_aiperf_ms']:,.1f} ms, ours "
               f"{r['delay_ours_ms']:,.1f} ms")
-    for r in res["only_one_side"][:10] + [{"key": k, "only": "kind"} for k in res["kinds_differ"][:10]]:
+    for r in (res["only_one_side"][:10] + [{"key": k, "only": "kind"} for k in res["kinds_differ"][:10]]
+              + [{"key": k, "only": "wait set"} for k in res["waits_differ"][:10]]):
         print(f"  {r['key']}: {r['only']}")
     bad = bool(res["only_one_side"] or res["waits_differ"] or res["kinds_differ"] or res["delays_differ"])
     if args.concurrency is not None:

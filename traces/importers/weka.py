@@ -32,6 +32,11 @@ kept; the partial last block the format leaves unhashed gets a fresh negative id
 of each subagent (the shared prefix before the first user turn) go to the metadata
 (``extra.weka[].prefix_tokens``). Ids are local to a trace: the k-th trace of an
 import (k >= 1) has ``k << 40`` added, so traces never share blocks by accident.
+
+Flattened agents: calls of one stream (the top level or a subagent) that AIPerf's loader
+tells apart as another agent by their hash ids (``weka_chains``) get their own agent id,
+``fa:NNN`` on the top level and ``<subagent>:fa:NNN`` inside a subagent; the summary and
+``extra.weka[].flattened`` name them with their call counts.
 """
 
 from __future__ import annotations
@@ -46,6 +51,12 @@ import orjson
 from agent_replay.errors import TraceError
 from agent_replay.traces.builder import Request, build_table
 from agent_replay.traces.importers._common import ImportOptions, ImportResult, first_json_object
+from agent_replay.traces.importers.weka_chains import (
+    ChainCall,
+    detect,
+    flat_agent_id,
+    interval_waits,
+)
 from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.tree import MAIN, derive_depends_on, think_after
 
@@ -86,6 +97,8 @@ class _Agent:
     where: str
     spawn_ns: int
     end_ns: int | None
+    flat: bool = False
+    scope: str = ""  # a flattened agent's stream (the top level or a subagent)
 
 
 def _num(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
@@ -198,7 +211,49 @@ def _flatten(trace: dict[str, Any], conv: str) -> tuple[list[_Call], list[_Agent
             calls.append(_Call(agent, w, t_ns, r))
 
     walk(trace.get("requests"), "requests", MAIN, 0)
+    for stream in [MAIN] + [a.agent for a in agents]:
+        _split_flattened(stream, calls, agents)
     return calls, agents
+
+
+def _chain_call(i: int, c: _Call) -> ChainCall:
+    r = c.obj
+    api = r.get("api_time")
+    api_s = float(api) if isinstance(api, (int, float)) and not isinstance(api, bool) and api > 0 else 0.0
+    h = r.get("hash_ids")
+    ids = tuple(x for x in h if isinstance(x, int)) if isinstance(h, list) else ()
+    model, n_in, n_out = r.get("model"), r.get("in"), r.get("out")
+    return ChainCall(i, c.t_ns / 1e9, c.t_ns / 1e9 + api_s, model if isinstance(model, str) else "",
+                     ids, n_in if isinstance(n_in, int) else 0, n_out if isinstance(n_out, int) else 0)
+
+
+def _split_flattened(stream: str, calls: list[_Call], agents: list[_Agent]) -> None:
+    """Give the flattened agents of ``stream`` (``weka_chains.detect``) their own agent ids:
+    ``fa:NNN`` on the top level, ``<subagent>:fa:NNN`` inside a subagent (AIPerf's
+    ``trace::fa:NNN`` and ``trace::sa:<subagent>:fa:NNN``). A top-level one is spawned at
+    its first call and ends with its last; one inside a subagent shares that subagent's
+    spawner, spawn and end (AIPerf puts it in the subagent's branch)."""
+    mine = [i for i, c in enumerate(calls) if c.agent == stream]
+    _, flat = detect([_chain_call(i, calls[i]) for i in mine])
+    if not flat:
+        return
+    owner = next((a for a in agents if a.agent == stream), None)
+    taken = {a.agent for a in agents} | {MAIN}
+    for n, chain in enumerate(flat):
+        name = flat_agent_id(None if owner is None else stream, n)
+        if name in taken:
+            raise _Bad(calls[chain[0]].where, f"agent id {name!r} is needed for a flattened "
+                       "agent and already names a subagent")
+        for i in chain:
+            calls[i].agent = name
+        first = calls[chain[0]]
+        if owner is None:
+            end = max(_chain_call(i, calls[i]).end for i in chain)
+            agents.append(_Agent(name, MAIN, first.where, first.t_ns, _ns(end), flat=True,
+                                 scope=stream))
+        else:
+            agents.append(_Agent(name, owner.spawner, first.where, owner.spawn_ns, owner.end_ns,
+                                 flat=True, scope=stream))
 
 
 def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Request], dict[str, Any]]:
@@ -253,15 +308,46 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
         last_of[c.agent] = i
     ends = {a.agent: a.end_ns if a.end_ns is not None else max(
         arr[i] + (dur[i] or 0) for i in range(len(calls)) if ag[i] == a.agent) for a in agents}
-    overlaps = [(x.agent, y.agent) for n, x in enumerate(agents) for y in agents[n + 1:]
+    subs = [a for a in agents if not a.flat]
+    overlaps = [(x.agent, y.agent) for n, x in enumerate(subs) for y in subs[n + 1:]
                 if x.spawn_ns < ends[y.agent] and y.spawn_ns < ends[x.agent]]
+    flattened = {a.agent: sum(x == a.agent for x in ag) for a in agents if a.flat}
     background = [a.agent for a in agents
                   if not any(ag[i] == a.spawner and ag[j] == a.agent
                              for i, d in enumerate(deps) for j in d)]
-    info = {"id": tid, "convention": conv, "subagents": len(agents), "overlaps": overlaps,
-            "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace),
-            "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0}
+    info = {"id": tid, "convention": conv, "subagents": len(subs), "overlaps": overlaps,
+            "flattened": flattened, "background": background, "padded": padded, "prefix_tokens": _prefix_tokens(trace),
+            "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0,
+            "aiperf_interval_waits": _unapplied_interval_waits(agents, ag, arr, dur, deps)}
     return out, info
+
+
+def _unapplied_interval_waits(agents: list[_Agent], ag: list[str], arr: list[int],
+                              dur: list[int | None], deps: list[list[int]]) -> int:
+    """Calls for which AIPerf's recorded-interval waits between a stream and its flattened
+    agents (``weka_chains.interval_waits``) name a call that their dependencies here do not
+    already wait for, directly or not: AIPerf holds such a call back until that one ends,
+    this replay does not."""
+    flat = {a.agent for a in agents if a.flat}
+    if not flat:
+        return 0
+    scope = {a.agent: a.scope if a.flat else a.agent for a in agents}
+    scope_of = [scope.get(a, a) for a in ag]
+    anc: list[int] = []  # bit d of anc[i]: i waits for d, directly or not (deps come first)
+    for d_list in deps:
+        bits = 0
+        for d in d_list:
+            bits |= anc[d] | (1 << d)
+        anc.append(bits)
+    n = 0
+    for sc in sorted(set(scope_of)):
+        pos = [i for i, s in enumerate(scope_of) if s == sc]
+        if not any(ag[i] in flat for i in pos):
+            continue
+        waits = interval_waits([ag[i] for i in pos], [arr[i] / 1e9 for i in pos],
+                               [(arr[i] + (dur[i] or 0)) / 1e9 for i in pos])
+        n += sum(1 for k, i in enumerate(pos) if any(not anc[i] >> pos[w] & 1 for w in waits[k]))
+    return n
 
 
 def _read_as_absolute(trace: dict[str, Any]) -> int:
@@ -389,17 +475,27 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     n_bg = sum(len(i["background"]) for i in infos)
     notes.append(f"{n_sub} subagents in {sum(1 for i in infos if i['subagents'])} traces; "
                  f"{n_par} pairs overlap in time (parallel); {n_bg} background (no join)")
+    flat = [(i["id"], a, n) for i in infos for a, n in i["flattened"].items()]
+    if flat:
+        notes.append(f"{len(flat)} flattened agents (calls recorded in another agent's stream, "
+                     "split off by their hash ids as AIPerf does): "
+                     + ", ".join(f"{t} {a} ({n} calls)" for t, a, n in flat))
     absolute = sum(i["aiperf_absolute"] for i in infos)
     if absolute:
         notes.append(f"{absolute} inner subagent calls have a relative t at or after their "
                      "subagent's t: read as relative here; AIPerf 0.13.0 reads each such call "
                      "as absolute (its rule is per call), so its schedule of them differs")
+    barred = sum(i["aiperf_interval_waits"] for i in infos)
+    if barred:
+        notes.append(f"{barred} calls of streams with flattened agents wait in AIPerf 0.13.0 also "
+                     "for another of those streams' calls that ended before they started in the "
+                     "recording (its interval barriers); not applied here")
     padded = sum(i["padded"] for i in infos)
     if padded:
         notes.append(f"{padded} partial last blocks got fresh hash ids (the format hashes "
                      "only full blocks)")
     meta = TraceMeta(block_size=block_size or BLOCK_SIZE, source=f"imported:{NAME}",
                      extra={"imported_from": [p.name for p in paths],
-                            "weka": [{k: v for k, v in i.items() if k not in ("padded", "aiperf_absolute")}
+                            "weka": [{k: v for k, v in i.items() if k not in ("padded", "aiperf_absolute", "aiperf_interval_waits")}
                               for i in infos]})
     return ImportResult(table, meta, NAME, notes)
