@@ -22,7 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,9 +206,9 @@ async def test_claude_code_subagents(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-async def test_codex_cli(tmp_path: Path) -> None:
-    codex = program("codex")
-
+def codex_exec(codex: str, prompt: str) -> Callable[[str, str, Path], tuple[list[str], dict[str, str]]]:
+    """``codex exec PROMPT`` against the recorder: a ``[model_providers]`` entry on the
+    Responses API, its key from the environment."""
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         (home / "config.toml").write_text(
             f'model = "{model}"\nmodel_provider = "sim"\n\n'
@@ -218,9 +218,14 @@ async def test_codex_cli(tmp_path: Path) -> None:
         env = base_env(home)
         env.update(CODEX_HOME=str(home), SIM_API_KEY=SECRET)
         return [codex, "exec", "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox", "List the files here."], env
+                "--dangerously-bypass-approvals-and-sandbox", prompt], env
+    return argv_env
 
-    trace, rows = await record(tmp_path, [CODEX_LS, LS], argv_env)
+
+async def test_codex_cli(tmp_path: Path) -> None:
+    codex = program("codex")
+
+    trace, rows = await record(tmp_path, [CODEX_LS, LS], codex_exec(codex, "List the files here."))
     main = the_agent_session(rows)
     assert all(r["api"] == "responses" for r in main)
     assert main[0]["session_id"] != "auto-00001"  # named by Codex's session header
@@ -241,19 +246,8 @@ async def test_codex_subagent(tmp_path: Path) -> None:
     join here, and a subagent's last request may be cut.)"""
     codex = program("codex")
 
-    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        (home / "config.toml").write_text(
-            f'model = "{model}"\nmodel_provider = "sim"\n\n'
-            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
-            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n'
-            "[analytics]\nenabled = false\n")
-        env = base_env(home)
-        env.update(CODEX_HOME=str(home), SIM_API_KEY=SECRET)
-        return [codex, "exec", "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-                "Spawn a subagent to list the files here."], env
-
-    trace, rows = await record(tmp_path, [CODEX_SPAWN, CODEX_LS], argv_env)
+    trace, rows = await record(tmp_path, [CODEX_SPAWN, CODEX_LS],
+                               codex_exec(codex, "Spawn a subagent to list the files here."))
     assert len({r["session_id"] for r in rows}) == 1
     by_index = {r["request_index"]: r for r in rows}
     threads = {r["agent_id"] for r in rows} - {"main"}
