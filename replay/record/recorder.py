@@ -24,7 +24,6 @@ import os
 import re
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,14 +55,12 @@ from agent_replay.replay.record.guard import MalformedRequests
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
 from agent_replay.replay.record.sessions import SessionTracker
-from agent_replay.replay.record.sink import PartWriter, rows_to_table_in_slices
+from agent_replay.replay.record.sink import PartWriter, rows_to_table
 from agent_replay.replay.selfmon import reserve_fds
 from agent_replay.traces.io import conform
 from agent_replay.traces.schema import CONTENT_MODES, TraceMeta
 
 SWITCH_INTERVAL_S = 0.0005
-TURN_WAIT_S = 0.05
-"""The longest the flush thread waits for the event loop between two steps (``LoopTurn``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +261,6 @@ class Recorder:
         # recording made. Undone by stop() (what was garbage already is collected then).
         gc.freeze()
         self._frozen = True
-        self.writer.pause = LoopTurn(asyncio.get_running_loop())
         self._big.start()
         self._flusher = asyncio.create_task(self._flush_loop())
 
@@ -484,16 +480,8 @@ class Recorder:
 
     def _write(self, batch: list[Exchange], meta: TraceMeta) -> Path:
         """Build the batch's rows, then write them with any a failed write left (flush
-        thread, under the flush lock). The rows leave memory only once written.
-
-        The writer's ``pause()`` runs after each row and between slices of the Arrow
-        conversion: the flush's GIL-holding work goes in small steps, each started once
-        the event loop is through with what was waiting (``LoopTurn``, set by start)."""
-        pause = self.writer.pause
-        for ex in batch:
-            self._unwritten.append(self._row(ex))
-            if pause is not None:
-                pause()
+        thread, under the flush lock). The rows leave memory only once written."""
+        self._unwritten.extend(self._row(ex) for ex in batch)
         path = self.writer.write(self._unwritten, meta)
         self._unwritten = []
         return path
@@ -618,38 +606,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def _warm_up_writer() -> None:
-    """Write a two-row part to memory, in two slices, as ``PartWriter`` would to a file."""
-    row = {"session_id": "warm-up", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
-           "input_tokens": 1, "output_tokens": 1, "api": "chat", "chunk_gaps_ns": [1],
-           "chunk_tokens": [1], "hash_ids": [1]}
-    table = rows_to_table_in_slices([row, row], lambda: None, size=1)
+    """Write a one-row part to memory, as ``PartWriter`` would to a file."""
+    table = rows_to_table([{"session_id": "warm-up", "request_index": 0, "parent_index": -1,
+                            "arrival_ns": 0, "input_tokens": 1, "output_tokens": 1,
+                            "api": "chat", "chunk_gaps_ns": [1], "chunk_tokens": [1],
+                            "hash_ids": [1]}])
     pq.write_table(conform(table), io.BytesIO(), compression="zstd")
-
-
-class LoopTurn:
-    """A worker thread's pause until ``loop`` has run the callbacks that were ready when
-    the pause began (the pause queues one behind them), for at most ``TURN_WAIT_S``.
-
-    While it waits, the thread does not hold the GIL, so the loop runs uncontested, and
-    the thread's next step starts once the loop has caught up with what was ready.
-    Without it, a worker busy in Python takes the GIL whenever the loop releases it (at
-    each system call) and keeps it until the switch interval forces a hand-over, so the
-    loop may wait up to that interval after each of its system calls while a flush
-    runs."""
-
-    __slots__ = ("_done", "_loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._done = threading.Event()
-
-    def __call__(self) -> None:
-        self._done.clear()
-        try:
-            self._loop.call_soon_threadsafe(self._done.set)
-        except RuntimeError:  # the loop is closed: nothing to give way to
-            return
-        self._done.wait(TURN_WAIT_S)
 
 
 def _mb(n: int) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,6 @@ EXTRA_FIELDS = [
 ]
 RECORD_SCHEMA = pa.schema(list(TRACE_SCHEMA) + EXTRA_FIELDS)
 _PART = re.compile(r"^part-(\d{5,})\.parquet$")
-SLICE_ROWS = 16
-"""Rows converted to Arrow in one call by ``rows_to_table_in_slices``."""
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -63,23 +60,6 @@ def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
-
-
-def rows_to_table_in_slices(rows: list[dict[str, Any]], pause: Callable[[], None],
-                            size: int = SLICE_ROWS) -> pa.Table:
-    """``rows_to_table``, ``size`` rows at a time with ``pause()`` between two slices, the
-    slices then joined into one chunk per column (the same table, and the same file, as
-    one conversion). Arrow converts a column of Python values in one call that holds the
-    GIL throughout, and the interpreter cannot hand the GIL over inside a call: for a
-    flush's hundreds of rows, that is milliseconds in which the proxy's loop cannot run."""
-    if len(rows) <= size:
-        return rows_to_table(rows)
-    parts = []
-    for i in range(0, len(rows), size):
-        if i:
-            pause()
-        parts.append(rows_to_table(rows[i:i + size]))
-    return pa.concat_tables(parts).combine_chunks()
 
 
 def _int64_lists(values: list[Any]) -> pa.ListArray:
@@ -115,16 +95,10 @@ class PartWriter:
         self.next_part = 1
         self.parts: list[Path] = []
         self.rows_written = 0
-        self.pause: Callable[[], None] | None = None
-        """Run between slices of a part's conversion to Arrow (the recorder's ``LoopTurn``)."""
 
     def write(self, rows: list[dict[str, Any]], meta: TraceMeta) -> Path:
-        """The rows as the next part file; with a ``pause``, converted in slices with
-        ``pause()`` between them (``rows_to_table_in_slices``)."""
         path = self.out_dir / f"part-{self.next_part:05d}.parquet"
-        pause = self.pause
-        table = rows_to_table(rows) if pause is None else rows_to_table_in_slices(rows, pause)
-        write_trace(table, path, meta)
+        write_trace(rows_to_table(rows), path, meta)
         self.next_part += 1
         self.parts.append(path)
         self.rows_written += len(rows)
