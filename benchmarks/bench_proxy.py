@@ -433,8 +433,15 @@ def pin(procs: dict[str, psutil.Process]) -> str:
     for name, p in procs.items():
         want = {cpus[0]} if name == "sim" else {cpus[1]}
         for q in [p, *p.children(recursive=True)]:
-            os.sched_setaffinity(q.pid, want)
-    return f"pinned: sim on CPU {cpus[0]}; proxy, relay, client on CPU {cpus[1]}"
+            # every thread: an affinity set by pid holds for that one thread (Linux);
+            # threads started later inherit their creator's
+            for t in q.threads():
+                try:
+                    os.sched_setaffinity(t.id, want)
+                except ProcessLookupError:
+                    pass
+    return (f"pinned (every thread): sim on CPU {cpus[0]}; proxy, relay, client on CPU "
+            f"{cpus[1]}")
 
 
 def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path, counts: list[int]
