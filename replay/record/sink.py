@@ -92,6 +92,9 @@ class PartWriter:
                 raise OutputExistsError(str(self.out_dir))
             for p in existing:
                 p.unlink()
+        # Arrow loads its cast kernels on first use (100-300 ms, most of it holding the
+        # GIL): here, before the proxy serves, not in the first flush while streams run
+        rows_to_table([])
         self.next_part = 1
         self.parts: list[Path] = []
         self.rows_written = 0
