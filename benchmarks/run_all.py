@@ -42,7 +42,8 @@ from benchmarks.peers.harness import cores, read_truth, run_client, sim_server, 
 
 NAMES = {"ours": "agent-replay", "ours-aiohttp": "agent-replay (aiohttp client)",
          "ours-loop": "agent-replay (--timestamps loop)", "vllm": "vllm bench serve", "guidellm": "GuideLLM 0.8.1",
-         "aiperf": "AIPerf 0.13.0"}
+         "aiperf": "AIPerf 0.13.0",
+         "floor": "floor: read + kernel stamp only", "floor-loop": "floor: read + loop stamp only"}
 INTERVAL_MS = 5.0
 KERNEL_ARRIVAL = True
 """The engine's ground truth stamps each request's arrival from the kernel (``engines sim
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [c for c in args.clients.split(",") if c]
     avail = []
     for c in wanted:
-        if c in cl.OURS or cl.ensure(c, install=not args.no_install) is not None:
+        if c in cl.OURS or c in cl.FLOORS or cl.ensure(c, install=not args.no_install) is not None:
             avail.append(c)
         else:
             print(f"skipping {c}: not installed", file=sys.stderr)

@@ -29,6 +29,9 @@ OURS = {"ours": ("fast", "auto"), "ours-loop": ("fast", "loop"), "ours-aiohttp":
 """Our client by name, as (``--http-client``, ``--timestamps``): the defaults (the fast client
 with kernel receive timestamps on Linux), the fast client with loop timestamps, and the
 aiohttp client."""
+FLOORS = {"floor": "kernel", "floor-loop": "loop"}
+"""The floor of a Python client (benchmarks/peers/floor.py): each chunk read and stamped,
+nothing parsed; with the kernel's receive time or the loop's."""
 INPUT_TOKENS = 128
 OUTPUT_TOKENS = 256
 
@@ -92,6 +95,11 @@ def command(client: str, url: str, conc: int, n: int, rundir: Path, workers: int
                "--output", str(rundir / "results"), "--salt", "0", "--scrape-interval", "0",
                "--no-progress", "--vocab-size", "4096", "--http-client", OURS[client][0],
                "--timestamps", OURS[client][1]]
+    elif client in FLOORS:
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "peers" / "floor.py"), url,
+               "--concurrency", str(conc), "--requests", str(n), "--prompt", str(INPUT_TOKENS),
+               "--output", str(OUTPUT_TOKENS), "--stamps", FLOORS[client],
+               "--out", str(rundir / "floor.json")]
     elif client == "vllm":
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
         cmd = [str(ensure("vllm")), "bench", "serve", "--backend", "vllm", "--base-url", url,
