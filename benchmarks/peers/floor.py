@@ -56,6 +56,8 @@ class Lane:
         self.run = run
         self.sock = sock
         self.stamps = array("q")
+        self.fresh = True
+        """The next read starts a response."""
         self.transport: asyncio.Transport | None = None
 
     def send_next(self) -> None:
@@ -70,8 +72,14 @@ class Lane:
             self.transport.write(data)
 
     def chunk(self, data: bytes, t: int) -> None:
+        if not self.stamps or self.fresh:
+            self.fresh = False
+            if not data.startswith(b"HTTP/1.1 200 "):
+                self.run.fail(data[:300])
+                return
         self.stamps.append(t)
         if data.endswith(_END):
+            self.fresh = True
             self.send_next()
 
     # the kernel-stamped read, as a reader callback
@@ -121,6 +129,10 @@ class Run:
         self.sent += 1
         return self.requests[self.sent - 1]
 
+    def fail(self, head: bytes) -> None:
+        if not self.done.done():
+            self.done.set_exception(SystemExit(f"floor: the server answered {head!r}"))
+
     def lane_done(self) -> None:
         self.live -= 1
         if self.live == 0 and not self.done.done():
@@ -144,15 +156,17 @@ async def main(args: argparse.Namespace) -> dict[str, int]:
             await loop.create_connection(lambda lane=lane: LoopLane(lane), run.host, run.port)
         lanes.append(lane)
     run.live = len(lanes)
-    for lane in lanes:
-        lane.send_next()
-    await run.done
-    for lane in lanes:
-        if lane.sock is not None:
-            loop.remove_reader(lane.sock.fileno())
-            lane.sock.close()
-        elif lane.transport is not None:
-            lane.transport.close()
+    try:
+        for lane in lanes:
+            lane.send_next()
+        await run.done
+    finally:
+        for lane in lanes:
+            if lane.sock is not None:
+                loop.remove_reader(lane.sock.fileno())
+                lane.sock.close()
+            elif lane.transport is not None:
+                lane.transport.close()
     return {"requests": run.sent, "reads": sum(len(lane.stamps) for lane in lanes)}
 
 
