@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -151,6 +152,25 @@ STOP_WAIT_S = 30.0
 their writers may retry part files (``RunConfig.write_retry_s``); then they are killed."""
 
 
+_TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _start_quiet_tracker() -> None:
+    """Start multiprocessing's resource tracker (it removes the pool's semaphores once
+    this process is gone) without its warning about "leaked" semaphores: after this
+    process was killed the workers write the run's end, and that warning would be the
+    last line the user sees, about a clean-up that is expected and done. The tracker takes
+    its warning filters from this process's ``-W`` options when it starts; they are set
+    for that moment only."""
+    from multiprocessing import resource_tracker
+
+    sys.warnoptions.append(_TRACKER_QUIET)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(_TRACKER_QUIET)
+
+
 class LocalProcessPool(_OnThisHost):
     """Local worker processes. They start, build their plan and say ready before t0 is
     chosen, then all start from the one t0 the parent hands them (CLOCK_MONOTONIC is
@@ -166,6 +186,7 @@ class LocalProcessPool(_OnThisHost):
 
     def __init__(self, config: RunConfig, n: int, plan: Plan | None = None) -> None:
         ctx = mp.get_context("spawn")
+        _start_quiet_tracker()
         self.n = n
         self.out = Path(config.output or ".")
         self.write_retry_s = config.write_retry_s
