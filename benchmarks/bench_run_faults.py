@@ -59,6 +59,8 @@ SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
 }
 
 RAY_SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
+    "no fault, --ray=local, 2 actors":
+        (None, {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
     "kill -9 of parent, --ray=local, 2 actors":
         (rp.after_first_part(rp.to_parent(signal.SIGKILL)),
          {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
