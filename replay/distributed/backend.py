@@ -109,7 +109,7 @@ class RayPool:
         ray = import_ray()
         if ship not in ("auto", "always", "never"):
             raise InputError(f"ship must be auto, always or never, got {ship!r}")
-        connected_here, keeper = _connect(ray, address or "auto")
+        connected_here, keeper = _connect(ray, address or "auto", config.write_retry_s)
         pool = cls(ray, [], "", Path(config.output or "."), plan,
                    connected_here=connected_here, keeper=keeper, warn=warn)
         try:
@@ -331,14 +331,15 @@ def _ships(ship: str, same_node: bool) -> bool:
     return ship == "always" or (ship == "auto" and not same_node)
 
 
-def _connect(ray: Any, address: str) -> tuple[bool, LocalRay | None]:
+def _connect(ray: Any, address: str, write_retry_s: float) -> tuple[bool, LocalRay | None]:
     """Connect unless this process already is: whether this call connected, and, for
-    ``local``, the private Ray it started (``localray``)."""
+    ``local``, the private Ray it started (``localray``; ``write_retry_s``: its actors'
+    time to retry part files)."""
     if ray.is_initialized():
         return False, None
     kwargs: dict[str, Any] = {"log_to_driver": False, "namespace": NAMESPACE}
     if address == "local":
-        return True, connect_local(ray, **kwargs)
+        return True, connect_local(ray, write_retry_s, **kwargs)
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:

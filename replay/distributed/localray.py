@@ -30,10 +30,10 @@ OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """The private Ray's object store: on one node the actors write their part files in place
 and hand the driver only progress and live snapshots (small); more spills to disk."""
 
-ORPHAN_WAIT_S = 90.0
+ORPHAN_WAIT_S = 60.0
 """Once the run's process is gone, how long the actors get to stop, write their rows and
-end before Ray is ended under them (``pools.STOP_WAIT_S`` and the part files' retries
-fit in it)."""
+end before Ray is ended under them, beyond the time their part files may be retried
+(``pools.STOP_WAIT_S`` fits in it)."""
 
 START_S = 120.0
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -50,17 +50,19 @@ class LocalRay:
         self.auth_mode: str | None = None  # Ray's RAY_AUTH_MODE there (``token``: ~/.ray's token)
 
     @classmethod
-    def start(cls) -> LocalRay:
+    def start(cls, orphan_wait_s: float = ORPHAN_WAIT_S) -> LocalRay:
+        """Start the keeper and its Ray; ``orphan_wait_s``: how long Ray is kept for the
+        actors once the run's process is gone."""
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=_keeper_main, args=(theirs, OBJECT_STORE_BYTES),
+        proc = ctx.Process(target=_keeper_main, args=(theirs, OBJECT_STORE_BYTES, orphan_wait_s),
                            name="agent-replay-ray", daemon=False)
-        with signals_held():  # its handlers are in place before a stop can reach it
-            proc.start()
-        theirs.close()
         keeper = cls(proc, ours, "")
         deadline = time.monotonic() + START_S
         try:
+            with signals_held():  # its handlers are in place before a stop can reach it
+                proc.start()
+            theirs.close()
             while not ours.poll(0.2):
                 if not proc.is_alive() or time.monotonic() > deadline:
                     raise TargetError("--ray local: the private Ray did not start"
@@ -81,6 +83,8 @@ class LocalRay:
         not end within ``timeout_s``."""
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(("close", None))
+        if self.proc.pid is None:  # never started
+            return
         self.proc.join(timeout_s)
         if self.proc.is_alive():
             self.proc.terminate()  # Ray's own SIGTERM handler there ends its processes
@@ -92,7 +96,7 @@ class LocalRay:
             self.conn.close()
 
 
-def _keeper_main(conn: Any, object_store_bytes: int) -> None:
+def _keeper_main(conn: Any, object_store_bytes: int, orphan_wait_s: float) -> None:
     parent = os.getppid()
     with contextlib.suppress(OSError):
         os.setsid()  # out of the run's process group and terminal
@@ -116,14 +120,15 @@ def _keeper_main(conn: Any, object_store_bytes: int) -> None:
             conn.send(("error", first))
         return
     try:
-        conn.send(("ready", ready))
+        with contextlib.suppress(OSError, ValueError):  # the run's process is gone already
+            conn.send(("ready", ready))
         while not gone.is_set() and parent_alive(parent):
             try:
                 if conn.poll(0.2) and conn.recv()[0] == "close":
                     return
             except (EOFError, OSError):
                 break
-        _wait_actors(ray, time.monotonic() + ORPHAN_WAIT_S)
+        _wait_actors(ray, time.monotonic() + orphan_wait_s)
     finally:
         ray.shutdown()
 
@@ -140,9 +145,10 @@ def _wait_actors(ray: Any, deadline: float) -> None:
         time.sleep(0.2)
 
 
-def connect_local(ray: Any, **kwargs: Any) -> LocalRay:
-    """Start a private one-node Ray and connect this process to it."""
-    keeper = LocalRay.start()
+def connect_local(ray: Any, write_retry_s: float = 0.0, **kwargs: Any) -> LocalRay:
+    """Start a private one-node Ray and connect this process to it; ``write_retry_s``:
+    how long the actors may retry a part file (``RunConfig.write_retry_s``)."""
+    keeper = LocalRay.start(ORPHAN_WAIT_S + write_retry_s)
     if keeper.auth_mode is not None and os.environ.get(AUTH_MODE) != keeper.auth_mode:
         os.environ[AUTH_MODE] = keeper.auth_mode
         with contextlib.suppress(ImportError, AttributeError):  # Ray reads it once, at import

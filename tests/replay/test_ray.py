@@ -277,10 +277,22 @@ def test_killed_driver_leaves_no_actor_and_an_interrupted_run(cluster: Any, tmp_
 
     trace = write_rows(tmp_path / "t.parquet",
                        chain_rows(30, 12, gap_ns=60 * HMS, think_ns=250 * HMS, output_tokens=6))
-    o = rp.probe("kill -9 driver", trace, tmp_path / "w",
-                 rp.after_first_part(rp.to_parent(signal.SIGKILL)),
+    ended: list[float] = []
+
+    def kill_and_wait(run: rp.Run) -> None:
+        """The kill, then until no actor is left (they are not the driver's children: the
+        probe would not wait for them)."""
+        rp.to_parent(signal.SIGKILL)(run)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and ray.util.list_named_actors(all_namespaces=True):
+            time.sleep(0.1)
+        assert run.fault_at is not None
+        ended.append(time.monotonic() - run.fault_at)
+
+    o = rp.probe("kill -9 driver", trace, tmp_path / "w", rp.after_first_part(kill_and_wait),
                  extra=(f"--ray={cluster.address}",), timeout_s=120)
-    print(o.row())
+    print(o.row(), ended)
+    assert ray.util.list_named_actors(all_namespaces=True) == []
     assert o.rc == -signal.SIGKILL and not o.hang and "Traceback" not in o.stderr
     assert o.tmp_left == 0 and not o.reserve_left and o.orphans == 0
     assert o.status == "interrupted", o.stderr
@@ -291,7 +303,3 @@ def test_killed_driver_leaves_no_actor_and_an_interrupted_run(cluster: Any, tmp_
     # the actor that wrote in place recorded its own summary; the other shard is counted
     # from the parts it handed over before its owner died
     assert len(block["shards"]) == 1 and len(block["counted_from_rows"]) == 1
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and ray.util.list_named_actors(all_namespaces=True):
-        time.sleep(0.2)
-    assert ray.util.list_named_actors(all_namespaces=True) == []
