@@ -21,8 +21,11 @@ waits for them before it ends (``localray``).
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -338,12 +341,29 @@ def _connect(ray: Any, address: str, write_retry_s: float) -> tuple[bool, LocalR
     if ray.is_initialized():
         return False, None
     kwargs: dict[str, Any] = {"log_to_driver": False, "namespace": NAMESPACE}
-    if address == "local":
-        return True, connect_local(ray, write_retry_s, **kwargs)
-    try:
-        ray.init(address=address, **kwargs)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TargetError(f"--ray {address}: cannot connect to a Ray cluster: {first}") from None
+    with _own_sigterm():
+        if address == "local":
+            return True, connect_local(ray, write_retry_s, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TargetError(f"--ray {address}: cannot connect to a Ray cluster: {first}") from None
     return True, None
+
+
+@contextlib.contextmanager
+def _own_sigterm() -> Iterator[None]:
+    """This process's SIGTERM handler kept: ``ray.init`` replaces it with an exit, which
+    would skip the run's graceful stop (``lifeline.sigterm_as_sigint``) and kill the
+    actors before they wrote their rows."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
