@@ -278,7 +278,13 @@ def writer_state(meta: RunMeta) -> str:
     """Whether the process that wrote ``meta`` still runs: ``alive``, ``gone`` or
     ``unknown`` (no writer recorded, or one on another host: it cannot be asked from
     here)."""
-    w = meta.writer or {}
+    return process_state(meta.writer)
+
+
+def process_state(w: Mapping[str, Any] | None) -> str:
+    """Whether the process a ``writer_identity`` block names still runs: ``alive``,
+    ``gone`` or ``unknown`` (no pid, or a process on another host)."""
+    w = w or {}
     pid = w.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return "unknown"

@@ -59,8 +59,16 @@ SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
 }
 
 RAY_SCENARIOS: dict[str, tuple[rp.Fault | None, dict[str, object]]] = {
+    "no fault, --ray=local, 2 actors":
+        (None, {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
     "kill -9 of parent, --ray=local, 2 actors":
         (rp.after_first_part(rp.to_parent(signal.SIGKILL)),
+         {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
+    "kill -9 of the group, --ray=local, 2 actors":
+        (rp.after_first_part(rp.to_group(signal.SIGKILL)),
+         {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
+    "SIGTERM to parent, --ray=local, 2 actors":
+        (rp.after_first_part(rp.to_parent(signal.SIGTERM)),
          {"extra": ("--ray=local", "--ray-actors-per-node", "2"), "timeout_s": 120}),
     "SIGINT to parent, --ray=local, 2 actors":
         (rp.after_first_part(rp.to_parent(signal.SIGINT)),

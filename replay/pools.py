@@ -433,16 +433,25 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         stop.arm(lambda: None)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-        out = Path(config.output or ".")
-        _leave(q, parent, stop, out)
-        if started and (stop.orphaned or not parent_alive(parent)):
-            with contextlib.suppress(OSError, ValueError, TypeError, AgentReplayError):
-                record_orphaned(out, config, plan, shard, n, summary)
+        if not _leave(q, parent, stop):
+            leave_orphaned(Path(config.output or "."), config, plan, shard, n, summary, started)
 
 
-def _leave(q: Any, parent: int, stop: StopSignals, out: Path) -> None:
+def leave_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int, n: int,
+                   summary: WorkerSummary | None, started: bool) -> None:
+    """A worker's last step once the run's process is gone (its rows are written): remove
+    the space reserve that process can no longer release and, when the worker got past
+    t0, rewrite run.json (``record_orphaned``)."""
+    with contextlib.suppress(OSError):
+        (out / SpaceReserve.NAME).unlink()
+    if started:
+        with contextlib.suppress(OSError, ValueError, TypeError, AgentReplayError):
+            record_orphaned(out, config, plan, shard, n, summary)
+
+
+def _leave(q: Any, parent: int, stop: StopSignals) -> bool:
     """Let the last messages reach the parent while it lives; once it is gone, give them
-    up (nobody reads the queue) and remove the space reserve it can no longer release."""
+    up (nobody reads the queue). Returns whether the parent still lives."""
     q.close()
     feeder = threading.Thread(target=q.join_thread, daemon=True)
     feeder.start()
@@ -450,5 +459,5 @@ def _leave(q: Any, parent: int, stop: StopSignals, out: Path) -> None:
         feeder.join(0.1)
     if stop.orphaned or not parent_alive(parent):
         q.cancel_join_thread()
-        with contextlib.suppress(OSError):
-            (out / SpaceReserve.NAME).unlink()
+        return False
+    return True

@@ -10,6 +10,14 @@ filesystem. An actor on the driver's node reads the trace and writes its parts i
 Each ``poll`` also returns the shard's live statistics (``analysis.live.LiveStats``, encoded),
 built from the part files already written: the rows are read off the measuring loop's hot
 path, on the actor's method thread.
+
+An actor given its driver (``driver_identity``) watches it from its start: once the driver
+is gone (killed outright), it stops its shard as a local worker does when its parent dies
+(in-flight requests ``cancelled``, every row written), rewrites run.json ``interrupted``
+where it wrote in place (``pools.leave_orphaned``) and ends its process. On the driver's
+node the driver is its process (pid and start time, as run.json's ``writer``); elsewhere
+Ray's job table says when the driver's job is dead. The driver makes such actors detached,
+so that Ray does not kill them with their owner before they wrote their rows.
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ import contextlib
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,12 +46,26 @@ from agent_replay.replay.distributed.placement import rebase_t0
 from agent_replay.replay.messages import ActorPoll, Progress
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.worker import WorkerSummary, arun_shard, load_plan
+from agent_replay.runmeta import process_state, writer_identity
+
+SAME_NODE_POLL_S = 0.25
+"""How often an actor on the driver's node looks at the driver's process."""
+JOB_POLL_S = 1.0
+"""How often an actor elsewhere asks Ray's job table whether the driver's job is dead."""
+
+
+def driver_identity(ray: Any) -> dict[str, Any]:
+    """What an actor needs to watch this process, its driver: the process (as run.json's
+    ``writer``), its Ray node and its Ray job."""
+    ctx = ray.get_runtime_context()
+    return {"process": writer_identity(), "node_id": str(ctx.get_node_id()),
+            "job_id": str(ctx.get_job_id())}
 
 
 class ShardActor:
     """Plain class; the driver wraps it with ``ray.remote``. One actor, one shard."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver: Mapping[str, Any] | None = None) -> None:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.node_id = _node_id()
@@ -60,6 +84,10 @@ class ShardActor:
         self._task: asyncio.Task[WorkerSummary] | None = None
         self._summary: WorkerSummary | None = None
         self._error: str | None = None
+        self._stopping = False
+        if driver is not None:
+            threading.Thread(target=self._watch, args=(dict(driver),), daemon=True,
+                             name="driver-watch").start()
 
     def info(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "node_id": self.node_id}
@@ -89,6 +117,8 @@ class ShardActor:
         """Run the shard from the run's t0: the driver's monotonic t0 when this actor shares
         the driver's clock, else rebased from the wall-clock t0."""
         assert self._config is not None and self._plan is not None
+        if self._stopping:
+            return
         t0 = t0_mono_ns if same_clock else rebase_t0(t0_wall_ns, time.time_ns(), time.monotonic_ns())
         config = replace(self._config, t0_ns=t0)
         started = threading.Event()
@@ -104,6 +134,8 @@ class ShardActor:
             asyncio.set_event_loop(loop)
             self._task = loop.create_task(arun_shard(config, self._shard, self._n, self._report,
                                                      plan=plan))
+            if self._stopping:  # a stop that came while the task was made
+                self._task.cancel()
             started.set()
             self._summary = loop.run_until_complete(self._task)
         except BaseException as exc:  # reported to the driver through poll()
@@ -119,6 +151,7 @@ class ShardActor:
     def stop(self) -> None:
         """Cancel the shard (Ctrl-C on the driver): in-flight requests are recorded as
         cancelled and every completed row is written."""
+        self._stopping = True
         loop, task = self._loop, self._task
         if loop is not None and task is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -154,6 +187,48 @@ class ShardActor:
     def close(self) -> None:
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
+
+    def _watch(self, driver: dict[str, Any]) -> None:
+        """Until this process ends (the driver kills it once the run is over, a detached
+        actor included): a driver gone before then is this actor's to clean up after."""
+        same_node = driver.get("node_id") == self.node_id
+        while True:
+            time.sleep(SAME_NODE_POLL_S if same_node else JOB_POLL_S)
+            state = process_state(driver.get("process")) if same_node else "unknown"
+            if state == "gone" or (state == "unknown" and _job_dead(str(driver.get("job_id")))):
+                self._orphaned()
+                return
+
+    def _orphaned(self) -> None:
+        """The driver is gone: stop the shard, let it write its rows, record the run's end
+        where this actor wrote in place, and end this process (nobody will close it)."""
+        from agent_replay.replay.pools import STOP_WAIT_S, leave_orphaned
+
+        self.stop()
+        started = self._thread is not None
+        config = self._config
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT_S + (config.write_retry_s if config is not None else 0.0))
+        if config is not None and not self._ship:
+            leave_orphaned(Path(config.output or "."), config, self._plan, self._shard, self._n,
+                           self._summary, started)
+        elif self._staging is not None and self._staging.exists():
+            print(f"agent-replay: the run's driver is gone; shard {self._shard}'s part files "
+                  f"not handed over are kept in {self._staging}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _job_dead(job_id: str) -> bool:
+    """Whether Ray's job table says job ``job_id`` (hex) is dead; False when it cannot be
+    asked."""
+    try:
+        from ray._private.state import jobs
+
+        return any(j.get("JobID") == job_id and j.get("IsDead") for j in jobs())
+    except Exception:
+        return False
 
 
 def _node_id() -> str:

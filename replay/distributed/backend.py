@@ -9,13 +9,23 @@ shards go on, and the dead shard's sessions that were not fully recorded are lis
 (``pool.lost``, written to run.json under ``ray.lost``, and printed). Its rows written before
 it died are kept (parts already handed over, or written in place on the driver's node).
 
+A driver killed outright: the actors that write in place (on the driver's node, or on a
+shared filesystem) are detached, so that Ray does not kill them with their owner; they see
+the driver gone, stop their shards, write their rows and run.json (``interrupted``) and end
+(``actor.ShardActor``). The others are Ray's to end with their owner: their part files not
+yet handed over cannot reach the results folder any more. ``--ray=local``'s private Ray
+waits for them before it ends (``localray``).
+
 ``ray`` is imported here and nowhere else; without it, one line says how to install it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +35,7 @@ import pyarrow.parquet as pq
 from agent_replay.analysis.live import LiveStats
 from agent_replay.errors import AgentReplayError, InputError, TargetError
 from agent_replay.replay.config import RunConfig
+from agent_replay.replay.distributed.localray import NAMESPACE, LocalRay, connect_local
 from agent_replay.replay.distributed.placement import (
     ActorSpec,
     Lost,
@@ -84,6 +95,7 @@ class RayPool:
     start_delay_ns: int = 1_000_000_000
     interrupted: bool = False
     connected_here: bool = False
+    keeper: LocalRay | None = None  # --ray=local: the private Ray's process
     warn: Callable[[str], None] | None = None  # a line for each actor lost
     feeds_snapshots = True  # the actors' snapshots, merged here, are the dashboard's
     meters_host = False  # the actors run on other hosts too: this host's CPU says nothing
@@ -100,40 +112,52 @@ class RayPool:
         ray = import_ray()
         if ship not in ("auto", "always", "never"):
             raise InputError(f"ship must be auto, always or never, got {ship!r}")
-        connected_here = _connect(ray, address or "auto")
-        driver_node = str(ray.get_runtime_context().get_node_id())
-        specs = place(alive_nodes(ray.nodes()), actors_per_node)
-        n = len(specs)
+        connected_here, keeper = _connect(ray, address or "auto", config.write_retry_s)
+        pool = cls(ray, [], "", Path(config.output or "."), plan,
+                   connected_here=connected_here, keeper=keeper, warn=warn)
+        try:
+            pool.driver_node = str(ray.get_runtime_context().get_node_id())
+            specs = place(alive_nodes(ray.nodes()), actors_per_node)
+            pool._create(config, specs, ship)
+            pool._load(config, ship)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def _create(self, config: RunConfig, specs: list[ActorSpec], ship: str) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from agent_replay.replay.distributed.actor import ShardActor
+        from agent_replay.replay.distributed.actor import ShardActor, driver_identity
 
-        remote = ray.remote(ShardActor)
-        slots = []
+        remote = self.ray.remote(ShardActor)
+        driver = driver_identity(self.ray)
         for spec in specs:
             strategy = NodeAffinitySchedulingStrategy(node_id=spec.node_id, soft=False)
+            in_place = not _ships(ship, spec.node_id == self.driver_node)
             handle = remote.options(num_cpus=spec.num_cpus, scheduling_strategy=strategy,
                                     max_restarts=0, name=f"agent-replay-{config.run_id}-{spec.shard}",
-                                    namespace="agent-replay").remote()
-            slots.append(_Slot(spec, handle))
-        pool = cls(ray, slots, driver_node, Path(config.output or "."), plan,
-                   connected_here=connected_here, warn=warn)
-        infos = pool._get([s.handle.info.remote() for s in slots], "start")
+                                    namespace="agent-replay",
+                                    lifetime="detached" if in_place else None).remote(driver)
+            self.slots.append(_Slot(spec, handle))
+
+    def _load(self, config: RunConfig, ship: str) -> None:
+        n = len(self.slots)
+        infos = self._get([s.handle.info.remote() for s in self.slots], "start")
         blob: Any = None
         sends = []
-        for slot, info in zip(slots, infos, strict=True):
+        for slot, info in zip(self.slots, infos, strict=True):
             slot.host = str(info["host"])
-            slot.same_node = info["node_id"] == driver_node
-            shipping = ship == "always" or (ship == "auto" and not slot.same_node)
+            slot.same_node = info["node_id"] == self.driver_node
+            shipping = _ships(ship, slot.same_node)
             files = None
             if shipping and not slot.same_node:
                 if blob is None:
-                    blob = ray.put([(f.name, f.read_bytes()) for f in trace_files(config.trace)])
+                    blob = self.ray.put([(f.name, f.read_bytes()) for f in trace_files(config.trace)])
                 files = blob
             sends.append(slot.handle.prepare.remote(config, slot.spec.shard, n, shipping, files))
-        for slot, k in zip(slots, pool._get(sends, "load the plan"), strict=True):
+        for slot, k in zip(self.slots, self._get(sends, "load the plan"), strict=True):
             slot.requests = int(k)
-        return pool
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         try:
@@ -300,20 +324,46 @@ class RayPool:
         if self.connected_here:
             self.ray.shutdown()
             self.connected_here = False
+        if self.keeper is not None:
+            self.keeper.close()
+            self.keeper = None
 
 
-def _connect(ray: Any, address: str) -> bool:
-    """Connect unless this process already is; True when this call connected."""
+def _ships(ship: str, same_node: bool) -> bool:
+    """Whether an actor hands its part files over (``ship``), else writes them in place."""
+    return ship == "always" or (ship == "auto" and not same_node)
+
+
+def _connect(ray: Any, address: str, write_retry_s: float) -> tuple[bool, LocalRay | None]:
+    """Connect unless this process already is: whether this call connected, and, for
+    ``local``, the private Ray it started (``localray``; ``write_retry_s``: its actors'
+    time to retry part files)."""
     if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {"log_to_driver": False, "namespace": "agent-replay"}
-    try:
+        return False, None
+    kwargs: dict[str, Any] = {"log_to_driver": False, "namespace": NAMESPACE}
+    with _own_sigterm():
         if address == "local":
-            ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **kwargs)
-        else:
+            return True, connect_local(ray, write_retry_s, **kwargs)
+        try:
             ray.init(address=address, **kwargs)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TargetError(f"--ray {address}: cannot connect to a Ray cluster: {first}") from None
-    return True
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TargetError(f"--ray {address}: cannot connect to a Ray cluster: {first}") from None
+    return True, None
+
+
+@contextlib.contextmanager
+def _own_sigterm() -> Iterator[None]:
+    """This process's SIGTERM handler kept: ``ray.init`` replaces it with an exit, which
+    would skip the run's graceful stop (``lifeline.sigterm_as_sigint``) and kill the
+    actors before they wrote their rows."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 

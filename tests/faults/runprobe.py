@@ -165,6 +165,7 @@ class Outcome:
     stderr: str
     stdout: str
     pid: int = 0  # the run's process
+    children: int = 0  # processes seen under it while it ran
 
     def reported_rows(self) -> int | None:
         """Rows the run says it has: ok + failed + cancelled, less any it says it lost."""
@@ -300,7 +301,7 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             traceback="Traceback" in stderr, orphans=len(orphans), seconds=seconds,
             after_fault_s=None if run.fault_at is None else ended - run.fault_at,
             reserve_left=(out / ".space-reserve").exists(),
-            stderr=stderr, stdout=stdout, pid=proc.pid)
+            stderr=stderr, stdout=stdout, pid=proc.pid, children=len(run.seen))
     finally:
         if disk is not None:
             umount(disk)

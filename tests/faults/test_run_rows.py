@@ -170,3 +170,38 @@ def test_ctrl_c_while_workers_start_is_one_line(trace: Path, tmp_path: Path, wor
     assert o.missing == 0
     if (tmp_path / "res" / "run.json").exists():
         assert o.status == "interrupted" and o.reported_rows() == o.rows
+
+
+@pytest.mark.ray
+def test_kill_9_of_a_ray_local_driver_leaves_actors_that_write_and_end(trace: Path,
+                                                                       tmp_path: Path) -> None:
+    """``--ray=local``: the driver killed outright, its actors (two, on its private Ray)
+    stop, write their rows and run.json as a local worker does, and the private Ray ends:
+    no process of the run is left."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    o = rp.probe("kill -9 ray", trace, tmp_path, rp.after_first_part(rp.to_parent(signal.SIGKILL)),
+                 extra=("--ray=local", "--ray-actors-per-node", "2"), timeout_s=120)
+    print(o.row())
+    _clean(o)
+    assert o.rc == -signal.SIGKILL
+    assert 0 < o.rows < 360
+    assert o.status == "interrupted", o.stderr
+    _rows_match(o)
+    meta = json.loads((tmp_path / "res" / "run.json").read_text())
+    assert meta["summary"]["total"] == 360
+    assert sorted(meta["parent_died"]["shards"]) == ["0", "1"]  # each actor's own summary
+    assert meta["parent_died"]["process"]["pid"] == o.pid
+    assert o.children >= 5  # Ray's processes were seen: the keeper, GCS, raylet, 2 actors
+
+
+@pytest.mark.ray
+def test_sigterm_to_a_ray_driver_is_a_graceful_stop(trace: Path, tmp_path: Path) -> None:
+    """``ray.init`` replaces the driver's SIGTERM handler with an exit; the run keeps its
+    own, so SIGTERM stops a ``--ray`` run as Ctrl-C does."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    o = rp.probe("SIGTERM ray", trace, tmp_path, rp.after_first_part(rp.to_parent(signal.SIGTERM)),
+                 extra=("--ray=local",), timeout_s=120)
+    print(o.row())
+    _clean(o)
+    assert o.rc == 130 and o.status == "interrupted", o.stdout + o.stderr
+    _rows_match(o)

@@ -5,6 +5,8 @@ head and a worker node, one CPU each), against the simulated engine in its own p
   engine wrote (its ground truth) within 5%: P50/P90 TPOT, ITL P50 and mean.
 * The actor on the other node ships its part files back; both shards' rows are there.
 * Killing an actor mid-run: the run finishes, and the sessions it left are listed.
+* Killing the driver mid-run: the actor on its node writes its rows and run.json, and no
+  actor of the run is left on the cluster.
 """
 
 from __future__ import annotations
@@ -260,3 +262,44 @@ def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Pa
     assert updates, "the dashboard got no snapshot from the Ray pool"
     last = LiveStats.decode(updates[-1])
     assert last.ok == 12  # both shards' snapshots, merged
+
+
+def test_killed_driver_leaves_no_actor_and_an_interrupted_run(cluster: Any, tmp_path: Path) -> None:
+    """``--ray=ADDRESS``, the driver (its own process) killed outright mid-run: the actor on
+    its node (detached) stops, writes its rows and run.json ``interrupted`` and ends; the
+    one on the other node, which hands its parts over, is Ray's to end with its owner.
+    Nothing of the run is left on the cluster, and run.json's totals are the rows on disk."""
+    import signal
+
+    from tests.faults import runprobe as rp
+    from tests.replay.helpers import MS as HMS
+    from tests.replay.helpers import chain_rows, write_rows
+
+    trace = write_rows(tmp_path / "t.parquet",
+                       chain_rows(30, 12, gap_ns=60 * HMS, think_ns=250 * HMS, output_tokens=6))
+    ended: list[float] = []
+
+    def kill_and_wait(run: rp.Run) -> None:
+        """The kill, then until no actor is left (they are not the driver's children: the
+        probe would not wait for them)."""
+        rp.to_parent(signal.SIGKILL)(run)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and ray.util.list_named_actors(all_namespaces=True):
+            time.sleep(0.1)
+        assert run.fault_at is not None
+        ended.append(time.monotonic() - run.fault_at)
+
+    o = rp.probe("kill -9 driver", trace, tmp_path / "w", rp.after_first_part(kill_and_wait),
+                 extra=(f"--ray={cluster.address}",), timeout_s=120)
+    print(o.row(), ended)
+    assert ray.util.list_named_actors(all_namespaces=True) == []
+    assert o.rc == -signal.SIGKILL and not o.hang and "Traceback" not in o.stderr
+    assert o.tmp_left == 0 and not o.reserve_left and o.orphans == 0
+    assert o.status == "interrupted", o.stderr
+    assert o.reported_rows() == o.rows > 0
+    meta = json.loads((tmp_path / "w" / "res" / "run.json").read_text())
+    assert meta["summary"]["total"] == 360
+    block = meta["parent_died"]
+    # the actor that wrote in place recorded its own summary; the other shard is counted
+    # from the parts it handed over before its owner died
+    assert len(block["shards"]) == 1 and len(block["counted_from_rows"]) == 1
