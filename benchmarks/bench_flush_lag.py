@@ -12,10 +12,14 @@ thread runs:
 * ``--cpus split``: on another CPU: only the GIL is shared.
 
 ``--policy idle`` runs the writer thread under ``SCHED_IDLE`` (Linux), which any
-runnable normal thread preempts; ``--policy nice`` at nice 19.
+runnable normal thread preempts; ``--policy nice`` at nice 19. ``--hog SHARE`` keeps
+another process busy on the loop's CPU that share of the time: a ``SCHED_IDLE`` writer
+then gets the CPU only when nothing else wants it, also while it holds the GIL the loop
+waits for.
 
     .venv/bin/python benchmarks/bench_flush_lag.py --cpus same --policy normal
     .venv/bin/python benchmarks/bench_flush_lag.py --cpus same --policy idle
+    .venv/bin/python benchmarks/bench_flush_lag.py --cpus same --policy idle --hog 1
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,6 +55,17 @@ def rows(n: int, chunks: int) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
+HOG = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+while True:
+    end = time.perf_counter() + float(sys.argv[3])
+    while time.perf_counter() < end:
+        pass
+    time.sleep(float(sys.argv[2]))
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpus", choices=("same", "split"), default="same")
@@ -57,6 +73,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--every", type=float, default=0.05, help="seconds between writes")
     ap.add_argument("--rows", type=int, default=15, help="rows per part")
+    ap.add_argument("--hog", type=float, default=0.0, metavar="SHARE",
+                    help="another process busy on the loop's CPU this share of the time "
+                    "(in 10 ms periods; 0: none)")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
@@ -65,6 +84,10 @@ def main() -> None:
     os.sched_setaffinity(0, {loop_cpu})
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # as the recorder sets it
     batch = rows(args.rows, 128)
+    hog = None
+    if args.hog:
+        on = 0.01 * args.hog
+        hog = subprocess.Popen([sys.executable, "-c", HOG, str(loop_cpu), str(0.01 - on), str(on)])
     meta = TraceMeta(block_size=64, source="recorded", content_mode="hashed",
                      tokenizer=None, start_wall_ns=0, tool_version="bench", extra={})
     busy = threading.Event()
@@ -110,9 +133,14 @@ def main() -> None:
 
         import uvloop
 
-        during, between = uvloop.run(measure())
+        try:
+            during, between = uvloop.run(measure())
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
     print(f"writer on {'the loop' if args.cpus == 'same' else 'another'} CPU, policy "
-          f"{args.policy}; {len(write_ms)} parts of {args.rows} rows, write wall p50 "
+          f"{args.policy}{f', a process busy {args.hog:.0%} beside' if args.hog else ''}; {len(write_ms)} parts of {args.rows} rows, write wall p50 "
           f"{np.percentile(write_ms, 50):.2f} ms; load average {os.getloadavg()[0]:.1f}")
     for name, v in (("while writing", during), ("between writes", between)):
         a = np.asarray(v, dtype=np.int64) / 1e6

@@ -24,10 +24,8 @@ import os
 import re
 import secrets
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +61,6 @@ from agent_replay.traces.io import conform
 from agent_replay.traces.schema import CONTENT_MODES, TraceMeta
 
 SWITCH_INTERVAL_S = 0.0005
-STARVED_AFTER_S = 1.0
-"""A background flush still running after this long (and one flush interval) is taken
-as starved of CPU (a part write takes milliseconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,10 +192,6 @@ class Recorder:
         self.fd_limit = 0
         """Descriptors reserved at start (``replay.selfmon.reserve_fds``)."""
         self._switch_interval: float | None = None
-        self._idle_writer: ThreadPoolExecutor | None = None
-        """The thread of the periodic flushes, scheduled as ``SCHED_IDLE`` where the OS
-        allows (``_flush_in_background``); None: flushes run in the loop's default
-        executor, at normal priority."""
         self._frozen = False
         self.clock: Callable[[], int] = time.monotonic_ns
 
@@ -271,8 +262,6 @@ class Recorder:
         gc.freeze()
         self._frozen = True
         self._big.start()
-        self._idle_writer = ThreadPoolExecutor(1, thread_name_prefix="agent-replay-flush",
-                                               initializer=_flush_in_background)
         self._flusher = asyncio.create_task(self._flush_loop())
 
     @property
@@ -309,9 +298,6 @@ class Recorder:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        if self._idle_writer is not None:  # the final flush runs at normal priority
-            self._idle_writer.shutdown(wait=False)
-            self._idle_writer = None
         await self._final_flush()
         if self._client is not None:
             await self._client.close()
@@ -435,18 +421,11 @@ class Recorder:
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
             with contextlib.suppress(FlushError):  # kept and retried; the status line says so
-                await self.flush(background=True)
+                await self.flush()
 
-    async def flush(self, *, background: bool = False) -> Path | None:
+    async def flush(self) -> Path | None:
         """Write the rows of finished requests to a new part file (none when there are
         none). The rows are built and written in a worker thread.
-
-        ``background`` (the periodic flush): in a thread that only gets a CPU the loop
-        and other work leave free, so a write never holds up the forwarding of a
-        response (on the loop's CPU the kernel otherwise lets the write finish its time
-        slice, a few ms, before the woken loop runs). A background write still
-        unfinished after one flush interval (at least ``STARVED_AFTER_S``: a CPU
-        saturated by other work) makes the following ones run at normal priority.
 
         A write that fails (a full disk, say) loses nothing: its rows stay in memory, the
         next flush writes them first, and ``FlushError`` says how many wait. The part file
@@ -457,15 +436,8 @@ class Recorder:
             batch, self._pending = self._pending, []
             meta = self._meta()
             loop = asyncio.get_running_loop()
-            pool = self._idle_writer if background else None
-            write = loop.run_in_executor(pool, self._write, batch, meta)
+            write = loop.run_in_executor(None, self._write, batch, meta)
             try:
-                if pool is not None:
-                    done, _ = await asyncio.wait({write}, timeout=max(
-                        self.config.flush_interval_s, STARVED_AFTER_S))
-                    if not done and self._idle_writer is pool:
-                        self._idle_writer = None  # starved: later flushes at normal priority
-                        pool.shutdown(wait=False)
                 path = await asyncio.shield(write)
             except asyncio.CancelledError:
                 # stop() cancels the periodic flush: the rows it took from the buffer are
@@ -631,18 +603,6 @@ def _describe(exc: BaseException) -> str:
     if code:
         return f"{os.strerror(code)} (errno {code})"
     return f"{type(exc).__name__}: {exc}"[:200]
-
-
-def _flush_in_background() -> None:
-    """Schedule the calling thread as ``SCHED_IDLE`` (Linux): any runnable thread of
-    normal priority, the event loop's first, preempts it. Elsewhere, or where it is not
-    allowed, the thread keeps normal scheduling."""
-    setscheduler = getattr(os, "sched_setscheduler", None)
-    idle = getattr(os, "SCHED_IDLE", None)
-    if setscheduler is None or idle is None:
-        return
-    with contextlib.suppress(OSError):
-        setscheduler(threading.get_native_id(), idle, os.sched_param(0))
 
 
 def _warm_up_writer() -> None:
