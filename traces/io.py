@@ -72,8 +72,12 @@ def write_trace(
     *,
     force: bool = False,
     row_group_size: int = ROW_GROUP_SIZE,
+    between: Callable[[], None] | None = None,
 ) -> Path:
-    """Write a trace atomically. Refuses to overwrite unless ``force``."""
+    """Write a trace atomically. Refuses to overwrite unless ``force``. ``between`` is
+    called between the stages (conversion, encoding, closing and syncing): a writer in a
+    background thread passes ``os.sched_yield`` there."""
+    pause = between or _nothing
     dest = Path(path)
     if dest.exists() and not force:
         raise OutputExistsError(str(dest))
@@ -87,14 +91,17 @@ def write_trace(
         for part in batches:
             t = part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
             t = conform(t)
+            pause()
             if writer is None:
                 schema = t.schema.with_metadata({METADATA_KEY: meta.to_bytes()})
                 writer = pq.ParquetWriter(tmp, schema, compression="zstd")
             writer.write_table(t.replace_schema_metadata(writer.schema.metadata), row_group_size=row_group_size)
+            pause()
         if writer is None:
             empty = TRACE_SCHEMA.with_metadata({METADATA_KEY: meta.to_bytes()})
             writer = pq.ParquetWriter(tmp, empty, compression="zstd")
         writer.close()
+        pause()
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is an ordinary file
@@ -105,6 +112,10 @@ def write_trace(
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def _nothing() -> None:
+    pass
 
 
 def _fsync(path: Path) -> None:

@@ -35,6 +35,7 @@ from agent_replay.engines.dialects import dialect
 from agent_replay.redact import header_secrets, redact_url, scrub
 from agent_replay.replay.client import fail_payload_on_close
 from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
+from agent_replay.replay.record.bodytap import BodyTap
 from agent_replay.replay.record.downstream import ClientBody, ClientGone
 from agent_replay.replay.record.encodings import decode_body
 from agent_replay.replay.record.guard import upstream_path
@@ -104,6 +105,9 @@ class ProxyHandler:
             if "//" in self.upstream else False
         """Anthropic's own API counts only uncached prompt tokens in ``input_tokens``."""
         self.passed_through = 0
+        self.tapped_reads = 0
+        """Response body reads forwarded from the upstream connection's ``data_received``
+        (``BodyTap``); the others went through ``readany``."""
         self.in_flight = 0
         self.draining = False
         """Set by the recorder's stop: new requests are refused (503), open ones end."""
@@ -252,33 +256,42 @@ class ProxyHandler:
                 self.on_headers(ex)
                 unwatch = fail_payload_on_close(resp)
                 deadline = ReadDeadline.start(resp, self.read_timeout_s, clock)
+                tap: BodyTap | None = None
                 try:
                     out = await self._prepare(request, resp, length)
-                    read = resp.content.readany
-                    while True:
-                        chunk = await read()
+                    write, forward, add = out.write, obs.forward, later.add
+
+                    def take(chunk: bytes) -> bool:
+                        # Forwarded now, observed later: the parse waits until the loop
+                        # has forwarded what else came in the same wake-up.
                         t = clock()
-                        if not chunk:
-                            ex.state["upstream_done"] = True
-                            break
                         ex.end = t
                         if deadline is not None:
                             deadline.last = t
-                        # Forwarded now, observed later: the parse waits until the
-                        # loop has forwarded what else came in the same wake-up.
-                        paused = out.write(obs.forward(chunk))
-                        later.add(chunk, t)
-                        if paused:
-                            if deadline is not None:  # waiting on the client, not the upstream
-                                deadline.paused = True
-                            await out.drain()
-                            if deadline is not None:
-                                deadline.paused = False
-                                deadline.last = clock()
+                        paused = write(forward(chunk))
+                        add(chunk, t)
+                        return paused
+
+                    tap = BodyTap.attach(resp.content, take)
+                    read = resp.content.readany
+                    paused = False
+                    while True:
+                        while paused or (tap is not None and tap.slow):
+                            if paused:
+                                await _wait_client(out, deadline, clock)
+                            paused = tap.resume() if tap is not None else False
+                        chunk = await read()
+                        if not chunk:
+                            ex.state["upstream_done"] = True
+                            break
+                        paused = take(chunk)
                 finally:
                     unwatch()
                     if deadline is not None:
                         deadline.cancel()
+                    if tap is not None:
+                        tap.detach()
+                        self.tapped_reads += tap.direct
                 later.drain()
                 if out.write(obs.end(ex.end or clock())):
                     await out.drain()
@@ -305,6 +318,20 @@ class ProxyHandler:
             return self._fail(request, exc, out, ex.info.api)
         finally:
             later.drain()
+
+
+async def _wait_client(out: ClientBody, deadline: ReadDeadline | None,
+                       clock: Callable[[], int]) -> None:
+    """Wait until the client takes what was written (time that is not the upstream's)."""
+    if deadline is None:
+        await out.drain()
+        return
+    deadline.paused = True
+    try:
+        await out.drain()
+    finally:
+        deadline.paused = False
+        deadline.last = clock()
 
 
 class ReadDeadline:

@@ -76,6 +76,18 @@ def _int64_lists(values: list[Any]) -> pa.ListArray:
                                     mask=pa.array([v is None for v in values]))
 
 
+def yield_cpu() -> None:
+    """Let a thread waiting for this CPU run now (``os.sched_yield``; the GIL is released
+    meanwhile). A flush in a worker thread calls it between its steps: on the event
+    loop's CPU the kernel would otherwise let the flush run out its time slice (a few ms)
+    before the woken loop gets the CPU."""
+    if _sched_yield is not None:
+        _sched_yield()
+
+
+_sched_yield = getattr(os, "sched_yield", None)
+
+
 class PartWriter:
     """Writes part files into ``out_dir``. An existing folder must hold no part files
     unless ``force``, which deletes them first."""
@@ -100,8 +112,12 @@ class PartWriter:
         self.rows_written = 0
 
     def write(self, rows: list[dict[str, Any]], meta: TraceMeta) -> Path:
+        """Write ``rows`` as the next part. Meant for a background thread: it gives up
+        its CPU between stages (``yield_cpu``)."""
         path = self.out_dir / f"part-{self.next_part:05d}.parquet"
-        write_trace(rows_to_table(rows), path, meta)
+        table = rows_to_table(rows)
+        yield_cpu()
+        write_trace(table, path, meta, between=yield_cpu)
         self.next_part += 1
         self.parts.append(path)
         self.rows_written += len(rows)

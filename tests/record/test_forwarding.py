@@ -116,3 +116,18 @@ async def test_client_slower_than_upstream_gets_every_byte(upstream: Upstream,
     assert resp.status_code == 200 and len(want) > 2_000_000 and body == want
     assert again.status_code == 200 and orjson.loads(small)["usage"]["completion_tokens"] == 5
     assert [(r["error"], r["output_tokens"]) for r in rows] == [(None, 20000), (None, 5)]
+
+
+async def test_stream_reads_taken_in_data_received(upstream: Upstream,
+                                                   recorder: Recorder) -> None:
+    """A stream's reads reach the client from the upstream connection's ``data_received``
+    (``BodyTap``), not through ``readany``: with 2 ms between events, nearly every event
+    is a read of its own. Fails if aiohttp stops feeding the body through the reader's
+    ``feed_data``."""
+    conn = await Conn.open(recorder.url)
+    resp, body = await conn.request("POST", "/v1/chat/completions", CHAT,
+                                    [("X-Words", "40"), ("X-Delay-Ms", "2")])
+    await conn.close()
+    assert resp.status_code == 200 and body.count(b"data: ") >= 41
+    handler = recorder._handler
+    assert handler is not None and handler.tapped_reads >= 20
