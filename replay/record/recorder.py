@@ -55,7 +55,7 @@ from agent_replay.replay.record.guard import MalformedRequests
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
 from agent_replay.replay.record.sessions import SessionTracker
-from agent_replay.replay.record.sink import PartWriter, rows_to_table, yield_cpu
+from agent_replay.replay.record.sink import ROW_YIELD_GAP_NS, PartWriter, rows_to_table, yield_cpu
 from agent_replay.replay.selfmon import reserve_fds
 from agent_replay.traces.io import conform
 from agent_replay.traces.schema import CONTENT_MODES, TraceMeta
@@ -483,7 +483,7 @@ class Recorder:
         thread, under the flush lock). The rows leave memory only once written."""
         for ex in batch:
             self._unwritten.append(self._row(ex))
-            yield_cpu()  # the loop, if it waits for this CPU, runs between rows
+            yield_cpu(ROW_YIELD_GAP_NS)  # the loop, if it waits for this CPU, runs in between
         path = self.writer.write(self._unwritten, meta)
         self._unwritten = []
         return path

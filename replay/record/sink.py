@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +77,29 @@ def _int64_lists(values: list[Any]) -> pa.ListArray:
                                     mask=pa.array([v is None for v in values]))
 
 
-def yield_cpu() -> None:
+def yield_cpu(min_gap_ns: int = 0) -> None:
     """Let a thread waiting for this CPU run now (``os.sched_yield``; the GIL is released
     meanwhile). A flush in a worker thread calls it between its steps: on the event
     loop's CPU the kernel would otherwise let the flush run out its time slice (a few ms)
-    before the woken loop gets the CPU."""
-    if _sched_yield is not None:
-        _sched_yield()
+    before the woken loop gets the CPU.
+
+    With ``min_gap_ns``, only when the last yield is at least that long ago. Each yield can
+    cost the flush a whole time slice while another process keeps the CPU busy, so a step
+    repeated per row yields at most once per ``min_gap_ns``: a flush that yielded after
+    every row fell seconds behind its interval on a contended CPU, and a kill then lost
+    those seconds of rows."""
+    global _last_yield_ns
+    if _sched_yield is None:
+        return
+    if min_gap_ns and time.monotonic_ns() - _last_yield_ns < min_gap_ns:
+        return
+    _sched_yield()
+    _last_yield_ns = time.monotonic_ns()
 
 
+ROW_YIELD_GAP_NS = 1_000_000
+"""The least time between two yields of a flush's per-row steps (``yield_cpu``)."""
+_last_yield_ns = 0
 _sched_yield = getattr(os, "sched_yield", None)
 
 

@@ -28,3 +28,17 @@ def test_part_write_yields_between_stages(tmp_path: Path,
     rows = read_trace(path)[0].to_pylist()
     assert [(r["request_index"], r["chunk_gaps_ns"]) for r in rows] == [(0, [5, 6]),
                                                                          (1, [5, 6])]
+
+
+def test_per_row_yields_are_spaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A yield after every row could cost a time slice each on a busy CPU: with a gap, a
+    burst of calls yields once."""
+    calls: list[int] = []
+    monkeypatch.setattr(sink, "_sched_yield", lambda: calls.append(1))
+    monkeypatch.setattr(sink, "_last_yield_ns", -(10**18))
+    for _ in range(100):
+        sink.yield_cpu(60 * 10**9)
+    assert len(calls) == 1
+    sink.yield_cpu()  # the stages' yields are not spaced
+    sink.yield_cpu()
+    assert len(calls) == 3
