@@ -85,9 +85,8 @@ def yield_cpu(min_gap_ns: int = 0) -> None:
 
     With ``min_gap_ns``, only when the last yield is at least that long ago. Each yield can
     cost the flush a whole time slice while another process keeps the CPU busy, so a step
-    repeated per row yields at most once per ``min_gap_ns``: a flush that yielded after
-    every row fell seconds behind its interval on a contended CPU, and a kill then lost
-    those seconds of rows."""
+    repeated per row yields at most once per ``min_gap_ns``: the flush keeps up with its
+    interval on a contended CPU, and a kill loses no more than that interval of rows."""
     global _last_yield_ns
     if _sched_yield is None:
         return
