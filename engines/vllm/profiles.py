@@ -14,10 +14,20 @@ Profiles:
     ``standard`` plus MTP speculative decoding (3 draft tokens) and nothing else, so that a
     comparison against ``standard`` measures speculative decoding alone.
 ``dedicated-decode``
-    A latency-tuned decode instance: ``--performance-mode interactivity``, a small
-    ``--max-num-seqs``, MTP speculative decoding with 3 draft tokens, prefill admitted only
-    every few steps (``--prefill-schedule-interval``). ``role=pd-decode`` makes it the
+    InferenceX AgentX's vLLM recipe for DeepSeek with MTP on one instance (its
+    ``dsv4_fp4_b300_vllm_mtp.sh`` without data parallelism): ``--max-num-seqs`` of twice the
+    concurrency it is sized for (headroom for subagent fan-out), MTP with 3 draft tokens
+    accepted synthetically at AgentX's golden length (2.49), full CUDA graphs for decode only
+    with capture sizes in tokens (multiples of 1 + draft tokens up to the batch cap) and no
+    torch.compile, and ``--performance-mode interactivity``. ``role=pd-decode`` makes it the
     decode side of a prefill/decode split over NixlConnector. One replica per node.
+``dep``
+    The same recipe over data-parallel attention with expert parallelism (InferenceX's
+    DEP): ``--data-parallel-size`` of every GPU, ``--enable-expert-parallel``, prefill admitted
+    every 8th step (``--prefill-schedule-interval``, which only a data-parallel engine
+    reads), ``--long-prefill-token-threshold 512``, ``--max-num-batched-tokens 8192``, a batch
+    cap of 2 x concurrency / DP per rank, and a session-affine router in front
+    (vllm-router, consistent hashing on the session header). Needs 2 GPUs or more.
 ``wide-ep``
     Data-parallel attention with expert parallelism over every GPU: ``-dp/-dpl/-dpa/-dpp``,
     ``-dpr`` plus ``--headless`` on secondary nodes, ``--enable-expert-parallel``,
@@ -184,29 +194,59 @@ COMMON_KNOBS: tuple[Knob, ...] = (
     Knob("head_address", "${HEAD_IP}", "address of node 0 as other nodes reach it"),
 )
 
-SPEC_KNOBS: tuple[Knob, ...] = (
+AGENTX_SPEC_KNOBS: tuple[Knob, ...] = (
     Knob("spec_method", "mtp", "speculative decoding: mtp, ngram or none"),
     Knob("spec_tokens", 3, "draft tokens per step (MTP nextn)"),
-    Knob("synthetic_acceptance_length", None,
-         "accept drafts synthetically at this mean acceptance length (for dummy weights)"),
+    Knob("synthetic_acceptance_length", 2.49,
+         "accept drafts synthetically at this mean acceptance length (AgentX's golden 2.49 "
+         "for 3 draft tokens; none: real verification)"),
 )
 
 DECODE_KNOBS: tuple[Knob, ...] = (
-    Knob("max_num_seqs", 16, "batch cap of the decode instance"),
-    *SPEC_KNOBS,
-    Knob("prefill_schedule_interval", 4, "admit prefill only every N steps (1 = every step)"),
+    Knob("concurrency", 8, "concurrency the instance is sized for: --max-num-seqs is twice it"),
+    Knob("max_num_seqs", None, "batch cap (default: 2 x concurrency)"),
+    *AGENTX_SPEC_KNOBS,
 )
 
+#: Flags that a single engine ignores: vLLM reads them only in its data-parallel engine core
+#: (``DPEngineCoreProc._should_throttle_prefills``; the plain ``EngineCore`` never throttles).
+DP_ONLY_FLAGS: dict[str, str] = {
+    "--prefill-schedule-interval": "only a data-parallel engine core throttles prefills "
+                                   "(vLLM's EngineCore._should_throttle_prefills is False)",
+}
 
-def _decode_flags(knobs: Mapping[str, object]) -> list[Flag]:
+
+def _decode_batch(knobs: Mapping[str, object], ranks: int = 1) -> int:
+    if knobs["max_num_seqs"] is not None:
+        if not isinstance(knobs["max_num_seqs"], int):
+            raise InputError(f"--set max_num_seqs={knobs['max_num_seqs']}: expected int")
+        return knobs["max_num_seqs"]
+    total = 2 * int(str(knobs["concurrency"]))
+    if total % ranks:
+        raise InputError(f"--set concurrency={knobs['concurrency']}: 2 x concurrency must "
+                         f"divide over {ranks} data-parallel ranks")
+    return total // ranks
+
+
+def _compilation_config(knobs: Mapping[str, object], batch: int) -> str:
+    """FULL_DECODE_ONLY CUDA graphs with capture sizes in tokens: a decode step of S
+    sequences verifies S x (1 + draft tokens) tokens, so the sizes are those multiples up to
+    the batch cap (vLLM would round a plain 1..S list up and keep only S / (1 + N) of it);
+    mode 0: no torch.compile, as the recipe runs."""
+    per_seq = 1 + (int(str(knobs["spec_tokens"])) if _spec_config(knobs) else 0)
+    sizes = [per_seq * n for n in range(1, batch + 1)]
+    return json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes,
+                       "mode": 0}, separators=(",", ":"))
+
+
+def _decode_flags(knobs: Mapping[str, object], ranks: int = 1) -> list[Flag]:
+    batch = _decode_batch(knobs, ranks)
     flags: list[Flag] = [("--performance-mode", "interactivity"),
-                         ("--max-num-seqs", str(knobs["max_num_seqs"]))]
-    interval = knobs["prefill_schedule_interval"]
-    if interval is not None and int(str(interval)) > 1:
-        flags.append(("--prefill-schedule-interval", str(interval)))
+                         ("--max-num-seqs", str(batch))]
     spec = _spec_config(knobs)
     if spec is not None:
         flags.append(("--speculative-config", spec))
+    flags.append(("--compilation-config", _compilation_config(knobs, batch)))
     return flags
 
 
@@ -334,6 +374,31 @@ def _wide_ep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[s
     return cmds, f"http://{head}:{port}", []
 
 
+def _dep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
+    if lay.nodes != 1:
+        raise InputError("dep runs on one node (data parallel over its GPUs)")
+    port = int(str(lay.knobs["port"]))
+    backend = int(str(lay.knobs["backend_port"] or port + 1))
+    flags: list[Flag] = [*p.flags, *_decode_flags(lay.knobs, ranks=lay.gpus),
+                         ("--tensor-parallel-size", "1"),
+                         ("--data-parallel-size", str(lay.gpus)),
+                         ("--prefill-schedule-interval", str(lay.knobs["prefill_schedule_interval"])),
+                         ("--long-prefill-token-threshold",
+                          str(lay.knobs["long_prefill_token_threshold"])),
+                         ("--max-num-batched-tokens", str(lay.knobs["max_num_batched_tokens"])),
+                         ("--port", str(backend))]
+    server = _serve("server", 0, lay.model, flags, p.env, backend)
+    router = Command(
+        name="router", node=0, is_vllm_serve=False, port=port,
+        argv=("vllm-router", "--worker-urls", f"http://localhost:{backend}",
+              "--policy", "consistent_hash", "--intra-node-data-parallel-size", str(lay.gpus),
+              "--host", "0.0.0.0", "--port", str(port)))
+    notes = ["router: vllm-router (pip install vllm-router), consistent hashing on the "
+             "session header so that every turn of a session reaches the same rank; its "
+             "flags are not checked by vLLM's parser"]
+    return [server, router], f"http://localhost:{port}", notes
+
+
 def _pd_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
     port = int(str(lay.knobs["port"]))
     head = str(lay.knobs["head_address"])
@@ -389,14 +454,27 @@ PROFILES: dict[str, Profile] = {
         Profile("mtp", "standard plus MTP speculative decoding, nothing else",
                 flags=(), env=NO_MULTICAST_ENV,
                 knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port"),
-                       *SPEC_KNOBS),
+                       *AGENTX_SPEC_KNOBS),
                 layout=_standard_layout),
         Profile("dedicated-decode",
-                "latency-tuned decode instance (interactivity mode, small batch, MTP)",
+                "InferenceX AgentX's MTP recipe on one instance (batch 2 x concurrency, "
+                "MTP 3 at AL 2.49, decode-only full CUDA graphs, interactivity mode)",
                 flags=(), env=NO_MULTICAST_ENV,
                 knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
                        Knob("role", "alone", "alone, or pd-decode (NixlConnector)")),
                 layout=_decode_layout),
+        Profile("dep", "the dedicated-decode recipe over DP attention + expert parallelism, "
+                "prefill every 8th step, session-affine router",
+                flags=(("--enable-expert-parallel", None),), env=NO_MULTICAST_ENV,
+                knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
+                       Knob("prefill_schedule_interval", 8,
+                            "admit prefill only every N steps (data-parallel engines only)"),
+                       Knob("long_prefill_token_threshold", 512,
+                            "longest prefill chunk of a request per step"),
+                       Knob("max_num_batched_tokens", 8192, "token budget of a step"),
+                       Knob("backend_port", None, "port of vLLM behind the router "
+                            "(default: port + 1)")),
+                layout=_dep_layout, min_gpus=2),
         Profile("wide-ep", "DP attention + expert parallelism + EPLB over every GPU",
                 flags=(("--enable-expert-parallel", None),), env=NO_MULTICAST_ENV,
                 knobs=(*COMMON_KNOBS,
@@ -538,8 +616,25 @@ def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
             notes += [n for n in adapt_notes if n not in notes]
         out.append(Command(name=cmd.name, node=cmd.node, argv=(*cmd.argv[:3], *args),
                            env=cmd.env, port=cmd.port))
+    for cmd in out:
+        refuse_inert_flags(cmd)
     return Deployment(profile=p.name, model=model, gpus=gpus, nodes=nodes, commands=tuple(out),
                       endpoint=endpoint, notes=tuple(notes), knobs=knobs)
+
+
+def refuse_inert_flags(cmd: Command) -> None:
+    """An InputError naming the first flag of ``cmd`` that its parallelism makes inert
+    (``DP_ONLY_FLAGS`` without ``--data-parallel-size`` of 2 or more)."""
+    if not cmd.is_vllm_serve:
+        return
+    flags = _flag_map(cmd.serve_args[1:])
+    dp = flags.get("--data-parallel-size") or flags.get("-dp") or "1"
+    if int(dp) >= 2:
+        return
+    for flag, why in DP_ONLY_FLAGS.items():
+        if flag in flags:
+            raise InputError(f"{flag} has no effect at data-parallel size {dp}: {why}; "
+                             "use the dep profile (data parallel over 2 GPUs or more)")
 
 
 def _apply_flag(args: list[str], flag: str, value: str) -> list[str]:

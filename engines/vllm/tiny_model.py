@@ -2,10 +2,11 @@
 
 A folder holds a byte-level BPE tokenizer trained here, in code, on generated pseudo-words
 (exactly ``vocab`` ids, ChatML chat template, ``<|im_end|>`` as end of sequence) and a
-model ``config.json``: a small ``LlamaForCausalLM`` (``arch="llama"``) or the DeepSeek-V3
+model ``config.json``: a small ``LlamaForCausalLM`` (``arch="llama"``), the tiny DeepSeek-V3
 shape (MLA + MoE + one MTP layer) whose MLA dimensions the H200 MLA kernels accept
-(``arch="deepseek"``). No weights: vLLM fills them with ``--load-format dummy``. Nothing is
-downloaded; the same seed gives the same files.
+(``arch="deepseek"``), or a model of realistic size (``arch="moonlight"``, the shape of a
+public DeepSeek-V3-family MoE: see ``SHAPES``). No weights: vLLM fills them with
+``--load-format dummy``. Nothing is downloaded; the same seed gives the same files.
 
 Needs the ``tokenizers`` package (the ``tokenizer`` extra).
 """
@@ -30,7 +31,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-MAX_POSITIONS = {"llama": 8192, "deepseek": 32768}
+MAX_POSITIONS = {"llama": 8192, "deepseek": 32768, "moonlight": 131072}
 
 #: The DeepSeek-V3 shape served on the H200 (hidden 2048, 4 layers with the first dense,
 #: 64 routed + 1 shared experts, 8 per token, MLA 1536/512/128/64/128, 1 MTP layer).
@@ -47,6 +48,73 @@ DEEPSEEK_CONFIG: dict[str, Any] = {
     "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 10000,
     "tie_word_embeddings": False, "torch_dtype": "bfloat16",
 }
+
+
+#: Moonlight-16B-A3B's shape (moonshotai/Moonlight-16B-A3B, a DeepseekV3ForCausalLM): 27
+#: layers with the first dense, hidden 2048, 16 heads, MLA without a query low-rank
+#: (kv_lora 512, qk_nope 128, qk_rope 64, v 128), 64 routed experts of 1408 + 2 shared, 6 per
+#: token, sigmoid scoring with noaux_tc, routed scaling 2.446, rope theta 50000. Chosen
+#: because it is the one public model that is DeepSeek-V3's architecture (not V2's softmax
+#: router, as DeepSeek-V2-Lite) at a size one H100 holds with room for 131,072-token
+#: contexts. Changed here: one MTP layer added (as DeepSeek-V3 has; Moonlight ships none), the
+#: vocabulary is the offline tokenizer's (32,000 ids, not 163,840: dummy weights sample
+#: every id, and ids the tokenizer lacks would stream as nothing), and the positions reach
+#: 131,072 (Moonlight's config says 8,192).
+MOONLIGHT_CONFIG: dict[str, Any] = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "hidden_size": 2048, "intermediate_size": 11264, "moe_intermediate_size": 1408,
+    "num_hidden_layers": 27, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "num_attention_heads": 16, "num_key_value_heads": 16,
+    "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+    "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
+    "norm_topk_prob": True, "routed_scaling_factor": 2.446, "num_nextn_predict_layers": 1,
+    "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
+    "deepseek": ("a tiny DeepSeek-V3 shape (4 layers)", DEEPSEEK_CONFIG),
+    "moonlight": ("Moonlight-16B-A3B", MOONLIGHT_CONFIG),
+}
+"""``arch`` -> (the public model whose shape it copies, its config without vocabulary)."""
+
+
+def deepseek_parameters(config: dict[str, Any]) -> dict[str, int]:
+    """Parameter counts of a DeepSeek-V3-shaped ``config``: ``main`` (the served model),
+    ``mtp`` (its MTP layers, each a decoder layer plus its projection, norms and an output
+    head), ``active`` (per token: attention, dense and shared MLPs, the routed experts a
+    token uses, embeddings) and ``total`` (main + mtp). Norm and router weights count."""
+    h, v = config["hidden_size"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    nope, rope, vdim = (config["qk_nope_head_dim"], config["qk_rope_head_dim"],
+                        config["v_head_dim"])
+    kv_lora, q_lora = config["kv_lora_rank"], config["q_lora_rank"]
+    q = (h * q_lora + q_lora + q_lora * heads * (nope + rope)) if q_lora else h * heads * (nope + rope)
+    attn = q + h * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + vdim) + heads * vdim * h
+    norms = 2 * h
+    dense = 3 * h * config["intermediate_size"]
+    expert = 3 * h * config["moe_intermediate_size"]
+    shared = expert * config["n_shared_experts"]
+    router = config["n_routed_experts"] * h + config["n_routed_experts"]
+    moe = expert * config["n_routed_experts"] + shared + router
+    layers, first_dense = config["num_hidden_layers"], config["first_k_dense_replace"]
+    embed = 2 * h * v + h  # embeddings, output head, final norm
+    main = layers * (attn + norms) + first_dense * dense + (layers - first_dense) * moe + embed
+    mtp_layer = attn + norms + moe + 2 * h * h + 3 * h + h * v
+    mtp = config["num_nextn_predict_layers"] * mtp_layer
+    active = (layers * (attn + norms) + first_dense * dense
+              + (layers - first_dense) * (expert * config["num_experts_per_tok"] + shared + router)
+              + embed)
+    return {"main": main, "mtp": mtp, "active": active, "total": main + mtp}
+
+
+def describe(config_path: str | Path) -> str:
+    """What a model folder written here is, for run.json: ``dummy weights, shape of X``."""
+    config = json.loads(Path(config_path).read_text())
+    shape = config.get("agent_replay_shape")
+    return f"dummy weights, shape of {shape}" if shape else "dummy weights"
 
 
 def llama_config(vocab: int, hidden: int = 256, layers: int = 4) -> dict[str, Any]:
@@ -102,7 +170,7 @@ def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None =
                     seed: int = 0, force: bool = False) -> Path:
     """Write a tiny model folder to ``out`` and return its path."""
     if arch not in MAX_POSITIONS:
-        raise InputError(f"--arch {arch}: expected llama or deepseek")
+        raise InputError(f"--arch {arch}: expected {', '.join(MAX_POSITIONS)}")
     path = Path(out)
     if path.exists():
         if not force:
@@ -116,7 +184,8 @@ def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None =
     if arch == "llama":
         config = llama_config(vocab)
     else:
-        config = dict(DEEPSEEK_CONFIG, vocab_size=vocab)
+        shape, base = SHAPES[arch]
+        config = dict(base, vocab_size=vocab, agent_replay_shape=shape)
     config.update(ids, max_position_embeddings=MAX_POSITIONS[arch])
     added = {str(tok.token_to_id(t)): {"content": t, "special": True, "lstrip": False,
                                        "rstrip": False, "normalized": False,

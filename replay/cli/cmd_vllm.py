@@ -42,7 +42,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("tiny-model", help="write a tiny model folder (tokenizer + config) "
                        "for --load-format dummy, offline")
     p.add_argument("out", help="output folder")
-    p.add_argument("--arch", choices=("llama", "deepseek"), default="llama")
+    p.add_argument("--arch", choices=("llama", "deepseek", "moonlight"), default="llama",
+                   help="llama: tiny Llama; deepseek: tiny DeepSeek-V3 shape (4 layers); "
+                        "moonlight: Moonlight-16B-A3B's DeepSeek-V3 shape (16B, 27 layers, MTP)")
     p.add_argument("--vocab", type=int, default=None,
                    help="vocabulary size (default 32000)")
     p.add_argument("--seed", type=int, default=0)

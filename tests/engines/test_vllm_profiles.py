@@ -44,16 +44,56 @@ def test_standard_two_nodes_uses_headless_worker() -> None:
 
 
 def test_dedicated_decode_flags() -> None:
-    d = build("dedicated-decode", model="m", gpus=8,
-              sets=[("synthetic_acceptance_length", "2.8"), ("max_num_seqs", "8")])
+    """InferenceX AgentX's MTP recipe on one instance: batch 2 x concurrency, MTP 3 at the
+    golden acceptance 2.49, decode-only full graphs captured at multiples of 1 + 3 tokens up
+    to 4 x the batch cap, no torch.compile; no data-parallel-only flag."""
+    d = build("dedicated-decode", model="m", gpus=8, sets=[("concurrency", "3")])
     f = _flags(d.commands[0].argv)
     assert f["--performance-mode"] == "interactivity"
-    assert f["--max-num-seqs"] == "8"
-    assert f["--prefill-schedule-interval"] == "4"
+    assert f["--max-num-seqs"] == "6"
+    assert "--prefill-schedule-interval" not in f
     assert json.loads(f["--speculative-config"] or "") == {
         "method": "mtp", "num_speculative_tokens": 3,
-        "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.8}
+        "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.49}
+    assert json.loads(f["--compilation-config"] or "") == {
+        "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [4, 8, 12, 16, 20, 24],
+        "mode": 0}
     assert "--kv-transfer-config" not in f
+    real = build("dedicated-decode", model="m", gpus=1,
+                 sets=[("max_num_seqs", "2"), ("spec_tokens", "2"),
+                       ("synthetic_acceptance_length", "none")])
+    fr = _flags(real.commands[0].argv)
+    assert json.loads(fr["--speculative-config"] or "") == {"method": "mtp",
+                                                           "num_speculative_tokens": 2}
+    assert json.loads(fr["--compilation-config"] or "")["cudagraph_capture_sizes"] == [3, 6]
+    plain = build("dedicated-decode", model="m", gpus=1,
+                  sets=[("max_num_seqs", "2"), ("spec_method", "none")])
+    assert json.loads(_flags(plain.commands[0].argv)["--compilation-config"] or "")[
+        "cudagraph_capture_sizes"] == [1, 2]
+
+
+def test_flags_inert_at_one_data_parallel_rank_are_refused() -> None:
+    """--prefill-schedule-interval acts only in vLLM's data-parallel engine core: set on a
+    single engine it is refused in one line; under dep (DP over every GPU) it stays."""
+    with pytest.raises(InputError, match=r"--prefill-schedule-interval has no effect at "
+                                         r"data-parallel size 1: .*dep profile"):
+        build("dedicated-decode", model="m", gpus=1, sets=[("prefill-schedule-interval", "4")])
+    with pytest.raises(InputError, match="data-parallel size 1"):
+        build("standard", model="m", gpus=4, sets=[("--prefill-schedule-interval", "2")])
+    d = build("dep", model="m", gpus=2, sets=[("concurrency", "4")])
+    server, router = d.commands
+    f = _flags(server.argv)
+    assert f["--data-parallel-size"] == "2" and f["--tensor-parallel-size"] == "1"
+    assert f["--prefill-schedule-interval"] == "8"
+    assert f["--long-prefill-token-threshold"] == "512"
+    assert f["--max-num-seqs"] == "4"  # 2 x 4 over 2 ranks
+    assert "--enable-expert-parallel" in server.argv
+    assert f["--port"] == "8001" and router.port == 8000 and not router.is_vllm_serve
+    assert "consistent_hash" in router.argv
+    with pytest.raises(InputError, match="at least 2 GPUs"):
+        build("dep", model="m", gpus=1)
+    with pytest.raises(InputError, match="must divide over 4 data-parallel ranks"):
+        build("dep", model="m", gpus=4, sets=[("concurrency", "1")])
 
 
 def test_dedicated_decode_as_pd_decode_side() -> None:
@@ -116,9 +156,8 @@ def test_set_flags_add_replace_remove_and_scope() -> None:
     assert fd["--max-num-seqs"] == "4" and "--max-num-seqs" not in fp
     assert "--enforce-eager" in fp and fp["--enforce-eager"] is None
     assert "--no-enable-prefix-caching" in fp
-    d = build("dedicated-decode", model="m", gpus=1, sets=[("prefill-schedule-interval",
-                                                             "false")])
-    assert "--prefill-schedule-interval" not in d.commands[0].argv
+    d = build("dedicated-decode", model="m", gpus=1, sets=[("performance-mode", "false")])
+    assert "--performance-mode" not in d.commands[0].argv
 
 
 @pytest.mark.parametrize("sets, match", [
@@ -223,16 +262,20 @@ def test_diff_against_standard() -> None:
 
     std = build("standard", model="m", gpus=1, sets=[("kv-cache-memory-bytes", "1024")])
     mtp = build("mtp", model="m", gpus=1, sets=[("kv-cache-memory-bytes", "1024")])
-    ded = build("dedicated-decode", model="m", gpus=1, sets=[("max_num_seqs", "8")])
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 3}, separators=(",", ":"))
+    ded = build("dedicated-decode", model="m", gpus=1, sets=[("max_num_seqs", "2")])
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 3,
+                       "rejection_sample_method": "synthetic",
+                       "synthetic_acceptance_length": 2.49}, separators=(",", ":"))
+    graphs = json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY",
+                         "cudagraph_capture_sizes": [4, 8], "mode": 0}, separators=(",", ":"))
     assert diff(std, mtp) == [FlagDiff("--speculative-config", None, spec)]
     assert diff(std, std) == []
     assert diff(std, ded) == [
         FlagDiff("--kv-cache-memory-bytes", "1024", None),
         FlagDiff("--performance-mode", None, "interactivity"),
-        FlagDiff("--max-num-seqs", None, "8"),
-        FlagDiff("--prefill-schedule-interval", None, "4"),
-        FlagDiff("--speculative-config", None, spec)]
+        FlagDiff("--max-num-seqs", None, "2"),
+        FlagDiff("--speculative-config", None, spec),
+        FlagDiff("--compilation-config", None, graphs)]
     bare = build("standard", model="m", gpus=1, sets=[("enforce-eager", "true")])
     assert diff(bare, build("standard", model="m", gpus=1)) == [
         FlagDiff("--enforce-eager", "", None)]
@@ -248,5 +291,5 @@ def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert out[1:] == ["+ --speculative-config " + json.dumps(MTP_SPEC, separators=(",", ":"))]
     assert main([*args[:2], "dedicated-decode", *args[3:], "--json"]) == 0
     flags = [d["flag"] for d in json.loads(capsys.readouterr().out)["diff"]]
-    assert flags == ["--performance-mode", "--max-num-seqs", "--prefill-schedule-interval",
-                     "--speculative-config"]
+    assert flags == ["--performance-mode", "--max-num-seqs", "--speculative-config",
+                     "--compilation-config"]
