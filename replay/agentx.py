@@ -639,9 +639,10 @@ class AgentXDriver(Driver):
 
     async def _warm_phase(self, firsts: list[_Lane]) -> bool:
         """Every lane's stream warm-ups spread over their leads (``warm_spread``), then
-        each lane's ``warmup_requests`` turns back to back; False when the deadline came
-        first (it does not cut the stream warm-ups: AIPerf gives its warm-up phase no
-        duration)."""
+        each lane's ``warmup_requests`` turns back to back. No deadline cuts any of them
+        (AIPerf gives its warm-up phase no duration; ``--duration`` counts from its end), so
+        a warm-up longer than the duration still leaves a measured phase; False when the
+        run failed meanwhile."""
         items = [(f, p, f.cut.t_star_ns - f.offsets[p]) for f in firsts for p in f.cut.warm]
         due = warm_spread([lead for _, _, lead in items], self.tree_idle_cap_ns)
         prepared = await asyncio.gather(*(self._warm_prepare(f.session, f.play, p)
@@ -655,26 +656,22 @@ class AgentXDriver(Driver):
         try:
             await asyncio.gather(*(self._warm_send(prep, rec, wid)
                                    for (prep, rec), wid in zip(prepared, wids, strict=True)))
+            if self.warmup_requests:
+                await asyncio.gather(*(self._warm_turns(f) for f in firsts))
         finally:
             self.deadline = deadline
-        if self.warmup_requests:
-            done = await asyncio.gather(*(self._warm_turns(f) for f in firsts))
-            return all(done)
-        return True
+        return self._failure is None
 
-    async def _warm_turns(self, f: _Lane) -> bool:
+    async def _warm_turns(self, f: _Lane) -> None:
         """Lane ``f``'s ``warmup_requests`` first turns back to back (the play keeps at
         least one); its cut then starts after them."""
         more = f.cut.keep[: min(self.warmup_requests, len(f.cut.keep) - 1)]
         for p in more:
             prep, rec = await self._warm_prepare(f.session, f.play, p)
             await self.clock.sleep_until(self.t0)
-            if self.clock.now_ns() >= (self.deadline or 0):
-                return False
             await self._warm_send(prep, rec, self._register(self.clock.now_ns()))
         keep = f.cut.keep[len(more):]
         f.cut = FirstPlay(min(f.offsets[p] for p in keep), keep, f.cut.warm)
-        return True
 
     async def _lane(self, first: _Lane, start: int) -> None:
         assert self.deadline is not None

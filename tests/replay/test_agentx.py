@@ -367,6 +367,25 @@ def test_warm_up_turns_go_back_to_back_and_the_play_starts_after_them() -> None:
     assert d.measured_start_ns == 2 * S
 
 
+def test_a_warm_up_longer_than_the_duration_still_leaves_a_measured_phase() -> None:
+    """The chain above with a 0.5 s duration: the warm-up (r0 0-1 s, then r1 1-2 s back to
+    back) outlasts it, yet the duration counts from the warm-up's end (2 s), so r2 goes at
+    2 s and r3, due at 4 s, is past the 2.5 s deadline. A deadline counted from the run's
+    start cut the warm-up turns and measured nothing (seen on a GPU: 6 lanes whose stream
+    warm-ups spread over 48 s of a 40 s run)."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "main", 2, [0], 1), ("a", "main", 4, [1], 1),
+                   ("a", "main", 6, [2], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(plan, FakeTransport(clock, 1 * S), clock, t0_ns=0, on_record=recs.append,
+                     lanes=1, duration_ns=S // 2, start_range=(0.3, 0.3), warmup_requests=1)
+    clock.run(d.run())
+    assert [(x.request_index, x.intended_ns, x.warmup) for x in recs] == [
+        (0, 0, True), (1, 1 * S, True), (2, 2 * S, False)]
+    assert d.measured_start_ns == 2 * S and d.skipped == 1
+
+
 def test_t_star_is_drawn_as_aiperf_draws_it() -> None:
     """The seed and the draw of AIPerf 0.13.0's ``_seed_for_trace_lane`` and
     ``default_rng(seed).uniform(lo, hi)``, values printed by AIPerf itself: seed 42, trace
