@@ -16,9 +16,13 @@
 # point on LADDER_PROFILES, in a seeded random order, seed 42.
 # Dry run here, with the simulated engine in place of vLLM:
 #   bash benchmarks/gpu/run_agentx.sh --dry-run --phase start --out /tmp/ax-dry --budget 120
+# A server restarted with other settings, then the single-user runs it lacks:
+#   RESTART=ded KV_GIB=ded=6 bash benchmarks/gpu/run_agentx.sh --phase restart --budget 560
 # Knobs (environment): REPEATS (3), SINGLE_S (30: measured seconds at concurrency 1),
 # LADDER ("2 4 8 3"), LADDER_S (25), LADDER_PROFILES ("std ded"), WARMUP_REQUESTS (3),
-# KV_GIB ("std=10 mtp=6 ded=10"), UTIL (0.32), MAX_CONC (8: dedicated-decode is sized for it).
+# KV_GIB ("std=8 mtp=5 ded=8"), UTIL (0.25: vLLM's start check only; the KV cache is fixed),
+# QUANT (fp8: weights quantized online at load, layer by layer; none: bf16),
+# MAX_CONC (8: dedicated-decode is sized for it).
 # Inputs (benchmarks/gpu/prepare_agentx.sh): .dev/gpu/moonlight/, .dev/gpu/agentx/.
 set -u
 DRY=0; OUTDIR=/root/agentx; BUDGET=560; SETUP=1; PHASE=start
@@ -37,9 +41,10 @@ LADDER=${LADDER:-2 4 8 3}
 LADDER_S=${LADDER_S:-25}
 LADDER_PROFILES=${LADDER_PROFILES:-std ded}
 WARMUP_REQUESTS=${WARMUP_REQUESTS:-3}
-UTIL=${UTIL:-0.32}
+UTIL=${UTIL:-0.25}
+QUANT=${QUANT:-fp8}
 MAX_CONC=${MAX_CONC:-8}
-declare -A KV=([std]=10 [mtp]=6 [ded]=10)
+declare -A KV=([std]=8 [mtp]=5 [ded]=8)
 for kv in ${KV_GIB:-}; do KV[${kv%%=*}]=${kv#*=}; done
 NAMES=(std mtp ded)
 declare -A PROFILE=([std]=standard [mtp]=mtp [ded]=dedicated-decode)
@@ -57,6 +62,7 @@ sets() {
   local s=(--set "kv-cache-memory-bytes=$(( ${KV[$1]} * 1024 * 1024 * 1024 ))"
            --set "gpu-memory-utilization=$UTIL" --set max-model-len=131072)
   [ "$1" = ded ] && s+=(--set "concurrency=$MAX_CONC")
+  [ "$QUANT" = none ] || s+=(--set "quantization=$QUANT")
   echo "${s[@]}"
 }
 
@@ -67,7 +73,7 @@ phase_start() {
     cat "$ROOT/.commit" 2>/dev/null; git -C "$ROOT" log -1 --format='agent-replay commit %H' 2>/dev/null
     echo "repeats $REPEATS single_s $SINGLE_S ladder $LADDER ladder_s $LADDER_S" \
       "ladder_profiles $LADDER_PROFILES warmup_requests $WARMUP_REQUESTS util $UTIL" \
-      "kv_gib std=${KV[std]} mtp=${KV[mtp]} ded=${KV[ded]} max_conc $MAX_CONC" \
+      "kv_gib std=${KV[std]} mtp=${KV[mtp]} ded=${KV[ded]} max_conc $MAX_CONC quant $QUANT" \
       "routing $VLLM_MOE_ROUTING_SIMULATION_STRATEGY"; } > "$LOG/env.txt" 2>&1
   cp "$MODEL/config.json" "$RES/model-config.json"
   local n
@@ -157,6 +163,16 @@ case $PHASE in
   ladder) phase_ladder; phase_logs; phase_pack ;;
   dry) phase_start && { phase_single; phase_ladder; }; phase_logs
        for n in "${NAMES[@]}"; do stop_server "$n"; done; phase_pack ;;
+  restart) for n in $RESTART; do stop_server "$n"; sleep 3
+             # shellcheck disable=SC2046
+             start_server "$n" "${PORT[$n]}" "${PROFILE[$n]}" 0 1 $(sets "$n") \
+               --env VLLM_MOE_ROUTING_SIMULATION_STRATEGY=uniform_random
+             $AR engines vllm-cmd "${PROFILE[$n]}" --model "$MODEL" --gpus 1 --no-check --json \
+               --vllm-version 0.26.0 $(sets "$n") > "$RES/$n.command.json" 2>&1; done
+           # shellcheck disable=SC2086
+           wait_healthy $(( $(left) - 60 )) $(for n in $RESTART; do echo "${PORT[$n]}"; done) &&
+           for n in $RESTART; do warm "${PORT[$n]}"; scrape "${PORT[$n]}" "$RES/$n.metrics-start.txt"; done
+           phase_single; phase_logs; phase_pack ;;
   stop) for n in "${NAMES[@]}"; do stop_server "$n"; done ;;
   *) echo "unknown phase $PHASE" >&2; exit 2 ;;
 esac
