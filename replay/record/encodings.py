@@ -36,6 +36,10 @@ from typing import Any
 STEP = 1 << 18
 """Most bytes of output one decoder call makes."""
 
+IN_STEP = 1 << 16
+"""Most bytes of input one decoder call takes: what a decoder keeps of its input between
+calls (zlib's ``unconsumed_tail``) is a copy, made with the GIL held."""
+
 MIB = 1 << 20
 MAX_DECODED = 32 * MIB
 MAX_RATIO = 200.0
@@ -252,7 +256,7 @@ def decode(parts: Sequence[bytes], encoding: str | None, limits: DecodeLimits = 
         out: list[bytes] = []
         n = 0
         try:
-            for piece in dec(pieces):
+            for piece in dec(_sliced(pieces)):
                 n += len(piece)
                 if n > limits.max_decoded:
                     raise BodyRefused(f"the {coding} body decodes to more than "
@@ -268,6 +272,17 @@ def decode(parts: Sequence[bytes], encoding: str | None, limits: DecodeLimits = 
             return None, f"request content-encoding {coding!r}: {type(exc).__name__}: {exc}"[:200]
         pieces = out
     return pieces, None
+
+
+def _sliced(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """``pieces`` in slices of at most ``IN_STEP`` bytes (views, not copies)."""
+    for p in pieces:
+        if len(p) <= IN_STEP:
+            yield p
+            continue
+        view = memoryview(p)
+        for i in range(0, len(p), IN_STEP):
+            yield view[i:i + IN_STEP]  # type: ignore[misc]  # a bytes-like view
 
 
 def decode_body(data: bytes, encoding: str | None, limits: DecodeLimits = DecodeLimits()

@@ -168,8 +168,8 @@ async def test_a_big_encoded_body_is_parsed_like_a_big_plain_one(tmp_path: Path)
             assert (await _post(rec.url, "/v1/chat/completions", plain))[0] == 200
             assert (await _post(rec.url, "/v1/chat/completions", packed,
                                 {"Content-Encoding": "gzip"}))[0] == 200
-        (_, b0), (h1, b1) = up.seen
-    assert b0 == plain and b1 == packed and h1["Content-Encoding"] == "gzip"
+        _, (h1, b1) = up.seen
+    assert b1 == packed and h1["Content-Encoding"] == "gzip"
     rows = read_trace(tmp_path / "t")[0].to_pylist()
     assert rows[0]["hash_ids"] and rows[1]["hash_ids"] == rows[0]["hash_ids"]
     assert rows[1]["undecoded_body"] is None and rows[1]["error"] is None
