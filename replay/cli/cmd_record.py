@@ -50,8 +50,8 @@ def register(sub: Any) -> None:
                    "decode to, in MiB; larger ones get 413 and a row that says why (default 32)")
     p.add_argument("--max-ratio", type=float, default=200.0, metavar="X",
                    help="most times its compressed size a request body may decode to, past "
-                   "its first MiB; more gets 413 (default 200: JSON compresses 3 to 20 times, "
-                   "a compression bomb 1,000 to 1,000,000)")
+                   "its first MiB; more gets 413 and a row that says why (default 200; a "
+                   "compression bomb decodes to 1,000 times its size or more)")
     p.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on Ctrl-C or SIGTERM, requests in flight get this long to finish "
                    "(new ones are refused); then they are cut and recorded as cut, and the "

@@ -52,8 +52,8 @@ class DecodeLimits:
     max_decoded: int = MAX_DECODED
     """Most bytes a body may decode to (the largest body LLM APIs take)."""
     max_ratio: float = MAX_RATIO
-    """Most times its encoded size a body may decode to, once past ``ratio_floor``: JSON
-    compresses 3 to 20 times; a bomb 1,000 (gzip) to 1,000,000 times (brotli)."""
+    """Most times its encoded size a body may decode to, once past ``ratio_floor``; a
+    bomb decodes to 1,000 (gzip) to 600,000 (brotli) times its size."""
     ratio_floor: int = MIB
     """The ratio is not checked below this many decoded bytes (a small body may compress
     well without harm)."""

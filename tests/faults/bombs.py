@@ -34,7 +34,7 @@ def gzip_bomb(decoded: int) -> bytes:
 
 
 def brotli_bomb(decoded: int) -> bytes:
-    """``decoded`` zero bytes, brotli (about 1,000,000 to 1)."""
+    """``decoded`` zero bytes, brotli (about 600,000 to 1 for 1 GiB)."""
     import brotli  # type: ignore[import-not-found,unused-ignore]
 
     c = brotli.Compressor(quality=3)
