@@ -209,3 +209,40 @@ async def test_bodies_not_recorded_are_counted(tmp_path: Path) -> None:
     assert read_meta(parts[1]).extra["recorder"]["unrecorded"] == want
     table, _ = read_trace(tmp_path / "t")
     assert table.num_rows == 1
+
+
+def test_a_brotli_that_cannot_stop_leaves_the_body_undecoded(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """brotli before 1.2 has no output limit: its bodies are forwarded, not decoded."""
+    import sys
+    import types
+
+    from agent_replay.replay.record import encodings
+
+    class Old:
+        def process(self, data: bytes) -> bytes:
+            raise AssertionError("never called")
+
+    fake = types.ModuleType("brotli")
+    fake.Decompressor = Old  # type: ignore[attr-defined]
+    fake.__version__ = "1.1.0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "brotli", fake)
+    dec = encodings._brotli()
+    assert dec is not None
+    with pytest.raises(ValueError, match=r"brotli 1.1.0 cannot stop decoding at a size"):
+        list(dec([b"\x1b"]))
+
+
+def test_a_zstd_frame_asking_for_a_huge_window_is_not_decoded() -> None:
+    """A frame may make the decoder allocate its window whatever it decodes to: over
+    32 MiB it is left undecoded (forwarded as sent)."""
+    zstandard = pytest.importorskip("zstandard")
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=27)
+    c = zstandard.ZstdCompressor(compression_params=params).compressobj()
+    packed = c.compress(orjson.dumps(BODY)) + c.flush()
+    out, why = decode([packed], "zstd")
+    assert out is None and why is not None and why.startswith("request content-encoding 'zstd'")
+    c = zstandard.ZstdCompressor(compression_params=zstandard.ZstdCompressionParameters
+                                 .from_level(3, window_log=25)).compressobj()
+    packed = c.compress(orjson.dumps(BODY)) + c.flush()
+    assert decode([packed], "zstd") == ([orjson.dumps(BODY)], None)
