@@ -194,9 +194,9 @@ class Recorder:
         self._to_assign: list[Exchange] = []
         """Exchanges whose upstream answered, waiting for their session (``_on_headers``)."""
         self._unwritten: list[dict[str, Any]] = []
+        """Built rows a failed write left behind; the next flush writes them first."""
         self._told_unrecorded: dict[str, int] = {}
         """``stats.unrecorded`` as the last part file's metadata has it."""
-        """Built rows a failed write left behind; the next flush writes them first."""
         self._t0: int | None = None
         self._wall0: int | None = None
         self._runner: web.AppRunner | None = None
