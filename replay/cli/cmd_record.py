@@ -45,6 +45,13 @@ def register(sub: Any) -> None:
     p.add_argument("--max-body", type=float, default=32.0, metavar="MIB",
                    help="largest request body taken, in MiB; larger ones get 413 (default 32, "
                    "what LLM APIs accept)")
+    p.add_argument("--max-decoded", type=float, default=32.0, metavar="MIB",
+                   help="largest size a compressed request body (Content-Encoding) may "
+                   "decode to, in MiB; larger ones get 413 and a row that says why (default 32)")
+    p.add_argument("--max-ratio", type=float, default=200.0, metavar="X",
+                   help="most times its compressed size a request body may decode to, past "
+                   "its first MiB; more gets 413 and a row that says why (default 200; a "
+                   "compression bomb decodes to 1,000 times its size or more)")
     p.add_argument("--drain-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on Ctrl-C or SIGTERM, requests in flight get this long to finish "
                    "(new ones are refused); then they are cut and recorded as cut, and the "
@@ -69,6 +76,7 @@ def cmd_record(args: Any) -> int:
         session_header=args.session_header, flush_interval_s=args.flush_interval,
         read_timeout_s=args.read_timeout or None, allow_remote=args.allow_remote,
         drain_timeout_s=args.drain_timeout, max_body=int(args.max_body * (1 << 20)),
+        max_decoded=int(args.max_decoded * (1 << 20)), max_ratio=args.max_ratio,
         write_retry_s=args.write_retry)
     aio.run(_serve(rec, quiet=args.quiet))
     if rec.stats.unwritten:

@@ -105,10 +105,12 @@ class BigBodies:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
-    async def digest(self, api: str, parts: list[bytes]
-                     ) -> tuple[RequestInfo, list[bytes], BodyDigest] | None:
+    async def digest(self, api: str, parts: list[bytes], rewrite: bool = True
+                     ) -> tuple[RequestInfo, list[bytes], BodyDigest] | str:
         """The request's info (with an empty ``body``), the pieces to send upstream and
-        the digest; None when the body is not a JSON object."""
+        the digest; when the body is not a JSON object, why not (a key of
+        ``wire.UNRECORDED``). Without ``rewrite`` the pieces are ``parts`` as they are
+        (``wire.inspect_request``)."""
         loop = asyncio.get_running_loop()
         self.start()
         assert self._ready is not None
@@ -119,12 +121,13 @@ class BigBodies:
         fd, path = tempfile.mkstemp(prefix="agent-replay-body-", dir=_MEMORY_DIR)
         try:
             await loop.run_in_executor(None, _write, fd, parts)
-            got = await loop.run_in_executor(self._pool, _digest, api, path, self.spec)
+            got = await loop.run_in_executor(self._pool, _digest, api, path, self.spec,
+                                             rewrite)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        if got is None:
-            return None
+        if isinstance(got, str):
+            return got
         info, out, digest = got
         send = parts if out is None else _spliced(parts) if out == _SPLICE else [out]
         return info, send, digest
@@ -188,23 +191,24 @@ def _hasher(spec: DigestSpec) -> PromptHasher:
     return h
 
 
-def _digest(api: str, path: str, spec: DigestSpec
-            ) -> tuple[RequestInfo, bytes | None, BodyDigest] | None:
+def _digest(api: str, path: str, spec: DigestSpec, rewrite: bool = True
+            ) -> tuple[RequestInfo, bytes | None, BodyDigest] | str:
     """In the helper: parse the body in ``path``; the bytes to send are not sent back when
-    they are the body as it came (None) or with the usage option spliced in."""
+    they are the body as it came (None) or with the usage option spliced in. A body that
+    is not a JSON object: why not."""
     import orjson
 
     from agent_replay.engines.replies import is_reply_item
     from agent_replay.redact import secret_values, strip_secrets
     from agent_replay.replay.record.content import conversation
     from agent_replay.replay.record.sessions import chain_digests
-    from agent_replay.replay.record.wire import inspect_request
+    from agent_replay.replay.record.wire import inspect_request, unrecorded_why
 
     with open(path, "rb") as f:
         raw = f.read()
-    got = inspect_request(api, raw)
+    got = inspect_request(api, raw, rewrite=rewrite)
     if got is None:
-        return None
+        return unrecorded_why(raw)
     info, out = got
     body = info.body
     items = conversation(api, body)

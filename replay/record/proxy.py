@@ -34,10 +34,10 @@ from multidict import CIMultiDict
 from agent_replay.engines.dialects import dialect
 from agent_replay.redact import header_secrets, redact_url, scrub
 from agent_replay.replay.client import fail_payload_on_close
-from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, pieces
+from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, BodyDigest, pieces
 from agent_replay.replay.record.bodytap import BodyTap
 from agent_replay.replay.record.downstream import ClientBody, ClientGone
-from agent_replay.replay.record.encodings import decode_body
+from agent_replay.replay.record.encodings import BodyRefused, DecodeLimits, Decoders, size_text
 from agent_replay.replay.record.guard import upstream_path
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.wire import (
@@ -47,6 +47,7 @@ from agent_replay.replay.record.wire import (
     end_to_end_headers,
     header_session,
     inspect_request,
+    unrecorded_why,
 )
 
 _DROP_REQUEST = frozenset({"host", "content-length"})
@@ -78,7 +79,11 @@ class ProxyHandler:
     An API request body is read in the pieces it arrives in, at most ``max_body`` bytes
     (else 413); one over ``BIG_BODY_BYTES`` is parsed by ``big`` (off the event loop) and
     its exchange carries the ``BodyDigest`` as ``state["digest"]`` (``info.body`` is then
-    empty).
+    empty). An encoded body (``Content-Encoding``) is decoded in a worker thread within
+    ``limits`` (``replay.record.encodings``); one over them is refused with 413. A refused
+    request is not forwarded; it still ends in ``on_done``, with its ``error`` and
+    ``state["status"]`` 413. A body that is not a JSON object is forwarded and not
+    recorded, counted by why in ``unrecorded``.
     """
 
     def __init__(self, upstream: str, session: aiohttp.ClientSession, *,
@@ -87,10 +92,16 @@ class ProxyHandler:
                  clock: Callable[[], int] = time.monotonic_ns,
                  on_arrival: Callable[[int], None] | None = None,
                  authorization: str | None = None, max_body: int | None = None,
-                 big: BigBodies | None = None) -> None:
+                 big: BigBodies | None = None,
+                 limits: DecodeLimits = DecodeLimits()) -> None:
         self.upstream = upstream.rstrip("/")
         self.max_body = max_body
         self.big = big
+        self.decoders = Decoders(limits)
+        self.refused = 0
+        """API requests answered 413 by the recorder itself (``max_body``, ``limits``)."""
+        self.unrecorded: dict[str, int] = {}
+        """API requests forwarded but not recorded, by why (``wire.UNRECORDED``)."""
         self.authorization = authorization
         """Sent upstream when the client sends no Authorization (the upstream URL's
         user-info, as Basic auth)."""
@@ -130,31 +141,18 @@ class ProxyHandler:
                 return await self._pass_through(request)
             if self.on_arrival is not None:  # before any await: API requests in arrival order
                 self.on_arrival(arrival)
-            parts = await _read_parts(request, self.max_body)
-            encoding = request.headers.get("Content-Encoding")
-            digest = None
-            send: list[bytes]
-            if self.big is not None and not encoding \
-                    and sum(map(len, parts)) > BIG_BODY_BYTES:
-                got = await self.big.digest(api, parts)
-                if got is None:
-                    return await self._pass_through(request, parts)
-                info, send, digest = got
-            else:
-                raw = parts[0] if len(parts) == 1 else b"".join(parts)
-                prepared = prepare_body(api, raw, encoding, request.path)
-                if prepared is None:
-                    return await self._pass_through(request, [raw])
-                info, body = prepared
-                send = [body]
-            ex = Exchange(info=info, arrival=arrival)
+            try:
+                parts = await _read_parts(request, self.max_body)
+                got = await self._parse(request, api, parts)
+            except BodyRefused as exc:
+                return self._refuse(request, api, arrival, str(exc))
+            if isinstance(got, str):
+                self.unrecorded[got] = self.unrecorded.get(got, 0) + 1
+                return await self._pass_through(request, parts)
+            info, send, digest = got
+            ex = self._exchange_of(request, info, arrival)
             if digest is not None:
                 ex.state["digest"] = digest
-            sid = header_session(request.headers, self.session_header)
-            if sid:
-                ex.state["header_session"] = sid
-            ex.state.update(agent_headers(request.headers))
-            ex.state["headers"] = request.headers  # for the error text's scrub, if any
             try:
                 return await self._exchange(request, ex, send)
             finally:
@@ -163,6 +161,58 @@ class ProxyHandler:
                 self.on_done(ex)
         finally:
             self.in_flight -= 1
+
+    async def _parse(self, request: web.Request, api: str, parts: list[bytes]
+                     ) -> tuple[RequestInfo, list[bytes], BodyDigest | None] | str:
+        """The request's info, the pieces to send upstream and a big body's digest; or why
+        the body is not recorded (a key of ``wire.UNRECORDED``). An encoded body goes
+        upstream as sent; it is decoded off the loop (``BodyRefused`` past a limit)."""
+        encoding = request.headers.get("Content-Encoding")
+        decoded = parts
+        if encoding:
+            pieces, why = await self.decoders.decode(parts, encoding)
+            if pieces is None:
+                return RequestInfo(api=api, body={}, model=None, stream=False,
+                                   injected_usage=False, session_hint=None,
+                                   undecoded=why), parts, None
+            decoded = pieces
+        if self.big is not None and sum(map(len, decoded)) > BIG_BODY_BYTES:
+            got = await self.big.digest(api, decoded, rewrite=not encoding)
+            if isinstance(got, str):
+                return got
+            info, send, digest = got
+            return info, (parts if encoding else send), digest
+        raw = decoded[0] if len(decoded) == 1 else b"".join(decoded)
+        inspected = inspect_request(api, raw, rewrite=not encoding, path=request.path)
+        if inspected is None:
+            return unrecorded_why(raw)
+        info, body = inspected
+        return info, (parts if encoding else [body]), None
+
+    def _exchange_of(self, request: web.Request, info: RequestInfo, arrival: int) -> Exchange:
+        ex = Exchange(info=info, arrival=arrival)
+        sid = header_session(request.headers, self.session_header)
+        if sid:
+            ex.state["header_session"] = sid
+        ex.state.update(agent_headers(request.headers))
+        ex.state["headers"] = request.headers  # for the error text's scrub, if any
+        return ex
+
+    def _refuse(self, request: web.Request, api: str, arrival: int, why: str
+                ) -> web.StreamResponse:
+        """Answer 413 in the API's error shape, without asking the upstream, and record
+        the refusal (a row with its error; no content)."""
+        self.refused += 1
+        info = RequestInfo(api=api, body={}, model=None, stream=False, injected_usage=False,
+                           session_hint=None, undecoded=why)
+        ex = self._exchange_of(request, info, arrival)
+        ex.error = f"refused by the recorder (413): {why}"
+        ex.state["status"] = 413
+        ex.end = self.clock()
+        self.on_done(ex)
+        return web.Response(status=413, content_type="application/json",
+                            body=dialect(api).error_body(f"agent-replay record: {why}", 413,
+                                                         "invalid_request_error"))
 
     async def _pass_through(self, request: web.Request, parts: list[bytes] | None = None
                             ) -> web.StreamResponse:
@@ -416,7 +466,7 @@ async def _read_parts(request: web.Request, limit: int | None) -> list[bytes]:
             return parts
         size += len(chunk)
         if limit is not None and size > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+            raise BodyRefused(f"the body is larger than {size_text(limit)} (--max-body)")
         parts.append(chunk)
 
 
@@ -438,23 +488,6 @@ def answered(ex: Exchange) -> bool:
         return True
     obs = ex.observer
     return obs is not None and obs.finished()
-
-
-def prepare_body(api: str, raw: bytes, encoding: str | None, path: str = ""
-                 ) -> tuple[RequestInfo, bytes] | None:
-    """What the recorder knows of an API request body and the bytes to send upstream; None
-    for a body that is not a JSON object (forwarded, not recorded). An encoded body
-    (``Content-Encoding``) goes upstream as sent, unchanged, and is parsed decoded; one
-    that cannot be decoded here is recorded without its content (``info.undecoded``)."""
-    decoded, why = decode_body(raw, encoding)
-    if decoded is None:
-        return RequestInfo(api=api, body={}, model=None, stream=False, injected_usage=False,
-                           session_hint=None, undecoded=why), raw
-    inspected = inspect_request(api, decoded, rewrite=not encoding, path=path)
-    if inspected is None:
-        return None
-    info, body = inspected
-    return info, (raw if encoding else body)
 
 
 def upstream_failure(upstream: str, exc: BaseException) -> str:

@@ -26,7 +26,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +51,13 @@ from agent_replay.redact import (
 from agent_replay.replay.record.agents import MAIN, AgentTracker, Handoffs
 from agent_replay.replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
 from agent_replay.replay.record.content import PromptHasher, conversation, load_tokenizer
+from agent_replay.replay.record.encodings import MAX_DECODED, MAX_RATIO, DecodeLimits
 from agent_replay.replay.record.guard import MalformedRequests
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
 from agent_replay.replay.record.sessions import SessionTracker
 from agent_replay.replay.record.sink import ROW_YIELD_GAP_NS, PartWriter, rows_to_table, yield_cpu
+from agent_replay.replay.record.wire import UNRECORDED
 from agent_replay.replay.selfmon import reserve_fds
 from agent_replay.traces.io import conform
 from agent_replay.traces.schema import CONTENT_MODES, TraceMeta
@@ -82,6 +84,10 @@ class RecordConfig:
     drain_timeout_s: float = 10.0
     max_body: int = 32 << 20
     """Largest API request body taken (bytes; larger ones get 413, as LLM APIs answer)."""
+    max_decoded: int = MAX_DECODED
+    """Largest size an encoded request body may decode to (bytes; else 413)."""
+    max_ratio: float = MAX_RATIO
+    """Most times its encoded size a request body may decode to (past 1 MiB; else 413)."""
     write_retry_s: float = 10.0
     """At stop, how long a failing final write is retried before the rows are given up."""
 
@@ -115,6 +121,10 @@ def _check(cfg: RecordConfig) -> None:
         raise InputError("--flush-interval must be > 0")
     if cfg.max_body < 1:
         raise InputError("--max-body must be >= 1")
+    if cfg.max_decoded < 1:
+        raise InputError("--max-decoded must be >= 1")
+    if not cfg.max_ratio >= 1:
+        raise InputError("--max-ratio must be >= 1")
     if cfg.drain_timeout_s < 0:
         raise InputError("--drain-timeout must be >= 0")
     if cfg.write_retry_s < 0:
@@ -141,9 +151,15 @@ class RecorderStats:
     unwritten: int = 0
     """Rows of finished requests that a failed flush could not write yet (kept, retried)."""
     write_error: str | None = None
+    """Why the last flush failed (None once a flush succeeds again)."""
     malformed: int = 0
     """Requests aiohttp could not parse (answered 400, not recorded)."""
-    """Why the last flush failed (None once a flush succeeds again)."""
+    refused: int = 0
+    """API requests the recorder answered 413 itself (over ``--max-body``, or decoding to
+    more than ``--max-decoded`` or ``--max-ratio``); each has a row with its error."""
+    unrecorded: dict[str, int] = field(default_factory=dict)
+    """API requests forwarded but not recorded, by why (``wire.UNRECORDED``: their body
+    is not UTF-8, not JSON, or not a JSON object)."""
     last_error: str | None = None
     """Why the last failed request failed (the status line names it)."""
 
@@ -179,6 +195,8 @@ class Recorder:
         """Exchanges whose upstream answered, waiting for their session (``_on_headers``)."""
         self._unwritten: list[dict[str, Any]] = []
         """Built rows a failed write left behind; the next flush writes them first."""
+        self._told_unrecorded: dict[str, int] = {}
+        """``stats.unrecorded`` as the last part file's metadata has it."""
         self._t0: int | None = None
         self._wall0: int | None = None
         self._runner: web.AppRunner | None = None
@@ -226,7 +244,8 @@ class Recorder:
                                      session_header=cfg.session_header, clock=self.clock,
                                      on_arrival=self._on_arrival,
                                      authorization=self._authorization,
-                                     max_body=cfg.max_body, big=self._big)
+                                     max_body=cfg.max_body, big=self._big,
+                                     limits=DecodeLimits(cfg.max_decoded, cfg.max_ratio))
         app = web.Application(client_max_size=cfg.max_body, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
         # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
@@ -298,10 +317,12 @@ class Recorder:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        await self._final_flush()
+        await self._final_flush(final=True)
         if self._client is not None:
             await self._client.close()
         await self._big.close()
+        if handler is not None:
+            handler.decoders.close()
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
@@ -309,13 +330,13 @@ class Recorder:
             gc.unfreeze()
             self._frozen = False
 
-    async def _final_flush(self) -> None:
+    async def _final_flush(self, final: bool = False) -> None:
         """Flush, retrying a failing write for up to ``write_retry_s``; what still cannot
         be written stays counted in ``stats.unwritten`` (the caller exits non-zero)."""
         deadline = time.monotonic() + self.config.write_retry_s
         while True:
             try:
-                await self.flush()
+                await self.flush(final=final)
                 return
             except FlushError:
                 if time.monotonic() >= deadline:
@@ -423,15 +444,20 @@ class Recorder:
             with contextlib.suppress(FlushError):  # kept and retried; the status line says so
                 await self.flush()
 
-    async def flush(self) -> Path | None:
+    async def flush(self, final: bool = False) -> Path | None:
         """Write the rows of finished requests to a new part file (none when there are
-        none). The rows are built and written in a worker thread.
+        none). The rows are built and written in a worker thread. Each part's metadata
+        holds the count of requests not recorded so far (``stats.unrecorded``); the
+        ``final`` flush writes a part without rows when that count is newer than the last
+        part's.
 
         A write that fails (a full disk, say) loses nothing: its rows stay in memory, the
         next flush writes them first, and ``FlushError`` says how many wait. The part file
         is complete or absent (``traces.io.write_trace``)."""
         async with self._flush_lock:
-            if not self._pending and not self._unwritten:
+            self._count()
+            if not self._pending and not self._unwritten and not (
+                    final and self.stats.unrecorded != self._told_unrecorded):
                 return None
             batch, self._pending = self._pending, []
             meta = self._meta()
@@ -459,6 +485,7 @@ class Recorder:
             if self.stats.write_error is not None:
                 print(f"agent-replay record: writing again; {path.name} holds the rows "
                       "kept since the failure", file=sys.stderr, flush=True)
+            self._told_unrecorded = meta.extra["recorder"]["unrecorded"]
             self.stats.unwritten = 0
             self.stats.write_error = None
             self.stats.rows_written = self.writer.rows_written
@@ -475,8 +502,16 @@ class Recorder:
             block_size=cfg.block_size, source="recorded", content_mode=cfg.content,
             tokenizer=cfg.tokenizer, start_wall_ns=self._wall0, tool_version=__version__,
             extra={"recorder": {"upstream": cfg.upstream, "hash_unit": self.hasher.unit,
-                                "session_header": cfg.session_header}},
+                                "session_header": cfg.session_header,
+                                "unrecorded": dict(self.stats.unrecorded)}},
         )
+
+    def _count(self) -> None:
+        """The handler's counts into ``stats``."""
+        h = self._handler
+        if h is not None:
+            self.stats.refused = h.refused
+            self.stats.unrecorded = {k: h.unrecorded[k] for k in UNRECORDED if k in h.unrecorded}
 
     def _write(self, batch: list[Exchange], meta: TraceMeta) -> Path:
         """Build the batch's rows, then write them with any a failed write left (flush
@@ -547,7 +582,7 @@ class Recorder:
             "chunk_tokens": list(counts) if (times and exact) else None,
             "content": content,
             "error": self._scrubbed_error(ex),
-            "http_status": obs.status if obs is not None else 0,
+            "http_status": obs.status if obs is not None else ex.state.get("status", 0),
             "stream": obs.streamed if obs is not None else ex.info.stream,
             "upstream_send_ns": ex.send - ex.arrival if ex.send else None,
             "headers_ns": ex.headers - ex.arrival if ex.headers is not None else None,
@@ -583,6 +618,13 @@ class Recorder:
         malformed = max(s.malformed, self._malformed.count)
         if malformed:
             line += f", {malformed} malformed requests refused (400)"
+        self._count()
+        if s.refused:
+            line += f", {s.refused} refused (413)"
+        if s.unrecorded:
+            line += (f", {sum(s.unrecorded.values())} forwarded but not recorded ("
+                     + ", ".join(f"{UNRECORDED[k]}: {n}" for k, n in s.unrecorded.items())
+                     + ")")
         if s.write_error is not None:
             line += f"; WARNING: {s.unwritten} rows NOT written ({s.write_error})"
         return line

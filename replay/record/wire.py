@@ -124,6 +124,23 @@ class RequestInfo:
     """Why the body could not be decoded (its Content-Encoding); ``body`` is then empty."""
 
 
+UNRECORDED = {"not_utf8": "not UTF-8", "not_json": "not JSON", "not_object": "not a JSON object"}
+"""Why an API request body was forwarded but not recorded: key, and the words for it."""
+
+
+def unrecorded_why(raw: bytes) -> str:
+    """Why ``inspect_request`` found no JSON object in ``raw`` (a key of ``UNRECORDED``)."""
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "not_utf8"
+        return "not_json"
+    return "not_object"
+
+
 def inspect_request(api: str, raw: bytes, rewrite: bool = True, path: str = ""
                     ) -> tuple[RequestInfo, bytes] | None:
     """Parse a request body; returns its info and the bytes to send upstream, or None

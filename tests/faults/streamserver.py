@@ -1,8 +1,9 @@
 """An upstream for the proxy's timing tests, run as its own process
 (``python -m tests.faults.streamserver``; prints its URL): a chat stream of ``chunks``
 events ``gap_ms`` apart (from the request's ``max_tokens`` and ``temperature``), and for a
-body over 1 MB a short answer without parsing it, so that only the proxy's handling of
-a big body is measured."""
+body over 1 MB, or one it cannot parse (an encoded body: it decodes nothing, as its loop
+would stall its own streams), a short answer without parsing it, so that only the proxy's
+handling of such bodies is measured."""
 
 from __future__ import annotations
 
@@ -32,14 +33,19 @@ async def chat(request: web.Request) -> web.StreamResponse:
 
 
 def _shape(raw: bytes) -> tuple[int, float]:
-    body = orjson.loads(raw)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return 1, 0.0
+    if not isinstance(body, dict):
+        return 1, 0.0
     return int(body.get("max_tokens", 10)), float(body.get("temperature", 0)) / 1000
 
 
 async def main() -> None:
     app = web.Application(client_max_size=1 << 30)
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -55,7 +55,7 @@ class RawUpstream:
         return resp
 
     async def __aenter__(self) -> RawUpstream:
-        app = web.Application()
+        app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/chat/completions", self.handle)
         self.runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self.runner.setup()
