@@ -264,7 +264,8 @@ async def arun_shard(
                 duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
                 start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
                 idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
-                tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9))
+                tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9),
+                overflow_rule=ax.overflow_rule)
         else:
             driver = Driver(
                 plan, HttpTransport(preparer, sender), clock, mode=config.timing, t0_ns=t0,
