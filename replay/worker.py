@@ -41,7 +41,7 @@ from agent_replay.replay.client import Prepared, Sender, inexact_counts_differ, 
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
-from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.fastclient import IDLE_S, KEEPALIVE_S, FastSender
 from agent_replay.replay.lifeline import StopSignals
 from agent_replay.replay.messages import Progress
 from agent_replay.replay.outcome import RequestRecord
@@ -199,8 +199,11 @@ async def arun_shard(
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
+    # AgentX runs keep idle connections open as long as AIPerf does (KEEPALIVE_S)
+    agentx = config.timing == "agentx"
     session = make_session(config.request_timeout_s,  # /tokenize, and the aiohttp client
-                           headers=dict(config.headers), insecure=config.insecure)
+                           headers=dict(config.headers), insecure=config.insecure,
+                           keepalive_s=KEEPALIVE_S if agentx else None)
     fast: FastSender | None = None
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
@@ -211,7 +214,8 @@ async def arun_shard(
         sender: Sender | FastSender
         if config.effective_http_client() == "fast":
             sender = fast = FastSender(config.target, config.request_timeout_s,
-                                       kernel_timestamps=config.effective_timestamps() == "kernel")
+                                       kernel_timestamps=config.effective_timestamps() == "kernel",
+                                       keepalive_s=KEEPALIVE_S if agentx else IDLE_S)
         else:
             sender = Sender(session, config.target)
         preparer = Preparer(

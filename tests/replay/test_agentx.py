@@ -272,6 +272,23 @@ def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
     return columns_table(cols)
 
 
+def test_an_agentx_run_reuses_a_connection_idle_past_four_seconds(tmp_path: Path) -> None:
+    """AIPerf keeps idle connections for reuse up to 300 s, and so does an AgentX run (the
+    simulated engine keeps them open 75 s): the turn sent 4.5 s after its parent ended
+    rides the parent's connection, where the 4 s of other timings would open a new one."""
+    table = _tree([("a", "main", 0.0, [], 0.05), ("a", "main", 4.55, [0], 0.05)])
+    trace = write_trace(table, tmp_path / "t.parquet", TraceMeta(block_size=32))
+    with SimProcess("fast") as sim:
+        run(RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "out"),
+                      timing="agentx", concurrency=1, duration_s=5.5,
+                      agentx=AgentXSettings(start_min=0.0, start_max=0.0),
+                      scrape_interval_s=0, progress=False), progress=None)
+    r = sorted((x for x in rows(tmp_path / "out") if not x["warmup"]), key=lambda x: x["sent_ns"])
+    assert [x["request_index"] for x in r[:2]] == [0, 1] and all(x["status"] == "ok" for x in r[:2])
+    assert r[1]["sent_ns"] - r[0]["end_ns"] > 4.4 * S
+    assert r[0]["connect_ns"] is not None and r[1]["connect_ns"] is None
+
+
 def _first_plays(table: pa.Table, lanes: int, duration_s: float, **kw: Any) -> list[tuple[int, int, int]]:
     plan = build_plan(table, 16, PlanOptions())
     clock = FakeClock(start_ns=0)
