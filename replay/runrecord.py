@@ -60,6 +60,7 @@ class RunSummary(Counters):
     mismatches: int = counter(0)
     inexact: int = counter(0)
     chunks: int = counter(0)
+    resent: int = counter(0)
     output_tokens: int = counter(0)
     wall_s: float = counter(0.0, largest)
     cpu_s: float = counter(0.0)
@@ -242,7 +243,8 @@ def outcome(s: RunSummary) -> dict[str, Any]:
                     "cancelled": s.cancelled,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
                     "inexact": s.inexact, "unwritten": s.unwritten, "write_error": s.write_error,
-                    "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
+                    "chunks": s.chunks, "resent": s.resent, "output_tokens": s.output_tokens,
+                    "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},
         "self_check": asdict(sc),
         "loop_stalls": s.loop_stalls,

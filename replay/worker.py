@@ -75,6 +75,7 @@ class WorkerSummary(Counters):
     mismatches: int = counter(0)
     inexact: int = counter(0)  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
     chunks: int = counter(0)
+    resent: int = counter(0)  # sent again on a new connection: the kept one was closed (fastclient)
     output_tokens: int = counter(0)
     text_misses: int = counter(0)
     cpu_s: float = counter(0.0)
@@ -317,6 +318,7 @@ async def arun_shard(
         summary.gc = quiet.stats()
         with contextlib.suppress(asyncio.CancelledError):
             if fast is not None:
+                summary.resent = fast.resent
                 await fast.close()
             await session.close()
         summary.cpu_s = cpu.cpu_s()
