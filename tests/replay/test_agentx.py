@@ -274,7 +274,7 @@ def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
 
 def test_an_agentx_run_reuses_a_connection_idle_past_four_seconds(tmp_path: Path) -> None:
     """AIPerf keeps idle connections for reuse up to 300 s, and so does an AgentX run (the
-    simulated engine keeps them open 75 s): the turn sent 4.5 s after its parent ended
+    simulated engine keeps them open an hour): the turn sent 4.5 s after its parent ended
     rides the parent's connection, where the 4 s of other timings would open a new one."""
     table = _tree([("a", "main", 0.0, [], 0.05), ("a", "main", 4.55, [0], 0.05)])
     trace = write_trace(table, tmp_path / "t.parquet", TraceMeta(block_size=32))
