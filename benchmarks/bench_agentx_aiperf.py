@@ -130,19 +130,48 @@ def _children_cpu_s() -> float:
 def _timed(cmd: list[str], log: Path, env: dict[str, str], duration: float,
            engine_pid: int | None = None) -> dict[str, Any]:
     """Run one side and measure the host over it (``analysis.selfcheck.MachineMeter``): the
-    benchmark's own processes (the side's process tree, reaped when it exits, and the
-    engine) are ``ours``; the rest of the host's busy CPU is other processes'."""
+    benchmark's own processes (the side's process tree and the engine) are ``ours``; the
+    rest of the host's busy CPU is other processes'. The side's CPU: what the processes of
+    its tree were last seen to have used (polled every 0.2 s: AIPerf's services need not be
+    reaped by their parent), or what the reaped tree reports, whichever is more."""
+    import psutil
+
     from agent_replay.analysis.selfcheck import MachineMeter
 
     before = load_now()
     meter = MachineMeter()
     side0, engine0 = _children_cpu_s(), _process_cpu_s(engine_pid)
+    seen: dict[int, float] = {}
     t0 = time.monotonic()
     with log.open("w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                            timeout=duration + 900, check=False).returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() - t0 > duration + 900:
+                    proc.kill()
+                    rc = proc.wait()
+                    break
+                try:
+                    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+                except psutil.Error:
+                    continue
+                for q in tree:
+                    try:
+                        t = q.cpu_times()
+                        seen[q.pid] = float(t.user + t.system)
+                    except psutil.Error:
+                        pass
+        except BaseException:
+            proc.kill()
+            raise
     wall = time.monotonic() - t0
-    side_s, engine_s = _children_cpu_s() - side0, _process_cpu_s(engine_pid) - engine0
+    side_s = max(_children_cpu_s() - side0, sum(seen.values()))
+    engine_s = _process_cpu_s(engine_pid) - engine0
     m = meter.machine(side_s + engine_s)
     return {"cmd": cmd, "rc": rc, "wall_s": wall, "load_before": before,
             "load_after": load_now(), "log": str(log),

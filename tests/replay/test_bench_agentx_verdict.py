@@ -72,6 +72,19 @@ def test_each_run_measures_its_host_load_over_a_real_subprocess(tmp_path: Path) 
     assert isinstance(m["host_busy"], bool)
 
 
+def test_a_side_counts_processes_its_tree_left_unreaped(tmp_path: Path) -> None:
+    """AIPerf's services need not be reaped by the process the bench started: a child that
+    burns 0.4 s of CPU and that its parent leaves behind still counts for the side."""
+    child = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+    # the parent waits for the child's exit without reaping it (WNOWAIT), lets a poll see the
+    # finished child, and exits: the child is never reaped by the process the bench started
+    parent = ("import os, sys, time\n"
+              f"pid = os.posix_spawn(sys.executable, [sys.executable, '-c', {child!r}], os.environ)\n"
+              "os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)\ntime.sleep(0.6)\n")
+    info = bench._timed([sys.executable, "-c", parent], tmp_path / "x.log", {}, 10.0)
+    assert info["rc"] == 0 and info["machine"]["side_cores"] * info["wall_s"] >= 0.3
+
+
 def test_picked_traces_follow_the_seed_and_count_calls_without_api_time(tmp_path: Path) -> None:
     for i in range(10):
         reqs = [{"t": 0.0, "api_time": 1.0}, {"t": 2.0},
