@@ -214,12 +214,17 @@ def with_holm(deltas: Sequence[Sequence[Delta]]) -> list[list[Delta]]:
 
 def contention_note(reports: Sequence[Report], names: Sequence[str]) -> str | None:
     """The refusal line when any of these runs' self-check found host contention."""
-    bad = [n for r, n in zip(reports, names, strict=True)
-           if self_check(r.meta, r.stats).contention]
+    return contention_refusal([n for r, n in zip(reports, names, strict=True)
+                               if self_check(r.meta, r.stats).contention])
+
+
+def contention_refusal(bad: Sequence[str], remedy: str = "with replicates (compare A1,A2,A3 "
+                       "B1,B2,B3)") -> str | None:
+    """The line that refuses a verdict because runs ``bad`` met host contention (None when
+    none did)."""
     if not bad:
         return None
-    return (f"no verdict: host contention in run {', '.join(bad)}: rerun on a quiet host or "
-            "with replicates (compare A1,A2,A3 B1,B2,B3)")
+    return f"no verdict: host contention in run {', '.join(bad)}: rerun on a quiet host or {remedy}"
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 """The Pareto frontier of a sweep (or several): per target and load point, throughput per
-GPU against what each user feels (P90 TPS, and InferenceX's E2E-normalized interactivity),
+GPU against what each user feels (P90 TPS, InferenceX AgentX's North Star and interactivity),
 with the run-to-run spread, the frontier's points marked, cost and revenue per point, and
 paired comparisons between targets. Runs with GPU telemetry add joules per output token (a
 column of the table, a second y-axis of the plots). Input: the index table(s) ``replay.sweep`` writes; the
@@ -57,7 +57,7 @@ class Point:
         return [int(r["repeat"]) for r in self.runs if too_few(r, key)]
 
 
-SUMMARY_KEYS = ("p90_tps", "median_tps", "interactivity", "ttft_p99_ms", "tpot_p90_ms",
+SUMMARY_KEYS = ("p90_tps", "median_tps", "north_star", "agentx_interactivity", "ttft_p99_ms", "tpot_p90_ms",
                 "output_tps_per_gpu", "total_tps_per_gpu", "usd_per_m_output", "usd_per_m_total",
                 "revenue_per_gpu_hour", ENERGY, "output_tokens_per_s_per_kw")
 
@@ -150,9 +150,9 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
     """The frontier table: one row per (target, point), means with 95% intervals over the
     replicate runs, the frontier marked (*), failed runs with their reasons."""
     mark_frontier(pts, x, y)
-    mark_frontier(pts, "interactivity", y)
+    mark_frontier(pts, "north_star", y)
     energy = has_energy(pts)
-    head = ["sweep", "target", axis, "runs", "P90 TPS", "interactivity", "output tok/s/GPU",
+    head = ["sweep", "target", axis, "runs", "P90 TPS", "North Star", "output tok/s/GPU",
             "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h",
             *(["J/output token"] if energy else []), "frontier", "failed / flagged"]
     lines = [w + "\n" for w in [warmup_line(pts)] if w]
@@ -161,15 +161,15 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
         fr = []
         if p.on_frontier.get(f"{x}:{y}"):
             fr.append("P90 TPS")
-        if p.on_frontier.get(f"interactivity:{y}"):
-            fr.append("interactivity")
+        if p.on_frontier.get(f"north_star:{y}"):
+            fr.append("North Star")
         failed = "; ".join([f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
                            + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
                            + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")]
                            + [f"r{r} warm-up not steady" for r in p.unsteady()])
         lines.append("| " + " | ".join([
             p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _cell(p, "p90_tps"),
-            _cell(p, "interactivity"), _ci(p.ci["output_tps_per_gpu"], 0),
+            _cell(p, "north_star"), _ci(p.ci["output_tps_per_gpu"], 0),
             _ci(p.ci["total_tps_per_gpu"], 0), _cell(p, "ttft_p99_ms"),
             _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
             *([_ci(p.ci[ENERGY], 3)] if energy else []), "* " + ", ".join(fr) if fr else "", failed or ""]) + " |")
@@ -367,7 +367,7 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
              "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
                         for r in p.failed],
              "on_frontier": p.on_frontier, "warmup_not_steady": p.unsteady(),
-             "too_few_samples": {k: p.few(k) for k in ("p90_tps", "interactivity", "ttft_p99_ms")
+             "too_few_samples": {k: p.few(k) for k in ("p90_tps", "north_star", "ttft_p99_ms")
                                  if p.few(k)},
              "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
                          for k, v in p.ci.items()}} for p in pts]

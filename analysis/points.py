@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.definitions import FIGURES, METRICS, SPEEDS, RunInputs, run_figures
+from agent_replay.analysis.definitions import (
+    FIGURES,
+    METRICS,
+    SPEED_PERCENTILE,
+    SPEEDS,
+    RunInputs,
+    run_figures,
+)
 from agent_replay.analysis.hist import min_count_for
 from agent_replay.analysis.report import Report
 
@@ -25,15 +32,12 @@ POINT_FIELDS: tuple[tuple[str, str], ...] = (
 units (the energy figures None when the run has no GPU telemetry, the goodput figures None
 without an SLO), and the sample counts behind its percentiles."""
 
-_SPEED_PCT = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0}
-
-
 def basis(key: str) -> tuple[str, float] | None:
     """The (metric, percentile) behind a percentile figure of the index (``p90_tps`` is the
     P90 of TPOT, ``ttft_p99_ms`` the P99 of TTFT); None for other figures."""
     src = {k: s for k, _, s, _ in SPEEDS}
     if key in src:
-        return src[key], _SPEED_PCT[key]
+        return src[key], SPEED_PERCENTILE[key]
     for m in METRICS:
         for p in m.headline:
             if key == f"{m.key}_p{p:g}_ms":
@@ -49,7 +53,7 @@ def too_few(row: Mapping[str, Any], key: str) -> bool:
     if b is None or row.get(key) is None:
         return False
     n = row.get(f"{b[0]}_n")
-    if n is None and b[0] in ("ttft", "e2e", "e2e_per_token", "tpot"):
+    if n is None and b[0] in ("ttft", "e2e", "e2e_per_token", "agentx_itl", "tpot"):
         n = row.get("requests_ok")
     return n is not None and int(n) < min_count_for(b[1])
 

@@ -11,7 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from agent_replay.analysis.definitions import REQUEST_METRICS
+from agent_replay.analysis.definitions import (
+    AGENTX_HEADLINE,
+    REQUEST_METRICS,
+    SPEED_PERCENTILE,
+    SPEEDS,
+    speeds,
+)
 from agent_replay.analysis.gpu_energy import gpu_section
 from agent_replay.analysis.hist import Summary
 from agent_replay.analysis.results import (
@@ -101,6 +107,26 @@ def headline(tps: Summary, inexact: int = 0) -> dict[str, Any]:
                  + (f" [leaves out {inexact:,} requests with inexact token counts]"
                     if inexact and p90 is not None else "")),
     }
+
+
+def agentx_headline(latency: Mapping[str, Summary], base: dict[str, Any]) -> dict[str, Any]:
+    """An AgentX run's headline: InferenceX's North Star first (its default axis), then
+    AgentX interactivity and our P90 TPS (``definitions.AGENTX_HEADLINE``), each read from
+    the one definition (``definitions.speeds``); ``base``: the P90 TPS headline it extends."""
+    sp = speeds(dict(latency))
+    labels = {k: label for k, label, _, _ in SPEEDS}
+    src = {k: m for k, _, m, _ in SPEEDS}
+    parts = []
+    for key in AGENTX_HEADLINE:
+        v = sp.get(key)
+        s = latency.get(src[key])
+        few = v is not None and s is not None and not s.reliable.get(SPEED_PERCENTILE[key], False)
+        parts.append(f"{'our ' if key == 'p90_tps' else ''}{labels[key]} "
+                     + ("n/a" if v is None else f"{v:,.1f} tok/s/user")
+                     + (f" [only {s.count} requests: too few for P90]" if few and s is not None else ""))
+    return base | {k: sp.get(k) for k in AGENTX_HEADLINE} | {
+        "lead": "north_star",
+        "text": f"AgentX {parts[0]} (1 / P90 of E2E per output token); {'; '.join(parts[1:])}"}
 
 
 def inexact_warning(n: int, ok: int, without_usage: int = 0) -> str:
@@ -213,7 +239,9 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
     cold = cold_start(meta, stats.per_request, results_dir)
     warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])
     samples = read_gpu_telemetry(results_dir)
-    return Report(results_dir=str(results_dir), meta=meta, stats=stats,
-                  headline=headline(stats.tps, stats.inexact["requests"]),
+    head = headline(stats.tps, stats.inexact["requests"])
+    if meta.agentx is not None or meta.options.get("timing") == "agentx":
+        head = agentx_headline(stats.latency, head)
+    return Report(results_dir=str(results_dir), meta=meta, stats=stats, headline=head,
                   warnings=warnings, server=server, cold_start=cold,
                   gpu=gpu_section(results_dir, meta, stats, samples), gpu_samples=samples)

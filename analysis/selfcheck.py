@@ -98,6 +98,12 @@ class MachineMeter:
                        steal=steal / total if total > 0 else 0.0, ours_cores=ours_cpu_s / wall)
 
 
+def host_busy(machine: Machine) -> bool:
+    """Whether other processes kept the host busy (at least ``OTHERS_BUSY`` of its CPUs) or
+    the hypervisor stole at least ``STEAL`` of its CPU time: the cause of ``contention``."""
+    return machine.steal >= STEAL or machine.others_cores >= OTHERS_BUSY * machine.cpus
+
+
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
 
@@ -122,7 +128,7 @@ def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p
     if not symptoms:
         return Assessment("ok", None)
     lags = ", ".join(symptoms) + f" ({bound})"
-    if machine is not None and (machine.steal >= STEAL or machine.others_cores >= OTHERS_BUSY * machine.cpus):
+    if machine is not None and host_busy(machine):
         return Assessment("contention", (
             f"host contention: {lags} while our CPU was {cpu} and other processes kept "
             f"{machine.others_cores:.1f} of {machine.cpus} CPUs busy (steal "

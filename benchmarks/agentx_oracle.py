@@ -604,6 +604,21 @@ def interactivity(sent: Iterable[Sent]) -> dict[str, float | int]:
             "tok_s_user": (1.0 / p90) if r and p90 > 0 else math.nan}
 
 
+def north_star(sent: Iterable[Sent]) -> dict[str, float | int]:
+    """InferenceX AgentX's North Star (tokens/s/user): 1 / P90 over requests of E2EL / OSL,
+    E2EL from the send (a new connection's connect time inside), linear-interpolation
+    percentile, over non-error, non-warm-up requests with OSL >= 1, parents and subagents
+    pooled (``analysis.definitions.e2e_per_token`` for a results folder). Also the count."""
+    r: list[float] = []
+    for s in sent:
+        if s.warmup or s.error or s.end_ns is None or not s.output_tokens or s.output_tokens < 1:
+            continue
+        r.append((s.end_ns - s.send_ns) / 1e9 / s.output_tokens)
+    p90 = percentile(r, 90.0)
+    return {"n": len(r), "p90_s_per_token": p90,
+            "tok_s_user": (1.0 / p90) if r and p90 > 0 else math.nan}
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Mean, min, max and (max - min) / mean of replicate values."""
     xs = [v for v in values if not math.isnan(v)]

@@ -1,12 +1,18 @@
 """AIPerf (its ``inferencex-agentx-mvp`` scenario) against ``--timing agentx`` on the same
 weka traces and the same simulated engine: per-request plan, schedule and token counts, and
-the AgentX interactivity score, with the spread over repeats (the runs interleaved).
+the AgentX scores (interactivity and the North Star), with the spread over repeats (the runs
+interleaved) and each run's host load. The verdict (scores equal within the repeats' spread
+or not) is refused when the two sides measured different requests, or when any run met host
+contention (other processes kept the host busy: ``analysis.selfcheck.host_busy``, the line
+of ``analysis.compare.contention_refusal``).
 
 Needs the AIPerf venv and the offline tokenizer of scripts/setup-aiperf.sh, and weka traces
-(default: the ones with subagents in ../shared/data/weka).
+(default: the ones with subagents in ../shared/data/weka; ``--pick N --pick-seed S`` draws N
+traces of ``--pick-from``, default ../shared/data/weka-corpus, and prints the seed).
 
     python benchmarks/bench_agentx_aiperf.py --out DIR [--traces F.json ...] [--concurrency 2]
         [--duration 120] [--repeats 3] [--seed 42] [--ours-arg=--preset=...]
+        [--pick 6 --pick-seed S]
 
 Writes DIR/report.md and DIR/report.json (and keeps every run's raw output in DIR). AIPerf
 runs under ``--unsafe-override`` because the scenario refuses durations below 900 s.
@@ -33,6 +39,8 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from agent_replay.analysis.compare import contention_refusal  # noqa: E402
+from agent_replay.analysis.selfcheck import Machine, host_busy  # noqa: E402
 from benchmarks import agentx_oracle as ao  # noqa: E402
 
 SHARED = Path(os.environ.get("AGENT_REPLAY_SHARED", ROOT.parent / "shared")) / "data"
@@ -71,7 +79,7 @@ def reset_cache(url: str) -> None:
 
 def run_aiperf(binary: Path, url: str, traces_dir: Path, out: Path, cache: Path, *,
                concurrency: int, duration: float, seed: int,
-               start_range: tuple[float, float] | None) -> dict[str, Any]:
+               start_range: tuple[float, float] | None, engine_pid: int | None = None) -> dict[str, Any]:
     cmd = [str(binary), "profile", "--scenario", SCENARIO, "--unsafe-override",
            "--benchmark-duration", f"{duration:g}", "--url", url.removeprefix("http://"),
            "--model", MODEL, "--tokenizer", str(SIM_TOKENIZER), "--endpoint-type", "chat",
@@ -83,11 +91,12 @@ def run_aiperf(binary: Path, url: str, traces_dir: Path, out: Path, cache: Path,
                 "--trajectory-start-max-ratio", f"{start_range[1]:g}"]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["AIPERF_DATASET_MMAP_CACHE_DIR"] = str(cache)
-    return _timed(cmd, out.with_suffix(".log"), env, duration)
+    return _timed(cmd, out.with_suffix(".log"), env, duration, engine_pid)
 
 
 def run_ours(trace: Path, url: str, out: Path, *, concurrency: int, duration: float, seed: int,
-             start_range: tuple[float, float] | None, extra: list[str]) -> dict[str, Any]:
+             start_range: tuple[float, float] | None, extra: list[str],
+             engine_pid: int | None = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "agent_replay", "run", str(trace), "--timing", "agentx",
            "--concurrency", str(concurrency), "--duration", f"{duration:g}", "--target", url,
            "--model", MODEL, "--seed", str(seed), "-o", str(out), "--force",
@@ -95,17 +104,147 @@ def run_ours(trace: Path, url: str, out: Path, *, concurrency: int, duration: fl
     if start_range is not None:
         cmd.append(f"--start-range={start_range[0]:g},{start_range[1]:g}")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return _timed(cmd, out.with_suffix(".log"), env, duration)
+    return _timed(cmd, out.with_suffix(".log"), env, duration, engine_pid)
 
 
-def _timed(cmd: list[str], log: Path, env: dict[str, str], duration: float) -> dict[str, Any]:
+def _process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far; 0 when it is not there."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(t.user + t.system)
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _timed(cmd: list[str], log: Path, env: dict[str, str], duration: float,
+           engine_pid: int | None = None) -> dict[str, Any]:
+    """Run one side and measure the host over it (``analysis.selfcheck.MachineMeter``): the
+    benchmark's own processes (the side's process tree and the engine) are ``ours``; the
+    rest of the host's busy CPU is other processes'. The side's CPU: what the processes of
+    its tree were last seen to have used (polled every 0.2 s: AIPerf's services need not be
+    reaped by their parent), or what the reaped tree reports, whichever is more."""
+    import psutil
+
+    from agent_replay.analysis.selfcheck import MachineMeter
+
     before = load_now()
+    meter = MachineMeter()
+    side0, engine0 = _children_cpu_s(), _process_cpu_s(engine_pid)
+    seen: dict[int, float] = {}
     t0 = time.monotonic()
     with log.open("w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                            timeout=duration + 900, check=False).returncode
-    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t0, "load_before": before,
-            "load_after": load_now(), "log": str(log)}
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() - t0 > duration + 900:
+                    proc.kill()
+                    rc = proc.wait()
+                    break
+                try:
+                    tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+                except psutil.Error:
+                    continue
+                for q in tree:
+                    try:
+                        t = q.cpu_times()
+                        seen[q.pid] = float(t.user + t.system)
+                    except psutil.Error:
+                        pass
+        except BaseException:
+            proc.kill()
+            raise
+    wall = time.monotonic() - t0
+    side_s = max(_children_cpu_s() - side0, sum(seen.values()))
+    engine_s = _process_cpu_s(engine_pid) - engine0
+    m = meter.machine(side_s + engine_s)
+    return {"cmd": cmd, "rc": rc, "wall_s": wall, "load_before": before,
+            "load_after": load_now(), "log": str(log),
+            "machine": {"cpus": m.cpus, "busy_cores": m.busy_cores, "steal": m.steal,
+                        "ours_cores": m.ours_cores, "side_cores": side_s / wall,
+                        "engine_cores": engine_s / wall, "host_busy": host_busy(m)}}
+
+
+def contended(runs: list[dict[str, Any]]) -> list[str]:
+    """The runs (``side-repeat``) whose host was busy with other processes."""
+    out = []
+    for r in runs:
+        m = Machine.from_dict(r.get("machine"))
+        if m is not None and host_busy(m):
+            out.append(f"{r['side']}-{r['repeat']}")
+    return out
+
+
+SCORES = (("interactivity", "AgentX interactivity, 1 / P90 of (E2EL - TTFT) / (OSL - 1)"),
+          ("north_star", "North Star, 1 / P90 of E2EL / OSL"))
+
+
+def verdicts(res: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    """One line per score: equal within the repeats' spread (the two sides' ranges over
+    the repeats overlap), or which side reads higher and by how much; no verdict under host
+    contention or when the sides measured different requests."""
+    refuse = contention_refusal(contended(runs), "when nothing else runs on it")
+    if refuse:
+        return [refuse]
+    c = res["coverage"]
+    if not (c["aiperf_keys"] == c["ours_keys"] == c["both"]):
+        return [f"no verdict: the sides measured different requests (AIPerf {c['aiperf_keys']}, "
+                f"ours {c['ours_keys']}, both {c['both']})"]
+    out = []
+    for key, label in SCORES:
+        a, o = res["scores"]["aiperf"]["spread"][key], res["scores"]["ours"]["spread"][key]
+        if any(math.isnan(x) for x in (a["min"], o["min"])):
+            out.append(f"{label}: no verdict (a side has no score)")
+        elif a["min"] <= o["max"] and o["min"] <= a["max"]:
+            out.append(f"{label}: equal within the repeats' spread (AIPerf {_fmt(a['min'])}-"
+                       f"{_fmt(a['max'])}, ours {_fmt(o['min'])}-{_fmt(o['max'])} tok/s/user)")
+        else:
+            rel = (o["mean"] - a["mean"]) / a["mean"] * 100
+            out.append(f"{label}: ours {'higher' if rel > 0 else 'lower'} by {abs(rel):.1f}% "
+                       f"beyond the repeats' spread (AIPerf {_fmt(a['min'])}-{_fmt(a['max'])}, "
+                       f"ours {_fmt(o['min'])}-{_fmt(o['max'])} tok/s/user)")
+    return out
+
+
+def pick_traces(folder: Path, n: int, seed: int) -> list[Path]:
+    """``n`` traces of ``folder`` drawn by ``seed`` (``random.Random``, over the sorted
+    names: the same seed draws the same set)."""
+    import random
+
+    files = sorted(folder.glob("trace_*.json"))
+    if len(files) < n:
+        raise SystemExit(f"bench_agentx_aiperf: {folder} has {len(files)} traces, fewer than {n}")
+    return sorted(random.Random(seed).sample(files, n))
+
+
+def calls_without_api_time(path: Path) -> tuple[int, int]:
+    """(calls without ``api_time``, calls) of a weka trace, subagents' calls included."""
+    def walk(reqs: list[Any]) -> tuple[int, int]:
+        missing = total = 0
+        for r in reqs:
+            if isinstance(r, dict) and isinstance(r.get("requests"), list):
+                m, t = walk(r["requests"])
+                missing, total = missing + m, total + t
+            elif isinstance(r, dict):
+                total += 1
+                missing += r.get("api_time") is None
+        return missing, total
+    return walk(json.loads(path.read_text()).get("requests") or [])
 
 
 def aiperf_metadata(cache: Path) -> dict[str, Any]:
@@ -144,13 +283,14 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
             problems += probs
         sent[r["side"]] += s
         sc = ao.interactivity(s)
+        sc["north_star_tok_s_user"] = ao.north_star(s)["tok_s_user"]
         if r["side"] == "aiperf":  # AIPerf's own figure: its inter_token_latency P90
             agg = json.loads((Path(r["dir"]) / "profile_export_aiperf.json").read_text())
             p90 = (agg.get("inter_token_latency") or {}).get("p90")
             sc["aiperf_own_tok_s_user"] = 1000.0 / p90 if p90 else math.nan
         sc.update(repeat=r["repeat"], requests=sum(not x.warmup for x in s),
                   warmups=sum(x.warmup for x in s), load_before=r["load_before"],
-                  load_after=r["load_after"])
+                  load_after=r["load_after"], machine=r.get("machine"))
         scores[r["side"]].append(sc)
     gaps = ao.compare_gaps(ao.measured_gaps(sent["aiperf"], rules_a),
                            ao.measured_gaps(sent["ours"], rules_o))
@@ -208,7 +348,9 @@ def analyse(out: Path, runs: list[dict[str, Any]], trace_files: list[Path]) -> d
                        "ours_in": t.ours_in, "trace_out": t.trace_out, "aiperf_out": t.aiperf_out,
                        "ours_out": t.ours_out} for t in tokens]},
         "warmups": warm_runs,
-        "scores": {s: {"runs": scores[s], "spread": ao.spread([x["tok_s_user"] for x in scores[s]])}
+        "scores": {s: {"runs": scores[s], "spread": {
+            "interactivity": ao.spread([x["tok_s_user"] for x in scores[s]]),
+            "north_star": ao.spread([x["north_star_tok_s_user"] for x in scores[s]])}}
                    for s in scores},
         "problems": problems,
     }
@@ -220,18 +362,38 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
          f"code {meta['code']}; AIPerf {meta['aiperf_version']}; traces {', '.join(meta['traces'])}; "
          f"concurrency {meta['concurrency']}, duration {meta['duration']:g} s, repeats "
          f"{meta['repeats']}, seed {meta['seed']}, start range {meta.get('start_range') or 'each side default'}, "
-         f"ours {' '.join(meta.get('ours_args') or [])}", "",
-         "## Score: AgentX interactivity, 1 / P90 of (E2EL - TTFT) / (OSL - 1)", "",
-         "| side | repeat | requests | scored | tok/s/user | AIPerf's own 1/P90(ITL) | load before | load after |",
-         "|---|---|---|---|---|---|---|---|"]
+         f"ours {' '.join(meta.get('ours_args') or [])}"
+         + (f"; traces drawn by --pick-seed {meta['pick_seed']} from {meta['pick_from']}"
+            if meta.get("pick_seed") is not None else "")
+         + (f"; calls without api_time: {meta['calls_without_api_time']}"
+            if meta.get("calls_without_api_time") else ""), "",
+         "## Verdict", "", *[f"- {v}" for v in res.get("verdicts", [])], "",
+         "## Scores (tok/s/user): AgentX interactivity, 1 / P90 of (E2EL - TTFT) / (OSL - 1); "
+         "North Star, 1 / P90 of E2EL / OSL", "",
+         "| side | repeat | requests | scored | interactivity | AIPerf's own 1/P90(ITL) | North Star |",
+         "|---|---|---|---|---|---|---|"]
     for side in ("aiperf", "ours"):
         for x in res["scores"][side]["runs"]:
             L.append(f"| {side} | {x['repeat']} | {x['requests']} | {x['n']} | "
                      f"{_fmt(x['tok_s_user'])} | {_fmt(x.get('aiperf_own_tok_s_user', math.nan))} | "
-                     f"{x['load_before']} | {x['load_after']} |")
+                     f"{_fmt(x.get('north_star_tok_s_user', math.nan))} |")
         sp = res["scores"][side]["spread"]
-        L.append(f"| {side} | mean | | | {_fmt(sp['mean'])} (range {_fmt(sp['min'])}-"
-                 f"{_fmt(sp['max'])}, {_fmt(sp['rel_range'] * 100)}%) | | | |")
+        cells = [f"{_fmt(v['mean'])} (range {_fmt(v['min'])}-{_fmt(v['max'])}, "
+                 f"{_fmt(v['rel_range'] * 100)}%)" for v in (sp["interactivity"], sp["north_star"])]
+        L.append(f"| {side} | mean | | | {cells[0]} | | {cells[1]} |")
+    L += ["", "## Host load per run (cores on average over the run; ours = the side's processes "
+          "+ the engine; others = the rest of the host)", "",
+          "| side | repeat | load before | load after | busy | side | engine | others | steal | "
+          "host busy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for side in ("aiperf", "ours"):
+        for x in res["scores"][side]["runs"]:
+            m = x.get("machine") or {}
+            others = (m["busy_cores"] - m["ours_cores"]) if m else math.nan
+            L.append(f"| {side} | {x['repeat']} | {x['load_before']} | {x['load_after']} | "
+                     f"{_fmt(m.get('busy_cores', math.nan), 2)} of {m.get('cpus', '?')} | "
+                     f"{_fmt(m.get('side_cores', math.nan), 2)} | {_fmt(m.get('engine_cores', math.nan), 2)} | "
+                     f"{_fmt(max(0.0, others), 2)} | {_fmt(m.get('steal', math.nan) * 100, 0)}% | "
+                     f"{'-' if not m else ('YES' if m.get('host_busy') else 'no')} |")
     c = res["coverage"]
     L += ["", "## Schedule: gap after the awaited request's end, median per request, AIPerf - ours", "",
           f"requests measured: AIPerf {c['aiperf_keys']}, ours {c['ours_keys']}, both {c['both']}", "",
@@ -295,6 +457,11 @@ def main() -> int:
     ap.add_argument("--ours-arg", action="append", default=None,
                     help="argument for `agent-replay run` (repeat; default --preset=aiperf-agentx-mvp "
                          "--min-duration=0 --metric-coverage=0)")
+    ap.add_argument("--pick", type=int, default=None, metavar="N",
+                    help="draw N traces of --pick-from by --pick-seed instead of --traces")
+    ap.add_argument("--pick-seed", type=int, default=None, metavar="S",
+                    help="the seed of --pick (default: one drawn now, printed)")
+    ap.add_argument("--pick-from", type=Path, default=SHARED / "weka-corpus")
     ap.add_argument("--analyse-only", action="store_true", help="re-read DIR's runs, do not run")
     args = ap.parse_args()
     # AIPerf runs short under --unsafe-override: ours likewise, without the 900 s floor
@@ -310,7 +477,16 @@ def main() -> int:
               "run scripts/setup-aiperf.sh", file=sys.stderr)
         return 2
     out: Path = args.out
-    files = args.traces or [SHARED / "weka" / f"{t}.json" for t in SUBAGENT_TRACES]
+    pick_seed = None
+    if args.pick:
+        import secrets
+
+        pick_seed = args.pick_seed if args.pick_seed is not None else secrets.randbelow(2**31)
+        files = pick_traces(args.pick_from, args.pick, pick_seed)
+        print(f"bench_agentx_aiperf: --pick-seed {pick_seed}: {', '.join(f.stem for f in files)}",
+              flush=True)
+    else:
+        files = args.traces or [SHARED / "weka" / f"{t}.json" for t in SUBAGENT_TRACES]
     for f in files:
         if not f.exists():
             print(f"bench_agentx_aiperf: {f}: no such trace", file=sys.stderr)
@@ -336,7 +512,10 @@ def main() -> int:
                 "aiperf_version": version.splitlines()[-1] if version else "?",
                 "traces": [f.stem for f in files], "concurrency": args.concurrency,
                 "duration": args.duration, "repeats": args.repeats, "seed": args.seed,
-                "ours_args": ours_args, "start_range": args.start_range}
+                "ours_args": ours_args, "start_range": args.start_range,
+                "pick_seed": pick_seed, "pick_from": str(args.pick_from) if args.pick else None,
+                "calls_without_api_time": ", ".join(
+                    f"{f.stem} {m} of {t}" for f in files for m, t in [calls_without_api_time(f)])}
         runs = []
         with SimProcess(sim_profile(out / "sim-profile.json")) as sim:
             for r in range(args.repeats):
@@ -349,17 +528,24 @@ def main() -> int:
                         assert binary is not None
                         info = run_aiperf(binary, sim.url, tdir, d, out / "aiperf-cache",
                                           concurrency=args.concurrency, duration=args.duration,
-                                          seed=args.seed, start_range=start_range)
+                                          seed=args.seed, start_range=start_range,
+                                          engine_pid=sim.proc.pid)
                     else:
                         info = run_ours(out / "trace.parquet", sim.url, d, concurrency=args.concurrency,
                                         duration=args.duration, seed=args.seed,
-                                        start_range=start_range, extra=ours_args)
+                                        start_range=start_range, extra=ours_args,
+                                        engine_pid=sim.proc.pid)
                     info.update(side=side, repeat=r, dir=str(d))
                     runs.append(info)
+                    m = info["machine"]
                     print(f"{side} repeat {r}: exit {info['rc']} in {info['wall_s']:.0f} s, load "
-                          f"{info['load_before']} -> {info['load_after']}", flush=True)
+                          f"{info['load_before']} -> {info['load_after']}; cores busy "
+                          f"{m['busy_cores']:.2f} of {m['cpus']} (this side {m['side_cores']:.2f}, "
+                          f"engine {m['engine_cores']:.2f}){' HOST BUSY' if m['host_busy'] else ''}",
+                          flush=True)
         (out / "runs.json").write_text(json.dumps(runs, indent=1))
     res = analyse(out, runs, sorted((out / "traces").glob("*.json")))
+    res["verdicts"] = verdicts(res, runs)
     res["meta"] = meta
     (out / "report.json").write_text(json.dumps(res, indent=1, default=str))
     text = render(res, meta)

@@ -40,8 +40,9 @@
   subagent's first turn waiting out its branch offset (AIPerf sleeps that outside its
   scheduler, so the cap does not move it). A request's recorded ``think_ns`` is then the
   think time it got.
-* Context overflow (``overflow_ends``): a request answered with a context-length HTTP 400
-  that is not its stream's last turn ends its stream in that play, as AIPerf ends a
+* Context overflow (``overflow_ends``): a request answered with a context-length error
+  (``replay.validity.OVERFLOW_RULES``, AIPerf's list by default) that is not its stream's
+  last turn ends its stream in that play, as AIPerf ends a
   trajectory's stream: the stream's later turns, and the subagents it or they would spawn,
   are not sent (``dropped``); a join of another stream goes as if the ended stream had
   ended then; the lane takes its next play when the rest of the tree is done.
@@ -67,6 +68,7 @@ from agent_replay.replay.driver import Driver, Transport, _SessionState
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.replay.plan import Plan, PlannedRequest, PlannedSession, stable_hash
 from agent_replay.replay.validity import (
+    DEFAULT_OVERFLOW_RULE,
     MAX_OVERFLOW_FRACTION,
     ValidityInput,
     ValidityRules,
@@ -391,7 +393,7 @@ class AgentXDriver(Driver):
                  start_range: tuple[float, float] = START_RANGE, warmup_requests: int = 0,
                  idle_cap_ns: int | None = IDLE_CAP_NS, tree_idle_cap_ns: int | None = None,
                  cache_bust: Callable[[PlannedRequest, int], PlannedRequest] | None = None,
-                 first_lane: int = 0) -> None:
+                 first_lane: int = 0, overflow_rule: str = DEFAULT_OVERFLOW_RULE) -> None:
         if lanes < 1:
             raise ValueError("agentx needs at least one lane")
         if duration_ns is None:
@@ -410,6 +412,8 @@ class AgentXDriver(Driver):
         self.idle_cap_ns = idle_cap_ns
         self.tree_idle_cap_ns = tree_idle_cap_ns
         self.cache_bust = cache_bust
+        self.overflow_rule = overflow_rule
+        """``replay.validity.OVERFLOW_RULES``: the responses that end their stream."""
         self.idle_skipped_ns = 0
         self.idle_skips = 0
         self.plays = 0
@@ -444,7 +448,7 @@ class AgentXDriver(Driver):
             if live is not None and rec.request_index in live.pos_of:
                 p = live.pos_of[rec.request_index]
                 live.finished.add(p)
-                if is_overflow(rec.http_status, rec.error):
+                if is_overflow(rec.http_status, rec.error, self.overflow_rule):
                     self._dead.setdefault(key, set()).update(
                         overflow_ends(live.session.requests, self._rules[key], p))
         self._user_record(rec)

@@ -10,7 +10,11 @@ request's coroutine wakes twice: when its connection is ready, and when the body
 Requests go out as one ``transport.write`` of a head built from a pre-encoded prefix per
 path, plus the body. Connections are kept alive and reused per worker (most recently
 used first); a response with ``Connection: close``, extra bytes or an unfinished body
-closes its connection, and one idle for ``IDLE_S`` is closed instead of reused.
+closes its connection, and one idle for longer than the pool's keep-alive (``IDLE_S``, or
+AIPerf's ``KEEPALIVE_S`` for AgentX runs) is closed instead of reused. A request written
+into a reused connection that the server closes without a byte of response (it closed the
+idle connection as the request went out) is sent again once on a new connection, its
+connect time counted from its first send.
 
 Errors map to the same kinds as the aiohttp client (``replay.client``): ``connect``
 (refused, unreachable), ``timeout`` (``request_timeout_s`` from the send, connecting
@@ -46,6 +50,9 @@ IDLE_S = 4.0
 """An idle connection older than this is closed rather than reused: servers close idle
 keep-alive connections on their own (uvicorn, so vLLM, after 5 s), and a request written
 into a connection the server is closing would fail."""
+KEEPALIVE_S = 300.0
+"""AIPerf's keep-alive (``AIPERF_HTTP_KEEPALIVE_TIMEOUT``, 300 s): an idle connection is
+reused while the server keeps it open, up to this long (``--timing agentx``)."""
 CONNECT_TIMEOUT_S = 10.0
 ERROR_BODY = 4096
 """Bytes of a non-200 response body kept for the error message."""
@@ -63,7 +70,12 @@ class ConnectError(Exception):
 
 
 class ConnectionClosed(Exception):
-    """The server closed the connection before the response ended."""
+    """The server closed the connection before the response ended; ``unanswered``: before
+    a byte of it."""
+
+    def __init__(self, message: str, unanswered: bool = False) -> None:
+        super().__init__(message)
+        self.unanswered = unanswered
 
 
 class H1Connection(asyncio.Protocol):
@@ -186,7 +198,7 @@ class H1Connection(asyncio.Protocol):
             w.set_exception(ConnectionClosed(
                 (f"the server closed the connection inside the response head ({held} bytes)"
                  if held else "the server closed the connection without a response")
-                + (f" ({exc})" if exc else "")))
+                + (f" ({exc})" if exc else ""), unanswered=not held))
         else:
             w.set_exception(ConnectionClosed(
                 "the server closed the connection before the end of the response"
@@ -360,7 +372,7 @@ class FastSender:
     ``replay.client.Sender``."""
 
     def __init__(self, base_url: str, request_timeout_s: float, *,
-                 kernel_timestamps: bool = False) -> None:
+                 kernel_timestamps: bool = False, keepalive_s: float = IDLE_S) -> None:
         u = urlsplit(base_url.rstrip("/"))
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"the fast client speaks plain http://, not {base_url!r}")
@@ -369,9 +381,11 @@ class FastSender:
         if ":" in u.hostname:  # IPv6 literal
             self.host_header = f"[{u.hostname}]" + (f":{u.port}" if u.port is not None else "")
         self.base_path = u.path
-        self.pool = ConnectionPool(u.hostname, port, kernel_timestamps=kernel_timestamps)
+        self.pool = ConnectionPool(u.hostname, port, keepalive_s, kernel_timestamps=kernel_timestamps)
         self.timeout_s = request_timeout_s
         self.chunks = 0
+        self.resent = 0
+        """Requests sent again because their reused connection had been closed."""
         self.in_flight = 0
         self.gate = SendGate()
         self.scrub = Scrubber()
@@ -395,18 +409,30 @@ class FastSender:
         try:
             data = request_head(prefix, prep.headers, len(prep.body)) + prep.body
             conn = self.pool.take()
-            if conn is None:
-                conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
-                # Connections opened together finish together (a max-rate wave: 256 in one
-                # loop iteration); their writes pass the gate again, a few per iteration,
-                # so the loop reads the other streams in between.
-                await self.gate.enter()
-                rec.connect_ns = now() - rec.sent_ns
-            waiter: asyncio.Future[int] = loop.create_future()
-            conn.begin(rec, stream, waiter)
-            timer = loop.call_later(self.timeout_s - (now() - rec.sent_ns) / 1e9, conn.on_timeout)
-            conn.transport.write(data)  # type: ignore[union-attr]
-            rec.end_ns = await waiter
+            while True:
+                reused = conn is not None
+                if conn is None:
+                    conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
+                    # Connections opened together finish together (a max-rate wave: 256 in
+                    # one loop iteration); their writes pass the gate again, a few per
+                    # iteration, so the loop reads the other streams in between.
+                    await self.gate.enter()
+                    rec.connect_ns = now() - rec.sent_ns
+                waiter: asyncio.Future[int] = loop.create_future()
+                conn.begin(rec, stream, waiter)
+                timer = loop.call_later(self.timeout_s - (now() - rec.sent_ns) / 1e9, conn.on_timeout)
+                conn.transport.write(data)  # type: ignore[union-attr]
+                try:
+                    rec.end_ns = await waiter
+                    break
+                except ConnectionClosed as exc:
+                    if not (reused and exc.unanswered):
+                        raise
+                    # a stale keep-alive connection: the server closed it as the request went out
+                    timer.cancel()
+                    self.pool.release(conn)
+                    self.resent += 1
+                    conn = None
             if rec.http_status != 200:
                 rec.fail(ErrorKind.HTTP, f"HTTP {rec.http_status}: {conn.error_text().strip()}")
                 return

@@ -80,6 +80,11 @@ class AgentXSettings:
     metric_coverage: float | None = option(
         None, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
         help="a run whose last first token / token lies less far into --duration is invalid")
+    overflow_rule: str = option(
+        "aiperf", choices=("aiperf", "agent-replay"), group=AGENTX_GROUP,
+        help="which error messages are context overflows: AIPerf's list (default) or "
+        "ours, which also knows vLLM's 'maximum model length' (docs/agentx.md)")
+    """``replay.validity.OVERFLOW_RULES``: what ends a stream and counts against validity."""
     seed: int | None = option(None, group=AGENTX_GROUP,
                               help="start sampling seed (default: --salt)")
     """Start sampling seed; None: the prompt salt (0 when none)."""

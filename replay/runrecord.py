@@ -60,6 +60,7 @@ class RunSummary(Counters):
     mismatches: int = counter(0)
     inexact: int = counter(0)
     chunks: int = counter(0)
+    resent: int = counter(0)
     output_tokens: int = counter(0)
     wall_s: float = counter(0.0, largest)
     cpu_s: float = counter(0.0)
@@ -79,25 +80,23 @@ class RunSummary(Counters):
     write_error: str | None = counter(None, first)
 
     @property
+    def conditions(self) -> list[str]:
+        """Every status that applies to the run, the most serious first: ``interrupted``
+        (Ctrl-C, SIGTERM), ``aborted`` (``--abort-after-failures``), ``partial`` (workers
+        lost), ``incomplete`` (requests without a row: ``unwritten``), ``failed`` (more than
+        ``max_failure_rate`` of the sent requests failed), ``invalid`` (``agentx`` timing:
+        the AgentX rules refuse the run); empty when the run is ok."""
+        out = [name for name, applies in (
+            ("interrupted", self.interrupted), ("aborted", self.aborted),
+            ("partial", self.partial), ("incomplete", bool(self.unwritten)),
+            ("failed", self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled)),
+            ("invalid", self.invalid_reason is not None)) if applies]
+        return out
+
+    @property
     def status(self) -> str:
-        """The run's final status: ``interrupted`` (Ctrl-C, SIGTERM), ``aborted``
-        (``--abort-after-failures``), ``partial`` (workers lost), ``incomplete`` (requests
-        without a row: ``unwritten``), ``failed`` (more than ``max_failure_rate`` of the
-        sent requests failed), ``invalid`` (``agentx`` timing: the AgentX rules refuse the
-        run) or ``ok``."""
-        if self.interrupted:
-            return "interrupted"
-        if self.aborted:
-            return "aborted"
-        if self.partial:
-            return "partial"
-        if self.unwritten:
-            return "incomplete"
-        if self.failed and self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled):
-            return "failed"
-        if self.invalid_reason is not None:
-            return "invalid"
-        return "ok"
+        """The run's final status: the first of ``conditions``, or ``ok``."""
+        return next(iter(self.conditions), "ok")
 
     @property
     def exit_code(self) -> int:
@@ -239,11 +238,13 @@ def outcome(s: RunSummary) -> dict[str, Any]:
     bottleneck = [sc.line] if sc.kind == "saturated" and sc.line else []
     return {
         "status": s.status,
+        "conditions": s.conditions,
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
                     "cancelled": s.cancelled,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
                     "inexact": s.inexact, "unwritten": s.unwritten, "write_error": s.write_error,
-                    "chunks": s.chunks, "output_tokens": s.output_tokens, "wall_s": s.wall_s,
+                    "chunks": s.chunks, "resent": s.resent, "output_tokens": s.output_tokens,
+                    "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},
         "self_check": asdict(sc),
         "loop_stalls": s.loop_stalls,
@@ -306,7 +307,8 @@ def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
         f.expected_s = config.duration_s if config.duration_s is not None else DEFAULT_DURATION_S
         rules = ValidityRules(min_duration_s=ax.min_duration_s,
                               failure_threshold=ax.failure_threshold,
-                              metric_coverage=ax.metric_coverage)
+                              metric_coverage=ax.metric_coverage,
+                              overflow_rule=ax.overflow_rule)
     block = agentx_validity(rows, rules, f)
     block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
     block["overflow_dropped"] = sum(w.overflow_dropped for w in summary.workers)
@@ -325,4 +327,5 @@ def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str,
     if timing == "agentx":
         agentx_meta(meta, out, summary, config)
         meta["status"] = summary.status
+        meta["conditions"] = summary.conditions
     write_run_json(out, meta, reserve)

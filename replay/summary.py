@@ -15,6 +15,20 @@ def _ms(ns: int | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.2f} ms"
 
 
+def status_line(s: RunSummary) -> str:
+    """What the end line opens with: every condition of the run (``RunSummary.conditions``),
+    each with its cause, the most serious first; ``done`` when there is none."""
+    sent = max(1, s.sent - s.cancelled)
+    labels = {"interrupted": "INTERRUPTED: partial results",
+              "aborted": "ABORTED (--abort-after-failures): partial results",
+              "partial": "PARTIAL: workers were lost",
+              "incomplete": "INCOMPLETE: rows lost",
+              "failed": (f"FAILED ({s.failed:,} of {sent:,} sent requests failed, over "
+                         f"{s.max_failure_rate:.0%})"),
+              "invalid": f"INVALID (AgentX rule): {s.invalid_reason}"}
+    return "; ".join(labels[c] for c in s.conditions) or "done"
+
+
 def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
                    html_line: str | None = None) -> None:
     """``report``: the run's report when the caller has built it (else built here for the
@@ -22,13 +36,7 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
     for w in s.warnings:
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
-    state = {"interrupted": "INTERRUPTED: partial results",
-             "aborted": "ABORTED (--abort-after-failures): partial results",
-             "partial": "PARTIAL: workers were lost",
-             "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)",
-             "invalid": f"INVALID (AgentX rule): {s.invalid_reason}",
-             "incomplete": "INCOMPLETE: rows lost",
-             }.get(s.status, "done")
+    state = status_line(s)
     if s.interrupted:
         unsent = max(0, s.total - s.sent - s.skipped)
         cut = (f"{s.cancelled} cancelled in flight by the interrupt, {unsent} not sent "

@@ -5,18 +5,74 @@ the verdict to run.json."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_OVERFLOW_FRACTION = 0.01
-OVERFLOW_MARKERS = ("maximum model length", "maximum context length", "context length",
-                    "too long", "prompt is too long")
-"""Substrings (lower case) of an HTTP 400 error that mark a context-length overflow."""
 
 
-def is_overflow(http_status: int | None, error: str | None) -> bool:
-    return http_status == 400 and error is not None and any(m in error.lower() for m in OVERFLOW_MARKERS)
+@dataclass(frozen=True)
+class OverflowRule:
+    """How a failed response is recognised as a context-length overflow: one of
+    ``markers`` (lower case) in its error text, case-insensitive; ``status``: only responses
+    with this HTTP status (None: any failed response, an error event in a stream too);
+    ``nested``: the markers are also looked for in the body's JSON ``error.message``, its
+    escapes undone."""
+
+    name: str
+    markers: tuple[str, ...]
+    status: int | None
+    nested: bool
+    doc: str
+
+    def __call__(self, http_status: int | None, error: str | None) -> bool:
+        if not error or (self.status is not None and http_status != self.status):
+            return False
+        text = error.lower()
+        if any(m in text for m in self.markers):
+            return True
+        nested = _error_message(error) if self.nested else None
+        return nested is not None and any(m in nested.lower() for m in self.markers)
+
+
+def _error_message(error: str) -> str | None:
+    """The OpenAI-style ``error.message`` (or a string ``error``) of the JSON body in an
+    error text (``HTTP 400: {...}``), or None."""
+    i = error.find("{")
+    if i < 0:
+        return None
+    try:
+        body = json.loads(error[i:])
+    except ValueError:
+        return None
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        msg = err.get("message")
+        return msg if isinstance(msg, str) else None
+    return err if isinstance(err, str) else None
+
+
+OVERFLOW_RULES: dict[str, OverflowRule] = {r.name: r for r in (
+    OverflowRule("aiperf", ("context length", "maximum context", "context_length_exceeded",
+                            "prompt is too long"), None, True,
+                 "AIPerf 0.13's list (Environment.AGENTX.CONTEXT_OVERFLOW_SUBSTRINGS), on "
+                 "any failed response, in its text and its JSON error.message "
+                 "(common/scenario/context_overflow.py)"),
+    OverflowRule("agent-replay", ("maximum model length", "maximum context length",
+                                  "context length", "too long", "prompt is too long"), 400, False,
+                 "ours, on HTTP 400 only: also vLLM's engine-side 'longer than the maximum "
+                 "model length' and other 'too long' messages"),
+)}
+"""The overflow rules ``--overflow-rule`` names; AgentX runs use ``aiperf`` by default."""
+DEFAULT_OVERFLOW_RULE = "aiperf"
+
+
+def is_overflow(http_status: int | None, error: str | None,
+                rule: str = DEFAULT_OVERFLOW_RULE) -> bool:
+    """Whether a response is a context-length overflow under the named rule."""
+    return OVERFLOW_RULES[rule](http_status, error)
 
 
 @dataclass(frozen=True)
@@ -28,6 +84,7 @@ class ValidityRules:
     failure_threshold: float | None = None
     metric_coverage: float | None = None
     max_overflow_fraction: float = MAX_OVERFLOW_FRACTION
+    overflow_rule: str = DEFAULT_OVERFLOW_RULE
 
 
 @dataclass
@@ -70,7 +127,7 @@ def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
         if warm:
             continue
         n += 1
-        over += is_overflow(status, error)
+        over += is_overflow(status, error, rules.overflow_rule)
     frac = over / n if n else 0.0
     reasons: list[str] = []
     if frac > rules.max_overflow_fraction:
@@ -99,7 +156,8 @@ def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
                                "min_duration_s": rules.min_duration_s,
                                "failure_threshold": rules.failure_threshold,
                                "metric_coverage": rules.metric_coverage,
-                               "max_overflow_fraction": rules.max_overflow_fraction},
+                               "max_overflow_fraction": rules.max_overflow_fraction,
+                               "overflow_rule": rules.overflow_rule},
                            "valid": not reasons}
     if reasons:
         out["invalid_reason"] = "; ".join(reasons)

@@ -41,7 +41,7 @@ from agent_replay.replay.client import Prepared, Sender, inexact_counts_differ, 
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
-from agent_replay.replay.fastclient import FastSender
+from agent_replay.replay.fastclient import IDLE_S, KEEPALIVE_S, FastSender
 from agent_replay.replay.lifeline import StopSignals
 from agent_replay.replay.messages import Progress
 from agent_replay.replay.outcome import RequestRecord
@@ -75,6 +75,7 @@ class WorkerSummary(Counters):
     mismatches: int = counter(0)
     inexact: int = counter(0)  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
     chunks: int = counter(0)
+    resent: int = counter(0)  # sent again on a new connection: the kept one was closed (fastclient)
     output_tokens: int = counter(0)
     text_misses: int = counter(0)
     cpu_s: float = counter(0.0)
@@ -199,8 +200,11 @@ async def arun_shard(
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
+    # AgentX runs keep idle connections open as long as AIPerf does (KEEPALIVE_S)
+    agentx = config.timing == "agentx"
     session = make_session(config.request_timeout_s,  # /tokenize, and the aiohttp client
-                           headers=dict(config.headers), insecure=config.insecure)
+                           headers=dict(config.headers), insecure=config.insecure,
+                           keepalive_s=KEEPALIVE_S if agentx else None)
     fast: FastSender | None = None
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
@@ -211,7 +215,8 @@ async def arun_shard(
         sender: Sender | FastSender
         if config.effective_http_client() == "fast":
             sender = fast = FastSender(config.target, config.request_timeout_s,
-                                       kernel_timestamps=config.effective_timestamps() == "kernel")
+                                       kernel_timestamps=config.effective_timestamps() == "kernel",
+                                       keepalive_s=KEEPALIVE_S if agentx else IDLE_S)
         else:
             sender = Sender(session, config.target)
         preparer = Preparer(
@@ -264,7 +269,8 @@ async def arun_shard(
                 duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
                 start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
                 idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
-                tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9))
+                tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9),
+                overflow_rule=ax.overflow_rule)
         else:
             driver = Driver(
                 plan, HttpTransport(preparer, sender), clock, mode=config.timing, t0_ns=t0,
@@ -312,6 +318,7 @@ async def arun_shard(
         summary.gc = quiet.stats()
         with contextlib.suppress(asyncio.CancelledError):
             if fast is not None:
+                summary.resent = fast.resent
                 await fast.close()
             await session.close()
         summary.cpu_s = cpu.cpu_s()

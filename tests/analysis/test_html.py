@@ -210,13 +210,15 @@ def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
             for rep in range(3):
                 v = speed * (400 / (1 + point / 8)) * (1 + 0.05 * (rep - 1))
                 rows.append({"target": target, "point": float(point), "repeat": rep,
-                             "status": "complete", "p90_tps": v, "interactivity": 0.8 * v,
+                             "status": "complete", "p90_tps": v, "north_star": 0.8 * v,
+                             "agentx_interactivity": 0.9 * v,
                              "output_tps_per_gpu": point * v / 2, "total_tps_per_gpu": point * v,
                              "ttft_p99_ms": 50.0 * point})
     pts = points(rows)
     res = {"points": pts, "markdown": to_markdown(pts, "concurrent_sessions")}
     path = html_mod.write_html(html_mod.sweep_html([tmp_path], res), tmp_path / "sweep.html")
-    _check_in_chromium(path, tmp_path / "sweep.png", {"frontier-p90_tps", "frontier-interactivity"})
+    _check_in_chromium(path, tmp_path / "sweep.png",
+                       {"frontier-p90_tps", "frontier-north_star", "frontier-agentx_interactivity"})
 
 
 def test_each_sweep_run_gets_its_page(tmp_path: Path) -> None:

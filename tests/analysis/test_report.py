@@ -71,7 +71,7 @@ def test_definitions_table_entries_on_hand_computed_rows() -> None:
     ax = st.latency["agentx_itl"]
     assert ax.count == 2 and ax.values[90.0] == pytest.approx(5 / 3 + 0.9 * (22 - 5 / 3))
     sp = speeds(st.latency)
-    assert sp["interactivity"] == pytest.approx(1e9 / 95)
+    assert sp["north_star"] == pytest.approx(1e9 / 95)
     assert sp["agentx_interactivity"] == pytest.approx(1e9 / (5 / 3 + 0.9 * (22 - 5 / 3)))
     assert sp["p90_tps"] == pytest.approx(1e9 / 18) == st.tps.values[90.0]
 

@@ -69,7 +69,14 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
     profile.update(name="fast-short", max_model_len=150)  # the longest prompts (> 150) overflow
     (tmp / "short.json").write_text(json.dumps(profile))
     out: dict[str, Path] = {}
-    runs = (("ok", "fast", 4.0, AgentXSettings()), ("overflow", str(tmp / "short.json"), 1.5, AgentXSettings()),
+    # 160 tokens: main's r6 and r7 (208, 272 tokens) get vLLM's engine-side "longer than the
+    # maximum model length", which only our overflow rule knows; every earlier turn fits
+    profile.update(name="fast-160", max_model_len=160)
+    (tmp / "160.json").write_text(json.dumps(profile))
+    runs = (("ok", "fast", 4.0, AgentXSettings()),
+            ("overflow", str(tmp / "short.json"), 1.5, AgentXSettings()),
+            ("engine_aiperf", str(tmp / "160.json"), 1.5, AgentXSettings()),
+            ("engine_ours", str(tmp / "160.json"), 1.5, AgentXSettings(overflow_rule="agent-replay")),
             ("short", "fast", 1.0, PRESETS["aiperf-agentx-mvp"].agentx))
     for name, prof, dur, ax in runs:
         with SimProcess(prof) as sim:
@@ -155,6 +162,52 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     assert "INVALID run (AgentX rule)" in capsys.readouterr().out
 
 
+def test_the_default_overflow_rule_is_aiperfs_list(sim_runs: dict[str, Path]) -> None:
+    """vLLM's engine-side "longer than the maximum model length" is not in AIPerf's list:
+    under the default rule main's r6 fails and its last turn r7 is still sent, as AIPerf
+    sends it; under ours (``agent-replay``) r6 is an overflow that ends main, so r7 is not."""
+    got: dict[str, tuple[int, int, int, int]] = {}
+    for name in ("engine_aiperf", "engine_ours"):
+        r = [x for x in rows(sim_runs[name]) if not x["warmup"]]
+        meta = json.loads((sim_runs[name] / "run.json").read_text())
+        r6 = [x for x in r if x["request_index"] == 6]
+        assert r6 and all(x["http_status"] == 400 and "maximum model length" in x["error"]
+                          and "context length" not in x["error"].lower() for x in r6)
+        assert all(x["http_status"] in (None, 200) for x in r if x["request_index"] < 6)
+        # r7 goes the moment r6 ends (think 30 ms): no play that sent r6 misses it but by the duration
+        plays6 = {(x["session_id"], x["clone"]) for x in r6 if x["end_ns"] < sim_end(r) - 100 * MS}
+        plays7 = {(x["session_id"], x["clone"]) for x in r if x["request_index"] == 7}
+        got[name] = (len(plays6), len(plays6 & plays7), meta["agentx"]["context_overflows"],
+                     meta["agentx"]["overflow_dropped"])
+        assert meta["agentx"]["rules"]["overflow_rule"] == ("aiperf" if name == "engine_aiperf"
+                                                             else "agent-replay")
+    n6, sent7, over, dropped = got["engine_aiperf"]
+    assert n6 > 0 and sent7 == n6 and over == 0 and dropped == 0
+    n6, sent7, over, dropped = got["engine_ours"]
+    assert n6 > 0 and sent7 == 0 and over > 0 and dropped >= n6
+
+
+def sim_end(r: list[dict[str, Any]]) -> int:
+    return max(x["end_ns"] for x in r if x["end_ns"] is not None)
+
+
+def test_overflow_rules_on_hand_written_messages() -> None:
+    from agent_replay.replay.validity import is_overflow
+
+    engine = "HTTP 400: The decoder prompt (length 208) is longer than the maximum model length of 160."
+    front = ("HTTP 400: {\"error\": {\"message\": \"This model's maximum context length is 160 "
+             "tokens\", \"type\": \"BadRequestError\"}}")
+    escaped = 'HTTP 400: {"error": {"message": "context\\u0020length exceeded"}}'  # JSON escape
+    event = "error event: {'message': 'prompt is too long: 210000 tokens'}"
+    table = {("aiperf", 400, engine): False, ("agent-replay", 400, engine): True,
+             ("aiperf", 400, front): True, ("agent-replay", 400, front): True,
+             ("aiperf", 400, escaped): True, ("agent-replay", 400, escaped): False,
+             ("aiperf", None, event): True, ("agent-replay", None, event): False,
+             ("aiperf", 500, "HTTP 500: Internal Server Error"): False,
+             ("aiperf", 400, None): False}
+    assert {k: is_overflow(k[1], k[2], k[0]) for k in table} == table
+
+
 S = 1_000 * MS
 # (agent, depends_on, think in ms) of a tree whose idle gaps the cap shortens three times
 IDLE_TREE = [("main", [], None), ("x", [0], 30_000), ("y", [0], 2_000), ("x", [1], 40_000),
@@ -217,6 +270,23 @@ def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
                      ("end_ns", round(svc * S)), ("agent_id", agent), ("depends_on", deps)):
             cols[k].append(v)
     return columns_table(cols)
+
+
+def test_an_agentx_run_reuses_a_connection_idle_past_four_seconds(tmp_path: Path) -> None:
+    """AIPerf keeps idle connections for reuse up to 300 s, and so does an AgentX run (the
+    simulated engine keeps them open an hour): the turn sent 4.5 s after its parent ended
+    rides the parent's connection, where the 4 s of other timings would open a new one."""
+    table = _tree([("a", "main", 0.0, [], 0.05), ("a", "main", 4.55, [0], 0.05)])
+    trace = write_trace(table, tmp_path / "t.parquet", TraceMeta(block_size=32))
+    with SimProcess("fast") as sim:
+        run(RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "out"),
+                      timing="agentx", concurrency=1, duration_s=5.5,
+                      agentx=AgentXSettings(start_min=0.0, start_max=0.0),
+                      scrape_interval_s=0, progress=False), progress=None)
+    r = sorted((x for x in rows(tmp_path / "out") if not x["warmup"]), key=lambda x: x["sent_ns"])
+    assert [x["request_index"] for x in r[:2]] == [0, 1] and all(x["status"] == "ok" for x in r[:2])
+    assert r[1]["sent_ns"] - r[0]["end_ns"] > 4.4 * S
+    assert r[0]["connect_ns"] is not None and r[1]["connect_ns"] is None
 
 
 def _first_plays(table: pa.Table, lanes: int, duration_s: float, **kw: Any) -> list[tuple[int, int, int]]:

@@ -18,7 +18,13 @@ from agent_replay.analysis.fixtures import rows_to_table
 from agent_replay.analysis.metrics import request_metrics
 from agent_replay.engines.sim.server import SimServer
 from agent_replay.replay.client import EventStream, Prepared, Sender, make_session
-from agent_replay.replay.fastclient import ERROR_BODY, ConnectionClosed, FastSender, H1Connection
+from agent_replay.replay.fastclient import (
+    ERROR_BODY,
+    KEEPALIVE_S,
+    ConnectionClosed,
+    FastSender,
+    H1Connection,
+)
 from agent_replay.replay.http1 import ProtocolError
 from agent_replay.replay.outcome import RequestRecord
 from tests.replay.fakeserver import FakeVllm, start
@@ -403,6 +409,43 @@ async def test_idle_connections_expire(raw: list[RawServer]) -> None:
         assert (await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)).status == "ok"
     await sender.close()
     assert srv.connections == 2
+
+
+async def test_keep_alive_reuses_what_the_server_keeps_open(raw: list[RawServer]) -> None:
+    """Idle 0.2 s: with a 0.1 s keep-alive the connection is closed and a new one opened
+    (its connect time recorded); with AIPerf's 300 s it is reused (none recorded)."""
+    got = {}
+    for keep in (0.1, KEEPALIVE_S):
+        srv, url = await serve(raw, always(FULL))
+        sender = FastSender(url, 10, keepalive_s=keep)
+        r1 = await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)
+        await asyncio.sleep(0.2)
+        r2 = await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)
+        await sender.close()
+        assert (r1.status, r2.status) == ("ok", "ok") and r1.connect_ns is not None
+        got[keep] = (srv.connections, r2.connect_ns is not None)
+    assert got == {0.1: (2, True), KEEPALIVE_S: (1, False)}
+
+
+async def test_a_stale_reused_connection_is_sent_again_once(raw: list[RawServer]) -> None:
+    """The server closes the kept connection without answering the second request (it
+    closed it as the request went out): that request goes again on a new connection, once,
+    with the time it lost inside its connect time. A new connection closed without an
+    answer is an error, not sent again."""
+    def script(i: int, got: Received) -> list[Step]:
+        return ["close"] if i in (1, 3, 4) else [FULL]
+
+    srv, url = await serve(raw, script)
+    sender = FastSender(url, 10)
+    r1 = await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)
+    r2 = await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)
+    assert (r1.status, r2.status, sender.resent) == ("ok", "ok", 1)
+    assert [g.connection for g in srv.received] == [0, 0, 1]
+    assert r2.connect_ns is not None and r2.sent_ns + r2.connect_ns > srv.received[1].at_ns
+    r3 = await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)  # reused, closed, then new and closed
+    await sender.close()
+    assert (r3.status, r3.error_kind, sender.resent) == ("error", "stream", 2)
+    assert "without a response" in (r3.error or "") and srv.connections == 3
 
 
 @pytest.mark.parametrize("script,want", [

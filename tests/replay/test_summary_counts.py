@@ -35,6 +35,24 @@ def test_an_invalid_agentx_run_says_why_and_exits_1() -> None:
     assert line(s).startswith("INVALID (AgentX rule): measured 60 s, below the minimum of 900 s: 5 ok")
 
 
+def test_the_end_line_names_every_condition_with_its_cause() -> None:
+    """A run that both failed (3 of 10 sent > 10%) and broke an AgentX rule says both; one
+    interrupted and invalid says both too; the exit code follows the most serious."""
+    s = RunSummary(output="/nonexistent", total=10, sent=10, ok=7,
+                   errors={ErrorKind.HTTP: 3}, invalid_reason="measured 60 s, below the minimum of 900 s")
+    assert s.conditions == ["failed", "invalid"] and (s.status, s.exit_code) == ("failed", 1)
+    assert line(s).startswith("FAILED (3 of 10 sent requests failed, over 10%); INVALID (AgentX "
+                              "rule): measured 60 s, below the minimum of 900 s: 7 ok, 3 failed")
+    cut = RunSummary(output="/nonexistent", total=10, sent=4, ok=4, interrupted=True,
+                     invalid_reason="the run was interrupted (0 requests cancelled)")
+    assert (cut.conditions, cut.exit_code) == (["interrupted", "invalid"], 130)
+    assert line(cut).startswith("INTERRUPTED: partial results; INVALID (AgentX rule): the run was "
+                                "interrupted (0 requests cancelled): 4 ok")
+    one = RunSummary(output="/nonexistent", total=10, sent=10, ok=9,
+                     errors={ErrorKind.HTTP: 1})  # 10%: not over
+    assert one.conditions == [] and line(one).startswith("done: 9 ok, 1 failed")
+
+
 def test_the_gpu_count_comes_from_an_option_a_launch_profile_or_is_unknown() -> None:
     base = RunConfig(trace="t", target="http://127.0.0.1:1")
     assert gpu_count(RunConfig(trace="t", target="http://x", gpus=12)) == (12, "--gpus")

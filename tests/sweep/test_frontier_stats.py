@@ -119,7 +119,7 @@ def test_interval_of_identical_targets_contains_zero_in_95_percent() -> None:
 def _row(target: str, point: float, rep: int, tps: float, thr: float, status: str = "complete") -> dict:
     return {"phase": "sweep", "target": target, "point": point, "repeat": rep, "status": status,
             "reason": None if status == "complete" else "boom", "order": rep, "p90_tps": tps,
-            "output_tps_per_gpu": thr, "interactivity": tps / 2, "total_tps_per_gpu": thr * 3}
+            "output_tps_per_gpu": thr, "north_star": tps / 2, "agentx_interactivity": tps / 1.5, "total_tps_per_gpu": thr * 3}
 
 
 def test_frontier_table_marks_and_keeps_failed_points() -> None:
@@ -133,7 +133,7 @@ def test_frontier_table_marks_and_keeps_failed_points() -> None:
     assert "*" not in lines["4"]  # (30, 170) is beaten by (40, 180)
     assert "r0 unreachable: boom" in lines["16"]
     assert set(itertools.chain.from_iterable(p.on_frontier for p in pts)) == {
-        "p90_tps:output_tps_per_gpu", "interactivity:output_tps_per_gpu"}
+        "p90_tps:output_tps_per_gpu", "north_star:output_tps_per_gpu"}
 
 
 def test_build_writes_tables_and_plots_and_skips_plots_without_matplotlib(
@@ -151,7 +151,8 @@ def test_build_writes_tables_and_plots_and_skips_plots_without_matplotlib(
     write_index(tmp_path, rows)
     res = build([tmp_path])
     names = sorted(f.name for f in res["files"])
-    assert names == ["frontier-interactivity-total.png", "frontier-interactivity.png",
+    assert names == ["frontier-agentx_interactivity-total.png", "frontier-agentx_interactivity.png",
+                     "frontier-north_star-total.png", "frontier-north_star.png",
                      "frontier-p90_tps-total.png", "frontier-p90_tps.png", "frontier.json", "frontier.md"]
     assert (tmp_path / "frontier-p90_tps.png").read_bytes()[:4] == b"\x89PNG"
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # the plots extra not installed

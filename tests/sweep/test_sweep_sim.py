@@ -68,7 +68,7 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
         assert prov["server"]["version_endpoint"] is not None and prov["host"]["hostname"]
         warm = json.loads((run_dir.with_name(run_dir.name + ".warmup") / "warmup.json").read_text())
         assert 1 <= len(warm["bursts"]) <= 3 and r["warmup_bursts"] == len(warm["bursts"])
-        assert r["p90_tps"] > 0 and r["output_tps_per_gpu"] > 0 and r["interactivity"] > 0
+        assert r["p90_tps"] > 0 and r["output_tps_per_gpu"] > 0 and r["north_star"] > 0
         assert r["warmup_steady"] == warm["steady"] and (r["cold_start"] or warm["steady"])
         assert 0 < r["tpot_n"] <= r["requests_ok"] == r["ttft_n"]
         # paired design: the same (point, repeat) has the same salt on both targets
