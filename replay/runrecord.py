@@ -225,6 +225,7 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
             "and --vocab-size")
     if s.unwritten:
         s.self_check.warnings.insert(0, s.unwritten_line() or "")
+    s.self_check.warnings.extend(w.cut for w in ws if w.cut)
     if lost:
         s.self_check.warnings.extend(x.line() for x in lost)
         s.lost_sessions = sum(len(x.sessions) for x in lost)

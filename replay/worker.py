@@ -91,6 +91,7 @@ class WorkerSummary(Counters):
     overflow_dropped: int = counter(0)  # agentx timing: not sent, their stream ended on an overflow
     unwritten: int = counter(0)  # recorded requests whose row could not be written (ResultWriter)
     write_error: str | None = counter(None, first)  # the first part-file write error, if any
+    cut: str | None = counter(None, first)  # the worker died mid-run: what its parent saw (pools)
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)
@@ -186,6 +187,7 @@ async def arun_shard(
     report: Callable[[Progress], None] | None = None,
     *,
     plan: Plan | None = None,
+    journal: bool = False,
 ) -> WorkerSummary:
     """Replay this worker's shard against ``config.target``; see module docs."""
     assert config.t0_ns is not None and config.model is not None and config.salt is not None
@@ -195,7 +197,7 @@ async def arun_shard(
     out = Path(config.output or ".")
     t0 = config.t0_ns
     summary = WorkerSummary(shard=shard_index, total=plan.n_requests, cpus=allowed_cpus())
-    writer = ResultWriter(out, t0, shard_index, retry_s=config.write_retry_s)
+    writer = ResultWriter(out, t0, shard_index, retry_s=config.write_retry_s, journal=journal)
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
@@ -359,16 +361,19 @@ async def _tick(clock: Clock, writer: ResultWriter, progress: _ProgressReport,
 
 
 def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any, *,
-              plan: Plan | None = None, stop: StopSignals | None = None) -> WorkerSummary:
+              plan: Plan | None = None, stop: StopSignals | None = None,
+              journal: bool = False) -> WorkerSummary:
     """Process entry: run one shard on a fresh event loop (uvloop when installed).
     ``plan``: the whole plan when the caller built it already (it is sharded here);
-    ``stop``: the process's stop signals, which then cancel the shard (a graceful stop)."""
+    ``stop``: the process's stop signals, which then cancel the shard (a graceful stop);
+    ``journal``: keep a row journal (``replay.journal``) for a parent to recover from."""
 
     def report(msg: Progress) -> None:
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    return aio.run(stoppable(arun_shard(config, shard_index, n_shards, report, plan=plan), stop),
+    return aio.run(stoppable(arun_shard(config, shard_index, n_shards, report, plan=plan,
+                                        journal=journal), stop),
                    config.loop)
 
 
