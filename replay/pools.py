@@ -30,6 +30,7 @@ from agent_replay.errors import AgentReplayError
 from agent_replay.replay.affinity import pin_loop_thread
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
+from agent_replay.replay.folderlock import Shared, held
 from agent_replay.replay.journal import recover
 from agent_replay.replay.lifeline import (
     ORPHANED,
@@ -200,7 +201,10 @@ class LocalProcessPool(_OnThisHost):
         self.q: Any = ctx.Queue()
         self.go = ctx.Event()
         self.t0: Any = ctx.Value("q", 0)
-        self.procs = [ctx.Process(target=_proc_main, args=(config, i, n, self.q, self.go, self.t0),
+        lock = held(self.out)  # the workers share the results folder's lock (replay.folderlock)
+        shared = lock.share() if lock is not None else None
+        self.procs = [ctx.Process(target=_proc_main,
+                                  args=(config, i, n, self.q, self.go, self.t0, shared),
                                   name=f"replay-worker-{i}") for i in range(n)]
         self.results: dict[int, WorkerSummary] = {}
         self.failures: list[str] = []
@@ -491,7 +495,9 @@ def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int,
         os.close(fd)
 
 
-def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
+def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any,
+               lock: Shared | None = None) -> None:
+    """A worker process; ``lock``: the results folder's lock, held until it exits."""
     from agent_replay.replay.worker import load_plan
 
     parent = os.getppid()

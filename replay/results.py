@@ -13,7 +13,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agent_replay.analysis.results import parquet_write_options
-from agent_replay.errors import InputError, OutputError, OutputExistsError
+from agent_replay.errors import OutputError
 from agent_replay.replay.affinity import helper_thread
 from agent_replay.replay.journal import RowJournal
 from agent_replay.replay.outcome import RequestRecord
@@ -39,25 +38,6 @@ _SCALARS = (
     "http_status", "error", "think_ns", "connect_ns", "agent_id", "depends_on",
 )
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
-
-
-def prepare_folder(path: Path, force: bool) -> None:
-    """Create a fresh results folder. An existing non-empty one is replaced only with
-    ``force``, and only when it looks like a results folder (so a typo cannot wipe an
-    unrelated directory)."""
-    if path.exists():
-        if not path.is_dir():
-            raise OutputExistsError(str(path)) if not force else InputError(
-                f"{path}: exists and is not a results folder; remove it yourself")
-        entries = list(path.iterdir())
-        if entries:
-            if not force:
-                raise OutputExistsError(str(path))
-            if not (path / "run.json").exists() and not (path / "requests").is_dir():
-                raise InputError(f"{path}: not a results folder (no run.json); refusing to "
-                                 "overwrite it even with --force")
-            shutil.rmtree(path)
-    (path / "requests").mkdir(parents=True, exist_ok=True)
 
 
 def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
