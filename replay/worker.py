@@ -37,7 +37,13 @@ from agent_replay.engines.sse import SSEParser
 from agent_replay.errors import TargetError
 from agent_replay.redact import redact_url
 from agent_replay.replay.affinity import allowed_cpus
-from agent_replay.replay.client import Prepared, Sender, inexact_counts_differ, make_session
+from agent_replay.replay.client import (
+    Prepared,
+    Sender,
+    inexact_counts_differ,
+    make_session,
+    usage_disagrees,
+)
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
@@ -91,6 +97,7 @@ class WorkerSummary(Counters):
     overflow_dropped: int = counter(0)  # agentx timing: not sent, their stream ended on an overflow
     unwritten: int = counter(0)  # recorded requests whose row could not be written (ResultWriter)
     write_error: str | None = counter(None, first)  # the first part-file write error, if any
+    usage_disagree: int = counter(0)  # rows whose usage disagrees with their stream (client.usage_disagrees)
     cut: str | None = counter(None, first)  # the worker died mid-run: what its parent saw (pools)
 
     def schedule_lag_ns(self) -> np.ndarray:
@@ -249,6 +256,8 @@ async def arun_shard(
                     summary.aborted = True
                     if run_task is not None:
                         run_task.cancel()
+            if usage_disagrees(rec):
+                summary.usage_disagree += 1
             # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
             summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
