@@ -99,6 +99,20 @@ def _aside(folder: Path) -> Path:
     return dest
 
 
+def refuse_if_busy(folder: Path) -> None:
+    """Refuse at once (before the trace is read) a folder that a live run holds; ``acquire``
+    decides for good later."""
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file (or no folder): nobody holds it
+    try:
+        if _try_lock(fd) is False:
+            raise _refuse(folder, _identity(fd))
+    finally:
+        os.close(fd)  # drops the lock this took, if it took one
+
+
 def acquire(folder: Path, force: bool) -> FolderLock:
     """Make ``folder`` a fresh results folder (with ``requests/``) held by this process.
     Refuses (``InputError``, one line) a folder another run is writing, with or without

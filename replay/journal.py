@@ -21,6 +21,7 @@ import contextlib
 import os
 import struct
 from array import array
+from operator import attrgetter
 from pathlib import Path
 
 import orjson
@@ -37,6 +38,7 @@ FIELDS = (
     "completion_tokens", "cached_tokens", "status", "error_kind", "http_status", "error",
 )
 _INIT = FIELDS[:10]  # RequestRecord's constructor arguments
+_VALUES = attrgetter(*FIELDS)
 _HEAD = struct.Struct("<III")
 
 
@@ -46,7 +48,7 @@ def segment_path(folder: Path, worker: int, seg: int) -> Path:
 
 
 def encode(rec: RequestRecord) -> bytes:
-    head = orjson.dumps([getattr(rec, f) for f in FIELDS])
+    head = orjson.dumps(_VALUES(rec))
     ns, tok = rec.chunk_ns.tobytes(), rec.chunk_tokens.tobytes()
     return b"".join((_HEAD.pack(len(head), len(ns), len(tok)), head, ns, tok))
 

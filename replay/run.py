@@ -28,7 +28,7 @@ from agent_replay.redact import redact_url, split_userinfo
 from agent_replay.replay.affinity import kept_affinity, pin, rest_cpus, worker_cpus
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
-from agent_replay.replay.folderlock import acquire
+from agent_replay.replay.folderlock import acquire, refuse_if_busy
 from agent_replay.replay.lifeline import sigterm_as_sigint
 from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
 from agent_replay.replay.pools import WorkerPool, start_pool
@@ -191,6 +191,8 @@ async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> Run
 def _run(config: RunConfig, progress: Reporter | None,
          launch_info: dict[str, Any] | None = None) -> RunSummary:
     config.check()
+    if config.output:
+        refuse_if_busy(Path(config.output))  # a live run's folder: one line before any work
     plan = load_and_validate(config)
     config = with_credentials(config, plan)
     info = asyncio.run(probe(config.target, headers=dict(config.headers),

@@ -15,7 +15,7 @@ import pytest
 
 from agent_replay.errors import InputError, OutputExistsError
 from agent_replay.replay import folderlock
-from agent_replay.replay.folderlock import LOCK_NAME, Shared, acquire, held
+from agent_replay.replay.folderlock import LOCK_NAME, Shared, acquire, held, refuse_if_busy
 from agent_replay.runmeta import writer_identity
 
 
@@ -35,10 +35,15 @@ def test_a_second_writer_is_refused_even_with_force(tmp_path: Path) -> None:
             with pytest.raises(InputError, match=r"another run is writing its results here "
                                rf"\(pid {who['pid']} on {who['host']}, since "):
                 acquire(out, force)
+        with pytest.raises(InputError, match="another run is writing"):
+            refuse_if_busy(out)
         assert (out / "requests").is_dir()
     finally:
         lock.release()
     assert held(out) is None
+    refuse_if_busy(out)  # free now
+    refuse_if_busy(tmp_path / "nowhere")
+    acquire(out, False).release()  # the check took no lock of its own
 
 
 def test_a_worker_keeps_the_lock_after_its_parent_let_go(tmp_path: Path) -> None:
