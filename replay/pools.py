@@ -43,6 +43,7 @@ from agent_replay.replay.plan import Plan
 from agent_replay.replay.results import SpaceReserve, remove_unfinished_parts
 from agent_replay.replay.runrecord import RUN_JSON, merge, outcome, write_run_json
 from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard, stoppable
+from agent_replay.replay.workercut import WorkerCut
 from agent_replay.results_schema import ErrorKind
 
 if TYPE_CHECKING:  # the Ray side is imported only when a Ray pool starts
@@ -381,42 +382,6 @@ class LocalProcessPool(_OnThisHost):
 
 POLL_S = 0.2
 """How often the pool looks for a worker that died (at most: it also looks at each message)."""
-
-
-@dataclasses.dataclass
-class WorkerCut:
-    """A worker that died mid-run without its report: exit code, when its parent saw it
-    (CLOCK_MONOTONIC ns), and, once counted, its rows and how many came from its journal."""
-
-    shard: int
-    shards: int
-    exitcode: int
-    noticed_ns: int
-    t0_ns: int
-    rows: int = 0
-    recovered: int = 0
-
-    @property
-    def signal(self) -> str | None:
-        if self.exitcode >= 0:
-            return None
-        with contextlib.suppress(ValueError):
-            return signal.Signals(-self.exitcode).name
-        return f"signal {-self.exitcode}"
-
-    def line(self) -> str:
-        how = self.signal or f"exit code {self.exitcode}"
-        return (f"worker {self.shard} (shard {self.shard} of {self.shards}) died ({how}) "
-                f"{max(0, self.noticed_ns - self.t0_ns) / 1e9:.1f} s into the run")
-
-    def summary_line(self) -> str:
-        return (f"{self.line()}: the run was stopped; its {self.rows} finished requests have "
-                f"rows ({self.recovered} from its row journal), those it had in flight have none")
-
-    def record(self) -> dict[str, Any]:
-        return {"shard": self.shard, "exitcode": self.exitcode, "signal": self.signal,
-                "noticed_monotonic_ns": self.noticed_ns, "rows": self.rows,
-                "rows_from_journal": self.recovered}
 
 
 def summary_from_parts(out: Path, shard: int, planned: int) -> WorkerSummary:
