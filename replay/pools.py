@@ -370,10 +370,15 @@ class LocalProcessPool(_OnThisHost):
         return [self.results[i] for i in sorted(self.results)]
 
     def describe(self) -> dict[str, Any]:
-        """run.json's ``workers_cut``: the workers that died mid-run (none: no block)."""
-        if not self.cut:
-            return {}
-        return {"workers_cut": [c.record() for _, c in sorted(self.cut.items())]}
+        """run.json's ``workers_cut`` (the workers that died mid-run) and
+        ``stopped_by_worker`` (the shard whose own stop signal stopped the run); neither
+        when nothing of the kind happened."""
+        out: dict[str, Any] = {}
+        if self.cut:
+            out["workers_cut"] = [c.record() for _, c in sorted(self.cut.items())]
+        if self.stopped_alone is not None:
+            out["stopped_by_worker"] = self.stopped_alone
+        return out
 
     def close(self) -> None:
         """End any worker still running (a start or run that failed half-way)."""

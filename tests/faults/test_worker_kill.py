@@ -112,3 +112,7 @@ def test_sigterm_to_one_worker_stops_the_run_as_on_the_parent(trace: Path,
     assert worker.after_fault_s < parent.after_fault_s + 3.0, (worker.after_fault_s,
                                                                parent.after_fault_s)
     assert worker.rows < 1200 * 0.8
+    meta = json.loads((tmp_path / "w" / "res" / "run.json").read_text())
+    assert meta["stopped_by_worker"] in (0, 1) and "workers_cut" not in meta
+    assert "stopping the run" in worker.stderr
+    assert "stopped_by_worker" not in json.loads((tmp_path / "p" / "res" / "run.json").read_text())
