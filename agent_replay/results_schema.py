@@ -60,7 +60,7 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("cached_tokens", pa.int32()),
         pa.field("implied_cached_tokens", pa.int32()),  # hit an unbounded prefix cache would get
         pa.field("status", pa.string(), nullable=False),  # "ok" | "error"
-        # failed: connect | http | timeout | stream | json | cancelled; ok rows: null,
+        # failed: connect | http | timeout | stream | json | empty | cancelled; ok rows: null,
         # mismatch (counts differ from the trace) or inexact (tokens per chunk not known)
         pa.field("error_kind", pa.string()),
         pa.field("http_status", pa.int32()),
@@ -75,8 +75,8 @@ REQUEST_SCHEMA = pa.schema(
 OPTIONAL_COLUMNS = frozenset({"connect_ns", "agent_id", "depends_on"})
 """Columns added after schema 1: a part file without them reads them as nulls."""
 
-ErrorKindName = Literal["connect", "http", "timeout", "stream", "json", "cancelled", "mismatch",
-                        "inexact"]
+ErrorKindName = Literal["connect", "http", "timeout", "stream", "json", "empty", "cancelled",
+                        "mismatch", "inexact"]
 
 
 class ErrorKind:
@@ -90,6 +90,7 @@ class ErrorKind:
     TIMEOUT: Final = "timeout"
     STREAM: Final = "stream"
     JSON: Final = "json"
+    EMPTY: Final = "empty"  # a whole answer (HTTP 200, end marker) without the tokens asked for
     CANCELLED: Final = "cancelled"
     MISMATCH: Final = "mismatch"
     INEXACT: Final = "inexact"

@@ -19,6 +19,7 @@ from bokeh import plotting as _plotting
 from bokeh.palettes import Category10_10
 
 from agent_replay.analysis.definitions import BY_KEY
+from agent_replay.analysis.metrics import served_output_tokens
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
 
@@ -179,8 +180,8 @@ def over_time(report: Report) -> tuple[Any, Any] | None:
     sent, end = _col(t, "sent_ns"), _col(t, "end_ns")
     e2e, ttft = _col(t, "e2e"), _col(t, "ttft")
     first = end - e2e + ttft  # the first token's arrival: s + TTFT, with s = end - E2E
-    out_tok = np.where(np.isnan(_col(t, "completion_tokens")), _col(t, "output_tokens"),
-                       _col(t, "completion_tokens"))
+    out_tok = served_output_tokens(_col(t, "completion_tokens"), _col(t, "output_tokens"),
+                                   _col(t, "exact") > 0)
     t0 = _t0(report)
     stop = np.nanmax(end) if np.isfinite(end).any() else t0
     edges = bin_edges(t0, max(stop, t0 + 1e8))

@@ -197,6 +197,17 @@ def chunk_samples_from(c: Lists, k: Lists, rows: np.ndarray | None = None) -> Ch
                         tokens=k.values[keep_pos])
 
 
+def served_output_tokens(completion: np.ndarray, streamed: np.ndarray,
+                         exact: np.ndarray) -> np.ndarray:
+    """Output tokens each request was served: the tokens its stream carried where they are
+    exact (a server whose ``usage`` disagrees with its own stream is not believed: the row
+    is flagged ``mismatch`` and the run counts it), else its usage's ``completion_tokens``
+    (an inexact stream counts one token per content event), else the stream's count.
+    ``completion`` is float with NaN for no usage; ``exact`` is ``exact_rows``."""
+    usage = ~np.isnan(completion)
+    return np.where(np.asarray(exact, dtype=bool) | ~usage, streamed, completion)
+
+
 def exact_rows(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
     """Rows whose tokens per chunk are exact: every row but those with error_kind
     ``inexact`` (the server sent neither token ids nor continuous usage). Only these rows

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from agent_replay.analysis.definitions import METRICS
+from agent_replay.analysis.metrics import served_output_tokens
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
 from agent_replay.errors import InputError, OutputExistsError
@@ -84,8 +85,8 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
         t0 = float(np.nanmin(col("intended_ns")))
         edges = bin_edges(t0, max(float(np.nanmax(end)), t0 + 1e8))
         first = end - col("e2e") + col("ttft")  # s + TTFT, with s = end - E2E
-        out_tok = np.where(np.isnan(col("completion_tokens")), col("output_tokens"),
-                           col("completion_tokens"))
+        out_tok = served_output_tokens(col("completion_tokens"), col("output_tokens"),
+                                       col("exact") > 0)
         x = (edges[:-1] - t0) / 1e9
         w = np.diff(edges) / 1e9
         ax1.bar(x, spread_rate(first[ok], end[ok], out_tok[ok], edges), width=w, align="edge",

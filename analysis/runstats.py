@@ -36,6 +36,7 @@ from agent_replay.analysis.metrics import (
     exact_rows,
     lists,
     request_metrics,
+    served_output_tokens,
     stats_rows,
 )
 from agent_replay.results_schema import REQUEST_SCHEMA, ErrorKind
@@ -216,8 +217,8 @@ class Accumulator:
         stop_ns = float(np.nanmax(end)) if np.isfinite(end).any() else start_ns
         duration = max(0, int(stop_ns - start_ns))
 
-        out_tok = np.where(np.isnan(arr("completion_tokens")), arr("output_tokens"),
-                           arr("completion_tokens"))[ok]
+        exact_all = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
+        out_tok = served_output_tokens(arr("completion_tokens"), arr("output_tokens"), exact_all)[ok]
         prompt = np.where(np.isnan(arr("prompt_tokens")), arr("expected_input_tokens"),
                           arr("prompt_tokens"))[ok]
         cached = np.nan_to_num(arr("cached_tokens"))[ok]
@@ -359,7 +360,7 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
     exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
     known = ~np.isnan(completion) | exact
     exp_out_all = arr("expected_output_tokens")
-    out_all = np.where(np.isnan(completion), arr("output_tokens"), completion)
+    out_all = served_output_tokens(completion, arr("output_tokens"), exact)
     exp_out, out = exp_out_all[known], out_all[known]
     mism = (out_all != exp_out_all)[known & ok]
     exp_in = exp_in_all[ok]

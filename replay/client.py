@@ -9,8 +9,9 @@ two typed-array appends. Everything else (errors, usage, mismatch) is done once 
 request. No retries: a retry is a different workload.
 
 Errors are classified into ``connect``, ``http``, ``timeout``, ``stream`` (broken or
-truncated stream, error event), ``json`` (an event that is not JSON) and ``cancelled``
-(the run was stopped while the request was in flight), recorded, and the run goes on.
+truncated stream, error event), ``json`` (an event that is not JSON), ``empty`` (a whole
+answer without a token where the trace asks for tokens) and ``cancelled`` (the run was
+stopped while the request was in flight), recorded, and the run goes on.
 """
 
 from __future__ import annotations
@@ -341,10 +342,22 @@ class EventStream:
             rec.fail(ErrorKind.STREAM, f"stream ended inside an event ({len(rest)} bytes left)")
         elif not dec.done:
             rec.fail(ErrorKind.STREAM, "stream ended without its end marker")
+        elif _empty(rec, dec.exact):
+            rec.fail(ErrorKind.EMPTY, f"HTTP {rec.http_status or 200} with no output token; "
+                     f"the trace asks for {rec.expected_output_tokens}")
         elif not dec.exact:
             _check_inexact(rec)
         else:
             _check_counts(rec)
+
+
+def _empty(rec: RequestRecord, exact: bool) -> bool:
+    """A whole answer without a token where the trace asks for some. The stream's count
+    decides; an inexact stream (one token per content event) with no content event is
+    empty unless its usage says it served tokens."""
+    if rec.expected_output_tokens <= 0 or rec.output_tokens > 0:
+        return False
+    return exact or not rec.completion_tokens
 
 
 def _check_counts(rec: RequestRecord) -> None:
@@ -385,6 +398,14 @@ def inexact_counts_differ(rec: RequestRecord) -> bool:
     """An inexact stream's usage (when sent) disagrees with the trace's token counts: what
     ``_check_inexact`` writes into ``error``, as a count the run summary can keep."""
     return _output_differs(rec) or _prompt_differs(rec)
+
+
+def usage_disagrees(rec: RequestRecord) -> bool:
+    """The server's ``usage`` says another number of output tokens than its stream carried
+    (exact streams only: an inexact one counts one token per event). Throughput counts the
+    streamed tokens (``analysis.metrics.served_output_tokens``); the run counts these."""
+    return rec.completion_tokens is not None and rec.error_kind != ErrorKind.INEXACT and \
+        rec.completion_tokens != sum(rec.chunk_tokens)
 
 
 def _output_differs(rec: RequestRecord) -> bool:

@@ -30,6 +30,8 @@ from agent_replay.errors import AgentReplayError
 from agent_replay.replay.affinity import pin_loop_thread
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
+from agent_replay.replay.folderlock import Shared, held
+from agent_replay.replay.journal import recover
 from agent_replay.replay.lifeline import (
     ORPHANED,
     StopSignals,
@@ -41,6 +43,7 @@ from agent_replay.replay.plan import Plan
 from agent_replay.replay.results import SpaceReserve, remove_unfinished_parts
 from agent_replay.replay.runrecord import RUN_JSON, merge, outcome, write_run_json
 from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard, stoppable
+from agent_replay.replay.workercut import WorkerCut
 from agent_replay.results_schema import ErrorKind
 
 if TYPE_CHECKING:  # the Ray side is imported only when a Ray pool starts
@@ -102,7 +105,7 @@ def start_pool(config: RunConfig, plan: Plan, n: int, warn: Reporter | None = No
         return RayPool.start(config, plan, config.ray, config.ray_actors_per_node, warn=warn)
     if n == 1:
         return InProcessPool(plan)
-    return LocalProcessPool.start(config, n, plan)
+    return LocalProcessPool.start(config, n, plan, warn=warn)
 
 
 class _OnThisHost:
@@ -178,13 +181,18 @@ class LocalProcessPool(_OnThisHost):
 
     A stop (SIGINT or SIGTERM to this process, or to the group) is passed to every worker
     once; they end their in-flight requests as ``cancelled``, write their rows and report.
-    A worker that ends without a report (stopped before it could send one, killed) is
-    counted from its part files. None outlives the pool: each watches this process and
-    stops when it dies, and ``close`` kills what is left."""
+    A worker stopped alone (a signal to it only) stops the run the same way, and so does
+    one that dies (``kill -9``): the pool sees the death within ``POLL_S`` and cuts the run
+    short as interrupted, naming the shard (``workers_cut`` in run.json). A worker that
+    ends without a report (stopped before it could send one, killed) is counted from its
+    part files, with the rows of its row journal that no part file has (``replay.journal``).
+    None outlives the pool: each watches this process and stops when it dies, and ``close``
+    kills what is left."""
 
     start_delay_ns = 300_000_000
 
-    def __init__(self, config: RunConfig, n: int, plan: Plan | None = None) -> None:
+    def __init__(self, config: RunConfig, n: int, plan: Plan | None = None,
+                 warn: Reporter | None = None) -> None:
         ctx = mp.get_context("spawn")
         _start_quiet_tracker()
         self.n = n
@@ -194,10 +202,16 @@ class LocalProcessPool(_OnThisHost):
         self.q: Any = ctx.Queue()
         self.go = ctx.Event()
         self.t0: Any = ctx.Value("q", 0)
-        self.procs = [ctx.Process(target=_proc_main, args=(config, i, n, self.q, self.go, self.t0),
+        lock = held(self.out)  # the workers share the results folder's lock (replay.folderlock)
+        shared = lock.share() if lock is not None else None
+        self.procs = [ctx.Process(target=_proc_main,
+                                  args=(config, i, n, self.q, self.go, self.t0, shared),
                                   name=f"replay-worker-{i}") for i in range(n)]
         self.results: dict[int, WorkerSummary] = {}
         self.failures: list[str] = []
+        self.warn = warn
+        self.cut: dict[int, WorkerCut] = {}  # workers that died without a report
+        self.stopped_alone: int | None = None  # a worker stopped by a signal of its own
         try:
             with signals_held():  # a stop during their start-up waits for their handlers
                 for p in self.procs:
@@ -209,8 +223,9 @@ class LocalProcessPool(_OnThisHost):
             raise
 
     @classmethod
-    def start(cls, config: RunConfig, n: int, plan: Plan | None = None) -> LocalProcessPool:
-        pool = cls(config, n, plan)
+    def start(cls, config: RunConfig, n: int, plan: Plan | None = None,
+              warn: Reporter | None = None) -> LocalProcessPool:
+        pool = cls(config, n, plan, warn)
         try:
             pool.wait_ready()
         except BaseException:
@@ -262,13 +277,13 @@ class LocalProcessPool(_OnThisHost):
         try:
             self.go.set()
             self._collect(feed, stop, None)
-            if stop.requested:
+            if stop.requested or self.halted:
                 self._pass_on_stop()
                 self._collect(None, None, time.monotonic() + STOP_WAIT_S + self.write_retry_s)
         finally:
             self._end()
             stop.uninstall()
-        if stop.requested:
+        if stop.requested or self.halted:
             raise KeyboardInterrupt
         if self.failures:
             raise AgentReplayError("; ".join(self.failures))
@@ -279,24 +294,50 @@ class LocalProcessPool(_OnThisHost):
         """Read the workers' messages until each has reported or ended, a stop is asked
         for (``stop``) or ``deadline`` passes."""
         while len(self.results) < self.n:
-            if stop is not None and stop.requested:
+            if stop is not None and (stop.requested or self.halted):
                 return
             if deadline is not None and time.monotonic() > deadline:
                 return
             try:
-                kind, shard, payload = self.q.get(timeout=0.2)
+                kind, shard, payload = self.q.get(timeout=POLL_S)
             except queue.Empty:
+                self._watch()
                 if all(not p.is_alive() or i in self.results for i, p in enumerate(self.procs)):
                     return  # the ones without a report are gone, and so is what they sent
                 continue
+            self._watch()
             if kind == "progress":
                 if feed is not None:
                     feed.update(payload)
             elif kind == "done":
                 self.results[shard] = payload
+                if payload.interrupted and stop is not None and not stop.requested \
+                        and self.stopped_alone is None:
+                    self.stopped_alone = shard  # a signal to that worker only: stop them all
+                    if self.warn is not None:
+                        self.warn(f"worker {shard} (shard {shard} of {self.n}) was stopped: "
+                                  "stopping the run")
             elif kind == "error":
                 self.failures.append(payload)
                 self.results.setdefault(shard, WorkerSummary(shard=shard, total=self.planned[shard]))
+
+    @property
+    def halted(self) -> bool:
+        """A worker died or was stopped alone: the run stops."""
+        return bool(self.cut) or self.stopped_alone is not None
+
+    def _watch(self) -> None:
+        """Note the workers that died without a report (a non-zero exit: killed)."""
+        for i, p in enumerate(self.procs):
+            if i in self.results or i in self.cut:
+                continue
+            code = p.exitcode
+            if code is None or code == 0:
+                continue  # running, or ended with its report on its way
+            cut = WorkerCut(i, self.n, code, time.monotonic_ns(), int(self.t0.value))
+            self.cut[i] = cut
+            if self.warn is not None:
+                self.warn(f"error: {cut.line()}: stopping the run")
 
     def _pass_on_stop(self) -> None:
         """SIGINT to every worker: a Ctrl-C at a terminal reached them already (they take a
@@ -308,20 +349,44 @@ class LocalProcessPool(_OnThisHost):
 
     def _end(self) -> None:
         """Every worker ended; the ones that sent no report counted from their part files."""
+        self._watch()  # a death before the workers are stopped here is a cut, not a failure
         self.stop(grace_s=5.0)
         for i, p in enumerate(self.procs):
             if i in self.results:
                 continue
-            if p.exitcode not in (0, None) and p.exitcode != -signal.SIGINT:
+            cut = self.cut.get(i)
+            if cut is None and p.exitcode not in (0, None) and p.exitcode != -signal.SIGINT:
                 self.failures.append(f"worker {p.name} exited with code {p.exitcode}")
-            self.results[i] = summary_from_parts(self.out, i, self.planned[i])
+            recovered = 0
+            with contextlib.suppress(OSError, ValueError):
+                recovered = recover(self.out, i, int(self.t0.value))
+            s = summary_from_parts(self.out, i, self.planned[i])
+            if cut is not None:
+                cut.rows, cut.recovered = s.done, recovered
+                s.cut = cut.summary_line()
+            self.results[i] = s
 
     def arrived(self) -> list[WorkerSummary]:
         return [self.results[i] for i in sorted(self.results)]
 
+    def describe(self) -> dict[str, Any]:
+        """run.json's ``workers_cut`` (the workers that died mid-run) and
+        ``stopped_by_worker`` (the shard whose own stop signal stopped the run); neither
+        when nothing of the kind happened."""
+        out: dict[str, Any] = {}
+        if self.cut:
+            out["workers_cut"] = [c.record() for _, c in sorted(self.cut.items())]
+        if self.stopped_alone is not None:
+            out["stopped_by_worker"] = self.stopped_alone
+        return out
+
     def close(self) -> None:
         """End any worker still running (a start or run that failed half-way)."""
         self.stop()
+
+
+POLL_S = 0.2
+"""How often the pool looks for a worker that died (at most: it also looks at each message)."""
 
 
 def summary_from_parts(out: Path, shard: int, planned: int) -> WorkerSummary:
@@ -400,7 +465,9 @@ def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int,
         os.close(fd)
 
 
-def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) -> None:
+def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any,
+               lock: Shared | None = None) -> None:
+    """A worker process; ``lock``: the results folder's lock, held until it exits."""
     from agent_replay.replay.worker import load_plan
 
     parent = os.getppid()
@@ -417,7 +484,8 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any) 
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, shard)
         started = True
-        summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop)
+        summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop,
+                            journal=True)
         if not stop.orphaned and parent_alive(parent):
             q.put(("done", shard, summary))
     except KeyboardInterrupt:

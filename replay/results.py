@@ -13,7 +13,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -26,8 +25,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agent_replay.analysis.results import parquet_write_options
-from agent_replay.errors import InputError, OutputError, OutputExistsError
+from agent_replay.errors import OutputError
 from agent_replay.replay.affinity import helper_thread
+from agent_replay.replay.journal import RowJournal
 from agent_replay.replay.outcome import RequestRecord
 from agent_replay.results_schema import REQUEST_SCHEMA
 
@@ -38,25 +38,6 @@ _SCALARS = (
     "http_status", "error", "think_ns", "connect_ns", "agent_id", "depends_on",
 )
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
-
-
-def prepare_folder(path: Path, force: bool) -> None:
-    """Create a fresh results folder. An existing non-empty one is replaced only with
-    ``force``, and only when it looks like a results folder (so a typo cannot wipe an
-    unrelated directory)."""
-    if path.exists():
-        if not path.is_dir():
-            raise OutputExistsError(str(path)) if not force else InputError(
-                f"{path}: exists and is not a results folder; remove it yourself")
-        entries = list(path.iterdir())
-        if entries:
-            if not force:
-                raise OutputExistsError(str(path))
-            if not (path / "run.json").exists() and not (path / "requests").is_dir():
-                raise InputError(f"{path}: not a results folder (no run.json); refusing to "
-                                 "overwrite it even with --force")
-            shutil.rmtree(path)
-    (path / "requests").mkdir(parents=True, exist_ok=True)
 
 
 def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
@@ -92,6 +73,9 @@ class ResultWriter:
     ``retry_s``; then ``unwritten`` is the number of rows that have no part file and
     ``error`` the last write error. It never raises a write error.
 
+    With ``journal`` (a worker process) each row also goes to the worker's row journal as
+    it is added (``replay.journal``), so a kill loses only the requests in flight.
+
     Nothing else runs here: live statistics are computed by the dashboard's process from
     the part files (``analysis.live.PartsFeed``), off the measuring process.
     """
@@ -100,7 +84,7 @@ class ResultWriter:
 
     def __init__(self, folder: Path, t0_ns: int, worker: int = 0, *, flush_rows: int = 2000,
                  flush_s: float = 1.0, retry_s: float = 10.0,
-                 hold_bytes: int = 256 << 20) -> None:
+                 hold_bytes: int = 256 << 20, journal: bool = False) -> None:
         self.dir = folder / "requests"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = t0_ns
@@ -114,7 +98,9 @@ class ResultWriter:
         self._last_flush_ns: int | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results",
                                         initializer=helper_thread)
-        self._pending: list[tuple[Future[BaseException | None], list[RequestRecord]]] = []
+        self._pending: list[tuple[Future[BaseException | None], list[RequestRecord], int]] = []
+        # a worker process's rows also go to its journal as they come (replay.journal)
+        self.journal = RowJournal(self.dir, worker) if journal else None
         self._held: list[RequestRecord] = []  # rows of failed writes, oldest first
         self._held_bytes = 0
         self._retry_at_ns = 0
@@ -147,6 +133,8 @@ class ResultWriter:
     def add(self, rec: RequestRecord) -> None:
         self.rows += 1
         self._buf.append(rec)
+        if self.journal is not None:
+            self.journal.append(rec)
         if len(self._buf) >= self.flush_rows:
             self.flush()
 
@@ -164,7 +152,7 @@ class ResultWriter:
         """While writes fail: the rows waiting in memory (held, buffered or being retried)."""
         if not self.failing:
             return 0
-        return len(self._held) + len(self._buf) + sum(len(b) for _, b in self._pending)
+        return len(self._held) + len(self._buf) + sum(len(b) for _, b, _ in self._pending)
 
     def flush(self, now_ns: int | None = None) -> None:
         """Hand the buffered rows (and any held ones, once the back-off is over) to the
@@ -181,23 +169,26 @@ class ResultWriter:
         batch, self._buf = self._buf, []
         name = f"part-{self.worker:03d}-{self._seq:05d}.parquet"
         self._seq += 1
-        self._pending.append((self._pool.submit(self._write, batch, self.dir / name), batch))
+        seg = self.journal.cut() if self.journal is not None else 0
+        self._pending.append((self._pool.submit(self._write, batch, self.dir / name), batch, seg))
 
     def _harvest(self) -> None:
         """Look at the writes that finished: count the written rows, hold the failed ones."""
         if not self._pending:
             return
         still = []
-        for fut, batch in self._pending:
+        for fut, batch, seg in self._pending:
             if not fut.done():
-                still.append((fut, batch))
+                still.append((fut, batch, seg))
                 continue
-            self._settle(fut.result(), batch)
+            self._settle(fut.result(), batch, seg)
         self._pending = still
 
-    def _settle(self, err: BaseException | None, batch: list[RequestRecord]) -> None:
+    def _settle(self, err: BaseException | None, batch: list[RequestRecord], seg: int) -> None:
         if err is None:
             self.written += len(batch)
+            if self.journal is not None:  # a batch of held rows leaves their segments to close
+                self.journal.written(seg)
             self.failing = False
             self._backoff_ns = self.flush_ns
             return
@@ -238,8 +229,8 @@ class ResultWriter:
         self.flush()
         deadline = time.monotonic_ns() + int(self.retry_s * 1e9)
         while True:
-            for fut, batch in self._pending:
-                self._settle(fut.result(), batch)
+            for fut, batch, seg in self._pending:
+                self._settle(fut.result(), batch, seg)
             self._pending = []
             if not self._held and not self._buf:
                 break
@@ -251,6 +242,8 @@ class ResultWriter:
             self.flush()
         self._pool.shutdown(wait=True)
         self.unwritten = len(self._held) + len(self._buf) + self.dropped
+        if self.journal is not None:  # every row is in a part file or counted in unwritten
+            self.journal.close()
 
 
 def _why(err: BaseException) -> str:

@@ -2,11 +2,11 @@
 
 Order of work: check the options, read and validate the trace and build the plan (bad
 input fails here, before anything is sent), probe the target (unreachable: one line, exit
-3), create the results folder (never over an existing one without ``force``), start the
-/metrics scraper and the GPU sampler (replay.scrape), the worker pool (replay.pools) and
-the progress feed (replay.feed), choose t0 and write run.json, run the workers from that
-one t0, merge their summaries and write run.json again with the outcome and the load
-generator's self-check (replay.runrecord).
+3), create the results folder and lock it (replay.folderlock: one writer; ``force`` moves
+earlier results aside), start the /metrics scraper and the GPU sampler (replay.scrape),
+the worker pool (replay.pools) and the progress feed (replay.feed), choose t0 and write
+run.json, run the workers from that one t0, merge their summaries and write run.json
+again with the outcome and the load generator's self-check (replay.runrecord).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from agent_replay.redact import redact_url, split_userinfo
 from agent_replay.replay.affinity import kept_affinity, pin, rest_cpus, worker_cpus
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
+from agent_replay.replay.folderlock import acquire, refuse_if_busy
 from agent_replay.replay.lifeline import sigterm_as_sigint
 from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
 from agent_replay.replay.pools import WorkerPool, start_pool
 from agent_replay.replay.provenance import provenance
-from agent_replay.replay.results import SpaceReserve, prepare_folder, remove_unfinished_parts
+from agent_replay.replay.results import SpaceReserve, remove_unfinished_parts
 from agent_replay.replay.runrecord import (
     RunSummary,
     finish,
@@ -190,6 +191,8 @@ async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> Run
 def _run(config: RunConfig, progress: Reporter | None,
          launch_info: dict[str, Any] | None = None) -> RunSummary:
     config.check()
+    if config.output:
+        refuse_if_busy(Path(config.output))  # a live run's folder: one line before any work
     plan = load_and_validate(config)
     config = with_credentials(config, plan)
     info = asyncio.run(probe(config.target, headers=dict(config.headers),
@@ -199,12 +202,17 @@ def _run(config: RunConfig, progress: Reporter | None,
     if config.cpus is not None:  # check() refuses it with --ray
         config = replace(config, worker_cpus=tuple(worker_cpus(config.cpus, n)))
     out = Path(config.output or ".")
-    prepare_folder(out, config.force)
-    reserve = SpaceReserve(out)  # a disk full before the start: one line, exit 5, nothing sent
+    lock = acquire(out, config.force)  # one writer per folder; --force moves old results aside
+    if lock.moved_to is not None and progress is not None:
+        progress(f"--force: the earlier results in {out} were moved to {lock.moved_to}")
     try:
-        return _replay(config, plan, info, n, out, reserve, progress, launch_info)
+        reserve = SpaceReserve(out)  # a disk full before the start: one line, exit 5, nothing sent
+        try:
+            return _replay(config, plan, info, n, out, reserve, progress, launch_info)
+        finally:
+            reserve.release()
     finally:
-        reserve.release()
+        lock.release()
 
 
 def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,

@@ -59,6 +59,7 @@ class RunSummary(Counters):
     errors: dict[str, int] = field(default_factory=dict, metadata=merged_by(keyed))
     mismatches: int = counter(0)
     inexact: int = counter(0)
+    usage_disagree: int = counter(0)  # the server's usage disagrees with its stream
     chunks: int = counter(0)
     resent: int = counter(0)
     output_tokens: int = counter(0)
@@ -224,6 +225,12 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
             "and --vocab-size")
     if s.unwritten:
         s.self_check.warnings.insert(0, s.unwritten_line() or "")
+    s.self_check.warnings.extend(w.cut for w in ws if w.cut)
+    if s.usage_disagree:
+        s.self_check.warnings.append(
+            f"{s.usage_disagree} requests: the server's usage disagrees with the tokens it "
+            "streamed; throughput counts the streamed tokens (rows flagged mismatch, the "
+            "numbers in their error column)")
     if lost:
         s.self_check.warnings.extend(x.line() for x in lost)
         s.lost_sessions = sum(len(x.sessions) for x in lost)
@@ -242,7 +249,8 @@ def outcome(s: RunSummary) -> dict[str, Any]:
         "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
                     "cancelled": s.cancelled,
                     "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
-                    "inexact": s.inexact, "unwritten": s.unwritten, "write_error": s.write_error,
+                    "inexact": s.inexact, "usage_disagree": s.usage_disagree,
+                    "unwritten": s.unwritten, "write_error": s.write_error,
                     "chunks": s.chunks, "resent": s.resent, "output_tokens": s.output_tokens,
                     "wall_s": s.wall_s,
                     "cpu_s": s.cpu_s},

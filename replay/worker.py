@@ -37,7 +37,13 @@ from agent_replay.engines.sse import SSEParser
 from agent_replay.errors import TargetError
 from agent_replay.redact import redact_url
 from agent_replay.replay.affinity import allowed_cpus
-from agent_replay.replay.client import Prepared, Sender, inexact_counts_differ, make_session
+from agent_replay.replay.client import (
+    Prepared,
+    Sender,
+    inexact_counts_differ,
+    make_session,
+    usage_disagrees,
+)
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
@@ -92,6 +98,8 @@ class WorkerSummary(Counters):
     overflow_dropped: int = counter(0)  # agentx timing: not sent, their stream ended on an overflow
     unwritten: int = counter(0)  # recorded requests whose row could not be written (ResultWriter)
     write_error: str | None = counter(None, first)  # the first part-file write error, if any
+    usage_disagree: int = counter(0)  # rows whose usage disagrees with their stream (client.usage_disagrees)
+    cut: str | None = counter(None, first)  # the worker died mid-run: what its parent saw (pools)
 
     def schedule_lag_ns(self) -> np.ndarray:
         return np.frombuffer(self.schedule_lag, dtype=np.int64)
@@ -187,6 +195,7 @@ async def arun_shard(
     report: Callable[[Progress], None] | None = None,
     *,
     plan: Plan | None = None,
+    journal: bool = False,
 ) -> WorkerSummary:
     """Replay this worker's shard against ``config.target``; see module docs."""
     assert config.t0_ns is not None and config.model is not None and config.salt is not None
@@ -196,7 +205,7 @@ async def arun_shard(
     out = Path(config.output or ".")
     t0 = config.t0_ns
     summary = WorkerSummary(shard=shard_index, total=plan.n_requests, cpus=allowed_cpus())
-    writer = ResultWriter(out, t0, shard_index, retry_s=config.write_retry_s)
+    writer = ResultWriter(out, t0, shard_index, retry_s=config.write_retry_s, journal=journal)
     concurrency = None
     if config.concurrency:
         concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
@@ -252,6 +261,8 @@ async def arun_shard(
                     summary.aborted = True
                     if run_task is not None:
                         run_task.cancel()
+            if usage_disagrees(rec):
+                summary.usage_disagree += 1
             # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
             summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
@@ -366,16 +377,19 @@ async def _tick(clock: Clock, writer: ResultWriter, progress: _ProgressReport,
 
 
 def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any, *,
-              plan: Plan | None = None, stop: StopSignals | None = None) -> WorkerSummary:
+              plan: Plan | None = None, stop: StopSignals | None = None,
+              journal: bool = False) -> WorkerSummary:
     """Process entry: run one shard on a fresh event loop (uvloop when installed).
     ``plan``: the whole plan when the caller built it already (it is sharded here);
-    ``stop``: the process's stop signals, which then cancel the shard (a graceful stop)."""
+    ``stop``: the process's stop signals, which then cancel the shard (a graceful stop);
+    ``journal``: keep a row journal (``replay.journal``) for a parent to recover from."""
 
     def report(msg: Progress) -> None:
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    return aio.run(stoppable(arun_shard(config, shard_index, n_shards, report, plan=plan), stop),
+    return aio.run(stoppable(arun_shard(config, shard_index, n_shards, report, plan=plan,
+                                        journal=journal), stop),
                    config.loop)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import secrets
@@ -280,6 +281,8 @@ class SimServer:
         if fault.error > 0 and _draw(seed) < fault.error:
             return self._error(sim_api, BadRequest("simulated fault", fault.status,
                                                    "InternalServerError"))
+        if 0 < fault.empty < 1:  # this request's draw: all empty or not at all
+            fault = dataclasses.replace(fault, empty=float(_draw(seed ^ _EMPTY_SALT) < fault.empty))
         suffix = header_id if header_id else secrets.token_hex(8)
         rid = sim_api.dialect.id_prefix + suffix
         gt_id = header_id or rid
@@ -446,6 +449,10 @@ class SimServer:
     async def handle_reset_prefix_cache(self, request: web.Request) -> web.Response:
         self.core.cache.clear()
         return web.Response(status=200)
+
+
+_EMPTY_SALT = 0x5EED_E3F7
+"""Mixed into a request's seed for the ``empty`` draw: independent of the ``error`` draw."""
 
 
 def _draw(seed: int) -> float:

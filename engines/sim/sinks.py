@@ -95,12 +95,33 @@ class StreamSink(BaseSink):
 
     def prepare(self, ids: list[int], finish: str | None) -> None:
         """Encode and frame the chunk of the coming step ahead of its deadline."""
+        if self.fault.lies:
+            self._prepare_lie(ids, finish)
+            return
         data = self.encoder.chunk(ids, finish)
         if finish is not None:
             data += self.encoder.final(self.cached(), finish)
         self.next_data = data
         self.next_framed = b"%x\r\n%b\r\n" % (len(data), data)
         self.next_tokens = len(ids)
+        self.next_finish = finish
+
+    def _prepare_lie(self, ids: list[int], finish: str | None) -> None:
+        """``prepare`` for a lying answer: no tokens (``empty``: nothing written before the
+        end) or a final usage of ``usage_scale`` times the tokens sent."""
+        f = self.fault
+        shown = [] if f.empty else ids
+        if f.empty and finish is None:
+            self.next_data = self.next_framed = b""
+        else:
+            data = self.encoder.chunk(shown, finish)
+            if finish is not None:
+                enc = self.encoder
+                enc.completion_tokens = round(enc.completion_tokens * f.usage_scale)
+                data += enc.final(self.cached(), finish)
+            self.next_data = data
+            self.next_framed = b"%x\r\n%b\r\n" % (len(data), data)
+        self.next_tokens = len(shown)
         self.next_finish = finish
 
     def flush(self, sched_ns: int) -> None:

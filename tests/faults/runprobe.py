@@ -166,6 +166,7 @@ class Outcome:
     stdout: str
     pid: int = 0  # the run's process
     children: int = 0  # processes seen under it while it ran
+    fault_at: float | None = None  # time.monotonic() when the fault was applied
 
     def reported_rows(self) -> int | None:
         """Rows the run says it has: ok + failed + cancelled, less any it says it lost."""
@@ -301,7 +302,8 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             traceback="Traceback" in stderr, orphans=len(orphans), seconds=seconds,
             after_fault_s=None if run.fault_at is None else ended - run.fault_at,
             reserve_left=(out / ".space-reserve").exists(),
-            stderr=stderr, stdout=stdout, pid=proc.pid, children=len(run.seen))
+            stderr=stderr, stdout=stdout, pid=proc.pid, children=len(run.seen),
+            fault_at=run.fault_at)
     finally:
         if disk is not None:
             umount(disk)
