@@ -53,7 +53,7 @@ def test_more_workers_run_in_local_processes(config: RunConfig, plan: Plan,
     started: list[int] = []
 
     def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int,
-                   whole: Plan | None = None) -> LocalProcessPool:
+                   whole: Plan | None = None, warn: Any = None) -> LocalProcessPool:
         started.append(n)
         assert whole is plan
         return cls(cfg, 0)  # no process: the pool's bookkeeping only
