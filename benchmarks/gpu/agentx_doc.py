@@ -1,14 +1,16 @@
-"""Every measured figure of docs/gpu.md, computed from the committed files of the one-H200 run
-(benchmarks/results/gpu/2026-12-03-h200-mtp/): the per-run index of the sweep (which
-``agent-replay sweep ... --report-only --reindex`` rebuilds from the per-run folders), the
-per-request Parquet files, the servers' /metrics and logs, and `vllm bench serve`'s JSON.
+"""Every measured figure of docs/gpu.md, computed from the committed files of the one-H100
+AgentX run (benchmarks/results/gpu/2026-12-06-h100-agentx/): each replay's results folder
+(per-request Parquet, run.json, the server's /metrics series), the servers' startup logs and
+commands, and the model's config.
 
-    python benchmarks/gpu/mtp_doc.py                     # print the doc's figure blocks
-    python benchmarks/gpu/mtp_doc.py --check docs/gpu.md --readme README.md
+    python benchmarks/gpu/agentx_doc.py                    # print the doc's figure blocks
+    python benchmarks/gpu/agentx_doc.py --check docs/gpu.md --readme README.md
                                                           # exit 1 naming each block it lacks
 
 Each block is a table or sentence that docs/gpu.md must contain verbatim; a changed number
-in the doc (or in the data) makes ``--check`` fail.
+in the doc (or in the data) makes ``--check`` fail. Per-run figures come from the report's
+own computation (``analysis.report.build_report``), so they are the numbers `agent-replay
+report` prints for that folder.
 
 Paired effects: per repeat r, ``ln(B_r / A_r)``; the estimate is ``exp(mean) - 1`` and the
 interval ``exp(mean +- t * sd / sqrt(n)) - 1`` (Student-t, n - 1 degrees of freedom). The
@@ -20,12 +22,14 @@ k-th smallest p of m), so it excludes 0 where Holm rejects, up to the first non-
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +38,17 @@ import pyarrow.parquet as pq
 from agent_replay.analysis.replicates import holm, t_two_sided_p
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "benchmarks/results/gpu/2026-12-03-h200-mtp"
-TARGETS = ("standard", "mtp", "dedicated-decode")
-POINTS = (1, 2, 8, 32)
-METRICS = (("p90_tps", "P90 TPS"), ("output_tps_per_gpu", "output tok/s"),
-           ("ttft_p99_ms", "TTFT p99"))
+RUN = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
+PROFILES = ("standard", "mtp", "dedicated-decode")
+SERVER = {"standard": "std-kv8", "mtp": "mtp", "dedicated-decode": "ded"}
+"""The server (logs/NAME.server.log, results/NAME.command.json) that ran each profile's
+single-user repeats: standard was restarted with a larger KV cache for its last ladder
+points (logs/std.server.log); its first server's command is std-kv8.command.json."""
+SPEEDS = (("p90_tps", "P90 TPS"), ("north_star", "North Star"))
 ALPHA = 0.05
+SEEDS_SPEEDUP = 0.26
+"""The seeds' dedicated-decode over standard at one user: 829 tok/s on 4 x B300 against the
+GB300 standard path, +26%."""
 
 
 # ---- statistics (pure functions) --------------------------------------------------------
@@ -109,331 +118,279 @@ def nearest_rank(values: Sequence[float], q: float) -> float:
 
 # ---- data --------------------------------------------------------------------------------
 
-def index(run: Path = RUN) -> list[dict[str, object]]:
-    return pq.read_table(run / "mtp/index.parquet").to_pylist()
+@dataclass(frozen=True)
+class RunFigures:
+    """One replay's figures, as `agent-replay report` computes them (None: no measured
+    request gave one)."""
+
+    requests: int
+    p90_tps: float | None
+    north_star: float | None
+    interactivity: float | None
+    total_per_gpu: float | None
+    ttft_p50_ms: float | None
+    status: str
+    measured_s: float | None
+    duration_s: float
+    kv_peak: float | None
+    waiting_peak: float | None
 
 
-def per_repeat(rows: list[dict[str, object]], target: str, point: int, metric: str
-               ) -> list[float]:
-    """The metric of each repeat 0..4, in repeat order."""
-    got = {int(str(r["repeat"])): float(str(r[metric])) for r in rows
-           if r["target"] == target and float(str(r["point"])) == point}
-    return [got[k] for k in sorted(got)]
+def run_dir(profile: str, lanes: int | str, repeat: int, run: Path = RUN) -> Path:
+    return run / "results/runs" / profile / f"c{lanes}" / f"r{repeat}"
 
 
-def request_tpots(run_dir: Path) -> tuple[np.ndarray, np.ndarray, float]:
-    """(sent_ns, TPOT ms) of the measured requests of a run (ok, >= 2 tokens, not warm-up),
-    and the run's warm-up length in ns."""
-    t = pq.read_table(run_dir / "requests", columns=["sent_ns", "first_token_ns", "end_ns",
-                                                     "completion_tokens", "status", "warmup"])
-    d = t.to_pydict()
-    sent, tpot = [], []
-    for s, f, e, n, st, w in zip(d["sent_ns"], d["first_token_ns"], d["end_ns"],
-                                 d["completion_tokens"], d["status"], d["warmup"], strict=True):
-        if st == "ok" and not w and n and n >= 2 and f is not None and e is not None:
-            sent.append(s)
-            tpot.append((e - f) / (n - 1) / 1e6)
-    meta = json.loads((run_dir / "run.json").read_text())
-    return np.asarray(sent, dtype=np.float64), np.asarray(tpot), float(meta["warmup_ns"])
+@cache
+def figures(folder: Path) -> RunFigures:
+    from agent_replay.analysis.render import report_dict
+    from agent_replay.analysis.report import build_report
+
+    rep = report_dict(build_report(folder))
+    meta = json.loads((folder / "run.json").read_text())
+    head, lat = rep["headline"], rep["latency_ms"]
+    t = pq.read_table(folder / "server_metrics.parquet", columns=["name", "value"]).to_pydict()
+
+    def peak(name: str) -> float | None:
+        v = [x for n, x in zip(t["name"], t["value"], strict=True) if n == name]
+        return max(v) if v else None
+
+    return RunFigures(
+        requests=int(rep["requests"]["counted"]), p90_tps=head.get("p90_tps"),
+        north_star=head.get("north_star"), interactivity=head.get("agentx_interactivity"),
+        total_per_gpu=rep["throughput"].get("total_tokens_per_s_per_gpu"),
+        ttft_p50_ms=lat["ttft"].get("p50"), status=str(meta["status"]),
+        measured_s=(meta.get("agentx") or {}).get("measured_s"),
+        duration_s=float(meta["options"]["duration_s"]),
+        kv_peak=peak("vllm:kv_cache_usage_perc"), waiting_peak=peak("vllm:num_requests_waiting"))
 
 
-def halves_ratio(run_dir: Path) -> float | None:
-    """Median TPOT of the requests sent in the second half of the measured window over the
-    first half's (None when a half has fewer than 3 requests)."""
-    sent, tpot, warm = request_tpots(run_dir)
-    meta = json.loads((run_dir / "run.json").read_text())
-    end = float(meta["options"]["duration_s"]) * 1e9
-    mid = (warm + end) / 2
-    a, b = tpot[sent < mid], tpot[sent >= mid]
-    if a.size < 3 or b.size < 3:
-        return None
-    return float(np.median(b) / np.median(a))
+def repeats(profile: str, run: Path = RUN) -> list[RunFigures]:
+    """The single-user repeats of ``profile``, in repeat order."""
+    out = []
+    for r in (1, 2, 3):
+        folder = run_dir(profile, 1, r, run)
+        if folder.is_dir():
+            out.append(figures(folder))
+    return out
 
 
-def gauge(run_dir: Path, name: str) -> np.ndarray:
-    """The values of one /metrics gauge scraped during a run's measured window."""
-    t = pq.read_table(run_dir / "server_metrics.parquet").to_pydict()
-    warm = json.loads((run_dir / "run.json").read_text())["warmup_ns"]
-    return np.asarray([v for n, ts, v in zip(t["name"], t["t_ns"], t["value"], strict=True)
-                       if n == name and ts >= warm], dtype=np.float64)
+def non_default_args(server_log: Path) -> dict[str, object]:
+    """vLLM's last 'non-default args' line of a server log (its settings as vLLM parsed
+    them), as a dict; enum reprs (``<CompilationMode.NONE: 0>``) become their value."""
+    line = [ln for ln in server_log.read_text().splitlines() if "non-default args:" in ln][-1]
+    body = line.split("non-default args:", 1)[1].strip()
+    body = re.sub(r"<[\w]+\.(\w+): (-?\d+)>", r"\2", body)  # an int enum: its value
+    body = re.sub(r"<[\w]+\.(\w+): [^>]*>", r"'\1'", body)  # any other: its name
+    return dict(ast.literal_eval(body))
 
 
-def cache_info(metrics_file: Path) -> dict[str, str]:
-    """The labels of vllm:cache_config_info in a /metrics snapshot."""
-    for line in metrics_file.read_text().splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            return dict(re.findall(r'(\w+)="([^"]*)"', line))
-    raise ValueError(f"{metrics_file}: no vllm:cache_config_info")
+def not_in_effect(asked: list[str], got: dict[str, object]) -> list[str]:
+    """The requested flags (``--flag value`` pairs of a vllm serve command, the port and
+    parallel sizes aside) that the server's reported settings lack or hold another value
+    of; a JSON value is in effect when each of its keys is."""
+    out = []
+    i = 0
+    while i < len(asked):
+        flag = asked[i]
+        value = asked[i + 1] if i + 1 < len(asked) and not asked[i + 1].startswith("--") else None
+        i += 2 if value is not None else 1
+        key = flag[2:].replace("-", "_")
+        if key in ("port", "tensor_parallel_size"):
+            continue
+        have = got.get(key)
+        want: object = True if value is None else (
+            json.loads(value) if value[:1] in "{[" else value)
+        if isinstance(want, dict) and isinstance(have, dict):
+            if any(have.get(k) != v for k, v in want.items()):
+                out.append(flag)
+        elif str(have) != str(want):
+            out.append(flag)
+    return out
 
 
-def non_default_args(server_log: Path) -> dict[str, str]:
-    """vLLM's 'non-default args' line of a server log, as text per key."""
-    for line in server_log.read_text().splitlines():
-        if "non-default args:" in line:
-            body = line.split("non-default args:", 1)[1]
-            return dict(re.findall(r"'(\w+)': ('[^']*'|\{[^}]*\}|[^,}]+)", body))
-    raise ValueError(f"{server_log}: no 'non-default args' line")
+def requested(name: str, run: Path = RUN) -> list[str]:
+    """The vLLM arguments profile ``name`` asked for (its vllm-cmd output)."""
+    cmd = json.loads((run / f"results/{name}.command.json").read_text())
+    return list(cmd["commands"][0]["argv"][3:])
 
 
 # ---- blocks ------------------------------------------------------------------------------
 
-def _n(v: float, digits: int) -> str:
-    return f"{v:,.{digits}f}"
+def _n(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
 
 
 def _pct(v: float) -> str:
     return f"{v * 100:+.1f}%"
 
 
-def _digits(metric: str) -> int:
-    return 0 if metric == "output_tps_per_gpu" else 1
+def model_sentence(run: Path = RUN) -> str:
+    from agent_replay.engines.vllm.tiny_model import deepseek_parameters
+
+    cfg = json.loads((run / "results/model-config.json").read_text())
+    p = deepseek_parameters(cfg)
+    return (f"The model: the shape of {cfg['agent_replay_shape']} ({cfg['num_hidden_layers']} "
+            f"layers, hidden {cfg['hidden_size']}, {cfg['n_routed_experts']} routed experts + "
+            f"{cfg['n_shared_experts']} shared, {cfg['num_experts_per_tok']} per token, MLA "
+            f"kv_lora {cfg['kv_lora_rank']}, {cfg['num_nextn_predict_layers']} MTP layer, "
+            f"vocabulary {cfg['vocab_size']:,}): {p['main'] / 1e9:.2f}B parameters served, "
+            f"{p['mtp'] / 1e9:.2f}B in the MTP layer, {p['active'] / 1e9:.2f}B active per token.")
 
 
-def means_table(rows: list[dict[str, object]]) -> str:
-    head = ("| target | sessions | P90 TPS | output tok/s per GPU | TTFT p99 ms |\n"
-            "|---|---|---|---|---|")
-    lines = [head]
-    for t in TARGETS:
-        for p in POINTS:
-            cells = []
-            for m, _ in METRICS:
-                mean, lo, hi = mean_ci(per_repeat(rows, t, p, m))
-                d = _digits(m)
-                cells.append(f"{_n(mean, d)} [{_n(lo, d)}, {_n(hi, d)}]")
-            lines.append(f"| {t} | {p} | " + " | ".join(cells) + " |")
+SETTINGS = (("kv_cache_memory_bytes", "KV cache GiB"), ("max_num_seqs", "max-num-seqs"),
+            ("speculative_config", "speculative decoding"),
+            ("compilation_config", "CUDA graphs"), ("performance_mode", "performance mode"),
+            ("quantization", "weights"), ("max_model_len", "max-model-len"))
+
+
+def _setting(key: str, value: object) -> str:
+    if value is None:
+        return "vLLM's default"
+    if key == "kv_cache_memory_bytes":
+        return f"{int(str(value)) / 2**30:g}"
+    if key == "speculative_config" and isinstance(value, dict):
+        return (f"{value['method']} {value['num_speculative_tokens']}, acceptance "
+                f"{value.get('synthetic_acceptance_length', 'real')}")
+    if key == "compilation_config" and isinstance(value, dict):
+        sizes = value["cudagraph_capture_sizes"]
+        mode = value["cudagraph_mode"]
+        return (f"{mode}, sizes {sizes[0]}..{sizes[-1]} step {sizes[1] - sizes[0]}, "
+                f"compile mode {value['mode']}")
+    return str(value)
+
+
+def settings_table(run: Path = RUN) -> str:
+    """Each profile's settings as its server reported them (vLLM's 'non-default args' of the
+    server that ran the single-user repeats), and whether each requested flag is there."""
+    lines = ["| profile | " + " | ".join(h for _, h in SETTINGS) + " | requested flags in effect |",
+             "|---" * (len(SETTINGS) + 2) + "|"]
+    for prof in PROFILES:
+        name = SERVER[prof]
+        log = run / "logs" / f"{name}.server.log"
+        got = non_default_args(log)
+        asked = requested(name, run)
+        flags = [a for a in asked if a.startswith("--") and a not in ("--port",
+                                                                      "--tensor-parallel-size")]
+        bad = not_in_effect(asked, got)
+        lines.append(f"| {prof} | " + " | ".join(_setting(k, got.get(k)) for k, _ in SETTINGS)
+                     + f" | {len(flags) - len(bad)} of {len(flags)}"
+                     + (f" (not: {', '.join(bad)})" if bad else "") + " |")
     return "\n".join(lines)
 
 
-COMPARISONS = (("mtp", "standard"), ("dedicated-decode", "mtp"))
+def single_table(run: Path = RUN) -> str:
+    lines = ["| profile | repeats | measured requests per run | P90 TPS | North Star "
+             "| AgentX interactivity | TTFT p50 ms |", "|---|---|---|---|---|---|---|"]
+    for prof in PROFILES:
+        reps = repeats(prof, run)
+        cells = []
+        for key in ("p90_tps", "north_star", "interactivity", "ttft_p50_ms"):
+            vals = [float(getattr(f, key)) for f in reps]
+            est, lo, hi = mean_ci(vals)
+            cells.append(f"{_n(est)} [{_n(lo)}, {_n(hi)}]")
+        counts = sorted({f.requests for f in reps})
+        lines.append(f"| {prof} | {len(reps)} | {', '.join(map(str, counts))} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
-def effects(rows: list[dict[str, object]]) -> dict[tuple[str, str, int, str], Effect]:
+COMPARISONS = (("mtp", "standard"), ("dedicated-decode", "standard"),
+               ("dedicated-decode", "mtp"))
+
+
+def effects(run: Path = RUN) -> dict[tuple[str, str, str], Effect]:
     keys, pairs = [], []
     for other, base in COMPARISONS:
-        for p in POINTS:
-            for m, _ in METRICS:
-                keys.append((other, base, p, m))
-                pairs.append((per_repeat(rows, base, p, m), per_repeat(rows, other, p, m)))
+        for metric, _ in SPEEDS:
+            keys.append((other, base, metric))
+            pairs.append(([float(getattr(f, metric)) for f in repeats(base, run)],
+                          [float(getattr(f, metric)) for f in repeats(other, run)]))
     return dict(zip(keys, log_ratio_effects(pairs), strict=True))
 
 
-def _verdict(e: Effect, metric: str) -> str:
+def _verdict(e: Effect) -> str:
     if e.p_holm >= ALPHA:
         return "no claim"
-    better = (e.estimate > 0) == (metric != "ttft_p99_ms")
-    return "better" if better else "worse"
+    return "faster" if e.estimate > 0 else "slower"
 
 
-def effects_table(rows: list[dict[str, object]]) -> str:
-    eff = effects(rows)
-    lines = ["| comparison | sessions | P90 TPS | output tok/s per GPU | TTFT p99 |",
-             "|---|---|---|---|---|"]
+def effects_table(run: Path = RUN) -> str:
+    eff = effects(run)
+    lines = ["| comparison | " + " | ".join(h for _, h in SPEEDS) + " |",
+             "|---|" + "---|" * len(SPEEDS)]
     for other, base in COMPARISONS:
-        for p in POINTS:
-            cells = []
-            for m, _ in METRICS:
-                e = eff[(other, base, p, m)]
-                cells.append(f"{_pct(e.estimate)} [{_pct(e.low)}, {_pct(e.high)}] "
-                             f"p={e.p_holm:.3f} {_verdict(e, m)}")
-            lines.append(f"| {other} vs {base} | {p} | " + " | ".join(cells) + " |")
+        cells = []
+        for metric, _ in SPEEDS:
+            e = eff[(other, base, metric)]
+            cells.append(f"{_pct(e.estimate)} [{_pct(e.low)}, {_pct(e.high)}] "
+                         f"p={e.p_holm:.3f} {_verdict(e)}")
+        lines.append(f"| {other} vs {base} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def readme_table(rows: list[dict[str, object]]) -> str:
-    """The README's short form of the effects table: estimates and Holm verdicts."""
-    eff = effects(rows)
-    lines = ["| comparison | sessions | P90 TPS | output tok/s per GPU | TTFT p99 |",
-             "|---|---|---|---|---|"]
-    for other, base in COMPARISONS:
-        for p in POINTS:
-            cells = [f"{_pct(eff[(other, base, p, m)].estimate)} "
-                     f"{_verdict(eff[(other, base, p, m)], m)}" for m, _ in METRICS]
-            lines.append(f"| {other} vs {base} | {p} | " + " | ".join(cells) + " |")
+def ratio_sentence(run: Path = RUN) -> str:
+    e = effects(run)[("dedicated-decode", "standard", "p90_tps")]
+    return (f"Dedicated decode over standard at one user, P90 TPS: {_pct(e.estimate)} "
+            f"[{_pct(e.low)}, {_pct(e.high)}] (Holm p={e.p_holm:.3f}), beside the seeds' "
+            f"{_pct(SEEDS_SPEEDUP)} (829 tok/s on 4 x B300 against the GB300 standard path).")
+
+
+LADDER = (("standard", (1, 2, 3, 4, 6)), ("dedicated-decode", (1, 2, 3, 4, 8)))
+
+
+def frontier_table(run: Path = RUN) -> str:
+    """The ladder: lanes, what was measured and the AgentX axes; concurrency 1 is the mean of
+    its repeats (geometric), the other points one run each."""
+    lines = ["| profile | lanes | measured s | requests | AgentX tok/s per GPU | North Star "
+             "| 1/P90 ITL (AgentX interactivity) | P90 TPS | KV cache peak | waiting peak |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for prof, lanes in LADDER:
+        for c in lanes:
+            reps = repeats(prof, run) if c == 1 else [figures(run_dir(prof, c, 1, run))]
+            meas = [f.measured_s or 0.0 for f in reps]
+
+            def g(key: str) -> str:
+                vals = [getattr(f, key) for f in reps]
+                if any(v is None for v in vals):
+                    return "-"
+                gmean = math.exp(sum(math.log(float(v)) for v in vals) / len(vals))
+                return _n(gmean, 0 if key == "total_per_gpu" else 1)
+
+            kv = max((f.kv_peak or 0.0) for f in reps)
+            wait = max((f.waiting_peak or 0.0) for f in reps)
+            lines.append(f"| {prof} | {c} | {_n(min(meas), 0)} | {sum(f.requests for f in reps)} | "
+                         f"{g('total_per_gpu')} | {g('north_star')} | {g('interactivity')} | "
+                         f"{g('p90_tps')} | {kv * 100:.0f}% | {wait:.0f} |")
     return "\n".join(lines)
 
 
-def frontier_sentence(rows: list[dict[str, object]]) -> str:
-    """Which points another point of the same target beats on both P90 TPS and output
-    tokens/s per GPU (means)."""
-    beaten = []
-    for t in TARGETS:
-        m = {p: (mean_ci(per_repeat(rows, t, p, "p90_tps"))[0],
-                 mean_ci(per_repeat(rows, t, p, "output_tps_per_gpu"))[0]) for p in POINTS}
-        for p in POINTS:
-            by = [q for q in POINTS if q != p and m[q][0] > m[p][0] and m[q][1] > m[p][1]]
-            if by:
-                beaten.append(f"{t} at {p} (beaten by its {', '.join(map(str, by))})")
-    return ("Points that another point of the same target beats on both P90 TPS and output "
-            "tokens/s per GPU: " + "; ".join(beaten) + ".")
+def empty_runs_sentence(run: Path = RUN) -> str:
+    """The ladder runs that measured nothing, with their status."""
+    empty = []
+    for folder in sorted((run / "results/runs").glob("*/c*/r1")):
+        f = figures(folder)
+        if f.requests == 0:
+            empty.append(f"{folder.parent.parent.name} at {folder.parent.name[1:]} lanes")
+    return (f"Runs that measured no request ({len(empty)}): " + "; ".join(empty) + ".")
 
 
-def waiting_sentence(run: Path = RUN) -> str:
-    parts = []
-    for t in TARGETS:
-        running = [float(gauge(run / f"mtp/runs/{t}/concurrent_sessions=32/r{r}",
-                               "vllm:num_requests_running").mean()) for r in range(5)]
-        waiting = [gauge(run / f"mtp/runs/{t}/concurrent_sessions=32/r{r}",
-                         "vllm:num_requests_waiting") for r in range(5)]
-        parts.append(f"{t} {np.mean(running):.1f} running and "
-                     f"{np.mean([w.mean() for w in waiting]):.1f} waiting "
-                     f"(at most {max(w.max() for w in waiting):.0f})")
-    return ("At 32 sessions, scraped once a second over the measured windows (mean of the "
-            "5 runs): " + "; ".join(parts) + ".")
-
-
-def steadiness_sentence(rows: list[dict[str, object]], run: Path = RUN) -> str:
-    ratios = []
-    for r in rows:
-        v = halves_ratio(run / "mtp" / str(r["path"]))
-        ratios.append(math.nan if v is None else abs(v - 1))
-    known = [(r, v) for r, v in zip(rows, ratios, strict=True) if not math.isnan(v)]
-    ratios = [v for _, v in known]
-    cold = sum(1 for r in rows if r["cold_start"])
-    by_point = []
-    for p in POINTS:
-        vals = [x for r, x in known if float(str(r["point"])) == p]
-        by_point.append(f"{sum(1 for x in vals if x <= 0.10)} of {len(vals)} at {p}")
-    return (f"Median TPOT of the requests sent in the second half of a measured window "
-            f"against the first half's: within 10% in {sum(1 for v in ratios if v <= 0.10)} "
-            f"of {len(ratios)} runs ({', '.join(by_point)} sessions; median difference "
-            f"{np.median(ratios) * 100:.1f}%, largest {max(ratios) * 100:.1f}%); "
-            f"{cold} of {len(rows)} runs flagged as a cold start.")
-
-
-def kv_usage_sentence(rows: list[dict[str, object]], run: Path = RUN) -> str:
-    best = (-1.0, "", 0.0)
-    for r in rows:
-        u = gauge(run / "mtp" / str(r["path"]), "vllm:kv_cache_usage_perc")
-        if u.size and float(u.max()) > best[0]:
-            best = (float(u.max()), str(r["target"]), float(str(r["point"])))
-    return (f"The highest KV cache use any server reported in a measured window was "
-            f"{best[0] * 100:.1f}% ({best[1]} at {best[2]:g} sessions).")
-
-
-def env_sentence(run: Path = RUN) -> str:
-    text = (run / "logs/env.txt").read_text()
-    vllm = re.search(r"^vllm (\S+) torch (\S+)$", text, re.M)
-    driver = re.search(r"Driver Version: (\S+)", text)
-    gpu = re.search(r"\|\s+\d+\s+(NVIDIA \S+)", text)
-    cuda = re.search(r"CUDA Version: (\S+)", text)
-    python = re.search(r"^Python (\S+)$", text, re.M)
-    assert vllm and driver and gpu and cuda and python, f"{run}/logs/env.txt: lines missing"
-    return (f"vLLM {vllm.group(1)} (torch {vllm.group(2)}, Python {python.group(1)}), one "
-            f"{gpu.group(1)}, driver {driver.group(1)}, CUDA {cuda.group(1)}.")
-
-
-def kv_table(run: Path = RUN) -> str:
-    lines = ["| profile | KV cache bytes | KV tokens | blocks of 16 | gpu-memory-utilization "
-             "| max-num-seqs | GPU memory of its engine |", "|---|---|---|---|---|---|---|"]
-    mem = [line.split(", ") for line in
-           (run / "logs/gpu-memory.csv").read_text().splitlines()[1:]]
-    engines = {}
-    for name in ("std", "mtp", "ded"):
-        for line in (run / f"logs/{name}.server.log.lines").read_text().splitlines():
-            m = re.search(r"\(EngineCore pid=(\d+)\)", line)
-            if m:
-                engines[name] = m.group(1)
-                break
-    for name, t in zip(("std", "mtp", "ded"), TARGETS, strict=True):
-        c = cache_info(run / f"results/{name}.metrics-start.txt")
-        args = non_default_args(run / f"logs/{name}.server.log.lines")
-        used = next(m for pid, m in mem if pid == engines[name])
-        seqs = args.get("max_num_seqs", "vLLM's default")
-        lines.append(f"| {t} | {int(c['kv_cache_memory_bytes']) / 2**30:.0f} GiB | "
-                     f"{int(c['kv_cache_size_tokens']):,} | {int(c['num_gpu_blocks']):,} | "
-                     f"{c['gpu_memory_utilization']} | {seqs} | {used} |")
-    return "\n".join(lines)
-
-
-def bench_overlap(run: Path = RUN) -> dict[str, float]:
-    """Both clients' spans on CLOCK_MONOTONIC (s): bench's first request sent to its last
-    answer ended, ours likewise, and their overlap."""
-    b = json.loads((run / "results/ab-c8-bench.json").read_text())
-    b_start = min(b["start_times"])
-    b_end = max(s + t + sum(i) for s, t, i in zip(b["start_times"], b["ttfts"], b["itls"],
-                                                   strict=True))
-    meta = json.loads((run / "results/ab-c8-ours/run.json").read_text())
-    t0 = meta["clock"]["t0_monotonic_ns"]
-    o = pq.read_table(run / "results/ab-c8-ours/requests", columns=["sent_ns", "end_ns"])
-    o_start = (t0 + min(o.column("sent_ns").to_pylist())) / 1e9
-    o_end = (t0 + max(o.column("end_ns").to_pylist())) / 1e9
-    clock = (run / "results/ab-c8.clock.txt").read_text().splitlines()
-    launched = float(clock[0].split(" wall ")[1].split()[0])
-    return {"bench_start": b_start, "bench_end": b_end, "ours_start": o_start,
-            "ours_end": o_end, "overlap": min(b_end, o_end) - max(b_start, o_start),
-            "bench_startup": b_start - launched}
-
-
-def bench_sentence(run: Path = RUN) -> str:
-    o = bench_overlap(run)
-    return (f"`vllm bench serve` took {o['bench_startup']:.1f} s from its launch to its first "
-            f"request; ours started {o['ours_start'] - o['bench_start']:.1f} s after that "
-            f"request. Bench's requests spanned {o['bench_end'] - o['bench_start']:.1f} s, ours "
-            f"{o['ours_end'] - o['ours_start']:.1f} s; the two overlapped for "
-            f"{o['overlap']:.1f} s (both sides' per-request timestamps, CLOCK_MONOTONIC).")
-
-
-def bench_table(run: Path = RUN) -> str:
-    b = json.loads((run / "results/ab-c8-bench.json").read_text())
-    b_tpot = [(sum(i) / (n - 1)) * 1e3 for i, n in zip(b["itls"], b["output_lens"], strict=True)]
-    t = pq.read_table(run / "results/ab-c8-ours/requests").to_pydict()
-    o_tpot = [(e - f) / (n - 1) / 1e6 for f, e, n in
-              zip(t["first_token_ns"], t["end_ns"], t["completion_tokens"], strict=True)]
-    tokens = sum(sum(c) for c in t["chunk_tokens"])
-    chunks = sum(len(c) for c in t["chunk_tokens"])
-    ratio = b["mean_itl_ms"] / b["mean_tpot_ms"]
-    # the requests that started and ended while both clients were running
-    ov = bench_overlap(run)
-    lo, hi = max(ov["bench_start"], ov["ours_start"]), min(ov["bench_end"], ov["ours_end"])
-    b_in = [x for x, s, f, i in zip(b_tpot, b["start_times"], b["ttfts"], b["itls"], strict=True)
-            if s >= lo and s + f + sum(i) <= hi]
-    t0 = json.loads((run / "results/ab-c8-ours/run.json").read_text())["clock"]["t0_monotonic_ns"]
-    o_in = [x for x, s, e in zip(o_tpot, t["sent_ns"], t["end_ns"], strict=True)
-            if (t0 + s) / 1e9 >= lo and (t0 + e) / 1e9 <= hi]
-
-    def inside(v: list[float]) -> str:
-        return f"{nearest_rank(v, 50):.2f} / {nearest_rank(v, 90):.2f} ms ({len(v)})"
-
-    return ("| client | TPOT p50 | TPOT p90 | inside the overlap: p50 / p90 (requests) "
-            "| tokens per chunk |\n|---|---|---|---|---|\n"
-            f"| agent-replay | {nearest_rank(o_tpot, 50):.2f} ms | {nearest_rank(o_tpot, 90):.2f} ms "
-            f"| {inside(o_in)} | {tokens / chunks:.2f} ({tokens:,} tokens in {chunks:,} chunks) |\n"
-            f"| vllm bench serve | {nearest_rank(b_tpot, 50):.2f} ms | {nearest_rank(b_tpot, 90):.2f} ms "
-            f"| {inside(b_in)} "
-            f"| its \"ITL\" mean {b['mean_itl_ms']:.2f} ms = {ratio:.2f}x its TPOT mean "
-            f"({b['mean_tpot_ms']:.2f} ms); acceptance length "
-            f"{b['spec_decode_acceptance_length']:.2f} |")
-
-
-def run_sentence(rows: list[dict[str, object]]) -> str:
-    secs = [float(str(r["run_s"])) for r in rows]
-    reqs = {p: [int(str(r["requests_ok"])) for r in rows if float(str(r["point"])) == p]
-            for p in POINTS}
-    done = sum(1 for r in rows if r["status"] == "complete")
-    status = "all complete" if done == len(rows) else f"{done} complete"
-    return (f"{len(rows)} runs, {status}; each took {min(secs):.1f}-{max(secs):.1f} s "
-            "of wall time; measured requests per run: " +
-            ", ".join(f"{min(v)}-{max(v)} at {p}" for p, v in reqs.items()) + " sessions.")
-
-
-BLOCKS: dict[str, Callable[[list[dict[str, object]]], str]] = {
-    "means table": means_table,
+BLOCKS = {
+    "model sentence": model_sentence,
+    "settings table": settings_table,
+    "single-user table": single_table,
     "effects table": effects_table,
-    "frontier sentence": frontier_sentence,
-    "waiting sentence": lambda rows: waiting_sentence(),
-    "steadiness sentence": steadiness_sentence,
-    "kv table": lambda rows: kv_table(),
-    "kv usage sentence": kv_usage_sentence,
-    "env sentence": lambda rows: env_sentence(),
-    "bench sentence": lambda rows: bench_sentence(),
-    "bench table": lambda rows: bench_table(),
-    "run sentence": run_sentence,
+    "ratio sentence": ratio_sentence,
+    "frontier table": frontier_table,
+    "empty runs sentence": empty_runs_sentence,
 }
 
 
+def readme_table(run: Path = RUN) -> str:
+    return effects_table(run)
+
+
 def blocks(run: Path = RUN) -> dict[str, str]:
-    rows = index(run)
-    return {name: fn(rows) for name, fn in BLOCKS.items()}
+    return {name: fn(run) for name, fn in BLOCKS.items()}
 
 
 def missing(doc_text: str, run: Path = RUN) -> list[str]:
@@ -454,10 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check is None:
         for name, text in blocks().items():
             print(f"<!-- {name} -->\n{text}\n")
-        print(f"<!-- README table -->\n{readme_table(index())}\n")
         return 0
     gone = missing(Path(args.check).read_text())
-    if args.readme is not None and readme_table(index()) not in Path(args.readme).read_text():
+    if args.readme is not None and readme_table() not in Path(args.readme).read_text():
         gone.append(f"README table (in {args.readme})")
     for name in gone:
         print(f"{args.check}: lacks the {name} computed from {RUN.relative_to(ROOT)}",
