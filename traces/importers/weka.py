@@ -50,7 +50,12 @@ import orjson
 
 from agent_replay.errors import TraceError
 from agent_replay.traces.builder import Request, build_table
-from agent_replay.traces.importers._common import ImportOptions, ImportResult, first_json_object
+from agent_replay.traces.importers._common import (
+    ImportOptions,
+    ImportResult,
+    file_contains,
+    first_json_object,
+)
 from agent_replay.traces.importers.weka_chains import (
     ChainCall,
     detect,
@@ -68,12 +73,17 @@ _TYPE_FIELDS = ("input_types", "output_types", "stop")
 
 
 def sniff(path: Path, head: bytes) -> bool:
+    """A JSON object with ``requests`` whose calls carry ``hash_ids`` and ``api_time``. The
+    first call's prompt can be long enough (hash ids of a 700k-token prompt) that its
+    ``api_time`` lies past ``head``: the rest of the file is then searched, a chunk at a
+    time, up to ``SCAN_LIMIT``."""
     obj = first_json_object(head)
     if obj is not None:
         return isinstance(obj.get("requests"), list) and "id" in obj
     text = head.lstrip()
-    return text.startswith((b"{", b"[")) and b'"requests"' in head and b'"hash_ids"' in head \
-        and b'"api_time"' in head
+    if not (text.startswith((b"{", b"[")) and b'"requests"' in head and b'"hash_ids"' in head):
+        return False
+    return b'"api_time"' in head or file_contains(path, b'"api_time"', start=max(0, len(head) - 16))
 
 
 class _Bad(Exception):
