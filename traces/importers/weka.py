@@ -25,8 +25,8 @@ as AIPerf derives them (``traces.tree.derive_depends_on``): a subagent is spawne
 spawner's last call at or before its ``t``; the first later spawner call whose ``t`` is
 at or after the subagent's end (``t + duration_ms``) joins it; none: a background branch.
 ``think_ns`` = arrival - the latest dependency's end, floored at 0 (end-to-start, as
-AIPerf replays; the recorded ``think_time`` differs between conventions), or the recorded
-``think_time`` where a dependency has no ``api_time`` (its end is unknown). Hash ids are
+AIPerf replays; the recorded ``think_time`` differs between conventions), a dependency
+without ``api_time`` (its end unknown) ending at its start, as AIPerf counts it. Hash ids are
 kept; the partial last block the format leaves unhashed gets a fresh negative id so that
 ``len(hash_ids) == ceil(in / block_size)``. ``tool_tokens + system_tokens`` of the trace and
 of each subagent (the shared prefix before the first user turn) go to the metadata
@@ -63,7 +63,7 @@ from agent_replay.traces.importers.weka_chains import (
     interval_waits,
 )
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.tree import MAIN, derive_depends_on, think_after
+from agent_replay.traces.tree import MAIN, derive_depends_on
 
 NAME = "weka"
 BLOCK_SIZE = 64
@@ -335,9 +335,9 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
 def _unapplied_interval_waits(agents: list[_Agent], ag: list[str], arr: list[int],
                               dur: list[int | None], deps: list[list[int]]) -> int:
     """Calls for which AIPerf's recorded-interval waits between a stream and its flattened
-    agents (``weka_chains.interval_waits``) name a call that their dependencies here do not
-    already wait for, directly or not: AIPerf holds such a call back until that one ends,
-    this replay does not."""
+    agents (``weka_chains.interval_waits``) name a call that their dependencies do not
+    already wait for, directly or not: held back until that one ends by ``--timing agentx``
+    (``replay.agentx.interval_barriers``), not by the other timings."""
     flat = {a.agent for a in agents if a.flat}
     if not flat:
         return 0
@@ -406,15 +406,14 @@ def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
 
 
 def _think(c: _Call, deps: list[int], arr: list[int], dur: list[int | None]) -> int | None:
-    """End-to-start from the latest dependency (``think_after``); where a dependency has no
-    ``api_time`` (a cut-off stream) that gap is unknown, and the request's recorded
-    ``think_time`` stands in for it (None when it has none)."""
-    gap = think_after(c.t_ns, deps, arr, dur)
-    if gap is None and deps and any(dur[d] is None for d in deps):
-        rec = c.obj.get("think_time")
-        if isinstance(rec, (int, float)) and not isinstance(rec, bool) and rec >= 0:
-            return _ns(rec)
-    return gap
+    """End-to-start from the latest dependency's end, floored at 0, a dependency
+    without ``api_time`` (a cut-off stream) ending at its start, as AIPerf's loader counts
+    it: after such a call the think time is the start-to-start gap. (The recorded
+    ``think_time`` is measured from the end of the stream's last call that had an
+    ``api_time``, so it would count the spans of the calls after it again.)"""
+    if not deps:
+        return None
+    return max(0, c.t_ns - max(arr[d] + (dur[d] or 0) for d in deps))
 
 
 def _traces(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -497,9 +496,10 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
                      "as absolute (its rule is per call), so its schedule of them differs")
     barred = sum(i["aiperf_interval_waits"] for i in infos)
     if barred:
-        notes.append(f"{barred} calls of streams with flattened agents wait in AIPerf 0.13.0 also "
-                     "for another of those streams' calls that ended before they started in the "
-                     "recording (its interval barriers); not applied here")
+        notes.append(f"{barred} calls of streams with flattened agents also wait for another of "
+                     "those streams' calls that ended before they started in the recording "
+                     "(AIPerf's interval barriers): --timing agentx applies them, other timings "
+                     "do not")
     padded = sum(i["padded"] for i in infos)
     if padded:
         notes.append(f"{padded} partial last blocks got fresh hash ids (the format hashes "
