@@ -120,6 +120,13 @@ def _num(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -
     return float(v)
 
 
+def _all_ints(xs: list[Any], *, bools: bool = True) -> bool:
+    """Whether every item is an int (``bools``: or a bool), checked at C speed: hash id
+    lists hold millions of items in a corpus."""
+    kinds = set(map(type, xs))
+    return kinds <= ({int, bool} if bools else {int})
+
+
 def _tail_id(*parts: object) -> int:
     """A fresh negative id (as the planner's synthesized ones) for a partial last block."""
     raw = "\x1f".join(str(p) for p in ("weka-tail", *parts)).encode()
@@ -158,7 +165,7 @@ def convention(trace: dict[str, Any]) -> str:
                 continue
             typed = typed or any(k in r for k in _TYPE_FIELDS)
             h = r.get("hash_ids")
-            if isinstance(h, list) and h and all(isinstance(x, int) for x in h):
+            if isinstance(h, list) and h and _all_ints(h):
                 m = min(h)
                 min_hash = m if min_hash is None else min(min_hash, m)
 
@@ -231,7 +238,8 @@ def _chain_call(i: int, c: _Call) -> ChainCall:
     api = r.get("api_time")
     api_s = float(api) if isinstance(api, (int, float)) and not isinstance(api, bool) and api > 0 else 0.0
     h = r.get("hash_ids")
-    ids = tuple(x for x in h if isinstance(x, int)) if isinstance(h, list) else ()
+    ids = (tuple(h) if _all_ints(h) else tuple(x for x in h if isinstance(x, int))) \
+        if isinstance(h, list) else ()
     model, n_in, n_out = r.get("model"), r.get("in"), r.get("out")
     return ChainCall(i, c.t_ns / 1e9, c.t_ns / 1e9 + api_s, model if isinstance(model, str) else "",
                      ids, n_in if isinstance(n_in, int) else 0, n_out if isinstance(n_out, int) else 0)
@@ -294,8 +302,7 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
         n_out = _num(r, "out", w)
         assert n_in is not None and n_out is not None
         h = r.get("hash_ids")
-        if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                              and x >= 0 for x in h):
+        if not isinstance(h, list) or not (_all_ints(h, bools=False) and (not h or min(h) >= 0)):
             raise _Bad(w, "field 'hash_ids' must be a list of integers >= 0")
         need = -(-int(n_in) // bs)
         ids = [x + shift for x in h[:need]]
