@@ -269,8 +269,8 @@ def differences(res: dict[str, Any]) -> int:
 def _print_rules(res: dict[str, Any]) -> None:
     print(f"{len(res['traces'])} traces: {res['requests']:,} requests; only one side "
           f"{len(res['only_one_side'])}; wait sets differ {len(res['waits_differ'])}; barriers "
-          f"differ {len(res['barriers_differ'])} (AIPerf holds {res.get('barriers', 0):,} requests "
-          f"behind one); branches differ {len(res['branches_differ'])}; kinds differ "
+          f"differ {len(res['barriers_differ'])} (AIPerf's hold {res.get('barriers', 0):,} requests); "
+          f"branches differ {len(res['branches_differ'])}; kinds differ "
           f"{len(res['kinds_differ'])}; delays differ by more than {TOL_MS:g} ms "
           f"{len(res['delays_differ'])}")
     for kind, v in res["by_kind"].items():

@@ -28,10 +28,13 @@
 * Inside a tree (``stream_rules``), per request kind: a stream's next turn goes its
   end-to-start delay after the stream's previous turn ends; a subagent's first turn goes
   (its ``t`` - its branch's start) after the spawning turn ends, the branch being the
-  subagents with the same spawning and joining turns and its start the earliest of their
-  first ``t``; a join turn goes the moment its last subagent ends when a subagent was
-  still running at the end of the parent's previous turn, else its end-to-start delay
-  after that turn (AIPerf's ``BranchOrchestrator``). With ``tree_idle_cap_ns`` every
+  subagents with the same spawning and joining turns (the main agent's flattened agents
+  a branch apart) and its start the earliest of their first ``t``; a join turn goes the
+  moment its last subagent ends when a subagent was still running at the end of the
+  parent's previous turn, else its end-to-start delay after that turn (AIPerf's
+  ``BranchOrchestrator``). Then no request goes before the calls of its barrier ended
+  (``interval_barriers``: AIPerf's recorded-interval waits between an agent and its
+  flattened agents; left-out calls count as ended). With ``tree_idle_cap_ns`` every
   recorded stretch where nothing of the tree was in flight is shortened to at most that
   first (AIPerf's trace idle gap cap; ``idle_warp``).
 * System idle cap (AIPerf's ``system_idle_gap_cap_seconds``): when nothing at all is in
