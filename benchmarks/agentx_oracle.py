@@ -249,11 +249,16 @@ class Rule:
     turn), ``child-first`` (a subagent's first turn: ``delay_ms`` after the spawning turn
     ends), ``join`` (the moment the last awaited subagent ends when one outlives the
     parent's previous turn, else ``delay_ms`` after that turn) or ``after`` (``delay_ms``
-    after the latest wait)."""
+    after the latest wait). ``barrier``: requests it is also held back for, sent the moment
+    the last of them ends when that is later than its rule's time (AIPerf's recorded-interval
+    waits). ``branch``: for a child's first turn, the first turns of every child of its
+    branch (the children spawned together, whose offsets count from one start)."""
 
     waits_for: frozenset[Key]
     delay_ms: float
     kind: str
+    barrier: frozenset[Key] = frozenset()
+    branch: frozenset[Key] = frozenset()
 
 
 def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
@@ -266,7 +271,7 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
     * a join turn (``spawn_join`` prerequisite): if the children are still running when the
       parent's previous turn ends, it is sent the moment they are done (no delay);
       otherwise its ``delay_ms`` after the previous turn (``kind`` ``join``);
-    * ``replay_predecessors``: extra cross-stream waits.
+    * ``replay_predecessors``: the barrier (``Rule.barrier``).
     """
     convs = {c["conversation_id"]: c for c in metadata.get("conversations", [])}
 
@@ -295,28 +300,30 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
         for i, t in enumerate(turns):
             k = key_of(t)
             extra = {(p["conversation_id"], int(p["turn_index"])) for p in t.get("replay_predecessors") or []}
-            extra_keys = {key_of(convs[pc]["turns"][pt]) for pc, pt in extra if pc in convs}
+            barrier = frozenset(key_of(convs[pc]["turns"][pt]) for pc, pt in extra if pc in convs)
             joins = [p["branch_id"] for p in t.get("prerequisites") or [] if p.get("kind") == "spawn_join"]
             if i == 0:
                 bid = spawned_by.get(cid)
                 if bid is None:
-                    rules[k] = Rule(frozenset(extra_keys), 0.0, "first")
+                    rules[k] = Rule(frozenset(), 0.0, "first", barrier)
                     continue
                 start = branch_start.get(bid)
                 off = 0.0 if start is None or t.get("timestamp_ms") is None else \
                     max(0.0, float(t["timestamp_ms"]) - float(start))
-                rules[k] = Rule(frozenset({branch_spawn[bid]} | extra_keys), off, "child-first")
+                kids = frozenset(key_of(convs[kid]["turns"][0]) for kid in branch_children[bid]
+                                 if kid in convs and convs[kid]["turns"])
+                rules[k] = Rule(frozenset({branch_spawn[bid]}), off, "child-first", barrier, kids)
                 continue
             prev = key_of(turns[i - 1])
             if joins:
-                waits = {prev} | extra_keys
+                waits = {prev}
                 for bid in joins:
                     for kid in branch_children.get(bid, []):
                         if kid in convs and convs[kid]["turns"]:
                             waits.add(key_of(convs[kid]["turns"][-1]))
-                rules[k] = Rule(frozenset(waits), float(t.get("delay_ms") or 0.0), "join")
+                rules[k] = Rule(frozenset(waits), float(t.get("delay_ms") or 0.0), "join", barrier)
                 continue
-            rules[k] = Rule(frozenset({prev} | extra_keys), float(t.get("delay_ms") or 0.0), "next")
+            rules[k] = Rule(frozenset({prev}), float(t.get("delay_ms") or 0.0), "next", barrier)
     return rules
 
 
@@ -340,7 +347,7 @@ def session_keys(s: PlannedSession, ix: TraceIndex) -> list[Key]:
 def ours_rules(plan: Plan, ix: TraceIndex, tree_idle_cap_ns: int | None = None) -> dict[Key, Rule]:
     """Our rule per request: what ``--timing agentx`` applies, ``replay.agentx.stream_rules``
     on the session's ``capped_times`` (``tree_idle_cap_ns``: the run's trace idle cap), with
-    its dependencies as the wait set (keys by ``session_keys``)."""
+    its dependencies as the wait set, its barrier and branch (keys by ``session_keys``)."""
     from agent_replay.replay.agentx import capped_times, stream_rules
 
     rules: dict[Key, Rule] = {}
@@ -349,7 +356,9 @@ def ours_rules(plan: Plan, ix: TraceIndex, tree_idle_cap_ns: int | None = None) 
         offsets, thinks = capped_times(s.requests, tree_idle_cap_ns)
         for p, r in enumerate(stream_rules(s.requests, offsets, thinks)):
             rules[keys[p]] = Rule(frozenset(keys[d] for d in s.requests[p].deps),
-                                  r.delay_ns / 1e6, OUR_KINDS[r.kind])
+                                  r.delay_ns / 1e6, OUR_KINDS[r.kind],
+                                  frozenset(keys[d] for d in r.barrier),
+                                  frozenset(keys[d] for d in r.branch))
     return rules
 
 
@@ -392,8 +401,8 @@ def direct_waits(k: Key, rules: Mapping[Key, Rule]) -> frozenset[Key]:
 
 
 def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float = 1.0) -> list[RuleDiff]:
-    """Every request whose direct wait set (``direct_waits``), kind or delay differs between
-    the two plans, in key order."""
+    """Every request whose direct wait set (``direct_waits``), barrier, branch, kind or delay
+    differs between the two plans, in key order."""
     out: list[RuleDiff] = []
     for k in sorted(set(a) | set(o), key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
         ra, ro = a.get(k), o.get(k)
@@ -406,6 +415,12 @@ def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float
             only_a = sorted(map(key_str, wa - wo))
             only_o = sorted(map(key_str, wo - wa))
             what.append(f"waits: AIPerf also for {only_a or '-'}, ours also for {only_o or '-'}")
+        if ra.barrier != ro.barrier:
+            what.append(f"barrier: AIPerf also for {sorted(map(key_str, ra.barrier - ro.barrier)) or '-'}, "
+                        f"ours also for {sorted(map(key_str, ro.barrier - ra.barrier)) or '-'}")
+        if ra.branch != ro.branch:
+            what.append(f"branch: AIPerf with {sorted(map(key_str, ra.branch - ro.branch)) or '-'}, "
+                        f"ours with {sorted(map(key_str, ro.branch - ra.branch)) or '-'}")
         if ra.kind != ro.kind:
             what.append(f"kind: AIPerf {ra.kind}, ours {ro.kind}")
         if abs(ra.delay_ms - ro.delay_ms) > tol_ms:

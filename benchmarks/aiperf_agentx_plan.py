@@ -1,4 +1,4 @@
-"""AIPerf's own start plan of an agentic replay run, computed by AIPerf's code (run with the
+"""AIPerf's own plan of an agentic replay run, computed by AIPerf's code (run with the
 AIPerf venv's Python; see scripts/setup-aiperf.sh): its ``TrajectorySource`` samples each
 lane's trace and t* as a run with the same dataset, concurrency, seed and start range does,
 and its ``AgenticReplayStrategy`` plans the warm-up and the first profiling sends; the
@@ -6,12 +6,24 @@ calls they would make to the credit issuer and the scheduler are recorded, not s
 
     AIPERF_PYTHON benchmarks/aiperf_agentx_plan.py CACHE_DIR --concurrency N --seed S
         [--start-range LO,HI] [--recycles K]
+    AIPERF_PYTHON benchmarks/aiperf_agentx_plan.py --traces DIR [DIR ...] --concurrency N
+        [--concurrency M ...] --seed S [--start-range LO,HI] [--recycles K] [--per-trace]
 
 CACHE_DIR: the dataset cache an AIPerf run leaves (``AIPERF_DATASET_MMAP_CACHE_DIR``; the
-newest manifest in it is read). Prints JSON: per lane its trace, t* (ms) and the requests
+newest manifest in it is read). ``--traces``: the dataset is built here from the weka trace
+files of the folders (taken together, in file-name order, as one folder given to
+``--input-file``) by AIPerf's own weka loader (``WekaTraceLoader``, configured by its
+``profile`` command line for the ``inferencex-agentx-mvp`` scenario), with no server and no
+prompt text: the loader's text synthesis (``ConversationReconstructor``) is replaced by one
+that writes no text, which leaves every timing, branch and dependency field as a run builds
+it. ``--per-trace``: also each trace alone as the dataset (so every trace gets its lanes).
+
+Prints JSON: per concurrency, per lane its trace, t* (ms) and the requests
 (``[trace, outer, inner]``) AIPerf sends as warm-ups and as the first profiling sends, each
 with its offset (ms after its phase starts, before the system idle cap moves it); and the
-next K traces the lanes recycle into, in the order the sampler hands them out.
+next K traces the lanes recycle into, in the order the sampler hands them out. With
+``--traces``, also the dataset metadata (``metadata``: the ``dataset_metadata_json`` a run
+would cache).
 """
 
 from __future__ import annotations
@@ -68,21 +80,111 @@ def _keys(source: Any, issued: list[list[Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def plan(cache: Path, concurrency: int, seed: int, start_range: tuple[float, float] | None,
-         recycles: int) -> dict[str, Any]:
-    from aiperf.common.enums import CreditPhase
+def cached_metadata(cache: Path) -> Any:
+    """The dataset metadata of the newest manifest in an AIPerf dataset cache."""
     from aiperf.common.models import DatasetMetadata
+
+    manifests = sorted(glob.glob(str(cache / "*" / "manifest.json")), key=os.path.getmtime)
+    if not manifests:
+        raise SystemExit(f"aiperf_agentx_plan: no dataset manifest under {cache}")
+    return DatasetMetadata.model_validate_json(
+        json.loads(Path(manifests[-1]).read_text())["dataset_metadata_json"])
+
+
+class _NoText:
+    """Stands in for the weka loader's ``ConversationReconstructor``: no prompt text (none
+    of the plan's fields depends on it)."""
+
+    class _Delta:
+        delta_messages: list[Any] = []
+        reset_context = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        return None
+
+    def init_turn_0(self, **kwargs: Any) -> None:
+        return None
+
+    def advance_turn(self, **kwargs: Any) -> None:
+        return None
+
+    def turn_delta(self) -> Any:
+        return self._Delta()
+
+
+class _NoPrompts:
+    """Stands in for the loader's prompt generator, which only the text synthesis uses."""
+
+    class _Rng:
+        def set_trace_id(self, trace_id: str) -> None:
+            return None
+
+    _cache: dict[Any, Any] = {}
+    _hash_id_corpus_rng = _Rng()
+    _bpe_stable_terminator_tokens: list[int] = []
+    tokenizer = None
+
+
+def built_metadata(folders: list[Path], seed: int) -> Any:
+    """The dataset metadata AIPerf's weka loader builds from the trace files of ``folders``
+    (one folder of links to them all, as ``--input-file`` takes one), configured as
+    ``aiperf profile --scenario inferencex-agentx-mvp --custom-dataset-type weka_trace``
+    configures it."""
+    import tempfile
+
+    os.environ["AIPERF_DATASET_WEKA_PARALLEL_WORKERS"] = "1"  # in-process, before AIPerf reads it
+    import aiperf.dataset.loader.weka_synth_buf as synth
+    from aiperf.cli_commands.profile import app
+    from aiperf.cli_runner import _make_benchmark_run
+    from aiperf.common.models import DatasetMetadata
+    from aiperf.config.flags.resolver import resolve_config
+    from aiperf.config.loader import build_benchmark_plan
+    from aiperf.dataset.loader.weka_trace import WekaTraceLoader
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder in folders:
+            for f in sorted(folder.glob("*.json")):
+                link = Path(tmp) / f.name
+                if link.exists():
+                    raise SystemExit(f"aiperf_agentx_plan: {f.name} is in two of the folders")
+                link.symlink_to(f.resolve())
+        argv = ["--scenario", "inferencex-agentx-mvp", "--unsafe-override", "--url", "localhost:1",
+                "--model", "m", "--endpoint-type", "chat", "--custom-dataset-type", "weka_trace",
+                "--input-file", tmp, "--concurrency", "1", "--random-seed", str(seed),
+                "--ui", "none", "--benchmark-duration", "1800"]
+        _, bound, _ = app.parse_args(argv, exit_on_error=False, print_error=True)
+        cfg = build_benchmark_plan(resolve_config(bound.kwargs["cli_config"], None)).configs[0]
+        run = _make_benchmark_run(cfg, random_seed=seed)
+        from aiperf.common.environment import Environment
+        assert Environment.DATASET.WEKA_PARALLEL_WORKERS == 1
+        synth.ConversationReconstructor = _NoText  # type: ignore[misc,assignment]
+        loader = WekaTraceLoader(filename=tmp, run=run, prompt_generator=_NoPrompts())  # type: ignore[arg-type]
+        conversations = loader.convert_to_conversations(loader.load_dataset())
+    return DatasetMetadata(conversations=[c.metadata() for c in conversations],
+                           sampling_strategy=loader.get_preferred_sampling_strategy())
+
+
+def trace_metadata(meta: Any, trace: str) -> Any:
+    """``meta`` cut to one trace: its root and its children."""
+    from aiperf.common.models import DatasetMetadata
+
+    convs = [c for c in meta.conversations
+             if c.conversation_id == trace or c.conversation_id.startswith(trace + "::")]
+    return DatasetMetadata(conversations=convs, sampling_strategy=meta.sampling_strategy)
+
+
+def plan(cache: Path | Any, concurrency: int, seed: int, start_range: tuple[float, float] | None,
+         recycles: int) -> dict[str, Any]:
+    """The start plan for ``concurrency`` lanes: ``cache`` an AIPerf dataset cache folder,
+    or dataset metadata."""
+    from aiperf.common.enums import CreditPhase
     from aiperf.dataset.dataset_samplers import SequentialSampler
     from aiperf.plugin.enums import TimingMode
     from aiperf.timing.config import CreditPhaseConfig
     from aiperf.timing.strategies.agentic_replay import AgenticReplayStrategy
     from aiperf.timing.trajectory_source import TrajectorySource
 
-    manifests = sorted(glob.glob(str(cache / "*" / "manifest.json")), key=os.path.getmtime)
-    if not manifests:
-        raise SystemExit(f"aiperf_agentx_plan: no dataset manifest under {cache}")
-    meta = DatasetMetadata.model_validate_json(
-        json.loads(Path(manifests[-1]).read_text())["dataset_metadata_json"])
+    meta = cached_metadata(cache) if isinstance(cache, Path) else cache
     if str(meta.sampling_strategy) not in ("sequential", "DatasetSamplingStrategy.SEQUENTIAL"):
         raise SystemExit(f"aiperf_agentx_plan: sampling {meta.sampling_strategy}, not sequential")
     roots = [c.conversation_id for c in meta.conversations if getattr(c, "is_root", True)]
@@ -120,17 +222,32 @@ def plan(cache: Path, concurrency: int, seed: int, start_range: tuple[float, flo
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("cache", type=Path)
-    ap.add_argument("--concurrency", type=int, required=True)
+    ap.add_argument("cache", type=Path, nargs="?")
+    ap.add_argument("--traces", type=Path, nargs="+", metavar="DIR")
+    ap.add_argument("--concurrency", type=int, action="append", required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--start-range", default=None, metavar="LO,HI")
     ap.add_argument("--recycles", type=int, default=0)
+    ap.add_argument("--per-trace", action="store_true")
     args = ap.parse_args()
     sr = None
     if args.start_range:
         a, b = (float(x) for x in args.start_range.split(","))
         sr = (a, b)
-    json.dump(plan(args.cache, args.concurrency, args.seed, sr, args.recycles), sys.stdout)
+    if args.traces is None:
+        if args.cache is None or len(args.concurrency) != 1:
+            ap.error("give CACHE_DIR and one --concurrency, or --traces")
+        json.dump(plan(args.cache, args.concurrency[0], args.seed, sr, args.recycles), sys.stdout)
+        return 0
+    meta = built_metadata(args.traces, args.seed)
+    out: dict[str, Any] = {"metadata": json.loads(meta.model_dump_json()), "starts": {}}
+    roots = [c.conversation_id for c in meta.conversations if c.is_root]
+    for c in args.concurrency:
+        one = {"corpus": plan(meta, c, args.seed, sr, args.recycles)}
+        if args.per_trace:
+            one["traces"] = {t: plan(trace_metadata(meta, t), c, args.seed, sr, 0) for t in roots}
+        out["starts"][str(c)] = one
+    json.dump(out, sys.stdout)
     return 0
 
 

@@ -28,10 +28,13 @@
 * Inside a tree (``stream_rules``), per request kind: a stream's next turn goes its
   end-to-start delay after the stream's previous turn ends; a subagent's first turn goes
   (its ``t`` - its branch's start) after the spawning turn ends, the branch being the
-  subagents with the same spawning and joining turns and its start the earliest of their
-  first ``t``; a join turn goes the moment its last subagent ends when a subagent was
-  still running at the end of the parent's previous turn, else its end-to-start delay
-  after that turn (AIPerf's ``BranchOrchestrator``). With ``tree_idle_cap_ns`` every
+  subagents with the same spawning and joining turns (the main agent's flattened agents
+  a branch apart) and its start the earliest of their first ``t``; a join turn goes the
+  moment its last subagent ends when a subagent was still running at the end of the
+  parent's previous turn, else its end-to-start delay after that turn (AIPerf's
+  ``BranchOrchestrator``). Then no request goes before the calls of its barrier ended
+  (``interval_barriers``: AIPerf's recorded-interval waits between an agent and its
+  flattened agents; left-out calls count as ended). With ``tree_idle_cap_ns`` every
   recorded stretch where nothing of the tree was in flight is shortened to at most that
   first (AIPerf's trace idle gap cap; ``idle_warp``).
 * System idle cap (AIPerf's ``system_idle_gap_cap_seconds``): when nothing at all is in
@@ -76,6 +79,8 @@ from agent_replay.replay.validity import (
     coverage_ratio,
     is_overflow,
 )
+from agent_replay.traces.importers.weka_chains import flat_owner, interval_waits
+from agent_replay.traces.tree import MAIN
 
 __all__ = ["DEFAULT_DURATION_S", "IDLE_CAP_NS", "MAX_OVERFLOW_FRACTION", "AgentXDriver", "LaneStart",
            "Rule", "ValidityInput", "ValidityRules", "agentx_validity", "cache_bust", "capped_times",
@@ -150,12 +155,50 @@ class Rule:
     (a subagent's first turn: ``delay_ns`` after the end of ``anchor``, the turn that
     spawned it, a wait the system idle cap does not shorten) or ``after`` (``delay_ns``
     after the latest dependency's end: a request with no dependency in its own stream
-    that is not a stream's first)."""
+    that is not a stream's first). ``deps``: the request's dependencies. ``barrier``:
+    requests it is also held back for (``interval_barriers``): it goes at the later of its
+    rule's time and the last of their ends. ``branch``: for a ``child``, the first turns of
+    every agent of its branch (their offsets count from the branch's start)."""
 
     kind: str
     delay_ns: int
     prev: int | None = None
     anchor: int | None = None
+    deps: tuple[int, ...] = ()
+    barrier: tuple[int, ...] = ()
+    branch: tuple[int, ...] = ()
+
+
+def interval_barriers(reqs: list[PlannedRequest], offsets: list[int]) -> list[tuple[int, ...]]:
+    """AIPerf's recorded-interval waits (its ``infer_cross_stream_predecessors``, one replay
+    scope at a time): an agent and the flattened agents split off it (``fa:NNN`` off the
+    main agent, ``<subagent>:fa:NNN`` off a subagent) form a scope, and in a scope of two or
+    more streams each request is held back for the requests ``weka_chains.interval_waits``
+    names (on ``offsets``; a request without a service time ends at its start). Positions
+    as in ``reqs``."""
+    scopes: dict[str, list[int]] = {}
+    for p, q in enumerate(reqs):
+        owner = flat_owner(q.agent_id)
+        scopes.setdefault(q.agent_id if owner is None else owner, []).append(p)
+    out: list[tuple[int, ...]] = [()] * len(reqs)
+    for pos in scopes.values():
+        streams = [reqs[p].agent_id for p in pos]
+        if len(set(streams)) < 2:
+            continue
+        starts = [offsets[p] for p in pos]
+        ends = [offsets[p] + max(0, reqs[p].service_ns or 0) for p in pos]
+        for k, waits in enumerate(interval_waits(streams, starts, ends)):
+            out[pos[k]] = tuple(pos[w] for w in waits)
+    return out
+
+
+def branch_key(reqs: list[PlannedRequest], first: int, join: int | None) -> tuple[int, int | None, bool]:
+    """The branch of the agent whose first turn is ``first``: its spawning turn, its
+    joining turn (None: background) and whether it is a flattened agent of the main agent.
+    AIPerf groups subagents (``spawn:<agent>``, a subagent's own flattened agents in its
+    branch) and the main agent's flattened agents (``flatspawn:N``) apart, even when
+    spawned and joined by the same turns."""
+    return (max(reqs[first].deps), join, flat_owner(reqs[first].agent_id) == MAIN)
 
 
 def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[int]) -> list[Rule]:
@@ -165,11 +208,13 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
     * a stream's next turn (its only dependency the stream's previous turn): the think
       time, end-to-start;
     * a join (also waiting for other streams): end-to-start after the stream's previous
-      turn, ``offset - (offset_prev + service_prev)`` floored at 0 (the recorded think
-      time where the previous turn's service time is unknown);
+      turn, ``offset - (offset_prev + service_prev)`` floored at 0 (an unknown service
+      time counts as 0: AIPerf's start-to-start gap);
     * a subagent's first turn: its offset minus its branch's start, the branch being the
-      subagents spawned by the same turn and joined by the same turn (or by none), its
-      start the earliest first offset among them.
+      agents spawned by the same turn and joined by the same turn (or by none), subagents
+      apart from the main agent's flattened agents (``branch_key``), its start the earliest
+      first offset among them;
+    * every request: the barrier of ``interval_barriers``.
     """
     agent = [q.agent_id for q in reqs]
     first_of: dict[str, int] = {}
@@ -182,33 +227,38 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
         for d in q.deps:
             if agent[d] != agent[p] and d == last_of[agent[d]]:
                 join_of.setdefault(agent[d], p)
-    branch_of: dict[str, tuple[int, int | None]] = {}
-    branch_start: dict[tuple[int, int | None], int] = {}
+    branch_of: dict[str, tuple[int, int | None, bool]] = {}
+    branch_start: dict[tuple[int, int | None, bool], int] = {}
+    members: dict[tuple[int, int | None, bool], list[int]] = {}
     for a, p in first_of.items():
         if reqs[p].deps:
-            key = (max(reqs[p].deps), join_of.get(a))
+            key = branch_key(reqs, p, join_of.get(a))
             branch_of[a] = key
             branch_start[key] = min(branch_start.get(key, offsets[p]), offsets[p])
+            members.setdefault(key, []).append(p)
+    barriers = interval_barriers(reqs, offsets)
     out: list[Rule] = []
     for p, q in enumerate(reqs):
+        deps, bar = tuple(q.deps), barriers[p]
         if not q.deps:
-            out.append(Rule("root", 0))
+            out.append(Rule("root", 0, deps=deps, barrier=bar))
             continue
         own = [d for d in q.deps if agent[d] == agent[p]]
         if not own:
             if p == first_of[agent[p]]:
-                out.append(Rule("child", max(0, offsets[p] - branch_start[branch_of[agent[p]]]),
-                                anchor=max(q.deps)))
+                key = branch_of[agent[p]]
+                out.append(Rule("child", max(0, offsets[p] - branch_start[key]),
+                                anchor=max(q.deps), deps=deps, barrier=bar,
+                                branch=tuple(members[key])))
             else:
-                out.append(Rule("after", thinks[p]))
+                out.append(Rule("after", thinks[p], deps=deps, barrier=bar))
             continue
         prev = max(own)
         if len(own) == len(q.deps):
-            out.append(Rule("next", thinks[p], prev=prev))
+            out.append(Rule("next", thinks[p], prev=prev, deps=deps, barrier=bar))
             continue
-        svc = reqs[prev].service_ns
-        delay = thinks[p] if svc is None else max(0, offsets[p] - offsets[prev] - svc)
-        out.append(Rule("join", delay, prev=prev))
+        delay = max(0, offsets[p] - offsets[prev] - (reqs[prev].service_ns or 0))
+        out.append(Rule("join", delay, prev=prev, deps=deps, barrier=bar))
     return out
 
 
@@ -485,31 +535,40 @@ class AgentXDriver(Driver):
 
     # -- when a request goes -----------------------------------------------------------------
     def _due(self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None) -> int:
-        """``stream_rules``' send time of request ``p`` of a play (every dependency done);
-        a subagent's first turn is marked for a wait the idle cap does not move."""
+        """``stream_rules``' send time of request ``p`` of a play (every dependency done),
+        then no earlier than the end of its barrier; a subagent's first turn is marked for a
+        wait the idle cap does not move."""
         self._pin = False
         self._drop = p in self._dead.get(s.key, ())
-        q = s.requests[p]
         rules = self._rules.get(s.key)
         if rules is None or st is None or parent_end is None:
             return super()._due(s, st, p, parent_end)
         r = rules[p]
         ends = st.ends
+        held = [e for d in r.barrier if (e := ends[d]) is not None]
+        mine = [e for d in r.deps if (e := ends[d]) is not None]
+        if not mine:  # every dependency was before t*: at its offset in the play
+            return max([super()._due(s, st, p, None)] + held)
+        return max([self._rule_due(r, ends, max(mine))] + held)
+
+    def _rule_due(self, r: Rule, ends: list[int | None], latest: int) -> int:
+        """The time rule ``r`` gives a request whose dependencies (``r.deps``) ended,
+        the latest at ``latest``."""
         if r.kind == "child" and r.anchor is not None and ends[r.anchor] is not None:
             self._pin = True
             spawned = ends[r.anchor]
             assert spawned is not None
-            return max([spawned + r.delay_ns] + [e for d in q.deps if d != r.anchor
+            return max([spawned + r.delay_ns] + [e for d in r.deps if d != r.anchor
                                                  and (e := ends[d]) is not None])
         if r.kind in ("next", "join"):
-            others = [e for d in q.deps if d != r.prev and (e := ends[d]) is not None]
+            others = [e for d in r.deps if d != r.prev and (e := ends[d]) is not None]
             prev_end = None if r.prev is None else ends[r.prev]
             if prev_end is None:
-                return parent_end  # the stream's previous turn was before t*: join at once
+                return latest  # the stream's previous turn was before t*: join at once
             if others and max(others) > prev_end:
                 return max(others)  # a subagent outlived the previous turn: join at its end
             return prev_end + r.delay_ns
-        return parent_end + r.delay_ns
+        return latest + r.delay_ns
 
     def _register(self, due: int) -> int:
         """A waiter for ``due`` that idle skips move (from now on); its id."""
@@ -715,10 +774,15 @@ class AgentXDriver(Driver):
         for p in keep:
             q = self._bust(reqs[p], play)
             deps = [pos[d] for d in q.deps if d in pos]
+            held = [pos[d] for d in rules[p].barrier if d in pos]
             r = rules[p]
             play_rules.append(replace(r, prev=None if r.prev is None else pos.get(r.prev),
-                                      anchor=None if r.anchor is None else pos.get(r.anchor)))
-            out.append(replace(q, deps=deps, children=[], parent=pos.get(q.parent, -1),
+                                      anchor=None if r.anchor is None else pos.get(r.anchor),
+                                      deps=tuple(deps), barrier=tuple(held),
+                                      branch=tuple(pos[b] for b in r.branch if b in pos)))
+            # the driver waits for every request of the barrier too, before ``_due``
+            out.append(replace(q, deps=sorted(set(deps) | set(held)), children=[],
+                               parent=pos.get(q.parent, -1),
                                offset_ns=now - self.t0 + starts[p],
                                think_ns=thinks[p] if deps else 0))
         for i, q in enumerate(out):

@@ -19,12 +19,15 @@ from agent_replay.engines.sim import SimProcess
 from agent_replay.replay.agentx import (
     IDLE_CAP_NS,
     AgentXDriver,
+    Rule,
     ValidityInput,
     ValidityRules,
     agentx_validity,
+    capped_times,
     first_play,
     lane_seed,
     sample_t_star,
+    stream_rules,
     warm_spread,
 )
 from agent_replay.replay.clock import FakeClock
@@ -251,9 +254,10 @@ def test_idle_cap_after_several_skips_keeps_the_schedule_exact() -> None:
     assert d.idle_skipped_ns == (29 + 90 + 29) * S and d.idle_skips == 3 and d.skipped == 2
 
 
-def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
-    """(session, agent, t s, depends_on, service s) rows -> a trace table (think times
-    end-to-start from the latest dependency, as the weka import gives them)."""
+def _tree(rows: list[tuple[str, str, float, list[int], float | None]]) -> pa.Table:
+    """(session, agent, t s, depends_on, service s or None) rows -> a trace table (think
+    times end-to-start from the latest dependency, an unknown service time counting as 0,
+    as the weka import gives them)."""
     cols: dict[str, list[Any]] = {k: [] for k in (
         "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
         "output_tokens", "hash_ids", "end_ns", "agent_id", "depends_on")}
@@ -262,12 +266,13 @@ def _tree(rows: list[tuple[str, str, float, list[int], float]]) -> pa.Table:
     for sid, agent, t, deps, svc in rows:
         i = index.get(sid, 0)
         index[sid] = i + 1
-        at[(sid, i)] = (t, svc)
+        at[(sid, i)] = (t, svc or 0.0)
         think = None if not deps else max(0.0, t - max(sum(at[(sid, d)]) for d in deps))
         for k, v in (("session_id", sid), ("request_index", i), ("parent_index", -1),
                      ("arrival_ns", round(t * S)), ("think_ns", None if think is None else round(think * S)),
                      ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
-                     ("end_ns", round(svc * S)), ("agent_id", agent), ("depends_on", deps)):
+                     ("end_ns", None if svc is None else round(svc * S)), ("agent_id", agent),
+                     ("depends_on", deps)):
             cols[k].append(v)
     return columns_table(cols)
 
@@ -315,6 +320,49 @@ def test_a_join_goes_when_its_subagent_ends_after_the_parents_previous_turn() ->
     got = _first_plays(table, 2, 30, start_range=(0.0, 0.0), idle_cap_ns=None)
     assert got == [(1, 0, 0), (1, 1, 1 * S), (1, 2, 1_200 * MS), (1, 3, 2 * S), (1, 4, 3 * S),
                    (2, 0, 0), (2, 1, 1 * S), (2, 2, 5 * S), (2, 3, 10 * S)]
+
+
+def test_subagents_and_the_main_agents_flattened_agents_are_branches_apart() -> None:
+    """A subagent x (first call at 1 s) and a flattened agent of the main agent, fa:000
+    (first call at 3 s), both spawned by r0 and joined by r3: AIPerf's ``spawn:x`` and
+    ``flatspawn:0`` are two branches, each starting at its own first t, so both first calls
+    go 0 s after r0 ends (one branch would start at 1 s and send fa:000 2 s late). Served
+    in 1 s: r0 0-1, x 1-2, fa:000 1-2; r3 joins at 2 (x outlived r0)."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "x", 1, [0], 1), ("a", "fa:000", 3, [0], 1),
+                   ("a", "main", 10, [0, 1, 2], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    reqs = plan.sessions[0].requests
+    rules = stream_rules(reqs, *capped_times(reqs, None))
+    assert [(r.kind, r.delay_ns, r.branch) for r in rules[1:3]] == [("child", 0, (1,)), ("child", 0, (2,))]
+    assert _first_plays(table, 1, 30, start_range=(0.0, 0.0), idle_cap_ns=None) == [
+        (1, 0, 0), (1, 1, 1 * S), (1, 2, 1 * S), (1, 3, 2 * S)]
+
+
+def test_a_request_waits_for_the_calls_of_its_scope_that_ended_before_it_started() -> None:
+    """AIPerf's recorded-interval barrier between the main agent and its flattened agent
+    fa:000. Recorded: r0 main 0-1; r1 fa:000 1-1.5 (spawned by r0); r2 main 1.6-2.1; r3
+    fa:000 3-3.5; r4 main at 10 joins fa:000. Each call is held back for the other stream's
+    latest call that ended before it started: r1 for r0, r2 for r1, r3 for r2, r4 for r3.
+    Served in 1 s: r0 0-1; r1 at 1 (ends 2); r2's own rule says 1 + 0.6 = 1.6, but r1 ends
+    at 2: r2 at 2 (ends 3); r3 at 2 + 1.5 = 3.5 (r2 ended at 3: no hold), ends 4.5; r4 joins
+    at 4.5 (fa:000 outlived r2). The join of an unknown service time: a call with none
+    counts as ending at its start (AIPerf's start-to-start gap)."""
+    table = _tree([("a", "main", 0, [], 1), ("a", "fa:000", 1, [0], 0.5), ("a", "main", 1.6, [0], 0.5),
+                   ("a", "fa:000", 3, [1], 0.5), ("a", "main", 10, [2, 3], 1)])
+    reqs = build_plan(table, 16, PlanOptions()).sessions[0].requests
+    rules = stream_rules(reqs, *capped_times(reqs, None))
+    assert [r.barrier for r in rules] == [(), (0,), (1,), (2,), (3,)]
+    assert _first_plays(table, 1, 30, start_range=(0.0, 0.0), idle_cap_ns=None) == [
+        (1, 0, 0), (1, 1, 1 * S), (1, 2, 2 * S), (1, 3, 3_500 * MS), (1, 4, 4_500 * MS)]
+    # a real subagent is a scope of its own: no barrier between it and the main agent
+    real = _tree([("a", "main", 0, [], 1), ("a", "x", 1, [0], 0.5), ("a", "main", 1.6, [0], 0.5),
+                  ("a", "x", 3, [1], 0.5), ("a", "main", 10, [2, 3], 1)])
+    reqs = build_plan(real, 16, PlanOptions()).sessions[0].requests
+    assert all(r.barrier == () for r in stream_rules(reqs, *capped_times(reqs, None)))
+    # a join after a call without a service time: 5 - (0 + 0) = 5 s, start to start
+    cut = _tree([("a", "main", 0, [], None), ("a", "x", 1, [0], 1), ("a", "main", 5, [0, 1], 1)])
+    reqs = build_plan(cut, 16, PlanOptions()).sessions[0].requests
+    assert stream_rules(reqs, *capped_times(reqs, None))[2] == Rule("join", 5 * S, prev=0, deps=(0, 1))
 
 
 def test_a_subagents_first_turn_waits_its_branch_offset_past_the_idle_cap() -> None:

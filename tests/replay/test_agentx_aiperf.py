@@ -105,3 +105,28 @@ def test_start_plans_equal_aiperfs(runs: tuple[Path, list[dict]]) -> None:
     assert len(a["lanes"]) == 3 and a["recycles"] == ["trace_0106"] * 4
     offsets = sorted(w["offset_ms"] for lane in a["lanes"] for w in lane["warmups"])
     assert len(offsets) >= 2 and offsets[0] == 0.0 and offsets[-1] > 0  # spread, not at once
+
+
+def test_aiperf_plan_built_without_a_run_equals_the_runs(runs: tuple[Path, list[dict]]) -> None:
+    """The corpus check builds AIPerf's dataset with AIPerf's weka loader and no prompt text
+    (aiperf_agentx_plan.py --traces); every field of every conversation and turn equals the
+    dataset AIPerf's own run above cached, but the text's (``raw_messages_count``,
+    ``has_forks``)."""
+    import subprocess
+
+    out, _ = runs
+    proc = subprocess.run(
+        [str(bench.AIPERF_VENV / "bin" / "python"), str(bench.ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
+         "--traces", str(out / "traces"), "--concurrency", "1", "--seed", "1"],
+        capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    built = json.loads(proc.stdout)["metadata"]
+    cached = bench.aiperf_metadata(out / "aiperf-cache")
+    text = {"raw_messages_count", "has_forks"}
+
+    def fields(meta: dict) -> dict:
+        return {c["conversation_id"]: ({k: v for k, v in c.items() if k != "turns"},
+                                       [{k: v for k, v in t.items() if k not in text} for t in c["turns"]])
+                for c in meta["conversations"]}
+    assert sum(len(c["turns"]) for c in cached["conversations"]) == 13
+    assert fields(built) == fields(cached)

@@ -99,7 +99,7 @@ def test_aiperf_rules_spawn_at_the_turns_end_and_join_without_delay() -> None:
     r = ao.aiperf_rules(META)
     assert r[M0] == ao.Rule(frozenset(), 0.0, "first")
     # the child's first call: the spawning turn's end + (30000 - branch start 30000)
-    assert r[S0] == ao.Rule(frozenset({M0}), 0.0, "child-first")
+    assert r[S0] == ao.Rule(frozenset({M0}), 0.0, "child-first", branch=frozenset({S0}))
     assert r[S1] == ao.Rule(frozenset({S0}), 3000.0, "next")
     assert r[M2] == ao.Rule(frozenset({M0, S1}), 50000.0, "join")  # its own delay_ms
 
@@ -132,7 +132,7 @@ def test_ours_rules_are_the_replays_stream_rules_and_equal_aiperfs_here() -> Non
             ("agent_id", pa.string()), ("depends_on", pa.list_(pa.int32()))]))
     o = ao.ours_rules(build_plan(table, 16, PlanOptions()), ao.index_trace(TRACE))
     assert o == {M0: ao.Rule(frozenset(), 0.0, "first"),
-                 S0: ao.Rule(frozenset({M0}), 0.0, "child-first"),
+                 S0: ao.Rule(frozenset({M0}), 0.0, "child-first", branch=frozenset({S0})),
                  S1: ao.Rule(frozenset({S0}), 3000.0, "next"),
                  M2: ao.Rule(frozenset({M0, S1}), 50000.0, "join")}
     assert ao.compare_rules(ao.aiperf_rules(META), o) == []

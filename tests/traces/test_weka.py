@@ -269,10 +269,12 @@ def test_convert_any_trace_to_weka_and_back(tmp_path: Path) -> None:
     assert matched_blocks(again).sum() > 0
 
 
-def test_think_time_after_a_call_without_api_time_is_the_recorded_one(tmp_path: Path) -> None:
-    """The pattern of three held-out traces: a call with no ``api_time`` (its stream was
-    cut off) is followed by one whose recorded ``think_time`` (1,201 s) is the only
-    measure of the gap; the arrival gap (16 s) is not a think time."""
+def test_think_time_after_a_call_without_api_time_is_the_start_to_start_gap(tmp_path: Path) -> None:
+    """The pattern of a third of the corpus: a call with no ``api_time`` (its stream was cut
+    off) is followed by one whose recorded ``think_time`` (1,201 s) counts from the end of
+    the last call that had an ``api_time``, the cut-off call's span included. AIPerf's
+    loader takes the start-to-start gap (16 s) after a call without ``api_time``, and so
+    does the import."""
     def call(t: float, api: float | None, think: float | None) -> dict[str, Any]:
         c: dict[str, Any] = {"t": t, "type": "s", "model": "m", "in": 128, "out": 5,
                              "hash_ids": [1, 2], "input_types": ["text"],
@@ -289,9 +291,9 @@ def test_think_time_after_a_call_without_api_time_is_the_recorded_one(tmp_path: 
     rows = sorted(import_paths([tmp_path / "cut.json"], "weka").table.to_pylist(),
                   key=lambda r: r["request_index"])
     # row 1: its dependency (row 0) has api_time: end-to-start 10 - (0 + 2) = 8 s
-    # row 2: its dependency (row 1) has none: the recorded 1,201 s
+    # row 2: its dependency (row 1) has none: start to start, 26 - 10 = 16 s
     # row 3: end-to-start again, 30 - (26 + 1.5) = 2.5 s
-    assert [r["think_ns"] for r in rows] == [None, 8 * 10**9, 1201 * 10**9, 2_500_000_000]
+    assert [r["think_ns"] for r in rows] == [None, 8 * 10**9, 16 * 10**9, 2_500_000_000]
 
 
 def test_inner_calls_aiperf_reads_as_absolute_are_counted(tmp_path: Path) -> None:
@@ -314,3 +316,43 @@ def test_inner_calls_aiperf_reads_as_absolute_are_counted(tmp_path: Path) -> Non
     trace["requests"][1]["requests"][2]["t"] = 9.0  # before the spawn: relative for both
     (tmp_path / "rel.json").write_text(json.dumps(trace))
     assert not any("inner subagent calls" in n for n in import_paths([tmp_path / "rel.json"], "weka").notes)
+
+
+def test_a_first_call_longer_than_the_sniffed_head_is_still_weka(tmp_path: Path) -> None:
+    """A trace opening with a 716,145-token prompt (11,189 hash ids, about 70 KB of JSON):
+    its first ``api_time`` lies past the 64 KiB the sniffers read; the rest of the file is
+    searched a chunk at a time, so the trace imports without ``--format``."""
+    from agent_replay.traces.importers import detect
+    from agent_replay.traces.importers._common import file_contains, head_bytes
+
+    first = {"t": 0.0, "type": "s", "model": "m", "in": 716_145, "out": 166,
+             "hash_ids": list(range(1, 716_145 // BS + 1)), "api_time": 30.0,
+             "input_types": ["text"], "output_types": ["text"], "stop": "end_turn"}
+    trace = {"id": "long", "models": ["m"], "block_size": BS, "hash_id_scope": "local",
+             "requests": [first, dict(first, t=40.0, api_time=2.0)]}
+    f = tmp_path / "long.json"
+    f.write_text(json.dumps(trace))
+    assert b'"api_time"' not in head_bytes(f)  # the case: beyond the head
+    assert detect(f) == "weka"
+    assert import_paths([f]).table.num_rows == 2
+    # the search finds a needle split across two chunks, and stops at its limit
+    data = f.read_bytes()
+    at = data.index(b'"api_time"')
+    assert file_contains(f, b'"api_time"', chunk=at + 3)
+    assert not file_contains(f, b'"api_time"', limit=at)
+    # a JSON object with requests and hash ids but no api_time anywhere is not weka
+    trace["requests"] = [{k: v for k, v in r.items() if k != "api_time"} for r in trace["requests"]]
+    f.write_text(json.dumps(trace))
+    assert b'"api_time"' not in f.read_bytes()
+    with pytest.raises(Exception, match="unrecognized format"):
+        detect(f)
+
+
+@pytest.mark.shared_data
+def test_every_corpus_trace_is_detected_as_weka(shared_data: Path) -> None:
+    from agent_replay.traces.importers import detect
+
+    files = [f for d in ("weka", "weka-corpus") for f in sorted((shared_data / d).glob("*.json"))]
+    if len(files) < 200:
+        pytest.skip(f"{shared_data}/weka-corpus holds {len(files)} traces with weka/")
+    assert {f.name: detect(f) for f in files} == {f.name: "weka" for f in files}

@@ -123,8 +123,12 @@ def test_aiperf_interval_waits_not_implied_are_counted(tmp_path: Path) -> None:
     rows = sorted(res.table.to_pylist(), key=lambda r: r["request_index"])
     assert [r["depends_on"] for r in rows][2:6] == [[1], [1], [2], [3, 4]]
     assert [n for n in res.notes if "interval barriers" in n] == [
-        "2 calls of streams with flattened agents wait in AIPerf 0.13.0 also for another of "
-        "those streams' calls that ended before they started in the recording (its interval "
-        "barriers); not applied here"]
+        "2 calls of streams with flattened agents also wait for another of those streams' calls "
+        "that ended before they started in the recording (AIPerf's interval barriers): "
+        "--timing agentx applies them, other timings do not"]
+    # --timing agentx holds them back: [3] for [2], [4] for [3] (and [5] for [4], its join)
+    reqs = build_plan(res.table, 64, PlanOptions()).sessions[0].requests
+    barrier = [r.barrier for r in stream_rules(reqs, *capped_times(reqs, None))]
+    assert barrier[2:6] == [(1,), (2,), (3,), (4,)]
     src.write_text(json.dumps(flattened_trace()))
     assert not [n for n in import_paths([src]).notes if "interval barriers" in n]

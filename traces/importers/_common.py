@@ -138,6 +138,33 @@ def head_bytes(path: Path, n: int = 65536) -> bytes:
         return b""
 
 
+SCAN_LIMIT = 16 << 20
+"""How far into a file a sniffer may look for a field the first 64 KiB did not reach."""
+
+
+def file_contains(path: Path, needle: bytes, *, start: int = 0, limit: int = SCAN_LIMIT,
+                  chunk: int = 1 << 20) -> bool:
+    """Whether ``needle`` occurs in ``path`` between ``start`` and ``start + limit``, read a
+    chunk at a time (memory stays at one chunk, whatever the file's size)."""
+    keep = len(needle) - 1
+    tail = b""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(start)
+            left = limit
+            while left > 0:
+                buf = fh.read(min(chunk, left))
+                if not buf:
+                    return False
+                if needle in tail + buf:
+                    return True
+                tail = buf[-keep:] if keep else b""
+                left -= len(buf)
+    except OSError:
+        return False
+    return False
+
+
 def first_json_object(head: bytes) -> dict[str, Any] | None:
     """The first line of ``head`` parsed as a JSON object, or None."""
     line = head.split(b"\n", 1)[0]

@@ -25,8 +25,8 @@ as AIPerf derives them (``traces.tree.derive_depends_on``): a subagent is spawne
 spawner's last call at or before its ``t``; the first later spawner call whose ``t`` is
 at or after the subagent's end (``t + duration_ms``) joins it; none: a background branch.
 ``think_ns`` = arrival - the latest dependency's end, floored at 0 (end-to-start, as
-AIPerf replays; the recorded ``think_time`` differs between conventions), or the recorded
-``think_time`` where a dependency has no ``api_time`` (its end is unknown). Hash ids are
+AIPerf replays; the recorded ``think_time`` differs between conventions), a dependency
+without ``api_time`` (its end unknown) ending at its start, as AIPerf counts it. Hash ids are
 kept; the partial last block the format leaves unhashed gets a fresh negative id so that
 ``len(hash_ids) == ceil(in / block_size)``. ``tool_tokens + system_tokens`` of the trace and
 of each subagent (the shared prefix before the first user turn) go to the metadata
@@ -50,7 +50,12 @@ import orjson
 
 from agent_replay.errors import TraceError
 from agent_replay.traces.builder import Request, build_table
-from agent_replay.traces.importers._common import ImportOptions, ImportResult, first_json_object
+from agent_replay.traces.importers._common import (
+    ImportOptions,
+    ImportResult,
+    file_contains,
+    first_json_object,
+)
 from agent_replay.traces.importers.weka_chains import (
     ChainCall,
     detect,
@@ -58,7 +63,7 @@ from agent_replay.traces.importers.weka_chains import (
     interval_waits,
 )
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.tree import MAIN, derive_depends_on, think_after
+from agent_replay.traces.tree import MAIN, derive_depends_on
 
 NAME = "weka"
 BLOCK_SIZE = 64
@@ -68,12 +73,17 @@ _TYPE_FIELDS = ("input_types", "output_types", "stop")
 
 
 def sniff(path: Path, head: bytes) -> bool:
+    """A JSON object with ``requests`` whose calls carry ``hash_ids`` and ``api_time``. The
+    first call's prompt can be long enough (hash ids of a 700k-token prompt) that its
+    ``api_time`` lies past ``head``: the rest of the file is then searched, a chunk at a
+    time, up to ``SCAN_LIMIT``."""
     obj = first_json_object(head)
     if obj is not None:
         return isinstance(obj.get("requests"), list) and "id" in obj
     text = head.lstrip()
-    return text.startswith((b"{", b"[")) and b'"requests"' in head and b'"hash_ids"' in head \
-        and b'"api_time"' in head
+    if not (text.startswith((b"{", b"[")) and b'"requests"' in head and b'"hash_ids"' in head):
+        return False
+    return b'"api_time"' in head or file_contains(path, b'"api_time"', start=max(0, len(head) - 16))
 
 
 class _Bad(Exception):
@@ -108,6 +118,13 @@ def _num(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
         raise _Bad(where, f"field {key!r} must be a number >= 0, got {v!r}")
     return float(v)
+
+
+def _all_ints(xs: list[Any], *, bools: bool = True) -> bool:
+    """Whether every item is an int (``bools``: or a bool), checked at C speed: hash id
+    lists hold millions of items in a corpus."""
+    kinds = set(map(type, xs))
+    return kinds <= ({int, bool} if bools else {int})
 
 
 def _tail_id(*parts: object) -> int:
@@ -148,7 +165,7 @@ def convention(trace: dict[str, Any]) -> str:
                 continue
             typed = typed or any(k in r for k in _TYPE_FIELDS)
             h = r.get("hash_ids")
-            if isinstance(h, list) and h and all(isinstance(x, int) for x in h):
+            if isinstance(h, list) and h and _all_ints(h):
                 m = min(h)
                 min_hash = m if min_hash is None else min(min_hash, m)
 
@@ -221,7 +238,8 @@ def _chain_call(i: int, c: _Call) -> ChainCall:
     api = r.get("api_time")
     api_s = float(api) if isinstance(api, (int, float)) and not isinstance(api, bool) and api > 0 else 0.0
     h = r.get("hash_ids")
-    ids = tuple(x for x in h if isinstance(x, int)) if isinstance(h, list) else ()
+    ids = (tuple(h) if _all_ints(h) else tuple(x for x in h if isinstance(x, int))) \
+        if isinstance(h, list) else ()
     model, n_in, n_out = r.get("model"), r.get("in"), r.get("out")
     return ChainCall(i, c.t_ns / 1e9, c.t_ns / 1e9 + api_s, model if isinstance(model, str) else "",
                      ids, n_in if isinstance(n_in, int) else 0, n_out if isinstance(n_out, int) else 0)
@@ -284,8 +302,7 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
         n_out = _num(r, "out", w)
         assert n_in is not None and n_out is not None
         h = r.get("hash_ids")
-        if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                              and x >= 0 for x in h):
+        if not isinstance(h, list) or not (_all_ints(h, bools=False) and (not h or min(h) >= 0)):
             raise _Bad(w, "field 'hash_ids' must be a list of integers >= 0")
         need = -(-int(n_in) // bs)
         ids = [x + shift for x in h[:need]]
@@ -325,9 +342,9 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
 def _unapplied_interval_waits(agents: list[_Agent], ag: list[str], arr: list[int],
                               dur: list[int | None], deps: list[list[int]]) -> int:
     """Calls for which AIPerf's recorded-interval waits between a stream and its flattened
-    agents (``weka_chains.interval_waits``) name a call that their dependencies here do not
-    already wait for, directly or not: AIPerf holds such a call back until that one ends,
-    this replay does not."""
+    agents (``weka_chains.interval_waits``) name a call that their dependencies do not
+    already wait for, directly or not: held back until that one ends by ``--timing agentx``
+    (``replay.agentx.interval_barriers``), not by the other timings."""
     flat = {a.agent for a in agents if a.flat}
     if not flat:
         return 0
@@ -396,15 +413,14 @@ def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
 
 
 def _think(c: _Call, deps: list[int], arr: list[int], dur: list[int | None]) -> int | None:
-    """End-to-start from the latest dependency (``think_after``); where a dependency has no
-    ``api_time`` (a cut-off stream) that gap is unknown, and the request's recorded
-    ``think_time`` stands in for it (None when it has none)."""
-    gap = think_after(c.t_ns, deps, arr, dur)
-    if gap is None and deps and any(dur[d] is None for d in deps):
-        rec = c.obj.get("think_time")
-        if isinstance(rec, (int, float)) and not isinstance(rec, bool) and rec >= 0:
-            return _ns(rec)
-    return gap
+    """End-to-start from the latest dependency's end, floored at 0, a dependency
+    without ``api_time`` (a cut-off stream) ending at its start, as AIPerf's loader counts
+    it: after such a call the think time is the start-to-start gap. (The recorded
+    ``think_time`` is measured from the end of the stream's last call that had an
+    ``api_time``, so it would count the spans of the calls after it again.)"""
+    if not deps:
+        return None
+    return max(0, c.t_ns - max(arr[d] + (dur[d] or 0) for d in deps))
 
 
 def _traces(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -487,9 +503,10 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
                      "as absolute (its rule is per call), so its schedule of them differs")
     barred = sum(i["aiperf_interval_waits"] for i in infos)
     if barred:
-        notes.append(f"{barred} calls of streams with flattened agents wait in AIPerf 0.13.0 also "
-                     "for another of those streams' calls that ended before they started in the "
-                     "recording (its interval barriers); not applied here")
+        notes.append(f"{barred} calls of streams with flattened agents also wait for another of "
+                     "those streams' calls that ended before they started in the recording "
+                     "(AIPerf's interval barriers): --timing agentx applies them, other timings "
+                     "do not")
     padded = sum(i["padded"] for i in infos)
     if padded:
         notes.append(f"{padded} partial last blocks got fresh hash ids (the format hashes "

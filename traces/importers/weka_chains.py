@@ -33,7 +33,10 @@ whose ``t`` is at or after its end (the latest end of its calls).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from agent_replay.traces.tree import MAIN
 
 EPS_S = 1e-6
 TITLE_MAX_OUT = 64
@@ -72,6 +75,18 @@ def flat_agent_id(owner: str | None, n: int) -> str:
     subagent ``owner``: AIPerf's session-id suffix (``trace::fa:000``,
     ``trace::sa:<owner>:fa:000``)."""
     return f"fa:{n:03d}" if owner is None else f"{owner}:fa:{n:03d}"
+
+
+def flat_owner(agent_id: str) -> str | None:
+    """The stream whose calls a flattened agent was split off: ``MAIN`` for ``fa:NNN``,
+    ``<subagent>`` for ``<subagent>:fa:NNN``; None for any other agent id (the inverse of
+    ``flat_agent_id``)."""
+    head, sep, num = agent_id.rpartition("fa:")
+    if not sep or len(num) < 3 or not num.isdigit():
+        return None
+    if head == "":
+        return MAIN
+    return head[:-1] if head.endswith(":") and len(head) > 1 else None
 
 
 def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -251,7 +266,7 @@ def _seams(chains: list[_Chain], forks_by_tail: dict[int, list[int]],
             heapq.heappush(keys, new_tail)
 
 
-def interval_waits(streams: list[str], starts: list[float], ends: list[float]) -> list[list[int]]:
+def interval_waits(streams: Sequence[str], starts: Sequence[float], ends: Sequence[float]) -> list[list[int]]:
     """AIPerf's recorded-interval waits among the streams of one scope (a trace's main
     stream and its flattened agents, or a subagent and its own): call ``i`` also waits, for
     every other stream, for that stream's call with the latest end among those that started
