@@ -1,4 +1,4 @@
-"""docs/gpu.md against the committed H200 data, and the statistics its tables use."""
+"""docs/gpu.md against the committed H100 AgentX data, and the statistics its tables use."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "benchmarks/results/gpu/2026-12-03-h200-mtp"
+RUN = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
 
 
 def _load() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("mtp_doc", ROOT / "benchmarks/gpu/mtp_doc.py")
+    spec = importlib.util.spec_from_file_location("agentx_doc",
+                                                  ROOT / "benchmarks/gpu/agentx_doc.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["mtp_doc"] = mod
+    sys.modules["agentx_doc"] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -66,7 +67,7 @@ def test_nearest_rank() -> None:
 def test_doc_holds_every_figure_of_the_data() -> None:
     text = (ROOT / "docs/gpu.md").read_text()
     assert doc.missing(text) == []
-    assert doc.readme_table(doc.index()) in (ROOT / "README.md").read_text()
+    assert doc.readme_table() in (ROOT / "README.md").read_text()
 
 
 def test_a_changed_number_fails() -> None:
@@ -75,43 +76,62 @@ def test_a_changed_number_fails() -> None:
     row = blocks["effects table"].splitlines()[2]
     assert row in text
     assert doc.missing(text.replace(row, row.replace("%", "1%", 1))) == ["effects table"]
-    sentence = blocks["bench sentence"]
-    assert "overlapped for" in sentence
-    assert sentence in text
-    changed = text.replace(sentence, sentence.replace("overlapped for ", "overlapped for 1"))
-    assert doc.missing(changed) == ["bench sentence"]
+    sentence = blocks["ratio sentence"]
+    assert sentence in " ".join(text.split())
+    changed = text.replace("beside the seeds'", "beside the seeds' 1")
+    assert doc.missing(changed) == ["ratio sentence"]
 
 
-def test_index_figures_are_the_run_folders() -> None:
-    from agent_replay.analysis.points import point_metrics
+def test_run_figures_are_the_reports() -> None:
+    from agent_replay.analysis.render import report_dict
     from agent_replay.analysis.report import build_report
 
-    rows = doc.index(RUN)
-    for r in (rows[0], rows[-1]):
-        rep = build_report(RUN / "mtp" / str(r["path"]), gpus=1)
-        figures = point_metrics(rep, 1, 3.5)
-        for key in ("p90_tps", "output_tps_per_gpu", "ttft_p99_ms"):
-            assert figures[key] == pytest.approx(r[key], rel=1e-9)
+    folder = doc.run_dir("standard", 3, 1, RUN)
+    rep = report_dict(build_report(folder))
+    f = doc.figures(folder)
+    assert f.p90_tps == rep["headline"]["p90_tps"] and f.requests == rep["requests"]["counted"]
+    assert f.north_star == pytest.approx(rep["speeds_tok_s"]["north_star"])
+    assert f.total_per_gpu == rep["throughput"]["total_tokens_per_s_per_gpu"]
 
 
-def test_profiles_differ_from_standard_as_the_doc_says() -> None:
-    import json
+def test_every_requested_setting_is_in_effect_on_the_servers_that_ran() -> None:
+    for name in doc.SERVER.values():
+        got = doc.non_default_args(RUN / "logs" / f"{name}.server.log")
+        assert doc.not_in_effect(doc.requested(name, RUN), got) == []
+    ded = doc.non_default_args(RUN / "logs/ded.server.log")
+    assert ded["performance_mode"] == "interactivity" and ded["max_num_seqs"] == 16
+    graphs = ded["compilation_config"]
+    assert isinstance(graphs, dict) and graphs["cudagraph_mode"] == "FULL_DECODE_ONLY"
+    assert graphs["mode"] == 0 and graphs["cudagraph_capture_sizes"][:2] == [4, 8]
 
-    diffs = {n: [d["flag"] for d in json.loads((RUN / f"results/{n}.diff.json").read_text())["diff"]]
-             for n in ("std", "mtp", "ded")}
-    assert diffs == {"std": [], "mtp": ["--speculative-config"],
-                     "ded": ["--performance-mode", "--max-num-seqs",
-                             "--prefill-schedule-interval", "--speculative-config"]}
+
+def test_not_in_effect_names_a_flag_the_server_did_not_take() -> None:
+    got = {"max_num_seqs": 16, "speculative_config": {"method": "mtp",
+                                                      "num_speculative_tokens": 3}}
+    asked = ["--max-num-seqs", "16", "--speculative-config",
+             '{"method":"mtp","num_speculative_tokens":2}', "--enforce-eager", "--port", "1"]
+    assert doc.not_in_effect(asked, got) == ["--speculative-config", "--enforce-eager"]
+    assert doc.not_in_effect(asked[:2], got) == []
 
 
 def test_intervals_leave_out_zero_exactly_where_holm_rejects() -> None:
-    for e in doc.effects(doc.index(RUN)).values():
+    for e in doc.effects(RUN).values():
         assert (e.p_holm < doc.ALPHA) == (e.low > 0 or e.high < 0)
 
 
-def test_every_target_got_the_same_requests_at_each_point_and_repeat() -> None:
-    salts: dict[tuple[float, int], set[int]] = {}
-    for r in doc.index(RUN):
-        salts.setdefault((float(str(r["point"])), int(str(r["repeat"]))), set()).add(
-            int(str(r["salt"])))
-    assert len(salts) == 20 and all(len(v) == 1 for v in salts.values())
+def test_each_repeat_replayed_the_same_seed_on_every_server() -> None:
+    import json
+
+    for r in (1, 2, 3):
+        seeds = {json.loads((doc.run_dir(p, 1, r, RUN) / "run.json").read_text())["salt"]
+                 for p in doc.PROFILES}
+        assert seeds == {42 + r}
+
+
+def test_the_model_is_over_ten_billion_parameters_and_24_layers() -> None:
+    import json
+
+    from agent_replay.engines.vllm.tiny_model import deepseek_parameters
+
+    cfg = json.loads((RUN / "results/model-config.json").read_text())
+    assert cfg["num_hidden_layers"] >= 24 and deepseek_parameters(cfg)["main"] > 10e9
