@@ -349,7 +349,7 @@ def frontier_table(run: Path = RUN) -> str:
             reps = repeats(prof, run) if c == 1 else [figures(run_dir(prof, c, 1, run))]
             meas = [f.measured_s or 0.0 for f in reps]
 
-            def g(key: str) -> str:
+            def g(key: str, reps: list[RunFigures] = reps) -> str:
                 vals = [getattr(f, key) for f in reps]
                 if any(v is None for v in vals):
                     return "-"
