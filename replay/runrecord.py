@@ -160,6 +160,12 @@ def environment(config: RunConfig) -> dict[str, Any]:
     }
 
 
+def describe_served(model: str | None) -> str | None:
+    from agent_replay.engines.vllm.tiny_model import describe_served as describe
+
+    return describe(model)
+
+
 def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
              wall_t0: int, status: str) -> dict[str, Any]:
     """run.json as written when t0 is chosen (credentials redacted), in the layout
@@ -171,6 +177,7 @@ def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0
         "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
                   "block_size": plan.block_size},
         "target": {"url": redact_url(config.target), "model": config.model, "models": info.models,
+                   "model_description": describe_served(config.model),
                    "max_model_len": info.max_model_len, "has_metrics": info.has_metrics},
         "options": opts, "salt": config.salt, "environment": environment(config),
         "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},

@@ -117,6 +117,20 @@ def describe(config_path: str | Path) -> str:
     return f"dummy weights, shape of {shape}" if shape else "dummy weights"
 
 
+def describe_served(model: str | None) -> str | None:
+    """``describe`` of the served model when its name is a folder of this machine written by
+    ``make_tiny_model`` (it holds no weights, so its server loads dummy ones); None else."""
+    if not model:
+        return None
+    config = Path(model) / "config.json"
+    try:
+        if "agent_replay_shape" not in json.loads(config.read_text()):
+            return None
+    except (OSError, ValueError):
+        return None
+    return describe(config)
+
+
 def llama_config(vocab: int, hidden: int = 256, layers: int = 4) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",

@@ -15,7 +15,7 @@ COMMITTED = sorted(RESULTS.rglob("run.json"))
 
 
 def test_every_committed_run_json_reads() -> None:
-    assert len(COMMITTED) >= 100  # the committed benchmark results: versions 1 and 2
+    assert len(COMMITTED) >= 100  # the committed benchmark results (version 1: the next test)
     versions = set()
     for f in COMMITTED:
         raw = json.loads(f.read_text())
@@ -33,7 +33,7 @@ def test_every_committed_run_json_reads() -> None:
                 assert {kk: vv for kk, vv in again[k].items() if kk in v} == v, (f, k)
             else:
                 assert again[k] == v, (f, k)
-    assert versions == {1, 2}
+    assert 2 in versions and versions <= {1, 2}
 
 
 def test_hand_made_record_old_and_new() -> None:
