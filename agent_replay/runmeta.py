@@ -29,6 +29,13 @@ are the layouts before, read by the same rules)."""
 
 T = TypeVar("T")
 
+LEGACY_LOAD_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier",
+                       "max_sessions", "duration_s", "warmup_s", "api", "rate", "arrival",
+                       "concurrent_sessions", "ramp_s", "max_think_s", "rebase_sessions",
+                       "keep_overlaps", "include_failed", "vllm_extras", "agentx")
+"""The load-shaping options of run.json files written before ``option_kinds``: the
+options those versions had that shape the load."""
+
 
 def _table(v: Any) -> dict[str, Any]:
     return dict(v) if isinstance(v, Mapping) else {}
@@ -141,6 +148,10 @@ class RunMeta:
     target: TargetRef = field(default_factory=TargetRef)
     options: dict[str, Any] = field(default_factory=dict)
     """``RunConfig``'s recorded options (``replay.options.record_options``)."""
+    option_kinds: dict[str, str] = field(default_factory=dict)
+    """What each option means (``replay.options.option_kinds``): option (``agentx.preset``
+    for a nested one) -> ``load``, ``measurement``, ``output``, ``presentation`` or
+    ``seed``; empty in files written before it was recorded."""
     salt: int | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     clock: ClockAnchor = field(default_factory=ClockAnchor)
@@ -169,7 +180,7 @@ class RunMeta:
 
     BLOCKS = {"trace": TraceRef, "target": TargetRef, "clock": ClockAnchor,
               "planned": Planned, "summary": Counts, "self_check": SelfCheckRecord}
-    MAPPINGS = ("options", "environment", "loop_stalls", "provenance", "gpu_telemetry")
+    MAPPINGS = ("options", "option_kinds", "environment", "loop_stalls", "provenance", "gpu_telemetry")
     OPTIONAL_MAPPINGS = ("launch", "agentx", "writer")
 
     @classmethod
@@ -217,6 +228,20 @@ class RunMeta:
             out[f.name] = _json(v) if f.name in self.BLOCKS and v is not None else v
         out.update(self.extra)
         return out
+
+    def load_options(self) -> tuple[str, ...]:
+        """The options that shape this run's load (``option_kinds``; for a file written
+        before it recorded them, the load options of that time)."""
+        if not self.option_kinds:
+            return LEGACY_LOAD_OPTIONS
+        return tuple(k for k, v in self.option_kinds.items() if v == "load")
+
+    def option(self, name: str) -> Any:
+        """An option's recorded value; ``agentx.preset`` reads a nested one (None: absent)."""
+        v: Any = self.options
+        for part in name.split("."):
+            v = v.get(part) if isinstance(v, Mapping) else None
+        return v
 
     @property
     def timing(self) -> str:

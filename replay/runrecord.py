@@ -28,7 +28,7 @@ from agent_replay.analysis.counters import (
 from agent_replay.errors import OutputError
 from agent_replay.redact import redact_url
 from agent_replay.replay.config import RunConfig
-from agent_replay.replay.options import record_options
+from agent_replay.replay.options import option_kinds, record_options
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.provenance import code_version
 from agent_replay.replay.results import SpaceReserve, write_json_atomic
@@ -172,7 +172,7 @@ def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0
                   "block_size": plan.block_size},
         "target": {"url": redact_url(config.target), "model": config.model, "models": info.models,
                    "max_model_len": info.max_model_len, "has_metrics": info.has_metrics},
-        "options": opts, "salt": config.salt, "environment": environment(config),
+        "options": opts, "option_kinds": option_kinds(type(config)), "salt": config.salt, "environment": environment(config),
         "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},
         "warmup_ns": int(config.warmup_s * 1e9),
         "planned": {"sessions": len(plan.sessions), "requests": plan.n_requests},

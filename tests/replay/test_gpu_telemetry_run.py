@@ -116,7 +116,7 @@ def test_cli_options() -> None:
     assert (cfg.gpu_metrics, cfg.gpu_interval_s) == ("http://h:9400/metrics", 0.5)
     args = parser.parse_args([*base, "--no-gpu-metrics"])
     assert config_from_args(args, args.target).gpu_metrics == "off"
-    with pytest.raises(InputError, match="--gpu-interval must be > 0"):
+    with pytest.raises(InputError, match="--gpu-interval-s must be > 0"):
         RunConfig(trace="t", target="http://127.0.0.1:1", gpu_interval_s=0).check()
 
 
