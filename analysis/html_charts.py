@@ -18,6 +18,7 @@ from bokeh import models as _models
 from bokeh import plotting as _plotting
 from bokeh.palettes import Category10_10
 
+from agent_replay.analysis.cdf import MARKED, ZERO_MS, cdf_points, zero_fraction
 from agent_replay.analysis.definitions import BY_KEY
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
@@ -28,14 +29,10 @@ figure: Any = _plotting.figure
 ColumnDataSource, FactorRange, HoverTool = bm.ColumnDataSource, bm.FactorRange, bm.HoverTool
 Range1d, Span, Whisker = bm.Range1d, bm.Span, bm.Whisker
 NS = 1e9
-CDF_POINTS = 2000
-"""At most this many points per CDF line (quantiles evenly spaced; exact values)."""
 MAX_LANES = 400
 """Session timelines: at most this many lanes (the title says how many were left out)."""
 LANE_PX = 16
 TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
-CDF_KEYS = ("ttft", "tpot", "itl", "e2e")
-MARKED = (50.0, 90.0, 99.0)
 STATUS_COLORS = {"ok": "#1f77b4", "failed": "#d62728", "cancelled": "#7f7f7f"}
 
 
@@ -70,31 +67,6 @@ def _ok(report: Report) -> np.ndarray:
     return report.stats.per_request.column("ok").to_numpy(zero_copy_only=False).astype(bool)
 
 
-def cdf_points(report: Report, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values in ms, fraction at or below) of one CDF metric: the exact per-request values
-    of the rows the metric covers, or the histogram's buckets for a per-token metric; at
-    most CDF_POINTS points, each an observed value and its exact fraction."""
-    d = BY_KEY[key]
-    if d.per != "request":
-        hist = report.stats.extra.get("hists", {}).get(key)
-        if hist is None:
-            return np.zeros(0), np.zeros(0)
-        v, f = hist.cdf()
-    else:
-        t = report.stats.per_request
-        vals = _col(t, key)
-        if d.rows != "all":
-            vals = vals[_ok(report)]
-        v = np.sort(vals[~np.isnan(vals)])
-        f = np.arange(1, v.size + 1, dtype=np.float64) / max(1, v.size)
-    if v.size > CDF_POINTS:  # evenly spaced ranks and the marked percentiles' own
-        idx = np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64)
-        at = np.searchsorted(f, np.asarray(MARKED) / 100 - 1e-12)
-        idx = np.unique(np.concatenate((idx, np.minimum(at, v.size - 1))))
-        v, f = v[idx], f[idx]
-    return v / 1e6, f
-
-
 def _unit_of(key: str) -> str:
     return "tokens" if BY_KEY[key].per == "token" else "requests"
 
@@ -109,18 +81,20 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     p = _fig(f"{d.label} CDF{hdr}", f"{d.label}, ms (log scale)",
              f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
     p.y_range = Range1d(0, 1.02)
-    p.xaxis.ticker = bm.LogTicker(mantissas=[1, 2, 5])  # labels within a decade too
     p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
+    zeros = []
     for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True):
         if not v.size:
             continue
         label = f"{name}: n={s.count:,}" if len(lines) > 1 else f"n={s.count:,}"
-        src = ColumnDataSource({"ms": np.maximum(v, 1e-3), "frac": f})
+        if (z := zero_fraction(v, f)) > 0:
+            zeros.append(f"{name + ' ' if len(lines) > 1 else ''}{100 * z:.0f}%")
+        src = ColumnDataSource({"ms": np.maximum(v, ZERO_MS), "frac": f})
         p.step("ms", "frac", source=src, mode="after", line_width=2, color=color,
                legend_label=label)
         marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
         if marks:
-            msrc = ColumnDataSource({"ms": [max(m, 1e-3) for _, m in marks],
+            msrc = ColumnDataSource({"ms": [max(m, ZERO_MS) for _, m in marks],
                                      "frac": [q / 100 for q, _ in marks]})
             p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
                       legend_label=f"{name + ': ' if len(lines) > 1 else ''}P50 / P90 / P99 "
@@ -128,14 +102,33 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     # a few near-zero values (chunks read together) would stretch a log axis over decades
     lows = [float(v[np.searchsorted(f, 0.1)]) for _, v, f, _ in lines if v.size]
     lo, smallest = min(lows) / 10, min(float(v[0]) for _, v, _, _ in lines if v.size)
+    hi = max(float(v[-1]) for _, v, _, _ in lines if v.size)
     if smallest < lo:
-        p.x_range = Range1d(max(lo, 1e-3), max(float(v[-1]) for _, v, _, _ in lines if v.size) * 1.2)
+        p.x_range = Range1d(max(lo, ZERO_MS), hi * 1.2)
         p.title.text += "; axis from P10 / 10, zoom out for smaller values"
+    if zeros:
+        p.title.text += (f"; {', '.join(zeros)} of the samples are 0 ms (tokens in one chunk), "
+                         f"drawn at {ZERO_MS:g} ms")
+    p.xaxis.ticker = bm.FixedTicker(ticks=log_ticks(max(min(lo, smallest), ZERO_MS), hi * 1.2))
     p.add_tools(HoverTool(tooltips=[("ms", "@ms{0,0.000}"), ("fraction", "@frac{0.000}")]))
-    p.legend.location = "bottom_right"
-    p.legend.click_policy = "hide"
-    p.legend.label_text_font_size = "11px"
+    _legend_below(p)  # inside, the legend covers the curves' tails
     return p
+
+
+def log_ticks(lo: float, hi: float, least: int = 4) -> list[float]:
+    """Tick values for a log axis over [lo, hi]: 1, 2, 5 of every decade, or every digit
+    when that gives fewer than ``least`` inside the range (a range within a decade), and
+    one tick below and above, so that no stretch of the data is left without a label."""
+    lo, hi = max(lo, 1e-12), max(hi, lo * 1.0001)
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    for mantissas in ((1, 2, 5), tuple(range(1, 10)), tuple(x / 2 for x in range(2, 20))):
+        ticks = sorted({m * 10.0 ** e for e in range(first, last + 1) for m in mantissas})
+        inside = [t for t in ticks if lo <= t <= hi]
+        if len(inside) >= least:
+            break
+    below = [t for t in ticks if t < lo][-1:]
+    above = [t for t in ticks if t > hi][:1]
+    return [float(f"{t:.6g}") for t in below + inside + above]
 
 
 def tps_histogram(report: Report) -> Any | None:

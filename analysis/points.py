@@ -25,15 +25,12 @@ POINT_FIELDS: tuple[tuple[str, str], ...] = (
 units (the energy figures None when the run has no GPU telemetry, the goodput figures None
 without an SLO), and the sample counts behind its percentiles."""
 
-_SPEED_PCT = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0}
-
-
 def basis(key: str) -> tuple[str, float] | None:
     """The (metric, percentile) behind a percentile figure of the index (``p90_tps`` is the
     P90 of TPOT, ``ttft_p99_ms`` the P99 of TTFT); None for other figures."""
-    src = {k: s for k, _, s, _ in SPEEDS}
-    if key in src:
-        return src[key], _SPEED_PCT[key]
+    for sp in SPEEDS:
+        if key == sp.key:
+            return sp.source, sp.percentile
     for m in METRICS:
         for p in m.headline:
             if key == f"{m.key}_p{p:g}_ms":
