@@ -243,6 +243,13 @@ class RunMeta:
             v = v.get(part) if isinstance(v, Mapping) else None
         return v
 
+    def merge(self, fields: Mapping[str, Any]) -> None:
+        """Set run.json fields from a JSON mapping (a run's outcome, a pool's blocks), each
+        read by ``from_json``'s rules; the fields not named keep their values."""
+        new = RunMeta.from_json({**self.to_json(), **fields})
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(new, f.name))
+
     @property
     def timing(self) -> str:
         """The run's ``--timing`` (``session`` when not recorded)."""

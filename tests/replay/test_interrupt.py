@@ -3,7 +3,6 @@ run.json says interrupted and the output says where the partial results are."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +57,7 @@ def test_sigint_keeps_partial_results(tmp_path: Path, inherited: str) -> None:
     assert run.returncode == 130, stdout + stderr
     assert f"partial results (every completed request) are in {out}" in stderr
     assert "INTERRUPTED" in stdout
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["status"] == "interrupted"
+    assert read_run_record(out).status == "interrupted"
     rows = pq.read_table(out / "requests").to_pydict()
     n = len(rows["session_id"])
     assert 0 < n < 120

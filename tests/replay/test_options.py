@@ -139,6 +139,8 @@ def test_a_run_records_its_options_and_reads_back_typed(tmp_path: Path) -> None:
     assert set(m.options) == set(record_options(cfg))  # the run.json entry is the fields'
     assert m.summary is not None and (m.summary.ok, m.summary.sent) == (4, 4)
     assert m.planned.requests == 4 and m.trace.block_size is not None
+    assert raw == m.to_json()  # written in RunMeta's layout: every key is one of its fields
+    assert m.load_options() and "max_think_s" in m.load_options() and not m.extra.get("options")
 
 
 def test_axes_plan_and_kinds_come_from_the_declarations() -> None:

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.analysis.frontier import build
+from agent_replay.analysis.results import read_run_record
 from agent_replay.replay.cli import main
 from agent_replay.replay.sweep import load_experiment, run_capacity, run_sweep
 from tests.replay.helpers import chain_rows, write_rows
@@ -61,9 +62,9 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     assert (out / "index.csv").read_text().count("\n") == 9
     for r in idx:
         run_dir = out / r["path"]
-        meta = json.loads((run_dir / "run.json").read_text())
-        assert meta["status"] == "ok" and meta["options"]["concurrent_sessions"] == int(r["point"])
-        prov = meta["provenance"]
+        meta = read_run_record(run_dir)
+        assert meta.status == "ok" and meta.option("concurrent_sessions") == int(r["point"])
+        prov = meta.provenance
         assert prov["command_line"] and prov["dependencies"]["pyarrow"]
         assert prov["server"]["version_endpoint"] is not None and prov["host"]["hostname"]
         warm = json.loads((run_dir.with_name(run_dir.name + ".warmup") / "warmup.json").read_text())
