@@ -79,7 +79,8 @@ class RunSummary(Counters):
     partial: bool = False  # workers died (Ray actors): some sessions were not replayed
     lost_sessions: int = 0
     lost_requests: int = 0
-    aborted: bool = False  # --abort-after-failures stopped it
+    aborted: bool = False  # --abort-after-failures, or the first requests' one error, stopped it
+    abort_reason: str | None = counter(None, first)  # the latter's line (replay.failfast)
     max_failure_rate: float = 0.1
     invalid_reason: str | None = None  # agentx timing: why the run is not a valid AgentX run
     unwritten: int = counter(0)  # recorded requests whose row could not be written (a full disk)
@@ -258,6 +259,7 @@ def outcome(s: RunSummary) -> dict[str, Any]:
         "load_generator_bottleneck": bool(bottleneck),
         "load_generator_warning": bottleneck[0] if bottleneck else None,
         "machine_contention": sc.kind == "contention",
+        "abort_reason": s.abort_reason,
         "machine": asdict(s.machine) if s.machine is not None else None,
         "warnings": sc.warnings,
     }

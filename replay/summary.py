@@ -19,11 +19,14 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
                    html_line: str | None = None) -> None:
     """``report``: the run's report when the caller has built it (else built here for the
     headline); ``html_line``: where the HTML report is, or how to get one."""
+    if s.abort_reason:
+        print(f"error: {s.abort_reason}", file=out)
     for w in s.warnings:
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
     state = {"interrupted": "INTERRUPTED: partial results",
-             "aborted": "ABORTED (--abort-after-failures): partial results",
+             "aborted": ("ABORTED: partial results" if s.abort_reason else
+                         "ABORTED (--abort-after-failures): partial results"),
              "partial": "PARTIAL: workers were lost",
              "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)",
              "invalid": f"INVALID (AgentX rule): {s.invalid_reason}",

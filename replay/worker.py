@@ -41,6 +41,7 @@ from agent_replay.replay.client import Prepared, Sender, inexact_counts_differ, 
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
+from agent_replay.replay.failfast import FirstFailures
 from agent_replay.replay.fastclient import FastSender
 from agent_replay.replay.lifeline import StopSignals
 from agent_replay.replay.messages import Progress
@@ -84,6 +85,7 @@ class WorkerSummary(Counters):
     loop_lag: bytes = counter(b"")  # int64 ns, one per watchdog tick
     interrupted: bool = counter(False, either)
     aborted: bool = counter(False, either)  # --abort-after-failures: this worker stopped its shard
+    abort_reason: str | None = counter(None, first)  # why it stopped (replay.failfast), if it said
     gc: dict[str, int] = field(default_factory=dict, metadata=merged_by(GC_MERGE))  # QuietRuntime.stats()
     cpus: list[int] = field(default_factory=list, metadata=merged_by(add))  # the CPUs it was allowed to run on
     fd_table: int = counter(0, largest)  # file descriptors reserved before the run (selfmon.reserve_fds)
@@ -224,6 +226,7 @@ async def arun_shard(
 
         streak = [0]  # failed requests in a row
         abort_after = config.abort_after_failures
+        alike = FirstFailures()
         run_task: asyncio.Future[None] | None = None
 
         def on_record(rec: RequestRecord) -> None:
@@ -247,6 +250,12 @@ async def arun_shard(
                     summary.aborted = True
                     if run_task is not None:
                         run_task.cancel()
+            why = alike.observe(rec.status == "ok", rec.error_kind == ErrorKind.CANCELLED,
+                                rec.http_status, rec.error)
+            if why is not None and not summary.aborted:
+                summary.aborted, summary.abort_reason = True, why
+                if run_task is not None:
+                    run_task.cancel()
             # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
             summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
                 rec.completion_tokens is not None else sum(rec.chunk_tokens)
@@ -284,7 +293,7 @@ async def arun_shard(
             try:
                 await run_task
             except asyncio.CancelledError:
-                if not summary.aborted:  # Ctrl-C, not --abort-after-failures
+                if not summary.aborted:  # Ctrl-C, not a stop of its own
                     raise
         finally:
             ticker.cancel()
