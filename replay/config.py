@@ -35,6 +35,8 @@ from agent_replay.replay.plan import ARRIVALS, TIMING_MODES, PlanOptions
 from agent_replay.replay.presets import AGENTX_GROUP, AgentXSettings
 
 TIMESTAMPS = ("auto", "kernel", "loop")
+DEMO_SPEEDUP = 5.0
+"""``agent-replay demo``'s default ``--speedup``."""
 HTTP_CLIENTS = ("fast", "aiohttp")
 
 

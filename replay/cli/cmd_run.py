@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from agent_replay.errors import InputError
-from agent_replay.replay.config import RunConfig
+from agent_replay.replay.config import DEMO_SPEEDUP, RunConfig
 from agent_replay.replay.options import add_options, namespace_values, nested_values
 from agent_replay.replay.presets import AgentXSettings, resolve
 
@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
     d = sub.add_parser("demo", help="replay the bundled sample trace on the built-in simulated engine")
     d.add_argument("--output", "-o", default=None, help="results folder (default ./demo-results/<time>)")
     d.add_argument("--profile", default=None, help="simulated engine profile (default: the engine's default)")
-    d.add_argument("--speedup", type=float, default=None, help="time compression (default 10)")
+    d.add_argument("--speedup", type=float, default=None,
+                   help=f"divide all times by this (default {DEMO_SPEEDUP:g})")
     d.add_argument("--trace", default=None, help="a trace to use instead of the bundled sample")
     d.set_defaults(func=cmd_demo)
 
