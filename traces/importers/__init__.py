@@ -99,7 +99,14 @@ def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None
     except (pa.ArrowInvalid, OverflowError) as exc:  # a number the schema cannot hold
         raise TraceError(f"a value does not fit the trace schema ({exc}); numbers this large "
                          "are not real requests (a unit mix-up?)", path=str(files[0])) from None
-    validate_or_raise(result.table, result.meta, f"import of {files[0]}")
+    try:
+        validate_or_raise(result.table, result.meta, f"import of {files[0]}")
+    except TraceError as exc:
+        if "'hash_ids'" in str(exc) and "ceil(input_tokens" in str(exc):
+            raise TraceError(f"{exc}: the hash ids were made over other blocks than "
+                             f"{result.meta.block_size} tokens; give the file's block size "
+                             "with --block-size N") from None
+        raise
     if skipped:
         result.notes.append(f"skipped {len(skipped)} unrecognized files: {', '.join(skipped[:5])}")
     return result

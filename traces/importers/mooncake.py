@@ -23,6 +23,7 @@ are unknown: ``think_ns`` is left null and the original arrival gap is kept in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -124,7 +125,27 @@ def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
     return conform(table)
 
 
+def block_size_of(paths: list[Path]) -> int | None:
+    """The block size the files' hash ids were made over: the one power of two B for which
+    every row with hash ids has ceil(input_length / B) of them (a trace exported by ``traces
+    convert`` with its own block size, say); None when no B fits every row (or none has
+    hash ids)."""
+    pairs: list[tuple[int, int]] = []
+    for path in paths:
+        for _, obj in read_jsonl(path):
+            if isinstance(obj.get("hash_ids"), list) and isinstance(obj.get("input_length"), int):
+                pairs.append((obj["input_length"], len(obj["hash_ids"])))
+    if not pairs:
+        return None
+    fits = [b for b in (2 ** k for k in range(15))
+            if all(-(-n_in // b) == n_ids for n_in, n_ids in pairs)]
+    return BLOCK_SIZE if BLOCK_SIZE in fits else (fits[0] if len(fits) == 1 else None)
+
+
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
+    inferred = None if opts.block_size else block_size_of(paths)
+    if inferred is not None and inferred != BLOCK_SIZE:
+        opts = replace(opts, block_size=inferred)
     tables = [_load_one(p, opts, f"{p.stem}-" if len(paths) > 1 else "mc-") for p in paths]
     bs = opts.block_size or BLOCK_SIZE
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}",
@@ -132,4 +153,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     notes = ["sessions inferred from hash-prefix chains" if opts.infer_sessions
              else "one session per request",
              "timestamps are milliseconds; think times unknown (null)"]
+    if inferred is not None and inferred != BLOCK_SIZE:
+        notes.append(f"block size {inferred} tokens, read from the hash ids' lengths "
+                     "(--block-size overrides it)")
     return ImportResult(concat(tables), meta, NAME, notes)
