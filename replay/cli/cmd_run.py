@@ -104,6 +104,9 @@ def _render(summary: Any) -> None:
     from agent_replay.analysis.html import write_run_report
     from agent_replay.replay.summary import load_report, render_summary
 
+    if summary.interrupted:  # a second Ctrl-C is not needed: the report is on its way
+        print(f"interrupted: writing the report of the {summary.ok + summary.failed:,} finished "
+              "requests (report.html); Ctrl-C again to skip it", file=sys.stderr, flush=True)
     report = load_report(summary.output)
     _, line = write_run_report(summary.output, report) if report is not None else (None, None)
     render_summary(summary, sys.stdout, report=report, html_line=line)

@@ -56,6 +56,10 @@ def test_sigint_keeps_partial_results(tmp_path: Path, inherited: str) -> None:
             server.stdout.close()
     assert run.returncode == 130, stdout + stderr
     assert f"partial results (every completed request) are in {out}" in stderr
+    # before: the report was written for seconds without a word; now the wait is said
+    said = [x for x in stderr.splitlines() if x.startswith("interrupted: writing the report of")]
+    assert len(said) == 1 and said[0].endswith("(report.html); Ctrl-C again to skip it")
+    assert (out / "report.html").exists()
     assert "INTERRUPTED" in stdout
     assert read_run_record(out).status == "interrupted"
     rows = pq.read_table(out / "requests").to_pydict()
