@@ -253,6 +253,20 @@ def _md_tables(md: str) -> str:
     return "".join(out)
 
 
+def contention_banner(pts: Sequence[Any]) -> str | None:
+    """The sweep page's first warning when runs had host contention (named by target, load
+    point and repeat), None when none had: the table's flag column is easily missed."""
+    bad = [f"{p.target} {p.point:g} r{r['repeat']}" for p in pts for r in p.runs
+           if r.get("machine_contention")]
+    if not bad:
+        return None
+    total = sum(len(p.runs) for p in pts)
+    shown = ", ".join(bad[:12]) + (f" and {len(bad) - 12} more" if len(bad) > 12 else "")
+    return (f"WARNING: host contention in {len(bad)} of {total} runs ({shown}): other processes "
+            "took CPU from the load generator, so their timings carry that noise; rerun them "
+            "on a quiet host before reading small differences")
+
+
 def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, Any]) -> str:
     """The page of a sweep: the frontier table and comparisons (``analysis.frontier.build``'s
     result), the capacity table when there is one, and the frontier charts with the
@@ -270,6 +284,7 @@ def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, A
     script, divs = _charts(charts)
     names = ", ".join(str(s) for s in sweep_dirs)
     body = ["<h1>agent-replay sweep</h1>", f"<p class='path'>{_e(names)}</p>",
+            _warnings(w for w in (contention_banner(pts),) if w),
             "<h2>Frontier</h2>", _chart_block(divs, [n for n, _ in charts], grid=False),
             _md_tables(result["markdown"])]
     cap = Path(sweep_dirs[0]) / "capacity.md"

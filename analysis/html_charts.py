@@ -298,11 +298,18 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
     xs: list[float] = []
     ys: list[float] = []
     for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
-        runs = [(r.get(x), r.get(y), pt.point) for pt in group for r in pt.runs]
-        runs = [(a, b, c) for a, b, c in runs if a is not None and b is not None]
+        every = [(r.get(x), r.get(y), r.get("warmup_steady") is False)
+                 for pt in group for r in pt.runs]
+        every = [(a, b, c) for a, b, c in every if a is not None and b is not None]
+        runs = [(a, b, flag) for a, b, flag in every if not flag]
+        unsteady = [(a, b) for a, b, flag in every if flag]
         if runs:
             p.scatter([a for a, _, _ in runs], [b for _, b, _ in runs], size=6, alpha=0.4,
                       color=color, legend_label=f"{name}: one run")
+        if unsteady:  # the hollow triangles the table's warm-up line refers to
+            p.scatter([a for a, _ in unsteady], [b for _, b in unsteady], size=9,
+                      marker="triangle", fill_alpha=0, line_width=1.5, color=color,
+                      legend_label=f"{name}: one run, warm-up not steady")
         m = [(pt, pt.ci.get(x), pt.ci.get(y)) for pt in group]
         m = [(pt, cx, cy) for pt, cx, cy in m if cx is not None and cy is not None
              and cx.estimate is not None and cy.estimate is not None]
@@ -317,8 +324,8 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
             "yhi": [cy.high if cy.high is not None else cy.estimate for _, _, cy in m],
             "point": [f"{pt.point:g}" for pt, _, _ in m], "n": [len(pt.runs) for pt, _, _ in m],
         })
-        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _, _ in runs]
-        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b, _ in runs]
+        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _, _ in every]
+        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b, _ in every]
         p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
         p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
                text_font_size="10px", text_color=color)

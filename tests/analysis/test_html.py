@@ -160,7 +160,9 @@ CHECK = r"""
     out.push({chart: el.dataset.chart, title: model.title ? model.title.text : '',
               rows, coloured, width: c.width, height: c.height,
               legends_inside: model.center.filter(item => item.type === 'Legend').length,
-              x_type: xaxis ? xaxis.type : null, ticks, x_start: xr.start, x_end: xr.end});
+              x_type: xaxis ? xaxis.type : null, ticks, x_start: xr.start, x_end: xr.end,
+              markers: model.renderers.filter(r => r.glyph && r.glyph.marker)
+                .map(r => [r.glyph.marker.value || r.glyph.marker, r.glyph.fill_alpha.value ?? r.glyph.fill_alpha])});
   }
   return out;
 })()
@@ -227,11 +229,21 @@ def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
                 rows.append({"target": target, "point": float(point), "repeat": rep,
                              "status": "complete", "p90_tps": v, "interactivity": 0.8 * v,
                              "output_tps_per_gpu": point * v / 2, "total_tps_per_gpu": point * v,
-                             "ttft_p99_ms": 50.0 * point})
+                             "ttft_p99_ms": 50.0 * point,
+                             "warmup_steady": not (point == 2 and rep == 0),
+                             "machine_contention": target == "mtp" and point == 32 and rep == 1})
     pts = points(rows)
     res = {"points": pts, "markdown": to_markdown(pts, "concurrent_sessions")}
-    path = html_mod.write_html(html_mod.sweep_html([tmp_path], res), tmp_path / "sweep.html")
-    _check_in_chromium(path, tmp_path / "sweep.png", {"frontier-p90_tps", "frontier-interactivity"})
+    page = html_mod.sweep_html([tmp_path], res)
+    # before: the flag sat in a clipped table column; now the page opens with it
+    assert ('<div class="warn strong">WARNING: host contention in 1 of 18 runs (mtp 32 r1)'
+            in page)
+    assert "hollow triangles in the plots" in page
+    path = html_mod.write_html(page, tmp_path / "sweep.html")
+    charts = _check_in_chromium(path, tmp_path / "sweep.png",
+                                {"frontier-p90_tps", "frontier-interactivity"})
+    for c in charts:  # the promised hollow triangles: the two unsteady runs (one per target)
+        assert ["triangle", 0] in c["markers"], c["markers"]
 
 
 def test_each_sweep_run_gets_its_page(tmp_path: Path) -> None:
