@@ -73,7 +73,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         caps = run_capacity(exp, slo, force=args.force, progress=_err, hooks=_hooks())
         for c in caps:
             print(c.line(exp.axis))
-        print(f"wrote {exp.output}/capacity.md")
+        res = build([exp.output])  # the probes' frontier, and the page with the capacity table
+        _html([exp.output], res, exp.output)
+        print("wrote " + ", ".join(str(f) for f in [f"{exp.output}/capacity.md", *res["files"]]))
         return 0
     result = run_sweep(exp, force=args.force, progress=_err, hooks=_hooks())
     t = result.timing

@@ -3,6 +3,7 @@ points kept with their reasons, the frontier rebuilt from the tree, capacity at 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -140,6 +141,13 @@ def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.
     # the CLI: bad SLO is one line, exit 2
     assert main(["sweep", str(exp_file), "--find-capacity", "--slo", "p90_tps>>1"]) == 2
     assert "--slo: 'p90_tps>>1'" in capsys.readouterr().err
+    # the CLI's search (every probe already run, so resumed) writes the page too
+    assert main(["sweep", str(exp_file), "--find-capacity", "--slo", "ttft_p99<=0.001ms"]) == 0
+    wrote = capsys.readouterr().out
+    assert "capacity.md" in wrote and "report.html" in wrote
+    if importlib.util.find_spec("bokeh") is not None:
+        page = (Path(exp.output) / "report.html").read_text()
+        assert "<h2>Capacity</h2>" in page
     assert main(["sweep", str(exp_file), "--report-only"]) == 0
     assert "frontier.md" in capsys.readouterr().out
     # reindex: figures recomputed from the run folders, with the prices now in the file
