@@ -44,3 +44,38 @@ def test_block_size_by_hand(tmp_path: Path) -> None:
     assert block_size_of([f]) is None
     with pytest.raises(TraceError, match=r"give the file's block size with --block-size N$"):
         import_paths([f], "mooncake")
+
+
+def test_taubench_row_waits_for_the_output_its_input_holds(tmp_path: Path) -> None:
+    """taubench's shape (two LLMs under one session_id): the user simulator's prompt is
+    rebuilt each turn (role-swapped), so it never extends its last input and starts a chain
+    each time. Before: row 1 (its input is row 0's output, byte for byte) had no
+    dependency and was sent before row 0 ended; now it waits for row 0."""
+    sys_a, sys_u = "You are a helpful airline agent. " * 4, "You are a traveller. " * 4
+    a1 = "Hello! How can I help you with your booking today?"
+    u1 = "I want to change my flight to Friday, reservation ABC123."
+    a2 = "Sure, let me look up reservation ABC123 for you right away."
+    lines = [
+        {"timestamp": 1_000_000, "input": sys_a, "output": a1, "session_id": "t"},
+        {"timestamp": 2_000_000, "input": sys_u + a1, "output": u1, "session_id": "t"},
+        {"timestamp": 3_000_000, "input": sys_a + a1 + u1, "output": a2, "session_id": "t"},
+        {"timestamp": 4_000_000, "input": sys_u + "agent: " + a2, "output": "ok", "session_id": "t"},
+    ]
+    f = tmp_path / "taubench.jsonl"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    res = import_paths([f], "lmcache")
+    t = res.table.to_pydict()
+    assert t["parent_index"] == [-1, -1, 0, -1]  # the agent's chain; each user turn starts anew
+    assert t["depends_on"] == [None, [0], [0, 1], [2]]
+    assert any("3 rows wait for an earlier row whose output their input holds" in n
+               for n in res.notes), res.notes
+
+
+@pytest.mark.shared_data
+def test_real_miniswe_inputs_hold_no_earlier_output(shared_data: Path) -> None:
+    """mini-swe-agent's inputs hold the non-assistant messages only: no content dependency
+    may appear there (the rule finds forwarded outputs, not chance overlaps)."""
+    for f in sorted((shared_data / "lmcache_agent_trace" / "miniswe").glob("*.jsonl"))[:3]:
+        res = import_paths([f], "lmcache")
+        assert res.table.column("depends_on").null_count == res.table.num_rows, f
+        assert not any("wait for an earlier row" in n for n in res.notes)
