@@ -79,3 +79,19 @@ def test_real_miniswe_inputs_hold_no_earlier_output(shared_data: Path) -> None:
         res = import_paths([f], "lmcache")
         assert res.table.column("depends_on").null_count == res.table.num_rows, f
         assert not any("wait for an earlier row" in n for n in res.notes)
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lmcache"
+
+
+def test_taubench_real_rows_first_reply_is_waited_for(tmp_path: Path) -> None:
+    """Rows 0-1 of a real taubench session (cut byte for byte, fixtures/lmcache/README.md):
+    row 1's input is row 0's output. Alone, neither chain continues, so nothing linked
+    them before; row 1 now waits for row 0."""
+    cut = tmp_path / "rows0-1.jsonl"
+    cut.write_bytes(b"".join((FIXTURES / "taubench-09867e5c-rows0-4.jsonl").read_bytes()
+                             .splitlines(keepends=True)[:2]))
+    first, second = (json.loads(x) for x in cut.read_text().splitlines())
+    assert second["input"] == first["output"]
+    t = import_paths([cut], "lmcache").table.to_pydict()
+    assert t["depends_on"] == [None, [0]] and t["parent_index"] == [-1, -1]
