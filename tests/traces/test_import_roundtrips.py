@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -95,3 +96,42 @@ def test_taubench_real_rows_first_reply_is_waited_for(tmp_path: Path) -> None:
     assert second["input"] == first["output"]
     t = import_paths([cut], "lmcache").table.to_pydict()
     assert t["depends_on"] == [None, [0]] and t["parent_index"] == [-1, -1]
+
+
+def _same_after_weka_round_trip(src: list[Path], tmp_path: Path) -> int:
+    first, back, again = tmp_path / "a.parquet", tmp_path / "w.jsonl", tmp_path / "b.parquet"
+    assert main(["traces", "import", *map(str, src), "-o", str(first)]) == 0
+    assert main(["traces", "convert", str(first), "-o", str(back), "--to", "weka"]) == 0
+    assert main(["traces", "import", str(back), "-o", str(again)]) == 0
+    cols = ["session_id", "request_index", "agent_id", "depends_on", "input_tokens", "hash_ids"]
+    a, b = pq.read_table(first).select(cols), pq.read_table(again).select(cols)
+    assert a.to_pylist() == b.to_pylist()
+    return a.num_rows
+
+
+def test_a_weka_export_of_several_traces_round_trips_its_hash_ids(tmp_path: Path) -> None:
+    """The k-th trace of an import has k << 40 added to its ids; the export wrote them with
+    it and the re-import added it again (624 of 839 rows differed). The export now writes
+    each trace's own ids."""
+    from tests.traces.test_weka import weka_fixture
+
+    def full_blocks(requests: list[dict[str, Any]]) -> None:  # as the format hashes them
+        for r in requests:
+            if "hash_ids" in r:
+                r["hash_ids"] = r["hash_ids"][: r["in"] // 64]
+            full_blocks(r.get("requests", []))
+
+    files = []
+    for k in range(3):
+        trace = weka_fixture()
+        trace["id"] = f"fx{k}"
+        full_blocks(trace["requests"])
+        f = tmp_path / f"fx{k}.json"
+        f.write_text(json.dumps(trace))
+        files.append(f)
+    assert _same_after_weka_round_trip(files, tmp_path) > 0
+
+
+@pytest.mark.shared_data
+def test_the_real_weka_traces_round_trip(tmp_path: Path, shared_data: Path) -> None:
+    assert _same_after_weka_round_trip([shared_data / "weka"], tmp_path) == 627
