@@ -171,6 +171,12 @@ def is_conclusion(verdict: str) -> bool:
     return not any(w in verdict for w in OPEN_VERDICTS)
 
 
+def _verdict(v: str) -> str:
+    """A verdict line: the success colour for a conclusion, a neutral one otherwise."""
+    cls = "headline" if is_conclusion(v) else "headline open"
+    return f'<p class="{cls}">{_e(v)}</p>'
+
+
 def run_identity(name: str, report: Report) -> tuple[str, str, str, str, str, str]:
     """What tells one compared run from another beyond its folder's name: its target, model,
     load options, start time and status."""
@@ -200,8 +206,7 @@ def compare_html(result: Any, runs: Sequence[tuple[str, Report]]) -> str:
             _table(("run", "target", "model", "load", "started (UTC)", "status"),
                    [run_identity(name, r) for name, r in runs]),
             _warnings(result.warnings),
-            "".join(f'<p class="headline{"" if is_conclusion(v) else " open"}">{_e(v)}</p>'
-                    for v in result.verdicts),
+            "".join(_verdict(v) for v in result.verdicts),
             "<h2>Side by side</h2>", _table(head, rows),
             '<p class="note">TPS values in tok/s, times in ms; TPS change = ratio of '
             "speeds.</p>"]

@@ -82,23 +82,12 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
              f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
     p.y_range = Range1d(0, 1.02)
     p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
-    zeros = []
+    many = len(lines) > 1
     for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True):
-        if not v.size:
-            continue
-        label = f"{name}: n={s.count:,}" if len(lines) > 1 else f"n={s.count:,}"
-        if (z := zero_fraction(v, f)) > 0:
-            zeros.append(f"{name + ' ' if len(lines) > 1 else ''}{100 * z:.0f}%")
-        src = ColumnDataSource({"ms": np.maximum(v, ZERO_MS), "frac": f})
-        p.step("ms", "frac", source=src, mode="after", line_width=2, color=color,
-               legend_label=label)
-        marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
-        if marks:
-            msrc = ColumnDataSource({"ms": [max(m, ZERO_MS) for _, m in marks],
-                                     "frac": [q / 100 for q, _ in marks]})
-            p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
-                      legend_label=f"{name + ': ' if len(lines) > 1 else ''}P50 / P90 / P99 "
-                      "(as in the table)")
+        if v.size:
+            _cdf_line(p, name if many else "", v, f, s, color)
+    zeros = [f"{name + ' ' if many else ''}{100 * z:.0f}%" for name, v, f, _ in lines
+             if v.size and (z := zero_fraction(v, f)) > 0]
     # a few near-zero values (chunks read together) would stretch a log axis over decades
     lows = [float(v[np.searchsorted(f, 0.1)]) for _, v, f, _ in lines if v.size]
     lo, smallest = min(lows) / 10, min(float(v[0]) for _, v, _, _ in lines if v.size)
@@ -115,20 +104,32 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     return p
 
 
+def _cdf_line(p: Any, name: str, v: np.ndarray, f: np.ndarray, s: Any, color: str) -> None:
+    """One run's CDF step line and its P50/P90/P99 marks; ``name`` prefixes the legend
+    when several runs share the chart."""
+    label = f"{name}: n={s.count:,}" if name else f"n={s.count:,}"
+    src = ColumnDataSource({"ms": np.maximum(v, ZERO_MS), "frac": f})
+    p.step("ms", "frac", source=src, mode="after", line_width=2, color=color, legend_label=label)
+    marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
+    if marks:
+        msrc = ColumnDataSource({"ms": [max(m, ZERO_MS) for _, m in marks],
+                                 "frac": [q / 100 for q, _ in marks]})
+        p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
+                  legend_label=f"{name + ': ' if name else ''}P50 / P90 / P99 (as in the table)")
+
+
 def log_ticks(lo: float, hi: float, least: int = 4) -> list[float]:
     """Tick values for a log axis over [lo, hi]: 1, 2, 5 of every decade, or every digit
     when that gives fewer than ``least`` inside the range (a range within a decade), and
     one tick below and above, so that no stretch of the data is left without a label."""
     lo, hi = max(lo, 1e-12), max(hi, lo * 1.0001)
-    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
-    for mantissas in ((1, 2, 5), tuple(range(1, 10)), tuple(x / 2 for x in range(2, 20))):
-        ticks = sorted({m * 10.0 ** e for e in range(first, last + 1) for m in mantissas})
-        inside = [t for t in ticks if lo <= t <= hi]
-        if len(inside) >= least:
-            break
-    below = [t for t in ticks if t < lo][-1:]
-    above = [t for t in ticks if t > hi][:1]
-    return [float(f"{t:.6g}") for t in below + inside + above]
+    decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+    steps = ((1, 2, 5), tuple(range(1, 10)), tuple(x / 2 for x in range(2, 20)))
+    grids = [np.array(sorted({m * 10.0 ** e for e in decades for m in ms})) for ms in steps]
+    ticks = next((g for g in grids if np.count_nonzero((g >= lo) & (g <= hi)) >= least), grids[-1])
+    first = max(0, int(np.searchsorted(ticks, lo, side="left")) - 1)  # one below the range
+    last = int(np.searchsorted(ticks, hi, side="right"))  # and one above it
+    return [float(f"{t:.6g}") for t in ticks[first:last + 1]]
 
 
 def tps_histogram(report: Report) -> Any | None:
@@ -284,6 +285,26 @@ def gpu_charts(report: Report) -> tuple[Any, Any] | None:
     return p1, p2
 
 
+def _with(group: Sequence[Any], x: str, y: str) -> list[dict[str, Any]]:
+    """The runs of a target's points that have both figures."""
+    return [r for pt in group for r in pt.runs if None not in (r.get(x), r.get(y))]
+
+
+def _run_dots(p: Any, group: Sequence[Any], x: str, y: str, name: str,
+              color: str) -> list[tuple[float, float]]:
+    """Every run of a target as a dot, a run whose warm-up never became steady as a hollow
+    triangle (what the frontier table's warm-up line refers to); returns all (x, y)."""
+    runs = _with(group, x, y)
+    for flagged, kw, label in ((False, {"size": 6, "alpha": 0.4}, "one run"),
+                               (True, {"size": 9, "marker": "triangle", "fill_alpha": 0,
+                                       "line_width": 1.5}, "one run, warm-up not steady")):
+        these = [r for r in runs if (r.get("warmup_steady") is False) is flagged]
+        if these:
+            p.scatter([r[x] for r in these], [r[y] for r in these], color=color,
+                      legend_label=f"{name}: {label}", **kw)
+    return [(r[x], r[y]) for r in runs]
+
+
 def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str) -> Any | None:
     """Every run as a dot, each target's means joined, with the run-to-run 95% interval of
     the mean on both axes (whiskers)."""
@@ -298,18 +319,7 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
     xs: list[float] = []
     ys: list[float] = []
     for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
-        every = [(r.get(x), r.get(y), r.get("warmup_steady") is False)
-                 for pt in group for r in pt.runs]
-        every = [(a, b, c) for a, b, c in every if a is not None and b is not None]
-        runs = [(a, b, flag) for a, b, flag in every if not flag]
-        unsteady = [(a, b) for a, b, flag in every if flag]
-        if runs:
-            p.scatter([a for a, _, _ in runs], [b for _, b, _ in runs], size=6, alpha=0.4,
-                      color=color, legend_label=f"{name}: one run")
-        if unsteady:  # the hollow triangles the table's warm-up line refers to
-            p.scatter([a for a, _ in unsteady], [b for _, b in unsteady], size=9,
-                      marker="triangle", fill_alpha=0, line_width=1.5, color=color,
-                      legend_label=f"{name}: one run, warm-up not steady")
+        every = _run_dots(p, group, x, y, name, color)
         m = [(pt, pt.ci.get(x), pt.ci.get(y)) for pt in group]
         m = [(pt, cx, cy) for pt, cx, cy in m if cx is not None and cy is not None
              and cx.estimate is not None and cy.estimate is not None]
@@ -324,8 +334,8 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
             "yhi": [cy.high if cy.high is not None else cy.estimate for _, _, cy in m],
             "point": [f"{pt.point:g}" for pt, _, _ in m], "n": [len(pt.runs) for pt, _, _ in m],
         })
-        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _, _ in every]
-        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b, _ in every]
+        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _ in every]
+        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b in every]
         p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
         p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
                text_font_size="10px", text_color=color)

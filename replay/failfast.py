@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
+
+from agent_replay.results_schema import ErrorKind
 
 FIRST = 8
 """The first requests of a worker that must all fail alike for it to stop."""
@@ -52,6 +55,14 @@ def _message_of(body: object) -> str | None:
     return None
 
 
+def request_error(http_status: int | None, error: str | None) -> tuple[int, str] | None:
+    """(status, the server's message) of a failure the request itself caused (a 4xx that
+    does not depend on load or timing); None for any other outcome."""
+    if http_status is None or not 400 <= http_status < 500 or http_status in TRANSIENT:
+        return None
+    return http_status, server_message(error)
+
+
 @dataclass
 class FirstFailures:
     """Fed with each finished request (``observe``); ``reason`` is the one line to stop on,
@@ -64,16 +75,18 @@ class FirstFailures:
     open: bool = True
     """Still deciding: False once a request succeeded or failed otherwise."""
 
+    def observe_record(self, rec: Any) -> str | None:
+        """``observe`` for a ``replay.outcome.RequestRecord``."""
+        return self.observe(rec.status == "ok", rec.error_kind == ErrorKind.CANCELLED,
+                            rec.http_status, rec.error)
+
     def observe(self, ok: bool, cancelled: bool, http_status: int | None,
                 error: str | None) -> str | None:
         """The reason to stop (once, when the ``first``-th alike failure arrives), else None."""
         if not self.open or cancelled:
             return None
-        if ok or http_status is None or not 400 <= http_status < 500 or http_status in TRANSIENT:
-            self.open = False
-            return None
-        key = (http_status, server_message(error))
-        if self.key is not None and key != self.key:
+        key = None if ok else request_error(http_status, error)
+        if key is None or (self.key is not None and key != self.key):
             self.open = False
             return None
         self.key = key

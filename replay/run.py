@@ -280,18 +280,10 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         raise
     finally:
         scrape.stop()  # first: its final scrape is the dashboard's last gauges
-        scraped = scrape.describe()
         telemetry = gpu_tel.stop() if gpu_tel is not None else None
         if prog is not None:
             prog.close()
-        if meta is not None:
-            meta.extra["scrape"] = scraped
-            if telemetry is not None:
-                meta.gpu_telemetry = telemetry
-            if pool is not None:
-                meta.merge(pool.describe())
-        if pool is not None:
-            pool.close()
+        _record_end(meta, scrape.describe(), telemetry, pool)
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
@@ -299,7 +291,6 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     if leftovers:
         summary.self_check.warnings.append(
             f"{leftovers} unfinished part files (.tmp) of stopped workers were removed")
-    assert meta is not None  # the pool ran: run.json was written at t0
     finish(out, meta, summary, config.timing, config, reserve)
     if summary.unwritten and progress is not None:
         progress(f"error: {summary.unwritten_line()}")
@@ -308,6 +299,20 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     elif summary.partial and progress is not None:
         progress(summary.partial_line() or "")
     return summary
+
+
+def _record_end(meta: RunMeta | None, scraped: dict[str, Any], telemetry: dict[str, Any] | None,
+                pool: WorkerPool | None) -> None:
+    """The blocks of run.json known once the workers stopped (the scraper's, the GPU
+    telemetry's, the pool's); the pool is closed."""
+    if meta is not None:
+        meta.extra["scrape"] = scraped
+        if telemetry is not None:
+            meta.gpu_telemetry = telemetry
+        if pool is not None:
+            meta.merge(pool.describe())
+    if pool is not None:
+        pool.close()
 
 
 def _stopped_before_start(out: Path, meta: RunMeta | None, reserve: SpaceReserve) -> None:

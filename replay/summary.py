@@ -25,8 +25,8 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
     state = {"interrupted": "INTERRUPTED: partial results",
-             "aborted": ("ABORTED: partial results" if s.abort_reason else
-                         "ABORTED (--abort-after-failures): partial results"),
+             "aborted": "ABORTED: partial results" if s.abort_reason else
+                        "ABORTED (--abort-after-failures): partial results",
              "partial": "PARTIAL: workers were lost",
              "failed": f"FAILED (over {s.max_failure_rate:.0%} of the requests failed)",
              "invalid": f"INVALID (AgentX rule): {s.invalid_reason}",

@@ -242,17 +242,10 @@ async def arun_shard(
             else:
                 kind = rec.error_kind or ErrorKind.UNKNOWN
                 summary.errors[kind] = summary.errors.get(kind, 0) + 1
-            if rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED:
-                streak[0] = 0
-            else:
-                streak[0] += 1
-                if abort_after is not None and streak[0] >= abort_after and not summary.aborted:
-                    summary.aborted = True
-                    if run_task is not None:
-                        run_task.cancel()
-            why = alike.observe(rec.status == "ok", rec.error_kind == ErrorKind.CANCELLED,
-                                rec.http_status, rec.error)
-            if why is not None and not summary.aborted:
+            passed = rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED
+            streak[0] = 0 if passed else streak[0] + 1
+            why = alike.observe_record(rec)  # the first requests' one error (replay.failfast)
+            if not summary.aborted and (why or streak[0] >= (abort_after or 1 << 62)):
                 summary.aborted, summary.abort_reason = True, why
                 if run_task is not None:
                     run_task.cancel()

@@ -64,13 +64,15 @@ LOOK_BACK = 64
 """How many earlier rows of the session an input is searched for their outputs."""
 
 
-def content_dependency(text_in: str, earlier: list[tuple[object, str]]) -> object | None:
+def content_dependency(text_in: str, earlier: list[tuple[object, str]],
+                       parent: object | None = None) -> object | None:
     """The key of the latest earlier row (``earlier`` in time order: (key, output)) whose
-    output, stripped and at least ``MIN_OUTPUT_CHARS`` long, is inside ``text_in``."""
+    output, stripped and at least ``MIN_OUTPUT_CHARS`` long, is inside ``text_in``; None
+    when there is none or it is the row's prefix ``parent`` (waited for already)."""
     for key, out in reversed(earlier[-LOOK_BACK:]):
         s = out.strip()
         if len(s) >= MIN_OUTPUT_CHARS and s in text_in:
-            return key
+            return None if key == parent else key
     return None
 
 
@@ -155,9 +157,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
                     hash_ids=hashes, api="chat", output_estimated=True if n_out == 0 else None)
         r.extra["chain"] = chain.number
         earlier = outputs.setdefault(sid, [])
-        dep = content_dependency(text_in, earlier)
-        if dep is not None and dep != r.parent_key:
-            r.extra["content_dep"] = dep
+        r.extra["content_dep"] = content_dependency(text_in, earlier, r.parent_key)
         earlier.append((r.key, text_out))
         reqs.append(r)
         chain.prompt, chain.last_prompt = prompt + text_out, prompt
@@ -165,15 +165,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     if not reqs:
         raise fail(paths[0], None, "every row has an empty input")
     interleaved = _streams(reqs, chains)
-    by_content = 0
-    for r in reqs:
-        dep = r.extra.pop("content_dep", None)
-        if dep is None:
-            continue
-        keys = set(r.depends_on_keys or ()) | {k for k in (r.parent_key, dep) if k is not None}
-        if keys != set(r.depends_on_keys or ()):
-            by_content += 1
-        r.depends_on_keys = sorted(keys, key=lambda k: k)  # type: ignore[arg-type,return-value]
+    by_content = _wait_for_outputs(reqs)
     table, start = build_table(reqs)
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
                      content_mode="hashed", tokenizer=opts.tokenizer,
@@ -208,6 +200,22 @@ class _Chain:
         self.last_input = ""
         self.last_output = ""
         self.last: Request | None = None
+
+
+def _wait_for_outputs(reqs: list[Request]) -> int:
+    """Add each row's content dependency (``extra["content_dep"]``, see
+    ``content_dependency``) to what it waits for, its prefix parent included. Returns how
+    many rows that gave a dependency they did not have."""
+    added = 0
+    for r in reqs:
+        dep = r.extra.pop("content_dep", None)
+        if dep is None:
+            continue
+        had = set(r.depends_on_keys or ())
+        keys = had | {k for k in (r.parent_key, dep) if k is not None}
+        added += keys != had
+        r.depends_on_keys = sorted(keys, key=lambda k: k)  # type: ignore[arg-type,return-value]
+    return added
 
 
 def _streams(reqs: list[Request], chains: dict[str, list[_Chain]]) -> int:
