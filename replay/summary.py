@@ -38,7 +38,9 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
                f"(interrupted), {s.skipped} not sent (past --duration)")
     else:
         cancelled = f"{s.cancelled} cancelled by the stop, " if s.cancelled else ""
-        cut = f"{cancelled}{s.skipped} not sent (past --duration)"
+        stopped = max(0, s.total - s.sent - s.skipped) if s.aborted else 0
+        cut = (f"{cancelled}{f'{stopped} not sent (stopped), ' if stopped else ''}"
+               f"{s.skipped} not sent (past --duration)")
     unwritten = f", {s.unwritten} WITHOUT A ROW (not written)" if s.unwritten else ""
     print(f"{state}: {s.ok} ok, {s.failed} failed{unwritten}, {cut}, of {s.total} planned requests in "
           f"{s.wall_s:.1f} s", file=out)

@@ -76,6 +76,8 @@ def test_unknown_model_run_stops_early_with_the_message(tmp_path: Path) -> None:
     first = buf.getvalue().splitlines()[0]
     assert first == ("error: the first 8 requests all failed with HTTP 404: The model `nosuch` "
                      "does not exist.")
+    state = next(x for x in buf.getvalue().splitlines() if x.startswith("ABORTED"))
+    assert f"{s.total - s.sent} not sent (stopped), 0 not sent (past --duration)" in state
     from agent_replay.analysis.results import read_run_record
 
     assert read_run_record(tmp_path / "r").extra["abort_reason"] == first.removeprefix("error: ")
