@@ -34,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_replay.analysis.definitions import (
+    COMPARED,
     FIGURES,
     METRICS,
     RUN_FIGURES,
@@ -47,14 +48,10 @@ from agent_replay.analysis.report import Report, build_report, self_check
 from agent_replay.errors import InputError
 from agent_replay.runmeta import RunMeta
 
-# (key, label, array, percentile, higher is better); a TPS entry is the speed 1 / TPOT, so
-# it stands for the TPOT percentile too: one test for a statistic and its reciprocal
-STATS: tuple[tuple[str, str, str, float, bool], ...] = (
-    ("tps_p90", "P90 TPS (= 1 / P90 TPOT)", "tpot", 90.0, True),
-    ("tps_p50", "median TPS (= 1 / median TPOT)", "tpot", 50.0, True),
-    ("ttft_p90", "P90 TTFT", "ttft", 90.0, False),
-    ("ttft_p50", "median TTFT", "ttft", 50.0, False),
-)
+STATS = COMPARED
+"""The statistics tested between two runs, the headline first (``analysis.definitions``:
+the speeds and percentiles marked ``compared``); a speed stands for its time's percentile
+too: one test for a statistic and its reciprocal."""
 CONFIDENCE = 0.95
 
 
@@ -156,14 +153,15 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
                    resamples: int = 1000, seed: int = 0,
                    order: tuple[np.ndarray, np.ndarray] | None = None) -> list[Delta]:
     """Deltas of every STATS entry of ``other`` against ``base`` (per-request arrays in ns,
-    keys ``tpot`` and ``ttft``; NaN entries ignored). ``order``: each side's send times;
+    keyed by metric: each entry's ``source``; NaN entries ignored). ``order``: each side's send times;
     then the intervals come from the time-block bootstrap (``block_bootstrap_percentile``),
     else from the per-request one."""
     rng = np.random.default_rng(seed)
     a_lo, a_hi = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
     out = []
     cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for key, label, arr, p, higher in STATS:
+    for st in STATS:
+        key, label, arr, p, higher = st.key, st.label, st.source, st.percentile, st.higher_is_better
         if arr not in cache:
             cache[arr] = (_sorted_clean(base[arr]), _sorted_clean(other[arr]))
         a, b = cache[arr]
@@ -171,7 +169,7 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             out.append(Delta(key, label, None, None, None, None, None, higher))
             continue
         va, vb = a[rank(p, a.size) - 1], b[rank(p, b.size) - 1]
-        tps = key.startswith("tps")  # speed = 1 / TPOT: ratio of speeds = inverse ratio
+        tps = st.reciprocal  # speed = 1 / time: ratio of speeds = inverse ratio
         with np.errstate(divide="ignore", invalid="ignore"):
             base_v, val_v = (1e9 / va, 1e9 / vb) if tps else (va / 1e6, vb / 1e6)  # tok/s, ms
             change = va / vb - 1 if tps else vb / va - 1
@@ -243,8 +241,8 @@ def _numbers(r: Report) -> dict[str, Any]:
     gpus = st.extra.get("throughput", {}).get("gpus") or 1
     out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
     sp = speeds(st.latency)
-    for key, label, _, _ in SPEEDS:
-        out[f"{label} (tok/s)"] = sp[key]
+    for x in SPEEDS:
+        out[f"{x.label} (tok/s)"] = sp[x.key]
     for m in METRICS:
         for p in m.headline:
             v = st.latency[m.key].values.get(p)
@@ -258,29 +256,24 @@ def _numbers(r: Report) -> dict[str, Any]:
 def _arrays(r: Report) -> dict[str, np.ndarray]:
     t = r.stats.per_request
     ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+    keys = dict.fromkeys([*(st.source for st in STATS), "intended_ns"])
     return {k: np.asarray(t.column(k).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
-            for k in ("tpot", "ttft", "intended_ns")}
-
-
-TIMING_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier", "max_sessions",
-                  "duration_s", "warmup_s", "api", "rate", "arrival", "concurrent_sessions",
-                  "ramp_s")
-"""run.json options that shape the load: runs that differ in one are different experiments."""
+            for k in keys}
 
 
 def differences(a: RunMeta | Mapping[str, Any], b: RunMeta | Mapping[str, Any]) -> list[str]:
     """What makes two runs (their run.json) not comparable: another trace (content hash),
-    model, or load-shaping option. The servers' URLs may differ: that is what is compared."""
+    model, or option that either run declares load-shaping (``RunMeta.load_options``). The
+    servers' URLs may differ: that is what is compared."""
     out = []
     a, b = RunMeta.of(a), RunMeta.of(b)
     if a.trace.sha256 != b.trace.sha256:
         out.append(f"trace {a.trace.path} vs {b.trace.path}")
     if a.target.model != b.target.model:
         out.append(f"model {a.target.model} vs {b.target.model}")
-    oa, ob = a.options, b.options
-    for k in TIMING_OPTIONS:
-        if oa.get(k) != ob.get(k):
-            out.append(f"{k} {oa.get(k)} vs {ob.get(k)}")
+    for k in dict.fromkeys(a.load_options() + b.load_options()):
+        if a.option(k) != b.option(k):
+            out.append(f"{k} {a.option(k)} vs {b.option(k)}")
     return out
 
 
@@ -334,10 +327,10 @@ def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resample
                          for d in ds]
             verdicts.append(f"{name} vs {names[0]}: {refuse}")
             continue
-        head = next(d for d in ds if d.key == "tps_p90")
+        head = ds[0]  # the headline statistic (STATS' first)
         verdicts.append(head.verdict(name) if head.significant else
                         f"{name} vs {names[0]}: " + head.verdict(name))
-        verdicts += [d.verdict(name) for d in ds if d.key != "tps_p90" and d.significant]
+        verdicts += [d.verdict(name) for d in ds[1:] if d.significant]
     n_tests = sum(1 for ds in deltas for d in ds if d.p is not None)
     if n_tests:
         verdicts.append(holm_note(n_tests))
@@ -453,7 +446,7 @@ def render_compare(c: CompareResult) -> Group:
                        "-" if d.p_holm is None else f"{d.p_holm:.3g}",
                        "yes" if d.significant else "no")
         parts.append(bt)
-    parts.append(Text("TPS values in tok/s, TPOT/TTFT in ms; TPS change = ratio of speeds.",
+    parts.append(Text("TPS values in tok/s, times in ms; TPS change = ratio of speeds.",
                       style="dim"))
     parts += [Text(v, style="bold") for v in c.verdicts]
     return Group(*parts)

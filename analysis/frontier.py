@@ -29,8 +29,19 @@ X_AXES = {f.key: f.axis_label or f.label for f in FIGURES if f.axis == "x"}
 """What a user feels: the definitions table's figures marked ``axis="x"``."""
 Y_AXES = {f.key: f.axis_label or f.label for f in FIGURES if f.axis == "y"}
 """Throughput: the figures marked ``axis="y"``."""
-OFFERED = ("concurrent_sessions", "rate", "speedup")
-"""Load axes whose throughput is the offered load's (session timing), not a capacity."""
+OFFERED = "offered"
+"""sweep.json's ``axis_kind`` of a load axis whose throughput is the offered load's (session
+timing), not a capacity (``replay.options.OFFERED``)."""
+CLOSED_AXES = ("concurrency",)
+"""The closed-loop axis of sweep.json files written before they recorded ``axis_kind``."""
+
+
+def axis_kind(meta: dict[str, Any]) -> str:
+    """``offered`` or ``closed``: what the sweep's load axis declares (sweep.json)."""
+    kind = meta.get("axis_kind")
+    if isinstance(kind, str):
+        return kind
+    return "closed" if meta.get("axis") in CLOSED_AXES else OFFERED
 ENERGY = next(f.key for f in FIGURES if f.axis == "y2")
 """The second y-axis of the frontier (``j_per_output_token``, from the GPU telemetry)."""
 
@@ -146,7 +157,8 @@ FEW_NOTE = (f"{FEW} a run's percentile over fewer samples than it needs (P90 >= 
             "run's maximum or next to it.")
 
 
-def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu") -> str:
+def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu",
+                kind: str | None = None) -> str:
     """The frontier table: one row per (target, point), means with 95% intervals over the
     replicate runs, the frontier marked (*), failed runs with their reasons."""
     mark_frontier(pts, x, y)
@@ -183,7 +195,8 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
                  + (" Throughput here is what the offered load drew over a fixed run length: "
                     "with think times the server idles between turns, and a slower target "
                     "finishes fewer turns in the same time; it is not the server's capacity "
-                    "(agent-replay sweep --find-capacity)." if axis in OFFERED else ""))
+                    "(agent-replay sweep --find-capacity)."
+                    if (kind or axis_kind({"axis": axis})) == OFFERED else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -336,17 +349,17 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
     frontier.json, and the PNGs when matplotlib is there. ``out_dir``: default the first
     sweep's folder."""
     pts: list[Point] = []
-    axis = "load"
+    axis, kind = "load", OFFERED
     order: list[str] = []
     for s in sweeps:
         meta, rows = read_sweep(s)
-        axis = meta.get("axis", axis)
+        axis, kind = meta.get("axis", axis), axis_kind(meta)
         order += [str(t.get("name")) for t in meta.get("targets", []) if isinstance(t, dict)]
         name = "" if len(sweeps) == 1 else (os.path.basename(os.path.normpath(str(s))) or str(s))
         pts += points(rows, name)
     dest = Path(out_dir or sweeps[0])
     dest.mkdir(parents=True, exist_ok=True)
-    md = to_markdown(pts, axis)
+    md = to_markdown(pts, axis, kind=kind)
     cmp = comparisons(pts, order=order)
     diffs = target_settings(sweeps, pts, order)
     if diffs:

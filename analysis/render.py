@@ -152,7 +152,7 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
     yield "Throughput", rows
     sp = d["speeds_tok_s"]
     yield "Speeds (tok/s)", [
-        (f"{label}: {reading}", _fmt(sp.get(key), 1)) for key, label, _, reading in SPEEDS]
+        (f"{x.label}: {x.doc}", _fmt(sp.get(x.key), 1)) for x in SPEEDS]
     g = d["goodput"]
     if g:
         slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in g["slo"].items() if v is not None)

@@ -52,6 +52,7 @@ from agent_replay.replay.source import read_replayed
 from agent_replay.replay.target import TargetInfo, base_url, probe
 from agent_replay.replay.worker import WorkerSummary
 from agent_replay.results_schema import RESULTS_SCHEMA_VERSION
+from agent_replay.runmeta import Counts, RunMeta
 from agent_replay.traces.failed import drop_failed
 from agent_replay.traces.io import trace_files
 from agent_replay.traces.validate import validate_or_raise
@@ -229,7 +230,7 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     gpu_tel, gpu_off = start_gpu_telemetry(config, out, launch_info, progress)
     pool: WorkerPool | None = None
     prog: ProgressFeed | None = None
-    meta: dict[str, Any] = {}
+    meta: RunMeta | None = None
     summaries: list[WorkerSummary] = []
     interrupted = False
     host = MachineMeter()
@@ -247,28 +248,28 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         wall_t0 = time.time_ns() + pool.start_delay_ns
         config = replace(config, t0_ns=t0, workers=pool.size)
         meta = run_meta(config, info, plan, trace_sha, t0, wall_t0, "running")
-        meta["gpus"], meta["gpus_source"] = gpu_count(config)
-        meta["scrape"] = scrape.describe()
-        if launch_info is not None:
-            meta["launch"] = launch_info
-        meta["provenance"] = provenance(config.target, launch_info)
+        meta.gpus, meta.gpus_source = gpu_count(config)
+        meta.extra["scrape"] = scrape.describe()
+        meta.launch = launch_info
+        meta.provenance = provenance(config.target, launch_info)
         scrape.set_t0(t0)
         if gpu_tel is not None:
             gpu_tel.set_t0(t0)
-        meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
+        meta.gpu_telemetry = gpu_tel.describe() if gpu_tel is not None else gpu_off
         write_run_json(out, meta, reserve)
+        before = meta.extra.setdefault("warnings_before_run", [])
         for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
             if w:
-                meta.setdefault("warnings_before_run", []).append(w)
+                before.append(w)
                 if progress is not None:
                     progress(f"warning: {w}")
         too_long = _over_context(plan, info.max_model_len)
         if too_long:
-            meta.setdefault("warnings_before_run", []).append(
+            before.append(
                 f"{too_long} requests need more than the target's max_model_len ({info.max_model_len}) "
                 "tokens: the server will refuse them")
             if progress is not None:
-                progress(f"warning: {meta['warnings_before_run'][-1]}")
+                progress(f"warning: {before[-1]}")
         if progress is not None:
             progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
                      f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
@@ -282,19 +283,15 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         _stopped_before_start(out, meta, reserve)
         raise
     except Exception as exc:  # a worker failed (a dead server, say): a final status first
-        if meta:
+        if meta is not None:
             record_failure(out, meta, exc, reserve)
         raise
     finally:
         scrape.stop()  # first: its final scrape is the dashboard's last gauges
-        meta["scrape"] = scrape.describe()
-        if gpu_tel is not None:
-            meta["gpu_telemetry"] = gpu_tel.stop()
+        telemetry = gpu_tel.stop() if gpu_tel is not None else None
         if prog is not None:
             prog.close()
-        if pool is not None:
-            meta.update(pool.describe())
-            pool.close()
+        _record_end(meta, scrape.describe(), telemetry, pool)
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
@@ -312,10 +309,26 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     return summary
 
 
-def _stopped_before_start(out: Path, meta: dict[str, Any], reserve: SpaceReserve) -> None:
+def _record_end(meta: RunMeta | None, scraped: dict[str, Any], telemetry: dict[str, Any] | None,
+                pool: WorkerPool | None) -> None:
+    """The blocks of run.json known once the workers stopped (the scraper's, the GPU
+    telemetry's, the pool's); the pool is closed."""
+    if meta is not None:
+        meta.extra["scrape"] = scraped
+        if telemetry is not None:
+            meta.gpu_telemetry = telemetry
+        if pool is not None:
+            meta.merge(pool.describe())
+    if pool is not None:
+        pool.close()
+
+
+def _stopped_before_start(out: Path, meta: RunMeta | None, reserve: SpaceReserve) -> None:
     """run.json of a run stopped before its t0 (or before its replay sent anything)."""
+    meta = meta or RunMeta()
+    meta.results_schema_version = RESULTS_SCHEMA_VERSION
+    meta.status = "interrupted"
+    meta.summary = Counts(extra={"unwritten": 0})
+    meta.extra["stopped_before_start"] = True
     with contextlib.suppress(AgentReplayError):
-        write_run_json(out, {**meta, "results_schema_version": RESULTS_SCHEMA_VERSION,
-                             "status": "interrupted", "stopped_before_start": True,
-                             "summary": {"total": 0, "sent": 0, "ok": 0, "failed": 0,
-                                         "cancelled": 0, "unwritten": 0}}, reserve)
+        write_run_json(out, meta, reserve)

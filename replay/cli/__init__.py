@@ -22,6 +22,14 @@ from agent_replay import __version__
 from agent_replay.errors import AgentReplayError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error is one line that points to ``--help`` (argparse's
+    own prints the whole usage first, 35 lines for ``run``, above the line that matters)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agent_replay.replay.cli import (
         cmd_analysis,
@@ -32,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_traces,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agent-replay",
         description="Record coding-agent sessions and replay them against LLM serving "
         "deployments with their original timing.",

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from agent_replay.errors import InputError
-from agent_replay.replay.config import RunConfig
+from agent_replay.replay.config import DEMO_SPEEDUP, RunConfig
 from agent_replay.replay.options import add_options, namespace_values, nested_values
 from agent_replay.replay.presets import AgentXSettings, resolve
 
@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
     d = sub.add_parser("demo", help="replay the bundled sample trace on the built-in simulated engine")
     d.add_argument("--output", "-o", default=None, help="results folder (default ./demo-results/<time>)")
     d.add_argument("--profile", default=None, help="simulated engine profile (default: the engine's default)")
-    d.add_argument("--speedup", type=float, default=None, help="time compression (default 10)")
+    d.add_argument("--speedup", type=float, default=None,
+                   help=f"divide all times by this (default {DEMO_SPEEDUP:g})")
     d.add_argument("--trace", default=None, help="a trace to use instead of the bundled sample")
     d.set_defaults(func=cmd_demo)
 
@@ -103,6 +104,9 @@ def _render(summary: Any) -> None:
     from agent_replay.analysis.html import write_run_report
     from agent_replay.replay.summary import load_report, render_summary
 
+    if summary.interrupted:  # a second Ctrl-C is not needed: the report is on its way
+        print(f"interrupted: writing the report of the {summary.ok + summary.failed:,} finished "
+              "requests (report.html); Ctrl-C again to skip it", file=sys.stderr, flush=True)
     report = load_report(summary.output)
     _, line = write_run_report(summary.output, report) if report is not None else (None, None)
     render_summary(summary, sys.stdout, report=report, html_line=line)

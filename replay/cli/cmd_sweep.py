@@ -51,8 +51,7 @@ def _term_as_interrupt() -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from agent_replay.analysis.frontier import build
-    from agent_replay.errors import InputError
-    from agent_replay.replay.sweep import load_experiment, run_capacity, run_sweep
+    from agent_replay.replay.sweep import load_experiment, run_sweep
 
     exp = load_experiment(args.experiment, output=args.output)
     _term_as_interrupt()
@@ -67,14 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("wrote " + ", ".join(str(f) for f in res["files"]))
         return 0
     if args.find_capacity:
-        slo = args.slo or exp.slo
-        if not slo:
-            raise InputError(f"{args.experiment}: --find-capacity needs --slo or an 'slo' key")
-        caps = run_capacity(exp, slo, force=args.force, progress=_err, hooks=_hooks())
-        for c in caps:
-            print(c.line(exp.axis))
-        print(f"wrote {exp.output}/capacity.md")
-        return 0
+        return _find_capacity(args, exp)
     result = run_sweep(exp, force=args.force, progress=_err, hooks=_hooks())
     t = result.timing
     _err(f"sweep wall {t.get('wall_s', 0):.1f} s: runs {t.get('run_s', 0):.1f} s, warm-up "
@@ -88,6 +80,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _err(f"agent-replay: error: {result.failed} of {len(result.rows)} runs failed (reasons "
              f"in {result.out}/index.csv); the same command runs them again")
     return result.exit_code
+
+
+def _find_capacity(args: argparse.Namespace, exp: Any) -> int:
+    from agent_replay.analysis.frontier import build
+    from agent_replay.errors import InputError
+    from agent_replay.replay.sweep import run_capacity
+
+    slo = args.slo or exp.slo
+    if not slo:
+        raise InputError(f"{args.experiment}: --find-capacity needs --slo or an 'slo' key")
+    caps = run_capacity(exp, slo, force=args.force, progress=_err, hooks=_hooks())
+    for c in caps:
+        print(c.line(exp.axis))
+    res = build([exp.output])  # the probes' frontier, and the page with the capacity table
+    _html([exp.output], res, exp.output)
+    print("wrote " + ", ".join(str(f) for f in [f"{exp.output}/capacity.md", *res["files"]]))
+    return 0
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
