@@ -77,7 +77,10 @@ def launched(spec: str) -> Iterator[tuple[str, dict[str, Any]]]:
     args = parse_spec(spec)
     server = server_from_args(args)
     with server:
+        from agent_replay.engines.vllm.resolved import SettingCheck, summary
+
+        checks = [SettingCheck(**c) for c in server.info.get("settings", [])]
         print(f"agent-replay: launched vLLM {server.info.get('vllm_version')} "
               f"({args.profile}) at {server.url} in {server.info.get('start_s')} s; "
-              f"log {server.log_path}", file=sys.stderr)
+              f"settings {summary(checks)}; log {server.log_path}", file=sys.stderr)
         yield server.url, dict(server.info)
