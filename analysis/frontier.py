@@ -416,4 +416,4 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
                           "points": [dataclasses.asdict(p) for p in ref.points]}} if ref else {}),
     }, indent=2) + "\n")
     files.append(dest / "frontier.json")
-    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp}
+    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp, "reference": ref}

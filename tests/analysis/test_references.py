@@ -139,3 +139,29 @@ def test_frontier_cli_reference_and_bad_path(tmp_path: Path) -> None:
 def test_hardware_line_without_recorded_gpus() -> None:
     ref = load(AGENTX, AXES)
     assert "this frontier on not recorded in the runs' run.json" in hardware_line(ref, [])
+
+
+def test_sweep_html_draws_the_reference_on_log_charts_and_lists_it(tmp_path: Path) -> None:
+    pytest.importorskip("bokeh")
+    from agent_replay.analysis.html import sweep_html
+    from agent_replay.analysis.html_charts import frontier_chart
+
+    sweep = _sweep(tmp_path)
+    res = build([sweep], tmp_path / "out", reference=AGENTX)
+    page = sweep_html([sweep], res)
+    assert "frontier-interactivity-reference" in page and "frontier-p90_tps-reference" in page
+    assert "<h2>Reference: Published AgentX-style reference points" in page
+    assert "Hardware differs: the reference ran on" in page
+    chart = frontier_chart(res["points"], "interactivity", "total_tps_per_gpu", "i", "t",
+                           reference=res["reference"])
+    assert type(chart.x_scale).__name__ == type(chart.y_scale).__name__ == "LogScale"
+    labels = sorted(m.text for m in chart.center if type(m).__name__ == "Label")
+    assert labels == ["InferenceX #3344 TP2 C64 chunk 4096",
+                      "InferenceX #3344 TP2 C64 chunk 8192 (selected)"]
+    spans = [m.location for m in chart.center if type(m).__name__ == "Span"]
+    assert spans == [1000000.0]
+    # the y range reaches the 1M line and the lowest run, with a factor of margin
+    assert chart.y_range.end == pytest.approx(1.3e6)
+    assert chart.y_range.start == pytest.approx(80.0 / 1.3)
+    plain = frontier_chart(res["points"], "interactivity", "total_tps_per_gpu", "i", "t")
+    assert type(plain.y_scale).__name__ == "LinearScale"
