@@ -37,6 +37,8 @@ _ENGINE_MARK = "with config: "
 _ARGS_MARK = "non-default args: "
 _PERF_MODE = re.compile(r"Performance mode set to '([^']*)'")
 _ENGINE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")
+_KV_RESERVED = re.compile(r"reserved ([\d.]+) GiB memory for KV Cache as specified by "
+                          r"kv_cache_memory_bytes")
 _ENUM = re.compile(r"<(\w+)\.(\w+): ([^<>]*)>")
 _INFO_LINE = re.compile(r"^(vllm:\w+_config_info)\{(.*)\}\s+\S+\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -72,6 +74,7 @@ class Resolved:
     engine: dict[str, Any] = field(default_factory=dict)
     performance_mode: str | None = None
     info: dict[str, dict[str, str]] = field(default_factory=dict)
+    kv_reserved_gib: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A compact record for run.json: the engine line with its compilation config cut
@@ -81,7 +84,8 @@ class Resolved:
         if isinstance(cc, dict):
             engine["compilation_config"] = {k: cc[k] for k in COMPILATION_KEYS if k in cc}
         return {"vllm_version": self.version, "engine": _jsonable(engine),
-                "performance_mode": self.performance_mode, "config_info": self.info}
+                "performance_mode": self.performance_mode, "config_info": self.info,
+                "kv_reserved_gib": self.kv_reserved_gib}
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,24 +228,25 @@ def parse_log(text: str, metrics: str = "") -> Resolved:
     """The reports in a server's startup log (and its /metrics page, when given). When the
     log holds several starts, the last one counts."""
     version = perf = None
+    kv: float | None = None
     args: dict[str, Any] = {}
     engine: dict[str, Any] = {}
     for line in text.splitlines():
         if _ARGS_MARK in line:
             parsed = _py_literal(line.split(_ARGS_MARK, 1)[1])
             if isinstance(parsed, dict):
-                args, engine, perf = parsed, {}, None
+                args, engine, perf, kv = parsed, {}, None, None
         elif "Initializing a V1 LLM engine" in line and _ENGINE_MARK in line:
             if not engine:  # data-parallel ranks repeat the line: the first one counts
                 m = _ENGINE_VERSION.search(line)
                 version = m.group(1) if m else version
                 engine = parse_engine_config(line.split(_ENGINE_MARK, 1)[1])
-        else:
-            m = _PERF_MODE.search(line)
-            if m:
-                perf = m.group(1)
+        elif (m := _PERF_MODE.search(line)) is not None:
+            perf = m.group(1)
+        elif kv is None and (m := _KV_RESERVED.search(line)) is not None:
+            kv = float(m.group(1))
     return Resolved(version=version, args=args, engine=engine, performance_mode=perf,
-                    info=parse_metrics_info(metrics))
+                    info=parse_metrics_info(metrics), kv_reserved_gib=kv)
 
 
 # ---------------------------------------------------------------------------- comparing
@@ -386,6 +391,14 @@ def check(argv: Sequence[str], resolved: Resolved) -> list[SettingCheck]:
         found = _lookup(dest, resolved)
         if dest == "performance_mode" and resolved.performance_mode is not None:
             found = (resolved.performance_mode, "log")
+        elif (dest == "kv_cache_memory_bytes" and found is None
+              and resolved.kv_reserved_gib is not None and isinstance(value, (int, float))):
+            # the worker logs the reservation in GiB to one decimal: equal to that precision
+            ok = abs(value / 2**30 - resolved.kv_reserved_gib) <= 0.05 + 1e-9
+            out.append(SettingCheck(flag, text, f"{resolved.kv_reserved_gib:g} GiB",
+                                    "log (GiB, 1 decimal)", IN_EFFECT if ok else DIFFERS,
+                                    None if parsed is _MISSING else _show(parsed)))
+            continue
         out.append(_check_one(flag, value, text, parsed, found))
     return out
 
@@ -407,6 +420,27 @@ def failure_line(checks: Sequence[SettingCheck], log: object = None) -> str:
     where = f" (log {log})" if log else ""
     return (f"vLLM is not running {len(bad)} requested setting(s): "
             + "; ".join(c.line() for c in bad) + where)
+
+
+def to_markdown(checks: Sequence[SettingCheck]) -> str:
+    """The checks as a table: flag, requested, in effect (or the parsed value), source,
+    status; then the summary."""
+    lines = ["| setting | requested | server reports | from | status |", "|---|---|---|---|---|"]
+    for c in checks:
+        shown = c.in_effect if c.in_effect is not None else (
+            f"(parsed {c.parsed})" if c.parsed is not None else "-")
+        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in (
+            c.flag, c.requested, shown, c.source or "-", c.status)) + " |")
+    return "\n".join(lines) + f"\n\n{summary(checks)}\n"
+
+
+def check_launch(info: Mapping[str, Any], log_text: str, metrics: str = "") -> list[SettingCheck]:
+    """``check`` for a recorded launch: ``info`` is the launch JSON (or run.json's
+    ``launch``), whose ``command`` is the argv that started the server."""
+    command = info.get("command")
+    if not isinstance(command, list) or len(command) < 3:
+        raise ValueError("no 'command' list (the argv that started the server)")
+    return check([str(a) for a in command[3:]], parse_log(log_text, metrics))
 
 
 def _jsonable(v: Any) -> Any:

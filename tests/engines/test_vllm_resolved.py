@@ -70,8 +70,9 @@ def test_h200_standard_start_every_reported_flag_in_effect() -> None:
     assert got["--max-model-len"] == (IN_EFFECT, "16384", "engine config")  # max_seq_len
     assert got["--dtype"] == (IN_EFFECT, "torch.bfloat16", "engine config")
     assert got["--load-format"] == (IN_EFFECT, "dummy", "engine config")
-    # no /metrics page given: the cache config is only what the parser took
-    assert got["--kv-cache-memory-bytes"] == (NOT_REPORTED, None, None)
+    # the worker's "reserved 16.0 GiB memory for KV Cache" line: 17179869184 B = 16 GiB
+    assert got["--kv-cache-memory-bytes"] == (IN_EFFECT, "16 GiB", "log (GiB, 1 decimal)")
+    # no /metrics page given: the memory utilization is only what the parser took
     assert got["--gpu-memory-utilization"] == (NOT_REPORTED, None, None)
 
 
@@ -89,7 +90,7 @@ def test_h200_old_dedicated_decode_start_against_its_own_command() -> None:
     # this filtered log has no "Performance mode set" line: not reported, not assumed
     assert got["--performance-mode"][0] == NOT_REPORTED
     assert mismatches(checks) == []
-    assert summary(checks) == "6 in effect, 7 not reported, 0 differ"
+    assert summary(checks) == "7 in effect, 6 not reported, 0 differ"
 
 
 def test_today_dedicated_decode_recipe_would_not_have_been_in_effect_on_that_start() -> None:
@@ -143,6 +144,49 @@ def test_resolved_record_is_json_and_cuts_the_compilation_config() -> None:
                   "max_cudagraph_capture_size": 128, "backend": "inductor"}
     assert rec["engine"]["speculative_config"]["num_spec_tokens"] == 3
     assert rec["engine"]["data_parallel_size"] == 1
+
+
+def test_kv_bytes_off_by_more_than_the_logs_precision_differs() -> None:
+    res = parse_log(_log("h200-0.26-std"))
+    argv = ["--kv-cache-memory-bytes", str(17 * 2**30)]
+    # the parser took 16 GiB (the logged start) and the worker reserved 16.0 GiB: 17 differs
+    [c] = check(argv, res)
+    assert (c.status, c.in_effect, c.parsed) == (DIFFERS, "16 GiB", "17179869184")
+    # within the log's 0.05 GiB rounding: in effect
+    [c] = check(["--kv-cache-memory-bytes", str(int(16.04 * 2**30))],
+                parse_log(_log("h200-0.26-std").replace("17179869184", str(int(16.04 * 2**30)))))
+    assert c.status == IN_EFFECT
+
+
+def test_vllm_settings_cli_on_a_recorded_launch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    log = DATA / "cpu-0.32-dedicated-ngram.log"
+    launch = tmp_path / "launch.json"
+    launch.write_text(json.dumps({"command": ["py", "-m", "vllm.entrypoints.openai.api_server",
+                                              *CPU_ARGV], "log": str(log)}))
+    run = [sys.executable, "-m", "agent_replay", "engines", "vllm-settings", str(launch),
+           "--metrics", str(DATA / "cpu-0.32-dedicated-ngram.metrics")]
+    proc = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert ("| --compilation-config.cudagraph_mode | FULL_DECODE_ONLY | NONE | engine config "
+            "| differs |") in proc.stdout
+    assert "| --max-num-seqs | 16 | (parsed 16) | - | not reported |" in proc.stdout
+    assert proc.stdout.rstrip().endswith("10 in effect, 5 not reported, 2 differ")
+    # run.json's "launch" block works the same; a good command exits 0
+    runjson = tmp_path / "run.json"
+    runjson.write_text(json.dumps({"launch": {"command": ["py", "-m", "m", "--block-size", "32"],
+                                              "log": str(log)}}))
+    ok = subprocess.run([*run[:5], str(runjson), *run[6:]], capture_output=True, text=True,
+                        check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "| --block-size | 32 | 32 | /metrics cache_config_info | in effect |" in ok.stdout
+    missing = subprocess.run([*run[:5], str(tmp_path / "nope.json")], capture_output=True,
+                             text=True, check=False)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().endswith("nope.json: cannot read the launch JSON "
+                                           "(No such file or directory)")
 
 
 def test_the_last_start_in_an_appended_log_counts() -> None:
