@@ -8,6 +8,7 @@ frontier can be rebuilt from a sweep tree at any time without rerunning anything
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -243,7 +244,7 @@ def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = PAIR
 
 
 def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
-         y: str = "output_tps_per_gpu", title: str = "") -> Path | None:
+         y: str = "output_tps_per_gpu", title: str = "", reference: Any = None) -> Path | None:
     """A PNG: every run as a dot (the run-to-run spread), each target's means joined by a
     line, its frontier points ringed; with GPU telemetry, each target's mean joules per output
     token on a second y-axis (dashed, same colour). None when matplotlib (the plots extra)
@@ -293,12 +294,22 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
                 ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
                          markersize=5, linewidth=1, alpha=0.8, color=line.get_color(),
                          label=f"{name} J/output token")
+    drawn = 0
+    if reference is not None:
+        from agent_replay.analysis.references import draw
+
+        drawn = draw(ax, reference, x, y)
+        if drawn:  # published points sit orders of magnitude away: log scales keep ours legible
+            ax.set_xscale("log")
+            ax.set_yscale("log")
     ax.set_xlabel(X_AXES.get(x, x))
     ax.set_ylabel(Y_AXES.get(y, y))
     ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
     ax.grid(alpha=0.3)
     notes = (["hollow triangle: a run whose warm-up never became steady"] if flagged else []) + (
-        [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else [])
+        [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else []) + (
+        ["log scales; black stars and dotted lines: published reference points, other "
+         "hardware (frontier.md)"] if drawn else [])
     if notes:
         ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
     handles, labels = ax.get_legend_handles_labels()
@@ -313,7 +324,7 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     else:
         ax.legend(handles, labels, fontsize=8)
     dest = Path(out)
-    fig.savefig(dest, bbox_inches="tight" if ax2 is not None else None)
+    fig.savefig(dest, bbox_inches="tight" if ax2 is not None or drawn else None)
     plt.close(fig)
     return dest
 
@@ -343,11 +354,35 @@ def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Poin
     return setting_differences(metas, names) if len(metas) > 1 else []
 
 
+def our_hardware(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point]) -> list[str]:
+    """``N x GPU name`` of every launched server in the runs (run.json ``launch.gpus``)."""
+    roots = {("" if len(sweeps) == 1 else os.path.basename(os.path.normpath(str(s))) or str(s)): Path(s)
+             for s in sweeps}
+    out: set[str] = set()
+    for p in pts:
+        for r in p.runs:
+            f = roots[p.sweep] / str(r.get("path")) / "run.json"
+            if not r.get("path") or not f.exists():
+                continue
+            launch = json.loads(f.read_text()).get("launch") or {}
+            gpus = launch.get("gpus") if isinstance(launch, dict) else None
+            if isinstance(gpus, list) and gpus:
+                out |= {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
+            break
+    return sorted(out)
+
+
 def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
-          ) -> dict[str, Any]:
+          reference: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Rebuild the frontier files of one or several sweep trees (overlaid): frontier.md,
     frontier.json, and the PNGs when matplotlib is there. ``out_dir``: default the first
-    sweep's folder."""
+    sweep's folder. ``reference``: a file of published points (``analysis.references``)
+    listed in frontier.md and drawn on the plots."""
+    ref = None
+    if reference is not None:
+        from agent_replay.analysis.references import load
+
+        ref = load(reference, [*X_AXES, *Y_AXES])
     pts: list[Point] = []
     axis, kind = "load", OFFERED
     order: list[str] = []
@@ -368,12 +403,16 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
               + "\n".join(f"- {d}" for d in diffs) + "\n\n" + md)
     text = md + ("\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
                  + "\n".join(f"- {c}" for c in cmp[:-1]) + f"\n\n{cmp[-1]}\n" if cmp else "")
+    if ref is not None:
+        from agent_replay.analysis.references import to_markdown as ref_markdown
+
+        text += "\n" + ref_markdown(ref, our_hardware(sweeps, pts), {**X_AXES, **Y_AXES})
     (dest / "frontier.md").write_text(text)
     files = [dest / "frontier.md"]
     for x in X_AXES:
         for y in Y_AXES:
             name = f"frontier-{x}.png" if y == "output_tps_per_gpu" else f"frontier-{x}-total.png"
-            png = plot(pts, dest / name, x=x, y=y)
+            png = plot(pts, dest / name, x=x, y=y, reference=ref)
             if png is not None:
                 files.append(png)
     data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
@@ -384,7 +423,10 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
                                  if p.few(k)},
              "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
                          for k, v in p.ci.items()}} for p in pts]
-    (dest / "frontier.json").write_text(json.dumps({"points": data, "comparisons": cmp,
-                                                    "server_settings": diffs}, indent=2) + "\n")
+    (dest / "frontier.json").write_text(json.dumps({
+        "points": data, "comparisons": cmp, "server_settings": diffs,
+        **({"reference": {"path": ref.path, "title": ref.title,
+                          "points": [dataclasses.asdict(p) for p in ref.points]}} if ref else {}),
+    }, indent=2) + "\n")
     files.append(dest / "frontier.json")
-    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp}
+    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp, "reference": ref}

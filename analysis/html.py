@@ -281,8 +281,13 @@ def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, A
     from agent_replay.analysis.frontier import ENERGY, X_AXES, Y_AXES, has_energy
 
     pts = result["points"]
+    ref = result.get("reference")
     charts = [(f"frontier-{x}", hc.frontier_chart(pts, x, "output_tps_per_gpu", X_AXES[x],
                                                   Y_AXES["output_tps_per_gpu"])) for x in X_AXES]
+    if ref is not None:  # the throughput the published points state: total, on both x axes
+        charts += [(f"frontier-{x}-reference", hc.frontier_chart(
+            pts, x, "total_tps_per_gpu", X_AXES[x], Y_AXES["total_tps_per_gpu"], reference=ref))
+            for x in X_AXES]
     if has_energy(pts):
         charts.append(("frontier-energy", hc.frontier_chart(
             pts, "p90_tps", ENERGY, X_AXES["p90_tps"], "joules per output token")))

@@ -28,7 +28,7 @@ from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, s
 bm: Any = _models
 figure: Any = _plotting.figure
 ColumnDataSource, FactorRange, HoverTool = bm.ColumnDataSource, bm.FactorRange, bm.HoverTool
-Range1d, Span, Whisker = bm.Range1d, bm.Span, bm.Whisker
+Label, Range1d, Span, Whisker = bm.Label, bm.Range1d, bm.Span, bm.Whisker
 NS = 1e9
 MAX_LANES = 400
 """Session timelines: at most this many lanes (the title says how many were left out)."""
@@ -306,16 +306,22 @@ def _run_dots(p: Any, group: Sequence[Any], x: str, y: str, name: str,
     return [(r[x], r[y]) for r in runs]
 
 
-def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str) -> Any | None:
+def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str,
+                   reference: Any = None) -> Any | None:
     """Every run as a dot, each target's means joined, with the run-to-run 95% interval of
-    the mean on both axes (whiskers)."""
+    the mean on both axes (whiskers). ``reference`` (``analysis.references.Reference``): its
+    points on these axes in black, stars or dotted lines, on log scales."""
     by: dict[str, list[Any]] = {}
     for pt in pts:
         by.setdefault(f"{pt.sweep}:{pt.target}" if pt.sweep else pt.target, []).append(pt)
     if not by:
         return None
-    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point)",
-             x_label, y_label, height=420)
+    refs = [r for r in (reference.points if reference is not None else ())
+            if x in r.values or y in r.values]
+    log = {"x_axis_type": "log", "y_axis_type": "log"} if refs else {}
+    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point"
+             + ("; black: published reference, other hardware; log scales)" if refs else ")"),
+             x_label, y_label, height=420, **log)
     drew = False
     xs: list[float] = []
     ys: list[float] = []
@@ -347,8 +353,24 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
                              line_color=color))
     if not drew:
         return None
+    for r in refs:
+        rx, ry = r.values.get(x), r.values.get(y)
+        if rx is not None and ry is not None:
+            p.scatter([rx], [ry], marker="star", size=16, color="black",
+                      legend_label="published reference")
+            p.add_layout(Label(x=rx, y=ry, text=r.label, text_font_size="10px", x_offset=6))
+        else:
+            p.add_layout(Span(location=rx if rx is not None else ry,
+                              dimension="height" if rx is not None else "width",
+                              line_color="black", line_dash="dotted"))
+        xs += [rx] if rx is not None else []
+        ys += [ry] if ry is not None else []
     for rng, vals in ((p.x_range, xs), (p.y_range, ys)):  # the whiskers inside the frame
         lo, hi = min(vals), max(vals)
+        if refs:  # log scales: a factor of margin, above zero
+            lo = min((v for v in vals if v > 0), default=1.0)
+            rng.start, rng.end = lo / 1.3, hi * 1.3
+            continue
         pad = 0.06 * (hi - lo or abs(hi) or 1.0)
         rng.start, rng.end = lo - pad, hi + pad
     p.add_tools(HoverTool(tooltips=[("load point", "@point"), ("runs", "@n"),

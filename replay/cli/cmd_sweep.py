@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     f = sub.add_parser("frontier", help="the frontier of one or several sweep folders (overlaid)")
     f.add_argument("sweeps", nargs="+", help="sweep folders")
     f.add_argument("--output", "-o", default=None, help="where to write (default: the first sweep)")
+    f.add_argument("--reference", default=None, metavar="FILE",
+                   help="published points to list and draw beside the frontier (JSON; e.g. "
+                   "benchmarks/references/agentx.json), with the hardware difference stated")
     f.set_defaults(func=cmd_frontier)
 
 
@@ -102,7 +105,7 @@ def _find_capacity(args: argparse.Namespace, exp: Any) -> int:
 def cmd_frontier(args: argparse.Namespace) -> int:
     from agent_replay.analysis.frontier import build
 
-    res = build(args.sweeps, args.output)
+    res = build(args.sweeps, args.output, reference=args.reference)
     _html(args.sweeps, res, args.output or args.sweeps[0])
     print(res["markdown"])
     print("wrote " + ", ".join(str(f) for f in res["files"]))
