@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -241,6 +242,41 @@ def iter_batches(
             cols = list(columns)
         for _, t, _ in _row_groups(f, pf, strings, cols, reading):
             yield from t.to_batches(max_chunksize=batch_size)
+
+
+def iter_row_groups(
+    path: str | os.PathLike[str], columns: Sequence[str], *, limits: TraceLimits | None = None,
+) -> Iterator[tuple[GroupRef, pa.Table]]:
+    """Each row group of the trace in file order with those of ``columns`` its file has
+    (a part file may lack optional ones), one in memory at a time, each checked against
+    ``limits`` with the decoded-bytes budget applied per row group (a consumer that keeps
+    what it needs of a group, not the group, may read a trace of any length)."""
+    reading = Reading(limits or TraceLimits(), per_group=True)
+    for f in trace_files(path):
+        pf, strings = _open_for_reading(f)
+        cols = [c for c in columns if c in pf.schema_arrow.names]
+        for i, (first, t, _) in enumerate(_row_groups(f, pf, strings, cols, reading)):
+            yield GroupRef(f, i, first), t
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """Where a row group is: its file, its number there, its first row in the trace."""
+
+    path: Path
+    index: int
+    first_row: int
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """Those of ``columns`` the group's file has, again (checked when
+        ``iter_row_groups`` gave it)."""
+        try:
+            pf = pq.ParquetFile(self.path)
+            return pf.read_row_group(self.index, use_threads=False,
+                                     columns=[c for c in columns if c in pf.schema_arrow.names])
+        except (MemoryError, pa.ArrowMemoryError, pa.ArrowInvalid, OSError, KeyError) as exc:
+            raise TraceError(f"cannot read row group {self.index} ({exc})",
+                             path=str(self.path)) from exc
 
 
 def read_trace(

@@ -95,11 +95,13 @@ def string_columns(schema: pa.Schema) -> list[str]:
 class Reading:
     """The running totals of one trace being read, against ``limits``."""
 
-    def __init__(self, limits: TraceLimits) -> None:
+    def __init__(self, limits: TraceLimits, *, per_group: bool = False) -> None:
         self.limits = limits
         self.budget = limits.budget()
         self.rows = 0
         self.bytes = 0
+        self.per_group = per_group
+        """The budget holds for each row group alone (a reader that keeps none of them)."""
 
     def skip(self, rows: int) -> None:
         """A row group left unread: its rows still count for the row numbers."""
@@ -115,6 +117,8 @@ class Reading:
         lim = self.limits
         rg = pf.metadata.row_group(i)
         n = rg.num_rows
+        if self.per_group:
+            self.bytes = 0
         if n < 0 or self.rows + n > lim.max_rows:
             self._fail(path, f"more than {lim.max_rows:,} rows (row group {i} claims {n:,}); "
                        "the limit on rows per trace")
