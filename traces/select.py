@@ -1,5 +1,6 @@
-"""Which sessions a replay cut to its first N sessions can use, found before the trace is
-read whole: from the session and arrival columns only (``first_sessions``)."""
+"""Which sessions a replay cut to its first N sessions (``first_sessions``) or to a
+duration (``sessions_starting_before``) can use, found before the trace is read whole:
+from the session and arrival columns only."""
 
 from __future__ import annotations
 
@@ -12,11 +13,9 @@ import pyarrow.compute as pc
 from agent_replay.traces.io import iter_batches, trace_files
 
 
-def first_sessions(path: str | os.PathLike[str], n: int, *, skip_failed: bool) -> set[str] | None:
-    """The sessions whose first request (leaving failed ones out with ``skip_failed``)
-    arrives no later than the ``n``-th session's: a superset of the first ``n`` sessions
-    by start, whatever ties and clones do to the order among them. None when the trace
-    has no more than ``n`` sessions (all are needed)."""
+def session_starts(path: str | os.PathLike[str], *, skip_failed: bool) -> pa.Table | None:
+    """One row per session (``s``) with its first request's arrival (``a``), leaving failed
+    requests out with ``skip_failed``; None for a trace without rows."""
     import pyarrow.parquet as pq
 
     cols = ["session_id", "arrival_ns"]
@@ -48,15 +47,37 @@ def first_sessions(path: str | os.PathLike[str], n: int, *, skip_failed: bool) -
         if held > 2 * compacted + 65536:  # keep what is held near one row per session
             parts = [_earliest(parts)]
             held = compacted = parts[0].num_rows
-    if not parts:
-        return None
-    starts_t = _earliest(parts)
-    if starts_t.num_rows <= n:
+    return _earliest(parts) if parts else None
+
+
+def first_sessions(path: str | os.PathLike[str], n: int, *, skip_failed: bool) -> set[str] | None:
+    """The sessions whose first request (leaving failed ones out with ``skip_failed``)
+    arrives no later than the ``n``-th session's: a superset of the first ``n`` sessions
+    by start, whatever ties and clones do to the order among them. None when the trace
+    has no more than ``n`` sessions (all are needed)."""
+    starts_t = session_starts(path, skip_failed=skip_failed)
+    if starts_t is None or starts_t.num_rows <= n:
         return None
     first = np.asarray(starts_t.column("a").to_numpy(zero_copy_only=False))
     cut = np.partition(first, n - 1)[n - 1]
     keep = starts_t.column("s").filter(pa.array(first <= cut))
     return {str(s) for s in keep.to_pylist()}
+
+
+def sessions_starting_before(path: str | os.PathLike[str], seconds: float, speedup: float, *,
+                             skip_failed: bool) -> set[str] | None:
+    """The sessions whose first request comes less than ``seconds`` (of replay, after
+    ``speedup``) after the trace's first, with a nanosecond to spare (a superset of those a
+    replay with that duration starts). None when that is every session."""
+    starts_t = session_starts(path, skip_failed=skip_failed)
+    if starts_t is None:
+        return None
+    first = np.asarray(starts_t.column("a").to_numpy(zero_copy_only=False)).astype(np.int64)
+    offset = (first - first.min()) / speedup
+    keep = offset < seconds * 1e9 + 1
+    if keep.all():
+        return None
+    return {str(s) for s in starts_t.column("s").filter(pa.array(keep)).to_pylist()}
 
 
 def _earliest(parts: list[pa.Table]) -> pa.Table:
