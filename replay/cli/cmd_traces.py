@@ -114,6 +114,7 @@ def _synth(a: argparse.Namespace) -> int:
 
 
 def _inspect(a: argparse.Namespace) -> int:
+    from agent_replay.safetext import text
     from agent_replay.traces.inspect import render_summary
     from agent_replay.traces.io import read_meta
     from agent_replay.traces.summary import summarize_trace
@@ -122,8 +123,7 @@ def _inspect(a: argparse.Namespace) -> int:
     s = summarize_trace(a.trace, meta.block_size)
     console = _console()
     console.print(render_summary(s, meta, a.trace))
-    console.print(failed_sentence(s.failed, s.requests, s.failure_causes), markup=False,
-                  highlight=False)
+    console.print(text(failed_sentence(s.failed, s.requests, s.failure_causes)))
     return 0
 
 
