@@ -51,9 +51,10 @@ def measure(args: list[str], kill_gib: float, timeout: float,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     killed: list[str] = []
     first: list[float] = []
+    done = threading.Event()
 
-    def guard() -> None:
-        while p.poll() is None:
+    def guard() -> None:  # never reaps the child: wait4 below does, for its rusage
+        while not done.is_set():
             if _rss_kb(p.pid) > kill_gib * (1 << 20):
                 killed.append(f"RSS past {kill_gib:g} GiB")
                 p.kill()
@@ -71,7 +72,9 @@ def measure(args: list[str], kill_gib: float, timeout: float,
     assert p.stderr is not None
     err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - t0
+    done.set()
     g.join()
     lines = [x for x in err.splitlines() if x.strip()]
     return {"rc": os.waitstatus_to_exitcode(status), "rss_mib": ru.ru_maxrss / 1024,
@@ -155,25 +158,26 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    rows: list[tuple[str, dict[str, object]]] = []
-    if a.requests:
-        trace = synth(work, a.requests)
-        rows.append((f"inspect {trace.name}", measure(["traces", "inspect", str(trace)],
-                                                      a.kill_gib, a.timeout)))
-        if not a.skip_run:
-            rows.append((f"run --duration {a.duration:g} {trace.name}",
-                         run_against_sim(trace, work, a.duration, a.kill_gib, a.timeout)))
-    if a.subagents:
-        trace = subagent_trace(work, a.subagents)
-        rows.append((f"inspect {trace.name}", measure(["traces", "inspect", str(trace)],
-                                                      a.kill_gib, a.timeout)))
     print("| command | exit | peak RSS MiB | wall s | first request s | killed | last line |")
-    print("|---|---|---|---|---|---|---|")
-    for name, r in rows:
+    print("|---|---|---|---|---|---|---|", flush=True)
+
+    def row(name: str, r: dict[str, object]) -> None:
         fr = r["first_request_s"]
         print(f"| {name} | {r['rc']} | {r['rss_mib']:.0f} | {r['wall_s']:.1f} | "
               f"{'-' if fr is None else f'{fr:.1f}'} | {r['killed'] or '-'} | "
               f"{str(r['last']).replace('|', '/')} |", flush=True)
+
+    if a.requests:
+        trace = synth(work, a.requests)
+        row(f"inspect {trace.name}", measure(["traces", "inspect", str(trace)], a.kill_gib,
+                                             a.timeout))
+        if not a.skip_run:
+            row(f"run --duration {a.duration:g} {trace.name}",
+                run_against_sim(trace, work, a.duration, a.kill_gib, a.timeout))
+    if a.subagents:
+        trace = subagent_trace(work, a.subagents)
+        row(f"inspect {trace.name}", measure(["traces", "inspect", str(trace)], a.kill_gib,
+                                             a.timeout))
 
 
 if __name__ == "__main__":
