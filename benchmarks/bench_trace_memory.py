@@ -8,7 +8,8 @@ past ``--kill-gib`` is reported as such, so that a shared host is not taken down
 ``--requests N``: a ``traces synth`` trace of about N requests (made once into ``--work``),
 then ``traces inspect`` on it and ``run --duration 10 --max-think 0`` on it against the
 simulated engine, with the seconds from the run's start to the engine's first request
-(its ``/metrics`` polled every 50 ms). ``--subagents N``: one session of N subagent streams
+(its ``/metrics`` polled every 50 ms); CPU seconds (user + system) beside wall time, as
+the fairer figure on a shared host. ``--subagents N``: one session of N subagent streams
 (2N+1 requests), then ``traces inspect``. The targets: inspect under 1 GiB and 60 s on
 1M requests, and under 10 s on 100k subagents; the run under 1 GiB with its first
 request within 10 s.
@@ -78,7 +79,7 @@ def measure(args: list[str], kill_gib: float, timeout: float,
     g.join()
     lines = [x for x in err.splitlines() if x.strip()]
     return {"rc": os.waitstatus_to_exitcode(status), "rss_mib": ru.ru_maxrss / 1024,
-            "wall_s": wall, "killed": killed[0] if killed else "",
+            "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "killed": killed[0] if killed else "",
             "first_request_s": first[0] if first else None,
             "last": lines[-1][:120] if lines else ""}
 
@@ -155,22 +156,24 @@ def main() -> None:
     ap.add_argument("--kill-gib", type=float, default=4.0)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--skip-run", action="store_true")
+    ap.add_argument("--skip-inspect", action="store_true")
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    print("| command | exit | peak RSS MiB | wall s | first request s | killed | last line |")
-    print("|---|---|---|---|---|---|---|", flush=True)
+    print("| command | exit | peak RSS MiB | wall s | CPU s | first request s | killed | last line |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
 
     def row(name: str, r: dict[str, object]) -> None:
         fr = r["first_request_s"]
-        print(f"| {name} | {r['rc']} | {r['rss_mib']:.0f} | {r['wall_s']:.1f} | "
+        print(f"| {name} | {r['rc']} | {r['rss_mib']:.0f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
               f"{'-' if fr is None else f'{fr:.1f}'} | {r['killed'] or '-'} | "
               f"{str(r['last']).replace('|', '/')} |", flush=True)
 
     if a.requests:
         trace = synth(work, a.requests)
-        row(f"inspect {trace.name}", measure(["traces", "inspect", str(trace)], a.kill_gib,
-                                             a.timeout))
+        if not a.skip_inspect:
+            row(f"inspect {trace.name}", measure(["traces", "inspect", str(trace)], a.kill_gib,
+                                                 a.timeout))
         if not a.skip_run:
             row(f"run --duration {a.duration:g} {trace.name}",
                 run_against_sim(trace, work, a.duration, a.kill_gib, a.timeout))

@@ -13,31 +13,34 @@ import pyarrow as pa
 from agent_replay.replay.config import RunConfig
 from agent_replay.traces.io import read_trace_rows
 from agent_replay.traces.schema import TraceMeta
-from agent_replay.traces.select import first_sessions, sessions_starting_before
+from agent_replay.traces.select import SessionScan
 
 
 def read_replayed(config: RunConfig) -> tuple[pa.Table, TraceMeta, np.ndarray]:
     """The rows the run's plan is built from, its metadata, and each row's number in the
     trace (for messages about rows)."""
-    return read_trace_rows(config.trace, sessions=replayed_sessions(config))
+    scan, codes = replayed_sessions(config)
+    if scan is None or codes is None:
+        return read_trace_rows(config.trace)
+    return read_trace_rows(config.trace, picked=scan.rows(codes))
 
 
-def replayed_sessions(config: RunConfig) -> set[str] | None:
-    """The sessions a run can send (a superset), or None for all of them. Clone start
-    shifts and counts depend on every session of the trace, rebased sessions all start
-    at 0, and ``--rate`` or ``--concurrent-sessions`` give sessions new starts: then every
-    session is read. ``agentx`` timing recycles every session whatever the duration."""
+def replayed_sessions(config: RunConfig) -> tuple[SessionScan | None, np.ndarray | None]:
+    """The sessions a run can send (a superset, as codes of the scan that found them), or
+    None for all of them. Clone start shifts and counts depend on every session of the
+    trace, rebased sessions all start at 0, and ``--rate`` gives sessions new starts: then
+    every session is read for a duration. ``agentx`` timing recycles every session whatever
+    the duration."""
     cloned = config.sessions_multiplier > 1 or config.concurrent_sessions is not None
-    if config.rebase_sessions or cloned:
-        return None
-    skip = not config.include_failed
-    picked: set[str] | None = None
-    if config.max_sessions is not None:
-        picked = first_sessions(config.trace, config.max_sessions, skip_failed=skip)
     opts = config.plan_options()
-    if opts.duration_s is not None and config.rate is None:
-        early = sessions_starting_before(config.trace, opts.duration_s, opts.speedup,
-                                         skip_failed=skip)
+    by_duration = opts.duration_s is not None and config.rate is None
+    if config.rebase_sessions or cloned or not (config.max_sessions is not None or by_duration):
+        return None, None
+    scan = SessionScan(config.trace, skip_failed=not config.include_failed)
+    picked = None if config.max_sessions is None else scan.first(config.max_sessions)
+    if by_duration:
+        assert opts.duration_s is not None
+        early = scan.before(opts.duration_s, opts.speedup)
         if early is not None:
-            picked = early if picked is None else picked & early
-    return picked
+            picked = early if picked is None else np.intersect1d(picked, early)
+    return scan, picked

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,6 +222,11 @@ def _session_picker(path: Path, keep: pa.Array, limits: TraceLimits) -> Picker:
     return pick
 
 
+def _given_picker(path: Path, picked: Mapping[tuple[Path, int], np.ndarray]) -> Picker:
+    nothing = np.zeros(0, np.int64)
+    return lambda pf, i: picked.get((path, i), nothing)
+
+
 def iter_batches(
     path: str | os.PathLike[str],
     columns: Sequence[str] | None = None,
@@ -292,23 +297,29 @@ def read_trace(
 def read_trace_rows(
     path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
     sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
+    picked: Mapping[tuple[Path, int], np.ndarray] | None = None,
 ) -> tuple[pa.Table, TraceMeta, np.ndarray]:
     """``read_trace``, and the number of each row kept in the whole trace (0-based, in
-    file order), for messages about rows."""
+    file order), for messages about rows. ``picked``: instead of ``sessions``, the rows to
+    keep of each row group (file, number), as ``traces.select.SessionScan.rows`` finds
+    them; a group it does not name is not read."""
     meta = read_meta(path)
     lim = limits or TraceLimits()
     reading = Reading(lim)
     keep = None if sessions is None else pa.array(sorted(sessions), pa.string())
+    if picked is not None:
+        keep = pa.array([], pa.string())  # every group goes through the picker
     tables: list[pa.Table] = []
     rows: list[np.ndarray] = []
     for f in trace_files(path):
         pf, strings = _open_for_reading(f)
         cols = list(columns) if columns else None
-        needed = (cols or []) + (["session_id"] if keep is not None else [])
+        needed = (cols or []) + (["session_id"] if keep is not None and picked is None else [])
         missing = [c for c in needed if c not in pf.schema_arrow.names]
         if missing:
             raise TraceError("column not in file", path=str(f), field=missing[0])
-        pick = None if keep is None else _session_picker(f, keep, lim)
+        pick = None if keep is None else _session_picker(f, keep, lim) if picked is None \
+            else _given_picker(f, picked)
         for first, t, chosen in _row_groups(f, pf, strings, cols, reading, pick):
             n = t.num_rows
             if chosen is not None:
