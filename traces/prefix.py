@@ -21,6 +21,68 @@ STEP_ELEMENTS = 1 << 19
 """Hash ids handled at once inside ``step``: its working arrays stay near 50 MB."""
 
 
+SMALL_LEVEL = 1 << 16
+"""Ids the small level of ``_SortedMap`` may hold before it is merged, at the least."""
+
+
+class _Level:
+    """Sorted distinct keys with a value each."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, np.int64)
+        self.vals = np.zeros(0, np.int32)
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted ``keys``: where each is (or would go), and whether it is there."""
+        at = np.searchsorted(self.keys, keys)
+        if not self.keys.size:
+            return at, np.zeros(keys.size, bool)
+        return at, self.keys[np.minimum(at, self.keys.size - 1)] == keys
+
+    def insert(self, at: np.ndarray, keys: np.ndarray, vals: np.ndarray) -> None:
+        self.keys = np.insert(self.keys, at, keys)
+        self.vals = np.insert(self.vals, at, vals.astype(np.int32))
+
+
+class _SortedMap:
+    """Hash id -> tokens, in two sorted levels: new ids go to a small level that is merged
+    into the large one when it reaches an eighth of it, so that adding a slice's ids copies
+    the small level, not every id seen."""
+
+    def __init__(self) -> None:
+        self.big = _Level()
+        self.small = _Level()
+
+    @property
+    def size(self) -> int:
+        return self.big.keys.size + self.small.keys.size
+
+    def get(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted distinct ``keys``: whether each is held, and its value (0 if not)."""
+        vals = np.zeros(keys.size, np.int64)
+        known = np.zeros(keys.size, bool)
+        for level in (self.big, self.small):
+            at, there = level.find(keys)
+            vals[there] = level.vals[at[there]]
+            known |= there
+        return known, vals
+
+    def put(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        """Set sorted distinct ``keys`` to ``vals``."""
+        new = np.ones(keys.size, bool)
+        for level in (self.big, self.small):
+            at, there = level.find(keys)
+            level.vals[at[there]] = vals[there]
+            new &= ~there
+        if new.any():
+            at, _ = self.small.find(keys[new])
+            self.small.insert(at, keys[new], vals[new])
+        if self.small.keys.size > max(SMALL_LEVEL, self.big.keys.size // 8):
+            at, _ = self.big.find(self.small.keys)
+            self.big.insert(at, self.small.keys, self.small.vals)
+            self.small = _Level()
+
+
 class PrefixCache:
     """The cache's contents: sorted distinct hash ids and, per id, the most tokens of its
     block that an earlier request left in whole ``server_block``-token blocks."""
@@ -29,9 +91,8 @@ class PrefixCache:
         self.block_size = int(block_size)
         bs = self.block_size
         self.server_block = server_block if server_block > 1 and bs % server_block == 0 else 1
-        self.keys = np.zeros(0, np.int64)
-        self.cover = np.zeros(0, np.int32)
-        """At most ``block_size`` tokens each."""
+        self.held = _SortedMap()
+        """Hash id -> the most tokens of its block held (at most ``block_size``)."""
 
     def step(self, lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
@@ -76,12 +137,7 @@ class PrefixCache:
         gid = np.cumsum(new_group) - 1
         # what earlier steps left, looked up once per distinct id (sorted: cache-friendly)
         keys = fo[new_group]
-        at = np.searchsorted(self.keys, keys)
-        atc = np.minimum(at, max(self.keys.size - 1, 0))
-        known = (at < self.keys.size) & (self.keys[atc] == keys) if self.keys.size else \
-            np.zeros(keys.size, bool)
-        prior = np.where(known, self.cover[atc].astype(np.int64), 0) if self.keys.size else \
-            np.zeros(keys.size, np.int64)
+        known, prior = self.held.get(keys)
         # what earlier requests of this slice left
         seen = np.empty(o.size, bool)
         seen[o] = (ro[new_group][gid] < ro) | known[gid]
@@ -112,11 +168,5 @@ class PrefixCache:
         last = np.empty(o.size, bool)
         last[:-1] = new_group[1:]
         last[-1] = True
-        cov = np.maximum(running[last], prior)
-        if known.any():
-            self.cover[atc[known]] = cov[known].astype(np.int32)
-        new = ~known
-        if new.any():
-            self.keys = np.insert(self.keys, at[new], keys[new])
-            self.cover = np.insert(self.cover, at[new], cov[new].astype(np.int32))
+        self.held.put(keys, np.maximum(running[last], prior))
         return matched, implied

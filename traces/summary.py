@@ -85,7 +85,8 @@ class Summarizer:
         self.total_blocks = 0
         self.has_tree = False
         self.cache: PrefixCache | None = PrefixCache(self.block_size)
-        """Fed as rows are read while they come in arrival order; None once they do not."""
+        """Fed as rows are read while they come in arrival order (``in_order``)."""
+        self.in_order = True
         self.last_arrival = np.iinfo(np.int64).min
         self.groups: list[tuple[GroupRef | None, int]] = []
 
@@ -112,11 +113,11 @@ class Summarizer:
         p = self.parts
         arrival = _np(t.column("arrival_ns"))
         p.add("arrival", arrival)
-        p.add("session", self._codes(t.column("session_id"), self.session_code))
-        p.add("request", _np(t.column("request_index")))
+        p.add("session", self._codes(t.column("session_id"), self.session_code).astype(np.int32))
+        p.add("request", _np(t.column("request_index"), np.int32))
         inputs = _np(t.column("input_tokens"))
         p.add("input", inputs)
-        p.add("output", _np(t.column("output_tokens")))
+        p.add("output", _np(t.column("output_tokens"), np.int32))
         for name in ("think_ns", "cached_tokens"):
             if name in names and t.column(name).null_count < n:
                 col = t.column(name)
@@ -140,9 +141,9 @@ class Summarizer:
         if "agent_id" in names and "depends_on" in names:
             self.has_tree = True
         if "agent_id" in names:
-            p.add("agent", self._codes(t.column("agent_id"), self.agent_code))
+            p.add("agent", self._codes(t.column("agent_id"), self.agent_code).astype(np.int32))
         else:
-            p.add("agent", np.full(n, -1, np.int64))
+            p.add("agent", np.full(n, -1, np.int32))
         if "depends_on" in names:
             deps = t.column("depends_on").combine_chunks()
             p.add("deps_len", _np(pc.list_value_length(deps).fill_null(-1)))
@@ -151,17 +152,18 @@ class Summarizer:
             p.add("deps_len", np.full(n, -1, np.int64))
         lengths, flat = _hash_lists(t)
         self.total_blocks += int(lengths.sum())
-        if self.cache is not None:
+        if self.in_order and self.cache is not None:
             in_order = n == 0 or (arrival[0] >= self.last_arrival
                                   and bool(np.all(arrival[1:] >= arrival[:-1])))
             if in_order:
                 m, h = self.cache.step(lengths, flat, inputs)
-                p.add("matched", m)
-                p.add("implied", h)
+                p.add("matched", m.astype(np.int32))
+                p.add("implied", h.astype(np.int32))
                 if n:
                     self.last_arrival = int(arrival[-1])
             else:  # out of arrival order: the figures come from a second read
                 self.cache = None
+                self.in_order = False
                 p.arrays.pop("matched", None)
                 p.arrays.pop("implied", None)
         self.rows += n
@@ -169,7 +171,7 @@ class Summarizer:
     def _cache_figures(self, arrival: np.ndarray, tables: Iterable[pa.Table] | None
                        ) -> tuple[np.ndarray, np.ndarray]:
         """Matched blocks and implied cached tokens per row, file order."""
-        if self.cache is not None:
+        if self.in_order:
             return self.parts.get("matched"), self.parts.get("implied")
         n = arrival.size
         order = np.argsort(arrival, kind="stable")
@@ -223,6 +225,7 @@ class Summarizer:
     def finish(self, tables: list[pa.Table] | None = None) -> TraceSummary:
         """The summary; ``tables``: the groups given to ``add`` when they were not read
         from a file (kept by the caller)."""
+        self.cache = None  # its map of every hash id is not needed any more
         p = self.parts
         n = self.rows
         arrival = p.get("arrival")

@@ -66,6 +66,7 @@ def test_prefix_cache_in_small_steps_follows_the_rules(seed: int,
     lengths = np.array([len(x) for x in lists])
     flat = np.array([h for x in lists for h in x], np.int64)
     monkeypatch.setattr(prefix, "STEP_ELEMENTS", 7)  # many slices inside one step
+    monkeypatch.setattr(prefix, "SMALL_LEVEL", 4)  # and many merges of the map's levels
     for cut in (200, 1, 13):  # one step, one request per step, uneven steps
         cache = PrefixCache(bs, sb)
         got_m: list[int] = []
