@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from agent_replay.traces.io import GroupRef, iter_row_groups, trace_files
+from agent_replay.traces.stats import global_codes
 
 
 class SessionScan:
@@ -29,16 +29,9 @@ class SessionScan:
         self.groups: list[tuple[GroupRef, np.ndarray]] = []
         firsts: list[np.ndarray] = []  # per group: (code, earliest arrival) pairs
         for ref, t in iter_row_groups(path, cols):
-            sid = t.column("session_id").combine_chunks()
-            if not pa.types.is_dictionary(sid.type):
-                sid = sid.dictionary_encode()
-            names = sid.dictionary.cast(pa.string()).to_pylist()
-            local = np.array([code.setdefault(str(x), len(code)) for x in names] or [0], np.int64)
-            valid = np.asarray(sid.is_valid().to_numpy(zero_copy_only=False), bool)
-            idx = np.asarray(sid.indices.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
-            codes = np.where(valid, local[idx] if names else -1, -1)
+            codes = global_codes(t.column("session_id"), code)
             self.groups.append((ref, codes.astype(np.int32)))
-            ok = valid.copy()
+            ok = codes >= 0
             if "error" in t.column_names:
                 ok &= np.asarray(pc.is_null(t.column("error")).to_numpy(zero_copy_only=False), bool)
             arr = np.asarray(t.column("arrival_ns").to_numpy(zero_copy_only=False)).astype(np.int64)

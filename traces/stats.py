@@ -161,6 +161,23 @@ def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
     return _np(enc.indices, np.int64), len(enc.dictionary)
 
 
+def global_codes(col: pa.ChunkedArray | pa.Array, codes: dict[str, int]) -> np.ndarray:
+    """Each value of a string column (plain or dictionary) as its code in ``codes``, which
+    grows by the values not in it yet (null: -1). Only the dictionary entries the rows use
+    are looked up: a part file may carry every session's name in each row group."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    enc = arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
+    if len(enc) == 0:
+        return np.zeros(0, np.int64)
+    valid = _np(enc.is_valid(), bool)
+    idx = _np(pc.fill_null(enc.indices, 0), np.int64)
+    used = np.unique(idx[valid])
+    local = np.full(max(len(enc.dictionary), 1), -1, np.int64)
+    names = enc.dictionary.take(pa.array(used)).cast(pa.string()).to_pylist()
+    local[used] = [codes.setdefault(str(s), len(codes)) for s in names]
+    return np.where(valid, local[idx], -1)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionCache:
     """One session's prompt tokens and how many were cached: by the original server (its

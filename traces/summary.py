@@ -30,6 +30,7 @@ from agent_replay.traces.stats import (
     AgentStream,
     SessionCache,
     TraceSummary,
+    global_codes,
     percentiles,
     session_streams,
 )
@@ -90,18 +91,6 @@ class Summarizer:
         self.last_arrival = np.iinfo(np.int64).min
         self.groups: list[tuple[GroupRef | None, int]] = []
 
-    def _codes(self, col: pa.ChunkedArray, codes: dict[str, int]) -> np.ndarray:
-        """Dense global codes of a string column's values (null: -1)."""
-        arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-        enc = arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
-        names = enc.dictionary.cast(pa.string()).to_pylist()
-        local = np.array([codes.setdefault(str(s), len(codes)) for s in names] or [0], np.int64)
-        idx = _np(pc.fill_null(enc.indices, 0))
-        out = local[idx] if names else np.full(len(arr), -1, np.int64)
-        if enc.null_count:
-            out = np.where(_np(enc.is_valid(), bool), out, -1)
-        return out
-
     def add(self, t: pa.Table, ref: GroupRef | None = None) -> None:
         n = t.num_rows
         names = set(t.column_names)
@@ -113,7 +102,7 @@ class Summarizer:
         p = self.parts
         arrival = _np(t.column("arrival_ns"))
         p.add("arrival", arrival)
-        p.add("session", self._codes(t.column("session_id"), self.session_code).astype(np.int32))
+        p.add("session", global_codes(t.column("session_id"), self.session_code).astype(np.int32))
         p.add("request", _np(t.column("request_index"), np.int32))
         inputs = _np(t.column("input_tokens"))
         p.add("input", inputs)
@@ -141,7 +130,7 @@ class Summarizer:
         if "agent_id" in names and "depends_on" in names:
             self.has_tree = True
         if "agent_id" in names:
-            p.add("agent", self._codes(t.column("agent_id"), self.agent_code).astype(np.int32))
+            p.add("agent", global_codes(t.column("agent_id"), self.agent_code).astype(np.int32))
         else:
             p.add("agent", np.full(n, -1, np.int32))
         if "depends_on" in names:
