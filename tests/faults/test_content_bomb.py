@@ -1,12 +1,9 @@
 """A content bomb within the memory budget (a 1 MB value on 2,000 rows: 2 GB decoded from
 23 KB on disk) is refused before it is decoded: validate peaked at 2.1 GB and run at
-4.2 GB before; now one line, exit 2, a few hundred MB (peak RSS of the child)."""
+4.2 GB before; now one line, exit 2, a few hundred MB (the child's peak resident memory)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,18 +15,7 @@ from agent_replay.traces.io import read_trace, write_trace
 from agent_replay.traces.limits import TraceLimits
 from agent_replay.traces.schema import TraceMeta
 from tests.faults import hostile
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _run(tmp_path: Path, *args: str) -> tuple[int, str, float]:
-    log = tmp_path / "err.txt"
-    with log.open("w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=f)
-        _, status, ru = os.wait4(p.pid, 0)  # this child's own peak RSS
-        p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, log.read_text(), ru.ru_maxrss / 1024
+from tests.peak import run_peak
 
 
 @pytest.mark.parametrize("cmd", ["validate", "run"])
@@ -38,9 +24,9 @@ def test_a_content_bomb_is_refused_before_it_is_decoded(tmp_path: Path, cmd: str
     assert path.stat().st_size < 40_000
     args = ["traces", "validate", str(path)] if cmd == "validate" else \
         ["run", str(path), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r")]
-    rc, err, rss_mib = _run(tmp_path, *args)
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    r, rss_mib = run_peak(tmp_path, *args)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert str(path) in lines[0] and "field 'content': decodes to 2,000 MiB" in lines[0]
     assert "more than 1,000 times its size" in lines[0]
     assert rss_mib < 500, rss_mib

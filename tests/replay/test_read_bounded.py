@@ -83,6 +83,7 @@ def _capped() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
 
+@pytest.mark.slow
 def test_a_duration_run_of_a_many_row_trace_reads_and_probes_first(tmp_path: Path) -> None:
     """3M rows in 300K sessions, session k starting at k us: a 0.01 s run reads the 100K
     rows of the first 10K sessions. In a process capped at 1 GiB it fails on the target

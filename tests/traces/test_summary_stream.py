@@ -4,7 +4,6 @@ streams in linear time; memory bounded on a large trace."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from agent_replay.traces.schema import METADATA_KEY, TraceMeta
 from agent_replay.traces.stats import session_streams
 from agent_replay.traces.summary import summarize_table, summarize_trace
 from agent_replay.traces.synth import SynthConfig, SynthModel, synthesize
+from tests.peak import run_peak
 from tests.traces.bigtraces import subagent_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,17 +168,11 @@ def test_session_streams_of_many_subagents_by_hand() -> None:
 @pytest.mark.slow
 def test_inspect_memory_is_bounded_by_a_row_group(tmp_path: Path) -> None:
     """A 100k-request synthetic trace (11M hash ids): the whole-table summary peaked at
-    1.86 GB; streamed, under 700 MB (peak RSS of the child, from wait4)."""
+    1.86 GB; streamed, under 700 MB (the child's peak resident memory)."""
     table, meta = synthesize(SynthModel(), SynthConfig(sessions=9_838, seed=1, block_size=64))
     path = write_trace(table, tmp_path / "t.parquet", meta)
     del table
-    log = tmp_path / "out.txt"
-    with log.open("w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "agent_replay", "traces", "inspect",
-                              str(path)], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(p.pid, 0)  # this child's own peak RSS
-        p.returncode = os.waitstatus_to_exitcode(status)
-    out = log.read_text()
-    assert p.returncode == 0, out[-2000:]
-    assert "in 9,838 sessions" in out
-    assert ru.ru_maxrss / 1024 < 700, ru.ru_maxrss / 1024
+    r, rss_mib = run_peak(tmp_path, "traces", "inspect", str(path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "in 9,838 sessions" in r.stdout
+    assert rss_mib < 700, rss_mib
