@@ -114,3 +114,19 @@ def test_report_shows_names_as_data_in_every_format(tmp_path: Path) -> None:
         r = _cli("report", str(root), "--format", fmt)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
         _assert_clean(r.stdout)
+
+
+def test_an_error_line_shows_names_as_data(tmp_path: Path) -> None:
+    """The one error line (here a file named with a screen clear and a line end) is one
+    line with the name escaped; so is what ``traces validate`` prints."""
+    r = _cli("traces", "inspect", str(tmp_path / "\x1b[2J\nt.parquet"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "\\x1b[2J\\nt.parquet" in lines[0], r.stderr
+    _assert_clean(r.stderr)
+    trace = _trace(tmp_path)
+    bad = tmp_path / "bad\x1b]0;x\x07.parquet"
+    trace.rename(bad)
+    r = _cli("traces", "validate", str(bad))
+    _assert_clean(r.stdout + r.stderr)
+    assert "bad\\x1b]0;x\\x07.parquet: valid" in r.stdout, r.stdout

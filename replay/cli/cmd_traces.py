@@ -148,16 +148,17 @@ def failed_sentence(n: int, total: int, causes: list[tuple[str, int]]) -> str:
 
 
 def _validate(a: argparse.Namespace) -> int:
+    from agent_replay.safetext import visible
     from agent_replay.traces.io import read_trace
     from agent_replay.traces.validate import validate
 
     table, meta = read_trace(a.trace)
     problems = validate(table, meta, a.trace)
     for p in problems:
-        print(p, file=sys.stderr)
+        print(visible(p), file=sys.stderr)
     if problems:
         return 2
-    print(f"{a.trace}: valid ({table.num_rows:,} requests, schema v{meta.schema_version})")
+    print(f"{visible(a.trace)}: valid ({table.num_rows:,} requests, schema v{meta.schema_version})")
     return 0
 
 
