@@ -1,7 +1,7 @@
-"""Names from traces, results and servers are data: ``[/x]``, ``[bold]``, ANSI colours,
-a screen clear and OSC titles and hyperlinks in every field ``traces inspect``,
-``traces head`` and ``report`` print are shown (visibly escaped in a terminal, removed
-in Markdown and CSV), never obeyed and never a traceback."""
+"""Names that come in a trace, a results folder or a server reply are data: ``[/x]``,
+``[bold]``, ANSI colours, a screen clear and OSC titles and hyperlinks in every field
+``traces inspect``, ``traces head`` and ``report`` print are shown (visibly escaped in a
+terminal, removed in Markdown and CSV), never obeyed and never a traceback."""
 
 from __future__ import annotations
 
