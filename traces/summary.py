@@ -16,6 +16,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -41,8 +42,11 @@ COLUMNS = ("session_id", "request_index", "parent_index", "arrival_ns", "think_n
            "agent_id", "depends_on")
 """The columns ``traces inspect`` reads (those a file has)."""
 
-WINDOW_ROWS = 1 << 16
+WINDOW_ROWS = 1 << 15
 """Arrival ranks per window when a trace out of arrival order is read again."""
+HELD_GROUPS = 3
+"""Row groups' hash lists kept between windows of that second read (those with rows of
+later windows): parts written side by side overlap in time; more are read again."""
 
 
 def _np(col: pa.ChunkedArray | pa.Array, dtype: type = np.int64) -> np.ndarray:
@@ -168,6 +172,9 @@ class Summarizer:
         matched = np.zeros(n, np.int64)
         implied = np.zeros(n, np.int64)
         cache = PrefixCache(self.block_size)
+        rank = np.empty(n, np.int64)
+        rank[order] = np.arange(n)
+        last_rank = [int(rank[a:b].max()) if b > a else -1 for a, b in pairwise(starts)]
         held: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         given = list(tables) if tables is not None else None
         for w in range(0, n, WINDOW_ROWS):
@@ -183,7 +190,8 @@ class Summarizer:
                         assert ref is not None
                         t = ref.read(["hash_ids", "input_tokens"])
                     lengths, flat = _hash_lists(t)
-                    held = {k: v for k, v in held.items() if k >= g - 1}  # the latest two
+                    while len(held) >= HELD_GROUPS:  # the one read first goes
+                        del held[next(iter(held))]
                     held[g] = (lengths, flat, _np(t.column("input_tokens")))
                 lengths, flat, inputs = held[g]
                 local = rows[group == g] - starts[g]
@@ -207,6 +215,8 @@ class Summarizer:
                 np.concatenate(([0], np.cumsum(lr)[:-1])), lr)
             m, h = cache.step(lr, flat[np.repeat(offs[inv], lr) + within],
                               np.concatenate(in_parts)[inv])
+            for k in [k for k in held if last_rank[k] < w + WINDOW_ROWS]:
+                del held[k]  # no row of it is left
             matched[rows] = m
             implied[rows] = h
         return matched, implied

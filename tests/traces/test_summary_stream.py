@@ -93,12 +93,14 @@ def _synth(sessions: int = 60) -> tuple[pa.Table, TraceMeta]:
 @pytest.mark.parametrize("shuffle", [False, True], ids=["in-order", "shuffled"])
 def test_streamed_summary_equals_the_whole_table(tmp_path: Path, shuffle: bool,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Row groups of 37 rows; shuffled rows take the second read, in windows of 50 ranks."""
+    """Row groups of 37 rows; shuffled rows take the second read, in windows of 50 ranks
+    with two groups held between windows."""
     table, meta = _synth()
     table = table.append_column("cached_tokens_x", pa.nulls(table.num_rows, pa.int32()))
     if shuffle:
         table = table.take(pa.array(np.random.default_rng(0).permutation(table.num_rows)))
     monkeypatch.setattr(summary, "WINDOW_ROWS", 50)
+    monkeypatch.setattr(summary, "HELD_GROUPS", 2)
     path = _write_groups(tmp_path / "t.parquet", table, 37, meta)
     assert pq.ParquetFile(path).num_row_groups > 5
     whole = summarize_table(table, meta.block_size)
