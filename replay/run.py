@@ -1,12 +1,12 @@
 """The library entry of a replay run: ``run(config) -> RunSummary`` and ``arun`` (async).
 
-Order of work: check the options, read and validate the trace and build the plan (bad
-input fails here, before anything is sent), probe the target (unreachable: one line, exit
-3), create the results folder and lock it (replay.folderlock: one writer; ``force`` moves
-earlier results aside), start the /metrics scraper and the GPU sampler (replay.scrape),
-the worker pool (replay.pools) and the progress feed (replay.feed), choose t0 and write
-run.json, run the workers from that one t0, merge their summaries and write run.json
-again with the outcome and the load generator's self-check (replay.runrecord).
+Order of work: check the options, read and validate the rows the run can send (bad input
+fails here, before anything is sent), probe the target (unreachable: one line, exit 3),
+build the plan, create the results folder and lock it (replay.folderlock: one writer;
+``force`` moves earlier results aside), start the /metrics scraper and the GPU sampler
+(replay.scrape), the worker pool (replay.pools) and the progress feed (replay.feed), choose
+t0 and write run.json, run the workers from that one t0, merge their summaries and write
+run.json again with the outcome and the load generator's self-check (replay.runrecord).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from agent_replay.analysis.selfcheck import MachineMeter
 from agent_replay.engines.metrics_scrape import metrics_url
 from agent_replay.errors import AgentReplayError, InputError
@@ -30,7 +33,13 @@ from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
 from agent_replay.replay.folderlock import acquire, refuse_if_busy
 from agent_replay.replay.lifeline import sigterm_as_sigint
-from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
+from agent_replay.replay.plan import (
+    Plan,
+    PlanOptions,
+    build_plan,
+    set_shared_prefix,
+    speedup_warning,
+)
 from agent_replay.replay.pools import WorkerPool, start_pool
 from agent_replay.replay.provenance import provenance
 from agent_replay.replay.results import SpaceReserve, remove_unfinished_parts
@@ -55,6 +64,7 @@ from agent_replay.results_schema import RESULTS_SCHEMA_VERSION
 from agent_replay.runmeta import Counts, RunMeta
 from agent_replay.traces.failed import drop_failed
 from agent_replay.traces.io import trace_files
+from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.validate import validate_or_raise
 
 
@@ -83,34 +93,56 @@ def prefix_tokens(extra: dict[str, Any]) -> dict[tuple[str, str], int]:
 
 
 def load_and_validate(config: RunConfig) -> Plan:
+    return plan_of(config, *read_checked(config))
+
+
+def read_checked(config: RunConfig) -> tuple[pa.Table, TraceMeta, int]:
+    """The rows the run can send, validated, without failed rows unless
+    ``--include-failed``; the trace's metadata; how many failed rows were left out."""
     table, meta, rows = read_replayed(config)
     validate_or_raise(table, meta, config.trace, rows)
     dropped = 0
     if not config.include_failed:
         table, dropped = drop_failed(table)
+    if table.num_rows == 0:
+        raise _nothing_to_replay(config, dropped, table)
+    return table, meta, dropped
+
+
+def plan_of(config: RunConfig, table: pa.Table, meta: TraceMeta, dropped: int) -> Plan:
     plan = build_plan(table, meta.block_size, config.plan_options())
     set_shared_prefix(plan, prefix_tokens(meta.extra))
-    if plan.n_requests == 0:  # a run of nothing would end "ok" with no results to report
-        why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
-               if dropped and table.num_rows == 0 else "no request is left to send")
-        raise InputError(f"{config.trace}: nothing to replay: {why}")
+    if plan.n_requests == 0:
+        raise _nothing_to_replay(config, dropped, table)
     return plan
 
 
-def with_credentials(config: RunConfig, plan: Plan) -> RunConfig:
+def _nothing_to_replay(config: RunConfig, dropped: int, table: pa.Table) -> InputError:
+    """A run of nothing would end "ok" with no results to report."""
+    why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
+           if dropped and table.num_rows == 0 else "no request is left to send")
+    return InputError(f"{config.trace}: nothing to replay: {why}")
+
+
+def with_credentials(config: RunConfig, table: pa.Table) -> RunConfig:
     """``config`` whose headers carry the credentials: the API key (``RunConfig.auth_headers``,
-    for the API most of the plan's requests use), or the target URL's user-info as Basic
+    for the API most of the rows to send use), or the target URL's user-info as Basic
     auth; the target is the server's root without user-info (``target.base_url``)."""
-    apis: dict[str, int] = {}
-    for session in plan.sessions:
-        for q in session.requests:
-            apis[q.api] = apis.get(q.api, 0) + 1
-    api = config.api or max(apis, key=lambda a: apis[a], default="completions")
+    api = config.api or most_used_api(table)
     target, basic = split_userinfo(base_url(config.target))
     headers = config.auth_headers(api)
     if basic is not None and not any(k.lower() == "authorization" for k, _ in headers):
         headers += (("Authorization", basic),)  # user-info in the URL: Basic auth
     return replace(config, target=target, headers=headers)
+
+
+def most_used_api(table: pa.Table) -> str:
+    """The API most rows name (a row without one: completions, as the plan replays it)."""
+    default = PlanOptions().default_api
+    if "api" not in table.column_names or table.num_rows == 0:
+        return default
+    counts = pc.value_counts(pc.fill_null(table.column("api").cast(pa.string()), default))
+    return str(max(counts.to_pylist(), key=lambda c: c["counts"])["values"])
 
 
 def default_output(trace: str) -> str:
@@ -194,10 +226,12 @@ def _run(config: RunConfig, progress: Reporter | None,
     config.check()
     if config.output:
         refuse_if_busy(Path(config.output))  # a live run's folder: one line before any work
-    plan = load_and_validate(config)
-    config = with_credentials(config, plan)
+    table, meta, dropped = read_checked(config)
+    config = with_credentials(config, table)
     info = asyncio.run(probe(config.target, headers=dict(config.headers),
-                             insecure=config.insecure))
+                             insecure=config.insecure))  # unreachable: before the plan
+    plan = plan_of(config, table, meta, dropped)
+    del table
     config = resolve(config, info)
     n = min(config.workers, max(1, len(plan.sessions)))
     if config.cpus is not None:  # check() refuses it with --ray

@@ -66,7 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(func(args) or 0)
     except AgentReplayError as exc:
-        print(f"agent-replay: error: {exc}", file=sys.stderr)
+        from agent_replay.safetext import visible
+
+        print(f"agent-replay: error: {visible(exc)}", file=sys.stderr)  # names in it are data
         return exc.exit_code
     except KeyboardInterrupt:
         print("agent-replay: interrupted", file=sys.stderr)
