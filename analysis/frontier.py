@@ -294,12 +294,14 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
                 ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
                          markersize=5, linewidth=1, alpha=0.8, color=line.get_color(),
                          label=f"{name} J/output token")
-    drawn = 0
+    drawn, logged = 0, False
     if reference is not None:
         from agent_replay.analysis.references import draw
 
         drawn = draw(ax, reference, x, y)
-        if drawn:  # published points sit orders of magnitude away: log scales keep ours legible
+        ours = [(p.mean(x), p.mean(y)) for p in pts]
+        logged = bool(drawn) and any(a and b and a > 0 and b > 0 for a, b in ours)
+        if logged:  # published points sit orders of magnitude away: log scales keep ours legible
             ax.set_xscale("log")
             ax.set_yscale("log")
     ax.set_xlabel(X_AXES.get(x, x))
@@ -308,8 +310,8 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     ax.grid(alpha=0.3)
     notes = (["hollow triangle: a run whose warm-up never became steady"] if flagged else []) + (
         [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else []) + (
-        ["log scales; black stars and dotted lines: published reference points, other "
-         "hardware (frontier.md)"] if drawn else [])
+        [("log scales; " if logged else "") + "black stars and dotted lines: published "
+         "reference points, other hardware (frontier.md)"] if drawn else [])
     if notes:
         ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
     handles, labels = ax.get_legend_handles_labels()

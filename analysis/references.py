@@ -6,7 +6,7 @@ File format::
 
     {"title": "...", "note": "...",
      "points": [{"label": "...", "values": {"total_tps_per_gpu": 90885.06,
-                                              "interactivity": 84.42},
+                                              "north_star": 84.42},
                  "hardware": "GB300", "gpus": 2, "engine": "SGLang", "model": "...",
                  "concurrency": 64, "what": "...", "source": "https://...",
                  "confirmed": true, "approximate": false, "axis_note": "...",

@@ -34,7 +34,7 @@ def _sweep(tmp: Path) -> Path:
                 {"launch": {"gpus": ["NVIDIA H100 80GB HBM3"], "profile": "dedicated-decode"}}))
             rows.append({"target": "ded", "point": point, "repeat": rep, "status": "complete",
                          "phase": "sweep", "path": path, "p90_tps": base + rep,
-                         "interactivity": base / 2 + rep, "output_tps_per_gpu": 400 / base * point,
+                         "north_star": base / 2 + rep, "output_tps_per_gpu": 400 / base * point,
                          "total_tps_per_gpu": 8000 / base * point})
     pq.write_table(pa.Table.from_pylist(rows), sweep / "index.parquet")
     (sweep / "sweep.json").write_text(json.dumps({"axis": "concurrent_sessions",
@@ -49,7 +49,7 @@ def test_committed_agentx_file_records_what_each_point_is() -> None:
     assert seed.values == {"p90_tps": 829.0} and seed.hardware == "4x B300"
     assert seed.ratio["value"] == 1.26 and not seed.confirmed
     pr = by["InferenceX #3344 TP2 C64 chunk 4096"]
-    assert pr.values == {"total_tps_per_gpu": 90885.06, "interactivity": 84.42}
+    assert pr.values == {"total_tps_per_gpu": 90885.06, "north_star": 84.42}
     assert pr.confirmed and pr.source.startswith("https://github.com/SemiAnalysisAI/InferenceX/pull/3344")
     assert pr.hardware == "GB300" and pr.concurrency == 64 and "SGLang" in pr.engine
     assert ref.hardware() == ["4x B300", "B300 / GB300", "GB300"]
@@ -62,7 +62,7 @@ def test_frontier_with_reference_lists_points_and_hardware_difference(tmp_path: 
     assert ("Hardware differs: the reference ran on 4x B300, B300 / GB300, GB300; this "
             "frontier on 1x NVIDIA H100 80GB HBM3.") in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| InferenceX #3344 TP2 C64 chunk 4096 |"))
-    assert "total tok/s per GPU 90,885.06; E2E-normalized interactivity (tok/s) 84.42" in row
+    assert "total tok/s per GPU 90,885.06; North Star: 1 / P90 E2E per output token (tok/s/user) 84.42" in row
     assert "| GB300 (2 GPUs) |" in row and "| 64 |" in row
     seed = next(ln for ln in md.splitlines() if ln.startswith("| seed: dedicated decode, 1 user |"))
     assert "dedicated-decode / standard P90 TPS at 1 user 1.26" in seed
@@ -87,8 +87,8 @@ def test_plot_draws_reference_points_on_log_scales(tmp_path: Path) -> None:
 
     ref = load(AGENTX, AXES)
     _fig, ax = plt.subplots()
-    # interactivity x total: the two #3344 points as stars, the 1M/GPU seed as a line
-    assert draw(ax, ref, "interactivity", "total_tps_per_gpu") == 3
+    # North Star x total: the two #3344 points as stars, the 1M/GPU seed as a line
+    assert draw(ax, ref, "north_star", "total_tps_per_gpu") == 3
     stars = [c.get_offsets().tolist() for c in ax.collections]
     assert stars == [[[84.42, 90885.06]], [[66.63, 142565.09]]]
     assert [ln.get_ydata()[0] for ln in ax.get_lines()] == [1000000.0]
@@ -99,7 +99,7 @@ def test_plot_draws_reference_points_on_log_scales(tmp_path: Path) -> None:
     plt.close("all")
     sweep = _sweep(tmp_path)
     res = build([sweep], tmp_path / "out", reference=AGENTX)
-    assert (tmp_path / "out" / "frontier-interactivity-total.png") in res["files"]
+    assert (tmp_path / "out" / "frontier-north_star-total.png") in res["files"]
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -149,10 +149,10 @@ def test_sweep_html_draws_the_reference_on_log_charts_and_lists_it(tmp_path: Pat
     sweep = _sweep(tmp_path)
     res = build([sweep], tmp_path / "out", reference=AGENTX)
     page = sweep_html([sweep], res)
-    assert "frontier-interactivity-reference" in page and "frontier-p90_tps-reference" in page
+    assert "frontier-north_star-reference" in page and "frontier-p90_tps-reference" in page
     assert "<h2>Reference: Published AgentX-style reference points" in page
     assert "Hardware differs: the reference ran on" in page
-    chart = frontier_chart(res["points"], "interactivity", "total_tps_per_gpu", "i", "t",
+    chart = frontier_chart(res["points"], "north_star", "total_tps_per_gpu", "i", "t",
                            reference=res["reference"])
     assert type(chart.x_scale).__name__ == type(chart.y_scale).__name__ == "LogScale"
     labels = sorted(m.text for m in chart.center if type(m).__name__ == "Label")
@@ -163,5 +163,5 @@ def test_sweep_html_draws_the_reference_on_log_charts_and_lists_it(tmp_path: Pat
     # the y range reaches the 1M line and the lowest run, with a factor of margin
     assert chart.y_range.end == pytest.approx(1.3e6)
     assert chart.y_range.start == pytest.approx(80.0 / 1.3)
-    plain = frontier_chart(res["points"], "interactivity", "total_tps_per_gpu", "i", "t")
+    plain = frontier_chart(res["points"], "north_star", "total_tps_per_gpu", "i", "t")
     assert type(plain.y_scale).__name__ == "LinearScale"
