@@ -169,6 +169,11 @@ SPEEDS: tuple[tuple[str, str, str, str], ...] = (
 metric, reading)."""
 
 
+SPEED_PERCENTILES: dict[str, float] = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0,
+                                       "agentx_interactivity": 90.0}
+"""The percentile of its time metric each ``SPEEDS`` entry inverts."""
+
+
 def speed_at(s: Summary, p: float) -> float | None:
     """1 / (the P-th percentile of a per-token time in ns), in tokens per second."""
     v = s.values.get(p)
@@ -177,8 +182,7 @@ def speed_at(s: Summary, p: float) -> float | None:
 
 def speeds(latency: dict[str, Summary]) -> dict[str, float | None]:
     """Every entry of ``SPEEDS`` from a run's latency summaries."""
-    pct = {"p90_tps": 90.0, "median_tps": 50.0, "interactivity": 90.0, "agentx_interactivity": 90.0}
-    return {key: speed_at(latency[src], pct[key]) if src in latency else None
+    return {key: speed_at(latency[src], SPEED_PERCENTILES[key]) if src in latency else None
             for key, _, src, _ in SPEEDS}
 
 
