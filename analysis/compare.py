@@ -392,20 +392,28 @@ P90 TPS's reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,
-                 force: bool = False, paired: bool = True) -> CompareResult:
+                 force: bool = False, paired: bool = True, by_request: bool = True) -> CompareResult:
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
     each arm against the first. Where the arms have as many runs (paired by position, as
     ``sweep`` makes them) and each pair replayed one plan, the statistics of per-request
     metrics are compared request by request (``analysis.paired``, the run pairs as strata);
     the others (and every statistic of arms that cannot be paired) with a run-level
-    Student-t interval (paired by position when the arms have as many runs). "Inconclusive"
+    Student-t interval (paired by position when the arms have as many runs); ``by_request``
+    False: run-level intervals for every statistic. "Inconclusive"
     when the interval includes 0."""
+    reports = [[build_report(d) for d in arm] for arm in arms]
+    return compare_arm_reports(reports, names, force=force, paired=paired, by_request=by_request)
+
+
+def compare_arm_reports(reports: Sequence[Sequence[Report]], names: Sequence[str], *,
+                        force: bool = False, paired: bool = True, by_request: bool = True
+                        ) -> CompareResult:
+    """``compare_arms`` on reports already built."""
     from agent_replay.analysis.hist import FEW
     from agent_replay.analysis.paired import as_interval, paired_comparison
     from agent_replay.analysis.points import point_metrics, too_few
     from agent_replay.analysis.replicates import adjust, mean_ci, ratio_ci, verdict
 
-    reports = [[build_report(d) for d in arm] for arm in arms]
     flat = [r for arm in reports for r in arm]
     warnings = check_comparable([r.meta for r in flat],
                                 [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
@@ -422,15 +430,15 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     tests = []
     busy = [[self_check(r.meta, r.stats).contention for r in arm] for arm in reports]
     for i, (name, rows) in enumerate(zip(names[1:], figs[1:], strict=True), start=1):
-        by_request = {}
-        if paired and len(reports[i]) == len(reports[0]):
+        twins: dict[str, Any] = {}
+        if by_request and paired and len(reports[i]) == len(reports[0]):
             pc = paired_comparison(list(zip(reports[0], reports[i], strict=True)),
                                    list(zip(busy[0], busy[i], strict=True)))
             if not isinstance(pc, str):
-                by_request = {x.stat.key: as_interval(x, pc.design) for x in pc.intervals}
+                twins = {x.stat.key: as_interval(x, pc.design) for x in pc.intervals}
         for key, label, hib in ARM_TESTS:
-            if key in by_request:
-                tests.append((f"{name} vs {names[0]}, {label}", by_request[key], hib))
+            if key in twins:
+                tests.append((f"{name} vs {names[0]}, {label}", twins[key], hib))
                 continue
             ci = ratio_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
                           paired=paired and len(rows) == len(figs[0]))
@@ -444,7 +452,7 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     if any(too_few(r, key) for rows in figs for r in rows for key, _, _ in ARM_FIGURES):
         warnings.append(f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
                         f"{min_count_for(90)}, P99 >= {min_count_for(99)})")
-    if any(len(a) < 2 for a in arms):
+    if any(len(a) < 2 for a in reports):
         warnings.append("an arm has a single run: no run-to-run interval for it")
     return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
 

@@ -354,4 +354,5 @@ def as_interval(x: PairedInterval, design: str) -> Interval:
     """One replicate-arm test (``analysis.replicates``)."""
     if x.change is None:
         return Interval(None, None, None, x.pairs, x.note or "none")
-    return Interval(x.change, x.low, x.high, x.pairs, x.note if x.low is None else design, x.p)
+    return Interval(x.change, x.low, x.high, x.pairs, (x.note or design) if x.low is None else design,
+                    x.p)
