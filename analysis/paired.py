@@ -213,8 +213,8 @@ def _log_ratio(qa: np.ndarray | float, qb: np.ndarray | float, speed: bool) -> n
 
 
 def paired_intervals(strata: Sequence[Pairs], *, resamples: int = 1000, seed: int = 0,
-                     by: str = "session", stats: Sequence[PairedStat] = PAIRED_STATS
-                     ) -> list[PairedInterval]:
+                     by: str = "session", stats: Sequence[PairedStat] = PAIRED_STATS,
+                     min_clusters: int = MIN_CLUSTERS) -> list[PairedInterval]:
     """Every statistic of ``stats`` compared over the pairs of ``strata`` (one ``Pairs`` per
     run pair), with a cluster bootstrap over sessions (``by="session"``) or over time blocks
     (``by="block"``) within each stratum (see the module docstring)."""
@@ -259,10 +259,10 @@ def paired_intervals(strata: Sequence[Pairs], *, resamples: int = 1000, seed: in
         change = float(np.expm1(est))
         need = min_count_for(st.p)
         unit = "time blocks" if by == "block" else "sessions"
-        if n < need or k < MIN_CLUSTERS:
+        if n < need or k < min_clusters:
             out.append(PairedInterval(st, base, value, change, None, None, None, n, k,
                                       f"no interval: {n} pairs in {k} {unit}, it needs {need} "
-                                      f"pairs in {MIN_CLUSTERS} {unit}"))
+                                      f"pairs in {min_clusters} {unit}"))
             continue
         assert counts is not None
         oa, ob = np.argsort(a, kind="stable"), np.argsort(b, kind="stable")
