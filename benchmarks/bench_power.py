@@ -211,10 +211,19 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep the runs in this folder")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--table", default=None, help="print the table of this results file and exit")
+    ap.add_argument("--recount", default=None,
+                    help="recount the verdicts of the runs kept in --keep into this results file")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     if args.table:
         print(table(json.loads(Path(args.table).read_text())), end="")
+        return 0
+    if args.recount:
+        results = json.loads(Path(args.recount).read_text())
+        for phase in results["phases"]:
+            results[phase] |= count(Path(args.keep) / phase / "sweep", results["args"]["repeats"])
+        Path(args.recount).write_text(json.dumps(results, indent=2) + "\n")
+        print(table(results), end="")
         return 0
     from bench_false_positive import cpu_burner
 
