@@ -1,0 +1,69 @@
+"""docs/metrics.md's power table and the sentences around it against the committed results
+of benchmarks/bench_power.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "metrics.md"
+
+
+def _load() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_power", ROOT / "benchmarks" / "bench_power.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_power"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load()
+
+
+def _block(text: str) -> tuple[Path, str]:
+    m = re.search(r"<!-- power table: (\S+) -->\n(.*?)<!-- end power table -->", text, re.S)
+    assert m is not None, "no power table in docs/metrics.md"
+    return ROOT / m.group(1), m.group(2)
+
+
+def test_power_table_is_the_committed_results() -> None:
+    path, block = _block(DOC.read_text())
+    results = json.loads(path.read_text())
+    assert block == bench.table(results)
+    args = results["args"]
+    text = DOC.read_text()
+    assert (f"({args['repeats']} repeats, {args['sessions']} sessions at once, "
+            f"{args['duration']:g} s runs)") in text
+    # "every run's self-check found host contention" in both phases
+    assert results["phases"] == ["quiet", "busy"]
+    assert all(results[p]["contention_runs"] == results[p]["runs"] for p in results["phases"])
+
+
+def test_a_changed_cell_fails() -> None:
+    path, block = _block(DOC.read_text())
+    row = block.splitlines()[2]
+    assert block.replace(row, row.replace("/", "1/", 1)) != bench.table(json.loads(path.read_text()))
+
+
+def test_table_counts_by_hand() -> None:
+    cells = {f"{d}|{t}|{s}": bench._cell() for d in bench.DESIGNS for t in bench.SLOWER for s in bench.STATS}
+    c = cells["1v1 paired|slow10|p90_tps"]
+    for v in ("worse", "worse", "none", "better", None):
+        bench._judge(c, v, 10)
+    assert c == {"tested": 4, "right": 2, "wrong": 1, "refused": 1}
+    fp = cells["1v1 paired|same|p90_tps"]
+    for v in ("none", "worse", "better"):
+        bench._judge(fp, v, 0)
+    assert fp == {"tested": 3, "right": 0, "wrong": 2, "refused": 0}
+    ttft = cells["1v1 paired|slow10|ttft_p90_ms"]
+    bench._judge(ttft, "better", 10, signed=False)
+    assert ttft["right"] == 1 and ttft["wrong"] == 0
+    line = next(ln for ln in bench.table({"phases": ["quiet"], "quiet": {"cells": cells}}).splitlines()
+                if "| 1v1 paired | P90 TPS" in ln)
+    assert line == "| quiet | 1v1 paired | P90 TPS (= 1 / TPOT P90) | 2/3 | - | 2/4 | - | 1/4 | 1 |"
