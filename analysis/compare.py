@@ -340,15 +340,14 @@ def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resample
         other = _arrays(r)
         raw.append(compare_arrays(base, other, resamples=resamples, seed=seed,
                                   order=(base["intended_ns"], other["intended_ns"])))
-        refusals.append("contention" if pc == "one-sided" else None)
+        refusals.append(pc if pc.startswith("not paired: host contention") else None)
     deltas = with_holm(raw)
     verdicts = []
     for i, (ds, r, name) in enumerate(zip(deltas, reports[1:], names[1:], strict=True)):
         refuse = contention_note([reports[0], r], [names[0], name]) if (
             refusals[i] or ds[0].design.startswith("unpaired")) else None
         if refuse is not None and refusals[i]:
-            refuse += ("; the runs were paired, but only one had contention: its noise is not "
-                       "its twin's")
+            refuse += f"; {refusals[i]}"
         if refuse is not None:
             deltas[i] = [replace(d, ci_low=None, ci_high=None, p=None, p_holm=None, note=refuse)
                          for d in ds]

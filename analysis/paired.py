@@ -23,9 +23,12 @@ pools them.
 
 What it covers: the variation of which requests (sessions) were played, and per-request
 noise. What it does not: a shift that hits every request of one run and not its twin (host
-contention in one run only, a server's slow hour). ``block_intervals`` resamples contiguous
-time blocks of the pairs instead of sessions, which widens the interval by the noise that
-drifts over a run's time; the contention rule uses the wider of the two.
+contention during one run, a server's slow hour). Runs made at the same time on one host
+(``run --targets A,B``, ``replay.lanes``) share the host's noise, so with host contention
+the paired verdict stands for them, with the wider of the session bootstrap and a bootstrap
+of contiguous time blocks of the pairs (``by="block"``, which takes in the noise that drifts
+within a run). Runs made one after the other with host contention are not paired:
+``paired_comparison`` says so and ``compare`` falls back to its unpaired design.
 
 The statistics are the definitions table's tested figures that are a percentile of a
 per-request metric (``analysis.definitions.FIGURES``): a speed (1 / a time's percentile) or a
@@ -298,6 +301,28 @@ def widest(x: Sequence[PairedInterval], y: Sequence[PairedInterval]) -> list[Pai
 
 # ---- the comparisons ``compare`` makes from these
 
+SEQUENTIAL = ("not paired: host contention in runs made one after the other (one run's noise "
+              "is not its twin's); run both targets at once for a paired verdict: agent-replay "
+              "run TRACE --targets A,B")
+"""Why runs under host contention are not paired."""
+OVERLAP = 0.8
+"""Share of the shorter run's wall time two runs must share to count as made at once."""
+
+
+def simultaneous(a: RunMeta | Mapping[str, object], b: RunMeta | Mapping[str, object]) -> bool:
+    """Whether two runs ran at the same time on the same host: their wall-clock windows
+    (run.json's clock anchor and wall time) share ``OVERLAP`` of the shorter one."""
+    ma, mb = RunMeta.of(a), RunMeta.of(b)
+    if ma.environment.get("host") != mb.environment.get("host"):
+        return False
+    spans = []
+    for m in (ma, mb):
+        if m.clock.t0_wall_ns is None or m.summary is None or not m.summary.wall_s > 0:
+            return False
+        spans.append((m.clock.t0_wall_ns / 1e9, m.clock.t0_wall_ns / 1e9 + m.summary.wall_s))
+    shared = min(spans[0][1], spans[1][1]) - max(spans[0][0], spans[1][0])
+    return shared >= OVERLAP * min(e - s for s, e in spans)
+
 def pair_runs(runs: Sequence[tuple[Report, Report]]) -> list[Pairs] | str:
     """The pairs of each (base, other) run pair, or why they cannot be paired."""
     out = []
@@ -323,13 +348,16 @@ def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence
                       *, resamples: int = 1000, seed: int = 0) -> PairedComparison | str:
     """The paired comparison of (base, other) run pairs, or why there is none (a line).
 
-    Host contention (a run's self-check): where both runs of each contended pair had it, the
-    noise fell on both sides and the interval is the wider of the session and the time-block
-    bootstrap (``widest``); one run alone with it, with a single run pair, is refused: its
-    twin ran without that noise, and one pair cannot tell the noise from the target."""
+    With host contention in any run (its self-check), the pairs are compared only where every
+    pair ran at the same time on one host (``simultaneous``): the noise fell on both sides,
+    and the interval is the wider of the session and the time-block bootstrap (``widest``).
+    Runs made one after the other under contention are not paired: one run's noise is not
+    its twin's, and pairing would call it a difference between the targets."""
     strata = pair_runs(runs)
     if isinstance(strata, str):
         return strata
+    if any(a or b for a, b in contended) and not all(simultaneous(a.meta, b.meta) for a, b in runs):
+        return SEQUENTIAL
     n = sum(s.n for s in strata)
     sessions = sum(int(s.session.max()) + 1 for s in strata)
     of = f" of {len(strata)} run pairs" if len(strata) > 1 else ""
@@ -337,8 +365,6 @@ def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence
     by_session = paired_intervals(strata, resamples=resamples, seed=seed)
     if not any(a or b for a, b in contended):
         return PairedComparison(by_session, design)
-    if len(strata) == 1 and contended[0][0] != contended[0][1]:
-        return "one-sided"
     by_block = paired_intervals(strata, resamples=resamples, seed=seed + 1, by="block")
     return PairedComparison(widest(by_session, by_block),
                             design + ", widened to the time-block bootstrap for host contention")

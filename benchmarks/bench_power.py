@@ -10,12 +10,16 @@ every core (busy). Each difference is judged four ways:
   1v1 paired     ``compare A B``: requests paired by identity, cluster bootstrap over sessions
   3v3 unpaired   ``compare A1,A2,A3 B1,B2,B3`` with run-level paired t intervals only
   3v3 paired     ``compare A1,A2,A3 B1,B2,B3``: requests paired within each run pair
+  1v1 interleaved  ``run --targets A,B``: both lanes of one plan at once, paired
+  3v3 interleaved  three such invocations, compared as ``compare A1,A2,A3 B1,B2,B3``
 
 for P90 TPS (= 1 / TPOT P90), median TPS (= 1 / TPOT P50), TTFT P90 and the AgentX North
 Star (interactivity, 1 / P90 of E2E per output token). A slower copy is detected when the
 Holm-corrected verdict says it is worse; a "better" verdict is a wrong sign; any verdict on
 the identical copy is a false positive. The 3v3 groups are every 3 of the repeats (they
-overlap, so their verdicts are not independent).
+overlap, so their verdicts are not independent). The interleaved designs replay the same
+plan against the baseline and one copy at once (``replay.lanes``), each engine a
+simulated-engine process of its own, ``repeats`` invocations per copy.
 
     PYTHONPATH=$PWD/.. python benchmarks/bench_power.py --repeats 6 \\
         --json benchmarks/results/power-YYYY-MM-DD.json          # ~20 min on 2 shared cores
@@ -51,7 +55,8 @@ decode delays each session's next request and TTFT P90 falls. Any verdict on a s
 counts as a detection; the wrong-sign column does not apply."""
 UNPAIRED_1V1 = {"p90_tps": "tps_p90", "median_tps": "tps_p50", "ttft_p90_ms": "ttft_p90"}
 """The single-run unpaired table's keys for the same statistics (it has no North Star)."""
-DESIGNS = ("1v1 unpaired", "1v1 paired", "3v3 unpaired", "3v3 paired")
+DESIGNS = ("1v1 unpaired", "1v1 paired", "3v3 unpaired", "3v3 paired", "1v1 interleaved",
+           "3v3 interleaved")
 DECODE_FIELDS = ("decode_base_ns", "decode_per_seq_ns", "decode_per_ctx_token_ns")
 
 EXPERIMENT = """
@@ -100,6 +105,59 @@ def run_sweep_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
     res = run_sweep(load_experiment(out / "exp.toml"), force=True,
                     progress=(lambda line: print("  " + line, file=sys.stderr)) if args.verbose else None)
     return res.out
+
+
+def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
+    """``repeats`` two-lane invocations of the baseline beside each copy: OUT/lanes/T/rR."""
+    from agent_replay.engines.sim import SimProcess
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.lanes import run_lanes
+
+    specs = profiles(out)
+    root = out / "lanes"
+    for r in range(args.repeats):
+        for t in SLOWER:
+            with SimProcess(specs["base"], seed=seed + r) as a, SimProcess(specs[t], seed=seed + r) as b:
+                cfg = RunConfig(trace=str(TRACE), target="", output=str(root / t / f"r{r}"),
+                                speedup=args.speedup, duration_s=args.duration,
+                                concurrent_sessions=args.sessions, scrape_interval_s=0,
+                                progress=False)
+                run_lanes(cfg, [a.url, b.url])
+            if args.verbose:
+                print(f"  lanes {t} r{r} done", file=sys.stderr)
+    return root
+
+
+def count_lanes(root: Path, repeats: int, cells: dict[str, dict[str, int]]) -> int:
+    """The interleaved designs' verdicts into ``cells``; the lane runs with host contention."""
+    from agent_replay.analysis.compare import ARM_TESTS, compare_arm_reports, compare_reports
+    from agent_replay.analysis.report import build_report, self_check
+
+    labels = {key: label for key, label, _ in ARM_TESTS}
+    busy = 0
+    for t, slower in SLOWER.items():
+        pairs = []
+        for r in range(repeats):
+            lanes = [root / t / f"r{r}" / f"lane-{i}" for i in (1, 2)]
+            if all((d / "run.json").is_file() and (d / "requests").is_dir() for d in lanes):
+                pairs.append([build_report(d) for d in lanes])
+        busy += sum(self_check(x.meta, x.stats).contention for p in pairs for x in p)
+        for pair in pairs:
+            c = compare_reports(pair, ["base", t])
+            by_key = {d.key: d for d in c.deltas[0]}
+            for s in STATS:
+                _judge(cells[f"1v1 interleaved|{t}|{s}"], _delta_verdict(by_key.get(s)), slower,
+                       s not in UNSIGNED)
+        for g in itertools.combinations(range(len(pairs)), 3):
+            arms = [[pairs[i][0] for i in g], [pairs[i][1] for i in g]]
+            c = compare_arm_reports(arms, ["base", t])
+            for s in STATS:
+                line = next((v for v in c.verdicts if v.startswith(f"{t} vs base, {labels[s]}:")), None)
+                v = None if line is None or "95% CI" not in line else (
+                    "worse" if line.endswith(": worse") else "better" if line.endswith(": better")
+                    else "none")
+                _judge(cells[f"3v3 interleaved|{t}|{s}"], v, slower, s not in UNSIGNED)
+    return busy
 
 
 def _cell() -> dict[str, int]:
@@ -166,7 +224,11 @@ def count(sweep: Path, repeats: int) -> dict[str, Any]:
                         "worse" if line.endswith(": worse") else "better" if line.endswith(": better")
                         else "none")
                     _judge(cells[f"{design}|{t}|{s}"], v, slower, s not in UNSIGNED)
-    return {"runs": len(rows), "complete": len(done), "contention_runs": busy, "cells": cells}
+    lanes = sweep.parent / "lanes"
+    lane_busy = count_lanes(lanes, repeats, cells) if lanes.is_dir() else 0
+    lane_runs = sum(1 for _ in lanes.glob("*/r*/lane-*/run.json")) if lanes.is_dir() else 0
+    return {"runs": len(rows), "complete": len(done), "contention_runs": busy, "cells": cells,
+            "lane_runs": lane_runs, "lane_contention_runs": lane_busy}
 
 
 def _rate(c: dict[str, int], key: str) -> str:
@@ -213,10 +275,22 @@ def main() -> int:
     ap.add_argument("--table", default=None, help="print the table of this results file and exit")
     ap.add_argument("--recount", default=None,
                     help="recount the verdicts of the runs kept in --keep into this results file")
+    ap.add_argument("--lanes-only", action="store_true",
+                    help="with --keep holding a previous run's sweeps: add the interleaved lanes")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     if args.table:
         print(table(json.loads(Path(args.table).read_text())), end="")
+        return 0
+    if args.lanes_only:
+        from bench_false_positive import cpu_burner
+
+        for i, phase in enumerate(("quiet", "busy")):
+            if phase == "busy":
+                with cpu_burner(args.burners):
+                    run_lanes_phase(Path(args.keep) / phase, args, seed=200 + i)
+            else:
+                run_lanes_phase(Path(args.keep) / phase, args, seed=200 + i)
         return 0
     if args.recount:
         results = json.loads(Path(args.recount).read_text())
@@ -237,8 +311,10 @@ def main() -> int:
         if phase == "busy":
             with cpu_burner(args.burners):
                 sweep = run_sweep_phase(base / phase, args, seed=200 + i)
+                run_lanes_phase(base / phase, args, seed=200 + i)
         else:
             sweep = run_sweep_phase(base / phase, args, seed=200 + i)
+            run_lanes_phase(base / phase, args, seed=200 + i)
         results[phase] = count(sweep, args.repeats) | {"wall_s": round(time.monotonic() - t0, 1),
                                                         "load_after": os.getloadavg()}
         print(f"{phase}: {results[phase]['complete']}/{results[phase]['runs']} runs complete, "

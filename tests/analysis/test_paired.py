@@ -17,6 +17,7 @@ from agent_replay.analysis.paired import (
     not_pairable,
     pair_tables,
     paired_intervals,
+    simultaneous,
     weighted_percentile,
 )
 from agent_replay.replay.cli import main
@@ -153,20 +154,42 @@ def test_compare_pairs_runs_of_one_plan_and_says_so(tmp_path: Path,
     assert "paired request by request" in capsys.readouterr().out
 
 
-def test_contention_on_both_sides_widens_on_one_side_refuses(tmp_path: Path) -> None:
-    a = write_results(tmp_path / "a", synthetic_batches(2000, 1), META)
-    b = write_results(tmp_path / "b", synthetic_batches(2000, 2, tpot_scale=1.15), META)
-    a_busy = write_results(tmp_path / "a_busy", synthetic_batches(2000, 1), META | BUSY)
-    b_busy = write_results(tmp_path / "b_busy", synthetic_batches(2000, 2, tpot_scale=1.15), META | BUSY)
-    quiet = compare_dirs([a, b], seed=3).deltas[0][0]
-    both = compare_dirs([a_busy, b_busy], seed=3)
-    head = both.deltas[0][0]
+AT_ONCE = {"clock": {"t0_wall_ns": 1_800_000_000_000_000_000}, "summary": {"wall_s": 10.0},
+           "environment": {"host": "h"}}
+LATER = {"clock": {"t0_wall_ns": 1_800_000_000_000_000_000 + 10**10}, "summary": {"wall_s": 10.0},
+         "environment": {"host": "h"}}
+
+
+def test_simultaneous_runs_share_most_of_their_wall_time() -> None:
+    assert simultaneous(AT_ONCE, AT_ONCE)
+    assert not simultaneous(AT_ONCE, LATER)  # one after the other
+    assert not simultaneous(AT_ONCE, AT_ONCE | {"environment": {"host": "other"}})
+    assert not simultaneous({}, {})  # no clock: not known to overlap
+    half = {"clock": {"t0_wall_ns": 1_800_000_000_000_000_000 + 5 * 10**9}, "summary": {"wall_s": 10.0},
+            "environment": {"host": "h"}}
+    assert not simultaneous(AT_ONCE, half)  # 5 of 10 s shared, under 80%
+
+
+def test_contention_gives_a_wider_paired_verdict_only_to_runs_made_at_once(tmp_path: Path) -> None:
+    def w(name: str, seed: int, scale: float, *extra: dict) -> Path:
+        meta = dict(META)
+        for e in extra:
+            meta |= e
+        return write_results(tmp_path / name, synthetic_batches(2000, seed, tpot_scale=scale), meta)
+
+    quiet = compare_dirs([w("a", 1, 1.0, AT_ONCE), w("b", 2, 1.15, AT_ONCE)], seed=3).deltas[0][0]
+    assert quiet.design.startswith("paired: ") and "widened" not in quiet.design
+    # both lanes of one invocation under contention: the paired verdict stands, wider
+    lanes = compare_dirs([w("a_busy", 1, 1.0, AT_ONCE, BUSY), w("b_busy", 2, 1.15, AT_ONCE, BUSY)], seed=3)
+    head = lanes.deltas[0][0]
     assert "widened to the time-block bootstrap for host contention" in head.design
     assert head.ci_low is not None and head.ci_high is not None
     assert quiet.ci_low is not None and quiet.ci_high is not None
     assert head.ci_low <= quiet.ci_low and head.ci_high >= quiet.ci_high
-    assert head.significant and "slower at P90 TPS" in both.verdicts[0]
-    one = compare_dirs([a, b_busy], seed=3)
-    assert one.deltas[0][0].ci_low is None
-    assert one.verdicts[0].startswith("b_busy vs a: no verdict: host contention in run b_busy")
-    assert "only one had contention" in one.verdicts[0]
+    assert head.significant and "slower at P90 TPS" in lanes.verdicts[0]
+    # the same runs made one after the other: not paired, and one run per side refuses
+    seq = compare_dirs([w("a_seq", 1, 1.0, AT_ONCE, BUSY), w("b_seq", 2, 1.15, LATER, BUSY)], seed=3)
+    assert seq.deltas[0][0].ci_low is None and seq.deltas[0][0].design.startswith("unpaired")
+    assert seq.verdicts[0].startswith("b_seq vs a_seq: no verdict: host contention in run a_seq, b_seq")
+    assert "not paired: host contention in runs made one after the other" in seq.verdicts[0]
+    assert "--targets A,B" in seq.verdicts[0]
