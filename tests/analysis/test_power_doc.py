@@ -67,3 +67,15 @@ def test_table_counts_by_hand() -> None:
     line = next(ln for ln in bench.table({"phases": ["quiet"], "quiet": {"cells": cells}}).splitlines()
                 if "| 1v1 paired | P90 TPS" in ln)
     assert line == "| quiet | 1v1 paired | P90 TPS (= 1 / TPOT P90) | 2/3 | - | 2/4 | - | 1/4 | 1 |"
+
+
+def test_readme_paired_example_is_what_compare_prints() -> None:
+    from agent_replay.analysis.compare import compare_dirs
+
+    ex = ROOT / "benchmarks" / "results" / "paired-example"
+    c = compare_dirs([ex / "lane-1", ex / "lane-2"])
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("    lane-2 is 9% slower at P90 TPS"):]
+    shown = [ln.strip() for ln in block.split("\n\n")[0].splitlines()]
+    assert shown == [v for v in c.verdicts if not v.startswith("Verdicts are Holm")]
+    assert "paired" in shown[-1]
