@@ -247,7 +247,7 @@ def table(results: dict[str, Any]) -> str:
         cells = results[phase]["cells"]
         for design in DESIGNS:
             for s, label in STATS.items():
-                row = [cells[f"{design}|{t}|{s}"] for t in SLOWER]
+                row = [cells.get(f"{design}|{t}|{s}", _cell()) for t in SLOWER]
                 if not any(c["tested"] or c["refused"] for c in row):
                     continue
                 fp = row[0]
@@ -302,7 +302,8 @@ def main() -> int:
     from bench_false_positive import cpu_burner
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k not in ("json", "keep")},
+    kept = ("json", "keep", "table", "recount", "lanes_only")
+    results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k not in kept},
                                "phases": phases, "cpus": os.cpu_count(),
                                "load_before": os.getloadavg()}
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-power-"))

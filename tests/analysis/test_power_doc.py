@@ -38,11 +38,25 @@ def test_power_table_is_the_committed_results() -> None:
     assert block == bench.table(results)
     args = results["args"]
     text = DOC.read_text()
+    example = json.loads((ROOT / "benchmarks/results/paired-example/lane-1/run.json").read_text())
     assert (f"({args['repeats']} repeats, {args['sessions']} sessions at once, "
-            f"{args['duration']:g} s runs)") in text
+            f"{args['duration']:g} s runs: {example['planned']['requests']} requests a run)"
+            ) in " ".join(text.split())
     # "every run's self-check found host contention" in both phases
     assert results["phases"] == ["quiet", "busy"]
-    assert all(results[p]["contention_runs"] == results[p]["runs"] for p in results["phases"])
+    assert all(results[p]["contention_runs"] == results[p]["runs"] and
+               results[p]["lane_contention_runs"] == results[p]["lane_runs"] > 0
+               for p in results["phases"])
+    # "no design gives a false positive or a wrong sign"
+    cells = [c for p in results["phases"] for c in results[p]["cells"].values()]
+    assert sum(c["wrong"] for c in cells) == 0
+    # "the interleaved 3v3 finds a 25% slowdown at P90 TPS every time and a 10% one in 10
+    # and 5 of 20 groups"
+    got = [(results[p]["cells"][f"3v3 interleaved|{t}|p90_tps"]["right"],
+            results[p]["cells"][f"3v3 interleaved|{t}|p90_tps"]["tested"])
+           for t in ("slow25", "slow10") for p in ("quiet", "busy")]
+    assert got == [(20, 20), (20, 20), (10, 20), (5, 20)]
+    assert "every time and a 10% one in 10 and 5 of 20 groups" in " ".join(text.split())
 
 
 def test_a_changed_cell_fails() -> None:
