@@ -432,8 +432,9 @@ def crossing_interval(lo_runs: Sequence[Mapping[str, Any]], hi_runs: Sequence[Ma
     interpolated linearly between the ends; the load where it reaches 0 is that term's
     crossing, and the first term to cross sets the estimate. The interval repeats this with
     both ends' margins at the pessimistic bounds of their 95% intervals (``mean_ci``), then
-    at the optimistic ones: a conservative union of the two ends' run-to-run spread, kept
-    inside the bracket."""
+    at the optimistic ones: a conservative union of the two ends' run-to-run spread. Where
+    that reaches past an end, the line is extended, by one bracket width at most: the
+    interval then says the bracket itself is uncertain."""
     def margin(runs: Sequence[Mapping[str, Any]], t: Term) -> tuple[float, float, float] | None:
         vals = [float(v) for r in runs if (v := r.get(t.column)) is not None and not math.isnan(float(v))]
         ci = mean_ci(vals)
@@ -443,14 +444,14 @@ def crossing_interval(lo_runs: Sequence[Mapping[str, Any]], hi_runs: Sequence[Ma
         m = [sign * (v - t.bound) for v in (ci.estimate, ci.low, ci.high)]
         return m[0], min(m[1:]), max(m[1:])
 
-    def cross(a: float, b: float) -> float:
-        if a <= 0:
-            return lo
-        if b >= 0:
-            return hi
-        return lo + (hi - lo) * a / (a - b)
+    width = hi - lo
 
-    est, low, high = hi, hi, hi
+    def cross(a: float, b: float) -> float:
+        if not a > b:  # the margin does not fall from lo to hi: no crossing on this line
+            return hi + width if a > 0 else lo - width
+        return min(hi + width, max(lo - width, lo + width * a / (a - b)))
+
+    est = low = high = math.inf
     for t in slo:
         ma, mb = margin(lo_runs, t), margin(hi_runs, t)
         if ma is None or mb is None:

@@ -27,9 +27,15 @@ def test_crossing_by_hand() -> None:
 
     x, lo, hi = crossing_interval(_runs("p90_tps", a), _runs("p90_tps", b), 14, 15, slo) or (0, 0, 0)
     assert x == pytest.approx(cross(ca.estimate, cb.estimate))
-    assert lo == pytest.approx(max(14.0, cross(ca.low, cb.low)))
-    assert hi == pytest.approx(min(15.0, cross(ca.high, cb.high)))
-    assert 14 <= lo < x < hi <= 15
+    assert lo == pytest.approx(cross(ca.low, cb.low))
+    assert hi == pytest.approx(cross(ca.high, cb.high))
+    assert lo < x < hi
+    # an end whose interval straddles the bound: its pessimistic margin is below the other
+    # end's, so that line never crosses; the interval reaches past the bracket, one bracket
+    # width at most
+    wide = crossing_interval(_runs("p90_tps", [19.0, 22.0, 25.0]), _runs("p90_tps", [19.5] * 3),
+                             14, 15, slo)
+    assert wide is not None and wide[1] == 13 and 14 < wide[0] < wide[2] < 15
     # a latency term: bound - value is the margin; the first term to cross sets the answer
     two = parse_slo("p90_tps>=20,ttft_p90<=100ms")
     lo_runs = [{"p90_tps": 22.0, "ttft_p90_ms": 90.0}] * 2

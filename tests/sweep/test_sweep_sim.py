@@ -173,5 +173,5 @@ def test_readme_capacity_example_finds_a_capacity(tmp_path: Path) -> None:
         assert c.capacity < c.first_fail
         assert c.crossing is not None, c.line(exp.axis)  # the answer with its interval
         x, lo, hi = c.crossing
-        assert c.capacity <= lo <= x <= hi <= c.first_fail
+        assert lo <= x <= hi and c.capacity <= x <= c.first_fail
     assert "host contention" in (tmp_path / "cap" / "capacity.md").read_text()
