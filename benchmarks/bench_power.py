@@ -113,6 +113,7 @@ def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
     from agent_replay.replay.config import RunConfig
     from agent_replay.replay.lanes import run_lanes
 
+    out.mkdir(parents=True, exist_ok=True)
     specs = profiles(out)
     root = out / "lanes"
     for r in range(args.repeats):
