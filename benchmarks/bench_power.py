@@ -70,6 +70,7 @@ points = [{sessions}]
 [run]
 speedup = {speedup}
 duration_s = {duration}
+sessions_multiplier = {multiplier}
 scrape_interval_s = 0
 [warmup]
 enabled = false
@@ -98,7 +99,8 @@ def run_sweep_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     text = EXPERIMENT.format(trace=TRACE, out=out / "sweep", repeats=args.repeats, seed=seed,
-                             sessions=args.sessions, speedup=args.speedup, duration=args.duration)
+                             sessions=args.sessions, speedup=args.speedup, duration=args.duration,
+                             multiplier=args.multiplier)
     for name, spec in profiles(out).items():
         text += f'[[targets]]\nname = "{name}"\nsim = "{spec}"\n'
     (out / "exp.toml").write_text(text)
@@ -122,6 +124,7 @@ def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
                 cfg = RunConfig(trace=str(TRACE), target="", output=str(root / t / f"r{r}"),
                                 speedup=args.speedup, duration_s=args.duration,
                                 concurrent_sessions=args.sessions, scrape_interval_s=0,
+                                sessions_multiplier=args.multiplier,
                                 progress=False)
                 run_lanes(cfg, [a.url, b.url])
             if args.verbose:
@@ -269,6 +272,8 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=8, help="concurrent sessions per run (default 8)")
     ap.add_argument("--speedup", type=float, default=10.0)
     ap.add_argument("--duration", type=float, default=8.0, help="seconds per run (default 8)")
+    ap.add_argument("--multiplier", type=int, default=1,
+                    help="copies of every session (more requests a run; give the time they need)")
     ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
                     help="CPU burner processes in the busy phase (default: one per core)")
     ap.add_argument("--keep", default=None, help="keep the runs in this folder")
