@@ -68,6 +68,8 @@ class Delta:
     note: str | None = None  # why there is no interval
     p: float | None = None  # bootstrap two-sided p-value of "no change"
     p_holm: float | None = None  # ``p`` after Holm's adjustment across the table
+    design: str = "unpaired: time-block bootstrap of each run"
+    """How the interval was computed (``analysis.paired`` for the paired design)."""
 
     @property
     def significant(self) -> bool:
@@ -308,20 +310,42 @@ ONE_RUN_WARNING = ("one run per side: the intervals cover the variation within e
                    "(agent-replay sweep, or compare A1,A2,A3 B1,B2,B3) for intervals that do")
 
 
+PAIRED_ONE_RUN_WARNING = ("one run per side, paired request by request: the intervals cover which "
+                          "requests were played and each request's noise, not a shift that hit "
+                          "one whole run (a busy hour); repeat the runs (compare A1,A2,A3 "
+                          "B1,B2,B3) for intervals that do")
+
+
 def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resamples: int = 1000,
-                    seed: int = 0, force: bool = False) -> CompareResult:
+                    seed: int = 0, force: bool = False, paired: bool = True) -> CompareResult:
+    """Each run against the first: request by request where both replayed the same plan
+    (``analysis.paired``; ``paired=False`` never), else each run's time-block bootstrap."""
+    from agent_replay.analysis.paired import as_delta, paired_comparison
+
     warnings = check_comparable([r.meta for r in reports], names, force)
     warnings += server_difference_lines([r.meta for r in reports], names)
     base = _arrays(reports[0])
-    raw = []
-    for r in reports[1:]:
+    raw: list[list[Delta]] = []
+    refusals: list[str | None] = []
+    busy = [self_check(r.meta, r.stats).contention for r in reports]
+    for r, hot in zip(reports[1:], busy[1:], strict=True):
+        pc = paired_comparison([(reports[0], r)], [(busy[0], hot)], resamples=resamples,
+                               seed=seed) if paired else "not asked"
+        if not isinstance(pc, str):
+            raw.append([as_delta(x, pc.design) for x in pc.intervals])
+            refusals.append(None)
+            continue
         other = _arrays(r)
         raw.append(compare_arrays(base, other, resamples=resamples, seed=seed,
                                   order=(base["intended_ns"], other["intended_ns"])))
+        refusals.append(pc if pc.startswith("not paired: host contention") else None)
     deltas = with_holm(raw)
     verdicts = []
     for i, (ds, r, name) in enumerate(zip(deltas, reports[1:], names[1:], strict=True)):
-        refuse = contention_note([reports[0], r], [names[0], name])
+        refuse = contention_note([reports[0], r], [names[0], name]) if (
+            refusals[i] or ds[0].design.startswith("unpaired")) else None
+        if refuse is not None and refusals[i]:
+            refuse += f"; {refusals[i]}"
         if refuse is not None:
             deltas[i] = [replace(d, ci_low=None, ci_high=None, p=None, p_holm=None, note=refuse)
                          for d in ds]
@@ -331,10 +355,15 @@ def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resample
         verdicts.append(head.verdict(name) if head.significant else
                         f"{name} vs {names[0]}: " + head.verdict(name))
         verdicts += [d.verdict(name) for d in ds[1:] if d.significant]
+        verdicts.append(f"{name} vs {names[0]}: {ds[0].design}")
     n_tests = sum(1 for ds in deltas for d in ds if d.p is not None)
     if n_tests:
         verdicts.append(holm_note(n_tests))
-    warnings.append(ONE_RUN_WARNING)
+    unpaired = [bool(ds) and ds[0].design.startswith("unpaired") for ds in deltas]
+    if any(unpaired):
+        warnings.append(ONE_RUN_WARNING)
+    if not all(unpaired):
+        warnings.append(PAIRED_ONE_RUN_WARNING)
     for r, name in zip(reports, names, strict=True):
         warnings += [f"{name}: {w}" for w in r.warnings]
     return CompareResult(list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings)
@@ -360,15 +389,28 @@ P90 TPS's reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,
-                 force: bool = False, paired: bool = True) -> CompareResult:
+                 force: bool = False, paired: bool = True, by_request: bool = True) -> CompareResult:
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
-    each arm against the first with a run-level Student-t interval (paired by position when
-    the arms have as many runs, as ``sweep`` makes them); "inconclusive" when it includes 0."""
+    each arm against the first. Where the arms have as many runs (paired by position, as
+    ``sweep`` makes them) and each pair replayed one plan, the statistics of per-request
+    metrics are compared request by request (``analysis.paired``, the run pairs as strata);
+    the others (and every statistic of arms that cannot be paired) with a run-level
+    Student-t interval (paired by position when the arms have as many runs); ``by_request``
+    False: run-level intervals for every statistic. "Inconclusive"
+    when the interval includes 0."""
+    reports = [[build_report(d) for d in arm] for arm in arms]
+    return compare_arm_reports(reports, names, force=force, paired=paired, by_request=by_request)
+
+
+def compare_arm_reports(reports: Sequence[Sequence[Report]], names: Sequence[str], *,
+                        force: bool = False, paired: bool = True, by_request: bool = True
+                        ) -> CompareResult:
+    """``compare_arms`` on reports already built."""
     from agent_replay.analysis.hist import FEW
+    from agent_replay.analysis.paired import as_interval, paired_comparison
     from agent_replay.analysis.points import point_metrics, too_few
     from agent_replay.analysis.replicates import adjust, mean_ci, ratio_ci, verdict
 
-    reports = [[build_report(d) for d in arm] for arm in arms]
     flat = [r for arm in reports for r in arm]
     warnings = check_comparable([r.meta for r in flat],
                                 [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
@@ -383,8 +425,18 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
             d[f"{label}{few} (geometric mean)"] = mean_ci([r.get(key) for r in rows]).estimate
         side.append(d)
     tests = []
-    for name, rows in zip(names[1:], figs[1:], strict=True):
+    busy = [[self_check(r.meta, r.stats).contention for r in arm] for arm in reports]
+    for i, (name, rows) in enumerate(zip(names[1:], figs[1:], strict=True), start=1):
+        twins: dict[str, Any] = {}
+        if by_request and paired and len(reports[i]) == len(reports[0]):
+            pc = paired_comparison(list(zip(reports[0], reports[i], strict=True)),
+                                   list(zip(busy[0], busy[i], strict=True)))
+            if not isinstance(pc, str):
+                twins = {x.stat.key: as_interval(x, pc.design) for x in pc.intervals}
         for key, label, hib in ARM_TESTS:
+            if key in twins:
+                tests.append((f"{name} vs {names[0]}, {label}", twins[key], hib))
+                continue
             ci = ratio_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
                           paired=paired and len(rows) == len(figs[0]))
             few = FEW if any(too_few(r, key) for r in figs[0] + rows) else ""
@@ -397,7 +449,7 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     if any(too_few(r, key) for rows in figs for r in rows for key, _, _ in ARM_FIGURES):
         warnings.append(f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
                         f"{min_count_for(90)}, P99 >= {min_count_for(99)})")
-    if any(len(a) < 2 for a in arms):
+    if any(len(a) < 2 for a in reports):
         warnings.append("an arm has a single run: no run-to-run interval for it")
     return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
 
@@ -434,7 +486,7 @@ def render_compare(c: CompareResult) -> Group:
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
         if not ds:  # replicate arms: the verdicts carry the run-level intervals
             continue
-        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change (log ratio)",
+        bt = Table(title=f"{name} vs {c.names[0]}: 95% CI of the change (log ratio); {ds[0].design}",
                    title_justify="left", show_edge=False)
         for h in ("statistic", c.names[0], name, "change", "95% CI", "Holm p", "significant"):
             bt.add_column(h, justify="left" if h == "statistic" else "right")

@@ -220,6 +220,7 @@ interactivity, our own P90 TPS."""
 SPEED_PERCENTILE = {sp.key: sp.percentile for sp in SPEEDS}
 """The percentile of its time metric each speed inverts."""
 
+
 def speed_at(s: Summary, p: float) -> float | None:
     """1 / (the P-th percentile of a per-token time in ns), in tokens per second."""
     v = s.values.get(p)

@@ -4,6 +4,7 @@ render the summary."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -24,6 +25,11 @@ def register(sub: Any) -> None:
     where.add_argument("--launch", metavar='"PROFILE --model M ..."',
                        help="start a local vLLM for this run (the arguments of 'engines "
                        "launch' in one string), replay against it, then stop it")
+    where.add_argument("--targets", metavar="A,B",
+                       help="replay the plan against each of these base URLs at once, one lane "
+                       "each, into OUTPUT/lane-N, then compare them request by request "
+                       "(replay/lanes.py: each target sees the load of a run of its own; the "
+                       "host's noise falls on every lane alike)")
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -94,9 +100,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent_replay.replay.run import run
 
     check_trace(args.trace)
+    if getattr(args, "targets", None):
+        return _lanes(args)
     summary = run(config_from_args(args, check_target(args.target) if args.target else args.target))
     _render(summary)
     return summary.exit_code  # 5 rows unwritten, 130 interrupted, 1 failed/aborted/partial, else 0
+
+
+def _lanes(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agent_replay.analysis.compare import compare_dirs, render_compare
+    from agent_replay.replay.lanes import lanes_line, run_lanes
+
+    urls = [check_target(u.strip()) for u in args.targets.split(",") if u.strip()]
+    folders, code = run_lanes(config_from_args(args, urls[0] if urls else ""), urls)
+    done = [f for f in folders if os.path.isfile(os.path.join(f, "run.json"))]
+    if len(done) == len(folders) and code == 0:
+        Console().print(render_compare(compare_dirs(done)))
+    print(lanes_line(folders))
+    return code
 
 
 def _render(summary: Any) -> None:

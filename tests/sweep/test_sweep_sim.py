@@ -180,4 +180,7 @@ def test_readme_capacity_example_finds_a_capacity(tmp_path: Path) -> None:
     for c in caps:
         assert c.capacity is not None and c.first_fail is not None, c.line(exp.axis)
         assert c.capacity < c.first_fail
+        assert c.crossing is not None, c.line(exp.axis)  # the answer with its interval
+        x, lo, hi = c.crossing
+        assert lo <= x <= hi and c.capacity <= x <= c.first_fail
     assert "host contention" in (tmp_path / "cap" / "capacity.md").read_text()
