@@ -161,7 +161,8 @@ def report_html(report: Report) -> str:
 
 
 OPEN_VERDICTS = ("no verdict", "inconclusive", "not enough data", "no interval",
-                 "no finite resample", "no ratio", "Holm-corrected", "Holm correction")
+                 "no finite resample", "no ratio", "Holm-corrected", "Holm correction",
+                 "paired:")
 """Words of a verdict line that reaches no conclusion: drawn in a neutral colour, not in
 the success colour of a conclusion."""
 
