@@ -308,3 +308,68 @@ def test_nothing_usable_is_an_error_naming_the_file(tmp_path: Path) -> None:
     p = lines(tmp_path / "x.jsonl", export(span("f000000000000001", "GET /", 0, 1, None)))
     with pytest.raises(TraceError, match=r"x\.jsonl: no LLM spans"):
         import_paths([p])
+
+
+_PEAK = """
+import resource, sys
+from agent_replay.traces.importers import import_paths
+res = import_paths([sys.argv[1]])
+print(res.table.num_rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print("\\n".join(res.notes))
+"""
+
+
+def _many_spans(path: Path, n_lines: int, per_line: int) -> None:
+    """Traces of 100 spans each, a chain of HTTP spans, one in 100 a chat request and one
+    in 1,000 a chat span without token counts."""
+    plain = ('{{"traceId":"{t:032x}","spanId":"{s:016x}","parentSpanId":"{p}","name":"GET /",'
+             '"startTimeUnixNano":"{a}","endTimeUnixNano":"{b}","attributes":[{{"key":'
+             '"http.method","value":{{"stringValue":"GET"}}}}]}}')
+    llm = ('{{"traceId":"{t:032x}","spanId":"{s:016x}","parentSpanId":"{p}","name":"chat",'
+           '"startTimeUnixNano":"{a}","endTimeUnixNano":"{b}","attributes":[{{"key":'
+           '"gen_ai.operation.name","value":{{"stringValue":"chat"}}}},{{"key":'
+           '"gen_ai.usage.input_tokens","value":{{"intValue":"100"}}}}{more}]}}')
+    out = ', {"key":"gen_ai.usage.output_tokens","value":{"intValue":"10"}}'
+    k = 0
+    with path.open("w") as fh:
+        for _ in range(n_lines):
+            spans = []
+            for _ in range(per_line):
+                k += 1
+                f = dict(t=k // 100, s=k, p=f"{k - 1:016x}" if k % 100 else "",
+                         a=T0 + k * 1000, b=T0 + k * 1000 + 500)
+                if k % 1000 == 7:
+                    spans.append(llm.format(more="", **f))
+                elif k % 100 == 50:
+                    spans.append(llm.format(more=out, **f))
+                else:
+                    spans.append(plain.format(**f))
+            fh.write('{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":['
+                     + ",".join(spans) + "]}]}]}\n")
+
+
+@pytest.mark.slow
+def test_a_million_spans_in_bounded_memory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    peaks = {}
+    for n_lines in (100, 1000):
+        p = tmp_path / f"spans-{n_lines}.jsonl"
+        _many_spans(p, n_lines, 1000)
+        run = subprocess.run([sys.executable, "-c", _PEAK, str(p)], capture_output=True,
+                             text=True, check=True)
+        first, *notes = run.stdout.splitlines()
+        n_rows, peak_kb = map(int, first.split())
+        assert n_rows == n_lines * 10
+        assert f"sources: gen_ai; {n_lines * 1000:,} spans read" in notes
+        # one line each for the first problems, then a count
+        assert notes.count(f"{n_lines:,} problems, the rest imported:") == 1
+        assert f"  spans-{n_lines}.jsonl line 1: span 0000000000000007 (chat): no output " \
+               "token count: skipped" in notes
+        assert notes[-1] == f"  ... and {n_lines - 20:,} more"
+        peaks[n_lines] = peak_kb
+        p.unlink()
+    # 900,000 more spans (and 9,000 more requests) cost their 16-byte parent links and the
+    # requests' rows, not their JSON: a dict of the links as strings took 200 MB more
+    assert peaks[1000] - peaks[100] < 90_000, peaks

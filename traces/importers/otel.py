@@ -42,11 +42,14 @@ ids, a line that is not JSON) gets one line naming it in the notes; the rest is 
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from agent_replay.errors import TraceError
@@ -107,8 +110,9 @@ class Collector:
     (``add``), turned into requests at the end (``requests``). Spans that are neither
     requests, agents nor tools leave only their parent link."""
 
-    parents: dict[str, str] = field(default_factory=dict)
-    kept: dict[str, _Span] = field(default_factory=dict)
+    links: ParentLinks = field(default_factory=lambda: ParentLinks())
+    kept: dict[int, _Span] = field(default_factory=dict)
+    """Request, agent and tool spans by ``span_key`` of their id."""
     events: list[Request] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     n_problems: int = 0
@@ -139,9 +143,10 @@ class Collector:
         if not isinstance(sid, str) or not sid or not isinstance(tid, str):
             self.problem(f"{where}: a span without spanId/traceId: skipped")
             return
+        key = span_key(sid)
         parent = sp.get("parentSpanId")
         if isinstance(parent, str) and parent:
-            self.parents[sid] = parent
+            self.links.add(key, span_key(parent))
         a = attributes(sp.get("attributes"))
         op = a.get("gen_ai.operation.name")
         oi = a.get("openinference.span.kind")
@@ -170,7 +175,7 @@ class Collector:
         if kind == "agent":
             agent = a.get("gen_ai.agent.name") or a.get("gen_ai.agent.id") or a.get("agent.name")
             s.agent = str(agent) if agent else None
-            self.kept[sid] = s
+            self.kept[key] = s
             return
         if oi == "LLM" and op not in LLM_OPERATIONS:
             self.sources.add("openinference")
@@ -202,7 +207,7 @@ class Collector:
         if n_in < (read or 0) + (write or 0):
             n_in += (read or 0) + (write or 0)  # a count of the uncached part alone
         s.n_in, s.n_out, s.cached = n_in, n_out, read
-        self.kept[sid] = s
+        self.kept[key] = s
 
     # log events
 
@@ -266,17 +271,18 @@ class Collector:
 
     # assembly
 
-    def _ancestors(self, sid: str) -> list[str] | None:
-        """Ids up the parent chain of ``sid`` (nearest first); None on a cycle."""
-        out: list[str] = []
-        seen = {sid}
-        cur = self.parents.get(sid)
+    def _ancestors(self, sid: str) -> list[int] | None:
+        """Keys up the parent chain of span ``sid`` (nearest first); None on a cycle."""
+        out: list[int] = []
+        key = span_key(sid)
+        seen = {key}
+        cur = self.links.parent(key)
         while cur is not None:
             if cur in seen:
                 return None
             seen.add(cur)
             out.append(cur)
-            cur = self.parents.get(cur)
+            cur = self.links.parent(cur)
         return out
 
     def requests(self) -> tuple[list[Request], dict[str, list[Any]]]:
@@ -284,9 +290,10 @@ class Collector:
         captured prompts."""
         prompts: dict[str, list[Any]] = {}
         reqs: list[Request] = []
-        agent_of: dict[str, tuple[str, str | None]] = {}  # agent span -> (agent id, enclosing agent span)
+        self.links.finish()
+        agent_of: dict[int, tuple[str, int | None]] = {}  # agent span -> (id, enclosing agent)
         llm = sorted((s for s in self.kept.values() if s.kind == "llm"), key=lambda s: (s.start, s.sid))
-        placed: list[tuple[_Span, str, str | None]] = []  # span, session, its agent span
+        placed: list[tuple[_Span, str, int | None]] = []  # span, session, its agent span
         for s in llm:
             ups = self._ancestors(s.sid)
             if ups is None:
@@ -299,14 +306,13 @@ class Collector:
             agent_span = agents[0] if len(agents) > 1 else None
             if agent_span is not None and agent_span not in agent_of:
                 a = self.kept[agent_span]
-                agent_of[agent_span] = (f"{a.agent or 'agent'}-{agent_span[:8]}",
+                agent_of[agent_span] = (f"{a.agent or 'agent'}-{a.sid[:8]}",
                                         agents[1] if len(agents) > 2 else None)
             placed.append((s, session, agent_span))
         # streams: session -> agent span (None: main) -> requests in arrival order
-        last: dict[tuple[str, str | None], Request] = {}
-        pending: dict[tuple[str, str | None], list[str]] = {}  # subagents to join
-        first_done: set[tuple[str, str]] = set()
-        by_key: dict[str, Request] = {}
+        last: dict[tuple[str, int | None], Request] = {}
+        pending: dict[tuple[str, int | None], list[int]] = {}  # subagents to join
+        first_done: set[tuple[str, int]] = set()
         for s, session, agent_span in placed:
             stream = (session, agent_span)
             prev = last.get(stream)
@@ -341,7 +347,6 @@ class Collector:
             if s.prompt:
                 prompts[s.sid] = s.prompt
             last[stream] = r
-            by_key[s.sid] = r
             reqs.append(r)
         # log events: one stream per session, in arrival order
         prev_of: dict[str, Request] = {}
@@ -354,6 +359,50 @@ class Collector:
             prev_of[r.session] = r
             reqs.append(r)
         return reqs, prompts
+
+
+def span_key(span_id: str) -> int:
+    """A span id (16 hex digits) as an unsigned 64-bit int; any other string hashed to one."""
+    if len(span_id) <= 16:
+        try:
+            return int(span_id, 16)
+        except ValueError:
+            pass
+    return int.from_bytes(hashlib.blake2b(span_id.encode(), digest_size=8).digest(), "little")
+
+
+class ParentLinks:
+    """Span -> parent span, 16 bytes a link (two ``uint64`` arrays, sorted once read), not
+    a dict of strings: a file of a million spans keeps 16 MB of links, every span's, so
+    that a request finds its agent through spans of any other kind."""
+
+    def __init__(self) -> None:
+        self._child = array("Q")
+        self._parent = array("Q")
+        self._keys: np.ndarray | None = None
+        self._vals: np.ndarray | None = None
+
+    def add(self, child: int, parent: int) -> None:
+        self._child.append(child)
+        self._parent.append(parent)
+        self._keys = None
+
+    def finish(self) -> None:
+        keys = np.frombuffer(self._child, dtype=np.uint64) if self._child else \
+            np.zeros(0, np.uint64)
+        vals = np.frombuffer(self._parent, dtype=np.uint64) if self._parent else \
+            np.zeros(0, np.uint64)
+        order = np.argsort(keys, kind="stable")
+        self._keys, self._vals = keys[order], vals[order]
+
+    def parent(self, child: int) -> int | None:
+        if self._keys is None:
+            self.finish()
+        assert self._keys is not None and self._vals is not None
+        i = int(np.searchsorted(self._keys, np.uint64(child)))
+        if i < len(self._keys) and int(self._keys[i]) == child:
+            return int(self._vals[i])
+        return None
 
 
 def _int(a: dict[str, Any], key: str) -> int | None:
