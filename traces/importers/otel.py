@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,7 @@ class Collector:
     n_metrics: int = 0
     _codex_sent: dict[str, int] = field(default_factory=dict)
     sources: set[str] = field(default_factory=set)
+    _cycles: set[str] = field(default_factory=set)
 
     def problem(self, line: str) -> None:
         self.n_problems += 1
@@ -297,8 +298,10 @@ class Collector:
         for s in llm:
             ups = self._ancestors(s.sid)
             if ups is None:
-                self.problem(f"span {s.sid} ({s.name}): its parent ids form a cycle: imported "
-                             "outside any agent, in its trace's session")
+                if s.sid not in self._cycles:  # once, however often the trace is built
+                    self._cycles.add(s.sid)
+                    self.problem(f"span {s.sid} ({s.name}): its parent ids form a cycle: "
+                                 "imported outside any agent, in its trace's session")
                 ups = []
             agents = [u for u in ups if u in self.kept and self.kept[u].kind == "agent"]
             session = s.session or next((self.kept[u].session for u in ups if u in self.kept
@@ -350,12 +353,12 @@ class Collector:
             reqs.append(r)
         # log events: one stream per session, in arrival order
         prev_of: dict[str, Request] = {}
-        for r in sorted(self.events, key=lambda r: (r.arrival_abs_ns, int(str(r.key)))):
+        for e in sorted(self.events, key=lambda r: (r.arrival_abs_ns, int(str(r.key)))):
+            r = replace(e, key=f"event-{e.key}")  # the collector's own stay as read
             p = prev_of.get(r.session)
             if p is not None:
                 r.parent_key = p.key
                 r.think_ns = max(0, r.arrival_abs_ns - (p.arrival_abs_ns + (p.end_ns or 0)))
-            r.key = f"event-{r.key}"
             prev_of[r.session] = r
             reqs.append(r)
         return reqs, prompts
