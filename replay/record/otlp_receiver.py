@@ -232,7 +232,7 @@ def _from_protobuf(key: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
     except ImportError:
         return None, "protobuf exports need the otlp extra (pip install " \
                      "'agent-replay[otlp]'); or set OTEL_EXPORTER_OTLP_PROTOCOL=http/json"
-    cls = {"resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
+    cls: Any = {"resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
            "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
            "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest}[key]
     msg = cls()
