@@ -232,9 +232,11 @@ def _from_protobuf(key: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
     except ImportError:
         return None, "protobuf exports need the otlp extra (pip install " \
                      "'agent-replay[otlp]'); or set OTEL_EXPORTER_OTLP_PROTOCOL=http/json"
-    cls: Any = {"resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
-           "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
-           "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest}[key]
+    classes: dict[str, Any] = {
+        "resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
+        "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
+        "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest}
+    cls = classes[key]
     msg = cls()
     try:
         msg.ParseFromString(body)
