@@ -65,6 +65,9 @@ async def test_exports_become_the_imported_trace(tmp_path: Path) -> None:
                 assert st == 415 and b"otlp extra" in body
             else:
                 assert st == 200
+                st, body = await _post(s, rec.url + "/v1/traces", b"\xff\xff",
+                                       "application/x-protobuf")
+                assert st == 400 and b"not a protobuf ExportTraceServiceRequest" in body
     finally:
         await rec.stop()
     assert rec.stats.exports >= 4 and rec.stats.rejected >= 4

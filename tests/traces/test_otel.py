@@ -235,6 +235,21 @@ def test_claude_code_api_request_events(tmp_path: Path) -> None:
     assert any("one stream per session" in n for n in res.notes)
 
 
+def test_claude_code_events_from_a_whole_prompt_server(tmp_path: Path) -> None:
+    # vLLM (and the simulated engine) count the whole prompt in input_tokens on the
+    # Messages API too: the cache reads never exceed it nor the previous prompt
+    p = lines(tmp_path / "cc.jsonl", logs(
+        claude_event(1.0, session__id="s-2", input_tokens=4000, output_tokens=9,
+                     cache_read_tokens=0, cache_creation_tokens=0, duration_ms=100),
+        claude_event(3.0, session__id="s-2", input_tokens=4100, output_tokens=9,
+                     cache_read_tokens=3968, cache_creation_tokens=0, duration_ms=100)))
+    res = import_paths([p])
+    assert [x["input_tokens"] for x in rows(res)] == [4000, 4100]
+    assert [x["cached_tokens"] for x in rows(res)] == [0, 3968]
+    assert any("the uncached part (Anthropic's API: cache reads and writes added) in 0 "
+               "sessions, the whole prompt (a vLLM-like server) in 1" in n for n in res.notes)
+
+
 def test_codex_sse_events(tmp_path: Path) -> None:
     def rec(t: float, name: str, **attrs: Any) -> dict[str, Any]:
         return {"timeUnixNano": str(T0 + round(t * S)),

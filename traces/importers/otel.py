@@ -23,8 +23,9 @@ Spans:
   arrival - the latest dependency's end: tool time (``execute_tool`` / ``TOOL`` spans) or
   the user's time.
 
-Log events, one request each: Claude Code's ``claude_code.api_request`` (``input_tokens`` +
-``cache_read_tokens`` + ``cache_creation_tokens`` in, ``cached_tokens`` = cache reads,
+Log events, one request each: Claude Code's ``claude_code.api_request`` (``input_tokens``,
+plus ``cache_read_tokens`` + ``cache_creation_tokens`` where the session's counts are
+Anthropic's uncached part, ``uncached_sessions``; ``cached_tokens`` = cache reads,
 end = ``event.timestamp``, arrival = end - ``duration_ms``, session = ``session.id``);
 Codex's ``codex.sse_event`` of kind ``response.completed`` (``input_token_count`` including
 ``cached_token_count``; arrival = the conversation's latest ``codex.api_request`` minus its
@@ -122,6 +123,7 @@ class Collector:
     _codex_sent: dict[str, int] = field(default_factory=dict)
     sources: set[str] = field(default_factory=set)
     _cycles: set[str] = field(default_factory=set)
+    n_uncached_sessions: int = 0
 
     def problem(self, line: str) -> None:
         self.n_problems += 1
@@ -249,8 +251,9 @@ class Collector:
         span = int((dur or 0) * 1e6)
         self.events.append(Request(
             session=sess, key=len(self.events), arrival_abs_ns=ts - span,
-            input_tokens=n_in + read + write, output_tokens=n_out, cached_tokens=read,
-            api="messages", model=_str(a, "model"), end_ns=span if dur is not None else None))
+            input_tokens=n_in, output_tokens=n_out, cached_tokens=read,
+            api="messages", model=_str(a, "model"), end_ns=span if dur is not None else None,
+            extra={"cache_parts": (read, write)}))
 
     def _codex(self, a: dict[str, Any], ts: int | None, where: str) -> None:
         conv = _str(a, "conversation.id")
@@ -353,8 +356,15 @@ class Collector:
             reqs.append(r)
         # log events: one stream per session, in arrival order
         prev_of: dict[str, Request] = {}
-        for e in sorted(self.events, key=lambda r: (r.arrival_abs_ns, int(str(r.key)))):
+        events = sorted(self.events, key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
+        uncached = uncached_sessions(events)
+        self.n_uncached_sessions = len(uncached)
+        for e in events:
             r = replace(e, key=f"event-{e.key}")  # the collector's own stay as read
+            if "cache_parts" in r.extra and r.session in uncached:
+                parts = r.extra["cache_parts"]
+                assert isinstance(parts, tuple)
+                r.input_tokens += int(parts[0]) + int(parts[1])
             p = prev_of.get(r.session)
             if p is not None:
                 r.parent_key = p.key
@@ -362,6 +372,26 @@ class Collector:
             prev_of[r.session] = r
             reqs.append(r)
         return reqs, prompts
+
+
+def uncached_sessions(events: list[Request]) -> set[str]:
+    """Sessions whose Claude Code ``input_tokens`` count the uncached part of the prompt
+    alone (Anthropic's API), as opposed to the whole prompt (vLLM, and servers like it,
+    report the whole prompt on the Messages API too). In arrival order, a request whose
+    cache read is larger than its own ``input_tokens``, or than the previous request's,
+    read more from the cache than a whole-prompt count allows: the counts are uncached.
+    Where no request reads the cache the two readings agree."""
+    out: set[str] = set()
+    prev: dict[str, int] = {}
+    for r in events:
+        parts = r.extra.get("cache_parts")
+        if not isinstance(parts, tuple):
+            continue
+        read = int(parts[0])
+        if read > r.input_tokens or read > prev.get(r.session, read):
+            out.add(r.session)
+        prev[r.session] = r.input_tokens
+    return out
 
 
 def span_key(span_id: str) -> int:
@@ -549,6 +579,11 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
     ]
     if any(r.api in ("messages", "responses") and r.agent_id is None for r in reqs):
         notes.append("Claude Code / Codex events name no agent: one stream per session")
+    claude = {r.session for r in reqs if r.api == "messages" and r.agent_id is None}
+    if claude:
+        notes.append(f"Claude Code input_tokens: the uncached part (Anthropic's API: cache "
+                     f"reads and writes added) in {c.n_uncached_sessions} sessions, the whole "
+                     f"prompt (a vLLM-like server) in {len(claude) - c.n_uncached_sessions}")
     if prompts and not n_content:
         notes.append(f"{len(prompts):,} requests carry their prompt, unused: no content hasher")
     if c.n_problems:

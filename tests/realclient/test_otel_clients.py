@@ -1,0 +1,95 @@
+"""Claude Code's and Codex's own OpenTelemetry export, received by ``record-otlp``, against
+the trace the recorder makes of the same session: the agent talks through the recorder to
+the simulated engine and exports its telemetry to the receiver at the same time. Request
+count and token totals must agree.
+
+Install the programs with scripts/setup-real-clients.sh; each test skips when its program
+is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_replay.engines.sim import SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.replay.record.otlp_receiver import OtlpReceiver
+from agent_replay.traces.io import read_trace
+from tests.realclient.test_real_clients import (
+    CODEX_LS,
+    LS,
+    SECRET,
+    base_env,
+    codex_exec,
+    no_secret_written,
+    program,
+    run_program,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.realclient]
+
+
+async def _both(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[list[dict], list[dict]]:
+    """(recorder rows, receiver rows) of one run, each in arrival order."""
+    home, work = tmp / "home", tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
+            Recorder(sim.url, "127.0.0.1:0", tmp / "recorded", flush_interval_s=60) as rec:
+        otlp = OtlpReceiver("127.0.0.1:0", tmp / "received", flush_interval_s=60)
+        await otlp.start()
+        try:
+            argv, env = argv_env(rec.url, sim.profile.model_name, home, otlp.url)
+            await run_program(argv, env, work)
+        finally:
+            await otlp.stop()
+    recorded = sorted(read_trace(tmp / "recorded")[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    received = sorted(read_trace(tmp / "received")[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    no_secret_written(tmp / "received")
+    return recorded, received
+
+
+def _totals(rows: list[dict]) -> tuple[int, int, int]:
+    return (len(rows), sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
+
+
+async def test_claude_code_telemetry(tmp_path: Path) -> None:
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET,
+                   DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+                   # the telemetry recipe of docs/recording.md
+                   CLAUDE_CODE_ENABLE_TELEMETRY="1", OTEL_LOGS_EXPORTER="otlp",
+                   OTEL_METRICS_EXPORTER="none", OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+                   OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_LOGS_EXPORT_INTERVAL="500")
+        return [claude, "-p", "List the files here.", "--max-turns", "3",
+                "--allowedTools", "Bash(ls)"], env
+
+    recorded, received = await _both(tmp_path, [LS], argv_env)
+    assert _totals(received) == _totals(recorded), (recorded, received)
+    assert {r["api"] for r in received} == {"messages"}
+    assert len({r["session_id"] for r in received}) == 1
+
+
+async def test_codex_telemetry(tmp_path: Path) -> None:
+    codex = program("codex")
+    plain = codex_exec(codex, "List the files here.")
+
+    def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
+        argv, env = plain(url, model, home)
+        with (home / "config.toml").open("a") as fh:  # the [otel] recipe of docs/recording.md
+            fh.write('\n[otel]\nlog_user_prompt = false\nexporter = { otlp-http = { endpoint = '
+                     f'"{otlp}/v1/logs", protocol = "json" }} }}\n')
+        return argv, env
+
+    recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)
+    assert _totals(received) == _totals(recorded), (recorded, received)
+    assert {r["api"] for r in received} == {"responses"}
