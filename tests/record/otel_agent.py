@@ -18,13 +18,13 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 
 def main() -> None:
     base_url, endpoint, kind, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     provider = TracerProvider(resource=Resource.create({"service.name": "otel-agent"}))
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
     trace.set_tracer_provider(provider)
     if kind == "openai-v2":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor

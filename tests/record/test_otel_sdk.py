@@ -22,7 +22,7 @@ AGENT = Path(__file__).with_name("otel_agent.py")
 TURNS = 4
 SEND_TOLERANCE_NS = 50_000_000
 """Span start to the recorder's arrival stamp: the instrumentation's own work and the
-client's, some ms on a loaded 2-core machine (the measured figures are in docs/recording.md)."""
+client's: some ms on a loaded 2-core machine."""
 
 
 @pytest.mark.parametrize("kind", ["openai-v2", "openinference"])
