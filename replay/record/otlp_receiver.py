@@ -168,10 +168,10 @@ class OtlpReceiver:
                 os.fsync(self._spool.fileno())
             except OSError:
                 pass
-            try:
-                res = result(self.collector, self.block_size, [EXPORTS_FILE],
-                             str(self.out_dir / EXPORTS_FILE),
-                             lambda bs: PromptHasher(bs, self._seed))
+            try:  # in a thread: the loop goes on accepting (exports wait for the lock)
+                res = await asyncio.to_thread(
+                    result, self.collector, self.block_size, [EXPORTS_FILE],
+                    str(self.out_dir / EXPORTS_FILE), lambda bs: PromptHasher(bs, self._seed))
             except InputError:
                 return  # nothing that makes a request yet
             res.meta.extra["receiver"] = {"listen": self.url}

@@ -41,6 +41,9 @@ async def test_exports_become_the_imported_trace(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as s:
             for e in GENAI:
                 assert await _post(s, rec.url + "/v1/traces", orjson.dumps(e)) == (200, b"{}")
+                await rec.flush()  # a trace written after each: later ones build on it
+                assert read_trace(out / "part-00001.parquet")[0].num_rows == \
+                    (2 if e is GENAI[0] else 5)
             # a gzipped body, as the Collector sends by default
             ev = logs(claude_event(2.0, session__id="s-1", model="c", input_tokens="10",
                                    output_tokens="5", cache_read_tokens="0",
