@@ -17,6 +17,7 @@ from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.replay.record.otlp_receiver import OtlpReceiver
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.stats import implied_cached_tokens
 from tests.realclient.test_real_clients import (
     CODEX_LS,
     LS,
@@ -52,6 +53,17 @@ async def _both(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[list[d
     return recorded, received
 
 
+def _reuse_points(received: Path, recorded: list[dict]) -> float:
+    """Prefix reuse implied by the received trace's hash ids (derived from cache counts)
+    minus the server's own cached fraction of the recorded prompts, in points."""
+    table, meta = read_trace(received)
+    assert meta.extra["hash_ids_from"] == "cache counts"
+    total = sum(r["input_tokens"] for r in recorded)
+    implied = int(implied_cached_tokens(table, meta.block_size).sum())
+    server = sum(r["cached_tokens"] or 0 for r in recorded)
+    return 100 * (implied - server) / total
+
+
 def _totals(rows: list[dict]) -> tuple[int, int, int]:
     return (len(rows), sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
 
@@ -76,6 +88,7 @@ async def test_claude_code_telemetry(tmp_path: Path) -> None:
     recorded, received = await _both(tmp_path, [LS], argv_env)
     assert _totals(received) == _totals(recorded), (recorded, received)
     assert {r["api"] for r in received} == {"messages"}
+    assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
     assert len({r["session_id"] for r in received}) == 1
 
 
@@ -93,3 +106,4 @@ async def test_codex_telemetry(tmp_path: Path) -> None:
     recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)
     assert _totals(received) == _totals(recorded), (recorded, received)
     assert {r["api"] for r in received} == {"responses"}
+    assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1

@@ -12,6 +12,7 @@ import pytest
 
 from agent_replay.errors import TraceError
 from agent_replay.traces.importers import ImportOptions, detect, import_paths
+from agent_replay.traces.stats import implied_cached_tokens
 
 S = 1_000_000_000  # ns per second
 T0 = 1_760_000_000 * S
@@ -131,6 +132,8 @@ def test_genai_spans_agents_times_and_tokens(tmp_path: Path) -> None:
     assert h[4][:74] == h[1][:74] and h[4][74] not in h[1]
     assert h[3][:18] == h[2][:18] and h[3][18] != h[2][18]
     assert not set(h[2]) & set(h[0])
+    # so a prefix cache replaying the trace hits what the server reported, block for block
+    assert implied_cached_tokens(res.table, 16).tolist() == [0, 992, 0, 288, 1184]
 
 
 def test_single_pretty_body_and_openinference(tmp_path: Path) -> None:
