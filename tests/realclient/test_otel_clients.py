@@ -64,6 +64,17 @@ def _reuse_points(received: Path, recorded: list[dict]) -> float:
     return 100 * (implied - server) / total
 
 
+def _report(name: str, tmp: Path, recorded: list[dict], received: list[dict]) -> None:
+    """One line of figures (pytest -s shows it): counts, totals, reuse, send-time gaps."""
+    r_meta, o_meta = read_trace(tmp / "recorded")[1], read_trace(tmp / "received")[1]
+    gaps = [((r_meta.start_wall_ns or 0) + r["arrival_ns"]
+             - (o_meta.start_wall_ns or 0) - o["arrival_ns"]) / 1e6
+            for r, o in zip(recorded, received, strict=True)]
+    print(f"{name}: requests, input, output {_totals(recorded)} recorded, {_totals(received)} "
+          f"received; reuse {_reuse_points(tmp / 'received', recorded):+.2f} points; "
+          f"recorder arrival - event send, ms: {[round(g, 1) for g in gaps]}")
+
+
 def _totals(rows: list[dict]) -> tuple[int, int, int]:
     return (len(rows), sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
 
@@ -89,6 +100,7 @@ async def test_claude_code_telemetry(tmp_path: Path) -> None:
     assert _totals(received) == _totals(recorded), (recorded, received)
     assert {r["api"] for r in received} == {"messages"}
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
+    _report("claude code", tmp_path, recorded, received)
     assert len({r["session_id"] for r in received}) == 1
 
 
@@ -107,3 +119,4 @@ async def test_codex_telemetry(tmp_path: Path) -> None:
     assert _totals(received) == _totals(recorded), (recorded, received)
     assert {r["api"] for r in received} == {"responses"}
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
+    _report("codex", tmp_path, recorded, received)

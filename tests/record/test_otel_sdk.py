@@ -20,9 +20,9 @@ from agent_replay.traces.io import read_trace
 
 AGENT = Path(__file__).with_name("otel_agent.py")
 TURNS = 4
-SEND_TOLERANCE_NS = 50_000_000
+SEND_TOLERANCE_NS = 250_000_000
 """Span start to the recorder's arrival stamp: the instrumentation's own work and the
-client's: some ms on a loaded 2-core machine."""
+client's: 5 to 40 ms on a loaded 2-core machine (benchmarks/journal/2026-12-06-otel-three-ways.md)."""
 
 
 @pytest.mark.parametrize("kind", ["openai-v2", "openinference"])
