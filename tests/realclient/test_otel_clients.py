@@ -19,6 +19,7 @@ from agent_replay.replay.record.otlp_receiver import OtlpReceiver
 from agent_replay.traces.io import read_trace
 from agent_replay.traces.stats import implied_cached_tokens
 from tests.realclient.test_real_clients import (
+    AGENT,
     CODEX_LS,
     LS,
     SECRET,
@@ -79,22 +80,27 @@ def _totals(rows: list[dict]) -> tuple[int, int, int]:
     return (len(rows), sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
 
 
+def claude_env(claude: str, url: str, model: str, home: Path,
+               otlp: str) -> tuple[list[str], dict[str, str]]:
+    env = base_env(home)
+    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET,
+               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+               CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+               # the telemetry recipe of docs/recording.md
+               CLAUDE_CODE_ENABLE_TELEMETRY="1", OTEL_LOGS_EXPORTER="otlp",
+               OTEL_METRICS_EXPORTER="none", OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+               OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_LOGS_EXPORT_INTERVAL="500")
+    return [claude, "-p", "List the files here.", "--max-turns", "3",
+            "--allowedTools", "Bash(ls)"], env
+
+
 async def test_claude_code_telemetry(tmp_path: Path) -> None:
     claude = program("claude")
 
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
-        env = base_env(home)
-        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET,
-                   DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
-                   # the telemetry recipe of docs/recording.md
-                   CLAUDE_CODE_ENABLE_TELEMETRY="1", OTEL_LOGS_EXPORTER="otlp",
-                   OTEL_METRICS_EXPORTER="none", OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
-                   OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_LOGS_EXPORT_INTERVAL="500")
-        return [claude, "-p", "List the files here.", "--max-turns", "3",
-                "--allowedTools", "Bash(ls)"], env
+        return claude_env(claude, url, model, home, otlp)
 
     recorded, received = await _both(tmp_path, [LS], argv_env)
     assert _totals(received) == _totals(recorded), (recorded, received)
@@ -102,6 +108,31 @@ async def test_claude_code_telemetry(tmp_path: Path) -> None:
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
     _report("claude code", tmp_path, recorded, received)
     assert len({r["session_id"] for r in received}) == 1
+
+
+def _tree(rows: list[dict]) -> list[tuple[object, ...]]:
+    """Each request's stream (numbered by first appearance), parent and dependencies."""
+    names: dict[str, int] = {}
+    return [(names.setdefault(r["agent_id"], len(names)), r["parent_index"], r["depends_on"])
+            for r in sorted(rows, key=lambda r: r["request_index"])]
+
+
+async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
+    """The engine answers with the Agent tool where it is offered: nested subagents, which
+    Claude Code's events (agent.name, the Agent call's tool_decision and tool_result) must
+    give the same tree as the recorder's headers."""
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
+        argv, env = claude_env(claude, url, model, home, otlp)
+        return [*argv, "Agent"], env
+
+    recorded, received = await _both(tmp_path, [AGENT, LS], argv_env)
+    assert _totals(received) == _totals(recorded)
+    assert len({r["agent_id"] for r in recorded}) >= 3
+    assert _tree(received) == _tree(recorded)
+    assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
+    _report("claude code subagents", tmp_path, recorded, received)
 
 
 async def test_codex_telemetry(tmp_path: Path) -> None:

@@ -235,7 +235,66 @@ def test_claude_code_api_request_events(tmp_path: Path) -> None:
     assert r[1]["parent_index"] == 0 and r[1]["think_ns"] == 2 * S
     assert [x["api"] for x in r] == ["messages", "messages"]
     assert r[1]["hash_ids"][:250] == r[0]["hash_ids"][:250]
-    assert any("one stream per session" in n for n in res.notes)
+    # cache reads above the request's own count: Anthropic's uncached counts
+    assert any("the uncached part (Anthropic's API: cache reads and writes added) in 1 "
+               "sessions" in n for n in res.notes)
+
+
+def _cc(seq: int, t_s: float, name: str, **attrs: Any) -> dict[str, Any]:
+    ts = T0 + round(t_s * S)
+    return {"timeUnixNano": str(ts), "body": {"stringValue": f"claude_code.{name}"},
+            "attributes": [attr("event.name", name), attr("session.id", "s-3"),
+                           attr("event.sequence", seq),
+                           *(attr(k.replace("__", "."), v) for k, v in attrs.items())]}
+
+
+def _call(seq: int, t: float, n_in: int, sub: str | None = None) -> dict[str, Any]:
+    more = {"agent__name": sub, "query_source": f"agent:builtin:{sub}"} if sub else \
+        {"query_source": "sdk"}
+    return _cc(seq, t, "api_request", input_tokens=n_in, output_tokens=10, cache_read_tokens=0,
+               cache_creation_tokens=0, duration_ms=500, **more)
+
+
+def test_claude_code_subagents_from_its_events(tmp_path: Path) -> None:
+    # main asks for an Agent call (its tool_decision is logged before the turn's
+    # api_request); the subagent runs two turns, one of which spawns a nested subagent;
+    # the nested one returns, then the first, then main goes on
+    spawn = {"tool_name": "Agent", "decision": "accept"}
+    p = lines(tmp_path / "cc.jsonl", logs(
+        _cc(1, 1.0, "tool_decision", tool_use_id="toolu_A0000001", **spawn),
+        _call(2, 1.0, 1000),                         # main 0.5-1.0, calls Agent A
+        _cc(3, 2.0, "tool_decision", tool_use_id="toolu_B0000002", **spawn),
+        _call(4, 2.0, 300, "explore"),               # A 1.5-2.0, calls Agent B
+        _call(5, 3.0, 200, "explore"),               # B 2.5-3.0
+        _cc(6, 3.1, "tool_result", tool_name="Agent", tool_use_id="toolu_B0000002"),
+        _call(7, 4.0, 400, "explore"),               # A 3.5-4.0
+        _cc(8, 4.1, "tool_result", tool_name="Agent", tool_use_id="toolu_A0000001"),
+        _call(9, 5.0, 1100)))                        # main 4.5-5.0
+    r = rows(import_paths([p]))
+    assert [x["agent_id"] for x in r] == ["main", "explore-A0000001", "explore-B0000002",
+                                          "explore-A0000001", "main"]
+    assert [x["depends_on"] for x in r] == [[], [0], [1], [1, 2], [0, 3]]
+    assert [x["parent_index"] for x in r] == [-1, 0, 1, 1, 0]
+    # main waits from the first subagent's return (its last turn's end, 4.0) to 4.5
+    assert r[4]["think_ns"] == 500_000_000
+
+
+def test_claude_code_side_by_side_subagents_stay_one_stream(tmp_path: Path) -> None:
+    spawn = {"tool_name": "Agent", "decision": "accept"}
+    p = lines(tmp_path / "cc.jsonl", logs(
+        _cc(1, 1.0, "tool_decision", tool_use_id="toolu_A", **spawn),
+        _cc(2, 1.0, "tool_decision", tool_use_id="toolu_B", **spawn),
+        _call(3, 1.0, 1000),
+        _call(4, 2.0, 300, "explore"),
+        _call(5, 2.1, 300, "explore"),
+        _cc(6, 3.1, "tool_result", tool_name="Agent", tool_use_id="toolu_A"),
+        _cc(7, 3.2, "tool_result", tool_name="Agent", tool_use_id="toolu_B"),
+        _call(8, 5.0, 1100)))
+    res = import_paths([p])
+    assert {x["agent_id"] for x in rows(res)} == {"main"}
+    assert [x["parent_index"] for x in rows(res)] == [-1, 0, 1, 2]
+    assert "1 Claude Code sessions ran subagents side by side, which its events do not tell " \
+           "apart: one stream each" in res.notes
 
 
 def test_claude_code_events_from_a_whole_prompt_server(tmp_path: Path) -> None:

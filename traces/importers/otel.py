@@ -79,6 +79,8 @@ LLM_OPERATIONS = ("chat", "text_completion", "generate_content")
 MAX_PROBLEM_LINES = 20
 """Problems listed one line each in the notes; past this many, a count."""
 FIRST_TOKEN_EVENT = "First Token Stream Event"
+AGENT_TOOLS = ("Agent", "Task")
+"""Claude Code's tools that run a subagent."""
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -105,6 +107,22 @@ class _Span:
     agent: str | None = None  # the agent's name (agent spans)
 
 
+@dataclass(slots=True)
+class _Mark:
+    session: str
+    order: tuple[int, int]
+    ts: int
+    kind: str  # "request", "spawn", "done"
+    ref: object  # the request's index in ``events``, or the Agent call's tool_use_id
+    agent: str | None  # requests: the subagent's name (None: the main agent)
+
+
+def _order(a: dict[str, Any], ts: int) -> tuple[int, int]:
+    """Claude Code's ``event.sequence`` (its own order), then the time."""
+    seq = _int(a, "event.sequence")
+    return (seq if seq is not None else -1, ts)
+
+
 @dataclass
 class Collector:
     """Spans and log events of OTLP export requests, fed one request at a time
@@ -123,6 +141,9 @@ class Collector:
     _codex_sent: dict[str, int] = field(default_factory=dict)
     sources: set[str] = field(default_factory=set)
     _cycles: set[str] = field(default_factory=set)
+    _marks: list[_Mark] = field(default_factory=list)
+    """Claude Code events in a session's order: requests, subagent spawns and returns."""
+    n_flat_sessions: int = 0
     n_uncached_sessions: int = 0
 
     def problem(self, line: str) -> None:
@@ -223,6 +244,14 @@ class Collector:
         if names & {"claude_code.api_request"} or ("api_request" in names and "cache_read_tokens" in a):
             self.sources.add("claude-code events")
             self._claude(a, ts, where)
+        elif names & {"tool_decision", "claude_code.tool_decision", "tool_result",
+                      "claude_code.tool_result"} and a.get("tool_name") in AGENT_TOOLS:
+            sess, tid = _str(a, "session.id"), _str(a, "tool_use_id")
+            if sess is not None and tid is not None and ts is not None and \
+                    a.get("decision", "accept") == "accept":
+                done = bool(names & {"tool_result", "claude_code.tool_result"})
+                self._marks.append(_Mark(sess, _order(a, ts), ts, "done" if done else "spawn",
+                                         tid, None))
         elif "codex.api_request" in names:
             conv = _str(a, "conversation.id")
             dur = _num(a, "duration_ms")
@@ -249,6 +278,9 @@ class Collector:
         read = _int(a, "cache_read_tokens") or 0
         write = _int(a, "cache_creation_tokens") or 0
         span = int((dur or 0) * 1e6)
+        source = _str(a, "query_source") or ""
+        sub = _str(a, "agent.name") or (source[6:] if source.startswith("agent:") else None)
+        self._marks.append(_Mark(sess, _order(a, ts), ts, "request", len(self.events), sub))
         self.events.append(Request(
             session=sess, key=len(self.events), arrival_abs_ns=ts - span,
             input_tokens=n_in, output_tokens=n_out, cached_tokens=read,
@@ -289,11 +321,65 @@ class Collector:
             cur = self.links.parent(cur)
         return out
 
+    def _claude_streams(self, agent_ids: dict[object, str], outer_of: dict[object, object],
+                        end_of: dict[object, int]) -> dict[int, object]:
+        """Claude Code's subagents: an accepted ``Agent`` (``Task``) call opens one (after
+        the ``api_request`` of the turn that made it, which Claude Code logs after the
+        call's ``tool_decision``), its ``tool_result`` closes it, and a request whose
+        ``agent.name`` / ``query_source`` names a subagent belongs to the innermost one
+        open. Subagents run one inside
+        another; two calls opened before either sends a request run side by side, and the
+        events do not say whose request is whose: that session stays one stream (counted
+        in ``n_flat_sessions``). Returns the stream of each event request (by index)."""
+        by_session: dict[str, list[_Mark]] = {}
+        for m in self._marks:
+            by_session.setdefault(m.session, []).append(m)
+        out: dict[int, object] = {}
+        self.n_flat_sessions = 0
+        for session, marks in by_session.items():
+            marks.sort(key=lambda m: m.order if all(x.order[0] >= 0 for x in marks) else
+                       (m.ts, m.order[0]))
+            stack: list[str] = []
+            quiet: set[str] = set()  # opened, no request yet
+            deferred: list[str] = []
+            mine: dict[int, object] = {}
+            flat = False
+            for m in marks:
+                ref = str(m.ref)
+                if m.kind == "spawn":
+                    # logged before the api_request of the turn that made the call: it opens
+                    # after that request
+                    deferred.append(ref)
+                elif m.kind == "done":
+                    if ref in deferred:
+                        deferred.remove(ref)
+                    if ref in stack:
+                        stack.remove(ref)
+                        quiet.discard(ref)
+                        end_of[(session, ref)] = m.ts
+                else:
+                    if m.agent is not None and stack:
+                        quiet.discard(stack[-1])
+                        mine[int(ref)] = (session, stack[-1])
+                        agent_ids[(session, stack[-1])] = f"{m.agent}-{stack[-1][-8:]}"
+                    for opened in deferred:
+                        if quiet:
+                            flat = True
+                        stack.append(opened)
+                        quiet.add(opened)
+                        outer_of[(session, opened)] = (session, stack[-2]) if len(stack) > 1 \
+                            else None
+                    deferred = []
+            if flat:
+                self.n_flat_sessions += 1
+            elif mine:
+                out.update(mine)
+        return out
+
     def requests(self) -> tuple[list[Request], dict[str, list[Any]]]:
         """The requests (span requests then event requests) and, by request key, the
         captured prompts."""
         prompts: dict[str, list[Any]] = {}
-        reqs: list[Request] = []
         self.links.finish()
         agent_of: dict[int, tuple[str, int | None]] = {}  # agent span -> (id, enclosing agent)
         llm = sorted((s for s in self.kept.values() if s.kind == "llm"), key=lambda s: (s.start, s.sid))
@@ -315,82 +401,94 @@ class Collector:
                 agent_of[agent_span] = (f"{a.agent or 'agent'}-{a.sid[:8]}",
                                         agents[1] if len(agents) > 2 else None)
             placed.append((s, session, agent_span))
-        # streams: session -> agent span (None: main) -> requests in arrival order
-        last: dict[tuple[str, int | None], Request] = {}
-        pending: dict[tuple[str, int | None], list[int]] = {}  # subagents to join
-        first_done: set[tuple[str, int]] = set()
+        items: list[tuple[Request, object]] = []  # (request, its stream: None is main)
+        agent_ids: dict[object, str] = {}
+        outer_of: dict[object, object] = {}
+        end_of: dict[object, int] = {}
         for s, session, agent_span in placed:
-            stream = (session, agent_span)
-            prev = last.get(stream)
-            deps: list[Request] = [prev] if prev is not None else []
-            agent_id = "main"
-            parent = prev
             if agent_span is not None:
-                agent_id = agent_of[agent_span][0]
-                outer = (session, agent_of[agent_span][1])
-                if (session, agent_span) not in first_done:
-                    first_done.add((session, agent_span))
-                    spawner = last.get(outer)
-                    if spawner is not None:
-                        deps.append(spawner)
-                        parent = parent or spawner
-                    pending.setdefault(outer, []).append(agent_span)
-            waiting = pending.get(stream, [])
-            for sub in list(waiting):
-                sub_span = self.kept[sub]
-                sub_last = last.get((session, sub))
-                if sub_span.end <= s.start and sub_last is not None:
-                    deps.append(sub_last)
-                    waiting.remove(sub)
+                agent_ids[agent_span], outer_of[agent_span] = agent_of[agent_span]
+                end_of[agent_span] = self.kept[agent_span].end
             r = Request(session=session, key=s.sid, arrival_abs_ns=s.start,
                         input_tokens=s.n_in or 0, output_tokens=s.n_out or 0,
-                        parent_key=parent.key if parent is not None else None,
                         cached_tokens=s.cached, api="chat", model=s.model, ttft_ns=s.ttft_ns,
-                        end_ns=s.end - s.start, agent_id=agent_id,
-                        depends_on_keys=[d.key for d in deps])
-            ends = [d.arrival_abs_ns + (d.end_ns or 0) for d in deps]
-            r.think_ns = max(0, s.start - max(ends)) if ends else None
+                        end_ns=s.end - s.start)
             if s.prompt:
                 prompts[s.sid] = s.prompt
-            last[stream] = r
-            reqs.append(r)
-        # log events: one stream per session, in arrival order
-        prev_of: dict[str, Request] = {}
+            items.append((r, agent_span))
+        # log events: the main agent, and Claude Code's subagents where its events say so
         events = sorted(self.events, key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
         uncached = uncached_sessions(events)
         self.n_uncached_sessions = len(uncached)
+        stream_of = self._claude_streams(agent_ids, outer_of, end_of)
         for e in events:
             r = replace(e, key=f"event-{e.key}")  # the collector's own stay as read
             if "cache_parts" in r.extra and r.session in uncached:
                 parts = r.extra["cache_parts"]
                 assert isinstance(parts, tuple)
                 r.input_tokens += int(parts[0]) + int(parts[1])
-            p = prev_of.get(r.session)
-            if p is not None:
-                r.parent_key = p.key
-                r.think_ns = max(0, r.arrival_abs_ns - (p.arrival_abs_ns + (p.end_ns or 0)))
-            prev_of[r.session] = r
-            reqs.append(r)
+            items.append((r, stream_of.get(int(str(e.key)))))
+        items.sort(key=lambda it: (it[0].arrival_abs_ns, str(it[0].key)))
+        reqs = assemble(items, agent_ids, outer_of, end_of)
         return reqs, prompts
+
+
+def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
+             outer_of: dict[object, object], end_of: dict[object, int]) -> list[Request]:
+    """Parents, dependencies, agent ids and think times of requests in arrival order, each
+    in a stream (None: the main agent) of its session. Within a stream each request follows
+    the one before; a subagent's first request is spawned by its enclosing stream's latest
+    request, and the enclosing stream's first request after the subagent ended (``end_of``)
+    waits for the subagent's last one."""
+    last: dict[tuple[str, object], Request] = {}
+    pending: dict[tuple[str, object], list[object]] = {}  # subagents to join
+    out: list[Request] = []
+    for r, stream in items:
+        key = (r.session, stream)
+        prev = last.get(key)
+        deps: list[Request] = [prev] if prev is not None else []
+        parent = prev
+        if stream is not None and prev is None:
+            outer = (r.session, outer_of.get(stream))
+            spawner = last.get(outer)
+            if spawner is not None:
+                deps.append(spawner)
+                parent = spawner
+            pending.setdefault(outer, []).append(stream)
+        waiting = pending.get(key, [])
+        for sub in list(waiting):
+            sub_last = last.get((r.session, sub))
+            if sub_last is not None and end_of.get(sub, sub_last.arrival_abs_ns) <= r.arrival_abs_ns:
+                deps.append(sub_last)
+                waiting.remove(sub)
+        r.agent_id = "main" if stream is None else agent_ids[stream]
+        r.parent_key = parent.key if parent is not None else None
+        r.depends_on_keys = [d.key for d in deps]
+        ends = [d.arrival_abs_ns + (d.end_ns or 0) for d in deps]
+        r.think_ns = max(0, r.arrival_abs_ns - max(ends)) if ends else None
+        last[key] = r
+        out.append(r)
+    return out
 
 
 def uncached_sessions(events: list[Request]) -> set[str]:
     """Sessions whose Claude Code ``input_tokens`` count the uncached part of the prompt
     alone (Anthropic's API), as opposed to the whole prompt (vLLM, and servers like it,
     report the whole prompt on the Messages API too). In arrival order, a request whose
-    cache read is larger than its own ``input_tokens``, or than the previous request's,
-    read more from the cache than a whole-prompt count allows: the counts are uncached.
-    Where no request reads the cache the two readings agree."""
+    cache read is larger than its own ``input_tokens``, or than every earlier request's of
+    its session (subagents interleave: any earlier prompt may hold the prefix), read more
+    from the cache than a whole-prompt count allows: the counts are uncached. Where no
+    request reads the cache the two readings agree."""
     out: set[str] = set()
-    prev: dict[str, int] = {}
+    most: dict[str, int] = {}
     for r in events:
         parts = r.extra.get("cache_parts")
         if not isinstance(parts, tuple):
             continue
         read = int(parts[0])
-        if read > r.input_tokens or read > prev.get(r.session, read):
+        if read > r.input_tokens or read > most.get(r.session, read):
             out.add(r.session)
-        prev[r.session] = r.input_tokens
+        most[r.session] = max(most.get(r.session, 0), r.input_tokens)
     return out
 
 
@@ -577,9 +675,12 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
         f"{len(reqs) - n_content:,} from cache counts (each request's cached tokens are its "
         "parent's leading blocks)",
     ]
-    if any(r.api in ("messages", "responses") and r.agent_id is None for r in reqs):
-        notes.append("Claude Code / Codex events name no agent: one stream per session")
-    claude = {r.session for r in reqs if r.api == "messages" and r.agent_id is None}
+    if any(r.api == "responses" for r in reqs):
+        notes.append("Codex events name no agent: one stream per session")
+    if c.n_flat_sessions:
+        notes.append(f"{c.n_flat_sessions} Claude Code sessions ran subagents side by side, "
+                     "which its events do not tell apart: one stream each")
+    claude = {r.session for r in reqs if r.api == "messages" and str(r.key).startswith("event-")}
     if claude:
         notes.append(f"Claude Code input_tokens: the uncached part (Anthropic's API: cache "
                      f"reads and writes added) in {c.n_uncached_sessions} sessions, the whole "
