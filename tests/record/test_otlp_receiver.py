@@ -61,6 +61,11 @@ async def test_exports_become_the_imported_trace(tmp_path: Path) -> None:
             assert st == 400 and "not an object" in orjson.loads(body)["message"]
             st, _ = await _post(s, rec.url + "/v1/traces", b" " * (128 << 10))
             assert st == 413
+            # the limit holds for the decoded body: a small gzip of a large one gets 413
+            bomb = gzip.compress(b" " * (8 << 20))
+            assert len(bomb) < 64 << 10
+            st, _ = await _post(s, rec.url + "/v1/traces", bomb, **{"Content-Encoding": "gzip"})
+            assert st == 413
             st, body = await _post(s, rec.url + "/v1/traces", b"\x0a\x00", "application/x-protobuf")
             try:
                 import opentelemetry.proto  # noqa: F401
