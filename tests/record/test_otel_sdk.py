@@ -17,6 +17,7 @@ from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.replay.record.otlp_receiver import OtlpReceiver
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.stats import implied_cached_tokens
 
 AGENT = Path(__file__).with_name("otel_agent.py")
 TURNS = 4
@@ -61,3 +62,14 @@ async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) 
     # the span opens before the request leaves the client, the recorder stamps it on arrival
     assert all(-1_000_000 <= g <= SEND_TOLERANCE_NS for g in gaps), gaps
     print(f"{kind}: recorder arrival - span start, ms: {[round(g / 1e6, 2) for g in gaps]}")
+    total = sum(r["input_tokens"] for r in r_rows)
+    reuse = {n: 100 * int(implied_cached_tokens(t, m.block_size).sum()) / total
+             for n, (t, m) in (("recorded", (recorded, rmeta)), ("received", (received, ometa)))}
+    print(f"{kind}: hash ids from {ometa.extra['hash_ids_from']}; implied reuse {reuse}")
+    # OpenInference captures the prompts (hashed as the recorder hashes them) and the cache
+    # counts; openai-v2 neither: its hash ids follow the token counts (append-only)
+    assert ometa.extra["hash_ids_from"] == ("content" if kind == "openinference"
+                                            else "token counts")
+    if kind == "openinference":
+        assert [o["cached_tokens"] for o in o_rows] == [r["cached_tokens"] for r in r_rows]
+    assert abs(reuse["received"] - reuse["recorded"]) <= 1

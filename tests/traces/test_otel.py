@@ -195,7 +195,7 @@ def test_captured_prompts_hash_as_the_recorder_does(tmp_path: Path) -> None:
     assert h1[:38] == h0 and not set(h1[38:]) & set(h0)
     # without a hasher the prompts are not used, and the note says so
     res = import_paths([p])
-    assert res.meta.extra["hash_ids_from"] == "cache counts"
+    assert res.meta.extra["hash_ids_from"] == "token counts"  # no cache counts either
     assert any("unused" in n for n in res.notes)
 
 

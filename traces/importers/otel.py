@@ -35,7 +35,8 @@ session.
 Hash ids: from the prompt where it was captured (``gen_ai.input.messages`` with
 ``gen_ai.system_instructions``, OpenInference ``llm.input_messages``), hashed as the
 recorder hashes content; otherwise from cache counts (``hashing.cached_prefix_hashes``):
-each request's cached tokens are its parent's leading blocks.
+each request's cached tokens are its parent's leading blocks; without a cache count, from
+token counts alone (``hashing.chain_hashes``: the context taken as append-only).
 
 Bad input (a span without token counts, one that ends before it starts, a cycle in parent
 ids, a line that is not JSON) gets one line naming it in the notes; the rest is imported.
@@ -659,10 +660,10 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
             "openinference.span.kind LLM) and no api_request events"
         detail = f"; first problem: {c.problems[0]}" if c.problems else ""
         raise fail(where, None, f"{what}{detail}")
-    n_content = assign_hashes(reqs, prompts, bs, prompt_hasher)
+    ways = assign_hashes(reqs, prompts, bs, prompt_hasher)
+    n_content = ways["content"]
     table, start = build_table(reqs)
-    hashed_from = "content" if n_content == len(reqs) else \
-        "cache counts" if n_content == 0 else "content and cache counts"
+    hashed_from = " and ".join(k for k, n in ways.items() if n)
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
                      content_mode="hashed" if n_content else "none",
                      extra={"imported_from": name_files, "hash_ids_from": hashed_from})
@@ -672,8 +673,9 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
         f"{len(subagents)} subagents (invoke_agent / AGENT spans under another agent); "
         f"{c.n_tools:,} tool spans (their time is the think time before the next request)",
         f"hash ids from {hashed_from}: {n_content:,} requests from the captured prompt, "
-        f"{len(reqs) - n_content:,} from cache counts (each request's cached tokens are its "
-        "parent's leading blocks)",
+        f"{ways['cache counts']:,} from cache counts (each request's cached tokens are its "
+        f"parent's leading blocks), {ways['token counts']:,} from token counts alone (no "
+        "cache count: the context taken as append-only)",
     ]
     if any(r.api == "responses" for r in reqs):
         notes.append("Codex events name no agent: one stream per session")
@@ -696,9 +698,11 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
 
 
 def assign_hashes(reqs: list[Request], prompts: dict[str, list[Any]], bs: int,
-                  prompt_hasher: Callable[[int], Any] | None) -> int:
-    """Set every request's hash ids; the number taken from a captured prompt (none
-    without ``prompt_hasher``)."""
+                  prompt_hasher: Callable[[int], Any] | None) -> dict[str, int]:
+    """Set every request's hash ids: from its captured prompt (with ``prompt_hasher``),
+    else from its cache count (``hashing.cached_prefix_hashes``), else from token counts
+    alone (``hashing.chain_hashes``). Returns how many requests each way."""
+    ways = {"content": 0, "cache counts": 0, "token counts": 0}
     n = 0
     if prompt_hasher is not None and prompts:
         hasher = prompt_hasher(bs)
@@ -717,10 +721,13 @@ def assign_hashes(reqs: list[Request], prompts: dict[str, list[Any]], bs: int,
         if r.cached_tokens is None:
             r.hash_ids = chain_hashes(p.hash_ids if p else None, p.input_tokens if p else None,
                                       r.input_tokens, None, bs, tag)
+            ways["token counts"] += 1
         else:
             r.hash_ids = cached_prefix_hashes(p.hash_ids if p else None, r.cached_tokens,
                                               r.input_tokens, bs, tag, f"shared#{r.model}")
-    return n
+            ways["cache counts"] += 1
+    ways["content"] = n
+    return ways
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
