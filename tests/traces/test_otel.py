@@ -291,8 +291,11 @@ def test_claude_code_side_by_side_subagents_stay_one_stream(tmp_path: Path) -> N
         _cc(7, 3.2, "tool_result", tool_name="Agent", tool_use_id="toolu_B"),
         _call(8, 5.0, 1100)))
     res = import_paths([p])
-    assert {x["agent_id"] for x in rows(res)} == {"main"}
-    assert [x["parent_index"] for x in rows(res)] == [-1, 0, 1, 2]
+    # the two subagent turns ran side by side (1.5-2.0 and 1.6-2.1): the second runs in a
+    # lane of its own, as the recorder's main/2, and main's next turn waits for both
+    assert [x["agent_id"] for x in rows(res)] == ["main", "main", "main/2", "main"]
+    assert [x["parent_index"] for x in rows(res)] == [-1, 0, -1, 1]
+    assert [x["depends_on"] for x in rows(res)] == [[], [0], [], [1, 2]]
     assert "1 Claude Code sessions ran subagents side by side, which its events do not tell " \
            "apart: one stream each" in res.notes
 

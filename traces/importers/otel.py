@@ -438,18 +438,41 @@ def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
              outer_of: dict[object, object], end_of: dict[object, int]) -> list[Request]:
     """Parents, dependencies, agent ids and think times of requests in arrival order, each
     in a stream (None: the main agent) of its session. Within a stream each request follows
-    the one before; a subagent's first request is spawned by its enclosing stream's latest
+    the one before; a request that arrives while every earlier one of its stream still
+    runs goes side by side, in a lane of its own (agent id ``NAME/2``, ``/3``..., as the
+    recorder names them); a later request continues the free lane whose last prompt it
+    extends (the longest not longer than its own; else the first free) and waits for every
+    other lane's last request that has ended. A subagent's
+    first request is spawned by its enclosing stream's latest
     request, and the enclosing stream's first request after the subagent ended (``end_of``)
     waits for the subagent's last one."""
     last: dict[tuple[str, object], Request] = {}
+    lanes: dict[tuple[str, object], list[Request]] = {}  # the last request of each lane
+    joined: set[object] = set()  # keys some later request depends on
     pending: dict[tuple[str, object], list[object]] = {}  # subagents to join
     out: list[Request] = []
     for r, stream in items:
         key = (r.session, stream)
-        prev = last.get(key)
+        first = key not in lanes
+        lane = lanes.setdefault(key, [])
+        free = [i for i, q in enumerate(lane) if q.arrival_abs_ns + (q.end_ns or 0)
+                <= r.arrival_abs_ns]
+        prev: Request | None = None
+        if free:
+            # the lane whose prompt this one extends (the longest not longer), else the first
+            grown = [i for i in free if lane[i].input_tokens <= r.input_tokens]
+            n = max(grown, key=lambda i: (lane[i].input_tokens, -i)) if grown else free[0]
+            prev = lane[n]
+            lane[n] = r
+        else:  # every lane still running: one more lane, side by side
+            n = len(lane)
+            lane.append(r)
         deps: list[Request] = [prev] if prev is not None else []
+        # the other lanes' ends this request has seen come back
+        deps += [q for i, q in enumerate(lane) if i != n and q.key not in joined
+                 and q.arrival_abs_ns + (q.end_ns or 0) <= r.arrival_abs_ns]
         parent = prev
-        if stream is not None and prev is None:
+        if stream is not None and first:
             outer = (r.session, outer_of.get(stream))
             spawner = last.get(outer)
             if spawner is not None:
@@ -462,9 +485,11 @@ def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
             if sub_last is not None and end_of.get(sub, sub_last.arrival_abs_ns) <= r.arrival_abs_ns:
                 deps.append(sub_last)
                 waiting.remove(sub)
-        r.agent_id = "main" if stream is None else agent_ids[stream]
+        r.agent_id = ("main" if stream is None else agent_ids[stream]) + \
+            (f"/{n + 1}" if n else "")
         r.parent_key = parent.key if parent is not None else None
         r.depends_on_keys = [d.key for d in deps]
+        joined.update(d.key for d in deps)
         ends = [d.arrival_abs_ns + (d.end_ns or 0) for d in deps]
         r.think_ns = max(0, r.arrival_abs_ns - max(ends)) if ends else None
         last[key] = r
