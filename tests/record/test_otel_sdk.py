@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,8 +27,15 @@ SEND_TOLERANCE_NS = 250_000_000
 client's: 5 to 40 ms on a loaded 2-core machine (benchmarks/journal/2026-12-06-otel-three-ways.md)."""
 
 
-@pytest.mark.parametrize("kind", ["openai-v2", "openinference"])
+CAPTURE = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+           "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}
+"""openai-v2's switches that put the prompts on the span (``gen_ai.input.messages``)."""
+
+
+@pytest.mark.parametrize("kind", ["openai-v2", "openai-v2+content", "openinference"])
 async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) -> None:
+    content = kind.endswith("+content")
+    kind = kind.removesuffix("+content")
     pytest.importorskip("opentelemetry.sdk")
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     pytest.importorskip("opentelemetry.proto")
@@ -40,7 +48,8 @@ async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) 
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, str(AGENT), rec.url, otlp.url, kind, str(TURNS),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **(CAPTURE if content else {})})
             out, err = await asyncio.wait_for(proc.communicate(), 120)
             assert proc.returncode == 0, err.decode()[-2000:]
         finally:
@@ -67,8 +76,8 @@ async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) 
              for n, (t, m) in (("recorded", (recorded, rmeta)), ("received", (received, ometa)))}
     print(f"{kind}: hash ids from {ometa.extra['hash_ids_from']}; implied reuse {reuse}")
     # OpenInference captures the prompts (hashed as the recorder hashes them) and the cache
-    # counts; openai-v2 neither: its hash ids follow the token counts (append-only)
-    assert ometa.extra["hash_ids_from"] == ("content" if kind == "openinference"
+    # counts; openai-v2 neither unless told: its hash ids then follow the token counts
+    assert ometa.extra["hash_ids_from"] == ("content" if kind == "openinference" or content
                                             else "token counts")
     if kind == "openinference":
         assert [o["cached_tokens"] for o in o_rows] == [r["cached_tokens"] for r in r_rows]
