@@ -27,6 +27,7 @@ from tests.realclient.test_real_clients import (
     codex_exec,
     no_secret_written,
     program,
+    replay_matches,
     run_program,
 )
 
@@ -148,6 +149,8 @@ async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
     # lanes differ, and the recorder spawns the first subagent off the title request
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
     _report("claude code subagents", tmp_path, recorded, received)
+    # the received trace replays: same token counts, tree and think times
+    await replay_matches(tmp_path / "received", received, tmp_path / "results")
 
 
 async def test_codex_telemetry(tmp_path: Path) -> None:
