@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_analysis,
         cmd_engines,
         cmd_record,
+        cmd_record_otlp,
         cmd_run,
         cmd_sweep,
         cmd_traces,
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     cmd_run.register(sub)
     cmd_record.register(sub)
+    cmd_record_otlp.register(sub)
     cmd_analysis.register(sub)
     cmd_traces.register(sub)
     cmd_engines.register(sub)

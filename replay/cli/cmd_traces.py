@@ -76,13 +76,23 @@ def _check_out(path: str, force: bool) -> None:
         raise OutputExistsError(path)
 
 
+def _prompt_hasher(block_size: int) -> Any:
+    """The recorder's content hasher (a fresh secret seed) for imports of captured prompts."""
+    import secrets
+
+    from agent_replay.replay.record.content import PromptHasher
+
+    return PromptHasher(block_size, secrets.randbits(63))
+
+
 def _import(a: argparse.Namespace) -> int:
     from agent_replay.traces.importers import ImportOptions, import_paths
     from agent_replay.traces.io import write_trace
 
     _check_out(a.output, a.force)
     res = import_paths(a.paths, a.format, ImportOptions(block_size=a.block_size, tokenizer=a.tokenizer,
-                                                        infer_sessions=not a.no_sessions))
+                                                        infer_sessions=not a.no_sessions,
+                                                        prompt_hasher=_prompt_hasher))
     from agent_replay.traces.stats import session_codes
 
     _, n_sess = session_codes(res.table)

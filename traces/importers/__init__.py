@@ -22,6 +22,7 @@ from agent_replay.traces.importers import (
     codex,
     lmcache,
     mooncake,
+    otel,
     qwen,
     tracelab,
     weka,
@@ -30,7 +31,7 @@ from agent_replay.traces.importers._common import ImportOptions, ImportResult, h
 from agent_replay.traces.validate import validate_or_raise
 
 # Order matters: the first module whose sniff() accepts a file wins.
-_MODULES: tuple[ModuleType, ...] = (weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
+_MODULES: tuple[ModuleType, ...] = (otel, weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
                                     burstgpt)
 FORMATS: dict[str, ModuleType] = {m.NAME: m for m in _MODULES}
 SUFFIXES = (".jsonl", ".json", ".csv")
