@@ -33,6 +33,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from agent_replay import safetext as safe
 from agent_replay.analysis.definitions import (
     COMPARED,
     FIGURES,
@@ -475,21 +476,21 @@ def _rows(c: CompareResult) -> tuple[list[str], list[list[str]]]:
 
 
 def render_compare(c: CompareResult) -> Group:
-    parts: list[Any] = [Text(w, style="yellow") for w in c.warnings]
+    parts: list[Any] = [safe.text(w, style="yellow") for w in c.warnings]
     head, rows = _rows(c)
     t = Table(title="Side by side", title_justify="left", show_edge=False)
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i == 0 else "right")
+    for i, h in enumerate(head):  # run names come from folders and run.json: data, not markup
+        t.add_column(safe.text(h), justify="left" if i == 0 else "right")
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*(safe.text(x) for x in row))
     parts.append(t)
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
         if not ds:  # replicate arms: the verdicts carry the run-level intervals
             continue
-        bt = Table(title=f"{name} vs {c.names[0]}: 95% CI of the change (log ratio); {ds[0].design}",
-                   title_justify="left", show_edge=False)
+        bt = Table(title=safe.text(f"{name} vs {c.names[0]}: 95% CI of the change (log ratio); "
+                                   f"{ds[0].design}"), title_justify="left", show_edge=False)
         for h in ("statistic", c.names[0], name, "change", "95% CI", "Holm p", "significant"):
-            bt.add_column(h, justify="left" if h == "statistic" else "right")
+            bt.add_column(safe.text(h), justify="left" if h == "statistic" else "right")
         for d in ds:
             bt.add_row(d.label, _fmt(d.base), _fmt(d.value),
                        "-" if d.change is None else f"{100 * d.change:+.1f}%",
@@ -500,16 +501,16 @@ def render_compare(c: CompareResult) -> Group:
         parts.append(bt)
     parts.append(Text("TPS values in tok/s, times in ms; TPS change = ratio of speeds.",
                       style="dim"))
-    parts += [Text(v, style="bold") for v in c.verdicts]
+    parts += [safe.text(v, style="bold") for v in c.verdicts]
     return Group(*parts)
 
 
 def to_markdown(c: CompareResult) -> str:
     head, rows = _rows(c)
-    lines = [f"> {w}" for w in c.warnings]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += [""] + [f"- **{v}**" for v in c.verdicts]
+    lines = [f"> {safe.plain(w)}" for w in c.warnings]
+    lines += ["| " + " | ".join(map(safe.plain, head)) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(map(safe.plain, r)) + " |" for r in rows]
+    lines += [""] + [f"- **{safe.plain(v)}**" for v in c.verdicts]
     return "\n".join(lines) + "\n"
 
 

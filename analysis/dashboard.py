@@ -37,6 +37,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from agent_replay import safetext as safe
 from agent_replay.analysis import outcomes
 from agent_replay.analysis.definitions import METRICS
 from agent_replay.analysis.gauges import GAUGES, SharedGauges, scrape_gauges
@@ -158,7 +159,7 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     head = Table.grid(expand=True)
     head.add_column(ratio=1)
     head.add_column(justify="right")
-    head.add_row(Text(title, style="bold"), Text(
+    head.add_row(safe.text(title, style="bold"), Text(
         f"{done:,}/{total:,} requests  elapsed {_hms(stats.elapsed_ns / 1e9)}"
         f"  ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}"))
     parts.append(head)
@@ -199,7 +200,7 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
                       f"{(req.max() if req.size else 0):,.1f} max"))
     errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
-    parts.append(Text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    parts.append(safe.text(f"errors: {errs or 'none'}", style="red" if errs else ""))
     if stats.inexact:
         parts.append(Text(inexact_line(stats.inexact), style="yellow"))
     n_chunks = sum(stats.tokens_per_chunk.values())

@@ -213,3 +213,24 @@ def test_compare_of_differently_named_models_says_that_is_expected(
     assert err.count("\n") == 1 and "model sim-8b vs sim-8b-mtp" in err
     assert "expected when the deployments name their model differently" in err and "--force" in err
     assert main(["compare", str(a), str(b), "--force", "--format", "md"]) == 0
+
+
+def test_run_names_are_data_in_every_compare_output(tmp_path: Path) -> None:
+    """Folders named like rich markup or holding terminal escapes: the table shows them as
+    they are (no MarkupError, no markup taken), the Markdown has no control sequence."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from agent_replay.analysis.compare import compare_dirs, render_compare, to_markdown
+
+    a = write_results(tmp_path / "[red]a", synthetic_batches(400, 1))
+    b = write_results(tmp_path / "b[bold]\x1b]0;pwn\x07\x1b[2J", synthetic_batches(400, 2))
+    c = compare_dirs([a, b], resamples=50)
+    out = StringIO()
+    Console(file=out, width=400, color_system=None).print(render_compare(c))
+    text = out.getvalue()
+    assert "[red]a" in text and "b[bold]" in text and "\x1b" not in text
+    assert "\\x1b]0;pwn" in text  # the escape shown, not obeyed
+    md = to_markdown(c)
+    assert "\x1b" not in md and "\x07" not in md and "b[bold]" in md
