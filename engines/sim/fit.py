@@ -12,11 +12,15 @@ terms per phase:
   tokens are left out of C: they are a few percent of an agent's context).
   With speculative decoding a chunk carries one step's tokens; without it a chunk of n > 1
   tokens is n steps merged by one network read and its gap is left out.
-- prefill: ``TTFT = frontend_base_ns + frontend_per_prompt_token_ns * prompt
-  + new / prefill_tokens_per_s + steps * T(B, C)``, fitted on requests whose prefill
-  overlapped no other request's (so they did not queue behind another prefill); ``new`` =
-  prompt - prefix hit (``implied_cached_tokens``, else ``cached_tokens``), ``steps`` =
-  the engine steps the prefill took (``ceil(new / max_num_batched_tokens)``).
+- prefill inside the step: ``prefill_base_ns * chunks + prefill_per_ctx_token_ns * context
+  + new / prefill_tokens_per_s``, fitted on *prefill* gaps: a decoding request's gap that
+  held exactly one other request's whole prefill, less T(B, C).
+- the front end: ``frontend_base_ns + frontend_per_prompt_token_ns * prompt``, fitted on
+  what the TTFT of a request whose prefill overlapped no other's leaves after its steps
+  (T(B, C) and the in-step prefill each, plus half a step of wait when the engine was
+  busy). With no prefill gaps (one user: nothing decodes beside a prefill) the new tokens'
+  cost is fitted here instead, and the in-step base and context terms are 0.
+  ``new`` = prompt - prefix hit (``implied_cached_tokens``, else ``cached_tokens``).
 - speculative decoding: per-position conditional acceptance from the deltas of
   ``vllm:spec_decode_num_accepted_tokens_per_pos`` over ``vllm:spec_decode_num_drafts``.
 
@@ -42,15 +46,12 @@ from agent_replay.errors import InputError
 BOOTSTRAP = 400
 SEED = 7
 DECODE_TERMS = ("decode_base_ns", "decode_per_seq_ns", "decode_per_ctx_token_ns")
-PREFILL_TERMS = {
-    "step": ("prefill_base_ns", "prefill_per_ctx_token_ns", "prefill_ns_per_token"),
-    "frontend": ("frontend_base_ns", "frontend_per_prompt_token_ns", "prefill_ns_per_token"),
-}
-PREFILL_UNITS = {
-    "step": ("ns per prefill chunk", "ns per context token of a chunk", "ns per new token"),
-    "frontend": ("ns", "ns per prompt token", "ns per new token"),
-}
-PLACEMENTS = tuple(PREFILL_TERMS)
+DECODE_UNITS = ("ns", "ns per sequence-token", "ns per context token")
+STEP_PREFILL_TERMS = ("prefill_base_ns", "prefill_per_ctx_token_ns", "prefill_ns_per_token")
+STEP_PREFILL_UNITS = ("ns per prefill chunk", "ns per context token of a chunk", "ns per new token")
+FRONTEND_TERMS = ("frontend_base_ns", "frontend_per_prompt_token_ns")
+FRONTEND_UNITS = ("ns", "ns per prompt token")
+MIN_PREFILL_GAPS = 30
 
 
 def chunk_context(cached: np.ndarray, new: np.ndarray, budget: int) -> np.ndarray:
@@ -160,8 +161,17 @@ def _active(starts_sorted: np.ndarray, ends_sorted: np.ndarray, a: np.ndarray,
     return np.searchsorted(starts_sorted, a, "right") - np.searchsorted(ends_sorted, b, "left")
 
 
-def decode_samples(run: Run, k: int) -> np.ndarray:
-    """Clean decode gaps of a run: rows (gap_ns, B, C), one per inter-chunk gap."""
+def gap_samples(run: Run, k: int, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """A run's inter-chunk gaps, in two kinds.
+
+    Decode gaps (rows gap_ns, B, C): no request of the run was in its prefill (sent, no
+    first token yet) during the gap, so the step held decodes only.
+    Prefill gaps (rows gap_ns, B, C, prompt, new): exactly one request was in its prefill,
+    its first token came at the gap's end and its new tokens fit one step's budget, so the
+    step held the B decodes and that whole prefill.
+
+    B = requests decoding over the gap, C = their prompt tokens (generated tokens are left
+    out of C: they are a few percent of an agent's context)."""
     order_f = np.argsort(run.first, kind="stable")
     fs = run.first[order_f]
     order_e = np.argsort(run.end, kind="stable")
@@ -169,7 +179,8 @@ def decode_samples(run: Run, k: int) -> np.ndarray:
     ctx_by_end = np.concatenate([[0], np.cumsum(run.prompt[order_e])])
     ctx_by_first = np.concatenate([[0], np.cumsum(run.prompt[order_f])])
     ss = np.sort(run.sent)
-    out = []
+    prompt_f, new_f = run.prompt[order_f], run.new[order_f]
+    dec, pre = [], []
     for c, n in zip(run.chunk_ns, run.chunk_tokens, strict=True):
         if len(c) < 2:
             continue
@@ -177,17 +188,27 @@ def decode_samples(run: Run, k: int) -> np.ndarray:
         gap = t1 - t0
         eps = gap // 4
         a, b = t0 + eps, t1 - eps
-        # prefills open in the window: sent <= t1 and first token after t0
-        prefilling = np.searchsorted(ss, t1, "right") - np.searchsorted(fs, a, "right")
-        ok = (prefilling == 0) & (gap > 0)
+        # prefills open in the window: sent by its end, first token after its start
+        open_ = np.searchsorted(ss, t1, "right") - np.searchsorted(fs, a, "right")
+        ok = (gap > 0) & (n[1:] <= 1 + k)
         if k == 0:
             ok &= n[1:] == 1
         batch = _active(fs, es, a, b)
         ctx = (ctx_by_first[np.searchsorted(fs, a, "right")]
                - ctx_by_end[np.searchsorted(es, b, "left")])
         ok &= batch >= 1
-        out.append(np.stack([gap[ok], batch[ok], ctx[ok]], axis=1))
-    return np.concatenate(out) if out else np.zeros((0, 3))
+        d = ok & (open_ == 0)
+        dec.append(np.stack([gap[d], batch[d], ctx[d]], axis=1))
+        # the one open prefill ended at this chunk: its first token within eps of t1
+        lo = np.searchsorted(fs, a, "right")
+        hi = np.searchsorted(fs, t1 + eps, "right")
+        one = ok & (open_ == 1) & (hi - lo == 1)
+        j = np.minimum(lo, len(fs) - 1)
+        one &= new_f[j] + batch * (1 + k) <= budget
+        pre.append(np.stack([gap[one], batch[one], ctx[one], prompt_f[j][one], new_f[j][one]],
+                            axis=1))
+    return (np.concatenate(dec) if dec else np.zeros((0, 3)),
+            np.concatenate(pre) if pre else np.zeros((0, 5)))
 
 
 def prefill_samples(run: Run) -> np.ndarray:
@@ -219,7 +240,7 @@ def prefill_samples(run: Run) -> np.ndarray:
 
 # ---- least squares with a bootstrap over runs --------------------------------------------
 
-def _nonneg_lstsq(xtx: np.ndarray, xty: np.ndarray, free: tuple[int, ...] = (0,)) -> np.ndarray:
+def _nonneg_lstsq(xtx: np.ndarray, xty: np.ndarray, free: tuple[int, ...] = ()) -> np.ndarray:
     """Least squares from the normal equations, terms outside ``free`` kept >= 0 (a negative
     one is dropped and the rest refitted)."""
     p = len(xty)
@@ -321,14 +342,9 @@ def read_command(path: str | Path) -> dict[str, Any]:
 
 
 def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfile | None = None,
-             command: dict[str, Any] | None = None, notes: str = "",
-             placement: str = "frontend") -> Fit:
+             command: dict[str, Any] | None = None, notes: str = "") -> Fit:
     """Fit the model to the runs in ``folders`` (one deployment: same model, GPU, flags;
-    ``command`` is its launch record, whose flags the model reads). ``placement``: where the
-    prefill's cost beyond its new tokens is paid: ``step`` (inside the engine step, so it
-    delays every decode of that step) or ``frontend`` (before the engine sees the request)."""
-    if placement not in PREFILL_TERMS:
-        raise InputError(f"sim-fit: placement must be one of {', '.join(PLACEMENTS)}")
+    ``command`` is its launch record, whose flags the model reads)."""
     if not folders:
         raise InputError("sim-fit: no results folders given")
     runs = [read_run(f) for f in folders]
@@ -340,38 +356,54 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
     base = base or SimProfile()
     budget = int(flags.get("max_num_batched_tokens", base.max_num_batched_tokens))
 
-    # decode
+    samples = [gap_samples(r, k, budget) for r in runs]
+
+    # decode: T(B, C) on decode gaps
     dparts = []
-    for r in runs:
-        s = decode_samples(r, k)
-        x = np.stack([np.ones(len(s)), s[:, 1] * (1 + k), s[:, 2]], axis=1)
-        dparts.append((x, s[:, 0]))
-    dterms = _fit_terms(dparts, DECODE_TERMS, ("ns", "ns per sequence-token", "ns per context token"),
-                        scale=np.array([1.0, 10.0, 1e4]))
+    for dec, _ in samples:
+        x = np.stack([np.ones(len(dec)), dec[:, 1] * (1 + k), dec[:, 2]], axis=1)
+        dparts.append((x, dec[:, 0]))
+    dterms = _fit_terms(dparts, DECODE_TERMS, DECODE_UNITS, scale=np.array([1.0, 10.0, 1e4]))
     d = {t.name: t.value for t in dterms}
 
     def step_ns(batch: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-        return d["decode_base_ns"] + d["decode_per_seq_ns"] * batch * (1 + k) + d["decode_per_ctx_token_ns"] * ctx
+        return (d["decode_base_ns"] + d["decode_per_seq_ns"] * batch * (1 + k)
+                + d["decode_per_ctx_token_ns"] * ctx)
 
-    # prefill: TTFT - steps * T(B, C) = the prefill terms of the chosen placement
-    names = PREFILL_TERMS[placement]
-    pparts = []
+    # prefill inside the step: the prefill gap beyond T(B, C)
+    sparts = []
+    for _, pre in samples:
+        x = np.stack([np.ones(len(pre)), pre[:, 3], pre[:, 4]], axis=1)
+        sparts.append((x, pre[:, 0] - step_ns(pre[:, 1], pre[:, 2])))
+    in_step = sum(len(y) for _, y in sparts) >= MIN_PREFILL_GAPS
+    if in_step:
+        sterms = _fit_terms(sparts, STEP_PREFILL_TERMS, STEP_PREFILL_UNITS,
+                            scale=np.array([1.0, 1e4, 1e4]))
+    s_ = {t.name: t.value for t in sterms} if in_step else {}
+
+    # the front end: what the TTFT of a lone prefill leaves after its steps
+    fparts = []
     for r in runs:
-        s = prefill_samples(r)
-        steps = np.maximum(1, np.ceil(s[:, 2] / budget))
-        y = s[:, 0] - steps * step_ns(s[:, 3], s[:, 4])
-        if placement == "step":
-            x = np.stack([steps, chunk_context(s[:, 1] - s[:, 2], s[:, 2], budget), s[:, 2]], axis=1)
-        else:
-            x = np.stack([np.ones(len(s)), s[:, 1], s[:, 2]], axis=1)
-        pparts.append((x, y))
-    pterms = _fit_terms(pparts, names, PREFILL_UNITS[placement], scale=np.array([1.0, 1e4, 1e4]))
+        p = prefill_samples(r)
+        steps = np.maximum(1, np.ceil(p[:, 2] / budget))
+        # a busy engine finishes the step in progress first: half a step on average
+        wait = np.where(p[:, 3] > 0, 0.5, 0.0)
+        y = p[:, 0] - (steps + wait) * step_ns(p[:, 3], p[:, 4])
+        if in_step:
+            y = y - (steps * s_["prefill_base_ns"]
+                     + s_["prefill_per_ctx_token_ns"] * chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)
+                     + s_["prefill_ns_per_token"] * p[:, 2])
+            x = np.stack([np.ones(len(p)), p[:, 1]], axis=1)
+        else:  # no prefill gaps (one user): new tokens are identified by the TTFT alone
+            x = np.stack([np.ones(len(p)), p[:, 1], p[:, 2]], axis=1)
+        fparts.append((x, y))
+    if in_step:
+        fterms = _fit_terms(fparts, FRONTEND_TERMS, FRONTEND_UNITS, scale=np.array([1.0, 1e4]))
+        pterms = sterms + fterms
+    else:
+        pterms = _fit_terms(fparts, (*FRONTEND_TERMS, "prefill_ns_per_token"),
+                            (*FRONTEND_UNITS, "ns per new token"), scale=np.array([1.0, 1e4, 1e4]))
     pf = {t.name: t.value for t in pterms}
-    placed = ({"prefill_base_ns": int(round(pf["prefill_base_ns"])),
-               "prefill_per_ctx_token_ns": float(pf["prefill_per_ctx_token_ns"])}
-              if placement == "step" else
-              {"frontend_base_ns": int(round(pf["frontend_base_ns"])),
-               "frontend_per_prompt_token_ns": float(pf["frontend_per_prompt_token_ns"])})
 
     terms = {t.name: t for t in dterms + pterms}
     acceptance: tuple[float, ...] = ()
@@ -383,11 +415,14 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
     profile = base.replace(
         name=name, notes=notes or "Fitted to real runs by agent-replay engines sim-fit; "
         "every term's value and 95% interval (bootstrap over runs) are in extra.fit.terms.",
-        decode_base_ns=int(round(d["decode_base_ns"])),
-        decode_per_seq_ns=int(round(d["decode_per_seq_ns"])),
+        decode_base_ns=round(d["decode_base_ns"]),
+        decode_per_seq_ns=round(d["decode_per_seq_ns"]),
         decode_per_ctx_token_ns=float(d["decode_per_ctx_token_ns"]),
         prefill_tokens_per_s=1e9 / per_token if per_token > 0 else 1e12,
-        **placed,
+        prefill_base_ns=round(pf.get("prefill_base_ns", 0.0)),
+        prefill_per_ctx_token_ns=float(pf.get("prefill_per_ctx_token_ns", 0.0)),
+        frontend_base_ns=round(pf["frontend_base_ns"]),
+        frontend_per_prompt_token_ns=float(pf["frontend_per_prompt_token_ns"]),
         num_speculative_tokens=k, spec_acceptance=acceptance,
         max_num_seqs=int(flags.get("max_num_seqs", base.max_num_seqs)),
         max_num_batched_tokens=budget,
@@ -395,7 +430,6 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
         extra={**base.extra, "fit": {
             "terms": {n: t.as_dict() for n, t in terms.items()},
             "fitted_on": fitted_on(runs, flags),
-            "prefill_placement": placement,
             "interval": f"95% bootstrap over runs ({BOOTSTRAP} resamples, seed {SEED})",
             "prefix_hits": "taken from each request's recorded hit, not simulated "
                            "(prefix_cache_blocks 0)",
@@ -440,7 +474,7 @@ def fitted_on(runs: list[Run], flags: dict[str, Any]) -> dict[str, Any]:
         "vllm": (prov.get("dependencies") or {}).get("vllm"),
         "flags": flags,
         "runs": [{"folder": r.folder, "run_id": r.meta.get("run_id"),
-                  "requests": int(len(r.sent))} for r in runs],
+                  "requests": len(r.sent)} for r in runs],
     }
 
 

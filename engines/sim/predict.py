@@ -43,8 +43,8 @@ def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[
     children: dict[int, list[int]] = {}
     for i in live:
         r = rows[i]
-        ps = [by_key.get((r["session_id"], r["clone"], d)) for d in (r["depends_on"] or [])]
-        ps = [p for p in ps if p is not None and p in live_set]
+        found = [by_key.get((r["session_id"], r["clone"], d)) for d in (r["depends_on"] or [])]
+        ps = [p for p in found if p is not None and p in live_set]
         parents[i] = ps
         for p in ps:
             children.setdefault(p, []).append(i)

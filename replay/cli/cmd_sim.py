@@ -42,9 +42,6 @@ def register_fit(sub: Any) -> None:
     p.add_argument("--command", help="the deployment's launch record (*.command.json): its "
                    "vLLM flags (speculative tokens, max-num-seqs, max-num-batched-tokens)")
     p.add_argument("--name", default="fitted", help="the profile's name")
-    p.add_argument("--placement", choices=("frontend", "step"), default="frontend",
-                   help="where a request's fixed and per-prompt-token cost is paid: before the "
-                   "engine, one request at a time (frontend), or inside the engine step (step)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.set_defaults(func=_fit)
 
@@ -53,7 +50,7 @@ def _fit(args: argparse.Namespace) -> int:
     from agent_replay.engines.sim.fit import describe, fit_runs, read_command, write_profile
 
     command = read_command(args.command) if args.command else None
-    fit = fit_runs(args.results, name=args.name, command=command, placement=args.placement)
+    fit = fit_runs(args.results, name=args.name, command=command)
     write_profile(fit, args.output, force=args.force)
     print(describe(fit))
     print(f"wrote {args.output}")
