@@ -64,10 +64,19 @@ def _h200(profile: str, server: str) -> Experiment:
         runs=H200 / "mtp/runs", repeats=tuple(f"r{i}" for i in range(5)))
 
 
+def _h100(profile: str, server: str, fit: tuple[str, ...], held_out: tuple[str, ...]) -> Experiment:
+    return Experiment(
+        name=f"h100-{profile}", gpu="H100, 16B MoE in FP8, AgentX Claude Code sessions",
+        profile=profile, command=H100 / f"results/{server}.command.json", fit=fit,
+        held_out=held_out, runs=H100 / "results/runs", repeats=("r1", "r2", "r3"))
+
+
 EXPERIMENTS = (
     _h200("standard", "std"),
     _h200("mtp", "mtp"),
     _h200("dedicated-decode", "ded"),
+    _h100("standard", "std", ("c1", "c2"), ("c3", "c4")),
+    _h100("dedicated-decode", "ded", ("c1", "c2"), ("c3",)),
 )
 
 

@@ -20,7 +20,8 @@ terms per phase:
   (T(B, C) and the in-step prefill each, plus half a step of wait when the engine was
   busy). With no prefill gaps (one user: nothing decodes beside a prefill) the new tokens'
   cost is fitted here instead, and the in-step base and context terms are 0.
-  ``new`` = prompt - prefix hit (``implied_cached_tokens``, else ``cached_tokens``).
+  ``new`` = prompt - prefix hit (``engines.sim.predict.prefix_hits``: the recorded hit, else
+  the session's previous prompt).
 - speculative decoding: per-position conditional acceptance from the deltas of
   ``vllm:spec_decode_num_accepted_tokens_per_pos`` over ``vllm:spec_decode_num_drafts``.
 
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from agent_replay.engines.sim.predict import prefix_hits
 from agent_replay.engines.sim.profile import SimProfile
 from agent_replay.errors import InputError
 
@@ -97,12 +99,16 @@ def read_run(folder: str | Path) -> Run:
     req_dir = folder / "requests"
     if not req_dir.is_dir():
         raise InputError(f"{folder}: no requests/ folder")
-    cols = ["status", "sent_ns", "connect_ns", "first_token_ns", "end_ns", "prompt_tokens", "cached_tokens",
-            "implied_cached_tokens", "completion_tokens", "chunk_ns", "chunk_tokens"]
+    cols = ["session_id", "status", "sent_ns", "connect_ns", "first_token_ns", "end_ns",
+            "prompt_tokens", "cached_tokens", "implied_cached_tokens", "completion_tokens",
+            "chunk_ns", "chunk_tokens"]
     try:
-        rows = pq.read_table(req_dir, columns=cols).to_pydict()
+        table = pq.read_table(req_dir, columns=cols)
     except Exception as exc:  # pyarrow raises several types for a broken file
         raise InputError(f"{req_dir}: cannot read the request rows: {exc}") from exc
+    all_rows = table.to_pylist()
+    rows = table.to_pydict()
+    hits = prefix_hits(all_rows)
     keep = [i for i, s in enumerate(rows["status"])
             if s == "ok" and rows["first_token_ns"][i] is not None and rows["chunk_ns"][i]
             and rows["prompt_tokens"][i] is not None and rows["sent_ns"][i] is not None]
@@ -110,9 +116,7 @@ def read_run(folder: str | Path) -> Run:
     def arr(name: str, idx: list[int] = keep) -> np.ndarray:
         return np.array([rows[name][i] or 0 for i in idx], dtype=np.int64)
 
-    cached = np.array([rows["implied_cached_tokens"][i] if rows["implied_cached_tokens"][i]
-                       is not None else (rows["cached_tokens"][i] or 0) for i in keep],
-                      dtype=np.int64)
+    cached = np.array([hits[i] for i in keep], dtype=np.int64)
     return Run(
         folder=str(folder), meta=meta, sent=arr("sent_ns") + arr("connect_ns"),
         first=arr("first_token_ns"),

@@ -26,6 +26,32 @@ from agent_replay.engines.sim.core import EngineCore, SimRequest
 from agent_replay.engines.sim.profile import SimProfile
 from agent_replay.errors import InputError
 
+BLOCK = 16
+"""vLLM's default KV block size: a prefix hit is a whole number of blocks."""
+
+
+def prefix_hits(rows: list[dict[str, Any]]) -> list[int]:
+    """Each row's prefix-cache hit in tokens: the recorded one (``implied_cached_tokens``,
+    else ``cached_tokens``); where neither was recorded, the previous request of the same
+    session (in send order) is assumed cached whole, in full blocks, when this prompt is
+    at least as long (no eviction), else the hit is 0."""
+    order = sorted((i for i, r in enumerate(rows) if r.get("sent_ns") is not None),
+                   key=lambda i: rows[i]["sent_ns"])
+    last_prompt: dict[Any, int] = {}
+    hits = [0] * len(rows)
+    for i in order:
+        r = rows[i]
+        prompt = int(r.get("prompt_tokens") or 0)
+        rec = r.get("implied_cached_tokens")
+        if rec is None:
+            rec = r.get("cached_tokens")
+        if rec is None:
+            prev = last_prompt.get(r["session_id"])
+            rec = (prev // BLOCK) * BLOCK if prev is not None and prev <= prompt else 0
+        hits[i] = min(int(rec), max(0, prompt - 1))
+        last_prompt[r["session_id"]] = prompt
+    return hits
+
 
 def _arrival(row: dict[str, Any]) -> int:
     return int(row["sent_ns"]) + int(row["connect_ns"] or 0)
@@ -57,6 +83,7 @@ def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[
             pred_send[i] = _arrival(rows[i])
             heapq.heappush(arrivals, (pred_send[i], i))
     reqs: dict[int, SimRequest] = {}
+    hits = prefix_hits(rows)
     now = 0
     while arrivals or core.has_work():
         if not core.has_work() and arrivals:
@@ -65,12 +92,9 @@ def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[
             t, i = heapq.heappop(arrivals)
             r = rows[i]
             prompt = int(r["prompt_tokens"])
-            cached = r["implied_cached_tokens"]
-            if cached is None:
-                cached = r["cached_tokens"] or 0
             req = SimRequest(request_id=str(i), prompt_ids=range(prompt),
                              max_tokens=max(1, int(r["completion_tokens"] or 1)),
-                             ignore_eos=True, seed=i, arrival_ns=t, known_cached=int(cached))
+                             ignore_eos=True, seed=i, arrival_ns=t, known_cached=hits[i])
             reqs[i] = req
             core.add(req)
         res = core.step(now)
