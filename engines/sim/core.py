@@ -116,7 +116,7 @@ class EngineCore:
         if limit and len(self.waiting) >= limit:
             self.stats.admission_rejections += 1
             raise QueueFullError
-        if self.profile.prefix_cache_blocks > 0:
+        if self.profile.prefix_cache_blocks > 0 and not req.hashes:  # given: kept
             req.hashes = block_hashes(req.prompt_ids, self.profile.block_size)
         # the front end is one process: requests pass it one at a time, in arrival order
         cost = self.profile.frontend_ns(req.prompt_len)

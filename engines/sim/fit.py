@@ -128,6 +128,24 @@ def read_run(folder: str | Path) -> Run:
     )
 
 
+def cache_config(folder: str | Path) -> dict[str, int]:
+    """The server's KV cache from ``vllm:cache_config_info`` (``num_gpu_blocks``,
+    ``block_size``) in the run's /metrics series; empty when it was not scraped."""
+    path = Path(folder) / "server_metrics.parquet"
+    if not path.is_file():
+        return {}
+    t = pq.read_table(path, columns=["name", "labels"]).to_pydict()
+    for name, labels in zip(t["name"], t["labels"], strict=True):
+        if name == "vllm:cache_config_info":
+            lab = json.loads(labels)
+            try:
+                return {"num_gpu_blocks": int(lab["num_gpu_blocks"]),
+                        "block_size": int(lab["block_size"])}
+            except (KeyError, ValueError):
+                return {}
+    return {}
+
+
 def _spec_counts(path: Path) -> tuple[float, list[float]] | None:
     """Drafts and accepted tokens per position counted over the run (last - first scrape)."""
     if not path.is_file():
@@ -353,6 +371,9 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
         raise InputError("sim-fit: no results folders given")
     runs = [read_run(f) for f in folders]
     flags = server_flags(command)
+    cache = cache_config(runs[0].folder)
+    if cache:
+        flags["cache_config"] = cache
     k = int(flags.get("num_speculative_tokens", 0))
     spec_runs = [r.spec for r in runs if r.spec is not None]
     if k == 0 and spec_runs and spec_runs[0][1]:
@@ -430,13 +451,14 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
         num_speculative_tokens=k, spec_acceptance=acceptance,
         max_num_seqs=int(flags.get("max_num_seqs", base.max_num_seqs)),
         max_num_batched_tokens=budget,
-        prefix_cache_blocks=0,
+        max_model_len=int((runs[0].meta.get("target") or {}).get("max_model_len")
+                          or base.max_model_len),
+        **({"kv_cache_blocks": cache["num_gpu_blocks"], "block_size": cache["block_size"],
+            "prefix_cache_blocks": cache["num_gpu_blocks"]} if cache else {}),
         extra={**base.extra, "fit": {
             "terms": {n: t.as_dict() for n, t in terms.items()},
             "fitted_on": fitted_on(runs, flags),
             "interval": f"95% bootstrap over runs ({BOOTSTRAP} resamples, seed {SEED})",
-            "prefix_hits": "taken from each request's recorded hit, not simulated "
-                           "(prefix_cache_blocks 0)",
         }},
     )
     return Fit(profile, terms)

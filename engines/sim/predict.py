@@ -59,7 +59,8 @@ def _arrival(row: dict[str, Any]) -> int:
 
 def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with their timing replaced by the engine's on a virtual clock."""
-    profile = profile.replace(eos_prob=0.0)
+    # the hits are given (prefix_hits): the engine's own prefix cache is not consulted
+    profile = profile.replace(eos_prob=0.0, prefix_cache_blocks=0)
     core = EngineCore(profile)
     by_key = {(r["session_id"], r["clone"], r["request_index"]): i for i, r in enumerate(rows)}
     live = [i for i, r in enumerate(rows) if r["status"] == "ok" and r["first_token_ns"] is not None
@@ -141,11 +142,19 @@ def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[
 
 def predict_run(profile: SimProfile, source: str | Path, out: str | Path, *,
                 profile_label: str = "") -> Path:
-    """Write the prediction of the run in ``source`` to the results folder ``out``."""
+    """Write the prediction of the run in ``source`` to the results folder ``out``. The
+    run's KV capacity (``vllm:cache_config_info`` in its /metrics series) replaces the
+    profile's: it is a setting of the deployment that ran it."""
     source, out = Path(source), Path(out)
     req_dir = source / "requests"
     if not req_dir.is_dir() or not (source / "run.json").is_file():
         raise InputError(f"{source}: not a results folder (needs run.json and requests/)")
+    from agent_replay.engines.sim.fit import cache_config
+
+    cache = cache_config(source)  # the run's own KV capacity: a setting of its deployment
+    if cache:
+        profile = profile.replace(kv_cache_blocks=cache["num_gpu_blocks"],
+                                  block_size=cache["block_size"])
     table = pq.read_table(req_dir)
     rows = simulate_rows(profile, table.to_pylist())
     if out.exists():
