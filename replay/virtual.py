@@ -9,6 +9,10 @@ sockets, no sleeping. The rows go through the real ``ResultWriter`` and run.json
 ``replay.runrecord``, so ``report``, ``compare`` and ``frontier`` read the folder as any
 other; run.json's ``prediction`` says it is one and from which profile.
 
+``--gpus N`` (N > 1) predicts N data-parallel copies of the profile's one-GPU deployment
+with session-affine routing; run.json's ``prediction.extrapolation`` says so and gives the
+rule: nothing was fitted on N GPUs.
+
 The engine's prefix cache is fed block hashes made from the plan's (equal trace blocks of
 the same prompt clone hash equal), so it sees the sharing the trace has.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,17 +53,28 @@ def parse_engine(spec: str) -> str:
     return profile
 
 
-class SimTransport:
-    """The replay's transport to an in-process simulated engine on ``clock``."""
+class _Replica:
+    """One engine of the deployment: its core, its loop's task and wake-up."""
 
-    def __init__(self, clock: FakeClock, profile: SimProfile, block_size: int) -> None:
-        self.clock = clock
+    def __init__(self, profile: SimProfile) -> None:
         self.core = EngineCore(profile)
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+
+class SimTransport:
+    """The replay's transport to in-process simulated engines on ``clock``: ``replicas``
+    data-parallel copies, each session's requests always on the same one (a stable hash of
+    its session key)."""
+
+    def __init__(self, clock: FakeClock, profile: SimProfile, block_size: int,
+                 replicas: int = 1) -> None:
+        self.clock = clock
+        self.profile = profile
+        self.replicas = [_Replica(profile) for _ in range(max(1, replicas))]
         self.block_size = block_size
         self.chunks = 0
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._waiters: dict[int, tuple[asyncio.Future[None], RequestRecord]] = {}
+        self._waiters: dict[int, asyncio.Future[None]] = {}
         self._seq = 0
 
     def prompt_hashes(self, q: PlannedRequest) -> list[int]:
@@ -66,7 +82,7 @@ class SimTransport:
         plan's block hashes: the engine's block i lies in the trace's block
         ``i * engine_block // trace_block``; equal trace blocks of the same prompt clone (the
         shared prefix of every clone) give equal hashes, as equal token ids would."""
-        bs = self.core.profile.block_size
+        bs = self.profile.block_size
         out: list[int] = []
         prev = 0
         hashes = q.hash_ids
@@ -82,26 +98,26 @@ class SimTransport:
         return out
 
     async def prepare(self, q: PlannedRequest, request_id: str, session_key: str) -> Any:
-        return q
+        return q, self.replicas[zlib.crc32(session_key.encode()) % len(self.replicas)]
 
     async def send(self, prepared: Any, rec: RequestRecord) -> None:
-        q: PlannedRequest = prepared
+        q, replica = prepared
         now = self.clock.now_ns()
         rec.sent_ns = rec.headers_ns = now
         self._seq += 1
         req = SimRequest(request_id=str(self._seq), prompt_ids=range(q.input_tokens),
                          max_tokens=max(1, q.output_tokens), ignore_eos=True, seed=self._seq,
                          arrival_ns=now)
-        if self.core.profile.prefix_cache_blocks > 0:
+        if self.profile.prefix_cache_blocks > 0:
             req.hashes = self.prompt_hashes(q)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[id(req)] = (fut, rec)
+        self._waiters[id(req)] = fut
         req.sink = rec
-        self.core.add(req)
+        replica.core.add(req)
         rec.prompt_tokens = req.prompt_len
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._engine())
-        self._wake.set()
+        if replica.task is None:
+            replica.task = asyncio.get_running_loop().create_task(self._engine(replica))
+        replica.wake.set()
         await fut
         rec.cached_tokens = max(0, req.cached_tokens)
         rec.completion_tokens = req.num_generated
@@ -110,20 +126,20 @@ class SimTransport:
             rec.end_ns = rec.chunk_ns[-1]
         rec.http_status = 200
 
-    async def _engine(self) -> None:
-        core, clock = self.core, self.clock
+    async def _engine(self, replica: _Replica) -> None:
+        core, clock, wake_ev = replica.core, self.clock, replica.wake
         while True:
             if not core.has_work():
-                self._wake.clear()
-                await self._wake.wait()
+                wake_ev.clear()
+                await wake_ev.wait()
                 continue
             now = clock.now_ns()
             res = core.step(now)
             if res is None:
                 wake = core.next_wakeup_ns()
-                self._wake.clear()
+                wake_ev.clear()
                 if wake is None:
-                    await self._wake.wait()
+                    await wake_ev.wait()
                 else:
                     await clock.sleep_until(max(wake, now + 1))
                 continue
@@ -134,13 +150,14 @@ class SimTransport:
                 rec.chunk_tokens.append(len(em.token_ids))
                 self.chunks += 1
                 if em.finish_reason is not None:
-                    fut, _ = self._waiters.pop(id(em.request))
+                    fut = self._waiters.pop(id(em.request))
                     if not fut.done():
                         fut.set_result(None)
 
     def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for r in self.replicas:
+            if r.task is not None:
+                r.task.cancel()
 
 
 def _driver(config: RunConfig, plan: Plan, transport: SimTransport, clock: FakeClock,
@@ -164,8 +181,8 @@ def _driver(config: RunConfig, plan: Plan, transport: SimTransport, clock: FakeC
                   duration_ns=duration, warmup_ns=int(config.warmup_s * 1e9))
 
 
-def replay_virtual(config: RunConfig, plan: Plan, profile: SimProfile, out: Path
-                   ) -> tuple[WorkerSummary, float, float]:
+def replay_virtual(config: RunConfig, plan: Plan, profile: SimProfile, out: Path,
+                   replicas: int = 1) -> tuple[WorkerSummary, float, float]:
     """Run the plan on the simulated engine in virtual time; rows go to ``out``. Returns the
     worker's summary and this host's wall and CPU seconds for it."""
     wall0, cpu0 = time.monotonic_ns(), time.process_time()
@@ -182,7 +199,7 @@ def replay_virtual(config: RunConfig, plan: Plan, profile: SimProfile, out: Path
             summary.errors[kind] = summary.errors.get(kind, 0) + 1
         summary.output_tokens += sum(rec.chunk_tokens)
 
-    transport = SimTransport(clock, profile, plan.block_size)
+    transport = SimTransport(clock, profile, plan.block_size, replicas)
     driver = _driver(config, plan, transport, clock, on_record)
 
     async def main() -> None:
@@ -240,9 +257,18 @@ def run_virtual(config: RunConfig, engine: str) -> RunSummary:
             "clock": "virtual", "fitted_on": fit.get("fitted_on"),
             "note": "a prediction of the simulated engine on a virtual clock, not a measurement",
         }
-        meta["gpus"], meta["gpus_source"] = config.gpus or 1, "--gpus" if config.gpus else "default"
+        gpus = config.gpus or 1
+        meta["gpus"], meta["gpus_source"] = gpus, "--gpus" if config.gpus else "default"
+        if gpus > 1:
+            meta["prediction"]["extrapolation"] = {
+                "gpus": gpus, "replicas": gpus,
+                "rule": f"{gpus} data-parallel copies of the profile's one-GPU deployment, each "
+                        "session's requests on one copy (a stable hash of its session key); "
+                        "no copy shares KV or prefix cache with another. Not fitted on "
+                        f"{gpus} GPUs: an extrapolation",
+            }
         write_run_json(out, meta)
-        ws, host_wall, host_cpu = replay_virtual(config, plan, profile, out)
+        ws, host_wall, host_cpu = replay_virtual(config, plan, profile, out, replicas=gpus)
         meta["prediction"]["host_wall_s"] = round(host_wall, 3)
         meta["prediction"]["host_cpu_s"] = round(host_cpu, 3)
         summary = merge(str(out), [ws], config, False)

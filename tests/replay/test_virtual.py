@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,9 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _profile(tmp: Path, **kw: object) -> Path:
-    p = SimProfile(name="hand", decode_base_ns=2 * MS, decode_per_seq_ns=0,
-                   decode_per_ctx_token_ns=0.0, prefill_tokens_per_s=1e6,
-                   frontend_base_ns=1 * MS, prefix_cache_blocks=0, **kw)  # type: ignore[arg-type]
+    fields: dict[str, object] = {
+        "name": "hand", "decode_base_ns": 2 * MS, "decode_per_seq_ns": 0,
+        "decode_per_ctx_token_ns": 0.0, "prefill_tokens_per_s": 1e6, "frontend_base_ns": 1 * MS,
+        "prefix_cache_blocks": 0, **kw}
+    p = SimProfile.from_dict(fields)
     path = tmp / "p.json"
     path.write_text(json.dumps(p.to_dict()))
     return path
@@ -82,3 +85,27 @@ def test_engine_spec_errors(tmp_path: Path) -> None:
                         "sim:nope.json", "--virtual", "-o", str(tmp_path / "o")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0 and "nope.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gpus_what_if_is_data_parallel_and_labelled(tmp_path: Path) -> None:
+    # two overlapping sessions of one 60-token answer each; a step is 2 ms + 1 ms per
+    # decoding sequence. One engine: while both decode, 4 ms steps. Three copies: the
+    # sessions' keys s0 and s1 go to copies crc32 % 3 = 2 and 1, so each decodes alone: 3 ms.
+    assert [zlib.crc32(k.encode()) % 3 for k in ("s0", "s1")] == [2, 1]
+    trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 1, gap_ns=20 * MS, output_tokens=60))
+    profile = _profile(tmp_path, decode_per_seq_ns=1 * MS)
+    gaps = {}
+    for gpus in (1, 3):
+        out = tmp_path / f"g{gpus}"
+        run_virtual(RunConfig(trace=str(trace), target="http://x", output=str(out),
+                              api="completions", gpus=gpus), f"sim:{profile}")
+        rows = pq.read_table(out / "requests").to_pylist()
+        gaps[gpus] = {b - a for r in rows for a, b in zip(r["chunk_ns"][:-1], r["chunk_ns"][1:], strict=True)}
+        meta = json.loads((out / "run.json").read_text())
+        assert meta["gpus"] == gpus
+        assert ("extrapolation" in meta["prediction"]) == (gpus > 1)
+    # one engine: alone 3 ms; the step where s1's 100-token prefill joins s0's decode
+    # 2 + 1 + 0.1 ms; both decoding 4 ms
+    assert gaps[1] == {3 * MS, 3_100_000, 4 * MS}
+    assert gaps[3] == {3 * MS}
+    assert "an extrapolation" in meta["prediction"]["extrapolation"]["rule"]
