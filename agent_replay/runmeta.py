@@ -29,6 +29,13 @@ are the layouts before, read by the same rules)."""
 
 T = TypeVar("T")
 
+LEGACY_LOAD_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier",
+                       "max_sessions", "duration_s", "warmup_s", "api", "rate", "arrival",
+                       "concurrent_sessions", "ramp_s", "max_think_s", "rebase_sessions",
+                       "keep_overlaps", "include_failed", "vllm_extras", "agentx")
+"""The load-shaping options of run.json files written before ``option_kinds``: the
+options those versions had that shape the load."""
+
 
 def _table(v: Any) -> dict[str, Any]:
     return dict(v) if isinstance(v, Mapping) else {}
@@ -69,6 +76,9 @@ class TargetRef:
     models: list[str] = field(default_factory=list)
     max_model_len: int | None = None
     has_metrics: bool = False
+    model_description: str | None = None
+    """What the served model is when this machine knows it (``dummy weights, shape of X``
+    for a folder ``engines tiny-model`` wrote)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,12 +145,18 @@ class RunMeta:
     """``run_meta_version``; 0: a file written before it existed."""
     results_schema_version: int | None = None
     status: str | None = None
+    conditions: list[str] = field(default_factory=list)
+    """Every condition of the run's end (failed, invalid, ...), the most serious first."""
     run_id: str | None = None
     error: str | None = None
     trace: TraceRef = field(default_factory=TraceRef)
     target: TargetRef = field(default_factory=TargetRef)
     options: dict[str, Any] = field(default_factory=dict)
     """``RunConfig``'s recorded options (``replay.options.record_options``)."""
+    option_kinds: dict[str, str] = field(default_factory=dict)
+    """What each option means (``replay.options.option_kinds``): option (``agentx.preset``
+    for a nested one) -> ``load``, ``measurement``, ``output``, ``presentation`` or
+    ``seed``; empty in files written before it was recorded."""
     salt: int | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     clock: ClockAnchor = field(default_factory=ClockAnchor)
@@ -169,7 +185,7 @@ class RunMeta:
 
     BLOCKS = {"trace": TraceRef, "target": TargetRef, "clock": ClockAnchor,
               "planned": Planned, "summary": Counts, "self_check": SelfCheckRecord}
-    MAPPINGS = ("options", "environment", "loop_stalls", "provenance", "gpu_telemetry")
+    MAPPINGS = ("options", "option_kinds", "environment", "loop_stalls", "provenance", "gpu_telemetry")
     OPTIONAL_MAPPINGS = ("launch", "agentx", "writer")
 
     @classmethod
@@ -217,6 +233,27 @@ class RunMeta:
             out[f.name] = _json(v) if f.name in self.BLOCKS and v is not None else v
         out.update(self.extra)
         return out
+
+    def load_options(self) -> tuple[str, ...]:
+        """The options that shape this run's load (``option_kinds``; for a file written
+        before it recorded them, the load options of that time)."""
+        if not self.option_kinds:
+            return LEGACY_LOAD_OPTIONS
+        return tuple(k for k, v in self.option_kinds.items() if v == "load")
+
+    def option(self, name: str) -> Any:
+        """An option's recorded value; ``agentx.preset`` reads a nested one (None: absent)."""
+        v: Any = self.options
+        for part in name.split("."):
+            v = v.get(part) if isinstance(v, Mapping) else None
+        return v
+
+    def merge(self, fields: Mapping[str, Any]) -> None:
+        """Set run.json fields from a JSON mapping (a run's outcome, a pool's blocks), each
+        read by ``from_json``'s rules; the fields not named keep their values."""
+        new = RunMeta.from_json({**self.to_json(), **fields})
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(new, f.name))
 
     @property
     def timing(self) -> str:

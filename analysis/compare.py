@@ -34,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_replay.analysis.definitions import (
+    COMPARED,
     FIGURES,
     METRICS,
     RUN_FIGURES,
@@ -47,14 +48,10 @@ from agent_replay.analysis.report import Report, build_report, self_check
 from agent_replay.errors import InputError
 from agent_replay.runmeta import RunMeta
 
-# (key, label, array, percentile, higher is better); a TPS entry is the speed 1 / TPOT, so
-# it stands for the TPOT percentile too: one test for a statistic and its reciprocal
-STATS: tuple[tuple[str, str, str, float, bool], ...] = (
-    ("tps_p90", "P90 TPS (= 1 / P90 TPOT)", "tpot", 90.0, True),
-    ("tps_p50", "median TPS (= 1 / median TPOT)", "tpot", 50.0, True),
-    ("ttft_p90", "P90 TTFT", "ttft", 90.0, False),
-    ("ttft_p50", "median TTFT", "ttft", 50.0, False),
-)
+STATS = COMPARED
+"""The statistics tested between two runs, the headline first (``analysis.definitions``:
+the speeds and percentiles marked ``compared``); a speed stands for its time's percentile
+too: one test for a statistic and its reciprocal."""
 CONFIDENCE = 0.95
 
 
@@ -71,6 +68,8 @@ class Delta:
     note: str | None = None  # why there is no interval
     p: float | None = None  # bootstrap two-sided p-value of "no change"
     p_holm: float | None = None  # ``p`` after Holm's adjustment across the table
+    design: str = "unpaired: time-block bootstrap of each run"
+    """How the interval was computed (``analysis.paired`` for the paired design)."""
 
     @property
     def significant(self) -> bool:
@@ -156,14 +155,15 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
                    resamples: int = 1000, seed: int = 0,
                    order: tuple[np.ndarray, np.ndarray] | None = None) -> list[Delta]:
     """Deltas of every STATS entry of ``other`` against ``base`` (per-request arrays in ns,
-    keys ``tpot`` and ``ttft``; NaN entries ignored). ``order``: each side's send times;
+    keyed by metric: each entry's ``source``; NaN entries ignored). ``order``: each side's send times;
     then the intervals come from the time-block bootstrap (``block_bootstrap_percentile``),
     else from the per-request one."""
     rng = np.random.default_rng(seed)
     a_lo, a_hi = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
     out = []
     cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for key, label, arr, p, higher in STATS:
+    for st in STATS:
+        key, label, arr, p, higher = st.key, st.label, st.source, st.percentile, st.higher_is_better
         if arr not in cache:
             cache[arr] = (_sorted_clean(base[arr]), _sorted_clean(other[arr]))
         a, b = cache[arr]
@@ -171,7 +171,7 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             out.append(Delta(key, label, None, None, None, None, None, higher))
             continue
         va, vb = a[rank(p, a.size) - 1], b[rank(p, b.size) - 1]
-        tps = key.startswith("tps")  # speed = 1 / TPOT: ratio of speeds = inverse ratio
+        tps = st.reciprocal  # speed = 1 / time: ratio of speeds = inverse ratio
         with np.errstate(divide="ignore", invalid="ignore"):
             base_v, val_v = (1e9 / va, 1e9 / vb) if tps else (va / 1e6, vb / 1e6)  # tok/s, ms
             change = va / vb - 1 if tps else vb / va - 1
@@ -243,8 +243,8 @@ def _numbers(r: Report) -> dict[str, Any]:
     gpus = st.extra.get("throughput", {}).get("gpus") or 1
     out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
     sp = speeds(st.latency)
-    for key, label, _, _ in SPEEDS:
-        out[f"{label} (tok/s)"] = sp[key]
+    for x in SPEEDS:
+        out[f"{x.label} (tok/s)"] = sp[x.key]
     for m in METRICS:
         for p in m.headline:
             v = st.latency[m.key].values.get(p)
@@ -258,29 +258,24 @@ def _numbers(r: Report) -> dict[str, Any]:
 def _arrays(r: Report) -> dict[str, np.ndarray]:
     t = r.stats.per_request
     ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+    keys = dict.fromkeys([*(st.source for st in STATS), "intended_ns"])
     return {k: np.asarray(t.column(k).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
-            for k in ("tpot", "ttft", "intended_ns")}
-
-
-TIMING_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier", "max_sessions",
-                  "duration_s", "warmup_s", "api", "rate", "arrival", "concurrent_sessions",
-                  "ramp_s")
-"""run.json options that shape the load: runs that differ in one are different experiments."""
+            for k in keys}
 
 
 def differences(a: RunMeta | Mapping[str, Any], b: RunMeta | Mapping[str, Any]) -> list[str]:
     """What makes two runs (their run.json) not comparable: another trace (content hash),
-    model, or load-shaping option. The servers' URLs may differ: that is what is compared."""
+    model, or option that either run declares load-shaping (``RunMeta.load_options``). The
+    servers' URLs may differ: that is what is compared."""
     out = []
     a, b = RunMeta.of(a), RunMeta.of(b)
     if a.trace.sha256 != b.trace.sha256:
         out.append(f"trace {a.trace.path} vs {b.trace.path}")
     if a.target.model != b.target.model:
         out.append(f"model {a.target.model} vs {b.target.model}")
-    oa, ob = a.options, b.options
-    for k in TIMING_OPTIONS:
-        if oa.get(k) != ob.get(k):
-            out.append(f"{k} {oa.get(k)} vs {ob.get(k)}")
+    for k in dict.fromkeys(a.load_options() + b.load_options()):
+        if a.option(k) != b.option(k):
+            out.append(f"{k} {a.option(k)} vs {b.option(k)}")
     return out
 
 
@@ -315,33 +310,60 @@ ONE_RUN_WARNING = ("one run per side: the intervals cover the variation within e
                    "(agent-replay sweep, or compare A1,A2,A3 B1,B2,B3) for intervals that do")
 
 
+PAIRED_ONE_RUN_WARNING = ("one run per side, paired request by request: the intervals cover which "
+                          "requests were played and each request's noise, not a shift that hit "
+                          "one whole run (a busy hour); repeat the runs (compare A1,A2,A3 "
+                          "B1,B2,B3) for intervals that do")
+
+
 def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resamples: int = 1000,
-                    seed: int = 0, force: bool = False) -> CompareResult:
+                    seed: int = 0, force: bool = False, paired: bool = True) -> CompareResult:
+    """Each run against the first: request by request where both replayed the same plan
+    (``analysis.paired``; ``paired=False`` never), else each run's time-block bootstrap."""
+    from agent_replay.analysis.paired import as_delta, paired_comparison
+
     warnings = check_comparable([r.meta for r in reports], names, force)
     warnings += server_difference_lines([r.meta for r in reports], names)
     base = _arrays(reports[0])
-    raw = []
-    for r in reports[1:]:
+    raw: list[list[Delta]] = []
+    refusals: list[str | None] = []
+    busy = [self_check(r.meta, r.stats).contention for r in reports]
+    for r, hot in zip(reports[1:], busy[1:], strict=True):
+        pc = paired_comparison([(reports[0], r)], [(busy[0], hot)], resamples=resamples,
+                               seed=seed) if paired else "not asked"
+        if not isinstance(pc, str):
+            raw.append([as_delta(x, pc.design) for x in pc.intervals])
+            refusals.append(None)
+            continue
         other = _arrays(r)
         raw.append(compare_arrays(base, other, resamples=resamples, seed=seed,
                                   order=(base["intended_ns"], other["intended_ns"])))
+        refusals.append(pc if pc.startswith("not paired: host contention") else None)
     deltas = with_holm(raw)
     verdicts = []
     for i, (ds, r, name) in enumerate(zip(deltas, reports[1:], names[1:], strict=True)):
-        refuse = contention_note([reports[0], r], [names[0], name])
+        refuse = contention_note([reports[0], r], [names[0], name]) if (
+            refusals[i] or ds[0].design.startswith("unpaired")) else None
+        if refuse is not None and refusals[i]:
+            refuse += f"; {refusals[i]}"
         if refuse is not None:
             deltas[i] = [replace(d, ci_low=None, ci_high=None, p=None, p_holm=None, note=refuse)
                          for d in ds]
             verdicts.append(f"{name} vs {names[0]}: {refuse}")
             continue
-        head = next(d for d in ds if d.key == "tps_p90")
+        head = ds[0]  # the headline statistic (STATS' first)
         verdicts.append(head.verdict(name) if head.significant else
                         f"{name} vs {names[0]}: " + head.verdict(name))
-        verdicts += [d.verdict(name) for d in ds if d.key != "tps_p90" and d.significant]
+        verdicts += [d.verdict(name) for d in ds[1:] if d.significant]
+        verdicts.append(f"{name} vs {names[0]}: {ds[0].design}")
     n_tests = sum(1 for ds in deltas for d in ds if d.p is not None)
     if n_tests:
         verdicts.append(holm_note(n_tests))
-    warnings.append(ONE_RUN_WARNING)
+    unpaired = [bool(ds) and ds[0].design.startswith("unpaired") for ds in deltas]
+    if any(unpaired):
+        warnings.append(ONE_RUN_WARNING)
+    if not all(unpaired):
+        warnings.append(PAIRED_ONE_RUN_WARNING)
     for r, name in zip(reports, names, strict=True):
         warnings += [f"{name}: {w}" for w in r.warnings]
     return CompareResult(list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings)
@@ -367,15 +389,28 @@ P90 TPS's reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,
-                 force: bool = False, paired: bool = True) -> CompareResult:
+                 force: bool = False, paired: bool = True, by_request: bool = True) -> CompareResult:
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
-    each arm against the first with a run-level Student-t interval (paired by position when
-    the arms have as many runs, as ``sweep`` makes them); "inconclusive" when it includes 0."""
+    each arm against the first. Where the arms have as many runs (paired by position, as
+    ``sweep`` makes them) and each pair replayed one plan, the statistics of per-request
+    metrics are compared request by request (``analysis.paired``, the run pairs as strata);
+    the others (and every statistic of arms that cannot be paired) with a run-level
+    Student-t interval (paired by position when the arms have as many runs); ``by_request``
+    False: run-level intervals for every statistic. "Inconclusive"
+    when the interval includes 0."""
+    reports = [[build_report(d) for d in arm] for arm in arms]
+    return compare_arm_reports(reports, names, force=force, paired=paired, by_request=by_request)
+
+
+def compare_arm_reports(reports: Sequence[Sequence[Report]], names: Sequence[str], *,
+                        force: bool = False, paired: bool = True, by_request: bool = True
+                        ) -> CompareResult:
+    """``compare_arms`` on reports already built."""
     from agent_replay.analysis.hist import FEW
+    from agent_replay.analysis.paired import as_interval, paired_comparison
     from agent_replay.analysis.points import point_metrics, too_few
     from agent_replay.analysis.replicates import adjust, mean_ci, ratio_ci, verdict
 
-    reports = [[build_report(d) for d in arm] for arm in arms]
     flat = [r for arm in reports for r in arm]
     warnings = check_comparable([r.meta for r in flat],
                                 [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
@@ -390,8 +425,18 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
             d[f"{label}{few} (geometric mean)"] = mean_ci([r.get(key) for r in rows]).estimate
         side.append(d)
     tests = []
-    for name, rows in zip(names[1:], figs[1:], strict=True):
+    busy = [[self_check(r.meta, r.stats).contention for r in arm] for arm in reports]
+    for i, (name, rows) in enumerate(zip(names[1:], figs[1:], strict=True), start=1):
+        twins: dict[str, Any] = {}
+        if by_request and paired and len(reports[i]) == len(reports[0]):
+            pc = paired_comparison(list(zip(reports[0], reports[i], strict=True)),
+                                   list(zip(busy[0], busy[i], strict=True)))
+            if not isinstance(pc, str):
+                twins = {x.stat.key: as_interval(x, pc.design) for x in pc.intervals}
         for key, label, hib in ARM_TESTS:
+            if key in twins:
+                tests.append((f"{name} vs {names[0]}, {label}", twins[key], hib))
+                continue
             ci = ratio_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
                           paired=paired and len(rows) == len(figs[0]))
             few = FEW if any(too_few(r, key) for r in figs[0] + rows) else ""
@@ -404,7 +449,7 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     if any(too_few(r, key) for rows in figs for r in rows for key, _, _ in ARM_FIGURES):
         warnings.append(f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
                         f"{min_count_for(90)}, P99 >= {min_count_for(99)})")
-    if any(len(a) < 2 for a in arms):
+    if any(len(a) < 2 for a in reports):
         warnings.append("an arm has a single run: no run-to-run interval for it")
     return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
 
@@ -441,7 +486,7 @@ def render_compare(c: CompareResult) -> Group:
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
         if not ds:  # replicate arms: the verdicts carry the run-level intervals
             continue
-        bt = Table(title=f"{name} vs {c.names[0]}: bootstrap 95% CI of the change (log ratio)",
+        bt = Table(title=f"{name} vs {c.names[0]}: 95% CI of the change (log ratio); {ds[0].design}",
                    title_justify="left", show_edge=False)
         for h in ("statistic", c.names[0], name, "change", "95% CI", "Holm p", "significant"):
             bt.add_column(h, justify="left" if h == "statistic" else "right")
@@ -453,7 +498,7 @@ def render_compare(c: CompareResult) -> Group:
                        "-" if d.p_holm is None else f"{d.p_holm:.3g}",
                        "yes" if d.significant else "no")
         parts.append(bt)
-    parts.append(Text("TPS values in tok/s, TPOT/TTFT in ms; TPS change = ratio of speeds.",
+    parts.append(Text("TPS values in tok/s, times in ms; TPS change = ratio of speeds.",
                       style="dim"))
     parts += [Text(v, style="bold") for v in c.verdicts]
     return Group(*parts)

@@ -71,7 +71,11 @@ class Metric:
     percentile_method: str = "nearest"
     """``analysis.hist.PERCENTILE_METHODS``: ``linear`` only where a standard requires it."""
     cdf: bool = False
-    """Drawn in the report's latency CDF plot (``analysis.plots``)."""
+    """Drawn as a CDF: the report's latency CDF plot (``analysis.plots``) and a chart of the
+    HTML pages (``analysis.html_charts``)."""
+    compared: tuple[float, ...] = ()
+    """Percentiles ``compare`` tests between two runs: a bootstrap interval and a verdict
+    each (a speed's time is tested as the speed: ``Speed.compared``)."""
 
 
 def time_to_second_token(x: Inputs) -> np.ndarray:
@@ -97,8 +101,8 @@ def e2e_per_token(x: Inputs) -> np.ndarray:
     """(e - s0) / N: the time per output token over the whole request, counted from the send
     with the time spent opening a new connection inside, as AIPerf's E2E counts it
     (InferenceX AgentX's North Star is 1 / its P90)."""
-    n = x.m.output_tokens.astype(np.float64)
     e2e = x.m.e2e + np.nan_to_num(x.m.connect)
+    n = x.m.output_tokens.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(n >= 1, e2e / np.maximum(n, 1), np.nan)
 
@@ -130,31 +134,42 @@ def _attr(name: str) -> Formula:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("ttft", "TTFT", "ms", "request", "ok", True, False, "f - s", _attr("ttft"), (50.0, 90.0, 99.0),
+    Metric(key="ttft", label="TTFT", unit="ms", per="request", rows="ok", live=True,
+           higher_is_better=False, doc="f - s", formula=_attr("ttft"),
+           headline=(50.0, 90.0, 99.0), cdf=True, compared=(90.0, 50.0)),
+    Metric(key="ttft_intended", label="TTFT from intended", unit="ms", per="request", rows="ok",
+           live=False, higher_is_better=False, doc="f - S", formula=_attr("ttft_intended")),
+    Metric(key="ttst", label="time to second token", unit="ms", per="request", rows="ok",
+           live=False, higher_is_better=False,
+           doc="send to the arrival of the second output token", formula=time_to_second_token),
+    Metric(key="tpot", label="TPOT", unit="ms", per="request", rows="ok_exact", live=True,
+           higher_is_better=False, doc="(c_m - c_1) / (N - k_1)", formula=_attr("tpot"),
+           headline=(50.0, 90.0), cdf=True),
+    Metric(key="itl", label="ITL (per token)", unit="ms", per="token", rows="ok_exact",
+           live=True, higher_is_better=False,
+           doc="each gap c_j - c_(j-1) as k_j samples of gap / k_j", headline=(99.0,), cdf=True),
+    Metric(key="chunk_gap", label="chunk gap", unit="ms", per="chunk", rows="ok", live=True,
+           higher_is_better=False, doc="each c_j - c_(j-1) once"),
+    Metric(key="e2e", label="E2E", unit="ms", per="request", rows="ok", live=True,
+           higher_is_better=False, doc="e - s", formula=_attr("e2e"), headline=(90.0,),
            cdf=True),
-    Metric("ttft_intended", "TTFT from intended", "ms", "request", "ok", False, False, "f - S",
-           _attr("ttft_intended")),
-    Metric("ttst", "time to second token", "ms", "request", "ok", False, False,
-           "send to the arrival of the second output token", time_to_second_token),
-    Metric("tpot", "TPOT", "ms", "request", "ok_exact", True, False, "(c_m - c_1) / (N - k_1)",
-           _attr("tpot"), (50.0, 90.0), cdf=True),
-    Metric("itl", "ITL (per token)", "ms", "token", "ok_exact", True, False,
-           "each gap c_j - c_(j-1) as k_j samples of gap / k_j", None, (99.0,)),
-    Metric("chunk_gap", "chunk gap", "ms", "chunk", "ok", True, False, "each c_j - c_(j-1) once"),
-    Metric("e2e", "E2E", "ms", "request", "ok", True, False, "e - s", _attr("e2e"), (90.0,), cdf=True),
-    Metric("e2e_intended", "E2E from intended", "ms", "request", "ok", False, False, "e - S",
-           _attr("e2e_intended")),
-    Metric("e2e_per_token", "E2E per output token", "ms", "request", "ok", False, False,
-           "(e - s0) / N, connect inside (AgentX North Star = 1 / its P90; linear percentiles)",
-           e2e_per_token,
-           percentile_method="linear"),
-    Metric("agentx_itl", "AgentX ITL (per request)", "ms", "request", "ok", False, False,
-           "(E2E - TTFT) / (N - 1) (AgentX interactivity = 1 / its P90; linear percentiles)",
-           agentx_itl, (90.0,), percentile_method="linear"),
-    Metric("schedule_lag", "schedule lag", "ms", "request", "all", True, False, "s0 - S",
-           _attr("schedule_lag"), (99.0,)),
-    Metric("connect", "connect (new connections)", "ms", "request", "all", False, False,
-           "s - s0 where a new connection was opened", _attr("connect")),
+    Metric(key="e2e_intended", label="E2E from intended", unit="ms", per="request", rows="ok",
+           live=False, higher_is_better=False, doc="e - S", formula=_attr("e2e_intended")),
+    Metric(key="e2e_per_token", label="E2E per output token", unit="ms", per="request",
+           rows="ok", live=False, higher_is_better=False,
+           doc="(e - s0) / N, connect inside (AgentX North Star = 1 / its P90; linear "
+           "percentiles)",
+           formula=e2e_per_token, percentile_method="linear"),
+    Metric(key="agentx_itl", label="AgentX ITL (per request)", unit="ms", per="request",
+           rows="ok", live=False, higher_is_better=False,
+           doc="(E2E - TTFT) / (N - 1) (AgentX interactivity = 1 / its P90; linear percentiles)",
+           formula=agentx_itl, headline=(90.0,), percentile_method="linear"),
+    Metric(key="schedule_lag", label="schedule lag", unit="ms", per="request", rows="all",
+           live=True, higher_is_better=False, doc="s0 - S", formula=_attr("schedule_lag"),
+           headline=(99.0,)),
+    Metric(key="connect", label="connect (new connections)", unit="ms", per="request",
+           rows="all", live=False, higher_is_better=False,
+           doc="s - s0 where a new connection was opened", formula=_attr("connect")),
 )
 """Every latency-table statistic, in the report's order."""
 
@@ -162,17 +177,48 @@ BY_KEY = {m.key: m for m in METRICS}
 REQUEST_METRICS = tuple(m for m in METRICS if m.per == "request")
 LIVE = tuple(m.key for m in METRICS if m.live)
 
-SPEEDS: tuple[tuple[str, str, str, str], ...] = (
-    ("p90_tps", "P90 TPS", "tpot", "speed 90% of requests reach or beat: 1 / P90 of TPOT"),
-    ("median_tps", "median TPS", "tpot", "1 / P50 of TPOT"),
-    ("north_star", "North Star", "e2e_per_token",
-     "InferenceX AgentX North Star: 1 / P90 of E2E per output token, from the send "
-     "(linear percentile)"),
-    ("agentx_interactivity", "AgentX interactivity", "agentx_itl",
-     "InferenceX AgentX: 1 / P90 of (E2E - TTFT) / (N - 1) (linear percentile)"),
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    """A speed (tok/s, higher is better) read from a time's percentile: 1 / the
+    ``percentile``-th percentile of the ``source`` metric."""
+
+    key: str
+    label: str
+    source: str
+    percentile: float
+    doc: str
+    compared: bool = False
+    """Tested by ``compare`` between two runs (a bootstrap interval), which also stands for
+    the source percentile (one test per statistic)."""
+    arms: bool = False
+    """Tested by ``compare`` between replicate arms (a run-level interval)."""
+    test_label: str | None = None
+    axis_label: str | None = None
+    """An x axis of the frontier (what a user feels), under this label."""
+
+
+SPEEDS: tuple[Speed, ...] = (
+    Speed(key="p90_tps", label="P90 TPS", source="tpot", percentile=90.0,
+          doc="speed 90% of requests reach or beat: 1 / P90 of TPOT", compared=True, arms=True,
+          test_label="P90 TPS (= 1 / P90 TPOT)", axis_label="per-user P90 TPS (tok/s)"),
+    Speed(key="median_tps", label="median TPS", source="tpot", percentile=50.0,
+          doc="1 / P50 of TPOT", compared=True, arms=True, test_label="median TPS (= 1 / median TPOT)"),
+    Speed(key="north_star", label="North Star", source="e2e_per_token", percentile=90.0,
+          doc="InferenceX AgentX North Star: 1 / P90 of E2E per output token, from the send "
+          "(linear percentile)", arms=True, test_label="North Star",
+          axis_label="North Star: 1 / P90 E2E per output token (tok/s/user)"),
+    Speed(key="agentx_interactivity", label="AgentX interactivity", source="agentx_itl",
+          percentile=90.0,
+          doc="InferenceX AgentX: 1 / P90 of (E2E - TTFT) / (N - 1) (linear percentile)",
+          axis_label="AgentX interactivity: 1 / P90 (E2E - TTFT) / (N - 1) (tok/s/user)"),
 )
-"""Speeds (tok/s, higher is better) derived from a time's percentile: (key, label, time
-metric, reading)."""
+"""The speeds, in the report's order."""
+AGENTX_HEADLINE = ("north_star", "agentx_interactivity", "p90_tps")
+"""The speeds an AgentX run leads with, in order: InferenceX's default axis, InferenceX's
+interactivity, our own P90 TPS."""
+SPEED_PERCENTILE = {sp.key: sp.percentile for sp in SPEEDS}
+"""The percentile of its time metric each speed inverts."""
 
 
 def speed_at(s: Summary, p: float) -> float | None:
@@ -183,16 +229,41 @@ def speed_at(s: Summary, p: float) -> float | None:
 
 def speeds(latency: dict[str, Summary]) -> dict[str, float | None]:
     """Every entry of ``SPEEDS`` from a run's latency summaries."""
-    return {key: speed_at(latency[src], SPEED_PERCENTILE[key]) if src in latency else None
-            for key, _, src, _ in SPEEDS}
+    return {sp.key: speed_at(latency[sp.source], sp.percentile) if sp.source in latency else None
+            for sp in SPEEDS}
 
 
-SPEED_PERCENTILE = {"north_star": 90.0, "agentx_interactivity": 90.0, "p90_tps": 90.0,
-                    "median_tps": 50.0}
-"""The percentile of its time metric each entry of ``SPEEDS`` inverts."""
-AGENTX_HEADLINE = ("north_star", "agentx_interactivity", "p90_tps")
-"""The speeds an AgentX run leads with, in order: InferenceX's default axis, InferenceX's
-interactivity, our own P90 TPS."""
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """One statistic ``compare`` tests between two runs: the ``percentile`` of the
+    ``source`` metric's per-request values, as a speed (``reciprocal``: 1 / the time) or a
+    time."""
+
+    key: str
+    label: str
+    source: str
+    percentile: float
+    higher_is_better: bool
+    reciprocal: bool
+
+
+def _compared_stats() -> tuple[Stat, ...]:
+    out = [Stat(key=sp.key, label=sp.test_label or sp.label, source=sp.source,
+                percentile=sp.percentile, higher_is_better=True, reciprocal=True)
+           for sp in SPEEDS if sp.compared]
+    for m in METRICS:
+        for p in m.compared:
+            name = "median" if p == 50 else f"P{p:g}"
+            out.append(Stat(key=f"{m.key}_p{p:g}", label=f"{name} {m.label}", source=m.key,
+                            percentile=p, higher_is_better=m.higher_is_better, reciprocal=False))
+    return tuple(out)
+
+
+COMPARED: tuple[Stat, ...] = _compared_stats()
+"""The statistics ``compare`` tests between two runs, the headline first: the speeds and
+percentiles marked ``compared``."""
+CDF_KEYS: tuple[str, ...] = tuple(m.key for m in METRICS if m.cdf)
+"""The metrics drawn as CDFs (report plot, HTML pages)."""
 
 
 def headline_figures(latency: dict[str, Summary]) -> dict[str, float | None]:
@@ -352,21 +423,17 @@ RUN_FIGURES: tuple[Figure, ...] = (
 )
 """Every run-level figure computed from a run's statistics, in the index's order."""
 
-_SPEED_TESTS = {"p90_tps": "P90 TPS (= 1 / P90 TPOT)", "median_tps": "median TPS (= 1 / median TPOT)",
-                "north_star": "North Star"}
-_X_AXES = {"north_star": "North Star: 1 / P90 E2E per output token (tok/s/user)",
-           "agentx_interactivity": "AgentX interactivity: 1 / P90 (E2E - TTFT) / (N - 1) (tok/s/user)",
-           "p90_tps": "per-user P90 TPS (tok/s)"}
 _COMPARED_PERCENTILES = {"ttft_p90_ms": True, "ttft_p99_ms": True, "tpot_p90_ms": False}
 """Headline percentiles compared between arms: key -> tested (TPOT P90 is P90 TPS's
 reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def _figures() -> tuple[Figure, ...]:
-    out = [Figure(key, label, "tok/s", True, reading, axis="x" if key in _X_AXES else None,
-                  axis_label=_X_AXES.get(key), compare=key in _SPEED_TESTS,
-                  tested=key in _SPEED_TESTS, test_label=_SPEED_TESTS.get(key))
-           for key, label, _, reading in SPEEDS]
+    out = [Figure(sp.key, sp.label, "tok/s", True, sp.doc,
+                  axis="x" if sp.axis_label else None, axis_label=sp.axis_label,
+                  compare=sp.arms, tested=sp.arms,
+                  test_label=sp.test_label or (sp.label if sp.arms else None))
+           for sp in SPEEDS]
     for m in METRICS:
         for p in m.headline:
             key = f"{m.key}_p{p:g}_ms"

@@ -8,6 +8,7 @@ frontier can be rebuilt from a sweep tree at any time without rerunning anything
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -29,8 +30,19 @@ X_AXES = {f.key: f.axis_label or f.label for f in FIGURES if f.axis == "x"}
 """What a user feels: the definitions table's figures marked ``axis="x"``."""
 Y_AXES = {f.key: f.axis_label or f.label for f in FIGURES if f.axis == "y"}
 """Throughput: the figures marked ``axis="y"``."""
-OFFERED = ("concurrent_sessions", "rate", "speedup")
-"""Load axes whose throughput is the offered load's (session timing), not a capacity."""
+OFFERED = "offered"
+"""sweep.json's ``axis_kind`` of a load axis whose throughput is the offered load's (session
+timing), not a capacity (``replay.options.OFFERED``)."""
+CLOSED_AXES = ("concurrency",)
+"""The closed-loop axis of sweep.json files written before they recorded ``axis_kind``."""
+
+
+def axis_kind(meta: dict[str, Any]) -> str:
+    """``offered`` or ``closed``: what the sweep's load axis declares (sweep.json)."""
+    kind = meta.get("axis_kind")
+    if isinstance(kind, str):
+        return kind
+    return "closed" if meta.get("axis") in CLOSED_AXES else OFFERED
 ENERGY = next(f.key for f in FIGURES if f.axis == "y2")
 """The second y-axis of the frontier (``j_per_output_token``, from the GPU telemetry)."""
 
@@ -146,7 +158,8 @@ FEW_NOTE = (f"{FEW} a run's percentile over fewer samples than it needs (P90 >= 
             "run's maximum or next to it.")
 
 
-def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu") -> str:
+def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu",
+                kind: str | None = None) -> str:
     """The frontier table: one row per (target, point), means with 95% intervals over the
     replicate runs, the frontier marked (*), failed runs with their reasons."""
     mark_frontier(pts, x, y)
@@ -183,7 +196,8 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
                  + (" Throughput here is what the offered load drew over a fixed run length: "
                     "with think times the server idles between turns, and a slower target "
                     "finishes fewer turns in the same time; it is not the server's capacity "
-                    "(agent-replay sweep --find-capacity)." if axis in OFFERED else ""))
+                    "(agent-replay sweep --find-capacity)."
+                    if (kind or axis_kind({"axis": axis})) == OFFERED else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -230,7 +244,7 @@ def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = PAIR
 
 
 def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
-         y: str = "output_tps_per_gpu", title: str = "") -> Path | None:
+         y: str = "output_tps_per_gpu", title: str = "", reference: Any = None) -> Path | None:
     """A PNG: every run as a dot (the run-to-run spread), each target's means joined by a
     line, its frontier points ringed; with GPU telemetry, each target's mean joules per output
     token on a second y-axis (dashed, same colour). None when matplotlib (the plots extra)
@@ -280,12 +294,24 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
                 ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
                          markersize=5, linewidth=1, alpha=0.8, color=line.get_color(),
                          label=f"{name} J/output token")
+    drawn, logged = 0, False
+    if reference is not None:
+        from agent_replay.analysis.references import draw
+
+        drawn = draw(ax, reference, x, y)
+        ours = [(p.mean(x), p.mean(y)) for p in pts]
+        logged = bool(drawn) and any(a and b and a > 0 and b > 0 for a, b in ours)
+        if logged:  # published points sit orders of magnitude away: log scales keep ours legible
+            ax.set_xscale("log")
+            ax.set_yscale("log")
     ax.set_xlabel(X_AXES.get(x, x))
     ax.set_ylabel(Y_AXES.get(y, y))
     ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
     ax.grid(alpha=0.3)
     notes = (["hollow triangle: a run whose warm-up never became steady"] if flagged else []) + (
-        [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else [])
+        [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else []) + (
+        [("log scales; " if logged else "") + "black stars and dotted lines: published "
+         "reference points, other hardware (frontier.md)"] if drawn else [])
     if notes:
         ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
     handles, labels = ax.get_legend_handles_labels()
@@ -300,7 +326,7 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     else:
         ax.legend(handles, labels, fontsize=8)
     dest = Path(out)
-    fig.savefig(dest, bbox_inches="tight" if ax2 is not None else None)
+    fig.savefig(dest, bbox_inches="tight" if ax2 is not None or drawn else None)
     plt.close(fig)
     return dest
 
@@ -330,23 +356,47 @@ def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Poin
     return setting_differences(metas, names) if len(metas) > 1 else []
 
 
+def our_hardware(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point]) -> list[str]:
+    """``N x GPU name`` of every launched server in the runs (run.json ``launch.gpus``)."""
+    roots = {("" if len(sweeps) == 1 else os.path.basename(os.path.normpath(str(s))) or str(s)): Path(s)
+             for s in sweeps}
+    out: set[str] = set()
+    for p in pts:
+        for r in p.runs:
+            f = roots[p.sweep] / str(r.get("path")) / "run.json"
+            if not r.get("path") or not f.exists():
+                continue
+            launch = json.loads(f.read_text()).get("launch") or {}
+            gpus = launch.get("gpus") if isinstance(launch, dict) else None
+            if isinstance(gpus, list) and gpus:
+                out |= {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
+            break
+    return sorted(out)
+
+
 def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
-          ) -> dict[str, Any]:
+          reference: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Rebuild the frontier files of one or several sweep trees (overlaid): frontier.md,
     frontier.json, and the PNGs when matplotlib is there. ``out_dir``: default the first
-    sweep's folder."""
+    sweep's folder. ``reference``: a file of published points (``analysis.references``)
+    listed in frontier.md and drawn on the plots."""
+    ref = None
+    if reference is not None:
+        from agent_replay.analysis.references import load
+
+        ref = load(reference, [*X_AXES, *Y_AXES])
     pts: list[Point] = []
-    axis = "load"
+    axis, kind = "load", OFFERED
     order: list[str] = []
     for s in sweeps:
         meta, rows = read_sweep(s)
-        axis = meta.get("axis", axis)
+        axis, kind = meta.get("axis", axis), axis_kind(meta)
         order += [str(t.get("name")) for t in meta.get("targets", []) if isinstance(t, dict)]
         name = "" if len(sweeps) == 1 else (os.path.basename(os.path.normpath(str(s))) or str(s))
         pts += points(rows, name)
     dest = Path(out_dir or sweeps[0])
     dest.mkdir(parents=True, exist_ok=True)
-    md = to_markdown(pts, axis)
+    md = to_markdown(pts, axis, kind=kind)
     cmp = comparisons(pts, order=order)
     diffs = target_settings(sweeps, pts, order)
     if diffs:
@@ -355,12 +405,16 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
               + "\n".join(f"- {d}" for d in diffs) + "\n\n" + md)
     text = md + ("\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
                  + "\n".join(f"- {c}" for c in cmp[:-1]) + f"\n\n{cmp[-1]}\n" if cmp else "")
+    if ref is not None:
+        from agent_replay.analysis.references import to_markdown as ref_markdown
+
+        text += "\n" + ref_markdown(ref, our_hardware(sweeps, pts), {**X_AXES, **Y_AXES})
     (dest / "frontier.md").write_text(text)
     files = [dest / "frontier.md"]
     for x in X_AXES:
         for y in Y_AXES:
             name = f"frontier-{x}.png" if y == "output_tps_per_gpu" else f"frontier-{x}-total.png"
-            png = plot(pts, dest / name, x=x, y=y)
+            png = plot(pts, dest / name, x=x, y=y, reference=ref)
             if png is not None:
                 files.append(png)
     data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
@@ -371,7 +425,10 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
                                  if p.few(k)},
              "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
                          for k, v in p.ci.items()}} for p in pts]
-    (dest / "frontier.json").write_text(json.dumps({"points": data, "comparisons": cmp,
-                                                    "server_settings": diffs}, indent=2) + "\n")
+    (dest / "frontier.json").write_text(json.dumps({
+        "points": data, "comparisons": cmp, "server_settings": diffs,
+        **({"reference": {"path": ref.path, "title": ref.title,
+                          "points": [dataclasses.asdict(p) for p in ref.points]}} if ref else {}),
+    }, indent=2) + "\n")
     files.append(dest / "frontier.json")
-    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp}
+    return {"points": pts, "markdown": text, "files": files, "comparisons": cmp, "reference": ref}

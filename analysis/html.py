@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_replay import __version__
+from agent_replay.analysis.definitions import CDF_KEYS
 from agent_replay.analysis.report import Report
 from agent_replay.errors import AgentReplayError, InputError, OutputExistsError
 
@@ -33,6 +34,7 @@ max-width:1280px;padding:0 16px;color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 .path{color:#666;font-family:ui-monospace,monospace;font-size:13px;margin:0 0 12px}
 .headline{font-size:18px;font-weight:600;color:#1a7f37;margin:10px 0}
+.headline.open{color:#444}
 .warn{color:#9a6700;background:#fff8c5;padding:4px 8px;margin:4px 0;font-size:13px}
 .warn.strong{color:#cf222e;background:#ffebe9;font-weight:600}
 table{border-collapse:collapse;font-size:13px;margin:4px 0 8px}
@@ -128,7 +130,7 @@ def report_html(report: Report) -> str:
     runs = [("", report)]
     over = hc.over_time(report)
     gpu = hc.gpu_charts(report)
-    charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in hc.CDF_KEYS]
+    charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in CDF_KEYS]
     charts += [("tps", hc.tps_histogram(report)),
                ("throughput", over[0] if over else None),
                ("in-flight", over[1] if over else None),
@@ -141,7 +143,7 @@ def report_html(report: Report) -> str:
             f'<p class="headline">{_e(d["headline"]["text"])}</p>',
             "<h2>Latency</h2>", _table(HEAD, _latency_rows(d)), f'<p class="note">{_e(FOOTNOTE)}</p>',
             "<h2>Latency distributions</h2>",
-            _chart_block(divs, [f"cdf-{k}" for k in hc.CDF_KEYS] + ["tps"])]
+            _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS] + ["tps"])]
     if "throughput" in divs:
         body += ["<h2>Throughput and load over time</h2>",
                  _chart_block(divs, ["throughput", "in-flight"], grid=False)]
@@ -158,6 +160,40 @@ def report_html(report: Report) -> str:
     return _page(f"agent-replay report: {d['results_dir']}", "".join(body), script)
 
 
+OPEN_VERDICTS = ("no verdict", "inconclusive", "not enough data", "no interval",
+                 "no finite resample", "no ratio", "Holm-corrected", "Holm correction",
+                 "paired:")
+"""Words of a verdict line that reaches no conclusion: drawn in a neutral colour, not in
+the success colour of a conclusion."""
+
+
+def is_conclusion(verdict: str) -> bool:
+    """Whether a verdict line of ``compare`` concludes (a significant change)."""
+    return not any(w in verdict for w in OPEN_VERDICTS)
+
+
+def _verdict(v: str) -> str:
+    """A verdict line: the success colour for a conclusion, a neutral one otherwise."""
+    cls = "headline" if is_conclusion(v) else "headline open"
+    return f'<p class="{cls}">{_e(v)}</p>'
+
+
+def run_identity(name: str, report: Report) -> tuple[str, str, str, str, str, str]:
+    """What tells one compared run from another beyond its folder's name: its target, model,
+    load options, start time and status."""
+    import datetime as dt
+
+    m = report.meta
+    load = ", ".join(f"{k} {m.option(k)}" for k in ("speedup", "concurrency", "rate",
+                                                    "concurrent_sessions", "duration_s")
+                     if m.option(k) not in (None, 1.0))
+    load = m.timing + (f", {load}" if load else "")
+    t0 = m.clock.t0_wall_ns
+    when = "-" if t0 is None else dt.datetime.fromtimestamp(t0 / 1e9, dt.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S")
+    return (name, m.target.url or "-", m.target.model or "-", load, when, m.status or "-")
+
+
 def compare_html(result: Any, runs: Sequence[tuple[str, Report]]) -> str:
     """The page of ``compare``: its tables and verdicts (``analysis.compare``), then the runs'
     latency CDFs overlaid. ``runs``: (name, report) of each run drawn."""
@@ -167,10 +203,13 @@ def compare_html(result: Any, runs: Sequence[tuple[str, Report]]) -> str:
 
     head, rows = _rows(result)
     body = ["<h1>agent-replay compare</h1>",
-            f"<p class='path'>{_e(' vs '.join(result.names))}</p>", _warnings(result.warnings),
-            "".join(f'<p class="headline">{_e(v)}</p>' for v in result.verdicts),
+            f"<p class='path'>{_e(' vs '.join(result.names))}</p>",
+            _table(("run", "target", "model", "load", "started (UTC)", "status"),
+                   [run_identity(name, r) for name, r in runs]),
+            _warnings(result.warnings),
+            "".join(_verdict(v) for v in result.verdicts),
             "<h2>Side by side</h2>", _table(head, rows),
-            '<p class="note">TPS values in tok/s, TPOT/TTFT in ms; TPS change = ratio of '
+            '<p class="note">TPS values in tok/s, times in ms; TPS change = ratio of '
             "speeds.</p>"]
     for name, ds in zip(result.names[1:], result.deltas, strict=True):
         if not ds:
@@ -182,10 +221,10 @@ def compare_html(result: Any, runs: Sequence[tuple[str, Report]]) -> str:
                           "-" if x.ci_low is None or x.ci_high is None
                           else f"{100 * x.ci_low:+.1f}% .. {100 * x.ci_high:+.1f}%",
                           "yes" if x.significant else "no") for x in ds])]
-    charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in hc.CDF_KEYS]
+    charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in CDF_KEYS]
     script, divs = _charts(charts)
     body += ["<h2>Latency distributions</h2>",
-             _chart_block(divs, [f"cdf-{k}" for k in hc.CDF_KEYS])]
+             _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS])]
     return _page("agent-replay compare: " + " vs ".join(result.names), "".join(body), script)
 
 
@@ -220,6 +259,20 @@ def _md_tables(md: str) -> str:
     return "".join(out)
 
 
+def contention_banner(pts: Sequence[Any]) -> str | None:
+    """The sweep page's first warning when runs had host contention (named by target, load
+    point and repeat), None when none had: the table's flag column is easily missed."""
+    bad = [f"{p.target} {p.point:g} r{r['repeat']}" for p in pts for r in p.runs
+           if r.get("machine_contention")]
+    if not bad:
+        return None
+    total = sum(len(p.runs) for p in pts)
+    shown = ", ".join(bad[:12]) + (f" and {len(bad) - 12} more" if len(bad) > 12 else "")
+    return (f"WARNING: host contention in {len(bad)} of {total} runs ({shown}): other processes "
+            "took CPU from the load generator, so their timings carry that noise; rerun them "
+            "on a quiet host before reading small differences")
+
+
 def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, Any]) -> str:
     """The page of a sweep: the frontier table and comparisons (``analysis.frontier.build``'s
     result), the capacity table when there is one, and the frontier charts with the
@@ -229,14 +282,20 @@ def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, A
     from agent_replay.analysis.frontier import ENERGY, X_AXES, Y_AXES, has_energy
 
     pts = result["points"]
+    ref = result.get("reference")
     charts = [(f"frontier-{x}", hc.frontier_chart(pts, x, "output_tps_per_gpu", X_AXES[x],
                                                   Y_AXES["output_tps_per_gpu"])) for x in X_AXES]
+    if ref is not None:  # the throughput the published points state: total, on both x axes
+        charts += [(f"frontier-{x}-reference", hc.frontier_chart(
+            pts, x, "total_tps_per_gpu", X_AXES[x], Y_AXES["total_tps_per_gpu"], reference=ref))
+            for x in X_AXES]
     if has_energy(pts):
         charts.append(("frontier-energy", hc.frontier_chart(
             pts, "p90_tps", ENERGY, X_AXES["p90_tps"], "joules per output token")))
     script, divs = _charts(charts)
     names = ", ".join(str(s) for s in sweep_dirs)
     body = ["<h1>agent-replay sweep</h1>", f"<p class='path'>{_e(names)}</p>",
+            _warnings(w for w in (contention_banner(pts),) if w),
             "<h2>Frontier</h2>", _chart_block(divs, [n for n, _ in charts], grid=False),
             _md_tables(result["markdown"])]
     cap = Path(sweep_dirs[0]) / "capacity.md"

@@ -18,6 +18,7 @@ from bokeh import models as _models
 from bokeh import plotting as _plotting
 from bokeh.palettes import Category10_10
 
+from agent_replay.analysis.cdf import MARKED, ZERO_MS, cdf_points, zero_fraction
 from agent_replay.analysis.definitions import BY_KEY
 from agent_replay.analysis.metrics import served_output_tokens
 from agent_replay.analysis.report import Report
@@ -27,16 +28,12 @@ from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, s
 bm: Any = _models
 figure: Any = _plotting.figure
 ColumnDataSource, FactorRange, HoverTool = bm.ColumnDataSource, bm.FactorRange, bm.HoverTool
-Range1d, Span, Whisker = bm.Range1d, bm.Span, bm.Whisker
+Label, Range1d, Span, Whisker = bm.Label, bm.Range1d, bm.Span, bm.Whisker
 NS = 1e9
-CDF_POINTS = 2000
-"""At most this many points per CDF line (quantiles evenly spaced; exact values)."""
 MAX_LANES = 400
 """Session timelines: at most this many lanes (the title says how many were left out)."""
 LANE_PX = 16
 TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
-CDF_KEYS = ("ttft", "tpot", "itl", "e2e")
-MARKED = (50.0, 90.0, 99.0)
 STATUS_COLORS = {"ok": "#1f77b4", "failed": "#d62728", "cancelled": "#7f7f7f"}
 
 
@@ -71,31 +68,6 @@ def _ok(report: Report) -> np.ndarray:
     return report.stats.per_request.column("ok").to_numpy(zero_copy_only=False).astype(bool)
 
 
-def cdf_points(report: Report, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values in ms, fraction at or below) of one CDF metric: the exact per-request values
-    of the rows the metric covers, or the histogram's buckets for a per-token metric; at
-    most CDF_POINTS points, each an observed value and its exact fraction."""
-    d = BY_KEY[key]
-    if d.per != "request":
-        hist = report.stats.extra.get("hists", {}).get(key)
-        if hist is None:
-            return np.zeros(0), np.zeros(0)
-        v, f = hist.cdf()
-    else:
-        t = report.stats.per_request
-        vals = _col(t, key)
-        if d.rows != "all":
-            vals = vals[_ok(report)]
-        v = np.sort(vals[~np.isnan(vals)])
-        f = np.arange(1, v.size + 1, dtype=np.float64) / max(1, v.size)
-    if v.size > CDF_POINTS:  # evenly spaced ranks and the marked percentiles' own
-        idx = np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64)
-        at = np.searchsorted(f, np.asarray(MARKED) / 100 - 1e-12)
-        idx = np.unique(np.concatenate((idx, np.minimum(at, v.size - 1))))
-        v, f = v[idx], f[idx]
-    return v / 1e6, f
-
-
 def _unit_of(key: str) -> str:
     return "tokens" if BY_KEY[key].per == "token" else "requests"
 
@@ -110,33 +82,55 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     p = _fig(f"{d.label} CDF{hdr}", f"{d.label}, ms (log scale)",
              f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
     p.y_range = Range1d(0, 1.02)
-    p.xaxis.ticker = bm.LogTicker(mantissas=[1, 2, 5])  # labels within a decade too
     p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
+    many = len(lines) > 1
     for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True):
-        if not v.size:
-            continue
-        label = f"{name}: n={s.count:,}" if len(lines) > 1 else f"n={s.count:,}"
-        src = ColumnDataSource({"ms": np.maximum(v, 1e-3), "frac": f})
-        p.step("ms", "frac", source=src, mode="after", line_width=2, color=color,
-               legend_label=label)
-        marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
-        if marks:
-            msrc = ColumnDataSource({"ms": [max(m, 1e-3) for _, m in marks],
-                                     "frac": [q / 100 for q, _ in marks]})
-            p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
-                      legend_label=f"{name + ': ' if len(lines) > 1 else ''}P50 / P90 / P99 "
-                      "(as in the table)")
+        if v.size:
+            _cdf_line(p, name if many else "", v, f, s, color)
+    zeros = [f"{name + ' ' if many else ''}{100 * z:.0f}%" for name, v, f, _ in lines
+             if v.size and (z := zero_fraction(v, f)) > 0]
     # a few near-zero values (chunks read together) would stretch a log axis over decades
     lows = [float(v[np.searchsorted(f, 0.1)]) for _, v, f, _ in lines if v.size]
     lo, smallest = min(lows) / 10, min(float(v[0]) for _, v, _, _ in lines if v.size)
+    hi = max(float(v[-1]) for _, v, _, _ in lines if v.size)
     if smallest < lo:
-        p.x_range = Range1d(max(lo, 1e-3), max(float(v[-1]) for _, v, _, _ in lines if v.size) * 1.2)
+        p.x_range = Range1d(max(lo, ZERO_MS), hi * 1.2)
         p.title.text += "; axis from P10 / 10, zoom out for smaller values"
+    if zeros:
+        p.title.text += (f"; {', '.join(zeros)} of the samples are 0 ms (tokens in one chunk), "
+                         f"drawn at {ZERO_MS:g} ms")
+    p.xaxis.ticker = bm.FixedTicker(ticks=log_ticks(max(min(lo, smallest), ZERO_MS), hi * 1.2))
     p.add_tools(HoverTool(tooltips=[("ms", "@ms{0,0.000}"), ("fraction", "@frac{0.000}")]))
-    p.legend.location = "bottom_right"
-    p.legend.click_policy = "hide"
-    p.legend.label_text_font_size = "11px"
+    _legend_below(p)  # inside, the legend covers the curves' tails
     return p
+
+
+def _cdf_line(p: Any, name: str, v: np.ndarray, f: np.ndarray, s: Any, color: str) -> None:
+    """One run's CDF step line and its P50/P90/P99 marks; ``name`` prefixes the legend
+    when several runs share the chart."""
+    label = f"{name}: n={s.count:,}" if name else f"n={s.count:,}"
+    src = ColumnDataSource({"ms": np.maximum(v, ZERO_MS), "frac": f})
+    p.step("ms", "frac", source=src, mode="after", line_width=2, color=color, legend_label=label)
+    marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
+    if marks:
+        msrc = ColumnDataSource({"ms": [max(m, ZERO_MS) for _, m in marks],
+                                 "frac": [q / 100 for q, _ in marks]})
+        p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
+                  legend_label=f"{name + ': ' if name else ''}P50 / P90 / P99 (as in the table)")
+
+
+def log_ticks(lo: float, hi: float, least: int = 4) -> list[float]:
+    """Tick values for a log axis over [lo, hi]: 1, 2, 5 of every decade, or every digit
+    when that gives fewer than ``least`` inside the range (a range within a decade), and
+    one tick below and above, so that no stretch of the data is left without a label."""
+    lo, hi = max(lo, 1e-12), max(hi, lo * 1.0001)
+    decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+    steps = ((1, 2, 5), tuple(range(1, 10)), tuple(x / 2 for x in range(2, 20)))
+    grids = [np.array(sorted({m * 10.0 ** e for e in decades for m in ms})) for ms in steps]
+    ticks = next((g for g in grids if np.count_nonzero((g >= lo) & (g <= hi)) >= least), grids[-1])
+    first = max(0, int(np.searchsorted(ticks, lo, side="left")) - 1)  # one below the range
+    last = int(np.searchsorted(ticks, hi, side="right"))  # and one above it
+    return [float(f"{t:.6g}") for t in ticks[first:last + 1]]
 
 
 def tps_histogram(report: Report) -> Any | None:
@@ -292,25 +286,47 @@ def gpu_charts(report: Report) -> tuple[Any, Any] | None:
     return p1, p2
 
 
-def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str) -> Any | None:
+def _with(group: Sequence[Any], x: str, y: str) -> list[dict[str, Any]]:
+    """The runs of a target's points that have both figures."""
+    return [r for pt in group for r in pt.runs if None not in (r.get(x), r.get(y))]
+
+
+def _run_dots(p: Any, group: Sequence[Any], x: str, y: str, name: str,
+              color: str) -> list[tuple[float, float]]:
+    """Every run of a target as a dot, a run whose warm-up never became steady as a hollow
+    triangle (what the frontier table's warm-up line refers to); returns all (x, y)."""
+    runs = _with(group, x, y)
+    for flagged, kw, label in ((False, {"size": 6, "alpha": 0.4}, "one run"),
+                               (True, {"size": 9, "marker": "triangle", "fill_alpha": 0,
+                                       "line_width": 1.5}, "one run, warm-up not steady")):
+        these = [r for r in runs if (r.get("warmup_steady") is False) is flagged]
+        if these:
+            p.scatter([r[x] for r in these], [r[y] for r in these], color=color,
+                      legend_label=f"{name}: {label}", **kw)
+    return [(r[x], r[y]) for r in runs]
+
+
+def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str,
+                   reference: Any = None) -> Any | None:
     """Every run as a dot, each target's means joined, with the run-to-run 95% interval of
-    the mean on both axes (whiskers)."""
+    the mean on both axes (whiskers). ``reference`` (``analysis.references.Reference``): its
+    points on these axes in black, stars or dotted lines, on log scales."""
     by: dict[str, list[Any]] = {}
     for pt in pts:
         by.setdefault(f"{pt.sweep}:{pt.target}" if pt.sweep else pt.target, []).append(pt)
     if not by:
         return None
-    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point)",
-             x_label, y_label, height=420)
+    refs = [r for r in (reference.points if reference is not None else ())
+            if x in r.values or y in r.values]
+    log = {"x_axis_type": "log", "y_axis_type": "log"} if refs else {}
+    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point"
+             + ("; black: published reference, other hardware; log scales)" if refs else ")"),
+             x_label, y_label, height=420, **log)
     drew = False
     xs: list[float] = []
     ys: list[float] = []
     for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
-        runs = [(r.get(x), r.get(y), pt.point) for pt in group for r in pt.runs]
-        runs = [(a, b, c) for a, b, c in runs if a is not None and b is not None]
-        if runs:
-            p.scatter([a for a, _, _ in runs], [b for _, b, _ in runs], size=6, alpha=0.4,
-                      color=color, legend_label=f"{name}: one run")
+        every = _run_dots(p, group, x, y, name, color)
         m = [(pt, pt.ci.get(x), pt.ci.get(y)) for pt in group]
         m = [(pt, cx, cy) for pt, cx, cy in m if cx is not None and cy is not None
              and cx.estimate is not None and cy.estimate is not None]
@@ -325,8 +341,8 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
             "yhi": [cy.high if cy.high is not None else cy.estimate for _, _, cy in m],
             "point": [f"{pt.point:g}" for pt, _, _ in m], "n": [len(pt.runs) for pt, _, _ in m],
         })
-        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _, _ in runs]
-        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b, _ in runs]
+        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _ in every]
+        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b in every]
         p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
         p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
                text_font_size="10px", text_color=color)
@@ -337,8 +353,24 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
                              line_color=color))
     if not drew:
         return None
+    for r in refs:
+        rx, ry = r.values.get(x), r.values.get(y)
+        if rx is not None and ry is not None:
+            p.scatter([rx], [ry], marker="star", size=16, color="black",
+                      legend_label="published reference")
+            p.add_layout(Label(x=rx, y=ry, text=r.label, text_font_size="10px", x_offset=6))
+        else:
+            p.add_layout(Span(location=rx if rx is not None else ry,
+                              dimension="height" if rx is not None else "width",
+                              line_color="black", line_dash="dotted"))
+        xs += [rx] if rx is not None else []
+        ys += [ry] if ry is not None else []
     for rng, vals in ((p.x_range, xs), (p.y_range, ys)):  # the whiskers inside the frame
         lo, hi = min(vals), max(vals)
+        if refs:  # log scales: a factor of margin, above zero
+            lo = min((v for v in vals if v > 0), default=1.0)
+            rng.start, rng.end = lo / 1.3, hi * 1.3
+            continue
         pad = 0.06 * (hi - lo or abs(hi) or 1.0)
         rng.start, rng.end = lo - pad, hi + pad
     p.add_tools(HoverTool(tooltips=[("load point", "@point"), ("runs", "@n"),

@@ -22,13 +22,6 @@ from agent_replay.results_schema import INEXACT
 
 NS = 1_000_000_000
 
-REQUEST_METRICS = (
-    "schedule_lag", "connect", "ttft", "ttft_intended", "e2e", "e2e_intended", "decode", "tpot",
-    "tps",
-)
-"""Per-request metric names (arrays in ``RequestMetrics``)."""
-
-
 def _col(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     col = batch.column(name)
     if isinstance(col, pa.ChunkedArray):

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.definitions import METRICS
+from agent_replay.analysis.cdf import ZERO_MS, cdf_points, zero_fraction
+from agent_replay.analysis.definitions import BY_KEY, CDF_KEYS
 from agent_replay.analysis.metrics import served_output_tokens
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
@@ -48,14 +49,21 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
         return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, label in ((m.key, m.label) for m in METRICS if m.cdf):  # the table's CDF entries
-        v = np.sort(col(name)[ok])
-        v = v[~np.isnan(v)] / 1e6
+    zeros = []
+    for key in CDF_KEYS:  # the definitions table's CDF entries
+        v, f = cdf_points(report, key)
+        m = BY_KEY[key]
         if v.size:
-            ax.plot(v, np.arange(1, v.size + 1) / v.size, label=f"{label} (n={v.size:,})")
+            n = report.stats.latency[key].count
+            ax.step(np.maximum(v, ZERO_MS), f, where="post",
+                    label=f"{m.label} (n={n:,} {'requests' if m.per == 'request' else m.per + 's'})")
+            z = zero_fraction(v, f)
+            if z:
+                zeros.append(f"{m.label}: {100 * z:.0f}% are 0 ms")
     ax.set_xscale("log")
-    ax.set_xlabel("milliseconds (log)")
-    ax.set_ylabel("fraction of requests at or below")
+    ax.set_xlabel("milliseconds (log)" + (f"; drawn at {ZERO_MS:g} ms: " + ", ".join(zeros)
+                                          if zeros else ""))
+    ax.set_ylabel("fraction at or below")
     ax.set_title("Latency CDFs (successful requests)")
     ax.grid(True, alpha=0.3)
     ax.legend()

@@ -16,7 +16,6 @@ import numpy as np
 from agent_replay.analysis.definitions import (
     FIGURES,
     METRICS,
-    SPEED_PERCENTILE,
     SPEEDS,
     RunInputs,
     run_figures,
@@ -35,9 +34,9 @@ without an SLO), and the sample counts behind its percentiles."""
 def basis(key: str) -> tuple[str, float] | None:
     """The (metric, percentile) behind a percentile figure of the index (``p90_tps`` is the
     P90 of TPOT, ``ttft_p99_ms`` the P99 of TTFT); None for other figures."""
-    src = {k: s for k, _, s, _ in SPEEDS}
-    if key in src:
-        return src[key], SPEED_PERCENTILE[key]
+    for sp in SPEEDS:
+        if key == sp.key:
+            return sp.source, sp.percentile
     for m in METRICS:
         for p in m.headline:
             if key == f"{m.key}_p{p:g}_ms":

@@ -22,6 +22,7 @@ from agent_replay.analysis.definitions import METRICS, SPEEDS, speeds
 from agent_replay.analysis.hist import FEW, PERCENTILES, Summary, min_count_for
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.runstats import PER_TOKEN_METRICS
+from agent_replay.safetext import plain, text
 
 LATENCY_ROWS = tuple((d.key, d.label) for d in METRICS)
 """The latency table's rows: the definitions table (``analysis.definitions``), in order."""
@@ -152,7 +153,7 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
     yield "Throughput", rows
     sp = d["speeds_tok_s"]
     yield "Speeds (tok/s)", [
-        (f"{label}: {reading}", _fmt(sp.get(key), 1)) for key, label, _, reading in SPEEDS]
+        (f"{x.label}: {x.doc}", _fmt(sp.get(x.key), 1)) for x in SPEEDS]
     g = d["goodput"]
     if g:
         slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in g["slo"].items() if v is not None)
@@ -290,15 +291,15 @@ def _session_rows(d: Mapping[str, Any], limit: int | None) -> tuple[list[str], l
 def render_table(r: Report) -> Group:
     """The terminal report as a rich renderable."""
     d = report_dict(r)
-    parts: list[Any] = [Text(w, style="bold red" if w.startswith("WARNING") else "yellow")
+    parts: list[Any] = [text(w, style="bold red" if w.startswith("WARNING") else "yellow")
                         for w in d["warnings"]]
-    parts.append(Text(f"agent-replay report: {d['results_dir']}", style="bold"))
-    parts.append(Text(d["headline"]["text"], style="bold green"))
+    parts.append(text(f"agent-replay report: {d['results_dir']}", style="bold"))
+    parts.append(text(d["headline"]["text"], style="bold green"))
     lat = Table(title="Latency", title_justify="left", show_edge=False)
     for i, h in enumerate(HEAD):
         lat.add_column(h, justify="left" if i == 0 else "right")
     for row in _latency_rows(d):
-        lat.add_row(*row)
+        lat.add_row(*map(text, row))
     parts.append(lat)
     parts.append(Text(FOOTNOTE, style="dim"))
     for title, kv in _kv_sections(d):
@@ -306,7 +307,7 @@ def render_table(r: Report) -> Group:
         t.add_column(style="cyan")
         t.add_column()
         for k, v in kv:
-            t.add_row(k, v)
+            t.add_row(text(k), text(v))
         parts.append(t)
     head, rows = _session_rows(d, SESSIONS_SHOWN)
     st = Table(title=f"Sessions (slowest {min(SESSIONS_SHOWN, len(d['sessions']))} of "
@@ -314,7 +315,7 @@ def render_table(r: Report) -> Group:
     for i, h in enumerate(head):
         st.add_column(h, justify="left" if i == 0 else "right")
     for row in rows:
-        st.add_row(*row)
+        st.add_row(*map(text, row))
     parts.append(st)
     return Group(*parts)
 
@@ -327,18 +328,19 @@ def to_text(r: Report, width: int = 100) -> str:
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(plain(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def to_markdown(r: Report) -> str:
     d = report_dict(r)
-    out = [f"> {w}" for w in d["warnings"]]
-    out += [f"# agent-replay report: `{d['results_dir']}`", "", f"**{d['headline']['text']}**", "",
+    out = [f"> {plain(w)}" for w in d["warnings"]]
+    out += [f"# agent-replay report: `{plain(d['results_dir'])}`", "",
+            f"**{plain(d['headline']['text'])}**", "",
             "## Latency", "", _md_table(HEAD, list(_latency_rows(d))), "", FOOTNOTE, ""]
     for title, kv in _kv_sections(d):
         out += [f"## {title}", ""]
-        out += [f"- {k + ': ' if k else ''}{v}" for k, v in kv] + [""]
+        out += [f"- {plain(k) + ': ' if k else ''}{plain(v)}" for k, v in kv] + [""]
     head, rows = _session_rows(d, None)
     out += ["## Sessions", "", _md_table(head, rows), ""]
     return "\n".join(out)
@@ -348,7 +350,7 @@ def to_csv(r: Report) -> str:
     """Long format: section,name,field,value (one row per number)."""
     d = report_dict(r)
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = _PlainWriter(csv.writer(buf, lineterminator="\n"))
     w.writerow(["section", "name", "field", "value"])
     for key, _ in LATENCY_ROWS:
         for f, v in d["latency_ms"][key].items():
@@ -375,6 +377,16 @@ def to_csv(r: Report) -> str:
             if f not in ("session_id", "clone"):
                 w.writerow(["sessions", f"{row['session_id']}#{row['clone']}", f, v])
     return buf.getvalue()
+
+
+class _PlainWriter:
+    """A CSV writer whose text cells are ``safetext.plain``."""
+
+    def __init__(self, w: Any) -> None:
+        self.w = w
+
+    def writerow(self, row: list[Any]) -> None:
+        self.w.writerow([plain(v) if isinstance(v, str) else v for v in row])
 
 
 FORMATS = {"md": to_markdown, "json": to_json, "csv": to_csv}

@@ -14,7 +14,6 @@ import pyarrow as pa
 from agent_replay.analysis.definitions import (
     AGENTX_HEADLINE,
     REQUEST_METRICS,
-    SPEED_PERCENTILE,
     SPEEDS,
     speeds,
 )
@@ -114,14 +113,14 @@ def agentx_headline(latency: Mapping[str, Summary], base: dict[str, Any]) -> dic
     AgentX interactivity and our P90 TPS (``definitions.AGENTX_HEADLINE``), each read from
     the one definition (``definitions.speeds``); ``base``: the P90 TPS headline it extends."""
     sp = speeds(dict(latency))
-    labels = {k: label for k, label, _, _ in SPEEDS}
-    src = {k: m for k, _, m, _ in SPEEDS}
+    by_key = {x.key: x for x in SPEEDS}
     parts = []
     for key in AGENTX_HEADLINE:
         v = sp.get(key)
-        s = latency.get(src[key])
-        few = v is not None and s is not None and not s.reliable.get(SPEED_PERCENTILE[key], False)
-        parts.append(f"{'our ' if key == 'p90_tps' else ''}{labels[key]} "
+        s = latency.get(by_key[key].source)
+        few = v is not None and s is not None and not s.reliable.get(by_key[key].percentile,
+                                                                     False)
+        parts.append(f"{'our ' if key == 'p90_tps' else ''}{by_key[key].label} "
                      + ("n/a" if v is None else f"{v:,.1f} tok/s/user")
                      + (f" [only {s.count} requests: too few for P90]" if few and s is not None else ""))
     return base | {k: sp.get(k) for k in AGENTX_HEADLINE} | {

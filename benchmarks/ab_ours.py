@@ -11,7 +11,6 @@ CPU us/chunk, TTFT minus ground truth, P99 ITL error against ground truth and lo
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent_replay.analysis.results import read_run_record  # noqa: E402
 from benchmarks.run_all import one  # noqa: E402
 
 
@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
             os.environ["PYTHONPATH"] = str(Path(path).resolve())
             d = work / f"{name}-{r}"
             row = one("ours", conc, 4 * conc, 0, d)
-            rj = json.loads((d / f"ours-c{conc}-s0-w1" / "results" / "run.json").read_text())
-            row["loop_p99"] = (rj["self_check"].get("loop_lag_p99_ns") or 0) / 1e6
+            rj = read_run_record(d / f"ours-c{conc}-s0-w1" / "results")
+            row["loop_p99"] = ((rj.self_check and rj.self_check.loop_lag_p99_ns) or 0) / 1e6
             res[name].append(row)
             print(f"{name} r{r}: chunks/s {row['chunks_s']:.0f} cpu/chunk {row['cpu_us_chunk']:.1f} "
                   f"ttft {row['ttft']:.2f} (gt {row['gt_ttft']:.2f}) itl_p99 {row['itl_p99']:.2f} "

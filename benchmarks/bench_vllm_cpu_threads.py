@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
         tmp = Path(d)
         model = make_tiny_model(tmp / "tiny", arch="llama")
         server = conftest.start_server("dedicated-decode", python, model, tmp / "vllm.log",
-                                       extra=[("spec_method", "ngram"), ("spec_tokens", "3")])
+                                       extra=conftest.DEDICATED_ON_CPU)
         try:
             assert server.pid is not None
             engine = psutil.Process(server.pid).children(recursive=True)[-1]

@@ -14,19 +14,29 @@ from agent_replay.engines.telemetry.source import check_spec as check_gpu_metric
 from agent_replay.errors import InputError
 from agent_replay.replay.affinity import parse_cpu_list
 from agent_replay.replay.options import (
+    CLOSED,
+    LOAD,
+    MEASUREMENT,
+    OFFERED,
     OPTION,
+    OUTPUT,
+    PRESENTATION,
+    SEED,
     Option,
     above,
     at_least,
     check_fields,
     internal,
     option,
+    plan_values,
     within,
 )
 from agent_replay.replay.plan import ARRIVALS, TIMING_MODES, PlanOptions
 from agent_replay.replay.presets import AGENTX_GROUP, AgentXSettings
 
 TIMESTAMPS = ("auto", "kernel", "loop")
+DEMO_SPEEDUP = 5.0
+"""``agent-replay demo``'s default ``--speedup``."""
 HTTP_CLIENTS = ("fast", "aiohttp")
 
 
@@ -41,170 +51,151 @@ def parse_headers(items: list[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-
 @dataclass(frozen=True)
 class RunConfig:
     """Every field made with ``option`` is a run option (``replay.options``): its CLI flag,
-    sweep key and run.json entry come from the field."""
+    sweep key, run.json entry and meaning (``kind``) come from the field, and its ``help``
+    is its one description."""
 
     trace: str = field(metadata={OPTION: Option(cli=False)})
     target: str = field(metadata={OPTION: Option(cli=False)})
-    output: str | None = option(None, short="-o",
+    output: str | None = option(None, kind=OUTPUT, short="-o",
                                 help="results folder (default results/<trace>-<time>)")
-    """Results folder; None: ``results/<trace name>-<UTC time>``."""
-    force: bool = option(False, help="replace an existing results folder")
+    force: bool = option(False, kind=OUTPUT, help="replace an existing results folder")
     timing: str = option(
-        "session", choices=TIMING_MODES, sweep=True,
+        "session", kind=LOAD, choices=TIMING_MODES, sweep=True,
         help="session: wait for the dependencies, then the think time (default); absolute: "
         "every request at its recorded arrival; max-rate: as fast as --concurrency allows; "
         "agentx: --concurrency live session trees, recycled, AgentX rules (default "
-        "--duration 1800)")
-    speedup: float = option(1.0, checks=(above(0),), sweep=True,
-                            help="divide all times by this (default 1)")
-    concurrency: int | None = option(None, checks=(at_least(1),),
-                                     help="max-rate: requests in flight")
-    """max-rate: requests in flight at most (all workers together)."""
+        "--duration-s 1800)")
+    speedup: float = option(1.0, kind=LOAD, checks=(above(0),), sweep=True, axis=OFFERED,
+                            plan=True, help="divide all times by this (default 1)")
+    concurrency: int | None = option(
+        None, kind=LOAD, checks=(at_least(1),), axis=CLOSED, axis_sets=(("timing", "max-rate"),),
+        help="max-rate and agentx: requests (session trees) in flight, all workers together")
     sessions_multiplier: int = option(
-        1, metavar="N", checks=(at_least(1),), sweep=True,
+        1, kind=LOAD, metavar="N", checks=(at_least(1),), sweep=True, plan=True,
         help="replay N copies of every session with disjoint prompts (default 1)")
     rate: float | None = option(
-        None, metavar="SESSIONS_PER_S", checks=(above(0),),
+        None, kind=LOAD, metavar="SESSIONS_PER_S", checks=(above(0),), axis=OFFERED, plan=True,
         help="sessions start as an arrival process at this rate instead of at the "
         "trace's times (see --arrival)")
-    """Session arrival rate (sessions/s; ``replay.plan.arrival_offsets``), None: the trace's starts."""
-    arrival: str = option("poisson", choices=ARRIVALS, sweep=True,
+    arrival: str = option("poisson", kind=LOAD, choices=ARRIVALS, sweep=True, plan=True,
                           help="with --rate: exponential gaps (seeded by --arrival-seed) or fixed ones")
     concurrent_sessions: int | None = option(
-        None, metavar="N", checks=(at_least(1),),
+        None, kind=LOAD, metavar="N", checks=(at_least(1),), axis=OFFERED, plan=True,
         help="replay N sessions at once (the trace's, cloned with disjoint prompts "
-        "as needed), started within --ramp seconds")
-    """Replay this many sessions at once (``replay.plan.concurrent_starts``)."""
+        "as needed), started within --ramp-s seconds")
     ramp_s: float = option(
-        1.0, metavar="SECONDS", checks=(at_least(0),), sweep=True,
+        1.0, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), sweep=True, plan=True,
         help="with --concurrent-sessions: spread the starts over this long (default 1)")
-    arrival_seed: int = option(0, help="seed of the Poisson arrivals")
-    max_sessions: int | None = option(None, checks=(at_least(1),), sweep=True,
-                                      help="replay only the first N sessions")
-    duration_s: float | None = option(None, metavar="SECONDS", checks=(above(0),), sweep=True,
+    arrival_seed: int = option(0, kind=SEED, plan=True, help="seed of the Poisson arrivals")
+    max_sessions: int | None = option(None, kind=LOAD, checks=(at_least(1),), sweep=True,
+                                      plan=True, help="replay only the first N sessions")
+    duration_s: float | None = option(None, kind=LOAD, metavar="SECONDS", checks=(above(0),),
+                                      sweep=True, plan=True,
                                       help="send nothing after this many seconds")
     warmup_s: float = option(
-        0.0, metavar="SECONDS", checks=(at_least(0),), sweep=True,
+        0.0, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), sweep=True,
         help="requests sent in the first SECONDS are flagged warm-up (kept, not in stats)")
-    api: str | None = option(None, choices=tuple(API_PATHS), sweep=True,
-                             help="override the trace's api column")
-    """Override the trace's api column (completions, chat, messages, responses)."""
+    api: str | None = option(None, kind=LOAD, choices=tuple(API_PATHS), sweep=True,
+                             plan="api_override", help="override the trace's api column")
     tokenizer: str | None = option(
-        None, metavar="NAME_OR_PATH",
+        None, kind=MEASUREMENT, metavar="NAME_OR_PATH",
         help="the target's tokenizer (tokenizer.json, its folder, or a model name) "
         "for chat/messages/responses prompts when the target has no /tokenize "
         "(needs the tokenizer extra)")
-    """The target's tokenizer (file, folder or model name) for text prompts when the target
-    has no /tokenize (needs the ``tokenizer`` extra)."""
     include_failed: bool = option(
-        False, help="also replay the requests the recording marked failed (error column)")
-    """Replay requests the recording marked failed (``error`` set); left out by default."""
-    model: str | None = option(None, sweep=True,
+        False, kind=LOAD,
+        help="also replay the requests the recording marked failed (error column)")
+    # the served model is compared from run.json's target block, not from this option
+    model: str | None = option(None, kind=MEASUREMENT, sweep=True,
                                help="model name (default: the target's first model)")
-    """None: the target's first model from /v1/models."""
     salt: int | None = option(
-        None, help="prompt salt (default: random per run; "
+        None, kind=SEED, help="prompt salt (default: random per run, recorded in run.json; "
         "give the same salt to hit a previous run's prefix cache, 0 to reproduce)")
-    """Prompt salt; None: random per run (recorded in run.json). 0 reproduces."""
-    vocab_size: int | None = option(None, sweep=True,
+    vocab_size: int | None = option(None, kind=MEASUREMENT, sweep=True,
                                     help="token ids stay below this (default 32000)")
     low_token_id: int = option(
-        1000, metavar="ID", checks=(at_least(0),), sweep=True,
+        1000, kind=MEASUREMENT, metavar="ID", checks=(at_least(0),), sweep=True,
         help="prompt token ids start at this id, above the special tokens of common "
         "vocabularies (default 1000)")
-    request_timeout_s: float = option(600.0, metavar="SECONDS", checks=(above(0),), sweep=True)
-    workers: int = option(1, checks=(at_least(1),), sweep=True,
+    request_timeout_s: float = option(
+        600.0, kind=MEASUREMENT, metavar="SECONDS", checks=(above(0),), sweep=True,
+        help="a request not ended after this long fails (default 600)")
+    workers: int = option(1, kind=MEASUREMENT, checks=(at_least(1),), sweep=True,
                           help="local worker processes (default 1)")
     cpus: str | None = option(
-        None, metavar="auto|LIST", sweep=True,
+        None, kind=MEASUREMENT, metavar="auto|LIST", sweep=True,
         help="pin each worker to a CPU of its own (Linux): auto = one per physical "
         "core, hyperthread siblings left out; or a list like 2,4,6-9. The dashboard "
         "and scraper get the CPUs left over (default: no pinning)")
-    """Pin each local worker to a CPU of its own: ``auto`` (one per physical core) or a list
-    like ``2,4,6-9`` (see ``replay.affinity``); None: no pinning."""
     worker_cpus: tuple[int, ...] = internal(())
     """The CPU of each worker, resolved from ``cpus`` by ``run``."""
     scrape_interval_s: float | None = option(
-        None, metavar="SECONDS", checks=(at_least(0),), sweep=True,
+        None, kind=MEASUREMENT, metavar="SECONDS", checks=(at_least(0),), sweep=True,
         help="/metrics scrape period (default 1 when the target has /metrics; 0: off)")
-    """/metrics scrape period; None: 1 s when the target has /metrics; 0: off."""
     vllm_extras: bool = option(
-        True, flag="--no-vllm-extras", sweep=True,
+        True, kind=LOAD, flag="--no-vllm-extras", sweep=True,
         help="do not send ignore_eos, min_tokens, return_token_ids, continuous usage "
         "(for servers that reject them; a server that then sends no token counts "
         "per chunk gives requests marked 'inexact', left out of per-token metrics)")
     headers: tuple[tuple[str, str], ...] = option(
-        (), flag="--header", repeat=True, parse=parse_headers, metavar="NAME=VALUE",
-        help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY")
-    """Sent with every request, the /v1/models probe and /tokenize included."""
+        (), kind=MEASUREMENT, flag="--header", repeat=True, parse=parse_headers,
+        metavar="NAME=VALUE",
+        help="extra HTTP header (repeatable), e.g. Authorization=Bearer\\ KEY; sent with "
+        "every request, the /v1/models probe and /tokenize included")
     api_key: str | None = option(
-        None, metavar="KEY",
+        None, kind=MEASUREMENT, metavar="KEY",
         help="sent as Authorization: Bearer KEY (and the API's own key header: "
         "x-api-key for messages, x-goog-api-key for gemini) on every request, the "
-        "probe included (default: $OPENAI_API_KEY, or the API's own variable, "
-        "$ANTHROPIC_API_KEY or $GEMINI_API_KEY, when set); never written to results")
-    """Sent as ``Authorization: Bearer`` (and ``x-api-key`` for the messages API) unless
-    ``headers`` name them; None: $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for messages, when
-    set (``auth_headers``). Never written: run.json shows it redacted."""
-    insecure: bool = option(False, help="accept any TLS certificate (self-signed servers)")
-    """Accept any TLS certificate (self-signed test servers)."""
+        "probe included, unless --header names them (default: $OPENAI_API_KEY, or the "
+        "API's own variable, $ANTHROPIC_API_KEY or $GEMINI_API_KEY, when set); never "
+        "written to results")
+    insecure: bool = option(False, kind=MEASUREMENT,
+                            help="accept any TLS certificate (self-signed servers)")
     max_failure_rate: float = option(
-        0.1, metavar="FRACTION", checks=(within(0, 1),),
+        0.1, kind=MEASUREMENT, metavar="FRACTION", checks=(within(0, 1),),
         help="exit 1 (status failed) when more than this fraction of the sent "
         "requests failed (default 0.1)")
-    """Exit 1 (status ``failed``) when more than this fraction of sent requests failed."""
     abort_after_failures: int | None = option(
-        None, metavar="N", checks=(at_least(1),),
+        None, kind=MEASUREMENT, metavar="N", checks=(at_least(1),),
         help="stop the run (status aborted, exit 1) after N failed requests in a row")
-    """Stop the run (status ``aborted``) after this many failed requests in a row."""
     write_retry_s: float = option(
-        10.0, metavar="SECONDS", checks=(at_least(0),),
+        10.0, kind=OUTPUT, metavar="SECONDS", checks=(at_least(0),),
         help="at the end, retry part files that cannot be written (a full disk) "
         "this long before their rows count as unwritten (exit 5; default 10)")
-    """At a worker's end, how long part files that cannot be written (a full disk) are
-    retried before their rows are counted as unwritten (``ResultWriter``)."""
-    loop: str = option("uvloop", choices=LOOP_KINDS, sweep=True)
+    loop: str = option("uvloop", kind=MEASUREMENT, choices=LOOP_KINDS, sweep=True,
+                       help="the workers' event loop (default uvloop)")
     http_client: str = option(
-        "fast", choices=HTTP_CLIENTS, sweep=True,
+        "fast", kind=MEASUREMENT, choices=HTTP_CLIENTS, sweep=True,
         help="fast: HTTP/1.1 on asyncio.Protocol, per-read work in the read callback "
         "(default; https targets use aiohttp); aiohttp: the aiohttp client")
-    """``fast`` (``replay.fastclient``: HTTP/1.1 on asyncio.Protocol; https targets fall back
-    to aiohttp) or ``aiohttp``."""
     timestamps: str = option(
-        "auto", choices=TIMESTAMPS, sweep=True,
+        "auto", kind=MEASUREMENT, choices=TIMESTAMPS, sweep=True,
         help="kernel: a chunk's time is the kernel's receive time of its packet "
         "(SO_TIMESTAMPNS; fast client on Linux), so the load generator's own loop lag "
         "does not move it; loop: when the event loop reads it; auto (default): kernel "
         "where it can be had, else loop")
-    """``loop``: a chunk's time is when the event loop hands over the read; ``kernel``: the
-    kernel's receive time (``engines.kstamp``; fast client, Linux); ``auto``: kernel where it
-    can be had, else loop (``effective_timestamps``)."""
-    progress: bool = option(True, flag="--no-progress", help="no progress lines")
+    progress: bool = option(True, kind=PRESENTATION, flag="--no-progress",
+                            help="no progress lines")
     gpu_metrics: str = option(
-        "auto", metavar="auto|nvml[:0,1]|URL|off", sweep=True,
+        "auto", kind=MEASUREMENT, metavar="auto|nvml[:0,1]|URL|off", sweep=True,
         help="GPU telemetry beside the run: auto (default) = NVML when the server "
         "is on this host or launched (needs the gpu extra); nvml:0,1 = those GPUs; "
         "URL = a DCGM exporter's /metrics; off",
         aliases=(("--no-gpu-metrics", "off", "no GPU telemetry (same as --gpu-metrics off)"),))
-    """GPU telemetry (``engines.telemetry.source``): ``auto`` (NVML when the server is on
-    this host or launched), ``nvml``, ``nvml:0,1``, a DCGM exporter's URL, or ``off``."""
-    gpu_interval_s: float = option(0.1, metavar="SECONDS", checks=(above(0),), sweep=True,
-                                   help="GPU telemetry sample period (default 0.1)")
-    """GPU telemetry sample period."""
-    launch: str | None = field(default=None, metadata={OPTION: Option(cli=False)})
-    """A deployment profile to start before the run (the arguments of ``engines launch`` in one string; see ``replay.launch``)."""
+    gpu_interval_s: float = option(0.1, kind=MEASUREMENT, metavar="SECONDS", checks=(above(0),),
+                                   sweep=True, help="GPU telemetry sample period (default 0.1)")
+    launch: str | None = field(default=None, metadata={OPTION: Option(
+        cli=False, kind=MEASUREMENT, help="a deployment profile to start before the run (the "
+        "arguments of engines launch in one string; see replay.launch)")})
     ray: str | None = option(
-        None, nargs="?", const="auto", metavar="ADDRESS",
+        None, kind=MEASUREMENT, nargs="?", const="auto", metavar="ADDRESS",
         help="run the shards on Ray actors (needs the ray extra): no ADDRESS = "
         "RAY_ADDRESS or the running local cluster; 'local' = a private one-node Ray; "
         "else the cluster address. Put it after TRACE, or write --ray=ADDRESS")
-    """Shards on Ray actors instead of local processes: ``auto`` (RAY_ADDRESS or the running
-    local cluster), ``local`` (a private one-node Ray) or a cluster address."""
-    ray_actors_per_node: int = option(1, metavar="N", checks=(at_least(1),),
+    ray_actors_per_node: int = option(1, kind=MEASUREMENT, metavar="N", checks=(at_least(1),),
                                       help="with --ray: shard actors on every node (default 1)")
     t0_ns: int | None = internal(None, record=False)
     """The run's start on CLOCK_MONOTONIC; set by ``run`` for its workers."""
@@ -212,36 +203,31 @@ class RunConfig:
     warmed_up: bool = internal(False)
     """A warm-up replay ran against the target just before this run (``agent-replay sweep``)."""
     max_think_s: float | None = option(
-        None, metavar="SECONDS", checks=(at_least(0),),
-        help="cap every recorded think time (tool timeouts of minutes are not load)")
-    """Cap on every recorded think time, in trace seconds (before --speedup)."""
+        None, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), plan=True,
+        help="cap every recorded think time, in trace seconds before --speedup (tool "
+        "timeouts of minutes are not load)")
     rebase_sessions: bool = option(
-        False, help="start every session at time zero instead of its recorded offset")
-    """Every session starts at time zero instead of its recorded offset."""
+        False, kind=LOAD, plan=True,
+        help="start every session at time zero instead of its recorded offset")
     keep_overlaps: bool = option(
-        False, help="a request also waits for every request of its session that had ended "
+        False, kind=LOAD, plan=True,
+        help="a request also waits for every request of its session that had ended "
         "before it started in the recording (with --speedup: no overlaps the "
         "recording did not have)")
-    """Keep the recorded order inside sessions (``replay.plan.PlanOptions.keep_overlaps``)."""
-    agentx: AgentXSettings = field(default_factory=AgentXSettings,
-                                   metadata={OPTION: Option(nested=True)})
-    """``--timing agentx`` settings (``replay.presets``: ``--preset`` and its options)."""
+    agentx: AgentXSettings = field(default_factory=AgentXSettings, metadata={OPTION: Option(
+        nested=True, kind=LOAD, help="--timing agentx settings (replay.presets: --preset and "
+        "its options)")})
     gpus: int | None = option(
-        None, metavar="N", checks=(at_least(1),), group=AGENTX_GROUP,
+        None, kind=MEASUREMENT, metavar="N", checks=(at_least(1),), group=AGENTX_GROUP,
         help="GPUs serving the target, prefill + decode when disaggregated (tokens/s "
         "per GPU; default: the launch profile's, else unknown)")
-    """GPUs serving the target (prefill + decode when disaggregated), for tokens/s per GPU;
-    None: the launch profile's when known, else unknown."""
 
     def plan_options(self) -> PlanOptions:
-        return PlanOptions(speedup=self.speedup, sessions_multiplier=self.sessions_multiplier,
-                           max_sessions=self.max_sessions,
-                           # agentx recycles every session: the duration cuts lanes, not the plan
-                           duration_s=None if self.timing == "agentx" else self.duration_s,
-                           api_override=self.api, rate=self.rate, arrival=self.arrival,
-                           concurrent_sessions=self.concurrent_sessions, ramp_s=self.ramp_s,
-                           arrival_seed=self.arrival_seed, max_think_s=self.max_think_s,
-                           rebase_sessions=self.rebase_sessions, keep_overlaps=self.keep_overlaps)
+        """The request plan's options: every option declared ``plan``."""
+        values = plan_values(self)
+        if self.timing == "agentx":  # agentx recycles every session: the duration cuts lanes
+            values["duration_s"] = None
+        return PlanOptions(**values)
 
     def check(self) -> None:
         check_fields(self)  # every option's choices and rules

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 
-from agent_replay.replay.config import RunConfig
+from agent_replay.replay.config import DEMO_SPEEDUP, RunConfig
 from agent_replay.replay.feed import Reporter
 from agent_replay.replay.run import _stderr, run
 from agent_replay.replay.runrecord import RunSummary
 from agent_replay.traces.io import write_trace
 from agent_replay.traces.schema import TraceMeta
 
-DEFAULT_SPEEDUP = 5.0
+DEFAULT_SPEEDUP = DEMO_SPEEDUP
 
 
 def sample_trace() -> Path | None:
@@ -64,10 +65,11 @@ def demo(*, output: str | None = None, profile: str | None = None, speedup: floa
         path = Path(trace) if trace else sample_trace()
         if path is None:
             path = synthetic_trace(Path(tmp) / "demo.parquet")
+        cfg = RunConfig(trace=str(path), target="http://127.0.0.1", output=out,
+                        speedup=DEFAULT_SPEEDUP if speedup is None else speedup, salt=0)
+        cfg.check()  # a bad option is refused before the engine starts
         if progress is not None:
             progress(f"starting the simulated engine (profile {profile or 'default'}; a model, "
                      "not a measurement of a real engine)")
         with SimProcess(profile or "default") as sim:
-            cfg = RunConfig(trace=str(path), target=sim.url, output=out,
-                            speedup=speedup or DEFAULT_SPEEDUP, salt=0)
-            return run(cfg, progress=progress)
+            return run(replace(cfg, target=sim.url), progress=progress)

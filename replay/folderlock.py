@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent_replay.errors import InputError, OutputExistsError
+from agent_replay.errors import InputError, OutputError, OutputExistsError
 from agent_replay.runmeta import process_state, writer_identity
 
 LOCK_NAME = ".writer.lock"
@@ -168,10 +168,14 @@ def acquire(folder: Path, force: bool) -> FolderLock:
                 os.rename(folder, moved_to)  # with our lock file in it: held until now
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
             started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            os.pwrite(fd, json.dumps({**writer_identity(), "started": started}).encode(), 0)
-            (folder / "requests").mkdir(exist_ok=True)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps({**writer_identity(), "started": started}).encode(), 0)
+                (folder / "requests").mkdir(exist_ok=True)
+            except OSError as exc:  # a full disk before the start: one line, exit 5
+                raise OutputError(f"{given}: cannot write the results: "
+                                  f"{exc.strerror or exc}") from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -41,6 +41,9 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
                    help="how to start it: cpu = api_server module, gpu = vllm CLI serve")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="extra environment for the server (repeatable)")
+    p.add_argument("--allow-unapplied", action="store_true",
+                   help="keep a server that runs other settings than requested (they are "
+                   "recorded in 'settings'); default: stop it and fail")
 
 
 def server_from_args(args: argparse.Namespace) -> Any:
@@ -52,7 +55,8 @@ def server_from_args(args: argparse.Namespace) -> Any:
                 sets=parse_sets(args.sets), version=args.vllm_version)
     env = dict(parse_sets(args.env))
     return VllmServer(dep, python=args.vllm_python, port=args.port, timeout_s=args.timeout,
-                      log_path=args.log, device=args.device, env=env)
+                      log_path=args.log, device=args.device, env=env,
+                      check_settings=not args.allow_unapplied)
 
 
 def parse_spec(spec: str) -> argparse.Namespace:
@@ -73,7 +77,10 @@ def launched(spec: str) -> Iterator[tuple[str, dict[str, Any]]]:
     args = parse_spec(spec)
     server = server_from_args(args)
     with server:
+        from agent_replay.engines.vllm.resolved import SettingCheck, summary
+
+        checks = [SettingCheck(**c) for c in server.info.get("settings", [])]
         print(f"agent-replay: launched vLLM {server.info.get('vllm_version')} "
               f"({args.profile}) at {server.url} in {server.info.get('start_s')} s; "
-              f"log {server.log_path}", file=sys.stderr)
+              f"settings {summary(checks)}; log {server.log_path}", file=sys.stderr)
         yield server.url, dict(server.info)

@@ -6,6 +6,18 @@ keys and their checks (``sweep_keys``, ``check_sweep_value``), the field checks 
 ``RunConfig.check`` (``check_fields``) and run.json's ``options`` entry
 (``record_options``). Adding a run option is one field.
 
+Every option declares what it means (``Option.kind``): it shapes the load (``load``: what
+is sent, when, or which requests the statistics cover), sets how the run is measured
+(``measurement``: the target's address and model, the client, workers, telemetry), where
+and what is written (``output``), what is shown (``presentation``), or draws one replicate
+of the experiment (``seed``). run.json records
+each option's kind (``option_kinds``), and ``compare`` refuses runs that differ in a
+``load`` option from those records. A load option may also be a sweep's load axis
+(``axis``) and feed the request plan (``plan``): the sweep's axes and
+``RunConfig.plan_options`` are made from those declarations. The CLI flag is the field's
+name (``max_think_s`` is ``--max-think-s``); the spelling without the unit, ``--max-think``,
+stays an alias.
+
 A field holding a nested settings dataclass (``RunConfig.agentx``) declares ``nested=True``;
 its own ``option`` fields become a CLI group whose values default to None ("not given"), so
 that a preset can fill what the command line leaves out (``nested_values``).
@@ -48,11 +60,29 @@ def within(lo: float, hi: float) -> Check:
     return Check(f"must be within {lo:g}..{hi:g}", lambda v: lo <= v <= hi)
 
 
+LOAD = "load"
+MEASUREMENT = "measurement"
+OUTPUT = "output"
+PRESENTATION = "presentation"
+SEED = "seed"
+"""Draws one sample of the experiment (prompt salt, arrival seed): runs that differ only in
+their seeds are replicates of one experiment, and ``compare`` takes them."""
+KINDS = (LOAD, MEASUREMENT, OUTPUT, PRESENTATION, SEED)
+OFFERED = "offered"
+"""A load axis whose points are offered load (session timing): the throughput it draws is
+not a capacity."""
+CLOSED = "closed"
+"""A load axis that holds requests in flight (max-rate timing)."""
+
+
 @dataclass(frozen=True)
 class Option:
     help: str | None = None
+    """The option's one description: the CLI help, and the field's documentation."""
+    kind: str | None = None
+    """``KINDS``: what the option means; None only for fields that are not options."""
     flag: str | None = None
-    """The CLI flag; None: ``--`` and the field name with ``_`` as ``-`` and ``_s`` dropped."""
+    """The CLI flag; None: ``--`` and the field name with ``_`` as ``-``."""
     short: str | None = None
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
@@ -77,14 +107,34 @@ class Option:
     """Nested settings: the parsed value is a tuple spread over these fields."""
     nested: bool = False
     """The field is a settings dataclass whose ``option`` fields are options too."""
+    axis: str | None = None
+    """A sweep's ``[load] axis``: ``OFFERED`` or ``CLOSED``; its points are the field's
+    type (int or float)."""
+    axis_sets: tuple[tuple[str, Any], ...] = ()
+    """Other fields a point of this axis sets: (field, value)."""
+    plan: bool | str = False
+    """Feeds the request plan (``replay.plan.PlanOptions``): True under its own name, or
+    the name of the plan's field."""
 
     def flag_for(self, name: str) -> str:
-        return self.flag or "--" + name.removesuffix("_s").replace("_", "-")
+        return self.flag or "--" + name.replace("_", "-")
+
+    def flags_for(self, name: str) -> list[str]:
+        """The flag, then its aliases: the short one, and for a ``_s`` field the spelling
+        without the unit (``--max-think`` for ``--max-think-s``)."""
+        out = [self.flag_for(name)]
+        if self.flag is None and name.endswith("_s"):
+            out.append("--" + name.removesuffix("_s").replace("_", "-"))
+        return out + ([self.short] if self.short else [])
 
 
-def option(default: Any = MISSING, *, default_factory: Any = MISSING, **kw: Any) -> Any:
-    """A dataclass field that is a run option (see ``Option`` for the keywords)."""
-    meta = {OPTION: Option(**kw)}
+def option(default: Any = MISSING, *, kind: str, default_factory: Any = MISSING,
+           **kw: Any) -> Any:
+    """A dataclass field that is a run option of ``kind`` (see ``Option`` for the
+    keywords)."""
+    if kind not in KINDS:
+        raise ValueError(f"option kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    meta = {OPTION: Option(kind=kind, **kw)}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -186,7 +236,7 @@ def _group(p: argparse.ArgumentParser, title: str) -> Any:
 
 def _add(where: Any, cls: type, f: dataclasses.Field[Any], o: Option, prefix: str,
          nested: bool) -> None:
-    flags = [o.flag_for(f.name)] + ([o.short] if o.short else [])
+    flags = o.flags_for(f.name)
     dest = prefix + f.name
     kw: dict[str, Any] = {"dest": dest, "help": o.help}
     metavar = o.metavar or (flags[0].lstrip("-").replace("-", "_").upper() if prefix else None)
@@ -259,6 +309,43 @@ def check_sweep_value(where: str, cls: type, key: str, value: Any) -> None:
     p = problem(o, value)
     if p is not None:
         raise InputError(f"{where} {key}: {p}")
+
+
+# ---- what the declarations give: the sweep's axes, the plan, the load options
+
+def axes(cls: type) -> dict[str, Option]:
+    """The sweep's load axes: field name -> its option, in field order."""
+    return {f.name: o for f, o in option_fields(cls) if o.axis is not None}
+
+
+def integer_axes(cls: type) -> tuple[str, ...]:
+    return tuple(k for k in axes(cls) if base_type(cls, k) is int)
+
+
+def axis_values(cls: type, axis: str, point: float) -> dict[str, Any]:
+    """The fields one point of a load axis sets: the axis (as its field's type) and the
+    fields it implies (``Option.axis_sets``)."""
+    o = axes(cls)[axis]
+    return {axis: int(point) if base_type(cls, axis) is int else float(point),
+            **dict(o.axis_sets)}
+
+
+def plan_values(cfg: Any) -> dict[str, Any]:
+    """The plan's fields from the options declared ``plan``: plan field -> value."""
+    return {(o.plan if isinstance(o.plan, str) else f.name): getattr(cfg, f.name)
+            for f, o in option_fields(type(cfg)) if o.plan}
+
+
+def option_kinds(cls: type, prefix: str = "") -> dict[str, str]:
+    """Every recorded option's kind, nested settings as ``agentx.preset``: run.json's
+    ``option_kinds``."""
+    out: dict[str, str] = {}
+    for f, o in option_fields(cls):
+        if o.nested:
+            out.update(option_kinds(base_type(cls, f.name), f"{prefix}{f.name}."))
+        elif o.kind is not None and o.record:
+            out[prefix + f.name] = o.kind
+    return out
 
 
 # ---- run.json

@@ -91,9 +91,9 @@ class PlanOptions:
         if self.max_sessions is not None and self.max_sessions < 1:
             raise InputError(f"--max-sessions must be >= 1, got {self.max_sessions}")
         if self.duration_s is not None and not self.duration_s > 0:
-            raise InputError(f"--duration must be > 0, got {self.duration_s}")
+            raise InputError(f"--duration-s must be > 0, got {self.duration_s}")
         if self.max_think_s is not None and not self.max_think_s >= 0:
-            raise InputError(f"--max-think must be >= 0, got {self.max_think_s}")
+            raise InputError(f"--max-think-s must be >= 0, got {self.max_think_s}")
 
 
 @dataclass(slots=True)

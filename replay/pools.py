@@ -45,6 +45,7 @@ from agent_replay.replay.runrecord import RUN_JSON, merge, outcome, write_run_js
 from agent_replay.replay.worker import WorkerSummary, arun_shard, run_shard, stoppable
 from agent_replay.replay.workercut import WorkerCut
 from agent_replay.results_schema import ErrorKind
+from agent_replay.runmeta import RunMeta
 
 if TYPE_CHECKING:  # the Ray side is imported only when a Ray pool starts
     from agent_replay.replay.distributed.placement import Lost
@@ -459,7 +460,7 @@ def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int,
         meta[PARENT_DIED] = block
         if not counted:  # every worker is through: a .tmp left is nobody's write under way
             remove_unfinished_parts(out)
-        write_run_json(out, meta)
+        write_run_json(out, RunMeta.from_json(meta))
         return True
     finally:
         os.close(fd)

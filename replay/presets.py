@@ -22,7 +22,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from agent_replay.errors import InputError
-from agent_replay.replay.options import at_least, check_fields, option, within
+from agent_replay.replay.options import (
+    LOAD,
+    MEASUREMENT,
+    SEED,
+    at_least,
+    check_fields,
+    option,
+    within,
+)
 
 AGENTX_GROUP = "agentx timing (InferenceX AgentX / AIPerf rules; see docs/agentx.md)"
 """The CLI group of the AgentX options."""
@@ -46,48 +54,43 @@ class AgentXSettings:
     defaults to not given, so that ``resolve`` takes the preset's value)."""
 
     preset: str | None = option(
-        None, choices=PRESET_NAMES, group=AGENTX_GROUP,
+        None, kind=LOAD, choices=PRESET_NAMES, group=AGENTX_GROUP,
         help="AgentX parameters as AIPerf's scenario sets them (implies --timing "
         "agentx); the options below override single values")
     start_min: float = option(
-        0.25, flag="--start-range", metavar="LO,HI", parse=parse_start_range,
+        0.25, kind=LOAD, flag="--start-range", metavar="LO,HI", parse=parse_start_range,
         sets=("start_min", "start_max"), group=AGENTX_GROUP,
         help="first play starts at an instant LO..HI of its session's time span "
         "(default 0.25,0.75)")
-    start_max: float = option(0.75, cli=False)
-    """Range of the first play's start instant t*, as fractions of its session's time span."""
+    start_max: float = option(0.75, kind=LOAD, cli=False,
+                              help="the HI of --start-range")
     warmup_requests: int = option(
-        0, metavar="N", checks=(at_least(0),), group=AGENTX_GROUP,
-        help="turns per lane replayed as warm-up before the measured play (default 0)")
-    """Turns replayed back to back (one output token, flagged warm-up) after the warm-up of
-    every stream live at t*, before the measured play starts."""
+        0, kind=LOAD, metavar="N", checks=(at_least(0),), group=AGENTX_GROUP,
+        help="turns per lane replayed back to back as warm-up (one output token, flagged "
+        "warm-up) after the warm-up of every stream live at t*, before the measured play "
+        "(default 0)")
     idle_cap_s: float | None = option(
-        10.0, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        10.0, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
         help="nothing in flight idles at most this long (default 10)")
-    """System idle cap: nothing in flight idles at most this long (None: no cap)."""
     tree_idle_cap_s: float | None = option(
-        None, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        None, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
         help="shorten every recorded stretch where nothing of a session tree was "
-        "in flight to at most this (default none)")
-    """Every recorded stretch where nothing of a session tree was in flight is shortened to
-    at most this (AIPerf's trace idle gap cap; ``replay.agentx.idle_warp``)."""
+        "in flight to at most this: AIPerf's trace idle gap cap (default none)")
     min_duration_s: float | None = option(
-        None, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        None, kind=MEASUREMENT, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
         help="a run measuring less is invalid")
     failure_threshold: float | None = option(
-        None, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
+        None, kind=MEASUREMENT, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
         help="a run with more failed requests is invalid")
     metric_coverage: float | None = option(
-        None, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
+        None, kind=MEASUREMENT, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
         help="a run whose last first token / token lies less far into --duration is invalid")
     overflow_rule: str = option(
-        "aiperf", choices=("aiperf", "agent-replay"), group=AGENTX_GROUP,
+        "aiperf", kind=LOAD, choices=("aiperf", "agent-replay"), group=AGENTX_GROUP,
         help="which error messages are context overflows: AIPerf's list (default) or "
         "ours, which also knows vLLM's 'maximum model length' (docs/agentx.md)")
-    """``replay.validity.OVERFLOW_RULES``: what ends a stream and counts against validity."""
-    seed: int | None = option(None, group=AGENTX_GROUP,
-                              help="start sampling seed (default: --salt)")
-    """Start sampling seed; None: the prompt salt (0 when none)."""
+    seed: int | None = option(None, kind=SEED, group=AGENTX_GROUP,
+                              help="start sampling seed (default: --salt, 0 when none)")
 
     def check(self) -> None:
         """The rule across fields; each field's own rules are ``options.check_fields``'."""

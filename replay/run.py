@@ -1,12 +1,12 @@
 """The library entry of a replay run: ``run(config) -> RunSummary`` and ``arun`` (async).
 
-Order of work: check the options, read and validate the trace and build the plan (bad
-input fails here, before anything is sent), probe the target (unreachable: one line, exit
-3), create the results folder and lock it (replay.folderlock: one writer; ``force`` moves
-earlier results aside), start the /metrics scraper and the GPU sampler (replay.scrape),
-the worker pool (replay.pools) and the progress feed (replay.feed), choose t0 and write
-run.json, run the workers from that one t0, merge their summaries and write run.json
-again with the outcome and the load generator's self-check (replay.runrecord).
+Order of work: check the options, read and validate the rows the run can send (bad input
+fails here, before anything is sent), probe the target (unreachable: one line, exit 3),
+build the plan, create the results folder and lock it (replay.folderlock: one writer;
+``force`` moves earlier results aside), start the /metrics scraper and the GPU sampler
+(replay.scrape), the worker pool (replay.pools) and the progress feed (replay.feed), choose
+t0 and write run.json, run the workers from that one t0, merge their summaries and write
+run.json again with the outcome and the load generator's self-check (replay.runrecord).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from agent_replay.analysis.selfcheck import MachineMeter
 from agent_replay.engines.metrics_scrape import metrics_url
 from agent_replay.errors import AgentReplayError, InputError
@@ -30,7 +33,13 @@ from agent_replay.replay.config import RunConfig
 from agent_replay.replay.feed import ProgressFeed, Reporter
 from agent_replay.replay.folderlock import acquire, refuse_if_busy
 from agent_replay.replay.lifeline import sigterm_as_sigint
-from agent_replay.replay.plan import Plan, build_plan, set_shared_prefix, speedup_warning
+from agent_replay.replay.plan import (
+    Plan,
+    PlanOptions,
+    build_plan,
+    set_shared_prefix,
+    speedup_warning,
+)
 from agent_replay.replay.pools import WorkerPool, start_pool
 from agent_replay.replay.provenance import provenance
 from agent_replay.replay.results import SpaceReserve, remove_unfinished_parts
@@ -52,8 +61,10 @@ from agent_replay.replay.source import read_replayed
 from agent_replay.replay.target import TargetInfo, base_url, probe
 from agent_replay.replay.worker import WorkerSummary
 from agent_replay.results_schema import RESULTS_SCHEMA_VERSION
+from agent_replay.runmeta import Counts, RunMeta
 from agent_replay.traces.failed import drop_failed
 from agent_replay.traces.io import trace_files
+from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.validate import validate_or_raise
 
 
@@ -82,34 +93,56 @@ def prefix_tokens(extra: dict[str, Any]) -> dict[tuple[str, str], int]:
 
 
 def load_and_validate(config: RunConfig) -> Plan:
+    return plan_of(config, *read_checked(config))
+
+
+def read_checked(config: RunConfig) -> tuple[pa.Table, TraceMeta, int]:
+    """The rows the run can send, validated, without failed rows unless
+    ``--include-failed``; the trace's metadata; how many failed rows were left out."""
     table, meta, rows = read_replayed(config)
     validate_or_raise(table, meta, config.trace, rows)
     dropped = 0
     if not config.include_failed:
         table, dropped = drop_failed(table)
+    if table.num_rows == 0:
+        raise _nothing_to_replay(config, dropped, table)
+    return table, meta, dropped
+
+
+def plan_of(config: RunConfig, table: pa.Table, meta: TraceMeta, dropped: int) -> Plan:
     plan = build_plan(table, meta.block_size, config.plan_options())
     set_shared_prefix(plan, prefix_tokens(meta.extra))
-    if plan.n_requests == 0:  # a run of nothing would end "ok" with no results to report
-        why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
-               if dropped and table.num_rows == 0 else "no request is left to send")
-        raise InputError(f"{config.trace}: nothing to replay: {why}")
+    if plan.n_requests == 0:
+        raise _nothing_to_replay(config, dropped, table)
     return plan
 
 
-def with_credentials(config: RunConfig, plan: Plan) -> RunConfig:
+def _nothing_to_replay(config: RunConfig, dropped: int, table: pa.Table) -> InputError:
+    """A run of nothing would end "ok" with no results to report."""
+    why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
+           if dropped and table.num_rows == 0 else "no request is left to send")
+    return InputError(f"{config.trace}: nothing to replay: {why}")
+
+
+def with_credentials(config: RunConfig, table: pa.Table) -> RunConfig:
     """``config`` whose headers carry the credentials: the API key (``RunConfig.auth_headers``,
-    for the API most of the plan's requests use), or the target URL's user-info as Basic
+    for the API most of the rows to send use), or the target URL's user-info as Basic
     auth; the target is the server's root without user-info (``target.base_url``)."""
-    apis: dict[str, int] = {}
-    for session in plan.sessions:
-        for q in session.requests:
-            apis[q.api] = apis.get(q.api, 0) + 1
-    api = config.api or max(apis, key=lambda a: apis[a], default="completions")
+    api = config.api or most_used_api(table)
     target, basic = split_userinfo(base_url(config.target))
     headers = config.auth_headers(api)
     if basic is not None and not any(k.lower() == "authorization" for k, _ in headers):
         headers += (("Authorization", basic),)  # user-info in the URL: Basic auth
     return replace(config, target=target, headers=headers)
+
+
+def most_used_api(table: pa.Table) -> str:
+    """The API most rows name (a row without one: completions, as the plan replays it)."""
+    default = PlanOptions().default_api
+    if "api" not in table.column_names or table.num_rows == 0:
+        return default
+    counts = pc.value_counts(pc.fill_null(table.column("api").cast(pa.string()), default))
+    return str(max(counts.to_pylist(), key=lambda c: c["counts"])["values"])
 
 
 def default_output(trace: str) -> str:
@@ -193,10 +226,12 @@ def _run(config: RunConfig, progress: Reporter | None,
     config.check()
     if config.output:
         refuse_if_busy(Path(config.output))  # a live run's folder: one line before any work
-    plan = load_and_validate(config)
-    config = with_credentials(config, plan)
+    table, meta, dropped = read_checked(config)
+    config = with_credentials(config, table)
     info = asyncio.run(probe(config.target, headers=dict(config.headers),
-                             insecure=config.insecure))
+                             insecure=config.insecure))  # unreachable: before the plan
+    plan = plan_of(config, table, meta, dropped)
+    del table
     config = resolve(config, info)
     n = min(config.workers, max(1, len(plan.sessions)))
     if config.cpus is not None:  # check() refuses it with --ray
@@ -229,7 +264,7 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     gpu_tel, gpu_off = start_gpu_telemetry(config, out, launch_info, progress)
     pool: WorkerPool | None = None
     prog: ProgressFeed | None = None
-    meta: dict[str, Any] = {}
+    meta: RunMeta | None = None
     summaries: list[WorkerSummary] = []
     interrupted = False
     host = MachineMeter()
@@ -247,28 +282,28 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         wall_t0 = time.time_ns() + pool.start_delay_ns
         config = replace(config, t0_ns=t0, workers=pool.size)
         meta = run_meta(config, info, plan, trace_sha, t0, wall_t0, "running")
-        meta["gpus"], meta["gpus_source"] = gpu_count(config)
-        meta["scrape"] = scrape.describe()
-        if launch_info is not None:
-            meta["launch"] = launch_info
-        meta["provenance"] = provenance(config.target, launch_info)
+        meta.gpus, meta.gpus_source = gpu_count(config)
+        meta.extra["scrape"] = scrape.describe()
+        meta.launch = launch_info
+        meta.provenance = provenance(config.target, launch_info)
         scrape.set_t0(t0)
         if gpu_tel is not None:
             gpu_tel.set_t0(t0)
-        meta["gpu_telemetry"] = gpu_tel.describe() if gpu_tel is not None else gpu_off
+        meta.gpu_telemetry = gpu_tel.describe() if gpu_tel is not None else gpu_off
         write_run_json(out, meta, reserve)
+        before = meta.extra.setdefault("warnings_before_run", [])
         for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
             if w:
-                meta.setdefault("warnings_before_run", []).append(w)
+                before.append(w)
                 if progress is not None:
                     progress(f"warning: {w}")
         too_long = _over_context(plan, info.max_model_len)
         if too_long:
-            meta.setdefault("warnings_before_run", []).append(
+            before.append(
                 f"{too_long} requests need more than the target's max_model_len ({info.max_model_len}) "
                 "tokens: the server will refuse them")
             if progress is not None:
-                progress(f"warning: {meta['warnings_before_run'][-1]}")
+                progress(f"warning: {before[-1]}")
         if progress is not None:
             progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
                      f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
@@ -282,19 +317,15 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         _stopped_before_start(out, meta, reserve)
         raise
     except Exception as exc:  # a worker failed (a dead server, say): a final status first
-        if meta:
+        if meta is not None:
             record_failure(out, meta, exc, reserve)
         raise
     finally:
         scrape.stop()  # first: its final scrape is the dashboard's last gauges
-        meta["scrape"] = scrape.describe()
-        if gpu_tel is not None:
-            meta["gpu_telemetry"] = gpu_tel.stop()
+        telemetry = gpu_tel.stop() if gpu_tel is not None else None
         if prog is not None:
             prog.close()
-        if pool is not None:
-            meta.update(pool.describe())
-            pool.close()
+        _record_end(meta, scrape.describe(), telemetry, pool)
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
@@ -312,10 +343,26 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     return summary
 
 
-def _stopped_before_start(out: Path, meta: dict[str, Any], reserve: SpaceReserve) -> None:
+def _record_end(meta: RunMeta | None, scraped: dict[str, Any], telemetry: dict[str, Any] | None,
+                pool: WorkerPool | None) -> None:
+    """The blocks of run.json known once the workers stopped (the scraper's, the GPU
+    telemetry's, the pool's); the pool is closed."""
+    if meta is not None:
+        meta.extra["scrape"] = scraped
+        if telemetry is not None:
+            meta.gpu_telemetry = telemetry
+        if pool is not None:
+            meta.merge(pool.describe())
+    if pool is not None:
+        pool.close()
+
+
+def _stopped_before_start(out: Path, meta: RunMeta | None, reserve: SpaceReserve) -> None:
     """run.json of a run stopped before its t0 (or before its replay sent anything)."""
+    meta = meta or RunMeta()
+    meta.results_schema_version = RESULTS_SCHEMA_VERSION
+    meta.status = "interrupted"
+    meta.summary = Counts(extra={"unwritten": 0})
+    meta.extra["stopped_before_start"] = True
     with contextlib.suppress(AgentReplayError):
-        write_run_json(out, {**meta, "results_schema_version": RESULTS_SCHEMA_VERSION,
-                             "status": "interrupted", "stopped_before_start": True,
-                             "summary": {"total": 0, "sent": 0, "ok": 0, "failed": 0,
-                                         "cancelled": 0, "unwritten": 0}}, reserve)
+        write_run_json(out, meta, reserve)

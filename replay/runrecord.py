@@ -28,7 +28,7 @@ from agent_replay.analysis.counters import (
 from agent_replay.errors import OutputError
 from agent_replay.redact import redact_url
 from agent_replay.replay.config import RunConfig
-from agent_replay.replay.options import record_options
+from agent_replay.replay.options import option_kinds, record_options
 from agent_replay.replay.plan import Plan
 from agent_replay.replay.provenance import code_version
 from agent_replay.replay.results import SpaceReserve, write_json_atomic
@@ -36,7 +36,14 @@ from agent_replay.replay.selfmon import SelfReport, stall_distribution, verdict
 from agent_replay.replay.target import TargetInfo
 from agent_replay.replay.worker import GC_MERGE, WorkerSummary
 from agent_replay.results_schema import RESULTS_SCHEMA_VERSION, ErrorKind
-from agent_replay.runmeta import RUN_META_VERSION, writer_identity
+from agent_replay.runmeta import (
+    ClockAnchor,
+    Planned,
+    RunMeta,
+    TargetRef,
+    TraceRef,
+    writer_identity,
+)
 
 if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
@@ -74,7 +81,8 @@ class RunSummary(Counters):
     partial: bool = False  # workers died (Ray actors): some sessions were not replayed
     lost_sessions: int = 0
     lost_requests: int = 0
-    aborted: bool = False  # --abort-after-failures stopped it
+    aborted: bool = False  # --abort-after-failures, or the first requests' one error, stopped it
+    abort_reason: str | None = counter(None, first)  # the latter's line (replay.failfast)
     max_failure_rate: float = 0.1
     invalid_reason: str | None = None  # agentx timing: why the run is not a valid AgentX run
     unwritten: int = counter(0)  # recorded requests whose row could not be written (a full disk)
@@ -167,48 +175,47 @@ def describe_served(model: str | None) -> str | None:
 
 
 def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
-             wall_t0: int, status: str) -> dict[str, Any]:
-    """run.json as written when t0 is chosen (credentials redacted), in the layout
-    ``agent_replay.runmeta.RunMeta`` reads."""
-    opts = record_options(config)
-    return {
-        "run_meta_version": RUN_META_VERSION,
-        "results_schema_version": RESULTS_SCHEMA_VERSION, "status": status, "run_id": config.run_id,
-        "trace": {"path": str(Path(config.trace).resolve()), "sha256": trace_sha,
-                  "block_size": plan.block_size},
-        "target": {"url": redact_url(config.target), "model": config.model, "models": info.models,
-                   "model_description": describe_served(config.model),
-                   "max_model_len": info.max_model_len, "has_metrics": info.has_metrics},
-        "options": opts, "salt": config.salt, "environment": environment(config),
-        "clock": {"kind": "CLOCK_MONOTONIC", "t0_monotonic_ns": t0, "t0_wall_ns": wall_t0},
-        "warmup_ns": int(config.warmup_s * 1e9),
-        "planned": {"sessions": len(plan.sessions), "requests": plan.n_requests},
-        "writer": writer_identity(),
-    }
+             wall_t0: int, status: str) -> RunMeta:
+    """run.json as written when t0 is chosen (credentials redacted)."""
+    return RunMeta(
+        results_schema_version=RESULTS_SCHEMA_VERSION, status=status, run_id=config.run_id,
+        trace=TraceRef(path=str(Path(config.trace).resolve()), sha256=trace_sha,
+                       block_size=plan.block_size),
+        target=TargetRef(url=redact_url(config.target), model=config.model,
+                         models=list(info.models), max_model_len=info.max_model_len,
+                         has_metrics=info.has_metrics,
+                         model_description=describe_served(config.model)),
+        options=record_options(config), option_kinds=option_kinds(type(config)),
+        salt=config.salt, environment=environment(config),
+        clock=ClockAnchor(t0_monotonic_ns=t0, t0_wall_ns=wall_t0),
+        warmup_ns=int(config.warmup_s * 1e9),
+        planned=Planned(sessions=len(plan.sessions), requests=plan.n_requests),
+        writer=writer_identity())
 
 
-def write_run_json(out: Path, meta: dict[str, Any], reserve: SpaceReserve | None = None) -> None:
-    """run.json, replaced atomically. On a full disk the ``reserve`` is given up for it;
-    when it still cannot be written: ``OutputError`` (exit 5)."""
+def write_run_json(out: Path, meta: RunMeta, reserve: SpaceReserve | None = None) -> None:
+    """run.json (``meta.to_json``), replaced atomically. On a full disk the ``reserve`` is
+    given up for it; when it still cannot be written: ``OutputError`` (exit 5)."""
+    doc = meta.to_json()
     try:
-        write_json_atomic(out / RUN_JSON, meta)
+        write_json_atomic(out / RUN_JSON, doc)
         return
     except OSError as exc:
         err = exc
         if reserve is not None and reserve.release():
             try:
-                write_json_atomic(out / RUN_JSON, meta)
+                write_json_atomic(out / RUN_JSON, doc)
                 return
             except OSError as again:
                 err = again
     raise OutputError(f"{out / RUN_JSON}: cannot write the run's record: {err.strerror or err}")
 
 
-def record_failure(out: Path, meta: dict[str, Any], exc: BaseException,
+def record_failure(out: Path, meta: RunMeta, exc: BaseException,
                    reserve: SpaceReserve | None = None) -> None:
     """A worker failed (a dead server, say): run.json gets a final status before the error
     goes up."""
-    meta.update({"status": "failed", "error": redact_url(str(exc))[:500]})
+    meta.status, meta.error = "failed", redact_url(str(exc))[:500]
     write_run_json(out, meta, reserve)
 
 
@@ -268,12 +275,13 @@ def outcome(s: RunSummary) -> dict[str, Any]:
         "load_generator_bottleneck": bool(bottleneck),
         "load_generator_warning": bottleneck[0] if bottleneck else None,
         "machine_contention": sc.kind == "contention",
+        "abort_reason": s.abort_reason,
         "machine": asdict(s.machine) if s.machine is not None else None,
         "warnings": sc.warnings,
     }
 
 
-def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
+def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
                 config: RunConfig | None = None) -> None:
     """run.json's ``agentx`` block: the settings, the validity verdict (warm-up excluded;
     ``replay.agentx.agentx_validity``) and the idle time skipped; an invalid run says so
@@ -327,20 +335,19 @@ def agentx_meta(meta: dict[str, Any], out: Path, summary: RunSummary,
     block = agentx_validity(rows, rules, f)
     block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
     block["overflow_dropped"] = sum(w.overflow_dropped for w in summary.workers)
-    meta["agentx"] = block
-    meta["valid"] = block["valid"]
+    meta.agentx = block
+    meta.valid = block["valid"]
     if not block["valid"]:
         summary.invalid_reason = block["invalid_reason"]
-        meta["warnings"] = [f"INVALID run (AgentX rule): {block['invalid_reason']}",
-                            *meta.get("warnings", [])]
+        meta.warnings = [f"INVALID run (AgentX rule): {block['invalid_reason']}", *meta.warnings]
 
 
-def finish(out: Path, meta: dict[str, Any], summary: RunSummary, timing: str,
+def finish(out: Path, meta: RunMeta, summary: RunSummary, timing: str,
            config: RunConfig | None = None, reserve: SpaceReserve | None = None) -> None:
     """run.json's last write: the outcome (and, for ``agentx`` timing, its validity)."""
-    meta.update(outcome(summary))
+    meta.merge(outcome(summary))
     if timing == "agentx":
         agentx_meta(meta, out, summary, config)
-        meta["status"] = summary.status
-        meta["conditions"] = summary.conditions
+        meta.status = summary.status
+        meta.conditions = summary.conditions
     write_run_json(out, meta, reserve)

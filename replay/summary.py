@@ -20,7 +20,8 @@ def status_line(s: RunSummary) -> str:
     each with its cause, the most serious first; ``done`` when there is none."""
     sent = max(1, s.sent - s.cancelled)
     labels = {"interrupted": "INTERRUPTED: partial results",
-              "aborted": "ABORTED (--abort-after-failures): partial results",
+              "aborted": ("ABORTED: partial results" if s.abort_reason else
+                          "ABORTED (--abort-after-failures): partial results"),
               "partial": "PARTIAL: workers were lost",
               "incomplete": "INCOMPLETE: rows lost",
               "failed": (f"FAILED ({s.failed:,} of {sent:,} sent requests failed, over "
@@ -33,6 +34,8 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
                    html_line: str | None = None) -> None:
     """``report``: the run's report when the caller has built it (else built here for the
     headline); ``html_line``: where the HTML report is, or how to get one."""
+    if s.abort_reason:
+        print(f"error: {s.abort_reason}", file=out)
     for w in s.warnings:
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
@@ -43,7 +46,9 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
                f"(interrupted), {s.skipped} not sent (past --duration)")
     else:
         cancelled = f"{s.cancelled} cancelled by the stop, " if s.cancelled else ""
-        cut = f"{cancelled}{s.skipped} not sent (past --duration)"
+        stopped = max(0, s.total - s.sent - s.skipped) if s.aborted else 0
+        cut = (f"{cancelled}{f'{stopped} not sent (stopped), ' if stopped else ''}"
+               f"{s.skipped} not sent (past --duration)")
     unwritten = f", {s.unwritten} WITHOUT A ROW (not written)" if s.unwritten else ""
     print(f"{state}: {s.ok} ok, {s.failed} failed{unwritten}, {cut}, of {s.total} planned requests in "
           f"{s.wall_s:.1f} s", file=out)

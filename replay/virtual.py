@@ -252,15 +252,16 @@ def run_virtual(config: RunConfig, engine: str) -> RunSummary:
         config = replace(config, t0_ns=T0_NS, workers=1)
         meta = run_meta(config, info, plan, _sha256(config.trace), T0_NS, time.time_ns(), "running")
         fit = profile.extra.get("fit") or {}
-        meta["prediction"] = {
+        prediction: dict[str, Any] = {
             "engine": "sim", "profile": profile_name, "profile_name": profile.name,
             "clock": "virtual", "fitted_on": fit.get("fitted_on"),
             "note": "a prediction of the simulated engine on a virtual clock, not a measurement",
         }
+        meta.extra["prediction"] = prediction
         gpus = config.gpus or 1
-        meta["gpus"], meta["gpus_source"] = gpus, "--gpus" if config.gpus else "default"
+        meta.gpus, meta.gpus_source = gpus, "--gpus" if config.gpus else "default"
         if gpus > 1:
-            meta["prediction"]["extrapolation"] = {
+            prediction["extrapolation"] = {
                 "gpus": gpus, "replicas": gpus,
                 "rule": f"{gpus} data-parallel copies of the profile's one-GPU deployment, each "
                         "session's requests on one copy (a stable hash of its session key); "
@@ -269,8 +270,8 @@ def run_virtual(config: RunConfig, engine: str) -> RunSummary:
             }
         write_run_json(out, meta)
         ws, host_wall, host_cpu = replay_virtual(config, plan, profile, out, replicas=gpus)
-        meta["prediction"]["host_wall_s"] = round(host_wall, 3)
-        meta["prediction"]["host_cpu_s"] = round(host_cpu, 3)
+        prediction["host_wall_s"] = round(host_wall, 3)
+        prediction["host_cpu_s"] = round(host_cpu, 3)
         summary = merge(str(out), [ws], config, False)
         finish(out, meta, summary, config.timing, config)
         return summary

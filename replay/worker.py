@@ -47,6 +47,7 @@ from agent_replay.replay.client import (
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
+from agent_replay.replay.failfast import FirstFailures
 from agent_replay.replay.fastclient import IDLE_S, KEEPALIVE_S, FastSender
 from agent_replay.replay.lifeline import StopSignals
 from agent_replay.replay.messages import Progress
@@ -91,6 +92,7 @@ class WorkerSummary(Counters):
     loop_lag: bytes = counter(b"")  # int64 ns, one per watchdog tick
     interrupted: bool = counter(False, either)
     aborted: bool = counter(False, either)  # --abort-after-failures: this worker stopped its shard
+    abort_reason: str | None = counter(None, first)  # why it stopped (replay.failfast), if it said
     gc: dict[str, int] = field(default_factory=dict, metadata=merged_by(GC_MERGE))  # QuietRuntime.stats()
     cpus: list[int] = field(default_factory=list, metadata=merged_by(add))  # the CPUs it was allowed to run on
     fd_table: int = counter(0, largest)  # file descriptors reserved before the run (selfmon.reserve_fds)
@@ -238,6 +240,7 @@ async def arun_shard(
 
         streak = [0]  # failed requests in a row
         abort_after = config.abort_after_failures
+        alike = FirstFailures()
         run_task: asyncio.Future[None] | None = None
 
         def on_record(rec: RequestRecord) -> None:
@@ -253,14 +256,13 @@ async def arun_shard(
             else:
                 kind = rec.error_kind or ErrorKind.UNKNOWN
                 summary.errors[kind] = summary.errors.get(kind, 0) + 1
-            if rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED:
-                streak[0] = 0
-            else:
-                streak[0] += 1
-                if abort_after is not None and streak[0] >= abort_after and not summary.aborted:
-                    summary.aborted = True
-                    if run_task is not None:
-                        run_task.cancel()
+            passed = rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED
+            streak[0] = 0 if passed else streak[0] + 1
+            why = alike.observe_record(rec)  # the first requests' one error (replay.failfast)
+            if not summary.aborted and (why or streak[0] >= (abort_after or 1 << 62)):
+                summary.aborted, summary.abort_reason = True, why
+                if run_task is not None:
+                    run_task.cancel()
             if usage_disagrees(rec):
                 summary.usage_disagree += 1
             # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
@@ -301,7 +303,7 @@ async def arun_shard(
             try:
                 await run_task
             except asyncio.CancelledError:
-                if not summary.aborted:  # Ctrl-C, not --abort-after-failures
+                if not summary.aborted:  # Ctrl-C, not a stop of its own
                     raise
         finally:
             ticker.cancel()

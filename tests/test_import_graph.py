@@ -155,9 +155,12 @@ def test_pyproject_ships_every_package_folder():
     assert set(conf["packages"]) == packages
     assert conf["package-dir"] == {f"{ROOT_PKG}.{p}": p for p in PACKAGES}
     for pkg, globs in conf["package-data"].items():
-        folder = ROOT / conf["package-dir"][".".join(pkg.split(".")[:2])] / Path(
-            *pkg.split(".")[2:])
+        top = ".".join(pkg.split(".")[:2])
+        folder = (ROOT / conf["package-dir"][top] / Path(*pkg.split(".")[2:])
+                  if top in conf["package-dir"] else ROOT / Path(*pkg.split(".")))
         assert all(list(folder.glob(g)) for g in globs), (pkg, globs)
+    assert conf["package-data"][ROOT_PKG] == ["py.typed"]  # PEP 561: typed for its users
+    assert (ROOT / ROOT_PKG / "py.typed").is_file()
 
 
 def test_a_folder_imported_by_its_bare_name_refuses_in_one_line():

@@ -78,6 +78,20 @@ def to_weka(table: pa.Table, meta: TraceMeta) -> list[dict[str, object]]:
     return [_weka_session(sid, rows, cols, bs) for sid, rows in by_session.items()]
 
 
+def trace_offset(ids: list[int]) -> int:
+    """The ``k << TRACE_ID_SHIFT`` a weka import added to the ids of its k-th trace, when
+    every id carries the same one (0: none, or ids of another origin)."""
+    from agent_replay.traces.importers.weka import TRACE_ID_SHIFT
+
+    if not ids or min(ids) < 1 or max(ids) >= _JSON_SAFE:
+        return 0
+    high = {h >> TRACE_ID_SHIFT for h in ids}
+    if len(high) != 1:
+        return 0
+    offset = high.pop() << TRACE_ID_SHIFT
+    return offset if min(ids) > offset else 0
+
+
 def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int) -> dict[str, object]:
     from agent_replay.traces.tree import MAIN
 
@@ -85,7 +99,10 @@ def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int
     row_of = {cols["request_index"][r]: r for r in rows}
     ids_all = [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]]
     remap: dict[int, int] | None = None
-    if any(h < 1 or h >= _JSON_SAFE for h in ids_all):  # WEKA ids count from 1
+    offset = trace_offset(ids_all)
+    if offset:  # a weka import's k-th trace: its own ids, which a re-import offsets again
+        remap = {h: h - offset for h in ids_all}
+    elif any(h < 1 or h >= _JSON_SAFE for h in ids_all):  # WEKA ids count from 1
         remap = {}
         for h in ids_all:
             remap.setdefault(h, len(remap) + 1)

@@ -73,3 +73,20 @@ def chain_hashes(parent_ids: Sequence[int] | None, parent_input: int | None, inp
     shared_tokens = parent_input if input_tokens >= parent_input else (cached_tokens or 0)
     shared_blocks = min(shared_tokens, input_tokens, parent_input) // block_size
     return extend_hashes(list(parent_ids[:shared_blocks]), n_blocks, tag)
+
+
+def cached_prefix_hashes(parent_ids: Sequence[int] | None, cached_tokens: int, input_tokens: int,
+                         block_size: int, tag: str, shared_tag: str) -> list[int]:
+    """Hash ids for a request of a content-less source that reports how much of its prompt
+    the server had cached: the request's ``cached_tokens`` are its parent's leading blocks
+    (as many full blocks as the count covers, at most all of the parent's), and the rest
+    are new (``tag``). A request without a parent whose prompt was cached shares that
+    prefix with every other such request of the same ``shared_tag`` (a system prompt the
+    server had from another session)."""
+    n_blocks = -(-input_tokens // block_size)
+    k = min(max(cached_tokens, 0), input_tokens) // block_size
+    if parent_ids:
+        shared = list(parent_ids[:k])
+    else:
+        shared = hashes_after(0, 0, k, shared_tag)
+    return extend_hashes(shared, n_blocks, tag)

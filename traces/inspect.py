@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from agent_replay.safetext import text, visible
 from agent_replay.traces.schema import TraceMeta
 from agent_replay.traces.stats import AgentStream, SessionCache, TraceSummary
 
@@ -50,9 +51,9 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("trace", path)
-    head.add_row("source", f"{meta.source} (schema v{meta.schema_version}, block size {meta.block_size}, "
-                           f"content {meta.content_mode})")
+    head.add_row("trace", text(path))
+    head.add_row("source", text(f"{meta.source} (schema v{meta.schema_version}, block size "
+                                f"{meta.block_size}, content {meta.content_mode})"))
     if meta.start_wall_ns:
         start = dt.datetime.fromtimestamp(meta.start_wall_ns / 1e9, tz=dt.timezone.utc)
         head.add_row("started", start.isoformat(timespec="milliseconds"))
@@ -79,7 +80,8 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
                                        f"({s.cached_tokens_total / s.total_input_tokens:.1%} "
                                        f"of input, by the server's usage{vs})")
     if s.models:
-        head.add_row("models", ", ".join(f"{k} ({v:,})" for k, v in sorted(s.models.items(), key=lambda kv: -kv[1])[:5]))
+        head.add_row("models", text(", ".join(
+            f"{k} ({v:,})" for k, v in sorted(s.models.items(), key=lambda kv: -kv[1])[:5])))
 
     pt = Table(title="distributions", title_justify="left")
     for col in ("", "count", "min", "mean", "p50", "p90", "p99", "max"):
@@ -106,7 +108,7 @@ def render_agents(rows: list[AgentStream], limit: int = 40) -> RenderableType:
     for col in ("session", "agent", "turns", "requests", "spawned by", "joined by"):
         t.add_column(col, justify="left" if col in ("session", "agent") else "right")
     for r in rows[:limit]:
-        t.add_row(r.session_id, r.agent_id, f"{r.turns:,}", f"{r.first}-{r.last}",
+        t.add_row(text(r.session_id), text(r.agent_id), f"{r.turns:,}", f"{r.first}-{r.last}",
                   "-" if r.spawned_by is None else f"#{r.spawned_by}",
                   "-" if r.joined_by is None else f"#{r.joined_by}")
     if len(rows) > limit:
@@ -126,7 +128,7 @@ def render_session_cache(rows: list[SessionCache], limit: int = 30) -> Renderabl
     for col in ("session", "requests", "input tokens", "server cached", "trace implies"):
         t.add_column(col, justify="left" if col == "session" else "right")
     for r in rows[:limit]:
-        t.add_row(r.session_id, f"{r.requests:,}", f"{r.input_tokens:,}", _pct(r.server_rate),
+        t.add_row(text(r.session_id), f"{r.requests:,}", f"{r.input_tokens:,}", _pct(r.server_rate),
                   _pct(r.implied_rate))
     if len(rows) > limit:
         t.add_row(f"... {len(rows) - limit:,} more", "", "", "", "")
@@ -143,6 +145,7 @@ def _secs(v: object) -> str:
 
 
 def _cut(s: str, width: int) -> str:
+    s = visible(s)
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
@@ -181,7 +184,7 @@ def render_head(table: pa.Table, n: int, width: int = 80) -> RenderableType:
         cols.append(("blocks", "right", lambda r: str(len(r["hash_ids"] or [])), "hash_ids"))
     shared = [c for c in ("api", "model") if has(c) and len({r.get(c) for r in rows}) == 1]
     if has("api") and "api" not in shared:
-        cols.append(("api", "left", lambda r: str(r.get("api") or "-"), "api"))
+        cols.append(("api", "left", lambda r: visible(r.get("api") or "-"), "api"))
     cells = {c[0]: [c[2](r) for r in rows] for c in cols}
 
     def needed(cs: list[Col]) -> int:
@@ -195,14 +198,14 @@ def render_head(table: pa.Table, n: int, width: int = 80) -> RenderableType:
     for name, justify, _, _ in cols:
         t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for i in range(len(rows)):
-        t.add_row(*(cells[c[0]][i] for c in cols))
+        t.add_row(*(Text(cells[c[0]][i]) for c in cols))
     shown = {c[3] for c in cols} | {"parent_index"}
-    notes = [f"{c}: {rows[0][c]}" for c in shared]
+    notes = [f"{c}: {visible(rows[0][c])}" for c in shared]
     more = [c for c in table.column_names if c not in shown and c not in shared and has(c)]
     lines = []
     if notes:
         lines.append("every row above: " + "; ".join(notes))
     if more:
-        lines.append("also in the trace: " + ", ".join(more)
+        lines.append("also in the trace: " + ", ".join(map(visible, more))
                      + " (agent-replay traces inspect summarizes them)")
     return Group(t, *(Text(line, style="dim") for line in lines))

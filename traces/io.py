@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +222,11 @@ def _session_picker(path: Path, keep: pa.Array, limits: TraceLimits) -> Picker:
     return pick
 
 
+def _given_picker(path: Path, picked: Mapping[tuple[Path, int], np.ndarray]) -> Picker:
+    nothing = np.zeros(0, np.int64)
+    return lambda pf, i: picked.get((path, i), nothing)
+
+
 def iter_batches(
     path: str | os.PathLike[str],
     columns: Sequence[str] | None = None,
@@ -243,6 +249,41 @@ def iter_batches(
             yield from t.to_batches(max_chunksize=batch_size)
 
 
+def iter_row_groups(
+    path: str | os.PathLike[str], columns: Sequence[str], *, limits: TraceLimits | None = None,
+) -> Iterator[tuple[GroupRef, pa.Table]]:
+    """Each row group of the trace in file order with those of ``columns`` its file has
+    (a part file may lack optional ones), one in memory at a time, each checked against
+    ``limits`` with the decoded-bytes budget applied per row group (a consumer that keeps
+    what it needs of a group, not the group, may read a trace of any length)."""
+    reading = Reading(limits or TraceLimits(), per_group=True)
+    for f in trace_files(path):
+        pf, strings = _open_for_reading(f)
+        cols = [c for c in columns if c in pf.schema_arrow.names]
+        for i, (first, t, _) in enumerate(_row_groups(f, pf, strings, cols, reading)):
+            yield GroupRef(f, i, first), t
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """Where a row group is: its file, its number there, its first row in the trace."""
+
+    path: Path
+    index: int
+    first_row: int
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """Those of ``columns`` the group's file has, again (checked when
+        ``iter_row_groups`` gave it)."""
+        try:
+            pf = pq.ParquetFile(self.path)
+            return pf.read_row_group(self.index, use_threads=False,
+                                     columns=[c for c in columns if c in pf.schema_arrow.names])
+        except (MemoryError, pa.ArrowMemoryError, pa.ArrowInvalid, OSError, KeyError) as exc:
+            raise TraceError(f"cannot read row group {self.index} ({exc})",
+                             path=str(self.path)) from exc
+
+
 def read_trace(
     path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
     sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
@@ -256,23 +297,29 @@ def read_trace(
 def read_trace_rows(
     path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
     sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
+    picked: Mapping[tuple[Path, int], np.ndarray] | None = None,
 ) -> tuple[pa.Table, TraceMeta, np.ndarray]:
     """``read_trace``, and the number of each row kept in the whole trace (0-based, in
-    file order), for messages about rows."""
+    file order), for messages about rows. ``picked``: instead of ``sessions``, the rows to
+    keep of each row group (file, number), as ``traces.select.SessionScan.rows`` finds
+    them; a group it does not name is not read."""
     meta = read_meta(path)
     lim = limits or TraceLimits()
     reading = Reading(lim)
     keep = None if sessions is None else pa.array(sorted(sessions), pa.string())
+    if picked is not None:
+        keep = pa.array([], pa.string())  # every group goes through the picker
     tables: list[pa.Table] = []
     rows: list[np.ndarray] = []
     for f in trace_files(path):
         pf, strings = _open_for_reading(f)
         cols = list(columns) if columns else None
-        needed = (cols or []) + (["session_id"] if keep is not None else [])
+        needed = (cols or []) + (["session_id"] if keep is not None and picked is None else [])
         missing = [c for c in needed if c not in pf.schema_arrow.names]
         if missing:
             raise TraceError("column not in file", path=str(f), field=missing[0])
-        pick = None if keep is None else _session_picker(f, keep, lim)
+        pick = None if keep is None else _session_picker(f, keep, lim) if picked is None \
+            else _given_picker(f, picked)
         for first, t, chosen in _row_groups(f, pf, strings, cols, reading, pick):
             n = t.num_rows
             if chosen is not None:

@@ -8,7 +8,9 @@ chunk: values times width for numbers and lists of numbers, the uncompressed siz
 plain strings), then, with string columns read as dictionaries (their decoded size is the
 dictionary's value lengths taken by the indices, a vectorized sum without decoding), per
 value (string bytes, list lengths). A number of one of the schema's numeric columns that
-is not finite is rejected by row and field. Every breach is a ``TraceError`` naming the file, the limit and, where known, the
+is not finite is rejected by row and field. A column of a row group that decodes to more
+than ``max_expansion`` times its size on disk (past a floor) is refused before it is
+decoded. Every breach is a ``TraceError`` naming the file, the limit and, where known, the
 row and field.
 
 The decoded-bytes budget defaults to 8 GiB, or half the process's address-space limit
@@ -64,6 +66,11 @@ class TraceLimits:
     request's tokens (``validate.MAX_TOKENS``)."""
     max_bytes: int | None = None
     """Decoded bytes of the whole trace; None: ``memory_budget()``."""
+    max_expansion: int = 1000
+    """Decoded bytes of one column of a row group per byte it takes on disk, once it
+    decodes to more than ``expansion_floor``: text compresses tens of times, a bomb (one
+    long value on every row, runs of one character) tens of thousands of times."""
+    expansion_floor: int = 64 << 20
 
     def budget(self) -> int:
         return self.max_bytes if self.max_bytes is not None else memory_budget()
@@ -95,11 +102,15 @@ def string_columns(schema: pa.Schema) -> list[str]:
 class Reading:
     """The running totals of one trace being read, against ``limits``."""
 
-    def __init__(self, limits: TraceLimits) -> None:
+    def __init__(self, limits: TraceLimits, *, per_group: bool = False) -> None:
         self.limits = limits
         self.budget = limits.budget()
         self.rows = 0
         self.bytes = 0
+        self.per_group = per_group
+        """The budget holds for each row group alone (a reader that keeps none of them)."""
+        self.on_disk: dict[str, int] = {}
+        """Compressed bytes of each column of the row group being read."""
 
     def skip(self, rows: int) -> None:
         """A row group left unread: its rows still count for the row numbers."""
@@ -115,17 +126,21 @@ class Reading:
         lim = self.limits
         rg = pf.metadata.row_group(i)
         n = rg.num_rows
+        if self.per_group:
+            self.bytes = 0
         if n < 0 or self.rows + n > lim.max_rows:
             self._fail(path, f"more than {lim.max_rows:,} rows (row group {i} claims {n:,}); "
                        "the limit on rows per trace")
         arrow = pf.schema_arrow
         names = set(columns) if columns is not None else set(arrow.names)
         total = 0
+        self.on_disk = {}
         for j in range(rg.num_columns):
             col = rg.column(j)
             top = col.path_in_schema.split(".")[0]
             if top not in names or top not in arrow.names:
                 continue
+            self.on_disk[top] = self.on_disk.get(top, 0) + max(col.total_compressed_size, 0)
             t = arrow.field(top).type
             values = col.num_values
             if (pa.types.is_list(t) or pa.types.is_large_list(t)) and \
@@ -137,6 +152,7 @@ class Reading:
             if values < 0 or col.total_uncompressed_size < 0:
                 self._fail(path, f"row group {i} claims a negative size", field=top)
             total += size + 8 * n
+            self._check_expansion(path, i, top, col.total_uncompressed_size, self.on_disk[top])
         if self.bytes + total > self.budget:
             self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB (row group {i}, "
                        "from its metadata), the memory budget for a trace")
@@ -159,6 +175,7 @@ class Reading:
                 if self.bytes + extra > self.budget:
                     self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB "
                                "(its strings), the memory budget for a trace", field=name)
+                self._check_expansion(path, None, name, extra, self.on_disk.get(name))
                 self.bytes += extra
                 if name in decode:
                     table = table.set_column(table.schema.get_field_index(name), name,
@@ -180,6 +197,18 @@ class Reading:
                     v = col[row].as_py()
                     self._fail(path, f"{v} is not a finite number", row=first_row + row, field=name)
         return table
+
+    def _check_expansion(self, path: str, group: int | None, name: str, decoded: int,
+                         disk: int | None) -> None:
+        """A column that decodes to far more than it takes on disk is refused before it
+        is decoded (``TraceLimits.max_expansion``)."""
+        lim = self.limits
+        if disk is None or decoded <= lim.expansion_floor or decoded <= lim.max_expansion * disk:
+            return
+        where = "" if group is None else f" (row group {group}, from its metadata)"
+        self._fail(path, f"decodes to {decoded / (1 << 20):,.0f} MiB from {disk:,} bytes on "
+                   f"disk{where}, more than {lim.max_expansion:,} times its size, the limit on "
+                   "expansion", field=name)
 
     def _check_strings(self, lengths: np.ndarray, path: str, first_row: int, name: str,
                        most: int) -> None:

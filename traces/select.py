@@ -1,65 +1,95 @@
-"""Which sessions a replay cut to its first N sessions can use, found before the trace is
-read whole: from the session and arrival columns only (``first_sessions``)."""
+"""Which sessions a replay cut to its first N sessions (``first_sessions``) or to a
+duration (``sessions_starting_before``) can use, found before the trace is read whole:
+from the session and arrival columns only."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from agent_replay.traces.io import iter_batches, trace_files
+from agent_replay.traces.io import GroupRef, iter_row_groups, trace_files
+from agent_replay.traces.stats import global_codes
+
+
+class SessionScan:
+    """One pass over a trace's session and arrival columns: each session's first arrival
+    (failed requests left out with ``skip_failed``) and, per row group, each row's session,
+    so that the rows of the sessions a replay picks are found without reading again."""
+
+    def __init__(self, path: str | os.PathLike[str], *, skip_failed: bool) -> None:
+        import pyarrow.parquet as pq
+
+        cols = ["session_id", "arrival_ns"]
+        if skip_failed and all("error" in pq.read_schema(f).names for f in trace_files(path)):
+            cols.append("error")
+        code: dict[str, int] = {}
+        self.groups: list[tuple[GroupRef, np.ndarray]] = []
+        firsts: list[np.ndarray] = []  # per group: (code, earliest arrival) pairs
+        for ref, t in iter_row_groups(path, cols):
+            codes = global_codes(t.column("session_id"), code)
+            self.groups.append((ref, codes.astype(np.int32)))
+            ok = codes >= 0
+            if "error" in t.column_names:
+                ok &= np.asarray(pc.is_null(t.column("error")).to_numpy(zero_copy_only=False), bool)
+            arr = np.asarray(t.column("arrival_ns").to_numpy(zero_copy_only=False)).astype(np.int64)
+            if ok.any():
+                firsts.append(np.stack([codes[ok], arr[ok]]))
+        self.names = list(code)
+        big = np.iinfo(np.int64).max
+        self.starts = np.full(len(code), big, np.int64)
+        """Per session code: its first arrival (int64 max: none that counts)."""
+        for f in firsts:
+            np.minimum.at(self.starts, f[0], f[1])
+        self.counted = self.starts < big
+
+    def first(self, n: int) -> np.ndarray | None:
+        """Codes of the sessions whose first arrival is no later than the ``n``-th
+        session's: a superset of the first ``n`` by start, whatever ties and clones do to
+        the order among them. None when there are no more than ``n`` (all are needed)."""
+        counted = np.flatnonzero(self.counted)
+        if counted.size <= n:
+            return None
+        cut = np.partition(self.starts[counted], n - 1)[n - 1]
+        return counted[self.starts[counted] <= cut]
+
+    def before(self, seconds: float, speedup: float) -> np.ndarray | None:
+        """Codes of the sessions whose first request comes less than ``seconds`` (of
+        replay, after ``speedup``) after the trace's first, with a nanosecond to spare (a
+        superset of those a replay with that duration starts). None when that is all."""
+        counted = np.flatnonzero(self.counted)
+        if counted.size == 0:
+            return None
+        first = self.starts[counted]
+        keep = (first - first.min()) / speedup < seconds * 1e9 + 1
+        return None if keep.all() else counted[keep]
+
+    def session_names(self, codes: np.ndarray) -> set[str]:
+        return {self.names[c] for c in codes.tolist()}
+
+    def rows(self, codes: np.ndarray) -> dict[tuple[Path, int], np.ndarray]:
+        """Per row group (file, number): the rows of the sessions ``codes``."""
+        want = np.zeros(len(self.names) + 1, bool)
+        want[codes] = True  # the extra last entry stands for -1 (no session)
+        return {(ref.path, ref.index): np.flatnonzero(want[c]) for ref, c in self.groups}
 
 
 def first_sessions(path: str | os.PathLike[str], n: int, *, skip_failed: bool) -> set[str] | None:
     """The sessions whose first request (leaving failed ones out with ``skip_failed``)
-    arrives no later than the ``n``-th session's: a superset of the first ``n`` sessions
-    by start, whatever ties and clones do to the order among them. None when the trace
-    has no more than ``n`` sessions (all are needed)."""
-    import pyarrow.parquet as pq
-
-    cols = ["session_id", "arrival_ns"]
-    if skip_failed and all("error" in pq.read_schema(f).names for f in trace_files(path)):
-        cols.append("error")
-    parts: list[pa.Table] = []  # (session, earliest arrival) per batch, compacted
-    held = compacted = 0
-    for b in iter_batches(path, columns=cols):
-        sid = b.column("session_id")
-        if not pa.types.is_dictionary(sid.type):
-            sid = sid.dictionary_encode()
-        arr = np.asarray(b.column("arrival_ns").to_numpy(zero_copy_only=False)).astype(np.int64)
-        ok = np.asarray(sid.is_valid().to_numpy(zero_copy_only=False), bool)
-        if "error" in b.schema.names:
-            ok &= np.asarray(pc.is_null(b.column("error")).to_numpy(zero_copy_only=False), bool)
-        idx = np.asarray(sid.indices.fill_null(0).to_numpy(zero_copy_only=False)).astype(np.int64)[ok]
-        arr = arr[ok]
-        if not idx.size:
-            continue
-        # the batch's earliest arrival per session: sort by session, reduce each run
-        order = np.argsort(idx, kind="stable")
-        si, sa = idx[order], arr[order]
-        starts = np.flatnonzero(np.r_[True, si[1:] != si[:-1]])
-        names = sid.dictionary.take(pa.array(si[starts]))
-        if pa.types.is_dictionary(names.type):  # pragma: no cover - nested dictionaries
-            names = names.cast(names.type.value_type)
-        parts.append(pa.table({"s": names.cast(pa.string()), "a": np.minimum.reduceat(sa, starts)}))
-        held += len(starts)
-        if held > 2 * compacted + 65536:  # keep what is held near one row per session
-            parts = [_earliest(parts)]
-            held = compacted = parts[0].num_rows
-    if not parts:
-        return None
-    starts_t = _earliest(parts)
-    if starts_t.num_rows <= n:
-        return None
-    first = np.asarray(starts_t.column("a").to_numpy(zero_copy_only=False))
-    cut = np.partition(first, n - 1)[n - 1]
-    keep = starts_t.column("s").filter(pa.array(first <= cut))
-    return {str(s) for s in keep.to_pylist()}
+    arrives no later than the ``n``-th session's (``SessionScan.first``); None when the
+    trace has no more than ``n`` sessions (all are needed)."""
+    scan = SessionScan(path, skip_failed=skip_failed)
+    codes = scan.first(n)
+    return None if codes is None else scan.session_names(codes)
 
 
-def _earliest(parts: list[pa.Table]) -> pa.Table:
-    """One row per session (``s``) with its earliest arrival (``a``)."""
-    t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    return t.group_by("s").aggregate([("a", "min")]).rename_columns(["s", "a"])
+def sessions_starting_before(path: str | os.PathLike[str], seconds: float, speedup: float, *,
+                             skip_failed: bool) -> set[str] | None:
+    """The sessions whose first request comes less than ``seconds`` (of replay, after
+    ``speedup``) after the trace's first (``SessionScan.before``); None when that is
+    every session."""
+    scan = SessionScan(path, skip_failed=skip_failed)
+    codes = scan.before(seconds, speedup)
+    return None if codes is None else scan.session_names(codes)

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agent_replay.traces.prefix import SERVER_BLOCK, PrefixCache
+
 
 def _column(table: pa.Table, name: str) -> pa.ChunkedArray:
     return table.column(name)
@@ -29,66 +31,50 @@ def arrival_order(table: pa.Table) -> np.ndarray:
     return np.argsort(arrival, kind="stable")
 
 
+def _hash_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per row the number of hash ids (0 for null), and all of them flattened."""
+    hashes = _column(table, "hash_ids").combine_chunks()
+    lengths = _np(pc.fill_null(pc.list_value_length(hashes), 0), np.int64)
+    return lengths, _np(pc.list_flatten(hashes), np.int64)
+
+
+def _in_order(lengths: np.ndarray, flat: np.ndarray, order: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The hash lists of the rows ``order`` names, in that order."""
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    lens = lengths[order]
+    first = np.repeat(starts[order], lens)
+    offs = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens)
+    return lens, flat[first + within]
+
+
+def _cache_figures(table: pa.Table, block_size: int, server_block: int = SERVER_BLOCK
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, in file order: matched blocks and implied cached tokens of an unbounded
+    prefix cache fed the rows in arrival order (``traces.prefix.PrefixCache``)."""
+    n = table.num_rows
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lengths, flat = _hash_lists(table)
+    inputs = _np(_column(table, "input_tokens"), np.int64)
+    order = arrival_order(table)
+    lens, vals = _in_order(lengths, flat, order)
+    m, h = PrefixCache(block_size, server_block).step(lens, vals, inputs[order])
+    matched = np.empty(n, np.int64)
+    implied = np.empty(n, np.int64)
+    matched[order] = m
+    implied[order] = h
+    return matched, implied
+
+
 def matched_blocks(table: pa.Table) -> np.ndarray:
     """Per row: leading blocks of ``hash_ids`` that an unbounded prefix cache already holds
     when the row arrives (requests processed in arrival order, ties in file order).
 
     A block counts as held when its hash appeared in an earlier request. Rows without
-    hashes (null) match 0 blocks. Vectorized: one pass over the flattened hash lists.
-    """
-    n = table.num_rows
-    if n == 0:
-        return np.zeros(0, np.int64)
-    hashes = _column(table, "hash_ids").combine_chunks()
-    lengths = _np(pc.fill_null(pc.list_value_length(hashes), 0), np.int64)
-    flat = _np(pc.list_flatten(hashes), np.int64)
-    if flat.size == 0:
-        return np.zeros(n, np.int64)
-    arrival = _np(_column(table, "arrival_ns"), np.int64)
-    in_order = bool(np.all(arrival[1:] >= arrival[:-1]))
-    row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    if in_order:  # the common case: rank == row, elements already in rank order
-        elem_rank = row_of
-        vals = flat
-    else:
-        order = np.argsort(arrival, kind="stable")
-        rank = np.empty(n, np.int64)
-        rank[order] = np.arange(n, dtype=np.int64)
-        elem_rank = rank[row_of]
-        by_rank = np.argsort(elem_rank, kind="stable")
-        vals = flat[by_rank]
-    r = elem_rank if in_order else elem_rank[by_rank]
-    # group equal hashes (stable, so each group's first element has the earliest rank)
-    o = np.argsort(vals, kind="stable")
-    sv = vals[o]
-    start = np.empty(sv.size, bool)
-    start[0] = True
-    np.not_equal(sv[1:], sv[:-1], out=start[1:])
-    gid = np.cumsum(start) - 1
-    ro = r[o]
-    seen_sorted = ro[start][gid] < ro
-    seen_r = np.empty(sv.size, bool)
-    seen_r[o] = seen_sorted
-    if in_order:
-        seen = seen_r
-    else:
-        seen = np.empty(sv.size, bool)
-        seen[by_rank] = seen_r
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    pos = np.arange(flat.size, dtype=np.int64) - np.repeat(starts, lengths)
-    big = np.iinfo(np.int64).max
-    first_miss_pos = np.where(seen, big, pos)
-    out = lengths.copy()
-    nonempty = lengths > 0
-    if nonempty.any():
-        firsts = np.minimum.reduceat(first_miss_pos, starts[nonempty])
-        out[nonempty] = np.minimum(firsts, lengths[nonempty])
-    return out
-
-
-SERVER_BLOCK = 16
-"""The server's own cache block in tokens, for the implied figures: vLLM's default block
-size, and the simulated engine's."""
+    hashes (null) match 0 blocks."""
+    return _cache_figures(table, 1)[0]
 
 
 def implied_hits(lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray, rank: np.ndarray,
@@ -97,7 +83,7 @@ def implied_hits(lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray, rank
     """Per row: prompt tokens an unbounded prefix cache serves, counted as the server
     counts them. Rows are taken in ``rank`` order (unique ranks); row r has hash ids
     ``flat[starts[r]:starts[r] + lengths[r]]`` and ``inputs[r]`` prompt tokens; ``space``
-    (per row) keeps hash spaces apart (replay clones).
+    (per row) keeps hash spaces apart (replay clones): each space is a cache of its own.
 
     Block i of a row holds ``min(block_size, inputs - i * block_size)`` tokens, and leaves
     in the cache the whole ``server_block``-token blocks of them. A row's hit goes block by
@@ -106,48 +92,23 @@ def implied_hits(lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray, rank
     partial last block counts for what it filled (its id may recur as a full block in a
     longer prompt that extends it). A server always computes the last prompt token: the hit
     is at most ``inputs - 1`` rounded down to a server block (when ``block_size`` is a
-    multiple of ``server_block``; else tokens are counted one by one, up to ``inputs``)."""
-    n = len(lengths)
-    inputs = np.asarray(inputs, np.int64)
+    multiple of ``server_block``; else tokens are counted one by one, up to ``inputs``).
+    ``traces.prefix.PrefixCache`` does the counting."""
     lengths = np.asarray(lengths, np.int64)
-    bs = int(block_size)
-    sb = server_block if server_block > 1 and bs % server_block == 0 else 1
+    flat = np.asarray(flat, np.int64)
+    inputs = np.asarray(inputs, np.int64)
+    n = len(lengths)
     out = np.zeros(n, np.int64)
     if n == 0 or len(flat) == 0:
         return out
-    row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    pos = np.arange(len(flat), dtype=np.int64) - starts[row_of]
-    need = np.clip(inputs[row_of] - pos * bs, 0, bs)
-    cover = need // sb * sb
-    r = np.asarray(rank, np.int64)[row_of]
+    rank = np.asarray(rank, np.int64)
     sp = np.zeros(n, np.int64) if space is None else np.asarray(space, np.int64)
-    # elements grouped by (space, hash id), each group in rank order
-    o = np.lexsort((r, flat, sp[row_of]))
-    fo, so, ro = flat[o], sp[row_of][o], r[o]
-    new_group = np.empty(len(o), bool)
-    new_group[0] = True
-    new_group[1:] = (fo[1:] != fo[:-1]) | (so[1:] != so[:-1])
-    gid = np.cumsum(new_group) - 1
-    step = np.int64(bs + 1)
-    running = np.maximum.accumulate(cover[o] + gid * step) - gid * step  # max so far, in group
-    # what rows of earlier rank left: the running max before this element's rank began
-    first_of_rank = np.empty(len(o), bool)
-    first_of_rank[0] = True
-    first_of_rank[1:] = new_group[1:] | (ro[1:] != ro[:-1])
-    idx = np.maximum.accumulate(np.where(first_of_rank, np.arange(len(o)), 0))
-    before = np.where(new_group[idx], 0, running[np.maximum(idx - 1, 0)])
-    have = np.empty(len(o), np.int64)
-    have[o] = before
-    big = np.iinfo(np.int64).max
-    stop_pos = np.where(have < bs, pos, big)
-    first_stop = np.full(n, big, np.int64)
-    nonempty = lengths > 0
-    first_stop[nonempty] = np.minimum.reduceat(stop_pos, starts[nonempty])
-    counted = pos <= first_stop[row_of]
-    hit = np.bincount(row_of, np.where(counted, np.minimum(have, need), 0), minlength=n)
-    cap = (inputs - 1) // sb * sb if sb > 1 else inputs
-    return np.maximum(0, np.minimum(hit.astype(np.int64), cap))
+    for s in np.unique(sp):
+        rows = np.flatnonzero(sp == s)
+        order = rows[np.argsort(rank[rows], kind="stable")]
+        lens, vals = _in_order(lengths, flat, order)
+        out[order] = PrefixCache(block_size, server_block).step(lens, vals, inputs[order])[1]
+    return out
 
 
 def implied_cached_tokens(table: pa.Table, block_size: int,
@@ -156,14 +117,7 @@ def implied_cached_tokens(table: pa.Table, block_size: int,
     serve, requests taken in arrival order (ties in file order), counted in whole
     ``server_block``-token blocks as the server counts its cached tokens (``implied_hits``;
     ``server_block`` 1 counts tokens). Rows without hashes (null) hit nothing."""
-    n = table.num_rows
-    inputs = _np(_column(table, "input_tokens"), np.int64)
-    hashes = _column(table, "hash_ids").combine_chunks()
-    lengths = _np(pc.fill_null(pc.list_value_length(hashes), 0), np.int64)
-    flat = _np(pc.list_flatten(hashes), np.int64)
-    rank = np.empty(n, np.int64)
-    rank[arrival_order(table)] = np.arange(n, dtype=np.int64)
-    return implied_hits(lengths, flat, inputs, rank, block_size, server_block)
+    return _cache_figures(table, block_size, server_block)[1]
 
 
 def prefix_reuse(table: pa.Table, block_size: int | None = None) -> float | None:
@@ -207,6 +161,23 @@ def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
     return _np(enc.indices, np.int64), len(enc.dictionary)
 
 
+def global_codes(col: pa.ChunkedArray | pa.Array, codes: dict[str, int]) -> np.ndarray:
+    """Each value of a string column (plain or dictionary) as its code in ``codes``, which
+    grows by the values not in it yet (null: -1). Only the dictionary entries the rows use
+    are looked up: a part file may carry every session's name in each row group."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    enc = arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
+    if len(enc) == 0:
+        return np.zeros(0, np.int64)
+    valid = _np(enc.is_valid(), bool)
+    idx = _np(pc.fill_null(enc.indices, 0), np.int64)
+    used = np.unique(idx[valid])
+    local = np.full(max(len(enc.dictionary), 1), -1, np.int64)
+    names = enc.dictionary.take(pa.array(used)).cast(pa.string()).to_pylist()
+    local[used] = [codes.setdefault(str(s), len(codes)) for s in names]
+    return np.where(valid, local[idx], -1)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionCache:
     """One session's prompt tokens and how many were cached: by the original server (its
@@ -237,31 +208,7 @@ def session_cache(table: pa.Table, block_size: int) -> list[SessionCache]:
     """Per session, in order of first arrival: server-cached vs trace-implied prompt
     tokens (the implied figure over the whole trace's cache, as a replay would see it).
     A session's server figure is None unless every row has one."""
-    n = table.num_rows
-    if n == 0:
-        return []
-    codes, n_sessions = session_codes(table)
-    names = _column(table, "session_id").cast(pa.string()).to_pylist()
-    inputs = _np(_column(table, "input_tokens"), np.int64)
-    arrival = _np(_column(table, "arrival_ns"), np.int64)
-    cached_col = _column(table, "cached_tokens")
-    known = _np(pc.is_valid(cached_col), bool)
-    cached = _np(pc.fill_null(cached_col, 0), np.int64)
-    hashes = _column(table, "hash_ids")
-    has_ids = int(pc.sum(pc.fill_null(pc.list_value_length(hashes.combine_chunks()), 0)).as_py() or 0) > 0
-    implied = implied_cached_tokens(table, block_size) if has_ids else None
-    inp = np.bincount(codes, inputs, minlength=n_sessions)
-    cnt = np.bincount(codes, minlength=n_sessions)
-    srv = np.bincount(codes, cached, minlength=n_sessions)
-    srv_known = np.bincount(codes, known, minlength=n_sessions)
-    imp = np.bincount(codes, implied, minlength=n_sessions) if implied is not None else None
-    first = np.full(n_sessions, np.iinfo(np.int64).max)
-    np.minimum.at(first, codes, arrival)
-    name = {int(c): names[i] for i, c in enumerate(codes)}
-    return [SessionCache(session_id=name[c], requests=int(cnt[c]), input_tokens=int(inp[c]),
-                         server_cached=int(srv[c]) if srv_known[c] == cnt[c] else None,
-                         implied_cached=int(imp[c]) if imp is not None else None)
-            for c in np.argsort(first, kind="stable").tolist()]
+    return summarize(table, block_size).sessions_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,20 +246,37 @@ def agent_streams(table: pa.Table) -> list[AgentStream]:
         by.setdefault(str(r["session_id"]), []).append(r)
     out: list[AgentStream] = []
     for sid, rows in by.items():
-        rows.sort(key=lambda r: int(r["request_index"]))  # type: ignore[call-overload]
-        of = {int(r["request_index"]): str(r["agent_id"] or "main") for r in rows}  # type: ignore[call-overload]
-        turns: dict[str, list[int]] = {}
-        for r in rows:
-            turns.setdefault(of[int(r["request_index"])], []).append(int(r["request_index"]))  # type: ignore[call-overload]
-        deps = {int(r["request_index"]): list(r["depends_on"] or []) for r in rows}  # type: ignore[call-overload]
-        firsts = {idx[0] for idx in turns.values()}  # a stream's first turn: its spawn
-        for name, idx in turns.items():
-            spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
-            joins = [i for i, ds in deps.items()
-                     if of[i] != name and idx[-1] in ds and i not in firsts]
-            out.append(AgentStream(sid, name, len(idx), idx[0], idx[-1],
-                                   max(spawn) if spawn else None,
-                                   min(joins) if joins else None))
+        out += session_streams(sid, [int(r["request_index"]) for r in rows],  # type: ignore[call-overload]
+                               [str(r["agent_id"] or "main") for r in rows],
+                               [list(r["depends_on"] or []) for r in rows])  # type: ignore[call-overload]
+    return out
+
+
+def session_streams(session_id: str, request_index: list[int], agent_id: list[str],
+                    depends_on: list[list[int]]) -> list[AgentStream]:
+    """The agent streams of one session (its rows in any order), in order of first turn;
+    linear in the rows and their dependencies."""
+    order = sorted(range(len(request_index)), key=request_index.__getitem__)
+    of = {request_index[i]: agent_id[i] for i in order}
+    turns: dict[str, list[int]] = {}
+    for i in order:
+        turns.setdefault(agent_id[i], []).append(request_index[i])
+    deps = {request_index[i]: depends_on[i] for i in order}
+    firsts = {idx[0] for idx in turns.values()}  # a stream's first turn: its spawn
+    last_of = {idx[-1]: name for name, idx in turns.items()}
+    joined: dict[str, int] = {}
+    for i in (request_index[k] for k in order):  # a join: a later turn of another stream
+        if i in firsts:
+            continue
+        for d in deps[i]:
+            name = last_of.get(d)
+            if name is not None and name != of[i] and (name not in joined or i < joined[name]):
+                joined[name] = i
+    out = []
+    for name, idx in turns.items():
+        spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
+        out.append(AgentStream(session_id, name, len(idx), idx[0], idx[-1],
+                               max(spawn) if spawn else None, joined.get(name)))
     return out
 
 
@@ -337,54 +301,15 @@ class TraceSummary:
     models: dict[str, int] = field(default_factory=dict)
     sessions_cache: list[SessionCache] = field(default_factory=list)
     agents: list[AgentStream] = field(default_factory=list)
+    failed: int = 0
+    """Rows with an ``error`` (failed when recorded)."""
+    failure_causes: list[tuple[str, int]] = field(default_factory=list)
+    """The most frequent error texts (cut at the first colon) and their counts."""
 
 
 def summarize(table: pa.Table, block_size: int) -> TraceSummary:
-    """The numbers behind ``traces inspect``."""
-    n = table.num_rows
-    arrival = _np(_column(table, "arrival_ns"), np.int64)
-    codes, n_sessions = session_codes(table) if n else (np.zeros(0, np.int64), 0)
-    first = int(arrival.min()) if n else 0
-    span = int(arrival.max() - first) if n else 0
-    minutes = ((arrival - first) // 60_000_000_000).astype(np.int64)
-    per_minute = np.bincount(minutes).tolist() if n else []
-    inputs = _np(_column(table, "input_tokens"), np.int64)
-    outputs = _np(_column(table, "output_tokens"), np.int64)
-    think_col = _column(table, "think_ns")
-    think = _np(think_col.drop_null(), np.float64) / 1e9 if think_col.null_count < n else np.zeros(0)
-    turns = np.bincount(codes, minlength=n_sessions).astype(np.float64)
-    cached_col = _column(table, "cached_tokens")
-    cached_total = int(pc.sum(cached_col).as_py() or 0) if cached_col.null_count < n else None
-    hashes = _column(table, "hash_ids")
-    total_blocks = int(pc.sum(pc.fill_null(pc.list_value_length(hashes.combine_chunks()), 0)).as_py() or 0)
-    reuse: float | None = None
-    implied: int | None = None
-    if total_blocks:
-        matched = matched_blocks(table)
-        reuse = float(matched.sum()) / total_blocks
-        implied = int(np.minimum(matched * int(block_size), inputs).sum())
-    models: dict[str, int] = {}
-    if "model" in table.column_names and _column(table, "model").null_count < n:
-        vc = pc.value_counts(_column(table, "model").cast(pa.string()).combine_chunks())
-        for item in vc.to_pylist():
-            if item["values"] is not None:
-                models[str(item["values"])] = int(item["counts"])
-    return TraceSummary(
-        requests=n,
-        sessions=n_sessions,
-        span_ns=span,
-        first_arrival_ns=first,
-        per_minute=per_minute,
-        input_tokens=percentiles(inputs),
-        output_tokens=percentiles(outputs),
-        total_input_tokens=int(inputs.sum()),
-        total_output_tokens=int(outputs.sum()),
-        think_s=percentiles(think),
-        turns_per_session=percentiles(turns),
-        cached_tokens_total=cached_total,
-        prefix_reuse=reuse,
-        implied_cached_total=implied,
-        models=models,
-        sessions_cache=session_cache(table, block_size),
-        agents=agent_streams(table),
-    )
+    """The numbers behind ``traces inspect``, of a table in memory
+    (``traces.summary``, which also streams a trace from its file)."""
+    from agent_replay.traces.summary import summarize_table
+
+    return summarize_table(table, block_size)

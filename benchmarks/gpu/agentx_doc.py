@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -184,34 +185,20 @@ def non_default_args(server_log: Path) -> dict[str, object]:
     return dict(ast.literal_eval(body))
 
 
-def not_in_effect(asked: list[str], got: dict[str, object]) -> list[str]:
-    """The requested flags (``--flag value`` pairs of a vllm serve command, the port and
-    parallel sizes aside) that the server's reported settings lack or hold another value
-    of; a JSON value is in effect when each of its keys is."""
-    out = []
-    i = 0
-    while i < len(asked):
-        flag = asked[i]
-        value = asked[i + 1] if i + 1 < len(asked) and not asked[i + 1].startswith("--") else None
-        i += 2 if value is not None else 1
-        key = flag[2:].replace("-", "_")
-        if key in ("port", "tensor_parallel_size"):
-            continue
-        have = got.get(key)
-        want: object = True if value is None else (
-            json.loads(value) if value[:1] in "{[" else value)
-        if isinstance(want, dict) and isinstance(have, dict):
-            if any(have.get(k) != v for k, v in want.items()):
-                out.append(flag)
-        elif str(have) != str(want):
-            out.append(flag)
-    return out
+def setting_checks(name: str, run: Path = RUN) -> list[Any]:
+    """Every flag ``agent-replay engines vllm-cmd`` gave server NAME, checked against what
+    that server reported running (``engines.vllm.resolved``: its engine config line, the
+    graphs it captured, its KV reservation), as ``engines launch`` checks a launch."""
+    from agent_replay.engines.vllm.resolved import check, parse_log
+
+    text = (run / "logs" / f"{name}.server.log").read_text(errors="replace")
+    return check(requested(name, run)[3:], parse_log(text))
 
 
 def requested(name: str, run: Path = RUN) -> list[str]:
     """The vLLM arguments profile ``name`` asked for (its vllm-cmd output)."""
     cmd = json.loads((run / f"results/{name}.command.json").read_text())
-    return list(cmd["commands"][0]["argv"][3:])
+    return list(cmd["commands"][0]["argv"])
 
 
 # ---- blocks ------------------------------------------------------------------------------
@@ -260,22 +247,54 @@ def _setting(key: str, value: object) -> str:
 
 
 def settings_table(run: Path = RUN) -> str:
-    """Each profile's settings as its server reported them (vLLM's 'non-default args' of the
-    server that ran the single-user repeats), and whether each requested flag is there."""
-    lines = ["| profile | " + " | ".join(h for _, h in SETTINGS) + " | requested flags in effect |",
+    """Each profile's settings as its server parsed them (vLLM's 'non-default args' of the
+    server that ran the single-user repeats), and how many requested settings the server
+    reported running (``setting_checks``)."""
+    lines = ["| profile | " + " | ".join(h for _, h in SETTINGS)
+             + " | requested settings: in effect / parsed, not reported / differ |",
              "|---" * (len(SETTINGS) + 2) + "|"]
     for prof in PROFILES:
         name = SERVER[prof]
         log = run / "logs" / f"{name}.server.log"
         got = non_default_args(log)
-        asked = requested(name, run)
-        flags = [a for a in asked if a.startswith("--") and a not in ("--port",
-                                                                      "--tensor-parallel-size")]
-        bad = not_in_effect(asked, got)
+        checks = setting_checks(name, run)
+        count = {st: [c.flag for c in checks if c.status == st]
+                 for st in ("in effect", "not reported", "differs")}
         lines.append(f"| {prof} | " + " | ".join(_setting(k, got.get(k)) for k, _ in SETTINGS)
-                     + f" | {len(flags) - len(bad)} of {len(flags)}"
-                     + (f" (not: {', '.join(bad)})" if bad else "") + " |")
+                     + f" | {len(count['in effect'])} / {len(count['not reported'])} "
+                     f"({', '.join(count['not reported']) or '-'}) / {len(count['differs'])} |")
     return "\n".join(lines)
+
+
+def acceptance_length(folder: Path) -> tuple[float, float]:
+    """(accepted draft tokens, verify steps) the server counted during one replay: the
+    growth of vllm:spec_decode_num_accepted_tokens_total and ..._num_drafts_total between
+    the run's first and last scrape."""
+    t = pq.read_table(folder / "server_metrics.parquet",
+                      columns=["t_ns", "name", "value"]).to_pydict()
+
+    def grew(name: str) -> float:
+        seen = [x for _, n, x in sorted(zip(t["t_ns"], t["name"], t["value"], strict=True))
+                if n == name]
+        return seen[-1] - seen[0] if seen else 0.0
+
+    return (grew("vllm:spec_decode_num_accepted_tokens_total"),
+            grew("vllm:spec_decode_num_drafts_total"))
+
+
+def acceptance_sentence(run: Path = RUN) -> str:
+    """The mean acceptance length (1 + accepted draft tokens per verify step) each MTP
+    profile's server counted over its single-user repeats: the synthetic setting at work."""
+    parts = []
+    for prof in ("mtp", "dedicated-decode"):
+        acc = steps = 0.0
+        for r in (1, 2, 3):
+            a, n = acceptance_length(run_dir(prof, 1, r, run))
+            acc, steps = acc + a, steps + n
+        parts.append(f"{prof} {1 + acc / steps:.3f} over {steps:,.0f} verify steps")
+    return ("Mean acceptance length the servers counted over the single-user repeats "
+            "(1 + accepted draft tokens per verify step, from /metrics): "
+            + "; ".join(parts) + ".")
 
 
 def single_table(run: Path = RUN) -> str:
@@ -377,6 +396,7 @@ def empty_runs_sentence(run: Path = RUN) -> str:
 BLOCKS = {
     "model sentence": model_sentence,
     "settings table": settings_table,
+    "acceptance sentence": acceptance_sentence,
     "single-user table": single_table,
     "effects table": effects_table,
     "ratio sentence": ratio_sentence,

@@ -190,3 +190,14 @@ scrape() {
   { echo "# t_ns $($PY -c 'import time; print(time.monotonic_ns())')";
     curl -s -m 10 "http://127.0.0.1:$1/metrics"; } > "$2"
 }
+
+# pack_results NAME EXCLUDE: $OUTDIR as $OUTDIR.tar.gz (files matching EXCLUDE left out), cut
+# into pieces of 15 MiB in $OUT (NAME.tar.gz.NN) when it is set (a device call's files).
+pack_results() {
+  tar czf "$OUTDIR.tar.gz" --exclude="$2" -C "$(dirname "$OUTDIR")" "$(basename "$OUTDIR")"
+  ls -la "$OUTDIR.tar.gz"
+  if [ -n "${OUT:-}" ]; then
+    split -b 15M -d -a 2 "$OUTDIR.tar.gz" "$OUT/$1.tar.gz."
+    ls -la "$OUT"
+  fi
+}

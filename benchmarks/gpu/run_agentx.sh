@@ -148,14 +148,7 @@ phase_logs() {
 }
 
 # pack: the results so far in pieces of 15 MiB, into $OUT when it is set.
-phase_pack() {
-  tar czf "$OUTDIR.tar.gz" --exclude='report.html' -C "$(dirname "$OUTDIR")" "$(basename "$OUTDIR")"
-  ls -la "$OUTDIR.tar.gz"
-  if [ -n "${OUT:-}" ]; then
-    split -b 15M -d -a 2 "$OUTDIR.tar.gz" "$OUT/agentx.tar.gz."
-    ls -la "$OUT"
-  fi
-}
+phase_pack() { pack_results agentx 'report.html'; }
 
 case $PHASE in
   start) phase_start; phase_logs; phase_pack ;;

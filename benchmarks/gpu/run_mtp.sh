@@ -171,14 +171,7 @@ phase_report() {
 
 # pack: the results so far (warm-up bursts' requests left out: warmup.json keeps each burst's
 # median TPOT) in pieces of 15 MiB, into $OUT when it is set.
-phase_pack() {
-  tar czf "$OUTDIR.tar.gz" --exclude='burst-*' -C "$(dirname "$OUTDIR")" "$(basename "$OUTDIR")"
-  ls -la "$OUTDIR.tar.gz"
-  if [ -n "${OUT:-}" ]; then
-    split -b 15M -d -a 2 "$OUTDIR.tar.gz" "$OUT/mtp.tar.gz."
-    ls -la "$OUT"
-  fi
-}
+phase_pack() { pack_results mtp 'burst-*'; }
 
 case $PHASE in
   start) phase_start ;;

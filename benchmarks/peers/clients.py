@@ -180,7 +180,13 @@ def _ours(folder: Path) -> dict[str, float | None]:
 
 
 def self_check(rundir: Path) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from agent_replay.analysis.results import read_run_record
+    from agent_replay.errors import InputError
+
     try:
-        return dict(json.loads((rundir / "results" / "run.json").read_text())["self_check"])
-    except (OSError, KeyError, ValueError):
+        sc = read_run_record(rundir / "results").self_check
+    except InputError:
         return {}
+    return {} if sc is None else asdict(sc)

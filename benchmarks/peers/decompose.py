@@ -21,7 +21,6 @@ token-carrying chunk by position:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from agent_replay.analysis.results import read_run_record  # noqa: E402
 from benchmarks.peers.harness import read_truth  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def pct(a: np.ndarray, qs: tuple[float, ...] = (50, 90, 99, 99.9)) -> str:
 
 def decompose(rundir: Path) -> str:
     truth = read_truth(rundir / "gt.parquet")
-    t0 = json.loads((rundir / "results" / "run.json").read_text())["clock"]["t0_monotonic_ns"]
+    t0 = read_run_record(rundir / "results").clock.t0_monotonic_ns or 0
     t = pq.read_table(rundir / "results" / "requests",
                       columns=["request_id", "sent_ns", "connect_ns", "chunk_ns",
                                "chunk_tokens"]).to_pydict()

@@ -11,6 +11,12 @@ kills any descendant that left the group. Startup waits for ``GET /health`` == 2
 ``timeout_s``; a server that dies or never gets healthy raises ``LaunchError`` with the
 tail of its log.
 
+Once healthy, the server's own report of its resolved configuration (its startup log and
+``/metrics``' ``*_config_info``, read by ``resolved``) is compared with every flag of the
+command: ``info["settings"]`` lists each as in effect, differs or not reported, and
+``info["resolved_config"]`` keeps the report. A requested setting the server does not run
+stops the server and raises ``LaunchError`` naming it (``check_settings=False``: record only).
+
 On a CPU build of vLLM the server starts as ``python -m vllm.entrypoints.openai.api_server``
 (the ``vllm`` CLI entry needs package metadata the CPU wheel lacks); on GPUs as
 ``python -m vllm.entrypoints.cli.main serve``.
@@ -145,7 +151,8 @@ class VllmServer:
                  port: int | None = None, host: str = "127.0.0.1", timeout_s: float = 600.0,
                  log_path: str | Path | None = None, device: str = "auto",
                  env: Mapping[str, str] | None = None, grace_s: float = 20.0,
-                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock_ns: Callable[[], int] = time.monotonic_ns,
+                 check_settings: bool = True) -> None:
         from agent_replay.engines.vllm.argcheck import find_vllm_python
 
         found = find_vllm_python(python)
@@ -163,7 +170,9 @@ class VllmServer:
         self.extra_env = dict(env or {})
         self.clock_ns = clock_ns
         self.log_path = Path(log_path) if log_path else None
+        self.check_settings = check_settings
         self.info: dict[str, Any] = {}
+        self._log_start = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -209,6 +218,7 @@ class VllmServer:
             "deployment": self.deployment.to_dict(),
         }
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True,
                                           env={**os.environ, **env_add})
@@ -216,6 +226,7 @@ class VllmServer:
         self.info["pid"] = self._proc.pid
         try:
             self._wait_healthy(t0)
+            self._verify_settings()
         except BaseException:
             self.stop()
             raise
@@ -238,6 +249,26 @@ class VllmServer:
                 raise LaunchError(f"vLLM not healthy after {self.timeout_s:.0f} s "
                                   f"(log {self.log_path}):\n{self.log_tail()}")
             time.sleep(0.25)
+
+    def _verify_settings(self) -> None:
+        """Compare the command's flags with the server's report (module docstring)."""
+        from agent_replay.engines.vllm.resolved import check, failure_line, mismatches, parse_log
+
+        assert self.log_path is not None
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            text = f.read().decode("utf-8", "replace")
+        resolved = parse_log(text, _metrics_page(self.url))
+        # the argv after "python -m MODULE": flags (and the positional model, "serve")
+        checks = check(self.info["command"][3:], resolved)
+        self.info["resolved_config"] = resolved.to_dict()
+        self.info["settings"] = [c.to_dict() for c in checks]
+        if not resolved.engine:
+            self.info["settings_note"] = ("the log has no 'Initializing a V1 LLM engine ... "
+                                          "with config' line: settings it reports are "
+                                          "listed as not reported")
+        if mismatches(checks) and self.check_settings:
+            raise LaunchError(failure_line(checks, self.log_path))
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -288,6 +319,15 @@ def _healthy(url: str) -> bool:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def _metrics_page(url: str) -> str:
+    """The server's /metrics text; empty when it does not answer."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            return str(resp.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return ""
 
 
 def launch_info_for_run(server: VllmServer) -> dict[str, Any]:

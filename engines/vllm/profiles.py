@@ -184,6 +184,8 @@ class Profile:
     knobs: tuple[Knob, ...]
     layout: Callable[[Profile, Layout], tuple[list[Command], str, list[str]]]
     min_gpus: int = 1
+    max_nodes: int | None = None
+    """The most nodes the layout places instances on (None: any)."""
 
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
@@ -375,8 +377,6 @@ def _wide_ep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[s
 
 
 def _dep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
-    if lay.nodes != 1:
-        raise InputError("dep runs on one node (data parallel over its GPUs)")
     port = int(str(lay.knobs["port"]))
     backend = int(str(lay.knobs["backend_port"] or port + 1))
     flags: list[Flag] = [*p.flags, *_decode_flags(lay.knobs, ranks=lay.gpus),
@@ -474,7 +474,7 @@ PROFILES: dict[str, Profile] = {
                        Knob("max_num_batched_tokens", 8192, "token budget of a step"),
                        Knob("backend_port", None, "port of vLLM behind the router "
                             "(default: port + 1)")),
-                layout=_dep_layout, min_gpus=2),
+                layout=_dep_layout, min_gpus=2, max_nodes=1),
         Profile("wide-ep", "DP attention + expert parallelism + EPLB over every GPU",
                 flags=(("--enable-expert-parallel", None),), env=NO_MULTICAST_ENV,
                 knobs=(*COMMON_KNOBS,
@@ -584,6 +584,8 @@ def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
         raise InputError(f"profile {p.name} needs at least {p.min_gpus} GPUs, got {gpus}")
     if nodes < 1 or gpus % nodes:
         raise InputError(f"--gpus {gpus} does not divide over --nodes {nodes}")
+    if p.max_nodes is not None and nodes > p.max_nodes:
+        raise InputError(f"profile {p.name} runs on {p.max_nodes} node(s), got --nodes {nodes}")
     knobs: dict[str, object] = {k.name: k.default for k in p.knobs}
     flag_sets: list[tuple[str | None, str, str]] = []
     for key, value in sets:

@@ -22,17 +22,26 @@ from agent_replay import __version__
 from agent_replay.errors import AgentReplayError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error is one line that points to ``--help`` (argparse's
+    own prints the whole usage first, 35 lines for ``run``, above the line that matters)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agent_replay.replay.cli import (
         cmd_analysis,
         cmd_engines,
         cmd_record,
+        cmd_record_otlp,
         cmd_run,
         cmd_sweep,
         cmd_traces,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agent-replay",
         description="Record coding-agent sessions and replay them against LLM serving "
         "deployments with their original timing.",
@@ -41,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     cmd_run.register(sub)
     cmd_record.register(sub)
+    cmd_record_otlp.register(sub)
     cmd_analysis.register(sub)
     cmd_traces.register(sub)
     cmd_engines.register(sub)
@@ -58,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(func(args) or 0)
     except AgentReplayError as exc:
-        print(f"agent-replay: error: {exc}", file=sys.stderr)
+        from agent_replay.safetext import visible
+
+        print(f"agent-replay: error: {visible(exc)}", file=sys.stderr)  # names in it are data
         return exc.exit_code
     except KeyboardInterrupt:
         print("agent-replay: interrupted", file=sys.stderr)

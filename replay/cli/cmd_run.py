@@ -4,11 +4,12 @@ render the summary."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from agent_replay.errors import InputError
-from agent_replay.replay.config import RunConfig
+from agent_replay.replay.config import DEMO_SPEEDUP, RunConfig
 from agent_replay.replay.options import add_options, namespace_values, nested_values
 from agent_replay.replay.presets import AgentXSettings, resolve
 
@@ -29,13 +30,19 @@ def register(sub: Any) -> None:
                        "profile (shipped name or a JSON of 'engines sim-fit'), in virtual time")
     p.add_argument("--virtual", action="store_true",
                    help="with --engine: no sockets, no sleeping; run.json marks the folder a prediction")
+    where.add_argument("--targets", metavar="A,B",
+                       help="replay the plan against each of these base URLs at once, one lane "
+                       "each, into OUTPUT/lane-N, then compare them request by request "
+                       "(replay/lanes.py: each target sees the load of a run of its own; the "
+                       "host's noise falls on every lane alike)")
     add_run_options(p)
     p.set_defaults(func=cmd_run)
 
     d = sub.add_parser("demo", help="replay the bundled sample trace on the built-in simulated engine")
     d.add_argument("--output", "-o", default=None, help="results folder (default ./demo-results/<time>)")
     d.add_argument("--profile", default=None, help="simulated engine profile (default: the engine's default)")
-    d.add_argument("--speedup", type=float, default=None, help="time compression (default 10)")
+    d.add_argument("--speedup", type=float, default=None,
+                   help=f"divide all times by this (default {DEMO_SPEEDUP:g})")
     d.add_argument("--trace", default=None, help="a trace to use instead of the bundled sample")
     d.set_defaults(func=cmd_demo)
 
@@ -98,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent_replay.replay.run import run
 
     check_trace(args.trace)
-    if args.engine or args.virtual:
+    if getattr(args, "engine", None) or getattr(args, "virtual", False):
         if not (args.engine and args.virtual):
             raise InputError("--engine and --virtual go together (a virtual-time prediction)")
         from agent_replay.replay.virtual import run_virtual
@@ -106,9 +113,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = run_virtual(config_from_args(args, "http://virtual.invalid"), args.engine)
         _render(summary)
         return summary.exit_code
+    if getattr(args, "targets", None):
+        return _lanes(args)
     summary = run(config_from_args(args, check_target(args.target) if args.target else args.target))
     _render(summary)
     return summary.exit_code  # 5 rows unwritten, 130 interrupted, 1 failed/aborted/partial, else 0
+
+
+def _lanes(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agent_replay.analysis.compare import compare_dirs, render_compare
+    from agent_replay.replay.lanes import lanes_line, run_lanes
+
+    urls = [check_target(u.strip()) for u in args.targets.split(",") if u.strip()]
+    folders, code = run_lanes(config_from_args(args, urls[0] if urls else ""), urls)
+    done = [f for f in folders if os.path.isfile(os.path.join(f, "run.json"))]
+    if len(done) == len(folders) and code == 0:
+        Console().print(render_compare(compare_dirs(done)))
+    print(lanes_line(folders))
+    return code
 
 
 def _render(summary: Any) -> None:
@@ -116,6 +140,9 @@ def _render(summary: Any) -> None:
     from agent_replay.analysis.html import write_run_report
     from agent_replay.replay.summary import load_report, render_summary
 
+    if summary.interrupted:  # a second Ctrl-C is not needed: the report is on its way
+        print(f"interrupted: writing the report of the {summary.ok + summary.failed:,} finished "
+              "requests (report.html); Ctrl-C again to skip it", file=sys.stderr, flush=True)
     report = load_report(summary.output)
     _, line = write_run_report(summary.output, report) if report is not None else (None, None)
     render_summary(summary, sys.stdout, report=report, html_line=line)

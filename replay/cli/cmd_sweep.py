@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     f = sub.add_parser("frontier", help="the frontier of one or several sweep folders (overlaid)")
     f.add_argument("sweeps", nargs="+", help="sweep folders")
     f.add_argument("--output", "-o", default=None, help="where to write (default: the first sweep)")
+    f.add_argument("--reference", default=None, metavar="FILE",
+                   help="published points to list and draw beside the frontier (JSON; e.g. "
+                   "benchmarks/references/agentx.json), with the hardware difference stated")
     f.set_defaults(func=cmd_frontier)
 
 
@@ -51,8 +54,7 @@ def _term_as_interrupt() -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from agent_replay.analysis.frontier import build
-    from agent_replay.errors import InputError
-    from agent_replay.replay.sweep import load_experiment, run_capacity, run_sweep
+    from agent_replay.replay.sweep import load_experiment, run_sweep
 
     exp = load_experiment(args.experiment, output=args.output)
     _term_as_interrupt()
@@ -67,14 +69,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("wrote " + ", ".join(str(f) for f in res["files"]))
         return 0
     if args.find_capacity:
-        slo = args.slo or exp.slo
-        if not slo:
-            raise InputError(f"{args.experiment}: --find-capacity needs --slo or an 'slo' key")
-        caps = run_capacity(exp, slo, force=args.force, progress=_err, hooks=_hooks())
-        for c in caps:
-            print(c.line(exp.axis))
-        print(f"wrote {exp.output}/capacity.md")
-        return 0
+        return _find_capacity(args, exp)
     result = run_sweep(exp, force=args.force, progress=_err, hooks=_hooks())
     t = result.timing
     _err(f"sweep wall {t.get('wall_s', 0):.1f} s: runs {t.get('run_s', 0):.1f} s, warm-up "
@@ -90,10 +85,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _find_capacity(args: argparse.Namespace, exp: Any) -> int:
+    from agent_replay.analysis.frontier import build
+    from agent_replay.errors import InputError
+    from agent_replay.replay.sweep import run_capacity
+
+    slo = args.slo or exp.slo
+    if not slo:
+        raise InputError(f"{args.experiment}: --find-capacity needs --slo or an 'slo' key")
+    caps = run_capacity(exp, slo, force=args.force, progress=_err, hooks=_hooks())
+    for c in caps:
+        print(c.line(exp.axis))
+    res = build([exp.output])  # the probes' frontier, and the page with the capacity table
+    _html([exp.output], res, exp.output)
+    print("wrote " + ", ".join(str(f) for f in [f"{exp.output}/capacity.md", *res["files"]]))
+    return 0
+
+
 def cmd_frontier(args: argparse.Namespace) -> int:
     from agent_replay.analysis.frontier import build
 
-    res = build(args.sweeps, args.output)
+    res = build(args.sweeps, args.output, reference=args.reference)
     _html(args.sweeps, res, args.output or args.sweeps[0])
     print(res["markdown"])
     print("wrote " + ", ".join(str(f) for f in res["files"]))

@@ -39,6 +39,18 @@ def register(sub: Any) -> None:
     add_launch_args(p)
     p.set_defaults(func=_launch)
 
+    p = sub.add_parser("vllm-settings", help="check a recorded launch: each flag of its "
+                       "command against what the server's log (and /metrics page) reports",
+                       description="Read a launch JSON (engines launch's output, or run.json, "
+                       "whose 'launch' holds it) and the server log it names, and print per "
+                       "flag what the server reports: in effect, differs, or not reported. "
+                       "Exit 1 when a setting differs.")
+    p.add_argument("launch_json", help="launch JSON or run.json")
+    p.add_argument("--log", default=None, help="server log (default: the one the JSON names)")
+    p.add_argument("--metrics", default=None, help="a saved /metrics page of the server")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_vllm_settings)
+
     p = sub.add_parser("tiny-model", help="write a tiny model folder (tokenizer + config) "
                        "for --load-format dummy, offline")
     p.add_argument("out", help="output folder")
@@ -129,6 +141,40 @@ def _launch(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 0
     raise InputError(f"the vLLM server exited on its own; see its log {server.log_path}")
+
+
+def _vllm_settings(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from agent_replay.engines.vllm.resolved import check_launch, mismatches, to_markdown
+
+    def read(path: str, what: str) -> str:
+        try:
+            return Path(path).read_text(errors="replace")
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+
+    try:
+        info = json.loads(read(args.launch_json, "launch JSON"))
+    except ValueError as exc:
+        raise InputError(f"{args.launch_json}: not JSON ({exc})") from None
+    if isinstance(info, dict) and isinstance(info.get("launch"), dict):
+        info = info["launch"]
+    if not isinstance(info, dict):
+        raise InputError(f"{args.launch_json}: expected a JSON object")
+    log = args.log or info.get("log")
+    if not log:
+        raise InputError(f"{args.launch_json}: names no server log: pass --log FILE")
+    metrics = read(args.metrics, "metrics page") if args.metrics else ""
+    try:
+        checks = check_launch(info, read(str(log), "server log"), metrics)
+    except ValueError as exc:
+        raise InputError(f"{args.launch_json}: {exc}") from None
+    if args.json:
+        print(json.dumps([c.to_dict() for c in checks], indent=2))
+    else:
+        sys.stdout.write(to_markdown(checks))
+    return 1 if mismatches(checks) else 0
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -211,6 +211,9 @@ class Capacity:
     the SLO (none below it surely fails) and the lowest above it that surely fails."""
     client_limit: bool = False
     """The lowest failing probe was one the load generator could not hold."""
+    crossing: tuple[float, float, float] | None = None
+    """Where the SLO's first binding term crosses its bound between the bracket's ends
+    (``crossing_interval``): the estimate and its 95% interval from the ends' repeats."""
 
     def line(self, axis: str) -> str:
         per = "" if self.capacity is None else f" = {self.capacity / self.gpus:g} per GPU"
@@ -227,6 +230,10 @@ class Capacity:
             head += (f"; with the run-to-run spread: {'none' if slo_ is None else f'{slo_:g}'} to "
                      + (f"{shi:g}" if shi is not None else f"beyond the highest probe ({top:g})"
                         if top is not None else "-"))
+        if self.crossing is not None:
+            x, lo_x, hi_x = self.crossing
+            head += (f"; the SLO is crossed at {x:.1f} (95% interval {lo_x:.1f} to {hi_x:.1f}, "
+                     "from the bracket's repeats)")
         if self.client_limit:
             head += ("; the first failing load was one the load generator could not hold: "
                      "this is the client's limit, not the server's (use more --workers)")
@@ -409,7 +416,50 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
         c.spread = _spread(c.probes)
         fail = next((p for p in c.probes if p.point == c.first_fail), None)
         c.client_limit = fail is not None and fail.unreachable > 0
+        if c.capacity is not None and c.first_fail is not None:
+            ends = [[r for k, r in rows.items() if k[0] == "capacity" and k[1] == c.target
+                     and k[2] == pt and r["status"] == "complete"] for pt in (c.capacity, c.first_fail)]
+            c.crossing = crossing_interval(ends[0], ends[1], c.capacity, c.first_fail, slo)
     return caps
+
+
+def crossing_interval(lo_runs: Sequence[Mapping[str, Any]], hi_runs: Sequence[Mapping[str, Any]],
+                      lo: float, hi: float, slo: Sequence[Term]) -> tuple[float, float, float] | None:
+    """Where between the bracket's ends ``lo`` (meets) and ``hi`` (fails) the SLO is crossed,
+    with a 95% interval; None with fewer than two runs at an end.
+
+    Each term's margin (its mean minus the bound, the sign turned so that positive meets) is
+    interpolated linearly between the ends; the load where it reaches 0 is that term's
+    crossing, and the first term to cross sets the estimate. The interval repeats this with
+    both ends' margins at the pessimistic bounds of their 95% intervals (``mean_ci``), then
+    at the optimistic ones: a conservative union of the two ends' run-to-run spread. Where
+    that reaches past an end, the line is extended, by one bracket width at most: the
+    interval then says the bracket itself is uncertain."""
+    def margin(runs: Sequence[Mapping[str, Any]], t: Term) -> tuple[float, float, float] | None:
+        vals = [float(v) for r in runs if (v := r.get(t.column)) is not None and not math.isnan(float(v))]
+        ci = mean_ci(vals)
+        if ci.estimate is None or ci.low is None or ci.high is None:
+            return None
+        sign = 1.0 if t.op == ">=" else -1.0
+        m = [sign * (v - t.bound) for v in (ci.estimate, ci.low, ci.high)]
+        return m[0], min(m[1:]), max(m[1:])
+
+    width = hi - lo
+
+    def cross(a: float, b: float) -> float:
+        if not a > b:  # the margin does not fall from lo to hi: no crossing on this line
+            return hi + width if a > 0 else lo - width
+        return min(hi + width, max(lo - width, lo + width * a / (a - b)))
+
+    est = low = high = math.inf
+    for t in slo:
+        ma, mb = margin(lo_runs, t), margin(hi_runs, t)
+        if ma is None or mb is None:
+            return None
+        est = min(est, cross(ma[0], mb[0]))
+        low = min(low, cross(ma[1], mb[1]))
+        high = min(high, cross(ma[2], mb[2]))
+    return est, low, high
 
 
 def _spread(probes: Sequence[Probe]) -> tuple[float | None, float | None]:

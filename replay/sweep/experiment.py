@@ -45,7 +45,13 @@ from typing import Any
 
 from agent_replay.errors import InputError
 from agent_replay.replay.config import RunConfig
-from agent_replay.replay.options import check_sweep_value, sweep_keys
+from agent_replay.replay.options import (
+    axes,
+    axis_values,
+    check_sweep_value,
+    integer_axes,
+    sweep_keys,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,10 +61,11 @@ else:  # pragma: no cover - Python 3.10 reads TOML with tomli when it is install
     except ImportError:
         tomllib = None
 
-AXES = ("concurrent_sessions", "rate", "speedup", "concurrency")
-"""Load axes: sessions at once, session arrivals per second, time compression, requests in
-flight (max-rate timing)."""
-INTEGER_AXES = ("concurrent_sessions", "concurrency")
+AXES = tuple(axes(RunConfig))
+"""Load axes: the RunConfig options declared ``axis`` (``replay.options``): sessions at
+once, session arrivals per second, time compression, requests in flight (max-rate
+timing)."""
+INTEGER_AXES = integer_axes(RunConfig)
 
 RUN_KEYS = sweep_keys(RunConfig)
 """``[run]`` keys: the RunConfig options declared ``sweep=True`` (``replay.options``), each
@@ -132,9 +139,7 @@ def _check_run_options(f: str, trace: str, run: dict[str, Any], axis: str,
     from agent_replay.replay.config import RunConfig
 
     for point in points:
-        extra: dict[str, Any] = {axis: int(point) if axis in INTEGER_AXES else float(point)}
-        if axis == "concurrency":
-            extra["timing"] = "max-rate"
+        extra = axis_values(RunConfig, axis, point)
         try:
             RunConfig(trace=trace, target="http://127.0.0.1", **run, **extra).check()
         except InputError as exc:
@@ -294,13 +299,14 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     if not isinstance(run, dict):
         raise InputError(f"{f}: [run]: expected a table")
     for k in AXES:
-        if k in run and (k == axis or k != "speedup"):
+        if k in run and (k == axis or k not in RUN_KEYS):
             raise InputError(f"{f}: [run] {k}: a load axis; set it in [load] (axis, points)")
     _check_keys(f"{f}: [run]", run, RUN_KEYS)
     for k, v in run.items():
         check_sweep_value(f"{f}: [run]", RunConfig, k, v)
-    if axis == "concurrency" and run.get("timing", "max-rate") != "max-rate":
-        raise InputError(f"{f}: [run] timing: the concurrency axis needs timing = 'max-rate'")
+    for k, v in axes(RunConfig)[axis].axis_sets:
+        if run.get(k, v) != v:
+            raise InputError(f"{f}: [run] {k}: the {axis} axis needs {k} = {v!r}")
 
     wraw = raw.get("warmup", {})
     if not isinstance(wraw, dict):

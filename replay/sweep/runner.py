@@ -34,6 +34,7 @@ import numpy as np
 from agent_replay.errors import AgentReplayError, InputError
 from agent_replay.redact import redact
 from agent_replay.replay.config import RunConfig
+from agent_replay.replay.options import axes, axis_values
 from agent_replay.replay.plan import stable_hash
 from agent_replay.replay.results import write_json_atomic
 from agent_replay.replay.sweep.experiment import Experiment, Target, Warmup
@@ -89,16 +90,7 @@ def run_config(exp: Experiment, url: str, out: Path, point: float, repeat: int) 
     salt and arrival seed of (point, repeat), shared by every target."""
     opts = dict(exp.run)
     shared = stable_hash("sweep", exp.seed, point, repeat) & ((1 << 62) - 1)
-    axis: dict[str, Any] = {}
-    if exp.axis == "concurrent_sessions":
-        axis["concurrent_sessions"] = int(point)
-    elif exp.axis == "rate":
-        axis["rate"] = float(point)
-    elif exp.axis == "speedup":
-        axis["speedup"] = float(point)
-    else:
-        axis["concurrency"] = int(point)
-        axis["timing"] = "max-rate"
+    axis = axis_values(RunConfig, exp.axis, point)
     return RunConfig(trace=exp.trace, target=url, output=str(out), force=True, progress=False,
                      salt=shared, arrival_seed=shared & 0xFFFFFFFF, **opts, **axis)
 
@@ -335,7 +327,7 @@ def write_state(exp: Experiment, out: Path, timing: dict[str, float], status: st
 
     write_json_atomic(out / "sweep.json", redact({
         "experiment": exp.path, "identity": exp.identity(), "status": status,
-        "axis": exp.axis, "points": list(exp.points), "repeats": exp.repeats, "seed": exp.seed,
+        "axis": exp.axis, "axis_kind": axes(RunConfig)[exp.axis].axis, "points": list(exp.points), "repeats": exp.repeats, "seed": exp.seed,
         "targets": [t.__dict__ for t in exp.targets], "warmup": exp.warmup.__dict__,
         "prices": exp.prices, "timing": timing, "provenance": provenance(None),
     }))

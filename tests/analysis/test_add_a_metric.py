@@ -1,8 +1,9 @@
 """Adding a per-request metric is one entry in ``analysis/definitions.py`` plus its formula:
 a fresh interpreter loads the definitions module with one more entry (decode time, last byte
-minus first token, live) and nothing else changed, and the report (terminal, Markdown, JSON,
-CSV), compare, the sweep's point figures, the live statistics and the dashboard all show it,
-at the value computed here by hand."""
+minus first token, live, drawn as a CDF, tested by compare) and nothing else changed, and
+the report (terminal, Markdown, JSON, CSV), compare (side by side and its verdict table),
+the sweep's point figures, the live statistics, the dashboard, the HTML report and
+comparison pages and the PNG CDF plot all show it, at the value computed here by hand."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 from agent_replay.analysis import definitions
 from agent_replay.analysis.fixtures import rows_to_table, write_results
 
-ENTRY = '''    Metric("decode_time", "decode time", "ms", "request", "ok", True, False, "e - f",
-           decode_time, (50.0,)),
+ENTRY = '''    Metric(key="decode_time", label="decode time", unit="ms", per="request", rows="ok",
+           live=True, higher_is_better=False, doc="e - f", formula=decode_time,
+           headline=(50.0,), cdf=True, compared=(50.0,)),
 '''
 FORMULA = '''def decode_time(x: Inputs) -> np.ndarray:
     return _f64(x.batch, "end_ns") - _f64(x.batch, "first_token_ns")
@@ -52,6 +54,19 @@ from agent_replay.analysis.report import build_report
 
 out = Path(sys.argv[1])
 rep = build_report(out)
+cmp = compare_dirs([out, out], resamples=20)
+from agent_replay.analysis.html import compare_html, report_html
+
+page = report_html(rep)
+cmp_page = compare_html(cmp, [("a", rep), ("b", rep)])
+import matplotlib.axes
+
+drawn = []
+step = matplotlib.axes.Axes.step
+matplotlib.axes.Axes.step = lambda self, *a, **k: (drawn.append(k.get("label")), step(self, *a, **k))[1]
+from agent_replay.analysis.plots import write_plots
+
+write_plots(rep, out / "plots")
 live = LiveStats()
 for f in sorted((out / "requests").glob("*.parquet")):
     live.observe_table(pq.read_table(f, columns=list(PART_COLUMNS)))
@@ -62,7 +77,11 @@ print(json.dumps({
     "json": json.loads(to_json(rep))["latency_ms"].get("decode_time"),
     "csv": [line for line in to_csv(rep).splitlines() if ",decode_time," in line],
     "text": "decode time" in to_text(rep), "markdown": "decode time" in to_markdown(rep),
-    "compare": compare_dirs([out, out], resamples=20).side_by_side[0].get("decode time P50 (ms)"),
+    "compare": cmp.side_by_side[0].get("decode time P50 (ms)"),
+    "verdict_rows": [[d.key, d.label, d.base] for d in cmp.deltas[0]],
+    "html": 'data-chart="cdf-decode_time"' in page and "decode time CDF" in page,
+    "compare_html": 'data-chart="cdf-decode_time"' in cmp_page and "median decode time" in cmp_page,
+    "png": [x for x in drawn if x and x.startswith("decode time")],
     "point": point_metrics(rep, gpus=1).get("decode_time_p50_ms"),
     "live_count": live.hists["decode_time"].count,
     "live_p50": live.hists["decode_time"].percentiles([50.0])[50.0],
@@ -94,4 +113,7 @@ def test_one_entry_reaches_every_consumer(tmp_path: Path) -> None:
     assert got["csv"] and any(line.endswith(",p50,20.0") for line in got["csv"]), got["csv"]
     assert got["text"] and got["markdown"] and got["dashboard"]
     assert got["compare"] == 20.0 and got["point"] == 20.0
+    assert ["decode_time_p50", "median decode time", 20.0] in got["verdict_rows"]
+    assert got["html"] and got["compare_html"]
+    assert got["png"] == ["decode time (n=4 requests)"]
     assert got["live_count"] == 4 and abs(got["live_p50"] - 20 * ms) <= 20 * ms * 1e-3

@@ -42,7 +42,7 @@ def test_no_interval_from_fewer_requests_than_the_percentile_and_two_blocks_need
     other = {"tpot": np.array([6.39e6]), "ttft": np.array([8.77e6])}
     t = np.array([0.0])
     ds = {d.key: d for d in compare_arrays(one, other, order=(t, t))}
-    head = ds["tps_p90"]
+    head = ds["p90_tps"]
     assert not head.significant and head.ci_low is None
     assert head.change == pytest.approx(6.41 / 6.39 - 1)
     assert head.verdict("b") == "P90 TPS (= 1 / P90 TPOT): no interval: 1 and 1 requests, it needs 10 a side"
@@ -54,13 +54,13 @@ def test_no_interval_from_fewer_requests_than_the_percentile_and_two_blocks_need
         b = {"tpot": a["tpot"] * 0.5, "ttft": a["ttft"] * 2}
         order = np.arange(n, dtype=np.float64)
         ds = {d.key: d for d in compare_arrays(a, b, order=(order, order))}
-        assert (ds["tps_p90"].ci_low is not None) is has_ci, n
-        assert ds["tps_p90"].significant is has_ci, n
+        assert (ds["p90_tps"].ci_low is not None) is has_ci, n
+        assert ds["p90_tps"].significant is has_ci, n
     # the per-request bootstrap: P50 needs 2 samples, P90 10
     two = np.array([1e6, 2e6])
     ds = {d.key: d for d in compare_arrays({"tpot": two, "ttft": two},
                                            {"tpot": two * 3, "ttft": two * 3}, seed=1)}
-    assert ds["tps_p50"].ci_low is not None and ds["tps_p90"].ci_low is None
+    assert ds["median_tps"].ci_low is not None and ds["p90_tps"].ci_low is None
 
 
 @pytest.mark.slow
@@ -72,9 +72,9 @@ def test_five_percent_tpot_difference_is_found_and_zero_is_not() -> None:
             ds = {d.key: d for d in compare_arrays(_arrays(2000, 2 * trial, 1.0),
                                                    _arrays(2000, 2 * trial + 1, scale),
                                                    seed=trial)}
-            hits[scale] += ds["tps_p50"].significant
+            hits[scale] += ds["median_tps"].significant
             if scale == 1.0:
-                false_p90 += ds["tps_p90"].significant
+                false_p90 += ds["p90_tps"].significant
     assert hits[1.05] >= 95
     assert 100 - hits[1.0] >= 95
     assert 100 - false_p90 >= 92  # one statistic (P90 TPS = 1 / P90 TPOT) at a 5% rate
@@ -173,7 +173,7 @@ def test_one_verdict_for_p90_tps_and_its_reciprocal_and_holm_in_the_table(tmp_pa
     a = write_results(tmp_path / "a", synthetic_batches(3000, 1))
     c = compare_dirs([a, write_results(tmp_path / "b", synthetic_batches(3000, 2))], seed=3)
     keys = [d.key for d in c.deltas[0]]
-    assert keys == ["tps_p90", "tps_p50", "ttft_p90", "ttft_p50"]  # no TPOT test beside TPS
+    assert keys == ["p90_tps", "median_tps", "ttft_p90", "ttft_p50"]  # no TPOT test beside TPS
     assert c.verdicts[-1].startswith("Verdicts are Holm-corrected across the 4 comparisons")
     ps = [d.p for d in c.deltas[0]]
     assert [d.p_holm for d in c.deltas[0]] == holm(ps)

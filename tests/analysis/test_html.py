@@ -6,6 +6,7 @@ console error (the screenshots are kept in the test's folder, or in
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.definitions import CDF_KEYS
 from agent_replay.analysis.fixtures import synthetic_results, write_results
 from agent_replay.analysis.report import Report, build_report
 from agent_replay.analysis.timeseries import lanes
@@ -24,6 +26,7 @@ from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
 pytest.importorskip("bokeh", reason="the html extra (Bokeh) is not installed")
 
+from agent_replay.analysis import cdf
 from agent_replay.analysis import html as html_mod
 from agent_replay.analysis import html_charts as hc
 from tests.browser import chromium_path, load
@@ -72,12 +75,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
     return build_report(make_results(tmp_path_factory.mktemp("html") / "run"))
 
 
-@pytest.mark.parametrize("key", hc.CDF_KEYS)
+@pytest.mark.parametrize("key", CDF_KEYS)
 def test_each_cdf_crosses_p50_p90_p99_at_the_tables_values(report: Report, key: str) -> None:
     """The CDF is drawn from the values the table's percentiles come from: the smallest
     value whose fraction reaches p% is the table's P-th percentile (ITL: the same
     HdrHistogram, so the same bucket value)."""
-    ms, frac = hc.cdf_points(report, key)
+    ms, frac = cdf.cdf_points(report, key)
     s = report.stats.latency[key]
     assert ms.size and np.all(np.diff(frac) >= 0) and frac[-1] == pytest.approx(1.0)
     for p in (50.0, 90.0, 99.0):
@@ -89,9 +92,9 @@ def test_a_thinned_cdf_keeps_the_percentiles_crossings(tmp_path: Path) -> None:
     """Over CDF_POINTS values the line is thinned; its P50/P90/P99 crossings are kept."""
     rep = build_report(write_results(tmp_path / "big", synthetic_results(5_003, 9)))
     for key in ("ttft", "e2e"):
-        ms, frac = hc.cdf_points(rep, key)
-        assert ms.size <= hc.CDF_POINTS + len(hc.MARKED)
-        for p in hc.MARKED:
+        ms, frac = cdf.cdf_points(rep, key)
+        assert ms.size <= cdf.CDF_POINTS + len(cdf.MARKED)
+        for p in cdf.MARKED:
             crossing = ms[np.searchsorted(frac, p / 100 - 1e-12)]
             assert crossing == pytest.approx(rep.stats.latency[key].values[p] / 1e6, rel=1e-9)
 
@@ -152,8 +155,14 @@ CHECK = r"""
       if (d[i + 3] > 0 && hi - lo > 60) coloured++;
     }
     for (const item of legends) item.visible = true;
+    const xr = model.x_range, xaxis = model.below.find(a => a.type && a.type.endsWith('Axis'));
+    const ticks = xaxis && xaxis.ticker.ticks ? xaxis.ticker.ticks : null;
     out.push({chart: el.dataset.chart, title: model.title ? model.title.text : '',
-              rows, coloured, width: c.width, height: c.height});
+              rows, coloured, width: c.width, height: c.height,
+              legends_inside: model.center.filter(item => item.type === 'Legend').length,
+              x_type: xaxis ? xaxis.type : null, ticks, x_start: xr.start, x_end: xr.end,
+              markers: model.renderers.filter(r => r.glyph && r.glyph.marker)
+                .map(r => [r.glyph.marker.value || r.glyph.marker, r.glyph.fill_alpha.value ?? r.glyph.fill_alpha])});
   }
   return out;
 })()
@@ -170,6 +179,14 @@ def _check_in_chromium(page_path: Path, shot: Path, expected: set[str]) -> list[
         assert c["title"], c
         assert c["rows"] and min(c["rows"]) > 0, c  # every glyph has data
         assert c["coloured"] > 200, c  # marks were painted (a blank chart has 0)
+        if str(c["chart"]).startswith("cdf-"):
+            assert c["legends_inside"] == 0, c  # below the plot: it covers no curve
+            assert c["x_type"] == "LogAxis", c
+            shown = sorted(t for t in c["ticks"] if c["x_start"] <= t <= c["x_end"])
+            # a tick label at least every factor 2.5 over the drawn range, none of it bare
+            assert len(shown) >= 3 and shown[0] <= c["x_start"] * 2.5, c
+            assert all(b / a <= 2.5 for a, b in itertools.pairwise(shown)), c
+            assert c["x_end"] / shown[-1] <= 2.5, c
     assert shot.stat().st_size > 10_000
     keep = os.environ.get("AGENT_REPLAY_SCREENSHOTS")
     if keep:
@@ -202,7 +219,7 @@ def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
     result = compare_dirs([a, b], resamples=200)
     page = html_mod.compare_html(result, [("a", build_report(a)), ("b", build_report(b))])
     path = html_mod.write_html(page, tmp_path / "compare.html")
-    _check_in_chromium(path, tmp_path / "compare.png", {f"cdf-{k}" for k in hc.CDF_KEYS})
+    _check_in_chromium(path, tmp_path / "compare.png", {f"cdf-{k}" for k in CDF_KEYS})
 
     rows = []
     for target, speed in (("standard", 1.0), ("mtp", 0.8)):
@@ -213,12 +230,22 @@ def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
                              "status": "complete", "p90_tps": v, "north_star": 0.8 * v,
                              "agentx_interactivity": 0.9 * v,
                              "output_tps_per_gpu": point * v / 2, "total_tps_per_gpu": point * v,
-                             "ttft_p99_ms": 50.0 * point})
+                             "ttft_p99_ms": 50.0 * point,
+                             "warmup_steady": not (point == 2 and rep == 0),
+                             "machine_contention": target == "mtp" and point == 32 and rep == 1})
     pts = points(rows)
     res = {"points": pts, "markdown": to_markdown(pts, "concurrent_sessions")}
-    path = html_mod.write_html(html_mod.sweep_html([tmp_path], res), tmp_path / "sweep.html")
-    _check_in_chromium(path, tmp_path / "sweep.png",
-                       {"frontier-p90_tps", "frontier-north_star", "frontier-agentx_interactivity"})
+    page = html_mod.sweep_html([tmp_path], res)
+    # before: the flag sat in a clipped table column; now the page opens with it
+    assert ('<div class="warn strong">WARNING: host contention in 1 of 18 runs (mtp 32 r1)'
+            in page)
+    assert "hollow triangles in the plots" in page
+    path = html_mod.write_html(page, tmp_path / "sweep.html")
+    charts = _check_in_chromium(path, tmp_path / "sweep.png",
+                                {"frontier-p90_tps", "frontier-north_star",
+                                  "frontier-agentx_interactivity"})
+    for c in charts:  # the promised hollow triangles: the two unsteady runs (one per target)
+        assert ["triangle", 0] in c["markers"], c["markers"]
 
 
 def test_each_sweep_run_gets_its_page(tmp_path: Path) -> None:
@@ -245,3 +272,36 @@ def test_an_unwritable_page_is_one_line_not_a_traceback(tmp_path: Path,
     assert main(["report", str(root), "--html", str(tmp_path / "file" / "r.html")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write the HTML report" in err
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0.004, 0.05), (800.0, 2400.0), (310.0, 390.0),
+                                        (1.0, 1e5), (0.001, 3.0)])
+def test_log_ticks_leave_no_stretch_of_the_range_unlabelled(lo: float, hi: float) -> None:
+    """Before: 1-2-5 ticks only, so E2E values between 500 and 1000 ms (40% of a run) had
+    no label; now a label at least every factor 2.5, one below and one above the range."""
+    ticks = hc.log_ticks(lo, hi)
+    inside = [t for t in ticks if lo <= t <= hi]
+    assert len(inside) >= 3 or hi / lo < 2, ticks
+    assert ticks[0] <= lo and ticks[-1] >= hi, ticks
+    assert all(b / a <= 2.5 for a, b in itertools.pairwise(ticks)), ticks
+
+
+def test_zero_gaps_are_said_in_the_title() -> None:
+    """Tokens read in one chunk have 0 ms gaps; a log axis draws them at 0.001 ms, and the
+    title says how many there are."""
+    assert cdf.zero_fraction(np.array([0.0, 0.0, 1.0, 2.0]), np.array([0.25, 0.5, 0.75, 1.0])) == 0.5
+    assert cdf.zero_fraction(np.array([1.0]), np.array([1.0])) == 0.0
+
+
+def test_open_verdicts_are_not_drawn_as_conclusions(tmp_path: Path) -> None:
+    """Before: "no verdict: host contention" in the green of a conclusion; now neutral."""
+    from agent_replay.analysis.compare import compare_dirs
+
+    assert html_mod.is_conclusion("B is 12% faster at P90 TPS, 95% CI 8-16%")
+    assert not html_mod.is_conclusion("B vs A: P90 TPS: inconclusive (B +1.0%, ...)")
+    a = make_results(tmp_path / "a", seed=3, gpu=False)
+    result = compare_dirs([a, a], resamples=50)
+    page = html_mod.compare_html(result, [("a", build_report(a)), ("a2", build_report(a))])
+    verdicts = re.findall(r'<p class="headline([^"]*)">([^<]*)</p>', page)
+    assert verdicts and all(cls == " open" for cls, _ in verdicts), verdicts  # a run vs itself
+    assert "http://" in page and "<th>model</th>" in page  # runs named beyond their folders

@@ -164,7 +164,7 @@ def test_compare_with_a_side_without_per_token_metrics(tmp_path: Path) -> None:
     for dirs in ([a, b], [b, a], [b, b]):
         c = compare_dirs(dirs, seed=1)
         ds = {d.key: d for d in c.deltas[0]}
-        assert ds["tps_p90"].change is None and ds["tps_p50"].change is None
+        assert ds["p90_tps"].change is None and ds["median_tps"].change is None
         assert ds["ttft_p50"].change is not None
         assert any("inexact" in w for w in c.warnings)
         Console(file=io.StringIO(), width=120).print(render_compare(c))

@@ -23,7 +23,8 @@ def _shapes() -> list[tuple[Any, Any]]:
     """(deployment, vllm serve command) for every profile and shape, and a few variants."""
     deployments = [build(name, model="deepseek-ai/DeepSeek-V3", gpus=g, nodes=n)
                    for name in PROFILES for g, n in SHAPES
-                   if g >= PROFILES[name].min_gpus]
+                   if g >= PROFILES[name].min_gpus
+                   and (PROFILES[name].max_nodes is None or n <= PROFILES[name].max_nodes)]
     variants = [
         build("dedicated-decode", model="m", gpus=8, sets=[("role", "pd-decode"),
                                                            ("synthetic_acceptance_length",

@@ -92,6 +92,8 @@ def test_flags_inert_at_one_data_parallel_rank_are_refused() -> None:
     assert "consistent_hash" in router.argv
     with pytest.raises(InputError, match="at least 2 GPUs"):
         build("dep", model="m", gpus=1)
+    with pytest.raises(InputError, match="profile dep runs on 1 node"):
+        build("dep", model="m", gpus=16, nodes=2)
     with pytest.raises(InputError, match="must divide over 4 data-parallel ranks"):
         build("dep", model="m", gpus=4, sets=[("concurrency", "1")])
 

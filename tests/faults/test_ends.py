@@ -127,9 +127,12 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
             r = _run("run", str(trace), "--target", srv.url, "-o", str(tmp_path / "f"),
                      *NO_SCRAPE, "--speedup", "5")
             assert r.returncode == 1, r.stdout + r.stderr
-            assert "FAILED" in r.stdout and "Traceback" not in r.stderr
+            # the first requests all refused alike: the run stops, the server's word first
+            assert r.stdout.splitlines()[0] == ("error: the first 8 requests all failed with "
+                                                "HTTP 401: refused")
+            assert "ABORTED" in r.stdout and "Traceback" not in r.stderr
             meta = json.loads((tmp_path / "f" / "run.json").read_text())
-            assert meta["status"] == "failed" and meta["summary"]["failed"] == 18
+            assert meta["status"] == "aborted" and 8 <= meta["summary"]["failed"] < 18
             r = _run("run", str(trace), "--target", srv.url, "-o", str(tmp_path / "g"),
                      *NO_SCRAPE, "--speedup", "5", "--abort-after-failures", "3")
             assert r.returncode == 1, r.stdout + r.stderr

@@ -30,9 +30,9 @@ ARGS = ("--workers", "2", "--no-progress", "--scrape-interval", "0", "--gpu-metr
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # 360 requests over about 5 s
+    # 360 requests over about 14 s: a second run started under load still finds it live
     return write_rows(tmp_path_factory.mktemp("trace") / "t.parquet",
-                      chain_rows(30, 12, gap_ns=60 * MS, think_ns=250 * MS, output_tokens=6))
+                      chain_rows(30, 12, gap_ns=60 * MS, think_ns=1000 * MS, output_tokens=6))
 
 
 def _start(trace: Path, url: str, out: Path, *extra: str) -> subprocess.Popen[str]:

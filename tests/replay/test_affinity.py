@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from agent_replay.engines.sim import SimProcess
 from agent_replay.errors import InputError
 from agent_replay.replay.affinity import (
@@ -105,10 +105,10 @@ def test_workers_run_on_their_cpus(tmp_path: Path, workers: int) -> None:
     assert s.ok == 16 and s.failed == 0
     assert [w.cpus for w in sorted(s.workers, key=lambda w: w.shard)] == [[c] for c in cpus]
     assert all(w.fd_table > 64 for w in s.workers)  # each grew its fd table before the run
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["worker_cpus"] == [[c] for c in cpus]
-    assert meta["options"]["cpus"] == ",".join(map(str, cpus))
-    assert meta["options"]["worker_cpus"] == cpus
+    meta = read_run_record(out)
+    assert meta.extra["worker_cpus"] == [[c] for c in cpus]
+    assert meta.option("cpus") == ",".join(map(str, cpus))
+    assert meta.option("worker_cpus") == cpus
     assert os.sched_getaffinity(0) == before  # the caller's own CPUs are given back
 
 

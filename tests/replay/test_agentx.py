@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import agent_replay.engines.sim
+from agent_replay.analysis.results import read_run_record
 from agent_replay.analysis.runstats import accumulate
 from agent_replay.engines.sim import SimProcess
 from agent_replay.replay.agentx import (
@@ -136,9 +137,9 @@ def test_first_plays_start_mid_tree_after_an_excluded_warm_up(sim_runs: dict[str
         assert {x["request_index"] for x in warm if (x["session_id"], x["clone"]) == key} == want
     stats = accumulate(pq.read_table(sim_runs["ok"] / "requests").to_batches()).finish()
     assert stats.requests["counted"] == len(r) - len(warm)
-    meta = json.loads((sim_runs["ok"] / "run.json").read_text())
-    assert meta["agentx"]["responses"] == len(r) - len(warm)
-    assert meta["agentx"]["valid"] is True and meta["valid"] is True
+    meta = read_run_record(sim_runs["ok"])
+    assert meta.agentx is not None and meta.agentx["responses"] == len(r) - len(warm)
+    assert meta.agentx["valid"] is True and meta.valid is True
 
 
 def test_overflow_above_one_percent_marks_the_run_invalid(
@@ -146,8 +147,9 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
     r = [x for x in rows(sim_runs["overflow"]) if not x["warmup"]]
     over = [x for x in r if x["http_status"] == 400]
     assert len(over) / len(r) > 0.01
-    meta = json.loads((sim_runs["overflow"] / "run.json").read_text())
-    assert meta["valid"] is False and meta["agentx"]["context_overflows"] == len(over)
+    meta = read_run_record(sim_runs["overflow"])
+    assert meta.agentx is not None
+    assert meta.valid is False and meta.agentx["context_overflows"] == len(over)
     # main's turns are r0, r5, r6, r7: an overflow before r7 ends main in its play, and
     # main's later turns are not sent (nothing spawns after r0)
     mains, dropped = [0, 5, 6, 7], 0
@@ -157,8 +159,8 @@ def test_overflow_above_one_percent_marks_the_run_invalid(
         later = {m for m in mains if m > first}
         dropped += len(later)
         assert not later & {x["request_index"] for x in r if (x["session_id"], x["clone"]) == play}
-    assert dropped > 0 and meta["agentx"]["overflow_dropped"] == dropped
-    assert meta["warnings"][0].startswith("INVALID run (AgentX rule)")
+    assert dropped > 0 and meta.agentx["overflow_dropped"] == dropped
+    assert meta.warnings[0].startswith("INVALID run (AgentX rule)")
     from agent_replay.replay.cli import main
 
     assert main(["report", str(sim_runs["overflow"])]) == 0
@@ -536,13 +538,13 @@ def test_start_sampling_is_an_instant_not_a_rounded_turn() -> None:
 
 def test_a_run_below_its_presets_minimum_is_invalid_and_exits_non_zero(
         sim_runs: dict[str, Path]) -> None:
-    meta = json.loads((sim_runs["short"] / "run.json").read_text())
-    assert meta["valid"] is False and meta["status"] == "invalid"
-    assert "below the minimum of 900 s" in meta["agentx"]["invalid_reason"]
-    assert meta["options"]["agentx"]["preset"] == "aiperf-agentx-mvp"
-    assert meta["options"]["agentx"]["start_min"] == 0.0 and meta["options"]["agentx"]["start_max"] == 1.0
+    meta = read_run_record(sim_runs["short"])
+    assert meta.valid is False and meta.status == "invalid"
+    assert "below the minimum of 900 s" in (meta.invalid_reason or "")
+    assert meta.option("agentx.preset") == "aiperf-agentx-mvp"
+    assert meta.option("agentx.start_min") == 0.0 and meta.option("agentx.start_max") == 1.0
     assert (sim_runs["short"] / "exit").read_text() == "1 invalid"
-    assert meta["warnings_before_run"] == [
+    assert meta.extra["warnings_before_run"] == [
         "--duration 1 s is below the minimum of 900 s (aiperf-agentx-mvp): the run will be invalid"]
     assert (sim_runs["ok"] / "exit").read_text() == "0 ok"  # no minimum without a preset
 

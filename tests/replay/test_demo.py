@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from agent_replay.replay.demo import demo, sample_trace, synthetic_trace
 from agent_replay.replay.plan import PlanOptions, build_plan
 from agent_replay.traces.io import read_trace
@@ -20,8 +20,8 @@ def test_demo_runs_the_sample(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     s = demo(output=str(out), speedup=20, progress=None)
     assert s.total > 0 and s.ok == s.total and s.failed == 0 and s.mismatches == 0
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["status"] == "ok" and meta["salt"] == 0
+    meta = read_run_record(out)
+    assert meta.status == "ok" and meta.salt == 0
     assert pq.read_table(out / "requests").num_rows == s.total
 
 

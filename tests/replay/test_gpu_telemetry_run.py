@@ -4,13 +4,13 @@ without GPUs the run says in one line that telemetry is off and why."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from agent_replay.engines.sim import SimProcess
 from agent_replay.engines.telemetry.source import nvml_unavailable
 from agent_replay.errors import InputError
@@ -43,8 +43,7 @@ def test_run_with_dcgm_exporter_writes_telemetry(sim: SimProcess, tmp_path: Path
                 progress=lines.append)
     assert s.ok == 12
     assert not any("GPU telemetry off" in x for x in lines)
-    meta = json.loads((out / "run.json").read_text())
-    g = meta["gpu_telemetry"]
+    g = read_run_record(out).gpu_telemetry
     assert g["enabled"] and g["backend"] == "dcgm" and g["file"] == "gpu_telemetry.parquet"
     assert [x["name"] for x in g["gpus"]] == ["NVIDIA H200"] * 2
     assert g["cost"]["samples"] >= 3 and g["cost"]["errors"] == 0
@@ -69,8 +68,7 @@ def test_run_without_gpus_says_why_in_one_line(sim: SimProcess, tmp_path: Path) 
     run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
                   scrape_interval_s=0, gpu_metrics="nvml"), progress=lines.append)
     assert [x for x in lines if "GPU telemetry" in x] == [f"GPU telemetry off: {why}"]
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["gpu_telemetry"] == {"enabled": False, "reason": why}
+    assert read_run_record(out).gpu_telemetry == {"enabled": False, "reason": why}
     assert not (out / "gpu_telemetry.parquet").exists()
     # not asked for (auto): said only on a host with an NVIDIA driver; run.json keeps it
     lines.clear()
@@ -78,7 +76,7 @@ def test_run_without_gpus_says_why_in_one_line(sim: SimProcess, tmp_path: Path) 
                   salt=0, scrape_interval_s=0), progress=lines.append)
     said = [x for x in lines if "GPU telemetry" in x]
     assert said == ([f"GPU telemetry off: {why}"] if host_has_nvidia() else [])
-    assert json.loads((tmp_path / "auto" / "run.json").read_text())["gpu_telemetry"]["enabled"] is False
+    assert read_run_record(tmp_path / "auto").gpu_telemetry["enabled"] is False
 
 
 def test_bad_gpu_metrics_value_is_an_input_error(tmp_path: Path) -> None:
@@ -102,8 +100,8 @@ def test_unreachable_exporter_is_one_line_and_the_run_goes_on(sim: SimProcess,
     off = [x for x in lines if "GPU telemetry" in x]
     assert len(off) == 1 and off[0].startswith(f"GPU telemetry off: DCGM exporter {url} not "
                                                 "reachable (")
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["gpu_telemetry"]["enabled"] is False and meta["status"] == "ok"
+    meta = read_run_record(out)
+    assert meta.gpu_telemetry["enabled"] is False and meta.status == "ok"
 
 
 def test_cli_options() -> None:
@@ -116,7 +114,7 @@ def test_cli_options() -> None:
     assert (cfg.gpu_metrics, cfg.gpu_interval_s) == ("http://h:9400/metrics", 0.5)
     args = parser.parse_args([*base, "--no-gpu-metrics"])
     assert config_from_args(args, args.target).gpu_metrics == "off"
-    with pytest.raises(InputError, match="--gpu-interval must be > 0"):
+    with pytest.raises(InputError, match="--gpu-interval-s must be > 0"):
         RunConfig(trace="t", target="http://127.0.0.1:1", gpu_interval_s=0).check()
 
 

@@ -3,13 +3,13 @@ run against the simulated engine gives the same rows with either client."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from agent_replay.engines.sim import SimProcess
 from agent_replay.errors import InputError
 from agent_replay.replay.cli import build_parser
@@ -49,9 +49,9 @@ def test_both_clients_give_the_same_rows(sim: SimProcess, tmp_path: Path) -> Non
         s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), salt=7, speedup=4,
                           scrape_interval_s=0, http_client=client), progress=None)
         assert (s.ok, s.failed, s.mismatches, s.total) == (18, 0, 0, 18)
-        meta = json.loads((out / "run.json").read_text())
-        assert meta["environment"]["http_client"] == client
-        assert meta["options"]["http_client"] == client
+        meta = read_run_record(out)
+        assert meta.environment["http_client"] == client
+        assert meta.option("http_client") == client
         t = pq.read_table(out / "requests").sort_by([("session_id", "ascending"), ("request_index", "ascending")])
         got[client] = t.select(["session_id", "request_index", "status", "error_kind", "http_status",
                                 "prompt_tokens", "completion_tokens", "expected_output_tokens",

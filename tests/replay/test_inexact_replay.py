@@ -20,6 +20,7 @@ from aiohttp import web
 
 from agent_replay.analysis.render import to_text
 from agent_replay.analysis.report import build_report
+from agent_replay.analysis.results import read_run_record
 from agent_replay.engines.dialects import API_PATHS, build_request, encode_body
 from agent_replay.replay.client import Prepared, Sender, make_session
 from agent_replay.replay.config import RunConfig
@@ -237,8 +238,8 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
     assert "6 requests had inexact token counts" in buf.getvalue()
     assert "mismatches vs trace: 0; 6 with inexact tokens per chunk" in buf.getvalue()
     assert (s.inexact, s.mismatches) == (6, 0)
-    summary = orjson.loads((out / "run.json").read_bytes())["summary"]
-    assert (summary["inexact"], summary["mismatches"]) == (6, 0)
+    summary = read_run_record(out).summary
+    assert summary is not None and (summary.inexact, summary.mismatches) == (6, 0)
     # an inexact stream whose usage disagrees with the trace counts as a mismatch too
     srv.shortfall = 1
     out2 = tmp_path / "out2"

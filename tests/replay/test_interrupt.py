@@ -3,7 +3,6 @@ run.json says interrupted and the output says where the partial results are."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from tests.replay.helpers import MS, chain_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,9 +56,12 @@ def test_sigint_keeps_partial_results(tmp_path: Path, inherited: str) -> None:
             server.stdout.close()
     assert run.returncode == 130, stdout + stderr
     assert f"partial results (every completed request) are in {out}" in stderr
+    # before: the report was written for seconds without a word; now the wait is said
+    said = [x for x in stderr.splitlines() if x.startswith("interrupted: writing the report of")]
+    assert len(said) == 1 and said[0].endswith("(report.html); Ctrl-C again to skip it")
+    assert (out / "report.html").exists()
     assert "INTERRUPTED" in stdout
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["status"] == "interrupted"
+    assert read_run_record(out).status == "interrupted"
     rows = pq.read_table(out / "requests").to_pydict()
     n = len(rows["session_id"])
     assert 0 < n < 120

@@ -15,6 +15,7 @@ from agent_replay.replay.cli import build_parser
 from agent_replay.replay.cli.cmd_run import config_from_args
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.options import (
+    LOAD,
     add_options,
     at_least,
     check_fields,
@@ -32,7 +33,7 @@ from agent_replay.replay.sweep.experiment import RUN_KEYS, load_experiment
 class WithLabel(RunConfig):
     """A config with one more option, declared as one field."""
 
-    label_count: int | None = option(None, metavar="N", checks=(at_least(2),), sweep=True,
+    label_count: int | None = option(None, kind=LOAD, metavar="N", checks=(at_least(2),), sweep=True,
                                      help="a new option")
 
 
@@ -102,7 +103,7 @@ def test_preset_fills_what_the_command_line_leaves_out() -> None:
     assert (cfg.agentx.start_min, cfg.agentx.start_max) == (0.1, 0.2)
     assert record_options(cfg)["agentx"]["preset"] == "inferencex-agentx"
     assert tuple(PRESETS) == PRESET_NAMES
-    with pytest.raises(InputError, match=r"^--idle-cap must be >= 0, got -1"):
+    with pytest.raises(InputError, match=r"^--idle-cap-s must be >= 0, got -1"):
         config_from_args(parser.parse_args(["run", "t", "--target", "http://h:1", "--timing",
                                             "agentx", "--concurrency", "1", "--idle-cap", "-1"]),
                          "http://h:1").check()
@@ -138,3 +139,41 @@ def test_a_run_records_its_options_and_reads_back_typed(tmp_path: Path) -> None:
     assert set(m.options) == set(record_options(cfg))  # the run.json entry is the fields'
     assert m.summary is not None and (m.summary.ok, m.summary.sent) == (4, 4)
     assert m.planned.requests == 4 and m.trace.block_size is not None
+    assert raw == m.to_json()  # written in RunMeta's layout: every key is one of its fields
+    assert m.load_options() and "max_think_s" in m.load_options() and not m.extra.get("options")
+
+
+def test_axes_plan_and_kinds_come_from_the_declarations() -> None:
+    from agent_replay.analysis.frontier import OFFERED, axis_kind
+    from agent_replay.replay.options import CLOSED, KINDS, axes, axis_values, option_fields
+    from agent_replay.replay.plan import PlanOptions
+    from agent_replay.replay.sweep.experiment import AXES, INTEGER_AXES
+
+    @dataclass(frozen=True)
+    class WithAxis(RunConfig):
+        lanes: int | None = option(None, kind=LOAD, axis=CLOSED,
+                                   axis_sets=(("timing", "max-rate"),), help="lanes")
+
+    assert AXES == ("speedup", "concurrency", "rate", "concurrent_sessions")
+    assert INTEGER_AXES == ("concurrency", "concurrent_sessions")
+    assert list(axes(WithAxis))[-1] == "lanes"
+    assert axis_values(WithAxis, "lanes", 4.0) == {"lanes": 4, "timing": "max-rate"}
+    assert axis_values(RunConfig, "rate", 2) == {"rate": 2.0}
+    assert axis_kind({"axis": "rate", "axis_kind": "offered"}) == OFFERED
+    assert axis_kind({"axis": "concurrency"}) == "closed"  # a sweep.json before axis_kind
+    cfg = RunConfig(trace="t", target="http://h", speedup=2, api="chat", max_think_s=3,
+                    rebase_sessions=True, keep_overlaps=True, ramp_s=4, arrival_seed=7,
+                    sessions_multiplier=2, max_sessions=5, duration_s=9)
+    assert cfg.plan_options() == PlanOptions(
+        speedup=2, sessions_multiplier=2, max_sessions=5, duration_s=9, api_override="chat",
+        ramp_s=4, arrival_seed=7, max_think_s=3, rebase_sessions=True, keep_overlaps=True)
+    for f, o in option_fields(RunConfig):  # every option says what it means, once
+        if o.cli:
+            assert o.kind in KINDS and o.help, f.name
+
+
+def test_the_cli_spells_a_field_as_its_file_does() -> None:
+    parser = build_parser()
+    for argv in (["--max-think-s", "2"], ["--max-think", "2"]):
+        args = parser.parse_args(["run", "t", "--target", "http://h:1", *argv])
+        assert config_from_args(args, args.target).max_think_s == 2.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from agent_replay.errors import InputError
 from agent_replay.replay.plan import PlanOptions, arrival_offsets, build_plan, concurrent_starts
 from tests.replay.helpers import MS, chain_rows, trace_table
@@ -53,7 +54,6 @@ def test_bad_options(opts: PlanOptions, msg: str) -> None:
 
 @pytest.mark.slow
 def test_run_with_a_constant_rate_sends_roots_on_the_grid(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import json
 
     import pyarrow.parquet as pq
 
@@ -67,8 +67,8 @@ def test_run_with_a_constant_rate_sends_roots_on_the_grid(tmp_path) -> None:  # 
         rc = main(["run", str(trace), "--target", sim.url, "--output", str(out), "--rate", "20",
                    "--arrival", "constant", "--scrape-interval", "0", "--no-progress", "--salt", "0"])
     assert rc == 0
-    meta = json.loads((out / "run.json").read_text())
-    assert (meta["options"]["rate"], meta["options"]["arrival"]) == (20.0, "constant")
+    meta = read_run_record(out)
+    assert (meta.option("rate"), meta.option("arrival")) == (20.0, "constant")
     d = pq.read_table(out / "requests").to_pydict()
     roots = sorted(i for i, p in zip(d["intended_ns"], d["parent_index"], strict=True) if p < 0)
     assert np.diff(roots).tolist() == [50 * MS] * 4  # every 1/20 s

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from agent_replay.analysis.results import read_run_record
 from agent_replay.engines.sim import SimProcess
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.provenance import code_version
@@ -221,6 +222,6 @@ def test_dashboard_shows_the_scrapers_gauges(sim: SimProcess, tmp_path: Path,
     assert gauges["vllm:num_requests_running"] == 0.0  # the final scrape, after the run
     assert at_stop == [(writes, gauges)]  # ... taken before the dashboard's last frame
     # The run's t0 (chosen 0.2 s ahead) was chosen once the dashboard had started up.
-    t0 = json.loads((tmp_path / "res" / "run.json").read_text())["clock"]["t0_monotonic_ns"]
+    t0 = read_run_record(tmp_path / "res").clock.t0_monotonic_ns or 0
     assert len(started) == 1 and started[0] < t0 - 150_000_000
     assert set(gauges) <= set(GAUGES)

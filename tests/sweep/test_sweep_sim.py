@@ -3,6 +3,7 @@ points kept with their reasons, the frontier rebuilt from the tree, capacity at 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.analysis.frontier import build
+from agent_replay.analysis.results import read_run_record
 from agent_replay.replay.cli import main
 from agent_replay.replay.sweep import load_experiment, run_capacity, run_sweep
 from tests.replay.helpers import chain_rows, write_rows
@@ -61,9 +63,9 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     assert (out / "index.csv").read_text().count("\n") == 9
     for r in idx:
         run_dir = out / r["path"]
-        meta = json.loads((run_dir / "run.json").read_text())
-        assert meta["status"] == "ok" and meta["options"]["concurrent_sessions"] == int(r["point"])
-        prov = meta["provenance"]
+        meta = read_run_record(run_dir)
+        assert meta.status == "ok" and meta.option("concurrent_sessions") == int(r["point"])
+        prov = meta.provenance
         assert prov["command_line"] and prov["dependencies"]["pyarrow"]
         assert prov["server"]["version_endpoint"] is not None and prov["host"]["hostname"]
         warm = json.loads((run_dir.with_name(run_dir.name + ".warmup") / "warmup.json").read_text())
@@ -139,6 +141,13 @@ def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.
     # the CLI: bad SLO is one line, exit 2
     assert main(["sweep", str(exp_file), "--find-capacity", "--slo", "p90_tps>>1"]) == 2
     assert "--slo: 'p90_tps>>1'" in capsys.readouterr().err
+    # the CLI's search (every probe already run, so resumed) writes the page too
+    assert main(["sweep", str(exp_file), "--find-capacity", "--slo", "ttft_p99<=0.001ms"]) == 0
+    wrote = capsys.readouterr().out
+    assert "capacity.md" in wrote and "report.html" in wrote
+    if importlib.util.find_spec("bokeh") is not None:
+        page = (Path(exp.output) / "report.html").read_text()
+        assert "<h2>Capacity</h2>" in page
     assert main(["sweep", str(exp_file), "--report-only"]) == 0
     assert "frontier.md" in capsys.readouterr().out
     # reindex: figures recomputed from the run folders, with the prices now in the file
@@ -171,4 +180,7 @@ def test_readme_capacity_example_finds_a_capacity(tmp_path: Path) -> None:
     for c in caps:
         assert c.capacity is not None and c.first_fail is not None, c.line(exp.axis)
         assert c.capacity < c.first_fail
+        assert c.crossing is not None, c.line(exp.axis)  # the answer with its interval
+        x, lo, hi = c.crossing
+        assert lo <= x <= hi and c.capacity <= x <= c.first_fail
     assert "host contention" in (tmp_path / "cap" / "capacity.md").read_text()

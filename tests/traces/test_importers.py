@@ -322,9 +322,14 @@ def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
         result_uuid = next(r["uuid"] for r in recs if r.get("type") == "user" and isinstance(
             r["message"]["content"], list) and any(b.get("tool_use_id") == task[1] for b in r["message"]["content"]))
         joiner = next(r["message"]["id"] for r in recs if r.get("parentUuid") == result_uuid)
-        stream_start = {r["message"]["id"] for r in recs if r.get("type") == "assistant"} - {
-            r["message"]["id"] for r in recs if r.get("type") == "assistant" and (
-                r["message"].get("stop_reason") or r["message"]["usage"]["output_tokens"] > 4)}
+        logged: dict[str, int] = {}
+        for r in recs:
+            if r.get("type") == "assistant":
+                m_id = r["message"]["id"]
+                logged[m_id] = max(logged.get(m_id, 0), r["message"]["usage"]["output_tokens"])
+        no_stop = set(logged) - {r["message"]["id"] for r in recs if r.get("type") == "assistant"
+                                 and r["message"].get("stop_reason")}
+        stream_start = {m for m in no_stop if logged[m] <= 4}
         res = import_paths([src])
         t = res.table.to_pylist()
         ids = list(t)  # rows in arrival order; message ids by first timestamp
@@ -342,7 +347,12 @@ def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
         last = max(sub, key=lambda r: r["arrival_ns"])
         assert first["depends_on"] == [row_of[task[0]]["request_index"]]
         assert last["request_index"] in row_of[joiner]["depends_on"]
-        assert {m for m, r in row_of.items() if r["output_estimated"]} == stream_start
+        # no stop_reason: estimated where the content says more than the log, whatever the
+        # logged figure (the 1-4 token stream-start figures among them)
+        flagged = {m for m, r in row_of.items() if r["output_estimated"]}
+        assert stream_start <= flagged <= no_stop
+        assert all(row_of[m]["output_tokens"] > logged[m] for m in flagged)
+        assert all(row_of[m]["output_tokens"] == logged[m] for m in set(logged) - flagged)
         # think time of the join: from the subagent's end, not from the spawning turn's
         j = row_of[joiner]
         assert j["think_ns"] == j["arrival_ns"] - (last["arrival_ns"] + last["end_ns"])

@@ -35,6 +35,14 @@ CPU_FLAGS = [("load-format", "dummy"), ("dtype", "bfloat16"), ("enforce-eager", 
              ("enable-prompt-tokens-details", "true"), ("served-model-name", SERVED_NAME)]
 
 
+DEDICATED_ON_CPU = [("spec_method", "ngram"), ("spec_tokens", "3"),
+                    ("compilation-config", "false")]
+"""dedicated-decode as it runs here: n-gram drafts (no MTP head on the tiny Llama) and no
+compilation config: vLLM on CPU captures no CUDA graphs (it resolves cudagraph_mode to NONE
+and the capture sizes to []), so the launcher's settings check would refuse the recipe's
+FULL_DECODE_ONLY graphs (tests/vllm/test_settings_check.py shows it does)."""
+
+
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
     return vllm_python_or_skip()
@@ -68,5 +76,5 @@ def server(_servers: list[VllmServer], vllm_python: str, tiny_model: Path,
     if not _servers or not _servers[-1].running():
         log = tmp_path_factory.mktemp("logs") / "vllm-ngram.log"
         _servers.append(start_server("dedicated-decode", vllm_python, tiny_model, log,
-                                     extra=[("spec_method", "ngram"), ("spec_tokens", "3")]))
+                                     extra=DEDICATED_ON_CPU))
     return _servers[-1]

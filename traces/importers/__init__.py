@@ -22,6 +22,7 @@ from agent_replay.traces.importers import (
     codex,
     lmcache,
     mooncake,
+    otel,
     qwen,
     tracelab,
     weka,
@@ -30,7 +31,7 @@ from agent_replay.traces.importers._common import ImportOptions, ImportResult, h
 from agent_replay.traces.validate import validate_or_raise
 
 # Order matters: the first module whose sniff() accepts a file wins.
-_MODULES: tuple[ModuleType, ...] = (weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
+_MODULES: tuple[ModuleType, ...] = (otel, weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
                                     burstgpt)
 FORMATS: dict[str, ModuleType] = {m.NAME: m for m in _MODULES}
 SUFFIXES = (".jsonl", ".json", ".csv")
@@ -68,6 +69,18 @@ def detect(path: Path) -> str:
                      "); name it with --format", path=str(path))
 
 
+def _validate(result: ImportResult, first: Path) -> None:
+    """The imported table checked; hash ids of the wrong count say to give --block-size."""
+    try:
+        validate_or_raise(result.table, result.meta, f"import of {first}")
+    except TraceError as exc:
+        if "'hash_ids'" not in str(exc) or "ceil(input_tokens" not in str(exc):
+            raise
+        raise TraceError(f"{exc}: the hash ids were made over other blocks than "
+                         f"{result.meta.block_size} tokens; give the file's block size "
+                         "with --block-size N") from None
+
+
 def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None,
                  options: ImportOptions | None = None) -> ImportResult:
     """Import one or more files of one format into a validated trace table."""
@@ -99,7 +112,7 @@ def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None
     except (pa.ArrowInvalid, OverflowError) as exc:  # a number the schema cannot hold
         raise TraceError(f"a value does not fit the trace schema ({exc}); numbers this large "
                          "are not real requests (a unit mix-up?)", path=str(files[0])) from None
-    validate_or_raise(result.table, result.meta, f"import of {files[0]}")
+    _validate(result, files[0])
     if skipped:
         result.notes.append(f"skipped {len(skipped)} unrecognized files: {', '.join(skipped[:5])}")
     return result

@@ -24,6 +24,10 @@ class ImportOptions:
     """Path of a Hugging Face ``tokenizer.json`` for content-bearing formats."""
     infer_sessions: bool = True
     """Mooncake: infer sessions from hash-prefix chains (else one session per request)."""
+    prompt_hasher: Callable[[int], Any] | None = None
+    """For formats that may carry captured prompts (OpenTelemetry): block size -> a hasher
+    with ``hash_ids(api, body, input_tokens)`` (the recorder's ``PromptHasher``). None:
+    hash ids from token and cache counts alone."""
 
 
 @dataclass

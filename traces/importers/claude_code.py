@@ -16,8 +16,9 @@ Mapping:
 * ``input_tokens`` = ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``,
   ``cached_tokens`` = ``cache_read_input_tokens`` (null when the log has no cache fields);
 * ``output_tokens`` = the largest ``usage.output_tokens`` among the blocks. When no block
-  has a ``stop_reason`` and that figure is 1-4, the usage was logged at stream start: the
-  output size is estimated from the content and ``output_estimated`` is set. With
+  has a ``stop_reason``, the usage may have been logged at stream start, whatever its
+  figure: where the content's estimate is larger, it is the output size and
+  ``output_estimated`` is set. With
   ``--tokenizer tokenizer.json`` (the ``tokenizer`` extra) the text, thinking and
   tool-call input are counted with it; otherwise one token per ``CHARS_PER_TOKEN``
   characters plus ``TOOL_CALL_TOKENS`` per tool call (the call's framing, which the log
@@ -59,8 +60,6 @@ BLOCK_SIZE = 16
 CHARS_PER_TOKEN = 4
 TOOL_CALL_TOKENS = 40
 """Estimated tokens of one tool call's framing beyond its input JSON (see the docstring)."""
-STREAM_START_MAX = 4
-"""``output_tokens`` at or below this, with no ``stop_reason``: usage from stream start."""
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -268,9 +267,11 @@ def _load_file(path: Path, bs: int, tokenizer: Any = None) -> list[Request]:
         cached = int(u.get("cache_read_input_tokens") or 0) if has_cache else None
         n_in = int(u.get("input_tokens") or 0) + int(u.get("cache_creation_input_tokens") or 0) + (cached or 0)
         n_out = int(u.get("output_tokens") or 0)
-        estimated = not m.stopped and n_out <= STREAM_START_MAX
-        if estimated:
-            n_out = max(n_out, estimate_output(m.texts, m.tool_calls, tokenizer))
+        # no stop_reason: the usage may be the stream's start, whatever its figure (5 tokens
+        # were logged for 14 words and a tool call): the content's estimate when larger
+        guess = 0 if m.stopped else estimate_output(m.texts, m.tool_calls, tokenizer)
+        estimated = guess > n_out
+        n_out = max(n_out, guess)
         p = done.get(parent_msg) if parent_msg else None
         deps: list[str] = [m_id for m_id in (parent_msg,) if m_id is not None and p is not None]
         agent = "main"

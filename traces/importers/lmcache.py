@@ -10,6 +10,9 @@ The prompt the model really saw is rebuilt per conversation in time order:
   own chain, and when a session has more than one chain that continues, each chain is an
   ``agent_id`` stream (``main``, ``llm-1``, ...) whose turns depend on their chain's
   previous turn and on the session's previous row (the order the two LLMs took turns).
+* A row whose input holds an earlier row's output (at least ``MIN_OUTPUT_CHARS``
+  characters of it, byte for byte: the agent's reply forwarded to the user simulator)
+  waits for that row, the latest such one, even where it starts a chain of its own.
 * Where ``input`` holds only the non-assistant messages (``miniswe``), earlier outputs are
   interleaved (``input_0 + output_0 + new part of input_1 + output_1 + ...``). Where it
   already holds the whole flattened conversation (``magagent``: the new part of the input
@@ -54,6 +57,23 @@ from agent_replay.traces.schema import TraceMeta
 NAME = "lmcache"
 BLOCK_SIZE = 16
 BYTES_PER_TOKEN = 4
+MIN_OUTPUT_CHARS = 16
+"""An earlier output shorter than this (stripped) found in an input is no evidence of a
+dependency: a short reply ("OK") can occur by chance."""
+LOOK_BACK = 64
+"""How many earlier rows of the session an input is searched for their outputs."""
+
+
+def content_dependency(text_in: str, earlier: list[tuple[object, str]],
+                       parent: object | None = None) -> object | None:
+    """The key of the latest earlier row (``earlier`` in time order: (key, output)) whose
+    output, stripped and at least ``MIN_OUTPUT_CHARS`` long, is inside ``text_in``; None
+    when there is none or it is the row's prefix ``parent`` (waited for already)."""
+    for key, out in reversed(earlier[-LOOK_BACK:]):
+        s = out.strip()
+        if len(s) >= MIN_OUTPUT_CHARS and s in text_in:
+            return None if key == parent else key
+    return None
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -98,6 +118,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     reqs: list[Request] = []
     empty = flattened = repeated = no_output = 0
     chains: dict[str, list[_Chain]] = {}
+    outputs: dict[str, list[tuple[object, str]]] = {}  # per session, in time order
     for sid, ts_us, line, text_in, text_out in rows:
         if not text_in.strip():
             empty += 1
@@ -135,12 +156,16 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
                     arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=max(n_out, 1),
                     hash_ids=hashes, api="chat", output_estimated=True if n_out == 0 else None)
         r.extra["chain"] = chain.number
+        earlier = outputs.setdefault(sid, [])
+        r.extra["content_dep"] = content_dependency(text_in, earlier, r.parent_key)
+        earlier.append((r.key, text_out))
         reqs.append(r)
         chain.prompt, chain.last_prompt = prompt + text_out, prompt
         chain.last_input, chain.last_output, chain.last = text_in, text_out, r
     if not reqs:
         raise fail(paths[0], None, "every row has an empty input")
     interleaved = _streams(reqs, chains)
+    by_content = _wait_for_outputs(reqs)
     table, start = build_table(reqs)
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
                      content_mode="hashed", tokenizer=opts.tokenizer,
@@ -158,6 +183,8 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
                      "with 1 output token (output_estimated)")
     if interleaved:
         notes.append(f"{interleaved} sessions interleave several LLMs: one chain (agent_id) each")
+    if by_content:
+        notes.append(f"{by_content} rows wait for an earlier row whose output their input holds")
     if empty:
         notes.append(f"{empty} rows with an empty input left out (not replayed as 0-token prompts)")
     return ImportResult(table, meta, NAME, notes)
@@ -173,6 +200,22 @@ class _Chain:
         self.last_input = ""
         self.last_output = ""
         self.last: Request | None = None
+
+
+def _wait_for_outputs(reqs: list[Request]) -> int:
+    """Add each row's content dependency (``extra["content_dep"]``, see
+    ``content_dependency``) to what it waits for, its prefix parent included. Returns how
+    many rows that gave a dependency they did not have."""
+    added = 0
+    for r in reqs:
+        dep = r.extra.pop("content_dep", None)
+        if dep is None:
+            continue
+        had = set(r.depends_on_keys or ())
+        keys = had | {k for k in (r.parent_key, dep) if k is not None}
+        added += keys != had
+        r.depends_on_keys = sorted(keys, key=lambda k: k)  # type: ignore[arg-type,return-value]
+    return added
 
 
 def _streams(reqs: list[Request], chains: dict[str, list[_Chain]]) -> int:

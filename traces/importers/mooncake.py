@@ -23,8 +23,11 @@ are unknown: ``think_ns`` is left null and the original arrival gap is kept in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from agent_replay.traces.builder import concat
@@ -124,7 +127,35 @@ def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
     return conform(table)
 
 
+def block_size_of(paths: list[Path]) -> int | None:
+    """The block size the files' hash ids were made over: the one power of two B for which
+    every row with hash ids has ceil(input_length / B) of them (a trace exported by ``traces
+    convert`` with its own block size, say); None when no B fits every row (or none has
+    hash ids)."""
+    lengths = [_lengths(obj) for path in paths for _, obj in read_jsonl(path)]
+    pairs = np.array([p for p in lengths if p is not None], dtype=np.int64).reshape(-1, 2)
+    fits = [b for b in (2 ** k for k in range(15)) if _fits(pairs, b)]
+    if BLOCK_SIZE in fits:
+        return BLOCK_SIZE
+    return fits[0] if len(fits) == 1 else None
+
+
+def _fits(pairs: np.ndarray, block: int) -> bool:
+    """Every (input_length, hash-id count) pair has ceil(input_length / block) ids."""
+    return bool(pairs.size) and np.array_equal(-(-pairs[:, 0] // block), pairs[:, 1])
+
+
+def _lengths(obj: dict[str, Any]) -> tuple[int, int] | None:
+    """(input_length, number of hash ids) of a row that has both."""
+    h, n = obj.get("hash_ids"), obj.get("input_length")
+    return (n, len(h)) if isinstance(h, list) and isinstance(n, int) else None
+
+
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
+    inferred = None if opts.block_size else block_size_of(paths)
+    read = inferred not in (None, BLOCK_SIZE)
+    if read:
+        opts = replace(opts, block_size=inferred)
     tables = [_load_one(p, opts, f"{p.stem}-" if len(paths) > 1 else "mc-") for p in paths]
     bs = opts.block_size or BLOCK_SIZE
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}",
@@ -132,4 +163,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     notes = ["sessions inferred from hash-prefix chains" if opts.infer_sessions
              else "one session per request",
              "timestamps are milliseconds; think times unknown (null)"]
+    if read:
+        notes.append(f"block size {inferred} tokens, read from the hash ids' lengths "
+                     "(--block-size overrides it)")
     return ImportResult(concat(tables), meta, NAME, notes)

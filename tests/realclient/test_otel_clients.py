@@ -1,0 +1,171 @@
+"""Claude Code's and Codex's own OpenTelemetry export, received by ``record-otlp``, against
+the trace the recorder makes of the same session: the agent talks through the recorder to
+the simulated engine and exports its telemetry to the receiver at the same time. Request
+count and token totals must agree.
+
+Install the programs with scripts/setup-real-clients.sh; each test skips when its program
+is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_replay.engines.sim import SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.replay.record.otlp_receiver import OtlpReceiver
+from agent_replay.traces.io import read_trace
+from agent_replay.traces.stats import implied_cached_tokens
+from tests.realclient.test_real_clients import (
+    AGENT,
+    CODEX_LS,
+    LS,
+    SECRET,
+    base_env,
+    codex_exec,
+    no_secret_written,
+    program,
+    replay_matches,
+    run_program,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.realclient]
+
+
+async def _both(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[list[dict], list[dict]]:
+    """(recorder rows, receiver rows) of one run, each in arrival order."""
+    home, work = tmp / "home", tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
+            Recorder(sim.url, "127.0.0.1:0", tmp / "recorded", flush_interval_s=60) as rec:
+        otlp = OtlpReceiver("127.0.0.1:0", tmp / "received", flush_interval_s=60)
+        await otlp.start()
+        try:
+            argv, env = argv_env(rec.url, sim.profile.model_name, home, otlp.url)
+            await run_program(argv, env, work)
+        finally:
+            await otlp.stop()
+    recorded = sorted(read_trace(tmp / "recorded")[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    received = sorted(read_trace(tmp / "received")[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    no_secret_written(tmp / "received")
+    return recorded, received
+
+
+def _reuse_points(received: Path, recorded: list[dict]) -> float:
+    """Prefix reuse implied by the received trace's hash ids (derived from cache counts)
+    minus the server's own cached fraction of the recorded prompts, in points."""
+    table, meta = read_trace(received)
+    assert meta.extra["hash_ids_from"] == "cache counts"
+    total = sum(r["input_tokens"] for r in recorded)
+    implied = int(implied_cached_tokens(table, meta.block_size).sum())
+    server = sum(r["cached_tokens"] or 0 for r in recorded)
+    return 100 * (implied - server) / total
+
+
+def _report(name: str, tmp: Path, recorded: list[dict], received: list[dict]) -> None:
+    """One line of figures (pytest -s shows it): counts, totals, reuse, send-time gaps."""
+    r_meta, o_meta = read_trace(tmp / "recorded")[1], read_trace(tmp / "received")[1]
+    gaps = [((r_meta.start_wall_ns or 0) + r["arrival_ns"]
+             - (o_meta.start_wall_ns or 0) - o["arrival_ns"]) / 1e6
+            for r, o in zip(recorded, received, strict=True)]
+    print(f"{name}: requests, input, output {_totals(recorded)} recorded, {_totals(received)} "
+          f"received; reuse {_reuse_points(tmp / 'received', recorded):+.2f} points; "
+          f"recorder arrival - event send, ms: {[round(g, 1) for g in gaps]}")
+
+
+def _totals(rows: list[dict]) -> tuple[int, int, int]:
+    return (len(rows), sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
+
+
+def claude_env(claude: str, url: str, model: str, home: Path,
+               otlp: str) -> tuple[list[str], dict[str, str]]:
+    env = base_env(home)
+    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET,
+               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+               CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+               # the telemetry recipe of docs/recording.md
+               CLAUDE_CODE_ENABLE_TELEMETRY="1", OTEL_LOGS_EXPORTER="otlp",
+               OTEL_METRICS_EXPORTER="none", OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+               OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_LOGS_EXPORT_INTERVAL="500")
+    return [claude, "-p", "List the files here.", "--max-turns", "3",
+            "--allowedTools", "Bash(ls)"], env
+
+
+async def test_claude_code_telemetry(tmp_path: Path) -> None:
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
+        return claude_env(claude, url, model, home, otlp)
+
+    recorded, received = await _both(tmp_path, [LS], argv_env)
+    assert _totals(received) == _totals(recorded), (recorded, received)
+    assert {r["api"] for r in received} == {"messages"}
+    assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
+    _report("claude code", tmp_path, recorded, received)
+    assert len({r["session_id"] for r in received}) == 1
+
+
+def _tree(rows: list[dict]) -> list[tuple[object, ...]]:
+    """Each request's stream (numbered by first appearance), parent and dependencies."""
+    names: dict[str, int] = {}
+    return [(names.setdefault(r["agent_id"], len(names)), r["parent_index"], r["depends_on"])
+            for r in sorted(rows, key=lambda r: r["request_index"])]
+
+
+def _streams(rows: list[dict], *, subagents: bool = False) -> list[list[int]]:
+    """The request indices of each stream (only the subagents' with ``subagents``), the
+    streams in order of their first request."""
+    by: dict[str, list[int]] = {}
+    for r in sorted(rows, key=lambda r: r["request_index"]):
+        if not (subagents and r["agent_id"].startswith("main")):
+            by.setdefault(r["agent_id"], []).append(r["request_index"])
+    return list(by.values())
+
+
+async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
+    """The engine answers with the Agent tool where it is offered: nested subagents, which
+    Claude Code's events (agent.name, the Agent call's tool_decision and tool_result) must
+    give the same tree as the recorder's headers."""
+    claude = program("claude")
+
+    def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
+        argv, env = claude_env(claude, url, model, home, otlp)
+        return [*argv, "Agent"], env
+
+    recorded, received = await _both(tmp_path, [AGENT, LS], argv_env)
+    assert _totals(received) == _totals(recorded)
+    assert len({r["agent_id"] for r in recorded}) >= 3
+    assert _streams(received, subagents=True) == _streams(recorded, subagents=True)
+    if not any("/" in r["agent_id"] for r in recorded + received):
+        assert _tree(received) == _tree(recorded)
+    # else the session title request and the first turn overlapped in one trace (a race;
+    # the events' end times are the client's, later than the server's): the main agent's
+    # lanes differ, and the recorder spawns the first subagent off the title request
+    assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
+    _report("claude code subagents", tmp_path, recorded, received)
+    # the received trace replays: same token counts, tree and think times
+    await replay_matches(tmp_path / "received", received, tmp_path / "results")
+
+
+async def test_codex_telemetry(tmp_path: Path) -> None:
+    codex = program("codex")
+    plain = codex_exec(codex, "List the files here.")
+
+    def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
+        argv, env = plain(url, model, home)
+        with (home / "config.toml").open("a") as fh:  # the [otel] recipe of docs/recording.md
+            fh.write('\n[otel]\nlog_user_prompt = false\nexporter = { otlp-http = { endpoint = '
+                     f'"{otlp}/v1/logs", protocol = "json" }} }}\n')
+        return argv, env
+
+    recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)
+    assert _totals(received) == _totals(recorded), (recorded, received)
+    assert {r["api"] for r in received} == {"responses"}
+    assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
+    _report("codex", tmp_path, recorded, received)
