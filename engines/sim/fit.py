@@ -451,6 +451,7 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
         num_speculative_tokens=k, spec_acceptance=acceptance,
         max_num_seqs=int(flags.get("max_num_seqs", base.max_num_seqs)),
         max_num_batched_tokens=budget,
+        model_name=str((runs[0].meta.get("target") or {}).get("model") or base.model_name),
         max_model_len=int((runs[0].meta.get("target") or {}).get("max_model_len")
                           or base.max_model_len),
         **({"kv_cache_blocks": cache["num_gpu_blocks"], "block_size": cache["block_size"],
