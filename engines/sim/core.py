@@ -47,9 +47,11 @@ class SimRequest:
     seed: int = 0
     arrival_ns: int = 0
     sink: Any = None
+    known_cached: int = -1  # a prefix hit given from outside (a recorded run); -1: look it up
     # state, owned by the core
     rng: random.Random = field(init=False)
     hashes: list[int] = field(default_factory=list)
+    ready_ns: int = 0  # arrival + the front end's time: the engine may schedule it from here
     prefill_target: int = 0  # tokens to (re)compute before the next token; prompt + generated
     computed_tokens: int = 0
     cached_tokens: int = -1  # prefix-cache hit of the first admission; -1 before admission
@@ -103,6 +105,8 @@ class EngineCore:
             max_model_len=profile.max_model_len, num_spec_positions=profile.num_speculative_tokens
         )
         self._blocks_in_use = 0
+        self._last_start_ns = -1
+        self._frontend_free_ns = 0
 
     # admission ------------------------------------------------------------------------
 
@@ -112,8 +116,12 @@ class EngineCore:
         if limit and len(self.waiting) >= limit:
             self.stats.admission_rejections += 1
             raise QueueFullError
-        if self.profile.prefix_cache_blocks > 0:
+        if self.profile.prefix_cache_blocks > 0 and not req.hashes:  # given: kept
             req.hashes = block_hashes(req.prompt_ids, self.profile.block_size)
+        # the front end is one process: requests pass it one at a time, in arrival order
+        cost = self.profile.frontend_ns(req.prompt_len)
+        req.ready_ns = max(req.arrival_ns, self._frontend_free_ns) + cost if cost else req.arrival_ns
+        self._frontend_free_ns = req.ready_ns if cost else self._frontend_free_ns
         self.waiting.append(req)
         s = self.stats
         s.hists["request_params_max_tokens"].observe(req.max_tokens)
@@ -138,13 +146,19 @@ class EngineCore:
         return bool(self.running or self.waiting)
 
     def earliest_arrival_ns(self, default: int) -> int:
-        return min((r.arrival_ns for r in self.waiting), default=default)
+        """When the earliest waiting request became (or becomes) schedulable."""
+        return min((r.ready_ns for r in self.waiting), default=default)
 
     def next_wakeup_ns(self) -> int | None:
-        """When all running requests are stalled and none wait: the earliest stall end."""
-        if self.waiting or not self.running:
-            return None
-        return min(r.stall_until_ns for r in self.running)
+        """After a step found nothing to run: the earliest time one could run (a stall
+        ending, the waiting head leaving the front end); None to wait for a new request."""
+        stalls = [r.stall_until_ns for r in self.running]
+        if self.waiting:
+            head = self.waiting[0].ready_ns
+            if head <= self._last_start_ns:
+                return None
+            return min([head, *stalls])
+        return min(stalls) if stalls else None
 
     # KV accounting ----------------------------------------------------------------------
 
@@ -169,6 +183,7 @@ class EngineCore:
         p = self.profile
         k = p.num_speculative_tokens
         budget = p.max_num_batched_tokens
+        self._last_start_ns = start_ns
         self._preempt_if_needed()
         decode = [r for r in self.running if not r.in_prefill and r.stall_until_ns <= start_ns]
         budget -= len(decode) * (1 + k)
@@ -183,6 +198,8 @@ class EngineCore:
         used_blocks = -1
         while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
             r = self.waiting[0]
+            if r.ready_ns > start_ns:
+                break
             need = self._blocks(r.prefill_target + 1)
             if used_blocks < 0:
                 used_blocks = sum(self._blocks(self._context(x)) for x in self.running)
@@ -199,7 +216,9 @@ class EngineCore:
             return None
         prefill_tokens = sum(t for _, t in chunks)
         context = sum(r.prompt_len + r.num_generated for r in decode)
-        duration = p.decode_step_ns(len(decode), context) + p.prefill_ns(prefill_tokens)
+        prefill_ctx = sum(r.computed_tokens + t for r, t in chunks)
+        duration = (p.decode_step_ns(len(decode), context)
+                    + p.prefill_ns(prefill_tokens, len(chunks), prefill_ctx))
         end_ns = start_ns + max(1, duration)
         emissions: list[Emission] = []
         s = self.stats
@@ -228,7 +247,9 @@ class EngineCore:
         bs = self.profile.block_size
         target = r.prefill_target
         hit_tokens = 0
-        if self.profile.prefix_cache_blocks > 0:
+        if r.known_cached >= 0:
+            hit_tokens = min(r.known_cached, target - 1) if r.cached_tokens < 0 else 0
+        elif self.profile.prefix_cache_blocks > 0:
             # at least one token is always computed: the hit stops before the last token
             max_blocks = min(len(r.hashes), (target - 1) // bs)
             hit_tokens = self.cache.match(r.hashes, max_blocks) * bs

@@ -40,6 +40,12 @@ class SimProfile:
     decode_base_ns: int = 10_000_000
     decode_per_seq_ns: int = 20_000
     decode_per_ctx_token_ns: float = 0.1
+    # prefill cost in the step beyond the new tokens: per request prefilled, per context token
+    prefill_base_ns: int = 0
+    prefill_per_ctx_token_ns: float = 0.0
+    # the server's front end (HTTP, prompt processing) before the engine sees a request
+    frontend_base_ns: int = 0
+    frontend_per_prompt_token_ns: float = 0.0
     # speculative decoding: per-position conditional acceptance probabilities
     num_speculative_tokens: int = 0
     spec_acceptance: tuple[float, ...] = ()
@@ -65,6 +71,8 @@ class SimProfile:
             problems.append("prefill_tokens_per_s must be > 0")
         for name in ("decode_base_ns", "decode_per_seq_ns", "decode_per_ctx_token_ns",
                      "max_num_queued_reqs", "prefix_cache_blocks", "spin_ns",
+                     "frontend_base_ns", "frontend_per_prompt_token_ns", "prefill_base_ns",
+                     "prefill_per_ctx_token_ns",
                      "num_speculative_tokens"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
@@ -101,8 +109,15 @@ class SimProfile:
             + self.decode_per_ctx_token_ns * context_tokens
         )
 
-    def prefill_ns(self, tokens: int) -> int:
-        return int(tokens * 1e9 / self.prefill_tokens_per_s)
+    def frontend_ns(self, prompt_tokens: int) -> int:
+        """Time from a request's arrival until the engine can schedule it."""
+        return int(self.frontend_base_ns + self.frontend_per_prompt_token_ns * prompt_tokens)
+
+    def prefill_ns(self, tokens: int, requests: int = 0, context_tokens: int = 0) -> int:
+        """Prefill time of ``tokens`` new tokens in ``requests`` chunks whose contexts (cached
+        and new tokens up to each chunk's end) add up to ``context_tokens``."""
+        return int(tokens * 1e9 / self.prefill_tokens_per_s + self.prefill_base_ns * requests
+                   + self.prefill_per_ctx_token_ns * context_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -17,6 +17,7 @@ def register(sub: Any) -> None:
     group = p.add_subparsers(dest="engines_command", metavar="ENGINES_COMMAND")
     p.set_defaults(func=lambda args: _help(p))
     cmd_sim.register(group)
+    cmd_sim.register_fit(group)
     cmd_vllm.register(group)
 
 

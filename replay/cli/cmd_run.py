@@ -25,6 +25,11 @@ def register(sub: Any) -> None:
     where.add_argument("--launch", metavar='"PROFILE --model M ..."',
                        help="start a local vLLM for this run (the arguments of 'engines "
                        "launch' in one string), replay against it, then stop it")
+    where.add_argument("--engine", metavar="sim:PROFILE",
+                       help="with --virtual: predict the run on the simulated engine with this "
+                       "profile (shipped name or a JSON of 'engines sim-fit'), in virtual time")
+    p.add_argument("--virtual", action="store_true",
+                   help="with --engine: no sockets, no sleeping; run.json marks the folder a prediction")
     where.add_argument("--targets", metavar="A,B",
                        help="replay the plan against each of these base URLs at once, one lane "
                        "each, into OUTPUT/lane-N, then compare them request by request "
@@ -100,6 +105,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent_replay.replay.run import run
 
     check_trace(args.trace)
+    if getattr(args, "engine", None) or getattr(args, "virtual", False):
+        if not (args.engine and args.virtual):
+            raise InputError("--engine and --virtual go together (a virtual-time prediction)")
+        from agent_replay.replay.virtual import run_virtual
+
+        summary = run_virtual(config_from_args(args, "http://virtual.invalid"), args.engine)
+        _render(summary)
+        return summary.exit_code
     if getattr(args, "targets", None):
         return _lanes(args)
     summary = run(config_from_args(args, check_target(args.target) if args.target else args.target))

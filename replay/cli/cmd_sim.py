@@ -25,3 +25,33 @@ def _run(args: argparse.Namespace) -> int:
     from agent_replay.engines.sim.cli import run
 
     return run(args)
+
+
+def register_fit(sub: Any) -> None:
+    """Add ``sim-fit`` to the ``engines`` group."""
+    p = sub.add_parser(
+        "sim-fit",
+        help="fit the simulated engine's performance model to real runs",
+        description="Fit the simulated engine's step-time model (docs/sim-engine.md) to real "
+        "runs of one deployment: decode step time against batch and context, prefill cost, "
+        "speculative acceptance. The profile records each term with its 95%% interval "
+        "(bootstrap over runs) and what it was fitted on.",
+    )
+    p.add_argument("results", nargs="+", help="results folders of real runs (one deployment)")
+    p.add_argument("-o", "--output", required=True, help="the profile JSON to write")
+    p.add_argument("--command", help="the deployment's launch record (*.command.json): its "
+                   "vLLM flags (speculative tokens, max-num-seqs, max-num-batched-tokens)")
+    p.add_argument("--name", default="fitted", help="the profile's name")
+    p.add_argument("--force", action="store_true", help="overwrite an existing profile")
+    p.set_defaults(func=_fit)
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from agent_replay.engines.sim.fit import describe, fit_runs, read_command, write_profile
+
+    command = read_command(args.command) if args.command else None
+    fit = fit_runs(args.results, name=args.name, command=command)
+    write_profile(fit, args.output, force=args.force)
+    print(describe(fit))
+    print(f"wrote {args.output}")
+    return 0

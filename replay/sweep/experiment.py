@@ -28,7 +28,8 @@ relative to the file.
 
     [[targets]]
     name = "standard"
-    sim = "default"                    # or url = "http://...", or launch = "PROFILE --model M"
+    sim = "default"                    # or url = "http://...", or launch = "PROFILE --model M",
+                                       # or virtual = "PROFILE" (the sim engine in virtual time)
     gpus = 1
     usd_per_gpu_hour = 2.5
 """
@@ -87,7 +88,7 @@ MAX_RUNS = 100_000
 @dataclass(frozen=True)
 class Target:
     name: str
-    kind: str  # url, sim, launch
+    kind: str  # url, sim, launch, virtual
     spec: str  # the URL, the sim profile, or the launch spec
     gpus: int = 1
     usd_per_gpu_hour: float | None = None
@@ -171,11 +172,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 def _target(where: str, raw: Any) -> Target:
     if not isinstance(raw, dict):
         raise InputError(f"{where}: expected a table")
-    _check_keys(where, raw, {"name", "url", "sim", "launch", "gpus", "usd_per_gpu_hour",
-                             "lifetime", "sim_args"})
-    kinds = [k for k in ("url", "sim", "launch") if k in raw]
+    _check_keys(where, raw, {"name", "url", "sim", "launch", "virtual", "gpus",
+                             "usd_per_gpu_hour", "lifetime", "sim_args"})
+    kinds = [k for k in ("url", "sim", "launch", "virtual") if k in raw]
     if len(kinds) != 1:
-        raise InputError(f"{where}: give exactly one of url, sim, launch")
+        raise InputError(f"{where}: give exactly one of url, sim, launch, virtual")
     kind = kinds[0]
     spec = str(_typed(where, kind, raw[kind], str))
     if kind == "url" and not spec.startswith(("http://", "https://")):
@@ -188,6 +189,8 @@ def _target(where: str, raw: Any) -> Target:
         except InputError as exc:
             raise InputError(f"{where} launch: {exc}") from None
     name = str(_typed(where, "name", raw.get("name", spec if kind == "sim" else ""), str))
+    if kind == "virtual" and "name" not in raw:
+        name = Path(spec).stem
     if not _NAME.match(name):
         raise InputError(f"{where} name: {name!r} must be letters, digits, '.', '_' or '-'")
     gpus = int(_typed(where, "gpus", raw.get("gpus", 1), int))

@@ -243,7 +243,7 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
                 raise
             cfg = run_config(exp, running.url, run_dir, slot.point, slot.repeat)
             row["salt"] = cfg.salt
-            if exp.warmup.enabled:
+            if exp.warmup.enabled and target.kind != "virtual":  # a virtual engine starts warm
                 tw = time.monotonic()
                 w = warm_up(cfg, run_dir.with_name(run_dir.name + ".warmup"), exp.warmup)
                 timing["warmup_s"] = timing.get("warmup_s", 0.0) + time.monotonic() - tw
@@ -255,8 +255,13 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
                     started.append(h)
                 tr = time.monotonic()
                 # a server the sweep started is "launched" (run.json, telemetry's auto mode)
-                summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
-                              launch_info=None if target.kind == "url" else running.info)
+                if target.kind == "virtual":
+                    from agent_replay.replay.virtual import run_virtual
+
+                    summary = run_virtual(cfg, running.url)
+                else:
+                    summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
+                                  launch_info=None if target.kind == "url" else running.info)
                 row["run_s"] = time.monotonic() - tr
             finally:
                 for h in started:

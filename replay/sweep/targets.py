@@ -39,6 +39,11 @@ def start(target: Target, seed: int = 0) -> Running:
                 asyncio.run(probe(url))
             except AgentReplayError as exc:
                 raise TargetError(f"target {target.name!r} ({url}) does not answer: {exc}") from None
+        elif target.kind == "virtual":  # in-process, on a virtual clock: nothing to start
+            from agent_replay.engines.sim.profile import SimProfile
+
+            SimProfile.load(target.spec)  # a bad profile: one line now
+            url, info = f"sim:{target.spec}", {"kind": "virtual", "profile": target.spec}
         elif target.kind == "sim":
             from agent_replay.engines.sim import SimProcess
 

@@ -1,0 +1,227 @@
+"""The calibrated simulated engine's error on GPU runs it never saw: fit, predict, compare.
+
+For each deployment of a committed GPU run, the model is fitted on some load points and
+predicts the others, repeat by repeat: each held-out run's own rows are replayed against
+the fitted engine on a virtual clock (``engines/sim/predict.py``) and both folders go
+through the report's own computation (``analysis.report.build_report``,
+``analysis.points.point_metrics``).
+
+    python benchmarks/sim/sim_error.py --refresh        # refit, repredict, write the data
+    python benchmarks/sim/sim_error.py                  # print the doc's table from the data
+    python benchmarks/sim/sim_error.py --check docs/sim-engine.md   # exit 1 if it lacks it
+
+Data: benchmarks/results/sim/ (the fitted profiles and error.json). Error = mean predicted
+over mean measured - 1 across the held-out repeats; spread = the largest distance of one
+measured repeat from their mean, relative to that mean (how far a single GPU run strays).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "benchmarks/results/sim"
+H200 = ROOT / "benchmarks/results/gpu/2026-12-03-h200-mtp"
+H100 = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
+
+FIGURES = (
+    ("ttft_p50_ms", "TTFT P50"), ("ttft_p90_ms", "TTFT P90"), ("tpot_p50_ms", "TPOT P50"),
+    ("tpot_p90_ms", "TPOT P90"), ("itl_p99_ms", "ITL P99"), ("p90_tps", "P90 TPS"),
+    ("north_star", "North Star"), ("total_tps_per_gpu", "tok/s/GPU"),
+)
+TARGETS = {"tpot_p50_ms": 0.03, "tpot_p90_ms": 0.03, "ttft_p50_ms": 0.10, "ttft_p90_ms": 0.10}
+"""Error targets: TPOT within 3%, TTFT within 10% (or within the measured spread)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    gpu: str
+    profile: str  # the sweep's profile folder
+    command: Path
+    fit: tuple[str, ...]  # load points fitted on
+    held_out: tuple[str, ...]  # load points predicted
+    runs: Path
+    repeats: tuple[str, ...]
+
+    def folders(self, point: str) -> list[Path]:
+        return [self.runs / self.profile / point / r for r in self.repeats
+                if (self.runs / self.profile / point / r / "requests").is_dir()]
+
+
+def _h200(profile: str, server: str) -> Experiment:
+    return Experiment(
+        name=f"h200-{profile}", gpu="H200, 4-layer toy model, mini-swe-agent sessions",
+        profile=profile, command=H200 / f"results/{server}.command.json",
+        fit=("concurrent_sessions=1", "concurrent_sessions=8"),
+        held_out=("concurrent_sessions=2", "concurrent_sessions=32"),
+        runs=H200 / "mtp/runs", repeats=tuple(f"r{i}" for i in range(5)))
+
+
+def _h100(profile: str, server: str, fit: tuple[str, ...], held_out: tuple[str, ...]) -> Experiment:
+    return Experiment(
+        name=f"h100-{profile}", gpu="H100, 16B MoE in FP8, AgentX Claude Code sessions",
+        profile=profile, command=H100 / f"results/{server}.command.json", fit=fit,
+        held_out=held_out, runs=H100 / "results/runs", repeats=("r1", "r2", "r3"))
+
+
+EXPERIMENTS = (
+    _h200("standard", "std"),
+    _h200("mtp", "mtp"),
+    _h200("dedicated-decode", "ded"),
+    _h100("standard", "std", ("c1", "c2"), ("c3", "c4")),
+    _h100("dedicated-decode", "ded", ("c1", "c2"), ("c3",)),
+)
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT))
+
+
+def figures(folder: Path) -> dict[str, float | None]:
+    from agent_replay.analysis.points import point_metrics
+    from agent_replay.analysis.report import build_report
+
+    row = point_metrics(build_report(folder), 1)
+    return {k: row.get(k) for k, _ in FIGURES}
+
+
+def refresh() -> dict[str, Any]:
+    """Fit every experiment, predict its held-out runs, and collect the figures."""
+    from agent_replay.engines.sim.fit import fit_runs, read_command
+    from agent_replay.engines.sim.predict import predict_run
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {"experiments": []}
+    for ex in EXPERIMENTS:
+        fit_folders = [f for p in ex.fit for f in ex.folders(p)]
+        fit = fit_runs([_rel(f) for f in fit_folders], name=ex.name,
+                       command=read_command(ex.command))
+        profile_path = OUT / f"{ex.name}.json"
+        profile_path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")
+        points = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for point in ex.held_out:
+                measured, predicted = [], []
+                for folder in ex.folders(point):
+                    out = predict_run(fit.profile, folder, Path(tmp) / point / folder.name,
+                                      profile_label=_rel(profile_path))
+                    measured.append(figures(folder))
+                    predicted.append(figures(out))
+                points.append({"point": point, "runs": [_rel(f) for f in ex.folders(point)],
+                               "measured": measured, "predicted": predicted})
+        data["experiments"].append({
+            "name": ex.name, "gpu": ex.gpu, "profile": _rel(profile_path),
+            "fitted_on": list(ex.fit), "points": points})
+    (OUT / "error.json").write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+# ---- the table (pure functions of error.json) --------------------------------------------
+
+def _mean(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def error(measured: list[float | None], predicted: list[float | None]) -> float | None:
+    """Mean predicted over mean measured - 1."""
+    m, p = _mean(measured), _mean(predicted)
+    return None if m is None or p is None or m == 0 else p / m - 1
+
+
+def spread(measured: list[float | None]) -> float | None:
+    """The largest distance of one repeat from the repeats' mean, relative to the mean."""
+    m = _mean(measured)
+    v = [x for x in measured if x is not None]
+    if m is None or m == 0 or len(v) < 2:
+        return None
+    return max(abs(x - m) for x in v) / m
+
+
+def met(key: str, err: float | None, spr: float | None) -> bool | None:
+    """Whether a figure meets its target (None for figures without one)."""
+    if key not in TARGETS or err is None:
+        return None
+    return abs(err) <= max(TARGETS[key], spr or 0.0)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:+.0f}%"
+
+
+def table(data: dict[str, Any]) -> str:
+    """One row per held-out point and figure: measured mean, predicted, error, spread."""
+    lines = ["| Deployment | Held-out point | Figure | Measured | Predicted | Error | "
+             "Measured spread | Target |",
+             "|---|---|---|---|---|---|---|---|"]
+    for ex in data["experiments"]:
+        for pt in ex["points"]:
+            n = len(pt["measured"])
+            for key, label in FIGURES:
+                m = [r[key] for r in pt["measured"]]
+                p = [r[key] for r in pt["predicted"]]
+                e, s = error(m, p), spread(m)
+                ok = met(key, e, s)
+                verdict = "" if ok is None else ("met" if ok else "**missed**")
+                lines.append(f"| {ex['name']} | {pt['point']} ({n} runs) | {label} | "
+                             f"{_fmt(_mean(m))} | {_fmt(_mean(p))} | {_pct(e)} | "
+                             f"{'±' + _pct(s)[1:] if s is not None else '–'} | {verdict} |")
+    return "\n".join(lines)
+
+
+def summary(data: dict[str, Any]) -> str:
+    """How many targeted figures met their target."""
+    total = ok = 0
+    for ex in data["experiments"]:
+        for pt in ex["points"]:
+            for key in TARGETS:
+                m = [r[key] for r in pt["measured"]]
+                p = [r[key] for r in pt["predicted"]]
+                v = met(key, error(m, p), spread(m))
+                if v is not None:
+                    total += 1
+                    ok += bool(v)
+    return f"{ok} of {total} TTFT and TPOT figures at held-out points meet their target."
+
+
+def blocks(data: dict[str, Any]) -> dict[str, str]:
+    return {"error table": table(data), "summary": summary(data)}
+
+
+def load() -> dict[str, Any]:
+    return json.loads((OUT / "error.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--refresh", action="store_true", help="refit and repredict from the GPU data")
+    ap.add_argument("--check", metavar="DOC", default=None)
+    args = ap.parse_args(argv)
+    data = refresh() if args.refresh else load()
+    if args.check is None:
+        for name, text in blocks(data).items():
+            print(f"<!-- {name} -->\n{text}\n")
+        return 0
+    text = Path(args.check).read_text()
+    gone = [name for name, block in blocks(data).items() if block not in text]
+    for name in gone:
+        print(f"{args.check}: lacks the {name} computed from {_rel(OUT / 'error.json')}",
+              file=sys.stderr)
+    return 1 if gone else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""docs/sim-engine.md's error table against the committed data, and that data against a
+fresh fit and prediction from the committed GPU runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("sim_error", ROOT / "benchmarks/sim/sim_error.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sim_error"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+se = _load()
+
+
+def test_error_and_spread_by_hand() -> None:
+    # measured 10, 12, 14: mean 12; predicted 13 and 14: mean 13.5 -> +12.5%
+    assert se.error([10.0, 12.0, 14.0], [13.0, 14.0]) == pytest.approx(0.125)
+    # the farthest repeat is 2 from the mean of 12
+    assert se.spread([10.0, 12.0, 14.0]) == pytest.approx(2 / 12)
+    assert se.spread([5.0]) is None and se.error([None], [1.0]) is None
+    # TTFT: 10% target, or the spread when wider; TPOT 3%; other figures have none
+    assert se.met("ttft_p50_ms", 0.12, 0.05) is False
+    assert se.met("ttft_p50_ms", 0.12, 0.15) is True
+    assert se.met("tpot_p90_ms", -0.03, None) is True
+    assert se.met("p90_tps", 0.5, None) is None
+
+
+def test_doc_has_the_table_and_summary() -> None:
+    assert se.main(["--check", str(ROOT / "docs/sim-engine.md")]) == 0
+
+
+def test_committed_data_is_what_a_fresh_fit_and_prediction_give(tmp_path: Path) -> None:
+    from agent_replay.engines.sim.fit import fit_runs, read_command
+    from agent_replay.engines.sim.predict import predict_run
+    from agent_replay.engines.sim.profile import SimProfile
+
+    ex = se.EXPERIMENTS[0]
+    committed = json.loads((se.OUT / f"{ex.name}.json").read_text())
+    fit = fit_runs([se._rel(f) for p in ex.fit for f in ex.folders(p)], name=ex.name,
+                   command=read_command(ex.command))
+    assert fit.profile.to_dict() == committed
+    data = se.load()
+    point = data["experiments"][0]["points"][0]
+    source = ROOT / point["runs"][0]
+    out = predict_run(SimProfile.from_dict(committed), source, tmp_path / "p")
+    got = se.figures(out)
+    assert got == pytest.approx(point["predicted"][0], rel=1e-9)
+    assert se.figures(source) == pytest.approx(point["measured"][0], rel=1e-9)
