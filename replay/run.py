@@ -291,19 +291,7 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
             gpu_tel.set_t0(t0)
         meta.gpu_telemetry = gpu_tel.describe() if gpu_tel is not None else gpu_off
         write_run_json(out, meta, reserve)
-        before = meta.extra.setdefault("warnings_before_run", [])
-        for w in (speedup_warning(plan, config.plan_options()), _short_agentx(config)):
-            if w:
-                before.append(w)
-                if progress is not None:
-                    progress(f"warning: {w}")
-        too_long = _over_context(plan, info.max_model_len)
-        if too_long:
-            before.append(
-                f"{too_long} requests need more than the target's max_model_len ({info.max_model_len}) "
-                "tokens: the server will refuse them")
-            if progress is not None:
-                progress(f"warning: {before[-1]}")
+        _warn_before_run(config, plan, info, meta, progress)
         if progress is not None:
             progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
                      f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
@@ -329,17 +317,42 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
                     machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
                     lost=pool.lost)
+    assert meta is not None  # written before the workers ran
+    return _finish_run(out, meta, summary, config, reserve, progress)
+
+
+def _warn_before_run(config: RunConfig, plan: Plan, info: TargetInfo, meta: RunMeta,
+                     progress: Reporter | None) -> None:
+    """What the plan lets one foresee before t0 (a speedup that packs requests, an AgentX
+    run too short for its rules, prompts over the target's length), in run.json and said."""
+    before = meta.extra.setdefault("warnings_before_run", [])
+    too_long = _over_context(plan, info.max_model_len)
+    lines = [speedup_warning(plan, config.plan_options()), _short_agentx(config),
+             f"{too_long} requests need more than the target's max_model_len "
+             f"({info.max_model_len}) tokens: the server will refuse them" if too_long else None]
+    for w in lines:
+        if w:
+            before.append(w)
+            if progress is not None:
+                progress(f"warning: {w}")
+
+
+def _finish_run(out: Path, meta: RunMeta, summary: RunSummary, config: RunConfig,
+                reserve: SpaceReserve, progress: Reporter | None) -> RunSummary:
+    """The merged run's end: unfinished parts removed, run.json's final write, the lines
+    that say what is missing."""
     leftovers = remove_unfinished_parts(out)
     if leftovers:
         summary.self_check.warnings.append(
             f"{leftovers} unfinished part files (.tmp) of stopped workers were removed")
     finish(out, meta, summary, config.timing, config, reserve)
-    if summary.unwritten and progress is not None:
-        progress(f"error: {summary.unwritten_line()}")
-    if summary.interrupted and progress is not None:
-        progress(f"interrupted: partial results (every completed request) are in {out}")
-    elif summary.partial and progress is not None:
-        progress(summary.partial_line() or "")
+    if progress is not None:
+        if summary.unwritten:
+            progress(f"error: {summary.unwritten_line()}")
+        if summary.interrupted:
+            progress(f"interrupted: partial results (every completed request) are in {out}")
+        elif summary.partial:
+            progress(summary.partial_line() or "")
     return summary
 
 

@@ -190,6 +190,88 @@ def _first_lane(concurrency: int, shard: int, n_shards: int) -> int:
     return shard * (concurrency // n_shards) + min(shard, concurrency % n_shards)
 
 
+class _RecordCounter:
+    """What each finished request adds to the worker's summary (the row goes to the writer
+    first); it stops the run (``run_task``) after ``abort_after`` failures in a row, or when
+    the first requests all fail alike (``replay.failfast``)."""
+
+    def __init__(self, summary: WorkerSummary, writer: ResultWriter,
+                 abort_after: int | None) -> None:
+        self.summary, self.writer = summary, writer
+        self.abort_after = abort_after or 1 << 62
+        self.streak = 0  # failed requests in a row
+        self.alike = FirstFailures()
+        self.run_task: asyncio.Future[None] | None = None
+
+    def on_record(self, rec: RequestRecord) -> None:
+        summary = self.summary
+        self.writer.add(rec)
+        _count_outcome(summary, rec)
+        passed = rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED
+        self.streak = 0 if passed else self.streak + 1
+        why = self.alike.observe_record(rec)  # the first requests' one error (replay.failfast)
+        if not summary.aborted and (why or self.streak >= self.abort_after):
+            summary.aborted, summary.abort_reason = True, why
+            if self.run_task is not None:
+                self.run_task.cancel()
+        if usage_disagrees(rec):
+            summary.usage_disagree += 1
+        # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
+        summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
+            rec.completion_tokens is not None else sum(rec.chunk_tokens)
+
+
+def _count_outcome(summary: WorkerSummary, rec: RequestRecord) -> None:
+    """A finished request's outcome in the summary's counts."""
+    if rec.status == "ok":
+        summary.ok += 1
+        if rec.error_kind == ErrorKind.MISMATCH:
+            summary.mismatches += 1
+        elif rec.error_kind == ErrorKind.INEXACT:
+            summary.inexact += 1
+            if inexact_counts_differ(rec):
+                summary.mismatches += 1
+    else:
+        kind = rec.error_kind or ErrorKind.UNKNOWN
+        summary.errors[kind] = summary.errors.get(kind, 0) + 1
+
+
+def _make_sender(config: RunConfig, session: aiohttp.ClientSession) -> Sender | FastSender:
+    """The HTTP client of ``--http-client``; AgentX runs keep idle connections open as long
+    as AIPerf does (``KEEPALIVE_S``)."""
+    if config.effective_http_client() == "fast":
+        return FastSender(config.target, config.request_timeout_s,
+                          kernel_timestamps=config.effective_timestamps() == "kernel",
+                          keepalive_s=KEEPALIVE_S if config.timing == "agentx" else IDLE_S)
+    return Sender(session, config.target)
+
+
+def _make_driver(config: RunConfig, plan: Plan, transport: HttpTransport, clock: MonotonicClock,
+                 on_record: Callable[[RequestRecord], None], concurrency: int | None,
+                 shard_index: int, n_shards: int) -> Driver:
+    """The driver of ``config.timing`` for this worker's shard."""
+    assert config.t0_ns is not None
+    duration_ns = None if config.duration_s is None else int(config.duration_s * 1e9)
+    if config.timing == "agentx":
+        from agent_replay.replay.agentx import AgentXDriver
+
+        ax = config.agentx
+        return AgentXDriver(
+            plan, transport, clock, t0_ns=config.t0_ns, on_record=on_record,
+            lanes=concurrency or 1,
+            first_lane=_first_lane(config.concurrency or 1, shard_index, n_shards),
+            seed=ax.seed if ax.seed is not None else (config.salt or 0),
+            worker=shard_index, run_id=config.run_id, duration_ns=duration_ns,
+            start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
+            idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
+            tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9),
+            overflow_rule=ax.overflow_rule)
+    return Driver(plan, transport, clock, mode=config.timing, t0_ns=config.t0_ns,
+                  on_record=on_record, worker=shard_index, run_id=config.run_id,
+                  concurrency=concurrency, duration_ns=duration_ns,
+                  warmup_ns=int(config.warmup_s * 1e9))
+
+
 async def arun_shard(
     config: RunConfig,
     shard_index: int = 0,
@@ -223,13 +305,8 @@ async def arun_shard(
     progress: _ProgressReport | None = None
     clock = MonotonicClock()
     try:
-        sender: Sender | FastSender
-        if config.effective_http_client() == "fast":
-            sender = fast = FastSender(config.target, config.request_timeout_s,
-                                       kernel_timestamps=config.effective_timestamps() == "kernel",
-                                       keepalive_s=KEEPALIVE_S if agentx else IDLE_S)
-        else:
-            sender = Sender(session, config.target)
+        sender = _make_sender(config, session)
+        fast = sender if isinstance(sender, FastSender) else None
         preparer = Preparer(
             model=config.model, block_size=plan.block_size, salt=config.salt,
             vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
@@ -238,59 +315,9 @@ async def arun_shard(
             probe=_prompt_probe(session, config, plan))
         await preparer.calibrate_text(plan)  # before t0: no /tokenize calls per request
 
-        streak = [0]  # failed requests in a row
-        abort_after = config.abort_after_failures
-        alike = FirstFailures()
-        run_task: asyncio.Future[None] | None = None
-
-        def on_record(rec: RequestRecord) -> None:
-            writer.add(rec)
-            if rec.status == "ok":
-                summary.ok += 1
-                if rec.error_kind == ErrorKind.MISMATCH:
-                    summary.mismatches += 1
-                elif rec.error_kind == ErrorKind.INEXACT:
-                    summary.inexact += 1
-                    if inexact_counts_differ(rec):
-                        summary.mismatches += 1
-            else:
-                kind = rec.error_kind or ErrorKind.UNKNOWN
-                summary.errors[kind] = summary.errors.get(kind, 0) + 1
-            passed = rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED
-            streak[0] = 0 if passed else streak[0] + 1
-            why = alike.observe_record(rec)  # the first requests' one error (replay.failfast)
-            if not summary.aborted and (why or streak[0] >= (abort_after or 1 << 62)):
-                summary.aborted, summary.abort_reason = True, why
-                if run_task is not None:
-                    run_task.cancel()
-            if usage_disagrees(rec):
-                summary.usage_disagree += 1
-            # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
-            summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
-                rec.completion_tokens is not None else sum(rec.chunk_tokens)
-
-        if config.timing == "agentx":
-            from agent_replay.replay.agentx import AgentXDriver
-
-            ax = config.agentx
-            driver = AgentXDriver(
-                plan, HttpTransport(preparer, sender), clock, t0_ns=t0,
-                on_record=on_record, lanes=concurrency or 1,
-                first_lane=_first_lane(config.concurrency or 1, shard_index, n_shards),
-                seed=ax.seed if ax.seed is not None else (config.salt or 0),
-                worker=shard_index, run_id=config.run_id,
-                duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
-                start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
-                idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
-                tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9),
-                overflow_rule=ax.overflow_rule)
-        else:
-            driver = Driver(
-                plan, HttpTransport(preparer, sender), clock, mode=config.timing, t0_ns=t0,
-                on_record=on_record, worker=shard_index, run_id=config.run_id,
-                concurrency=concurrency,
-                duration_ns=None if config.duration_s is None else int(config.duration_s * 1e9),
-                warmup_ns=int(config.warmup_s * 1e9))
+        counter = _RecordCounter(summary, writer, config.abort_after_failures)
+        driver = _make_driver(config, plan, HttpTransport(preparer, sender), clock,
+                              counter.on_record, concurrency, shard_index, n_shards)
         summary.fd_table = reserve_fds()
         writer.warm()  # the first Parquet conversion's one-off set-up, before t0
         quiet.enter()
@@ -299,7 +326,7 @@ async def arun_shard(
         progress = _ProgressReport(driver, sender, summary, t0, watchdog, writer)
         ticker = asyncio.get_running_loop().create_task(_tick(clock, writer, progress, report, quiet))
         try:
-            run_task = asyncio.ensure_future(driver.run())
+            run_task = counter.run_task = asyncio.ensure_future(driver.run())
             try:
                 await run_task
             except asyncio.CancelledError:
