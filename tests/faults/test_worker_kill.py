@@ -58,7 +58,10 @@ def _last_chunk_before_kill(work: Path, o: rp.Outcome) -> dict[str, float]:
     out = {}
     for rid, fr, chunks in zip(*(gt.column(c).to_pylist() for c in gt.column_names), strict=True):
         if fr is not None and rid not in rows:
-            out[rid] = round(o.fault_at - max(chunks) / 1e9, 3) if chunks else float("inf")
+            if not chunks:  # no answer yet: in flight if the engine aborted it as its client left
+                out[rid] = 0.0 if fr == "abort" else float("inf")
+            else:
+                out[rid] = round(o.fault_at - max(chunks) / 1e9, 3)
     return out
 
 
