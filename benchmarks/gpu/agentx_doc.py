@@ -383,13 +383,24 @@ def frontier_table(run: Path = RUN) -> str:
     return "\n".join(lines)
 
 
+def warmup_span_s(folder: Path) -> float:
+    """Seconds from a run's first warm-up send to its last warm-up end (0: none)."""
+    t = pq.read_table(folder / "requests", columns=["sent_ns", "end_ns", "warmup"]).to_pydict()
+    sent = [x for x, w in zip(t["sent_ns"], t["warmup"], strict=True) if w]
+    ends = [x for x, w in zip(t["end_ns"], t["warmup"], strict=True) if w and x is not None]
+    return (max(ends) - min(sent)) / 1e9 if sent and ends else 0.0
+
+
 def empty_runs_sentence(run: Path = RUN) -> str:
-    """The ladder runs that measured nothing, with their status."""
+    """The runs that measured nothing, each with its warm-up's length and its duration."""
     empty = []
     for folder in sorted((run / "results/runs").glob("*/c*/r1")):
         f = figures(folder)
         if f.requests == 0:
-            empty.append(f"{folder.parent.parent.name} at {folder.parent.name[1:]} lanes")
+            lanes, _, kv = folder.parent.name[1:].partition("-kv")
+            where = f"{lanes} lanes" + (f" ({kv} GiB KV)" if kv else "")
+            empty.append(f"{folder.parent.parent.name} at {where}: warm-up "
+                         f"{warmup_span_s(folder):.1f} s, duration {f.duration_s:g} s")
     return (f"Runs that measured no request ({len(empty)}): " + "; ".join(empty) + ".")
 
 

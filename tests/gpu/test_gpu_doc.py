@@ -136,3 +136,10 @@ def test_the_model_is_over_ten_billion_parameters_and_24_layers() -> None:
 
     cfg = json.loads((RUN / "results/model-config.json").read_text())
     assert cfg["num_hidden_layers"] >= 24 and deepseek_parameters(cfg)["main"] > 10e9
+
+
+def test_each_empty_run_spent_its_duration_in_the_warm_up() -> None:
+    for folder in sorted((RUN / "results/runs").glob("*/c*/r1")):
+        f = doc.figures(folder)
+        if f.requests == 0:
+            assert doc.warmup_span_s(folder) > f.duration_s, folder
