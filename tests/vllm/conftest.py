@@ -36,11 +36,13 @@ CPU_FLAGS = [("load-format", "dummy"), ("dtype", "bfloat16"), ("enforce-eager", 
 
 
 DEDICATED_ON_CPU = [("spec_method", "ngram"), ("spec_tokens", "3"),
-                    ("compilation-config", "false")]
-"""dedicated-decode as it runs here: n-gram drafts (no MTP head on the tiny Llama) and no
-compilation config: vLLM on CPU captures no CUDA graphs (it resolves cudagraph_mode to NONE
-and the capture sizes to []), so the launcher's settings check would refuse the recipe's
-FULL_DECODE_ONLY graphs (tests/vllm/test_settings_check.py shows it does)."""
+                    ("synthetic_acceptance_length", "none"), ("compilation-config", "false")]
+"""dedicated-decode as it runs here: n-gram drafts (no MTP head on the tiny Llama) verified
+for real (vLLM's CPU sampler has no synthetic acceptance: its engine dies on the first
+request) and no compilation config: vLLM on CPU captures no CUDA graphs (it resolves
+cudagraph_mode to NONE and the capture sizes to []), so the launcher's settings check would
+refuse the recipe's FULL_DECODE_ONLY graphs (tests/vllm/test_settings_check.py shows it
+does)."""
 
 
 @pytest.fixture(scope="session")
