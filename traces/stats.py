@@ -334,9 +334,24 @@ class TraceSummary:
     cached_tokens_total: int | None
     prefix_reuse: float | None
     implied_cached_total: int | None
+    """``implied_cached_tokens`` summed: the hits the replay expects (``replay.plan``)."""
     models: dict[str, int] = field(default_factory=dict)
     sessions_cache: list[SessionCache] = field(default_factory=list)
     agents: list[AgentStream] = field(default_factory=list)
+    cached_input_total: int | None = None
+    """Input tokens of the rows with a server figure (``cached_tokens`` not null: a failed
+    request has none), the base of both cached rates."""
+    implied_on_cached: int | None = None
+    """``implied_cached_total`` over those rows only."""
+
+    @property
+    def server_cached_rate(self) -> float | None:
+        return _rate(self.cached_tokens_total, self.cached_input_total or 0)
+
+    @property
+    def implied_cached_rate(self) -> float | None:
+        """The rate the trace implies, on the rows the server's rate counts."""
+        return _rate(self.implied_on_cached, self.cached_input_total or 0)
 
 
 def summarize(table: pa.Table, block_size: int) -> TraceSummary:
@@ -359,10 +374,12 @@ def summarize(table: pa.Table, block_size: int) -> TraceSummary:
     total_blocks = int(pc.sum(pc.fill_null(pc.list_value_length(hashes.combine_chunks()), 0)).as_py() or 0)
     reuse: float | None = None
     implied: int | None = None
+    implied_rows: np.ndarray | None = None
     if total_blocks:
-        matched = matched_blocks(table)
-        reuse = float(matched.sum()) / total_blocks
-        implied = int(np.minimum(matched * int(block_size), inputs).sum())
+        reuse = float(matched_blocks(table).sum()) / total_blocks
+        implied_rows = implied_cached_tokens(table, block_size)
+        implied = int(implied_rows.sum())
+    known = _np(pc.is_valid(cached_col), bool) if cached_total is not None else None
     models: dict[str, int] = {}
     if "model" in table.column_names and _column(table, "model").null_count < n:
         vc = pc.value_counts(_column(table, "model").cast(pa.string()).combine_chunks())
@@ -387,4 +404,7 @@ def summarize(table: pa.Table, block_size: int) -> TraceSummary:
         models=models,
         sessions_cache=session_cache(table, block_size),
         agents=agent_streams(table),
+        cached_input_total=int(inputs[known].sum()) if known is not None else None,
+        implied_on_cached=(int(implied_rows[known].sum())
+                           if known is not None and implied_rows is not None else None),
     )
