@@ -21,10 +21,11 @@ length of the conversation and the order among requests alike in those (the clie
 in the same folders each time and the engine answers alike, so a run repeats the last).
 
     .venv/bin/python benchmarks/bench_dependencies.py [--clients claude,claude-agent,...]
-        [--delay 3] [--sessions 1] [--keep DIR]
+        [--delay 3] [--repeats 2] [--keep DIR]
 
-Needs the programs of scripts/setup-real-clients.sh; a missing one is skipped. The host
-should be quiet: a client slowed by load by half the delay reads as a dependency.
+Each request is held back in ``--repeats`` runs; a dependency must show in every one (a
+client slowed by the host's load by half the delay shows in one). Needs the programs of
+scripts/setup-real-clients.sh; a missing one is skipped.
 """
 
 from __future__ import annotations
@@ -103,24 +104,43 @@ def label_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]
 # -- the oracle -------------------------------------------------------------------------
 
 
-def measured_ancestors(base: Mapping[str, int], delayed: Mapping[str, Mapping[str, int]],
+def measured_ancestors(base: Mapping[str, int],
+                       delayed: Mapping[str, Sequence[Mapping[str, int]]],
                        delay_ns: int) -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
-    """``base``: label -> arrival in the baseline; ``delayed``: X -> (label -> arrival)
-    in the run that held X back. Y waited for X iff Y arrived at least ``delay_ns / 2``
-    later in that run. Also the pairs (Y, X) with no verdict: X was not sent again, or Y
-    was not sent in the run that held X back (the client ended first)."""
+    """``base``: label -> arrival in the baseline; ``delayed``: X -> the runs that held X
+    back (label -> arrival). Y waited for X iff Y arrived at least ``delay_ns / 2`` later
+    (``run_shift`` aside) in every such run that sent Y: a client slowed by the host
+    moves in one run, a dependency in all. Also the pairs (Y, X) with no verdict: X was
+    not sent again, or no run that held X back sent Y (the client ended first)."""
     out: dict[str, set[str]] = {y: set() for y in base}
-    unknown = {(y, x) for x in base for y in base if x != y and x not in delayed}
-    for x, run in delayed.items():
+    unknown = {(y, x) for x in base for y in base if x != y and not delayed.get(x)}
+    for x, runs in delayed.items():
+        if not runs:
+            continue
+        moved: dict[str, bool] = {}
+        for run in runs:
+            shift = run_shift(base, run, x)
+            for y, t in run.items():
+                if y != x and y in base:
+                    moved[y] = moved.get(y, True) and t - shift - base[y] >= delay_ns // 2
         for y in base:
             if y == x:
                 continue
-            t = run.get(y)
-            if t is None:
+            if y not in moved:
                 unknown.add((y, x))
-            elif t - base[y] >= delay_ns // 2:
+            elif moved[y]:
                 out[y].add(x)
     return out, unknown
+
+
+def run_shift(base: Mapping[str, int], run: Mapping[str, int], x: str) -> int:
+    """How much later a run's clock reads than the baseline's: the median shift of the
+    requests that arrived before X in the baseline (they cannot have waited for X's
+    answer), 0 when there are none. Arrivals count from a run's first request, and a
+    client's start is not the same each time (one sent 1.5 s after the first on a loaded
+    host moves everything after it)."""
+    before = sorted(run[y] - base[y] for y in base if y != x and y in run and base[y] < base[x])
+    return before[len(before) // 2] if before else 0
 
 
 def trace_ancestors(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, set[str]]:
@@ -475,20 +495,25 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
     return label_rows(rows), hop.hit
 
 
-async def oracle(name: str, client: Client, folder: Path, delay_s: float
+async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
                  ) -> tuple[Verdict, list[str]]:
     base, _ = await record_once(client, folder, None, 0)
     notes = []
-    delayed: dict[str, dict[str, int]] = {}
+    delayed: dict[str, list[dict[str, int]]] = {}
     for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
-        run, hit = await record_once(client, folder, x, delay_s)
-        if not hit:
-            notes.append(f"{x}: not sent again")
-            continue
-        lost = set(base) - set(run)
-        if lost:
-            notes.append(f"{x} held: {len(lost)} requests not sent ({', '.join(sorted(lost))})")
-        delayed[x] = {lab: r["arrival_ns"] for lab, r in run.items()}
+        for _ in range(repeats):
+            run, hit = await record_once(client, folder, x, delay_s)
+            if not hit:
+                notes.append(f"{x}: not sent again")
+                continue
+            lost = set(base) - set(run)
+            if lost:
+                notes.append(f"{x} held: {len(lost)} requests not sent "
+                             f"({', '.join(sorted(lost))})")
+            delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in run.items()})
+    (folder / "arrivals.json").write_bytes(orjson.dumps(
+        {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
+        option=orjson.OPT_INDENT_2))
     measured, unknown = measured_ancestors({lab: r["arrival_ns"] for lab, r in base.items()},
                                            delayed, int(delay_s * 1e9))
     traced = trace_ancestors(base)
@@ -506,6 +531,8 @@ def main() -> None:
     ap.add_argument("--clients", default="claude,claude-agent,codex,codex-agent,opencode,"
                     "opencode-agent,mini,agents-sdk")
     ap.add_argument("--delay", type=float, default=3.0, help="seconds a request is held")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="runs per held request (a dependency moves in every one)")
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
     args = ap.parse_args()
     table = clients()
@@ -517,7 +544,7 @@ def main() -> None:
         if c.exe is None:
             print(f"| {name} | not installed | | | | | |")
             continue
-        v, notes = asyncio.run(oracle(name, c, root / name, args.delay))
+        v, notes = asyncio.run(oracle(name, c, root / name, args.delay, args.repeats))
         print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
               f"| {len(v.missing)} | {v.unknown} |", flush=True)
         for n in notes:
