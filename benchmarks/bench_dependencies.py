@@ -209,6 +209,10 @@ class DelayHop:
         self.delay_s = delay_s
         self.hit = False
         self.labels: list[str] = []
+        self.busy = 0
+        """Requests offering tools (the agents' turns, not titles) in flight."""
+        self.changed = 0.0
+        """When the last request arrived or the last turn ended (loop time)."""
         self._label = Labeler()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -234,6 +238,16 @@ class DelayHop:
             await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        self.changed = loop.time()
+        try:
+            return await self._forward(request)
+        finally:
+            self.changed = loop.time()
+            if request.get("turn"):
+                self.busy -= 1
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         api = api_for(request.method, request.path)
         if api is not None and not request.headers.get("content-encoding"):
@@ -244,6 +258,9 @@ class DelayHop:
             if isinstance(body, dict):
                 label = self._label(request_kind(api, body))
                 self.labels.append(label)
+                if dialect(api).tools(body):
+                    request["turn"] = True
+                    self.busy += 1
                 if label == self.target:
                     self.hit = True
                     await asyncio.sleep(self.delay_s)
@@ -360,15 +377,14 @@ _QUIET: dict[str, Any] = {}
 
 
 async def _quiet(home: Path, settle_s: float) -> None:
-    """Wait until the hop has seen no new request for ``settle_s`` (at most 120 s)."""
+    """Wait, as a user reading the agent's answer would, until no turn of the agent (a
+    request offering tools: not a title) is in flight and nothing arrived or ended for
+    ``settle_s`` (at most 120 s)."""
     hop: DelayHop = _QUIET["hop"]
-    last, since = -1, asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
     for _ in range(1200):
         await asyncio.sleep(0.1)
-        now = asyncio.get_running_loop().time()
-        if len(hop.labels) != last:
-            last, since = len(hop.labels), now
-        elif now - since >= settle_s and last > 0:
+        if hop.labels and hop.busy == 0 and loop.time() - hop.changed >= settle_s:
             return
 
 
@@ -412,6 +428,25 @@ def mini_run(exe: str) -> Run:
     return run
 
 
+def qwen_run(exe: str) -> Run:
+    """qwen-code -p: the OpenAI variables, the openai auth type and a max_tokens that fits
+    the engine's context (it asks for 32000 otherwise); node >= 22 first on PATH."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        conf = home / ".qwen"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "settings.json").write_text(orjson.dumps({
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}).decode())
+        env = base_env(home)
+        node22 = BIN.parent / "node22" / "bin"
+        if node22.is_dir():
+            env["PATH"] = f"{node22}:{env.get('PATH', '')}"
+        env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=KEY, OPENAI_MODEL=model,
+                   QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+        await run_program([exe, "-p", "List the files here.", "--yolo"], env, work)
+    return run
+
+
 AGENTS_SDK = """
 import asyncio, sys
 import agents
@@ -450,6 +485,12 @@ def clients() -> dict[str, Client]:
         "claude-agent": Client(program("claude"), [AGENT, LS], lambda e: claude_p(e, "Agent")),
         "claude-interactive": Client(program("claude"), [AGENT, LS], lambda e: claude_interactive(
             e, ["List the files here.", "List them again."])),
+        "claude-2.1.197": Client(program("claude-2.1.197"), [LS], lambda e: claude_p(e)),
+        "claude-2.1.197-agent": Client(program("claude-2.1.197"), [AGENT, LS],
+                                       lambda e: claude_p(e, "Agent")),
+        "claude-2.1.197-interactive": Client(
+            program("claude-2.1.197"), [AGENT, LS],
+            lambda e: claude_interactive(e, ["List the files here.", "List them again."])),
         "codex": Client(program("codex"), [codex_ls], lambda e: codex_exec(
             e, "List the files here.")),
         "codex-agent": Client(program("codex"), ['spawn_agent={"message": "List the files."}',
@@ -461,6 +502,8 @@ def clients() -> dict[str, Client]:
             'task={"description": "List files", "prompt": "List the files here.", '
             '"subagent_type": "general"}', 'bash={"command": "ls", "description": "List"}'],
             lambda e: opencode_run(e)),
+        "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
+                       lambda e: qwen_run(e)),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
         "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
                              lambda e: agents_sdk_run()),

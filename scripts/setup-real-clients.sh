@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real agent programs the `realclient` tests drive: Claude Code (the current
-# release as `claude`, and 2.1.197 as `claude-2.1.197`), Codex CLI and opencode (npm, into
-# .real-clients/ of the repository), mini-swe-agent and the OpenAI Agents SDK (pip, into
-# the venv). The current Claude Code needs node >= 22: the system's when it is new enough,
+# release as `claude`, and 2.1.197 as `claude-2.1.197`), Codex CLI, opencode and qwen-code
+# (npm, into .real-clients/ of the repository), mini-swe-agent and the OpenAI Agents SDK
+# (pip, into the venv). The current Claude Code needs node >= 22: the system's when it is new enough,
 # else the npm `node` package's (into .real-clients/node22, used for these installs).
 # Each is skipped with a reason when its registry cannot be reached; the tests then skip.
 #
@@ -54,6 +54,7 @@ if [ -x "$PREFIX/claude-2.1.197/bin/claude" ]; then
 fi
 npm_install @openai/codex codex
 npm_install opencode-ai opencode
+npm_install @qwen-code/qwen-code qwen  # node >= 22 too
 
 if "$PY" -c "import minisweagent" >/dev/null 2>&1; then
     echo "setup-real-clients: mini-swe-agent already installed"
