@@ -18,12 +18,11 @@ all busy, opens a new lane ``AGENT/N``.
 
 Side requests (a title, a summary of the prompt: ``side``, a request that carries no
 earlier reply and offers no tools) each go in a lane of their own, and nothing waits for
-them:
-the client sends them beside its turns and goes on without their answers (one whose
-conversation a later request continues was a turn after all). A side request
-depends on its agent's turn that ended last before it arrived (the one whose reply the
-user saw). Any other request without a conversation parent takes a finished lane of its
-agent's turns, the one that ended last, and depends on its last turn.
+them: the client sends them beside its turns and goes on without their answers (one whose
+conversation a later request continues was a turn after all). A side request depends on
+its agent's turn that ended last before it arrived (the one whose reply the user saw).
+Any other request without a conversation parent takes a finished lane of its agent's
+turns, the one that ended last, and depends on its last turn.
 
 * a subagent's first turn depends on the session's turn of another agent that finished
   last before it arrived among those whose reply called a tool (the call that spawned
@@ -147,9 +146,8 @@ class AgentTracker:
                     s.streams[lane] = _Stream(agent, spawner=s.lane_of[spawn])
             elif not lanes:
                 lane = agent
-        if lane is None:  # a new lane (a side request's never takes the agent's name)
-            lane = agent if agent not in s.streams and not side \
-                else f"{agent}/{max(2, len(lanes) + 1)}"
+        if lane is None:
+            lane = agent if agent not in s.streams else f"{agent}/{len(lanes) + 1}"
             while lane in s.streams:
                 lane += "+"
         stream = s.streams.get(lane)

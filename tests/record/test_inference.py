@@ -232,7 +232,7 @@ def test_a_title_sent_first_is_no_dependency() -> None:
     at.complete("s", 1, 3_000, True)
     turn2 = at.place("s", 2, None, 3_100, 1)
     assert [(p.agent_id, p.depends_on) for p in (title, turn, turn2)] == [
-        ("main/2", []), (MAIN, []), (MAIN, [1])]
+        (MAIN, []), ("main/2", []), ("main/2", [1])]
 
 
 def test_a_subagent_is_spawned_by_the_turn_that_called_a_tool() -> None:
@@ -311,3 +311,17 @@ async def test_codex_subagent_threads_are_streams_of_their_session(tmp_path: Pat
     got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
     assert got == [("th-root", "main", []), ("th-root", "th-child", [0]),
                    ("th-root", "th-child", [1]), ("th-root", "main", [0, 2])]
+
+
+def test_a_client_without_tools_keeps_one_stream() -> None:
+    """A chat client that offers no tools: its first request looks like a side request,
+    but the next one continues its conversation, so it was a turn: one stream, each turn
+    waiting for the one before."""
+    at = AgentTracker()
+    p0 = at.place("s", 0, None, 0, -1, linked=False, side=True)
+    at.complete("s", 0, 100)
+    p1 = at.place("s", 1, None, 150, 0)
+    at.complete("s", 1, 300)
+    p2 = at.place("s", 2, None, 350, 1)
+    assert [(p.agent_id, p.depends_on) for p in (p0, p1, p2)] == [
+        (MAIN, []), (MAIN, [0]), (MAIN, [1])]
