@@ -537,7 +537,7 @@ class Recorder:
             "agent_id": place.agent_id,
             "depends_on": place.depends_on,
             "arrival_ns": ex.arrival - t0,
-            "think_ns": place.think_ns if place.depends_on else a.think_ns,
+            "think_ns": place.think_ns,  # None without dependencies (a title, a first turn)
             "input_tokens": int(inp),
             "output_tokens": int(out),
             "cached_tokens": cached,
