@@ -217,7 +217,7 @@ class DelayHop:
         self.busy = 0
         """Requests offering tools (the agents' turns, not titles) in flight."""
         self.changed = 0.0
-        """When the last request arrived or the last turn ended (loop time)."""
+        """When the last request arrived or the last turn (not a title) ended (loop time)."""
         self._label = Labeler()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -249,8 +249,8 @@ class DelayHop:
         try:
             return await self._forward(request, turn)
         finally:
-            self.changed = loop.time()
-            if turn:
+            if turn:  # a title's answer is no reason for the user to wait
+                self.changed = loop.time()
                 self.busy -= 1
 
     async def _forward(self, request: web.Request, turn: list[bool]) -> web.StreamResponse:
@@ -347,7 +347,7 @@ def claude_p(exe: str, *tools: str) -> Run:
     return run
 
 
-def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 6.0) -> Run:
+def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
     """Interactive Claude Code in tmux: each prompt typed once the previous turn has gone
     quiet for ``settle_s``."""
     async def run(url: str, model: str, home: Path, work: Path) -> None:
