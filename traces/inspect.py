@@ -72,13 +72,14 @@ def render_summary(s: TraceSummary, meta: TraceMeta, path: str) -> RenderableTyp
                                      f"cache ({s.implied_cached_total or 0:,} tokens)")
     else:
         head.add_row("prefix reuse", "unknown (no hash ids)")
-    if s.cached_tokens_total is not None and s.total_input_tokens:
-        implied = s.implied_cached_total
-        vs = (f"; the trace implies {implied / s.total_input_tokens:.1%}"
-              if implied is not None else "")
+    server = s.server_cached_rate
+    if server is not None:
+        implied = s.implied_cached_rate
+        vs = f"; the trace implies {implied:.1%}" if implied is not None else ""
+        of = ("input" if s.cached_input_total == s.total_input_tokens
+              else "the input of the requests it answered")
         head.add_row("cached (orig.)", f"{s.cached_tokens_total:,} tokens "
-                                       f"({s.cached_tokens_total / s.total_input_tokens:.1%} "
-                                       f"of input, by the server's usage{vs})")
+                                       f"({server:.1%} of {of}, by the server's usage{vs})")
     if s.models:
         head.add_row("models", text(", ".join(
             f"{k} ({v:,})" for k, v in sorted(s.models.items(), key=lambda kv: -kv[1])[:5])))

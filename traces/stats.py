@@ -298,6 +298,7 @@ class TraceSummary:
     cached_tokens_total: int | None
     prefix_reuse: float | None
     implied_cached_total: int | None
+    """``implied_cached_tokens`` summed: the hits the replay expects (``replay.plan``)."""
     models: dict[str, int] = field(default_factory=dict)
     sessions_cache: list[SessionCache] = field(default_factory=list)
     agents: list[AgentStream] = field(default_factory=list)
@@ -305,6 +306,20 @@ class TraceSummary:
     """Rows with an ``error`` (failed when recorded)."""
     failure_causes: list[tuple[str, int]] = field(default_factory=list)
     """The most frequent error texts (cut at the first colon) and their counts."""
+    cached_input_total: int | None = None
+    """Input tokens of the rows with a server figure (``cached_tokens`` not null: a failed
+    request has none), the base of both cached rates."""
+    implied_on_cached: int | None = None
+    """``implied_cached_total`` over those rows only."""
+
+    @property
+    def server_cached_rate(self) -> float | None:
+        return _rate(self.cached_tokens_total, self.cached_input_total or 0)
+
+    @property
+    def implied_cached_rate(self) -> float | None:
+        """The rate the trace implies, on the rows the server's rate counts."""
+        return _rate(self.implied_on_cached, self.cached_input_total or 0)
 
 
 def summarize(table: pa.Table, block_size: int) -> TraceSummary:

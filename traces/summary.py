@@ -241,10 +241,13 @@ class Summarizer:
         reuse: float | None = None
         implied_total: int | None = None
         implied: np.ndarray | None = None
+        implied_rows: np.ndarray | None = None
         if self.total_blocks:
             matched, implied = self._cache_figures(arrival, tables)
             reuse = float(matched.sum()) / self.total_blocks
-            implied_total = int(np.minimum(matched * self.block_size, inputs).sum())
+            implied_rows = np.minimum(matched * self.block_size, inputs)
+            implied_total = int(implied_rows.sum())
+        known = bool(cached_known.any())
         sessions_cache = _session_cache(self.session_code, codes, arrival, inputs, cached,
                                         cached_known, implied)
         return TraceSummary(
@@ -268,6 +271,9 @@ class Summarizer:
             agents=self._agents(codes) if self.has_tree else [],
             failed=self.failed,
             failure_causes=self.causes.most_common(5),
+            cached_input_total=int(inputs[cached_known].sum()) if known else None,
+            implied_on_cached=(int(implied_rows[cached_known].sum())
+                               if known and implied_rows is not None else None),
         )
 
     def _agents(self, codes: np.ndarray) -> list[AgentStream]:

@@ -10,7 +10,10 @@ A tool-call answer (``ToolCallSpec``, ``engines sim --tool-call NAME=ARGS``, rep
 first whose tool is offered applies): a request that offers a tool of that name and whose last conversation item is a user's message (not a tool
 result) is answered with one call of that tool with those arguments. Its output is the
 arguments text, one token per tokenizer piece, so the stream and its counts stay exact;
-the agent runs the tool and sends the result, which the engine answers with text.
+the agent runs the tool and sends the result, which the engine answers with text. A user
+message made only of ``<system-reminder>`` blocks is the client's own note, not a user's
+turn (Claude Code tells the main agent so that a background subagent finished), and is
+answered with text too: else each notice would start another subagent.
 """
 
 from __future__ import annotations
@@ -296,8 +299,16 @@ def _user_turn(items: list[Any]) -> bool:
         return False
     content = last.get("content")
     if isinstance(content, list):
-        return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-    return True
+        if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+            return False
+        texts = [b.get("text") if isinstance(b, dict) else b for b in content]
+        return not texts or not all(isinstance(t, str) and t.lstrip().startswith(NOTE)
+                                    for t in texts)
+    return not (isinstance(content, str) and content.lstrip().startswith(NOTE))
+
+
+NOTE = "<system-reminder>"
+"""How Claude Code opens a text block of its own in a user message (not the user's words)."""
 
 
 def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict[str, Any],

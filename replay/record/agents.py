@@ -14,13 +14,20 @@ are the main agent's (``MAIN``). An agent's requests are split into lanes so tha
 stays a sequence: a request continues the lane of its conversation parent when the parent
 is that lane's last turn; a request whose parent already has a successor in its lane (a
 parallel branch), or a request without a conversation parent while the agent's lanes are
-all busy, opens a new lane ``AGENT/N``. A request without a conversation parent takes a
-finished lane of its agent: one whose last turn had none either, if any (side requests
-keep to their own lane), else the one that ended last.
+all busy, opens a new lane ``AGENT/N``.
 
-* a subagent's first turn depends on the session's turn (of another agent) that finished
-  last before it arrived: the one whose reply spawned it; that turn's lane is the
-  subagent's spawner (subagents spawn subagents too);
+Side requests (a title, a summary of the prompt: ``side``, a request that carries no
+earlier reply and offers no tools) each go in a lane of their own, and nothing waits for
+them: the client sends them beside its turns and goes on without their answers (one whose
+conversation a later request continues was a turn after all). A side request depends on
+its agent's turn that ended last before it arrived (the one whose reply the user saw).
+Any other request without a conversation parent takes a finished lane of its agent's
+turns, the one that ended last, and depends on its last turn.
+
+* a subagent's first turn depends on the session's turn of another agent that finished
+  last before it arrived among those whose reply called a tool (the call that spawned
+  it), side requests last; that turn's lane is the subagent's spawner (subagents spawn
+  subagents too);
 * a turn of a spawner lane that arrives after a subagent's every turn has finished joins
   it: it also depends on the subagent's last turn (once per subagent). A subagent still
   running then stays a background branch.
@@ -38,7 +45,7 @@ handed to (``handoff_target``, ``Handoffs``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +66,7 @@ class _Stream:
     joined: bool = False
     spawner: str | None = None
     side: bool = False
-    """Its last turn carried no earlier reply (a title, a summary, a new conversation)."""
+    """Its last turn was a side request."""
 
 
 @dataclass(slots=True)
@@ -68,6 +75,16 @@ class _SessionAgents:
     lane_of: dict[int, str] = field(default_factory=dict)
     arrival: dict[int, int] = field(default_factory=dict)
     end: dict[int, int] = field(default_factory=dict)
+    side: set[int] = field(default_factory=set)
+    """Side requests (nothing depends on them)."""
+    calls: dict[int, bool | Callable[[], bool]] = field(default_factory=dict)
+    """Whether a request's reply called a tool, or how to tell (asked once)."""
+
+    def called(self, i: int) -> bool:
+        c = self.calls.get(i, False)
+        if callable(c):
+            c = self.calls[i] = bool(c())
+        return c
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,33 +103,44 @@ class AgentTracker:
         self._sessions: dict[str, _SessionAgents] = {}
 
     def place(self, session_id: str, request_index: int, agent_id: str | None,
-              arrival_ns: int, parent_index: int, linked: bool = True) -> Placement:
+              arrival_ns: int, parent_index: int, linked: bool = True,
+              side: bool = False) -> Placement:
         """``parent_index``: the request's parent in the session (-1: none); ``linked``:
         the parent was found by conversation (the request carries its reply or extends
-        its prompt), not only as the session's last finished request."""
+        its prompt), not only as the session's last finished request; ``side``: a side
+        request (see the module text; only one without a linked parent is)."""
         s = self._sessions.setdefault(session_id, _SessionAgents())
         agent = agent_id or MAIN
         done = lambda i: i in s.end and s.end[i] <= arrival_ns  # noqa: E731
         lanes = [name for name, st in s.streams.items() if st.agent == agent]
+        has_link = linked and parent_index >= 0
+        side = side and not has_link and (agent == MAIN or bool(lanes))
         deps: list[int] = []
         lane: str | None = None
-        if linked and parent_index >= 0 and s.lane_of.get(parent_index) in lanes:
+        if has_link and s.lane_of.get(parent_index) in lanes:
             home = s.lane_of[parent_index]
             deps.append(parent_index)
+            s.side.discard(parent_index)  # continued: a turn after all
             if s.streams[home].turns[-1] == parent_index:
                 lane = home
+        elif side:  # a lane of its own
+            seen = [i for i in s.end if done(i) and i not in s.side
+                    and s.streams[s.lane_of[i]].agent == agent]
+            if seen:
+                deps.append(max(seen, key=lambda i: (s.end[i], i)))
         else:
-            if parent_index >= 0:
+            if has_link:
                 deps.append(parent_index)
-            free = [n for n in lanes if done(s.streams[n].turns[-1])]
+            free = [n for n in lanes if not s.streams[n].side and done(s.streams[n].turns[-1])]
             if free:
-                lane = max(free, key=lambda n: (s.streams[n].side,
-                                                s.end[s.streams[n].turns[-1]], n == agent))
+                lane = max(free, key=lambda n: (s.end[s.streams[n].turns[-1]], n == agent))
                 deps.append(s.streams[lane].turns[-1])
             elif not lanes and agent != MAIN:  # a subagent's first turn: its spawn
-                spawned = [i for i in s.end if done(i) and s.streams[s.lane_of[i]].agent != agent]
+                spawned = [i for i in s.end
+                           if done(i) and s.streams[s.lane_of[i]].agent != agent]
                 if spawned:
-                    spawn = max(spawned, key=lambda i: (s.end[i], i))
+                    spawn = max(spawned, key=lambda i: (i not in s.side, s.called(i),
+                                                        s.end[i], i))
                     deps.append(spawn)
                     lane = agent
                     s.streams[lane] = _Stream(agent, spawner=s.lane_of[spawn])
@@ -132,7 +160,9 @@ class AgentTracker:
                 deps.append(sub.turns[-1])
                 sub.joined = True
         stream.turns.append(request_index)
-        stream.side = not (linked and parent_index >= 0)
+        stream.side = side
+        if side:
+            s.side.add(request_index)
         s.lane_of[request_index] = lane
         s.arrival[request_index] = arrival_ns
         deps = sorted(set(deps))
@@ -141,10 +171,15 @@ class AgentTracker:
             think = max(0, arrival_ns - max(s.end[d] for d in deps))
         return Placement(lane, deps, think)
 
-    def complete(self, session_id: str, request_index: int, end_ns: int) -> None:
+    def complete(self, session_id: str, request_index: int, end_ns: int,
+                 called: bool | Callable[[], bool] | None = None) -> None:
+        """``called``: whether the reply called a tool (or a function that tells it when
+        asked; None: unknown)."""
         s = self._sessions.get(session_id)
         if s is not None:
             s.end[request_index] = end_ns
+            if called is not None:
+                s.calls[request_index] = called
 
 
 HANDOFF_PREFIX = "transfer_to_"

@@ -399,9 +399,11 @@ class Recorder:
                                           assignment.parent_index, linked,
                                           dialect(ex.info.api).system(ex.info.body), items)
             agent = None if stream == MAIN else stream
+        # a side request (a title): carries no earlier reply and offers no tools
+        side = not linked and digest is None and not dialect(ex.info.api).tools(ex.info.body)
         ex.state["placement"] = self.agents.place(
             assignment.session_id, assignment.request_index, agent,
-            ex.arrival, assignment.parent_index, linked=linked)
+            ex.arrival, assignment.parent_index, linked=linked, side=side)
         self.stats.sessions = self.tracker.session_count
 
     def _explicit_session(self, ex: Exchange) -> str | None:
@@ -426,7 +428,8 @@ class Recorder:
         ok = obs is not None and ex.error is None
         self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None,
                               failed=not ok)
-        self.agents.complete(turn.session_id, turn.request_index, end)
+        self.agents.complete(turn.session_id, turn.request_index, end,
+                             (lambda: bool(turn.reply and turn.reply.tool_ids)) if ok else False)
         self.stats.requests += 1
         self.stats.errors += ex.error is not None
         if ex.error is not None:  # without the request's credentials, as in its row
@@ -569,7 +572,7 @@ class Recorder:
             "agent_id": place.agent_id,
             "depends_on": place.depends_on,
             "arrival_ns": ex.arrival - t0,
-            "think_ns": place.think_ns if place.depends_on else a.think_ns,
+            "think_ns": place.think_ns,  # None without dependencies (a title, a first turn)
             "input_tokens": int(inp),
             "output_tokens": int(out),
             "cached_tokens": cached,

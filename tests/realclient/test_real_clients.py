@@ -1,7 +1,7 @@
 """Real agent programs nobody here wrote, recorded through the proxy in front of the
 simulated engine and replayed against a fresh one: Claude Code (messages), Codex CLI
-(responses), opencode (chat) and mini-swe-agent (chat, through litellm); the OpenAI Agents
-SDK in test_agents_sdk.py.
+(responses), opencode (chat), qwen-code (chat) and mini-swe-agent (chat, through litellm);
+the OpenAI Agents SDK in test_agents_sdk.py.
 
 The engine answers a user's turn with a tool call (``ls``), so each agent runs a tool and
 sends its result: a multi-turn session. The recording must hold that session (one
@@ -139,8 +139,14 @@ def no_secret_written(*dirs: Path) -> None:
                 assert SECRET.encode() not in f.read_bytes(), f
 
 
-async def test_claude_code(tmp_path: Path) -> None:
-    claude = program("claude")
+CLAUDES = ["claude", "claude-2.1.197"]
+"""The current Claude Code and 2.1.197 (the last on node 20, with title requests and
+foreground subagents): scripts/setup-real-clients.sh installs both."""
+
+
+@pytest.mark.parametrize("name", CLAUDES)
+async def test_claude_code(tmp_path: Path, name: str) -> None:
+    claude = program(name)
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         env = base_env(home)
@@ -166,11 +172,14 @@ AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", 
          '"subagent_type": "general-purpose"}')
 
 
-async def test_claude_code_subagents(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", CLAUDES)
+async def test_claude_code_subagents(tmp_path: Path, name: str) -> None:
     """The engine answers with the Agent tool where it is offered: Claude Code runs a
     subagent (x-claude-code-agent-id), which spawns its own, down to --max-turns; each
-    subagent's result joins the turn of its spawner that follows."""
-    claude = program("claude")
+    subagent is spawned by a turn of another stream and
+    joined by its spawner's first turn after the subagent's end (the current release
+    runs subagents in the background: the turn that carries its completion notice)."""
+    claude = program(name)
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         env = base_env(home)
@@ -196,8 +205,9 @@ async def test_claude_code_subagents(tmp_path: Path) -> None:
         spawn = by_index[first["depends_on"][0]]
         assert spawn["agent_id"] != a  # spawned by another stream's turn
         # joined by a later turn of the spawner's stream, when the spawner went on
+        assert spawn["output_tokens"] > 0 and spawn["error"] is None
         later = [r for r in session if r["agent_id"] == spawn["agent_id"]
-                 and r["request_index"] > spawn["request_index"]]
+                 and r["arrival_ns"] >= last["arrival_ns"] + last["end_ns"]]
         if later:
             assert last["request_index"] in later[0]["depends_on"]
     main_turns = [r for r in session if r["agent_id"] == "main"]
@@ -281,6 +291,31 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
     # tool call, text after the tool's output, then a format-error turn that drops that
     # reply: still one chain
     assert len(main) == 3 and all(r["api"] == "chat" for r in main)
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+async def test_qwen_code(tmp_path: Path) -> None:
+    """qwen-code -p (node >= 22, the OpenAI variables, the openai auth type, and a
+    max_tokens that fits the engine's context: it asks for 32000 otherwise): its shell
+    tool's call and result are one session (it names none: found by conversation)."""
+    qwen = program("qwen")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        (home / ".qwen").mkdir()
+        (home / ".qwen" / "settings.json").write_text(json.dumps({
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}))
+        env = base_env(home)
+        if (BIN.parent / "node22" / "bin").is_dir():
+            env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
+        env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=SECRET, OPENAI_MODEL=model,
+                   QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+        return [qwen, "-p", "List the files here.", "--yolo"], env
+
+    trace, rows = await record(tmp_path, ['run_shell_command={"command": "ls"}'], argv_env)
+    main = the_agent_session(rows)
+    assert all(r["api"] == "chat" for r in main)
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")
 
@@ -399,3 +434,62 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
           f"max |error| {max(abs(e) for e in errs) / 1e6:.3f} ms")
     assert errs and max(abs(e) for e in errs) < 50_000_000, errs
     no_secret_written(trace, tmp_path / "results")
+
+
+@pytest.mark.parametrize("name", CLAUDES)
+async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
+        tmp_path: Path, name: str) -> None:
+    """A Claude Code session with subagents, replayed against a server slower than the
+    one it was recorded against (each engine step ten times as long: at least twice as
+    slow as the recording's engine, which shared a loaded host with the client): no turn
+    that came after a subagent's end in the recording is sent before the subagent's last
+    request ended in the replay. Checked from the result rows' times, not from the run's
+    own count of early sends."""
+    from importlib import resources
+
+    from agent_replay.replay.config import RunConfig
+    from agent_replay.replay.run import arun
+
+    claude = program(name)
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
+                   DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
+        return [claude, "-p", "List the files here.", "--max-turns", "3",
+                "--allowedTools", "Bash(ls)", "Agent"], env
+
+    trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
+    fast = json.loads((resources.files("agent_replay.engines.sim") / "profiles"
+                       / "fast.json").read_text())
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({**fast, "name": "fast-x10",
+                                "decode_base_ns": 10 * fast["decode_base_ns"],
+                                "decode_per_seq_ns": 10 * fast["decode_per_seq_ns"],
+                                "prefill_tokens_per_s": fast["prefill_tokens_per_s"] / 10}))
+    out = tmp_path / "results"
+    with SimProcess(str(slow), seed=4) as target:
+        summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
+                                       progress=False, scrape_interval_s=0), progress=None)
+    assert summary.failed == 0
+    sid = rows[0]["session_id"]
+    rec = [r for r in rows if r["session_id"] == sid]
+    res = {x["request_index"]: x for x in pq.read_table(out / "requests").to_pylist()
+           if x["session_id"] == sid}
+    subs = {r["agent_id"] for r in rec if not r["agent_id"].startswith("main")}  # not a lane
+    assert subs
+    checked = 0
+    for a in subs:
+        mine = [r for r in rec if r["agent_id"] == a]
+        rec_end = max(r["arrival_ns"] + r["end_ns"] for r in mine)
+        replay_end = max(res[r["request_index"]]["end_ns"] for r in mine)
+        for r in rec:
+            if r["agent_id"] != a and r["arrival_ns"] >= rec_end:
+                x = res[r["request_index"]]
+                assert x["sent_ns"] >= replay_end, (a, r["request_index"], x["sent_ns"],
+                                                    replay_end)
+                checked += 1
+    assert checked

@@ -28,6 +28,9 @@ def conv(*msgs: dict[str, Any]) -> list[Any]:
 
 
 SYS = {"role": "system", "content": "you are an agent"}
+TOOLS: Any = [{"name": "ls", "description": "List files.", "input_schema": {"type": "object"}}]
+"""An agent's requests offer tools (one that offers none and carries no earlier reply is
+a side request, a title)."""
 
 
 def test_a_child_that_dropped_the_reply_continues_the_session() -> None:
@@ -167,7 +170,7 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
 
         async def turn(msgs: list[dict[str, Any]], headers: dict[str, str]) -> str:
             r = await client.messages.create(model="sim-fast", max_tokens=5, messages=msgs,  # type: ignore[arg-type]
-                                             extra_headers=headers)
+                                             tools=TOOLS, extra_headers=headers)
             return r.content[0].text  # type: ignore[union-attr]
 
         opening = [user("look at the repo")]
@@ -187,34 +190,66 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
 
 
 def test_side_requests_and_parallel_branches_stay_concurrent() -> None:
-    """Claude Code's interactive turn: a title request (no conversation parent) and, 8 ms
-    later, the turn that continues the conversation; each depends on the turn that ended
-    before it, not on the other. A branch whose parent already has a successor (a
-    parallel request) opens a lane of its own; each lane stays a sequence."""
+    """Claude Code's interactive turn: a title request (a side request: no conversation
+    parent, no tools) and, 8 ms later, the turn that continues the conversation. The title
+    goes in a lane of its own (each title does) and depends on the turn that ended before it; the turn does
+    not wait for the title, and nothing later does. A branch whose parent already has a
+    successor (a parallel request) opens a lane of its own; each lane stays a sequence."""
     at = AgentTracker()
     t0 = at.place("s", 0, None, 0, -1, linked=False)  # the first turn
     at.complete("s", 0, 100)
-    title = at.place("s", 1, None, 5_000, 0, linked=False)
-    turn = at.place("s", 2, None, 5_008, 0)  # still running: title
+    title = at.place("s", 1, None, 5_000, 0, linked=False, side=True)
+    turn = at.place("s", 2, None, 5_008, 0)  # the title still running
     at.complete("s", 1, 5_300)
     at.complete("s", 2, 6_000)
     tool = at.place("s", 3, None, 6_050, 2)
     branch = at.place("s", 4, None, 6_060, 2)  # the same parent, side by side with 3
     at.complete("s", 3, 7_000)
     at.complete("s", 4, 7_100)
-    title2 = at.place("s", 5, None, 9_000, 4, linked=False)  # ended last: 4
+    title2 = at.place("s", 5, None, 9_000, 4, linked=False, side=True)  # ended last: 4
     turn2 = at.place("s", 6, None, 9_001, 3)
     got = [(p.agent_id, p.depends_on, p.think_ns)
            for p in (t0, title, turn, tool, branch, title2, turn2)]
     assert got == [
         (MAIN, [], None),
-        (MAIN, [0], 4_900),
-        ("main/2", [0], 4_908),
-        ("main/2", [2], 50),
+        ("main/2", [0], 4_900),
+        (MAIN, [0], 4_908),
+        (MAIN, [2], 50),
         ("main/3", [2], 60),
-        (MAIN, [1, 4], 1_900),
-        ("main/2", [3], 2_001),
+        ("main/4", [4], 1_900),  # a lane of its own again
+        (MAIN, [3], 2_001),
     ]
+
+
+def test_a_title_sent_first_is_no_dependency() -> None:
+    """Claude Code -p: the title (no tools) first, the first turn (tools) 2 ms later, after
+    the title ended; the first turn waits for nothing, and the session's explicit
+    last-finished parent (the title) is not made a dependency."""
+    at = AgentTracker()
+    title = at.place("s", 0, None, 0, -1, linked=False, side=True)
+    at.complete("s", 0, 1_000)
+    turn = at.place("s", 1, None, 2_000, 0, linked=False)
+    at.complete("s", 1, 3_000, True)
+    turn2 = at.place("s", 2, None, 3_100, 1)
+    assert [(p.agent_id, p.depends_on) for p in (title, turn, turn2)] == [
+        (MAIN, []), ("main/2", []), ("main/2", [1])]
+
+
+def test_a_subagent_is_spawned_by_the_turn_that_called_a_tool() -> None:
+    """Interactive Claude Code: a title and the turn that calls the Agent tool; the title
+    ends last, and a text-only turn of another stream ends later still; the subagent's
+    first turn is spawned by the tool-calling turn, and the main turn after the
+    subagent's end joins it."""
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1, linked=False)
+    at.complete("s", 0, 100, True)  # called the Agent tool
+    at.place("s", 1, None, 10, -1, linked=False, side=True)  # the title
+    at.complete("s", 1, 150, False)
+    sub = at.place("s", 2, "agent-a", 200, 0, linked=False)
+    at.complete("s", 2, 300, False)
+    join = at.place("s", 3, None, 320, 0)
+    assert (sub.agent_id, sub.depends_on, sub.think_ns) == ("agent-a", [0], 100)
+    assert (join.agent_id, join.depends_on, join.think_ns) == (MAIN, [0, 2], 20)
 
 
 async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) -> None:
@@ -236,7 +271,7 @@ async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) 
             Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
         client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
         for headers in (root, child, grandchild, root):
-            await client.messages.create(model="sim-fast", max_tokens=5,
+            await client.messages.create(model="sim-fast", max_tokens=5, tools=TOOLS,
                                          messages=[user("do it")], extra_headers=headers)
         await client.close()
     table, meta = read_trace(trace)
@@ -245,9 +280,8 @@ async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) 
     got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
     assert got == [("ses_root", "main", []), ("ses_root", "ses_child", [0]),
                    ("ses_root", "ses_grand", [1]),
-                   # main's lane, the child it joins, and (no reply carried) the request
-                   # that ended last
-                   ("ses_root", "main", [0, 1, 2])]
+                   # main's lane and the child it joins (which waited for its own)
+                   ("ses_root", "main", [0, 1])]
 
 
 async def test_codex_subagent_threads_are_streams_of_their_session(tmp_path: Path) -> None:
@@ -270,10 +304,24 @@ async def test_codex_subagent_threads_are_streams_of_their_session(tmp_path: Pat
         client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
         for headers, text in ((root, "do it"), (child, "list files"), (child, "and more"),
                               (root, "done?")):
-            await client.messages.create(model="sim-fast", max_tokens=5,
+            await client.messages.create(model="sim-fast", max_tokens=5, tools=TOOLS,
                                          messages=[user(text)], extra_headers=headers)
         await client.close()
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["request_index"])
     got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
     assert got == [("th-root", "main", []), ("th-root", "th-child", [0]),
                    ("th-root", "th-child", [1]), ("th-root", "main", [0, 2])]
+
+
+def test_a_client_without_tools_keeps_one_stream() -> None:
+    """A chat client that offers no tools: its first request looks like a side request,
+    but the next one continues its conversation, so it was a turn: one stream, each turn
+    waiting for the one before."""
+    at = AgentTracker()
+    p0 = at.place("s", 0, None, 0, -1, linked=False, side=True)
+    at.complete("s", 0, 100)
+    p1 = at.place("s", 1, None, 150, 0)
+    at.complete("s", 1, 300)
+    p2 = at.place("s", 2, None, 350, 1)
+    assert [(p.agent_id, p.depends_on) for p in (p0, p1, p2)] == [
+        (MAIN, []), (MAIN, [0]), (MAIN, [1])]

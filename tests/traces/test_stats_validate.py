@@ -152,6 +152,14 @@ def test_session_cache_rates_by_hand() -> None:
     Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=16), "t"))
     text = out.getvalue()
     assert "32.7%" in text and "49.0%" in text  # a: 32/98 server, 48/98 implied
+    # the header: one implied figure, the replay's (the sessions' sum), and both rates on
+    # the rows the server gave a figure for (b's second row has none): 32 and 48 of
+    # 48 + 20 + 50 = 118 input tokens
+    assert s.implied_cached_total == a.implied_cached + b.implied_cached == 64
+    assert (s.cached_input_total, s.implied_on_cached) == (118, 48)
+    flat = " ".join(text.split())
+    assert "(27.1% of the input of the requests it answered, by the server's usage; " \
+           "the trace implies 40.7%)" in flat
 
 
 def test_agent_streams_spawn_and_join_by_hand() -> None:

@@ -1,0 +1,614 @@
+"""The dependencies real agent programs have, found by delaying their requests, against
+the trace's ``depends_on``.
+
+Each client runs one session several times through the recorder in front of the simulated
+engine, with a small hop between the two (``DelayHop``). The first run is the baseline;
+each later run holds back one chosen request of it by ``--delay`` seconds before the hop
+forwards it. A request depends on X (directly or through others) iff its arrival moved by
+at least half the delay when X was held back: the client waited for X's answer before
+sending it. The trace of the baseline says the same through ``depends_on`` (spawns and
+joins included), closed transitively: the replay holds a request until all of those have
+ended. Per client the table gives
+
+    requests    the baseline's requests (those found again in every run)
+    true deps   direct edges of the measured relation (its transitive reduction)
+    trace deps  ``depends_on`` edges of the baseline trace
+    false       pairs (Y, X) the trace makes Y wait for that Y did not wait for
+    missing     pairs (Y, X) Y waited for that the trace does not make it wait for
+
+Requests are matched across runs by ``request_label``: the API, the tools offered, the
+length of the conversation and the order among requests alike in those (the clients run
+in the same folders each time and the engine answers alike, so a run repeats the last).
+
+    .venv/bin/python benchmarks/bench_dependencies.py [--clients claude,claude-agent,...]
+        [--delay 8] [--repeats 1] [--keep DIR]
+
+Each request is held back in ``--repeats`` runs; a dependency must show in every one. On
+a loaded host a client may take seconds more between two requests in one run: the delay
+must be well above that (on 2 shared cores, 8 s: 3 s was not). Needs the programs of
+scripts/setup-real-clients.sh; a missing one is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agent_replay.engines.apis import dialect
+from agent_replay.engines.sim import SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.replay.record.content import conversation
+from agent_replay.replay.record.wire import api_for, end_to_end_headers
+from agent_replay.traces.io import read_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / ".real-clients" / "bin"
+KEY = "sk-bench-dependencies"
+
+# -- matching requests across runs ------------------------------------------------------
+
+
+def _tool_names(tools: Any) -> list[str]:
+    out = []
+    for t in tools if isinstance(tools, list) else ():
+        if isinstance(t, dict):
+            fn = t.get("function")
+            name = fn.get("name") if isinstance(fn, dict) else t.get("name")
+            out.append(str(name))
+    return sorted(out)
+
+
+def request_kind(api: str, body: Mapping[str, Any]) -> str:
+    """What a request looks like, apart from text that may differ between runs: its API,
+    a digest of the tools it offers and its conversation's length."""
+    tools = hashlib.blake2b(orjson.dumps(_tool_names(dialect(api).tools(body))),
+                            digest_size=3).hexdigest()
+    return f"{api}:{tools}:{len(conversation(api, body))}"
+
+
+class Labeler:
+    """Labels requests in arrival order: their kind and the count of that kind so far."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def __call__(self, kind: str) -> str:
+        n = self._seen.get(kind, 0)
+        self._seen[kind] = n + 1
+        return f"{kind}#{n}"
+
+
+def label_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The rows of a trace recorded with ``content="full"``, by label."""
+    lab = Labeler()
+    out = {}
+    for r in sorted(rows, key=lambda r: r["arrival_ns"]):
+        body = orjson.loads(r["content"]) if r["content"] else {}
+        out[lab(request_kind(r["api"], body))] = r
+    return out
+
+
+# -- the oracle -------------------------------------------------------------------------
+
+
+def measured_ancestors(base: Mapping[str, int],
+                       delayed: Mapping[str, Sequence[Mapping[str, int]]],
+                       delay_ns: int) -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
+    """``base``: label -> arrival in the baseline; ``delayed``: X -> the runs that held X
+    back (label -> arrival). Y waited for X iff, in every such run that sent Y, Y arrived
+    at least ``delay_ns / 2`` later both on the run's clock (``run_shift`` aside) and
+    counted from X's own arrival: a client slowed by the host moves in one run, a
+    dependency in all. Also the pairs (Y, X) with no verdict: X was
+    not sent again, or no run that held X back sent Y (the client ended first)."""
+    out: dict[str, set[str]] = {y: set() for y in base}
+    unknown = {(y, x) for x in base for y in base if x != y and not delayed.get(x)}
+    for x, runs in delayed.items():
+        if not runs:
+            continue
+        moved: dict[str, bool] = {}
+        for run in runs:
+            shift = run_shift(base, run, x)
+            for y, t in run.items():
+                if y != x and y in base:
+                    # later on the run's clock, and later after X's own arrival: a client
+                    # slowed by the host between its requests fools one, seldom both
+                    late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
+                    moved[y] = moved.get(y, True) and late >= delay_ns // 2
+        for y in base:
+            if y == x:
+                continue
+            if y not in moved:
+                unknown.add((y, x))
+            elif moved[y]:
+                out[y].add(x)
+    return out, unknown
+
+
+def run_shift(base: Mapping[str, int], run: Mapping[str, int], x: str) -> int:
+    """How much later a run's clock reads than the baseline's: the median shift of the
+    requests that arrived before X in the baseline (they cannot have waited for X's
+    answer), 0 when there are none. Arrivals count from a run's first request, and a
+    client's start is not the same each time (one sent 1.5 s after the first on a loaded
+    host moves everything after it)."""
+    before = sorted(run[y] - base[y] for y in base if y != x and y in run and base[y] < base[x])
+    return before[len(before) // 2] if before else 0
+
+
+def trace_ancestors(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, set[str]]:
+    """What the trace makes each request wait for: ``depends_on`` closed transitively
+    (within its session)."""
+    by_key = {(r["session_id"], r["request_index"]): lab for lab, r in rows.items()}
+    direct = {lab: {by_key[(r["session_id"], d)] for d in (r["depends_on"] or ())
+                    if (r["session_id"], d) in by_key} for lab, r in rows.items()}
+    return {lab: closure(lab, direct) for lab in rows}
+
+
+def closure(node: str, direct: Mapping[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(direct.get(node, ()))
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(direct.get(n, ()))
+    return seen
+
+
+def reduction(anc: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The direct edges of a transitive relation: X is a direct dependency of Y unless
+    some other ancestor of Y has X as its own."""
+    return {y: {x for x in xs if not any(x in anc.get(z, ()) for z in xs if z != x)}
+            for y, xs in anc.items()}
+
+
+@dataclass
+class Verdict:
+    requests: int
+    true_deps: int
+    trace_deps: int
+    false: list[tuple[str, str]] = field(default_factory=list)
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    unknown: int = 0
+    """Pairs the trace makes wait with no verdict (see ``measured_ancestors``)."""
+
+
+def compare(measured: Mapping[str, set[str]], traced: Mapping[str, set[str]],
+            trace_direct: int, unknown: Collection[tuple[str, str]] = ()) -> Verdict:
+    """False and missing pairs, leaving out those with no verdict (``unknown``)."""
+    keys = [y for y in measured if y in traced]
+    v = Verdict(len(keys), sum(len(s) for s in reduction(
+        {y: measured[y] & set(keys) for y in keys}).values()), trace_direct)
+    for y in keys:
+        m = measured[y] & set(keys)
+        t = traced[y] & set(keys)
+        v.false += [(y, x) for x in sorted(t - m) if (y, x) not in unknown]
+        v.missing += [(y, x) for x in sorted(m - t)]
+    v.unknown = sum(1 for y, x in unknown if x in traced.get(y, ()) or x in measured.get(y, ()))
+    return v
+
+
+# -- the hop ----------------------------------------------------------------------------
+
+
+class DelayHop:
+    """A proxy that forwards to ``upstream``, holding the request labelled ``target``
+    back by ``delay_s`` before it goes on."""
+
+    def __init__(self, upstream: str, target: str | None, delay_s: float) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.target = target
+        self.delay_s = delay_s
+        self.hit = False
+        self.labels: list[str] = []
+        self.busy = 0
+        """Requests offering tools (the agents' turns, not titles) in flight."""
+        self.changed = 0.0
+        """When the last request arrived or the last turn (not a title) ended (loop time)."""
+        self._label = Labeler()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> DelayHop:
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self._session = aiohttp.ClientSession(auto_decompress=False,
+                                              timeout=aiohttp.ClientTimeout(total=None))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        self.changed = loop.time()
+        turn: list[bool] = []
+        try:
+            return await self._forward(request, turn)
+        finally:
+            if turn:  # a title's answer is no reason for the user to wait
+                self.changed = loop.time()
+                self.busy -= 1
+
+    async def _forward(self, request: web.Request, turn: list[bool]) -> web.StreamResponse:
+        raw = await request.read()
+        api = api_for(request.method, request.path)
+        if api is not None and not request.headers.get("content-encoding"):
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                body = None
+            if isinstance(body, dict):
+                label = self._label(request_kind(api, body))
+                self.labels.append(label)
+                if dialect(api).tools(body):
+                    turn.append(True)
+                    self.busy += 1
+                if label == self.target:
+                    self.hit = True
+                    await asyncio.sleep(self.delay_s)
+        if self._session is None or self._session.closed:
+            return web.Response(status=503, text="the hop is closing")
+        drop = frozenset({"host", "content-length"})
+        async with self._session.request(
+                request.method, self.upstream + request.path_qs, data=raw,
+                headers=end_to_end_headers(request.headers, drop)) as up:
+            resp = web.StreamResponse(status=up.status, headers=end_to_end_headers(
+                up.headers, frozenset({"content-length"})))
+            await resp.prepare(request)
+            try:
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+            except (ConnectionError, aiohttp.ClientError):
+                pass  # the client left (it ended with a request still streaming)
+            return resp
+
+
+# -- clients ----------------------------------------------------------------------------
+
+
+def program(name: str) -> str | None:
+    for folder in (BIN, Path(sys.executable).parent):
+        if (folder / name).exists():
+            return str(folder / name)
+    return shutil.which(name)
+
+
+def base_env(home: Path) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    closed = "http://127.0.0.1:9"  # anything not on loopback fails fast
+    env.update(HOME=str(home), HTTPS_PROXY=closed, HTTP_PROXY=closed, https_proxy=closed,
+               http_proxy=closed, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    return env
+
+
+def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
+    env = base_env(home)
+    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=KEY, DISABLE_TELEMETRY="1",
+               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+               CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000")
+    return env
+
+
+LS = 'Bash={"command": "ls"}'
+AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
+         '"subagent_type": "general-purpose"}')
+Run = Callable[[str, str, Path, Path], Any]
+"""(recorder url, model, home, work) -> an awaitable that runs the client's session."""
+
+
+async def run_program(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
+                      timeout_s: float = 240) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        print(f"  exit {proc.returncode}: {out.decode(errors='replace')[-400:]}", file=sys.stderr)
+
+
+def claude_p(exe: str, *tools: str) -> Run:
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        await run_program([exe, "-p", "List the files here.", "--max-turns", "3",
+                           "--allowedTools", "Bash(ls)", *tools],
+                          claude_env(url, model, home), work)
+    return run
+
+
+def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
+    """Interactive Claude Code in tmux: each prompt typed once the previous turn has gone
+    quiet for ``settle_s``."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        tmux = shutil.which("tmux")
+        assert tmux is not None, "tmux not installed"
+        (home / ".claude.json").write_text(orjson.dumps({
+            "hasCompletedOnboarding": True,
+            "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
+            "projects": {str(work): {"hasTrustDialogAccepted": True,
+                                     "allowedTools": ["Bash(ls)"]}}}).decode())
+        env = claude_env(url, model, home)
+        env["TERM"] = "xterm-256color"
+        script = home / "claude.sh"
+        script.write_text("#!/bin/sh\nexec env -i " + " ".join(
+            f"{k}='{v}'" for k, v in env.items()) + f" {exe} --allowedTools 'Bash(ls)' Agent\n")
+        script.chmod(0o755)
+        name = f"bench-deps-{os.getpid()}"
+        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
+                        str(work), str(script)], check=True)
+        try:
+            await asyncio.sleep(5)
+            for text in prompts:
+                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+                await _quiet(home, settle_s)
+            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
+            await asyncio.sleep(1)
+        finally:
+            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+    return run
+
+
+_QUIET: dict[str, Any] = {}
+
+
+async def _quiet(home: Path, settle_s: float) -> None:
+    """Wait, as a user reading the agent's answer would, until no turn of the agent (a
+    request offering tools: not a title) is in flight and nothing arrived or ended for
+    ``settle_s`` (at most 120 s)."""
+    hop: DelayHop = _QUIET["hop"]
+    loop = asyncio.get_running_loop()
+    for _ in range(1200):
+        await asyncio.sleep(0.1)
+        if hop.labels and hop.busy == 0 and loop.time() - hop.changed >= settle_s:
+            return
+
+
+def codex_exec(exe: str, prompt: str) -> Run:
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        (home / "config.toml").write_text(
+            f'model = "{model}"\nmodel_provider = "sim"\n\n'
+            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
+            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n')
+        env = base_env(home)
+        env.update(CODEX_HOME=str(home), SIM_API_KEY=KEY)
+        await run_program([exe, "exec", "--skip-git-repo-check",
+                           "--dangerously-bypass-approvals-and-sandbox", prompt], env, work)
+    return run
+
+
+def opencode_run(exe: str) -> Run:
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        conf = home / ".config" / "opencode"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "opencode.json").write_text(orjson.dumps({
+            "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
+                                 "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
+                                 "models": {model: {"name": model, "limit": {
+                                     "context": 32768, "output": 4000}}}}},
+            "model": f"sim/{model}", "share": "disabled", "autoupdate": False}).decode())
+        await run_program([exe, "run", "List the files here."], base_env(home), work)
+    return run
+
+
+def mini_run(exe: str) -> Run:
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(MSWEA_CONFIGURED="true", MSWEA_GLOBAL_CONFIG_DIR=str(home),
+                   MSWEA_COST_TRACKING="ignore_errors", OPENAI_API_KEY=KEY,
+                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        await run_program([exe, "-m", f"openai/{model}", "-t", "List the files here.", "-y",
+                           "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={url}/v1",
+                           "-c", "agent.step_limit=3", "-c", "agent.cost_limit=0",
+                           "-o", str(home / "trajectory.json")], env, work)
+    return run
+
+
+def qwen_run(exe: str) -> Run:
+    """qwen-code -p: the OpenAI variables, the openai auth type and a max_tokens that fits
+    the engine's context (it asks for 32000 otherwise); node >= 22 first on PATH."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        conf = home / ".qwen"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "settings.json").write_text(orjson.dumps({
+            "security": {"auth": {"selectedType": "openai"}},
+            "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}).decode())
+        env = base_env(home)
+        node22 = BIN.parent / "node22" / "bin"
+        if node22.is_dir():
+            env["PATH"] = f"{node22}:{env.get('PATH', '')}"
+        env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=KEY, OPENAI_MODEL=model,
+                   QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+        await run_program([exe, "-p", "List the files here.", "--yolo"], env, work)
+    return run
+
+
+AGENTS_SDK = """
+import asyncio, sys
+import agents
+from openai import AsyncOpenAI
+agents.set_tracing_disabled(True)
+async def main():
+    client = AsyncOpenAI(base_url=sys.argv[1] + "/v1", api_key=sys.argv[3], max_retries=0)
+    model = agents.OpenAIChatCompletionsModel(model=sys.argv[2], openai_client=client)
+    maths = agents.Agent(name="Math agent", instructions="You answer maths.", model=model)
+    triage = agents.Agent(name="Triage", instructions="You route questions.",
+                          handoffs=[maths], model=model)
+    await agents.Runner.run(triage, "What is 2+2?")
+    await client.close()
+asyncio.run(main())
+"""
+
+
+def agents_sdk_run() -> Run:
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        await run_program([sys.executable, "-c", AGENTS_SDK, url, model, KEY],
+                          base_env(home), work)
+    return run
+
+
+@dataclass
+class Client:
+    exe: str | None
+    tool_calls: list[str]
+    make: Callable[[str], Run]
+
+
+def clients() -> dict[str, Client]:
+    codex_ls = 'exec_command={"cmd": "ls"}'
+    return {
+        "claude": Client(program("claude"), [LS], lambda e: claude_p(e)),
+        "claude-agent": Client(program("claude"), [AGENT, LS], lambda e: claude_p(e, "Agent")),
+        "claude-interactive": Client(program("claude"), [AGENT, LS], lambda e: claude_interactive(
+            e, ["List the files here.", "List them again."])),
+        "claude-2.1.197": Client(program("claude-2.1.197"), [LS], lambda e: claude_p(e)),
+        "claude-2.1.197-agent": Client(program("claude-2.1.197"), [AGENT, LS],
+                                       lambda e: claude_p(e, "Agent")),
+        "claude-2.1.197-interactive": Client(
+            program("claude-2.1.197"), [AGENT, LS],
+            lambda e: claude_interactive(e, ["List the files here.", "List them again."])),
+        "codex": Client(program("codex"), [codex_ls], lambda e: codex_exec(
+            e, "List the files here.")),
+        "codex-agent": Client(program("codex"), ['spawn_agent={"message": "List the files."}',
+                                                 codex_ls], lambda e: codex_exec(
+            e, "Spawn a subagent to list the files here.")),
+        "opencode": Client(program("opencode"), ['bash={"command": "ls", "description": "List"}'],
+                           lambda e: opencode_run(e)),
+        "opencode-agent": Client(program("opencode"), [
+            'task={"description": "List files", "prompt": "List the files here.", '
+            '"subagent_type": "general"}', 'bash={"command": "ls", "description": "List"}'],
+            lambda e: opencode_run(e)),
+        "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
+                       lambda e: qwen_run(e)),
+        "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
+        "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
+                             lambda e: agents_sdk_run()),
+    }
+
+
+# -- running ----------------------------------------------------------------------------
+
+
+async def record_once(client: Client, folder: Path, target: str | None, delay_s: float
+                      ) -> tuple[dict[str, Mapping[str, Any]], bool]:
+    """One run of the client's session; its rows by label, and whether ``target`` was
+    seen (and held back)."""
+    assert client.exe is not None
+    home, work, trace = folder / "home", folder / "work", folder / "trace"
+    for d in (home, work, trace):
+        shutil.rmtree(d, ignore_errors=True)
+    home.mkdir(parents=True)
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    async with SimServer("fast", seed=3, tool_call=client.tool_calls) as sim, \
+            DelayHop(sim.url, target, delay_s) as hop, \
+            Recorder(hop.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full",
+                     hash_seed=1) as rec:
+        _QUIET["hop"] = hop
+        await client.make(client.exe)(rec.url, sim.profile.model_name, home, work)
+        for _ in range(300):  # what the client left running ends
+            if not rec.in_flight:
+                break
+            await asyncio.sleep(0.1)
+    rows = read_trace(trace)[0].to_pylist()
+    return label_rows(rows), hop.hit
+
+
+async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
+                 ) -> tuple[Verdict, list[str]]:
+    base, _ = await record_once(client, folder, None, 0)
+    notes = []
+    failed = [lab for lab, r in base.items() if r["error"] is not None]
+    if failed:
+        notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
+    delayed: dict[str, list[dict[str, int]]] = {}
+    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
+        for _ in range(repeats):
+            run, hit = await record_once(client, folder, x, delay_s)
+            if not hit:
+                notes.append(f"{x}: not sent again")
+                continue
+            lost = set(base) - set(run)
+            if lost:
+                notes.append(f"{x} held: {len(lost)} requests not sent "
+                             f"({', '.join(sorted(lost))})")
+            delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in run.items()})
+    (folder / "arrivals.json").write_bytes(orjson.dumps(
+        {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
+        option=orjson.OPT_INDENT_2))
+    measured, unknown = measured_ancestors({lab: r["arrival_ns"] for lab, r in base.items()},
+                                           delayed, int(delay_s * 1e9))
+    traced = trace_ancestors(base)
+    v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()),
+                unknown)
+    sessions = len({r["session_id"] for r in base.values()})
+    notes.insert(0, f"{sessions} session(s); " + "; ".join(
+        f"{lab}={r['agent_id']}:{r['request_index']}<-{list(r['depends_on'] or ())}"
+        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"])))
+    return v, notes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", default="claude,claude-agent,codex,codex-agent,opencode,"
+                    "opencode-agent,mini,agents-sdk")
+    ap.add_argument("--delay", type=float, default=8.0, help="seconds a request is held")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per held request (a dependency moves in every one)")
+    ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
+    args = ap.parse_args()
+    table = clients()
+    root = Path(args.keep or tempfile.mkdtemp(prefix="bench-deps-"))
+    print("| client | requests | true deps | trace deps | false | missing | no verdict |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.clients.split(","):
+        c = table[name]
+        if c.exe is None:
+            print(f"| {name} | not installed | | | | | |")
+            continue
+        v, notes = asyncio.run(oracle(name, c, root / name, args.delay, args.repeats))
+        print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
+              f"| {len(v.missing)} | {v.unknown} |", flush=True)
+        for n in notes:
+            print(f"    {n}", file=sys.stderr)
+        for y, x in v.false:
+            print(f"    false: {y} waits for {x}", file=sys.stderr)
+        for y, x in v.missing:
+            print(f"    missing: {y} waited for {x}", file=sys.stderr)
+        sys.stderr.flush()
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The dependency oracle of benchmarks/bench_dependencies.py: its verdicts by hand, and one
+run end to end with a scripted client whose waits are known, through the delaying hop,
+the recorder and the simulated engine."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_replay.replay.record.agents import AgentTracker
+from benchmarks.bench_dependencies import (
+    Client,
+    Labeler,
+    compare,
+    measured_ancestors,
+    oracle,
+    reduction,
+    request_kind,
+    run_shift,
+    trace_ancestors,
+)
+
+
+def test_labels_tell_requests_apart_by_tools_length_and_order() -> None:
+    tools = [{"name": "Bash", "input_schema": {}}]
+    lab = Labeler()
+    a = lab(request_kind("messages", {"messages": [{"role": "user", "content": "x"}]}))
+    b = lab(request_kind("messages", {"messages": [{"role": "user", "content": "y"}],
+                                      "tools": tools}))
+    c = lab(request_kind("messages", {"messages": [{"role": "user", "content": "z"}],
+                                      "tools": tools}))
+    assert a.split("#")[0] != b.split("#")[0]  # the tools differ
+    assert (b.split("#")[0], b[-2:], c[-2:]) == (c.split("#")[0], "#0", "#1")
+
+
+def test_verdicts_by_hand() -> None:
+    """Baseline: title t at 0, turn a at 0, b at 10, c at 20 (c after b after a). Holding
+    t back moves b and c in one of two runs only (a slow start): no dependency; a moves b
+    and c by the delay (100); c was not sent when b was held (no verdict). The trace makes
+    a wait for t (false) and b wait for nothing (two pairs missing)."""
+    base = {"t": 0, "a": 0, "b": 10, "c": 20}
+    delayed = {"t": [{"t": 0, "a": 0, "b": 12, "c": 19},
+                     {"t": 0, "a": 0, "b": 90, "c": 95}],  # a slow start: once only
+               "a": [{"t": 0, "a": 0, "b": 110, "c": 121}],
+               "b": [{"t": 0, "a": 1, "b": 10}],
+               "c": [{"t": 0, "a": 0, "b": 10, "c": 20}]}
+    measured, unknown = measured_ancestors(base, delayed, 100)
+    assert measured == {"t": set(), "a": set(), "b": {"a"}, "c": {"a"}}
+    assert unknown == {("c", "b")}
+    assert reduction({"b": {"a"}, "c": {"a", "b"}, "a": set()}) == {
+        "b": {"a"}, "c": {"b"}, "a": set()}
+    rows = {lab: {"session_id": "s", "request_index": i, "depends_on": d}
+            for i, (lab, d) in enumerate([("t", []), ("a", [0]), ("b", []), ("c", [2])])}
+    traced = trace_ancestors(rows)
+    assert traced == {"t": set(), "a": {"t"}, "b": set(), "c": {"b"}}
+    v = compare(measured, traced, 2, unknown)
+    assert (v.requests, v.true_deps, v.trace_deps) == (4, 2, 2)
+    assert v.false == [("a", "t")]  # ("c", "b") has no verdict
+    assert v.missing == [("b", "a"), ("c", "a")]
+    assert v.unknown == 1
+
+
+def test_a_codex_subagent_is_spawned_by_the_turn_that_called_spawn_agent() -> None:
+    """Codex: main turn 0 calls spawn_agent; its follow-up (1, the tool's output, a text
+    reply) ends before the subagent thread's first request arrives; the thread is the
+    spawning turn's."""
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1, linked=False)
+    at.complete("s", 0, 100, True)
+    at.place("s", 1, None, 110, 0)
+    at.complete("s", 1, 150, False)
+    sub = at.place("s", 2, "thread-b", 160, -1, linked=False)
+    assert (sub.agent_id, sub.depends_on, sub.think_ns) == ("thread-b", [0], 60)
+
+
+TOOLS: Any = [{"name": "ls", "description": "List files.", "input_schema": {"type": "object"}}]
+
+
+def scripted(log: list[str]) -> Any:
+    """A client with known waits: a title (no tools) and the first turn sent together; the
+    second turn after the first's answer; a second title after the second turn's."""
+    import anthropic
+
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        client = anthropic.AsyncAnthropic(base_url=url, api_key="k", max_retries=0)
+        hdr = {"X-Claude-Code-Session-Id": "s1"}
+
+        async def ask(msgs: list[dict[str, Any]], tools: bool) -> str:
+            r = await client.messages.create(model=model, max_tokens=4, messages=msgs,  # type: ignore[arg-type]
+                                             extra_headers=hdr, **({"tools": TOOLS} if tools else {}))
+            return "".join(b.text for b in r.content if b.type == "text")
+
+        first = [{"role": "user", "content": "list the files"}]
+        title = asyncio.ensure_future(ask([{"role": "user", "content": "title?"}], False))
+        r0 = await ask(first, True)
+        second = [*first, {"role": "assistant", "content": r0 or "ok"},
+                  {"role": "user", "content": "again"}]
+        await ask(second, True)
+        await ask([{"role": "user", "content": "title 2?"}], False)
+        await title  # nothing waited for it
+        await client.close()
+        log.append("done")
+    return run
+
+
+@pytest.mark.slow
+async def test_the_oracle_finds_a_scripted_clients_waits(tmp_path: Path) -> None:
+    log: list[str] = []
+    client = Client("scripted", [], lambda exe: scripted(log))
+    v, notes = await oracle("scripted", client, tmp_path, 0.4)
+    assert len(log) == 5  # the baseline and one run per request
+    # turn 2 waited for turn 1; title 2 for turn 2 (and so turn 1); title 1 for nothing
+    assert (v.requests, v.true_deps) == (4, 2), notes
+    assert (v.false, v.missing, v.unknown) == ([], [], 0), notes
+
+
+def test_a_runs_clock_is_aligned_on_the_requests_before_the_held_one() -> None:
+    """Arrivals count from a run's first request; when the client sent its second request
+    50 later than in the baseline, everything after it reads 50 late: the requests sent
+    before the held one (median shift) set the run's clock."""
+    base = {"t": 0, "a": 1, "b": 2, "c": 10}
+    run = {"t": 0, "a": 51, "b": 52, "c": 60}
+    assert run_shift(base, run, "c") == 50
+    assert run_shift(base, run, "t") == 0  # nothing before it
+    measured, _ = measured_ancestors(base, {"c": [run], "b": [{**run, "c": 160}]}, 100)
+    assert measured["c"] == {"b"}
