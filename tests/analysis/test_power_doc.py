@@ -3,27 +3,17 @@ of benchmarks/bench_power.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
-import types
 from pathlib import Path
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "metrics.md"
 
 
-def _load() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_power", ROOT / "benchmarks" / "bench_power.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_power"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load_script("benchmarks/bench_power.py")
 
 
 def _block(text: str) -> tuple[Path, str]:

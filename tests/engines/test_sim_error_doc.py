@@ -3,27 +3,17 @@ fresh fit and prediction from the committed GPU runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_error", ROOT / "benchmarks/sim/sim_error.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sim_error"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-se = _load()
+se = load_script("benchmarks/sim/sim_error.py")
 
 
 def test_error_and_spread_by_hand() -> None:

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-import types
 from pathlib import Path
 
 import pytest
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
 
 
-def _load() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("agentx_doc",
-                                                  ROOT / "benchmarks/gpu/agentx_doc.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["agentx_doc"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-doc = _load()
+doc = load_script("benchmarks/gpu/agentx_doc.py")
 
 
 def test_t_two_sided_p_matches_the_tables() -> None:
