@@ -120,11 +120,15 @@ def _process_cpu_s(pid: int | None) -> float:
     return float(t.user + t.system)
 
 
-def _children_cpu_s() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+def _reap(proc: subprocess.Popen[Any]) -> tuple[int, float] | None:
+    """(exit code, CPU seconds of the process and the descendants it reaped) once ``proc``
+    has ended, None while it runs: ``wait4`` reports that child's own usage, where the
+    caller's RUSAGE_CHILDREN would also count any other child reaped meanwhile."""
+    pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+    if not pid:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, ru.ru_utime + ru.ru_stime
 
 
 def _timed(cmd: list[str], log: Path, env: dict[str, str], duration: float,
@@ -140,18 +144,19 @@ def _timed(cmd: list[str], log: Path, env: dict[str, str], duration: float,
 
     before = load_now()
     meter = MachineMeter()
-    side0, engine0 = _children_cpu_s(), _process_cpu_s(engine_pid)
+    engine0 = _process_cpu_s(engine_pid)
+    reaped_s = 0.0
     seen: dict[int, float] = {}
     t0 = time.monotonic()
     with log.open("w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
         try:
             while True:
-                try:
-                    rc = proc.wait(timeout=0.2)
+                done = _reap(proc)
+                if done is not None:
+                    rc, reaped_s = done
                     break
-                except subprocess.TimeoutExpired:
-                    pass
+                time.sleep(0.2)
                 if time.monotonic() - t0 > duration + 900:
                     proc.kill()
                     rc = proc.wait()
@@ -170,7 +175,7 @@ def _timed(cmd: list[str], log: Path, env: dict[str, str], duration: float,
             proc.kill()
             raise
     wall = time.monotonic() - t0
-    side_s = max(_children_cpu_s() - side0, sum(seen.values()))
+    side_s = max(reaped_s, sum(seen.values()))
     engine_s = _process_cpu_s(engine_pid) - engine0
     m = meter.machine(side_s + engine_s)
     return {"cmd": cmd, "rc": rc, "wall_s": wall, "load_before": before,
