@@ -217,8 +217,6 @@ SPEEDS: tuple[Speed, ...] = (
 AGENTX_HEADLINE = ("north_star", "agentx_interactivity", "p90_tps")
 """The speeds an AgentX run leads with, in order: InferenceX's default axis, InferenceX's
 interactivity, our own P90 TPS."""
-SPEED_PERCENTILE = {sp.key: sp.percentile for sp in SPEEDS}
-"""The percentile of its time metric each speed inverts."""
 
 
 def speed_at(s: Summary, p: float) -> float | None:

@@ -22,10 +22,8 @@ k-th smallest p of m), so it excludes 0 where Holm rejects, up to the first non-
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -176,13 +174,11 @@ def repeats(profile: str, run: Path = RUN) -> list[RunFigures]:
 
 
 def non_default_args(server_log: Path) -> dict[str, object]:
-    """vLLM's last 'non-default args' line of a server log (its settings as vLLM parsed
-    them), as a dict; enum reprs (``<CompilationMode.NONE: 0>``) become their value."""
-    line = [ln for ln in server_log.read_text().splitlines() if "non-default args:" in ln][-1]
-    body = line.split("non-default args:", 1)[1].strip()
-    body = re.sub(r"<[\w]+\.(\w+): (-?\d+)>", r"\2", body)  # an int enum: its value
-    body = re.sub(r"<[\w]+\.(\w+): [^>]*>", r"'\1'", body)  # any other: its name
-    return dict(ast.literal_eval(body))
+    """vLLM's 'non-default args' of a server log (its settings as vLLM parsed them), read by
+    the launcher's own parser (``engines.vllm.resolved``)."""
+    from agent_replay.engines.vllm.resolved import parse_log
+
+    return dict(parse_log(server_log.read_text(errors="replace")).args)
 
 
 def setting_checks(name: str, run: Path = RUN) -> list[Any]:
