@@ -22,6 +22,8 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.faults.bombs import stream
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,19 +44,6 @@ async def _proc(*args: str) -> tuple[asyncio.subprocess.Process, str]:
         sys.executable, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     return proc, ""
-
-
-async def _stream(s: aiohttp.ClientSession, url: str, gaps: list[float], until: float) -> None:
-    body = orjson.dumps({"model": "m", "stream": True, "max_tokens": 100, "temperature": 5,
-                         "messages": [{"role": "user", "content": "small"}]})
-    while time.monotonic() < until:
-        async with s.post(url + "/v1/chat/completions", data=body) as r:
-            last = None
-            async for _ in r.content.iter_any():
-                now = time.monotonic()
-                if last is not None:
-                    gaps.append(now - last)
-                last = now
 
 
 @pytest.mark.slow
@@ -79,10 +68,10 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
         quiet: list[float] = []
         gaps: list[float] = []
         async with aiohttp.ClientSession() as s:
-            await asyncio.gather(*(_stream(s, url, quiet, time.monotonic() + 1.5)
+            await asyncio.gather(*(stream(s, url, quiet, time.monotonic() + 1.5)
                                    for _ in range(4)))
             until = time.monotonic() + 6
-            streams = [asyncio.create_task(_stream(s, url, gaps, until)) for _ in range(4)]
+            streams = [asyncio.create_task(stream(s, url, gaps, until)) for _ in range(4)]
             await asyncio.sleep(0.5)
             t0 = time.monotonic()
             async with await _post_big(s, url, big) as r:
