@@ -18,6 +18,9 @@
 #   bash benchmarks/gpu/run_agentx.sh --dry-run --phase start --out /tmp/ax-dry --budget 120
 # A server restarted with other settings, then the single-user runs it lacks:
 #   RESTART=ded KV_GIB=ded=6 bash benchmarks/gpu/run_agentx.sh --phase restart --budget 560
+# One deployment owning the GPU (the others stopped), then the LADDER on it alone:
+#   SOLO=std KV_GIB=std=40 LADDER="1 2 4 6 8" bash benchmarks/gpu/run_agentx.sh --phase solo \
+#     --out /root/agentx-solo --budget 560
 # Knobs (environment): REPEATS (3), SINGLE_S (30: measured seconds at concurrency 1),
 # LADDER ("2 4 8 3"), LADDER_S (25), LADDER_PROFILES ("std ded"), WARMUP_REQUESTS (3),
 # KV_GIB ("std=8 mtp=5 ded=8"), UTIL (0.25: vLLM's start check only; the KV cache is fixed),
@@ -66,16 +69,20 @@ sets() {
   echo "${s[@]}"
 }
 
-phase_start() {
-  device_setup
+record_env() {
   { date -u; uname -a; nvidia-smi 2>&1 | head -20; $PY -V;
     $PY -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>&1 | tail -1;
     cat "$ROOT/.commit" 2>/dev/null; git -C "$ROOT" log -1 --format='agent-replay commit %H' 2>/dev/null
     echo "repeats $REPEATS single_s $SINGLE_S ladder $LADDER ladder_s $LADDER_S" \
       "ladder_profiles $LADDER_PROFILES warmup_requests $WARMUP_REQUESTS util $UTIL" \
       "kv_gib std=${KV[std]} mtp=${KV[mtp]} ded=${KV[ded]} max_conc $MAX_CONC quant $QUANT" \
-      "routing $VLLM_MOE_ROUTING_SIMULATION_STRATEGY"; } > "$LOG/env.txt" 2>&1
+      "routing $VLLM_MOE_ROUTING_SIMULATION_STRATEGY solo ${SOLO:-none}"; } >> "$LOG/env.txt" 2>&1
   cp "$MODEL/config.json" "$RES/model-config.json"
+}
+
+phase_start() {
+  device_setup
+  record_env
   local n
   for n in "${NAMES[@]}"; do
     # shellcheck disable=SC2046
@@ -138,6 +145,28 @@ phase_ladder() {
   done
 }
 
+# phase_solo: every server of this folder stopped, then SOLO's alone on the GPU, its LADDER.
+phase_solo() {
+  local n
+  for n in "${NAMES[@]}"; do stop_server "$n"; done
+  device_setup
+  record_env
+  NAMES=($SOLO)
+  for n in "${NAMES[@]}"; do
+    # shellcheck disable=SC2046
+    $AR engines vllm-cmd "${PROFILE[$n]}" --model "$MODEL" --gpus 1 --no-check --json \
+      --vllm-version 0.26.0 $(sets "$n") > "$RES/$n.command.json" 2>&1
+    # shellcheck disable=SC2046
+    start_server "$n" "${PORT[$n]}" "${PROFILE[$n]}" 0 1 $(sets "$n") \
+      --env VLLM_MOE_ROUTING_SIMULATION_STRATEGY=uniform_random
+  done
+  # shellcheck disable=SC2046
+  wait_healthy $(( $(left) - 60 )) $(for n in "${NAMES[@]}"; do echo "${PORT[$n]}"; done) || return 1
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$LOG/gpu-memory.csv" 2>&1
+  for n in "${NAMES[@]}"; do warm "${PORT[$n]}"; scrape "${PORT[$n]}" "$RES/$n.metrics-start.txt"; done
+  LADDER_PROFILES="$SOLO" phase_ladder
+}
+
 phase_logs() {
   for n in "${NAMES[@]}"; do
     [ -f "$LOG/$n.server.log" ] || continue
@@ -154,6 +183,7 @@ case $PHASE in
   start) phase_start; phase_logs; phase_pack ;;
   single) phase_single; phase_logs; phase_pack ;;
   ladder) phase_ladder; phase_logs; phase_pack ;;
+  solo) phase_solo; phase_logs; phase_pack ;;
   dry) phase_start && { phase_single; phase_ladder; }; phase_logs
        for n in "${NAMES[@]}"; do stop_server "$n"; done; phase_pack ;;
   restart) for n in $RESTART; do stop_server "$n"; sleep 3
