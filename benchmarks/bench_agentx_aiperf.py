@@ -57,11 +57,13 @@ def aiperf_bin(venv: Path = AIPERF_VENV) -> Path | None:
     return b if b.exists() and (SIM_TOKENIZER / "tokenizer.json").exists() else None
 
 
-def sim_profile(dest: Path) -> Path:
-    """The ``fast`` profile with room for the weka contexts (up to ~170k tokens)."""
+def sim_profile(dest: Path, max_model_len: int = 1_048_576) -> Path:
+    """The ``fast`` profile with room for every weka context (the corpus's longest call holds
+    about 716k tokens): a request the engine refused would end AIPerf's run when it is a
+    warm-up, and would leave the two sides measuring different requests otherwise."""
     from agent_replay.engines import sim
     p = json.loads((Path(sim.__file__).parent / "profiles" / "fast.json").read_text())
-    p.update(name="agentx-oracle", model_name=MODEL, max_model_len=262_144,
+    p.update(name="agentx-oracle", model_name=MODEL, max_model_len=max_model_len,
              kv_cache_blocks=200_000, prefix_cache_blocks=200_000)
     dest.write_text(json.dumps(p, indent=1))
     return dest
@@ -366,7 +368,8 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
          f"host {meta['host']}, {meta['cpus']} CPUs, load at start {meta['load_start']}; "
          f"code {meta['code']}; AIPerf {meta['aiperf_version']}; traces {', '.join(meta['traces'])}; "
          f"concurrency {meta['concurrency']}, duration {meta['duration']:g} s, repeats "
-         f"{meta['repeats']}, seed {meta['seed']}, start range {meta.get('start_range') or 'each side default'}, "
+         f"{meta['repeats']}, seed {meta['seed']}, engine context "
+         f"{meta.get('max_model_len', 262_144):,} tokens, start range {meta.get('start_range') or 'each side default'}, "
          f"ours {' '.join(meta.get('ours_args') or [])}"
          + (f"; traces drawn by --pick-seed {meta['pick_seed']} from {meta['pick_from']}"
             if meta.get("pick_seed") is not None else "")
@@ -467,6 +470,8 @@ def main() -> int:
     ap.add_argument("--pick-seed", type=int, default=None, metavar="S",
                     help="the seed of --pick (default: one drawn now, printed)")
     ap.add_argument("--pick-from", type=Path, default=SHARED / "weka-corpus")
+    ap.add_argument("--max-model-len", type=int, default=1_048_576,
+                    help="the simulated engine's context (default 1,048,576)")
     ap.add_argument("--analyse-only", action="store_true", help="re-read DIR's runs, do not run")
     args = ap.parse_args()
     # AIPerf runs short under --unsafe-override: ours likewise, without the 900 s floor
@@ -517,12 +522,12 @@ def main() -> int:
                 "aiperf_version": version.splitlines()[-1] if version else "?",
                 "traces": [f.stem for f in files], "concurrency": args.concurrency,
                 "duration": args.duration, "repeats": args.repeats, "seed": args.seed,
-                "ours_args": ours_args, "start_range": args.start_range,
+                "max_model_len": args.max_model_len, "ours_args": ours_args, "start_range": args.start_range,
                 "pick_seed": pick_seed, "pick_from": str(args.pick_from) if args.pick else None,
                 "calls_without_api_time": ", ".join(
                     f"{f.stem} {m} of {t}" for f in files for m, t in [calls_without_api_time(f)])}
         runs = []
-        with SimProcess(sim_profile(out / "sim-profile.json")) as sim:
+        with SimProcess(sim_profile(out / "sim-profile.json", args.max_model_len)) as sim:
             for r in range(args.repeats):
                 order = ("aiperf", "ours") if r % 2 == 0 else ("ours", "aiperf")
                 for side in order:
