@@ -17,4 +17,4 @@ if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/hdrh ]; then
 fi
 export PYTHONPATH=/tmp/site:$ROOT
 python3 -c "import vllm, vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__, 'imports ok')"
-python3 -c "import hdrh, orjson, replay; print('agent-replay imports ok')"
+python3 -c "import hdrh, orjson, agent_replay.replay; print('agent-replay imports ok')"
