@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ SOLO = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo"
 
 
 doc = load_script("benchmarks/gpu/agentx_doc.py")
+solo = doc.ladders  # benchmarks/gpu/agentx_solo.py, as the doc script imported it
+runs = sys.modules["agentx_runs"]  # benchmarks/gpu/agentx_runs.py, likewise
 
 
 def test_t_two_sided_p_matches_the_tables() -> None:
@@ -90,9 +93,9 @@ def test_no_requested_setting_differs_on_the_servers_that_ran() -> None:
     """The launcher's check (engines/vllm/resolved.py) on each server that ran the repeats:
     nothing differs, and the settings the recipe is about are reported in effect."""
     for name in doc.SERVER.values():
-        checks = doc.setting_checks(name, RUN)
+        checks = runs.setting_checks(name, RUN)
         assert checks and [c.flag for c in checks if c.status == "differs"] == []
-    ded = {c.flag: c.status for c in doc.setting_checks("ded", RUN)}
+    ded = {c.flag: c.status for c in runs.setting_checks("ded", RUN)}
     for flag in ("--performance-mode", "--compilation-config.cudagraph_mode",
                  "--compilation-config.cudagraph_capture_sizes", "--compilation-config.mode",
                  "--speculative-config.num_speculative_tokens", "--kv-cache-memory-bytes"):
@@ -148,18 +151,18 @@ def _hand_points(p90: dict[int, float]) -> list:
 
 def test_capacity_by_hand() -> None:
     pts = _hand_points({1: 250.0, 2: 180.0, 4: 210.0, 8: 90.0})
-    cap = doc.capacity_of(pts, "x", 200)
+    cap = solo.capacity_of(pts, "x", 200)
     assert (cap.meets, cap.fails, cap.later, cap.few) == (1, (2, 180.0), (4,), False)
-    assert doc._capacity_cell(cap) == "1 (at 2: 180.0); meets again at 4"
-    assert doc.capacity_of(pts, "x", 50).fails is None
-    assert doc._capacity_cell(doc.capacity_of(pts, "x", 50)) == "8 or more (the most tested)"
-    assert doc.capacity_of(pts, "x", 300).meets == 0
-    assert doc._capacity_cell(doc.capacity_of(pts, "x", 300)) == "none (at 1: 250.0)"
+    assert solo._capacity_cell(cap) == "1 (at 2: 180.0); meets again at 4"
+    assert solo.capacity_of(pts, "x", 50).fails is None
+    assert solo._capacity_cell(solo.capacity_of(pts, "x", 50)) == "8 or more (the most tested)"
+    assert solo.capacity_of(pts, "x", 300).meets == 0
+    assert solo._capacity_cell(solo.capacity_of(pts, "x", 300)) == "none (at 1: 250.0)"
     # a P90 over fewer than 10 requests in a deciding run is marked
     few = _hand_points({1: 250.0, 2: 180.0})
     for p in few:
         p.runs[0]["tpot_n"] = 3
-    assert doc._capacity_cell(doc.capacity_of(few, "x", 200)) == "1* (at 2: 180.0)"
+    assert solo._capacity_cell(solo.capacity_of(few, "x", 200)) == "1* (at 2: 180.0)"
 
 
 def test_a_changed_solo_number_fails() -> None:
@@ -179,7 +182,7 @@ def test_solo_runs_ran_as_the_doc_says() -> None:
     """The options, order and outcome of the solo runs that docs/gpu.md states in words."""
     import json
 
-    folders = doc.solo_folders(SOLO)
+    folders = solo.solo_folders(SOLO)
     assert [(p, c) for p, c, _ in folders] == [(p, c) for p in doc.PROFILES for c in (1, 2, 4, 6, 8)]
     for _, c, folder in folders:
         meta = json.loads((folder / "run.json").read_text())
@@ -189,20 +192,20 @@ def test_solo_runs_ran_as_the_doc_says() -> None:
         assert (opts["agentx"]["seed"], opts["salt"], opts["gpus"]) == (42, 42, 1)
         f = doc.figures(folder)
         assert f.preemptions == 0 and f.kv_peak is not None and f.kv_peak < 0.5
-    order = [n for n, _, _ in doc.steps(SOLO) if n.endswith("-mtp")]
+    order = [n for n, _, _ in solo.steps(SOLO) if n.endswith("-mtp")]
     assert order == ["c1-r1-mtp", "c2-r1-mtp", "c4-r1-mtp", "c8-r1-mtp", "c6-r1-mtp"]
     # one model for both setups, one kind of card for every run
     assert (RUN / "results/model-config.json").read_bytes() == \
         (SOLO / "results/model-config.json").read_bytes()
-    assert doc.cards(RUN) == doc.cards(SOLO) and len(doc.cards(SOLO)) == 1
-    assert doc.cards(SOLO)[0].startswith("NVIDIA H100 80GB HBM3")
+    assert solo.cards(RUN) == solo.cards(SOLO) and len(solo.cards(SOLO)) == 1
+    assert solo.cards(SOLO)[0].startswith("NVIDIA H100 80GB HBM3")
 
 
 def test_the_ladder_reading_holds() -> None:
     """The sentences of docs/gpu.md's solo ladder that read the table in words."""
-    p90 = {(p, c): doc.figures(f).p90_tps for p, c, f in doc.solo_folders(SOLO)}
-    total = {(p, c): doc.figures(f).total_per_gpu for p, c, f in doc.solo_folders(SOLO)}
-    out = {(p, c): doc.figures(f).output_per_gpu for p, c, f in doc.solo_folders(SOLO)}
+    p90 = {(p, c): doc.figures(f).p90_tps for p, c, f in solo.solo_folders(SOLO)}
+    total = {(p, c): doc.figures(f).total_per_gpu for p, c, f in solo.solo_folders(SOLO)}
+    out = {(p, c): doc.figures(f).output_per_gpu for p, c, f in solo.solo_folders(SOLO)}
     lanes = (1, 2, 4, 6, 8)
     std = [p90[("standard", c)] for c in lanes]
     assert all(a > b for a, b in itertools.pairwise(std))  # loses speed with every lane
@@ -223,20 +226,20 @@ def test_the_sweep_folder_gives_the_docs_frontier(tmp_path: Path,
     from agent_replay.analysis import frontier
 
     monkeypatch.setattr(frontier, "plot", lambda *a, **k: None)
-    doc.write_sweep(tmp_path / "solo", SOLO)
-    res = frontier.build([tmp_path / "solo"], reference=doc.REFERENCE)
-    assert doc.frontier_solo_table(SOLO) in res["markdown"]
-    rows = [ln for ln in doc.reference_section(SOLO).splitlines() if ln.startswith("|")]
+    solo.write_sweep(tmp_path / "solo", SOLO)
+    res = frontier.build([tmp_path / "solo"], reference=solo.REFERENCE)
+    assert solo.frontier_solo_table(SOLO) in res["markdown"]
+    rows = [ln for ln in solo.reference_section(SOLO).splitlines() if ln.startswith("|")]
     assert rows and all(r in res["markdown"] for r in rows)
     assert [p.runs[0]["p90_tps"] for p in res["points"]] == \
         [doc.figures(doc.run_dir(p.target, int(p.point), 1, SOLO)).p90_tps for p in res["points"]]
 
 
 def test_no_requested_setting_differs_on_the_solo_servers() -> None:
-    for name in doc.SOLO_SERVER.values():
-        checks = doc.setting_checks(name, SOLO)
+    for name in solo.SOLO_SERVER.values():
+        checks = runs.setting_checks(name, SOLO)
         assert checks and [c.flag for c in checks if c.status == "differs"] == []
-    ded = {c.flag: c.status for c in doc.setting_checks("ded", SOLO)}
+    ded = {c.flag: c.status for c in runs.setting_checks("ded", SOLO)}
     for flag in ("--performance-mode", "--compilation-config.cudagraph_mode",
                  "--kv-cache-memory-bytes"):
         assert ded[flag] == "in effect", flag
