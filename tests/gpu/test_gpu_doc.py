@@ -190,8 +190,11 @@ def test_solo_runs_ran_as_the_doc_says() -> None:
         assert meta["status"] == "ok" and opts["concurrency"] == c
         assert (opts["duration_s"], opts["agentx"]["warmup_requests"]) == (35.0, 1)
         assert (opts["agentx"]["seed"], opts["salt"], opts["gpus"]) == (42, 42, 1)
+        assert meta["provenance"]["source"]["code_version"] == "ade4657-dirty"
         f = doc.figures(folder)
         assert f.preemptions == 0 and f.kv_peak is not None and f.kv_peak < 0.5
+    env = (SOLO / "logs/env.txt").read_text().splitlines()
+    assert env.count("2620e3d") == 3  # .commit, written once per phase
     order = [n for n, _, _ in solo.steps(SOLO) if n.endswith("-mtp")]
     assert order == ["c1-r1-mtp", "c2-r1-mtp", "c4-r1-mtp", "c8-r1-mtp", "c6-r1-mtp"]
     # one model for both setups, one kind of card for every run
