@@ -263,11 +263,10 @@ def flags_sentence(run: Path = SOLO) -> str:
         w = pq.read_table(folder / "requests", columns=["warmup"]).column("warmup").to_pylist()
         warm.setdefault(lanes, set()).add(sum(1 for x in w if x))
     per_lane = sorted({n // lanes for lanes, ns in warm.items() for n in ns})
-    return ("Flags: " + "; ".join(f"'{k}' on {n} of {len(solo_folders(run))} runs"
-                                  for k, n in why.items())
-            + f". Each run sent {' or '.join(map(str, per_lane))} warm-up requests per lane "
-            "before its measured window (AgentX's warm-up, kept out of the figures), which "
-            "the report's cold-start check does not read.")
+    flagged = "; ".join(f"'{k}' on {n} of {len(solo_folders(run))} runs" for k, n in why.items())
+    return (f"Flags: {flagged or 'none'}. Each run sent {' or '.join(map(str, per_lane))} "
+            "warm-up requests per lane before its measured window (AgentX's warm-up, kept "
+            "out of the figures), which the report's cold-start check counts as a warm-up.")
 
 
 def steps(run: Path = SOLO) -> list[tuple[str, int, float]]:
