@@ -50,3 +50,37 @@ def test_committed_data_is_what_a_fresh_fit_and_prediction_give(tmp_path: Path) 
     got = se.figures(out)
     assert got == pytest.approx(point["predicted"][0], rel=1e-9)
     assert se.figures(source) == pytest.approx(point["measured"][0], rel=1e-9)
+
+
+sc = load_script("benchmarks/sim/sim_capacity.py")
+
+
+def test_doc_has_the_capacity_tables() -> None:
+    assert sc.main(["--check", str(ROOT / "docs/sim-engine.md")]) == 0
+
+
+def test_capacity_answer_wording() -> None:
+    from agent_replay.replay.sweep.capacity import Capacity, Probe
+
+    probes = [Probe(1, 1, 1, True, {}), Probe(8, 1, 0, False, {})]
+    assert sc.answer(Capacity("", 1, probes, capacity=None)) == "below 1 (the lowest point fails)"
+    assert sc.answer(Capacity("", 1, probes, capacity=8)) == "at least 8 (the highest point, 8, meets)"
+    assert sc.answer(Capacity("", 1, probes, capacity=4, first_fail=6, crossing=(5.0, 4.5, 5.5))) == (
+        "4 (between 4 and 6); crossed at 5.0 [4.5, 5.5]")
+
+
+def test_point_spread_borrows_the_stand_in_repeats() -> None:
+    ex = {"spread_measured": [{"k": 10.0}, {"k": 12.0}, {"k": 14.0}]}
+    assert se.point_spread(ex, {"measured": [{"k": 5.0}]}, "k") == (pytest.approx(2 / 12), "†")
+    own = {"measured": [{"k": 9.0}, {"k": 11.0}]}
+    assert se.point_spread(ex, own, "k") == (pytest.approx(0.1), "")
+    assert se.point_spread({}, {"measured": [{"k": 5.0}]}, "k") == (None, "")
+
+
+def test_capacity_data_gpu_side_is_what_the_committed_runs_give() -> None:
+    data = sc.load()
+    d = data["deployments"][0]
+    folder = ROOT / d["gpu_runs"][2]
+    if not folder.is_dir():
+        pytest.skip("the committed GPU run is absent")
+    assert sc.estimates(folder) == d["gpu"][folder.parent.name.removeprefix("c")]
