@@ -635,8 +635,7 @@ def ladder_capacity(target: str, gpus: int, points: Mapping[float, Mapping[str, 
     cap.interval = (cap.capacity, cap.capacity)
     cap.spread = _spread(probes)
     if cap.capacity is not None and cap.first_fail is not None:
-        ends = [points[cap.capacity], points[cap.first_fail]]
-        cap.crossing = crossing(
-            *[[margin(t, e[t.column].value, e[t.column].low, e[t.column].high) for t in slo]
-              for e in ends], cap.capacity, cap.first_fail)
+        lo_m, hi_m = ([margin(t, e[t.column].value, e[t.column].low, e[t.column].high)
+                       for t in slo] for e in (points[cap.capacity], points[cap.first_fail]))
+        cap.crossing = crossing(lo_m, hi_m, cap.capacity, cap.first_fail)
     return cap

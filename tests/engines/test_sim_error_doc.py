@@ -84,3 +84,35 @@ def test_capacity_data_gpu_side_is_what_the_committed_runs_give() -> None:
     if not folder.is_dir():
         pytest.skip("the committed GPU run is absent")
     assert sc.estimates(folder) == d["gpu"][folder.parent.name.removeprefix("c")]
+
+
+def test_doc_figures_of_the_cache_split_and_the_misses() -> None:
+    """The numbers docs/sim-engine.md quotes from the solo ladder and its fitted profiles."""
+    import pyarrow.parquet as pq
+
+    from agent_replay.engines.sim.predict import unrecorded_starts
+
+    runs = se.SOLO / "results/runs"
+    if not runs.is_dir():
+        pytest.skip("the committed GPU runs are absent")
+    cached: dict[str, list[float]] = {}
+    computed: list[float] = []
+    for name in ("standard", "mtp", "dedicated-decode"):
+        prof = json.loads((se.OUT / f"h100-solo-{name}.json").read_text())
+        split = prof["extra"]["fit"]["cached_below_ns_per_token"]
+        terms = prof["extra"]["fit"]["terms"]
+        assert terms["prefill_ns_per_token"]["samples"] in (37, 38)  # "37-38 lone prefills"
+        assert terms["frontend_per_prompt_token_ns"]["low"] == 0
+        for c in (1, 2, 4, 6, 8):
+            vals = unrecorded_starts(pq.read_table(runs / name / f"c{c}/r1/requests").to_pylist())
+            cached.setdefault(name, []).extend(v for v in vals if v < split)
+            computed.extend(v for v in vals if v >= split)
+    every = [v for vs in cached.values() for v in vs]
+    assert (round(min(every) / 1e3, 1), round(max(every) / 1e3, 1)) == (1.0, 2.5)
+    assert (round(min(computed) / 1e3), round(max(computed) / 1e3)) == (18, 43)
+    assert (round(min(cached["mtp"]) / 1e3, 1), round(max(cached["mtp"]) / 1e3, 1)) == (1.1, 1.3)
+    mtp = json.loads((se.OUT / "h100-solo-mtp.json").read_text())["extra"]["fit"]["terms"]
+    assert round(mtp["frontend_per_prompt_token_ns"]["value"] / 1e3, 2) == 1.76
+    highs = [json.loads((se.OUT / f"h100-solo-{n}.json").read_text())["extra"]["fit"]["terms"]
+             ["prefill_per_ctx_token_ns"]["high"] for n in ("standard", "mtp", "dedicated-decode")]
+    assert (round(min(highs) / 1e3, 1), round(max(highs) / 1e3, 1)) == (7.5, 8.2)
