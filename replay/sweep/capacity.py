@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.hist import FEW, min_count_for
+from agent_replay.analysis.hist import FEW, min_count_for, rank
 from agent_replay.analysis.points import POINT_FIELDS, too_few
 from agent_replay.analysis.replicates import mean_ci
 from agent_replay.errors import InputError
@@ -593,8 +593,9 @@ def figure_estimate(report: Any, key: str, resamples: int = RESAMPLES, seed: int
     """A run's percentile figure (``p90_tps``, ``north_star``, ``ttft_p90_ms``, ...: any with a
     ``analysis.points.basis``) and its 95% interval from the time-block bootstrap of that
     percentile over the run's requests (``analysis.compare.block_bootstrap_percentile``):
-    how far the figure moves with which requests the run happened to hold. The value is the
-    report's own (``point_metrics``); no interval below ``min_interval_count`` requests."""
+    how far the figure moves with which requests the run happened to hold, as a ratio to the
+    run's own percentile applied to the figure. The value is the report's own
+    (``point_metrics``); no interval below ``min_interval_count`` requests."""
     from agent_replay.analysis.compare import block_bootstrap_percentile, min_interval_count
     from agent_replay.analysis.definitions import SPEEDS
     from agent_replay.analysis.points import basis, point_metrics
@@ -612,9 +613,13 @@ def figure_estimate(report: Any, key: str, resamples: int = RESAMPLES, seed: int
         return Estimate(value)
     boots = block_bootstrap_percentile(x[keep], order[keep], b[1], resamples,
                                        np.random.default_rng(seed))
+    # the bootstrap takes nearest-rank percentiles; a figure may be a linear one (the North
+    # Star): its interval is the figure scaled by the resamples' ratio to the whole run's
+    # nearest-rank percentile, so that it holds the figure as the report states it
+    v = np.sort(x[keep])
+    ratio = boots[boots > 0] / v[rank(b[1], v.size) - 1]
     speed = any(sp.key == key for sp in SPEEDS)
-    vals = 1e9 / boots[boots > 0] if speed else boots / 1e6
-    lo, hi = np.percentile(vals, [2.5, 97.5])
+    lo, hi = np.percentile(float(value) / ratio if speed else float(value) * ratio, [2.5, 97.5])
     return Estimate(float(value), float(lo), float(hi))
 
 

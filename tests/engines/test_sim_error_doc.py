@@ -116,3 +116,12 @@ def test_doc_figures_of_the_cache_split_and_the_misses() -> None:
     highs = [json.loads((se.OUT / f"h100-solo-{n}.json").read_text())["extra"]["fit"]["terms"]
              ["prefill_per_ctx_token_ns"]["high"] for n in ("standard", "mtp", "dedicated-decode")]
     assert (round(min(highs) / 1e3, 1), round(max(highs) / 1e3, 1)) == (7.5, 8.2)
+
+
+def test_capacity_figures_lie_in_their_intervals() -> None:
+    for d in sc.load()["deployments"]:
+        for side in ("gpu", "virtual"):
+            for figs in d[side].values():
+                for f in figs.values():
+                    if f["low"] is not None:
+                        assert f["low"] <= f["value"] <= f["high"]

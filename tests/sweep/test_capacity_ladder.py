@@ -77,3 +77,23 @@ def test_figure_estimate_on_a_gpu_run() -> None:
         assert e.low is not None and e.high is not None
         assert e.low <= e.value <= e.high and e.low < e.high
     assert figure_estimate(report, "p90_tps") == figure_estimate(report, "p90_tps")  # seeded
+
+
+@pytest.mark.skipif(not RUN.is_dir(), reason="the committed GPU run is absent")
+def test_figure_estimate_is_the_bootstrap_of_the_percentile() -> None:
+    import numpy as np
+
+    from agent_replay.analysis.compare import block_bootstrap_percentile
+    from agent_replay.analysis.report import build_report
+
+    report = build_report(RUN)
+    t = report.stats.per_request
+    ok = np.asarray(t.column("ok").to_pylist(), dtype=bool)
+    tpot = np.asarray(t.column("tpot").to_pylist(), dtype=np.float64)[ok]
+    order = np.asarray(t.column("intended_ns").to_pylist(), dtype=np.float64)[ok]
+    keep = ~np.isnan(tpot)
+    boots = block_bootstrap_percentile(tpot[keep], order[keep], 90.0, 1000, np.random.default_rng(0))
+    # P90 TPS is a nearest-rank figure: its interval is 1 / the resampled P90 TPOT
+    e = figure_estimate(report, "p90_tps")
+    lo, hi = np.percentile(1e9 / boots, [2.5, 97.5])
+    assert (e.low, e.high) == (pytest.approx(lo), pytest.approx(hi))
