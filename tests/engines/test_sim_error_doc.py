@@ -33,18 +33,20 @@ def test_doc_has_the_table_and_summary() -> None:
     assert se.main(["--check", str(ROOT / "docs/sim-engine.md")]) == 0
 
 
-def test_committed_data_is_what_a_fresh_fit_and_prediction_give(tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", [0, 3])  # an H200 deployment and the H100 solo standard
+def test_committed_data_is_what_a_fresh_fit_and_prediction_give(tmp_path: Path, which: int) -> None:
     from agent_replay.engines.sim.fit import fit_runs, read_command
     from agent_replay.engines.sim.predict import predict_run
     from agent_replay.engines.sim.profile import SimProfile
 
-    ex = se.EXPERIMENTS[0]
+    ex = se.EXPERIMENTS[which]
     committed = json.loads((se.OUT / f"{ex.name}.json").read_text())
     fit = fit_runs([se._rel(f) for p in ex.fit for f in ex.folders(p)], name=ex.name,
                    command=read_command(ex.command))
     assert fit.profile.to_dict() == committed
     data = se.load()
-    point = data["experiments"][0]["points"][0]
+    assert data["experiments"][which]["name"] == ex.name
+    point = data["experiments"][which]["points"][0]
     source = ROOT / point["runs"][0]
     out = predict_run(SimProfile.from_dict(committed), source, tmp_path / "p")
     got = se.figures(out)
