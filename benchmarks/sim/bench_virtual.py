@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
-    ap.add_argument("--profile", default=str(ROOT / "benchmarks/results/sim/h100-standard.json"))
+    ap.add_argument("--profile", default=str(ROOT / "benchmarks/results/sim/h100-solo-standard-ladder.json"))
     ap.add_argument("--lanes", type=int, default=32)
     ap.add_argument("--duration", type=float, default=3600.0)
     args = ap.parse_args(argv)
