@@ -42,19 +42,19 @@ def _kind(rec: dict[str, Any]) -> str | None:
     payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
     assert isinstance(payload, dict)
     ptype = payload.get("type")
-    if rec.get("type") == "response_item":
-        if ptype == "message":
-            return "out" if payload.get("role") == "assistant" else "in"
-        if ptype in INPUT_ITEMS:
-            return "in"
-        if ptype in OUTPUT_ITEMS:
-            return "out"
-    elif rec.get("type") == "event_msg":
-        if ptype == "user_message":
-            return "in"
-        if ptype in ("agent_message", "agent_reasoning"):
-            return "out"
-    return None
+    if rec.get("type") == "event_msg":
+        return _EVENT_KINDS.get(ptype) if isinstance(ptype, str) else None
+    if rec.get("type") != "response_item":
+        return None
+    if ptype == "message":
+        return "out" if payload.get("role") == "assistant" else "in"
+    if ptype in INPUT_ITEMS:
+        return "in"
+    return "out" if ptype in OUTPUT_ITEMS else None
+
+
+_EVENT_KINDS = {"user_message": "in", "agent_message": "out", "agent_reasoning": "out"}
+"""The ``event_msg`` payloads that carry a turn's input or output."""
 
 
 def _load_file(path: Path, bs: int) -> list[Request]:
