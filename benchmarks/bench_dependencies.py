@@ -65,7 +65,9 @@ KEY = "sk-bench-dependencies"
 def _tool_names(tools: Any) -> list[str]:
     out = []
     for t in tools if isinstance(tools, list) else ():
-        if isinstance(t, dict):
+        if isinstance(t, dict) and isinstance(t.get("functionDeclarations"), list):
+            out += _tool_names(t["functionDeclarations"])  # Gemini's group of functions
+        elif isinstance(t, dict):
             fn = t.get("function")
             name = fn.get("name") if isinstance(fn, dict) else t.get("name")
             out.append(str(name))
@@ -320,6 +322,10 @@ def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
 LS = 'Bash={"command": "ls"}'
 AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
          '"subagent_type": "general-purpose"}')
+GEMINI_LS = 'list_directory={"dir_path": "."}'
+GEMINI_AGENT = 'invoke_agent={"agent_name": "generalist", "prompt": "List the files here."}'
+GEMINI_DONE = 'complete_task={"result": {"response": "hello.txt"}}'
+"""A Gemini CLI subagent's answer: done at once (the tools are offered in this order)."""
 Run = Callable[[str, str, Path, Path], Any]
 """(recorder url, model, home, work) -> an awaitable that runs the client's session."""
 
@@ -453,6 +459,31 @@ def qwen_run(exe: str) -> Run:
     return run
 
 
+def gemini_settings(home: Path, model: str) -> dict[str, str]:
+    """Gemini CLI on a fresh HOME against the recorder: the API-key auth chosen in its
+    settings (with only the base-URL variable it picks a gateway auth it then refuses:
+    "Invalid auth method selected"), the model, and nothing sent elsewhere. The
+    variables to run it with (``base_env`` aside)."""
+    conf = home / ".gemini"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "settings.json").write_text(orjson.dumps({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "model": {"name": model},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}}).decode())
+    return {"GEMINI_API_KEY": KEY}
+
+
+def gemini_run(exe: str, prompt: str) -> Run:
+    """Gemini CLI -p (``--skip-trust``: a fresh folder is not trusted otherwise)."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url)
+        await run_program([exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], env, work)
+    return run
+
+
 AGENTS_SDK = """
 import asyncio, sys
 import agents
@@ -511,6 +542,10 @@ def clients() -> dict[str, Client]:
         "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
                        lambda e: qwen_run(e)),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
+        "gemini": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_run(
+            e, "List the files here.")),
+        "gemini-agent": Client(program("gemini"), [GEMINI_DONE, GEMINI_AGENT, GEMINI_LS],
+                               lambda e: gemini_run(e, "Use a subagent to list the files.")),
         "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
                              lambda e: agents_sdk_run()),
     }
