@@ -357,8 +357,6 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
     """Interactive Claude Code in tmux: each prompt typed once the previous turn has gone
     quiet for ``settle_s``."""
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        tmux = shutil.which("tmux")
-        assert tmux is not None, "tmux not installed"
         (home / ".claude.json").write_text(orjson.dumps({
             "hasCompletedOnboarding": True,
             "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
@@ -370,25 +368,44 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
         script.write_text("#!/bin/sh\nexec env -i " + " ".join(
             f"{k}='{v}'" for k, v in env.items()) + f" {exe} --allowedTools 'Bash(ls)' Agent\n")
         script.chmod(0o755)
-        name = f"bench-deps-{os.getpid()}"
-        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
-                        str(work), str(script)], check=True)
-        try:
-            await asyncio.sleep(5)
-            for text in prompts:
-                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
-                await _quiet(home, settle_s)
-            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
-            await asyncio.sleep(1)
-        finally:
-            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+        await _in_tmux(script, work, prompts, "/exit", settle_s)
     return run
+
+
+async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
+                   settle_s: float, enter_apart: bool = False) -> None:
+    """Run ``script`` in tmux and type each prompt once the previous turn has gone quiet
+    (``_quiet``), then ``leave``. ``enter_apart``: Enter a second after the text (Gemini
+    CLI takes text and Enter that come at once for a paste, the Enter a new line)."""
+    tmux = shutil.which("tmux")
+    assert tmux is not None, "tmux not installed"
+    name = f"bench-deps-{os.getpid()}"
+
+    async def type_in(text: str) -> None:
+        if enter_apart:
+            subprocess.run([tmux, "send-keys", "-t", name, text], check=True)
+            await asyncio.sleep(1)
+            subprocess.run([tmux, "send-keys", "-t", name, "Enter"], check=True)
+        else:
+            subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+
+    subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
+                    str(work), str(script)], check=True)
+    try:
+        await asyncio.sleep(5)
+        for text in prompts:
+            await type_in(text)
+            await _quiet(settle_s)
+        await type_in(leave)
+        await asyncio.sleep(1)
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", name], check=False)
 
 
 _QUIET: dict[str, Any] = {}
 
 
-async def _quiet(home: Path, settle_s: float) -> None:
+async def _quiet(settle_s: float) -> None:
     """Wait, as a user reading the agent's answer would, until no turn of the agent (a
     request offering tools: not a title) is in flight and nothing arrived or ended for
     ``settle_s`` (at most 120 s)."""
@@ -475,6 +492,21 @@ def gemini_settings(home: Path, model: str) -> dict[str, str]:
     return {"GEMINI_API_KEY": KEY}
 
 
+def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
+    """Interactive Gemini CLI in tmux: each prompt typed once the previous turn has gone
+    quiet for ``settle_s``."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url,
+                   TERM="xterm-256color")
+        script = home / "gemini.sh"
+        script.write_text("#!/bin/sh\nexec env -i " + " ".join(
+            f"{k}='{v}'" for k, v in env.items()) + f" {exe} -m {model} --yolo --skip-trust\n")
+        script.chmod(0o755)
+        await _in_tmux(script, work, prompts, "/quit", settle_s, enter_apart=True)
+    return run
+
+
 def gemini_run(exe: str, prompt: str) -> Run:
     """Gemini CLI -p (``--skip-trust``: a fresh folder is not trusted otherwise)."""
     async def run(url: str, model: str, home: Path, work: Path) -> None:
@@ -546,6 +578,8 @@ def clients() -> dict[str, Client]:
             e, "List the files here.")),
         "gemini-agent": Client(program("gemini"), [GEMINI_DONE, GEMINI_AGENT, GEMINI_LS],
                                lambda e: gemini_run(e, "Use a subagent to list the files.")),
+        "gemini-interactive": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_interactive(
+            e, ["List the files here.", "List them again."])),
         "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
                              lambda e: agents_sdk_run()),
     }

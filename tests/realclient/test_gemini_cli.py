@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
+from agent_replay.engines.sim import SimServer
+from agent_replay.replay.record import Recorder
+from agent_replay.traces.io import read_trace
 from benchmarks.bench_dependencies import gemini_settings
 from tests.realclient.test_real_clients import (
     SECRET,
@@ -30,6 +34,7 @@ from tests.realclient.test_real_clients import (
     program,
     record,
     replay_matches,
+    run_program,
     the_agent_session,
 )
 
@@ -78,5 +83,30 @@ async def test_gemini_cli_subagent(tmp_path: Path) -> None:
     assert rows[spawn]["agent_id"] == "main"  # the turn that called invoke_agent
     after = [r for r in main if r["request_index"] > spawn]
     assert subs[-1]["request_index"] in after[0]["depends_on"]  # the join
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+async def test_gemini_cli_resumed_prompt_continues_the_session(tmp_path: Path) -> None:
+    gemini = program("gemini")
+    trace, home, work = tmp_path / "trace", tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    async with SimServer("fast", seed=3, tool_call=[LS]) as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full") as rec:
+        model = sim.profile.model_name
+        for more in ([], ["--resume", "latest"]):
+            await run_program([gemini, "-p", "List the files here.", "-m", model, "--yolo",
+                               "--skip-trust", *more], gemini_env(rec.url, model, home), work)
+    rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["request_index"])
+    assert len(rows) == 4 and len({r["session_id"] for r in rows}) == 1
+    assert [(r["parent_index"], list(r["depends_on"] or ())) for r in rows] == [
+        (-1, []), (0, [0]), (1, [1]), (2, [2])]
+    # the edits this rides over: the first call sent again unsigned, its result twice
+    first, again = (orjson.loads(rows[i]["content"])["contents"] for i in (1, 2))
+    assert "thoughtSignature" in first[1]["parts"][0]
+    assert "thoughtSignature" not in again[1]["parts"][0]
+    assert again[2]["parts"] == first[2]["parts"] * 2
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")

@@ -143,3 +143,26 @@ def test_a_fresh_conversation_without_complete_task_or_a_running_call_is_its_own
     # ... one with it is, of the session whose call runs
     s3, agent = _assign(tracker, subs, 30, [_user("d")], [DONE], [{"text": "y"}])
     assert (s3, agent) == (s1, "list_directory-1")
+
+
+def test_the_session_view_leaves_out_only_the_clis_edits() -> None:
+    call = {"name": "list_directory", "args": {"dir_path": "."}}
+    result = _result(call, "list_directory__c1")
+
+    def view(contents: list[Any]) -> Any:
+        return session_items("gemini", GEMINI.conversation({"contents": contents}))
+
+    ran = view([_user("a"), _signed([{"functionCall": call}], "list_directory__c1"), result])
+    resumed = [_user("a"), {"role": "model", "parts": [{"functionCall": call}]},
+               {"role": "user", "parts": result["parts"] * 2}]  # --resume: sent twice
+    assert view(resumed) == ran
+    # another call, or another call's result beside it, is not an edit
+    other = {"name": "list_directory", "args": {"dir_path": "src"}}
+    assert view([_user("a"), {"role": "model", "parts": [{"functionCall": other}]},
+                 result]) != ran
+    twice = {"role": "user", "parts": result["parts"] + _result(call, "c2")["parts"]}
+    assert view([_user("a"), {"role": "model", "parts": [{"functionCall": call}]},
+                 twice]) != ran
+    # other APIs' items are left as they are
+    items = [{"role": "user", "content": "a", "thoughtSignature": "x"}]
+    assert session_items("chat", items) is items
