@@ -373,13 +373,24 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
 
 
 async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
-                   settle_s: float, enter_apart: bool = False) -> None:
+                   settle_s: float, enter_apart: bool = False, ready: str | None = None
+                   ) -> None:
     """Run ``script`` in tmux and type each prompt once the previous turn has gone quiet
     (``_quiet``), then ``leave``. ``enter_apart``: Enter a second after the text (Gemini
-    CLI takes text and Enter that come at once for a paste, the Enter a new line)."""
+    CLI takes text and Enter that come at once for a paste, the Enter a new line);
+    ``ready``: the first prompt waits until the screen shows this (at most 60 s; without
+    it, 5 s)."""
     tmux = shutil.which("tmux")
     assert tmux is not None, "tmux not installed"
     name = f"bench-deps-{os.getpid()}"
+
+    async def wait_ready() -> None:
+        for _ in range(600 if ready else 50):
+            await asyncio.sleep(0.1)
+            if ready and ready in subprocess.run([tmux, "capture-pane", "-p", "-t", name],
+                                                 capture_output=True, text=True).stdout:
+                await asyncio.sleep(1)  # the input box takes keys a moment after it shows
+                return
 
     async def type_in(text: str) -> None:
         if enter_apart:
@@ -392,14 +403,15 @@ async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
     subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
                     str(work), str(script)], check=True)
     try:
-        await asyncio.sleep(5)
+        await wait_ready()
         for text in prompts:
             await type_in(text)
             await _quiet(settle_s)
         await type_in(leave)
         await asyncio.sleep(1)
     finally:
-        subprocess.run([tmux, "kill-session", "-t", name], check=False)
+        subprocess.run([tmux, "kill-session", "-t", name], check=False,
+                       stderr=subprocess.DEVNULL)  # gone already when the client quit
 
 
 _QUIET: dict[str, Any] = {}
@@ -477,18 +489,15 @@ def qwen_run(exe: str) -> Run:
 
 
 def gemini_settings(home: Path, model: str) -> dict[str, str]:
-    """Gemini CLI on a fresh HOME against the recorder: the API-key auth chosen in its
-    settings (with only the base-URL variable it picks a gateway auth it then refuses:
-    "Invalid auth method selected"), the model, and nothing sent elsewhere. The
-    variables to run it with (``base_env`` aside)."""
+    """Gemini CLI on a fresh HOME against the recorder, as the README's recipe writes it:
+    the API-key auth chosen in its settings (with only the base-URL variable it picks a
+    gateway auth it then refuses: "Invalid auth method selected"), the model, no usage
+    statistics. The variables to run it with (``base_env`` and the base URL aside)."""
     conf = home / ".gemini"
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "settings.json").write_text(orjson.dumps({
-        "security": {"auth": {"selectedType": "gemini-api-key"}},
-        "model": {"name": model},
-        "privacy": {"usageStatisticsEnabled": False},
-        "telemetry": {"enabled": False},
-        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}}).decode())
+        "security": {"auth": {"selectedType": "gemini-api-key"}}, "model": {"name": model},
+        "privacy": {"usageStatisticsEnabled": False}}).decode())
     return {"GEMINI_API_KEY": KEY}
 
 
@@ -503,7 +512,8 @@ def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
         script.write_text("#!/bin/sh\nexec env -i " + " ".join(
             f"{k}='{v}'" for k, v in env.items()) + f" {exe} -m {model} --yolo --skip-trust\n")
         script.chmod(0o755)
-        await _in_tmux(script, work, prompts, "/quit", settle_s, enter_apart=True)
+        await _in_tmux(script, work, prompts, "/quit", settle_s, enter_apart=True,
+                       ready="Type your message")
     return run
 
 

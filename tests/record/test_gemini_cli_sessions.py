@@ -166,3 +166,14 @@ def test_the_session_view_leaves_out_only_the_clis_edits() -> None:
     # other APIs' items are left as they are
     items = [{"role": "user", "content": "a", "thoughtSignature": "x"}]
     assert session_items("chat", items) is items
+
+
+def test_the_readmes_gemini_settings_are_the_tested_ones(tmp_path: Path) -> None:
+    """The README's recipe writes the settings the real-client tests and the benches run
+    Gemini CLI with."""
+    from benchmarks.bench_dependencies import gemini_settings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("cat > ~/.gemini/settings.json <<'EOF'\n", 1)[1].split("    EOF", 1)[0]
+    gemini_settings(tmp_path, "sim-8b")
+    assert orjson.loads(block) == orjson.loads((tmp_path / ".gemini" / "settings.json").read_bytes())
