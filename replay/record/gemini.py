@@ -158,8 +158,12 @@ class GeminiSubagents:
         self._turns.append(turn)
         if linked and parent_index >= 0:
             self._continued[(turn.session_id, parent_index)] = None
-        for d in (self._keys, self._continued):
-            while len(d) > self._memory:
-                del d[next(iter(d))]
-        while len(self._roots) > self._memory:
-            del self._roots[next(iter(self._roots))]
+        _bound(self._keys, self._memory)
+        _bound(self._continued, self._memory)
+        _bound(self._roots, self._memory)
+
+
+def _bound(d: dict[Any, Any], n: int) -> None:
+    """Forget the oldest entries of ``d`` beyond ``n``."""
+    while len(d) > n:
+        del d[next(iter(d))]

@@ -380,6 +380,7 @@ class Recorder:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
         explicit, agent = self._named(ex)
         digest: BodyDigest | None = ex.state.get("digest")
+        items: Sequence[Any]
         if digest is not None:
             items, chains = digest.items, digest.chains
         else:
