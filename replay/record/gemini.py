@@ -25,8 +25,8 @@ main agent has, and no header names it. A request that offers ``complete_task``,
 conversation continues no earlier Gemini request's, is a subagent's first turn: it
 belongs to the session of the latest turn (of any agent, subagents spawn subagents)
 that ended before it arrived with a reply that called a function and that nothing has
-continued yet (the call is still running); it is a new agent stream of that session,
-``NAME-N`` after the function called. Its later turns continue its first turn's
+continued yet (the call is still running), one that called ``invoke_agent`` first; it is
+a new agent stream of that session, ``NAME-N`` after the function called. Its later turns continue its first turn's
 conversation and stay in its stream. Without such a turn it starts a session of its own,
 as before.
 """
@@ -42,6 +42,8 @@ from agent_replay.engines.apis.gemini import call_id
 from agent_replay.replay.record.sessions import Turn
 
 API = "gemini"
+INVOKE = "invoke_agent"
+"""Gemini CLI's tool that runs a subagent (a custom agent may have a tool of its name)."""
 COMPLETE_TASK = "complete_task"
 """The tool every Gemini CLI subagent is given to end its run, and no main agent."""
 
@@ -134,9 +136,10 @@ class GeminiSubagents:
         waiting = [t for t in self._turns if self._waiting(t, arrival_ns)]
         if not waiting:
             return None
-        spawn = max(waiting, key=lambda t: (t.end_ns or 0, t.request_index))
+        spawn = max(waiting, key=lambda t: (INVOKE in _called(t), t.end_ns or 0,
+                                            t.request_index))
         self._count += 1
-        name = spawn.reply.tool_ids[-1].rsplit(":", 1)[0] if spawn.reply else "agent"
+        name = (_called(spawn) or ["agent"])[-1]
         route = Route(spawn.session_id, f"{name}-{self._count}")
         self._roots[key] = route
         return route
@@ -161,6 +164,11 @@ class GeminiSubagents:
         _bound(self._keys, self._memory)
         _bound(self._continued, self._memory)
         _bound(self._roots, self._memory)
+
+
+def _called(t: Turn) -> list[str]:
+    """The functions a turn's reply called (``call_id`` is the name, ``:``, a digest)."""
+    return [i.rsplit(":", 1)[0] for i in t.reply.tool_ids] if t.reply else []
 
 
 def _bound(d: dict[Any, Any], n: int) -> None:

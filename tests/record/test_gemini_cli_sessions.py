@@ -177,3 +177,14 @@ def test_the_readmes_gemini_settings_are_the_tested_ones(tmp_path: Path) -> None
     block = readme.split("cat > ~/.gemini/settings.json <<'EOF'\n", 1)[1].split("    EOF", 1)[0]
     gemini_settings(tmp_path, "sim-8b")
     assert orjson.loads(block) == orjson.loads((tmp_path / ".gemini" / "settings.json").read_bytes())
+
+
+def test_a_running_invoke_agent_call_is_preferred_to_a_later_other_call() -> None:
+    tracker, subs = SessionTracker(), GeminiSubagents()
+    invoke = {"functionCall": {"name": "invoke_agent", "args": {"prompt": "x"}}}
+    ls = {"functionCall": {"name": "list_directory", "args": {}}}
+    s0, _ = _assign(tracker, subs, 0, [_user("a")], [AGENT], [invoke])
+    s1, _ = _assign(tracker, subs, 10, [_user("b")], [LS], [ls])  # another session's tool
+    assert s1 != s0
+    s2, agent = _assign(tracker, subs, 30, [_user("x")], [DONE], [{"text": "y"}])
+    assert (s2, agent) == (s0, "invoke_agent-1")
