@@ -199,6 +199,87 @@ def test_captured_prompts_hash_as_the_recorder_does(tmp_path: Path) -> None:
     assert any("unused" in n for n in res.notes)
 
 
+def http_span(sid: str, start: float, end: float, parent: str) -> dict[str, Any]:
+    """An HTTP client span (opentelemetry-instrumentation-httpx) under a request span."""
+    return span(sid, "POST", start, end, parent, http__request__method="POST",
+                url__full="http://127.0.0.1:8000/v1/chat/completions")
+
+
+def test_an_http_client_child_span_is_the_send(tmp_path: Path) -> None:
+    # the LLM span opens 12 ms before the HTTP request leaves (the client builds it); a
+    # retry's second HTTP span is the one whose response came back
+    p = lines(tmp_path / "h.jsonl", export(
+        chat("c200000000000001", 0.0, 1.0, "", 1000, 50, None,
+             gen_ai__response__time_to_first_chunk=0.25),
+        http_span("e200000000000001", 0.012, 0.99, "c200000000000001"),
+        chat("c200000000000002", 2.0, 3.0, "", 1100, 50, None),
+        http_span("e200000000000002", 2.010, 2.2, "c200000000000002"),
+        http_span("e200000000000003", 2.500, 2.99, "c200000000000002"),
+        chat("c200000000000003", 4.0, 5.0, "", 1200, 50, None),
+        http_span("e200000000000004", 5.5, 5.6, "c200000000000003")))  # outside its parent
+    res = import_paths([p])
+    r = rows(res)
+    assert [x["arrival_ns"] for x in r] == [0, 2_488_000_000, 3_988_000_000]
+    assert [x["end_ns"] for x in r] == [988_000_000, 500_000_000, S]
+    assert r[0]["ttft_ns"] == 238_000_000  # from the span's start, now from the send
+    assert "2 requests sent when their HTTP client span started (the rest: when their LLM " \
+           "span started)" in res.notes
+    assert {x["parent_index"] for x in r[1:]} == {0, 1}  # still one stream
+
+
+def _cc_span(sid: str, start: float, end: float, n_in: int, *, parent: str = "",
+             attempt: float | None = None, agent: str | None = None,
+             parent_agent: str | None = None, read: int = 0) -> dict[str, Any]:
+    """Claude Code's ``claude_code.llm_request`` span (enhanced telemetry)."""
+    more: dict[str, Any] = {"agent_id": agent} if agent else {}
+    if parent_agent:
+        more["parent_agent_id"] = parent_agent
+    ev = [{"timeUnixNano": str(T0 + round(attempt * S)), "name": "gen_ai.request.attempt",
+           "attributes": [attr("attempt", 1)]}] if attempt is not None else None
+    return span(sid, "claude_code.llm_request", start, end, parent or None, events=ev,
+                span__type="llm_request", session__id="s-7", model="claude-x",
+                gen_ai__system="anthropic", input_tokens=n_in, output_tokens=20,
+                cache_read_tokens=read, cache_creation_tokens=0, ttft_ms=150.5,
+                duration_ms=round((end - start) * 1000), **more)
+
+
+def test_claude_code_llm_request_spans(tmp_path: Path) -> None:
+    # the main agent's turn; a subagent's two turns; a nested subagent of that one; the
+    # main agent's next turn. The api_request events of the same session are read from the
+    # spans instead (they say less: whole milliseconds, no agent id)
+    p = lines(tmp_path / "cc.jsonl", export(
+        _cc_span("c300000000000001", 0.0, 1.0, 4000, attempt=0.004),
+        span("e300000000000001", "claude_code.tool", 1.0, 6.0, None, span__type="tool",
+             tool_name="Agent"),
+        _cc_span("c300000000000002", 1.5, 2.0, 3000, attempt=1.5023, agent="a1",
+                 parent="e300000000000001"),
+        _cc_span("c300000000000003", 2.5, 3.0, 3100, attempt=2.501, agent="a1", read=2992),
+        _cc_span("c300000000000004", 3.2, 3.6, 500, attempt=3.203, agent="a2",
+                 parent_agent="a1"),
+        _cc_span("c300000000000006", 4.0, 4.5, 3300, attempt=4.001, agent="a1", read=3088),
+        _cc_span("c300000000000005", 7.0, 8.0, 4200, attempt=7.001, read=3984)),
+        logs(claude_event(1.0, session__id="s-7", input_tokens=4000, output_tokens=20,
+                          cache_read_tokens=0, cache_creation_tokens=0, duration_ms=1000)))
+    res = import_paths([p])
+    r = rows(res)
+    # arrival: the attempt event's time (the trace starts at the first, 4 ms in)
+    assert [x["arrival_ns"] for x in r] == [0, 1_498_300_000, 2_497_000_000, 3_199_000_000,
+                                            3_997_000_000, 6_997_000_000]
+    assert [x["input_tokens"] for x in r] == [4000, 3000, 3100, 500, 3300, 4200]
+    assert [x["cached_tokens"] for x in r] == [0, 0, 2992, 0, 3088, 3984]
+    # ttft_ms counts from the span's start: 150.5 ms less the setup before the attempt
+    assert [x["ttft_ns"] for x in r] == [146_500_000, 148_200_000, 149_500_000, 147_500_000,
+                                         149_500_000, 149_500_000]
+    assert [x["api"] for x in r] == ["messages"] * 6
+    a1, a2 = "agent-a1", "agent-a2"
+    assert [x["agent_id"] for x in r] == ["main", a1, a1, a2, a1, "main"]
+    # the subagent is spawned by main's turn, the nested one by the subagent's latest;
+    # each enclosing agent's next turn waits for its subagent's last
+    assert [x["parent_index"] for x in r] == [-1, 0, 1, 2, 2, 0]
+    assert [sorted(x["depends_on"]) for x in r] == [[], [0], [1], [2], [2, 3], [0, 4]]
+    assert "sources: claude-code events, claude-code spans; 7 spans read" in res.notes
+
+
 def logs(*records: dict[str, Any], service: str = "claude-code") -> dict[str, Any]:
     return {"resourceLogs": [{
         "resource": {"attributes": [attr("service.name", service)]},
