@@ -119,7 +119,11 @@ GEN_AI, OPENINFERENCE, CLAUDE_CODE = GenAI(), OpenInference(), ClaudeCodeSpans()
 
 def classify(a: dict[str, Any], sp: dict[str, Any]) -> tuple[str | None, Convention | None]:
     """The span's kind ("llm", "agent", "tool", "http" or None: none of ours) and, for a
-    request, the convention that reads it."""
+    request, the convention that reads it. Claude Code's own spans first: from 2.1.3xx
+    they carry GenAI attributes too, but its ``gen_ai.usage.input_tokens`` adds the cache
+    reads to a count that may already hold them (a vLLM-like server's)."""
+    if str(sp.get("name", "")).startswith("claude_code."):
+        return _claude_kind(a)
     op = a.get("gen_ai.operation.name")
     oi = a.get("openinference.span.kind")
     oi = oi.upper() if isinstance(oi, str) else None
@@ -134,12 +138,16 @@ def classify(a: dict[str, Any], sp: dict[str, Any]) -> tuple[str | None, Convent
     return _other_kind(a, sp)
 
 
-def _other_kind(a: dict[str, Any], sp: dict[str, Any]) -> tuple[str | None, Convention | None]:
-    claude = a.get("span.type") if str(sp.get("name", "")).startswith("claude_code.") else None
+def _claude_kind(a: dict[str, Any]) -> tuple[str | None, Convention | None]:
+    """Claude Code's spans: requests and tool calls; its interactions (a user's turn) and
+    the rest are none of ours."""
+    claude = a.get("span.type")
     if claude == "llm_request":
         return "llm", CLAUDE_CODE
-    if claude == "tool":
-        return "tool", None
+    return ("tool", None) if claude == "tool" else (None, None)
+
+
+def _other_kind(a: dict[str, Any], sp: dict[str, Any]) -> tuple[str | None, Convention | None]:
     if sp.get("kind") in CLIENT_KINDS and ("http.request.method" in a or "http.method" in a):
         return "http", None
     return None, None

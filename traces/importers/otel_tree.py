@@ -41,6 +41,8 @@ class _Tree:
     """Keys some later request depends on."""
     pending: dict[tuple[str, object], list[object]] = field(default_factory=dict)
     """Subagents the stream has yet to join."""
+    history: dict[tuple[str, object], list[Request]] = field(default_factory=dict)
+    """Every request of each stream."""
 
     def place(self, r: Request, stream: object) -> None:
         key = (r.session, stream)
@@ -57,6 +59,7 @@ class _Tree:
         deps += self._joins(r, key)
         self._link(r, stream, n, parent, deps)
         self.last[key] = r
+        self.history.setdefault(key, []).append(r)
 
     def _link(self, r: Request, stream: object, n: int, parent: Request | None,
               deps: list[Request]) -> None:
@@ -71,10 +74,12 @@ class _Tree:
         r.think_ns = max(0, r.arrival_abs_ns - max(ends)) if ends else None
 
     def _spawn(self, r: Request, stream: object, deps: list[Request]) -> Request | None:
-        """A subagent's first request: spawned by its enclosing stream's latest request
-        (returned, and added to ``deps``), and owed a join by that stream."""
+        """A subagent's first request: spawned by its enclosing stream's request that
+        ended last before it (returned, and added to ``deps``; one still running cannot
+        have made the call), and owed a join by that stream."""
         outer = (r.session, self.outer_of.get(stream))
-        spawner = self.last.get(outer)
+        ended = [q for q in self.history.get(outer, ()) if _done_by(q, r.arrival_abs_ns)]
+        spawner = max(ended, key=lambda q: q.arrival_abs_ns + (q.end_ns or 0)) if ended else None
         if spawner is not None:
             deps.append(spawner)
         self.pending.setdefault(outer, []).append(stream)
@@ -102,8 +107,8 @@ def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
     recorder names them); a later request continues the free lane whose last prompt it
     extends (the longest not longer than its own; else the first free) and waits for every
     other lane's last request that has ended. A subagent's first request is spawned by its
-    enclosing stream's latest request, and the enclosing stream's first request after the
-    subagent ended (``end_of``) waits for the subagent's last one."""
+    enclosing stream's request that ended last before it, and the enclosing stream's first
+    request after the subagent ended (``end_of``) waits for the subagent's last one."""
     tree = _Tree(agent_ids, outer_of, end_of)
     for r, stream in items:
         tree.place(r, stream)
