@@ -195,7 +195,9 @@ async def test_codex_telemetry(tmp_path: Path) -> None:
         argv, env = plain(url, model, home)
         with (home / "config.toml").open("a") as fh:  # the [otel] recipe of docs/recording.md
             fh.write('\n[otel]\nlog_user_prompt = false\nexporter = { otlp-http = { endpoint = '
-                     f'"{otlp}/v1/logs", protocol = "json" }} }}\n')
+                     f'"{otlp}/v1/logs", protocol = "json" }} }}\n'
+                     'trace_exporter = { otlp-http = { endpoint = '
+                     f'"{otlp}/v1/traces", protocol = "json" }} }}\n')
         return argv, env
 
     recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)

@@ -420,6 +420,35 @@ def test_codex_sse_events(tmp_path: Path) -> None:
     assert {x["session_id"] for x in r} == {"cv"} and r[0]["api"] == "responses"
 
 
+def test_codex_endpoint_span_named_by_its_api_request(tmp_path: Path) -> None:
+    # with Codex's trace_exporter on, its api_request record names the endpoint span it
+    # was logged in: the span's start, to the nanosecond, is the send
+    def rec(t: float, name: str, span_id: str = "", **attrs: Any) -> dict[str, Any]:
+        out = {"timeUnixNano": "0", "spanId": span_id,
+               "attributes": [attr("event.name", name), attr("conversation.id", "cv"),
+                              attr("event.timestamp", f"2025-10-09T08:53:{20 + t:06.3f}Z"),
+                              *(attr(k.replace("__", "."), v) for k, v in attrs.items())]}
+        return out
+
+    endpoint = span("8500a194d55989c0", "endpoint_session.stream_encoded_json_with", 0.3997,
+                    0.8, "49b32e2e765eeb4f", http__method="POST", api__path="/responses")
+    p = lines(tmp_path / "codex.jsonl", export(endpoint), logs(
+        rec(0.8, "codex.api_request", "8500a194d55989c0", duration_ms=400),
+        rec(3.1, "codex.sse_event", event__kind="response.completed", input_token_count=5000,
+            output_token_count=300, cached_token_count=0),
+        rec(5.5, "codex.api_request", "1c4c70a042abc0a0", duration_ms=500),  # span not sent
+        rec(7.0, "codex.sse_event", event__kind="response.completed", input_token_count=5400,
+            output_token_count=100, cached_token_count=5248), service="codex_cli_rs"))
+    res = import_paths([p])
+    r = rows(res)
+    iso0 = res.meta.start_wall_ns
+    assert iso0 is not None and iso0 % 1_000_000 == 700_000  # the span's start, not whole ms
+    assert [x["arrival_ns"] for x in r] == [0, 4_600_300_000]
+    assert [x["end_ns"] for x in r] == [2_700_300_000, 2 * S]
+    assert "1 Codex requests sent when the endpoint span their api_request event names " \
+           "started (the rest: its time - duration_ms)" in res.notes
+
+
 # --- bad input: one line naming the span, the rest imported ---------------------------
 
 def test_span_without_token_counts(tmp_path: Path) -> None:

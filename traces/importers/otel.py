@@ -156,7 +156,10 @@ class Collector:
     n_spans: int = 0
     n_tools: int = 0
     n_metrics: int = 0
-    _codex_sent: dict[str, int] = field(default_factory=dict)
+    _codex_sent: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    """By conversation: its latest ``codex.api_request``'s send time and its span."""
+    endpoint_starts: dict[int, int] = field(default_factory=dict)
+    """Codex's endpoint spans (``api.path``, e.g. ``/responses``): start by span key."""
     sources: set[str] = field(default_factory=set)
     _cycles: set[str] = field(default_factory=set)
     _marks: list[Mark] = field(default_factory=list)
@@ -164,6 +167,7 @@ class Collector:
     n_flat_sessions: int = 0
     n_uncached_sessions: int = 0
     n_http_sent: int = 0
+    n_endpoint_sent: int = 0
 
     def problem(self, line: str) -> None:
         self.n_problems += 1
@@ -193,12 +197,22 @@ class Collector:
             self.links.add(key, parent_key)
         a = attributes(sp.get("attributes"))
         kind, convention = classify(a, sp)
+        if kind in ("llm", "agent"):
+            self._keep(key, kind, convention, sp, a, _label(where, sid, str(sp.get("name") or "")))
+        elif kind is not None:
+            self._mark_time(kind, key, parent_key, nanos(sp.get("startTimeUnixNano")))
+
+    def _mark_time(self, kind: str, key: int, parent_key: int | None, start: int | None) -> None:
+        """What a tool, HTTP client or endpoint span leaves: a count, or its start (an HTTP
+        client span's for its parent request span)."""
         if kind == "tool":
             self.n_tools += 1
-        elif kind == "http":
-            self._http(sp, parent_key)
-        elif kind is not None:
-            self._keep(key, kind, convention, sp, a, _label(where, sid, str(sp.get("name") or "")))
+        elif start is None:
+            return
+        elif kind == "http" and parent_key is not None:
+            self.http.add(parent_key, start)
+        elif kind == "endpoint":
+            self.endpoint_starts[key] = start
 
     def _keep(self, key: int, kind: str, convention: Convention | None, sp: dict[str, Any],
               a: dict[str, Any], label: str) -> None:
@@ -257,16 +271,18 @@ class Collector:
         elif names & AGENT_CALL_EVENTS and a.get("tool_name") in AGENT_TOOLS:
             self._agent_call(a, ts, bool(names & RESULT_EVENTS))
         elif "codex.api_request" in names:
-            self._codex_request(a, ts)
+            self._codex_request(a, ts, rec.get("spanId"))
         elif "codex.sse_event" in names and a.get("event.kind") == "response.completed":
             self.sources.add("codex events")
             self._codex(a, ts, where)
 
-    def _codex_request(self, a: dict[str, Any], ts: int | None) -> None:
-        """Codex's ``api_request``: when its conversation's next response was sent."""
+    def _codex_request(self, a: dict[str, Any], ts: int | None, span: Any) -> None:
+        """Codex's ``api_request``: when its conversation's next response was sent, and
+        the endpoint span it was logged in (where Codex exports its traces too)."""
         conv, dur = str_attr(a, "conversation.id"), num_attr(a, "duration_ms")
         if conv is not None and ts is not None and dur is not None:
-            self._codex_sent[conv] = ts - int(dur * 1e6)
+            key = span_key(span) if isinstance(span, str) and span else None
+            self._codex_sent[conv] = (ts - int(dur * 1e6), key)
 
     def _agent_call(self, a: dict[str, Any], ts: int | None, done: bool) -> None:
         """An accepted Agent call opens a subagent (``tool_decision``) or closes it
@@ -323,13 +339,14 @@ class Collector:
         if ts is None or conv is None:
             self.problem(f"{label}: no timestamp or conversation.id: skipped")
             return
-        sent = self._codex_sent.pop(conv, None)
+        sent, span = self._codex_sent.pop(conv, (None, None))
         arrival = sent if sent is not None and sent <= ts else ts
         cached = int_attr(a, "cached_token_count")
         self.events.append(Request(
             session=conv, key=len(self.events), arrival_abs_ns=arrival, input_tokens=n_in,
             output_tokens=n_out, cached_tokens=min(cached, n_in) if cached is not None else None,
-            api="responses", model=str_attr(a, "model"), end_ns=ts - arrival))
+            api="responses", model=str_attr(a, "model"), end_ns=ts - arrival,
+            extra={"send_span": span} if span is not None else {}))
 
     # assembly
 
@@ -435,12 +452,23 @@ class Collector:
         say so; none of the sessions in ``skip`` (their spans say more)."""
         events = sorted((e for e in self.events if e.session not in skip),
                         key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
+        self.n_endpoint_sent = 0
         stream_of, self.n_flat_sessions = claude_streams(
             [m for m in self._marks if m.session not in skip],
             st.agent_ids, st.outer_of, st.end_of)
         # the collector's own stay as read
-        return [(replace(e, key=f"event-{e.key}", extra=dict(e.extra)),
+        return [(self._endpoint_sent(replace(e, key=f"event-{e.key}", extra=dict(e.extra))),
                  stream_of.get(int(str(e.key)))) for e in events]
+
+    def _endpoint_sent(self, r: Request) -> Request:
+        """A Codex request sent when its endpoint span started, where that span came."""
+        span = r.extra.pop("send_span", None)
+        start = self.endpoint_starts.get(span) if isinstance(span, int) else None
+        end = r.arrival_abs_ns + (r.end_ns or 0)
+        if start is not None and r.arrival_abs_ns - 1_000_000_000 <= start <= end:
+            r.arrival_abs_ns, r.end_ns = start, end - start
+            self.n_endpoint_sent += 1
+        return r
 
 
 def _item_order(it: tuple[Request, object]) -> tuple[int, str]:
@@ -600,6 +628,9 @@ def _source_notes(c: Collector, reqs: list[Request]) -> list[str]:
     if c.n_http_sent:
         notes.append(f"{c.n_http_sent:,} requests sent when their HTTP client span started "
                      "(the rest: when their LLM span started)")
+    if c.n_endpoint_sent:
+        notes.append(f"{c.n_endpoint_sent:,} Codex requests sent when the endpoint span their "
+                     "api_request event names started (the rest: its time - duration_ms)")
     if any(r.api == "responses" for r in reqs):
         notes.append("Codex events name no agent: one stream per session")
     if c.n_flat_sessions:

@@ -118,7 +118,8 @@ GEN_AI, OPENINFERENCE, CLAUDE_CODE = GenAI(), OpenInference(), ClaudeCodeSpans()
 
 
 def classify(a: dict[str, Any], sp: dict[str, Any]) -> tuple[str | None, Convention | None]:
-    """The span's kind ("llm", "agent", "tool", "http" or None: none of ours) and, for a
+    """The span's kind ("llm", "agent", "tool", "http", "endpoint" or None: none of
+    ours) and, for a
     request, the convention that reads it. Claude Code's own spans first: from 2.1.3xx
     they carry GenAI attributes too, but its ``gen_ai.usage.input_tokens`` adds the cache
     reads to a count that may already hold them (a vLLM-like server's)."""
@@ -148,6 +149,8 @@ def _claude_kind(a: dict[str, Any]) -> tuple[str | None, Convention | None]:
 
 
 def _other_kind(a: dict[str, Any], sp: dict[str, Any]) -> tuple[str | None, Convention | None]:
+    if "api.path" in a and "http.method" in a:
+        return "endpoint", None  # Codex's request to its model endpoint
     if sp.get("kind") in CLIENT_KINDS and ("http.request.method" in a or "http.method" in a):
         return "http", None
     return None, None
