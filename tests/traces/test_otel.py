@@ -381,6 +381,22 @@ def test_claude_code_side_by_side_subagents_stay_one_stream(tmp_path: Path) -> N
            "apart: one stream each" in res.notes
 
 
+def test_claude_code_session_title_is_a_side_request(tmp_path: Path) -> None:
+    # Claude Code asks for the session's title beside the first turn: nothing waits for it
+    def call(t: float, dur_ms: int, n_in: int, source: str) -> dict[str, Any]:
+        return claude_event(t, session__id="s-4", input_tokens=n_in, output_tokens=9,
+                            cache_read_tokens=0, cache_creation_tokens=0, duration_ms=dur_ms,
+                            query_source=source)
+
+    p = lines(tmp_path / "cc.jsonl", logs(
+        call(0.4, 400, 419, "generate_session_title"), call(1.1, 1000, 20000, "sdk"),
+        call(2.0, 300, 20100, "sdk"), call(3.0, 300, 20200, "sdk")))
+    r = rows(import_paths([p]))
+    assert [x["agent_id"] for x in r] == ["main", "main/2", "main/2", "main/2"]
+    # the turns after the title came back wait for the turn before, not for the title
+    assert [x["depends_on"] for x in r] == [[], [], [1], [2]]
+
+
 def test_claude_code_events_from_a_whole_prompt_server(tmp_path: Path) -> None:
     # vLLM (and the simulated engine) count the whole prompt in input_tokens on the
     # Messages API too: the cache reads never exceed it nor the previous prompt

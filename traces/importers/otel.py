@@ -74,6 +74,7 @@ from agent_replay.traces.importers._common import (
 )
 from agent_replay.traces.importers.otel_spans import (
     LLM_OPERATIONS,
+    SIDE_SOURCES,
     Convention,
     Span,
     agent_name,
@@ -305,11 +306,12 @@ class Collector:
         source = str_attr(a, "query_source") or ""
         sub = str_attr(a, "agent.name") or (source[6:] if source.startswith("agent:") else None)
         self._marks.append(Mark(sess, _order(a, ts), ts, "request", len(self.events), sub))
+        extra: dict[str, object] = {"cache_parts": (read, write), "side": source in SIDE_SOURCES}
         self.events.append(Request(
             session=sess, key=len(self.events), arrival_abs_ns=ts - span,
             input_tokens=n_in, output_tokens=n_out, cached_tokens=read,
             api="messages", model=str_attr(a, "model"), end_ns=span if dur is not None else None,
-            extra={"cache_parts": (read, write)}))
+            extra=extra))
 
     def _claude_checked(self, a: dict[str, Any], ts: int | None,
                         label: str) -> tuple[str, int, int, int, float | None] | None:
@@ -445,6 +447,8 @@ class Collector:
                     model=s.model, ttft_ns=ttft, end_ns=s.end - sent)
         if s.cache_parts is not None:
             r.extra["cache_parts"] = s.cache_parts
+        if s.side:
+            r.extra["side"] = True
         return r
 
     def _event_items(self, st: _Streams, skip: set[str]) -> list[tuple[Request, object]]:

@@ -20,6 +20,9 @@ FIRST_TOKEN_EVENT = "First Token Stream Event"
 ATTEMPT_EVENT = "gen_ai.request.attempt"
 """Claude Code's span event at each attempt of a request, just before it is sent."""
 CLIENT_KINDS = (3, "SPAN_KIND_CLIENT")
+SIDE_SOURCES = {"generate_session_title"}
+"""Claude Code's ``query_source`` of side requests (its session title): they run beside the
+conversation, as the recorder's side requests do."""
 
 
 @dataclass(slots=True)
@@ -47,6 +50,8 @@ class Span:
     """Claude Code's ``agent_id`` and ``parent_agent_id`` (None: not said)."""
     cache_parts: tuple[int, int] | None = None
     """Claude Code's cache read and write counts, its input count taken as read."""
+    side: bool = False
+    """A side request: no turn of the agent's conversation waits for it."""
 
 
 Counts = tuple[int | None, int | None, int | None, int | None]
@@ -105,6 +110,7 @@ class ClaudeCodeSpans:
         s.ttft_ns = _ms_ns(num_attr(a, "ttft_ms"))
         agent = str_attr(a, "agent_id")
         s.stream = (agent, str_attr(a, "parent_agent_id")) if agent else None
+        s.side = (str_attr(a, "query_source") or str_attr(a, "query_source_safe")) in SIDE_SOURCES
         read, write = int_attr(a, "cache_read_tokens") or 0, int_attr(a, "cache_creation_tokens") or 0
         s.cache_parts = (read, write)
         return int_attr(a, "input_tokens"), int_attr(a, "output_tokens"), read, None

@@ -15,10 +15,12 @@ def _done_by(q: Request, t: int) -> bool:
 
 
 def _lane_for(lane: list[Request], r: Request) -> tuple[int, Request | None]:
-    """The lane ``r`` continues and the request it follows there: of the free lanes, the
-    one whose prompt it extends (the longest not longer than its own), else the first
-    free; none free: a new lane, side by side (no predecessor)."""
-    free = [i for i, q in enumerate(lane) if _done_by(q, r.arrival_abs_ns)]
+    """The lane ``r`` continues and the request it follows there: of the free lanes (a side
+    request's is never continued), the one whose prompt it extends (the longest not longer
+    than its own), else the first free; none free: a new lane, side by side (no
+    predecessor)."""
+    free = [i for i, q in enumerate(lane) if _done_by(q, r.arrival_abs_ns)
+            and not q.extra.get("side")]
     if not free:
         lane.append(r)
         return len(lane) - 1, None
@@ -52,7 +54,7 @@ class _Tree:
         deps: list[Request] = [prev] if prev is not None else []
         # the other lanes' ends this request has seen come back
         deps += [q for i, q in enumerate(lane) if i != n and q.key not in self.joined
-                 and _done_by(q, r.arrival_abs_ns)]
+                 and not q.extra.get("side") and _done_by(q, r.arrival_abs_ns)]
         parent = prev
         if stream is not None and first:
             parent = self._spawn(r, stream, deps) or parent
@@ -106,7 +108,8 @@ def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
     runs goes side by side, in a lane of its own (agent id ``NAME/2``, ``/3``..., as the
     recorder names them); a later request continues the free lane whose last prompt it
     extends (the longest not longer than its own; else the first free) and waits for every
-    other lane's last request that has ended. A subagent's first request is spawned by its
+    other lane's last request that has ended, except side requests (``extra["side"]``:
+    Claude Code's session title), which nothing waits for. A subagent's first request is spawned by its
     enclosing stream's request that ended last before it, and the enclosing stream's first
     request after the subagent ended (``end_of``) waits for the subagent's last one."""
     tree = _Tree(agent_ids, outer_of, end_of)
