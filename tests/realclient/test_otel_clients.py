@@ -118,8 +118,7 @@ async def test_claude_code_telemetry(tmp_path: Path, spans: bool) -> None:
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
     gaps = _report(f"claude code {'spans' if spans else 'events'}", tmp_path, recorded, received)
     assert len({r["session_id"] for r in received}) == 1
-    if spans:  # the attempt event's time is the send, to the recorder's stamp
-        assert max(abs(g) for g in gaps) <= 50, gaps
+    assert max(abs(g) for g in gaps) <= 250, gaps  # as for the subagents below
 
 
 def _tree(rows: list[dict]) -> list[tuple[object, ...]]:
@@ -166,25 +165,30 @@ async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
     await replay_matches(tmp_path / "received", received, tmp_path / "results")
 
 
-async def test_claude_code_subagents_spans(tmp_path: Path) -> None:
-    """The current Claude Code with its enhanced telemetry: each llm_request span names
-    the agent that sent it (agent_id, parent_agent_id), background subagents included."""
+@pytest.mark.parametrize("spans", [False, True], ids=["events", "spans"])
+async def test_claude_code_background_subagents(tmp_path: Path, spans: bool) -> None:
+    """The current Claude Code, whose subagents run in the background: its api_request
+    events and (enhanced telemetry) llm_request spans name the agent that sent each
+    request (agent_id, parent_agent_id)."""
     claude = program("claude")
 
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
-        argv, env = claude_env(claude, url, model, home, otlp, spans=True)
+        argv, env = claude_env(claude, url, model, home, otlp, spans=spans)
         return [*argv, "Agent"], env
 
     recorded, received = await _both(tmp_path, [AGENT, LS], argv_env)
     assert _totals(received) == _totals(recorded)
-    gaps = _report("claude code subagents spans", tmp_path, recorded, received)
+    gaps = _report(f"claude code background subagents {'spans' if spans else 'events'}",
+                   tmp_path, recorded, received)
     assert len({r["agent_id"] for r in recorded}) >= 3
     assert _streams(received, subagents=True) == _streams(recorded, subagents=True)
     # who waits for whom, as the recorder saw it (the recorder may parent a nested
     # subagent's first request by content elsewhere: parent_index is not compared)
     assert [t[::2] for t in _tree(received)] == [t[::2] for t in _tree(recorded)]
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
-    assert max(abs(g) for g in gaps) <= 50, gaps
+    # the same requests, sent at about the same time (client time on a loaded host: up to
+    # ~100 ms, benchmarks/journal/2026-12-06-otel-send-times.md)
+    assert max(abs(g) for g in gaps) <= 250, gaps
 
 
 async def test_codex_telemetry(tmp_path: Path) -> None:

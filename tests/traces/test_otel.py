@@ -381,6 +381,30 @@ def test_claude_code_side_by_side_subagents_stay_one_stream(tmp_path: Path) -> N
            "apart: one stream each" in res.notes
 
 
+def test_claude_code_events_that_name_their_agent(tmp_path: Path) -> None:
+    # Claude Code 2.1.3xx's events name the agent (agent_id, parent_agent_id): a
+    # background subagent starts while main sends its next turn, and nests another
+    def call(t: float, n_in: int, agent: str | None = None, parent: str | None = None,
+             read: int = 0) -> dict[str, Any]:
+        more = {"agent_id": agent, "agent__name": "general-purpose"} if agent else {}
+        if parent:
+            more["parent_agent_id"] = parent
+        return claude_event(t, session__id="s-8", input_tokens=n_in, output_tokens=9,
+                            cache_read_tokens=read, cache_creation_tokens=0, duration_ms=400,
+                            query_source="agent:builtin:general-purpose" if agent else "sdk",
+                            **more)
+
+    p = lines(tmp_path / "cc.jsonl", logs(
+        call(0.4, 12000), call(1.4, 12300, read=11984), call(1.41, 7000, "a1"),
+        call(2.0, 8000, "a2", "a1"), call(3.0, 8200, "a2", "a1", read=7984),
+        call(4.0, 7300, "a1", read=6992), call(5.0, 13000, read=12288)))
+    r = rows(import_paths([p]))
+    assert [x["agent_id"] for x in r] == ["main", "main", "agent-a1", "agent-a2", "agent-a2",
+                                          "agent-a1", "main"]
+    # the subagent is spawned by main's turn that had ended (not the one still running)
+    assert [x["depends_on"] for x in r] == [[], [0], [0], [2], [3], [2, 4], [1, 5]]
+
+
 def test_claude_code_session_title_is_a_side_request(tmp_path: Path) -> None:
     # Claude Code asks for the session's title beside the first turn: nothing waits for it
     def call(t: float, dur_ms: int, n_in: int, source: str) -> dict[str, Any]:

@@ -168,6 +168,8 @@ class Collector:
     n_flat_sessions: int = 0
     n_uncached_sessions: int = 0
     n_http_sent: int = 0
+    _named_sessions: set[str] = field(default_factory=set)
+    """Claude Code sessions whose events name their agent (``agent_id``)."""
     n_endpoint_sent: int = 0
 
     def problem(self, line: str) -> None:
@@ -295,8 +297,7 @@ class Collector:
                                     tid, None))
 
     def _claude(self, a: dict[str, Any], ts: int | None, where: str) -> None:
-        label = f"{where}: api_request event" + (f" (prompt {a['prompt.id']})" if a.get("prompt.id") else "")
-        checked = self._claude_checked(a, ts, label)
+        checked = self._claude_checked(a, ts, _event_label(where, a))
         if checked is None:
             return
         sess, ts, n_in, n_out, dur = checked
@@ -307,11 +308,23 @@ class Collector:
         sub = str_attr(a, "agent.name") or (source[6:] if source.startswith("agent:") else None)
         self._marks.append(Mark(sess, _order(a, ts), ts, "request", len(self.events), sub))
         extra: dict[str, object] = {"cache_parts": (read, write), "side": source in SIDE_SOURCES}
+        if self._named_agent(a, extra):
+            self._named_sessions.add(sess)
         self.events.append(Request(
             session=sess, key=len(self.events), arrival_abs_ns=ts - span,
             input_tokens=n_in, output_tokens=n_out, cached_tokens=read,
             api="messages", model=str_attr(a, "model"), end_ns=span if dur is not None else None,
             extra=extra))
+
+    @staticmethod
+    def _named_agent(a: dict[str, Any], extra: dict[str, object]) -> bool:
+        """Claude Code 2.1.3xx names the agent of a request (``agent_id``, with
+        ``parent_agent_id`` for a nested one): kept in ``extra``; False when not named."""
+        agent = str_attr(a, "agent_id")
+        if agent is None:
+            return False
+        extra["agent_ids"] = (agent, str_attr(a, "parent_agent_id"))
+        return True
 
     def _claude_checked(self, a: dict[str, Any], ts: int | None,
                         label: str) -> tuple[str, int, int, int, float | None] | None:
@@ -458,11 +471,20 @@ class Collector:
                         key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
         self.n_endpoint_sent = 0
         stream_of, self.n_flat_sessions = claude_streams(
-            [m for m in self._marks if m.session not in skip],
+            [m for m in self._marks if m.session not in skip | self._named_sessions],
             st.agent_ids, st.outer_of, st.end_of)
         # the collector's own stay as read
         return [(self._endpoint_sent(replace(e, key=f"event-{e.key}", extra=dict(e.extra))),
-                 stream_of.get(int(str(e.key)))) for e in events]
+                 self._event_stream(st, e, stream_of)) for e in events]
+
+    def _event_stream(self, st: _Streams, e: Request, stream_of: dict[int, object]) -> object:
+        """An event request's stream: the agent its event names (``agent_id``, Claude Code
+        2.1.3xx; none in a session where others do: the main agent), else the one its
+        session's order of events gives."""
+        ids = e.extra.get("agent_ids")
+        if isinstance(ids, tuple):
+            return _claude_stream(st, e.session, ids)
+        return None if e.session in self._named_sessions else stream_of.get(int(str(e.key)))
 
     def _endpoint_sent(self, r: Request) -> Request:
         """A Codex request sent when its endpoint span started, where that span came."""
@@ -488,6 +510,11 @@ def _claude_stream(st: _Streams, session: str, ids: tuple[str, str | None]) -> o
         st.agent_ids[key] = f"agent-{agent[-8:]}"
         st.outer_of[key] = (session, "agent", parent) if parent else None
     return key
+
+
+def _event_label(where: str, a: dict[str, Any]) -> str:
+    prompt = a.get("prompt.id")
+    return f"{where}: api_request event" + (f" (prompt {prompt})" if prompt else "")
 
 
 def _span_id(sp: dict[str, Any]) -> str | None:
