@@ -645,7 +645,8 @@ def _notes(c: Collector, reqs: list[Request], ways: dict[str, int], hashed_from:
     subagents = {(r.session, r.agent_id) for r in reqs if r.agent_id not in (None, "main")}
     return [
         f"sources: {', '.join(sorted(c.sources))}; {c.n_spans:,} spans read",
-        f"{len(subagents)} subagents (invoke_agent / AGENT spans under another agent); "
+        f"{len(subagents)} subagents (invoke_agent / AGENT spans under another agent, or "
+        "named by Claude Code's agent_id); "
         f"{c.n_tools:,} tool spans (their time is the think time before the next request)",
         f"hash ids from {hashed_from}: {ways['content']:,} requests from the captured prompt, "
         f"{ways['cache counts']:,} from cache counts (each request's cached tokens are its "
