@@ -8,6 +8,7 @@ is missing."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,11 @@ async def test_claude_code_background_subagents(tmp_path: Path, spans: bool) -> 
     events and (enhanced telemetry) llm_request spans name the agent that sent each
     request (agent_id, parent_agent_id)."""
     claude = program("claude")
+    version = subprocess.run([claude, "--version"], capture_output=True, text=True,
+                             timeout=60).stdout.split()
+    if not version or tuple(int(x) for x in version[0].split(".")[:3]) < (2, 1, 300):
+        pytest.skip(f"claude {' '.join(version[:1])} predates background subagents "
+                    "(scripts/setup-real-clients.sh installs the current release as claude)")
 
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
         argv, env = claude_env(claude, url, model, home, otlp, spans=spans)
