@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from agent_replay.analysis.compare import Delta, differences
-from agent_replay.analysis.definitions import BY_KEY, FIGURES, METRICS, SPEEDS
+from agent_replay.analysis.definitions import BY_KEY, FIGURES, METRICS, SPEEDS, Figure, Speed
 from agent_replay.analysis.hist import min_count_for, rank
 from agent_replay.analysis.replicates import Interval
 from agent_replay.analysis.report import Report
@@ -78,23 +78,27 @@ class PairedStat:
     higher_is_better: bool
 
 
+def _paired_stat(f: Figure, speeds: dict[str, Speed], headline: dict[str, tuple[str, float]]
+                 ) -> PairedStat | None:
+    """The paired statistic of one tested figure: a speed, a headline percentile, or none."""
+    label = f.test_label or f.label
+    if f.key in speeds:
+        src = speeds[f.key].source
+        return PairedStat(f.key, label, src, speeds[f.key].percentile,
+                          BY_KEY[src].percentile_method, True, True)
+    if f.key in headline:
+        src, p = headline[f.key]
+        return PairedStat(f.key, label, src, p, BY_KEY[src].percentile_method, False,
+                          f.higher_is_better)
+    return None
+
+
 def _paired_stats() -> tuple[PairedStat, ...]:
     speeds = {sp.key: sp for sp in SPEEDS}
     headline = {f"{m.key}_p{p:g}_ms": (m.key, p) for m in METRICS if m.per == "request"
                 for p in m.headline}
-    out = []
-    for f in FIGURES:
-        if not f.tested:
-            continue
-        if f.key in speeds:
-            src = speeds[f.key].source
-            out.append(PairedStat(f.key, f.test_label or f.label, src, speeds[f.key].percentile,
-                                  BY_KEY[src].percentile_method, True, True))
-        elif f.key in headline:
-            src, p = headline[f.key]
-            out.append(PairedStat(f.key, f.test_label or f.label, src, p,
-                                  BY_KEY[src].percentile_method, False, f.higher_is_better))
-    return tuple(out)
+    stats = (_paired_stat(f, speeds, headline) for f in FIGURES if f.tested)
+    return tuple(x for x in stats if x is not None)
 
 
 PAIRED_STATS: tuple[PairedStat, ...] = _paired_stats()
@@ -409,6 +413,14 @@ class PairedComparison:
     """How the rows were computed, in words (shown beside them)."""
 
 
+def _design(strata: Sequence[Pairs]) -> str:
+    """The paired design in words: how many requests, sessions and run pairs."""
+    n = sum(s.n for s in strata)
+    sessions = sum(int(s.session.max()) + 1 for s in strata)
+    of = f" of {len(strata)} run pairs" if len(strata) > 1 else ""
+    return f"paired: {n:,} requests in {sessions} sessions{of}, cluster bootstrap over sessions"
+
+
 def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence[tuple[bool, bool]],
                       *, resamples: int = 1000, seed: int = 0) -> PairedComparison | str:
     """The paired comparison of (base, other) run pairs, or why there is none (a line).
@@ -421,14 +433,12 @@ def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence
     strata = pair_runs(runs)
     if isinstance(strata, str):
         return strata
-    if any(a or b for a, b in contended) and not all(simultaneous(a.meta, b.meta) for a, b in runs):
+    busy = any(a or b for a, b in contended)
+    if busy and not all(simultaneous(a.meta, b.meta) for a, b in runs):
         return SEQUENTIAL
-    n = sum(s.n for s in strata)
-    sessions = sum(int(s.session.max()) + 1 for s in strata)
-    of = f" of {len(strata)} run pairs" if len(strata) > 1 else ""
-    design = f"paired: {n:,} requests in {sessions} sessions{of}, cluster bootstrap over sessions"
+    design = _design(strata)
     by_session = paired_intervals(strata, resamples=resamples, seed=seed)
-    if not any(a or b for a, b in contended):
+    if not busy:
         return PairedComparison(by_session, design)
     by_block = paired_intervals(strata, resamples=resamples, seed=seed + 1, by="block")
     return PairedComparison(widest(by_session, by_block),
