@@ -18,8 +18,11 @@ nearest rank, or linear interpolation for the AgentX figures); the interval is t
 sqrt(C / (C - S)) for C sessions in S strata (the bootstrap's variance of a mean of C
 clusters is (C - 1) / C of the unbiased one), and the p-value twice the smaller share of
 resampled log ratios on either side of zero. Replicate run pairs (``compare A1,A2,A3
-B1,B2,B3``) are strata: each resample draws sessions within each run pair, and the statistic
-pools them.
+B1,B2,B3``) are strata: the statistic is the mean over the run pairs of each one's log
+ratio, the ratio of the arms' geometric means of per-run percentiles that ``compare`` shows
+side by side (one definition for both), and each resample draws sessions within each run
+pair. A percentile pooled over the run pairs would not be that figure, and would take its
+tail from the noisiest run pair, whose twins differ most.
 
 What it covers: the variation of which requests (sessions) were played, and per-request
 noise. What it does not: a shift that hits every request of one run and not its twin (host
@@ -44,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from agent_replay.analysis.compare import Delta, differences
-from agent_replay.analysis.definitions import BY_KEY, FIGURES, METRICS, SPEEDS
+from agent_replay.analysis.definitions import BY_KEY, FIGURES, METRICS, SPEEDS, Figure, Speed
 from agent_replay.analysis.hist import min_count_for, rank
 from agent_replay.analysis.replicates import Interval
 from agent_replay.analysis.report import Report
@@ -75,23 +78,27 @@ class PairedStat:
     higher_is_better: bool
 
 
+def _paired_stat(f: Figure, speeds: dict[str, Speed], headline: dict[str, tuple[str, float]]
+                 ) -> PairedStat | None:
+    """The paired statistic of one tested figure: a speed, a headline percentile, or none."""
+    label = f.test_label or f.label
+    if f.key in speeds:
+        src = speeds[f.key].source
+        return PairedStat(f.key, label, src, speeds[f.key].percentile,
+                          BY_KEY[src].percentile_method, True, True)
+    if f.key in headline:
+        src, p = headline[f.key]
+        return PairedStat(f.key, label, src, p, BY_KEY[src].percentile_method, False,
+                          f.higher_is_better)
+    return None
+
+
 def _paired_stats() -> tuple[PairedStat, ...]:
     speeds = {sp.key: sp for sp in SPEEDS}
     headline = {f"{m.key}_p{p:g}_ms": (m.key, p) for m in METRICS if m.per == "request"
                 for p in m.headline}
-    out = []
-    for f in FIGURES:
-        if not f.tested:
-            continue
-        if f.key in speeds:
-            src = speeds[f.key].source
-            out.append(PairedStat(f.key, f.test_label or f.label, src, speeds[f.key].percentile,
-                                  BY_KEY[src].percentile_method, True, True))
-        elif f.key in headline:
-            src, p = headline[f.key]
-            out.append(PairedStat(f.key, f.test_label or f.label, src, p,
-                                  BY_KEY[src].percentile_method, False, f.higher_is_better))
-    return tuple(out)
+    stats = (_paired_stat(f, speeds, headline) for f in FIGURES if f.tested)
+    return tuple(x for x in stats if x is not None)
 
 
 PAIRED_STATS: tuple[PairedStat, ...] = _paired_stats()
@@ -215,74 +222,136 @@ def _log_ratio(qa: np.ndarray | float, qb: np.ndarray | float, speed: bool) -> n
         return np.asarray(np.log(np.divide(qa, qb)) if speed else np.log(np.divide(qb, qa)))
 
 
+def _block_ids(s: Pairs) -> np.ndarray:
+    """Each pair's time block: ``BLOCKS`` contiguous blocks of equal count in intended send
+    time."""
+    order = np.argsort(np.argsort(s.intended, kind="stable"), kind="stable")
+    nb = max(1, min(BLOCKS, s.n))
+    return (order * nb // max(1, s.n)).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class _Resampling:
+    """The clusters of each stratum and their bootstrap draws: ``counts[s][r, c]`` is how
+    many times resample ``r`` draws cluster ``c`` of stratum ``s``."""
+
+    cluster: list[np.ndarray]
+    counts: list[np.ndarray]
+    stretch: float
+    unit: str
+
+
+def _draws(rng: np.random.Generator, k: int, resamples: int) -> np.ndarray:
+    """How many times each resample draws each of ``k`` clusters (k draws in all)."""
+    if not k:
+        return np.zeros((resamples, 0), dtype=np.int64)
+    return rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)
+
+
+def _resampling(strata: Sequence[Pairs], by: str, resamples: int,
+                rng: np.random.Generator) -> _Resampling:
+    cluster = [_block_ids(s) if by == "block" else s.session for s in strata]
+    sizes = [int(c.max(initial=-1)) + 1 for c in cluster]
+    n_clusters, n_strata = sum(sizes), sum(1 for k in sizes if k)
+    stretch = np.sqrt(n_clusters / (n_clusters - n_strata)) if n_clusters > n_strata else np.inf
+    return _Resampling(cluster, [_draws(rng, k, resamples) for k in sizes], float(stretch),
+                       "time blocks" if by == "block" else "sessions")
+
+
+@dataclass(frozen=True, slots=True)
+class _Side:
+    """One stratum's finite pairs of one metric."""
+
+    a: np.ndarray
+    b: np.ndarray
+    cluster: np.ndarray
+    counts: np.ndarray
+
+
+def _sides(strata: Sequence[Pairs], rs: _Resampling, metric: str) -> list[_Side]:
+    out = []
+    for s, cl, counts in zip(strata, rs.cluster, rs.counts, strict=True):
+        keep = np.isfinite(s.a[metric]) & np.isfinite(s.b[metric])
+        out.append(_Side(s.a[metric][keep], s.b[metric][keep], cl[keep], counts))
+    return out
+
+
+def _resampled_log_ratio(x: _Side, st: PairedStat) -> np.ndarray:
+    """The stratum's log ratio in every resample (its clusters drawn with replacement)."""
+    resamples, n = x.counts.shape[0], x.a.size
+    oa, ob = np.argsort(x.a, kind="stable"), np.argsort(x.b, kind="stable")
+    sa, sb = x.a[oa], x.b[ob]
+    logs = np.empty(resamples)
+    step = max(1, _CHUNK // max(1, n))
+    for r0 in range(0, resamples, step):
+        w = x.counts[r0:r0 + step][:, x.cluster]
+        logs[r0:r0 + step] = _log_ratio(weighted_percentile(sa, w[:, oa], st.p, st.method),
+                                        weighted_percentile(sb, w[:, ob], st.p, st.method),
+                                        st.speed)
+    return logs
+
+
+def _shown(q: np.ndarray, speed: bool) -> float:
+    """The geometric mean of the strata's percentiles (ns), as shown: tok/s or ms."""
+    g = float(q[0]) if q.size == 1 else float(np.exp(np.mean(np.log(q))))
+    return 1e9 / g if speed else g / 1e6
+
+
+def _missing(st: PairedStat, sides: Sequence[_Side], unit: str, min_clusters: int) -> str | None:
+    """Why a statistic gets no interval (None: it gets one)."""
+    need = min_count_for(st.p)
+    fewest = min(x.a.size for x in sides)
+    k = [int(np.unique(x.cluster).size) for x in sides]
+    if fewest >= need and sum(k) >= min_clusters and min(k) >= min(2, min_clusters):
+        return None
+    each = " in each run pair" if len(sides) > 1 else ""
+    return (f"no interval: {fewest} pairs in {sum(k)} {unit}, it needs {need} pairs{each} in "
+            f"{min_clusters} {unit}")
+
+
+def _percentiles(st: PairedStat, sides: Sequence[_Side]) -> tuple[np.ndarray, np.ndarray] | str:
+    """Each stratum's percentile on either side (ns), or why there is no ratio."""
+    if any(x.a.size == 0 for x in sides):
+        return "no pairs"
+    qa = np.array([point(x.a, st.p, st.method) for x in sides])
+    qb = np.array([point(x.b, st.p, st.method) for x in sides])
+    if not (np.all(qa > 0) and np.all(qb > 0)):
+        return "a percentile <= 0: no ratio"
+    return qa, qb
+
+
+def _one_stat(st: PairedStat, sides: Sequence[_Side], rs: _Resampling, min_clusters: int
+              ) -> PairedInterval:
+    """One statistic: the mean over the strata of each one's log ratio, and its interval."""
+    n = sum(x.a.size for x in sides)
+    k = sum(int(np.unique(x.cluster).size) for x in sides)
+    q = _percentiles(st, sides)
+    if isinstance(q, str):
+        return PairedInterval(st, None, None, None, None, None, None, n, k, q)
+    qa, qb = q
+    est = float(np.mean(_log_ratio(qa, qb, st.speed)))
+    base, value, change = _shown(qa, st.speed), _shown(qb, st.speed), float(np.expm1(est))
+    why = _missing(st, sides, rs.unit, min_clusters)
+    if why is not None:
+        return PairedInterval(st, base, value, change, None, None, None, n, k, why)
+    logs = np.mean([_resampled_log_ratio(x, st) for x in sides], axis=0)
+    logs = est + (logs[np.isfinite(logs)] - est) * rs.stretch
+    lo, hi = np.expm1(np.percentile(logs, [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100]))
+    p = min(1.0, 2 * min(float(np.mean(logs <= 0)), float(np.mean(logs >= 0))))
+    return PairedInterval(st, base, value, change, float(lo), float(hi), p, n, k)
+
+
 def paired_intervals(strata: Sequence[Pairs], *, resamples: int = 1000, seed: int = 0,
                      by: str = "session", stats: Sequence[PairedStat] = PAIRED_STATS,
                      min_clusters: int = MIN_CLUSTERS) -> list[PairedInterval]:
     """Every statistic of ``stats`` compared over the pairs of ``strata`` (one ``Pairs`` per
-    run pair), with a cluster bootstrap over sessions (``by="session"``) or over time blocks
-    (``by="block"``) within each stratum (see the module docstring)."""
-    rng = np.random.default_rng(seed)
-    lo_q, hi_q = (1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100
-    # cluster ids, global across strata; each stratum's clusters resampled apart
-    ids, sizes, offset = [], [], 0
-    for s in strata:
-        if by == "block":
-            order = np.argsort(np.argsort(s.intended, kind="stable"), kind="stable")
-            nb = max(1, min(BLOCKS, s.n))
-            c = (order * nb // max(1, s.n)).astype(np.int64)
-        else:
-            c = s.session
-        k = int(c.max()) + 1 if c.size else 0
-        ids.append(c + offset)
-        sizes.append(k)
-        offset += k
-    cluster = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
-    n_clusters, n_strata = offset, sum(1 for k in sizes if k > 0)
-    counts = np.concatenate([rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)
-                             for k in sizes if k > 0], axis=1) if n_clusters else None
-    stretch = np.sqrt(n_clusters / (n_clusters - n_strata)) if n_clusters > n_strata else np.inf
-    out = []
-    for st in stats:
-        a = np.concatenate([s.a[st.metric] for s in strata]) if strata else np.zeros(0)
-        b = np.concatenate([s.b[st.metric] for s in strata]) if strata else np.zeros(0)
-        keep = np.isfinite(a) & np.isfinite(b)
-        a, b, cl = a[keep], b[keep], cluster[keep]
-        n, k = int(a.size), int(np.unique(cl).size)
-        if n == 0:
-            out.append(PairedInterval(st, None, None, None, None, None, None, 0, 0, "no pairs"))
-            continue
-        qa, qb = point(a, st.p, st.method), point(b, st.p, st.method)
-        base, value = ((1e9 / qa, 1e9 / qb) if st.speed else (qa / 1e6, qb / 1e6)) if qa > 0 and qb > 0 \
-            else (None, None)
-        if not (qa > 0 and qb > 0):
-            out.append(PairedInterval(st, None, None, None, None, None, None, n, k,
-                                      "a percentile <= 0: no ratio"))
-            continue
-        est = float(_log_ratio(qa, qb, st.speed))
-        change = float(np.expm1(est))
-        need = min_count_for(st.p)
-        unit = "time blocks" if by == "block" else "sessions"
-        if n < need or k < min_clusters:
-            out.append(PairedInterval(st, base, value, change, None, None, None, n, k,
-                                      f"no interval: {n} pairs in {k} {unit}, it needs {need} "
-                                      f"pairs in {min_clusters} {unit}"))
-            continue
-        assert counts is not None
-        oa, ob = np.argsort(a, kind="stable"), np.argsort(b, kind="stable")
-        sa, sb = a[oa], b[ob]
-        logs = np.empty(resamples)
-        step = max(1, _CHUNK // n)
-        for r0 in range(0, resamples, step):
-            w = counts[r0:r0 + step][:, cl]
-            ra = weighted_percentile(sa, w[:, oa], st.p, st.method)
-            rb = weighted_percentile(sb, w[:, ob], st.p, st.method)
-            logs[r0:r0 + step] = _log_ratio(ra, rb, st.speed)
-        logs = logs[np.isfinite(logs)]
-        logs = est + (logs - est) * stretch
-        lo, hi = np.expm1(np.percentile(logs, [lo_q, hi_q]))
-        p = min(1.0, 2 * min(float(np.mean(logs <= 0)), float(np.mean(logs >= 0))))
-        out.append(PairedInterval(st, base, value, change, float(lo), float(hi), p, n, k))
-    return out
+    run pair): the mean over the run pairs of each one's log ratio, with a cluster bootstrap
+    over sessions (``by="session"``) or over time blocks (``by="block"``) within each run
+    pair (see the module docstring)."""
+    if not strata:
+        return [PairedInterval(st, None, None, None, None, None, None, 0, 0, "no pairs") for st in stats]
+    rs = _resampling(strata, by, resamples, np.random.default_rng(seed))
+    return [_one_stat(st, _sides(strata, rs, st.metric), rs, min_clusters) for st in stats]
 
 
 def widest(x: Sequence[PairedInterval], y: Sequence[PairedInterval]) -> list[PairedInterval]:
@@ -344,6 +413,14 @@ class PairedComparison:
     """How the rows were computed, in words (shown beside them)."""
 
 
+def _design(strata: Sequence[Pairs]) -> str:
+    """The paired design in words: how many requests, sessions and run pairs."""
+    n = sum(s.n for s in strata)
+    sessions = sum(int(s.session.max()) + 1 for s in strata)
+    of = f" of {len(strata)} run pairs" if len(strata) > 1 else ""
+    return f"paired: {n:,} requests in {sessions} sessions{of}, cluster bootstrap over sessions"
+
+
 def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence[tuple[bool, bool]],
                       *, resamples: int = 1000, seed: int = 0) -> PairedComparison | str:
     """The paired comparison of (base, other) run pairs, or why there is none (a line).
@@ -356,14 +433,12 @@ def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence
     strata = pair_runs(runs)
     if isinstance(strata, str):
         return strata
-    if any(a or b for a, b in contended) and not all(simultaneous(a.meta, b.meta) for a, b in runs):
+    busy = any(a or b for a, b in contended)
+    if busy and not all(simultaneous(a.meta, b.meta) for a, b in runs):
         return SEQUENTIAL
-    n = sum(s.n for s in strata)
-    sessions = sum(int(s.session.max()) + 1 for s in strata)
-    of = f" of {len(strata)} run pairs" if len(strata) > 1 else ""
-    design = f"paired: {n:,} requests in {sessions} sessions{of}, cluster bootstrap over sessions"
+    design = _design(strata)
     by_session = paired_intervals(strata, resamples=resamples, seed=seed)
-    if not any(a or b for a, b in contended):
+    if not busy:
         return PairedComparison(by_session, design)
     by_block = paired_intervals(strata, resamples=resamples, seed=seed + 1, by="block")
     return PairedComparison(widest(by_session, by_block),

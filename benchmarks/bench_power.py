@@ -19,22 +19,32 @@ Holm-corrected verdict says it is worse; a "better" verdict is a wrong sign; any
 the identical copy is a false positive. The 3v3 groups are every 3 of the repeats (they
 overlap, so their verdicts are not independent). The interleaved designs replay the same
 plan against the baseline and one copy at once (``replay.lanes``), each engine a
-simulated-engine process of its own, ``repeats`` invocations per copy.
+simulated-engine process of its own, started once per phase, ``repeats`` invocations per
+copy, the copies taking turns within each repeat.
 
-    PYTHONPATH=$PWD/.. python benchmarks/bench_power.py --repeats 6 \\
-        --json benchmarks/results/power-YYYY-MM-DD.json          # ~20 min on 2 shared cores
+Each run replays 16 sessions at once (the sample trace's 8 and a clone of each: 114
+requests); the duration is a cap that a healthy run does not reach, so that a slow run still
+sends every request and its twins stay paired. The P90 of a run is its 12th slowest request:
+with the 8 sessions alone (57 requests, the 6th slowest) one engine's scheduling hiccup on a
+loaded host moved it more than a 10% slowdown does.
+
+    PYTHONPATH=$PWD python benchmarks/bench_power.py \\
+        --json benchmarks/results/power-YYYY-MM-DD.json   # both phases, ~20 min on 2 cores
     python benchmarks/bench_power.py --table benchmarks/results/power-YYYY-MM-DD.json
+    python benchmarks/bench_power.py --doc benchmarks/results/power-YYYY-MM-DD.json
 
-``--table`` prints the Markdown table docs/metrics.md holds (tests/analysis/test_power_doc.py
-checks it against the committed results).
+``--table`` prints the summary and the table; ``--doc`` puts them into docs/metrics.md under
+a marker naming the file, which tests/analysis/test_power_doc.py checks against it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -112,59 +122,33 @@ def run_sweep_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
     return res.out
 
 
-def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
-    """``repeats`` two-lane invocations of the baseline beside each copy: OUT/lanes/T/rR."""
-    from agent_replay.engines.sim import SimProcess
+def lane_config(args: argparse.Namespace, output: Path) -> Any:
+    """One ``run --targets`` invocation's options (the targets are given to ``run_lanes``)."""
     from agent_replay.replay.config import RunConfig
+
+    return RunConfig(trace=str(TRACE), target="", output=str(output), speedup=args.speedup,
+                     duration_s=args.duration, concurrent_sessions=args.sessions,
+                     scrape_interval_s=0, sessions_multiplier=args.multiplier, progress=False)
+
+
+def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
+    """``repeats`` two-lane invocations of the baseline beside each copy: OUT/lanes/T/rR.
+    Every engine is started once for the phase (as the sweep's are) and the copies take
+    turns within each repeat, so a slow spell of the host falls on all of them alike."""
+    from agent_replay.engines.sim import SimProcess
     from agent_replay.replay.lanes import run_lanes
 
     out.mkdir(parents=True, exist_ok=True)
     specs = profiles(out)
     root = out / "lanes"
-    for r in range(args.repeats):
-        for t in SLOWER:
-            with SimProcess(specs["base"], seed=seed + r) as a, SimProcess(specs[t], seed=seed + r) as b:
-                cfg = RunConfig(trace=str(TRACE), target="", output=str(root / t / f"r{r}"),
-                                speedup=args.speedup, duration_s=args.duration,
-                                concurrent_sessions=args.sessions, scrape_interval_s=0,
-                                sessions_multiplier=args.multiplier,
-                                progress=False)
-                run_lanes(cfg, [a.url, b.url])
-            if args.verbose:
-                print(f"  lanes {t} r{r} done", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        sims = {name: stack.enter_context(SimProcess(spec, seed=seed)) for name, spec in specs.items()}
+        for r in range(args.repeats):
+            for t in SLOWER:
+                run_lanes(lane_config(args, root / t / f"r{r}"), [sims["base"].url, sims[t].url])
+                if args.verbose:
+                    print(f"  lanes {t} r{r} done", file=sys.stderr)
     return root
-
-
-def count_lanes(root: Path, repeats: int, cells: dict[str, dict[str, int]]) -> int:
-    """The interleaved designs' verdicts into ``cells``; the lane runs with host contention."""
-    from agent_replay.analysis.compare import ARM_TESTS, compare_arm_reports, compare_reports
-    from agent_replay.analysis.report import build_report, self_check
-
-    labels = {key: label for key, label, _ in ARM_TESTS}
-    busy = 0
-    for t, slower in SLOWER.items():
-        pairs = []
-        for r in range(repeats):
-            lanes = [root / t / f"r{r}" / f"lane-{i}" for i in (1, 2)]
-            if all((d / "run.json").is_file() and (d / "requests").is_dir() for d in lanes):
-                pairs.append([build_report(d) for d in lanes])
-        busy += sum(self_check(x.meta, x.stats).contention for p in pairs for x in p)
-        for pair in pairs:
-            c = compare_reports(pair, ["base", t])
-            by_key = {d.key: d for d in c.deltas[0]}
-            for s in STATS:
-                _judge(cells[f"1v1 interleaved|{t}|{s}"], _delta_verdict(by_key.get(s)), slower,
-                       s not in UNSIGNED)
-        for g in itertools.combinations(range(len(pairs)), 3):
-            arms = [[pairs[i][0] for i in g], [pairs[i][1] for i in g]]
-            c = compare_arm_reports(arms, ["base", t])
-            for s in STATS:
-                line = next((v for v in c.verdicts if v.startswith(f"{t} vs base, {labels[s]}:")), None)
-                v = None if line is None or "95% CI" not in line else (
-                    "worse" if line.endswith(": worse") else "better" if line.endswith(": better")
-                    else "none")
-                _judge(cells[f"3v3 interleaved|{t}|{s}"], v, slower, s not in UNSIGNED)
-    return busy
 
 
 def _cell() -> dict[str, int]:
@@ -196,46 +180,119 @@ def _delta_verdict(d: Any) -> str | None:
     return "better" if (d.change > 0) == d.higher_is_better else "worse"
 
 
-def count(sweep: Path, repeats: int) -> dict[str, Any]:
-    """Every design's verdicts on every slowed copy and the identical one."""
-    from agent_replay.analysis.compare import ARM_TESTS, compare_arm_reports, compare_reports
+def _arm_verdict(verdicts: list[str], head: str) -> str | None:
+    """The verdict of one replicate-arm test (its line starts with ``head``)."""
+    line = next((v for v in verdicts if v.startswith(head)), None)
+    if line is None or "95% CI" not in line:
+        return None
+    return "worse" if line.endswith(": worse") else "better" if line.endswith(": better") else "none"
+
+
+class Counter:
+    """Every design's verdicts on every copy, and the estimated changes behind them."""
+
+    def __init__(self) -> None:
+        self.cells = {f"{d}|{t}|{s}": _cell() for d in DESIGNS for t in SLOWER for s in STATS}
+        self.changes: dict[str, list[float]] = {}
+        self.requests: list[int] = []
+
+    def record(self, design: str, t: str, s: str, verdict: str | None, change: float | None) -> None:
+        _judge(self.cells[f"{design}|{t}|{s}"], verdict, SLOWER[t], s not in UNSIGNED)
+        if change is not None:
+            self.changes.setdefault(f"{design}|{t}|{s}", []).append(round(change, 5))
+
+    def pair(self, design: str, t: str, pair: Any, paired: bool = True) -> None:
+        """One run pair ``(base, copy)`` compared as ``compare A B``."""
+        from agent_replay.analysis.compare import compare_reports
+
+        c = compare_reports(list(pair), ["base", t], paired=paired)
+        by_key = {d.key: d for d in c.deltas[0]}
+        for s in STATS:
+            d = by_key.get(s if paired else UNPAIRED_1V1.get(s, ""))
+            if d is not None or paired:
+                self.record(design, t, s, _delta_verdict(d), None if d is None else d.change)
+
+    def groups(self, design: str, t: str, pairs: list[Any], by_request: bool = True) -> None:
+        """Every 3 of the run pairs compared as ``compare A1,A2,A3 B1,B2,B3``."""
+        from agent_replay.analysis.compare import ARM_TESTS, compare_arm_reports
+
+        labels = {key: label for key, label, _ in ARM_TESTS}
+        for g in itertools.combinations(pairs, 3):
+            c = compare_arm_reports([[p[0] for p in g], [p[1] for p in g]], ["base", t],
+                                    by_request=by_request)
+            for s in STATS:
+                self.record(design, t, s, _arm_verdict(c.verdicts, f"{t} vs base, {labels[s]}:"), None)
+
+    def result(self) -> dict[str, Any]:
+        return {"cells": self.cells, "changes": self.changes,
+                "requests_per_run": sorted(self.requests)[len(self.requests) // 2] if self.requests else 0}
+
+
+def _busy(reports: Any) -> int:
+    from agent_replay.analysis.report import self_check
+
+    return sum(1 for r in reports if self_check(r.meta, r.stats).contention)
+
+
+def _lane_pairs(root: Path, t: str, repeats: int) -> list[tuple[Any, ...]]:
+    """The (base, copy) lane reports of every complete invocation of copy ``t``."""
+    from agent_replay.analysis.report import build_report
+
+    pairs = []
+    for r in range(repeats):
+        lanes = [root / t / f"r{r}" / f"lane-{i}" for i in (1, 2)]
+        if all((d / "run.json").is_file() and (d / "requests").is_dir() for d in lanes):
+            pairs.append(tuple(build_report(d) for d in lanes))
+    return pairs
+
+
+def count_lanes(root: Path, repeats: int, counter: Counter) -> int:
+    """The interleaved designs' verdicts into ``counter``; the lane runs with host contention."""
+    busy = 0
+    for t in SLOWER:
+        pairs = _lane_pairs(root, t, repeats)
+        busy += sum(_busy(p) for p in pairs)
+        counter.requests += [x.stats.requests["ok"] for p in pairs for x in p]
+        for pair in pairs:
+            counter.pair("1v1 interleaved", t, pair)
+        counter.groups("3v3 interleaved", t, pairs)
+    return busy
+
+
+def _sweep_reports(sweep: Path) -> tuple[list[dict[str, Any]], dict[tuple[str, int], Any]]:
+    """The sweep's rows and the report of each complete run, by (target, repeat)."""
     from agent_replay.analysis.frontier import read_sweep
     from agent_replay.analysis.report import build_report
 
     _, rows = read_sweep(sweep)
-    done = {(r["target"], int(r["repeat"])): sweep / r["path"] for r in rows if r["status"] == "complete"}
-    reports = {k: build_report(v) for k, v in done.items()}
-    busy = sum(1 for r in rows if r.get("machine_contention"))
-    cells = {f"{d}|{t}|{s}": _cell() for d in DESIGNS for t in SLOWER for s in STATS}
-    labels = {key: label for key, label, _ in ARM_TESTS}
-    for t, slower in SLOWER.items():
-        reps = [r for r in range(repeats) if ("base", r) in reports and (t, r) in reports]
-        for r in reps:
-            pair = [reports[("base", r)], reports[(t, r)]]
-            for design, paired in (("1v1 unpaired", False), ("1v1 paired", True)):
-                c = compare_reports(pair, ["base", t], paired=paired)
-                by_key = {d.key: d for d in c.deltas[0]}
-                for s in STATS:
-                    key = s if paired else UNPAIRED_1V1.get(s)
-                    if key is None:
-                        continue
-                    _judge(cells[f"{design}|{t}|{s}"], _delta_verdict(by_key.get(key)), slower,
-                           s not in UNSIGNED)
-        for g in itertools.combinations(reps, 3):
-            arms = [[reports[("base", r)] for r in g], [reports[(t, r)] for r in g]]
-            for design, by_request in (("3v3 unpaired", False), ("3v3 paired", True)):
-                c = compare_arm_reports(arms, ["base", t], by_request=by_request)
-                for s in STATS:
-                    line = next((v for v in c.verdicts if v.startswith(f"{t} vs base, {labels[s]}:")), None)
-                    v = None if line is None or "95% CI" not in line else (
-                        "worse" if line.endswith(": worse") else "better" if line.endswith(": better")
-                        else "none")
-                    _judge(cells[f"{design}|{t}|{s}"], v, slower, s not in UNSIGNED)
+    return rows, {(r["target"], int(r["repeat"])): build_report(sweep / r["path"])
+                  for r in rows if r["status"] == "complete"}
+
+
+def count_sweep(sweep: Path, repeats: int, counter: Counter) -> dict[str, int]:
+    """The sweep designs' verdicts into ``counter``: runs made one after the other."""
+    rows, reports = _sweep_reports(sweep)
+    for t in SLOWER:
+        pairs = [(reports[("base", r)], reports[(t, r)]) for r in range(repeats)
+                 if ("base", r) in reports and (t, r) in reports]
+        for pair in pairs:
+            counter.pair("1v1 unpaired", t, pair, paired=False)
+            counter.pair("1v1 paired", t, pair)
+        counter.groups("3v3 unpaired", t, pairs, by_request=False)
+        counter.groups("3v3 paired", t, pairs)
+    return {"runs": len(rows), "complete": len(reports),
+            "contention_runs": sum(1 for r in rows if r.get("machine_contention"))}
+
+
+def count(sweep: Path, repeats: int) -> dict[str, Any]:
+    """Every design's verdicts on every slowed copy and the identical one."""
+    counter = Counter()
+    out: dict[str, Any] = count_sweep(sweep, repeats, counter) if sweep.is_dir() else {
+        "runs": 0, "complete": 0, "contention_runs": 0}
     lanes = sweep.parent / "lanes"
-    lane_busy = count_lanes(lanes, repeats, cells) if lanes.is_dir() else 0
-    lane_runs = sum(1 for _ in lanes.glob("*/r*/lane-*/run.json")) if lanes.is_dir() else 0
-    return {"runs": len(rows), "complete": len(done), "contention_runs": busy, "cells": cells,
-            "lane_runs": lane_runs, "lane_contention_runs": lane_busy}
+    out["lane_contention_runs"] = count_lanes(lanes, repeats, counter) if lanes.is_dir() else 0
+    out["lane_runs"] = sum(1 for _ in lanes.glob("*/r*/lane-*/run.json")) if lanes.is_dir() else 0
+    return out | counter.result()
 
 
 def _rate(c: dict[str, int], key: str) -> str:
@@ -244,96 +301,145 @@ def _rate(c: dict[str, int], key: str) -> str:
     return f"{c[key]}/{c['tested']}"
 
 
+def _cell_of(cells: dict[str, Any], key: str, s: str) -> dict[str, int]:
+    """A cell of a results file, by the statistic's key or the one older files used."""
+    return cells.get(f"{key}|{s}") or cells.get(f"{key}|{OLD_KEYS.get(s, s)}", _cell())
+
+
+def _row(phase: str, design: str, s: str, cells: dict[str, Any]) -> str | None:
+    row = [_cell_of(cells, f"{design}|{t}", s) for t in SLOWER]
+    if not any(c["tested"] or c["refused"] for c in row):
+        return None
+    wrong = sum(c["wrong"] for c in row[1:])
+    tested = sum(c["tested"] for c in row[1:])
+    return "| " + " | ".join([phase, design, STATS[s], _rate(row[0], "wrong"),
+                               *(_rate(c, "right") for c in row[1:]),
+                               "n/a" if s in UNSIGNED else f"{wrong}/{tested}",
+                               str(sum(c["refused"] for c in row))]) + " |"
+
+
 def table(results: dict[str, Any]) -> str:
     """The Markdown table of docs/metrics.md: per phase, design and statistic, false positives
     on the identical copy, detections (right sign) of each slowdown, and wrong signs."""
     head = ["phase", "design", "statistic", "false pos. (identical)",
             *(f"detected {p}% slower" for p in SLOWER.values() if p), "wrong sign", "refused"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for phase in results["phases"]:
-        cells = results[phase]["cells"]
-        for design in DESIGNS:
-            for s, label in STATS.items():
-                row = [cells.get(f"{design}|{t}|{s}")
-                       or cells.get(f"{design}|{t}|{OLD_KEYS.get(s, s)}", _cell()) for t in SLOWER]
-                if not any(c["tested"] or c["refused"] for c in row):
-                    continue
-                fp = row[0]
-                det = [_rate(c, "right") for c in row[1:]]
-                wrong = sum(c["wrong"] for c in row[1:])
-                tested = sum(c["tested"] for c in row[1:])
-                refused = sum(c["refused"] for c in row)
-                lines.append("| " + " | ".join([phase, design, label, _rate(fp, "wrong"), *det,
-                                                 "n/a" if s in UNSIGNED else f"{wrong}/{tested}",
-                                                 str(refused)]) + " |")
-    return "\n".join(lines) + "\n"
+    rows = (_row(ph, d, s, results[ph]["cells"]) for ph in results["phases"] for d in DESIGNS for s in STATS)
+    return "\n".join([*lines, *(r for r in rows if r is not None)]) + "\n"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=6, help="repeats of every target per phase (default 6)")
-    ap.add_argument("--phases", default="quiet,busy", help="quiet, busy or both (default)")
-    ap.add_argument("--sessions", type=int, default=8, help="concurrent sessions per run (default 8)")
-    ap.add_argument("--speedup", type=float, default=10.0)
-    ap.add_argument("--duration", type=float, default=8.0, help="seconds per run (default 8)")
-    ap.add_argument("--multiplier", type=int, default=1,
-                    help="copies of every session (more requests a run; give the time they need)")
-    ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
-                    help="CPU burner processes in the busy phase (default: one per core)")
-    ap.add_argument("--keep", default=None, help="keep the runs in this folder")
-    ap.add_argument("--json", default=None, help="write the figures here")
-    ap.add_argument("--table", default=None, help="print the table of this results file and exit")
-    ap.add_argument("--recount", default=None,
-                    help="recount the verdicts of the runs kept in --keep into this results file")
-    ap.add_argument("--lanes-only", action="store_true",
-                    help="with --keep holding a previous run's sweeps: add the interleaved lanes")
-    ap.add_argument("--verbose", action="store_true")
-    args = ap.parse_args()
-    if args.table:
-        print(table(json.loads(Path(args.table).read_text())), end="")
-        return 0
-    if args.lanes_only:
-        from bench_false_positive import cpu_burner
+TARGET_DESIGNS = ("3v3 paired", "1v1 interleaved", "3v3 interleaved")
+"""The paired designs whose detection of a 10% slowdown the summary states."""
 
-        for i, phase in enumerate(("quiet", "busy")):
-            if phase == "busy":
-                with cpu_burner(args.burners):
-                    run_lanes_phase(Path(args.keep) / phase, args, seed=200 + i)
-            else:
-                run_lanes_phase(Path(args.keep) / phase, args, seed=200 + i)
-        return 0
-    if args.recount:
-        results = json.loads(Path(args.recount).read_text())
-        for phase in results["phases"]:
-            results[phase] |= count(Path(args.keep) / phase / "sweep", results["args"]["repeats"])
-        Path(args.recount).write_text(json.dumps(results, indent=2) + "\n")
-        print(table(results), end="")
-        return 0
+
+def _sum(cells: dict[str, Any], keys: Any, field: str) -> tuple[int, int]:
+    got = [cells[k] for k in keys if k in cells]
+    return sum(c[field] for c in got), sum(c["tested"] for c in got)
+
+
+def summary(results: dict[str, Any]) -> str:
+    """The sentences beside the table: the setup, the host, false positives and wrong signs,
+    and the detection of a 10% decode slowdown at P90 TPS (= 1 / TPOT P90)."""
+    a = results["args"]
+    out = [f"{a['repeats']} repeats of each copy, {a['sessions']} sessions at once at speedup "
+           f"{a['speedup']:g}, sending for at most {a['duration']:g} s: "
+           f"{results[results['phases'][0]].get('requests_per_run', 0)} requests a run. "
+           f"Load average {results['load_before'][0]:.1f} before the first phase."]
+    for ph in results["phases"]:
+        r, cells = results[ph], results[ph]["cells"]
+        fp = _sum(cells, [k for k in cells if "|same|" in k], "wrong")
+        wrong = _sum(cells, [k for k in cells if "|same|" not in k and not k.endswith(tuple(UNSIGNED))],
+                     "wrong")
+        det = [f"{'{}/{}'.format(*_sum(cells, [f'{d}|slow10|p90_tps'], 'right'))} ({d})"
+               for d in TARGET_DESIGNS]
+        out.append(f"{ph.capitalize()}: host contention in {r['contention_runs']} of {r['runs']} "
+                   f"sweep runs and {r['lane_contention_runs']} of {r['lane_runs']} lane runs; "
+                   f"{fp[0]} false positives in {fp[1]} verdicts on the identical copy, "
+                   f"{wrong[0]} wrong signs in {wrong[1]} on the slower ones; a 10% slowdown "
+                   f"found at P90 TPS in {', '.join(det)}.")
+    return "\n".join(out) + "\n"
+
+
+def doc_block(path: str, results: dict[str, Any]) -> str:
+    """docs/metrics.md's generated part: the marker naming the results file, the summary and
+    the table."""
+    return (f"<!-- power table: {path} -->\n{summary(results)}\n{table(results)}"
+            "<!-- end power table -->")
+
+
+DOC_BLOCK = re.compile(r"<!-- power table: (\S+) -->\n.*?<!-- end power table -->", re.S)
+
+
+def write_doc(doc: Path, results: Path) -> None:
+    """Replace the generated part of ``doc`` by the one of results file ``results``."""
+    text = doc.read_text()
+    if not DOC_BLOCK.search(text):
+        raise SystemExit(f"{doc}: no '<!-- power table: ... -->' block to replace")
+    path = Path(os.path.relpath(results.resolve(), ROOT)).as_posix()
+    block = doc_block(path, json.loads(results.read_text()))
+    doc.write_text(DOC_BLOCK.sub(lambda _: block, text, count=1))
+
+
+def run_phases(args: argparse.Namespace) -> dict[str, Any]:
+    """Both phases: the sweep and the lanes, quiet, then beside a CPU burner per core."""
     from bench_false_positive import cpu_burner
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    kept = ("json", "keep", "table", "recount", "lanes_only")
+    kept = ("json", "keep", "table", "recount", "doc")
     results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k not in kept},
                                "phases": phases, "cpus": os.cpu_count(),
                                "load_before": os.getloadavg()}
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-power-"))
     for i, phase in enumerate(phases):
         t0 = time.monotonic()
-        if phase == "busy":
-            with cpu_burner(args.burners):
-                sweep = run_sweep_phase(base / phase, args, seed=200 + i)
-                run_lanes_phase(base / phase, args, seed=200 + i)
-        else:
+        with cpu_burner(args.burners if phase == "busy" else 0):
             sweep = run_sweep_phase(base / phase, args, seed=200 + i)
             run_lanes_phase(base / phase, args, seed=200 + i)
         results[phase] = count(sweep, args.repeats) | {"wall_s": round(time.monotonic() - t0, 1),
                                                         "load_after": os.getloadavg()}
-        print(f"{phase}: {results[phase]['complete']}/{results[phase]['runs']} runs complete, "
-              f"{results[phase]['contention_runs']} with host contention, "
-              f"{results[phase]['wall_s']} s", file=sys.stderr)
+        print(f"{phase}: {results[phase]['complete']}/{results[phase]['runs']} sweep runs complete, "
+              f"{results[phase]['contention_runs']} and {results[phase]['lane_contention_runs']} "
+              f"lane runs with host contention, {results[phase]['wall_s']} s", file=sys.stderr)
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=6, help="repeats of every target per phase (default 6)")
+    ap.add_argument("--phases", default="quiet,busy", help="quiet, busy or both (default)")
+    ap.add_argument("--sessions", type=int, default=16, help="concurrent sessions per run (default 16)")
+    ap.add_argument("--speedup", type=float, default=10.0)
+    ap.add_argument("--duration", type=float, default=30.0,
+                    help="most seconds a run sends requests (default 30: a cap, runs end sooner)")
+    ap.add_argument("--multiplier", type=int, default=2,
+                    help="copies of every session (more requests a run; give the time they need)")
+    ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
+                    help="CPU burner processes in the busy phase (default: one per core)")
+    ap.add_argument("--keep", default=None, help="keep the runs in this folder")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--table", default=None, help="print the table of this results file and exit")
+    ap.add_argument("--doc", default=None,
+                    help="put this results file's summary and table into docs/metrics.md and exit")
+    ap.add_argument("--recount", default=None,
+                    help="recount the verdicts of the runs kept in --keep into this results file")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    if args.table:
+        results = json.loads(Path(args.table).read_text())
+        print(summary(results) + "\n" + table(results), end="")
+        return 0
+    if args.doc:
+        write_doc(ROOT / "docs" / "metrics.md", Path(args.doc))
+        return 0
+    if args.recount:
+        results = json.loads(Path(args.recount).read_text())
+        for phase in results["phases"]:
+            results[phase] |= count(Path(args.keep) / phase / "sweep", results["args"]["repeats"])
+    else:
+        results = run_phases(args)
     print(table(results), end="")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.json or args.recount:
+        Path(args.json or args.recount).write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

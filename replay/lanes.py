@@ -2,7 +2,8 @@
 
 Each target gets the whole plan, as a run of its own would give it (the same sessions, the
 same schedule, the same prompt salt), and the lanes run at the same time, each in its own
-process, into OUTPUT/lane-1, OUTPUT/lane-2, .... The load each target sees is the load of a
+process, into OUTPUT/lane-1, OUTPUT/lane-2, ..., starting their plans together (each
+waits for the others' imports). The load each target sees is the load of a
 run against it alone; what the lanes share is this host: its CPU and its noise. That is the
 point: a busy moment of the host falls on every lane at once, and since the lanes replay
 one plan, ``compare`` pairs their requests by identity (``analysis.paired``) and the host's
@@ -18,12 +19,17 @@ import multiprocessing
 import os
 import secrets
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent_replay.errors import InputError
 from agent_replay.replay.config import RunConfig
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Barrier
 
 
 def lane_configs(config: RunConfig, targets: Sequence[str]) -> list[RunConfig]:
@@ -40,33 +46,57 @@ def lane_configs(config: RunConfig, targets: Sequence[str]) -> list[RunConfig]:
             for i, t in enumerate(targets)]
 
 
-def _lane(config: RunConfig) -> None:
+START_TIMEOUT_S = 120.0
+"""Longest a lane waits for the others to be ready before it starts alone."""
+
+
+def _lane(config: RunConfig, ready: Barrier) -> None:
     from agent_replay.replay.run import run
 
+    # Every lane starts its plan once all have imported what they need: the lanes' clocks
+    # start together, not one process start apart (seconds on a loaded host), so the same
+    # moment of the host falls on the same point of both plans.
+    try:
+        ready.wait(START_TIMEOUT_S)
+    except threading.BrokenBarrierError:  # a lane died or hung before its start: go alone
+        pass
     # the lane's summary is written into its folder; its exit status says how it ended
     sys.exit(run(config).exit_code)
+
+
+def _start(configs: Sequence[RunConfig], ready: Barrier) -> Sequence[multiprocessing.process.BaseProcess]:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_lane, args=(c, ready), name=f"lane-{i + 1}")
+             for i, c in enumerate(configs)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _exit_code(procs: Sequence[multiprocessing.process.BaseProcess]) -> int:
+    """The worst exit code of the lanes: 130 when any was interrupted, at least 1 when one
+    was killed by a signal."""
+    codes = [p.exitcode if p.exitcode is not None else 1 for p in procs]
+    code = 130 if 130 in codes else max((c for c in codes if c >= 0), default=1)
+    return max(code, 1) if any(c < 0 for c in codes) else code
 
 
 def run_lanes(config: RunConfig, targets: Sequence[str]) -> tuple[list[str], int]:
     """Run every lane at once (a process each); the lanes' folders and the worst exit code
     (130 when any was interrupted)."""
     configs = lane_configs(config, targets)
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_lane, args=(c,), name=f"lane-{i + 1}") for i, c in enumerate(configs)]
-    for p in procs:
-        p.start()
+    folders = [c.output or "" for c in configs]
+    # the barrier lives here until the lanes end: a child rebuilds it from its name
+    ready = multiprocessing.get_context("spawn").Barrier(len(configs))
+    procs = _start(configs, ready)
     try:
         for p in procs:
             p.join()
     except KeyboardInterrupt:  # the lanes got the terminal's SIGINT too: let them finish writing
         for p in procs:
             p.join()
-        return [c.output or "" for c in configs], 130
-    codes = [p.exitcode if p.exitcode is not None else 1 for p in procs]
-    code = 130 if 130 in codes else max((c for c in codes if c >= 0), default=1)
-    if any(c < 0 for c in codes):  # killed by a signal
-        code = max(code, 1)
-    return [c.output or "" for c in configs], code
+        return folders, 130
+    return folders, _exit_code(procs)
 
 
 def lanes_line(folders: Sequence[str]) -> str:

@@ -69,6 +69,28 @@ def test_paired_interval_by_hand() -> None:
     assert s.change == pytest.approx(10 / 11 - 1) and s.high == pytest.approx(10 / 11 - 1)
 
 
+def test_run_pairs_are_averaged_on_the_log_scale_by_hand() -> None:
+    # two run pairs of two one-pair sessions; the median (nearest rank, the 1st of 2) moves
+    # 10 -> 11 ms in the first and 10 -> 12 ms in the second. The statistic is the mean of
+    # the log ratios, sqrt(1.1 x 1.2) - 1 (a median pooled over both, 10 -> 12 ms, would say
+    # +20%); every resample of either run pair keeps its ratio, so the interval is that point.
+    stat = PairedStat("ttft_p50_ms", "TTFT P50", "ttft", 50.0, "nearest", False, False)
+    s = np.array([0, 1])
+    one = Pairs(s, np.array([0.0, 1.0]), {"ttft": np.array([10e6, 20e6])}, {"ttft": np.array([11e6, 22e6])})
+    two = Pairs(s, np.array([0.0, 1.0]), {"ttft": np.array([10e6, 20e6])}, {"ttft": np.array([12e6, 24e6])})
+    (x,) = paired_intervals([one, two], stats=[stat], min_clusters=4)
+    assert x.change == pytest.approx(math.sqrt(1.1 * 1.2) - 1)
+    assert (x.base, x.value) == (pytest.approx(10.0), pytest.approx(math.sqrt(11 * 12)))
+    assert x.low == pytest.approx(x.change) and x.high == pytest.approx(x.change) and x.p == 0.0
+    assert (x.pairs, x.clusters) == (4, 4)
+    # a run pair with fewer pairs than the percentile needs: no interval, and it says so
+    big = Pairs(np.arange(12), np.arange(12.0), {"tpot": np.full(12, 10e6)}, {"tpot": np.full(12, 11e6)})
+    small = Pairs(np.arange(5), np.arange(5.0), {"tpot": np.full(5, 10e6)}, {"tpot": np.full(5, 11e6)})
+    (y,) = paired_intervals([big, small], stats=[P90_TPOT])
+    assert y.low is None and y.change == pytest.approx(10 / 11 - 1)
+    assert y.note == "no interval: 5 pairs in 17 sessions, it needs 10 pairs in each run pair in 4 sessions"
+
+
 def _population(rng: np.random.Generator, sessions: int, per: int, ratio: float
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TPOT pairs with a session level, per-request noise, and a target effect that varies by

@@ -43,3 +43,20 @@ def test_two_lanes_at_once_give_a_paired_comparison(tmp_path: Path,
     assert metas[0]["target"]["url"] != metas[1]["target"]["url"]
     assert "paired: 32 requests in 8 sessions" in out
     assert "compare them: agent-replay compare" in out
+
+
+@pytest.mark.timing
+def test_lanes_start_their_plans_together(tmp_path: Path) -> None:
+    # each lane waits for the others' imports before its plan starts, so the two runs share
+    # their wall time (what ``compare`` needs to pair them under host contention)
+    from agent_replay.analysis.paired import simultaneous
+    from agent_replay.replay.lanes import run_lanes
+
+    rows = chain_rows(4, 6, gap_ns=100 * MS, think_ns=100 * MS, input_tokens=120, output_tokens=12)
+    trace = write_rows(tmp_path / "t.parquet", rows)
+    with SimProcess("fast") as a, SimProcess("fast") as b:
+        folders, code = run_lanes(RunConfig(trace=str(trace), target="", output=str(tmp_path / "ab"),
+                                            scrape_interval_s=0, progress=False), [a.url, b.url])
+    assert code == 0
+    metas = [json.loads((Path(f) / "run.json").read_text()) for f in folders]
+    assert simultaneous(metas[0], metas[1])
