@@ -175,6 +175,22 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
         f"ok {stats.ok:,}  {outcomes.text(stats.errors).replace(',', ' ')}  "
         f"warmup {stats.warmup:,}  "
         f"output {recent:,.0f} tok/s (10 s)"))
+    parts.append(_latency_table(stats))
+    parts.append(Text("* too few samples; TPS column Pxx = speed reached by xx% of requests",
+                      style="dim"))
+    spark_w = max(10, width - 26)
+    parts.append(Text(f"output tok/s {sparkline(tok.tolist(), spark_w)} "
+                      f"{(tok.max() if tok.size else 0):,.0f} max"))
+    parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
+                      f"{(req.max() if req.size else 0):,.1f} max"))
+    errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
+    parts.append(safe.text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    parts += _state_lines(stats, machine, server_gauges, gpu_line)
+    return Group(*parts)
+
+
+def _latency_table(stats: LiveStats) -> Table:
+    """The live percentiles (``*``: too few samples for it) and request TPS from TPOT's."""
     t = Table(show_edge=False, pad_edge=False, expand=False, box=None, header_style="bold")
     t.add_column("metric (ms)")
     t.add_column("count", justify="right")
@@ -191,44 +207,55 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     tv = tp.percentiles()
     tps = ["-" if tv[p] in (None, 0) else f"{1e9 / tv[p]:,.1f}" for p in PERCENTILES]  # type: ignore[operator]
     t.add_row("req TPS (tok/s)", f"{tp.count:,}", *tps, "")
-    parts.append(t)
-    parts.append(Text("* too few samples; TPS column Pxx = speed reached by xx% of requests",
-                      style="dim"))
-    spark_w = max(10, width - 26)
-    parts.append(Text(f"output tok/s {sparkline(tok.tolist(), spark_w)} "
-                      f"{(tok.max() if tok.size else 0):,.0f} max"))
-    parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
-                      f"{(req.max() if req.size else 0):,.1f} max"))
-    errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
-    parts.append(safe.text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    return t
+
+
+def _state_lines(stats: LiveStats, machine: Any, server_gauges: Mapping[str, float] | None,
+                 gpu_line: str) -> list[Text]:
+    """Inexact counts, tokens per chunk, the load generator and its self-check, the
+    server's gauges and the GPUs: each line only when it has something to say."""
+    lines = []
     if stats.inexact:
-        parts.append(Text(inexact_line(stats.inexact), style="yellow"))
-    n_chunks = sum(stats.tokens_per_chunk.values())
-    if n_chunks:
-        tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(
-            stats.tokens_per_chunk.items())[:8])
-        mean = sum(k * v for k, v in stats.tokens_per_chunk.items()) / n_chunks
-        parts.append(Text(f"tokens/chunk: {tpc}  mean {mean:.2f}"))
+        lines.append(Text(inexact_line(stats.inexact), style="yellow"))
+    if sum(stats.tokens_per_chunk.values()):
+        lines.append(_chunks_line(stats.tokens_per_chunk))
+    lines.append(_load_generator_line(stats))
+    check = self_check(stats, machine)
+    if check.line:
+        lines.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
+                          style="bold red" if check.bottleneck else "yellow"))
+    if server_gauges:
+        lines.append(_server_line(server_gauges))
+    if gpu_line:  # engines.telemetry.gauges.line
+        lines.append(Text(gpu_line))
+    return lines
+
+
+def _chunks_line(tokens_per_chunk: Mapping[int, int]) -> Text:
+    """The share of chunks per token count (the first 8) and the mean."""
+    n_chunks = sum(tokens_per_chunk.values())
+    tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(tokens_per_chunk.items())[:8])
+    mean = sum(k * v for k, v in tokens_per_chunk.items()) / n_chunks
+    return Text(f"tokens/chunk: {tpc}  mean {mean:.2f}")
+
+
+def _server_line(server_gauges: Mapping[str, float]) -> Text:
+    return Text("server: " + "  ".join(
+        f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
+        f"{label} {server_gauges[name]:,.0f}"
+        for name, label in GAUGES.items() if name in server_gauges))
+
+
+def _load_generator_line(stats: LiveStats) -> Text:
+    """Schedule and loop lag, the workers' CPU, early sends and dropped samples."""
     sl = stats.hists["schedule_lag"].percentiles([50.0, 99.0])
     ll = stats.hists["loop_lag"].percentiles([99.0])
     cpu = " ".join(f"{c:.0f}%" for c in stats.cpu_percent[:8]) or "-"
     dropped = sum(h.dropped for h in stats.hists.values())
-    parts.append(Text(f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
-                      f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
-                      + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
-                      + (f"  dropped samples {dropped}" if dropped else "")))
-    check = self_check(stats, machine)
-    if check.line:
-        parts.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
-                          style="bold red" if check.bottleneck else "yellow"))
-    if server_gauges:
-        parts.append(Text("server: " + "  ".join(
-            f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
-            f"{label} {server_gauges[name]:,.0f}"
-            for name, label in GAUGES.items() if name in server_gauges)))
-    if gpu_line:  # engines.telemetry.gauges.line
-        parts.append(Text(gpu_line))
-    return Group(*parts)
+    return Text(f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
+                f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
+                + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
+                + (f"  dropped samples {dropped}" if dropped else ""))
 
 
 def progress_line(stats: LiveStats, total_requests: int | None = None, machine: Any = None,
