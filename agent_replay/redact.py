@@ -21,7 +21,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
@@ -76,23 +76,40 @@ def redact_url(url: str) -> str:
     return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
 
 
+def _shown_header(name: Any, value: Any) -> bool:
+    """Whether a header's value is written as it is: a safe name, or nothing to hide."""
+    return str(name).lower() in SAFE_HEADERS or value in (None, "")
+
+
+def _redact_header_pair(pair: Any) -> Any:
+    if isinstance(pair, (list, tuple)) and len(pair) == 2:
+        name, value = pair
+        return [name, redact(value) if _shown_header(name, value) else REDACTED]
+    return REDACTED
+
+
 def redact_headers(headers: Any) -> Any:
     """Headers (a mapping or ``(name, value)`` pairs) to write: the value of every name not
     in ``SAFE_HEADERS`` replaced by ``REDACTED``."""
     if isinstance(headers, Mapping):
-        return {k: v if str(k).lower() in SAFE_HEADERS or v in (None, "") else REDACTED
-                for k, v in headers.items()}
+        return {k: v if _shown_header(k, v) else REDACTED for k, v in headers.items()}
     if isinstance(headers, (list, tuple)):
-        out: list[Any] = []
-        for pair in headers:
-            if isinstance(pair, (list, tuple)) and len(pair) == 2:
-                name, value = pair
-                safe = str(name).lower() in SAFE_HEADERS or value in (None, "")
-                out.append([name, redact(value) if safe else REDACTED])
-            else:
-                out.append(REDACTED)
-        return out
+        return [_redact_header_pair(pair) for pair in headers]
     return REDACTED if headers not in (None, "") else headers
+
+
+def _redact_field(key: Any, value: Any) -> Any:
+    if is_secret_key(str(key)) and value not in (None, ""):
+        return REDACTED
+    if str(key).lower().endswith("headers"):
+        return redact_headers(value)
+    return redact(value)
+
+
+def _is_secret_pair(obj: list[Any] | tuple[Any, ...]) -> bool:
+    """A ``(name, value)`` pair of strings whose name is a credential's."""
+    return len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], str) \
+        and is_secret_key(obj[0])
 
 
 def redact(obj: Any) -> Any:
@@ -101,14 +118,9 @@ def redact(obj: Any) -> Any:
     values of a field named ``headers`` (or ``*_headers``) kept only for ``SAFE_HEADERS``,
     URL user-info removed from every string."""
     if isinstance(obj, Mapping):
-        return {k: REDACTED if is_secret_key(str(k)) and v not in (None, "")
-                else redact_headers(v) if str(k).lower().endswith("headers") else redact(v)
-                for k, v in obj.items()}
+        return {k: _redact_field(k, v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        if len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], str) \
-                and is_secret_key(obj[0]):
-            return [obj[0], REDACTED]
-        return [redact(v) for v in obj]
+        return [obj[0], REDACTED] if _is_secret_pair(obj) else [redact(v) for v in obj]
     if isinstance(obj, str) and "@" in obj and "://" in obj:
         return _USERINFO.sub(r"\1", obj)
     return obj
@@ -120,40 +132,51 @@ def header_secrets(headers: Iterable[tuple[str, str]]) -> list[str]:
     return secret_forms(v for k, v in headers if k.lower() not in SAFE_HEADERS and v)
 
 
+def _basic_parts(token: str) -> list[str]:
+    """The decoded ``user:pass`` of a ``Basic`` token and its parts (none when it does not
+    decode)."""
+    try:
+        pair = base64.b64decode(token, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return []
+    if not pair:
+        return []
+    user, _, password = pair.partition(":")
+    return [pair, user, password]
+
+
+def _plain_forms(value: str) -> list[str]:
+    """A header value, the token of its ``SCHEME TOKEN`` and, for ``Basic``, its parts."""
+    value = value.strip()
+    if not value:
+        return []
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    if not token:
+        return [value]
+    return [value, token, *(_basic_parts(token) if scheme.lower() == "basic" else [])]
+
+
+def _encoded_forms(s: str) -> list[str]:
+    """``s`` base64-encoded (with and without padding, standard and URL-safe),
+    percent-encoded and JSON-escaped."""
+    raw = s.encode()
+    out: list[str] = []
+    for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        out += [enc.decode(), enc.decode().rstrip("=")]
+    return out + [quote(s, safe=""), quote_plus(s), json.dumps(s)[1:-1]]
+
+
 def secret_forms(values: Iterable[str]) -> list[str]:
     """Each value as a server may echo it: itself, the token of ``Bearer TOKEN`` (any
     ``SCHEME TOKEN``), for ``Basic`` the decoded ``user:pass`` and its parts; and each of
     those base64-encoded (with and without padding, standard and URL-safe), percent-encoded
     and JSON-escaped."""
-    plain: list[str] = []
-    for value in values:
-        value = value.strip()
-        if not value:
-            continue
-        plain.append(value)
-        scheme, _, token = value.partition(" ")
-        token = token.strip()
-        if token:
-            plain.append(token)
-            if scheme.lower() == "basic":
-                try:
-                    pair = base64.b64decode(token, validate=True).decode()
-                except (binascii.Error, UnicodeDecodeError):
-                    pair = ""
-                if pair:
-                    user, _, password = pair.partition(":")
-                    plain += [pair, user, password]
+    plain = [form for value in values for form in _plain_forms(value)]
     out = set(plain)
     for s in plain:
-        if len(s) < _MIN_SECRET:
-            continue
-        raw = s.encode()
-        for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
-            out.add(enc.decode())
-            out.add(enc.decode().rstrip("="))
-        out.add(quote(s, safe=""))
-        out.add(quote_plus(s))
-        out.add(json.dumps(s)[1:-1])
+        if len(s) >= _MIN_SECRET:
+            out.update(_encoded_forms(s))
     return sorted((s for s in out if len(s) >= _MIN_SECRET), key=len, reverse=True)
 
 
@@ -210,40 +233,48 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
     return redact_url(url), "Basic " + base64.b64encode(pair.encode()).decode()
 
 
+def _hidden(word: str) -> str:
+    return REDACTED
+
+
+def _secret_assignment(word: str) -> str:
+    """A ``NAME=VALUE`` or ``NAME: VALUE`` word with its value redacted when the name is a
+    credential's."""
+    for sep in ("=", ":"):
+        name, found, value = word.partition(sep)
+        if found and value and is_secret_key(name.strip()):
+            return f"{name}{sep}{' ' if value.startswith(' ') else ''}{REDACTED}"
+    return word
+
+
+def _argv_word(word: str) -> tuple[str, Callable[[str], str] | None]:
+    """(a word of a command line to record, how to record the word after it when this one
+    decides that: hidden after a credential option, as a header after ``--header``)."""
+    if word.startswith("--header="):
+        return "--header=" + _header_word(word[len("--header="):]), None
+    if word in ("--header", "-H"):
+        return word, _header_word
+    if word.startswith("--"):
+        name, eq, _ = word[2:].partition("=")
+        if is_secret_key(name):
+            return (f"--{name}={REDACTED}", None) if eq else (word, _hidden)
+    return redact(_secret_assignment(word)), None
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """A command line to record: the value of every credential-named option (``--api-key
     KEY``, ``--api-key=KEY``), of a ``NAME=VALUE`` or ``NAME: VALUE`` word whose name is a
     credential (``--header Authorization=...``) replaced by ``REDACTED``; URL user-info
     removed."""
     out: list[str] = []
-    hide_next = False
-    header_next = False
+    next_word: Callable[[str], str] | None = None
     for word in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if header_next or word.startswith("--header="):
-            head, eq, item = word.partition("=") if not header_next else ("", "", word)
-            out.append((f"{head}=" if eq else "") + _header_word(item))
-            header_next = False
-            continue
-        if word in ("--header", "-H"):
-            out.append(word)
-            header_next = True
-            continue
-        if word.startswith("--"):
-            name, eq, _ = word[2:].partition("=")
-            if is_secret_key(name):
-                out.append(f"--{name}={REDACTED}" if eq else word)
-                hide_next = not eq
-                continue
-        for sep in ("=", ":"):
-            name, found, value = word.partition(sep)
-            if found and value and is_secret_key(name.strip()):
-                word = f"{name}{sep}{' ' if value.startswith(' ') else ''}{REDACTED}"
-                break
-        out.append(redact(word))
+        if next_word is not None:
+            out.append(next_word(word))
+            next_word = None
+        else:
+            shown, next_word = _argv_word(word)
+            out.append(shown)
     return out
 
 

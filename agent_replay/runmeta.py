@@ -137,6 +137,26 @@ class SelfCheckRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The plain fields of a run.json mapping, each read leniently (a wrong type reads as
+    the field's default)."""
+    kw: dict[str, Any] = {name: None if d.get(name) is None else str(d.get(name))
+                          for name in ("status", "run_id", "error", "load_generator_warning",
+                                       "gpus_source")}
+    kw["results_schema_version"] = _int(d.get("results_schema_version"), None)
+    kw["salt"] = _int(d.get("salt"), None)
+    kw["warmup_ns"] = _int(d.get("warmup_ns"), 0)
+    gpus = d.get("gpus")
+    kw["gpus"] = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None
+    w = d.get("warnings")
+    kw["warnings"] = [str(x) for x in w] if isinstance(w, list) else []
+    kw["load_generator_bottleneck"] = bool(d.get("load_generator_bottleneck"))
+    kw["machine_contention"] = bool(d.get("machine_contention"))
+    v = d.get("valid")
+    kw["valid"] = v if isinstance(v, bool) else None
+    return kw
+
+
 @dataclass
 class RunMeta:
     """One run's run.json."""
@@ -200,20 +220,7 @@ class RunMeta:
             kw[name] = _table(d.get(name))
         for name in cls.OPTIONAL_MAPPINGS:
             kw[name] = _table(d[name]) if isinstance(d.get(name), Mapping) else None
-        kw["results_schema_version"] = _int(d.get("results_schema_version"), None)
-        for name in ("status", "run_id", "error", "load_generator_warning", "gpus_source"):
-            v = d.get(name)
-            kw[name] = None if v is None else str(v)
-        kw["salt"] = _int(d.get("salt"), None)
-        kw["warmup_ns"] = _int(d.get("warmup_ns"), 0)
-        gpus = d.get("gpus")
-        kw["gpus"] = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else None
-        w = d.get("warnings")
-        kw["warnings"] = [str(x) for x in w] if isinstance(w, list) else []
-        kw["load_generator_bottleneck"] = bool(d.get("load_generator_bottleneck"))
-        kw["machine_contention"] = bool(d.get("machine_contention"))
-        v = d.get("valid")
-        kw["valid"] = v if isinstance(v, bool) else None
+        kw.update(_scalars(d))
         known = {f.name for f in dataclasses.fields(cls)} | {"run_meta_version"}
         kw["extra"] = {k: v for k, v in d.items() if k not in known}
         return cls(**kw)
@@ -332,10 +339,20 @@ def process_state(w: Mapping[str, Any] | None) -> str:
         return "gone"  # the host rebooted since
     st = _stat(pid)
     if st is not None:
-        if st[0] in ("Z", "X"):  # killed, not yet reaped
-            return "gone"
-        recorded = w.get("start_ticks")
-        return "alive" if recorded is None or str(recorded) == st[19] else "gone"
+        return _stat_state(st, w.get("start_ticks"))
+    return _signal_state(pid)
+
+
+def _stat_state(st: list[str], recorded: Any) -> str:
+    """``alive`` or ``gone`` from a process's ``/proc`` stat fields: gone when killed
+    (not yet reaped) or when its start time is not the one recorded (the pid was reused)."""
+    if st[0] in ("Z", "X"):
+        return "gone"
+    return "alive" if recorded is None or str(recorded) == st[19] else "gone"
+
+
+def _signal_state(pid: int) -> str:
+    """``alive`` or ``gone`` by signal 0, where ``/proc`` has no stat of the process."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -2,7 +2,8 @@
 not cause (JIT compilation, CUDA graph capture, an empty prefix cache), and a comparison that
 includes them can reverse its conclusion. ``cold_start`` flags a run when
 
-* nothing warmed the server before it (no ``--warmup`` window and no warm-up replay),
+* nothing warmed the server before it (no ``--warmup`` window, no warm-up request of its
+  own such as an AgentX warm-up phase's, and no warm-up replay),
 * the sweep's warm-up replay before it never became steady (``warmup.json``), or
 * its first window is an outlier: the median TPOT of requests sent in the first
   ``WINDOW_FRACTION`` of the run (at most ``WINDOW_MAX_S``) is ``RATIO`` times the rest's.
@@ -70,9 +71,11 @@ def unsteady_warmup(path: str | os.PathLike[str]) -> str | None:
 
 
 def cold_start(meta: RunMeta | Mapping[str, Any], per_request: pa.Table,
-               results_dir: str | os.PathLike[str] | None = None) -> str | None:
+               results_dir: str | os.PathLike[str] | None = None, warmup_rows: int = 0) -> str | None:
     """Why this run's start may be cold (None: no sign of it). A sweep's warm-up replay is
-    known from run.json (``options.warmed_up``) or from its folder beside the run's."""
+    known from run.json (``options.warmed_up``) or from its folder beside the run's;
+    ``warmup_rows``: the run's own warm-up requests (an AgentX warm-up phase, ``--warmup``),
+    which warmed the server when there are any."""
     why = start_outlier(per_request)
     if why:
         return why
@@ -80,7 +83,7 @@ def cold_start(meta: RunMeta | Mapping[str, Any], per_request: pa.Table,
     warm_dir = None if results_dir is None else Path(results_dir).with_name(Path(results_dir).name + ".warmup")
     if warm_dir is not None and (warm_dir / "warmup.json").exists():
         return unsteady_warmup(warm_dir / "warmup.json")
-    if not meta.warmup_ns and not meta.warmed_up:
+    if not meta.warmup_ns and not meta.warmed_up and not warmup_rows:
         return ("no warm-up: the server may have been cold at the start (use --warmup SECONDS, "
                 "or agent-replay sweep, which warms up before each run)")
     return None

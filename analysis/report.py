@@ -250,7 +250,7 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
     server = _server_summary(read_server_metrics(results_dir))
     from agent_replay.analysis.coldstart import cold_start
 
-    cold = cold_start(meta, stats.per_request, results_dir)
+    cold = cold_start(meta, stats.per_request, results_dir, warmup_rows=stats.requests["warmup"])
     warnings = _warnings(meta, stats) + ([f"warning: cold start: {cold}."] if cold else [])
     samples = read_gpu_telemetry(results_dir)
     head = headline(stats.tps, stats.inexact["requests"])

@@ -247,7 +247,7 @@ class Rule:
 
     ``kind``: ``first`` (no wait), ``next`` (``delay_ms`` after the stream's previous
     turn), ``child-first`` (a subagent's first turn: ``delay_ms`` after the spawning turn
-    ends), ``join`` (the moment the last awaited subagent ends when one outlives the
+    ends), ``child-at-send`` (``delay_ms`` after the spawning turn is sent), ``join`` (the moment the last awaited subagent ends when one outlives the
     parent's previous turn, else ``delay_ms`` after that turn) or ``after`` (``delay_ms``
     after the latest wait). ``barrier``: requests it is also held back for, sent the moment
     the last of them ends when that is later than its rule's time (AIPerf's recorded-interval
@@ -267,7 +267,12 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
 
     * a stream's next turn: ``delay_ms`` after the same stream's previous turn ends;
     * a child's first turn: dispatched when the spawning parent turn completes, plus the
-      child's recorded offset from its branch's ``start_timestamp_ms``;
+      child's recorded offset from its branch's ``start_timestamp_ms``; or, when the branch
+      started before the spawning turn's recorded end and that turn is a root
+      conversation's (``agent_depth`` 0, in a replay scope, with an ``api_time_ms`` above
+      0), when that turn is sent, plus the child's offset from the turn's
+      ``timestamp_ms`` (kind ``child-at-send``: its runtime's
+      ``BranchOrchestrator.on_credit_issued``);
     * a join turn (``spawn_join`` prerequisite): if the children are still running when the
       parent's previous turn ends, it is sent the moment they are done (no delay);
       otherwise its ``delay_ms`` after the previous turn (``kind`` ``join``);
@@ -283,6 +288,7 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
     branch_children: dict[str, list[str]] = {}
     branch_spawn: dict[str, Key] = {}
     branch_start: dict[str, float | None] = {}
+    spawn_turn: dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
     for c in convs.values():
         for b in c.get("branches") or []:
             branch_children[b["branch_id"]] = list(b.get("child_conversation_ids") or [])
@@ -290,6 +296,13 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
         for t in c["turns"]:
             for bid in t.get("branch_ids") or []:
                 branch_spawn[bid] = key_of(t)
+                spawn_turn[bid] = (c, t)
+    for bid, start in branch_start.items():  # as _branch_start_timestamp_ms falls back
+        if start is None:
+            firsts = [convs[k]["turns"][0].get("timestamp_ms") for k in branch_children[bid]
+                      if k in convs and convs[k]["turns"]]
+            known = [float(x) for x in firsts if x is not None]
+            branch_start[bid] = min(known) if known else None
     rules: dict[Key, Rule] = {}
     spawned_by: dict[str, str] = {}
     for bid, kids in branch_children.items():
@@ -308,11 +321,14 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
                     rules[k] = Rule(frozenset(), 0.0, "first", barrier)
                     continue
                 start = branch_start.get(bid)
+                origin = _overlap_origin(*spawn_turn[bid], start)
+                kind = "child-first" if origin is None else "child-at-send"
+                start = start if origin is None else origin
                 off = 0.0 if start is None or t.get("timestamp_ms") is None else \
                     max(0.0, float(t["timestamp_ms"]) - float(start))
                 kids = frozenset(key_of(convs[kid]["turns"][0]) for kid in branch_children[bid]
                                  if kid in convs and convs[kid]["turns"])
-                rules[k] = Rule(frozenset({branch_spawn[bid]}), off, "child-first", barrier, kids)
+                rules[k] = Rule(frozenset({branch_spawn[bid]}), off, kind, barrier, kids)
                 continue
             prev = key_of(turns[i - 1])
             if joins:
@@ -325,6 +341,20 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
                 continue
             rules[k] = Rule(frozenset({prev}), float(t.get("delay_ms") or 0.0), "next", barrier)
     return rules
+
+
+def _overlap_origin(conv: Mapping[str, Any], turn: Mapping[str, Any],
+                    branch_start: float | None) -> float | None:
+    """The spawning turn's ``timestamp_ms`` when AIPerf's runtime dispatches the branch at
+    that turn's send (``BranchOrchestrator.on_credit_issued``: a root conversation's turn in
+    a replay scope, with an ``api_time_ms`` above 0, and the branch's start before the
+    turn's recorded end); None otherwise."""
+    ts, api = turn.get("timestamp_ms"), turn.get("api_time_ms")
+    if conv.get("agent_depth", 0) != 0 or conv.get("replay_scope_id") is None:
+        return None
+    if ts is None or api is None or float(api) <= 0 or branch_start is None:
+        return None
+    return float(ts) if branch_start < float(ts) + float(api) else None
 
 
 OUR_KINDS = {"root": "first", "next": "next", "join": "join", "child": "child-first",
@@ -355,8 +385,9 @@ def ours_rules(plan: Plan, ix: TraceIndex, tree_idle_cap_ns: int | None = None) 
         keys = session_keys(s, ix)
         offsets, thinks = capped_times(s.requests, tree_idle_cap_ns)
         for p, r in enumerate(stream_rules(s.requests, offsets, thinks)):
+            kind = "child-at-send" if r.at_send else OUR_KINDS[r.kind]
             rules[keys[p]] = Rule(frozenset(keys[d] for d in s.requests[p].deps),
-                                  r.delay_ns / 1e6, OUR_KINDS[r.kind],
+                                  r.delay_ns / 1e6, kind,
                                   frozenset(keys[d] for d in r.barrier),
                                   frozenset(keys[d] for d in r.branch))
     return rules
@@ -443,8 +474,8 @@ class Gap:
 
 def measured_gaps(sent: Sequence[Sent], rules: Mapping[Key, Rule]) -> dict[Key, list[Gap]]:
     """Per request key, over every play it was measured in: the gap (ms) from the end of
-    the latest request it waits for (by ``rules``, the side's own plan) in the same play to
-    its send, beside the gap planned: the rule's delay, or 0 for a join whose latest
+    the latest request it waits for (by ``rules``, the side's own plan; for a
+    ``child-at-send``, from the spawning turn's send) in the same play to its send, beside the gap planned: the rule's delay, or 0 for a join whose latest
     awaited end is a subagent's (it goes at once). A request is left out when it is a
     warm-up, failed, or when any request it waits for was not sent in that play outside
     warm-up (the first request of a play, or one after a sampled start)."""
@@ -466,6 +497,8 @@ def measured_gaps(sent: Sequence[Sent], rules: Mapping[Key, Rule]) -> dict[Key, 
                 continue
             ends = {d.key: d.end_ns for d in deps if d is not None and d.end_ns is not None}
             latest = max(ends.values())
+            if rule.kind == "child-at-send":  # counts from the spawning turn's send
+                latest = max(d.send_ns for d in deps if d is not None)
             planned = rule.delay_ms
             if rule.kind == "join":
                 own = [e for d, e in ends.items() if play[d].stream == s.stream]

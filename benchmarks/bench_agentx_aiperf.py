@@ -403,7 +403,7 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> str:
                      f"{_fmt(max(0.0, others), 2)} | {_fmt(m.get('steal', math.nan) * 100, 0)}% | "
                      f"{'-' if not m else ('YES' if m.get('host_busy') else 'no')} |")
     c = res["coverage"]
-    L += ["", "## Schedule: gap after the awaited request's end, median per request, AIPerf - ours", "",
+    L += ["", "## Schedule: gap after the awaited request's end (a child-at-send: its spawning turn's send), median per request, AIPerf - ours", "",
           f"requests measured: AIPerf {c['aiperf_keys']}, ours {c['ours_keys']}, both {c['both']}", "",
           "| rule (AIPerf/ours) | n | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|"]
     for k, s in [("all", res["gaps"]["all"]), *res["gaps"]["by_kind"].items(),

@@ -304,6 +304,17 @@ class Watchdog:
                 out.append(fd)
         return out
 
+    def _ready(self, stale: list[int]) -> list[int]:
+        """Those of the ``stale`` descriptors with data waiting: polled in the standing set
+        when most transports are idle, else in a poll set of their own."""
+        if 2 * len(stale) > len(self.transports):
+            wanted = set(stale)
+            return [fd for fd, _ev in self._poll.poll(0) if fd in wanted]
+        p = select.poll()
+        for fd in stale:
+            p.register(fd, _READY)
+        return [fd for fd, _ev in p.poll(0)]
+
     def _check(self) -> None:
         self._timer = None
         if not self.transports or self.loop.is_closed():
@@ -311,22 +322,13 @@ class Watchdog:
         suspect = self._suspect
         seen: dict[int, int] = {}
         stale = self.stale()
-        if stale:
-            if 2 * len(stale) > len(self.transports):  # mostly idle: the standing set
-                wanted = set(stale)
-                ready = [fd for fd, _ev in self._poll.poll(0) if fd in wanted]
+        for fd in self._ready(stale) if stale else ():
+            t = self.transports[fd]
+            if suspect.get(fd) == t.reads:  # ready a whole period, and not read meanwhile
+                self.rearmed += 1
+                t.rearm()
             else:
-                p = select.poll()
-                for fd in stale:
-                    p.register(fd, _READY)
-                ready = [fd for fd, _ev in p.poll(0)]
-            for fd in ready:
-                t = self.transports[fd]
-                if suspect.get(fd) == t.reads:  # ready a whole period, and not read meanwhile
-                    self.rearmed += 1
-                    t.rearm()
-                else:
-                    seen[fd] = t.reads
+                seen[fd] = t.reads
         self._suspect = seen
         if self.transports:
             self._timer = self.loop.call_later(WATCHDOG_S, self._check)

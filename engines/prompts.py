@@ -108,18 +108,22 @@ class TokenPrompts:
                 cache.move_to_end((clone, h))
             out.append(arr)
         if missing:
-            span = np.uint64(self.vocab_size - self.low)
-            seeds = [block_seed(self.salt, clone, h) for h in missing]
-            rows = (splitmix64_rows(seeds, self.block_size) % span).astype(np.int64) + self.low
-            made = dict(zip(missing, rows, strict=True))
-            for i, h in enumerate(hash_ids):
-                if out[i] is None:
-                    out[i] = made[h]
-            for h, row in made.items():
-                cache[(clone, h)] = row
-            while len(cache) > self._cache_blocks:
-                cache.popitem(last=False)
+            made = self._make(list(missing), clone)
+            out = [made[h] if a is None else a for h, a in zip(hash_ids, out, strict=True)]
         return [a for a in out if a is not None]
+
+    def _make(self, hash_ids: list[int], clone: int) -> dict[int, np.ndarray]:
+        """New blocks for ``hash_ids``, in one pass, put in the cache (the least recently
+        used ones leave it)."""
+        span = np.uint64(self.vocab_size - self.low)
+        seeds = [block_seed(self.salt, clone, h) for h in hash_ids]
+        rows = (splitmix64_rows(seeds, self.block_size) % span).astype(np.int64) + self.low
+        made = dict(zip(hash_ids, rows, strict=True))
+        for h, row in made.items():
+            self._cache[(clone, h)] = row
+        while len(self._cache) > self._cache_blocks:
+            self._cache.popitem(last=False)
+        return made
 
     def uncached(self, hash_ids: Sequence[int], input_tokens: int, clone: int = 0) -> Sequence[int]:
         """The hash ids ``prompt`` would have to materialize block by block: those after
@@ -141,27 +145,36 @@ class TokenPrompts:
         if need == 0:
             return np.zeros(0, dtype=np.int64)
         full = input_tokens // bs
-        cache = self._prefixes
-        k = full
-        head: np.ndarray | None = None
-        while k > 0:
-            head = cache.get((clone, hash_ids[k - 1], k))
-            if head is not None:
-                cache.move_to_end((clone, hash_ids[k - 1], k))
-                break
-            k -= 1
+        k, head = self._longest_prefix(hash_ids, full, clone)
         parts = [head] if head is not None else []
         parts += self.blocks(hash_ids[k:need], clone)
         out = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
         if full > k and full >= 2:
-            pre = out[:full * bs].copy()  # the caller owns what it gets
-            pre.setflags(write=False)
-            cache[(clone, hash_ids[full - 1], full)] = pre
-            self._prefix_tokens += pre.size
-            while self._prefix_tokens > self.PREFIX_CACHE_TOKENS and len(cache) > 1:
-                _, old = cache.popitem(last=False)
-                self._prefix_tokens -= old.size
+            self._keep_prefix(out[:full * bs].copy(), hash_ids[full - 1], full, clone)
         return out[:input_tokens]
+
+    def _longest_prefix(self, hash_ids: Sequence[int], full: int, clone: int
+                        ) -> tuple[int, np.ndarray | None]:
+        """(k, the first k blocks joined) for the longest joined prefix held of at most
+        ``full`` blocks; (0, None) when none is held."""
+        for k in range(full, 0, -1):
+            key = (clone, hash_ids[k - 1], k)
+            head = self._prefixes.get(key)
+            if head is not None:
+                self._prefixes.move_to_end(key)
+                return k, head
+        return 0, None
+
+    def _keep_prefix(self, pre: np.ndarray, last_id: int, k: int, clone: int) -> None:
+        """Hold the first ``k`` blocks joined (the least recently used prefixes leave past
+        ``PREFIX_CACHE_TOKENS``)."""
+        pre.setflags(write=False)  # the caller owns what it gets: ``pre`` is a copy
+        cache = self._prefixes
+        cache[(clone, last_id, k)] = pre
+        self._prefix_tokens += pre.size
+        while self._prefix_tokens > self.PREFIX_CACHE_TOKENS and len(cache) > 1:
+            _, old = cache.popitem(last=False)
+            self._prefix_tokens -= old.size
 
 
 # --- text prompts -------------------------------------------------------------------
@@ -212,6 +225,79 @@ class TextPrompts:
 Counter = Callable[[str], Awaitable[int]]
 
 
+class _Fit:
+    """The search of ``fit_text``, its calls to the counter counted."""
+
+    def __init__(self, prefix: str, tail_words: Callable[[int], str], target: int,
+                 count: Counter, max_calls: int) -> None:
+        self.prefix, self.tail_words, self.target = prefix, tail_words, target
+        self.count, self.max_calls = count, max_calls
+        self.calls = 0
+
+    async def measure(self, text: str) -> int:
+        self.calls += 1
+        return await self.count(text)
+
+    def join(self, n: int) -> str:
+        t = self.tail_words(n)
+        return f"{self.prefix} {t}" if self.prefix and t else self.prefix or t
+
+    async def cut_prefix(self) -> tuple[str, int]:
+        """The prefix alone is too long: cut words off its end (bisection on the word
+        count). The text reaching the target, else the longest below it."""
+        words = self.prefix.split(" ")
+        wlo, whi = 0, len(words)  # count(words[:wlo]) <= target < count(words[:whi]) (assumed)
+        best = ("", await self.measure(""))
+        while wlo < whi and self.calls < self.max_calls:
+            mid = (wlo + whi + 1) // 2
+            text = " ".join(words[:mid])
+            c = await self.measure(text)
+            if c == self.target:
+                return text, c
+            if c < self.target:
+                wlo, best = mid, (text, c)
+            else:
+                whi = mid - 1
+        return best
+
+    async def grow_tail(self, base: int) -> tuple[str, int]:
+        """Grow the tail after the prefix (``base`` tokens): secant estimate first, then
+        bisection on the word count. The text reaching the target, else the longest below
+        it."""
+        target = self.target
+        lo, n, hi = 0, max(1, target - base), None
+        best = (self.join(0), base)
+        while self.calls < self.max_calls:
+            text = self.join(n)
+            c = await self.measure(text)
+            if c == target:
+                return text, c
+            if c < target:
+                lo, best = n, (text, c)
+            else:
+                hi = n
+            if hi is None:
+                n = n + max(1, int((target - c) / max((c - base) / n, 0.25)))
+            elif hi - lo <= 1:
+                break
+            else:
+                n = (lo + hi) // 2
+        return best
+
+    async def top_up(self, text: str, c: int) -> tuple[str, int]:
+        """Word granularity may step over the target: top up with one-character words,
+        which are one token each in the tokenizers we know."""
+        while c < self.target and self.calls < self.max_calls:
+            cand = (text + " a" * (self.target - c)) if text else " ".join(["a"] * (self.target - c))
+            cc = await self.measure(cand)
+            if cc == self.target:
+                return cand, cc
+            if cc > self.target:
+                break
+            text, c = cand, cc
+        return text, c
+
+
 async def fit_text(
     prefix: str,
     tail_words: Callable[[int], str],
@@ -226,69 +312,12 @@ async def fit_text(
 
     ``count`` is the target's tokenizer applied to the request as it will be sent.
     """
-    calls = 0
-
-    async def measure(text: str) -> int:
-        nonlocal calls
-        calls += 1
-        return await count(text)
-
-    def join(n: int) -> str:
-        t = tail_words(n)
-        return f"{prefix} {t}" if prefix and t else prefix or t
-
-    base = await measure(prefix)
+    fit = _Fit(prefix, tail_words, target, count, max_calls)
+    base = await fit.measure(prefix)
     if base == target:
         return prefix, base
-    if base > target:
-        # The prefix alone is too long: cut words off its end.
-        words = prefix.split(" ")
-        wlo, whi = 0, len(words)  # count(words[:wlo]) <= target < count(words[:whi]) (assumed)
-        best = ("", await measure(""))
-        while wlo < whi and calls < max_calls:
-            mid = (wlo + whi + 1) // 2
-            text = " ".join(words[:mid])
-            c = await measure(text)
-            if c == target:
-                return text, c
-            if c < target:
-                wlo, best = mid, (text, c)
-            else:
-                whi = mid - 1
-    else:
-        # Grow the tail: secant estimate first, then bisection on the word count.
-        lo = 0
-        n = max(1, target - base)
-        hi: int | None = None
-        best = (join(0), base)
-        while calls < max_calls:
-            text = join(n)
-            c = await measure(text)
-            if c == target:
-                return text, c
-            if c < target:
-                lo, best = n, (text, c)
-            else:
-                hi = n
-            if hi is None:
-                per = max((c - base) / n, 0.25)
-                n = n + max(1, int((target - c) / per))
-            else:
-                if hi - lo <= 1:
-                    break
-                n = (lo + hi) // 2
-    # Word granularity may step over the target: top up with one-character words, which
-    # are one token each in the tokenizers we know.
-    text, c = best
-    while c < target and calls < max_calls:
-        cand = (text + " a" * (target - c)) if text else " ".join(["a"] * (target - c))
-        cc = await measure(cand)
-        if cc == target:
-            return cand, cc
-        if cc > target:
-            break
-        text, c = cand, cc
-    return text, c
+    best = await (fit.cut_prefix() if base > target else fit.grow_tail(base))
+    return await fit.top_up(*best)
 
 
 # --- block-aligned text prompts -----------------------------------------------------

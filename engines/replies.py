@@ -60,6 +60,11 @@ def is_reply_item(item: Any) -> bool:
     return item.get("role") == "assistant" or item.get("type") in ("function_call", "reasoning")
 
 
+def tool_call_ids(calls: Any) -> list[str]:
+    """The ids of an OpenAI ``tool_calls`` list (those that have one)."""
+    return [str(tc["id"]) for tc in calls or () if isinstance(tc, dict) and tc.get("id")]
+
+
 def reply_from_items(items: Sequence[Any]) -> Reply:
     """The reply formed by the model-produced items ``items`` (as a client sends them)."""
     texts: list[str] = []
@@ -74,9 +79,7 @@ def reply_from_items(items: Sequence[Any]) -> Reply:
             continue
         texts.extend(_content_text(it.get("content")))
         ids.extend(_content_ids(it.get("content")))
-        for tc in it.get("tool_calls") or ():
-            if isinstance(tc, dict) and tc.get("id"):
-                ids.append(str(tc["id"]))
+        ids.extend(tool_call_ids(it.get("tool_calls")))
     return Reply(norm_text("".join(texts)), tuple(ids))
 
 

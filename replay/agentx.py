@@ -158,7 +158,10 @@ class Rule:
     that is not a stream's first). ``deps``: the request's dependencies. ``barrier``:
     requests it is also held back for (``interval_barriers``): it goes at the later of its
     rule's time and the last of their ends. ``branch``: for a ``child``, the first turns of
-    every agent of its branch (their offsets count from the branch's start)."""
+    every agent of its branch (their offsets count from the branch's start). ``at_send``:
+    a ``child`` whose branch started while its spawning main-agent turn was in flight in the
+    recording goes ``delay_ns`` (its offset minus the spawning turn's) after that turn is
+    sent, not after it ends (``overlaps_spawn``)."""
 
     kind: str
     delay_ns: int
@@ -167,6 +170,7 @@ class Rule:
     deps: tuple[int, ...] = ()
     barrier: tuple[int, ...] = ()
     branch: tuple[int, ...] = ()
+    at_send: bool = False
 
 
 def interval_barriers(reqs: list[PlannedRequest], offsets: list[int]) -> list[tuple[int, ...]]:
@@ -206,6 +210,28 @@ def branch_key(reqs: list[PlannedRequest], first: int, join: int | None) -> tupl
     return (max(reqs[first].deps), join, flat_owner(reqs[first].agent_id) == MAIN)
 
 
+def overlaps_spawn(reqs: list[PlannedRequest], offsets: list[int], anchor: int, start: int) -> bool:
+    """Whether a branch starting at ``start`` overlapped its spawning turn ``anchor`` in the
+    recording: AIPerf then dispatches it when that turn is sent (its runtime's
+    ``BranchOrchestrator.on_credit_issued``: a turn of a root conversation with a recorded
+    ``api_time``, a branch whose start is before the turn's recorded end), each child at its
+    offset from the turn's start."""
+    svc = reqs[anchor].service_ns
+    return (reqs[anchor].agent_id or MAIN) == MAIN and svc is not None and svc > 0 \
+        and start < offsets[anchor] + svc
+
+
+def _child_rule(reqs: list[PlannedRequest], offsets: list[int], p: int, start: int,
+                branch: tuple[int, ...], bar: tuple[int, ...]) -> Rule:
+    """The rule of a subagent's first turn ``p``, its branch starting at ``start``."""
+    anchor = max(reqs[p].deps)
+    if overlaps_spawn(reqs, offsets, anchor, start):
+        return Rule("child", max(0, offsets[p] - offsets[anchor]), anchor=anchor,
+                    deps=tuple(reqs[p].deps), barrier=bar, branch=branch, at_send=True)
+    return Rule("child", max(0, offsets[p] - start), anchor=anchor, deps=tuple(reqs[p].deps),
+                barrier=bar, branch=branch)
+
+
 def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[int]) -> list[Rule]:
     """AIPerf's agentic replay rule for every request of a session (positions as in
     ``reqs``; ``offsets`` and ``thinks`` as ``capped_times`` gives them).
@@ -218,7 +244,8 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
     * a subagent's first turn: its offset minus its branch's start, the branch being the
       agents spawned by the same turn and joined by the same turn (or by none), subagents
       apart from the main agent's flattened agents (``branch_key``), its start the earliest
-      first offset among them;
+      first offset among them; counted from the spawning turn's end, or from its send when
+      the branch overlapped it (``overlaps_spawn``: then its offset minus the turn's);
     * every request: the barrier of ``interval_barriers``.
     """
     branches = _Branches.of(reqs, offsets)
@@ -280,12 +307,10 @@ class _Branches:
 
     def child_rule(self, reqs: list[PlannedRequest], p: int, offsets: list[int],
                    bar: tuple[int, ...]) -> Rule:
-        """A subagent's first turn: its offset minus its branch's start, after the turn
-        that spawned it."""
-        q = reqs[p]
-        key = self.branch_of[q.agent_id]
-        return Rule("child", max(0, offsets[p] - self.start[key]), anchor=max(q.deps),
-                    deps=tuple(q.deps), barrier=bar, branch=tuple(self.members[key]))
+        """A subagent's first turn, its branch's start and members from the table
+        (``_child_rule``)."""
+        key = self.branch_of[reqs[p].agent_id]
+        return _child_rule(reqs, offsets, p, self.start[key], tuple(self.members[key]), bar)
 
 
 def _joins(reqs: list[PlannedRequest]) -> dict[str, int]:
@@ -305,6 +330,7 @@ def overflow_ends(reqs: list[PlannedRequest], rules: list[Rule], p: int) -> set[
     ends a trajectory's stream at an overflow on any turn but its last): the later turns of
     ``p``'s stream, and every stream that ``p`` or one of those turns would have spawned
     (a subagent whose first turn's ``anchor`` is among them), with its own later spawns.
+    A child dispatched at ``p``'s send (``Rule.at_send``) is on its way already.
     Empty when ``p`` is its stream's last turn (AIPerf spawns that turn's subagents). A
     join of another stream still goes: a dropped request counts as ended when dropped."""
     agent = [q.agent_id for q in reqs]
@@ -315,7 +341,7 @@ def overflow_ends(reqs: list[PlannedRequest], rules: list[Rule], p: int) -> set[
     first_of: dict[str, int] = {}
     for i, a in enumerate(agent):
         first_of.setdefault(a, i)
-    while spawned := [a for a, f in first_of.items() if f not in dead and _spawned_by(rules[f], ended)]:
+    while spawned := [a for a, f in first_of.items() if f not in dead and _spawned_by(rules[f], ended, p)]:
         for a in spawned:
             stream = _turns_from(agent, first_of[a], a)
             dead |= stream
@@ -328,9 +354,10 @@ def _turns_from(agent: list[str], start: int, a: str) -> set[int]:
     return {i for i in range(start, len(agent)) if agent[i] == a}
 
 
-def _spawned_by(r: Rule, turns: set[int]) -> bool:
-    """Whether ``r`` is a subagent's first turn spawned by one of ``turns``."""
-    return r.kind == "child" and r.anchor in turns
+def _spawned_by(r: Rule, turns: set[int], overflowed: int) -> bool:
+    """Whether ``r`` is a subagent's first turn spawned by one of ``turns``, and not one
+    already dispatched at the send of ``overflowed`` (``Rule.at_send``)."""
+    return r.kind == "child" and r.anchor in turns and not (r.at_send and r.anchor == overflowed)
 
 
 def _ended(deps: tuple[int, ...], ends: list[int | None], but: int | None) -> list[int]:
@@ -356,9 +383,10 @@ def _play_rule(r: Rule, pos: dict[int, int]) -> Rule:
     def kept(ps: Sequence[int]) -> tuple[int, ...]:
         return tuple(pos[d] for d in ps if d in pos)
 
-    return replace(r, prev=None if r.prev is None else pos.get(r.prev),
-                   anchor=None if r.anchor is None else pos.get(r.anchor),
-                   deps=kept(r.deps), barrier=kept(r.barrier), branch=kept(r.branch))
+    anchor = None if r.anchor is None else pos.get(r.anchor)
+    return replace(r, prev=None if r.prev is None else pos.get(r.prev), anchor=anchor,
+                   deps=kept(r.deps), barrier=kept(r.barrier), branch=kept(r.branch),
+                   at_send=r.at_send and anchor is not None)
 
 
 def lane_seed(seed: int, session_id: str, lane: int) -> int:
@@ -555,6 +583,7 @@ class AgentXDriver(Driver):
         self._settling = 0  # lanes between plays (about to schedule a play's first requests)
         self._idle_since: int | None = None
         self._dead: dict[str, set[int]] = {}  # play -> positions its overflows ended
+        self._issue: dict[str, dict[int, int]] = {}  # play -> position -> intended send
         self._drop = False
         self.total = 0  # unknown up front: counts as requests start
 
@@ -611,15 +640,34 @@ class AgentXDriver(Driver):
         self._pin = False
         self._drop = p in self._dead.get(s.key, ())
         rules = self._rules.get(s.key)
-        if rules is None or st is None or parent_end is None:
+        if rules is None or st is None or (parent_end is None and not rules[p].at_send):
             return super()._due(s, st, p, parent_end)
         r = rules[p]
         ends = st.ends
-        held = [e for d in r.barrier if (e := ends[d]) is not None]
-        mine = [e for d in r.deps if (e := ends[d]) is not None]
+        held = _ended(r.barrier, ends, but=None)
+        if r.at_send and r.anchor is not None:  # spawned when its spawning turn was sent
+            self._pin = True
+            return max([self._issue[s.key][r.anchor] + r.delay_ns] + held)
+        mine = _ended(r.deps, ends, but=None)
         if not mine:  # every dependency was before t*: at its offset in the play
             return max([super()._due(s, st, p, None)] + held)
         return max([self._rule_due(r, ends, max(mine))] + held)
+
+    async def _await_deps(self, s: PlannedSession, st: _SessionState | None, p: int) -> int | None:
+        """As ``Driver._await_deps``, but a child dispatched at its spawning turn's send
+        (``Rule.at_send``) waits for its other dependencies only (None: its time counts
+        from that send, ``_due``)."""
+        rules = self._rules.get(s.key)
+        r = None if rules is None else rules[p]
+        if r is None or st is None or not r.at_send or r.anchor is None:
+            return await super()._await_deps(s, st, p)
+        for d in s.requests[p].deps:
+            if d != r.anchor:
+                await st.events[d].wait()
+        return None
+
+    def _issued(self, s: PlannedSession, p: int, due: int) -> None:
+        self._issue.setdefault(s.key, {})[p] = due
 
     def _rule_due(self, r: Rule, ends: list[int | None], latest: int) -> int:
         """The time rule ``r`` gives a request whose dependencies (``r.deps``) ended,
@@ -833,9 +881,12 @@ class AgentXDriver(Driver):
         starts = play_starts(reqs, keep, offsets, t_star, self.tree_idle_cap_ns)
         out: list[PlannedRequest] = []
         play_rules: list[Rule] = []
+        trigger: dict[int, int] = {}  # a child sent at its spawning turn's send -> that turn
         for p in keep:
             q = self._bust(reqs[p], play)
             r = _play_rule(rules[p], pos)
+            if r.at_send and r.anchor is not None:
+                trigger[pos[p]] = r.anchor
             deps, held = list(r.deps), list(r.barrier)
             play_rules.append(r)
             # the driver waits for every request of the barrier too, before ``_due``
@@ -845,7 +896,7 @@ class AgentXDriver(Driver):
                                think_ns=thinks[p] if deps else 0))
         for i, q in enumerate(out):
             if q.deps:
-                out[q.deps[-1]].children.append(i)
+                out[trigger.get(i, q.deps[-1])].children.append(i)
         self.total += len(out)
         ps = PlannedSession(s.session_id, play, now - self.t0, out)
         self._rules[ps.key] = play_rules
@@ -870,6 +921,7 @@ class AgentXDriver(Driver):
             del self._live[s.key]
             self._rules.pop(s.key, None)
             self._dead.pop(s.key, None)
+            self._issue.pop(s.key, None)
 
     async def _warm_prepare(self, s: PlannedSession, play: int, p: int) -> tuple[Any, RequestRecord]:
         """Request ``p`` of ``s`` with one output token, flagged warm-up, prepared; and its

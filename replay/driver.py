@@ -211,12 +211,7 @@ class Driver:
         rec.depends_on = q.depends_on
         try:
             prepared = await self.transport.prepare(q, rid, key)
-            parent_end: int | None = None  # the latest dependency's end
-            if st is not None and q.deps:
-                for d in q.deps:
-                    await st.events[d].wait()
-                ends = [e for e in (st.ends[d] for d in q.deps) if e is not None]
-                parent_end = max(ends) if ends else None  # None: every dependency failed to start
+            parent_end = await self._await_deps(s, st, p)
             clock = self.clock
             due = self._due(s, st, p, parent_end)
             if self.mode == "max-rate":
@@ -243,6 +238,7 @@ class Driver:
             rec.think_ns = q.think_ns if parent_end is not None and self.mode == "session" else None
             rec.warmup = due < self.warmup_end
             if st is not None:
+                self._issued(s, p, due)
                 for c in q.children:
                     self._spawn(self._request(s, st, c))
             self.sent += 1
@@ -265,6 +261,21 @@ class Driver:
             if st is not None and not st.events[p].is_set():
                 # prepare failed or the task was cancelled: release waiting children
                 st.events[p].set()
+
+    async def _await_deps(self, s: PlannedSession, st: _SessionState | None, p: int) -> int | None:
+        """Wait until every dependency of request ``p`` completed; the latest one's end
+        (None when it has none, or none of them started)."""
+        q = s.requests[p]
+        if st is None or not q.deps:
+            return None
+        for d in q.deps:
+            await st.events[d].wait()
+        ends = [e for e in (st.ends[d] for d in q.deps) if e is not None]
+        return max(ends) if ends else None
+
+    def _issued(self, s: PlannedSession, p: int, due: int) -> None:
+        """Request ``p`` of ``s`` goes now, intended at ``due`` (its children are spawned
+        next): a hook for drivers whose rules count from a send."""
 
     def _due(self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None) -> int:
         """The intended send time of request ``p`` once its dependencies completed

@@ -89,6 +89,10 @@ class AgentXSettings:
         "aiperf", kind=LOAD, choices=("aiperf", "agent-replay"), group=AGENTX_GROUP,
         help="which error messages are context overflows: AIPerf's list (default) or "
         "ours, which also knows vLLM's 'maximum model length' (docs/agentx.md)")
+    warmup_failure: str = option(
+        "abort", kind=MEASUREMENT, choices=("abort", "continue"), group=AGENTX_GROUP,
+        help="a failed warm-up of a main stream ends the run, as AIPerf's does (abort, "
+        "the default), or the run goes on with that stream cold (continue)")
     seed: int | None = option(None, kind=SEED, group=AGENTX_GROUP,
                               help="start sampling seed (default: --salt, 0 when none)")
 

@@ -47,7 +47,7 @@ from agent_replay.replay.client import (
 from agent_replay.replay.clock import Clock, MonotonicClock
 from agent_replay.replay.config import RunConfig
 from agent_replay.replay.driver import Driver
-from agent_replay.replay.failfast import FirstFailures
+from agent_replay.replay.failfast import FirstFailures, server_message
 from agent_replay.replay.fastclient import IDLE_S, KEEPALIVE_S, FastSender
 from agent_replay.replay.lifeline import StopSignals
 from agent_replay.replay.messages import Progress
@@ -196,9 +196,10 @@ class _RecordCounter:
     the first requests all fail alike (``replay.failfast``)."""
 
     def __init__(self, summary: WorkerSummary, writer: ResultWriter,
-                 abort_after: int | None) -> None:
+                 abort_after: int | None, warmup_abort: bool = False) -> None:
         self.summary, self.writer = summary, writer
         self.abort_after = abort_after or 1 << 62
+        self.warmup_abort = warmup_abort
         self.streak = 0  # failed requests in a row
         self.alike = FirstFailures()
         self.run_task: asyncio.Future[None] | None = None
@@ -210,6 +211,8 @@ class _RecordCounter:
         passed = rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED
         self.streak = 0 if passed else self.streak + 1
         why = self.alike.observe_record(rec)  # the first requests' one error (replay.failfast)
+        if not passed and self.warmup_abort and rec.warmup and rec.agent_id == "main":
+            why = warmup_failure_line(rec)
         if not summary.aborted and (why or self.streak >= self.abort_after):
             summary.aborted, summary.abort_reason = True, why
             if self.run_task is not None:
@@ -219,6 +222,16 @@ class _RecordCounter:
         # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
         summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
             rec.completion_tokens is not None else sum(rec.chunk_tokens)
+
+
+def warmup_failure_line(rec: RequestRecord) -> str:
+    """The one line of a run ended by a main stream's failed warm-up (``--warmup-failure
+    abort``, AIPerf's rule: its run ends on the first such failure)."""
+    what = f"http {rec.http_status}" if rec.http_status else (rec.error_kind or "error")
+    msg = server_message(rec.error)
+    return (f"warm-up request {rec.session_id}[{rec.request_index}] failed ({what}"
+            f"{': ' + msg if msg else ''}); a failed warm-up ends the run, as in AIPerf "
+            "(--warmup-failure continue goes on)")
 
 
 def _count_outcome(summary: WorkerSummary, rec: RequestRecord) -> None:
@@ -315,7 +328,9 @@ async def arun_shard(
             probe=_prompt_probe(session, config, plan))
         await preparer.calibrate_text(plan)  # before t0: no /tokenize calls per request
 
-        counter = _RecordCounter(summary, writer, config.abort_after_failures)
+        counter = _RecordCounter(summary, writer, config.abort_after_failures,
+                                 warmup_abort=config.timing == "agentx"
+                                 and config.agentx.warmup_failure == "abort")
         driver = _make_driver(config, plan, HttpTransport(preparer, sender), clock,
                               counter.on_record, concurrency, shard_index, n_shards)
         summary.fd_table = reserve_fds()

@@ -18,6 +18,7 @@ import pyarrow as pa
 from agent_replay.errors import OutputExistsError
 from agent_replay.traces.hashing import extend_hashes
 from agent_replay.traces.schema import TraceMeta
+from agent_replay.traces.tree import MAIN
 
 
 def to_mooncake_lines(table: pa.Table, meta: TraceMeta) -> list[bytes]:
@@ -92,84 +93,103 @@ def trace_offset(ids: list[int]) -> int:
     return offset if min(ids) > offset else 0
 
 
-def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int) -> dict[str, object]:
-    from agent_replay.traces.tree import MAIN
-
-    rows.sort(key=lambda r: (cols["arrival_ns"][r], cols["request_index"][r]))
-    row_of = {cols["request_index"][r]: r for r in rows}
-    ids_all = [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]]
-    remap: dict[int, int] | None = None
+def _weka_remap(ids_all: list[int]) -> dict[int, int] | None:
+    """How a session's hash ids are written: back to a weka import's own ids (a re-import
+    offsets them again), renumbered from 1 in order of first use when some are below 1 or
+    not exact in JSON numbers (WEKA ids count from 1), else as they are (None)."""
     offset = trace_offset(ids_all)
-    if offset:  # a weka import's k-th trace: its own ids, which a re-import offsets again
-        remap = {h: h - offset for h in ids_all}
-    elif any(h < 1 or h >= _JSON_SAFE for h in ids_all):  # WEKA ids count from 1
-        remap = {}
-        for h in ids_all:
-            remap.setdefault(h, len(remap) + 1)
-    agents: dict[str, list[int]] = {}
-    for r in rows:
-        agents.setdefault(cols["agent_id"][r], []).append(r)
-    spawner: dict[str, str] = {}
-    for a, rs in agents.items():
-        if a != MAIN:
-            cross = [cols["agent_id"][row_of[d]] for d in cols["depends_on"][rs[0]]
-                     if d in row_of and cols["agent_id"][row_of[d]] != a]
-            spawner[a] = cross[0] if cross else MAIN
+    if offset:
+        return {h: h - offset for h in ids_all}
+    if not any(h < 1 or h >= _JSON_SAFE for h in ids_all):
+        return None
+    remap: dict[int, int] = {}
+    for h in ids_all:
+        remap.setdefault(h, len(remap) + 1)
+    return remap
 
-    def call(r: int, base_ns: int) -> dict[str, object]:
+
+class _WekaSession:
+    """One session's rows (``rows``, positions in ``cols``) as a weka trace: each agent's
+    calls, and each subagent inline in its spawner's list."""
+
+    def __init__(self, rows: list[int], cols: dict[str, list[Any]], bs: int) -> None:
+        self.cols = cols
+        self.bs = bs
+        rows.sort(key=lambda r: (cols["arrival_ns"][r], cols["request_index"][r]))
+        self.row_of = {cols["request_index"][r]: r for r in rows}
+        self.remap = _weka_remap(
+            [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]])
+        self.agents: dict[str, list[int]] = {}
+        for r in rows:
+            self.agents.setdefault(cols["agent_id"][r], []).append(r)
+        self.spawner = {a: self._spawner(a, rs) for a, rs in self.agents.items() if a != MAIN}
+
+    def _spawner(self, agent: str, rs: list[int]) -> str:
+        """The agent another agent's first call depends on (``MAIN`` when none)."""
+        cols, row_of = self.cols, self.row_of
+        cross = [cols["agent_id"][row_of[d]] for d in cols["depends_on"][rs[0]]
+                 if d in row_of and cols["agent_id"][row_of[d]] != agent]
+        return cross[0] if cross else MAIN
+
+    def call(self, r: int, base_ns: int) -> dict[str, object]:
+        cols = self.cols
         n_in = cols["input_tokens"][r]
-        ids = (cols["hash_ids"][r] or [])[: n_in // bs]
+        ids = (cols["hash_ids"][r] or [])[: n_in // self.bs]
         e: dict[str, object] = {
             "t": (cols["arrival_ns"][r] - base_ns) / 1e9,
             "type": "s" if cols["ttft_ns"][r] is not None else "n",
             "model": cols["model"][r] or "", "in": n_in, "out": cols["output_tokens"][r],
-            "hash_ids": [remap[h] for h in ids] if remap is not None else list(ids)}
-        if cols["end_ns"][r] is not None:
-            e["api_time"] = cols["end_ns"][r] / 1e9
-        if cols["ttft_ns"][r] is not None:
-            e["ttft"] = cols["ttft_ns"][r] / 1e9
-        if cols["think_ns"][r] is not None:
-            e["think_time"] = cols["think_ns"][r] / 1e9
+            "hash_ids": [self.remap[h] for h in ids] if self.remap is not None else list(ids)}
+        for key, col in (("api_time", "end_ns"), ("ttft", "ttft_ns"), ("think_time", "think_ns")):
+            if cols[col][r] is not None:
+                e[key] = cols[col][r] / 1e9
         return e
 
-    def stream(agent: str, base_ns: int) -> list[dict[str, object]]:
+    def stream(self, agent: str, base_ns: int) -> list[dict[str, object]]:
+        """An agent's calls and its subagents, in order of arrival (a subagent after a
+        call at the same time), ``t`` from ``base_ns``."""
+        cols = self.cols
         items: list[tuple[int, int, dict[str, object]]] = [
-            (cols["arrival_ns"][r], 0, call(r, base_ns)) for r in agents[agent]]
-        for sub, sp in spawner.items():
-            if sp != agent:
-                continue
-            rs = agents[sub]
+            (cols["arrival_ns"][r], 0, self.call(r, base_ns)) for r in self.agents[agent]]
+        for sub in (s for s, sp in self.spawner.items() if sp == agent):
+            rs = self.agents[sub]
             spawn = cols["arrival_ns"][rs[0]]
             items.append((spawn, 1, {
                 "t": (spawn - base_ns) / 1e9, "type": "subagent", "agent_id": sub,
-                "duration_ms": _duration_ms(sub, rs, agents[agent]),
+                "duration_ms": self._duration_ms(rs, self.agents[agent]),
                 "models": sorted({str(cols["model"][r]) for r in rs if cols["model"][r]}),
-                "requests": stream(sub, spawn)}))
+                "requests": self.stream(sub, spawn)}))
         items.sort(key=lambda x: (x[0], x[1]))
         return [x[2] for x in items]
 
-    def _duration_ms(sub: str, rs: list[int], parent_rows: list[int]) -> int:
+    def _duration_ms(self, rs: list[int], parent_rows: list[int]) -> int:
         """The subagent's span, stretched or cut so that the importer's join rule
         (first later spawner call at or after the end) finds the join this trace has."""
-        spawn = cols["arrival_ns"][rs[0]]
-        end = max(cols["arrival_ns"][r] + (cols["end_ns"][r] or 0) for r in rs)
-        last_idx = cols["request_index"][rs[-1]]
-        later = [r for r in parent_rows
-                 if (cols["arrival_ns"][r], cols["request_index"][r])
-                 > (cols["arrival_ns"][rs[-1]], last_idx)]
-        joins = [k for k, r in enumerate(later) if last_idx in cols["depends_on"][r]]
-        upper = cols["arrival_ns"][later[joins[0]]] if joins else None
-        before = later[: joins[0]] if joins else later
-        if before:
-            end = max(end, cols["arrival_ns"][before[-1]] + 1_000_000)
+        arrival = self.cols["arrival_ns"]
+        spawn = arrival[rs[0]]
+        end = max(arrival[r] + (self.cols["end_ns"][r] or 0) for r in rs)
+        later = self._after(rs[-1], parent_rows)
+        last_idx = self.cols["request_index"][rs[-1]]
+        join = next((k for k, r in enumerate(later) if last_idx in self.cols["depends_on"][r]), None)
+        before = later if join is None else later[:join]
+        if before:  # outlive the spawner's calls before the join
+            end = max(end, arrival[before[-1]] + 1_000_000)
         ms = -(-(end - spawn) // 1_000_000)
-        if upper is not None and spawn + ms * 1_000_000 > upper:
-            ms = (upper - spawn) // 1_000_000
+        if join is not None:  # and end by the join
+            ms = min(ms, (arrival[later[join]] - spawn) // 1_000_000)
         return int(ms)
 
+    def _after(self, last: int, rows: list[int]) -> list[int]:
+        """Those of ``rows`` after row ``last`` (by arrival, then request index)."""
+        key = self.cols["arrival_ns"], self.cols["request_index"]
+        return [r for r in rows if (key[0][r], key[1][r]) > (key[0][last], key[1][last])]
+
+
+def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int) -> dict[str, object]:
+    s = _WekaSession(rows, cols, bs)
     return {"id": sid, "models": sorted({str(cols["model"][r]) for r in rows if cols["model"][r]}),
             "block_size": bs, "hash_id_scope": "local", "convention": "WEKA",
-            "requests": stream(MAIN, 0) if MAIN in agents else []}
+            "requests": s.stream(MAIN, 0) if MAIN in s.agents else []}
 
 
 def write_weka(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *,

@@ -294,6 +294,59 @@ def read_trace(
     return table, meta
 
 
+def _picker(f: Path, keep: pa.Array | None, picked: Mapping[tuple[Path, int], np.ndarray] | None,
+            limits: TraceLimits) -> Picker | None:
+    """What chooses the rows of each row group of ``f``: the rows ``picked``, else those of
+    the sessions ``keep``; None: every row."""
+    if picked is not None:
+        return _given_picker(f, picked)
+    return None if keep is None else _session_picker(f, keep, limits)
+
+
+def _read_part(f: Path, cols: list[str] | None, reading: Reading, keep: pa.Array | None,
+               picked: Mapping[tuple[Path, int], np.ndarray] | None
+               ) -> tuple[pq.ParquetFile, list[pa.Table], list[np.ndarray]]:
+    """(the part file, its row groups' kept rows, their numbers in the trace)."""
+    pf, strings = _open_for_reading(f)
+    _require_columns(f, pf, (cols or []) + (["session_id"] if keep is not None and picked is None else []))
+    pick = _picker(f, keep, picked, reading.limits)
+    tables: list[pa.Table] = []
+    rows: list[np.ndarray] = []
+    for first, t, chosen in _row_groups(f, pf, strings, cols, reading, pick):
+        t, kept = _kept_rows(t, first, chosen)
+        tables.append(t)
+        rows.append(kept)
+    return pf, tables, rows
+
+
+def _empty(pf: pq.ParquetFile, cols: list[str] | None) -> pa.Table:
+    """No rows, with the file's columns (those asked for)."""
+    empty = pf.schema_arrow.empty_table()
+    return empty.select(cols) if cols else empty
+
+
+def _require_columns(f: Path, pf: pq.ParquetFile, needed: list[str]) -> None:
+    missing = [c for c in needed if c not in pf.schema_arrow.names]
+    if missing:
+        raise TraceError("column not in file", path=str(f), field=missing[0])
+
+
+def _kept_rows(t: pa.Table, first: int, chosen: np.ndarray | None) -> tuple[pa.Table, np.ndarray]:
+    """(the rows of row group ``t`` kept, their numbers in the trace); ``first``: the
+    number of its first row, ``chosen``: its rows to keep (None: all)."""
+    if chosen is None:
+        return t, np.arange(first, first + t.num_rows)
+    return (t.take(pa.array(chosen)) if chosen.size < t.num_rows else t), chosen + first
+
+
+def _concat(tables: list[pa.Table], path: str | os.PathLike[str]) -> pa.Table:
+    """The parts' tables as one (columns a part lacks are null in its rows)."""
+    try:
+        return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TraceError(f"part files do not agree on their columns ({exc})", path=str(path)) from exc
+
+
 def read_trace_rows(
     path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
     sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
@@ -307,33 +360,16 @@ def read_trace_rows(
     lim = limits or TraceLimits()
     reading = Reading(lim)
     keep = None if sessions is None else pa.array(sorted(sessions), pa.string())
-    if picked is not None:
-        keep = pa.array([], pa.string())  # every group goes through the picker
+    filtered = keep is not None or picked is not None
     tables: list[pa.Table] = []
     rows: list[np.ndarray] = []
+    cols = list(columns) if columns else None
     for f in trace_files(path):
-        pf, strings = _open_for_reading(f)
-        cols = list(columns) if columns else None
-        needed = (cols or []) + (["session_id"] if keep is not None and picked is None else [])
-        missing = [c for c in needed if c not in pf.schema_arrow.names]
-        if missing:
-            raise TraceError("column not in file", path=str(f), field=missing[0])
-        pick = None if keep is None else _session_picker(f, keep, lim) if picked is None \
-            else _given_picker(f, picked)
-        for first, t, chosen in _row_groups(f, pf, strings, cols, reading, pick):
-            n = t.num_rows
-            if chosen is not None:
-                t = t.take(pa.array(chosen)) if chosen.size < n else t
-                rows.append(chosen + first)
-            else:
-                rows.append(np.arange(first, first + n))
-            tables.append(t)
-        if pf.num_row_groups == 0 or (keep is not None and not tables):
-            empty = pf.schema_arrow.empty_table()
-            tables.append(empty.select(list(columns)) if columns else empty)
-    try:
-        table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise TraceError(f"part files do not agree on their columns ({exc})", path=str(path)) from exc
+        pf, got, kept = _read_part(f, cols, reading, keep, picked)
+        tables += got
+        rows += kept
+        if pf.num_row_groups == 0 or (filtered and not tables):
+            tables.append(_empty(pf, cols))
+    table = _concat(tables, path)
     rows_all = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     return table.replace_schema_metadata(None), meta, rows_all

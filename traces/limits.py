@@ -93,6 +93,10 @@ def _is_string(t: pa.DataType) -> bool:
         or pa.types.is_large_binary(t)
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t))
+
+
 def string_columns(schema: pa.Schema) -> list[str]:
     """Top-level plain string columns: read as dictionaries so their decoded size can be
     checked before they are decoded."""
@@ -138,26 +142,30 @@ class Reading:
         for j in range(rg.num_columns):
             col = rg.column(j)
             top = col.path_in_schema.split(".")[0]
-            if top not in names or top not in arrow.names:
-                continue
-            self.on_disk[top] = self.on_disk.get(top, 0) + max(col.total_compressed_size, 0)
-            t = arrow.field(top).type
-            values = col.num_values
-            if (pa.types.is_list(t) or pa.types.is_large_list(t)) and \
-                    values > lim.max_list_length * max(n, 1):
-                self._fail(path, f"{values:,} list values in {n:,} rows (row group {i}), more than "
-                           f"{lim.max_list_length:,} per row, the limit on list lengths", field=top)
-            w = _width(t)
-            size = max(values * (w or 0), col.total_uncompressed_size)
-            if values < 0 or col.total_uncompressed_size < 0:
-                self._fail(path, f"row group {i} claims a negative size", field=top)
-            total += size + 8 * n
-            self._check_expansion(path, i, top, col.total_uncompressed_size, self.on_disk[top])
+            if top in names and top in arrow.names:
+                total += self._chunk_bytes(path, i, n, col, top, arrow.field(top).type)
         if self.bytes + total > self.budget:
             self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB (row group {i}, "
                        "from its metadata), the memory budget for a trace")
         self.rows += n
         self.bytes += total
+
+    def _chunk_bytes(self, path: str, i: int, n: int, col: pq.ColumnChunkMetaData, top: str,
+                     t: pa.DataType) -> int:
+        """The decoded bytes of column chunk ``col`` (of column ``top``, type ``t``) of
+        row group ``i`` (``n`` rows), from its metadata, checked against the limits on
+        list lengths and expansion."""
+        lim = self.limits
+        self.on_disk[top] = self.on_disk.get(top, 0) + max(col.total_compressed_size, 0)
+        values = col.num_values
+        if _is_list(t) and values > lim.max_list_length * max(n, 1):
+            self._fail(path, f"{values:,} list values in {n:,} rows (row group {i}), more than "
+                       f"{lim.max_list_length:,} per row, the limit on list lengths", field=top)
+        size = max(values * (_width(t) or 0), col.total_uncompressed_size)
+        if values < 0 or col.total_uncompressed_size < 0:
+            self._fail(path, f"row group {i} claims a negative size", field=top)
+        self._check_expansion(path, i, top, col.total_uncompressed_size, self.on_disk[top])
+        return size + 8 * n
 
     def check_table(self, table: pa.Table, path: str, first_row: int,
                     decode: list[str]) -> pa.Table:
@@ -168,35 +176,47 @@ class Reading:
             col = table.column(name)
             t = col.type
             if pa.types.is_dictionary(t) and _is_string(t.value_type):
-                lengths = _dict_lengths(col)
-                self._check_strings(lengths, path, first_row, name,
-                                    lim.max_name_bytes if name in NAME_COLUMNS else lim.max_value_bytes)
-                extra = int(lengths.sum())  # what decoding (here or per row later) costs
-                if self.bytes + extra > self.budget:
-                    self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB "
-                               "(its strings), the memory budget for a trace", field=name)
-                self._check_expansion(path, None, name, extra, self.on_disk.get(name))
-                self.bytes += extra
+                self._check_dictionary(col, path, first_row, name)
                 if name in decode:
                     table = table.set_column(table.schema.get_field_index(name), name,
                                              col.cast(t.value_type))
             elif _is_string(t):
                 self._check_strings(_np(pc.fill_null(pc.binary_length(col), 0)), path, first_row,
                                     name, lim.max_value_bytes)
-            elif pa.types.is_list(t) or pa.types.is_large_list(t):
-                lens = _np(pc.fill_null(pc.list_value_length(col), 0))
-                if lens.size and lens.max() > lim.max_list_length:
-                    row = int(np.argmax(lens > lim.max_list_length))
-                    self._fail(path, f"a list of {int(lens[row]):,} values, more than "
-                               f"{lim.max_list_length:,}, the limit on list lengths",
-                               row=first_row + row, field=name)
+            elif _is_list(t):
+                self._check_list_lengths(col, path, first_row, name)
             elif pa.types.is_floating(t) and name in NUMERIC_COLUMNS:
-                bad = _np(pc.fill_null(pc.invert(pc.is_finite(col)), False))
-                if bad.any():
-                    row = int(np.argmax(bad))
-                    v = col[row].as_py()
-                    self._fail(path, f"{v} is not a finite number", row=first_row + row, field=name)
+                self._check_finite(col, path, first_row, name)
         return table
+
+    def _check_dictionary(self, col: pa.ChunkedArray, path: str, first_row: int, name: str) -> None:
+        """A string column read as a dictionary: its strings' sizes, and what decoding it
+        (here or per row later) costs, counted against the budget."""
+        lim = self.limits
+        lengths = _dict_lengths(col)
+        self._check_strings(lengths, path, first_row, name,
+                            lim.max_name_bytes if name in NAME_COLUMNS else lim.max_value_bytes)
+        extra = int(lengths.sum())
+        if self.bytes + extra > self.budget:
+            self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB "
+                       "(its strings), the memory budget for a trace", field=name)
+        self._check_expansion(path, None, name, extra, self.on_disk.get(name))
+        self.bytes += extra
+
+    def _check_list_lengths(self, col: pa.ChunkedArray, path: str, first_row: int, name: str) -> None:
+        most = self.limits.max_list_length
+        lens = _np(pc.fill_null(pc.list_value_length(col), 0))
+        if lens.size and lens.max() > most:
+            row = int(np.argmax(lens > most))
+            self._fail(path, f"a list of {int(lens[row]):,} values, more than "
+                       f"{most:,}, the limit on list lengths", row=first_row + row, field=name)
+
+    def _check_finite(self, col: pa.ChunkedArray, path: str, first_row: int, name: str) -> None:
+        bad = _np(pc.fill_null(pc.invert(pc.is_finite(col)), False))
+        if bad.any():
+            row = int(np.argmax(bad))
+            v = col[row].as_py()
+            self._fail(path, f"{v} is not a finite number", row=first_row + row, field=name)
 
     def _check_expansion(self, path: str, group: int | None, name: str, decoded: int,
                          disk: int | None) -> None:

@@ -7,6 +7,7 @@ nothing here reads files or prints.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -228,28 +229,52 @@ class AgentStream:
     joined_by: int | None
 
 
+def _multi_agent_sessions(table: pa.Table) -> dict[str, list[dict[str, Any]]]:
+    """Session -> its rows (request index, agent, dependencies), for the sessions with an
+    agent other than ``main``."""
+    agent = _column(table, "agent_id").cast(pa.string())
+    multi = pc.unique(pc.filter(_column(table, "session_id").cast(pa.string()),
+                                pc.fill_null(pc.not_equal(agent, "main"), False)))
+    if len(multi) == 0:
+        return {}
+    sub = table.select(["session_id", "request_index", "agent_id", "depends_on"])
+    sub = sub.filter(pc.is_in(sub.column("session_id").cast(pa.string()), multi))
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in sub.to_pylist():
+        by.setdefault(str(r["session_id"]), []).append(r)
+    return by
+
+
 def agent_streams(table: pa.Table) -> list[AgentStream]:
     """The streams of every session with more than one (``traces inspect``), in order of
     session, then first turn."""
     if table.num_rows == 0 or "agent_id" not in table.column_names \
             or "depends_on" not in table.column_names:
         return []
-    agent = _column(table, "agent_id").cast(pa.string())
-    multi = pc.unique(pc.filter(_column(table, "session_id").cast(pa.string()),
-                                pc.fill_null(pc.not_equal(agent, "main"), False)))
-    if len(multi) == 0:
-        return []
-    sub = table.select(["session_id", "request_index", "agent_id", "depends_on"])
-    sub = sub.filter(pc.is_in(sub.column("session_id").cast(pa.string()), multi))
-    by: dict[str, list[dict[str, object]]] = {}
-    for r in sub.to_pylist():
-        by.setdefault(str(r["session_id"]), []).append(r)
     out: list[AgentStream] = []
-    for sid, rows in by.items():
-        out += session_streams(sid, [int(r["request_index"]) for r in rows],  # type: ignore[call-overload]
+    for sid, rows in _multi_agent_sessions(table).items():
+        out += session_streams(sid, [int(r["request_index"]) for r in rows],
                                [str(r["agent_id"] or "main") for r in rows],
-                               [list(r["depends_on"] or []) for r in rows])  # type: ignore[call-overload]
+                               [list(r["depends_on"] or []) for r in rows])
     return out
+
+
+def _joins(turns: dict[str, list[int]], deps: dict[int, list[int]], of: dict[int, str]
+           ) -> dict[str, int]:
+    """Stream -> the earliest request that joins it: a later turn of another stream that
+    depends on its last turn (a stream's first turn aside: that turn's dependency is its
+    spawn)."""
+    firsts = {idx[0] for idx in turns.values()}
+    last_of = {idx[-1]: name for name, idx in turns.items()}
+    joined: dict[str, int] = {}
+    for i in sorted(deps):
+        if i in firsts:
+            continue
+        for d in deps[i]:
+            name = last_of.get(d)
+            if name is not None and name != of[i]:
+                joined[name] = min(i, joined.get(name, i))
+    return joined
 
 
 def session_streams(session_id: str, request_index: list[int], agent_id: list[str],
@@ -262,16 +287,7 @@ def session_streams(session_id: str, request_index: list[int], agent_id: list[st
     for i in order:
         turns.setdefault(agent_id[i], []).append(request_index[i])
     deps = {request_index[i]: depends_on[i] for i in order}
-    firsts = {idx[0] for idx in turns.values()}  # a stream's first turn: its spawn
-    last_of = {idx[-1]: name for name, idx in turns.items()}
-    joined: dict[str, int] = {}
-    for i in (request_index[k] for k in order):  # a join: a later turn of another stream
-        if i in firsts:
-            continue
-        for d in deps[i]:
-            name = last_of.get(d)
-            if name is not None and name != of[i] and (name not in joined or i < joined[name]):
-                joined[name] = i
+    joined = _joins(turns, deps, of)
     out = []
     for name, idx in turns.items():
         spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]

@@ -75,6 +75,20 @@ class _Parts:
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
+_Held = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A row group's hash list lengths, hash ids and input tokens."""
+
+
+def _take_lists(lengths: np.ndarray, flat: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``idx`` of a list column given as per-row lengths and the flat values: their
+    lengths and their values, in the order of ``idx``."""
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    lens = lengths[idx]
+    offs = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens)
+    return lens, flat[np.repeat(starts[idx], lens) + within]
+
+
 class Summarizer:
     """Feed row groups in file order (``add``), then ``finish``; see the module text."""
 
@@ -112,54 +126,80 @@ class Summarizer:
         p.add("input", inputs)
         p.add("output", _np(t.column("output_tokens"), np.int32))
         for name in ("think_ns", "cached_tokens"):
-            if name in names and t.column(name).null_count < n:
-                col = t.column(name)
-                p.add(name, _np(pc.fill_null(col, 0)))
-                p.add(name + "?", _np(pc.is_valid(col), bool))
-            else:
-                p.add(name, np.zeros(n, np.int64))
-                p.add(name + "?", np.zeros(n, bool))
-        if "model" in names:
-            vc = pc.value_counts(_strings(t.column("model")))
-            for item in vc.to_pylist():
-                if item["values"] is not None:
-                    self.models[str(item["values"])] += int(item["counts"])
-        if "error" in names:
-            err = t.column("error")
-            bad = _np(pc.is_valid(err), bool)
-            if bad.any():
-                self.failed += int(bad.sum())
-                for e in _strings(err).filter(pa.array(bad)).to_pylist():
-                    self.causes[str(e).split(":")[0]] += 1
-        if "agent_id" in names and "depends_on" in names:
-            self.has_tree = True
-        if "agent_id" in names:
-            p.add("agent", global_codes(t.column("agent_id"), self.agent_code).astype(np.int32))
-        else:
-            p.add("agent", np.full(n, -1, np.int32))
-        if "depends_on" in names:
-            deps = t.column("depends_on").combine_chunks()
-            p.add("deps_len", _np(pc.list_value_length(deps).fill_null(-1)))
-            p.add("deps", _np(pc.list_flatten(deps)))
-        else:
-            p.add("deps_len", np.full(n, -1, np.int64))
+            self._add_nullable(t, name)
+        self._count_models(t)
+        self._count_errors(t)
+        self._add_tree(t)
         lengths, flat = _hash_lists(t)
         self.total_blocks += int(lengths.sum())
         if self.in_order and self.cache is not None:
-            in_order = n == 0 or (arrival[0] >= self.last_arrival
-                                  and bool(np.all(arrival[1:] >= arrival[:-1])))
-            if in_order:
-                m, h = self.cache.step(lengths, flat, inputs)
-                p.add("matched", m.astype(np.int32))
-                p.add("implied", h.astype(np.int32))
-                if n:
-                    self.last_arrival = int(arrival[-1])
-            else:  # out of arrival order: the figures come from a second read
-                self.cache = None
-                self.in_order = False
-                p.arrays.pop("matched", None)
-                p.arrays.pop("implied", None)
+            self._feed_cache(arrival, lengths, flat, inputs)
         self.rows += n
+
+    def _add_nullable(self, t: pa.Table, name: str) -> None:
+        """A column that may be absent or null: its values (null: 0) and where known."""
+        n = t.num_rows
+        if name in t.column_names and t.column(name).null_count < n:
+            col = t.column(name)
+            self.parts.add(name, _np(pc.fill_null(col, 0)))
+            self.parts.add(name + "?", _np(pc.is_valid(col), bool))
+        else:
+            self.parts.add(name, np.zeros(n, np.int64))
+            self.parts.add(name + "?", np.zeros(n, bool))
+
+    def _count_models(self, t: pa.Table) -> None:
+        if "model" not in t.column_names:
+            return
+        for item in pc.value_counts(_strings(t.column("model"))).to_pylist():
+            if item["values"] is not None:
+                self.models[str(item["values"])] += int(item["counts"])
+
+    def _count_errors(self, t: pa.Table) -> None:
+        """Failed rows, and their causes (an error's text up to its first colon)."""
+        if "error" not in t.column_names:
+            return
+        err = t.column("error")
+        bad = _np(pc.is_valid(err), bool)
+        if not bad.any():
+            return
+        self.failed += int(bad.sum())
+        for e in _strings(err).filter(pa.array(bad)).to_pylist():
+            self.causes[str(e).split(":")[0]] += 1
+
+    def _add_tree(self, t: pa.Table) -> None:
+        """The agent-tree columns: agent codes (-1: none) and dependency lists (length -1:
+        none)."""
+        n, names = t.num_rows, set(t.column_names)
+        if "agent_id" in names and "depends_on" in names:
+            self.has_tree = True
+        if "agent_id" in names:
+            self.parts.add("agent", global_codes(t.column("agent_id"), self.agent_code).astype(np.int32))
+        else:
+            self.parts.add("agent", np.full(n, -1, np.int32))
+        if "depends_on" in names:
+            deps = t.column("depends_on").combine_chunks()
+            self.parts.add("deps_len", _np(pc.list_value_length(deps).fill_null(-1)))
+            self.parts.add("deps", _np(pc.list_flatten(deps)))
+        else:
+            self.parts.add("deps_len", np.full(n, -1, np.int64))
+
+    def _feed_cache(self, arrival: np.ndarray, lengths: np.ndarray, flat: np.ndarray,
+                    inputs: np.ndarray) -> None:
+        """Feed a row group to the cache while the rows come in arrival order; the first
+        group out of order drops it (the figures then come from a second read)."""
+        assert self.cache is not None
+        n = arrival.size
+        if n and (arrival[0] < self.last_arrival or not bool(np.all(arrival[1:] >= arrival[:-1]))):
+            self.cache = None
+            self.in_order = False
+            self.parts.arrays.pop("matched", None)
+            self.parts.arrays.pop("implied", None)
+            return
+        m, h = self.cache.step(lengths, flat, inputs)
+        self.parts.add("matched", m.astype(np.int32))
+        self.parts.add("implied", h.astype(np.int32))
+        if n:
+            self.last_arrival = int(arrival[-1])
 
     def _cache_figures(self, arrival: np.ndarray, tables: Iterable[pa.Table] | None
                        ) -> tuple[np.ndarray, np.ndarray]:
@@ -179,47 +219,49 @@ class Summarizer:
         given = list(tables) if tables is not None else None
         for w in range(0, n, WINDOW_ROWS):
             rows = order[w:w + WINDOW_ROWS]
-            group = np.searchsorted(starts, rows, "right") - 1
-            lens_parts, flat_parts, in_parts, pos_parts = [], [], [], []
-            for g in np.unique(group).tolist():
-                if g not in held:
-                    ref = self.groups[g][0]
-                    if given is not None:
-                        t = given[g]
-                    else:
-                        assert ref is not None
-                        t = ref.read(["hash_ids", "input_tokens"])
-                    lengths, flat = _hash_lists(t)
-                    while len(held) >= HELD_GROUPS:  # the one read first goes
-                        del held[next(iter(held))]
-                    held[g] = (lengths, flat, _np(t.column("input_tokens")))
-                lengths, flat, inputs = held[g]
-                local = rows[group == g] - starts[g]
-                st = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-                lens = lengths[local]
-                offs = np.concatenate(([0], np.cumsum(lens)[:-1]))
-                within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens)
-                lens_parts.append(lens)
-                flat_parts.append(flat[np.repeat(st[local], lens) + within])
-                in_parts.append(inputs[local])
-                pos_parts.append(np.flatnonzero(group == g))
-            # back to rank order within the window
-            pos = np.concatenate(pos_parts)
-            inv = np.empty(pos.size, np.int64)
-            inv[pos] = np.arange(pos.size)
-            lens = np.concatenate(lens_parts)
-            offs = np.concatenate(([0], np.cumsum(lens)[:-1]))
-            flat = np.concatenate(flat_parts)
-            lr = lens[inv]
-            within = np.arange(int(lr.sum()), dtype=np.int64) - np.repeat(
-                np.concatenate(([0], np.cumsum(lr)[:-1])), lr)
-            m, h = cache.step(lr, flat[np.repeat(offs[inv], lr) + within],
-                              np.concatenate(in_parts)[inv])
+            m, h = cache.step(*self._window(rows, starts, held, given))
             for k in [k for k in held if last_rank[k] < w + WINDOW_ROWS]:
                 del held[k]  # no row of it is left
             matched[rows] = m
             implied[rows] = h
         return matched, implied
+
+    def _window(self, rows: np.ndarray, starts: np.ndarray, held: dict[int, _Held],
+                given: list[pa.Table] | None) -> _Held:
+        """(hash list lengths, hash ids, input tokens) of the file rows ``rows``, in that
+        order, read from the row groups that hold them."""
+        group = np.searchsorted(starts, rows, "right") - 1
+        lens_parts, flat_parts, in_parts, pos_parts = [], [], [], []
+        for g in np.unique(group).tolist():
+            lengths, flat, inputs = self._held_group(g, held, given)
+            local = rows[group == g] - starts[g]
+            lens, ids = _take_lists(lengths, flat, local)
+            lens_parts.append(lens)
+            flat_parts.append(ids)
+            in_parts.append(inputs[local])
+            pos_parts.append(np.flatnonzero(group == g))
+        # back to the order of ``rows``
+        pos = np.concatenate(pos_parts)
+        inv = np.empty(pos.size, np.int64)
+        inv[pos] = np.arange(pos.size)
+        lens, ids = _take_lists(np.concatenate(lens_parts), np.concatenate(flat_parts), inv)
+        return lens, ids, np.concatenate(in_parts)[inv]
+
+    def _held_group(self, g: int, held: dict[int, _Held], given: list[pa.Table] | None) -> _Held:
+        """Row group ``g``'s hash lists and input tokens, read when not held (the group
+        read first goes when ``HELD_GROUPS`` are held)."""
+        if g not in held:
+            if given is not None:
+                t = given[g]
+            else:
+                ref = self.groups[g][0]
+                assert ref is not None
+                t = ref.read(["hash_ids", "input_tokens"])
+            lengths, flat = _hash_lists(t)
+            while len(held) >= HELD_GROUPS:
+                del held[next(iter(held))]
+            held[g] = (lengths, flat, _np(t.column("input_tokens")))
+        return held[g]
 
     def finish(self, tables: list[pa.Table] | None = None) -> TraceSummary:
         """The summary; ``tables``: the groups given to ``add`` when they were not read

@@ -88,30 +88,49 @@ def derive_depends_on(
     spawn_at = spawn_at or {}
     n = len(agent_ids)
     deps: list[list[int]] = [[] for _ in range(n)]
-    turns: dict[str, list[int]] = {}
-    for i, a in enumerate(agent_ids):
-        turns.setdefault(a, []).append(i)
+    turns = _streams(agent_ids)
     for a, idx in turns.items():
         for prev, cur in pairwise(idx):
             deps[cur].append(prev)
         if a == MAIN and a not in spawner:
             continue
-        parent_turns = turns.get(spawner.get(a, MAIN), [])
-        t_spawn = spawn_at.get(a, arrivals[idx[0]])
-        spawn = [p for p in parent_turns if p < idx[0] and arrivals[p] <= t_spawn]
-        if spawn:
-            deps[idx[0]].append(spawn[-1])
-        last = idx[-1]
-        if agent_end is not None and a in agent_end:
-            t_end = agent_end[a]
-        else:
-            t_end = arrivals[last] + (ends[last] or 0)
-        join = [p for p in parent_turns if p > last and arrivals[p] >= t_end]
-        if join:
-            deps[join[0]].append(last)
+        _spawn_and_join(idx, turns.get(spawner.get(a, MAIN), []), arrivals,
+                        spawn_at.get(a, arrivals[idx[0]]), _stream_end(a, idx, arrivals, ends, agent_end),
+                        deps)
     for d in deps:
         d.sort()
     return deps
+
+
+def _streams(agent_ids: Sequence[str]) -> dict[str, list[int]]:
+    """Agent -> the positions of its turns, in order of first turn."""
+    turns: dict[str, list[int]] = {}
+    for i, a in enumerate(agent_ids):
+        turns.setdefault(a, []).append(i)
+    return turns
+
+
+def _stream_end(a: str, idx: list[int], arrivals: Sequence[int], ends: Sequence[int | None],
+                agent_end: Mapping[str, int] | None) -> int:
+    """When stream ``a`` (its turns: ``idx``) ends: as given, else its last turn's end, or
+    that turn's arrival when its end is unknown."""
+    if agent_end is not None and a in agent_end:
+        return agent_end[a]
+    return arrivals[idx[-1]] + (ends[idx[-1]] or 0)
+
+
+def _spawn_and_join(idx: list[int], parent_turns: list[int], arrivals: Sequence[int],
+                    t_spawn: int, t_end: int, deps: list[list[int]]) -> None:
+    """Link a subagent's turns ``idx`` to its spawner's turns: its first turn depends on
+    the spawner's last turn before it that arrived by ``t_spawn``; the spawner's first
+    later turn arriving at or after ``t_end`` depends on its last turn."""
+    spawn = [p for p in parent_turns if p < idx[0] and arrivals[p] <= t_spawn]
+    if spawn:
+        deps[idx[0]].append(spawn[-1])
+    last = idx[-1]
+    join = next((p for p in parent_turns if p > last and arrivals[p] >= t_end), None)
+    if join is not None:
+        deps[join].append(last)
 
 
 def think_after(arrival: int, deps: Sequence[int], arrivals: Sequence[int],

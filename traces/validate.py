@@ -63,6 +63,15 @@ class _Collector:
             self.problems.append(Problem(self.path, first, field, message, int(idx.size)))
 
 
+def _accepted_type(got: pa.DataType, want: pa.DataType) -> bool:
+    """A column's type is the schema's, or a dictionary column read as its values (or as
+    another dictionary of them)."""
+    if got == want:
+        return True
+    return pa.types.is_dictionary(want) and (
+        got == want.value_type or (pa.types.is_dictionary(got) and got.value_type == want.value_type))
+
+
 def _check_types(table: pa.Table, c: _Collector) -> bool:
     ok = True
     for f in TRACE_SCHEMA:
@@ -72,17 +81,14 @@ def _check_types(table: pa.Table, c: _Collector) -> bool:
                 ok = False
             continue
         got = table.schema.field(f.name).type
-        want = f.type
-        if got == want:
-            continue
-        base_ok = (
-            pa.types.is_dictionary(want) and (got == want.value_type
-                                              or (pa.types.is_dictionary(got)
-                                                  and got.value_type == want.value_type))
-        )
-        if not base_ok:
-            c.file(f"type is {got}, expected {want}", f.name)
+        if not _accepted_type(got, f.type):
+            c.file(f"type is {got}, expected {f.type}", f.name)
             ok = ok and f.nullable
+    return _check_required_values(table, c) and ok
+
+
+def _check_required_values(table: pa.Table, c: _Collector) -> bool:
+    ok = True
     for name in REQUIRED_COLUMNS:
         if name in table.column_names and table.column(name).null_count:
             mask = _np(pc.is_null(table.column(name)), bool)
@@ -104,6 +110,25 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
     """Every rule the table breaks, as a list (empty when the trace is valid). ``rows``:
     the trace's row number of each table row, when the table holds only some of them."""
     c = _Collector(str(path), rows)
+    _check_meta(meta, c)
+    if not _check_types(table, c) or table.num_rows == 0:
+        return c.problems
+    req = _np(table.column("request_index"), np.int64)
+    parent = _np(table.column("parent_index"), np.int64)
+    arrival = _np(table.column("arrival_ns"), np.int64)
+    inputs = _np(table.column("input_tokens"), np.int64)
+    outputs = _np(table.column("output_tokens"), np.int64)
+    _check_ranges(c, req, parent, arrival, inputs, outputs)
+    _check_durations(table, c)
+    _check_ttft_before_end(table, c)
+    _check_cached(table, c, inputs)
+    _check_hash_ids(table, c, inputs, meta.block_size)
+    _check_chunks(table, c)
+    _check_sessions(table, c, req, parent, arrival)
+    return c.problems
+
+
+def _check_meta(meta: TraceMeta, c: _Collector) -> None:
     if meta.block_size <= 0:
         c.file(f"block_size must be positive, got {meta.block_size}", "block_size")
     if meta.content_mode not in CONTENT_MODES:
@@ -111,16 +136,11 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
                "content_mode")
     if not (meta.source in ("recorded", "synthetic") or meta.source.startswith("imported:")):
         c.file(f"source {meta.source!r} is not recorded, synthetic or imported:FORMAT", "source")
-    if not _check_types(table, c) or table.num_rows == 0:
-        return c.problems
-    n = table.num_rows
 
-    req = _np(table.column("request_index"), np.int64)
-    parent = _np(table.column("parent_index"), np.int64)
-    arrival = _np(table.column("arrival_ns"), np.int64)
-    inputs = _np(table.column("input_tokens"), np.int64)
-    outputs = _np(table.column("output_tokens"), np.int64)
 
+def _check_ranges(c: _Collector, req: np.ndarray, parent: np.ndarray, arrival: np.ndarray,
+                  inputs: np.ndarray, outputs: np.ndarray) -> None:
+    """The required columns' values, each row on its own."""
     c.rows(req < 0, "request_index", "must be >= 0")
     c.rows(arrival < 0, "arrival_ns", "must be >= 0 (nanoseconds from trace start)")
     c.rows(inputs < 0, "input_tokens", "must be >= 0")
@@ -133,42 +153,70 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
            "more than a year after the trace's start (a unit mix-up?)")
     c.rows((parent < -1) | ((parent >= 0) & (parent >= req)), "parent_index",
            "must be -1 or an earlier request_index of the same session")
-    for name in ("think_ns", "ttft_ns", "end_ns"):
-        if name in table.column_names:
-            col = table.column(name)
-            if col.null_count < n:
-                v = _np(pc.fill_null(col, 0), np.int64)
-                c.rows(v < 0, name, "must be >= 0")
-                c.rows(v > MAX_SPAN_NS, name, "more than a year (a unit mix-up?)")
-    if "ttft_ns" in table.column_names and "end_ns" in table.column_names:
-        t, e = table.column("ttft_ns"), table.column("end_ns")
-        both = _np(pc.and_(pc.is_valid(t), pc.is_valid(e)), bool)
-        if both.any():
-            tv, ev = _np(pc.fill_null(t, 0), np.int64), _np(pc.fill_null(e, 0), np.int64)
-            c.rows(both & (tv > ev), "ttft_ns", "first token after the last byte (ttft_ns > end_ns)")
-    if "cached_tokens" in table.column_names and table.column("cached_tokens").null_count < n:
-        col = table.column("cached_tokens")
-        valid = _np(pc.is_valid(col), bool)
-        cached = _np(pc.fill_null(col, 0), np.int64)
-        c.rows(valid & (cached < 0), "cached_tokens", "must be >= 0")
-        c.rows(valid & (cached > inputs), "cached_tokens", "more cached tokens than input_tokens")
-    if "hash_ids" in table.column_names and meta.block_size > 0:
-        col = table.column("hash_ids").combine_chunks()
-        if col.null_count < n:
-            valid = _np(pc.is_valid(col), bool)
-            lengths = _np(pc.fill_null(pc.list_value_length(col), 0), np.int64)
-            want = -(-inputs // meta.block_size)
-            c.rows(valid & (lengths != want), "hash_ids",
-                   f"length differs from ceil(input_tokens / {meta.block_size})")
-    if "chunk_gaps_ns" in table.column_names and "chunk_tokens" in table.column_names:
-        g, t = table.column("chunk_gaps_ns").combine_chunks(), table.column("chunk_tokens").combine_chunks()
-        if g.null_count < n or t.null_count < n:
-            lg = _np(pc.fill_null(pc.list_value_length(g), -1), np.int64)
-            lt = _np(pc.fill_null(pc.list_value_length(t), -1), np.int64)
-            c.rows((lg >= 0) & (lt >= 0) & (lg != lt), "chunk_tokens",
-                   "chunk_tokens and chunk_gaps_ns differ in length")
 
-    # per-session rules: sort by (session, request_index)
+
+def _present(table: pa.Table, name: str) -> bool:
+    """The column exists and holds a value in some row."""
+    return name in table.column_names and table.column(name).null_count < table.num_rows
+
+
+def _check_durations(table: pa.Table, c: _Collector) -> None:
+    for name in ("think_ns", "ttft_ns", "end_ns"):
+        if _present(table, name):
+            v = _np(pc.fill_null(table.column(name), 0), np.int64)
+            c.rows(v < 0, name, "must be >= 0")
+            c.rows(v > MAX_SPAN_NS, name, "more than a year (a unit mix-up?)")
+
+
+def _check_ttft_before_end(table: pa.Table, c: _Collector) -> None:
+    if "ttft_ns" not in table.column_names or "end_ns" not in table.column_names:
+        return
+    t, e = table.column("ttft_ns"), table.column("end_ns")
+    both = _np(pc.and_(pc.is_valid(t), pc.is_valid(e)), bool)
+    if both.any():
+        tv, ev = _np(pc.fill_null(t, 0), np.int64), _np(pc.fill_null(e, 0), np.int64)
+        c.rows(both & (tv > ev), "ttft_ns", "first token after the last byte (ttft_ns > end_ns)")
+
+
+def _check_cached(table: pa.Table, c: _Collector, inputs: np.ndarray) -> None:
+    if not _present(table, "cached_tokens"):
+        return
+    col = table.column("cached_tokens")
+    valid = _np(pc.is_valid(col), bool)
+    cached = _np(pc.fill_null(col, 0), np.int64)
+    c.rows(valid & (cached < 0), "cached_tokens", "must be >= 0")
+    c.rows(valid & (cached > inputs), "cached_tokens", "more cached tokens than input_tokens")
+
+
+def _check_hash_ids(table: pa.Table, c: _Collector, inputs: np.ndarray, block_size: int) -> None:
+    if "hash_ids" not in table.column_names or block_size <= 0:
+        return
+    col = table.column("hash_ids").combine_chunks()
+    if col.null_count < table.num_rows:
+        valid = _np(pc.is_valid(col), bool)
+        lengths = _np(pc.fill_null(pc.list_value_length(col), 0), np.int64)
+        want = -(-inputs // block_size)
+        c.rows(valid & (lengths != want), "hash_ids",
+               f"length differs from ceil(input_tokens / {block_size})")
+
+
+def _check_chunks(table: pa.Table, c: _Collector) -> None:
+    if "chunk_gaps_ns" not in table.column_names or "chunk_tokens" not in table.column_names:
+        return
+    n = table.num_rows
+    g, t = table.column("chunk_gaps_ns").combine_chunks(), table.column("chunk_tokens").combine_chunks()
+    if g.null_count < n or t.null_count < n:
+        lg = _np(pc.fill_null(pc.list_value_length(g), -1), np.int64)
+        lt = _np(pc.fill_null(pc.list_value_length(t), -1), np.int64)
+        c.rows((lg >= 0) & (lt >= 0) & (lg != lt), "chunk_tokens",
+               "chunk_tokens and chunk_gaps_ns differ in length")
+
+
+def _check_sessions(table: pa.Table, c: _Collector, req: np.ndarray, parent: np.ndarray,
+                    arrival: np.ndarray) -> None:
+    """The per-session rules, on the rows sorted by (session, request_index): unique
+    request indices, parents present and arriving first, the agent tree."""
+    n = table.num_rows
     sess_col = table.column("session_id")
     if pa.types.is_dictionary(sess_col.type):
         sess_col = sess_col.cast(sess_col.type.value_type)
@@ -177,10 +225,9 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
     s_sorted, r_sorted = sess[order], req[order]
     dup = (s_sorted[1:] == s_sorted[:-1]) & (r_sorted[1:] == r_sorted[:-1])
     c.rows(order[1:][dup], "request_index", "repeats an earlier request_index of the same session")
-
+    key_sorted = (s_sorted << 32) | r_sorted
     has_parent = np.flatnonzero((parent >= 0) & (parent < req))
     if has_parent.size:
-        key_sorted = (s_sorted << 32) | r_sorted
         want_key = (sess[has_parent] << 32) | parent[has_parent]
         pos = np.searchsorted(key_sorted, want_key)
         pos_c = np.minimum(pos, n - 1)
@@ -190,8 +237,7 @@ def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<
         parent_rows = order[pos_c[found]]
         c.rows(rows_f[arrival[rows_f] < arrival[parent_rows]], "arrival_ns",
                "arrives before its parent request")
-    _check_tree(table, c, sess, req, arrival, order, (s_sorted << 32) | r_sorted)
-    return c.problems
+    _check_tree(table, c, sess, req, arrival, order, key_sorted)
 
 
 def _check_tree(table: pa.Table, c: _Collector, sess: np.ndarray, req: np.ndarray,

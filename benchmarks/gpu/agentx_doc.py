@@ -1,11 +1,17 @@
 """Every measured figure of docs/gpu.md, computed from the committed files of the one-H100
-AgentX run (benchmarks/results/gpu/2026-12-06-h100-agentx/): each replay's results folder
+AgentX runs: the three servers co-resident on the GPU
+(benchmarks/results/gpu/2026-12-06-h100-agentx/) and each deployment alone on it
+(benchmarks/results/gpu/2026-12-06-h100-agentx-solo/): each replay's results folder
 (per-request Parquet, run.json, the server's /metrics series), the servers' startup logs and
 commands, and the model's config.
 
     python benchmarks/gpu/agentx_doc.py                    # print the doc's figure blocks
     python benchmarks/gpu/agentx_doc.py --check docs/gpu.md --readme README.md
                                                           # exit 1 naming each block it lacks
+    python benchmarks/gpu/agentx_doc.py --sweep DIR        # the solo runs as a sweep folder
+
+This script holds the co-resident run's blocks and the check; the solo ladders' blocks are
+in ``agentx_solo.py`` and the readers both use in ``agentx_runs.py``, beside it.
 
 Each block is a table or sentence that docs/gpu.md must contain verbatim; a changed number
 in the doc (or in the data) makes ``--check`` fail. Per-run figures come from the report's
@@ -27,18 +33,29 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from agent_replay.analysis.replicates import holm, t_two_sided_p
 
-ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
-PROFILES = ("standard", "mtp", "dedicated-decode")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import agentx_solo as ladders  # the scripts beside this one
+from agentx_runs import (
+    PROFILES,
+    ROOT,
+    RUN,
+    RunFigures,
+    _n,
+    _pct,
+    acceptance_length,
+    figures,
+    repeats,
+    run_dir,
+    settings_table,
+)
+
 SERVER = {"standard": "std-kv8", "mtp": "mtp", "dedicated-decode": "ded"}
 """The server (logs/NAME.server.log, results/NAME.command.json) that ran each profile's
 single-user repeats: standard was restarted with a larger KV cache for its last ladder
@@ -115,97 +132,7 @@ def nearest_rank(values: Sequence[float], q: float) -> float:
     return v[max(0, math.ceil(q / 100 * len(v)) - 1)]
 
 
-# ---- data --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RunFigures:
-    """One replay's figures, as `agent-replay report` computes them (None: no measured
-    request gave one)."""
-
-    requests: int
-    p90_tps: float | None
-    north_star: float | None
-    interactivity: float | None
-    total_per_gpu: float | None
-    ttft_p50_ms: float | None
-    status: str
-    measured_s: float | None
-    duration_s: float
-    kv_peak: float | None
-    waiting_peak: float | None
-
-
-def run_dir(profile: str, lanes: int | str, repeat: int, run: Path = RUN) -> Path:
-    return run / "results/runs" / profile / f"c{lanes}" / f"r{repeat}"
-
-
-@cache
-def figures(folder: Path) -> RunFigures:
-    from agent_replay.analysis.render import report_dict
-    from agent_replay.analysis.report import build_report
-
-    rep = report_dict(build_report(folder))
-    meta = json.loads((folder / "run.json").read_text())
-    head, lat = rep["headline"], rep["latency_ms"]
-    t = pq.read_table(folder / "server_metrics.parquet", columns=["name", "value"]).to_pydict()
-
-    def peak(name: str) -> float | None:
-        v = [x for n, x in zip(t["name"], t["value"], strict=True) if n == name]
-        return max(v) if v else None
-
-    return RunFigures(
-        requests=int(rep["requests"]["counted"]), p90_tps=head.get("p90_tps"),
-        north_star=head.get("north_star"), interactivity=head.get("agentx_interactivity"),
-        total_per_gpu=rep["throughput"].get("total_tokens_per_s_per_gpu"),
-        ttft_p50_ms=lat["ttft"].get("p50"), status=str(meta["status"]),
-        measured_s=(meta.get("agentx") or {}).get("measured_s"),
-        duration_s=float(meta["options"]["duration_s"]),
-        kv_peak=peak("vllm:kv_cache_usage_perc"), waiting_peak=peak("vllm:num_requests_waiting"))
-
-
-def repeats(profile: str, run: Path = RUN) -> list[RunFigures]:
-    """The single-user repeats of ``profile``, in repeat order."""
-    out = []
-    for r in (1, 2, 3):
-        folder = run_dir(profile, 1, r, run)
-        if folder.is_dir():
-            out.append(figures(folder))
-    return out
-
-
-def non_default_args(server_log: Path) -> dict[str, object]:
-    """vLLM's 'non-default args' of a server log (its settings as vLLM parsed them), read by
-    the launcher's own parser (``engines.vllm.resolved``)."""
-    from agent_replay.engines.vllm.resolved import parse_log
-
-    return dict(parse_log(server_log.read_text(errors="replace")).args)
-
-
-def setting_checks(name: str, run: Path = RUN) -> list[Any]:
-    """Every flag ``agent-replay engines vllm-cmd`` gave server NAME, checked against what
-    that server reported running (``engines.vllm.resolved``: its engine config line, the
-    graphs it captured, its KV reservation), as ``engines launch`` checks a launch."""
-    from agent_replay.engines.vllm.resolved import check, parse_log
-
-    text = (run / "logs" / f"{name}.server.log").read_text(errors="replace")
-    return check(requested(name, run)[3:], parse_log(text))
-
-
-def requested(name: str, run: Path = RUN) -> list[str]:
-    """The vLLM arguments profile ``name`` asked for (its vllm-cmd output)."""
-    cmd = json.loads((run / f"results/{name}.command.json").read_text())
-    return list(cmd["commands"][0]["argv"])
-
-
-# ---- blocks ------------------------------------------------------------------------------
-
-def _n(v: float | None, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
-def _pct(v: float) -> str:
-    return f"{v * 100:+.1f}%"
-
+# ---- the co-resident run's blocks -----------------------------------------------------
 
 def model_sentence(run: Path = RUN) -> str:
     from agent_replay.engines.vllm.tiny_model import deepseek_parameters
@@ -220,62 +147,8 @@ def model_sentence(run: Path = RUN) -> str:
             f"{p['mtp'] / 1e9:.2f}B in the MTP layer, {p['active'] / 1e9:.2f}B active per token.")
 
 
-SETTINGS = (("kv_cache_memory_bytes", "KV cache GiB"), ("max_num_seqs", "max-num-seqs"),
-            ("speculative_config", "speculative decoding"),
-            ("compilation_config", "CUDA graphs"), ("performance_mode", "performance mode"),
-            ("quantization", "weights"), ("max_model_len", "max-model-len"))
-
-
-def _setting(key: str, value: object) -> str:
-    if value is None:
-        return "vLLM's default"
-    if key == "kv_cache_memory_bytes":
-        return f"{int(str(value)) / 2**30:g}"
-    if key == "speculative_config" and isinstance(value, dict):
-        return (f"{value['method']} {value['num_speculative_tokens']}, acceptance "
-                f"{value.get('synthetic_acceptance_length', 'real')}")
-    if key == "compilation_config" and isinstance(value, dict):
-        sizes = value["cudagraph_capture_sizes"]
-        mode = value["cudagraph_mode"]
-        return (f"{mode}, sizes {sizes[0]}..{sizes[-1]} step {sizes[1] - sizes[0]}, "
-                f"compile mode {value['mode']}")
-    return str(value)
-
-
-def settings_table(run: Path = RUN) -> str:
-    """Each profile's settings as its server parsed them (vLLM's 'non-default args' of the
-    server that ran the single-user repeats), and how many requested settings the server
-    reported running (``setting_checks``)."""
-    lines = ["| profile | " + " | ".join(h for _, h in SETTINGS)
-             + " | requested settings: in effect / parsed, not reported / differ |",
-             "|---" * (len(SETTINGS) + 2) + "|"]
-    for prof in PROFILES:
-        name = SERVER[prof]
-        log = run / "logs" / f"{name}.server.log"
-        got = non_default_args(log)
-        checks = setting_checks(name, run)
-        count = {st: [c.flag for c in checks if c.status == st]
-                 for st in ("in effect", "not reported", "differs")}
-        lines.append(f"| {prof} | " + " | ".join(_setting(k, got.get(k)) for k, _ in SETTINGS)
-                     + f" | {len(count['in effect'])} / {len(count['not reported'])} "
-                     f"({', '.join(count['not reported']) or '-'}) / {len(count['differs'])} |")
-    return "\n".join(lines)
-
-
-def acceptance_length(folder: Path) -> tuple[float, float]:
-    """(accepted draft tokens, verify steps) the server counted during one replay: the
-    growth of vllm:spec_decode_num_accepted_tokens_total and ..._num_drafts_total between
-    the run's first and last scrape."""
-    t = pq.read_table(folder / "server_metrics.parquet",
-                      columns=["t_ns", "name", "value"]).to_pydict()
-
-    def grew(name: str) -> float:
-        seen = [x for _, n, x in sorted(zip(t["t_ns"], t["name"], t["value"], strict=True))
-                if n == name]
-        return seen[-1] - seen[0] if seen else 0.0
-
-    return (grew("vllm:spec_decode_num_accepted_tokens_total"),
-            grew("vllm:spec_decode_num_drafts_total"))
+def coresident_settings_table(run: Path = RUN) -> str:
+    return settings_table(run, SERVER)
 
 
 def acceptance_sentence(run: Path = RUN) -> str:
@@ -402,7 +275,7 @@ def empty_runs_sentence(run: Path = RUN) -> str:
 
 BLOCKS = {
     "model sentence": model_sentence,
-    "settings table": settings_table,
+    "settings table": coresident_settings_table,
     "acceptance sentence": acceptance_sentence,
     "single-user table": single_table,
     "effects table": effects_table,
@@ -416,15 +289,18 @@ def readme_table(run: Path = RUN) -> str:
     return effects_table(run)
 
 
-def blocks(run: Path = RUN) -> dict[str, str]:
-    return {name: fn(run) for name, fn in BLOCKS.items()}
+def blocks(run: Path = RUN, solo: Path = ladders.SOLO) -> dict[str, str]:
+    """Every block: the co-resident run's (``BLOCKS``) from ``run``, the solo ladders'
+    (``ladders.SOLO_BLOCKS``) from ``solo``."""
+    return ({name: fn(run) for name, fn in BLOCKS.items()}
+            | {name: fn(solo) for name, fn in ladders.SOLO_BLOCKS.items()})
 
 
-def missing(doc_text: str, run: Path = RUN) -> list[str]:
+def missing(doc_text: str, run: Path = RUN, solo: Path = ladders.SOLO) -> list[str]:
     """The names of the blocks that ``doc_text`` does not contain verbatim (whitespace of
     wrapped sentences aside)."""
     flat = " ".join(doc_text.split())
-    return [name for name, text in blocks(run).items()
+    return [name for name, text in blocks(run, solo).items()
             if (text if "\n|" in text else " ".join(text.split())) not in
             (doc_text if "\n|" in text else flat)]
 
@@ -434,7 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", metavar="DOC", default=None)
     ap.add_argument("--readme", metavar="README", default=None,
                     help="with --check: also the README's table")
+    ap.add_argument("--sweep", metavar="DIR", default=None,
+                    help="write the solo runs as a sweep folder at DIR, for `agent-replay "
+                    "frontier DIR --reference benchmarks/references/agentx.json`")
     args = ap.parse_args(argv)
+    if args.sweep is not None:
+        print(f"wrote {ladders.write_sweep(Path(args.sweep))}")
+        return 0
     if args.check is None:
         for name, text in blocks().items():
             print(f"<!-- {name} -->\n{text}\n")
@@ -443,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme is not None and readme_table() not in Path(args.readme).read_text():
         gone.append(f"README table (in {args.readme})")
     for name in gone:
-        print(f"{args.check}: lacks the {name} computed from {RUN.relative_to(ROOT)}",
+        src = ladders.SOLO if name in ladders.SOLO_BLOCKS else RUN
+        print(f"{args.check}: lacks the {name} computed from {src.relative_to(ROOT)}",
               file=sys.stderr)
     return 1 if gone else 0
 

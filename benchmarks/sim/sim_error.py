@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks/results/sim"
 H200 = ROOT / "benchmarks/results/gpu/2026-12-03-h200-mtp"
 H100 = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
+SOLO = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo"
 
 FIGURES = (
     ("ttft_p50_ms", "TTFT P50"), ("ttft_p90_ms", "TTFT P90"), ("tpot_p50_ms", "TPOT P50"),
@@ -49,6 +50,8 @@ class Experiment:
     held_out: tuple[str, ...]  # load points predicted
     runs: Path
     repeats: tuple[str, ...]
+    spread_runs: tuple[Path, ...] = ()
+    """Repeats of another point whose spread stands in where a held-out point ran once."""
 
     def folders(self, point: str) -> list[Path]:
         return [self.runs / self.profile / point / r for r in self.repeats
@@ -64,19 +67,26 @@ def _h200(profile: str, server: str) -> Experiment:
         runs=H200 / "mtp/runs", repeats=tuple(f"r{i}" for i in range(5)))
 
 
-def _h100(profile: str, server: str, fit: tuple[str, ...], held_out: tuple[str, ...]) -> Experiment:
+def _solo(profile: str, server: str) -> Experiment:
+    """The H100 solo ladder (each deployment alone on the GPU, 40 GiB of KV, one run per
+    point): fitted on 1, 2 and 8 lanes, predicting 4 and 6. Its spread is the one of the
+    co-resident run's three repeats at 1 lane (the only repeats of this model and GPU)."""
+    spread = H100 / "results/runs" / profile / "c1"
     return Experiment(
-        name=f"h100-{profile}", gpu="H100, 16B MoE in FP8, AgentX Claude Code sessions",
-        profile=profile, command=H100 / f"results/{server}.command.json", fit=fit,
-        held_out=held_out, runs=H100 / "results/runs", repeats=("r1", "r2", "r3"))
+        name=f"h100-solo-{profile}", gpu="H100 alone, 16B MoE in FP8, AgentX Claude Code sessions",
+        profile=profile, command=SOLO / f"results/{server}.command.json",
+        fit=("c1", "c2", "c8"), held_out=("c4", "c6"), runs=SOLO / "results/runs",
+        repeats=("r1",), spread_runs=tuple(spread / r for r in ("r1", "r2", "r3")
+                                           if (spread / r / "requests").is_dir()))
 
 
 EXPERIMENTS = (
     _h200("standard", "std"),
     _h200("mtp", "mtp"),
     _h200("dedicated-decode", "ded"),
-    _h100("standard", "std", ("c1", "c2"), ("c3", "c4")),
-    _h100("dedicated-decode", "ded", ("c1", "c2"), ("c3",)),
+    _solo("standard", "std"),
+    _solo("mtp", "mtp"),
+    _solo("dedicated-decode", "ded"),
 )
 
 
@@ -118,7 +128,9 @@ def refresh() -> dict[str, Any]:
                                "measured": measured, "predicted": predicted})
         data["experiments"].append({
             "name": ex.name, "gpu": ex.gpu, "profile": _rel(profile_path),
-            "fitted_on": list(ex.fit), "points": points})
+            "fitted_on": list(ex.fit), "points": points,
+            "spread_runs": [_rel(f) for f in ex.spread_runs],
+            "spread_measured": [figures(f) for f in ex.spread_runs]})
     (OUT / "error.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -162,6 +174,15 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{x * 100:+.0f}%"
 
 
+def point_spread(ex: dict[str, Any], pt: dict[str, Any], key: str) -> tuple[float | None, str]:
+    """A held-out point's measured spread of ``key`` and its mark: its own repeats', or,
+    for a point run once, the spread of the experiment's stand-in repeats (marked ``†``)."""
+    own = spread([r[key] for r in pt["measured"]])
+    if own is not None or not ex.get("spread_measured"):
+        return own, ""
+    return spread([r[key] for r in ex["spread_measured"]]), "†"
+
+
 def table(data: dict[str, Any]) -> str:
     """One row per held-out point and figure: measured mean, predicted, error, spread."""
     lines = ["| Deployment | Held-out point | Figure | Measured | Predicted | Error | "
@@ -173,12 +194,12 @@ def table(data: dict[str, Any]) -> str:
             for key, label in FIGURES:
                 m = [r[key] for r in pt["measured"]]
                 p = [r[key] for r in pt["predicted"]]
-                e, s = error(m, p), spread(m)
+                (s, mark), e = point_spread(ex, pt, key), error(m, p)
                 ok = met(key, e, s)
                 verdict = "" if ok is None else ("met" if ok else "**missed**")
                 lines.append(f"| {ex['name']} | {pt['point']} ({n} runs) | {label} | "
                              f"{_fmt(_mean(m))} | {_fmt(_mean(p))} | {_pct(e)} | "
-                             f"{'±' + _pct(s)[1:] if s is not None else '–'} | {verdict} |")
+                             f"{'±' + _pct(s)[1:] + mark if s is not None else '–'} | {verdict} |")
     return "\n".join(lines)
 
 
@@ -190,7 +211,7 @@ def summary(data: dict[str, Any]) -> str:
             for key in TARGETS:
                 m = [r[key] for r in pt["measured"]]
                 p = [r[key] for r in pt["predicted"]]
-                v = met(key, error(m, p), spread(m))
+                v = met(key, error(m, p), point_spread(ex, pt, key)[0])
                 if v is not None:
                     total += 1
                     ok += bool(v)

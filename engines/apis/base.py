@@ -280,6 +280,17 @@ def usage_counts(usage: Mapping[str, Any] | None) -> tuple[int | None, int | Non
     return prompt, completion, cached
 
 
+def _messages_usage(usage: dict[str, Any], uncached_input: bool
+                    ) -> tuple[int | None, int | None, int | None]:
+    """``read_usage`` of a Messages usage with cache fields."""
+    inp = usage.get("input_tokens")
+    read = usage.get("cache_read_input_tokens") or 0
+    made = usage.get("cache_creation_input_tokens") or 0
+    total = inp + (read + made if uncached_input else 0) if isinstance(inp, int) else None
+    out = usage.get("output_tokens")
+    return total, out if isinstance(out, int) else None, read if isinstance(read, int) else None
+
+
 def read_usage(usage: Any, uncached_input: bool = False
                ) -> tuple[int | None, int | None, int | None]:
     """(prompt tokens, output tokens, cached prompt tokens) of a usage object of the OpenAI
@@ -292,12 +303,7 @@ def read_usage(usage: Any, uncached_input: bool = False
     if not isinstance(usage, dict):
         return None, None, None
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
-        inp = usage.get("input_tokens")
-        read = usage.get("cache_read_input_tokens") or 0
-        made = usage.get("cache_creation_input_tokens") or 0
-        total = inp + (read + made if uncached_input else 0) if isinstance(inp, int) else None
-        out = usage.get("output_tokens")
-        return total, out if isinstance(out, int) else None, read if isinstance(read, int) else None
+        return _messages_usage(usage, uncached_input)
     details = usage.get("input_tokens_details")
     if isinstance(details, dict) and "prompt_tokens" not in usage:
         return usage.get("input_tokens"), usage.get("output_tokens"), details.get("cached_tokens")

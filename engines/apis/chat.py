@@ -7,7 +7,13 @@ from typing import Any
 
 from agent_replay.engines.apis.base import as_messages
 from agent_replay.engines.apis.openai import OpenAIDialect
-from agent_replay.engines.replies import Reply, event_object, norm_text, reply_from_items
+from agent_replay.engines.replies import (
+    Reply,
+    event_object,
+    norm_text,
+    reply_from_items,
+    tool_call_ids,
+)
 from agent_replay.engines.sse import SSEEvent
 
 
@@ -41,17 +47,17 @@ class Chat(OpenAIDialect):
         texts: list[str] = []
         ids: list[str] = []
         for ev in events:
-            obj = event_object(ev)
-            for c in obj.get("choices") or ():
-                if not isinstance(c, dict) or c.get("index", 0) != 0:
-                    continue
-                delta = c.get("delta") or {}
+            for delta in _first_choice_deltas(event_object(ev)):
                 if isinstance(delta.get("content"), str):
                     texts.append(delta["content"])
-                for tc in delta.get("tool_calls") or ():
-                    if isinstance(tc, dict) and tc.get("id"):
-                        ids.append(str(tc["id"]))
+                ids.extend(tool_call_ids(delta.get("tool_calls")))
         return Reply(norm_text("".join(texts)), tuple(ids))
+
+
+def _first_choice_deltas(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The deltas of a stream event's choice 0 (a reply is read from the first choice)."""
+    return [c.get("delta") or {} for c in obj.get("choices") or ()
+            if isinstance(c, dict) and c.get("index", 0) == 0]
 
 
 DIALECT = Chat()

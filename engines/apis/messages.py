@@ -50,34 +50,48 @@ class MessagesStreamDecoder:
         if not isinstance(obj, dict):
             raise ValueError("stream event is not a JSON object")
         kind = event or obj.get("type")
-        if kind == "error":
-            self.error = error_text(obj)
+        if self._ends(kind, obj):
             return 0
-        if kind == "message_stop":
-            self.done = True
-            return 0
-        usage = obj.get("usage")
-        if kind == "message_start":
-            usage = (obj.get("message") or {}).get("usage")
         if kind == "message_delta":
-            fr = (obj.get("delta") or {}).get("stop_reason")
-            if fr:
-                self.finish_reason = fr
-        out = usage.get("output_tokens") if isinstance(usage, dict) else None
-        if isinstance(usage, dict):
-            self._merge_usage(usage)
+            self.finish_reason = (obj.get("delta") or {}).get("stop_reason") or self.finish_reason
+        out = self._take_usage(kind, obj)
         if kind == "content_block_delta":
-            if isinstance(out, int):
-                k = max(out - self._output, 0)
-                self._output = max(out, self._output)
-                self._counted = out
-                return k
-            self._provisional = True
-            self._output += 1
-            return 1
+            return self._delta_tokens(out)
         if isinstance(out, int):
             self._counted = out
         return 0
+
+    def _ends(self, kind: Any, obj: dict[str, Any]) -> bool:
+        """Whether the event ends the stream (an error, or ``message_stop``)."""
+        if kind == "error":
+            self.error = error_text(obj)
+            return True
+        if kind == "message_stop":
+            self.done = True
+            return True
+        return False
+
+    def _take_usage(self, kind: Any, obj: dict[str, Any]) -> Any:
+        """Merge the event's usage (``message_start`` carries it in its message); its
+        cumulative ``output_tokens``, None without usage."""
+        usage = (obj.get("message") or {}).get("usage") if kind == "message_start" else obj.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        self._merge_usage(usage)
+        return usage.get("output_tokens")
+
+    def _delta_tokens(self, out: Any) -> int:
+        """The tokens a content delta carries: by the server's cumulative count when the
+        event has one, else 1 (a provisional count, exact only if the server's final count
+        agrees)."""
+        if isinstance(out, int):
+            k = max(out - self._output, 0)
+            self._output = max(out, self._output)
+            self._counted = out
+            return k
+        self._provisional = True
+        self._output += 1
+        return 1
 
     def _merge_usage(self, usage: Mapping[str, Any]) -> None:
         if self.usage is None:
@@ -158,16 +172,20 @@ class Messages(Dialect):
             obj = event_object(ev)
             kind = ev.event or obj.get("type")
             if kind == "content_block_start":
-                block = obj.get("content_block") or {}
-                if block.get("type") == "tool_use" and block.get("id"):
-                    ids.append(str(block["id"]))
-                if isinstance(block.get("text"), str):
-                    texts.append(block["text"])
+                _block_start(obj.get("content_block") or {}, texts, ids)
             elif kind == "content_block_delta":
                 delta = obj.get("delta") or {}
                 if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                     texts.append(delta["text"])
         return Reply(norm_text("".join(texts)), tuple(ids))
+
+
+def _block_start(block: Mapping[str, Any], texts: list[str], ids: list[str]) -> None:
+    """A content block's start: a tool call's id, or the text it opens with."""
+    if block.get("type") == "tool_use" and block.get("id"):
+        ids.append(str(block["id"]))
+    if isinstance(block.get("text"), str):
+        texts.append(block["text"])
 
 
 DIALECT = Messages()

@@ -49,6 +49,15 @@ def count_token_ids(data: bytes) -> int:
     return data.count(b",", start, end) + 1
 
 
+def _has_content(choice: dict[str, Any]) -> bool:
+    """Whether a streamed choice carries output: text, content, reasoning or tool calls."""
+    text = choice.get("text")
+    if text is None:
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
+    return bool(text)
+
+
 class StreamDecoder:
     """Decodes one OpenAI-style (completions or chat) stream, event by event.
 
@@ -84,31 +93,33 @@ class StreamDecoder:
             self.error = error_text(obj)
             return 0
         choices = obj.get("choices") or ()
-        for c in choices:
-            fr = c.get("finish_reason")
-            if fr:
-                self.finish_reason = fr
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-            ct = usage.get("completion_tokens")
-            if isinstance(ct, int):
-                k = ct - self.tokens if choices else 0
-                self.tokens = max(ct, self.tokens)
-                return max(k, 0)
-        if not choices:
-            return 0
-        # Neither token ids nor continuous usage: one token per content chunk, inexact.
-        c0 = choices[0]
-        text = c0.get("text")
-        if text is None:
-            delta = c0.get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
-        if text:
+        self._note_finish(choices)
+        counted = self._usage_tokens(obj.get("usage"), bool(choices))
+        if counted is not None:
+            return counted
+        if choices and _has_content(choices[0]):
+            # Neither token ids nor continuous usage: one token per content chunk, inexact.
             self.exact = False
             self.tokens += 1
             return 1
         return 0
+
+    def _note_finish(self, choices: Any) -> None:
+        for c in choices:
+            self.finish_reason = c.get("finish_reason") or self.finish_reason
+
+    def _usage_tokens(self, usage: Any, has_choices: bool) -> int | None:
+        """Keep the event's usage; the new output tokens its ``completion_tokens`` count
+        (0 on a usage-only event), None when it has none."""
+        if not isinstance(usage, dict):
+            return None
+        self.usage = usage
+        ct = usage.get("completion_tokens")
+        if not isinstance(ct, int):
+            return None
+        k = ct - self.tokens if has_choices else 0
+        self.tokens = max(ct, self.tokens)
+        return max(k, 0)
 
     def count_span(self, data: bytes, start: int, end: int) -> int:
         """``feed(data[start:end])`` for an event with a ``token_ids`` list, without copying

@@ -58,23 +58,26 @@ class ResponsesStreamDecoder:
                 return 1
             return 0
         if kind in _END:
-            self.done = True
-            resp = obj.get("response") or {}
-            usage = resp.get("usage")
-            if isinstance(usage, dict):
-                self.usage = usage
-                out = usage.get("output_tokens")
-                if isinstance(out, int):
-                    self._counted = out
-            if resp.get("error"):
-                self.error = orjson.dumps(resp["error"]).decode()
-            status = resp.get("status")
-            details = resp.get("incomplete_details") or {}
-            self.finish_reason = ("length" if details.get("reason") == "max_output_tokens"
-                                  else status if isinstance(status, str) else None)
+            self._end(obj.get("response") or {})
         elif kind == "error":
             self.error = error_text(obj)
         return 0
+
+    def _end(self, resp: dict[str, Any]) -> None:
+        """The final event's response: its usage, error and why it ended."""
+        self.done = True
+        usage = resp.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+            out = usage.get("output_tokens")
+            if isinstance(out, int):
+                self._counted = out
+        if resp.get("error"):
+            self.error = orjson.dumps(resp["error"]).decode()
+        status = resp.get("status")
+        details = resp.get("incomplete_details") or {}
+        self.finish_reason = ("length" if details.get("reason") == "max_output_tokens"
+                              else status if isinstance(status, str) else None)
 
     def result_usage(self) -> tuple[int | None, int | None, int | None]:
         return read_usage(self.usage)

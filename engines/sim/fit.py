@@ -18,10 +18,12 @@ terms per phase:
 - the front end: ``frontend_base_ns + frontend_per_prompt_token_ns * prompt``, fitted on
   what the TTFT of a request whose prefill overlapped no other's leaves after its steps
   (T(B, C) and the in-step prefill each, plus half a step of wait when the engine was
-  busy). With no prefill gaps (one user: nothing decodes beside a prefill) the new tokens'
-  cost is fitted here instead, and the in-step base and context terms are 0.
+  busy). With too few prefill gaps (one user: nothing decodes beside a prefill) the new
+  tokens' cost and the context term are fitted here instead, and the in-step base is 0.
   ``new`` = prompt - prefix hit (``engines.sim.predict.prefix_hits``: the recorded hit, else
-  the session's previous prompt).
+  the session's previous prompt; a session's first request without either is cached whole
+  or cold by ``engines.sim.predict.cache_split`` over those requests of all the runs, a
+  value the profile keeps for its predictions).
 - speculative decoding: per-position conditional acceptance from the deltas of
   ``vllm:spec_decode_num_accepted_tokens_per_pos`` over ``vllm:spec_decode_num_drafts``.
 
@@ -41,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from agent_replay.engines.sim.predict import prefix_hits
+from agent_replay.engines.sim.predict import cache_split, prefix_hits, unrecorded_starts
 from agent_replay.engines.sim.profile import SimProfile
 from agent_replay.errors import InputError
 
@@ -86,8 +88,9 @@ class Run:
         return self.prompt - self.cached
 
 
-def read_run(folder: str | Path) -> Run:
-    """A results folder's rows and counters; InputError naming the folder when unusable."""
+def read_rows(folder: str | Path) -> tuple[dict[str, Any], Any]:
+    """A results folder's run.json and request rows (a pyarrow table); InputError naming the
+    folder when unusable."""
     folder = Path(folder)
     meta_path = folder / "run.json"
     if not meta_path.is_file():
@@ -103,12 +106,17 @@ def read_run(folder: str | Path) -> Run:
             "prompt_tokens", "cached_tokens", "implied_cached_tokens", "completion_tokens",
             "chunk_ns", "chunk_tokens"]
     try:
-        table = pq.read_table(req_dir, columns=cols)
+        return meta, pq.read_table(req_dir, columns=cols)
     except Exception as exc:  # pyarrow raises several types for a broken file
         raise InputError(f"{req_dir}: cannot read the request rows: {exc}") from exc
+
+
+def read_run(folder: str | Path, cached_below_ns_per_token: float | None = None) -> Run:
+    """A results folder's rows and counters (``prefix_hits`` with the cache split given)."""
+    meta, table = read_rows(folder)
     all_rows = table.to_pylist()
     rows = table.to_pydict()
-    hits = prefix_hits(all_rows)
+    hits = prefix_hits(all_rows, cached_below_ns_per_token)
     keep = [i for i, s in enumerate(rows["status"])
             if s == "ok" and rows["first_token_ns"][i] is not None and rows["chunk_ns"][i]
             and rows["prompt_tokens"][i] is not None and rows["sent_ns"][i] is not None]
@@ -124,8 +132,13 @@ def read_run(folder: str | Path) -> Run:
         completion=arr("completion_tokens"),
         chunk_ns=[np.array(rows["chunk_ns"][i], dtype=np.int64) for i in keep],
         chunk_tokens=[np.array(rows["chunk_tokens"][i], dtype=np.int64) for i in keep],
-        spec=_spec_counts(folder / "server_metrics.parquet"),
+        spec=_spec_counts(Path(folder) / "server_metrics.parquet"),
     )
+
+
+def fit_cache_split(folders: list[str | Path]) -> float | None:
+    """``predict.cache_split`` over the first requests without a recorded hit of all runs."""
+    return cache_split([v for f in folders for v in unrecorded_starts(read_rows(f)[1].to_pylist())])
 
 
 def cache_config(folder: str | Path) -> dict[str, int]:
@@ -363,50 +376,32 @@ def read_command(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfile | None = None,
-             command: dict[str, Any] | None = None, notes: str = "") -> Fit:
-    """Fit the model to the runs in ``folders`` (one deployment: same model, GPU, flags;
-    ``command`` is its launch record, whose flags the model reads)."""
-    if not folders:
-        raise InputError("sim-fit: no results folders given")
-    runs = [read_run(f) for f in folders]
-    flags = server_flags(command)
-    cache = cache_config(runs[0].folder)
-    if cache:
-        flags["cache_config"] = cache
-    k = int(flags.get("num_speculative_tokens", 0))
-    spec_runs = [r.spec for r in runs if r.spec is not None]
-    if k == 0 and spec_runs and spec_runs[0][1]:
-        k = len(spec_runs[0][1])
-    base = base or SimProfile()
-    budget = int(flags.get("max_num_batched_tokens", base.max_num_batched_tokens))
-
-    samples = [gap_samples(r, k, budget) for r in runs]
-
-    # decode: T(B, C) on decode gaps
+def _fit_decode(samples: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[Term]:
+    """T(B, C) on the decode gaps."""
     dparts = []
     for dec, _ in samples:
         x = np.stack([np.ones(len(dec)), dec[:, 1] * (1 + k), dec[:, 2]], axis=1)
         dparts.append((x, dec[:, 0]))
-    dterms = _fit_terms(dparts, DECODE_TERMS, DECODE_UNITS, scale=np.array([1.0, 10.0, 1e4]))
-    d = {t.name: t.value for t in dterms}
+    return _fit_terms(dparts, DECODE_TERMS, DECODE_UNITS, scale=np.array([1.0, 10.0, 1e4]))
 
+
+def _fit_prefill(runs: list[Run], samples: list[tuple[np.ndarray, np.ndarray]],
+                 d: dict[str, float], k: int, budget: int) -> list[Term]:
+    """The in-step prefill terms on the prefill gaps (when there are enough), then the front
+    end on what the TTFT of lone prefills leaves."""
     def step_ns(batch: np.ndarray, ctx: np.ndarray) -> np.ndarray:
         return (d["decode_base_ns"] + d["decode_per_seq_ns"] * batch * (1 + k)
                 + d["decode_per_ctx_token_ns"] * ctx)
 
-    # prefill inside the step: the prefill gap beyond T(B, C)
     sparts = []
     for _, pre in samples:
         x = np.stack([np.ones(len(pre)), pre[:, 3], pre[:, 4]], axis=1)
         sparts.append((x, pre[:, 0] - step_ns(pre[:, 1], pre[:, 2])))
-    in_step = sum(len(y) for _, y in sparts) >= MIN_PREFILL_GAPS
-    if in_step:
+    sterms: list[Term] = []
+    if sum(len(y) for _, y in sparts) >= MIN_PREFILL_GAPS:
         sterms = _fit_terms(sparts, STEP_PREFILL_TERMS, STEP_PREFILL_UNITS,
                             scale=np.array([1.0, 1e4, 1e4]))
-    s_ = {t.name: t.value for t in sterms} if in_step else {}
-
-    # the front end: what the TTFT of a lone prefill leaves after its steps
+    s_ = {t.name: t.value for t in sterms}
     fparts = []
     for r in runs:
         p = prefill_samples(r)
@@ -414,54 +409,101 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
         # a busy engine finishes the step in progress first: half a step on average
         wait = np.where(p[:, 3] > 0, 0.5, 0.0)
         y = p[:, 0] - (steps + wait) * step_ns(p[:, 3], p[:, 4])
-        if in_step:
+        if sterms:
             y = y - (steps * s_["prefill_base_ns"]
                      + s_["prefill_per_ctx_token_ns"] * chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)
                      + s_["prefill_ns_per_token"] * p[:, 2])
             x = np.stack([np.ones(len(p)), p[:, 1]], axis=1)
         else:  # no prefill gaps (one user): new tokens are identified by the TTFT alone
-            x = np.stack([np.ones(len(p)), p[:, 1], p[:, 2]], axis=1)
+            x = np.stack([np.ones(len(p)), p[:, 1], p[:, 2],
+                          chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)], axis=1)
         fparts.append((x, y))
-    if in_step:
-        fterms = _fit_terms(fparts, FRONTEND_TERMS, FRONTEND_UNITS, scale=np.array([1.0, 1e4]))
-        pterms = sterms + fterms
-    else:
-        pterms = _fit_terms(fparts, (*FRONTEND_TERMS, "prefill_ns_per_token"),
-                            (*FRONTEND_UNITS, "ns per new token"), scale=np.array([1.0, 1e4, 1e4]))
-    pf = {t.name: t.value for t in pterms}
+    if sterms:
+        return sterms + _fit_terms(fparts, FRONTEND_TERMS, FRONTEND_UNITS, scale=np.array([1.0, 1e4]))
+    return _fit_terms(fparts, (*FRONTEND_TERMS, "prefill_ns_per_token", "prefill_per_ctx_token_ns"),
+                      (*FRONTEND_UNITS, "ns per new token", "ns per context token of a chunk"),
+                      scale=np.array([1.0, 1e4, 1e4, 1e5]))
 
-    terms = {t.name: t for t in dterms + pterms}
-    acceptance: tuple[float, ...] = ()
-    if k:
-        acc_terms = _fit_acceptance(spec_runs, k)
-        terms.update({t.name: t for t in acc_terms})
-        acceptance = tuple(t.value for t in acc_terms)
-    per_token = pf["prefill_ns_per_token"]
-    profile = base.replace(
+
+def _fit_record(terms: dict[str, Term], runs: list[Run], flags: dict[str, Any],
+                split: float | None) -> dict[str, Any]:
+    """The profile's ``extra.fit``: every term with its interval, what the fit saw, and the
+    cache split (``fit_cache_split``) when the runs had one."""
+    out: dict[str, Any] = {
+        "terms": {n: t.as_dict() for n, t in terms.items()},
+        "fitted_on": fitted_on(runs, flags),
+        "interval": f"95% bootstrap over runs ({BOOTSTRAP} resamples, seed {SEED})"}
+    if split is not None:
+        out["cached_below_ns_per_token"] = _round(split)
+    return out
+
+
+def _values(terms: list[Term]) -> dict[str, float]:
+    return {t.name: t.value for t in terms}
+
+
+def _flags(runs: list[Run], command: dict[str, Any] | None) -> dict[str, Any]:
+    """The launch flags the model reads, the KV cache of the first run, and the number of
+    speculative tokens (from the counters when the flags lack it)."""
+    flags = server_flags(command)
+    cache = cache_config(runs[0].folder)
+    if cache:
+        flags["cache_config"] = cache
+    spec_runs = [r.spec for r in runs if r.spec is not None]
+    if not flags.get("num_speculative_tokens") and spec_runs and spec_runs[0][1]:
+        flags["num_speculative_tokens"] = len(spec_runs[0][1])
+    return flags
+
+
+def _build_profile(base: SimProfile, name: str, notes: str, v: dict[str, float],
+                   acceptance: tuple[float, ...], flags: dict[str, Any], runs: list[Run],
+                   fit_extra: dict[str, Any]) -> SimProfile:
+    """The profile of the fitted terms ``v``, the launch flags and the first run's target."""
+    per_token = v["prefill_ns_per_token"]
+    cache = flags.get("cache_config") or {}
+    target = runs[0].meta.get("target") or {}
+    return base.replace(
         name=name, notes=notes or "Fitted to real runs by agent-replay engines sim-fit; "
         "every term's value and 95% interval (bootstrap over runs) are in extra.fit.terms.",
-        decode_base_ns=round(d["decode_base_ns"]),
-        decode_per_seq_ns=round(d["decode_per_seq_ns"]),
-        decode_per_ctx_token_ns=float(d["decode_per_ctx_token_ns"]),
+        decode_base_ns=round(v["decode_base_ns"]),
+        decode_per_seq_ns=round(v["decode_per_seq_ns"]),
+        decode_per_ctx_token_ns=float(v["decode_per_ctx_token_ns"]),
         prefill_tokens_per_s=1e9 / per_token if per_token > 0 else 1e12,
-        prefill_base_ns=round(pf.get("prefill_base_ns", 0.0)),
-        prefill_per_ctx_token_ns=float(pf.get("prefill_per_ctx_token_ns", 0.0)),
-        frontend_base_ns=round(pf["frontend_base_ns"]),
-        frontend_per_prompt_token_ns=float(pf["frontend_per_prompt_token_ns"]),
-        num_speculative_tokens=k, spec_acceptance=acceptance,
+        prefill_base_ns=round(v.get("prefill_base_ns", 0.0)),
+        prefill_per_ctx_token_ns=float(v.get("prefill_per_ctx_token_ns", 0.0)),
+        frontend_base_ns=round(v["frontend_base_ns"]),
+        frontend_per_prompt_token_ns=float(v["frontend_per_prompt_token_ns"]),
+        num_speculative_tokens=len(acceptance), spec_acceptance=acceptance,
         max_num_seqs=int(flags.get("max_num_seqs", base.max_num_seqs)),
-        max_num_batched_tokens=budget,
-        model_name=str((runs[0].meta.get("target") or {}).get("model") or base.model_name),
-        max_model_len=int((runs[0].meta.get("target") or {}).get("max_model_len")
-                          or base.max_model_len),
+        max_num_batched_tokens=int(flags.get("max_num_batched_tokens", base.max_num_batched_tokens)),
+        model_name=str(target.get("model") or base.model_name),
+        max_model_len=int(target.get("max_model_len") or base.max_model_len),
         **({"kv_cache_blocks": cache["num_gpu_blocks"], "block_size": cache["block_size"],
             "prefix_cache_blocks": cache["num_gpu_blocks"]} if cache else {}),
-        extra={**base.extra, "fit": {
-            "terms": {n: t.as_dict() for n, t in terms.items()},
-            "fitted_on": fitted_on(runs, flags),
-            "interval": f"95% bootstrap over runs ({BOOTSTRAP} resamples, seed {SEED})",
-        }},
+        extra={**base.extra, "fit": fit_extra},
     )
+
+
+def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfile | None = None,
+             command: dict[str, Any] | None = None, notes: str = "") -> Fit:
+    """Fit the model to the runs in ``folders`` (one deployment: same model, GPU, flags;
+    ``command`` is its launch record, whose flags the model reads)."""
+    if not folders:
+        raise InputError("sim-fit: no results folders given")
+    split = fit_cache_split(folders)
+    runs = [read_run(f, split) for f in folders]
+    flags = _flags(runs, command)
+    k = int(flags.get("num_speculative_tokens", 0))
+    base = base or SimProfile()
+    budget = int(flags.get("max_num_batched_tokens", base.max_num_batched_tokens))
+    samples = [gap_samples(r, k, budget) for r in runs]
+    dterms = _fit_decode(samples, k)
+    pterms = _fit_prefill(runs, samples, _values(dterms), k, budget)
+    aterms = _fit_acceptance([r.spec for r in runs if r.spec is not None], k) if k else []
+    terms = {t.name: t for t in dterms + pterms + aterms}
+    profile = _build_profile(base, name, notes, _values(dterms + pterms),
+                             tuple(_values(aterms).values()), flags, runs,
+                             _fit_record(terms, runs, flags, split))
     return Fit(profile, terms)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agent_replay.engines.sim.core import EngineCore, SimRequest
+from agent_replay.engines.sim.core import EngineCore, SimRequest, StepResult
 from agent_replay.engines.sim.profile import SimProfile
 from agent_replay.errors import InputError
 
@@ -30,11 +30,16 @@ BLOCK = 16
 """vLLM's default KV block size: a prefix hit is a whole number of blocks."""
 
 
-def prefix_hits(rows: list[dict[str, Any]]) -> list[int]:
+def prefix_hits(rows: list[dict[str, Any]], cached_below_ns_per_token: float | None = None) -> list[int]:
     """Each row's prefix-cache hit in tokens: the recorded one (``implied_cached_tokens``,
     else ``cached_tokens``); where neither was recorded, the previous request of the same
     session (in send order) is assumed cached whole, in full blocks, when this prompt is
-    at least as long (no eviction), else the hit is 0."""
+    at least as long (no eviction), else the hit is 0.
+
+    A session's first request without a recorded hit meets whatever the server's cache held
+    when the run began (an earlier run of the same sessions may have filled it): with
+    ``cached_below_ns_per_token``, such a request whose measured TTFT per prompt token was
+    below it is taken as cached whole (``cache_split`` finds the value), else as cold."""
     order = sorted((i for i, r in enumerate(rows) if r.get("sent_ns") is not None),
                    key=lambda i: rows[i]["sent_ns"])
     last_prompt: dict[Any, int] = {}
@@ -42,29 +47,77 @@ def prefix_hits(rows: list[dict[str, Any]]) -> list[int]:
     for i in order:
         r = rows[i]
         prompt = int(r.get("prompt_tokens") or 0)
-        rec = r.get("implied_cached_tokens")
-        if rec is None:
-            rec = r.get("cached_tokens")
+        rec = _recorded_hit(r)
         if rec is None:
             prev = last_prompt.get(r["session_id"])
+            if prev is None and _cached_start(r, cached_below_ns_per_token):
+                prev = prompt - 1
             rec = (prev // BLOCK) * BLOCK if prev is not None and prev <= prompt else 0
         hits[i] = min(int(rec), max(0, prompt - 1))
         last_prompt[r["session_id"]] = prompt
     return hits
 
 
+def _recorded_hit(r: dict[str, Any]) -> int | None:
+    rec = r.get("implied_cached_tokens")
+    return r.get("cached_tokens") if rec is None else rec
+
+
+def _ns_per_prompt_token(r: dict[str, Any]) -> float | None:
+    if r.get("first_token_ns") is None or r.get("sent_ns") is None or not r.get("prompt_tokens"):
+        return None
+    return (int(r["first_token_ns"]) - int(r["sent_ns"])) / int(r["prompt_tokens"])
+
+
+def _cached_start(r: dict[str, Any], below: float | None) -> bool:
+    v = _ns_per_prompt_token(r)
+    return below is not None and v is not None and v < below
+
+
+def unrecorded_starts(rows: list[dict[str, Any]]) -> list[float]:
+    """TTFT per prompt token (ns) of each session's first request (in send order) without a
+    recorded hit: the requests whose hit ``prefix_hits`` cannot know."""
+    seen: set[Any] = set()
+    out = []
+    for r in sorted((r for r in rows if r.get("sent_ns") is not None), key=lambda r: r["sent_ns"]):
+        v = _ns_per_prompt_token(r)
+        if r["session_id"] not in seen and _recorded_hit(r) is None and v is not None:
+            out.append(v)
+        seen.add(r["session_id"])
+    return out
+
+
+CACHE_SPLIT_RATIO = 4.0
+"""Two regimes of TTFT per prompt token at least this far apart: cached and computed."""
+
+
+def cache_split(ns_per_token: list[float]) -> float | None:
+    """The value that parts cached from computed first requests (``unrecorded_starts``): the
+    geometric middle of the widest gap between neighbouring sorted values, when that gap is
+    a ratio of at least ``CACHE_SPLIT_RATIO`` (a prompt read from cache costs its front end
+    only, one computed costs its prefill: an order of magnitude more per token); None when
+    the values form one regime (all taken as cold)."""
+    v = sorted(x for x in ns_per_token if x > 0)
+    if len(v) < 2:
+        return None
+    ratio, j = max((v[i + 1] / v[i], i) for i in range(len(v) - 1))
+    return (v[j] * v[j + 1]) ** 0.5 if ratio >= CACHE_SPLIT_RATIO else None
+
+
+def cached_below(profile: SimProfile) -> float | None:
+    """The fitted ``cache_split`` of a profile (``extra.fit.cached_below_ns_per_token``)."""
+    v = (profile.extra.get("fit") or {}).get("cached_below_ns_per_token")
+    return None if v is None else float(v)
+
+
 def _arrival(row: dict[str, Any]) -> int:
     return int(row["sent_ns"]) + int(row["connect_ns"] or 0)
 
 
-def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with their timing replaced by the engine's on a virtual clock."""
-    # the hits are given (prefix_hits): the engine's own prefix cache is not consulted
-    profile = profile.replace(eos_prob=0.0, prefix_cache_blocks=0)
-    core = EngineCore(profile)
+def _dependencies(rows: list[dict[str, Any]], live: list[int]
+                  ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Each live row's parents in the run and each row's children (``depends_on``)."""
     by_key = {(r["session_id"], r["clone"], r["request_index"]): i for i, r in enumerate(rows)}
-    live = [i for i, r in enumerate(rows) if r["status"] == "ok" and r["first_token_ns"] is not None
-            and r["sent_ns"] is not None and r["prompt_tokens"] is not None]
     live_set = set(live)
     parents: dict[int, list[int]] = {}
     children: dict[int, list[int]] = {}
@@ -75,69 +128,102 @@ def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[
         parents[i] = ps
         for p in ps:
             children.setdefault(p, []).append(i)
-    pred_end: dict[int, int] = {}
-    pred_send: dict[int, int] = {}
-    chunks: dict[int, tuple[list[int], list[int]]] = {i: ([], []) for i in live}
-    arrivals: list[tuple[int, int]] = []
-    for i in live:
-        if not parents[i]:
-            pred_send[i] = _arrival(rows[i])
-            heapq.heappush(arrivals, (pred_send[i], i))
-    reqs: dict[int, SimRequest] = {}
-    hits = prefix_hits(rows)
-    now = 0
-    while arrivals or core.has_work():
-        if not core.has_work() and arrivals:
-            now = max(now, arrivals[0][0])
-        while arrivals and arrivals[0][0] <= now:
-            t, i = heapq.heappop(arrivals)
-            r = rows[i]
-            prompt = int(r["prompt_tokens"])
-            req = SimRequest(request_id=str(i), prompt_ids=range(prompt),
-                             max_tokens=max(1, int(r["completion_tokens"] or 1)),
-                             ignore_eos=True, seed=i, arrival_ns=t, known_cached=hits[i])
-            reqs[i] = req
-            core.add(req)
-        res = core.step(now)
-        if res is None:
-            wake = core.next_wakeup_ns()
-            nxt = [x for x in (wake, arrivals[0][0] if arrivals else None) if x is not None]
-            if not nxt:
-                raise InputError("prediction stalled: the engine cannot schedule the waiting requests")
-            now = max(now + 1, min(nxt))
-            continue
+    return parents, children
+
+
+class _Plan:
+    """The closed loop of a recorded run on the engine: who is sent when, and what came back."""
+
+    def __init__(self, profile: SimProfile, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self.core = EngineCore(profile)
+        self.live = [i for i, r in enumerate(rows) if r["status"] == "ok"
+                     and r["first_token_ns"] is not None and r["sent_ns"] is not None
+                     and r["prompt_tokens"] is not None]
+        self.parents, self.children = _dependencies(rows, self.live)
+        self.hits = prefix_hits(rows, cached_below(profile))
+        self.pred_end: dict[int, int] = {}
+        self.pred_send: dict[int, int] = {}
+        self.chunks: dict[int, tuple[list[int], list[int]]] = {i: ([], []) for i in self.live}
+        self.arrivals: list[tuple[int, int]] = []
+        for i in self.live:
+            if not self.parents[i]:
+                self.pred_send[i] = _arrival(rows[i])
+                heapq.heappush(self.arrivals, (self.pred_send[i], i))
+
+    def admit(self, now: int) -> None:
+        while self.arrivals and self.arrivals[0][0] <= now:
+            t, i = heapq.heappop(self.arrivals)
+            r = self.rows[i]
+            self.core.add(SimRequest(
+                request_id=str(i), prompt_ids=range(int(r["prompt_tokens"])),
+                max_tokens=max(1, int(r["completion_tokens"] or 1)), ignore_eos=True, seed=i,
+                arrival_ns=t, known_cached=self.hits[i]))
+
+    def finished(self, i: int, end_ns: int) -> None:
+        """Request i ended: send each child whose parents have all ended, its recorded think
+        time after the last of them."""
+        self.pred_end[i] = end_ns
+        for c in self.children.get(i, []):
+            if all(p in self.pred_end for p in self.parents[c]):
+                r = self.rows[c]
+                gap = _arrival(r) - max(int(self.rows[p]["end_ns"]) for p in self.parents[c])
+                self.pred_send[c] = max(self.pred_end[p] for p in self.parents[c]) + gap
+                heapq.heappush(self.arrivals, (self.pred_send[c], c))
+
+    def run(self) -> None:
+        core, now = self.core, 0
+        while self.arrivals or core.has_work():
+            if not core.has_work() and self.arrivals:
+                now = max(now, self.arrivals[0][0])
+            self.admit(now)
+            res = core.step(now)
+            if res is None:
+                now = self._wake(now)
+                continue
+            self._record(res)
+            now = res.end_ns
+
+    def _wake(self, now: int) -> int:
+        """Nothing could run at ``now``: the next instant something can."""
+        nxt = [x for x in (self.core.next_wakeup_ns(),
+                           self.arrivals[0][0] if self.arrivals else None) if x is not None]
+        if not nxt:
+            raise InputError("prediction stalled: the engine cannot schedule the waiting requests")
+        return max(now + 1, min(nxt))
+
+    def _record(self, res: StepResult) -> None:
         for em in res.emissions:
             i = int(em.request.request_id)
-            cs, ks = chunks[i]
+            cs, ks = self.chunks[i]
             cs.append(res.end_ns)
             ks.append(len(em.token_ids))
             if em.finish_reason is not None:
-                pred_end[i] = res.end_ns
-                for c in children.get(i, []):
-                    if all(p in pred_end for p in parents[c]):
-                        r = rows[c]
-                        gap = _arrival(r) - max(int(rows[p]["end_ns"]) for p in parents[c])
-                        pred_send[c] = max(pred_end[p] for p in parents[c]) + gap
-                        heapq.heappush(arrivals, (pred_send[c], c))
-        now = res.end_ns
-    out = []
-    for i, r in enumerate(rows):
-        r = dict(r)
-        if i in pred_end:
-            shift = pred_send[i] - _arrival(rows[i])
-            cs, ks = chunks[i]
-            r["intended_ns"] = int(r["intended_ns"]) + shift
-            r["sent_ns"] = int(r["sent_ns"]) + shift
-            if r["headers_ns"] is not None:
-                r["headers_ns"] = min(int(r["headers_ns"]) + shift, cs[0])
-            r["first_token_ns"] = cs[0]
-            r["end_ns"] = cs[-1]
-            r["chunk_ns"] = cs
-            r["chunk_tokens"] = ks
-            if parents.get(i):
-                r["parent_end_ns"] = max(pred_end[p] for p in parents[i])
-        out.append(r)
-    return out
+                self.finished(i, res.end_ns)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row i with its timing replaced by the prediction's (as recorded if not predicted)."""
+        r = dict(self.rows[i])
+        if i not in self.pred_end:
+            return r
+        shift = self.pred_send[i] - _arrival(self.rows[i])
+        cs, ks = self.chunks[i]
+        r["intended_ns"] = int(r["intended_ns"]) + shift
+        r["sent_ns"] = int(r["sent_ns"]) + shift
+        if r["headers_ns"] is not None:
+            r["headers_ns"] = min(int(r["headers_ns"]) + shift, cs[0])
+        r.update(first_token_ns=cs[0], end_ns=cs[-1], chunk_ns=cs, chunk_tokens=ks)
+        if self.parents.get(i):
+            r["parent_end_ns"] = max(self.pred_end[p] for p in self.parents[i])
+        return r
+
+
+def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with their timing replaced by the engine's on a virtual clock."""
+    # the hits are given (prefix_hits): the engine's own prefix cache is not consulted
+    plan = _Plan(profile.replace(eos_prob=0.0, prefix_cache_blocks=0), rows)
+    plan.run()
+    return [plan.row(i) for i in range(len(rows))]
 
 
 def predict_run(profile: SimProfile, source: str | Path, out: str | Path, *,

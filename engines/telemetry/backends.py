@@ -21,6 +21,12 @@ Row = tuple[Any, ...]
 """(gpu, uuid, gpu_util_pct, sm_active_pct, mem_util_pct, dram_active_pct, mem_used_bytes,
 mem_total_bytes, power_w, energy_mj, temp_c, sm_clock_mhz, mem_clock_mhz)"""
 
+
+def _maybe(v: Any, conv: Callable[[Any], Any]) -> Any:
+    """``conv(v)``, or None for a reading that is None."""
+    return None if v is None else conv(v)
+
+
 MIB = 1 << 20
 
 
@@ -103,27 +109,27 @@ class NvmlBackend:
             return None
 
     def sample(self) -> list[Row]:
+        return [self._row(i, h, uuid) for i, h, uuid in self._handles]
+
+    def _row(self, i: int, h: Any, uuid: str | None) -> Row:
+        """GPU ``i``'s row: a reading NVML does not support is null."""
         nv, read = self.nvml, self._read
-        rows: list[Row] = []
-        for i, h, uuid in self._handles:
-            util = read(i, "util", nv.nvmlDeviceGetUtilizationRates, h)
-            mem = read(i, "mem", nv.nvmlDeviceGetMemoryInfo, h)
-            power = read(i, "power", nv.nvmlDeviceGetPowerUsage, h)
-            energy = read(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
-            temp = read(i, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-            sm = read(i, "sm", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-            mclk = read(i, "mclk", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-            rows.append((
-                i, uuid,
-                None if util is None else float(util.gpu), None,
-                None if util is None else float(util.memory), None,
-                None if mem is None else int(mem.used), None if mem is None else int(mem.total),
-                None if power is None else power / 1000.0,  # mW
-                None if energy is None else int(energy),  # mJ
-                None if temp is None else float(temp),
-                None if sm is None else float(sm), None if mclk is None else float(mclk),
-            ))
-        return rows
+        util = read(i, "util", nv.nvmlDeviceGetUtilizationRates, h)
+        mem = read(i, "mem", nv.nvmlDeviceGetMemoryInfo, h)
+        power = read(i, "power", nv.nvmlDeviceGetPowerUsage, h)
+        energy = read(i, "energy", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+        temp = read(i, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+        sm = read(i, "sm", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+        mclk = read(i, "mclk", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+        return (
+            i, uuid,
+            _maybe(util, lambda u: float(u.gpu)), None,
+            _maybe(util, lambda u: float(u.memory)), None,
+            _maybe(mem, lambda m: int(m.used)), _maybe(mem, lambda m: int(m.total)),
+            _maybe(power, lambda mw: mw / 1000.0),  # mW
+            _maybe(energy, int),  # mJ
+            _maybe(temp, float), _maybe(sm, float), _maybe(mclk, float),
+        )
 
     def close(self) -> None:
         if self._open:
@@ -159,6 +165,46 @@ _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?
 _WANTED = frozenset(DCGM_FIELDS) | {_FB_FREE, _FB_RESERVED, _FB_TOTAL}
 
 
+def _metric_name(line: str) -> str:
+    """The metric name a sample line starts with (up to its labels or value)."""
+    cut = len(line)
+    for ch in "{ ":
+        i = line.find(ch)
+        if 0 <= i < cut:
+            cut = i
+    return line[:cut]
+
+
+def _labels(rest: str, no: int, line: str) -> tuple[dict[str, str], str]:
+    """(the labels of a sample line, the text after them); ``rest``: the line after its
+    metric name."""
+    if not rest.startswith("{"):
+        return {}, rest
+    close = rest.rfind("}")
+    if close < 0:
+        raise ValueError(f"line {no}: no closing brace: {line[:80]!r}")
+    body, after = rest[1:close].strip(), rest[close + 1:]
+    labels: dict[str, str] = {}
+    pos = 0
+    while pos < len(body):
+        m = _LABEL.match(body, pos)
+        if m is None:
+            raise ValueError(f"line {no}: bad labels: {line[:80]!r}")
+        labels[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\\\", "\\")
+        pos = m.end()
+    return labels, after
+
+
+def _sample_value(rest: str, no: int, line: str) -> float:
+    parts = rest.split()
+    if not parts:
+        raise ValueError(f"line {no}: no value: {line[:80]!r}")
+    try:
+        return float(parts[0])
+    except ValueError:
+        raise ValueError(f"line {no}: value {parts[0]!r} is not a number") from None
+
+
 def _sample_lines(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
     """(metric, labels, value) of every sample line of a metric the sampler reads. Only the
     lines of wanted metrics are parsed (an exporter page has many others), so a 10 Hz read
@@ -166,36 +212,39 @@ def _sample_lines(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
     for no, line in enumerate(text.splitlines(), 1):
         if not line.startswith("DCGM_FI_"):
             continue
-        cut = len(line)
-        for ch in "{ ":
-            i = line.find(ch)
-            if 0 <= i < cut:
-                cut = i
-        name = line[:cut]
+        name = _metric_name(line)
         if name not in _WANTED:
             continue
-        labels: dict[str, str] = {}
-        rest = line[cut:]
-        if rest.startswith("{"):
-            close = rest.rfind("}")
-            if close < 0:
-                raise ValueError(f"line {no}: no closing brace: {line[:80]!r}")
-            body, rest = rest[1:close].strip(), rest[close + 1:]
-            pos = 0
-            while pos < len(body):
-                m = _LABEL.match(body, pos)
-                if m is None:
-                    raise ValueError(f"line {no}: bad labels: {line[:80]!r}")
-                labels[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\\\", "\\")
-                pos = m.end()
-        parts = rest.split()
-        if not parts:
-            raise ValueError(f"line {no}: no value: {line[:80]!r}")
-        try:
-            value = float(parts[0])
-        except ValueError:
-            raise ValueError(f"line {no}: value {parts[0]!r} is not a number") from None
-        yield name, labels, value
+        labels, rest = _labels(line[len(name):], no, line)
+        yield name, labels, _sample_value(rest, no, line)
+
+
+def _whole_gpu(labels: dict[str, str]) -> int | None:
+    """The ``gpu`` label of a whole GPU's sample; None for a MIG instance's or without one."""
+    if labels.get("GPU_I_ID") or "gpu" not in labels:
+        return None
+    try:
+        return int(labels["gpu"])
+    except ValueError:
+        return None
+
+
+def _dcgm_row(gpu: int, uuid: str | None, got: dict[str, float]) -> Row:
+    """A GPU's row from its metrics' values: each scaled to its column, the memory total
+    from the exporter's total or else from free + used + reserved."""
+    vals: dict[str, Any] = dict.fromkeys(COLUMNS)
+    for metric, (col, scale) in DCGM_FIELDS.items():
+        if metric in got:
+            vals[col] = got[metric] * scale
+    if _FB_TOTAL in got:
+        vals["mem_total_bytes"] = got[_FB_TOTAL] * MIB
+    elif _FB_FREE in got and "DCGM_FI_DEV_FB_USED" in got:
+        vals["mem_total_bytes"] = (got[_FB_FREE] + got["DCGM_FI_DEV_FB_USED"]
+                                   + got.get(_FB_RESERVED, 0.0)) * MIB
+    for col in _INT_COLUMNS:
+        if vals[col] is not None:
+            vals[col] = round(vals[col])
+    return (gpu, uuid, *(vals[c] for c in COLUMNS))
 
 
 def parse_dcgm(text: str) -> tuple[list[Row], dict[int, GpuInfo]]:
@@ -206,33 +255,14 @@ def parse_dcgm(text: str) -> tuple[list[Row], dict[int, GpuInfo]]:
     by_gpu: dict[int, dict[str, float]] = {}
     info: dict[int, GpuInfo] = {}
     for name, labels, v in _sample_lines(text):
-        if labels.get("GPU_I_ID") or "gpu" not in labels:
-            continue
-        try:
-            gpu = int(labels["gpu"])
-        except ValueError:
+        gpu = _whole_gpu(labels)
+        if gpu is None:
             continue
         if gpu not in info:
             info[gpu] = GpuInfo(gpu, labels.get("UUID"), labels.get("modelName"))
-        if not math.isfinite(v) or v >= DCGM_BLANK:
-            continue
-        by_gpu.setdefault(gpu, {})[name] = v
-    rows: list[Row] = []
-    for gpu in sorted(info):
-        got = by_gpu.get(gpu, {})
-        vals: dict[str, Any] = dict.fromkeys(COLUMNS)
-        for metric, (col, scale) in DCGM_FIELDS.items():
-            if metric in got:
-                vals[col] = got[metric] * scale
-        if _FB_TOTAL in got:
-            vals["mem_total_bytes"] = got[_FB_TOTAL] * MIB
-        elif _FB_FREE in got and "DCGM_FI_DEV_FB_USED" in got:
-            vals["mem_total_bytes"] = (got[_FB_FREE] + got["DCGM_FI_DEV_FB_USED"]
-                                       + got.get(_FB_RESERVED, 0.0)) * MIB
-        for col in _INT_COLUMNS:
-            if vals[col] is not None:
-                vals[col] = round(vals[col])
-        rows.append((gpu, info[gpu].uuid, *(vals[c] for c in COLUMNS)))
+        if math.isfinite(v) and v < DCGM_BLANK:
+            by_gpu.setdefault(gpu, {})[name] = v
+    rows = [_dcgm_row(gpu, info[gpu].uuid, by_gpu.get(gpu, {})) for gpu in sorted(info)]
     return rows, info
 
 

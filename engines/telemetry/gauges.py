@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent_replay.engines.telemetry.backends import Row
@@ -47,26 +47,39 @@ def line(g: dict[str, float]) -> str:
     max 67 C``, leaving out what the source does not have."""
     if not g or not g.get("gpus"):
         return ""
-    parts: list[str] = []
-
-    def has(k: str) -> bool:
-        return k in g and not math.isnan(g[k])
-
-    if has("util_pct"):
-        parts.append(f"util {g['util_pct']:.0f}%" + (f" (SM {g['sm_active_pct']:.0f}%)"
-                                                    if has("sm_active_pct") else ""))
-    if has("power_w"):
-        parts.append(f"power {g['power_w']:,.0f} W")
-    if has("energy_j"):
-        e = g["energy_j"]
-        parts.append(f"energy {e / 1e6:,.2f} MJ" if e >= 1e6 else
-                     f"energy {e / 1e3:,.1f} kJ" if e >= 1e3 else f"energy {e:,.0f} J")
-    if has("mem_used_gib"):
-        parts.append(f"memory {g['mem_used_gib']:,.0f}"
-                     + (f"/{g['mem_total_gib']:,.0f}" if has("mem_total_gib") else "") + " GiB")
-    if has("temp_max_c"):
-        parts.append(f"max {g['temp_max_c']:.0f} C")
+    parts = [part(g) for key, part in _LINE_PARTS if _has(g, key)]
     return f"GPU {g['gpus']:.0f}x: " + "  ".join(parts)
+
+
+def _has(g: dict[str, float], k: str) -> bool:
+    return k in g and not math.isnan(g[k])
+
+
+def _util_part(g: dict[str, float]) -> str:
+    sm = f" (SM {g['sm_active_pct']:.0f}%)" if _has(g, "sm_active_pct") else ""
+    return f"util {g['util_pct']:.0f}%{sm}"
+
+
+def _energy_part(g: dict[str, float]) -> str:
+    e = g["energy_j"]
+    if e >= 1e6:
+        return f"energy {e / 1e6:,.2f} MJ"
+    return f"energy {e / 1e3:,.1f} kJ" if e >= 1e3 else f"energy {e:,.0f} J"
+
+
+def _memory_part(g: dict[str, float]) -> str:
+    total = f"/{g['mem_total_gib']:,.0f}" if _has(g, "mem_total_gib") else ""
+    return f"memory {g['mem_used_gib']:,.0f}{total} GiB"
+
+
+_LINE_PARTS: tuple[tuple[str, Callable[[dict[str, float]], str]], ...] = (
+    ("util_pct", _util_part),
+    ("power_w", lambda g: f"power {g['power_w']:,.0f} W"),
+    ("energy_j", _energy_part),
+    ("mem_used_gib", _memory_part),
+    ("temp_max_c", lambda g: f"max {g['temp_max_c']:.0f} C"),
+)
+"""The parts of ``line``, each shown when the gauges have its key."""
 
 
 class GpuGauges:

@@ -18,12 +18,13 @@ import multiprocessing as mp
 import os
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agent_replay.engines.telemetry.backends import Backend, DcgmBackend, NvmlBackend, TelemetryOff
-from agent_replay.engines.telemetry.gauges import GpuGauges
+from agent_replay.engines.telemetry.gauges import GpuGauges, aggregate
 from agent_replay.engines.telemetry.source import GPU_EXTRA, Source, load_pynvml
 
 FILE_NAME = "gpu_telemetry.parquet"
@@ -125,50 +126,87 @@ class TelemetryProcess:
             self._proc.join(timeout=5)
 
 
+def _open(source: Source, nvml: Any, q: Any) -> tuple[Any, list[Any]] | None:
+    """(the backend, its GPUs), or None once the parent is told why telemetry is off."""
+    try:
+        backend = open_backend(source, nvml)
+        return backend, backend.open()
+    except TelemetryOff as exc:
+        q.put(("off", str(exc)))
+    except Exception as exc:
+        q.put(("off", f"{type(exc).__name__}: {exc}"))
+    return None
+
+
+def _gauge_writer(gauges: GpuGauges) -> Callable[[int, list[Any]], None]:
+    """What writes each sample's aggregate to the dashboard's gauges (energy from the
+    first sample where every GPU reports it)."""
+    energy0: list[float | None] = [None]
+
+    def on_sample(t_ns: int, rows: list[Any]) -> None:
+        if energy0[0] is None and rows and all(r[9] is not None for r in rows):
+            energy0[0] = float(sum(r[9] for r in rows))
+        gauges.write(aggregate(rows, energy0[0]))
+
+    return on_sample
+
+
+class _TelemetryFile:
+    """The run's telemetry file (``dest``; None: none is kept): rows written to a
+    temporary file beside it as they come, moved into place when the sampling ends."""
+
+    def __init__(self, dest: Path | None, pq: Any, schema: Any) -> None:
+        self.dest = dest
+        self._pq = pq  # pyarrow.parquet, imported by the caller before it reports ready
+        self._schema = schema
+        self._writer: Any = None
+
+    def write(self, table: Any) -> None:
+        assert self.dest is not None
+        if self._writer is None:
+            tmp = self.dest.with_name(f".{self.dest.name}.tmp")
+            self._writer = self._pq.ParquetWriter(tmp, self._schema, compression="zstd")
+        self._writer.write_table(table)
+
+    def finish(self, table: Any) -> None:
+        """The last rows written, the file closed and moved into place."""
+        assert self.dest is not None
+        self.write(table)
+        self._writer.close()
+        os.replace(self.dest.with_name(f".{self.dest.name}.tmp"), self.dest)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+
+
 def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any, t0: Any,
           nvml: Any, gauges: GpuGauges | None = None, flush_rows: int = 65_536) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    try:
-        backend = open_backend(source, nvml)
-        infos = backend.open()
-    except TelemetryOff as exc:
-        q.put(("off", str(exc)))
+    opened = _open(source, nvml, q)
+    if opened is None:
         return
-    except Exception as exc:
-        q.put(("off", f"{type(exc).__name__}: {exc}"))
-        return
+    backend, infos = opened
     # Everything the sampling needs is imported before "ready": the first read follows it at
     # once, well before the run's t0 (chosen after this).
     import pyarrow.parquet as pq
 
-    from agent_replay.engines.telemetry.gauges import aggregate
     from agent_replay.engines.telemetry.sampler import Sampler
     from agent_replay.results_schema import GPU_TELEMETRY_SCHEMA
 
     q.put(("ready", [asdict(i) for i in infos]))
-    on_sample = None
-    if gauges is not None:
-        energy0: list[float | None] = [None]
+    on_sample = None if gauges is None else _gauge_writer(gauges)
 
-        def on_sample(t_ns: int, rows: list[Any]) -> None:
-            if energy0[0] is None and rows and all(r[9] is not None for r in rows):
-                energy0[0] = float(sum(r[9] for r in rows))
-            gauges.write(aggregate(rows, energy0[0]))
-
-    dest = None if out is None else Path(out)
-    tmp = None if dest is None else dest.with_name(f".{dest.name}.tmp")
-    writer: pq.ParquetWriter | None = None
+    file = _TelemetryFile(None if out is None else Path(out), pq, GPU_TELEMETRY_SCHEMA)
 
     def sink(rows: list[Any]) -> bool:
         """A long run's rows go to the file as they come (bounded memory), once t0 is known."""
-        nonlocal writer
-        if tmp is None or not t0.value:
+        if file.dest is None or not t0.value:
             return False
-        if writer is None:
-            writer = pq.ParquetWriter(tmp, GPU_TELEMETRY_SCHEMA, compression="zstd")
-        writer.write_table(sampler.table(int(t0.value), rows))
+        file.write(sampler.table(int(t0.value), rows))
         return True
 
     sampler = Sampler(backend, interval_s, on_sample=on_sample, sink=sink, flush_rows=flush_rows)
@@ -176,18 +214,12 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
         sampler.run(stop.wait)
         result: dict[str, Any] = {"rows": sampler.rows_flushed + len(sampler.rows),
                                   "cost": sampler.cost.as_dict()}
-        if dest is not None and tmp is not None:
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, GPU_TELEMETRY_SCHEMA, compression="zstd")
-            writer.write_table(sampler.table(int(t0.value)))
-            writer.close()
-            os.replace(tmp, dest)
+        if file.dest is not None:
+            file.finish(sampler.table(int(t0.value)))
         q.put(("done", result))
     except Exception as exc:  # reported in run.json, never fatal to the run
         q.put(("error", f"{type(exc).__name__}: {exc}"))
     finally:
-        if writer is not None:
-            with contextlib.suppress(Exception):
-                writer.close()
+        file.close()
         with contextlib.suppress(Exception):
             backend.close()

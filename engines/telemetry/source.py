@@ -100,17 +100,26 @@ def server_visible_devices(url: str) -> str | None:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     import psutil
 
+    pid = _listener(port)
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid).environ().get("CUDA_VISIBLE_DEVICES")
+    except (psutil.Error, OSError):
+        return None
+
+
+def _listener(port: int) -> int | None:
+    """The pid of the process on this host listening on TCP ``port`` (None: none seen)."""
+    import psutil
+
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
         return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            try:
-                return psutil.Process(c.pid).environ().get("CUDA_VISIBLE_DEVICES")
-            except (psutil.Error, OSError):
-                return None
-    return None
+    return next((c.pid for c in conns
+                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid),
+                None)
 
 
 def resolve(spec: str, target: str, launched: bool = False,

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent_replay.engines.vllm.profiles import Deployment
+from agent_replay.engines.vllm.profiles import Command, Deployment
 from agent_replay.errors import InputError, LaunchError
 
 _MARK = "@@agent-replay-vllm-probe@@"
@@ -145,7 +145,13 @@ def check_deployment(deployment: Deployment, python: str | None = None) -> Check
     """Parse every ``vllm serve`` command of ``deployment`` with vLLM's parser."""
     serve = [c for c in deployment.commands if c.is_vllm_serve]
     env_names = sorted({k for c in serve for k, _ in c.env})
-    res = run_probe(python or sys.executable, [c.serve_args for c in serve], env_names)
+    return _check_result(serve, run_probe(python or sys.executable, [c.serve_args for c in serve],
+                                          env_names))
+
+
+def _check_result(serve: list[Command], res: dict[str, object]) -> CheckResult:
+    """The probe's answer for the ``serve`` commands: those its parser rejected, with the
+    error, and the environment variables vLLM does not know."""
     results = res.get("results")
     assert isinstance(results, list)
     errors = tuple((c.name, str(r.get("error"))) for c, r in zip(serve, results, strict=True)

@@ -66,29 +66,42 @@ class Knob:
     help: str
 
     def parse(self, text: str) -> int | float | str | bool | None:
-        low = text.strip().lower()
+        if text.strip().lower() in ("none", "null"):
+            return None
         try:
-            if low in ("none", "null"):
-                return None
-            if isinstance(self.default, bool):
-                if low in ("1", "true", "yes", "on"):
-                    return True
-                if low in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(text)
-            if isinstance(self.default, int):
-                return int(text)
-            if isinstance(self.default, float):
-                return float(text)
-            if self.default is None:
-                try:
-                    return _number(text)
-                except ValueError:
-                    return text
-            return text
+            return self._value(text)
         except ValueError:
             kind = type(self.default).__name__
             raise InputError(f"--set {self.name}={text}: expected {kind}") from None
+
+    def _value(self, text: str) -> int | float | str | bool:
+        """``text`` as the default's type (a number or text for a knob without one);
+        ``ValueError`` when it is not one."""
+        if isinstance(self.default, bool):
+            return _boolean(text)
+        if isinstance(self.default, int):
+            return int(text)
+        if isinstance(self.default, float):
+            return float(text)
+        if self.default is None:
+            return _number_or_text(text)
+        return text
+
+
+def _boolean(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _number_or_text(text: str) -> int | float | str:
+    try:
+        return _number(text)
+    except ValueError:
+        return text
 
 
 def _number(text: str) -> int | float:
@@ -578,6 +591,25 @@ def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
     ``version``: adapt the commands to that vLLM release (see ``versions``).
     """
     p = get_profile(profile) if isinstance(profile, str) else profile
+    _check_shape(p, model, gpus, nodes)
+    knobs: dict[str, object] = {k.name: k.default for k in p.knobs}
+    flag_sets: list[_FlagSet] = []
+    for key, value in sets:
+        knob = p.knob(key)
+        if knob is not None:
+            knobs[key] = knob.parse(value)
+        else:
+            flag_sets.append(_flag_set(p, key, value))
+    commands, endpoint, notes = p.layout(p, Layout(model, gpus, nodes, knobs))
+    out = [_with_sets(cmd, flag_sets, version, notes) for cmd in commands]
+    for cmd in out:
+        refuse_inert_flags(cmd)
+    return Deployment(profile=p.name, model=model, gpus=gpus, nodes=nodes, commands=tuple(out),
+                      endpoint=endpoint, notes=tuple(notes), knobs=knobs)
+
+
+def _check_shape(p: Profile, model: str, gpus: int, nodes: int) -> None:
+    """The model is named and the GPUs and nodes fit the profile."""
     if not model:
         raise InputError("--model is required")
     if gpus < p.min_gpus:
@@ -586,42 +618,43 @@ def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
         raise InputError(f"--gpus {gpus} does not divide over --nodes {nodes}")
     if p.max_nodes is not None and nodes > p.max_nodes:
         raise InputError(f"profile {p.name} runs on {p.max_nodes} node(s), got --nodes {nodes}")
-    knobs: dict[str, object] = {k.name: k.default for k in p.knobs}
-    flag_sets: list[tuple[str | None, str, str]] = []
-    for key, value in sets:
-        knob = p.knob(key)
-        if knob is not None:
-            knobs[key] = knob.parse(value)
-            continue
-        scope, dot, flag = key.partition(".")
-        if not dot:
-            scope, flag = "", key
-        if not flag.startswith("-"):
-            if flag.replace("_", "-") != flag or not flag.replace("-", "").isalnum():
-                raise InputError(f"--set {key}: not a knob of profile {p.name} "
-                                 f"({', '.join(k.name for k in p.knobs)}) nor a vLLM flag")
-            flag = "--" + flag
-        flag_sets.append((scope or None, flag, value))
-    commands, endpoint, notes = p.layout(p, Layout(model, gpus, nodes, knobs))
-    protected = frozenset(f for _, f, _ in flag_sets)
-    out: list[Command] = []
-    for cmd in commands:
-        if not cmd.is_vllm_serve:
-            out.append(cmd)
-            continue
-        args = cmd.serve_args[1:]
-        for only, flag, value in flag_sets:
-            if only is None or cmd.name.startswith(only):
-                args = _apply_flag(args, flag, value)
-        if version is not None:
-            args, adapt_notes = adapt_argv(args, version, protected=protected)
-            notes += [n for n in adapt_notes if n not in notes]
-        out.append(Command(name=cmd.name, node=cmd.node, argv=(*cmd.argv[:3], *args),
-                           env=cmd.env, port=cmd.port))
-    for cmd in out:
-        refuse_inert_flags(cmd)
-    return Deployment(profile=p.name, model=model, gpus=gpus, nodes=nodes, commands=tuple(out),
-                      endpoint=endpoint, notes=tuple(notes), knobs=knobs)
+
+
+_FlagSet = tuple["str | None", str, str]
+"""A ``--set`` of a vLLM flag: (the instances it is for by name prefix, None: all; the
+flag; its value)."""
+
+
+def _flag_set(p: Profile, key: str, value: str) -> _FlagSet:
+    """A ``--set KEY=VALUE`` that is no knob of the profile, as a vLLM flag (``KEY``,
+    ``--KEY`` or ``SCOPE.KEY``)."""
+    scope, dot, flag = key.partition(".")
+    if not dot:
+        scope, flag = "", key
+    if not flag.startswith("-"):
+        if flag.replace("_", "-") != flag or not flag.replace("-", "").isalnum():
+            raise InputError(f"--set {key}: not a knob of profile {p.name} "
+                             f"({', '.join(k.name for k in p.knobs)}) nor a vLLM flag")
+        flag = "--" + flag
+    return scope or None, flag, value
+
+
+def _with_sets(cmd: Command, flag_sets: list[_FlagSet], version: str | None,
+               notes: list[str]) -> Command:
+    """A ``vllm serve`` command with the flags set for its instance, adapted to
+    ``version`` (its notes added to ``notes``); other commands as they are."""
+    if not cmd.is_vllm_serve:
+        return cmd
+    args = cmd.serve_args[1:]
+    for only, flag, value in flag_sets:
+        if only is None or cmd.name.startswith(only):
+            args = _apply_flag(args, flag, value)
+    if version is not None:
+        protected = frozenset(f for _, f, _ in flag_sets)
+        args, adapt_notes = adapt_argv(args, version, protected=protected)
+        notes += [n for n in adapt_notes if n not in notes]
+    return Command(name=cmd.name, node=cmd.node, argv=(*cmd.argv[:3], *args),
+                   env=cmd.env, port=cmd.port)
 
 
 def refuse_inert_flags(cmd: Command) -> None:

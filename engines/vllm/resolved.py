@@ -167,19 +167,24 @@ def _py_literal(text: str) -> Any:
         return None
 
 
+def _quote_end(text: str, i: int) -> int:
+    """Where the string opened by the quote at ``text[i]`` closes (past the end when it
+    does not); a backslash escapes the character after it."""
+    quote = text[i]
+    i += 1
+    while i < len(text) and text[i] != quote:
+        i += 2 if text[i] == "\\" else 1
+    return i
+
+
 def _split_top(text: str) -> list[str]:
     """``text`` split at the commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, "", 0
-    i = 0
+    parts: list[str] = []
+    depth = start = i = 0
     while i < len(text):
         c = text[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
+        if c in "'\"":
+            i = _quote_end(text, i)
         elif c in "([{<":
             depth += 1
         elif c in ")]}>":
@@ -239,37 +244,77 @@ def parse_metrics_info(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
+class _LogReader:
+    """The reports of a startup log, fed a line at a time; a new ``non-default args`` line
+    (a new start) forgets what the previous start reported, but the version."""
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self._start({})
+
+    def _start(self, args: dict[str, Any]) -> None:
+        self.args = args
+        self.engine: dict[str, Any] = {}
+        self.perf: str | None = None
+        self.kv: float | None = None
+        self.runtime: str | None = None
+        self.captured: dict[str, int] = {}
+
+    def feed(self, line: str) -> None:
+        """The first reader that takes the line; graph captures when none does."""
+        for read in (self._args, self._engine, self._perf, self._kv, self._runtime):
+            if read(line):
+                return
+        for kind, total in _CAPTURE.findall(line):
+            self.captured.setdefault(kind, int(total))
+
+    def _args(self, line: str) -> bool:
+        if _ARGS_MARK not in line:
+            return False
+        parsed = _py_literal(line.split(_ARGS_MARK, 1)[1])
+        if isinstance(parsed, dict):
+            self._start(parsed)
+        return True
+
+    def _engine(self, line: str) -> bool:
+        if "Initializing a V1 LLM engine" not in line or _ENGINE_MARK not in line:
+            return False
+        if not self.engine:  # data-parallel ranks repeat the line: the first one counts
+            m = _ENGINE_VERSION.search(line)
+            self.version = m.group(1) if m else self.version
+            self.engine = parse_engine_config(line.split(_ENGINE_MARK, 1)[1])
+        return True
+
+    def _perf(self, line: str) -> bool:
+        m = _PERF_MODE.search(line)
+        if m is not None:
+            self.perf = m.group(1)
+        return m is not None
+
+    def _kv(self, line: str) -> bool:
+        m = _KV_RESERVED.search(line) if self.kv is None else None
+        if m is not None:
+            self.kv = float(m.group(1))
+        return m is not None
+
+    def _runtime(self, line: str) -> bool:
+        m = _RUNTIME_MODE.search(line)
+        if m is None or "WARNING" not in line:
+            return False
+        self.runtime = m.group(1) or m.group(2)
+        return True
+
+
 def parse_log(text: str, metrics: str = "") -> Resolved:
     """The reports in a server's startup log (and its /metrics page, when given). When the
     log holds several starts, the last one counts."""
-    version = perf = None
-    kv: float | None = None
-    runtime: str | None = None
-    captured: dict[str, int] = {}
-    args: dict[str, Any] = {}
-    engine: dict[str, Any] = {}
+    log = _LogReader()
     for line in text.splitlines():
-        if _ARGS_MARK in line:
-            parsed = _py_literal(line.split(_ARGS_MARK, 1)[1])
-            if isinstance(parsed, dict):
-                args, engine, perf, kv, runtime, captured = parsed, {}, None, None, None, {}
-        elif "Initializing a V1 LLM engine" in line and _ENGINE_MARK in line:
-            if not engine:  # data-parallel ranks repeat the line: the first one counts
-                m = _ENGINE_VERSION.search(line)
-                version = m.group(1) if m else version
-                engine = parse_engine_config(line.split(_ENGINE_MARK, 1)[1])
-        elif (m := _PERF_MODE.search(line)) is not None:
-            perf = m.group(1)
-        elif kv is None and (m := _KV_RESERVED.search(line)) is not None:
-            kv = float(m.group(1))
-        elif (m := _RUNTIME_MODE.search(line)) is not None and "WARNING" in line:
-            runtime = m.group(1) or m.group(2)
-        else:
-            for kind, total in _CAPTURE.findall(line):
-                captured.setdefault(kind, int(total))
-    return Resolved(version=version, args=args, engine=engine, performance_mode=perf,
-                    info=parse_metrics_info(metrics), kv_reserved_gib=kv,
-                    runtime_cudagraph_mode=runtime, captured=captured)
+        log.feed(line)
+    return Resolved(version=log.version, args=log.args, engine=log.engine,
+                    performance_mode=log.perf, info=parse_metrics_info(metrics),
+                    kv_reserved_gib=log.kv, runtime_cudagraph_mode=log.runtime,
+                    captured=log.captured)
 
 
 # ---------------------------------------------------------------------------- comparing
@@ -322,6 +367,10 @@ def same(requested: Any, reported: Any) -> bool:
     if isinstance(requested, list) and isinstance(reported, (list, tuple)):
         return len(requested) == len(reported) and all(
             same(a, b) for a, b in zip(requested, reported, strict=True))
+    return _same_scalar(requested, reported)
+
+
+def _same_scalar(requested: Any, reported: Any) -> bool:
     if isinstance(requested, bool) or isinstance(reported, bool):
         return _truth(requested) == _truth(reported)
     if isinstance(requested, (int, float)) and not isinstance(reported, (list, dict)):
@@ -405,22 +454,34 @@ def _runtime_graphs(key: str, want: Any, resolved: Resolved,
     """What the model runner did after the engine line was logged: a downgrade warning
     (``setting cudagraph_mode=X``) replaces the configured mode; the graphs it captured
     (``Capturing CUDA graphs (decode, FULL): .../N``) must number the sizes asked for."""
-    if key == "cudagraph_mode" and resolved.runtime_cudagraph_mode is not None:
-        return resolved.runtime_cudagraph_mode, "log (model runner override)"
-    if key == "cudagraph_mode" and resolved.captured:
-        mode = CAPTURED_MODES.get(frozenset(resolved.captured))
-        if mode is not None:
-            return mode, "log (graph capture)"
+    if key == "cudagraph_mode":
+        return _runtime_mode(resolved) or found
     if (key == "cudagraph_capture_sizes" and isinstance(want, list) and found is not None
             and same(want, found[0])):
-        full = {k: n for k, n in resolved.captured.items() if k.endswith("FULL")}
-        for kind, n in full.items():
-            if n != len(want):
-                return f"{n} graphs captured ({kind})", "log (graph capture)"
-        if full:
-            kinds = ", ".join(f"{n} ({k})" for k, n in full.items())
-            return want, f"engine config; captured {kinds}"
+        return _captured_sizes(want, resolved) or found
     return found
+
+
+def _runtime_mode(resolved: Resolved) -> tuple[Any, str] | None:
+    """The CUDA graph mode the model runner settled on: its override, else the one the
+    kinds of graphs it captured imply; None when the log says neither."""
+    if resolved.runtime_cudagraph_mode is not None:
+        return resolved.runtime_cudagraph_mode, "log (model runner override)"
+    mode = CAPTURED_MODES.get(frozenset(resolved.captured)) if resolved.captured else None
+    return None if mode is None else (mode, "log (graph capture)")
+
+
+def _captured_sizes(want: list[Any], resolved: Resolved) -> tuple[Any, str] | None:
+    """The capture sizes against the full graphs captured: a count other than the sizes
+    asked for differs; None when no full graphs were captured."""
+    full = {k: n for k, n in resolved.captured.items() if k.endswith("FULL")}
+    for kind, n in full.items():
+        if n != len(want):
+            return f"{n} graphs captured ({kind})", "log (graph capture)"
+    if full:
+        kinds = ", ".join(f"{n} ({k})" for k, n in full.items())
+        return want, f"engine config; captured {kinds}"
+    return None
 
 
 def check(argv: Sequence[str], resolved: Resolved) -> list[SettingCheck]:
@@ -433,22 +494,26 @@ def check(argv: Sequence[str], resolved: Resolved) -> list[SettingCheck]:
         value = _value(text)
         if flag in ("--speculative-config", "--compilation-config"):
             out += _json_checks(flag, value, text, resolved)
-            continue
-        dest = flag[2:].replace("-", "_")
-        parsed = resolved.args.get(dest, _MISSING)
-        found = _lookup(dest, resolved)
-        if dest == "performance_mode" and resolved.performance_mode is not None:
-            found = (resolved.performance_mode, "log")
-        elif (dest == "kv_cache_memory_bytes" and found is None
-              and resolved.kv_reserved_gib is not None and isinstance(value, (int, float))):
-            # the worker logs the reservation in GiB to one decimal: equal to that precision
-            ok = abs(value / 2**30 - resolved.kv_reserved_gib) <= 0.05 + 1e-9
-            out.append(SettingCheck(flag, text, f"{resolved.kv_reserved_gib:g} GiB",
-                                    "log (GiB, 1 decimal)", IN_EFFECT if ok else DIFFERS,
-                                    None if parsed is _MISSING else _show(parsed)))
-            continue
-        out.append(_check_one(flag, value, text, parsed, found))
+        else:
+            out.append(_flag_check(flag, value, text, resolved))
     return out
+
+
+def _flag_check(flag: str, value: Any, text: str, resolved: Resolved) -> SettingCheck:
+    """The check of a plain (not JSON) flag."""
+    dest = flag[2:].replace("-", "_")
+    parsed = resolved.args.get(dest, _MISSING)
+    found = _lookup(dest, resolved)
+    if dest == "performance_mode" and resolved.performance_mode is not None:
+        found = (resolved.performance_mode, "log")
+    elif (dest == "kv_cache_memory_bytes" and found is None
+          and resolved.kv_reserved_gib is not None and isinstance(value, (int, float))):
+        # the worker logs the reservation in GiB to one decimal: equal to that precision
+        ok = abs(value / 2**30 - resolved.kv_reserved_gib) <= 0.05 + 1e-9
+        return SettingCheck(flag, text, f"{resolved.kv_reserved_gib:g} GiB",
+                            "log (GiB, 1 decimal)", IN_EFFECT if ok else DIFFERS,
+                            None if parsed is _MISSING else _show(parsed))
+    return _check_one(flag, value, text, parsed, found)
 
 
 def mismatches(checks: Sequence[SettingCheck]) -> list[SettingCheck]:

@@ -195,11 +195,7 @@ def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None =
     tok = train_tokenizer(vocab, seed)
     ids = {name: tok.token_to_id(tokstr) for name, tokstr in
            (("bos_token_id", "<s>"), ("eos_token_id", "<|im_end|>"), ("pad_token_id", "<pad>"))}
-    if arch == "llama":
-        config = llama_config(vocab)
-    else:
-        shape, base = SHAPES[arch]
-        config = dict(base, vocab_size=vocab, agent_replay_shape=shape)
+    config = _model_config(arch, vocab)
     config.update(ids, max_position_embeddings=MAX_POSITIONS[arch])
     added = {str(tok.token_to_id(t)): {"content": t, "special": True, "lstrip": False,
                                        "rstrip": False, "normalized": False,
@@ -217,6 +213,20 @@ def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None =
         "special_tokens_map.json": {"bos_token": "<s>", "eos_token": "<|im_end|>",
                                     "pad_token": "<pad>"},
     }
+    _write_folder(path, tok, files)
+    return path
+
+
+def _model_config(arch: str, vocab: int) -> dict[str, Any]:
+    """The model's config.json of architecture ``arch`` (the ids and length aside)."""
+    if arch == "llama":
+        return llama_config(vocab)
+    shape, base = SHAPES[arch]
+    return dict(base, vocab_size=vocab, agent_replay_shape=shape)
+
+
+def _write_folder(path: Path, tok: Any, files: dict[str, Any]) -> None:
+    """The tokenizer and the JSON files, written beside ``path`` and moved over it."""
     tmp = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -226,4 +236,3 @@ def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None =
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
-    return path

@@ -88,6 +88,21 @@ def flag_present(flag: str, version: str) -> bool:
     return all(change.present_in(v) for change in FLAG_CHANGES if change.flag == flag)
 
 
+def _missing(flag: str, v: tuple[int, int, int]) -> FlagChange | None:
+    """The first change of the table by which ``flag`` is not in version ``v`` (None: it is)."""
+    return next((c for c in FLAG_CHANGES if c.flag == flag and not c.present_in(v)), None)
+
+
+def _renamed_value(flag: str, value: str, version: str, notes: list[str]) -> str:
+    """``value`` of ``flag`` as ``version`` spells it (each rename noted in ``notes``)."""
+    v = parse_version(version)
+    for change in VALUE_CHANGES:
+        if change.flag == flag and change.old == value and v >= change.since:
+            notes.append(f"{flag} {value} -> {change.new} for vLLM {version}: {change.note}")
+            value = change.new
+    return value
+
+
 def adapt_argv(argv: list[str], version: str, *, protected: frozenset[str] = frozenset()
                ) -> tuple[list[str], list[str]]:
     """Drop flags ``version`` lacks and rewrite renamed values.
@@ -105,17 +120,13 @@ def adapt_argv(argv: list[str], version: str, *, protected: frozenset[str] = fro
         has_value = i + 1 < len(argv) and not argv[i + 1].startswith("-")
         value = argv[i + 1] if has_value else None
         width = 2 if has_value else 1
-        missing = [c for c in FLAG_CHANGES if c.flag == item and not c.present_in(v)]
-        if missing and item not in protected:
-            notes.append(f"dropped {item} for vLLM {version}: {missing[0].note}")
+        missing = _missing(item, v)
+        if missing is not None and item not in protected:
+            notes.append(f"dropped {item} for vLLM {version}: {missing.note}")
             i += width
             continue
         if value is not None:
-            for change in VALUE_CHANGES:
-                if change.flag == item and change.old == value and v >= change.since:
-                    notes.append(f"{item} {value} -> {change.new} for vLLM {version}: "
-                                 f"{change.note}")
-                    value = change.new
+            value = _renamed_value(item, value, version, notes)
         out.append(item)
         if value is not None:
             out.append(value)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_replay.analysis.hist import FEW, min_count_for
+from agent_replay.analysis.hist import FEW, min_count_for, rank
 from agent_replay.analysis.points import POINT_FIELDS, too_few
 from agent_replay.analysis.replicates import mean_ci
 from agent_replay.errors import InputError
@@ -104,27 +104,43 @@ def meets(runs: Sequence[Mapping[str, Any]], slo: Sequence[Term]) -> bool:
     return True
 
 
+def _term_ci(runs: Sequence[Mapping[str, Any]], t: Term) -> tuple[float | None, float | None] | None:
+    """The 95% interval of a term's mean over ``runs`` ((None, None) with fewer than two);
+    None when a run lacks the figure."""
+    vals = [r.get(t.column) for r in runs]
+    clean = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
+    if len(clean) < len(vals):
+        return None
+    ci = mean_ci(clean)
+    return ci.low, ci.high
+
+
+def verdict(intervals: Sequence[tuple[Term, tuple[float | None, float | None] | None]]) -> str:
+    """``meets`` when every term's interval is on the right side of its bound, ``fails`` when
+    some term's is wholly on the wrong side (or lacks the figure), ``uncertain`` otherwise
+    (also where a term has no interval)."""
+    all_in = True
+    for t, ci in intervals:
+        if ci is None:
+            return "fails"
+        low, high = ci
+        if low is None or high is None:
+            all_in = False
+            continue
+        worst, best = (low, high) if t.op == ">=" else (high, low)
+        if not t.ok(best):
+            return "fails"
+        all_in &= t.ok(worst)
+    return "meets" if all_in else "uncertain"
+
+
 def surely(runs: Sequence[Mapping[str, Any]], slo: Sequence[Term]) -> str:
     """``meets`` when the 95% interval of every term's mean is on the right side of its bound,
     ``fails`` when some term's interval is wholly on the wrong side (or a run failed),
     ``uncertain`` otherwise (also with fewer than two runs: no interval)."""
     if not runs:
         return "fails"
-    all_in = True
-    for t in slo:
-        vals = [r.get(t.column) for r in runs]
-        clean = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
-        if len(clean) < len(vals):
-            return "fails"
-        ci = mean_ci(clean)
-        if ci.low is None or ci.high is None:
-            all_in = False
-            continue
-        worst, best = (ci.low, ci.high) if t.op == ">=" else (ci.high, ci.low)
-        if not t.ok(best):
-            return "fails"
-        all_in &= t.ok(worst)
-    return "meets" if all_in else "uncertain"
+    return verdict([(t, _term_ci(runs, t)) for t in slo])
 
 
 MIN_TURNS = 5
@@ -423,27 +439,48 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
     return caps
 
 
+Margin = tuple[float, float, float]
+"""A term's margin at one load: (estimate, pessimistic, optimistic) of its value minus the
+bound, the sign turned so that positive meets."""
+
+
+def margin(t: Term, estimate: float | None, low: float | None, high: float | None) -> Margin | None:
+    """A term's margin from its value's estimate and 95% interval (None without them)."""
+    if estimate is None or low is None or high is None:
+        return None
+    sign = 1.0 if t.op == ">=" else -1.0
+    m = [sign * (v - t.bound) for v in (estimate, low, high)]
+    return m[0], min(m[1:]), max(m[1:])
+
+
 def crossing_interval(lo_runs: Sequence[Mapping[str, Any]], hi_runs: Sequence[Mapping[str, Any]],
                       lo: float, hi: float, slo: Sequence[Term]) -> tuple[float, float, float] | None:
     """Where between the bracket's ends ``lo`` (meets) and ``hi`` (fails) the SLO is crossed,
     with a 95% interval; None with fewer than two runs at an end.
 
     Each term's margin (its mean minus the bound, the sign turned so that positive meets) is
-    interpolated linearly between the ends; the load where it reaches 0 is that term's
-    crossing, and the first term to cross sets the estimate. The interval repeats this with
-    both ends' margins at the pessimistic bounds of their 95% intervals (``mean_ci``), then
-    at the optimistic ones: a conservative union of the two ends' run-to-run spread. Where
-    that reaches past an end, the line is extended, by one bracket width at most: the
-    interval then says the bracket itself is uncertain."""
-    def margin(runs: Sequence[Mapping[str, Any]], t: Term) -> tuple[float, float, float] | None:
+    interpolated linearly between the ends (``crossing``), with both ends' margins at the
+    95% intervals of their means (``mean_ci``)."""
+    def runs_margin(runs: Sequence[Mapping[str, Any]], t: Term) -> Margin | None:
         vals = [float(v) for r in runs if (v := r.get(t.column)) is not None and not math.isnan(float(v))]
         ci = mean_ci(vals)
-        if ci.estimate is None or ci.low is None or ci.high is None:
-            return None
-        sign = 1.0 if t.op == ">=" else -1.0
-        m = [sign * (v - t.bound) for v in (ci.estimate, ci.low, ci.high)]
-        return m[0], min(m[1:]), max(m[1:])
+        return margin(t, ci.estimate, ci.low, ci.high)
 
+    return crossing([runs_margin(lo_runs, t) for t in slo], [runs_margin(hi_runs, t) for t in slo],
+                    lo, hi)
+
+
+def crossing(lo_margins: Sequence[Margin | None], hi_margins: Sequence[Margin | None],
+             lo: float, hi: float) -> tuple[float, float, float] | None:
+    """Where the SLO is crossed between ``lo`` (meets) and ``hi`` (fails), with a 95%
+    interval, from each term's margin at both ends (``margin``; None: no answer).
+
+    Each term's margin is interpolated linearly between the ends; the load where it reaches
+    0 is that term's crossing, and the first term to cross sets the estimate. The interval
+    repeats this with both ends' margins at their pessimistic bounds, then at the optimistic
+    ones: a conservative union of the two ends' uncertainty. Where that reaches past an end,
+    the line is extended, by one bracket width at most: the interval then says the bracket
+    itself is uncertain."""
     width = hi - lo
 
     def cross(a: float, b: float) -> float:
@@ -452,8 +489,7 @@ def crossing_interval(lo_runs: Sequence[Mapping[str, Any]], hi_runs: Sequence[Ma
         return min(hi + width, max(lo - width, lo + width * a / (a - b)))
 
     est = low = high = math.inf
-    for t in slo:
-        ma, mb = margin(lo_runs, t), margin(hi_runs, t)
+    for ma, mb in zip(lo_margins, hi_margins, strict=True):
         if ma is None or mb is None:
             return None
         est = min(est, cross(ma[0], mb[0]))
@@ -537,3 +573,74 @@ def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str,
         lines += ["", "The same loads measured by this tree's sweep (another time, another host "
                   "load):", ""] + [f"- {d}" for d in drift]
     return "\n".join(lines) + "\n"
+
+
+# ---- capacity from a ladder of measured runs ---------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A figure of one run with its 95% interval (None: too few requests for one)."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+
+RESAMPLES = 1000
+
+
+def figure_estimate(report: Any, key: str, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
+    """A run's percentile figure (``p90_tps``, ``north_star``, ``ttft_p90_ms``, ...: any with a
+    ``analysis.points.basis``) and its 95% interval from the time-block bootstrap of that
+    percentile over the run's requests (``analysis.compare.block_bootstrap_percentile``):
+    how far the figure moves with which requests the run happened to hold, as a ratio to the
+    run's own percentile applied to the figure. The value is the report's own
+    (``point_metrics``); no interval below ``min_interval_count`` requests."""
+    from agent_replay.analysis.compare import block_bootstrap_percentile, min_interval_count
+    from agent_replay.analysis.definitions import SPEEDS
+    from agent_replay.analysis.points import basis, point_metrics
+
+    value = point_metrics(report, 1).get(key)
+    b = basis(key)
+    if b is None:
+        raise InputError(f"{key}: not a percentile figure (no interval from one run)")
+    t = report.stats.per_request
+    ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+    x = np.asarray(t.column(b[0]).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
+    order = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
+    keep = ~np.isnan(x)
+    if value is None or int(keep.sum()) < min_interval_count(b[1], True):
+        return Estimate(value)
+    boots = block_bootstrap_percentile(x[keep], order[keep], b[1], resamples,
+                                       np.random.default_rng(seed))
+    # the bootstrap takes nearest-rank percentiles; a figure may be a linear one (the North
+    # Star): its interval is the figure scaled by the resamples' ratio to the whole run's
+    # nearest-rank percentile, so that it holds the figure as the report states it
+    v = np.sort(x[keep])
+    ratio = boots[boots > 0] / v[rank(b[1], v.size) - 1]
+    speed = any(sp.key == key for sp in SPEEDS)
+    lo, hi = np.percentile(float(value) / ratio if speed else float(value) * ratio, [2.5, 97.5])
+    return Estimate(float(value), float(lo), float(hi))
+
+
+def ladder_capacity(target: str, gpus: int, points: Mapping[float, Mapping[str, Estimate]],
+                    slo: Sequence[Term]) -> Capacity:
+    """Capacity from a ladder of load points run once each: the highest point whose figures
+    meet every term and the lowest above it that does not (the bracket), whether each point
+    surely meets or fails given its figures' 95% intervals (``verdict``), and where the SLO
+    is crossed between the bracket's ends with its interval (``crossing``)."""
+    probes = []
+    for pt in sorted(points):
+        fig = points[pt]
+        ok = all(t.ok(fig[t.column].value) for t in slo)
+        sure = verdict([(t, (fig[t.column].low, fig[t.column].high)) for t in slo])
+        probes.append(Probe(pt, 1, int(ok), ok, {t.column: fig[t.column].value for t in slo}, sure))
+    cap = Capacity(target, gpus, probes)
+    cap.capacity, cap.first_fail = _state(probes)
+    cap.interval = (cap.capacity, cap.capacity)
+    cap.spread = _spread(probes)
+    if cap.capacity is not None and cap.first_fail is not None:
+        lo_m, hi_m = ([margin(t, e[t.column].value, e[t.column].low, e[t.column].high)
+                       for t in slo] for e in (points[cap.capacity], points[cap.first_fail]))
+        cap.crossing = crossing(lo_m, hi_m, cap.capacity, cap.first_fail)
+    return cap

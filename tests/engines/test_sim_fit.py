@@ -192,3 +192,30 @@ def test_write_profile_refuses_to_overwrite(tmp_path: Path) -> None:
     assert out.read_text() == "keep"
     write_profile(fit, out, force=True)
     assert SimProfile.load(out).decode_base_ns == fit.profile.decode_base_ns
+
+
+def test_cache_split_and_cached_starts_by_hand() -> None:
+    from agent_replay.engines.sim.predict import cache_split, prefix_hits, unrecorded_starts
+
+    # TTFT per prompt token of first requests: 1.0, 1.2 (read from cache) and 20, 25 us
+    # (computed): the widest gap is 1.2 -> 20 (16.7x >= 4), its geometric middle 4.9 us
+    assert cache_split([20_000.0, 1_000.0, 25_000.0, 1_200.0]) == pytest.approx((1_200 * 20_000) ** 0.5)
+    assert cache_split([1_000.0, 1_200.0, 3_000.0]) is None  # one regime: 2.5x at most
+    assert cache_split([5_000.0]) is None
+    rows = [
+        # a: sent first, 64,000 tokens in 64 ms (1 us per token), no recorded hit
+        {**_row("a", 0, sent=0, prompt=64_000, cached=0, out=2), "cached_tokens": None},
+        # b: 50,000 tokens in 1 s (20 us per token)
+        {**_row("b", 0, sent=1, prompt=50_000, cached=0, out=2), "cached_tokens": None},
+        # a's second turn: the previous prompt in whole blocks of 16
+        {**_row("a", 1, sent=2, prompt=64_100, cached=0, out=2), "cached_tokens": None},
+    ]
+    rows[0]["first_token_ns"] = 64_000_000
+    rows[1]["first_token_ns"] = 1 + 1_000_000_000
+    for r in rows:
+        r["implied_cached_tokens"] = None
+    assert unrecorded_starts(rows) == [1_000.0, 20_000.0]
+    assert prefix_hits(rows) == [0, 0, 64_000]  # no split: first requests are cold
+    # with the split at 4.5 us: a's first request was read from the cache, whole blocks of
+    # 16 up to the prompt's last token (63,999 -> 63,984); b's was computed
+    assert prefix_hits(rows, 4_500.0) == [63_984, 0, 64_000]

@@ -367,6 +367,27 @@ def test_a_request_waits_for_the_calls_of_its_scope_that_ended_before_it_started
     assert stream_rules(reqs, *capped_times(reqs, None))[2] == Rule("join", 5 * S, prev=0, deps=(0, 1))
 
 
+def test_a_branch_that_overlapped_its_spawning_turn_goes_from_that_turns_send() -> None:
+    """AIPerf's runtime dispatches a branch that started while its spawning main turn was
+    in flight (recorded: r0 0-8.2 s, x's first call at 8 s, y's at 9 s) when that turn is
+    sent, each child at its offset from the turn's start (``on_credit_issued``). Served in
+    1 s: r0 0-1; x at 0 + 8 = 8 (after r0's end it would go at 1 + 0), y at 9; r3 joins at
+    y's end, 10. A subagent's own spawn is not dispatched so: z's turn w (spawned by z's
+    r1 at 2 s, recorded 2-5 s) waits for r1's end."""
+    table = _tree([("a", "main", 0, [], 8.2), ("a", "x", 8, [0], 1), ("a", "y", 9, [0], 1),
+                   ("a", "main", 100, [0, 1, 2], 1)])
+    reqs = build_plan(table, 16, PlanOptions()).sessions[0].requests
+    rules = stream_rules(reqs, *capped_times(reqs, None))
+    assert [(r.kind, r.delay_ns, r.at_send) for r in rules[1:3]] == [
+        ("child", 8 * S, True), ("child", 9 * S, True)]
+    assert _first_plays(table, 1, 40, start_range=(0.0, 0.0)) == [
+        (1, 0, 0), (1, 1, 8 * S), (1, 2, 9 * S), (1, 3, 10 * S)]
+    nested = _tree([("b", "main", 0, [], 1), ("b", "z", 1, [0], 1), ("b", "z", 2, [1], 3),
+                    ("b", "w", 3, [2], 1), ("b", "main", 50, [0, 3], 1)])
+    reqs = build_plan(nested, 16, PlanOptions()).sessions[0].requests
+    assert not any(r.at_send for r in stream_rules(reqs, *capped_times(reqs, None)))
+
+
 def test_a_subagents_first_turn_waits_its_branch_offset_past_the_idle_cap() -> None:
     """x and y are one branch (spawned by r0, joined by r3), its start x's first t (1 s):
     x goes 0 s after r0 ends, y 30 s after (31 - 1), although nothing is in flight from 2
@@ -674,3 +695,48 @@ def test_a_send_due_after_the_duration_goes_if_the_idle_cap_brings_it_before() -
     assert got == [(0, 1, 0), (0, 2, 0), (1_500 * MS, 2, 1), (2_500 * MS, 3, 0),
                    (13_500 * MS, 1, 1), (14_500 * MS, 4, 0)]
     assert d.skipped == 2
+
+
+def _chain_with_a_long_middle_turn() -> pa.Table:
+    """One main stream: r0 (32 tokens), r1 (400), r2 (48); at t* = 60% of its span the
+    warm-up is r1, longer than a 150-token context."""
+    rows = []
+    for i, n in enumerate((2, 25, 3)):
+        rows.append({"session_id": "s", "request_index": i, "parent_index": i - 1,
+                     "arrival_ns": i * 100 * MS, "think_ns": 30 * MS if i else None,
+                     "input_tokens": 16 * n, "output_tokens": 4,
+                     "hash_ids": list(range(100 * i, 100 * i + n)), "agent_id": "main",
+                     "depends_on": [i - 1] if i else []})
+    return tree_rows_table(rows)
+
+
+@pytest.mark.parametrize("policy", ["abort", "continue"])
+def test_a_failed_main_warm_up_ends_the_run_unless_told_to_continue(
+        tmp_path: Path, policy: str) -> None:
+    """AIPerf ends its run on the first failed warm-up of a root stream; so does ours by
+    default, in one line naming the request; `continue` plays the measured turn anyway."""
+    trace = write_trace(_chain_with_a_long_middle_turn(), tmp_path / "t.parquet",
+                        TraceMeta(block_size=16))
+    profile = json.loads((Path(agent_replay.engines.sim.__file__).parent / "profiles"
+                          / "fast.json").read_text())
+    profile.update(name="fast-150", max_model_len=150)
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    out = tmp_path / "run"
+    with SimProcess(str(tmp_path / "p.json")) as sim:
+        summary = run(RunConfig(
+            trace=str(trace), target=sim.url, output=str(out), salt=7, timing="agentx",
+            concurrency=1, duration_s=2.0, scrape_interval_s=0, progress=False,
+            agentx=AgentXSettings(start_min=0.6, start_max=0.6, warmup_failure=policy)),
+            progress=None)
+    got = rows(out)
+    warm = [x for x in got if x["warmup"]]
+    assert [(x["request_index"], x["status"]) for x in warm] == [(1, "error")]
+    measured = [x["request_index"] for x in got if not x["warmup"]]
+    meta = json.loads((out / "run.json").read_text())
+    if policy == "abort":
+        assert measured == [] and summary.status == "aborted" and summary.exit_code != 0
+        line = meta["abort_reason"]
+        assert line.startswith("warm-up request s[1] failed (http 400") and "AIPerf" in line
+    else:
+        # the measured turn after t*, then recycled plays of the whole session
+        assert measured[0] == 2 and len(measured) > 1 and summary.status != "aborted"

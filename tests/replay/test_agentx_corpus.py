@@ -25,7 +25,8 @@ def test_every_trace_planned_as_aiperf_plans_it() -> None:
     res = sc.corpus_check(list(sc.CORPUS), list(sc.CONCURRENCIES))
     assert len(res["traces"]) == sum(1 for d in sc.CORPUS for _ in d.glob("*.json")) >= 217
     # every rule and start compared, none differs
-    assert res["requests"] > 16_000 and set(res["by_kind"]) == {"first", "next", "join", "child-first"}
+    assert res["requests"] > 16_000 and set(res["by_kind"]) == {"first", "next", "join", "child-first",
+                                                                  "child-at-send"}
     assert res["barriers"] > 0  # the recorded-interval barriers are among what is compared
     for c in sc.CONCURRENCIES:
         st = res["starts"][str(c)]

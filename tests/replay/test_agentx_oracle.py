@@ -104,6 +104,28 @@ def test_aiperf_rules_spawn_at_the_turns_end_and_join_without_delay() -> None:
     assert r[M2] == ao.Rule(frozenset({M0, S1}), 50000.0, "join")  # its own delay_ms
 
 
+def test_aiperf_rules_dispatch_an_overlapping_branch_at_the_spawning_turns_send() -> None:
+    """AIPerf's runtime (``BranchOrchestrator.on_credit_issued``): the branch starts at 30 s
+    while its spawning root turn, recorded 0-40 s (``api_time_ms`` 40000), is in flight, so
+    its child goes 30000 ms after that turn's send; without an ``api_time_ms``, or from a
+    conversation that is not a root (depth 1), it goes after the turn's end."""
+    import copy
+
+    meta = copy.deepcopy(META)
+    root = meta["conversations"][0]
+    root.update(agent_depth=0, replay_scope_id="tr")
+    root["turns"][0]["api_time_ms"] = 40000.0
+    assert ao.aiperf_rules(meta)[S0] == ao.Rule(frozenset({M0}), 30000.0, "child-at-send",
+                                                 branch=frozenset({S0}))
+    root["turns"][0]["api_time_ms"] = 20000.0  # ended at 20 s, before the branch's start
+    assert ao.aiperf_rules(meta)[S0].kind == "child-first"
+    root["turns"][0]["api_time_ms"] = None
+    assert ao.aiperf_rules(meta)[S0].kind == "child-first"
+    root["turns"][0]["api_time_ms"] = 40000.0
+    root["agent_depth"] = 1
+    assert ao.aiperf_rules(meta)[S0].kind == "child-first"
+
+
 def test_ours_rules_are_the_replays_stream_rules_and_equal_aiperfs_here() -> None:
     """Our plan of TRACE (our import's rows: offsets, service times, dependencies, think
     times end-to-start from the latest dependency). ``stream_rules``: the subagent's first

@@ -248,6 +248,21 @@ def test_a_run_whose_warm_up_never_became_steady_says_so_in_its_report() -> None
     assert build_report(runs / "r1").cold_start is None  # steady after 2 bursts
 
 
+def test_an_agentx_run_warmed_by_its_own_warm_up_phase_is_not_called_cold() -> None:
+    """A committed AgentX run on the H100 (no --warmup window, no sweep warm-up replay): its
+    warm-up phase sent the warm-up of every live stream, so the server was warm; the same
+    run counted without those rows would be called cold."""
+    from agent_replay.analysis.coldstart import cold_start
+    from agent_replay.analysis.report import build_report
+
+    run = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu"
+           / "2026-12-06-h100-agentx-solo" / "results" / "runs" / "standard" / "c4" / "r1")
+    rep = build_report(run)
+    assert rep.stats.requests["warmup"] > 0 and rep.cold_start is None
+    assert not any("cold start" in w for w in rep.warnings)
+    assert (cold_start(rep.meta, rep.stats.per_request, run) or "").startswith("no warm-up")
+
+
 def test_frontier_lists_the_settings_in_which_the_targets_differ(tmp_path: Path) -> None:
     from agent_replay.replay.sweep.index import write_index
 

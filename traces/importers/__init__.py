@@ -81,32 +81,40 @@ def _validate(result: ImportResult, first: Path) -> None:
                          "with --block-size N") from None
 
 
+def _detect_format(paths: Sequence[str | os.PathLike[str]], files: list[Path]
+                   ) -> tuple[list[Path], str, list[str]]:
+    """(the files in a known format, that format, the names of the others): a file named
+    on the command line must be in a known format, a side file in a folder (e.g.
+    tool_calls.json) is skipped; the files must share one format."""
+    explicit = {Path(p) for p in paths if Path(p).is_file()}
+    kinds: dict[Path, str] = {}
+    skipped: list[str] = []
+    for f in files:
+        try:
+            kinds[f] = detect(f)
+        except TraceError:
+            if f in explicit:
+                raise
+            skipped.append(f.name)
+    if not kinds:
+        raise InputError(f"{paths[0]}: no file in a known format ({', '.join(FORMATS)})")
+    names = set(kinds.values())
+    if len(names) > 1:
+        listing = ", ".join(f"{f.name}: {k}" for f, k in kinds.items())
+        raise InputError(f"inputs mix formats ({listing}); import them separately")
+    return list(kinds), names.pop(), skipped
+
+
 def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None,
                  options: ImportOptions | None = None) -> ImportResult:
     """Import one or more files of one format into a validated trace table."""
     files = expand(paths)
-    explicit = {Path(p) for p in paths if Path(p).is_file()}
     opts = options or ImportOptions()
     skipped: list[str] = []
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if fmt is None:
-        kinds: dict[Path, str] = {}
-        for f in files:
-            try:
-                kinds[f] = detect(f)
-            except TraceError:
-                if f in explicit:
-                    raise
-                skipped.append(f.name)  # a side file in a folder (e.g. tool_calls.json)
-        if not kinds:
-            raise InputError(f"{paths[0]}: no file in a known format ({', '.join(FORMATS)})")
-        files = list(kinds)
-        names = set(kinds.values())
-        if len(names) > 1:
-            listing = ", ".join(f"{f.name}: {k}" for f, k in kinds.items())
-            raise InputError(f"inputs mix formats ({listing}); import them separately")
-        fmt = names.pop()
+        files, fmt, skipped = _detect_format(paths, files)
     try:
         result: ImportResult = FORMATS[fmt].load(files, opts)
     except (pa.ArrowInvalid, OverflowError) as exc:  # a number the schema cannot hold

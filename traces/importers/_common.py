@@ -100,6 +100,15 @@ def get_int(obj: dict[str, Any], key: str, path: Path, line: int, *, minimum: in
     return int(v)
 
 
+def get_hash_ids(obj: dict[str, Any], path: Path, line: int) -> list[int] | None:
+    """The row's ``hash_ids`` list (None when absent); anything but a list of integers
+    is refused."""
+    h = obj.get("hash_ids")
+    if h is not None and (not isinstance(h, list) or not all(isinstance(x, int) for x in h)):
+        raise fail(path, line, "field 'hash_ids' must be a list of integers")
+    return h
+
+
 def get_num(obj: dict[str, Any], key: str, path: Path, line: int) -> float:
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)):

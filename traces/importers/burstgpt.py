@@ -43,33 +43,43 @@ def _load_one(path: Path, tag: str) -> tuple[list[Request], bool]:
     if missing:
         raise fail(path, 1, f"CSV header lacks column {missing[0]!r}")
     has_session = "Session ID" in col
-    has_elapsed = "Elapsed time" in col
     reqs: list[Request] = []
     for line, cells in rows:
         if len(cells) != len(header):
             raise fail(path, line, f"expected {len(header)} fields, got {len(cells)}")
-        t = _num(cells[col["Timestamp"]], path, line, "Timestamp")
-        n_in = int(_num(cells[col["Request tokens"]], path, line, "Request tokens"))
-        n_out = int(_num(cells[col["Response tokens"]], path, line, "Response tokens"))
-        session = f"{tag}{cells[col['Session ID']].strip()}" if has_session else f"{tag}{line}"
-        r = Request(session=session, key=line, arrival_abs_ns=round(t * 1e9), input_tokens=n_in,
-                    output_tokens=n_out,
-                    model=cells[col["Model"]].strip() or None if "Model" in col else None)
-        if has_elapsed:
-            r.end_ns = round(_num(cells[col["Elapsed time"]], path, line, "Elapsed time") * 1e9)
-        reqs.append(r)
+        reqs.append(_request(cells, col, path, line, tag))
     if not reqs:
         raise fail(path, None, "no requests in file")
     if has_session:
-        last: dict[str, Request] = {}
-        for r in sorted(reqs, key=lambda r: r.arrival_abs_ns):
-            prev = last.get(r.session)
-            if prev is not None:
-                r.parent_key = prev.key
-                if prev.end_ns is not None:
-                    r.think_ns = max(0, r.arrival_abs_ns - prev.arrival_abs_ns - prev.end_ns)
-            last[r.session] = r
+        _chain_sessions(reqs)
     return reqs, has_session
+
+
+def _request(cells: list[str], col: dict[str, int], path: Path, line: int, tag: str) -> Request:
+    """One CSV row: its own session unless the file has session ids."""
+    t = _num(cells[col["Timestamp"]], path, line, "Timestamp")
+    n_in = int(_num(cells[col["Request tokens"]], path, line, "Request tokens"))
+    n_out = int(_num(cells[col["Response tokens"]], path, line, "Response tokens"))
+    session = f"{tag}{cells[col['Session ID']].strip()}" if "Session ID" in col else f"{tag}{line}"
+    r = Request(session=session, key=line, arrival_abs_ns=round(t * 1e9), input_tokens=n_in,
+                output_tokens=n_out,
+                model=cells[col["Model"]].strip() or None if "Model" in col else None)
+    if "Elapsed time" in col:
+        r.end_ns = round(_num(cells[col["Elapsed time"]], path, line, "Elapsed time") * 1e9)
+    return r
+
+
+def _chain_sessions(reqs: list[Request]) -> None:
+    """Each request's parent is its session's previous one by arrival; think time from
+    that one's end when known."""
+    last: dict[str, Request] = {}
+    for r in sorted(reqs, key=lambda r: r.arrival_abs_ns):
+        prev = last.get(r.session)
+        if prev is not None:
+            r.parent_key = prev.key
+            if prev.end_ns is not None:
+                r.think_ns = max(0, r.arrival_abs_ns - prev.arrival_abs_ns - prev.end_ns)
+        last[r.session] = r
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:

@@ -13,6 +13,7 @@ Mapping: one request per ``token_count`` whose totals moved; arrival = the last 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,74 +40,102 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def _kind(rec: dict[str, Any]) -> str | None:
     """'in', 'out' or None for a record."""
-    payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
-    assert isinstance(payload, dict)
+    payload = _payload(rec)
     ptype = payload.get("type")
-    if rec.get("type") == "response_item":
-        if ptype == "message":
-            return "out" if payload.get("role") == "assistant" else "in"
-        if ptype in INPUT_ITEMS:
-            return "in"
-        if ptype in OUTPUT_ITEMS:
-            return "out"
-    elif rec.get("type") == "event_msg":
-        if ptype == "user_message":
-            return "in"
-        if ptype in ("agent_message", "agent_reasoning"):
-            return "out"
-    return None
+    if rec.get("type") == "event_msg":
+        return _EVENT_KINDS.get(ptype) if isinstance(ptype, str) else None
+    if rec.get("type") != "response_item":
+        return None
+    if ptype == "message":
+        return "out" if payload.get("role") == "assistant" else "in"
+    if ptype in INPUT_ITEMS:
+        return "in"
+    return "out" if ptype in OUTPUT_ITEMS else None
 
 
-def _load_file(path: Path, bs: int) -> list[Request]:
-    session = path.stem
+_EVENT_KINDS = {"user_message": "in", "agent_message": "out", "agent_reasoning": "out"}
+"""The ``event_msg`` payloads that carry a turn's input or output."""
+
+
+def _payload(rec: dict[str, Any]) -> dict[str, Any]:
+    payload = rec.get("payload")
+    return payload if isinstance(payload, dict) else {}
+
+
+def _usage(u: dict[str, Any], path: Path, line: int) -> tuple[int, int, int]:
+    """(input, cached input, output) tokens of a ``last_token_usage``."""
+    try:
+        return (int(u.get("input_tokens") or 0), int(u.get("cached_input_tokens") or 0),
+                int(u.get("output_tokens") or 0))
+    except (TypeError, ValueError) as exc:
+        raise fail(path, line, f"token_count usage is not numeric ({exc})") from exc
+
+
+@dataclass
+class _Log:
+    """One session log read record by record: the session and model named so far, the
+    times of the pending request's last input and first output, the requests made."""
+
+    path: Path
+    bs: int
+    session: str
     model: str | None = None
     last_in: int | None = None
     first_out: int | None = None
-    prev: Request | None = None
     prev_total: object = None
-    reqs: list[Request] = []
-    for line, rec in read_records(path):
-        payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
-        assert isinstance(payload, dict)
-        if rec.get("type") == "session_meta" and isinstance(payload.get("id"), str):
-            session = payload["id"]
-            continue
-        if rec.get("type") == "turn_context" and isinstance(payload.get("model"), str):
-            model = payload["model"]
-            continue
-        if "timestamp" not in rec:
-            continue
-        ts = parse_iso_ns(rec["timestamp"], path, line)
-        kind = _kind(rec)
-        if kind == "in" and first_out is None:
-            last_in = ts
-        elif kind == "out" and first_out is None:
-            first_out = ts
+    reqs: list[Request] = field(default_factory=list)
+
+    def record(self, line: int, rec: dict[str, Any]) -> None:
+        payload = _payload(rec)
+        if self._context(rec.get("type"), payload) or "timestamp" not in rec:
+            return
+        ts = parse_iso_ns(rec["timestamp"], self.path, line)
+        if self.first_out is None:
+            kind = _kind(rec)
+            if kind == "in":
+                self.last_in = ts
+            elif kind == "out":
+                self.first_out = ts
         if rec.get("type") == "event_msg" and payload.get("type") == "token_count":
-            info = payload.get("info")
-            if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):
-                continue
-            if info.get("total_token_usage") == prev_total:
-                continue  # a repeated report, not a new request
-            prev_total = info.get("total_token_usage")
-            u = info["last_token_usage"]
-            try:
-                n_in = int(u.get("input_tokens") or 0)
-                cached = int(u.get("cached_input_tokens") or 0)
-                n_out = int(u.get("output_tokens") or 0)
-            except (TypeError, ValueError) as exc:
-                raise fail(path, line, f"token_count usage is not numeric ({exc})") from exc
-            arrival = last_in if last_in is not None else (first_out if first_out is not None else ts)
-            r = Request(session=session, key=len(reqs), parent_key=prev.key if prev else None,
-                        arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
-                        cached_tokens=min(cached, n_in), api="responses", model=model,
-                        end_ns=ts - arrival)
-            link_to_parent(r, prev, bs, f"{session}#{len(reqs)}")
-            reqs.append(r)
-            prev, last_in, first_out = r, None, None
-    if not reqs:
+            self._token_count(payload.get("info"), ts, line)
+
+    def _context(self, rtype: Any, payload: dict[str, Any]) -> bool:
+        """A record naming the session or the model (taken); whether it was one."""
+        if rtype == "session_meta" and isinstance(payload.get("id"), str):
+            self.session = payload["id"]
+            return True
+        if rtype == "turn_context" and isinstance(payload.get("model"), str):
+            self.model = payload["model"]
+            return True
+        return False
+
+    def _token_count(self, info: Any, ts: int, line: int) -> None:
+        """A usage report: a new request when the totals moved (a repeat is no request)."""
+        if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):
+            return
+        if info.get("total_token_usage") == self.prev_total:
+            return
+        self.prev_total = info.get("total_token_usage")
+        n_in, cached, n_out = _usage(info["last_token_usage"], self.path, line)
+        arrival = next((t for t in (self.last_in, self.first_out) if t is not None), ts)
+        prev = self.reqs[-1] if self.reqs else None
+        n = len(self.reqs)
+        r = Request(session=self.session, key=n, parent_key=prev.key if prev else None,
+                    arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
+                    cached_tokens=min(cached, n_in), api="responses", model=self.model,
+                    end_ns=ts - arrival)
+        link_to_parent(r, prev, self.bs, f"{self.session}#{n}")
+        self.reqs.append(r)
+        self.last_in = self.first_out = None
+
+
+def _load_file(path: Path, bs: int) -> list[Request]:
+    log = _Log(path, bs, path.stem)
+    for line, rec in read_records(path):
+        log.record(line, rec)
+    if not log.reqs:
         raise fail(path, None, "no token_count events: not a Codex session log with usage")
-    return reqs
+    return log.reqs
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:

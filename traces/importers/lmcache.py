@@ -38,6 +38,7 @@ null and arrivals keep the original gaps.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,9 @@ def _tokenizer(path: str | None) -> Any:
         raise InputError(f"{path}: cannot load tokenizer ({exc})") from exc
 
 
-def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
-    bs = opts.block_size or BLOCK_SIZE
-    tok = _tokenizer(opts.tokenizer)
+def _read_rows(paths: list[Path]) -> list[tuple[str, int, int, str, str]]:
+    """(session, timestamp in us, line, input, output) of every row, by session then time
+    (file order on ties)."""
     rows: list[tuple[str, int, int, str, str]] = []
     for path in paths:
         for line, obj in read_jsonl(path):
@@ -109,84 +110,114 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     if not rows:
         raise fail(paths[0], None, "no requests in file")
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    return rows
 
-    def count(text: str) -> int:
-        if tok is not None:
-            return len(tok.encode(text, add_special_tokens=False).ids)
+
+class _Tokens:
+    """Token counts and hash ids of texts: by the tokenizer when given, else estimated
+    from UTF-8 bytes (``BYTES_PER_TOKEN``)."""
+
+    def __init__(self, tok: Any, bs: int) -> None:
+        self.tok = tok
+        self.bs = bs
+
+    def count(self, text: str) -> int:
+        if self.tok is not None:
+            return len(self.tok.encode(text, add_special_tokens=False).ids)
         return math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
 
+    def how(self, name: str | None) -> str:
+        """How tokens were counted, for the notes (``name``: the tokenizer's file)."""
+        if self.tok is not None:
+            return f"tokens counted with {name}"
+        return f"tokens estimated as ceil(utf-8 bytes / {BYTES_PER_TOKEN}) (no --tokenizer)"
+
+    def prompt(self, prompt: str) -> tuple[int, list[int]]:
+        """(input tokens, hash ids) of a prompt."""
+        if self.tok is not None:
+            ids = self.tok.encode(prompt, add_special_tokens=False).ids
+            return len(ids), hash_tokens(ids, self.bs)
+        data = prompt.encode()
+        return math.ceil(len(data) / BYTES_PER_TOKEN), hash_bytes(data, self.bs * BYTES_PER_TOKEN)
+
+
+def _place(mine: list[_Chain], text_in: str) -> tuple[_Chain, str, str | None]:
+    """(the conversation of the session an input continues, its prompt, how: None, or
+    ``repeated``, ``flattened``, as counted in the notes); a new conversation when the
+    input extends none of ``mine``."""
+    chain = max((c for c in mine if text_in.startswith(c.last_input)),
+                key=lambda c: len(c.last_input), default=None)
+    if chain is None:
+        chain = _Chain(len(mine))
+        mine.append(chain)
+        return chain, text_in, None
+    if text_in == chain.last_input:
+        return chain, chain.last_prompt, "repeated"  # the same prompt sent again
+    new = text_in[len(chain.last_input):]
+    out_head = chain.last_output.strip()[:200]
+    if out_head and out_head in new:
+        return chain, text_in, "flattened"  # the input is the flattened conversation already
+    return chain, chain.prompt + new, None
+
+
+def _request(sid: str, ts_us: int, line: int, chain: _Chain, n_in: int, hashes: list[int],
+             n_out: int) -> Request:
+    """A row continuing ``chain``; an empty output is sent as 1 token (estimated)."""
+    r = Request(session=sid, key=(ts_us, line),
+                parent_key=chain.last.key if chain.last is not None else None,
+                arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=max(n_out, 1),
+                hash_ids=hashes, api="chat", output_estimated=True if n_out == 0 else None)
+    r.extra["chain"] = chain.number
+    return r
+
+
+_NOTES = {
+    "flattened": "{n} rows whose input already holds the conversation (kept as is)",
+    "repeated": "{n} rows repeat their conversation's last input: sent with the same prompt again",
+    "no_output": "{n} rows with an empty output (not logged by the source): replayed with 1 "
+                 "output token (output_estimated)",
+    "interleaved": "{n} sessions interleave several LLMs: one chain (agent_id) each",
+    "by_content": "{n} rows wait for an earlier row whose output their input holds",
+    "empty": "{n} rows with an empty input left out (not replayed as 0-token prompts)",
+}
+"""The counted notes of an import, in the order shown (a count of 0 is not shown)."""
+
+
+def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
+    bs = opts.block_size or BLOCK_SIZE
+    tokens = _Tokens(_tokenizer(opts.tokenizer), bs)
     reqs: list[Request] = []
-    empty = flattened = repeated = no_output = 0
+    counts: Counter[str] = Counter()
     chains: dict[str, list[_Chain]] = {}
     outputs: dict[str, list[tuple[object, str]]] = {}  # per session, in time order
-    for sid, ts_us, line, text_in, text_out in rows:
+    for sid, ts_us, line, text_in, text_out in _read_rows(paths):
         if not text_in.strip():
-            empty += 1
+            counts["empty"] += 1
             continue
-        mine = chains.setdefault(sid, [])
-        chain = max((c for c in mine if text_in.startswith(c.last_input)),
-                    key=lambda c: len(c.last_input), default=None)
-        if chain is None:
-            chain = _Chain(len(mine))
-            mine.append(chain)
-            prompt = text_in
-        elif text_in == chain.last_input:
-            prompt = chain.last_prompt  # the same prompt sent again, not a continuation
-            repeated += 1
-        else:
-            new = text_in[len(chain.last_input):]
-            out_head = chain.last_output.strip()[:200]
-            if out_head and out_head in new:
-                prompt = text_in  # the input is the flattened conversation already
-                flattened += 1
-            else:
-                prompt = chain.prompt + new
-        if tok is not None:
-            ids = tok.encode(prompt, add_special_tokens=False).ids
-            n_in, hashes = len(ids), hash_tokens(ids, bs)
-        else:
-            data = prompt.encode()
-            n_in = math.ceil(len(data) / BYTES_PER_TOKEN)
-            hashes = hash_bytes(data, bs * BYTES_PER_TOKEN)
-        n_out = count(text_out)
+        chain, prompt, kind = _place(chains.setdefault(sid, []), text_in)
+        if kind is not None:
+            counts[kind] += 1
+        n_in, hashes = tokens.prompt(prompt)
+        n_out = tokens.count(text_out)
         if n_out == 0:
-            no_output += 1
-        r = Request(session=sid, key=(ts_us, line),
-                    parent_key=chain.last.key if chain.last is not None else None,
-                    arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=max(n_out, 1),
-                    hash_ids=hashes, api="chat", output_estimated=True if n_out == 0 else None)
-        r.extra["chain"] = chain.number
+            counts["no_output"] += 1
+        r = _request(sid, ts_us, line, chain, n_in, hashes, n_out)
         earlier = outputs.setdefault(sid, [])
         r.extra["content_dep"] = content_dependency(text_in, earlier, r.parent_key)
         earlier.append((r.key, text_out))
         reqs.append(r)
-        chain.prompt, chain.last_prompt = prompt + text_out, prompt
-        chain.last_input, chain.last_output, chain.last = text_in, text_out, r
+        chain.advance(prompt, text_in, text_out, r)
     if not reqs:
         raise fail(paths[0], None, "every row has an empty input")
-    interleaved = _streams(reqs, chains)
-    by_content = _wait_for_outputs(reqs)
+    counts["interleaved"] = _streams(reqs, chains)
+    counts["by_content"] = _wait_for_outputs(reqs)
     table, start = build_table(reqs)
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
                      content_mode="hashed", tokenizer=opts.tokenizer,
                      extra={"imported_from": [p.name for p in paths]})
-    how = f"tokens counted with {opts.tokenizer}" if tok is not None else \
-        f"tokens estimated as ceil(utf-8 bytes / {BYTES_PER_TOKEN}) (no --tokenizer)"
-    notes = ["prompts rebuilt from earlier inputs and outputs; hash ids from content", how]
-    if flattened:
-        notes.append(f"{flattened} rows whose input already holds the conversation (kept as is)")
-    if repeated:
-        notes.append(f"{repeated} rows repeat their conversation's last input: sent with the "
-                     "same prompt again")
-    if no_output:
-        notes.append(f"{no_output} rows with an empty output (not logged by the source): replayed "
-                     "with 1 output token (output_estimated)")
-    if interleaved:
-        notes.append(f"{interleaved} sessions interleave several LLMs: one chain (agent_id) each")
-    if by_content:
-        notes.append(f"{by_content} rows wait for an earlier row whose output their input holds")
-    if empty:
-        notes.append(f"{empty} rows with an empty input left out (not replayed as 0-token prompts)")
+    notes = ["prompts rebuilt from earlier inputs and outputs; hash ids from content",
+             tokens.how(opts.tokenizer)]
+    notes += [note.format(n=counts[key]) for key, note in _NOTES.items() if counts[key]]
     return ImportResult(table, meta, NAME, notes)
 
 
@@ -200,6 +231,11 @@ class _Chain:
         self.last_input = ""
         self.last_output = ""
         self.last: Request | None = None
+
+    def advance(self, prompt: str, text_in: str, text_out: str, r: Request) -> None:
+        """Row ``r`` (sent as ``prompt``) continued the conversation."""
+        self.prompt, self.last_prompt = prompt + text_out, prompt
+        self.last_input, self.last_output, self.last = text_in, text_out, r
 
 
 def _wait_for_outputs(reqs: list[Request]) -> int:
@@ -222,16 +258,20 @@ def _streams(reqs: list[Request], chains: dict[str, list[_Chain]]) -> int:
     """Sessions where more than one chain continues: each chain becomes an agent stream
     depending on its own previous turn and on the session's previous row. Returns how many
     sessions that was."""
-    multi = {sid for sid, cs in chains.items()
-             if sum(1 for c in cs if c.last is not None and c.last.parent_key is not None) > 1}
+    multi = {sid for sid, cs in chains.items() if _continued(cs) > 1}
     prev_row: dict[str, Request] = {}
     for r in sorted(reqs, key=lambda r: r.arrival_abs_ns):
         if r.session not in multi:
             continue
         n = int(r.extra["chain"])  # type: ignore[call-overload]
         r.agent_id = "main" if n == 0 else f"llm-{n}"
-        deps = {k for k in (r.parent_key, prev_row[r.session].key if r.session in prev_row else None)
-                if k is not None}
+        prev = prev_row.get(r.session)
+        deps = {k for k in (r.parent_key, None if prev is None else prev.key) if k is not None}
         r.depends_on_keys = sorted(deps, key=lambda k: k)  # type: ignore[arg-type,return-value]
         prev_row[r.session] = r
     return len(multi)
+
+
+def _continued(chains: list[_Chain]) -> int:
+    """How many of a session's conversations have more than one row."""
+    return sum(1 for c in chains if c.last is not None and c.last.parent_key is not None)

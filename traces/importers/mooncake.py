@@ -36,6 +36,7 @@ from agent_replay.traces.importers._common import (
     ImportResult,
     fail,
     first_json_object,
+    get_hash_ids,
     get_int,
     read_jsonl,
 )
@@ -82,7 +83,9 @@ def infer_sessions(hash_lists: list[list[int]], inputs: list[int], block_size: i
     return parents
 
 
-def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
+def _read_rows(path: Path) -> tuple[list[int], list[int], list[int], list[list[int] | None]]:
+    """(timestamps, input lengths, output lengths, hash ids) of the file's rows, in
+    arrival order (file order on ties)."""
     ts: list[int] = []
     ins: list[int] = []
     outs: list[int] = []
@@ -91,29 +94,37 @@ def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
         ts.append(get_int(obj, "timestamp", path, line))
         ins.append(get_int(obj, "input_length", path, line))
         outs.append(get_int(obj, "output_length", path, line))
-        h = obj.get("hash_ids")
-        if h is not None and (not isinstance(h, list) or not all(isinstance(x, int) for x in h)):
-            raise fail(path, line, "field 'hash_ids' must be a list of integers")
-        hashes.append(h)
+        hashes.append(get_hash_ids(obj, path, line))
     if not ts:
         raise fail(path, None, "no requests in file")
     if any(ts[i + 1] < ts[i] for i in range(len(ts) - 1)):
         order = sorted(range(len(ts)), key=lambda i: (ts[i], i))
         ts, ins, outs, hashes = ([x[i] for i in order] for x in (ts, ins, outs, hashes))  # type: ignore[assignment]
-    bs = opts.block_size or BLOCK_SIZE
-    n = len(ts)
-    if opts.infer_sessions:
-        parents = infer_sessions([h or [] for h in hashes], ins, bs)
-    else:
-        parents = [-1] * n
-    session = [0] * n
-    index = [0] * n
+    return ts, ins, outs, hashes
+
+
+def _sessions(parents: list[int]) -> tuple[list[int], list[int]]:
+    """(session, request index) of each row from its parent row (-1: a new session,
+    numbered by its first row)."""
+    session = [0] * len(parents)
+    index = [0] * len(parents)
     counts: dict[int, int] = {}
     for row, p in enumerate(parents):
         s = session[p] if p >= 0 else row
         session[row] = s
         index[row] = counts.get(s, 0)
         counts[s] = index[row] + 1
+    return session, index
+
+
+def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
+    ts, ins, outs, hashes = _read_rows(path)
+    bs = opts.block_size or BLOCK_SIZE
+    if opts.infer_sessions:
+        parents = infer_sessions([h or [] for h in hashes], ins, bs)
+    else:
+        parents = [-1] * len(ts)
+    session, index = _sessions(parents)
     t0 = ts[0]
     table = pa.table({
         "session_id": pa.array([f"{file_tag}{s}" for s in session], pa.string()).dictionary_encode(),

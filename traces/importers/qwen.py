@@ -10,6 +10,7 @@ is not in the file starts a session of its own. Think times are not in the sourc
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from agent_replay.traces.builder import Request, build_table
 from agent_replay.traces.importers._common import (
@@ -17,6 +18,7 @@ from agent_replay.traces.importers._common import (
     ImportResult,
     fail,
     first_json_object,
+    get_hash_ids,
     get_int,
     get_num,
     read_jsonl,
@@ -32,28 +34,29 @@ def sniff(path: Path, head: bytes) -> bool:
     return obj is not None and {"chat_id", "parent_chat_id", "input_length"} <= obj.keys()
 
 
+def _request(obj: dict[str, Any], path: Path, line: int, root_of: dict[object, object]) -> Request:
+    """One row: in the session of its chat tree's root (``root_of``: chat -> root, of the
+    rows before), its parent the chat it names when that one came before."""
+    chat = obj.get("chat_id")
+    parent = obj.get("parent_chat_id", -1)
+    if chat is None:
+        raise fail(path, line, "field 'chat_id' missing")
+    h = get_hash_ids(obj, path, line)
+    root_of[chat] = chat if parent in (-1, None) or parent not in root_of else root_of[parent]
+    linked = parent not in (-1, None) and parent in root_of  # read after: a chat can name itself
+    return Request(
+        session=f"qw-{root_of[chat]}", key=chat,
+        parent_key=parent if linked else None,
+        arrival_abs_ns=round(get_num(obj, "timestamp", path, line) * 1e9),
+        input_tokens=get_int(obj, "input_length", path, line),
+        output_tokens=get_int(obj, "output_length", path, line),
+        hash_ids=h,
+    )
+
+
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
-    reqs: list[Request] = []
     root_of: dict[object, object] = {}
-    for path in paths:
-        for line, obj in read_jsonl(path):
-            chat = obj.get("chat_id")
-            parent = obj.get("parent_chat_id", -1)
-            if chat is None:
-                raise fail(path, line, "field 'chat_id' missing")
-            h = obj.get("hash_ids")
-            if h is not None and (not isinstance(h, list) or not all(isinstance(x, int) for x in h)):
-                raise fail(path, line, "field 'hash_ids' must be a list of integers")
-            root = chat if parent in (-1, None) or parent not in root_of else root_of[parent]
-            root_of[chat] = root
-            reqs.append(Request(
-                session=f"qw-{root}", key=chat,
-                parent_key=None if parent in (-1, None) or parent not in root_of else parent,
-                arrival_abs_ns=round(get_num(obj, "timestamp", path, line) * 1e9),
-                input_tokens=get_int(obj, "input_length", path, line),
-                output_tokens=get_int(obj, "output_length", path, line),
-                hash_ids=h,
-            ))
+    reqs = [_request(obj, path, line, root_of) for path in paths for line, obj in read_jsonl(path)]
     if not reqs:
         raise fail(paths[0], None, "no requests in file")
     table, _ = build_table(reqs)

@@ -62,26 +62,37 @@ def _times(events: Any, path: Path, line: int) -> tuple[int | None, int | None, 
     return arrival, end, kind
 
 
+_Round = tuple[str, int, int, int, int, int | None, int | None, str | None, str | None]
+"""(session, round index, arrival, input tokens, output tokens, cached tokens, end, model,
+input kind) of one round."""
+
+
+def _round(obj: dict[str, Any], path: Path, line: int) -> _Round:
+    sid = obj.get("session_id")
+    if not isinstance(sid, str):
+        raise fail(path, line, "field 'session_id' must be a string")
+    idx = get_int(obj, "round_index", path, line)
+    n_in = get_int(obj, "input_tokens_total", path, line)
+    n_out = get_int(obj, "output_tokens", path, line)
+    cached = obj.get("prefix_tokens")
+    cached = cached if isinstance(cached, int) and not isinstance(cached, bool) else None
+    arrival, end, kind = _times(obj.get("timing_events"), path, line)
+    if arrival is None:
+        arrival = end
+    if arrival is None:
+        raise fail(path, line, "round has no timed events")
+    model = obj.get("model") if isinstance(obj.get("model"), str) else None
+    return sid, idx, arrival, n_in, n_out, cached, end, model, kind
+
+
+def _api(sid: str) -> str | None:
+    """The API a session's client spoke, by the session id's prefix."""
+    return "messages" if sid.startswith("claude") else "responses" if sid.startswith("codex") else None
+
+
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     bs = opts.block_size or BLOCK_SIZE
-    rounds: list[tuple[str, int, int, int, int, int | None, int | None, str | None, str | None]] = []
-    for path in paths:
-        for line, obj in read_jsonl(path):
-            sid = obj.get("session_id")
-            if not isinstance(sid, str):
-                raise fail(path, line, "field 'session_id' must be a string")
-            idx = get_int(obj, "round_index", path, line)
-            n_in = get_int(obj, "input_tokens_total", path, line)
-            n_out = get_int(obj, "output_tokens", path, line)
-            cached = obj.get("prefix_tokens")
-            cached = cached if isinstance(cached, int) and not isinstance(cached, bool) else None
-            arrival, end, _kind = _times(obj.get("timing_events"), path, line)
-            if arrival is None:
-                arrival = end
-            if arrival is None:
-                raise fail(path, line, "round has no timed events")
-            model = obj.get("model") if isinstance(obj.get("model"), str) else None
-            rounds.append((sid, idx, arrival, n_in, n_out, cached, end, model, _kind))
+    rounds = [_round(obj, path, line) for path in paths for line, obj in read_jsonl(path)]
     if not rounds:
         raise fail(paths[0], None, "no rounds in file")
     rounds.sort(key=lambda r: (r[0], r[1]))
@@ -89,7 +100,7 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     prev: dict[str, Request] = {}
     for sid, idx, arrival, n_in, n_out, cached, end, model, _kind in rounds:
         p = prev.get(sid)
-        api = "messages" if sid.startswith("claude") else "responses" if sid.startswith("codex") else None
+        api = _api(sid)
         r = Request(
             session=sid, key=idx, arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
             cached_tokens=min(cached, n_in) if cached is not None else None, model=model, api=api,

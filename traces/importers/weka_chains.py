@@ -140,6 +140,61 @@ def _last_hashed(ch: _Chain) -> int | None:
     return next((c.index for c in reversed(ch.calls) if c.hash_ids), None)
 
 
+@dataclass(slots=True)
+class _Chains:
+    """The chains of one stream as phase 1 builds them: which chain holds each call, and
+    the forks taken from each tail (by the tail's index)."""
+
+    chains: list[_Chain] = field(default_factory=list)
+    chain_of: dict[int, int] = field(default_factory=dict)
+    forks_by_tail: dict[int, list[int]] = field(default_factory=dict)
+
+    def append(self, i: int, c: ChainCall) -> None:
+        self.chains[i].calls.append(c)
+        self.chain_of[c.index] = i
+        if c.hash_ids:
+            self.chains[i].tail = c
+
+    def resolve(self, i: int) -> int:
+        """The chain that chain ``i`` was spliced into, at the end of the splices."""
+        while (into := self.chains[i].spliced_into) is not None:
+            i = into
+        return i
+
+    def place(self, c: ChainCall) -> None:
+        """Phase 1 for one call: extend a chain, fork a new one, or join the main chain."""
+        if not c.hash_ids or not self.chains:
+            if not self.chains:
+                self.chains.append(_Chain())
+            self.append(0, c)
+            return
+        target = _extension(self.chains, c)
+        if target is not None:
+            self.append(target, c)
+            return
+        parent, depth = _deepest(self.chains, c.hash_ids)
+        if parent is None and all(ch.tail is None for ch in self.chains):
+            self.append(0, c)
+            return
+        self._fork(c, parent, depth)
+
+    def _fork(self, c: ChainCall, parent: int | None, depth: int) -> None:
+        tail = self.chains[parent].tail if parent is not None else None
+        self.chains.append(_Chain(fork_parent=parent, fork_tail=None if tail is None else tail.index,
+                                  depth=depth, fork_t=c.t, forked=True))
+        new = len(self.chains) - 1
+        self.append(new, c)
+        if tail is not None and depth > 0:
+            self.forks_by_tail.setdefault(tail.index, []).append(new)
+
+    def splice(self, elected: int, owner: int) -> None:
+        """Chain ``elected`` continues chain ``owner``: its calls join it."""
+        self.chains[owner].calls.extend(self.chains[elected].calls)
+        for c in self.chains[elected].calls:
+            self.chain_of[c.index] = owner
+        self.chains[elected].spliced_into = owner
+
+
 def detect(calls: list[ChainCall]) -> tuple[list[int], list[list[int]]]:
     """(main chain, flattened agents) of one stream, each as its calls' ``index`` values in
     ``(t, index)`` order; the agents in AIPerf's numbering (``fa:000`` first). No agents:
@@ -149,54 +204,24 @@ def detect(calls: list[ChainCall]) -> tuple[list[int], list[list[int]]]:
     if len(ordered) < 2:
         return everything, []
     pre, rest = _preamble(ordered)
-    chains: list[_Chain] = []
-    chain_of: dict[int, int] = {}
-    by_index = {c.index: c for c in rest}
-    forks_by_tail: dict[int, list[int]] = {}
-
-    def append(i: int, c: ChainCall) -> None:
-        chains[i].calls.append(c)
-        chain_of[c.index] = i
-        if c.hash_ids:
-            chains[i].tail = c
-
+    state = _Chains()
     for c in rest:
-        if not c.hash_ids:
-            if not chains:
-                chains.append(_Chain())
-            append(0, c)
-            continue
-        if not chains:
-            chains.append(_Chain())
-            append(0, c)
-            continue
-        target = _extension(chains, c)
-        if target is not None:
-            append(target, c)
-            continue
-        parent, depth = _deepest(chains, c.hash_ids)
-        if parent is None and all(ch.tail is None for ch in chains):
-            append(0, c)
-            continue
-        tail = chains[parent].tail if parent is not None else None
-        chains.append(_Chain(fork_parent=parent, fork_tail=None if tail is None else tail.index,
-                             depth=depth, fork_t=c.t, forked=True))
-        append(len(chains) - 1, c)
-        if tail is not None and depth > 0:
-            forks_by_tail.setdefault(tail.index, []).append(len(chains) - 1)
-    if not chains:
+        state.place(c)
+    if not state.chains:
         return everything, []
-    _seams(chains, forks_by_tail, chain_of, by_index)
+    _seams(state, {c.index: c for c in rest})
+    return _split(state, pre, rest[0]) or (everything, [])
 
-    def resolve(i: int) -> int:
-        while chains[i].spliced_into is not None:
-            i = chains[i].spliced_into  # type: ignore[assignment]
-        return i
 
-    main = resolve(chain_of[rest[0].index])
+def _split(state: _Chains, pre: list[ChainCall], first: ChainCall
+           ) -> tuple[list[int], list[list[int]]] | None:
+    """(main chain with the preamble, flattened agents in AIPerf's numbering) after the
+    seams; None when no chain other than the one holding ``first`` is left."""
+    chains = state.chains
+    main = state.resolve(state.chain_of[first.index])
     workers = [i for i, ch in enumerate(chains) if ch.spliced_into is None and i != main]
     if not workers:
-        return everything, []
+        return None
     workers.sort(key=lambda i: (chains[i].calls[0].t, chains[i].calls[0].index))
     main_calls = sorted(pre + chains[main].calls, key=lambda c: (c.t, c.index))
     return [c.index for c in main_calls], [[c.index for c in chains[i].calls] for i in workers]
@@ -220,13 +245,26 @@ def _elect(chains: list[_Chain], registered: list[int], tail: ChainCall) -> int 
     return max(cands, key=lambda i: (chains[i].depth, -chains[i].fork_t, -i))
 
 
-def _seams(chains: list[_Chain], forks_by_tail: dict[int, list[int]],
-           chain_of: dict[int, int], by_index: dict[int, ChainCall]) -> None:
-    def resolve(i: int) -> int:
-        while chains[i].spliced_into is not None:
-            i = chains[i].spliced_into  # type: ignore[assignment]
-        return i
+def _rekey(state: _Chains, registered: list[int], elected: int, owner: int,
+           new_tail: ChainCall) -> bool:
+    """Measure the other forks of a tail that was just continued against its chain's new
+    tail (those sharing a prefix with it are registered there); whether any was."""
+    rekeyed = False
+    for i in registered:
+        ch = state.chains[i]
+        if i == elected or ch.spliced_into is not None or not ch.forked:
+            continue
+        d = _lcp(new_tail.hash_ids, ch.calls[0].hash_ids)
+        if d <= 0:
+            continue
+        ch.fork_tail, ch.depth, ch.fork_parent = new_tail.index, d, owner
+        state.forks_by_tail.setdefault(new_tail.index, []).append(i)
+        rekeyed = True
+    return rekeyed
 
+
+def _seams(state: _Chains, by_index: dict[int, ChainCall]) -> None:
+    chains, forks_by_tail = state.chains, state.forks_by_tail
     keys = sorted(forks_by_tail)
     heapq.heapify(keys)
     done: set[int] = set()
@@ -235,35 +273,31 @@ def _seams(chains: list[_Chain], forks_by_tail: dict[int, list[int]],
         if tail_ix in done:
             continue
         done.add(tail_ix)
-        owner = resolve(chain_of[tail_ix])
-        och = chains[owner]
-        if _last_hashed(och) != tail_ix:
+        owner = state.resolve(state.chain_of[tail_ix])
+        if _last_hashed(chains[owner]) != tail_ix:
             continue
         registered = [i for i in forks_by_tail[tail_ix] if chains[i].spliced_into is None]
         elected = _elect(chains, registered, by_index[tail_ix])
         if elected is None:
             continue
-        och.calls.extend(chains[elected].calls)
-        for c in chains[elected].calls:
-            chain_of[c.index] = owner
-        chains[elected].spliced_into = owner
-        new_tail = _last_hashed(och)
-        if new_tail is None:
-            continue
-        rekeyed = False
-        for i in registered:
-            ch = chains[i]
-            if i == elected or ch.spliced_into is not None or not ch.forked:
-                continue
-            d = _lcp(by_index[new_tail].hash_ids, ch.calls[0].hash_ids)
-            if d <= 0:
-                continue
-            ch.fork_tail, ch.depth, ch.fork_parent = new_tail, d, owner
-            forks_by_tail.setdefault(new_tail, []).append(i)
-            rekeyed = True
-        if rekeyed:
+        state.splice(elected, owner)
+        new_tail = _last_hashed(chains[owner])
+        if new_tail is not None and _rekey(state, registered, elected, owner, by_index[new_tail]):
             done.discard(new_tail)
             heapq.heappush(keys, new_tail)
+
+
+def _latest_done(idx: list[int], i: int, starts: Sequence[float], ends: Sequence[float]) -> int | None:
+    """Among calls ``idx``, the one with the latest end of those that started before call
+    ``i`` and ended at or before its start."""
+    done = [j for j in idx if starts[j] < starts[i] and ends[j] <= starts[i]]
+    return max(done, key=lambda j: (ends[j], starts[j], j)) if done else None
+
+
+def _not_superseded(frontier: list[int], starts: Sequence[float], ends: Sequence[float]) -> list[int]:
+    """The waits of ``frontier`` that no other of them started after, sorted."""
+    return sorted(j for j in frontier if not any(
+        starts[j] < starts[k] and ends[j] <= starts[k] for k in frontier if k != j))
 
 
 def interval_waits(streams: Sequence[str], starts: Sequence[float], ends: Sequence[float]) -> list[list[int]]:
@@ -278,13 +312,6 @@ def interval_waits(streams: Sequence[str], starts: Sequence[float], ends: Sequen
         by.setdefault(s, []).append(i)
     out: list[list[int]] = []
     for i, s in enumerate(streams):
-        frontier = []
-        for other, idx in by.items():
-            if other == s:
-                continue
-            done = [j for j in idx if starts[j] < starts[i] and ends[j] <= starts[i]]
-            if done:
-                frontier.append(max(done, key=lambda j: (ends[j], starts[j], j)))
-        out.append(sorted(j for j in frontier if not any(
-            starts[j] < starts[k] and ends[j] <= starts[k] for k in frontier if k != j)))
+        latest = (_latest_done(idx, i, starts, ends) for other, idx in by.items() if other != s)
+        out.append(_not_superseded([j for j in latest if j is not None], starts, ends))
     return out
