@@ -287,6 +287,122 @@ def inexact_line(n: int) -> str:
             "the server): in TTFT, E2E, chunk gap and tok/s; not in TPOT, ITL, TPS, tokens/chunk")
 
 
+class _Inputs:
+    """What the renderer reads each frame: the run's newest snapshot (``buf`` under
+    ``lock``, numbered by ``seq``), the part files in ``results_dir``, the server's gauges
+    (from the run's scraper, else scraped here) and the GPUs' line."""
+
+    def __init__(self, buf: Any, seq: Any, length: Any, lock: Any, results_dir: str | None,
+                 gauges_url: str | None, shared_gauges: SharedGauges | None, gpu_gauges: Any) -> None:
+        self.buf, self.seq, self.length, self.lock = buf, seq, length, lock
+        self.feed = None if results_dir is None else PartsFeed(results_dir)
+        self.gauges_url, self.shared_gauges, self.gpu_gauges = gauges_url, shared_gauges, gpu_gauges
+        self.got: bytes | None = None  # the newest good snapshot
+        self.parts = 0  # polls of the part files that found new ones
+        self.seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
+        self.stats: LiveStats | None = None
+        self.gauges: dict[str, float] = {}
+        self.gauges_seen = 0
+        self.gpu_seen, self.gpu_text, self.gpu_at = 0, "", 0.0
+        self.last_scrape = 0.0
+
+    def refresh(self) -> float:
+        """Read whatever is new; the time it was read at."""
+        self._snapshot()
+        feed = self.feed
+        if feed is not None and feed.poll() and self.got is not None:
+            self.parts += 1
+            # progress and loop lag from the snapshot, requests from the part files
+            self.stats = LiveStats.decode(self.got)
+            self.stats.merge(feed.stats)
+        now = time.monotonic()
+        self._server_gauges(now)
+        if self.gpu_gauges is not None and now - self.gpu_at >= 0.5:  # the sampler reads every 0.1 s
+            n_gpu, text = self.gpu_gauges.line()
+            if n_gpu != self.gpu_seen:
+                self.gpu_seen, self.gpu_text, self.gpu_at = n_gpu, text, now
+        return now
+
+    def _snapshot(self) -> None:
+        """A new snapshot of the run, when there is one; a damaged one is passed over (the
+        last good one stays)."""
+        if self.seq.value == self.seen or not self.lock.acquire(timeout=0.1):
+            return
+        try:
+            self.seen = self.seq.value
+            data = ctypes.string_at(ctypes.addressof(self.buf), self.length.value)
+        finally:
+            self.lock.release()
+        try:
+            fresh = LiveStats.decode(data)
+        except ValueError:  # a damaged snapshot: keep showing the last good one
+            return
+        self.got, self.stats = data, fresh
+        if self.feed is not None:
+            fresh.merge(self.feed.stats)
+
+    def _server_gauges(self, now: float) -> None:
+        if self.shared_gauges is not None:
+            n, fresh_gauges = self.shared_gauges.read()
+            if n != self.gauges_seen:
+                self.gauges_seen, self.gauges, self.last_scrape = n, fresh_gauges, now
+        elif self.gauges_url and now - self.last_scrape > 1.0:
+            self.last_scrape = now
+            try:
+                self.gauges = scrape_gauges(self.gauges_url)
+            except (OSError, ValueError):
+                self.gauges = {}
+
+    def state(self, width: int, height: int) -> tuple[int, int, int, int, int, int]:
+        """What a frame shows: a frame is drawn again only when this changed."""
+        return (self.seen, self.parts, int(self.last_scrape * 1000), self.gpu_seen, width, height)
+
+
+class _Display:
+    """Where the frames go: a rich ``Live`` on a terminal (a frame drawn only when what it
+    shows changed: one costs tens of ms of CPU), else a plain line every 5 s."""
+
+    def __init__(self, tty: bool, total: int, title: str, planned_ns: int) -> None:
+        self.console = Console(force_terminal=tty, width=None if tty else 120)
+        self.total, self.title, self.planned_ns = total, title, planned_ns
+        self.host = HostWatch()
+        self.said: set[str] = set()  # self-check kinds printed in full on a progress line
+        self.drawn: tuple[int, int, int, int, int, int] | None = None
+        self.last_line = 0.0
+        self.live: Any = None
+        if tty:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, auto_refresh=False, transient=False)
+            self.live.start()
+
+    def show(self, src: _Inputs, now: float, stopping: bool) -> None:
+        stats = src.stats
+        if stats is None:
+            return
+        if self.live is None:
+            if stopping or now - self.last_line >= 5.0:
+                self.last_line = now
+                print(progress_line(stats, self.total, self.host.machine(stats), self.planned_ns,
+                                    self.said) + (f" | {src.gpu_text}" if src.gpu_text else ""),
+                      flush=True)
+            return
+        size = self.console.size
+        state = src.state(size.width, size.height)
+        if state != self.drawn or stopping:
+            self.drawn = state
+            self.live.update(render_dashboard(stats, size.width, size.height,
+                                              total_requests=self.total, title=self.title,
+                                              server_gauges=src.gauges, gpu_line=src.gpu_text,
+                                              machine=self.host.machine(stats),
+                                              planned_ns=self.planned_ns),
+                             refresh=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
                  shared_gauges: SharedGauges | None = None, ready: Any = None,
@@ -297,25 +413,8 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     if threading.current_thread() is threading.main_thread():  # its own process
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
     parent = os.getppid()  # ...or the run's end, however it ends (checked every frame)
-    feed = None if results_dir is None else PartsFeed(results_dir)
-    got: bytes | None = None  # the newest good snapshot
-    parts = 0  # polls of the part files that found new ones
-    console = Console(force_terminal=tty, width=None if tty else 120)
-    seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
-    stats: LiveStats | None = None
-    gauges: dict[str, float] = {}
-    gauges_seen = 0
-    gpu_seen, gpu_text, gpu_at = 0, "", 0.0
-    last_scrape = last_line = 0.0
-    host = HostWatch()
-    said: set[str] = set()  # self-check kinds printed in full on a progress line
-    drawn: tuple[int, int, int, int, int, int] | None = None
-    live = None
-    if tty:
-        from rich.live import Live
-
-        live = Live(console=console, auto_refresh=False, transient=False)
-        live.start()
+    src = _Inputs(buf, seq, length, lock, results_dir, gauges_url, shared_gauges, gpu_gauges)
+    display = _Display(tty, total, title, planned_ns)
     # Set up at the run's priority (under SCHED_IDLE on a host with no idle CPU it would
     # not get far), then below it for the run.
     _yield_cpu()
@@ -324,65 +423,12 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     try:
         while True:
             stopping = stop.is_set() or os.getppid() != parent
-            if seq.value != seen and lock.acquire(timeout=0.1):
-                try:
-                    seen = seq.value
-                    data = ctypes.string_at(ctypes.addressof(buf), length.value)
-                finally:
-                    lock.release()
-                try:
-                    fresh = LiveStats.decode(data)
-                except ValueError:  # a damaged snapshot: keep showing the last good one
-                    pass
-                else:
-                    got, stats = data, fresh
-                    if feed is not None:
-                        stats.merge(feed.stats)
-            if feed is not None and feed.poll() and got is not None:
-                parts += 1
-                # progress and loop lag from the snapshot, requests from the part files
-                stats = LiveStats.decode(got)
-                stats.merge(feed.stats)
-            now = time.monotonic()
-            if shared_gauges is not None:
-                n, fresh_gauges = shared_gauges.read()
-                if n != gauges_seen:
-                    gauges_seen, gauges, last_scrape = n, fresh_gauges, now
-            elif gauges_url and now - last_scrape > 1.0:
-                last_scrape = now
-                try:
-                    gauges = scrape_gauges(gauges_url)
-                except (OSError, ValueError):
-                    gauges = {}
-            if gpu_gauges is not None and now - gpu_at >= 0.5:  # the sampler reads every 0.1 s
-                n_gpu, text = gpu_gauges.line()
-                if n_gpu != gpu_seen:
-                    gpu_seen, gpu_text, gpu_at = n_gpu, text, now
-            if stats is not None:
-                if live is not None:
-                    size = console.size
-                    # A frame costs tens of ms of CPU: draw only when something changed.
-                    state = (seen, parts, int(last_scrape * 1000), gpu_seen, size.width,
-                             size.height)
-                    if state != drawn or stopping:
-                        drawn = state
-                        live.update(render_dashboard(stats, size.width, size.height,
-                                                     total_requests=total, title=title,
-                                                     server_gauges=gauges, gpu_line=gpu_text,
-                                                     machine=host.machine(stats),
-                                                     planned_ns=planned_ns),
-                                    refresh=True)
-                elif stopping or now - last_line >= 5.0:
-                    last_line = now
-                    print(progress_line(stats, total, host.machine(stats), planned_ns, said)
-                          + (f" | {gpu_text}" if gpu_text else ""),
-                          flush=True)
+            display.show(src, src.refresh(), stopping)
             if stopping:
                 break
             time.sleep(1.0 / FPS)
     finally:
-        if live is not None:
-            live.stop()
+        display.close()
 
 
 def _yield_cpu() -> None:
