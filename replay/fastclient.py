@@ -218,10 +218,28 @@ class H1Connection(asyncio.Protocol):
             if rest is None:
                 return
             data = rest
+        if self._state != _CHUNKED:
+            self._read_unchunked(data, t)
+            return
+        # a chunked body (read by the aligned path in ``received`` when it can): inline,
+        # since a server's reads can fall out of step with its frames for a whole response
+        dec = self._chunks
+        assert dec is not None
+        pieces = dec.feed(data)
+        if pieces:
+            self._body(pieces[0] if len(pieces) == 1 else b"".join(pieces), t)
+        if dec.done:
+            if dec.extra:
+                self.keep_alive = False
+            self._complete(t)
+        elif self._error_body is None:
+            self._aligned = dec.at_boundary
+
+    def _read_unchunked(self, data: bytes, t: int) -> None:
+        """A body of a known length, or one that ends when the connection closes; bytes in
+        any other state are unexpected."""
         state = self._state
-        if state == _CHUNKED:
-            self._read_chunked(data, t)
-        elif state == _LENGTH:
+        if state == _LENGTH:
             self._read_length(data, t)
         elif state == _UNTIL_CLOSE:
             self._body(data, t)
@@ -241,19 +259,6 @@ class H1Connection(asyncio.Protocol):
                 self._unexpected()
             return None
         return data
-
-    def _read_chunked(self, data: bytes, t: int) -> None:
-        dec = self._chunks
-        assert dec is not None
-        pieces = dec.feed(data)
-        if pieces:
-            self._body(pieces[0] if len(pieces) == 1 else b"".join(pieces), t)
-        if dec.done:
-            if dec.extra:
-                self.keep_alive = False
-            self._complete(t)
-        elif self._error_body is None:
-            self._aligned = dec.at_boundary
 
     def _read_length(self, data: bytes, t: int) -> None:
         left = self._left
