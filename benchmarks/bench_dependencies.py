@@ -65,7 +65,9 @@ KEY = "sk-bench-dependencies"
 def _tool_names(tools: Any) -> list[str]:
     out = []
     for t in tools if isinstance(tools, list) else ():
-        if isinstance(t, dict):
+        if isinstance(t, dict) and isinstance(t.get("functionDeclarations"), list):
+            out += _tool_names(t["functionDeclarations"])  # Gemini's group of functions
+        elif isinstance(t, dict):
             fn = t.get("function")
             name = fn.get("name") if isinstance(fn, dict) else t.get("name")
             out.append(str(name))
@@ -320,6 +322,10 @@ def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
 LS = 'Bash={"command": "ls"}'
 AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
          '"subagent_type": "general-purpose"}')
+GEMINI_LS = 'list_directory={"dir_path": "."}'
+GEMINI_AGENT = 'invoke_agent={"agent_name": "generalist", "prompt": "List the files here."}'
+GEMINI_DONE = 'complete_task={"result": {"response": "hello.txt"}}'
+"""A Gemini CLI subagent's answer: done at once (the tools are offered in this order)."""
 Run = Callable[[str, str, Path, Path], Any]
 """(recorder url, model, home, work) -> an awaitable that runs the client's session."""
 
@@ -351,8 +357,6 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
     """Interactive Claude Code in tmux: each prompt typed once the previous turn has gone
     quiet for ``settle_s``."""
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        tmux = shutil.which("tmux")
-        assert tmux is not None, "tmux not installed"
         (home / ".claude.json").write_text(orjson.dumps({
             "hasCompletedOnboarding": True,
             "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
@@ -364,25 +368,56 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
         script.write_text("#!/bin/sh\nexec env -i " + " ".join(
             f"{k}='{v}'" for k, v in env.items()) + f" {exe} --allowedTools 'Bash(ls)' Agent\n")
         script.chmod(0o755)
-        name = f"bench-deps-{os.getpid()}"
-        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
-                        str(work), str(script)], check=True)
-        try:
-            await asyncio.sleep(5)
-            for text in prompts:
-                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
-                await _quiet(home, settle_s)
-            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
-            await asyncio.sleep(1)
-        finally:
-            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+        await _in_tmux(script, work, prompts, "/exit", settle_s)
     return run
+
+
+async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
+                   settle_s: float, enter_apart: bool = False, ready: str | None = None
+                   ) -> None:
+    """Run ``script`` in tmux and type each prompt once the previous turn has gone quiet
+    (``_quiet``), then ``leave``. ``enter_apart``: Enter a second after the text (Gemini
+    CLI takes text and Enter that come at once for a paste, the Enter a new line);
+    ``ready``: the first prompt waits until the screen shows this (at most 60 s; without
+    it, 5 s)."""
+    tmux = shutil.which("tmux")
+    assert tmux is not None, "tmux not installed"
+    name = f"bench-deps-{os.getpid()}"
+
+    async def wait_ready() -> None:
+        for _ in range(600 if ready else 50):
+            await asyncio.sleep(0.1)
+            if ready and ready in subprocess.run([tmux, "capture-pane", "-p", "-t", name],
+                                                 capture_output=True, text=True).stdout:
+                await asyncio.sleep(1)  # the input box takes keys a moment after it shows
+                return
+
+    async def type_in(text: str) -> None:
+        if enter_apart:
+            subprocess.run([tmux, "send-keys", "-t", name, text], check=True)
+            await asyncio.sleep(1)
+            subprocess.run([tmux, "send-keys", "-t", name, "Enter"], check=True)
+        else:
+            subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+
+    subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
+                    str(work), str(script)], check=True)
+    try:
+        await wait_ready()
+        for text in prompts:
+            await type_in(text)
+            await _quiet(settle_s)
+        await type_in(leave)
+        await asyncio.sleep(1)
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", name], check=False,
+                       stderr=subprocess.DEVNULL)  # gone already when the client quit
 
 
 _QUIET: dict[str, Any] = {}
 
 
-async def _quiet(home: Path, settle_s: float) -> None:
+async def _quiet(settle_s: float) -> None:
     """Wait, as a user reading the agent's answer would, until no turn of the agent (a
     request offering tools: not a title) is in flight and nothing arrived or ended for
     ``settle_s`` (at most 120 s)."""
@@ -453,6 +488,44 @@ def qwen_run(exe: str) -> Run:
     return run
 
 
+def gemini_settings(home: Path, model: str) -> dict[str, str]:
+    """Gemini CLI on a fresh HOME against the recorder, as the README's recipe writes it:
+    the API-key auth chosen in its settings (with only the base-URL variable it picks a
+    gateway auth it then refuses: "Invalid auth method selected"), the model, no usage
+    statistics. The variables to run it with (``base_env`` and the base URL aside)."""
+    conf = home / ".gemini"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "settings.json").write_text(orjson.dumps({
+        "security": {"auth": {"selectedType": "gemini-api-key"}}, "model": {"name": model},
+        "privacy": {"usageStatisticsEnabled": False}}).decode())
+    return {"GEMINI_API_KEY": KEY}
+
+
+def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
+    """Interactive Gemini CLI in tmux: each prompt typed once the previous turn has gone
+    quiet for ``settle_s``."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url,
+                   TERM="xterm-256color")
+        script = home / "gemini.sh"
+        script.write_text("#!/bin/sh\nexec env -i " + " ".join(
+            f"{k}='{v}'" for k, v in env.items()) + f" {exe} -m {model} --yolo --skip-trust\n")
+        script.chmod(0o755)
+        await _in_tmux(script, work, prompts, "/quit", settle_s, enter_apart=True,
+                       ready="Type your message")
+    return run
+
+
+def gemini_run(exe: str, prompt: str) -> Run:
+    """Gemini CLI -p (``--skip-trust``: a fresh folder is not trusted otherwise)."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url)
+        await run_program([exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], env, work)
+    return run
+
+
 AGENTS_SDK = """
 import asyncio, sys
 import agents
@@ -511,6 +584,12 @@ def clients() -> dict[str, Client]:
         "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
                        lambda e: qwen_run(e)),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
+        "gemini": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_run(
+            e, "List the files here.")),
+        "gemini-agent": Client(program("gemini"), [GEMINI_DONE, GEMINI_AGENT, GEMINI_LS],
+                               lambda e: gemini_run(e, "Use a subagent to list the files.")),
+        "gemini-interactive": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_interactive(
+            e, ["List the files here.", "List them again."])),
         "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
                              lambda e: agents_sdk_run()),
     }

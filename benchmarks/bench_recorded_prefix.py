@@ -7,12 +7,13 @@ way the recorder did without a tokenizer until 2026-12-03 (4 bytes a token, fixe
 256-byte blocks, the list padded with ids unique to the request up to the server's
 count), so both figures come from one recording.
 
-    .venv/bin/python benchmarks/bench_recorded_prefix.py [--clients claude,codex,opencode,mini]
+    .venv/bin/python benchmarks/bench_recorded_prefix.py [--clients claude,codex,opencode,mini,gemini]
         [--turns 4] [--block-size 64] [--new-sessions]
 
 Each client gets ``--turns`` user turns in one conversation (Claude Code ``-p`` then
 ``--continue``; Codex ``exec`` then ``exec resume --last``; opencode ``run`` then ``run
---continue``; mini-swe-agent one task with a step limit); the engine answers each user turn with a tool call (``ls``). Needs the
+--continue``; Gemini CLI ``-p`` then ``--resume latest``; mini-swe-agent one task with a step
+limit); the engine answers each user turn with a tool call (``ls``). Needs the
 programs of scripts/setup-real-clients.sh; a missing one is skipped.
 """
 
@@ -40,6 +41,9 @@ from agent_replay.traces.io import read_trace
 from agent_replay.traces.stats import implied_cached_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.bench_dependencies import gemini_settings  # noqa: E402
+
 BIN = ROOT / ".real-clients" / "bin"
 KEY = "sk-bench-recorded-prefix"
 FRESH = False
@@ -126,11 +130,23 @@ def opencode_runs(exe: str, url: str, model: str, home: Path, turns: int
              env) for t in range(turns)]
 
 
+def gemini_runs(exe: str, url: str, model: str, home: Path, turns: int
+                ) -> list[tuple[list[str], dict[str, str]]]:
+    """Gemini CLI -p, then ``--resume latest``: each later prompt sends the earlier
+    prompts' function calls without the ``thoughtSignature`` they had while they ran."""
+    env = base_env(home)
+    env.update(gemini_settings(home, model), GEMINI_API_KEY=KEY, GOOGLE_GEMINI_BASE_URL=url)
+    return [([exe, "-p", f"Step {t}: list the files here.", "-m", model, "--yolo",
+              "--skip-trust", *(["--resume", "latest"] if t and not FRESH else [])], env)
+            for t in range(turns)]
+
+
 CLIENTS: dict[str, tuple[str, Any, list[str]]] = {
     "claude": ("claude", claude_runs, ['Bash={"command": "ls"}']),
     "codex": ("codex", codex_runs, ['exec_command={"cmd": "ls"}', 'shell={"command": ["ls"]}']),
     "mini": ("mini", mini_runs, ['bash={"command": "ls"}']),
     "opencode": ("opencode", opencode_runs, ['bash={"command": "ls", "description": "List"}']),
+    "gemini": ("gemini", gemini_runs, ['list_directory={"dir_path": "."}']),
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real agent programs the `realclient` tests drive: Claude Code (the current
-# release as `claude`, and 2.1.197 as `claude-2.1.197`), Codex CLI, opencode and qwen-code
-# (npm, into .real-clients/ of the repository), mini-swe-agent and the OpenAI Agents SDK
+# release as `claude`, and 2.1.197 as `claude-2.1.197`), Codex CLI, opencode, qwen-code and
+# Gemini CLI 0.61.0 (npm, into .real-clients/ of the repository), mini-swe-agent and the OpenAI Agents SDK
 # (pip, into the venv). The current Claude Code needs node >= 22: the system's when it is new enough,
 # else the npm `node` package's (into .real-clients/node22, used for these installs).
 # Each is skipped with a reason when its registry cannot be reached; the tests then skip.
@@ -55,6 +55,7 @@ fi
 npm_install @openai/codex codex
 npm_install opencode-ai opencode
 npm_install @qwen-code/qwen-code qwen  # node >= 22 too
+npm_install @google/gemini-cli@0.61.0 gemini  # pinned: its settings keys and flags change
 
 if "$PY" -c "import minisweagent" >/dev/null 2>&1; then
     echo "setup-real-clients: mini-swe-agent already installed"

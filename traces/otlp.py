@@ -13,9 +13,9 @@ ids are hex strings; ``intValue`` is a decimal string.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -31,24 +31,35 @@ def value(v: Any) -> Any:
     """A protobuf-JSON ``AnyValue`` as a Python value (None when empty or unknown)."""
     if not isinstance(v, dict):
         return None
-    if "stringValue" in v:
-        return v["stringValue"]
-    if "intValue" in v:
-        try:
-            return int(v["intValue"])
-        except (TypeError, ValueError):
-            return None
-    if "doubleValue" in v:
-        d = v["doubleValue"]
-        return float(d) if isinstance(d, (int, float, str)) and _is_num(d) else None
-    if "boolValue" in v:
-        return bool(v["boolValue"])
-    if "arrayValue" in v:
-        vals = (v["arrayValue"] or {}).get("values") or []
-        return [value(x) for x in vals]
-    if "kvlistValue" in v:
-        return attributes((v["kvlistValue"] or {}).get("values"))
+    for key, convert in _VALUES:
+        if key in v:
+            return convert(v[key])
     return None
+
+
+def _int_value(x: Any) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _double_value(d: Any) -> float | None:
+    return float(d) if isinstance(d, (int, float, str)) and _is_num(d) else None
+
+
+def _array_value(x: Any) -> list[Any]:
+    return [value(item) for item in (x or {}).get("values") or []]
+
+
+def _kvlist_value(x: Any) -> dict[str, Any]:
+    return attributes((x or {}).get("values"))
+
+
+_VALUES: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    ("stringValue", lambda x: x), ("intValue", _int_value), ("doubleValue", _double_value),
+    ("boolValue", bool), ("arrayValue", _array_value), ("kvlistValue", _kvlist_value))
+"""``AnyValue``'s fields in the order they are tried, each with its conversion."""
 
 
 def _is_num(s: Any) -> bool:
@@ -84,54 +95,71 @@ def read_exports(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
     line that is not one, so that the caller can name it and go on."""
     with path.open("rb") as fh:
         first = fh.readline()
-        try:
-            obj = orjson.loads(first) if first.strip() else None
-        except orjson.JSONDecodeError:
-            obj = None
-        if obj is None and first.strip():
+        if first.strip() and _loads_or_none(first) is None:
             # not a whole object on its first line: one (pretty-printed) body
-            body = first + fh.read()
-            try:
-                whole = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                yield 1, f"not valid JSON: {exc}"
-                return
-            yield (1, whole) if isinstance(whole, dict) else (1, "not a JSON object")
+            yield _whole_body(first + fh.read())
             return
-        n = 1
-        raw = first
-        while raw:
-            if raw.strip():
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    hint = " (truncated?)" if not raw.endswith(b"\n") else ""
-                    yield n, f"not valid JSON{hint}: {exc}"
-                else:
-                    yield (n, obj) if isinstance(obj, dict) else (n, "not a JSON object")
-            raw = fh.readline()
-            n += 1
+        yield from _lines(first, fh)
+
+
+def _loads_or_none(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _whole_body(body: bytes) -> tuple[int, dict[str, Any] | str]:
+    try:
+        whole = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return 1, f"not valid JSON: {exc}"
+    return (1, whole) if isinstance(whole, dict) else (1, "not a JSON object")
+
+
+def _lines(first: bytes, fh: BinaryIO) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    n, raw = 1, first
+    while raw:
+        if raw.strip():
+            yield n, _one_line(raw)
+        raw = fh.readline()
+        n += 1
+
+
+def _one_line(raw: bytes) -> dict[str, Any] | str:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        hint = " (truncated?)" if not raw.endswith(b"\n") else ""
+        return f"not valid JSON{hint}: {exc}"
+    return obj if isinstance(obj, dict) else "not a JSON object"
+
+
+def _items(export: dict[str, Any], top: str, scopes: tuple[str, str],
+           item: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(resource attributes, item) for each item of an export request: ``top`` (resource
+    level) > ``scopes`` (the scope level's name, then its pre-1.0 name) > ``item``."""
+    for rs in export.get(top) or ():
+        if not isinstance(rs, dict):
+            continue
+        res = attributes((rs.get("resource") or {}).get("attributes"))
+        for ss in rs.get(scopes[0]) or rs.get(scopes[1]) or ():
+            for it in _dicts(ss.get(item) if isinstance(ss, dict) else None):
+                yield res, it
+
+
+def _dicts(xs: Any) -> Iterator[dict[str, Any]]:
+    for x in xs or ():
+        if isinstance(x, dict):
+            yield x
 
 
 def spans(export: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """(resource attributes, span) for each span of an export request."""
-    for rs in export.get("resourceSpans") or ():
-        if not isinstance(rs, dict):
-            continue
-        res = attributes((rs.get("resource") or {}).get("attributes"))
-        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or ():
-            for sp in (ss.get("spans") or ()) if isinstance(ss, dict) else ():
-                if isinstance(sp, dict):
-                    yield res, sp
+    return _items(export, "resourceSpans", ("scopeSpans", "instrumentationLibrarySpans"), "spans")
 
 
 def log_records(export: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """(resource attributes, log record) for each log record of an export request."""
-    for rl in export.get("resourceLogs") or ():
-        if not isinstance(rl, dict):
-            continue
-        res = attributes((rl.get("resource") or {}).get("attributes"))
-        for sl in rl.get("scopeLogs") or rl.get("instrumentationLibraryLogs") or ():
-            for rec in (sl.get("logRecords") or ()) if isinstance(sl, dict) else ():
-                if isinstance(rec, dict):
-                    yield res, rec
+    return _items(export, "resourceLogs", ("scopeLogs", "instrumentationLibraryLogs"),
+                  "logRecords")

@@ -16,6 +16,7 @@ replay against it with ``--no-vllm-extras``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -116,6 +117,33 @@ class GeminiStreamDecoder:
         return prompt, self._counted, cached
 
 
+def call_id(part: Any) -> str | None:
+    """What identifies a ``functionCall`` part when the client sends it back: its name and
+    arguments (None: not a call). Not its ``id``: Google's API may send none, and Gemini
+    CLI makes up its own and prefixes the name to one it got."""
+    fc = part.get("functionCall") if isinstance(part, dict) else None
+    if not isinstance(fc, dict):
+        return None
+    args = orjson.dumps(fc.get("args") or {}, option=orjson.OPT_SORT_KEYS)
+    return f"{fc.get('name')}:{hashlib.blake2b(args, digest_size=8).hexdigest()}"
+
+
+def _reply(objs: Iterable[Any]) -> Reply:
+    """The reply in ``GenerateContentResponse`` objects: the text of its parts (thoughts
+    aside: clients keep them out of the history they send back) and its calls."""
+    parts = [p for obj in objs for p in _candidate_parts(obj) if isinstance(p, dict)]
+    texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
+    calls = [ident for ident in map(call_id, parts) if ident is not None]
+    return Reply(norm_text("".join(texts)), tuple(calls))
+
+
+def _candidate_parts(obj: Any) -> list[Any]:
+    """The parts of a response's first candidate."""
+    cands = obj.get("candidates") if isinstance(obj, dict) else None
+    c0 = cands[0] if isinstance(cands, list) and cands else None
+    return _parts(c0.get("content")) if isinstance(c0, dict) else []
+
+
 def _contents(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
     """Chat messages as Gemini ``contents`` and a ``systemInstruction`` (None: none)."""
     contents, system = [], None
@@ -203,15 +231,10 @@ class Gemini(Dialect):
     def reply_from_json(self, obj: Any) -> Reply | None:
         if not isinstance(obj, dict):
             return None
-        cands = obj.get("candidates") or [{}]
-        return Reply(norm_text(_text(_parts(cands[0].get("content")))), ())
+        return _reply([obj])
 
     def reply_from_events(self, events: Iterable[SSEEvent]) -> Reply | None:
-        texts = []
-        for ev in events:
-            cands = event_object(ev).get("candidates") or [{}]
-            texts.append(_text(_parts(cands[0].get("content"))))
-        return Reply(norm_text("".join(texts)), ())
+        return _reply(event_object(ev) for ev in events)
 
     # serving hooks -----------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ parser, the stream encoder, the body of an answer that is not streamed and the e
 vLLM's four (completions, chat, messages, responses) have the engine's own parsers (vLLM's
 wording, ``requests``) and encoders (vLLM's captured field order, ``wire``). Any other API
 registered in ``engines.apis`` whose dialect has the serving hooks is served through them
-(``Served``). The engine depends on the wire code, never the reverse.
+(``Served``); Gemini's with tool-call answers too (``sim.gemini``). The engine depends on
+the wire code, never the reverse.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import orjson
 
 from agent_replay.engines.apis import DIALECTS, Dialect
-from agent_replay.engines.sim import wire
+from agent_replay.engines.sim import gemini, wire
 from agent_replay.engines.sim.requests import (
     BadRequest,
     ParsedRequest,
@@ -207,6 +208,24 @@ class Served(SimApi):
         return self.dialect.error_body(exc.message, exc.status)
 
 
+class _Gemini(Served):
+    """Gemini's API, served through its dialect, with tool-call answers (``sim.gemini``)."""
+
+    tool_calls = True
+
+    def conversation(self, data: dict[str, Any]) -> list[Any]:
+        return gemini.conversation(data)
+
+    def encoder(self, *, rid: str, created: int, model: str, table: wire.TokenTable,
+                tok: SimTokenizer, parsed: ParsedRequest) -> Any:
+        if parsed.tool_call is None:
+            return super().encoder(rid=rid, created=created, model=model, table=table,
+                                   tok=tok, parsed=parsed)
+        return gemini.GeminiToolEncoder(rid=rid, model=model,
+                                        prompt_tokens=len(parsed.prompt_ids),
+                                        call=parsed.tool_call)
+
+
 class _TextEncoder:
     """The engine's ``chunk(ids, finish)`` over a dialect encoder that takes text."""
 
@@ -225,7 +244,8 @@ class _TextEncoder:
 
 
 _OWN: dict[str, type[SimApi]] = {"completions": _Completions, "chat": _Chat,
-                                 "messages": _Messages, "responses": _Responses}
+                                 "messages": _Messages, "responses": _Responses,
+                                 "gemini": _Gemini}
 
 SIM_APIS: dict[str, SimApi] = {
     name: _OWN[name](d) if name in _OWN else Served(d)

@@ -280,6 +280,9 @@ def tool_names(tools: Any) -> dict[str, str | None]:
             for inner in tool_names(t.get("tools")):
                 out.setdefault(inner, t["name"])
             continue
+        if isinstance(t.get("functionDeclarations"), list):  # Gemini's group of functions
+            out.update(dict.fromkeys(tool_names(t["functionDeclarations"])))
+            continue
         fn = t.get("function")
         name = fn.get("name") if isinstance(fn, dict) else t.get("name")
         if isinstance(name, str):

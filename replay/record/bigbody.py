@@ -201,6 +201,7 @@ def _digest(api: str, path: str, spec: DigestSpec, rewrite: bool = True
     from agent_replay.engines.replies import is_reply_item
     from agent_replay.redact import secret_values, strip_secrets
     from agent_replay.replay.record.content import conversation
+    from agent_replay.replay.record.gemini import session_items
     from agent_replay.replay.record.sessions import chain_digests
     from agent_replay.replay.record.wire import inspect_request, unrecorded_why
 
@@ -211,7 +212,7 @@ def _digest(api: str, path: str, spec: DigestSpec, rewrite: bool = True
         return unrecorded_why(raw)
     info, out = got
     body = info.body
-    items = conversation(api, body)
+    items = session_items(api, conversation(api, body))
     units = dataclasses.replace(_hasher(spec).units(api, body), data=None)  # stays here
     if spec.content == "none":
         units = dataclasses.replace(units, prefix=units.prefix[:0], complete=0)

@@ -21,6 +21,8 @@ import asyncio
 import base64
 import os
 import secrets
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +36,12 @@ from agent_replay.replay.record.recorder import is_loopback, parse_listen
 from agent_replay.replay.record.sink import PartWriter
 from agent_replay.traces.importers.otel import BLOCK_SIZE, Collector, result
 from agent_replay.traces.io import write_trace
+from agent_replay.traces.otlp import log_records, spans
 
 EXPORTS_FILE = "otlp-exports.jsonl"
 PART = "part-00001.parquet"
+CODINGS = ("identity", "gzip", "deflate")
+"""Content codings a body may come in (those OTLP exporters send), inflated here."""
 SIGNALS = {"/v1/traces": "resourceSpans", "/v1/logs": "resourceLogs",
            "/v1/metrics": "resourceMetrics"}
 
@@ -97,7 +102,8 @@ class OtlpReceiver:
         app = web.Application(client_max_size=self.max_body)
         for path in SIGNALS:
             app.router.add_post(path, self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # bodies inflated here (``inflate``), bounded, with OTLP's error replies
+        self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -120,24 +126,15 @@ class OtlpReceiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         key = SIGNALS[request.path]
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            self.stats.rejected += 1
-            return _status(413, f"export over the {self.max_body:,}-byte limit (--max-body)")
-        ctype = request.content_type
-        if ctype == "application/x-protobuf":
-            export, why = _from_protobuf(key, body)
-        elif ctype in ("application/json", "text/plain", ""):
-            export, why = _from_json(key, body)
-        else:
-            export, why = None, f"unsupported Content-Type {ctype!r}: send application/json " \
-                                "or application/x-protobuf"
+        body, code, why = await self._body(request)
+        export = None
+        if body is not None:
+            export, why = _decode(key, request.content_type, body)
+            code = 415 if why.startswith(("unsupported", "protobuf")) else 400
         if export is None:
             self.stats.rejected += 1
             self.stats.last_error = why
-            code = 415 if why.startswith(("unsupported", "protobuf")) else 400
-            return _status(code, why)
+            return _status(code, why, request.content_type == "application/x-protobuf")
         if key != "resourceMetrics":
             line = orjson.dumps(export) + b"\n"
             async with self._lock:
@@ -148,10 +145,30 @@ class OtlpReceiver:
                 self.stats.problems += self.collector.n_problems - before
                 self._dirty = True
         self.stats.exports += 1
-        ok = b"{}"
-        if ctype == "application/x-protobuf":
+        if request.content_type == "application/x-protobuf":
             return web.Response(body=b"", content_type="application/x-protobuf")
-        return web.Response(body=ok, content_type="application/json")
+        return web.Response(body=b"{}", content_type="application/json")
+
+    async def _body(self, request: web.Request) -> tuple[bytes | None, int, str]:
+        """The decoded body, or None with the status and reason: over the size limit
+        (declared, sent, or once inflated: a small compressed body that inflates past it),
+        a content coding other than gzip and deflate, a compressed body that does not
+        inflate."""
+        coding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if coding not in CODINGS:
+            return None, 415, f"unsupported Content-Encoding {coding!r}: send gzip or none"
+        if (request.content_length or 0) > self.max_body:
+            return None, 413, self._limit_line()
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return None, 413, self._limit_line()
+        if coding == "identity":
+            return body, 200, ""
+        return inflate(body, coding, self.max_body, self._limit_line())
+
+    def _limit_line(self) -> str:
+        return f"export over the {self.max_body:,}-byte limit (--max-body)"
 
     async def _flush_loop(self) -> None:
         while True:
@@ -194,11 +211,54 @@ class OtlpReceiver:
         return line
 
 
-def _status(code: int, message: str) -> web.Response:
-    """An OTLP error: a ``google.rpc.Status`` in JSON."""
+def inflate(body: bytes, coding: str, limit: int, over: str) -> tuple[bytes | None, int, str]:
+    """A gzip or deflate (zlib, or raw as some clients send it) body inflated, at most
+    ``limit`` bytes of it ever held: past that, None and 413 with the line ``over``; a
+    body that does not inflate or ends early, None and 400 with why."""
+    wbits = 31 if coding == "gzip" else (15 if body[:1] and body[0] & 0x0F == 8 else -15)
+    d = zlib.decompressobj(wbits)
+    out = bytearray()
+    data = body
+    try:
+        while data and not d.eof:
+            out += d.decompress(data, limit + 1 - len(out))
+            if len(out) > limit:
+                return None, 413, over
+            data = d.unconsumed_tail
+        out += d.flush()
+    except zlib.error as exc:
+        return None, 400, f"body not decodable as Content-Encoding {coding}: {exc}"
+    if not d.eof:
+        return None, 400, f"body not decodable as Content-Encoding {coding}: it ends early " \
+                          f"({len(body):,} bytes sent)"
+    return bytes(out), 200, ""
+
+
+def _status(code: int, message: str, proto: bool = False) -> web.Response:
+    """An OTLP error: a ``google.rpc.Status`` in the request's encoding (protobuf for a
+    protobuf export, else JSON)."""
     grpc = {400: 3, 413: 8, 415: 3}.get(code, 2)
+    if proto:
+        return web.Response(status=code, body=status_protobuf(grpc, message),
+                            content_type="application/x-protobuf")
     return web.Response(status=code, body=orjson.dumps({"code": grpc, "message": message}),
                         content_type="application/json")
+
+
+def status_protobuf(code: int, message: str) -> bytes:
+    """``google.rpc.Status{code, message}`` in protobuf's wire format (field 1 a varint,
+    field 2 a length-delimited string): two fields need no protobuf library."""
+    text = message.encode()
+    return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def _from_json(key: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
@@ -219,45 +279,55 @@ def _checked(key: str, obj: Any) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-_PROTO: dict[str, Any] = {}
+def _decode(key: str, ctype: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The export request of a body of Content-Type ``ctype``, or None and why not."""
+    if ctype == "application/x-protobuf":
+        return _from_protobuf(key, body)
+    if ctype in ("application/json", "text/plain", ""):
+        return _from_json(key, body)
+    return None, f"unsupported Content-Type {ctype!r}: send application/json or " \
+                 "application/x-protobuf"
 
 
-def _from_protobuf(key: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
+def _proto_class(key: str) -> Any:
+    """The protobuf message class of an export request, or None without the extra."""
     try:
-        from google.protobuf.json_format import MessageToDict
-        from google.protobuf.message import DecodeError
         from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
         from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
     except ImportError:
-        return None, "protobuf exports need the otlp extra (pip install " \
-                     "'agent-replay[otlp]'); or set OTEL_EXPORTER_OTLP_PROTOCOL=http/json"
+        return None
     classes: dict[str, Any] = {
         "resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
         "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
         "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest}
-    cls = classes[key]
+    return classes[key]
+
+
+def _from_protobuf(key: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
+    cls = _proto_class(key)
+    if cls is None:
+        return None, "protobuf exports need the otlp extra (pip install " \
+                     "'agent-replay[otlp]'); or set OTEL_EXPORTER_OTLP_PROTOCOL=http/json"
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+
     msg = cls()
     try:
         msg.ParseFromString(body)
     except DecodeError as exc:
         return None, f"not a protobuf {cls.__name__}: {exc}"
     obj = MessageToDict(msg)
-    for _, sp in _walk_spans(obj):
-        for f in ("traceId", "spanId", "parentSpanId"):
-            if isinstance(sp.get(f), str):  # protobuf JSON writes bytes in base64; OTLP, hex
-                sp[f] = base64.b64decode(sp[f]).hex()
-    for rl in obj.get("resourceLogs") or ():
-        for sl in rl.get("scopeLogs") or ():
-            for rec in sl.get("logRecords") or ():
-                for f in ("traceId", "spanId"):
-                    if isinstance(rec.get(f), str):
-                        rec[f] = base64.b64decode(rec[f]).hex()
+    for item, fields in _id_fields(obj):
+        for f in fields:
+            if isinstance(item.get(f), str):  # protobuf JSON writes bytes in base64; OTLP, hex
+                item[f] = base64.b64decode(item[f]).hex()
     return _checked(key, obj)
 
 
-def _walk_spans(obj: dict[str, Any]) -> Any:
-    for rs in obj.get("resourceSpans") or ():
-        for ss in rs.get("scopeSpans") or ():
-            for sp in ss.get("spans") or ():
-                yield rs, sp
+def _id_fields(obj: dict[str, Any]) -> Iterator[tuple[dict[str, Any], tuple[str, ...]]]:
+    """Each span and log record of a decoded export with its id fields."""
+    for _, sp in spans(obj):
+        yield sp, ("traceId", "spanId", "parentSpanId")
+    for _, rec in log_records(obj):
+        yield rec, ("traceId", "spanId")

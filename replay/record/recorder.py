@@ -48,6 +48,7 @@ from agent_replay.redact import (
     split_userinfo,
     strip_secrets,
 )
+from agent_replay.replay.record import gemini
 from agent_replay.replay.record.agents import MAIN, AgentTracker, Handoffs
 from agent_replay.replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
 from agent_replay.replay.record.content import PromptHasher, conversation, load_tokenizer
@@ -55,7 +56,7 @@ from agent_replay.replay.record.encodings import MAX_DECODED, MAX_RATIO, DecodeL
 from agent_replay.replay.record.guard import MalformedRequests
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
-from agent_replay.replay.record.sessions import SessionTracker
+from agent_replay.replay.record.sessions import SessionTracker, chain_digests
 from agent_replay.replay.record.sink import ROW_YIELD_GAP_NS, PartWriter, rows_to_table, yield_cpu
 from agent_replay.replay.record.wire import UNRECORDED
 from agent_replay.replay.selfmon import reserve_fds
@@ -187,6 +188,7 @@ class Recorder:
         self.tracker = SessionTracker()
         self.agents = AgentTracker()
         self.handoffs = Handoffs()
+        self.gemini = gemini.GeminiSubagents()
         self._root_session: dict[str, str] = {}
         """Child session -> the root session it belongs to (``parent_session`` header)."""
         self.stats = RecorderStats()
@@ -376,24 +378,23 @@ class Recorder:
 
     def _assign(self, ex: Exchange) -> None:
         self._on_arrival(ex.arrival)  # no-op unless a caller bypassed the handler's hook
-        explicit = self._explicit_session(ex)
-        agent = ex.state.get("agent_id")
-        parent_session = ex.state.get("parent_session")
-        if parent_session and explicit:
-            # A child session (an opencode subagent) is a stream of its root session.
-            root = self._root_session.get(parent_session, parent_session)
-            self._root_session[explicit] = root
-            explicit, agent = root, agent or explicit
+        explicit, agent = self._named(ex)
         digest: BodyDigest | None = ex.state.get("digest")
+        items: Sequence[Any]
         if digest is not None:
             items, chains = digest.items, digest.chains
         else:
             items, chains = conversation(ex.info.api, ex.info.body), None
+        if ex.info.api == gemini.API:  # Gemini CLI's history edits and subagents
+            items, chains, explicit, agent = self._gemini_route(ex, items, chains, explicit,
+                                                                agent)
         assignment, turn = self.tracker.assign(ex.arrival, items, explicit, agent,
                                                chains=chains)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
         linked = assignment.how.endswith(("prefix", "retry"))
+        if chains is not None and ex.info.api == gemini.API:
+            self.gemini.seen(chains, turn, assignment.parent_index, linked)
         if agent is None and digest is None:  # an Agents SDK handoff names its agent
             stream = self.handoffs.stream(assignment.session_id, assignment.request_index,
                                           assignment.parent_index, linked,
@@ -405,6 +406,33 @@ class Recorder:
             assignment.session_id, assignment.request_index, agent,
             ex.arrival, assignment.parent_index, linked=linked, side=side)
         self.stats.sessions = self.tracker.session_count
+
+    def _named(self, ex: Exchange) -> tuple[str | None, str | None]:
+        """The session and agent stream the request's headers name (None: none)."""
+        explicit = self._explicit_session(ex)
+        agent = ex.state.get("agent_id")
+        parent_session = ex.state.get("parent_session")
+        if parent_session and explicit:
+            # A child session (an opencode subagent) is a stream of its root session.
+            root = self._root_session.get(parent_session, parent_session)
+            self._root_session[explicit] = root
+            explicit, agent = root, agent or explicit
+        return explicit, agent
+
+    def _gemini_route(self, ex: Exchange, items: Sequence[Any], chains: list[bytes] | None,
+                      explicit: str | None, agent: str | None
+                      ) -> tuple[Sequence[Any], list[bytes], str | None, str | None]:
+        """The conversation as session inference compares it, and the session and stream
+        of a Gemini CLI subagent's request (``replay.record.gemini``)."""
+        if chains is None:  # a big body's digest has them already
+            items = gemini.session_items(ex.info.api, items)
+            chains = chain_digests(items)
+            if explicit is None and agent is None:
+                route = self.gemini.route(ex.arrival, chains, dialect(ex.info.api).tools(
+                    ex.info.body))
+                if route is not None:
+                    explicit, agent = route.session_id, route.agent
+        return items, chains, explicit, agent
 
     def _explicit_session(self, ex: Exchange) -> str | None:
         header = ex.state.get("header_session")

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agent_replay.engines.apis import DIALECTS, dialect, dialect_for_path
+from agent_replay.engines.apis.gemini import call_id
 from agent_replay.engines.sim import SimProcess, SimServer
 from agent_replay.engines.sse import SSEParser
 from agent_replay.replay.record import Recorder
@@ -176,3 +177,34 @@ async def test_a_recorded_session_replays_with_the_same_tokens(tmp_path: Path) -
         assert x["api"] == "gemini" and x["status"] == "ok" and x["error"] is None, x["error"]
         assert x["completion_tokens"] == r["output_tokens"] == 6
         assert x["prompt_tokens"] == r["input_tokens"]
+
+
+async def test_the_engine_answers_with_a_function_call_then_text() -> None:
+    """``--tool-call``: a user's turn offering the function gets the call whole in the last
+    event, its arguments' pieces counted exactly; a function's result gets text."""
+    tools = [{"functionDeclarations": [{"name": "list_directory"}, {"name": "read_file"}]}]
+    spec = 'list_directory={"dir_path": "."}'
+    user = {"role": "user", "parts": [{"text": "list the files"}]}
+    async with SimServer("fast", seed=1, tool_call=['nothing={}', spec]) as sim, \
+            aiohttp.ClientSession() as http:
+        url = sim.url + GEMINI.url_path(sim.profile.model_name)
+        async with http.post(url, json={"contents": [user], "tools": tools}) as resp:
+            raw = await resp.read()
+        call = {"functionCall": {"name": "list_directory", "args": {"dir_path": "."}}}
+        result = {"role": "user", "parts": [{"functionResponse": {
+            "name": "list_directory", "response": {"output": "a.txt"}}}]}
+        body = {"contents": [user, {"role": "model", "parts": [call]}, result], "tools": tools,
+                "generationConfig": {"maxOutputTokens": 5}}
+        async with http.post(url, json=body) as resp:
+            text = await resp.read()
+        n = len(sim.tokenizer.pieces('{"dir_path": "."}'))
+    events = [orjson.loads(ev.data) for ev in SSEParser().feed(raw)]
+    assert [e.get("candidates", [{}])[0].get("content", {}).get("parts") for e in events] == \
+        [None] * (n - 1) + [[call]]
+    assert events[-1]["candidates"][0]["finishReason"] == "STOP"
+    ks, dec = _decode(raw)
+    assert sum(ks) == n and ks[-1] == n and dec.exact and dec.result_usage()[1] == n
+    assert GEMINI.reply_from_events(SSEParser().feed(raw)).tool_ids == (call_id(call),)
+    ks, dec = _decode(text)
+    assert sum(ks) == 5 and dec.exact
+    assert GEMINI.reply_from_events(SSEParser().feed(text)).tool_ids == ()

@@ -1,7 +1,11 @@
 """A small agent on the real ``openai`` client, instrumented with a real OpenTelemetry
 instrumentation and exporting spans through the real OTLP/HTTP exporter (protobuf).
 
-    python otel_agent.py BASE_URL OTLP_ENDPOINT (openai-v2|openinference) TURNS
+    python otel_agent.py BASE_URL OTLP_ENDPOINT (openai-v2|openinference)[+http] TURNS
+
+``+http`` adds opentelemetry-instrumentation-httpx (and hands the client an
+``httpx.Client``): an HTTP client span under each LLM span, whose start is when the
+request left the client.
 
 One session: a root span, then TURNS chat turns on a growing conversation with a pause (the
 "tool") between them; the last turn streams. Prints one JSON line per request: the
@@ -23,6 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 def main() -> None:
     base_url, endpoint, kind, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    kind, http = kind.removesuffix("+http"), kind.endswith("+http")
     provider = TracerProvider(resource=Resource.create({"service.name": "otel-agent"}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
     trace.set_tracer_provider(provider)
@@ -34,7 +39,16 @@ def main() -> None:
         from openinference.instrumentation.openai import OpenAIInstrumentor as OI
 
         OI().instrument(tracer_provider=provider)
-    client = OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0)
+    if http:
+        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+        HTTPXClientInstrumentor().instrument(tracer_provider=provider)
+    more = {}
+    if http:  # openai 3 sends through httpx2, which the httpx instrumentation does not see
+        import httpx
+
+        more["http_client"] = httpx.Client()
+    client = OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0, **more)
     msgs = [{"role": "system", "content": "You are a coding agent. " * 30},
             {"role": "user", "content": "Find the bug in parse(). " * 20}]
     tracer = trace.get_tracer("otel-agent")

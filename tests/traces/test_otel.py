@@ -199,6 +199,87 @@ def test_captured_prompts_hash_as_the_recorder_does(tmp_path: Path) -> None:
     assert any("unused" in n for n in res.notes)
 
 
+def http_span(sid: str, start: float, end: float, parent: str) -> dict[str, Any]:
+    """An HTTP client span (opentelemetry-instrumentation-httpx) under a request span."""
+    return span(sid, "POST", start, end, parent, http__request__method="POST",
+                url__full="http://127.0.0.1:8000/v1/chat/completions")
+
+
+def test_an_http_client_child_span_is_the_send(tmp_path: Path) -> None:
+    # the LLM span opens 12 ms before the HTTP request leaves (the client builds it); a
+    # retry's second HTTP span is the one whose response came back
+    p = lines(tmp_path / "h.jsonl", export(
+        chat("c200000000000001", 0.0, 1.0, "", 1000, 50, None,
+             gen_ai__response__time_to_first_chunk=0.25),
+        http_span("e200000000000001", 0.012, 0.99, "c200000000000001"),
+        chat("c200000000000002", 2.0, 3.0, "", 1100, 50, None),
+        http_span("e200000000000002", 2.010, 2.2, "c200000000000002"),
+        http_span("e200000000000003", 2.500, 2.99, "c200000000000002"),
+        chat("c200000000000003", 4.0, 5.0, "", 1200, 50, None),
+        http_span("e200000000000004", 5.5, 5.6, "c200000000000003")))  # outside its parent
+    res = import_paths([p])
+    r = rows(res)
+    assert [x["arrival_ns"] for x in r] == [0, 2_488_000_000, 3_988_000_000]
+    assert [x["end_ns"] for x in r] == [988_000_000, 500_000_000, S]
+    assert r[0]["ttft_ns"] == 238_000_000  # from the span's start, now from the send
+    assert "2 requests sent when their HTTP client span started (the rest: when their LLM " \
+           "span started)" in res.notes
+    assert {x["parent_index"] for x in r[1:]} == {0, 1}  # still one stream
+
+
+def _cc_span(sid: str, start: float, end: float, n_in: int, *, parent: str = "",
+             attempt: float | None = None, agent: str | None = None,
+             parent_agent: str | None = None, read: int = 0) -> dict[str, Any]:
+    """Claude Code's ``claude_code.llm_request`` span (enhanced telemetry)."""
+    more: dict[str, Any] = {"agent_id": agent} if agent else {}
+    if parent_agent:
+        more["parent_agent_id"] = parent_agent
+    ev = [{"timeUnixNano": str(T0 + round(attempt * S)), "name": "gen_ai.request.attempt",
+           "attributes": [attr("attempt", 1)]}] if attempt is not None else None
+    return span(sid, "claude_code.llm_request", start, end, parent or None, events=ev,
+                span__type="llm_request", session__id="s-7", model="claude-x",
+                gen_ai__system="anthropic", input_tokens=n_in, output_tokens=20,
+                cache_read_tokens=read, cache_creation_tokens=0, ttft_ms=150.5,
+                duration_ms=round((end - start) * 1000), **more)
+
+
+def test_claude_code_llm_request_spans(tmp_path: Path) -> None:
+    # the main agent's turn; a subagent's two turns; a nested subagent of that one; the
+    # main agent's next turn. The api_request events of the same session are read from the
+    # spans instead (they say less: whole milliseconds, no agent id)
+    p = lines(tmp_path / "cc.jsonl", export(
+        _cc_span("c300000000000001", 0.0, 1.0, 4000, attempt=0.004),
+        span("e300000000000001", "claude_code.tool", 1.0, 6.0, None, span__type="tool",
+             tool_name="Agent"),
+        _cc_span("c300000000000002", 1.5, 2.0, 3000, attempt=1.5023, agent="a1",
+                 parent="e300000000000001"),
+        _cc_span("c300000000000003", 2.5, 3.0, 3100, attempt=2.501, agent="a1", read=2992),
+        _cc_span("c300000000000004", 3.2, 3.6, 500, attempt=3.203, agent="a2",
+                 parent_agent="a1"),
+        _cc_span("c300000000000006", 4.0, 4.5, 3300, attempt=4.001, agent="a1", read=3088),
+        _cc_span("c300000000000005", 7.0, 8.0, 4200, attempt=7.001, read=3984)),
+        logs(claude_event(1.0, session__id="s-7", input_tokens=4000, output_tokens=20,
+                          cache_read_tokens=0, cache_creation_tokens=0, duration_ms=1000)))
+    res = import_paths([p])
+    r = rows(res)
+    # arrival: the attempt event's time (the trace starts at the first, 4 ms in)
+    assert [x["arrival_ns"] for x in r] == [0, 1_498_300_000, 2_497_000_000, 3_199_000_000,
+                                            3_997_000_000, 6_997_000_000]
+    assert [x["input_tokens"] for x in r] == [4000, 3000, 3100, 500, 3300, 4200]
+    assert [x["cached_tokens"] for x in r] == [0, 0, 2992, 0, 3088, 3984]
+    # ttft_ms counts from the span's start: 150.5 ms less the setup before the attempt
+    assert [x["ttft_ns"] for x in r] == [146_500_000, 148_200_000, 149_500_000, 147_500_000,
+                                         149_500_000, 149_500_000]
+    assert [x["api"] for x in r] == ["messages"] * 6
+    a1, a2 = "agent-a1", "agent-a2"
+    assert [x["agent_id"] for x in r] == ["main", a1, a1, a2, a1, "main"]
+    # the subagent is spawned by main's turn, the nested one by the subagent's latest;
+    # each enclosing agent's next turn waits for its subagent's last
+    assert [x["parent_index"] for x in r] == [-1, 0, 1, 2, 2, 0]
+    assert [sorted(x["depends_on"]) for x in r] == [[], [0], [1], [2], [2, 3], [0, 4]]
+    assert "sources: claude-code events, claude-code spans; 7 spans read" in res.notes
+
+
 def logs(*records: dict[str, Any], service: str = "claude-code") -> dict[str, Any]:
     return {"resourceLogs": [{
         "resource": {"attributes": [attr("service.name", service)]},
@@ -300,6 +381,46 @@ def test_claude_code_side_by_side_subagents_stay_one_stream(tmp_path: Path) -> N
            "apart: one stream each" in res.notes
 
 
+def test_claude_code_events_that_name_their_agent(tmp_path: Path) -> None:
+    # Claude Code 2.1.3xx's events name the agent (agent_id, parent_agent_id): a
+    # background subagent starts while main sends its next turn, and nests another
+    def call(t: float, n_in: int, agent: str | None = None, parent: str | None = None,
+             read: int = 0) -> dict[str, Any]:
+        more = {"agent_id": agent, "agent__name": "general-purpose"} if agent else {}
+        if parent:
+            more["parent_agent_id"] = parent
+        return claude_event(t, session__id="s-8", input_tokens=n_in, output_tokens=9,
+                            cache_read_tokens=read, cache_creation_tokens=0, duration_ms=400,
+                            query_source="agent:builtin:general-purpose" if agent else "sdk",
+                            **more)
+
+    p = lines(tmp_path / "cc.jsonl", logs(
+        call(0.4, 12000), call(1.4, 12300, read=11984), call(1.41, 7000, "a1"),
+        call(2.0, 8000, "a2", "a1"), call(3.0, 8200, "a2", "a1", read=7984),
+        call(4.0, 7300, "a1", read=6992), call(5.0, 13000, read=12288)))
+    r = rows(import_paths([p]))
+    assert [x["agent_id"] for x in r] == ["main", "main", "agent-a1", "agent-a2", "agent-a2",
+                                          "agent-a1", "main"]
+    # the subagent is spawned by main's turn that had ended (not the one still running)
+    assert [x["depends_on"] for x in r] == [[], [0], [0], [2], [3], [2, 4], [1, 5]]
+
+
+def test_claude_code_session_title_is_a_side_request(tmp_path: Path) -> None:
+    # Claude Code asks for the session's title beside the first turn: nothing waits for it
+    def call(t: float, dur_ms: int, n_in: int, source: str) -> dict[str, Any]:
+        return claude_event(t, session__id="s-4", input_tokens=n_in, output_tokens=9,
+                            cache_read_tokens=0, cache_creation_tokens=0, duration_ms=dur_ms,
+                            query_source=source)
+
+    p = lines(tmp_path / "cc.jsonl", logs(
+        call(0.4, 400, 419, "generate_session_title"), call(1.1, 1000, 20000, "sdk"),
+        call(2.0, 300, 20100, "sdk"), call(3.0, 300, 20200, "sdk")))
+    r = rows(import_paths([p]))
+    assert [x["agent_id"] for x in r] == ["main", "main/2", "main/2", "main/2"]
+    # the turns after the title came back wait for the turn before, not for the title
+    assert [x["depends_on"] for x in r] == [[], [], [1], [2]]
+
+
 def test_claude_code_events_from_a_whole_prompt_server(tmp_path: Path) -> None:
     # vLLM (and the simulated engine) count the whole prompt in input_tokens on the
     # Messages API too: the cache reads never exceed it nor the previous prompt
@@ -337,6 +458,35 @@ def test_codex_sse_events(tmp_path: Path) -> None:
     assert [x["input_tokens"] for x in r] == [5000, 5400]
     assert [x["cached_tokens"] for x in r] == [0, 5248]
     assert {x["session_id"] for x in r} == {"cv"} and r[0]["api"] == "responses"
+
+
+def test_codex_endpoint_span_named_by_its_api_request(tmp_path: Path) -> None:
+    # with Codex's trace_exporter on, its api_request record names the endpoint span it
+    # was logged in: the span's start, to the nanosecond, is the send
+    def rec(t: float, name: str, span_id: str = "", **attrs: Any) -> dict[str, Any]:
+        out = {"timeUnixNano": "0", "spanId": span_id,
+               "attributes": [attr("event.name", name), attr("conversation.id", "cv"),
+                              attr("event.timestamp", f"2025-10-09T08:53:{20 + t:06.3f}Z"),
+                              *(attr(k.replace("__", "."), v) for k, v in attrs.items())]}
+        return out
+
+    endpoint = span("8500a194d55989c0", "endpoint_session.stream_encoded_json_with", 0.3997,
+                    0.8, "49b32e2e765eeb4f", http__method="POST", api__path="/responses")
+    p = lines(tmp_path / "codex.jsonl", export(endpoint), logs(
+        rec(0.8, "codex.api_request", "8500a194d55989c0", duration_ms=400),
+        rec(3.1, "codex.sse_event", event__kind="response.completed", input_token_count=5000,
+            output_token_count=300, cached_token_count=0),
+        rec(5.5, "codex.api_request", "1c4c70a042abc0a0", duration_ms=500),  # span not sent
+        rec(7.0, "codex.sse_event", event__kind="response.completed", input_token_count=5400,
+            output_token_count=100, cached_token_count=5248), service="codex_cli_rs"))
+    res = import_paths([p])
+    r = rows(res)
+    iso0 = res.meta.start_wall_ns
+    assert iso0 is not None and iso0 % 1_000_000 == 700_000  # the span's start, not whole ms
+    assert [x["arrival_ns"] for x in r] == [0, 4_600_300_000]
+    assert [x["end_ns"] for x in r] == [2_700_300_000, 2 * S]
+    assert "1 Codex requests sent when the endpoint span their api_request event names " \
+           "started (the rest: its time - duration_ms)" in res.notes
 
 
 # --- bad input: one line naming the span, the rest imported ---------------------------

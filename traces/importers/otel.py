@@ -1,36 +1,47 @@
 """OpenTelemetry exports in OTLP JSON (the Collector's file exporter, one export request a
-line, or one OTLP/HTTP JSON body): LLM spans of the GenAI semantic conventions or of
-OpenInference, and the API-request log events of Claude Code and Codex.
+line, or one OTLP/HTTP JSON body): LLM spans of the GenAI semantic conventions, of
+OpenInference and of Claude Code's enhanced telemetry, and the API-request log events of
+Claude Code and Codex. What each convention's attributes mean is in ``otel_spans``; the
+agent tree is built by ``otel_tree``.
 
 Spans:
 
 * a request is a span whose ``gen_ai.operation.name`` is ``chat``, ``text_completion`` or
-  ``generate_content``, or whose ``openinference.span.kind`` is ``LLM``; arrival = span
-  start, ``end_ns`` = span end - start; ``ttft_ns`` from ``gen_ai.response.time_to_first_chunk``
-  (seconds) or OpenInference's ``First Token Stream Event``;
+  ``generate_content``, whose ``openinference.span.kind`` is ``LLM``, or Claude Code's
+  ``claude_code.llm_request``; ``end_ns`` = span end - arrival; ``ttft_ns`` from
+  ``gen_ai.response.time_to_first_chunk`` (seconds), OpenInference's ``First Token Stream
+  Event`` or Claude Code's ``ttft_ms``;
+* arrival = when the request left the client: the start of the request span's HTTP client
+  child span (an ``http.request.method`` CLIENT span, as HTTP instrumentations such as
+  opentelemetry-instrumentation-httpx make; the last, after retries), else Claude Code's
+  last ``gen_ai.request.attempt`` event, else the span's start, which comes before the
+  client has built and sent the request;
 * ``input_tokens`` = ``gen_ai.usage.input_tokens`` / ``llm.token_count.prompt`` (cache reads
   and writes included, as both conventions say; a count below its cache parts is taken as
   excluding them and they are added), ``output_tokens`` = ``gen_ai.usage.output_tokens`` /
   ``llm.token_count.completion``, ``cached_tokens`` = ``gen_ai.usage.cache_read.input_tokens``
-  / ``llm.token_count.prompt_details.cache_read``;
-* session = ``gen_ai.conversation.id`` (OpenInference: ``session.id``) of the span or its
-  nearest ancestor that has one, else the trace id;
+  / ``llm.token_count.prompt_details.cache_read``; Claude Code's spans as its events below;
+* session = ``gen_ai.conversation.id`` (OpenInference, Claude Code: ``session.id``) of the
+  span or its nearest ancestor that has one, else the trace id;
 * agents: ``invoke_agent`` spans (OpenInference ``AGENT``). A request belongs to its nearest
   agent ancestor; the outermost agent (or none) is ``main``, an agent under another agent
   is a subagent (schema v2), spawned by the enclosing agent's latest request before it
-  started and joined by that agent's first request after it ended;
+  started and joined by that agent's first request after it ended. Claude Code's spans
+  name their agent (``agent_id``, ``parent_agent_id``; none: the main agent);
 * within an agent, each request follows the one before (``parent_index``); ``think_ns`` =
   arrival - the latest dependency's end: tool time (``execute_tool`` / ``TOOL`` spans) or
   the user's time.
 
 Log events, one request each: Claude Code's ``claude_code.api_request`` (``input_tokens``,
 plus ``cache_read_tokens`` + ``cache_creation_tokens`` where the session's counts are
-Anthropic's uncached part, ``uncached_sessions``; ``cached_tokens`` = cache reads,
-end = ``event.timestamp``, arrival = end - ``duration_ms``, session = ``session.id``);
-Codex's ``codex.sse_event`` of kind ``response.completed`` (``input_token_count`` including
-``cached_token_count``; arrival = the conversation's latest ``codex.api_request`` minus its
-``duration_ms``, session = ``conversation.id``). Neither names an agent: one stream per
-session.
+Anthropic's uncached part, ``otel_tree.uncached_sessions``; ``cached_tokens`` = cache reads,
+end = ``event.timestamp``, arrival = end - ``duration_ms``, both in whole milliseconds,
+session = ``session.id``); Codex's ``codex.sse_event`` of kind ``response.completed``
+(``input_token_count`` including ``cached_token_count``; arrival = the conversation's latest
+``codex.api_request`` minus its ``duration_ms``, session = ``conversation.id``). A Claude
+Code session that also sent its spans is read from the spans alone. Codex's events name no
+agent: one stream per session; Claude Code's subagents from the order of its events
+(``otel_tree.claude_streams``).
 
 Hash ids: from the prompt where it was captured (``gen_ai.input.messages`` with
 ``gen_ai.system_instructions``, OpenInference ``llm.input_messages``), hashed as the
@@ -52,9 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from agent_replay.errors import TraceError
 from agent_replay.traces.builder import Request, build_table
 from agent_replay.traces.hashing import cached_prefix_hashes, chain_hashes
 from agent_replay.traces.importers._common import (
@@ -62,7 +71,24 @@ from agent_replay.traces.importers._common import (
     ImportResult,
     fail,
     head_bytes,
-    parse_iso_ns,
+)
+from agent_replay.traces.importers.otel_spans import (
+    LLM_OPERATIONS,
+    SIDE_SOURCES,
+    Convention,
+    Span,
+    agent_name,
+    classify,
+    int_attr,
+    num_attr,
+    record_time,
+    str_attr,
+)
+from agent_replay.traces.importers.otel_tree import (
+    Mark,
+    assemble,
+    claude_streams,
+    uncached_sessions,
 )
 from agent_replay.traces.otlp import (
     attributes,
@@ -76,52 +102,42 @@ from agent_replay.traces.schema import TraceMeta
 
 NAME = "otel"
 BLOCK_SIZE = 16
-LLM_OPERATIONS = ("chat", "text_completion", "generate_content")
 MAX_PROBLEM_LINES = 20
 """Problems listed one line each in the notes; past this many, a count."""
-FIRST_TOKEN_EVENT = "First Token Stream Event"
 AGENT_TOOLS = ("Agent", "Task")
 """Claude Code's tools that run a subagent."""
+CLAUDE_REQUEST = "claude_code.api_request"
+AGENT_CALL_EVENTS = {"tool_decision", "claude_code.tool_decision", "tool_result",
+                     "claude_code.tool_result"}
+RESULT_EVENTS = {"tool_result", "claude_code.tool_result"}
+
+__all__ = ["BLOCK_SIZE", "LLM_OPERATIONS", "NAME", "Collector", "collect", "load", "result",
+           "sniff"]
 
 
 def sniff(path: Path, head: bytes) -> bool:
     return looks_like_otlp(head)
 
 
-@dataclass(slots=True)
-class _Span:
-    """What a request, agent or tool span contributes (the rest of it is dropped on read)."""
-
-    sid: str
-    trace: str
-    kind: str  # "llm", "agent", "tool"
-    name: str
-    start: int
-    end: int
-    session: str | None = None
-    model: str | None = None
-    n_in: int | None = None
-    n_out: int | None = None
-    cached: int | None = None
-    ttft_ns: int | None = None
-    prompt: list[Any] | None = None
-    agent: str | None = None  # the agent's name (agent spans)
-
-
-@dataclass(slots=True)
-class _Mark:
-    session: str
-    order: tuple[int, int]
-    ts: int
-    kind: str  # "request", "spawn", "done"
-    ref: object  # the request's index in ``events``, or the Agent call's tool_use_id
-    agent: str | None  # requests: the subagent's name (None: the main agent)
-
-
 def _order(a: dict[str, Any], ts: int) -> tuple[int, int]:
     """Claude Code's ``event.sequence`` (its own order), then the time."""
-    seq = _int(a, "event.sequence")
+    seq = int_attr(a, "event.sequence")
     return (seq if seq is not None else -1, ts)
+
+
+def _event_names(rec: dict[str, Any], a: dict[str, Any]) -> set[Any]:
+    body = rec.get("body")
+    return {rec.get("eventName"), a.get("event.name"),
+            body.get("stringValue") if isinstance(body, dict) else None}
+
+
+@dataclass
+class _Streams:
+    """The agent streams of a trace being assembled (see ``otel_tree.assemble``)."""
+
+    agent_ids: dict[object, str] = field(default_factory=dict)
+    outer_of: dict[object, object] = field(default_factory=dict)
+    end_of: dict[object, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,21 +147,30 @@ class Collector:
     requests, agents nor tools leave only their parent link."""
 
     links: ParentLinks = field(default_factory=lambda: ParentLinks())
-    kept: dict[int, _Span] = field(default_factory=dict)
-    """Request, agent and tool spans by ``span_key`` of their id."""
+    kept: dict[int, Span] = field(default_factory=dict)
+    """Request and agent spans by ``span_key`` of their id."""
+    http: ChildStarts = field(default_factory=lambda: ChildStarts())
+    """HTTP client spans: their parents and start times."""
     events: list[Request] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     n_problems: int = 0
     n_spans: int = 0
     n_tools: int = 0
     n_metrics: int = 0
-    _codex_sent: dict[str, int] = field(default_factory=dict)
+    _codex_sent: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    """By conversation: its latest ``codex.api_request``'s send time and its span."""
+    endpoint_starts: dict[int, int] = field(default_factory=dict)
+    """Codex's endpoint spans (``api.path``, e.g. ``/responses``): start by span key."""
     sources: set[str] = field(default_factory=set)
     _cycles: set[str] = field(default_factory=set)
-    _marks: list[_Mark] = field(default_factory=list)
+    _marks: list[Mark] = field(default_factory=list)
     """Claude Code events in a session's order: requests, subagent spawns and returns."""
     n_flat_sessions: int = 0
     n_uncached_sessions: int = 0
+    n_http_sent: int = 0
+    _named_sessions: set[str] = field(default_factory=set)
+    """Claude Code sessions whose events name their agent (``agent_id``)."""
+    n_endpoint_sent: int = 0
 
     def problem(self, line: str) -> None:
         self.n_problems += 1
@@ -155,156 +180,188 @@ class Collector:
     def add(self, export: dict[str, Any], where: str) -> None:
         if "resourceMetrics" in export:
             self.n_metrics += 1
-        for res, sp in spans(export):
-            self._span(res, sp, where)
-        for res, rec in log_records(export):
-            self._log(res, rec, where)
+        for _, sp in spans(export):
+            self._span(sp, where)
+        for _, rec in log_records(export):
+            self._log(rec, where)
 
     # spans
 
-    def _span(self, res: dict[str, Any], sp: dict[str, Any], where: str) -> None:
+    def _span(self, sp: dict[str, Any], where: str) -> None:
         self.n_spans += 1
-        sid, tid = sp.get("spanId"), sp.get("traceId")
-        if not isinstance(sid, str) or not sid or not isinstance(tid, str):
+        sid = _span_id(sp)
+        if sid is None:
             self.problem(f"{where}: a span without spanId/traceId: skipped")
             return
         key = span_key(sid)
         parent = sp.get("parentSpanId")
-        if isinstance(parent, str) and parent:
-            self.links.add(key, span_key(parent))
+        parent_key = span_key(parent) if isinstance(parent, str) and parent else None
+        if parent_key is not None:
+            self.links.add(key, parent_key)
         a = attributes(sp.get("attributes"))
-        op = a.get("gen_ai.operation.name")
-        oi = a.get("openinference.span.kind")
-        oi = oi.upper() if isinstance(oi, str) else None
-        if op in LLM_OPERATIONS or oi == "LLM":
-            kind = "llm"
-        elif op == "invoke_agent" or oi == "AGENT":
-            kind = "agent"
-        elif op == "execute_tool" or oi == "TOOL":
+        kind, convention = classify(a, sp)
+        if kind in ("llm", "agent"):
+            self._keep(key, kind, convention, sp, a, _label(where, sid, str(sp.get("name") or "")))
+        elif kind is not None:
+            self._mark_time(kind, key, parent_key, nanos(sp.get("startTimeUnixNano")))
+
+    def _mark_time(self, kind: str, key: int, parent_key: int | None, start: int | None) -> None:
+        """What a tool, HTTP client or endpoint span leaves: a count, or its start (an HTTP
+        client span's for its parent request span)."""
+        if kind == "tool":
             self.n_tools += 1
+        elif start is None:
             return
-        else:
-            return
-        name = str(sp.get("name") or "")
-        label = f"{where}: span {sid} ({name})" if name else f"{where}: span {sid}"
+        elif kind == "http" and parent_key is not None:
+            self.http.add(parent_key, start)
+        elif kind == "endpoint":
+            self.endpoint_starts[key] = start
+
+    def _keep(self, key: int, kind: str, convention: Convention | None, sp: dict[str, Any],
+              a: dict[str, Any], label: str) -> None:
+        """Keep an agent span, or a request span with its counts."""
+        s = self._timed(kind, sp, a, label)
+        if s is not None and (convention is None or self._counted(s, convention, a, sp, label)):
+            self.kept[key] = s
+
+    def _http(self, sp: dict[str, Any], parent_key: int | None) -> None:
+        start = nanos(sp.get("startTimeUnixNano"))
+        if parent_key is not None and start is not None:
+            self.http.add(parent_key, start)
+
+    def _timed(self, kind: str, sp: dict[str, Any], a: dict[str, Any],
+               label: str) -> Span | None:
+        """The span with its times, session and agent name; None (a problem) when its
+        times are missing or run backwards."""
         start, end = nanos(sp.get("startTimeUnixNano")), nanos(sp.get("endTimeUnixNano"))
         if start is None or end is None:
             self.problem(f"{label}: no start or end time: skipped")
-            return
+            return None
         if end < start:
             self.problem(f"{label}: ends {(start - end) / 1e6:.3f} ms before it starts: skipped")
-            return
+            return None
         session = a.get("gen_ai.conversation.id") or a.get("session.id")
-        s = _Span(sid, tid, kind, name, start, end,
-                  session=session if isinstance(session, str) and session else None)
+        s = Span(str(sp["spanId"]), str(sp["traceId"]), kind, str(sp.get("name") or ""),
+                 start, end, session=session if isinstance(session, str) and session else None)
         if kind == "agent":
-            agent = a.get("gen_ai.agent.name") or a.get("gen_ai.agent.id") or a.get("agent.name")
-            s.agent = str(agent) if agent else None
-            self.kept[key] = s
-            return
-        if oi == "LLM" and op not in LLM_OPERATIONS:
-            self.sources.add("openinference")
-            n_in, n_out = _int(a, "llm.token_count.prompt"), _int(a, "llm.token_count.completion")
-            read = _int(a, "llm.token_count.prompt_details.cache_read")
-            write = _int(a, "llm.token_count.prompt_details.cache_write")
-            s.model = _str(a, "llm.model_name")
-            s.prompt = _openinference_messages(a)
-            for ev in sp.get("events") or ():
-                if isinstance(ev, dict) and ev.get("name") == FIRST_TOKEN_EVENT:
-                    t = nanos(ev.get("timeUnixNano"))
-                    if t is not None and t >= start:
-                        s.ttft_ns = t - start
-                    break
-        else:
-            self.sources.add("gen_ai")
-            n_in, n_out = _int(a, "gen_ai.usage.input_tokens"), _int(a, "gen_ai.usage.output_tokens")
-            read = _int(a, "gen_ai.usage.cache_read.input_tokens")
-            write = _int(a, "gen_ai.usage.cache_creation.input_tokens")
-            s.model = _str(a, "gen_ai.response.model") or _str(a, "gen_ai.request.model")
-            s.prompt = _gen_ai_messages(a)
-            ttfc = a.get("gen_ai.response.time_to_first_chunk")
-            if isinstance(ttfc, (int, float)) and not isinstance(ttfc, bool) and ttfc >= 0:
-                s.ttft_ns = round(ttfc * 1e9)
+            s.agent = agent_name(a)
+        return s
+
+    def _counted(self, s: Span, convention: Convention, a: dict[str, Any], sp: dict[str, Any],
+                 label: str) -> bool:
+        """Read a request span's counts; False (a problem) without input or output."""
+        self.sources.add(convention.source)
+        n_in, n_out, read, write = convention.read(s, a, sp)
         if n_in is None or n_out is None:
             missing = [k for k, v in (("input", n_in), ("output", n_out)) if v is None]
             self.problem(f"{label}: no {' or '.join(missing)} token count: skipped")
-            return
-        if n_in < (read or 0) + (write or 0):
-            n_in += (read or 0) + (write or 0)  # a count of the uncached part alone
+            return False
+        parts = (read or 0) + (write or 0)
+        if s.cache_parts is None and n_in < parts:
+            n_in += parts  # a count of the uncached part alone
         s.n_in, s.n_out, s.cached = n_in, n_out, read
-        self.kept[key] = s
+        return True
 
     # log events
 
-    def _log(self, res: dict[str, Any], rec: dict[str, Any], where: str) -> None:
+    def _log(self, rec: dict[str, Any], where: str) -> None:
         a = attributes(rec.get("attributes"))
-        body = rec.get("body")
-        names = {rec.get("eventName"), a.get("event.name"),
-                 body.get("stringValue") if isinstance(body, dict) else None}
-        ts = _event_time(rec, a, where)
-        if names & {"claude_code.api_request"} or ("api_request" in names and "cache_read_tokens" in a):
+        names = _event_names(rec, a)
+        ts = record_time(rec, a, where)
+        if CLAUDE_REQUEST in names or ("api_request" in names and "cache_read_tokens" in a):
             self.sources.add("claude-code events")
             self._claude(a, ts, where)
-        elif names & {"tool_decision", "claude_code.tool_decision", "tool_result",
-                      "claude_code.tool_result"} and a.get("tool_name") in AGENT_TOOLS:
-            sess, tid = _str(a, "session.id"), _str(a, "tool_use_id")
-            if sess is not None and tid is not None and ts is not None and \
-                    a.get("decision", "accept") == "accept":
-                done = bool(names & {"tool_result", "claude_code.tool_result"})
-                self._marks.append(_Mark(sess, _order(a, ts), ts, "done" if done else "spawn",
-                                         tid, None))
+        elif names & AGENT_CALL_EVENTS and a.get("tool_name") in AGENT_TOOLS:
+            self._agent_call(a, ts, bool(names & RESULT_EVENTS))
         elif "codex.api_request" in names:
-            conv = _str(a, "conversation.id")
-            dur = _num(a, "duration_ms")
-            if conv is not None and ts is not None and dur is not None:
-                self._codex_sent[conv] = ts - int(dur * 1e6)
+            self._codex_request(a, ts, rec.get("spanId"))
         elif "codex.sse_event" in names and a.get("event.kind") == "response.completed":
             self.sources.add("codex events")
             self._codex(a, ts, where)
 
+    def _codex_request(self, a: dict[str, Any], ts: int | None, span: Any) -> None:
+        """Codex's ``api_request``: when its conversation's next response was sent, and
+        the endpoint span it was logged in (where Codex exports its traces too)."""
+        conv, dur = str_attr(a, "conversation.id"), num_attr(a, "duration_ms")
+        if conv is not None and ts is not None and dur is not None:
+            key = span_key(span) if isinstance(span, str) and span else None
+            self._codex_sent[conv] = (ts - int(dur * 1e6), key)
+
+    def _agent_call(self, a: dict[str, Any], ts: int | None, done: bool) -> None:
+        """An accepted Agent call opens a subagent (``tool_decision``) or closes it
+        (``tool_result``)."""
+        sess, tid = str_attr(a, "session.id"), str_attr(a, "tool_use_id")
+        if sess is not None and tid is not None and ts is not None and \
+                a.get("decision", "accept") == "accept":
+            self._marks.append(Mark(sess, _order(a, ts), ts, "done" if done else "spawn",
+                                    tid, None))
+
     def _claude(self, a: dict[str, Any], ts: int | None, where: str) -> None:
-        sess = _str(a, "session.id")
-        label = f"{where}: api_request event" + (f" (prompt {a['prompt.id']})" if a.get("prompt.id") else "")
-        n_in, n_out = _int(a, "input_tokens"), _int(a, "output_tokens")
-        if n_in is None or n_out is None:
-            self.problem(f"{label}: no input or output token count: skipped")
+        checked = self._claude_checked(a, ts, _event_label(where, a))
+        if checked is None:
             return
-        if ts is None or sess is None:
-            self.problem(f"{label}: no timestamp or session.id: skipped")
-            return
-        dur = _num(a, "duration_ms")
-        if dur is not None and dur < 0:
-            self.problem(f"{label}: negative duration_ms {dur}: skipped")
-            return
-        read = _int(a, "cache_read_tokens") or 0
-        write = _int(a, "cache_creation_tokens") or 0
+        sess, ts, n_in, n_out, dur = checked
+        read = int_attr(a, "cache_read_tokens") or 0
+        write = int_attr(a, "cache_creation_tokens") or 0
         span = int((dur or 0) * 1e6)
-        source = _str(a, "query_source") or ""
-        sub = _str(a, "agent.name") or (source[6:] if source.startswith("agent:") else None)
-        self._marks.append(_Mark(sess, _order(a, ts), ts, "request", len(self.events), sub))
+        source = str_attr(a, "query_source") or ""
+        sub = str_attr(a, "agent.name") or (source[6:] if source.startswith("agent:") else None)
+        self._marks.append(Mark(sess, _order(a, ts), ts, "request", len(self.events), sub))
+        extra: dict[str, object] = {"cache_parts": (read, write), "side": source in SIDE_SOURCES}
+        if self._named_agent(a, extra):
+            self._named_sessions.add(sess)
         self.events.append(Request(
             session=sess, key=len(self.events), arrival_abs_ns=ts - span,
             input_tokens=n_in, output_tokens=n_out, cached_tokens=read,
-            api="messages", model=_str(a, "model"), end_ns=span if dur is not None else None,
-            extra={"cache_parts": (read, write)}))
+            api="messages", model=str_attr(a, "model"), end_ns=span if dur is not None else None,
+            extra=extra))
+
+    @staticmethod
+    def _named_agent(a: dict[str, Any], extra: dict[str, object]) -> bool:
+        """Claude Code 2.1.3xx names the agent of a request (``agent_id``, with
+        ``parent_agent_id`` for a nested one): kept in ``extra``; False when not named."""
+        agent = str_attr(a, "agent_id")
+        if agent is None:
+            return False
+        extra["agent_ids"] = (agent, str_attr(a, "parent_agent_id"))
+        return True
+
+    def _claude_checked(self, a: dict[str, Any], ts: int | None,
+                        label: str) -> tuple[str, int, int, int, float | None] | None:
+        """(session, time, input, output, duration_ms) of an api_request event, or None
+        (a problem) when one of them is missing or the duration negative."""
+        sess = str_attr(a, "session.id")
+        n_in, n_out = int_attr(a, "input_tokens"), int_attr(a, "output_tokens")
+        if n_in is None or n_out is None:
+            self.problem(f"{label}: no input or output token count: skipped")
+            return None
+        if ts is None or sess is None:
+            self.problem(f"{label}: no timestamp or session.id: skipped")
+            return None
+        dur = num_attr(a, "duration_ms")
+        if dur is not None and dur < 0:
+            self.problem(f"{label}: negative duration_ms {dur}: skipped")
+            return None
+        return sess, ts, n_in, n_out, dur
 
     def _codex(self, a: dict[str, Any], ts: int | None, where: str) -> None:
-        conv = _str(a, "conversation.id")
+        conv = str_attr(a, "conversation.id")
         label = f"{where}: response.completed event"
-        n_in, n_out = _int(a, "input_token_count"), _int(a, "output_token_count")
+        n_in, n_out = int_attr(a, "input_token_count"), int_attr(a, "output_token_count")
         if n_in is None or n_out is None:
             self.problem(f"{label}: no input or output token count: skipped")
             return
         if ts is None or conv is None:
             self.problem(f"{label}: no timestamp or conversation.id: skipped")
             return
-        sent = self._codex_sent.pop(conv, None)
+        sent, span = self._codex_sent.pop(conv, (None, None))
         arrival = sent if sent is not None and sent <= ts else ts
-        cached = _int(a, "cached_token_count")
+        cached = int_attr(a, "cached_token_count")
         self.events.append(Request(
             session=conv, key=len(self.events), arrival_abs_ns=arrival, input_tokens=n_in,
             output_tokens=n_out, cached_tokens=min(cached, n_in) if cached is not None else None,
-            api="responses", model=_str(a, "model"), end_ns=ts - arrival))
+            api="responses", model=str_attr(a, "model"), end_ns=ts - arrival,
+            extra={"send_span": span} if span is not None else {}))
 
     # assembly
 
@@ -322,200 +379,152 @@ class Collector:
             cur = self.links.parent(cur)
         return out
 
-    def _claude_streams(self, agent_ids: dict[object, str], outer_of: dict[object, object],
-                        end_of: dict[object, int]) -> dict[int, object]:
-        """Claude Code's subagents: an accepted ``Agent`` (``Task``) call opens one (after
-        the ``api_request`` of the turn that made it, which Claude Code logs after the
-        call's ``tool_decision``), its ``tool_result`` closes it, and a request whose
-        ``agent.name`` / ``query_source`` names a subagent belongs to the innermost one
-        open. Subagents run one inside
-        another; two calls opened before either sends a request run side by side, and the
-        events do not say whose request is whose: that session stays one stream (counted
-        in ``n_flat_sessions``). Returns the stream of each event request (by index)."""
-        by_session: dict[str, list[_Mark]] = {}
-        for m in self._marks:
-            by_session.setdefault(m.session, []).append(m)
-        out: dict[int, object] = {}
-        self.n_flat_sessions = 0
-        for session, marks in by_session.items():
-            marks.sort(key=lambda m: m.order if all(x.order[0] >= 0 for x in marks) else
-                       (m.ts, m.order[0]))
-            stack: list[str] = []
-            quiet: set[str] = set()  # opened, no request yet
-            deferred: list[str] = []
-            mine: dict[int, object] = {}
-            flat = False
-            for m in marks:
-                ref = str(m.ref)
-                if m.kind == "spawn":
-                    # logged before the api_request of the turn that made the call: it opens
-                    # after that request
-                    deferred.append(ref)
-                elif m.kind == "done":
-                    if ref in deferred:
-                        deferred.remove(ref)
-                    if ref in stack:
-                        stack.remove(ref)
-                        quiet.discard(ref)
-                        end_of[(session, ref)] = m.ts
-                else:
-                    if m.agent is not None and stack:
-                        quiet.discard(stack[-1])
-                        mine[int(ref)] = (session, stack[-1])
-                        agent_ids[(session, stack[-1])] = f"{m.agent}-{stack[-1][-8:]}"
-                    for opened in deferred:
-                        if quiet:
-                            flat = True
-                        stack.append(opened)
-                        quiet.add(opened)
-                        outer_of[(session, opened)] = (session, stack[-2]) if len(stack) > 1 \
-                            else None
-                    deferred = []
-            if flat:
-                self.n_flat_sessions += 1
-            elif mine:
-                out.update(mine)
-        return out
-
     def requests(self) -> tuple[list[Request], dict[str, list[Any]]]:
         """The requests (span requests then event requests) and, by request key, the
         captured prompts."""
         prompts: dict[str, list[Any]] = {}
         self.links.finish()
-        agent_of: dict[int, tuple[str, int | None]] = {}  # agent span -> (id, enclosing agent)
-        llm = sorted((s for s in self.kept.values() if s.kind == "llm"), key=lambda s: (s.start, s.sid))
-        placed: list[tuple[_Span, str, int | None]] = []  # span, session, its agent span
-        for s in llm:
-            ups = self._ancestors(s.sid)
-            if ups is None:
-                if s.sid not in self._cycles:  # once, however often the trace is built
-                    self._cycles.add(s.sid)
-                    self.problem(f"span {s.sid} ({s.name}): its parent ids form a cycle: "
-                                 "imported outside any agent, in its trace's session")
-                ups = []
-            agents = [u for u in ups if u in self.kept and self.kept[u].kind == "agent"]
-            session = s.session or next((self.kept[u].session for u in ups if u in self.kept
-                                         and self.kept[u].session), None) or s.trace
-            agent_span = agents[0] if len(agents) > 1 else None
-            if agent_span is not None and agent_span not in agent_of:
-                a = self.kept[agent_span]
-                agent_of[agent_span] = (f"{a.agent or 'agent'}-{a.sid[:8]}",
-                                        agents[1] if len(agents) > 2 else None)
-            placed.append((s, session, agent_span))
+        st = _Streams()
+        items = self._span_items(st, prompts)
+        claude_span_sessions = {r.session for r, _ in items if "cache_parts" in r.extra}
+        items += self._event_items(st, claude_span_sessions)
+        uncached = uncached_sessions([r for r, _ in sorted(items, key=lambda it: it[0].arrival_abs_ns)
+                                      if "cache_parts" in r.extra])
+        self.n_uncached_sessions = len(uncached)
+        for r, _ in items:
+            parts = r.extra.get("cache_parts")
+            if isinstance(parts, tuple) and r.session in uncached:
+                r.input_tokens += int(parts[0]) + int(parts[1])
+        items.sort(key=_item_order)
+        return assemble(items, st.agent_ids, st.outer_of, st.end_of), prompts
+
+    def _place(self, s: Span) -> tuple[str, int | None, int | None]:
+        """A request span's session, its agent span (None: the main agent) and that
+        agent's enclosing agent span."""
+        ups = self._ancestors_or_none(s)
+        agents = [u for u in ups if u in self.kept and self.kept[u].kind == "agent"]
+        session = s.session or self._ancestor_session(ups) or s.trace
+        agent_span = agents[0] if len(agents) > 1 else None
+        return session, agent_span, (agents[1] if len(agents) > 2 else None)
+
+    def _ancestor_session(self, ups: list[int]) -> str | None:
+        """The session of the nearest ancestor span that names one."""
+        return next((self.kept[u].session for u in ups if u in self.kept
+                     and self.kept[u].session), None)
+
+    def _ancestors_or_none(self, s: Span) -> list[int]:
+        """``_ancestors``, none on a cycle (a problem, named once however often the trace
+        is built)."""
+        ups = self._ancestors(s.sid)
+        if ups is not None:
+            return ups
+        if s.sid not in self._cycles:
+            self._cycles.add(s.sid)
+            self.problem(f"span {s.sid} ({s.name}): its parent ids form a cycle: "
+                         "imported outside any agent, in its trace's session")
+        return []
+
+    def _span_items(self, st: _Streams, prompts: dict[str, list[Any]]) -> list[tuple[Request, object]]:
         items: list[tuple[Request, object]] = []  # (request, its stream: None is main)
-        agent_ids: dict[object, str] = {}
-        outer_of: dict[object, object] = {}
-        end_of: dict[object, int] = {}
-        for s, session, agent_span in placed:
-            if agent_span is not None:
-                agent_ids[agent_span], outer_of[agent_span] = agent_of[agent_span]
-                end_of[agent_span] = self.kept[agent_span].end
-            r = Request(session=session, key=s.sid, arrival_abs_ns=s.start,
-                        input_tokens=s.n_in or 0, output_tokens=s.n_out or 0,
-                        cached_tokens=s.cached, api="chat", model=s.model, ttft_ns=s.ttft_ns,
-                        end_ns=s.end - s.start)
+        self.n_http_sent = 0
+        llm = sorted((s for s in self.kept.values() if s.kind == "llm"),
+                     key=lambda s: (s.start, s.sid))
+        sent = self.http.latest({span_key(s.sid) for s in llm})
+        for s in llm:
+            session, agent_span, outer = self._place(s)
+            stream: object = agent_span
+            if s.stream is not None:
+                stream = _claude_stream(st, session, s.stream)
+            elif agent_span is not None:
+                a = self.kept[agent_span]
+                st.agent_ids.setdefault(agent_span, f"{a.agent or 'agent'}-{a.sid[:8]}")
+                st.outer_of.setdefault(agent_span, outer)
+                st.end_of[agent_span] = a.end
+            items.append((self._span_request(s, session, sent.get(span_key(s.sid))), stream))
             if s.prompt:
                 prompts[s.sid] = s.prompt
-            items.append((r, agent_span))
-        # log events: the main agent, and Claude Code's subagents where its events say so
-        events = sorted(self.events, key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
-        uncached = uncached_sessions(events)
-        self.n_uncached_sessions = len(uncached)
-        stream_of = self._claude_streams(agent_ids, outer_of, end_of)
-        for e in events:
-            r = replace(e, key=f"event-{e.key}")  # the collector's own stay as read
-            if "cache_parts" in r.extra and r.session in uncached:
-                parts = r.extra["cache_parts"]
-                assert isinstance(parts, tuple)
-                r.input_tokens += int(parts[0]) + int(parts[1])
-            items.append((r, stream_of.get(int(str(e.key)))))
-        items.sort(key=lambda it: (it[0].arrival_abs_ns, str(it[0].key)))
-        reqs = assemble(items, agent_ids, outer_of, end_of)
-        return reqs, prompts
+        return items
+
+    def _span_request(self, s: Span, session: str, http: int | None) -> Request:
+        """A request span as a request: sent when its HTTP client child started (``http``)
+        or its own attempt event says, else when it started."""
+        sent = http if http is not None else s.sent
+        if sent is not None and s.start <= sent <= s.end:
+            self.n_http_sent += http is not None
+        else:
+            sent = s.start
+        ttft = max(0, s.start + s.ttft_ns - sent) if s.ttft_ns is not None else None
+        r = Request(session=session, key=s.sid, arrival_abs_ns=sent,
+                    input_tokens=s.n_in or 0, output_tokens=s.n_out or 0,
+                    cached_tokens=s.cached, api="messages" if s.cache_parts else "chat",
+                    model=s.model, ttft_ns=ttft, end_ns=s.end - sent)
+        if s.cache_parts is not None:
+            r.extra["cache_parts"] = s.cache_parts
+        if s.side:
+            r.extra["side"] = True
+        return r
+
+    def _event_items(self, st: _Streams, skip: set[str]) -> list[tuple[Request, object]]:
+        """Log-event requests: the main agent, and Claude Code's subagents where its events
+        say so; none of the sessions in ``skip`` (their spans say more)."""
+        events = sorted((e for e in self.events if e.session not in skip),
+                        key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
+        self.n_endpoint_sent = 0
+        stream_of, self.n_flat_sessions = claude_streams(
+            [m for m in self._marks if m.session not in skip | self._named_sessions],
+            st.agent_ids, st.outer_of, st.end_of)
+        # the collector's own stay as read
+        return [(self._endpoint_sent(replace(e, key=f"event-{e.key}", extra=dict(e.extra))),
+                 self._event_stream(st, e, stream_of)) for e in events]
+
+    def _event_stream(self, st: _Streams, e: Request, stream_of: dict[int, object]) -> object:
+        """An event request's stream: the agent its event names (``agent_id``, Claude Code
+        2.1.3xx; none in a session where others do: the main agent), else the one its
+        session's order of events gives."""
+        ids = e.extra.get("agent_ids")
+        if isinstance(ids, tuple):
+            return _claude_stream(st, e.session, ids)
+        return None if e.session in self._named_sessions else stream_of.get(int(str(e.key)))
+
+    def _endpoint_sent(self, r: Request) -> Request:
+        """A Codex request sent when its endpoint span started, where that span came."""
+        span = r.extra.pop("send_span", None)
+        start = self.endpoint_starts.get(span) if isinstance(span, int) else None
+        end = r.arrival_abs_ns + (r.end_ns or 0)
+        if start is not None and r.arrival_abs_ns - 1_000_000_000 <= start <= end:
+            r.arrival_abs_ns, r.end_ns = start, end - start
+            self.n_endpoint_sent += 1
+        return r
 
 
-def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
-             outer_of: dict[object, object], end_of: dict[object, int]) -> list[Request]:
-    """Parents, dependencies, agent ids and think times of requests in arrival order, each
-    in a stream (None: the main agent) of its session. Within a stream each request follows
-    the one before; a request that arrives while every earlier one of its stream still
-    runs goes side by side, in a lane of its own (agent id ``NAME/2``, ``/3``..., as the
-    recorder names them); a later request continues the free lane whose last prompt it
-    extends (the longest not longer than its own; else the first free) and waits for every
-    other lane's last request that has ended. A subagent's
-    first request is spawned by its enclosing stream's latest
-    request, and the enclosing stream's first request after the subagent ended (``end_of``)
-    waits for the subagent's last one."""
-    last: dict[tuple[str, object], Request] = {}
-    lanes: dict[tuple[str, object], list[Request]] = {}  # the last request of each lane
-    joined: set[object] = set()  # keys some later request depends on
-    pending: dict[tuple[str, object], list[object]] = {}  # subagents to join
-    out: list[Request] = []
-    for r, stream in items:
-        key = (r.session, stream)
-        first = key not in lanes
-        lane = lanes.setdefault(key, [])
-        free = [i for i, q in enumerate(lane) if q.arrival_abs_ns + (q.end_ns or 0)
-                <= r.arrival_abs_ns]
-        prev: Request | None = None
-        if free:
-            # the lane whose prompt this one extends (the longest not longer), else the first
-            grown = [i for i in free if lane[i].input_tokens <= r.input_tokens]
-            n = max(grown, key=lambda i: (lane[i].input_tokens, -i)) if grown else free[0]
-            prev = lane[n]
-            lane[n] = r
-        else:  # every lane still running: one more lane, side by side
-            n = len(lane)
-            lane.append(r)
-        deps: list[Request] = [prev] if prev is not None else []
-        # the other lanes' ends this request has seen come back
-        deps += [q for i, q in enumerate(lane) if i != n and q.key not in joined
-                 and q.arrival_abs_ns + (q.end_ns or 0) <= r.arrival_abs_ns]
-        parent = prev
-        if stream is not None and first:
-            outer = (r.session, outer_of.get(stream))
-            spawner = last.get(outer)
-            if spawner is not None:
-                deps.append(spawner)
-                parent = spawner
-            pending.setdefault(outer, []).append(stream)
-        waiting = pending.get(key, [])
-        for sub in list(waiting):
-            sub_last = last.get((r.session, sub))
-            if sub_last is not None and end_of.get(sub, sub_last.arrival_abs_ns) <= r.arrival_abs_ns:
-                deps.append(sub_last)
-                waiting.remove(sub)
-        r.agent_id = ("main" if stream is None else agent_ids[stream]) + \
-            (f"/{n + 1}" if n else "")
-        r.parent_key = parent.key if parent is not None else None
-        r.depends_on_keys = [d.key for d in deps]
-        joined.update(d.key for d in deps)
-        ends = [d.arrival_abs_ns + (d.end_ns or 0) for d in deps]
-        r.think_ns = max(0, r.arrival_abs_ns - max(ends)) if ends else None
-        last[key] = r
-        out.append(r)
-    return out
+def _item_order(it: tuple[Request, object]) -> tuple[int, str]:
+    return it[0].arrival_abs_ns, str(it[0].key)
 
 
-def uncached_sessions(events: list[Request]) -> set[str]:
-    """Sessions whose Claude Code ``input_tokens`` count the uncached part of the prompt
-    alone (Anthropic's API), as opposed to the whole prompt (vLLM, and servers like it,
-    report the whole prompt on the Messages API too). In arrival order, a request whose
-    cache read is larger than its own ``input_tokens``, or than every earlier request's of
-    its session (subagents interleave: any earlier prompt may hold the prefix), read more
-    from the cache than a whole-prompt count allows: the counts are uncached. Where no
-    request reads the cache the two readings agree."""
-    out: set[str] = set()
-    most: dict[str, int] = {}
-    for r in events:
-        parts = r.extra.get("cache_parts")
-        if not isinstance(parts, tuple):
-            continue
-        read = int(parts[0])
-        if read > r.input_tokens or read > most.get(r.session, read):
-            out.add(r.session)
-        most[r.session] = max(most.get(r.session, 0), r.input_tokens)
-    return out
+def _claude_stream(st: _Streams, session: str, ids: tuple[str, str | None]) -> object:
+    """The stream of a Claude Code span that names its agent (``agent_id``): a subagent
+    of ``parent_agent_id``'s stream, or of the main agent."""
+    agent, parent = ids
+    key = (session, "agent", agent)
+    if key not in st.agent_ids:
+        st.agent_ids[key] = f"agent-{agent[-8:]}"
+        st.outer_of[key] = (session, "agent", parent) if parent else None
+    return key
+
+
+def _event_label(where: str, a: dict[str, Any]) -> str:
+    prompt = a.get("prompt.id")
+    return f"{where}: api_request event" + (f" (prompt {prompt})" if prompt else "")
+
+
+def _span_id(sp: dict[str, Any]) -> str | None:
+    """The span's id, None when it or its trace id is missing."""
+    sid, tid = sp.get("spanId"), sp.get("traceId")
+    return sid if isinstance(sid, str) and sid and isinstance(tid, str) else None
+
+
+def _label(where: str, sid: str, name: str) -> str:
+    return f"{where}: span {sid} ({name})" if name else f"{where}: span {sid}"
 
 
 def span_key(span_id: str) -> int:
@@ -562,99 +571,29 @@ class ParentLinks:
         return None
 
 
-def _int(a: dict[str, Any], key: str) -> int | None:
-    v = a.get(key)
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        n = int(v) if not isinstance(v, float) else (int(v) if v == int(v) else None)
-    except (TypeError, ValueError):
-        return None
-    return n if n is not None and n >= 0 else None
+class ChildStarts:
+    """Parent span -> the start of a child span, 16 bytes each (as ``ParentLinks``): every
+    HTTP client span of an export may be kept, a million of them in 16 MB."""
 
+    def __init__(self) -> None:
+        self._parent = array("Q")
+        self._start = array("Q")
 
-def _num(a: dict[str, Any], key: str) -> float | None:
-    v = a.get(key)
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
+    def add(self, parent: int, start: int) -> None:
+        self._parent.append(parent)
+        self._start.append(start)
 
-
-def _str(a: dict[str, Any], key: str) -> str | None:
-    v = a.get(key)
-    return v if isinstance(v, str) and v else None
-
-
-def _event_time(rec: dict[str, Any], a: dict[str, Any], where: str) -> int | None:
-    ts = a.get("event.timestamp")
-    if isinstance(ts, str):
-        try:
-            return parse_iso_ns(ts, where, None, "event.timestamp")
-        except TraceError:
-            pass  # an unreadable stamp: the record's own time
-    return nanos(rec.get("timeUnixNano")) or nanos(rec.get("observedTimeUnixNano"))
-
-
-def _loads(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return orjson.loads(v)
-        except orjson.JSONDecodeError:
-            return v
-    return v
-
-
-def _gen_ai_messages(a: dict[str, Any]) -> list[Any] | None:
-    """Chat messages from ``gen_ai.system_instructions`` and ``gen_ai.input.messages``
-    (each a JSON string or a structured value), or None when not captured."""
-    msgs = _loads(a.get("gen_ai.input.messages"))
-    if not isinstance(msgs, list) or not msgs:
-        return None
-    out: list[Any] = []
-    system = _loads(a.get("gen_ai.system_instructions"))
-    if system:
-        out.append({"role": "system", "content": _parts_text(system)})
-    for m in msgs:
-        if isinstance(m, dict):
-            out.append({"role": m.get("role"), "content": _parts_text(m.get("parts", m.get("content")))})
-    return out
-
-
-def _parts_text(parts: Any) -> Any:
-    """Text parts as their text; others as they are (hashed as their JSON)."""
-    if isinstance(parts, str):
-        return parts
-    if isinstance(parts, list):
-        return [p.get("content") if isinstance(p, dict) and p.get("type") == "text"
-                and isinstance(p.get("content"), str) else p for p in parts]
-    return parts
-
-
-def _openinference_messages(a: dict[str, Any]) -> list[Any] | None:
-    """``llm.input_messages.<i>.message.*`` gathered into messages, or None."""
-    prefix = "llm.input_messages."
-    by_index: dict[int, dict[str, Any]] = {}
-    for k, v in a.items():
-        if not k.startswith(prefix):
-            continue
-        idx, _, rest = k[len(prefix):].partition(".")
-        if not idx.isdigit():
-            continue
-        rest = rest.removeprefix("message.")
-        by_index.setdefault(int(idx), {})[rest] = v
-    if not by_index:
-        return None
-    out: list[Any] = []
-    for i in sorted(by_index):
-        m = by_index[i]
-        msg: dict[str, Any] = {"role": m.pop("role", None), "content": m.pop("content", None)}
-        if m:
-            msg["more"] = dict(sorted(m.items()))
-        out.append(msg)
-    return out
+    def latest(self, parents: set[int]) -> dict[int, int]:
+        """The latest child start of each of ``parents`` that has a child."""
+        if not self._parent or not parents:
+            return {}
+        par = np.frombuffer(self._parent, dtype=np.uint64)
+        hit = np.flatnonzero(np.isin(par, np.fromiter(parents, np.uint64, len(parents))))
+        out: dict[int, int] = {}
+        for i in hit.tolist():
+            p, t = int(self._parent[i]), int(self._start[i])
+            out[p] = max(t, out.get(p, t))
+        return out
 
 
 def collect(paths: Iterable[Path]) -> Collector:
@@ -679,47 +618,71 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
     """The trace of a collector's requests, hash ids from content or cache counts."""
     reqs, prompts = c.requests()
     if not reqs:
-        what = ("metrics only: export traces (GenAI or OpenInference spans) or logs "
-                "(Claude Code / Codex events)") if c.n_metrics else \
-            "no LLM spans (gen_ai.operation.name chat/text_completion/generate_content, " \
-            "openinference.span.kind LLM) and no api_request events"
-        detail = f"; first problem: {c.problems[0]}" if c.problems else ""
-        raise fail(where, None, f"{what}{detail}")
+        raise fail(where, None, _nothing(c))
     ways = assign_hashes(reqs, prompts, bs, prompt_hasher)
-    n_content = ways["content"]
     table, start = build_table(reqs)
     hashed_from = " and ".join(k for k, n in ways.items() if n)
     meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
-                     content_mode="hashed" if n_content else "none",
+                     content_mode="hashed" if ways["content"] else "none",
                      extra={"imported_from": name_files, "hash_ids_from": hashed_from})
+    notes = _notes(c, reqs, ways, hashed_from) + _source_notes(c, reqs)
+    if prompts and not ways["content"]:
+        notes.append(f"{len(prompts):,} requests carry their prompt, unused: no content hasher")
+    return ImportResult(table, meta, NAME, notes + _problem_notes(c))
+
+
+def _nothing(c: Collector) -> str:
+    """Why a collector made no request."""
+    what = ("metrics only: export traces (GenAI or OpenInference spans) or logs "
+            "(Claude Code / Codex events)") if c.n_metrics else \
+        "no LLM spans (gen_ai.operation.name chat/text_completion/generate_content, " \
+        "openinference.span.kind LLM) and no api_request events"
+    detail = f"; first problem: {c.problems[0]}" if c.problems else ""
+    return f"{what}{detail}"
+
+
+def _notes(c: Collector, reqs: list[Request], ways: dict[str, int], hashed_from: str) -> list[str]:
     subagents = {(r.session, r.agent_id) for r in reqs if r.agent_id not in (None, "main")}
-    notes = [
+    return [
         f"sources: {', '.join(sorted(c.sources))}; {c.n_spans:,} spans read",
-        f"{len(subagents)} subagents (invoke_agent / AGENT spans under another agent); "
+        f"{len(subagents)} subagents (invoke_agent / AGENT spans under another agent, or "
+        "named by Claude Code's agent_id); "
         f"{c.n_tools:,} tool spans (their time is the think time before the next request)",
-        f"hash ids from {hashed_from}: {n_content:,} requests from the captured prompt, "
+        f"hash ids from {hashed_from}: {ways['content']:,} requests from the captured prompt, "
         f"{ways['cache counts']:,} from cache counts (each request's cached tokens are its "
         f"parent's leading blocks), {ways['token counts']:,} from token counts alone (no "
         "cache count: the context taken as append-only)",
     ]
+
+
+def _source_notes(c: Collector, reqs: list[Request]) -> list[str]:
+    notes = []
+    if c.n_http_sent:
+        notes.append(f"{c.n_http_sent:,} requests sent when their HTTP client span started "
+                     "(the rest: when their LLM span started)")
+    if c.n_endpoint_sent:
+        notes.append(f"{c.n_endpoint_sent:,} Codex requests sent when the endpoint span their "
+                     "api_request event names started (the rest: its time - duration_ms)")
     if any(r.api == "responses" for r in reqs):
         notes.append("Codex events name no agent: one stream per session")
     if c.n_flat_sessions:
         notes.append(f"{c.n_flat_sessions} Claude Code sessions ran subagents side by side, "
                      "which its events do not tell apart: one stream each")
-    claude = {r.session for r in reqs if r.api == "messages" and str(r.key).startswith("event-")}
+    claude = {r.session for r in reqs if "cache_parts" in r.extra}
     if claude:
         notes.append(f"Claude Code input_tokens: the uncached part (Anthropic's API: cache "
                      f"reads and writes added) in {c.n_uncached_sessions} sessions, the whole "
                      f"prompt (a vLLM-like server) in {len(claude) - c.n_uncached_sessions}")
-    if prompts and not n_content:
-        notes.append(f"{len(prompts):,} requests carry their prompt, unused: no content hasher")
-    if c.n_problems:
-        notes.append(f"{c.n_problems:,} problems, the rest imported:")
-        notes += [f"  {p}" for p in c.problems]
-        if c.n_problems > len(c.problems):
-            notes.append(f"  ... and {c.n_problems - len(c.problems):,} more")
-    return ImportResult(table, meta, NAME, notes)
+    return notes
+
+
+def _problem_notes(c: Collector) -> list[str]:
+    if not c.n_problems:
+        return []
+    notes = [f"{c.n_problems:,} problems, the rest imported:", *(f"  {p}" for p in c.problems)]
+    if c.n_problems > len(c.problems):
+        notes.append(f"  ... and {c.n_problems - len(c.problems):,} more")
+    return notes
 
 
 def assign_hashes(reqs: list[Request], prompts: dict[str, list[Any]], bs: int,
@@ -728,31 +691,38 @@ def assign_hashes(reqs: list[Request], prompts: dict[str, list[Any]], bs: int,
     else from its cache count (``hashing.cached_prefix_hashes``), else from token counts
     alone (``hashing.chain_hashes``). Returns how many requests each way."""
     ways = {"content": 0, "cache counts": 0, "token counts": 0}
-    n = 0
     if prompt_hasher is not None and prompts:
-        hasher = prompt_hasher(bs)
-        # in the order the requests finished, as the recorder's flush does
-        for r in sorted((r for r in reqs if r.key in prompts),
-                        key=lambda r: r.arrival_abs_ns + (r.end_ns or 0)):
-            ids, _ = hasher.hash_ids("chat", {"messages": prompts[str(r.key)]}, r.input_tokens)
-            r.hash_ids = ids
-            n += 1
+        ways["content"] = _content_hashes(reqs, prompts, prompt_hasher(bs))
     by_key = {(r.session, r.key): r for r in reqs}
     for r in sorted(reqs, key=lambda r: r.arrival_abs_ns):
-        if r.hash_ids is not None:
-            continue
-        p = by_key.get((r.session, r.parent_key)) if r.parent_key is not None else None
-        tag = f"{r.session}#{r.key}"
-        if r.cached_tokens is None:
-            r.hash_ids = chain_hashes(p.hash_ids if p else None, p.input_tokens if p else None,
-                                      r.input_tokens, None, bs, tag)
-            ways["token counts"] += 1
-        else:
-            r.hash_ids = cached_prefix_hashes(p.hash_ids if p else None, r.cached_tokens,
-                                              r.input_tokens, bs, tag, f"shared#{r.model}")
-            ways["cache counts"] += 1
-    ways["content"] = n
+        if r.hash_ids is None:
+            p = by_key.get((r.session, r.parent_key)) if r.parent_key is not None else None
+            ways[_count_hashes(r, p, bs)] += 1
     return ways
+
+
+def _content_hashes(reqs: list[Request], prompts: dict[str, list[Any]], hasher: Any) -> int:
+    """Hash ids from the captured prompts, in the order the requests finished (as the
+    recorder's flush does); returns how many."""
+    n = 0
+    for r in sorted((r for r in reqs if r.key in prompts),
+                    key=lambda r: r.arrival_abs_ns + (r.end_ns or 0)):
+        r.hash_ids, _ = hasher.hash_ids("chat", {"messages": prompts[str(r.key)]}, r.input_tokens)
+        n += 1
+    return n
+
+
+def _count_hashes(r: Request, p: Request | None, bs: int) -> str:
+    """Hash ids of ``r`` from its cache count (its parent ``p``'s leading blocks), else
+    from token counts alone; returns which."""
+    tag = f"{r.session}#{r.key}"
+    if r.cached_tokens is None:
+        r.hash_ids = chain_hashes(p.hash_ids if p else None, p.input_tokens if p else None,
+                                  r.input_tokens, None, bs, tag)
+        return "token counts"
+    r.hash_ids = cached_prefix_hashes(p.hash_ids if p else None, r.cached_tokens,
+                                      r.input_tokens, bs, tag, f"shared#{r.model}")
+    return "cache counts"
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
