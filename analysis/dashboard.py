@@ -175,6 +175,22 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
         f"ok {stats.ok:,}  {outcomes.text(stats.errors).replace(',', ' ')}  "
         f"warmup {stats.warmup:,}  "
         f"output {recent:,.0f} tok/s (10 s)"))
+    parts.append(_latency_table(stats))
+    parts.append(Text("* too few samples; TPS column Pxx = speed reached by xx% of requests",
+                      style="dim"))
+    spark_w = max(10, width - 26)
+    parts.append(Text(f"output tok/s {sparkline(tok.tolist(), spark_w)} "
+                      f"{(tok.max() if tok.size else 0):,.0f} max"))
+    parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
+                      f"{(req.max() if req.size else 0):,.1f} max"))
+    errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
+    parts.append(safe.text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    parts += _state_lines(stats, machine, server_gauges, gpu_line)
+    return Group(*parts)
+
+
+def _latency_table(stats: LiveStats) -> Table:
+    """The live percentiles (``*``: too few samples for it) and request TPS from TPOT's."""
     t = Table(show_edge=False, pad_edge=False, expand=False, box=None, header_style="bold")
     t.add_column("metric (ms)")
     t.add_column("count", justify="right")
@@ -191,44 +207,55 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     tv = tp.percentiles()
     tps = ["-" if tv[p] in (None, 0) else f"{1e9 / tv[p]:,.1f}" for p in PERCENTILES]  # type: ignore[operator]
     t.add_row("req TPS (tok/s)", f"{tp.count:,}", *tps, "")
-    parts.append(t)
-    parts.append(Text("* too few samples; TPS column Pxx = speed reached by xx% of requests",
-                      style="dim"))
-    spark_w = max(10, width - 26)
-    parts.append(Text(f"output tok/s {sparkline(tok.tolist(), spark_w)} "
-                      f"{(tok.max() if tok.size else 0):,.0f} max"))
-    parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
-                      f"{(req.max() if req.size else 0):,.1f} max"))
-    errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
-    parts.append(safe.text(f"errors: {errs or 'none'}", style="red" if errs else ""))
+    return t
+
+
+def _state_lines(stats: LiveStats, machine: Any, server_gauges: Mapping[str, float] | None,
+                 gpu_line: str) -> list[Text]:
+    """Inexact counts, tokens per chunk, the load generator and its self-check, the
+    server's gauges and the GPUs: each line only when it has something to say."""
+    lines = []
     if stats.inexact:
-        parts.append(Text(inexact_line(stats.inexact), style="yellow"))
-    n_chunks = sum(stats.tokens_per_chunk.values())
-    if n_chunks:
-        tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(
-            stats.tokens_per_chunk.items())[:8])
-        mean = sum(k * v for k, v in stats.tokens_per_chunk.items()) / n_chunks
-        parts.append(Text(f"tokens/chunk: {tpc}  mean {mean:.2f}"))
+        lines.append(Text(inexact_line(stats.inexact), style="yellow"))
+    if sum(stats.tokens_per_chunk.values()):
+        lines.append(_chunks_line(stats.tokens_per_chunk))
+    lines.append(_load_generator_line(stats))
+    check = self_check(stats, machine)
+    if check.line:
+        lines.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
+                          style="bold red" if check.bottleneck else "yellow"))
+    if server_gauges:
+        lines.append(_server_line(server_gauges))
+    if gpu_line:  # engines.telemetry.gauges.line
+        lines.append(Text(gpu_line))
+    return lines
+
+
+def _chunks_line(tokens_per_chunk: Mapping[int, int]) -> Text:
+    """The share of chunks per token count (the first 8) and the mean."""
+    n_chunks = sum(tokens_per_chunk.values())
+    tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(tokens_per_chunk.items())[:8])
+    mean = sum(k * v for k, v in tokens_per_chunk.items()) / n_chunks
+    return Text(f"tokens/chunk: {tpc}  mean {mean:.2f}")
+
+
+def _server_line(server_gauges: Mapping[str, float]) -> Text:
+    return Text("server: " + "  ".join(
+        f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
+        f"{label} {server_gauges[name]:,.0f}"
+        for name, label in GAUGES.items() if name in server_gauges))
+
+
+def _load_generator_line(stats: LiveStats) -> Text:
+    """Schedule and loop lag, the workers' CPU, early sends and dropped samples."""
     sl = stats.hists["schedule_lag"].percentiles([50.0, 99.0])
     ll = stats.hists["loop_lag"].percentiles([99.0])
     cpu = " ".join(f"{c:.0f}%" for c in stats.cpu_percent[:8]) or "-"
     dropped = sum(h.dropped for h in stats.hists.values())
-    parts.append(Text(f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
-                      f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
-                      + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
-                      + (f"  dropped samples {dropped}" if dropped else "")))
-    check = self_check(stats, machine)
-    if check.line:
-        parts.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
-                          style="bold red" if check.bottleneck else "yellow"))
-    if server_gauges:
-        parts.append(Text("server: " + "  ".join(
-            f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
-            f"{label} {server_gauges[name]:,.0f}"
-            for name, label in GAUGES.items() if name in server_gauges)))
-    if gpu_line:  # engines.telemetry.gauges.line
-        parts.append(Text(gpu_line))
-    return Group(*parts)
+    return Text(f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
+                f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
+                + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
+                + (f"  dropped samples {dropped}" if dropped else ""))
 
 
 def progress_line(stats: LiveStats, total_requests: int | None = None, machine: Any = None,
@@ -260,6 +287,122 @@ def inexact_line(n: int) -> str:
             "the server): in TTFT, E2E, chunk gap and tok/s; not in TPOT, ITL, TPS, tokens/chunk")
 
 
+class _Inputs:
+    """What the renderer reads each frame: the run's newest snapshot (``buf`` under
+    ``lock``, numbered by ``seq``), the part files in ``results_dir``, the server's gauges
+    (from the run's scraper, else scraped here) and the GPUs' line."""
+
+    def __init__(self, buf: Any, seq: Any, length: Any, lock: Any, results_dir: str | None,
+                 gauges_url: str | None, shared_gauges: SharedGauges | None, gpu_gauges: Any) -> None:
+        self.buf, self.seq, self.length, self.lock = buf, seq, length, lock
+        self.feed = None if results_dir is None else PartsFeed(results_dir)
+        self.gauges_url, self.shared_gauges, self.gpu_gauges = gauges_url, shared_gauges, gpu_gauges
+        self.got: bytes | None = None  # the newest good snapshot
+        self.parts = 0  # polls of the part files that found new ones
+        self.seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
+        self.stats: LiveStats | None = None
+        self.gauges: dict[str, float] = {}
+        self.gauges_seen = 0
+        self.gpu_seen, self.gpu_text, self.gpu_at = 0, "", 0.0
+        self.last_scrape = 0.0
+
+    def refresh(self) -> float:
+        """Read whatever is new; the time it was read at."""
+        self._snapshot()
+        feed = self.feed
+        if feed is not None and feed.poll() and self.got is not None:
+            self.parts += 1
+            # progress and loop lag from the snapshot, requests from the part files
+            self.stats = LiveStats.decode(self.got)
+            self.stats.merge(feed.stats)
+        now = time.monotonic()
+        self._server_gauges(now)
+        if self.gpu_gauges is not None and now - self.gpu_at >= 0.5:  # the sampler reads every 0.1 s
+            n_gpu, text = self.gpu_gauges.line()
+            if n_gpu != self.gpu_seen:
+                self.gpu_seen, self.gpu_text, self.gpu_at = n_gpu, text, now
+        return now
+
+    def _snapshot(self) -> None:
+        """A new snapshot of the run, when there is one; a damaged one is passed over (the
+        last good one stays)."""
+        if self.seq.value == self.seen or not self.lock.acquire(timeout=0.1):
+            return
+        try:
+            self.seen = self.seq.value
+            data = ctypes.string_at(ctypes.addressof(self.buf), self.length.value)
+        finally:
+            self.lock.release()
+        try:
+            fresh = LiveStats.decode(data)
+        except ValueError:  # a damaged snapshot: keep showing the last good one
+            return
+        self.got, self.stats = data, fresh
+        if self.feed is not None:
+            fresh.merge(self.feed.stats)
+
+    def _server_gauges(self, now: float) -> None:
+        if self.shared_gauges is not None:
+            n, fresh_gauges = self.shared_gauges.read()
+            if n != self.gauges_seen:
+                self.gauges_seen, self.gauges, self.last_scrape = n, fresh_gauges, now
+        elif self.gauges_url and now - self.last_scrape > 1.0:
+            self.last_scrape = now
+            try:
+                self.gauges = scrape_gauges(self.gauges_url)
+            except (OSError, ValueError):
+                self.gauges = {}
+
+    def state(self, width: int, height: int) -> tuple[int, int, int, int, int, int]:
+        """What a frame shows: a frame is drawn again only when this changed."""
+        return (self.seen, self.parts, int(self.last_scrape * 1000), self.gpu_seen, width, height)
+
+
+class _Display:
+    """Where the frames go: a rich ``Live`` on a terminal (a frame drawn only when what it
+    shows changed: one costs tens of ms of CPU), else a plain line every 5 s."""
+
+    def __init__(self, tty: bool, total: int, title: str, planned_ns: int) -> None:
+        self.console = Console(force_terminal=tty, width=None if tty else 120)
+        self.total, self.title, self.planned_ns = total, title, planned_ns
+        self.host = HostWatch()
+        self.said: set[str] = set()  # self-check kinds printed in full on a progress line
+        self.drawn: tuple[int, int, int, int, int, int] | None = None
+        self.last_line = 0.0
+        self.live: Any = None
+        if tty:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, auto_refresh=False, transient=False)
+            self.live.start()
+
+    def show(self, src: _Inputs, now: float, stopping: bool) -> None:
+        stats = src.stats
+        if stats is None:
+            return
+        if self.live is None:
+            if stopping or now - self.last_line >= 5.0:
+                self.last_line = now
+                print(progress_line(stats, self.total, self.host.machine(stats), self.planned_ns,
+                                    self.said) + (f" | {src.gpu_text}" if src.gpu_text else ""),
+                      flush=True)
+            return
+        size = self.console.size
+        state = src.state(size.width, size.height)
+        if state != self.drawn or stopping:
+            self.drawn = state
+            self.live.update(render_dashboard(stats, size.width, size.height,
+                                              total_requests=self.total, title=self.title,
+                                              server_gauges=src.gauges, gpu_line=src.gpu_text,
+                                              machine=self.host.machine(stats),
+                                              planned_ns=self.planned_ns),
+                             refresh=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
 def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
                  gauges_url: str | None, tty: bool, results_dir: str | None = None,
                  shared_gauges: SharedGauges | None = None, ready: Any = None,
@@ -270,25 +413,8 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     if threading.current_thread() is threading.main_thread():  # its own process
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the run's: it stops us
     parent = os.getppid()  # ...or the run's end, however it ends (checked every frame)
-    feed = None if results_dir is None else PartsFeed(results_dir)
-    got: bytes | None = None  # the newest good snapshot
-    parts = 0  # polls of the part files that found new ones
-    console = Console(force_terminal=tty, width=None if tty else 120)
-    seen = 0  # sequence number of the snapshot shown; 0: none has arrived yet
-    stats: LiveStats | None = None
-    gauges: dict[str, float] = {}
-    gauges_seen = 0
-    gpu_seen, gpu_text, gpu_at = 0, "", 0.0
-    last_scrape = last_line = 0.0
-    host = HostWatch()
-    said: set[str] = set()  # self-check kinds printed in full on a progress line
-    drawn: tuple[int, int, int, int, int, int] | None = None
-    live = None
-    if tty:
-        from rich.live import Live
-
-        live = Live(console=console, auto_refresh=False, transient=False)
-        live.start()
+    src = _Inputs(buf, seq, length, lock, results_dir, gauges_url, shared_gauges, gpu_gauges)
+    display = _Display(tty, total, title, planned_ns)
     # Set up at the run's priority (under SCHED_IDLE on a host with no idle CPU it would
     # not get far), then below it for the run.
     _yield_cpu()
@@ -297,65 +423,12 @@ def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: i
     try:
         while True:
             stopping = stop.is_set() or os.getppid() != parent
-            if seq.value != seen and lock.acquire(timeout=0.1):
-                try:
-                    seen = seq.value
-                    data = ctypes.string_at(ctypes.addressof(buf), length.value)
-                finally:
-                    lock.release()
-                try:
-                    fresh = LiveStats.decode(data)
-                except ValueError:  # a damaged snapshot: keep showing the last good one
-                    pass
-                else:
-                    got, stats = data, fresh
-                    if feed is not None:
-                        stats.merge(feed.stats)
-            if feed is not None and feed.poll() and got is not None:
-                parts += 1
-                # progress and loop lag from the snapshot, requests from the part files
-                stats = LiveStats.decode(got)
-                stats.merge(feed.stats)
-            now = time.monotonic()
-            if shared_gauges is not None:
-                n, fresh_gauges = shared_gauges.read()
-                if n != gauges_seen:
-                    gauges_seen, gauges, last_scrape = n, fresh_gauges, now
-            elif gauges_url and now - last_scrape > 1.0:
-                last_scrape = now
-                try:
-                    gauges = scrape_gauges(gauges_url)
-                except (OSError, ValueError):
-                    gauges = {}
-            if gpu_gauges is not None and now - gpu_at >= 0.5:  # the sampler reads every 0.1 s
-                n_gpu, text = gpu_gauges.line()
-                if n_gpu != gpu_seen:
-                    gpu_seen, gpu_text, gpu_at = n_gpu, text, now
-            if stats is not None:
-                if live is not None:
-                    size = console.size
-                    # A frame costs tens of ms of CPU: draw only when something changed.
-                    state = (seen, parts, int(last_scrape * 1000), gpu_seen, size.width,
-                             size.height)
-                    if state != drawn or stopping:
-                        drawn = state
-                        live.update(render_dashboard(stats, size.width, size.height,
-                                                     total_requests=total, title=title,
-                                                     server_gauges=gauges, gpu_line=gpu_text,
-                                                     machine=host.machine(stats),
-                                                     planned_ns=planned_ns),
-                                    refresh=True)
-                elif stopping or now - last_line >= 5.0:
-                    last_line = now
-                    print(progress_line(stats, total, host.machine(stats), planned_ns, said)
-                          + (f" | {gpu_text}" if gpu_text else ""),
-                          flush=True)
+            display.show(src, src.refresh(), stopping)
             if stopping:
                 break
             time.sleep(1.0 / FPS)
     finally:
-        if live is not None:
-            live.stop()
+        display.close()
 
 
 def _yield_cpu() -> None:

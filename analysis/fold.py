@@ -39,16 +39,15 @@ def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: His
     ``exact`` (boolean per row, None: every row) marks the rows whose tokens per chunk are
     exact: the chunk gaps of every selected row are recorded, the ITL samples and tokens per
     chunk only of the selected rows that are exact."""
-    if c.values.size != k.values.size or not np.array_equal(c.offsets, k.offsets):
-        raise ValueError("chunk_ns and chunk_tokens differ in length")
+    _check_same_lists(c, k)
     offsets = c.offsets
     tpc = np.zeros(0, dtype=np.int64)
     if c.values.size == 0:
         return tpc
     n = offsets.size - 1
     lengths = np.diff(offsets)
-    every = rows is None or bool(rows[:n][lengths > 0].all())
-    all_exact = exact is None or bool(exact[:n][lengths > 0].all())
+    every = _all_with_chunks(rows, n, lengths)
+    all_exact = _all_with_chunks(exact, n, lengths)
     cuts = _cuts(offsets, block)
     for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
         a, b = int(offsets[r0]), int(offsets[r1])
@@ -69,31 +68,57 @@ def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: His
             ex = np.repeat(exact[r0:r1], lengths[r0:r1])  # type: ignore[index]
             keep_itl = keep & ex
             sel = ex if sel is None else sel & ex
-        kt = kv if sel is None else kv[sel]
-        if kt.size and kt.min() < 0:
-            kt = kt[kt >= 0]
-        counts = np.bincount(kt)
-        if counts.size > tpc.size:
-            counts[: tpc.size] += tpc
-            tpc = counts
-        else:
-            tpc[: counts.size] += counts
-        d = np.subtract(cv[1:], cv[:-1])
-        g = d[keep[1:]]
-        if keep_itl is not None:
-            gap.record_many(g)
-            gi = d[keep_itl[1:]]
-            ki = kv[1:][keep_itl[1:]]
-            itl.record_many(_floor_div(gi, ki, d), ki)
-            continue
-        kj = kv[1:][keep[1:]]
-        if kj.size and kj.min() == 1 and kj.max() == 1:
-            # one token per chunk (no speculative decoding): each ITL sample is the gap
-            gap.record_many(g, also=itl)
-        else:
-            gap.record_many(g)
-            itl.record_many(_floor_div(g, kj, d), kj)
+        tpc = add_counts(tpc, _chunk_counts(kv if sel is None else kv[sel]))
+        _record_gaps(cv, kv, keep, keep_itl, itl, gap)
     return tpc
+
+
+def _check_same_lists(c: Lists, k: Lists) -> None:
+    if c.values.size != k.values.size or not np.array_equal(c.offsets, k.offsets):
+        raise ValueError("chunk_ns and chunk_tokens differ in length")
+
+
+def _all_with_chunks(flags: np.ndarray | None, n: int, lengths: np.ndarray) -> bool:
+    """Whether every row with chunks is flagged (None: every row is)."""
+    return flags is None or bool(flags[:n][lengths > 0].all())
+
+
+def add_counts(total: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``total + counts`` of two bincounts of any lengths (in place into the longer one)."""
+    if counts.size > total.size:
+        counts[: total.size] += total
+        return counts
+    total[: counts.size] += counts
+    return total
+
+
+def _chunk_counts(kt: np.ndarray) -> np.ndarray:
+    """Chunks per token count (``out[k]``: chunks carrying k tokens); a negative count,
+    unknown, is left out."""
+    if kt.size and kt.min() < 0:
+        kt = kt[kt >= 0]
+    return np.bincount(kt)
+
+
+def _record_gaps(cv: np.ndarray, kv: np.ndarray, keep: np.ndarray, keep_itl: np.ndarray | None,
+                 itl: Hist, gap: Hist) -> None:
+    """The chunk gaps ending at ``keep`` into ``gap``, and their ITL samples (each gap over
+    its chunk's tokens) into ``itl``, only those ending at ``keep_itl`` when given."""
+    d = np.subtract(cv[1:], cv[:-1])
+    g = d[keep[1:]]
+    if keep_itl is not None:
+        gap.record_many(g)
+        gi = d[keep_itl[1:]]
+        ki = kv[1:][keep_itl[1:]]
+        itl.record_many(_floor_div(gi, ki, d), ki)
+        return
+    kj = kv[1:][keep[1:]]
+    if kj.size and kj.min() == 1 and kj.max() == 1:
+        # one token per chunk (no speculative decoding): each ITL sample is the gap
+        gap.record_many(g, also=itl)
+    else:
+        gap.record_many(g)
+        itl.record_many(_floor_div(g, kj, d), kj)
 
 
 def _floor_div(g: np.ndarray, k: np.ndarray, scratch: np.ndarray) -> np.ndarray:

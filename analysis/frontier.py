@@ -9,6 +9,7 @@ frontier can be rebuilt from a sweep tree at any time without rerunning anything
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -111,13 +112,22 @@ def pareto_mask(xy: Sequence[tuple[float, float]]) -> list[bool]:
     return out
 
 
-def mark_frontier(pts: Sequence[Point], x: str, y: str) -> None:
-    """Per (sweep, target): mark each point on the frontier of (mean x, mean y)."""
+def by_target(pts: Sequence[Point]) -> dict[tuple[str, str], list[Point]]:
+    """The points grouped by (sweep, target), in their order."""
     by: dict[tuple[str, str], list[Point]] = {}
     for p in pts:
         by.setdefault((p.sweep, p.target), []).append(p)
-    for group in by.values():
-        have = [p for p in group if p.mean(x) is not None and p.mean(y) is not None]
+    return by
+
+
+def _has_means(p: Point, x: str, y: str) -> bool:
+    return p.mean(x) is not None and p.mean(y) is not None
+
+
+def mark_frontier(pts: Sequence[Point], x: str, y: str) -> None:
+    """Per (sweep, target): mark each point on the frontier of (mean x, mean y)."""
+    for group in by_target(pts).values():
+        have = [p for p in group if _has_means(p, x, y)]
         mask = pareto_mask([(float(p.mean(x) or 0), float(p.mean(y) or 0)) for p in have])
         for p in group:
             p.on_frontier[f"{x}:{y}"] = False
@@ -158,6 +168,39 @@ FEW_NOTE = (f"{FEW} a run's percentile over fewer samples than it needs (P90 >= 
             "run's maximum or next to it.")
 
 
+def _frontier_cell(p: Point, x: str, y: str) -> str:
+    """The frontier column: which frontiers the point is on, starred."""
+    fr = [label for key, label in ((f"{x}:{y}", "P90 TPS"), (f"north_star:{y}", "North Star"))
+          if p.on_frontier.get(key)]
+    return "* " + ", ".join(fr) if fr else ""
+
+
+def _flags(p: Point) -> str:
+    """The failed / flagged column: failed runs with their reasons, then flagged runs."""
+    return "; ".join([f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
+                     + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
+                     + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")]
+                     + [f"r{r} warm-up not steady" for r in p.unsteady()])
+
+
+def _table_row(p: Point, x: str, y: str, energy: bool) -> str:
+    energy_cell = [_ci(p.ci[ENERGY], 3)] if energy else []
+    return "| " + " | ".join([
+        p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _cell(p, "p90_tps"),
+        _cell(p, "north_star"), _ci(p.ci["output_tps_per_gpu"], 0),
+        _ci(p.ci["total_tps_per_gpu"], 0), _cell(p, "ttft_p99_ms"),
+        _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
+        *energy_cell, _frontier_cell(p, x, y), _flags(p)]) + " |"
+
+
+ENERGY_NOTE = (" J/output token: GPU energy over the measured window (every sampled GPU) "
+               "per output token; '-' for runs without GPU telemetry.")
+OFFERED_NOTE = (" Throughput here is what the offered load drew over a fixed run length: "
+                "with think times the server idles between turns, and a slower target "
+                "finishes fewer turns in the same time; it is not the server's capacity "
+                "(agent-replay sweep --find-capacity).")
+
+
 def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu",
                 kind: str | None = None) -> str:
     """The frontier table: one row per (target, point), means with 95% intervals over the
@@ -165,39 +208,18 @@ def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "o
     mark_frontier(pts, x, y)
     mark_frontier(pts, "north_star", y)
     energy = has_energy(pts)
+    offered = (kind or axis_kind({"axis": axis})) == OFFERED
     head = ["sweep", "target", axis, "runs", "P90 TPS", "North Star", "output tok/s/GPU",
             "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h",
             *(["J/output token"] if energy else []), "frontier", "failed / flagged"]
     lines = [w + "\n" for w in [warmup_line(pts)] if w]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for p in pts:
-        fr = []
-        if p.on_frontier.get(f"{x}:{y}"):
-            fr.append("P90 TPS")
-        if p.on_frontier.get(f"north_star:{y}"):
-            fr.append("North Star")
-        failed = "; ".join([f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
-                           + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
-                           + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")]
-                           + [f"r{r} warm-up not steady" for r in p.unsteady()])
-        lines.append("| " + " | ".join([
-            p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _cell(p, "p90_tps"),
-            _cell(p, "north_star"), _ci(p.ci["output_tps_per_gpu"], 0),
-            _ci(p.ci["total_tps_per_gpu"], 0), _cell(p, "ttft_p99_ms"),
-            _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
-            *([_ci(p.ci[ENERGY], 3)] if energy else []), "* " + ", ".join(fr) if fr else "", failed or ""]) + " |")
+    lines += [_table_row(p, x, y, energy) for p in pts]
     lines.append("")
     lines.append("Geometric means over replicate runs with 95% Student-t intervals on the log "
                  "scale [low, high]; the frontier column marks a point no other point of the "
                  "same target beats on both per-user speed and throughput per GPU (means). "
-                 + FEW_NOTE
-                 + (" J/output token: GPU energy over the measured window (every sampled GPU) "
-                    "per output token; '-' for runs without GPU telemetry." if energy else "")
-                 + (" Throughput here is what the offered load drew over a fixed run length: "
-                    "with think times the server idles between turns, and a slower target "
-                    "finishes fewer turns in the same time; it is not the server's capacity "
-                    "(agent-replay sweep --find-capacity)."
-                    if (kind or axis_kind({"axis": axis})) == OFFERED else ""))
+                 + FEW_NOTE + (ENERGY_NOTE if energy else "") + (OFFERED_NOTE if offered else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -212,32 +234,51 @@ PAIRED: tuple[tuple[str, bool], ...] = tuple(
 definitions table's ``higher_is_better``)."""
 
 
+def _targets_in_order(pts: Sequence[Point], order: Sequence[str]) -> list[str]:
+    """The targets named in ``order`` first, then the others by their earliest run."""
+    known = [t for t in order if any(p.target == t for p in pts)]
+
+    def earliest(t: str) -> int:
+        return min((r.get("order", 0) for p in pts if p.target == t for r in p.runs), default=0)
+
+    return known + sorted({p.target for p in pts} - set(known), key=earliest)
+
+
+def _paired_tests(a: Point, b: Point, label: str,
+                  metrics: Sequence[tuple[str, bool]]) -> list[tuple[str, Interval, bool]]:
+    """One ratio interval per metric between two points, their runs paired by repeat."""
+    ra = {int(r["repeat"]): r for r in a.runs}
+    rb = {int(r["repeat"]): r for r in b.runs}
+    reps = sorted(set(ra) | set(rb))
+    tests = []
+    for m, hib in metrics:
+        ci = ratio_ci([ra[i].get(m) if i in ra else None for i in reps],
+                      [rb[i].get(m) if i in rb else None for i in reps])
+        few = FEW if a.few(m) or b.few(m) else ""
+        tests.append((f"{label}, {m}{few}", ci, hib))
+    return tests
+
+
 def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = PAIRED,
                 order: Sequence[str] = ()) -> list[str]:
     """Each target against the first (``order``: the experiment's target names; else the
     earliest run) at every shared point: paired by repeat, intervals on the log ratio, one
     test per statistic, Holm-corrected across all of them (the last line says so)."""
-    known = [t for t in order if any(p.target == t for p in pts)]
-    targets = known + sorted({p.target for p in pts} - set(known), key=lambda t: min(
-        (r.get("order", 0) for p in pts if p.target == t for r in p.runs), default=0))
+    targets = _targets_in_order(pts, order)
     if len(targets) < 2:
         return []
     base = targets[0]
     by = {(p.target, p.point): p for p in pts}
     tests: list[tuple[str, Interval, bool]] = []
-    for t in targets[1:]:
-        for pt in sorted({p.point for p in pts}):
-            a, b = by.get((base, pt)), by.get((t, pt))
-            if a is None or b is None:
-                continue
-            ra = {int(r["repeat"]): r for r in a.runs}
-            rb = {int(r["repeat"]): r for r in b.runs}
-            reps = sorted(set(ra) | set(rb))
-            for m, hib in metrics:
-                ci = ratio_ci([ra[i].get(m) if i in ra else None for i in reps],
-                              [rb[i].get(m) if i in rb else None for i in reps])
-                few = FEW if a.few(m) or b.few(m) else ""
-                tests.append((f"{t} vs {base} at {pt:g}, {m}{few}", ci, hib))
+    for t, pt in itertools.product(targets[1:], sorted({p.point for p in pts})):
+        a, b = by.get((base, pt)), by.get((t, pt))
+        if a is not None and b is not None:
+            tests += _paired_tests(a, b, f"{t} vs {base} at {pt:g}", metrics)
+    return _holm_verdicts(tests)
+
+
+def _holm_verdicts(tests: Sequence[tuple[str, Interval, bool]]) -> list[str]:
+    """A verdict per test after Holm's correction across all of them, then the note."""
     adjusted = adjust([ci for _, ci, _ in tests])
     out = [verdict(label, ci, hib) for (label, _, hib), ci in zip(tests, adjusted, strict=True)]
     return out + [holm_note(sum(1 for c in adjusted if c.p is not None))]
@@ -249,8 +290,32 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
     line, its frontier points ringed; with GPU telemetry, each target's mean joules per output
     token on a second y-axis (dashed, same colour). None when matplotlib (the plots extra)
     is missing."""
-    if not pts:
+    plt = _pyplot()
+    if not pts or plt is None:
         return None
+    mark_frontier(pts, x, y)
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    ax2 = ax.twinx() if has_energy(pts) else None
+    flagged = False
+    for group in by_target(pts).values():
+        flagged |= _draw_target(ax, ax2, group, x, y)
+    drawn, logged = _draw_reference(ax, pts, reference, x, y)
+    ax.set_xlabel(X_AXES.get(x, x))
+    ax.set_ylabel(Y_AXES.get(y, y))
+    ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
+    ax.grid(alpha=0.3)
+    notes = _plot_notes(flagged, any(p.few(x) for p in pts), drawn, logged)
+    if notes:
+        ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
+    _legend(ax, ax2)
+    dest = Path(out)
+    fig.savefig(dest, bbox_inches="tight" if ax2 is not None or drawn else None)
+    plt.close(fig)
+    return dest
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend; None when the plots extra is missing."""
     try:
         import matplotlib
 
@@ -258,77 +323,127 @@ def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    mark_frontier(pts, x, y)
-    fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
-    ax2 = ax.twinx() if has_energy(pts) else None
-    by: dict[tuple[str, str], list[Point]] = {}
-    for p in pts:
-        by.setdefault((p.sweep, p.target), []).append(p)
-    flagged = False
-    for (sweep, target), group in by.items():
-        name = f"{sweep}:{target}" if sweep else target
-        runs = [r for p in group for r in p.runs if r.get(x) is not None and r.get(y) is not None]
-        keep = [(r[x], r[y]) for r in runs if r.get("warmup_steady") is not False]
-        cold = [(r[x], r[y]) for r in runs if r.get("warmup_steady") is False]
-        means = [(float(mx), float(my)) for mx, my in ((p.mean(x), p.mean(y)) for p in group)
-                 if mx is not None and my is not None]
-        line = ax.plot([a for a, _ in means], [b for _, b in means], "-", label=name)[0]
-        if keep:
-            ax.scatter([float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5,
-                       color=line.get_color())
-        if cold:
-            ax.scatter([float(a) for a, _ in cold], [float(b) for _, b in cold], s=28, marker="^",
-                       facecolors="none", edgecolors=line.get_color(), linewidths=1.0)
-            flagged = True
-        fr = [p for p in group if p.on_frontier.get(f"{x}:{y}")]
-        ax.scatter([float(p.mean(x) or 0) for p in fr], [float(p.mean(y) or 0) for p in fr], s=80, facecolors="none",
-                   edgecolors=line.get_color(), linewidths=1.5)
-        for p in group:
-            if p.mean(x) is not None and p.mean(y) is not None:
-                ax.annotate(f"{p.point:g}" + (FEW if p.few(x) else ""), (p.mean(x), p.mean(y)), fontsize=7,
-                            textcoords="offset points", xytext=(3, 3))
-        if ax2 is not None:
-            energy = [(float(mx), float(me)) for mx, me in ((p.mean(x), p.mean(ENERGY)) for p in group)
-                      if mx is not None and me is not None]
-            if energy:
-                ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
-                         markersize=5, linewidth=1, alpha=0.8, color=line.get_color(),
-                         label=f"{name} J/output token")
-    drawn, logged = 0, False
-    if reference is not None:
-        from agent_replay.analysis.references import draw
+    return plt
 
-        drawn = draw(ax, reference, x, y)
-        ours = [(p.mean(x), p.mean(y)) for p in pts]
-        logged = bool(drawn) and any(a and b and a > 0 and b > 0 for a, b in ours)
-        if logged:  # published points sit orders of magnitude away: log scales keep ours legible
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-    ax.set_xlabel(X_AXES.get(x, x))
-    ax.set_ylabel(Y_AXES.get(y, y))
-    ax.set_title(title or f"{Y_AXES.get(y, y)} vs {X_AXES.get(x, x)}")
-    ax.grid(alpha=0.3)
-    notes = (["hollow triangle: a run whose warm-up never became steady"] if flagged else []) + (
-        [f"{FEW}: a percentile over too few samples in some run"] if any(p.few(x) for p in pts) else []) + (
-        [("log scales; " if logged else "") + "black stars and dotted lines: published "
-         "reference points, other hardware (frontier.md)"] if drawn else [])
-    if notes:
-        ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom")
-    handles, labels = ax.get_legend_handles_labels()
+
+def _mean_pairs(group: Sequence[Point], x: str, y: str) -> list[tuple[float, float]]:
+    """(mean x, mean y) of the points that have both."""
+    return [(float(mx), float(my)) for mx, my in ((p.mean(x), p.mean(y)) for p in group)
+            if mx is not None and my is not None]
+
+
+def _draw_target(ax: Any, ax2: Any, group: Sequence[Point], x: str, y: str) -> bool:
+    """One target: its means joined by a line, its runs, its frontier points and its energy
+    (when there is a second axis); True when a run's warm-up never became steady."""
+    name = series_name(group[0])
+    means = _mean_pairs(group, x, y)
+    color = ax.plot([a for a, _ in means], [b for _, b in means], "-", label=name)[0].get_color()
+    flagged = _draw_runs(ax, group, x, y, color)
+    _mark_points(ax, group, x, y, color)
     if ax2 is not None:
-        ax2.set_ylabel("joules per output token (dashed)")
-        ax2.set_ylim(bottom=0)
-        h2, l2 = ax2.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-        # below the plot: the second axis would draw over a legend inside it
-        ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12),
-                  ncol=2, frameon=False)
-    else:
+        _draw_energy(ax2, name, group, x, color)
+    return flagged
+
+
+def series_name(p: Point) -> str:
+    """``sweep:target`` when several sweeps are overlaid, else the target."""
+    return f"{p.sweep}:{p.target}" if p.sweep else p.target
+
+
+def _mark_points(ax: Any, group: Sequence[Point], x: str, y: str, color: Any) -> None:
+    """A target's frontier points ringed, each point labelled with its load."""
+    fr = [p for p in group if p.on_frontier.get(f"{x}:{y}")]
+    ax.scatter([float(p.mean(x) or 0) for p in fr], [float(p.mean(y) or 0) for p in fr], s=80, facecolors="none",
+               edgecolors=color, linewidths=1.5)
+    for p in group:
+        if _has_means(p, x, y):
+            ax.annotate(f"{p.point:g}" + (FEW if p.few(x) else ""), (p.mean(x), p.mean(y)), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+
+
+def _run_pairs(group: Sequence[Point], x: str, y: str, steady: bool) -> list[tuple[Any, Any]]:
+    """(x, y) of the runs that have both, whose warm-up became steady (or did not)."""
+    runs = [r for p in group for r in p.runs if r.get(x) is not None and r.get(y) is not None]
+    return [(r[x], r[y]) for r in runs if (r.get("warmup_steady") is not False) == steady]
+
+
+def _draw_runs(ax: Any, group: Sequence[Point], x: str, y: str, color: Any) -> bool:
+    """Every run as a dot, those whose warm-up never became steady as hollow triangles;
+    True when any was."""
+    keep = _run_pairs(group, x, y, steady=True)
+    cold = _run_pairs(group, x, y, steady=False)
+    if keep:
+        ax.scatter([float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5,
+                   color=color)
+    if cold:
+        ax.scatter([float(a) for a, _ in cold], [float(b) for _, b in cold], s=28, marker="^",
+                   facecolors="none", edgecolors=color, linewidths=1.0)
+    return bool(cold)
+
+
+def _draw_energy(ax2: Any, name: str, group: Sequence[Point], x: str, color: Any) -> None:
+    """The target's mean joules per output token on the second y-axis, dashed."""
+    energy = _mean_pairs(group, x, ENERGY)
+    if energy:
+        ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
+                 markersize=5, linewidth=1, alpha=0.8, color=color,
+                 label=f"{name} J/output token")
+
+
+def _draw_reference(ax: Any, pts: Sequence[Point], reference: Any, x: str, y: str) -> tuple[int, bool]:
+    """The published reference points; (how many were drawn, whether the axes went log)."""
+    if reference is None:
+        return 0, False
+    from agent_replay.analysis.references import draw
+
+    drawn = draw(ax, reference, x, y)
+    ours = [(p.mean(x), p.mean(y)) for p in pts]
+    logged = bool(drawn) and any(a and b and a > 0 and b > 0 for a, b in ours)
+    if logged:  # published points sit orders of magnitude away: log scales keep ours legible
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    return drawn, logged
+
+
+def _plot_notes(flagged: bool, few: bool, drawn: int, logged: bool) -> list[str]:
+    notes = []
+    if flagged:
+        notes.append("hollow triangle: a run whose warm-up never became steady")
+    if few:
+        notes.append(f"{FEW}: a percentile over too few samples in some run")
+    if drawn:
+        notes.append(("log scales; " if logged else "") + "black stars and dotted lines: published "
+                     "reference points, other hardware (frontier.md)")
+    return notes
+
+
+def _legend(ax: Any, ax2: Any) -> None:
+    """One legend for both axes; below the plot when there is a second axis, which would
+    draw over a legend inside it."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax2 is None:
         ax.legend(handles, labels, fontsize=8)
-    dest = Path(out)
-    fig.savefig(dest, bbox_inches="tight" if ax2 is not None or drawn else None)
-    plt.close(fig)
-    return dest
+        return
+    ax2.set_ylabel("joules per output token (dashed)")
+    ax2.set_ylim(bottom=0)
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(handles + h2, labels + l2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              ncol=2, frameon=False)
+
+
+def sweep_label(sweep: str | os.PathLike[str], count: int) -> str:
+    """A sweep's name among ``count`` overlaid sweeps: its folder name; "" when alone."""
+    return "" if count == 1 else (os.path.basename(os.path.normpath(str(sweep))) or str(sweep))
+
+
+def _first_run_json(sweeps: Sequence[str | os.PathLike[str]], p: Point) -> Path | None:
+    """The run.json of the point's first run that has one."""
+    root = {sweep_label(s, len(sweeps)): Path(s) for s in sweeps}[p.sweep]
+    for r in p.runs:
+        f = root / str(r.get("path")) / "run.json"
+        if r.get("path") and f.exists():
+            return f
+    return None
 
 
 def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point],
@@ -338,40 +453,85 @@ def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Poin
     from agent_replay.analysis.settings import setting_differences
 
     metas, names = [], []
-    roots = {("" if len(sweeps) == 1 else os.path.basename(os.path.normpath(str(s))) or str(s)): Path(s)
-             for s in sweeps}
-    seen = set()
     ranked = sorted(pts, key=lambda p: (p.sweep, order.index(p.target) if p.target in order else len(order)))
     for p in ranked:
-        name = f"{p.sweep}:{p.target}" if p.sweep else p.target
-        if name in seen:
-            continue
-        for r in p.runs:
-            f = roots[p.sweep] / str(r.get("path")) / "run.json"
-            if r.get("path") and f.exists():
-                metas.append(RunMeta.from_json(json.loads(f.read_text())))
-                names.append(name)
-                seen.add(name)
-                break
+        name = series_name(p)
+        f = None if name in names else _first_run_json(sweeps, p)
+        if f is not None:
+            metas.append(RunMeta.from_json(json.loads(f.read_text())))
+            names.append(name)
     return setting_differences(metas, names) if len(metas) > 1 else []
+
+
+def _gpu_counts(run_json: Path) -> set[str]:
+    """``N x GPU name`` of the server a run launched (run.json ``launch.gpus``)."""
+    launch = json.loads(run_json.read_text()).get("launch") or {}
+    gpus = launch.get("gpus") if isinstance(launch, dict) else None
+    if not isinstance(gpus, list):
+        return set()
+    return {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
 
 
 def our_hardware(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point]) -> list[str]:
     """``N x GPU name`` of every launched server in the runs (run.json ``launch.gpus``)."""
-    roots = {("" if len(sweeps) == 1 else os.path.basename(os.path.normpath(str(s))) or str(s)): Path(s)
-             for s in sweeps}
     out: set[str] = set()
     for p in pts:
-        for r in p.runs:
-            f = roots[p.sweep] / str(r.get("path")) / "run.json"
-            if not r.get("path") or not f.exists():
-                continue
-            launch = json.loads(f.read_text()).get("launch") or {}
-            gpus = launch.get("gpus") if isinstance(launch, dict) else None
-            if isinstance(gpus, list) and gpus:
-                out |= {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
-            break
+        f = _first_run_json(sweeps, p)
+        if f is not None:
+            out |= _gpu_counts(f)
     return sorted(out)
+
+
+def _read_sweeps(sweeps: Sequence[str | os.PathLike[str]]) -> tuple[list[Point], str, str, list[str]]:
+    """The points of all sweeps, the (last) sweep's load axis and its kind, and the
+    experiments' target names in order."""
+    pts: list[Point] = []
+    axis, kind = "load", OFFERED
+    order: list[str] = []
+    for s in sweeps:
+        meta, rows = read_sweep(s)
+        axis, kind = meta.get("axis", axis), axis_kind(meta)
+        order += [str(t.get("name")) for t in meta.get("targets", []) if isinstance(t, dict)]
+        pts += points(rows, sweep_label(s, len(sweeps)))
+    return pts, axis, kind, order
+
+
+def _settings_md(diffs: Sequence[str]) -> str:
+    if not diffs:
+        return ""
+    return ("Targets' server settings (run.json): a comparison means what its target names "
+            "say only where the servers differ in nothing else.\n\n"
+            + "\n".join(f"- {d}" for d in diffs) + "\n\n")
+
+
+def _comparisons_md(cmp: Sequence[str]) -> str:
+    if not cmp:
+        return ""
+    return ("\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
+            + "\n".join(f"- {c}" for c in cmp[:-1]) + f"\n\n{cmp[-1]}\n")
+
+
+def _write_plots(pts: Sequence[Point], dest: Path, ref: Any) -> list[Path]:
+    """One PNG per (x, y) axis pair; none without matplotlib."""
+    files = []
+    for x, y in itertools.product(X_AXES, Y_AXES):
+        name = f"frontier-{x}.png" if y == "output_tps_per_gpu" else f"frontier-{x}-total.png"
+        png = plot(pts, dest / name, x=x, y=y, reference=ref)
+        if png is not None:
+            files.append(png)
+    return files
+
+
+def _point_json(p: Point) -> dict[str, Any]:
+    """A point's entry in frontier.json."""
+    return {"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
+            "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
+                       for r in p.failed],
+            "on_frontier": p.on_frontier, "warmup_not_steady": p.unsteady(),
+            "too_few_samples": {k: p.few(k) for k in ("p90_tps", "north_star", "ttft_p99_ms")
+                                if p.few(k)},
+            "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
+                        for k, v in p.ci.items()}}
 
 
 def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
@@ -385,48 +545,21 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
         from agent_replay.analysis.references import load
 
         ref = load(reference, [*X_AXES, *Y_AXES])
-    pts: list[Point] = []
-    axis, kind = "load", OFFERED
-    order: list[str] = []
-    for s in sweeps:
-        meta, rows = read_sweep(s)
-        axis, kind = meta.get("axis", axis), axis_kind(meta)
-        order += [str(t.get("name")) for t in meta.get("targets", []) if isinstance(t, dict)]
-        name = "" if len(sweeps) == 1 else (os.path.basename(os.path.normpath(str(s))) or str(s))
-        pts += points(rows, name)
+    pts, axis, kind, order = _read_sweeps(sweeps)
     dest = Path(out_dir or sweeps[0])
     dest.mkdir(parents=True, exist_ok=True)
     md = to_markdown(pts, axis, kind=kind)
     cmp = comparisons(pts, order=order)
     diffs = target_settings(sweeps, pts, order)
-    if diffs:
-        md = ("Targets' server settings (run.json): a comparison means what its target names "
-              "say only where the servers differ in nothing else.\n\n"
-              + "\n".join(f"- {d}" for d in diffs) + "\n\n" + md)
-    text = md + ("\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
-                 + "\n".join(f"- {c}" for c in cmp[:-1]) + f"\n\n{cmp[-1]}\n" if cmp else "")
+    text = _settings_md(diffs) + md + _comparisons_md(cmp)
     if ref is not None:
         from agent_replay.analysis.references import to_markdown as ref_markdown
 
         text += "\n" + ref_markdown(ref, our_hardware(sweeps, pts), {**X_AXES, **Y_AXES})
     (dest / "frontier.md").write_text(text)
-    files = [dest / "frontier.md"]
-    for x in X_AXES:
-        for y in Y_AXES:
-            name = f"frontier-{x}.png" if y == "output_tps_per_gpu" else f"frontier-{x}-total.png"
-            png = plot(pts, dest / name, x=x, y=y, reference=ref)
-            if png is not None:
-                files.append(png)
-    data = [{"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
-             "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
-                        for r in p.failed],
-             "on_frontier": p.on_frontier, "warmup_not_steady": p.unsteady(),
-             "too_few_samples": {k: p.few(k) for k in ("p90_tps", "north_star", "ttft_p99_ms")
-                                 if p.few(k)},
-             "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
-                         for k, v in p.ci.items()}} for p in pts]
+    files = [dest / "frontier.md", *_write_plots(pts, dest, ref)]
     (dest / "frontier.json").write_text(json.dumps({
-        "points": data, "comparisons": cmp, "server_settings": diffs,
+        "points": [_point_json(p) for p in pts], "comparisons": cmp, "server_settings": diffs,
         **({"reference": {"path": ref.path, "title": ref.title,
                           "points": [dataclasses.asdict(p) for p in ref.points]}} if ref else {}),
     }, indent=2) + "\n")

@@ -99,33 +99,11 @@ def summarize(table: pa.Table, window_ns: tuple[float, float], *, output_tokens:
     names = {int(g["index"]): g.get("name") for g in gpus if "index" in g}
     t_all = _col(table, "t_ns")
     gpu_all = np.asarray(table.column("gpu").to_numpy(zero_copy_only=False))
-    per_gpu: list[dict[str, Any]] = []
-    for g in sorted(set(gpu_all.tolist())):
-        sel = gpu_all == g
-        t = t_all[sel]
-        order = np.argsort(t, kind="stable")
-        t = t[order]
-        win = (t >= w0) & (t <= w1)
-        fields: dict[str, Any] = {}
-        for name, _label in FIELDS:
-            v = _col(table, name)[sel][order]
-            if np.isnan(v).all():
-                continue
-            fields[name] = _stats(v[win], GIB if name == "mem_used_bytes" else 1.0)
-        e_counter = counter_energy_j(t, _col(table, "energy_mj")[sel][order], w0, w1)
-        e_power = power_energy_j(t, _col(table, "power_w")[sel][order], w0, w1)
-        per_gpu.append({
-            "gpu": int(g), "name": names.get(int(g)),
-            "uuid": table.column("uuid").filter(pa.array(sel)).to_pylist()[0],
-            "samples": int(win.sum()), "fields": fields,
-            "energy_counter_j": e_counter, "energy_power_j": e_power,
-            "energy_diff_pct": _diff_pct(e_counter, e_power),
-        })
+    per_gpu = [_gpu_summary(table, gpu_all == g, int(g), names.get(int(g)), t_all, w0, w1)
+               for g in sorted(set(gpu_all.tolist()))]
     secs = (w1 - w0) / NS
-    counters = [x["energy_counter_j"] for x in per_gpu]
-    powers = [x["energy_power_j"] for x in per_gpu]
-    e_counter = sum(counters) if per_gpu and None not in counters else None
-    e_power = sum(powers) if per_gpu and None not in powers else None
+    e_counter = _total(x["energy_counter_j"] for x in per_gpu)
+    e_power = _total(x["energy_power_j"] for x in per_gpu)
     energy = e_counter if e_counter is not None else e_power
     out: dict[str, Any] = {
         "gpus": per_gpu, "window_s": secs,
@@ -133,29 +111,75 @@ def summarize(table: pa.Table, window_ns: tuple[float, float], *, output_tokens:
         "energy_diff_pct": _diff_pct(e_counter, e_power),
         "energy_j": energy, "energy_from": "counter" if e_counter is not None else
         ("power" if e_power is not None else None),
+        **_per_energy(energy, secs, output_tokens, requests_ok),
+    }
+    out["notes"] = _energy_notes(out["energy_diff_pct"], per_gpu)
+    return out
+
+
+def _per_energy(energy: float | None, secs: float, output_tokens: int,
+                requests_ok: int) -> dict[str, float | None]:
+    """Mean power, joules per output token and per request, output tokens/s per kW."""
+    return {
         "mean_power_w": energy / secs if energy is not None and secs > 0 else None,
         "j_per_output_token": energy / output_tokens if energy and output_tokens else None,
         "j_per_request": energy / requests_ok if energy and requests_ok else None,
         "output_tokens_per_s_per_kw": output_tokens * 1000 / energy if energy else None,
-        "notes": [],
     }
-    diff = out["energy_diff_pct"]
-    if diff is not None and abs(diff) > 100 * AGREEMENT:
-        out["notes"].append(
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    """The sum over the GPUs; None when there are none or one is unknown."""
+    vs = list(values)
+    return sum(v for v in vs if v is not None) if vs and None not in vs else None
+
+
+def _gpu_summary(table: pa.Table, sel: np.ndarray, gpu: int, name: str | None, t_all: np.ndarray,
+                 w0: float, w1: float) -> dict[str, Any]:
+    """One GPU's field statistics over its samples in the window, and its energy both ways."""
+    t = t_all[sel]
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    win = (t >= w0) & (t <= w1)
+    fields: dict[str, Any] = {}
+    for field, _label in FIELDS:
+        v = _col(table, field)[sel][order]
+        if not np.isnan(v).all():
+            fields[field] = _stats(v[win], GIB if field == "mem_used_bytes" else 1.0)
+    e_counter = counter_energy_j(t, _col(table, "energy_mj")[sel][order], w0, w1)
+    e_power = power_energy_j(t, _col(table, "power_w")[sel][order], w0, w1)
+    return {
+        "gpu": gpu, "name": name,
+        "uuid": table.column("uuid").filter(pa.array(sel)).to_pylist()[0],
+        "samples": int(win.sum()), "fields": fields,
+        "energy_counter_j": e_counter, "energy_power_j": e_power,
+        "energy_diff_pct": _diff_pct(e_counter, e_power),
+    }
+
+
+def _disagrees(diff: float | None) -> bool:
+    return diff is not None and abs(diff) > 100 * AGREEMENT
+
+
+def _energy_notes(diff: float | None, per_gpu: list[dict[str, Any]]) -> list[str]:
+    """Where the counter and the power integral disagree (in total, else per GPU), and the
+    GPUs with too few samples."""
+    notes = []
+    if _disagrees(diff):
+        notes.append(
             f"energy counter and power integral differ by {diff:+.1f}% (more than "
             f"{100 * AGREEMENT:g}%): the driver may average its power reading, or the sample "
             "interval is coarse for this window")
     elif len(per_gpu) > 1:
-        off = [x for x in per_gpu if x["energy_diff_pct"] is not None
-               and abs(x["energy_diff_pct"]) > 100 * AGREEMENT]
+        off = [x for x in per_gpu if _disagrees(x["energy_diff_pct"])]
         if off:
-            out["notes"].append("energy counter and power integral differ by more than "
-                                f"{100 * AGREEMENT:g}% on " + ", ".join(
-                                    f"GPU {x['gpu']} ({x['energy_diff_pct']:+.1f}%)" for x in off))
+            notes.append("energy counter and power integral differ by more than "
+                         f"{100 * AGREEMENT:g}% on " + ", ".join(
+                             f"GPU {x['gpu']} ({x['energy_diff_pct']:+.1f}%)" for x in off))
     covered = [x for x in per_gpu if x["samples"] < 2]
     if covered:
-        out["notes"].append(f"{len(covered)} GPUs have fewer than 2 samples in the window")
-    return out
+        notes.append(f"{len(covered)} GPUs have fewer than 2 samples in the window")
+    return notes
 
 
 def _diff_pct(counter: float | None, power: float | None) -> float | None:
@@ -309,6 +333,29 @@ def _n(v: Any, digits: int = 1) -> str:
 def report_rows(g: Mapping[str, Any]) -> Iterable[tuple[str, list[tuple[str, str]]]]:
     """The report's GPU sections as (title, [(label, value)]) from ``summarize``'s dict
     (after JSON conversion)."""
+    rows = _energy_rows(g)
+    ses = g.get("sessions")
+    if ses:
+        rows += _session_rows(ses)
+    cost = g.get("sampler_cost")
+    if cost:
+        rows.append(("sampler cost", f"{_n(cost.get('samples_per_s'))} samples/s, CPU "
+                     f"{_n(cost.get('cpu_percent'), 2)}% of a core, read "
+                     f"{_n(cost.get('read_ms_mean'), 3)} ms mean / {_n(cost.get('read_ms_max'), 3)}"
+                     f" ms max, {cost.get('errors', 0)} failed"))
+    rows += [("note", n) for n in g.get("notes") or ()]
+    yield "GPU energy", rows
+    labels = dict(FIELDS)
+    fields = []
+    for x in g["gpus"]:
+        for name, st in x["fields"].items():
+            fields.append((f"GPU {x['gpu']} {labels.get(name, name)}",
+                           f"{_n(st['mean'])} / {_n(st['p50'])} / {_n(st['p99'])} (n={st['n']:,})"))
+    yield "GPU telemetry over the measured window (mean / P50 / P99)", fields
+
+
+def _energy_rows(g: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Energy both ways, in total and per GPU, and the figures derived from it."""
     win = g.get("window_s") or 0.0
     rows = [("source", f"{g.get('source') or '-'}, {len(g['gpus'])} GPUs")]
     diff = g.get("energy_diff_pct")
@@ -328,27 +375,15 @@ def report_rows(g: Mapping[str, Any]) -> Iterable[tuple[str, list[tuple[str, str
         ("joules per request", _n(g.get("j_per_request"), 2)),
         ("output tokens/s per kW", _n(g.get("output_tokens_per_s_per_kw"), 1)),
     ]
-    ses = g.get("sessions")
-    if ses:
-        ps = ses["per_session_j"]
-        total = (ses["attributed_j"] or 0.0) + (ses["unattributed_j"] or 0.0)
-        rows.append((f"energy per session (n={ps['n']:,}): mean / P50 / P90 / max",
-                     f"{_n(ps['mean'])} / {_n(ps['p50'])} / {_n(ps['p90'])} / {_n(ps['max'])} J"))
-        rows.append(("not attributed to a session (intervals without output tokens)",
-                     f"{_n(ses['unattributed_j'])} J"
-                     + (f" ({100 * ses['unattributed_j'] / total:.1f}%)" if total else "")))
-    cost = g.get("sampler_cost")
-    if cost:
-        rows.append(("sampler cost", f"{_n(cost.get('samples_per_s'))} samples/s, CPU "
-                     f"{_n(cost.get('cpu_percent'), 2)}% of a core, read "
-                     f"{_n(cost.get('read_ms_mean'), 3)} ms mean / {_n(cost.get('read_ms_max'), 3)}"
-                     f" ms max, {cost.get('errors', 0)} failed"))
-    rows += [("note", n) for n in g.get("notes") or ()]
-    yield "GPU energy", rows
-    labels = dict(FIELDS)
-    fields = []
-    for x in g["gpus"]:
-        for name, st in x["fields"].items():
-            fields.append((f"GPU {x['gpu']} {labels.get(name, name)}",
-                           f"{_n(st['mean'])} / {_n(st['p50'])} / {_n(st['p99'])} (n={st['n']:,})"))
-    yield "GPU telemetry over the measured window (mean / P50 / P99)", fields
+    return rows
+
+
+def _session_rows(ses: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Energy per session, and what no session was given."""
+    ps = ses["per_session_j"]
+    total = (ses["attributed_j"] or 0.0) + (ses["unattributed_j"] or 0.0)
+    return [(f"energy per session (n={ps['n']:,}): mean / P50 / P90 / max",
+             f"{_n(ps['mean'])} / {_n(ps['p50'])} / {_n(ps['p90'])} / {_n(ps['max'])} J"),
+            ("not attributed to a session (intervals without output tokens)",
+             f"{_n(ses['unattributed_j'])} J"
+             + (f" ({100 * ses['unattributed_j'] / total:.1f}%)" if total else ""))]

@@ -104,11 +104,7 @@ def percentile_summary(values: np.ndarray, ps: Sequence[float] = PERCENTILES,
     if v.size == 0:
         return Summary(0, {p: None for p in ps}, None, None, _reliability(0, ps), True)
     if method == "linear":
-        if w is not None:
-            raise ValueError("linear percentiles take no weights")
-        lin = np.percentile(v, list(ps), method="linear")
-        return Summary(int(v.size), {p: float(x) for p, x in zip(ps, lin, strict=True)},
-                       float(v.max()), float(v.mean()), _reliability(int(v.size), ps), True)
+        return _linear(v, w, ps)
     if w is None:
         count = int(v.size)
         ranks = sorted({rank(p, count) - 1 for p in ps})
@@ -116,18 +112,45 @@ def percentile_summary(values: np.ndarray, ps: Sequence[float] = PERCENTILES,
         out: dict[float, float | None] = {p: float(part[rank(p, count) - 1]) for p in ps}
         mean = float(v.mean())
     else:
-        order = np.argsort(v, kind="stable")
-        v, w = v[order], w[order]
-        cum = np.cumsum(w)
-        total = cum[-1]
-        count = int(total)
-        out = {}
-        for p in ps:
-            # The first value whose cumulative weight reaches the rank.
-            idx = int(np.searchsorted(cum, rank(p, count), side="left"))
-            out[p] = float(v[min(idx, v.size - 1)])
-        mean = float(np.dot(v, w) / total)
+        count, out, mean = _weighted_nearest(v, w, ps)
     return Summary(count, out, float(v.max()), mean, _reliability(count, ps), True)
+
+
+def _linear(v: np.ndarray, w: np.ndarray | None, ps: Sequence[float]) -> Summary:
+    """Linear-interpolation percentiles of ``v`` (non-empty, unweighted)."""
+    if w is not None:
+        raise ValueError("linear percentiles take no weights")
+    lin = np.percentile(v, list(ps), method="linear")
+    return Summary(int(v.size), {p: float(x) for p, x in zip(ps, lin, strict=True)},
+                   float(v.max()), float(v.mean()), _reliability(int(v.size), ps), True)
+
+
+def _weighted_nearest(v: np.ndarray, w: np.ndarray,
+                      ps: Sequence[float]) -> tuple[int, dict[float, float | None], float]:
+    """Nearest-rank percentiles of ``v`` weighted by ``w`` (non-empty): the sample count,
+    each percentile, the weighted mean."""
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cum = np.cumsum(w)
+    total = cum[-1]
+    count = int(total)
+    out: dict[float, float | None] = {}
+    for p in ps:
+        # The first value whose cumulative weight reaches the rank.
+        idx = int(np.searchsorted(cum, rank(p, count), side="left"))
+        out[p] = float(v[min(idx, v.size - 1)])
+    return count, out, float(np.dot(v, w) / total)
+
+
+def _block(c: np.ndarray | None, start: int) -> np.ndarray | None:
+    return None if c is None else c[start:start + RECORD_BLOCK]
+
+
+def _in_range(vb: np.ndarray, cb: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """The values in [0, top] with their counts, and how many samples were out of range."""
+    ok = (vb >= 0) & (vb <= top)
+    lost = int((~ok).sum()) if cb is None else int(cb[~ok].sum())
+    return vb[ok], None if cb is None else cb[ok], lost
 
 
 class Hist:
@@ -159,6 +182,15 @@ class Hist:
             return False
         return True
 
+    def _tally(self, vb: np.ndarray, cb: np.ndarray | None, first: int, last: int) -> np.ndarray:
+        """Samples per bucket of the span [first, last] of values ``vb`` (counts ``cb``)."""
+        idx = self._indices(vb)
+        idx -= first
+        if cb is None:
+            return np.bincount(idx, minlength=last + 1 - first)
+        # float64 weights are exact for counts below 2**53
+        return np.bincount(idx, weights=cb, minlength=last + 1 - first).astype(np.int64)
+
     def record_many(self, values: np.ndarray, counts: np.ndarray | None = None, *,
                     also: Hist | None = None) -> int:
         """Record integer ``values`` (each ``counts[i]`` times), and the same samples into
@@ -173,51 +205,55 @@ class Hist:
         c = None if counts is None else np.asarray(counts, dtype=np.int64)
         if v.size == 0:
             return 0
-        if c is not None and c.shape != v.shape:
-            raise ValueError("values and counts differ in length")
+        self._check_layout(v, c, also)
         targets = [self] if also is None else [self, also]
-        if also is not None and also._counts.shape != self._counts.shape:
-            raise ValueError("cannot record into histograms with different ranges")
         top = self._h.highest_trackable_value
         # counts below 2**63 read the same as int64: add into them in place
         cells = [t._counts.view(np.int64) for t in targets]
         lost = added = 0
         lo, hi = top + 1, -1
         for start in range(0, v.size, RECORD_BLOCK):
-            vb = v[start:start + RECORD_BLOCK]
-            cb = None if c is None else c[start:start + RECORD_BLOCK]
+            vb, cb = v[start:start + RECORD_BLOCK], _block(c, start)
             b_lo, b_hi = int(vb.min()), int(vb.max())
             if b_lo < 0 or b_hi > top:
-                ok = (vb >= 0) & (vb <= top)
-                lost += int((~ok).sum()) if cb is None else int(cb[~ok].sum())
-                vb = vb[ok]
-                cb = None if cb is None else cb[ok]
+                vb, cb, out = _in_range(vb, cb, top)
+                lost += out
                 if vb.size == 0:
                     continue
                 b_lo, b_hi = int(vb.min()), int(vb.max())
-            idx = self._indices(vb)
-            # only the span of buckets this block touches (indices grow with the value)
-            first, last = int(self._indices(np.array([b_lo]))[0]), int(
-                self._indices(np.array([b_hi]))[0])
-            idx -= first
-            if cb is None:
-                tally = np.bincount(idx, minlength=last + 1 - first)
-                added += int(vb.size)
-            else:
-                # float64 weights are exact for counts below 2**53
-                tally = np.bincount(idx, weights=cb, minlength=last + 1 - first).astype(np.int64)
-                added += int(cb.sum())
-            for cell in cells:
-                cell[first:last + 1] += tally
+            added += self._add_block(cells, vb, cb, b_lo, b_hi)
             lo, hi = min(lo, b_lo), max(hi, b_hi)
         for t in targets:
-            t.dropped += lost
-            if hi >= 0:
-                h = t._h
-                h.total_count += added
-                h.min_value = min(h.min_value, lo)
-                h.max_value = max(h.max_value, hi)
+            t._account(lost, added, lo, hi)
         return lost
+
+    def _check_layout(self, v: np.ndarray, c: np.ndarray | None, also: Hist | None) -> None:
+        if c is not None and c.shape != v.shape:
+            raise ValueError("values and counts differ in length")
+        if also is not None and also._counts.shape != self._counts.shape:
+            raise ValueError("cannot record into histograms with different ranges")
+
+    def _add_block(self, cells: list[np.ndarray], vb: np.ndarray, cb: np.ndarray | None,
+                   b_lo: int, b_hi: int) -> int:
+        """Add a block of in-range values (from ``b_lo`` to ``b_hi``) into the bucket counts
+        ``cells``; the samples added."""
+        # only the span of buckets this block touches (indices grow with the value)
+        first, last = int(self._indices(np.array([b_lo]))[0]), int(
+            self._indices(np.array([b_hi]))[0])
+        tally = self._tally(vb, cb, first, last)
+        for cell in cells:
+            cell[first:last + 1] += tally
+        return int(vb.size) if cb is None else int(cb.sum())
+
+    def _account(self, lost: int, added: int, lo: int, hi: int) -> None:
+        """The totals after a ``record_many``: dropped, count, min and max (when any value
+        from ``lo`` to ``hi`` was added)."""
+        self.dropped += lost
+        if hi >= 0:
+            h = self._h
+            h.total_count += added
+            h.min_value = min(h.min_value, lo)
+            h.max_value = max(h.max_value, hi)
 
     def _indices(self, v: np.ndarray) -> np.ndarray:
         """HdrHistogram's counts index of each value in [0, highest] (the reference's

@@ -113,6 +113,13 @@ def _page(title: str, body: str, script: str) -> str:
             f"entry to hide its line.</footer>{script}</body></html>\n")
 
 
+OPTIONAL_CHARTS = (("throughput", "Throughput and load over time", ["throughput", "in-flight"], False),
+                   ("timelines", "Sessions over time", ["timelines"], False),
+                   ("gpu-power", "GPU telemetry", ["gpu-power", "gpu-util"], True))
+"""The report's chart sections shown only when their first chart was drawn: (that chart,
+heading, the charts, whether in a grid)."""
+
+
 def report_html(report: Report) -> str:
     """The page of one run: the terminal report's tables, then the charts."""
     _require()
@@ -127,16 +134,13 @@ def report_html(report: Report) -> str:
     )
 
     d = report_dict(report)
-    runs = [("", report)]
-    over = hc.over_time(report)
-    gpu = hc.gpu_charts(report)
-    charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in CDF_KEYS]
+    over = hc.over_time(report) or (None, None)
+    gpu = hc.gpu_charts(report) or (None, None)
+    charts = [(f"cdf-{k}", hc.latency_cdf([("", report)], k)) for k in CDF_KEYS]
     charts += [("tps", hc.tps_histogram(report)),
-               ("throughput", over[0] if over else None),
-               ("in-flight", over[1] if over else None),
+               ("throughput", over[0]), ("in-flight", over[1]),
                ("timelines", hc.timelines(report)),
-               ("gpu-power", gpu[0] if gpu else None),
-               ("gpu-util", gpu[1] if gpu else None)]
+               ("gpu-power", gpu[0]), ("gpu-util", gpu[1])]
     script, divs = _charts(charts)
     body = [f"<h1>agent-replay report</h1><p class='path'>{_e(d['results_dir'])}</p>",
             _warnings(d["warnings"]),
@@ -144,13 +148,9 @@ def report_html(report: Report) -> str:
             "<h2>Latency</h2>", _table(HEAD, _latency_rows(d)), f'<p class="note">{_e(FOOTNOTE)}</p>',
             "<h2>Latency distributions</h2>",
             _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS] + ["tps"])]
-    if "throughput" in divs:
-        body += ["<h2>Throughput and load over time</h2>",
-                 _chart_block(divs, ["throughput", "in-flight"], grid=False)]
-    if "timelines" in divs:
-        body += ["<h2>Sessions over time</h2>", _chart_block(divs, ["timelines"], grid=False)]
-    if "gpu-power" in divs:
-        body += ["<h2>GPU telemetry</h2>", _chart_block(divs, ["gpu-power", "gpu-util"])]
+    for first, heading, keys, grid in OPTIONAL_CHARTS:
+        if first in divs:
+            body += [f"<h2>{heading}</h2>", _chart_block(divs, keys, grid=grid)]
     for title, kv in _kv_sections(d):
         body += [f"<h2>{_e(title)}</h2>", _table(None, kv, "kv")]
     head, rows = _session_rows(d, SESSIONS_SHOWN)
@@ -212,20 +212,23 @@ def compare_html(result: Any, runs: Sequence[tuple[str, Report]]) -> str:
             '<p class="note">TPS values in tok/s, times in ms; TPS change = ratio of '
             "speeds.</p>"]
     for name, ds in zip(result.names[1:], result.deltas, strict=True):
-        if not ds:
-            continue
-        body += [f"<h2>{_e(name)} vs {_e(result.names[0])}: bootstrap 95% CI of the change</h2>",
-                 _table(("statistic", result.names[0], name, "change", "95% CI", "significant"),
-                        [(x.label, _fmt(x.base), _fmt(x.value),
-                          "-" if x.change is None else f"{100 * x.change:+.1f}%",
-                          "-" if x.ci_low is None or x.ci_high is None
-                          else f"{100 * x.ci_low:+.1f}% .. {100 * x.ci_high:+.1f}%",
-                          "yes" if x.significant else "no") for x in ds])]
+        if ds:
+            body += [f"<h2>{_e(name)} vs {_e(result.names[0])}: bootstrap 95% CI of the change</h2>",
+                     _table(("statistic", result.names[0], name, "change", "95% CI", "significant"),
+                            [_delta_row(x, _fmt) for x in ds])]
     charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in CDF_KEYS]
     script, divs = _charts(charts)
     body += ["<h2>Latency distributions</h2>",
              _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS])]
     return _page("agent-replay compare: " + " vs ".join(result.names), "".join(body), script)
+
+
+def _delta_row(x: Any, fmt: Any) -> tuple[str, ...]:
+    """A statistic's change between two runs, with its interval, as table cells."""
+    change = "-" if x.change is None else f"{100 * x.change:+.1f}%"
+    ci = ("-" if x.ci_low is None or x.ci_high is None
+          else f"{100 * x.ci_low:+.1f}% .. {100 * x.ci_high:+.1f}%")
+    return (x.label, fmt(x.base), fmt(x.value), change, ci, "yes" if x.significant else "no")
 
 
 def _md_tables(md: str) -> str:

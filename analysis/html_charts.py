@@ -20,6 +20,7 @@ from bokeh.palettes import Category10_10
 
 from agent_replay.analysis.cdf import MARKED, ZERO_MS, cdf_points, zero_fraction
 from agent_replay.analysis.definitions import BY_KEY
+from agent_replay.analysis.frontier import by_target, series_name
 from agent_replay.analysis.metrics import served_output_tokens
 from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
@@ -76,33 +77,46 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     """One metric's CDF, one line per run, its P50/P90/P99 marked (the tables' values)."""
     d = BY_KEY[key]
     lines = [(name, *cdf_points(r, key), r.stats.latency[key]) for name, r in runs]
-    if not any(v.size for _, v, _, _ in lines):
+    many = len(lines) > 1
+    drawn = [(name if many else "", v, f, s, color)
+             for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True) if v.size]
+    if not drawn:
         return None
     hdr = "" if d.per == "request" else " (HdrHistogram, 3 significant digits)"
     p = _fig(f"{d.label} CDF{hdr}", f"{d.label}, ms (log scale)",
              f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
     p.y_range = Range1d(0, 1.02)
     p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
-    many = len(lines) > 1
-    for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True):
-        if v.size:
-            _cdf_line(p, name if many else "", v, f, s, color)
-    zeros = [f"{name + ' ' if many else ''}{100 * z:.0f}%" for name, v, f, _ in lines
-             if v.size and (z := zero_fraction(v, f)) > 0]
-    # a few near-zero values (chunks read together) would stretch a log axis over decades
-    lows = [float(v[np.searchsorted(f, 0.1)]) for _, v, f, _ in lines if v.size]
-    lo, smallest = min(lows) / 10, min(float(v[0]) for _, v, _, _ in lines if v.size)
-    hi = max(float(v[-1]) for _, v, _, _ in lines if v.size)
-    if smallest < lo:
-        p.x_range = Range1d(max(lo, ZERO_MS), hi * 1.2)
-        p.title.text += "; axis from P10 / 10, zoom out for smaller values"
-    if zeros:
-        p.title.text += (f"; {', '.join(zeros)} of the samples are 0 ms (tokens in one chunk), "
-                         f"drawn at {ZERO_MS:g} ms")
-    p.xaxis.ticker = bm.FixedTicker(ticks=log_ticks(max(min(lo, smallest), ZERO_MS), hi * 1.2))
+    for name, v, f, s, color in drawn:
+        _cdf_line(p, name, v, f, s, color)
+    _fit_log_axis(p, [(v, f) for _, v, f, _, _ in drawn])
+    p.title.text += _zeros_note([(name, v, f) for name, v, f, _, _ in drawn], many)
     p.add_tools(HoverTool(tooltips=[("ms", "@ms{0,0.000}"), ("fraction", "@frac{0.000}")]))
     _legend_below(p)  # inside, the legend covers the curves' tails
     return p
+
+
+def _zeros_note(curves: Sequence[tuple[str, np.ndarray, np.ndarray]], many: bool) -> str:
+    """The title's note on the samples of 0 ms, per run when ``many``; "" when none."""
+    zeros = [f"{name + ' ' if many else ''}{100 * z:.0f}%" for name, v, f in curves
+             if (z := zero_fraction(v, f)) > 0]
+    if not zeros:
+        return ""
+    return (f"; {', '.join(zeros)} of the samples are 0 ms (tokens in one chunk), "
+            f"drawn at {ZERO_MS:g} ms")
+
+
+def _fit_log_axis(p: Any, curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    """The log x-axis over the curves' values (each sorted, with its fractions), from P10 / 10
+    when smaller values would stretch it over decades, with ticks that label all of it."""
+    # a few near-zero values (chunks read together) would stretch a log axis over decades
+    lo = min(float(v[np.searchsorted(f, 0.1)]) for v, f in curves) / 10
+    smallest = min(float(v[0]) for v, _ in curves)
+    hi = max(float(v[-1]) for v, _ in curves)
+    if smallest < lo:
+        p.x_range = Range1d(max(lo, ZERO_MS), hi * 1.2)
+        p.title.text += "; axis from P10 / 10, zoom out for smaller values"
+    p.xaxis.ticker = bm.FixedTicker(ticks=log_ticks(max(min(lo, smallest), ZERO_MS), hi * 1.2))
 
 
 def _cdf_line(p: Any, name: str, v: np.ndarray, f: np.ndarray, s: Any, color: str) -> None:
@@ -203,6 +217,14 @@ def over_time(report: Report) -> tuple[Any, Any] | None:
     return p1, p2
 
 
+def _statuses(report: Report) -> np.ndarray:
+    """Each request's outcome: ok, cancelled (by the run's stop) or failed."""
+    t = report.stats.per_request
+    kinds = t.column("error_kind").to_pylist() if "error_kind" in t.column_names else [None] * t.num_rows
+    return np.asarray(["ok" if o else ("cancelled" if k == "cancelled" else "failed")
+                       for o, k in zip(_ok(report), kinds, strict=True)])
+
+
 def timelines(report: Report) -> Any | None:
     """One lane per session (clone, subagent); a bar per request from its send to its last
     byte, coloured by outcome; the gaps are the agent's think time."""
@@ -220,10 +242,7 @@ def timelines(report: Report) -> Any | None:
     # a bar at least 0.3% of the run wide: a request that failed at once (or without an end
     # time) stays visible
     end = np.fmax(np.where(np.isnan(end), sent, end), sent + 0.003 * span)
-    ok = _ok(report)
-    kinds = t.column("error_kind").to_pylist() if "error_kind" in t.column_names else [None] * t.num_rows
-    status = np.asarray(["ok" if o else ("cancelled" if k == "cancelled" else "failed")
-                         for o, k in zip(ok, kinds, strict=True)])
+    status = _statuses(report)
     t0 = _t0(report)
     idx = np.nonzero(keep)[0]
     title = (f"Session timelines: {len(labels):,} lanes (session #clone / subagent)"
@@ -311,68 +330,22 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
     """Every run as a dot, each target's means joined, with the run-to-run 95% interval of
     the mean on both axes (whiskers). ``reference`` (``analysis.references.Reference``): its
     points on these axes in black, stars or dotted lines, on log scales."""
-    by: dict[str, list[Any]] = {}
-    for pt in pts:
-        by.setdefault(f"{pt.sweep}:{pt.target}" if pt.sweep else pt.target, []).append(pt)
+    by = {series_name(group[0]): group for group in by_target(pts).values()}
     if not by:
         return None
-    refs = [r for r in (reference.points if reference is not None else ())
-            if x in r.values or y in r.values]
+    refs = _reference_points(reference, x, y)
     log = {"x_axis_type": "log", "y_axis_type": "log"} if refs else {}
     p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point"
              + ("; black: published reference, other hardware; log scales)" if refs else ")"),
              x_label, y_label, height=420, **log)
-    drew = False
-    xs: list[float] = []
-    ys: list[float] = []
-    for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
-        every = _run_dots(p, group, x, y, name, color)
-        m = [(pt, pt.ci.get(x), pt.ci.get(y)) for pt in group]
-        m = [(pt, cx, cy) for pt, cx, cy in m if cx is not None and cy is not None
-             and cx.estimate is not None and cy.estimate is not None]
-        if not m:
-            continue
-        drew = True
-        src = ColumnDataSource({
-            "x": [cx.estimate for _, cx, _ in m], "y": [cy.estimate for _, _, cy in m],
-            "xlo": [cx.low if cx.low is not None else cx.estimate for _, cx, _ in m],
-            "xhi": [cx.high if cx.high is not None else cx.estimate for _, cx, _ in m],
-            "ylo": [cy.low if cy.low is not None else cy.estimate for _, _, cy in m],
-            "yhi": [cy.high if cy.high is not None else cy.estimate for _, _, cy in m],
-            "point": [f"{pt.point:g}" for pt, _, _ in m], "n": [len(pt.runs) for pt, _, _ in m],
-        })
-        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _ in every]
-        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b in every]
-        p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
-        p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
-               text_font_size="10px", text_color=color)
-        p.scatter("x", "y", source=src, size=9, color=color, legend_label=f"{name}: mean")
-        p.add_layout(Whisker(base="x", lower="ylo", upper="yhi", source=src, dimension="height",
-                             line_color=color))
-        p.add_layout(Whisker(base="y", lower="xlo", upper="xhi", source=src, dimension="width",
-                             line_color=color))
-    if not drew:
+    xs, ys = _draw_targets(p, by, x, y)
+    if not xs:
         return None
     for r in refs:
-        rx, ry = r.values.get(x), r.values.get(y)
-        if rx is not None and ry is not None:
-            p.scatter([rx], [ry], marker="star", size=16, color="black",
-                      legend_label="published reference")
-            p.add_layout(Label(x=rx, y=ry, text=r.label, text_font_size="10px", x_offset=6))
-        else:
-            p.add_layout(Span(location=rx if rx is not None else ry,
-                              dimension="height" if rx is not None else "width",
-                              line_color="black", line_dash="dotted"))
+        rx, ry = _draw_reference(p, r, x, y)
         xs += [rx] if rx is not None else []
         ys += [ry] if ry is not None else []
-    for rng, vals in ((p.x_range, xs), (p.y_range, ys)):  # the whiskers inside the frame
-        lo, hi = min(vals), max(vals)
-        if refs:  # log scales: a factor of margin, above zero
-            lo = min((v for v in vals if v > 0), default=1.0)
-            rng.start, rng.end = lo / 1.3, hi * 1.3
-            continue
-        pad = 0.06 * (hi - lo or abs(hi) or 1.0)
-        rng.start, rng.end = lo - pad, hi + pad
+    _fit_ranges(p, xs, ys, log=bool(refs))
     p.add_tools(HoverTool(tooltips=[("load point", "@point"), ("runs", "@n"),
                                     (x_label, "@x{0,0.0} [@xlo{0,0.0}, @xhi{0,0.0}]"),
                                     (y_label, "@y{0,0.0} [@ylo{0,0.0}, @yhi{0,0.0}]")]))
@@ -380,3 +353,85 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
     return p
 
 
+def _reference_points(reference: Any, x: str, y: str) -> list[Any]:
+    """The published points that have either figure."""
+    if reference is None:
+        return []
+    return [r for r in reference.points if x in r.values or y in r.values]
+
+
+def _draw_targets(p: Any, by: dict[str, list[Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+    """Each target's runs and means; the x and y values drawn (none: no target had means)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for (name, group), color in zip(by.items(), colors(len(by)), strict=True):
+        every = _run_dots(p, group, x, y, name, color)
+        src = _means_source(group, x, y)
+        if src is None:
+            continue
+        xs += src.data["xlo"] + src.data["xhi"] + [a for a, _ in every]
+        ys += src.data["ylo"] + src.data["yhi"] + [b for _, b in every]
+        _draw_means(p, src, name, color)
+    return xs, ys
+
+
+def _means_source(group: Sequence[Any], x: str, y: str) -> Any | None:
+    """A target's means and their intervals on both axes (an unknown bound: the mean), per
+    load point that has both; None when none has."""
+    rows = [_mean_row(pt, cx, cy) for pt in group
+            if _estimated(cx := pt.ci.get(x)) and _estimated(cy := pt.ci.get(y))]
+    if not rows:
+        return None
+    return ColumnDataSource({k: [r[k] for r in rows] for k in rows[0]})
+
+
+def _estimated(ci: Any) -> bool:
+    return ci is not None and ci.estimate is not None
+
+
+def _mean_row(pt: Any, cx: Any, cy: Any) -> dict[str, Any]:
+    def bound(v: float | None, ci: Any) -> float:
+        return v if v is not None else ci.estimate
+
+    return {"x": cx.estimate, "y": cy.estimate, "xlo": bound(cx.low, cx), "xhi": bound(cx.high, cx),
+            "ylo": bound(cy.low, cy), "yhi": bound(cy.high, cy), "point": f"{pt.point:g}",
+            "n": len(pt.runs)}
+
+
+def _draw_means(p: Any, src: Any, name: str, color: str) -> None:
+    """A target's means joined and labelled with their load points, with whiskers."""
+    p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
+    p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
+           text_font_size="10px", text_color=color)
+    p.scatter("x", "y", source=src, size=9, color=color, legend_label=f"{name}: mean")
+    p.add_layout(Whisker(base="x", lower="ylo", upper="yhi", source=src, dimension="height",
+                         line_color=color))
+    p.add_layout(Whisker(base="y", lower="xlo", upper="xhi", source=src, dimension="width",
+                         line_color=color))
+
+
+def _draw_reference(p: Any, r: Any, x: str, y: str) -> tuple[float | None, float | None]:
+    """A published point: a labelled star when it has both figures, else a dotted line at
+    the one it has; returns its (x, y)."""
+    rx, ry = r.values.get(x), r.values.get(y)
+    if rx is not None and ry is not None:
+        p.scatter([rx], [ry], marker="star", size=16, color="black",
+                  legend_label="published reference")
+        p.add_layout(Label(x=rx, y=ry, text=r.label, text_font_size="10px", x_offset=6))
+    else:
+        p.add_layout(Span(location=rx if rx is not None else ry,
+                          dimension="height" if rx is not None else "width",
+                          line_color="black", line_dash="dotted"))
+    return rx, ry
+
+
+def _fit_ranges(p: Any, xs: list[float], ys: list[float], log: bool) -> None:
+    """Both axes over every value drawn, so the whiskers stay inside the frame."""
+    for rng, vals in ((p.x_range, xs), (p.y_range, ys)):
+        lo, hi = min(vals), max(vals)
+        if log:  # log scales: a factor of margin, above zero
+            lo = min((v for v in vals if v > 0), default=1.0)
+            rng.start, rng.end = lo / 1.3, hi * 1.3
+            continue
+        pad = 0.06 * (hi - lo or abs(hi) or 1.0)
+        rng.start, rng.end = lo - pad, hi + pad

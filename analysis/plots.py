@@ -42,15 +42,32 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
         for p in paths + ([out / "gpu.png"] if gpu else []):
             if p.exists():
                 raise OutputExistsError(str(p))
+    for draw, path in zip((_latency_cdfs, _request_tps, _throughput, _tokens_per_chunk, _timelines),
+                          paths, strict=True):
+        fig = draw(plt, report)
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    if gpu:  # GPU telemetry beside the run (analysis.gpu_plots)
+        from agent_replay.analysis.gpu_plots import NAME, plot_gpu
+
+        paths.append(plot_gpu(report, out / NAME, plt))
+    return paths
+
+
+def _col(report: Report, name: str) -> np.ndarray:
     t = report.stats.per_request
-    ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
-    def col(name: str) -> np.ndarray:
-        return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
+def _ok(report: Report) -> np.ndarray:
+    return report.stats.per_request.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _latency_cdfs(plt: Any, report: Report) -> Any:
+    """The definitions table's CDF entries on one log axis."""
     fig, ax = plt.subplots(figsize=(8, 5))
     zeros = []
-    for key in CDF_KEYS:  # the definitions table's CDF entries
+    for key in CDF_KEYS:
         v, f = cdf_points(report, key)
         m = BY_KEY[key]
         if v.size:
@@ -67,11 +84,13 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     ax.set_title("Latency CDFs (successful requests)")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.savefig(paths[0], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
+
+def _request_tps(plt: Any, report: Report) -> Any:
+    """The histogram of per-request decode speed, its P90 TPS marked."""
     fig, ax = plt.subplots(figsize=(8, 5))
-    tps = col("tps")[ok]
+    tps = _col(report, "tps")[_ok(report)]
     tps = tps[np.isfinite(tps)]
     if tps.size:
         ax.hist(tps, bins=60, color="tab:blue", alpha=0.8)
@@ -82,12 +101,18 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     ax.set_xlabel("request TPS (tokens/s, per user)")
     ax.set_ylabel("requests")
     ax.set_title("Per-request decode speed")
-    fig.savefig(paths[1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
+
+def _throughput(plt: Any, report: Report) -> Any:
+    """Output tokens/s and mean requests in flight per bin of the run."""
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    end = col("end_ns")
+    end = _col(report, "end_ns")
     if np.isfinite(end).any():
+        def col(name: str) -> np.ndarray:
+            return _col(report, name)
+
+        ok = _ok(report)
         # averages per bin (analysis.timeseries): sampling in-flight counts at whole seconds
         # shows none while requests shorter than a second keep tokens flowing
         t0 = float(np.nanmin(col("intended_ns")))
@@ -105,9 +130,10 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     ax1.set_ylabel("output tokens/s")
     ax2.set_ylabel("mean requests in flight")
     ax2.set_xlabel("seconds since start")
-    fig.savefig(paths[2], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
+
+def _tokens_per_chunk(plt: Any, report: Report) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     tpc = report.stats.tokens_per_chunk
     if tpc:
@@ -117,13 +143,17 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     ax.set_xlabel("tokens in one streamed chunk")
     ax.set_ylabel("% of chunks")
     ax.set_title("Tokens per chunk (several = speculative decoding or coalescing)")
-    fig.savefig(paths[3], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return fig
 
+
+def _timelines(plt: Any, report: Report) -> Any:
+    """A lane per session (clone, subagent), a bar per request from send to last byte."""
+    t = report.stats.per_request
+    ok = _ok(report)
     labels, lane = lanes(t)
     shown = labels[:MAX_LANES]
     fig, ax = plt.subplots(figsize=(10, max(3.0, 1.0 + 0.18 * len(shown))))
-    starts, ends, intended = col("sent_ns"), col("end_ns"), col("intended_ns")
+    starts, ends, intended = _col(report, "sent_ns"), _col(report, "end_ns"), _col(report, "intended_ns")
     t0 = float(np.nanmin(intended)) if intended.size else 0.0
     for i in range(t.num_rows):
         if lane[i] >= len(shown) or np.isnan(starts[i]) or np.isnan(ends[i]):
@@ -136,10 +166,4 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
     ax.set_title(f"Session timelines: all {len(labels)} lanes (session #clone / subagent)"
                  if len(shown) == len(labels) else
                  f"Session timelines: the first {len(shown)} of {len(labels)} lanes by start")
-    fig.savefig(paths[4], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    if gpu:  # GPU telemetry beside the run (analysis.gpu_plots)
-        from agent_replay.analysis.gpu_plots import NAME, plot_gpu
-
-        paths.append(plot_gpu(report, out / NAME, plt))
-    return paths
+    return fig

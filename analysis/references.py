@@ -72,38 +72,53 @@ def load(path: str | os.PathLike[str], axes: Sequence[str]) -> Reference:
         raise InputError(f"{p}: not JSON ({exc})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list) or not raw["points"]:
         raise InputError(f"{p}: expected an object with a non-empty 'points' list")
-    out = []
-    for i, pt in enumerate(raw["points"]):
-        where = f"{p}: points[{i}]"
-        if not isinstance(pt, dict):
-            raise InputError(f"{where}: expected an object")
-        for key in ("label", "hardware", "source", "what"):
-            if not isinstance(pt.get(key), str) or not pt[key].strip():
-                raise InputError(f"{where}: '{key}' must be a non-empty string")
-        values = pt.get("values")
-        if not isinstance(values, dict) or not values:
-            raise InputError(f"{where}: 'values' must map an axis to a number")
-        for k, v in values.items():
-            if k not in axes:
-                raise InputError(f"{where}: values.{k}: not an axis (known: {', '.join(axes)})")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise InputError(f"{where}: values.{k}: expected a positive number, got {v!r}")
-        gpus = pt.get("gpus")
-        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-            raise InputError(f"{where}: 'gpus' must be a positive integer or null")
-        ratio = pt.get("ratio") or {}
-        if ratio and (not isinstance(ratio, dict) or not isinstance(ratio.get("value"), (int, float))
-                      or not isinstance(ratio.get("name"), str)):
-            raise InputError(f"{where}: 'ratio' must have a 'name' and a numeric 'value'")
-        out.append(RefPoint(
-            label=pt["label"], values={k: float(v) for k, v in values.items()},
-            hardware=pt["hardware"], source=pt["source"], what=pt["what"], gpus=gpus,
-            engine=str(pt.get("engine") or ""), model=str(pt.get("model") or ""),
-            concurrency=pt.get("concurrency"), confirmed=bool(pt.get("confirmed")),
-            approximate=bool(pt.get("approximate")), axis_note=str(pt.get("axis_note") or ""),
-            ratio=dict(ratio)))
+    out = [_ref_point(f"{p}: points[{i}]", pt, axes) for i, pt in enumerate(raw["points"])]
     return Reference(path=str(p), title=str(raw.get("title") or p.name),
                      note=str(raw.get("note") or ""), points=tuple(out))
+
+
+def _ref_point(where: str, pt: Any, axes: Sequence[str]) -> RefPoint:
+    """One point of the file, checked."""
+    if not isinstance(pt, dict):
+        raise InputError(f"{where}: expected an object")
+    for key in ("label", "hardware", "source", "what"):
+        if not isinstance(pt.get(key), str) or not pt[key].strip():
+            raise InputError(f"{where}: '{key}' must be a non-empty string")
+    values = _values(where, pt.get("values"), axes)
+    gpus = _gpus(where, pt.get("gpus"))
+    ratio = _ratio(where, pt.get("ratio") or {})
+    return RefPoint(
+        label=pt["label"], values=values,
+        hardware=pt["hardware"], source=pt["source"], what=pt["what"], gpus=gpus,
+        engine=str(pt.get("engine") or ""), model=str(pt.get("model") or ""),
+        concurrency=pt.get("concurrency"), confirmed=bool(pt.get("confirmed")),
+        approximate=bool(pt.get("approximate")), axis_note=str(pt.get("axis_note") or ""),
+        ratio=dict(ratio))
+
+
+def _gpus(where: str, gpus: Any) -> int | None:
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise InputError(f"{where}: 'gpus' must be a positive integer or null")
+    return gpus
+
+
+def _ratio(where: str, ratio: Any) -> Any:
+    if ratio and (not isinstance(ratio, dict) or not isinstance(ratio.get("value"), (int, float))
+                  or not isinstance(ratio.get("name"), str)):
+        raise InputError(f"{where}: 'ratio' must have a 'name' and a numeric 'value'")
+    return ratio
+
+
+def _values(where: str, values: Any, axes: Sequence[str]) -> dict[str, float]:
+    """A point's figures: known axes, positive finite numbers, at least one."""
+    if not isinstance(values, dict) or not values:
+        raise InputError(f"{where}: 'values' must map an axis to a number")
+    for k, v in values.items():
+        if k not in axes:
+            raise InputError(f"{where}: values.{k}: not an axis (known: {', '.join(axes)})")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise InputError(f"{where}: values.{k}: expected a positive number, got {v!r}")
+    return {k: float(v) for k, v in values.items()}
 
 
 def hardware_line(ref: Reference, ours: Sequence[str]) -> str:
@@ -124,20 +139,29 @@ def to_markdown(ref: Reference, ours: Sequence[str], labels: dict[str, str]) -> 
         lines += ["", ref.note]
     lines += ["", "| point | values | hardware | engine, model | concurrency | what | source |",
               "|---|---|---|---|---|---|---|"]
-    for p in ref.points:
-        vals = "; ".join(f"{labels.get(k, k)} {'~' if p.approximate else ''}{_num(v)}"
-                         for k, v in p.values.items())
-        if p.ratio:
-            vals += f"; {p.ratio['name']} {_num(float(p.ratio['value']))}"
-            if p.ratio.get("note"):
-                vals += f" ({p.ratio['note']})"
-        what = p.what + (f" Axis: {p.axis_note}" if p.axis_note else "")
-        src = p.source + ("" if p.confirmed else " (not confirmed against a publication)")
-        lines.append("| " + " | ".join(
-            _cell(x) for x in (p.label, vals, p.hardware + (f" ({p.gpus} GPUs)" if p.gpus else ""),
-                               ", ".join(s for s in (p.engine, p.model) if s),
-                               "-" if p.concurrency is None else str(p.concurrency), what, src)) + " |")
+    lines += [_row(p, labels) for p in ref.points]
     return "\n".join(lines) + "\n"
+
+
+def _row(p: RefPoint, labels: dict[str, str]) -> str:
+    """A point's row of the reference table."""
+    what = p.what + (f" Axis: {p.axis_note}" if p.axis_note else "")
+    src = p.source + ("" if p.confirmed else " (not confirmed against a publication)")
+    return "| " + " | ".join(
+        _cell(x) for x in (p.label, _values_cell(p, labels), p.hardware + (f" ({p.gpus} GPUs)" if p.gpus else ""),
+                           ", ".join(s for s in (p.engine, p.model) if s),
+                           "-" if p.concurrency is None else str(p.concurrency), what, src)) + " |"
+
+
+def _values_cell(p: RefPoint, labels: dict[str, str]) -> str:
+    """The point's figures (``~``: approximate), then its ratio with its note."""
+    vals = "; ".join(f"{labels.get(k, k)} {'~' if p.approximate else ''}{_num(v)}"
+                     for k, v in p.values.items())
+    if p.ratio:
+        vals += f"; {p.ratio['name']} {_num(float(p.ratio['value']))}"
+        if p.ratio.get("note"):
+            vals += f" ({p.ratio['note']})"
+    return vals
 
 
 def _cell(text: str) -> str:

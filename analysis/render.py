@@ -126,7 +126,22 @@ FOOTNOTE = (f"{FEW} fewer samples than the percentile needs (P90 >= {min_count_f
             "3 significant digits; other rows are exact.")
 
 
-def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+Section = tuple[str, list[tuple[str, str]]]
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _kv_sections(d: Mapping[str, Any]) -> Iterator[Section]:
+    """The report's key-value sections, in order."""
+    for section in (_requests_section, _throughput_section, _speeds_section, _goodput_section,
+                    _revenue_section, _fidelity_section, _chunks_section, _server_section,
+                    _gpu_sections):
+        yield from section(d)
+
+
+def _requests_section(d: Mapping[str, Any]) -> Iterator[Section]:
     req = d["requests"]
     errs = ", ".join(f"{k} {v}" for k, v in d["errors"].items()) or "none"
     yield "Requests", [
@@ -137,6 +152,9 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
         ("inexact token counts (ok)", f"{d['inexact_token_counts']['requests']:,}: left out of "
          + ", ".join(d["inexact_token_counts"]["left_out_of"]))]
         if d["inexact_token_counts"]["requests"] else [])
+
+
+def _throughput_section(d: Mapping[str, Any]) -> Iterator[Section]:
     tp = d["throughput"]
     rows = [("output tokens/s", _fmt(tp.get("output_tokens_per_s"), 1)),
             ("input tokens/s (cached / computed)",
@@ -151,9 +169,15 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
                  _fmt(tp.get("total_tokens_per_s_per_gpu"), 1) if tp.get("gpus")
                  else "GPU count unknown (give --gpus N)"))
     yield "Throughput", rows
+
+
+def _speeds_section(d: Mapping[str, Any]) -> Iterator[Section]:
     sp = d["speeds_tok_s"]
     yield "Speeds (tok/s)", [
         (f"{x.label}: {x.doc}", _fmt(sp.get(x.key), 1)) for x in SPEEDS]
+
+
+def _goodput_section(d: Mapping[str, Any]) -> Iterator[Section]:
     g = d["goodput"]
     if g:
         slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in g["slo"].items() if v is not None)
@@ -166,26 +190,31 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
             ("good output tokens/s", _fmt(g["output_tokens_per_s"], 1))] + ([
             ("TPOT unknown (inexact token counts, not good)", f"{g['tpot_unknown']:,}")]
             if g.get("tpot_unknown") else [])
+
+
+def _revenue_section(d: Mapping[str, Any]) -> Iterator[Section]:
     e = d["economics"]
     if e:
         yield "Revenue per GPU-hour", [("", line) for line in e["arithmetic"]]
+
+
+def _fidelity_section(d: Mapping[str, Any]) -> Iterator[Section]:
     f = d["fidelity"]
-
-    def pct(v: Any) -> str:
-        return "-" if v is None else f"{100 * v:.1f}%"
-
     tte = f["think_time_error_ms"]
     yield "Replay fidelity", [
         ("prompt tokens served / trace", f"{f['prompt_tokens_served']:,} / "
-         f"{f['prompt_tokens_trace']:,} ({pct(f['prompt_ratio'])}), {f['prompt_mismatches']:,} rows differ"),
+         f"{f['prompt_tokens_trace']:,} ({_pct(f['prompt_ratio'])}), {f['prompt_mismatches']:,} rows differ"),
         ("output tokens served / trace", f"{f['output_tokens_served']:,} / "
-         f"{f['output_tokens_trace']:,} ({pct(f['output_ratio'])}), {f['output_mismatches']:,} rows differ"),
+         f"{f['output_tokens_trace']:,} ({_pct(f['output_ratio'])}), {f['output_mismatches']:,} rows differ"),
         ("prefix-cache hit rate: server / trace implies",
-         f"{pct(f['prefix_hit_rate_server'])} / {pct(f['prefix_hit_rate_implied'])}"),
+         f"{_pct(f['prefix_hit_rate_server'])} / {_pct(f['prefix_hit_rate_implied'])}"),
         ("sent before dependencies finished", _fmt(f["sent_before_parent_end"])),
         ("think-time error P50 / P99 (ms)", f"{_fmt(tte['p50'], 3)} / {_fmt(tte['p99'], 3)}"
          f" (n={tte['count']:,})"),
     ]
+
+
+def _chunks_section(d: Mapping[str, Any]) -> Iterator[Section]:
     tpc = d["tokens_per_chunk"]
     if tpc:
         total = sum(tpc.values())
@@ -193,9 +222,15 @@ def _kv_sections(d: Mapping[str, Any]) -> Iterator[tuple[str, list[tuple[str, st
         yield "Tokens per chunk", [(f"{k} tokens", f"{v:,} ({100 * v / total:.1f}%)")
                                    for k, v in sorted(tpc.items(), key=lambda kv: int(kv[0]))[:8]] + [
             ("mean", f"{mean:.2f}")]
+
+
+def _server_section(d: Mapping[str, Any]) -> Iterator[Section]:
     if d["server"] and d["server"].get("scrapes"):
         yield "Server side (vLLM /metrics, deltas over the run) beside the client", \
             list(_server_rows(d))
+
+
+def _gpu_sections(d: Mapping[str, Any]) -> Iterator[Section]:
     if d.get("gpu"):
         from agent_replay.analysis.gpu_energy import report_rows
 
@@ -220,7 +255,26 @@ def _server_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """Client and server figures side by side. Server percentiles are only known to the
     histogram bucket that holds them, so they are shown as that bucket's range."""
     srv = d["server"]
-    hists = srv.get("histograms") or {}
+    yield from _server_latency_rows(d)
+    pc = srv.get("prefix_cache") or {}
+    f = d["fidelity"]
+    if pc.get("queries"):
+        yield ("prefix-cache hit rate: server counters / client usage / trace implies",
+               f"{_pct(pc.get('hit_rate'))} / {_pct(f.get('prefix_hit_rate_server'))} / "
+               f"{_pct(f.get('prefix_hit_rate_implied'))}")
+    yield from _server_token_rows(d)
+    yield from _server_gauge_rows(srv)
+    fin = {k: int(v) for k, v in (srv.get("requests_finished") or {}).items() if v}
+    if fin:
+        yield ("requests finished (server), by reason",
+               ", ".join(f"{k} {v:,}" for k, v in sorted(fin.items())))
+    yield ("scrapes / engines", f"{srv['scrapes']} over {_fmt(srv.get('duration_s'), 1)} s / "
+           f"{srv.get('engines')}")
+
+
+def _server_latency_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Each latency's client mean beside the server's, with the server's P50 and P99 buckets."""
+    hists = d["server"].get("histograms") or {}
     for client_key, server_key, label in SERVER_LATENCY:
         h = hists.get(server_key)
         c = d["latency_ms"].get(client_key) or {}
@@ -230,16 +284,11 @@ def _server_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                f"{_fmt(c.get('mean'), 3)} / {_fmt(1e3 * h['mean'], 3)}  "
                f"(server n={int(h['count']):,}; P50 in {_bucket(h, 'p50')}, "
                f"P99 in {_bucket(h, 'p99')} ms)")
-    pc = srv.get("prefix_cache") or {}
-    f = d["fidelity"]
 
-    def pct(v: Any) -> str:
-        return "-" if v is None else f"{100 * v:.1f}%"
 
-    if pc.get("queries"):
-        yield ("prefix-cache hit rate: server counters / client usage / trace implies",
-               f"{pct(pc.get('hit_rate'))} / {pct(f.get('prefix_hit_rate_server'))} / "
-               f"{pct(f.get('prefix_hit_rate_implied'))}")
+def _server_token_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Token counts on both sides and the server's speculative-decoding acceptance."""
+    srv = d["server"]
     toks = d["tokens"]
     if srv.get("generation_tokens") is not None:
         yield ("generation tokens: server / client",
@@ -254,6 +303,10 @@ def _server_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         yield ("speculative decoding: acceptance length (server)",
                f"{_fmt(spec.get('acceptance_length'), 2)}; per position {per_pos or '-'}; "
                f"client tokens per chunk {_fmt(_mean_tpc(d), 2)}")
+
+
+def _server_gauge_rows(srv: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """The scraped gauges' mean and max, and the preemptions."""
     for key, label in (("kv_cache_usage", "KV-cache usage"), ("running", "requests running"),
                        ("waiting", "requests waiting")):
         g = srv.get(key)
@@ -263,12 +316,6 @@ def _server_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                    f"{g['max'] * scale:,.1f}{unit} ({g['samples']} scrapes)")
     if srv.get("preemptions") is not None:
         yield ("preemptions", _fmt(int(srv["preemptions"])))
-    fin = {k: int(v) for k, v in (srv.get("requests_finished") or {}).items() if v}
-    if fin:
-        yield ("requests finished (server), by reason",
-               ", ".join(f"{k} {v:,}" for k, v in sorted(fin.items())))
-    yield ("scrapes / engines", f"{srv['scrapes']} over {_fmt(srv.get('duration_s'), 1)} s / "
-           f"{srv.get('engines')}")
 
 
 def _mean_tpc(d: Mapping[str, Any]) -> float | None:
@@ -295,29 +342,33 @@ def render_table(r: Report) -> Group:
                         for w in d["warnings"]]
     parts.append(text(f"agent-replay report: {d['results_dir']}", style="bold"))
     parts.append(text(d["headline"]["text"], style="bold green"))
-    lat = Table(title="Latency", title_justify="left", show_edge=False)
-    for i, h in enumerate(HEAD):
-        lat.add_column(h, justify="left" if i == 0 else "right")
-    for row in _latency_rows(d):
-        lat.add_row(*map(text, row))
-    parts.append(lat)
+    parts.append(_grid(Table(title="Latency", title_justify="left", show_edge=False), HEAD,
+                       list(_latency_rows(d))))
     parts.append(Text(FOOTNOTE, style="dim"))
-    for title, kv in _kv_sections(d):
-        t = Table(title=title, title_justify="left", show_header=False, show_edge=False)
-        t.add_column(style="cyan")
-        t.add_column()
-        for k, v in kv:
-            t.add_row(text(k), text(v))
-        parts.append(t)
+    parts += [_kv_table(title, kv) for title, kv in _kv_sections(d)]
     head, rows = _session_rows(d, SESSIONS_SHOWN)
-    st = Table(title=f"Sessions (slowest {min(SESSIONS_SHOWN, len(d['sessions']))} of "
-               f"{len(d['sessions'])} by session TPS)", title_justify="left", show_edge=False)
-    for i, h in enumerate(head):
-        st.add_column(h, justify="left" if i == 0 else "right")
-    for row in rows:
-        st.add_row(*map(text, row))
-    parts.append(st)
+    parts.append(_grid(Table(title=f"Sessions (slowest {min(SESSIONS_SHOWN, len(d['sessions']))} of "
+                             f"{len(d['sessions'])} by session TPS)", title_justify="left",
+                             show_edge=False), head, rows))
     return Group(*parts)
+
+
+def _grid(t: Table, head: list[str], rows: list[list[str]]) -> Table:
+    """Table ``t`` with columns ``head`` (the first left-aligned, the others right) and rows."""
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*map(text, row))
+    return t
+
+
+def _kv_table(title: str, kv: list[tuple[str, str]]) -> Table:
+    t = Table(title=title, title_justify="left", show_header=False, show_edge=False)
+    t.add_column(style="cyan")
+    t.add_column()
+    for k, v in kv:
+        t.add_row(text(k), text(v))
+    return t
 
 
 def to_text(r: Report, width: int = 100) -> str:
@@ -352,31 +403,33 @@ def to_csv(r: Report) -> str:
     buf = io.StringIO()
     w = _PlainWriter(csv.writer(buf, lineterminator="\n"))
     w.writerow(["section", "name", "field", "value"])
-    for key, _ in LATENCY_ROWS:
-        for f, v in d["latency_ms"][key].items():
-            w.writerow(["latency_ms", key, f, v])
-    for f, v in d["request_tps"].items():
-        w.writerow(["request_tps", "tps", f, v])
-    for f, v in d["speeds_tok_s"].items():
-        w.writerow(["speeds_tok_s", "speeds_tok_s", f, v])
-    for section in ("requests", "errors", "tokens", "throughput", "tokens_per_chunk"):
-        for f, v in d[section].items():
-            w.writerow([section, section, f, v])
-    for f in ("requests", "without_usage"):
-        w.writerow(["inexact_token_counts", "inexact_token_counts", f, d["inexact_token_counts"][f]])
-    for f, v in d["fidelity"].items():
-        if not isinstance(v, dict):
-            w.writerow(["fidelity", "fidelity", f, v])
-    for block in ("goodput", "economics", "gpu"):
-        if d.get(block):
-            for f, v in d[block].items():
-                if not isinstance(v, (dict, list)):
-                    w.writerow([block, block, f, v])
-    for row in d["sessions"]:
-        for f, v in row.items():
-            if f not in ("session_id", "clone"):
-                w.writerow(["sessions", f"{row['session_id']}#{row['clone']}", f, v])
+    for row in _csv_rows(d):
+        w.writerow(row)
     return buf.getvalue()
+
+
+def _fields(section: str, name: str, values: Mapping[str, Any],
+            nested: tuple[type, ...] = ()) -> Iterator[list[Any]]:
+    """One CSV row per field of ``values``, the ``nested`` kinds left out."""
+    return ([section, name, f, v] for f, v in values.items() if not isinstance(v, nested))
+
+
+def _csv_rows(d: Mapping[str, Any]) -> Iterator[list[Any]]:
+    for key, _ in LATENCY_ROWS:
+        yield from _fields("latency_ms", key, d["latency_ms"][key])
+    yield from _fields("request_tps", "tps", d["request_tps"])
+    yield from _fields("speeds_tok_s", "speeds_tok_s", d["speeds_tok_s"])
+    for section in ("requests", "errors", "tokens", "throughput", "tokens_per_chunk"):
+        yield from _fields(section, section, d[section])
+    inexact = d["inexact_token_counts"]
+    yield from _fields("inexact_token_counts", "inexact_token_counts",
+                       {f: inexact[f] for f in ("requests", "without_usage")})
+    yield from _fields("fidelity", "fidelity", d["fidelity"], nested=(dict,))
+    for block in ("goodput", "economics", "gpu"):
+        yield from _fields(block, block, d.get(block) or {}, nested=(dict, list))
+    for row in d["sessions"]:
+        yield from _fields("sessions", f"{row['session_id']}#{row['clone']}",
+                           {f: v for f, v in row.items() if f not in ("session_id", "clone")})
 
 
 class _PlainWriter:

@@ -153,34 +153,10 @@ def ratio_ci(a: Sequence[float | None], b: Sequence[float | None], *,
     """B against A as a relative change, exp(mean log(b / a)) - 1, with a 95% interval and a
     p-value from the t test on the log ratios. ``paired``: a[i], b[i] come from the same
     repeat (pairs with a missing side are left out); else Welch's test on the logs."""
-    if paired and len(a) == len(b):
-        both = [(float(x), float(y)) for x, y in zip(a, b, strict=True) if x is not None
-                and y is not None and not (math.isnan(float(x)) or math.isnan(float(y)))]
-        if not both:
-            return Interval(None, None, None, 0, "none")
-        if any(x <= 0 or y <= 0 for x, y in both):
-            return Interval(None, None, None, len(both), "a value <= 0: no ratio")
-        d = np.log([y / x for x, y in both])
-        est = float(d.mean())
-        if d.size < 2:
-            return Interval(math.expm1(est), None, None, 1, "one pair: no run-to-run interval")
-        se = float(d.std(ddof=1)) / math.sqrt(d.size)
-        df = float(d.size - 1)
-        method = f"paired t on log ratios, {d.size} pairs"
-    else:
-        xa, xb = _clean(a), _clean(b)
-        if xa.size == 0 or xb.size == 0:
-            return Interval(None, None, None, 0, "none")
-        if np.any(xa <= 0) or np.any(xb <= 0):
-            return Interval(None, None, None, int(min(xa.size, xb.size)), "a value <= 0: no ratio")
-        la, lb = np.log(xa), np.log(xb)
-        est = float(lb.mean() - la.mean())
-        if xa.size < 2 or xb.size < 2:
-            return Interval(math.expm1(est), None, None, int(min(xa.size, xb.size)), "one run per arm")
-        va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
-        se = math.sqrt(va + vb)
-        df = (va + vb) ** 2 / ((va ** 2 / (la.size - 1)) + (vb ** 2 / (lb.size - 1))) if se > 0 else 1.0
-        method = "Welch t on logs"
+    test = _paired_logs(a, b) if paired and len(a) == len(b) else _welch_logs(a, b)
+    if isinstance(test, Interval):
+        return test
+    est, se, df, method = test
     n = int(min(len(a), len(b)))
     if se == 0:
         p = 1.0 if est == 0 else 0.0
@@ -188,6 +164,49 @@ def ratio_ci(a: Sequence[float | None], b: Sequence[float | None], *,
     half = t975(df) * se
     p = t_two_sided_p(est / se, df)
     return Interval(math.expm1(est), math.expm1(est - half), math.expm1(est + half), n, method, p)
+
+
+LogTest = tuple[float, float, float, str]
+"""The mean log ratio, its standard error, the degrees of freedom and the method's name."""
+
+
+def _pairs(a: Sequence[float | None], b: Sequence[float | None]) -> list[tuple[float, float]]:
+    """The pairs with both sides known (not None, not NaN)."""
+    return [(float(x), float(y)) for x, y in zip(a, b, strict=True) if x is not None
+            and y is not None and not (math.isnan(float(x)) or math.isnan(float(y)))]
+
+
+def _paired_logs(a: Sequence[float | None], b: Sequence[float | None]) -> Interval | LogTest:
+    """The paired t test on the log ratios of the pairs with both sides; an Interval when
+    no test can be made."""
+    both = _pairs(a, b)
+    if not both:
+        return Interval(None, None, None, 0, "none")
+    if any(x <= 0 or y <= 0 for x, y in both):
+        return Interval(None, None, None, len(both), "a value <= 0: no ratio")
+    d = np.log([y / x for x, y in both])
+    est = float(d.mean())
+    if d.size < 2:
+        return Interval(math.expm1(est), None, None, 1, "one pair: no run-to-run interval")
+    return est, float(d.std(ddof=1)) / math.sqrt(d.size), float(d.size - 1), \
+        f"paired t on log ratios, {d.size} pairs"
+
+
+def _welch_logs(a: Sequence[float | None], b: Sequence[float | None]) -> Interval | LogTest:
+    """Welch's t test on the logs of two arms; an Interval when no test can be made."""
+    xa, xb = _clean(a), _clean(b)
+    if xa.size == 0 or xb.size == 0:
+        return Interval(None, None, None, 0, "none")
+    if np.any(xa <= 0) or np.any(xb <= 0):
+        return Interval(None, None, None, int(min(xa.size, xb.size)), "a value <= 0: no ratio")
+    la, lb = np.log(xa), np.log(xb)
+    est = float(lb.mean() - la.mean())
+    if xa.size < 2 or xb.size < 2:
+        return Interval(math.expm1(est), None, None, int(min(xa.size, xb.size)), "one run per arm")
+    va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (la.size - 1)) + (vb ** 2 / (lb.size - 1))) if se > 0 else 1.0
+    return est, se, float(df), "Welch t on logs"
 
 
 def holm(ps: Sequence[float | None]) -> list[float | None]:

@@ -60,7 +60,6 @@ def parse_slo(text: str | None) -> Slo | None:
     per-request metric of the definitions table (``ttst=1s``, ``e2e_per_token=40ms``...)."""
     if not text:
         return None
-    units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
     known = [d.key for d in REQUEST_METRICS]
     out: dict[str, float] = {}
     for part in text.split(","):
@@ -69,16 +68,24 @@ def parse_slo(text: str | None) -> Slo | None:
         if not sep or key not in known:
             raise InputError(f"--slo: {part.strip()!r}: expected METRIC=DURATION, METRIC one of "
                              f"{', '.join(known)} (e.g. ttft=2s,tpot=50ms)")
-        raw = raw.strip().lower()
-        unit = next((u for u in ("ns", "us", "ms", "s") if raw.endswith(u)), "")
-        try:
-            value = float(raw[: len(raw) - len(unit)] if unit else raw)
-        except ValueError:
-            raise InputError(f"--slo: {key}: {raw!r} is not a duration (e.g. 500ms, 2s)") from None
-        if value <= 0:
-            raise InputError(f"--slo: {key} must be positive")
-        out[key] = value * units[unit or "ms"]
+        out[key] = _slo_duration_ns(key, raw)
     return Slo.of(out)
+
+
+SLO_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def _slo_duration_ns(key: str, raw: str) -> float:
+    """An SLO bound (``500ms``, ``2s``; a bare number is milliseconds) in ns, positive."""
+    raw = raw.strip().lower()
+    unit = next((u for u in ("ns", "us", "ms", "s") if raw.endswith(u)), "")
+    try:
+        value = float(raw[: len(raw) - len(unit)] if unit else raw)
+    except ValueError:
+        raise InputError(f"--slo: {key}: {raw!r} is not a duration (e.g. 500ms, 2s)") from None
+    if value <= 0:
+        raise InputError(f"--slo: {key} must be positive")
+    return value * SLO_UNITS[unit or "ms"]
 
 
 def _server_summary(table: pa.Table | None) -> Mapping[str, Any] | None:
@@ -177,25 +184,7 @@ def running_line(meta: RunMeta) -> str:
 
 
 def _warnings(meta: RunMeta, stats: RunStats) -> list[str]:
-    out: list[str] = []
-    status = meta.status
-    if status == "running":
-        out.append(running_line(meta))
-    elif status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
-        why = f": {meta.error}" if meta.error else ""
-        out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
-                   "what completed before that.")
-    check = self_check(meta, stats)
-    if check.bottleneck:
-        out.append(f"WARNING: {check.line}; this run's numbers understate the server.")
-    elif check.line:
-        out.append(f"warning: {check.line}.")
-    skip = {meta.self_check.line if meta.self_check else None, meta.load_generator_warning}
-    for w in meta.warnings:
-        # the self-check is said once, above; token-count mismatches have their own line below
-        if w in skip or "not served with the trace's token counts" in w or _old_self_check(w):
-            continue
-        out.append(f"warning: {w}")
+    out = _status_warnings(meta, stats) + _recorded_warnings(meta)
     dropped = {k: s.dropped for k, s in stats.latency.items() if s.dropped}
     if dropped:
         out.append("warning: samples out of histogram range were dropped: "
@@ -213,6 +202,32 @@ def _warnings(meta: RunMeta, stats: RunStats) -> list[str]:
         out.append(f"warning: {mism} requests returned a different number of output tokens "
                    "than the trace asked for (does the server honour ignore_eos/min_tokens?).")
     return out
+
+
+def _status_warnings(meta: RunMeta, stats: RunStats) -> list[str]:
+    """The run's status when it did not end well, and the self-check's line."""
+    out: list[str] = []
+    status = meta.status
+    if status == "running":
+        out.append(running_line(meta))
+    elif status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
+        why = f": {meta.error}" if meta.error else ""
+        out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
+                   "what completed before that.")
+    check = self_check(meta, stats)
+    if check.bottleneck:
+        out.append(f"WARNING: {check.line}; this run's numbers understate the server.")
+    elif check.line:
+        out.append(f"warning: {check.line}.")
+    return out
+
+
+def _recorded_warnings(meta: RunMeta) -> list[str]:
+    """The warnings run.json records, but the self-check (said once, by ``_status_warnings``)
+    and token-count mismatches (their own line)."""
+    skip = {meta.self_check.line if meta.self_check else None, meta.load_generator_warning}
+    return [f"warning: {w}" for w in meta.warnings
+            if not (w in skip or "not served with the trace's token counts" in w or _old_self_check(w))]
 
 
 def _old_self_check(w: str) -> bool:

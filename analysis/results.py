@@ -150,24 +150,27 @@ def _conformed(loaded: Iterable[tuple[Path, pa.Table | pq.ParquetFile]], wanted:
             batches = (got.to_batches() if isinstance(got, pa.Table) else got.iter_batches(
                 batch_size=batch_rows, columns=[c for c in wanted if c in got.schema_arrow.names]))
             for batch in batches:
-                if batch.schema.equals(target):
-                    yield batch
-                    continue
-                arrays = []
-                for name in wanted:
-                    typ = target.field(name).type
-                    if batch.schema.get_field_index(name) < 0:  # an optional column, older file
-                        arrays.append(pa.nulls(batch.num_rows, typ))
-                        continue
-                    col = batch.column(name)
-                    try:
-                        arrays.append(col if col.type == typ else col.cast(typ))
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                        raise InputError(f"{path}: column {name!r}: cannot read {col.type} "
-                                         f"as {typ}") from exc
-                yield pa.RecordBatch.from_arrays(arrays, schema=target)
+                yield batch if batch.schema.equals(target) else _conform(path, batch, wanted, target)
         except (OSError, pa.ArrowInvalid) as exc:
             raise InputError(f"{path}: corrupt Parquet data: {exc}") from exc
+
+
+def _conform(path: Path, batch: pa.RecordBatch, wanted: list[str], target: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with the ``target`` schema: a missing (optional) column all null, the
+    others cast."""
+    arrays = []
+    for name in wanted:
+        typ = target.field(name).type
+        if batch.schema.get_field_index(name) < 0:  # an optional column, older file
+            arrays.append(pa.nulls(batch.num_rows, typ))
+            continue
+        col = batch.column(name)
+        try:
+            arrays.append(col if col.type == typ else col.cast(typ))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InputError(f"{path}: column {name!r}: cannot read {col.type} "
+                             f"as {typ}") from exc
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
 def _joined(batches: Iterator[pa.RecordBatch], batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -14,7 +14,7 @@ P90 TPS), tokens per chunk. ``RunStats.inexact`` counts them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,30 +201,17 @@ class Accumulator:
         def arr(name: str) -> np.ndarray:
             return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
-        latency: dict[str, Summary] = {}
         hists = {"itl": self.itl, "chunk_gap": self.chunk_gap}
-        for d in METRIC_DEFS:  # the one percentile rule: exact nearest rank, or the histogram's
-            if d.per == "request":
-                latency[d.key] = percentile_summary(arr(d.key) if d.rows == "all" else arr(d.key)[ok],
-                                                    method=d.percentile_method)
-            else:
-                latency[d.key] = hists[d.key].summary()
+        latency = _latency(arr, ok, hists)
         tps = _tps_summary(arr("tps")[ok], latency["tpot"])
 
-        intended = arr("intended_ns")
         end = arr("end_ns")
-        start_ns = float(np.nanmin(intended)) if intended.size else 0.0
-        stop_ns = float(np.nanmax(end)) if np.isfinite(end).any() else start_ns
+        start_ns, stop_ns = _measured_window(arr("intended_ns"), end)
         duration = max(0, int(stop_ns - start_ns))
 
         exact_all = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
         out_tok = served_output_tokens(arr("completion_tokens"), arr("output_tokens"), exact_all)[ok]
-        prompt = np.where(np.isnan(arr("prompt_tokens")), arr("expected_input_tokens"),
-                          arr("prompt_tokens"))[ok]
-        cached = np.nan_to_num(arr("cached_tokens"))[ok]
-        tokens = {"output": int(out_tok.sum()), "input": int(prompt.sum()),
-                  "input_cached": int(cached.sum()),
-                  "input_computed": int(prompt.sum() - cached.sum())}
+        tokens = _token_totals(arr, ok, out_tok)
         n_ok = int(ok.sum())
         failed, cancelled = outcomes.split(self.errors)  # the stop's cancellations are apart
         requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": failed,
@@ -236,26 +223,11 @@ class Accumulator:
             fidelity=_fidelity(t, ok, arr), sessions=_sessions(t), per_request=t,
             inexact={"requests": self.inexact, "without_usage": self.inexact_without_usage},
         )
-        secs = duration / NS if duration else float("nan")
         stats.extra["window_ns"] = (start_ns, stop_ns)  # the measured window, run clock
         stats.extra["hists"] = hists  # the per-token distributions (the HTML report's CDFs)
-        stats.extra["throughput"] = {
-            "output_tokens_per_s": tokens["output"] / secs if duration else None,
-            "input_tokens_per_s": tokens["input"] / secs if duration else None,
-            "input_cached_tokens_per_s": tokens["input_cached"] / secs if duration else None,
-            "input_computed_tokens_per_s": tokens["input_computed"] / secs if duration else None,
-            "requests_per_s": n_ok / secs if duration else None,
-            "gpus": gpus,
-        }
-        sent = arr("sent_ns")[ok]
-        window = (float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
-                  float(np.nanmax(end[ok])) if np.isfinite(end[ok]).any() else 0.0)
+        window = _send_window(arr("sent_ns")[ok], end[ok])
         stats.extra["send_window_ns"] = window  # first send to last end of the ok requests
-        stats.extra["throughput"]["total_tokens_per_s_per_gpu"] = total_tokens_per_s_per_gpu(
-            tokens["input"], tokens["output"], *window, gpus)
-        if gpus and duration:
-            stats.extra["throughput"]["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
-            stats.extra["throughput"]["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus
+        stats.extra["throughput"] = _throughput(tokens, n_ok, duration, gpus, window)
         if slo is not None and slo.any:
             exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
             values = {k: arr(k)[ok] for k in slo.bounds()}
@@ -264,6 +236,69 @@ class Accumulator:
         if prices is not None and duration:
             stats.economics = economics(tokens, duration, prices, gpus or 1)
         return stats
+
+
+def _latency(arr: Callable[[str], np.ndarray], ok: np.ndarray,
+             hists: Mapping[str, Hist]) -> dict[str, Summary]:
+    """Every metric's percentiles by the one percentile rule: exact nearest rank over its
+    rows (all, or the ok ones), or the histogram's."""
+    latency: dict[str, Summary] = {}
+    for d in METRIC_DEFS:
+        if d.per == "request":
+            latency[d.key] = percentile_summary(arr(d.key) if d.rows == "all" else arr(d.key)[ok],
+                                                method=d.percentile_method)
+        else:
+            latency[d.key] = hists[d.key].summary()
+    return latency
+
+
+def _token_totals(arr: Callable[[str], np.ndarray], ok: np.ndarray, out_tok: np.ndarray) -> dict[str, int]:
+    """Output and input tokens of the ok requests, the input split into cached and computed
+    (a prompt without usage counts as the trace's input)."""
+    prompt = np.where(np.isnan(arr("prompt_tokens")), arr("expected_input_tokens"),
+                      arr("prompt_tokens"))[ok]
+    cached = np.nan_to_num(arr("cached_tokens"))[ok]
+    return {"output": int(out_tok.sum()), "input": int(prompt.sum()),
+            "input_cached": int(cached.sum()),
+            "input_computed": int(prompt.sum() - cached.sum())}
+
+
+def _measured_window(intended: np.ndarray, end: np.ndarray) -> tuple[float, float]:
+    """First intended send to last end (an empty run: 0.0 to its start)."""
+    start_ns = float(np.nanmin(intended)) if intended.size else 0.0
+    stop_ns = float(np.nanmax(end)) if np.isfinite(end).any() else start_ns
+    return start_ns, stop_ns
+
+
+def _send_window(sent: np.ndarray, end: np.ndarray) -> tuple[float, float]:
+    """First send to last end (0.0 where unknown)."""
+    return (float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
+            float(np.nanmax(end)) if np.isfinite(end).any() else 0.0)
+
+
+def _throughput(tokens: Mapping[str, int], n_ok: int, duration: int, gpus: int | None,
+                window: tuple[float, float]) -> dict[str, Any]:
+    """Tokens and requests per second over the measured window (None when it is empty), per
+    GPU when the count is known; AgentX's total tokens/s per GPU over the send window."""
+    secs = duration / NS if duration else float("nan")
+
+    def rate(n: float) -> float | None:
+        return n / secs if duration else None
+
+    out: dict[str, Any] = {
+        "output_tokens_per_s": rate(tokens["output"]),
+        "input_tokens_per_s": rate(tokens["input"]),
+        "input_cached_tokens_per_s": rate(tokens["input_cached"]),
+        "input_computed_tokens_per_s": rate(tokens["input_computed"]),
+        "requests_per_s": rate(n_ok),
+        "gpus": gpus,
+    }
+    out["total_tokens_per_s_per_gpu"] = total_tokens_per_s_per_gpu(
+        tokens["input"], tokens["output"], *window, gpus)
+    if gpus and duration:
+        out["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
+        out["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus
+    return out
 
 
 def tps_from_tpot(tpot: Summary) -> Summary:

@@ -114,11 +114,9 @@ def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p
     """The verdict and its one line (None when all is well). ``cpu_fraction``: the busiest
     worker's CPU seconds per wall second (1.0 = one core)."""
     symptoms = []
-    if (mode != "max-rate" and schedule_lag_n >= MIN_SAMPLES and schedule_lag_p99_ns is not None
-            and schedule_lag_p99_ns > LAG_P99_NS):
-        symptoms.append(f"schedule lag p99 {_ms(schedule_lag_p99_ns)}")
-    if loop_lag_n >= MIN_SAMPLES and loop_lag_p99_ns is not None and loop_lag_p99_ns > LAG_P99_NS:
-        symptoms.append(f"event-loop lag p99 {_ms(loop_lag_p99_ns)}")
+    if mode != "max-rate":
+        symptoms += _lag("schedule lag", schedule_lag_p99_ns, schedule_lag_n)
+    symptoms += _lag("event-loop lag", loop_lag_p99_ns, loop_lag_n)
     cpu = f"{cpu_fraction * 100:.0f}% of a core"
     bound = f"> {_ms(LAG_P99_NS)}"
     if cpu_fraction >= CPU_BUSY or (symptoms and cpu_fraction >= CPU_SATURATED):
@@ -127,7 +125,19 @@ def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p
                           "have set the pace instead of the server; use more --workers")
     if not symptoms:
         return Assessment("ok", None)
-    lags = ", ".join(symptoms) + f" ({bound})"
+    return _lag_cause(", ".join(symptoms) + f" ({bound})", cpu, machine)
+
+
+def _lag(name: str, p99_ns: float | None, n: int) -> list[str]:
+    """The symptom a lag's P99 over enough samples shows when it is over the bound."""
+    if n >= MIN_SAMPLES and p99_ns is not None and p99_ns > LAG_P99_NS:
+        return [f"{name} p99 {_ms(p99_ns)}"]
+    return []
+
+
+def _lag_cause(lags: str, cpu: str, machine: Machine | None) -> Assessment:
+    """Lags while our CPU was not saturated: the host's contention when it was busy, else
+    a stall of the loop."""
     if machine is not None and host_busy(machine):
         return Assessment("contention", (
             f"host contention: {lags} while our CPU was {cpu} and other processes kept "

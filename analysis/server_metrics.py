@@ -94,12 +94,23 @@ class _Series:
         return {"mean": sum(vals) / len(vals), "max": peak, "samples": len(vals)}
 
 
-def histogram(series: _Series, name: str) -> dict[str, Any] | None:
+def _buckets(series: _Series, name: str) -> dict[float, float]:
+    """Histogram ``name``'s bucket deltas by upper bound, summed over the other labels."""
     buckets: dict[float, float] = defaultdict(float)
     for group, inc in series.deltas(name + "_bucket").items():
         le = dict(group).get("le")
         if le is not None:
             buckets[float(le)] += inc
+    return buckets
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    """``num / den``; None when either is unknown or the denominator is 0."""
+    return num / den if den and num is not None else None
+
+
+def histogram(series: _Series, name: str) -> dict[str, Any] | None:
+    buckets = _buckets(series, name)
     count = series.total(name + "_count")
     total = series.total(name + "_sum")
     if not buckets or count is None:
@@ -108,7 +119,7 @@ def histogram(series: _Series, name: str) -> dict[str, Any] | None:
     cum = [buckets[le] for le in les]
     out: dict[str, Any] = {
         "count": count, "sum": total,
-        "mean": (total / count) if count and total is not None else None,
+        "mean": _ratio(total, count),
         "buckets": [[le if math.isfinite(le) else None, c] for le, c in zip(les, cum, strict=True)],
     }
     for q in QUANTILES:
@@ -134,6 +145,25 @@ def bucket_quantile(les: list[float], cum: list[float], q: float) -> dict[str, A
     return None
 
 
+def _spec_decode(s: _Series) -> dict[str, Any] | None:
+    """Speculative decoding's drafts, acceptance length and rate, and the acceptance per
+    draft position; None when the server drafts nothing."""
+    drafts = s.total("vllm:spec_decode_num_drafts_total")
+    if drafts is None:
+        return None
+    draft_tokens = s.total("vllm:spec_decode_num_draft_tokens_total")
+    accepted = s.total("vllm:spec_decode_num_accepted_tokens_total")
+    per_pos = s.deltas("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+    positions = sorted(per_pos, key=lambda g: int(dict(g).get("position", "0")))
+    return {
+        "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+        "acceptance_length": (1 + (accepted or 0) / drafts) if drafts else None,
+        "acceptance_rate": _ratio(accepted, draft_tokens),
+        "per_position_acceptance": [per_pos[g] / drafts if drafts else None
+                                    for g in positions],
+    }
+
+
 def summarize(table: pa.Table) -> dict[str, Any]:
     """Deltas and gauges of one run's ``/metrics`` samples (see the module docstring)."""
     s = _Series(table)
@@ -141,21 +171,6 @@ def summarize(table: pa.Table) -> dict[str, Any]:
         return {"scrapes": 0}
     queries = s.total("vllm:prefix_cache_queries_total")
     hits = s.total("vllm:prefix_cache_hits_total")
-    drafts = s.total("vllm:spec_decode_num_drafts_total")
-    draft_tokens = s.total("vllm:spec_decode_num_draft_tokens_total")
-    accepted = s.total("vllm:spec_decode_num_accepted_tokens_total")
-    spec: dict[str, Any] | None = None
-    if drafts is not None:
-        per_pos = s.deltas("vllm:spec_decode_num_accepted_tokens_per_pos_total")
-        positions = sorted(per_pos, key=lambda g: int(dict(g).get("position", "0")))
-        spec = {
-            "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
-            "acceptance_length": (1 + (accepted or 0) / drafts) if drafts else None,
-            "acceptance_rate": (accepted / draft_tokens) if draft_tokens and accepted is not None
-            else None,
-            "per_position_acceptance": [per_pos[g] / drafts if drafts else None
-                                        for g in positions],
-        }
     finished = {dict(g).get("finished_reason", "?"): v
                  for g, v in s.deltas("vllm:request_success_total").items()}
     engines = {json.loads(lab).get("engine") for (n, lab) in s.by_series
@@ -164,13 +179,12 @@ def summarize(table: pa.Table) -> dict[str, Any]:
         "scrapes": len(s.times),
         "duration_s": (s.times[-1] - s.times[0]) / 1e9,
         "engines": len(engines - {None}) or (1 if engines else 0),
-        "prefix_cache": {"queries": queries, "hits": hits,
-                         "hit_rate": hits / queries if queries and hits is not None else None},
+        "prefix_cache": {"queries": queries, "hits": hits, "hit_rate": _ratio(hits, queries)},
         "prompt_tokens": s.total("vllm:prompt_tokens_total"),
         "generation_tokens": s.total("vllm:generation_tokens_total"),
         "preemptions": s.total("vllm:num_preemptions_total"),
         "requests_finished": finished,
-        "spec_decode": spec,
+        "spec_decode": _spec_decode(s),
         "kv_cache_usage": s.gauge("vllm:kv_cache_usage_perc", "mean"),
         "running": s.gauge("vllm:num_requests_running", "sum"),
         "waiting": s.gauge("vllm:num_requests_waiting", "sum"),

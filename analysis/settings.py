@@ -47,6 +47,28 @@ def _table(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+def _source_settings(src: Mapping[str, Any]) -> dict[str, str]:
+    """The settings one record of the server (provenance or launch) gives: profile, command
+    line flags, environment additions, vLLM version."""
+    out: dict[str, str] = {}
+    if src.get("profile") is not None:
+        out["profile"] = str(src["profile"])
+    for k in ("command", "argv"):
+        if isinstance(src.get(k), list):
+            out.update(_argv_flags(src[k]))
+    flags = src.get("flags")
+    if isinstance(flags, Mapping):
+        out.update({str(k): str(v) for k, v in flags.items()})
+    elif isinstance(flags, list):
+        out.update(_argv_flags(flags))
+    env = src.get("env")
+    if isinstance(env, Mapping):
+        out.update({f"env {k}": str(v) for k, v in env.items()})
+    if src.get("vllm_version"):
+        out["vllm version"] = str(src["vllm_version"])
+    return out
+
+
 def server_settings(meta: RunMeta | Mapping[str, Any]) -> dict[str, str] | None:
     """The settings of the server a run measured: profile, flags, environment additions and
     version, as strings; None when run.json records none (a server given by URL)."""
@@ -55,21 +77,7 @@ def server_settings(meta: RunMeta | Mapping[str, Any]) -> dict[str, str] | None:
     server = _table(meta.provenance.get("server"))
     out: dict[str, str] = {}
     for src in (server, launch):
-        if src.get("profile") is not None:
-            out["profile"] = str(src["profile"])
-        for k in ("command", "argv"):
-            if isinstance(src.get(k), list):
-                out.update(_argv_flags(src[k]))
-        flags = src.get("flags")
-        if isinstance(flags, Mapping):
-            out.update({str(k): str(v) for k, v in flags.items()})
-        elif isinstance(flags, list):
-            out.update(_argv_flags(flags))
-        env = src.get("env")
-        if isinstance(env, Mapping):
-            out.update({f"env {k}": str(v) for k, v in env.items()})
-        if src.get("vllm_version"):
-            out["vllm version"] = str(src["vllm_version"])
+        out.update(_source_settings(src))
     if not out:
         return None
     ver = server.get("version_endpoint")
@@ -92,12 +100,15 @@ def setting_differences(metas: Sequence[RunMeta | Mapping[str, Any]], names: Seq
     if base is None:
         return out
     for name, s in zip(names[1:], sets[1:], strict=True):
-        if s is None:
-            continue
-        keys = sorted(set(base) | set(s))
-        diff = [f"{k} {base.get(k, '(unset)')} vs {s.get(k, '(unset)')}" for k in keys
-                if base.get(k) != s.get(k)]
+        diff = _differing(base, s) if s is not None else []
         if diff:
             out.append(f"{name} vs {names[0]}: the servers differ in {len(diff)} setting"
                        f"{'s' if len(diff) > 1 else ''}: {'; '.join(diff)}")
     return out
+
+
+def _differing(base: Mapping[str, str], other: Mapping[str, str]) -> list[str]:
+    """``key base-value vs other-value`` for every setting the two differ in."""
+    keys = sorted(set(base) | set(other))
+    return [f"{k} {base.get(k, '(unset)')} vs {other.get(k, '(unset)')}" for k in keys
+            if base.get(k) != other.get(k)]

@@ -79,16 +79,9 @@ def spread_rate(start_ns: np.ndarray, end_ns: np.ndarray, amount: np.ndarray,
     return total / (widths / 1e9)
 
 
-def lanes(per_request: Any) -> tuple[list[str], np.ndarray]:
-    """A timeline lane per (session, clone, agent) of a report's per-request table: the
-    lanes' labels and each row's lane index. Clones of a session get lanes of their own
-    (``s #clone``, when the run has clones), so do a session's subagents (``s / agent``,
-    when it has more than one agent); lanes are in the order of their first intended send."""
-    t = per_request
-    sid = [str(s) for s in t.column("session_id").to_pylist()]
-    clone = t.column("clone").to_pylist()
-    agent = (t.column("agent_id").to_pylist() if "agent_id" in t.column_names
-             else [None] * len(sid))
+def _lane_labels(sid: list[str], clone: list[Any], agent: list[Any]) -> list[str]:
+    """Each row's lane: ``s``, ``s #clone`` when the run has clones, ``... / agent`` when
+    the session has more than one agent."""
     cloned = any(c for c in clone)
     agents: dict[str, set[Any]] = {}
     for s, a in zip(sid, agent, strict=True):
@@ -99,6 +92,20 @@ def lanes(per_request: Any) -> tuple[list[str], np.ndarray]:
         if len(agents[s]) > 1 and a is not None:
             label += f" / {a}"
         keys.append(label)
+    return keys
+
+
+def lanes(per_request: Any) -> tuple[list[str], np.ndarray]:
+    """A timeline lane per (session, clone, agent) of a report's per-request table: the
+    lanes' labels and each row's lane index. Clones of a session get lanes of their own
+    (``s #clone``, when the run has clones), so do a session's subagents (``s / agent``,
+    when it has more than one agent); lanes are in the order of their first intended send."""
+    t = per_request
+    sid = [str(s) for s in t.column("session_id").to_pylist()]
+    clone = t.column("clone").to_pylist()
+    agent = (t.column("agent_id").to_pylist() if "agent_id" in t.column_names
+             else [None] * len(sid))
+    keys = _lane_labels(sid, clone, agent)
     start = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
     first: dict[str, float] = {}
     for k, v in zip(keys, start, strict=True):

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -180,12 +180,8 @@ def interval_barriers(reqs: list[PlannedRequest], offsets: list[int]) -> list[tu
     more streams each request is held back for the requests ``weka_chains.interval_waits``
     names (on ``offsets``; a request without a service time ends at its start). Positions
     as in ``reqs``."""
-    scopes: dict[str, list[int]] = {}
-    for p, q in enumerate(reqs):
-        owner = flat_owner(q.agent_id)
-        scopes.setdefault(q.agent_id if owner is None else owner, []).append(p)
     out: list[tuple[int, ...]] = [()] * len(reqs)
-    for pos in scopes.values():
+    for pos in _replay_scopes(reqs).values():
         streams = [reqs[p].agent_id for p in pos]
         if len(set(streams)) < 2:
             continue
@@ -194,6 +190,15 @@ def interval_barriers(reqs: list[PlannedRequest], offsets: list[int]) -> list[tu
         for k, waits in enumerate(interval_waits(streams, starts, ends)):
             out[pos[k]] = tuple(pos[w] for w in waits)
     return out
+
+
+def _replay_scopes(reqs: list[PlannedRequest]) -> dict[str, list[int]]:
+    """The positions of each replay scope: an agent with the flattened agents split off it."""
+    scopes: dict[str, list[int]] = {}
+    for p, q in enumerate(reqs):
+        owner = flat_owner(q.agent_id)
+        scopes.setdefault(q.agent_id if owner is None else owner, []).append(p)
+    return scopes
 
 
 def branch_key(reqs: list[PlannedRequest], first: int, join: int | None) -> tuple[int, int | None, bool]:
@@ -243,49 +248,81 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
       the branch overlapped it (``overlaps_spawn``: then its offset minus the turn's);
     * every request: the barrier of ``interval_barriers``.
     """
-    agent = [q.agent_id for q in reqs]
-    first_of: dict[str, int] = {}
-    last_of: dict[str, int] = {}
-    for p, a in enumerate(agent):
-        first_of.setdefault(a, p)
-        last_of[a] = p
-    join_of: dict[str, int] = {}
-    for p, q in enumerate(reqs):
-        for d in q.deps:
-            if agent[d] != agent[p] and d == last_of[agent[d]]:
-                join_of.setdefault(agent[d], p)
-    branch_of: dict[str, tuple[int, int | None, bool]] = {}
-    branch_start: dict[tuple[int, int | None, bool], int] = {}
-    members: dict[tuple[int, int | None, bool], list[int]] = {}
-    for a, p in first_of.items():
-        if reqs[p].deps:
-            key = branch_key(reqs, p, join_of.get(a))
-            branch_of[a] = key
-            branch_start[key] = min(branch_start.get(key, offsets[p]), offsets[p])
-            members.setdefault(key, []).append(p)
+    branches = _Branches.of(reqs, offsets)
     barriers = interval_barriers(reqs, offsets)
     out: list[Rule] = []
     for p, q in enumerate(reqs):
         deps, bar = tuple(q.deps), barriers[p]
+        own = [d for d in q.deps if reqs[d].agent_id == q.agent_id]
         if not q.deps:
             out.append(Rule("root", 0, deps=deps, barrier=bar))
-            continue
-        own = [d for d in q.deps if agent[d] == agent[p]]
-        if not own:
-            if p == first_of[agent[p]]:
-                key = branch_of[agent[p]]
-                out.append(_child_rule(reqs, offsets, p, branch_start[key],
-                                       tuple(members[key]), bar))
-            else:
-                out.append(Rule("after", thinks[p], deps=deps, barrier=bar))
-            continue
-        prev = max(own)
-        if len(own) == len(q.deps):
-            out.append(Rule("next", thinks[p], prev=prev, deps=deps, barrier=bar))
-            continue
-        delay = max(0, offsets[p] - offsets[prev] - (reqs[prev].service_ns or 0))
-        out.append(Rule("join", delay, prev=prev, deps=deps, barrier=bar))
+        elif own:
+            out.append(_stream_rule(reqs, p, max(own), len(own) == len(q.deps), offsets, thinks, bar))
+        elif p == branches.first_of[q.agent_id]:
+            out.append(branches.child_rule(reqs, p, offsets, bar))
+        else:
+            out.append(Rule("after", thinks[p], deps=deps, barrier=bar))
     return out
+
+
+def _stream_rule(reqs: list[PlannedRequest], p: int, prev: int, only_own: bool, offsets: list[int],
+                 thinks: list[int], bar: tuple[int, ...]) -> Rule:
+    """The rule of a turn after ``prev``, its stream's previous turn: ``next`` when that is
+    its only kind of dependency, else ``join`` (end-to-start, floored at 0)."""
+    deps = tuple(reqs[p].deps)
+    if only_own:
+        return Rule("next", thinks[p], prev=prev, deps=deps, barrier=bar)
+    delay = max(0, offsets[p] - offsets[prev] - (reqs[prev].service_ns or 0))
+    return Rule("join", delay, prev=prev, deps=deps, barrier=bar)
+
+
+BranchKey = tuple[int, int | None, bool]
+
+
+@dataclass
+class _Branches:
+    """Each stream's first turn, and the branches of the spawned streams (``branch_key``):
+    which branch a stream is in, the branch's start (its earliest first offset) and the
+    first turns of its members."""
+
+    first_of: dict[str, int]
+    branch_of: dict[str, BranchKey]
+    start: dict[BranchKey, int]
+    members: dict[BranchKey, list[int]]
+
+    @classmethod
+    def of(cls, reqs: list[PlannedRequest], offsets: list[int]) -> _Branches:
+        first_of: dict[str, int] = {}
+        for p, q in enumerate(reqs):
+            first_of.setdefault(q.agent_id, p)
+        join_of = _joins(reqs)
+        b = cls(first_of, {}, {}, {})
+        for a, p in first_of.items():
+            if reqs[p].deps:
+                key = branch_key(reqs, p, join_of.get(a))
+                b.branch_of[a] = key
+                b.start[key] = min(b.start.get(key, offsets[p]), offsets[p])
+                b.members.setdefault(key, []).append(p)
+        return b
+
+    def child_rule(self, reqs: list[PlannedRequest], p: int, offsets: list[int],
+                   bar: tuple[int, ...]) -> Rule:
+        """A subagent's first turn, its branch's start and members from the table
+        (``_child_rule``)."""
+        key = self.branch_of[reqs[p].agent_id]
+        return _child_rule(reqs, offsets, p, self.start[key], tuple(self.members[key]), bar)
+
+
+def _joins(reqs: list[PlannedRequest]) -> dict[str, int]:
+    """For each stream, the first turn of another stream that waits for its last turn."""
+    last_of = {q.agent_id: p for p, q in enumerate(reqs)}
+    join_of: dict[str, int] = {}
+    for p, q in enumerate(reqs):
+        for d in q.deps:
+            a = reqs[d].agent_id
+            if a != q.agent_id and d == last_of[a]:
+                join_of.setdefault(a, p)
+    return join_of
 
 
 def overflow_ends(reqs: list[PlannedRequest], rules: list[Rule], p: int) -> set[int]:
@@ -297,26 +334,59 @@ def overflow_ends(reqs: list[PlannedRequest], rules: list[Rule], p: int) -> set[
     Empty when ``p`` is its stream's last turn (AIPerf spawns that turn's subagents). A
     join of another stream still goes: a dropped request counts as ended when dropped."""
     agent = [q.agent_id for q in reqs]
-    later = [i for i in range(p + 1, len(reqs)) if agent[i] == agent[p]]
-    if not later:
+    dead = _turns_from(agent, p + 1, agent[p])
+    if not dead:
         return set()
-    dead = set(later)
     ended = dead | {p}
     first_of: dict[str, int] = {}
     for i, a in enumerate(agent):
         first_of.setdefault(a, i)
-    grew = True
-    while grew:
-        grew = False
-        for a, f in first_of.items():
-            r = rules[f]
-            if f not in dead and r.kind == "child" and r.anchor in ended \
-                    and not (r.at_send and r.anchor == p):
-                stream = {i for i in range(f, len(reqs)) if agent[i] == a}
-                dead |= stream
-                ended |= stream
-                grew = True
+    while spawned := [a for a, f in first_of.items() if f not in dead and _spawned_by(rules[f], ended, p)]:
+        for a in spawned:
+            stream = _turns_from(agent, first_of[a], a)
+            dead |= stream
+            ended |= stream
     return dead
+
+
+def _turns_from(agent: list[str], start: int, a: str) -> set[int]:
+    """The positions of stream ``a``'s turns from ``start`` on."""
+    return {i for i in range(start, len(agent)) if agent[i] == a}
+
+
+def _spawned_by(r: Rule, turns: set[int], overflowed: int) -> bool:
+    """Whether ``r`` is a subagent's first turn spawned by one of ``turns``, and not one
+    already dispatched at the send of ``overflowed`` (``Rule.at_send``)."""
+    return r.kind == "child" and r.anchor in turns and not (r.at_send and r.anchor == overflowed)
+
+
+def _ended(deps: tuple[int, ...], ends: list[int | None], but: int | None) -> list[int]:
+    """The ends of the dependencies that ended, ``but`` left out."""
+    return [e for d in deps if d != but and (e := ends[d]) is not None]
+
+
+def _stream_due(r: Rule, ends: list[int | None], latest: int) -> int:
+    """A ``next`` or ``join`` turn's time: after its stream's previous turn, or at the end
+    of another dependency that outlived it."""
+    others = _ended(r.deps, ends, but=r.prev)
+    prev_end = None if r.prev is None else ends[r.prev]
+    if prev_end is None:
+        return latest  # the stream's previous turn was before t*: join at once
+    if others and max(others) > prev_end:
+        return max(others)  # a subagent outlived the previous turn: join at its end
+    return prev_end + r.delay_ns
+
+
+def _play_rule(r: Rule, pos: dict[int, int]) -> Rule:
+    """Rule ``r`` on a play's positions (``pos``: session position -> play position): the
+    requests the play leaves out dropped."""
+    def kept(ps: Sequence[int]) -> tuple[int, ...]:
+        return tuple(pos[d] for d in ps if d in pos)
+
+    anchor = None if r.anchor is None else pos.get(r.anchor)
+    return replace(r, prev=None if r.prev is None else pos.get(r.prev), anchor=anchor,
+                   deps=kept(r.deps), barrier=kept(r.barrier), branch=kept(r.branch),
+                   at_send=r.at_send and anchor is not None)
 
 
 def lane_seed(seed: int, session_id: str, lane: int) -> int:
@@ -574,11 +644,11 @@ class AgentXDriver(Driver):
             return super()._due(s, st, p, parent_end)
         r = rules[p]
         ends = st.ends
-        held = [e for d in r.barrier if (e := ends[d]) is not None]
+        held = _ended(r.barrier, ends, but=None)
         if r.at_send and r.anchor is not None:  # spawned when its spawning turn was sent
             self._pin = True
             return max([self._issue[s.key][r.anchor] + r.delay_ns] + held)
-        mine = [e for d in r.deps if (e := ends[d]) is not None]
+        mine = _ended(r.deps, ends, but=None)
         if not mine:  # every dependency was before t*: at its offset in the play
             return max([super()._due(s, st, p, None)] + held)
         return max([self._rule_due(r, ends, max(mine))] + held)
@@ -602,20 +672,12 @@ class AgentXDriver(Driver):
     def _rule_due(self, r: Rule, ends: list[int | None], latest: int) -> int:
         """The time rule ``r`` gives a request whose dependencies (``r.deps``) ended,
         the latest at ``latest``."""
-        if r.kind == "child" and r.anchor is not None and ends[r.anchor] is not None:
+        spawned = None if r.anchor is None else ends[r.anchor]
+        if r.kind == "child" and spawned is not None:
             self._pin = True
-            spawned = ends[r.anchor]
-            assert spawned is not None
-            return max([spawned + r.delay_ns] + [e for d in r.deps if d != r.anchor
-                                                 and (e := ends[d]) is not None])
+            return max([spawned + r.delay_ns] + _ended(r.deps, ends, but=r.anchor))
         if r.kind in ("next", "join"):
-            others = [e for d in r.deps if d != r.prev and (e := ends[d]) is not None]
-            prev_end = None if r.prev is None else ends[r.prev]
-            if prev_end is None:
-                return latest  # the stream's previous turn was before t*: join at once
-            if others and max(others) > prev_end:
-                return max(others)  # a subagent outlived the previous turn: join at its end
-            return prev_end + r.delay_ns
+            return _stream_due(r, ends, latest)
         return latest + r.delay_ns
 
     def _register(self, due: int) -> int:
@@ -822,16 +884,11 @@ class AgentXDriver(Driver):
         trigger: dict[int, int] = {}  # a child sent at its spawning turn's send -> that turn
         for p in keep:
             q = self._bust(reqs[p], play)
-            deps = [pos[d] for d in q.deps if d in pos]
-            held = [pos[d] for d in rules[p].barrier if d in pos]
-            r = rules[p]
-            anchor = None if r.anchor is None else pos.get(r.anchor)
-            if r.at_send and anchor is not None:
-                trigger[pos[p]] = anchor
-            play_rules.append(replace(r, prev=None if r.prev is None else pos.get(r.prev),
-                                      anchor=anchor, deps=tuple(deps), barrier=tuple(held),
-                                      branch=tuple(pos[b] for b in r.branch if b in pos),
-                                      at_send=r.at_send and anchor is not None))
+            r = _play_rule(rules[p], pos)
+            if r.at_send and r.anchor is not None:
+                trigger[pos[p]] = r.anchor
+            deps, held = list(r.deps), list(r.barrier)
+            play_rules.append(r)
             # the driver waits for every request of the barrier too, before ``_due``
             out.append(replace(q, deps=sorted(set(deps) | set(held)), children=[],
                                parent=pos.get(q.parent, -1),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from agent_replay.engines.dialects import Decoder, dialect
 from agent_replay.engines.sse import SSEParser
 from agent_replay.redact import Scrubber, header_secrets
 from agent_replay.replay.outcome import ERROR_CHARS, RequestRecord
-from agent_replay.results_schema import ErrorKind
+from agent_replay.results_schema import ErrorKind, ErrorKindName
 
 
 @dataclass(slots=True)
@@ -168,44 +168,71 @@ class Sender:
                     rec.end_ns = now()
                     rec.fail(ErrorKind.HTTP, f"HTTP {resp.status}: {text.strip()}")
                     return
-                unwatch = fail_payload_on_close(resp, "response broken")
-                content = resp.content
-                t = 0
-                try:
-                    while True:
-                        data = await content.readany()
-                        if not data:
-                            break
-                        t = now()
-                        feed(data, t)
-                finally:
-                    unwatch()
-                rec.end_ns = t or now()
+                rec.end_ns = await _read_body(resp, feed)
             stream.finish(rec.end_ns)
             self.chunks += len(rec.chunk_ns)
         except asyncio.CancelledError:
             rec.end_ns = rec.end_ns or now()
             rec.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
             raise
-        except asyncio.TimeoutError:
+        except (asyncio.TimeoutError, aiohttp.ClientError, ValueError) as exc:
             rec.end_ns = now()
-            rec.fail(ErrorKind.TIMEOUT, "request timed out")
-        except aiohttp.ClientConnectorError as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.CONNECT, str(exc))
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                aiohttp.ClientOSError) as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.JSON, f"bad event: {exc}")
-        except aiohttp.ClientError as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.CONNECT if rec.headers_ns is None else ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
+            rec.fail(*(failure(exc, FAILURES) or _client_error(exc, rec)))
         finally:
             self.in_flight -= 1
             clean_error(rec, self.scrub, prep.headers)
+
+
+async def _read_body(resp: aiohttp.ClientResponse, feed: Callable[[bytes, int], None]) -> int:
+    """Feed every read of the body with its time; the time of the last (or now, for an
+    empty body)."""
+    now = time.monotonic_ns
+    unwatch = fail_payload_on_close(resp, "response broken")
+    content = resp.content
+    t = 0
+    try:
+        while True:
+            data = await content.readany()
+            if not data:
+                break
+            t = now()
+            feed(data, t)
+    finally:
+        unwatch()
+    return t or now()
+
+
+Failure = tuple[type[BaseException] | tuple[type[BaseException], ...], ErrorKindName, str]
+"""An exception class (or classes), the error kind of a request that raised it, and the
+error's text (``{name}``: the class's name, ``{exc}``: the exception's)."""
+
+FAILURES: tuple[Failure, ...] = (
+    (asyncio.TimeoutError, ErrorKind.TIMEOUT, "request timed out"),
+    (aiohttp.ClientConnectorError, ErrorKind.CONNECT, "{exc}"),
+    ((aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError),
+     ErrorKind.STREAM, "{name}: {exc}"),
+    (ValueError, ErrorKind.JSON, "bad event: {exc}"),  # orjson.JSONDecodeError is one
+)
+"""How the aiohttp client classifies a failed request, the first match deciding."""
+
+
+def failure(exc: BaseException, table: Sequence[Failure]) -> tuple[ErrorKindName, str] | None:
+    """The error kind and text of a request that raised ``exc``: the first entry of
+    ``table`` it is an instance of; None when none matches."""
+    for types, kind, text in table:
+        if isinstance(exc, types):
+            return kind, text.format(name=type(exc).__name__, exc=exc)
+    return None
+
+
+def caught(table: Sequence[Failure]) -> tuple[type[BaseException], ...]:
+    """Every exception class of ``table``, for an ``except`` clause."""
+    return tuple(t for types, _, _ in table for t in (types if isinstance(types, tuple) else (types,)))
+
+
+def _client_error(exc: BaseException, rec: RequestRecord) -> tuple[ErrorKindName, str]:
+    """Any other aiohttp error: a connect error before the response head, else a stream error."""
+    return ErrorKind.CONNECT if rec.headers_ns is None else ErrorKind.STREAM, f"{type(exc).__name__}: {exc}"
 
 
 def clean_error(rec: RequestRecord, scrub: Scrubber, headers: Mapping[str, str]) -> None:
@@ -336,19 +363,25 @@ class EventStream:
         if rec.chunk_ns:
             rec.first_token_ns = rec.chunk_ns[0]
         rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = dec.result_usage()
-        if dec.error is not None:
-            rec.fail(ErrorKind.STREAM, f"error event: {dec.error}")
-        elif rest:
-            rec.fail(ErrorKind.STREAM, f"stream ended inside an event ({len(rest)} bytes left)")
-        elif not dec.done:
-            rec.fail(ErrorKind.STREAM, "stream ended without its end marker")
-        elif _empty(rec, dec.exact):
-            rec.fail(ErrorKind.EMPTY, f"HTTP {rec.http_status or 200} with no output token; "
-                     f"the trace asks for {rec.expected_output_tokens}")
-        elif not dec.exact:
-            _check_inexact(rec)
-        else:
-            _check_counts(rec)
+        _check_stream(rec, dec, rest)
+
+
+def _check_stream(rec: RequestRecord, dec: Decoder, rest: bytes) -> None:
+    """The stream's checks once it ended, the first that fails deciding: an error event,
+    an event left unfinished, no end marker, no output token, then the counts."""
+    if dec.error is not None:
+        rec.fail(ErrorKind.STREAM, f"error event: {dec.error}")
+    elif rest:
+        rec.fail(ErrorKind.STREAM, f"stream ended inside an event ({len(rest)} bytes left)")
+    elif not dec.done:
+        rec.fail(ErrorKind.STREAM, "stream ended without its end marker")
+    elif _empty(rec, dec.exact):
+        rec.fail(ErrorKind.EMPTY, f"HTTP {rec.http_status or 200} with no output token; "
+                 f"the trace asks for {rec.expected_output_tokens}")
+    elif not dec.exact:
+        _check_inexact(rec)
+    else:
+        _check_counts(rec)
 
 
 def _empty(rec: RequestRecord, exact: bool) -> bool:

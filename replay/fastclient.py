@@ -30,11 +30,17 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
 from agent_replay.engines.kstamp import AddrInfo, StampedTransport, open_stamped, resolve
 from agent_replay.redact import Scrubber
-from agent_replay.replay.client import EventStream, Prepared, SendGate, clean_error
+from agent_replay.replay.client import (
+    EventStream,
+    Failure,
+    Prepared,
+    SendGate,
+    caught,
+    clean_error,
+    failure,
+)
 from agent_replay.replay.http1 import (
     ChunkedDecoder,
     HeadReader,
@@ -207,43 +213,62 @@ class H1Connection(asyncio.Protocol):
     # -- the response state machine ------------------------------------------------------
 
     def _read(self, data: bytes, t: int) -> None:
-        state = self._state
-        if state == _HEAD:
-            got = self._head.feed(data)
-            if got is None:
+        if self._state == _HEAD:
+            rest = self._read_head(data, t)
+            if rest is None:
                 return
-            head, data = got
-            self._start_body(head, t)
-            state = self._state
-            if not data or state == _IDLE:
-                if data:
-                    self._unexpected()
-                return
-        if state == _CHUNKED:
-            dec = self._chunks
-            assert dec is not None
-            pieces = dec.feed(data)
-            if pieces:
-                self._body(pieces[0] if len(pieces) == 1 else b"".join(pieces), t)
-            if dec.done:
-                if dec.extra:
-                    self.keep_alive = False
-                self._complete(t)
-            elif self._error_body is None:
-                self._aligned = dec.at_boundary
-        elif state == _LENGTH:
-            left = self._left
-            if len(data) > left:
+            data = rest
+        if self._state != _CHUNKED:
+            self._read_unchunked(data, t)
+            return
+        # a chunked body (read by the aligned path in ``received`` when it can): inline,
+        # since a server's reads can fall out of step with its frames for a whole response
+        dec = self._chunks
+        assert dec is not None
+        pieces = dec.feed(data)
+        if pieces:
+            self._body(pieces[0] if len(pieces) == 1 else b"".join(pieces), t)
+        if dec.done:
+            if dec.extra:
                 self.keep_alive = False
-                data = data[:left]
-            self._left = left - len(data)
-            self._body(data, t)
-            if self._left == 0:
-                self._complete(t)
+            self._complete(t)
+        elif self._error_body is None:
+            self._aligned = dec.at_boundary
+
+    def _read_unchunked(self, data: bytes, t: int) -> None:
+        """A body of a known length, or one that ends when the connection closes; bytes in
+        any other state are unexpected."""
+        state = self._state
+        if state == _LENGTH:
+            self._read_length(data, t)
         elif state == _UNTIL_CLOSE:
             self._body(data, t)
         else:
             self._unexpected()
+
+    def _read_head(self, data: bytes, t: int) -> bytes | None:
+        """The response head from ``data``; the body bytes that came with it, None when
+        there are none to read (the head is not complete yet, or the response has no body)."""
+        got = self._head.feed(data)
+        if got is None:
+            return None
+        head, data = got
+        self._start_body(head, t)
+        if not data or self._state == _IDLE:
+            if data:
+                self._unexpected()
+            return None
+        return data
+
+    def _read_length(self, data: bytes, t: int) -> None:
+        left = self._left
+        if len(data) > left:
+            self.keep_alive = False
+            data = data[:left]
+        self._left = left - len(data)
+        self._body(data, t)
+        if self._left == 0:
+            self._complete(t)
 
     def _start_body(self, head: ResponseHead, t: int) -> None:
         rec = self._rec
@@ -290,6 +315,36 @@ class H1Connection(asyncio.Protocol):
         self.keep_alive = False
         if self.transport is not None:
             self.transport.close()
+
+
+FAILURES: tuple[Failure, ...] = (
+    (asyncio.TimeoutError, ErrorKind.TIMEOUT, "request timed out"),
+    (ConnectError, ErrorKind.CONNECT, "{exc}"),
+    ((ConnectionClosed, ProtocolError, OSError), ErrorKind.STREAM, "{name}: {exc}"),
+    (ValueError, ErrorKind.JSON, "bad event: {exc}"),  # orjson.JSONDecodeError is one
+)
+"""How the fast client classifies a failed request, the first match deciding."""
+CAUGHT = caught(FAILURES)
+"""The failures a request records instead of raising."""
+
+
+class _Attempt:
+    """The connection and the timeout timer a request is using."""
+
+    __slots__ = ("conn", "timer")
+
+    def __init__(self) -> None:
+        self.conn: H1Connection | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def close(self, pool: ConnectionPool) -> None:
+        """Cancel the timer and give the connection back to ``pool``."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.conn is not None:
+            pool.release(self.conn)
+            self.conn = None
 
 
 class ConnectionPool:
@@ -402,67 +457,65 @@ class FastSender:
                 "POST", self.base_path + prep.path, self.host_header)
         await self.gate.admit(rec)
         self.in_flight += 1
-        loop = asyncio.get_running_loop()
-        conn: H1Connection | None = None
-        timer: asyncio.TimerHandle | None = None
-        rec.sent_ns = now()
+        at = _Attempt()
+        rec.sent_ns = sent = now()
         try:
             data = request_head(prefix, prep.headers, len(prep.body)) + prep.body
-            conn = self.pool.take()
-            while True:
-                reused = conn is not None
-                if conn is None:
-                    conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
-                    # Connections opened together finish together (a max-rate wave: 256 in
-                    # one loop iteration); their writes pass the gate again, a few per
-                    # iteration, so the loop reads the other streams in between.
-                    await self.gate.enter()
-                    rec.connect_ns = now() - rec.sent_ns
-                waiter: asyncio.Future[int] = loop.create_future()
-                conn.begin(rec, stream, waiter)
-                timer = loop.call_later(self.timeout_s - (now() - rec.sent_ns) / 1e9, conn.on_timeout)
-                conn.transport.write(data)  # type: ignore[union-attr]
-                try:
-                    rec.end_ns = await waiter
-                    break
-                except ConnectionClosed as exc:
-                    if not (reused and exc.unanswered):
-                        raise
-                    # a stale keep-alive connection: the server closed it as the request went out
-                    timer.cancel()
-                    self.pool.release(conn)
-                    self.resent += 1
-                    conn = None
+            conn, end = await self._exchange(at, rec, stream, data, sent)
+            rec.end_ns = end
             if rec.http_status != 200:
                 rec.fail(ErrorKind.HTTP, f"HTTP {rec.http_status}: {conn.error_text().strip()}")
                 return
-            stream.finish(rec.end_ns)
+            stream.finish(end)
             self.chunks += len(rec.chunk_ns)
         except asyncio.CancelledError:
             rec.end_ns = rec.end_ns or now()
             rec.fail(ErrorKind.CANCELLED, "the run was stopped while this request was in flight")
-            if conn is not None:
-                conn.fail(ConnectionClosed("cancelled"))
+            if at.conn is not None:
+                at.conn.fail(ConnectionClosed("cancelled"))
             raise
-        except asyncio.TimeoutError:
+        except CAUGHT as exc:
             rec.end_ns = now()
-            rec.fail(ErrorKind.TIMEOUT, "request timed out")
-        except ConnectError as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.CONNECT, str(exc))
-        except (ConnectionClosed, ProtocolError, OSError) as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            rec.end_ns = now()
-            rec.fail(ErrorKind.JSON, f"bad event: {exc}")
+            rec.fail(*(failure(exc, FAILURES) or (ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")))
         finally:
             self.in_flight -= 1
             clean_error(rec, self.scrub, prep.headers)
-            if timer is not None:
-                timer.cancel()
-            if conn is not None:
-                self.pool.release(conn)
+            at.close(self.pool)
+
+    async def _exchange(self, at: _Attempt, rec: RequestRecord, stream: EventStream,
+                        data: bytes, sent: int) -> tuple[H1Connection, int]:
+        """Write the request (sent at ``sent``) and wait for the end of its response, on a
+        kept-alive connection if there is one, sent again on a new connection when the
+        server had closed the kept one as the request went out: the connection and the
+        response's end. ``at`` holds the connection and the timeout in use, for the caller
+        to release whatever happens."""
+        loop = asyncio.get_running_loop()
+        at.conn = self.pool.take()
+        while True:
+            reused = at.conn is not None
+            conn = at.conn = at.conn or await self._connect(rec, sent)
+            waiter: asyncio.Future[int] = loop.create_future()
+            conn.begin(rec, stream, waiter)
+            at.timer = loop.call_later(self.timeout_s - (time.monotonic_ns() - sent) / 1e9,
+                                       conn.on_timeout)
+            conn.transport.write(data)  # type: ignore[union-attr]
+            try:
+                return conn, await waiter
+            except ConnectionClosed as exc:
+                if not (reused and exc.unanswered):
+                    raise
+                # a stale keep-alive connection: the server closed it as the request went out
+                at.close(self.pool)
+                self.resent += 1
+
+    async def _connect(self, rec: RequestRecord, sent: int) -> H1Connection:
+        """A new connection, its time kept in ``rec.connect_ns``. Connections opened together
+        finish together (a max-rate wave: 256 in one loop iteration); their writes pass the
+        gate again, a few per iteration, so the loop reads the other streams in between."""
+        conn = await self.pool.connect(min(CONNECT_TIMEOUT_S, self.timeout_s))
+        await self.gate.enter()
+        rec.connect_ns = time.monotonic_ns() - sent
+        return conn
 
     async def close(self) -> None:
         self.pool.close()

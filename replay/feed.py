@@ -6,12 +6,21 @@ without a dashboard, a plain line every few seconds."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from agent_replay.replay.messages import Progress
 
 Reporter = Callable[[str], None]
+
+
+def _sum_progress(st: Any, last: Collection[Progress]) -> None:
+    """The workers' latest progress into ``st`` (a LiveStats): counts summed, the longest
+    elapsed time, each worker's CPU."""
+    st.done, st.total = sum(m.done for m in last), sum(m.total for m in last)
+    st.in_flight, st.active_sessions = sum(m.in_flight for m in last), sum(m.sessions for m in last)
+    st.elapsed_ns = max(m.elapsed_ns for m in last)
+    st.cpu_percent = [m.cpu * 100 for m in last]
 
 
 class ProgressFeed:
@@ -84,11 +93,7 @@ class ProgressFeed:
         if now - self._sent_ns < 250_000_000 and msg is not None and msg.done != msg.total:
             return
         self._sent_ns = now
-        last = self.last.values()
-        st.done, st.total = sum(m.done for m in last), sum(m.total for m in last)
-        st.in_flight, st.active_sessions = sum(m.in_flight for m in last), sum(m.sessions for m in last)
-        st.elapsed_ns = max(m.elapsed_ns for m in last)
-        st.cpu_percent = [m.cpu * 100 for m in last]
+        _sum_progress(st, self.last.values())
         self.dashboard.update(st.encode())
 
     def _writes(self) -> None:

@@ -130,52 +130,19 @@ def acquire(folder: Path, force: bool) -> FolderLock:
         with contextlib.suppress(FileExistsError):
             folder.mkdir()
         made = not (folder / LOCK_NAME).exists()
-        try:
-            fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:
+        fd = _open_lock(given, folder)
+        if fd is None:
             continue  # moved aside meanwhile
-        except OSError as exc:
-            raise InputError(f"{given}: cannot write the results: {exc.strerror or exc}") from None
         try:
-            got = _try_lock(fd)
-            who = _identity(fd)
-            if got is False:
-                raise _refuse(given, who)
-            if got is None and who:  # no flock here: the recorded writer decides
-                if process_state(who) != "gone":
-                    raise _refuse(given, who)
-                stale = who
-            try:
-                same = os.fstat(fd).st_ino == (folder / LOCK_NAME).stat().st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # another run moved the folder aside under us
+            stale = _stale_writer(given, fd) or stale
+            if not _same_lock(fd, folder):  # another run moved the folder aside under us
                 os.close(fd)
                 continue
-            entries = [e for e in folder.iterdir() if e.name != LOCK_NAME
-                       and not (e.name == "requests" and e.is_dir() and not any(e.iterdir()))]
-            if entries:
-                results = (folder / "run.json").exists() or (folder / "requests").is_dir()
-                if not (force and results):
-                    if made:  # leave the folder as it was
-                        with contextlib.suppress(OSError):
-                            (folder / LOCK_NAME).unlink()
-                    if not force:
-                        raise OutputExistsError(str(given))
-                    raise InputError(f"{given}: not a results folder (no run.json); refusing to "
-                                     "overwrite it even with --force")
-                moved_to = _aside(folder)
-                os.rename(folder, moved_to)  # with our lock file in it: held until now
+            if _leftovers(folder):
+                moved_to = _set_aside(given, folder, force, made)  # with our lock file in it
                 os.close(fd)
                 continue
-            started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps({**writer_identity(), "started": started}).encode(), 0)
-                (folder / "requests").mkdir(exist_ok=True)
-            except OSError as exc:  # a full disk before the start: one line, exit 5
-                raise OutputError(f"{given}: cannot write the results: "
-                                  f"{exc.strerror or exc}") from None
+            _claim(given, folder, fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -184,6 +151,74 @@ def acquire(folder: Path, force: bool) -> FolderLock:
         _HELD[folder] = lock
         return lock
     raise InputError(f"{given}: other runs keep moving this folder; choose another --output")
+
+
+def _open_lock(given: Path, folder: Path) -> int | None:
+    """The folder's lock file, opened (made if need be); None when the folder was moved
+    aside meanwhile."""
+    try:
+        return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"{given}: cannot write the results: {exc.strerror or exc}") from None
+
+
+def _stale_writer(given: Path, fd: int) -> dict[str, Any] | None:
+    """Refuse a folder a live run holds; the recorded writer when it is gone (where there
+    is no flock, the recorded writer decides), else None."""
+    got = _try_lock(fd)
+    who = _identity(fd)
+    if got is False:
+        raise _refuse(given, who)
+    if got is None and who:  # no flock here: the recorded writer decides
+        if process_state(who) != "gone":
+            raise _refuse(given, who)
+        return who
+    return None
+
+
+def _same_lock(fd: int, folder: Path) -> bool:
+    """Whether ``fd`` is still the lock file in ``folder`` (not moved aside by another run)."""
+    try:
+        return os.fstat(fd).st_ino == (folder / LOCK_NAME).stat().st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _leftovers(folder: Path) -> list[Path]:
+    """What the folder holds besides the lock file and an empty ``requests/``."""
+    return [e for e in folder.iterdir() if e.name != LOCK_NAME
+            and not (e.name == "requests" and e.is_dir() and not any(e.iterdir()))]
+
+
+def _set_aside(given: Path, folder: Path, force: bool, made: bool) -> Path:
+    """Move an earlier results folder aside (``force``), where it went; anything else is
+    refused, and a lock file made for it removed."""
+    results = (folder / "run.json").exists() or (folder / "requests").is_dir()
+    if not (force and results):
+        if made:  # leave the folder as it was
+            with contextlib.suppress(OSError):
+                (folder / LOCK_NAME).unlink()
+        if not force:
+            raise OutputExistsError(str(given))
+        raise InputError(f"{given}: not a results folder (no run.json); refusing to "
+                         "overwrite it even with --force")
+    moved_to = _aside(folder)
+    os.rename(folder, moved_to)  # with our lock file in it: held until now
+    return moved_to
+
+
+def _claim(given: Path, folder: Path, fd: int) -> None:
+    """Record this process as the folder's writer and make ``requests/``."""
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({**writer_identity(), "started": started}).encode(), 0)
+        (folder / "requests").mkdir(exist_ok=True)
+    except OSError as exc:  # a full disk before the start: one line, exit 5
+        raise OutputError(f"{given}: cannot write the results: "
+                          f"{exc.strerror or exc}") from None
 
 
 class Shared:

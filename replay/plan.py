@@ -74,6 +74,11 @@ class PlanOptions:
     letting requests overlap that never overlapped (``speedup_warning``)."""
 
     def check(self) -> None:
+        self._check_load()
+        self._check_scale()
+
+    def _check_load(self) -> None:
+        """The load axis: a rate or a number of concurrent sessions, not both."""
         if self.rate is not None and not self.rate > 0:
             raise InputError(f"--rate must be > 0 sessions/s, got {self.rate}")
         if self.arrival not in ARRIVALS:
@@ -84,6 +89,9 @@ class PlanOptions:
             raise InputError("--rate and --concurrent-sessions are two load axes; give one")
         if self.ramp_s < 0:
             raise InputError(f"ramp must be >= 0 s, got {self.ramp_s}")
+
+    def _check_scale(self) -> None:
+        """Time compression, cloning and the cuts of the trace."""
         if not self.speedup > 0:
             raise InputError(f"--speedup must be > 0, got {self.speedup}")
         if self.sessions_multiplier < 1:
@@ -202,85 +210,121 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
     opts.check()
     if block_size < 1:
         raise TraceError(f"block size in the trace metadata must be >= 1, got {block_size}")
-    cols: dict[str, list[Any]] = {}
     n = table.num_rows
-    table = tree_columns(table)
-    for name in _COLUMNS:
-        cols[name] = table.column(name).to_pylist() if name in table.column_names else [None] * n
+    cols = _columns(tree_columns(table), n)
     if n == 0:
         return Plan([], block_size)
     t_first = min(cols["arrival_ns"])
     by_session: dict[str, list[int]] = {}
     for i, sid in enumerate(cols["session_id"]):
         by_session.setdefault(str(sid), []).append(i)
-
     base: list[PlannedSession] = []
     for sid, rows in by_session.items():
-        rows.sort(key=lambda r: (cols["request_index"][r], cols["arrival_ns"][r]))
-        pos_of = {cols["request_index"][r]: p for p, r in enumerate(rows)}
-        reqs: list[PlannedRequest] = []
-        for p, r in enumerate(rows):
-            parent_index = int(cols["parent_index"][r])
-            parent = pos_of.get(parent_index, -1) if parent_index >= 0 else -1
-            if parent >= p:
-                raise TraceError(f"parent {parent_index} does not come before request "
-                                 f"{cols['request_index'][r]} in session {sid!r}", row=r,
-                                 field="parent_index")
-            arrival = int(cols["arrival_ns"][r])
-            dep_idx = sorted(int(d) for d in cols["depends_on"][r])
-            deps = []
-            for d in dep_idx:
-                dp = pos_of.get(d, -1)
-                if not 0 <= dp < p:
-                    raise TraceError(f"depends_on {d} does not come before request "
-                                     f"{cols['request_index'][r]} in session {sid!r}", row=r,
-                                     field="depends_on")
-                deps.append(dp)
-            think = cols["think_ns"][r]
-            if think is None:
-                latest = max((int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]] or 0)
-                              for dp in deps), default=None)
-                think = 0 if latest is None else max(0, arrival - latest)
-            if opts.max_think_s is not None:
-                think = min(int(think), int(opts.max_think_s * 1e9))
-            if opts.keep_overlaps and deps:
-                deps = sorted(set(deps) | {dp for dp in range(p) if cols["end_ns"][rows[dp]] is not None
-                                           and int(cols["arrival_ns"][rows[dp]])
-                                           + int(cols["end_ns"][rows[dp]]) <= arrival})
-            api = opts.api_override or cols["api"][r] or opts.default_api
-            reqs.append(PlannedRequest(
-                session_id=sid, clone=0, request_index=int(cols["request_index"][r]),
-                parent_index=parent_index, parent=parent,
-                offset_ns=arrival - t_first, think_ns=int(think),
-                input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
-                hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
-                content=cols["content"][r], cached_tokens=cols["cached_tokens"][r],
-                agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx,
-                service_ns=None if cols["end_ns"][r] is None else int(cols["end_ns"][r])))
-        for p, req in enumerate(reqs):
-            if req.deps:
-                reqs[req.deps[-1]].children.append(p)
+        reqs = _session_requests(sid, rows, cols, t_first, opts)
         _fill_hash_ids(reqs, block_size)
         base.append(PlannedSession(sid, 0, min(q.offset_ns for q in reqs), reqs))
+    sessions = _shape_load(base, opts)
+    _implied_cached(sessions, block_size)
+    return Plan(sessions, block_size)
 
+
+def _columns(table: pa.Table, n: int) -> dict[str, list[Any]]:
+    """The plan's columns as lists; a column the trace lacks is all None."""
+    return {name: table.column(name).to_pylist() if name in table.column_names else [None] * n
+            for name in _COLUMNS}
+
+
+def _session_requests(sid: str, rows: list[int], cols: dict[str, list[Any]], t_first: int,
+                      opts: PlanOptions) -> list[PlannedRequest]:
+    """A session's requests in request order (``rows``: its rows of the trace), each with
+    its children (the requests whose last dependency it is)."""
+    rows.sort(key=lambda r: (cols["request_index"][r], cols["arrival_ns"][r]))
+    pos_of = {cols["request_index"][r]: p for p, r in enumerate(rows)}
+    reqs = [_request(sid, rows, p, pos_of, cols, t_first, opts) for p in range(len(rows))]
+    for p, req in enumerate(reqs):
+        if req.deps:
+            reqs[req.deps[-1]].children.append(p)
+    return reqs
+
+
+def _request(sid: str, rows: list[int], p: int, pos_of: dict[Any, int], cols: dict[str, list[Any]],
+             t_first: int, opts: PlanOptions) -> PlannedRequest:
+    """Request ``p`` of a session (trace row ``rows[p]``), its parent and dependencies as
+    positions among the session's earlier requests."""
+    r = rows[p]
+    parent_index = int(cols["parent_index"][r])
+    parent = _parent_position(sid, rows, p, parent_index, pos_of, cols)
+    arrival = int(cols["arrival_ns"][r])
+    dep_idx = sorted(int(d) for d in cols["depends_on"][r])
+    deps = [_dep_position(sid, rows, p, d, pos_of, cols) for d in dep_idx]
+    think = _think(cols, rows, r, deps, arrival, opts)
+    if opts.keep_overlaps and deps:
+        deps = sorted(set(deps) | set(_ended_before(cols, rows, p, arrival)))
+    api = opts.api_override or cols["api"][r] or opts.default_api
+    return PlannedRequest(
+        session_id=sid, clone=0, request_index=int(cols["request_index"][r]),
+        parent_index=parent_index, parent=parent,
+        offset_ns=arrival - t_first, think_ns=int(think),
+        input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
+        hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
+        content=cols["content"][r], cached_tokens=cols["cached_tokens"][r],
+        agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx,
+        service_ns=None if cols["end_ns"][r] is None else int(cols["end_ns"][r]))
+
+
+def _parent_position(sid: str, rows: list[int], p: int, parent_index: int, pos_of: dict[Any, int],
+                     cols: dict[str, list[Any]]) -> int:
+    """The position of the parent (-1: none), which must come before ``p``."""
+    parent = pos_of.get(parent_index, -1) if parent_index >= 0 else -1
+    if parent >= p:
+        r = rows[p]
+        raise TraceError(f"parent {parent_index} does not come before request "
+                         f"{cols['request_index'][r]} in session {sid!r}", row=r,
+                         field="parent_index")
+    return parent
+
+
+def _dep_position(sid: str, rows: list[int], p: int, d: int, pos_of: dict[Any, int],
+                  cols: dict[str, list[Any]]) -> int:
+    """The position of dependency ``d`` (a request index), which must come before ``p``."""
+    dp = pos_of.get(d, -1)
+    if not 0 <= dp < p:
+        r = rows[p]
+        raise TraceError(f"depends_on {d} does not come before request "
+                         f"{cols['request_index'][r]} in session {sid!r}", row=r,
+                         field="depends_on")
+    return dp
+
+
+def _think(cols: dict[str, list[Any]], rows: list[int], r: int, deps: list[int], arrival: int,
+           opts: PlanOptions) -> int:
+    """The trace's think time; when it has none, the gap from the latest dependency's end
+    (0 without dependencies); capped at ``max_think_s``."""
+    think = cols["think_ns"][r]
+    if think is None:
+        latest = max((int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]] or 0)
+                      for dp in deps), default=None)
+        think = 0 if latest is None else max(0, arrival - latest)
+    if opts.max_think_s is not None:
+        think = min(int(think), int(opts.max_think_s * 1e9))
+    return int(think)
+
+
+def _ended_before(cols: dict[str, list[Any]], rows: list[int], p: int, arrival: int) -> list[int]:
+    """The earlier requests of the session that had ended by ``arrival`` in the recording."""
+    return [dp for dp in range(p) if cols["end_ns"][rows[dp]] is not None
+            and int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]]) <= arrival]
+
+
+def _shape_load(base: list[PlannedSession], opts: PlanOptions) -> list[PlannedSession]:
+    """The sessions as the options replay them: rebased, cloned, sped up, restarted on an
+    arrival process or a ramp, cut at the duration and the session count; in start order."""
     if opts.rebase_sessions:
-        for s in base:
-            for q in s.requests:
-                q.offset_ns -= s.start_ns
-            s.start_ns = 0
-    mult = opts.sessions_multiplier
-    if opts.concurrent_sessions is not None:
-        mult = max(mult, -(-opts.concurrent_sessions // max(len(base), 1)))
-    sessions = _clone(base, mult)
+        _rebase(base)
+    sessions = _clone(base, _multiplier(len(base), opts))
     sessions.sort(key=lambda s: (s.start_ns, s.key))
     if opts.speedup != 1.0:
-        for s in sessions:
-            s.start_ns = int(s.start_ns / opts.speedup)
-            for q in s.requests:
-                q.offset_ns = int(q.offset_ns / opts.speedup)
-                q.think_ns = int(q.think_ns / opts.speedup)
-                if q.service_ns is not None:
-                    q.service_ns = int(q.service_ns / opts.speedup)
+        _speed_up(sessions, opts.speedup)
     if opts.concurrent_sessions is not None:
         sessions = sessions[: opts.concurrent_sessions]
         restart(sessions, concurrent_starts(len(sessions), opts.ramp_s))
@@ -291,8 +335,34 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
         sessions = [s for s in sessions if s.start_ns < limit]
     if opts.max_sessions is not None:
         sessions = sessions[: opts.max_sessions]
-    _implied_cached(sessions, block_size)
-    return Plan(sessions, block_size)
+    return sessions
+
+
+def _rebase(sessions: list[PlannedSession]) -> None:
+    """Every session starts at 0, its requests' offsets kept relative to its start."""
+    for s in sessions:
+        for q in s.requests:
+            q.offset_ns -= s.start_ns
+        s.start_ns = 0
+
+
+def _multiplier(n_sessions: int, opts: PlanOptions) -> int:
+    """The copies of each session: ``sessions_multiplier``, more if ``concurrent_sessions``
+    needs them."""
+    if opts.concurrent_sessions is None:
+        return opts.sessions_multiplier
+    return max(opts.sessions_multiplier, -(-opts.concurrent_sessions // max(n_sessions, 1)))
+
+
+def _speed_up(sessions: list[PlannedSession], speedup: float) -> None:
+    """Starts, offsets, think and service times divided by ``speedup``."""
+    for s in sessions:
+        s.start_ns = int(s.start_ns / speedup)
+        for q in s.requests:
+            q.offset_ns = int(q.offset_ns / speedup)
+            q.think_ns = int(q.think_ns / speedup)
+            if q.service_ns is not None:
+                q.service_ns = int(q.service_ns / speedup)
 
 
 def _fill_hash_ids(reqs: Sequence[PlannedRequest], bs: int) -> None:

@@ -294,16 +294,12 @@ class LocalProcessPool(_OnThisHost):
                  deadline: float | None) -> None:
         """Read the workers' messages until each has reported or ended, a stop is asked
         for (``stop``) or ``deadline`` passes."""
-        while len(self.results) < self.n:
-            if stop is not None and (stop.requested or self.halted):
-                return
-            if deadline is not None and time.monotonic() > deadline:
-                return
+        while len(self.results) < self.n and not self._leave(stop, deadline):
             try:
                 kind, shard, payload = self.q.get(timeout=POLL_S)
             except queue.Empty:
                 self._watch()
-                if all(not p.is_alive() or i in self.results for i, p in enumerate(self.procs)):
+                if self._silent_gone():
                     return  # the ones without a report are gone, and so is what they sent
                 continue
             self._watch()
@@ -311,16 +307,30 @@ class LocalProcessPool(_OnThisHost):
                 if feed is not None:
                     feed.update(payload)
             elif kind == "done":
-                self.results[shard] = payload
-                if payload.interrupted and stop is not None and not stop.requested \
-                        and self.stopped_alone is None:
-                    self.stopped_alone = shard  # a signal to that worker only: stop them all
-                    if self.warn is not None:
-                        self.warn(f"worker {shard} (shard {shard} of {self.n}) was stopped: "
-                                  "stopping the run")
+                self._done(shard, payload, stop)
             elif kind == "error":
                 self.failures.append(payload)
                 self.results.setdefault(shard, WorkerSummary(shard=shard, total=self.planned[shard]))
+
+    def _leave(self, stop: StopSignals | None, deadline: float | None) -> bool:
+        """A stop was asked for (with ``stop``) or the run halted, or ``deadline`` passed."""
+        if stop is not None and (stop.requested or self.halted):
+            return True
+        return deadline is not None and time.monotonic() > deadline
+
+    def _silent_gone(self) -> bool:
+        """Every worker that has not reported has ended."""
+        return all(not p.is_alive() or i in self.results for i, p in enumerate(self.procs))
+
+    def _done(self, shard: int, summary: WorkerSummary, stop: StopSignals | None) -> None:
+        """A worker's report; one interrupted by a signal to it alone stops the run."""
+        self.results[shard] = summary
+        if summary.interrupted and stop is not None and not stop.requested \
+                and self.stopped_alone is None:
+            self.stopped_alone = shard  # a signal to that worker only: stop them all
+            if self.warn is not None:
+                self.warn(f"worker {shard} (shard {shard} of {self.n}) was stopped: "
+                          "stopping the run")
 
     @property
     def halted(self) -> bool:
@@ -416,6 +426,26 @@ PARENT_DIED = "parent_died"
 """run.json's block written by the workers of a run whose process died (``record_orphaned``)."""
 
 
+def _summary_fields(summary: WorkerSummary) -> dict[str, Any]:
+    """A worker's summary as run.json keeps it (its encoded samples left out)."""
+    return {f.name: getattr(summary, f.name) for f in dataclasses.fields(summary)
+            if not isinstance(getattr(summary, f.name), bytes)}
+
+
+def _shard_summaries(out: Path, plan: Plan | None, n: int, shards: dict[str, Any]) -> list[WorkerSummary]:
+    """Each shard's summary: the one it recorded, else counted from its part files."""
+    planned = [plan.shard(i, n).n_requests if plan is not None else 0 for i in range(n)]
+    return [WorkerSummary(**shards[str(i)]) if str(i) in shards
+            else summary_from_parts(out, i, planned[i]) for i in range(n)]
+
+
+def _orphan_error(pid: Any, counted: list[int]) -> str:
+    return (f"the run's process{f' (pid {pid})' if pid else ''} died while its "
+            "workers ran; they stopped, wrote their rows and this record"
+            + (f" (workers {', '.join(map(str, counted))} counted from their "
+               "part files)" if counted else ""))
+
+
 def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int, n: int,
                     summary: WorkerSummary | None) -> bool:
     """run.json of a run whose process died (killed outright) while its workers ran, as
@@ -442,21 +472,13 @@ def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int,
             block = {"process": meta.get("writer"), "shards": {}}
         shards: dict[str, Any] = block.setdefault("shards", {})
         if summary is not None:
-            shards[str(shard)] = {f.name: getattr(summary, f.name)
-                                  for f in dataclasses.fields(summary)
-                                  if not isinstance(getattr(summary, f.name), bytes)}
-        planned = [plan.shard(i, n).n_requests if plan is not None else 0 for i in range(n)]
-        ws = [WorkerSummary(**shards[str(i)]) if str(i) in shards
-              else summary_from_parts(out, i, planned[i]) for i in range(n)]
+            shards[str(shard)] = _summary_fields(summary)
+        ws = _shard_summaries(out, plan, n, shards)
         counted = [i for i in range(n) if str(i) not in shards]
         block["counted_from_rows"] = counted
         meta.update(outcome(merge(str(out), ws, config, interrupted=True)))
         meta["status"] = "interrupted"
-        pid = (meta.get("writer") or {}).get("pid")
-        meta["error"] = (f"the run's process{f' (pid {pid})' if pid else ''} died while its "
-                         "workers ran; they stopped, wrote their rows and this record"
-                         + (f" (workers {', '.join(map(str, counted))} counted from their "
-                            "part files)" if counted else ""))
+        meta["error"] = _orphan_error((meta.get("writer") or {}).get("pid"), counted)
         meta[PARENT_DIED] = block
         if not counted:  # every worker is through: a .tmp left is nobody's write under way
             remove_unfinished_parts(out)

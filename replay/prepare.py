@@ -130,20 +130,10 @@ class Preparer:
     async def calibrate_text(self, plan: Plan) -> None:
         """Calibrate block-aligned text before the run when the plan has text prompts to
         build (see the module text). A target without /tokenize is an error with a hint."""
-        if not any(text_prompt(q.api) and not q.content
-                   for s in plan.sessions for q in s.requests):
+        if not _builds_text(plan):
             return
-        if self.tokenize is not None:
-            try:
-                self.aligned = await calibrate(self.tokenize, self.model, self.block_size,
-                                               self.salt)
-                return
-            except CalibrationError:
-                self.aligned = None  # per-request fitting
-                return
-            except TargetError as exc:
-                if self.tokenizer is None or self.probe is None:
-                    raise TargetError(f"{exc}; {NO_TOKENIZE_HINT}") from None
+        if self.tokenize is not None and await self._calibrate_online():
+            return
         if self.tokenizer is None or self.probe is None:
             raise InputError(NO_TOKENIZE_HINT)
         try:
@@ -152,6 +142,20 @@ class Preparer:
         except CalibrationError as exc:
             raise InputError(f"--tokenizer {self.tokenizer}: {exc}") from None
         self.tokenize = None  # no per-request fitting against a target without /tokenize
+
+    async def _calibrate_online(self) -> bool:
+        """Calibrate against the target's /tokenize; False when it has none and a local
+        tokenizer can stand in (without one, the error says how to give it)."""
+        assert self.tokenize is not None
+        try:
+            self.aligned = await calibrate(self.tokenize, self.model, self.block_size, self.salt)
+        except CalibrationError:
+            self.aligned = None  # per-request fitting
+        except TargetError as exc:
+            if self.tokenizer is None or self.probe is None:
+                raise TargetError(f"{exc}; {NO_TOKENIZE_HINT}") from None
+            return False
+        return True
 
     async def _count(self, text: str) -> int:
         assert self.tokenize is not None
@@ -175,6 +179,11 @@ class Preparer:
         if got != q.input_tokens:
             self.text_misses += 1
         return text
+
+
+def _builds_text(plan: Plan) -> bool:
+    """Whether the plan has a text prompt to build (no recorded content to send)."""
+    return any(text_prompt(q.api) and not q.content for s in plan.sessions for q in s.requests)
 
 
 def text_prompt(api: str) -> bool:

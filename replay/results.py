@@ -40,22 +40,26 @@ _SCALARS = (
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
 
 
-def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
+def _chunk_arrays(recs: Sequence[RequestRecord], t0_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The records' chunks as list offsets, chunk times (from ``t0_ns``) and token counts."""
     n = len(recs)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    lens = np.fromiter((len(r.chunk_ns) for r in recs), dtype=np.int32, count=n)
+    np.cumsum(lens, out=offsets[1:])
+    if not (n and offsets[-1]):
+        return offsets, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    ns = np.frombuffer(b"".join(r.chunk_ns.tobytes() for r in recs), dtype=np.int64) - t0_ns
+    tok = np.frombuffer(b"".join(r.chunk_tokens.tobytes() for r in recs), dtype=np.int32)
+    return offsets, ns, tok
+
+
+def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
     cols: dict[str, Any] = {}
     for name in _SCALARS:
         cols[name] = [getattr(r, name) for r in recs]
     for name in _TIMES:
         cols[name] = [None if (v := getattr(r, name)) is None else v - t0_ns for r in recs]
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    lens = np.fromiter((len(r.chunk_ns) for r in recs), dtype=np.int32, count=n)
-    np.cumsum(lens, out=offsets[1:])
-    if n and offsets[-1]:
-        ns = np.frombuffer(b"".join(r.chunk_ns.tobytes() for r in recs), dtype=np.int64) - t0_ns
-        tok = np.frombuffer(b"".join(r.chunk_tokens.tobytes() for r in recs), dtype=np.int32)
-    else:
-        ns = np.zeros(0, dtype=np.int64)
-        tok = np.zeros(0, dtype=np.int32)
+    offsets, ns, tok = _chunk_arrays(recs, t0_ns)
     cols["chunk_ns"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ns))
     cols["chunk_tokens"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(tok))
     arrays = [pa.array(cols[f.name], type=f.type) if not isinstance(cols[f.name], pa.Array)

@@ -47,6 +47,7 @@ from agent_replay.runmeta import (
 
 if TYPE_CHECKING:
     from agent_replay.replay.distributed.placement import Lost
+    from agent_replay.replay.validity import ValidityInput
 
 RUN_JSON = "run.json"
 ROWS_LOST_EXIT = OutputError.exit_code
@@ -219,6 +220,10 @@ def record_failure(out: Path, meta: RunMeta, exc: BaseException,
     write_run_json(out, meta, reserve)
 
 
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
 def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
           machine: Any = None, lost: Sequence[Lost] = ()) -> RunSummary:
     """The workers' summaries as one, with the self-check over all their samples; ``lost``
@@ -226,31 +231,43 @@ def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: boo
     s = RunSummary(output=out, workers=ws, interrupted=interrupted,
                    aborted=any(w.aborted for w in ws), max_failure_rate=config.max_failure_rate)
     merge_all(s, ws)
-    lag = np.concatenate([w.schedule_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
-    loop_lag = np.concatenate([w.loop_lag_ns() for w in ws]) if ws else np.zeros(0, np.int64)
+    lag = _joined([w.schedule_lag_ns() for w in ws])
+    loop_lag = _joined([w.loop_lag_ns() for w in ws])
     cpu = max((w.cpu_s / w.wall_s for w in ws if w.wall_s > 0), default=0.0)
     s.self_check = verdict(lag, loop_lag, cpu, config.timing, machine)
     s.machine = machine
     s.loop_stalls = stall_distribution(loop_lag)
+    _add_row_warnings(s, ws)
+    if lost:
+        _mark_lost(s, lost)
+    return s
+
+
+def _mark_lost(s: RunSummary, lost: Sequence[Lost]) -> None:
+    """Shards that died: their lines, what they lost, and the run ``partial``."""
+    s.self_check.warnings.extend(x.line() for x in lost)
+    s.lost_sessions = sum(len(x.sessions) for x in lost)
+    s.lost_requests = sum(x.planned_requests - x.recorded_requests for x in lost)
+    s.partial = not (s.interrupted or s.aborted)  # a stop's own status comes first
+
+
+def _add_row_warnings(s: RunSummary, ws: list[WorkerSummary]) -> None:
+    """The self-check's warnings about the rows: token-count mismatches, rows not written,
+    the workers' cuts, usage that disagrees with the stream."""
+    warnings = s.self_check.warnings
     if s.mismatches:
-        s.self_check.warnings.append(
+        warnings.append(
             f"{s.mismatches} requests were not served with the trace's token counts (see error "
             "column, error_kind 'mismatch' or 'inexact'): check ignore_eos/min_tokens support "
             "and --vocab-size")
     if s.unwritten:
-        s.self_check.warnings.insert(0, s.unwritten_line() or "")
-    s.self_check.warnings.extend(w.cut for w in ws if w.cut)
+        warnings.insert(0, s.unwritten_line() or "")
+    warnings.extend(w.cut for w in ws if w.cut)
     if s.usage_disagree:
-        s.self_check.warnings.append(
+        warnings.append(
             f"{s.usage_disagree} requests: the server's usage disagrees with the tokens it "
             "streamed; throughput counts the streamed tokens (rows flagged mismatch, the "
             "numbers in their error column)")
-    if lost:
-        s.self_check.warnings.extend(x.line() for x in lost)
-        s.lost_sessions = sum(len(x.sessions) for x in lost)
-        s.lost_requests = sum(x.planned_requests - x.recorded_requests for x in lost)
-        s.partial = not (s.interrupted or s.aborted)  # a stop's own status comes first
-    return s
 
 
 def outcome(s: RunSummary) -> dict[str, Any]:
@@ -281,24 +298,57 @@ def outcome(s: RunSummary) -> dict[str, Any]:
     }
 
 
-def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
-                config: RunConfig | None = None) -> None:
-    """run.json's ``agentx`` block: the settings, the validity verdict (warm-up excluded;
-    ``replay.agentx.agentx_validity``) and the idle time skipped; an invalid run says so
-    first among the warnings and in ``summary.invalid_reason``."""
-    import pyarrow.parquet as pq
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
-    from agent_replay.replay.agentx import DEFAULT_DURATION_S
-    from agent_replay.replay.validity import ValidityInput, ValidityRules, agentx_validity
 
-    cols = ["warmup", "http_status", "error", "error_kind", "status", "sent_ns",
-            "first_token_ns", "end_ns", "chunk_tokens"]
-    rows: list[tuple[bool, int | None, str | None]] = []
-    f = ValidityInput(interrupted=summary.interrupted)
+def _latest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass
+class _Extent:
+    """The first send, and the last first token, last end of a request with an ITL (two
+    tokens or more) and last end, of the measured requests."""
+
     first_send: int | None = None
     last_ft: int | None = None
     last_itl: int | None = None
     last_end: int | None = None
+
+    def add(self, ok: bool, sent: int | None, first_token: int | None, end: int | None,
+            chunk_tokens: Sequence[int] | None) -> None:
+        self.first_send = _earliest(self.first_send, sent)
+        if ok:
+            self.last_ft = _latest(self.last_ft, first_token)
+            if sum(chunk_tokens or ()) >= 2:
+                self.last_itl = _latest(self.last_itl, end)
+        self.last_end = _latest(self.last_end, end)
+
+    def set_facts(self, f: ValidityInput) -> None:
+        """The measured time and the coverage of the last first token and ITL, from the
+        first send (unchanged when nothing was sent)."""
+        first = self.first_send
+        if first is None:
+            return
+        f.measured_s = max(0, (self.last_end or first) - first) / 1e9
+        f.last_first_token_s = None if self.last_ft is None else (self.last_ft - first) / 1e9
+        f.last_itl_end_s = None if self.last_itl is None else (self.last_itl - first) / 1e9
+
+
+def _validity_rows(out: Path, interrupted: bool) -> tuple[list[tuple[bool, int | None, str | None]],
+                                                         ValidityInput]:
+    """(warmup, http_status, error) of every row of the run, and the facts the AgentX
+    verdict takes from the measured ones: counts, measured time, coverage."""
+    import pyarrow.parquet as pq
+
+    from agent_replay.replay.validity import ValidityInput
+
+    cols = ["warmup", "http_status", "error", "error_kind", "status", "sent_ns",
+            "first_token_ns", "end_ns", "chunk_tokens"]
+    rows: list[tuple[bool, int | None, str | None]] = []
+    f = ValidityInput(interrupted=interrupted)
+    times = _Extent()
     for part in sorted((out / "requests").glob("*.parquet")):
         d = pq.read_table(part, columns=cols).to_pydict()
         rows += zip(d["warmup"], d["http_status"], d["error"], strict=True)
@@ -310,20 +360,21 @@ def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
                 f.cancelled += 1
             elif d["status"][i] != "ok":
                 f.failed += 1
-            s_ns, ft, e = d["sent_ns"][i], d["first_token_ns"][i], d["end_ns"][i]
-            if s_ns is not None:
-                first_send = s_ns if first_send is None else min(first_send, s_ns)
-            if d["status"][i] == "ok":
-                if ft is not None:
-                    last_ft = ft if last_ft is None else max(last_ft, ft)
-                if e is not None and sum(d["chunk_tokens"][i] or ()) >= 2:
-                    last_itl = e if last_itl is None else max(last_itl, e)
-            if e is not None:
-                last_end = e if last_end is None else max(last_end, e)
-    if first_send is not None:
-        f.measured_s = max(0, (last_end or first_send) - first_send) / 1e9
-        f.last_first_token_s = None if last_ft is None else (last_ft - first_send) / 1e9
-        f.last_itl_end_s = None if last_itl is None else (last_itl - first_send) / 1e9
+            times.add(d["status"][i] == "ok", d["sent_ns"][i], d["first_token_ns"][i], d["end_ns"][i],
+                      d["chunk_tokens"][i])
+    times.set_facts(f)
+    return rows, f
+
+
+def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
+                config: RunConfig | None = None) -> None:
+    """run.json's ``agentx`` block: the settings, the validity verdict (warm-up excluded;
+    ``replay.agentx.agentx_validity``) and the idle time skipped; an invalid run says so
+    first among the warnings and in ``summary.invalid_reason``."""
+    from agent_replay.replay.agentx import DEFAULT_DURATION_S
+    from agent_replay.replay.validity import ValidityRules, agentx_validity
+
+    rows, f = _validity_rows(out, summary.interrupted)
     rules = ValidityRules()
     if config is not None:
         ax = config.agentx

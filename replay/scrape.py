@@ -147,13 +147,8 @@ def gpu_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[A
     return resolve(config.gpu_metrics, config.target, launched, visible)
 
 
-def start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any] | None,
-                        progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
-    """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
-    and the run.json block that says why (also said in one line). A launched server's
-    CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""
-    from agent_replay.engines.telemetry import FILE_NAME as GPU_FILE
-    from agent_replay.engines.telemetry import TelemetryProcess
+def _usable_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[Any, str]:
+    """``gpu_source``'s answer, None with the reason when it is NVML and NVML cannot be used."""
     from agent_replay.engines.telemetry.source import nvml_unavailable
 
     source, why = gpu_source(config, launch_info)
@@ -161,6 +156,18 @@ def start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any
         why = nvml_unavailable() or ""
         if why:
             source = None
+    return source, why
+
+
+def start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any] | None,
+                        progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
+    """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
+    and the run.json block that says why (also said in one line). A launched server's
+    CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""
+    from agent_replay.engines.telemetry import FILE_NAME as GPU_FILE
+    from agent_replay.engines.telemetry import TelemetryProcess
+
+    source, why = _usable_source(config, launch_info)
     if source is not None:
         tel = TelemetryProcess(source, config.gpu_interval_s, out / GPU_FILE)
         if tel.start():

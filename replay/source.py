@@ -25,16 +25,22 @@ def read_replayed(config: RunConfig) -> tuple[pa.Table, TraceMeta, np.ndarray]:
     return read_trace_rows(config.trace, picked=scan.rows(codes))
 
 
+def _every_session(config: RunConfig, by_duration: bool) -> bool:
+    """Whether the run may send any session of the trace: cloned or rebased sessions, or
+    neither a session count nor a duration to cut at."""
+    cloned = config.sessions_multiplier > 1 or config.concurrent_sessions is not None
+    return config.rebase_sessions or cloned or not (config.max_sessions is not None or by_duration)
+
+
 def replayed_sessions(config: RunConfig) -> tuple[SessionScan | None, np.ndarray | None]:
     """The sessions a run can send (a superset, as codes of the scan that found them), or
     None for all of them. Clone start shifts and counts depend on every session of the
     trace, rebased sessions all start at 0, and ``--rate`` gives sessions new starts: then
     every session is read for a duration. ``agentx`` timing recycles every session whatever
     the duration."""
-    cloned = config.sessions_multiplier > 1 or config.concurrent_sessions is not None
     opts = config.plan_options()
     by_duration = opts.duration_s is not None and config.rate is None
-    if config.rebase_sessions or cloned or not (config.max_sessions is not None or by_duration):
+    if _every_session(config, by_duration):
         return None, None
     scan = SessionScan(config.trace, skip_failed=not config.include_failed)
     picked = None if config.max_sessions is None else scan.first(config.max_sessions)

@@ -30,6 +30,19 @@ def status_line(s: RunSummary) -> str:
     return "; ".join(labels[c] for c in s.conditions) or "done"
 
 
+def _not_played(s: RunSummary) -> str:
+    """The requests not played to their end: cancelled, not sent (interrupted or stopped),
+    past the duration."""
+    if s.interrupted:
+        unsent = max(0, s.total - s.sent - s.skipped)
+        return (f"{s.cancelled} cancelled in flight by the interrupt, {unsent} not sent "
+                f"(interrupted), {s.skipped} not sent (past --duration)")
+    cancelled = f"{s.cancelled} cancelled by the stop, " if s.cancelled else ""
+    stopped = max(0, s.total - s.sent - s.skipped) if s.aborted else 0
+    return (f"{cancelled}{f'{stopped} not sent (stopped), ' if stopped else ''}"
+            f"{s.skipped} not sent (past --duration)")
+
+
 def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
                    html_line: str | None = None) -> None:
     """``report``: the run's report when the caller has built it (else built here for the
@@ -40,15 +53,7 @@ def render_summary(s: RunSummary, out: TextIO, *, report: Report | None = None,
         print(f"WARNING: {w}", file=out)
     sc = s.self_check
     state = status_line(s)
-    if s.interrupted:
-        unsent = max(0, s.total - s.sent - s.skipped)
-        cut = (f"{s.cancelled} cancelled in flight by the interrupt, {unsent} not sent "
-               f"(interrupted), {s.skipped} not sent (past --duration)")
-    else:
-        cancelled = f"{s.cancelled} cancelled by the stop, " if s.cancelled else ""
-        stopped = max(0, s.total - s.sent - s.skipped) if s.aborted else 0
-        cut = (f"{cancelled}{f'{stopped} not sent (stopped), ' if stopped else ''}"
-               f"{s.skipped} not sent (past --duration)")
+    cut = _not_played(s)
     unwritten = f", {s.unwritten} WITHOUT A ROW (not written)" if s.unwritten else ""
     print(f"{state}: {s.ok} ok, {s.failed} failed{unwritten}, {cut}, of {s.total} planned requests in "
           f"{s.wall_s:.1f} s", file=out)

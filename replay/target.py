@@ -30,6 +30,36 @@ def base_url(url: str) -> str:
     return base[:-3] if base.endswith("/v1") else base
 
 
+def _check_models_status(shown: str, status: int) -> None:
+    if status in (401, 403):
+        raise TargetError(f"{shown}/v1/models answered HTTP {status}: the server "
+                          "wants a key (--api-key, or OPENAI_API_KEY / "
+                          "ANTHROPIC_API_KEY)")
+    if status != 200:
+        raise TargetError(f"{shown}/v1/models answered HTTP {status}: is this an "
+                          "OpenAI-compatible server?")
+
+
+def _add_models(info: TargetInfo, data: Any) -> None:
+    """The served models of a /v1/models answer, and the first one's context length."""
+    for m in (data or {}).get("data") or ():
+        if isinstance(m, dict) and "id" in m:
+            info.models.append(str(m["id"]))
+            info.raw_models.append(m)
+            if info.max_model_len is None and isinstance(m.get("max_model_len"), int):
+                info.max_model_len = m["max_model_len"]
+
+
+async def _has_metrics(s: aiohttp.ClientSession, base: str) -> bool:
+    """Whether the server answers /metrics."""
+    try:
+        async with s.get(base + "/metrics") as resp:
+            await resp.read()
+            return resp.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
 async def probe(url: str, timeout_s: float = 5.0, *, headers: Mapping[str, str] | None = None,
                 insecure: bool = False) -> TargetInfo:
     base = url.rstrip("/")
@@ -41,26 +71,10 @@ async def probe(url: str, timeout_s: float = 5.0, *, headers: Mapping[str, str] 
         async with aiohttp.ClientSession(timeout=timeout, headers=dict(headers or {}),
                                          connector=connector) as s:
             async with s.get(base + "/v1/models") as resp:
-                if resp.status in (401, 403):
-                    raise TargetError(f"{shown}/v1/models answered HTTP {resp.status}: the server "
-                                      "wants a key (--api-key, or OPENAI_API_KEY / "
-                                      "ANTHROPIC_API_KEY)")
-                if resp.status != 200:
-                    raise TargetError(f"{shown}/v1/models answered HTTP {resp.status}: is this an "
-                                      "OpenAI-compatible server?")
+                _check_models_status(shown, resp.status)
                 data = await resp.json(content_type=None)
-            for m in (data or {}).get("data") or ():
-                if isinstance(m, dict) and "id" in m:
-                    info.models.append(str(m["id"]))
-                    info.raw_models.append(m)
-                    if info.max_model_len is None and isinstance(m.get("max_model_len"), int):
-                        info.max_model_len = m["max_model_len"]
-            try:
-                async with s.get(base + "/metrics") as resp:
-                    info.has_metrics = resp.status == 200
-                    await resp.read()
-            except aiohttp.ClientError:
-                info.has_metrics = False
+            _add_models(info, data)
+            info.has_metrics = await _has_metrics(s, base)
     except aiohttp.ClientConnectorCertificateError as exc:
         raise TargetError(f"{shown}: TLS certificate not trusted ({exc.certificate_error}); "
                           "--insecure accepts it (a self-signed test server)") from exc

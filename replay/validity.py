@@ -111,6 +111,35 @@ def coverage_ratio(last_s: float | None, expected_s: float | None) -> float | No
     return 0.0 if last_s is None else last_s / expected_s
 
 
+def _overflows(rows: Iterable[tuple[bool, int | None, str | None]], rule: str) -> tuple[int, int]:
+    """Responses (warm-up excluded) and how many of them overflowed the context."""
+    n = over = 0
+    for warm, status, error in rows:
+        if not warm:
+            n += 1
+            over += is_overflow(status, error, rule)
+    return n, over
+
+
+def _coverage_short(needed: float | None, ttft_cov: float | None, itl_cov: float | None) -> float | None:
+    """The better of the two coverages when both are known and below ``needed``; else None."""
+    if needed is None or ttft_cov is None or itl_cov is None:
+        return None
+    best = max(ttft_cov, itl_cov)
+    return best if best < needed else None
+
+
+def _run_reasons(rules: ValidityRules, f: ValidityInput) -> list[str]:
+    """An interrupted run, or one measured for less than the minimum."""
+    reasons = []
+    if f.interrupted or f.cancelled:
+        reasons.append(f"the run was interrupted ({f.cancelled:,} requests cancelled)")
+    if rules.min_duration_s is not None and f.measured_s < rules.min_duration_s:
+        reasons.append(f"measured {f.measured_s:,.0f} s, below the minimum of "
+                       f"{rules.min_duration_s:,.0f} s")
+    return reasons
+
+
 def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
                     rules: ValidityRules | None = None,
                     facts: ValidityInput | None = None) -> dict[str, Any]:
@@ -122,31 +151,22 @@ def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
     streamed token lies ``metric_coverage`` of the way into the expected duration."""
     rules = rules or ValidityRules()
     f = facts or ValidityInput()
-    n = over = 0
-    for warm, status, error in rows:
-        if warm:
-            continue
-        n += 1
-        over += is_overflow(status, error, rules.overflow_rule)
+    n, over = _overflows(rows, rules.overflow_rule)
     frac = over / n if n else 0.0
     reasons: list[str] = []
     if frac > rules.max_overflow_fraction:
         reasons.append(f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
                        f"(AgentX allows {rules.max_overflow_fraction:.0%})")
-    if f.interrupted or f.cancelled:
-        reasons.append(f"the run was interrupted ({f.cancelled:,} requests cancelled)")
-    if rules.min_duration_s is not None and f.measured_s < rules.min_duration_s:
-        reasons.append(f"measured {f.measured_s:,.0f} s, below the minimum of "
-                       f"{rules.min_duration_s:,.0f} s")
+    reasons += _run_reasons(rules, f)
     fail_frac = f.failed / n if n else 0.0
     if rules.failure_threshold is not None and fail_frac > rules.failure_threshold:
         reasons.append(f"{f.failed:,} of {n:,} requests ({fail_frac:.1%}) failed (threshold "
                        f"{rules.failure_threshold:.0%})")
     ttft_cov = coverage_ratio(f.last_first_token_s, f.expected_s)
     itl_cov = coverage_ratio(f.last_itl_end_s, f.expected_s)
-    if rules.metric_coverage is not None and ttft_cov is not None and itl_cov is not None \
-            and max(ttft_cov, itl_cov) < rules.metric_coverage:
-        reasons.append(f"metrics cover {max(ttft_cov, itl_cov):.1%} of the {f.expected_s:,.0f} s "
+    short = _coverage_short(rules.metric_coverage, ttft_cov, itl_cov)
+    if short is not None:
+        reasons.append(f"metrics cover {short:.1%} of the {f.expected_s:,.0f} s "
                        f"window (needs {rules.metric_coverage:.0%})")
     out: dict[str, Any] = {"responses": n, "context_overflows": over, "overflow_fraction": frac,
                            "failed": f.failed, "failure_fraction": fail_frac,

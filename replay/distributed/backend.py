@@ -80,6 +80,11 @@ class _Slot:
     pending: Any = None
     stopped: bool = False
 
+    @property
+    def running(self) -> bool:
+        """Neither reported nor dead."""
+        return self.summary is None and self.dead is None
+
 
 @dataclass
 class RayPool:
@@ -196,32 +201,39 @@ class RayPool:
     def _run(self, config: RunConfig, report: Report | None,
              warn: Callable[[str], None] | None) -> list[WorkerSummary]:
         assert config.t0_ns is not None
-        wall_t0 = time.time_ns() + (config.t0_ns - time.monotonic_ns())
-        starts = [s.handle.start.remote(config.t0_ns, wall_t0, s.same_node) for s in self.slots]
-        for slot, ref in zip(self.slots, starts, strict=True):
-            try:
-                self.ray.get(ref, timeout=60)
-            except Exception as exc:
-                self._died(slot, exc, warn)
+        self._start(config.t0_ns, warn)
         try:
-            while any(s.summary is None and s.dead is None for s in self.slots):
+            while any(s.running for s in self.slots):
                 self._poll_round(report, warn)
         except KeyboardInterrupt:
-            for s in self.slots:
-                if s.summary is None and s.dead is None:
-                    s.handle.stop.remote()
-                    s.stopped = True
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and any(
-                    s.summary is None and s.dead is None for s in self.slots):
-                self._poll_round(report, warn)
+            self._stop(report, warn)
             self.interrupted = True
         finally:
             self._merge_live()
         return self.arrived() + [self._lost_summary(x) for x in self.lost]
 
+    def _start(self, t0_ns: int, warn: Callable[[str], None] | None) -> None:
+        """Every shard told to start at ``t0_ns``; one that does not answer is dead."""
+        wall_t0 = time.time_ns() + (t0_ns - time.monotonic_ns())
+        starts = [s.handle.start.remote(t0_ns, wall_t0, s.same_node) for s in self.slots]
+        for slot, ref in zip(self.slots, starts, strict=True):
+            try:
+                self.ray.get(ref, timeout=60)
+            except Exception as exc:
+                self._died(slot, exc, warn)
+
+    def _stop(self, report: Report | None, warn: Callable[[str], None] | None) -> None:
+        """Every running shard told to stop, then polled for up to 30 s for what it wrote."""
+        for s in self.slots:
+            if s.running:
+                s.handle.stop.remote()
+                s.stopped = True
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(s.running for s in self.slots):
+            self._poll_round(report, warn)
+
     def _poll_round(self, report: Report | None, warn: Callable[[str], None] | None) -> None:
-        live = [s for s in self.slots if s.summary is None and s.dead is None]
+        live = [s for s in self.slots if s.running]
         for s in live:
             if s.pending is None:
                 s.pending = s.handle.poll.remote()
@@ -229,17 +241,20 @@ class RayPool:
         ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
         ready_set = set(ready)
         for s in live:
-            if s.pending not in ready_set:
-                continue
-            ref, s.pending = s.pending, None
-            try:
-                msg = self.ray.get(ref)
-            except Exception as exc:
-                self._died(s, exc, warn)
-                continue
-            self._take(s, msg, report)
+            if s.pending in ready_set:
+                self._receive(s, report, warn)
         if ready_set:
             self._merge_live()
+
+    def _receive(self, s: _Slot, report: Report | None, warn: Callable[[str], None] | None) -> None:
+        """Slot ``s``'s answered poll: taken in, or the slot dead when it failed."""
+        ref, s.pending = s.pending, None
+        try:
+            msg = self.ray.get(ref)
+        except Exception as exc:
+            self._died(s, exc, warn)
+            return
+        self._take(s, msg, report)
 
     def _take(self, s: _Slot, msg: ActorPoll, report: Report | None) -> None:
         for name, data in msg.parts:

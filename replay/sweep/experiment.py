@@ -169,12 +169,32 @@ def _typed(where: str, key: str, value: Any, kinds: type | tuple[type, ...]) -> 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+TARGET_KINDS = ("url", "sim", "launch", "virtual")
+
+
 def _target(where: str, raw: Any) -> Target:
     if not isinstance(raw, dict):
         raise InputError(f"{where}: expected a table")
-    _check_keys(where, raw, {"name", "url", "sim", "launch", "virtual", "gpus",
-                             "usd_per_gpu_hour", "lifetime", "sim_args"})
-    kinds = [k for k in ("url", "sim", "launch", "virtual") if k in raw]
+    _check_keys(where, raw, {"name", *TARGET_KINDS, "gpus", "usd_per_gpu_hour", "lifetime", "sim_args"})
+    kind, spec = _target_spec(where, raw)
+    gpus = int(_typed(where, "gpus", raw.get("gpus", 1), int))
+    if gpus < 1:
+        raise InputError(f"{where} gpus: must be >= 1, got {gpus}")
+    price = raw.get("usd_per_gpu_hour")
+    if price is not None:
+        price = float(_typed(where, "usd_per_gpu_hour", price, (int, float)))
+        if price < 0:
+            raise InputError(f"{where} usd_per_gpu_hour: must be >= 0")
+    sim_args = raw.get("sim_args", [])
+    if not isinstance(sim_args, list) or not all(isinstance(a, str) for a in sim_args):
+        raise InputError(f"{where} sim_args: expected a list of strings")
+    return Target(_target_name(where, raw, kind, spec), kind, spec, gpus, price,
+                  _lifetime(where, raw, kind), tuple(sim_args))
+
+
+def _target_spec(where: str, raw: dict[str, Any]) -> tuple[str, str]:
+    """The target's kind (the one of url, sim, launch, virtual it gives) and its spec, checked."""
+    kinds = [k for k in TARGET_KINDS if k in raw]
     if len(kinds) != 1:
         raise InputError(f"{where}: give exactly one of url, sim, launch, virtual")
     kind = kinds[0]
@@ -188,28 +208,27 @@ def _target(where: str, raw: Any) -> Target:
             parse_spec(spec)
         except InputError as exc:
             raise InputError(f"{where} launch: {exc}") from None
+    return kind, spec
+
+
+def _target_name(where: str, raw: dict[str, Any], kind: str, spec: str) -> str:
+    """The given name; by default a sim's profile, a virtual engine's file stem."""
     name = str(_typed(where, "name", raw.get("name", spec if kind == "sim" else ""), str))
     if kind == "virtual" and "name" not in raw:
         name = Path(spec).stem
     if not _NAME.match(name):
         raise InputError(f"{where} name: {name!r} must be letters, digits, '.', '_' or '-'")
-    gpus = int(_typed(where, "gpus", raw.get("gpus", 1), int))
-    if gpus < 1:
-        raise InputError(f"{where} gpus: must be >= 1, got {gpus}")
-    price = raw.get("usd_per_gpu_hour")
-    if price is not None:
-        price = float(_typed(where, "usd_per_gpu_hour", price, (int, float)))
-        if price < 0:
-            raise InputError(f"{where} usd_per_gpu_hour: must be >= 0")
+    return name
+
+
+def _lifetime(where: str, raw: dict[str, Any], kind: str) -> str:
+    """``visit`` by default for a launched server, else ``sweep``; a URL only ``sweep``."""
     lifetime = str(_typed(where, "lifetime", raw.get("lifetime", "visit" if kind == "launch" else "sweep"), str))
     if lifetime not in LIFETIMES:
         raise InputError(f"{where} lifetime: must be one of {', '.join(LIFETIMES)}, got {lifetime!r}")
     if kind == "url" and lifetime == "visit":
         raise InputError(f"{where} lifetime: a url target cannot be restarted; use 'sweep'")
-    sim_args = raw.get("sim_args", [])
-    if not isinstance(sim_args, list) or not all(isinstance(a, str) for a in sim_args):
-        raise InputError(f"{where} sim_args: expected a list of strings")
-    return Target(name, kind, spec, gpus, price, lifetime, tuple(sim_args))
+    return lifetime
 
 
 def load_experiment(path: str | Path, *, output: str | None = None) -> Experiment:
@@ -247,16 +266,45 @@ def _check_shape(where: str, value: Any, key: str = "", depth: int = 0) -> None:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             _check_shape(where, v, f"{key}[{i}]", depth + 1)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            not math.isfinite(value) or abs(value) > MAX_NUMBER):
+    elif _out_of_range(value):
         raise InputError(f"{where}: {key}: {value!r} is out of range (a finite number "
                          f"of magnitude at most {MAX_NUMBER:g})")
+
+
+def _out_of_range(value: Any) -> bool:
+    """A number (not a bool) that is not finite or of magnitude over ``MAX_NUMBER``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return not math.isfinite(value) or abs(value) > MAX_NUMBER
 
 
 def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = None) -> Experiment:
     f = str(p)
     _check_keys(f, raw, {"trace", "output", "repeats", "seed", "load", "run", "warmup",
                          "prices", "slo", "targets"})
+    trace, out_path = _paths(f, raw, p, output)
+    repeats = int(_typed(f, "repeats", raw.get("repeats", 3), int))
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise InputError(f"{f}: repeats: must be within 1..{MAX_REPEATS}, got {repeats}")
+    seed = int(_typed(f, "seed", raw.get("seed", 0), int))
+    axis, points = _load_axis(f, raw)
+    run = _run_table(f, raw, axis)
+    w = _warmup(f, raw)
+    prices = _prices(f, raw)
+    slo = _slo(f, raw)
+    targets = _targets(f, raw)
+    runs = len(targets) * len(points) * repeats
+    if runs > MAX_RUNS:
+        raise InputError(f"{f}: {len(targets)} targets x {len(points)} points x {repeats} "
+                         f"repeats = {runs:,} runs, more than {MAX_RUNS:,}")
+    _check_run_options(f, str(trace.resolve()), dict(run), str(axis), points)
+    return Experiment(str(p), str(trace.resolve()), str(out_path.resolve()), targets, str(axis), tuple(points),
+                      repeats, seed, dict(run), w, prices, slo)
+
+
+def _paths(f: str, raw: dict[str, Any], p: Path, output: str | None) -> tuple[Path, Path]:
+    """The trace (which must exist) and the output folder, relative to the file; an
+    ``output`` given by the caller wins over the file's."""
     if "trace" not in raw:
         raise InputError(f"{f}: missing key 'trace'")
     base = p.resolve().parent
@@ -267,11 +315,11 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     out_path = Path(str(_typed(f, "output", out, str)))
     if output is None and "output" in raw and not out_path.is_absolute():
         out_path = base / out_path
-    repeats = int(_typed(f, "repeats", raw.get("repeats", 3), int))
-    if not 1 <= repeats <= MAX_REPEATS:
-        raise InputError(f"{f}: repeats: must be within 1..{MAX_REPEATS}, got {repeats}")
-    seed = int(_typed(f, "seed", raw.get("seed", 0), int))
+    return trace, out_path
 
+
+def _load_axis(f: str, raw: dict[str, Any]) -> tuple[str, list[float]]:
+    """[load]: the axis and its points, each valid for the axis, none repeated."""
     load = raw.get("load")
     if not isinstance(load, dict):
         raise InputError(f"{f}: missing table [load] (axis = ..., points = [...])")
@@ -284,17 +332,24 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
         raise InputError(f"{f}: [load] points: expected a non-empty list of numbers")
     if len(pts) > MAX_POINTS:
         raise InputError(f"{f}: [load] points: {len(pts):,} points, more than {MAX_POINTS}")
-    points: list[float] = []
-    for v in pts:
-        _typed(f"{f}: [load]", "points", v, (int, float))
-        if not 0 < v <= MAX_POINT or (axis in INTEGER_AXES and not float(v).is_integer()):
-            raise InputError(f"{f}: [load] points: {v!r} is not a valid {axis} (positive"
-                             f"{' whole number' if axis in INTEGER_AXES else ''}, at most "
-                             f"{MAX_POINT:g})")
-        points.append(float(v))
+    points = [_load_point(f, str(axis), v) for v in pts]
     if len(set(points)) != len(points):
         raise InputError(f"{f}: [load] points: repeated values")
+    return str(axis), points
 
+
+def _load_point(f: str, axis: str, v: Any) -> float:
+    _typed(f"{f}: [load]", "points", v, (int, float))
+    whole = axis in INTEGER_AXES
+    if not 0 < v <= MAX_POINT or (whole and not float(v).is_integer()):
+        raise InputError(f"{f}: [load] points: {v!r} is not a valid {axis} (positive"
+                         f"{' whole number' if whole else ''}, at most "
+                         f"{MAX_POINT:g})")
+    return float(v)
+
+
+def _run_table(f: str, raw: dict[str, Any], axis: str) -> dict[str, Any]:
+    """[run]: sweep keys only, each value checked, no load axis, and what the axis needs."""
     run = raw.get("run", {})
     if not isinstance(run, dict):
         raise InputError(f"{f}: [run]: expected a table")
@@ -307,41 +362,57 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     for k, v in axes(RunConfig)[axis].axis_sets:
         if run.get(k, v) != v:
             raise InputError(f"{f}: [run] {k}: the {axis} axis needs {k} = {v!r}")
+    return run
 
+
+def _warmup(f: str, raw: dict[str, Any]) -> Warmup:
     wraw = raw.get("warmup", {})
     if not isinstance(wraw, dict):
         raise InputError(f"{f}: [warmup]: expected a table")
-    _check_keys(f"{f}: [warmup]", wraw, {"enabled", "burst_s", "min_bursts", "max_bursts", "tolerance"})
+    where = f"{f}: [warmup]"
+    _check_keys(where, wraw, {"enabled", "burst_s", "min_bursts", "max_bursts", "tolerance"})
     w = Warmup(
-        enabled=bool(_typed(f"{f}: [warmup]", "enabled", wraw.get("enabled", True), bool)),
-        burst_s=float(_typed(f"{f}: [warmup]", "burst_s", wraw.get("burst_s", 3.0), (int, float))),
-        min_bursts=int(_typed(f"{f}: [warmup]", "min_bursts", wraw.get("min_bursts", 2), int)),
-        max_bursts=int(_typed(f"{f}: [warmup]", "max_bursts", wraw.get("max_bursts", 5), int)),
-        tolerance=float(_typed(f"{f}: [warmup]", "tolerance", wraw.get("tolerance", 0.10), (int, float))))
+        enabled=bool(_typed(where, "enabled", wraw.get("enabled", True), bool)),
+        burst_s=float(_typed(where, "burst_s", wraw.get("burst_s", 3.0), (int, float))),
+        min_bursts=int(_typed(where, "min_bursts", wraw.get("min_bursts", 2), int)),
+        max_bursts=int(_typed(where, "max_bursts", wraw.get("max_bursts", 5), int)),
+        tolerance=float(_typed(where, "tolerance", wraw.get("tolerance", 0.10), (int, float))))
     if w.burst_s <= 0 or w.min_bursts < 1 or w.max_bursts < w.min_bursts or w.tolerance <= 0:
         raise InputError(f"{f}: [warmup]: need burst_s > 0, 1 <= min_bursts <= max_bursts, tolerance > 0")
+    return w
 
+
+def _prices(f: str, raw: dict[str, Any]) -> dict[str, float] | None:
+    """[prices]: USD per million tokens, all three keys; None without the table."""
     prices = raw.get("prices")
-    if prices is not None:
-        if not isinstance(prices, dict):
-            raise InputError(f"{f}: [prices]: expected a table")
-        _check_keys(f"{f}: [prices]", prices, {"input_hit", "input_miss", "output"})
-        for k in ("input_hit", "input_miss", "output"):
-            if k not in prices:
-                raise InputError(f"{f}: [prices]: missing key {k!r} (USD per million tokens)")
-            _typed(f"{f}: [prices]", k, prices[k], (int, float))
-        prices = {k: float(v) for k, v in prices.items()}
+    if prices is None:
+        return None
+    if not isinstance(prices, dict):
+        raise InputError(f"{f}: [prices]: expected a table")
+    _check_keys(f"{f}: [prices]", prices, {"input_hit", "input_miss", "output"})
+    for k in ("input_hit", "input_miss", "output"):
+        if k not in prices:
+            raise InputError(f"{f}: [prices]: missing key {k!r} (USD per million tokens)")
+        _typed(f"{f}: [prices]", k, prices[k], (int, float))
+    return {k: float(v) for k, v in prices.items()}
 
+
+def _slo(f: str, raw: dict[str, Any]) -> str | None:
     slo = raw.get("slo")
-    if slo is not None:
-        _typed(f, "slo", slo, str)
-        from agent_replay.replay.sweep.capacity import parse_slo
+    if slo is None:
+        return None
+    _typed(f, "slo", slo, str)
+    from agent_replay.replay.sweep.capacity import parse_slo
 
-        try:
-            parse_slo(slo)
-        except InputError as exc:
-            raise InputError(f"{f}: slo: {exc}") from None
+    try:
+        parse_slo(slo)
+    except InputError as exc:
+        raise InputError(f"{f}: slo: {exc}") from None
+    return str(slo)
 
+
+def _targets(f: str, raw: dict[str, Any]) -> tuple[Target, ...]:
+    """[[targets]]: at least one, each checked, names unique."""
     traw = raw.get("targets")
     if not isinstance(traw, list) or not traw:
         raise InputError(f"{f}: missing [[targets]] (at least one)")
@@ -350,10 +421,4 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"{f}: targets: name {dup[0]!r} is used twice")
-    runs = len(targets) * len(points) * repeats
-    if runs > MAX_RUNS:
-        raise InputError(f"{f}: {len(targets)} targets x {len(points)} points x {repeats} "
-                         f"repeats = {runs:,} runs, more than {MAX_RUNS:,}")
-    _check_run_options(f, str(trace.resolve()), dict(run), str(axis), points)
-    return Experiment(str(p), str(trace.resolve()), str(out_path.resolve()), targets, str(axis), tuple(points),
-                      repeats, seed, dict(run), w, prices, slo)
+    return targets

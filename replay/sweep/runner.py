@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from agent_replay.replay.sweep.experiment import Experiment, Target, Warmup
 from agent_replay.replay.sweep.index import DONE, key, read_index, write_index
 from agent_replay.replay.sweep.targets import Running, Servers
 from agent_replay.runmeta import RunMeta
+
+if TYPE_CHECKING:
+    from agent_replay.replay.runrecord import RunSummary
 
 Reporter = Callable[[str], None]
 
@@ -207,9 +210,6 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
             timing: dict[str, float] | None = None, total: int | None = None) -> bool:
     """Run ``slots`` (skipping those already done in ``rows``), updating ``rows`` and the
     index after each; returns False when interrupted."""
-    from agent_replay.analysis.points import empty_point
-    from agent_replay.replay.run import run
-
     timing = timing if timing is not None else {}
     slots = list(slots)
     total = total or len(slots)
@@ -217,71 +217,14 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
     cannot_start: dict[tuple[str, int], str] = {}  # (target, repeat) -> why: not retried in that visit
     for n, slot in enumerate(slots, 1):
         target = exp.targets[slot.target]
-        k = (slot.phase, target.name, slot.point, slot.repeat)
-        if k in rows and rows[k]["status"] in DONE:
+        k = _slot_key(exp, slot)
+        if _done(rows, k):
             continue
         if current is not None and current.name != target.name:
             servers.release(current)
         current = target
-        label = exp.point_label(slot.point)
-        run_dir = out / ("runs" if slot.phase == "sweep" else slot.phase) / target.name / label / f"r{slot.repeat}"
-        row: dict[str, Any] = {
-            "phase": slot.phase, "order": slot.order, "repeat": slot.repeat, "target": target.name,
-            "axis": exp.axis, "point": slot.point, "path": str(run_dir.relative_to(out)),
-            "started_utc": _now(), "gpus": target.gpus, "usd_per_gpu_hour": target.usd_per_gpu_hour,
-            **empty_point()}
         t_run = time.monotonic()
-        interrupted = False
-        try:
-            why = cannot_start.get((target.name, slot.repeat))
-            if why is not None:
-                raise AgentReplayError(why)
-            try:
-                running: Running = servers.get(target)
-            except AgentReplayError as exc:
-                cannot_start[(target.name, slot.repeat)] = str(exc)
-                raise
-            cfg = run_config(exp, running.url, run_dir, slot.point, slot.repeat)
-            row["salt"] = cfg.salt
-            if exp.warmup.enabled and target.kind != "virtual":  # a virtual engine starts warm
-                tw = time.monotonic()
-                w = warm_up(cfg, run_dir.with_name(run_dir.name + ".warmup"), exp.warmup)
-                timing["warmup_s"] = timing.get("warmup_s", 0.0) + time.monotonic() - tw
-                row.update(warmup_s=w["wall_s"], warmup_bursts=len(w["bursts"]), warmup_steady=w["steady"])
-            started: list[RunHook] = []
-            try:
-                for h in hooks:
-                    h.start(run_dir, target, running.url)
-                    started.append(h)
-                tr = time.monotonic()
-                # a server the sweep started is "launched" (run.json, telemetry's auto mode)
-                if target.kind == "virtual":
-                    from agent_replay.replay.virtual import run_virtual
-
-                    summary = run_virtual(cfg, running.url)
-                else:
-                    summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
-                                  launch_info=None if target.kind == "url" else running.info)
-                row["run_s"] = time.monotonic() - tr
-            finally:
-                for h in started:
-                    with contextlib.suppress(Exception):
-                        h.stop()
-            row["replay_s"] = summary.wall_s
-            timing["run_s"] = timing.get("run_s", 0.0) + row["run_s"]
-            timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
-            status, reason, figures, bottleneck, cold, contended = _outcome(run_dir, summary, target,
-                                                                           exp.prices)
-            row.update(figures, status=status, reason=redact(reason), load_generator_bottleneck=bottleneck,
-                       machine_contention=contended,
-                       cold_start=cold)
-            interrupted = summary.interrupted
-        except KeyboardInterrupt:
-            row.update(status="interrupted", reason="interrupted by the user")
-            interrupted = True
-        except AgentReplayError as exc:
-            row.update(status="failed", reason=redact(str(exc)))
-            servers.drop(target)  # a target that failed is started afresh for its next run
+        row, interrupted = _attempt(exp, slot, target, servers, cannot_start, out, hooks, timing)
         rows[k] = row
         write_index(out, rows.values())
         if progress is not None:
@@ -291,6 +234,109 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
     if current is not None:
         servers.release(current)
     return True
+
+
+def _attempt(exp: Experiment, slot: Slot, target: Target, servers: Servers,
+             cannot_start: dict[tuple[str, int], str], out: Path, hooks: Sequence[RunHook],
+             timing: dict[str, float]) -> tuple[dict[str, Any], bool]:
+    """One slot's run in its folder under ``out``: its index row, whatever happened (a
+    target that failed is dropped, to be started afresh for its next run), and whether
+    the run was interrupted."""
+    run_dir = (out / ("runs" if slot.phase == "sweep" else slot.phase) / target.name
+               / exp.point_label(slot.point) / f"r{slot.repeat}")
+    row = _new_row(exp, slot, target, str(run_dir.relative_to(out)))
+    try:
+        running = _server(servers, target, slot.repeat, cannot_start)
+        return row, _run_slot(exp, slot, target, running, run_dir, row, hooks, timing)
+    except KeyboardInterrupt:
+        row.update(status="interrupted", reason="interrupted by the user")
+        return row, True
+    except AgentReplayError as exc:
+        row.update(status="failed", reason=redact(str(exc)))
+        servers.drop(target)  # a target that failed is started afresh for its next run
+        return row, False
+
+
+def _new_row(exp: Experiment, slot: Slot, target: Target, path: str) -> dict[str, Any]:
+    """A run's index row before it runs: where and what it is, its figures empty."""
+    from agent_replay.analysis.points import empty_point
+
+    return {"phase": slot.phase, "order": slot.order, "repeat": slot.repeat, "target": target.name,
+            "axis": exp.axis, "point": slot.point, "path": path,
+            "started_utc": _now(), "gpus": target.gpus, "usd_per_gpu_hour": target.usd_per_gpu_hour,
+            **empty_point()}
+
+
+def _slot_key(exp: Experiment, s: Slot) -> tuple[Any, ...]:
+    """A run's key in the index: (phase, target, point, repeat)."""
+    return (s.phase, exp.targets[s.target].name, s.point, s.repeat)
+
+
+def _done(rows: dict[tuple[Any, ...], dict[str, Any]], k: tuple[Any, ...]) -> bool:
+    return k in rows and rows[k]["status"] in DONE
+
+
+def _server(servers: Servers, target: Target, repeat: int, cannot_start: dict[tuple[str, int], str]) -> Running:
+    """The target's running server; a target that could not start is not tried again in
+    the same visit (``cannot_start``: (target, repeat) -> why)."""
+    why = cannot_start.get((target.name, repeat))
+    if why is not None:
+        raise AgentReplayError(why)
+    try:
+        return servers.get(target)
+    except AgentReplayError as exc:
+        cannot_start[(target.name, repeat)] = str(exc)
+        raise
+
+
+def _run_slot(exp: Experiment, slot: Slot, target: Target, running: Running, run_dir: Path,
+              row: dict[str, Any], hooks: Sequence[RunHook], timing: dict[str, float]) -> bool:
+    """One run of the sweep on ``running``: the warm-up, the replay with the hooks around
+    it, and its outcome in ``row``; True when it was interrupted."""
+    cfg = run_config(exp, running.url, run_dir, slot.point, slot.repeat)
+    row["salt"] = cfg.salt
+    if exp.warmup.enabled and target.kind != "virtual":  # a virtual engine starts warm
+        tw = time.monotonic()
+        w = warm_up(cfg, run_dir.with_name(run_dir.name + ".warmup"), exp.warmup)
+        timing["warmup_s"] = timing.get("warmup_s", 0.0) + time.monotonic() - tw
+        row.update(warmup_s=w["wall_s"], warmup_bursts=len(w["bursts"]), warmup_steady=w["steady"])
+    summary, row["run_s"] = _replay_hooked(exp, cfg, target, running, run_dir, hooks)
+    row["replay_s"] = summary.wall_s
+    timing["run_s"] = timing.get("run_s", 0.0) + row["run_s"]
+    timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
+    status, reason, figures, bottleneck, cold, contended = _outcome(run_dir, summary, target,
+                                                                   exp.prices)
+    row.update(figures, status=status, reason=redact(reason), load_generator_bottleneck=bottleneck,
+               machine_contention=contended,
+               cold_start=cold)
+    return summary.interrupted
+
+
+def _replay_hooked(exp: Experiment, cfg: RunConfig, target: Target, running: Running, run_dir: Path,
+                   hooks: Sequence[RunHook]) -> tuple[RunSummary, float]:
+    """The replay (a virtual engine's in virtual time) and its seconds, every hook started
+    before it and stopped after it, whatever happens."""
+    from agent_replay.replay.run import run
+
+    started: list[RunHook] = []
+    try:
+        for h in hooks:
+            h.start(run_dir, target, running.url)
+            started.append(h)
+        tr = time.monotonic()
+        # a server the sweep started is "launched" (run.json, telemetry's auto mode)
+        if target.kind == "virtual":
+            from agent_replay.replay.virtual import run_virtual
+
+            summary = run_virtual(cfg, running.url)
+        else:
+            summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
+                          launch_info=None if target.kind == "url" else running.info)
+        return summary, time.monotonic() - tr
+    finally:
+        for h in started:
+            with contextlib.suppress(Exception):
+                h.stop()
 
 
 def _line(n: int, total: int, row: dict[str, Any], secs: float) -> str:
@@ -341,8 +387,7 @@ def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None
     timing: dict[str, float] = {}
     write_state(exp, out, timing, "running")
     slots = schedule(len(exp.targets), exp.points, exp.repeats, exp.seed)
-    todo = sum(1 for s in slots if (s.phase, exp.targets[s.target].name, s.point, s.repeat) not in rows
-               or rows[(s.phase, exp.targets[s.target].name, s.point, s.repeat)]["status"] not in DONE)
+    todo = sum(1 for s in slots if not _done(rows, _slot_key(exp, s)))
     if progress is not None and todo < len(slots):
         progress(f"resuming {out}: {len(slots) - todo} of {len(slots)} runs already done")
     with Servers(exp.seed) as servers:
