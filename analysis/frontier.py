@@ -464,12 +464,17 @@ def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Poin
 
 
 def _gpu_counts(run_json: Path) -> set[str]:
-    """``N x GPU name`` of the server a run launched (run.json ``launch.gpus``)."""
-    launch = json.loads(run_json.read_text()).get("launch") or {}
+    """``N x GPU name`` of the server a run launched (run.json ``launch.gpus``); for a
+    server it did not launch, the GPUs its host showed (``provenance.gpus``)."""
+    meta = json.loads(run_json.read_text())
+    launch = meta.get("launch") or {}
     gpus = launch.get("gpus") if isinstance(launch, dict) else None
-    if not isinstance(gpus, list):
-        return set()
-    return {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
+    if isinstance(gpus, list):
+        return {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
+    seen = (meta.get("provenance") or {}).get("gpus")
+    names = [str(g["name"]) for g in seen if isinstance(g, dict) and g.get("name")] \
+        if isinstance(seen, list) else []
+    return {f"{names.count(n)}x {n} (the host's)" for n in set(names)}
 
 
 def our_hardware(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point]) -> list[str]:

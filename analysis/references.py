@@ -123,7 +123,7 @@ def _values(where: str, values: Any, axes: Sequence[str]) -> dict[str, float]:
 
 def hardware_line(ref: Reference, ours: Sequence[str]) -> str:
     """One sentence on how the reference's hardware differs from the sweep's."""
-    mine = ", ".join(sorted(set(ours))) if ours else "not recorded in the runs' run.json"
+    mine = ", ".join(sorted(set(ours))) if ours else "hardware not recorded in the runs' run.json"
     return (f"Hardware differs: the reference ran on {', '.join(ref.hardware())}; this "
             f"frontier on {mine}. Absolute figures place the frontier, they do not rank it.")
 

@@ -138,7 +138,7 @@ def test_frontier_cli_reference_and_bad_path(tmp_path: Path) -> None:
 
 def test_hardware_line_without_recorded_gpus() -> None:
     ref = load(AGENTX, AXES)
-    assert "this frontier on not recorded in the runs' run.json" in hardware_line(ref, [])
+    assert "this frontier on hardware not recorded in the runs' run.json" in hardware_line(ref, [])
 
 
 def test_sweep_html_draws_the_reference_on_log_charts_and_lists_it(tmp_path: Path) -> None:
@@ -165,3 +165,14 @@ def test_sweep_html_draws_the_reference_on_log_charts_and_lists_it(tmp_path: Pat
     assert chart.y_range.start == pytest.approx(80.0 / 1.3)
     plain = frontier_chart(res["points"], "north_star", "total_tps_per_gpu", "i", "t")
     assert type(plain.y_scale).__name__ == "LinearScale"
+
+
+def test_a_run_on_a_server_it_did_not_launch_names_its_hosts_gpus() -> None:
+    """run.json of a replay against a server started by a script (no ``launch``): the
+    frontier names the GPUs its host showed (``provenance.gpus``)."""
+    from agent_replay.analysis.frontier import _gpu_counts
+
+    run = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu"
+           / "2026-12-06-h100-agentx-solo" / "results" / "runs" / "standard" / "c4" / "r1"
+           / "run.json")
+    assert _gpu_counts(run) == {"1x NVIDIA H100 80GB HBM3 (the host's)"}
