@@ -15,6 +15,9 @@ ended. Per client the table gives
     trace deps  ``depends_on`` edges of the baseline trace
     false       pairs (Y, X) the trace makes Y wait for that Y did not wait for
     missing     pairs (Y, X) Y waited for that the trace does not make it wait for
+    sessions    sessions of the baseline trace
+    server      prompt tokens the engine reported cached, of the baseline's input
+    trace       those the baseline trace's hash ids imply (as ``traces inspect`` says)
 
 Requests are matched across runs by ``request_label``: the API, the tools offered, the
 length of the conversation and the order among requests alike in those (the clients run
@@ -54,6 +57,7 @@ from agent_replay.replay.record import Recorder
 from agent_replay.replay.record.content import conversation
 from agent_replay.replay.record.wire import api_for, end_to_end_headers
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.summary import summarize_table
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".real-clients" / "bin"
@@ -325,12 +329,14 @@ Run = Callable[[str, str, Path, Path], Any]
 
 
 async def run_program(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
-                      timeout_s: float = 240) -> None:
+                      timeout_s: float = 240, stdin: str | None = None) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT)
+        *argv, cwd=cwd, env=dict(env),
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        out, _ = await asyncio.wait_for(
+            proc.communicate(None if stdin is None else stdin.encode()), timeout_s)
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
@@ -453,6 +459,23 @@ def qwen_run(exe: str) -> Run:
     return run
 
 
+def aider_run(exe: str, prompts: Sequence[str]) -> Run:
+    """aider, one run answering ``prompts`` read from standard input one after the other
+    (plain input, no git repository), on the OpenAI variables."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY,
+                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        await run_program([exe, *AIDER_FLAGS, "--model", f"openai/{model}"], env, work,
+                          stdin="".join(f"{p}\n" for p in prompts))
+    return run
+
+
+AIDER_FLAGS = ("--no-git", "--yes-always", "--no-check-update", "--no-show-model-warnings",
+               "--analytics-disable", "--no-fancy-input", "--no-pretty",
+               "--no-show-release-notes")
+
+
 AGENTS_SDK = """
 import asyncio, sys
 import agents
@@ -511,6 +534,8 @@ def clients() -> dict[str, Client]:
         "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
                        lambda e: qwen_run(e)),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
+        "aider": Client(program("aider"), [], lambda e: aider_run(
+            e, ["Say hello.", "Now say goodbye.", "Once more."])),
         "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
                              lambda e: agents_sdk_run()),
     }
@@ -519,10 +544,21 @@ def clients() -> dict[str, Client]:
 # -- running ----------------------------------------------------------------------------
 
 
+@dataclass
+class Recorded:
+    rows: dict[str, Mapping[str, Any]]
+    """By label."""
+    hit: bool
+    """The request to hold back was seen (and held)."""
+    server: float | None
+    """The share of prompt tokens the engine reported cached (answered requests)."""
+    implied: float | None
+    """The share the trace's hash ids imply, on the same requests."""
+
+
 async def record_once(client: Client, folder: Path, target: str | None, delay_s: float
-                      ) -> tuple[dict[str, Mapping[str, Any]], bool]:
-    """One run of the client's session; its rows by label, and whether ``target`` was
-    seen (and held back)."""
+                      ) -> Recorded:
+    """One run of the client's session."""
     assert client.exe is not None
     home, work, trace = folder / "home", folder / "work", folder / "trace"
     for d in (home, work, trace):
@@ -540,22 +576,26 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
             if not rec.in_flight:
                 break
             await asyncio.sleep(0.1)
-    rows = read_trace(trace)[0].to_pylist()
-    return label_rows(rows), hop.hit
+    table, meta = read_trace(trace)
+    summary = summarize_table(table, meta.block_size)
+    return Recorded(label_rows(table.to_pylist()), hop.hit, summary.server_cached_rate,
+                    summary.implied_cached_rate)
 
 
 async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
-                 ) -> tuple[Verdict, list[str]]:
-    base, _ = await record_once(client, folder, None, 0)
+                 ) -> tuple[Verdict, Recorded, list[str]]:
+    first = await record_once(client, folder, None, 0)
+    base = first.rows
     notes = []
     failed = [lab for lab, r in base.items() if r["error"] is not None]
     if failed:
         notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
     delayed: dict[str, list[dict[str, int]]] = {}
-    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
+    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]) if repeats else ():
         for _ in range(repeats):
-            run, hit = await record_once(client, folder, x, delay_s)
-            if not hit:
+            held = await record_once(client, folder, x, delay_s)
+            run = held.rows
+            if not held.hit:
                 notes.append(f"{x}: not sent again")
                 continue
             lost = set(base) - set(run)
@@ -575,7 +615,11 @@ async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeat
     notes.insert(0, f"{sessions} session(s); " + "; ".join(
         f"{lab}={r['agent_id']}:{r['request_index']}<-{list(r['depends_on'] or ())}"
         for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"])))
-    return v, notes
+    return v, first, notes
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
 
 
 def main() -> None:
@@ -584,21 +628,27 @@ def main() -> None:
                     "opencode-agent,mini,agents-sdk")
     ap.add_argument("--delay", type=float, default=8.0, help="seconds a request is held")
     ap.add_argument("--repeats", type=int, default=1,
-                    help="runs per held request (a dependency moves in every one)")
+                    help="runs per held request (a dependency moves in every one; 0: the "
+                    "baseline only, for its sessions and prefix reuse)")
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
     args = ap.parse_args()
     table = clients()
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench-deps-"))
-    print("| client | requests | true deps | trace deps | false | missing | no verdict |")
-    print("|---|---|---|---|---|---|---|")
+    print("| client | requests | true deps | trace deps | false | missing | no verdict "
+          "| sessions | server cached | trace implies | trace - server |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.clients.split(","):
         c = table[name]
         if c.exe is None:
-            print(f"| {name} | not installed | | | | | |")
+            print(f"| {name} | not installed | | | | | | | | | |")
             continue
-        v, notes = asyncio.run(oracle(name, c, root / name, args.delay, args.repeats))
+        v, base, notes = asyncio.run(oracle(name, c, root / name, args.delay, args.repeats))
+        diff = ("-" if base.server is None or base.implied is None
+                else f"{(base.implied - base.server) * 100:+.2f} pt")
+        sessions = len({r["session_id"] for r in base.rows.values()})
         print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
-              f"| {len(v.missing)} | {v.unknown} |", flush=True)
+              f"| {len(v.missing)} | {v.unknown} | {sessions} | {_pct(base.server)} "
+              f"| {_pct(base.implied)} | {diff} |", flush=True)
         for n in notes:
             print(f"    {n}", file=sys.stderr)
         for y, x in v.false:

@@ -393,7 +393,7 @@ class Recorder:
                                                chains=chains)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
-        linked = assignment.how.endswith(("prefix", "retry"))
+        linked = assignment.how.endswith(("prefix", "reply", "retry"))
         if agent is None and digest is None:  # an Agents SDK handoff names its agent
             stream = self.handoffs.stream(assignment.session_id, assignment.request_index,
                                           assignment.parent_index, linked,

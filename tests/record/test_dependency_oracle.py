@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 
 from agent_replay.replay.record.agents import AgentTracker
+from agent_replay.traces.io import read_trace
+from agent_replay.traces.summary import summarize_table
 from benchmarks.bench_dependencies import (
     Client,
     Labeler,
     compare,
     measured_ancestors,
     oracle,
+    record_once,
     reduction,
     request_kind,
     run_shift,
@@ -110,11 +113,19 @@ def scripted(log: list[str]) -> Any:
 async def test_the_oracle_finds_a_scripted_clients_waits(tmp_path: Path) -> None:
     log: list[str] = []
     client = Client("scripted", [], lambda exe: scripted(log))
-    v, notes = await oracle("scripted", client, tmp_path, 0.4)
+    v, base, notes = await oracle("scripted", client, tmp_path, 0.4)
     assert len(log) == 5  # the baseline and one run per request
     # turn 2 waited for turn 1; title 2 for turn 2 (and so turn 1); title 1 for nothing
     assert (v.requests, v.true_deps) == (4, 2), notes
     assert (v.false, v.missing, v.unknown) == ([], [], 0), notes
+    assert len(base.rows) == 4
+    # a run's prefix figures are those traces inspect gives for its trace (one function);
+    # the second turn extends the first: the engine cached some of it
+    again = await record_once(client, tmp_path, None, 0)
+    table, meta = read_trace(tmp_path / "trace")
+    s = summarize_table(table, meta.block_size)
+    assert (again.server, again.implied) == (s.server_cached_rate, s.implied_cached_rate)
+    assert again.server is not None and again.server > 0
 
 
 def test_a_runs_clock_is_aligned_on_the_requests_before_the_held_one() -> None:
