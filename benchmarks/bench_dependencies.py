@@ -62,6 +62,8 @@ from agent_replay.traces.summary import summarize_table
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".real-clients" / "bin"
 KEY = "sk-bench-dependencies"
+BLOCK_SIZE = [64]
+"""The trace's block size (``--block-size``)."""
 
 # -- matching requests across runs ------------------------------------------------------
 
@@ -368,7 +370,8 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
         env["TERM"] = "xterm-256color"
         script = home / "claude.sh"
         script.write_text("#!/bin/sh\nexec env -i " + " ".join(
-            f"{k}='{v}'" for k, v in env.items()) + f" {exe} --allowedTools 'Bash(ls)' Agent\n")
+            f"{k}='{v}'" for k, v in env.items())
+            + f" {exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent\n")
         script.chmod(0o755)
         name = f"bench-deps-{os.getpid()}"
         subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
@@ -383,6 +386,14 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
         finally:
             subprocess.run([tmux, "kill-session", "-t", name], check=False)
     return run
+
+
+def manual_permissions(exe: str) -> list[str]:
+    """Claude Code from 2.1.332 on starts interactive sessions in "auto" permission mode,
+    whose safety check cannot pass the recorder: every tool call waits for the user's
+    approval. "manual" mode (2.1.197's "default") asks only for tools not allowed."""
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+    return ["--permission-mode", "manual"] if '"manual"' in out else []
 
 
 _QUIET: dict[str, Any] = {}
@@ -533,6 +544,10 @@ def clients() -> dict[str, Client]:
             lambda e: opencode_run(e)),
         "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
                        lambda e: qwen_run(e)),
+        "qwen-agent": Client(program("qwen"), [
+            'agent={"description": "List files", "prompt": "List the files here.", '
+            '"subagent_type": "general-purpose"}', 'run_shell_command={"command": "ls"}'],
+            lambda e: qwen_run(e)),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
         "aider": Client(program("aider"), [], lambda e: aider_run(
             e, ["Say hello.", "Now say goodbye.", "Once more."])),
@@ -569,7 +584,7 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
     async with SimServer("fast", seed=3, tool_call=client.tool_calls) as sim, \
             DelayHop(sim.url, target, delay_s) as hop, \
             Recorder(hop.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full",
-                     hash_seed=1) as rec:
+                     hash_seed=1, block_size=BLOCK_SIZE[0]) as rec:
         _QUIET["hop"] = hop
         await client.make(client.exe)(rec.url, sim.profile.model_name, home, work)
         for _ in range(300):  # what the client left running ends
@@ -630,9 +645,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per held request (a dependency moves in every one; 0: the "
                     "baseline only, for its sessions and prefix reuse)")
+    ap.add_argument("--block-size", type=int, default=64,
+                    help="the trace's block size (the engine's is 16)")
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
     args = ap.parse_args()
     table = clients()
+    BLOCK_SIZE[0] = args.block_size
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench-deps-"))
     print("| client | requests | true deps | trace deps | false | missing | no verdict "
           "| sessions | server cached | trace implies | trace - server |")
