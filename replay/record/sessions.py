@@ -27,7 +27,11 @@ Rules, in order:
 4. A request with an explicit session (header, ``metadata.user_id``, ``user``) belongs to
    it; the parent is found as in 1 within that session, else it is the session's request
    that finished last before this one arrived.
-5. Anything else starts a new session.
+5. A request that would start a session (none of the above), for which the caller's
+   ``spawned`` names the session whose request handed it its task (a subagent that names
+   no session: ``replay.record.spawns``), belongs to that session; its parent is the
+   session's request that finished last before it arrived.
+6. Anything else starts a new session.
 
 Rules 1-3 look first at whole conversations, then, when none matches, at conversations
 without their leading system messages: a request whose system message was replaced (an
@@ -96,7 +100,7 @@ class Assignment:
     think_ns: int | None
     how: str
     """"prefix", "reply" (rule 2b), "retry", "explicit", "explicit+prefix",
-    "explicit+reply", "explicit+retry" or "new"."""
+    "explicit+reply", "explicit+retry", "spawn" (rule 5) or "new"."""
 
 
 @dataclass(slots=True)
@@ -224,17 +228,19 @@ class SessionTracker:
         return len(self._sessions)
 
     def assign(self, arrival_ns: int, items: Sequence[Any], explicit: str | None = None,
-               agent: str | None = None, chains: list[bytes] | None = None
-               ) -> tuple[Assignment, Turn]:
+               agent: str | None = None, chains: list[bytes] | None = None,
+               spawned: Callable[[], str | None] | None = None) -> tuple[Assignment, Turn]:
         """``agent``: the agent stream named by the request (Claude Code subagents); parents
         by conversation are looked for among that stream's requests only (subagents often
         open with identical conversations). ``chains``: ``chain_digests(items)`` when the
-        caller computed it already (off the event loop, for a big request)."""
+        caller computed it already (off the event loop, for a big request). ``spawned``:
+        asked for a request that would start a session (no parent, no explicit session),
+        the session whose request spawned it, if any (rule 5)."""
         system = _leading_system(items)
         chains, bare_chains = _chains_of(items, chains, system)
         q = _Query(arrival_ns, explicit, agent)
         retried, parent, how = self._match(items, chains, bare_chains, system, q)
-        sid, parent, how = self._session_of(retried or parent, parent, how, q)
+        sid, parent, how = self._session_of(retried or parent, parent, how, q, spawned)
         sess = self._sessions.setdefault(sid, _Session())
         turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent,
                     bare_chains[-1] if bare_chains is not None else None, agent,
@@ -265,25 +271,34 @@ class SessionTracker:
         parent = self._find_carrier(items, chains, q)
         return None, parent, "reply" if parent is not None else "new"
 
-    def _session_of(self, owner: Turn | None, parent: Turn | None, how: str, q: _Query
+    def _session_of(self, owner: Turn | None, parent: Turn | None, how: str, q: _Query,
+                    spawned: Callable[[], str | None] | None = None
                     ) -> tuple[str, Turn | None, str]:
-        """The session (rules 4 and 5 where no earlier request was matched), the parent
-        and how."""
+        """The session (rules 4-6 where no earlier request was matched), the parent and
+        how."""
         if owner is not None:
             return owner.session_id, parent, ("explicit+" + how if q.explicit is not None else how)
         if q.explicit is not None:
-            sess = self._sessions.get(q.explicit)
-            done = [t for t in sess.turns if t.end_ns is not None
-                    and t.end_ns <= q.arrival_ns] if sess is not None else []
-            if done:
-                parent = max(done, key=lambda t: (t.end_ns, t.request_index))
-            return q.explicit, parent, "explicit"
+            return q.explicit, self._last_finished(q.explicit, q.arrival_ns), "explicit"
+        sid = spawned() if spawned is not None else None
+        if sid is not None and sid in self._sessions:
+            return sid, self._last_finished(sid, q.arrival_ns), "spawn"
+        return self._new_session_id(), parent, how
+
+    def _last_finished(self, sid: str, arrival_ns: int) -> Turn | None:
+        """The session's request that finished last before ``arrival_ns`` (rule 4)."""
+        sess = self._sessions.get(sid)
+        done = [t for t in sess.turns if t.end_ns is not None
+                and t.end_ns <= arrival_ns] if sess is not None else []
+        return max(done, key=lambda t: (t.end_ns, t.request_index)) if done else None
+
+    def _new_session_id(self) -> str:
         self._new_count += 1
         sid = f"{self._new_prefix}{self._new_count:05d}"
         while sid in self._sessions:
             self._new_count += 1
             sid = f"{self._new_prefix}{self._new_count:05d}"
-        return sid, parent, how
+        return sid
 
     def complete(self, turn: Turn, end_ns: int,
                  reply: Reply | Callable[[], Reply | None] | None,

@@ -298,27 +298,62 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-async def test_qwen_code(tmp_path: Path) -> None:
+def qwen_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
     """qwen-code -p (node >= 22, the OpenAI variables, the openai auth type, and a
-    max_tokens that fits the engine's context: it asks for 32000 otherwise): its shell
-    tool's call and result are one session (it names none: found by conversation)."""
-    qwen = program("qwen")
+    max_tokens that fits the engine's context: it asks for 32000 otherwise)."""
+    (home / ".qwen").mkdir()
+    (home / ".qwen" / "settings.json").write_text(json.dumps({
+        "security": {"auth": {"selectedType": "openai"}},
+        "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}))
+    env = base_env(home)
+    if (BIN.parent / "node22" / "bin").is_dir():
+        env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
+    env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=SECRET, OPENAI_MODEL=model,
+               QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+    return [program("qwen"), "-p", "List the files here.", "--yolo"], env
 
-    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        (home / ".qwen").mkdir()
-        (home / ".qwen" / "settings.json").write_text(json.dumps({
-            "security": {"auth": {"selectedType": "openai"}},
-            "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}))
-        env = base_env(home)
-        if (BIN.parent / "node22" / "bin").is_dir():
-            env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
-        env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=SECRET, OPENAI_MODEL=model,
-                   QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
-        return [qwen, "-p", "List the files here.", "--yolo"], env
 
-    trace, rows = await record(tmp_path, ['run_shell_command={"command": "ls"}'], argv_env)
+QWEN_LS = 'run_shell_command={"command": "ls"}'
+
+
+async def test_qwen_code(tmp_path: Path) -> None:
+    """qwen-code's shell tool's call and result are one session (it names none: found by
+    conversation)."""
+    program("qwen")
+    trace, rows = await record(tmp_path, [QWEN_LS], qwen_argv_env)
     main = the_agent_session(rows)
     assert all(r["api"] == "chat" for r in main)
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+QWEN_AGENT = ('agent={"description": "List files", "prompt": "List the files here.", '
+              '"subagent_type": "general-purpose"}')
+
+
+async def test_qwen_code_subagents(tmp_path: Path) -> None:
+    """qwen-code's agent tool (the engine calls it on every user turn that offers it): a
+    background subagent, which runs nested ones in the foreground, down to qwen-code's
+    depth limit. It names no session and no parent; each subagent's first request ends
+    with the task the call handed it. One session: each subagent a stream spawned by the
+    turn of another stream whose call handed it its task, and joined by its spawner's
+    turn after its end (the main agent's: the one that carries the completion notice)."""
+    program("qwen")
+    trace, rows = await record(tmp_path, [QWEN_AGENT, QWEN_LS], qwen_argv_env)
+    assert len({r["session_id"] for r in rows}) == 1
+    assert all(r["error"] is None for r in rows)
+    by_index = {r["request_index"]: r for r in rows}
+    subs = {r["agent_id"] for r in rows} - {"main"}
+    assert subs and all(a.startswith("spawned-") for a in subs)
+    for a in subs:
+        mine = sorted((r for r in rows if r["agent_id"] == a), key=lambda r: r["request_index"])
+        spawn = by_index[mine[0]["depends_on"][0]]
+        assert spawn["agent_id"] != a
+        joins = [r for r in rows if r["agent_id"] == spawn["agent_id"]
+                 and mine[-1]["request_index"] in r["depends_on"]]
+        assert joins  # the spawner went on after the subagent and waited for it
+    notice = max(rows, key=lambda r: r["arrival_ns"])
+    assert notice["agent_id"] == "main" and len(notice["depends_on"]) == 2
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")
 
