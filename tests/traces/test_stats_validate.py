@@ -175,3 +175,19 @@ def test_agent_streams_spawn_and_join_by_hand() -> None:
     out = io.StringIO()
     Console(file=out, width=120).print(render_summary(summarize(t, 16), TraceMeta(block_size=16), "t"))
     assert "spawned by" in out.getvalue() and "#1" in out.getvalue()
+
+
+def test_inspect_shows_one_implied_figure_for_one_session() -> None:
+    """One session, every row answered: the header's implied rate and the session table's
+    are one figure, the one the replay expects (``implied_cached_total``): 32 of 48 + 50
+    input tokens (the second row shares the first's two whole 16-token blocks)."""
+    t = table(input_tokens=[48, 50], cached_tokens=[0, 16],
+              hash_ids=[[1, 2, 3], [1, 2, 4, 5]])
+    s = summarize(t, 16)
+    assert s.implied_cached_total == s.implied_on_cached == 32
+    out = io.StringIO()
+    Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=16), "t"))
+    flat = " ".join(out.getvalue().split())
+    assert "the trace implies 32.7%)" in flat
+    assert flat.count("32.7%") == 2  # the header's and the session's; the server said 16
+    assert [f"{r.implied_rate:.1%}" for r in s.sessions_cache] == ["32.7%"]
