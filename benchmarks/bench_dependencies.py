@@ -605,19 +605,7 @@ async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeat
     failed = [lab for lab, r in base.items() if r["error"] is not None]
     if failed:
         notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
-    delayed: dict[str, list[dict[str, int]]] = {}
-    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]) if repeats else ():
-        for _ in range(repeats):
-            held = await record_once(client, folder, x, delay_s)
-            run = held.rows
-            if not held.hit:
-                notes.append(f"{x}: not sent again")
-                continue
-            lost = set(base) - set(run)
-            if lost:
-                notes.append(f"{x} held: {len(lost)} requests not sent "
-                             f"({', '.join(sorted(lost))})")
-            delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in run.items()})
+    delayed = await held_runs(client, folder, base, delay_s, repeats, notes)
     (folder / "arrivals.json").write_bytes(orjson.dumps(
         {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
         option=orjson.OPT_INDENT_2))
@@ -626,15 +614,59 @@ async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeat
     traced = trace_ancestors(base)
     v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()),
                 unknown)
-    sessions = len({r["session_id"] for r in base.values()})
-    notes.insert(0, f"{sessions} session(s); " + "; ".join(
-        f"{lab}={r['agent_id']}:{r['request_index']}<-{list(r['depends_on'] or ())}"
-        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"])))
+    notes.insert(0, layout(base))
     return v, first, notes
+
+
+def layout(base: Mapping[str, Mapping[str, Any]]) -> str:
+    """The baseline's sessions, and each request's stream, index and dependencies."""
+    sessions = len({r["session_id"] for r in base.values()})
+    return f"{sessions} session(s); " + "; ".join(
+        f"{lab}={r['agent_id']}:{r['request_index']}<-{list(r['depends_on'] or ())}"
+        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"]))
+
+
+async def held_runs(client: Client, folder: Path, base: Mapping[str, Mapping[str, Any]],
+                    delay_s: float, repeats: int, notes: list[str]
+                    ) -> dict[str, list[dict[str, int]]]:
+    """For each request X of the baseline, ``repeats`` runs holding X back: X -> the
+    arrivals (label -> ns) of each run that sent X again."""
+    delayed: dict[str, list[dict[str, int]]] = {}
+    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
+        for _ in range(repeats):
+            held = await record_once(client, folder, x, delay_s)
+            if not held.hit:
+                notes.append(f"{x}: not sent again")
+                continue
+            lost = set(base) - set(held.rows)
+            if lost:
+                notes.append(f"{x} held: {len(lost)} requests not sent "
+                             f"({', '.join(sorted(lost))})")
+            delayed.setdefault(x, []).append(
+                {lab: r["arrival_ns"] for lab, r in held.rows.items()})
+    return delayed
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
+
+
+def report(name: str, v: Verdict, base: Recorded, notes: list[str]) -> None:
+    """The client's table row (standard output) and what the oracle noted (standard
+    error)."""
+    diff = ("-" if base.server is None or base.implied is None
+            else f"{(base.implied - base.server) * 100:+.2f} pt")
+    sessions = len({r["session_id"] for r in base.rows.values()})
+    print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
+          f"| {len(v.missing)} | {v.unknown} | {sessions} | {_pct(base.server)} "
+          f"| {_pct(base.implied)} | {diff} |", flush=True)
+    for n in notes:
+        print(f"    {n}", file=sys.stderr)
+    for y, x in v.false:
+        print(f"    false: {y} waits for {x}", file=sys.stderr)
+    for y, x in v.missing:
+        print(f"    missing: {y} waited for {x}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def main() -> None:
@@ -660,20 +692,7 @@ def main() -> None:
         if c.exe is None:
             print(f"| {name} | not installed | | | | | | | | | |")
             continue
-        v, base, notes = asyncio.run(oracle(name, c, root / name, args.delay, args.repeats))
-        diff = ("-" if base.server is None or base.implied is None
-                else f"{(base.implied - base.server) * 100:+.2f} pt")
-        sessions = len({r["session_id"] for r in base.rows.values()})
-        print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
-              f"| {len(v.missing)} | {v.unknown} | {sessions} | {_pct(base.server)} "
-              f"| {_pct(base.implied)} | {diff} |", flush=True)
-        for n in notes:
-            print(f"    {n}", file=sys.stderr)
-        for y, x in v.false:
-            print(f"    false: {y} waits for {x}", file=sys.stderr)
-        for y, x in v.missing:
-            print(f"    missing: {y} waited for {x}", file=sys.stderr)
-        sys.stderr.flush()
+        report(name, *asyncio.run(oracle(name, c, root / name, args.delay, args.repeats)))
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 
