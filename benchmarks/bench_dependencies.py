@@ -118,7 +118,8 @@ def measured_ancestors(base: Mapping[str, int],
     back (label -> arrival). Y waited for X iff, in every such run that sent Y, Y arrived
     at least ``delay_ns / 2`` later both on the run's clock (``run_shift`` aside) and
     counted from X's own arrival: a client slowed by the host moves in one run, a
-    dependency in all. Also the pairs (Y, X) with no verdict: X was
+    dependency in all; and never when Y arrived before X in the baseline (it did not wait
+    for X there). Also the pairs (Y, X) with no verdict: X was
     not sent again, or no run that held X back sent Y (the client ended first)."""
     out: dict[str, set[str]] = {y: set() for y in base}
     unknown = {(y, x) for x in base for y in base if x != y and not delayed.get(x)}
@@ -131,9 +132,11 @@ def measured_ancestors(base: Mapping[str, int],
             for y, t in run.items():
                 if y != x and y in base:
                     # later on the run's clock, and later after X's own arrival: a client
-                    # slowed by the host between its requests fools one, seldom both
+                    # slowed by the host between its requests fools one, seldom both; one
+                    # sent before X in the baseline cannot have waited for X's answer
                     late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
-                    moved[y] = moved.get(y, True) and late >= delay_ns // 2
+                    moved[y] = moved.get(y, True) and late >= delay_ns // 2 \
+                        and base[y] > base[x]
         for y in base:
             if y == x:
                 continue

@@ -138,3 +138,14 @@ def test_a_runs_clock_is_aligned_on_the_requests_before_the_held_one() -> None:
     assert run_shift(base, run, "t") == 0  # nothing before it
     measured, _ = measured_ancestors(base, {"c": [run], "b": [{**run, "c": 160}]}, 100)
     assert measured["c"] == {"b"}
+
+
+def test_a_request_sent_before_the_held_one_in_the_baseline_never_waited_for_it() -> None:
+    """A baseline slowed by the host after its third request: in the run holding c, b came
+    200 later than in the baseline on both clocks, as a dependency would; but b was sent
+    before c in the baseline, so it cannot have waited for c's answer. d, sent after c,
+    moved by as much: it did."""
+    base = {"a": 0, "e": 5, "f": 6, "b": 300, "c": 310, "d": 320}
+    run = {"a": 0, "e": 5, "f": 6, "b": 500, "c": 20, "d": 520}
+    measured, _ = measured_ancestors(base, {"c": [run]}, 100)
+    assert measured["b"] == set() and measured["d"] == {"c"}
