@@ -148,13 +148,18 @@ def measured_ancestors(base: Mapping[str, int],
 
 
 def run_shift(base: Mapping[str, int], run: Mapping[str, int], x: str) -> int:
-    """How much later a run's clock reads than the baseline's: the median shift of the
-    requests that arrived before X in the baseline (they cannot have waited for X's
-    answer), 0 when there are none. Arrivals count from a run's first request, and a
+    """How much later a run's clock reads than the baseline's at X: the shift of the
+    request that arrived last before X in the baseline (it cannot have waited for X's
+    answer), 0 when there is none. Arrivals count from a run's first request, and a
     client's start is not the same each time (one sent 1.5 s after the first on a loaded
-    host moves everything after it)."""
-    before = sorted(run[y] - base[y] for y in base if y != x and y in run and base[y] < base[x])
-    return before[len(before) // 2] if before else 0
+    host moves everything after it); nor is its pace (a baseline slowed by the host
+    between its requests reads seconds later by X's time than a run that was not, and
+    the request nearest X tells the run's clock there best)."""
+    before = [y for y in base if y != x and y in run and base[y] < base[x]]
+    if not before:
+        return 0
+    y = max(before, key=lambda y: base[y])
+    return run[y] - base[y]
 
 
 def trace_ancestors(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, set[str]]:
@@ -614,6 +619,8 @@ async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeat
         option=orjson.OPT_INDENT_2))
     measured, unknown = measured_ancestors({lab: r["arrival_ns"] for lab, r in base.items()},
                                            delayed, int(delay_s * 1e9))
+    # waiting composes: a chain of waits a host's slow steps hid at its far end is one
+    measured = {y: closure(y, measured) for y in measured}
     traced = trace_ancestors(base)
     v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()),
                 unknown)
