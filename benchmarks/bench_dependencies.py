@@ -15,6 +15,9 @@ ended. Per client the table gives
     trace deps  ``depends_on`` edges of the baseline trace
     false       pairs (Y, X) the trace makes Y wait for that Y did not wait for
     missing     pairs (Y, X) Y waited for that the trace does not make it wait for
+    sessions    sessions of the baseline trace
+    server      prompt tokens the engine reported cached, of the baseline's input
+    trace       those the baseline trace's hash ids imply (as ``traces inspect`` says)
 
 Requests are matched across runs by ``request_label``: the API, the tools offered, the
 length of the conversation and the order among requests alike in those (the clients run
@@ -54,10 +57,13 @@ from agent_replay.replay.record import Recorder
 from agent_replay.replay.record.content import conversation
 from agent_replay.replay.record.wire import api_for, end_to_end_headers
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.summary import summarize_table
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".real-clients" / "bin"
 KEY = "sk-bench-dependencies"
+BLOCK_SIZE = [64]
+"""The trace's block size (``--block-size``)."""
 
 # -- matching requests across runs ------------------------------------------------------
 
@@ -114,7 +120,8 @@ def measured_ancestors(base: Mapping[str, int],
     back (label -> arrival). Y waited for X iff, in every such run that sent Y, Y arrived
     at least ``delay_ns / 2`` later both on the run's clock (``run_shift`` aside) and
     counted from X's own arrival: a client slowed by the host moves in one run, a
-    dependency in all. Also the pairs (Y, X) with no verdict: X was
+    dependency in all; and never when Y arrived before X in the baseline (it did not wait
+    for X there). Also the pairs (Y, X) with no verdict: X was
     not sent again, or no run that held X back sent Y (the client ended first)."""
     out: dict[str, set[str]] = {y: set() for y in base}
     unknown = {(y, x) for x in base for y in base if x != y and not delayed.get(x)}
@@ -127,9 +134,11 @@ def measured_ancestors(base: Mapping[str, int],
             for y, t in run.items():
                 if y != x and y in base:
                     # later on the run's clock, and later after X's own arrival: a client
-                    # slowed by the host between its requests fools one, seldom both
+                    # slowed by the host between its requests fools one, seldom both; one
+                    # sent before X in the baseline cannot have waited for X's answer
                     late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
-                    moved[y] = moved.get(y, True) and late >= delay_ns // 2
+                    moved[y] = moved.get(y, True) and late >= delay_ns // 2 \
+                        and base[y] > base[x]
         for y in base:
             if y == x:
                 continue
@@ -141,13 +150,18 @@ def measured_ancestors(base: Mapping[str, int],
 
 
 def run_shift(base: Mapping[str, int], run: Mapping[str, int], x: str) -> int:
-    """How much later a run's clock reads than the baseline's: the median shift of the
-    requests that arrived before X in the baseline (they cannot have waited for X's
-    answer), 0 when there are none. Arrivals count from a run's first request, and a
+    """How much later a run's clock reads than the baseline's at X: the shift of the
+    request that arrived last before X in the baseline (it cannot have waited for X's
+    answer), 0 when there is none. Arrivals count from a run's first request, and a
     client's start is not the same each time (one sent 1.5 s after the first on a loaded
-    host moves everything after it)."""
-    before = sorted(run[y] - base[y] for y in base if y != x and y in run and base[y] < base[x])
-    return before[len(before) // 2] if before else 0
+    host moves everything after it); nor is its pace (a baseline slowed by the host
+    between its requests reads seconds later by X's time than a run that was not, and
+    the request nearest X tells the run's clock there best)."""
+    before = [y for y in base if y != x and y in run and base[y] < base[x]]
+    if not before:
+        return 0
+    y = max(before, key=lambda y: base[y])
+    return run[y] - base[y]
 
 
 def trace_ancestors(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, set[str]]:
@@ -331,12 +345,14 @@ Run = Callable[[str, str, Path, Path], Any]
 
 
 async def run_program(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
-                      timeout_s: float = 240) -> None:
+                      timeout_s: float = 240, stdin: str | None = None) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT)
+        *argv, cwd=cwd, env=dict(env),
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        out, _ = await asyncio.wait_for(
+            proc.communicate(None if stdin is None else stdin.encode()), timeout_s)
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
@@ -366,7 +382,8 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
         env["TERM"] = "xterm-256color"
         script = home / "claude.sh"
         script.write_text("#!/bin/sh\nexec env -i " + " ".join(
-            f"{k}='{v}'" for k, v in env.items()) + f" {exe} --allowedTools 'Bash(ls)' Agent\n")
+            f"{k}='{v}'" for k, v in env.items())
+            + f" {exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent\n")
         script.chmod(0o755)
         await _in_tmux(script, work, prompts, "/exit", settle_s)
     return run
@@ -412,6 +429,14 @@ async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
     finally:
         subprocess.run([tmux, "kill-session", "-t", name], check=False,
                        stderr=subprocess.DEVNULL)  # gone already when the client quit
+
+
+def manual_permissions(exe: str) -> list[str]:
+    """Claude Code from 2.1.332 on starts interactive sessions in "auto" permission mode,
+    whose safety check cannot pass the recorder: every tool call waits for the user's
+    approval. "manual" mode (2.1.197's "default") asks only for tools not allowed."""
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+    return ["--permission-mode", "manual"] if '"manual"' in out else []
 
 
 _QUIET: dict[str, Any] = {}
@@ -526,6 +551,23 @@ def gemini_run(exe: str, prompt: str) -> Run:
     return run
 
 
+def aider_run(exe: str, prompts: Sequence[str]) -> Run:
+    """aider, one run answering ``prompts`` read from standard input one after the other
+    (plain input, no git repository), on the OpenAI variables."""
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = base_env(home)
+        env.update(OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY,
+                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        await run_program([exe, *AIDER_FLAGS, "--model", f"openai/{model}"], env, work,
+                          stdin="".join(f"{p}\n" for p in prompts))
+    return run
+
+
+AIDER_FLAGS = ("--no-git", "--yes-always", "--no-check-update", "--no-show-model-warnings",
+               "--analytics-disable", "--no-fancy-input", "--no-pretty",
+               "--no-show-release-notes")
+
+
 AGENTS_SDK = """
 import asyncio, sys
 import agents
@@ -583,6 +625,10 @@ def clients() -> dict[str, Client]:
             lambda e: opencode_run(e)),
         "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
                        lambda e: qwen_run(e)),
+        "qwen-agent": Client(program("qwen"), [
+            'agent={"description": "List files", "prompt": "List the files here.", '
+            '"subagent_type": "general-purpose"}', 'run_shell_command={"command": "ls"}'],
+            lambda e: qwen_run(e)),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
         "gemini": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_run(
             e, "List the files here.")),
@@ -590,6 +636,8 @@ def clients() -> dict[str, Client]:
                                lambda e: gemini_run(e, "Use a subagent to list the files.")),
         "gemini-interactive": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_interactive(
             e, ["List the files here.", "List them again."])),
+        "aider": Client(program("aider"), [], lambda e: aider_run(
+            e, ["Say hello.", "Now say goodbye.", "Once more."])),
         "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
                              lambda e: agents_sdk_run()),
     }
@@ -598,10 +646,21 @@ def clients() -> dict[str, Client]:
 # -- running ----------------------------------------------------------------------------
 
 
+@dataclass
+class Recorded:
+    rows: dict[str, Mapping[str, Any]]
+    """By label."""
+    hit: bool
+    """The request to hold back was seen (and held)."""
+    server: float | None
+    """The share of prompt tokens the engine reported cached (answered requests)."""
+    implied: float | None
+    """The share the trace's hash ids imply, on the same requests."""
+
+
 async def record_once(client: Client, folder: Path, target: str | None, delay_s: float
-                      ) -> tuple[dict[str, Mapping[str, Any]], bool]:
-    """One run of the client's session; its rows by label, and whether ``target`` was
-    seen (and held back)."""
+                      ) -> Recorded:
+    """One run of the client's session."""
     assert client.exe is not None
     home, work, trace = folder / "home", folder / "work", folder / "trace"
     for d in (home, work, trace):
@@ -612,49 +671,91 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
     async with SimServer("fast", seed=3, tool_call=client.tool_calls) as sim, \
             DelayHop(sim.url, target, delay_s) as hop, \
             Recorder(hop.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full",
-                     hash_seed=1) as rec:
+                     hash_seed=1, block_size=BLOCK_SIZE[0]) as rec:
         _QUIET["hop"] = hop
         await client.make(client.exe)(rec.url, sim.profile.model_name, home, work)
         for _ in range(300):  # what the client left running ends
             if not rec.in_flight:
                 break
             await asyncio.sleep(0.1)
-    rows = read_trace(trace)[0].to_pylist()
-    return label_rows(rows), hop.hit
+    table, meta = read_trace(trace)
+    summary = summarize_table(table, meta.block_size)
+    return Recorded(label_rows(table.to_pylist()), hop.hit, summary.server_cached_rate,
+                    summary.implied_cached_rate)
 
 
 async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
-                 ) -> tuple[Verdict, list[str]]:
-    base, _ = await record_once(client, folder, None, 0)
+                 ) -> tuple[Verdict, Recorded, list[str]]:
+    first = await record_once(client, folder, None, 0)
+    base = first.rows
     notes = []
     failed = [lab for lab, r in base.items() if r["error"] is not None]
     if failed:
         notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
-    delayed: dict[str, list[dict[str, int]]] = {}
-    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
-        for _ in range(repeats):
-            run, hit = await record_once(client, folder, x, delay_s)
-            if not hit:
-                notes.append(f"{x}: not sent again")
-                continue
-            lost = set(base) - set(run)
-            if lost:
-                notes.append(f"{x} held: {len(lost)} requests not sent "
-                             f"({', '.join(sorted(lost))})")
-            delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in run.items()})
+    delayed = await held_runs(client, folder, base, delay_s, repeats, notes)
     (folder / "arrivals.json").write_bytes(orjson.dumps(
         {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
         option=orjson.OPT_INDENT_2))
     measured, unknown = measured_ancestors({lab: r["arrival_ns"] for lab, r in base.items()},
                                            delayed, int(delay_s * 1e9))
+    # waiting composes: a chain of waits a host's slow steps hid at its far end is one
+    measured = {y: closure(y, measured) for y in measured}
     traced = trace_ancestors(base)
     v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()),
                 unknown)
+    notes.insert(0, layout(base))
+    return v, first, notes
+
+
+def layout(base: Mapping[str, Mapping[str, Any]]) -> str:
+    """The baseline's sessions, and each request's stream, index and dependencies."""
     sessions = len({r["session_id"] for r in base.values()})
-    notes.insert(0, f"{sessions} session(s); " + "; ".join(
+    return f"{sessions} session(s); " + "; ".join(
         f"{lab}={r['agent_id']}:{r['request_index']}<-{list(r['depends_on'] or ())}"
-        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"])))
-    return v, notes
+        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"]))
+
+
+async def held_runs(client: Client, folder: Path, base: Mapping[str, Mapping[str, Any]],
+                    delay_s: float, repeats: int, notes: list[str]
+                    ) -> dict[str, list[dict[str, int]]]:
+    """For each request X of the baseline, ``repeats`` runs holding X back: X -> the
+    arrivals (label -> ns) of each run that sent X again."""
+    delayed: dict[str, list[dict[str, int]]] = {}
+    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
+        for _ in range(repeats):
+            held = await record_once(client, folder, x, delay_s)
+            if not held.hit:
+                notes.append(f"{x}: not sent again")
+                continue
+            lost = set(base) - set(held.rows)
+            if lost:
+                notes.append(f"{x} held: {len(lost)} requests not sent "
+                             f"({', '.join(sorted(lost))})")
+            delayed.setdefault(x, []).append(
+                {lab: r["arrival_ns"] for lab, r in held.rows.items()})
+    return delayed
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def report(name: str, v: Verdict, base: Recorded, notes: list[str]) -> None:
+    """The client's table row (standard output) and what the oracle noted (standard
+    error)."""
+    diff = ("-" if base.server is None or base.implied is None
+            else f"{(base.implied - base.server) * 100:+.2f} pt")
+    sessions = len({r["session_id"] for r in base.rows.values()})
+    print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
+          f"| {len(v.missing)} | {v.unknown} | {sessions} | {_pct(base.server)} "
+          f"| {_pct(base.implied)} | {diff} |", flush=True)
+    for n in notes:
+        print(f"    {n}", file=sys.stderr)
+    for y, x in v.false:
+        print(f"    false: {y} waits for {x}", file=sys.stderr)
+    for y, x in v.missing:
+        print(f"    missing: {y} waited for {x}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def main() -> None:
@@ -663,28 +764,24 @@ def main() -> None:
                     "opencode-agent,mini,agents-sdk")
     ap.add_argument("--delay", type=float, default=8.0, help="seconds a request is held")
     ap.add_argument("--repeats", type=int, default=1,
-                    help="runs per held request (a dependency moves in every one)")
+                    help="runs per held request (a dependency moves in every one; 0: the "
+                    "baseline only, for its sessions and prefix reuse)")
+    ap.add_argument("--block-size", type=int, default=64,
+                    help="the trace's block size (the engine's is 16)")
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
     args = ap.parse_args()
     table = clients()
+    BLOCK_SIZE[0] = args.block_size
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench-deps-"))
-    print("| client | requests | true deps | trace deps | false | missing | no verdict |")
-    print("|---|---|---|---|---|---|---|")
+    print("| client | requests | true deps | trace deps | false | missing | no verdict "
+          "| sessions | server cached | trace implies | trace - server |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.clients.split(","):
         c = table[name]
         if c.exe is None:
-            print(f"| {name} | not installed | | | | | |")
+            print(f"| {name} | not installed | | | | | | | | | |")
             continue
-        v, notes = asyncio.run(oracle(name, c, root / name, args.delay, args.repeats))
-        print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
-              f"| {len(v.missing)} | {v.unknown} |", flush=True)
-        for n in notes:
-            print(f"    {n}", file=sys.stderr)
-        for y, x in v.false:
-            print(f"    false: {y} waits for {x}", file=sys.stderr)
-        for y, x in v.missing:
-            print(f"    missing: {y} waited for {x}", file=sys.stderr)
-        sys.stderr.flush()
+        report(name, *asyncio.run(oracle(name, c, root / name, args.delay, args.repeats)))
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 

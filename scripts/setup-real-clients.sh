@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the real agent programs the `realclient` tests drive: Claude Code (the current
 # release as `claude`, and 2.1.197 as `claude-2.1.197`), Codex CLI, opencode, qwen-code and
-# Gemini CLI 0.61.0 (npm, into .real-clients/ of the repository), mini-swe-agent and the OpenAI Agents SDK
-# (pip, into the venv). The current Claude Code needs node >= 22: the system's when it is new enough,
+# Gemini CLI 0.61.0 (npm, into .real-clients/ of the repository), mini-swe-agent and the OpenAI
+# Agents SDK (pip, into the venv), aider (pip, pinned, into a venv of its own:
+# .real-clients/aider, since it pins its many dependencies exactly). The current Claude Code
+# needs node >= 22: the system's when it is new enough,
 # else the npm `node` package's (into .real-clients/node22, used for these installs).
 # Each is skipped with a reason when its registry cannot be reached; the tests then skip.
 #
@@ -71,5 +73,17 @@ elif timeout 600 "$PY" -m pip install -q openai-agents >/dev/null 2>&1; then
     echo "setup-real-clients: openai-agents $("$PY" -m pip show openai-agents 2>/dev/null | sed -n 's/^Version: //p')"
 else
     echo "setup-real-clients: skip openai-agents: PyPI not reachable or install failed"
+fi
+AIDER=aider-chat==0.86.2
+if [ -x "$PREFIX/bin/aider" ]; then
+    echo "setup-real-clients: aider already installed"
+elif python3 -m venv "$PREFIX/aider" >/dev/null 2>&1 \
+        && timeout 900 "$PREFIX/aider/bin/pip" install -q "$AIDER" >/dev/null 2>&1 \
+        && [ -x "$PREFIX/aider/bin/aider" ]; then
+    mkdir -p "$PREFIX/bin"
+    ln -sf "$PREFIX/aider/bin/aider" "$PREFIX/bin/aider"
+    echo "setup-real-clients: $AIDER"
+else
+    echo "setup-real-clients: skip $AIDER: PyPI not reachable or install failed"
 fi
 exit $status

@@ -287,7 +287,7 @@ class Summarizer:
         if self.total_blocks:
             matched, implied = self._cache_figures(arrival, tables)
             reuse = float(matched.sum()) / self.total_blocks
-            implied_rows = np.minimum(matched * self.block_size, inputs)
+            implied_rows = implied  # implied_hits, as the session table and the replay count
             implied_total = int(implied_rows.sum())
         known = bool(cached_known.any())
         sessions_cache = _session_cache(self.session_code, codes, arrival, inputs, cached,

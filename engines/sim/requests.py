@@ -11,9 +11,10 @@ first whose tool is offered applies): a request that offers a tool of that name 
 result) is answered with one call of that tool with those arguments. Its output is the
 arguments text, one token per tokenizer piece, so the stream and its counts stay exact;
 the agent runs the tool and sends the result, which the engine answers with text. A user
-message made only of ``<system-reminder>`` blocks is the client's own note, not a user's
-turn (Claude Code tells the main agent so that a background subagent finished), and is
-answered with text too: else each notice would start another subagent.
+message made only of ``<system-reminder>`` or ``<task-notification>`` blocks is the
+client's own note, not a user's turn (Claude Code and qwen-code tell the main agent so that
+a background subagent finished), and is answered with text too: else each notice would
+start another subagent.
 """
 
 from __future__ import annotations
@@ -310,8 +311,9 @@ def _user_turn(items: list[Any]) -> bool:
     return not (isinstance(content, str) and content.lstrip().startswith(NOTE))
 
 
-NOTE = "<system-reminder>"
-"""How Claude Code opens a text block of its own in a user message (not the user's words)."""
+NOTE = ("<system-reminder>", "<task-notification>")
+"""How Claude Code opens a text block of its own in a user message (not the user's words),
+and how qwen-code opens its notice that a background subagent finished."""
 
 
 def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict[str, Any],

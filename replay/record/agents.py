@@ -236,6 +236,11 @@ class Handoffs:
         """Session -> system prompt digest -> the stream that had it."""
         self._stream: dict[tuple[str, int], str] = {}
 
+    def name(self, session_id: str, request_index: int, stream: str) -> None:
+        """The request starts stream ``stream`` (a subagent found otherwise): the turns
+        that continue it are that stream's."""
+        self._stream[(session_id, request_index)] = stream
+
     def stream(self, session_id: str, request_index: int, parent_index: int, linked: bool,
                system: Any, items: Sequence[Any]) -> str:
         names = self._names.get(session_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import hashlib
 import io
@@ -56,8 +57,9 @@ from agent_replay.replay.record.encodings import MAX_DECODED, MAX_RATIO, DecodeL
 from agent_replay.replay.record.guard import MalformedRequests
 from agent_replay.replay.record.observe import ResponseObserver
 from agent_replay.replay.record.proxy import Exchange, ProxyHandler, client_gone_middleware
-from agent_replay.replay.record.sessions import SessionTracker, chain_digests
+from agent_replay.replay.record.sessions import Assignment, SessionTracker, Turn, chain_digests
 from agent_replay.replay.record.sink import ROW_YIELD_GAP_NS, PartWriter, rows_to_table, yield_cpu
+from agent_replay.replay.record.spawns import Spawns, argument_text
 from agent_replay.replay.record.wire import UNRECORDED
 from agent_replay.replay.selfmon import reserve_fds
 from agent_replay.traces.io import conform
@@ -189,6 +191,7 @@ class Recorder:
         self.agents = AgentTracker()
         self.handoffs = Handoffs()
         self.gemini = gemini.GeminiSubagents()
+        self.spawns = Spawns()
         self._root_session: dict[str, str] = {}
         """Child session -> the root session it belongs to (``parent_session`` header)."""
         self.stats = RecorderStats()
@@ -388,24 +391,37 @@ class Recorder:
         if ex.info.api == gemini.API:  # Gemini CLI's history edits and subagents
             items, chains, explicit, agent = self._gemini_route(ex, items, chains, explicit,
                                                                 agent)
+        spawned = None
+        if explicit is None and agent is None and digest is None:  # a subagent naming nothing
+            spawned = functools.partial(self.spawns.spawner, items, ex.arrival)
         assignment, turn = self.tracker.assign(ex.arrival, items, explicit, agent,
-                                               chains=chains)
+                                               chains=chains, spawned=spawned)
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
-        linked = assignment.how.endswith(("prefix", "retry"))
+        linked = assignment.how.endswith(("prefix", "reply", "retry"))
         if chains is not None and ex.info.api == gemini.API:
             self.gemini.seen(chains, turn, assignment.parent_index, linked)
-        if agent is None and digest is None:  # an Agents SDK handoff names its agent
-            stream = self.handoffs.stream(assignment.session_id, assignment.request_index,
-                                          assignment.parent_index, linked,
-                                          dialect(ex.info.api).system(ex.info.body), items)
-            agent = None if stream == MAIN else stream
+        if agent is None and digest is None:
+            agent = self._stream_of(ex, assignment, linked, items)
         # a side request (a title): carries no earlier reply and offers no tools
         side = not linked and digest is None and not dialect(ex.info.api).tools(ex.info.body)
         ex.state["placement"] = self.agents.place(
             assignment.session_id, assignment.request_index, agent,
             ex.arrival, assignment.parent_index, linked=linked, side=side)
         self.stats.sessions = self.tracker.session_count
+
+    def _stream_of(self, ex: Exchange, a: Assignment, linked: bool, items: Sequence[Any]
+                   ) -> str | None:
+        """The agent stream of a request no header names: a subagent found by its task
+        (``replay.record.spawns``), an Agents SDK handoff's agent, or the stream of the turn
+        it continues (None: the main agent's)."""
+        if a.how == "spawn":
+            stream = self.spawns.name(a.session_id)
+            self.handoffs.name(a.session_id, a.request_index, stream)
+            return stream
+        stream = self.handoffs.stream(a.session_id, a.request_index, a.parent_index, linked,
+                                      dialect(ex.info.api).system(ex.info.body), items)
+        return None if stream == MAIN else stream
 
     def _named(self, ex: Exchange) -> tuple[str | None, str | None]:
         """The session and agent stream the request's headers name (None: none)."""
@@ -458,14 +474,20 @@ class Recorder:
                               failed=not ok)
         self.agents.complete(turn.session_id, turn.request_index, end,
                              (lambda: bool(turn.reply and turn.reply.tool_ids)) if ok else False)
+        if ok and obs is not None:
+            ex.state["spawn"] = self.spawns.finished(turn.session_id, end,
+                                                     _arguments_fn(obs, turn))
+        self._count_done(ex)
+        self._pending.append(ex)
+
+    def _count_done(self, ex: Exchange) -> None:
         self.stats.requests += 1
         self.stats.errors += ex.error is not None
         if ex.error is not None:  # without the request's credentials, as in its row
             self.stats.last_error = (self._scrubbed_error(ex) or "")[:160]
-        if obs is not None:
-            self.stats.bytes_in += obs.bytes_in
-            self.stats.bytes_out += obs.bytes_out
-        self._pending.append(ex)
+        if ex.observer is not None:
+            self.stats.bytes_in += ex.observer.bytes_in
+            self.stats.bytes_out += ex.observer.bytes_out
 
     # -- flushing ----------------------------------------------------------------------
 
@@ -549,6 +571,7 @@ class Recorder:
         thread, under the flush lock). The rows leave memory only once written."""
         for ex in batch:
             self._unwritten.append(self._row(ex))
+            Spawns.resolve(ex.state.get("spawn"))  # the events are let go with the exchange
             yield_cpu(ROW_YIELD_GAP_NS)  # the loop, if it waits for this CPU, runs in between
         path = self.writer.write(self._unwritten, meta)
         self._unwritten = []
@@ -691,6 +714,16 @@ def _warm_up_writer() -> None:
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
+
+
+def _arguments_fn(obs: ResponseObserver, turn: Turn) -> Callable[[], str]:
+    """The tool-call arguments of a reply that called tools (``replay.record.spawns``)."""
+    def fn() -> str:
+        if not (turn.reply and turn.reply.tool_ids):
+            return ""
+        return argument_text(obs.events, None if obs.streamed else obs.json_body())
+
+    return fn
 
 
 def _reply_fn(api: str, obs: ResponseObserver) -> Callable[[], Reply | None]:

@@ -1,6 +1,7 @@
 """Real agent programs nobody here wrote, recorded through the proxy in front of the
 simulated engine and replayed against a fresh one: Claude Code (messages), Codex CLI
-(responses), opencode (chat), qwen-code (chat) and mini-swe-agent (chat, through litellm);
+(responses), opencode (chat), qwen-code (chat), aider and mini-swe-agent (chat, through
+litellm);
 the OpenAI Agents SDK in test_agents_sdk.py.
 
 The engine answers a user's turn with a tool call (``ls``), so each agent runs a tool and
@@ -64,12 +65,13 @@ def base_env(home: Path) -> dict[str, str]:
 
 
 async def run_program(argv: Sequence[str], env: dict[str, str], cwd: Path,
-                      timeout_s: float = 240) -> str:
+                      timeout_s: float = 240, stdin: str | None = None) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT)
+        *argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        out, _ = await asyncio.wait_for(
+            proc.communicate(None if stdin is None else stdin.encode()), timeout_s)
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
@@ -79,9 +81,10 @@ async def run_program(argv: Sequence[str], env: dict[str, str], cwd: Path,
     return text
 
 
-async def record(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[Path, list[dict]]:
+async def record(tmp: Path, tool_calls: list[str], argv_env: Any, stdin: str | None = None
+                 ) -> tuple[Path, list[dict]]:
     """Record one run of the program; ``argv_env(proxy_url, model, home)`` gives
-    (argv, env)."""
+    (argv, env); ``stdin``: what it reads on its standard input."""
     trace = tmp / "trace"
     home = tmp / "home"
     work = tmp / "work"
@@ -91,7 +94,7 @@ async def record(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[Path,
     async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
             Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
         argv, env = argv_env(rec.url, sim.profile.model_name, home)
-        await run_program(argv, env, work)
+        await run_program(argv, env, work, stdin=stdin)
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
     return trace, rows
 
@@ -295,27 +298,86 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-async def test_qwen_code(tmp_path: Path) -> None:
+def qwen_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
     """qwen-code -p (node >= 22, the OpenAI variables, the openai auth type, and a
-    max_tokens that fits the engine's context: it asks for 32000 otherwise): its shell
-    tool's call and result are one session (it names none: found by conversation)."""
-    qwen = program("qwen")
+    max_tokens that fits the engine's context: it asks for 32000 otherwise)."""
+    (home / ".qwen").mkdir()
+    (home / ".qwen" / "settings.json").write_text(json.dumps({
+        "security": {"auth": {"selectedType": "openai"}},
+        "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}))
+    env = base_env(home)
+    if (BIN.parent / "node22" / "bin").is_dir():
+        env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
+    env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=SECRET, OPENAI_MODEL=model,
+               QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+    return [program("qwen"), "-p", "List the files here.", "--yolo"], env
 
-    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        (home / ".qwen").mkdir()
-        (home / ".qwen" / "settings.json").write_text(json.dumps({
-            "security": {"auth": {"selectedType": "openai"}},
-            "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}))
-        env = base_env(home)
-        if (BIN.parent / "node22" / "bin").is_dir():
-            env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
-        env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=SECRET, OPENAI_MODEL=model,
-                   QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
-        return [qwen, "-p", "List the files here.", "--yolo"], env
 
-    trace, rows = await record(tmp_path, ['run_shell_command={"command": "ls"}'], argv_env)
+QWEN_LS = 'run_shell_command={"command": "ls"}'
+
+
+async def test_qwen_code(tmp_path: Path) -> None:
+    """qwen-code's shell tool's call and result are one session (it names none: found by
+    conversation)."""
+    program("qwen")
+    trace, rows = await record(tmp_path, [QWEN_LS], qwen_argv_env)
     main = the_agent_session(rows)
     assert all(r["api"] == "chat" for r in main)
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+QWEN_AGENT = ('agent={"description": "List files", "prompt": "List the files here.", '
+              '"subagent_type": "general-purpose"}')
+
+
+async def test_qwen_code_subagents(tmp_path: Path) -> None:
+    """qwen-code's agent tool (the engine calls it on every user turn that offers it): a
+    background subagent, which runs nested ones in the foreground, down to qwen-code's
+    depth limit. It names no session and no parent; each subagent's first request ends
+    with the task the call handed it. One session: each subagent a stream spawned by the
+    turn of another stream whose call handed it its task, and joined by its spawner's
+    turn after its end (the main agent's: the one that carries the completion notice)."""
+    program("qwen")
+    trace, rows = await record(tmp_path, [QWEN_AGENT, QWEN_LS], qwen_argv_env)
+    assert len({r["session_id"] for r in rows}) == 1
+    assert all(r["error"] is None for r in rows)
+    by_index = {r["request_index"]: r for r in rows}
+    subs = {r["agent_id"] for r in rows} - {"main"}
+    assert subs and all(a.startswith("spawned-") for a in subs)
+    for a in subs:
+        mine = sorted((r for r in rows if r["agent_id"] == a), key=lambda r: r["request_index"])
+        spawn = by_index[mine[0]["depends_on"][0]]
+        assert spawn["agent_id"] != a
+        joins = [r for r in rows if r["agent_id"] == spawn["agent_id"]
+                 and mine[-1]["request_index"] in r["depends_on"]]
+        assert joins  # the spawner went on after the subagent and waited for it
+    notice = max(rows, key=lambda r: r["arrival_ns"])
+    assert notice["agent_id"] == "main" and len(notice["depends_on"]) == 2
+    await replay_matches(trace, rows, tmp_path / "results")
+    no_secret_written(trace, tmp_path / "results")
+
+
+async def test_aider(tmp_path: Path) -> None:
+    """aider, three prompts on its standard input in one run: it appends a reminder to the
+    user's message and sends the message back without it on the next turn, so no turn's
+    conversation begins with the one before; each carries the previous turn's reply,
+    which continues the session: one session, a chain of three turns."""
+    aider = program("aider")
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        env = base_env(home)
+        env.update(OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=SECRET,
+                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+        return [aider, "--model", f"openai/{model}", "--no-git", "--yes-always",
+                "--no-check-update", "--no-show-model-warnings", "--analytics-disable",
+                "--no-fancy-input", "--no-pretty", "--no-show-release-notes"], env
+
+    trace, rows = await record(tmp_path, [], argv_env,
+                               stdin="Say hello.\nNow say goodbye.\nOnce more.\n")
+    main = the_agent_session(rows)
+    assert len(rows) == len(main) == 3 and all(r["api"] == "chat" for r in main)
+    assert [r["depends_on"] for r in main] == [[], [0], [1]]
     await replay_matches(trace, rows, tmp_path / "results")
     no_secret_written(trace, tmp_path / "results")
 
@@ -436,42 +498,110 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
     no_secret_written(trace, tmp_path / "results")
 
 
-@pytest.mark.parametrize("name", CLAUDES)
-async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
-        tmp_path: Path, name: str) -> None:
-    """A Claude Code session with subagents, replayed against a server slower than the
-    one it was recorded against (each engine step ten times as long: at least twice as
-    slow as the recording's engine, which shared a loaded host with the client): no turn
-    that came after a subagent's end in the recording is sent before the subagent's last
-    request ended in the replay. Checked from the result rows' times, not from the run's
-    own count of early sends."""
+def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
+    """Claude Code against ``url`` with every model role on the engine's model."""
+    env = base_env(home)
+    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
+               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
+               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+               CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
+    return env
+
+
+async def settled(rec: Recorder, before: int, quiet_s: float, limit_s: float = 240) -> None:
+    """Wait as a user reading the answer would: until the recorder has more requests than
+    ``before``, none open, and no new one for ``quiet_s``."""
+    loop = asyncio.get_running_loop()
+    seen, since, start = rec.stats.requests, loop.time(), loop.time()
+    while loop.time() - start < limit_s:
+        await asyncio.sleep(0.1)
+        if rec.stats.requests != seen or rec.in_flight:
+            seen, since = rec.stats.requests, loop.time()
+        elif seen > before and loop.time() - since >= quiet_s:
+            return
+    raise AssertionError(f"the agent did not settle in {limit_s:.0f} s ({seen} requests)")
+
+
+def manual_permissions(claude: str) -> list[str]:
+    """The current Claude Code starts interactive sessions in "auto" permission mode,
+    whose safety check runs on Anthropic's servers: through a proxy it cannot, and every
+    tool call waits for the user's approval (the session stops at its first tool call).
+    "manual" mode asks only for tools not allowed by ``--allowedTools``. Releases without
+    "manual" (2.1.197) start in their "default" mode, which is that."""
+    out = subprocess.run([claude, "--help"], capture_output=True, text=True, timeout=60).stdout
+    return ["--permission-mode", "manual"] if '"manual"' in out else []
+
+
+async def record_interactive(tmp: Path, claude: str, tool_calls: list[str],
+                             prompts: Sequence[str], allowed: Sequence[str]
+                             ) -> tuple[Path, list[dict]]:
+    """Interactive Claude Code in tmux through the recorder: each prompt typed once the
+    previous one's answer has settled, then ``/exit``."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux not installed")
+    home, work, trace = tmp / "home", tmp / "work", tmp / "trace"
+    home.mkdir()
+    work.mkdir()
+    (work / "hello.txt").write_text("hello\n")
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True,
+        "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
+        "projects": {str(work): {"hasTrustDialogAccepted": True,
+                                 "allowedTools": list(allowed)}}}))
+    name = f"agent-replay-{os.getpid()}-{tmp.name}"
+    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
+            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+        env = claude_env(rec.url, sim.profile.model_name, home)
+        env.update(CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000", TERM="xterm-256color")
+        script = tmp / "claude.sh"
+        script.write_text("#!/bin/sh\nexec env -i "
+                          + " ".join(f"{k}='{v}'" for k, v in env.items())
+                          + f" {claude} {' '.join(manual_permissions(claude))} --allowedTools "
+                          + " ".join(f"'{a}'" for a in allowed) + "\n")
+        script.chmod(0o755)
+        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
+                        str(work), str(script)], check=True)
+        try:
+            await asyncio.sleep(5)  # the prompt is ready
+            for text in prompts:
+                before = rec.stats.requests
+                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+                await settled(rec, before, quiet_s=5)
+            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
+            await asyncio.sleep(1)
+        finally:
+            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+    rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
+    return trace, rows
+
+
+def slow_profile(folder: Path, factor: float) -> Path:
+    """The simulated engine's ``fast`` profile with every step ``factor`` times as long."""
     from importlib import resources
 
+    fast = json.loads((resources.files("agent_replay.engines.sim") / "profiles"
+                       / "fast.json").read_text())
+    slow = folder / "slow.json"
+    slow.write_text(json.dumps({**fast, "name": f"fast-x{factor:g}",
+                                "decode_base_ns": int(factor * fast["decode_base_ns"]),
+                                "decode_per_seq_ns": int(factor * fast["decode_per_seq_ns"]),
+                                "prefill_tokens_per_s": fast["prefill_tokens_per_s"] / factor}))
+    return slow
+
+
+async def joins_kept_on_a_slower_server(tmp: Path, trace: Path, rows: list[dict]) -> int:
+    """Replay against a server ten times slower per engine step (checked: every request
+    of the session took at least twice as long as recorded, median) and check from the
+    result rows that no request that came after a subagent's end in the recording was sent
+    before the subagent's last request ended in the replay. Returns how many such
+    (request, subagent) pairs were checked."""
     from agent_replay.replay.config import RunConfig
     from agent_replay.replay.run import arun
 
-    claude = program(name)
-
-    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        env = base_env(home)
-        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
-                   DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
-        return [claude, "-p", "List the files here.", "--max-turns", "3",
-                "--allowedTools", "Bash(ls)", "Agent"], env
-
-    trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
-    fast = json.loads((resources.files("agent_replay.engines.sim") / "profiles"
-                       / "fast.json").read_text())
-    slow = tmp_path / "slow.json"
-    slow.write_text(json.dumps({**fast, "name": "fast-x10",
-                                "decode_base_ns": 10 * fast["decode_base_ns"],
-                                "decode_per_seq_ns": 10 * fast["decode_per_seq_ns"],
-                                "prefill_tokens_per_s": fast["prefill_tokens_per_s"] / 10}))
-    out = tmp_path / "results"
-    with SimProcess(str(slow), seed=4) as target:
+    out = tmp / "results"
+    with SimProcess(str(slow_profile(tmp, 10)), seed=4) as target:
         summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
                                        progress=False, scrape_interval_s=0), progress=None)
     assert summary.failed == 0
@@ -479,6 +609,9 @@ async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
     rec = [r for r in rows if r["session_id"] == sid]
     res = {x["request_index"]: x for x in pq.read_table(out / "requests").to_pylist()
            if x["session_id"] == sid}
+    ratios = sorted((res[r["request_index"]]["end_ns"] - res[r["request_index"]]["sent_ns"])
+                    / r["end_ns"] for r in rec if r["error"] is None and r["end_ns"] > 0)
+    assert ratios[len(ratios) // 2] >= 2, ratios  # the server was at least 2x slower
     subs = {r["agent_id"] for r in rec if not r["agent_id"].startswith("main")}  # not a lane
     assert subs
     checked = 0
@@ -492,4 +625,43 @@ async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
                 assert x["sent_ns"] >= replay_end, (a, r["request_index"], x["sent_ns"],
                                                     replay_end)
                 checked += 1
-    assert checked
+    return checked
+
+
+@pytest.mark.parametrize("name", CLAUDES)
+async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
+        tmp_path: Path, name: str) -> None:
+    """A Claude Code session with subagents (``-p``), replayed against a server slower
+    than the one it was recorded against: no turn that came after a subagent's end in the
+    recording is sent before the subagent's last request ended in the replay. Checked
+    from the result rows' times, not from the run's own count of early sends."""
+    claude = program(name)
+
+    def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
+        return [claude, "-p", "List the files here.", "--max-turns", "3",
+                "--allowedTools", "Bash(ls)", "Agent"], claude_env(url, model, home)
+
+    trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
+    assert await joins_kept_on_a_slower_server(tmp_path, trace, rows)
+
+
+@pytest.mark.parametrize("name", CLAUDES)
+async def test_claude_code_interactive_subagent_replay_keeps_the_join_on_a_slower_server(
+        tmp_path: Path, name: str) -> None:
+    """Interactive Claude Code (tmux), two prompts, each answered with the Agent tool: the
+    subagents' turns and the main turn after them are one session; replayed against a
+    server slower than the recording's, no main turn goes before the subagent it waited
+    for has ended (from the result rows)."""
+    claude = program(name)
+    trace, rows = await record_interactive(
+        tmp_path, claude, [AGENT, LS], ["List the files here.", "List them again."],
+        ["Bash(ls)", "Agent"])
+    assert len({r["session_id"] for r in rows}) == 1
+    assert all(r["error"] is None for r in rows)
+    main = [r for r in rows if r["agent_id"].startswith("main")]
+    subs = [r for r in rows if not r["agent_id"].startswith("main")]
+    assert subs and len(main) >= 4  # both prompts' turns
+    # a main turn that came after a subagent ended depends on it (directly or not)
+    assert any(set(r["depends_on"]) & {s["request_index"] for s in subs} for r in main)
+    assert await joins_kept_on_a_slower_server(tmp_path, trace, rows)
+    no_secret_written(trace, tmp_path / "results")

@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 
 from agent_replay.replay.record.agents import AgentTracker
+from agent_replay.traces.io import read_trace
+from agent_replay.traces.summary import summarize_table
 from benchmarks.bench_dependencies import (
     Client,
     Labeler,
     compare,
     measured_ancestors,
     oracle,
+    record_once,
     reduction,
     request_kind,
     run_shift,
@@ -110,20 +113,51 @@ def scripted(log: list[str]) -> Any:
 async def test_the_oracle_finds_a_scripted_clients_waits(tmp_path: Path) -> None:
     log: list[str] = []
     client = Client("scripted", [], lambda exe: scripted(log))
-    v, notes = await oracle("scripted", client, tmp_path, 0.4)
+    v, base, notes = await oracle("scripted", client, tmp_path, 0.4)
     assert len(log) == 5  # the baseline and one run per request
     # turn 2 waited for turn 1; title 2 for turn 2 (and so turn 1); title 1 for nothing
     assert (v.requests, v.true_deps) == (4, 2), notes
     assert (v.false, v.missing, v.unknown) == ([], [], 0), notes
+    assert len(base.rows) == 4
+    # a run's prefix figures are those traces inspect gives for its trace (one function);
+    # the second turn extends the first: the engine cached some of it
+    again = await record_once(client, tmp_path, None, 0)
+    table, meta = read_trace(tmp_path / "trace")
+    s = summarize_table(table, meta.block_size)
+    assert (again.server, again.implied) == (s.server_cached_rate, s.implied_cached_rate)
+    assert again.server is not None and again.server > 0
 
 
 def test_a_runs_clock_is_aligned_on_the_requests_before_the_held_one() -> None:
     """Arrivals count from a run's first request; when the client sent its second request
     50 later than in the baseline, everything after it reads 50 late: the requests sent
-    before the held one (median shift) set the run's clock."""
+    before the held one (the last of them) set the run's clock."""
     base = {"t": 0, "a": 1, "b": 2, "c": 10}
     run = {"t": 0, "a": 51, "b": 52, "c": 60}
     assert run_shift(base, run, "c") == 50
     assert run_shift(base, run, "t") == 0  # nothing before it
     measured, _ = measured_ancestors(base, {"c": [run], "b": [{**run, "c": 160}]}, 100)
     assert measured["c"] == {"b"}
+
+
+def test_a_request_sent_before_the_held_one_in_the_baseline_never_waited_for_it() -> None:
+    """A host that slowed b down in the run holding c: b came 200 later than in the
+    baseline on both clocks, as a dependency would; but b was sent
+    before c in the baseline, so it cannot have waited for c's answer. d, sent after c,
+    moved by as much: it did."""
+    base = {"a": 0, "b": 300, "g": 305, "c": 310, "d": 320}
+    run = {"a": 0, "b": 500, "g": 305, "c": 20, "d": 520}
+    measured, _ = measured_ancestors(base, {"c": [run]}, 100)
+    assert measured["b"] == set() and measured["d"] == {"c"}
+
+
+def test_the_runs_clock_is_read_on_the_requests_nearest_the_held_one() -> None:
+    """A baseline that slowed down as it went (each of its steps 2 s where the held run
+    took 0.5): by X's time the run's clock reads 4.5 s earlier, as the request nearest X
+    says; the median of all before X says 1.5, too little to see that Y, sent 8 after X's
+    own arrival where the baseline had it 0.7 after, waited for X."""
+    base = {"a": 0, "b": 2000, "c": 4000, "d": 6000, "x": 8000, "y": 8700}
+    run = {"a": 0, "b": 500, "c": 1000, "d": 1500, "x": 2000, "y": 10000}
+    assert run_shift(base, run, "x") == -4500
+    measured, _ = measured_ancestors(base, {"x": [run]}, 8000)
+    assert measured["y"] == {"x"}

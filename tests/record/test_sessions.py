@@ -163,3 +163,37 @@ def test_handoff_that_replaces_the_system_message_continues_the_session() -> Non
     tr.complete(t2, 300, Reply("4", ()))
     other, _ = tr.assign(400, conv(expert, user("what is 3+3?")))
     assert other.session_id != a1.session_id
+
+
+REMINDER = "\n\nReply in the format asked for."
+
+
+def test_a_rewritten_history_that_carries_the_reply_continues_the_session() -> None:
+    """aider appends a reminder to the user's message and sends that message back without
+    it on the next turn: no earlier conversation begins the next one, yet it carries the
+    first turn's reply (rule 2b). Parent: the turn whose reply comes last; a conversation
+    whose reply matches but begins with another item, or whose matching request had not
+    finished, starts a session of its own."""
+    tr = SessionTracker()
+    sys_ = {"role": "system", "content": "you edit code"}
+    a1, t1 = tr.assign(1_000, conv(sys_, user("add a test" + REMINDER)))
+    tr.complete(t1, 5_000, Reply("Here it is.", ()))
+    a2, t2 = tr.assign(8_000, conv(sys_, user("add a test"), asst("Here it is."),
+                                   user("and a doc" + REMINDER)))
+    assert (a2.session_id, a2.request_index, a2.parent_index, a2.think_ns, a2.how) == (
+        a1.session_id, 1, 0, 3_000, "reply")
+    # a third turn: the last reply carried is the second's
+    tr.complete(t2, 9_000, Reply("Done.", ()))
+    a3, _ = tr.assign(12_000, conv(sys_, user("add a test"), asst("Here it is."),
+                                    user("and a doc"), asst("Done."), user("thanks" + REMINDER)))
+    assert (a3.session_id, a3.parent_index, a3.think_ns) == (a1.session_id, 1, 3_000)
+    # the same reply text in a conversation that opens otherwise: not this session's
+    other, _ = tr.assign(13_000, conv({"role": "system", "content": "another agent"},
+                                      user("x"), asst("Done."), user("y")))
+    assert (other.session_id, other.parent_index, other.how) == ("auto-00002", -1, "new")
+    # a reply still streaming when the request arrived cannot have been sent back
+    tr2 = SessionTracker()
+    _, u1 = tr2.assign(0, conv(sys_, user("q" + REMINDER)))
+    b2, _ = tr2.assign(100, conv(sys_, user("q"), asst("A."), user("r")))
+    tr2.complete(u1, 200, Reply("A.", ()))
+    assert (b2.session_id, b2.how) == ("auto-00002", "new")

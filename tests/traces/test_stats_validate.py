@@ -175,3 +175,36 @@ def test_agent_streams_spawn_and_join_by_hand() -> None:
     out = io.StringIO()
     Console(file=out, width=120).print(render_summary(summarize(t, 16), TraceMeta(block_size=16), "t"))
     assert "spawned by" in out.getvalue() and "#1" in out.getvalue()
+
+
+def test_inspect_shows_one_implied_figure_for_one_session() -> None:
+    """One session, every row answered: the header's implied rate and the session table's
+    are one figure, the one the replay expects (``implied_cached_total``): 32 of 48 + 50
+    input tokens (the second row shares the first's two whole 16-token blocks)."""
+    t = table(input_tokens=[48, 50], cached_tokens=[0, 16],
+              hash_ids=[[1, 2, 3], [1, 2, 4, 5]])
+    s = summarize(t, 16)
+    assert s.implied_cached_total == s.implied_on_cached == 32
+    out = io.StringIO()
+    Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=16), "t"))
+    flat = " ".join(out.getvalue().split())
+    assert "the trace implies 32.7%)" in flat
+    assert flat.count("32.7%") == 2  # the header's and the session's; the server said 16
+    assert [f"{r.implied_rate:.1%}" for r in s.sessions_cache] == ["32.7%"]
+
+
+def test_inspect_counts_a_continued_partial_block_as_the_replay_does() -> None:
+    """Block size 64: the first prompt (40 tokens) is one partial block, which the second
+    (100 tokens) continues as its first, full block: a prefix cache serves the 32 tokens
+    of it that whole 16-token server blocks hold (``implied_cached_tokens``), not the
+    whole block's 64. The header's figure is that one, as the session table's and the
+    replay's are: 32 of 140 input tokens; the server said 16."""
+    t = table(input_tokens=[40, 100], cached_tokens=[0, 16], hash_ids=[[7], [7, 8]])
+    assert implied_cached_tokens(t, 64).tolist() == [0, 32]
+    s = summarize(t, 64)
+    assert s.implied_cached_total == s.implied_on_cached == 32
+    out = io.StringIO()
+    Console(file=out, width=120).print(render_summary(s, TraceMeta(block_size=64), "t"))
+    flat = " ".join(out.getvalue().split())
+    assert "(11.4% of input, by the server's usage; the trace implies 22.9%)" in flat
+    assert [f"{r.implied_rate:.1%}" for r in s.sessions_cache] == ["22.9%"]
