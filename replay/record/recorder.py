@@ -410,16 +410,16 @@ class Recorder:
             ex.arrival, assignment.parent_index, linked=linked, side=side)
         self.stats.sessions = self.tracker.session_count
 
-    def _stream_of(self, ex: Exchange, a: Assignment, linked: bool, items: Sequence[Any]
+    def _stream_of(self, ex: Exchange, assignment: Assignment, linked: bool, items: Sequence[Any]
                    ) -> str | None:
         """The agent stream of a request no header names: a subagent found by its task
         (``replay.record.spawns``), an Agents SDK handoff's agent, or the stream of the turn
         it continues (None: the main agent's)."""
-        if a.how == "spawn":
-            stream = self.spawns.name(a.session_id)
-            self.handoffs.name(a.session_id, a.request_index, stream)
+        if assignment.how == "spawn":
+            stream = self.spawns.name(assignment.session_id)
+            self.handoffs.name(assignment.session_id, assignment.request_index, stream)
             return stream
-        stream = self.handoffs.stream(a.session_id, a.request_index, a.parent_index, linked,
+        stream = self.handoffs.stream(assignment.session_id, assignment.request_index, assignment.parent_index, linked,
                                       dialect(ex.info.api).system(ex.info.body), items)
         return None if stream == MAIN else stream
 

@@ -238,9 +238,9 @@ class SessionTracker:
         the session whose request spawned it, if any (rule 5)."""
         system = _leading_system(items)
         chains, bare_chains = _chains_of(items, chains, system)
-        q = _Query(arrival_ns, explicit, agent)
-        retried, parent, how = self._match(items, chains, bare_chains, system, q)
-        sid, parent, how = self._session_of(retried or parent, parent, how, q, spawned)
+        query = _Query(arrival_ns, explicit, agent)
+        retried, parent, how = self._match(items, chains, bare_chains, system, query)
+        sid, parent, how = self._session_of(retried or parent, parent, how, query, spawned)
         sess = self._sessions.setdefault(sid, _Session())
         turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent,
                     bare_chains[-1] if bare_chains is not None else None, agent,
@@ -255,34 +255,34 @@ class SessionTracker:
         return Assignment(sid, turn.request_index, pidx, think, how), turn
 
     def _match(self, items: Sequence[Any], chains: list[bytes], bare_chains: list[bytes] | None,
-               system: int, q: _Query) -> tuple[Turn | None, Turn | None, str]:
+               system: int, query: _Query) -> tuple[Turn | None, Turn | None, str]:
         """Rules 1-3 on whole conversations, then without their leading system messages,
         then the carried reply: (the request retried, the parent, how)."""
-        retried = self._find_retry(chains[-1], q) if items else None
+        retried = self._find_retry(chains[-1], query) if items else None
         if retried is None and bare_chains is not None:
-            retried = self._find_retry(bare_chains[-1], q, bare=True)
+            retried = self._find_retry(bare_chains[-1], query, bare=True)
         if retried is not None:
             return retried, retried.parent, "retry"
-        parent = self._find_parent(items, chains, q)
+        parent = self._find_parent(items, chains, query)
         if parent is None and bare_chains is not None:
-            parent = self._find_parent(items[system:], bare_chains, q, bare=True)
+            parent = self._find_parent(items[system:], bare_chains, query, bare=True)
         if parent is not None:
             return None, parent, "prefix"
-        parent = self._find_carrier(items, chains, q)
+        parent = self._find_carrier(items, chains, query)
         return None, parent, "reply" if parent is not None else "new"
 
-    def _session_of(self, owner: Turn | None, parent: Turn | None, how: str, q: _Query,
+    def _session_of(self, owner: Turn | None, parent: Turn | None, how: str, query: _Query,
                     spawned: Callable[[], str | None] | None = None
                     ) -> tuple[str, Turn | None, str]:
         """The session (rules 4-6 where no earlier request was matched), the parent and
         how."""
         if owner is not None:
-            return owner.session_id, parent, ("explicit+" + how if q.explicit is not None else how)
-        if q.explicit is not None:
-            return q.explicit, self._last_finished(q.explicit, q.arrival_ns), "explicit"
+            return owner.session_id, parent, ("explicit+" + how if query.explicit is not None else how)
+        if query.explicit is not None:
+            return query.explicit, self._last_finished(query.explicit, query.arrival_ns), "explicit"
         sid = spawned() if spawned is not None else None
         if sid is not None and sid in self._sessions:
-            return sid, self._last_finished(sid, q.arrival_ns), "spawn"
+            return sid, self._last_finished(sid, query.arrival_ns), "spawn"
         return self._new_session_id(), parent, how
 
     def _last_finished(self, sid: str, arrival_ns: int) -> Turn | None:
@@ -315,25 +315,25 @@ class SessionTracker:
             turn._reply = reply
             turn.reply_fn = None
 
-    def _find_retry(self, key: bytes, q: _Query, bare: bool = False) -> Turn | None:
+    def _find_retry(self, key: bytes, query: _Query, bare: bool = False) -> Turn | None:
         """The most recent earlier request with this very conversation that failed before
         the arrival (rule 3)."""
         for t in reversed((self._by_bare if bare else self._by_key).get(key, ())):
-            if q.admits(t) and t.failed and q.after(t):
+            if query.admits(t) and t.failed and query.after(t):
                 return t
         return None
 
-    def _find_parent(self, items: Sequence[Any], chains: list[bytes], q: _Query,
+    def _find_parent(self, items: Sequence[Any], chains: list[bytes], query: _Query,
                      bare: bool = False) -> Turn | None:
         fallback: Turn | None = None
         index = self._by_bare if bare else self._by_key
         for k in range(len(items) - 1, 0, -1):
-            cands = q.candidates(index.get(chains[k], ()))
+            cands = query.candidates(index.get(chains[k], ()))
             if not cands:
                 continue
             if not is_reply_item(items[k]):
                 # Rule 2: the reply was not sent back; a parent must have finished.
-                fallback = fallback or _last_done(cands, q.arrival_ns)
+                fallback = fallback or _last_done(cands, query.arrival_ns)
                 if fallback is not None:
                     return fallback
                 continue
@@ -343,7 +343,7 @@ class SessionTracker:
             fallback = fallback or unknown
         return fallback
 
-    def _find_carrier(self, items: Sequence[Any], chains: list[bytes], q: _Query
+    def _find_carrier(self, items: Sequence[Any], chains: list[bytes], query: _Query
                       ) -> Turn | None:
         """Rule 2b: the request whose reply is the last one the conversation carries,
         among the last ``CARRIED_LOOKBACK`` requests to finish, when it finished before the
@@ -352,8 +352,8 @@ class SessionTracker:
         if sent is None:
             return None
         for t in reversed(self._finished):
-            if t.head == chains[1] and not (t.failed or t.forgotten) and q.admits(t) \
-                    and q.after(t):
+            if t.head == chains[1] and not (t.failed or t.forgotten) and query.admits(t) \
+                    and query.after(t):
                 reply = t.reply
                 if reply is not None and reply.matches(sent):
                     return t

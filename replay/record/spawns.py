@@ -39,17 +39,17 @@ _ARGUMENT_KEYS = ("arguments", "partial_json")
 def _walk(obj: Any, out: list[str]) -> None:
     """Tool-call argument text anywhere in a response object, in order."""
     if isinstance(obj, list):
-        for v in obj:
-            _walk(v, out)
+        for item in obj:
+            _walk(item, out)
         return
     if not isinstance(obj, dict):
         return
     if obj.get("type") == "response.function_call_arguments.delta":
         obj = {**obj, "arguments": obj.get("delta")}
-    for k, v in obj.items():
-        out.extend(_own_arguments(k, v))
-        if isinstance(v, dict | list) and k not in _ARGUMENT_KEYS:
-            _walk(v, out)
+    for key, value in obj.items():
+        out.extend(_own_arguments(key, value))
+        if isinstance(value, dict | list) and key not in _ARGUMENT_KEYS:
+            _walk(value, out)
 
 
 def _own_arguments(key: str, value: Any) -> list[str]:
@@ -113,9 +113,9 @@ class Spawns:
     def finished(self, session_id: str, end_ns: int, arguments: Callable[[], str]) -> Any:
         """A request finished; ``arguments()`` tells its reply's tool-call arguments (asked
         once, when a later request is matched). Returns a handle for ``resolve``."""
-        d = _Done(session_id, end_ns, arguments)
-        self._done.append(d)
-        return d
+        done = _Done(session_id, end_ns, arguments)
+        self._done.append(done)
+        return done
 
     @staticmethod
     def resolve(handle: Any) -> None:
@@ -130,11 +130,11 @@ class Spawns:
         if task is None:
             return None
         forms = {orjson.dumps(task).decode()[1:-1], task}
-        for d in reversed(self._done):
-            if d.end_ns <= arrival_ns:
-                text = d.arguments()
-                if any(f in text for f in forms):
-                    return d.session_id
+        for done in reversed(self._done):
+            if done.end_ns <= arrival_ns:
+                text = done.arguments()
+                if any(form in text for form in forms):
+                    return done.session_id
         return None
 
     def name(self, session_id: str) -> str:
