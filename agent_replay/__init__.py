@@ -32,8 +32,9 @@ class _SourceTree:
     def __init__(self, root: Path) -> None:
         self.root = str(root)
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None
-                  ) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> ModuleSpec | None:
         pkg, _, sub = fullname.rpartition(".")
         if pkg != __name__ or sub not in SUBPACKAGES:
             return None

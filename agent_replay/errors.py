@@ -25,8 +25,14 @@ class TraceError(InputError):
     The message names the file and, where known, the row/line and field.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, row: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        row: int | None = None,
+        field: str | None = None,
+    ) -> None:
         where = []
         if path is not None:
             where.append(str(path))

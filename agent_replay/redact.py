@@ -26,19 +26,57 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
-_LAST_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "credentials",
-                         "authorization", "cookie", "bearer"})
-_WHOLE = frozenset({"apikey", "accesstoken", "privatekey", "clientsecret", "setcookie",
-                    "proxyauthorization", "bearer", "secret", "password", "token"})
+_LAST_WORDS = frozenset(
+    {
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credentials",
+        "authorization",
+        "cookie",
+        "bearer",
+    }
+)
+_WHOLE = frozenset(
+    {
+        "apikey",
+        "accesstoken",
+        "privatekey",
+        "clientsecret",
+        "setcookie",
+        "proxyauthorization",
+        "bearer",
+        "secret",
+        "password",
+        "token",
+    }
+)
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _SPLIT = re.compile(r"[^a-z0-9]+")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _MIN_SECRET = 6
 """Shorter values are not scrubbed out of texts (they would eat ordinary words)."""
-SAFE_HEADERS = frozenset({
-    "accept", "accept-encoding", "accept-language", "anthropic-beta", "anthropic-version",
-    "cache-control", "connection", "content-length", "content-type", "host", "openai-beta",
-    "transfer-encoding", "user-agent", "x-request-id", "x-session-id"})
+SAFE_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "anthropic-beta",
+        "anthropic-version",
+        "cache-control",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "openai-beta",
+        "transfer-encoding",
+        "user-agent",
+        "x-request-id",
+        "x-session-id",
+    }
+)
 """Header names whose values are written (run.json, sweep.json) and not treated as secrets;
 the values of all others are."""
 
@@ -48,8 +86,7 @@ def is_secret_key(name: str) -> bool:
     words = [w for w in _SPLIT.split(_CAMEL.sub(r"\1_\2", name).lower()) if w]
     if not words:
         return False
-    return words[-1] in _LAST_WORDS or "".join(words) in _WHOLE or \
-        "".join(words).endswith("apikey")
+    return words[-1] in _LAST_WORDS or "".join(words) in _WHOLE or "".join(words).endswith("apikey")
 
 
 def strip_secrets(obj: Any) -> Any:
@@ -108,8 +145,12 @@ def _redact_field(key: Any, value: Any) -> Any:
 
 def _is_secret_pair(obj: list[Any] | tuple[Any, ...]) -> bool:
     """A ``(name, value)`` pair of strings whose name is a credential's."""
-    return len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], str) \
+    return (
+        len(obj) == 2
+        and isinstance(obj[0], str)
+        and isinstance(obj[1], str)
         and is_secret_key(obj[0])
+    )
 
 
 def redact(obj: Any) -> Any:
@@ -190,8 +231,9 @@ def userinfo_secrets(url: str) -> list[str]:
     if u.username is None:
         return []
     pair = f"{unquote(u.username)}:{unquote(u.password or '')}"
-    return secret_forms(["Basic " + base64.b64encode(pair.encode()).decode(),
-                         u.username, u.password or ""])
+    return secret_forms(
+        ["Basic " + base64.b64encode(pair.encode()).decode(), u.username, u.password or ""]
+    )
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
@@ -251,7 +293,7 @@ def _argv_word(word: str) -> tuple[str, Callable[[str], str] | None]:
     """(a word of a command line to record, how to record the word after it when this one
     decides that: hidden after a credential option, as a header after ``--header``)."""
     if word.startswith("--header="):
-        return "--header=" + _header_word(word[len("--header="):]), None
+        return "--header=" + _header_word(word[len("--header=") :]), None
     if word in ("--header", "-H"):
         return word, _header_word
     if word.startswith("--"):

@@ -75,8 +75,9 @@ REQUEST_SCHEMA = pa.schema(
 OPTIONAL_COLUMNS = frozenset({"connect_ns", "agent_id", "depends_on"})
 """Columns added after schema 1: a part file without them reads them as nulls."""
 
-ErrorKindName = Literal["connect", "http", "timeout", "stream", "json", "empty", "cancelled",
-                        "mismatch", "inexact"]
+ErrorKindName = Literal[
+    "connect", "http", "timeout", "stream", "json", "empty", "cancelled", "mismatch", "inexact"
+]
 
 
 class ErrorKind:
@@ -107,7 +108,9 @@ event) are not, so per-token metrics leave it out."""
 SERVER_METRICS_SCHEMA = pa.schema(
     [
         pa.field("t_ns", pa.int64(), nullable=False),  # scrape time, same clock as requests
-        pa.field("name", pa.string(), nullable=False),  # sample name, e.g. vllm:num_requests_running
+        pa.field(
+            "name", pa.string(), nullable=False
+        ),  # sample name, e.g. vllm:num_requests_running
         pa.field("labels", pa.string(), nullable=False),  # JSON object of labels, sorted keys
         pa.field("value", pa.float64(), nullable=False),
     ]
@@ -119,10 +122,14 @@ GPU_TELEMETRY_SCHEMA = pa.schema(
         pa.field("gpu", pa.int32(), nullable=False),  # NVML index / the exporter's gpu label
         pa.field("uuid", pa.string()),
         # Null where the source does not have the field (NVML has no sm_active/dram_active).
-        pa.field("gpu_util_pct", pa.float64()),  # time a kernel ran (NVML util.gpu, DCGM_FI_DEV_GPU_UTIL)
+        pa.field(
+            "gpu_util_pct", pa.float64()
+        ),  # time a kernel ran (NVML util.gpu, DCGM_FI_DEV_GPU_UTIL)
         pa.field("sm_active_pct", pa.float64()),  # cycles an SM had a warp (DCGM_FI_PROF_SM_ACTIVE)
         pa.field("mem_util_pct", pa.float64()),  # time memory was read/written (NVML util.memory)
-        pa.field("dram_active_pct", pa.float64()),  # memory bandwidth in use (DCGM_FI_PROF_DRAM_ACTIVE)
+        pa.field(
+            "dram_active_pct", pa.float64()
+        ),  # memory bandwidth in use (DCGM_FI_PROF_DRAM_ACTIVE)
         pa.field("mem_used_bytes", pa.int64()),
         pa.field("mem_total_bytes", pa.int64()),
         pa.field("power_w", pa.float64()),  # the driver's power reading

@@ -29,10 +29,26 @@ are the layouts before, read by the same rules)."""
 
 T = TypeVar("T")
 
-LEGACY_LOAD_OPTIONS = ("timing", "speedup", "concurrency", "sessions_multiplier",
-                       "max_sessions", "duration_s", "warmup_s", "api", "rate", "arrival",
-                       "concurrent_sessions", "ramp_s", "max_think_s", "rebase_sessions",
-                       "keep_overlaps", "include_failed", "vllm_extras", "agentx")
+LEGACY_LOAD_OPTIONS = (
+    "timing",
+    "speedup",
+    "concurrency",
+    "sessions_multiplier",
+    "max_sessions",
+    "duration_s",
+    "warmup_s",
+    "api",
+    "rate",
+    "arrival",
+    "concurrent_sessions",
+    "ramp_s",
+    "max_think_s",
+    "rebase_sessions",
+    "keep_overlaps",
+    "include_failed",
+    "vllm_extras",
+    "agentx",
+)
 """The load-shaping options of run.json files written before ``option_kinds``: the
 options those versions had that shape the load."""
 
@@ -140,9 +156,10 @@ class SelfCheckRecord:
 def _scalars(d: Mapping[str, Any]) -> dict[str, Any]:
     """The plain fields of a run.json mapping, each read leniently (a wrong type reads as
     the field's default)."""
-    kw: dict[str, Any] = {name: None if d.get(name) is None else str(d.get(name))
-                          for name in ("status", "run_id", "error", "load_generator_warning",
-                                       "gpus_source")}
+    kw: dict[str, Any] = {
+        name: None if d.get(name) is None else str(d.get(name))
+        for name in ("status", "run_id", "error", "load_generator_warning", "gpus_source")
+    }
     kw["results_schema_version"] = _int(d.get("results_schema_version"), None)
     kw["salt"] = _int(d.get("salt"), None)
     kw["warmup_ns"] = _int(d.get("warmup_ns"), 0)
@@ -203,9 +220,22 @@ class RunMeta:
     extra: dict[str, Any] = field(default_factory=dict)
     """Every other key of the file (``scrape``, ``gc``, ``ray``, ``machine``...), as read."""
 
-    BLOCKS = {"trace": TraceRef, "target": TargetRef, "clock": ClockAnchor,
-              "planned": Planned, "summary": Counts, "self_check": SelfCheckRecord}
-    MAPPINGS = ("options", "option_kinds", "environment", "loop_stalls", "provenance", "gpu_telemetry")
+    BLOCKS = {
+        "trace": TraceRef,
+        "target": TargetRef,
+        "clock": ClockAnchor,
+        "planned": Planned,
+        "summary": Counts,
+        "self_check": SelfCheckRecord,
+    }
+    MAPPINGS = (
+        "options",
+        "option_kinds",
+        "environment",
+        "loop_stalls",
+        "provenance",
+        "gpu_telemetry",
+    )
     OPTIONAL_MAPPINGS = ("launch", "agentx", "writer")
 
     @classmethod
@@ -314,8 +344,12 @@ def writer_identity(pid: int | None = None) -> dict[str, Any]:
     """run.json's ``writer`` block for process ``pid`` (default: this one): pid, host,
     boot id and start time."""
     pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "host": socket.gethostname(), "boot_id": _boot_id(),
-            "start_ticks": _start_ticks(pid)}
+    return {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "boot_id": _boot_id(),
+        "start_ticks": _start_ticks(pid),
+    }
 
 
 def writer_state(meta: RunMeta) -> str:

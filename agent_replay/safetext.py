@@ -23,7 +23,8 @@ _SEQUENCE = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, screen clears
     r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: titles, hyperlinks
     r"|(?:\x1b[PX^_]|[\x90\x98\x9e\x9f])[^\x1b\x9c]*(?:\x1b\\|\x9c)?"  # DCS, SOS, PM, APC
-    r"|\x1b[ -/]*[0-~]")  # two-character escapes
+    r"|\x1b[ -/]*[0-~]"
+)  # two-character escapes
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

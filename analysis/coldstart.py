@@ -33,7 +33,9 @@ def start_outlier(per_request: pa.Table) -> str | None:
     if per_request.num_rows == 0:
         return None
     ok = np.asarray(per_request.column("ok").to_numpy(zero_copy_only=False), dtype=bool)
-    t = np.asarray(per_request.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
+    t = np.asarray(
+        per_request.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64
+    )
     tpot = np.asarray(per_request.column("tpot").to_numpy(zero_copy_only=False), dtype=np.float64)
     keep = ok & ~np.isnan(tpot)
     t, tpot = t[keep], tpot[keep]
@@ -46,8 +48,10 @@ def start_outlier(per_request: pa.Table) -> str | None:
         return None
     a, b = float(np.median(tpot[first])), float(np.median(tpot[~first]))
     if b > 0 and a >= RATIO * b:
-        return (f"the first {window / 1e9:.1f} s look cold: median TPOT {a / 1e6:.2f} ms against "
-                f"{b / 1e6:.2f} ms after ({a / b:.1f}x)")
+        return (
+            f"the first {window / 1e9:.1f} s look cold: median TPOT {a / 1e6:.2f} ms against "
+            f"{b / 1e6:.2f} ms after ({a / b:.1f}x)"
+        )
     return None
 
 
@@ -64,14 +68,20 @@ def unsteady_warmup(path: str | os.PathLike[str]) -> str | None:
         return None
     meds = [b.get("tpot_p50_ms") for b in w.get("bursts", []) if isinstance(b, dict)]
     shown = ", ".join("-" if m is None else f"{m:.2f}" for m in meds)
-    return (f"warm-up not reached: {len(meds)} warm-up bursts never had two in a row with median "
-            f"TPOT within {100 * float((w.get('policy') or {}).get('tolerance', 0)):.0f}% "
-            f"({shown} ms): the server may not have been warm (a longer [warmup] max_bursts "
-            "or burst_s helps)")
+    return (
+        f"warm-up not reached: {len(meds)} warm-up bursts never had two in a row with median "
+        f"TPOT within {100 * float((w.get('policy') or {}).get('tolerance', 0)):.0f}% "
+        f"({shown} ms): the server may not have been warm (a longer [warmup] max_bursts "
+        "or burst_s helps)"
+    )
 
 
-def cold_start(meta: RunMeta | Mapping[str, Any], per_request: pa.Table,
-               results_dir: str | os.PathLike[str] | None = None, warmup_rows: int = 0) -> str | None:
+def cold_start(
+    meta: RunMeta | Mapping[str, Any],
+    per_request: pa.Table,
+    results_dir: str | os.PathLike[str] | None = None,
+    warmup_rows: int = 0,
+) -> str | None:
     """Why this run's start may be cold (None: no sign of it). A sweep's warm-up replay is
     known from run.json (``options.warmed_up``) or from its folder beside the run's;
     ``warmup_rows``: the run's own warm-up requests (an AgentX warm-up phase, ``--warmup``),
@@ -80,10 +90,16 @@ def cold_start(meta: RunMeta | Mapping[str, Any], per_request: pa.Table,
     if why:
         return why
     meta = RunMeta.of(meta)
-    warm_dir = None if results_dir is None else Path(results_dir).with_name(Path(results_dir).name + ".warmup")
+    warm_dir = (
+        None
+        if results_dir is None
+        else Path(results_dir).with_name(Path(results_dir).name + ".warmup")
+    )
     if warm_dir is not None and (warm_dir / "warmup.json").exists():
         return unsteady_warmup(warm_dir / "warmup.json")
     if not meta.warmup_ns and not meta.warmed_up and not warmup_rows:
-        return ("no warm-up: the server may have been cold at the start (use --warmup SECONDS, "
-                "or agent-replay sweep, which warms up before each run)")
+        return (
+            "no warm-up: the server may have been cold at the start (use --warmup SECONDS, "
+            "or agent-replay sweep, which warms up before each run)"
+        )
     return None

@@ -75,28 +75,41 @@ class Delta:
     @property
     def significant(self) -> bool:
         q = self.p_holm if self.p_holm is not None else self.p
-        return (self.ci_low is not None and self.ci_high is not None and q is not None
-                and q < ALPHA and (self.ci_low > 0 or self.ci_high < 0))
+        return (
+            self.ci_low is not None
+            and self.ci_high is not None
+            and q is not None
+            and q < ALPHA
+            and (self.ci_low > 0 or self.ci_high < 0)
+        )
 
     def verdict(self, name: str) -> str:
         if self.change is None or self.ci_low is None or self.ci_high is None:
             return f"{self.label}: {self.note or 'not enough data'}"
         ci = f"95% CI {100 * self.ci_low:+.1f}% to {100 * self.ci_high:+.1f}%"
         if not (self.ci_low > 0 or self.ci_high < 0):
-            return (f"{self.label}: inconclusive ({name} {100 * self.change:+.1f}%, {ci}: the "
-                    "interval includes 0)")
+            return (
+                f"{self.label}: inconclusive ({name} {100 * self.change:+.1f}%, {ci}: the "
+                "interval includes 0)"
+            )
         if not self.significant:
-            return (f"{self.label}: inconclusive after the Holm correction ({name} "
-                    f"{100 * self.change:+.1f}%, {ci}, Holm p={self.p_holm:.3g})")
+            return (
+                f"{self.label}: inconclusive after the Holm correction ({name} "
+                f"{100 * self.change:+.1f}%, {ci}, Holm p={self.p_holm:.3g})"
+            )
         if self.higher_is_better:
             word = "faster" if self.change > 0 else "slower"
             lo, hi = sorted((abs(self.ci_low), abs(self.ci_high)))
-            return (f"{name} is {100 * abs(self.change):.0f}% {word} at {self.label}, 95% CI "
-                    f"{100 * lo:.0f}-{100 * hi:.0f}%")
+            return (
+                f"{name} is {100 * abs(self.change):.0f}% {word} at {self.label}, 95% CI "
+                f"{100 * lo:.0f}-{100 * hi:.0f}%"
+            )
         word = "lower (better)" if self.change < 0 else "higher (worse)"
         lo, hi = sorted((abs(self.ci_low), abs(self.ci_high)))
-        return (f"{name} has {100 * abs(self.change):.0f}% {word} {self.label}, 95% CI "
-                f"{100 * lo:.0f}-{100 * hi:.0f}%")
+        return (
+            f"{name} has {100 * abs(self.change):.0f}% {word} {self.label}, 95% CI "
+            f"{100 * lo:.0f}-{100 * hi:.0f}%"
+        )
 
 
 def _sorted_clean(x: np.ndarray) -> np.ndarray:
@@ -104,8 +117,9 @@ def _sorted_clean(x: np.ndarray) -> np.ndarray:
     return np.sort(x[~np.isnan(x)])
 
 
-def bootstrap_percentile(sorted_x: np.ndarray, p: float, resamples: int,
-                         rng: np.random.Generator) -> np.ndarray:
+def bootstrap_percentile(
+    sorted_x: np.ndarray, p: float, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     """``resamples`` bootstrap replicates of the ``p`` percentile (inverted CDF) of a sorted
     sample, exact in distribution (see the module docstring)."""
     n = sorted_x.size
@@ -127,8 +141,14 @@ def min_interval_count(p: float, blocks: bool) -> int:
     return max(min_count_for(p), 2 * BLOCK_MIN if blocks else 2)
 
 
-def block_bootstrap_percentile(x: np.ndarray, order: np.ndarray | None, p: float, resamples: int,
-                               rng: np.random.Generator, blocks: int = BLOCKS) -> np.ndarray:
+def block_bootstrap_percentile(
+    x: np.ndarray,
+    order: np.ndarray | None,
+    p: float,
+    resamples: int,
+    rng: np.random.Generator,
+    blocks: int = BLOCKS,
+) -> np.ndarray:
     """Bootstrap replicates of the ``p`` percentile that resample whole time blocks: the
     requests (in send order ``order``) are cut into ``blocks`` contiguous blocks, each
     replicate draws that many blocks with replacement and takes the nearest-rank percentile
@@ -142,7 +162,7 @@ def block_bootstrap_percentile(x: np.ndarray, order: np.ndarray | None, p: float
     n = v.size
     nb = max(1, min(blocks, n // BLOCK_MIN))
     edges = np.linspace(0, n, nb + 1).astype(np.int64)
-    parts = [np.sort(v[edges[i]:edges[i + 1]]) for i in range(nb)]
+    parts = [np.sort(v[edges[i] : edges[i + 1]]) for i in range(nb)]
     out = np.empty(resamples)
     for r in range(resamples):
         pick = rng.integers(0, nb, size=nb)
@@ -152,9 +172,14 @@ def block_bootstrap_percentile(x: np.ndarray, order: np.ndarray | None, p: float
     return out
 
 
-def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], *,
-                   resamples: int = 1000, seed: int = 0,
-                   order: tuple[np.ndarray, np.ndarray] | None = None) -> list[Delta]:
+def compare_arrays(
+    base: Mapping[str, np.ndarray],
+    other: Mapping[str, np.ndarray],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    order: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[Delta]:
     """Deltas of every STATS entry of ``other`` against ``base`` (per-request arrays in ns,
     keyed by metric: each entry's ``source``; NaN entries ignored). ``order``: each side's send times;
     then the intervals come from the time-block bootstrap (``block_bootstrap_percentile``),
@@ -177,14 +202,27 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             base_v, val_v = (1e9 / va, 1e9 / vb) if tps else (va / 1e6, vb / 1e6)  # tok/s, ms
             change = va / vb - 1 if tps else vb / va - 1
         if not (va > 0 and vb > 0):
-            out.append(Delta(key, label, None, None, None, None, None, higher,
-                             "a percentile <= 0: no ratio"))
+            out.append(
+                Delta(
+                    key, label, None, None, None, None, None, higher, "a percentile <= 0: no ratio"
+                )
+            )
             continue
         need = min_interval_count(p, order is not None)
         if min(a.size, b.size) < need:
-            out.append(Delta(key, label, float(base_v), float(val_v), float(change), None, None,
-                             higher, f"no interval: {a.size} and {b.size} requests, it needs "
-                             f"{need} a side"))
+            out.append(
+                Delta(
+                    key,
+                    label,
+                    float(base_v),
+                    float(val_v),
+                    float(change),
+                    None,
+                    None,
+                    higher,
+                    f"no interval: {a.size} and {b.size} requests, it needs {need} a side",
+                )
+            )
             continue
         if order is not None:
             ra = block_bootstrap_percentile(base[arr], order[0], p, resamples, rng)
@@ -196,13 +234,35 @@ def compare_arrays(base: Mapping[str, np.ndarray], other: Mapping[str, np.ndarra
             logs = np.log(ra / rb) if tps else np.log(rb / ra)
         logs = logs[np.isfinite(logs)]
         if logs.size == 0:
-            out.append(Delta(key, label, float(base_v), float(val_v), float(change), None, None,
-                             higher, "no finite resample"))
+            out.append(
+                Delta(
+                    key,
+                    label,
+                    float(base_v),
+                    float(val_v),
+                    float(change),
+                    None,
+                    None,
+                    higher,
+                    "no finite resample",
+                )
+            )
             continue
         lo, hi = np.expm1(np.percentile(logs, [a_lo, a_hi]))
         pval = min(1.0, 2 * min(float(np.mean(logs <= 0)), float(np.mean(logs >= 0))))
-        out.append(Delta(key, label, float(base_v), float(val_v), float(change),
-                         float(lo), float(hi), higher, p=pval))
+        out.append(
+            Delta(
+                key,
+                label,
+                float(base_v),
+                float(val_v),
+                float(change),
+                float(lo),
+                float(hi),
+                higher,
+                p=pval,
+            )
+        )
     return out
 
 
@@ -215,12 +275,14 @@ def with_holm(deltas: Sequence[Sequence[Delta]]) -> list[list[Delta]]:
 
 def contention_note(reports: Sequence[Report], names: Sequence[str]) -> str | None:
     """The refusal line when any of these runs' self-check found host contention."""
-    return contention_refusal([n for r, n in zip(reports, names, strict=True)
-                               if self_check(r.meta, r.stats).contention])
+    return contention_refusal(
+        [n for r, n in zip(reports, names, strict=True) if self_check(r.meta, r.stats).contention]
+    )
 
 
-def contention_refusal(bad: Sequence[str], remedy: str = "with replicates (compare A1,A2,A3 "
-                       "B1,B2,B3)") -> str | None:
+def contention_refusal(
+    bad: Sequence[str], remedy: str = "with replicates (compare A1,A2,A3 B1,B2,B3)"
+) -> str | None:
     """The line that refuses a verdict because runs ``bad`` met host contention (None when
     none did)."""
     if not bad:
@@ -242,7 +304,10 @@ def _numbers(r: Report) -> dict[str, Any]:
     percentiles (``analysis.definitions``), and throughput."""
     st = r.stats
     gpus = st.extra.get("throughput", {}).get("gpus") or 1
-    out: dict[str, Any] = {"requests ok": st.requests["ok"], "requests failed": st.requests["failed"]}
+    out: dict[str, Any] = {
+        "requests ok": st.requests["ok"],
+        "requests failed": st.requests["failed"],
+    }
     sp = speeds(st.latency)
     for x in SPEEDS:
         out[f"{x.label} (tok/s)"] = sp[x.key]
@@ -260,8 +325,10 @@ def _arrays(r: Report) -> dict[str, np.ndarray]:
     t = r.stats.per_request
     ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
     keys = dict.fromkeys([*(st.source for st in STATS), "intended_ns"])
-    return {k: np.asarray(t.column(k).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
-            for k in keys}
+    return {
+        k: np.asarray(t.column(k).to_numpy(zero_copy_only=False), dtype=np.float64)[ok]
+        for k in keys
+    }
 
 
 def differences(a: RunMeta | Mapping[str, Any], b: RunMeta | Mapping[str, Any]) -> list[str]:
@@ -280,7 +347,9 @@ def differences(a: RunMeta | Mapping[str, Any], b: RunMeta | Mapping[str, Any]) 
     return out
 
 
-def server_difference_lines(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+def server_difference_lines(
+    metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]
+) -> list[str]:
     """The table's lines on the servers' settings (``analysis.settings``): every setting in
     which a run's server differs from the first's, or that none were recorded."""
     from agent_replay.analysis.settings import setting_differences
@@ -288,7 +357,9 @@ def server_difference_lines(metas: Sequence[RunMeta | Mapping[str, Any]], names:
     return setting_differences(metas, names)
 
 
-def check_comparable(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str], force: bool) -> list[str]:
+def check_comparable(
+    metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str], force: bool
+) -> list[str]:
     """Refuse (InputError) runs that differ in trace, model or timing options, naming what
     differs; with ``force`` the differences become warnings."""
     lines = []
@@ -297,28 +368,44 @@ def check_comparable(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequen
         if diff:
             lines.append(f"{name} differs from {names[0]}: {'; '.join(diff)}")
     if lines and not force:
-        only_model = all(d.startswith("model ") for m in metas[1:] for d in differences(metas[0], m))
-        hint = ("; pass --force to compare anyway" if not only_model else
-                ": the same trace and load, served under different model names, which is "
-                "expected when the deployments name their model differently (two simulated "
-                "engine profiles, a quantized or renamed copy); pass --force to compare them")
+        only_model = all(
+            d.startswith("model ") for m in metas[1:] for d in differences(metas[0], m)
+        )
+        hint = (
+            "; pass --force to compare anyway"
+            if not only_model
+            else ": the same trace and load, served under different model names, which is "
+            "expected when the deployments name their model differently (two simulated "
+            "engine profiles, a quantized or renamed copy); pass --force to compare them"
+        )
         raise InputError("compare: not the same experiment (" + " | ".join(lines) + ")" + hint)
     return [f"not comparable, compared because of --force: {ln}" for ln in lines]
 
 
-ONE_RUN_WARNING = ("one run per side: the intervals cover the variation within each run (time-"
-                   "block bootstrap), not between runs, which is often larger; repeat the runs "
-                   "(agent-replay sweep, or compare A1,A2,A3 B1,B2,B3) for intervals that do")
+ONE_RUN_WARNING = (
+    "one run per side: the intervals cover the variation within each run (time-"
+    "block bootstrap), not between runs, which is often larger; repeat the runs "
+    "(agent-replay sweep, or compare A1,A2,A3 B1,B2,B3) for intervals that do"
+)
 
 
-PAIRED_ONE_RUN_WARNING = ("one run per side, paired request by request: the intervals cover which "
-                          "requests were played and each request's noise, not a shift that hit "
-                          "one whole run (a busy hour); repeat the runs (compare A1,A2,A3 "
-                          "B1,B2,B3) for intervals that do")
+PAIRED_ONE_RUN_WARNING = (
+    "one run per side, paired request by request: the intervals cover which "
+    "requests were played and each request's noise, not a shift that hit "
+    "one whole run (a busy hour); repeat the runs (compare A1,A2,A3 "
+    "B1,B2,B3) for intervals that do"
+)
 
 
-def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resamples: int = 1000,
-                    seed: int = 0, force: bool = False, paired: bool = True) -> CompareResult:
+def compare_reports(
+    reports: Sequence[Report],
+    names: Sequence[str],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    force: bool = False,
+    paired: bool = True,
+) -> CompareResult:
     """Each run against the first: request by request where both replayed the same plan
     (``analysis.paired``; ``paired=False`` never), else each run's time-block bootstrap."""
     from agent_replay.analysis.paired import as_delta, paired_comparison
@@ -330,31 +417,48 @@ def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resample
     refusals: list[str | None] = []
     busy = [self_check(r.meta, r.stats).contention for r in reports]
     for r, hot in zip(reports[1:], busy[1:], strict=True):
-        pc = paired_comparison([(reports[0], r)], [(busy[0], hot)], resamples=resamples,
-                               seed=seed) if paired else "not asked"
+        pc = (
+            paired_comparison([(reports[0], r)], [(busy[0], hot)], resamples=resamples, seed=seed)
+            if paired
+            else "not asked"
+        )
         if not isinstance(pc, str):
             raw.append([as_delta(x, pc.design) for x in pc.intervals])
             refusals.append(None)
             continue
         other = _arrays(r)
-        raw.append(compare_arrays(base, other, resamples=resamples, seed=seed,
-                                  order=(base["intended_ns"], other["intended_ns"])))
+        raw.append(
+            compare_arrays(
+                base,
+                other,
+                resamples=resamples,
+                seed=seed,
+                order=(base["intended_ns"], other["intended_ns"]),
+            )
+        )
         refusals.append(pc if pc.startswith("not paired: host contention") else None)
     deltas = with_holm(raw)
     verdicts = []
     for i, (ds, r, name) in enumerate(zip(deltas, reports[1:], names[1:], strict=True)):
-        refuse = contention_note([reports[0], r], [names[0], name]) if (
-            refusals[i] or ds[0].design.startswith("unpaired")) else None
+        refuse = (
+            contention_note([reports[0], r], [names[0], name])
+            if (refusals[i] or ds[0].design.startswith("unpaired"))
+            else None
+        )
         if refuse is not None and refusals[i]:
             refuse += f"; {refusals[i]}"
         if refuse is not None:
-            deltas[i] = [replace(d, ci_low=None, ci_high=None, p=None, p_holm=None, note=refuse)
-                         for d in ds]
+            deltas[i] = [
+                replace(d, ci_low=None, ci_high=None, p=None, p_holm=None, note=refuse) for d in ds
+            ]
             verdicts.append(f"{name} vs {names[0]}: {refuse}")
             continue
         head = ds[0]  # the headline statistic (STATS' first)
-        verdicts.append(head.verdict(name) if head.significant else
-                        f"{name} vs {names[0]}: " + head.verdict(name))
+        verdicts.append(
+            head.verdict(name)
+            if head.significant
+            else f"{name} vs {names[0]}: " + head.verdict(name)
+        )
         verdicts += [d.verdict(name) for d in ds[1:] if d.significant]
         verdicts.append(f"{name} vs {names[0]}: {ds[0].design}")
     n_tests = sum(1 for ds in deltas for d in ds if d.p is not None)
@@ -370,8 +474,13 @@ def compare_reports(reports: Sequence[Report], names: Sequence[str], *, resample
     return CompareResult(list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings)
 
 
-def compare_dirs(dirs: Sequence[str | os.PathLike[str]], *, resamples: int = 1000,
-                 seed: int = 0, force: bool = False) -> CompareResult:
+def compare_dirs(
+    dirs: Sequence[str | os.PathLike[str]],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    force: bool = False,
+) -> CompareResult:
     reports = [build_report(d) for d in dirs]
     names = [os.path.basename(os.path.normpath(str(d))) or str(d) for d in dirs]
     if len(set(names)) < len(names):
@@ -380,17 +489,25 @@ def compare_dirs(dirs: Sequence[str | os.PathLike[str]], *, resamples: int = 100
 
 
 ARM_FIGURES: tuple[tuple[str, str, bool], ...] = tuple(
-    (f.key, f.label, f.higher_is_better) for f in FIGURES if f.compare)
+    (f.key, f.label, f.higher_is_better) for f in FIGURES if f.compare
+)
 """Each arm's figures, side by side (geometric means of its runs): the definitions table's
 figures marked ``compare``."""
 ARM_TESTS: tuple[tuple[str, str, bool], ...] = tuple(
-    (f.key, f.test_label or f.label, f.higher_is_better) for f in FIGURES if f.tested)
+    (f.key, f.test_label or f.label, f.higher_is_better) for f in FIGURES if f.tested
+)
 """The figures tested between arms (``Figure.tested``): one test per statistic (TPOT P90 is
 P90 TPS's reciprocal, so it is tested once, as P90 TPS)."""
 
 
-def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequence[str], *,
-                 force: bool = False, paired: bool = True, by_request: bool = True) -> CompareResult:
+def compare_arms(
+    arms: Sequence[Sequence[str | os.PathLike[str]]],
+    names: Sequence[str],
+    *,
+    force: bool = False,
+    paired: bool = True,
+    by_request: bool = True,
+) -> CompareResult:
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
     each arm against the first. Where the arms have as many runs (paired by position, as
     ``sweep`` makes them) and each pair replayed one plan, the statistics of per-request
@@ -403,9 +520,14 @@ def compare_arms(arms: Sequence[Sequence[str | os.PathLike[str]]], names: Sequen
     return compare_arm_reports(reports, names, force=force, paired=paired, by_request=by_request)
 
 
-def compare_arm_reports(reports: Sequence[Sequence[Report]], names: Sequence[str], *,
-                        force: bool = False, paired: bool = True, by_request: bool = True
-                        ) -> CompareResult:
+def compare_arm_reports(
+    reports: Sequence[Sequence[Report]],
+    names: Sequence[str],
+    *,
+    force: bool = False,
+    paired: bool = True,
+    by_request: bool = True,
+) -> CompareResult:
     """``compare_arms`` on reports already built."""
     from agent_replay.analysis.hist import FEW
     from agent_replay.analysis.paired import as_interval, paired_comparison
@@ -413,9 +535,11 @@ def compare_arm_reports(reports: Sequence[Sequence[Report]], names: Sequence[str
     from agent_replay.analysis.replicates import adjust, mean_ci, ratio_ci, verdict
 
     flat = [r for arm in reports for r in arm]
-    warnings = check_comparable([r.meta for r in flat],
-                                [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
-                                force)
+    warnings = check_comparable(
+        [r.meta for r in flat],
+        [f"{names[i]}[{j}]" for i, arm in enumerate(reports) for j in range(len(arm))],
+        force,
+    )
     warnings += server_difference_lines([arm[0].meta for arm in reports], names)
     figs = [[point_metrics(r, gpus=1) for r in arm] for arm in reports]
     side = []
@@ -430,26 +554,35 @@ def compare_arm_reports(reports: Sequence[Sequence[Report]], names: Sequence[str
     for i, (name, rows) in enumerate(zip(names[1:], figs[1:], strict=True), start=1):
         twins: dict[str, Any] = {}
         if by_request and paired and len(reports[i]) == len(reports[0]):
-            pc = paired_comparison(list(zip(reports[0], reports[i], strict=True)),
-                                   list(zip(busy[0], busy[i], strict=True)))
+            pc = paired_comparison(
+                list(zip(reports[0], reports[i], strict=True)),
+                list(zip(busy[0], busy[i], strict=True)),
+            )
             if not isinstance(pc, str):
                 twins = {x.stat.key: as_interval(x, pc.design) for x in pc.intervals}
         for key, label, hib in ARM_TESTS:
             if key in twins:
                 tests.append((f"{name} vs {names[0]}, {label}", twins[key], hib))
                 continue
-            ci = ratio_ci([r.get(key) for r in figs[0]], [r.get(key) for r in rows],
-                          paired=paired and len(rows) == len(figs[0]))
+            ci = ratio_ci(
+                [r.get(key) for r in figs[0]],
+                [r.get(key) for r in rows],
+                paired=paired and len(rows) == len(figs[0]),
+            )
             few = FEW if any(too_few(r, key) for r in figs[0] + rows) else ""
             tests.append((f"{name} vs {names[0]}, {label}{few}", ci, hib))
     adjusted = adjust([ci for _, ci, _ in tests])
-    verdicts = [verdict(label, ci, hib) for (label, _, hib), ci in zip(tests, adjusted, strict=True)]
+    verdicts = [
+        verdict(label, ci, hib) for (label, _, hib), ci in zip(tests, adjusted, strict=True)
+    ]
     n = sum(1 for c in adjusted if c.p is not None)
     if n:
         verdicts.append(holm_note(n))
     if any(too_few(r, key) for rows in figs for r in rows for key, _, _ in ARM_FIGURES):
-        warnings.append(f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
-                        f"{min_count_for(90)}, P99 >= {min_count_for(99)})")
+        warnings.append(
+            f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
+            f"{min_count_for(90)}, P99 >= {min_count_for(99)})"
+        )
     if any(len(a) < 2 for a in reports):
         warnings.append("an arm has a single run: no run-to-run interval for it")
     return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
@@ -469,8 +602,11 @@ def _rows(c: CompareResult) -> tuple[list[str], list[list[str]]]:
         deltas = []
         for v in vals[1:]:
             base = vals[0]
-            deltas.append(f"{100 * (v / base - 1):+.1f}%" if isinstance(v, (int, float))
-                          and isinstance(base, (int, float)) and base else "-")
+            deltas.append(
+                f"{100 * (v / base - 1):+.1f}%"
+                if isinstance(v, (int, float)) and isinstance(base, (int, float)) and base
+                else "-"
+            )
         rows.append([key, *[_fmt(v) for v in vals], *deltas])
     return head, rows
 
@@ -487,20 +623,31 @@ def render_compare(c: CompareResult) -> Group:
     for name, ds in zip(c.names[1:], c.deltas, strict=True):
         if not ds:  # replicate arms: the verdicts carry the run-level intervals
             continue
-        bt = Table(title=safe.text(f"{name} vs {c.names[0]}: 95% CI of the change (log ratio); "
-                                   f"{ds[0].design}"), title_justify="left", show_edge=False)
+        bt = Table(
+            title=safe.text(
+                f"{name} vs {c.names[0]}: 95% CI of the change (log ratio); {ds[0].design}"
+            ),
+            title_justify="left",
+            show_edge=False,
+        )
         for h in ("statistic", c.names[0], name, "change", "95% CI", "Holm p", "significant"):
             bt.add_column(safe.text(h), justify="left" if h == "statistic" else "right")
         for d in ds:
-            bt.add_row(d.label, _fmt(d.base), _fmt(d.value),
-                       "-" if d.change is None else f"{100 * d.change:+.1f}%",
-                       "-" if d.ci_low is None or d.ci_high is None
-                       else f"{100 * d.ci_low:+.1f}% .. {100 * d.ci_high:+.1f}%",
-                       "-" if d.p_holm is None else f"{d.p_holm:.3g}",
-                       "yes" if d.significant else "no")
+            bt.add_row(
+                d.label,
+                _fmt(d.base),
+                _fmt(d.value),
+                "-" if d.change is None else f"{100 * d.change:+.1f}%",
+                "-"
+                if d.ci_low is None or d.ci_high is None
+                else f"{100 * d.ci_low:+.1f}% .. {100 * d.ci_high:+.1f}%",
+                "-" if d.p_holm is None else f"{d.p_holm:.3g}",
+                "yes" if d.significant else "no",
+            )
         parts.append(bt)
-    parts.append(Text("TPS values in tok/s, times in ms; TPS change = ratio of speeds.",
-                      style="dim"))
+    parts.append(
+        Text("TPS values in tok/s, times in ms; TPS change = ratio of speeds.", style="dim")
+    )
     parts += [safe.text(v, style="bold") for v in c.verdicts]
     return Group(*parts)
 
@@ -515,7 +662,11 @@ def to_markdown(c: CompareResult) -> str:
 
 
 def to_json(c: CompareResult) -> str:
-    d = {"names": c.names, "side_by_side": c.side_by_side, "verdicts": c.verdicts,
-         "warnings": c.warnings,
-         "deltas": [[asdict(x) | {"significant": x.significant} for x in ds] for ds in c.deltas]}
+    d = {
+        "names": c.names,
+        "side_by_side": c.side_by_side,
+        "verdicts": c.verdicts,
+        "warnings": c.warnings,
+        "deltas": [[asdict(x) | {"significant": x.significant} for x in ds] for ds in c.deltas],
+    }
     return orjson.dumps(d, option=orjson.OPT_INDENT_2).decode() + "\n"

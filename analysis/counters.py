@@ -55,11 +55,13 @@ def keyed_lists(a: Mapping[Any, list[int]], b: Mapping[Any, list[int]]) -> dict[
 
 def keyed_by(rules: Mapping[Any, Merge], default: Merge) -> Merge:
     """Per-key merge with a rule per key (``default`` for the others)."""
+
     def merge(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> dict[Any, Any]:
         out = dict(a)
         for k, v in b.items():
             out[k] = rules.get(k, default)(out[k], v) if k in out else v
         return out
+
     return merge
 
 
@@ -69,7 +71,9 @@ def merged_by(rule: Merge) -> dict[str, Merge]:
     return {RULE: rule}
 
 
-def counter(default: Any = 0, rule: Merge = add, *, factory: Callable[[], Any] | None = None) -> Any:
+def counter(
+    default: Any = 0, rule: Merge = add, *, factory: Callable[[], Any] | None = None
+) -> Any:
     """A dataclass field that is a count merged by ``rule``."""
     meta = {RULE: rule}
     if factory is not None:
@@ -88,8 +92,9 @@ class Counters:
         """Every counted attribute and its rule."""
         out = dict(cls.MERGES)
         if dataclasses.is_dataclass(cls):
-            out.update({f.name: f.metadata[RULE] for f in dataclasses.fields(cls)
-                        if RULE in f.metadata})
+            out.update(
+                {f.name: f.metadata[RULE] for f in dataclasses.fields(cls) if RULE in f.metadata}
+            )
         return out
 
     def merge_counts(self, other: Any) -> None:

@@ -112,12 +112,14 @@ def self_check(stats: LiveStats, machine: Any = None) -> Any:
     from agent_replay.analysis.selfcheck import assess
 
     sl, ll = stats.hists["schedule_lag"], stats.hists["loop_lag"]
-    return assess(schedule_lag_p99_ns=sl.percentiles([99.0])[99.0] if sl.count else None,
-                  schedule_lag_n=sl.count,
-                  loop_lag_p99_ns=ll.percentiles([99.0])[99.0] if ll.count else None,
-                  loop_lag_n=ll.count,
-                  cpu_fraction=max(stats.cpu_percent) / 100 if stats.cpu_percent else 0.0,
-                  machine=machine)
+    return assess(
+        schedule_lag_p99_ns=sl.percentiles([99.0])[99.0] if sl.count else None,
+        schedule_lag_n=sl.count,
+        loop_lag_p99_ns=ll.percentiles([99.0])[99.0] if ll.count else None,
+        loop_lag_n=ll.count,
+        cpu_fraction=max(stats.cpu_percent) / 100 if stats.cpu_percent else 0.0,
+        machine=machine,
+    )
 
 
 def bottleneck(stats: LiveStats, machine: Any = None) -> str | None:
@@ -146,10 +148,18 @@ class HostWatch:
         return self.meter.machine(own + workers)
 
 
-def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
-                     total_requests: int | None = None, title: str = "agent-replay",
-                     server_gauges: Mapping[str, float] | None = None,
-                     gpu_line: str = "", machine: Any = None, planned_ns: int = 0) -> Group:
+def render_dashboard(
+    stats: LiveStats,
+    width: int = 100,
+    height: int = 30,
+    *,
+    total_requests: int | None = None,
+    title: str = "agent-replay",
+    server_gauges: Mapping[str, float] | None = None,
+    gpu_line: str = "",
+    machine: Any = None,
+    planned_ns: int = 0,
+) -> Group:
     """One frame of the dashboard (fits ``width`` x ``height``; 100 x 30 shows everything).
     ``machine``: the host's CPU (``HostWatch``), for the self-check."""
     stats.flush()
@@ -159,30 +169,47 @@ def render_dashboard(stats: LiveStats, width: int = 100, height: int = 30, *,
     head = Table.grid(expand=True)
     head.add_column(ratio=1)
     head.add_column(justify="right")
-    head.add_row(safe.text(title, style="bold"), Text(
-        f"{done:,}/{total:,} requests  elapsed {_hms(stats.elapsed_ns / 1e9)}"
-        f"  ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}"))
+    head.add_row(
+        safe.text(title, style="bold"),
+        Text(
+            f"{done:,}/{total:,} requests  elapsed {_hms(stats.elapsed_ns / 1e9)}"
+            f"  ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}"
+        ),
+    )
     parts.append(head)
     parts.append(Text(live_headline(stats), style="bold green"))
     bar = Table.grid()
-    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, max(total, 1)),
-                            width=width - 2))
+    bar.add_row(
+        ProgressBar(total=max(total, 1), completed=min(done, max(total, 1)), width=width - 2)
+    )
     parts.append(bar)
     _, tok, req = stats.throughput_series(last=max(10, width - 30))
     recent = float(tok[-10:].mean()) if tok.size else 0.0
-    parts.append(Text(
-        f"sessions {stats.active_sessions:,}  in flight {stats.in_flight:,}  "
-        f"ok {stats.ok:,}  {outcomes.text(stats.errors).replace(',', ' ')}  "
-        f"warmup {stats.warmup:,}  "
-        f"output {recent:,.0f} tok/s (10 s)"))
+    parts.append(
+        Text(
+            f"sessions {stats.active_sessions:,}  in flight {stats.in_flight:,}  "
+            f"ok {stats.ok:,}  {outcomes.text(stats.errors).replace(',', ' ')}  "
+            f"warmup {stats.warmup:,}  "
+            f"output {recent:,.0f} tok/s (10 s)"
+        )
+    )
     parts.append(_latency_table(stats))
-    parts.append(Text("* too few samples; TPS column Pxx = speed reached by xx% of requests",
-                      style="dim"))
+    parts.append(
+        Text("* too few samples; TPS column Pxx = speed reached by xx% of requests", style="dim")
+    )
     spark_w = max(10, width - 26)
-    parts.append(Text(f"output tok/s {sparkline(tok.tolist(), spark_w)} "
-                      f"{(tok.max() if tok.size else 0):,.0f} max"))
-    parts.append(Text(f"requests/s   {sparkline(req.tolist(), spark_w)} "
-                      f"{(req.max() if req.size else 0):,.1f} max"))
+    parts.append(
+        Text(
+            f"output tok/s {sparkline(tok.tolist(), spark_w)} "
+            f"{(tok.max() if tok.size else 0):,.0f} max"
+        )
+    )
+    parts.append(
+        Text(
+            f"requests/s   {sparkline(req.tolist(), spark_w)} "
+            f"{(req.max() if req.size else 0):,.1f} max"
+        )
+    )
     errs = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.errors.items(), key=lambda kv: -kv[1]))
     parts.append(safe.text(f"errors: {errs or 'none'}", style="red" if errs else ""))
     parts += _state_lines(stats, machine, server_gauges, gpu_line)
@@ -200,8 +227,10 @@ def _latency_table(stats: LiveStats) -> Table:
     for key, label in ROWS:
         h = stats.hists[key]
         vals = h.percentiles()
-        cells = [_ms(vals[p]) + ("*" if h.count < min_count_for(p) and vals[p] is not None else "")
-                 for p in PERCENTILES]
+        cells = [
+            _ms(vals[p]) + ("*" if h.count < min_count_for(p) and vals[p] is not None else "")
+            for p in PERCENTILES
+        ]
         t.add_row(label, f"{h.count:,}", *cells, _ms(h.max))
     tp = stats.hists["tpot"]
     tv = tp.percentiles()
@@ -210,8 +239,9 @@ def _latency_table(stats: LiveStats) -> Table:
     return t
 
 
-def _state_lines(stats: LiveStats, machine: Any, server_gauges: Mapping[str, float] | None,
-                 gpu_line: str) -> list[Text]:
+def _state_lines(
+    stats: LiveStats, machine: Any, server_gauges: Mapping[str, float] | None, gpu_line: str
+) -> list[Text]:
     """Inexact counts, tokens per chunk, the load generator and its self-check, the
     server's gauges and the GPUs: each line only when it has something to say."""
     lines = []
@@ -222,8 +252,12 @@ def _state_lines(stats: LiveStats, machine: Any, server_gauges: Mapping[str, flo
     lines.append(_load_generator_line(stats))
     check = self_check(stats, machine)
     if check.line:
-        lines.append(Text(("WARNING " if check.bottleneck else "warning: ") + check.line,
-                          style="bold red" if check.bottleneck else "yellow"))
+        lines.append(
+            Text(
+                ("WARNING " if check.bottleneck else "warning: ") + check.line,
+                style="bold red" if check.bottleneck else "yellow",
+            )
+        )
     if server_gauges:
         lines.append(_server_line(server_gauges))
     if gpu_line:  # engines.telemetry.gauges.line
@@ -234,16 +268,24 @@ def _state_lines(stats: LiveStats, machine: Any, server_gauges: Mapping[str, flo
 def _chunks_line(tokens_per_chunk: Mapping[int, int]) -> Text:
     """The share of chunks per token count (the first 8) and the mean."""
     n_chunks = sum(tokens_per_chunk.values())
-    tpc = "  ".join(f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(tokens_per_chunk.items())[:8])
+    tpc = "  ".join(
+        f"{k}:{100 * v / n_chunks:.0f}%" for k, v in sorted(tokens_per_chunk.items())[:8]
+    )
     mean = sum(k * v for k, v in tokens_per_chunk.items()) / n_chunks
     return Text(f"tokens/chunk: {tpc}  mean {mean:.2f}")
 
 
 def _server_line(server_gauges: Mapping[str, float]) -> Text:
-    return Text("server: " + "  ".join(
-        f"{label} {server_gauges[name]:.0%}" if name.endswith("_perc") else
-        f"{label} {server_gauges[name]:,.0f}"
-        for name, label in GAUGES.items() if name in server_gauges))
+    return Text(
+        "server: "
+        + "  ".join(
+            f"{label} {server_gauges[name]:.0%}"
+            if name.endswith("_perc")
+            else f"{label} {server_gauges[name]:,.0f}"
+            for name, label in GAUGES.items()
+            if name in server_gauges
+        )
+    )
 
 
 def _load_generator_line(stats: LiveStats) -> Text:
@@ -252,14 +294,21 @@ def _load_generator_line(stats: LiveStats) -> Text:
     ll = stats.hists["loop_lag"].percentiles([99.0])
     cpu = " ".join(f"{c:.0f}%" for c in stats.cpu_percent[:8]) or "-"
     dropped = sum(h.dropped for h in stats.hists.values())
-    return Text(f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
-                f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
-                + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
-                + (f"  dropped samples {dropped}" if dropped else ""))
+    return Text(
+        f"load generator: schedule lag P50 {_ms(sl[50.0])} P99 {_ms(sl[99.0])} ms"
+        f"  loop lag P99 {_ms(ll[99.0])} ms  CPU {cpu}"
+        + (f"  early sends {stats.early_sends}" if stats.early_sends else "")
+        + (f"  dropped samples {dropped}" if dropped else "")
+    )
 
 
-def progress_line(stats: LiveStats, total_requests: int | None = None, machine: Any = None,
-                  planned_ns: int = 0, said: set[str] | None = None) -> str:
+def progress_line(
+    stats: LiveStats,
+    total_requests: int | None = None,
+    machine: Any = None,
+    planned_ns: int = 0,
+    said: set[str] | None = None,
+) -> str:
     """The plain one-line form for non-TTY output. ``said``: the self-check lines already
     printed (updated here): a line said before is shown as a short marker."""
     stats.flush()
@@ -268,9 +317,11 @@ def progress_line(stats: LiveStats, total_requests: int | None = None, machine: 
     tpot = stats.hists["tpot"].percentiles([90.0])[90.0]
     ttft = stats.hists["ttft"].percentiles([90.0])[90.0]
     p90 = f"{1e9 / tpot:,.1f}" if tpot else "-"
-    line = (f"{done:,}/{total:,} requests, {outcomes.text(stats.errors)}, in flight "
-            f"{stats.in_flight:,}, P90 TPS {p90} tok/s, TTFT P90 {_ms(ttft)} ms, "
-            f"ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}")
+    line = (
+        f"{done:,}/{total:,} requests, {outcomes.text(stats.errors)}, in flight "
+        f"{stats.in_flight:,}, P90 TPS {p90} tok/s, TTFT P90 {_ms(ttft)} ms, "
+        f"ETA {_eta(done, total, stats.elapsed_ns, planned_ns)}"
+    )
     check = self_check(stats, machine)
     why = check.line
     if why and said is not None:
@@ -278,13 +329,18 @@ def progress_line(stats: LiveStats, total_requests: int | None = None, machine: 
             why = f"{check.kind}, as said above"
         else:
             said.add(check.kind)
-    return (line + (f" [{stats.inexact:,} inexact token counts: not in TPS]" if stats.inexact else "")
-            + (f" [{why}]" if why else ""))
+    return (
+        line
+        + (f" [{stats.inexact:,} inexact token counts: not in TPS]" if stats.inexact else "")
+        + (f" [{why}]" if why else "")
+    )
 
 
 def inexact_line(n: int) -> str:
-    return (f"inexact token counts: {n:,} ok requests (no token ids or continuous usage from "
-            "the server): in TTFT, E2E, chunk gap and tok/s; not in TPOT, ITL, TPS, tokens/chunk")
+    return (
+        f"inexact token counts: {n:,} ok requests (no token ids or continuous usage from "
+        "the server): in TTFT, E2E, chunk gap and tok/s; not in TPOT, ITL, TPS, tokens/chunk"
+    )
 
 
 class _Inputs:
@@ -292,8 +348,17 @@ class _Inputs:
     ``lock``, numbered by ``seq``), the part files in ``results_dir``, the server's gauges
     (from the run's scraper, else scraped here) and the GPUs' line."""
 
-    def __init__(self, buf: Any, seq: Any, length: Any, lock: Any, results_dir: str | None,
-                 gauges_url: str | None, shared_gauges: SharedGauges | None, gpu_gauges: Any) -> None:
+    def __init__(
+        self,
+        buf: Any,
+        seq: Any,
+        length: Any,
+        lock: Any,
+        results_dir: str | None,
+        gauges_url: str | None,
+        shared_gauges: SharedGauges | None,
+        gpu_gauges: Any,
+    ) -> None:
         self.buf, self.seq, self.length, self.lock = buf, seq, length, lock
         self.feed = None if results_dir is None else PartsFeed(results_dir)
         self.gauges_url, self.shared_gauges, self.gpu_gauges = gauges_url, shared_gauges, gpu_gauges
@@ -317,7 +382,9 @@ class _Inputs:
             self.stats.merge(feed.stats)
         now = time.monotonic()
         self._server_gauges(now)
-        if self.gpu_gauges is not None and now - self.gpu_at >= 0.5:  # the sampler reads every 0.1 s
+        if (
+            self.gpu_gauges is not None and now - self.gpu_at >= 0.5
+        ):  # the sampler reads every 0.1 s
             n_gpu, text = self.gpu_gauges.line()
             if n_gpu != self.gpu_seen:
                 self.gpu_seen, self.gpu_text, self.gpu_at = n_gpu, text, now
@@ -383,30 +450,54 @@ class _Display:
         if self.live is None:
             if stopping or now - self.last_line >= 5.0:
                 self.last_line = now
-                print(progress_line(stats, self.total, self.host.machine(stats), self.planned_ns,
-                                    self.said) + (f" | {src.gpu_text}" if src.gpu_text else ""),
-                      flush=True)
+                print(
+                    progress_line(
+                        stats, self.total, self.host.machine(stats), self.planned_ns, self.said
+                    )
+                    + (f" | {src.gpu_text}" if src.gpu_text else ""),
+                    flush=True,
+                )
             return
         size = self.console.size
         state = src.state(size.width, size.height)
         if state != self.drawn or stopping:
             self.drawn = state
-            self.live.update(render_dashboard(stats, size.width, size.height,
-                                              total_requests=self.total, title=self.title,
-                                              server_gauges=src.gauges, gpu_line=src.gpu_text,
-                                              machine=self.host.machine(stats),
-                                              planned_ns=self.planned_ns),
-                             refresh=True)
+            self.live.update(
+                render_dashboard(
+                    stats,
+                    size.width,
+                    size.height,
+                    total_requests=self.total,
+                    title=self.title,
+                    server_gauges=src.gauges,
+                    gpu_line=src.gpu_text,
+                    machine=self.host.machine(stats),
+                    planned_ns=self.planned_ns,
+                ),
+                refresh=True,
+            )
 
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
 
 
-def _render_loop(buf: Any, seq: Any, length: Any, lock: Any, stop: Any, total: int, title: str,
-                 gauges_url: str | None, tty: bool, results_dir: str | None = None,
-                 shared_gauges: SharedGauges | None = None, ready: Any = None,
-                 gpu_gauges: Any = None, planned_ns: int = 0) -> None:
+def _render_loop(
+    buf: Any,
+    seq: Any,
+    length: Any,
+    lock: Any,
+    stop: Any,
+    total: int,
+    title: str,
+    gauges_url: str | None,
+    tty: bool,
+    results_dir: str | None = None,
+    shared_gauges: SharedGauges | None = None,
+    ready: Any = None,
+    gpu_gauges: Any = None,
+    planned_ns: int = 0,
+) -> None:
     import signal
     import threading
 
@@ -462,10 +553,18 @@ def _resume_cpu(pid: int) -> None:
 class DashboardProcess:
     """Renders snapshots in a child process; ``update`` never blocks the caller."""
 
-    def __init__(self, total_requests: int, title: str = "agent-replay",
-                 server_gauges_url: str | None = None, *, tty: bool | None = None,
-                 results_dir: str | None = None, shared_gauges: SharedGauges | None = None,
-                 gpu_gauges: Any = None, planned_ns: int = 0) -> None:
+    def __init__(
+        self,
+        total_requests: int,
+        title: str = "agent-replay",
+        server_gauges_url: str | None = None,
+        *,
+        tty: bool | None = None,
+        results_dir: str | None = None,
+        shared_gauges: SharedGauges | None = None,
+        gpu_gauges: Any = None,
+        planned_ns: int = 0,
+    ) -> None:
         """Server gauges: from ``shared_gauges`` when given (another process scrapes), else
         scraped from ``server_gauges_url`` every second. ``gpu_gauges``: the GPU sampler's
         ``engines.telemetry.gauges.GpuGauges`` (its ``line()`` is shown). ``planned_ns``:
@@ -495,10 +594,26 @@ class DashboardProcess:
         needs and lowered its priority: a renderer starting up during a run would take CPU
         from the workers exactly then (on 2 cores: loop-lag spikes over the first second)."""
         self._proc = self._ctx.Process(
-            target=_render_loop, name="agent-replay-dashboard", daemon=True,
-            args=(self._buf, self._seq, self._len, self._lock, self._stop, self.total_requests,
-                  self.title, self.server_gauges_url, self.tty, self.results_dir, self.shared_gauges,
-                  self._ready, self.gpu_gauges, self.planned_ns))
+            target=_render_loop,
+            name="agent-replay-dashboard",
+            daemon=True,
+            args=(
+                self._buf,
+                self._seq,
+                self._len,
+                self._lock,
+                self._stop,
+                self.total_requests,
+                self.title,
+                self.server_gauges_url,
+                self.tty,
+                self.results_dir,
+                self.shared_gauges,
+                self._ready,
+                self.gpu_gauges,
+                self.planned_ns,
+            ),
+        )
         self._proc.start()
         deadline = time.monotonic() + wait_s
         while not self._ready.wait(0.1) and time.monotonic() < deadline and self._proc.is_alive():

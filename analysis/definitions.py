@@ -115,8 +115,13 @@ def agentx_itl(x: Inputs) -> np.ndarray:
         return np.where(n >= 2, (x.m.e2e - x.m.ttft) / np.maximum(n - 1, 1), np.nan)
 
 
-def total_tokens_per_s_per_gpu(input_tokens: int, output_tokens: int, first_send_ns: float,
-                               last_end_ns: float, gpus: int | None) -> float | None:
+def total_tokens_per_s_per_gpu(
+    input_tokens: int,
+    output_tokens: int,
+    first_send_ns: float,
+    last_end_ns: float,
+    gpus: int | None,
+) -> float | None:
     """InferenceX AgentX throughput per GPU: (input + output tokens) / (last end - first
     send) / GPUs; None when the window is empty or the GPU count is unknown."""
     span = last_end_ns - first_send_ns
@@ -134,42 +139,149 @@ def _attr(name: str) -> Formula:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric(key="ttft", label="TTFT", unit="ms", per="request", rows="ok", live=True,
-           higher_is_better=False, doc="f - s", formula=_attr("ttft"),
-           headline=(50.0, 90.0, 99.0), cdf=True, compared=(90.0, 50.0)),
-    Metric(key="ttft_intended", label="TTFT from intended", unit="ms", per="request", rows="ok",
-           live=False, higher_is_better=False, doc="f - S", formula=_attr("ttft_intended")),
-    Metric(key="ttst", label="time to second token", unit="ms", per="request", rows="ok",
-           live=False, higher_is_better=False,
-           doc="send to the arrival of the second output token", formula=time_to_second_token),
-    Metric(key="tpot", label="TPOT", unit="ms", per="request", rows="ok_exact", live=True,
-           higher_is_better=False, doc="(c_m - c_1) / (N - k_1)", formula=_attr("tpot"),
-           headline=(50.0, 90.0), cdf=True),
-    Metric(key="itl", label="ITL (per token)", unit="ms", per="token", rows="ok_exact",
-           live=True, higher_is_better=False,
-           doc="each gap c_j - c_(j-1) as k_j samples of gap / k_j", headline=(99.0,), cdf=True),
-    Metric(key="chunk_gap", label="chunk gap", unit="ms", per="chunk", rows="ok", live=True,
-           higher_is_better=False, doc="each c_j - c_(j-1) once"),
-    Metric(key="e2e", label="E2E", unit="ms", per="request", rows="ok", live=True,
-           higher_is_better=False, doc="e - s", formula=_attr("e2e"), headline=(90.0,),
-           cdf=True),
-    Metric(key="e2e_intended", label="E2E from intended", unit="ms", per="request", rows="ok",
-           live=False, higher_is_better=False, doc="e - S", formula=_attr("e2e_intended")),
-    Metric(key="e2e_per_token", label="E2E per output token", unit="ms", per="request",
-           rows="ok", live=False, higher_is_better=False,
-           doc="(e - s0) / N, connect inside (AgentX North Star = 1 / its P90; linear "
-           "percentiles)",
-           formula=e2e_per_token, percentile_method="linear"),
-    Metric(key="agentx_itl", label="AgentX ITL (per request)", unit="ms", per="request",
-           rows="ok", live=False, higher_is_better=False,
-           doc="(E2E - TTFT) / (N - 1) (AgentX interactivity = 1 / its P90; linear percentiles)",
-           formula=agentx_itl, headline=(90.0,), percentile_method="linear"),
-    Metric(key="schedule_lag", label="schedule lag", unit="ms", per="request", rows="all",
-           live=True, higher_is_better=False, doc="s0 - S", formula=_attr("schedule_lag"),
-           headline=(99.0,)),
-    Metric(key="connect", label="connect (new connections)", unit="ms", per="request",
-           rows="all", live=False, higher_is_better=False,
-           doc="s - s0 where a new connection was opened", formula=_attr("connect")),
+    Metric(
+        key="ttft",
+        label="TTFT",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=True,
+        higher_is_better=False,
+        doc="f - s",
+        formula=_attr("ttft"),
+        headline=(50.0, 90.0, 99.0),
+        cdf=True,
+        compared=(90.0, 50.0),
+    ),
+    Metric(
+        key="ttft_intended",
+        label="TTFT from intended",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=False,
+        higher_is_better=False,
+        doc="f - S",
+        formula=_attr("ttft_intended"),
+    ),
+    Metric(
+        key="ttst",
+        label="time to second token",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=False,
+        higher_is_better=False,
+        doc="send to the arrival of the second output token",
+        formula=time_to_second_token,
+    ),
+    Metric(
+        key="tpot",
+        label="TPOT",
+        unit="ms",
+        per="request",
+        rows="ok_exact",
+        live=True,
+        higher_is_better=False,
+        doc="(c_m - c_1) / (N - k_1)",
+        formula=_attr("tpot"),
+        headline=(50.0, 90.0),
+        cdf=True,
+    ),
+    Metric(
+        key="itl",
+        label="ITL (per token)",
+        unit="ms",
+        per="token",
+        rows="ok_exact",
+        live=True,
+        higher_is_better=False,
+        doc="each gap c_j - c_(j-1) as k_j samples of gap / k_j",
+        headline=(99.0,),
+        cdf=True,
+    ),
+    Metric(
+        key="chunk_gap",
+        label="chunk gap",
+        unit="ms",
+        per="chunk",
+        rows="ok",
+        live=True,
+        higher_is_better=False,
+        doc="each c_j - c_(j-1) once",
+    ),
+    Metric(
+        key="e2e",
+        label="E2E",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=True,
+        higher_is_better=False,
+        doc="e - s",
+        formula=_attr("e2e"),
+        headline=(90.0,),
+        cdf=True,
+    ),
+    Metric(
+        key="e2e_intended",
+        label="E2E from intended",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=False,
+        higher_is_better=False,
+        doc="e - S",
+        formula=_attr("e2e_intended"),
+    ),
+    Metric(
+        key="e2e_per_token",
+        label="E2E per output token",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=False,
+        higher_is_better=False,
+        doc="(e - s0) / N, connect inside (AgentX North Star = 1 / its P90; linear percentiles)",
+        formula=e2e_per_token,
+        percentile_method="linear",
+    ),
+    Metric(
+        key="agentx_itl",
+        label="AgentX ITL (per request)",
+        unit="ms",
+        per="request",
+        rows="ok",
+        live=False,
+        higher_is_better=False,
+        doc="(E2E - TTFT) / (N - 1) (AgentX interactivity = 1 / its P90; linear percentiles)",
+        formula=agentx_itl,
+        headline=(90.0,),
+        percentile_method="linear",
+    ),
+    Metric(
+        key="schedule_lag",
+        label="schedule lag",
+        unit="ms",
+        per="request",
+        rows="all",
+        live=True,
+        higher_is_better=False,
+        doc="s0 - S",
+        formula=_attr("schedule_lag"),
+        headline=(99.0,),
+    ),
+    Metric(
+        key="connect",
+        label="connect (new connections)",
+        unit="ms",
+        per="request",
+        rows="all",
+        live=False,
+        higher_is_better=False,
+        doc="s - s0 where a new connection was opened",
+        formula=_attr("connect"),
+    ),
 )
 """Every latency-table statistic, in the report's order."""
 
@@ -199,19 +311,46 @@ class Speed:
 
 
 SPEEDS: tuple[Speed, ...] = (
-    Speed(key="p90_tps", label="P90 TPS", source="tpot", percentile=90.0,
-          doc="speed 90% of requests reach or beat: 1 / P90 of TPOT", compared=True, arms=True,
-          test_label="P90 TPS (= 1 / P90 TPOT)", axis_label="per-user P90 TPS (tok/s)"),
-    Speed(key="median_tps", label="median TPS", source="tpot", percentile=50.0,
-          doc="1 / P50 of TPOT", compared=True, arms=True, test_label="median TPS (= 1 / median TPOT)"),
-    Speed(key="north_star", label="North Star", source="e2e_per_token", percentile=90.0,
-          doc="InferenceX AgentX North Star: 1 / P90 of E2E per output token, from the send "
-          "(linear percentile)", arms=True, test_label="North Star",
-          axis_label="North Star: 1 / P90 E2E per output token (tok/s/user)"),
-    Speed(key="agentx_interactivity", label="AgentX interactivity", source="agentx_itl",
-          percentile=90.0,
-          doc="InferenceX AgentX: 1 / P90 of (E2E - TTFT) / (N - 1) (linear percentile)",
-          axis_label="AgentX interactivity: 1 / P90 (E2E - TTFT) / (N - 1) (tok/s/user)"),
+    Speed(
+        key="p90_tps",
+        label="P90 TPS",
+        source="tpot",
+        percentile=90.0,
+        doc="speed 90% of requests reach or beat: 1 / P90 of TPOT",
+        compared=True,
+        arms=True,
+        test_label="P90 TPS (= 1 / P90 TPOT)",
+        axis_label="per-user P90 TPS (tok/s)",
+    ),
+    Speed(
+        key="median_tps",
+        label="median TPS",
+        source="tpot",
+        percentile=50.0,
+        doc="1 / P50 of TPOT",
+        compared=True,
+        arms=True,
+        test_label="median TPS (= 1 / median TPOT)",
+    ),
+    Speed(
+        key="north_star",
+        label="North Star",
+        source="e2e_per_token",
+        percentile=90.0,
+        doc="InferenceX AgentX North Star: 1 / P90 of E2E per output token, from the send "
+        "(linear percentile)",
+        arms=True,
+        test_label="North Star",
+        axis_label="North Star: 1 / P90 E2E per output token (tok/s/user)",
+    ),
+    Speed(
+        key="agentx_interactivity",
+        label="AgentX interactivity",
+        source="agentx_itl",
+        percentile=90.0,
+        doc="InferenceX AgentX: 1 / P90 of (E2E - TTFT) / (N - 1) (linear percentile)",
+        axis_label="AgentX interactivity: 1 / P90 (E2E - TTFT) / (N - 1) (tok/s/user)",
+    ),
 )
 """The speeds, in the report's order."""
 AGENTX_HEADLINE = ("north_star", "agentx_interactivity", "p90_tps")
@@ -227,8 +366,10 @@ def speed_at(s: Summary, p: float) -> float | None:
 
 def speeds(latency: dict[str, Summary]) -> dict[str, float | None]:
     """Every entry of ``SPEEDS`` from a run's latency summaries."""
-    return {sp.key: speed_at(latency[sp.source], sp.percentile) if sp.source in latency else None
-            for sp in SPEEDS}
+    return {
+        sp.key: speed_at(latency[sp.source], sp.percentile) if sp.source in latency else None
+        for sp in SPEEDS
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,14 +387,31 @@ class Stat:
 
 
 def _compared_stats() -> tuple[Stat, ...]:
-    out = [Stat(key=sp.key, label=sp.test_label or sp.label, source=sp.source,
-                percentile=sp.percentile, higher_is_better=True, reciprocal=True)
-           for sp in SPEEDS if sp.compared]
+    out = [
+        Stat(
+            key=sp.key,
+            label=sp.test_label or sp.label,
+            source=sp.source,
+            percentile=sp.percentile,
+            higher_is_better=True,
+            reciprocal=True,
+        )
+        for sp in SPEEDS
+        if sp.compared
+    ]
     for m in METRICS:
         for p in m.compared:
             name = "median" if p == 50 else f"P{p:g}"
-            out.append(Stat(key=f"{m.key}_p{p:g}", label=f"{name} {m.label}", source=m.key,
-                            percentile=p, higher_is_better=m.higher_is_better, reciprocal=False))
+            out.append(
+                Stat(
+                    key=f"{m.key}_p{p:g}",
+                    label=f"{name} {m.label}",
+                    source=m.key,
+                    percentile=p,
+                    higher_is_better=m.higher_is_better,
+                    reciprocal=False,
+                )
+            )
     return tuple(out)
 
 
@@ -275,6 +433,7 @@ def headline_figures(latency: dict[str, Summary]) -> dict[str, float | None]:
 
 
 # ---- run-level figures: one number per run
+
 
 @dataclass(frozen=True, slots=True)
 class RunInputs:
@@ -323,6 +482,7 @@ def _rate(tokens: Callable[[Any], int]) -> Callable[[RunInputs], float | None]:
     def f(x: RunInputs) -> float | None:
         s = _secs(x)
         return tokens(x.stats) / s if s else None
+
     return f
 
 
@@ -330,16 +490,19 @@ def _per_gpu(rate: Callable[[RunInputs], float | None]) -> Callable[[RunInputs],
     def f(x: RunInputs) -> float | None:
         v = rate(x)
         return None if v is None else v / x.gpus
+
     return f
 
 
 def _usd_per_m(rate: Callable[[RunInputs], float | None]) -> Callable[[RunInputs], float | None]:
     """USD per million tokens: the deployment's USD per hour / tokens per hour x 1e6."""
+
     def f(x: RunInputs) -> float | None:
         v = rate(x)
         if x.usd_per_gpu_hour is None or not v:
             return None
         return x.usd_per_gpu_hour * x.gpus / (v * 3600) * 1e6
+
     return f
 
 
@@ -354,14 +517,16 @@ def agentx_tokens_per_gpu(x: RunInputs) -> float | None:
     """InferenceX AgentX total tokens per GPU (``total_tokens_per_s_per_gpu``) over the ok
     requests' first send to last end."""
     first, last = x.stats.extra.get("send_window_ns") or (0.0, 0.0)
-    return total_tokens_per_s_per_gpu(x.stats.tokens["input"], x.stats.tokens["output"],
-                                      first, last, x.gpus)
+    return total_tokens_per_s_per_gpu(
+        x.stats.tokens["input"], x.stats.tokens["output"], first, last, x.gpus
+    )
 
 
 def _goodput(name: str) -> Callable[[RunInputs], float | None]:
     def f(x: RunInputs) -> float | None:
         v = (x.stats.goodput or {}).get(name)
         return None if v is None else float(v)
+
     return f
 
 
@@ -369,6 +534,7 @@ def _gpu(name: str) -> Callable[[RunInputs], float | None]:
     def f(x: RunInputs) -> float | None:
         v = (x.gpu or {}).get(name)
         return None if v is None else float(v)
+
     return f
 
 
@@ -376,48 +542,167 @@ _output = _rate(lambda st: st.tokens["output"])
 _total = _rate(lambda st: st.tokens["output"] + st.tokens["input"])
 
 RUN_FIGURES: tuple[Figure, ...] = (
-    Figure("requests_ok", "requests ok", "requests", True, "successful non-warm-up requests",
-           lambda x: x.stats.requests["ok"]),
-    Figure("requests_failed", "requests failed", "requests", False,
-           "failed non-warm-up requests", lambda x: x.stats.requests["failed"]),
-    Figure("duration_s", "duration", "s", False,
-           "first intended send to last byte of the counted requests", _secs),
-    Figure("output_tps", "output tok/s", "tok/s", True,
-           "output tokens / duration", _output, compare=True, tested=True),
-    Figure("total_tps", "total tok/s", "tok/s", True,
-           "(input + output tokens) / duration", _total),
-    Figure("output_tps_per_gpu", "output tok/s per GPU", "tok/s/GPU", True,
-           "output tok/s / GPUs", _per_gpu(_output), axis="y"),
-    Figure("total_tps_per_gpu", "total tok/s per GPU", "tok/s/GPU", True,
-           "total tok/s / GPUs", _per_gpu(_total), axis="y"),
-    Figure("usd_per_m_output", "USD per M output tokens", "USD", False,
-           "USD per GPU-hour x GPUs / output tokens per hour x 1e6", _usd_per_m(_output), needs="price"),
-    Figure("usd_per_m_total", "USD per M tokens", "USD", False,
-           "USD per GPU-hour x GPUs / total tokens per hour x 1e6", _usd_per_m(_total), needs="price"),
-    Figure("revenue_per_gpu_hour", "revenue per GPU-hour", "USD", True,
-           "at the given prices (``analysis.runstats.economics``)",
-           lambda x: (x.stats.economics or {}).get("usd_per_gpu_hour"), needs="prices"),
-    Figure("energy_j", "GPU energy", "J", False, "GPU energy over the measured window",
-           _gpu("energy_j"), needs="gpu"),
-    Figure("mean_power_w", "mean GPU power", "W", False, "energy / window", _gpu("mean_power_w"), needs="gpu"),
-    Figure("j_per_output_token", "energy per output token", "J/token", False,
-           "GPU energy / output tokens", _gpu("j_per_output_token"), axis="y2",
-           axis_label="J per output token", needs="gpu"),
-    Figure("j_per_request", "energy per request", "J", False, "GPU energy / ok requests",
-           _gpu("j_per_request"), needs="gpu"),
-    Figure("output_tokens_per_s_per_kw", "output tok/s per kW", "tok/s/kW", True,
-           "output tok/s / mean power", _gpu("output_tokens_per_s_per_kw"), needs="gpu"),
-    Figure("failure_rate", "failure rate", "fraction", False,
-           "failed / (ok + failed) non-warm-up requests", failure_rate),
-    Figure("goodput_rps", "goodput", "req/s", True,
-           "requests meeting every per-request objective / duration (needs an SLO)",
-           _goodput("requests_per_s"), needs="slo"),
-    Figure("goodput_fraction", "goodput fraction", "fraction", True,
-           "requests meeting every per-request objective / attempted (needs an SLO)",
-           _goodput("fraction"), needs="slo"),
-    Figure("agentx_tps_per_gpu", "AgentX total tok/s per GPU", "tok/s/GPU", True,
-           "(input + output tokens) / (last end - first send) / GPUs (InferenceX AgentX)",
-           agentx_tokens_per_gpu),
+    Figure(
+        "requests_ok",
+        "requests ok",
+        "requests",
+        True,
+        "successful non-warm-up requests",
+        lambda x: x.stats.requests["ok"],
+    ),
+    Figure(
+        "requests_failed",
+        "requests failed",
+        "requests",
+        False,
+        "failed non-warm-up requests",
+        lambda x: x.stats.requests["failed"],
+    ),
+    Figure(
+        "duration_s",
+        "duration",
+        "s",
+        False,
+        "first intended send to last byte of the counted requests",
+        _secs,
+    ),
+    Figure(
+        "output_tps",
+        "output tok/s",
+        "tok/s",
+        True,
+        "output tokens / duration",
+        _output,
+        compare=True,
+        tested=True,
+    ),
+    Figure("total_tps", "total tok/s", "tok/s", True, "(input + output tokens) / duration", _total),
+    Figure(
+        "output_tps_per_gpu",
+        "output tok/s per GPU",
+        "tok/s/GPU",
+        True,
+        "output tok/s / GPUs",
+        _per_gpu(_output),
+        axis="y",
+    ),
+    Figure(
+        "total_tps_per_gpu",
+        "total tok/s per GPU",
+        "tok/s/GPU",
+        True,
+        "total tok/s / GPUs",
+        _per_gpu(_total),
+        axis="y",
+    ),
+    Figure(
+        "usd_per_m_output",
+        "USD per M output tokens",
+        "USD",
+        False,
+        "USD per GPU-hour x GPUs / output tokens per hour x 1e6",
+        _usd_per_m(_output),
+        needs="price",
+    ),
+    Figure(
+        "usd_per_m_total",
+        "USD per M tokens",
+        "USD",
+        False,
+        "USD per GPU-hour x GPUs / total tokens per hour x 1e6",
+        _usd_per_m(_total),
+        needs="price",
+    ),
+    Figure(
+        "revenue_per_gpu_hour",
+        "revenue per GPU-hour",
+        "USD",
+        True,
+        "at the given prices (``analysis.runstats.economics``)",
+        lambda x: (x.stats.economics or {}).get("usd_per_gpu_hour"),
+        needs="prices",
+    ),
+    Figure(
+        "energy_j",
+        "GPU energy",
+        "J",
+        False,
+        "GPU energy over the measured window",
+        _gpu("energy_j"),
+        needs="gpu",
+    ),
+    Figure(
+        "mean_power_w",
+        "mean GPU power",
+        "W",
+        False,
+        "energy / window",
+        _gpu("mean_power_w"),
+        needs="gpu",
+    ),
+    Figure(
+        "j_per_output_token",
+        "energy per output token",
+        "J/token",
+        False,
+        "GPU energy / output tokens",
+        _gpu("j_per_output_token"),
+        axis="y2",
+        axis_label="J per output token",
+        needs="gpu",
+    ),
+    Figure(
+        "j_per_request",
+        "energy per request",
+        "J",
+        False,
+        "GPU energy / ok requests",
+        _gpu("j_per_request"),
+        needs="gpu",
+    ),
+    Figure(
+        "output_tokens_per_s_per_kw",
+        "output tok/s per kW",
+        "tok/s/kW",
+        True,
+        "output tok/s / mean power",
+        _gpu("output_tokens_per_s_per_kw"),
+        needs="gpu",
+    ),
+    Figure(
+        "failure_rate",
+        "failure rate",
+        "fraction",
+        False,
+        "failed / (ok + failed) non-warm-up requests",
+        failure_rate,
+    ),
+    Figure(
+        "goodput_rps",
+        "goodput",
+        "req/s",
+        True,
+        "requests meeting every per-request objective / duration (needs an SLO)",
+        _goodput("requests_per_s"),
+        needs="slo",
+    ),
+    Figure(
+        "goodput_fraction",
+        "goodput fraction",
+        "fraction",
+        True,
+        "requests meeting every per-request objective / attempted (needs an SLO)",
+        _goodput("fraction"),
+        needs="slo",
+    ),
+    Figure(
+        "agentx_tps_per_gpu",
+        "AgentX total tok/s per GPU",
+        "tok/s/GPU",
+        True,
+        "(input + output tokens) / (last end - first send) / GPUs (InferenceX AgentX)",
+        agentx_tokens_per_gpu,
+    ),
 )
 """Every run-level figure computed from a run's statistics, in the index's order."""
 
@@ -427,17 +712,35 @@ reciprocal, so it is tested once, as P90 TPS)."""
 
 
 def _figures() -> tuple[Figure, ...]:
-    out = [Figure(sp.key, sp.label, "tok/s", True, sp.doc,
-                  axis="x" if sp.axis_label else None, axis_label=sp.axis_label,
-                  compare=sp.arms, tested=sp.arms,
-                  test_label=sp.test_label or (sp.label if sp.arms else None))
-           for sp in SPEEDS]
+    out = [
+        Figure(
+            sp.key,
+            sp.label,
+            "tok/s",
+            True,
+            sp.doc,
+            axis="x" if sp.axis_label else None,
+            axis_label=sp.axis_label,
+            compare=sp.arms,
+            tested=sp.arms,
+            test_label=sp.test_label or (sp.label if sp.arms else None),
+        )
+        for sp in SPEEDS
+    ]
     for m in METRICS:
         for p in m.headline:
             key = f"{m.key}_p{p:g}_ms"
-            out.append(Figure(key, f"{m.label} P{p:g}", "ms", m.higher_is_better,
-                              f"P{p:g} of {m.label}", compare=key in _COMPARED_PERCENTILES,
-                              tested=_COMPARED_PERCENTILES.get(key, False)))
+            out.append(
+                Figure(
+                    key,
+                    f"{m.label} P{p:g}",
+                    "ms",
+                    m.higher_is_better,
+                    f"P{p:g} of {m.label}",
+                    compare=key in _COMPARED_PERCENTILES,
+                    tested=_COMPARED_PERCENTILES.get(key, False),
+                )
+            )
     return (*out, *RUN_FIGURES)
 
 

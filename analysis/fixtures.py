@@ -24,9 +24,18 @@ import pyarrow.parquet as pq
 from agent_replay.results_schema import REQUEST_SCHEMA, RESULTS_SCHEMA_VERSION
 
 _DEFAULTS: dict[str, Any] = {
-    "session_id": "s0", "request_index": 0, "parent_index": -1, "clone": 0, "worker": 0,
-    "request_id": "", "api": "completions", "warmup": False, "intended_ns": 0,
-    "expected_input_tokens": 0, "expected_output_tokens": 0, "status": "ok",
+    "session_id": "s0",
+    "request_index": 0,
+    "parent_index": -1,
+    "clone": 0,
+    "worker": 0,
+    "request_id": "",
+    "api": "completions",
+    "warmup": False,
+    "intended_ns": 0,
+    "expected_input_tokens": 0,
+    "expected_output_tokens": 0,
+    "status": "ok",
 }
 
 
@@ -49,12 +58,21 @@ def _list_array(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, typ))
 
 
-def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows: int = 65_536,
-                      requests_per_session: int = 20, rate_per_s: float = 50.0,
-                      median_output_tokens: float = 100.0, tokens_per_chunk: Sequence[float] = (
-                          0.4, 0.3, 0.2, 0.1), failed_fraction: float = 0.002,
-                      warmup_fraction: float = 0.0, ttft_median_ms: float = 300.0,
-                      tpot_median_ms: float = 20.0) -> Iterator[pa.RecordBatch]:
+def synthetic_batches(
+    n: int,
+    seed: int,
+    tpot_scale: float = 1.0,
+    *,
+    batch_rows: int = 65_536,
+    requests_per_session: int = 20,
+    rate_per_s: float = 50.0,
+    median_output_tokens: float = 100.0,
+    tokens_per_chunk: Sequence[float] = (0.4, 0.3, 0.2, 0.1),
+    failed_fraction: float = 0.002,
+    warmup_fraction: float = 0.0,
+    ttft_median_ms: float = 300.0,
+    tpot_median_ms: float = 20.0,
+) -> Iterator[pa.RecordBatch]:
     """``n`` synthetic result rows in record batches of ``batch_rows`` (seeded, vectorized).
 
     ``tokens_per_chunk[i]`` is the probability that a chunk carries i + 1 tokens (speculative
@@ -123,8 +141,10 @@ def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows:
             "end_ns": pa.array(end, mask=failed),
             "chunk_ns": pc.if_else(null_lists, pa.scalar(None, c_list.type), c_list),
             "chunk_tokens": pc.if_else(null_lists, pa.scalar(None, k_list.type), k_list),
-            "parent_end_ns": pa.array(np.where(req_index > 0, intended - np.nan_to_num(think), 0)
-                                      .astype(np.int64), mask=req_index == 0),
+            "parent_end_ns": pa.array(
+                np.where(req_index > 0, intended - np.nan_to_num(think), 0).astype(np.int64),
+                mask=req_index == 0,
+            ),
             "think_ns": pa.array(np.nan_to_num(think).astype(np.int64), mask=req_index == 0),
             "expected_input_tokens": pa.array(prompt.astype(np.int32)),
             "expected_output_tokens": pa.array(n_out.astype(np.int32)),
@@ -134,10 +154,12 @@ def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows:
             "implied_cached_tokens": pa.array(implied.astype(np.int32)),
             "status": pa.array(status, pa.string()),
             "error_kind": pa.array(error_kind, pa.string()),
-            "http_status": pa.array(np.where(error_kind == "http", 503, 0).astype(np.int32),
-                                    mask=error_kind != "http"),
-            "error": pa.array(["synthetic failure" if x else None for x in failed.tolist()],
-                              pa.string()),
+            "http_status": pa.array(
+                np.where(error_kind == "http", 503, 0).astype(np.int32), mask=error_kind != "http"
+            ),
+            "error": pa.array(
+                ["synthetic failure" if x else None for x in failed.tolist()], pa.string()
+            ),
             "agent_id": pa.nulls(b, pa.string()),
             "depends_on": pa.nulls(b, pa.list_(pa.int32())),
         }
@@ -146,14 +168,20 @@ def synthetic_batches(n: int, seed: int, tpot_scale: float = 1.0, *, batch_rows:
 
 def synthetic_results(n: int, seed: int, tpot_scale: float = 1.0, **kwargs: Any) -> pa.Table:
     """``n`` synthetic result rows as one table (see ``synthetic_batches``)."""
-    return pa.Table.from_batches(list(synthetic_batches(n, seed, tpot_scale, **kwargs)),
-                                 schema=REQUEST_SCHEMA)
+    return pa.Table.from_batches(
+        list(synthetic_batches(n, seed, tpot_scale, **kwargs)), schema=REQUEST_SCHEMA
+    )
 
 
-def write_results(results_dir: str | os.PathLike[str], data: pa.Table | Iterator[pa.RecordBatch],
-                  run_meta: Mapping[str, Any] | None = None, *,
-                  server_metrics: pa.Table | None = None, part_rows: int | None = None,
-                  **parquet_options: Any) -> Path:
+def write_results(
+    results_dir: str | os.PathLike[str],
+    data: pa.Table | Iterator[pa.RecordBatch],
+    run_meta: Mapping[str, Any] | None = None,
+    *,
+    server_metrics: pa.Table | None = None,
+    part_rows: int | None = None,
+    **parquet_options: Any,
+) -> Path:
     """Lay ``data`` out as a results folder: run.json + requests/part-*.parquet (one part per
     record batch of an iterator, one part for a table; with ``part_rows``, parts of that many
     rows, as a replay writes them). ``parquet_options`` go to ``pq.write_table``

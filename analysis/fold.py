@@ -30,8 +30,15 @@ def _cuts(offsets: np.ndarray, block: int) -> np.ndarray:
     return np.unique(np.concatenate(([0], np.clip(cuts, 1, n), [n])))
 
 
-def fold_chunks(c: Lists, k: Lists, rows: np.ndarray | None, itl: Hist, gap: Hist,
-                block: int = FOLD_BLOCK, exact: np.ndarray | None = None) -> np.ndarray:
+def fold_chunks(
+    c: Lists,
+    k: Lists,
+    rows: np.ndarray | None,
+    itl: Hist,
+    gap: Hist,
+    block: int = FOLD_BLOCK,
+    exact: np.ndarray | None = None,
+) -> np.ndarray:
     """Record the ITL and chunk-gap samples of the rows selected by the boolean ``rows``
     (None: every row) into ``itl`` and ``gap``; return the tokens-per-chunk counts of those
     rows (``out[k]`` = chunks carrying k tokens).
@@ -100,8 +107,14 @@ def _chunk_counts(kt: np.ndarray) -> np.ndarray:
     return np.bincount(kt)
 
 
-def _record_gaps(cv: np.ndarray, kv: np.ndarray, keep: np.ndarray, keep_itl: np.ndarray | None,
-                 itl: Hist, gap: Hist) -> None:
+def _record_gaps(
+    cv: np.ndarray,
+    kv: np.ndarray,
+    keep: np.ndarray,
+    keep_itl: np.ndarray | None,
+    itl: Hist,
+    gap: Hist,
+) -> None:
     """The chunk gaps ending at ``keep`` into ``gap``, and their ITL samples (each gap over
     its chunk's tokens) into ``itl``, only those ending at ``keep_itl`` when given."""
     d = np.subtract(cv[1:], cv[:-1])

@@ -44,6 +44,8 @@ def axis_kind(meta: dict[str, Any]) -> str:
     if isinstance(kind, str):
         return kind
     return "closed" if meta.get("axis") in CLOSED_AXES else OFFERED
+
+
 ENERGY = next(f.key for f in FIGURES if f.axis == "y2")
 """The second y-axis of the frontier (``j_per_output_token``, from the GPU telemetry)."""
 
@@ -59,7 +61,11 @@ class Point:
     on_frontier: dict[str, bool] = field(default_factory=dict)
 
     def mean(self, key: str) -> float | None:
-        return self.ci[key].estimate if key in self.ci else mean_ci([r.get(key) for r in self.runs]).estimate
+        return (
+            self.ci[key].estimate
+            if key in self.ci
+            else mean_ci([r.get(key) for r in self.runs]).estimate
+        )
 
     def unsteady(self) -> list[int]:
         """Repeats whose warm-up never became steady (``warmup_steady`` false)."""
@@ -70,9 +76,21 @@ class Point:
         return [int(r["repeat"]) for r in self.runs if too_few(r, key)]
 
 
-SUMMARY_KEYS = ("p90_tps", "median_tps", "north_star", "agentx_interactivity", "ttft_p99_ms", "tpot_p90_ms",
-                "output_tps_per_gpu", "total_tps_per_gpu", "usd_per_m_output", "usd_per_m_total",
-                "revenue_per_gpu_hour", ENERGY, "output_tokens_per_s_per_kw")
+SUMMARY_KEYS = (
+    "p90_tps",
+    "median_tps",
+    "north_star",
+    "agentx_interactivity",
+    "ttft_p99_ms",
+    "tpot_p90_ms",
+    "output_tps_per_gpu",
+    "total_tps_per_gpu",
+    "usd_per_m_output",
+    "usd_per_m_total",
+    "revenue_per_gpu_hour",
+    ENERGY,
+    "output_tokens_per_s_per_kw",
+)
 
 
 def read_sweep(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -106,8 +124,9 @@ def pareto_mask(xy: Sequence[tuple[float, float]]) -> list[bool]:
     both coordinates higher-is-better."""
     out = []
     for i, (x, y) in enumerate(xy):
-        dominated = any((x2 >= x and y2 >= y and (x2 > x or y2 > y))
-                        for j, (x2, y2) in enumerate(xy) if j != i)
+        dominated = any(
+            (x2 >= x and y2 >= y and (x2 > x or y2 > y)) for j, (x2, y2) in enumerate(xy) if j != i
+        )
         out.append(not dominated)
     return out
 
@@ -158,68 +177,119 @@ def warmup_line(pts: Sequence[Point]) -> str | None:
     total = sum(len(p.runs) for p in pts)
     if not bad:
         return None
-    return (f"Warm-up not reached: {len(bad)} of {total} runs never had two bursts with median "
-            f"TPOT within the tolerance ({', '.join(bad)}); their figures may include the "
-            "server's warm-up (flagged per run below; hollow triangles in the plots).")
+    return (
+        f"Warm-up not reached: {len(bad)} of {total} runs never had two bursts with median "
+        f"TPOT within the tolerance ({', '.join(bad)}); their figures may include the "
+        "server's warm-up (flagged per run below; hollow triangles in the plots)."
+    )
 
 
-FEW_NOTE = (f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
-            f"{min_count_for(90)}, P99 >= {min_count_for(99)}): at that count the P99 is the "
-            "run's maximum or next to it.")
+FEW_NOTE = (
+    f"{FEW} a run's percentile over fewer samples than it needs (P90 >= "
+    f"{min_count_for(90)}, P99 >= {min_count_for(99)}): at that count the P99 is the "
+    "run's maximum or next to it."
+)
 
 
 def _frontier_cell(p: Point, x: str, y: str) -> str:
     """The frontier column: which frontiers the point is on, starred."""
-    fr = [label for key, label in ((f"{x}:{y}", "P90 TPS"), (f"north_star:{y}", "North Star"))
-          if p.on_frontier.get(key)]
+    fr = [
+        label
+        for key, label in ((f"{x}:{y}", "P90 TPS"), (f"north_star:{y}", "North Star"))
+        if p.on_frontier.get(key)
+    ]
     return "* " + ", ".join(fr) if fr else ""
 
 
 def _flags(p: Point) -> str:
     """The failed / flagged column: failed runs with their reasons, then flagged runs."""
-    return "; ".join([f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
-                     + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
-                     + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")]
-                     + [f"r{r} warm-up not steady" for r in p.unsteady()])
+    return "; ".join(
+        [f"r{r['repeat']} {r['status']}: {r.get('reason')}" for r in p.failed]
+        + [f"r{r['repeat']} host contention" for r in p.runs if r.get("machine_contention")]
+        + [f"r{r['repeat']} cold start" for r in p.runs if r.get("cold_start")]
+        + [f"r{r} warm-up not steady" for r in p.unsteady()]
+    )
 
 
 def _table_row(p: Point, x: str, y: str, energy: bool) -> str:
     energy_cell = [_ci(p.ci[ENERGY], 3)] if energy else []
-    return "| " + " | ".join([
-        p.sweep, p.target, f"{p.point:g}", str(len(p.runs)), _cell(p, "p90_tps"),
-        _cell(p, "north_star"), _ci(p.ci["output_tps_per_gpu"], 0),
-        _ci(p.ci["total_tps_per_gpu"], 0), _cell(p, "ttft_p99_ms"),
-        _ci(p.ci["usd_per_m_output"], 3), _ci(p.ci["revenue_per_gpu_hour"], 2),
-        *energy_cell, _frontier_cell(p, x, y), _flags(p)]) + " |"
+    return (
+        "| "
+        + " | ".join(
+            [
+                p.sweep,
+                p.target,
+                f"{p.point:g}",
+                str(len(p.runs)),
+                _cell(p, "p90_tps"),
+                _cell(p, "north_star"),
+                _ci(p.ci["output_tps_per_gpu"], 0),
+                _ci(p.ci["total_tps_per_gpu"], 0),
+                _cell(p, "ttft_p99_ms"),
+                _ci(p.ci["usd_per_m_output"], 3),
+                _ci(p.ci["revenue_per_gpu_hour"], 2),
+                *energy_cell,
+                _frontier_cell(p, x, y),
+                _flags(p),
+            ]
+        )
+        + " |"
+    )
 
 
-ENERGY_NOTE = (" J/output token: GPU energy over the measured window (every sampled GPU) "
-               "per output token; '-' for runs without GPU telemetry.")
-OFFERED_NOTE = (" Throughput here is what the offered load drew over a fixed run length: "
-                "with think times the server idles between turns, and a slower target "
-                "finishes fewer turns in the same time; it is not the server's capacity "
-                "(agent-replay sweep --find-capacity).")
+ENERGY_NOTE = (
+    " J/output token: GPU energy over the measured window (every sampled GPU) "
+    "per output token; '-' for runs without GPU telemetry."
+)
+OFFERED_NOTE = (
+    " Throughput here is what the offered load drew over a fixed run length: "
+    "with think times the server idles between turns, and a slower target "
+    "finishes fewer turns in the same time; it is not the server's capacity "
+    "(agent-replay sweep --find-capacity)."
+)
 
 
-def to_markdown(pts: Sequence[Point], axis: str, x: str = "p90_tps", y: str = "output_tps_per_gpu",
-                kind: str | None = None) -> str:
+def to_markdown(
+    pts: Sequence[Point],
+    axis: str,
+    x: str = "p90_tps",
+    y: str = "output_tps_per_gpu",
+    kind: str | None = None,
+) -> str:
     """The frontier table: one row per (target, point), means with 95% intervals over the
     replicate runs, the frontier marked (*), failed runs with their reasons."""
     mark_frontier(pts, x, y)
     mark_frontier(pts, "north_star", y)
     energy = has_energy(pts)
     offered = (kind or axis_kind({"axis": axis})) == OFFERED
-    head = ["sweep", "target", axis, "runs", "P90 TPS", "North Star", "output tok/s/GPU",
-            "total tok/s/GPU", "TTFT p99 ms", "$/M output", "revenue $/GPU-h",
-            *(["J/output token"] if energy else []), "frontier", "failed / flagged"]
+    head = [
+        "sweep",
+        "target",
+        axis,
+        "runs",
+        "P90 TPS",
+        "North Star",
+        "output tok/s/GPU",
+        "total tok/s/GPU",
+        "TTFT p99 ms",
+        "$/M output",
+        "revenue $/GPU-h",
+        *(["J/output token"] if energy else []),
+        "frontier",
+        "failed / flagged",
+    ]
     lines = [w + "\n" for w in [warmup_line(pts)] if w]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [_table_row(p, x, y, energy) for p in pts]
     lines.append("")
-    lines.append("Geometric means over replicate runs with 95% Student-t intervals on the log "
-                 "scale [low, high]; the frontier column marks a point no other point of the "
-                 "same target beats on both per-user speed and throughput per GPU (means). "
-                 + FEW_NOTE + (ENERGY_NOTE if energy else "") + (OFFERED_NOTE if offered else ""))
+    lines.append(
+        "Geometric means over replicate runs with 95% Student-t intervals on the log "
+        "scale [low, high]; the frontier column marks a point no other point of the "
+        "same target beats on both per-user speed and throughput per GPU (means). "
+        + FEW_NOTE
+        + (ENERGY_NOTE if energy else "")
+        + (OFFERED_NOTE if offered else "")
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -229,7 +299,9 @@ def has_energy(pts: Sequence[Point]) -> bool:
 
 
 PAIRED: tuple[tuple[str, bool], ...] = tuple(
-    (k, FIGURES_BY_KEY[k].higher_is_better) for k in ("p90_tps", "output_tps_per_gpu", "ttft_p99_ms"))
+    (k, FIGURES_BY_KEY[k].higher_is_better)
+    for k in ("p90_tps", "output_tps_per_gpu", "ttft_p99_ms")
+)
 """The figures compared between targets at each point, with which way is better (the
 definitions table's ``higher_is_better``)."""
 
@@ -244,23 +316,27 @@ def _targets_in_order(pts: Sequence[Point], order: Sequence[str]) -> list[str]:
     return known + sorted({p.target for p in pts} - set(known), key=earliest)
 
 
-def _paired_tests(a: Point, b: Point, label: str,
-                  metrics: Sequence[tuple[str, bool]]) -> list[tuple[str, Interval, bool]]:
+def _paired_tests(
+    a: Point, b: Point, label: str, metrics: Sequence[tuple[str, bool]]
+) -> list[tuple[str, Interval, bool]]:
     """One ratio interval per metric between two points, their runs paired by repeat."""
     ra = {int(r["repeat"]): r for r in a.runs}
     rb = {int(r["repeat"]): r for r in b.runs}
     reps = sorted(set(ra) | set(rb))
     tests = []
     for m, hib in metrics:
-        ci = ratio_ci([ra[i].get(m) if i in ra else None for i in reps],
-                      [rb[i].get(m) if i in rb else None for i in reps])
+        ci = ratio_ci(
+            [ra[i].get(m) if i in ra else None for i in reps],
+            [rb[i].get(m) if i in rb else None for i in reps],
+        )
         few = FEW if a.few(m) or b.few(m) else ""
         tests.append((f"{label}, {m}{few}", ci, hib))
     return tests
 
 
-def comparisons(pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = PAIRED,
-                order: Sequence[str] = ()) -> list[str]:
+def comparisons(
+    pts: Sequence[Point], metrics: Sequence[tuple[str, bool]] = PAIRED, order: Sequence[str] = ()
+) -> list[str]:
     """Each target against the first (``order``: the experiment's target names; else the
     earliest run) at every shared point: paired by repeat, intervals on the log ratio, one
     test per statistic, Holm-corrected across all of them (the last line says so)."""
@@ -284,8 +360,14 @@ def _holm_verdicts(tests: Sequence[tuple[str, Interval, bool]]) -> list[str]:
     return out + [holm_note(sum(1 for c in adjusted if c.p is not None))]
 
 
-def plot(pts: Sequence[Point], out: str | os.PathLike[str], x: str = "p90_tps",
-         y: str = "output_tps_per_gpu", title: str = "", reference: Any = None) -> Path | None:
+def plot(
+    pts: Sequence[Point],
+    out: str | os.PathLike[str],
+    x: str = "p90_tps",
+    y: str = "output_tps_per_gpu",
+    title: str = "",
+    reference: Any = None,
+) -> Path | None:
     """A PNG: every run as a dot (the run-to-run spread), each target's means joined by a
     line, its frontier points ringed; with GPU telemetry, each target's mean joules per output
     token on a second y-axis (dashed, same colour). None when matplotlib (the plots extra)
@@ -328,8 +410,11 @@ def _pyplot() -> Any:
 
 def _mean_pairs(group: Sequence[Point], x: str, y: str) -> list[tuple[float, float]]:
     """(mean x, mean y) of the points that have both."""
-    return [(float(mx), float(my)) for mx, my in ((p.mean(x), p.mean(y)) for p in group)
-            if mx is not None and my is not None]
+    return [
+        (float(mx), float(my))
+        for mx, my in ((p.mean(x), p.mean(y)) for p in group)
+        if mx is not None and my is not None
+    ]
 
 
 def _draw_target(ax: Any, ax2: Any, group: Sequence[Point], x: str, y: str) -> bool:
@@ -353,12 +438,23 @@ def series_name(p: Point) -> str:
 def _mark_points(ax: Any, group: Sequence[Point], x: str, y: str, color: Any) -> None:
     """A target's frontier points ringed, each point labelled with its load."""
     fr = [p for p in group if p.on_frontier.get(f"{x}:{y}")]
-    ax.scatter([float(p.mean(x) or 0) for p in fr], [float(p.mean(y) or 0) for p in fr], s=80, facecolors="none",
-               edgecolors=color, linewidths=1.5)
+    ax.scatter(
+        [float(p.mean(x) or 0) for p in fr],
+        [float(p.mean(y) or 0) for p in fr],
+        s=80,
+        facecolors="none",
+        edgecolors=color,
+        linewidths=1.5,
+    )
     for p in group:
         if _has_means(p, x, y):
-            ax.annotate(f"{p.point:g}" + (FEW if p.few(x) else ""), (p.mean(x), p.mean(y)), fontsize=7,
-                        textcoords="offset points", xytext=(3, 3))
+            ax.annotate(
+                f"{p.point:g}" + (FEW if p.few(x) else ""),
+                (p.mean(x), p.mean(y)),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
 
 
 def _run_pairs(group: Sequence[Point], x: str, y: str, steady: bool) -> list[tuple[Any, Any]]:
@@ -373,11 +469,19 @@ def _draw_runs(ax: Any, group: Sequence[Point], x: str, y: str, color: Any) -> b
     keep = _run_pairs(group, x, y, steady=True)
     cold = _run_pairs(group, x, y, steady=False)
     if keep:
-        ax.scatter([float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5,
-                   color=color)
+        ax.scatter(
+            [float(a) for a, _ in keep], [float(b) for _, b in keep], s=12, alpha=0.5, color=color
+        )
     if cold:
-        ax.scatter([float(a) for a, _ in cold], [float(b) for _, b in cold], s=28, marker="^",
-                   facecolors="none", edgecolors=color, linewidths=1.0)
+        ax.scatter(
+            [float(a) for a, _ in cold],
+            [float(b) for _, b in cold],
+            s=28,
+            marker="^",
+            facecolors="none",
+            edgecolors=color,
+            linewidths=1.0,
+        )
     return bool(cold)
 
 
@@ -385,12 +489,22 @@ def _draw_energy(ax2: Any, name: str, group: Sequence[Point], x: str, color: Any
     """The target's mean joules per output token on the second y-axis, dashed."""
     energy = _mean_pairs(group, x, ENERGY)
     if energy:
-        ax2.plot([a for a, _ in energy], [b for _, b in energy], "--", marker="x",
-                 markersize=5, linewidth=1, alpha=0.8, color=color,
-                 label=f"{name} J/output token")
+        ax2.plot(
+            [a for a, _ in energy],
+            [b for _, b in energy],
+            "--",
+            marker="x",
+            markersize=5,
+            linewidth=1,
+            alpha=0.8,
+            color=color,
+            label=f"{name} J/output token",
+        )
 
 
-def _draw_reference(ax: Any, pts: Sequence[Point], reference: Any, x: str, y: str) -> tuple[int, bool]:
+def _draw_reference(
+    ax: Any, pts: Sequence[Point], reference: Any, x: str, y: str
+) -> tuple[int, bool]:
     """The published reference points; (how many were drawn, whether the axes went log)."""
     if reference is None:
         return 0, False
@@ -412,8 +526,10 @@ def _plot_notes(flagged: bool, few: bool, drawn: int, logged: bool) -> list[str]
     if few:
         notes.append(f"{FEW}: a percentile over too few samples in some run")
     if drawn:
-        notes.append(("log scales; " if logged else "") + "black stars and dotted lines: published "
-                     "reference points, other hardware (frontier.md)")
+        notes.append(
+            ("log scales; " if logged else "") + "black stars and dotted lines: published "
+            "reference points, other hardware (frontier.md)"
+        )
     return notes
 
 
@@ -427,8 +543,15 @@ def _legend(ax: Any, ax2: Any) -> None:
     ax2.set_ylabel("joules per output token (dashed)")
     ax2.set_ylim(bottom=0)
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(handles + h2, labels + l2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12),
-              ncol=2, frameon=False)
+    ax.legend(
+        handles + h2,
+        labels + l2,
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12),
+        ncol=2,
+        frameon=False,
+    )
 
 
 def sweep_label(sweep: str | os.PathLike[str], count: int) -> str:
@@ -446,14 +569,17 @@ def _first_run_json(sweeps: Sequence[str | os.PathLike[str]], p: Point) -> Path 
     return None
 
 
-def target_settings(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point],
-                    order: Sequence[str]) -> list[str]:
+def target_settings(
+    sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point], order: Sequence[str]
+) -> list[str]:
     """What the targets' servers differ in (``analysis.settings``), from the run.json of
     each target's first complete run."""
     from agent_replay.analysis.settings import setting_differences
 
     metas, names = [], []
-    ranked = sorted(pts, key=lambda p: (p.sweep, order.index(p.target) if p.target in order else len(order)))
+    ranked = sorted(
+        pts, key=lambda p: (p.sweep, order.index(p.target) if p.target in order else len(order))
+    )
     for p in ranked:
         name = series_name(p)
         f = None if name in names else _first_run_json(sweeps, p)
@@ -472,8 +598,11 @@ def _gpu_counts(run_json: Path) -> set[str]:
     if isinstance(gpus, list):
         return {f"{gpus.count(g)}x {g}" for g in set(map(str, gpus))}
     seen = (meta.get("provenance") or {}).get("gpus")
-    names = [str(g["name"]) for g in seen if isinstance(g, dict) and g.get("name")] \
-        if isinstance(seen, list) else []
+    names = (
+        [str(g["name"]) for g in seen if isinstance(g, dict) and g.get("name")]
+        if isinstance(seen, list)
+        else []
+    )
     return {f"{names.count(n)}x {n} (the host's)" for n in set(names)}
 
 
@@ -487,7 +616,9 @@ def our_hardware(sweeps: Sequence[str | os.PathLike[str]], pts: Sequence[Point])
     return sorted(out)
 
 
-def _read_sweeps(sweeps: Sequence[str | os.PathLike[str]]) -> tuple[list[Point], str, str, list[str]]:
+def _read_sweeps(
+    sweeps: Sequence[str | os.PathLike[str]],
+) -> tuple[list[Point], str, str, list[str]]:
     """The points of all sweeps, the (last) sweep's load axis and its kind, and the
     experiments' target names in order."""
     pts: list[Point] = []
@@ -504,16 +635,22 @@ def _read_sweeps(sweeps: Sequence[str | os.PathLike[str]]) -> tuple[list[Point],
 def _settings_md(diffs: Sequence[str]) -> str:
     if not diffs:
         return ""
-    return ("Targets' server settings (run.json): a comparison means what its target names "
-            "say only where the servers differ in nothing else.\n\n"
-            + "\n".join(f"- {d}" for d in diffs) + "\n\n")
+    return (
+        "Targets' server settings (run.json): a comparison means what its target names "
+        "say only where the servers differ in nothing else.\n\n"
+        + "\n".join(f"- {d}" for d in diffs)
+        + "\n\n"
+    )
 
 
 def _comparisons_md(cmp: Sequence[str]) -> str:
     if not cmp:
         return ""
-    return ("\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
-            + "\n".join(f"- {c}" for c in cmp[:-1]) + f"\n\n{cmp[-1]}\n")
+    return (
+        "\n## Paired comparisons (run-level 95% intervals on the log ratio)\n\n"
+        + "\n".join(f"- {c}" for c in cmp[:-1])
+        + f"\n\n{cmp[-1]}\n"
+    )
 
 
 def _write_plots(pts: Sequence[Point], dest: Path, ref: Any) -> list[Path]:
@@ -529,18 +666,32 @@ def _write_plots(pts: Sequence[Point], dest: Path, ref: Any) -> list[Path]:
 
 def _point_json(p: Point) -> dict[str, Any]:
     """A point's entry in frontier.json."""
-    return {"sweep": p.sweep, "target": p.target, "point": p.point, "runs": len(p.runs),
-            "failed": [{"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
-                       for r in p.failed],
-            "on_frontier": p.on_frontier, "warmup_not_steady": p.unsteady(),
-            "too_few_samples": {k: p.few(k) for k in ("p90_tps", "north_star", "ttft_p99_ms")
-                                if p.few(k)},
-            "mean_ci": {k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
-                        for k, v in p.ci.items()}}
+    return {
+        "sweep": p.sweep,
+        "target": p.target,
+        "point": p.point,
+        "runs": len(p.runs),
+        "failed": [
+            {"repeat": r["repeat"], "status": r["status"], "reason": r.get("reason")}
+            for r in p.failed
+        ],
+        "on_frontier": p.on_frontier,
+        "warmup_not_steady": p.unsteady(),
+        "too_few_samples": {
+            k: p.few(k) for k in ("p90_tps", "north_star", "ttft_p99_ms") if p.few(k)
+        },
+        "mean_ci": {
+            k: {"estimate": v.estimate, "low": v.low, "high": v.high, "n": v.n}
+            for k, v in p.ci.items()
+        },
+    }
 
 
-def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None,
-          reference: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+def build(
+    sweeps: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str] | None = None,
+    reference: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
     """Rebuild the frontier files of one or several sweep trees (overlaid): frontier.md,
     frontier.json, and the PNGs when matplotlib is there. ``out_dir``: default the first
     sweep's folder. ``reference``: a file of published points (``analysis.references``)
@@ -563,10 +714,27 @@ def build(sweeps: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[s
         text += "\n" + ref_markdown(ref, our_hardware(sweeps, pts), {**X_AXES, **Y_AXES})
     (dest / "frontier.md").write_text(text)
     files = [dest / "frontier.md", *_write_plots(pts, dest, ref)]
-    (dest / "frontier.json").write_text(json.dumps({
-        "points": [_point_json(p) for p in pts], "comparisons": cmp, "server_settings": diffs,
-        **({"reference": {"path": ref.path, "title": ref.title,
-                          "points": [dataclasses.asdict(p) for p in ref.points]}} if ref else {}),
-    }, indent=2) + "\n")
+    (dest / "frontier.json").write_text(
+        json.dumps(
+            {
+                "points": [_point_json(p) for p in pts],
+                "comparisons": cmp,
+                "server_settings": diffs,
+                **(
+                    {
+                        "reference": {
+                            "path": ref.path,
+                            "title": ref.title,
+                            "points": [dataclasses.asdict(p) for p in ref.points],
+                        }
+                    }
+                    if ref
+                    else {}
+                ),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     files.append(dest / "frontier.json")
     return {"points": pts, "markdown": text, "files": files, "comparisons": cmp, "reference": ref}

@@ -11,8 +11,10 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 
 GAUGES = {
-    "vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
-    "vllm:kv_cache_usage_perc": "KV cache", "vllm:num_preemptions": "preemptions",
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "KV cache",
+    "vllm:num_preemptions": "preemptions",
 }
 
 
@@ -33,8 +35,9 @@ def scrape_gauges(url: str, timeout: float = 0.5) -> dict[str, float]:
 
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         text = resp.read().decode("utf-8", "replace")
-    return gauge_sums((s.name, s.value) for fam in text_string_to_metric_families(text)
-                      for s in fam.samples)
+    return gauge_sums(
+        (s.name, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples
+    )
 
 
 class SharedGauges:
@@ -60,4 +63,6 @@ class SharedGauges:
         """(how many writes so far, the gauges of the newest one that the server had)."""
         with self._values.get_lock():
             vals = self._values[:]
-        return self._seq.value, {n: v for n, v in zip(self.NAMES, vals, strict=True) if not math.isnan(v)}
+        return self._seq.value, {
+            n: v for n, v in zip(self.NAMES, vals, strict=True) if not math.isnan(v)
+        }

@@ -40,10 +40,15 @@ if TYPE_CHECKING:
 
 NS = 1_000_000_000
 FIELDS = (
-    ("gpu_util_pct", "util %"), ("sm_active_pct", "SM active %"),
-    ("mem_util_pct", "memory util %"), ("dram_active_pct", "DRAM active %"),
-    ("mem_used_bytes", "memory used GiB"), ("power_w", "power W"), ("temp_c", "temperature C"),
-    ("sm_clock_mhz", "SM clock MHz"), ("mem_clock_mhz", "memory clock MHz"),
+    ("gpu_util_pct", "util %"),
+    ("sm_active_pct", "SM active %"),
+    ("mem_util_pct", "memory util %"),
+    ("dram_active_pct", "DRAM active %"),
+    ("mem_used_bytes", "memory used GiB"),
+    ("power_w", "power W"),
+    ("temp_c", "temperature C"),
+    ("sm_clock_mhz", "SM clock MHz"),
+    ("mem_clock_mhz", "memory clock MHz"),
 )
 """The fields the report summarizes, with their labels (memory shown in GiB)."""
 GIB = float(1 << 30)
@@ -91,34 +96,47 @@ def _stats(v: np.ndarray, scale: float = 1.0) -> dict[str, Any]:
     return {"n": s.count, "mean": s.mean, "p50": s.values[50.0], "p99": s.values[99.0]}
 
 
-def summarize(table: pa.Table, window_ns: tuple[float, float], *, output_tokens: int,
-              requests_ok: int, gpus: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def summarize(
+    table: pa.Table,
+    window_ns: tuple[float, float],
+    *,
+    output_tokens: int,
+    requests_ok: int,
+    gpus: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
     """Per-GPU field statistics over samples inside the window, energy both ways, and the
     derived figures (see the module docstring). ``gpus``: run.json's GPU list (names)."""
     w0, w1 = float(window_ns[0]), float(window_ns[1])
     names = {int(g["index"]): g.get("name") for g in gpus if "index" in g}
     t_all = _col(table, "t_ns")
     gpu_all = np.asarray(table.column("gpu").to_numpy(zero_copy_only=False))
-    per_gpu = [_gpu_summary(table, gpu_all == g, int(g), names.get(int(g)), t_all, w0, w1)
-               for g in sorted(set(gpu_all.tolist()))]
+    per_gpu = [
+        _gpu_summary(table, gpu_all == g, int(g), names.get(int(g)), t_all, w0, w1)
+        for g in sorted(set(gpu_all.tolist()))
+    ]
     secs = (w1 - w0) / NS
     e_counter = _total(x["energy_counter_j"] for x in per_gpu)
     e_power = _total(x["energy_power_j"] for x in per_gpu)
     energy = e_counter if e_counter is not None else e_power
     out: dict[str, Any] = {
-        "gpus": per_gpu, "window_s": secs,
-        "energy_counter_j": e_counter, "energy_power_j": e_power,
+        "gpus": per_gpu,
+        "window_s": secs,
+        "energy_counter_j": e_counter,
+        "energy_power_j": e_power,
         "energy_diff_pct": _diff_pct(e_counter, e_power),
-        "energy_j": energy, "energy_from": "counter" if e_counter is not None else
-        ("power" if e_power is not None else None),
+        "energy_j": energy,
+        "energy_from": "counter"
+        if e_counter is not None
+        else ("power" if e_power is not None else None),
         **_per_energy(energy, secs, output_tokens, requests_ok),
     }
     out["notes"] = _energy_notes(out["energy_diff_pct"], per_gpu)
     return out
 
 
-def _per_energy(energy: float | None, secs: float, output_tokens: int,
-                requests_ok: int) -> dict[str, float | None]:
+def _per_energy(
+    energy: float | None, secs: float, output_tokens: int, requests_ok: int
+) -> dict[str, float | None]:
     """Mean power, joules per output token and per request, output tokens/s per kW."""
     return {
         "mean_power_w": energy / secs if energy is not None and secs > 0 else None,
@@ -134,8 +152,15 @@ def _total(values: Iterable[float | None]) -> float | None:
     return sum(v for v in vs if v is not None) if vs and None not in vs else None
 
 
-def _gpu_summary(table: pa.Table, sel: np.ndarray, gpu: int, name: str | None, t_all: np.ndarray,
-                 w0: float, w1: float) -> dict[str, Any]:
+def _gpu_summary(
+    table: pa.Table,
+    sel: np.ndarray,
+    gpu: int,
+    name: str | None,
+    t_all: np.ndarray,
+    w0: float,
+    w1: float,
+) -> dict[str, Any]:
     """One GPU's field statistics over its samples in the window, and its energy both ways."""
     t = t_all[sel]
     order = np.argsort(t, kind="stable")
@@ -149,10 +174,13 @@ def _gpu_summary(table: pa.Table, sel: np.ndarray, gpu: int, name: str | None, t
     e_counter = counter_energy_j(t, _col(table, "energy_mj")[sel][order], w0, w1)
     e_power = power_energy_j(t, _col(table, "power_w")[sel][order], w0, w1)
     return {
-        "gpu": gpu, "name": name,
+        "gpu": gpu,
+        "name": name,
         "uuid": table.column("uuid").filter(pa.array(sel)).to_pylist()[0],
-        "samples": int(win.sum()), "fields": fields,
-        "energy_counter_j": e_counter, "energy_power_j": e_power,
+        "samples": int(win.sum()),
+        "fields": fields,
+        "energy_counter_j": e_counter,
+        "energy_power_j": e_power,
         "energy_diff_pct": _diff_pct(e_counter, e_power),
     }
 
@@ -169,13 +197,16 @@ def _energy_notes(diff: float | None, per_gpu: list[dict[str, Any]]) -> list[str
         notes.append(
             f"energy counter and power integral differ by {diff:+.1f}% (more than "
             f"{100 * AGREEMENT:g}%): the driver may average its power reading, or the sample "
-            "interval is coarse for this window")
+            "interval is coarse for this window"
+        )
     elif len(per_gpu) > 1:
         off = [x for x in per_gpu if _disagrees(x["energy_diff_pct"])]
         if off:
-            notes.append("energy counter and power integral differ by more than "
-                         f"{100 * AGREEMENT:g}% on " + ", ".join(
-                             f"GPU {x['gpu']} ({x['energy_diff_pct']:+.1f}%)" for x in off))
+            notes.append(
+                "energy counter and power integral differ by more than "
+                f"{100 * AGREEMENT:g}% on "
+                + ", ".join(f"GPU {x['gpu']} ({x['energy_diff_pct']:+.1f}%)" for x in off)
+            )
     covered = [x for x in per_gpu if x["samples"] < 2]
     if covered:
         notes.append(f"{len(covered)} GPUs have fewer than 2 samples in the window")
@@ -213,9 +244,15 @@ def interval_energy_j(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return times, np.diff(total)
 
 
-def apportion(times: np.ndarray, energy: np.ndarray, chunk_t: np.ndarray,
-              chunk_tokens: np.ndarray, chunk_owner: np.ndarray, owners: int,
-              window_ns: tuple[float, float] | None = None) -> tuple[np.ndarray, float]:
+def apportion(
+    times: np.ndarray,
+    energy: np.ndarray,
+    chunk_t: np.ndarray,
+    chunk_tokens: np.ndarray,
+    chunk_owner: np.ndarray,
+    owners: int,
+    window_ns: tuple[float, float] | None = None,
+) -> tuple[np.ndarray, float]:
     """Energy per owner (session) and the unattributed rest, by the rule of the module
     docstring. ``chunk_owner[i]``: the owner index (0..owners-1) of chunk i; intervals are
     those between ``times``; with ``window_ns`` only the part of each interval inside the
@@ -236,8 +273,9 @@ def apportion(times: np.ndarray, energy: np.ndarray, chunk_t: np.ndarray,
     return per_owner, unattributed
 
 
-def session_energy(table: pa.Table, batches: Iterable[pa.RecordBatch | pa.Table],
-                   window_ns: tuple[float, float]) -> dict[str, Any]:
+def session_energy(
+    table: pa.Table, batches: Iterable[pa.RecordBatch | pa.Table], window_ns: tuple[float, float]
+) -> dict[str, Any]:
     """Per (session_id, clone) energy (see ``apportion``) from request batches with
     ``session_id``, ``clone``, ``chunk_ns`` and ``chunk_tokens``. Memory: the tokens of each
     (interval, session) pair, not every chunk."""
@@ -249,8 +287,11 @@ def session_energy(table: pa.Table, batches: Iterable[pa.RecordBatch | pa.Table]
     for b in batches:
         sids = b.column("session_id").to_pylist()
         clones = b.column("clone").to_pylist()
-        row_owner = np.fromiter((index.setdefault((s, c), len(index)) for s, c in
-                                 zip(sids, clones, strict=True)), dtype=np.int64, count=len(sids))
+        row_owner = np.fromiter(
+            (index.setdefault((s, c), len(index)) for s, c in zip(sids, clones, strict=True)),
+            dtype=np.int64,
+            count=len(sids),
+        )
         chunk_ns = b.column("chunk_ns")
         if isinstance(chunk_ns, pa.ChunkedArray):
             chunk_ns = chunk_ns.combine_chunks()
@@ -274,26 +315,48 @@ def session_energy(table: pa.Table, batches: Iterable[pa.RecordBatch | pa.Table]
         tok = np.bincount(inv, weights=np.concatenate(toks), minlength=u.size)
     owner, interval = u // n_int, u % n_int
     # one pseudo-chunk per (session, interval) pair, stamped inside its interval
-    mid = (times[interval] + times[np.minimum(interval + 1, times.size - 1)]) / 2 \
-        if times.size >= 2 else np.zeros(0)
+    mid = (
+        (times[interval] + times[np.minimum(interval + 1, times.size - 1)]) / 2
+        if times.size >= 2
+        else np.zeros(0)
+    )
     per, rest = apportion(times, energy, mid, tok, owner, owners, window_ns)
     tokens = np.bincount(owner, weights=tok, minlength=owners)
     rows = []
     for (sid, clone), i in index.items():
-        rows.append({"session_id": sid, "clone": int(clone), "energy_j": float(per[i]),
-                     "output_tokens": int(tokens[i]),
-                     "j_per_output_token": float(per[i] / tokens[i]) if tokens[i] else None})
+        rows.append(
+            {
+                "session_id": sid,
+                "clone": int(clone),
+                "energy_j": float(per[i]),
+                "output_tokens": int(tokens[i]),
+                "j_per_output_token": float(per[i] / tokens[i]) if tokens[i] else None,
+            }
+        )
     rows.sort(key=lambda r: (r["session_id"], r["clone"]))
     summ = percentile_summary(per, (50.0, 90.0))
-    return {"rule": "each sampling interval's energy split by the output tokens each session "
-                    "received in it; intervals without tokens unattributed",
-            "sessions": rows, "unattributed_j": rest, "attributed_j": float(per.sum()),
-            "per_session_j": {"mean": summ.mean, "p50": summ.values[50.0],
-                              "p90": summ.values[90.0], "max": summ.max, "n": summ.count}}
+    return {
+        "rule": "each sampling interval's energy split by the output tokens each session "
+        "received in it; intervals without tokens unattributed",
+        "sessions": rows,
+        "unattributed_j": rest,
+        "attributed_j": float(per.sum()),
+        "per_session_j": {
+            "mean": summ.mean,
+            "p50": summ.values[50.0],
+            "p90": summ.values[90.0],
+            "max": summ.max,
+            "n": summ.count,
+        },
+    }
 
 
-def gpu_section(results_dir: str | os.PathLike[str], meta: RunMeta | Mapping[str, Any], stats: RunStats,
-                samples: pa.Table | None) -> dict[str, Any] | None:
+def gpu_section(
+    results_dir: str | os.PathLike[str],
+    meta: RunMeta | Mapping[str, Any],
+    stats: RunStats,
+    samples: pa.Table | None,
+) -> dict[str, Any] | None:
     """The report's GPU block for a results folder: ``summarize`` over the measured window,
     plus per-session energy when sessions are the unit (session timing). None without
     telemetry samples."""
@@ -302,8 +365,13 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: RunMeta | Mapping[str
     window = stats.extra.get("window_ns") or (0.0, 0.0)
     meta = RunMeta.of(meta)
     tel = meta.gpu_telemetry
-    out = summarize(samples, window, output_tokens=stats.tokens["output"],
-                    requests_ok=stats.requests["ok"], gpus=tel.get("gpus") or ())
+    out = summarize(
+        samples,
+        window,
+        output_tokens=stats.tokens["output"],
+        requests_ok=stats.requests["ok"],
+        gpus=tel.get("gpus") or (),
+    )
     out["source"] = tel.get("source")
     out["sampler_cost"] = tel.get("cost")
     if meta.timing == "session":
@@ -315,7 +383,8 @@ def gpu_section(results_dir: str | os.PathLike[str], meta: RunMeta | Mapping[str
 
 
 POINT_FIELDS: tuple[tuple[str, str], ...] = tuple(
-    (f.key, f.unit) for f in RUN_FIGURES if f.needs == "gpu")
+    (f.key, f.unit) for f in RUN_FIGURES if f.needs == "gpu"
+)
 """The energy figures of one run as a sweep point (with their units): the definitions
 table's figures that need GPU telemetry."""
 
@@ -339,18 +408,27 @@ def report_rows(g: Mapping[str, Any]) -> Iterable[tuple[str, list[tuple[str, str
         rows += _session_rows(ses)
     cost = g.get("sampler_cost")
     if cost:
-        rows.append(("sampler cost", f"{_n(cost.get('samples_per_s'))} samples/s, CPU "
-                     f"{_n(cost.get('cpu_percent'), 2)}% of a core, read "
-                     f"{_n(cost.get('read_ms_mean'), 3)} ms mean / {_n(cost.get('read_ms_max'), 3)}"
-                     f" ms max, {cost.get('errors', 0)} failed"))
+        rows.append(
+            (
+                "sampler cost",
+                f"{_n(cost.get('samples_per_s'))} samples/s, CPU "
+                f"{_n(cost.get('cpu_percent'), 2)}% of a core, read "
+                f"{_n(cost.get('read_ms_mean'), 3)} ms mean / {_n(cost.get('read_ms_max'), 3)}"
+                f" ms max, {cost.get('errors', 0)} failed",
+            )
+        )
     rows += [("note", n) for n in g.get("notes") or ()]
     yield "GPU energy", rows
     labels = dict(FIELDS)
     fields = []
     for x in g["gpus"]:
         for name, st in x["fields"].items():
-            fields.append((f"GPU {x['gpu']} {labels.get(name, name)}",
-                           f"{_n(st['mean'])} / {_n(st['p50'])} / {_n(st['p99'])} (n={st['n']:,})"))
+            fields.append(
+                (
+                    f"GPU {x['gpu']} {labels.get(name, name)}",
+                    f"{_n(st['mean'])} / {_n(st['p50'])} / {_n(st['p99'])} (n={st['n']:,})",
+                )
+            )
     yield "GPU telemetry over the measured window (mean / P50 / P99)", fields
 
 
@@ -359,18 +437,29 @@ def _energy_rows(g: Mapping[str, Any]) -> list[tuple[str, str]]:
     win = g.get("window_s") or 0.0
     rows = [("source", f"{g.get('source') or '-'}, {len(g['gpus'])} GPUs")]
     diff = g.get("energy_diff_pct")
-    rows.append((f"energy over the measured window ({win:,.1f} s), all GPUs",
-                 f"counter {_n(g.get('energy_counter_j'))} J / power integral "
-                 f"{_n(g.get('energy_power_j'))} J (difference "
-                 + ("-" if diff is None else f"{diff:+.2f}%") + ")"))
+    rows.append(
+        (
+            f"energy over the measured window ({win:,.1f} s), all GPUs",
+            f"counter {_n(g.get('energy_counter_j'))} J / power integral "
+            f"{_n(g.get('energy_power_j'))} J (difference "
+            + ("-" if diff is None else f"{diff:+.2f}%")
+            + ")",
+        )
+    )
     for x in g["gpus"]:
         d = x.get("energy_diff_pct")
-        rows.append((f"GPU {x['gpu']} energy: counter / power integral",
-                     f"{_n(x.get('energy_counter_j'))} / {_n(x.get('energy_power_j'))} J"
-                     + ("" if d is None else f" ({d:+.2f}%)")))
+        rows.append(
+            (
+                f"GPU {x['gpu']} energy: counter / power integral",
+                f"{_n(x.get('energy_counter_j'))} / {_n(x.get('energy_power_j'))} J"
+                + ("" if d is None else f" ({d:+.2f}%)"),
+            )
+        )
     rows += [
-        ("mean power (from " + str(g.get("energy_from") or "-") + ")",
-         f"{_n(g.get('mean_power_w'))} W"),
+        (
+            "mean power (from " + str(g.get("energy_from") or "-") + ")",
+            f"{_n(g.get('mean_power_w'))} W",
+        ),
         ("joules per output token", _n(g.get("j_per_output_token"), 4)),
         ("joules per request", _n(g.get("j_per_request"), 2)),
         ("output tokens/s per kW", _n(g.get("output_tokens_per_s_per_kw"), 1)),
@@ -382,8 +471,14 @@ def _session_rows(ses: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Energy per session, and what no session was given."""
     ps = ses["per_session_j"]
     total = (ses["attributed_j"] or 0.0) + (ses["unattributed_j"] or 0.0)
-    return [(f"energy per session (n={ps['n']:,}): mean / P50 / P90 / max",
-             f"{_n(ps['mean'])} / {_n(ps['p50'])} / {_n(ps['p90'])} / {_n(ps['max'])} J"),
-            ("not attributed to a session (intervals without output tokens)",
-             f"{_n(ses['unattributed_j'])} J"
-             + (f" ({100 * ses['unattributed_j'] / total:.1f}%)" if total else ""))]
+    return [
+        (
+            f"energy per session (n={ps['n']:,}): mean / P50 / P90 / max",
+            f"{_n(ps['mean'])} / {_n(ps['p50'])} / {_n(ps['p90'])} / {_n(ps['max'])} J",
+        ),
+        (
+            "not attributed to a session (intervals without output tokens)",
+            f"{_n(ses['unattributed_j'])} J"
+            + (f" ({100 * ses['unattributed_j'] / total:.1f}%)" if total else ""),
+        ),
+    ]

@@ -20,8 +20,9 @@ def in_flight(sent_ns: np.ndarray, end_ns: np.ndarray, grid_ns: np.ndarray) -> n
     request without an end counts until the grid ends)."""
     s = np.sort(sent_ns[~np.isnan(sent_ns)])
     e = np.sort(end_ns[~np.isnan(end_ns) & ~np.isnan(sent_ns)])
-    return (np.searchsorted(s, grid_ns, side="right")
-            - np.searchsorted(e, grid_ns, side="right")).astype(np.int64)
+    return (
+        np.searchsorted(s, grid_ns, side="right") - np.searchsorted(e, grid_ns, side="right")
+    ).astype(np.int64)
 
 
 def plot_gpu(report: Report, path: Path, plt: Any) -> Path:
@@ -42,8 +43,9 @@ def plot_gpu(report: Report, path: Path, plt: Any) -> Path:
         ax1.plot(x, power[sel][order], lw=1, label=f"GPU {g}")
         line = ax2.plot(x, util[sel][order], lw=1, label=f"GPU {g} util")[0]
         if not np.isnan(sm[sel]).all():
-            ax2.plot(x, sm[sel][order], lw=1, ls="--", color=line.get_color(),
-                     label=f"GPU {g} SM active")
+            ax2.plot(
+                x, sm[sel][order], lw=1, ls="--", color=line.get_color(), label=f"GPU {g} SM active"
+            )
     req = report.stats.per_request
     sent = np.asarray(req.column("sent_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
     end = np.asarray(req.column("end_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -60,8 +62,10 @@ def plot_gpu(report: Report, path: Path, plt: Any) -> Path:
     ax3.set_xlabel("seconds on the run's clock (shaded: the measured window)")
     g = report.gpu or {}
     jt = g.get("j_per_output_token")
-    ax1.set_title("GPU power and utilization with the requests in flight"
-                  + (f" ({jt:.3f} J per output token)" if jt else ""))
+    ax1.set_title(
+        "GPU power and utilization with the requests in flight"
+        + (f" ({jt:.3f} J per output token)" if jt else "")
+    )
     if np.unique(gpu).size <= 8:
         ax1.legend(fontsize=7, ncol=4)
         ax2.legend(fontsize=7, ncol=4)

@@ -87,8 +87,12 @@ k = (n - 1) p / 100 (numpy's default; InferenceX's ``percentile``), for the figu
 must match InferenceX AgentX."""
 
 
-def percentile_summary(values: np.ndarray, ps: Sequence[float] = PERCENTILES,
-                       weights: np.ndarray | None = None, method: str = "nearest") -> Summary:
+def percentile_summary(
+    values: np.ndarray,
+    ps: Sequence[float] = PERCENTILES,
+    weights: np.ndarray | None = None,
+    method: str = "nearest",
+) -> Summary:
     """Exact percentiles of ``values`` (NaN entries ignored), optionally weighted by integer
     ``weights`` (a value with weight k counts as k samples), by ``method`` (see
     ``PERCENTILE_METHODS``; ``linear`` takes no weights)."""
@@ -121,12 +125,19 @@ def _linear(v: np.ndarray, w: np.ndarray | None, ps: Sequence[float]) -> Summary
     if w is not None:
         raise ValueError("linear percentiles take no weights")
     lin = np.percentile(v, list(ps), method="linear")
-    return Summary(int(v.size), {p: float(x) for p, x in zip(ps, lin, strict=True)},
-                   float(v.max()), float(v.mean()), _reliability(int(v.size), ps), True)
+    return Summary(
+        int(v.size),
+        {p: float(x) for p, x in zip(ps, lin, strict=True)},
+        float(v.max()),
+        float(v.mean()),
+        _reliability(int(v.size), ps),
+        True,
+    )
 
 
-def _weighted_nearest(v: np.ndarray, w: np.ndarray,
-                      ps: Sequence[float]) -> tuple[int, dict[float, float | None], float]:
+def _weighted_nearest(
+    v: np.ndarray, w: np.ndarray, ps: Sequence[float]
+) -> tuple[int, dict[float, float | None], float]:
     """Nearest-rank percentiles of ``v`` weighted by ``w`` (non-empty): the sample count,
     each percentile, the weighted mean."""
     order = np.argsort(v, kind="stable")
@@ -143,10 +154,12 @@ def _weighted_nearest(v: np.ndarray, w: np.ndarray,
 
 
 def _block(c: np.ndarray | None, start: int) -> np.ndarray | None:
-    return None if c is None else c[start:start + RECORD_BLOCK]
+    return None if c is None else c[start : start + RECORD_BLOCK]
 
 
-def _in_range(vb: np.ndarray, cb: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray | None, int]:
+def _in_range(
+    vb: np.ndarray, cb: np.ndarray | None, top: int
+) -> tuple[np.ndarray, np.ndarray | None, int]:
     """The values in [0, top] with their counts, and how many samples were out of range."""
     ok = (vb >= 0) & (vb <= top)
     lost = int((~ok).sum()) if cb is None else int(cb[~ok].sum())
@@ -158,9 +171,14 @@ class Hist:
 
     __slots__ = ("_counts", "_h", "dropped")
 
-    def __init__(self, highest: int = DEFAULT_HIGHEST, *, lowest: int = 1,
-                 significant_figures: int = SIGNIFICANT_FIGURES,
-                 _h: HdrHistogram | None = None) -> None:
+    def __init__(
+        self,
+        highest: int = DEFAULT_HIGHEST,
+        *,
+        lowest: int = 1,
+        significant_figures: int = SIGNIFICANT_FIGURES,
+        _h: HdrHistogram | None = None,
+    ) -> None:
         if highest >= 2**53:
             raise ValueError("highest must be below 2**53 (values are indexed through float64)")
         self._h = _h if _h is not None else HdrHistogram(lowest, highest, significant_figures)
@@ -175,8 +193,10 @@ class Hist:
     def record(self, value: int, count: int = 1) -> bool:
         """Record ``count`` samples of integer ``value``; False (and counted as dropped) when
         out of range."""
-        if value < 0 or value > self._h.highest_trackable_value or not self._h.record_value(
-            int(value), count
+        if (
+            value < 0
+            or value > self._h.highest_trackable_value
+            or not self._h.record_value(int(value), count)
         ):
             self.dropped += count
             return False
@@ -191,8 +211,9 @@ class Hist:
         # float64 weights are exact for counts below 2**53
         return np.bincount(idx, weights=cb, minlength=last + 1 - first).astype(np.int64)
 
-    def record_many(self, values: np.ndarray, counts: np.ndarray | None = None, *,
-                    also: Hist | None = None) -> int:
+    def record_many(
+        self, values: np.ndarray, counts: np.ndarray | None = None, *, also: Hist | None = None
+    ) -> int:
         """Record integer ``values`` (each ``counts[i]`` times), and the same samples into
         ``also`` (a histogram of the same layout) when given: the bucket arithmetic is done
         once. Returns how many samples were dropped as out of range (also added to
@@ -213,7 +234,7 @@ class Hist:
         lost = added = 0
         lo, hi = top + 1, -1
         for start in range(0, v.size, RECORD_BLOCK):
-            vb, cb = v[start:start + RECORD_BLOCK], _block(c, start)
+            vb, cb = v[start : start + RECORD_BLOCK], _block(c, start)
             b_lo, b_hi = int(vb.min()), int(vb.max())
             if b_lo < 0 or b_hi > top:
                 vb, cb, out = _in_range(vb, cb, top)
@@ -233,16 +254,19 @@ class Hist:
         if also is not None and also._counts.shape != self._counts.shape:
             raise ValueError("cannot record into histograms with different ranges")
 
-    def _add_block(self, cells: list[np.ndarray], vb: np.ndarray, cb: np.ndarray | None,
-                   b_lo: int, b_hi: int) -> int:
+    def _add_block(
+        self, cells: list[np.ndarray], vb: np.ndarray, cb: np.ndarray | None, b_lo: int, b_hi: int
+    ) -> int:
         """Add a block of in-range values (from ``b_lo`` to ``b_hi``) into the bucket counts
         ``cells``; the samples added."""
         # only the span of buckets this block touches (indices grow with the value)
-        first, last = int(self._indices(np.array([b_lo]))[0]), int(
-            self._indices(np.array([b_hi]))[0])
+        first, last = (
+            int(self._indices(np.array([b_lo]))[0]),
+            int(self._indices(np.array([b_hi]))[0]),
+        )
         tally = self._tally(vb, cb, first, last)
         for cell in cells:
-            cell[first:last + 1] += tally
+            cell[first : last + 1] += tally
         return int(vb.size) if cb is None else int(cb.sum())
 
     def _account(self, lost: int, added: int, lo: int, hi: int) -> None:
@@ -319,8 +343,11 @@ class Hist:
             target = rank(p, self.count)
             idx = int(np.searchsorted(cum, target, side="left"))
             value = self._h.get_value_from_index(idx)
-            out[p] = int(self._h.get_highest_equivalent_value(value) if p
-                         else self._h.get_lowest_equivalent_value(value))
+            out[p] = int(
+                self._h.get_highest_equivalent_value(value)
+                if p
+                else self._h.get_lowest_equivalent_value(value)
+            )
         if self.max is not None:  # never report beyond the largest recorded value's bucket
             out = {p: (min(v, self.max) if v is not None else None) for p, v in out.items()}
         return out
@@ -334,17 +361,25 @@ class Hist:
         if nz.size == 0:
             return np.zeros(0), np.zeros(0)
         h = self._h
-        values = np.array([h.get_highest_equivalent_value(h.get_value_from_index(int(i)))
-                           for i in nz], dtype=np.float64)
+        values = np.array(
+            [h.get_highest_equivalent_value(h.get_value_from_index(int(i))) for i in nz],
+            dtype=np.float64,
+        )
         values = np.minimum(values, float(self._h.get_max_value()))
         frac = np.cumsum(self._counts[nz], dtype=np.float64) / self.count
         return values, frac
 
     def summary(self, ps: Sequence[float] = PERCENTILES) -> Summary:
         vals = self.percentiles(ps)
-        return Summary(self.count, {p: (float(v) if v is not None else None) for p, v in vals.items()},
-                       float(self.max) if self.max is not None else None, self.mean(),
-                       _reliability(self.count, ps), False, self.dropped)
+        return Summary(
+            self.count,
+            {p: (float(v) if v is not None else None) for p, v in vals.items()},
+            float(self.max) if self.max is not None else None,
+            self.mean(),
+            _reliability(self.count, ps),
+            False,
+            self.dropped,
+        )
 
     # -- merge and wire ----------------------------------------------------------------
     def merge(self, other: Hist) -> None:

@@ -78,8 +78,10 @@ def _table(head: Sequence[str] | None, rows: Iterable[Sequence[str]], cls: str =
 
 
 def _warnings(lines: Iterable[str]) -> str:
-    return "".join(f'<div class="warn{" strong" if w.startswith("WARNING") else ""}">{_e(w)}</div>'
-                   for w in lines)
+    return "".join(
+        f'<div class="warn{" strong" if w.startswith("WARNING") else ""}">{_e(w)}</div>'
+        for w in lines
+    )
 
 
 def _charts(charts: Sequence[tuple[str, Any]]) -> tuple[str, dict[str, str]]:
@@ -94,8 +96,9 @@ def _charts(charts: Sequence[tuple[str, Any]]) -> tuple[str, dict[str, str]]:
 
 
 def _chart_block(divs: dict[str, str], names: Sequence[str], grid: bool = True) -> str:
-    cells = "".join(f'<div class="chart" data-chart="{_e(n)}">{divs[n]}</div>'
-                    for n in names if n in divs)
+    cells = "".join(
+        f'<div class="chart" data-chart="{_e(n)}">{divs[n]}</div>' for n in names if n in divs
+    )
     if not cells:
         return ""
     return f'<div class="grid">{cells}</div>' if grid else cells
@@ -106,16 +109,20 @@ def _page(title: str, body: str, script: str) -> str:
     from bokeh.resources import Resources
 
     js = Resources(mode="inline", components=["bokeh"]).render()
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{_e(title)}</title><style>{CSS}</style>{js}</head><body>{body}"
-            f"<footer>agent-replay {_e(__version__)}; charts by Bokeh {_e(bokeh_version)}, "
-            "inlined: this file opens offline. Drag to pan, scroll to zoom, click a legend "
-            f"entry to hide its line.</footer>{script}</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{CSS}</style>{js}</head><body>{body}"
+        f"<footer>agent-replay {_e(__version__)}; charts by Bokeh {_e(bokeh_version)}, "
+        "inlined: this file opens offline. Drag to pan, scroll to zoom, click a legend "
+        f"entry to hide its line.</footer>{script}</body></html>\n"
+    )
 
 
-OPTIONAL_CHARTS = (("throughput", "Throughput and load over time", ["throughput", "in-flight"], False),
-                   ("timelines", "Sessions over time", ["timelines"], False),
-                   ("gpu-power", "GPU telemetry", ["gpu-power", "gpu-util"], True))
+OPTIONAL_CHARTS = (
+    ("throughput", "Throughput and load over time", ["throughput", "in-flight"], False),
+    ("timelines", "Sessions over time", ["timelines"], False),
+    ("gpu-power", "GPU telemetry", ["gpu-power", "gpu-util"], True),
+)
 """The report's chart sections shown only when their first chart was drawn: (that chart,
 heading, the charts, whether in a grid)."""
 
@@ -137,17 +144,25 @@ def report_html(report: Report) -> str:
     over = hc.over_time(report) or (None, None)
     gpu = hc.gpu_charts(report) or (None, None)
     charts = [(f"cdf-{k}", hc.latency_cdf([("", report)], k)) for k in CDF_KEYS]
-    charts += [("tps", hc.tps_histogram(report)),
-               ("throughput", over[0]), ("in-flight", over[1]),
-               ("timelines", hc.timelines(report)),
-               ("gpu-power", gpu[0]), ("gpu-util", gpu[1])]
+    charts += [
+        ("tps", hc.tps_histogram(report)),
+        ("throughput", over[0]),
+        ("in-flight", over[1]),
+        ("timelines", hc.timelines(report)),
+        ("gpu-power", gpu[0]),
+        ("gpu-util", gpu[1]),
+    ]
     script, divs = _charts(charts)
-    body = [f"<h1>agent-replay report</h1><p class='path'>{_e(d['results_dir'])}</p>",
-            _warnings(d["warnings"]),
-            f'<p class="headline">{_e(d["headline"]["text"])}</p>',
-            "<h2>Latency</h2>", _table(HEAD, _latency_rows(d)), f'<p class="note">{_e(FOOTNOTE)}</p>',
-            "<h2>Latency distributions</h2>",
-            _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS] + ["tps"])]
+    body = [
+        f"<h1>agent-replay report</h1><p class='path'>{_e(d['results_dir'])}</p>",
+        _warnings(d["warnings"]),
+        f'<p class="headline">{_e(d["headline"]["text"])}</p>',
+        "<h2>Latency</h2>",
+        _table(HEAD, _latency_rows(d)),
+        f'<p class="note">{_e(FOOTNOTE)}</p>',
+        "<h2>Latency distributions</h2>",
+        _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS] + ["tps"]),
+    ]
     for first, heading, keys, grid in OPTIONAL_CHARTS:
         if first in divs:
             body += [f"<h2>{heading}</h2>", _chart_block(divs, keys, grid=grid)]
@@ -155,14 +170,24 @@ def report_html(report: Report) -> str:
         body += [f"<h2>{_e(title)}</h2>", _table(None, kv, "kv")]
     head, rows = _session_rows(d, SESSIONS_SHOWN)
     n = len(d["sessions"])
-    body += [f"<h2>Sessions (slowest {min(n, SESSIONS_SHOWN):,} of {n:,} by session TPS)</h2>",
-             _table(head, rows)]
+    body += [
+        f"<h2>Sessions (slowest {min(n, SESSIONS_SHOWN):,} of {n:,} by session TPS)</h2>",
+        _table(head, rows),
+    ]
     return _page(f"agent-replay report: {d['results_dir']}", "".join(body), script)
 
 
-OPEN_VERDICTS = ("no verdict", "inconclusive", "not enough data", "no interval",
-                 "no finite resample", "no ratio", "Holm-corrected", "Holm correction",
-                 "paired:")
+OPEN_VERDICTS = (
+    "no verdict",
+    "inconclusive",
+    "not enough data",
+    "no interval",
+    "no finite resample",
+    "no ratio",
+    "Holm-corrected",
+    "Holm correction",
+    "paired:",
+)
 """Words of a verdict line that reaches no conclusion: drawn in a neutral colour, not in
 the success colour of a conclusion."""
 
@@ -184,13 +209,18 @@ def run_identity(name: str, report: Report) -> tuple[str, str, str, str, str, st
     import datetime as dt
 
     m = report.meta
-    load = ", ".join(f"{k} {m.option(k)}" for k in ("speedup", "concurrency", "rate",
-                                                    "concurrent_sessions", "duration_s")
-                     if m.option(k) not in (None, 1.0))
+    load = ", ".join(
+        f"{k} {m.option(k)}"
+        for k in ("speedup", "concurrency", "rate", "concurrent_sessions", "duration_s")
+        if m.option(k) not in (None, 1.0)
+    )
     load = m.timing + (f", {load}" if load else "")
     t0 = m.clock.t0_wall_ns
-    when = "-" if t0 is None else dt.datetime.fromtimestamp(t0 / 1e9, dt.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M:%S")
+    when = (
+        "-"
+        if t0 is None
+        else dt.datetime.fromtimestamp(t0 / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    )
     return (name, m.target.url or "-", m.target.model or "-", load, when, m.status or "-")
 
 
@@ -202,32 +232,42 @@ def compare_html(result: Any, runs: Sequence[tuple[str, Report]]) -> str:
     from agent_replay.analysis.compare import _fmt, _rows
 
     head, rows = _rows(result)
-    body = ["<h1>agent-replay compare</h1>",
-            f"<p class='path'>{_e(' vs '.join(result.names))}</p>",
-            _table(("run", "target", "model", "load", "started (UTC)", "status"),
-                   [run_identity(name, r) for name, r in runs]),
-            _warnings(result.warnings),
-            "".join(_verdict(v) for v in result.verdicts),
-            "<h2>Side by side</h2>", _table(head, rows),
-            '<p class="note">TPS values in tok/s, times in ms; TPS change = ratio of '
-            "speeds.</p>"]
+    body = [
+        "<h1>agent-replay compare</h1>",
+        f"<p class='path'>{_e(' vs '.join(result.names))}</p>",
+        _table(
+            ("run", "target", "model", "load", "started (UTC)", "status"),
+            [run_identity(name, r) for name, r in runs],
+        ),
+        _warnings(result.warnings),
+        "".join(_verdict(v) for v in result.verdicts),
+        "<h2>Side by side</h2>",
+        _table(head, rows),
+        '<p class="note">TPS values in tok/s, times in ms; TPS change = ratio of speeds.</p>',
+    ]
     for name, ds in zip(result.names[1:], result.deltas, strict=True):
         if ds:
-            body += [f"<h2>{_e(name)} vs {_e(result.names[0])}: bootstrap 95% CI of the change</h2>",
-                     _table(("statistic", result.names[0], name, "change", "95% CI", "significant"),
-                            [_delta_row(x, _fmt) for x in ds])]
+            body += [
+                f"<h2>{_e(name)} vs {_e(result.names[0])}: bootstrap 95% CI of the change</h2>",
+                _table(
+                    ("statistic", result.names[0], name, "change", "95% CI", "significant"),
+                    [_delta_row(x, _fmt) for x in ds],
+                ),
+            ]
     charts = [(f"cdf-{k}", hc.latency_cdf(runs, k)) for k in CDF_KEYS]
     script, divs = _charts(charts)
-    body += ["<h2>Latency distributions</h2>",
-             _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS])]
+    body += ["<h2>Latency distributions</h2>", _chart_block(divs, [f"cdf-{k}" for k in CDF_KEYS])]
     return _page("agent-replay compare: " + " vs ".join(result.names), "".join(body), script)
 
 
 def _delta_row(x: Any, fmt: Any) -> tuple[str, ...]:
     """A statistic's change between two runs, with its interval, as table cells."""
     change = "-" if x.change is None else f"{100 * x.change:+.1f}%"
-    ci = ("-" if x.ci_low is None or x.ci_high is None
-          else f"{100 * x.ci_low:+.1f}% .. {100 * x.ci_high:+.1f}%")
+    ci = (
+        "-"
+        if x.ci_low is None or x.ci_high is None
+        else f"{100 * x.ci_low:+.1f}% .. {100 * x.ci_high:+.1f}%"
+    )
     return (x.label, fmt(x.base), fmt(x.value), change, ci, "yes" if x.significant else "no")
 
 
@@ -240,8 +280,11 @@ def _md_tables(md: str) -> str:
     def flush() -> None:
         if table:
             # a column empty in every row (the sweep's name, when there is one sweep) is left out
-            keep = [i for i in range(len(table[0]))
-                    if any(i < len(r) and r[i] not in ("", "-") for r in table[1:])]
+            keep = [
+                i
+                for i in range(len(table[0]))
+                if any(i < len(r) and r[i] not in ("", "-") for r in table[1:])
+            ]
             rows = [[r[i] if i < len(r) else "" for i in keep] for r in table]
             out.append(_table(rows[0], rows[1:]))
             table.clear()
@@ -265,15 +308,21 @@ def _md_tables(md: str) -> str:
 def contention_banner(pts: Sequence[Any]) -> str | None:
     """The sweep page's first warning when runs had host contention (named by target, load
     point and repeat), None when none had: the table's flag column is easily missed."""
-    bad = [f"{p.target} {p.point:g} r{r['repeat']}" for p in pts for r in p.runs
-           if r.get("machine_contention")]
+    bad = [
+        f"{p.target} {p.point:g} r{r['repeat']}"
+        for p in pts
+        for r in p.runs
+        if r.get("machine_contention")
+    ]
     if not bad:
         return None
     total = sum(len(p.runs) for p in pts)
     shown = ", ".join(bad[:12]) + (f" and {len(bad) - 12} more" if len(bad) > 12 else "")
-    return (f"WARNING: host contention in {len(bad)} of {total} runs ({shown}): other processes "
-            "took CPU from the load generator, so their timings carry that noise; rerun them "
-            "on a quiet host before reading small differences")
+    return (
+        f"WARNING: host contention in {len(bad)} of {total} runs ({shown}): other processes "
+        "took CPU from the load generator, so their timings carry that noise; rerun them "
+        "on a quiet host before reading small differences"
+    )
 
 
 def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, Any]) -> str:
@@ -286,21 +335,49 @@ def sweep_html(sweep_dirs: Sequence[str | os.PathLike[str]], result: dict[str, A
 
     pts = result["points"]
     ref = result.get("reference")
-    charts = [(f"frontier-{x}", hc.frontier_chart(pts, x, "output_tps_per_gpu", X_AXES[x],
-                                                  Y_AXES["output_tps_per_gpu"])) for x in X_AXES]
+    charts = [
+        (
+            f"frontier-{x}",
+            hc.frontier_chart(
+                pts, x, "output_tps_per_gpu", X_AXES[x], Y_AXES["output_tps_per_gpu"]
+            ),
+        )
+        for x in X_AXES
+    ]
     if ref is not None:  # the throughput the published points state: total, on both x axes
-        charts += [(f"frontier-{x}-reference", hc.frontier_chart(
-            pts, x, "total_tps_per_gpu", X_AXES[x], Y_AXES["total_tps_per_gpu"], reference=ref))
-            for x in X_AXES]
+        charts += [
+            (
+                f"frontier-{x}-reference",
+                hc.frontier_chart(
+                    pts,
+                    x,
+                    "total_tps_per_gpu",
+                    X_AXES[x],
+                    Y_AXES["total_tps_per_gpu"],
+                    reference=ref,
+                ),
+            )
+            for x in X_AXES
+        ]
     if has_energy(pts):
-        charts.append(("frontier-energy", hc.frontier_chart(
-            pts, "p90_tps", ENERGY, X_AXES["p90_tps"], "joules per output token")))
+        charts.append(
+            (
+                "frontier-energy",
+                hc.frontier_chart(
+                    pts, "p90_tps", ENERGY, X_AXES["p90_tps"], "joules per output token"
+                ),
+            )
+        )
     script, divs = _charts(charts)
     names = ", ".join(str(s) for s in sweep_dirs)
-    body = ["<h1>agent-replay sweep</h1>", f"<p class='path'>{_e(names)}</p>",
-            _warnings(w for w in (contention_banner(pts),) if w),
-            "<h2>Frontier</h2>", _chart_block(divs, [n for n, _ in charts], grid=False),
-            _md_tables(result["markdown"])]
+    body = [
+        "<h1>agent-replay sweep</h1>",
+        f"<p class='path'>{_e(names)}</p>",
+        _warnings(w for w in (contention_banner(pts),) if w),
+        "<h2>Frontier</h2>",
+        _chart_block(divs, [n for n, _ in charts], grid=False),
+        _md_tables(result["markdown"]),
+    ]
     cap = Path(sweep_dirs[0]) / "capacity.md"
     if cap.exists():
         body += ["<h2>Capacity</h2>", _md_tables(cap.read_text())]
@@ -320,17 +397,23 @@ def write_html(page: str, path: str | os.PathLike[str], *, force: bool = True) -
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise AgentReplayError(f"{dest}: cannot write the HTML report: {exc.strerror or exc}") from exc
+        raise AgentReplayError(
+            f"{dest}: cannot write the HTML report: {exc.strerror or exc}"
+        ) from exc
     return dest
 
 
-def write_run_report(results_dir: str | os.PathLike[str], report: Report | None = None
-                     ) -> tuple[Path | None, str]:
+def write_run_report(
+    results_dir: str | os.PathLike[str], report: Report | None = None
+) -> tuple[Path | None, str]:
     """Write ``report.html`` beside a run's run.json. Returns (its path, a line for the user);
     without the ``html`` extra (None, how to get it), and on any failure (None, why): a
     finished run is never failed by its report."""
     if not available():
-        return None, f"HTML report: {HTML_EXTRA_HINT}, then agent-replay report {results_dir} --html FILE"
+        return (
+            None,
+            f"HTML report: {HTML_EXTRA_HINT}, then agent-replay report {results_dir} --html FILE",
+        )
     try:
         if report is None:
             from agent_replay.analysis.report import build_report

@@ -43,8 +43,15 @@ def colors(n: int) -> list[str]:
 
 
 def _fig(title: str, x_label: str, y_label: str, **kw: Any) -> Any:
-    p = figure(title=title, x_axis_label=x_label, y_axis_label=y_label, tools=TOOLS,
-               sizing_mode="stretch_width", height=kw.pop("height", 320), **kw)
+    p = figure(
+        title=title,
+        x_axis_label=x_label,
+        y_axis_label=y_label,
+        tools=TOOLS,
+        sizing_mode="stretch_width",
+        height=kw.pop("height", 320),
+        **kw,
+    )
     p.title.text_font_size = "13px"
     p.toolbar.logo = None
     return p
@@ -78,13 +85,20 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
     d = BY_KEY[key]
     lines = [(name, *cdf_points(r, key), r.stats.latency[key]) for name, r in runs]
     many = len(lines) > 1
-    drawn = [(name if many else "", v, f, s, color)
-             for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True) if v.size]
+    drawn = [
+        (name if many else "", v, f, s, color)
+        for (name, v, f, s), color in zip(lines, colors(len(lines)), strict=True)
+        if v.size
+    ]
     if not drawn:
         return None
     hdr = "" if d.per == "request" else " (HdrHistogram, 3 significant digits)"
-    p = _fig(f"{d.label} CDF{hdr}", f"{d.label}, ms (log scale)",
-             f"fraction of {_unit_of(key)} at or below", x_axis_type="log")
+    p = _fig(
+        f"{d.label} CDF{hdr}",
+        f"{d.label}, ms (log scale)",
+        f"fraction of {_unit_of(key)} at or below",
+        x_axis_type="log",
+    )
     p.y_range = Range1d(0, 1.02)
     p.xaxis.formatter = bm.NumeralTickFormatter(format="0,0.[000]")
     for name, v, f, s, color in drawn:
@@ -98,12 +112,17 @@ def latency_cdf(runs: Sequence[tuple[str, Report]], key: str) -> Any | None:
 
 def _zeros_note(curves: Sequence[tuple[str, np.ndarray, np.ndarray]], many: bool) -> str:
     """The title's note on the samples of 0 ms, per run when ``many``; "" when none."""
-    zeros = [f"{name + ' ' if many else ''}{100 * z:.0f}%" for name, v, f in curves
-             if (z := zero_fraction(v, f)) > 0]
+    zeros = [
+        f"{name + ' ' if many else ''}{100 * z:.0f}%"
+        for name, v, f in curves
+        if (z := zero_fraction(v, f)) > 0
+    ]
     if not zeros:
         return ""
-    return (f"; {', '.join(zeros)} of the samples are 0 ms (tokens in one chunk), "
-            f"drawn at {ZERO_MS:g} ms")
+    return (
+        f"; {', '.join(zeros)} of the samples are 0 ms (tokens in one chunk), "
+        f"drawn at {ZERO_MS:g} ms"
+    )
 
 
 def _fit_log_axis(p: Any, curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
@@ -127,10 +146,18 @@ def _cdf_line(p: Any, name: str, v: np.ndarray, f: np.ndarray, s: Any, color: st
     p.step("ms", "frac", source=src, mode="after", line_width=2, color=color, legend_label=label)
     marks = [(q, float(m) / 1e6) for q in MARKED if (m := s.values.get(q)) is not None]
     if marks:
-        msrc = ColumnDataSource({"ms": [max(m, ZERO_MS) for _, m in marks],
-                                 "frac": [q / 100 for q, _ in marks]})
-        p.scatter("ms", "frac", source=msrc, size=8, color=color, marker="circle",
-                  legend_label=f"{name + ': ' if name else ''}P50 / P90 / P99 (as in the table)")
+        msrc = ColumnDataSource(
+            {"ms": [max(m, ZERO_MS) for _, m in marks], "frac": [q / 100 for q, _ in marks]}
+        )
+        p.scatter(
+            "ms",
+            "frac",
+            source=msrc,
+            size=8,
+            color=color,
+            marker="circle",
+            legend_label=f"{name + ': ' if name else ''}P50 / P90 / P99 (as in the table)",
+        )
 
 
 def log_ticks(lo: float, hi: float, least: int = 4) -> list[float]:
@@ -140,11 +167,11 @@ def log_ticks(lo: float, hi: float, least: int = 4) -> list[float]:
     lo, hi = max(lo, 1e-12), max(hi, lo * 1.0001)
     decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
     steps = ((1, 2, 5), tuple(range(1, 10)), tuple(x / 2 for x in range(2, 20)))
-    grids = [np.array(sorted({m * 10.0 ** e for e in decades for m in ms})) for ms in steps]
+    grids = [np.array(sorted({m * 10.0**e for e in decades for m in ms})) for ms in steps]
     ticks = next((g for g in grids if np.count_nonzero((g >= lo) & (g <= hi)) >= least), grids[-1])
     first = max(0, int(np.searchsorted(ticks, lo, side="left")) - 1)  # one below the range
     last = int(np.searchsorted(ticks, hi, side="right"))  # and one above it
-    return [float(f"{t:.6g}") for t in ticks[first:last + 1]]
+    return [float(f"{t:.6g}") for t in ticks[first : last + 1]]
 
 
 def tps_histogram(report: Report) -> Any | None:
@@ -155,18 +182,33 @@ def tps_histogram(report: Report) -> Any | None:
     if not tps.size:
         return None
     counts, edges = np.histogram(tps, bins=min(60, max(5, tps.size // 3)))
-    p = _fig("Per-request decode speed (request TPS = 1 / TPOT)", "tokens/s per request",
-             "requests")
+    p = _fig(
+        "Per-request decode speed (request TPS = 1 / TPOT)", "tokens/s per request", "requests"
+    )
     src = ColumnDataSource({"left": edges[:-1], "right": edges[1:], "n": counts})
-    p.quad(left="left", right="right", bottom=0, top="n", source=src, color="#1f77b4",
-           alpha=0.7, legend_label=f"requests (n={tps.size:,})")
+    p.quad(
+        left="left",
+        right="right",
+        bottom=0,
+        top="n",
+        source=src,
+        color="#1f77b4",
+        alpha=0.7,
+        legend_label=f"requests (n={tps.size:,})",
+    )
     p90 = report.stats.tps.values.get(90.0)
     if p90 is not None:
         p.add_layout(Span(location=p90, dimension="height", line_color="#d62728", line_width=2))
-        p.line([p90, p90], [0, 0], color="#d62728", line_width=2,
-               legend_label=f"P90 TPS {p90:,.1f} tok/s (90% of requests at least this fast)")
-    p.add_tools(HoverTool(tooltips=[("tok/s", "@left{0,0.0} to @right{0,0.0}"),
-                                    ("requests", "@n")]))
+        p.line(
+            [p90, p90],
+            [0, 0],
+            color="#d62728",
+            line_width=2,
+            legend_label=f"P90 TPS {p90:,.1f} tok/s (90% of requests at least this fast)",
+        )
+    p.add_tools(
+        HoverTool(tooltips=[("tok/s", "@left{0,0.0} to @right{0,0.0}"), ("requests", "@n")])
+    )
     _legend_below(p)
     return p
 
@@ -188,8 +230,9 @@ def over_time(report: Report) -> tuple[Any, Any] | None:
     sent, end = _col(t, "sent_ns"), _col(t, "end_ns")
     e2e, ttft = _col(t, "e2e"), _col(t, "ttft")
     first = end - e2e + ttft  # the first token's arrival: s + TTFT, with s = end - E2E
-    out_tok = served_output_tokens(_col(t, "completion_tokens"), _col(t, "output_tokens"),
-                                   _col(t, "exact") > 0)
+    out_tok = served_output_tokens(
+        _col(t, "completion_tokens"), _col(t, "output_tokens"), _col(t, "exact") > 0
+    )
     t0 = _t0(report)
     stop = np.nanmax(end) if np.isfinite(end).any() else t0
     edges = bin_edges(t0, max(stop, t0 + 1e8))
@@ -198,19 +241,44 @@ def over_time(report: Report) -> tuple[Any, Any] | None:
     x = (edges - t0) / NS
     width = float(np.diff(edges)[0]) / NS
     src = ColumnDataSource({"left": x[:-1], "right": x[1:], "tok": tok, "flight": flight})
-    p1 = _fig(f"Output tokens/s over the run ({width:g} s bins)", "seconds since the run's start",
-              "output tokens/s", height=300)
-    p1.quad(left="left", right="right", bottom=0, top="tok", source=src, color="#2ca02c",
-            alpha=0.75, legend_label="output tokens/s (each request's tokens spread from its "
-            "first to its last token)")
+    p1 = _fig(
+        f"Output tokens/s over the run ({width:g} s bins)",
+        "seconds since the run's start",
+        "output tokens/s",
+        height=300,
+    )
+    p1.quad(
+        left="left",
+        right="right",
+        bottom=0,
+        top="tok",
+        source=src,
+        color="#2ca02c",
+        alpha=0.75,
+        legend_label="output tokens/s (each request's tokens spread from its "
+        "first to its last token)",
+    )
     p1.add_tools(HoverTool(tooltips=[("s", "@left{0.0} to @right{0.0}"), ("tok/s", "@tok{0,0.0}")]))
-    p2 = _fig(f"Requests in flight over the run (mean per {width:g} s bin)",
-              "seconds since the run's start", "requests in flight", height=270,
-              x_range=p1.x_range)
-    p2.quad(left="left", right="right", bottom=0, top="flight", source=src, color="#ff7f0e",
-            alpha=0.75, legend_label="mean requests between send and last byte (failed too)")
-    p2.add_tools(HoverTool(tooltips=[("s", "@left{0.0} to @right{0.0}"),
-                                     ("in flight", "@flight{0.00}")]))
+    p2 = _fig(
+        f"Requests in flight over the run (mean per {width:g} s bin)",
+        "seconds since the run's start",
+        "requests in flight",
+        height=270,
+        x_range=p1.x_range,
+    )
+    p2.quad(
+        left="left",
+        right="right",
+        bottom=0,
+        top="flight",
+        source=src,
+        color="#ff7f0e",
+        alpha=0.75,
+        legend_label="mean requests between send and last byte (failed too)",
+    )
+    p2.add_tools(
+        HoverTool(tooltips=[("s", "@left{0.0} to @right{0.0}"), ("in flight", "@flight{0.00}")])
+    )
     for p in (p1, p2):
         _legend_below(p)
         p.y_range.start = 0
@@ -220,9 +288,17 @@ def over_time(report: Report) -> tuple[Any, Any] | None:
 def _statuses(report: Report) -> np.ndarray:
     """Each request's outcome: ok, cancelled (by the run's stop) or failed."""
     t = report.stats.per_request
-    kinds = t.column("error_kind").to_pylist() if "error_kind" in t.column_names else [None] * t.num_rows
-    return np.asarray(["ok" if o else ("cancelled" if k == "cancelled" else "failed")
-                       for o, k in zip(_ok(report), kinds, strict=True)])
+    kinds = (
+        t.column("error_kind").to_pylist()
+        if "error_kind" in t.column_names
+        else [None] * t.num_rows
+    )
+    return np.asarray(
+        [
+            "ok" if o else ("cancelled" if k == "cancelled" else "failed")
+            for o, k in zip(_ok(report), kinds, strict=True)
+        ]
+    )
 
 
 def timelines(report: Report) -> Any | None:
@@ -245,29 +321,55 @@ def timelines(report: Report) -> Any | None:
     status = _statuses(report)
     t0 = _t0(report)
     idx = np.nonzero(keep)[0]
-    title = (f"Session timelines: {len(labels):,} lanes (session #clone / subagent)"
-             if len(shown) == len(labels) else
-             f"Session timelines: the first {len(shown):,} of {len(labels):,} lanes by start")
-    p = _fig(title, "seconds since the run's start (bars: send to last byte; gaps: think time)",
-             "session", y_range=FactorRange(factors=list(reversed(shown))),
-             height=max(200, 90 + LANE_PX * len(shown)))
+    title = (
+        f"Session timelines: {len(labels):,} lanes (session #clone / subagent)"
+        if len(shown) == len(labels)
+        else f"Session timelines: the first {len(shown):,} of {len(labels):,} lanes by start"
+    )
+    p = _fig(
+        title,
+        "seconds since the run's start (bars: send to last byte; gaps: think time)",
+        "session",
+        y_range=FactorRange(factors=list(reversed(shown))),
+        height=max(200, 90 + LANE_PX * len(shown)),
+    )
     rid = _col(t, "request_index")
     for st, color in STATUS_COLORS.items():
         sel = idx[status[idx] == st]
         if not sel.size:
             continue
-        src = ColumnDataSource({
-            "lane": [shown[i] for i in lane[sel]],
-            "left": (sent[sel] - t0) / NS, "right": (end[sel] - t0) / NS,
-            "request": rid[sel], "ttft": _col(t, "ttft")[sel] / 1e6,
-            "e2e": _col(t, "e2e")[sel] / 1e6, "tokens": _col(t, "output_tokens")[sel],
-        })
-        p.hbar(y="lane", left="left", right="right", height=0.7, source=src, color=color,
-               legend_label=f"{st} ({sel.size:,})")
-    p.add_tools(HoverTool(tooltips=[("lane", "@lane"), ("request", "@request"),
-                                    ("sent at s", "@left{0.000}"), ("TTFT ms", "@ttft{0,0.0}"),
-                                    ("E2E ms", "@e2e{0,0.0}"),
-                                    ("output tokens", "@tokens{0,0}")]))
+        src = ColumnDataSource(
+            {
+                "lane": [shown[i] for i in lane[sel]],
+                "left": (sent[sel] - t0) / NS,
+                "right": (end[sel] - t0) / NS,
+                "request": rid[sel],
+                "ttft": _col(t, "ttft")[sel] / 1e6,
+                "e2e": _col(t, "e2e")[sel] / 1e6,
+                "tokens": _col(t, "output_tokens")[sel],
+            }
+        )
+        p.hbar(
+            y="lane",
+            left="left",
+            right="right",
+            height=0.7,
+            source=src,
+            color=color,
+            legend_label=f"{st} ({sel.size:,})",
+        )
+    p.add_tools(
+        HoverTool(
+            tooltips=[
+                ("lane", "@lane"),
+                ("request", "@request"),
+                ("sent at s", "@left{0.000}"),
+                ("TTFT ms", "@ttft{0,0.0}"),
+                ("E2E ms", "@e2e{0,0.0}"),
+                ("output tokens", "@tokens{0,0}"),
+            ]
+        )
+    )
     p.yaxis.major_label_text_font_size = "9px"
     _legend_below(p)
     return p
@@ -283,18 +385,26 @@ def gpu_charts(report: Report) -> tuple[Any, Any] | None:
     t0 = _t0(report)
     g = report.gpu or {}
     jt = g.get("j_per_output_token")
-    p1 = _fig("GPU power" + (f" ({jt:.3f} J per output token)" if jt else ""),
-              "seconds since the run's start", "power, W", height=260)
-    p2 = _fig("GPU utilization", "seconds since the run's start", "utilization, %",
-              height=260, x_range=p1.x_range)
+    p1 = _fig(
+        "GPU power" + (f" ({jt:.3f} J per output token)" if jt else ""),
+        "seconds since the run's start",
+        "power, W",
+        height=260,
+    )
+    p2 = _fig(
+        "GPU utilization",
+        "seconds since the run's start",
+        "utilization, %",
+        height=260,
+        x_range=p1.x_range,
+    )
     ids = np.unique(gpu)
     for gid, color in zip(ids, colors(ids.size), strict=True):
         sel = gpu == gid
         order = np.argsort(ts[sel])
         x = (ts[sel][order] - t0) / NS
         p1.line(x, _col(t, "power_w")[sel][order], color=color, legend_label=f"GPU {gid}")
-        p2.line(x, _col(t, "gpu_util_pct")[sel][order], color=color,
-                legend_label=f"GPU {gid} busy")
+        p2.line(x, _col(t, "gpu_util_pct")[sel][order], color=color, legend_label=f"GPU {gid} busy")
         sm = _col(t, "sm_active_pct")[sel][order]
         if not np.isnan(sm).all():
             p2.line(x, sm, color=color, line_dash="dashed", legend_label=f"GPU {gid} SM active")
@@ -310,23 +420,35 @@ def _with(group: Sequence[Any], x: str, y: str) -> list[dict[str, Any]]:
     return [r for pt in group for r in pt.runs if None not in (r.get(x), r.get(y))]
 
 
-def _run_dots(p: Any, group: Sequence[Any], x: str, y: str, name: str,
-              color: str) -> list[tuple[float, float]]:
+def _run_dots(
+    p: Any, group: Sequence[Any], x: str, y: str, name: str, color: str
+) -> list[tuple[float, float]]:
     """Every run of a target as a dot, a run whose warm-up never became steady as a hollow
     triangle (what the frontier table's warm-up line refers to); returns all (x, y)."""
     runs = _with(group, x, y)
-    for flagged, kw, label in ((False, {"size": 6, "alpha": 0.4}, "one run"),
-                               (True, {"size": 9, "marker": "triangle", "fill_alpha": 0,
-                                       "line_width": 1.5}, "one run, warm-up not steady")):
+    for flagged, kw, label in (
+        (False, {"size": 6, "alpha": 0.4}, "one run"),
+        (
+            True,
+            {"size": 9, "marker": "triangle", "fill_alpha": 0, "line_width": 1.5},
+            "one run, warm-up not steady",
+        ),
+    ):
         these = [r for r in runs if (r.get("warmup_steady") is False) is flagged]
         if these:
-            p.scatter([r[x] for r in these], [r[y] for r in these], color=color,
-                      legend_label=f"{name}: {label}", **kw)
+            p.scatter(
+                [r[x] for r in these],
+                [r[y] for r in these],
+                color=color,
+                legend_label=f"{name}: {label}",
+                **kw,
+            )
     return [(r[x], r[y]) for r in runs]
 
 
-def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str,
-                   reference: Any = None) -> Any | None:
+def frontier_chart(
+    pts: Sequence[Any], x: str, y: str, x_label: str, y_label: str, reference: Any = None
+) -> Any | None:
     """Every run as a dot, each target's means joined, with the run-to-run 95% interval of
     the mean on both axes (whiskers). ``reference`` (``analysis.references.Reference``): its
     points on these axes in black, stars or dotted lines, on log scales."""
@@ -335,9 +457,14 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
         return None
     refs = _reference_points(reference, x, y)
     log = {"x_axis_type": "log", "y_axis_type": "log"} if refs else {}
-    p = _fig(f"{y_label} against {x_label} (95% intervals over repeats; labels: load point"
-             + ("; black: published reference, other hardware; log scales)" if refs else ")"),
-             x_label, y_label, height=420, **log)
+    p = _fig(
+        f"{y_label} against {x_label} (95% intervals over repeats; labels: load point"
+        + ("; black: published reference, other hardware; log scales)" if refs else ")"),
+        x_label,
+        y_label,
+        height=420,
+        **log,
+    )
     xs, ys = _draw_targets(p, by, x, y)
     if not xs:
         return None
@@ -346,9 +473,16 @@ def frontier_chart(pts: Sequence[Any], x: str, y: str, x_label: str, y_label: st
         xs += [rx] if rx is not None else []
         ys += [ry] if ry is not None else []
     _fit_ranges(p, xs, ys, log=bool(refs))
-    p.add_tools(HoverTool(tooltips=[("load point", "@point"), ("runs", "@n"),
-                                    (x_label, "@x{0,0.0} [@xlo{0,0.0}, @xhi{0,0.0}]"),
-                                    (y_label, "@y{0,0.0} [@ylo{0,0.0}, @yhi{0,0.0}]")]))
+    p.add_tools(
+        HoverTool(
+            tooltips=[
+                ("load point", "@point"),
+                ("runs", "@n"),
+                (x_label, "@x{0,0.0} [@xlo{0,0.0}, @xhi{0,0.0}]"),
+                (y_label, "@y{0,0.0} [@ylo{0,0.0}, @yhi{0,0.0}]"),
+            ]
+        )
+    )
     _legend_below(p)
     return p
 
@@ -360,7 +494,9 @@ def _reference_points(reference: Any, x: str, y: str) -> list[Any]:
     return [r for r in reference.points if x in r.values or y in r.values]
 
 
-def _draw_targets(p: Any, by: dict[str, list[Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+def _draw_targets(
+    p: Any, by: dict[str, list[Any]], x: str, y: str
+) -> tuple[list[float], list[float]]:
     """Each target's runs and means; the x and y values drawn (none: no target had means)."""
     xs: list[float] = []
     ys: list[float] = []
@@ -378,8 +514,11 @@ def _draw_targets(p: Any, by: dict[str, list[Any]], x: str, y: str) -> tuple[lis
 def _means_source(group: Sequence[Any], x: str, y: str) -> Any | None:
     """A target's means and their intervals on both axes (an unknown bound: the mean), per
     load point that has both; None when none has."""
-    rows = [_mean_row(pt, cx, cy) for pt in group
-            if _estimated(cx := pt.ci.get(x)) and _estimated(cy := pt.ci.get(y))]
+    rows = [
+        _mean_row(pt, cx, cy)
+        for pt in group
+        if _estimated(cx := pt.ci.get(x)) and _estimated(cy := pt.ci.get(y))
+    ]
     if not rows:
         return None
     return ColumnDataSource({k: [r[k] for r in rows] for k in rows[0]})
@@ -393,21 +532,40 @@ def _mean_row(pt: Any, cx: Any, cy: Any) -> dict[str, Any]:
     def bound(v: float | None, ci: Any) -> float:
         return v if v is not None else ci.estimate
 
-    return {"x": cx.estimate, "y": cy.estimate, "xlo": bound(cx.low, cx), "xhi": bound(cx.high, cx),
-            "ylo": bound(cy.low, cy), "yhi": bound(cy.high, cy), "point": f"{pt.point:g}",
-            "n": len(pt.runs)}
+    return {
+        "x": cx.estimate,
+        "y": cy.estimate,
+        "xlo": bound(cx.low, cx),
+        "xhi": bound(cx.high, cx),
+        "ylo": bound(cy.low, cy),
+        "yhi": bound(cy.high, cy),
+        "point": f"{pt.point:g}",
+        "n": len(pt.runs),
+    }
 
 
 def _draw_means(p: Any, src: Any, name: str, color: str) -> None:
     """A target's means joined and labelled with their load points, with whiskers."""
     p.line("x", "y", source=src, color=color, line_width=2, legend_label=f"{name}: mean")
-    p.text("x", "y", text="point", source=src, x_offset=6, y_offset=-4,
-           text_font_size="10px", text_color=color)
+    p.text(
+        "x",
+        "y",
+        text="point",
+        source=src,
+        x_offset=6,
+        y_offset=-4,
+        text_font_size="10px",
+        text_color=color,
+    )
     p.scatter("x", "y", source=src, size=9, color=color, legend_label=f"{name}: mean")
-    p.add_layout(Whisker(base="x", lower="ylo", upper="yhi", source=src, dimension="height",
-                         line_color=color))
-    p.add_layout(Whisker(base="y", lower="xlo", upper="xhi", source=src, dimension="width",
-                         line_color=color))
+    p.add_layout(
+        Whisker(
+            base="x", lower="ylo", upper="yhi", source=src, dimension="height", line_color=color
+        )
+    )
+    p.add_layout(
+        Whisker(base="y", lower="xlo", upper="xhi", source=src, dimension="width", line_color=color)
+    )
 
 
 def _draw_reference(p: Any, r: Any, x: str, y: str) -> tuple[float | None, float | None]:
@@ -415,13 +573,19 @@ def _draw_reference(p: Any, r: Any, x: str, y: str) -> tuple[float | None, float
     the one it has; returns its (x, y)."""
     rx, ry = r.values.get(x), r.values.get(y)
     if rx is not None and ry is not None:
-        p.scatter([rx], [ry], marker="star", size=16, color="black",
-                  legend_label="published reference")
+        p.scatter(
+            [rx], [ry], marker="star", size=16, color="black", legend_label="published reference"
+        )
         p.add_layout(Label(x=rx, y=ry, text=r.label, text_font_size="10px", x_offset=6))
     else:
-        p.add_layout(Span(location=rx if rx is not None else ry,
-                          dimension="height" if rx is not None else "width",
-                          line_color="black", line_dash="dotted"))
+        p.add_layout(
+            Span(
+                location=rx if rx is not None else ry,
+                dimension="height" if rx is not None else "width",
+                line_color="black",
+                line_dash="dotted",
+            )
+        )
     return rx, ry
 
 

@@ -42,8 +42,19 @@ from agent_replay.analysis.hist import Hist
 from agent_replay.analysis.metrics import Lists, request_metrics
 from agent_replay.results_schema import INEXACT, ErrorKind
 
-PART_COLUMNS = ("status", "error_kind", "warmup", "intended_ns", "sent_ns", "connect_ns",
-                "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "completion_tokens")
+PART_COLUMNS = (
+    "status",
+    "error_kind",
+    "warmup",
+    "intended_ns",
+    "sent_ns",
+    "connect_ns",
+    "first_token_ns",
+    "end_ns",
+    "chunk_ns",
+    "chunk_tokens",
+    "completion_tokens",
+)
 """The results columns ``observe_table`` reads."""
 HIST_NAMES = (*LIVE, "loop_lag")
 """The definitions table's ``live`` entries (``analysis.definitions``) and the loop lag."""
@@ -59,10 +70,21 @@ class LiveStats(Counters):
     """Running counters and histograms of one worker (or of several, merged)."""
 
     MERGES = {
-        "ok": add, "failed": add, "warmup": add, "inexact": add, "output_tokens": add,
-        "early_sends": add, "errors": keyed, "tokens_per_chunk": keyed,
-        "throughput": keyed_lists, "done": add, "total": add, "in_flight": add,
-        "active_sessions": add, "elapsed_ns": largest, "cpu_percent": add,
+        "ok": add,
+        "failed": add,
+        "warmup": add,
+        "inexact": add,
+        "output_tokens": add,
+        "early_sends": add,
+        "errors": keyed,
+        "tokens_per_chunk": keyed,
+        "throughput": keyed_lists,
+        "done": add,
+        "total": add,
+        "in_flight": add,
+        "active_sessions": add,
+        "elapsed_ns": largest,
+        "cpu_percent": add,
     }
     """How two workers' stats merge (``analysis.counters``): progress counts add up,
     elapsed is the longest, CPU keeps one entry per worker."""
@@ -143,8 +165,11 @@ class LiveStats(Counters):
     def observe_table(self, table: Any) -> None:
         """Count every row of a results part file (a ``pyarrow.Table`` with ``PART_COLUMNS``,
         times relative to the run's t0), its schedule lag too (warm-up rows excepted)."""
-        cols = {name: table.column(name).to_pylist() for name in PART_COLUMNS
-                if name not in ("chunk_ns", "chunk_tokens")}
+        cols = {
+            name: table.column(name).to_pylist()
+            for name in PART_COLUMNS
+            if name not in ("chunk_ns", "chunk_tokens")
+        }
         lists = {}
         for name in ("chunk_ns", "chunk_tokens"):
             arr = table.column(name).combine_chunks()
@@ -155,8 +180,8 @@ class LiveStats(Counters):
         (cns, coff), (tks, toff) = lists["chunk_ns"], lists["chunk_tokens"]
         for i in range(table.num_rows):
             row = {name: col[i] for name, col in cols.items()}
-            row["chunk_ns"] = cns[coff[i]:coff[i + 1]]
-            row["chunk_tokens"] = tks[toff[i]:toff[i + 1]]
+            row["chunk_ns"] = cns[coff[i] : coff[i + 1]]
+            row["chunk_tokens"] = tks[toff[i] : toff[i + 1]]
             self.observe_request(row)
             if row["sent_ns"] is not None and row["intended_ns"] is not None and not row["warmup"]:
                 self.observe_lag(row["sent_ns"] - row["intended_ns"], None)
@@ -177,8 +202,15 @@ class LiveStats(Counters):
         if len(lags_ns):
             self.hists["loop_lag"].record_many(np.maximum(np.asarray(lags_ns, dtype=np.int64), 0))
 
-    def set_progress(self, done: int, total: int, in_flight_requests: int, active_sessions: int,
-                     elapsed_ns: int, cpu_percent: float) -> None:
+    def set_progress(
+        self,
+        done: int,
+        total: int,
+        in_flight_requests: int,
+        active_sessions: int,
+        elapsed_ns: int,
+        cpu_percent: float,
+    ) -> None:
         self.done, self.total = done, total
         self.in_flight, self.active_sessions = in_flight_requests, active_sessions
         self.elapsed_ns = elapsed_ns
@@ -198,13 +230,15 @@ class LiveStats(Counters):
         k = Lists(_flat(self._k, total), offsets)
         exact = np.asarray(self._x, dtype=bool)
         usage = np.asarray(self._u, dtype=np.int64)
-        batch = pa.RecordBatch.from_pydict({
-            "intended_ns": pa.array(self._intended, pa.int64()),
-            "sent_ns": pa.array(self._sent, pa.int64()),
-            "connect_ns": pa.array(self._connect, pa.int64()),
-            "first_token_ns": pa.array(self._first, pa.int64()),
-            "end_ns": end,
-        })
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "intended_ns": pa.array(self._intended, pa.int64()),
+                "sent_ns": pa.array(self._sent, pa.int64()),
+                "connect_ns": pa.array(self._connect, pa.int64()),
+                "first_token_ns": pa.array(self._first, pa.int64()),
+                "end_ns": end,
+            }
+        )
         self._intended, self._sent, self._connect, self._first, self._end = [], [], [], [], []
         self._c, self._k, self._m, self._x, self._u = [], [], [], [], []
         self._pending_chunks = 0
@@ -221,8 +255,14 @@ class LiveStats(Counters):
             self.hists[d.key].record_many(np.rint(v[keep]).astype(np.int64))
         n_out = np.asarray(x.m.output_tokens, dtype=np.int64)
         if k.values.size:
-            tpc = fold_chunks(c, k, None, self.hists["itl"], self.hists["chunk_gap"],
-                              exact=None if exact.all() else exact)
+            tpc = fold_chunks(
+                c,
+                k,
+                None,
+                self.hists["itl"],
+                self.hists["chunk_gap"],
+                exact=None if exact.all() else exact,
+            )
             for tokens, n in enumerate(tpc.tolist()):
                 if n:
                     self.tokens_per_chunk[tokens] = self.tokens_per_chunk.get(tokens, 0) + n
@@ -252,19 +292,30 @@ class LiveStats(Counters):
     def encode(self) -> bytes:
         """A compact snapshot (flushes pending rows first)."""
         self.flush()
-        return orjson.dumps({
-            "v": SNAPSHOT_VERSION,
-            "bucket_ns": self.bucket_ns,
-            "hists": {n: [h.encode(), h.dropped] for n, h in self.hists.items() if h.count or h.dropped},
-            "counts": [self.ok, self.failed, self.warmup, self.output_tokens, self.early_sends],
-            "errors": self.errors,
-            "inexact": self.inexact,
-            "tpc": [[k, n] for k, n in self.tokens_per_chunk.items()],
-            "tput": [[b, t, r] for b, (t, r) in self.throughput.items()],
-            "progress": [self.done, self.total, self.in_flight, self.active_sessions,
-                         self.elapsed_ns],
-            "cpu": self.cpu_percent,
-        })
+        return orjson.dumps(
+            {
+                "v": SNAPSHOT_VERSION,
+                "bucket_ns": self.bucket_ns,
+                "hists": {
+                    n: [h.encode(), h.dropped]
+                    for n, h in self.hists.items()
+                    if h.count or h.dropped
+                },
+                "counts": [self.ok, self.failed, self.warmup, self.output_tokens, self.early_sends],
+                "errors": self.errors,
+                "inexact": self.inexact,
+                "tpc": [[k, n] for k, n in self.tokens_per_chunk.items()],
+                "tput": [[b, t, r] for b, (t, r) in self.throughput.items()],
+                "progress": [
+                    self.done,
+                    self.total,
+                    self.in_flight,
+                    self.active_sessions,
+                    self.elapsed_ns,
+                ],
+                "cpu": self.cpu_percent,
+            }
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> LiveStats:
@@ -284,7 +335,9 @@ class LiveStats(Counters):
         return st
 
     # -- read side ---------------------------------------------------------------------
-    def throughput_series(self, last: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def throughput_series(
+        self, last: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(bucket start in ns, output tokens/s, requests/s) per bucket, gaps filled with 0."""
         self.flush()
         if not self.throughput:
@@ -315,8 +368,11 @@ class PartsFeed:
         """Read the part files not read yet; returns how many. A part that cannot be read
         (removed meanwhile, damaged) is skipped and counted in ``errors``."""
         try:
-            names = sorted(n for n in os.listdir(self.dir)
-                           if n.startswith("part-") and n.endswith(".parquet") and n not in self._seen)
+            names = sorted(
+                n
+                for n in os.listdir(self.dir)
+                if n.startswith("part-") and n.endswith(".parquet") and n not in self._seen
+            )
         except OSError:
             return 0
         for name in names:
@@ -342,7 +398,8 @@ def _flat(parts: list[Sequence[int]], total: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     first = parts[0]
     if isinstance(first, array) and all(
-            isinstance(p, array) and p.typecode == first.typecode for p in parts):
+        isinstance(p, array) and p.typecode == first.typecode for p in parts
+    ):
         buffers = cast("list[array[int]]", parts)
         return np.frombuffer(b"".join(buffers), dtype=np.dtype(first.typecode)).astype(np.int64)
     if isinstance(first, np.ndarray):

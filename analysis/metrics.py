@@ -22,6 +22,7 @@ from agent_replay.results_schema import INEXACT
 
 NS = 1_000_000_000
 
+
 def _col(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     col = batch.column(name)
     if isinstance(col, pa.ChunkedArray):
@@ -32,8 +33,11 @@ def _col(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
 def _f64(batch: pa.RecordBatch | pa.Table, name: str) -> np.ndarray:
     """A nullable integer column as float64 with NaN for nulls."""
     col = _col(batch, name)
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64) if col.null_count == 0 \
+    return (
+        np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+        if col.null_count == 0
         else np.asarray(col.cast(pa.float64()).fill_null(np.nan).to_numpy(), dtype=np.float64)
+    )
 
 
 def _i64(batch: pa.RecordBatch | pa.Table, name: str, fill: int = 0) -> np.ndarray:
@@ -113,8 +117,9 @@ class RequestMetrics:
     chunks: np.ndarray  # m (int64)
 
 
-def request_metrics(batch: pa.RecordBatch | pa.Table, c: Lists | None = None,
-                    k: Lists | None = None) -> RequestMetrics:
+def request_metrics(
+    batch: pa.RecordBatch | pa.Table, c: Lists | None = None, k: Lists | None = None
+) -> RequestMetrics:
     """Every per-request metric of docs/metrics.md for each row of ``batch`` (``c`` and ``k``:
     its chunk_ns and chunk_tokens lists, when the caller already has them)."""
     S = _f64(batch, "intended_ns")
@@ -135,9 +140,18 @@ def request_metrics(batch: pa.RecordBatch | pa.Table, c: Lists | None = None,
         tps = np.where(tpot > 0, NS / tpot, np.nan)
     # A request whose decode took zero time has infinite speed: not a number we can show.
     return RequestMetrics(
-        schedule_lag=s0 - S, connect=connect, ttft=f - s, ttft_intended=f - S, e2e=e - s,
-        e2e_intended=e - S, decode=decode, tpot=tpot, tps=tps, output_tokens=n_out,
-        decode_tokens=decode_tokens, chunks=c.lengths,
+        schedule_lag=s0 - S,
+        connect=connect,
+        ttft=f - s,
+        ttft_intended=f - S,
+        e2e=e - s,
+        e2e_intended=e - S,
+        decode=decode,
+        tpot=tpot,
+        tps=tps,
+        output_tokens=n_out,
+        decode_tokens=decode_tokens,
+        chunks=c.lengths,
     )
 
 
@@ -186,12 +200,12 @@ def chunk_samples_from(c: Lists, k: Lists, rows: np.ndarray | None = None) -> Ch
     gap = gaps[gap_pos]
     kj = k.values[gap_pos]
     safe_k = np.maximum(kj, 1)
-    return ChunkSamples(itl=gap // safe_k, itl_weight=kj, chunk_gap=gap,
-                        tokens=k.values[keep_pos])
+    return ChunkSamples(itl=gap // safe_k, itl_weight=kj, chunk_gap=gap, tokens=k.values[keep_pos])
 
 
-def served_output_tokens(completion: np.ndarray, streamed: np.ndarray,
-                         exact: np.ndarray) -> np.ndarray:
+def served_output_tokens(
+    completion: np.ndarray, streamed: np.ndarray, exact: np.ndarray
+) -> np.ndarray:
     """Output tokens each request was served: the tokens its stream carried where they are
     exact (a server whose ``usage`` disagrees with its own stream is not believed: the row
     is flagged ``mismatch`` and the run counts it), else its usage's ``completion_tokens``
@@ -213,7 +227,9 @@ def stats_rows(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray
     """(rows counted in latency statistics, rows counted at all): ``ok`` non-warmup rows and
     all non-warmup rows."""
     warm = _col(batch, "warmup").to_numpy(zero_copy_only=False).astype(bool)
-    ok = np.asarray(pc.equal(_col(batch, "status"), "ok").fill_null(False).to_numpy(
-        zero_copy_only=False), dtype=bool)
+    ok = np.asarray(
+        pc.equal(_col(batch, "status"), "ok").fill_null(False).to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
     counted = ~warm
     return ok & counted, counted

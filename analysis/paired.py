@@ -78,25 +78,29 @@ class PairedStat:
     higher_is_better: bool
 
 
-def _paired_stat(f: Figure, speeds: dict[str, Speed], headline: dict[str, tuple[str, float]]
-                 ) -> PairedStat | None:
+def _paired_stat(
+    f: Figure, speeds: dict[str, Speed], headline: dict[str, tuple[str, float]]
+) -> PairedStat | None:
     """The paired statistic of one tested figure: a speed, a headline percentile, or none."""
     label = f.test_label or f.label
     if f.key in speeds:
         src = speeds[f.key].source
-        return PairedStat(f.key, label, src, speeds[f.key].percentile,
-                          BY_KEY[src].percentile_method, True, True)
+        return PairedStat(
+            f.key, label, src, speeds[f.key].percentile, BY_KEY[src].percentile_method, True, True
+        )
     if f.key in headline:
         src, p = headline[f.key]
-        return PairedStat(f.key, label, src, p, BY_KEY[src].percentile_method, False,
-                          f.higher_is_better)
+        return PairedStat(
+            f.key, label, src, p, BY_KEY[src].percentile_method, False, f.higher_is_better
+        )
     return None
 
 
 def _paired_stats() -> tuple[PairedStat, ...]:
     speeds = {sp.key: sp for sp in SPEEDS}
-    headline = {f"{m.key}_p{p:g}_ms": (m.key, p) for m in METRICS if m.per == "request"
-                for p in m.headline}
+    headline = {
+        f"{m.key}_p{p:g}_ms": (m.key, p) for m in METRICS if m.per == "request" for p in m.headline
+    }
     stats = (_paired_stat(f, speeds, headline) for f in FIGURES if f.tested)
     return tuple(x for x in stats if x is not None)
 
@@ -105,7 +109,9 @@ PAIRED_STATS: tuple[PairedStat, ...] = _paired_stats()
 """The statistics a paired comparison tests, from the definitions table."""
 
 
-def not_pairable(a: RunMeta | Mapping[str, object], b: RunMeta | Mapping[str, object]) -> str | None:
+def not_pairable(
+    a: RunMeta | Mapping[str, object], b: RunMeta | Mapping[str, object]
+) -> str | None:
     """Why two runs cannot be paired request by request (None: they can): they must have
     replayed the same plan, the same trace by content and the same load-shaping options."""
     ma, mb = RunMeta.of(a), RunMeta.of(b)
@@ -143,8 +149,9 @@ def pair_tables(a: pa.Table, b: pa.Table, metrics: Sequence[str] | None = None) 
     ta, tb = _ok(a).select(cols), _ok(b).select(cols)
     ta = ta.append_column("_row_a", pa.array(np.arange(ta.num_rows)))
     tb = tb.append_column("_row_b", pa.array(np.arange(tb.num_rows)))
-    j = ta.select([*IDENTITY, "_row_a"]).join(tb.select([*IDENTITY, "_row_b"]), list(IDENTITY),
-                                               join_type="inner")
+    j = ta.select([*IDENTITY, "_row_a"]).join(
+        tb.select([*IDENTITY, "_row_b"]), list(IDENTITY), join_type="inner"
+    )
     ra = j.column("_row_a").to_numpy()
     rb = j.column("_row_b").to_numpy()
     # one row per identity, in a fixed order (the join's order is not specified)
@@ -154,20 +161,29 @@ def pair_tables(a: pa.Table, b: pa.Table, metrics: Sequence[str] | None = None) 
     ra, rb = ra[first], rb[first]
     _, first_b = np.unique(rb, return_index=True)
     ra, rb = ra[first_b], rb[first_b]
-    keys = [f"{s}\x00{c}" for s, c in zip(ta.column("session_id").take(pa.array(ra)).to_pylist(),
-                                         ta.column("clone").take(pa.array(ra)).to_pylist(), strict=True)]
+    keys = [
+        f"{s}\x00{c}"
+        for s, c in zip(
+            ta.column("session_id").take(pa.array(ra)).to_pylist(),
+            ta.column("clone").take(pa.array(ra)).to_pylist(),
+            strict=True,
+        )
+    ]
     _, session = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
 
     def side(t: pa.Table, rows: np.ndarray) -> dict[str, np.ndarray]:
-        return {m: np.asarray(t.column(m).to_numpy(zero_copy_only=False), dtype=np.float64)[rows]
-                for m in metrics}
+        return {
+            m: np.asarray(t.column(m).to_numpy(zero_copy_only=False), dtype=np.float64)[rows]
+            for m in metrics
+        }
 
     intended = np.asarray(ta.column("intended_ns").to_numpy(), dtype=np.float64)[ra]
     return Pairs(session.astype(np.int64), intended, side(ta, ra), side(tb, rb))
 
 
-def weighted_percentile(sorted_x: np.ndarray, weights: np.ndarray, p: float,
-                        method: str = "nearest") -> np.ndarray:
+def weighted_percentile(
+    sorted_x: np.ndarray, weights: np.ndarray, p: float, method: str = "nearest"
+) -> np.ndarray:
     """The ``p`` percentile of each row's weighted sample: ``sorted_x`` ascending, ``weights``
     (resamples x values) integer counts, a value of weight k counting as k samples. Nearest
     rank (``analysis.hist.rank``) or linear interpolation (numpy's ``linear``) over the
@@ -248,14 +264,19 @@ def _draws(rng: np.random.Generator, k: int, resamples: int) -> np.ndarray:
     return rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)
 
 
-def _resampling(strata: Sequence[Pairs], by: str, resamples: int,
-                rng: np.random.Generator) -> _Resampling:
+def _resampling(
+    strata: Sequence[Pairs], by: str, resamples: int, rng: np.random.Generator
+) -> _Resampling:
     cluster = [_block_ids(s) if by == "block" else s.session for s in strata]
     sizes = [int(c.max(initial=-1)) + 1 for c in cluster]
     n_clusters, n_strata = sum(sizes), sum(1 for k in sizes if k)
     stretch = np.sqrt(n_clusters / (n_clusters - n_strata)) if n_clusters > n_strata else np.inf
-    return _Resampling(cluster, [_draws(rng, k, resamples) for k in sizes], float(stretch),
-                       "time blocks" if by == "block" else "sessions")
+    return _Resampling(
+        cluster,
+        [_draws(rng, k, resamples) for k in sizes],
+        float(stretch),
+        "time blocks" if by == "block" else "sessions",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,10 +305,12 @@ def _resampled_log_ratio(x: _Side, st: PairedStat) -> np.ndarray:
     logs = np.empty(resamples)
     step = max(1, _CHUNK // max(1, n))
     for r0 in range(0, resamples, step):
-        w = x.counts[r0:r0 + step][:, x.cluster]
-        logs[r0:r0 + step] = _log_ratio(weighted_percentile(sa, w[:, oa], st.p, st.method),
-                                        weighted_percentile(sb, w[:, ob], st.p, st.method),
-                                        st.speed)
+        w = x.counts[r0 : r0 + step][:, x.cluster]
+        logs[r0 : r0 + step] = _log_ratio(
+            weighted_percentile(sa, w[:, oa], st.p, st.method),
+            weighted_percentile(sb, w[:, ob], st.p, st.method),
+            st.speed,
+        )
     return logs
 
 
@@ -305,8 +328,10 @@ def _missing(st: PairedStat, sides: Sequence[_Side], unit: str, min_clusters: in
     if fewest >= need and sum(k) >= min_clusters and min(k) >= min(2, min_clusters):
         return None
     each = " in each run pair" if len(sides) > 1 else ""
-    return (f"no interval: {fewest} pairs in {sum(k)} {unit}, it needs {need} pairs{each} in "
-            f"{min_clusters} {unit}")
+    return (
+        f"no interval: {fewest} pairs in {sum(k)} {unit}, it needs {need} pairs{each} in "
+        f"{min_clusters} {unit}"
+    )
 
 
 def _percentiles(st: PairedStat, sides: Sequence[_Side]) -> tuple[np.ndarray, np.ndarray] | str:
@@ -320,8 +345,9 @@ def _percentiles(st: PairedStat, sides: Sequence[_Side]) -> tuple[np.ndarray, np
     return qa, qb
 
 
-def _one_stat(st: PairedStat, sides: Sequence[_Side], rs: _Resampling, min_clusters: int
-              ) -> PairedInterval:
+def _one_stat(
+    st: PairedStat, sides: Sequence[_Side], rs: _Resampling, min_clusters: int
+) -> PairedInterval:
     """One statistic: the mean over the strata of each one's log ratio, and its interval."""
     n = sum(x.a.size for x in sides)
     k = sum(int(np.unique(x.cluster).size) for x in sides)
@@ -341,15 +367,23 @@ def _one_stat(st: PairedStat, sides: Sequence[_Side], rs: _Resampling, min_clust
     return PairedInterval(st, base, value, change, float(lo), float(hi), p, n, k)
 
 
-def paired_intervals(strata: Sequence[Pairs], *, resamples: int = 1000, seed: int = 0,
-                     by: str = "session", stats: Sequence[PairedStat] = PAIRED_STATS,
-                     min_clusters: int = MIN_CLUSTERS) -> list[PairedInterval]:
+def paired_intervals(
+    strata: Sequence[Pairs],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    by: str = "session",
+    stats: Sequence[PairedStat] = PAIRED_STATS,
+    min_clusters: int = MIN_CLUSTERS,
+) -> list[PairedInterval]:
     """Every statistic of ``stats`` compared over the pairs of ``strata`` (one ``Pairs`` per
     run pair): the mean over the run pairs of each one's log ratio, with a cluster bootstrap
     over sessions (``by="session"``) or over time blocks (``by="block"``) within each run
     pair (see the module docstring)."""
     if not strata:
-        return [PairedInterval(st, None, None, None, None, None, None, 0, 0, "no pairs") for st in stats]
+        return [
+            PairedInterval(st, None, None, None, None, None, None, 0, 0, "no pairs") for st in stats
+        ]
     rs = _resampling(strata, by, resamples, np.random.default_rng(seed))
     return [_one_stat(st, _sides(strata, rs, st.metric), rs, min_clusters) for st in stats]
 
@@ -362,17 +396,30 @@ def widest(x: Sequence[PairedInterval], y: Sequence[PairedInterval]) -> list[Pai
         if u.low is None or v.low is None or u.high is None or v.high is None:
             out.append(u if u.low is None else v)
             continue
-        out.append(PairedInterval(u.stat, u.base, u.value, u.change, min(u.low, v.low),
-                                  max(u.high, v.high), max(u.p or 0.0, v.p or 0.0), u.pairs,
-                                  u.clusters, u.note))
+        out.append(
+            PairedInterval(
+                u.stat,
+                u.base,
+                u.value,
+                u.change,
+                min(u.low, v.low),
+                max(u.high, v.high),
+                max(u.p or 0.0, v.p or 0.0),
+                u.pairs,
+                u.clusters,
+                u.note,
+            )
+        )
     return out
 
 
 # ---- the comparisons ``compare`` makes from these
 
-SEQUENTIAL = ("not paired: host contention in runs made one after the other (one run's noise "
-              "is not its twin's); run both targets at once for a paired verdict: agent-replay "
-              "run TRACE --targets A,B")
+SEQUENTIAL = (
+    "not paired: host contention in runs made one after the other (one run's noise "
+    "is not its twin's); run both targets at once for a paired verdict: agent-replay "
+    "run TRACE --targets A,B"
+)
 """Why runs under host contention are not paired."""
 OVERLAP = 0.8
 """Share of the shorter run's wall time two runs must share to count as made at once."""
@@ -391,6 +438,7 @@ def simultaneous(a: RunMeta | Mapping[str, object], b: RunMeta | Mapping[str, ob
         spans.append((m.clock.t0_wall_ns / 1e9, m.clock.t0_wall_ns / 1e9 + m.summary.wall_s))
     shared = min(spans[0][1], spans[1][1]) - max(spans[0][0], spans[1][0])
     return shared >= OVERLAP * min(e - s for s, e in spans)
+
 
 def pair_runs(runs: Sequence[tuple[Report, Report]]) -> list[Pairs] | str:
     """The pairs of each (base, other) run pair, or why they cannot be paired."""
@@ -421,8 +469,13 @@ def _design(strata: Sequence[Pairs]) -> str:
     return f"paired: {n:,} requests in {sessions} sessions{of}, cluster bootstrap over sessions"
 
 
-def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence[tuple[bool, bool]],
-                      *, resamples: int = 1000, seed: int = 0) -> PairedComparison | str:
+def paired_comparison(
+    runs: Sequence[tuple[Report, Report]],
+    contended: Sequence[tuple[bool, bool]],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> PairedComparison | str:
     """The paired comparison of (base, other) run pairs, or why there is none (a line).
 
     With host contention in any run (its self-check), the pairs are compared only where every
@@ -441,19 +494,33 @@ def paired_comparison(runs: Sequence[tuple[Report, Report]], contended: Sequence
     if not busy:
         return PairedComparison(by_session, design)
     by_block = paired_intervals(strata, resamples=resamples, seed=seed + 1, by="block")
-    return PairedComparison(widest(by_session, by_block),
-                            design + ", widened to the time-block bootstrap for host contention")
+    return PairedComparison(
+        widest(by_session, by_block),
+        design + ", widened to the time-block bootstrap for host contention",
+    )
 
 
 def as_delta(x: PairedInterval, design: str) -> Delta:
     """One row of ``compare``'s table."""
-    return Delta(x.stat.key, x.stat.label, x.base, x.value, x.change, x.low, x.high,
-                 x.stat.higher_is_better, x.note, x.p, design=design)
+    return Delta(
+        x.stat.key,
+        x.stat.label,
+        x.base,
+        x.value,
+        x.change,
+        x.low,
+        x.high,
+        x.stat.higher_is_better,
+        x.note,
+        x.p,
+        design=design,
+    )
 
 
 def as_interval(x: PairedInterval, design: str) -> Interval:
     """One replicate-arm test (``analysis.replicates``)."""
     if x.change is None:
         return Interval(None, None, None, x.pairs, x.note or "none")
-    return Interval(x.change, x.low, x.high, x.pairs, (x.note or design) if x.low is None else design,
-                    x.p)
+    return Interval(
+        x.change, x.low, x.high, x.pairs, (x.note or design) if x.low is None else design, x.p
+    )

@@ -16,8 +16,13 @@ from agent_replay.analysis.report import Report
 from agent_replay.analysis.timeseries import bin_edges, lanes, mean_in_flight, spread_rate
 from agent_replay.errors import InputError, OutputExistsError
 
-NAMES = ("latency_cdf.png", "request_tps.png", "throughput.png", "tokens_per_chunk.png",
-         "sessions.png")
+NAMES = (
+    "latency_cdf.png",
+    "request_tps.png",
+    "throughput.png",
+    "tokens_per_chunk.png",
+    "sessions.png",
+)
 MAX_LANES = 200
 
 
@@ -32,7 +37,9 @@ def _plt() -> Any:
     return plt
 
 
-def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool = False) -> list[Path]:
+def write_plots(
+    report: Report, out_dir: str | os.PathLike[str], *, force: bool = False
+) -> list[Path]:
     plt = _plt()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,8 +49,11 @@ def write_plots(report: Report, out_dir: str | os.PathLike[str], *, force: bool 
         for p in paths + ([out / "gpu.png"] if gpu else []):
             if p.exists():
                 raise OutputExistsError(str(p))
-    for draw, path in zip((_latency_cdfs, _request_tps, _throughput, _tokens_per_chunk, _timelines),
-                          paths, strict=True):
+    for draw, path in zip(
+        (_latency_cdfs, _request_tps, _throughput, _tokens_per_chunk, _timelines),
+        paths,
+        strict=True,
+    ):
         fig = draw(plt, report)
         fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)
@@ -72,14 +82,19 @@ def _latency_cdfs(plt: Any, report: Report) -> Any:
         m = BY_KEY[key]
         if v.size:
             n = report.stats.latency[key].count
-            ax.step(np.maximum(v, ZERO_MS), f, where="post",
-                    label=f"{m.label} (n={n:,} {'requests' if m.per == 'request' else m.per + 's'})")
+            ax.step(
+                np.maximum(v, ZERO_MS),
+                f,
+                where="post",
+                label=f"{m.label} (n={n:,} {'requests' if m.per == 'request' else m.per + 's'})",
+            )
             z = zero_fraction(v, f)
             if z:
                 zeros.append(f"{m.label}: {100 * z:.0f}% are 0 ms")
     ax.set_xscale("log")
-    ax.set_xlabel("milliseconds (log)" + (f"; drawn at {ZERO_MS:g} ms: " + ", ".join(zeros)
-                                          if zeros else ""))
+    ax.set_xlabel(
+        "milliseconds (log)" + (f"; drawn at {ZERO_MS:g} ms: " + ", ".join(zeros) if zeros else "")
+    )
     ax.set_ylabel("fraction at or below")
     ax.set_title("Latency CDFs (successful requests)")
     ax.grid(True, alpha=0.3)
@@ -109,6 +124,7 @@ def _throughput(plt: Any, report: Report) -> Any:
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     end = _col(report, "end_ns")
     if np.isfinite(end).any():
+
         def col(name: str) -> np.ndarray:
             return _col(report, name)
 
@@ -118,14 +134,21 @@ def _throughput(plt: Any, report: Report) -> Any:
         t0 = float(np.nanmin(col("intended_ns")))
         edges = bin_edges(t0, max(float(np.nanmax(end)), t0 + 1e8))
         first = end - col("e2e") + col("ttft")  # s + TTFT, with s = end - E2E
-        out_tok = served_output_tokens(col("completion_tokens"), col("output_tokens"),
-                                       col("exact") > 0)
+        out_tok = served_output_tokens(
+            col("completion_tokens"), col("output_tokens"), col("exact") > 0
+        )
         x = (edges[:-1] - t0) / 1e9
         w = np.diff(edges) / 1e9
-        ax1.bar(x, spread_rate(first[ok], end[ok], out_tok[ok], edges), width=w, align="edge",
-                color="tab:green")
-        ax2.bar(x, mean_in_flight(col("sent_ns"), end, edges), width=w, align="edge",
-                color="tab:orange")
+        ax1.bar(
+            x,
+            spread_rate(first[ok], end[ok], out_tok[ok], edges),
+            width=w,
+            align="edge",
+            color="tab:green",
+        )
+        ax2.bar(
+            x, mean_in_flight(col("sent_ns"), end, edges), width=w, align="edge", color="tab:orange"
+        )
         ax1.set_title(f"Output tokens/s and requests in flight ({w[0]:g} s bins)")
     ax1.set_ylabel("output tokens/s")
     ax2.set_ylabel("mean requests in flight")
@@ -153,17 +176,28 @@ def _timelines(plt: Any, report: Report) -> Any:
     labels, lane = lanes(t)
     shown = labels[:MAX_LANES]
     fig, ax = plt.subplots(figsize=(10, max(3.0, 1.0 + 0.18 * len(shown))))
-    starts, ends, intended = _col(report, "sent_ns"), _col(report, "end_ns"), _col(report, "intended_ns")
+    starts, ends, intended = (
+        _col(report, "sent_ns"),
+        _col(report, "end_ns"),
+        _col(report, "intended_ns"),
+    )
     t0 = float(np.nanmin(intended)) if intended.size else 0.0
     for i in range(t.num_rows):
         if lane[i] >= len(shown) or np.isnan(starts[i]) or np.isnan(ends[i]):
             continue
-        ax.barh(lane[i], (ends[i] - starts[i]) / 1e9, left=(starts[i] - t0) / 1e9, height=0.6,
-                color="tab:blue" if ok[i] else "tab:red")
+        ax.barh(
+            lane[i],
+            (ends[i] - starts[i]) / 1e9,
+            left=(starts[i] - t0) / 1e9,
+            height=0.6,
+            color="tab:blue" if ok[i] else "tab:red",
+        )
     ax.set_yticks(list(range(len(shown))), shown, fontsize=7)
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_xlabel("seconds since start (bars: send to last byte; red: failed; gaps: thinking)")
-    ax.set_title(f"Session timelines: all {len(labels)} lanes (session #clone / subagent)"
-                 if len(shown) == len(labels) else
-                 f"Session timelines: the first {len(shown)} of {len(labels)} lanes by start")
+    ax.set_title(
+        f"Session timelines: all {len(labels)} lanes (session #clone / subagent)"
+        if len(shown) == len(labels)
+        else f"Session timelines: the first {len(shown)} of {len(labels)} lanes by start"
+    )
     return fig

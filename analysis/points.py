@@ -25,11 +25,15 @@ from agent_replay.analysis.report import Report
 
 POINT_FIELDS: tuple[tuple[str, str], ...] = (
     *((f.key, f.unit) for f in FIGURES),
-    *((f"{k}_n", "samples") for k in ("ttft", "tpot", "e2e", "e2e_per_token", "itl", "schedule_lag")),
+    *(
+        (f"{k}_n", "samples")
+        for k in ("ttft", "tpot", "e2e", "e2e_per_token", "itl", "schedule_lag")
+    ),
 )
 """The per-run figures of a sweep's index table (every entry of ``FIGURES``), with their
 units (the energy figures None when the run has no GPU telemetry, the goodput figures None
 without an SLO), and the sample counts behind its percentiles."""
+
 
 def basis(key: str) -> tuple[str, float] | None:
     """The (metric, percentile) behind a percentile figure of the index (``p90_tps`` is the
@@ -57,15 +61,22 @@ def too_few(row: Mapping[str, Any], key: str) -> bool:
     return n is not None and int(n) < min_count_for(b[1])
 
 
-def point_metrics(report: Report, gpus: int, usd_per_gpu_hour: float | None = None) -> dict[str, Any]:
+def point_metrics(
+    report: Report, gpus: int, usd_per_gpu_hour: float | None = None
+) -> dict[str, Any]:
     """The run's figures: speeds and headline percentiles from the definitions table
     (``analysis.definitions``), throughput per GPU, cost and revenue, and the energy figures
     of ``analysis.gpu_energy.point_figures``."""
     st = report.stats
     lat = st.latency
     row: dict[str, Any] = dict(run_figures(RunInputs(st, gpus, usd_per_gpu_hour, report.gpu)))
-    row.update({f: lat[f.removesuffix("_n")].count for f, unit in POINT_FIELDS
-                if unit == "samples" and f.removesuffix("_n") in lat})
+    row.update(
+        {
+            f: lat[f.removesuffix("_n")].count
+            for f, unit in POINT_FIELDS
+            if unit == "samples" and f.removesuffix("_n") in lat
+        }
+    )
     return row
 
 

@@ -73,8 +73,12 @@ def load(path: str | os.PathLike[str], axes: Sequence[str]) -> Reference:
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list) or not raw["points"]:
         raise InputError(f"{p}: expected an object with a non-empty 'points' list")
     out = [_ref_point(f"{p}: points[{i}]", pt, axes) for i, pt in enumerate(raw["points"])]
-    return Reference(path=str(p), title=str(raw.get("title") or p.name),
-                     note=str(raw.get("note") or ""), points=tuple(out))
+    return Reference(
+        path=str(p),
+        title=str(raw.get("title") or p.name),
+        note=str(raw.get("note") or ""),
+        points=tuple(out),
+    )
 
 
 def _ref_point(where: str, pt: Any, axes: Sequence[str]) -> RefPoint:
@@ -88,12 +92,20 @@ def _ref_point(where: str, pt: Any, axes: Sequence[str]) -> RefPoint:
     gpus = _gpus(where, pt.get("gpus"))
     ratio = _ratio(where, pt.get("ratio") or {})
     return RefPoint(
-        label=pt["label"], values=values,
-        hardware=pt["hardware"], source=pt["source"], what=pt["what"], gpus=gpus,
-        engine=str(pt.get("engine") or ""), model=str(pt.get("model") or ""),
-        concurrency=pt.get("concurrency"), confirmed=bool(pt.get("confirmed")),
-        approximate=bool(pt.get("approximate")), axis_note=str(pt.get("axis_note") or ""),
-        ratio=dict(ratio))
+        label=pt["label"],
+        values=values,
+        hardware=pt["hardware"],
+        source=pt["source"],
+        what=pt["what"],
+        gpus=gpus,
+        engine=str(pt.get("engine") or ""),
+        model=str(pt.get("model") or ""),
+        concurrency=pt.get("concurrency"),
+        confirmed=bool(pt.get("confirmed")),
+        approximate=bool(pt.get("approximate")),
+        axis_note=str(pt.get("axis_note") or ""),
+        ratio=dict(ratio),
+    )
 
 
 def _gpus(where: str, gpus: Any) -> int | None:
@@ -103,8 +115,11 @@ def _gpus(where: str, gpus: Any) -> int | None:
 
 
 def _ratio(where: str, ratio: Any) -> Any:
-    if ratio and (not isinstance(ratio, dict) or not isinstance(ratio.get("value"), (int, float))
-                  or not isinstance(ratio.get("name"), str)):
+    if ratio and (
+        not isinstance(ratio, dict)
+        or not isinstance(ratio.get("value"), (int, float))
+        or not isinstance(ratio.get("name"), str)
+    ):
         raise InputError(f"{where}: 'ratio' must have a 'name' and a numeric 'value'")
     return ratio
 
@@ -124,8 +139,10 @@ def _values(where: str, values: Any, axes: Sequence[str]) -> dict[str, float]:
 def hardware_line(ref: Reference, ours: Sequence[str]) -> str:
     """One sentence on how the reference's hardware differs from the sweep's."""
     mine = ", ".join(sorted(set(ours))) if ours else "hardware not recorded in the runs' run.json"
-    return (f"Hardware differs: the reference ran on {', '.join(ref.hardware())}; this "
-            f"frontier on {mine}. Absolute figures place the frontier, they do not rank it.")
+    return (
+        f"Hardware differs: the reference ran on {', '.join(ref.hardware())}; this "
+        f"frontier on {mine}. Absolute figures place the frontier, they do not rank it."
+    )
 
 
 def _num(v: float) -> str:
@@ -137,8 +154,11 @@ def to_markdown(ref: Reference, ours: Sequence[str], labels: dict[str, str]) -> 
     lines = [f"## Reference: {ref.title} ({ref.path})", "", hardware_line(ref, ours)]
     if ref.note:
         lines += ["", ref.note]
-    lines += ["", "| point | values | hardware | engine, model | concurrency | what | source |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| point | values | hardware | engine, model | concurrency | what | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lines += [_row(p, labels) for p in ref.points]
     return "\n".join(lines) + "\n"
 
@@ -147,16 +167,29 @@ def _row(p: RefPoint, labels: dict[str, str]) -> str:
     """A point's row of the reference table."""
     what = p.what + (f" Axis: {p.axis_note}" if p.axis_note else "")
     src = p.source + ("" if p.confirmed else " (not confirmed against a publication)")
-    return "| " + " | ".join(
-        _cell(x) for x in (p.label, _values_cell(p, labels), p.hardware + (f" ({p.gpus} GPUs)" if p.gpus else ""),
-                           ", ".join(s for s in (p.engine, p.model) if s),
-                           "-" if p.concurrency is None else str(p.concurrency), what, src)) + " |"
+    return (
+        "| "
+        + " | ".join(
+            _cell(x)
+            for x in (
+                p.label,
+                _values_cell(p, labels),
+                p.hardware + (f" ({p.gpus} GPUs)" if p.gpus else ""),
+                ", ".join(s for s in (p.engine, p.model) if s),
+                "-" if p.concurrency is None else str(p.concurrency),
+                what,
+                src,
+            )
+        )
+        + " |"
+    )
 
 
 def _values_cell(p: RefPoint, labels: dict[str, str]) -> str:
     """The point's figures (``~``: approximate), then its ratio with its note."""
-    vals = "; ".join(f"{labels.get(k, k)} {'~' if p.approximate else ''}{_num(v)}"
-                     for k, v in p.values.items())
+    vals = "; ".join(
+        f"{labels.get(k, k)} {'~' if p.approximate else ''}{_num(v)}" for k, v in p.values.items()
+    )
     if p.ratio:
         vals += f"; {p.ratio['name']} {_num(float(p.ratio['value']))}"
         if p.ratio.get("note"):
@@ -176,16 +209,29 @@ def draw(ax: Any, ref: Reference, x: str, y: str) -> int:
         px, py = p.values.get(x), p.values.get(y)
         if px is not None and py is not None:
             ax.scatter([px], [py], marker="*", s=140, color="black", zorder=5)
-            ax.annotate(p.label, (px, py), fontsize=7, textcoords="offset points",
-                        xytext=(4, -10))
+            ax.annotate(p.label, (px, py), fontsize=7, textcoords="offset points", xytext=(4, -10))
         elif px is not None:
             ax.axvline(px, linestyle=":", color="grey", linewidth=1)
-            ax.annotate(p.label, (px, 0), xycoords=("data", "axes fraction"), fontsize=7,
-                        rotation=90, xytext=(2, 4), textcoords="offset points", va="bottom")
+            ax.annotate(
+                p.label,
+                (px, 0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                rotation=90,
+                xytext=(2, 4),
+                textcoords="offset points",
+                va="bottom",
+            )
         elif py is not None:
             ax.axhline(py, linestyle=":", color="grey", linewidth=1)
-            ax.annotate(p.label, (0, py), xycoords=("axes fraction", "data"), fontsize=7,
-                        xytext=(4, 2), textcoords="offset points")
+            ax.annotate(
+                p.label,
+                (0, py),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                xytext=(4, 2),
+                textcoords="offset points",
+            )
         else:
             continue
         n += 1

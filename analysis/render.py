@@ -86,8 +86,15 @@ def report_dict(r: Report) -> dict[str, Any]:
 
 
 def _jsonable(x: Any) -> Any:
-    return orjson.loads(orjson.dumps(x, default=str, option=orjson.OPT_SERIALIZE_NUMPY |
-                                     orjson.OPT_NON_STR_KEYS)) if x is not None else None
+    return (
+        orjson.loads(
+            orjson.dumps(
+                x, default=str, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+            )
+        )
+        if x is not None
+        else None
+    )
 
 
 def to_json(r: Report) -> str:
@@ -120,10 +127,12 @@ def _latency_rows(d: Mapping[str, Any]) -> Iterator[list[str]]:
 
 
 HEAD = ["metric (ms)", "count", "P50", "P90", "P99", "P99.9", "max"]
-FOOTNOTE = (f"{FEW} fewer samples than the percentile needs (P90 >= {min_count_for(90)}, "
-            f"P99 >= {min_count_for(99)}, P99.9 >= {min_count_for(99.9)}). Request TPS is read "
-            "as a tail: its P90 is the speed 90% of requests reach or beat. (hdr): HdrHistogram, "
-            "3 significant digits; other rows are exact.")
+FOOTNOTE = (
+    f"{FEW} fewer samples than the percentile needs (P90 >= {min_count_for(90)}, "
+    f"P99 >= {min_count_for(99)}, P99.9 >= {min_count_for(99.9)}). Request TPS is read "
+    "as a tail: its P90 is the speed 90% of requests reach or beat. (hdr): HdrHistogram, "
+    "3 significant digits; other rows are exact."
+)
 
 
 Section = tuple[str, list[tuple[str, str]]]
@@ -135,46 +144,79 @@ def _pct(v: Any) -> str:
 
 def _kv_sections(d: Mapping[str, Any]) -> Iterator[Section]:
     """The report's key-value sections, in order."""
-    for section in (_requests_section, _throughput_section, _speeds_section, _goodput_section,
-                    _revenue_section, _fidelity_section, _chunks_section, _server_section,
-                    _gpu_sections):
+    for section in (
+        _requests_section,
+        _throughput_section,
+        _speeds_section,
+        _goodput_section,
+        _revenue_section,
+        _fidelity_section,
+        _chunks_section,
+        _server_section,
+        _gpu_sections,
+    ):
         yield from section(d)
 
 
 def _requests_section(d: Mapping[str, Any]) -> Iterator[Section]:
     req = d["requests"]
     errs = ", ".join(f"{k} {v}" for k, v in d["errors"].items()) or "none"
-    yield "Requests", [
-        ("ok / failed / warmup", f"{req['ok']:,} / {req['failed']:,} / {req['warmup']:,}")] + ([
-        ("cancelled by the run's stop (not failed)", f"{req['cancelled']:,}")]
-        if req.get("cancelled") else []) + [
-        ("failed by cause", errs), ("duration", f"{d['duration_s']:,.1f} s")] + ([
-        ("inexact token counts (ok)", f"{d['inexact_token_counts']['requests']:,}: left out of "
-         + ", ".join(d["inexact_token_counts"]["left_out_of"]))]
-        if d["inexact_token_counts"]["requests"] else [])
+    yield (
+        "Requests",
+        [("ok / failed / warmup", f"{req['ok']:,} / {req['failed']:,} / {req['warmup']:,}")]
+        + (
+            [("cancelled by the run's stop (not failed)", f"{req['cancelled']:,}")]
+            if req.get("cancelled")
+            else []
+        )
+        + [("failed by cause", errs), ("duration", f"{d['duration_s']:,.1f} s")]
+        + (
+            [
+                (
+                    "inexact token counts (ok)",
+                    f"{d['inexact_token_counts']['requests']:,}: left out of "
+                    + ", ".join(d["inexact_token_counts"]["left_out_of"]),
+                )
+            ]
+            if d["inexact_token_counts"]["requests"]
+            else []
+        ),
+    )
 
 
 def _throughput_section(d: Mapping[str, Any]) -> Iterator[Section]:
     tp = d["throughput"]
-    rows = [("output tokens/s", _fmt(tp.get("output_tokens_per_s"), 1)),
-            ("input tokens/s (cached / computed)",
-             f"{_fmt(tp.get('input_tokens_per_s'), 1)} ({_fmt(tp.get('input_cached_tokens_per_s'), 1)}"
-             f" / {_fmt(tp.get('input_computed_tokens_per_s'), 1)})"),
-            ("requests/s", _fmt(tp.get("requests_per_s"), 2))]
+    rows = [
+        ("output tokens/s", _fmt(tp.get("output_tokens_per_s"), 1)),
+        (
+            "input tokens/s (cached / computed)",
+            f"{_fmt(tp.get('input_tokens_per_s'), 1)} ({_fmt(tp.get('input_cached_tokens_per_s'), 1)}"
+            f" / {_fmt(tp.get('input_computed_tokens_per_s'), 1)})",
+        ),
+        ("requests/s", _fmt(tp.get("requests_per_s"), 2)),
+    ]
     if tp.get("gpus"):
-        rows.append((f"per GPU ({tp['gpus']} GPUs): output / input tokens/s",
-                     f"{_fmt(tp.get('output_tokens_per_s_per_gpu'), 1)} / "
-                     f"{_fmt(tp.get('input_tokens_per_s_per_gpu'), 1)}"))
-    rows.append(("AgentX total tokens/s per GPU (input + output, first send to last end)",
-                 _fmt(tp.get("total_tokens_per_s_per_gpu"), 1) if tp.get("gpus")
-                 else "GPU count unknown (give --gpus N)"))
+        rows.append(
+            (
+                f"per GPU ({tp['gpus']} GPUs): output / input tokens/s",
+                f"{_fmt(tp.get('output_tokens_per_s_per_gpu'), 1)} / "
+                f"{_fmt(tp.get('input_tokens_per_s_per_gpu'), 1)}",
+            )
+        )
+    rows.append(
+        (
+            "AgentX total tokens/s per GPU (input + output, first send to last end)",
+            _fmt(tp.get("total_tokens_per_s_per_gpu"), 1)
+            if tp.get("gpus")
+            else "GPU count unknown (give --gpus N)",
+        )
+    )
     yield "Throughput", rows
 
 
 def _speeds_section(d: Mapping[str, Any]) -> Iterator[Section]:
     sp = d["speeds_tok_s"]
-    yield "Speeds (tok/s)", [
-        (f"{x.label}: {x.doc}", _fmt(sp.get(x.key), 1)) for x in SPEEDS]
+    yield "Speeds (tok/s)", [(f"{x.label}: {x.doc}", _fmt(sp.get(x.key), 1)) for x in SPEEDS]
 
 
 def _goodput_section(d: Mapping[str, Any]) -> Iterator[Section]:
@@ -182,14 +224,24 @@ def _goodput_section(d: Mapping[str, Any]) -> Iterator[Section]:
     if g:
         slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in g["slo"].items() if v is not None)
         frac = g["fraction"]
-        yield "Goodput", [
-            ("SLO", slo),
-            ("good requests", f"{g['good_requests']:,} of {g['attempted_requests']:,}"
-             + (f" ({100 * frac:.1f}%)" if frac is not None else "")),
-            ("good requests/s", _fmt(g["requests_per_s"], 2)),
-            ("good output tokens/s", _fmt(g["output_tokens_per_s"], 1))] + ([
-            ("TPOT unknown (inexact token counts, not good)", f"{g['tpot_unknown']:,}")]
-            if g.get("tpot_unknown") else [])
+        yield (
+            "Goodput",
+            [
+                ("SLO", slo),
+                (
+                    "good requests",
+                    f"{g['good_requests']:,} of {g['attempted_requests']:,}"
+                    + (f" ({100 * frac:.1f}%)" if frac is not None else ""),
+                ),
+                ("good requests/s", _fmt(g["requests_per_s"], 2)),
+                ("good output tokens/s", _fmt(g["output_tokens_per_s"], 1)),
+            ]
+            + (
+                [("TPOT unknown (inexact token counts, not good)", f"{g['tpot_unknown']:,}")]
+                if g.get("tpot_unknown")
+                else []
+            ),
+        )
 
 
 def _revenue_section(d: Mapping[str, Any]) -> Iterator[Section]:
@@ -201,17 +253,30 @@ def _revenue_section(d: Mapping[str, Any]) -> Iterator[Section]:
 def _fidelity_section(d: Mapping[str, Any]) -> Iterator[Section]:
     f = d["fidelity"]
     tte = f["think_time_error_ms"]
-    yield "Replay fidelity", [
-        ("prompt tokens served / trace", f"{f['prompt_tokens_served']:,} / "
-         f"{f['prompt_tokens_trace']:,} ({_pct(f['prompt_ratio'])}), {f['prompt_mismatches']:,} rows differ"),
-        ("output tokens served / trace", f"{f['output_tokens_served']:,} / "
-         f"{f['output_tokens_trace']:,} ({_pct(f['output_ratio'])}), {f['output_mismatches']:,} rows differ"),
-        ("prefix-cache hit rate: server / trace implies",
-         f"{_pct(f['prefix_hit_rate_server'])} / {_pct(f['prefix_hit_rate_implied'])}"),
-        ("sent before dependencies finished", _fmt(f["sent_before_parent_end"])),
-        ("think-time error P50 / P99 (ms)", f"{_fmt(tte['p50'], 3)} / {_fmt(tte['p99'], 3)}"
-         f" (n={tte['count']:,})"),
-    ]
+    yield (
+        "Replay fidelity",
+        [
+            (
+                "prompt tokens served / trace",
+                f"{f['prompt_tokens_served']:,} / "
+                f"{f['prompt_tokens_trace']:,} ({_pct(f['prompt_ratio'])}), {f['prompt_mismatches']:,} rows differ",
+            ),
+            (
+                "output tokens served / trace",
+                f"{f['output_tokens_served']:,} / "
+                f"{f['output_tokens_trace']:,} ({_pct(f['output_ratio'])}), {f['output_mismatches']:,} rows differ",
+            ),
+            (
+                "prefix-cache hit rate: server / trace implies",
+                f"{_pct(f['prefix_hit_rate_server'])} / {_pct(f['prefix_hit_rate_implied'])}",
+            ),
+            ("sent before dependencies finished", _fmt(f["sent_before_parent_end"])),
+            (
+                "think-time error P50 / P99 (ms)",
+                f"{_fmt(tte['p50'], 3)} / {_fmt(tte['p99'], 3)} (n={tte['count']:,})",
+            ),
+        ],
+    )
 
 
 def _chunks_section(d: Mapping[str, Any]) -> Iterator[Section]:
@@ -219,15 +284,22 @@ def _chunks_section(d: Mapping[str, Any]) -> Iterator[Section]:
     if tpc:
         total = sum(tpc.values())
         mean = sum(int(k) * v for k, v in tpc.items()) / total
-        yield "Tokens per chunk", [(f"{k} tokens", f"{v:,} ({100 * v / total:.1f}%)")
-                                   for k, v in sorted(tpc.items(), key=lambda kv: int(kv[0]))[:8]] + [
-            ("mean", f"{mean:.2f}")]
+        yield (
+            "Tokens per chunk",
+            [
+                (f"{k} tokens", f"{v:,} ({100 * v / total:.1f}%)")
+                for k, v in sorted(tpc.items(), key=lambda kv: int(kv[0]))[:8]
+            ]
+            + [("mean", f"{mean:.2f}")],
+        )
 
 
 def _server_section(d: Mapping[str, Any]) -> Iterator[Section]:
     if d["server"] and d["server"].get("scrapes"):
-        yield "Server side (vLLM /metrics, deltas over the run) beside the client", \
-            list(_server_rows(d))
+        yield (
+            "Server side (vLLM /metrics, deltas over the run) beside the client",
+            list(_server_rows(d)),
+        )
 
 
 def _gpu_sections(d: Mapping[str, Any]) -> Iterator[Section]:
@@ -237,10 +309,12 @@ def _gpu_sections(d: Mapping[str, Any]) -> Iterator[Section]:
         yield from report_rows(d["gpu"])
 
 
-SERVER_LATENCY = (("ttft", "ttft", "TTFT (server from engine arrival)"),
-                  ("tpot", "tpot", "TPOT"),
-                  ("itl", "itl", "ITL (server: per engine step)"),
-                  ("e2e", "e2e", "E2E"))
+SERVER_LATENCY = (
+    ("ttft", "ttft", "TTFT (server from engine arrival)"),
+    ("tpot", "tpot", "TPOT"),
+    ("itl", "itl", "ITL (server: per engine step)"),
+    ("e2e", "e2e", "E2E"),
+)
 
 
 def _bucket(h: Mapping[str, Any], q: str) -> str:
@@ -259,17 +333,23 @@ def _server_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     pc = srv.get("prefix_cache") or {}
     f = d["fidelity"]
     if pc.get("queries"):
-        yield ("prefix-cache hit rate: server counters / client usage / trace implies",
-               f"{_pct(pc.get('hit_rate'))} / {_pct(f.get('prefix_hit_rate_server'))} / "
-               f"{_pct(f.get('prefix_hit_rate_implied'))}")
+        yield (
+            "prefix-cache hit rate: server counters / client usage / trace implies",
+            f"{_pct(pc.get('hit_rate'))} / {_pct(f.get('prefix_hit_rate_server'))} / "
+            f"{_pct(f.get('prefix_hit_rate_implied'))}",
+        )
     yield from _server_token_rows(d)
     yield from _server_gauge_rows(srv)
     fin = {k: int(v) for k, v in (srv.get("requests_finished") or {}).items() if v}
     if fin:
-        yield ("requests finished (server), by reason",
-               ", ".join(f"{k} {v:,}" for k, v in sorted(fin.items())))
-    yield ("scrapes / engines", f"{srv['scrapes']} over {_fmt(srv.get('duration_s'), 1)} s / "
-           f"{srv.get('engines')}")
+        yield (
+            "requests finished (server), by reason",
+            ", ".join(f"{k} {v:,}" for k, v in sorted(fin.items())),
+        )
+    yield (
+        "scrapes / engines",
+        f"{srv['scrapes']} over {_fmt(srv.get('duration_s'), 1)} s / {srv.get('engines')}",
+    )
 
 
 def _server_latency_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -280,10 +360,12 @@ def _server_latency_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         c = d["latency_ms"].get(client_key) or {}
         if not h or not h.get("count"):
             continue
-        yield (f"{label}, mean ms: client / server",
-               f"{_fmt(c.get('mean'), 3)} / {_fmt(1e3 * h['mean'], 3)}  "
-               f"(server n={int(h['count']):,}; P50 in {_bucket(h, 'p50')}, "
-               f"P99 in {_bucket(h, 'p99')} ms)")
+        yield (
+            f"{label}, mean ms: client / server",
+            f"{_fmt(c.get('mean'), 3)} / {_fmt(1e3 * h['mean'], 3)}  "
+            f"(server n={int(h['count']):,}; P50 in {_bucket(h, 'p50')}, "
+            f"P99 in {_bucket(h, 'p99')} ms)",
+        )
 
 
 def _server_token_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -291,29 +373,42 @@ def _server_token_rows(d: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     srv = d["server"]
     toks = d["tokens"]
     if srv.get("generation_tokens") is not None:
-        yield ("generation tokens: server / client",
-               f"{_fmt(int(srv['generation_tokens']))} / {_fmt(toks.get('output'))}")
+        yield (
+            "generation tokens: server / client",
+            f"{_fmt(int(srv['generation_tokens']))} / {_fmt(toks.get('output'))}",
+        )
     if srv.get("prompt_tokens") is not None:
-        yield ("prompt tokens: server / client",
-               f"{_fmt(int(srv['prompt_tokens']))} / {_fmt(toks.get('input'))}")
+        yield (
+            "prompt tokens: server / client",
+            f"{_fmt(int(srv['prompt_tokens']))} / {_fmt(toks.get('input'))}",
+        )
     spec = srv.get("spec_decode")
     if spec:
-        per_pos = ", ".join("-" if v is None else f"{v:.2f}"
-                            for v in spec.get("per_position_acceptance") or [])
-        yield ("speculative decoding: acceptance length (server)",
-               f"{_fmt(spec.get('acceptance_length'), 2)}; per position {per_pos or '-'}; "
-               f"client tokens per chunk {_fmt(_mean_tpc(d), 2)}")
+        per_pos = ", ".join(
+            "-" if v is None else f"{v:.2f}" for v in spec.get("per_position_acceptance") or []
+        )
+        yield (
+            "speculative decoding: acceptance length (server)",
+            f"{_fmt(spec.get('acceptance_length'), 2)}; per position {per_pos or '-'}; "
+            f"client tokens per chunk {_fmt(_mean_tpc(d), 2)}",
+        )
 
 
 def _server_gauge_rows(srv: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """The scraped gauges' mean and max, and the preemptions."""
-    for key, label in (("kv_cache_usage", "KV-cache usage"), ("running", "requests running"),
-                       ("waiting", "requests waiting")):
+    for key, label in (
+        ("kv_cache_usage", "KV-cache usage"),
+        ("running", "requests running"),
+        ("waiting", "requests waiting"),
+    ):
         g = srv.get(key)
         if g:
             scale, unit = (100.0, "%") if key == "kv_cache_usage" else (1.0, "")
-            yield (f"{label}: mean / max", f"{g['mean'] * scale:,.1f}{unit} / "
-                   f"{g['max'] * scale:,.1f}{unit} ({g['samples']} scrapes)")
+            yield (
+                f"{label}: mean / max",
+                f"{g['mean'] * scale:,.1f}{unit} / "
+                f"{g['max'] * scale:,.1f}{unit} ({g['samples']} scrapes)",
+            )
     if srv.get("preemptions") is not None:
         yield ("preemptions", _fmt(int(srv["preemptions"])))
 
@@ -325,31 +420,56 @@ def _mean_tpc(d: Mapping[str, Any]) -> float | None:
 
 
 def _session_rows(d: Mapping[str, Any], limit: int | None) -> tuple[list[str], list[list[str]]]:
-    rows = sorted(d["sessions"], key=lambda r: (r.get("session_tps") is None,
-                                                r.get("session_tps") or 0.0))
-    head = ["session", "clone", "ok", "failed", "session TPS", "wall s", "engine wait s",
-            "think s"]
-    out = [[str(r["session_id"]), str(r["clone"]), _fmt(r["requests_ok"]),
-            _fmt(r["requests_failed"]), _fmt(r["session_tps"], 1), _fmt(r["wall_s"], 1),
-            _fmt(r["wait_s"], 1), _fmt(r["think_s"], 1)] for r in rows[:limit]]
+    rows = sorted(
+        d["sessions"], key=lambda r: (r.get("session_tps") is None, r.get("session_tps") or 0.0)
+    )
+    head = ["session", "clone", "ok", "failed", "session TPS", "wall s", "engine wait s", "think s"]
+    out = [
+        [
+            str(r["session_id"]),
+            str(r["clone"]),
+            _fmt(r["requests_ok"]),
+            _fmt(r["requests_failed"]),
+            _fmt(r["session_tps"], 1),
+            _fmt(r["wall_s"], 1),
+            _fmt(r["wait_s"], 1),
+            _fmt(r["think_s"], 1),
+        ]
+        for r in rows[:limit]
+    ]
     return head, out
 
 
 def render_table(r: Report) -> Group:
     """The terminal report as a rich renderable."""
     d = report_dict(r)
-    parts: list[Any] = [text(w, style="bold red" if w.startswith("WARNING") else "yellow")
-                        for w in d["warnings"]]
+    parts: list[Any] = [
+        text(w, style="bold red" if w.startswith("WARNING") else "yellow") for w in d["warnings"]
+    ]
     parts.append(text(f"agent-replay report: {d['results_dir']}", style="bold"))
     parts.append(text(d["headline"]["text"], style="bold green"))
-    parts.append(_grid(Table(title="Latency", title_justify="left", show_edge=False), HEAD,
-                       list(_latency_rows(d))))
+    parts.append(
+        _grid(
+            Table(title="Latency", title_justify="left", show_edge=False),
+            HEAD,
+            list(_latency_rows(d)),
+        )
+    )
     parts.append(Text(FOOTNOTE, style="dim"))
     parts += [_kv_table(title, kv) for title, kv in _kv_sections(d)]
     head, rows = _session_rows(d, SESSIONS_SHOWN)
-    parts.append(_grid(Table(title=f"Sessions (slowest {min(SESSIONS_SHOWN, len(d['sessions']))} of "
-                             f"{len(d['sessions'])} by session TPS)", title_justify="left",
-                             show_edge=False), head, rows))
+    parts.append(
+        _grid(
+            Table(
+                title=f"Sessions (slowest {min(SESSIONS_SHOWN, len(d['sessions']))} of "
+                f"{len(d['sessions'])} by session TPS)",
+                title_justify="left",
+                show_edge=False,
+            ),
+            head,
+            rows,
+        )
+    )
     return Group(*parts)
 
 
@@ -386,9 +506,18 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 def to_markdown(r: Report) -> str:
     d = report_dict(r)
     out = [f"> {plain(w)}" for w in d["warnings"]]
-    out += [f"# agent-replay report: `{plain(d['results_dir'])}`", "",
-            f"**{plain(d['headline']['text'])}**", "",
-            "## Latency", "", _md_table(HEAD, list(_latency_rows(d))), "", FOOTNOTE, ""]
+    out += [
+        f"# agent-replay report: `{plain(d['results_dir'])}`",
+        "",
+        f"**{plain(d['headline']['text'])}**",
+        "",
+        "## Latency",
+        "",
+        _md_table(HEAD, list(_latency_rows(d))),
+        "",
+        FOOTNOTE,
+        "",
+    ]
     for title, kv in _kv_sections(d):
         out += [f"## {title}", ""]
         out += [f"- {plain(k) + ': ' if k else ''}{plain(v)}" for k, v in kv] + [""]
@@ -408,8 +537,9 @@ def to_csv(r: Report) -> str:
     return buf.getvalue()
 
 
-def _fields(section: str, name: str, values: Mapping[str, Any],
-            nested: tuple[type, ...] = ()) -> Iterator[list[Any]]:
+def _fields(
+    section: str, name: str, values: Mapping[str, Any], nested: tuple[type, ...] = ()
+) -> Iterator[list[Any]]:
     """One CSV row per field of ``values``, the ``nested`` kinds left out."""
     return ([section, name, f, v] for f, v in values.items() if not isinstance(v, nested))
 
@@ -422,14 +552,20 @@ def _csv_rows(d: Mapping[str, Any]) -> Iterator[list[Any]]:
     for section in ("requests", "errors", "tokens", "throughput", "tokens_per_chunk"):
         yield from _fields(section, section, d[section])
     inexact = d["inexact_token_counts"]
-    yield from _fields("inexact_token_counts", "inexact_token_counts",
-                       {f: inexact[f] for f in ("requests", "without_usage")})
+    yield from _fields(
+        "inexact_token_counts",
+        "inexact_token_counts",
+        {f: inexact[f] for f in ("requests", "without_usage")},
+    )
     yield from _fields("fidelity", "fidelity", d["fidelity"], nested=(dict,))
     for block in ("goodput", "economics", "gpu"):
         yield from _fields(block, block, d.get(block) or {}, nested=(dict, list))
     for row in d["sessions"]:
-        yield from _fields("sessions", f"{row['session_id']}#{row['clone']}",
-                           {f: v for f, v in row.items() if f not in ("session_id", "clone")})
+        yield from _fields(
+            "sessions",
+            f"{row['session_id']}#{row['clone']}",
+            {f: v for f, v in row.items() if f not in ("session_id", "clone")},
+        )
 
 
 class _PlainWriter:

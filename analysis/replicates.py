@@ -29,9 +29,38 @@ import numpy as np
 ALPHA = 0.05
 """Family-wise error rate of one table's verdicts (Holm)."""
 
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t975(df: float) -> float:
@@ -80,8 +109,9 @@ def betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    lbt = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
-           + b * math.log1p(-x))
+    lbt = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x < (a + 1.0) / (a + b + 2.0):
         return math.exp(lbt) * _betacf(a, b, x) / a
     return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
@@ -141,15 +171,21 @@ def mean_ci(values: Sequence[float | None], *, lower: float | None = None) -> In
         return Interval(float(v[0]), None, None, 1, "one run: no run-to-run interval")
     half = t975(v.size - 1) * float(w.std(ddof=1)) / math.sqrt(v.size)
     if log:
-        return Interval(back(m), back(m - half), back(m + half), int(v.size),
-                        f"t on logs, {v.size} runs (geometric mean)")
+        return Interval(
+            back(m),
+            back(m - half),
+            back(m + half),
+            int(v.size),
+            f"t on logs, {v.size} runs (geometric mean)",
+        )
     if lower is not None and m - half < lower:
         return Interval(m, lower, m + half, int(v.size), f"t, {v.size} runs, cut at {lower:g}")
     return Interval(m, m - half, m + half, int(v.size), f"t, {v.size} runs")
 
 
-def ratio_ci(a: Sequence[float | None], b: Sequence[float | None], *,
-             paired: bool = True) -> Interval:
+def ratio_ci(
+    a: Sequence[float | None], b: Sequence[float | None], *, paired: bool = True
+) -> Interval:
     """B against A as a relative change, exp(mean log(b / a)) - 1, with a 95% interval and a
     p-value from the t test on the log ratios. ``paired``: a[i], b[i] come from the same
     repeat (pairs with a missing side are left out); else Welch's test on the logs."""
@@ -172,8 +208,11 @@ LogTest = tuple[float, float, float, str]
 
 def _pairs(a: Sequence[float | None], b: Sequence[float | None]) -> list[tuple[float, float]]:
     """The pairs with both sides known (not None, not NaN)."""
-    return [(float(x), float(y)) for x, y in zip(a, b, strict=True) if x is not None
-            and y is not None and not (math.isnan(float(x)) or math.isnan(float(y)))]
+    return [
+        (float(x), float(y))
+        for x, y in zip(a, b, strict=True)
+        if x is not None and y is not None and not (math.isnan(float(x)) or math.isnan(float(y)))
+    ]
 
 
 def _paired_logs(a: Sequence[float | None], b: Sequence[float | None]) -> Interval | LogTest:
@@ -188,8 +227,12 @@ def _paired_logs(a: Sequence[float | None], b: Sequence[float | None]) -> Interv
     est = float(d.mean())
     if d.size < 2:
         return Interval(math.expm1(est), None, None, 1, "one pair: no run-to-run interval")
-    return est, float(d.std(ddof=1)) / math.sqrt(d.size), float(d.size - 1), \
-        f"paired t on log ratios, {d.size} pairs"
+    return (
+        est,
+        float(d.std(ddof=1)) / math.sqrt(d.size),
+        float(d.size - 1),
+        f"paired t on log ratios, {d.size} pairs",
+    )
 
 
 def _welch_logs(a: Sequence[float | None], b: Sequence[float | None]) -> Interval | LogTest:
@@ -205,7 +248,7 @@ def _welch_logs(a: Sequence[float | None], b: Sequence[float | None]) -> Interva
         return Interval(math.expm1(est), None, None, int(min(xa.size, xb.size)), "one run per arm")
     va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
     se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va ** 2 / (la.size - 1)) + (vb ** 2 / (lb.size - 1))) if se > 0 else 1.0
+    df = (va + vb) ** 2 / ((va**2 / (la.size - 1)) + (vb**2 / (lb.size - 1))) if se > 0 else 1.0
     return est, se, float(df), "Welch t on logs"
 
 
@@ -230,8 +273,10 @@ def adjust(cis: Sequence[Interval]) -> list[Interval]:
 
 def holm_note(m: int) -> str:
     """The sentence a table of ``m`` comparisons carries."""
-    return (f"Verdicts are Holm-corrected across the {m} comparisons of this table "
-            f"(family-wise error {ALPHA:.0%}); the intervals are 95% each, uncorrected.")
+    return (
+        f"Verdicts are Holm-corrected across the {m} comparisons of this table "
+        f"(family-wise error {ALPHA:.0%}); the intervals are 95% each, uncorrected."
+    )
 
 
 def verdict(label: str, ci: Interval, higher_is_better: bool = True) -> str:
@@ -241,10 +286,15 @@ def verdict(label: str, ci: Interval, higher_is_better: bool = True) -> str:
         return f"{label}: not enough data"
     if ci.low is None or ci.high is None:
         return f"{label}: {100 * ci.estimate:+.1f}% (inconclusive: {ci.method})"
-    ps = "" if ci.p is None else f", p={ci.p:.3g}" + (
-        "" if ci.p_adjusted is None else f", Holm p={ci.p_adjusted:.3g}")
-    span = (f"{100 * ci.estimate:+.1f}% (95% CI {100 * ci.low:+.1f}% to {100 * ci.high:+.1f}%, "
-            f"{ci.method}{ps})")
+    ps = (
+        ""
+        if ci.p is None
+        else f", p={ci.p:.3g}" + ("" if ci.p_adjusted is None else f", Holm p={ci.p_adjusted:.3g}")
+    )
+    span = (
+        f"{100 * ci.estimate:+.1f}% (95% CI {100 * ci.low:+.1f}% to {100 * ci.high:+.1f}%, "
+        f"{ci.method}{ps})"
+    )
     if not ci.excludes_zero:
         return f"{label}: {span}: inconclusive, the run-to-run spread covers the difference"
     if not ci.significant:

@@ -66,8 +66,10 @@ def parse_slo(text: str | None) -> Slo | None:
         key, sep, raw = part.strip().partition("=")
         key = key.strip().lower()
         if not sep or key not in known:
-            raise InputError(f"--slo: {part.strip()!r}: expected METRIC=DURATION, METRIC one of "
-                             f"{', '.join(known)} (e.g. ttft=2s,tpot=50ms)")
+            raise InputError(
+                f"--slo: {part.strip()!r}: expected METRIC=DURATION, METRIC one of "
+                f"{', '.join(known)} (e.g. ttft=2s,tpot=50ms)"
+            )
         out[key] = _slo_duration_ns(key, raw)
     return Slo.of(out)
 
@@ -99,19 +101,32 @@ def headline(tps: Summary, inexact: int = 0) -> dict[str, Any]:
     if p90 is not None:
         value = f"{p90:,.1f} tok/s (90% of requests at least this fast)"
     elif inexact:
-        value = (f"n/a ({inexact:,} requests had inexact token counts per chunk, and no "
-                 "request with exact counts produced two or more tokens)")
+        value = (
+            f"n/a ({inexact:,} requests had inexact token counts per chunk, and no "
+            "request with exact counts produced two or more tokens)"
+        )
     else:
         value = "n/a (no request produced two or more tokens)"
     return {
-        "p90_tps": p90, "median_tps": p50, "count": tps.count,
+        "p90_tps": p90,
+        "median_tps": p50,
+        "count": tps.count,
         "reliable": tps.reliable.get(90.0, False),
-        "text": ("per-user decode speed, P90: " + value
-                 + (f"; median {p50:,.1f} tok/s" if p50 is not None else "")
-                 + ("" if tps.reliable.get(90.0, False) or p90 is None
-                    else f" [only {tps.count} requests: too few for P90]")
-                 + (f" [leaves out {inexact:,} requests with inexact token counts]"
-                    if inexact and p90 is not None else "")),
+        "text": (
+            "per-user decode speed, P90: "
+            + value
+            + (f"; median {p50:,.1f} tok/s" if p50 is not None else "")
+            + (
+                ""
+                if tps.reliable.get(90.0, False) or p90 is None
+                else f" [only {tps.count} requests: too few for P90]"
+            )
+            + (
+                f" [leaves out {inexact:,} requests with inexact token counts]"
+                if inexact and p90 is not None
+                else ""
+            )
+        ),
     }
 
 
@@ -125,25 +140,35 @@ def agentx_headline(latency: Mapping[str, Summary], base: dict[str, Any]) -> dic
     for key in AGENTX_HEADLINE:
         v = sp.get(key)
         s = latency.get(by_key[key].source)
-        few = v is not None and s is not None and not s.reliable.get(by_key[key].percentile,
-                                                                     False)
-        parts.append(f"{'our ' if key == 'p90_tps' else ''}{by_key[key].label} "
-                     + ("n/a" if v is None else f"{v:,.1f} tok/s/user")
-                     + (f" [only {s.count} requests: too few for P90]" if few and s is not None else ""))
-    return base | {k: sp.get(k) for k in AGENTX_HEADLINE} | {
-        "lead": "north_star",
-        "text": f"AgentX {parts[0]} (1 / P90 of E2E per output token); {'; '.join(parts[1:])}"}
+        few = v is not None and s is not None and not s.reliable.get(by_key[key].percentile, False)
+        parts.append(
+            f"{'our ' if key == 'p90_tps' else ''}{by_key[key].label} "
+            + ("n/a" if v is None else f"{v:,.1f} tok/s/user")
+            + (f" [only {s.count} requests: too few for P90]" if few and s is not None else "")
+        )
+    return (
+        base
+        | {k: sp.get(k) for k in AGENTX_HEADLINE}
+        | {
+            "lead": "north_star",
+            "text": f"AgentX {parts[0]} (1 / P90 of E2E per output token); {'; '.join(parts[1:])}",
+        }
+    )
 
 
 def inexact_warning(n: int, ok: int, without_usage: int = 0) -> str:
     """The warning line for ``n`` of ``ok`` requests with inexact tokens per chunk."""
-    text = (f"warning: {n:,} of {ok:,} successful requests had inexact token counts per chunk "
-            "(the server sent neither token ids nor continuous usage, e.g. --no-vllm-extras "
-            "against a server that is not vLLM): TTFT, E2E, chunk gap and throughput include "
-            f"them; {', '.join(PER_TOKEN_METRICS)} leave them out.")
+    text = (
+        f"warning: {n:,} of {ok:,} successful requests had inexact token counts per chunk "
+        "(the server sent neither token ids nor continuous usage, e.g. --no-vllm-extras "
+        "against a server that is not vLLM): TTFT, E2E, chunk gap and throughput include "
+        f"them; {', '.join(PER_TOKEN_METRICS)} leave them out."
+    )
     if without_usage:
-        text += (f" {without_usage:,} of them sent no usage either: their output tokens are "
-                 "counted as content chunks (a lower bound) and not compared with the trace.")
+        text += (
+            f" {without_usage:,} of them sent no usage either: their output tokens are "
+            "counted as content chunks (a lower bound) and not compared with the trace."
+        )
     return text
 
 
@@ -172,35 +197,50 @@ def running_line(meta: RunMeta) -> str:
     who = f"pid {w.get('pid')} on {w.get('host')}" if w.get("pid") else "not recorded"
     state = writer_state(meta)
     if state == "gone":
-        return (f"WARNING: run.json says running, but the process that ran it ({who}) is "
-                "gone: it was killed before it could write its end; the totals in run.json "
-                "are not final and the numbers cover the rows written before that.")
+        return (
+            f"WARNING: run.json says running, but the process that ran it ({who}) is "
+            "gone: it was killed before it could write its end; the totals in run.json "
+            "are not final and the numbers cover the rows written before that."
+        )
     if state == "alive":
-        return (f"WARNING: this run is still running ({who}); its numbers cover the rows "
-                "written so far.")
-    return (f"WARNING: run.json says running and its process ({who}) cannot be checked from "
-            "here: the run is either still under way or was killed; its numbers cover the "
-            "rows written so far.")
+        return (
+            f"WARNING: this run is still running ({who}); its numbers cover the rows "
+            "written so far."
+        )
+    return (
+        f"WARNING: run.json says running and its process ({who}) cannot be checked from "
+        "here: the run is either still under way or was killed; its numbers cover the "
+        "rows written so far."
+    )
 
 
 def _warnings(meta: RunMeta, stats: RunStats) -> list[str]:
     out = _status_warnings(meta, stats) + _recorded_warnings(meta)
     dropped = {k: s.dropped for k, s in stats.latency.items() if s.dropped}
     if dropped:
-        out.append("warning: samples out of histogram range were dropped: "
-                   + ", ".join(f"{k} {v}" for k, v in dropped.items()))
+        out.append(
+            "warning: samples out of histogram range were dropped: "
+            + ", ".join(f"{k} {v}" for k, v in dropped.items())
+        )
     counted = stats.requests["ok"] + stats.requests["failed"]
     if counted and stats.requests["failed"] / counted > ERROR_RATE_WARN:
-        out.append(f"warning: {stats.requests['failed']} of {counted} requests failed "
-                   f"({100 * stats.requests['failed'] / counted:.1f}%); latency statistics "
-                   "cover successful requests only.")
+        out.append(
+            f"warning: {stats.requests['failed']} of {counted} requests failed "
+            f"({100 * stats.requests['failed'] / counted:.1f}%); latency statistics "
+            "cover successful requests only."
+        )
     if stats.inexact["requests"]:
-        out.append(inexact_warning(stats.inexact["requests"], stats.requests["ok"],
-                                   stats.inexact["without_usage"]))
+        out.append(
+            inexact_warning(
+                stats.inexact["requests"], stats.requests["ok"], stats.inexact["without_usage"]
+            )
+        )
     mism = stats.fidelity["output_mismatches"]
     if mism:
-        out.append(f"warning: {mism} requests returned a different number of output tokens "
-                   "than the trace asked for (does the server honour ignore_eos/min_tokens?).")
+        out.append(
+            f"warning: {mism} requests returned a different number of output tokens "
+            "than the trace asked for (does the server honour ignore_eos/min_tokens?)."
+        )
     return out
 
 
@@ -212,8 +252,10 @@ def _status_warnings(meta: RunMeta, stats: RunStats) -> list[str]:
         out.append(running_line(meta))
     elif status not in (None, "ok", "complete"):  # "complete": folders written before "ok"
         why = f": {meta.error}" if meta.error else ""
-        out.append(f"WARNING: this run ended with status {status}{why}; its numbers cover "
-                   "what completed before that.")
+        out.append(
+            f"WARNING: this run ended with status {status}{why}; its numbers cover "
+            "what completed before that."
+        )
     check = self_check(meta, stats)
     if check.bottleneck:
         out.append(f"WARNING: {check.line}; this run's numbers understate the server.")
@@ -226,8 +268,11 @@ def _recorded_warnings(meta: RunMeta) -> list[str]:
     """The warnings run.json records, but the self-check (said once, by ``_status_warnings``)
     and token-count mismatches (their own line)."""
     skip = {meta.self_check.line if meta.self_check else None, meta.load_generator_warning}
-    return [f"warning: {w}" for w in meta.warnings
-            if not (w in skip or "not served with the trace's token counts" in w or _old_self_check(w))]
+    return [
+        f"warning: {w}"
+        for w in meta.warnings
+        if not (w in skip or "not served with the trace's token counts" in w or _old_self_check(w))
+    ]
 
 
 def _old_self_check(w: str) -> bool:
@@ -235,8 +280,13 @@ def _old_self_check(w: str) -> bool:
     return w.startswith(("schedule lag p99 ", "event-loop lag p99 ", "load generator CPU "))
 
 
-def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
-                 gpus: int | None = None, prices: Prices | None = None) -> Report:
+def build_report(
+    results_dir: str | os.PathLike[str],
+    *,
+    slo: Slo | None = None,
+    gpus: int | None = None,
+    prices: Prices | None = None,
+) -> Report:
     """Read a results folder and compute everything the report shows."""
     if gpus is not None and gpus <= 0:
         raise InputError("--gpus must be a positive integer")
@@ -256,6 +306,14 @@ def build_report(results_dir: str | os.PathLike[str], *, slo: Slo | None = None,
     head = headline(stats.tps, stats.inexact["requests"])
     if meta.agentx is not None or meta.options.get("timing") == "agentx":
         head = agentx_headline(stats.latency, head)
-    return Report(results_dir=str(results_dir), meta=meta, stats=stats, headline=head,
-                  warnings=warnings, server=server, cold_start=cold,
-                  gpu=gpu_section(results_dir, meta, stats, samples), gpu_samples=samples)
+    return Report(
+        results_dir=str(results_dir),
+        meta=meta,
+        stats=stats,
+        headline=head,
+        warnings=warnings,
+        server=server,
+        cold_start=cold,
+        gpu=gpu_section(results_dir, meta, stats, samples),
+        gpu_samples=samples,
+    )

@@ -29,10 +29,16 @@ def parquet_write_options() -> dict[str, Any]:
     deltas need ~30 bits instead of 64: files ~17% smaller and ~30% less CPU to read than
     dictionary/plain). Every Parquet reader decodes it (a standard encoding since format 2.0).
     The other columns keep dictionary encoding."""
-    dictionary = [f"{n}.list.element" if pa.types.is_list(REQUEST_SCHEMA.field(n).type) else n
-                  for n in REQUEST_SCHEMA.names if n != "chunk_ns"]
-    return {"compression": "zstd", "use_dictionary": dictionary,
-            "column_encoding": {"chunk_ns.list.element": "DELTA_BINARY_PACKED"}}
+    dictionary = [
+        f"{n}.list.element" if pa.types.is_list(REQUEST_SCHEMA.field(n).type) else n
+        for n in REQUEST_SCHEMA.names
+        if n != "chunk_ns"
+    ]
+    return {
+        "compression": "zstd",
+        "use_dictionary": dictionary,
+        "column_encoding": {"chunk_ns.list.element": "DELTA_BINARY_PACKED"},
+    }
 
 
 def _root(results_dir: str | os.PathLike[str]) -> Path:
@@ -70,10 +76,13 @@ def request_files(results_dir: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
-def iter_request_batches(results_dir: str | os.PathLike[str],
-                         columns: Sequence[str] | None = None,
-                         batch_rows: int = BATCH_ROWS, *,
-                         readers: int = READERS) -> Iterator[pa.RecordBatch]:
+def iter_request_batches(
+    results_dir: str | os.PathLike[str],
+    columns: Sequence[str] | None = None,
+    batch_rows: int = BATCH_ROWS,
+    *,
+    readers: int = READERS,
+) -> Iterator[pa.RecordBatch]:
     """Request rows in record batches of about ``batch_rows`` rows (small part files are
     joined, so a run written in many small parts costs little more per row than one big
     file). Every needed column must be present with a type castable to REQUEST_SCHEMA; the
@@ -114,8 +123,9 @@ def _load(path: Path, wanted: list[str], whole: int) -> pa.Table | pq.ParquetFil
         raise InputError(f"{path}: corrupt Parquet data: {exc}") from exc
 
 
-def _read_ahead(files: Sequence[Path], wanted: list[str], whole: int,
-                readers: int) -> Iterator[tuple[Path, pa.Table | pq.ParquetFile]]:
+def _read_ahead(
+    files: Sequence[Path], wanted: list[str], whole: int, readers: int
+) -> Iterator[tuple[Path, pa.Table | pq.ParquetFile]]:
     """``_load`` of each file, in order, on a pool of ``readers`` threads, at most
     ``readers`` files ahead. A reader's error is raised here; closing early cancels the
     files not started and waits for the ones being read."""
@@ -142,20 +152,34 @@ def _read_ahead(files: Sequence[Path], wanted: list[str], whole: int,
         pool.shutdown(wait=True)
 
 
-def _conformed(loaded: Iterable[tuple[Path, pa.Table | pq.ParquetFile]], wanted: list[str],
-               target: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _conformed(
+    loaded: Iterable[tuple[Path, pa.Table | pq.ParquetFile]],
+    wanted: list[str],
+    target: pa.Schema,
+    batch_rows: int,
+) -> Iterator[pa.RecordBatch]:
     """Batches with exactly the ``target`` schema (castable columns cast)."""
     for path, got in loaded:
         try:
-            batches = (got.to_batches() if isinstance(got, pa.Table) else got.iter_batches(
-                batch_size=batch_rows, columns=[c for c in wanted if c in got.schema_arrow.names]))
+            batches = (
+                got.to_batches()
+                if isinstance(got, pa.Table)
+                else got.iter_batches(
+                    batch_size=batch_rows,
+                    columns=[c for c in wanted if c in got.schema_arrow.names],
+                )
+            )
             for batch in batches:
-                yield batch if batch.schema.equals(target) else _conform(path, batch, wanted, target)
+                yield (
+                    batch if batch.schema.equals(target) else _conform(path, batch, wanted, target)
+                )
         except (OSError, pa.ArrowInvalid) as exc:
             raise InputError(f"{path}: corrupt Parquet data: {exc}") from exc
 
 
-def _conform(path: Path, batch: pa.RecordBatch, wanted: list[str], target: pa.Schema) -> pa.RecordBatch:
+def _conform(
+    path: Path, batch: pa.RecordBatch, wanted: list[str], target: pa.Schema
+) -> pa.RecordBatch:
     """``batch`` with the ``target`` schema: a missing (optional) column all null, the
     others cast."""
     arrays = []
@@ -168,8 +192,7 @@ def _conform(path: Path, batch: pa.RecordBatch, wanted: list[str], target: pa.Sc
         try:
             arrays.append(col if col.type == typ else col.cast(typ))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise InputError(f"{path}: column {name!r}: cannot read {col.type} "
-                             f"as {typ}") from exc
+            raise InputError(f"{path}: column {name!r}: cannot read {col.type} as {typ}") from exc
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 

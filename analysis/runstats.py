@@ -41,15 +41,40 @@ from agent_replay.analysis.metrics import (
 )
 from agent_replay.results_schema import REQUEST_SCHEMA, ErrorKind
 
-PER_TOKEN_METRICS = ("ITL", "TPOT", "request TPS", "session TPS", "P90 TPS headline",
-                     "tokens per chunk")
+PER_TOKEN_METRICS = (
+    "ITL",
+    "TPOT",
+    "request TPS",
+    "session TPS",
+    "P90 TPS headline",
+    "tokens per chunk",
+)
 """What rows with inexact tokens per chunk are left out of (in the report's words)."""
 LATENCY_METRICS = tuple(d.key for d in METRIC_DEFS)
 COLUMNS = (
-    "session_id", "clone", "warmup", "status", "error_kind", "intended_ns", "sent_ns",
-    "connect_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens", "parent_end_ns",
-    "think_ns", "expected_input_tokens", "expected_output_tokens", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "implied_cached_tokens", "request_index", "depends_on", "agent_id",
+    "session_id",
+    "clone",
+    "warmup",
+    "status",
+    "error_kind",
+    "intended_ns",
+    "sent_ns",
+    "connect_ns",
+    "first_token_ns",
+    "end_ns",
+    "chunk_ns",
+    "chunk_tokens",
+    "parent_end_ns",
+    "think_ns",
+    "expected_input_tokens",
+    "expected_output_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "implied_cached_tokens",
+    "request_index",
+    "depends_on",
+    "agent_id",
 )
 """The request columns the analysis reads."""
 
@@ -71,15 +96,15 @@ class Slo:
         unknown = set(bounds) - {d.key for d in REQUEST_DEFS}
         if unknown:
             raise ValueError(f"not per-request metrics: {sorted(unknown)}")
-        rest = tuple(sorted((k, float(v)) for k, v in bounds.items()
-                            if k not in ("ttft", "tpot", "e2e")))
+        rest = tuple(
+            sorted((k, float(v)) for k, v in bounds.items() if k not in ("ttft", "tpot", "e2e"))
+        )
         return cls(bounds.get("ttft"), bounds.get("tpot"), bounds.get("e2e"), rest)
 
     def bounds(self) -> dict[str, float]:
         """Metric key -> bound in ns, for every objective set (the table's order)."""
         given = {"ttft": self.ttft_ns, "tpot": self.tpot_ns, "e2e": self.e2e_ns, **dict(self.more)}
-        return {d.key: float(v) for d in REQUEST_DEFS
-                if (v := given.get(d.key)) is not None}
+        return {d.key: float(v) for d in REQUEST_DEFS if (v := given.get(d.key)) is not None}
 
     @property
     def any(self) -> bool:
@@ -146,8 +171,10 @@ class Accumulator:
         inexact = ok & ~exact
         if inexact.any():
             self.inexact += int(inexact.sum())
-            no_usage = np.asarray(_col(batch, "completion_tokens").is_null().to_numpy(
-                zero_copy_only=False), dtype=bool)
+            no_usage = np.asarray(
+                _col(batch, "completion_tokens").is_null().to_numpy(zero_copy_only=False),
+                dtype=bool,
+            )
             self.inexact_without_usage += int((inexact & no_usage).sum())
         c, k = lists(batch, "chunk_ns"), lists(batch, "chunk_tokens")
         m = request_metrics(batch, c, k)
@@ -193,8 +220,9 @@ class Accumulator:
             cols[d.key] = v[counted]
         self.parts.append(pa.table(cols))
 
-    def finish(self, slo: Slo | None = None, prices: Prices | None = None,
-               gpus: int | None = None) -> RunStats:
+    def finish(
+        self, slo: Slo | None = None, prices: Prices | None = None, gpus: int | None = None
+    ) -> RunStats:
         t = pa.concat_tables(self.parts) if self.parts else _empty_table()
         ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
 
@@ -210,17 +238,31 @@ class Accumulator:
         duration = max(0, int(stop_ns - start_ns))
 
         exact_all = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
-        out_tok = served_output_tokens(arr("completion_tokens"), arr("output_tokens"), exact_all)[ok]
+        out_tok = served_output_tokens(arr("completion_tokens"), arr("output_tokens"), exact_all)[
+            ok
+        ]
         tokens = _token_totals(arr, ok, out_tok)
         n_ok = int(ok.sum())
         failed, cancelled = outcomes.split(self.errors)  # the stop's cancellations are apart
-        requests = {"total": self.rows, "counted": t.num_rows, "ok": n_ok, "failed": failed,
-                    "cancelled": cancelled, "warmup": self.warmup}
+        requests = {
+            "total": self.rows,
+            "counted": t.num_rows,
+            "ok": n_ok,
+            "failed": failed,
+            "cancelled": cancelled,
+            "warmup": self.warmup,
+        }
         stats = RunStats(
-            requests=requests, errors=dict(sorted(self.errors.items(), key=lambda kv: -kv[1])),
-            latency=latency, tps=tps, duration_ns=duration, tokens=tokens,
+            requests=requests,
+            errors=dict(sorted(self.errors.items(), key=lambda kv: -kv[1])),
+            latency=latency,
+            tps=tps,
+            duration_ns=duration,
+            tokens=tokens,
             tokens_per_chunk={i: int(n) for i, n in enumerate(self.tpc.tolist()) if n},
-            fidelity=_fidelity(t, ok, arr), sessions=_sessions(t), per_request=t,
+            fidelity=_fidelity(t, ok, arr),
+            sessions=_sessions(t),
+            per_request=t,
             inexact={"requests": self.inexact, "without_usage": self.inexact_without_usage},
         )
         stats.extra["window_ns"] = (start_ns, stop_ns)  # the measured window, run clock
@@ -231,36 +273,45 @@ class Accumulator:
         if slo is not None and slo.any:
             exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
             values = {k: arr(k)[ok] for k in slo.bounds()}
-            stats.goodput = goodput(values, out_tok, slo, duration, self.rows - self.warmup,
-                                    exact[ok])
+            stats.goodput = goodput(
+                values, out_tok, slo, duration, self.rows - self.warmup, exact[ok]
+            )
         if prices is not None and duration:
             stats.economics = economics(tokens, duration, prices, gpus or 1)
         return stats
 
 
-def _latency(arr: Callable[[str], np.ndarray], ok: np.ndarray,
-             hists: Mapping[str, Hist]) -> dict[str, Summary]:
+def _latency(
+    arr: Callable[[str], np.ndarray], ok: np.ndarray, hists: Mapping[str, Hist]
+) -> dict[str, Summary]:
     """Every metric's percentiles by the one percentile rule: exact nearest rank over its
     rows (all, or the ok ones), or the histogram's."""
     latency: dict[str, Summary] = {}
     for d in METRIC_DEFS:
         if d.per == "request":
-            latency[d.key] = percentile_summary(arr(d.key) if d.rows == "all" else arr(d.key)[ok],
-                                                method=d.percentile_method)
+            latency[d.key] = percentile_summary(
+                arr(d.key) if d.rows == "all" else arr(d.key)[ok], method=d.percentile_method
+            )
         else:
             latency[d.key] = hists[d.key].summary()
     return latency
 
 
-def _token_totals(arr: Callable[[str], np.ndarray], ok: np.ndarray, out_tok: np.ndarray) -> dict[str, int]:
+def _token_totals(
+    arr: Callable[[str], np.ndarray], ok: np.ndarray, out_tok: np.ndarray
+) -> dict[str, int]:
     """Output and input tokens of the ok requests, the input split into cached and computed
     (a prompt without usage counts as the trace's input)."""
-    prompt = np.where(np.isnan(arr("prompt_tokens")), arr("expected_input_tokens"),
-                      arr("prompt_tokens"))[ok]
+    prompt = np.where(
+        np.isnan(arr("prompt_tokens")), arr("expected_input_tokens"), arr("prompt_tokens")
+    )[ok]
     cached = np.nan_to_num(arr("cached_tokens"))[ok]
-    return {"output": int(out_tok.sum()), "input": int(prompt.sum()),
-            "input_cached": int(cached.sum()),
-            "input_computed": int(prompt.sum() - cached.sum())}
+    return {
+        "output": int(out_tok.sum()),
+        "input": int(prompt.sum()),
+        "input_cached": int(cached.sum()),
+        "input_computed": int(prompt.sum() - cached.sum()),
+    }
 
 
 def _measured_window(intended: np.ndarray, end: np.ndarray) -> tuple[float, float]:
@@ -272,12 +323,19 @@ def _measured_window(intended: np.ndarray, end: np.ndarray) -> tuple[float, floa
 
 def _send_window(sent: np.ndarray, end: np.ndarray) -> tuple[float, float]:
     """First send to last end (0.0 where unknown)."""
-    return (float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
-            float(np.nanmax(end)) if np.isfinite(end).any() else 0.0)
+    return (
+        float(np.nanmin(sent)) if np.isfinite(sent).any() else 0.0,
+        float(np.nanmax(end)) if np.isfinite(end).any() else 0.0,
+    )
 
 
-def _throughput(tokens: Mapping[str, int], n_ok: int, duration: int, gpus: int | None,
-                window: tuple[float, float]) -> dict[str, Any]:
+def _throughput(
+    tokens: Mapping[str, int],
+    n_ok: int,
+    duration: int,
+    gpus: int | None,
+    window: tuple[float, float],
+) -> dict[str, Any]:
     """Tokens and requests per second over the measured window (None when it is empty), per
     GPU when the count is known; AgentX's total tokens/s per GPU over the send window."""
     secs = duration / NS if duration else float("nan")
@@ -294,7 +352,8 @@ def _throughput(tokens: Mapping[str, int], n_ok: int, duration: int, gpus: int |
         "gpus": gpus,
     }
     out["total_tokens_per_s_per_gpu"] = total_tokens_per_s_per_gpu(
-        tokens["input"], tokens["output"], *window, gpus)
+        tokens["input"], tokens["output"], *window, gpus
+    )
     if gpus and duration:
         out["output_tokens_per_s_per_gpu"] = tokens["output"] / secs / gpus
         out["input_tokens_per_s_per_gpu"] = tokens["input"] / secs / gpus
@@ -317,12 +376,24 @@ def _tps_summary(tps: np.ndarray, tpot: Summary | None = None) -> Summary:
         tpot = percentile_summary(1e9 / tps[tps > 0])
     values = {p: (None if v is None or v <= 0 else NS / v) for p, v in tpot.values.items()}
     clean = tps[~np.isnan(tps)]
-    return Summary(tpot.count, values, float(clean.max()) if clean.size else None,
-                   float(clean.mean()) if clean.size else None, dict(tpot.reliable), True)
+    return Summary(
+        tpot.count,
+        values,
+        float(clean.max()) if clean.size else None,
+        float(clean.mean()) if clean.size else None,
+        dict(tpot.reliable),
+        True,
+    )
 
 
-def goodput(values: Mapping[str, np.ndarray], out_tokens: np.ndarray, slo: Slo,
-            duration_ns: int, attempted: int, exact: np.ndarray | None = None) -> dict[str, Any]:
+def goodput(
+    values: Mapping[str, np.ndarray],
+    out_tokens: np.ndarray,
+    slo: Slo,
+    duration_ns: int,
+    attempted: int,
+    exact: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Requests (of the ok ones, ``values``: each objective's metric per ok request, in ns)
     meeting every objective of ``slo``; failed requests never count as good. A per-token
     metric (rows ``ok_exact``: TPOT) that is undefined for a request (one output chunk)
@@ -345,9 +416,14 @@ def goodput(values: Mapping[str, np.ndarray], out_tokens: np.ndarray, slo: Slo,
     secs = duration_ns / NS if duration_ns else None
     b = slo.bounds()
     return {
-        "slo": {"ttft_ms": _ms(slo.ttft_ns), "tpot_ms": _ms(slo.tpot_ns), "e2e_ms": _ms(slo.e2e_ns),
-                **{f"{k}_ms": _ms(v) for k, v in b.items() if k not in ("ttft", "tpot", "e2e")}},
-        "good_requests": n_good, "attempted_requests": attempted,
+        "slo": {
+            "ttft_ms": _ms(slo.ttft_ns),
+            "tpot_ms": _ms(slo.tpot_ns),
+            "e2e_ms": _ms(slo.e2e_ns),
+            **{f"{k}_ms": _ms(v) for k, v in b.items() if k not in ("ttft", "tpot", "e2e")},
+        },
+        "good_requests": n_good,
+        "attempted_requests": attempted,
         "fraction": n_good / attempted if attempted else None,
         "requests_per_s": n_good / secs if secs else None,
         "output_tokens_per_s": float(out_tokens[good].sum()) / secs if secs else None,
@@ -362,24 +438,42 @@ def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
-def economics(tokens: Mapping[str, int], duration_ns: int, prices: Prices, gpus: int) -> dict[str, Any]:
+def economics(
+    tokens: Mapping[str, int], duration_ns: int, prices: Prices, gpus: int
+) -> dict[str, Any]:
     """Revenue per GPU-hour at the given prices (USD per million tokens), with the arithmetic.
 
     revenue/hour = 3600 x (hit tokens/s x hit price + miss tokens/s x miss price
     + output tokens/s x output price) / 1e6; per GPU-hour = that / GPUs."""
     secs = duration_ns / NS
-    rates = {"input_hit": tokens["input_cached"] / secs,
-             "input_miss": tokens["input_computed"] / secs, "output": tokens["output"] / secs}
-    price = {"input_hit": prices.input_hit, "input_miss": prices.input_miss,
-             "output": prices.output}
+    rates = {
+        "input_hit": tokens["input_cached"] / secs,
+        "input_miss": tokens["input_computed"] / secs,
+        "output": tokens["output"] / secs,
+    }
+    price = {
+        "input_hit": prices.input_hit,
+        "input_miss": prices.input_miss,
+        "output": prices.output,
+    }
     parts = {k: rates[k] * 3600 * price[k] / 1e6 for k in rates}
     per_hour = sum(parts.values())
-    lines = [f"{k:10s}: {rates[k]:,.1f} tok/s x 3600 s x ${price[k]:g}/M = ${parts[k]:,.2f}/h"
-             for k in rates]
-    lines.append(f"total     : ${per_hour:,.2f}/h / {gpus} GPU = ${per_hour / gpus:,.2f} per GPU-hour")
-    return {"prices_per_million": price, "tokens_per_s": rates, "usd_per_hour": parts,
-            "usd_per_hour_total": per_hour, "gpus": gpus, "usd_per_gpu_hour": per_hour / gpus,
-            "arithmetic": lines}
+    lines = [
+        f"{k:10s}: {rates[k]:,.1f} tok/s x 3600 s x ${price[k]:g}/M = ${parts[k]:,.2f}/h"
+        for k in rates
+    ]
+    lines.append(
+        f"total     : ${per_hour:,.2f}/h / {gpus} GPU = ${per_hour / gpus:,.2f} per GPU-hour"
+    )
+    return {
+        "prices_per_million": price,
+        "tokens_per_s": rates,
+        "usd_per_hour": parts,
+        "usd_per_hour_total": per_hour,
+        "gpus": gpus,
+        "usd_per_gpu_hour": per_hour / gpus,
+        "arithmetic": lines,
+    }
 
 
 def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
@@ -424,13 +518,16 @@ def _fidelity(t: pa.Table, ok: np.ndarray, arr: Any) -> dict[str, Any]:
         "output_tokens_trace": int(exp_out.sum()),
         "output_ratio": ratio(float(out.sum()), float(exp_out.sum())),
         "output_mismatches": int(mism.sum()),
-        "prefix_hit_rate_server": ratio(float(cached[have_cached].sum()),
-                                        float(prompt[have_cached].sum())),
-        "prefix_hit_rate_implied": ratio(float(implied[have_implied].sum()),
-                                         float(exp_in[have_implied].sum())),
+        "prefix_hit_rate_server": ratio(
+            float(cached[have_cached].sum()), float(prompt[have_cached].sum())
+        ),
+        "prefix_hit_rate_implied": ratio(
+            float(implied[have_implied].sum()), float(exp_in[have_implied].sum())
+        ),
         "requests_with_server_cache_info": int(have_cached.sum()),
         "sent_before_parent_end": int((sent[has_parent] < parent_end[has_parent]).sum())
-        if early is None else int(early.sum()),
+        if early is None
+        else int(early.sum()),
         "think_time_error": percentile_summary(np.abs(think_err)),
     }
 
@@ -489,38 +586,66 @@ def _sessions(t: pa.Table) -> pa.Table:
     if t.num_rows == 0:
         return pa.table({"session_id": pa.array([], pa.string())})
     ok = t.column("ok").to_numpy(zero_copy_only=False).astype(bool)
-    decode = np.nan_to_num(np.asarray(t.column("decode").to_numpy(zero_copy_only=False), dtype=np.float64))
+    decode = np.nan_to_num(
+        np.asarray(t.column("decode").to_numpy(zero_copy_only=False), dtype=np.float64)
+    )
     dec_tok = np.asarray(t.column("decode_tokens").to_numpy(zero_copy_only=False), dtype=np.float64)
     end = np.asarray(t.column("end_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
     intended = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
     exact = t.column("exact").to_numpy(zero_copy_only=False).astype(bool)
     useful = ok & exact & (dec_tok >= 1)
-    g = pa.table({
-        "session_id": t.column("session_id"), "clone": t.column("clone"),
-        "ok": pa.array(ok.astype(np.int64)),
-        "failed": pa.array((~ok).astype(np.int64)),
-        "decode_ns": pa.array(np.where(useful, decode, 0.0)),
-        "decode_tokens": pa.array(np.where(useful, dec_tok, 0.0)),
-        "start_ns": pa.array(intended),
-        "end_ns": pa.array(end, mask=np.isnan(end)),
-        "wait_ns": pa.array(np.nan_to_num(end - intended)),
-        "think_ns": pa.array(np.nan_to_num(np.asarray(t.column("think_ns").to_numpy(
-            zero_copy_only=False), dtype=np.float64))),
-    }).group_by(["session_id", "clone"]).aggregate([
-        ("ok", "sum"), ("failed", "sum"), ("decode_ns", "sum"), ("decode_tokens", "sum"),
-        ("start_ns", "min"), ("end_ns", "max"), ("wait_ns", "sum"), ("think_ns", "sum"),
-    ])
+    g = (
+        pa.table(
+            {
+                "session_id": t.column("session_id"),
+                "clone": t.column("clone"),
+                "ok": pa.array(ok.astype(np.int64)),
+                "failed": pa.array((~ok).astype(np.int64)),
+                "decode_ns": pa.array(np.where(useful, decode, 0.0)),
+                "decode_tokens": pa.array(np.where(useful, dec_tok, 0.0)),
+                "start_ns": pa.array(intended),
+                "end_ns": pa.array(end, mask=np.isnan(end)),
+                "wait_ns": pa.array(np.nan_to_num(end - intended)),
+                "think_ns": pa.array(
+                    np.nan_to_num(
+                        np.asarray(
+                            t.column("think_ns").to_numpy(zero_copy_only=False), dtype=np.float64
+                        )
+                    )
+                ),
+            }
+        )
+        .group_by(["session_id", "clone"])
+        .aggregate(
+            [
+                ("ok", "sum"),
+                ("failed", "sum"),
+                ("decode_ns", "sum"),
+                ("decode_tokens", "sum"),
+                ("start_ns", "min"),
+                ("end_ns", "max"),
+                ("wait_ns", "sum"),
+                ("think_ns", "sum"),
+            ]
+        )
+    )
     dns = np.asarray(g.column("decode_ns_sum").to_numpy(), dtype=np.float64)
     dtk = np.asarray(g.column("decode_tokens_sum").to_numpy(), dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         tps = np.where(dns > 0, dtk * NS / dns, np.nan)
     wall = pc.subtract(g.column("end_ns_max"), g.column("start_ns_min"))
-    return pa.table({
-        "session_id": g.column("session_id"), "clone": g.column("clone"),
-        "requests_ok": g.column("ok_sum"), "requests_failed": g.column("failed_sum"),
-        "session_tps": pa.array(tps), "wall_ns": wall,
-        "wait_ns": g.column("wait_ns_sum"), "think_ns": g.column("think_ns_sum"),
-    }).sort_by([("session_id", "ascending"), ("clone", "ascending")])
+    return pa.table(
+        {
+            "session_id": g.column("session_id"),
+            "clone": g.column("clone"),
+            "requests_ok": g.column("ok_sum"),
+            "requests_failed": g.column("failed_sum"),
+            "session_tps": pa.array(tps),
+            "wall_ns": wall,
+            "wait_ns": g.column("wait_ns_sum"),
+            "think_ns": g.column("think_ns_sum"),
+        }
+    ).sort_by([("session_id", "ascending"), ("clone", "ascending")])
 
 
 def _empty_table() -> pa.Table:

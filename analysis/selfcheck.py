@@ -53,7 +53,9 @@ class Machine:
         if not d:
             return None
         try:
-            return cls(int(d["cpus"]), float(d["busy_cores"]), float(d["steal"]), float(d["ours_cores"]))
+            return cls(
+                int(d["cpus"]), float(d["busy_cores"]), float(d["steal"]), float(d["ours_cores"])
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -94,8 +96,12 @@ class MachineMeter:
         idle = d.get("idle", 0.0) + d.get("iowait", 0.0)
         steal = d.get("steal", 0.0)
         busy = max(0.0, total - idle - steal)
-        return Machine(cpus=os.cpu_count() or 1, busy_cores=busy / wall,
-                       steal=steal / total if total > 0 else 0.0, ours_cores=ours_cpu_s / wall)
+        return Machine(
+            cpus=os.cpu_count() or 1,
+            busy_cores=busy / wall,
+            steal=steal / total if total > 0 else 0.0,
+            ours_cores=ours_cpu_s / wall,
+        )
 
 
 def host_busy(machine: Machine) -> bool:
@@ -108,9 +114,16 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
 
 
-def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p99_ns: float | None,
-           loop_lag_n: int, cpu_fraction: float, machine: Machine | None = None,
-           mode: str = "session") -> Assessment:
+def assess(
+    *,
+    schedule_lag_p99_ns: float | None,
+    schedule_lag_n: int,
+    loop_lag_p99_ns: float | None,
+    loop_lag_n: int,
+    cpu_fraction: float,
+    machine: Machine | None = None,
+    mode: str = "session",
+) -> Assessment:
     """The verdict and its one line (None when all is well). ``cpu_fraction``: the busiest
     worker's CPU seconds per wall second (1.0 = one core)."""
     symptoms = []
@@ -121,8 +134,11 @@ def assess(*, schedule_lag_p99_ns: float | None, schedule_lag_n: int, loop_lag_p
     bound = f"> {_ms(LAG_P99_NS)}"
     if cpu_fraction >= CPU_BUSY or (symptoms and cpu_fraction >= CPU_SATURATED):
         what = ", ".join(symptoms) + f" ({bound}) " if symptoms else ""
-        return Assessment("saturated", f"load generator saturated: {what}at CPU {cpu}: it may "
-                          "have set the pace instead of the server; use more --workers")
+        return Assessment(
+            "saturated",
+            f"load generator saturated: {what}at CPU {cpu}: it may "
+            "have set the pace instead of the server; use more --workers",
+        )
     if not symptoms:
         return Assessment("ok", None)
     return _lag_cause(", ".join(symptoms) + f" ({bound})", cpu, machine)
@@ -139,28 +155,50 @@ def _lag_cause(lags: str, cpu: str, machine: Machine | None) -> Assessment:
     """Lags while our CPU was not saturated: the host's contention when it was busy, else
     a stall of the loop."""
     if machine is not None and host_busy(machine):
-        return Assessment("contention", (
-            f"host contention: {lags} while our CPU was {cpu} and other processes kept "
-            f"{machine.others_cores:.1f} of {machine.cpus} CPUs busy (steal "
-            f"{machine.steal * 100:.0f}%): timings may be late by that much; run on a quieter "
-            "host or give the replay CPUs of its own (--cpus); more --workers would not help"))
-    host = "" if machine is None else (f" and the host not busy ({machine.others_cores:.1f} of "
-                                        f"{machine.cpus} CPUs used by others)")
-    return Assessment("stall", (
-        f"{lags} with our CPU at {cpu}{host}: the loop was held up by something other than "
-        "its load (a blocking call, the timer, I/O); more --workers would not help"))
+        return Assessment(
+            "contention",
+            (
+                f"host contention: {lags} while our CPU was {cpu} and other processes kept "
+                f"{machine.others_cores:.1f} of {machine.cpus} CPUs busy (steal "
+                f"{machine.steal * 100:.0f}%): timings may be late by that much; run on a quieter "
+                "host or give the replay CPUs of its own (--cpus); more --workers would not help"
+            ),
+        )
+    host = (
+        ""
+        if machine is None
+        else (
+            f" and the host not busy ({machine.others_cores:.1f} of "
+            f"{machine.cpus} CPUs used by others)"
+        )
+    )
+    return Assessment(
+        "stall",
+        (
+            f"{lags} with our CPU at {cpu}{host}: the loop was held up by something other than "
+            "its load (a blocking call, the timer, I/O); more --workers would not help"
+        ),
+    )
 
 
-def assess_meta(meta: RunMeta | Mapping[str, Any], schedule_lag_p99_ns: float | None,
-                schedule_lag_n: int, mode: str | None = None) -> Assessment | None:
+def assess_meta(
+    meta: RunMeta | Mapping[str, Any],
+    schedule_lag_p99_ns: float | None,
+    schedule_lag_n: int,
+    mode: str | None = None,
+) -> Assessment | None:
     """``assess`` for a finished run: the loop lag, CPU and host figures run.json keeps, with
     the schedule lag from the run's rows. None for a run.json without a self-check."""
     meta = RunMeta.of(meta)
     sc = meta.self_check
     if sc is None:
         return None
-    return assess(schedule_lag_p99_ns=schedule_lag_p99_ns, schedule_lag_n=schedule_lag_n,
-                  loop_lag_p99_ns=sc.loop_lag_p99_ns,
-                  loop_lag_n=int(sc.loop_lag_n or meta.loop_stalls.get("ticks") or 0),
-                  cpu_fraction=float(sc.cpu_fraction or 0.0),
-                  machine=Machine.from_dict(sc.machine), mode=mode or meta.timing)
+    return assess(
+        schedule_lag_p99_ns=schedule_lag_p99_ns,
+        schedule_lag_n=schedule_lag_n,
+        loop_lag_p99_ns=sc.loop_lag_p99_ns,
+        loop_lag_n=int(sc.loop_lag_n or meta.loop_stalls.get("ticks") or 0),
+        cpu_fraction=float(sc.cpu_fraction or 0.0),
+        machine=Machine.from_dict(sc.machine),
+        mode=mode or meta.timing,
+    )

@@ -41,8 +41,9 @@ QUANTILES = (0.5, 0.9, 0.99)
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def _group(labels: dict[str, str], drop: tuple[str, ...] = SUMMED_LABELS
-           ) -> tuple[tuple[str, str], ...]:
+def _group(
+    labels: dict[str, str], drop: tuple[str, ...] = SUMMED_LABELS
+) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in labels.items() if k not in drop))
 
 
@@ -118,7 +119,8 @@ def histogram(series: _Series, name: str) -> dict[str, Any] | None:
     les = sorted(buckets)
     cum = [buckets[le] for le in les]
     out: dict[str, Any] = {
-        "count": count, "sum": total,
+        "count": count,
+        "sum": total,
         "mean": _ratio(total, count),
         "buckets": [[le if math.isfinite(le) else None, c] for le, c in zip(les, cum, strict=True)],
     }
@@ -156,11 +158,12 @@ def _spec_decode(s: _Series) -> dict[str, Any] | None:
     per_pos = s.deltas("vllm:spec_decode_num_accepted_tokens_per_pos_total")
     positions = sorted(per_pos, key=lambda g: int(dict(g).get("position", "0")))
     return {
-        "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+        "drafts": drafts,
+        "draft_tokens": draft_tokens,
+        "accepted_tokens": accepted,
         "acceptance_length": (1 + (accepted or 0) / drafts) if drafts else None,
         "acceptance_rate": _ratio(accepted, draft_tokens),
-        "per_position_acceptance": [per_pos[g] / drafts if drafts else None
-                                    for g in positions],
+        "per_position_acceptance": [per_pos[g] / drafts if drafts else None for g in positions],
     }
 
 
@@ -171,10 +174,15 @@ def summarize(table: pa.Table) -> dict[str, Any]:
         return {"scrapes": 0}
     queries = s.total("vllm:prefix_cache_queries_total")
     hits = s.total("vllm:prefix_cache_hits_total")
-    finished = {dict(g).get("finished_reason", "?"): v
-                 for g, v in s.deltas("vllm:request_success_total").items()}
-    engines = {json.loads(lab).get("engine") for (n, lab) in s.by_series
-               if n == "vllm:num_requests_running"}
+    finished = {
+        dict(g).get("finished_reason", "?"): v
+        for g, v in s.deltas("vllm:request_success_total").items()
+    }
+    engines = {
+        json.loads(lab).get("engine")
+        for (n, lab) in s.by_series
+        if n == "vllm:num_requests_running"
+    }
     return {
         "scrapes": len(s.times),
         "duration_s": (s.times[-1] - s.times[0]) / 1e9,

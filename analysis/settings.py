@@ -15,8 +15,9 @@ from typing import Any
 
 from agent_replay.runmeta import RunMeta
 
-PER_INSTANCE = frozenset({"--port", "--host", "--seed", "--log", "--uvicorn-log-level",
-                          "--served-model-name"})
+PER_INSTANCE = frozenset(
+    {"--port", "--host", "--seed", "--log", "--uvicorn-log-level", "--served-model-name"}
+)
 """Flags that name this instance (where it listens, its log), not how it serves."""
 
 
@@ -86,7 +87,9 @@ def server_settings(meta: RunMeta | Mapping[str, Any]) -> dict[str, str] | None:
     return out
 
 
-def setting_differences(metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+def setting_differences(
+    metas: Sequence[RunMeta | Mapping[str, Any]], names: Sequence[str]
+) -> list[str]:
     """Each run's settings against the first's: one entry per differing setting
     (``name=value`` pairs, '(unset)' where a side has none); or a note that a run records no
     settings, so that nothing can be checked."""
@@ -94,21 +97,28 @@ def setting_differences(metas: Sequence[RunMeta | Mapping[str, Any]], names: Seq
     out = []
     missing = [n for n, s in zip(names, sets, strict=True) if s is None]
     if missing:
-        out.append(f"server settings not recorded for {', '.join(missing)} (a server given by URL): "
-                   "whether the targets differ only in what is compared cannot be checked")
+        out.append(
+            f"server settings not recorded for {', '.join(missing)} (a server given by URL): "
+            "whether the targets differ only in what is compared cannot be checked"
+        )
     base = sets[0]
     if base is None:
         return out
     for name, s in zip(names[1:], sets[1:], strict=True):
         diff = _differing(base, s) if s is not None else []
         if diff:
-            out.append(f"{name} vs {names[0]}: the servers differ in {len(diff)} setting"
-                       f"{'s' if len(diff) > 1 else ''}: {'; '.join(diff)}")
+            out.append(
+                f"{name} vs {names[0]}: the servers differ in {len(diff)} setting"
+                f"{'s' if len(diff) > 1 else ''}: {'; '.join(diff)}"
+            )
     return out
 
 
 def _differing(base: Mapping[str, str], other: Mapping[str, str]) -> list[str]:
     """``key base-value vs other-value`` for every setting the two differ in."""
     keys = sorted(set(base) | set(other))
-    return [f"{k} {base.get(k, '(unset)')} vs {other.get(k, '(unset)')}" for k in keys
-            if base.get(k) != other.get(k)]
+    return [
+        f"{k} {base.get(k, '(unset)')} vs {other.get(k, '(unset)')}"
+        for k in keys
+        if base.get(k) != other.get(k)
+    ]

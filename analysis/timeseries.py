@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 
-def bin_edges(start_ns: float, stop_ns: float, *, max_bins: int = 400,
-              min_width_ns: float = 100e6) -> np.ndarray:
+def bin_edges(
+    start_ns: float, stop_ns: float, *, max_bins: int = 400, min_width_ns: float = 100e6
+) -> np.ndarray:
     """Edges of equal bins over [start, stop]: 1 s wide when that gives at most ``max_bins``,
     else wider, and never narrower than ``min_width_ns`` (a short run gets 0.1 s bins)."""
     span = max(0.0, float(stop_ns) - float(start_ns))
@@ -38,8 +39,9 @@ def _ramp(points: np.ndarray, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
     return cw[k] * x - cwp[k]
 
 
-def _covered(start: np.ndarray, end: np.ndarray, weight: np.ndarray,
-             edges: np.ndarray) -> np.ndarray:
+def _covered(
+    start: np.ndarray, end: np.ndarray, weight: np.ndarray, edges: np.ndarray
+) -> np.ndarray:
     """Per bin, sum over requests of weight x (ns of [start, end] inside the bin), as
     differences of F(x) = sum of weight x clip(x - start, 0, end - start)."""
     o = edges[0]  # times from the first edge: prefix sums of run-clock ns lose precision
@@ -57,8 +59,9 @@ def mean_in_flight(sent_ns: np.ndarray, end_ns: np.ndarray, edges: np.ndarray) -
     return _covered(sent, end, np.ones(sent.size), edges) / np.diff(edges)
 
 
-def spread_rate(start_ns: np.ndarray, end_ns: np.ndarray, amount: np.ndarray,
-                edges: np.ndarray) -> np.ndarray:
+def spread_rate(
+    start_ns: np.ndarray, end_ns: np.ndarray, amount: np.ndarray, edges: np.ndarray
+) -> np.ndarray:
     """Per bin, ``amount`` per second, each request's amount spread evenly over its
     [start, end] (all of it in the bin of ``end`` when start == end)."""
     start = np.asarray(start_ns, dtype=np.float64)
@@ -103,8 +106,7 @@ def lanes(per_request: Any) -> tuple[list[str], np.ndarray]:
     t = per_request
     sid = [str(s) for s in t.column("session_id").to_pylist()]
     clone = t.column("clone").to_pylist()
-    agent = (t.column("agent_id").to_pylist() if "agent_id" in t.column_names
-             else [None] * len(sid))
+    agent = t.column("agent_id").to_pylist() if "agent_id" in t.column_names else [None] * len(sid)
     keys = _lane_labels(sid, clone, agent)
     start = np.asarray(t.column("intended_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
     first: dict[str, float] = {}

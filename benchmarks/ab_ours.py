@@ -39,19 +39,30 @@ def main(argv: list[str]) -> int:
             rj = read_run_record(d / f"ours-c{conc}-s0-w1" / "results")
             row["loop_p99"] = ((rj.self_check and rj.self_check.loop_lag_p99_ns) or 0) / 1e6
             res[name].append(row)
-            print(f"{name} r{r}: chunks/s {row['chunks_s']:.0f} cpu/chunk {row['cpu_us_chunk']:.1f} "
-                  f"ttft {row['ttft']:.2f} (gt {row['gt_ttft']:.2f}) itl_p99 {row['itl_p99']:.2f} "
-                  f"(gt {row['gt_itl_p99']:.2f}) loop p99 {row['loop_p99']:.1f}", flush=True)
+            print(
+                f"{name} r{r}: chunks/s {row['chunks_s']:.0f} cpu/chunk {row['cpu_us_chunk']:.1f} "
+                f"ttft {row['ttft']:.2f} (gt {row['gt_ttft']:.2f}) itl_p99 {row['itl_p99']:.2f} "
+                f"(gt {row['gt_itl_p99']:.2f}) loop p99 {row['loop_p99']:.1f}",
+                flush=True,
+            )
 
     def med(v: list[float]) -> str:
         return f"{statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]"
 
     for name, rows in res.items():
-        print(name, "chunks/s", med([x["chunks_s"] for x in rows]),
-              "cpu/chunk", med([x["cpu_us_chunk"] for x in rows]),
-              "ttft-gt", med([x["ttft"] - x["gt_ttft"] for x in rows]),
-              "itl_p99 err%", med([(x["itl_p99"] / x["gt_itl_p99"] - 1) * 100 for x in rows]),
-              "loop p99", med([x["loop_p99"] for x in rows]))
+        print(
+            name,
+            "chunks/s",
+            med([x["chunks_s"] for x in rows]),
+            "cpu/chunk",
+            med([x["cpu_us_chunk"] for x in rows]),
+            "ttft-gt",
+            med([x["ttft"] - x["gt_ttft"] for x in rows]),
+            "itl_p99 err%",
+            med([(x["itl_p99"] / x["gt_itl_p99"] - 1) * 100 for x in rows]),
+            "loop p99",
+            med([x["loop_p99"] for x in rows]),
+        )
     return 0
 
 

@@ -95,23 +95,39 @@ def index_trace(obj: Mapping[str, Any], into: TraceIndex | None = None) -> Trace
             relative = bool(inner) and float(inner[0]["t"]) + _JOIN_EPS_S < spawn
             for i, q in enumerate(inner):
                 found.setdefault(agent, []).append(
-                    ((tid, o, i), float(q["t"]) + (spawn if relative else 0.0), q))
+                    ((tid, o, i), float(q["t"]) + (spawn if relative else 0.0), q)
+                )
             dur = r.get("duration_ms")
-            ix.subagents.append(TraceSubagent(tid, o, agent, spawn,
-                                              spawn + float(dur) / 1000 if dur is not None else spawn))
+            ix.subagents.append(
+                TraceSubagent(
+                    tid, o, agent, spawn, spawn + float(dur) / 1000 if dur is not None else spawn
+                )
+            )
             continue
         found.setdefault(MAIN, []).append(((tid, o, None), float(r["t"]), r))
     for agent, calls in found.items():
         stream_of = [agent] * len(calls)
-        _, flat = detect([ChainCall(n, t, t + max(float(q.get("api_time") or 0.0), 0.0),
-                                    str(q.get("model") or ""), tuple(q.get("hash_ids") or ()),
-                                    int(q["in"]), int(q["out"]))
-                          for n, (_, t, q) in enumerate(calls)])
+        _, flat = detect(
+            [
+                ChainCall(
+                    n,
+                    t,
+                    t + max(float(q.get("api_time") or 0.0), 0.0),
+                    str(q.get("model") or ""),
+                    tuple(q.get("hash_ids") or ()),
+                    int(q["in"]),
+                    int(q["out"]),
+                )
+                for n, (_, t, q) in enumerate(calls)
+            ]
+        )
         for n, chain in enumerate(flat):
             for p in chain:
                 stream_of[p] = flat_agent_id(None if agent == MAIN else agent, n)
         for (key, t, q), stream in zip(calls, stream_of, strict=True):
-            c = TraceCall(key, stream, t, float(q.get("api_time") or 0.0), int(q["in"]), int(q["out"]))
+            c = TraceCall(
+                key, stream, t, float(q.get("api_time") or 0.0), int(q["in"]), int(q["out"])
+            )
             ix.calls[key] = c
             ix.streams.setdefault((tid, stream), []).append(key)
     return ix
@@ -186,20 +202,31 @@ def aiperf_sent(records: Iterable[Mapping[str, Any]], run: int) -> list[Sent]:
         if osl is None:
             osl = _metric(mt, "output_sequence_length")
         error = bool(rec.get("error")) or bool(md.get("was_cancelled"))
-        out.append(Sent(
-            side="aiperf", run=run, key=(str(trace), int(outer), None if inner is None else int(inner)),
-            stream=_stream_of_conversation(str(md.get("conversation_id", ""))),
-            play=str(md.get("root_correlation_id") or md.get("x_correlation_id")),
-            warmup=md.get("benchmark_phase") == "warmup", send_ns=start,
-            first_token_ns=None if ttft is None else start + round(ttft * 1e6),
-            end_ns=None if end is None else int(end),
-            input_tokens=None if isl is None else int(isl),
-            output_tokens=None if osl is None else int(osl), error=error))
+        out.append(
+            Sent(
+                side="aiperf",
+                run=run,
+                key=(str(trace), int(outer), None if inner is None else int(inner)),
+                stream=_stream_of_conversation(str(md.get("conversation_id", ""))),
+                play=str(md.get("root_correlation_id") or md.get("x_correlation_id")),
+                warmup=md.get("benchmark_phase") == "warmup",
+                send_ns=start,
+                first_token_ns=None if ttft is None else start + round(ttft * 1e6),
+                end_ns=None if end is None else int(end),
+                input_tokens=None if isl is None else int(isl),
+                output_tokens=None if osl is None else int(osl),
+                error=error,
+            )
+        )
     return out
 
 
-def ours_sent(rows: Iterable[Mapping[str, Any]], ix: TraceIndex,
-              ranks: Mapping[tuple[str, int], int], run: int) -> tuple[list[Sent], list[str]]:
+def ours_sent(
+    rows: Iterable[Mapping[str, Any]],
+    ix: TraceIndex,
+    ranks: Mapping[tuple[str, int], int],
+    run: int,
+) -> tuple[list[Sent], list[str]]:
     """Our result rows (``session_id``, ``request_index``, ``clone``, ``agent_id``,
     ``warmup``, ``sent_ns``, ``first_token_ns``, ``end_ns``, ``prompt_tokens``,
     ``completion_tokens``, ``status``, ``expected_input_tokens``) -> ``Sent`` rows, and the
@@ -218,12 +245,22 @@ def ours_sent(rows: Iterable[Mapping[str, Any]], ix: TraceIndex,
         got = r.get("expected_input_tokens")
         if got is not None and int(got) != want and not r.get("warmup"):
             problems.append(f"ours: {key_str(key)} expected {want} input tokens, row says {got}")
-        out.append(Sent(
-            side="ours", run=run, key=key, stream=a, play=f"{s}#{r.get('clone', 0)}",
-            warmup=bool(r.get("warmup")), send_ns=int(r["sent_ns"]),
-            first_token_ns=r.get("first_token_ns"), end_ns=r.get("end_ns"),
-            input_tokens=r.get("prompt_tokens"), output_tokens=r.get("completion_tokens"),
-            error=r.get("status") not in (None, "ok")))
+        out.append(
+            Sent(
+                side="ours",
+                run=run,
+                key=key,
+                stream=a,
+                play=f"{s}#{r.get('clone', 0)}",
+                warmup=bool(r.get("warmup")),
+                send_ns=int(r["sent_ns"]),
+                first_token_ns=r.get("first_token_ns"),
+                end_ns=r.get("end_ns"),
+                input_tokens=r.get("prompt_tokens"),
+                output_tokens=r.get("completion_tokens"),
+                error=r.get("status") not in (None, "ok"),
+            )
+        )
     return out, problems
 
 
@@ -282,8 +319,11 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
 
     def key_of(turn: Mapping[str, Any]) -> Key:
         inner = turn.get("source_inner_idx")
-        return (str(turn["source_trace_id"]), int(turn["source_outer_idx"]),
-                None if inner is None else int(inner))
+        return (
+            str(turn["source_trace_id"]),
+            int(turn["source_outer_idx"]),
+            None if inner is None else int(inner),
+        )
 
     branch_children: dict[str, list[str]] = {}
     branch_spawn: dict[str, Key] = {}
@@ -299,8 +339,11 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
                 spawn_turn[bid] = (c, t)
     for bid, start in branch_start.items():  # as _branch_start_timestamp_ms falls back
         if start is None:
-            firsts = [convs[k]["turns"][0].get("timestamp_ms") for k in branch_children[bid]
-                      if k in convs and convs[k]["turns"]]
+            firsts = [
+                convs[k]["turns"][0].get("timestamp_ms")
+                for k in branch_children[bid]
+                if k in convs and convs[k]["turns"]
+            ]
             known = [float(x) for x in firsts if x is not None]
             branch_start[bid] = min(known) if known else None
     rules: dict[Key, Rule] = {}
@@ -312,9 +355,16 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
         turns = c["turns"]
         for i, t in enumerate(turns):
             k = key_of(t)
-            extra = {(p["conversation_id"], int(p["turn_index"])) for p in t.get("replay_predecessors") or []}
+            extra = {
+                (p["conversation_id"], int(p["turn_index"]))
+                for p in t.get("replay_predecessors") or []
+            }
             barrier = frozenset(key_of(convs[pc]["turns"][pt]) for pc, pt in extra if pc in convs)
-            joins = [p["branch_id"] for p in t.get("prerequisites") or [] if p.get("kind") == "spawn_join"]
+            joins = [
+                p["branch_id"]
+                for p in t.get("prerequisites") or []
+                if p.get("kind") == "spawn_join"
+            ]
             if i == 0:
                 bid = spawned_by.get(cid)
                 if bid is None:
@@ -324,10 +374,16 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
                 origin = _overlap_origin(*spawn_turn[bid], start)
                 kind = "child-first" if origin is None else "child-at-send"
                 start = start if origin is None else origin
-                off = 0.0 if start is None or t.get("timestamp_ms") is None else \
-                    max(0.0, float(t["timestamp_ms"]) - float(start))
-                kids = frozenset(key_of(convs[kid]["turns"][0]) for kid in branch_children[bid]
-                                 if kid in convs and convs[kid]["turns"])
+                off = (
+                    0.0
+                    if start is None or t.get("timestamp_ms") is None
+                    else max(0.0, float(t["timestamp_ms"]) - float(start))
+                )
+                kids = frozenset(
+                    key_of(convs[kid]["turns"][0])
+                    for kid in branch_children[bid]
+                    if kid in convs and convs[kid]["turns"]
+                )
                 rules[k] = Rule(frozenset({branch_spawn[bid]}), off, kind, barrier, kids)
                 continue
             prev = key_of(turns[i - 1])
@@ -343,8 +399,9 @@ def aiperf_rules(metadata: Mapping[str, Any]) -> dict[Key, Rule]:
     return rules
 
 
-def _overlap_origin(conv: Mapping[str, Any], turn: Mapping[str, Any],
-                    branch_start: float | None) -> float | None:
+def _overlap_origin(
+    conv: Mapping[str, Any], turn: Mapping[str, Any], branch_start: float | None
+) -> float | None:
     """The spawning turn's ``timestamp_ms`` when AIPerf's runtime dispatches the branch at
     that turn's send (``BranchOrchestrator.on_credit_issued``: a root conversation's turn in
     a replay scope, with an ``api_time_ms`` above 0, and the branch's start before the
@@ -357,8 +414,13 @@ def _overlap_origin(conv: Mapping[str, Any], turn: Mapping[str, Any],
     return float(ts) if branch_start < float(ts) + float(api) else None
 
 
-OUR_KINDS = {"root": "first", "next": "next", "join": "join", "child": "child-first",
-             "after": "after"}
+OUR_KINDS = {
+    "root": "first",
+    "next": "next",
+    "join": "join",
+    "child": "child-first",
+    "after": "after",
+}
 """``replay.agentx.Rule`` kinds -> the kinds of ``Rule`` here."""
 
 
@@ -386,10 +448,13 @@ def ours_rules(plan: Plan, ix: TraceIndex, tree_idle_cap_ns: int | None = None) 
         offsets, thinks = capped_times(s.requests, tree_idle_cap_ns)
         for p, r in enumerate(stream_rules(s.requests, offsets, thinks)):
             kind = "child-at-send" if r.at_send else OUR_KINDS[r.kind]
-            rules[keys[p]] = Rule(frozenset(keys[d] for d in s.requests[p].deps),
-                                  r.delay_ns / 1e6, kind,
-                                  frozenset(keys[d] for d in r.barrier),
-                                  frozenset(keys[d] for d in r.branch))
+            rules[keys[p]] = Rule(
+                frozenset(keys[d] for d in s.requests[p].deps),
+                r.delay_ns / 1e6,
+                kind,
+                frozenset(keys[d] for d in r.barrier),
+                frozenset(keys[d] for d in r.branch),
+            )
     return rules
 
 
@@ -431,7 +496,9 @@ def direct_waits(k: Key, rules: Mapping[Key, Rule]) -> frozenset[Key]:
     return frozenset(waits - implied)
 
 
-def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float = 1.0) -> list[RuleDiff]:
+def compare_rules(
+    a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float = 1.0
+) -> list[RuleDiff]:
     """Every request whose direct wait set (``direct_waits``), barrier, branch, kind or delay
     differs between the two plans, in key order."""
     out: list[RuleDiff] = []
@@ -447,16 +514,22 @@ def compare_rules(a: Mapping[Key, Rule], o: Mapping[Key, Rule], *, tol_ms: float
             only_o = sorted(map(key_str, wo - wa))
             what.append(f"waits: AIPerf also for {only_a or '-'}, ours also for {only_o or '-'}")
         if ra.barrier != ro.barrier:
-            what.append(f"barrier: AIPerf also for {sorted(map(key_str, ra.barrier - ro.barrier)) or '-'}, "
-                        f"ours also for {sorted(map(key_str, ro.barrier - ra.barrier)) or '-'}")
+            what.append(
+                f"barrier: AIPerf also for {sorted(map(key_str, ra.barrier - ro.barrier)) or '-'}, "
+                f"ours also for {sorted(map(key_str, ro.barrier - ra.barrier)) or '-'}"
+            )
         if ra.branch != ro.branch:
-            what.append(f"branch: AIPerf with {sorted(map(key_str, ra.branch - ro.branch)) or '-'}, "
-                        f"ours with {sorted(map(key_str, ro.branch - ra.branch)) or '-'}")
+            what.append(
+                f"branch: AIPerf with {sorted(map(key_str, ra.branch - ro.branch)) or '-'}, "
+                f"ours with {sorted(map(key_str, ro.branch - ra.branch)) or '-'}"
+            )
         if ra.kind != ro.kind:
             what.append(f"kind: AIPerf {ra.kind}, ours {ro.kind}")
         if abs(ra.delay_ms - ro.delay_ms) > tol_ms:
-            what.append(f"delay: AIPerf {ra.delay_ms:,.0f} ms, ours {ro.delay_ms:,.0f} ms "
-                        f"({ra.delay_ms - ro.delay_ms:+,.0f})")
+            what.append(
+                f"delay: AIPerf {ra.delay_ms:,.0f} ms, ours {ro.delay_ms:,.0f} ms "
+                f"({ra.delay_ms - ro.delay_ms:+,.0f})"
+            )
         if what:
             out.append(RuleDiff(k, ra, ro, "; ".join(what)))
     return out
@@ -542,6 +615,7 @@ class GapDiff:
 
 def compare_gaps(a: Mapping[Key, list[Gap]], o: Mapping[Key, list[Gap]]) -> list[GapDiff]:
     """Per request measured on both sides: the median gap and median planned gap of each."""
+
     def med(xs: list[Gap]) -> tuple[float, float]:
         return _median([x.gap_ms for x in xs]), _median([x.planned_ms for x in xs])
 
@@ -571,8 +645,12 @@ def classify(g: GapDiff, plan_differs: bool) -> str:
 def summarize(diffs: Sequence[float]) -> dict[str, float | int]:
     """p50 / p99 / max of |difference| (ms), with the count."""
     ab = [abs(d) for d in diffs]
-    return {"n": len(ab), "p50_ms": percentile(ab, 50), "p99_ms": percentile(ab, 99),
-            "max_ms": max(ab) if ab else math.nan}
+    return {
+        "n": len(ab),
+        "p50_ms": percentile(ab, 50),
+        "p99_ms": percentile(ab, 99),
+        "max_ms": max(ab) if ab else math.nan,
+    }
 
 
 # -- the warm-up ---------------------------------------------------------------------------
@@ -598,8 +676,11 @@ def warmups(sent: Iterable[Sent]) -> dict[int, WarmUps]:
             continue
         t0 = min(s.send_ns for s in warm)
         measured = [s.send_ns for s in xs if not s.warmup]
-        out[run] = WarmUps(run, {s.key: (s.send_ns - t0) / 1e6 for s in warm},
-                           (min(measured) - t0) / 1e6 if measured else None)
+        out[run] = WarmUps(
+            run,
+            {s.key: (s.send_ns - t0) / 1e6 for s in warm},
+            (min(measured) - t0) / 1e6 if measured else None,
+        )
     return out
 
 
@@ -630,8 +711,17 @@ def compare_tokens(sent: Sequence[Sent], ix: TraceIndex) -> list[TokenDiff]:
     for k in sorted(keys, key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
         c = ix.calls[k]
         a, o = vals[("aiperf", k)], vals[("ours", k)]
-        out.append(TokenDiff(k, c.input_tokens, _median(a[0]), _median(o[0]),
-                             c.output_tokens, _median(a[1]), _median(o[1])))
+        out.append(
+            TokenDiff(
+                k,
+                c.input_tokens,
+                _median(a[0]),
+                _median(o[0]),
+                c.output_tokens,
+                _median(a[1]),
+                _median(o[1]),
+            )
+        )
     return out
 
 
@@ -648,8 +738,11 @@ def interactivity(sent: Iterable[Sent]) -> dict[str, float | int]:
             continue
         r.append((s.end_ns - s.first_token_ns) / 1e9 / (s.output_tokens - 1))
     p90 = percentile(r, 90.0)
-    return {"n": len(r), "p90_s_per_token": p90,
-            "tok_s_user": (1.0 / p90) if r and p90 > 0 else math.nan}
+    return {
+        "n": len(r),
+        "p90_s_per_token": p90,
+        "tok_s_user": (1.0 / p90) if r and p90 > 0 else math.nan,
+    }
 
 
 def north_star(sent: Iterable[Sent]) -> dict[str, float | int]:
@@ -663,8 +756,11 @@ def north_star(sent: Iterable[Sent]) -> dict[str, float | int]:
             continue
         r.append((s.end_ns - s.send_ns) / 1e9 / s.output_tokens)
     p90 = percentile(r, 90.0)
-    return {"n": len(r), "p90_s_per_token": p90,
-            "tok_s_user": (1.0 / p90) if r and p90 > 0 else math.nan}
+    return {
+        "n": len(r),
+        "p90_s_per_token": p90,
+        "tok_s_user": (1.0 / p90) if r and p90 > 0 else math.nan,
+    }
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -673,5 +769,9 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     if not xs:
         return {"mean": math.nan, "min": math.nan, "max": math.nan, "rel_range": math.nan}
     mean = sum(xs) / len(xs)
-    return {"mean": mean, "min": min(xs), "max": max(xs),
-            "rel_range": (max(xs) - min(xs)) / mean if mean else math.nan}
+    return {
+        "mean": mean,
+        "min": min(xs),
+        "max": max(xs),
+        "rel_range": (max(xs) - min(xs)) / mean if mean else math.nan,
+    }

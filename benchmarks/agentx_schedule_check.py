@@ -83,52 +83,95 @@ def compare_plans(a: dict[ao.Key, ao.Rule], o: dict[ao.Key, ao.Rule]) -> dict[st
         if ra is None or ro is None:
             rows.append({"key": ao.key_str(k), "only": "ours" if ra is None else "aiperf"})
             continue
-        rows.append({"key": ao.key_str(k), "kind_aiperf": ra.kind, "kind_ours": ro.kind,
-                     "waits_equal": ao.direct_waits(k, a) == ao.direct_waits(k, o),
-                     "barrier_equal": ra.barrier == ro.barrier, "branch_equal": ra.branch == ro.branch,
-                     "delay_aiperf_ms": ra.delay_ms, "delay_ours_ms": ro.delay_ms,
-                     "diff_ms": ro.delay_ms - ra.delay_ms})
+        rows.append(
+            {
+                "key": ao.key_str(k),
+                "kind_aiperf": ra.kind,
+                "kind_ours": ro.kind,
+                "waits_equal": ao.direct_waits(k, a) == ao.direct_waits(k, o),
+                "barrier_equal": ra.barrier == ro.barrier,
+                "branch_equal": ra.branch == ro.branch,
+                "delay_aiperf_ms": ra.delay_ms,
+                "delay_ours_ms": ro.delay_ms,
+                "diff_ms": ro.delay_ms - ra.delay_ms,
+            }
+        )
     both = [r for r in rows if "only" not in r]
     by_kind: dict[str, dict[str, float | int]] = {}
     for kind in sorted({r["kind_aiperf"] for r in both}):
         diffs = [abs(r["diff_ms"]) for r in both if r["kind_aiperf"] == kind]
         by_kind[kind] = {"n": len(diffs), "max_abs_diff_ms": max(diffs)}
-    return {"requests": len(rows), "only_one_side": [r for r in rows if "only" in r],
-            "waits_differ": [r["key"] for r in both if not r["waits_equal"]],
-            "barriers_differ": [r["key"] for r in both if not r["barrier_equal"]],
-            "branches_differ": [r["key"] for r in both if not r["branch_equal"]],
-            "kinds_differ": [r["key"] for r in both if r["kind_aiperf"] != r["kind_ours"]],
-            "delays_differ": [r for r in both if abs(r["diff_ms"]) > TOL_MS],
-            "barriers": sum(1 for k in a if a[k].barrier), "by_kind": by_kind,
-            "traces": sorted({k[0] for k in a})}
+    return {
+        "requests": len(rows),
+        "only_one_side": [r for r in rows if "only" in r],
+        "waits_differ": [r["key"] for r in both if not r["waits_equal"]],
+        "barriers_differ": [r["key"] for r in both if not r["barrier_equal"]],
+        "branches_differ": [r["key"] for r in both if not r["branch_equal"]],
+        "kinds_differ": [r["key"] for r in both if r["kind_aiperf"] != r["kind_ours"]],
+        "delays_differ": [r for r in both if abs(r["diff_ms"]) > TOL_MS],
+        "barriers": sum(1 for k in a if a[k].barrier),
+        "by_kind": by_kind,
+        "traces": sorted({k[0] for k in a}),
+    }
 
 
 def rule_differences(res: dict[str, Any]) -> int:
-    return sum(len(res[k]) for k in ("only_one_side", "waits_differ", "barriers_differ",
-                                     "branches_differ", "kinds_differ", "delays_differ"))
+    return sum(
+        len(res[k])
+        for k in (
+            "only_one_side",
+            "waits_differ",
+            "barriers_differ",
+            "branches_differ",
+            "kinds_differ",
+            "delays_differ",
+        )
+    )
 
 
-def aiperf_starts(run_dir: Path, concurrency: int, seed: int, start_range: str, recycles: int,
-                  venv: Path = AIPERF_VENV) -> dict[str, Any]:
+def aiperf_starts(
+    run_dir: Path,
+    concurrency: int,
+    seed: int,
+    start_range: str,
+    recycles: int,
+    venv: Path = AIPERF_VENV,
+) -> dict[str, Any]:
     """AIPerf's start plan (``aiperf_agentx_plan.py`` in the AIPerf venv)."""
     out = subprocess.run(
-        [str(venv / "bin" / "python"), str(ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
-         str(run_dir / "aiperf-cache"), "--concurrency", str(concurrency), "--seed", str(seed),
-         "--start-range", start_range, "--recycles", str(recycles)],
-        capture_output=True, text=True, check=True)
+        [
+            str(venv / "bin" / "python"),
+            str(ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
+            str(run_dir / "aiperf-cache"),
+            "--concurrency",
+            str(concurrency),
+            "--seed",
+            str(seed),
+            "--start-range",
+            start_range,
+            "--recycles",
+            str(recycles),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return dict(json.loads(out.stdout))
 
 
-def ours_starts(run_dir: Path, concurrency: int, seed: int, start_range: str,
-                recycles: int) -> dict[str, Any]:
+def ours_starts(
+    run_dir: Path, concurrency: int, seed: int, start_range: str, recycles: int
+) -> dict[str, Any]:
     """Our start plan of a ``bench_agentx_aiperf.py`` run folder (``plan_starts``)."""
     ix = ao.load_traces(sorted((run_dir / "traces").glob("*.json")))
-    return plan_starts(ao.read_plan(run_dir / "trace.parquet"), ix, concurrency, seed,
-                       start_range, recycles)
+    return plan_starts(
+        ao.read_plan(run_dir / "trace.parquet"), ix, concurrency, seed, start_range, recycles
+    )
 
 
-def plan_starts(plan: Plan, ix: ao.TraceIndex, concurrency: int, seed: int, start_range: str,
-                recycles: int) -> dict[str, Any]:
+def plan_starts(
+    plan: Plan, ix: ao.TraceIndex, concurrency: int, seed: int, start_range: str, recycles: int
+) -> dict[str, Any]:
     """Our start plan, by the functions ``AgentXDriver`` plays it with, in the shape of
     ``aiperf_agentx_plan.py``'s (one worker, no trace idle cap: the MVP scenario)."""
     from agent_replay.replay.agentx import first_plays, play_starts, warm_spread
@@ -142,18 +185,31 @@ def plan_starts(plan: Plan, ix: ao.TraceIndex, concurrency: int, seed: int, star
         reqs, keep = ls.session.requests, ls.cut.keep
         kept = set(keep)
         at = play_starts(reqs, keep, ls.offsets, ls.cut.t_star_ns, None)
-        lanes.append({
-            "lane": ls.lane, "trace": ls.session.session_id, "t_star_ms": ls.cut.t_star_ns / 1e6,
-            "warmups": [{"key": list(keys[p]), "offset_ms": next(warm) / 1e6} for p in ls.cut.warm],
-            "first": [{"key": list(keys[p]), "offset_ms": at[p] / 1e6} for p in keep
-                      if not any(d in kept for d in reqs[p].deps)]})
+        lanes.append(
+            {
+                "lane": ls.lane,
+                "trace": ls.session.session_id,
+                "t_star_ms": ls.cut.t_star_ns / 1e6,
+                "warmups": [
+                    {"key": list(keys[p]), "offset_ms": next(warm) / 1e6} for p in ls.cut.warm
+                ],
+                "first": [
+                    {"key": list(keys[p]), "offset_ms": at[p] / 1e6}
+                    for p in keep
+                    if not any(d in kept for d in reqs[p].deps)
+                ],
+            }
+        )
     n = len(plan.sessions)
-    return {"lanes": lanes,
-            "recycles": [plan.sessions[(concurrency + k) % n].session_id for k in range(recycles)]}
+    return {
+        "lanes": lanes,
+        "recycles": [plan.sessions[(concurrency + k) % n].session_id for k in range(recycles)],
+    }
 
 
 def compare_starts(a: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
     """Lane by lane: trace, t*, warm-ups and first sends (as key -> offset), recycle order."""
+
     def by_key(xs: list[dict[str, Any]]) -> dict[str, float]:
         return {ao.key_str((x["key"][0], x["key"][1], x["key"][2])): x["offset_ms"] for x in xs}
 
@@ -163,17 +219,26 @@ def compare_starts(a: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
         if la["trace"] != lo["trace"]:
             row["problems"].append(f"trace: AIPerf {la['trace']}, ours {lo['trace']}")
         if abs(la["t_star_ms"] - lo["t_star_ms"]) > 1e-3:
-            row["problems"].append(f"t*: AIPerf {la['t_star_ms']:.3f} ms, ours {lo['t_star_ms']:.3f} ms")
+            row["problems"].append(
+                f"t*: AIPerf {la['t_star_ms']:.3f} ms, ours {lo['t_star_ms']:.3f} ms"
+            )
         for what in ("warmups", "first"):
             wa, wo = by_key(la[what]), by_key(lo[what])
             if set(wa) != set(wo):
-                row["problems"].append(f"{what}: AIPerf only {sorted(set(wa) - set(wo))}, ours only "
-                                       f"{sorted(set(wo) - set(wa))}")
+                row["problems"].append(
+                    f"{what}: AIPerf only {sorted(set(wa) - set(wo))}, ours only "
+                    f"{sorted(set(wo) - set(wa))}"
+                )
             for k in sorted(set(wa) & set(wo)):
                 if abs(wa[k] - wo[k]) > TOL_MS:
-                    row["problems"].append(f"{what} {k}: AIPerf at {wa[k]:,.1f} ms, ours {wo[k]:,.1f} ms")
-        row.update(warmups=len(la["warmups"]), first=len(la["first"]),
-                   warm_spread_ms=max((x["offset_ms"] for x in la["warmups"]), default=0.0))
+                    row["problems"].append(
+                        f"{what} {k}: AIPerf at {wa[k]:,.1f} ms, ours {wo[k]:,.1f} ms"
+                    )
+        row.update(
+            warmups=len(la["warmups"]),
+            first=len(la["first"]),
+            warm_spread_ms=max((x["offset_ms"] for x in la["warmups"]), default=0.0),
+        )
         lanes.append(row)
     problems = [f"lane {r['lane']} ({r['trace']}): {p}" for r in lanes for p in r["problems"]]
     if len(a["lanes"]) != len(o["lanes"]):
@@ -183,13 +248,29 @@ def compare_starts(a: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
     return {"lanes": lanes, "recycles": a["recycles"], "problems": problems}
 
 
-def aiperf_corpus(folders: list[Path], concurrencies: list[int], seed: int, start_range: str,
-                  recycles: int, venv: Path = AIPERF_VENV) -> subprocess.Popen[str]:
+def aiperf_corpus(
+    folders: list[Path],
+    concurrencies: list[int],
+    seed: int,
+    start_range: str,
+    recycles: int,
+    venv: Path = AIPERF_VENV,
+) -> subprocess.Popen[str]:
     """AIPerf's plans of the traces of ``folders`` (``aiperf_agentx_plan.py --traces
     --per-trace``), started in the background: its stdout is the JSON."""
-    cmd = [str(venv / "bin" / "python"), str(ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
-           "--traces", *map(str, folders), "--seed", str(seed), "--start-range", start_range,
-           "--recycles", str(recycles), "--per-trace"]
+    cmd = [
+        str(venv / "bin" / "python"),
+        str(ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
+        "--traces",
+        *map(str, folders),
+        "--seed",
+        str(seed),
+        "--start-range",
+        start_range,
+        "--recycles",
+        str(recycles),
+        "--per-trace",
+    ]
     for c in concurrencies:
         cmd += ["--concurrency", str(c)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -214,8 +295,13 @@ def ours_corpus(folders: list[Path]) -> tuple[Plan, ao.TraceIndex]:
     return plan, ao.load_traces(files)
 
 
-def corpus_check(folders: list[Path], concurrencies: list[int], seed: int = 42,
-                 start_range: str = "0,1", recycles: int = 12) -> dict[str, Any]:
+def corpus_check(
+    folders: list[Path],
+    concurrencies: list[int],
+    seed: int = 42,
+    start_range: str = "0,1",
+    recycles: int = 12,
+) -> dict[str, Any]:
     """The whole plan of every trace of ``folders``, ours against AIPerf's: the rules
     (``compare_plans``), and per concurrency the start plans of all traces as one dataset
     and of each trace alone (``compare_starts``); with the seconds each side took."""
@@ -253,8 +339,11 @@ def corpus_check(folders: list[Path], concurrencies: list[int], seed: int = 42,
             alone["first"] += sum(r["first"] for r in st["lanes"])
             alone["problems"] += [f"{tid} alone: {p}" for p in st["problems"]]
         res["starts"][str(c)] = {"corpus": whole, "alone": alone}
-    res["seconds"] = {"ours_import_and_plan": t_ours, "aiperf_plan": t_aiperf,
-                      "total": time.monotonic() - t0}
+    res["seconds"] = {
+        "ours_import_and_plan": t_ours,
+        "aiperf_plan": t_aiperf,
+        "total": time.monotonic() - t0,
+    }
     return res
 
 
@@ -267,33 +356,51 @@ def differences(res: dict[str, Any]) -> int:
 
 
 def _print_rules(res: dict[str, Any]) -> None:
-    print(f"{len(res['traces'])} traces: {res['requests']:,} requests; only one side "
-          f"{len(res['only_one_side'])}; wait sets differ {len(res['waits_differ'])}; barriers "
-          f"differ {len(res['barriers_differ'])} (AIPerf's hold {res.get('barriers', 0):,} requests); "
-          f"branches differ {len(res['branches_differ'])}; kinds differ "
-          f"{len(res['kinds_differ'])}; delays differ by more than {TOL_MS:g} ms "
-          f"{len(res['delays_differ'])}")
+    print(
+        f"{len(res['traces'])} traces: {res['requests']:,} requests; only one side "
+        f"{len(res['only_one_side'])}; wait sets differ {len(res['waits_differ'])}; barriers "
+        f"differ {len(res['barriers_differ'])} (AIPerf's hold {res.get('barriers', 0):,} requests); "
+        f"branches differ {len(res['branches_differ'])}; kinds differ "
+        f"{len(res['kinds_differ'])}; delays differ by more than {TOL_MS:g} ms "
+        f"{len(res['delays_differ'])}"
+    )
     for kind, v in res["by_kind"].items():
-        print(f"  {kind}: {v['n']:,} requests, largest |delay difference| {v['max_abs_diff_ms']:.3f} ms")
+        print(
+            f"  {kind}: {v['n']:,} requests, largest |delay difference| {v['max_abs_diff_ms']:.3f} ms"
+        )
     for r in res["delays_differ"][:20]:
-        print(f"  {r['key']} ({r['kind_aiperf']}): AIPerf {r['delay_aiperf_ms']:,.1f} ms, ours "
-              f"{r['delay_ours_ms']:,.1f} ms")
-    for r in (res["only_one_side"][:10] + [{"key": k, "only": "kind"} for k in res["kinds_differ"][:10]]
-              + [{"key": k, "only": "wait set"} for k in res["waits_differ"][:10]]
-              + [{"key": k, "only": "barrier"} for k in res["barriers_differ"][:10]]
-              + [{"key": k, "only": "branch"} for k in res["branches_differ"][:10]]):
+        print(
+            f"  {r['key']} ({r['kind_aiperf']}): AIPerf {r['delay_aiperf_ms']:,.1f} ms, ours "
+            f"{r['delay_ours_ms']:,.1f} ms"
+        )
+    for r in (
+        res["only_one_side"][:10]
+        + [{"key": k, "only": "kind"} for k in res["kinds_differ"][:10]]
+        + [{"key": k, "only": "wait set"} for k in res["waits_differ"][:10]]
+        + [{"key": k, "only": "barrier"} for k in res["barriers_differ"][:10]]
+        + [{"key": k, "only": "branch"} for k in res["branches_differ"][:10]]
+    ):
         print(f"  {r['key']}: {r['only']}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, nargs="?", help="a bench_agentx_aiperf.py --out DIR")
-    ap.add_argument("--traces", type=Path, nargs="*", metavar="DIR",
-                    help="folders of weka traces (none named: the local AgentX corpus)")
+    ap.add_argument(
+        "--traces",
+        type=Path,
+        nargs="*",
+        metavar="DIR",
+        help="folders of weka traces (none named: the local AgentX corpus)",
+    )
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--concurrency", type=int, action="append",
-                    help="also compare the start plans (t*, warm-ups, first sends, recycling); "
-                    "repeatable (with --traces, default 1, 6 and 16)")
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        action="append",
+        help="also compare the start plans (t*, warm-ups, first sends, recycling); "
+        "repeatable (with --traces, default 1, 6 and 16)",
+    )
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--start-range", default="0,1", metavar="LO,HI")
     ap.add_argument("--recycles", type=int, default=12)
@@ -308,18 +415,24 @@ def main() -> int:
         print("|---|---|---|---|---|---|")
         for c, st in res["starts"].items():
             w = st["corpus"]
-            print(f"| {c} | all {len(res['traces'])} traces | {len(w['lanes'])} | "
-                  f"{sum(r['warmups'] for r in w['lanes']):,} | {sum(r['first'] for r in w['lanes']):,} | "
-                  f"{len(w['problems'])} |")
+            print(
+                f"| {c} | all {len(res['traces'])} traces | {len(w['lanes'])} | "
+                f"{sum(r['warmups'] for r in w['lanes']):,} | {sum(r['first'] for r in w['lanes']):,} | "
+                f"{len(w['problems'])} |"
+            )
             al = st["alone"]
-            print(f"| {c} | each trace alone ({al['traces']}) | {int(c) * al['traces']:,} | "
-                  f"{al['warmups']:,} | {al['first']:,} | {len(al['problems'])} |")
+            print(
+                f"| {c} | each trace alone ({al['traces']}) | {int(c) * al['traces']:,} | "
+                f"{al['warmups']:,} | {al['first']:,} | {len(al['problems'])} |"
+            )
         for st in res["starts"].values():
             for p in (st["corpus"]["problems"] + st["alone"]["problems"])[:15]:
                 print(f"  {p}")
         sec = res["seconds"]
-        print(f"{differences(res)} differences; took {sec['total']:.1f} s (ours: import and plan "
-              f"{sec['ours_import_and_plan']:.1f} s; AIPerf's plan {sec['aiperf_plan']:.1f} s, beside it)")
+        print(
+            f"{differences(res)} differences; took {sec['total']:.1f} s (ours: import and plan "
+            f"{sec['ours_import_and_plan']:.1f} s; AIPerf's plan {sec['aiperf_plan']:.1f} s, beside it)"
+        )
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return 1 if differences(res) else 0
@@ -334,13 +447,17 @@ def main() -> int:
         o = ours_starts(args.run_dir, c, args.seed, args.start_range, args.recycles)
         st = compare_starts(a, o)
         res["starts"] = st
-        print(f"starts, {c} lanes, seed {args.seed}, start range {args.start_range}: "
-              f"{sum(r['warmups'] for r in st['lanes'])} warm-ups, "
-              f"{sum(r['first'] for r in st['lanes'])} first sends, {len(st['problems'])} differences; "
-              f"recycle order {', '.join(st['recycles'])}")
+        print(
+            f"starts, {c} lanes, seed {args.seed}, start range {args.start_range}: "
+            f"{sum(r['warmups'] for r in st['lanes'])} warm-ups, "
+            f"{sum(r['first'] for r in st['lanes'])} first sends, {len(st['problems'])} differences; "
+            f"recycle order {', '.join(st['recycles'])}"
+        )
         for r in st["lanes"]:
-            print(f"  lane {r['lane']} {r['trace']}: {r['warmups']} warm-ups (last at "
-                  f"{r['warm_spread_ms'] / 1000:,.1f} s), {r['first']} first sends")
+            print(
+                f"  lane {r['lane']} {r['trace']}: {r['warmups']} warm-ups (last at "
+                f"{r['warm_spread_ms'] / 1000:,.1f} s), {r['first']} first sends"
+            )
         for p in st["problems"][:30]:
             print(f"  {p}")
         bad = bad or bool(st["problems"])

@@ -50,6 +50,7 @@ class _Issuer:
 
         async def done() -> bool:
             return True
+
         return done()
 
     async def acquire_lane_credit(self, *args: Any, **kwargs: Any) -> None:
@@ -75,8 +76,12 @@ def _keys(source: Any, issued: list[list[Any]]) -> list[dict[str, Any]]:
     out = []
     for turn, delay_s in issued:
         t = source.get_metadata(turn.conversation_id).turns[turn.turn_index]
-        out.append({"key": [t.source_trace_id, t.source_outer_idx, t.source_inner_idx],
-                    "offset_ms": delay_s * 1000.0})
+        out.append(
+            {
+                "key": [t.source_trace_id, t.source_outer_idx, t.source_inner_idx],
+                "offset_ms": delay_s * 1000.0,
+            }
+        )
     return out
 
 
@@ -88,7 +93,8 @@ def cached_metadata(cache: Path) -> Any:
     if not manifests:
         raise SystemExit(f"aiperf_agentx_plan: no dataset manifest under {cache}")
     return DatasetMetadata.model_validate_json(
-        json.loads(Path(manifests[-1]).read_text())["dataset_metadata_json"])
+        json.loads(Path(manifests[-1]).read_text())["dataset_metadata_json"]
+    )
 
 
 class _NoText:
@@ -148,33 +154,63 @@ def built_metadata(folders: list[Path], seed: int) -> Any:
                 if link.exists():
                     raise SystemExit(f"aiperf_agentx_plan: {f.name} is in two of the folders")
                 link.symlink_to(f.resolve())
-        argv = ["--scenario", "inferencex-agentx-mvp", "--unsafe-override", "--url", "localhost:1",
-                "--model", "m", "--endpoint-type", "chat", "--custom-dataset-type", "weka_trace",
-                "--input-file", tmp, "--concurrency", "1", "--random-seed", str(seed),
-                "--ui", "none", "--benchmark-duration", "1800"]
+        argv = [
+            "--scenario",
+            "inferencex-agentx-mvp",
+            "--unsafe-override",
+            "--url",
+            "localhost:1",
+            "--model",
+            "m",
+            "--endpoint-type",
+            "chat",
+            "--custom-dataset-type",
+            "weka_trace",
+            "--input-file",
+            tmp,
+            "--concurrency",
+            "1",
+            "--random-seed",
+            str(seed),
+            "--ui",
+            "none",
+            "--benchmark-duration",
+            "1800",
+        ]
         _, bound, _ = app.parse_args(argv, exit_on_error=False, print_error=True)
         cfg = build_benchmark_plan(resolve_config(bound.kwargs["cli_config"], None)).configs[0]
         run = _make_benchmark_run(cfg, random_seed=seed)
         from aiperf.common.environment import Environment
+
         assert Environment.DATASET.WEKA_PARALLEL_WORKERS == 1
         synth.ConversationReconstructor = _NoText  # type: ignore[misc,assignment]
         loader = WekaTraceLoader(filename=tmp, run=run, prompt_generator=_NoPrompts())  # type: ignore[arg-type]
         conversations = loader.convert_to_conversations(loader.load_dataset())
-    return DatasetMetadata(conversations=[c.metadata() for c in conversations],
-                           sampling_strategy=loader.get_preferred_sampling_strategy())
+    return DatasetMetadata(
+        conversations=[c.metadata() for c in conversations],
+        sampling_strategy=loader.get_preferred_sampling_strategy(),
+    )
 
 
 def trace_metadata(meta: Any, trace: str) -> Any:
     """``meta`` cut to one trace: its root and its children."""
     from aiperf.common.models import DatasetMetadata
 
-    convs = [c for c in meta.conversations
-             if c.conversation_id == trace or c.conversation_id.startswith(trace + "::")]
+    convs = [
+        c
+        for c in meta.conversations
+        if c.conversation_id == trace or c.conversation_id.startswith(trace + "::")
+    ]
     return DatasetMetadata(conversations=convs, sampling_strategy=meta.sampling_strategy)
 
 
-def plan(cache: Path | Any, concurrency: int, seed: int, start_range: tuple[float, float] | None,
-         recycles: int) -> dict[str, Any]:
+def plan(
+    cache: Path | Any,
+    concurrency: int,
+    seed: int,
+    start_range: tuple[float, float] | None,
+    recycles: int,
+) -> dict[str, Any]:
     """The start plan for ``concurrency`` lanes: ``cache`` an AIPerf dataset cache folder,
     or dataset metadata."""
     from aiperf.common.enums import CreditPhase
@@ -189,20 +225,34 @@ def plan(cache: Path | Any, concurrency: int, seed: int, start_range: tuple[floa
         raise SystemExit(f"aiperf_agentx_plan: sampling {meta.sampling_strategy}, not sequential")
     roots = [c.conversation_id for c in meta.conversations if getattr(c, "is_root", True)]
     lo, hi = start_range if start_range is not None else (0.0, 1.0)  # the MVP scenario's
-    source = TrajectorySource(dataset_metadata=meta, dataset_sampler=SequentialSampler(roots),
-                              concurrency=concurrency, random_seed=seed, start_min_ratio=lo,
-                              start_max_ratio=hi, cache_bust_enabled=True)
+    source = TrajectorySource(
+        dataset_metadata=meta,
+        dataset_sampler=SequentialSampler(roots),
+        concurrency=concurrency,
+        random_seed=seed,
+        start_min_ratio=lo,
+        start_max_ratio=hi,
+        cache_bust_enabled=True,
+    )
     lanes: list[dict[str, Any]] = []
     for lane, tr in enumerate(source.trajectories):
         assert tr.snapshot is not None, f"lane {lane}: {tr.conversation_id} has no timestamps"
-        lanes.append({"lane": lane, "trace": tr.conversation_id, "t_star_ms": tr.snapshot.t_star_ms})
+        lanes.append(
+            {"lane": lane, "trace": tr.conversation_id, "t_star_ms": tr.snapshot.t_star_ms}
+        )
     for phase in (CreditPhase.WARMUP, CreditPhase.PROFILING):
         issuer = _Issuer()
-        config = CreditPhaseConfig(phase=phase, timing_mode=TimingMode.AGENTIC_REPLAY,
-                                   concurrency=concurrency)
+        config = CreditPhaseConfig(
+            phase=phase, timing_mode=TimingMode.AGENTIC_REPLAY, concurrency=concurrency
+        )
         strategy = AgenticReplayStrategy(
-            config=config, conversation_source=source, scheduler=_Scheduler(issuer),
-            stop_checker=None, credit_issuer=issuer, lifecycle=None)
+            config=config,
+            conversation_source=source,
+            scheduler=_Scheduler(issuer),
+            stop_checker=None,
+            credit_issuer=issuer,
+            lifecycle=None,
+        )
         if phase == CreditPhase.WARMUP:
             asyncio.run(strategy._execute_warmup())
             warm = _keys(source, issuer.turns)
@@ -216,8 +266,10 @@ def plan(cache: Path | Any, concurrency: int, seed: int, start_range: tuple[floa
                 issuer.turns.clear()
                 asyncio.run(strategy._dispatch_snapshot_for_profiling(tr, lane["lane"]))
                 lane["first"] = _keys(source, issuer.turns)
-    return {"lanes": lanes,
-            "recycles": [source.next_recycle_conversation_id() for _ in range(recycles)]}
+    return {
+        "lanes": lanes,
+        "recycles": [source.next_recycle_conversation_id() for _ in range(recycles)],
+    }
 
 
 def main() -> int:

@@ -37,11 +37,16 @@ from tests.faults.bombs import BOMBS, Phase, Rig, gzipped, ordinary_body, pct, p
 
 
 def _row(p: Phase) -> dict[str, object]:
-    return {"phase": p.name, "gaps": len(p.gaps),
-            "p50_ms": round(pct(p.gaps, 50) * 1e3, 2), "p99_ms": round(pct(p.gaps, 99) * 1e3, 2),
-            "max_ms": round(max(p.gaps, default=float("nan")) * 1e3, 1),
-            "rss_start_mb": round(p.rss_before / 1e6), "rss_peak_mb": round(p.rss_peak / 1e6),
-            "posted": [f"{x.name}: {x.status} in {x.seconds:.2f} s" for x in p.posted]}
+    return {
+        "phase": p.name,
+        "gaps": len(p.gaps),
+        "p50_ms": round(pct(p.gaps, 50) * 1e3, 2),
+        "p99_ms": round(pct(p.gaps, 99) * 1e3, 2),
+        "max_ms": round(max(p.gaps, default=float("nan")) * 1e3, 1),
+        "rss_start_mb": round(p.rss_before / 1e6),
+        "rss_peak_mb": round(p.rss_peak / 1e6),
+        "posted": [f"{x.name}: {x.status} in {x.seconds:.2f} s" for x in p.posted],
+    }
 
 
 async def main(args: argparse.Namespace) -> list[dict[str, object]]:
@@ -51,32 +56,43 @@ async def main(args: argparse.Namespace) -> list[dict[str, object]]:
     plain = [(f"plain-{i}", small, None) for i in range(len(bombs))]
     big = ordinary_body(int(args.big_mb * 1e6))
     big_gz = gzipped(big)
-    print(f"bodies made in {time.monotonic() - t:.1f} s: bombs "
-          + ", ".join(f"{n} {len(d):,} B" for n, d, _ in bombs)
-          + f"; big {len(big):,} B, gzip {len(big_gz):,} B", file=sys.stderr)
+    print(
+        f"bodies made in {time.monotonic() - t:.1f} s: bombs "
+        + ", ".join(f"{n} {len(d):,} B" for n, d, _ in bombs)
+        + f"; big {len(big):,} B, gzip {len(big_gz):,} B",
+        file=sys.stderr,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         async with Rig(Path(tmp) / "trace", "--max-body", "64", *args.recorder_arg) as rig:
             for _ in range(args.rounds):
-                for name, sends in (("plain", plain), ("bombs", bombs),
-                                    ("big-plain", [("big", big, None)]),
-                                    ("big-gzip", [("big-gz", big_gz, "gzip")])):
-                    p = await phase(rig, name, sends, streams=args.streams,
-                                    seconds=args.seconds)
+                for name, sends in (
+                    ("plain", plain),
+                    ("bombs", bombs),
+                    ("big-plain", [("big", big, None)]),
+                    ("big-gzip", [("big-gz", big_gz, "gzip")]),
+                ):
+                    p = await phase(rig, name, sends, streams=args.streams, seconds=args.seconds)
                     rows.append(_row(p))
                     print(json.dumps(rows[-1]), file=sys.stderr)
             code = await rig.stop()
-        print(f"recorder exit {code}; its last line: "
-              f"{rig.stderr.decode().strip().splitlines()[-1:]}", file=sys.stderr)
+        print(
+            f"recorder exit {code}; its last line: {rig.stderr.decode().strip().splitlines()[-1:]}",
+            file=sys.stderr,
+        )
     return rows
 
 
 def _table(rows: list[dict[str, object]]) -> str:
-    out = ["| phase | gaps | p50 ms | p99 ms | max ms | RSS start MB | RSS peak MB |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| phase | gaps | p50 ms | p99 ms | max ms | RSS start MB | RSS peak MB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        out.append(f"| {r['phase']} | {r['gaps']} | {r['p50_ms']} | {r['p99_ms']} | "
-                   f"{r['max_ms']} | {r['rss_start_mb']} | {r['rss_peak_mb']} |")
+        out.append(
+            f"| {r['phase']} | {r['gaps']} | {r['p50_ms']} | {r['p99_ms']} | "
+            f"{r['max_ms']} | {r['rss_start_mb']} | {r['rss_peak_mb']} |"
+        )
     return "\n".join(out)
 
 
@@ -87,8 +103,9 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--bomb-mib", type=int, default=1024)
     ap.add_argument("--big-mb", type=float, default=30.0)
-    ap.add_argument("--recorder-arg", action="append", default=[],
-                    help="passed to agent-replay record (repeat)")
+    ap.add_argument(
+        "--recorder-arg", action="append", default=[], help="passed to agent-replay record (repeat)"
+    )
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     result = asyncio.run(main(a))

@@ -51,13 +51,21 @@ async def _capture() -> bytes:
     from agent_replay.engines.dialects import build_request
     from agent_replay.engines.sim.server import SimServer
 
-    body = encode_body(build_request("completions", model="sim-fast", prompt=list(range(1000, 1000 + PROMPT)),
-                                     max_tokens=OUTPUT))
+    body = encode_body(
+        build_request(
+            "completions",
+            model="sim-fast",
+            prompt=list(range(1000, 1000 + PROMPT)),
+            max_tokens=OUTPUT,
+        )
+    )
     async with SimServer("fast") as sim:
         host, port = sim.url.split("//", 1)[1].split("/")[0].rsplit(":", 1)
         r, w = await asyncio.open_connection(host, int(port))
-        w.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        w.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         raw = await r.read()
         w.close()
     return raw
@@ -93,8 +101,9 @@ class _NullTransport:
         pass
 
 
-def run(reads: list[bytes], requests: int, mode: str, streams: int = 1, ready: int = 1
-        ) -> tuple[int, float]:
+def run(
+    reads: list[bytes], requests: int, mode: str, streams: int = 1, ready: int = 1
+) -> tuple[int, float]:
     """Feed the reads ``requests`` times; (chunks recorded, seconds in the loop)."""
     if mode == "loop":
         return run_loop(reads, requests, streams, ready)
@@ -120,9 +129,18 @@ def run(reads: list[bytes], requests: int, mode: str, streams: int = 1, ready: i
     t = 0
     start = time.perf_counter()
     for i in range(requests):
-        rec = RequestRecord(session_id="s", request_index=i, parent_index=-1, clone=0, worker=0,
-                            request_id=f"r{i}", api="completions", expected_input_tokens=PROMPT,
-                            expected_output_tokens=OUTPUT, implied_cached_tokens=0)
+        rec = RequestRecord(
+            session_id="s",
+            request_index=i,
+            parent_index=-1,
+            clone=0,
+            worker=0,
+            request_id=f"r{i}",
+            api="completions",
+            expected_input_tokens=PROMPT,
+            expected_output_tokens=OUTPUT,
+            implied_cached_tokens=0,
+        )
         stream = EventStream(rec, "completions")
         waiter: asyncio.Future[int] = loop.create_future()
         conn.begin(rec, stream, waiter)
@@ -138,8 +156,10 @@ def run(reads: list[bytes], requests: int, mode: str, streams: int = 1, ready: i
             raise SystemExit("the response did not end")
         stream.finish(waiter.result())
         if rec.status != "ok" or rec.error_kind is not None or sum(rec.chunk_tokens) != OUTPUT:
-            raise SystemExit(f"wrong record: {rec.status} {rec.error_kind} {rec.error} "
-                             f"{sum(rec.chunk_tokens)} tokens")
+            raise SystemExit(
+                f"wrong record: {rec.status} {rec.error_kind} {rec.error} "
+                f"{sum(rec.chunk_tokens)} tokens"
+            )
         chunks += len(rec.chunk_ns)
     elapsed = time.perf_counter() - start
     if tr is not None:
@@ -173,19 +193,27 @@ def run_loop(reads: list[bytes], requests: int, streams: int, ready: int) -> tup
         for i in range(requests):
             recs, waiters = [], []
             for j, conn in enumerate(conns):
-                rec = RequestRecord(session_id="s", request_index=i, parent_index=-1, clone=0,
-                                    worker=0, request_id=f"r{i}-{j}", api="completions",
-                                    expected_input_tokens=PROMPT, expected_output_tokens=OUTPUT,
-                                    implied_cached_tokens=0)
+                rec = RequestRecord(
+                    session_id="s",
+                    request_index=i,
+                    parent_index=-1,
+                    clone=0,
+                    worker=0,
+                    request_id=f"r{i}-{j}",
+                    api="completions",
+                    expected_input_tokens=PROMPT,
+                    expected_output_tokens=OUTPUT,
+                    implied_cached_tokens=0,
+                )
                 waiter: asyncio.Future[int] = loop.create_future()
                 conn.begin(rec, EventStream(rec, "completions"), waiter)
                 recs.append(rec)
                 waiters.append(waiter)
             for data in reads:
                 for g in range(0, streams, ready):
-                    group = conns[g:g + ready]
+                    group = conns[g : g + ready]
                     marks = [c.last_t for c in group]
-                    for send in sends[g:g + ready]:
+                    for send in sends[g : g + ready]:
                         send(data)
                     while any(c.last_t == m for c, m in zip(group, marks, strict=True)):
                         await asyncio.sleep(0)
@@ -204,16 +232,35 @@ def run_loop(reads: list[bytes], requests: int, streams: int, ready: int) -> tup
     return aio.run(main(), "uvloop")
 
 
-def callgrind(reads_file: str, small: int, large: int, mode: str, streams: int, ready: int
-              ) -> dict[str, float]:
+def callgrind(
+    reads_file: str, small: int, large: int, mode: str, streams: int, ready: int
+) -> dict[str, float]:
     counts = {}
     for r in (small, large):
         with tempfile.TemporaryDirectory() as d:
             out = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out",
-                 sys.executable, __file__, "--reads", reads_file, "--requests", str(r),
-                 "--mode", mode, "--streams", str(streams), "--ready", str(ready), "--json"],
-                capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1"))
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={d}/cg.out",
+                    sys.executable,
+                    __file__,
+                    "--reads",
+                    reads_file,
+                    "--requests",
+                    str(r),
+                    "--mode",
+                    mode,
+                    "--streams",
+                    str(streams),
+                    "--ready",
+                    str(ready),
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1"),
+            )
             m = re.search(r"Collected : (\d+)", out.stderr)
             if out.returncode or m is None:
                 raise SystemExit(f"callgrind failed: {out.stderr[-2000:]}")
@@ -223,13 +270,19 @@ def callgrind(reads_file: str, small: int, large: int, mode: str, streams: int, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--small", type=int, default=20, help="the smaller R of --callgrind")
     ap.add_argument("--mode", choices=("protocol", "socket", "loop"), default="protocol")
     ap.add_argument("--streams", type=int, default=64, help="--mode loop: connections")
-    ap.add_argument("--ready", type=int, default=8,
-                    help="--mode loop: streams written to before the loop serves them")
+    ap.add_argument(
+        "--ready",
+        type=int,
+        default=8,
+        help="--mode loop: streams written to before the loop serves them",
+    )
     ap.add_argument("--repeat", type=int, default=5, help="timed repeats (the best is printed)")
     ap.add_argument("--callgrind", action="store_true", help="instructions per chunk (valgrind)")
     ap.add_argument("--profile", action="store_true", help="cProfile of one pass")
@@ -246,29 +299,40 @@ def main() -> None:
         print(json.dumps({"chunks": chunks}))
         return
     if args.callgrind:
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="latin-1") as f:
+        with tempfile.NamedTemporaryFile(
+            "w", suffix=".json", delete=False, encoding="latin-1"
+        ) as f:
             json.dump([r.decode("latin-1") for r in reads], f)
         try:
             res = callgrind(f.name, args.small, args.requests, args.mode, args.streams, args.ready)
         finally:
             os.unlink(f.name)
-        print(f"{args.mode}: {res['instructions_per_chunk']:.0f} instructions per chunk "
-              f"({res['chunks']} chunks, R={args.small} vs {args.requests})")
+        print(
+            f"{args.mode}: {res['instructions_per_chunk']:.0f} instructions per chunk "
+            f"({res['chunks']} chunks, R={args.small} vs {args.requests})"
+        )
         return
     if args.profile:
         import cProfile
         import pstats
+
         prof = cProfile.Profile()
         prof.enable()
         run(reads, args.requests, args.mode, args.streams, args.ready)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
         return
-    best = min(elapsed / chunks for chunks, elapsed in
-               (run(reads, args.requests, args.mode, args.streams, args.ready)
-                for _ in range(args.repeat)))
-    print(f"{args.mode}: {best * 1e9:.0f} ns per chunk (best of {args.repeat}; {len(reads)} reads "
-          f"per response, {args.requests} responses)")
+    best = min(
+        elapsed / chunks
+        for chunks, elapsed in (
+            run(reads, args.requests, args.mode, args.streams, args.ready)
+            for _ in range(args.repeat)
+        )
+    )
+    print(
+        f"{args.mode}: {best * 1e9:.0f} ns per chunk (best of {args.repeat}; {len(reads)} reads "
+        f"per response, {args.requests} responses)"
+    )
 
 
 if __name__ == "__main__":

@@ -48,13 +48,28 @@ def _records() -> list[Any]:
 
     out = []
     for i, row in enumerate(synthetic_results(512, seed=3).to_pylist()):
-        r = RequestRecord(session_id=row["session_id"], request_index=row["request_index"],
-                          parent_index=row["parent_index"], clone=0, worker=0, request_id=f"r{i}",
-                          api=row["api"], expected_input_tokens=row["expected_input_tokens"],
-                          expected_output_tokens=row["expected_output_tokens"],
-                          implied_cached_tokens=row["implied_cached_tokens"])
-        for name in ("intended_ns", "sent_ns", "first_token_ns", "end_ns", "status", "error_kind",
-                     "completion_tokens", "prompt_tokens"):
+        r = RequestRecord(
+            session_id=row["session_id"],
+            request_index=row["request_index"],
+            parent_index=row["parent_index"],
+            clone=0,
+            worker=0,
+            request_id=f"r{i}",
+            api=row["api"],
+            expected_input_tokens=row["expected_input_tokens"],
+            expected_output_tokens=row["expected_output_tokens"],
+            implied_cached_tokens=row["implied_cached_tokens"],
+        )
+        for name in (
+            "intended_ns",
+            "sent_ns",
+            "first_token_ns",
+            "end_ns",
+            "status",
+            "error_kind",
+            "completion_tokens",
+            "prompt_tokens",
+        ):
             setattr(r, name, row[name])
         r.chunk_ns = array("q", row["chunk_ns"] or ())
         r.chunk_tokens = array("i", row["chunk_tokens"] or ())
@@ -113,11 +128,15 @@ async def _loop(mode: str, seconds: float, rate: int, folder: str) -> dict[str, 
     if dash is not None:
         dash.stop()
     a = np.asarray(lags, dtype=np.float64)
-    return {"cpu": cpu / wall * 100, "p50": float(np.percentile(a, 50)) / 1e6,
-            "p99": float(np.percentile(a, 99)) / 1e6,
-            "p999": float(np.percentile(a, 99.9)) / 1e6,
-            "snap_med": float(np.median(snaps[1:] or [0])) / 1e6, "snap_max": max(snaps) / 1e6,
-            "render_cpu": render_cpu}
+    return {
+        "cpu": cpu / wall * 100,
+        "p50": float(np.percentile(a, 50)) / 1e6,
+        "p99": float(np.percentile(a, 99)) / 1e6,
+        "p999": float(np.percentile(a, 99.9)) / 1e6,
+        "snap_med": float(np.median(snaps[1:] or [0])) / 1e6,
+        "snap_max": max(snaps) / 1e6,
+        "render_cpu": render_cpu,
+    }
 
 
 def _cpu_of(dash: Any) -> int:
@@ -154,32 +173,51 @@ def main() -> int:
         return 0
     out: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for r in range(args.repeat):
-        order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
+        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
         for mode in order:
             with open(os.devnull, "w") as null:
-                proc = subprocess.run([sys.executable, __file__, "--child", mode, "--seconds",
-                                       str(args.seconds), "--rate", str(args.rate)], check=True,
-                                      stdout=null, stderr=subprocess.PIPE, text=True)
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        mode,
+                        "--seconds",
+                        str(args.seconds),
+                        "--rate",
+                        str(args.rate),
+                    ],
+                    check=True,
+                    stdout=null,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
             line = [x for x in proc.stderr.splitlines() if x.startswith("RESULT ")][-1]
-            out[mode].append(json.loads(line[len("RESULT "):]))
+            out[mode].append(json.loads(line[len("RESULT ") :]))
     base = out["none"]
-    print(f"{args.rate} requests/s for {args.seconds:g} s, snapshot every {SNAPSHOT_NS / 1e6:g} ms, "
-          f"{args.repeat} interleaved rounds")
-    print(f"{'mode':16s} {'lag P99 ms (rounds)':>22s} {'median':>7s} {'P99-none':>9s} "
-          f"{'P99.9 med':>9s} {'CPU % (rounds)':>17s} {'CPU-none':>9s} {'snap ms med/max':>15s} "
-          f"{'render CPU %':>12s}")
+    print(
+        f"{args.rate} requests/s for {args.seconds:g} s, snapshot every {SNAPSHOT_NS / 1e6:g} ms, "
+        f"{args.repeat} interleaved rounds"
+    )
+    print(
+        f"{'mode':16s} {'lag P99 ms (rounds)':>22s} {'median':>7s} {'P99-none':>9s} "
+        f"{'P99.9 med':>9s} {'CPU % (rounds)':>17s} {'CPU-none':>9s} {'snap ms med/max':>15s} "
+        f"{'render CPU %':>12s}"
+    )
     for mode, runs in out.items():
         p99 = [x["p99"] for x in runs]
         dp99 = [p - b["p99"] for p, b in zip(p99, base, strict=True)]
         cpu = [x["cpu"] for x in runs]
         dcpu = [c - b["cpu"] for c, b in zip(cpu, base, strict=True)]
         render = [x["render_cpu"] for x in runs if x["render_cpu"] == x["render_cpu"]]
-        print(f"{mode:16s} {_fmt(p99, '.2f'):>22s} {statistics.median(p99):7.2f} "
-              f"{statistics.median(dp99):+9.2f} {statistics.median(x['p999'] for x in runs):9.2f} "
-              f"{_fmt(cpu, '.1f'):>17s} {statistics.median(dcpu):+9.1f} "
-              f"{statistics.median(x['snap_med'] for x in runs):7.2f}/"
-              f"{max(x['snap_max'] for x in runs):<7.2f} "
-              f"{(f'{statistics.median(render):.1f}' if render else '-'):>12s}")
+        print(
+            f"{mode:16s} {_fmt(p99, '.2f'):>22s} {statistics.median(p99):7.2f} "
+            f"{statistics.median(dp99):+9.2f} {statistics.median(x['p999'] for x in runs):9.2f} "
+            f"{_fmt(cpu, '.1f'):>17s} {statistics.median(dcpu):+9.1f} "
+            f"{statistics.median(x['snap_med'] for x in runs):7.2f}/"
+            f"{max(x['snap_max'] for x in runs):<7.2f} "
+            f"{(f'{statistics.median(render):.1f}' if render else '-'):>12s}"
+        )
     return 0
 
 

@@ -83,8 +83,9 @@ def _tool_names(tools: Any) -> list[str]:
 def request_kind(api: str, body: Mapping[str, Any]) -> str:
     """What a request looks like, apart from text that may differ between runs: its API,
     a digest of the tools it offers and its conversation's length."""
-    tools = hashlib.blake2b(orjson.dumps(_tool_names(dialect(api).tools(body))),
-                            digest_size=3).hexdigest()
+    tools = hashlib.blake2b(
+        orjson.dumps(_tool_names(dialect(api).tools(body))), digest_size=3
+    ).hexdigest()
     return f"{api}:{tools}:{len(conversation(api, body))}"
 
 
@@ -113,9 +114,9 @@ def label_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]
 # -- the oracle -------------------------------------------------------------------------
 
 
-def measured_ancestors(base: Mapping[str, int],
-                       delayed: Mapping[str, Sequence[Mapping[str, int]]],
-                       delay_ns: int) -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
+def measured_ancestors(
+    base: Mapping[str, int], delayed: Mapping[str, Sequence[Mapping[str, int]]], delay_ns: int
+) -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     """``base``: label -> arrival in the baseline; ``delayed``: X -> the runs that held X
     back (label -> arrival). Y waited for X iff, in every such run that sent Y, Y arrived
     at least ``delay_ns / 2`` later both on the run's clock (``run_shift`` aside) and
@@ -137,8 +138,7 @@ def measured_ancestors(base: Mapping[str, int],
                     # slowed by the host between its requests fools one, seldom both; one
                     # sent before X in the baseline cannot have waited for X's answer
                     late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
-                    moved[y] = moved.get(y, True) and late >= delay_ns // 2 \
-                        and base[y] > base[x]
+                    moved[y] = moved.get(y, True) and late >= delay_ns // 2 and base[y] > base[x]
         for y in base:
             if y == x:
                 continue
@@ -168,8 +168,14 @@ def trace_ancestors(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, set[str]
     """What the trace makes each request wait for: ``depends_on`` closed transitively
     (within its session)."""
     by_key = {(r["session_id"], r["request_index"]): lab for lab, r in rows.items()}
-    direct = {lab: {by_key[(r["session_id"], d)] for d in (r["depends_on"] or ())
-                    if (r["session_id"], d) in by_key} for lab, r in rows.items()}
+    direct = {
+        lab: {
+            by_key[(r["session_id"], d)]
+            for d in (r["depends_on"] or ())
+            if (r["session_id"], d) in by_key
+        }
+        for lab, r in rows.items()
+    }
     return {lab: closure(lab, direct) for lab in rows}
 
 
@@ -187,8 +193,10 @@ def closure(node: str, direct: Mapping[str, set[str]]) -> set[str]:
 def reduction(anc: Mapping[str, set[str]]) -> dict[str, set[str]]:
     """The direct edges of a transitive relation: X is a direct dependency of Y unless
     some other ancestor of Y has X as its own."""
-    return {y: {x for x in xs if not any(x in anc.get(z, ()) for z in xs if z != x)}
-            for y, xs in anc.items()}
+    return {
+        y: {x for x in xs if not any(x in anc.get(z, ()) for z in xs if z != x)}
+        for y, xs in anc.items()
+    }
 
 
 @dataclass
@@ -202,12 +210,19 @@ class Verdict:
     """Pairs the trace makes wait with no verdict (see ``measured_ancestors``)."""
 
 
-def compare(measured: Mapping[str, set[str]], traced: Mapping[str, set[str]],
-            trace_direct: int, unknown: Collection[tuple[str, str]] = ()) -> Verdict:
+def compare(
+    measured: Mapping[str, set[str]],
+    traced: Mapping[str, set[str]],
+    trace_direct: int,
+    unknown: Collection[tuple[str, str]] = (),
+) -> Verdict:
     """False and missing pairs, leaving out those with no verdict (``unknown``)."""
     keys = [y for y in measured if y in traced]
-    v = Verdict(len(keys), sum(len(s) for s in reduction(
-        {y: measured[y] & set(keys) for y in keys}).values()), trace_direct)
+    v = Verdict(
+        len(keys),
+        sum(len(s) for s in reduction({y: measured[y] & set(keys) for y in keys}).values()),
+        trace_direct,
+    )
     for y in keys:
         m = measured[y] & set(keys)
         t = traced[y] & set(keys)
@@ -248,8 +263,9 @@ class DelayHop:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}"
-        self._session = aiohttp.ClientSession(auto_decompress=False,
-                                              timeout=aiohttp.ClientTimeout(total=None))
+        self._session = aiohttp.ClientSession(
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -290,10 +306,15 @@ class DelayHop:
             return web.Response(status=503, text="the hop is closing")
         drop = frozenset({"host", "content-length"})
         async with self._session.request(
-                request.method, self.upstream + request.path_qs, data=raw,
-                headers=end_to_end_headers(request.headers, drop)) as up:
-            resp = web.StreamResponse(status=up.status, headers=end_to_end_headers(
-                up.headers, frozenset({"content-length"})))
+            request.method,
+            self.upstream + request.path_qs,
+            data=raw,
+            headers=end_to_end_headers(request.headers, drop),
+        ) as up:
+            resp = web.StreamResponse(
+                status=up.status,
+                headers=end_to_end_headers(up.headers, frozenset({"content-length"})),
+            )
             await resp.prepare(request)
             try:
                 async for chunk in up.content.iter_any():
@@ -318,24 +339,41 @@ def base_env(home: Path) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
     env = {k: v for k, v in os.environ.items() if k in keep}
     closed = "http://127.0.0.1:9"  # anything not on loopback fails fast
-    env.update(HOME=str(home), HTTPS_PROXY=closed, HTTP_PROXY=closed, https_proxy=closed,
-               http_proxy=closed, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    env.update(
+        HOME=str(home),
+        HTTPS_PROXY=closed,
+        HTTP_PROXY=closed,
+        https_proxy=closed,
+        http_proxy=closed,
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
     return env
 
 
 def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
     env = base_env(home)
-    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=KEY, DISABLE_TELEMETRY="1",
-               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-               CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000")
+    env.update(
+        ANTHROPIC_BASE_URL=url,
+        ANTHROPIC_API_KEY=KEY,
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        ANTHROPIC_MODEL=model,
+        ANTHROPIC_SMALL_FAST_MODEL=model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+        CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
+    )
     return env
 
 
 LS = 'Bash={"command": "ls"}'
-AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
-         '"subagent_type": "general-purpose"}')
+AGENT = (
+    'Agent={"description": "List files", "prompt": "List the files here.", '
+    '"subagent_type": "general-purpose"}'
+)
 GEMINI_LS = 'list_directory={"dir_path": "."}'
 GEMINI_AGENT = 'invoke_agent={"agent_name": "generalist", "prompt": "List the files here."}'
 GEMINI_DONE = 'complete_task={"result": {"response": "hello.txt"}}'
@@ -344,15 +382,25 @@ Run = Callable[[str, str, Path, Path], Any]
 """(recorder url, model, home, work) -> an awaitable that runs the client's session."""
 
 
-async def run_program(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
-                      timeout_s: float = 240, stdin: str | None = None) -> None:
+async def run_program(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout_s: float = 240,
+    stdin: str | None = None,
+) -> None:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env),
+        *argv,
+        cwd=cwd,
+        env=dict(env),
         stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         out, _ = await asyncio.wait_for(
-            proc.communicate(None if stdin is None else stdin.encode()), timeout_s)
+            proc.communicate(None if stdin is None else stdin.encode()), timeout_s
+        )
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
@@ -363,35 +411,63 @@ async def run_program(argv: Sequence[str], env: Mapping[str, str], cwd: Path,
 
 def claude_p(exe: str, *tools: str) -> Run:
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        await run_program([exe, "-p", "List the files here.", "--max-turns", "3",
-                           "--allowedTools", "Bash(ls)", *tools],
-                          claude_env(url, model, home), work)
+        await run_program(
+            [
+                exe,
+                "-p",
+                "List the files here.",
+                "--max-turns",
+                "3",
+                "--allowedTools",
+                "Bash(ls)",
+                *tools,
+            ],
+            claude_env(url, model, home),
+            work,
+        )
+
     return run
 
 
 def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
     """Interactive Claude Code in tmux: each prompt typed once the previous turn has gone
     quiet for ``settle_s``."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        (home / ".claude.json").write_text(orjson.dumps({
-            "hasCompletedOnboarding": True,
-            "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
-            "projects": {str(work): {"hasTrustDialogAccepted": True,
-                                     "allowedTools": ["Bash(ls)"]}}}).decode())
+        (home / ".claude.json").write_text(
+            orjson.dumps(
+                {
+                    "hasCompletedOnboarding": True,
+                    "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
+                    "projects": {
+                        str(work): {"hasTrustDialogAccepted": True, "allowedTools": ["Bash(ls)"]}
+                    },
+                }
+            ).decode()
+        )
         env = claude_env(url, model, home)
         env["TERM"] = "xterm-256color"
         script = home / "claude.sh"
-        script.write_text("#!/bin/sh\nexec env -i " + " ".join(
-            f"{k}='{v}'" for k, v in env.items())
-            + f" {exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent\n")
+        script.write_text(
+            "#!/bin/sh\nexec env -i "
+            + " ".join(f"{k}='{v}'" for k, v in env.items())
+            + f" {exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent\n"
+        )
         script.chmod(0o755)
         await _in_tmux(script, work, prompts, "/exit", settle_s)
+
     return run
 
 
-async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
-                   settle_s: float, enter_apart: bool = False, ready: str | None = None
-                   ) -> None:
+async def _in_tmux(
+    script: Path,
+    work: Path,
+    prompts: Sequence[str],
+    leave: str,
+    settle_s: float,
+    enter_apart: bool = False,
+    ready: str | None = None,
+) -> None:
     """Run ``script`` in tmux and type each prompt once the previous turn has gone quiet
     (``_quiet``), then ``leave``. ``enter_apart``: Enter a second after the text (Gemini
     CLI takes text and Enter that come at once for a paste, the Enter a new line);
@@ -404,8 +480,13 @@ async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
     async def wait_ready() -> None:
         for _ in range(600 if ready else 50):
             await asyncio.sleep(0.1)
-            if ready and ready in subprocess.run([tmux, "capture-pane", "-p", "-t", name],
-                                                 capture_output=True, text=True).stdout:
+            if (
+                ready
+                and ready
+                in subprocess.run(
+                    [tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True
+                ).stdout
+            ):
                 await asyncio.sleep(1)  # the input box takes keys a moment after it shows
                 return
 
@@ -417,8 +498,23 @@ async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
         else:
             subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
 
-    subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
-                    str(work), str(script)], check=True)
+    subprocess.run(
+        [
+            tmux,
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            "150",
+            "-y",
+            "40",
+            "-c",
+            str(work),
+            str(script),
+        ],
+        check=True,
+    )
     try:
         await wait_ready()
         for text in prompts:
@@ -427,8 +523,9 @@ async def _in_tmux(script: Path, work: Path, prompts: Sequence[str], leave: str,
         await type_in(leave)
         await asyncio.sleep(1)
     finally:
-        subprocess.run([tmux, "kill-session", "-t", name], check=False,
-                       stderr=subprocess.DEVNULL)  # gone already when the client quit
+        subprocess.run(
+            [tmux, "kill-session", "-t", name], check=False, stderr=subprocess.DEVNULL
+        )  # gone already when the client quit
 
 
 def manual_permissions(exe: str) -> list[str]:
@@ -459,11 +556,22 @@ def codex_exec(exe: str, prompt: str) -> Run:
         (home / "config.toml").write_text(
             f'model = "{model}"\nmodel_provider = "sim"\n\n'
             f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
-            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n')
+            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n'
+        )
         env = base_env(home)
         env.update(CODEX_HOME=str(home), SIM_API_KEY=KEY)
-        await run_program([exe, "exec", "--skip-git-repo-check",
-                           "--dangerously-bypass-approvals-and-sandbox", prompt], env, work)
+        await run_program(
+            [
+                exe,
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                prompt,
+            ],
+            env,
+            work,
+        )
+
     return run
 
 
@@ -471,45 +579,93 @@ def opencode_run(exe: str) -> Run:
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         conf = home / ".config" / "opencode"
         conf.mkdir(parents=True, exist_ok=True)
-        (conf / "opencode.json").write_text(orjson.dumps({
-            "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
-                                 "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
-                                 "models": {model: {"name": model, "limit": {
-                                     "context": 32768, "output": 4000}}}}},
-            "model": f"sim/{model}", "share": "disabled", "autoupdate": False}).decode())
+        (conf / "opencode.json").write_text(
+            orjson.dumps(
+                {
+                    "provider": {
+                        "sim": {
+                            "npm": "@ai-sdk/openai-compatible",
+                            "name": "sim",
+                            "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
+                            "models": {
+                                model: {"name": model, "limit": {"context": 32768, "output": 4000}}
+                            },
+                        }
+                    },
+                    "model": f"sim/{model}",
+                    "share": "disabled",
+                    "autoupdate": False,
+                }
+            ).decode()
+        )
         await run_program([exe, "run", "List the files here."], base_env(home), work)
+
     return run
 
 
 def mini_run(exe: str) -> Run:
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
-        env.update(MSWEA_CONFIGURED="true", MSWEA_GLOBAL_CONFIG_DIR=str(home),
-                   MSWEA_COST_TRACKING="ignore_errors", OPENAI_API_KEY=KEY,
-                   LITELLM_LOCAL_MODEL_COST_MAP="True")
-        await run_program([exe, "-m", f"openai/{model}", "-t", "List the files here.", "-y",
-                           "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={url}/v1",
-                           "-c", "agent.step_limit=3", "-c", "agent.cost_limit=0",
-                           "-o", str(home / "trajectory.json")], env, work)
+        env.update(
+            MSWEA_CONFIGURED="true",
+            MSWEA_GLOBAL_CONFIG_DIR=str(home),
+            MSWEA_COST_TRACKING="ignore_errors",
+            OPENAI_API_KEY=KEY,
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
+        await run_program(
+            [
+                exe,
+                "-m",
+                f"openai/{model}",
+                "-t",
+                "List the files here.",
+                "-y",
+                "-c",
+                "mini.yaml",
+                "-c",
+                f"model.model_kwargs.api_base={url}/v1",
+                "-c",
+                "agent.step_limit=3",
+                "-c",
+                "agent.cost_limit=0",
+                "-o",
+                str(home / "trajectory.json"),
+            ],
+            env,
+            work,
+        )
+
     return run
 
 
 def qwen_run(exe: str) -> Run:
     """qwen-code -p: the OpenAI variables, the openai auth type and a max_tokens that fits
     the engine's context (it asks for 32000 otherwise); node >= 22 first on PATH."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         conf = home / ".qwen"
         conf.mkdir(parents=True, exist_ok=True)
-        (conf / "settings.json").write_text(orjson.dumps({
-            "security": {"auth": {"selectedType": "openai"}},
-            "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}).decode())
+        (conf / "settings.json").write_text(
+            orjson.dumps(
+                {
+                    "security": {"auth": {"selectedType": "openai"}},
+                    "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
+                }
+            ).decode()
+        )
         env = base_env(home)
         node22 = BIN.parent / "node22" / "bin"
         if node22.is_dir():
             env["PATH"] = f"{node22}:{env.get('PATH', '')}"
-        env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=KEY, OPENAI_MODEL=model,
-                   QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+        env.update(
+            OPENAI_BASE_URL=f"{url}/v1",
+            OPENAI_API_KEY=KEY,
+            OPENAI_MODEL=model,
+            QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
+        )
         await run_program([exe, "-p", "List the files here.", "--yolo"], env, work)
+
     return run
 
 
@@ -520,52 +676,79 @@ def gemini_settings(home: Path, model: str) -> dict[str, str]:
     statistics. The variables to run it with (``base_env`` and the base URL aside)."""
     conf = home / ".gemini"
     conf.mkdir(parents=True, exist_ok=True)
-    (conf / "settings.json").write_text(orjson.dumps({
-        "security": {"auth": {"selectedType": "gemini-api-key"}}, "model": {"name": model},
-        "privacy": {"usageStatisticsEnabled": False}}).decode())
+    (conf / "settings.json").write_text(
+        orjson.dumps(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "model": {"name": model},
+                "privacy": {"usageStatisticsEnabled": False},
+            }
+        ).decode()
+    )
     return {"GEMINI_API_KEY": KEY}
 
 
 def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
     """Interactive Gemini CLI in tmux: each prompt typed once the previous turn has gone
     quiet for ``settle_s``."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
-        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url,
-                   TERM="xterm-256color")
+        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url, TERM="xterm-256color")
         script = home / "gemini.sh"
-        script.write_text("#!/bin/sh\nexec env -i " + " ".join(
-            f"{k}='{v}'" for k, v in env.items()) + f" {exe} -m {model} --yolo --skip-trust\n")
+        script.write_text(
+            "#!/bin/sh\nexec env -i "
+            + " ".join(f"{k}='{v}'" for k, v in env.items())
+            + f" {exe} -m {model} --yolo --skip-trust\n"
+        )
         script.chmod(0o755)
-        await _in_tmux(script, work, prompts, "/quit", settle_s, enter_apart=True,
-                       ready="Type your message")
+        await _in_tmux(
+            script, work, prompts, "/quit", settle_s, enter_apart=True, ready="Type your message"
+        )
+
     return run
 
 
 def gemini_run(exe: str, prompt: str) -> Run:
     """Gemini CLI -p (``--skip-trust``: a fresh folder is not trusted otherwise)."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
         env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url)
         await run_program([exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], env, work)
+
     return run
 
 
 def aider_run(exe: str, prompts: Sequence[str]) -> Run:
     """aider, one run answering ``prompts`` read from standard input one after the other
     (plain input, no git repository), on the OpenAI variables."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
-        env.update(OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY,
-                   LITELLM_LOCAL_MODEL_COST_MAP="True")
-        await run_program([exe, *AIDER_FLAGS, "--model", f"openai/{model}"], env, work,
-                          stdin="".join(f"{p}\n" for p in prompts))
+        env.update(
+            OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True"
+        )
+        await run_program(
+            [exe, *AIDER_FLAGS, "--model", f"openai/{model}"],
+            env,
+            work,
+            stdin="".join(f"{p}\n" for p in prompts),
+        )
+
     return run
 
 
-AIDER_FLAGS = ("--no-git", "--yes-always", "--no-check-update", "--no-show-model-warnings",
-               "--analytics-disable", "--no-fancy-input", "--no-pretty",
-               "--no-show-release-notes")
+AIDER_FLAGS = (
+    "--no-git",
+    "--yes-always",
+    "--no-check-update",
+    "--no-show-model-warnings",
+    "--analytics-disable",
+    "--no-fancy-input",
+    "--no-pretty",
+    "--no-show-release-notes",
+)
 
 
 AGENTS_SDK = """
@@ -587,8 +770,8 @@ asyncio.run(main())
 
 def agents_sdk_run() -> Run:
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        await run_program([sys.executable, "-c", AGENTS_SDK, url, model, KEY],
-                          base_env(home), work)
+        await run_program([sys.executable, "-c", AGENTS_SDK, url, model, KEY], base_env(home), work)
+
     return run
 
 
@@ -604,42 +787,76 @@ def clients() -> dict[str, Client]:
     return {
         "claude": Client(program("claude"), [LS], lambda e: claude_p(e)),
         "claude-agent": Client(program("claude"), [AGENT, LS], lambda e: claude_p(e, "Agent")),
-        "claude-interactive": Client(program("claude"), [AGENT, LS], lambda e: claude_interactive(
-            e, ["List the files here.", "List them again."])),
+        "claude-interactive": Client(
+            program("claude"),
+            [AGENT, LS],
+            lambda e: claude_interactive(e, ["List the files here.", "List them again."]),
+        ),
         "claude-2.1.197": Client(program("claude-2.1.197"), [LS], lambda e: claude_p(e)),
-        "claude-2.1.197-agent": Client(program("claude-2.1.197"), [AGENT, LS],
-                                       lambda e: claude_p(e, "Agent")),
+        "claude-2.1.197-agent": Client(
+            program("claude-2.1.197"), [AGENT, LS], lambda e: claude_p(e, "Agent")
+        ),
         "claude-2.1.197-interactive": Client(
-            program("claude-2.1.197"), [AGENT, LS],
-            lambda e: claude_interactive(e, ["List the files here.", "List them again."])),
-        "codex": Client(program("codex"), [codex_ls], lambda e: codex_exec(
-            e, "List the files here.")),
-        "codex-agent": Client(program("codex"), ['spawn_agent={"message": "List the files."}',
-                                                 codex_ls], lambda e: codex_exec(
-            e, "Spawn a subagent to list the files here.")),
-        "opencode": Client(program("opencode"), ['bash={"command": "ls", "description": "List"}'],
-                           lambda e: opencode_run(e)),
-        "opencode-agent": Client(program("opencode"), [
-            'task={"description": "List files", "prompt": "List the files here.", '
-            '"subagent_type": "general"}', 'bash={"command": "ls", "description": "List"}'],
-            lambda e: opencode_run(e)),
-        "qwen": Client(program("qwen"), ['run_shell_command={"command": "ls"}'],
-                       lambda e: qwen_run(e)),
-        "qwen-agent": Client(program("qwen"), [
-            'agent={"description": "List files", "prompt": "List the files here.", '
-            '"subagent_type": "general-purpose"}', 'run_shell_command={"command": "ls"}'],
-            lambda e: qwen_run(e)),
+            program("claude-2.1.197"),
+            [AGENT, LS],
+            lambda e: claude_interactive(e, ["List the files here.", "List them again."]),
+        ),
+        "codex": Client(
+            program("codex"), [codex_ls], lambda e: codex_exec(e, "List the files here.")
+        ),
+        "codex-agent": Client(
+            program("codex"),
+            ['spawn_agent={"message": "List the files."}', codex_ls],
+            lambda e: codex_exec(e, "Spawn a subagent to list the files here."),
+        ),
+        "opencode": Client(
+            program("opencode"),
+            ['bash={"command": "ls", "description": "List"}'],
+            lambda e: opencode_run(e),
+        ),
+        "opencode-agent": Client(
+            program("opencode"),
+            [
+                'task={"description": "List files", "prompt": "List the files here.", '
+                '"subagent_type": "general"}',
+                'bash={"command": "ls", "description": "List"}',
+            ],
+            lambda e: opencode_run(e),
+        ),
+        "qwen": Client(
+            program("qwen"), ['run_shell_command={"command": "ls"}'], lambda e: qwen_run(e)
+        ),
+        "qwen-agent": Client(
+            program("qwen"),
+            [
+                'agent={"description": "List files", "prompt": "List the files here.", '
+                '"subagent_type": "general-purpose"}',
+                'run_shell_command={"command": "ls"}',
+            ],
+            lambda e: qwen_run(e),
+        ),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
-        "gemini": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_run(
-            e, "List the files here.")),
-        "gemini-agent": Client(program("gemini"), [GEMINI_DONE, GEMINI_AGENT, GEMINI_LS],
-                               lambda e: gemini_run(e, "Use a subagent to list the files.")),
-        "gemini-interactive": Client(program("gemini"), [GEMINI_LS], lambda e: gemini_interactive(
-            e, ["List the files here.", "List them again."])),
-        "aider": Client(program("aider"), [], lambda e: aider_run(
-            e, ["Say hello.", "Now say goodbye.", "Once more."])),
-        "agents-sdk": Client(sys.executable, ["transfer_to_math_agent={}"],
-                             lambda e: agents_sdk_run()),
+        "gemini": Client(
+            program("gemini"), [GEMINI_LS], lambda e: gemini_run(e, "List the files here.")
+        ),
+        "gemini-agent": Client(
+            program("gemini"),
+            [GEMINI_DONE, GEMINI_AGENT, GEMINI_LS],
+            lambda e: gemini_run(e, "Use a subagent to list the files."),
+        ),
+        "gemini-interactive": Client(
+            program("gemini"),
+            [GEMINI_LS],
+            lambda e: gemini_interactive(e, ["List the files here.", "List them again."]),
+        ),
+        "aider": Client(
+            program("aider"),
+            [],
+            lambda e: aider_run(e, ["Say hello.", "Now say goodbye.", "Once more."]),
+        ),
+        "agents-sdk": Client(
+            sys.executable, ["transfer_to_math_agent={}"], lambda e: agents_sdk_run()
+        ),
     }
 
 
@@ -658,8 +875,7 @@ class Recorded:
     """The share the trace's hash ids imply, on the same requests."""
 
 
-async def record_once(client: Client, folder: Path, target: str | None, delay_s: float
-                      ) -> Recorded:
+async def record_once(client: Client, folder: Path, target: str | None, delay_s: float) -> Recorded:
     """One run of the client's session."""
     assert client.exe is not None
     home, work, trace = folder / "home", folder / "work", folder / "trace"
@@ -668,10 +884,19 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
     home.mkdir(parents=True)
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    async with SimServer("fast", seed=3, tool_call=client.tool_calls) as sim, \
-            DelayHop(sim.url, target, delay_s) as hop, \
-            Recorder(hop.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full",
-                     hash_seed=1, block_size=BLOCK_SIZE[0]) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=client.tool_calls) as sim,
+        DelayHop(sim.url, target, delay_s) as hop,
+        Recorder(
+            hop.url,
+            "127.0.0.1:0",
+            trace,
+            flush_interval_s=60,
+            content="full",
+            hash_seed=1,
+            block_size=BLOCK_SIZE[0],
+        ) as rec,
+    ):
         _QUIET["hop"] = hop
         await client.make(client.exe)(rec.url, sim.profile.model_name, home, work)
         for _ in range(300):  # what the client left running ends
@@ -680,12 +905,17 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
             await asyncio.sleep(0.1)
     table, meta = read_trace(trace)
     summary = summarize_table(table, meta.block_size)
-    return Recorded(label_rows(table.to_pylist()), hop.hit, summary.server_cached_rate,
-                    summary.implied_cached_rate)
+    return Recorded(
+        label_rows(table.to_pylist()),
+        hop.hit,
+        summary.server_cached_rate,
+        summary.implied_cached_rate,
+    )
 
 
-async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
-                 ) -> tuple[Verdict, Recorded, list[str]]:
+async def oracle(
+    name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
+) -> tuple[Verdict, Recorded, list[str]]:
     first = await record_once(client, folder, None, 0)
     base = first.rows
     notes = []
@@ -693,16 +923,19 @@ async def oracle(name: str, client: Client, folder: Path, delay_s: float, repeat
     if failed:
         notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
     delayed = await held_runs(client, folder, base, delay_s, repeats, notes)
-    (folder / "arrivals.json").write_bytes(orjson.dumps(
-        {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
-        option=orjson.OPT_INDENT_2))
-    measured, unknown = measured_ancestors({lab: r["arrival_ns"] for lab, r in base.items()},
-                                           delayed, int(delay_s * 1e9))
+    (folder / "arrivals.json").write_bytes(
+        orjson.dumps(
+            {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+    measured, unknown = measured_ancestors(
+        {lab: r["arrival_ns"] for lab, r in base.items()}, delayed, int(delay_s * 1e9)
+    )
     # waiting composes: a chain of waits a host's slow steps hid at its far end is one
     measured = {y: closure(y, measured) for y in measured}
     traced = trace_ancestors(base)
-    v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()),
-                unknown)
+    v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()), unknown)
     notes.insert(0, layout(base))
     return v, first, notes
 
@@ -712,12 +945,18 @@ def layout(base: Mapping[str, Mapping[str, Any]]) -> str:
     sessions = len({r["session_id"] for r in base.values()})
     return f"{sessions} session(s); " + "; ".join(
         f"{lab}={r['agent_id']}:{r['request_index']}<-{list(r['depends_on'] or ())}"
-        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"]))
+        for lab, r in sorted(base.items(), key=lambda kv: kv[1]["arrival_ns"])
+    )
 
 
-async def held_runs(client: Client, folder: Path, base: Mapping[str, Mapping[str, Any]],
-                    delay_s: float, repeats: int, notes: list[str]
-                    ) -> dict[str, list[dict[str, int]]]:
+async def held_runs(
+    client: Client,
+    folder: Path,
+    base: Mapping[str, Mapping[str, Any]],
+    delay_s: float,
+    repeats: int,
+    notes: list[str],
+) -> dict[str, list[dict[str, int]]]:
     """For each request X of the baseline, ``repeats`` runs holding X back: X -> the
     arrivals (label -> ns) of each run that sent X again."""
     delayed: dict[str, list[dict[str, int]]] = {}
@@ -729,10 +968,8 @@ async def held_runs(client: Client, folder: Path, base: Mapping[str, Mapping[str
                 continue
             lost = set(base) - set(held.rows)
             if lost:
-                notes.append(f"{x} held: {len(lost)} requests not sent "
-                             f"({', '.join(sorted(lost))})")
-            delayed.setdefault(x, []).append(
-                {lab: r["arrival_ns"] for lab, r in held.rows.items()})
+                notes.append(f"{x} held: {len(lost)} requests not sent ({', '.join(sorted(lost))})")
+            delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in held.rows.items()})
     return delayed
 
 
@@ -743,12 +980,18 @@ def _pct(x: float | None) -> str:
 def report(name: str, v: Verdict, base: Recorded, notes: list[str]) -> None:
     """The client's table row (standard output) and what the oracle noted (standard
     error)."""
-    diff = ("-" if base.server is None or base.implied is None
-            else f"{(base.implied - base.server) * 100:+.2f} pt")
+    diff = (
+        "-"
+        if base.server is None or base.implied is None
+        else f"{(base.implied - base.server) * 100:+.2f} pt"
+    )
     sessions = len({r["session_id"] for r in base.rows.values()})
-    print(f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
-          f"| {len(v.missing)} | {v.unknown} | {sessions} | {_pct(base.server)} "
-          f"| {_pct(base.implied)} | {diff} |", flush=True)
+    print(
+        f"| {name} | {v.requests} | {v.true_deps} | {v.trace_deps} | {len(v.false)} "
+        f"| {len(v.missing)} | {v.unknown} | {sessions} | {_pct(base.server)} "
+        f"| {_pct(base.implied)} | {diff} |",
+        flush=True,
+    )
     for n in notes:
         print(f"    {n}", file=sys.stderr)
     for y, x in v.false:
@@ -760,21 +1003,30 @@ def report(name: str, v: Verdict, base: Recorded, notes: list[str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--clients", default="claude,claude-agent,codex,codex-agent,opencode,"
-                    "opencode-agent,mini,agents-sdk")
+    ap.add_argument(
+        "--clients",
+        default="claude,claude-agent,codex,codex-agent,opencode,opencode-agent,mini,agents-sdk",
+    )
     ap.add_argument("--delay", type=float, default=8.0, help="seconds a request is held")
-    ap.add_argument("--repeats", type=int, default=1,
-                    help="runs per held request (a dependency moves in every one; 0: the "
-                    "baseline only, for its sessions and prefix reuse)")
-    ap.add_argument("--block-size", type=int, default=64,
-                    help="the trace's block size (the engine's is 16)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per held request (a dependency moves in every one; 0: the "
+        "baseline only, for its sessions and prefix reuse)",
+    )
+    ap.add_argument(
+        "--block-size", type=int, default=64, help="the trace's block size (the engine's is 16)"
+    )
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
     args = ap.parse_args()
     table = clients()
     BLOCK_SIZE[0] = args.block_size
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench-deps-"))
-    print("| client | requests | true deps | trace deps | false | missing | no verdict "
-          "| sessions | server cached | trace implies | trace - server |")
+    print(
+        "| client | requests | true deps | trace deps | false | missing | no verdict "
+        "| sessions | server cached | trace implies | trace - server |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.clients.split(","):
         c = table[name]

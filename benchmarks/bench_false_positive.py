@@ -85,12 +85,24 @@ def run_pairs(out: Path, args: argparse.Namespace, seed: int) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     exp_file = out / "exp.toml"
-    exp_file.write_text(EXPERIMENT.format(
-        trace=TRACE, out=out / "sweep", pairs=args.pairs, seed=seed, sessions=args.sessions,
-        speedup=args.speedup, duration=args.duration, warmup="true" if args.warmup else "false",
-        profile=args.profile))
-    res = run_sweep(load_experiment(exp_file), force=True,
-                    progress=(lambda line: print("  " + line, file=sys.stderr)) if args.verbose else None)
+    exp_file.write_text(
+        EXPERIMENT.format(
+            trace=TRACE,
+            out=out / "sweep",
+            pairs=args.pairs,
+            seed=seed,
+            sessions=args.sessions,
+            speedup=args.speedup,
+            duration=args.duration,
+            warmup="true" if args.warmup else "false",
+            profile=args.profile,
+        )
+    )
+    res = run_sweep(
+        load_experiment(exp_file),
+        force=True,
+        progress=(lambda line: print("  " + line, file=sys.stderr)) if args.verbose else None,
+    )
     return res.out
 
 
@@ -109,7 +121,10 @@ def count(sweep: Path) -> dict[str, Any]:
     _, rows = read_sweep(sweep)
     done = {(r["target"], int(r["repeat"])): r for r in rows if r["status"] == "complete"}
     reps = sorted(r for t, r in done if t == "a" and ("b", r) in done)
-    out: dict[str, Any] = {"pairs": len(reps), "failed_runs": sum(1 for r in rows if r["status"] != "complete")}
+    out: dict[str, Any] = {
+        "pairs": len(reps),
+        "failed_runs": sum(1 for r in rows if r["status"] != "complete"),
+    }
     tested = flagged = refused = 0
     would_test = would_flag = 0  # the refused pairs' verdicts, had they been given
     for r in reps:
@@ -120,18 +135,30 @@ def count(sweep: Path) -> dict[str, Any]:
             refused += 1
             reports = [build_report(d) for d in dirs]
             arrays = [_arrays(rep) for rep in reports]
-            (raw,) = with_holm([compare_arrays(arrays[0], arrays[1], order=(
-                arrays[0]["intended_ns"], arrays[1]["intended_ns"]))])
+            (raw,) = with_holm(
+                [
+                    compare_arrays(
+                        arrays[0],
+                        arrays[1],
+                        order=(arrays[0]["intended_ns"], arrays[1]["intended_ns"]),
+                    )
+                ]
+            )
             would_test += sum(1 for d in raw if d.ci_low is not None)
             would_flag += sum(d.significant for d in raw)
             continue
         with_ci = [d for d in ds if d.ci_low is not None]
         tested += len(with_ci)
         flagged += sum(d.significant for d in with_ci)
-    out["compare_1v1"] = {"tested": tested, "flagged": flagged, "refused_pairs": refused,
-                          "refused_would_flag": would_flag, "refused_would_test": would_test}
+    out["compare_1v1"] = {
+        "tested": tested,
+        "flagged": flagged,
+        "refused_pairs": refused,
+        "refused_would_flag": would_flag,
+        "refused_would_test": would_test,
+    }
     tested = flagged = 0
-    groups = [reps[i:i + 3] for i in range(0, len(reps) - 2, 3)]
+    groups = [reps[i : i + 3] for i in range(0, len(reps) - 2, 3)]
     for g in groups:
         arms = [[sweep / done[(t, r)]["path"] for r in g] for t in ("a", "b")]
         c = compare_arms(arms, ["a", "b"])
@@ -151,23 +178,38 @@ def count(sweep: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=20, help="pairs of identical runs per phase (default 20)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=20, help="pairs of identical runs per phase (default 20)"
+    )
     ap.add_argument("--phases", default="quiet,busy", help="quiet, busy or both (default)")
-    ap.add_argument("--sessions", type=int, default=8, help="concurrent sessions per run (default 8)")
+    ap.add_argument(
+        "--sessions", type=int, default=8, help="concurrent sessions per run (default 8)"
+    )
     ap.add_argument("--speedup", type=float, default=10.0)
     ap.add_argument("--duration", type=float, default=8.0, help="seconds per run (default 8)")
-    ap.add_argument("--profile", default="default", help="simulated-engine profile (default 'default')")
-    ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
-                    help="CPU burner processes in the busy phase (default: one per core)")
+    ap.add_argument(
+        "--profile", default="default", help="simulated-engine profile (default 'default')"
+    )
+    ap.add_argument(
+        "--burners",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="CPU burner processes in the busy phase (default: one per core)",
+    )
     ap.add_argument("--warmup", action="store_true", help="warm-up bursts before each run")
     ap.add_argument("--keep", default=None, help="keep the runs in this folder")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    results: dict[str, Any] = {"args": vars(args), "cpus": os.cpu_count(),
-                               "load_before": os.getloadavg()}
+    results: dict[str, Any] = {
+        "args": vars(args),
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+    }
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-fp-"))
     for i, phase in enumerate(phases):
         t0 = time.monotonic()
@@ -176,8 +218,10 @@ def main() -> int:
                 sweep = run_pairs(base / phase, args, seed=100 + i)
         else:
             sweep = run_pairs(base / phase, args, seed=100 + i)
-        results[phase] = count(sweep) | {"wall_s": round(time.monotonic() - t0, 1),
-                                         "load_after": os.getloadavg()}
+        results[phase] = count(sweep) | {
+            "wall_s": round(time.monotonic() - t0, 1),
+            "load_after": os.getloadavg(),
+        }
     print(f"{'phase':6} {'tool':12} {'flagged':>8} {'tested':>7} {'rate':>6}  notes")
     ok = True
     for phase in phases:
@@ -186,12 +230,17 @@ def main() -> int:
             c = r[tool]
             rate = c["flagged"] / c["tested"] if c["tested"] else 0.0
             ok &= rate <= 0.05
-            note = (f"{c['refused_pairs']} pairs refused (host contention); had they been "
-                    f"judged: {c['refused_would_flag']} of {c['refused_would_test']} flagged"
-                    if "refused_pairs" in c else "")
+            note = (
+                f"{c['refused_pairs']} pairs refused (host contention); had they been "
+                f"judged: {c['refused_would_flag']} of {c['refused_would_test']} flagged"
+                if "refused_pairs" in c
+                else ""
+            )
             print(f"{phase:6} {tool:12} {c['flagged']:>8} {c['tested']:>7} {rate:>6.1%}  {note}")
-        print(f"{phase:6} {r['pairs']} pairs, {r['failed_runs']} runs not complete, "
-              f"{r['contention_runs']} runs with host contention, {r['wall_s']} s")
+        print(
+            f"{phase:6} {r['pairs']} pairs, {r['failed_runs']} runs not complete, "
+            f"{r['contention_runs']} runs with host contention, {r['wall_s']} s"
+        )
     print("target (at most 5% flagged everywhere): " + ("met" if ok else "NOT met"))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -46,13 +46,30 @@ from agent_replay.traces.schema import TraceMeta
 
 def rows(n: int, chunks: int) -> list[dict[str, Any]]:
     """``n`` rows like a recorded completions stream of ``chunks`` chunks."""
-    return [{"session_id": f"s{i}", "request_index": 0, "parent_index": -1, "arrival_ns": i,
-             "think_ns": 0, "input_tokens": 32, "output_tokens": chunks, "api": "completions",
-             "model": "sim-8b", "hash_ids": list(range(1, 2)), "ttft_ns": 40_000_000,
-             "end_ns": 20_000_000 * chunks, "chunk_gaps_ns": [20_000_000] * chunks,
-             "chunk_tokens": [1] * chunks, "http_status": 200, "stream": True,
-             "upstream_send_ns": 100_000, "headers_ns": 900_000, "exact_chunk_tokens": True}
-            for i in range(n)]
+    return [
+        {
+            "session_id": f"s{i}",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": i,
+            "think_ns": 0,
+            "input_tokens": 32,
+            "output_tokens": chunks,
+            "api": "completions",
+            "model": "sim-8b",
+            "hash_ids": list(range(1, 2)),
+            "ttft_ns": 40_000_000,
+            "end_ns": 20_000_000 * chunks,
+            "chunk_gaps_ns": [20_000_000] * chunks,
+            "chunk_tokens": [1] * chunks,
+            "http_status": 200,
+            "stream": True,
+            "upstream_send_ns": 100_000,
+            "headers_ns": 900_000,
+            "exact_chunk_tokens": True,
+        }
+        for i in range(n)
+    ]
 
 
 HOG = """
@@ -73,9 +90,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--every", type=float, default=0.05, help="seconds between writes")
     ap.add_argument("--rows", type=int, default=15, help="rows per part")
-    ap.add_argument("--hog", type=float, default=0.0, metavar="SHARE",
-                    help="another process busy on the loop's CPU this share of the time "
-                    "(in 10 ms periods; 0: none)")
+    ap.add_argument(
+        "--hog",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="another process busy on the loop's CPU this share of the time "
+        "(in 10 ms periods; 0: none)",
+    )
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
@@ -88,8 +110,15 @@ def main() -> None:
     if args.hog:
         on = 0.01 * args.hog
         hog = subprocess.Popen([sys.executable, "-c", HOG, str(loop_cpu), str(0.01 - on), str(on)])
-    meta = TraceMeta(block_size=64, source="recorded", content_mode="hashed",
-                     tokenizer=None, start_wall_ns=0, tool_version="bench", extra={})
+    meta = TraceMeta(
+        block_size=64,
+        source="recorded",
+        content_mode="hashed",
+        tokenizer=None,
+        start_wall_ns=0,
+        tool_version="bench",
+        extra={},
+    )
     busy = threading.Event()
     stop = threading.Event()
     write_ms: list[float] = []
@@ -139,13 +168,17 @@ def main() -> None:
             if hog is not None:
                 hog.kill()
                 hog.wait()
-    print(f"writer on {'the loop' if args.cpus == 'same' else 'another'} CPU, policy "
-          f"{args.policy}{f', a process busy {args.hog:.0%} beside' if args.hog else ''}; {len(write_ms)} parts of {args.rows} rows, write wall p50 "
-          f"{np.percentile(write_ms, 50):.2f} ms; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"writer on {'the loop' if args.cpus == 'same' else 'another'} CPU, policy "
+        f"{args.policy}{f', a process busy {args.hog:.0%} beside' if args.hog else ''}; {len(write_ms)} parts of {args.rows} rows, write wall p50 "
+        f"{np.percentile(write_ms, 50):.2f} ms; load average {os.getloadavg()[0]:.1f}"
+    )
     for name, v in (("while writing", during), ("between writes", between)):
         a = np.asarray(v, dtype=np.int64) / 1e6
-        print(f"loop lag {name:<15} n {len(a):>6}  p50 {np.percentile(a, 50):6.3f}  "
-              f"p99 {np.percentile(a, 99):6.3f}  max {a.max():6.3f} ms")
+        print(
+            f"loop lag {name:<15} n {len(a):>6}  p50 {np.percentile(a, 50):6.3f}  "
+            f"p99 {np.percentile(a, 99):6.3f}  max {a.max():6.3f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,24 @@ T0 = 1_000_000_000
 
 
 def _rec(i: int, chunks: int) -> RequestRecord:
-    r = RequestRecord(session_id=f"session-{i % 50}", request_index=i, parent_index=i - 1,
-                      clone=0, worker=0, request_id=f"abcd1234-session-{i % 50}-{i}",
-                      api="chat", expected_input_tokens=4000, expected_output_tokens=chunks,
-                      implied_cached_tokens=3000)
-    r.intended_ns, r.sent_ns, r.first_token_ns, r.end_ns = T0 + i, T0 + i + 5, T0 + i + 50, T0 + i + 900
+    r = RequestRecord(
+        session_id=f"session-{i % 50}",
+        request_index=i,
+        parent_index=i - 1,
+        clone=0,
+        worker=0,
+        request_id=f"abcd1234-session-{i % 50}-{i}",
+        api="chat",
+        expected_input_tokens=4000,
+        expected_output_tokens=chunks,
+        implied_cached_tokens=3000,
+    )
+    r.intended_ns, r.sent_ns, r.first_token_ns, r.end_ns = (
+        T0 + i,
+        T0 + i + 5,
+        T0 + i + 50,
+        T0 + i + 900,
+    )
     r.chunk_ns = array("q", range(T0 + i, T0 + i + chunks))
     r.chunk_tokens = array("i", [1] * chunks)
     r.prompt_tokens, r.completion_tokens, r.cached_tokens = 4000, chunks, 3000

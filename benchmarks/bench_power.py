@@ -57,8 +57,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "traces" / "samples" / "agent-small.parquet"
 SLOWER = {"same": 0, "slow05": 5, "slow10": 10, "slow25": 25}
 """Target name -> percent slower at decode than the baseline ``base``."""
-STATS = {"p90_tps": "P90 TPS (= 1 / TPOT P90)", "median_tps": "TPOT P50 (= 1 / median TPS)",
-         "ttft_p90_ms": "TTFT P90", "north_star": "North Star (interactivity)"}
+STATS = {
+    "p90_tps": "P90 TPS (= 1 / TPOT P90)",
+    "median_tps": "TPOT P50 (= 1 / median TPS)",
+    "ttft_p90_ms": "TTFT P90",
+    "north_star": "North Star (interactivity)",
+}
 OLD_KEYS = {"north_star": "interactivity"}
 """Keys of results files written before the North Star had its own key (the statistic then
 was 1 / P90 of E2E per output token from the connected send)."""
@@ -68,8 +72,14 @@ decode delays each session's next request and TTFT P90 falls. Any verdict on a s
 counts as a detection; the wrong-sign column does not apply."""
 UNPAIRED_1V1 = {"p90_tps": "p90_tps", "median_tps": "median_tps", "ttft_p90_ms": "ttft_p90"}
 """The single-run unpaired table's keys for the same statistics (it has no North Star)."""
-DESIGNS = ("1v1 unpaired", "1v1 paired", "3v3 unpaired", "3v3 paired", "1v1 interleaved",
-           "3v3 interleaved")
+DESIGNS = (
+    "1v1 unpaired",
+    "1v1 paired",
+    "3v3 unpaired",
+    "3v3 paired",
+    "1v1 interleaved",
+    "3v3 interleaved",
+)
 DECODE_FIELDS = ("decode_base_ns", "decode_per_seq_ns", "decode_per_ctx_token_ns")
 
 EXPERIMENT = """
@@ -95,7 +105,9 @@ def profiles(folder: Path) -> dict[str, str]:
     name, so ``compare`` sees one model)."""
     from importlib import resources
 
-    base = json.loads((resources.files("agent_replay.engines.sim") / "profiles" / "default.json").read_text())
+    base = json.loads(
+        (resources.files("agent_replay.engines.sim") / "profiles" / "default.json").read_text()
+    )
     out = {"base": "default"}
     for name, pct in SLOWER.items():
         d = dict(base, name=name)
@@ -111,14 +123,24 @@ def run_sweep_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
     from agent_replay.replay.sweep import load_experiment, run_sweep
 
     out.mkdir(parents=True, exist_ok=True)
-    text = EXPERIMENT.format(trace=TRACE, out=out / "sweep", repeats=args.repeats, seed=seed,
-                             sessions=args.sessions, speedup=args.speedup, duration=args.duration,
-                             multiplier=args.multiplier)
+    text = EXPERIMENT.format(
+        trace=TRACE,
+        out=out / "sweep",
+        repeats=args.repeats,
+        seed=seed,
+        sessions=args.sessions,
+        speedup=args.speedup,
+        duration=args.duration,
+        multiplier=args.multiplier,
+    )
     for name, spec in profiles(out).items():
         text += f'[[targets]]\nname = "{name}"\nsim = "{spec}"\n'
     (out / "exp.toml").write_text(text)
-    res = run_sweep(load_experiment(out / "exp.toml"), force=True,
-                    progress=(lambda line: print("  " + line, file=sys.stderr)) if args.verbose else None)
+    res = run_sweep(
+        load_experiment(out / "exp.toml"),
+        force=True,
+        progress=(lambda line: print("  " + line, file=sys.stderr)) if args.verbose else None,
+    )
     return res.out
 
 
@@ -126,9 +148,17 @@ def lane_config(args: argparse.Namespace, output: Path) -> Any:
     """One ``run --targets`` invocation's options (the targets are given to ``run_lanes``)."""
     from agent_replay.replay.config import RunConfig
 
-    return RunConfig(trace=str(TRACE), target="", output=str(output), speedup=args.speedup,
-                     duration_s=args.duration, concurrent_sessions=args.sessions,
-                     scrape_interval_s=0, sessions_multiplier=args.multiplier, progress=False)
+    return RunConfig(
+        trace=str(TRACE),
+        target="",
+        output=str(output),
+        speedup=args.speedup,
+        duration_s=args.duration,
+        concurrent_sessions=args.sessions,
+        scrape_interval_s=0,
+        sessions_multiplier=args.multiplier,
+        progress=False,
+    )
 
 
 def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
@@ -142,7 +172,9 @@ def run_lanes_phase(out: Path, args: argparse.Namespace, seed: int) -> Path:
     specs = profiles(out)
     root = out / "lanes"
     with contextlib.ExitStack() as stack:
-        sims = {name: stack.enter_context(SimProcess(spec, seed=seed)) for name, spec in specs.items()}
+        sims = {
+            name: stack.enter_context(SimProcess(spec, seed=seed)) for name, spec in specs.items()
+        }
         for r in range(args.repeats):
             for t in SLOWER:
                 run_lanes(lane_config(args, root / t / f"r{r}"), [sims["base"].url, sims[t].url])
@@ -185,7 +217,9 @@ def _arm_verdict(verdicts: list[str], head: str) -> str | None:
     line = next((v for v in verdicts if v.startswith(head)), None)
     if line is None or "95% CI" not in line:
         return None
-    return "worse" if line.endswith(": worse") else "better" if line.endswith(": better") else "none"
+    return (
+        "worse" if line.endswith(": worse") else "better" if line.endswith(": better") else "none"
+    )
 
 
 class Counter:
@@ -196,7 +230,9 @@ class Counter:
         self.changes: dict[str, list[float]] = {}
         self.requests: list[int] = []
 
-    def record(self, design: str, t: str, s: str, verdict: str | None, change: float | None) -> None:
+    def record(
+        self, design: str, t: str, s: str, verdict: str | None, change: float | None
+    ) -> None:
         _judge(self.cells[f"{design}|{t}|{s}"], verdict, SLOWER[t], s not in UNSIGNED)
         if change is not None:
             self.changes.setdefault(f"{design}|{t}|{s}", []).append(round(change, 5))
@@ -218,14 +254,22 @@ class Counter:
 
         labels = {key: label for key, label, _ in ARM_TESTS}
         for g in itertools.combinations(pairs, 3):
-            c = compare_arm_reports([[p[0] for p in g], [p[1] for p in g]], ["base", t],
-                                    by_request=by_request)
+            c = compare_arm_reports(
+                [[p[0] for p in g], [p[1] for p in g]], ["base", t], by_request=by_request
+            )
             for s in STATS:
-                self.record(design, t, s, _arm_verdict(c.verdicts, f"{t} vs base, {labels[s]}:"), None)
+                self.record(
+                    design, t, s, _arm_verdict(c.verdicts, f"{t} vs base, {labels[s]}:"), None
+                )
 
     def result(self) -> dict[str, Any]:
-        return {"cells": self.cells, "changes": self.changes,
-                "requests_per_run": sorted(self.requests)[len(self.requests) // 2] if self.requests else 0}
+        return {
+            "cells": self.cells,
+            "changes": self.changes,
+            "requests_per_run": sorted(self.requests)[len(self.requests) // 2]
+            if self.requests
+            else 0,
+        }
 
 
 def _busy(reports: Any) -> int:
@@ -265,30 +309,42 @@ def _sweep_reports(sweep: Path) -> tuple[list[dict[str, Any]], dict[tuple[str, i
     from agent_replay.analysis.report import build_report
 
     _, rows = read_sweep(sweep)
-    return rows, {(r["target"], int(r["repeat"])): build_report(sweep / r["path"])
-                  for r in rows if r["status"] == "complete"}
+    return rows, {
+        (r["target"], int(r["repeat"])): build_report(sweep / r["path"])
+        for r in rows
+        if r["status"] == "complete"
+    }
 
 
 def count_sweep(sweep: Path, repeats: int, counter: Counter) -> dict[str, int]:
     """The sweep designs' verdicts into ``counter``: runs made one after the other."""
     rows, reports = _sweep_reports(sweep)
     for t in SLOWER:
-        pairs = [(reports[("base", r)], reports[(t, r)]) for r in range(repeats)
-                 if ("base", r) in reports and (t, r) in reports]
+        pairs = [
+            (reports[("base", r)], reports[(t, r)])
+            for r in range(repeats)
+            if ("base", r) in reports and (t, r) in reports
+        ]
         for pair in pairs:
             counter.pair("1v1 unpaired", t, pair, paired=False)
             counter.pair("1v1 paired", t, pair)
         counter.groups("3v3 unpaired", t, pairs, by_request=False)
         counter.groups("3v3 paired", t, pairs)
-    return {"runs": len(rows), "complete": len(reports),
-            "contention_runs": sum(1 for r in rows if r.get("machine_contention"))}
+    return {
+        "runs": len(rows),
+        "complete": len(reports),
+        "contention_runs": sum(1 for r in rows if r.get("machine_contention")),
+    }
 
 
 def count(sweep: Path, repeats: int) -> dict[str, Any]:
     """Every design's verdicts on every slowed copy and the identical one."""
     counter = Counter()
-    out: dict[str, Any] = count_sweep(sweep, repeats, counter) if sweep.is_dir() else {
-        "runs": 0, "complete": 0, "contention_runs": 0}
+    out: dict[str, Any] = (
+        count_sweep(sweep, repeats, counter)
+        if sweep.is_dir()
+        else {"runs": 0, "complete": 0, "contention_runs": 0}
+    )
     lanes = sweep.parent / "lanes"
     out["lane_contention_runs"] = count_lanes(lanes, repeats, counter) if lanes.is_dir() else 0
     out["lane_runs"] = sum(1 for _ in lanes.glob("*/r*/lane-*/run.json")) if lanes.is_dir() else 0
@@ -312,19 +368,42 @@ def _row(phase: str, design: str, s: str, cells: dict[str, Any]) -> str | None:
         return None
     wrong = sum(c["wrong"] for c in row[1:])
     tested = sum(c["tested"] for c in row[1:])
-    return "| " + " | ".join([phase, design, STATS[s], _rate(row[0], "wrong"),
-                               *(_rate(c, "right") for c in row[1:]),
-                               "n/a" if s in UNSIGNED else f"{wrong}/{tested}",
-                               str(sum(c["refused"] for c in row))]) + " |"
+    return (
+        "| "
+        + " | ".join(
+            [
+                phase,
+                design,
+                STATS[s],
+                _rate(row[0], "wrong"),
+                *(_rate(c, "right") for c in row[1:]),
+                "n/a" if s in UNSIGNED else f"{wrong}/{tested}",
+                str(sum(c["refused"] for c in row)),
+            ]
+        )
+        + " |"
+    )
 
 
 def table(results: dict[str, Any]) -> str:
     """The Markdown table of docs/metrics.md: per phase, design and statistic, false positives
     on the identical copy, detections (right sign) of each slowdown, and wrong signs."""
-    head = ["phase", "design", "statistic", "false pos. (identical)",
-            *(f"detected {p}% slower" for p in SLOWER.values() if p), "wrong sign", "refused"]
+    head = [
+        "phase",
+        "design",
+        "statistic",
+        "false pos. (identical)",
+        *(f"detected {p}% slower" for p in SLOWER.values() if p),
+        "wrong sign",
+        "refused",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rows = (_row(ph, d, s, results[ph]["cells"]) for ph in results["phases"] for d in DESIGNS for s in STATS)
+    rows = (
+        _row(ph, d, s, results[ph]["cells"])
+        for ph in results["phases"]
+        for d in DESIGNS
+        for s in STATS
+    )
     return "\n".join([*lines, *(r for r in rows if r is not None)]) + "\n"
 
 
@@ -341,30 +420,41 @@ def summary(results: dict[str, Any]) -> str:
     """The sentences beside the table: the setup, the host, false positives and wrong signs,
     and the detection of a 10% decode slowdown at P90 TPS (= 1 / TPOT P90)."""
     a = results["args"]
-    out = [f"{a['repeats']} repeats of each copy, {a['sessions']} sessions at once at speedup "
-           f"{a['speedup']:g}, sending for at most {a['duration']:g} s: "
-           f"{results[results['phases'][0]].get('requests_per_run', 0)} requests a run. "
-           f"Load average {results['load_before'][0]:.1f} before the first phase."]
+    out = [
+        f"{a['repeats']} repeats of each copy, {a['sessions']} sessions at once at speedup "
+        f"{a['speedup']:g}, sending for at most {a['duration']:g} s: "
+        f"{results[results['phases'][0]].get('requests_per_run', 0)} requests a run. "
+        f"Load average {results['load_before'][0]:.1f} before the first phase."
+    ]
     for ph in results["phases"]:
         r, cells = results[ph], results[ph]["cells"]
         fp = _sum(cells, [k for k in cells if "|same|" in k], "wrong")
-        wrong = _sum(cells, [k for k in cells if "|same|" not in k and not k.endswith(tuple(UNSIGNED))],
-                     "wrong")
-        det = [f"{'{}/{}'.format(*_sum(cells, [f'{d}|slow10|p90_tps'], 'right'))} ({d})"
-               for d in TARGET_DESIGNS]
-        out.append(f"{ph.capitalize()}: host contention in {r['contention_runs']} of {r['runs']} "
-                   f"sweep runs and {r['lane_contention_runs']} of {r['lane_runs']} lane runs; "
-                   f"{fp[0]} false positives in {fp[1]} verdicts on the identical copy, "
-                   f"{wrong[0]} wrong signs in {wrong[1]} on the slower ones; a 10% slowdown "
-                   f"found at P90 TPS in {', '.join(det)}.")
+        wrong = _sum(
+            cells,
+            [k for k in cells if "|same|" not in k and not k.endswith(tuple(UNSIGNED))],
+            "wrong",
+        )
+        det = [
+            f"{'{}/{}'.format(*_sum(cells, [f'{d}|slow10|p90_tps'], 'right'))} ({d})"
+            for d in TARGET_DESIGNS
+        ]
+        out.append(
+            f"{ph.capitalize()}: host contention in {r['contention_runs']} of {r['runs']} "
+            f"sweep runs and {r['lane_contention_runs']} of {r['lane_runs']} lane runs; "
+            f"{fp[0]} false positives in {fp[1]} verdicts on the identical copy, "
+            f"{wrong[0]} wrong signs in {wrong[1]} on the slower ones; a 10% slowdown "
+            f"found at P90 TPS in {', '.join(det)}."
+        )
     return "\n".join(out) + "\n"
 
 
 def doc_block(path: str, results: dict[str, Any]) -> str:
     """docs/metrics.md's generated part: the marker naming the results file, the summary and
     the table."""
-    return (f"<!-- power table: {path} -->\n{summary(results)}\n{table(results)}"
-            "<!-- end power table -->")
+    return (
+        f"<!-- power table: {path} -->\n{summary(results)}\n{table(results)}"
+        "<!-- end power table -->"
+    )
 
 
 DOC_BLOCK = re.compile(r"<!-- power table: (\S+) -->\n.*?<!-- end power table -->", re.S)
@@ -386,42 +476,74 @@ def run_phases(args: argparse.Namespace) -> dict[str, Any]:
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     kept = ("json", "keep", "table", "recount", "doc")
-    results: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k not in kept},
-                               "phases": phases, "cpus": os.cpu_count(),
-                               "load_before": os.getloadavg()}
+    results: dict[str, Any] = {
+        "args": {k: v for k, v in vars(args).items() if k not in kept},
+        "phases": phases,
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+    }
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-power-"))
     for i, phase in enumerate(phases):
         t0 = time.monotonic()
         with cpu_burner(args.burners if phase == "busy" else 0):
             sweep = run_sweep_phase(base / phase, args, seed=200 + i)
             run_lanes_phase(base / phase, args, seed=200 + i)
-        results[phase] = count(sweep, args.repeats) | {"wall_s": round(time.monotonic() - t0, 1),
-                                                        "load_after": os.getloadavg()}
-        print(f"{phase}: {results[phase]['complete']}/{results[phase]['runs']} sweep runs complete, "
-              f"{results[phase]['contention_runs']} and {results[phase]['lane_contention_runs']} "
-              f"lane runs with host contention, {results[phase]['wall_s']} s", file=sys.stderr)
+        results[phase] = count(sweep, args.repeats) | {
+            "wall_s": round(time.monotonic() - t0, 1),
+            "load_after": os.getloadavg(),
+        }
+        print(
+            f"{phase}: {results[phase]['complete']}/{results[phase]['runs']} sweep runs complete, "
+            f"{results[phase]['contention_runs']} and {results[phase]['lane_contention_runs']} "
+            f"lane runs with host contention, {results[phase]['wall_s']} s",
+            file=sys.stderr,
+        )
     return results
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=6, help="repeats of every target per phase (default 6)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=6, help="repeats of every target per phase (default 6)"
+    )
     ap.add_argument("--phases", default="quiet,busy", help="quiet, busy or both (default)")
-    ap.add_argument("--sessions", type=int, default=16, help="concurrent sessions per run (default 16)")
+    ap.add_argument(
+        "--sessions", type=int, default=16, help="concurrent sessions per run (default 16)"
+    )
     ap.add_argument("--speedup", type=float, default=10.0)
-    ap.add_argument("--duration", type=float, default=30.0,
-                    help="most seconds a run sends requests (default 30: a cap, runs end sooner)")
-    ap.add_argument("--multiplier", type=int, default=2,
-                    help="copies of every session (more requests a run; give the time they need)")
-    ap.add_argument("--burners", type=int, default=os.cpu_count() or 1,
-                    help="CPU burner processes in the busy phase (default: one per core)")
+    ap.add_argument(
+        "--duration",
+        type=float,
+        default=30.0,
+        help="most seconds a run sends requests (default 30: a cap, runs end sooner)",
+    )
+    ap.add_argument(
+        "--multiplier",
+        type=int,
+        default=2,
+        help="copies of every session (more requests a run; give the time they need)",
+    )
+    ap.add_argument(
+        "--burners",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="CPU burner processes in the busy phase (default: one per core)",
+    )
     ap.add_argument("--keep", default=None, help="keep the runs in this folder")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--table", default=None, help="print the table of this results file and exit")
-    ap.add_argument("--doc", default=None,
-                    help="put this results file's summary and table into docs/metrics.md and exit")
-    ap.add_argument("--recount", default=None,
-                    help="recount the verdicts of the runs kept in --keep into this results file")
+    ap.add_argument(
+        "--doc",
+        default=None,
+        help="put this results file's summary and table into docs/metrics.md and exit",
+    )
+    ap.add_argument(
+        "--recount",
+        default=None,
+        help="recount the verdicts of the runs kept in --keep into this results file",
+    )
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     if args.table:

@@ -72,8 +72,23 @@ from agent_replay.replay.provenance import code_version  # noqa: E402
 
 def start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
-        [*PRIO, sys.executable, "-m", "agent_replay", "record", "--upstream", upstream, "--listen",
-         "127.0.0.1:0", "-o", str(out), "--quiet"], stderr=subprocess.PIPE, cwd=ROOT)
+        [
+            *PRIO,
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "record",
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "-o",
+            str(out),
+            "--quiet",
+        ],
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
     assert proc.stderr is not None
     line = proc.stderr.readline().decode()
     if "->" not in line:
@@ -134,8 +149,11 @@ def serve_relay(upstream_port: int) -> None:
 
 
 def start_relay(upstream_port: int) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([*PRIO, sys.executable, __file__, "--serve-relay", str(upstream_port)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*PRIO, sys.executable, __file__, "--serve-relay", str(upstream_port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
 
@@ -171,8 +189,9 @@ class Side:
     chunks: int = 0
 
 
-async def one_stream(s: aiohttp.ClientSession, url: str, body: bytes, chat: bool,
-                     rec: Timed) -> None:
+async def one_stream(
+    s: aiohttp.ClientSession, url: str, body: bytes, chat: bool, rec: Timed
+) -> None:
     path = "/v1/chat/completions" if chat else "/v1/completions"
     headers = {"Content-Type": "application/json", "X-Request-Id": rec.rid}
     rec.sent = time.monotonic_ns()
@@ -193,8 +212,9 @@ async def one_stream(s: aiohttp.ClientSession, url: str, body: bytes, chat: bool
                     rec.chunks.append(t)
 
 
-async def phase(urls: list[str], model: str, args: argparse.Namespace, seconds: float,
-                seed: int) -> list[Timed]:
+async def phase(
+    urls: list[str], model: str, args: argparse.Namespace, seconds: float, seed: int
+) -> list[Timed]:
     """Every stream sends its requests to ``urls`` in turn."""
     done: list[Timed] = []
     end = time.monotonic_ns() + int(seconds * 1e9)
@@ -209,16 +229,22 @@ async def phase(urls: list[str], model: str, args: argparse.Namespace, seconds: 
             which = (i + n) % len(urls)
             max_tokens = mt if args.sync else rnd.randint(max(1, mt // 2), mt + mt // 2)
             if args.chat:
-                body = build_request("chat", model=model,
-                                     prompt=f"q {seed} {i} {n} " + "w " * args.prompt_len,
-                                     max_tokens=max_tokens)
+                body = build_request(
+                    "chat",
+                    model=model,
+                    prompt=f"q {seed} {i} {n} " + "w " * args.prompt_len,
+                    max_tokens=max_tokens,
+                )
                 body.pop("return_token_ids", None)
                 body.pop("stream_options", None)  # like an SDK user: the proxy injects usage
             else:
-                prompt = [1000 + (seed * 7919 + i * 131 + n * 17 + j) % 20000
-                          for j in range(args.prompt_len)]
-                body = build_request("completions", model=model, prompt=prompt,
-                                     max_tokens=max_tokens)
+                prompt = [
+                    1000 + (seed * 7919 + i * 131 + n * 17 + j) % 20000
+                    for j in range(args.prompt_len)
+                ]
+                body = build_request(
+                    "completions", model=model, prompt=prompt, max_tokens=max_tokens
+                )
             rec = Timed(f"b{seed}-{args.streams}-{i}-{n}", PATHS[which], 0)
             await one_stream(s, urls[which], orjson.dumps(body), args.chat, rec)
             done.append(rec)
@@ -229,8 +255,9 @@ async def phase(urls: list[str], model: str, args: argparse.Namespace, seconds: 
     return done
 
 
-async def quiet_phase(urls: list[str], model: str, args: argparse.Namespace, seconds: float,
-                      seed: int) -> list[Timed]:
+async def quiet_phase(
+    urls: list[str], model: str, args: argparse.Namespace, seconds: float, seed: int
+) -> list[Timed]:
     """``phase`` with this process's cyclic collector off: a full collection over the
     requests kept so far takes 18-40 ms here, and lands on whichever request is in
     flight (always the same one: the allocations repeat with the seeds). Collected
@@ -279,8 +306,9 @@ class Run:
     """The host's 1-minute load average before and after."""
 
 
-async def measure(args: argparse.Namespace, urls: list[str], procs: dict[str, psutil.Process]
-                  ) -> Run:
+async def measure(
+    args: argparse.Namespace, urls: list[str], procs: dict[str, psutil.Process]
+) -> Run:
     async with aiohttp.ClientSession() as s, s.get(urls[0] + "/v1/models") as r:
         model = (await r.json())["data"][0]["id"]
     await phase(urls, model, args, 1.5, 999)  # warm-up, not counted
@@ -291,16 +319,23 @@ async def measure(args: argparse.Namespace, urls: list[str], procs: dict[str, ps
     load0 = os.getloadavg()[0]
     c0 = cpu()
     t0 = time.monotonic_ns()
-    repeats = [await quiet_phase(urls, model, args, args.seconds, 1 + k)
-               for k in range(args.repeat)]
+    repeats = [
+        await quiet_phase(urls, model, args, args.seconds, 1 + k) for k in range(args.repeat)
+    ]
     el = (time.monotonic_ns() - t0) / 1e9
     c1 = cpu()
-    return Run([t for r in repeats for t in r], {k: c1[k] - c0[k] for k in c0}, el, repeats,
-               (load0, os.getloadavg()[0]))
+    return Run(
+        [t for r in repeats for t in r],
+        {k: c1[k] - c0[k] for k in c0},
+        el,
+        repeats,
+        (load0, os.getloadavg()[0]),
+    )
 
 
 def added_p99(timed: list[Timed], path: str) -> tuple[float, float]:
     """(added P99 TTFT, added P99 chunk gap) of ``path`` over direct, ms, in ``timed``."""
+
     def values(p: str) -> tuple[list[int], list[int]]:
         ttft: list[int] = []
         gaps: list[int] = []
@@ -339,58 +374,80 @@ def report(args: argparse.Namespace, run: Run, truth: dict[str, dict[str, object
         else:
             unmatched += 1
     mode = "sync (all streams in step: bursts)" if args.sync else "spread arrivals"
-    print(f"\n{args.streams} concurrent streams, "
-          f"{'chat (proxy injects usage)' if args.chat else 'completions'}, max_tokens "
-          f"{args.max_tokens}{'' if args.sync else ' (mean; uniform M/2..3M/2)'}, prompt "
-          f"{args.prompt_len} tokens, step {args.step_ms:g} ms, {mode}, {run.wall_s:.0f} s; "
-          "requests " + ", ".join(f"{k} {sides[k].requests}" for k in PATHS))
+    print(
+        f"\n{args.streams} concurrent streams, "
+        f"{'chat (proxy injects usage)' if args.chat else 'completions'}, max_tokens "
+        f"{args.max_tokens}{'' if args.sync else ' (mean; uniform M/2..3M/2)'}, prompt "
+        f"{args.prompt_len} tokens, step {args.step_ms:g} ms, {mode}, {run.wall_s:.0f} s; "
+        "requests " + ", ".join(f"{k} {sides[k].requests}" for k in PATHS)
+    )
     p = sides["proxy"]
     per_req = run.cpu_s["proxy"] / p.requests * 1e3 if p.requests else float("nan")
     per_chunk = run.cpu_s["proxy"] / p.chunks * 1e6 if p.chunks else float("nan")
-    relay_chunk = (run.cpu_s["relay"] / sides["relay"].chunks * 1e6 if sides["relay"].chunks
-                   else float("nan"))
-    print("CPU, % of one core: " + ", ".join(
-        f"{k} {v / run.wall_s * 100:.0f}%" for k, v in run.cpu_s.items())
+    relay_chunk = (
+        run.cpu_s["relay"] / sides["relay"].chunks * 1e6 if sides["relay"].chunks else float("nan")
+    )
+    print(
+        "CPU, % of one core: "
+        + ", ".join(f"{k} {v / run.wall_s * 100:.0f}%" for k, v in run.cpu_s.items())
         + f"; proxy {per_req:.2f} ms per request all included ({per_chunk:.0f} us per chunk), "
         f"relay {relay_chunk:.0f} us per chunk (proxy / relay {per_chunk / relay_chunk:.2f}: "
-        "the figure least moved by other load)")
+        "the figure least moved by other load)"
+    )
     print("baseline = direct (same streams, same moments); added p99 = p99 - direct p99")
-    print(f"{'metric':<15}{'path':<7}{'n':>7}{'p50':>9}{'p99':>9}{'p99 95% CI':>14}"
-          f"{'added p99':>10}{'ratio':>7}{'target':>9}")
+    print(
+        f"{'metric':<15}{'path':<7}{'n':>7}{'p50':>9}{'p99':>9}{'p99 95% CI':>14}"
+        f"{'added p99':>10}{'ratio':>7}{'target':>9}"
+    )
     t_ttft, t_gap = targets(args.streams)
-    rows = (("TTFT ms", {k: v.ttfts for k, v in sides.items()}, t_ttft),
-            ("chunk gap ms", {k: v.gaps for k, v in sides.items()}, t_gap),
-            ("request hop ms", hop_req, None), ("chunk hop ms", hop_chunk, None))
+    rows = (
+        ("TTFT ms", {k: v.ttfts for k, v in sides.items()}, t_ttft),
+        ("chunk gap ms", {k: v.gaps for k, v in sides.items()}, t_gap),
+        ("request hop ms", hop_req, None),
+        ("chunk hop ms", hop_chunk, None),
+    )
     for name, values, target in rows:
         base = pct(values["direct"], 99)
         for k in PATHS:
             v = values[k]
             add = pct(v, 99) - base
-            verdict = "" if target is None or k != "proxy" else (
-                " ok" if add <= target else " MISSED")
+            verdict = (
+                "" if target is None or k != "proxy" else (" ok" if add <= target else " MISSED")
+            )
             tgt = "" if target is None or k == "direct" else f"<= {target:g}"
             added = "" if k == "direct" else f"{add:.3f}"
-            print(f"{name if k == 'direct' else '':<15}{k:<7}{len(v):>7}{pct(v, 50):>9.3f}"
-                  f"{pct(v, 99):>9.3f}{ci_text(v):>14}{added:>10}{pct(v, 99) / base:>7.2f}"
-                  f"{tgt:>9}{verdict}")
+            print(
+                f"{name if k == 'direct' else '':<15}{k:<7}{len(v):>7}{pct(v, 50):>9.3f}"
+                f"{pct(v, 99):>9.3f}{ci_text(v):>14}{added:>10}{pct(v, 99) / base:>7.2f}"
+                f"{tgt:>9}{verdict}"
+            )
     if len(run.repeats) > 1:
         for k in ("relay", "proxy"):
             each = [added_p99(r, k) for r in run.repeats]
-            print(f"added p99 per repeat, {k}: TTFT " + " ".join(f"{a:.2f}" for a, _ in each)
-                  + " ms; chunk gap " + " ".join(f"{b:.2f}" for _, b in each) + " ms")
+            print(
+                f"added p99 per repeat, {k}: TTFT "
+                + " ".join(f"{a:.2f}" for a, _ in each)
+                + " ms; chunk gap "
+                + " ".join(f"{b:.2f}" for _, b in each)
+                + " ms"
+            )
     ttft, gap = added_p99(run.timed, "proxy")
     rttft, rgap = added_p99(run.timed, "relay")
     n_proxy = sum(1 for t in run.timed if t.path == "proxy" and t.chunks)
     if not n_proxy:
-        print(f"VERDICT {args.streams} streams: no request through the recorder (longer "
-              "--seconds or more --repeat)")
+        print(
+            f"VERDICT {args.streams} streams: no request through the recorder (longer "
+            "--seconds or more --repeat)"
+        )
     else:
-        print(f"VERDICT {args.streams} streams: added p99 TTFT proxy {ttft:.2f} ms (relay {rttft:.2f}), "
-              f"target {t_ttft:g}: {'ok' if ttft <= t_ttft else 'MISSED'}; chunk gap proxy {gap:.2f} ms "
-              f"(relay {rgap:.2f}), target {t_gap:g}: {'ok' if gap <= t_gap else 'MISSED'}; "
-              f"{n_proxy} proxy requests"
-              + ("" if p99_ci(n_proxy) else " (too few for a bounded p99: use --repeat or --seconds)")
-              + f"; load average {run.load[0]:.1f} -> {run.load[1]:.1f}")
+        print(
+            f"VERDICT {args.streams} streams: added p99 TTFT proxy {ttft:.2f} ms (relay {rttft:.2f}), "
+            f"target {t_ttft:g}: {'ok' if ttft <= t_ttft else 'MISSED'}; chunk gap proxy {gap:.2f} ms "
+            f"(relay {rgap:.2f}), target {t_gap:g}: {'ok' if gap <= t_gap else 'MISSED'}; "
+            f"{n_proxy} proxy requests"
+            + ("" if p99_ci(n_proxy) else " (too few for a bounded p99: use --repeat or --seconds)")
+            + f"; load average {run.load[0]:.1f} -> {run.load[1]:.1f}"
+        )
     if unmatched:
         print(f"({unmatched} requests without a matching engine record left out of the hops)")
 
@@ -401,23 +458,37 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", default="100", help="streams, or a list: 1,50,150")
-    ap.add_argument("--pin", action="store_true",
-                    help="engine on one CPU, proxy + relay + client on another")
+    ap.add_argument(
+        "--pin", action="store_true", help="engine on one CPU, proxy + relay + client on another"
+    )
     ap.add_argument("--profile", default="default", help="sim profile (default: default)")
-    ap.add_argument("--step-ms", type=float, default=20.0,
-                    help="sim decode step time (default 20 ms: ~5k chunks/s at 100 streams, "
-                    "which the single-process sim itself can keep up with)")
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=20.0,
+        help="sim decode step time (default 20 ms: ~5k chunks/s at 100 streams, "
+        "which the single-process sim itself can keep up with)",
+    )
     ap.add_argument("--seconds", type=float, default=20.0, help="length of one measured phase")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="measured phases per stream count, pooled (a P99 needs a few hundred "
-                    "requests per path to be more than the maximum)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measured phases per stream count, pooled (a P99 needs a few hundred "
+        "requests per path to be more than the maximum)",
+    )
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--chat", action="store_true", help="chat without include_usage (injected)")
-    ap.add_argument("--sync", action="store_true",
-                    help="same max_tokens for every request: synchronized bursts of N requests")
+    ap.add_argument(
+        "--sync",
+        action="store_true",
+        help="same max_tokens for every request: synchronized bursts of N requests",
+    )
     args = ap.parse_args()
-    print(f"commit {code_version()}; host: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"commit {code_version()}; host: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         prof = SimProfile.load(args.profile)
         data = {f.name: getattr(prof, f.name) for f in dataclasses.fields(prof)}
@@ -432,8 +503,10 @@ def main() -> None:
         truth = {str(r["request_id"]): r for r in pq.read_table(gt).to_pylist()}
         for n, run in zip(counts, runs, strict=True):
             report(_with(args, streams=n), run, truth)
-        print("inside the proxy (from its own trace, all runs, ms from arrival): " + ", ".join(
-            f"{c} p50 {pct(v, 50):.3f} p99 {pct(v, 99):.3f}" for c, v in rows.items()))
+        print(
+            "inside the proxy (from its own trace, all runs, ms from arrival): "
+            + ", ".join(f"{c} p50 {pct(v, 50):.3f} p99 {pct(v, 99):.3f}" for c, v in rows.items())
+        )
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
@@ -456,12 +529,12 @@ def pin(procs: dict[str, psutil.Process]) -> str:
                     os.sched_setaffinity(t.id, want)
                 except ProcessLookupError:
                     pass
-    return (f"pinned (every thread): sim on CPU {cpus[0]}; proxy, relay, client on CPU "
-            f"{cpus[1]}")
+    return f"pinned (every thread): sim on CPU {cpus[0]}; proxy, relay, client on CPU {cpus[1]}"
 
 
-def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path, counts: list[int]
-              ) -> tuple[list[Run], dict[str, list[int]]]:
+def run_proxy(
+    args: argparse.Namespace, sim: SimProcess, tmp: Path, counts: list[int]
+) -> tuple[list[Run], dict[str, list[int]]]:
     import uvloop
 
     from agent_replay.traces.io import read_trace
@@ -471,15 +544,24 @@ def run_proxy(args: argparse.Namespace, sim: SimProcess, tmp: Path, counts: list
     runs = []
     try:
         assert sim.proc is not None
-        procs = {"proxy": psutil.Process(proc.pid), "relay": psutil.Process(relay.pid),
-                 "sim": psutil.Process(sim.proc.pid), "client": psutil.Process()}
+        procs = {
+            "proxy": psutil.Process(proc.pid),
+            "relay": psutil.Process(relay.pid),
+            "sim": psutil.Process(sim.proc.pid),
+            "client": psutil.Process(),
+        }
         if args.pin:
             print(pin(procs))
         for n in counts:
             rss0 = procs["proxy"].memory_info().rss
-            runs.append(uvloop.run(measure(_with(args, streams=n), [sim.url, relay_url, url], procs)))
-            print(f"{n} streams: proxy RSS {rss0 / 2**20:.0f} -> "
-                  f"{procs['proxy'].memory_info().rss / 2**20:.0f} MiB", flush=True)
+            runs.append(
+                uvloop.run(measure(_with(args, streams=n), [sim.url, relay_url, url], procs))
+            )
+            print(
+                f"{n} streams: proxy RSS {rss0 / 2**20:.0f} -> "
+                f"{procs['proxy'].memory_info().rss / 2**20:.0f} MiB",
+                flush=True,
+            )
     finally:
         proc.terminate()
         relay.terminate()

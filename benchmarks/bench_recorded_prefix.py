@@ -62,83 +62,178 @@ def base_env(home: Path) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
     env = {k: v for k, v in os.environ.items() if k in keep}
     closed = "http://127.0.0.1:9"  # anything not on loopback fails fast
-    env.update(HOME=str(home), HTTPS_PROXY=closed, HTTP_PROXY=closed, https_proxy=closed,
-               http_proxy=closed, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    env.update(
+        HOME=str(home),
+        HTTPS_PROXY=closed,
+        HTTP_PROXY=closed,
+        https_proxy=closed,
+        http_proxy=closed,
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
     return env
 
 
-def claude_runs(exe: str, url: str, model: str, home: Path, turns: int
-                ) -> list[tuple[list[str], dict[str, str]]]:
+def claude_runs(
+    exe: str, url: str, model: str, home: Path, turns: int
+) -> list[tuple[list[str], dict[str, str]]]:
     env = base_env(home)
-    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=KEY, DISABLE_TELEMETRY="1",
-               DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-               DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-               CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000")
+    env.update(
+        ANTHROPIC_BASE_URL=url,
+        ANTHROPIC_API_KEY=KEY,
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_ERROR_REPORTING="1",
+        ANTHROPIC_MODEL=model,
+        ANTHROPIC_SMALL_FAST_MODEL=model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+        CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
+    )
     runs = []
     for t in range(turns):
         more = ["--continue"] if t and not FRESH else []
-        runs.append(([exe, "-p", f"Step {t}: list the files here.", *more, "--max-turns", "3",
-                      "--allowedTools", "Bash(ls)"], env))
+        runs.append(
+            (
+                [
+                    exe,
+                    "-p",
+                    f"Step {t}: list the files here.",
+                    *more,
+                    "--max-turns",
+                    "3",
+                    "--allowedTools",
+                    "Bash(ls)",
+                ],
+                env,
+            )
+        )
     return runs
 
 
-def codex_runs(exe: str, url: str, model: str, home: Path, turns: int
-               ) -> list[tuple[list[str], dict[str, str]]]:
+def codex_runs(
+    exe: str, url: str, model: str, home: Path, turns: int
+) -> list[tuple[list[str], dict[str, str]]]:
     (home / "config.toml").write_text(
         f'model = "{model}"\nmodel_provider = "sim"\n\n'
         f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
-        'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n')
+        'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n'
+    )
     env = base_env(home)
     env.update(CODEX_HOME=str(home), SIM_API_KEY=KEY)
     flags = ["--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
     runs = []
     for t in range(turns):
         prompt = f"Step {t}: list the files here."
-        argv = [exe, "exec", *flags, prompt] if t == 0 or FRESH else \
-            [exe, "exec", *flags, "resume", "--last", prompt]
+        argv = (
+            [exe, "exec", *flags, prompt]
+            if t == 0 or FRESH
+            else [exe, "exec", *flags, "resume", "--last", prompt]
+        )
         runs.append((argv, env))
     return runs
 
 
-def mini_runs(exe: str, url: str, model: str, home: Path, turns: int
-              ) -> list[tuple[list[str], dict[str, str]]]:
+def mini_runs(
+    exe: str, url: str, model: str, home: Path, turns: int
+) -> list[tuple[list[str], dict[str, str]]]:
     env = base_env(home)
-    env.update(MSWEA_CONFIGURED="true", MSWEA_GLOBAL_CONFIG_DIR=str(home),
-               MSWEA_COST_TRACKING="ignore_errors", OPENAI_API_KEY=KEY,
-               LITELLM_LOCAL_MODEL_COST_MAP="True")
-    return [([exe, "-m", f"openai/{model}", "-t", "List the files here.", "-y",
-              "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={url}/v1",
-              "-c", f"agent.step_limit={2 * turns}", "-c", "agent.cost_limit=0",
-              "-o", str(home / "trajectory.json")], env)]
+    env.update(
+        MSWEA_CONFIGURED="true",
+        MSWEA_GLOBAL_CONFIG_DIR=str(home),
+        MSWEA_COST_TRACKING="ignore_errors",
+        OPENAI_API_KEY=KEY,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    return [
+        (
+            [
+                exe,
+                "-m",
+                f"openai/{model}",
+                "-t",
+                "List the files here.",
+                "-y",
+                "-c",
+                "mini.yaml",
+                "-c",
+                f"model.model_kwargs.api_base={url}/v1",
+                "-c",
+                f"agent.step_limit={2 * turns}",
+                "-c",
+                "agent.cost_limit=0",
+                "-o",
+                str(home / "trajectory.json"),
+            ],
+            env,
+        )
+    ]
 
 
-def opencode_runs(exe: str, url: str, model: str, home: Path, turns: int
-                  ) -> list[tuple[list[str], dict[str, str]]]:
+def opencode_runs(
+    exe: str, url: str, model: str, home: Path, turns: int
+) -> list[tuple[list[str], dict[str, str]]]:
     conf = home / ".config" / "opencode"
     conf.mkdir(parents=True)
-    (conf / "opencode.json").write_text(orjson.dumps({
-        "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
-                             "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
-                             "models": {model: {"name": model, "limit": {
-                                 "context": 32768, "output": 4000}}}}},
-        "model": f"sim/{model}", "share": "disabled", "autoupdate": False}).decode())
+    (conf / "opencode.json").write_text(
+        orjson.dumps(
+            {
+                "provider": {
+                    "sim": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "sim",
+                        "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
+                        "models": {
+                            model: {"name": model, "limit": {"context": 32768, "output": 4000}}
+                        },
+                    }
+                },
+                "model": f"sim/{model}",
+                "share": "disabled",
+                "autoupdate": False,
+            }
+        ).decode()
+    )
     env = base_env(home)
-    return [([exe, "run", *(["--continue"] if t and not FRESH else []),
-              f"Step {t}: list the files here."],
-             env) for t in range(turns)]
+    return [
+        (
+            [
+                exe,
+                "run",
+                *(["--continue"] if t and not FRESH else []),
+                f"Step {t}: list the files here.",
+            ],
+            env,
+        )
+        for t in range(turns)
+    ]
 
 
-def gemini_runs(exe: str, url: str, model: str, home: Path, turns: int
-                ) -> list[tuple[list[str], dict[str, str]]]:
+def gemini_runs(
+    exe: str, url: str, model: str, home: Path, turns: int
+) -> list[tuple[list[str], dict[str, str]]]:
     """Gemini CLI -p, then ``--resume latest``: each later prompt sends the earlier
     prompts' function calls without the ``thoughtSignature`` they had while they ran."""
     env = base_env(home)
     env.update(gemini_settings(home, model), GEMINI_API_KEY=KEY, GOOGLE_GEMINI_BASE_URL=url)
-    return [([exe, "-p", f"Step {t}: list the files here.", "-m", model, "--yolo",
-              "--skip-trust", *(["--resume", "latest"] if t and not FRESH else [])], env)
-            for t in range(turns)]
+    return [
+        (
+            [
+                exe,
+                "-p",
+                f"Step {t}: list the files here.",
+                "-m",
+                model,
+                "--yolo",
+                "--skip-trust",
+                *(["--resume", "latest"] if t and not FRESH else []),
+            ],
+            env,
+        )
+        for t in range(turns)
+    ]
 
 
 CLIENTS: dict[str, tuple[str, Any, list[str]]] = {
@@ -156,17 +251,33 @@ async def record(name: str, exe: str, tmp: Path, turns: int, block_size: int) ->
     home.mkdir(parents=True)
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    async with SimServer("fast", seed=3, tool_call=calls) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full",
-                     hash_seed=1, block_size=block_size) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=calls) as sim,
+        Recorder(
+            sim.url,
+            "127.0.0.1:0",
+            trace,
+            flush_interval_s=60,
+            content="full",
+            hash_seed=1,
+            block_size=block_size,
+        ) as rec,
+    ):
         for argv, env in runs_of(exe, rec.url, sim.profile.model_name, home, turns):
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                *argv,
+                cwd=work,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             out, _ = await asyncio.wait_for(proc.communicate(), 300)
             if proc.returncode != 0:
-                print(f"{name}: exit {proc.returncode}: {out.decode(errors='replace')[-500:]}",
-                      file=sys.stderr)
+                print(
+                    f"{name}: exit {proc.returncode}: {out.decode(errors='replace')[-500:]}",
+                    file=sys.stderr,
+                )
     return trace
 
 
@@ -193,34 +304,49 @@ def rates(trace: Path) -> dict[str, float]:
     inputs = sum(r["input_tokens"] for r in rows)
 
     def implied(hash_lists: list[list[int]]) -> float:
-        t = pa.table({"arrival_ns": pa.array([r["arrival_ns"] for r in rows], pa.int64()),
-                      "input_tokens": pa.array([r["input_tokens"] for r in rows], pa.int32()),
-                      "hash_ids": pa.array(hash_lists, pa.list_(pa.int64()))})
+        t = pa.table(
+            {
+                "arrival_ns": pa.array([r["arrival_ns"] for r in rows], pa.int64()),
+                "input_tokens": pa.array([r["input_tokens"] for r in rows], pa.int32()),
+                "hash_ids": pa.array(hash_lists, pa.list_(pa.int64())),
+            }
+        )
         return float(implied_cached_tokens(t, bs).sum()) / inputs
 
-    return {"requests": len(rows), "sessions": len({r["session_id"] for r in rows}),
-            "input_tokens": inputs,
-            "server": sum(r["cached_tokens"] for r in rows) / inputs,
-            "before": implied([old_ids(r, bs, 1) for r in rows]),
-            "after": implied([r["hash_ids"] for r in rows])}
+    return {
+        "requests": len(rows),
+        "sessions": len({r["session_id"] for r in rows}),
+        "input_tokens": inputs,
+        "server": sum(r["cached_tokens"] for r in rows) / inputs,
+        "before": implied([old_ids(r, bs, 1) for r in rows]),
+        "after": implied([r["hash_ids"] for r in rows]),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", default="claude,codex,opencode,mini")
     ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--block-size", type=int, default=64,
-                    help="the trace's (the engine caches 16-token blocks)")
-    ap.add_argument("--new-sessions", action="store_true",
-                    help="every turn a new session of the agent (mini-swe-agent: one task)")
+    ap.add_argument(
+        "--block-size", type=int, default=64, help="the trace's (the engine caches 16-token blocks)"
+    )
+    ap.add_argument(
+        "--new-sessions",
+        action="store_true",
+        help="every turn a new session of the agent (mini-swe-agent: one task)",
+    )
     args = ap.parse_args()
     global FRESH
     FRESH = args.new_sessions
-    print(f"# commit {code_version()}, host {os.uname().nodename}, {os.cpu_count()} cpus, "
-          f"trace block size {args.block_size}, {args.turns} turns"
-          f"{', each a new session' if FRESH else ''}")
-    print("| client | requests | sessions | input tokens | server cached | trace implies, "
-          "before | after | after - server |")
+    print(
+        f"# commit {code_version()}, host {os.uname().nodename}, {os.cpu_count()} cpus, "
+        f"trace block size {args.block_size}, {args.turns} turns"
+        f"{', each a new session' if FRESH else ''}"
+    )
+    print(
+        "| client | requests | sessions | input tokens | server cached | trace implies, "
+        "before | after | after - server |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name in args.clients.split(","):
         exe = program(CLIENTS[name][0])
@@ -232,9 +358,12 @@ def main() -> None:
             r = rates(asyncio.run(record(name, exe, tmp, args.turns, args.block_size)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        print(f"| {name} | {r['requests']} | {r['sessions']} | {r['input_tokens']:,} | "
-              f"{r['server']:.1%} | {r['before']:.1%} | {r['after']:.1%} | "
-              f"{(r['after'] - r['server']) * 100:+.1f} pt |", flush=True)
+        print(
+            f"| {name} | {r['requests']} | {r['sessions']} | {r['input_tokens']:,} | "
+            f"{r['server']:.1%} | {r['before']:.1%} | {r['after']:.1%} | "
+            f"{(r['after'] - r['server']) * 100:+.1f} pt |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ BASELINE = (
     "import sys, pyarrow.parquet as pq\n"
     "from agent_replay.analysis.runstats import COLUMNS\n"
     "t = pq.read_table(sys.argv[1] + '/requests', columns=list(COLUMNS))\n"
-    "print(t.num_rows)\n")
+    "print(t.num_rows)\n"
+)
 REPORT = (
     "import sys\n"
     "from agent_replay.replay.cli import main\n"
@@ -44,10 +45,13 @@ REPORT = (
     "    rc = main(['report', sys.argv[1], '--format', 'json', '--slo', 'ttft=1s,tpot=30ms',"
     " '--gpus', '8', '--price-input-miss', '0.27', '--price-input-hit', '0.07',"
     " '--price-output', '1.1'])\n"
-    "assert rc == 0, rc\n")
-USAGE = ("\nimport resource, sys\n"
-         "r = resource.getrusage(resource.RUSAGE_SELF)\n"
-         "print('usage', r.ru_maxrss, r.ru_utime + r.ru_stime, file=sys.stderr)\n")
+    "assert rc == 0, rc\n"
+)
+USAGE = (
+    "\nimport resource, sys\n"
+    "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "print('usage', r.ru_maxrss, r.ru_utime + r.ru_stime, file=sys.stderr)\n"
+)
 
 
 def run_case(code: str, data: Path, tree: str | None = None) -> tuple[float, float, float]:
@@ -56,8 +60,9 @@ def run_case(code: str, data: Path, tree: str | None = None) -> tuple[float, flo
     if tree:  # ahead of the current directory and the installed project
         code = f"import sys\nsys.path.insert(0, {str(Path(tree).resolve())!r})\n" + code
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code + USAGE, str(data)], check=True,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code + USAGE, str(data)], check=True, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     usage = [line.split() for line in proc.stderr.splitlines() if line.startswith("usage ")][-1]
     return wall, float(usage[2]), int(usage[1]) / 1024
@@ -74,11 +79,17 @@ def generate(data: Path, rows: int, layout: str) -> None:
     elif layout == "delta":
         opts, part_rows = parquet_write_options(), 2000
     t0 = time.perf_counter()
-    write_results(data, synthetic_batches(rows, seed=1, batch_rows=131_072,
-                                          failed_fraction=0.002, warmup_fraction=0.001),
-                  part_rows=part_rows, **opts)
-    print(f"generated {rows:,} rows ({layout}) in {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr)
+    write_results(
+        data,
+        synthetic_batches(
+            rows, seed=1, batch_rows=131_072, failed_fraction=0.002, warmup_fraction=0.001
+        ),
+        part_rows=part_rows,
+        **opts,
+    )
+    print(
+        f"generated {rows:,} rows ({layout}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr
+    )
 
 
 def main() -> int:
@@ -87,8 +98,11 @@ def main() -> int:
     ap.add_argument("--layout", choices=("big", "replay", "delta"), default="big")
     ap.add_argument("--data", help="reuse/keep the generated results folder here")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--other-tree", help="also run the report with this source tree first on "
-                    "sys.path (before/after in one run)")
+    ap.add_argument(
+        "--other-tree",
+        help="also run the report with this source tree first on "
+        "sys.path (before/after in one run)",
+    )
     args = ap.parse_args()
 
     tmp = None
@@ -105,15 +119,22 @@ def main() -> int:
     n_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     sample = files[:: max(1, len(files) // 20)]
     metas = [pq.ParquetFile(f).metadata for f in sample]
-    per_row = sum(g.column(i).num_values for m in metas for g in map(m.row_group, range(
-        m.num_row_groups)) for i in range(g.num_columns)
-        if g.column(i).path_in_schema.startswith("chunk_ns.")) / max(
-        1, sum(m.num_rows for m in metas))
+    per_row = sum(
+        g.column(i).num_values
+        for m in metas
+        for g in map(m.row_group, range(m.num_row_groups))
+        for i in range(g.num_columns)
+        if g.column(i).path_in_schema.startswith("chunk_ns.")
+    ) / max(1, sum(m.num_rows for m in metas))
     size = sum(f.stat().st_size for f in files)
-    print(f"data: {n_rows:,} rows in {len(files)} part files, {size / 2**20:,.0f} MiB Parquet, "
-          f"~{per_row:.0f} chunks per request")
-    cases: dict[str, tuple[str, str | None]] = {"pyarrow read (baseline)": (BASELINE, None),
-                                                "report --format json": (REPORT, None)}
+    print(
+        f"data: {n_rows:,} rows in {len(files)} part files, {size / 2**20:,.0f} MiB Parquet, "
+        f"~{per_row:.0f} chunks per request"
+    )
+    cases: dict[str, tuple[str, str | None]] = {
+        "pyarrow read (baseline)": (BASELINE, None),
+        "report --format json": (REPORT, None),
+    }
     if args.other_tree:
         cases["report, other tree"] = (REPORT, args.other_tree)
     results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
@@ -123,14 +144,18 @@ def main() -> int:
     base = min(w for w, _, _ in results["pyarrow read (baseline)"])
     base_cpu = min(c for _, c, _ in results["pyarrow read (baseline)"])
     print(f"{args.repeat} interleaved rounds; wall and CPU (user+sys, all threads) in seconds")
-    print(f"{'case':26s} {'wall best':>9s} {'median':>7s} {'x base':>7s} {'CPU best':>9s} "
-          f"{'median':>7s} {'x base':>7s} {'peak RSS MiB':>13s}")
+    print(
+        f"{'case':26s} {'wall best':>9s} {'median':>7s} {'x base':>7s} {'CPU best':>9s} "
+        f"{'median':>7s} {'x base':>7s} {'peak RSS MiB':>13s}"
+    )
     for name, runs in results.items():
         walls = [w for w, _, _ in runs]
         cpus = [c for _, c, _ in runs]
-        print(f"{name:26s} {min(walls):9.2f} {statistics.median(walls):7.2f} "
-              f"{min(walls) / base:7.2f} {min(cpus):9.2f} {statistics.median(cpus):7.2f} "
-              f"{min(cpus) / base_cpu:7.2f} {max(r for _, _, r in runs):13.0f}")
+        print(
+            f"{name:26s} {min(walls):9.2f} {statistics.median(walls):7.2f} "
+            f"{min(walls) / base:7.2f} {min(cpus):9.2f} {statistics.median(cpus):7.2f} "
+            f"{min(cpus) / base_cpu:7.2f} {max(r for _, _, r in runs):13.0f}"
+        )
     if tmp is not None:
         tmp.cleanup()
     return 0

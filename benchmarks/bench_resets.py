@@ -25,8 +25,11 @@ def main() -> None:
         for client in t.CLIENTS:
             kinds, delays = t.run_resets(factory, client, n, concurrency=64)
             d = np.array(delays) / 1e6
-            print(f"{param.id:8s} {client:12s} {kinds} detection ms p50 {np.percentile(d, 50):.1f} "
-                  f"p99 {np.percentile(d, 99):.1f} max {d.max():.1f}", flush=True)
+            print(
+                f"{param.id:8s} {client:12s} {kinds} detection ms p50 {np.percentile(d, 50):.1f} "
+                f"p99 {np.percentile(d, 99):.1f} max {d.max():.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -81,10 +81,16 @@ def _lag_figures(folders: list[Path]) -> dict[str, float]:
     e = np.array([x for x in end if x is not None], dtype=np.int64)
     lag = np.abs(s - i)
     later = lag[i - i.min() >= 1_000_000_000]  # the first second (connections opening) left out
-    return {"lag_p50_ms": float(np.percentile(lag, 50) / 1e6), "lag_p99_ms": float(np.percentile(lag, 99) / 1e6),
-            "lag_max_ms": float(lag.max() / 1e6), "lag_max_at_s": float((i[lag.argmax()] - i.min()) / 1e9),
-            "lag_p99_after_1s_ms": float(np.percentile(later, 99) / 1e6) if later.size else float("nan"),
-            "span_s": float((e.max() - s.min()) / 1e9)}
+    return {
+        "lag_p50_ms": float(np.percentile(lag, 50) / 1e6),
+        "lag_p99_ms": float(np.percentile(lag, 99) / 1e6),
+        "lag_max_ms": float(lag.max() / 1e6),
+        "lag_max_at_s": float((i[lag.argmax()] - i.min()) / 1e9),
+        "lag_p99_after_1s_ms": float(np.percentile(later, 99) / 1e6)
+        if later.size
+        else float("nan"),
+        "span_s": float((e.max() - s.min()) / 1e9),
+    }
 
 
 class BusyCores:
@@ -121,44 +127,83 @@ class BusyCores:
         self._thread.join()
 
 
-def one_run(tmp: Path, url: str, workers: int, rate: float, seconds: float, salt: int,
-            dashboard: bool = False, cpus: list[int] | None = None) -> dict:
+def one_run(
+    tmp: Path,
+    url: str,
+    workers: int,
+    rate: float,
+    seconds: float,
+    salt: int,
+    dashboard: bool = False,
+    cpus: list[int] | None = None,
+) -> dict:
     trace = uniform_trace(tmp / f"u-{workers}-{rate:g}.parquet", rate * workers, seconds)
     out = tmp / f"res-{workers}-{rate:g}"
-    s = run(RunConfig(trace=str(trace), target=url, output=str(out), timing="absolute", workers=workers,
-                      cpus=",".join(map(str, cpus)) if cpus else None,
-                      salt=salt, scrape_interval_s=0, progress=dashboard),
-            progress=(lambda line: None) if dashboard else None)
+    s = run(
+        RunConfig(
+            trace=str(trace),
+            target=url,
+            output=str(out),
+            timing="absolute",
+            workers=workers,
+            cpus=",".join(map(str, cpus)) if cpus else None,
+            salt=salt,
+            scrape_interval_s=0,
+            progress=dashboard,
+        ),
+        progress=(lambda line: None) if dashboard else None,
+    )
     f = _lag_figures([out])
-    return {"mode": f"{workers} worker{'s' if workers > 1 else ''}", "workers": workers, "rate": rate,
-            "offered": rate * workers * OUT_TOKENS, "chunks": s.chunks, "ok": s.ok, "failed": s.failed,
-            "chunks_per_s": s.chunks / f["span_s"], **f,
-            "worker_loop_p99_ms": [float(np.percentile(w.loop_lag_ns(), 99) / 1e6) for w in s.workers],
-            "cpu_us_per_chunk": sum(w.cpu_run_s for w in s.workers) / max(s.chunks, 1) * 1e6,
-            "gc": s.gc}
+    return {
+        "mode": f"{workers} worker{'s' if workers > 1 else ''}",
+        "workers": workers,
+        "rate": rate,
+        "offered": rate * workers * OUT_TOKENS,
+        "chunks": s.chunks,
+        "ok": s.ok,
+        "failed": s.failed,
+        "chunks_per_s": s.chunks / f["span_s"],
+        **f,
+        "worker_loop_p99_ms": [float(np.percentile(w.loop_lag_ns(), 99) / 1e6) for w in s.workers],
+        "cpu_us_per_chunk": sum(w.cpu_run_s for w in s.workers) / max(s.chunks, 1) * 1e6,
+        "gc": s.gc,
+    }
 
 
-def independent_run(tmp: Path, url: str, n: int, rate: float, seconds: float,
-                    cpus: list[int] | None = None) -> dict:
+def independent_run(
+    tmp: Path, url: str, n: int, rate: float, seconds: float, cpus: list[int] | None = None
+) -> dict:
     outs, procs = [], []
     for k in range(n):
         trace = uniform_trace(tmp / f"i-{n}-{rate:g}-{k}.parquet", rate, seconds)
         out = tmp / f"ind-{n}-{rate:g}-{k}"
         outs.append(out)
         cpu = str(cpus[k]) if cpus else ""
-        procs.append(subprocess.Popen([sys.executable, "-c", _ONE, str(trace), url, str(out), cpu],
-                                      cwd=Path(__file__).resolve().parents[1]))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _ONE, str(trace), url, str(out), cpu],
+                cwd=Path(__file__).resolve().parents[1],
+            )
+        )
     for p in procs:
         if p.wait() != 0:
             raise SystemExit(f"independent worker exited with {p.returncode}")
     parts = [json.loads(Path(str(o) + ".json").read_text()) for o in outs]
     f = _lag_figures(outs)
     chunks = sum(p["chunks"] for p in parts)
-    return {"mode": f"{n} independent", "workers": n, "rate": rate, "offered": rate * n * OUT_TOKENS,
-            "chunks": chunks, "ok": sum(p["ok"] for p in parts), "failed": sum(p["failed"] for p in parts),
-            "chunks_per_s": chunks / f["span_s"], **f,
-            "worker_loop_p99_ms": [float(np.percentile(p["loop_lag"], 99) / 1e6) for p in parts],
-            "cpu_us_per_chunk": sum(p["cpu_run_s"] for p in parts) / max(chunks, 1) * 1e6}
+    return {
+        "mode": f"{n} independent",
+        "workers": n,
+        "rate": rate,
+        "offered": rate * n * OUT_TOKENS,
+        "chunks": chunks,
+        "ok": sum(p["ok"] for p in parts),
+        "failed": sum(p["failed"] for p in parts),
+        "chunks_per_s": chunks / f["span_s"],
+        **f,
+        "worker_loop_p99_ms": [float(np.percentile(p["loop_lag"], 99) / 1e6) for p in parts],
+        "cpu_us_per_chunk": sum(p["cpu_run_s"] for p in parts) / max(chunks, 1) * 1e6,
+    }
 
 
 def capacity(rows: list[dict], bound_ms: float) -> float:
@@ -167,23 +212,46 @@ def capacity(rows: list[dict], bound_ms: float) -> float:
     by_rate: dict[float, list[dict]] = {}
     for r in rows:
         by_rate.setdefault(r["rate"], []).append(r)
-    good = [float(np.median([r["chunks_per_s"] for r in rs])) for rs in by_rate.values()
-            if np.median([r["lag_p99_ms"] for r in rs]) <= bound_ms
-            and all(r["failed"] == 0 and r["chunks"] >= 0.99 * r["workers"] * int(r["rate"] * r["seconds"]) * OUT_TOKENS
-                    for r in rs)]
+    good = [
+        float(np.median([r["chunks_per_s"] for r in rs]))
+        for rs in by_rate.values()
+        if np.median([r["lag_p99_ms"] for r in rs]) <= bound_ms
+        and all(
+            r["failed"] == 0
+            and r["chunks"] >= 0.99 * r["workers"] * int(r["rate"] * r["seconds"]) * OUT_TOKENS
+            for r in rs
+        )
+    ]
     return max(good, default=0.0)
 
 
 def _runs(args: argparse.Namespace, tmpd: Path, url: str, rows: list[dict]) -> None:
-    plan = [(k, rate, w) for k in range(args.repeat) for rate in args.rates
-            for w in (args.workers if k % 2 == 0 else args.workers[::-1])]
+    plan = [
+        (k, rate, w)
+        for k in range(args.repeat)
+        for rate in args.rates
+        for w in (args.workers if k % 2 == 0 else args.workers[::-1])
+    ]
     for rep, rate, w in plan:
         folder = tmpd / f"rep{rep}"
         folder.mkdir(exist_ok=True)
-        runs = [partial(one_run, folder, url, w, rate, args.seconds, salt=w, dashboard=args.dashboard,
-                        cpus=args.client_cpus)]
+        runs = [
+            partial(
+                one_run,
+                folder,
+                url,
+                w,
+                rate,
+                args.seconds,
+                salt=w,
+                dashboard=args.dashboard,
+                cpus=args.client_cpus,
+            )
+        ]
         if args.independent and w > 1:
-            runs.append(partial(independent_run, folder, url, w, rate, args.seconds, cpus=args.client_cpus))
+            runs.append(
+                partial(independent_run, folder, url, w, rate, args.seconds, cpus=args.client_cpus)
+            )
         for fn in runs:
             with BusyCores() as busy:
                 r = fn()
@@ -196,34 +264,57 @@ def _runs(args: argparse.Namespace, tmpd: Path, url: str, rows: list[dict]) -> N
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rates", type=float, nargs="+", default=[150, 200, 250, 300],
-                    help="requests/s per worker (x256 chunks/s)")
+    ap.add_argument(
+        "--rates",
+        type=float,
+        nargs="+",
+        default=[150, 200, 250, 300],
+        help="requests/s per worker (x256 chunks/s)",
+    )
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--sim-workers", type=int, default=6)
-    ap.add_argument("--sim-spin-us", type=float, default=0.0,
-                    help="the sim's yield-spin before each step (the fast profile's own is 400 us: "
-                         "every sim process then keeps a core busy, taking it from the clients)")
+    ap.add_argument(
+        "--sim-spin-us",
+        type=float,
+        default=0.0,
+        help="the sim's yield-spin before each step (the fast profile's own is 400 us: "
+        "every sim process then keeps a core busy, taking it from the clients)",
+    )
     ap.add_argument("--bound-ms", type=float, default=2.0)
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="sweeps of every rate (worker order alternating); capacity uses the medians")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="sweeps of every rate (worker order alternating); capacity uses the medians",
+    )
     ap.add_argument("--independent", action="store_true")
-    ap.add_argument("--dashboard", action="store_true",
-                    help="runs with the live dashboard (its plain-line form: stdout is not a terminal)")
-    ap.add_argument("--pin", action="store_true",
-                    help="workers on CPUs of their own (one per physical core, the last cores), "
-                         "the sim on the cores left (hyperthread siblings of the workers' left idle)")
+    ap.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="runs with the live dashboard (its plain-line form: stdout is not a terminal)",
+    )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="workers on CPUs of their own (one per physical core, the last cores), "
+        "the sim on the cores left (hyperthread siblings of the workers' left idle)",
+    )
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     rows: list[dict] = []
     args.client_cpus, sim_cpus = _placement(max(args.workers)) if args.pin else (None, None)
     if args.pin:
         print(f"pinned: workers on CPUs {args.client_cpus}, sim on {sim_cpus}")
-    print(f"commit {code_version()}; host: {os.cpu_count()} CPUs; sim in {args.sim_workers} processes (spin {args.sim_spin_us:g} us); "
-          f"{args.seconds:g} s per run",
-          flush=True)
+    print(
+        f"commit {code_version()}; host: {os.cpu_count()} CPUs; sim in {args.sim_workers} processes (spin {args.sim_spin_us:g} us); "
+        f"{args.seconds:g} s per run",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
-        profile = json.loads((resources.files("agent_replay.engines.sim") / "profiles" / "fast.json").read_text())
+        profile = json.loads(
+            (resources.files("agent_replay.engines.sim") / "profiles" / "fast.json").read_text()
+        )
         profile["spin_ns"] = int(args.sim_spin_us * 1000)
         (tmpd / "fast.json").write_text(json.dumps(profile))
         with SimProcess(tmpd / "fast.json", workers=args.sim_workers, cpus=sim_cpus) as sim:
@@ -231,12 +322,16 @@ def main() -> None:
     print()
     base = None
     for w in args.workers:
-        c = capacity([r for r in rows if r["mode"].endswith(("worker", "workers")) and r["workers"] == w],
-                     args.bound_ms)
+        c = capacity(
+            [r for r in rows if r["mode"].endswith(("worker", "workers")) and r["workers"] == w],
+            args.bound_ms,
+        )
         base = c if base is None else base
         ratio = c / base if base else float("nan")
-        print(f"capacity at schedule-lag p99 <= {args.bound_ms:g} ms, {w} worker(s): {c:,.0f} chunks/s"
-              f" = {ratio:.2f}x of {args.workers[0]} (target >= {0.85 * w / args.workers[0]:.2f}x)")
+        print(
+            f"capacity at schedule-lag p99 <= {args.bound_ms:g} ms, {w} worker(s): {c:,.0f} chunks/s"
+            f" = {ratio:.2f}x of {args.workers[0]} (target >= {0.85 * w / args.workers[0]:.2f}x)"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps({"commit": code_version(), "rows": rows}, indent=2))
 
@@ -247,7 +342,9 @@ def _placement(n: int) -> tuple[list[int], list[int]]:
     allowed = allowed_cpus()
     cores = one_per_core(allowed)
     if len(cores) < n + 1:
-        raise SystemExit(f"--pin: {len(cores)} physical cores, need {n} for workers and one for the sim")
+        raise SystemExit(
+            f"--pin: {len(cores)} physical cores, need {n} for workers and one for the sim"
+        )
     clients = cores[-n:]
     used = {c for cpu in clients for c in siblings(cpu)}  # siblings(cpu) includes cpu
     return clients, [c for c in allowed if c not in used]
@@ -255,13 +352,16 @@ def _placement(n: int) -> tuple[list[int], list[int]]:
 
 def _print(r: dict) -> None:
     loops = " ".join(f"{x:.2f}" for x in r["worker_loop_p99_ms"])
-    print(f"{r['mode']:>15s} rate {r['rate']:>5g}/s/worker: {r['chunks_per_s']:>9,.0f} chunks/s of "
-          f"{r['offered']:>9,.0f} offered, failed {r['failed']}, lag p50/p99/max "
-          f"{r['lag_p50_ms']:.2f}/{r['lag_p99_ms']:.2f}/{r['lag_max_ms']:.1f} ms "
-          f"(max at {r['lag_max_at_s']:.2f} s; p99 after 1 s {r['lag_p99_after_1s_ms']:.2f}), "
-          f"loop p99 per worker [{loops}] ms, CPU {r['cpu_us_per_chunk']:.1f} us/chunk, "
-          f"host busy (peak second) {r['host_busy_cores']:.1f} cores, stolen "
-          f"{r['host_steal_cores']:.2f}", flush=True)
+    print(
+        f"{r['mode']:>15s} rate {r['rate']:>5g}/s/worker: {r['chunks_per_s']:>9,.0f} chunks/s of "
+        f"{r['offered']:>9,.0f} offered, failed {r['failed']}, lag p50/p99/max "
+        f"{r['lag_p50_ms']:.2f}/{r['lag_p99_ms']:.2f}/{r['lag_max_ms']:.1f} ms "
+        f"(max at {r['lag_max_at_s']:.2f} s; p99 after 1 s {r['lag_p99_after_1s_ms']:.2f}), "
+        f"loop p99 per worker [{loops}] ms, CPU {r['cpu_us_per_chunk']:.1f} us/chunk, "
+        f"host busy (peak second) {r['host_busy_cores']:.1f} cores, stolen "
+        f"{r['host_steal_cores']:.2f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

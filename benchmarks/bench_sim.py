@@ -39,8 +39,10 @@ from agent_replay.replay.provenance import code_version  # noqa: E402
 
 async def _one_stream(host: str, port: int, body: bytes, counts: list[int]) -> None:
     reader, writer = await asyncio.open_connection(host, port)
-    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body
+    req = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    ) + body
     writer.write(req)
     n = 0
     tail = b""
@@ -62,8 +64,9 @@ def _client(host: str, port: int, streams: int, tokens: int, out: mp.Queue) -> N
         uvloop.install()
     except ImportError:
         pass
-    body = json.dumps({"prompt": list(range(100, 164)), "max_tokens": tokens, "stream": True,
-                       "ignore_eos": True}).encode()
+    body = json.dumps(
+        {"prompt": list(range(100, 164)), "max_tokens": tokens, "stream": True, "ignore_eos": True}
+    ).encode()
 
     async def main() -> tuple[int, float]:
         counts: list[int] = []
@@ -91,16 +94,17 @@ def _server_pids(sim: SimProcess) -> list[int]:
     return [p.pid] + [c.pid for c in p.children(recursive=True)]
 
 
-EVENT = (b'data: {"id":"cmpl-0123456789abcdef","object":"text_completion","created":1,"model":"m",'
-         b'"choices":[{"index":0,"text":" abcd","logprobs":null,"finish_reason":null,'
-         b'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}],"usage":null}\n\n')
+EVENT = (
+    b'data: {"id":"cmpl-0123456789abcdef","object":"text_completion","created":1,"model":"m",'
+    b'"choices":[{"index":0,"text":" abcd","logprobs":null,"finish_reason":null,'
+    b'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}],"usage":null}\n\n'
+)
 
 
 def serve_baseline(step_ns: int) -> None:
     """A plain aiohttp SSE server without an engine (the baseline); prints its port."""
     import uvloop
     from aiohttp import web
-
 
     async def serve() -> None:
         tick: list[asyncio.Future[None]] = [asyncio.get_running_loop().create_future()]
@@ -159,8 +163,9 @@ def serve_bare(step_ns: int, spin_ns: int, out: str) -> None:
     import uvloop
 
     framed = b"%x\r\n%b\r\n" % (len(EVENT), EVENT)
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     streams: list[list[Any]] = []  # [transport, tokens left]
 
     class Conn(asyncio.Protocol):
@@ -179,7 +184,7 @@ def serve_bare(step_ns: int, spin_ns: int, out: str) -> None:
             length = int(self.buf.lower().split(b"content-length:")[1].split(b"\r\n")[0])
             if len(self.buf) < head_end + 4 + length:
                 return
-            tokens = json.loads(self.buf[head_end + 4:head_end + 4 + length])["max_tokens"]
+            tokens = json.loads(self.buf[head_end + 4 : head_end + 4 + length])["max_tokens"]
             self.tr.write(head)
             streams.append([self.tr, tokens])
 
@@ -204,7 +209,9 @@ def serve_bare(step_ns: int, spin_ns: int, out: str) -> None:
                     st[0].write(b"0\r\n\r\n")
                     st[0].close()
             streams[:] = [st for st in streams if st[1] > 0]
-        np.savez(out, lags=np.asarray(lags, dtype=np.int64), first=np.asarray(first, dtype=np.int64))
+        np.savez(
+            out, lags=np.asarray(lags, dtype=np.int64), first=np.asarray(first, dtype=np.int64)
+        )
 
     uvloop.run(serve())
 
@@ -217,15 +224,23 @@ def _measure(pids: list[int], port: int, streams: int, tokens: int) -> dict[str,
     events, wall = q.get()
     client.join()
     cpu = _cpu(pids) - c0
-    return {"events": events, "wall_s": wall, "cpu_s": cpu, "events_per_s": events / wall,
-            "events_per_cpu_s": events / cpu if cpu else float("nan")}
+    return {
+        "events": events,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "events_per_s": events / wall,
+        "events_per_cpu_s": events / cpu if cpu else float("nan"),
+    }
 
 
 def baseline(streams: int, tokens: int, step_ns: int) -> dict[str, float]:
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-baseline", str(step_ns)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-baseline", str(step_ns)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -239,8 +254,9 @@ def baseline(streams: int, tokens: int, step_ns: int) -> dict[str, float]:
 
 def throughput(streams: int, tokens: int, workers: int, step_ns: int) -> dict[str, float]:
     prof = json.loads((ROOT / "engines/sim/profiles/fast.json").read_text())
-    prof.update(name="bench", decode_base_ns=step_ns, decode_per_seq_ns=0, eos_prob=0.0,
-                spin_ns=300_000)
+    prof.update(
+        name="bench", decode_base_ns=step_ns, decode_per_seq_ns=0, eos_prob=0.0, spin_ns=300_000
+    )
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "bench.json"
         path.write_text(json.dumps(prof))
@@ -248,26 +264,40 @@ def throughput(streams: int, tokens: int, workers: int, step_ns: int) -> dict[st
             return _measure(_server_pids(sim), sim.port, streams, tokens)
 
 
-def _lag_stats(lags: np.ndarray, first: np.ndarray, spread: np.ndarray | None,
-               wall_s: float, per_step: np.ndarray | None = None) -> dict[str, float]:
+def _lag_stats(
+    lags: np.ndarray,
+    first: np.ndarray,
+    spread: np.ndarray | None,
+    wall_s: float,
+    per_step: np.ndarray | None = None,
+) -> dict[str, float]:
     def q(v: np.ndarray, x: float) -> float:
         return float(np.percentile(v, x)) / 1e3 if len(v) else float("nan")
 
-    return {"writes": float(len(lags)), "p50_us": q(lags, 50), "p99_us": q(lags, 99),
-            "max_us": float(lags.max()) / 1e3 if len(lags) else float("nan"),
-            "first_p99_us": q(first, 99),
-            "spread_p99_us": q(spread, 99) if spread is not None else float("nan"),
-            "write_us": (float(np.median(spread / np.maximum(per_step - 1, 1))) / 1e3
-                         if spread is not None and per_step is not None and len(spread)
-                         else float("nan")),
-            "wall_s": wall_s}
+    return {
+        "writes": float(len(lags)),
+        "p50_us": q(lags, 50),
+        "p99_us": q(lags, 99),
+        "max_us": float(lags.max()) / 1e3 if len(lags) else float("nan"),
+        "first_p99_us": q(first, 99),
+        "spread_p99_us": q(spread, 99) if spread is not None else float("nan"),
+        "write_us": (
+            float(np.median(spread / np.maximum(per_step - 1, 1))) / 1e3
+            if spread is not None and per_step is not None and len(spread)
+            else float("nan")
+        ),
+        "wall_s": wall_s,
+    }
 
 
 def _start_bare(step_ns: int, spin_ns: int, out: Path) -> tuple[Any, int]:
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-bare", str(step_ns), str(spin_ns),
-                             str(out)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-bare", str(step_ns), str(spin_ns), str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
 
@@ -282,8 +312,9 @@ def _stop_bare(proc: Any, out: Path) -> tuple[np.ndarray, np.ndarray]:
     return data["lags"], data["first"]
 
 
-def accuracy(streams: int, tokens: int, profile: str, workers: int
-             ) -> list[tuple[str, dict[str, float]]]:
+def accuracy(
+    streams: int, tokens: int, profile: str, workers: int
+) -> list[tuple[str, dict[str, float]]]:
     """The sim's write lag, a bare timer's lag at the same moments, and the write lag of a
     bare writer (no engine) serving the same client at the sim's median step interval."""
     spin = SimProfile.load(profile).spin_ns
@@ -297,9 +328,19 @@ def accuracy(streams: int, tokens: int, profile: str, workers: int
         tables = [pq.read_table(f).to_pylist() for f in files]
         rows = [row for t in tables for row in t]
         # each worker is its own engine: its own steps
-        intervals = [np.median(np.diff(np.unique(np.concatenate(
-            [np.asarray(x["chunk_scheduled_ns"], dtype=np.int64) for x in t]))))
-            for t in tables if t]
+        intervals = [
+            np.median(
+                np.diff(
+                    np.unique(
+                        np.concatenate(
+                            [np.asarray(x["chunk_scheduled_ns"], dtype=np.int64) for x in t]
+                        )
+                    )
+                )
+            )
+            for t in tables
+            if t
+        ]
         interval = int(np.median(intervals)) if intervals else 10_000_000
         done = np.concatenate([np.asarray(x["chunk_ns"], dtype=np.int64) for x in rows])
         sched = np.concatenate([np.asarray(x["chunk_scheduled_ns"], dtype=np.int64) for x in rows])
@@ -309,17 +350,24 @@ def accuracy(streams: int, tokens: int, profile: str, workers: int
         last = np.full(len(steps), np.iinfo(np.int64).min)
         np.minimum.at(first, inv, lags)
         np.maximum.at(last, inv, lags)
-        out = [(f"sim, {workers} worker(s)", _lag_stats(lags, first, last - first, r["wall_s"],
-                                                         np.bincount(inv))),
-               ("bare timer, same moments", _lag_stats(timer_first, timer_first, None,
-                                                        r["wall_s"]))]
+        out = [
+            (
+                f"sim, {workers} worker(s)",
+                _lag_stats(lags, first, last - first, r["wall_s"], np.bincount(inv)),
+            ),
+            ("bare timer, same moments", _lag_stats(timer_first, timer_first, None, r["wall_s"])),
+        ]
         bare, port = _start_bare(interval, spin, Path(d) / "bare.npz")
         r = _measure([bare.pid], port, streams, tokens)
         lags, first = _stop_bare(bare, Path(d) / "bare.npz")
         # a step of the bare writer: one first-write entry; its writes follow in order
         spread, per_step = _bare_spread(lags)
-        out.append((f"bare writer, {interval / 1e6:.1f} ms steps",
-                    _lag_stats(lags, first, spread, r["wall_s"], per_step)))
+        out.append(
+            (
+                f"bare writer, {interval / 1e6:.1f} ms steps",
+                _lag_stats(lags, first, spread, r["wall_s"], per_step),
+            )
+        )
     return out
 
 
@@ -340,7 +388,9 @@ def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "--serve-bare":
         serve_bare(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
         return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--streams", type=int, default=200)
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--workers", type=int, default=1)
@@ -348,35 +398,49 @@ def main() -> None:
     ap.add_argument("--profile", default="default", help="profile of the accuracy run")
     ap.add_argument("--skip-baseline", action="store_true")
     args = ap.parse_args()
-    print(f"commit {code_version()}; host: {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    print(
+        f"commit {code_version()}; host: {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}"
+    )
     step_ns = args.step_us * 1000
     target = args.streams * 1e9 / step_ns
     rows = [("sim", args.workers, throughput(args.streams, args.tokens, args.workers, step_ns))]
     if not args.skip_baseline:
         rows.append(("baseline", 1, baseline(args.streams, args.tokens, step_ns)))
     ref = rows[-1][2]["events_per_cpu_s"]
-    print(f"\nthroughput: {args.streams} streams x {args.tokens} tokens, one event per "
-          f"{args.step_us} us step (model rate {target:,.0f} events/s); raw-socket client in "
-          "another process; cpu = the server's user + system seconds")
-    print(f"{'server':>9} {'workers':>7} {'events':>8} {'wall s':>7} {'cpu s':>6} {'events/s':>9} "
-          f"{'ev/cpu-s':>9} {'vs base':>8}")
+    print(
+        f"\nthroughput: {args.streams} streams x {args.tokens} tokens, one event per "
+        f"{args.step_us} us step (model rate {target:,.0f} events/s); raw-socket client in "
+        "another process; cpu = the server's user + system seconds"
+    )
+    print(
+        f"{'server':>9} {'workers':>7} {'events':>8} {'wall s':>7} {'cpu s':>6} {'events/s':>9} "
+        f"{'ev/cpu-s':>9} {'vs base':>8}"
+    )
     for name, w, r in rows:
-        print(f"{name:>9} {w:>7} {r['events']:>8.0f} {r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} "
-              f"{r['events_per_s']:>9,.0f} {r['events_per_cpu_s']:>9,.0f} "
-              f"{r['events_per_cpu_s'] / ref:>8.2f}")
+        print(
+            f"{name:>9} {w:>7} {r['events']:>8.0f} {r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} "
+            f"{r['events_per_s']:>9,.0f} {r['events_per_cpu_s']:>9,.0f} "
+            f"{r['events_per_cpu_s'] / ref:>8.2f}"
+        )
     acc = accuracy(args.streams, min(args.tokens, 200), args.profile, args.workers)
-    print(f"\nschedule accuracy: {args.profile} profile, {args.streams} concurrent streams; "
-          "lag = monotonic_ns() after the write - the step's deadline; first = the first write "
-          "of a step (wake-up); spread = last - first write of a step; us/write = median of "
-          "spread / (writes in the step - 1); baseline = bare writer")
+    print(
+        f"\nschedule accuracy: {args.profile} profile, {args.streams} concurrent streams; "
+        "lag = monotonic_ns() after the write - the step's deadline; first = the first write "
+        "of a step (wake-up); spread = last - first write of a step; us/write = median of "
+        "spread / (writes in the step - 1); baseline = bare writer"
+    )
     ref = acc[-1][1]["p99_us"]
-    print(f"{'server':<28}{'writes':>8}{'p50 us':>8}{'p99 us':>8}{'max us':>8}{'first p99':>10}"
-          f"{'spread p99':>11}{'us/write':>9}{'p99/base':>9}{'p99/1ms':>8}")
+    print(
+        f"{'server':<28}{'writes':>8}{'p50 us':>8}{'p99 us':>8}{'max us':>8}{'first p99':>10}"
+        f"{'spread p99':>11}{'us/write':>9}{'p99/base':>9}{'p99/1ms':>8}"
+    )
     for name, a in acc:
-        print(f"{name:<28}{a['writes']:>8.0f}{a['p50_us']:>8.0f}{a['p99_us']:>8.0f}"
-              f"{a['max_us']:>8.0f}{a['first_p99_us']:>10.0f}{a['spread_p99_us']:>11.0f}"
-              f"{a['write_us']:>9.1f}"
-              f"{a['p99_us'] / ref:>9.2f}{a['p99_us'] / 1000:>8.2f}")
+        print(
+            f"{name:<28}{a['writes']:>8.0f}{a['p50_us']:>8.0f}{a['p99_us']:>8.0f}"
+            f"{a['max_us']:>8.0f}{a['first_p99_us']:>10.0f}{a['spread_p99_us']:>11.0f}"
+            f"{a['write_us']:>9.1f}"
+            f"{a['p99_us'] / ref:>9.2f}{a['p99_us'] / 1000:>8.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -58,9 +58,20 @@ sim = "mtp"
 
 def trace(path: Path, sessions: int = 6, turns: int = 5) -> Path:
     """Agent-like sessions: chained turns whose prompts grow, 1 s of tool time between."""
-    cols: dict[str, list[object]] = {k: [] for k in (
-        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "hash_ids", "api")}
+    cols: dict[str, list[object]] = {
+        k: []
+        for k in (
+            "session_id",
+            "request_index",
+            "parent_index",
+            "arrival_ns",
+            "think_ns",
+            "input_tokens",
+            "output_tokens",
+            "hash_ids",
+            "api",
+        )
+    }
     for s in range(sessions):
         n_in, t = 1200 + 100 * s, s * 500_000_000
         for r in range(turns):
@@ -98,9 +109,15 @@ def main() -> None:
         root = Path(tmp)
         tr = trace(root / "t.parquet", turns=args.turns)
         exp_file = root / "exp.toml"
-        exp_file.write_text(EXPERIMENT.format(
-            trace=tr, out=root / "sweep", speedup=args.speedup, duration=args.duration,
-            warmup="false" if args.no_warmup else "true"))
+        exp_file.write_text(
+            EXPERIMENT.format(
+                trace=tr,
+                out=root / "sweep",
+                speedup=args.speedup,
+                duration=args.duration,
+                warmup="false" if args.no_warmup else "true",
+            )
+        )
         t0 = time.monotonic()
         res = run_sweep(load_experiment(exp_file))
         wall = time.monotonic() - t0
@@ -110,9 +127,13 @@ def main() -> None:
         replay = t.get("replay_s", 0.0)
         outside = wall - runs - warm
         out = {
-            "runs": len(res.rows), "complete": sum(r["status"] == "complete" for r in res.rows),
-            "wall_s": round(wall, 2), "runs_s": round(runs, 2), "replay_s": round(replay, 2),
-            "warmup_s": round(warm, 2), "server_start_s": round(t.get("server_start_s", 0.0), 2),
+            "runs": len(res.rows),
+            "complete": sum(r["status"] == "complete" for r in res.rows),
+            "wall_s": round(wall, 2),
+            "runs_s": round(runs, 2),
+            "replay_s": round(replay, 2),
+            "warmup_s": round(warm, 2),
+            "server_start_s": round(t.get("server_start_s", 0.0), 2),
             "outside_s": round(outside, 2),
             "outside_fraction": round(outside / wall, 4),
             "outside_replays_fraction": round((wall - replay - warm) / wall, 4),

@@ -88,8 +88,9 @@ class Page:
         self.server.server_close()
 
 
-def one(source: str, gpus: int, interval: float, seconds: float, folder: Path,
-        load: str | None = None) -> dict[str, Any]:
+def one(
+    source: str, gpus: int, interval: float, seconds: float, folder: Path, load: str | None = None
+) -> dict[str, Any]:
     from agent_replay.analysis.gpu_energy import summarize
     from agent_replay.engines.telemetry import Source, TelemetryProcess
     from agent_replay.engines.telemetry.fake import FakeNvml
@@ -130,12 +131,18 @@ def one(source: str, gpus: int, interval: float, seconds: float, folder: Path,
             loader.wait(timeout=30)
     outside = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / seconds
     table = pq.read_table(out)
-    row: dict[str, Any] = {"source": source, "gpus": len(info["gpus"]), "interval_s": interval,
-                           "seconds": seconds, "rows": table.num_rows, **info["cost"],
-                           "cpu_percent_outside": round(100 * outside, 3),
-                           "start_to_stop_s": round(time.monotonic() - t_start, 2),
-                           "gpu_names": sorted({g["name"] for g in info["gpus"]}),
-                           "load": bool(loader)}
+    row: dict[str, Any] = {
+        "source": source,
+        "gpus": len(info["gpus"]),
+        "interval_s": interval,
+        "seconds": seconds,
+        "rows": table.num_rows,
+        **info["cost"],
+        "cpu_percent_outside": round(100 * outside, 3),
+        "start_to_stop_s": round(time.monotonic() - t_start, 2),
+        "gpu_names": sorted({g["name"] for g in info["gpus"]}),
+        "load": bool(loader),
+    }
     ts = table.column("t_ns").to_pylist()
     if source != "dcgm" and len(ts) > 2:
         g = summarize(table, (min(ts), max(ts)), output_tokens=0, requests_ok=0)
@@ -154,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write every row here")
-    ap.add_argument("--load", default=None, metavar="CMD",
-                    help="a shell command run beside each 'real' round (e.g. a GPU load), "
-                    "killed when the round ends")
+    ap.add_argument(
+        "--load",
+        default=None,
+        metavar="CMD",
+        help="a shell command run beside each 'real' round (e.g. a GPU load), "
+        "killed when the round ends",
+    )
     args = ap.parse_args(argv)
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
     bad = [s for s in sources if s not in ("fake", "real", "dcgm")]
@@ -166,17 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
-            order = sources[r % len(sources):] + sources[:r % len(sources)]
+            order = sources[r % len(sources) :] + sources[: r % len(sources)]
             for s in order:
                 row = one(s, args.gpus, args.interval, args.seconds, Path(tmp), args.load)
                 row["round"] = r
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-    print(f"# GPU telemetry sampler cost ({platform.node()}, {psutil.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}; {args.seconds:g} s per round, "
-          f"interval {args.interval:g} s)\n")
-    print("| source | GPUs | rounds | reads/s | CPU % of a core (own / outside) | read ms mean "
-          "(max) | missed ticks | energy counter vs power |")
+    print(
+        f"# GPU telemetry sampler cost ({platform.node()}, {psutil.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}; {args.seconds:g} s per round, "
+        f"interval {args.interval:g} s)\n"
+    )
+    print(
+        "| source | GPUs | rounds | reads/s | CPU % of a core (own / outside) | read ms mean "
+        "(max) | missed ticks | energy counter vs power |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for s in sources:
         got = [x for x in rows if x["source"] == s and "off" not in x]
@@ -189,11 +204,14 @@ def main(argv: list[str] | None = None) -> int:
             return statistics.median(x[key] for x in got)
 
         diffs = [x.get("energy_diff_pct") for x in got if x.get("energy_diff_pct") is not None]
-        print(f"| {s} | {got[0]['gpus']} | {len(got)} | {med('samples_per_s'):.2f} | "
-              f"{med('cpu_percent'):.2f} / {med('cpu_percent_outside'):.2f} | "
-              f"{med('read_ms_mean'):.3f} ({max(x['read_ms_max'] for x in got):.3f}) | "
-              f"{sum(x['missed_ticks'] for x in got)} | "
-              + (f"{statistics.median(diffs):+.2f}% (median)" if diffs else "-") + " |")
+        print(
+            f"| {s} | {got[0]['gpus']} | {len(got)} | {med('samples_per_s'):.2f} | "
+            f"{med('cpu_percent'):.2f} / {med('cpu_percent_outside'):.2f} | "
+            f"{med('read_ms_mean'):.3f} ({max(x['read_ms_max'] for x in got):.3f}) | "
+            f"{sum(x['missed_ticks'] for x in got)} | "
+            + (f"{statistics.median(diffs):+.2f}% (median)" if diffs else "-")
+            + " |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

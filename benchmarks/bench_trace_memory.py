@@ -43,13 +43,19 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def measure(args: list[str], kill_gib: float, timeout: float,
-            watch: object = None) -> dict[str, object]:
+def measure(
+    args: list[str], kill_gib: float, timeout: float, watch: object = None
+) -> dict[str, object]:
     """Run ``agent-replay ARGS`` in a child: exit code, peak RSS (MiB), wall seconds, the
     last stderr line, and whether it was killed at the RSS cap or the timeout."""
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed: list[str] = []
     first: list[float] = []
     done = threading.Event()
@@ -78,29 +84,55 @@ def measure(args: list[str], kill_gib: float, timeout: float,
     done.set()
     g.join()
     lines = [x for x in err.splitlines() if x.strip()]
-    return {"rc": os.waitstatus_to_exitcode(status), "rss_mib": ru.ru_maxrss / 1024,
-            "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "killed": killed[0] if killed else "",
-            "first_request_s": first[0] if first else None,
-            "last": lines[-1][:120] if lines else ""}
+    return {
+        "rc": os.waitstatus_to_exitcode(status),
+        "rss_mib": ru.ru_maxrss / 1024,
+        "wall_s": wall,
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "killed": killed[0] if killed else "",
+        "first_request_s": first[0] if first else None,
+        "last": lines[-1][:120] if lines else "",
+    }
 
 
 def synth(work: Path, requests: int) -> Path:
     sessions = max(1, round(requests * SESSIONS_PER_REQUEST))
     path = work / f"synth-{sessions}.parquet"
     if not path.exists():
-        subprocess.run([sys.executable, "-m", "agent_replay", "traces", "synth", "-o", str(path),
-                        "--sessions", str(sessions), "--seed", "1"], cwd=ROOT, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "traces",
+                "synth",
+                "-o",
+                str(path),
+                "--sessions",
+                str(sessions),
+                "--seed",
+                "1",
+            ],
+            cwd=ROOT,
+            check=True,
+        )
     return path
 
 
 def subagent_trace(work: Path, n: int) -> Path:
     path = work / f"subagents-{n}.parquet"
     if not path.exists():
-        code = ("import sys; from pathlib import Path; "
-                "from tests.traces.bigtraces import write_subagent_session; "
-                "write_subagent_session(Path(sys.argv[1]), int(sys.argv[2]))")
-        subprocess.run([sys.executable, "-c", code, str(path), str(n)], cwd=ROOT, check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        code = (
+            "import sys; from pathlib import Path; "
+            "from tests.traces.bigtraces import write_subagent_session; "
+            "write_subagent_session(Path(sys.argv[1]), int(sys.argv[2]))"
+        )
+        subprocess.run(
+            [sys.executable, "-c", code, str(path), str(n)],
+            cwd=ROOT,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     return path
 
 
@@ -117,19 +149,38 @@ def _seen_requests(port: int) -> bool:
     except OSError:
         return False
     for line in text.splitlines():
-        counted = line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting{",
-                                   "vllm:request_success_total"))
+        counted = line.startswith(
+            (
+                "vllm:num_requests_running",
+                "vllm:num_requests_waiting{",
+                "vllm:request_success_total",
+            )
+        )
         if counted and float(line.rsplit(" ", 1)[1]) > 0:
             return True
     return False
 
 
-def run_against_sim(trace: Path, work: Path, duration: float, kill_gib: float,
-                    timeout: float) -> dict[str, object]:
+def run_against_sim(
+    trace: Path, work: Path, duration: float, kill_gib: float, timeout: float
+) -> dict[str, object]:
     port = _free_port()
-    sim = subprocess.Popen([sys.executable, "-m", "agent_replay", "engines", "sim", "--port",
-                            str(port), "--profile", "fast"], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sim = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "engines",
+            "sim",
+            "--port",
+            str(port),
+            "--profile",
+            "fast",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -138,10 +189,25 @@ def run_against_sim(trace: Path, work: Path, duration: float, kill_gib: float,
                 break
             except OSError:
                 time.sleep(0.2)
-        return measure(["run", str(trace), "--target", f"http://127.0.0.1:{port}",
-                        "--duration", f"{duration:g}", "--max-think", "0", "--no-progress",
-                        "-o", str(work / "run"), "--force"],
-                       kill_gib, timeout, watch=lambda: _seen_requests(port))
+        return measure(
+            [
+                "run",
+                str(trace),
+                "--target",
+                f"http://127.0.0.1:{port}",
+                "--duration",
+                f"{duration:g}",
+                "--max-think",
+                "0",
+                "--no-progress",
+                "-o",
+                str(work / "run"),
+                "--force",
+            ],
+            kill_gib,
+            timeout,
+            watch=lambda: _seen_requests(port),
+        )
     finally:
         sim.terminate()
         sim.wait(30)
@@ -160,27 +226,38 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    print("| command | exit | peak RSS MiB | wall s | CPU s | first request s | killed | last line |")
+    print(
+        "| command | exit | peak RSS MiB | wall s | CPU s | first request s | killed | last line |"
+    )
     print("|---|---|---|---|---|---|---|---|", flush=True)
 
     def row(name: str, r: dict[str, object]) -> None:
         fr = r["first_request_s"]
-        print(f"| {name} | {r['rc']} | {r['rss_mib']:.0f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
-              f"{'-' if fr is None else f'{fr:.1f}'} | {r['killed'] or '-'} | "
-              f"{str(r['last']).replace('|', '/')} |", flush=True)
+        print(
+            f"| {name} | {r['rc']} | {r['rss_mib']:.0f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+            f"{'-' if fr is None else f'{fr:.1f}'} | {r['killed'] or '-'} | "
+            f"{str(r['last']).replace('|', '/')} |",
+            flush=True,
+        )
 
     if a.requests:
         trace = synth(work, a.requests)
         if not a.skip_inspect:
-            row(f"inspect {trace.name}", measure(["traces", "inspect", str(trace)], a.kill_gib,
-                                                 a.timeout))
+            row(
+                f"inspect {trace.name}",
+                measure(["traces", "inspect", str(trace)], a.kill_gib, a.timeout),
+            )
         if not a.skip_run:
-            row(f"run --duration {a.duration:g} {trace.name}",
-                run_against_sim(trace, work, a.duration, a.kill_gib, a.timeout))
+            row(
+                f"run --duration {a.duration:g} {trace.name}",
+                run_against_sim(trace, work, a.duration, a.kill_gib, a.timeout),
+            )
     if a.subagents:
         trace = subagent_trace(work, a.subagents)
-        row(f"inspect {trace.name}", measure(["traces", "inspect", str(trace)], a.kill_gib,
-                                             a.timeout))
+        row(
+            f"inspect {trace.name}",
+            measure(["traces", "inspect", str(trace)], a.kill_gib, a.timeout),
+        )
 
 
 if __name__ == "__main__":

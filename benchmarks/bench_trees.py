@@ -34,8 +34,17 @@ from agent_replay.traces.schema import TraceMeta
 
 PER_SESSION = 10
 TREE = [  # (agent, depends_on) of one session's requests, in arrival order
-    ("main", []), ("x", [0]), ("y", [0]), ("x", [1]), ("y", [2]), ("x", [3]), ("y", [4]),
-    ("main", [0, 5, 6]), ("main", [7]), ("main", [8])]
+    ("main", []),
+    ("x", [0]),
+    ("y", [0]),
+    ("x", [1]),
+    ("y", [2]),
+    ("x", [3]),
+    ("y", [4]),
+    ("main", [0, 5, 6]),
+    ("main", [7]),
+    ("main", [8]),
+]
 TREE_PARENT = [-1, -1, -1, 1, 2, 3, 4, 0, 7, 8]  # prefix parents: each stream extends itself
 
 
@@ -57,13 +66,19 @@ def make_trace(path: Path, n: int, tree: bool) -> Path:
                 deps.append([i - 1] if i else [])
                 parent.append(i - 1)
     m = len(sid)
-    table = pa.table({
-        "session_id": sid, "request_index": pa.array(idx, pa.int32()),
-        "parent_index": pa.array(parent, pa.int32()), "arrival_ns": pa.array(arrival, pa.int64()),
-        "input_tokens": pa.array([32] * m, pa.int32()), "output_tokens": pa.array([2] * m, pa.int32()),
-        "hash_ids": pa.array([[k * 2, k * 2 + 1] for k in range(m)], pa.list_(pa.int64())),
-        "agent_id": pa.array(agent, pa.string()), "depends_on": pa.array(deps, pa.list_(pa.int32())),
-    })
+    table = pa.table(
+        {
+            "session_id": sid,
+            "request_index": pa.array(idx, pa.int32()),
+            "parent_index": pa.array(parent, pa.int32()),
+            "arrival_ns": pa.array(arrival, pa.int64()),
+            "input_tokens": pa.array([32] * m, pa.int32()),
+            "output_tokens": pa.array([2] * m, pa.int32()),
+            "hash_ids": pa.array([[k * 2, k * 2 + 1] for k in range(m)], pa.list_(pa.int64())),
+            "agent_id": pa.array(agent, pa.string()),
+            "depends_on": pa.array(deps, pa.list_(pa.int32())),
+        }
+    )
     return write_trace(table, path, TraceMeta(block_size=16), force=True)
 
 
@@ -73,12 +88,28 @@ def measure(trace: Path, sim_url: str, out: Path, concurrency: int) -> dict[str,
     plan = build_plan(table, meta.block_size, PlanOptions())
     plan_s = time.process_time() - c0
     n = plan.n_requests
-    s = run(RunConfig(trace=str(trace), target=sim_url, output=str(out), force=True, salt=0,
-                      timing="max-rate", concurrency=concurrency, scrape_interval_s=0,
-                      progress=False), progress=None)
+    s = run(
+        RunConfig(
+            trace=str(trace),
+            target=sim_url,
+            output=str(out),
+            force=True,
+            salt=0,
+            timing="max-rate",
+            concurrency=concurrency,
+            scrape_interval_s=0,
+            progress=False,
+        ),
+        progress=None,
+    )
     cpu = sum(w.cpu_run_s for w in s.workers)
-    return {"requests": n, "ok": s.ok, "plan_us_per_request": plan_s / n * 1e6,
-            "replay_us_per_request": cpu / n * 1e6, "wall_s": s.wall_s}
+    return {
+        "requests": n,
+        "ok": s.ok,
+        "plan_us_per_request": plan_s / n * 1e6,
+        "replay_us_per_request": cpu / n * 1e6,
+        "wall_s": s.wall_s,
+    }
 
 
 def main() -> int:
@@ -94,15 +125,23 @@ def main() -> int:
             trace = make_trace(d / f"{name}.parquet", a.requests, tree)
             rows[name] = measure(trace, sim.url, d / f"{name}-res", a.concurrency)
             print(name, json.dumps(rows[name]), flush=True)
-    ratio = {k: rows["tree"][k] / rows["chain"][k] for k in ("plan_us_per_request", "replay_us_per_request")}
-    total = ((rows["tree"]["plan_us_per_request"] + rows["tree"]["replay_us_per_request"])
-             / (rows["chain"]["plan_us_per_request"] + rows["chain"]["replay_us_per_request"]))
+    ratio = {
+        k: rows["tree"][k] / rows["chain"][k]
+        for k in ("plan_us_per_request", "replay_us_per_request")
+    }
+    total = (rows["tree"]["plan_us_per_request"] + rows["tree"]["replay_us_per_request"]) / (
+        rows["chain"]["plan_us_per_request"] + rows["chain"]["replay_us_per_request"]
+    )
     print(f"{'':8}{'requests':>10}{'plan us/req':>14}{'replay us/req':>15}{'wall s':>9}")
     for name, r in rows.items():
-        print(f"{name:8}{int(r['requests']):>10}{r['plan_us_per_request']:>14.1f}"
-              f"{r['replay_us_per_request']:>15.1f}{r['wall_s']:>9.1f}")
-    print(f"tree / chain: plan {ratio['plan_us_per_request']:.3f}, replay "
-          f"{ratio['replay_us_per_request']:.3f}, total {total:.3f} (target <= 1.10)")
+        print(
+            f"{name:8}{int(r['requests']):>10}{r['plan_us_per_request']:>14.1f}"
+            f"{r['replay_us_per_request']:>15.1f}{r['wall_s']:>9.1f}"
+        )
+    print(
+        f"tree / chain: plan {ratio['plan_us_per_request']:.3f}, replay "
+        f"{ratio['replay_us_per_request']:.3f}, total {total:.3f} (target <= 1.10)"
+    )
     if a.out:
         a.out.write_text(json.dumps({"rows": rows, "ratio": ratio, "total_ratio": total}, indent=2))
     return 0

@@ -38,18 +38,27 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         model = make_tiny_model(tmp / "tiny", arch="llama")
-        server = conftest.start_server("dedicated-decode", python, model, tmp / "vllm.log",
-                                       extra=conftest.DEDICATED_ON_CPU)
+        server = conftest.start_server(
+            "dedicated-decode", python, model, tmp / "vllm.log", extra=conftest.DEDICATED_ON_CPU
+        )
         try:
             assert server.pid is not None
             engine = psutil.Process(server.pid).children(recursive=True)[-1]
-            body = json.dumps({"model": conftest.SERVED_NAME, "prompt": list(range(10, 266)),
-                               "max_tokens": 64, "ignore_eos": True, "temperature": 0}).encode()
+            body = json.dumps(
+                {
+                    "model": conftest.SERVED_NAME,
+                    "prompt": list(range(10, 266)),
+                    "max_tokens": 64,
+                    "ignore_eos": True,
+                    "temperature": 0,
+                }
+            ).encode()
 
             def one() -> float:
                 t = time.monotonic()
-                req = urllib.request.Request(server.url + "/v1/completions", body,
-                                             {"Content-Type": "application/json"})
+                req = urllib.request.Request(
+                    server.url + "/v1/completions", body, {"Content-Type": "application/json"}
+                )
                 with urllib.request.urlopen(req) as resp:
                     resp.read()
                 return time.monotonic() - t

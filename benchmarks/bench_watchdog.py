@@ -53,7 +53,10 @@ async def main() -> None:
     wd = Watchdog.of(loop)
     if not wd.active:
         raise SystemExit("the watchdog runs on uvloop only: install uvloop")
-    for label, busy in (("every stream read since the last check", True), ("no stream read (idle)", False)):
+    for label, busy in (
+        ("every stream read since the last check", True),
+        ("no stream read (idle)", False),
+    ):
         spent = 0.0
         for _ in range(CHECKS):
             if busy:

@@ -58,9 +58,15 @@ def probe(root: Path, args: list[str], cap: int, timeout: float) -> tuple[str, .
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "agent_replay", *args], cwd=root,
-                         env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, preexec_fn=limit)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit,
+    )
     timer = threading.Timer(timeout, p.kill)
     timer.start()
     assert p.stderr is not None
@@ -90,10 +96,18 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     cap = int(a.cap_gib * (1 << 30))
     # made in a child: a child's peak RSS starts at its parent's when forked
-    subprocess.run([sys.executable, "-c", MAKE, str(work)], cwd=HERE, check=True,
-                   env={**os.environ, "PYTHONPATH": str(HERE)})
-    files = {"string": work / "string.parquet", "long-name": work / "name.parquet",
-             "list": work / "list.parquet", "nan": work / "nan.parquet"}
+    subprocess.run(
+        [sys.executable, "-c", MAKE, str(work)],
+        cwd=HERE,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+    )
+    files = {
+        "string": work / "string.parquet",
+        "long-name": work / "name.parquet",
+        "list": work / "list.parquet",
+        "nan": work / "nan.parquet",
+    }
     rows = work / "rows.parquet"
     sweeps = {
         "nested": SWEEP.replace("[warmup]", "[run]\nx = " + "[" * 3000 + "]" * 3000 + "\n[warmup]"),
@@ -107,11 +121,36 @@ def main() -> None:
         kb = f.stat().st_size // 1024
         for cmd in (["traces", "validate"], ["traces", "inspect"]):
             probes.append((f"{name} ({kb} KB) {cmd[1]}", [*cmd, str(f)]))
-        probes.append((f"{name} ({kb} KB) run", ["run", str(f), "--target", "http://127.0.0.1:9",
-                                                 "-o", str(work / f"r-{name}"), "--force"]))
-    probes.append((f"3M rows ({rows.stat().st_size >> 20} MB) run --max-sessions 1000",
-                   ["run", str(rows), "--target", "http://127.0.0.1:9", "--max-sessions", "1000",
-                    "-o", str(work / "r-rows"), "--force"]))
+        probes.append(
+            (
+                f"{name} ({kb} KB) run",
+                [
+                    "run",
+                    str(f),
+                    "--target",
+                    "http://127.0.0.1:9",
+                    "-o",
+                    str(work / f"r-{name}"),
+                    "--force",
+                ],
+            )
+        )
+    probes.append(
+        (
+            f"3M rows ({rows.stat().st_size >> 20} MB) run --max-sessions 1000",
+            [
+                "run",
+                str(rows),
+                "--target",
+                "http://127.0.0.1:9",
+                "--max-sessions",
+                "1000",
+                "-o",
+                str(work / "r-rows"),
+                "--force",
+            ],
+        )
+    )
     for name, text in sweeps.items():
         (work / f"{name}.toml").write_text(text)
         probes.append((f"sweep {name}", ["sweep", str(work / f"{name}.toml"), "--force"]))

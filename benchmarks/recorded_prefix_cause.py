@@ -61,7 +61,8 @@ def new_rule(ids: list[list[int]], inputs: np.ndarray) -> np.ndarray:
 def main() -> None:
     base = sys.argv[1]
     spec = importlib.util.spec_from_file_location(
-        "bench", ROOT / "benchmarks" / "bench_recorded_prefix.py")
+        "bench", ROOT / "benchmarks" / "bench_recorded_prefix.py"
+    )
     assert spec is not None and spec.loader is not None
     bench: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -69,12 +70,22 @@ def main() -> None:
     trace = asyncio.run(bench.record("mini", bench.program("mini"), tmp, 4, BS))
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
     rows = [r for r in rows if r["error"] is None]
-    (tmp / "rows.json").write_text(json.dumps(
-        [{k: r[k] for k in ("api", "content", "input_tokens", "arrival_ns", "end_ns")}
-         for r in rows]))
-    done = subprocess.run([sys.executable, "-c", OLD_HASHER, str(tmp / "rows.json"), str(BS)],
-                          env={"PYTHONPATH": base}, cwd=base, capture_output=True, text=True,
-                          check=True)
+    (tmp / "rows.json").write_text(
+        json.dumps(
+            [
+                {k: r[k] for k in ("api", "content", "input_tokens", "arrival_ns", "end_ns")}
+                for r in rows
+            ]
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_HASHER, str(tmp / "rows.json"), str(BS)],
+        env={"PYTHONPATH": base},
+        cwd=base,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     old_ids = json.loads(done.stdout)
     new_ids = [r["hash_ids"] for r in rows]
     inputs = np.array([r["input_tokens"] for r in rows])
@@ -84,11 +95,14 @@ def main() -> None:
     for name, ids in (("recorder before", old_ids), ("recorder after", new_ids)):
         for rule, f in (("matched blocks", old_rule), ("server blocks", new_rule)):
             print(f"{name}, counted in {rule}: {f(ids, inputs).sum() / total:.1%}")
-    print("input | server cached | before, matched blocks | after, server blocks | "
-          f"previous input % {BS}")
+    print(
+        "input | server cached | before, matched blocks | after, server blocks | "
+        f"previous input % {BS}"
+    )
     prev: int | None = None
-    for r, s, a, b in zip(rows, server, old_rule(old_ids, inputs), new_rule(new_ids, inputs),
-                          strict=True):
+    for r, s, a, b in zip(
+        rows, server, old_rule(old_ids, inputs), new_rule(new_ids, inputs), strict=True
+    ):
         print(r["input_tokens"], s, a, b, "-" if prev is None else prev % BS, sep=" | ")
         prev = r["input_tokens"]
 

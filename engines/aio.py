@@ -34,8 +34,12 @@ def new_event_loop(kind: str = "uvloop") -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def run(main: Coroutine[Any, Any, T], kind: str = "uvloop", *,
-        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> T:
+def run(
+    main: Coroutine[Any, Any, T],
+    kind: str = "uvloop",
+    *,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
     """``asyncio.run(main)`` on a fresh loop of ``kind`` (or from ``loop_factory``): Ctrl-C
     cancels ``main`` (Python 3.11+), tasks left running are cancelled, the loop is closed."""
     if loop_factory is None:

@@ -87,12 +87,27 @@ def realtime_offset_ns(samples: int = 5) -> int:
 class StampedTransport:
     """One connected TCP socket, read with ``recvmsg`` for the kernel's receive time."""
 
-    __slots__ = ("__weakref__", "_closing", "_fd", "_loop", "_lost", "_offset", "_out",
-                 "_protocol", "_reading", "_received", "_recvmsg", "_sock", "_watchdog",
-                 "_write_paused", "reads")
+    __slots__ = (
+        "__weakref__",
+        "_closing",
+        "_fd",
+        "_loop",
+        "_lost",
+        "_offset",
+        "_out",
+        "_protocol",
+        "_reading",
+        "_received",
+        "_recvmsg",
+        "_sock",
+        "_watchdog",
+        "_write_paused",
+        "reads",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                 protocol: StampedProtocol) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: StampedProtocol
+    ) -> None:
         self._loop = loop
         self._sock = sock
         self._fd = sock.fileno()
@@ -254,8 +269,9 @@ class Watchdog:
     nearly all of them, and polling every descriptor cost ~2% of the client's CPU at 256
     streams)."""
 
-    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watchdog] = \
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watchdog] = (
         weakref.WeakKeyDictionary()
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop

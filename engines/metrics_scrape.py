@@ -26,8 +26,9 @@ from agent_replay.results_schema import SERVER_METRICS_SCHEMA
 DEFAULT_PREFIXES = ("vllm:",)
 
 
-def parse_metrics(text: str, t_ns: int, prefixes: Iterable[str] | None = DEFAULT_PREFIXES
-                  ) -> list[tuple[int, str, str, float]]:
+def parse_metrics(
+    text: str, t_ns: int, prefixes: Iterable[str] | None = DEFAULT_PREFIXES
+) -> list[tuple[int, str, str, float]]:
     """``(t_ns, sample name, labels JSON, value)`` for every sample whose name starts with
     one of ``prefixes`` (``None``: all). ``*_created`` samples (creation timestamps) are
     dropped. Raises ``ProtocolError`` on text the Prometheus parser rejects."""
@@ -50,9 +51,10 @@ def parse_metrics(text: str, t_ns: int, prefixes: Iterable[str] | None = DEFAULT
 
 def rows_to_table(rows: list[tuple[int, str, str, float]]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in
-                                 zip(cols, SERVER_METRICS_SCHEMA, strict=True)],
-                                schema=SERVER_METRICS_SCHEMA)
+    return pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(cols, SERVER_METRICS_SCHEMA, strict=True)],
+        schema=SERVER_METRICS_SCHEMA,
+    )
 
 
 def metrics_url(base_url: str) -> str:
@@ -63,11 +65,16 @@ def metrics_url(base_url: str) -> str:
 class Scraper:
     """Scrape ``{base_url}/metrics`` every ``interval_s`` between ``start()`` and ``stop()``."""
 
-    def __init__(self, base_url: str, interval_s: float = 1.0,
-                 clock_ns: Callable[[], int] = time.monotonic_ns, *,
-                 prefixes: Iterable[str] | None = DEFAULT_PREFIXES,
-                 timeout_s: float = 5.0,
-                 on_scrape: Callable[[list[tuple[int, str, str, float]]], None] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        interval_s: float = 1.0,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        *,
+        prefixes: Iterable[str] | None = DEFAULT_PREFIXES,
+        timeout_s: float = 5.0,
+        on_scrape: Callable[[list[tuple[int, str, str, float]]], None] | None = None,
+    ) -> None:
         """``on_scrape``: called with the rows of each successful scrape (e.g. to show the
         newest values live)."""
         if interval_s <= 0:
@@ -89,8 +96,7 @@ class Scraper:
         """Take the baseline scrape, then keep scraping in the background."""
         if self._session is not None:
             raise RuntimeError("already started")
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         await self.scrape_once()
         self._task = asyncio.create_task(self._loop())
 

@@ -141,7 +141,9 @@ class TokenPrompts:
         bs = self.block_size
         need = -(-input_tokens // bs)
         if need > len(hash_ids):
-            raise ValueError(f"{input_tokens} tokens need {need} blocks of {bs}, got {len(hash_ids)} hash ids")
+            raise ValueError(
+                f"{input_tokens} tokens need {need} blocks of {bs}, got {len(hash_ids)} hash ids"
+            )
         if need == 0:
             return np.zeros(0, dtype=np.int64)
         full = input_tokens // bs
@@ -150,11 +152,12 @@ class TokenPrompts:
         parts += self.blocks(hash_ids[k:need], clone)
         out = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
         if full > k and full >= 2:
-            self._keep_prefix(out[:full * bs].copy(), hash_ids[full - 1], full, clone)
+            self._keep_prefix(out[: full * bs].copy(), hash_ids[full - 1], full, clone)
         return out[:input_tokens]
 
-    def _longest_prefix(self, hash_ids: Sequence[int], full: int, clone: int
-                        ) -> tuple[int, np.ndarray | None]:
+    def _longest_prefix(
+        self, hash_ids: Sequence[int], full: int, clone: int
+    ) -> tuple[int, np.ndarray | None]:
         """(k, the first k blocks joined) for the longest joined prefix held of at most
         ``full`` blocks; (0, None) when none is held."""
         for k in range(full, 0, -1):
@@ -179,8 +182,32 @@ class TokenPrompts:
 
 # --- text prompts -------------------------------------------------------------------
 
-_SYLLABLES = ("ka", "lo", "mi", "ne", "su", "ta", "vi", "ro", "de", "fa", "gu", "po", "zi", "be",
-              "ch", "an", "or", "el", "is", "um", "qu", "ny", "ex", "ho")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "su",
+    "ta",
+    "vi",
+    "ro",
+    "de",
+    "fa",
+    "gu",
+    "po",
+    "zi",
+    "be",
+    "ch",
+    "an",
+    "or",
+    "el",
+    "is",
+    "um",
+    "qu",
+    "ny",
+    "ex",
+    "ho",
+)
 
 
 def _word(v: int) -> str:
@@ -228,8 +255,14 @@ Counter = Callable[[str], Awaitable[int]]
 class _Fit:
     """The search of ``fit_text``, its calls to the counter counted."""
 
-    def __init__(self, prefix: str, tail_words: Callable[[int], str], target: int,
-                 count: Counter, max_calls: int) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        tail_words: Callable[[int], str],
+        target: int,
+        count: Counter,
+        max_calls: int,
+    ) -> None:
         self.prefix, self.tail_words, self.target = prefix, tail_words, target
         self.count, self.max_calls = count, max_calls
         self.calls = 0
@@ -288,7 +321,9 @@ class _Fit:
         """Word granularity may step over the target: top up with one-character words,
         which are one token each in the tokenizers we know."""
         while c < self.target and self.calls < self.max_calls:
-            cand = (text + " a" * (self.target - c)) if text else " ".join(["a"] * (self.target - c))
+            cand = (
+                (text + " a" * (self.target - c)) if text else " ".join(["a"] * (self.target - c))
+            )
             cc = await self.measure(cand)
             if cc == self.target:
                 return cand, cc
@@ -323,7 +358,214 @@ async def fit_text(
 # --- block-aligned text prompts -----------------------------------------------------
 
 
-_COMMON = ["the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out", "day", "get", "has", "him", "his", "how", "man", "new", "now", "old", "see", "two", "way", "who", "boy", "did", "its", "let", "put", "say", "she", "too", "use", "time", "year", "work", "back", "call", "came", "come", "each", "even", "find", "from", "give", "good", "hand", "have", "here", "high", "just", "keep", "kind", "know", "last", "left", "life", "line", "long", "look", "made", "make", "many", "more", "most", "move", "much", "must", "name", "near", "need", "next", "only", "open", "over", "part", "play", "read", "same", "seem", "show", "side", "some", "such", "take", "tell", "than", "that", "them", "then", "they", "this", "turn", "very", "want", "well", "went", "were", "what", "when", "will", "with", "word", "also", "area", "away", "best", "body", "book", "both", "case", "city", "door", "down", "face", "fact", "feel", "form", "full", "game", "girl", "hear", "help", "home", "hour", "idea", "into", "king", "land", "late", "lead", "less", "live", "mind", "miss", "note", "page", "plan", "real", "rest", "road", "room", "rule", "run", "sea", "set", "sit", "six", "ten", "top", "try", "war", "yes", "yet", "act", "add", "age", "ago", "air", "arm", "ask", "bad", "bed", "big", "box", "bus", "buy", "car", "cut", "dog", "eat", "end", "eye", "far", "few", "fly", "fun", "god", "gun", "hot", "job", "key", "kid", "law", "lay", "leg", "lie", "lot", "low", "map", "mom", "net", "oil", "pay", "per", "red", "sun", "tax", "tea", "win"]
+_COMMON = [
+    "the",
+    "and",
+    "for",
+    "are",
+    "but",
+    "not",
+    "you",
+    "all",
+    "any",
+    "can",
+    "had",
+    "her",
+    "was",
+    "one",
+    "our",
+    "out",
+    "day",
+    "get",
+    "has",
+    "him",
+    "his",
+    "how",
+    "man",
+    "new",
+    "now",
+    "old",
+    "see",
+    "two",
+    "way",
+    "who",
+    "boy",
+    "did",
+    "its",
+    "let",
+    "put",
+    "say",
+    "she",
+    "too",
+    "use",
+    "time",
+    "year",
+    "work",
+    "back",
+    "call",
+    "came",
+    "come",
+    "each",
+    "even",
+    "find",
+    "from",
+    "give",
+    "good",
+    "hand",
+    "have",
+    "here",
+    "high",
+    "just",
+    "keep",
+    "kind",
+    "know",
+    "last",
+    "left",
+    "life",
+    "line",
+    "long",
+    "look",
+    "made",
+    "make",
+    "many",
+    "more",
+    "most",
+    "move",
+    "much",
+    "must",
+    "name",
+    "near",
+    "need",
+    "next",
+    "only",
+    "open",
+    "over",
+    "part",
+    "play",
+    "read",
+    "same",
+    "seem",
+    "show",
+    "side",
+    "some",
+    "such",
+    "take",
+    "tell",
+    "than",
+    "that",
+    "them",
+    "then",
+    "they",
+    "this",
+    "turn",
+    "very",
+    "want",
+    "well",
+    "went",
+    "were",
+    "what",
+    "when",
+    "will",
+    "with",
+    "word",
+    "also",
+    "area",
+    "away",
+    "best",
+    "body",
+    "book",
+    "both",
+    "case",
+    "city",
+    "door",
+    "down",
+    "face",
+    "fact",
+    "feel",
+    "form",
+    "full",
+    "game",
+    "girl",
+    "hear",
+    "help",
+    "home",
+    "hour",
+    "idea",
+    "into",
+    "king",
+    "land",
+    "late",
+    "lead",
+    "less",
+    "live",
+    "mind",
+    "miss",
+    "note",
+    "page",
+    "plan",
+    "real",
+    "rest",
+    "road",
+    "room",
+    "rule",
+    "run",
+    "sea",
+    "set",
+    "sit",
+    "six",
+    "ten",
+    "top",
+    "try",
+    "war",
+    "yes",
+    "yet",
+    "act",
+    "add",
+    "age",
+    "ago",
+    "air",
+    "arm",
+    "ask",
+    "bad",
+    "bed",
+    "big",
+    "box",
+    "bus",
+    "buy",
+    "car",
+    "cut",
+    "dog",
+    "eat",
+    "end",
+    "eye",
+    "far",
+    "few",
+    "fly",
+    "fun",
+    "god",
+    "gun",
+    "hot",
+    "job",
+    "key",
+    "kid",
+    "law",
+    "lay",
+    "leg",
+    "lie",
+    "lot",
+    "low",
+    "map",
+    "mom",
+    "net",
+    "oil",
+    "pay",
+    "per",
+    "red",
+    "sun",
+    "tax",
+    "tea",
+    "win",
+]
 
 
 def candidate_words(n: int, salt: int = 0) -> list[str]:
@@ -364,8 +606,16 @@ class AlignedText:
     is exact with no request-time call.
     """
 
-    def __init__(self, words: Sequence[str], *, head: int, overhead: int, block_size: int,
-                 salt: int = 0, cache_blocks: int = 8192) -> None:
+    def __init__(
+        self,
+        words: Sequence[str],
+        *,
+        head: int,
+        overhead: int,
+        block_size: int,
+        salt: int = 0,
+        cache_blocks: int = 8192,
+    ) -> None:
         if len(words) < 2:
             raise ValueError("need at least 2 one-token words")
         if not 0 <= head <= overhead:
@@ -439,8 +689,9 @@ class AlignedText:
         part = content - used if full < n_hash_ids else 0
         return full, part, content - used - part
 
-    def prompt(self, hash_ids: Sequence[int], input_tokens: int, clone: int, tail_key: int
-               ) -> str | None:
+    def prompt(
+        self, hash_ids: Sequence[int], input_tokens: int, clone: int, tail_key: int
+    ) -> str | None:
         """The user message's text, or None when ``input_tokens`` is below the template's
         own tokens."""
         lay = self.layout(len(hash_ids), input_tokens)

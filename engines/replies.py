@@ -37,8 +37,11 @@ def _content_text(content: Any) -> list[str]:
     out: list[str] = []
     if isinstance(content, list):
         for b in content:
-            if isinstance(b, dict) and b.get("type") in ("text", "output_text") \
-                    and isinstance(b.get("text"), str):
+            if (
+                isinstance(b, dict)
+                and b.get("type") in ("text", "output_text")
+                and isinstance(b.get("text"), str)
+            ):
                 out.append(b["text"])
     return out
 
@@ -88,8 +91,10 @@ def responses_output(output: Any) -> Reply | None:
     if not isinstance(output, list):
         return None
     items = [o for o in output if isinstance(o, dict)]
-    msgs = [{"role": "assistant", "content": o.get("content")} if o.get("type") == "message"
-            else o for o in items]
+    msgs = [
+        {"role": "assistant", "content": o.get("content")} if o.get("type") == "message" else o
+        for o in items
+    ]
     return reply_from_items(msgs)
 
 

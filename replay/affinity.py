@@ -39,7 +39,9 @@ def parse_cpu_list(text: str, what: str = "--cpus") -> list[int]:
             a = int(lo)
             b = int(hi) if sep else a
         except ValueError:
-            raise InputError(f"{what}: {part!r} is not a CPU number or range (like 2 or 4-7)") from None
+            raise InputError(
+                f"{what}: {part!r} is not a CPU number or range (like 2 or 4-7)"
+            ) from None
         if a < 0 or b < a:
             raise InputError(f"{what}: bad range {part!r}")
         out.extend(range(a, b + 1))
@@ -84,14 +86,17 @@ def worker_cpus(spec: str, n: int, sys_cpu: Path = _SYS_CPU) -> list[int]:
     if spec == "auto":
         cpus = one_per_core(allowed, sys_cpu)
         if len(cpus) < n:
-            raise InputError(f"--cpus auto: {n} workers but {len(cpus)} physical cores available "
-                             f"(CPUs {_fmt(allowed)}); use fewer workers or list CPUs")
+            raise InputError(
+                f"--cpus auto: {n} workers but {len(cpus)} physical cores available "
+                f"(CPUs {_fmt(allowed)}); use fewer workers or list CPUs"
+            )
     else:
         cpus = parse_cpu_list(spec)
         bad = [c for c in cpus if c not in allowed]
         if bad:
-            raise InputError(f"--cpus: CPU {bad[0]} is not available to this process "
-                             f"(allowed: {_fmt(allowed)})")
+            raise InputError(
+                f"--cpus: CPU {bad[0]} is not available to this process (allowed: {_fmt(allowed)})"
+            )
         if len(cpus) < n:
             raise InputError(f"--cpus lists {len(cpus)} CPUs for {n} workers")
     return cpus[:n]

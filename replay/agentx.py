@@ -82,10 +82,30 @@ from agent_replay.replay.validity import (
 from agent_replay.traces.importers.weka_chains import flat_owner, interval_waits
 from agent_replay.traces.tree import MAIN
 
-__all__ = ["DEFAULT_DURATION_S", "IDLE_CAP_NS", "MAX_OVERFLOW_FRACTION", "AgentXDriver", "LaneStart",
-           "Rule", "ValidityInput", "ValidityRules", "agentx_validity", "cache_bust", "capped_times",
-           "coverage_ratio", "first_play", "first_plays", "idle_warp", "is_overflow", "lane_seed",
-           "overflow_ends", "play_starts", "sample_t_star", "stream_rules", "warm_spread"]
+__all__ = [
+    "DEFAULT_DURATION_S",
+    "IDLE_CAP_NS",
+    "MAX_OVERFLOW_FRACTION",
+    "AgentXDriver",
+    "LaneStart",
+    "Rule",
+    "ValidityInput",
+    "ValidityRules",
+    "agentx_validity",
+    "cache_bust",
+    "capped_times",
+    "coverage_ratio",
+    "first_play",
+    "first_plays",
+    "idle_warp",
+    "is_overflow",
+    "lane_seed",
+    "overflow_ends",
+    "play_starts",
+    "sample_t_star",
+    "stream_rules",
+    "warm_spread",
+]
 
 IDLE_CAP_NS = 10_000_000_000
 """AIPerf's ``system_idle_gap_cap_seconds`` of both AgentX scenarios (10 s)."""
@@ -136,8 +156,7 @@ def capped_times(reqs: list[PlannedRequest], cap_ns: int | None) -> tuple[list[i
     offsets = [q.offset_ns - removed(q.offset_ns) for q in reqs]
     thinks = []
     for q in reqs:
-        ends = [reqs[d].offset_ns + svc for d in q.deps
-                if (svc := reqs[d].service_ns) is not None]
+        ends = [reqs[d].offset_ns + svc for d in q.deps if (svc := reqs[d].service_ns) is not None]
         if q.deps and len(ends) == len(q.deps):
             thinks.append(max(0, q.think_ns - (removed(q.offset_ns) - removed(max(ends)))))
         else:
@@ -201,7 +220,9 @@ def _replay_scopes(reqs: list[PlannedRequest]) -> dict[str, list[int]]:
     return scopes
 
 
-def branch_key(reqs: list[PlannedRequest], first: int, join: int | None) -> tuple[int, int | None, bool]:
+def branch_key(
+    reqs: list[PlannedRequest], first: int, join: int | None
+) -> tuple[int, int | None, bool]:
     """The branch of the agent whose first turn is ``first``: its spawning turn, its
     joining turn (None: background) and whether it is a flattened agent of the main agent.
     AIPerf groups subagents (``spawn:<agent>``, a subagent's own flattened agents in its
@@ -217,19 +238,42 @@ def overlaps_spawn(reqs: list[PlannedRequest], offsets: list[int], anchor: int, 
     ``api_time``, a branch whose start is before the turn's recorded end), each child at its
     offset from the turn's start."""
     svc = reqs[anchor].service_ns
-    return (reqs[anchor].agent_id or MAIN) == MAIN and svc is not None and svc > 0 \
+    return (
+        (reqs[anchor].agent_id or MAIN) == MAIN
+        and svc is not None
+        and svc > 0
         and start < offsets[anchor] + svc
+    )
 
 
-def _child_rule(reqs: list[PlannedRequest], offsets: list[int], p: int, start: int,
-                branch: tuple[int, ...], bar: tuple[int, ...]) -> Rule:
+def _child_rule(
+    reqs: list[PlannedRequest],
+    offsets: list[int],
+    p: int,
+    start: int,
+    branch: tuple[int, ...],
+    bar: tuple[int, ...],
+) -> Rule:
     """The rule of a subagent's first turn ``p``, its branch starting at ``start``."""
     anchor = max(reqs[p].deps)
     if overlaps_spawn(reqs, offsets, anchor, start):
-        return Rule("child", max(0, offsets[p] - offsets[anchor]), anchor=anchor,
-                    deps=tuple(reqs[p].deps), barrier=bar, branch=branch, at_send=True)
-    return Rule("child", max(0, offsets[p] - start), anchor=anchor, deps=tuple(reqs[p].deps),
-                barrier=bar, branch=branch)
+        return Rule(
+            "child",
+            max(0, offsets[p] - offsets[anchor]),
+            anchor=anchor,
+            deps=tuple(reqs[p].deps),
+            barrier=bar,
+            branch=branch,
+            at_send=True,
+        )
+    return Rule(
+        "child",
+        max(0, offsets[p] - start),
+        anchor=anchor,
+        deps=tuple(reqs[p].deps),
+        barrier=bar,
+        branch=branch,
+    )
 
 
 def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[int]) -> list[Rule]:
@@ -257,7 +301,9 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
         if not q.deps:
             out.append(Rule("root", 0, deps=deps, barrier=bar))
         elif own:
-            out.append(_stream_rule(reqs, p, max(own), len(own) == len(q.deps), offsets, thinks, bar))
+            out.append(
+                _stream_rule(reqs, p, max(own), len(own) == len(q.deps), offsets, thinks, bar)
+            )
         elif p == branches.first_of[q.agent_id]:
             out.append(branches.child_rule(reqs, p, offsets, bar))
         else:
@@ -265,8 +311,15 @@ def stream_rules(reqs: list[PlannedRequest], offsets: list[int], thinks: list[in
     return out
 
 
-def _stream_rule(reqs: list[PlannedRequest], p: int, prev: int, only_own: bool, offsets: list[int],
-                 thinks: list[int], bar: tuple[int, ...]) -> Rule:
+def _stream_rule(
+    reqs: list[PlannedRequest],
+    p: int,
+    prev: int,
+    only_own: bool,
+    offsets: list[int],
+    thinks: list[int],
+    bar: tuple[int, ...],
+) -> Rule:
     """The rule of a turn after ``prev``, its stream's previous turn: ``next`` when that is
     its only kind of dependency, else ``join`` (end-to-start, floored at 0)."""
     deps = tuple(reqs[p].deps)
@@ -305,8 +358,9 @@ class _Branches:
                 b.members.setdefault(key, []).append(p)
         return b
 
-    def child_rule(self, reqs: list[PlannedRequest], p: int, offsets: list[int],
-                   bar: tuple[int, ...]) -> Rule:
+    def child_rule(
+        self, reqs: list[PlannedRequest], p: int, offsets: list[int], bar: tuple[int, ...]
+    ) -> Rule:
         """A subagent's first turn, its branch's start and members from the table
         (``_child_rule``)."""
         key = self.branch_of[reqs[p].agent_id]
@@ -341,7 +395,9 @@ def overflow_ends(reqs: list[PlannedRequest], rules: list[Rule], p: int) -> set[
     first_of: dict[str, int] = {}
     for i, a in enumerate(agent):
         first_of.setdefault(a, i)
-    while spawned := [a for a, f in first_of.items() if f not in dead and _spawned_by(rules[f], ended, p)]:
+    while spawned := [
+        a for a, f in first_of.items() if f not in dead and _spawned_by(rules[f], ended, p)
+    ]:
         for a in spawned:
             stream = _turns_from(agent, first_of[a], a)
             dead |= stream
@@ -380,23 +436,33 @@ def _stream_due(r: Rule, ends: list[int | None], latest: int) -> int:
 def _play_rule(r: Rule, pos: dict[int, int]) -> Rule:
     """Rule ``r`` on a play's positions (``pos``: session position -> play position): the
     requests the play leaves out dropped."""
+
     def kept(ps: Sequence[int]) -> tuple[int, ...]:
         return tuple(pos[d] for d in ps if d in pos)
 
     anchor = None if r.anchor is None else pos.get(r.anchor)
-    return replace(r, prev=None if r.prev is None else pos.get(r.prev), anchor=anchor,
-                   deps=kept(r.deps), barrier=kept(r.barrier), branch=kept(r.branch),
-                   at_send=r.at_send and anchor is not None)
+    return replace(
+        r,
+        prev=None if r.prev is None else pos.get(r.prev),
+        anchor=anchor,
+        deps=kept(r.deps),
+        barrier=kept(r.barrier),
+        branch=kept(r.branch),
+        at_send=r.at_send and anchor is not None,
+    )
 
 
 def lane_seed(seed: int, session_id: str, lane: int) -> int:
     """AIPerf's per-(trace, lane) seed: the first 8 bytes of sha256(``"{seed}:{trace}:{lane}"``),
     big-endian."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{session_id}:{lane}".encode()).digest()[:8], "big")
+    return int.from_bytes(
+        hashlib.sha256(f"{seed}:{session_id}:{lane}".encode()).digest()[:8], "big"
+    )
 
 
-def sample_t_star(offsets: list[int], lo: float, hi: float, seed: int, session_id: str,
-                  lane: int) -> float:
+def sample_t_star(
+    offsets: list[int], lo: float, hi: float, seed: int, session_id: str, lane: int
+) -> float:
     """The start instant t* (ms on the session's clock) of lane ``lane``: uniform in
     [first + lo x span, first + hi x span] of the session's request offsets, drawn as AIPerf
     draws it (``numpy.random.default_rng(lane_seed(...)).uniform``, in milliseconds)."""
@@ -448,8 +514,13 @@ def warm_spread(leads_ns: list[int], cap_ns: int | None) -> list[int]:
     return [top - lead for lead in capped]
 
 
-def play_starts(reqs: list[PlannedRequest], keep: list[int], offsets: list[int], t_star_ns: int,
-                tree_idle_cap_ns: int | None) -> dict[int, int]:
+def play_starts(
+    reqs: list[PlannedRequest],
+    keep: list[int],
+    offsets: list[int],
+    t_star_ns: int,
+    tree_idle_cap_ns: int | None,
+) -> dict[int, int]:
     """When each request of a play cut at t* goes after the play starts, for a request
     none of whose dependencies is played: (its offset - t*), floored at 0; with a trace
     idle cap, the play's leading idle (t* to its earliest such request) is capped to it
@@ -481,8 +552,15 @@ class LaneStart:
         return [self.cut.t_star_ns - self.offsets[p] for p in self.cut.warm]
 
 
-def first_plays(plan: Plan, lanes: int, *, seed: int, start_range: tuple[float, float],
-                tree_idle_cap_ns: int | None, first_lane: int = 0) -> list[LaneStart]:
+def first_plays(
+    plan: Plan,
+    lanes: int,
+    *,
+    seed: int,
+    start_range: tuple[float, float],
+    tree_idle_cap_ns: int | None,
+    first_lane: int = 0,
+) -> list[LaneStart]:
     """Every lane's first play: lane k plays the plan's k-th session (cycling), cut at the
     t* drawn for it (``sample_t_star``, the run-wide lane ``first_lane + k`` seeding it)."""
     out = []
@@ -534,21 +612,44 @@ class _Lane:
 
 
 class AgentXDriver(Driver):
-    def __init__(self, plan: Plan, transport: Transport, clock: Clock, *, t0_ns: int,
-                 on_record: Callable[[RequestRecord], None], lanes: int, seed: int = 0,
-                 worker: int = 0, run_id: str = "run", duration_ns: int | None = None,
-                 lookahead_ns: int = 1_000_000_000,
-                 start_range: tuple[float, float] = START_RANGE, warmup_requests: int = 0,
-                 idle_cap_ns: int | None = IDLE_CAP_NS, tree_idle_cap_ns: int | None = None,
-                 cache_bust: Callable[[PlannedRequest, int], PlannedRequest] | None = None,
-                 first_lane: int = 0, overflow_rule: str = DEFAULT_OVERFLOW_RULE) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        transport: Transport,
+        clock: Clock,
+        *,
+        t0_ns: int,
+        on_record: Callable[[RequestRecord], None],
+        lanes: int,
+        seed: int = 0,
+        worker: int = 0,
+        run_id: str = "run",
+        duration_ns: int | None = None,
+        lookahead_ns: int = 1_000_000_000,
+        start_range: tuple[float, float] = START_RANGE,
+        warmup_requests: int = 0,
+        idle_cap_ns: int | None = IDLE_CAP_NS,
+        tree_idle_cap_ns: int | None = None,
+        cache_bust: Callable[[PlannedRequest, int], PlannedRequest] | None = None,
+        first_lane: int = 0,
+        overflow_rule: str = DEFAULT_OVERFLOW_RULE,
+    ) -> None:
         if lanes < 1:
             raise ValueError("agentx needs at least one lane")
         if duration_ns is None:
             duration_ns = int(DEFAULT_DURATION_S * 1e9)
-        super().__init__(plan, transport, clock, mode="session", t0_ns=t0_ns,
-                         on_record=self._record, worker=worker, run_id=run_id,
-                         duration_ns=duration_ns, lookahead_ns=lookahead_ns)
+        super().__init__(
+            plan,
+            transport,
+            clock,
+            mode="session",
+            t0_ns=t0_ns,
+            on_record=self._record,
+            worker=worker,
+            run_id=run_id,
+            duration_ns=duration_ns,
+            lookahead_ns=lookahead_ns,
+        )
         self._user_record = on_record
         self.duration_ns = duration_ns
         self.lanes = lanes
@@ -572,7 +673,9 @@ class AgentXDriver(Driver):
         """When the measured phase started (the last warm-up's end)."""
         self._cursor = 0
         self._shift = 0
-        self._waiting: dict[int, int] = {}  # waiter id -> intended send + the shift when it registered
+        self._waiting: dict[
+            int, int
+        ] = {}  # waiter id -> intended send + the shift when it registered
         self._pinned: dict[int, int] = {}  # waiter id -> intended send the idle cap does not move
         self._handoff: int | None = None
         self._pin = False
@@ -599,7 +702,8 @@ class AgentXDriver(Driver):
                 live.finished.add(p)
                 if is_overflow(rec.http_status, rec.error, self.overflow_rule):
                     self._dead.setdefault(key, set()).update(
-                        overflow_ends(live.session.requests, self._rules[key], p))
+                        overflow_ends(live.session.requests, self._rules[key], p)
+                    )
         self._user_record(rec)
         if self._in_flight() == 0:
             self._idle_since = self.clock.now_ns()
@@ -633,7 +737,9 @@ class AgentXDriver(Driver):
         self._wake = asyncio.Event()
 
     # -- when a request goes -----------------------------------------------------------------
-    def _due(self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None) -> int:
+    def _due(
+        self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None
+    ) -> int:
         """``stream_rules``' send time of request ``p`` of a play (every dependency done),
         then no earlier than the end of its barrier; a subagent's first turn is marked for a
         wait the idle cap does not move."""
@@ -736,7 +842,9 @@ class AgentXDriver(Driver):
                         return due
                     if self.deadline is not None and now >= self.deadline:
                         return None
-                    await self.clock.sleep_until(due if self.deadline is None else min(due, self.deadline))
+                    await self.clock.sleep_until(
+                        due if self.deadline is None else min(due, self.deadline)
+                    )
             finally:
                 del self._pinned[wid]
         return await self._wait(wid)
@@ -774,11 +882,17 @@ class AgentXDriver(Driver):
     async def run(self) -> None:
         if not self.plan.sessions:
             return
-        firsts = [_Lane(x.session, self._new_play(), x.offsets, x.thinks, x.cut)
-                  for x in first_plays(self.plan, self.lanes, seed=self.seed,
-                                       start_range=self.start_range,
-                                       tree_idle_cap_ns=self.tree_idle_cap_ns,
-                                       first_lane=self.first_lane)]
+        firsts = [
+            _Lane(x.session, self._new_play(), x.offsets, x.thinks, x.cut)
+            for x in first_plays(
+                self.plan,
+                self.lanes,
+                seed=self.seed,
+                start_range=self.start_range,
+                tree_idle_cap_ns=self.tree_idle_cap_ns,
+                first_lane=self.first_lane,
+            )
+        ]
         self._cursor = self.lanes
         lanes: list[asyncio.Future[None]] = []
         try:
@@ -818,8 +932,9 @@ class AgentXDriver(Driver):
         run failed meanwhile."""
         items = [(f, p, f.cut.t_star_ns - f.offsets[p]) for f in firsts for p in f.cut.warm]
         due = warm_spread([lead for _, _, lead in items], self.tree_idle_cap_ns)
-        prepared = await asyncio.gather(*(self._warm_prepare(f.session, f.play, p)
-                                          for f, p, _ in items))
+        prepared = await asyncio.gather(
+            *(self._warm_prepare(f.session, f.play, p) for f, p, _ in items)
+        )
         await self.clock.sleep_until(self.t0)
         start = max(self.clock.now_ns(), self.t0)
         # every warm-up waits from now on, so that an idle skip moves them all alike
@@ -827,8 +942,12 @@ class AgentXDriver(Driver):
         self._maybe_skip()
         deadline, self.deadline = self.deadline, None
         try:
-            await asyncio.gather(*(self._warm_send(prep, rec, wid)
-                                   for (prep, rec), wid in zip(prepared, wids, strict=True)))
+            await asyncio.gather(
+                *(
+                    self._warm_send(prep, rec, wid)
+                    for (prep, rec), wid in zip(prepared, wids, strict=True)
+                )
+            )
             if self.warmup_requests:
                 await asyncio.gather(*(self._warm_turns(f) for f in firsts))
         finally:
@@ -843,7 +962,7 @@ class AgentXDriver(Driver):
             prep, rec = await self._warm_prepare(f.session, f.play, p)
             await self.clock.sleep_until(self.t0)
             await self._warm_send(prep, rec, self._register(self.clock.now_ns()))
-        keep = f.cut.keep[len(more):]
+        keep = f.cut.keep[len(more) :]
         f.cut = FirstPlay(min(f.offsets[p] for p in keep), keep, f.cut.warm)
 
     async def _lane(self, first: _Lane, start: int) -> None:
@@ -851,16 +970,30 @@ class AgentXDriver(Driver):
         self._settling += 1
         try:
             cut_before = self.skipped
-            await self._play(first.session, first.play, first.cut.keep, first.cut.t_star_ns,
-                             start, first.offsets, first.thinks)
+            await self._play(
+                first.session,
+                first.play,
+                first.cut.keep,
+                first.cut.t_star_ns,
+                start,
+                first.offsets,
+                first.thinks,
+            )
             if self.skipped > cut_before:
                 return  # the deadline cut this play: the lane is done
             while self.clock.now_ns() < self.deadline and self._failure is None:
                 s = self._next_session()
                 offsets, thinks = capped_times(s.requests, self.tree_idle_cap_ns)
                 cut_before = self.skipped
-                await self._play(s, self._new_play(), list(range(len(s.requests))), min(offsets),
-                                 self.clock.now_ns(), offsets, thinks)
+                await self._play(
+                    s,
+                    self._new_play(),
+                    list(range(len(s.requests))),
+                    min(offsets),
+                    self.clock.now_ns(),
+                    offsets,
+                    thinks,
+                )
                 if self.skipped > cut_before:
                     break
         finally:
@@ -870,8 +1003,16 @@ class AgentXDriver(Driver):
     def _bust(self, q: PlannedRequest, play: int) -> PlannedRequest:
         return self.cache_bust(q, play) if self.cache_bust is not None else cache_bust(q, play)
 
-    async def _play(self, s: PlannedSession, play: int, keep: list[int], t_star: int, start: int,
-                    offsets: list[int], thinks: list[int]) -> None:
+    async def _play(
+        self,
+        s: PlannedSession,
+        play: int,
+        keep: list[int],
+        t_star: int,
+        start: int,
+        offsets: list[int],
+        thinks: list[int],
+    ) -> None:
         """Play ``keep`` of session ``s``: a request with no dependency among them goes at
         ``start`` + (its offset - ``t_star``); the others by ``stream_rules``."""
         reqs = s.requests
@@ -890,10 +1031,16 @@ class AgentXDriver(Driver):
             deps, held = list(r.deps), list(r.barrier)
             play_rules.append(r)
             # the driver waits for every request of the barrier too, before ``_due``
-            out.append(replace(q, deps=sorted(set(deps) | set(held)), children=[],
-                               parent=pos.get(q.parent, -1),
-                               offset_ns=now - self.t0 + starts[p],
-                               think_ns=thinks[p] if deps else 0))
+            out.append(
+                replace(
+                    q,
+                    deps=sorted(set(deps) | set(held)),
+                    children=[],
+                    parent=pos.get(q.parent, -1),
+                    offset_ns=now - self.t0 + starts[p],
+                    think_ns=thinks[p] if deps else 0,
+                )
+            )
         for i, q in enumerate(out):
             if q.deps:
                 out[trigger.get(i, q.deps[-1])].children.append(i)
@@ -923,15 +1070,25 @@ class AgentXDriver(Driver):
             self._dead.pop(s.key, None)
             self._issue.pop(s.key, None)
 
-    async def _warm_prepare(self, s: PlannedSession, play: int, p: int) -> tuple[Any, RequestRecord]:
+    async def _warm_prepare(
+        self, s: PlannedSession, play: int, p: int
+    ) -> tuple[Any, RequestRecord]:
         """Request ``p`` of ``s`` with one output token, flagged warm-up, prepared; and its
         record."""
         w = replace(self._bust(s.requests[p], play), output_tokens=1, deps=[], children=[])
         rid = f"{self.run_id}-{s.session_id}#{play}-warmup-{w.request_index}"
-        rec = RequestRecord(session_id=w.session_id, request_index=w.request_index,
-                            parent_index=w.parent_index, clone=play, worker=self.worker,
-                            request_id=rid, api=w.api, expected_input_tokens=w.input_tokens,
-                            expected_output_tokens=1, implied_cached_tokens=None)
+        rec = RequestRecord(
+            session_id=w.session_id,
+            request_index=w.request_index,
+            parent_index=w.parent_index,
+            clone=play,
+            worker=self.worker,
+            request_id=rid,
+            api=w.api,
+            expected_input_tokens=w.input_tokens,
+            expected_output_tokens=1,
+            implied_cached_tokens=None,
+        )
         rec.agent_id = w.agent_id
         rec.depends_on = w.depends_on
         rec.warmup = True

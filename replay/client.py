@@ -51,22 +51,33 @@ async def _connected(_session: aiohttp.ClientSession, ctx: Any, _params: Any) ->
         rec.connect_ns = time.monotonic_ns() - rec.sent_ns
 
 
-def make_session(request_timeout_s: float, limit: int = 0, *,
-                 headers: Mapping[str, str] | None = None,
-                 insecure: bool = False, keepalive_s: float | None = None) -> aiohttp.ClientSession:
+def make_session(
+    request_timeout_s: float,
+    limit: int = 0,
+    *,
+    headers: Mapping[str, str] | None = None,
+    insecure: bool = False,
+    keepalive_s: float | None = None,
+) -> aiohttp.ClientSession:
     """The replay's aiohttp session: no connection limit, and a trace hook that records how
     long a request waited for a new connection (``RequestRecord.connect_ns``). ``headers``
     go with every request (the credentials); ``insecure`` accepts any TLS certificate;
     ``keepalive_s``: how long an idle connection is kept for reuse (None: aiohttp's 15 s)."""
     extra: dict[str, Any] = {} if keepalive_s is None else {"keepalive_timeout": keepalive_s}
-    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True,
-                                     ssl=not insecure, **extra)
+    connector = aiohttp.TCPConnector(
+        limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True, ssl=not insecure, **extra
+    )
     timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10.0)
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(_connected)
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                 json_serialize=lambda o: orjson.dumps(o).decode(),
-                                 trace_configs=[trace], headers=dict(headers or {}))
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=False,
+        json_serialize=lambda o: orjson.dumps(o).decode(),
+        trace_configs=[trace],
+        headers=dict(headers or {}),
+    )
 
 
 START_BURST = 8
@@ -159,8 +170,9 @@ class Sender:
         self.in_flight += 1
         rec.sent_ns = now()
         try:
-            async with self.session.post(url, data=prep.body, headers=prep.headers,
-                                         trace_request_ctx=rec) as resp:
+            async with self.session.post(
+                url, data=prep.body, headers=prep.headers, trace_request_ctx=rec
+            ) as resp:
                 rec.headers_ns = now()
                 rec.http_status = resp.status
                 if resp.status != 200:
@@ -209,8 +221,11 @@ error's text (``{name}``: the class's name, ``{exc}``: the exception's)."""
 FAILURES: tuple[Failure, ...] = (
     (asyncio.TimeoutError, ErrorKind.TIMEOUT, "request timed out"),
     (aiohttp.ClientConnectorError, ErrorKind.CONNECT, "{exc}"),
-    ((aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError),
-     ErrorKind.STREAM, "{name}: {exc}"),
+    (
+        (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError),
+        ErrorKind.STREAM,
+        "{name}: {exc}",
+    ),
     (ValueError, ErrorKind.JSON, "bad event: {exc}"),  # orjson.JSONDecodeError is one
 )
 """How the aiohttp client classifies a failed request, the first match deciding."""
@@ -227,12 +242,17 @@ def failure(exc: BaseException, table: Sequence[Failure]) -> tuple[ErrorKindName
 
 def caught(table: Sequence[Failure]) -> tuple[type[BaseException], ...]:
     """Every exception class of ``table``, for an ``except`` clause."""
-    return tuple(t for types, _, _ in table for t in (types if isinstance(types, tuple) else (types,)))
+    return tuple(
+        t for types, _, _ in table for t in (types if isinstance(types, tuple) else (types,))
+    )
 
 
 def _client_error(exc: BaseException, rec: RequestRecord) -> tuple[ErrorKindName, str]:
     """Any other aiohttp error: a connect error before the response head, else a stream error."""
-    return ErrorKind.CONNECT if rec.headers_ns is None else ErrorKind.STREAM, f"{type(exc).__name__}: {exc}"
+    return (
+        ErrorKind.CONNECT if rec.headers_ns is None else ErrorKind.STREAM,
+        f"{type(exc).__name__}: {exc}",
+    )
 
 
 def clean_error(rec: RequestRecord, scrub: Scrubber, headers: Mapping[str, str]) -> None:
@@ -248,8 +268,9 @@ def _nothing() -> None:
     return None
 
 
-def fail_payload_on_close(resp: aiohttp.ClientResponse, prefix: str = "upstream response broken"
-                          ) -> Callable[[], None]:
+def fail_payload_on_close(
+    resp: aiohttp.ClientResponse, prefix: str = "upstream response broken"
+) -> Callable[[], None]:
     """End ``resp``'s body with an error when its connection closes before the body ended.
 
     aiohttp's client closes the connection on a response it cannot parse (broken chunked
@@ -318,11 +339,16 @@ class EventStream:
         buffer (a chunked frame). The common read, one single-line event whose tokens the
         decoder counts in place, is not copied out of ``data``."""
         span = self._span
-        if span is not None and self._clean and data[start:start + 6] == b"data: " and \
-                data.find(b"\n", start) == end - 2 and data[end - 1] == 10:
+        if (
+            span is not None
+            and self._clean
+            and data[start : start + 6] == b"data: "
+            and data.find(b"\n", start) == end - 2
+            and data[end - 1] == 10
+        ):
             k = span(data, start + 6, end - 2)
             if k < 0:
-                k = self._feed(data[start + 6:end - 2])
+                k = self._feed(data[start + 6 : end - 2])
             if k:
                 self._ts.append(t)
                 self._tok.append(k)
@@ -330,8 +356,13 @@ class EventStream:
         self.feed(data[start:end], t)
 
     def feed(self, data: bytes, t: int) -> None:
-        if self._clean and not self._typed and data.startswith(b"data: ") and \
-                data.find(b"\n") == len(data) - 2 and data[-1] == 10:
+        if (
+            self._clean
+            and not self._typed
+            and data.startswith(b"data: ")
+            and data.find(b"\n") == len(data) - 2
+            and data[-1] == 10
+        ):
             # Exactly one single-line event in this read, the common case: what
             # SSEParser would return, without its bookkeeping.
             k = self._feed(data[6:-2])
@@ -376,8 +407,11 @@ def _check_stream(rec: RequestRecord, dec: Decoder, rest: bytes) -> None:
     elif not dec.done:
         rec.fail(ErrorKind.STREAM, "stream ended without its end marker")
     elif _empty(rec, dec.exact):
-        rec.fail(ErrorKind.EMPTY, f"HTTP {rec.http_status or 200} with no output token; "
-                 f"the trace asks for {rec.expected_output_tokens}")
+        rec.fail(
+            ErrorKind.EMPTY,
+            f"HTTP {rec.http_status or 200} with no output token; "
+            f"the trace asks for {rec.expected_output_tokens}",
+        )
     elif not dec.exact:
         _check_inexact(rec)
     else:
@@ -399,7 +433,9 @@ def _check_counts(rec: RequestRecord) -> None:
     counted = sum(rec.chunk_tokens)
     problems = []
     if rec.completion_tokens is not None and rec.completion_tokens != counted:
-        problems.append(f"usage says {rec.completion_tokens} output tokens, chunks carried {counted}")
+        problems.append(
+            f"usage says {rec.completion_tokens} output tokens, chunks carried {counted}"
+        )
     if counted != rec.expected_output_tokens:
         problems.append(f"{counted} output tokens, trace has {rec.expected_output_tokens}")
     problems += _prompt_problem(rec)
@@ -420,8 +456,10 @@ def _check_inexact(rec: RequestRecord) -> None:
     if rec.completion_tokens is None:
         problems.append("no usage: output length not checked")
     elif _output_differs(rec):
-        problems.append(f"usage says {rec.completion_tokens} output tokens, trace has "
-                        f"{rec.expected_output_tokens}")
+        problems.append(
+            f"usage says {rec.completion_tokens} output tokens, trace has "
+            f"{rec.expected_output_tokens}"
+        )
     problems += _prompt_problem(rec)
     rec.error_kind = ErrorKind.INEXACT
     rec.error = "; ".join([why, *problems])
@@ -437,8 +475,11 @@ def usage_disagrees(rec: RequestRecord) -> bool:
     """The server's ``usage`` says another number of output tokens than its stream carried
     (exact streams only: an inexact one counts one token per event). Throughput counts the
     streamed tokens (``analysis.metrics.served_output_tokens``); the run counts these."""
-    return rec.completion_tokens is not None and rec.error_kind != ErrorKind.INEXACT and \
-        rec.completion_tokens != sum(rec.chunk_tokens)
+    return (
+        rec.completion_tokens is not None
+        and rec.error_kind != ErrorKind.INEXACT
+        and rec.completion_tokens != sum(rec.chunk_tokens)
+    )
 
 
 def _output_differs(rec: RequestRecord) -> bool:

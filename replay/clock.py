@@ -127,8 +127,10 @@ class FakeClock:
     async def sleep_until(self, deadline_ns: int) -> None:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            raise RuntimeError("FakeClock sleeps only on its own loop: run the coroutine "
-                               "with clock.run(...) so the clock sees when the loop is idle")
+            raise RuntimeError(
+                "FakeClock sleeps only on its own loop: run the coroutine "
+                "with clock.run(...) so the clock sees when the loop is idle"
+            )
         if deadline_ns <= self._now:
             await asyncio.sleep(0)
             return

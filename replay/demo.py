@@ -30,9 +30,20 @@ def sample_trace() -> Path | None:
 def synthetic_trace(path: Path, sessions: int = 8, turns: int = 6) -> Path:
     """A small agent-like trace made in code: chained turns whose prompts grow by the
     previous answer and a tool result, 2-8 s of tool time between turns."""
-    cols: dict[str, list[object]] = {k: [] for k in (
-        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "hash_ids", "api")}
+    cols: dict[str, list[object]] = {
+        k: []
+        for k in (
+            "session_id",
+            "request_index",
+            "parent_index",
+            "arrival_ns",
+            "think_ns",
+            "input_tokens",
+            "output_tokens",
+            "hash_ids",
+            "api",
+        )
+    }
     bs = 16
     for s in range(sessions):
         t = s * 3_000_000_000
@@ -52,12 +63,20 @@ def synthetic_trace(path: Path, sessions: int = 8, turns: int = 6) -> Path:
             t += 1_000_000_000 + (think or 0)
             n_in += out + 150
     table = pa.table(cols)
-    meta = TraceMeta(block_size=bs, source="synthetic", extra={"description": "demo trace made in code"})
+    meta = TraceMeta(
+        block_size=bs, source="synthetic", extra={"description": "demo trace made in code"}
+    )
     return write_trace(table, path, meta, force=True)
 
 
-def demo(*, output: str | None = None, profile: str | None = None, speedup: float | None = None,
-         trace: str | None = None, progress: Reporter | None = _stderr) -> RunSummary:
+def demo(
+    *,
+    output: str | None = None,
+    profile: str | None = None,
+    speedup: float | None = None,
+    trace: str | None = None,
+    progress: Reporter | None = _stderr,
+) -> RunSummary:
     from agent_replay.engines.sim import SimProcess
 
     out = output or str(Path("demo-results") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -65,11 +84,18 @@ def demo(*, output: str | None = None, profile: str | None = None, speedup: floa
         path = Path(trace) if trace else sample_trace()
         if path is None:
             path = synthetic_trace(Path(tmp) / "demo.parquet")
-        cfg = RunConfig(trace=str(path), target="http://127.0.0.1", output=out,
-                        speedup=DEFAULT_SPEEDUP if speedup is None else speedup, salt=0)
+        cfg = RunConfig(
+            trace=str(path),
+            target="http://127.0.0.1",
+            output=out,
+            speedup=DEFAULT_SPEEDUP if speedup is None else speedup,
+            salt=0,
+        )
         cfg.check()  # a bad option is refused before the engine starts
         if progress is not None:
-            progress(f"starting the simulated engine (profile {profile or 'default'}; a model, "
-                     "not a measurement of a real engine)")
+            progress(
+                f"starting the simulated engine (profile {profile or 'default'}; a model, "
+                "not a measurement of a real engine)"
+            )
         with SimProcess(profile or "default") as sim:
             return run(replace(cfg, target=sim.url), progress=progress)

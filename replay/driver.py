@@ -81,8 +81,11 @@ class Driver:
         self.lookahead = lookahead_ns
         self._sem = asyncio.Semaphore(concurrency) if concurrency else None
         self._concurrency = concurrency
-        self._session_slots = asyncio.Semaphore(max(2 * concurrency, 16)) if (
-            mode == "max-rate" and concurrency) else None
+        self._session_slots = (
+            asyncio.Semaphore(max(2 * concurrency, 16))
+            if (mode == "max-rate" and concurrency)
+            else None
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
         self._idle = asyncio.Event()
@@ -155,8 +158,11 @@ class Driver:
             else:
                 await self.clock.sleep_until(start - self.lookahead)
             self._spawn(self._session(s))
-            if self._session_slots is not None and self._concurrency is not None and \
-                    self.active_sessions > self._concurrency:
+            if (
+                self._session_slots is not None
+                and self._concurrency is not None
+                and self.active_sessions > self._concurrency
+            ):
                 # max-rate refill: a new session prepares its first request (~0.1 ms) at
                 # once, and slots free up in waves (all streams of a wave end together).
                 # While more sessions than slots are active, the next wave is already
@@ -167,8 +173,13 @@ class Driver:
                 await asyncio.sleep(0)  # see _launch_absolute
 
     async def _launch_absolute(self) -> None:
-        items = sorted(((q.offset_ns, i, p) for i, s in enumerate(self.plan.sessions)
-                        for p, q in enumerate(s.requests)))
+        items = sorted(
+            (
+                (q.offset_ns, i, p)
+                for i, s in enumerate(self.plan.sessions)
+                for p, q in enumerate(s.requests)
+            )
+        )
         for offset, i, p in items:
             if self._failure is not None:
                 return
@@ -203,10 +214,17 @@ class Driver:
         key = s.key
         rid = f"{self.run_id}-{key}-{q.request_index}"
         rec = RequestRecord(
-            session_id=q.session_id, request_index=q.request_index, parent_index=q.parent_index,
-            clone=q.clone, worker=self.worker, request_id=rid, api=q.api,
-            expected_input_tokens=q.input_tokens, expected_output_tokens=q.output_tokens,
-            implied_cached_tokens=q.implied_cached)
+            session_id=q.session_id,
+            request_index=q.request_index,
+            parent_index=q.parent_index,
+            clone=q.clone,
+            worker=self.worker,
+            request_id=rid,
+            api=q.api,
+            expected_input_tokens=q.input_tokens,
+            expected_output_tokens=q.output_tokens,
+            implied_cached_tokens=q.implied_cached,
+        )
         rec.agent_id = q.agent_id
         rec.depends_on = q.depends_on
         try:
@@ -277,7 +295,9 @@ class Driver:
         """Request ``p`` of ``s`` goes now, intended at ``due`` (its children are spawned
         next): a hook for drivers whose rules count from a send."""
 
-    def _due(self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None) -> int:
+    def _due(
+        self, s: PlannedSession, st: _SessionState | None, p: int, parent_end: int | None
+    ) -> int:
         """The intended send time of request ``p`` once its dependencies completed
         (``parent_end``: the latest one's end, None when it has none that started)."""
         q = s.requests[p]

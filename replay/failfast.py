@@ -77,11 +77,13 @@ class FirstFailures:
 
     def observe_record(self, rec: Any) -> str | None:
         """``observe`` for a ``replay.outcome.RequestRecord``."""
-        return self.observe(rec.status == "ok", rec.error_kind == ErrorKind.CANCELLED,
-                            rec.http_status, rec.error)
+        return self.observe(
+            rec.status == "ok", rec.error_kind == ErrorKind.CANCELLED, rec.http_status, rec.error
+        )
 
-    def observe(self, ok: bool, cancelled: bool, http_status: int | None,
-                error: str | None) -> str | None:
+    def observe(
+        self, ok: bool, cancelled: bool, http_status: int | None, error: str | None
+    ) -> str | None:
         """The reason to stop (once, when the ``first``-th alike failure arrives), else None."""
         if not self.open or cancelled:
             return None
@@ -94,6 +96,8 @@ class FirstFailures:
         if self.seen < self.first:
             return None
         self.open = False
-        self.reason = (f"the first {self.seen} requests all failed with HTTP {key[0]}: "
-                       f"{key[1] or '(no message)'}")
+        self.reason = (
+            f"the first {self.seen} requests all failed with HTTP {key[0]}: "
+            f"{key[1] or '(no message)'}"
+        )
         return self.reason

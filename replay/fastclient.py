@@ -87,9 +87,22 @@ class ConnectionClosed(Exception):
 class H1Connection(asyncio.Protocol):
     """One keep-alive connection; carries one request at a time."""
 
-    __slots__ = ("_aligned", "_chunks", "_error_body", "_head", "_left", "_rec", "_state",
-                 "_stream", "_waiter", "closed", "idle_since", "keep_alive", "last_t",
-                 "transport")
+    __slots__ = (
+        "_aligned",
+        "_chunks",
+        "_error_body",
+        "_head",
+        "_left",
+        "_rec",
+        "_state",
+        "_stream",
+        "_waiter",
+        "closed",
+        "idle_since",
+        "keep_alive",
+        "last_t",
+        "transport",
+    )
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | StampedTransport | None = None
@@ -201,14 +214,24 @@ class H1Connection(asyncio.Protocol):
             self._complete(self.last_t or time.monotonic_ns())
         elif self._state == _HEAD:
             held = self._head.pending
-            w.set_exception(ConnectionClosed(
-                (f"the server closed the connection inside the response head ({held} bytes)"
-                 if held else "the server closed the connection without a response")
-                + (f" ({exc})" if exc else ""), unanswered=not held))
+            w.set_exception(
+                ConnectionClosed(
+                    (
+                        f"the server closed the connection inside the response head ({held} bytes)"
+                        if held
+                        else "the server closed the connection without a response"
+                    )
+                    + (f" ({exc})" if exc else ""),
+                    unanswered=not held,
+                )
+            )
         else:
-            w.set_exception(ConnectionClosed(
-                "the server closed the connection before the end of the response"
-                + (f" ({exc})" if exc else "")))
+            w.set_exception(
+                ConnectionClosed(
+                    "the server closed the connection before the end of the response"
+                    + (f" ({exc})" if exc else "")
+                )
+            )
 
     # -- the response state machine ------------------------------------------------------
 
@@ -298,7 +321,7 @@ class H1Connection(asyncio.Protocol):
         if err is None:
             self._stream.feed(data, t)  # type: ignore[union-attr]
             return
-        err += data[:ERROR_BODY - len(err)]
+        err += data[: ERROR_BODY - len(err)]
         if len(err) >= ERROR_BODY and self._state != _IDLE:
             self.keep_alive = False  # the rest of the body is not read
             self._complete(t)
@@ -350,8 +373,9 @@ class _Attempt:
 class ConnectionPool:
     """Keep-alive connections to one host:port, most recently used first."""
 
-    def __init__(self, host: str, port: int, idle_s: float = IDLE_S, *,
-                 kernel_timestamps: bool = False) -> None:
+    def __init__(
+        self, host: str, port: int, idle_s: float = IDLE_S, *, kernel_timestamps: bool = False
+    ) -> None:
         self.host = host
         self.port = port
         self.kernel_timestamps = kernel_timestamps
@@ -391,7 +415,8 @@ class ConnectionPool:
                 await asyncio.wait_for(open_stamped(addrs, conn), timeout_s)
             else:
                 _, conn = await asyncio.wait_for(
-                    loop.create_connection(H1Connection, self.host, self.port), timeout_s)
+                    loop.create_connection(H1Connection, self.host, self.port), timeout_s
+                )
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self.opened += 1
@@ -426,8 +451,14 @@ class FastSender:
     (http only). Same interface and the same ``RequestRecord`` filling as
     ``replay.client.Sender``."""
 
-    def __init__(self, base_url: str, request_timeout_s: float, *,
-                 kernel_timestamps: bool = False, keepalive_s: float = IDLE_S) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        request_timeout_s: float,
+        *,
+        kernel_timestamps: bool = False,
+        keepalive_s: float = IDLE_S,
+    ) -> None:
         u = urlsplit(base_url.rstrip("/"))
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"the fast client speaks plain http://, not {base_url!r}")
@@ -436,7 +467,9 @@ class FastSender:
         if ":" in u.hostname:  # IPv6 literal
             self.host_header = f"[{u.hostname}]" + (f":{u.port}" if u.port is not None else "")
         self.base_path = u.path
-        self.pool = ConnectionPool(u.hostname, port, keepalive_s, kernel_timestamps=kernel_timestamps)
+        self.pool = ConnectionPool(
+            u.hostname, port, keepalive_s, kernel_timestamps=kernel_timestamps
+        )
         self.timeout_s = request_timeout_s
         self.chunks = 0
         self.resent = 0
@@ -454,7 +487,8 @@ class FastSender:
         prefix = self._prefix.get(prep.path)
         if prefix is None:
             prefix = self._prefix[prep.path] = request_head_prefix(
-                "POST", self.base_path + prep.path, self.host_header)
+                "POST", self.base_path + prep.path, self.host_header
+            )
         await self.gate.admit(rec)
         self.in_flight += 1
         at = _Attempt()
@@ -476,14 +510,17 @@ class FastSender:
             raise
         except CAUGHT as exc:
             rec.end_ns = now()
-            rec.fail(*(failure(exc, FAILURES) or (ErrorKind.STREAM, f"{type(exc).__name__}: {exc}")))
+            rec.fail(
+                *(failure(exc, FAILURES) or (ErrorKind.STREAM, f"{type(exc).__name__}: {exc}"))
+            )
         finally:
             self.in_flight -= 1
             clean_error(rec, self.scrub, prep.headers)
             at.close(self.pool)
 
-    async def _exchange(self, at: _Attempt, rec: RequestRecord, stream: EventStream,
-                        data: bytes, sent: int) -> tuple[H1Connection, int]:
+    async def _exchange(
+        self, at: _Attempt, rec: RequestRecord, stream: EventStream, data: bytes, sent: int
+    ) -> tuple[H1Connection, int]:
         """Write the request (sent at ``sent``) and wait for the end of its response, on a
         kept-alive connection if there is one, sent again on a new connection when the
         server had closed the kept one as the request went out: the connection and the
@@ -496,8 +533,9 @@ class FastSender:
             conn = at.conn = at.conn or await self._connect(rec, sent)
             waiter: asyncio.Future[int] = loop.create_future()
             conn.begin(rec, stream, waiter)
-            at.timer = loop.call_later(self.timeout_s - (time.monotonic_ns() - sent) / 1e9,
-                                       conn.on_timeout)
+            at.timer = loop.call_later(
+                self.timeout_s - (time.monotonic_ns() - sent) / 1e9, conn.on_timeout
+            )
             conn.transport.write(data)  # type: ignore[union-attr]
             try:
                 return conn, await waiter

@@ -27,8 +27,13 @@ class ProgressFeed:
     """Progress while the run goes: the analysis dashboard when the run shows progress,
     else a plain line every ``every_s`` seconds to ``out``."""
 
-    def __init__(self, out: Reporter | None, every_s: float = 2.0, dashboard: Any = None,
-                 warn: Reporter | None = None) -> None:
+    def __init__(
+        self,
+        out: Reporter | None,
+        every_s: float = 2.0,
+        dashboard: Any = None,
+        warn: Reporter | None = None,
+    ) -> None:
         self.out = out
         self.warn = warn if warn is not None else out  # warnings, also without progress lines
         self.every_ns = int(every_s * 1e9)
@@ -37,15 +42,25 @@ class ProgressFeed:
         self._chunks0 = (0, time.monotonic_ns())
         self.dashboard = dashboard
         self._snaps: dict[int, bytes] = {}
-        self._own: Any = None  # LiveStats of progress and loop lag, when the dashboard reads the parts
+        self._own: Any = (
+            None  # LiveStats of progress and loop lag, when the dashboard reads the parts
+        )
         self._sent_ns = 0
         self._held = 0  # rows the workers could not write yet, as last said
 
     @classmethod
-    def create(cls, out: Reporter | None, total: int, title: str, gauges_url: str | None,
-               results_dir: str | None = None, shared_gauges: Any = None,
-               gpu_gauges: Any = None, planned_ns: int = 0,
-               warn: Reporter | None = None) -> ProgressFeed:
+    def create(
+        cls,
+        out: Reporter | None,
+        total: int,
+        title: str,
+        gauges_url: str | None,
+        results_dir: str | None = None,
+        shared_gauges: Any = None,
+        gpu_gauges: Any = None,
+        planned_ns: int = 0,
+        warn: Reporter | None = None,
+    ) -> ProgressFeed:
         """With ``results_dir``, the dashboard computes the request statistics from the
         part files there, and ``update`` sends it progress and loop lag only; without it,
         ``live`` sends it complete snapshots (the Ray pool's). ``shared_gauges``: the
@@ -54,9 +69,15 @@ class ProgressFeed:
             return cls(None, warn=warn)
         from agent_replay.analysis.dashboard import DashboardProcess
 
-        dash = DashboardProcess(total, title=title, server_gauges_url=gauges_url, results_dir=results_dir,
-                                shared_gauges=shared_gauges, gpu_gauges=gpu_gauges,
-                                planned_ns=planned_ns)
+        dash = DashboardProcess(
+            total,
+            title=title,
+            server_gauges_url=gauges_url,
+            results_dir=results_dir,
+            shared_gauges=shared_gauges,
+            gpu_gauges=gpu_gauges,
+            planned_ns=planned_ns,
+        )
         dash.start()
         prog = cls(out, dashboard=dash, warn=warn)
         if results_dir is not None:
@@ -102,8 +123,10 @@ class ProgressFeed:
         held = sum(m.held_rows for m in self.last.values())
         if held and not self._held and self.warn is not None:
             err = next((m.write_error for m in self.last.values() if m.write_error), "write error")
-            self.warn(f"WARNING: cannot write part files ({err}): "
-                     f"{held} rows kept in memory and retried; free space in the results folder")
+            self.warn(
+                f"WARNING: cannot write part files ({err}): "
+                f"{held} rows kept in memory and retried; free space in the results folder"
+            )
         elif self._held and not held and self.warn is not None:
             self.warn("writing again: every kept row is written")
         self._held = held
@@ -125,12 +148,16 @@ class ProgressFeed:
         if self.out is None or self.dashboard is not None or now - self._printed < self.every_ns:
             return
         self._printed = now
-        agg = {k: sum(getattr(m, k) for m in self.last.values()) for k in
-               ("total", "done", "errors", "in_flight", "sessions", "chunks", "output_tokens")}
+        agg = {
+            k: sum(getattr(m, k) for m in self.last.values())
+            for k in ("total", "done", "errors", "in_flight", "sessions", "chunks", "output_tokens")
+        }
         c0, t0 = self._chunks0
         rate = (agg["chunks"] - c0) / max((now - t0) / 1e9, 1e-9)
         self._chunks0 = (agg["chunks"], now)
         elapsed = max(m.elapsed_ns for m in self.last.values()) / 1e9
-        self.out(f"[{elapsed:7.1f}s] {agg['done']}/{agg['total']} done, {agg['errors']} failed, "
-                 f"{agg['in_flight']} in flight, {agg['sessions']} sessions, "
-                 f"{rate:,.0f} chunks/s, {agg['output_tokens']:,} tokens")
+        self.out(
+            f"[{elapsed:7.1f}s] {agg['done']}/{agg['total']} done, {agg['errors']} failed, "
+            f"{agg['in_flight']} in flight, {agg['sessions']} sessions, "
+            f"{rate:,.0f} chunks/s, {agg['output_tokens']:,} tokens"
+        )

@@ -35,8 +35,9 @@ class FolderLock:
     """The lock on one results folder, held by this process (``acquire``); ``moved_to``:
     where ``--force`` moved the folder's earlier contents (None: it was new or empty)."""
 
-    def __init__(self, folder: Path, fd: int, moved_to: Path | None, stale: dict[str, Any] | None
-                 ) -> None:
+    def __init__(
+        self, folder: Path, fd: int, moved_to: Path | None, stale: dict[str, Any] | None
+    ) -> None:
         self.folder = folder
         self.fd: int | None = fd
         self.moved_to = moved_to
@@ -63,9 +64,11 @@ def _refuse(folder: Path, who: dict[str, Any]) -> InputError:
     pid, host = who.get("pid"), who.get("host")
     by = f"pid {pid} on {host}" if pid else "another process"
     started = who.get("started")
-    return InputError(f"{folder}: another run is writing its results here ({by}"
-                      f"{f', since {started}' if started else ''}); choose another --output "
-                      "(--force does not take the folder of a live run)")
+    return InputError(
+        f"{folder}: another run is writing its results here ({by}"
+        f"{f', since {started}' if started else ''}); choose another --output "
+        "(--force does not take the folder of a live run)"
+    )
 
 
 def _identity(fd: int) -> dict[str, Any]:
@@ -188,8 +191,12 @@ def _same_lock(fd: int, folder: Path) -> bool:
 
 def _leftovers(folder: Path) -> list[Path]:
     """What the folder holds besides the lock file and an empty ``requests/``."""
-    return [e for e in folder.iterdir() if e.name != LOCK_NAME
-            and not (e.name == "requests" and e.is_dir() and not any(e.iterdir()))]
+    return [
+        e
+        for e in folder.iterdir()
+        if e.name != LOCK_NAME
+        and not (e.name == "requests" and e.is_dir() and not any(e.iterdir()))
+    ]
 
 
 def _set_aside(given: Path, folder: Path, force: bool, made: bool) -> Path:
@@ -202,8 +209,10 @@ def _set_aside(given: Path, folder: Path, force: bool, made: bool) -> Path:
                 (folder / LOCK_NAME).unlink()
         if not force:
             raise OutputExistsError(str(given))
-        raise InputError(f"{given}: not a results folder (no run.json); refusing to "
-                         "overwrite it even with --force")
+        raise InputError(
+            f"{given}: not a results folder (no run.json); refusing to "
+            "overwrite it even with --force"
+        )
     moved_to = _aside(folder)
     os.rename(folder, moved_to)  # with our lock file in it: held until now
     return moved_to
@@ -217,8 +226,7 @@ def _claim(given: Path, folder: Path, fd: int) -> None:
         os.pwrite(fd, json.dumps({**writer_identity(), "started": started}).encode(), 0)
         (folder / "requests").mkdir(exist_ok=True)
     except OSError as exc:  # a full disk before the start: one line, exit 5
-        raise OutputError(f"{given}: cannot write the results: "
-                          f"{exc.strerror or exc}") from None
+        raise OutputError(f"{given}: cannot write the results: {exc.strerror or exc}") from None
 
 
 class Shared:

@@ -46,9 +46,19 @@ def request_head(prefix: bytes, headers: Mapping[str, str], content_length: int)
 class ResponseHead:
     """A parsed status line and header block."""
 
-    __slots__ = ("chunked", "content_length", "headers", "keep_alive", "reason", "status", "version")
+    __slots__ = (
+        "chunked",
+        "content_length",
+        "headers",
+        "keep_alive",
+        "reason",
+        "status",
+        "version",
+    )
 
-    def __init__(self, version: str, status: int, reason: str, headers: list[tuple[str, str]]) -> None:
+    def __init__(
+        self, version: str, status: int, reason: str, headers: list[tuple[str, str]]
+    ) -> None:
         self.version = version
         self.status = status
         self.reason = reason
@@ -93,8 +103,12 @@ def parse_head(raw: bytes) -> ResponseHead:
     lines = raw.split(b"\r\n")
     status_line = lines[0]
     parts = status_line.split(b" ", 2)
-    if len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0") or len(parts[1]) != 3 \
-            or not parts[1].isdigit():
+    if (
+        len(parts) < 2
+        or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0")
+        or len(parts[1]) != 3
+        or not parts[1].isdigit()
+    ):
         raise ProtocolError(f"bad status line {status_line[:80]!r}")
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
@@ -102,8 +116,12 @@ def parse_head(raw: bytes) -> ResponseHead:
         if not sep or not name or name != name.strip() or b" " in name:
             raise ProtocolError(f"bad header line {line[:80]!r}")
         headers.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
-    return ResponseHead(parts[0].decode(), int(parts[1]),
-                        parts[2].decode("latin-1") if len(parts) > 2 else "", headers)
+    return ResponseHead(
+        parts[0].decode(),
+        int(parts[1]),
+        parts[2].decode("latin-1") if len(parts) > 2 else "",
+        headers,
+    )
 
 
 class HeadReader:
@@ -128,7 +146,7 @@ class HeadReader:
                 self._buf = buf
                 return None
             head = parse_head(buf[:i])
-            buf = buf[i + 4:]
+            buf = buf[i + 4 :]
             if 100 <= head.status < 200:
                 continue
             self._buf = b""
@@ -181,7 +199,7 @@ class ChunkedDecoder:
         while pos < n:
             if state == _DATA:
                 take = min(self._left, n - pos)
-                out.append(buf[pos:pos + take])
+                out.append(buf[pos : pos + take])
                 pos += take
                 self._left -= take
                 if self._left == 0:
@@ -204,7 +222,7 @@ class ChunkedDecoder:
                     if buf[pos:] != b"\r":
                         raise ProtocolError("chunk data not followed by CRLF")
                     break
-                if buf[pos:pos + 2] != b"\r\n":
+                if buf[pos : pos + 2] != b"\r\n":
                     raise ProtocolError("chunk data not followed by CRLF")
                 pos += 2
                 state = _SIZE

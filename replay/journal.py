@@ -31,11 +31,34 @@ from agent_replay.analysis.results import parquet_write_options
 from agent_replay.replay.outcome import RequestRecord
 
 FIELDS = (
-    "session_id", "request_index", "parent_index", "clone", "worker", "request_id", "api",
-    "expected_input_tokens", "expected_output_tokens", "implied_cached_tokens", "warmup",
-    "intended_ns", "sent_ns", "connect_ns", "headers_ns", "first_token_ns", "end_ns",
-    "parent_end_ns", "agent_id", "depends_on", "think_ns", "prompt_tokens",
-    "completion_tokens", "cached_tokens", "status", "error_kind", "http_status", "error",
+    "session_id",
+    "request_index",
+    "parent_index",
+    "clone",
+    "worker",
+    "request_id",
+    "api",
+    "expected_input_tokens",
+    "expected_output_tokens",
+    "implied_cached_tokens",
+    "warmup",
+    "intended_ns",
+    "sent_ns",
+    "connect_ns",
+    "headers_ns",
+    "first_token_ns",
+    "end_ns",
+    "parent_end_ns",
+    "agent_id",
+    "depends_on",
+    "think_ns",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "status",
+    "error_kind",
+    "http_status",
+    "error",
 )
 _INIT = FIELDS[:10]  # RequestRecord's constructor arguments
 _VALUES = attrgetter(*FIELDS)
@@ -62,12 +85,12 @@ def decode(data: bytes) -> list[RequestRecord]:
         body = pos + _HEAD.size
         if body + nh + nn + nt > end:
             break
-        values = orjson.loads(data[body:body + nh])
-        rec = RequestRecord(**dict(zip(_INIT, values[:len(_INIT)], strict=True)))
-        for name, v in zip(FIELDS[len(_INIT):], values[len(_INIT):], strict=True):
+        values = orjson.loads(data[body : body + nh])
+        rec = RequestRecord(**dict(zip(_INIT, values[: len(_INIT)], strict=True)))
+        for name, v in zip(FIELDS[len(_INIT) :], values[len(_INIT) :], strict=True):
             setattr(rec, name, v)
-        rec.chunk_ns = array("q", data[body + nh:body + nh + nn])
-        rec.chunk_tokens = array("i", data[body + nh + nn:body + nh + nn + nt])
+        rec.chunk_ns = array("q", data[body + nh : body + nh + nn])
+        rec.chunk_tokens = array("i", data[body + nh + nn : body + nh + nn + nt])
         out.append(rec)
         pos = body + nh + nn + nt
     return out

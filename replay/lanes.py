@@ -42,8 +42,10 @@ def lane_configs(config: RunConfig, targets: Sequence[str]) -> list[RunConfig]:
         raise InputError("--targets needs --output: the lanes' results go in its lane-N folders")
     salt = config.salt if config.salt is not None else secrets.randbits(63)
     root = Path(config.output)
-    return [replace(config, target=t, output=str(root / f"lane-{i + 1}"), salt=salt)
-            for i, t in enumerate(targets)]
+    return [
+        replace(config, target=t, output=str(root / f"lane-{i + 1}"), salt=salt)
+        for i, t in enumerate(targets)
+    ]
 
 
 START_TIMEOUT_S = 120.0
@@ -64,10 +66,14 @@ def _lane(config: RunConfig, ready: Barrier) -> None:
     sys.exit(run(config).exit_code)
 
 
-def _start(configs: Sequence[RunConfig], ready: Barrier) -> Sequence[multiprocessing.process.BaseProcess]:
+def _start(
+    configs: Sequence[RunConfig], ready: Barrier
+) -> Sequence[multiprocessing.process.BaseProcess]:
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_lane, args=(c, ready), name=f"lane-{i + 1}")
-             for i, c in enumerate(configs)]
+    procs = [
+        ctx.Process(target=_lane, args=(c, ready), name=f"lane-{i + 1}")
+        for i, c in enumerate(configs)
+    ]
     for p in procs:
         p.start()
     return procs
@@ -101,5 +107,9 @@ def run_lanes(config: RunConfig, targets: Sequence[str]) -> tuple[list[str], int
 
 def lanes_line(folders: Sequence[str]) -> str:
     """What to run next."""
-    return ("lanes written: " + ", ".join(folders) + "; compare them: agent-replay compare "
-            + " ".join(os.path.relpath(f) for f in folders))
+    return (
+        "lanes written: "
+        + ", ".join(folders)
+        + "; compare them: agent-replay compare "
+        + " ".join(os.path.relpath(f) for f in folders)
+    )

@@ -17,19 +17,35 @@ def deployment_args(p: argparse.ArgumentParser, gpus_default: int | None = None)
     """The arguments that pick a profile and size it (``vllm-cmd`` and ``launch``)."""
     from agent_replay.engines.vllm.profiles import PROFILES
 
-    p.add_argument("profile", choices=list(PROFILES), metavar="PROFILE",
-                   help=", ".join(PROFILES))
+    p.add_argument("profile", choices=list(PROFILES), metavar="PROFILE", help=", ".join(PROFILES))
     p.add_argument("--model", required=True, help="model path or hub name")
-    p.add_argument("--gpus", type=int, default=gpus_default, required=gpus_default is None,
-                   help="GPUs in total")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=gpus_default,
+        required=gpus_default is None,
+        help="GPUs in total",
+    )
     p.add_argument("--nodes", type=int, default=1, help="nodes (GPUs split evenly)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="a profile knob or a vLLM flag (repeatable); 'prefill.'/'decode.' "
-                   "scopes a flag to one instance")
-    p.add_argument("--vllm-python", default=None,
-                   help="python of the venv that has vLLM (for checks and launch)")
-    p.add_argument("--vllm-version", default=None,
-                   help="adapt the commands to this vLLM version (default: the installed one)")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a profile knob or a vLLM flag (repeatable); 'prefill.'/'decode.' "
+        "scopes a flag to one instance",
+    )
+    p.add_argument(
+        "--vllm-python",
+        default=None,
+        help="python of the venv that has vLLM (for checks and launch)",
+    )
+    p.add_argument(
+        "--vllm-version",
+        default=None,
+        help="adapt the commands to this vLLM version (default: the installed one)",
+    )
 
 
 def add_launch_args(p: argparse.ArgumentParser) -> None:
@@ -37,13 +53,25 @@ def add_launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="API port (default: a free one)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health")
     p.add_argument("--log", default=None, help="server log file (default: a temporary file)")
-    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="how to start it: cpu = api_server module, gpu = vllm CLI serve")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="extra environment for the server (repeatable)")
-    p.add_argument("--allow-unapplied", action="store_true",
-                   help="keep a server that runs other settings than requested (they are "
-                   "recorded in 'settings'); default: stop it and fail")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "gpu"),
+        default="auto",
+        help="how to start it: cpu = api_server module, gpu = vllm CLI serve",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the server (repeatable)",
+    )
+    p.add_argument(
+        "--allow-unapplied",
+        action="store_true",
+        help="keep a server that runs other settings than requested (they are "
+        "recorded in 'settings'); default: stop it and fail",
+    )
 
 
 def server_from_args(args: argparse.Namespace) -> Any:
@@ -51,12 +79,25 @@ def server_from_args(args: argparse.Namespace) -> Any:
     from agent_replay.engines.vllm.launcher import VllmServer
     from agent_replay.engines.vllm.profiles import build, parse_sets
 
-    dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes,
-                sets=parse_sets(args.sets), version=args.vllm_version)
+    dep = build(
+        args.profile,
+        model=args.model,
+        gpus=args.gpus,
+        nodes=args.nodes,
+        sets=parse_sets(args.sets),
+        version=args.vllm_version,
+    )
     env = dict(parse_sets(args.env))
-    return VllmServer(dep, python=args.vllm_python, port=args.port, timeout_s=args.timeout,
-                      log_path=args.log, device=args.device, env=env,
-                      check_settings=not args.allow_unapplied)
+    return VllmServer(
+        dep,
+        python=args.vllm_python,
+        port=args.port,
+        timeout_s=args.timeout,
+        log_path=args.log,
+        device=args.device,
+        env=env,
+        check_settings=not args.allow_unapplied,
+    )
 
 
 def parse_spec(spec: str) -> argparse.Namespace:
@@ -66,8 +107,10 @@ def parse_spec(spec: str) -> argparse.Namespace:
     try:
         return parser.parse_args(shlex.split(spec))
     except (argparse.ArgumentError, SystemExit) as exc:
-        raise InputError(f"--launch {spec!r}: {exc} (expected: PROFILE --model M [--gpus N] "
-                         "[--set K=V ...] [--vllm-python PATH] [--env K=V ...])") from None
+        raise InputError(
+            f"--launch {spec!r}: {exc} (expected: PROFILE --model M [--gpus N] "
+            "[--set K=V ...] [--vllm-python PATH] [--env K=V ...])"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -80,7 +123,10 @@ def launched(spec: str) -> Iterator[tuple[str, dict[str, Any]]]:
         from agent_replay.engines.vllm.resolved import SettingCheck, summary
 
         checks = [SettingCheck(**c) for c in server.info.get("settings", [])]
-        print(f"agent-replay: launched vLLM {server.info.get('vllm_version')} "
-              f"({args.profile}) at {server.url} in {server.info.get('start_s')} s; "
-              f"settings {summary(checks)}; log {server.log_path}", file=sys.stderr)
+        print(
+            f"agent-replay: launched vLLM {server.info.get('vllm_version')} "
+            f"({args.profile}) at {server.url} in {server.info.get('start_s')} s; "
+            f"settings {summary(checks)}; log {server.log_path}",
+            file=sys.stderr,
+        )
         yield server.url, dict(server.info)

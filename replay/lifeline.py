@@ -43,6 +43,7 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Non
             libc = ctypes.CDLL(None, use_errno=True)
             armed = libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     if not armed:
+
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(0.5)
@@ -108,8 +109,11 @@ def signals_held() -> Iterator[None]:
     if threading.current_thread() is threading.main_thread():
         for sig in _STOPS:
             old_handlers[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS) \
-        if hasattr(signal, "pthread_sigmask") else None
+    old_mask = (
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        if hasattr(signal, "pthread_sigmask")
+        else None
+    )
     try:
         yield
     finally:

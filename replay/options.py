@@ -128,8 +128,7 @@ class Option:
         return out + ([self.short] if self.short else [])
 
 
-def option(default: Any = MISSING, *, kind: str, default_factory: Any = MISSING,
-           **kw: Any) -> Any:
+def option(default: Any = MISSING, *, kind: str, default_factory: Any = MISSING, **kw: Any) -> Any:
     """A dataclass field that is a run option of ``kind`` (see ``Option`` for the
     keywords)."""
     if kind not in KINDS:
@@ -209,8 +208,10 @@ def check_fields(cfg: Any) -> None:
 
 # ---- the CLI
 
-def add_options(p: argparse.ArgumentParser, cls: type, *, prefix: str = "",
-                nested: bool = False) -> None:
+
+def add_options(
+    p: argparse.ArgumentParser, cls: type, *, prefix: str = "", nested: bool = False
+) -> None:
     """The CLI arguments of every ``cli`` option field of ``cls``, in field order, each group
     once. Nested settings' flags default to None (not given)."""
     groups: dict[str, Any] = {}
@@ -234,8 +235,9 @@ def _group(p: argparse.ArgumentParser, title: str) -> Any:
     return p.add_argument_group(title)
 
 
-def _add(where: Any, cls: type, f: dataclasses.Field[Any], o: Option, prefix: str,
-         nested: bool) -> None:
+def _add(
+    where: Any, cls: type, f: dataclasses.Field[Any], o: Option, prefix: str, nested: bool
+) -> None:
     flags = o.flags_for(f.name)
     dest = prefix + f.name
     kw: dict[str, Any] = {"dest": dest, "help": o.help}
@@ -261,8 +263,9 @@ def _add(where: Any, cls: type, f: dataclasses.Field[Any], o: Option, prefix: st
         where.add_argument(flag, dest=dest, action="store_const", const=value, help=text)
 
 
-def _value(args: argparse.Namespace, dest: str, f: dataclasses.Field[Any], o: Option,
-           fallback: Any) -> Any:
+def _value(
+    args: argparse.Namespace, dest: str, f: dataclasses.Field[Any], o: Option, fallback: Any
+) -> Any:
     raw = getattr(args, dest, fallback)
     return o.parse(raw) if o.parse is not None else raw
 
@@ -293,6 +296,7 @@ def namespace_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 # ---- experiment files (the sweep's [run] table)
 
+
 def sweep_keys(cls: type) -> dict[str, tuple[type, ...]]:
     """The ``[run]`` keys of an experiment file: name -> the kinds of value it takes."""
     return {f.name: kinds(cls, f.name) for f, o in option_fields(cls) if o.sweep}
@@ -303,8 +307,9 @@ def check_sweep_value(where: str, cls: type, key: str, value: Any) -> None:
     has the wrong kind or breaks the field's rules."""
     want = sweep_keys(cls)[key]
     if not isinstance(value, want) or (isinstance(value, bool) and bool not in want):
-        raise InputError(f"{where} {key}: expected {' or '.join(k.__name__ for k in want)}, "
-                         f"got {value!r}")
+        raise InputError(
+            f"{where} {key}: expected {' or '.join(k.__name__ for k in want)}, got {value!r}"
+        )
     o = spec(next(f for f in dataclasses.fields(cls) if f.name == key))
     p = problem(o, value)
     if p is not None:
@@ -312,6 +317,7 @@ def check_sweep_value(where: str, cls: type, key: str, value: Any) -> None:
 
 
 # ---- what the declarations give: the sweep's axes, the plan, the load options
+
 
 def axes(cls: type) -> dict[str, Option]:
     """The sweep's load axes: field name -> its option, in field order."""
@@ -326,14 +332,16 @@ def axis_values(cls: type, axis: str, point: float) -> dict[str, Any]:
     """The fields one point of a load axis sets: the axis (as its field's type) and the
     fields it implies (``Option.axis_sets``)."""
     o = axes(cls)[axis]
-    return {axis: int(point) if base_type(cls, axis) is int else float(point),
-            **dict(o.axis_sets)}
+    return {axis: int(point) if base_type(cls, axis) is int else float(point), **dict(o.axis_sets)}
 
 
 def plan_values(cfg: Any) -> dict[str, Any]:
     """The plan's fields from the options declared ``plan``: plan field -> value."""
-    return {(o.plan if isinstance(o.plan, str) else f.name): getattr(cfg, f.name)
-            for f, o in option_fields(type(cfg)) if o.plan}
+    return {
+        (o.plan if isinstance(o.plan, str) else f.name): getattr(cfg, f.name)
+        for f, o in option_fields(type(cfg))
+        if o.plan
+    }
 
 
 def option_kinds(cls: type, prefix: str = "") -> dict[str, str]:
@@ -350,10 +358,10 @@ def option_kinds(cls: type, prefix: str = "") -> dict[str, str]:
 
 # ---- run.json
 
+
 def record_options(cfg: Any) -> dict[str, Any]:
     """run.json's ``options``: every recorded field, credentials redacted."""
-    out = {f.name: _jsonable(getattr(cfg, f.name))
-           for f, o in option_fields(type(cfg)) if o.record}
+    out = {f.name: _jsonable(getattr(cfg, f.name)) for f, o in option_fields(type(cfg)) if o.record}
     return dict(redact(out))
 
 

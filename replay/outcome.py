@@ -25,16 +25,52 @@ ERROR_KEEP = 16384
 
 class RequestRecord:
     __slots__ = (
-        "agent_id", "api", "cached_tokens", "chunk_ns", "chunk_tokens", "clone", "completion_tokens",
-        "connect_ns", "depends_on", "end_ns", "error", "error_kind", "expected_input_tokens", "expected_output_tokens",
-        "first_token_ns", "headers_ns", "http_status", "implied_cached_tokens", "intended_ns",
-        "parent_end_ns", "parent_index", "prompt_tokens", "request_id", "request_index",
-        "sent_ns", "session_id", "status", "think_ns", "warmup", "worker",
+        "agent_id",
+        "api",
+        "cached_tokens",
+        "chunk_ns",
+        "chunk_tokens",
+        "clone",
+        "completion_tokens",
+        "connect_ns",
+        "depends_on",
+        "end_ns",
+        "error",
+        "error_kind",
+        "expected_input_tokens",
+        "expected_output_tokens",
+        "first_token_ns",
+        "headers_ns",
+        "http_status",
+        "implied_cached_tokens",
+        "intended_ns",
+        "parent_end_ns",
+        "parent_index",
+        "prompt_tokens",
+        "request_id",
+        "request_index",
+        "sent_ns",
+        "session_id",
+        "status",
+        "think_ns",
+        "warmup",
+        "worker",
     )
 
-    def __init__(self, *, session_id: str, request_index: int, parent_index: int, clone: int,
-                 worker: int, request_id: str, api: str, expected_input_tokens: int,
-                 expected_output_tokens: int, implied_cached_tokens: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        request_index: int,
+        parent_index: int,
+        clone: int,
+        worker: int,
+        request_id: str,
+        api: str,
+        expected_input_tokens: int,
+        expected_output_tokens: int,
+        implied_cached_tokens: int | None,
+    ) -> None:
         self.session_id = session_id
         self.request_index = request_index
         self.parent_index = parent_index

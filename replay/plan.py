@@ -82,7 +82,9 @@ class PlanOptions:
         if self.rate is not None and not self.rate > 0:
             raise InputError(f"--rate must be > 0 sessions/s, got {self.rate}")
         if self.arrival not in ARRIVALS:
-            raise InputError(f"--arrival must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
+            raise InputError(
+                f"--arrival must be one of {', '.join(ARRIVALS)}, got {self.arrival!r}"
+            )
         if self.concurrent_sessions is not None and self.concurrent_sessions < 1:
             raise InputError(f"--concurrent-sessions must be >= 1, got {self.concurrent_sessions}")
         if self.rate is not None and self.concurrent_sessions is not None:
@@ -190,9 +192,11 @@ def speedup_warning(plan: Plan, opts: PlanOptions) -> str | None:
         return None
     if not any(q.agent_id != MAIN for s in plan.sessions for q in s.requests):
         return None
-    return (f"--speedup {opts.speedup:g} shrinks think times and subagent spawn delays but not "
-            "service times: branches of a session tree overlap where the recording had them "
-            "apart; --keep-overlaps keeps the recorded order")
+    return (
+        f"--speedup {opts.speedup:g} shrinks think times and subagent spawn delays but not "
+        "service times: branches of a session tree overlap where the recording had them "
+        "apart; --keep-overlaps keeps the recorded order"
+    )
 
 
 def stable_hash(*parts: object) -> int:
@@ -200,9 +204,23 @@ def stable_hash(*parts: object) -> int:
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
 
 
-_COLUMNS = ("session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-            "output_tokens", "cached_tokens", "hash_ids", "api", "model", "end_ns", "content",
-            "agent_id", "depends_on")
+_COLUMNS = (
+    "session_id",
+    "request_index",
+    "parent_index",
+    "arrival_ns",
+    "think_ns",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "hash_ids",
+    "api",
+    "model",
+    "end_ns",
+    "content",
+    "agent_id",
+    "depends_on",
+)
 
 
 def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
@@ -230,12 +248,15 @@ def build_plan(table: pa.Table, block_size: int, opts: PlanOptions) -> Plan:
 
 def _columns(table: pa.Table, n: int) -> dict[str, list[Any]]:
     """The plan's columns as lists; a column the trace lacks is all None."""
-    return {name: table.column(name).to_pylist() if name in table.column_names else [None] * n
-            for name in _COLUMNS}
+    return {
+        name: table.column(name).to_pylist() if name in table.column_names else [None] * n
+        for name in _COLUMNS
+    }
 
 
-def _session_requests(sid: str, rows: list[int], cols: dict[str, list[Any]], t_first: int,
-                      opts: PlanOptions) -> list[PlannedRequest]:
+def _session_requests(
+    sid: str, rows: list[int], cols: dict[str, list[Any]], t_first: int, opts: PlanOptions
+) -> list[PlannedRequest]:
     """A session's requests in request order (``rows``: its rows of the trace), each with
     its children (the requests whose last dependency it is)."""
     rows.sort(key=lambda r: (cols["request_index"][r], cols["arrival_ns"][r]))
@@ -247,8 +268,15 @@ def _session_requests(sid: str, rows: list[int], cols: dict[str, list[Any]], t_f
     return reqs
 
 
-def _request(sid: str, rows: list[int], p: int, pos_of: dict[Any, int], cols: dict[str, list[Any]],
-             t_first: int, opts: PlanOptions) -> PlannedRequest:
+def _request(
+    sid: str,
+    rows: list[int],
+    p: int,
+    pos_of: dict[Any, int],
+    cols: dict[str, list[Any]],
+    t_first: int,
+    opts: PlanOptions,
+) -> PlannedRequest:
     """Request ``p`` of a session (trace row ``rows[p]``), its parent and dependencies as
     positions among the session's earlier requests."""
     r = rows[p]
@@ -262,48 +290,80 @@ def _request(sid: str, rows: list[int], p: int, pos_of: dict[Any, int], cols: di
         deps = sorted(set(deps) | set(_ended_before(cols, rows, p, arrival)))
     api = opts.api_override or cols["api"][r] or opts.default_api
     return PlannedRequest(
-        session_id=sid, clone=0, request_index=int(cols["request_index"][r]),
-        parent_index=parent_index, parent=parent,
-        offset_ns=arrival - t_first, think_ns=int(think),
-        input_tokens=int(cols["input_tokens"][r]), output_tokens=int(cols["output_tokens"][r]),
-        hash_ids=list(cols["hash_ids"][r] or ()), api=str(api), model=cols["model"][r],
-        content=cols["content"][r], cached_tokens=cols["cached_tokens"][r],
-        agent_id=str(cols["agent_id"][r]), deps=deps, depends_on=dep_idx,
-        service_ns=None if cols["end_ns"][r] is None else int(cols["end_ns"][r]))
+        session_id=sid,
+        clone=0,
+        request_index=int(cols["request_index"][r]),
+        parent_index=parent_index,
+        parent=parent,
+        offset_ns=arrival - t_first,
+        think_ns=int(think),
+        input_tokens=int(cols["input_tokens"][r]),
+        output_tokens=int(cols["output_tokens"][r]),
+        hash_ids=list(cols["hash_ids"][r] or ()),
+        api=str(api),
+        model=cols["model"][r],
+        content=cols["content"][r],
+        cached_tokens=cols["cached_tokens"][r],
+        agent_id=str(cols["agent_id"][r]),
+        deps=deps,
+        depends_on=dep_idx,
+        service_ns=None if cols["end_ns"][r] is None else int(cols["end_ns"][r]),
+    )
 
 
-def _parent_position(sid: str, rows: list[int], p: int, parent_index: int, pos_of: dict[Any, int],
-                     cols: dict[str, list[Any]]) -> int:
+def _parent_position(
+    sid: str,
+    rows: list[int],
+    p: int,
+    parent_index: int,
+    pos_of: dict[Any, int],
+    cols: dict[str, list[Any]],
+) -> int:
     """The position of the parent (-1: none), which must come before ``p``."""
     parent = pos_of.get(parent_index, -1) if parent_index >= 0 else -1
     if parent >= p:
         r = rows[p]
-        raise TraceError(f"parent {parent_index} does not come before request "
-                         f"{cols['request_index'][r]} in session {sid!r}", row=r,
-                         field="parent_index")
+        raise TraceError(
+            f"parent {parent_index} does not come before request "
+            f"{cols['request_index'][r]} in session {sid!r}",
+            row=r,
+            field="parent_index",
+        )
     return parent
 
 
-def _dep_position(sid: str, rows: list[int], p: int, d: int, pos_of: dict[Any, int],
-                  cols: dict[str, list[Any]]) -> int:
+def _dep_position(
+    sid: str, rows: list[int], p: int, d: int, pos_of: dict[Any, int], cols: dict[str, list[Any]]
+) -> int:
     """The position of dependency ``d`` (a request index), which must come before ``p``."""
     dp = pos_of.get(d, -1)
     if not 0 <= dp < p:
         r = rows[p]
-        raise TraceError(f"depends_on {d} does not come before request "
-                         f"{cols['request_index'][r]} in session {sid!r}", row=r,
-                         field="depends_on")
+        raise TraceError(
+            f"depends_on {d} does not come before request "
+            f"{cols['request_index'][r]} in session {sid!r}",
+            row=r,
+            field="depends_on",
+        )
     return dp
 
 
-def _think(cols: dict[str, list[Any]], rows: list[int], r: int, deps: list[int], arrival: int,
-           opts: PlanOptions) -> int:
+def _think(
+    cols: dict[str, list[Any]],
+    rows: list[int],
+    r: int,
+    deps: list[int],
+    arrival: int,
+    opts: PlanOptions,
+) -> int:
     """The trace's think time; when it has none, the gap from the latest dependency's end
     (0 without dependencies); capped at ``max_think_s``."""
     think = cols["think_ns"][r]
     if think is None:
-        latest = max((int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]] or 0)
-                      for dp in deps), default=None)
+        latest = max(
+            (int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]] or 0) for dp in deps),
+            default=None,
+        )
         think = 0 if latest is None else max(0, arrival - latest)
     if opts.max_think_s is not None:
         think = min(int(think), int(opts.max_think_s * 1e9))
@@ -312,8 +372,12 @@ def _think(cols: dict[str, list[Any]], rows: list[int], r: int, deps: list[int],
 
 def _ended_before(cols: dict[str, list[Any]], rows: list[int], p: int, arrival: int) -> list[int]:
     """The earlier requests of the session that had ended by ``arrival`` in the recording."""
-    return [dp for dp in range(p) if cols["end_ns"][rows[dp]] is not None
-            and int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]]) <= arrival]
+    return [
+        dp
+        for dp in range(p)
+        if cols["end_ns"][rows[dp]] is not None
+        and int(cols["arrival_ns"][rows[dp]]) + int(cols["end_ns"][rows[dp]]) <= arrival
+    ]
 
 
 def _shape_load(base: list[PlannedSession], opts: PlanOptions) -> list[PlannedSession]:
@@ -329,7 +393,9 @@ def _shape_load(base: list[PlannedSession], opts: PlanOptions) -> list[PlannedSe
         sessions = sessions[: opts.concurrent_sessions]
         restart(sessions, concurrent_starts(len(sessions), opts.ramp_s))
     elif opts.rate is not None:
-        restart(sessions, arrival_offsets(len(sessions), opts.rate, opts.arrival, opts.arrival_seed))
+        restart(
+            sessions, arrival_offsets(len(sessions), opts.rate, opts.arrival, opts.arrival_seed)
+        )
     if opts.duration_s is not None:
         limit = int(opts.duration_s * 1e9)
         sessions = [s for s in sessions if s.start_ns < limit]
@@ -391,14 +457,30 @@ def _clone(base: list[PlannedSession], mult: int) -> list[PlannedSession]:
     for c in range(1, mult):
         for s in base:
             shift = stable_hash("clone", s.session_id, c) % gap
-            reqs = [PlannedRequest(
-                session_id=q.session_id, clone=c, request_index=q.request_index,
-                parent_index=q.parent_index, parent=q.parent, offset_ns=q.offset_ns + shift,
-                think_ns=q.think_ns, input_tokens=q.input_tokens, output_tokens=q.output_tokens,
-                hash_ids=q.hash_ids, api=q.api, model=q.model, content=q.content,
-                cached_tokens=q.cached_tokens, children=q.children, agent_id=q.agent_id,
-                service_ns=q.service_ns,
-                deps=q.deps, depends_on=q.depends_on) for q in s.requests]
+            reqs = [
+                PlannedRequest(
+                    session_id=q.session_id,
+                    clone=c,
+                    request_index=q.request_index,
+                    parent_index=q.parent_index,
+                    parent=q.parent,
+                    offset_ns=q.offset_ns + shift,
+                    think_ns=q.think_ns,
+                    input_tokens=q.input_tokens,
+                    output_tokens=q.output_tokens,
+                    hash_ids=q.hash_ids,
+                    api=q.api,
+                    model=q.model,
+                    content=q.content,
+                    cached_tokens=q.cached_tokens,
+                    children=q.children,
+                    agent_id=q.agent_id,
+                    service_ns=q.service_ns,
+                    deps=q.deps,
+                    depends_on=q.depends_on,
+                )
+                for q in s.requests
+            ]
             out.append(PlannedSession(s.session_id, c, s.start_ns + shift, reqs))
     return out
 
@@ -408,8 +490,10 @@ def _implied_cached(sessions: Iterable[PlannedSession], bs: int) -> None:
     (``traces.stats.implied_hits``: whole 16-token blocks, a trace block seen only as a
     partial last block counting for the server blocks it filled, never the last prompt
     token); clones keep their own hash spaces."""
-    order = sorted((q for s in sessions for q in s.requests),
-                   key=lambda q: (q.offset_ns, q.session_id, q.clone, q.request_index))
+    order = sorted(
+        (q for s in sessions for q in s.requests),
+        key=lambda q: (q.offset_ns, q.session_id, q.clone, q.request_index),
+    )
     if not order:
         return
     lengths = np.fromiter((len(q.hash_ids) for q in order), np.int64, len(order))

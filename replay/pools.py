@@ -139,8 +139,12 @@ class InProcessPool(_OnThisHost):
             pin_loop_thread(config.worker_cpus, 0)
         stop = StopSignals().install()
         try:
-            return [aio.run(stoppable(arun_shard(config, 0, 1, feed.update, plan=self.plan), stop),
-                            config.loop)]
+            return [
+                aio.run(
+                    stoppable(arun_shard(config, 0, 1, feed.update, plan=self.plan), stop),
+                    config.loop,
+                )
+            ]
         finally:
             stop.uninstall()
 
@@ -192,22 +196,30 @@ class LocalProcessPool(_OnThisHost):
 
     start_delay_ns = 300_000_000
 
-    def __init__(self, config: RunConfig, n: int, plan: Plan | None = None,
-                 warn: Reporter | None = None) -> None:
+    def __init__(
+        self, config: RunConfig, n: int, plan: Plan | None = None, warn: Reporter | None = None
+    ) -> None:
         ctx = mp.get_context("spawn")
         _start_quiet_tracker()
         self.n = n
         self.out = Path(config.output or ".")
         self.write_retry_s = config.write_retry_s
-        self.planned = [plan.shard(i, n).n_requests for i in range(n)] if plan is not None else [0] * n
+        self.planned = (
+            [plan.shard(i, n).n_requests for i in range(n)] if plan is not None else [0] * n
+        )
         self.q: Any = ctx.Queue()
         self.go = ctx.Event()
         self.t0: Any = ctx.Value("q", 0)
         lock = held(self.out)  # the workers share the results folder's lock (replay.folderlock)
         shared = lock.share() if lock is not None else None
-        self.procs = [ctx.Process(target=_proc_main,
-                                  args=(config, i, n, self.q, self.go, self.t0, shared),
-                                  name=f"replay-worker-{i}") for i in range(n)]
+        self.procs = [
+            ctx.Process(
+                target=_proc_main,
+                args=(config, i, n, self.q, self.go, self.t0, shared),
+                name=f"replay-worker-{i}",
+            )
+            for i in range(n)
+        ]
         self.results: dict[int, WorkerSummary] = {}
         self.failures: list[str] = []
         self.warn = warn
@@ -224,8 +236,9 @@ class LocalProcessPool(_OnThisHost):
             raise
 
     @classmethod
-    def start(cls, config: RunConfig, n: int, plan: Plan | None = None,
-              warn: Reporter | None = None) -> LocalProcessPool:
+    def start(
+        cls, config: RunConfig, n: int, plan: Plan | None = None, warn: Reporter | None = None
+    ) -> LocalProcessPool:
         pool = cls(config, n, plan, warn)
         try:
             pool.wait_ready()
@@ -247,7 +260,9 @@ class LocalProcessPool(_OnThisHost):
             except queue.Empty:
                 dead = [p.name for p in self.procs if not p.is_alive()]
                 if dead or time.monotonic() > deadline:
-                    raise AgentReplayError(f"worker processes did not start: {', '.join(dead) or 'timeout'}") from None
+                    raise AgentReplayError(
+                        f"worker processes did not start: {', '.join(dead) or 'timeout'}"
+                    ) from None
                 continue
             if kind == "ready":
                 ready.add(shard)
@@ -290,8 +305,9 @@ class LocalProcessPool(_OnThisHost):
             raise AgentReplayError("; ".join(self.failures))
         return self.arrived()
 
-    def _collect(self, feed: ProgressFeed | None, stop: StopSignals | None,
-                 deadline: float | None) -> None:
+    def _collect(
+        self, feed: ProgressFeed | None, stop: StopSignals | None, deadline: float | None
+    ) -> None:
         """Read the workers' messages until each has reported or ended, a stop is asked
         for (``stop``) or ``deadline`` passes."""
         while len(self.results) < self.n and not self._leave(stop, deadline):
@@ -310,7 +326,9 @@ class LocalProcessPool(_OnThisHost):
                 self._done(shard, payload, stop)
             elif kind == "error":
                 self.failures.append(payload)
-                self.results.setdefault(shard, WorkerSummary(shard=shard, total=self.planned[shard]))
+                self.results.setdefault(
+                    shard, WorkerSummary(shard=shard, total=self.planned[shard])
+                )
 
     def _leave(self, stop: StopSignals | None, deadline: float | None) -> bool:
         """A stop was asked for (with ``stop``) or the run halted, or ``deadline`` passed."""
@@ -325,12 +343,17 @@ class LocalProcessPool(_OnThisHost):
     def _done(self, shard: int, summary: WorkerSummary, stop: StopSignals | None) -> None:
         """A worker's report; one interrupted by a signal to it alone stops the run."""
         self.results[shard] = summary
-        if summary.interrupted and stop is not None and not stop.requested \
-                and self.stopped_alone is None:
+        if (
+            summary.interrupted
+            and stop is not None
+            and not stop.requested
+            and self.stopped_alone is None
+        ):
             self.stopped_alone = shard  # a signal to that worker only: stop them all
             if self.warn is not None:
-                self.warn(f"worker {shard} (shard {shard} of {self.n}) was stopped: "
-                          "stopping the run")
+                self.warn(
+                    f"worker {shard} (shard {shard} of {self.n}) was stopped: stopping the run"
+                )
 
     @property
     def halted(self) -> bool:
@@ -428,26 +451,46 @@ PARENT_DIED = "parent_died"
 
 def _summary_fields(summary: WorkerSummary) -> dict[str, Any]:
     """A worker's summary as run.json keeps it (its encoded samples left out)."""
-    return {f.name: getattr(summary, f.name) for f in dataclasses.fields(summary)
-            if not isinstance(getattr(summary, f.name), bytes)}
+    return {
+        f.name: getattr(summary, f.name)
+        for f in dataclasses.fields(summary)
+        if not isinstance(getattr(summary, f.name), bytes)
+    }
 
 
-def _shard_summaries(out: Path, plan: Plan | None, n: int, shards: dict[str, Any]) -> list[WorkerSummary]:
+def _shard_summaries(
+    out: Path, plan: Plan | None, n: int, shards: dict[str, Any]
+) -> list[WorkerSummary]:
     """Each shard's summary: the one it recorded, else counted from its part files."""
     planned = [plan.shard(i, n).n_requests if plan is not None else 0 for i in range(n)]
-    return [WorkerSummary(**shards[str(i)]) if str(i) in shards
-            else summary_from_parts(out, i, planned[i]) for i in range(n)]
+    return [
+        WorkerSummary(**shards[str(i)])
+        if str(i) in shards
+        else summary_from_parts(out, i, planned[i])
+        for i in range(n)
+    ]
 
 
 def _orphan_error(pid: Any, counted: list[int]) -> str:
-    return (f"the run's process{f' (pid {pid})' if pid else ''} died while its "
-            "workers ran; they stopped, wrote their rows and this record"
-            + (f" (workers {', '.join(map(str, counted))} counted from their "
-               "part files)" if counted else ""))
+    return (
+        f"the run's process{f' (pid {pid})' if pid else ''} died while its "
+        "workers ran; they stopped, wrote their rows and this record"
+        + (
+            f" (workers {', '.join(map(str, counted))} counted from their part files)"
+            if counted
+            else ""
+        )
+    )
 
 
-def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int, n: int,
-                    summary: WorkerSummary | None) -> bool:
+def record_orphaned(
+    out: Path,
+    config: RunConfig,
+    plan: Plan | None,
+    shard: int,
+    n: int,
+    summary: WorkerSummary | None,
+) -> bool:
     """run.json of a run whose process died (killed outright) while its workers ran, as
     the workers see it once they have stopped and written their rows: status
     ``interrupted``, totals merged from the summaries of the workers that got this far
@@ -488,8 +531,9 @@ def record_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int,
         os.close(fd)
 
 
-def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any,
-               lock: Shared | None = None) -> None:
+def _proc_main(
+    config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any, lock: Shared | None = None
+) -> None:
     """A worker process; ``lock``: the results folder's lock, held until it exits."""
     from agent_replay.replay.worker import load_plan
 
@@ -507,8 +551,9 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any,
         if config.worker_cpus:
             pin_loop_thread(config.worker_cpus, shard)
         started = True
-        summary = run_shard(replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop,
-                            journal=True)
+        summary = run_shard(
+            replace(config, t0_ns=int(t0.value)), shard, n, q, plan=plan, stop=stop, journal=True
+        )
         if not stop.orphaned and parent_alive(parent):
             q.put(("done", shard, summary))
     except KeyboardInterrupt:
@@ -528,8 +573,15 @@ def _proc_main(config: RunConfig, shard: int, n: int, q: Any, go: Any, t0: Any,
             leave_orphaned(Path(config.output or "."), config, plan, shard, n, summary, started)
 
 
-def leave_orphaned(out: Path, config: RunConfig, plan: Plan | None, shard: int, n: int,
-                   summary: WorkerSummary | None, started: bool) -> None:
+def leave_orphaned(
+    out: Path,
+    config: RunConfig,
+    plan: Plan | None,
+    shard: int,
+    n: int,
+    summary: WorkerSummary | None,
+    started: bool,
+) -> None:
     """A worker's last step once the run's process is gone (its rows are written): remove
     the space reserve that process can no longer release and, when the worker got past
     t0, rewrite run.json (``record_orphaned``)."""

@@ -37,10 +37,12 @@ from agent_replay.replay.textcal import (
     load_tokenizer,
 )
 
-NO_TOKENIZE_HINT = ("chat/messages/responses replay sizes its text prompts with the target's "
-                    "POST /tokenize; without it, pass --tokenizer NAME_OR_PATH (the target's "
-                    "tokenizer; pip install 'agent-replay[tokenizer]') or replay with "
-                    "--api completions (token-id prompts)")
+NO_TOKENIZE_HINT = (
+    "chat/messages/responses replay sizes its text prompts with the target's "
+    "POST /tokenize; without it, pass --tokenizer NAME_OR_PATH (the target's "
+    "tokenizer; pip install 'agent-replay[tokenizer]') or replay with "
+    "--api completions (token-id prompts)"
+)
 
 
 class Preparer:
@@ -79,15 +81,19 @@ class Preparer:
         api = q.api
         d = DIALECTS.get(api)
         if d is None:
-            raise InputError(f"api {api!r} cannot be replayed (known: {', '.join(DIALECTS)}); "
-                             "use --api to override")
+            raise InputError(
+                f"api {api!r} cannot be replayed (known: {', '.join(DIALECTS)}); "
+                "use --api to override"
+            )
         base: dict[str, Any] | None = None
         if q.content:
             try:
                 loaded = orjson.loads(q.content)
             except orjson.JSONDecodeError as exc:
-                raise InputError(f"session {q.session_id!r} request {q.request_index}: "
-                                 f"content is not JSON ({exc})") from exc
+                raise InputError(
+                    f"session {q.session_id!r} request {q.request_index}: "
+                    f"content is not JSON ({exc})"
+                ) from exc
             base = loaded if isinstance(loaded, dict) else None
         model = self.model
         prompt: Any
@@ -103,8 +109,13 @@ class Preparer:
                 prompt = self.aligned.prompt(q.hash_ids, q.input_tokens, q.blocks_clone, key)
             if prompt is None:
                 prompt = await self._fit_text(q)
-        body = d.build(model=model, prompt=prompt, max_tokens=max(q.output_tokens, 1),
-                       vllm_extras=self.vllm_extras, base=base)
+        body = d.build(
+            model=model,
+            prompt=prompt,
+            max_tokens=max(q.output_tokens, 1),
+            vllm_extras=self.vllm_extras,
+            base=base,
+        )
         headers = dict(self.headers)
         headers["X-Session-ID"] = session_key
         headers["X-Request-Id"] = request_id
@@ -137,8 +148,9 @@ class Preparer:
         if self.tokenizer is None or self.probe is None:
             raise InputError(NO_TOKENIZE_HINT)
         try:
-            self.aligned = await calibrate_offline(load_tokenizer(self.tokenizer), self.probe,
-                                                   self.block_size, self.salt)
+            self.aligned = await calibrate_offline(
+                load_tokenizer(self.tokenizer), self.probe, self.block_size, self.salt
+            )
         except CalibrationError as exc:
             raise InputError(f"--tokenizer {self.tokenizer}: {exc}") from None
         self.tokenize = None  # no per-request fitting against a target without /tokenize
@@ -159,14 +171,17 @@ class Preparer:
 
     async def _count(self, text: str) -> int:
         assert self.tokenize is not None
-        data = await self.tokenize({"model": self.model,
-                                    "messages": [{"role": "user", "content": text}]})
+        data = await self.tokenize(
+            {"model": self.model, "messages": [{"role": "user", "content": text}]}
+        )
         return int(data["count"])
 
     async def _fit_text(self, q: PlannedRequest) -> str:
         if self.tokenize is None:
-            raise InputError("chat/messages replay without recorded content needs the target's "
-                             "POST /tokenize (not available) to size prompts")
+            raise InputError(
+                "chat/messages replay without recorded content needs the target's "
+                "POST /tokenize (not available) to size prompts"
+            )
         if not self._calibrated:
             sample = self.text.tail(0, 512)
             n = await self._count(sample) - await self._count("")
@@ -175,7 +190,9 @@ class Preparer:
         full = q.input_tokens // self.block_size
         prefix = self.text.prefix(q.hash_ids[:full], q.blocks_clone)
         key = stable_hash("tail", q.session_id, q.clone, q.request_index) >> 2
-        text, got = await fit_text(prefix, lambda n: self.text.tail(key, n), q.input_tokens, self._count)
+        text, got = await fit_text(
+            prefix, lambda n: self.text.tail(key, n), q.input_tokens, self._count
+        )
         if got != q.input_tokens:
             self.text_misses += 1
         return text

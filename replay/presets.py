@@ -45,7 +45,9 @@ def parse_start_range(v: str | None) -> tuple[float | None, float | None]:
     try:
         return float(lo), float(hi)
     except ValueError:
-        raise InputError(f"--start-range {v!r}: expected LO,HI (fractions, e.g. 0.25,0.75)") from None
+        raise InputError(
+            f"--start-range {v!r}: expected LO,HI (fractions, e.g. 0.25,0.75)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -54,53 +56,106 @@ class AgentXSettings:
     defaults to not given, so that ``resolve`` takes the preset's value)."""
 
     preset: str | None = option(
-        None, kind=LOAD, choices=PRESET_NAMES, group=AGENTX_GROUP,
+        None,
+        kind=LOAD,
+        choices=PRESET_NAMES,
+        group=AGENTX_GROUP,
         help="AgentX parameters as AIPerf's scenario sets them (implies --timing "
-        "agentx); the options below override single values")
+        "agentx); the options below override single values",
+    )
     start_min: float = option(
-        0.25, kind=LOAD, flag="--start-range", metavar="LO,HI", parse=parse_start_range,
-        sets=("start_min", "start_max"), group=AGENTX_GROUP,
+        0.25,
+        kind=LOAD,
+        flag="--start-range",
+        metavar="LO,HI",
+        parse=parse_start_range,
+        sets=("start_min", "start_max"),
+        group=AGENTX_GROUP,
         help="first play starts at an instant LO..HI of its session's time span "
-        "(default 0.25,0.75)")
-    start_max: float = option(0.75, kind=LOAD, cli=False,
-                              help="the HI of --start-range")
+        "(default 0.25,0.75)",
+    )
+    start_max: float = option(0.75, kind=LOAD, cli=False, help="the HI of --start-range")
     warmup_requests: int = option(
-        0, kind=LOAD, metavar="N", checks=(at_least(0),), group=AGENTX_GROUP,
+        0,
+        kind=LOAD,
+        metavar="N",
+        checks=(at_least(0),),
+        group=AGENTX_GROUP,
         help="turns per lane replayed back to back as warm-up (one output token, flagged "
         "warm-up) after the warm-up of every stream live at t*, before the measured play "
-        "(default 0)")
+        "(default 0)",
+    )
     idle_cap_s: float | None = option(
-        10.0, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
-        help="nothing in flight idles at most this long (default 10)")
+        10.0,
+        kind=LOAD,
+        metavar="SECONDS",
+        checks=(at_least(0),),
+        group=AGENTX_GROUP,
+        help="nothing in flight idles at most this long (default 10)",
+    )
     tree_idle_cap_s: float | None = option(
-        None, kind=LOAD, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
+        None,
+        kind=LOAD,
+        metavar="SECONDS",
+        checks=(at_least(0),),
+        group=AGENTX_GROUP,
         help="shorten every recorded stretch where nothing of a session tree was "
-        "in flight to at most this: AIPerf's trace idle gap cap (default none)")
+        "in flight to at most this: AIPerf's trace idle gap cap (default none)",
+    )
     min_duration_s: float | None = option(
-        None, kind=MEASUREMENT, metavar="SECONDS", checks=(at_least(0),), group=AGENTX_GROUP,
-        help="a run measuring less is invalid")
+        None,
+        kind=MEASUREMENT,
+        metavar="SECONDS",
+        checks=(at_least(0),),
+        group=AGENTX_GROUP,
+        help="a run measuring less is invalid",
+    )
     failure_threshold: float | None = option(
-        None, kind=MEASUREMENT, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
-        help="a run with more failed requests is invalid")
+        None,
+        kind=MEASUREMENT,
+        metavar="FRACTION",
+        checks=(within(0, 1),),
+        group=AGENTX_GROUP,
+        help="a run with more failed requests is invalid",
+    )
     metric_coverage: float | None = option(
-        None, kind=MEASUREMENT, metavar="FRACTION", checks=(within(0, 1),), group=AGENTX_GROUP,
-        help="a run whose last first token / token lies less far into --duration is invalid")
+        None,
+        kind=MEASUREMENT,
+        metavar="FRACTION",
+        checks=(within(0, 1),),
+        group=AGENTX_GROUP,
+        help="a run whose last first token / token lies less far into --duration is invalid",
+    )
     overflow_rule: str = option(
-        "aiperf", kind=LOAD, choices=("aiperf", "agent-replay"), group=AGENTX_GROUP,
+        "aiperf",
+        kind=LOAD,
+        choices=("aiperf", "agent-replay"),
+        group=AGENTX_GROUP,
         help="which error messages are context overflows: AIPerf's list (default) or "
-        "ours, which also knows vLLM's 'maximum model length' (docs/agentx.md)")
+        "ours, which also knows vLLM's 'maximum model length' (docs/agentx.md)",
+    )
     warmup_failure: str = option(
-        "abort", kind=MEASUREMENT, choices=("abort", "continue"), group=AGENTX_GROUP,
+        "abort",
+        kind=MEASUREMENT,
+        choices=("abort", "continue"),
+        group=AGENTX_GROUP,
         help="a failed warm-up of a main stream ends the run, as AIPerf's does (abort, "
-        "the default), or the run goes on with that stream cold (continue)")
-    seed: int | None = option(None, kind=SEED, group=AGENTX_GROUP,
-                              help="start sampling seed (default: --salt, 0 when none)")
+        "the default), or the run goes on with that stream cold (continue)",
+    )
+    seed: int | None = option(
+        None,
+        kind=SEED,
+        group=AGENTX_GROUP,
+        help="start sampling seed (default: --salt, 0 when none)",
+    )
 
     def check(self) -> None:
         """The rule across fields; each field's own rules are ``options.check_fields``'."""
         if not 0 <= self.start_min <= self.start_max <= 1:
-            raise InputError(f"--start-range must satisfy 0 <= LO <= HI <= 1, got "
-                             f"{self.start_min},{self.start_max}")
+            raise InputError(
+                f"--start-range must satisfy 0 <= LO <= HI <= 1, got "
+                f"{self.start_min},{self.start_max}"
+            )
         check_fields(self)
 
 
@@ -111,21 +166,44 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "inferencex-agentx": Preset(3600.0, AgentXSettings(
-        preset="inferencex-agentx", start_min=0.25, start_max=0.75, warmup_requests=10,
-        idle_cap_s=10.0, tree_idle_cap_s=300.0, min_duration_s=900.0, failure_threshold=0.10,
-        metric_coverage=0.95, seed=42)),
-    "aiperf-agentx-mvp": Preset(1800.0, AgentXSettings(
-        preset="aiperf-agentx-mvp", start_min=0.0, start_max=1.0, warmup_requests=0,
-        idle_cap_s=10.0, tree_idle_cap_s=None, min_duration_s=900.0, failure_threshold=None,
-        metric_coverage=0.95, seed=None)),
+    "inferencex-agentx": Preset(
+        3600.0,
+        AgentXSettings(
+            preset="inferencex-agentx",
+            start_min=0.25,
+            start_max=0.75,
+            warmup_requests=10,
+            idle_cap_s=10.0,
+            tree_idle_cap_s=300.0,
+            min_duration_s=900.0,
+            failure_threshold=0.10,
+            metric_coverage=0.95,
+            seed=42,
+        ),
+    ),
+    "aiperf-agentx-mvp": Preset(
+        1800.0,
+        AgentXSettings(
+            preset="aiperf-agentx-mvp",
+            start_min=0.0,
+            start_max=1.0,
+            warmup_requests=0,
+            idle_cap_s=10.0,
+            tree_idle_cap_s=None,
+            min_duration_s=900.0,
+            failure_threshold=None,
+            metric_coverage=0.95,
+            seed=None,
+        ),
+    ),
 }
 
 AGENTX_FIELDS = tuple(f.name for f in fields(AgentXSettings) if f.name != "preset")
 
 
-def resolve(preset: str | None, explicit: dict[str, Any], duration_s: float | None
-            ) -> tuple[AgentXSettings, float | None]:
+def resolve(
+    preset: str | None, explicit: dict[str, Any], duration_s: float | None
+) -> tuple[AgentXSettings, float | None]:
     """The settings and duration of a run: the preset's (or the defaults), with every
     explicitly given value (``explicit``: field name -> value, None = not given) on top."""
     if preset is None:

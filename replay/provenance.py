@@ -20,8 +20,21 @@ from typing import Any
 
 from agent_replay.redact import redact, redact_argv
 
-DEPENDENCIES = ("aiohttp", "numpy", "pyarrow", "rich", "hdrhistogram", "orjson", "psutil",
-                "uvloop", "openai", "anthropic", "matplotlib", "ray", "vllm")
+DEPENDENCIES = (
+    "aiohttp",
+    "numpy",
+    "pyarrow",
+    "rich",
+    "hdrhistogram",
+    "orjson",
+    "psutil",
+    "uvloop",
+    "openai",
+    "anthropic",
+    "matplotlib",
+    "ray",
+    "vllm",
+)
 """Packages whose installed versions are recorded (absent ones as null)."""
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -32,8 +45,9 @@ def _cmd(args: list[str], cwd: Path | None = None, timeout: float = 5.0) -> str 
     if shutil.which(args[0]) is None:
         return None
     try:
-        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -46,8 +60,7 @@ def code_version(root: Path = CHECKOUT) -> str:
     checkout (a commit id, ``-dirty`` when files differ from it); else the installed
     distribution's version."""
     if (root / ".git").exists():  # a directory, or a file in a git worktree
-        described = _cmd(["git", "-C", str(root), "describe", "--always", "--dirty"],
-                         timeout=10.0)
+        described = _cmd(["git", "-C", str(root), "describe", "--always", "--dirty"], timeout=10.0)
         if described:
             return described
     try:
@@ -69,8 +82,12 @@ def source() -> dict[str, Any]:
     if commit is not None:
         status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=CHECKOUT)
         dirty = bool(status) if status is not None else None
-    return {"code_version": code_version(), "version": __version__, "git_commit": commit,
-            "git_dirty": dirty}
+    return {
+        "code_version": code_version(),
+        "version": __version__,
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }
 
 
 @lru_cache(maxsize=1)
@@ -87,8 +104,13 @@ def dependencies() -> dict[str, str | None]:
 @lru_cache(maxsize=1)
 def gpus() -> list[dict[str, str]]:
     """The host's NVIDIA GPUs (name, driver, memory) from nvidia-smi; [] without one."""
-    raw = _cmd(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total",
-                "--format=csv,noheader"])
+    raw = _cmd(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,driver_version,memory.total",
+            "--format=csv,noheader",
+        ]
+    )
     if not raw:
         return []
     rows = []
@@ -100,8 +122,12 @@ def gpus() -> list[dict[str, str]]:
 
 
 def host() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "platform": platform.platform(),
-            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def server_version(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -121,8 +147,11 @@ def server_version(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {"version": data}
 
 
-def provenance(target_url: str | None = None, launch_info: dict[str, Any] | None = None,
-               argv: list[str] | None = None) -> dict[str, Any]:
+def provenance(
+    target_url: str | None = None,
+    launch_info: dict[str, Any] | None = None,
+    argv: list[str] | None = None,
+) -> dict[str, Any]:
     """The ``provenance`` block of run.json. ``launch_info``: what the launcher knows about
     the server it started (exact command, version, flags)."""
     server: dict[str, Any] = {}
@@ -132,12 +161,14 @@ def provenance(target_url: str | None = None, launch_info: dict[str, Any] | None
         for key in ("vllm_version", "command", "argv", "flags", "profile", "env"):
             if key in launch_info:
                 server[key] = launch_info[key]
-    return redact({
-        "source": source(),
-        "command_line": redact_argv(sys.argv if argv is None else argv),
-        "executable": sys.executable,
-        "dependencies": dependencies(),
-        "host": host(),
-        "gpus": gpus(),
-        "server": server,
-    })
+    return redact(
+        {
+            "source": source(),
+            "command_line": redact_argv(sys.argv if argv is None else argv),
+            "executable": sys.executable,
+            "dependencies": dependencies(),
+            "host": host(),
+            "gpus": gpus(),
+            "server": server,
+        }
+    )

@@ -32,15 +32,35 @@ from agent_replay.replay.outcome import RequestRecord
 from agent_replay.results_schema import REQUEST_SCHEMA
 
 _SCALARS = (
-    "session_id", "request_index", "parent_index", "clone", "worker", "request_id", "api",
-    "warmup", "expected_input_tokens", "expected_output_tokens", "prompt_tokens",
-    "completion_tokens", "cached_tokens", "implied_cached_tokens", "status", "error_kind",
-    "http_status", "error", "think_ns", "connect_ns", "agent_id", "depends_on",
+    "session_id",
+    "request_index",
+    "parent_index",
+    "clone",
+    "worker",
+    "request_id",
+    "api",
+    "warmup",
+    "expected_input_tokens",
+    "expected_output_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "implied_cached_tokens",
+    "status",
+    "error_kind",
+    "http_status",
+    "error",
+    "think_ns",
+    "connect_ns",
+    "agent_id",
+    "depends_on",
 )
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "end_ns", "parent_end_ns")
 
 
-def _chunk_arrays(recs: Sequence[RequestRecord], t0_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _chunk_arrays(
+    recs: Sequence[RequestRecord], t0_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The records' chunks as list offsets, chunk times (from ``t0_ns``) and token counts."""
     n = len(recs)
     offsets = np.zeros(n + 1, dtype=np.int32)
@@ -62,8 +82,12 @@ def records_to_table(recs: Sequence[RequestRecord], t0_ns: int) -> pa.Table:
     offsets, ns, tok = _chunk_arrays(recs, t0_ns)
     cols["chunk_ns"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ns))
     cols["chunk_tokens"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(tok))
-    arrays = [pa.array(cols[f.name], type=f.type) if not isinstance(cols[f.name], pa.Array)
-              else cols[f.name].cast(f.type) for f in REQUEST_SCHEMA]
+    arrays = [
+        pa.array(cols[f.name], type=f.type)
+        if not isinstance(cols[f.name], pa.Array)
+        else cols[f.name].cast(f.type)
+        for f in REQUEST_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
 
 
@@ -86,9 +110,18 @@ class ResultWriter:
 
     MAX_BACKOFF_S = 8.0
 
-    def __init__(self, folder: Path, t0_ns: int, worker: int = 0, *, flush_rows: int = 2000,
-                 flush_s: float = 1.0, retry_s: float = 10.0,
-                 hold_bytes: int = 256 << 20, journal: bool = False) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        t0_ns: int,
+        worker: int = 0,
+        *,
+        flush_rows: int = 2000,
+        flush_s: float = 1.0,
+        retry_s: float = 10.0,
+        hold_bytes: int = 256 << 20,
+        journal: bool = False,
+    ) -> None:
         self.dir = folder / "requests"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = t0_ns
@@ -100,8 +133,9 @@ class ResultWriter:
         self._buf: list[RequestRecord] = []
         self._seq = 0
         self._last_flush_ns: int | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results",
-                                        initializer=helper_thread)
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="results", initializer=helper_thread
+        )
         self._pending: list[tuple[Future[BaseException | None], list[RequestRecord], int]] = []
         # a worker process's rows also go to its journal as they come (replay.journal)
         self.journal = RowJournal(self.dir, worker) if journal else None
@@ -126,13 +160,24 @@ class ResultWriter:
         self._pool.submit(self._warm).result()
 
     def _warm(self) -> None:
-        rec = RequestRecord(session_id="", request_index=0, parent_index=-1, clone=0, worker=self.worker,
-                            request_id="", api="completions", expected_input_tokens=1,
-                            expected_output_tokens=1, implied_cached_tokens=None)
+        rec = RequestRecord(
+            session_id="",
+            request_index=0,
+            parent_index=-1,
+            clone=0,
+            worker=self.worker,
+            request_id="",
+            api="completions",
+            expected_input_tokens=1,
+            expected_output_tokens=1,
+            implied_cached_tokens=None,
+        )
         rec.intended_ns = rec.sent_ns = rec.first_token_ns = rec.end_ns = self.t0
         rec.chunk_ns.append(self.t0)
         rec.chunk_tokens.append(1)
-        pq.write_table(records_to_table([rec], self.t0), pa.BufferOutputStream(), **parquet_write_options())
+        pq.write_table(
+            records_to_table([rec], self.t0), pa.BufferOutputStream(), **parquet_write_options()
+        )
 
     def add(self, rec: RequestRecord) -> None:
         self.rows += 1
@@ -289,13 +334,18 @@ class SpaceReserve:
                 try:
                     os.posix_fallocate(f.fileno(), 0, size)
                 except (AttributeError, OSError) as exc:  # not Linux, or a file system without it
-                    if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    if isinstance(exc, OSError) and exc.errno not in (
+                        errno.EOPNOTSUPP,
+                        errno.EINVAL,
+                    ):
                         raise
                     f.write(b"\0" * size)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 self.path.unlink()
-            raise OutputError(f"{folder}: cannot write the results: {exc.strerror or exc}") from None
+            raise OutputError(
+                f"{folder}: cannot write the results: {exc.strerror or exc}"
+            ) from None
 
     def release(self) -> bool:
         """Remove the file; whether there was one to remove."""

@@ -119,8 +119,11 @@ def plan_of(config: RunConfig, table: pa.Table, meta: TraceMeta, dropped: int) -
 
 def _nothing_to_replay(config: RunConfig, dropped: int, table: pa.Table) -> InputError:
     """A run of nothing would end "ok" with no results to report."""
-    why = (f"its {dropped} requests all failed when recorded (--include-failed replays them)"
-           if dropped and table.num_rows == 0 else "no request is left to send")
+    why = (
+        f"its {dropped} requests all failed when recorded (--include-failed replays them)"
+        if dropped and table.num_rows == 0
+        else "no request is left to send"
+    )
     return InputError(f"{config.trace}: nothing to replay: {why}")
 
 
@@ -161,9 +164,14 @@ def resolve(config: RunConfig, info: TargetInfo) -> RunConfig:
     if vocab is None:  # a server that reports its vocabulary size is believed; else 32000
         reported = [m.get("vocab_size") for m in info.raw_models if m.get("id") == model]
         vocab = next((v for v in reported if isinstance(v, int) and v > config.low_token_id), 32000)
-    return replace(config, model=model, salt=salt, vocab_size=vocab,
-                   output=config.output or default_output(config.trace),
-                   run_id=config.run_id if config.run_id != "run" else secrets.token_hex(4))
+    return replace(
+        config,
+        model=model,
+        salt=salt,
+        vocab_size=vocab,
+        output=config.output or default_output(config.trace),
+        run_id=config.run_id if config.run_id != "run" else secrets.token_hex(4),
+    )
 
 
 def _planned_end(plan: Plan, timing: str) -> int:
@@ -177,17 +185,28 @@ def _planned_end(plan: Plan, timing: str) -> int:
 def _over_context(plan: Plan, max_model_len: int | None) -> int:
     if not max_model_len:
         return 0
-    return sum(1 for s in plan.sessions for q in s.requests
-               if q.input_tokens + q.output_tokens > max_model_len)
+    return sum(
+        1
+        for s in plan.sessions
+        for q in s.requests
+        if q.input_tokens + q.output_tokens > max_model_len
+    )
 
 
 def _short_agentx(config: RunConfig) -> str | None:
     """The warning for an ``agentx`` run whose duration cannot reach its minimum."""
     low = config.agentx.min_duration_s
-    if config.timing != "agentx" or low is None or config.duration_s is None or config.duration_s >= low:
+    if (
+        config.timing != "agentx"
+        or low is None
+        or config.duration_s is None
+        or config.duration_s >= low
+    ):
         return None
-    return (f"--duration {config.duration_s:g} s is below the minimum of {low:g} s "
-            f"({config.agentx.preset or '--min-duration'}): the run will be invalid")
+    return (
+        f"--duration {config.duration_s:g} s is below the minimum of {low:g} s "
+        f"({config.agentx.preset or '--min-duration'}): the run will be invalid"
+    )
 
 
 def gpu_count(config: RunConfig) -> tuple[int | None, str]:
@@ -202,8 +221,12 @@ def gpu_count(config: RunConfig) -> tuple[int | None, str]:
     return None, "unknown (give --gpus N)"
 
 
-def run(config: RunConfig, *, progress: Reporter | None = _stderr,
-        launch_info: dict[str, Any] | None = None) -> RunSummary:
+def run(
+    config: RunConfig,
+    *,
+    progress: Reporter | None = _stderr,
+    launch_info: dict[str, Any] | None = None,
+) -> RunSummary:
     """Replay ``config.trace`` against ``config.target`` (or against the vLLM that
     ``config.launch`` describes, started first and stopped after); see the module docs.
     ``launch_info``: what the caller knows of a server it started (for run.json)."""
@@ -221,15 +244,17 @@ async def arun(config: RunConfig, *, progress: Reporter | None = _stderr) -> Run
     return await asyncio.to_thread(run, config, progress=progress)
 
 
-def _run(config: RunConfig, progress: Reporter | None,
-         launch_info: dict[str, Any] | None = None) -> RunSummary:
+def _run(
+    config: RunConfig, progress: Reporter | None, launch_info: dict[str, Any] | None = None
+) -> RunSummary:
     config.check()
     if config.output:
         refuse_if_busy(Path(config.output))  # a live run's folder: one line before any work
     table, meta, dropped = read_checked(config)
     config = with_credentials(config, table)
-    info = asyncio.run(probe(config.target, headers=dict(config.headers),
-                             insecure=config.insecure))  # unreachable: before the plan
+    info = asyncio.run(
+        probe(config.target, headers=dict(config.headers), insecure=config.insecure)
+    )  # unreachable: before the plan
     plan = plan_of(config, table, meta, dropped)
     del table
     config = resolve(config, info)
@@ -250,13 +275,22 @@ def _run(config: RunConfig, progress: Reporter | None,
         lock.release()
 
 
-def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
-            reserve: SpaceReserve, progress: Reporter | None,
-            launch_info: dict[str, Any] | None) -> RunSummary:
+def _replay(
+    config: RunConfig,
+    plan: Plan,
+    info: TargetInfo,
+    n: int,
+    out: Path,
+    reserve: SpaceReserve,
+    progress: Reporter | None,
+    launch_info: dict[str, Any] | None,
+) -> RunSummary:
     """From the fresh results folder on: the samplers, the pool, t0, the run, run.json.
     Whatever ends it, every process it started is ended and run.json gets a final status."""
     if config.worker_cpus:
-        pin(rest_cpus(config.worker_cpus))  # the scraper and the dashboard start from here: the rest
+        pin(
+            rest_cpus(config.worker_cpus)
+        )  # the scraper and the dashboard start from here: the rest
     trace_sha = _sha256(config.trace)
     # The samplers take their baseline before t0 (their processes start first).
     scrape = MetricsScraper(config.target, scrape_interval(config, info), out / FILE_NAME)
@@ -271,13 +305,17 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
     try:
         pool = start_pool(config, plan, n, warn=progress)  # its workers are ready when it returns
         # The dashboard starts before t0 and says when it is ready: its start-up is not the run's.
-        prog = ProgressFeed.create(progress if config.progress else None, plan.n_requests,
-                                   f"agent-replay {Path(config.trace).name} -> {redact_url(config.target)}",
-                                   metrics_url(config.target) if info.has_metrics else None,
-                                   results_dir=None if pool.feeds_snapshots else str(out),
-                                   shared_gauges=scrape.gauges,
-                                   gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None,
-                                   planned_ns=_planned_end(plan, config.timing), warn=progress)
+        prog = ProgressFeed.create(
+            progress if config.progress else None,
+            plan.n_requests,
+            f"agent-replay {Path(config.trace).name} -> {redact_url(config.target)}",
+            metrics_url(config.target) if info.has_metrics else None,
+            results_dir=None if pool.feeds_snapshots else str(out),
+            shared_gauges=scrape.gauges,
+            gpu_gauges=gpu_tel.gauges if gpu_tel is not None else None,
+            planned_ns=_planned_end(plan, config.timing),
+            warn=progress,
+        )
         t0 = time.monotonic_ns() + pool.start_delay_ns
         wall_t0 = time.time_ns() + pool.start_delay_ns
         config = replace(config, t0_ns=t0, workers=pool.size)
@@ -293,9 +331,11 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         write_run_json(out, meta, reserve)
         _warn_before_run(config, plan, info, meta, progress)
         if progress is not None:
-            progress(f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
-                     f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
-                     f"model {config.model}; results: {out}")
+            progress(
+                f"replaying {plan.n_requests} requests in {len(plan.sessions)} sessions "
+                f"({config.timing} timing, x{config.speedup:g}) against {redact_url(config.target)} "
+                f"model {config.model}; results: {out}"
+            )
         try:
             summaries = pool.run(config, prog)
         except KeyboardInterrupt:
@@ -314,22 +354,33 @@ def _replay(config: RunConfig, plan: Plan, info: TargetInfo, n: int, out: Path,
         if prog is not None:
             prog.close()
         _record_end(meta, scrape.describe(), telemetry, pool)
-    summary = merge(str(out), summaries, config, interrupted or any(s.interrupted for s in summaries),
-                    machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
-                    lost=pool.lost)
+    summary = merge(
+        str(out),
+        summaries,
+        config,
+        interrupted or any(s.interrupted for s in summaries),
+        machine=host.machine(sum(w.cpu_s for w in summaries)) if pool.meters_host else None,
+        lost=pool.lost,
+    )
     assert meta is not None  # written before the workers ran
     return _finish_run(out, meta, summary, config, reserve, progress)
 
 
-def _warn_before_run(config: RunConfig, plan: Plan, info: TargetInfo, meta: RunMeta,
-                     progress: Reporter | None) -> None:
+def _warn_before_run(
+    config: RunConfig, plan: Plan, info: TargetInfo, meta: RunMeta, progress: Reporter | None
+) -> None:
     """What the plan lets one foresee before t0 (a speedup that packs requests, an AgentX
     run too short for its rules, prompts over the target's length), in run.json and said."""
     before = meta.extra.setdefault("warnings_before_run", [])
     too_long = _over_context(plan, info.max_model_len)
-    lines = [speedup_warning(plan, config.plan_options()), _short_agentx(config),
-             f"{too_long} requests need more than the target's max_model_len "
-             f"({info.max_model_len}) tokens: the server will refuse them" if too_long else None]
+    lines = [
+        speedup_warning(plan, config.plan_options()),
+        _short_agentx(config),
+        f"{too_long} requests need more than the target's max_model_len "
+        f"({info.max_model_len}) tokens: the server will refuse them"
+        if too_long
+        else None,
+    ]
     for w in lines:
         if w:
             before.append(w)
@@ -337,14 +388,21 @@ def _warn_before_run(config: RunConfig, plan: Plan, info: TargetInfo, meta: RunM
                 progress(f"warning: {w}")
 
 
-def _finish_run(out: Path, meta: RunMeta, summary: RunSummary, config: RunConfig,
-                reserve: SpaceReserve, progress: Reporter | None) -> RunSummary:
+def _finish_run(
+    out: Path,
+    meta: RunMeta,
+    summary: RunSummary,
+    config: RunConfig,
+    reserve: SpaceReserve,
+    progress: Reporter | None,
+) -> RunSummary:
     """The merged run's end: unfinished parts removed, run.json's final write, the lines
     that say what is missing."""
     leftovers = remove_unfinished_parts(out)
     if leftovers:
         summary.self_check.warnings.append(
-            f"{leftovers} unfinished part files (.tmp) of stopped workers were removed")
+            f"{leftovers} unfinished part files (.tmp) of stopped workers were removed"
+        )
     finish(out, meta, summary, config.timing, config, reserve)
     if progress is not None:
         if summary.unwritten:
@@ -356,8 +414,12 @@ def _finish_run(out: Path, meta: RunMeta, summary: RunSummary, config: RunConfig
     return summary
 
 
-def _record_end(meta: RunMeta | None, scraped: dict[str, Any], telemetry: dict[str, Any] | None,
-                pool: WorkerPool | None) -> None:
+def _record_end(
+    meta: RunMeta | None,
+    scraped: dict[str, Any],
+    telemetry: dict[str, Any] | None,
+    pool: WorkerPool | None,
+) -> None:
     """The blocks of run.json known once the workers stopped (the scraper's, the GPU
     telemetry's, the pool's); the pool is closed."""
     if meta is not None:

@@ -77,7 +77,9 @@ class RunSummary(Counters):
     self_check: SelfReport = field(default_factory=SelfReport)
     workers: list[WorkerSummary] = field(default_factory=list)
     loop_stalls: dict[str, Any] = field(default_factory=dict)  # selfmon.stall_distribution
-    gc: dict[str, int] = field(default_factory=dict, metadata=merged_by(GC_MERGE))  # worker.GC_MERGE of QuietRuntime.stats()
+    gc: dict[str, int] = field(
+        default_factory=dict, metadata=merged_by(GC_MERGE)
+    )  # worker.GC_MERGE of QuietRuntime.stats()
     machine: Any = None  # analysis.selfcheck.Machine over the run, where it was metered
     partial: bool = False  # workers died (Ray actors): some sessions were not replayed
     lost_sessions: int = 0
@@ -96,11 +98,21 @@ class RunSummary(Counters):
         lost), ``incomplete`` (requests without a row: ``unwritten``), ``failed`` (more than
         ``max_failure_rate`` of the sent requests failed), ``invalid`` (``agentx`` timing:
         the AgentX rules refuse the run); empty when the run is ok."""
-        out = [name for name, applies in (
-            ("interrupted", self.interrupted), ("aborted", self.aborted),
-            ("partial", self.partial), ("incomplete", bool(self.unwritten)),
-            ("failed", self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled)),
-            ("invalid", self.invalid_reason is not None)) if applies]
+        out = [
+            name
+            for name, applies in (
+                ("interrupted", self.interrupted),
+                ("aborted", self.aborted),
+                ("partial", self.partial),
+                ("incomplete", bool(self.unwritten)),
+                (
+                    "failed",
+                    self.failed > self.max_failure_rate * max(1, self.sent - self.cancelled),
+                ),
+                ("invalid", self.invalid_reason is not None),
+            )
+            if applies
+        ]
         return out
 
     @property
@@ -120,17 +132,21 @@ class RunSummary(Counters):
         """The line that says how many requests have no row (None when all have one)."""
         if not self.unwritten:
             return None
-        return (f"{self.unwritten} recorded requests have no row in {Path(self.output) / 'requests'}: "
-                f"their part files could not be written ({self.write_error or 'unknown error'})")
+        return (
+            f"{self.unwritten} recorded requests have no row in {Path(self.output) / 'requests'}: "
+            f"their part files could not be written ({self.write_error or 'unknown error'})"
+        )
 
     def partial_line(self) -> str | None:
         """The one line a partial run ends with (None when the run is not partial)."""
         if not self.partial:
             return None
-        return (f"error: partial run: {self.lost_sessions} sessions ({self.lost_requests} "
-                f"requests) were lost with their workers; partial results (every recorded "
-                f"request) are in {self.output}, the lost sessions are listed in "
-                f"{Path(self.output) / RUN_JSON} under ray.lost")
+        return (
+            f"error: partial run: {self.lost_sessions} sessions ({self.lost_requests} "
+            f"requests) were lost with their workers; partial results (every recorded "
+            f"request) are in {self.output}, the lost sessions are listed in "
+            f"{Path(self.output) / RUN_JSON} under ray.lost"
+        )
 
     @property
     def failed(self) -> int:
@@ -159,10 +175,17 @@ def environment(config: RunConfig) -> dict[str, Any]:
     except ImportError:
         uv = None
     return {
-        "agent_replay": __version__, "commit": code_version(), "python": platform.python_version(), "aiohttp": aiohttp.__version__,
-        "pyarrow": pyarrow.__version__, "numpy": np.__version__, "uvloop": uv,
-        "host": socket.gethostname(), "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "agent_replay": __version__,
+        "commit": code_version(),
+        "python": platform.python_version(),
+        "aiohttp": aiohttp.__version__,
+        "pyarrow": pyarrow.__version__,
+        "numpy": np.__version__,
+        "uvloop": uv,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
         "loop": config.loop if (config.loop != "uvloop" or uv) else "asyncio",
         "http_client": config.effective_http_client(),
         "timestamps": config.effective_timestamps(),
@@ -175,23 +198,40 @@ def describe_served(model: str | None) -> str | None:
     return describe(model)
 
 
-def run_meta(config: RunConfig, info: TargetInfo, plan: Plan, trace_sha: str, t0: int,
-             wall_t0: int, status: str) -> RunMeta:
+def run_meta(
+    config: RunConfig,
+    info: TargetInfo,
+    plan: Plan,
+    trace_sha: str,
+    t0: int,
+    wall_t0: int,
+    status: str,
+) -> RunMeta:
     """run.json as written when t0 is chosen (credentials redacted)."""
     return RunMeta(
-        results_schema_version=RESULTS_SCHEMA_VERSION, status=status, run_id=config.run_id,
-        trace=TraceRef(path=str(Path(config.trace).resolve()), sha256=trace_sha,
-                       block_size=plan.block_size),
-        target=TargetRef(url=redact_url(config.target), model=config.model,
-                         models=list(info.models), max_model_len=info.max_model_len,
-                         has_metrics=info.has_metrics,
-                         model_description=describe_served(config.model)),
-        options=record_options(config), option_kinds=option_kinds(type(config)),
-        salt=config.salt, environment=environment(config),
+        results_schema_version=RESULTS_SCHEMA_VERSION,
+        status=status,
+        run_id=config.run_id,
+        trace=TraceRef(
+            path=str(Path(config.trace).resolve()), sha256=trace_sha, block_size=plan.block_size
+        ),
+        target=TargetRef(
+            url=redact_url(config.target),
+            model=config.model,
+            models=list(info.models),
+            max_model_len=info.max_model_len,
+            has_metrics=info.has_metrics,
+            model_description=describe_served(config.model),
+        ),
+        options=record_options(config),
+        option_kinds=option_kinds(type(config)),
+        salt=config.salt,
+        environment=environment(config),
         clock=ClockAnchor(t0_monotonic_ns=t0, t0_wall_ns=wall_t0),
         warmup_ns=int(config.warmup_s * 1e9),
         planned=Planned(sessions=len(plan.sessions), requests=plan.n_requests),
-        writer=writer_identity())
+        writer=writer_identity(),
+    )
 
 
 def write_run_json(out: Path, meta: RunMeta, reserve: SpaceReserve | None = None) -> None:
@@ -212,8 +252,9 @@ def write_run_json(out: Path, meta: RunMeta, reserve: SpaceReserve | None = None
     raise OutputError(f"{out / RUN_JSON}: cannot write the run's record: {err.strerror or err}")
 
 
-def record_failure(out: Path, meta: RunMeta, exc: BaseException,
-                   reserve: SpaceReserve | None = None) -> None:
+def record_failure(
+    out: Path, meta: RunMeta, exc: BaseException, reserve: SpaceReserve | None = None
+) -> None:
     """A worker failed (a dead server, say): run.json gets a final status before the error
     goes up."""
     meta.status, meta.error = "failed", redact_url(str(exc))[:500]
@@ -224,12 +265,23 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def merge(out: str, ws: list[WorkerSummary], config: RunConfig, interrupted: bool,
-          machine: Any = None, lost: Sequence[Lost] = ()) -> RunSummary:
+def merge(
+    out: str,
+    ws: list[WorkerSummary],
+    config: RunConfig,
+    interrupted: bool,
+    machine: Any = None,
+    lost: Sequence[Lost] = (),
+) -> RunSummary:
     """The workers' summaries as one, with the self-check over all their samples; ``lost``
     (shards that died) makes an otherwise finished run ``partial``."""
-    s = RunSummary(output=out, workers=ws, interrupted=interrupted,
-                   aborted=any(w.aborted for w in ws), max_failure_rate=config.max_failure_rate)
+    s = RunSummary(
+        output=out,
+        workers=ws,
+        interrupted=interrupted,
+        aborted=any(w.aborted for w in ws),
+        max_failure_rate=config.max_failure_rate,
+    )
     merge_all(s, ws)
     lag = _joined([w.schedule_lag_ns() for w in ws])
     loop_lag = _joined([w.loop_lag_ns() for w in ws])
@@ -259,7 +311,8 @@ def _add_row_warnings(s: RunSummary, ws: list[WorkerSummary]) -> None:
         warnings.append(
             f"{s.mismatches} requests were not served with the trace's token counts (see error "
             "column, error_kind 'mismatch' or 'inexact'): check ignore_eos/min_tokens support "
-            "and --vocab-size")
+            "and --vocab-size"
+        )
     if s.unwritten:
         warnings.insert(0, s.unwritten_line() or "")
     warnings.extend(w.cut for w in ws if w.cut)
@@ -267,7 +320,8 @@ def _add_row_warnings(s: RunSummary, ws: list[WorkerSummary]) -> None:
         warnings.append(
             f"{s.usage_disagree} requests: the server's usage disagrees with the tokens it "
             "streamed; throughput counts the streamed tokens (rows flagged mismatch, the "
-            "numbers in their error column)")
+            "numbers in their error column)"
+        )
 
 
 def outcome(s: RunSummary) -> dict[str, Any]:
@@ -277,14 +331,25 @@ def outcome(s: RunSummary) -> dict[str, Any]:
     return {
         "status": s.status,
         "conditions": s.conditions,
-        "summary": {"total": s.total, "sent": s.sent, "ok": s.ok, "failed": s.failed,
-                    "cancelled": s.cancelled,
-                    "errors": s.errors, "skipped": s.skipped, "mismatches": s.mismatches,
-                    "inexact": s.inexact, "usage_disagree": s.usage_disagree,
-                    "unwritten": s.unwritten, "write_error": s.write_error,
-                    "chunks": s.chunks, "resent": s.resent, "output_tokens": s.output_tokens,
-                    "wall_s": s.wall_s,
-                    "cpu_s": s.cpu_s},
+        "summary": {
+            "total": s.total,
+            "sent": s.sent,
+            "ok": s.ok,
+            "failed": s.failed,
+            "cancelled": s.cancelled,
+            "errors": s.errors,
+            "skipped": s.skipped,
+            "mismatches": s.mismatches,
+            "inexact": s.inexact,
+            "usage_disagree": s.usage_disagree,
+            "unwritten": s.unwritten,
+            "write_error": s.write_error,
+            "chunks": s.chunks,
+            "resent": s.resent,
+            "output_tokens": s.output_tokens,
+            "wall_s": s.wall_s,
+            "cpu_s": s.cpu_s,
+        },
         "self_check": asdict(sc),
         "loop_stalls": s.loop_stalls,
         "gc": s.gc,
@@ -316,8 +381,14 @@ class _Extent:
     last_itl: int | None = None
     last_end: int | None = None
 
-    def add(self, ok: bool, sent: int | None, first_token: int | None, end: int | None,
-            chunk_tokens: Sequence[int] | None) -> None:
+    def add(
+        self,
+        ok: bool,
+        sent: int | None,
+        first_token: int | None,
+        end: int | None,
+        chunk_tokens: Sequence[int] | None,
+    ) -> None:
         self.first_send = _earliest(self.first_send, sent)
         if ok:
             self.last_ft = _latest(self.last_ft, first_token)
@@ -336,16 +407,26 @@ class _Extent:
         f.last_itl_end_s = None if self.last_itl is None else (self.last_itl - first) / 1e9
 
 
-def _validity_rows(out: Path, interrupted: bool) -> tuple[list[tuple[bool, int | None, str | None]],
-                                                         ValidityInput]:
+def _validity_rows(
+    out: Path, interrupted: bool
+) -> tuple[list[tuple[bool, int | None, str | None]], ValidityInput]:
     """(warmup, http_status, error) of every row of the run, and the facts the AgentX
     verdict takes from the measured ones: counts, measured time, coverage."""
     import pyarrow.parquet as pq
 
     from agent_replay.replay.validity import ValidityInput
 
-    cols = ["warmup", "http_status", "error", "error_kind", "status", "sent_ns",
-            "first_token_ns", "end_ns", "chunk_tokens"]
+    cols = [
+        "warmup",
+        "http_status",
+        "error",
+        "error_kind",
+        "status",
+        "sent_ns",
+        "first_token_ns",
+        "end_ns",
+        "chunk_tokens",
+    ]
     rows: list[tuple[bool, int | None, str | None]] = []
     f = ValidityInput(interrupted=interrupted)
     times = _Extent()
@@ -360,14 +441,20 @@ def _validity_rows(out: Path, interrupted: bool) -> tuple[list[tuple[bool, int |
                 f.cancelled += 1
             elif d["status"][i] != "ok":
                 f.failed += 1
-            times.add(d["status"][i] == "ok", d["sent_ns"][i], d["first_token_ns"][i], d["end_ns"][i],
-                      d["chunk_tokens"][i])
+            times.add(
+                d["status"][i] == "ok",
+                d["sent_ns"][i],
+                d["first_token_ns"][i],
+                d["end_ns"][i],
+                d["chunk_tokens"][i],
+            )
     times.set_facts(f)
     return rows, f
 
 
-def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
-                config: RunConfig | None = None) -> None:
+def agentx_meta(
+    meta: RunMeta, out: Path, summary: RunSummary, config: RunConfig | None = None
+) -> None:
     """run.json's ``agentx`` block: the settings, the validity verdict (warm-up excluded;
     ``replay.agentx.agentx_validity``) and the idle time skipped; an invalid run says so
     first among the warnings and in ``summary.invalid_reason``."""
@@ -379,10 +466,12 @@ def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
     if config is not None:
         ax = config.agentx
         f.expected_s = config.duration_s if config.duration_s is not None else DEFAULT_DURATION_S
-        rules = ValidityRules(min_duration_s=ax.min_duration_s,
-                              failure_threshold=ax.failure_threshold,
-                              metric_coverage=ax.metric_coverage,
-                              overflow_rule=ax.overflow_rule)
+        rules = ValidityRules(
+            min_duration_s=ax.min_duration_s,
+            failure_threshold=ax.failure_threshold,
+            metric_coverage=ax.metric_coverage,
+            overflow_rule=ax.overflow_rule,
+        )
     block = agentx_validity(rows, rules, f)
     block["idle_skipped_s"] = sum(w.idle_skipped_ns for w in summary.workers) / 1e9
     block["overflow_dropped"] = sum(w.overflow_dropped for w in summary.workers)
@@ -393,8 +482,14 @@ def agentx_meta(meta: RunMeta, out: Path, summary: RunSummary,
         meta.warnings = [f"INVALID run (AgentX rule): {block['invalid_reason']}", *meta.warnings]
 
 
-def finish(out: Path, meta: RunMeta, summary: RunSummary, timing: str,
-           config: RunConfig | None = None, reserve: SpaceReserve | None = None) -> None:
+def finish(
+    out: Path,
+    meta: RunMeta,
+    summary: RunSummary,
+    timing: str,
+    config: RunConfig | None = None,
+    reserve: SpaceReserve | None = None,
+) -> None:
     """run.json's last write: the outcome (and, for ``agentx`` timing, its validity)."""
     meta.merge(outcome(summary))
     if timing == "agentx":

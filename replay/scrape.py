@@ -58,9 +58,21 @@ class MetricsScraper:
         ready = ctx.Event()
         self._errq: Any = ctx.Queue()
         self._t0: Any = ctx.Value("q", 0)
-        self._proc = ctx.Process(target=_scrape_main, name="agent-replay-scrape", daemon=True,
-                                 args=(self.url, self.interval_s, str(self.out), self._stop, ready,
-                                       self._errq, self._t0, self.gauges))
+        self._proc = ctx.Process(
+            target=_scrape_main,
+            name="agent-replay-scrape",
+            daemon=True,
+            args=(
+                self.url,
+                self.interval_s,
+                str(self.out),
+                self._stop,
+                ready,
+                self._errq,
+                self._t0,
+                self.gauges,
+            ),
+        )
         self._proc.start()
         ready.wait(timeout=20)
 
@@ -89,8 +101,16 @@ class MetricsScraper:
             self.error = self._errq.get_nowait()
 
 
-def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, errq: Any,
-                 t0: Any, gauges: Any = None) -> None:
+def _scrape_main(
+    url: str,
+    interval_s: float,
+    out: str,
+    stop: Any,
+    ready: Any,
+    errq: Any,
+    t0: Any,
+    gauges: Any = None,
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     die_with_parent(signal.SIGTERM)  # ...or its end does
     from agent_replay.engines.metrics_scrape import Scraper
@@ -115,7 +135,9 @@ def _scrape_main(url: str, interval_s: float, out: str, stop: Any, ready: Any, e
 
         # Scrape times as offsets from the run's t0, like every time in requests/.
         t_ns = pc.subtract(table.column("t_ns"), pa.scalar(int(t0.value), pa.int64()))
-        table = table.set_column(table.schema.get_field_index("t_ns"), table.schema.field("t_ns"), t_ns)
+        table = table.set_column(
+            table.schema.get_field_index("t_ns"), table.schema.field("t_ns"), t_ns
+        )
 
         dest = Path(out)
         tmp = dest.with_name(f".{dest.name}.tmp")
@@ -140,8 +162,9 @@ def gpu_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tuple[A
     launched = launch_info is not None and launch_info.get("kind", "launch") == "launch"
     visible = None
     if launch_info is not None and launched:
-        visible = (launch_info.get("env") or {}).get("CUDA_VISIBLE_DEVICES",
-                                                     os.environ.get("CUDA_VISIBLE_DEVICES"))
+        visible = (launch_info.get("env") or {}).get(
+            "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")
+        )
     elif config.gpu_metrics == "auto":
         visible = server_visible_devices(config.target)
     return resolve(config.gpu_metrics, config.target, launched, visible)
@@ -159,8 +182,9 @@ def _usable_source(config: RunConfig, launch_info: dict[str, Any] | None) -> tup
     return source, why
 
 
-def start_gpu_telemetry(config: RunConfig, out: Path, launch_info: dict[str, Any] | None,
-                        progress: Reporter | None) -> tuple[Any, dict[str, Any]]:
+def start_gpu_telemetry(
+    config: RunConfig, out: Path, launch_info: dict[str, Any] | None, progress: Reporter | None
+) -> tuple[Any, dict[str, Any]]:
     """The GPU sampler (engines.telemetry) started before t0 in its own process, or None
     and the run.json block that says why (also said in one line). A launched server's
     CUDA_VISIBLE_DEVICES limits ``auto`` to its GPUs."""

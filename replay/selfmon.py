@@ -153,18 +153,27 @@ class QuietRuntime:
             gc.enable()
 
     def stats(self) -> dict[str, int]:
-        y = np.frombuffer(self.young_ns, dtype=np.int64) if len(self.young_ns) else np.zeros(1, np.int64)
-        return {"gc_young_collections": self.young_collections,
-                "gc_young_p99_ns": int(np.percentile(y, 99, method="higher")),
-                "gc_young_max_ns": int(y.max()), "gc_end_collected": self.end_collected,
-                "gc_end_ns": self.end_ns}
+        y = (
+            np.frombuffer(self.young_ns, dtype=np.int64)
+            if len(self.young_ns)
+            else np.zeros(1, np.int64)
+        )
+        return {
+            "gc_young_collections": self.young_collections,
+            "gc_young_p99_ns": int(np.percentile(y, 99, method="higher")),
+            "gc_young_max_ns": int(y.max()),
+            "gc_end_collected": self.end_collected,
+            "gc_end_ns": self.end_ns,
+        }
 
 
 STALL_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100)
 
 
-def stall_distribution(loop_lag: Sequence[int] | np.ndarray, interval_ns: int = 10_000_000,
-                       ) -> dict[str, int | float | None]:
+def stall_distribution(
+    loop_lag: Sequence[int] | np.ndarray,
+    interval_ns: int = 10_000_000,
+) -> dict[str, int | float | None]:
     """The watchdog's lag samples as a distribution for run.json: count, p50/p90/p99/
     p99.9/max (ns), and how many ticks were later than each of ``STALL_BOUNDS_MS``."""
     arr = np.asarray(loop_lag, dtype=np.int64)
@@ -223,21 +232,37 @@ class SelfReport:
     machine: dict[str, Any] | None = None
 
 
-def verdict(schedule_lag: Sequence[int] | np.ndarray, loop_lag: Sequence[int] | np.ndarray,
-            cpu_fraction: float, mode: str = "session", machine: Any = None) -> SelfReport:
+def verdict(
+    schedule_lag: Sequence[int] | np.ndarray,
+    loop_lag: Sequence[int] | np.ndarray,
+    cpu_fraction: float,
+    mode: str = "session",
+    machine: Any = None,
+) -> SelfReport:
     """Percentiles and the self-check policy's verdict (``analysis.selfcheck.assess``).
     Pure: tested on hand-made samples. ``machine``: an ``analysis.selfcheck.Machine``."""
     from agent_replay.analysis.selfcheck import assess
 
     r = SelfReport(
-        schedule_lag_p50_ns=pct(schedule_lag, 50), schedule_lag_p99_ns=pct(schedule_lag, 99),
-        schedule_lag_max_ns=pct(schedule_lag, 100), loop_lag_p99_ns=pct(loop_lag, 99),
-        loop_lag_max_ns=pct(loop_lag, 100), cpu_fraction=cpu_fraction,
-        schedule_lag_n=len(schedule_lag), loop_lag_n=len(loop_lag),
-        machine=None if machine is None else asdict(machine))
-    a = assess(schedule_lag_p99_ns=r.schedule_lag_p99_ns, schedule_lag_n=r.schedule_lag_n,
-               loop_lag_p99_ns=r.loop_lag_p99_ns, loop_lag_n=r.loop_lag_n,
-               cpu_fraction=cpu_fraction, machine=machine, mode=mode)
+        schedule_lag_p50_ns=pct(schedule_lag, 50),
+        schedule_lag_p99_ns=pct(schedule_lag, 99),
+        schedule_lag_max_ns=pct(schedule_lag, 100),
+        loop_lag_p99_ns=pct(loop_lag, 99),
+        loop_lag_max_ns=pct(loop_lag, 100),
+        cpu_fraction=cpu_fraction,
+        schedule_lag_n=len(schedule_lag),
+        loop_lag_n=len(loop_lag),
+        machine=None if machine is None else asdict(machine),
+    )
+    a = assess(
+        schedule_lag_p99_ns=r.schedule_lag_p99_ns,
+        schedule_lag_n=r.schedule_lag_n,
+        loop_lag_p99_ns=r.loop_lag_p99_ns,
+        loop_lag_n=r.loop_lag_n,
+        cpu_fraction=cpu_fraction,
+        machine=machine,
+        mode=mode,
+    )
     r.kind, r.line = a.kind, a.line
     if a.line:
         r.warnings.append(a.line)

@@ -32,12 +32,15 @@ def base_url(url: str) -> str:
 
 def _check_models_status(shown: str, status: int) -> None:
     if status in (401, 403):
-        raise TargetError(f"{shown}/v1/models answered HTTP {status}: the server "
-                          "wants a key (--api-key, or OPENAI_API_KEY / "
-                          "ANTHROPIC_API_KEY)")
+        raise TargetError(
+            f"{shown}/v1/models answered HTTP {status}: the server "
+            "wants a key (--api-key, or OPENAI_API_KEY / "
+            "ANTHROPIC_API_KEY)"
+        )
     if status != 200:
-        raise TargetError(f"{shown}/v1/models answered HTTP {status}: is this an "
-                          "OpenAI-compatible server?")
+        raise TargetError(
+            f"{shown}/v1/models answered HTTP {status}: is this an OpenAI-compatible server?"
+        )
 
 
 def _add_models(info: TargetInfo, data: Any) -> None:
@@ -60,29 +63,42 @@ async def _has_metrics(s: aiohttp.ClientSession, base: str) -> bool:
         return False
 
 
-async def probe(url: str, timeout_s: float = 5.0, *, headers: Mapping[str, str] | None = None,
-                insecure: bool = False) -> TargetInfo:
+async def probe(
+    url: str,
+    timeout_s: float = 5.0,
+    *,
+    headers: Mapping[str, str] | None = None,
+    insecure: bool = False,
+) -> TargetInfo:
     base = url.rstrip("/")
     info = TargetInfo(url=base)
     shown = redact_url(base)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     connector = aiohttp.TCPConnector(ssl=not insecure)
     try:
-        async with aiohttp.ClientSession(timeout=timeout, headers=dict(headers or {}),
-                                         connector=connector) as s:
+        async with aiohttp.ClientSession(
+            timeout=timeout, headers=dict(headers or {}), connector=connector
+        ) as s:
             async with s.get(base + "/v1/models") as resp:
                 _check_models_status(shown, resp.status)
                 data = await resp.json(content_type=None)
             _add_models(info, data)
             info.has_metrics = await _has_metrics(s, base)
     except aiohttp.ClientConnectorCertificateError as exc:
-        raise TargetError(f"{shown}: TLS certificate not trusted ({exc.certificate_error}); "
-                          "--insecure accepts it (a self-signed test server)") from exc
-    except (aiohttp.ClientConnectorError, aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+        raise TargetError(
+            f"{shown}: TLS certificate not trusted ({exc.certificate_error}); "
+            "--insecure accepts it (a self-signed test server)"
+        ) from exc
+    except (
+        aiohttp.ClientConnectorError,
+        aiohttp.ClientOSError,
+        aiohttp.ServerDisconnectedError,
+    ) as exc:
         raise TargetError(f"cannot reach {shown}: {redact_url(str(exc))}") from exc
     except asyncio.TimeoutError as exc:
         raise TargetError(f"{shown} did not answer within {timeout_s:g} s") from exc
     except (aiohttp.ClientError, ValueError) as exc:
-        raise TargetError(f"{shown}: unusable answer from /v1/models ({redact_url(str(exc))})"
-                          ) from exc
+        raise TargetError(
+            f"{shown}: unusable answer from /v1/models ({redact_url(str(exc))})"
+        ) from exc
     return info

@@ -32,13 +32,16 @@ class CalibrationError(Exception):
     """The tokenizer does not behave as ``AlignedText`` needs (words not independent)."""
 
 
-async def _one_token_words(count: Callable[[str], Awaitable[Mapping[str, Any]]], salt: int
-                           ) -> list[str]:
+async def _one_token_words(
+    count: Callable[[str], Awaitable[Mapping[str, Any]]], salt: int
+) -> list[str]:
     """Step 1 of the module text, with ``count`` answering as ``/tokenize`` does."""
     base = int((await count(""))["count"])
     words: list[str] = []
-    pending = [candidate_words(4 * WANT_WORDS, salt)[i:i + BATCH]
-               for i in range(0, 4 * WANT_WORDS, BATCH)]
+    pending = [
+        candidate_words(4 * WANT_WORDS, salt)[i : i + BATCH]
+        for i in range(0, 4 * WANT_WORDS, BATCH)
+    ]
     calls = 0
     while pending and len(words) < WANT_WORDS and calls < 200:
         batch = pending.pop(0)
@@ -54,11 +57,9 @@ async def _one_token_words(count: Callable[[str], Awaitable[Mapping[str, Any]]],
     return words
 
 
-async def calibrate(tokenize: TokenizeFn, model: str, block_size: int, salt: int
-                    ) -> AlignedText:
+async def calibrate(tokenize: TokenizeFn, model: str, block_size: int, salt: int) -> AlignedText:
     async def tokens_msg(text: str) -> list[int]:
-        data = await tokenize({"model": model,
-                               "messages": [{"role": "user", "content": text}]})
+        data = await tokenize({"model": model, "messages": [{"role": "user", "content": text}]})
         return [int(t) for t in data["tokens"]]
 
     async def count_raw(text: str) -> Mapping[str, Any]:
@@ -88,8 +89,9 @@ def load_tokenizer(name_or_path: str) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise InputError("--tokenizer needs the tokenizer extra: "
-                         "pip install 'agent-replay[tokenizer]'") from None
+        raise InputError(
+            "--tokenizer needs the tokenizer extra: pip install 'agent-replay[tokenizer]'"
+        ) from None
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "tokenizer.json"
@@ -106,8 +108,9 @@ ProbeFn = Callable[[str], Awaitable[int]]
 prompt tokens its usage reports."""
 
 
-async def calibrate_offline(tokenizer: Any, probe: ProbeFn, block_size: int, salt: int
-                            ) -> AlignedText:
+async def calibrate_offline(
+    tokenizer: Any, probe: ProbeFn, block_size: int, salt: int
+) -> AlignedText:
     """``calibrate`` for a target without ``/tokenize``: one-token words from a local
     tokenizer (the target's own, given by ``--tokenizer``), the template's overhead from
     two real requests' usage. Where the content starts is not known: ``head`` 0 puts the
@@ -123,6 +126,8 @@ async def calibrate_offline(tokenizer: Any, probe: ProbeFn, block_size: int, sal
     o1 = await probe(" ".join(words[i % len(words)] for i in range(k1))) - k1
     o2 = await probe(" ".join(words[(i + 1) % len(words)] for i in range(k2))) - k2
     if o1 != o2 or o1 < 0:
-        raise CalibrationError(f"template overhead differs with length ({o1} vs {o2}): "
-                               "is --tokenizer the target's tokenizer?")
+        raise CalibrationError(
+            f"template overhead differs with length ({o1} vs {o2}): "
+            "is --tokenizer the target's tokenizer?"
+        )
     return AlignedText(words, head=0, overhead=o1, block_size=block_size, salt=salt)

@@ -54,23 +54,41 @@ def _error_message(error: str) -> str | None:
     return err if isinstance(err, str) else None
 
 
-OVERFLOW_RULES: dict[str, OverflowRule] = {r.name: r for r in (
-    OverflowRule("aiperf", ("context length", "maximum context", "context_length_exceeded",
-                            "prompt is too long"), None, True,
-                 "AIPerf 0.13's list (Environment.AGENTX.CONTEXT_OVERFLOW_SUBSTRINGS), on "
-                 "any failed response, in its text and its JSON error.message "
-                 "(common/scenario/context_overflow.py)"),
-    OverflowRule("agent-replay", ("maximum model length", "maximum context length",
-                                  "context length", "too long", "prompt is too long"), 400, False,
-                 "ours, on HTTP 400 only: also vLLM's engine-side 'longer than the maximum "
-                 "model length' and other 'too long' messages"),
-)}
+OVERFLOW_RULES: dict[str, OverflowRule] = {
+    r.name: r
+    for r in (
+        OverflowRule(
+            "aiperf",
+            ("context length", "maximum context", "context_length_exceeded", "prompt is too long"),
+            None,
+            True,
+            "AIPerf 0.13's list (Environment.AGENTX.CONTEXT_OVERFLOW_SUBSTRINGS), on "
+            "any failed response, in its text and its JSON error.message "
+            "(common/scenario/context_overflow.py)",
+        ),
+        OverflowRule(
+            "agent-replay",
+            (
+                "maximum model length",
+                "maximum context length",
+                "context length",
+                "too long",
+                "prompt is too long",
+            ),
+            400,
+            False,
+            "ours, on HTTP 400 only: also vLLM's engine-side 'longer than the maximum "
+            "model length' and other 'too long' messages",
+        ),
+    )
+}
 """The overflow rules ``--overflow-rule`` names; AgentX runs use ``aiperf`` by default."""
 DEFAULT_OVERFLOW_RULE = "aiperf"
 
 
-def is_overflow(http_status: int | None, error: str | None,
-                rule: str = DEFAULT_OVERFLOW_RULE) -> bool:
+def is_overflow(
+    http_status: int | None, error: str | None, rule: str = DEFAULT_OVERFLOW_RULE
+) -> bool:
     """Whether a response is a context-length overflow under the named rule."""
     return OVERFLOW_RULES[rule](http_status, error)
 
@@ -121,7 +139,9 @@ def _overflows(rows: Iterable[tuple[bool, int | None, str | None]], rule: str) -
     return n, over
 
 
-def _coverage_short(needed: float | None, ttft_cov: float | None, itl_cov: float | None) -> float | None:
+def _coverage_short(
+    needed: float | None, ttft_cov: float | None, itl_cov: float | None
+) -> float | None:
     """The better of the two coverages when both are known and below ``needed``; else None."""
     if needed is None or ttft_cov is None or itl_cov is None:
         return None
@@ -135,14 +155,17 @@ def _run_reasons(rules: ValidityRules, f: ValidityInput) -> list[str]:
     if f.interrupted or f.cancelled:
         reasons.append(f"the run was interrupted ({f.cancelled:,} requests cancelled)")
     if rules.min_duration_s is not None and f.measured_s < rules.min_duration_s:
-        reasons.append(f"measured {f.measured_s:,.0f} s, below the minimum of "
-                       f"{rules.min_duration_s:,.0f} s")
+        reasons.append(
+            f"measured {f.measured_s:,.0f} s, below the minimum of {rules.min_duration_s:,.0f} s"
+        )
     return reasons
 
 
-def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
-                    rules: ValidityRules | None = None,
-                    facts: ValidityInput | None = None) -> dict[str, Any]:
+def agentx_validity(
+    rows: Iterable[tuple[bool, int | None, str | None]],
+    rules: ValidityRules | None = None,
+    facts: ValidityInput | None = None,
+) -> dict[str, Any]:
     """From (warmup, http_status, error) of every result row, and the run's facts: the
     AgentX verdict. Invalid when, warm-up excluded: more than ``max_overflow_fraction`` of
     the responses overflowed the context; any request was cancelled or the run was
@@ -155,33 +178,46 @@ def agentx_validity(rows: Iterable[tuple[bool, int | None, str | None]],
     frac = over / n if n else 0.0
     reasons: list[str] = []
     if frac > rules.max_overflow_fraction:
-        reasons.append(f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
-                       f"(AgentX allows {rules.max_overflow_fraction:.0%})")
+        reasons.append(
+            f"{over:,} of {n:,} responses ({frac:.1%}) overflowed the context "
+            f"(AgentX allows {rules.max_overflow_fraction:.0%})"
+        )
     reasons += _run_reasons(rules, f)
     fail_frac = f.failed / n if n else 0.0
     if rules.failure_threshold is not None and fail_frac > rules.failure_threshold:
-        reasons.append(f"{f.failed:,} of {n:,} requests ({fail_frac:.1%}) failed (threshold "
-                       f"{rules.failure_threshold:.0%})")
+        reasons.append(
+            f"{f.failed:,} of {n:,} requests ({fail_frac:.1%}) failed (threshold "
+            f"{rules.failure_threshold:.0%})"
+        )
     ttft_cov = coverage_ratio(f.last_first_token_s, f.expected_s)
     itl_cov = coverage_ratio(f.last_itl_end_s, f.expected_s)
     short = _coverage_short(rules.metric_coverage, ttft_cov, itl_cov)
     if short is not None:
-        reasons.append(f"metrics cover {short:.1%} of the {f.expected_s:,.0f} s "
-                       f"window (needs {rules.metric_coverage:.0%})")
-    out: dict[str, Any] = {"responses": n, "context_overflows": over, "overflow_fraction": frac,
-                           "failed": f.failed, "failure_fraction": fail_frac,
-                           "cancelled": f.cancelled, "interrupted": f.interrupted,
-                           "measured_s": f.measured_s, "ttft_coverage": ttft_cov,
-                           "itl_coverage": itl_cov, "rules": {
-                               "min_duration_s": rules.min_duration_s,
-                               "failure_threshold": rules.failure_threshold,
-                               "metric_coverage": rules.metric_coverage,
-                               "max_overflow_fraction": rules.max_overflow_fraction,
-                               "overflow_rule": rules.overflow_rule},
-                           "valid": not reasons}
+        reasons.append(
+            f"metrics cover {short:.1%} of the {f.expected_s:,.0f} s "
+            f"window (needs {rules.metric_coverage:.0%})"
+        )
+    out: dict[str, Any] = {
+        "responses": n,
+        "context_overflows": over,
+        "overflow_fraction": frac,
+        "failed": f.failed,
+        "failure_fraction": fail_frac,
+        "cancelled": f.cancelled,
+        "interrupted": f.interrupted,
+        "measured_s": f.measured_s,
+        "ttft_coverage": ttft_cov,
+        "itl_coverage": itl_cov,
+        "rules": {
+            "min_duration_s": rules.min_duration_s,
+            "failure_threshold": rules.failure_threshold,
+            "metric_coverage": rules.metric_coverage,
+            "max_overflow_fraction": rules.max_overflow_fraction,
+            "overflow_rule": rules.overflow_rule,
+        },
+        "valid": not reasons,
+    }
     if reasons:
         out["invalid_reason"] = "; ".join(reasons)
         out["invalid_reasons"] = reasons
     return out
-
-

@@ -48,8 +48,10 @@ def parse_engine(spec: str) -> str:
     """``sim:PROFILE`` -> PROFILE (a shipped profile's name or a JSON file)."""
     kind, _, profile = spec.partition(":")
     if kind != "sim" or not profile:
-        raise InputError(f"--engine {spec!r}: expected sim:PROFILE (a shipped profile or a "
-                         "profile JSON written by 'engines sim-fit')")
+        raise InputError(
+            f"--engine {spec!r}: expected sim:PROFILE (a shipped profile or a "
+            "profile JSON written by 'engines sim-fit')"
+        )
     return profile
 
 
@@ -67,8 +69,9 @@ class SimTransport:
     data-parallel copies, each session's requests always on the same one (a stable hash of
     its session key)."""
 
-    def __init__(self, clock: FakeClock, profile: SimProfile, block_size: int,
-                 replicas: int = 1) -> None:
+    def __init__(
+        self, clock: FakeClock, profile: SimProfile, block_size: int, replicas: int = 1
+    ) -> None:
         self.clock = clock
         self.profile = profile
         self.replicas = [_Replica(profile) for _ in range(max(1, replicas))]
@@ -105,9 +108,14 @@ class SimTransport:
         now = self.clock.now_ns()
         rec.sent_ns = rec.headers_ns = now
         self._seq += 1
-        req = SimRequest(request_id=str(self._seq), prompt_ids=range(q.input_tokens),
-                         max_tokens=max(1, q.output_tokens), ignore_eos=True, seed=self._seq,
-                         arrival_ns=now)
+        req = SimRequest(
+            request_id=str(self._seq),
+            prompt_ids=range(q.input_tokens),
+            max_tokens=max(1, q.output_tokens),
+            ignore_eos=True,
+            seed=self._seq,
+            arrival_ns=now,
+        )
         if self.profile.prefix_cache_blocks > 0:
             req.hashes = self.prompt_hashes(q)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -160,29 +168,50 @@ class SimTransport:
                 r.task.cancel()
 
 
-def _driver(config: RunConfig, plan: Plan, transport: SimTransport, clock: FakeClock,
-            on_record: Any) -> Driver:
+def _driver(
+    config: RunConfig, plan: Plan, transport: SimTransport, clock: FakeClock, on_record: Any
+) -> Driver:
     duration = None if config.duration_s is None else int(config.duration_s * 1e9)
     if config.timing == "agentx":
         from agent_replay.replay.agentx import AgentXDriver
 
         ax = config.agentx
         return AgentXDriver(
-            plan, transport, clock, t0_ns=T0_NS, on_record=on_record,
-            lanes=config.concurrency or 1, first_lane=0,
+            plan,
+            transport,
+            clock,
+            t0_ns=T0_NS,
+            on_record=on_record,
+            lanes=config.concurrency or 1,
+            first_lane=0,
             seed=ax.seed if ax.seed is not None else (config.salt or 0),
-            worker=0, run_id=config.run_id, duration_ns=duration,
-            start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
+            worker=0,
+            run_id=config.run_id,
+            duration_ns=duration,
+            start_range=(ax.start_min, ax.start_max),
+            warmup_requests=ax.warmup_requests,
             idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
             tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9),
-            overflow_rule=ax.overflow_rule)
-    return Driver(plan, transport, clock, mode=config.timing, t0_ns=T0_NS, on_record=on_record,
-                  worker=0, run_id=config.run_id, concurrency=config.concurrency,
-                  duration_ns=duration, warmup_ns=int(config.warmup_s * 1e9))
+            overflow_rule=ax.overflow_rule,
+        )
+    return Driver(
+        plan,
+        transport,
+        clock,
+        mode=config.timing,
+        t0_ns=T0_NS,
+        on_record=on_record,
+        worker=0,
+        run_id=config.run_id,
+        concurrency=config.concurrency,
+        duration_ns=duration,
+        warmup_ns=int(config.warmup_s * 1e9),
+    )
 
 
-def replay_virtual(config: RunConfig, plan: Plan, profile: SimProfile, out: Path,
-                   replicas: int = 1) -> tuple[WorkerSummary, float, float]:
+def replay_virtual(
+    config: RunConfig, plan: Plan, profile: SimProfile, out: Path, replicas: int = 1
+) -> tuple[WorkerSummary, float, float]:
     """Run the plan on the simulated engine in virtual time; rows go to ``out``. Returns the
     worker's summary and this host's wall and CPU seconds for it."""
     wall0, cpu0 = time.monotonic_ns(), time.process_time()
@@ -240,21 +269,29 @@ def run_virtual(config: RunConfig, engine: str) -> RunSummary:
 
     profile_name = parse_engine(engine)
     profile = SimProfile.load(profile_name)
-    config = replace(config, target="http://virtual.invalid",
-                     model=config.model or profile.model_name)
+    config = replace(
+        config, target="http://virtual.invalid", model=config.model or profile.model_name
+    )
     config.check()
     plan = load_and_validate(config)
     out = Path(config.output or ".")
     lock = acquire(out, config.force)
     try:
-        info = TargetInfo(url=config.target, models=[profile.model_name],
-                          max_model_len=profile.max_model_len, has_metrics=False)
+        info = TargetInfo(
+            url=config.target,
+            models=[profile.model_name],
+            max_model_len=profile.max_model_len,
+            has_metrics=False,
+        )
         config = replace(config, t0_ns=T0_NS, workers=1)
         meta = run_meta(config, info, plan, _sha256(config.trace), T0_NS, time.time_ns(), "running")
         fit = profile.extra.get("fit") or {}
         prediction: dict[str, Any] = {
-            "engine": "sim", "profile": profile_name, "profile_name": profile.name,
-            "clock": "virtual", "fitted_on": fit.get("fitted_on"),
+            "engine": "sim",
+            "profile": profile_name,
+            "profile_name": profile.name,
+            "clock": "virtual",
+            "fitted_on": fit.get("fitted_on"),
             "note": "a prediction of the simulated engine on a virtual clock, not a measurement",
         }
         meta.extra["prediction"] = prediction
@@ -262,11 +299,12 @@ def run_virtual(config: RunConfig, engine: str) -> RunSummary:
         meta.gpus, meta.gpus_source = gpus, "--gpus" if config.gpus else "default"
         if gpus > 1:
             prediction["extrapolation"] = {
-                "gpus": gpus, "replicas": gpus,
+                "gpus": gpus,
+                "replicas": gpus,
                 "rule": f"{gpus} data-parallel copies of the profile's one-GPU deployment, each "
-                        "session's requests on one copy (a stable hash of its session key); "
-                        "no copy shares KV or prefix cache with another. Not fitted on "
-                        f"{gpus} GPUs: an extrapolation",
+                "session's requests on one copy (a stable hash of its session key); "
+                "no copy shares KV or prefix cache with another. Not fitted on "
+                f"{gpus} GPUs: an extrapolation",
             }
         write_run_json(out, meta)
         ws, host_wall, host_cpu = replay_virtual(config, plan, profile, out, replicas=gpus)

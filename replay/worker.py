@@ -80,27 +80,39 @@ class WorkerSummary(Counters):
     ok: int = counter(0)
     errors: dict[str, int] = field(default_factory=dict, metadata=merged_by(keyed))
     mismatches: int = counter(0)
-    inexact: int = counter(0)  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
+    inexact: int = counter(
+        0
+    )  # ok requests whose tokens per chunk were not exact (error_kind "inexact")
     chunks: int = counter(0)
     resent: int = counter(0)  # sent again on a new connection: the kept one was closed (fastclient)
     output_tokens: int = counter(0)
     text_misses: int = counter(0)
     cpu_s: float = counter(0.0)
-    cpu_run_s: float = counter(0.0)  # from the start of the replay on (set-up and plan building excluded)
+    cpu_run_s: float = counter(
+        0.0
+    )  # from the start of the replay on (set-up and plan building excluded)
     wall_s: float = counter(0.0, largest)
     schedule_lag: bytes = counter(b"")  # int64 ns, one per sent request
     loop_lag: bytes = counter(b"")  # int64 ns, one per watchdog tick
     interrupted: bool = counter(False, either)
     aborted: bool = counter(False, either)  # --abort-after-failures: this worker stopped its shard
     abort_reason: str | None = counter(None, first)  # why it stopped (replay.failfast), if it said
-    gc: dict[str, int] = field(default_factory=dict, metadata=merged_by(GC_MERGE))  # QuietRuntime.stats()
-    cpus: list[int] = field(default_factory=list, metadata=merged_by(add))  # the CPUs it was allowed to run on
-    fd_table: int = counter(0, largest)  # file descriptors reserved before the run (selfmon.reserve_fds)
+    gc: dict[str, int] = field(
+        default_factory=dict, metadata=merged_by(GC_MERGE)
+    )  # QuietRuntime.stats()
+    cpus: list[int] = field(
+        default_factory=list, metadata=merged_by(add)
+    )  # the CPUs it was allowed to run on
+    fd_table: int = counter(
+        0, largest
+    )  # file descriptors reserved before the run (selfmon.reserve_fds)
     idle_skipped_ns: int = counter(0)  # agentx timing: idle gaps skipped
     overflow_dropped: int = counter(0)  # agentx timing: not sent, their stream ended on an overflow
     unwritten: int = counter(0)  # recorded requests whose row could not be written (ResultWriter)
     write_error: str | None = counter(None, first)  # the first part-file write error, if any
-    usage_disagree: int = counter(0)  # rows whose usage disagrees with their stream (client.usage_disagrees)
+    usage_disagree: int = counter(
+        0
+    )  # rows whose usage disagrees with their stream (client.usage_disagrees)
     cut: str | None = counter(None, first)  # the worker died mid-run: what its parent saw (pools)
 
     def schedule_lag_ns(self) -> np.ndarray:
@@ -140,12 +152,15 @@ def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mappi
         try:
             async with session.post(url, json=dict(body)) as resp:
                 if resp.status != 200:
-                    raise TargetError(f"{redact_url(url)}: HTTP {resp.status} "
-                                      f"({(await resp.text())[:200]})")
+                    raise TargetError(
+                        f"{redact_url(url)}: HTTP {resp.status} ({(await resp.text())[:200]})"
+                    )
                 data = await resp.json()
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise TargetError(f"{redact_url(url)}: {type(exc).__name__}: "
-                              f"{redact_url(str(exc))[:200]} (is the server gone?)") from exc
+            raise TargetError(
+                f"{redact_url(url)}: {type(exc).__name__}: "
+                f"{redact_url(str(exc))[:200]} (is the server gone?)"
+            ) from exc
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):
             raise TargetError(f"{redact_url(url)}: the answer has no token count")
         return data
@@ -153,19 +168,20 @@ def _tokenizer(session: aiohttp.ClientSession, base_url: str) -> Callable[[Mappi
     return tokenize
 
 
-def _prompt_probe(session: aiohttp.ClientSession, config: RunConfig, plan: Plan
-                  ) -> Callable[[str], Any]:
+def _prompt_probe(
+    session: aiohttp.ClientSession, config: RunConfig, plan: Plan
+) -> Callable[[str], Any]:
     """Sends one user message as the plan's first text API (one output token) and returns
     the prompt tokens its usage reports: the chat template's size where no /tokenize is."""
-    api = next((q.api for s in plan.sessions for q in s.requests if text_prompt(q.api)),
-               "chat")
+    api = next((q.api for s in plan.sessions for q in s.requests if text_prompt(q.api)), "chat")
     d = dialect(api)
     url = config.target.rstrip("/") + d.url_path(config.model or "")
     headers = {"Content-Type": "application/json", **dict(config.headers)}
 
     async def probe(text: str) -> int:
-        body = d.build(model=config.model or "", prompt=text, max_tokens=1,
-                       vllm_extras=config.vllm_extras)
+        body = d.build(
+            model=config.model or "", prompt=text, max_tokens=1, vllm_extras=config.vllm_extras
+        )
         try:
             async with session.post(url, data=encode_body(body), headers=headers) as resp:
                 raw = await resp.read()
@@ -195,8 +211,13 @@ class _RecordCounter:
     first); it stops the run (``run_task``) after ``abort_after`` failures in a row, or when
     the first requests all fail alike (``replay.failfast``)."""
 
-    def __init__(self, summary: WorkerSummary, writer: ResultWriter,
-                 abort_after: int | None, warmup_abort: bool = False) -> None:
+    def __init__(
+        self,
+        summary: WorkerSummary,
+        writer: ResultWriter,
+        abort_after: int | None,
+        warmup_abort: bool = False,
+    ) -> None:
         self.summary, self.writer = summary, writer
         self.abort_after = abort_after or 1 << 62
         self.warmup_abort = warmup_abort
@@ -220,8 +241,11 @@ class _RecordCounter:
         if usage_disagrees(rec):
             summary.usage_disagree += 1
         # tokens per chunk of an inexact stream are one per event: its usage, when sent, is exact
-        summary.output_tokens += rec.completion_tokens if rec.error_kind == ErrorKind.INEXACT and \
-            rec.completion_tokens is not None else sum(rec.chunk_tokens)
+        summary.output_tokens += (
+            rec.completion_tokens
+            if rec.error_kind == ErrorKind.INEXACT and rec.completion_tokens is not None
+            else sum(rec.chunk_tokens)
+        )
 
 
 def warmup_failure_line(rec: RequestRecord) -> str:
@@ -229,9 +253,11 @@ def warmup_failure_line(rec: RequestRecord) -> str:
     abort``, AIPerf's rule: its run ends on the first such failure)."""
     what = f"http {rec.http_status}" if rec.http_status else (rec.error_kind or "error")
     msg = server_message(rec.error)
-    return (f"warm-up request {rec.session_id}[{rec.request_index}] failed ({what}"
-            f"{': ' + msg if msg else ''}); a failed warm-up ends the run, as in AIPerf "
-            "(--warmup-failure continue goes on)")
+    return (
+        f"warm-up request {rec.session_id}[{rec.request_index}] failed ({what}"
+        f"{': ' + msg if msg else ''}); a failed warm-up ends the run, as in AIPerf "
+        "(--warmup-failure continue goes on)"
+    )
 
 
 def _count_outcome(summary: WorkerSummary, rec: RequestRecord) -> None:
@@ -253,15 +279,25 @@ def _make_sender(config: RunConfig, session: aiohttp.ClientSession) -> Sender | 
     """The HTTP client of ``--http-client``; AgentX runs keep idle connections open as long
     as AIPerf does (``KEEPALIVE_S``)."""
     if config.effective_http_client() == "fast":
-        return FastSender(config.target, config.request_timeout_s,
-                          kernel_timestamps=config.effective_timestamps() == "kernel",
-                          keepalive_s=KEEPALIVE_S if config.timing == "agentx" else IDLE_S)
+        return FastSender(
+            config.target,
+            config.request_timeout_s,
+            kernel_timestamps=config.effective_timestamps() == "kernel",
+            keepalive_s=KEEPALIVE_S if config.timing == "agentx" else IDLE_S,
+        )
     return Sender(session, config.target)
 
 
-def _make_driver(config: RunConfig, plan: Plan, transport: HttpTransport, clock: MonotonicClock,
-                 on_record: Callable[[RequestRecord], None], concurrency: int | None,
-                 shard_index: int, n_shards: int) -> Driver:
+def _make_driver(
+    config: RunConfig,
+    plan: Plan,
+    transport: HttpTransport,
+    clock: MonotonicClock,
+    on_record: Callable[[RequestRecord], None],
+    concurrency: int | None,
+    shard_index: int,
+    n_shards: int,
+) -> Driver:
     """The driver of ``config.timing`` for this worker's shard."""
     assert config.t0_ns is not None
     duration_ns = None if config.duration_s is None else int(config.duration_s * 1e9)
@@ -270,19 +306,36 @@ def _make_driver(config: RunConfig, plan: Plan, transport: HttpTransport, clock:
 
         ax = config.agentx
         return AgentXDriver(
-            plan, transport, clock, t0_ns=config.t0_ns, on_record=on_record,
+            plan,
+            transport,
+            clock,
+            t0_ns=config.t0_ns,
+            on_record=on_record,
             lanes=concurrency or 1,
             first_lane=_first_lane(config.concurrency or 1, shard_index, n_shards),
             seed=ax.seed if ax.seed is not None else (config.salt or 0),
-            worker=shard_index, run_id=config.run_id, duration_ns=duration_ns,
-            start_range=(ax.start_min, ax.start_max), warmup_requests=ax.warmup_requests,
+            worker=shard_index,
+            run_id=config.run_id,
+            duration_ns=duration_ns,
+            start_range=(ax.start_min, ax.start_max),
+            warmup_requests=ax.warmup_requests,
             idle_cap_ns=None if ax.idle_cap_s is None else int(ax.idle_cap_s * 1e9),
             tree_idle_cap_ns=None if ax.tree_idle_cap_s is None else int(ax.tree_idle_cap_s * 1e9),
-            overflow_rule=ax.overflow_rule)
-    return Driver(plan, transport, clock, mode=config.timing, t0_ns=config.t0_ns,
-                  on_record=on_record, worker=shard_index, run_id=config.run_id,
-                  concurrency=concurrency, duration_ns=duration_ns,
-                  warmup_ns=int(config.warmup_s * 1e9))
+            overflow_rule=ax.overflow_rule,
+        )
+    return Driver(
+        plan,
+        transport,
+        clock,
+        mode=config.timing,
+        t0_ns=config.t0_ns,
+        on_record=on_record,
+        worker=shard_index,
+        run_id=config.run_id,
+        concurrency=concurrency,
+        duration_ns=duration_ns,
+        warmup_ns=int(config.warmup_s * 1e9),
+    )
 
 
 async def arun_shard(
@@ -305,12 +358,19 @@ async def arun_shard(
     writer = ResultWriter(out, t0, shard_index, retry_s=config.write_retry_s, journal=journal)
     concurrency = None
     if config.concurrency:
-        concurrency = max(1, config.concurrency // n_shards + (1 if shard_index < config.concurrency % n_shards else 0))
+        concurrency = max(
+            1,
+            config.concurrency // n_shards
+            + (1 if shard_index < config.concurrency % n_shards else 0),
+        )
     # AgentX runs keep idle connections open as long as AIPerf does (KEEPALIVE_S)
     agentx = config.timing == "agentx"
-    session = make_session(config.request_timeout_s,  # /tokenize, and the aiohttp client
-                           headers=dict(config.headers), insecure=config.insecure,
-                           keepalive_s=KEEPALIVE_S if agentx else None)
+    session = make_session(
+        config.request_timeout_s,  # /tokenize, and the aiohttp client
+        headers=dict(config.headers),
+        insecure=config.insecure,
+        keepalive_s=KEEPALIVE_S if agentx else None,
+    )
     fast: FastSender | None = None
     watchdog = LoopWatchdog()
     quiet = QuietRuntime()
@@ -321,25 +381,44 @@ async def arun_shard(
         sender = _make_sender(config, session)
         fast = sender if isinstance(sender, FastSender) else None
         preparer = Preparer(
-            model=config.model, block_size=plan.block_size, salt=config.salt,
-            vocab_size=config.vocab_size or 32000, low_token_id=config.low_token_id,
-            vllm_extras=config.vllm_extras, tokenize=_tokenizer(session, config.target),
-            headers=dict(config.headers), tokenizer=config.tokenizer,
-            probe=_prompt_probe(session, config, plan))
+            model=config.model,
+            block_size=plan.block_size,
+            salt=config.salt,
+            vocab_size=config.vocab_size or 32000,
+            low_token_id=config.low_token_id,
+            vllm_extras=config.vllm_extras,
+            tokenize=_tokenizer(session, config.target),
+            headers=dict(config.headers),
+            tokenizer=config.tokenizer,
+            probe=_prompt_probe(session, config, plan),
+        )
         await preparer.calibrate_text(plan)  # before t0: no /tokenize calls per request
 
-        counter = _RecordCounter(summary, writer, config.abort_after_failures,
-                                 warmup_abort=config.timing == "agentx"
-                                 and config.agentx.warmup_failure == "abort")
-        driver = _make_driver(config, plan, HttpTransport(preparer, sender), clock,
-                              counter.on_record, concurrency, shard_index, n_shards)
+        counter = _RecordCounter(
+            summary,
+            writer,
+            config.abort_after_failures,
+            warmup_abort=config.timing == "agentx" and config.agentx.warmup_failure == "abort",
+        )
+        driver = _make_driver(
+            config,
+            plan,
+            HttpTransport(preparer, sender),
+            clock,
+            counter.on_record,
+            concurrency,
+            shard_index,
+            n_shards,
+        )
         summary.fd_table = reserve_fds()
         writer.warm()  # the first Parquet conversion's one-off set-up, before t0
         quiet.enter()
         watchdog.start()
         run_cpu = CpuMeter()
         progress = _ProgressReport(driver, sender, summary, t0, watchdog, writer)
-        ticker = asyncio.get_running_loop().create_task(_tick(clock, writer, progress, report, quiet))
+        ticker = asyncio.get_running_loop().create_task(
+            _tick(clock, writer, progress, report, quiet)
+        )
         try:
             run_task = counter.run_task = asyncio.ensure_future(driver.run())
             try:
@@ -385,32 +464,60 @@ class _ProgressReport:
     """The worker's progress message: counters, its CPU share since the last message, and
     the loop-lag samples taken since then."""
 
-    def __init__(self, driver: Driver, sender: Sender | FastSender, summary: WorkerSummary, t0: int,
-                 watchdog: LoopWatchdog, writer: ResultWriter) -> None:
-        self.driver, self.sender, self.summary, self.t0, self.watchdog = driver, sender, summary, t0, watchdog
+    def __init__(
+        self,
+        driver: Driver,
+        sender: Sender | FastSender,
+        summary: WorkerSummary,
+        t0: int,
+        watchdog: LoopWatchdog,
+        writer: ResultWriter,
+    ) -> None:
+        self.driver, self.sender, self.summary, self.t0, self.watchdog = (
+            driver,
+            sender,
+            summary,
+            t0,
+            watchdog,
+        )
         self.writer = writer
         self.cpu = CpuMeter()
         self.seen_lags = 0
 
     def message(self, now: int) -> Progress:
-        lags = self.watchdog.lags[self.seen_lags:].tolist()
+        lags = self.watchdog.lags[self.seen_lags :].tolist()
         self.seen_lags += len(lags)
         driver, sender, summary = self.driver, self.sender, self.summary
         return Progress(
-            shard=summary.shard, elapsed_ns=now - self.t0, total=driver.total,
-            sent=driver.sent, done=driver.done, skipped=driver.skipped,
-            in_flight=sender.in_flight, sessions=driver.active_sessions,
-            ok=summary.ok, errors=sum(summary.errors.values()),
-            chunks=sender.chunks, output_tokens=summary.output_tokens,
-            cpu=self.cpu.fraction(), loop_lags=tuple(lags), held_rows=self.writer.held,
-            write_error=self.writer.error if self.writer.failing else None)
+            shard=summary.shard,
+            elapsed_ns=now - self.t0,
+            total=driver.total,
+            sent=driver.sent,
+            done=driver.done,
+            skipped=driver.skipped,
+            in_flight=sender.in_flight,
+            sessions=driver.active_sessions,
+            ok=summary.ok,
+            errors=sum(summary.errors.values()),
+            chunks=sender.chunks,
+            output_tokens=summary.output_tokens,
+            cpu=self.cpu.fraction(),
+            loop_lags=tuple(lags),
+            held_rows=self.writer.held,
+            write_error=self.writer.error if self.writer.failing else None,
+        )
 
 
 TICK_NS = 500_000_000
 
 
-async def _tick(clock: Clock, writer: ResultWriter, progress: _ProgressReport,
-                report: Callable[[Progress], None] | None, quiet: QuietRuntime) -> None:
+async def _tick(
+    clock: Clock,
+    writer: ResultWriter,
+    progress: _ProgressReport,
+    report: Callable[[Progress], None] | None,
+    quiet: QuietRuntime,
+) -> None:
     while True:
         await clock.pause(TICK_NS)
         quiet.young()
@@ -420,9 +527,16 @@ async def _tick(clock: Clock, writer: ResultWriter, progress: _ProgressReport,
             report(progress.message(now))
 
 
-def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: Any, *,
-              plan: Plan | None = None, stop: StopSignals | None = None,
-              journal: bool = False) -> WorkerSummary:
+def run_shard(
+    config: RunConfig,
+    shard_index: int,
+    n_shards: int,
+    report_queue: Any,
+    *,
+    plan: Plan | None = None,
+    stop: StopSignals | None = None,
+    journal: bool = False,
+) -> WorkerSummary:
     """Process entry: run one shard on a fresh event loop (uvloop when installed).
     ``plan``: the whole plan when the caller built it already (it is sharded here);
     ``stop``: the process's stop signals, which then cancel the shard (a graceful stop);
@@ -432,9 +546,12 @@ def run_shard(config: RunConfig, shard_index: int, n_shards: int, report_queue: 
         if report_queue is not None:
             report_queue.put(("progress", shard_index, msg))
 
-    return aio.run(stoppable(arun_shard(config, shard_index, n_shards, report, plan=plan,
-                                        journal=journal), stop),
-                   config.loop)
+    return aio.run(
+        stoppable(
+            arun_shard(config, shard_index, n_shards, report, plan=plan, journal=journal), stop
+        ),
+        config.loop,
+    )
 
 
 async def stoppable(main: Awaitable[T], stop: StopSignals | None) -> T:

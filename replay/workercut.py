@@ -35,15 +35,24 @@ class WorkerCut:
 
     def line(self) -> str:
         how = self.signal or f"exit code {self.exitcode}"
-        return (f"worker {self.shard} (shard {self.shard} of {self.shards}) died ({how}) "
-                f"{max(0, self.noticed_ns - self.t0_ns) / 1e9:.1f} s into the run")
+        return (
+            f"worker {self.shard} (shard {self.shard} of {self.shards}) died ({how}) "
+            f"{max(0, self.noticed_ns - self.t0_ns) / 1e9:.1f} s into the run"
+        )
 
     def summary_line(self) -> str:
-        return (f"{self.line()}: the run was stopped; its {self.rows} finished requests have "
-                f"rows ({self.recovered} from its row journal), those it had in flight have none")
+        return (
+            f"{self.line()}: the run was stopped; its {self.rows} finished requests have "
+            f"rows ({self.recovered} from its row journal), those it had in flight have none"
+        )
 
     def record(self) -> dict[str, Any]:
         """Its entry in run.json's ``workers_cut``."""
-        return {"shard": self.shard, "exitcode": self.exitcode, "signal": self.signal,
-                "noticed_monotonic_ns": self.noticed_ns, "rows": self.rows,
-                "rows_from_journal": self.recovered}
+        return {
+            "shard": self.shard,
+            "exitcode": self.exitcode,
+            "signal": self.signal,
+            "noticed_monotonic_ns": self.noticed_ns,
+            "rows": self.rows,
+            "rows_from_journal": self.recovered,
+        }

@@ -133,21 +133,28 @@ def over_baseline(found: dict[str, list[tuple[int, str]]], baseline: dict[str, i
         allowed = baseline.get(name, 0)
         if len(hits) > allowed:
             where = ", ".join(f"{line} {letter!r}" for line, letter in hits[:12])
-            lines.append(f"{name}: {len(hits)} one-letter names, {allowed} allowed "
-                         f"(scripts/one_letter_names.json); lines: {where}")
+            lines.append(
+                f"{name}: {len(hits)} one-letter names, {allowed} allowed "
+                f"(scripts/one_letter_names.json); lines: {where}"
+            )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--update", action="store_true", help="write the current counts as the baseline")
+    ap.add_argument(
+        "--update", action="store_true", help="write the current counts as the baseline"
+    )
     args = ap.parse_args(argv)
     found = counts()
     if args.update:
-        BASELINE.write_text(json.dumps({k: len(v) for k, v in found.items()}, indent=1,
-                                       sort_keys=True) + "\n")
-        print(f"lint_names: baseline of {sum(map(len, found.values()))} names in "
-              f"{len(found)} files written to {BASELINE.relative_to(ROOT)}")
+        BASELINE.write_text(
+            json.dumps({k: len(v) for k, v in found.items()}, indent=1, sort_keys=True) + "\n"
+        )
+        print(
+            f"lint_names: baseline of {sum(map(len, found.values()))} names in "
+            f"{len(found)} files written to {BASELINE.relative_to(ROOT)}"
+        )
         return 0
     problems = over_baseline(found, json.loads(BASELINE.read_text()))
     for line in problems:

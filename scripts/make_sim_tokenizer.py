@@ -63,8 +63,11 @@ def aiperf_coding_text(scale: int = 20, seed: int = 0) -> str:
     g = object.__new__(cc.CodingContentGenerator)
     for name in ("template", "corpus", "length", "prefix"):
         setattr(g, f"_{name}_rng", rng.derive(f"make_sim_tokenizer.{name}"))
-    texts = [getattr(g, name)() for name, count in cc._TOOL_POOL_BLOCK_COUNTS.items()
-             for _ in range(count * scale)]
+    texts = [
+        getattr(g, name)()
+        for name, count in cc._TOOL_POOL_BLOCK_COUNTS.items()
+        for _ in range(count * scale)
+    ]
     texts += [g._gen_user_prompt() for _ in range(200 * scale)]
     return "\n\n".join(texts)
 
@@ -80,20 +83,34 @@ def main(argv: list[str]) -> int:
     vocab = {t: i for i, t in enumerate(SPECIAL)}
     for piece in pieces([Path(a) for a in argv[1:]]):
         vocab.setdefault(piece, len(vocab))
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="<u>", continuing_subword_prefix="",
-                                     max_input_chars_per_word=16))
+    tok = Tokenizer(
+        models.WordPiece(
+            vocab=vocab, unk_token="<u>", continuing_subword_prefix="", max_input_chars_per_word=16
+        )
+    )
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(PIECE), behavior="isolated")
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens(SPECIAL)
     tok.save(str(out / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
-              "eos_token": "</s>", "unk_token": "<u>", "pad_token": "<pad>",
-              "model_max_length": 1_048_576, "add_bos_token": False, "add_eos_token": False,
-              "clean_up_tokenization_spaces": False}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<u>",
+        "pad_token": "<pad>",
+        "model_max_length": 1_048_576,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<u>", "pad_token": "<pad>"},
-        indent=2) + "\n")
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<u>", "pad_token": "<pad>"},
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"make_sim_tokenizer: {len(vocab):,} pieces -> {out}")
     return 0
 

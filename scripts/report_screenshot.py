@@ -24,13 +24,22 @@ def main() -> int:
     ap.add_argument("html")
     ap.add_argument("png")
     ap.add_argument("--width", type=int, default=1100)
-    ap.add_argument("--max-height", type=int, default=1500,
-                    help="keep the top of the page only (default 1500 px)")
-    ap.add_argument("--colors", type=int, default=None,
-                    help="reduce to this many colours (a small PNG for the docs; Pillow)")
+    ap.add_argument(
+        "--max-height",
+        type=int,
+        default=1500,
+        help="keep the top of the page only (default 1500 px)",
+    )
+    ap.add_argument(
+        "--colors",
+        type=int,
+        default=None,
+        help="reduce to this many colours (a small PNG for the docs; Pillow)",
+    )
     a = ap.parse_args()
-    page = asyncio.run(load(a.html, check=READY, screenshot=a.png, width=a.width,
-                            max_height=a.max_height))
+    page = asyncio.run(
+        load(a.html, check=READY, screenshot=a.png, width=a.width, max_height=a.max_height)
+    )
     if page.errors or not page.result:
         print("\n".join(page.errors) or "the charts did not finish rendering", file=sys.stderr)
         return 1

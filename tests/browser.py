@@ -25,9 +25,18 @@ from typing import Any
 
 import aiohttp
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--disable-default-apps", "--hide-scrollbars", "--remote-debugging-port=0")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+)
 
 
 def chromium_path() -> str | None:
@@ -82,23 +91,41 @@ class _Session:
         for ev in self.events:
             m, p = ev["method"], ev.get("params") or {}
             if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append("console." + p["type"] + ": " + " ".join(
-                    str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+                out.append(
+                    "console."
+                    + p["type"]
+                    + ": "
+                    + " ".join(
+                        str(a.get("value", a.get("description", ""))) for a in p.get("args", [])
+                    )
+                )
             elif m == "Runtime.exceptionThrown":
                 d = p.get("exceptionDetails") or {}
-                out.append("exception: " + str((d.get("exception") or {}).get("description")
-                                                or d.get("text")))
+                out.append(
+                    "exception: "
+                    + str((d.get("exception") or {}).get("description") or d.get("text"))
+                )
             elif m == "Log.entryAdded" and (p.get("entry") or {}).get("level") == "error":
                 e = p["entry"]
                 out.append(f"log ({e.get('source')}): {e.get('text')} {e.get('url', '')}".strip())
         return out
 
 
-async def _open(chromium: str, profile: str, width: int, height: int) -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}",
-                             f"--window-size={width},{height}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # its helpers are ended with it
+async def _open(
+    chromium: str, profile: str, width: int, height: int
+) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(
+        [
+            chromium,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # its helpers are ended with it
     port_file = Path(profile) / "DevToolsActivePort"
     for _ in range(300):
         if port_file.exists() and port_file.read_text().strip():
@@ -111,9 +138,16 @@ async def _open(chromium: str, profile: str, width: int, height: int) -> tuple[s
     raise RuntimeError("chromium did not open its DevTools port in 30 s")
 
 
-async def load(path: str | os.PathLike[str], *, check: str = "true", screenshot: str | None = None,
-               width: int = 1280, height: int = 900, timeout_s: float = 60.0,
-               max_height: int | None = None) -> Page:
+async def load(
+    path: str | os.PathLike[str],
+    *,
+    check: str = "true",
+    screenshot: str | None = None,
+    width: int = 1280,
+    height: int = 900,
+    timeout_s: float = 60.0,
+    max_height: int | None = None,
+) -> Page:
     """Open the file ``path``, wait for its load event and then for the JavaScript
     expression ``check`` to return a truthy value (polled), take a full-page screenshot to
     ``screenshot`` (PNG; its top ``max_height`` pixels when given) when given, and return
@@ -122,8 +156,9 @@ async def load(path: str | os.PathLike[str], *, check: str = "true", screenshot:
     if chromium is None:
         raise RuntimeError("no chromium on PATH (apt-get install chromium)")
     # Chromium's helper processes may still write to the profile while it is removed
-    with tempfile.TemporaryDirectory(prefix="agent-replay-chromium-",
-                                     ignore_cleanup_errors=True) as profile:
+    with tempfile.TemporaryDirectory(
+        prefix="agent-replay-chromium-", ignore_cleanup_errors=True
+    ) as profile:
         proc, base = await _open(chromium, profile, width, height)
         try:
             async with aiohttp.ClientSession() as http:
@@ -139,8 +174,12 @@ async def load(path: str | os.PathLike[str], *, check: str = "true", screenshot:
                     page = Page()
                     deadline = asyncio.get_running_loop().time() + timeout_s
                     while True:
-                        got = await s.call("Runtime.evaluate", expression=check,
-                                           returnByValue=True, awaitPromise=True)
+                        got = await s.call(
+                            "Runtime.evaluate",
+                            expression=check,
+                            returnByValue=True,
+                            awaitPromise=True,
+                        )
                         page.result = (got.get("result") or {}).get("value")
                         if page.result or asyncio.get_running_loop().time() > deadline:
                             break
@@ -148,11 +187,18 @@ async def load(path: str | os.PathLike[str], *, check: str = "true", screenshot:
                     if screenshot is not None:
                         metrics = await s.call("Page.getLayoutMetrics")
                         size = metrics.get("cssContentSize") or metrics["contentSize"]
-                        shot = await s.call("Page.captureScreenshot", format="png",
-                                            captureBeyondViewport=True,
-                                            clip={"x": 0, "y": 0, "width": size["width"],
-                                                  "height": min(size["height"], max_height or
-                                                                size["height"]), "scale": 1})
+                        shot = await s.call(
+                            "Page.captureScreenshot",
+                            format="png",
+                            captureBeyondViewport=True,
+                            clip={
+                                "x": 0,
+                                "y": 0,
+                                "width": size["width"],
+                                "height": min(size["height"], max_height or size["height"]),
+                                "scale": 1,
+                            },
+                        )
                         Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
                     page.errors = s.errors()
                     s.reader.cancel()

@@ -27,11 +27,17 @@ runpy.run_module("agent_replay", run_name="__main__", alter_sys=True)
 """
 
 
-def run_peak(tmp: Path, *args: str, timeout: float = 280
-             ) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_peak(
+    tmp: Path, *args: str, timeout: float = 280
+) -> tuple[subprocess.CompletedProcess[str], float]:
     """``agent-replay ARGS`` in a child: its result and its peak resident memory in MiB."""
     peak = tmp / "peak.txt"
-    r = subprocess.run([sys.executable, "-c", _WRAP, *args], cwd=ROOT, capture_output=True,
-                       text=True, timeout=timeout,
-                       env={**os.environ, "AGENT_REPLAY_PEAK_FILE": str(peak)})
+    r = subprocess.run(
+        [sys.executable, "-c", _WRAP, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "AGENT_REPLAY_PEAK_FILE": str(peak)},
+    )
     return r, int(peak.read_text()) / 1024

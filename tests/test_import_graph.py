@@ -127,14 +127,19 @@ def _where(path: Path, line: int, mod: str) -> str:
 def test_the_graph_reader_sees_lazy_relative_and_from_imports():
     _modules()  # walked before the probe exists: it is not a shipped module
     src = ROOT / "analysis" / "_graph_probe.py"
-    src.write_text("def f():\n    from agent_replay.analysis import fixtures\n"
-                   "    from . import hist\n    from ..replay import run\n")
+    src.write_text(
+        "def f():\n    from agent_replay.analysis import fixtures\n"
+        "    from . import hist\n    from ..replay import run\n"
+    )
     try:
         got = {m for _, m in imports(src)}
     finally:
         src.unlink()
-    assert {"agent_replay.analysis.fixtures", "agent_replay.analysis.hist",
-            "agent_replay.replay.run"} <= got
+    assert {
+        "agent_replay.analysis.fixtures",
+        "agent_replay.analysis.hist",
+        "agent_replay.replay.run",
+    } <= got
     assert _sub("agent_replay.replay.run") == "replay" and _sub("agent_replay.errors") == ""
 
 
@@ -143,8 +148,13 @@ def test_every_subpackage_is_its_top_level_folder_under_the_one_root():
     for pkg in PACKAGES:
         assert names[f"{ROOT_PKG}.{pkg}"] == ROOT / pkg / "__init__.py", pkg
         assert not (ROOT / ROOT_PKG / pkg).exists(), "a link would give its modules two names"
-    assert {"agent_replay.errors", "agent_replay.redact", "agent_replay.results_schema",
-            "agent_replay.replay.run", "agent_replay.traces.schema"} <= set(names)
+    assert {
+        "agent_replay.errors",
+        "agent_replay.redact",
+        "agent_replay.results_schema",
+        "agent_replay.replay.run",
+        "agent_replay.traces.schema",
+    } <= set(names)
     assert len(names) == len(_modules())  # one name per file
 
 
@@ -156,8 +166,11 @@ def test_pyproject_ships_every_package_folder():
     assert conf["package-dir"] == {f"{ROOT_PKG}.{p}": p for p in PACKAGES}
     for pkg, globs in conf["package-data"].items():
         top = ".".join(pkg.split(".")[:2])
-        folder = (ROOT / conf["package-dir"][top] / Path(*pkg.split(".")[2:])
-                  if top in conf["package-dir"] else ROOT / Path(*pkg.split(".")))
+        folder = (
+            ROOT / conf["package-dir"][top] / Path(*pkg.split(".")[2:])
+            if top in conf["package-dir"]
+            else ROOT / Path(*pkg.split("."))
+        )
         assert all(list(folder.glob(g)) for g in globs), (pkg, globs)
     assert conf["package-data"][ROOT_PKG] == ["py.typed"]  # PEP 561: typed for its users
     assert (ROOT / ROOT_PKG / "py.typed").is_file()
@@ -166,12 +179,15 @@ def test_pyproject_ships_every_package_folder():
 def test_a_folder_imported_by_its_bare_name_refuses_in_one_line():
     """With the repository root on sys.path (``python -m agent_replay`` from it), ``import
     traces`` would load the folder a second time as another module; it refuses instead."""
-    code = ("import sys, agent_replay.traces.schema as s\n"
-            "try:\n    import traces\nexcept ImportError as e:\n    print('refused:', e)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('traces', 'engines', 'analysis', 'replay')), s.__file__)\n")
-    got = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import sys, agent_replay.traces.schema as s\n"
+        "try:\n    import traces\nexcept ImportError as e:\n    print('refused:', e)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('traces', 'engines', 'analysis', 'replay')), s.__file__)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert got.returncode == 0, got.stderr
     first, second = got.stdout.splitlines()
     assert first == "refused: import agent_replay.traces, not traces"
@@ -187,12 +203,12 @@ def test_a_back_arrow_planted_in_a_copy_of_the_tree_fails_the_check(tmp_path: Pa
     shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     script = [sys.executable, str(tmp_path / "tests" / "test_import_graph.py")]
-    clean = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=120)
+    clean = subprocess.run(
+        script, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert clean.returncode == 0, clean.stdout + clean.stderr
     (tmp_path / "traces" / "back.py").write_text("from agent_replay.replay import run\n")
-    got = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
+    got = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert got.returncode == 1
     assert "traces/back.py:1: imports agent_replay.replay.run" in got.stdout, got.stdout
 
@@ -202,43 +218,70 @@ def test_nothing_imports_a_package_outside_the_root():
     ``traces`` is another project): not by the code, the tests or the benchmarks."""
     files = [p for _, p in production_modules()]
     files += sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
-    bad = [_where(path, line, mod) for path in files for line, mod in imports(path)
-           if mod.split(".")[0] in PACKAGES]
+    bad = [
+        _where(path, line, mod)
+        for path in files
+        for line, mod in imports(path)
+        if mod.split(".")[0] in PACKAGES
+    ]
     assert bad == []
 
 
 def base_arrows() -> list[str]:
-    return [_where(path, line, mod) for pkg, path in production_modules()
-            if pkg == "" and path.name != "__main__.py"  # the entry point runs the CLI
-            for line, mod in imports(path) if _sub(mod) in PACKAGES]
+    return [
+        _where(path, line, mod)
+        for pkg, path in production_modules()
+        if pkg == "" and path.name != "__main__.py"  # the entry point runs the CLI
+        for line, mod in imports(path)
+        if _sub(mod) in PACKAGES
+    ]
 
 
 def cross_arrows() -> list[str]:
-    return [_where(path, line, mod) for pkg, path in production_modules()
-            if pkg in ("traces", "engines", "analysis")
-            for line, mod in imports(path) if _sub(mod) not in ("?", "", pkg)]
+    return [
+        _where(path, line, mod)
+        for pkg, path in production_modules()
+        if pkg in ("traces", "engines", "analysis")
+        for line, mod in imports(path)
+        if _sub(mod) not in ("?", "", pkg)
+    ]
 
 
 def fixture_arrows() -> list[str]:
-    return [_where(path, line, mod)
-            for _, path in production_modules() for line, mod in imports(path)
-            if _is_fixture(mod) and not _module_name(path).endswith("fixtures")]
+    return [
+        _where(path, line, mod)
+        for _, path in production_modules()
+        for line, mod in imports(path)
+        if _is_fixture(mod) and not _module_name(path).endswith("fixtures")
+    ]
 
 
 def replay_arrows() -> list[str]:
-    return [_where(path, line, mod)
-            for pkg, path in production_modules() if pkg not in ("replay", "")
-            for line, mod in imports(path) if _sub(mod) == "replay"]
+    return [
+        _where(path, line, mod)
+        for pkg, path in production_modules()
+        if pkg not in ("replay", "")
+        for line, mod in imports(path)
+        if _sub(mod) == "replay"
+    ]
 
 
 def wire_arrows() -> list[str]:
     """The wire code (``engines.apis``, ``engines.sse``, ``engines.dialects``) serves the
     simulated engine and never imports it."""
-    wire = ("agent_replay.engines.apis", "agent_replay.engines.sse",
-            "agent_replay.engines.dialects", "agent_replay.engines.replies")
-    return [_where(path, line, mod) for _, path in production_modules()
-            if _module_name(path).startswith(wire)
-            for line, mod in imports(path) if mod.startswith("agent_replay.engines.sim")]
+    wire = (
+        "agent_replay.engines.apis",
+        "agent_replay.engines.sse",
+        "agent_replay.engines.dialects",
+        "agent_replay.engines.replies",
+    )
+    return [
+        _where(path, line, mod)
+        for _, path in production_modules()
+        if _module_name(path).startswith(wire)
+        for line, mod in imports(path)
+        if mod.startswith("agent_replay.engines.sim")
+    ]
 
 
 _BARE = re.compile(r"(?<!`)\b(?:from|import) (?:traces|engines|analysis|replay)\b(?!\.md)")
@@ -248,14 +291,30 @@ _BARE = re.compile(r"(?<!`)\b(?:from|import) (?:traces|engines|analysis|replay)\
 def test_no_script_or_doc_imports_a_folder_by_its_bare_name():
     """Code in strings, shell scripts and docs (``python -c '...'``) imports through the root
     too: a bare folder name is refused at import time."""
-    files = [p for p in (*ROOT.glob("benchmarks/**/*"), *ROOT.glob("scripts/**/*"),
-                         *ROOT.glob("tests/**/*.py"), *ROOT.glob("docs/*.md"), ROOT / "README.md")
-             if p.suffix in (".py", ".sh", ".md")
-             and p.name not in ("test_import_graph.py",  # its refusal test imports one
-                                "test_install_beside_traces.py")  # PyPI's traces, on purpose
-             and "journal" not in p.parts and "results" not in p.parts]
-    bad = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in files
-           for i, line in enumerate(p.read_text().splitlines(), 1) if _BARE.search(line)]
+    files = [
+        p
+        for p in (
+            *ROOT.glob("benchmarks/**/*"),
+            *ROOT.glob("scripts/**/*"),
+            *ROOT.glob("tests/**/*.py"),
+            *ROOT.glob("docs/*.md"),
+            ROOT / "README.md",
+        )
+        if p.suffix in (".py", ".sh", ".md")
+        and p.name
+        not in (
+            "test_import_graph.py",  # its refusal test imports one
+            "test_install_beside_traces.py",
+        )  # PyPI's traces, on purpose
+        and "journal" not in p.parts
+        and "results" not in p.parts
+    ]
+    bad = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in files
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if _BARE.search(line)
+    ]
     assert bad == []
 
 
@@ -280,7 +339,8 @@ def test_the_wire_code_never_imports_the_simulated_engine():
 
 
 if __name__ == "__main__":
-    bad = sorted({*base_arrows(), *cross_arrows(), *fixture_arrows(), *replay_arrows(),
-                  *wire_arrows()})
+    bad = sorted(
+        {*base_arrows(), *cross_arrows(), *fixture_arrows(), *replay_arrows(), *wire_arrows()}
+    )
     print("\n".join(bad) or f"{len(_modules())} modules, no arrow against the layout")
     sys.exit(1 if bad else 0)

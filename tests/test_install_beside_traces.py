@@ -16,8 +16,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "replay", "traces", "engines", "analysis",
-           "agent_replay")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "replay",
+    "traces",
+    "engines",
+    "analysis",
+    "agent_replay",
+)
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +43,12 @@ def _copy_source(dst: Path) -> None:
 
 def _pip(py: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """This interpreter's pip installing into the venv of ``py`` (no pip of its own to set up)."""
-    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--python",
-                           str(py), *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(py), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_agent_replay_installs_beside_pypi_traces(tmp_path: Path) -> None:
@@ -53,8 +65,12 @@ def test_agent_replay_installs_beside_pypi_traces(tmp_path: Path) -> None:
     # (a plain path entry after the venv's own: the venv's traces stays first)
     got = _pip(py, "install", "-q", "--no-deps", str(src))
     assert got.returncode == 0, got.stderr[-3000:]
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     probe = (
@@ -69,17 +85,27 @@ def test_agent_replay_installs_beside_pypi_traces(tmp_path: Path) -> None:
         "print('both import', traces.__file__, agent_replay.__file__)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    got = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path,
-                         env=env, timeout=120)
+    got = subprocess.run(
+        [str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
     assert got.returncode == 0 and "both import" in got.stdout, got.stderr[-3000:]
     files = got.stdout.split()[-2:]
     assert all(f.startswith(site) for f in files), (files, site)  # both from the venv
-    cli = subprocess.run([str(env_dir / "bin" / "agent-replay"), "--version"], capture_output=True,
-                         text=True, cwd=tmp_path, env=env, timeout=120)
+    cli = subprocess.run(
+        [str(env_dir / "bin" / "agent-replay"), "--version"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert cli.returncode == 0 and cli.stdout.startswith("agent-replay "), cli.stderr[-2000:]
     # installing agent-replay left PyPI's traces whole
     record = next(Path(site).glob("traces-*.dist-info")) / "RECORD"
-    missing = [line.split(",")[0] for line in record.read_text().splitlines()
-               if line.startswith("traces/") and not (Path(site) / line.split(",")[0]).exists()]
+    missing = [
+        line.split(",")[0]
+        for line in record.read_text().splitlines()
+        if line.startswith("traces/") and not (Path(site) / line.split(",")[0]).exists()
+    ]
     assert missing == []
     assert not (Path(site) / "replay").exists() and not (Path(site) / "analysis").exists()

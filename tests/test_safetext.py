@@ -20,8 +20,16 @@ from agent_replay.traces.io import write_trace
 from agent_replay.traces.schema import TraceMeta
 
 ROOT = Path(__file__).resolve().parents[1]
-HOSTILE = ["[/x]", "[bold]b", "\x1b[31mred\x1b[0m", "\x1b[2J", "\x1b]0;title\x07t",
-           "\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\", "\x9b2J", "tab\there"]
+HOSTILE = [
+    "[/x]",
+    "[bold]b",
+    "\x1b[31mred\x1b[0m",
+    "\x1b[2J",
+    "\x1b]0;title\x07t",
+    "\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\",
+    "\x9b2J",
+    "tab\there",
+]
 RAW = ("\x1b", "\x07", "\x9b")
 
 
@@ -39,33 +47,40 @@ def test_the_four_forms_by_hand() -> None:
 
 def _assert_clean(out: str) -> None:
     for c in RAW:
-        assert c not in out, repr(out[max(0, out.find(c) - 40):out.find(c) + 40])
+        assert c not in out, repr(out[max(0, out.find(c) - 40) : out.find(c) + 40])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def _trace(tmp_path: Path) -> Path:
     n = len(HOSTILE)
-    t = pa.table({
-        "session_id": HOSTILE,
-        "request_index": pa.array([0] * n, pa.int32()),
-        "parent_index": pa.array([-1] * n, pa.int32()),
-        "arrival_ns": pa.array(range(n), pa.int64()),
-        "input_tokens": pa.array([32] * n, pa.int32()),
-        "output_tokens": pa.array([4] * n, pa.int32()),
-        "hash_ids": [[1, 2]] * n,
-        "cached_tokens": pa.array([16] * n, pa.int32()),
-        "api": HOSTILE,
-        "model": HOSTILE,
-        "agent_id": HOSTILE,
-        "depends_on": pa.array([[]] * n, pa.list_(pa.int32())),
-        "error": [None] + HOSTILE[1:],
-        HOSTILE[0]: pa.array([1] * n),  # a column name
-    })
+    t = pa.table(
+        {
+            "session_id": HOSTILE,
+            "request_index": pa.array([0] * n, pa.int32()),
+            "parent_index": pa.array([-1] * n, pa.int32()),
+            "arrival_ns": pa.array(range(n), pa.int64()),
+            "input_tokens": pa.array([32] * n, pa.int32()),
+            "output_tokens": pa.array([4] * n, pa.int32()),
+            "hash_ids": [[1, 2]] * n,
+            "cached_tokens": pa.array([16] * n, pa.int32()),
+            "api": HOSTILE,
+            "model": HOSTILE,
+            "agent_id": HOSTILE,
+            "depends_on": pa.array([[]] * n, pa.list_(pa.int32())),
+            "error": [None] + HOSTILE[1:],
+            HOSTILE[0]: pa.array([1] * n),  # a column name
+        }
+    )
     meta = TraceMeta(block_size=16, source="imported:[/x]\x1b[2J", content_mode="none")
     return write_trace(t, tmp_path / "t.parquet", meta)
 
@@ -86,14 +101,19 @@ def _results(tmp_path: Path) -> Path:
     t = synthetic_results(80, 1, requests_per_session=10, failed_fraction=0.2)
     sid = t.column("session_id").to_pylist()
     names = {s: HOSTILE[i % len(HOSTILE)] for i, s in enumerate(dict.fromkeys(sid))}
-    t = t.set_column(t.schema.get_field_index("session_id"), "session_id",
-                     pa.array([names[s] for s in sid], pa.string()))
+    t = t.set_column(
+        t.schema.get_field_index("session_id"),
+        "session_id",
+        pa.array([names[s] for s in sid], pa.string()),
+    )
     kinds = t.column("error_kind").to_pylist()
     kinds = [None if k is None else HOSTILE[i % len(HOSTILE)] for i, k in enumerate(kinds)]
-    t = t.set_column(t.schema.get_field_index("error_kind"), "error_kind",
-                     pa.array(kinds, pa.string()))
-    return write_results(tmp_path / "run[/x]", t, {"options": {"timing": "session"},
-                                                   "status": "ok"})
+    t = t.set_column(
+        t.schema.get_field_index("error_kind"), "error_kind", pa.array(kinds, pa.string())
+    )
+    return write_results(
+        tmp_path / "run[/x]", t, {"options": {"timing": "session"}, "status": "ok"}
+    )
 
 
 def test_report_shows_names_as_data_in_every_format(tmp_path: Path) -> None:

@@ -51,22 +51,46 @@ def link_to_parent(r: Request, parent: Request | None, block_size: int, tag: str
     unique to this request)."""
     if parent is not None and parent.end_ns is not None:
         r.think_ns = max(0, r.arrival_abs_ns - (parent.arrival_abs_ns + parent.end_ns))
-    r.hash_ids = chain_hashes(parent.hash_ids if parent else None,
-                              parent.input_tokens if parent else None, r.input_tokens,
-                              r.cached_tokens, block_size, tag)
+    r.hash_ids = chain_hashes(
+        parent.hash_ids if parent else None,
+        parent.input_tokens if parent else None,
+        r.input_tokens,
+        r.cached_tokens,
+        block_size,
+        tag,
+    )
 
 
-def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> tuple[pa.Table, int]:
+def build_table(
+    requests: Sequence[Request], *, start_ns: int | None = None
+) -> tuple[pa.Table, int]:
     """The trace table (rows ordered by arrival, ties in input order) and the absolute
     start time used as arrival 0."""
     reqs = sorted(enumerate(requests), key=lambda p: (p[1].arrival_abs_ns, p[0]))
     start = start_ns if start_ns is not None else (reqs[0][1].arrival_abs_ns if reqs else 0)
     counters: dict[str, int] = {}
     index_of: dict[tuple[str, object], int] = {}
-    cols: dict[str, list[object]] = {name: [] for name in (
-        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "cached_tokens", "hash_ids", "api", "model", "ttft_ns", "end_ns",
-        "agent_id", "depends_on", "output_estimated")}
+    cols: dict[str, list[object]] = {
+        name: []
+        for name in (
+            "session_id",
+            "request_index",
+            "parent_index",
+            "arrival_ns",
+            "think_ns",
+            "input_tokens",
+            "output_tokens",
+            "cached_tokens",
+            "hash_ids",
+            "api",
+            "model",
+            "ttft_ns",
+            "end_ns",
+            "agent_id",
+            "depends_on",
+            "output_estimated",
+        )
+    }
     for _, r in reqs:
         idx = counters.get(r.session, 0)
         counters[r.session] = idx + 1
@@ -80,8 +104,10 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
             for k in r.depends_on_keys:
                 d = index_of.get((r.session, k))
                 if d is None or d == idx:
-                    raise TraceError(f"session {r.session!r}, request {r.key!r}: depends on "
-                                     f"{k!r}, which does not arrive before it in the session")
+                    raise TraceError(
+                        f"session {r.session!r}, request {r.key!r}: depends on "
+                        f"{k!r}, which does not arrive before it in the session"
+                    )
                 deps.append(d)
             deps.sort()
         cols["agent_id"].append(r.agent_id)
@@ -100,24 +126,26 @@ def build_table(requests: Sequence[Request], *, start_ns: int | None = None) -> 
         cols["model"].append(r.model)
         cols["ttft_ns"].append(r.ttft_ns)
         cols["end_ns"].append(r.end_ns)
-    table = pa.table({
-        "session_id": pa.array(cols["session_id"], pa.string()).dictionary_encode(),
-        "request_index": pa.array(cols["request_index"], pa.int32()),
-        "parent_index": pa.array(cols["parent_index"], pa.int32()),
-        "arrival_ns": pa.array(cols["arrival_ns"], pa.int64()),
-        "think_ns": pa.array(cols["think_ns"], pa.int64()),
-        "input_tokens": pa.array(cols["input_tokens"], pa.int32()),
-        "output_tokens": pa.array(cols["output_tokens"], pa.int32()),
-        "cached_tokens": pa.array(cols["cached_tokens"], pa.int32()),
-        "hash_ids": pa.array(cols["hash_ids"], pa.list_(pa.int64())),
-        "api": pa.array(cols["api"], pa.string()).dictionary_encode(),
-        "model": pa.array(cols["model"], pa.string()).dictionary_encode(),
-        "ttft_ns": pa.array(cols["ttft_ns"], pa.int64()),
-        "end_ns": pa.array(cols["end_ns"], pa.int64()),
-        "agent_id": pa.array(cols["agent_id"], pa.string()).dictionary_encode(),
-        "depends_on": pa.array(cols["depends_on"], pa.list_(pa.int32())),
-        "output_estimated": pa.array(cols["output_estimated"], pa.bool_()),
-    })
+    table = pa.table(
+        {
+            "session_id": pa.array(cols["session_id"], pa.string()).dictionary_encode(),
+            "request_index": pa.array(cols["request_index"], pa.int32()),
+            "parent_index": pa.array(cols["parent_index"], pa.int32()),
+            "arrival_ns": pa.array(cols["arrival_ns"], pa.int64()),
+            "think_ns": pa.array(cols["think_ns"], pa.int64()),
+            "input_tokens": pa.array(cols["input_tokens"], pa.int32()),
+            "output_tokens": pa.array(cols["output_tokens"], pa.int32()),
+            "cached_tokens": pa.array(cols["cached_tokens"], pa.int32()),
+            "hash_ids": pa.array(cols["hash_ids"], pa.list_(pa.int64())),
+            "api": pa.array(cols["api"], pa.string()).dictionary_encode(),
+            "model": pa.array(cols["model"], pa.string()).dictionary_encode(),
+            "ttft_ns": pa.array(cols["ttft_ns"], pa.int64()),
+            "end_ns": pa.array(cols["end_ns"], pa.int64()),
+            "agent_id": pa.array(cols["agent_id"], pa.string()).dictionary_encode(),
+            "depends_on": pa.array(cols["depends_on"], pa.list_(pa.int32())),
+            "output_estimated": pa.array(cols["output_estimated"], pa.bool_()),
+        }
+    )
     return conform(table), start
 
 

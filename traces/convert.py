@@ -32,13 +32,23 @@ def to_mooncake_lines(table: pa.Table, meta: TraceMeta) -> list[bytes]:
     lines = []
     for i, (a, n_in, n_out, h) in enumerate(zip(arrival, ins, outs, hashes, strict=True)):
         ids = h if h is not None else extend_hashes([], -(-n_in // meta.block_size), f"row{i}")
-        lines.append(orjson.dumps({"timestamp": a // 1_000_000, "input_length": n_in,
-                                   "output_length": n_out, "hash_ids": ids}) + b"\n")
+        lines.append(
+            orjson.dumps(
+                {
+                    "timestamp": a // 1_000_000,
+                    "input_length": n_in,
+                    "output_length": n_out,
+                    "hash_ids": ids,
+                }
+            )
+            + b"\n"
+        )
     return lines
 
 
-def write_mooncake(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *,
-                   force: bool = False) -> Path:
+def write_mooncake(
+    table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *, force: bool = False
+) -> Path:
     """Write atomically; refuses to overwrite unless ``force``."""
     dest = Path(path)
     if dest.exists() and not force:
@@ -69,9 +79,23 @@ def to_weka(table: pa.Table, meta: TraceMeta) -> list[dict[str, object]]:
     from agent_replay.traces.tree import tree_columns
 
     t = tree_columns(table)
-    cols = {name: t.column(name).to_pylist() for name in (
-        "session_id", "request_index", "arrival_ns", "think_ns", "input_tokens", "output_tokens",
-        "hash_ids", "model", "ttft_ns", "end_ns", "agent_id", "depends_on")}
+    cols = {
+        name: t.column(name).to_pylist()
+        for name in (
+            "session_id",
+            "request_index",
+            "arrival_ns",
+            "think_ns",
+            "input_tokens",
+            "output_tokens",
+            "hash_ids",
+            "model",
+            "ttft_ns",
+            "end_ns",
+            "agent_id",
+            "depends_on",
+        )
+    }
     bs = meta.block_size
     by_session: dict[str, list[int]] = {}
     for i, s in enumerate(cols["session_id"]):
@@ -118,7 +142,8 @@ class _WekaSession:
         rows.sort(key=lambda r: (cols["arrival_ns"][r], cols["request_index"][r]))
         self.row_of = {cols["request_index"][r]: r for r in rows}
         self.remap = _weka_remap(
-            [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]])
+            [h for r in rows for h in (cols["hash_ids"][r] or ())[: cols["input_tokens"][r] // bs]]
+        )
         self.agents: dict[str, list[int]] = {}
         for r in rows:
             self.agents.setdefault(cols["agent_id"][r], []).append(r)
@@ -127,8 +152,11 @@ class _WekaSession:
     def _spawner(self, agent: str, rs: list[int]) -> str:
         """The agent another agent's first call depends on (``MAIN`` when none)."""
         cols, row_of = self.cols, self.row_of
-        cross = [cols["agent_id"][row_of[d]] for d in cols["depends_on"][rs[0]]
-                 if d in row_of and cols["agent_id"][row_of[d]] != agent]
+        cross = [
+            cols["agent_id"][row_of[d]]
+            for d in cols["depends_on"][rs[0]]
+            if d in row_of and cols["agent_id"][row_of[d]] != agent
+        ]
         return cross[0] if cross else MAIN
 
     def call(self, r: int, base_ns: int) -> dict[str, object]:
@@ -138,8 +166,11 @@ class _WekaSession:
         e: dict[str, object] = {
             "t": (cols["arrival_ns"][r] - base_ns) / 1e9,
             "type": "s" if cols["ttft_ns"][r] is not None else "n",
-            "model": cols["model"][r] or "", "in": n_in, "out": cols["output_tokens"][r],
-            "hash_ids": [self.remap[h] for h in ids] if self.remap is not None else list(ids)}
+            "model": cols["model"][r] or "",
+            "in": n_in,
+            "out": cols["output_tokens"][r],
+            "hash_ids": [self.remap[h] for h in ids] if self.remap is not None else list(ids),
+        }
         for key, col in (("api_time", "end_ns"), ("ttft", "ttft_ns"), ("think_time", "think_ns")):
             if cols[col][r] is not None:
                 e[key] = cols[col][r] / 1e9
@@ -150,15 +181,25 @@ class _WekaSession:
         call at the same time), ``t`` from ``base_ns``."""
         cols = self.cols
         items: list[tuple[int, int, dict[str, object]]] = [
-            (cols["arrival_ns"][r], 0, self.call(r, base_ns)) for r in self.agents[agent]]
+            (cols["arrival_ns"][r], 0, self.call(r, base_ns)) for r in self.agents[agent]
+        ]
         for sub in (s for s, sp in self.spawner.items() if sp == agent):
             rs = self.agents[sub]
             spawn = cols["arrival_ns"][rs[0]]
-            items.append((spawn, 1, {
-                "t": (spawn - base_ns) / 1e9, "type": "subagent", "agent_id": sub,
-                "duration_ms": self._duration_ms(rs, self.agents[agent]),
-                "models": sorted({str(cols["model"][r]) for r in rs if cols["model"][r]}),
-                "requests": self.stream(sub, spawn)}))
+            items.append(
+                (
+                    spawn,
+                    1,
+                    {
+                        "t": (spawn - base_ns) / 1e9,
+                        "type": "subagent",
+                        "agent_id": sub,
+                        "duration_ms": self._duration_ms(rs, self.agents[agent]),
+                        "models": sorted({str(cols["model"][r]) for r in rs if cols["model"][r]}),
+                        "requests": self.stream(sub, spawn),
+                    },
+                )
+            )
         items.sort(key=lambda x: (x[0], x[1]))
         return [x[2] for x in items]
 
@@ -170,7 +211,9 @@ class _WekaSession:
         end = max(arrival[r] + (self.cols["end_ns"][r] or 0) for r in rs)
         later = self._after(rs[-1], parent_rows)
         last_idx = self.cols["request_index"][rs[-1]]
-        join = next((k for k, r in enumerate(later) if last_idx in self.cols["depends_on"][r]), None)
+        join = next(
+            (k for k, r in enumerate(later) if last_idx in self.cols["depends_on"][r]), None
+        )
         before = later if join is None else later[:join]
         if before:  # outlive the spawner's calls before the join
             end = max(end, arrival[before[-1]] + 1_000_000)
@@ -185,15 +228,23 @@ class _WekaSession:
         return [r for r in rows if (key[0][r], key[1][r]) > (key[0][last], key[1][last])]
 
 
-def _weka_session(sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int) -> dict[str, object]:
+def _weka_session(
+    sid: str, rows: list[int], cols: dict[str, list[Any]], bs: int
+) -> dict[str, object]:
     s = _WekaSession(rows, cols, bs)
-    return {"id": sid, "models": sorted({str(cols["model"][r]) for r in rows if cols["model"][r]}),
-            "block_size": bs, "hash_id_scope": "local", "convention": "WEKA",
-            "requests": s.stream(MAIN, 0) if MAIN in s.agents else []}
+    return {
+        "id": sid,
+        "models": sorted({str(cols["model"][r]) for r in rows if cols["model"][r]}),
+        "block_size": bs,
+        "hash_id_scope": "local",
+        "convention": "WEKA",
+        "requests": s.stream(MAIN, 0) if MAIN in s.agents else [],
+    }
 
 
-def write_weka(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *,
-               force: bool = False) -> Path:
+def write_weka(
+    table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *, force: bool = False
+) -> Path:
     """Write atomically: one trace object for ``.json`` (one session only), else one per
     line. Refuses to overwrite unless ``force``."""
     from agent_replay.errors import InputError
@@ -203,8 +254,10 @@ def write_weka(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str], *
         raise OutputExistsError(str(dest))
     traces = to_weka(table, meta)
     if dest.suffix == ".json" and len(traces) != 1:
-        raise InputError(f"{dest}: a .json file holds one trace, this one has {len(traces)} "
-                         "sessions: write .jsonl (one trace per line)")
+        raise InputError(
+            f"{dest}: a .json file holds one trace, this one has {len(traces)} "
+            "sessions: write .jsonl (one trace per line)"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:

@@ -74,8 +74,9 @@ class _Relink:
 
 
 def _set(table: pa.Table, name: str, values: list[Any]) -> pa.Table:
-    return table.set_column(table.schema.get_field_index(name), name,
-                            pa.array(values, table.schema.field(name).type))
+    return table.set_column(
+        table.schema.get_field_index(name), name, pa.array(values, table.schema.field(name).type)
+    )
 
 
 def drop_failed(table: pa.Table) -> tuple[pa.Table, int]:
@@ -98,8 +99,9 @@ def drop_failed(table: pa.Table) -> tuple[pa.Table, int]:
         table = _set(table, "depends_on", new_deps)
     if {"think_ns", "arrival_ns", "end_ns"} <= set(table.column_names):
         redo = [not mask[r] and touched[r] for r in range(table.num_rows)]
-        table = _set(table, "think_ns",
-                     _think_again(table, sids, idx, _waits(new_deps, new_parent), redo))
+        table = _set(
+            table, "think_ns", _think_again(table, sids, idx, _waits(new_deps, new_parent), redo)
+        )
     return table.filter(pa.array(~mask)), n
 
 
@@ -107,12 +109,15 @@ def _waits(deps: list[list[int] | None] | None, parents: list[Any]) -> list[list
     """What each row waits for: its dependencies, else its parent."""
     if deps is None:
         deps = [None] * len(parents)
-    return [d if d is not None else ([int(p)] if p is not None and p >= 0 else [])
-            for d, p in zip(deps, parents, strict=True)]
+    return [
+        d if d is not None else ([int(p)] if p is not None and p >= 0 else [])
+        for d, p in zip(deps, parents, strict=True)
+    ]
 
 
-def _think_again(table: pa.Table, sids: list[str], idx: list[int], waits: list[list[int]],
-                 redo: list[bool]) -> list[int | None]:
+def _think_again(
+    table: pa.Table, sids: list[str], idx: list[int], waits: list[list[int]], redo: list[bool]
+) -> list[int | None]:
     """``think_ns`` with the rows of ``redo`` measured again from the latest end of the
     requests they wait for (``waits``; None when none of them is in the table)."""
     arrival = table.column("arrival_ns").to_pylist()

@@ -21,7 +21,7 @@ def hash_bytes(data: bytes, block_bytes: int, seed: int = 0) -> list[int]:
     out: list[int] = []
     prev = seed & _MASK
     for start in range(0, len(data), block_bytes):
-        prev = _h(prev, data[start:start + block_bytes])
+        prev = _h(prev, data[start : start + block_bytes])
         out.append(prev)
     return out
 
@@ -31,7 +31,7 @@ def hash_tokens(token_ids: Sequence[int], block_size: int, seed: int = 0) -> lis
     out: list[int] = []
     prev = seed & _MASK
     for start in range(0, len(token_ids), block_size):
-        block = token_ids[start:start + block_size]
+        block = token_ids[start : start + block_size]
         prev = _h(prev, b"".join(int(t).to_bytes(4, "little", signed=False) for t in block))
         out.append(prev)
     return out
@@ -58,8 +58,14 @@ def hashes_after(last: int, start: int, n_blocks: int, tag: str) -> list[int]:
     return out
 
 
-def chain_hashes(parent_ids: Sequence[int] | None, parent_input: int | None, input_tokens: int,
-                 cached_tokens: int | None, block_size: int, tag: str) -> list[int]:
+def chain_hashes(
+    parent_ids: Sequence[int] | None,
+    parent_input: int | None,
+    input_tokens: int,
+    cached_tokens: int | None,
+    block_size: int,
+    tag: str,
+) -> list[int]:
     """Hash ids for a request of a content-less source that gives token counts.
 
     The conversation is taken as append-only: a request whose prompt is at least as long as
@@ -75,8 +81,14 @@ def chain_hashes(parent_ids: Sequence[int] | None, parent_input: int | None, inp
     return extend_hashes(list(parent_ids[:shared_blocks]), n_blocks, tag)
 
 
-def cached_prefix_hashes(parent_ids: Sequence[int] | None, cached_tokens: int, input_tokens: int,
-                         block_size: int, tag: str, shared_tag: str) -> list[int]:
+def cached_prefix_hashes(
+    parent_ids: Sequence[int] | None,
+    cached_tokens: int,
+    input_tokens: int,
+    block_size: int,
+    tag: str,
+    shared_tag: str,
+) -> list[int]:
     """Hash ids for a request of a content-less source that reports how much of its prompt
     the server had cached: the request's ``cached_tokens`` are its parent's leading blocks
     (as many full blocks as the count covers, at most all of the parent's), and the rest

@@ -25,10 +25,12 @@ def sparkline(counts: list[int], width: int = 60) -> str:
     if not counts:
         return ""
     step = max(1, -(-len(counts) // width))
-    buckets = [sum(counts[i:i + step]) for i in range(0, len(counts), step)]
+    buckets = [sum(counts[i : i + step]) for i in range(0, len(counts), step)]
     top = max(buckets) or 1
-    return "".join(BARS[min(len(BARS) - 1, (b * (len(BARS) - 1) + top - 1) // top)] if b else " "
-                   for b in buckets)
+    return "".join(
+        BARS[min(len(BARS) - 1, (b * (len(BARS) - 1) + top - 1) // top)] if b else " "
+        for b in buckets
+    )
 
 
 def _dur(ns: float) -> str:
@@ -45,7 +47,9 @@ def _dur(ns: float) -> str:
 def _pct_row(name: str, p: dict[str, float], fmt: str = "{:,.0f}") -> list[str]:
     if not p.get("count"):
         return [name, "0", "-", "-", "-", "-", "-", "-"]
-    return [name, f"{int(p['count']):,}"] + [fmt.format(p[k]) for k in ("min", "mean", "p50", "p90", "p99", "max")]
+    return [name, f"{int(p['count']):,}"] + [
+        fmt.format(p[k]) for k in ("min", "mean", "p50", "p90", "p99", "max")
+    ]
 
 
 _Row = tuple[str, "str | Text"]
@@ -55,21 +59,38 @@ def _trace_rows(s: TraceSummary, meta: TraceMeta, path: str) -> list[_Row]:
     """What the trace is: its file, origin, size and arrivals over time."""
     rows: list[_Row] = [
         ("trace", text(path)),
-        ("source", text(f"{meta.source} (schema v{meta.schema_version}, block size "
-                        f"{meta.block_size}, content {meta.content_mode})"))]
+        (
+            "source",
+            text(
+                f"{meta.source} (schema v{meta.schema_version}, block size "
+                f"{meta.block_size}, content {meta.content_mode})"
+            ),
+        ),
+    ]
     if meta.start_wall_ns:
         start = dt.datetime.fromtimestamp(meta.start_wall_ns / 1e9, tz=dt.timezone.utc)
         rows.append(("started", start.isoformat(timespec="milliseconds")))
-    rows += [("requests", f"{s.requests:,} in {s.sessions:,} sessions"),
-             ("time span", _dur(s.span_ns))]
+    rows += [
+        ("requests", f"{s.requests:,} in {s.sessions:,} sessions"),
+        ("time span", _dur(s.span_ns)),
+    ]
     if s.span_ns > 0:
-        rows.append(("arrival rate", f"{s.requests / (s.span_ns / 1e9):,.3f} req/s "
-                                     f"({s.requests / (s.span_ns / 6e10):,.1f} req/min)"))
+        rows.append(
+            (
+                "arrival rate",
+                f"{s.requests / (s.span_ns / 1e9):,.3f} req/s "
+                f"({s.requests / (s.span_ns / 6e10):,.1f} req/min)",
+            )
+        )
     if len(s.per_minute) > 1:
         per = max(1, -(-len(s.per_minute) // 60))
-        rows.append(("per minute" if per == 1 else f"per {per} min",
-                     Text(sparkline(s.per_minute), style="cyan")
-                     + Text(f"  max {max(s.per_minute):,}/min")))
+        rows.append(
+            (
+                "per minute" if per == 1 else f"per {per} min",
+                Text(sparkline(s.per_minute), style="cyan")
+                + Text(f"  max {max(s.per_minute):,}/min"),
+            )
+        )
     rows.append(("tokens", f"{s.total_input_tokens:,} in, {s.total_output_tokens:,} out"))
     return rows
 
@@ -79,21 +100,43 @@ def _cache_rows(s: TraceSummary) -> list[_Row]:
     models."""
     rows: list[_Row] = []
     if s.prefix_reuse is not None:
-        rows.append(("prefix reuse", f"{s.prefix_reuse:.1%} of input blocks hit an unbounded "
-                                     f"prefix cache ({s.implied_cached_total or 0:,} tokens)"))
+        rows.append(
+            (
+                "prefix reuse",
+                f"{s.prefix_reuse:.1%} of input blocks hit an unbounded "
+                f"prefix cache ({s.implied_cached_total or 0:,} tokens)",
+            )
+        )
     else:
         rows.append(("prefix reuse", "unknown (no hash ids)"))
     server = s.server_cached_rate
     if server is not None:
         implied = s.implied_cached_rate
         vs = f"; the trace implies {implied:.1%}" if implied is not None else ""
-        of = ("input" if s.cached_input_total == s.total_input_tokens
-              else "the input of the requests it answered")
-        rows.append(("cached (orig.)", f"{s.cached_tokens_total:,} tokens "
-                                       f"({server:.1%} of {of}, by the server's usage{vs})"))
+        of = (
+            "input"
+            if s.cached_input_total == s.total_input_tokens
+            else "the input of the requests it answered"
+        )
+        rows.append(
+            (
+                "cached (orig.)",
+                f"{s.cached_tokens_total:,} tokens "
+                f"({server:.1%} of {of}, by the server's usage{vs})",
+            )
+        )
     if s.models:
-        rows.append(("models", text(", ".join(
-            f"{k} ({v:,})" for k, v in sorted(s.models.items(), key=lambda kv: -kv[1])[:5]))))
+        rows.append(
+            (
+                "models",
+                text(
+                    ", ".join(
+                        f"{k} ({v:,})"
+                        for k, v in sorted(s.models.items(), key=lambda kv: -kv[1])[:5]
+                    )
+                ),
+            )
+        )
     return rows
 
 
@@ -132,9 +175,14 @@ def render_agents(rows: list[AgentStream], limit: int = 40) -> RenderableType:
     for col in ("session", "agent", "turns", "requests", "spawned by", "joined by"):
         t.add_column(col, justify="left" if col in ("session", "agent") else "right")
     for r in rows[:limit]:
-        t.add_row(text(r.session_id), text(r.agent_id), f"{r.turns:,}", f"{r.first}-{r.last}",
-                  "-" if r.spawned_by is None else f"#{r.spawned_by}",
-                  "-" if r.joined_by is None else f"#{r.joined_by}")
+        t.add_row(
+            text(r.session_id),
+            text(r.agent_id),
+            f"{r.turns:,}",
+            f"{r.first}-{r.last}",
+            "-" if r.spawned_by is None else f"#{r.spawned_by}",
+            "-" if r.joined_by is None else f"#{r.joined_by}",
+        )
     if len(rows) > limit:
         t.add_row(f"... {len(rows) - limit:,} more", "", "", "", "", "")
     return t
@@ -147,13 +195,19 @@ def _pct(x: float | None) -> str:
 def render_session_cache(rows: list[SessionCache], limit: int = 30) -> RenderableType:
     """Per session: prompt tokens the original server reported cached vs those the
     trace's hash ids imply (``traces.stats.session_cache``)."""
-    t = Table(title="prefix cache per session: server (recorded) vs trace (implied)",
-              title_justify="left")
+    t = Table(
+        title="prefix cache per session: server (recorded) vs trace (implied)", title_justify="left"
+    )
     for col in ("session", "requests", "input tokens", "server cached", "trace implies"):
         t.add_column(col, justify="left" if col == "session" else "right")
     for r in rows[:limit]:
-        t.add_row(text(r.session_id), f"{r.requests:,}", f"{r.input_tokens:,}", _pct(r.server_rate),
-                  _pct(r.implied_rate))
+        t.add_row(
+            text(r.session_id),
+            f"{r.requests:,}",
+            f"{r.input_tokens:,}",
+            _pct(r.server_rate),
+            _pct(r.implied_rate),
+        )
     if len(rows) > limit:
         t.add_row(f"... {len(rows) - limit:,} more", "", "", "", "")
     return t
@@ -184,24 +238,32 @@ class _HeadCol:
     column: str
 
 
-_SESSION_COL = _HeadCol("session", "left", lambda r: _cut(str(r["session_id"]), SESSION_WIDTH),
-                        "session_id")
+_SESSION_COL = _HeadCol(
+    "session", "left", lambda r: _cut(str(r["session_id"]), SESSION_WIDTH), "session_id"
+)
 _INDEX_COL = _HeadCol("#", "right", lambda r: str(r["request_index"]), "request_index")
-_AFTER_COL = _HeadCol("after", "left", lambda r: ",".join(map(str, r["depends_on"] or [])) or "-",
-                      "depends_on")
+_AFTER_COL = _HeadCol(
+    "after", "left", lambda r: ",".join(map(str, r["depends_on"] or [])) or "-", "depends_on"
+)
 _PARENT_COL = _HeadCol("parent", "right", lambda r: str(r["parent_index"]), "parent_index")
-_AGENT_COL = _HeadCol("agent", "left", lambda r: _cut(str(r["agent_id"] or "-"), AGENT_WIDTH),
-                      "agent_id")
+_AGENT_COL = _HeadCol(
+    "agent", "left", lambda r: _cut(str(r["agent_id"] or "-"), AGENT_WIDTH), "agent_id"
+)
 _TIMING_COLS = (
     _HeadCol("arrival s", "right", lambda r: _secs(r["arrival_ns"]), "arrival_ns"),
     _HeadCol("think s", "right", lambda r: _secs(r.get("think_ns")), "think_ns"),
     _HeadCol("in tok", "right", lambda r: f"{r['input_tokens']:,}", "input_tokens"),
-    _HeadCol("out tok", "right", lambda r: f"{r['output_tokens']:,}", "output_tokens"))
+    _HeadCol("out tok", "right", lambda r: f"{r['output_tokens']:,}", "output_tokens"),
+)
 _OPTIONAL_COLS = (
-    _HeadCol("cached", "right",
-             lambda r: "-" if r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
-             "cached_tokens"),
-    _HeadCol("blocks", "right", lambda r: str(len(r["hash_ids"] or [])), "hash_ids"))
+    _HeadCol(
+        "cached",
+        "right",
+        lambda r: "-" if r["cached_tokens"] is None else f"{r['cached_tokens']:,}",
+        "cached_tokens",
+    ),
+    _HeadCol("blocks", "right", lambda r: str(len(r["hash_ids"] or [])), "hash_ids"),
+)
 _API_COL = _HeadCol("api", "left", lambda r: visible(r.get("api") or "-"), "api")
 _DROPPED_FIRST = ("cached", "blocks", "agent", "after", "parent")
 """The columns left out, in this order, while the table is wider than asked."""
@@ -231,8 +293,13 @@ def _fit(cols: list[_HeadCol], cells: dict[str, list[str]], width: int) -> list[
     return cols
 
 
-def _head_notes(table: pa.Table, rows: list[dict[str, Any]], cols: list[_HeadCol],
-                shared: list[str], present: set[str]) -> list[str]:
+def _head_notes(
+    table: pa.Table,
+    rows: list[dict[str, Any]],
+    cols: list[_HeadCol],
+    shared: list[str],
+    present: set[str],
+) -> list[str]:
     """The lines below the table: the values every row shares, the columns not shown."""
     shown = {c.column for c in cols} | {"parent_index"}
     notes = [f"{c}: {visible(rows[0][c])}" for c in shared]
@@ -241,8 +308,11 @@ def _head_notes(table: pa.Table, rows: list[dict[str, Any]], cols: list[_HeadCol
     if notes:
         lines.append("every row above: " + "; ".join(notes))
     if more:
-        lines.append("also in the trace: " + ", ".join(map(visible, more))
-                     + " (agent-replay traces inspect summarizes them)")
+        lines.append(
+            "also in the trace: "
+            + ", ".join(map(visible, more))
+            + " (agent-replay traces inspect summarizes them)"
+        )
     return lines
 
 

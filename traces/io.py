@@ -31,7 +31,9 @@ def trace_files(path: str | os.PathLike[str]) -> list[Path]:
     """The Parquet files that make up the trace at ``path``."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix == ".parquet" and not f.name.startswith("."))
+        files = sorted(
+            f for f in p.iterdir() if f.suffix == ".parquet" and not f.name.startswith(".")
+        )
         if not files:
             raise TraceError("folder holds no .parquet part files", path=str(p))
         return files
@@ -52,7 +54,9 @@ def conform(table: pa.Table) -> pa.Table:
                 try:
                     col = col.cast(f.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise TraceError(f"cannot cast {col.type} to {f.type}: {exc}", field=f.name) from exc
+                    raise TraceError(
+                        f"cannot cast {col.type} to {f.type}: {exc}", field=f.name
+                    ) from exc
             arrays.append(col)
         elif not f.nullable:
             raise TraceError("required column missing", field=f.name)
@@ -96,7 +100,9 @@ def write_trace(
             if writer is None:
                 schema = t.schema.with_metadata({METADATA_KEY: meta.to_bytes()})
                 writer = pq.ParquetWriter(tmp, schema, compression="zstd")
-            writer.write_table(t.replace_schema_metadata(writer.schema.metadata), row_group_size=row_group_size)
+            writer.write_table(
+                t.replace_schema_metadata(writer.schema.metadata), row_group_size=row_group_size
+            )
             pause()
         if writer is None:
             empty = TRACE_SCHEMA.with_metadata({METADATA_KEY: meta.to_bytes()})
@@ -140,8 +146,11 @@ def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
     md = _open(first).schema_arrow.metadata or {}
     raw = md.get(METADATA_KEY)
     if raw is None:
-        raise TraceError("not an agent-replay trace (no trace metadata; import it with "
-                         "`agent-replay traces import`)", path=str(first))
+        raise TraceError(
+            "not an agent-replay trace (no trace metadata; import it with "
+            "`agent-replay traces import`)",
+            path=str(first),
+        )
     try:
         meta = TraceMeta.from_bytes(raw)
     except (ValueError, TypeError) as exc:
@@ -149,7 +158,9 @@ def read_meta(path: str | os.PathLike[str]) -> TraceMeta:
     if meta.schema_version > SCHEMA_VERSION:
         raise TraceError(
             f"written with trace schema v{meta.schema_version}; this agent-replay reads up to "
-            f"v{SCHEMA_VERSION}: upgrade agent-replay", path=str(first))
+            f"v{SCHEMA_VERSION}: upgrade agent-replay",
+            path=str(first),
+        )
     return meta
 
 
@@ -165,9 +176,14 @@ def _open_for_reading(path: Path) -> tuple[pq.ParquetFile, list[str]]:
         raise TraceError(f"not a readable Parquet file ({exc})", path=str(path)) from exc
 
 
-def _row_groups(path: Path, pf: pq.ParquetFile, strings: list[str], columns: list[str] | None,
-                reading: Reading, pick: Picker | None = None
-                ) -> Iterator[tuple[int, pa.Table, np.ndarray | None]]:
+def _row_groups(
+    path: Path,
+    pf: pq.ParquetFile,
+    strings: list[str],
+    columns: list[str] | None,
+    reading: Reading,
+    pick: Picker | None = None,
+) -> Iterator[tuple[int, pa.Table, np.ndarray | None]]:
     """Each row group of ``pf``: its first row's number in the trace, the table, and with
     ``pick`` the rows of it to keep (a group with none is not read), each checked against
     ``reading``'s limits before and after it is read."""
@@ -183,8 +199,11 @@ def _row_groups(path: Path, pf: pq.ParquetFile, strings: list[str], columns: lis
         try:
             t = pf.read_row_group(i, columns=columns, use_threads=False)
         except (MemoryError, pa.ArrowMemoryError) as exc:
-            raise TraceError(f"ran out of memory reading row group {i} ({exc}); its pages "
-                             "claim more than the file's metadata", path=str(path)) from exc
+            raise TraceError(
+                f"ran out of memory reading row group {i} ({exc}); its pages "
+                "claim more than the file's metadata",
+                path=str(path),
+            ) from exc
         except (pa.ArrowInvalid, OSError, KeyError) as exc:
             raise TraceError(f"corrupt Parquet data ({exc})", path=str(path)) from exc
         yield first_row, reading.check_table(t, str(path), first_row, strings), chosen
@@ -197,24 +216,33 @@ Picker = Callable[[pq.ParquetFile, int], np.ndarray]
 def _session_picker(path: Path, keep: pa.Array, limits: TraceLimits) -> Picker:
     """Rows of a row group whose session is in ``keep``, from its ``session_id`` column
     alone (read as a dictionary: the test runs on the dictionary's values)."""
+
     def pick(pf: pq.ParquetFile, i: int) -> np.ndarray:
         Reading(limits).check_row_group(pf, str(path), i, ["session_id"], 0)
         try:
-            col = pf.read_row_group(i, columns=["session_id"], use_threads=False).column("session_id")
+            col = pf.read_row_group(i, columns=["session_id"], use_threads=False).column(
+                "session_id"
+            )
         except (MemoryError, pa.ArrowMemoryError, pa.ArrowInvalid, OSError) as exc:
             raise TraceError(f"cannot read row group {i} ({exc})", path=str(path)) from exc
         parts = []
         for chunk in col.chunks:
             if pa.types.is_dictionary(chunk.type):
-                in_dict = np.asarray(pc.is_in(chunk.dictionary, value_set=keep)
-                                     .to_numpy(zero_copy_only=False), dtype=bool)
+                in_dict = np.asarray(
+                    pc.is_in(chunk.dictionary, value_set=keep).to_numpy(zero_copy_only=False),
+                    dtype=bool,
+                )
                 idx = np.asarray(pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False))
                 m = in_dict[idx] if in_dict.size else np.zeros(len(chunk), bool)
                 if chunk.null_count:
                     m &= np.asarray(chunk.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
             else:
-                m = np.asarray(pc.fill_null(pc.is_in(chunk, value_set=keep), False)
-                               .to_numpy(zero_copy_only=False), dtype=bool)
+                m = np.asarray(
+                    pc.fill_null(pc.is_in(chunk, value_set=keep), False).to_numpy(
+                        zero_copy_only=False
+                    ),
+                    dtype=bool,
+                )
             parts.append(m)
         mask = np.concatenate(parts) if parts else np.zeros(0, bool)
         return np.flatnonzero(mask)
@@ -250,7 +278,10 @@ def iter_batches(
 
 
 def iter_row_groups(
-    path: str | os.PathLike[str], columns: Sequence[str], *, limits: TraceLimits | None = None,
+    path: str | os.PathLike[str],
+    columns: Sequence[str],
+    *,
+    limits: TraceLimits | None = None,
 ) -> Iterator[tuple[GroupRef, pa.Table]]:
     """Each row group of the trace in file order with those of ``columns`` its file has
     (a part file may lack optional ones), one in memory at a time, each checked against
@@ -277,16 +308,23 @@ class GroupRef:
         ``iter_row_groups`` gave it)."""
         try:
             pf = pq.ParquetFile(self.path)
-            return pf.read_row_group(self.index, use_threads=False,
-                                     columns=[c for c in columns if c in pf.schema_arrow.names])
+            return pf.read_row_group(
+                self.index,
+                use_threads=False,
+                columns=[c for c in columns if c in pf.schema_arrow.names],
+            )
         except (MemoryError, pa.ArrowMemoryError, pa.ArrowInvalid, OSError, KeyError) as exc:
-            raise TraceError(f"cannot read row group {self.index} ({exc})",
-                             path=str(self.path)) from exc
+            raise TraceError(
+                f"cannot read row group {self.index} ({exc})", path=str(self.path)
+            ) from exc
 
 
 def read_trace(
-    path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
-    sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
+    path: str | os.PathLike[str],
+    columns: Sequence[str] | None = None,
+    *,
+    sessions: Collection[str] | None = None,
+    limits: TraceLimits | None = None,
 ) -> tuple[pa.Table, TraceMeta]:
     """Read a whole trace (one file or a folder of parts) into one table, one row group at
     a time within ``limits``; with ``sessions``, only those sessions' rows are kept."""
@@ -294,8 +332,12 @@ def read_trace(
     return table, meta
 
 
-def _picker(f: Path, keep: pa.Array | None, picked: Mapping[tuple[Path, int], np.ndarray] | None,
-            limits: TraceLimits) -> Picker | None:
+def _picker(
+    f: Path,
+    keep: pa.Array | None,
+    picked: Mapping[tuple[Path, int], np.ndarray] | None,
+    limits: TraceLimits,
+) -> Picker | None:
     """What chooses the rows of each row group of ``f``: the rows ``picked``, else those of
     the sessions ``keep``; None: every row."""
     if picked is not None:
@@ -303,12 +345,18 @@ def _picker(f: Path, keep: pa.Array | None, picked: Mapping[tuple[Path, int], np
     return None if keep is None else _session_picker(f, keep, limits)
 
 
-def _read_part(f: Path, cols: list[str] | None, reading: Reading, keep: pa.Array | None,
-               picked: Mapping[tuple[Path, int], np.ndarray] | None
-               ) -> tuple[pq.ParquetFile, list[pa.Table], list[np.ndarray]]:
+def _read_part(
+    f: Path,
+    cols: list[str] | None,
+    reading: Reading,
+    keep: pa.Array | None,
+    picked: Mapping[tuple[Path, int], np.ndarray] | None,
+) -> tuple[pq.ParquetFile, list[pa.Table], list[np.ndarray]]:
     """(the part file, its row groups' kept rows, their numbers in the trace)."""
     pf, strings = _open_for_reading(f)
-    _require_columns(f, pf, (cols or []) + (["session_id"] if keep is not None and picked is None else []))
+    _require_columns(
+        f, pf, (cols or []) + (["session_id"] if keep is not None and picked is None else [])
+    )
     pick = _picker(f, keep, picked, reading.limits)
     tables: list[pa.Table] = []
     rows: list[np.ndarray] = []
@@ -344,12 +392,17 @@ def _concat(tables: list[pa.Table], path: str | os.PathLike[str]) -> pa.Table:
     try:
         return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise TraceError(f"part files do not agree on their columns ({exc})", path=str(path)) from exc
+        raise TraceError(
+            f"part files do not agree on their columns ({exc})", path=str(path)
+        ) from exc
 
 
 def read_trace_rows(
-    path: str | os.PathLike[str], columns: Sequence[str] | None = None, *,
-    sessions: Collection[str] | None = None, limits: TraceLimits | None = None,
+    path: str | os.PathLike[str],
+    columns: Sequence[str] | None = None,
+    *,
+    sessions: Collection[str] | None = None,
+    limits: TraceLimits | None = None,
     picked: Mapping[tuple[Path, int], np.ndarray] | None = None,
 ) -> tuple[pa.Table, TraceMeta, np.ndarray]:
     """``read_trace``, and the number of each row kept in the whole trace (0-based, in

@@ -34,8 +34,9 @@ from agent_replay.traces.schema import TRACE_SCHEMA
 GIB = 1 << 30
 NAME_COLUMNS = frozenset({"session_id", "api", "model", "agent_id"})
 """Schema columns that hold names (``TraceLimits.max_name_bytes``)."""
-NUMERIC_COLUMNS = frozenset(f.name for f in TRACE_SCHEMA
-                            if pa.types.is_integer(f.type) or pa.types.is_floating(f.type))
+NUMERIC_COLUMNS = frozenset(
+    f.name for f in TRACE_SCHEMA if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+)
 """Schema columns that hold numbers: one stored as floats must hold finite ones (a column
 the schema does not know is kept as it is, NaN included)."""
 
@@ -89,8 +90,12 @@ def _width(t: pa.DataType) -> int | None:
 
 
 def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
+    )
 
 
 def _is_list(t: pa.DataType) -> bool:
@@ -123,8 +128,9 @@ class Reading:
     def _fail(self, path: str, what: str, row: int | None = None, field: str | None = None) -> None:
         raise TraceError(f"{what}; refusing to read it", path=path, row=row, field=field)
 
-    def check_row_group(self, pf: pq.ParquetFile, path: str, i: int, columns: list[str] | None,
-                        first_row: int) -> None:
+    def check_row_group(
+        self, pf: pq.ParquetFile, path: str, i: int, columns: list[str] | None, first_row: int
+    ) -> None:
         """From the metadata, before row group ``i`` is read: rows, the lists' values and
         the decoded bytes of every column chunk that is not a dictionary of strings."""
         lim = self.limits
@@ -133,8 +139,11 @@ class Reading:
         if self.per_group:
             self.bytes = 0
         if n < 0 or self.rows + n > lim.max_rows:
-            self._fail(path, f"more than {lim.max_rows:,} rows (row group {i} claims {n:,}); "
-                       "the limit on rows per trace")
+            self._fail(
+                path,
+                f"more than {lim.max_rows:,} rows (row group {i} claims {n:,}); "
+                "the limit on rows per trace",
+            )
         arrow = pf.schema_arrow
         names = set(columns) if columns is not None else set(arrow.names)
         total = 0
@@ -145,13 +154,17 @@ class Reading:
             if top in names and top in arrow.names:
                 total += self._chunk_bytes(path, i, n, col, top, arrow.field(top).type)
         if self.bytes + total > self.budget:
-            self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB (row group {i}, "
-                       "from its metadata), the memory budget for a trace")
+            self._fail(
+                path,
+                f"decodes to more than {self.budget / GIB:.2f} GiB (row group {i}, "
+                "from its metadata), the memory budget for a trace",
+            )
         self.rows += n
         self.bytes += total
 
-    def _chunk_bytes(self, path: str, i: int, n: int, col: pq.ColumnChunkMetaData, top: str,
-                     t: pa.DataType) -> int:
+    def _chunk_bytes(
+        self, path: str, i: int, n: int, col: pq.ColumnChunkMetaData, top: str, t: pa.DataType
+    ) -> int:
         """The decoded bytes of column chunk ``col`` (of column ``top``, type ``t``) of
         row group ``i`` (``n`` rows), from its metadata, checked against the limits on
         list lengths and expansion."""
@@ -159,16 +172,21 @@ class Reading:
         self.on_disk[top] = self.on_disk.get(top, 0) + max(col.total_compressed_size, 0)
         values = col.num_values
         if _is_list(t) and values > lim.max_list_length * max(n, 1):
-            self._fail(path, f"{values:,} list values in {n:,} rows (row group {i}), more than "
-                       f"{lim.max_list_length:,} per row, the limit on list lengths", field=top)
+            self._fail(
+                path,
+                f"{values:,} list values in {n:,} rows (row group {i}), more than "
+                f"{lim.max_list_length:,} per row, the limit on list lengths",
+                field=top,
+            )
         size = max(values * (_width(t) or 0), col.total_uncompressed_size)
         if values < 0 or col.total_uncompressed_size < 0:
             self._fail(path, f"row group {i} claims a negative size", field=top)
         self._check_expansion(path, i, top, col.total_uncompressed_size, self.on_disk[top])
         return size + 8 * n
 
-    def check_table(self, table: pa.Table, path: str, first_row: int,
-                    decode: list[str]) -> pa.Table:
+    def check_table(
+        self, table: pa.Table, path: str, first_row: int, decode: list[str]
+    ) -> pa.Table:
         """Row group ``table`` as read: string sizes (then ``decode`` columns are decoded
         from the dictionaries they were read as), list lengths, finite numbers."""
         lim = self.limits
@@ -178,11 +196,17 @@ class Reading:
             if pa.types.is_dictionary(t) and _is_string(t.value_type):
                 self._check_dictionary(col, path, first_row, name)
                 if name in decode:
-                    table = table.set_column(table.schema.get_field_index(name), name,
-                                             col.cast(t.value_type))
+                    table = table.set_column(
+                        table.schema.get_field_index(name), name, col.cast(t.value_type)
+                    )
             elif _is_string(t):
-                self._check_strings(_np(pc.fill_null(pc.binary_length(col), 0)), path, first_row,
-                                    name, lim.max_value_bytes)
+                self._check_strings(
+                    _np(pc.fill_null(pc.binary_length(col), 0)),
+                    path,
+                    first_row,
+                    name,
+                    lim.max_value_bytes,
+                )
             elif _is_list(t):
                 self._check_list_lengths(col, path, first_row, name)
             elif pa.types.is_floating(t) and name in NUMERIC_COLUMNS:
@@ -194,22 +218,38 @@ class Reading:
         (here or per row later) costs, counted against the budget."""
         lim = self.limits
         lengths = _dict_lengths(col)
-        self._check_strings(lengths, path, first_row, name,
-                            lim.max_name_bytes if name in NAME_COLUMNS else lim.max_value_bytes)
+        self._check_strings(
+            lengths,
+            path,
+            first_row,
+            name,
+            lim.max_name_bytes if name in NAME_COLUMNS else lim.max_value_bytes,
+        )
         extra = int(lengths.sum())
         if self.bytes + extra > self.budget:
-            self._fail(path, f"decodes to more than {self.budget / GIB:.2f} GiB "
-                       "(its strings), the memory budget for a trace", field=name)
+            self._fail(
+                path,
+                f"decodes to more than {self.budget / GIB:.2f} GiB "
+                "(its strings), the memory budget for a trace",
+                field=name,
+            )
         self._check_expansion(path, None, name, extra, self.on_disk.get(name))
         self.bytes += extra
 
-    def _check_list_lengths(self, col: pa.ChunkedArray, path: str, first_row: int, name: str) -> None:
+    def _check_list_lengths(
+        self, col: pa.ChunkedArray, path: str, first_row: int, name: str
+    ) -> None:
         most = self.limits.max_list_length
         lens = _np(pc.fill_null(pc.list_value_length(col), 0))
         if lens.size and lens.max() > most:
             row = int(np.argmax(lens > most))
-            self._fail(path, f"a list of {int(lens[row]):,} values, more than "
-                       f"{most:,}, the limit on list lengths", row=first_row + row, field=name)
+            self._fail(
+                path,
+                f"a list of {int(lens[row]):,} values, more than "
+                f"{most:,}, the limit on list lengths",
+                row=first_row + row,
+                field=name,
+            )
 
     def _check_finite(self, col: pa.ChunkedArray, path: str, first_row: int, name: str) -> None:
         bad = _np(pc.fill_null(pc.invert(pc.is_finite(col)), False))
@@ -218,24 +258,35 @@ class Reading:
             v = col[row].as_py()
             self._fail(path, f"{v} is not a finite number", row=first_row + row, field=name)
 
-    def _check_expansion(self, path: str, group: int | None, name: str, decoded: int,
-                         disk: int | None) -> None:
+    def _check_expansion(
+        self, path: str, group: int | None, name: str, decoded: int, disk: int | None
+    ) -> None:
         """A column that decodes to far more than it takes on disk is refused before it
         is decoded (``TraceLimits.max_expansion``)."""
         lim = self.limits
         if disk is None or decoded <= lim.expansion_floor or decoded <= lim.max_expansion * disk:
             return
         where = "" if group is None else f" (row group {group}, from its metadata)"
-        self._fail(path, f"decodes to {decoded / (1 << 20):,.0f} MiB from {disk:,} bytes on "
-                   f"disk{where}, more than {lim.max_expansion:,} times its size, the limit on "
-                   "expansion", field=name)
+        self._fail(
+            path,
+            f"decodes to {decoded / (1 << 20):,.0f} MiB from {disk:,} bytes on "
+            f"disk{where}, more than {lim.max_expansion:,} times its size, the limit on "
+            "expansion",
+            field=name,
+        )
 
-    def _check_strings(self, lengths: np.ndarray, path: str, first_row: int, name: str,
-                       most: int) -> None:
+    def _check_strings(
+        self, lengths: np.ndarray, path: str, first_row: int, name: str, most: int
+    ) -> None:
         if lengths.size and lengths.max() > most:
             row = int(np.argmax(lengths > most))
-            self._fail(path, f"a value of {int(lengths[row]):,} bytes, more than {most:,}, "
-                       "the limit on one value of this column", row=first_row + row, field=name)
+            self._fail(
+                path,
+                f"a value of {int(lengths[row]):,} bytes, more than {most:,}, "
+                "the limit on one value of this column",
+                row=first_row + row,
+                field=name,
+            )
 
 
 def _np(arr: pa.ChunkedArray | pa.Array) -> np.ndarray:

@@ -57,8 +57,13 @@ def _kvlist_value(x: Any) -> dict[str, Any]:
 
 
 _VALUES: tuple[tuple[str, Callable[[Any], Any]], ...] = (
-    ("stringValue", lambda x: x), ("intValue", _int_value), ("doubleValue", _double_value),
-    ("boolValue", bool), ("arrayValue", _array_value), ("kvlistValue", _kvlist_value))
+    ("stringValue", lambda x: x),
+    ("intValue", _int_value),
+    ("doubleValue", _double_value),
+    ("boolValue", bool),
+    ("arrayValue", _array_value),
+    ("kvlistValue", _kvlist_value),
+)
 """``AnyValue``'s fields in the order they are tried, each with its conversion."""
 
 
@@ -135,8 +140,9 @@ def _one_line(raw: bytes) -> dict[str, Any] | str:
     return obj if isinstance(obj, dict) else "not a JSON object"
 
 
-def _items(export: dict[str, Any], top: str, scopes: tuple[str, str],
-           item: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def _items(
+    export: dict[str, Any], top: str, scopes: tuple[str, str], item: str
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """(resource attributes, item) for each item of an export request: ``top`` (resource
     level) > ``scopes`` (the scope level's name, then its pre-1.0 name) > ``item``."""
     for rs in export.get(top) or ():
@@ -161,5 +167,4 @@ def spans(export: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, An
 
 def log_records(export: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """(resource attributes, log record) for each log record of an export request."""
-    return _items(export, "resourceLogs", ("scopeLogs", "instrumentationLibraryLogs"),
-                  "logRecords")
+    return _items(export, "resourceLogs", ("scopeLogs", "instrumentationLibraryLogs"), "logRecords")

@@ -94,8 +94,9 @@ class PrefixCache:
         self.held = _SortedMap()
         """Hash id -> the most tokens of its block held (at most ``block_size``)."""
 
-    def step(self, lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
+    def step(
+        self, lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Per request (taken in the given order, after every earlier step's): matched
         blocks and implied cached tokens. Request r has hash ids
         ``flat[starts[r]:starts[r] + lengths[r]]`` and ``inputs[r]`` prompt tokens."""
@@ -117,8 +118,9 @@ class PrefixCache:
             lo = hi
         return matched, implied
 
-    def _slice(self, lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def _slice(
+        self, lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         n = lengths.size
         bs, sb = self.block_size, self.server_block
         if flat.size == 0:

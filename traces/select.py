@@ -85,8 +85,9 @@ def first_sessions(path: str | os.PathLike[str], n: int, *, skip_failed: bool) -
     return None if codes is None else scan.session_names(codes)
 
 
-def sessions_starting_before(path: str | os.PathLike[str], seconds: float, speedup: float, *,
-                             skip_failed: bool) -> set[str] | None:
+def sessions_starting_before(
+    path: str | os.PathLike[str], seconds: float, speedup: float, *, skip_failed: bool
+) -> set[str] | None:
     """The sessions whose first request comes less than ``seconds`` (of replay, after
     ``speedup``) after the trace's first (``SessionScan.before``); None when that is
     every session."""

@@ -39,8 +39,9 @@ def _hash_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return lengths, _np(pc.list_flatten(hashes), np.int64)
 
 
-def _in_order(lengths: np.ndarray, flat: np.ndarray, order: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _in_order(
+    lengths: np.ndarray, flat: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The hash lists of the rows ``order`` names, in that order."""
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     lens = lengths[order]
@@ -50,8 +51,9 @@ def _in_order(lengths: np.ndarray, flat: np.ndarray, order: np.ndarray
     return lens, flat[first + within]
 
 
-def _cache_figures(table: pa.Table, block_size: int, server_block: int = SERVER_BLOCK
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _cache_figures(
+    table: pa.Table, block_size: int, server_block: int = SERVER_BLOCK
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row, in file order: matched blocks and implied cached tokens of an unbounded
     prefix cache fed the rows in arrival order (``traces.prefix.PrefixCache``)."""
     n = table.num_rows
@@ -78,9 +80,15 @@ def matched_blocks(table: pa.Table) -> np.ndarray:
     return _cache_figures(table, 1)[0]
 
 
-def implied_hits(lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray, rank: np.ndarray,
-                 block_size: int, server_block: int = SERVER_BLOCK,
-                 space: np.ndarray | None = None) -> np.ndarray:
+def implied_hits(
+    lengths: np.ndarray,
+    flat: np.ndarray,
+    inputs: np.ndarray,
+    rank: np.ndarray,
+    block_size: int,
+    server_block: int = SERVER_BLOCK,
+    space: np.ndarray | None = None,
+) -> np.ndarray:
     """Per row: prompt tokens an unbounded prefix cache serves, counted as the server
     counts them. Rows are taken in ``rank`` order (unique ranks); row r has hash ids
     ``flat[starts[r]:starts[r] + lengths[r]]`` and ``inputs[r]`` prompt tokens; ``space``
@@ -112,8 +120,9 @@ def implied_hits(lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray, rank
     return out
 
 
-def implied_cached_tokens(table: pa.Table, block_size: int,
-                          server_block: int = SERVER_BLOCK) -> np.ndarray:
+def implied_cached_tokens(
+    table: pa.Table, block_size: int, server_block: int = SERVER_BLOCK
+) -> np.ndarray:
     """Per row: prompt tokens an unbounded prefix cache, cold at the trace's start, would
     serve, requests taken in arrival order (ties in file order), counted in whole
     ``server_block``-token blocks as the server counts its cached tokens (``implied_hits``;
@@ -152,7 +161,11 @@ def session_codes(table: pa.Table) -> tuple[np.ndarray, int]:
     """Session of each row as a dense integer code, and the number of sessions."""
     col = _column(table, "session_id")
     if pa.types.is_dictionary(col.type):
-        arr = col.unify_dictionaries().combine_chunks() if col.num_chunks > 1 else col.combine_chunks()
+        arr = (
+            col.unify_dictionaries().combine_chunks()
+            if col.num_chunks > 1
+            else col.combine_chunks()
+        )
         codes = _np(arr.indices, np.int64)
         used = np.unique(codes)  # dictionary entries may be unused: count only the used ones
         if used.size == len(arr.dictionary) and used.size == len(pc.unique(arr.dictionary)):
@@ -233,8 +246,12 @@ def _multi_agent_sessions(table: pa.Table) -> dict[str, list[dict[str, Any]]]:
     """Session -> its rows (request index, agent, dependencies), for the sessions with an
     agent other than ``main``."""
     agent = _column(table, "agent_id").cast(pa.string())
-    multi = pc.unique(pc.filter(_column(table, "session_id").cast(pa.string()),
-                                pc.fill_null(pc.not_equal(agent, "main"), False)))
+    multi = pc.unique(
+        pc.filter(
+            _column(table, "session_id").cast(pa.string()),
+            pc.fill_null(pc.not_equal(agent, "main"), False),
+        )
+    )
     if len(multi) == 0:
         return {}
     sub = table.select(["session_id", "request_index", "agent_id", "depends_on"])
@@ -248,19 +265,26 @@ def _multi_agent_sessions(table: pa.Table) -> dict[str, list[dict[str, Any]]]:
 def agent_streams(table: pa.Table) -> list[AgentStream]:
     """The streams of every session with more than one (``traces inspect``), in order of
     session, then first turn."""
-    if table.num_rows == 0 or "agent_id" not in table.column_names \
-            or "depends_on" not in table.column_names:
+    if (
+        table.num_rows == 0
+        or "agent_id" not in table.column_names
+        or "depends_on" not in table.column_names
+    ):
         return []
     out: list[AgentStream] = []
     for sid, rows in _multi_agent_sessions(table).items():
-        out += session_streams(sid, [int(r["request_index"]) for r in rows],
-                               [str(r["agent_id"] or "main") for r in rows],
-                               [list(r["depends_on"] or []) for r in rows])
+        out += session_streams(
+            sid,
+            [int(r["request_index"]) for r in rows],
+            [str(r["agent_id"] or "main") for r in rows],
+            [list(r["depends_on"] or []) for r in rows],
+        )
     return out
 
 
-def _joins(turns: dict[str, list[int]], deps: dict[int, list[int]], of: dict[int, str]
-           ) -> dict[str, int]:
+def _joins(
+    turns: dict[str, list[int]], deps: dict[int, list[int]], of: dict[int, str]
+) -> dict[str, int]:
     """Stream -> the earliest request that joins it: a later turn of another stream that
     depends on its last turn (a stream's first turn aside: that turn's dependency is its
     spawn)."""
@@ -277,8 +301,9 @@ def _joins(turns: dict[str, list[int]], deps: dict[int, list[int]], of: dict[int
     return joined
 
 
-def session_streams(session_id: str, request_index: list[int], agent_id: list[str],
-                    depends_on: list[list[int]]) -> list[AgentStream]:
+def session_streams(
+    session_id: str, request_index: list[int], agent_id: list[str], depends_on: list[list[int]]
+) -> list[AgentStream]:
     """The agent streams of one session (its rows in any order), in order of first turn;
     linear in the rows and their dependencies."""
     order = sorted(range(len(request_index)), key=request_index.__getitem__)
@@ -291,8 +316,17 @@ def session_streams(session_id: str, request_index: list[int], agent_id: list[st
     out = []
     for name, idx in turns.items():
         spawn = [d for d in deps[idx[0]] if of.get(d) not in (None, name)]
-        out.append(AgentStream(session_id, name, len(idx), idx[0], idx[-1],
-                               max(spawn) if spawn else None, joined.get(name)))
+        out.append(
+            AgentStream(
+                session_id,
+                name,
+                len(idx),
+                idx[0],
+                idx[-1],
+                max(spawn) if spawn else None,
+                joined.get(name),
+            )
+        )
     return out
 
 

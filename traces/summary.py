@@ -37,9 +37,21 @@ from agent_replay.traces.stats import (
 )
 from agent_replay.traces.tree import MAIN
 
-COLUMNS = ("session_id", "request_index", "parent_index", "arrival_ns", "think_ns",
-           "input_tokens", "output_tokens", "cached_tokens", "hash_ids", "model", "error",
-           "agent_id", "depends_on")
+COLUMNS = (
+    "session_id",
+    "request_index",
+    "parent_index",
+    "arrival_ns",
+    "think_ns",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "hash_ids",
+    "model",
+    "error",
+    "agent_id",
+    "depends_on",
+)
 """The columns ``traces inspect`` reads (those a file has)."""
 
 WINDOW_ROWS = 1 << 15
@@ -79,7 +91,9 @@ _Held = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A row group's hash list lengths, hash ids and input tokens."""
 
 
-def _take_lists(lengths: np.ndarray, flat: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _take_lists(
+    lengths: np.ndarray, flat: np.ndarray, idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``idx`` of a list column given as per-row lengths and the flat values: their
     lengths and their values, in the order of ``idx``."""
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
@@ -114,8 +128,11 @@ class Summarizer:
         names = set(t.column_names)
         missing = [c for c in REQUIRED_COLUMNS if c not in names]
         if missing:
-            raise TraceError("required column missing", path=None if ref is None else str(ref.path),
-                             field=missing[0])
+            raise TraceError(
+                "required column missing",
+                path=None if ref is None else str(ref.path),
+                field=missing[0],
+            )
         self.groups.append((ref, n))
         p = self.parts
         arrival = _np(t.column("arrival_ns"))
@@ -173,7 +190,9 @@ class Summarizer:
         if "agent_id" in names and "depends_on" in names:
             self.has_tree = True
         if "agent_id" in names:
-            self.parts.add("agent", global_codes(t.column("agent_id"), self.agent_code).astype(np.int32))
+            self.parts.add(
+                "agent", global_codes(t.column("agent_id"), self.agent_code).astype(np.int32)
+            )
         else:
             self.parts.add("agent", np.full(n, -1, np.int32))
         if "depends_on" in names:
@@ -183,8 +202,9 @@ class Summarizer:
         else:
             self.parts.add("deps_len", np.full(n, -1, np.int64))
 
-    def _feed_cache(self, arrival: np.ndarray, lengths: np.ndarray, flat: np.ndarray,
-                    inputs: np.ndarray) -> None:
+    def _feed_cache(
+        self, arrival: np.ndarray, lengths: np.ndarray, flat: np.ndarray, inputs: np.ndarray
+    ) -> None:
         """Feed a row group to the cache while the rows come in arrival order; the first
         group out of order drops it (the figures then come from a second read)."""
         assert self.cache is not None
@@ -201,8 +221,9 @@ class Summarizer:
         if n:
             self.last_arrival = int(arrival[-1])
 
-    def _cache_figures(self, arrival: np.ndarray, tables: Iterable[pa.Table] | None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def _cache_figures(
+        self, arrival: np.ndarray, tables: Iterable[pa.Table] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Matched blocks and implied cached tokens per row, file order."""
         if self.in_order:
             return self.parts.get("matched"), self.parts.get("implied")
@@ -218,7 +239,7 @@ class Summarizer:
         held: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         given = list(tables) if tables is not None else None
         for w in range(0, n, WINDOW_ROWS):
-            rows = order[w:w + WINDOW_ROWS]
+            rows = order[w : w + WINDOW_ROWS]
             m, h = cache.step(*self._window(rows, starts, held, given))
             for k in [k for k in held if last_rank[k] < w + WINDOW_ROWS]:
                 del held[k]  # no row of it is left
@@ -226,8 +247,13 @@ class Summarizer:
             implied[rows] = h
         return matched, implied
 
-    def _window(self, rows: np.ndarray, starts: np.ndarray, held: dict[int, _Held],
-                given: list[pa.Table] | None) -> _Held:
+    def _window(
+        self,
+        rows: np.ndarray,
+        starts: np.ndarray,
+        held: dict[int, _Held],
+        given: list[pa.Table] | None,
+    ) -> _Held:
         """(hash list lengths, hash ids, input tokens) of the file rows ``rows``, in that
         order, read from the row groups that hold them."""
         group = np.searchsorted(starts, rows, "right") - 1
@@ -290,8 +316,9 @@ class Summarizer:
             implied_rows = implied  # implied_hits, as the session table and the replay count
             implied_total = int(implied_rows.sum())
         known = bool(cached_known.any())
-        sessions_cache = _session_cache(self.session_code, codes, arrival, inputs, cached,
-                                        cached_known, implied)
+        sessions_cache = _session_cache(
+            self.session_code, codes, arrival, inputs, cached, cached_known, implied
+        )
         return TraceSummary(
             requests=n,
             sessions=n_sessions,
@@ -303,8 +330,9 @@ class Summarizer:
             total_input_tokens=int(inputs.sum()),
             total_output_tokens=int(outputs.sum()),
             think_s=percentiles(think),
-            turns_per_session=percentiles(np.bincount(codes[codes >= 0], minlength=n_sessions)
-                                          .astype(np.float64)),
+            turns_per_session=percentiles(
+                np.bincount(codes[codes >= 0], minlength=n_sessions).astype(np.float64)
+            ),
             cached_tokens_total=int(cached[cached_known].sum()) if cached_known.any() else None,
             prefix_reuse=reuse,
             implied_cached_total=implied_total,
@@ -314,8 +342,11 @@ class Summarizer:
             failed=self.failed,
             failure_causes=self.causes.most_common(5),
             cached_input_total=int(inputs[cached_known].sum()) if known else None,
-            implied_on_cached=(int(implied_rows[cached_known].sum())
-                               if known and implied_rows is not None else None),
+            implied_on_cached=(
+                int(implied_rows[cached_known].sum())
+                if known and implied_rows is not None
+                else None
+            ),
         )
 
     def _agents(self, codes: np.ndarray) -> list[AgentStream]:
@@ -338,10 +369,14 @@ class Summarizer:
         out: list[AgentStream] = []
         for c, rs in by.items():
             out += session_streams(
-                names[c], [int(req[r]) for r in rs],
+                names[c],
+                [int(req[r]) for r in rs],
                 [agents[a] if a >= 0 else MAIN for a in agent[rs].tolist()],
-                [flat[starts[r]:starts[r] + deps_len[r]].tolist() if deps_len[r] >= 0 else []
-                 for r in rs])
+                [
+                    flat[starts[r] : starts[r] + deps_len[r]].tolist() if deps_len[r] >= 0 else []
+                    for r in rs
+                ],
+            )
         return out
 
 
@@ -352,9 +387,15 @@ def _hash_lists(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return _np(pc.fill_null(pc.list_value_length(hashes), 0)), _np(pc.list_flatten(hashes))
 
 
-def _session_cache(session_code: dict[str, int], codes: np.ndarray, arrival: np.ndarray,
-                   inputs: np.ndarray, cached: np.ndarray, known: np.ndarray,
-                   implied: np.ndarray | None) -> list[SessionCache]:
+def _session_cache(
+    session_code: dict[str, int],
+    codes: np.ndarray,
+    arrival: np.ndarray,
+    inputs: np.ndarray,
+    cached: np.ndarray,
+    known: np.ndarray,
+    implied: np.ndarray | None,
+) -> list[SessionCache]:
     """Per session, in order of first arrival: server-cached vs trace-implied prompt
     tokens (see ``traces.stats.SessionCache``)."""
     k = len(session_code)
@@ -370,10 +411,16 @@ def _session_cache(session_code: dict[str, int], codes: np.ndarray, arrival: np.
     first = np.full(k, np.iinfo(np.int64).max)
     np.minimum.at(first, c, arrival[ok])
     names = list(session_code)
-    return [SessionCache(session_id=names[s], requests=int(cnt[s]), input_tokens=int(inp[s]),
-                         server_cached=int(srv[s]) if srv_known[s] == cnt[s] else None,
-                         implied_cached=int(imp[s]) if imp is not None else None)
-            for s in np.argsort(first, kind="stable").tolist()]
+    return [
+        SessionCache(
+            session_id=names[s],
+            requests=int(cnt[s]),
+            input_tokens=int(inp[s]),
+            server_cached=int(srv[s]) if srv_known[s] == cnt[s] else None,
+            implied_cached=int(imp[s]) if imp is not None else None,
+        )
+        for s in np.argsort(first, kind="stable").tolist()
+    ]
 
 
 def summarize_table(table: pa.Table, block_size: int) -> TraceSummary:
@@ -383,8 +430,9 @@ def summarize_table(table: pa.Table, block_size: int) -> TraceSummary:
     return s.finish([table])
 
 
-def summarize_trace(path: str | os.PathLike[str], block_size: int, *,
-                    limits: TraceLimits | None = None) -> TraceSummary:
+def summarize_trace(
+    path: str | os.PathLike[str], block_size: int, *, limits: TraceLimits | None = None
+) -> TraceSummary:
     """The summary of the trace at ``path``, one row group in memory at a time."""
     s = Summarizer(block_size)
     for ref, t in iter_row_groups(path, COLUMNS, limits=limits):

@@ -112,7 +112,9 @@ def fit(table: pa.Table) -> SynthModel:
     return m
 
 
-def _segment_cumsum_exclusive(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _segment_cumsum_exclusive(
+    values: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> np.ndarray:
     """Per segment, the sum of the earlier values of that segment."""
     c = np.cumsum(values) - values
     return c - np.repeat(c[starts], lengths)
@@ -133,8 +135,9 @@ def synthesize(model: SynthModel, cfg: SynthConfig) -> tuple[pa.Table, TraceMeta
 
     out = model.output.draw(rng, n).round().astype(np.int64)
     growth = model.growth.draw(rng, n).round().astype(np.int64)
-    first = np.maximum(model.first_input.draw(rng, n_s).round().astype(np.int64),
-                       model.system_prompt_tokens + 1)
+    first = np.maximum(
+        model.first_input.draw(rng, n_s).round().astype(np.int64), model.system_prompt_tokens + 1
+    )
     add = np.where(idx == 0, np.repeat(first, turns), growth)
     prev_out = np.concatenate(([0], out[:-1]))
     add = add + np.where(idx == 0, 0, prev_out)
@@ -144,8 +147,11 @@ def synthesize(model: SynthModel, cfg: SynthConfig) -> tuple[pa.Table, TraceMeta
     service = ((ins / model.prefill_tok_s + out / model.decode_tok_s) * 1e9).astype(np.int64)
     prev_service = np.concatenate(([0], service[:-1]))
     step = np.where(idx == 0, 0, prev_service + think)
-    arrival = (np.repeat((starts_s * 1e9).astype(np.int64), turns)
-               + _segment_cumsum_exclusive(step, seg_start, turns) + step)
+    arrival = (
+        np.repeat((starts_s * 1e9).astype(np.int64), turns)
+        + _segment_cumsum_exclusive(step, seg_start, turns)
+        + step
+    )
 
     keep = ins <= model.max_input
     if cfg.duration_s is not None:
@@ -175,25 +181,35 @@ def synthesize(model: SynthModel, cfg: SynthConfig) -> tuple[pa.Table, TraceMeta
     hash_col = pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(ids, pa.int64()))
     sess_dict = pa.array([f"syn-{i}" for i in range(n_s)], pa.string())
     m = len(sel)
-    table = pa.table({
-        "session_id": pa.DictionaryArray.from_arrays(pa.array(sess[sel], pa.int32()), sess_dict),
-        "request_index": pa.array(idx[sel], pa.int32()),
-        "parent_index": pa.array(np.where(idx[sel] == 0, -1, idx[sel] - 1), pa.int32()),
-        "arrival_ns": pa.array(arrival[sel], pa.int64()),
-        "think_ns": pa.array(think[sel], pa.int64(), mask=idx[sel] == 0),
-        "input_tokens": pa.array(ins[sel], pa.int32()),
-        "output_tokens": pa.array(out[sel], pa.int32()),
-        "hash_ids": hash_col,
-        "api": pa.DictionaryArray.from_arrays(pa.array(np.zeros(m, np.int32)),
-                                              pa.array(["completions"])),
-        "model": pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(m, np.int32), mask=np.full(m, cfg.model_name is None)),
-            pa.array([cfg.model_name or ""])),
-        "end_ns": pa.array(service[sel], pa.int64()),
-    })
+    table = pa.table(
+        {
+            "session_id": pa.DictionaryArray.from_arrays(
+                pa.array(sess[sel], pa.int32()), sess_dict
+            ),
+            "request_index": pa.array(idx[sel], pa.int32()),
+            "parent_index": pa.array(np.where(idx[sel] == 0, -1, idx[sel] - 1), pa.int32()),
+            "arrival_ns": pa.array(arrival[sel], pa.int64()),
+            "think_ns": pa.array(think[sel], pa.int64(), mask=idx[sel] == 0),
+            "input_tokens": pa.array(ins[sel], pa.int32()),
+            "output_tokens": pa.array(out[sel], pa.int32()),
+            "hash_ids": hash_col,
+            "api": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(m, np.int32)), pa.array(["completions"])
+            ),
+            "model": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(m, np.int32), mask=np.full(m, cfg.model_name is None)),
+                pa.array([cfg.model_name or ""]),
+            ),
+            "end_ns": pa.array(service[sel], pa.int64()),
+        }
+    )
     order = np.argsort(arrival[sel], kind="stable")
     table = conform(table.take(pa.array(order)))
-    meta = TraceMeta(block_size=bs, source="synthetic",
-                     extra={"synth": {"seed": cfg.seed, "sessions": n_s, "rate": rate,
-                                      "duration_s": cfg.duration_s}})
+    meta = TraceMeta(
+        block_size=bs,
+        source="synthetic",
+        extra={
+            "synth": {"seed": cfg.seed, "sessions": n_s, "rate": rate, "duration_s": cfg.duration_s}
+        },
+    )
     return table, meta

@@ -34,8 +34,9 @@ def default_depends_on(parent_index: np.ndarray) -> pa.ListArray:
     has = parent >= 0
     offsets = np.zeros(parent.size + 1, dtype=np.int32)
     np.cumsum(has, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
-                                    pa.array(parent[has].astype(np.int32), pa.int32()))
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(parent[has].astype(np.int32), pa.int32())
+    )
 
 
 def tree_columns(table: pa.Table) -> pa.Table:
@@ -46,11 +47,13 @@ def tree_columns(table: pa.Table) -> pa.Table:
         col = table.column("agent_id")
         if col.null_count:
             col = pc.fill_null(col.cast(pa.string()), MAIN).dictionary_encode()
-        table = table.set_column(table.schema.get_field_index("agent_id"), "agent_id",
-                                 col.cast(AGENT_TYPE))
+        table = table.set_column(
+            table.schema.get_field_index("agent_id"), "agent_id", col.cast(AGENT_TYPE)
+        )
     else:
-        table = table.append_column(pa.field("agent_id", AGENT_TYPE),
-                                    pa.array([MAIN] * n, pa.string()).dictionary_encode())
+        table = table.append_column(
+            pa.field("agent_id", AGENT_TYPE), pa.array([MAIN] * n, pa.string()).dictionary_encode()
+        )
     parent = table.column("parent_index").to_numpy()
     if "depends_on" in table.column_names:
         col = table.column("depends_on").combine_chunks().cast(DEPENDS_TYPE)
@@ -58,7 +61,9 @@ def tree_columns(table: pa.Table) -> pa.Table:
             col = pc.if_else(pc.is_null(col), default_depends_on(parent), col)
         table = table.set_column(table.schema.get_field_index("depends_on"), "depends_on", col)
     else:
-        table = table.append_column(pa.field("depends_on", DEPENDS_TYPE), default_depends_on(parent))
+        table = table.append_column(
+            pa.field("depends_on", DEPENDS_TYPE), default_depends_on(parent)
+        )
     return table
 
 
@@ -94,9 +99,14 @@ def derive_depends_on(
             deps[cur].append(prev)
         if a == MAIN and a not in spawner:
             continue
-        _spawn_and_join(idx, turns.get(spawner.get(a, MAIN), []), arrivals,
-                        spawn_at.get(a, arrivals[idx[0]]), _stream_end(a, idx, arrivals, ends, agent_end),
-                        deps)
+        _spawn_and_join(
+            idx,
+            turns.get(spawner.get(a, MAIN), []),
+            arrivals,
+            spawn_at.get(a, arrivals[idx[0]]),
+            _stream_end(a, idx, arrivals, ends, agent_end),
+            deps,
+        )
     for d in deps:
         d.sort()
     return deps
@@ -110,8 +120,13 @@ def _streams(agent_ids: Sequence[str]) -> dict[str, list[int]]:
     return turns
 
 
-def _stream_end(a: str, idx: list[int], arrivals: Sequence[int], ends: Sequence[int | None],
-                agent_end: Mapping[str, int] | None) -> int:
+def _stream_end(
+    a: str,
+    idx: list[int],
+    arrivals: Sequence[int],
+    ends: Sequence[int | None],
+    agent_end: Mapping[str, int] | None,
+) -> int:
     """When stream ``a`` (its turns: ``idx``) ends: as given, else its last turn's end, or
     that turn's arrival when its end is unknown."""
     if agent_end is not None and a in agent_end:
@@ -119,8 +134,14 @@ def _stream_end(a: str, idx: list[int], arrivals: Sequence[int], ends: Sequence[
     return arrivals[idx[-1]] + (ends[idx[-1]] or 0)
 
 
-def _spawn_and_join(idx: list[int], parent_turns: list[int], arrivals: Sequence[int],
-                    t_spawn: int, t_end: int, deps: list[list[int]]) -> None:
+def _spawn_and_join(
+    idx: list[int],
+    parent_turns: list[int],
+    arrivals: Sequence[int],
+    t_spawn: int,
+    t_end: int,
+    deps: list[list[int]],
+) -> None:
     """Link a subagent's turns ``idx`` to its spawner's turns: its first turn depends on
     the spawner's last turn before it that arrived by ``t_spawn``; the spawner's first
     later turn arriving at or after ``t_end`` depends on its last turn."""
@@ -133,8 +154,9 @@ def _spawn_and_join(idx: list[int], parent_turns: list[int], arrivals: Sequence[
         deps[join].append(last)
 
 
-def think_after(arrival: int, deps: Sequence[int], arrivals: Sequence[int],
-                ends: Sequence[int | None]) -> int | None:
+def think_after(
+    arrival: int, deps: Sequence[int], arrivals: Sequence[int], ends: Sequence[int | None]
+) -> int | None:
     """The gap from the latest dependency's last byte to ``arrival`` (floored at 0); None
     when there is no dependency or one's duration is unknown. ``ends`` are durations from
     arrival."""

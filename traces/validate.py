@@ -69,7 +69,9 @@ def _accepted_type(got: pa.DataType, want: pa.DataType) -> bool:
     if got == want:
         return True
     return pa.types.is_dictionary(want) and (
-        got == want.value_type or (pa.types.is_dictionary(got) and got.value_type == want.value_type))
+        got == want.value_type
+        or (pa.types.is_dictionary(got) and got.value_type == want.value_type)
+    )
 
 
 def _check_types(table: pa.Table, c: _Collector) -> bool:
@@ -105,8 +107,12 @@ MAX_SPAN_NS = 366 * 86_400 * 10**9
 """Bound on a time in a trace (arrival, think, TTFT, end): a year, in nanoseconds."""
 
 
-def validate(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>",
-             rows: np.ndarray | None = None) -> list[Problem]:
+def validate(
+    table: pa.Table,
+    meta: TraceMeta,
+    path: str | os.PathLike[str] = "<table>",
+    rows: np.ndarray | None = None,
+) -> list[Problem]:
     """Every rule the table breaks, as a list (empty when the trace is valid). ``rows``:
     the trace's row number of each table row, when the table holds only some of them."""
     c = _Collector(str(path), rows)
@@ -132,27 +138,47 @@ def _check_meta(meta: TraceMeta, c: _Collector) -> None:
     if meta.block_size <= 0:
         c.file(f"block_size must be positive, got {meta.block_size}", "block_size")
     if meta.content_mode not in CONTENT_MODES:
-        c.file(f"content_mode {meta.content_mode!r} is not one of {', '.join(CONTENT_MODES)}",
-               "content_mode")
+        c.file(
+            f"content_mode {meta.content_mode!r} is not one of {', '.join(CONTENT_MODES)}",
+            "content_mode",
+        )
     if not (meta.source in ("recorded", "synthetic") or meta.source.startswith("imported:")):
         c.file(f"source {meta.source!r} is not recorded, synthetic or imported:FORMAT", "source")
 
 
-def _check_ranges(c: _Collector, req: np.ndarray, parent: np.ndarray, arrival: np.ndarray,
-                  inputs: np.ndarray, outputs: np.ndarray) -> None:
+def _check_ranges(
+    c: _Collector,
+    req: np.ndarray,
+    parent: np.ndarray,
+    arrival: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+) -> None:
     """The required columns' values, each row on its own."""
     c.rows(req < 0, "request_index", "must be >= 0")
     c.rows(arrival < 0, "arrival_ns", "must be >= 0 (nanoseconds from trace start)")
     c.rows(inputs < 0, "input_tokens", "must be >= 0")
     c.rows(outputs < 0, "output_tokens", "must be >= 0")
-    c.rows(inputs > MAX_TOKENS, "input_tokens",
-           f"above {MAX_TOKENS:,}, more than any model's context (a unit mix-up?)")
-    c.rows(outputs > MAX_TOKENS, "output_tokens",
-           f"above {MAX_TOKENS:,}, more than any model's context (a unit mix-up?)")
-    c.rows(arrival > MAX_SPAN_NS, "arrival_ns",
-           "more than a year after the trace's start (a unit mix-up?)")
-    c.rows((parent < -1) | ((parent >= 0) & (parent >= req)), "parent_index",
-           "must be -1 or an earlier request_index of the same session")
+    c.rows(
+        inputs > MAX_TOKENS,
+        "input_tokens",
+        f"above {MAX_TOKENS:,}, more than any model's context (a unit mix-up?)",
+    )
+    c.rows(
+        outputs > MAX_TOKENS,
+        "output_tokens",
+        f"above {MAX_TOKENS:,}, more than any model's context (a unit mix-up?)",
+    )
+    c.rows(
+        arrival > MAX_SPAN_NS,
+        "arrival_ns",
+        "more than a year after the trace's start (a unit mix-up?)",
+    )
+    c.rows(
+        (parent < -1) | ((parent >= 0) & (parent >= req)),
+        "parent_index",
+        "must be -1 or an earlier request_index of the same session",
+    )
 
 
 def _present(table: pa.Table, name: str) -> bool:
@@ -196,24 +222,34 @@ def _check_hash_ids(table: pa.Table, c: _Collector, inputs: np.ndarray, block_si
         valid = _np(pc.is_valid(col), bool)
         lengths = _np(pc.fill_null(pc.list_value_length(col), 0), np.int64)
         want = -(-inputs // block_size)
-        c.rows(valid & (lengths != want), "hash_ids",
-               f"length differs from ceil(input_tokens / {block_size})")
+        c.rows(
+            valid & (lengths != want),
+            "hash_ids",
+            f"length differs from ceil(input_tokens / {block_size})",
+        )
 
 
 def _check_chunks(table: pa.Table, c: _Collector) -> None:
     if "chunk_gaps_ns" not in table.column_names or "chunk_tokens" not in table.column_names:
         return
     n = table.num_rows
-    g, t = table.column("chunk_gaps_ns").combine_chunks(), table.column("chunk_tokens").combine_chunks()
+    g, t = (
+        table.column("chunk_gaps_ns").combine_chunks(),
+        table.column("chunk_tokens").combine_chunks(),
+    )
     if g.null_count < n or t.null_count < n:
         lg = _np(pc.fill_null(pc.list_value_length(g), -1), np.int64)
         lt = _np(pc.fill_null(pc.list_value_length(t), -1), np.int64)
-        c.rows((lg >= 0) & (lt >= 0) & (lg != lt), "chunk_tokens",
-               "chunk_tokens and chunk_gaps_ns differ in length")
+        c.rows(
+            (lg >= 0) & (lt >= 0) & (lg != lt),
+            "chunk_tokens",
+            "chunk_tokens and chunk_gaps_ns differ in length",
+        )
 
 
-def _check_sessions(table: pa.Table, c: _Collector, req: np.ndarray, parent: np.ndarray,
-                    arrival: np.ndarray) -> None:
+def _check_sessions(
+    table: pa.Table, c: _Collector, req: np.ndarray, parent: np.ndarray, arrival: np.ndarray
+) -> None:
     """The per-session rules, on the rows sorted by (session, request_index): unique
     request indices, parents present and arriving first, the agent tree."""
     n = table.num_rows
@@ -232,16 +268,28 @@ def _check_sessions(table: pa.Table, c: _Collector, req: np.ndarray, parent: np.
         pos = np.searchsorted(key_sorted, want_key)
         pos_c = np.minimum(pos, n - 1)
         found = key_sorted[pos_c] == want_key
-        c.rows(has_parent[~found], "parent_index", "names a request_index the session does not have")
+        c.rows(
+            has_parent[~found], "parent_index", "names a request_index the session does not have"
+        )
         rows_f = has_parent[found]
         parent_rows = order[pos_c[found]]
-        c.rows(rows_f[arrival[rows_f] < arrival[parent_rows]], "arrival_ns",
-               "arrives before its parent request")
+        c.rows(
+            rows_f[arrival[rows_f] < arrival[parent_rows]],
+            "arrival_ns",
+            "arrives before its parent request",
+        )
     _check_tree(table, c, sess, req, arrival, order, key_sorted)
 
 
-def _check_tree(table: pa.Table, c: _Collector, sess: np.ndarray, req: np.ndarray,
-                arrival: np.ndarray, order: np.ndarray, key_sorted: np.ndarray) -> None:
+def _check_tree(
+    table: pa.Table,
+    c: _Collector,
+    sess: np.ndarray,
+    req: np.ndarray,
+    arrival: np.ndarray,
+    order: np.ndarray,
+    key_sorted: np.ndarray,
+) -> None:
     """Schema v2: ``depends_on`` names requests of the same session that arrive earlier
     (arrival, then request_index: a strict order, so the graph is acyclic), and the turns
     of every ``agent_id`` form a sequence (each depends on the previous one). Null values
@@ -257,13 +305,20 @@ def _check_tree(table: pa.Table, c: _Collector, sess: np.ndarray, req: np.ndarra
         want_key = (sess[dep_row] << 32) | np.maximum(dep_req, 0)
         pos = np.minimum(np.searchsorted(key_sorted, want_key), n - 1)
         found = (key_sorted[pos] == want_key) & (dep_req >= 0)
-        c.rows(np.unique(dep_row[~found]), "depends_on",
-               "names a request_index the session does not have")
+        c.rows(
+            np.unique(dep_row[~found]),
+            "depends_on",
+            "names a request_index the session does not have",
+        )
         rows_f, dep_rows = dep_row[found], order[pos[found]]
         earlier = (arrival[dep_rows] < arrival[rows_f]) | (
-            (arrival[dep_rows] == arrival[rows_f]) & (req[dep_rows] < req[rows_f]))
-        c.rows(np.unique(rows_f[~earlier]), "depends_on",
-               "depends on a request that does not arrive before it (forward or cyclic)")
+            (arrival[dep_rows] == arrival[rows_f]) & (req[dep_rows] < req[rows_f])
+        )
+        c.rows(
+            np.unique(rows_f[~earlier]),
+            "depends_on",
+            "depends on a request that does not arrive before it (forward or cyclic)",
+        )
     if "agent_id" not in table.column_names:
         return
     acol = table.column("agent_id")
@@ -280,12 +335,19 @@ def _check_tree(table: pa.Table, c: _Collector, sess: np.ndarray, req: np.ndarra
     nxt, prev = o[1:][same], o[:-1][same]
     have = (dep_row << 32) | np.maximum(dep_req, 0)
     ok = np.isin((nxt << 32) | req[prev], have)
-    c.rows(np.sort(nxt[~ok]), "depends_on",
-           "does not depend on the previous turn of its agent_id (each agent is a sequence)")
+    c.rows(
+        np.sort(nxt[~ok]),
+        "depends_on",
+        "does not depend on the previous turn of its agent_id (each agent is a sequence)",
+    )
 
 
-def validate_or_raise(table: pa.Table, meta: TraceMeta, path: str | os.PathLike[str] = "<table>",
-                      rows: np.ndarray | None = None) -> None:
+def validate_or_raise(
+    table: pa.Table,
+    meta: TraceMeta,
+    path: str | os.PathLike[str] = "<table>",
+    rows: np.ndarray | None = None,
+) -> None:
     """Raise ``TraceError`` naming the first problem (and how many more) if any."""
     problems = validate(table, meta, path, rows)
     if problems:

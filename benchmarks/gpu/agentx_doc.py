@@ -69,6 +69,7 @@ GB300 standard path, +26%."""
 
 # ---- statistics (pure functions) --------------------------------------------------------
 
+
 def t_quantile(level: float, df: int) -> float:
     """The two-sided critical value: P(|T| >= q) = 1 - level (bisection on the CDF)."""
     lo, hi = 0.0, 1e4
@@ -94,8 +95,9 @@ class Effect:
     n: int
 
 
-def log_ratio_effects(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
-                      alpha: float = ALPHA) -> list[Effect]:
+def log_ratio_effects(
+    pairs: Sequence[tuple[Sequence[float], Sequence[float]]], alpha: float = ALPHA
+) -> list[Effect]:
     """Paired log-ratio effects of each (base, other) pair of per-repeat values, with
     Holm-adjusted p-values and intervals at Holm's level for each one's rank."""
     stats = []
@@ -111,8 +113,17 @@ def log_ratio_effects(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
     for i, (mean, sd, n, p) in enumerate(stats):
         level = 1 - alpha / (len(stats) - rank[i])
         half = t_quantile(level, n - 1) * sd / math.sqrt(n)
-        out.append(Effect(math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half),
-                          p, adjusted[i], level, n))
+        out.append(
+            Effect(
+                math.expm1(mean),
+                math.expm1(mean - half),
+                math.expm1(mean + half),
+                p,
+                adjusted[i],
+                level,
+                n,
+            )
+        )
     return out
 
 
@@ -134,17 +145,20 @@ def nearest_rank(values: Sequence[float], q: float) -> float:
 
 # ---- the co-resident run's blocks -----------------------------------------------------
 
+
 def model_sentence(run: Path = RUN) -> str:
     from agent_replay.engines.vllm.tiny_model import deepseek_parameters
 
     cfg = json.loads((run / "results/model-config.json").read_text())
     p = deepseek_parameters(cfg)
-    return (f"The model: the shape of {cfg['agent_replay_shape']} ({cfg['num_hidden_layers']} "
-            f"layers, hidden {cfg['hidden_size']}, {cfg['n_routed_experts']} routed experts + "
-            f"{cfg['n_shared_experts']} shared, {cfg['num_experts_per_tok']} per token, MLA "
-            f"kv_lora {cfg['kv_lora_rank']}, {cfg['num_nextn_predict_layers']} MTP layer, "
-            f"vocabulary {cfg['vocab_size']:,}): {p['main'] / 1e9:.2f}B parameters served, "
-            f"{p['mtp'] / 1e9:.2f}B in the MTP layer, {p['active'] / 1e9:.2f}B active per token.")
+    return (
+        f"The model: the shape of {cfg['agent_replay_shape']} ({cfg['num_hidden_layers']} "
+        f"layers, hidden {cfg['hidden_size']}, {cfg['n_routed_experts']} routed experts + "
+        f"{cfg['n_shared_experts']} shared, {cfg['num_experts_per_tok']} per token, MLA "
+        f"kv_lora {cfg['kv_lora_rank']}, {cfg['num_nextn_predict_layers']} MTP layer, "
+        f"vocabulary {cfg['vocab_size']:,}): {p['main'] / 1e9:.2f}B parameters served, "
+        f"{p['mtp'] / 1e9:.2f}B in the MTP layer, {p['active'] / 1e9:.2f}B active per token."
+    )
 
 
 def coresident_settings_table(run: Path = RUN) -> str:
@@ -161,14 +175,18 @@ def acceptance_sentence(run: Path = RUN) -> str:
             a, n = acceptance_length(run_dir(prof, 1, r, run))
             acc, steps = acc + a, steps + n
         parts.append(f"{prof} {1 + acc / steps:.3f} over {steps:,.0f} verify steps")
-    return ("Mean acceptance length the servers counted over the single-user repeats "
-            "(1 + accepted draft tokens per verify step, from /metrics): "
-            + "; ".join(parts) + ".")
+    return (
+        "Mean acceptance length the servers counted over the single-user repeats "
+        "(1 + accepted draft tokens per verify step, from /metrics): " + "; ".join(parts) + "."
+    )
 
 
 def single_table(run: Path = RUN) -> str:
-    lines = ["| profile | repeats | measured requests per run | P90 TPS | North Star "
-             "| AgentX interactivity | TTFT p50 ms |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| profile | repeats | measured requests per run | P90 TPS | North Star "
+        "| AgentX interactivity | TTFT p50 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for prof in PROFILES:
         reps = repeats(prof, run)
         cells = []
@@ -177,13 +195,13 @@ def single_table(run: Path = RUN) -> str:
             est, lo, hi = mean_ci(vals)
             cells.append(f"{_n(est)} [{_n(lo)}, {_n(hi)}]")
         counts = sorted({f.requests for f in reps})
-        lines.append(f"| {prof} | {len(reps)} | {', '.join(map(str, counts))} | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {prof} | {len(reps)} | {', '.join(map(str, counts))} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
-COMPARISONS = (("mtp", "standard"), ("dedicated-decode", "standard"),
-               ("dedicated-decode", "mtp"))
+COMPARISONS = (("mtp", "standard"), ("dedicated-decode", "standard"), ("dedicated-decode", "mtp"))
 
 
 def effects(run: Path = RUN) -> dict[tuple[str, str, str], Effect]:
@@ -191,8 +209,12 @@ def effects(run: Path = RUN) -> dict[tuple[str, str, str], Effect]:
     for other, base in COMPARISONS:
         for metric, _ in SPEEDS:
             keys.append((other, base, metric))
-            pairs.append(([float(getattr(f, metric)) for f in repeats(base, run)],
-                          [float(getattr(f, metric)) for f in repeats(other, run)]))
+            pairs.append(
+                (
+                    [float(getattr(f, metric)) for f in repeats(base, run)],
+                    [float(getattr(f, metric)) for f in repeats(other, run)],
+                )
+            )
     return dict(zip(keys, log_ratio_effects(pairs), strict=True))
 
 
@@ -204,23 +226,28 @@ def _verdict(e: Effect) -> str:
 
 def effects_table(run: Path = RUN) -> str:
     eff = effects(run)
-    lines = ["| comparison | " + " | ".join(h for _, h in SPEEDS) + " |",
-             "|---|" + "---|" * len(SPEEDS)]
+    lines = [
+        "| comparison | " + " | ".join(h for _, h in SPEEDS) + " |",
+        "|---|" + "---|" * len(SPEEDS),
+    ]
     for other, base in COMPARISONS:
         cells = []
         for metric, _ in SPEEDS:
             e = eff[(other, base, metric)]
-            cells.append(f"{_pct(e.estimate)} [{_pct(e.low)}, {_pct(e.high)}] "
-                         f"p={e.p_holm:.3f} {_verdict(e)}")
+            cells.append(
+                f"{_pct(e.estimate)} [{_pct(e.low)}, {_pct(e.high)}] p={e.p_holm:.3f} {_verdict(e)}"
+            )
         lines.append(f"| {other} vs {base} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def ratio_sentence(run: Path = RUN) -> str:
     e = effects(run)[("dedicated-decode", "standard", "p90_tps")]
-    return (f"Dedicated decode over standard at one user, P90 TPS: {_pct(e.estimate)} "
-            f"[{_pct(e.low)}, {_pct(e.high)}] (Holm p={e.p_holm:.3f}), beside the seeds' "
-            f"{_pct(SEEDS_SPEEDUP)} (829 tok/s on 4 x B300 against the GB300 standard path).")
+    return (
+        f"Dedicated decode over standard at one user, P90 TPS: {_pct(e.estimate)} "
+        f"[{_pct(e.low)}, {_pct(e.high)}] (Holm p={e.p_holm:.3f}), beside the seeds' "
+        f"{_pct(SEEDS_SPEEDUP)} (829 tok/s on 4 x B300 against the GB300 standard path)."
+    )
 
 
 LADDER = (("standard", (1, 2, 3, 4, 6)), ("dedicated-decode", (1, 2, 3, 4, 8)))
@@ -229,9 +256,11 @@ LADDER = (("standard", (1, 2, 3, 4, 6)), ("dedicated-decode", (1, 2, 3, 4, 8)))
 def frontier_table(run: Path = RUN) -> str:
     """The ladder: lanes, what was measured and the AgentX axes; concurrency 1 is the mean of
     its repeats (geometric), the other points one run each."""
-    lines = ["| profile | lanes | measured s | requests | AgentX tok/s per GPU | North Star "
-             "| 1/P90 ITL (AgentX interactivity) | P90 TPS | KV cache peak | waiting peak |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| profile | lanes | measured s | requests | AgentX tok/s per GPU | North Star "
+        "| 1/P90 ITL (AgentX interactivity) | P90 TPS | KV cache peak | waiting peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for prof, lanes in LADDER:
         for c in lanes:
             reps = repeats(prof, run) if c == 1 else [figures(run_dir(prof, c, 1, run))]
@@ -246,9 +275,11 @@ def frontier_table(run: Path = RUN) -> str:
 
             kv = max((f.kv_peak or 0.0) for f in reps)
             wait = max((f.waiting_peak or 0.0) for f in reps)
-            lines.append(f"| {prof} | {c} | {_n(min(meas), 0)} | {sum(f.requests for f in reps)} | "
-                         f"{g('total_per_gpu')} | {g('north_star')} | {g('interactivity')} | "
-                         f"{g('p90_tps')} | {kv * 100:.0f}% | {wait:.0f} |")
+            lines.append(
+                f"| {prof} | {c} | {_n(min(meas), 0)} | {sum(f.requests for f in reps)} | "
+                f"{g('total_per_gpu')} | {g('north_star')} | {g('interactivity')} | "
+                f"{g('p90_tps')} | {kv * 100:.0f}% | {wait:.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -268,9 +299,11 @@ def empty_runs_sentence(run: Path = RUN) -> str:
         if f.requests == 0:
             lanes, _, kv = folder.parent.name[1:].partition("-kv")
             where = f"{lanes} lanes" + (f" ({kv} GiB KV)" if kv else "")
-            empty.append(f"{folder.parent.parent.name} at {where}: warm-up "
-                         f"{warmup_span_s(folder):.1f} s, duration {f.duration_s:g} s")
-    return (f"Runs that measured no request ({len(empty)}): " + "; ".join(empty) + ".")
+            empty.append(
+                f"{folder.parent.parent.name} at {where}: warm-up "
+                f"{warmup_span_s(folder):.1f} s, duration {f.duration_s:g} s"
+            )
+    return f"Runs that measured no request ({len(empty)}): " + "; ".join(empty) + "."
 
 
 BLOCKS = {
@@ -292,27 +325,36 @@ def readme_table(run: Path = RUN) -> str:
 def blocks(run: Path = RUN, solo: Path = ladders.SOLO) -> dict[str, str]:
     """Every block: the co-resident run's (``BLOCKS``) from ``run``, the solo ladders'
     (``ladders.SOLO_BLOCKS``) from ``solo``."""
-    return ({name: fn(run) for name, fn in BLOCKS.items()}
-            | {name: fn(solo) for name, fn in ladders.SOLO_BLOCKS.items()})
+    return {name: fn(run) for name, fn in BLOCKS.items()} | {
+        name: fn(solo) for name, fn in ladders.SOLO_BLOCKS.items()
+    }
 
 
 def missing(doc_text: str, run: Path = RUN, solo: Path = ladders.SOLO) -> list[str]:
     """The names of the blocks that ``doc_text`` does not contain verbatim (whitespace of
     wrapped sentences aside)."""
     flat = " ".join(doc_text.split())
-    return [name for name, text in blocks(run, solo).items()
-            if (text if "\n|" in text else " ".join(text.split())) not in
-            (doc_text if "\n|" in text else flat)]
+    return [
+        name
+        for name, text in blocks(run, solo).items()
+        if (text if "\n|" in text else " ".join(text.split()))
+        not in (doc_text if "\n|" in text else flat)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", metavar="DOC", default=None)
-    ap.add_argument("--readme", metavar="README", default=None,
-                    help="with --check: also the README's table")
-    ap.add_argument("--sweep", metavar="DIR", default=None,
-                    help="write the solo runs as a sweep folder at DIR, for `agent-replay "
-                    "frontier DIR --reference benchmarks/references/agentx.json`")
+    ap.add_argument(
+        "--readme", metavar="README", default=None, help="with --check: also the README's table"
+    )
+    ap.add_argument(
+        "--sweep",
+        metavar="DIR",
+        default=None,
+        help="write the solo runs as a sweep folder at DIR, for `agent-replay "
+        "frontier DIR --reference benchmarks/references/agentx.json`",
+    )
     args = ap.parse_args(argv)
     if args.sweep is not None:
         print(f"wrote {ladders.write_sweep(Path(args.sweep))}")
@@ -326,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         gone.append(f"README table (in {args.readme})")
     for name in gone:
         src = ladders.SOLO if name in ladders.SOLO_BLOCKS else RUN
-        print(f"{args.check}: lacks the {name} computed from {src.relative_to(ROOT)}",
-              file=sys.stderr)
+        print(
+            f"{args.check}: lacks the {name} computed from {src.relative_to(ROOT)}", file=sys.stderr
+        )
     return 1 if gone else 0
 
 

@@ -22,6 +22,7 @@ PROFILES = ("standard", "mtp", "dedicated-decode")
 
 # ---- runs --------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RunFigures:
     """One replay's figures, as `agent-replay report` computes them (None: no measured
@@ -66,16 +67,21 @@ def figures(folder: Path) -> RunFigures:
         return max(v) - min(v) if v else None
 
     return RunFigures(
-        requests=int(rep["requests"]["counted"]), p90_tps=head.get("p90_tps"),
-        north_star=head.get("north_star"), interactivity=head.get("agentx_interactivity"),
+        requests=int(rep["requests"]["counted"]),
+        p90_tps=head.get("p90_tps"),
+        north_star=head.get("north_star"),
+        interactivity=head.get("agentx_interactivity"),
         total_per_gpu=rep["throughput"].get("total_tokens_per_s_per_gpu"),
-        ttft_p50_ms=lat["ttft"].get("p50"), status=str(meta["status"]),
+        ttft_p50_ms=lat["ttft"].get("p50"),
+        status=str(meta["status"]),
         measured_s=(meta.get("agentx") or {}).get("measured_s"),
         duration_s=float(meta["options"]["duration_s"]),
-        kv_peak=peak("vllm:kv_cache_usage_perc"), waiting_peak=peak("vllm:num_requests_waiting"),
+        kv_peak=peak("vllm:kv_cache_usage_perc"),
+        waiting_peak=peak("vllm:num_requests_waiting"),
         ttft_p90_ms=lat["ttft"].get("p90"),
         output_per_gpu=rep["throughput"].get("output_tokens_per_s_per_gpu"),
-        preemptions=grew("vllm:num_preemptions_total"))
+        preemptions=grew("vllm:num_preemptions_total"),
+    )
 
 
 def repeats(profile: str, run: Path = RUN) -> list[RunFigures]:
@@ -114,6 +120,7 @@ def requested(name: str, run: Path = RUN) -> list[str]:
 
 # ---- shared pieces of the doc's blocks ---------------------------------------------------
 
+
 def _n(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -122,10 +129,15 @@ def _pct(v: float) -> str:
     return f"{v * 100:+.1f}%"
 
 
-SETTINGS = (("kv_cache_memory_bytes", "KV cache GiB"), ("max_num_seqs", "max-num-seqs"),
-            ("speculative_config", "speculative decoding"),
-            ("compilation_config", "CUDA graphs"), ("performance_mode", "performance mode"),
-            ("quantization", "weights"), ("max_model_len", "max-model-len"))
+SETTINGS = (
+    ("kv_cache_memory_bytes", "KV cache GiB"),
+    ("max_num_seqs", "max-num-seqs"),
+    ("speculative_config", "speculative decoding"),
+    ("compilation_config", "CUDA graphs"),
+    ("performance_mode", "performance mode"),
+    ("quantization", "weights"),
+    ("max_model_len", "max-model-len"),
+)
 
 
 def _setting(key: str, value: object) -> str:
@@ -134,13 +146,17 @@ def _setting(key: str, value: object) -> str:
     if key == "kv_cache_memory_bytes":
         return f"{int(str(value)) / 2**30:g}"
     if key == "speculative_config" and isinstance(value, dict):
-        return (f"{value['method']} {value['num_speculative_tokens']}, acceptance "
-                f"{value.get('synthetic_acceptance_length', 'real')}")
+        return (
+            f"{value['method']} {value['num_speculative_tokens']}, acceptance "
+            f"{value.get('synthetic_acceptance_length', 'real')}"
+        )
     if key == "compilation_config" and isinstance(value, dict):
         sizes = value["cudagraph_capture_sizes"]
         mode = value["cudagraph_mode"]
-        return (f"{mode}, sizes {sizes[0]}..{sizes[-1]} step {sizes[1] - sizes[0]}, "
-                f"compile mode {value['mode']}")
+        return (
+            f"{mode}, sizes {sizes[0]}..{sizes[-1]} step {sizes[1] - sizes[0]}, "
+            f"compile mode {value['mode']}"
+        )
     return str(value)
 
 
@@ -148,19 +164,27 @@ def settings_table(run: Path, servers: dict[str, str]) -> str:
     """Each profile's settings as its server (``servers[profile]``) parsed them (vLLM's
     'non-default args'), and how many requested settings the server reported running
     (``setting_checks``)."""
-    lines = ["| profile | " + " | ".join(h for _, h in SETTINGS)
-             + " | requested settings: in effect / parsed, not reported / differ |",
-             "|---" * (len(SETTINGS) + 2) + "|"]
+    lines = [
+        "| profile | "
+        + " | ".join(h for _, h in SETTINGS)
+        + " | requested settings: in effect / parsed, not reported / differ |",
+        "|---" * (len(SETTINGS) + 2) + "|",
+    ]
     for prof in PROFILES:
         name = servers[prof]
         log = run / "logs" / f"{name}.server.log"
         got = non_default_args(log)
         checks = setting_checks(name, run)
-        count = {st: [c.flag for c in checks if c.status == st]
-                 for st in ("in effect", "not reported", "differs")}
-        lines.append(f"| {prof} | " + " | ".join(_setting(k, got.get(k)) for k, _ in SETTINGS)
-                     + f" | {len(count['in effect'])} / {len(count['not reported'])} "
-                     f"({', '.join(count['not reported']) or '-'}) / {len(count['differs'])} |")
+        count = {
+            st: [c.flag for c in checks if c.status == st]
+            for st in ("in effect", "not reported", "differs")
+        }
+        lines.append(
+            f"| {prof} | "
+            + " | ".join(_setting(k, got.get(k)) for k, _ in SETTINGS)
+            + f" | {len(count['in effect'])} / {len(count['not reported'])} "
+            f"({', '.join(count['not reported']) or '-'}) / {len(count['differs'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -168,13 +192,17 @@ def acceptance_length(folder: Path) -> tuple[float, float]:
     """(accepted draft tokens, verify steps) the server counted during one replay: the
     growth of vllm:spec_decode_num_accepted_tokens_total and ..._num_drafts_total between
     the run's first and last scrape."""
-    t = pq.read_table(folder / "server_metrics.parquet",
-                      columns=["t_ns", "name", "value"]).to_pydict()
+    t = pq.read_table(
+        folder / "server_metrics.parquet", columns=["t_ns", "name", "value"]
+    ).to_pydict()
 
     def grew(name: str) -> float:
-        seen = [x for _, n, x in sorted(zip(t["t_ns"], t["name"], t["value"], strict=True))
-                if n == name]
+        seen = [
+            x for _, n, x in sorted(zip(t["t_ns"], t["name"], t["value"], strict=True)) if n == name
+        ]
         return seen[-1] - seen[0] if seen else 0.0
 
-    return (grew("vllm:spec_decode_num_accepted_tokens_total"),
-            grew("vllm:spec_decode_num_drafts_total"))
+    return (
+        grew("vllm:spec_decode_num_accepted_tokens_total"),
+        grew("vllm:spec_decode_num_drafts_total"),
+    )

@@ -42,8 +42,12 @@ THRESHOLDS = (100, 150, 200)
 
 def solo_folders(run: Path = SOLO) -> list[tuple[str, int, Path]]:
     """(profile, lanes, results folder) of every solo run, in table order."""
-    return [(prof, c, run_dir(prof, c, 1, run)) for prof in PROFILES for c in SOLO_LANES
-            if run_dir(prof, c, 1, run).is_dir()]
+    return [
+        (prof, c, run_dir(prof, c, 1, run))
+        for prof in PROFILES
+        for c in SOLO_LANES
+        if run_dir(prof, c, 1, run).is_dir()
+    ]
 
 
 @cache
@@ -57,11 +61,21 @@ def index_row(folder: Path, profile: str, lanes: int, order: int) -> dict[str, A
     meta = json.loads((folder / "run.json").read_text())
     rep = build_report(folder, gpus=1)
     row: dict[str, Any] = dict(point_metrics(rep, 1))
-    row.update(phase="sweep", order=order, repeat=1, target=profile, axis="concurrency",
-               point=float(lanes), status="complete" if meta["status"] == "ok" else meta["status"],
-               reason=meta.get("error"), path=str(folder), salt=meta.get("salt"),
-               gpus=1, cold_start=bool(rep.cold_start),
-               machine_contention=self_check(rep.meta, rep.stats).contention)
+    row.update(
+        phase="sweep",
+        order=order,
+        repeat=1,
+        target=profile,
+        axis="concurrency",
+        point=float(lanes),
+        status="complete" if meta["status"] == "ok" else meta["status"],
+        reason=meta.get("error"),
+        path=str(folder),
+        salt=meta.get("salt"),
+        gpus=1,
+        cold_start=bool(rep.cold_start),
+        machine_contention=self_check(rep.meta, rep.stats).contention,
+    )
     return row
 
 
@@ -80,9 +94,20 @@ def write_sweep(out: Path, run: Path = SOLO) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     write_index(out, solo_rows(run))
-    (out / "sweep.json").write_text(json.dumps({
-        "axis": "concurrency", "axis_kind": OFFERED, "points": list(SOLO_LANES), "repeats": 1,
-        "targets": [{"name": p} for p in PROFILES], "source": str(run)}, indent=2) + "\n")
+    (out / "sweep.json").write_text(
+        json.dumps(
+            {
+                "axis": "concurrency",
+                "axis_kind": OFFERED,
+                "points": list(SOLO_LANES),
+                "repeats": 1,
+                "targets": [{"name": p} for p in PROFILES],
+                "source": str(run),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return out
 
 
@@ -110,9 +135,11 @@ def cards(run: Path) -> list[str]:
 
 def cards_sentence(run: Path = SOLO) -> str:
     both = {str(r.relative_to(ROOT)): cards(r) for r in (RUN, run)}
-    return ("The card of every run, as its run.json records it: "
-            + "; ".join(f"{name}: {', '.join(c) or 'not recorded'}" for name, c in both.items())
-            + ".")
+    return (
+        "The card of every run, as its run.json records it: "
+        + "; ".join(f"{name}: {', '.join(c) or 'not recorded'}" for name, c in both.items())
+        + "."
+    )
 
 
 def ours(run: Path = SOLO) -> list[str]:
@@ -138,10 +165,13 @@ def ladder_solo_table(run: Path = SOLO) -> str:
     throughput per GPU and the server's own gauges over the run."""
     from agent_replay.analysis.hist import FEW, min_count_for
 
-    lines = ["| profile | lanes | measured s | requests | P90 TPS | North Star "
-             "| 1/P90 ITL (AgentX interactivity) | TTFT p50 ms | TTFT p90 ms "
-             "| output tok/s per GPU | AgentX tok/s per GPU | KV cache peak | preemptions "
-             "| waiting peak |", "|---" * 14 + "|"]
+    lines = [
+        "| profile | lanes | measured s | requests | P90 TPS | North Star "
+        "| 1/P90 ITL (AgentX interactivity) | TTFT p50 ms | TTFT p90 ms "
+        "| output tok/s per GPU | AgentX tok/s per GPU | KV cache peak | preemptions "
+        "| waiting peak |",
+        "|---" * 14 + "|",
+    ]
     for prof, c, folder in solo_folders(run):
         f = figures(folder)
         few = FEW if f.requests < min_count_for(90) else ""
@@ -149,7 +179,8 @@ def ladder_solo_table(run: Path = SOLO) -> str:
             f"| {prof} | {c} | {_n(f.measured_s, 0)} | {f.requests} | {_n(f.p90_tps)}{few} | "
             f"{_n(f.north_star)}{few} | {_n(f.interactivity)}{few} | {_n(f.ttft_p50_ms, 0)} | "
             f"{_n(f.ttft_p90_ms, 0)}{few} | {_n(f.output_per_gpu, 0)} | {_n(f.total_per_gpu, 0)} | "
-            f"{(f.kv_peak or 0.0) * 100:.0f}% | {_n(f.preemptions, 0)} | {_n(f.waiting_peak, 0)} |")
+            f"{(f.kv_peak or 0.0) * 100:.0f}% | {_n(f.preemptions, 0)} | {_n(f.waiting_peak, 0)} |"
+        )
     return "\n".join(lines)
 
 
@@ -187,8 +218,9 @@ def capacity_of(points: Sequence[Any], profile: str, floor: float) -> Capacity:
             break
         best = int(p.point)
         deciding = [p]
-    later = tuple(int(p.point) for p in pts
-                  if fails is not None and p.point > fails[0] and meets(p.runs, slo))
+    later = tuple(
+        int(p.point) for p in pts if fails is not None and p.point > fails[0] and meets(p.runs, slo)
+    )
     return Capacity(best, fails, later, any(p.few("p90_tps") for p in deciding))
 
 
@@ -204,11 +236,16 @@ def _capacity_cell(cap: Capacity) -> str:
 
 
 def capacity_table(run: Path = SOLO) -> str:
-    lines = ["| P90 TPS per user at least | " + " | ".join(PROFILES) + " |",
-             "|---" * (len(PROFILES) + 1) + "|"]
+    lines = [
+        "| P90 TPS per user at least | " + " | ".join(PROFILES) + " |",
+        "|---" * (len(PROFILES) + 1) + "|",
+    ]
     for floor in THRESHOLDS:
-        lines.append(f"| {floor} tok/s | " + " | ".join(
-            _capacity_cell(capacity(run, prof, floor)) for prof in PROFILES) + " |")
+        lines.append(
+            f"| {floor} tok/s | "
+            + " | ".join(_capacity_cell(capacity(run, prof, floor)) for prof in PROFILES)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -218,14 +255,17 @@ def ladder_sentence(run: Path = SOLO) -> str:
     for prof in PROFILES:
         got = [(c, figures(f).p90_tps) for p, c, f in solo_folders(run) if p == prof]
         vals = [float(v) for _, v in got if v is not None]
-        parts.append(f"{prof} {_n(got[0][1])} at {got[0][0]} lane, {_n(got[-1][1])} at "
-                     f"{got[-1][0]}, between {_n(min(vals))} and {_n(max(vals))}")
+        parts.append(
+            f"{prof} {_n(got[0][1])} at {got[0][0]} lane, {_n(got[-1][1])} at "
+            f"{got[-1][0]}, between {_n(min(vals))} and {_n(max(vals))}"
+        )
     return "P90 TPS along the solo ladder: " + "; ".join(parts) + "."
 
 
 def leaders_sentence(run: Path = SOLO) -> str:
     """Which profile had the highest P90 TPS, and which the highest AgentX throughput per
     GPU, at each lane count."""
+
     def best(key: str) -> str:
         out = []
         for c in SOLO_LANES:
@@ -233,19 +273,25 @@ def leaders_sentence(run: Path = SOLO) -> str:
             out.append(f"{c}: {max(vals, key=lambda p: vals[p] or 0.0)}")
         return ", ".join(out)
 
-    return (f"Highest P90 TPS per lane count: {best('p90_tps')}. Highest AgentX tok/s per "
-            f"GPU: {best('total_per_gpu')}.")
+    return (
+        f"Highest P90 TPS per lane count: {best('p90_tps')}. Highest AgentX tok/s per "
+        f"GPU: {best('total_per_gpu')}."
+    )
 
 
 def throughput_sentence(run: Path = SOLO) -> str:
     """How far the frontier's total tok/s per GPU (from the first intended send,
     ``analysis.definitions`` RUN_FIGURES) is from AgentX's (from the first actual send,
     ``total_tokens_per_s_per_gpu``) over the solo runs."""
-    gap = max(abs(r["total_tps_per_gpu"] / figures(Path(r["path"])).total_per_gpu - 1)
-              for r in solo_rows(run))
-    return ("The frontier's total tok/s/GPU counts each run from its first intended send, the "
-            "ladder's AgentX tok/s per GPU from its first actual send (AgentX's definition); "
-            f"over these runs they differ by {gap * 100:.2f}% at most.")
+    gap = max(
+        abs(r["total_tps_per_gpu"] / figures(Path(r["path"])).total_per_gpu - 1)
+        for r in solo_rows(run)
+    )
+    return (
+        "The frontier's total tok/s/GPU counts each run from its first intended send, the "
+        "ladder's AgentX tok/s per GPU from its first actual send (AgentX's definition); "
+        f"over these runs they differ by {gap * 100:.2f}% at most."
+    )
 
 
 def flags_sentence(run: Path = SOLO) -> str:
@@ -264,9 +310,11 @@ def flags_sentence(run: Path = SOLO) -> str:
         warm.setdefault(lanes, set()).add(sum(1 for x in w if x))
     per_lane = sorted({n // lanes for lanes, ns in warm.items() for n in ns})
     flagged = "; ".join(f"'{k}' on {n} of {len(solo_folders(run))} runs" for k, n in why.items())
-    return (f"Flags: {flagged or 'none'}. Each run sent {' or '.join(map(str, per_lane))} "
-            "warm-up requests per lane before its measured window (AgentX's warm-up, kept "
-            "out of the figures), which the report's cold-start check counts as a warm-up.")
+    return (
+        f"Flags: {flagged or 'none'}. Each run sent {' or '.join(map(str, per_lane))} "
+        "warm-up requests per lane before its measured window (AgentX's warm-up, kept "
+        "out of the figures), which the report's cold-start check counts as a warm-up."
+    )
 
 
 def steps(run: Path = SOLO) -> list[tuple[str, int, float]]:
@@ -282,16 +330,22 @@ def interval_sentence(run: Path = SOLO) -> str:
     from agent_replay.analysis.hist import min_count_for
 
     runs = [(n, s) for n, _, s in steps(run) if n.startswith("c") and "-r1-" in n]
-    few = [n for n, _ in runs if figures(run_dir(_profile(n), int(n[1:].split("-")[0]), 1, run))
-           .requests < min_count_for(90)]
+    few = [
+        n
+        for n, _ in runs
+        if figures(run_dir(_profile(n), int(n[1:].split("-")[0]), 1, run)).requests
+        < min_count_for(90)
+    ]
     total = sum(s for _, s in runs)
-    return (f"One run per point: the {len(runs)} runs took {total:,.0f} s of wall time "
-            f"(logs/steps.tsv), so two more repeats of every point, the least that gives each "
-            f"mean a Student-t interval with 2 degrees of freedom, take about "
-            f"{2 * total:,.0f} s more, server starts aside; {len(few)} of the runs "
-            f"({', '.join(few)}) counted fewer than the {min_count_for(90)} requests a P90 "
-            f"needs, so their P90 is their slowest request or next to it, and a longer "
-            f"measured window is the other half of the fix.")
+    return (
+        f"One run per point: the {len(runs)} runs took {total:,.0f} s of wall time "
+        f"(logs/steps.tsv), so two more repeats of every point, the least that gives each "
+        f"mean a Student-t interval with 2 degrees of freedom, take about "
+        f"{2 * total:,.0f} s more, server starts aside; {len(few)} of the runs "
+        f"({', '.join(few)}) counted fewer than the {min_count_for(90)} requests a P90 "
+        f"needs, so their P90 is their slowest request or next to it, and a longer "
+        f"measured window is the other half of the fix."
+    )
 
 
 def _profile(step: str) -> str:
@@ -307,8 +361,10 @@ def solo_acceptance_sentence(run: Path = SOLO) -> str:
             a, m = acceptance_length(run_dir(prof, c, 1, run))
             acc, n = acc + a, n + m
         parts.append(f"{prof} {1 + acc / n:.3f} over {n:,.0f} verify steps")
-    return ("Mean acceptance length the servers counted over the solo ladder (1 + accepted "
-            "draft tokens per verify step, from /metrics): " + "; ".join(parts) + ".")
+    return (
+        "Mean acceptance length the servers counted over the solo ladder (1 + accepted "
+        "draft tokens per verify step, from /metrics): " + "; ".join(parts) + "."
+    )
 
 
 def solo_settings_table(run: Path = SOLO) -> str:
@@ -317,12 +373,19 @@ def solo_settings_table(run: Path = SOLO) -> str:
 
 def trace_sentence(run: Path = SOLO) -> str:
     """The trace folder's hash (run.json ``trace.sha256``) of each setup's runs."""
-    def hashes(r: Path) -> list[str]:
-        return sorted({json.loads(m.read_text())["trace"]["sha256"][:12]
-                       for m in (r / "results/runs").glob("*/c*/r*/run.json")})
 
-    return (f"Trace hash (run.json trace.sha256): co-resident runs {', '.join(hashes(RUN))}; "
-            f"solo runs {', '.join(hashes(run))}.")
+    def hashes(r: Path) -> list[str]:
+        return sorted(
+            {
+                json.loads(m.read_text())["trace"]["sha256"][:12]
+                for m in (r / "results/runs").glob("*/c*/r*/run.json")
+            }
+        )
+
+    return (
+        f"Trace hash (run.json trace.sha256): co-resident runs {', '.join(hashes(RUN))}; "
+        f"solo runs {', '.join(hashes(run))}."
+    )
 
 
 SOLO_BLOCKS = {

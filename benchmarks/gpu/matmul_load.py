@@ -18,8 +18,9 @@ def spin(dev: int) -> None:
             torch.cuda.synchronize()
 
 
-threads = [threading.Thread(target=spin, args=(d,), daemon=True)
-           for d in range(torch.cuda.device_count())]
+threads = [
+    threading.Thread(target=spin, args=(d,), daemon=True) for d in range(torch.cuda.device_count())
+]
 for t in threads:
     t.start()
 for t in threads:

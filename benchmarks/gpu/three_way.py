@@ -107,8 +107,9 @@ def bench(result: dict[str, Any], server: dict[str, Any] | None) -> dict[str, An
         "server_tpot_mean_ms": _hist_mean_ms(server, "tpot"),
         "server_itl_mean_ms": _hist_mean_ms(server, "itl"),
         "server_ttft_mean_ms": _hist_mean_ms(server, "ttft"),
-        "server_tpot_count": (((server or {}).get("histograms") or {}).get("tpot") or {}
-                              ).get("count"),
+        "server_tpot_count": (((server or {}).get("histograms") or {}).get("tpot") or {}).get(
+            "count"
+        ),
         "server_acceptance_length": spec.get("acceptance_length"),
     }
 
@@ -131,11 +132,15 @@ def collect(res: Path) -> dict[str, Any]:
             rep = _load(res / f"{srv}-fixed-c{c}.report.json")
             same = _load(res / f"{srv}-same-c{c}.report.json")
             br = _load(res / f"{srv}-bench-c{c}.json")
-            bm = _metrics_delta(res / f"{srv}-bench-c{c}.metrics-before.txt",
-                                res / f"{srv}-bench-c{c}.metrics-after.txt")
-            out["fixed"][key] = {"same": ours(same) if same else None,
-                                 "ours": ours(rep) if rep else None,
-                                 "bench": bench(br, bm) if br else None}
+            bm = _metrics_delta(
+                res / f"{srv}-bench-c{c}.metrics-before.txt",
+                res / f"{srv}-bench-c{c}.metrics-after.txt",
+            )
+            out["fixed"][key] = {
+                "same": ours(same) if same else None,
+                "ours": ours(rep) if rep else None,
+                "bench": bench(br, bm) if br else None,
+            }
     for p in sorted(res.glob("*.report.json")):
         rep = _load(p)
         if rep:
@@ -143,8 +148,11 @@ def collect(res: Path) -> dict[str, Any]:
     return out
 
 
-CLIENTS = (("same", "agent-replay, bench's prompts"), ("ours", "agent-replay, token ids"),
-           ("bench", "vllm bench serve"))
+CLIENTS = (
+    ("same", "agent-replay, bench's prompts"),
+    ("ours", "agent-replay, token ids"),
+    ("bench", "vllm bench serve"),
+)
 
 
 def same_prompts(data: dict[str, Any]) -> list[str]:
@@ -159,17 +167,25 @@ def same_prompts(data: dict[str, Any]) -> list[str]:
         srv, c = key.rsplit("-c", 1)
         o_rel = _div(same["tpot_mean_ms"], same["server_tpot_mean_ms"])
         b_rel = _div(b["tpot_mean_ms"], b["server_tpot_mean_ms"])
-        rows.append(f"| {srv} | {c} | {_f(same['tpot_mean_ms'], 3)} | {_f(b['tpot_mean_ms'], 3)} | "
-                    f"{_ratio(same['tpot_mean_ms'], b['tpot_mean_ms'])} | {_f(o_rel, 3)} | "
-                    f"{_f(b_rel, 3)} | {_ratio(o_rel, b_rel)} |")
+        rows.append(
+            f"| {srv} | {c} | {_f(same['tpot_mean_ms'], 3)} | {_f(b['tpot_mean_ms'], 3)} | "
+            f"{_ratio(same['tpot_mean_ms'], b['tpot_mean_ms'])} | {_f(o_rel, 3)} | "
+            f"{_f(b_rel, 3)} | {_ratio(o_rel, b_rel)} |"
+        )
     if not rows:
         return []
-    return ["## Same prompts: our TPOT beside vllm bench serve's", "",
-            "Our replay of bench's recorded prompts, then bench with the same seed. 'vs server' "
-            "= the client's mean TPOT / vLLM's histogram mean over that client's requests.", "",
-            "| server | c | ours TPOT mean | bench TPOT mean | ours / bench | ours vs server | "
-            "bench vs server | ours / bench, server speed divided out |",
-            "|---|---|---|---|---|---|---|---|", *rows, ""]
+    return [
+        "## Same prompts: our TPOT beside vllm bench serve's",
+        "",
+        "Our replay of bench's recorded prompts, then bench with the same seed. 'vs server' "
+        "= the client's mean TPOT / vLLM's histogram mean over that client's requests.",
+        "",
+        "| server | c | ours TPOT mean | bench TPOT mean | ours / bench | ours vs server | "
+        "bench vs server | ours / bench, server speed divided out |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def _div(a: Any, b: Any) -> float | None:
@@ -179,14 +195,18 @@ def _div(a: Any, b: Any) -> float | None:
 
 
 def render(data: dict[str, Any]) -> str:
-    lines = ["# Our numbers, vLLM's /metrics and `vllm bench serve`, same servers", "",
-             "Fixed workload: 2048 prompt / 256 output tokens, no shared prefix, ignore_eos, "
-             "max-rate at concurrency c. Times in ms; means unless marked. "
-             "'server' = vLLM's own histogram over the same requests (sum/count).", "",
-             "| server | c | client | TPOT mean | server TPOT mean | ratio | TPOT p50 | "
-             "ITL mean | ITL p50 | ITL mean / TPOT mean | chunk gap p50 | tok/chunk | "
-             "TTFT mean | server TTFT mean | accept. len | out tok/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Our numbers, vLLM's /metrics and `vllm bench serve`, same servers",
+        "",
+        "Fixed workload: 2048 prompt / 256 output tokens, no shared prefix, ignore_eos, "
+        "max-rate at concurrency c. Times in ms; means unless marked. "
+        "'server' = vLLM's own histogram over the same requests (sum/count).",
+        "",
+        "| server | c | client | TPOT mean | server TPOT mean | ratio | TPOT p50 | "
+        "ITL mean | ITL p50 | ITL mean / TPOT mean | chunk gap p50 | tok/chunk | "
+        "TTFT mean | server TTFT mean | accept. len | out tok/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for key, both in data["fixed"].items():
         srv, c = key.rsplit("-c", 1)
         for client, label in CLIENTS:
@@ -205,15 +225,23 @@ def render(data: dict[str, Any]) -> str:
                 f"{_f(r['itl_p50_ms'], 3)} | {_ratio(r['itl_mean_ms'], r['tpot_mean_ms'])} | "
                 f"{_f(gap, 3)} | {_f(r['tokens_per_chunk_mean'])} | "
                 f"{_f(r['ttft_mean_ms'])} | {_f(r['server_ttft_mean_ms'])} | "
-                f"{_f(r['server_acceptance_length'])} | {_f(r['output_tokens_per_s'], 0)} |")
-    lines += ["", "For vllm bench serve, 'ITL' is its per-chunk inter-token latency and the "
-              "chunk-gap column repeats its ITL p50 (it has no per-token ITL).", ""]
+                f"{_f(r['server_acceptance_length'])} | {_f(r['output_tokens_per_s'], 0)} |"
+            )
+    lines += [
+        "",
+        "For vllm bench serve, 'ITL' is its per-chunk inter-token latency and the "
+        "chunk-gap column repeats its ITL p50 (it has no per-token ITL).",
+        "",
+    ]
     lines += same_prompts(data)
-    lines += ["## Every replay: ours beside the server's histograms", "",
-              "| run | ok | P90 TPS | TPOT mean | server TPOT mean | ratio | ITL mean (per token) "
-              "| server ITL mean (per step) | chunk gap mean | tok/chunk | TTFT p50 | TTFT p90 | "
-              "TTFT mean | server TTFT mean | accept. len | out tok/s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "## Every replay: ours beside the server's histograms",
+        "",
+        "| run | ok | P90 TPS | TPOT mean | server TPOT mean | ratio | ITL mean (per token) "
+        "| server ITL mean (per step) | chunk gap mean | tok/chunk | TTFT p50 | TTFT p90 | "
+        "TTFT mean | server TTFT mean | accept. len | out tok/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in data["replays"].items():
         lines.append(
             f"| {name} | {r['requests_ok']} | {_f(r['p90_tps'], 0)} | {_f(r['tpot_mean_ms'], 3)} | "
@@ -223,7 +251,8 @@ def render(data: dict[str, Any]) -> str:
             f"{_f(r['chunk_gap_mean_ms'], 3)} | {_f(r['tokens_per_chunk_mean'])} | "
             f"{_f(r['ttft_p50_ms'])} | {_f(r['ttft_p90_ms'])} | {_f(r['ttft_mean_ms'])} | "
             f"{_f(r['server_ttft_mean_ms'])} | {_f(r['server_acceptance_length'])} | "
-            f"{_f(r['output_tokens_per_s'], 0)} |")
+            f"{_f(r['output_tokens_per_s'], 0)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -22,8 +22,11 @@ WORKLOADS = {
     "max-c64": "2048 in / 256 out at max rate, 64 in flight",
     "max-c128": "2048 in / 256 out at max rate, 128 in flight",
 }
-SERVERS = (("std", "standard, 1 GPU"), ("wep-noeplb", "wide-ep, 2 GPUs, no EPLB"),
-           ("wep-eplb", "wide-ep, 2 GPUs, EPLB"))
+SERVERS = (
+    ("std", "standard, 1 GPU"),
+    ("wep-noeplb", "wide-ep, 2 GPUs, no EPLB"),
+    ("wep-eplb", "wide-ep, 2 GPUs, EPLB"),
+)
 
 
 def _f(x: Any, digits: int = 0) -> str:
@@ -37,11 +40,13 @@ def row(label: str, rep: dict[str, Any]) -> str:
     lat = rep.get("latency_ms") or {}
     ttft, tpot = lat.get("ttft") or {}, lat.get("tpot") or {}
     req = rep.get("requests") or {}
-    return (f"| {label} | {req.get('ok')}/{req.get('total')} | {_f(out)} | "
-            f"{_f(None if out is None else out / gpus)} | "
-            f"{_f((rep.get('headline') or {}).get('p90_tps'))} | "
-            f"{_f((rep.get('headline') or {}).get('median_tps'))} | {_f(ttft.get('p50'))} | "
-            f"{_f(ttft.get('p90'))} | {_f(ttft.get('p99'))} | {_f(tpot.get('mean'), 2)} |")
+    return (
+        f"| {label} | {req.get('ok')}/{req.get('total')} | {_f(out)} | "
+        f"{_f(None if out is None else out / gpus)} | "
+        f"{_f((rep.get('headline') or {}).get('p90_tps'))} | "
+        f"{_f((rep.get('headline') or {}).get('median_tps'))} | {_f(ttft.get('p50'))} | "
+        f"{_f(ttft.get('p90'))} | {_f(ttft.get('p99'))} | {_f(tpot.get('mean'), 2)} |"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -49,9 +54,13 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     one, wide = Path(argv[0]), Path(argv[1])
-    lines = ["# Wide-EP (2 GPUs) beside the single-GPU standard server", "",
-             "Output tokens/s over the run; P90 TPS = the per-user decode speed 90% of requests "
-             "reach; TTFT and TPOT in ms.", ""]
+    lines = [
+        "# Wide-EP (2 GPUs) beside the single-GPU standard server",
+        "",
+        "Output tokens/s over the run; P90 TPS = the per-user decode speed 90% of requests "
+        "reach; TTFT and TPOT in ms.",
+        "",
+    ]
     for w, title in WORKLOADS.items():
         rows = []
         for name, label in SERVERS:
@@ -60,10 +69,15 @@ def main(argv: list[str]) -> int:
                 rows.append(row(label, rep))
         if not rows:
             continue
-        lines += [f"## {w}: {title}", "",
-                  "| server | ok | out tok/s | out tok/s per GPU | P90 TPS | median TPS | "
-                  "TTFT p50 | TTFT p90 | TTFT p99 | TPOT mean |",
-                  "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
+        lines += [
+            f"## {w}: {title}",
+            "",
+            "| server | ok | out tok/s | out tok/s per GPU | P90 TPS | median TPS | "
+            "TTFT p50 | TTFT p90 | TTFT p99 | TPOT mean |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
     sys.stdout.write("\n".join(lines))
     return 0
 

@@ -40,28 +40,39 @@ def edges(rundir: Path, n: int) -> str:
     fine = _interp(t, c, t1) - _interp(t, c, t0)
 
     def coarse_from(start: int) -> list[float]:
-        return [_interp(t[k::COARSE], c[k::COARSE], t1) - _interp(t[k::COARSE], c[k::COARSE], start)
-                for k in range(COARSE) if t[k::COARSE].size >= 2]
+        return [
+            _interp(t[k::COARSE], c[k::COARSE], t1) - _interp(t[k::COARSE], c[k::COARSE], start)
+            for k in range(COARSE)
+            if t[k::COARSE].size >= 2
+        ]
 
     coarse = coarse_from(t0)
-    old = [x * 1e6 / whole.chunks for x in coarse_from(whole.t0)] if whole.chunks else [float("nan")]
+    old = (
+        [x * 1e6 / whole.chunks for x in coarse_from(whole.t0)] if whole.chunks else [float("nan")]
+    )
     w = 200_000_000
     before = (_interp(t, c, t0) - _interp(t, c, t0 - w)) / 0.2
     after = (_interp(t, c, t1 + w) - _interp(t, c, t1)) / 0.2
     per = 1e6 / truth.chunks if truth.chunks else float("nan")
-    return (f"| {rundir.name} | {fine:.3f} | {min(coarse):.3f}-{max(coarse):.3f} | "
-            f"{fine * per:.1f} | {min(coarse) * per:.1f}-{max(coarse) * per:.1f} | "
-            f"{min(old):.1f}-{max(old):.1f} | "
-            f"{before:.2f} | {after:.2f} |")
+    return (
+        f"| {rundir.name} | {fine:.3f} | {min(coarse):.3f}-{max(coarse):.3f} | "
+        f"{fine * per:.1f} | {min(coarse) * per:.1f}-{max(coarse) * per:.1f} | "
+        f"{min(old):.1f}-{max(old):.1f} | "
+        f"{before:.2f} | {after:.2f} |"
+    )
 
 
 def main() -> None:
     top = Path(sys.argv[1])
-    print("| run | window CPU s (10 ms) | window CPU s (0.2 s, 20 phases) | us/chunk (10 ms) "
-          "| us/chunk (0.2 s) | us/chunk (0.2 s, old window) | cores in 0.2 s before "
-          "| cores in 0.2 s after |")
+    print(
+        "| run | window CPU s (10 ms) | window CPU s (0.2 s, 20 phases) | us/chunk (10 ms) "
+        "| us/chunk (0.2 s) | us/chunk (0.2 s, old window) | cores in 0.2 s before "
+        "| cores in 0.2 s after |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    for d in sorted(p for p in top.iterdir() if (p / "cpu.csv").exists() and (p / "gt.parquet").exists()):
+    for d in sorted(
+        p for p in top.iterdir() if (p / "cpu.csv").exists() and (p / "gt.parquet").exists()
+    ):
         conc = int(d.name.split("-c")[1].split("-")[0])
         print(edges(d, 4 * conc))
 

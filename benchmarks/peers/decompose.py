@@ -37,20 +37,24 @@ from benchmarks.peers.harness import read_truth  # noqa: E402
 def pct(a: np.ndarray, qs: tuple[float, ...] = (50, 90, 99, 99.9)) -> str:
     if a.size == 0:
         return "-"
-    return ", ".join(f"p{q:g} {np.percentile(a, q) / 1e6:.2f}" for q in qs) + \
-        f", max {a.max() / 1e6:.2f} ms (n={a.size})"
+    return (
+        ", ".join(f"p{q:g} {np.percentile(a, q) / 1e6:.2f}" for q in qs)
+        + f", max {a.max() / 1e6:.2f} ms (n={a.size})"
+    )
 
 
 def decompose(rundir: Path) -> str:
     truth = read_truth(rundir / "gt.parquet")
     t0 = read_run_record(rundir / "results").clock.t0_monotonic_ns or 0
-    t = pq.read_table(rundir / "results" / "requests",
-                      columns=["request_id", "sent_ns", "connect_ns", "chunk_ns",
-                               "chunk_tokens"]).to_pydict()
+    t = pq.read_table(
+        rundir / "results" / "requests",
+        columns=["request_id", "sent_ns", "connect_ns", "chunk_ns", "chunk_tokens"],
+    ).to_pydict()
     ingress, first, delays, writes, gap_err, read_gap, gt_gap = [], [], [], [], [], [], []
     to_first_byte, queue = [], []
-    for rid, sent, connect, cns in zip(t["request_id"], t["sent_ns"], t["connect_ns"],
-                                       t["chunk_ns"], strict=True):
+    for rid, sent, connect, cns in zip(
+        t["request_id"], t["sent_ns"], t["connect_ns"], t["chunk_ns"], strict=True
+    ):
         if rid not in truth.by_id or sent is None:
             continue
         sent += connect or 0  # s: the request's bytes handed to its connection
@@ -98,8 +102,10 @@ def decompose(rundir: Path) -> str:
     ok = p99[~np.isnan(p99)]
     if ok.size:
         worst = np.argsort(np.nan_to_num(p99, nan=-1))[::-1][:5]
-        lines.append(f"  per 50 ms window, p99 delay: median {np.median(ok) / 1e6:.2f} ms, "
-                     f"worst {', '.join(f'{p99[w] / 1e6:.1f} ms at +{w * 50} ms' for w in worst)}")
+        lines.append(
+            f"  per 50 ms window, p99 delay: median {np.median(ok) / 1e6:.2f} ms, "
+            f"worst {', '.join(f'{p99[w] / 1e6:.1f} ms at +{w * 50} ms' for w in worst)}"
+        )
     return "\n".join(lines)
 
 

@@ -45,8 +45,10 @@ _TS_SPACE = socket.CMSG_SPACE(16)
 def request_bytes(host: str, i: int, prompt: int, output: int) -> bytes:
     ids = [(i * 7919 + k) % 4000 + 10 for k in range(prompt)]
     body = encode_body(build_request("completions", model=MODEL, prompt=ids, max_tokens=output))
-    return (b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body))
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body)
+    )
 
 
 class Lane:
@@ -94,7 +96,10 @@ class Lane:
             return
         t = time.monotonic_ns()
         if anc:
-            sec, nsec = int.from_bytes(anc[0][2][:8], "little"), int.from_bytes(anc[0][2][8:16], "little")
+            sec, nsec = (
+                int.from_bytes(anc[0][2][:8], "little"),
+                int.from_bytes(anc[0][2][8:16], "little"),
+            )
             t = min(t, sec * 1_000_000_000 + nsec - self.run.offset)
         self.chunk(data, t)
 
@@ -115,8 +120,9 @@ class Run:
         u = urlsplit(url)
         assert u.hostname and u.port
         self.host, self.port = u.hostname, u.port
-        self.requests = [request_bytes(f"{u.hostname}:{u.port}", i, prompt, output)
-                         for i in range(requests)]
+        self.requests = [
+            request_bytes(f"{u.hostname}:{u.port}", i, prompt, output) for i in range(requests)
+        ]
         self.sent = 0
         self.live = 0
         self.done = asyncio.get_running_loop().create_future()
@@ -182,6 +188,7 @@ def cli() -> None:
     args = ap.parse_args()
     try:
         import uvloop
+
         got = uvloop.run(main(args))
     except ImportError:
         got = asyncio.run(main(args))

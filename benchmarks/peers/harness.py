@@ -58,11 +58,19 @@ def write_profile(path: Path, interval_ms: float, spec_tokens: int = 0) -> Path:
     from agent_replay.engines.sim import SimProfile
 
     base = SimProfile.load("fast").to_dict()
-    base.update(name=path.stem, model_name=MODEL, decode_base_ns=int(interval_ms * 1e6),
-                decode_per_seq_ns=0, decode_per_ctx_token_ns=0.0, eos_prob=0.0,
-                prefill_tokens_per_s=5e6, max_num_seqs=1024, spin_ns=1_000_000,
-                num_speculative_tokens=spec_tokens,
-                spec_acceptance=[0.8, 0.6, 0.5][:spec_tokens])
+    base.update(
+        name=path.stem,
+        model_name=MODEL,
+        decode_base_ns=int(interval_ms * 1e6),
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        eos_prob=0.0,
+        prefill_tokens_per_s=5e6,
+        max_num_seqs=1024,
+        spin_ns=1_000_000,
+        num_speculative_tokens=spec_tokens,
+        spec_acceptance=[0.8, 0.6, 0.5][:spec_tokens],
+    )
     path.write_text(json.dumps(base))
     return path
 
@@ -72,11 +80,30 @@ def sim_server(profile: Path, gt: Path, core: str, kernel_arrival: bool = False)
     """The engine on ``core``; yields its URL; on exit it is stopped (SIGTERM) and has
     written its ground truth to ``gt``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = pinned(core, [sys.executable, "-m", "agent_replay.engines.sim", "--port", "0", "--profile",
-                        str(profile), "--ground-truth", str(gt), "--force"]
-                 + (["--kernel-arrival"] if kernel_arrival else []))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env, start_new_session=True)
+    cmd = pinned(
+        core,
+        [
+            sys.executable,
+            "-m",
+            "agent_replay.engines.sim",
+            "--port",
+            "0",
+            "--profile",
+            str(profile),
+            "--ground-truth",
+            str(gt),
+            "--force",
+        ]
+        + (["--kernel-arrival"] if kernel_arrival else []),
+    )
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -218,21 +245,24 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, float]:
         time.sleep(0.02)
 
 
-def run_client(cmd: Sequence[str], core: str, env: dict[str, str], log: Path,
-               timeout: float = 600) -> ClientRun:
+def run_client(
+    cmd: Sequence[str], core: str, env: dict[str, str], log: Path, timeout: float = 600
+) -> ClientRun:
     t = time.monotonic()
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     all0, steal0 = _cpu_ticks()
     with open(log, "w") as fh:
-        proc = subprocess.Popen(pinned(core, cmd), stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            pinned(core, cmd), stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         cpu = TreeCpu(proc.pid).start()
         rc, total = _wait(proc, timeout)
         cpu.stop()
     all1, steal1 = _cpu_ticks()
     steal = (steal1 - steal0) / (all1 - all0) if all1 > all0 else float("nan")
-    return ClientRun(rc, time.monotonic() - t, cpu, log.read_text(errors="replace")[-3000:], total,
-                     load1, steal)
+    return ClientRun(
+        rc, time.monotonic() - t, cpu, log.read_text(errors="replace")[-3000:], total, load1, steal
+    )
 
 
 @dataclass
@@ -275,8 +305,12 @@ class Truth:
         extra = self.requests - n
         if extra <= 0 or self.arrivals_ns.size != self.requests:
             return self
-        return replace(self, requests=n, t0=int(self.arrivals_ns[extra]),
-                       chunks=int(self.chunks_by_arrival[extra:].sum()))
+        return replace(
+            self,
+            requests=n,
+            t0=int(self.arrivals_ns[extra]),
+            chunks=int(self.chunks_by_arrival[extra:].sum()),
+        )
 
 
 def per_token(gaps: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -297,8 +331,11 @@ def weighted_pct(values: np.ndarray, weights: np.ndarray, q: float) -> float:
 def read_truth(path: Path) -> Truth:
     t = pq.read_table(path)
     rec = t.column("received_ns").to_numpy()
-    first = (t.column("first_byte_ns").to_numpy(zero_copy_only=False)
-             if "first_byte_ns" in t.column_names else None)
+    first = (
+        t.column("first_byte_ns").to_numpy(zero_copy_only=False)
+        if "first_byte_ns" in t.column_names
+        else None
+    )
     ids = t.column("request_id").to_pylist()
     cns = t.column("chunk_ns").to_pylist()
     ctk = t.column("chunk_tokens").to_pylist()
@@ -322,17 +359,24 @@ def read_truth(path: Path) -> Truth:
     k = np.concatenate(toks) if toks else np.ones(0)
     itl, w = per_token(g, k)
     return Truth(
-        requests=len(ids), chunks=int(sum(len(c) for c in cns)),
-        tokens=int(sum(sum(k) for k in ctk)), t0=int(rec.min()) if len(rec) else 0, t1=t1,
+        requests=len(ids),
+        chunks=int(sum(len(c) for c in cns)),
+        tokens=int(sum(sum(k) for k in ctk)),
+        t0=int(rec.min()) if len(rec) else 0,
+        t1=t1,
         chunk_gap_p50_ms=float(np.percentile(g, 50)) / 1e6 if g.size else float("nan"),
         chunk_gap_p99_ms=float(np.percentile(g, 99)) / 1e6 if g.size else float("nan"),
         itl_mean_ms=float((itl * w).sum() / w.sum()) / 1e6 if w.size else float("nan"),
         itl_p99_ms=weighted_pct(itl, w, 99) / 1e6,
         ttft_mean_ms=float(np.mean(ttft)) / 1e6 if ttft else float("nan"),
         ttft_first_read_mean_ms=float(np.mean(ttft_first)) / 1e6 if ttft_first else float("nan"),
-        by_id=by_id, first_byte_by_id=first_by_id,
+        by_id=by_id,
+        first_byte_by_id=first_by_id,
         arrivals_ns=np.sort(rec.astype(np.int64)),
-        chunks_by_arrival=np.array([len(c) for c in cns], dtype=np.int64)[np.argsort(rec, kind="stable")])
+        chunks_by_arrival=np.array([len(c) for c in cns], dtype=np.int64)[
+            np.argsort(rec, kind="stable")
+        ],
+    )
 
 
 def find_number(doc: Any, *path_options: Sequence[str]) -> float | None:

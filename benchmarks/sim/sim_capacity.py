@@ -79,10 +79,23 @@ def virtual_run(source: Path, profile: Path, lanes: int, out: Path, trace: str |
     opts = json.loads((source / "run.json").read_text())["options"]
     known = {f.name for f in fields(RunConfig)}
     cfg = RunConfig(**{k: v for k, v in opts.items() if k in known and k != "agentx"})
-    cfg = replace(cfg, agentx=replace(cfg.agentx, **{k: v for k, v in opts["agentx"].items()
-                                                     if k in {f.name for f in fields(cfg.agentx)}}),
-                  concurrency=lanes, output=str(out), trace=trace or cfg.trace, target=None,
-                  force=True, progress=False, gpu_metrics="off", launch=None)
+    cfg = replace(
+        cfg,
+        agentx=replace(
+            cfg.agentx,
+            **{
+                k: v for k, v in opts["agentx"].items() if k in {f.name for f in fields(cfg.agentx)}
+            },
+        ),
+        concurrency=lanes,
+        output=str(out),
+        trace=trace or cfg.trace,
+        target=None,
+        force=True,
+        progress=False,
+        gpu_metrics="off",
+        launch=None,
+    )
     run_virtual(cfg, f"sim:{profile}")
     return out
 
@@ -95,8 +108,11 @@ def refresh(trace: str | None) -> dict[str, Any]:
     data: dict[str, Any] = {"slos": list(SLOS), "deployments": []}
     for profile, server in DEPLOYMENTS:
         runs = [_folder(profile, c) for c in GPU_LANES]
-        fit = fit_runs([_rel(f) for f in runs], name=f"h100-solo-{profile}-ladder",
-                       command=read_command(SOLO / f"results/{server}.command.json"))
+        fit = fit_runs(
+            [_rel(f) for f in runs],
+            name=f"h100-solo-{profile}-ladder",
+            command=read_command(SOLO / f"results/{server}.command.json"),
+        )
         path = OUT / f"h100-solo-{profile}-ladder.json"
         path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")
         gpu = {str(c): estimates(f) for c, f in zip(GPU_LANES, runs, strict=True)}
@@ -106,21 +122,31 @@ def refresh(trace: str | None) -> dict[str, Any]:
             for c in VIRTUAL_LANES:
                 out = virtual_run(runs[0], path, c, Path(tmp) / f"c{c}", trace)
                 virtual[str(c)] = estimates(out)
-        data["deployments"].append({
-            "name": profile, "profile": _rel(path), "gpu_runs": [_rel(f) for f in runs],
-            "gpu": gpu, "virtual": virtual, "virtual_host_s": round(time.monotonic() - t0, 1)})
+        data["deployments"].append(
+            {
+                "name": profile,
+                "profile": _rel(path),
+                "gpu_runs": [_rel(f) for f in runs],
+                "gpu": gpu,
+                "virtual": virtual,
+                "virtual_host_s": round(time.monotonic() - t0, 1),
+            }
+        )
     (OUT / "capacity.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 
 
 # ---- the table (pure functions of capacity.json) -----------------------------------------
 
+
 def capacity(side: dict[str, Any], slo_text: str) -> Any:
     from agent_replay.replay.sweep.capacity import Estimate, ladder_capacity, parse_slo
 
     slo = parse_slo(slo_text)
-    points = {float(c): {k: Estimate(v["value"], v["low"], v["high"]) for k, v in figs.items()}
-              for c, figs in side.items()}
+    points = {
+        float(c): {k: Estimate(v["value"], v["low"], v["high"]) for k, v in figs.items()}
+        for c, figs in side.items()
+    }
     return ladder_capacity("", 1, points, slo)
 
 
@@ -149,24 +175,34 @@ def _fig(figs: dict[str, Any], key: str) -> str:
 
 def table(data: dict[str, Any]) -> str:
     """One row per deployment and SLO: the GPU ladder's answer and the virtual engine's."""
-    lines = ["| Deployment | SLO | GPU (lanes 1, 2, 4, 6, 8; one run each) | Virtual engine "
-             f"(lanes {', '.join(str(c) for c in VIRTUAL_LANES)}) |", "|---|---|---|---|"]
+    lines = [
+        "| Deployment | SLO | GPU (lanes 1, 2, 4, 6, 8; one run each) | Virtual engine "
+        f"(lanes {', '.join(str(c) for c in VIRTUAL_LANES)}) |",
+        "|---|---|---|---|",
+    ]
     for d in data["deployments"]:
         for slo in data["slos"]:
-            lines.append(f"| {d['name']} | `{slo}` | {answer(capacity(d['gpu'], slo))} | "
-                         f"{answer(capacity(d['virtual'], slo))} |")
+            lines.append(
+                f"| {d['name']} | `{slo}` | {answer(capacity(d['gpu'], slo))} | "
+                f"{answer(capacity(d['virtual'], slo))} |"
+            )
     return "\n".join(lines)
 
 
 def figures_table(data: dict[str, Any]) -> str:
     """Each lane count's figures with their intervals, GPU beside virtual."""
-    lines = ["| Deployment | Lanes | P90 TPS, GPU | P90 TPS, virtual | North Star, GPU | "
-             "North Star, virtual |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| Deployment | Lanes | P90 TPS, GPU | P90 TPS, virtual | North Star, GPU | "
+        "North Star, virtual |",
+        "|---|---|---|---|---|---|",
+    ]
     for d in data["deployments"]:
         for c in sorted({*d["gpu"], *d["virtual"]}, key=int):
             g, v = d["gpu"].get(c, {}), d["virtual"].get(c, {})
-            lines.append(f"| {d['name']} | {c} | {_fig(g, 'p90_tps')} | {_fig(v, 'p90_tps')} | "
-                         f"{_fig(g, 'north_star')} | {_fig(v, 'north_star')} |")
+            lines.append(
+                f"| {d['name']} | {c} | {_fig(g, 'p90_tps')} | {_fig(v, 'p90_tps')} | "
+                f"{_fig(g, 'north_star')} | {_fig(v, 'north_star')} |"
+            )
     return "\n".join(lines)
 
 
@@ -192,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     text = Path(args.check).read_text()
     gone = [name for name, block in blocks(data).items() if block not in text]
     for name in gone:
-        print(f"{args.check}: lacks the {name} computed from {_rel(OUT / 'capacity.json')}",
-              file=sys.stderr)
+        print(
+            f"{args.check}: lacks the {name} computed from {_rel(OUT / 'capacity.json')}",
+            file=sys.stderr,
+        )
     return 1 if gone else 0
 
 

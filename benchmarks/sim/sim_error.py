@@ -32,9 +32,14 @@ H100 = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
 SOLO = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo"
 
 FIGURES = (
-    ("ttft_p50_ms", "TTFT P50"), ("ttft_p90_ms", "TTFT P90"), ("tpot_p50_ms", "TPOT P50"),
-    ("tpot_p90_ms", "TPOT P90"), ("itl_p99_ms", "ITL P99"), ("p90_tps", "P90 TPS"),
-    ("north_star", "North Star"), ("total_tps_per_gpu", "tok/s/GPU"),
+    ("ttft_p50_ms", "TTFT P50"),
+    ("ttft_p90_ms", "TTFT P90"),
+    ("tpot_p50_ms", "TPOT P50"),
+    ("tpot_p90_ms", "TPOT P90"),
+    ("itl_p99_ms", "ITL P99"),
+    ("p90_tps", "P90 TPS"),
+    ("north_star", "North Star"),
+    ("total_tps_per_gpu", "tok/s/GPU"),
 )
 TARGETS = {"tpot_p50_ms": 0.03, "tpot_p90_ms": 0.03, "ttft_p50_ms": 0.10, "ttft_p90_ms": 0.10}
 """Error targets: TPOT within 3%, TTFT within 10% (or within the measured spread)."""
@@ -54,17 +59,24 @@ class Experiment:
     """Repeats of another point whose spread stands in where a held-out point ran once."""
 
     def folders(self, point: str) -> list[Path]:
-        return [self.runs / self.profile / point / r for r in self.repeats
-                if (self.runs / self.profile / point / r / "requests").is_dir()]
+        return [
+            self.runs / self.profile / point / r
+            for r in self.repeats
+            if (self.runs / self.profile / point / r / "requests").is_dir()
+        ]
 
 
 def _h200(profile: str, server: str) -> Experiment:
     return Experiment(
-        name=f"h200-{profile}", gpu="H200, 4-layer toy model, mini-swe-agent sessions",
-        profile=profile, command=H200 / f"results/{server}.command.json",
+        name=f"h200-{profile}",
+        gpu="H200, 4-layer toy model, mini-swe-agent sessions",
+        profile=profile,
+        command=H200 / f"results/{server}.command.json",
         fit=("concurrent_sessions=1", "concurrent_sessions=8"),
         held_out=("concurrent_sessions=2", "concurrent_sessions=32"),
-        runs=H200 / "mtp/runs", repeats=tuple(f"r{i}" for i in range(5)))
+        runs=H200 / "mtp/runs",
+        repeats=tuple(f"r{i}" for i in range(5)),
+    )
 
 
 def _solo(profile: str, server: str) -> Experiment:
@@ -73,11 +85,18 @@ def _solo(profile: str, server: str) -> Experiment:
     co-resident run's three repeats at 1 lane (the only repeats of this model and GPU)."""
     spread = H100 / "results/runs" / profile / "c1"
     return Experiment(
-        name=f"h100-solo-{profile}", gpu="H100 alone, 16B MoE in FP8, AgentX Claude Code sessions",
-        profile=profile, command=SOLO / f"results/{server}.command.json",
-        fit=("c1", "c2", "c8"), held_out=("c4", "c6"), runs=SOLO / "results/runs",
-        repeats=("r1",), spread_runs=tuple(spread / r for r in ("r1", "r2", "r3")
-                                           if (spread / r / "requests").is_dir()))
+        name=f"h100-solo-{profile}",
+        gpu="H100 alone, 16B MoE in FP8, AgentX Claude Code sessions",
+        profile=profile,
+        command=SOLO / f"results/{server}.command.json",
+        fit=("c1", "c2", "c8"),
+        held_out=("c4", "c6"),
+        runs=SOLO / "results/runs",
+        repeats=("r1",),
+        spread_runs=tuple(
+            spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()
+        ),
+    )
 
 
 EXPERIMENTS = (
@@ -111,8 +130,9 @@ def refresh() -> dict[str, Any]:
     data: dict[str, Any] = {"experiments": []}
     for ex in EXPERIMENTS:
         fit_folders = [f for p in ex.fit for f in ex.folders(p)]
-        fit = fit_runs([_rel(f) for f in fit_folders], name=ex.name,
-                       command=read_command(ex.command))
+        fit = fit_runs(
+            [_rel(f) for f in fit_folders], name=ex.name, command=read_command(ex.command)
+        )
         profile_path = OUT / f"{ex.name}.json"
         profile_path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")
         points = []
@@ -120,22 +140,39 @@ def refresh() -> dict[str, Any]:
             for point in ex.held_out:
                 measured, predicted = [], []
                 for folder in ex.folders(point):
-                    out = predict_run(fit.profile, folder, Path(tmp) / point / folder.name,
-                                      profile_label=_rel(profile_path))
+                    out = predict_run(
+                        fit.profile,
+                        folder,
+                        Path(tmp) / point / folder.name,
+                        profile_label=_rel(profile_path),
+                    )
                     measured.append(figures(folder))
                     predicted.append(figures(out))
-                points.append({"point": point, "runs": [_rel(f) for f in ex.folders(point)],
-                               "measured": measured, "predicted": predicted})
-        data["experiments"].append({
-            "name": ex.name, "gpu": ex.gpu, "profile": _rel(profile_path),
-            "fitted_on": list(ex.fit), "points": points,
-            "spread_runs": [_rel(f) for f in ex.spread_runs],
-            "spread_measured": [figures(f) for f in ex.spread_runs]})
+                points.append(
+                    {
+                        "point": point,
+                        "runs": [_rel(f) for f in ex.folders(point)],
+                        "measured": measured,
+                        "predicted": predicted,
+                    }
+                )
+        data["experiments"].append(
+            {
+                "name": ex.name,
+                "gpu": ex.gpu,
+                "profile": _rel(profile_path),
+                "fitted_on": list(ex.fit),
+                "points": points,
+                "spread_runs": [_rel(f) for f in ex.spread_runs],
+                "spread_measured": [figures(f) for f in ex.spread_runs],
+            }
+        )
     (OUT / "error.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 
 
 # ---- the table (pure functions of error.json) --------------------------------------------
+
 
 def _mean(xs: list[float | None]) -> float | None:
     v = [x for x in xs if x is not None]
@@ -185,9 +222,11 @@ def point_spread(ex: dict[str, Any], pt: dict[str, Any], key: str) -> tuple[floa
 
 def table(data: dict[str, Any]) -> str:
     """One row per held-out point and figure: measured mean, predicted, error, spread."""
-    lines = ["| Deployment | Held-out point | Figure | Measured | Predicted | Error | "
-             "Measured spread | Target |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| Deployment | Held-out point | Figure | Measured | Predicted | Error | "
+        "Measured spread | Target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for ex in data["experiments"]:
         for pt in ex["points"]:
             n = len(pt["measured"])
@@ -197,9 +236,11 @@ def table(data: dict[str, Any]) -> str:
                 (s, mark), e = point_spread(ex, pt, key), error(m, p)
                 ok = met(key, e, s)
                 verdict = "" if ok is None else ("met" if ok else "**missed**")
-                lines.append(f"| {ex['name']} | {pt['point']} ({n} runs) | {label} | "
-                             f"{_fmt(_mean(m))} | {_fmt(_mean(p))} | {_pct(e)} | "
-                             f"{'±' + _pct(s)[1:] + mark if s is not None else '–'} | {verdict} |")
+                lines.append(
+                    f"| {ex['name']} | {pt['point']} ({n} runs) | {label} | "
+                    f"{_fmt(_mean(m))} | {_fmt(_mean(p))} | {_pct(e)} | "
+                    f"{'±' + _pct(s)[1:] + mark if s is not None else '–'} | {verdict} |"
+                )
     return "\n".join(lines)
 
 
@@ -239,8 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     text = Path(args.check).read_text()
     gone = [name for name, block in blocks(data).items() if block not in text]
     for name in gone:
-        print(f"{args.check}: lacks the {name} computed from {_rel(OUT / 'error.json')}",
-              file=sys.stderr)
+        print(
+            f"{args.check}: lacks the {name} computed from {_rel(OUT / 'error.json')}",
+            file=sys.stderr,
+        )
     return 1 if gone else 0
 
 

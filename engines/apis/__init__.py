@@ -9,13 +9,16 @@ from __future__ import annotations
 from agent_replay.engines.apis import chat, completions, gemini, messages, responses
 from agent_replay.engines.apis.base import Decoder, Dialect, ServedRequest
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (
-    completions.DIALECT,
-    chat.DIALECT,
-    messages.DIALECT,
-    responses.DIALECT,
-    gemini.DIALECT,
-)}
+DIALECTS: dict[str, Dialect] = {
+    d.name: d
+    for d in (
+        completions.DIALECT,
+        chat.DIALECT,
+        messages.DIALECT,
+        responses.DIALECT,
+        gemini.DIALECT,
+    )
+}
 """Every API, by the trace's ``api`` name."""
 
 

@@ -96,9 +96,16 @@ class Dialect:
         """The path (and query) a request for ``model`` is sent to."""
         return self.route
 
-    def build(self, *, model: str, prompt: Any, max_tokens: int, vllm_extras: bool = True,
-              temperature: float | None = 0.0, base: Mapping[str, Any] | None = None
-              ) -> dict[str, Any]:
+    def build(
+        self,
+        *,
+        model: str,
+        prompt: Any,
+        max_tokens: int,
+        vllm_extras: bool = True,
+        temperature: float | None = 0.0,
+        base: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """The JSON body of a streamed request.
 
         ``prompt`` is a sequence of token ids (``token_ids`` APIs), a string (one user
@@ -138,18 +145,21 @@ class Dialect:
         """A fresh stream decoder."""
         raise NotImplementedError
 
-    def usage(self, usage: Any, uncached_input: bool = False
-              ) -> tuple[int | None, int | None, int | None]:
+    def usage(
+        self, usage: Any, uncached_input: bool = False
+    ) -> tuple[int | None, int | None, int | None]:
         """(prompt, output, cached) tokens of this API's usage object."""
         return read_usage(usage, uncached_input)
 
-    def stream_usage(self, dec: Decoder, uncached_input: bool = False
-                     ) -> tuple[int | None, int | None, int | None]:
+    def stream_usage(
+        self, dec: Decoder, uncached_input: bool = False
+    ) -> tuple[int | None, int | None, int | None]:
         """(prompt, output, cached) tokens a recorded stream reported."""
         return self.usage(dec.usage)
 
-    def response_usage(self, obj: Any, uncached_input: bool = False
-                       ) -> tuple[int | None, int | None, int | None]:
+    def response_usage(
+        self, obj: Any, uncached_input: bool = False
+    ) -> tuple[int | None, int | None, int | None]:
         """(prompt, output, cached) tokens of a response body that is not a stream."""
         if not isinstance(obj, dict):
             return None, None, None
@@ -223,15 +233,23 @@ class Dialect:
         """The request as the engine needs it; ``ValueError`` with a message on a bad body."""
         raise NotImplementedError
 
-    def stream_encoder(self, *, rid: str, created: int, model: str,
-                       prompt_tokens: int) -> Any:
+    def stream_encoder(self, *, rid: str, created: int, model: str, prompt_tokens: int) -> Any:
         """An encoder of one streamed answer: ``chunk(text, n_tokens, finish)`` per engine
         step and ``final(cached, finish)``, each returning the SSE bytes to send."""
         raise NotImplementedError
 
-    def response_body(self, *, rid: str, created: int, model: str, text: str,
-                      finish: str | None, prompt: int, completion: int,
-                      cached: int | None) -> bytes:
+    def response_body(
+        self,
+        *,
+        rid: str,
+        created: int,
+        model: str,
+        text: str,
+        finish: str | None,
+        prompt: int,
+        completion: int,
+        cached: int | None,
+    ) -> bytes:
         """The JSON body of an answer that is not streamed."""
         raise NotImplementedError
 
@@ -280,8 +298,9 @@ def usage_counts(usage: Mapping[str, Any] | None) -> tuple[int | None, int | Non
     return prompt, completion, cached
 
 
-def _messages_usage(usage: dict[str, Any], uncached_input: bool
-                    ) -> tuple[int | None, int | None, int | None]:
+def _messages_usage(
+    usage: dict[str, Any], uncached_input: bool
+) -> tuple[int | None, int | None, int | None]:
     """``read_usage`` of a Messages usage with cache fields."""
     inp = usage.get("input_tokens")
     read = usage.get("cache_read_input_tokens") or 0
@@ -291,8 +310,9 @@ def _messages_usage(usage: dict[str, Any], uncached_input: bool
     return total, out if isinstance(out, int) else None, read if isinstance(read, int) else None
 
 
-def read_usage(usage: Any, uncached_input: bool = False
-               ) -> tuple[int | None, int | None, int | None]:
+def read_usage(
+    usage: Any, uncached_input: bool = False
+) -> tuple[int | None, int | None, int | None]:
     """(prompt tokens, output tokens, cached prompt tokens) of a usage object of the OpenAI
     and Anthropic APIs.
 

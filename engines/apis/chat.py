@@ -56,8 +56,11 @@ class Chat(OpenAIDialect):
 
 def _first_choice_deltas(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The deltas of a stream event's choice 0 (a reply is read from the first choice)."""
-    return [c.get("delta") or {} for c in obj.get("choices") or ()
-            if isinstance(c, dict) and c.get("index", 0) == 0]
+    return [
+        c.get("delta") or {}
+        for c in obj.get("choices") or ()
+        if isinstance(c, dict) and c.get("index", 0) == 0
+    ]
 
 
 DIALECT = Chat()

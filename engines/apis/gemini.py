@@ -35,9 +35,16 @@ from agent_replay.engines.sse import SSEEvent
 
 _PATH = re.compile(r"/models/([^:]+):(streamGenerateContent|generateContent)$")
 _FINISH = {"length": "MAX_TOKENS", "stop": "STOP", "tool_calls": "STOP"}
-_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND",
-           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE",
-           503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 def _parts(obj: Any) -> list[Any]:
@@ -46,21 +53,25 @@ def _parts(obj: Any) -> list[Any]:
 
 
 def _text(parts: list[Any]) -> str:
-    return "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "".join(
+        p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
 
 
 def _usage(meta: Any) -> tuple[int | None, int | None, int | None]:
     if not isinstance(meta, dict):
         return None, None, None
-    return (meta.get("promptTokenCount"), meta.get("candidatesTokenCount"),
-            meta.get("cachedContentTokenCount"))
+    return (
+        meta.get("promptTokenCount"),
+        meta.get("candidatesTokenCount"),
+        meta.get("cachedContentTokenCount"),
+    )
 
 
 class GeminiStreamDecoder:
     """Decodes one ``streamGenerateContent`` SSE stream (see the module text)."""
 
-    __slots__ = ("_counted", "_output", "_provisional", "done", "error", "finish_reason",
-                 "usage")
+    __slots__ = ("_counted", "_output", "_provisional", "done", "error", "finish_reason", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] | None = None
@@ -96,8 +107,10 @@ class GeminiStreamDecoder:
         if c0.get("finishReason"):
             self.finish_reason = c0["finishReason"]
             self.done = True
-        if any(isinstance(p, dict) and (p.get("text") or p.get("functionCall"))
-               for p in _parts(c0.get("content"))):
+        if any(
+            isinstance(p, dict) and (p.get("text") or p.get("functionCall"))
+            for p in _parts(c0.get("content"))
+        ):
             if isinstance(out, int) and not self._provisional:
                 k = max(out - self._output, 0)
                 self._output = max(out, self._output)
@@ -153,8 +166,9 @@ def _contents(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any
         if m.get("role") == "system":
             system = {"parts": parts}
             continue
-        contents.append({"role": "model" if m.get("role") == "assistant" else "user",
-                         "parts": parts})
+        contents.append(
+            {"role": "model" if m.get("role") == "assistant" else "user", "parts": parts}
+        )
     return contents, system
 
 
@@ -170,9 +184,16 @@ class Gemini(Dialect):
     def url_path(self, model: str) -> str:
         return self.route.replace("{model}", model) + "?alt=sse"
 
-    def build(self, *, model: str, prompt: Any, max_tokens: int, vllm_extras: bool = True,
-              temperature: float | None = 0.0, base: Mapping[str, Any] | None = None
-              ) -> dict[str, Any]:
+    def build(
+        self,
+        *,
+        model: str,
+        prompt: Any,
+        max_tokens: int,
+        vllm_extras: bool = True,
+        temperature: float | None = 0.0,
+        base: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         body: dict[str, Any] = dict(base) if base else {}
@@ -191,12 +212,14 @@ class Gemini(Dialect):
     def decoder(self) -> GeminiStreamDecoder:
         return GeminiStreamDecoder()
 
-    def usage(self, usage: Any, uncached_input: bool = False
-              ) -> tuple[int | None, int | None, int | None]:
+    def usage(
+        self, usage: Any, uncached_input: bool = False
+    ) -> tuple[int | None, int | None, int | None]:
         return _usage(usage)
 
-    def response_usage(self, obj: Any, uncached_input: bool = False
-                       ) -> tuple[int | None, int | None, int | None]:
+    def response_usage(
+        self, obj: Any, uncached_input: bool = False
+    ) -> tuple[int | None, int | None, int | None]:
         return _usage(obj.get("usageMetadata") if isinstance(obj, dict) else None)
 
     def path_model(self, path: str) -> str | None:
@@ -217,11 +240,15 @@ class Gemini(Dialect):
         for c in body.get("contents") or ():
             if not isinstance(c, dict):
                 continue
-            blocks = [{"type": "text", "text": p["text"]}
-                      if isinstance(p, dict) and isinstance(p.get("text"), str) else p
-                      for p in _parts(c)]
-            items.append({"role": "assistant" if c.get("role") == "model" else "user",
-                          "content": blocks})
+            blocks = [
+                {"type": "text", "text": p["text"]}
+                if isinstance(p, dict) and isinstance(p.get("text"), str)
+                else p
+                for p in _parts(c)
+            ]
+            items.append(
+                {"role": "assistant" if c.get("role") == "model" else "user", "content": blocks}
+            )
         return items
 
     def system(self, body: Mapping[str, Any]) -> Any:
@@ -240,18 +267,25 @@ class Gemini(Dialect):
 
     def serve_request(self, data: dict[str, Any], path_model: str | None) -> ServedRequest:
         contents = data.get("contents")
-        if not isinstance(contents, list) or not contents or not all(
-                isinstance(c, dict) and isinstance(c.get("parts"), list) for c in contents):
+        if (
+            not isinstance(contents, list)
+            or not contents
+            or not all(isinstance(c, dict) and isinstance(c.get("parts"), list) for c in contents)
+        ):
             raise ValueError("contents: a non-empty list of contents with parts is required")
         messages = []
         system = self.system(data)
         if system:
             messages.append({"role": "system", "content": system})
         for c in contents:
-            text = "".join(p["text"] if isinstance(p.get("text"), str)
-                           else orjson.dumps(p).decode() for p in c["parts"] if isinstance(p, dict))
-            messages.append({"role": "assistant" if c.get("role") == "model" else "user",
-                             "content": text})
+            text = "".join(
+                p["text"] if isinstance(p.get("text"), str) else orjson.dumps(p).decode()
+                for p in c["parts"]
+                if isinstance(p, dict)
+            )
+            messages.append(
+                {"role": "assistant" if c.get("role") == "model" else "user", "content": text}
+            )
         config = data.get("generationConfig") or {}
         n = config.get("maxOutputTokens") if isinstance(config, dict) else None
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -259,13 +293,21 @@ class Gemini(Dialect):
         tools = data.get("tools") if isinstance(data.get("tools"), list) else None
         return ServedRequest(messages, tools or None, n, path_model, True)
 
-    def stream_encoder(self, *, rid: str, created: int, model: str,
-                       prompt_tokens: int) -> GeminiEncoder:
+    def stream_encoder(
+        self, *, rid: str, created: int, model: str, prompt_tokens: int
+    ) -> GeminiEncoder:
         return GeminiEncoder(rid=rid, model=model, prompt_tokens=prompt_tokens)
 
     def error_body(self, message: str, status: int, kind: str | None = None) -> bytes:
-        return orjson.dumps({"error": {"code": status, "message": message,
-                                       "status": _STATUS.get(status, "UNKNOWN")}})
+        return orjson.dumps(
+            {
+                "error": {
+                    "code": status,
+                    "message": message,
+                    "status": _STATUS.get(status, "UNKNOWN"),
+                }
+            }
+        )
 
 
 class GeminiEncoder:
@@ -286,12 +328,19 @@ class GeminiEncoder:
         if finish is not None:
             cand["finishReason"] = _FINISH.get(finish, "OTHER")
         cand["index"] = 0
-        meta = {"promptTokenCount": self.prompt, "candidatesTokenCount": self._done,
-                "totalTokenCount": self.prompt + self._done}
+        meta = {
+            "promptTokenCount": self.prompt,
+            "candidatesTokenCount": self._done,
+            "totalTokenCount": self.prompt + self._done,
+        }
         if cached is not None:
             meta["cachedContentTokenCount"] = cached
-        obj = {"candidates": [cand], "usageMetadata": meta, "modelVersion": self.model,
-               "responseId": self.rid}
+        obj = {
+            "candidates": [cand],
+            "usageMetadata": meta,
+            "modelVersion": self.model,
+            "responseId": self.rid,
+        }
         return b"data: " + orjson.dumps(obj) + b"\r\n\r\n"
 
     def chunk(self, text: str, n_tokens: int, finish: str | None) -> bytes:

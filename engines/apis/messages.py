@@ -22,8 +22,17 @@ from agent_replay.engines.sse import SSEEvent
 class MessagesStreamDecoder:
     """Decodes an Anthropic messages stream (see the module text)."""
 
-    __slots__ = ("_counted", "_input", "_output", "_provisional", "cached", "done", "error",
-                 "finish_reason", "usage")
+    __slots__ = (
+        "_counted",
+        "_input",
+        "_output",
+        "_provisional",
+        "cached",
+        "done",
+        "error",
+        "finish_reason",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] | None = None
@@ -74,7 +83,9 @@ class MessagesStreamDecoder:
     def _take_usage(self, kind: Any, obj: dict[str, Any]) -> Any:
         """Merge the event's usage (``message_start`` carries it in its message); its
         cumulative ``output_tokens``, None without usage."""
-        usage = (obj.get("message") or {}).get("usage") if kind == "message_start" else obj.get("usage")
+        usage = (
+            (obj.get("message") or {}).get("usage") if kind == "message_start" else obj.get("usage")
+        )
         if not isinstance(usage, dict):
             return None
         self._merge_usage(usage)
@@ -112,9 +123,16 @@ class MessagesStreamDecoder:
         return self._input, self._counted, self.cached
 
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
 """Anthropic's error types by HTTP status; every other status is ``api_error``."""
 
 
@@ -139,11 +157,16 @@ class Messages(Dialect):
 
     def error_body(self, message: str, status: int, kind: str | None = None) -> bytes:
         """Anthropic's shape; its ``type`` is one of the API's own, by ``status``."""
-        return orjson.dumps({"type": "error", "error": {
-            "type": _ERROR_TYPES.get(status, "api_error"), "message": message}})
+        return orjson.dumps(
+            {
+                "type": "error",
+                "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message},
+            }
+        )
 
-    def stream_usage(self, dec: Any, uncached_input: bool = False
-                     ) -> tuple[int | None, int | None, int | None]:
+    def stream_usage(
+        self, dec: Any, uncached_input: bool = False
+    ) -> tuple[int | None, int | None, int | None]:
         inp, out, cached = self.usage(dec.usage, uncached_input)
         if out is None and dec.usage is not None:
             out = dec.usage.get("output_tokens")

@@ -18,13 +18,15 @@ from agent_replay.engines.apis.base import DONE, Dialect, as_messages, error_tex
 from agent_replay.engines.replies import Reply, event_object, norm_text, responses_output
 from agent_replay.engines.sse import SSEEvent
 
-_DELTAS = frozenset({
-    "response.output_text.delta",
-    "response.function_call_arguments.delta",
-    "response.reasoning_text.delta",
-    "response.reasoning_summary_text.delta",
-    "response.refusal.delta",
-})
+_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.refusal.delta",
+    }
+)
 _END = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -76,8 +78,13 @@ class ResponsesStreamDecoder:
             self.error = orjson.dumps(resp["error"]).decode()
         status = resp.get("status")
         details = resp.get("incomplete_details") or {}
-        self.finish_reason = ("length" if details.get("reason") == "max_output_tokens"
-                              else status if isinstance(status, str) else None)
+        self.finish_reason = (
+            "length"
+            if details.get("reason") == "max_output_tokens"
+            else status
+            if isinstance(status, str)
+            else None
+        )
 
     def result_usage(self) -> tuple[int | None, int | None, int | None]:
         return read_usage(self.usage)

@@ -21,9 +21,17 @@ if TYPE_CHECKING:
 # Each name is imported on first use: the command line imports this package for the
 # ``engines sim`` arguments in every process, and the server (aiohttp's web side) is most of
 # its import time.
-_HOME = {"EngineCore": "core", "SimRequest": "core", "GROUND_TRUTH_SCHEMA": "ground_truth",
-         "SimProcess": "process", "PROFILE_NAMES": "profile", "SimProfile": "profile",
-         "SimServer": "server", "SimTokenizer": "tokenizer", "synthesize_text": "tokenizer"}
+_HOME = {
+    "EngineCore": "core",
+    "SimRequest": "core",
+    "GROUND_TRUTH_SCHEMA": "ground_truth",
+    "SimProcess": "process",
+    "PROFILE_NAMES": "profile",
+    "SimProfile": "profile",
+    "SimServer": "server",
+    "SimTokenizer": "tokenizer",
+    "synthesize_text": "tokenizer",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -33,5 +41,14 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{home}"), name)
 
 
-__all__ = ["GROUND_TRUTH_SCHEMA", "PROFILE_NAMES", "EngineCore", "SimProcess", "SimProfile",
-           "SimRequest", "SimServer", "SimTokenizer", "synthesize_text"]
+__all__ = [
+    "GROUND_TRUTH_SCHEMA",
+    "PROFILE_NAMES",
+    "EngineCore",
+    "SimProcess",
+    "SimProfile",
+    "SimRequest",
+    "SimServer",
+    "SimTokenizer",
+    "synthesize_text",
+]

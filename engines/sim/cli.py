@@ -24,28 +24,51 @@ READY_PREFIX = "READY "
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port; default 8000)")
-    p.add_argument("--profile", default="default",
-                   help="shipped profile (default, fast, mtp) or a JSON profile file")
+    p.add_argument(
+        "--profile",
+        default="default",
+        help="shipped profile (default, fast, mtp) or a JSON profile file",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="processes sharing the port with SO_REUSEPORT (default 1)")
-    p.add_argument("--ground-truth", metavar="FILE", default=None,
-                   help="write per-chunk write times as Parquet on shutdown (one file per worker: "
-                        "FILE, or FILE with .wN before the suffix when --workers > 1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes sharing the port with SO_REUSEPORT (default 1)",
+    )
+    p.add_argument(
+        "--ground-truth",
+        metavar="FILE",
+        default=None,
+        help="write per-chunk write times as Parquet on shutdown (one file per worker: "
+        "FILE, or FILE with .wN before the suffix when --workers > 1)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing ground-truth file")
-    p.add_argument("--kernel-arrival", action="store_true",
-                   help="with --ground-truth (Linux): each request's arrival from the kernel's "
-                        "receive stamp of its first packet, so the engine's own ingress queue "
-                        "shows in the ground truth; the engine then reads and writes through a "
-                        "Python transport (engines.kstamp) instead of uvloop's")
-    p.add_argument("--api-key", default=None, metavar="KEY",
-                   help="demand this key (Authorization: Bearer KEY or x-api-key: KEY) on "
-                   "every request but /health, else 401: a protected endpoint, for tests")
-    p.add_argument("--tool-call", metavar="NAME=JSON", action="append", default=None,
-                   help="answer a request that offers tool NAME, on a user's turn, with a call "
-                        "of it with these arguments (e.g. 'Bash={\"command\": \"ls\"}'), "
-                        "so that an agent runs a tool; repeat for several tools (the first "
-                        "offered applies)")
+    p.add_argument(
+        "--kernel-arrival",
+        action="store_true",
+        help="with --ground-truth (Linux): each request's arrival from the kernel's "
+        "receive stamp of its first packet, so the engine's own ingress queue "
+        "shows in the ground truth; the engine then reads and writes through a "
+        "Python transport (engines.kstamp) instead of uvloop's",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="demand this key (Authorization: Bearer KEY or x-api-key: KEY) on "
+        "every request but /health, else 401: a protected endpoint, for tests",
+    )
+    p.add_argument(
+        "--tool-call",
+        metavar="NAME=JSON",
+        action="append",
+        default=None,
+        help="answer a request that offers tool NAME, on a user's turn, with a call "
+        'of it with these arguments (e.g. \'Bash={"command": "ls"}\'), '
+        "so that an agent runs a tool; repeat for several tools (the first "
+        "offered applies)",
+    )
     p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine-index", type=int, default=0, help=argparse.SUPPRESS)
 
@@ -80,11 +103,19 @@ def _run_single(args: argparse.Namespace) -> int:
     from agent_replay.engines.sim.stats import schedule_warning
 
     async def main() -> None:
-        server = SimServer(args.profile, host=args.host, port=args.port, seed=args.seed,
-                           ground_truth=args.ground_truth, force=args.force,
-                           reuse_port=args.reuse_port, engine_index=args.engine_index,
-                           kernel_arrival=args.kernel_arrival, api_key=args.api_key,
-                           tool_call=args.tool_call)
+        server = SimServer(
+            args.profile,
+            host=args.host,
+            port=args.port,
+            seed=args.seed,
+            ground_truth=args.ground_truth,
+            force=args.force,
+            reuse_port=args.reuse_port,
+            engine_index=args.engine_index,
+            kernel_arrival=args.kernel_arrival,
+            api_key=args.api_key,
+            tool_call=args.tool_call,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,8 +126,11 @@ def _run_single(args: argparse.Namespace) -> int:
         # keep it out of the collector's generations, so collections during the run are
         # short (a collection blocks the loop, and with it a step's writes).
         gc.freeze()
-        print(f"{READY_PREFIX}{server.url} profile={server.profile.name} "
-              f"model={server.profile.model_name} pid={os.getpid()}", flush=True)
+        print(
+            f"{READY_PREFIX}{server.url} profile={server.profile.name} "
+            f"model={server.profile.model_name} pid={os.getpid()}",
+            flush=True,
+        )
         await stop.wait()
         await server.stop()
         warning = schedule_warning(server.core.stats)
@@ -116,15 +150,29 @@ def _run_workers(args: argparse.Namespace) -> int:
         reserve.bind((args.host, args.port))
     except OSError as exc:
         reserve.close()
-        raise InputError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
-                         ) from None
+        raise InputError(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+        ) from None
     port = reserve.getsockname()[1]
     procs: list[subprocess.Popen[str]] = []
     try:
         for k in range(args.workers):
-            cmd = [sys.executable, "-m", "agent_replay.engines.sim", "--host", args.host, "--port", str(port),
-                   "--profile", args.profile, "--seed", str(args.seed + k), "--reuse-port",
-                   "--engine-index", str(k)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "agent_replay.engines.sim",
+                "--host",
+                args.host,
+                "--port",
+                str(port),
+                "--profile",
+                args.profile,
+                "--seed",
+                str(args.seed + k),
+                "--reuse-port",
+                "--engine-index",
+                str(k),
+            ]
             if args.ground_truth:
                 cmd += ["--ground-truth", worker_path(args.ground_truth, k)]
             if args.force:
@@ -141,8 +189,10 @@ def _run_workers(args: argparse.Namespace) -> int:
             line = pr.stdout.readline()
             if not line.startswith(READY_PREFIX):
                 raise LaunchError(f"sim worker {k} did not start (exit code {pr.poll()})")
-        print(f"{READY_PREFIX}http://{args.host}:{port} workers={args.workers} pid={os.getpid()}",
-              flush=True)
+        print(
+            f"{READY_PREFIX}http://{args.host}:{port} workers={args.workers} pid={os.getpid()}",
+            flush=True,
+        )
         stopped = False
 
         def _stop(signum: int, frame: object) -> None:
@@ -169,8 +219,9 @@ def _run_workers(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from agent_replay.errors import AgentReplayError
 
-    parser = argparse.ArgumentParser(prog="python -m engines.sim",
-                                     description="The simulated vLLM-dialect engine.")
+    parser = argparse.ArgumentParser(
+        prog="python -m engines.sim", description="The simulated vLLM-dialect engine."
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

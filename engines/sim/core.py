@@ -120,7 +120,9 @@ class EngineCore:
             req.hashes = block_hashes(req.prompt_ids, self.profile.block_size)
         # the front end is one process: requests pass it one at a time, in arrival order
         cost = self.profile.frontend_ns(req.prompt_len)
-        req.ready_ns = max(req.arrival_ns, self._frontend_free_ns) + cost if cost else req.arrival_ns
+        req.ready_ns = (
+            max(req.arrival_ns, self._frontend_free_ns) + cost if cost else req.arrival_ns
+        )
         self._frontend_free_ns = req.ready_ns if cost else self._frontend_free_ns
         self.waiting.append(req)
         s = self.stats
@@ -217,8 +219,9 @@ class EngineCore:
         prefill_tokens = sum(t for _, t in chunks)
         context = sum(r.prompt_len + r.num_generated for r in decode)
         prefill_ctx = sum(r.computed_tokens + t for r, t in chunks)
-        duration = (p.decode_step_ns(len(decode), context)
-                    + p.prefill_ns(prefill_tokens, len(chunks), prefill_ctx))
+        duration = p.decode_step_ns(len(decode), context) + p.prefill_ns(
+            prefill_tokens, len(chunks), prefill_ctx
+        )
         end_ns = start_ns + max(1, duration)
         emissions: list[Emission] = []
         s = self.stats

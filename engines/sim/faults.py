@@ -38,8 +38,12 @@ class FaultSpec:
 
     @property
     def any_stream_fault(self) -> bool:
-        return (self.reset_after >= 0 or self.stall_after >= 0 or self.malformed_after >= 0
-                or self.truncate_after >= 0)
+        return (
+            self.reset_after >= 0
+            or self.stall_after >= 0
+            or self.malformed_after >= 0
+            or self.truncate_after >= 0
+        )
 
     @property
     def lies(self) -> bool:
@@ -65,7 +69,9 @@ def parse_faults(text: str, *, source: str = "X-Sim-Fault") -> FaultSpec:
         key, sep, raw = part.partition("=")
         key = key.strip()
         if not sep or key not in _INT_KEYS + _FLOAT_KEYS:
-            raise InputError(f"{source}: cannot parse {part!r} (keys: {', '.join(_FLOAT_KEYS + _INT_KEYS)})")
+            raise InputError(
+                f"{source}: cannot parse {part!r} (keys: {', '.join(_FLOAT_KEYS + _INT_KEYS)})"
+            )
         try:
             values[key] = int(raw) if key in _INT_KEYS else float(raw)
         except ValueError:

@@ -102,9 +102,20 @@ def read_rows(folder: str | Path) -> tuple[dict[str, Any], Any]:
     req_dir = folder / "requests"
     if not req_dir.is_dir():
         raise InputError(f"{folder}: no requests/ folder")
-    cols = ["session_id", "status", "sent_ns", "connect_ns", "first_token_ns", "end_ns",
-            "prompt_tokens", "cached_tokens", "implied_cached_tokens", "completion_tokens",
-            "chunk_ns", "chunk_tokens"]
+    cols = [
+        "session_id",
+        "status",
+        "sent_ns",
+        "connect_ns",
+        "first_token_ns",
+        "end_ns",
+        "prompt_tokens",
+        "cached_tokens",
+        "implied_cached_tokens",
+        "completion_tokens",
+        "chunk_ns",
+        "chunk_tokens",
+    ]
     try:
         return meta, pq.read_table(req_dir, columns=cols)
     except Exception as exc:  # pyarrow raises several types for a broken file
@@ -117,18 +128,28 @@ def read_run(folder: str | Path, cached_below_ns_per_token: float | None = None)
     all_rows = table.to_pylist()
     rows = table.to_pydict()
     hits = prefix_hits(all_rows, cached_below_ns_per_token)
-    keep = [i for i, s in enumerate(rows["status"])
-            if s == "ok" and rows["first_token_ns"][i] is not None and rows["chunk_ns"][i]
-            and rows["prompt_tokens"][i] is not None and rows["sent_ns"][i] is not None]
+    keep = [
+        i
+        for i, s in enumerate(rows["status"])
+        if s == "ok"
+        and rows["first_token_ns"][i] is not None
+        and rows["chunk_ns"][i]
+        and rows["prompt_tokens"][i] is not None
+        and rows["sent_ns"][i] is not None
+    ]
 
     def arr(name: str, idx: list[int] = keep) -> np.ndarray:
         return np.array([rows[name][i] or 0 for i in idx], dtype=np.int64)
 
     cached = np.array([hits[i] for i in keep], dtype=np.int64)
     return Run(
-        folder=str(folder), meta=meta, sent=arr("sent_ns") + arr("connect_ns"),
+        folder=str(folder),
+        meta=meta,
+        sent=arr("sent_ns") + arr("connect_ns"),
         first=arr("first_token_ns"),
-        end=arr("end_ns"), prompt=arr("prompt_tokens"), cached=cached,
+        end=arr("end_ns"),
+        prompt=arr("prompt_tokens"),
+        cached=cached,
         completion=arr("completion_tokens"),
         chunk_ns=[np.array(rows["chunk_ns"][i], dtype=np.int64) for i in keep],
         chunk_tokens=[np.array(rows["chunk_tokens"][i], dtype=np.int64) for i in keep],
@@ -152,8 +173,10 @@ def cache_config(folder: str | Path) -> dict[str, int]:
         if name == "vllm:cache_config_info":
             lab = json.loads(labels)
             try:
-                return {"num_gpu_blocks": int(lab["num_gpu_blocks"]),
-                        "block_size": int(lab["block_size"])}
+                return {
+                    "num_gpu_blocks": int(lab["num_gpu_blocks"]),
+                    "block_size": int(lab["block_size"]),
+                }
             except (KeyError, ValueError):
                 return {}
     return {}
@@ -165,7 +188,9 @@ def _spec_counts(path: Path) -> tuple[float, list[float]] | None:
         return None
     t = pq.read_table(path, columns=["t_ns", "name", "labels", "value"]).to_pydict()
     series: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for t_ns, name, labels, value in zip(t["t_ns"], t["name"], t["labels"], t["value"], strict=True):
+    for t_ns, name, labels, value in zip(
+        t["t_ns"], t["name"], t["labels"], t["value"], strict=True
+    ):
         if name.startswith("vllm:spec_decode_num_"):
             pos = json.loads(labels).get("position", "")
             series.setdefault((name, pos), []).append((t_ns, value))
@@ -189,8 +214,10 @@ def _spec_counts(path: Path) -> tuple[float, list[float]] | None:
 
 # ---- observations ------------------------------------------------------------------------
 
-def _active(starts_sorted: np.ndarray, ends_sorted: np.ndarray, a: np.ndarray,
-            b: np.ndarray) -> np.ndarray:
+
+def _active(
+    starts_sorted: np.ndarray, ends_sorted: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
     """How many intervals [start, end] hold all of [a, b] (start <= a and end >= b), for
     intervals with start <= end: #(start <= a) - #(end < b)."""
     return np.searchsorted(starts_sorted, a, "right") - np.searchsorted(ends_sorted, b, "left")
@@ -229,8 +256,10 @@ def gap_samples(run: Run, k: int, budget: int) -> tuple[np.ndarray, np.ndarray]:
         if k == 0:
             ok &= n[1:] == 1
         batch = _active(fs, es, a, b)
-        ctx = (ctx_by_first[np.searchsorted(fs, a, "right")]
-               - ctx_by_end[np.searchsorted(es, b, "left")])
+        ctx = (
+            ctx_by_first[np.searchsorted(fs, a, "right")]
+            - ctx_by_end[np.searchsorted(es, b, "left")]
+        )
         ok &= batch >= 1
         d = ok & (open_ == 0)
         dec.append(np.stack([gap[d], batch[d], ctx[d]], axis=1))
@@ -240,10 +269,13 @@ def gap_samples(run: Run, k: int, budget: int) -> tuple[np.ndarray, np.ndarray]:
         one = ok & (open_ == 1) & (hi - lo == 1)
         j = np.minimum(lo, len(fs) - 1)
         one &= new_f[j] + batch * (1 + k) <= budget
-        pre.append(np.stack([gap[one], batch[one], ctx[one], prompt_f[j][one], new_f[j][one]],
-                            axis=1))
-    return (np.concatenate(dec) if dec else np.zeros((0, 3)),
-            np.concatenate(pre) if pre else np.zeros((0, 5)))
+        pre.append(
+            np.stack([gap[one], batch[one], ctx[one], prompt_f[j][one], new_f[j][one]], axis=1)
+        )
+    return (
+        np.concatenate(dec) if dec else np.zeros((0, 3)),
+        np.concatenate(pre) if pre else np.zeros((0, 5)),
+    )
 
 
 def prefill_samples(run: Run) -> np.ndarray:
@@ -267,13 +299,16 @@ def prefill_samples(run: Run) -> np.ndarray:
         if prev_first > s or next_sent < f:
             continue
         batch = int(_active(fs, es, np.array([s]), np.array([f]))[0])
-        ctx = int(ctx_by_first[np.searchsorted(fs, s, "right")]
-                  - ctx_by_end[np.searchsorted(es, f, "left")])
+        ctx = int(
+            ctx_by_first[np.searchsorted(fs, s, "right")]
+            - ctx_by_end[np.searchsorted(es, f, "left")]
+        )
         out.append((f - s, run.prompt[i], run.new[i], batch, ctx))
     return np.array(out, dtype=np.float64).reshape(-1, 5)
 
 
 # ---- least squares with a bootstrap over runs --------------------------------------------
+
 
 def _nonneg_lstsq(xtx: np.ndarray, xty: np.ndarray, free: tuple[int, ...] = ()) -> np.ndarray:
     """Least squares from the normal equations, terms outside ``free`` kept >= 0 (a negative
@@ -304,16 +339,26 @@ class Term:
     samples: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"value": _round(self.value), "low": _round(self.low), "high": _round(self.high),
-                "unit": self.unit, "samples": self.samples}
+        return {
+            "value": _round(self.value),
+            "low": _round(self.low),
+            "high": _round(self.high),
+            "unit": self.unit,
+            "samples": self.samples,
+        }
 
 
 def _round(x: float) -> float:
     return float(f"{x:.4g}") if math.isfinite(x) else x
 
 
-def _fit_terms(parts: list[tuple[np.ndarray, np.ndarray]], names: tuple[str, ...],
-               units: tuple[str, ...], *, scale: np.ndarray | None = None) -> list[Term]:
+def _fit_terms(
+    parts: list[tuple[np.ndarray, np.ndarray]],
+    names: tuple[str, ...],
+    units: tuple[str, ...],
+    *,
+    scale: np.ndarray | None = None,
+) -> list[Term]:
     """Pooled least squares over runs' (X, y), with a bootstrap over runs for intervals.
     ``scale`` normalises the columns for conditioning."""
     p = len(names)
@@ -339,6 +384,7 @@ def _fit_terms(parts: list[tuple[np.ndarray, np.ndarray]], names: tuple[str, ...
 
 
 # ---- the fit -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Fit:
@@ -385,13 +431,22 @@ def _fit_decode(samples: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[Te
     return _fit_terms(dparts, DECODE_TERMS, DECODE_UNITS, scale=np.array([1.0, 10.0, 1e4]))
 
 
-def _fit_prefill(runs: list[Run], samples: list[tuple[np.ndarray, np.ndarray]],
-                 d: dict[str, float], k: int, budget: int) -> list[Term]:
+def _fit_prefill(
+    runs: list[Run],
+    samples: list[tuple[np.ndarray, np.ndarray]],
+    d: dict[str, float],
+    k: int,
+    budget: int,
+) -> list[Term]:
     """The in-step prefill terms on the prefill gaps (when there are enough), then the front
     end on what the TTFT of lone prefills leaves."""
+
     def step_ns(batch: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-        return (d["decode_base_ns"] + d["decode_per_seq_ns"] * batch * (1 + k)
-                + d["decode_per_ctx_token_ns"] * ctx)
+        return (
+            d["decode_base_ns"]
+            + d["decode_per_seq_ns"] * batch * (1 + k)
+            + d["decode_per_ctx_token_ns"] * ctx
+        )
 
     sparts = []
     for _, pre in samples:
@@ -399,8 +454,9 @@ def _fit_prefill(runs: list[Run], samples: list[tuple[np.ndarray, np.ndarray]],
         sparts.append((x, pre[:, 0] - step_ns(pre[:, 1], pre[:, 2])))
     sterms: list[Term] = []
     if sum(len(y) for _, y in sparts) >= MIN_PREFILL_GAPS:
-        sterms = _fit_terms(sparts, STEP_PREFILL_TERMS, STEP_PREFILL_UNITS,
-                            scale=np.array([1.0, 1e4, 1e4]))
+        sterms = _fit_terms(
+            sparts, STEP_PREFILL_TERMS, STEP_PREFILL_UNITS, scale=np.array([1.0, 1e4, 1e4])
+        )
     s_ = {t.name: t.value for t in sterms}
     fparts = []
     for r in runs:
@@ -410,29 +466,45 @@ def _fit_prefill(runs: list[Run], samples: list[tuple[np.ndarray, np.ndarray]],
         wait = np.where(p[:, 3] > 0, 0.5, 0.0)
         y = p[:, 0] - (steps + wait) * step_ns(p[:, 3], p[:, 4])
         if sterms:
-            y = y - (steps * s_["prefill_base_ns"]
-                     + s_["prefill_per_ctx_token_ns"] * chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)
-                     + s_["prefill_ns_per_token"] * p[:, 2])
+            y = y - (
+                steps * s_["prefill_base_ns"]
+                + s_["prefill_per_ctx_token_ns"] * chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)
+                + s_["prefill_ns_per_token"] * p[:, 2]
+            )
             x = np.stack([np.ones(len(p)), p[:, 1]], axis=1)
         else:  # no prefill gaps (one user): new tokens are identified by the TTFT alone
-            x = np.stack([np.ones(len(p)), p[:, 1], p[:, 2],
-                          chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)], axis=1)
+            x = np.stack(
+                [
+                    np.ones(len(p)),
+                    p[:, 1],
+                    p[:, 2],
+                    chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget),
+                ],
+                axis=1,
+            )
         fparts.append((x, y))
     if sterms:
-        return sterms + _fit_terms(fparts, FRONTEND_TERMS, FRONTEND_UNITS, scale=np.array([1.0, 1e4]))
-    return _fit_terms(fparts, (*FRONTEND_TERMS, "prefill_ns_per_token", "prefill_per_ctx_token_ns"),
-                      (*FRONTEND_UNITS, "ns per new token", "ns per context token of a chunk"),
-                      scale=np.array([1.0, 1e4, 1e4, 1e5]))
+        return sterms + _fit_terms(
+            fparts, FRONTEND_TERMS, FRONTEND_UNITS, scale=np.array([1.0, 1e4])
+        )
+    return _fit_terms(
+        fparts,
+        (*FRONTEND_TERMS, "prefill_ns_per_token", "prefill_per_ctx_token_ns"),
+        (*FRONTEND_UNITS, "ns per new token", "ns per context token of a chunk"),
+        scale=np.array([1.0, 1e4, 1e4, 1e5]),
+    )
 
 
-def _fit_record(terms: dict[str, Term], runs: list[Run], flags: dict[str, Any],
-                split: float | None) -> dict[str, Any]:
+def _fit_record(
+    terms: dict[str, Term], runs: list[Run], flags: dict[str, Any], split: float | None
+) -> dict[str, Any]:
     """The profile's ``extra.fit``: every term with its interval, what the fit saw, and the
     cache split (``fit_cache_split``) when the runs had one."""
     out: dict[str, Any] = {
         "terms": {n: t.as_dict() for n, t in terms.items()},
         "fitted_on": fitted_on(runs, flags),
-        "interval": f"95% bootstrap over runs ({BOOTSTRAP} resamples, seed {SEED})"}
+        "interval": f"95% bootstrap over runs ({BOOTSTRAP} resamples, seed {SEED})",
+    }
     if split is not None:
         out["cached_below_ns_per_token"] = _round(split)
     return out
@@ -455,15 +527,24 @@ def _flags(runs: list[Run], command: dict[str, Any] | None) -> dict[str, Any]:
     return flags
 
 
-def _build_profile(base: SimProfile, name: str, notes: str, v: dict[str, float],
-                   acceptance: tuple[float, ...], flags: dict[str, Any], runs: list[Run],
-                   fit_extra: dict[str, Any]) -> SimProfile:
+def _build_profile(
+    base: SimProfile,
+    name: str,
+    notes: str,
+    v: dict[str, float],
+    acceptance: tuple[float, ...],
+    flags: dict[str, Any],
+    runs: list[Run],
+    fit_extra: dict[str, Any],
+) -> SimProfile:
     """The profile of the fitted terms ``v``, the launch flags and the first run's target."""
     per_token = v["prefill_ns_per_token"]
     cache = flags.get("cache_config") or {}
     target = runs[0].meta.get("target") or {}
     return base.replace(
-        name=name, notes=notes or "Fitted to real runs by agent-replay engines sim-fit; "
+        name=name,
+        notes=notes
+        or "Fitted to real runs by agent-replay engines sim-fit; "
         "every term's value and 95% interval (bootstrap over runs) are in extra.fit.terms.",
         decode_base_ns=round(v["decode_base_ns"]),
         decode_per_seq_ns=round(v["decode_per_seq_ns"]),
@@ -473,19 +554,35 @@ def _build_profile(base: SimProfile, name: str, notes: str, v: dict[str, float],
         prefill_per_ctx_token_ns=float(v.get("prefill_per_ctx_token_ns", 0.0)),
         frontend_base_ns=round(v["frontend_base_ns"]),
         frontend_per_prompt_token_ns=float(v["frontend_per_prompt_token_ns"]),
-        num_speculative_tokens=len(acceptance), spec_acceptance=acceptance,
+        num_speculative_tokens=len(acceptance),
+        spec_acceptance=acceptance,
         max_num_seqs=int(flags.get("max_num_seqs", base.max_num_seqs)),
-        max_num_batched_tokens=int(flags.get("max_num_batched_tokens", base.max_num_batched_tokens)),
+        max_num_batched_tokens=int(
+            flags.get("max_num_batched_tokens", base.max_num_batched_tokens)
+        ),
         model_name=str(target.get("model") or base.model_name),
         max_model_len=int(target.get("max_model_len") or base.max_model_len),
-        **({"kv_cache_blocks": cache["num_gpu_blocks"], "block_size": cache["block_size"],
-            "prefix_cache_blocks": cache["num_gpu_blocks"]} if cache else {}),
+        **(
+            {
+                "kv_cache_blocks": cache["num_gpu_blocks"],
+                "block_size": cache["block_size"],
+                "prefix_cache_blocks": cache["num_gpu_blocks"],
+            }
+            if cache
+            else {}
+        ),
         extra={**base.extra, "fit": fit_extra},
     )
 
 
-def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfile | None = None,
-             command: dict[str, Any] | None = None, notes: str = "") -> Fit:
+def fit_runs(
+    folders: list[str | Path],
+    *,
+    name: str = "fitted",
+    base: SimProfile | None = None,
+    command: dict[str, Any] | None = None,
+    notes: str = "",
+) -> Fit:
     """Fit the model to the runs in ``folders`` (one deployment: same model, GPU, flags;
     ``command`` is its launch record, whose flags the model reads)."""
     if not folders:
@@ -501,9 +598,16 @@ def fit_runs(folders: list[str | Path], *, name: str = "fitted", base: SimProfil
     pterms = _fit_prefill(runs, samples, _values(dterms), k, budget)
     aterms = _fit_acceptance([r.spec for r in runs if r.spec is not None], k) if k else []
     terms = {t.name: t for t in dterms + pterms + aterms}
-    profile = _build_profile(base, name, notes, _values(dterms + pterms),
-                             tuple(_values(aterms).values()), flags, runs,
-                             _fit_record(terms, runs, flags, split))
+    profile = _build_profile(
+        base,
+        name,
+        notes,
+        _values(dterms + pterms),
+        tuple(_values(aterms).values()),
+        flags,
+        runs,
+        _fit_record(terms, runs, flags, split),
+    )
     return Fit(profile, terms)
 
 
@@ -520,14 +624,27 @@ def _fit_acceptance(spec_runs: list[tuple[float, list[float]]], k: int) -> list[
 
     value = rates(spec_runs)
     rng = np.random.default_rng(SEED)
-    boots = [rates([spec_runs[j] for j in rng.integers(0, len(spec_runs), len(spec_runs))])
-             for _ in range(BOOTSTRAP if len(spec_runs) > 1 else 0)]
+    boots = [
+        rates([spec_runs[j] for j in rng.integers(0, len(spec_runs), len(spec_runs))])
+        for _ in range(BOOTSTRAP if len(spec_runs) > 1 else 0)
+    ]
     out = []
     for i in range(k):
-        lo, hi = (np.percentile([b[i] for b in boots], [2.5, 97.5]) if boots
-                  else (float("nan"), float("nan")))
-        out.append(Term(f"spec_acceptance[{i}]", value[i], float(lo), float(hi),
-                        "probability", int(sum(s[0] for s in spec_runs))))
+        lo, hi = (
+            np.percentile([b[i] for b in boots], [2.5, 97.5])
+            if boots
+            else (float("nan"), float("nan"))
+        )
+        out.append(
+            Term(
+                f"spec_acceptance[{i}]",
+                value[i],
+                float(lo),
+                float(hi),
+                "probability",
+                int(sum(s[0] for s in spec_runs)),
+            )
+        )
     return out
 
 
@@ -535,15 +652,22 @@ def fitted_on(runs: list[Run], flags: dict[str, Any]) -> dict[str, Any]:
     """What the fit saw: model, GPUs, vLLM version, server flags and each run folder."""
     m = runs[0].meta
     prov = m.get("provenance") or {}
-    gpus = sorted({g.get("name", "") for r in runs for g in
-                   ((r.meta.get("gpu_telemetry") or {}).get("gpus") or prov.get("gpus") or [])})
+    gpus = sorted(
+        {
+            g.get("name", "")
+            for r in runs
+            for g in ((r.meta.get("gpu_telemetry") or {}).get("gpus") or prov.get("gpus") or [])
+        }
+    )
     return {
         "model": (m.get("target") or {}).get("model"),
         "gpus": gpus,
         "vllm": (prov.get("dependencies") or {}).get("vllm"),
         "flags": flags,
-        "runs": [{"folder": r.folder, "run_id": r.meta.get("run_id"),
-                  "requests": len(r.sent)} for r in runs],
+        "runs": [
+            {"folder": r.folder, "run_id": r.meta.get("run_id"), "requests": len(r.sent)}
+            for r in runs
+        ],
     }
 
 
@@ -558,6 +682,8 @@ def describe(fit: Fit) -> str:
     """One line per term: value and interval."""
     lines = []
     for t in fit.terms.values():
-        lines.append(f"{t.name:32} {t.value:14.4g}  [{t.low:.4g}, {t.high:.4g}] {t.unit} "
-                     f"({t.samples} samples)")
+        lines.append(
+            f"{t.name:32} {t.value:14.4g}  [{t.low:.4g}, {t.high:.4g}] {t.unit} "
+            f"({t.samples} samples)"
+        )
     return "\n".join(lines)

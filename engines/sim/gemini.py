@@ -38,9 +38,14 @@ def _block(part: Any) -> dict[str, Any]:
 def conversation(data: dict[str, Any]) -> list[dict[str, Any]]:
     """A request's ``contents`` as chat-style messages for the tool-call rule (see the
     module text)."""
-    return [{"role": "assistant" if c.get("role") == "model" else "user",
-             "content": [_block(p) for p in _parts(c)]}
-            for c in data.get("contents") or () if isinstance(c, dict)]
+    return [
+        {
+            "role": "assistant" if c.get("role") == "model" else "user",
+            "content": [_block(p) for p in _parts(c)],
+        }
+        for c in data.get("contents") or ()
+        if isinstance(c, dict)
+    ]
 
 
 class GeminiToolEncoder:
@@ -57,9 +62,11 @@ class GeminiToolEncoder:
         self._done = 0
 
     def _event(self, cand: dict[str, Any] | None, cached: int | None) -> bytes:
-        meta: dict[str, Any] = {"promptTokenCount": self.prompt,
-                                "candidatesTokenCount": self._done,
-                                "totalTokenCount": self.prompt + self._done}
+        meta: dict[str, Any] = {
+            "promptTokenCount": self.prompt,
+            "candidatesTokenCount": self._done,
+            "totalTokenCount": self.prompt + self._done,
+        }
         if cached is not None:
             meta["cachedContentTokenCount"] = cached
         obj: dict[str, Any] = {"candidates": [cand]} if cand is not None else {}
@@ -71,8 +78,6 @@ class GeminiToolEncoder:
         return b"" if finish is not None else self._event(None, None)
 
     def final(self, cached: int | None, finish: str | None = None) -> bytes:
-        part = {"functionCall": {"name": self.call.name,
-                                 "args": orjson.loads(self.call.arguments)}}
-        cand = {"content": {"parts": [part], "role": "model"}, "finishReason": "STOP",
-                "index": 0}
+        part = {"functionCall": {"name": self.call.name, "args": orjson.loads(self.call.arguments)}}
+        cand = {"content": {"parts": [part], "role": "model"}, "finishReason": "STOP", "index": 0}
         return self._event(cand, cached)

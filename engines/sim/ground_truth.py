@@ -45,10 +45,20 @@ class GroundTruthRecorder:
             raise OutputExistsError(str(self.path))
         self.rows: dict[str, list[Any]] = {f.name: [] for f in GROUND_TRUTH_SCHEMA}
 
-    def add(self, *, request_id: str, api: str, received_ns: int, prompt_tokens: int,
-            cached_tokens: int, finish_reason: str | None, chunk_ns: list[int],
-            chunk_scheduled_ns: list[int], chunk_tokens: list[int],
-            first_byte_ns: int | None = None) -> None:
+    def add(
+        self,
+        *,
+        request_id: str,
+        api: str,
+        received_ns: int,
+        prompt_tokens: int,
+        cached_tokens: int,
+        finish_reason: str | None,
+        chunk_ns: list[int],
+        chunk_scheduled_ns: list[int],
+        chunk_tokens: list[int],
+        first_byte_ns: int | None = None,
+    ) -> None:
         r = self.rows
         r["request_id"].append(request_id)
         r["api"].append(api)

@@ -69,49 +69,87 @@ class SimCollector(Collector):
         lv = list(self.labels.values())
         running = len(core.running)
         waiting = len(core.waiting)
-        yield self._gauge("num_requests_running", "Number of requests in model execution batches.", running)
-        yield self._gauge("num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-        by_reason = GaugeMetricFamily("vllm:num_requests_waiting_by_reason",
-                                      "Number of waiting requests by reason.",
-                                      labels=[*self.labels, "reason"])
+        yield self._gauge(
+            "num_requests_running", "Number of requests in model execution batches.", running
+        )
+        yield self._gauge(
+            "num_requests_waiting", "Number of requests waiting to be processed.", waiting
+        )
+        by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason.",
+            labels=[*self.labels, "reason"],
+        )
         by_reason.add_metric([*lv, "capacity"], waiting)
         by_reason.add_metric([*lv, "deferred"], 0)
         yield by_reason
-        yield self._gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", core.kv_usage())
-        yield self._counter("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                            s.prefix_cache_queries)
-        yield self._counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                            s.prefix_cache_hits)
-        yield self._counter("num_preemptions", "Cumulative number of preemption from the engine.", s.num_preemptions)
+        yield self._gauge(
+            "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", core.kv_usage()
+        )
+        yield self._counter(
+            "prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            s.prefix_cache_queries,
+        )
+        yield self._counter(
+            "prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            s.prefix_cache_hits,
+        )
+        yield self._counter(
+            "num_preemptions", "Cumulative number of preemption from the engine.", s.num_preemptions
+        )
         yield self._counter("prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
-        src = CounterMetricFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
-                                  labels=[*self.labels, "source"])
+        src = CounterMetricFamily(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            labels=[*self.labels, "source"],
+        )
         src.add_metric([*lv, "local_compute"], s.prompt_tokens_computed)
         src.add_metric([*lv, "local_cache_hit"], s.prompt_tokens_cached)
         src.add_metric([*lv, "external_kv_transfer"], 0)
         yield src
-        yield self._counter("prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
-                            s.prompt_tokens_cached)
-        yield self._counter("generation_tokens", "Number of generation tokens processed.", s.generation_tokens)
-        ok = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                 labels=[*self.labels, "finished_reason"])
+        yield self._counter(
+            "prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            s.prompt_tokens_cached,
+        )
+        yield self._counter(
+            "generation_tokens", "Number of generation tokens processed.", s.generation_tokens
+        )
+        ok = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=[*self.labels, "finished_reason"],
+        )
         for reason, n in s.request_success.items():
             ok.add_metric([*lv, reason], n)
         yield ok
-        rej = CounterMetricFamily("vllm:admission_rejections",
-                                  "Number of admission attempts rejected by a queue limit, by reason.",
-                                  labels=["model_name", "reason"])
+        rej = CounterMetricFamily(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            labels=["model_name", "reason"],
+        )
         rej.add_metric([self.labels["model_name"], "max_num_queued_reqs"], s.admission_rejections)
         rej.add_metric([self.labels["model_name"], "max_num_queued_tokens"], 0)
         yield rej
         if core.profile.num_speculative_tokens:
-            yield self._counter("spec_decode_num_drafts", "Number of spec decoding drafts.", s.spec_num_drafts)
-            yield self._counter("spec_decode_num_draft_tokens", "Number of draft tokens.", s.spec_num_draft_tokens)
-            yield self._counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.",
-                                s.spec_num_accepted_tokens)
-            pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                      "Accepted tokens per draft position.",
-                                      labels=[*self.labels, "position"])
+            yield self._counter(
+                "spec_decode_num_drafts", "Number of spec decoding drafts.", s.spec_num_drafts
+            )
+            yield self._counter(
+                "spec_decode_num_draft_tokens", "Number of draft tokens.", s.spec_num_draft_tokens
+            )
+            yield self._counter(
+                "spec_decode_num_accepted_tokens",
+                "Number of accepted tokens.",
+                s.spec_num_accepted_tokens,
+            )
+            pos = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=[*self.labels, "position"],
+            )
             for i, n in enumerate(s.spec_accepted_per_pos):
                 pos.add_metric([*lv, str(i)], n)
             yield pos

@@ -30,7 +30,9 @@ BLOCK = 16
 """vLLM's default KV block size: a prefix hit is a whole number of blocks."""
 
 
-def prefix_hits(rows: list[dict[str, Any]], cached_below_ns_per_token: float | None = None) -> list[int]:
+def prefix_hits(
+    rows: list[dict[str, Any]], cached_below_ns_per_token: float | None = None
+) -> list[int]:
     """Each row's prefix-cache hit in tokens: the recorded one (``implied_cached_tokens``,
     else ``cached_tokens``); where neither was recorded, the previous request of the same
     session (in send order) is assumed cached whole, in full blocks, when this prompt is
@@ -40,8 +42,10 @@ def prefix_hits(rows: list[dict[str, Any]], cached_below_ns_per_token: float | N
     when the run began (an earlier run of the same sessions may have filled it): with
     ``cached_below_ns_per_token``, such a request whose measured TTFT per prompt token was
     below it is taken as cached whole (``cache_split`` finds the value), else as cold."""
-    order = sorted((i for i, r in enumerate(rows) if r.get("sent_ns") is not None),
-                   key=lambda i: rows[i]["sent_ns"])
+    order = sorted(
+        (i for i, r in enumerate(rows) if r.get("sent_ns") is not None),
+        key=lambda i: rows[i]["sent_ns"],
+    )
     last_prompt: dict[Any, int] = {}
     hits = [0] * len(rows)
     for i in order:
@@ -114,8 +118,9 @@ def _arrival(row: dict[str, Any]) -> int:
     return int(row["sent_ns"]) + int(row["connect_ns"] or 0)
 
 
-def _dependencies(rows: list[dict[str, Any]], live: list[int]
-                  ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+def _dependencies(
+    rows: list[dict[str, Any]], live: list[int]
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
     """Each live row's parents in the run and each row's children (``depends_on``)."""
     by_key = {(r["session_id"], r["clone"], r["request_index"]): i for i, r in enumerate(rows)}
     live_set = set(live)
@@ -137,9 +142,14 @@ class _Plan:
     def __init__(self, profile: SimProfile, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
         self.core = EngineCore(profile)
-        self.live = [i for i, r in enumerate(rows) if r["status"] == "ok"
-                     and r["first_token_ns"] is not None and r["sent_ns"] is not None
-                     and r["prompt_tokens"] is not None]
+        self.live = [
+            i
+            for i, r in enumerate(rows)
+            if r["status"] == "ok"
+            and r["first_token_ns"] is not None
+            and r["sent_ns"] is not None
+            and r["prompt_tokens"] is not None
+        ]
         self.parents, self.children = _dependencies(rows, self.live)
         self.hits = prefix_hits(rows, cached_below(profile))
         self.pred_end: dict[int, int] = {}
@@ -155,10 +165,17 @@ class _Plan:
         while self.arrivals and self.arrivals[0][0] <= now:
             t, i = heapq.heappop(self.arrivals)
             r = self.rows[i]
-            self.core.add(SimRequest(
-                request_id=str(i), prompt_ids=range(int(r["prompt_tokens"])),
-                max_tokens=max(1, int(r["completion_tokens"] or 1)), ignore_eos=True, seed=i,
-                arrival_ns=t, known_cached=self.hits[i]))
+            self.core.add(
+                SimRequest(
+                    request_id=str(i),
+                    prompt_ids=range(int(r["prompt_tokens"])),
+                    max_tokens=max(1, int(r["completion_tokens"] or 1)),
+                    ignore_eos=True,
+                    seed=i,
+                    arrival_ns=t,
+                    known_cached=self.hits[i],
+                )
+            )
 
     def finished(self, i: int, end_ns: int) -> None:
         """Request i ended: send each child whose parents have all ended, its recorded think
@@ -186,8 +203,11 @@ class _Plan:
 
     def _wake(self, now: int) -> int:
         """Nothing could run at ``now``: the next instant something can."""
-        nxt = [x for x in (self.core.next_wakeup_ns(),
-                           self.arrivals[0][0] if self.arrivals else None) if x is not None]
+        nxt = [
+            x
+            for x in (self.core.next_wakeup_ns(), self.arrivals[0][0] if self.arrivals else None)
+            if x is not None
+        ]
         if not nxt:
             raise InputError("prediction stalled: the engine cannot schedule the waiting requests")
         return max(now + 1, min(nxt))
@@ -226,8 +246,9 @@ def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[
     return [plan.row(i) for i in range(len(rows))]
 
 
-def predict_run(profile: SimProfile, source: str | Path, out: str | Path, *,
-                profile_label: str = "") -> Path:
+def predict_run(
+    profile: SimProfile, source: str | Path, out: str | Path, *, profile_label: str = ""
+) -> Path:
     """Write the prediction of the run in ``source`` to the results folder ``out``. The
     run's KV capacity (``vllm:cache_config_info`` in its /metrics series) replaces the
     profile's: it is a setting of the deployment that ran it."""
@@ -239,19 +260,23 @@ def predict_run(profile: SimProfile, source: str | Path, out: str | Path, *,
 
     cache = cache_config(source)  # the run's own KV capacity: a setting of its deployment
     if cache:
-        profile = profile.replace(kv_cache_blocks=cache["num_gpu_blocks"],
-                                  block_size=cache["block_size"])
+        profile = profile.replace(
+            kv_cache_blocks=cache["num_gpu_blocks"], block_size=cache["block_size"]
+        )
     table = pq.read_table(req_dir)
     rows = simulate_rows(profile, table.to_pylist())
     if out.exists():
         shutil.rmtree(out)
     (out / "requests").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema),
-                   out / "requests" / "part-000-00000.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=table.schema), out / "requests" / "part-000-00000.parquet"
+    )
     meta = json.loads((source / "run.json").read_text())
     meta["prediction"] = {
-        "engine": "sim", "profile": profile_label or profile.name,
-        "source_run": str(source), "clock": "virtual",
+        "engine": "sim",
+        "profile": profile_label or profile.name,
+        "source_run": str(source),
+        "clock": "virtual",
         "note": "a prediction of the simulated engine, not a measurement",
     }
     meta.pop("gpu_telemetry", None)

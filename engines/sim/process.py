@@ -27,10 +27,19 @@ class SimProcess:
     only (Linux), e.g. away from a load generator's pinned workers.
     """
 
-    def __init__(self, profile: str | Path = "fast", port: int = 0, workers: int = 1,
-                 ground_truth: str | Path | None = None, extra_args: Sequence[str] = (),
-                 *, host: str = "127.0.0.1", seed: int = 0, start_timeout: float = 30.0,
-                 cpus: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        profile: str | Path = "fast",
+        port: int = 0,
+        workers: int = 1,
+        ground_truth: str | Path | None = None,
+        extra_args: Sequence[str] = (),
+        *,
+        host: str = "127.0.0.1",
+        seed: int = 0,
+        start_timeout: float = 30.0,
+        cpus: Sequence[int] | None = None,
+    ) -> None:
         self.profile = str(profile)
         self.port = port
         self.workers = workers
@@ -46,8 +55,21 @@ class SimProcess:
         self._drain: threading.Thread | None = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "agent_replay.engines.sim", "--host", self.host,
-               "--port", str(self.port), "--profile", self.profile, "--seed", str(self.seed), "--workers", str(self.workers)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "agent_replay.engines.sim",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--profile",
+            self.profile,
+            "--seed",
+            str(self.seed),
+            "--workers",
+            str(self.workers),
+        ]
         if self.ground_truth is not None:
             cmd += ["--ground-truth", str(self.ground_truth)]
         return cmd + self.extra_args
@@ -57,9 +79,14 @@ class SimProcess:
         root = str(Path(agent_replay.__file__).parent.parent)  # the folder holding the package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cpus = self.cpus
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()
         line = self._read_ready()

@@ -63,17 +63,31 @@ class SimProfile:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
-                     "kv_cache_blocks", "vocab_size"):
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "block_size",
+            "kv_cache_blocks",
+            "vocab_size",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
         if self.prefill_tokens_per_s <= 0:
             problems.append("prefill_tokens_per_s must be > 0")
-        for name in ("decode_base_ns", "decode_per_seq_ns", "decode_per_ctx_token_ns",
-                     "max_num_queued_reqs", "prefix_cache_blocks", "spin_ns",
-                     "frontend_base_ns", "frontend_per_prompt_token_ns", "prefill_base_ns",
-                     "prefill_per_ctx_token_ns",
-                     "num_speculative_tokens"):
+        for name in (
+            "decode_base_ns",
+            "decode_per_seq_ns",
+            "decode_per_ctx_token_ns",
+            "max_num_queued_reqs",
+            "prefix_cache_blocks",
+            "spin_ns",
+            "frontend_base_ns",
+            "frontend_per_prompt_token_ns",
+            "prefill_base_ns",
+            "prefill_per_ctx_token_ns",
+            "num_speculative_tokens",
+        ):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
         if len(self.spec_acceptance) != self.num_speculative_tokens:
@@ -116,8 +130,11 @@ class SimProfile:
     def prefill_ns(self, tokens: int, requests: int = 0, context_tokens: int = 0) -> int:
         """Prefill time of ``tokens`` new tokens in ``requests`` chunks whose contexts (cached
         and new tokens up to each chunk's end) add up to ``context_tokens``."""
-        return int(tokens * 1e9 / self.prefill_tokens_per_s + self.prefill_base_ns * requests
-                   + self.prefill_per_ctx_token_ns * context_tokens)
+        return int(
+            tokens * 1e9 / self.prefill_tokens_per_s
+            + self.prefill_base_ns * requests
+            + self.prefill_per_ctx_token_ns * context_tokens
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -144,7 +161,9 @@ class SimProfile:
         text: str
         source = str(name_or_path)
         if isinstance(name_or_path, str) and name_or_path in PROFILE_NAMES:
-            text = (resources.files("agent_replay.engines.sim") / "profiles" / f"{name_or_path}.json").read_text()
+            text = (
+                resources.files("agent_replay.engines.sim") / "profiles" / f"{name_or_path}.json"
+            ).read_text()
         else:
             path = Path(name_or_path)
             if not path.is_file():

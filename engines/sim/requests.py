@@ -30,8 +30,13 @@ from agent_replay.engines.sim.tokenizer import SimTokenizer, message_text
 
 
 class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
-                 param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        err_type: str = "BadRequestError",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -173,7 +178,8 @@ def _sampling(data: dict[str, Any], req: ParsedRequest) -> ParsedRequest:
     if req.min_tokens > req.max_tokens:
         raise BadRequest(
             f"min_tokens must be less than or equal to max_tokens={req.max_tokens}, got "
-            f"{req.min_tokens}.", param="min_tokens"
+            f"{req.min_tokens}.",
+            param="min_tokens",
         )
     req.ignore_eos = _bool(data, "ignore_eos")
     req.return_token_ids = _bool(data, "return_token_ids")
@@ -185,7 +191,9 @@ def _sampling(data: dict[str, Any], req: ParsedRequest) -> ParsedRequest:
     return req
 
 
-def parse_completions(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int) -> ParsedRequest:
+def parse_completions(
+    body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int
+) -> ParsedRequest:
     data = _load(body)
     _common(data, model_name)
     prompt = data.get("prompt")
@@ -196,7 +204,9 @@ def parse_completions(body: bytes, tok: SimTokenizer, model_name: str, max_model
     elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         ids = _token_ids(prompt, tok.vocab_size)
     elif isinstance(prompt, list):
-        raise BadRequest("prompt: the simulated engine takes one prompt per request", param="prompt")
+        raise BadRequest(
+            "prompt: the simulated engine takes one prompt per request", param="prompt"
+        )
     else:
         raise BadRequest("prompt: Field required (a string or a list of token ids)", param="prompt")
     stream = _bool(data, "stream")
@@ -205,17 +215,26 @@ def parse_completions(body: bytes, tok: SimTokenizer, model_name: str, max_model
     if max_tokens is None:
         max_tokens = 16 if "max_tokens" not in data else max_model_len - len(ids)
     _check_len(len(ids), max_tokens, max_model_len)
-    req = ParsedRequest("completions", ids, max_tokens, stream, include_usage=include,
-                        continuous_usage=cont)
+    req = ParsedRequest(
+        "completions", ids, max_tokens, stream, include_usage=include, continuous_usage=cont
+    )
     return _sampling(data, req)
 
 
-def parse_chat(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int) -> ParsedRequest:
+def parse_chat(
+    body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int
+) -> ParsedRequest:
     data = _load(body)
     _common(data, model_name)
     messages = data.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequest("messages: Field required (a non-empty list of messages)", param="messages")
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) for m in messages)
+    ):
+        raise BadRequest(
+            "messages: Field required (a non-empty list of messages)", param="messages"
+        )
     for i, m in enumerate(messages):
         if not isinstance(m.get("role"), str):
             raise BadRequest(f"messages.{i}.role: Field required", param="messages")
@@ -228,7 +247,9 @@ def parse_chat(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: i
     if max_tokens is None:
         max_tokens = max(1, max_model_len - len(ids))
     _check_len(len(ids), max_tokens, max_model_len)
-    req = ParsedRequest("chat", ids, max_tokens, stream, include_usage=include, continuous_usage=cont)
+    req = ParsedRequest(
+        "chat", ids, max_tokens, stream, include_usage=include, continuous_usage=cont
+    )
     return _sampling(data, req)
 
 
@@ -243,11 +264,19 @@ def anthropic_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def parse_messages(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int) -> ParsedRequest:
+def parse_messages(
+    body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int
+) -> ParsedRequest:
     data = _load(body)
     messages = data.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequest("messages: Field required (a non-empty list of messages)", param="messages")
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) for m in messages)
+    ):
+        raise BadRequest(
+            "messages: Field required (a non-empty list of messages)", param="messages"
+        )
     max_tokens = _int(data, "max_tokens", 1)
     if max_tokens is None:
         raise BadRequest("max_tokens: Field required", param="max_tokens")
@@ -257,7 +286,9 @@ def parse_messages(body: bytes, tok: SimTokenizer, model_name: str, max_model_le
     ids = tok.chat_ids(anthropic_messages(data), tools=_tools(data))
     stream = _bool(data, "stream")
     _check_len(len(ids), max_tokens, max_model_len)
-    req = ParsedRequest("messages", ids, max_tokens, stream, include_usage=True, continuous_usage=True)
+    req = ParsedRequest(
+        "messages", ids, max_tokens, stream, include_usage=True, continuous_usage=True
+    )
     return _sampling(data, req)
 
 
@@ -306,8 +337,9 @@ def _user_turn(items: list[Any]) -> bool:
         if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
             return False
         texts = [b.get("text") if isinstance(b, dict) else b for b in content]
-        return not texts or not all(isinstance(t, str) and t.lstrip().startswith(NOTE)
-                                    for t in texts)
+        return not texts or not all(
+            isinstance(t, str) and t.lstrip().startswith(NOTE) for t in texts
+        )
     return not (isinstance(content, str) and content.lstrip().startswith(NOTE))
 
 
@@ -316,8 +348,14 @@ NOTE = ("<system-reminder>", "<task-notification>")
 and how qwen-code opens its notice that a background subagent finished."""
 
 
-def plan_tool_call(req: ParsedRequest, specs: Sequence[ToolCallSpec], data: dict[str, Any],
-                   items: list[Any], tok: SimTokenizer, max_model_len: int) -> ParsedRequest:
+def plan_tool_call(
+    req: ParsedRequest,
+    specs: Sequence[ToolCallSpec],
+    data: dict[str, Any],
+    items: list[Any],
+    tok: SimTokenizer,
+    max_model_len: int,
+) -> ParsedRequest:
     """Make ``req`` answer with the first of ``specs`` whose tool the request offers, on a
     user's turn (see the module text): its output becomes the arguments' pieces, exactly."""
     offered = tool_names(data.get("tools"))
@@ -357,9 +395,13 @@ def responses_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
                 raise BadRequest(f"input.{i}.role: Field required", param="input")
             out.append({"role": role, "content": item.get("content")})
         elif kind == "function_call":
-            out.append({"role": "assistant", "content": None,
-                        "tool_calls": [{"name": item.get("name"),
-                                        "arguments": item.get("arguments")}]})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"name": item.get("name"), "arguments": item.get("arguments")}],
+                }
+            )
         elif kind == "function_call_output":
             out.append({"role": "tool", "content": item.get("output")})
         else:
@@ -367,21 +409,27 @@ def responses_messages(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def parse_responses(body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int) -> ParsedRequest:
+def parse_responses(
+    body: bytes, tok: SimTokenizer, model_name: str, max_model_len: int
+) -> ParsedRequest:
     data = _load(body)
     _common(data, model_name)
     inp = data.get("input")
     if not (isinstance(inp, str) and inp) and not (isinstance(inp, list) and inp):
         raise BadRequest("input: Field required (text or a non-empty list of items)", param="input")
     if data.get("previous_response_id"):
-        raise BadRequest("previous_response_id: the simulated engine stores no responses; "
-                         "send the whole conversation", param="previous_response_id")
+        raise BadRequest(
+            "previous_response_id: the simulated engine stores no responses; "
+            "send the whole conversation",
+            param="previous_response_id",
+        )
     ids = tok.chat_ids(responses_messages(data), tools=_tools(data))
     stream = _bool(data, "stream")
     max_tokens = _int(data, "max_output_tokens", 1)
     if max_tokens is None:
         max_tokens = max(1, max_model_len - len(ids))
     _check_len(len(ids), max_tokens, max_model_len)
-    req = ParsedRequest("responses", ids, max_tokens, stream, include_usage=True,
-                        continuous_usage=True)
+    req = ParsedRequest(
+        "responses", ids, max_tokens, stream, include_usage=True, continuous_usage=True
+    )
     return _sampling(data, req)

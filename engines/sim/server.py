@@ -53,17 +53,32 @@ _SSE = "text/event-stream; charset=utf-8"
 class SimServer:
     """The simulated engine, in this process's event loop. Use ``async with`` or start/stop."""
 
-    def __init__(self, profile: SimProfile | str = "fast", host: str = "127.0.0.1", port: int = 0,
-                 seed: int = 0, ground_truth: str | Path | None = None, *, force: bool = False,
-                 reuse_port: bool = False, engine_index: int = 0,
-                 kernel_arrival: bool = False, api_key: str | None = None,
-                 tool_call: ToolCallSpec | str | Sequence[ToolCallSpec | str] | None = None) -> None:
+    def __init__(
+        self,
+        profile: SimProfile | str = "fast",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: int = 0,
+        ground_truth: str | Path | None = None,
+        *,
+        force: bool = False,
+        reuse_port: bool = False,
+        engine_index: int = 0,
+        kernel_arrival: bool = False,
+        api_key: str | None = None,
+        tool_call: ToolCallSpec | str | Sequence[ToolCallSpec | str] | None = None,
+    ) -> None:
         self.profile = SimProfile.load(profile) if isinstance(profile, str) else profile
         self.api_key = api_key
         """When set, every request but /health must carry it (``Authorization: Bearer KEY``
         or ``x-api-key: KEY``), else 401: a protected endpoint, for tests."""
-        calls = [] if tool_call is None else [tool_call] if isinstance(tool_call, (str, ToolCallSpec)) \
+        calls = (
+            []
+            if tool_call is None
+            else [tool_call]
+            if isinstance(tool_call, (str, ToolCallSpec))
             else list(tool_call)
+        )
         self.tool_calls = tuple(ToolCallSpec.parse(c) if isinstance(c, str) else c for c in calls)
         """Answer requests that offer one of these tools, on a user's turn, with a call of
         the first one offered."""
@@ -80,7 +95,9 @@ class SimServer:
         self.table = wire.TokenTable(self.tokenizer.texts())
         self.core = EngineCore(self.profile)
         self.gt = GroundTruthRecorder(ground_truth, force=force) if ground_truth else None
-        self.base_faults = parse_faults(self.profile.faults, source=f"profile {self.profile.name} faults")
+        self.base_faults = parse_faults(
+            self.profile.faults, source=f"profile {self.profile.name} faults"
+        )
         self._counter = itertools.count()
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
@@ -102,8 +119,9 @@ class SimServer:
         r = app.router
         for api in SIM_APIS.values():
             # a model named in the path may hold a slash (org/name)
-            r.add_post(api.dialect.route.replace("{model}", "{model:[^{}]+}"),
-                       self._generate_handler(api))
+            r.add_post(
+                api.dialect.route.replace("{model}", "{model:[^{}]+}"), self._generate_handler(api)
+            )
         r.add_post("/v1/messages/count_tokens", self.handle_count_tokens)
         r.add_get("/v1/models", self.handle_models)
         r.add_get("/health", self.handle_health)
@@ -116,25 +134,32 @@ class SimServer:
 
     async def start(self) -> SimServer:
         self._wake = asyncio.Event()
-        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
-                                     shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
         await self._runner.setup()
         factory = self._runner.server
         if type(factory) is web_server.Server:
             factory.__class__ = _StampingServer
-        if self.kernel_arrival and self.gt is not None and factory is not None \
-                and kstamp.supported():
+        if (
+            self.kernel_arrival
+            and self.gt is not None
+            and factory is not None
+            and kstamp.supported()
+        ):
             self._listener = _StampedListener(factory, self.host, self.port, self.reuse_port)
             self.port = self._listener.port
         else:
-            site = web.TCPSite(self._runner, self.host, self.port,
-                               reuse_port=self.reuse_port or None, backlog=1024)
+            site = web.TCPSite(
+                self._runner, self.host, self.port, reuse_port=self.reuse_port or None, backlog=1024
+            )
             try:
                 await site.start()
             except OSError as exc:
                 await self._runner.cleanup()
-                raise InputError(f"cannot listen on {self.host}:{self.port}: "
-                                 f"{exc.strerror or exc}") from None
+                raise InputError(
+                    f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                ) from None
             server = site._server
             if self.port == 0 and server is not None:
                 sockets = getattr(server, "sockets", None) or []
@@ -247,10 +272,12 @@ class SimServer:
 
     # generation endpoints -----------------------------------------------------------------
 
-    def _generate_handler(self, api: SimApi
-                          ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _generate_handler(
+        self, api: SimApi
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             return await self._generate(request, api)
+
         return handle
 
     def _error(self, api: SimApi | None, exc: BadRequest) -> web.Response:
@@ -265,12 +292,19 @@ class SimServer:
         api = sim_api.name
         try:
             body = await request.read()
-            parsed = sim_api.parse(body, self.tokenizer, p.model_name, p.max_model_len,
-                                   request.match_info.get("model"))
+            parsed = sim_api.parse(
+                body, self.tokenizer, p.model_name, p.max_model_len, request.match_info.get("model")
+            )
             if self.tool_calls and sim_api.tool_calls:
                 data = orjson.loads(body)
-                parsed = plan_tool_call(parsed, self.tool_calls, data, sim_api.conversation(data),
-                                        self.tokenizer, p.max_model_len)
+                parsed = plan_tool_call(
+                    parsed,
+                    self.tool_calls,
+                    data,
+                    sim_api.conversation(data),
+                    self.tokenizer,
+                    p.max_model_len,
+                )
             fault = self._faults(request)
         except BadRequest as exc:
             return self._error(sim_api, exc)
@@ -279,25 +313,44 @@ class SimServer:
         key = header_id if header_id else f"#{seq}"
         seed = request_seed(self.seed if parsed.seed is None else parsed.seed, key)
         if fault.error > 0 and _draw(seed) < fault.error:
-            return self._error(sim_api, BadRequest("simulated fault", fault.status,
-                                                   "InternalServerError"))
+            return self._error(
+                sim_api, BadRequest("simulated fault", fault.status, "InternalServerError")
+            )
         if 0 < fault.empty < 1:  # this request's draw: all empty or not at all
             fault = dataclasses.replace(fault, empty=float(_draw(seed ^ _EMPTY_SALT) < fault.empty))
         suffix = header_id if header_id else secrets.token_hex(8)
         rid = sim_api.dialect.id_prefix + suffix
         gt_id = header_id or rid
-        req = SimRequest(request_id=gt_id, prompt_ids=parsed.prompt_ids,
-                         max_tokens=parsed.max_tokens, min_tokens=parsed.min_tokens,
-                         ignore_eos=parsed.ignore_eos, seed=seed, arrival_ns=received_ns)
+        req = SimRequest(
+            request_id=gt_id,
+            prompt_ids=parsed.prompt_ids,
+            max_tokens=parsed.max_tokens,
+            min_tokens=parsed.min_tokens,
+            ignore_eos=parsed.ignore_eos,
+            seed=seed,
+            arrival_ns=received_ns,
+        )
         headers = {"x-request-id": header_id} if header_id else {}
-        common: dict[str, Any] = {"core": self.core, "api": api, "request_id": gt_id,
-                                  "received_ns": received_ns, "first_byte_ns": first_byte_ns,
-                                  "fault": fault, "gt": self.gt,
-                                  "show_cached": p.enable_prompt_tokens_details}
+        common: dict[str, Any] = {
+            "core": self.core,
+            "api": api,
+            "request_id": gt_id,
+            "received_ns": received_ns,
+            "first_byte_ns": first_byte_ns,
+            "fault": fault,
+            "gt": self.gt,
+            "show_cached": p.enable_prompt_tokens_details,
+        }
         if not parsed.stream:
             return await self._run_buffered(request, sim_api, parsed, req, rid, headers, common)
-        encoder = sim_api.encoder(rid=rid, created=int(time.time()), model=p.model_name,
-                                  table=self.table, tok=self.tokenizer, parsed=parsed)
+        encoder = sim_api.encoder(
+            rid=rid,
+            created=int(time.time()),
+            model=p.model_name,
+            table=self.table,
+            tok=self.tokenizer,
+            parsed=parsed,
+        )
         sink = StreamSink(transport=request.transport, encoder=encoder, **common)
         sink.req = req
         req.sink = sink
@@ -329,13 +382,22 @@ class SimServer:
             raise BadRequest(
                 f"The server is overloaded: {len(self.core.waiting)} requests are waiting "
                 f"(max_num_queued_reqs={self.profile.max_num_queued_reqs}). Retry later.",
-                503, "ServiceUnavailableError") from None
+                503,
+                "ServiceUnavailableError",
+            ) from None
         assert self._wake is not None
         self._wake.set()
 
-    async def _run_buffered(self, request: web.Request, api: SimApi, parsed: ParsedRequest,
-                            req: SimRequest, rid: str, headers: dict[str, str],
-                            common: dict[str, Any]) -> web.StreamResponse:
+    async def _run_buffered(
+        self,
+        request: web.Request,
+        api: SimApi,
+        parsed: ParsedRequest,
+        req: SimRequest,
+        rid: str,
+        headers: dict[str, str],
+        common: dict[str, Any],
+    ) -> web.StreamResponse:
         sink = BufferSink(**common)
         sink.req = req
         req.sink = sink
@@ -354,9 +416,18 @@ class SimServer:
         text = self.tokenizer.decode(sink.ids)
         n = len(sink.ids)
         cached = sink.cached()
-        body = api.body(rid=rid, created=int(time.time()), model=self.profile.model_name,
-                        text=text, ids=sink.ids, parsed=parsed, finish=sink.finish_reason,
-                        prompt=req.prompt_len, completion=n, cached=cached)
+        body = api.body(
+            rid=rid,
+            created=int(time.time()),
+            model=self.profile.model_name,
+            text=text,
+            ids=sink.ids,
+            parsed=parsed,
+            finish=sink.finish_reason,
+            prompt=req.prompt_len,
+            completion=n,
+            cached=cached,
+        )
         return web.Response(body=body, content_type=_JSON, headers=headers)
 
     def _faults(self, request: web.Request) -> FaultSpec:
@@ -372,27 +443,49 @@ class SimServer:
 
     async def handle_models(self, request: web.Request) -> web.Response:
         p = self.profile
-        card = {"id": p.model_name, "object": "model", "created": self.created,
-                "owned_by": "vllm", "root": p.model_name, "parent": None,
-                "max_model_len": p.max_model_len,
-                "permission": [{"id": f"modelperm-{p.name}", "object": "model_permission",
-                                "created": self.created, "allow_create_engine": False,
-                                "allow_sampling": True, "allow_logprobs": True,
-                                "allow_search_indices": False, "allow_view": True,
-                                "allow_fine_tuning": False, "organization": "*", "group": None,
-                                "is_blocking": False}]}
-        return web.Response(body=orjson.dumps({"object": "list", "data": [card]}), content_type=_JSON)
+        card = {
+            "id": p.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": p.model_name,
+            "parent": None,
+            "max_model_len": p.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{p.name}",
+                    "object": "model_permission",
+                    "created": self.created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return web.Response(
+            body=orjson.dumps({"object": "list", "data": [card]}), content_type=_JSON
+        )
 
     async def handle_health(self, request: web.Request) -> web.Response:
         ok = self._loop_task is not None and not self._loop_task.done()
         return web.Response(status=200 if ok else 503)
 
     async def handle_version(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps({"version": wire.SYSTEM_FINGERPRINT}), content_type=_JSON)
+        return web.Response(
+            body=orjson.dumps({"version": wire.SYSTEM_FINGERPRINT}), content_type=_JSON
+        )
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(
+            body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
     async def handle_tokenize(self, request: web.Request) -> web.Response:
         try:
@@ -401,8 +494,9 @@ class SimServer:
                 raise BadRequest("The request body must be a JSON object")
             if isinstance(data.get("messages"), list):
                 tools = data.get("tools") if isinstance(data.get("tools"), list) else None
-                ids = self.tokenizer.chat_ids(data["messages"], bool(data.get("add_generation_prompt", True)),
-                                              tools=tools)
+                ids = self.tokenizer.chat_ids(
+                    data["messages"], bool(data.get("add_generation_prompt", True)), tools=tools
+                )
             elif isinstance(data.get("prompt"), str):
                 ids = self.tokenizer.encode(data["prompt"])
             else:
@@ -414,8 +508,12 @@ class SimServer:
         strs = None
         if data.get("return_token_strs"):
             strs = self.tokenizer.pieces(data["prompt"]) if "prompt" in data else None
-        body = {"count": len(ids), "max_model_len": self.profile.max_model_len, "tokens": ids,
-                "token_strs": strs}
+        body = {
+            "count": len(ids),
+            "max_model_len": self.profile.max_model_len,
+            "tokens": ids,
+            "token_strs": strs,
+        }
         return web.Response(body=orjson.dumps(body), content_type=_JSON)
 
     async def handle_detokenize(self, request: web.Request) -> web.Response:
@@ -430,7 +528,9 @@ class SimServer:
             return self._error(None, BadRequest(f"JSON decode error: {exc}"))
         except BadRequest as exc:
             return self._error(None, exc)
-        return web.Response(body=orjson.dumps({"prompt": self.tokenizer.decode(tokens)}), content_type=_JSON)
+        return web.Response(
+            body=orjson.dumps({"prompt": self.tokenizer.decode(tokens)}), content_type=_JSON
+        )
 
     async def handle_count_tokens(self, request: web.Request) -> web.Response:
         from agent_replay.engines.sim.requests import anthropic_messages
@@ -440,8 +540,9 @@ class SimServer:
             if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
                 raise BadRequest("messages: Field required")
         except (orjson.JSONDecodeError, BadRequest) as exc:
-            return self._error(SIM_APIS["messages"], exc if isinstance(exc, BadRequest)
-                               else BadRequest(str(exc)))
+            return self._error(
+                SIM_APIS["messages"], exc if isinstance(exc, BadRequest) else BadRequest(str(exc))
+            )
         tools = data.get("tools") if isinstance(data.get("tools"), list) else None
         n = len(self.tokenizer.chat_ids(anthropic_messages(data), tools=tools))
         return web.Response(body=orjson.dumps({"input_tokens": n}), content_type=_JSON)
@@ -458,7 +559,6 @@ _EMPTY_SALT = 0x5EED_E3F7
 def _draw(seed: int) -> float:
     """A uniform [0, 1) draw from a request seed (fault decisions)."""
     return ((seed * 6364136223846793005 + 1442695040888963407) % (1 << 64)) / float(1 << 64)
-
 
 
 class _StampingHandler(web_protocol.RequestHandler):
@@ -490,7 +590,8 @@ class _StampedListener:
         self._loop = asyncio.get_running_loop()
         self._factory = factory
         family, kind, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, kind, proto)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -536,8 +637,15 @@ def _key_check(key: str) -> Any:
         if request.path != "/health":
             auth = request.headers.get("Authorization", "")
             if auth != f"Bearer {key}" and request.headers.get("x-api-key") != key:
-                return web.json_response({"error": {"message": "missing or wrong API key",
-                                                    "type": "authentication_error"}}, status=401)
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": "missing or wrong API key",
+                            "type": "authentication_error",
+                        }
+                    },
+                    status=401,
+                )
         return await handler(request)
 
     return check

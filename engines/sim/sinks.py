@@ -28,12 +28,34 @@ class Encoder(Protocol):
 
 
 class BaseSink:
-    __slots__ = ("api", "chunk_ns", "chunk_sched", "chunk_tokens", "core", "done", "fault",
-                 "first_byte_ns", "gt", "received_ns", "req", "request_id", "show_cached")
+    __slots__ = (
+        "api",
+        "chunk_ns",
+        "chunk_sched",
+        "chunk_tokens",
+        "core",
+        "done",
+        "fault",
+        "first_byte_ns",
+        "gt",
+        "received_ns",
+        "req",
+        "request_id",
+        "show_cached",
+    )
 
-    def __init__(self, *, core: EngineCore, api: str, request_id: str, received_ns: int,
-                 fault: FaultSpec, gt: GroundTruthRecorder | None, show_cached: bool,
-                 first_byte_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        core: EngineCore,
+        api: str,
+        request_id: str,
+        received_ns: int,
+        fault: FaultSpec,
+        gt: GroundTruthRecorder | None,
+        show_cached: bool,
+        first_byte_ns: int | None = None,
+    ) -> None:
         self.core = core
         self.api = api
         self.request_id = request_id
@@ -56,10 +78,18 @@ class BaseSink:
     def _finish(self) -> None:
         req = self.req
         if self.gt is not None and req is not None:
-            self.gt.add(request_id=self.request_id, api=self.api, received_ns=self.received_ns,
-                        first_byte_ns=self.first_byte_ns, prompt_tokens=req.prompt_len, cached_tokens=req.cached_tokens,
-                        finish_reason=req.finish_reason, chunk_ns=self.chunk_ns,
-                        chunk_scheduled_ns=self.chunk_sched, chunk_tokens=self.chunk_tokens)
+            self.gt.add(
+                request_id=self.request_id,
+                api=self.api,
+                received_ns=self.received_ns,
+                first_byte_ns=self.first_byte_ns,
+                prompt_tokens=req.prompt_len,
+                cached_tokens=req.cached_tokens,
+                finish_reason=req.finish_reason,
+                chunk_ns=self.chunk_ns,
+                chunk_scheduled_ns=self.chunk_sched,
+                chunk_tokens=self.chunk_tokens,
+            )
         if not self.done.done():
             self.done.set_result(None)
 
@@ -72,8 +102,17 @@ class BaseSink:
 class StreamSink(BaseSink):
     """Writes SSE chunks directly to the connection's transport."""
 
-    __slots__ = ("encoder", "killed", "next_data", "next_finish", "next_framed", "next_tokens",
-                 "pending", "ready", "transport")
+    __slots__ = (
+        "encoder",
+        "killed",
+        "next_data",
+        "next_finish",
+        "next_framed",
+        "next_tokens",
+        "pending",
+        "ready",
+        "transport",
+    )
 
     def __init__(self, *, transport: asyncio.Transport | None, encoder: Any, **kw: Any) -> None:
         super().__init__(**kw)

@@ -8,14 +8,89 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                   60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-ITERATION_TOKENS_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
-                            4096.0, 8192.0, 16384.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+ITERATION_TOKENS_BUCKETS = (
+    1.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+    2048.0,
+    4096.0,
+    8192.0,
+    16384.0,
+)
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
@@ -41,10 +116,12 @@ def schedule_warning(stats: SimStats) -> str | None:
     n, late = stats.written_steps, stats.late_steps
     if not n or late * 100 <= n:
         return None
-    return (f"{late} of {n} steps ({late / n:.0%}) wrote their last chunk more than "
-            f"{LATE_WRITE_NS / 1e6:g} ms after the step's deadline (worst "
-            f"{stats.max_write_lag_ns / 1e6:.1f} ms): the host was busy, or one process "
-            "serves too many streams; try --workers N or fewer concurrent streams")
+    return (
+        f"{late} of {n} steps ({late / n:.0%}) wrote their last chunk more than "
+        f"{LATE_WRITE_NS / 1e6:g} ms after the step's deadline (worst "
+        f"{stats.max_write_lag_ns / 1e6:.1f} ms): the host was busy, or one process "
+        "serves too many streams; try --workers N or fewer concurrent streams"
+    )
 
 
 class Hist:
@@ -90,7 +167,9 @@ class SimStats:
     spec_num_draft_tokens: int = 0
     spec_num_accepted_tokens: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=list)
-    request_success: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+    request_success: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0)
+    )
     admission_rejections: int = 0
     schedule_rebases: int = 0
     steps: int = 0

@@ -118,8 +118,12 @@ class SimTokenizer:
 
     # chat templates -------------------------------------------------------------------
 
-    def chat_ids(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
-                 tools: Sequence[Any] | None = None) -> list[int]:
+    def chat_ids(
+        self,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Any] | None = None,
+    ) -> list[int]:
         """Prompt ids of OpenAI-style chat messages (and the tools offered) under the
         documented template."""
         ids: list[int] = []
@@ -143,8 +147,7 @@ class SimTokenizer:
 def render_tools(tools: Sequence[Any]) -> str:
     """The text of the tools message: ``# Tools`` and each tool as JSON with sorted keys
     and Python's separators (what Jinja's ``tojson`` filter writes), one per line."""
-    return "# Tools\n" + "\n".join(json.dumps(t, sort_keys=True, ensure_ascii=False)
-                                    for t in tools)
+    return "# Tools\n" + "\n".join(json.dumps(t, sort_keys=True, ensure_ascii=False) for t in tools)
 
 
 def synthesize_text(n_tokens: int) -> str:

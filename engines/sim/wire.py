@@ -44,7 +44,10 @@ class TokenTable:
 
 def _usage(prompt: int, completion: int) -> bytes:
     return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d' % (
-        prompt, prompt + completion, completion)
+        prompt,
+        prompt + completion,
+        completion,
+    )
 
 
 def _final_usage(prompt: int, completion: int, cached: int | None) -> bytes:
@@ -54,19 +57,40 @@ def _final_usage(prompt: int, completion: int, cached: int | None) -> bytes:
     return u + b"}"
 
 
-_FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"', "abort": b'"abort"',
-           "tool_calls": b'"tool_calls"'}
+_FINISH = {
+    None: b"null",
+    "length": b'"length"',
+    "stop": b'"stop"',
+    "abort": b'"abort"',
+    "tool_calls": b'"tool_calls"',
+}
 
 
 class _Encoder:
     """What the streamed responses of both APIs keep: the prompt, the token table, the
     usage options and the count of completion tokens sent."""
 
-    __slots__ = ("completion_tokens", "continuous", "head", "include_usage", "prompt_ids",
-                 "prompt_tokens", "return_ids", "table", "tail_fp")
+    __slots__ = (
+        "completion_tokens",
+        "continuous",
+        "head",
+        "include_usage",
+        "prompt_ids",
+        "prompt_tokens",
+        "return_ids",
+        "table",
+        "tail_fp",
+    )
 
-    def __init__(self, head: bytes, table: TokenTable, prompt_ids: Sequence[int],
-                 return_token_ids: bool, include_usage: bool, continuous_usage: bool) -> None:
+    def __init__(
+        self,
+        head: bytes,
+        table: TokenTable,
+        prompt_ids: Sequence[int],
+        return_token_ids: bool,
+        include_usage: bool,
+        continuous_usage: bool,
+    ) -> None:
         self.head = head
         self.table = table
         self.prompt_ids = prompt_ids
@@ -79,8 +103,16 @@ class _Encoder:
 
 
 def _head(rid: str, obj: bytes, created: int, model: str, choices: bytes) -> bytes:
-    return (b'data: {"id":' + orjson.dumps(rid) + b',"object":"' + obj + b'","created":%d,"model":'
-            % created + orjson.dumps(model) + b',"choices":[' + choices)
+    return (
+        b'data: {"id":'
+        + orjson.dumps(rid)
+        + b',"object":"'
+        + obj
+        + b'","created":%d,"model":' % created
+        + orjson.dumps(model)
+        + b',"choices":['
+        + choices
+    )
 
 
 class CompletionsEncoder(_Encoder):
@@ -88,18 +120,38 @@ class CompletionsEncoder(_Encoder):
 
     __slots__ = ()
 
-    def __init__(self, *, rid: str, created: int, model: str, table: TokenTable,
-                 prompt_ids: Sequence[int], return_token_ids: bool, include_usage: bool,
-                 continuous_usage: bool) -> None:
-        super().__init__(_head(rid, b"text_completion", created, model, b'{"index":0,"text":'),
-                         table, prompt_ids, return_token_ids, include_usage, continuous_usage)
+    def __init__(
+        self,
+        *,
+        rid: str,
+        created: int,
+        model: str,
+        table: TokenTable,
+        prompt_ids: Sequence[int],
+        return_token_ids: bool,
+        include_usage: bool,
+        continuous_usage: bool,
+    ) -> None:
+        super().__init__(
+            _head(rid, b"text_completion", created, model, b'{"index":0,"text":'),
+            table,
+            prompt_ids,
+            return_token_ids,
+            include_usage,
+            continuous_usage,
+        )
 
     def chunk(self, ids: Sequence[int], finish: str | None) -> bytes:
         t = self.table
         first = self.completion_tokens == 0
         self.completion_tokens += len(ids)
-        parts = [self.head, t.text(ids), b',"logprobs":null,"finish_reason":', _FINISH[finish],
-                 b',"stop_reason":null,"prompt_token_ids":']
+        parts = [
+            self.head,
+            t.text(ids),
+            b',"logprobs":null,"finish_reason":',
+            _FINISH[finish],
+            b',"stop_reason":null,"prompt_token_ids":',
+        ]
         if self.return_ids:
             parts.append(t.id_list(self.prompt_ids) if first else b"null")
             parts.append(b',"token_ids":')
@@ -107,7 +159,9 @@ class CompletionsEncoder(_Encoder):
         else:
             parts.append(b'null,"token_ids":null')
         if self.continuous:
-            parts.append(b'}],"usage":' + _usage(self.prompt_tokens, self.completion_tokens) + b"}}\n\n")
+            parts.append(
+                b'}],"usage":' + _usage(self.prompt_tokens, self.completion_tokens) + b"}}\n\n"
+            )
         else:
             parts.append(b'}],"usage":null}\n\n')
         return b"".join(parts)
@@ -116,9 +170,13 @@ class CompletionsEncoder(_Encoder):
         """The usage chunk (when asked for) and [DONE]."""
         if not self.include_usage:
             return DONE
-        return (self.head[:-len(b'{"index":0,"text":')] + b'],"usage":'
-                + _final_usage(self.prompt_tokens, self.completion_tokens, cached)
-                + self.tail_fp + DONE)
+        return (
+            self.head[: -len(b'{"index":0,"text":')]
+            + b'],"usage":'
+            + _final_usage(self.prompt_tokens, self.completion_tokens, cached)
+            + self.tail_fp
+            + DONE
+        )
 
 
 class ToolText:
@@ -132,7 +190,7 @@ class ToolText:
 
     def take(self, n: int) -> bytes:
         """The JSON-escaped text (no quotes) of the next ``n`` pieces."""
-        pieces = self.call.pieces[self.pos:self.pos + n]
+        pieces = self.call.pieces[self.pos : self.pos + n]
         self.pos += n
         return orjson.dumps("".join(pieces))[1:-1]
 
@@ -142,18 +200,37 @@ class ChatEncoder(_Encoder):
 
     __slots__ = ("tool",)
 
-    def __init__(self, *, rid: str, created: int, model: str, table: TokenTable,
-                 prompt_ids: Sequence[int], return_token_ids: bool, include_usage: bool,
-                 continuous_usage: bool, tool_call: Any = None) -> None:
-        super().__init__(_head(rid, b"chat.completion.chunk", created, model, b""), table,
-                         prompt_ids, return_token_ids, include_usage, continuous_usage)
+    def __init__(
+        self,
+        *,
+        rid: str,
+        created: int,
+        model: str,
+        table: TokenTable,
+        prompt_ids: Sequence[int],
+        return_token_ids: bool,
+        include_usage: bool,
+        continuous_usage: bool,
+        tool_call: Any = None,
+    ) -> None:
+        super().__init__(
+            _head(rid, b"chat.completion.chunk", created, model, b""),
+            table,
+            prompt_ids,
+            return_token_ids,
+            include_usage,
+            continuous_usage,
+        )
         self.tool = ToolText(tool_call) if tool_call is not None else None
 
     def _usage_part(self) -> bytes:
         if not self.continuous:
             return b""
-        return (b',"usage":' + _usage(self.prompt_tokens, self.completion_tokens)
-                + b',"completion_tokens_details":null}')
+        return (
+            b',"usage":'
+            + _usage(self.prompt_tokens, self.completion_tokens)
+            + b',"completion_tokens_details":null}'
+        )
 
     def chunk(self, ids: Sequence[int], finish: str | None) -> bytes:
         t = self.table
@@ -163,11 +240,23 @@ class ChatEncoder(_Encoder):
             prompt_ids = t.id_list(self.prompt_ids) if self.return_ids else b"null"
             role = b'{"role":"assistant","content":""}'
             if tool is not None:
-                role = (b'{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":'
-                        + orjson.dumps(tool.call.call_id) + b',"type":"function","function":{"name":'
-                        + orjson.dumps(tool.call.name) + b',"arguments":""}}]}')
-            out = (self.head + b'{"index":0,"delta":' + role + b',"logprobs":null,"finish_reason":null}]'
-                   + self._usage_part() + b',"prompt_token_ids":' + prompt_ids + b',"prompt_text":null}\n\n')
+                role = (
+                    b'{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":'
+                    + orjson.dumps(tool.call.call_id)
+                    + b',"type":"function","function":{"name":'
+                    + orjson.dumps(tool.call.name)
+                    + b',"arguments":""}}]}'
+                )
+            out = (
+                self.head
+                + b'{"index":0,"delta":'
+                + role
+                + b',"logprobs":null,"finish_reason":null}]'
+                + self._usage_part()
+                + b',"prompt_token_ids":'
+                + prompt_ids
+                + b',"prompt_text":null}\n\n'
+            )
         self.completion_tokens += len(ids)
         token_ids = t.id_list(ids) if self.return_ids else b"null"
         if finish is None:
@@ -176,18 +265,37 @@ class ChatEncoder(_Encoder):
             reason = b'"tool_calls"' if tool is not None else _FINISH[finish]
             fin = b'"finish_reason":' + reason + b',"stop_reason":null,'
         if tool is not None:
-            delta = (b'{"tool_calls":[{"index":0,"function":{"arguments":"' + tool.take(len(ids))
-                     + b'"}}]}')
+            delta = (
+                b'{"tool_calls":[{"index":0,"function":{"arguments":"'
+                + tool.take(len(ids))
+                + b'"}}]}'
+            )
         else:
             delta = b'{"content":' + t.text(ids) + b"}"
-        return (out + self.head + b'{"index":0,"delta":' + delta + b',"logprobs":null,'
-                + fin + b'"token_ids":' + token_ids + b"}]" + self._usage_part() + b"}\n\n")
+        return (
+            out
+            + self.head
+            + b'{"index":0,"delta":'
+            + delta
+            + b',"logprobs":null,'
+            + fin
+            + b'"token_ids":'
+            + token_ids
+            + b"}]"
+            + self._usage_part()
+            + b"}\n\n"
+        )
 
     def final(self, cached: int | None, finish: str | None = None) -> bytes:
         if not self.include_usage:
             return DONE
-        return (self.head + b'],"usage":' + _final_usage(self.prompt_tokens, self.completion_tokens, cached)
-                + self.tail_fp + DONE)
+        return (
+            self.head
+            + b'],"usage":'
+            + _final_usage(self.prompt_tokens, self.completion_tokens, cached)
+            + self.tail_fp
+            + DONE
+        )
 
 
 def usage_dict(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
@@ -199,45 +307,110 @@ def usage_dict(prompt: int, completion: int, cached: int | None) -> dict[str, An
     }
 
 
-def completion_body(*, rid: str, created: int, model: str, text: str, finish: str | None,
-                    token_ids: list[int] | None, prompt_ids: list[int] | None, prompt: int,
-                    completion: int, cached: int | None) -> bytes:
-    return orjson.dumps({
-        "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-                     "stop_reason": None, "token_ids": token_ids, "prompt_logprobs": None,
-                     "prompt_token_ids": prompt_ids}],
-        "service_tier": None, "system_fingerprint": None,
-        "usage": usage_dict(prompt, completion, cached), "kv_transfer_params": None,
-    })
+def completion_body(
+    *,
+    rid: str,
+    created: int,
+    model: str,
+    text: str,
+    finish: str | None,
+    token_ids: list[int] | None,
+    prompt_ids: list[int] | None,
+    prompt: int,
+    completion: int,
+    cached: int | None,
+) -> bytes:
+    return orjson.dumps(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "token_ids": token_ids,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": prompt_ids,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage_dict(prompt, completion, cached),
+            "kv_transfer_params": None,
+        }
+    )
 
 
-def chat_body(*, rid: str, created: int, model: str, text: str, finish: str | None,
-              token_ids: list[int] | None, prompt_ids: list[int] | None, prompt: int,
-              completion: int, cached: int | None, tool_call: Any = None) -> bytes:
+def chat_body(
+    *,
+    rid: str,
+    created: int,
+    model: str,
+    text: str,
+    finish: str | None,
+    token_ids: list[int] | None,
+    prompt_ids: list[int] | None,
+    prompt: int,
+    completion: int,
+    cached: int | None,
+    tool_call: Any = None,
+) -> bytes:
     calls: list[dict[str, Any]] = []
     content: str | None = text
     if tool_call is not None:
-        calls = [{"id": tool_call.call_id, "type": "function",
-                  "function": {"name": tool_call.name, "arguments": tool_call.arguments}}]
+        calls = [
+            {
+                "id": tool_call.call_id,
+                "type": "function",
+                "function": {"name": tool_call.name, "arguments": tool_call.arguments},
+            }
+        ]
         content, finish = None, "tool_calls"
-    return orjson.dumps({
-        "id": rid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
-                                             "refusal": None, "annotations": None, "audio": None,
-                                             "function_call": None, "tool_calls": calls,
-                                             "reasoning": None},
-                     "logprobs": None, "finish_reason": finish, "stop_reason": None,
-                     "token_ids": token_ids}],
-        "service_tier": None, "system_fingerprint": None,
-        "usage": usage_dict(prompt, completion, cached), "prompt_logprobs": None,
-        "prompt_token_ids": prompt_ids, "kv_transfer_params": None,
-    })
+    return orjson.dumps(
+        {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": content,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "tool_calls": calls,
+                        "reasoning": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "token_ids": token_ids,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage_dict(prompt, completion, cached),
+            "prompt_logprobs": None,
+            "prompt_token_ids": prompt_ids,
+            "kv_transfer_params": None,
+        }
+    )
 
 
 def error_body(message: str, code: int, err_type: str = "BadRequestError") -> bytes:
     """vLLM's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    return orjson.dumps({"error": {"message": message, "type": err_type, "param": None, "code": code}})
+    return orjson.dumps(
+        {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+    )
 
 
 _ANTHROPIC_STOP = {"length": "max_tokens", "stop": "end_turn", "abort": "end_turn", None: None}
@@ -246,35 +419,67 @@ _ANTHROPIC_STOP = {"length": "max_tokens", "stop": "end_turn", "abort": "end_tur
 class MessagesEncoder:
     """SSE events of one streamed Anthropic /v1/messages response (vLLM's event sequence)."""
 
-    __slots__ = ("completion_tokens", "delta_head", "mid", "prompt_tokens", "start", "table",
-                 "tool")
+    __slots__ = (
+        "completion_tokens",
+        "delta_head",
+        "mid",
+        "prompt_tokens",
+        "start",
+        "table",
+        "tool",
+    )
 
-    def __init__(self, *, rid: str, model: str, table: TokenTable, prompt_tokens: int,
-                 tool_call: Any = None) -> None:
+    def __init__(
+        self, *, rid: str, model: str, table: TokenTable, prompt_tokens: int, tool_call: Any = None
+    ) -> None:
         self.tool = ToolText(tool_call) if tool_call is not None else None
         self.table = table
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
-        msg: dict[str, Any] = {"id": rid, "type": "message", "role": "assistant", "content": [], "model": model,
-               "stop_reason": None, "stop_sequence": None,
-               "usage": {"input_tokens": prompt_tokens, "output_tokens": 0}}
+        msg: dict[str, Any] = {
+            "id": rid,
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
+        }
         block: dict[str, Any] = {"type": "text", "text": ""}
         if tool_call is not None:
-            block = {"type": "tool_use", "id": "toolu_" + tool_call.call_id[5:],
-                     "name": tool_call.name, "input": {}}
-        self.start = (b"event: message_start\ndata: " + orjson.dumps({"type": "message_start", "message": msg})
-                      + b'\n\nevent: content_block_start\ndata: '
-                      + orjson.dumps({"type": "content_block_start", "index": 0, "content_block": block})
-                      + b"\n\n")
-        kind = b'"input_json_delta","partial_json":' if tool_call is not None else b'"text_delta","text":'
-        self.delta_head = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-                           b'"delta":{"type":' + kind)
+            block = {
+                "type": "tool_use",
+                "id": "toolu_" + tool_call.call_id[5:],
+                "name": tool_call.name,
+                "input": {},
+            }
+        self.start = (
+            b"event: message_start\ndata: "
+            + orjson.dumps({"type": "message_start", "message": msg})
+            + b"\n\nevent: content_block_start\ndata: "
+            + orjson.dumps({"type": "content_block_start", "index": 0, "content_block": block})
+            + b"\n\n"
+        )
+        kind = (
+            b'"input_json_delta","partial_json":'
+            if tool_call is not None
+            else b'"text_delta","text":'
+        )
+        self.delta_head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":' + kind
+        )
         self.mid = b"}}\n\n"
 
     def chunk(self, ids: Sequence[int], finish: str | None) -> bytes:
         first = self.completion_tokens == 0
         self.completion_tokens += len(ids)
-        text = b'"' + self.tool.take(len(ids)) + b'"' if self.tool is not None else self.table.text(ids)
+        text = (
+            b'"' + self.tool.take(len(ids)) + b'"'
+            if self.tool is not None
+            else self.table.text(ids)
+        )
         body = self.delta_head + text + self.mid
         return self.start + body if first else body
 
@@ -283,31 +488,54 @@ class MessagesEncoder:
         if cached is not None:
             usage["cache_read_input_tokens"] = cached
         stop = "tool_use" if self.tool is not None else _ANTHROPIC_STOP.get(finish, "end_turn")
-        delta = {"type": "message_delta",
-                 "delta": {"stop_reason": stop, "stop_sequence": None},
-                 "usage": usage}
-        return (b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-                b"event: message_delta\ndata: " + orjson.dumps(delta) + b"\n\n"
-                b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": usage,
+        }
+        return (
+            b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+            b"event: message_delta\ndata: " + orjson.dumps(delta) + b"\n\n"
+            b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+        )
 
 
-def messages_body(*, rid: str, model: str, text: str, finish: str | None, prompt: int,
-                  completion: int, cached: int | None, tool_call: Any = None) -> bytes:
+def messages_body(
+    *,
+    rid: str,
+    model: str,
+    text: str,
+    finish: str | None,
+    prompt: int,
+    completion: int,
+    cached: int | None,
+    tool_call: Any = None,
+) -> bytes:
     usage: dict[str, Any] = {"input_tokens": prompt, "output_tokens": completion}
     if cached is not None:
         usage["cache_read_input_tokens"] = cached
     block: dict[str, Any] = {"type": "text", "text": text}
     stop = _ANTHROPIC_STOP.get(finish, "end_turn")
     if tool_call is not None:
-        block = {"type": "tool_use", "id": "toolu_" + tool_call.call_id[5:],
-                 "name": tool_call.name, "input": orjson.loads(tool_call.arguments)}
+        block = {
+            "type": "tool_use",
+            "id": "toolu_" + tool_call.call_id[5:],
+            "name": tool_call.name,
+            "input": orjson.loads(tool_call.arguments),
+        }
         stop = "tool_use"
-    return orjson.dumps({
-        "id": rid, "type": "message", "role": "assistant",
-        "content": [block], "model": model,
-        "stop_reason": stop, "stop_sequence": None,
-        "usage": usage,
-    })
+    return orjson.dumps(
+        {
+            "id": rid,
+            "type": "message",
+            "role": "assistant",
+            "content": [block],
+            "model": model,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+    )
 
 
 def anthropic_error_body(message: str, err_type: str = "invalid_request_error") -> bytes:
@@ -322,11 +550,28 @@ class ResponsesEncoder:
     ``incomplete`` (``incomplete_details.reason`` ``max_output_tokens``) when the output
     was cut at its length."""
 
-    __slots__ = ("completion_tokens", "head", "item_id", "parts", "prompt_tokens", "resp",
-                 "seq", "table", "tool")
+    __slots__ = (
+        "completion_tokens",
+        "head",
+        "item_id",
+        "parts",
+        "prompt_tokens",
+        "resp",
+        "seq",
+        "table",
+        "tool",
+    )
 
-    def __init__(self, *, rid: str, created: int, model: str, table: TokenTable,
-                 prompt_tokens: int, tool_call: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        rid: str,
+        created: int,
+        model: str,
+        table: TokenTable,
+        prompt_tokens: int,
+        tool_call: Any = None,
+    ) -> None:
         self.table = table
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
@@ -336,11 +581,24 @@ class ResponsesEncoder:
         suffix = rid.removeprefix("resp_")
         self.item_id = ("fc_" if tool_call is not None else "msg_") + suffix
         self.resp: dict[str, Any] = {
-            "id": rid, "object": "response", "created_at": created, "status": "in_progress",
-            "error": None, "incomplete_details": None, "instructions": None,
-            "max_output_tokens": None, "model": model, "output": [], "parallel_tool_calls": True,
-            "previous_response_id": None, "temperature": None, "tool_choice": "auto",
-            "tools": [], "top_p": None, "truncation": "disabled", "usage": None,
+            "id": rid,
+            "object": "response",
+            "created_at": created,
+            "status": "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "max_output_tokens": None,
+            "model": model,
+            "output": [],
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "temperature": None,
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": None,
+            "truncation": "disabled",
+            "usage": None,
         }
         self.head = b""
 
@@ -354,25 +612,52 @@ class ResponsesEncoder:
         status = "completed" if done else "in_progress"
         if self.tool is not None:
             call = self.tool.call
-            item = {"id": self.item_id, "type": "function_call", "status": status,
-                    "call_id": call.call_id, "name": call.name,
-                    "arguments": orjson.loads(b'"' + text.encode() + b'"') if done else ""}
+            item = {
+                "id": self.item_id,
+                "type": "function_call",
+                "status": status,
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": orjson.loads(b'"' + text.encode() + b'"') if done else "",
+            }
             if call.namespace is not None:
                 item["namespace"] = call.namespace
             return item
-        content = ([{"type": "output_text", "text": orjson.loads(b'"' + text.encode() + b'"'),
-                     "annotations": []}] if done else [])
-        return {"id": self.item_id, "type": "message", "status": status, "role": "assistant",
-                "content": content}
+        content = (
+            [
+                {
+                    "type": "output_text",
+                    "text": orjson.loads(b'"' + text.encode() + b'"'),
+                    "annotations": [],
+                }
+            ]
+            if done
+            else []
+        )
+        return {
+            "id": self.item_id,
+            "type": "message",
+            "status": status,
+            "role": "assistant",
+            "content": content,
+        }
 
     def _start(self) -> bytes:
         out = self._event("response.created", {"response": self.resp})
         out += self._event("response.in_progress", {"response": self.resp})
-        out += self._event("response.output_item.added", {"output_index": 0, "item": self._item(False)})
+        out += self._event(
+            "response.output_item.added", {"output_index": 0, "item": self._item(False)}
+        )
         if self.tool is None:
-            out += self._event("response.content_part.added", {
-                "item_id": self.item_id, "output_index": 0, "content_index": 0,
-                "part": {"type": "output_text", "text": "", "annotations": []}})
+            out += self._event(
+                "response.content_part.added",
+                {
+                    "item_id": self.item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []},
+                },
+            )
         return out
 
     def chunk(self, ids: Sequence[int], finish: str | None) -> bytes:
@@ -387,9 +672,20 @@ class ResponsesEncoder:
             kind = b"response.output_text.delta"
             extra = b',"content_index":0,"logprobs":[]'
         self.parts.append(text)
-        out += (b"event: " + kind + b'\ndata: {"type":"' + kind + b'","sequence_number":%d' % self.seq
-                + b',"item_id":"' + self.item_id.encode() + b'","output_index":0' + extra
-                + b',"delta":"' + text + b'"}\n\n')
+        out += (
+            b"event: "
+            + kind
+            + b'\ndata: {"type":"'
+            + kind
+            + b'","sequence_number":%d' % self.seq
+            + b',"item_id":"'
+            + self.item_id.encode()
+            + b'","output_index":0'
+            + extra
+            + b',"delta":"'
+            + text
+            + b'"}\n\n'
+        )
         self.seq += 1
         return out
 
@@ -397,16 +693,31 @@ class ResponsesEncoder:
         item = self._item(True)
         out = b""
         if self.tool is not None:
-            out += self._event("response.function_call_arguments.done", {
-                "item_id": self.item_id, "output_index": 0, "arguments": item["arguments"]})
+            out += self._event(
+                "response.function_call_arguments.done",
+                {"item_id": self.item_id, "output_index": 0, "arguments": item["arguments"]},
+            )
         else:
             text = item["content"][0]["text"]
-            out += self._event("response.output_text.done", {
-                "item_id": self.item_id, "output_index": 0, "content_index": 0, "text": text,
-                "logprobs": []})
-            out += self._event("response.content_part.done", {
-                "item_id": self.item_id, "output_index": 0, "content_index": 0,
-                "part": item["content"][0]})
+            out += self._event(
+                "response.output_text.done",
+                {
+                    "item_id": self.item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "text": text,
+                    "logprobs": [],
+                },
+            )
+            out += self._event(
+                "response.content_part.done",
+                {
+                    "item_id": self.item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "part": item["content"][0],
+                },
+            )
         out += self._event("response.output_item.done", {"output_index": 0, "item": item})
         resp = dict(self.resp)
         incomplete = finish == "length" and self.tool is None
@@ -421,31 +732,60 @@ class ResponsesEncoder:
 
 
 def responses_usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached or 0},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached or 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
 
 
-def responses_body(*, rid: str, created: int, model: str, text: str, finish: str | None,
-                   prompt: int, completion: int, cached: int | None,
-                   tool_call: Any = None) -> bytes:
+def responses_body(
+    *,
+    rid: str,
+    created: int,
+    model: str,
+    text: str,
+    finish: str | None,
+    prompt: int,
+    completion: int,
+    cached: int | None,
+    tool_call: Any = None,
+) -> bytes:
     """A non-streamed /v1/responses body."""
     suffix = rid.removeprefix("resp_")
     item: dict[str, Any]
     if tool_call is not None:
-        item = {"id": "fc_" + suffix, "type": "function_call", "status": "completed",
-                "call_id": tool_call.call_id, "name": tool_call.name,
-                "arguments": tool_call.arguments}
+        item = {
+            "id": "fc_" + suffix,
+            "type": "function_call",
+            "status": "completed",
+            "call_id": tool_call.call_id,
+            "name": tool_call.name,
+            "arguments": tool_call.arguments,
+        }
         if tool_call.namespace is not None:
             item["namespace"] = tool_call.namespace
     else:
-        item = {"id": "msg_" + suffix, "type": "message", "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        item = {
+            "id": "msg_" + suffix,
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
     incomplete = finish == "length" and tool_call is None
-    return orjson.dumps({
-        "id": rid, "object": "response", "created_at": created,
-        "status": "incomplete" if incomplete else "completed", "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "model": model, "output": [item], "usage": responses_usage(prompt, completion, cached),
-    })
+    return orjson.dumps(
+        {
+            "id": rid,
+            "object": "response",
+            "created_at": created,
+            "status": "incomplete" if incomplete else "completed",
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "model": model,
+            "output": [item],
+            "usage": responses_usage(prompt, completion, cached),
+        }
+    )

@@ -22,7 +22,19 @@ from agent_replay.engines.telemetry.sampler import Sampler, SamplerCost
 from agent_replay.engines.telemetry.source import Source, check_spec, is_local, resolve
 
 __all__ = [
-    "DEFAULT_INTERVAL_S", "FILE_NAME", "DcgmBackend", "GpuInfo", "NvmlBackend", "Sampler",
-    "SamplerCost", "Source", "TelemetryOff", "TelemetryProcess", "check_spec", "is_local",
-    "open_backend", "parse_dcgm", "resolve",
+    "DEFAULT_INTERVAL_S",
+    "FILE_NAME",
+    "DcgmBackend",
+    "GpuInfo",
+    "NvmlBackend",
+    "Sampler",
+    "SamplerCost",
+    "Source",
+    "TelemetryOff",
+    "TelemetryProcess",
+    "check_spec",
+    "is_local",
+    "open_backend",
+    "parse_dcgm",
+    "resolve",
 ]

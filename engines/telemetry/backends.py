@@ -75,7 +75,9 @@ class NvmlBackend:
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:
-            raise TelemetryOff(f"NVML cannot start ({exc}): no NVIDIA driver on this host") from None
+            raise TelemetryOff(
+                f"NVML cannot start ({exc}): no NVIDIA driver on this host"
+            ) from None
         self._open = True
         try:
             count = nv.nvmlDeviceGetCount()
@@ -122,13 +124,19 @@ class NvmlBackend:
         sm = read(i, "sm", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
         mclk = read(i, "mclk", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
         return (
-            i, uuid,
-            _maybe(util, lambda u: float(u.gpu)), None,
-            _maybe(util, lambda u: float(u.memory)), None,
-            _maybe(mem, lambda m: int(m.used)), _maybe(mem, lambda m: int(m.total)),
+            i,
+            uuid,
+            _maybe(util, lambda u: float(u.gpu)),
+            None,
+            _maybe(util, lambda u: float(u.memory)),
+            None,
+            _maybe(mem, lambda m: int(m.used)),
+            _maybe(mem, lambda m: int(m.total)),
             _maybe(power, lambda mw: mw / 1000.0),  # mW
             _maybe(energy, int),  # mJ
-            _maybe(temp, float), _maybe(sm, float), _maybe(mclk, float),
+            _maybe(temp, float),
+            _maybe(sm, float),
+            _maybe(mclk, float),
         )
 
     def close(self) -> None:
@@ -153,11 +161,26 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
     "DCGM_FI_DEV_MEM_CLOCK": ("mem_clock_mhz", 1.0),
 }
-_FB_FREE, _FB_RESERVED, _FB_TOTAL = "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_TOTAL"
+_FB_FREE, _FB_RESERVED, _FB_TOTAL = (
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_FB_TOTAL",
+)
 DCGM_BLANK = float(0x7FFFFFFFFFFFFFF0)
 """DCGM's blank values (field not supported or not yet read) start at this int64."""
-COLUMNS = ("gpu_util_pct", "sm_active_pct", "mem_util_pct", "dram_active_pct", "mem_used_bytes",
-           "mem_total_bytes", "power_w", "energy_mj", "temp_c", "sm_clock_mhz", "mem_clock_mhz")
+COLUMNS = (
+    "gpu_util_pct",
+    "sm_active_pct",
+    "mem_util_pct",
+    "dram_active_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "energy_mj",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
 _INT_COLUMNS = frozenset({"mem_used_bytes", "mem_total_bytes", "energy_mj"})
 
 
@@ -183,7 +206,7 @@ def _labels(rest: str, no: int, line: str) -> tuple[dict[str, str], str]:
     close = rest.rfind("}")
     if close < 0:
         raise ValueError(f"line {no}: no closing brace: {line[:80]!r}")
-    body, after = rest[1:close].strip(), rest[close + 1:]
+    body, after = rest[1:close].strip(), rest[close + 1 :]
     labels: dict[str, str] = {}
     pos = 0
     while pos < len(body):
@@ -215,7 +238,7 @@ def _sample_lines(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
         name = _metric_name(line)
         if name not in _WANTED:
             continue
-        labels, rest = _labels(line[len(name):], no, line)
+        labels, rest = _labels(line[len(name) :], no, line)
         yield name, labels, _sample_value(rest, no, line)
 
 
@@ -239,8 +262,9 @@ def _dcgm_row(gpu: int, uuid: str | None, got: dict[str, float]) -> Row:
     if _FB_TOTAL in got:
         vals["mem_total_bytes"] = got[_FB_TOTAL] * MIB
     elif _FB_FREE in got and "DCGM_FI_DEV_FB_USED" in got:
-        vals["mem_total_bytes"] = (got[_FB_FREE] + got["DCGM_FI_DEV_FB_USED"]
-                                   + got.get(_FB_RESERVED, 0.0)) * MIB
+        vals["mem_total_bytes"] = (
+            got[_FB_FREE] + got["DCGM_FI_DEV_FB_USED"] + got.get(_FB_RESERVED, 0.0)
+        ) * MIB
     for col in _INT_COLUMNS:
         if vals[col] is not None:
             vals[col] = round(vals[col])

@@ -44,11 +44,17 @@ class FakeNvml:
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
 
-    def __init__(self, devices: int = 1, *, driver: bool = True,
-                 clock_ns: Callable[[], int] = time.monotonic_ns,
-                 power_w: Callable[[int, float], float] = default_power,
-                 energy0_mj: int = 1_000_000_000, mem_total: int = 141 << 30,
-                 no_energy: bool = False) -> None:
+    def __init__(
+        self,
+        devices: int = 1,
+        *,
+        driver: bool = True,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        power_w: Callable[[int, float], float] = default_power,
+        energy0_mj: int = 1_000_000_000,
+        mem_total: int = 141 << 30,
+        no_energy: bool = False,
+    ) -> None:
         self.devices, self.driver, self.clock_ns = devices, driver, clock_ns
         self.power_fn, self.energy0_mj, self.mem_total = power_w, energy0_mj, mem_total
         self.no_energy = no_energy

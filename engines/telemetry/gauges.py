@@ -12,8 +12,16 @@ from typing import Any
 
 from agent_replay.engines.telemetry.backends import Row
 
-NAMES = ("gpus", "util_pct", "sm_active_pct", "power_w", "energy_j", "mem_used_gib",
-         "mem_total_gib", "temp_max_c")
+NAMES = (
+    "gpus",
+    "util_pct",
+    "sm_active_pct",
+    "power_w",
+    "energy_j",
+    "mem_used_gib",
+    "mem_total_gib",
+    "temp_max_c",
+)
 _UTIL, _SM, _MEM, _MEMTOT, _POWER, _ENERGY, _TEMP = 2, 3, 6, 7, 8, 9, 10  # Row positions
 
 
@@ -33,11 +41,15 @@ def aggregate(rows: Sequence[Row], energy0_mj: float | None) -> dict[str, float]
 
     energy = vals(_ENERGY)
     return {
-        "gpus": float(len(rows)), "util_pct": mean(vals(_UTIL)), "sm_active_pct": mean(vals(_SM)),
+        "gpus": float(len(rows)),
+        "util_pct": mean(vals(_UTIL)),
+        "sm_active_pct": mean(vals(_SM)),
         "power_w": total(vals(_POWER)),
-        "energy_j": (sum(energy) - energy0_mj) / 1000 if energy0_mj is not None and
-        len(energy) == len(rows) else math.nan,
-        "mem_used_gib": total(vals(_MEM)) / 2**30, "mem_total_gib": total(vals(_MEMTOT)) / 2**30,
+        "energy_j": (sum(energy) - energy0_mj) / 1000
+        if energy0_mj is not None and len(energy) == len(rows)
+        else math.nan,
+        "mem_used_gib": total(vals(_MEM)) / 2**30,
+        "mem_total_gib": total(vals(_MEMTOT)) / 2**30,
         "temp_max_c": max(vals(_TEMP), default=math.nan),
     }
 

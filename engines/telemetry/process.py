@@ -48,9 +48,15 @@ class TelemetryProcess:
     """Start/stop a sampler process; see the module docs. ``nvml``: a picklable module-like
     object used instead of ``pynvml`` (the fake, in tests and benchmarks)."""
 
-    def __init__(self, source: Source, interval_s: float = DEFAULT_INTERVAL_S,
-                 out: str | os.PathLike[str] | None = None, *, nvml: Any = None,
-                 flush_rows: int = 65_536) -> None:
+    def __init__(
+        self,
+        source: Source,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        nvml: Any = None,
+        flush_rows: int = 65_536,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self.source, self.interval_s = source, interval_s
@@ -60,10 +66,22 @@ class TelemetryProcess:
         self._q: Any = ctx.Queue()
         self._t0: Any = ctx.Value("q", 0)
         self.gauges = GpuGauges()  # the newest read, for the dashboard
-        self._proc = ctx.Process(target=_main, name="agent-replay-gpu-telemetry", daemon=True,
-                                 args=(source, interval_s, None if out is None else str(out),
-                                       self._stop, self._q, self._t0, nvml, self.gauges,
-                                       flush_rows))
+        self._proc = ctx.Process(
+            target=_main,
+            name="agent-replay-gpu-telemetry",
+            daemon=True,
+            args=(
+                source,
+                interval_s,
+                None if out is None else str(out),
+                self._stop,
+                self._q,
+                self._t0,
+                nvml,
+                self.gauges,
+                flush_rows,
+            ),
+        )
         self.gpus: list[dict[str, Any]] = []
         self.off_reason: str | None = None
         self.result: dict[str, Any] | None = None
@@ -112,9 +130,14 @@ class TelemetryProcess:
     def describe(self) -> dict[str, Any]:
         if self.off_reason is not None:
             return {"enabled": False, "reason": self.off_reason, "source": self.source.describe()}
-        d: dict[str, Any] = {"enabled": True, "source": self.source.describe(),
-                             "backend": self.source.kind, "interval_s": self.interval_s,
-                             "gpus": self.gpus, "file": self.out.name if self.out else None}
+        d: dict[str, Any] = {
+            "enabled": True,
+            "source": self.source.describe(),
+            "backend": self.source.kind,
+            "interval_s": self.interval_s,
+            "gpus": self.gpus,
+            "file": self.out.name if self.out else None,
+        }
         if self.result is not None:
             d.update(self.result)
         return d
@@ -181,8 +204,17 @@ class _TelemetryFile:
                 self._writer.close()
 
 
-def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any, t0: Any,
-          nvml: Any, gauges: GpuGauges | None = None, flush_rows: int = 65_536) -> None:
+def _main(
+    source: Source,
+    interval_s: float,
+    out: str | None,
+    stop: Any,
+    q: Any,
+    t0: Any,
+    nvml: Any,
+    gauges: GpuGauges | None = None,
+    flush_rows: int = 65_536,
+) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
@@ -212,8 +244,10 @@ def _main(source: Source, interval_s: float, out: str | None, stop: Any, q: Any,
     sampler = Sampler(backend, interval_s, on_sample=on_sample, sink=sink, flush_rows=flush_rows)
     try:
         sampler.run(stop.wait)
-        result: dict[str, Any] = {"rows": sampler.rows_flushed + len(sampler.rows),
-                                  "cost": sampler.cost.as_dict()}
+        result: dict[str, Any] = {
+            "rows": sampler.rows_flushed + len(sampler.rows),
+            "cost": sampler.cost.as_dict(),
+        }
         if file.dest is not None:
             file.finish(sampler.table(int(t0.value)))
         q.put(("done", result))

@@ -38,11 +38,16 @@ class SamplerCost:
     def as_dict(self) -> dict[str, Any]:
         wall = self.wall_s
         return {
-            "samples": self.samples, "errors": self.errors, "missed_ticks": self.missed,
-            "wall_s": round(wall, 3), "cpu_s": round(self.cpu_s, 4),
+            "samples": self.samples,
+            "errors": self.errors,
+            "missed_ticks": self.missed,
+            "wall_s": round(wall, 3),
+            "cpu_s": round(self.cpu_s, 4),
             "samples_per_s": round(self.samples / wall, 3) if wall > 0 else None,
             "cpu_percent": round(100 * self.cpu_s / wall, 3) if wall > 0 else None,
-            "read_ms_mean": round(self.read_ns_total / self.samples / 1e6, 4) if self.samples else None,
+            "read_ms_mean": round(self.read_ns_total / self.samples / 1e6, 4)
+            if self.samples
+            else None,
             "read_ms_max": round(self.read_ns_max / 1e6, 4),
             "last_error": self.last_error,
         }
@@ -115,8 +120,9 @@ class Sampler:
     def table(self, t0_ns: int = 0, rows: list[tuple[Any, ...]] | None = None) -> pa.Table:
         """The rows kept (or ``rows``), ``t_ns`` as an offset from ``t0_ns`` (the run's t0)."""
         rows = self.rows if rows is None else rows
-        cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(
-            GPU_TELEMETRY_SCHEMA)
+        cols: list[Any] = (
+            list(zip(*rows, strict=True)) if rows else [()] * len(GPU_TELEMETRY_SCHEMA)
+        )
         arrays = [pa.array(c, type=f.type) for c, f in zip(cols, GPU_TELEMETRY_SCHEMA, strict=True)]
         if t0_ns:
             arrays[0] = pa.array([t - t0_ns for t in cols[0]], type=pa.int64())

@@ -48,13 +48,15 @@ def check_spec(spec: str) -> None:
     if spec.startswith("nvml:"):
         _indices(spec)
         return
-    raise InputError(f"--gpu-metrics {spec!r}: expected auto, off, nvml, nvml:0,1 or the "
-                     "URL of a DCGM exporter (http://HOST:9400/metrics)")
+    raise InputError(
+        f"--gpu-metrics {spec!r}: expected auto, off, nvml, nvml:0,1 or the "
+        "URL of a DCGM exporter (http://HOST:9400/metrics)"
+    )
 
 
 def _indices(spec: str) -> tuple[int, ...]:
     out = []
-    for part in spec[len("nvml:"):].split(","):
+    for part in spec[len("nvml:") :].split(","):
         try:
             i = int(part)
         except ValueError:
@@ -117,13 +119,19 @@ def _listener(port: int) -> int | None:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
         return None
-    return next((c.pid for c in conns
-                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid),
-                None)
+    return next(
+        (
+            c.pid
+            for c in conns
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+        ),
+        None,
+    )
 
 
-def resolve(spec: str, target: str, launched: bool = False,
-            visible_devices: str | None = None) -> tuple[Source | None, str]:
+def resolve(
+    spec: str, target: str, launched: bool = False, visible_devices: str | None = None
+) -> tuple[Source | None, str]:
     """The source to sample, or None and the reason telemetry is off (one line's end).
     ``visible_devices``: the server's ``CUDA_VISIBLE_DEVICES`` (of the launched server, or
     of the local process listening on the target's port); with ``auto``, only those GPUs
@@ -134,8 +142,10 @@ def resolve(spec: str, target: str, launched: bool = False,
     if spec.startswith(("http://", "https://")):
         return Source("dcgm", url=spec), ""
     if spec == "auto" and not (launched or is_local(target)):
-        return None, (f"the server ({urlsplit(target).hostname}) is not on this host; pass "
-                      "--gpu-metrics URL of its DCGM exporter")
+        return None, (
+            f"the server ({urlsplit(target).hostname}) is not on this host; pass "
+            "--gpu-metrics URL of its DCGM exporter"
+        )
     if spec.startswith("nvml:"):
         return Source("nvml", indices=_indices(spec)), ""
     return Source("nvml", indices=visible_indices(visible_devices)), ""
@@ -175,7 +185,10 @@ def nvml_unavailable() -> str | None:
     the rest (no GPU, driver errors)."""
     if importlib.util.find_spec("pynvml") is None and vendored_pynvml() is None:
         return f"nvidia-ml-py is not installed ({GPU_EXTRA})"
-    if (sys.platform.startswith("linux") and not any(map(os.path.exists, DRIVER_PATHS))
-            and ctypes.util.find_library("nvidia-ml") is None):
+    if (
+        sys.platform.startswith("linux")
+        and not any(map(os.path.exists, DRIVER_PATHS))
+        and ctypes.util.find_library("nvidia-ml") is None
+    ):
         return "no NVIDIA driver on this host (no /dev/nvidiactl, no libnvidia-ml)"
     return None

@@ -25,7 +25,8 @@ from agent_replay.errors import InputError, LaunchError
 _MARK = "@@agent-replay-vllm-probe@@"
 
 # Runs inside the vLLM interpreter: standard library + vLLM only.
-PROBE = r'''
+PROBE = (
+    r'''
 import contextlib, dataclasses, io, json, sys
 request = json.loads(sys.stdin.read())
 out = {"version": None, "results": [], "unknown_env": []}
@@ -80,8 +81,11 @@ try:
         pass
 except Exception as exc:
     out["fatal"] = f"{type(exc).__name__}: {exc}"
-print("''' + _MARK + r'''" + json.dumps(out), flush=True)
-'''
+print("'''
+    + _MARK
+    + r"""" + json.dumps(out), flush=True)
+"""
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,32 +114,52 @@ def vllm_python_available(python: str | None = None) -> bool:
     """True when ``python`` (default: this interpreter) can import vllm (cheap: find_spec)."""
     exe = python or sys.executable
     try:
-        proc = subprocess.run([exe, "-c", "import importlib.util,sys;"
-                               "sys.exit(0 if importlib.util.find_spec('vllm') else 1)"],
-                              capture_output=True, timeout=60, check=False)
+        proc = subprocess.run(
+            [
+                exe,
+                "-c",
+                "import importlib.util,sys;sys.exit(0 if importlib.util.find_spec('vllm') else 1)",
+            ],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
 
 
-def run_probe(python: str, argvs: Sequence[Sequence[str]], env_names: Sequence[str] = (),
-              timeout_s: float = 300.0) -> dict[str, object]:
+def run_probe(
+    python: str,
+    argvs: Sequence[Sequence[str]],
+    env_names: Sequence[str] = (),
+    timeout_s: float = 300.0,
+) -> dict[str, object]:
     payload = json.dumps({"argvs": [list(a) for a in argvs], "env": list(env_names)})
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONWARNINGS="ignore")
     try:
-        proc = subprocess.run([python, "-c", PROBE], input=payload, capture_output=True,
-                              text=True, timeout=timeout_s, env=env, check=False)
+        proc = subprocess.run(
+            [python, "-c", PROBE],
+            input=payload,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
     except FileNotFoundError:
         raise InputError(f"--vllm-python {python}: no such interpreter") from None
     except subprocess.TimeoutExpired:
-        raise LaunchError(f"{python}: vLLM's argument parser did not answer in "
-                          f"{timeout_s:.0f} s") from None
+        raise LaunchError(
+            f"{python}: vLLM's argument parser did not answer in {timeout_s:.0f} s"
+        ) from None
     for line in proc.stdout.splitlines():
         if line.startswith(_MARK):
-            result: dict[str, object] = json.loads(line[len(_MARK):])
+            result: dict[str, object] = json.loads(line[len(_MARK) :])
             if result.get("fatal"):
-                raise InputError(f"{python}: cannot build vLLM's argument parser: "
-                                 f"{result['fatal']}")
+                raise InputError(
+                    f"{python}: cannot build vLLM's argument parser: {result['fatal']}"
+                )
             return result
     tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-5:])
     raise InputError(f"{python}: vLLM argument probe failed (exit {proc.returncode}): {tail}")
@@ -145,8 +169,9 @@ def check_deployment(deployment: Deployment, python: str | None = None) -> Check
     """Parse every ``vllm serve`` command of ``deployment`` with vLLM's parser."""
     serve = [c for c in deployment.commands if c.is_vllm_serve]
     env_names = sorted({k for c in serve for k, _ in c.env})
-    return _check_result(serve, run_probe(python or sys.executable, [c.serve_args for c in serve],
-                                          env_names))
+    return _check_result(
+        serve, run_probe(python or sys.executable, [c.serve_args for c in serve], env_names)
+    )
 
 
 def _check_result(serve: list[Command], res: dict[str, object]) -> CheckResult:
@@ -154,12 +179,16 @@ def _check_result(serve: list[Command], res: dict[str, object]) -> CheckResult:
     error, and the environment variables vLLM does not know."""
     results = res.get("results")
     assert isinstance(results, list)
-    errors = tuple((c.name, str(r.get("error"))) for c, r in zip(serve, results, strict=True)
-                   if not r.get("ok"))
+    errors = tuple(
+        (c.name, str(r.get("error")))
+        for c, r in zip(serve, results, strict=True)
+        if not r.get("ok")
+    )
     unknown = res.get("unknown_env") or []
     assert isinstance(unknown, list)
-    return CheckResult(version=str(res.get("version")), errors=errors,
-                       unknown_env=tuple(str(u) for u in unknown))
+    return CheckResult(
+        version=str(res.get("version")), errors=errors, unknown_env=tuple(str(u) for u in unknown)
+    )
 
 
 def probe_version(python: str) -> str:
@@ -173,6 +202,5 @@ def require_valid(deployment: Deployment, python: str | None = None) -> CheckRes
     res = check_deployment(deployment, python)
     if not res.ok:
         lines = "; ".join(f"{name}: {msg}" for name, msg in res.errors)
-        raise InputError(f"vLLM {res.version} rejects the {deployment.profile} command(s): "
-                         f"{lines}")
+        raise InputError(f"vLLM {res.version} rejects the {deployment.profile} command(s): {lines}")
     return res

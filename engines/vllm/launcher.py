@@ -46,7 +46,8 @@ from agent_replay.engines.vllm.profiles import Deployment
 from agent_replay.errors import InputError, LaunchError
 
 _INFO_MARK = "@@agent-replay-vllm-info@@"
-_INFO_PROBE = r'''
+_INFO_PROBE = (
+    r'''
 import json, os, platform
 info = {}
 try:
@@ -60,8 +61,11 @@ try:
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 except Exception as exc:
     info["error"] = f"{type(exc).__name__}: {exc}"
-print("''' + _INFO_MARK + r'''" + json.dumps(info), flush=True)
-'''
+print("'''
+    + _INFO_MARK
+    + r"""" + json.dumps(info), flush=True)
+"""
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -74,20 +78,28 @@ def probe_vllm(python: str, timeout_s: float = 180.0) -> dict[str, Any]:
     """vLLM version, device kind, torch version and GPU names of ``python``'s vLLM."""
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONWARNINGS="ignore")
     try:
-        proc = subprocess.run([python, "-c", _INFO_PROBE], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, check=False)
+        proc = subprocess.run(
+            [python, "-c", _INFO_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
     except FileNotFoundError:
         raise InputError(f"--vllm-python {python}: no such interpreter") from None
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{python}: importing vllm took over {timeout_s:.0f} s") from None
     for line in proc.stdout.splitlines():
         if line.startswith(_INFO_MARK):
-            info: dict[str, Any] = json.loads(line[len(_INFO_MARK):])
+            info: dict[str, Any] = json.loads(line[len(_INFO_MARK) :])
             if "error" in info:
                 raise LaunchError(f"{python}: cannot import vllm: {info['error']}")
             return info
-    raise LaunchError(f"{python}: vllm probe failed (exit {proc.returncode}): "
-                      f"{proc.stderr.strip().splitlines()[-1:] or ''}")
+    raise LaunchError(
+        f"{python}: vllm probe failed (exit {proc.returncode}): "
+        f"{proc.stderr.strip().splitlines()[-1:] or ''}"
+    )
 
 
 def cpu_info() -> dict[str, Any]:
@@ -99,21 +111,29 @@ def cpu_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"model": model, "logical_cores": os.cpu_count(),
-            "memory_bytes": psutil.virtual_memory().total}
+    return {
+        "model": model,
+        "logical_cores": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+    }
 
 
-def server_argv(deployment: Deployment, *, python: str, device: str, host: str,
-                port: int) -> tuple[list[str], dict[str, str]]:
+def server_argv(
+    deployment: Deployment, *, python: str, device: str, host: str, port: int
+) -> tuple[list[str], dict[str, str]]:
     """The argv and the env additions that start ``deployment``'s single server locally."""
     serve = [c for c in deployment.commands if c.is_vllm_serve]
     if len(deployment.commands) != 1 or len(serve) != 1 or deployment.nodes != 1:
-        raise InputError(f"launch starts one local server; profile {deployment.profile} on "
-                         f"{deployment.nodes} node(s) has {len(deployment.commands)} "
-                         "commands: print them with 'engines vllm-cmd' and start them there")
+        raise InputError(
+            f"launch starts one local server; profile {deployment.profile} on "
+            f"{deployment.nodes} node(s) has {len(deployment.commands)} "
+            "commands: print them with 'engines vllm-cmd' and start them there"
+        )
     cmd = serve[0]
-    model, flags = cmd.serve_args[0], _set_flag(_set_flag(cmd.serve_args[1:], "--port",
-                                                          str(port)), "--host", host)
+    model, flags = (
+        cmd.serve_args[0],
+        _set_flag(_set_flag(cmd.serve_args[1:], "--port", str(port)), "--host", host),
+    )
     if device == "cpu":
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, *flags]
     else:
@@ -136,8 +156,10 @@ CPU_VENV = Path.home() / ".cache" / "agent-replay" / "vllm-cpu-venv"
 
 def no_vllm_message(venv: Path = CPU_VENV) -> str:
     """Why there is no vLLM to launch, and where one is or how to get one."""
-    head = ("no vLLM to launch: pass --vllm-python PATH (a venv's python with vllm or vllm-cpu "
-            "installed; inside run --launch \"...\" too) or set AGENT_REPLAY_VLLM_PYTHON")
+    head = (
+        "no vLLM to launch: pass --vllm-python PATH (a venv's python with vllm or vllm-cpu "
+        'installed; inside run --launch "..." too) or set AGENT_REPLAY_VLLM_PYTHON'
+    )
     python = venv / "bin" / "python"
     if python.exists():
         return f"{head}; the vllm-cpu venv the tests built is there: --vllm-python {python}"
@@ -147,12 +169,21 @@ def no_vllm_message(venv: Path = CPU_VENV) -> str:
 class VllmServer:
     """A local vLLM server started from ``deployment`` (see the module docstring)."""
 
-    def __init__(self, deployment: Deployment, *, python: str | None = None,
-                 port: int | None = None, host: str = "127.0.0.1", timeout_s: float = 600.0,
-                 log_path: str | Path | None = None, device: str = "auto",
-                 env: Mapping[str, str] | None = None, grace_s: float = 20.0,
-                 clock_ns: Callable[[], int] = time.monotonic_ns,
-                 check_settings: bool = True) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        python: str | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        timeout_s: float = 600.0,
+        log_path: str | Path | None = None,
+        device: str = "auto",
+        env: Mapping[str, str] | None = None,
+        grace_s: float = 20.0,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        check_settings: bool = True,
+    ) -> None:
         from agent_replay.engines.vllm.argcheck import find_vllm_python
 
         found = find_vllm_python(python)
@@ -190,8 +221,12 @@ class VllmServer:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def start(self) -> None:
@@ -199,29 +234,45 @@ class VllmServer:
             raise RuntimeError("already started")
         t0 = self.clock_ns()
         probe = probe_vllm(self.python)
-        device = self.device if self.device != "auto" else (
-            "cpu" if probe.get("device") == "cpu" else "gpu")
+        device = (
+            self.device
+            if self.device != "auto"
+            else ("cpu" if probe.get("device") == "cpu" else "gpu")
+        )
         self.port = self.port or free_port(self.host)
-        argv, env_add = server_argv(self.deployment, python=self.python, device=device,
-                                    host=self.host, port=self.port)
+        argv, env_add = server_argv(
+            self.deployment, python=self.python, device=device, host=self.host, port=self.port
+        )
         env_add.update(self.extra_env)
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="agent-replay-vllm-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
         self.info = {
-            "launcher": "agent-replay", "profile": self.deployment.profile,
-            "command": argv, "env": env_add, "url": self.url, "log": str(self.log_path),
-            "vllm_version": probe.get("vllm_version"), "device": device,
-            "torch_version": probe.get("torch_version"), "gpus": probe.get("gpus", []),
-            "cpu": cpu_info(), "host": socket.gethostname(),
+            "launcher": "agent-replay",
+            "profile": self.deployment.profile,
+            "command": argv,
+            "env": env_add,
+            "url": self.url,
+            "log": str(self.log_path),
+            "vllm_version": probe.get("vllm_version"),
+            "device": device,
+            "torch_version": probe.get("torch_version"),
+            "gpus": probe.get("gpus", []),
+            "cpu": cpu_info(),
+            "host": socket.gethostname(),
             "deployment": self.deployment.to_dict(),
         }
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
-            self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          env={**os.environ, **env_add})
+            self._proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **env_add},
+            )
         atexit.register(self.stop)
         self.info["pid"] = self._proc.pid
         try:
@@ -238,16 +289,20 @@ class VllmServer:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise LaunchError(f"vLLM exited with code {code} before it was healthy "
-                                  f"(log {self.log_path}):\n{self.log_tail()}")
+                raise LaunchError(
+                    f"vLLM exited with code {code} before it was healthy "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
             if _healthy(self.url):
                 now = self.clock_ns()
                 self.info["start_s"] = round((now - t0) / 1e9, 3)
                 self.info["spawn_to_healthy_s"] = round((now - t_spawn) / 1e9, 3)
                 return
             if self.clock_ns() > deadline:
-                raise LaunchError(f"vLLM not healthy after {self.timeout_s:.0f} s "
-                                  f"(log {self.log_path}):\n{self.log_tail()}")
+                raise LaunchError(
+                    f"vLLM not healthy after {self.timeout_s:.0f} s "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
             time.sleep(0.25)
 
     def _verify_settings(self) -> None:
@@ -264,9 +319,11 @@ class VllmServer:
         self.info["resolved_config"] = resolved.to_dict()
         self.info["settings"] = [c.to_dict() for c in checks]
         if not resolved.engine:
-            self.info["settings_note"] = ("the log has no 'Initializing a V1 LLM engine ... "
-                                          "with config' line: settings it reports are "
-                                          "listed as not reported")
+            self.info["settings_note"] = (
+                "the log has no 'Initializing a V1 LLM engine ... "
+                "with config' line: settings it reports are "
+                "listed as not reported"
+            )
         if mismatches(checks) and self.check_settings:
             raise LaunchError(failure_line(checks, self.log_path))
 

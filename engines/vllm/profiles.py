@@ -133,8 +133,13 @@ class Command:
         return f"{env} {cmd}" if env else cmd
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "node": self.node, "env": dict(self.env),
-                "argv": list(self.argv), "port": self.port}
+        return {
+            "name": self.name,
+            "node": self.node,
+            "env": dict(self.env),
+            "argv": list(self.argv),
+            "port": self.port,
+        }
 
 
 _PLACEHOLDER = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -160,13 +165,22 @@ class Deployment:
     knobs: Mapping[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"profile": self.profile, "model": self.model, "gpus": self.gpus,
-                "nodes": self.nodes, "endpoint": self.endpoint, "knobs": dict(self.knobs),
-                "commands": [c.to_dict() for c in self.commands], "notes": list(self.notes)}
+        return {
+            "profile": self.profile,
+            "model": self.model,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "endpoint": self.endpoint,
+            "knobs": dict(self.knobs),
+            "commands": [c.to_dict() for c in self.commands],
+            "notes": list(self.notes),
+        }
 
     def render(self) -> str:
-        lines = [f"# profile {self.profile}: {self.model} on {self.gpus} GPU(s), "
-                 f"{self.nodes} node(s); clients use {self.endpoint}"]
+        lines = [
+            f"# profile {self.profile}: {self.model} on {self.gpus} GPU(s), "
+            f"{self.nodes} node(s); clients use {self.endpoint}"
+        ]
         lines += [f"# note: {n}" for n in self.notes]
         for c in self.commands:
             lines.append(f"# {c.name} (node {c.node})")
@@ -212,9 +226,12 @@ COMMON_KNOBS: tuple[Knob, ...] = (
 AGENTX_SPEC_KNOBS: tuple[Knob, ...] = (
     Knob("spec_method", "mtp", "speculative decoding: mtp, ngram or none"),
     Knob("spec_tokens", 3, "draft tokens per step (MTP nextn)"),
-    Knob("synthetic_acceptance_length", 2.49,
-         "accept drafts synthetically at this mean acceptance length (AgentX's golden 2.49 "
-         "for 3 draft tokens; none: real verification)"),
+    Knob(
+        "synthetic_acceptance_length",
+        2.49,
+        "accept drafts synthetically at this mean acceptance length (AgentX's golden 2.49 "
+        "for 3 draft tokens; none: real verification)",
+    ),
 )
 
 DECODE_KNOBS: tuple[Knob, ...] = (
@@ -227,7 +244,7 @@ DECODE_KNOBS: tuple[Knob, ...] = (
 #: (``DPEngineCoreProc._should_throttle_prefills``; the plain ``EngineCore`` never throttles).
 DP_ONLY_FLAGS: dict[str, str] = {
     "--prefill-schedule-interval": "only a data-parallel engine core throttles prefills "
-                                   "(vLLM's EngineCore._should_throttle_prefills is False)",
+    "(vLLM's EngineCore._should_throttle_prefills is False)",
 }
 
 
@@ -238,8 +255,10 @@ def _decode_batch(knobs: Mapping[str, object], ranks: int = 1) -> int:
         return knobs["max_num_seqs"]
     total = 2 * int(str(knobs["concurrency"]))
     if total % ranks:
-        raise InputError(f"--set concurrency={knobs['concurrency']}: 2 x concurrency must "
-                         f"divide over {ranks} data-parallel ranks")
+        raise InputError(
+            f"--set concurrency={knobs['concurrency']}: 2 x concurrency must "
+            f"divide over {ranks} data-parallel ranks"
+        )
     return total // ranks
 
 
@@ -250,14 +269,15 @@ def _compilation_config(knobs: Mapping[str, object], batch: int) -> str:
     mode 0: no torch.compile, as the recipe runs."""
     per_seq = 1 + (int(str(knobs["spec_tokens"])) if _spec_config(knobs) else 0)
     sizes = [per_seq * n for n in range(1, batch + 1)]
-    return json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes,
-                       "mode": 0}, separators=(",", ":"))
+    return json.dumps(
+        {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes, "mode": 0},
+        separators=(",", ":"),
+    )
 
 
 def _decode_flags(knobs: Mapping[str, object], ranks: int = 1) -> list[Flag]:
     batch = _decode_batch(knobs, ranks)
-    flags: list[Flag] = [("--performance-mode", "interactivity"),
-                         ("--max-num-seqs", str(batch))]
+    flags: list[Flag] = [("--performance-mode", "interactivity"), ("--max-num-seqs", str(batch))]
     spec = _spec_config(knobs)
     if spec is not None:
         flags.append(("--speculative-config", spec))
@@ -275,8 +295,10 @@ def _spec_config(knobs: Mapping[str, object]) -> str | None:
     if method == "ngram":
         cfg.update(prompt_lookup_max=4, prompt_lookup_min=2)
     if knobs["synthetic_acceptance_length"] is not None:
-        cfg.update(rejection_sample_method="synthetic",
-                   synthetic_acceptance_length=knobs["synthetic_acceptance_length"])
+        cfg.update(
+            rejection_sample_method="synthetic",
+            synthetic_acceptance_length=knobs["synthetic_acceptance_length"],
+        )
     return json.dumps(cfg, separators=(",", ":"))
 
 
@@ -298,22 +320,40 @@ def agentx_speculative_config(model: str, k: int) -> str:
     for family, by_k in AGENTX_ACCEPTANCE_LENGTH.items():
         if family in name:
             if k not in by_k:
-                raise InputError(f"no AgentX acceptance length for {family} MTP with K={k} "
-                                 f"(known: K={', '.join(map(str, sorted(by_k)))})")
-            return json.dumps({"method": "mtp", "num_speculative_tokens": k,
-                               "rejection_sample_method": "synthetic",
-                               "synthetic_acceptance_length": by_k[k]}, separators=(",", ":"))
-    raise InputError(f"no AgentX acceptance length for model {model!r} (known families: "
-                     f"{', '.join(AGENTX_ACCEPTANCE_LENGTH)})")
+                raise InputError(
+                    f"no AgentX acceptance length for {family} MTP with K={k} "
+                    f"(known: K={', '.join(map(str, sorted(by_k)))})"
+                )
+            return json.dumps(
+                {
+                    "method": "mtp",
+                    "num_speculative_tokens": k,
+                    "rejection_sample_method": "synthetic",
+                    "synthetic_acceptance_length": by_k[k],
+                },
+                separators=(",", ":"),
+            )
+    raise InputError(
+        f"no AgentX acceptance length for model {model!r} (known families: "
+        f"{', '.join(AGENTX_ACCEPTANCE_LENGTH)})"
+    )
 
 
 def _nixl(role: str = "kv_both") -> Flag:
-    return ("--kv-transfer-config",
-            json.dumps({"kv_connector": "NixlConnector", "kv_role": role}, separators=(",", ":")))
+    return (
+        "--kv-transfer-config",
+        json.dumps({"kv_connector": "NixlConnector", "kv_role": role}, separators=(",", ":")),
+    )
 
 
-def _serve(name: str, node: int, model: str, flags: Iterable[Flag],
-           env: Iterable[tuple[str, str]], port: int | None) -> Command:
+def _serve(
+    name: str,
+    node: int,
+    model: str,
+    flags: Iterable[Flag],
+    env: Iterable[tuple[str, str]],
+    port: int | None,
+) -> Command:
     argv = ["vllm", "serve", model]
     for flag, value in flags:
         argv.append(flag)
@@ -332,13 +372,28 @@ def _standard_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[
     if lay.nodes == 1:
         cmd = _serve("server", 0, lay.model, [*base, ("--port", str(port))], p.env, port)
         return [cmd], f"http://localhost:{port}", []
-    base += [("--pipeline-parallel-size", str(lay.nodes)), ("--nnodes", str(lay.nodes)),
-             ("--master-addr", head), ("--master-port", str(lay.knobs["master_port"]))]
-    cmds = [_serve("head", 0, lay.model,
-                   [*base, ("--node-rank", "0"), ("--port", str(port))], p.env, port)]
-    cmds += [_serve(f"worker{i}", i, lay.model,
-                    [*base, ("--node-rank", str(i)), ("--headless", None)], p.env, None)
-             for i in range(1, lay.nodes)]
+    base += [
+        ("--pipeline-parallel-size", str(lay.nodes)),
+        ("--nnodes", str(lay.nodes)),
+        ("--master-addr", head),
+        ("--master-port", str(lay.knobs["master_port"])),
+    ]
+    cmds = [
+        _serve(
+            "head", 0, lay.model, [*base, ("--node-rank", "0"), ("--port", str(port))], p.env, port
+        )
+    ]
+    cmds += [
+        _serve(
+            f"worker{i}",
+            i,
+            lay.model,
+            [*base, ("--node-rank", str(i)), ("--headless", None)],
+            p.env,
+            None,
+        )
+        for i in range(1, lay.nodes)
+    ]
     return cmds, f"http://{head}:{port}", []
 
 
@@ -347,17 +402,25 @@ def _decode_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[st
     role = str(lay.knobs["role"])
     if role not in ("alone", "pd-decode"):
         raise InputError(f"--set role={role}: expected alone or pd-decode")
-    flags = [*p.flags, *_decode_flags(lay.knobs),
-             ("--tensor-parallel-size", str(lay.gpus_per_node)), ("--port", str(port))]
+    flags = [
+        *p.flags,
+        *_decode_flags(lay.knobs),
+        ("--tensor-parallel-size", str(lay.gpus_per_node)),
+        ("--port", str(port)),
+    ]
     notes = []
     if role == "pd-decode":
         flags.append(_nixl())
-        notes.append("decode side of a P/D split: put a prefill instance and a router "
-                     "(see the pd-disagg profile) in front")
+        notes.append(
+            "decode side of a P/D split: put a prefill instance and a router "
+            "(see the pd-disagg profile) in front"
+        )
     cmds = [_serve(f"decode{i}", i, lay.model, flags, p.env, port) for i in range(lay.nodes)]
     if lay.nodes > 1:
-        notes.append(f"{lay.nodes} independent replicas, one per node: balance clients "
-                     "over them with a router")
+        notes.append(
+            f"{lay.nodes} independent replicas, one per node: balance clients "
+            "over them with a router"
+        )
     return cmds, f"http://localhost:{port}", notes
 
 
@@ -365,50 +428,89 @@ def _wide_ep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[s
     port = int(str(lay.knobs["port"]))
     head = str(lay.knobs["head_address"])
     backend = lay.knobs["all2all_backend"] or (
-        "allgather_reducescatter" if lay.nodes == 1 else "deepep_low_latency")
-    eplb = {"window_size": lay.knobs["eplb_window_size"],
-            "step_interval": lay.knobs["eplb_step_interval"],
-            "num_redundant_experts": lay.knobs["num_redundant_experts"]}
-    base: list[Flag] = [*p.flags, ("--data-parallel-size", str(lay.gpus)),
-                        ("--data-parallel-size-local", str(lay.gpus_per_node)),
-                        ("--all2all-backend", str(backend))]
+        "allgather_reducescatter" if lay.nodes == 1 else "deepep_low_latency"
+    )
+    eplb = {
+        "window_size": lay.knobs["eplb_window_size"],
+        "step_interval": lay.knobs["eplb_step_interval"],
+        "num_redundant_experts": lay.knobs["num_redundant_experts"],
+    }
+    base: list[Flag] = [
+        *p.flags,
+        ("--data-parallel-size", str(lay.gpus)),
+        ("--data-parallel-size-local", str(lay.gpus_per_node)),
+        ("--all2all-backend", str(backend)),
+    ]
     if lay.knobs["eplb"]:
-        base += [("--enable-eplb", None),
-                 ("--eplb-config", json.dumps(eplb, separators=(",", ":")))]
+        base += [
+            ("--enable-eplb", None),
+            ("--eplb-config", json.dumps(eplb, separators=(",", ":"))),
+        ]
     if lay.nodes == 1:
         cmd = _serve("server", 0, lay.model, [*base, ("--port", str(port))], p.env, port)
         return [cmd], f"http://localhost:{port}", []
-    rpc = [("--data-parallel-address", head),
-           ("--data-parallel-rpc-port", str(lay.knobs["dp_rpc_port"]))]
+    rpc = [
+        ("--data-parallel-address", head),
+        ("--data-parallel-rpc-port", str(lay.knobs["dp_rpc_port"])),
+    ]
     cmds = [_serve("head", 0, lay.model, [*base, *rpc, ("--port", str(port))], p.env, port)]
     for i in range(1, lay.nodes):
-        cmds.append(_serve(f"worker{i}", i, lay.model,
-                           [*base, *rpc, ("--data-parallel-start-rank",
-                                          str(i * lay.gpus_per_node)), ("--headless", None)],
-                           p.env, None))
+        cmds.append(
+            _serve(
+                f"worker{i}",
+                i,
+                lay.model,
+                [
+                    *base,
+                    *rpc,
+                    ("--data-parallel-start-rank", str(i * lay.gpus_per_node)),
+                    ("--headless", None),
+                ],
+                p.env,
+                None,
+            )
+        )
     return cmds, f"http://{head}:{port}", []
 
 
 def _dep_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
     port = int(str(lay.knobs["port"]))
     backend = int(str(lay.knobs["backend_port"] or port + 1))
-    flags: list[Flag] = [*p.flags, *_decode_flags(lay.knobs, ranks=lay.gpus),
-                         ("--tensor-parallel-size", "1"),
-                         ("--data-parallel-size", str(lay.gpus)),
-                         ("--prefill-schedule-interval", str(lay.knobs["prefill_schedule_interval"])),
-                         ("--long-prefill-token-threshold",
-                          str(lay.knobs["long_prefill_token_threshold"])),
-                         ("--max-num-batched-tokens", str(lay.knobs["max_num_batched_tokens"])),
-                         ("--port", str(backend))]
+    flags: list[Flag] = [
+        *p.flags,
+        *_decode_flags(lay.knobs, ranks=lay.gpus),
+        ("--tensor-parallel-size", "1"),
+        ("--data-parallel-size", str(lay.gpus)),
+        ("--prefill-schedule-interval", str(lay.knobs["prefill_schedule_interval"])),
+        ("--long-prefill-token-threshold", str(lay.knobs["long_prefill_token_threshold"])),
+        ("--max-num-batched-tokens", str(lay.knobs["max_num_batched_tokens"])),
+        ("--port", str(backend)),
+    ]
     server = _serve("server", 0, lay.model, flags, p.env, backend)
     router = Command(
-        name="router", node=0, is_vllm_serve=False, port=port,
-        argv=("vllm-router", "--worker-urls", f"http://localhost:{backend}",
-              "--policy", "consistent_hash", "--intra-node-data-parallel-size", str(lay.gpus),
-              "--host", "0.0.0.0", "--port", str(port)))
-    notes = ["router: vllm-router (pip install vllm-router), consistent hashing on the "
-             "session header so that every turn of a session reaches the same rank; its "
-             "flags are not checked by vLLM's parser"]
+        name="router",
+        node=0,
+        is_vllm_serve=False,
+        port=port,
+        argv=(
+            "vllm-router",
+            "--worker-urls",
+            f"http://localhost:{backend}",
+            "--policy",
+            "consistent_hash",
+            "--intra-node-data-parallel-size",
+            str(lay.gpus),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+        ),
+    )
+    notes = [
+        "router: vllm-router (pip install vllm-router), consistent hashing on the "
+        "session header so that every turn of a session reaches the same rank; its "
+        "flags are not checked by vLLM's parser"
+    ]
     return [server, router], f"http://localhost:{port}", notes
 
 
@@ -418,95 +520,187 @@ def _pd_layout(p: Profile, lay: Layout) -> tuple[list[Command], str, list[str]]:
     prefill_gpus = int(str(lay.knobs["prefill_gpus"] or lay.gpus // 2))
     decode_gpus = lay.gpus - prefill_gpus
     if prefill_gpus < 1 or decode_gpus < 1:
-        raise InputError(f"pd-disagg: prefill_gpus={prefill_gpus} leaves "
-                         f"{decode_gpus} GPU(s) for decode; both need at least 1")
+        raise InputError(
+            f"pd-disagg: prefill_gpus={prefill_gpus} leaves "
+            f"{decode_gpus} GPU(s) for decode; both need at least 1"
+        )
     p_port, d_port = port + 100, port + 200
     if lay.nodes == 1:
         p_node, d_node = 0, 0
-        p_env = [*p.env, ("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(prefill_gpus)))),
-                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")]
-        d_env = [*p.env, ("CUDA_VISIBLE_DEVICES",
-                          ",".join(map(str, range(prefill_gpus, lay.gpus)))),
-                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5700")]
+        p_env = [
+            *p.env,
+            ("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(prefill_gpus)))),
+            ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600"),
+        ]
+        d_env = [
+            *p.env,
+            ("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(prefill_gpus, lay.gpus)))),
+            ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5700"),
+        ]
         p_host = d_host = "localhost"
     elif lay.nodes == 2:
         if prefill_gpus != lay.gpus_per_node:
-            raise InputError("pd-disagg over 2 nodes puts prefill on node 0 and decode on "
-                             f"node 1: prefill_gpus must be {lay.gpus_per_node}")
+            raise InputError(
+                "pd-disagg over 2 nodes puts prefill on node 0 and decode on "
+                f"node 1: prefill_gpus must be {lay.gpus_per_node}"
+            )
         p_node, d_node = 0, 1
         p_env = [*p.env, ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")]
         d_env = [*p.env, ("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")]
         p_host, d_host = head, str(lay.knobs["decode_address"])
     else:
         raise InputError("pd-disagg takes 1 or 2 nodes")
-    prefill = _serve("prefill", p_node, lay.model,
-                     [*p.flags, ("--tensor-parallel-size", str(prefill_gpus)),
-                      ("--port", str(p_port)), _nixl()], p_env, p_port)
-    decode = _serve("decode", d_node, lay.model,
-                    [*p.flags, *_decode_flags(lay.knobs),
-                     ("--tensor-parallel-size", str(decode_gpus)), ("--port", str(d_port)),
-                     _nixl()], d_env, d_port)
+    prefill = _serve(
+        "prefill",
+        p_node,
+        lay.model,
+        [*p.flags, ("--tensor-parallel-size", str(prefill_gpus)), ("--port", str(p_port)), _nixl()],
+        p_env,
+        p_port,
+    )
+    decode = _serve(
+        "decode",
+        d_node,
+        lay.model,
+        [
+            *p.flags,
+            *_decode_flags(lay.knobs),
+            ("--tensor-parallel-size", str(decode_gpus)),
+            ("--port", str(d_port)),
+            _nixl(),
+        ],
+        d_env,
+        d_port,
+    )
     router = Command(
-        name="router", node=0, is_vllm_serve=False, port=port,
-        argv=("vllm-router", "--vllm-pd-disaggregation",
-              "--prefill", f"http://{p_host}:{p_port}", "--decode", f"http://{d_host}:{d_port}",
-              "--host", "0.0.0.0", "--port", str(port),
-              "--prefill-policy", "cache_aware", "--decode-policy", "power_of_two"))
-    notes = ["router: vllm-router (pip install vllm-router); its flags are not checked "
-             "by vLLM's parser"]
-    return [prefill, decode, router], f"http://{head if lay.nodes > 1 else 'localhost'}:{port}", notes
+        name="router",
+        node=0,
+        is_vllm_serve=False,
+        port=port,
+        argv=(
+            "vllm-router",
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            f"http://{p_host}:{p_port}",
+            "--decode",
+            f"http://{d_host}:{d_port}",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--prefill-policy",
+            "cache_aware",
+            "--decode-policy",
+            "power_of_two",
+        ),
+    )
+    notes = [
+        "router: vllm-router (pip install vllm-router); its flags are not checked by vLLM's parser"
+    ]
+    return (
+        [prefill, decode, router],
+        f"http://{head if lay.nodes > 1 else 'localhost'}:{port}",
+        notes,
+    )
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("standard", "one instance over every GPU (TP in a node, PP across nodes)",
-                flags=(), env=NO_MULTICAST_ENV,
-                knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port")),
-                layout=_standard_layout),
-        Profile("mtp", "standard plus MTP speculative decoding, nothing else",
-                flags=(), env=NO_MULTICAST_ENV,
-                knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port"),
-                       *AGENTX_SPEC_KNOBS),
-                layout=_standard_layout),
-        Profile("dedicated-decode",
-                "InferenceX AgentX's MTP recipe on one instance (batch 2 x concurrency, "
-                "MTP 3 at AL 2.49, decode-only full CUDA graphs, interactivity mode)",
-                flags=(), env=NO_MULTICAST_ENV,
-                knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
-                       Knob("role", "alone", "alone, or pd-decode (NixlConnector)")),
-                layout=_decode_layout),
-        Profile("dep", "the dedicated-decode recipe over DP attention + expert parallelism, "
-                "prefill every 8th step, session-affine router",
-                flags=(("--enable-expert-parallel", None),), env=NO_MULTICAST_ENV,
-                knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
-                       Knob("prefill_schedule_interval", 8,
-                            "admit prefill only every N steps (data-parallel engines only)"),
-                       Knob("long_prefill_token_threshold", 512,
-                            "longest prefill chunk of a request per step"),
-                       Knob("max_num_batched_tokens", 8192, "token budget of a step"),
-                       Knob("backend_port", None, "port of vLLM behind the router "
-                            "(default: port + 1)")),
-                layout=_dep_layout, min_gpus=2, max_nodes=1),
-        Profile("wide-ep", "DP attention + expert parallelism + EPLB over every GPU",
-                flags=(("--enable-expert-parallel", None),), env=NO_MULTICAST_ENV,
-                knobs=(*COMMON_KNOBS,
-                       Knob("all2all_backend", None,
-                            "MoE all2all backend (default: allgather_reducescatter on one "
-                            "node, deepep_low_latency across nodes)"),
-                       Knob("eplb", True, "expert-parallel load balancing"),
-                       Knob("eplb_window_size", 1000, "EPLB window"),
-                       Knob("eplb_step_interval", 3000, "EPLB rebalance interval (steps)"),
-                       Knob("num_redundant_experts", 0, "EPLB redundant experts"),
-                       Knob("dp_rpc_port", 13345, "data-parallel RPC port on node 0")),
-                layout=_wide_ep_layout),
-        Profile("pd-disagg", "prefill + decode instances over NixlConnector, router in front",
-                flags=(), env=NO_MULTICAST_ENV,
-                knobs=(*COMMON_KNOBS, *DECODE_KNOBS,
-                       Knob("prefill_gpus", None, "GPUs of the prefill instance "
-                            "(default: half)"),
-                       Knob("decode_address", "${DECODE_IP}", "address of the decode node")),
-                layout=_pd_layout, min_gpus=2),
+        Profile(
+            "standard",
+            "one instance over every GPU (TP in a node, PP across nodes)",
+            flags=(),
+            env=NO_MULTICAST_ENV,
+            knobs=(*COMMON_KNOBS, Knob("master_port", 29501, "torch.distributed port")),
+            layout=_standard_layout,
+        ),
+        Profile(
+            "mtp",
+            "standard plus MTP speculative decoding, nothing else",
+            flags=(),
+            env=NO_MULTICAST_ENV,
+            knobs=(
+                *COMMON_KNOBS,
+                Knob("master_port", 29501, "torch.distributed port"),
+                *AGENTX_SPEC_KNOBS,
+            ),
+            layout=_standard_layout,
+        ),
+        Profile(
+            "dedicated-decode",
+            "InferenceX AgentX's MTP recipe on one instance (batch 2 x concurrency, "
+            "MTP 3 at AL 2.49, decode-only full CUDA graphs, interactivity mode)",
+            flags=(),
+            env=NO_MULTICAST_ENV,
+            knobs=(
+                *COMMON_KNOBS,
+                *DECODE_KNOBS,
+                Knob("role", "alone", "alone, or pd-decode (NixlConnector)"),
+            ),
+            layout=_decode_layout,
+        ),
+        Profile(
+            "dep",
+            "the dedicated-decode recipe over DP attention + expert parallelism, "
+            "prefill every 8th step, session-affine router",
+            flags=(("--enable-expert-parallel", None),),
+            env=NO_MULTICAST_ENV,
+            knobs=(
+                *COMMON_KNOBS,
+                *DECODE_KNOBS,
+                Knob(
+                    "prefill_schedule_interval",
+                    8,
+                    "admit prefill only every N steps (data-parallel engines only)",
+                ),
+                Knob(
+                    "long_prefill_token_threshold",
+                    512,
+                    "longest prefill chunk of a request per step",
+                ),
+                Knob("max_num_batched_tokens", 8192, "token budget of a step"),
+                Knob("backend_port", None, "port of vLLM behind the router (default: port + 1)"),
+            ),
+            layout=_dep_layout,
+            min_gpus=2,
+            max_nodes=1,
+        ),
+        Profile(
+            "wide-ep",
+            "DP attention + expert parallelism + EPLB over every GPU",
+            flags=(("--enable-expert-parallel", None),),
+            env=NO_MULTICAST_ENV,
+            knobs=(
+                *COMMON_KNOBS,
+                Knob(
+                    "all2all_backend",
+                    None,
+                    "MoE all2all backend (default: allgather_reducescatter on one "
+                    "node, deepep_low_latency across nodes)",
+                ),
+                Knob("eplb", True, "expert-parallel load balancing"),
+                Knob("eplb_window_size", 1000, "EPLB window"),
+                Knob("eplb_step_interval", 3000, "EPLB rebalance interval (steps)"),
+                Knob("num_redundant_experts", 0, "EPLB redundant experts"),
+                Knob("dp_rpc_port", 13345, "data-parallel RPC port on node 0"),
+            ),
+            layout=_wide_ep_layout,
+        ),
+        Profile(
+            "pd-disagg",
+            "prefill + decode instances over NixlConnector, router in front",
+            flags=(),
+            env=NO_MULTICAST_ENV,
+            knobs=(
+                *COMMON_KNOBS,
+                *DECODE_KNOBS,
+                Knob("prefill_gpus", None, "GPUs of the prefill instance (default: half)"),
+                Knob("decode_address", "${DECODE_IP}", "address of the decode node"),
+            ),
+            layout=_pd_layout,
+            min_gpus=2,
+        ),
     )
 }
 
@@ -539,6 +733,7 @@ def diff(base: Deployment, other: Deployment) -> list[FlagDiff]:
     """What ``other``'s first vLLM command sets differently from ``base``'s: each flag (and
     each environment variable, as ``env:NAME``) that one has and the other lacks or sets to
     another value, in ``base``'s order, then ``other``'s new ones."""
+
     def first(dep: Deployment) -> Command:
         cmd = next((c for c in dep.commands if c.is_vllm_serve), None)
         if cmd is None:
@@ -548,8 +743,11 @@ def diff(base: Deployment, other: Deployment) -> list[FlagDiff]:
     a, b = first(base), first(other)
     fa = {**_flag_map(a.serve_args[1:]), **{f"env:{k}": v for k, v in a.env}}
     fb = {**_flag_map(b.serve_args[1:]), **{f"env:{k}": v for k, v in b.env}}
-    return [FlagDiff(k, fa.get(k), fb.get(k))
-            for k in [*fa, *(k for k in fb if k not in fa)] if fa.get(k) != fb.get(k)]
+    return [
+        FlagDiff(k, fa.get(k), fb.get(k))
+        for k in [*fa, *(k for k in fb if k not in fa)]
+        if fa.get(k) != fb.get(k)
+    ]
 
 
 def render_diff(base: Deployment, other: Deployment) -> str:
@@ -581,8 +779,15 @@ def parse_sets(items: Iterable[str]) -> list[tuple[str, str]]:
     return out
 
 
-def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
-          sets: Iterable[tuple[str, str]] = (), version: str | None = None) -> Deployment:
+def build(
+    profile: str | Profile,
+    *,
+    model: str,
+    gpus: int,
+    nodes: int = 1,
+    sets: Iterable[tuple[str, str]] = (),
+    version: str | None = None,
+) -> Deployment:
     """The commands of ``profile`` for ``model`` on ``gpus`` GPUs over ``nodes`` nodes.
 
     ``sets`` are ``(key, value)`` pairs: a knob of the profile, or a vLLM flag (``max-num-seqs``
@@ -604,8 +809,16 @@ def build(profile: str | Profile, *, model: str, gpus: int, nodes: int = 1,
     out = [_with_sets(cmd, flag_sets, version, notes) for cmd in commands]
     for cmd in out:
         refuse_inert_flags(cmd)
-    return Deployment(profile=p.name, model=model, gpus=gpus, nodes=nodes, commands=tuple(out),
-                      endpoint=endpoint, notes=tuple(notes), knobs=knobs)
+    return Deployment(
+        profile=p.name,
+        model=model,
+        gpus=gpus,
+        nodes=nodes,
+        commands=tuple(out),
+        endpoint=endpoint,
+        notes=tuple(notes),
+        knobs=knobs,
+    )
 
 
 def _check_shape(p: Profile, model: str, gpus: int, nodes: int) -> None:
@@ -633,14 +846,17 @@ def _flag_set(p: Profile, key: str, value: str) -> _FlagSet:
         scope, flag = "", key
     if not flag.startswith("-"):
         if flag.replace("_", "-") != flag or not flag.replace("-", "").isalnum():
-            raise InputError(f"--set {key}: not a knob of profile {p.name} "
-                             f"({', '.join(k.name for k in p.knobs)}) nor a vLLM flag")
+            raise InputError(
+                f"--set {key}: not a knob of profile {p.name} "
+                f"({', '.join(k.name for k in p.knobs)}) nor a vLLM flag"
+            )
         flag = "--" + flag
     return scope or None, flag, value
 
 
-def _with_sets(cmd: Command, flag_sets: list[_FlagSet], version: str | None,
-               notes: list[str]) -> Command:
+def _with_sets(
+    cmd: Command, flag_sets: list[_FlagSet], version: str | None, notes: list[str]
+) -> Command:
     """A ``vllm serve`` command with the flags set for its instance, adapted to
     ``version`` (its notes added to ``notes``); other commands as they are."""
     if not cmd.is_vllm_serve:
@@ -653,8 +869,9 @@ def _with_sets(cmd: Command, flag_sets: list[_FlagSet], version: str | None,
         protected = frozenset(f for _, f, _ in flag_sets)
         args, adapt_notes = adapt_argv(args, version, protected=protected)
         notes += [n for n in adapt_notes if n not in notes]
-    return Command(name=cmd.name, node=cmd.node, argv=(*cmd.argv[:3], *args),
-                   env=cmd.env, port=cmd.port)
+    return Command(
+        name=cmd.name, node=cmd.node, argv=(*cmd.argv[:3], *args), env=cmd.env, port=cmd.port
+    )
 
 
 def refuse_inert_flags(cmd: Command) -> None:
@@ -668,8 +885,10 @@ def refuse_inert_flags(cmd: Command) -> None:
         return
     for flag, why in DP_ONLY_FLAGS.items():
         if flag in flags:
-            raise InputError(f"{flag} has no effect at data-parallel size {dp}: {why}; "
-                             "use the dep profile (data parallel over 2 GPUs or more)")
+            raise InputError(
+                f"{flag} has no effect at data-parallel size {dp}: {why}; "
+                "use the dep profile (data parallel over 2 GPUs or more)"
+            )
 
 
 def _apply_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -684,7 +903,7 @@ def _apply_flag(args: list[str], flag: str, value: str) -> list[str]:
             if value.lower() != "false":
                 out += [flag] if value.lower() in ("", "true") else [flag, value]
         else:
-            out += args[i:i + width]
+            out += args[i : i + width]
         i += width
     if not found:
         if value.lower() in ("", "true"):

@@ -37,8 +37,10 @@ _ENGINE_MARK = "with config: "
 _ARGS_MARK = "non-default args: "
 _PERF_MODE = re.compile(r"Performance mode set to '([^']*)'")
 _ENGINE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")
-_KV_RESERVED = re.compile(r"reserved ([\d.]+) GiB memory for KV Cache as specified by "
-                          r"kv_cache_memory_bytes")
+_KV_RESERVED = re.compile(
+    r"reserved ([\d.]+) GiB memory for KV Cache as specified by "
+    r"kv_cache_memory_bytes"
+)
 _RUNTIME_MODE = re.compile(r"setting cudagraph_mode=(\w+)|Overriding to (?:CUDAGraphMode\.)?(\w+)")
 _CAPTURE = re.compile(r"Capturing CUDA graphs \(([^)]*)\):\s*\d+%\|[^|]*\|\s*\d+/(\d+)")
 _ENUM = re.compile(r"<(\w+)\.(\w+): ([^<>]*)>")
@@ -46,25 +48,52 @@ _INFO_LINE = re.compile(r"^(vllm:\w+_config_info)\{(.*)\}\s+\S+\s*$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 #: Flags that say where to listen or what to load, not how to serve: not compared.
-SKIPPED = frozenset({"--host", "--port", "--model", "--served-model-name", "--headless",
-                     "--api-key", "--uvicorn-log-level", "--disable-log-requests",
-                     "--enable-log-requests", "--disable-uvicorn-access-log",
-                     "--enable-prompt-tokens-details", "--trust-remote-code",
-                     "--data-parallel-address", "--data-parallel-rpc-port",
-                     "--master-addr", "--master-port", "--node-rank", "--nnodes",
-                     "--data-parallel-start-rank"})
+SKIPPED = frozenset(
+    {
+        "--host",
+        "--port",
+        "--model",
+        "--served-model-name",
+        "--headless",
+        "--api-key",
+        "--uvicorn-log-level",
+        "--disable-log-requests",
+        "--enable-log-requests",
+        "--disable-uvicorn-access-log",
+        "--enable-prompt-tokens-details",
+        "--trust-remote-code",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--master-addr",
+        "--master-port",
+        "--node-rank",
+        "--nnodes",
+        "--data-parallel-start-rank",
+    }
+)
 
 #: Short flags vLLM accepts, by their long name.
-ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size",
-           "-dp": "--data-parallel-size", "-q": "--quantization", "-O": "--compilation-config",
-           "-cc": "--compilation-config", "-sc": "--speculative-config"}
+ALIASES = {
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-q": "--quantization",
+    "-O": "--compilation-config",
+    "-cc": "--compilation-config",
+    "-sc": "--speculative-config",
+}
 
 #: Engine-line keys whose name differs from the flag's destination.
 ENGINE_KEYS = {"max_model_len": "max_seq_len", "device": "device_config"}
 
 #: Compilation-config keys whose requested value the engine reports.
-COMPILATION_KEYS = ("mode", "cudagraph_mode", "cudagraph_capture_sizes",
-                    "max_cudagraph_capture_size", "backend")
+COMPILATION_KEYS = (
+    "mode",
+    "cudagraph_mode",
+    "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size",
+    "backend",
+)
 
 
 #: The CUDA graph mode the kinds of graphs a start captured imply (vLLM's progress bars:
@@ -96,11 +125,15 @@ class Resolved:
         cc = engine.get("compilation_config")
         if isinstance(cc, dict):
             engine["compilation_config"] = {k: cc[k] for k in COMPILATION_KEYS if k in cc}
-        return {"vllm_version": self.version, "engine": _jsonable(engine),
-                "performance_mode": self.performance_mode, "config_info": self.info,
-                "kv_reserved_gib": self.kv_reserved_gib,
-                "runtime_cudagraph_mode": self.runtime_cudagraph_mode,
-                "captured_cuda_graphs": self.captured}
+        return {
+            "vllm_version": self.version,
+            "engine": _jsonable(engine),
+            "performance_mode": self.performance_mode,
+            "config_info": self.info,
+            "kv_reserved_gib": self.kv_reserved_gib,
+            "runtime_cudagraph_mode": self.runtime_cudagraph_mode,
+            "captured_cuda_graphs": self.captured,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +151,7 @@ class SettingCheck:
 
     def line(self) -> str:
         if self.status == DIFFERS:
-            return (f"{self.flag} {self.requested}: server runs {self.in_effect} "
-                    f"({self.source})")
+            return f"{self.flag} {self.requested}: server runs {self.in_effect} ({self.source})"
         if self.status == NOT_REPORTED:
             seen = f"; parsed as {self.parsed}" if self.parsed is not None else ""
             return f"{self.flag} {self.requested}: not reported{seen}"
@@ -130,6 +162,7 @@ class SettingCheck:
 
 
 # ---------------------------------------------------------------------------- parsing
+
 
 class EnumValue(str):
     """An enum member from a repr, ``<CompilationMode.NONE: 0>``: the text is its name
@@ -148,7 +181,7 @@ _ENUM_TAG = "\x00enum\x00"
 
 def _enums(v: Any) -> Any:
     if isinstance(v, str) and v.startswith(_ENUM_TAG):
-        name, _, value = v[len(_ENUM_TAG):].partition("\x00")
+        name, _, value = v[len(_ENUM_TAG) :].partition("\x00")
         return EnumValue(name, value)
     if isinstance(v, dict):
         return {k: _enums(x) for k, x in v.items()}
@@ -237,7 +270,9 @@ def parse_metrics_info(text: str) -> dict[str, dict[str, str]]:
         m = _INFO_LINE.match(line.strip())
         if not m:
             continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group(2))}
+        labels = {
+            k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group(2))
+        }
         name = m.group(1).removeprefix("vllm:")
         if name not in out or labels.get("engine") == "0":
             out[name] = labels
@@ -311,13 +346,20 @@ def parse_log(text: str, metrics: str = "") -> Resolved:
     log = _LogReader()
     for line in text.splitlines():
         log.feed(line)
-    return Resolved(version=log.version, args=log.args, engine=log.engine,
-                    performance_mode=log.perf, info=parse_metrics_info(metrics),
-                    kv_reserved_gib=log.kv, runtime_cudagraph_mode=log.runtime,
-                    captured=log.captured)
+    return Resolved(
+        version=log.version,
+        args=log.args,
+        engine=log.engine,
+        performance_mode=log.perf,
+        info=parse_metrics_info(metrics),
+        kv_reserved_gib=log.kv,
+        runtime_cudagraph_mode=log.runtime,
+        captured=log.captured,
+    )
 
 
 # ---------------------------------------------------------------------------- comparing
+
 
 def requested_flags(argv: Sequence[str]) -> list[tuple[str, str]]:
     """``(long flag, value)`` for each flag of ``argv`` (the arguments after ``vllm serve``
@@ -366,7 +408,8 @@ def same(requested: Any, reported: Any) -> bool:
         return _text(requested) == _text(reported) or same(requested, _py_literal(reported.value))
     if isinstance(requested, list) and isinstance(reported, (list, tuple)):
         return len(requested) == len(reported) and all(
-            same(a, b) for a, b in zip(requested, reported, strict=True))
+            same(a, b) for a, b in zip(requested, reported, strict=True)
+        )
     return _same_scalar(requested, reported)
 
 
@@ -412,7 +455,9 @@ def _lookup(dest: str, resolved: Resolved) -> tuple[Any, str] | None:
     return None
 
 
-def _check_one(flag: str, value: Any, text: str, parsed: Any, found: tuple[Any, str] | None) -> SettingCheck:
+def _check_one(
+    flag: str, value: Any, text: str, parsed: Any, found: tuple[Any, str] | None
+) -> SettingCheck:
     parsed_s = None if parsed is _MISSING else _show(parsed)
     if found is None and parsed is not _MISSING and not same(value, parsed):
         # the server was started with something else than this command asks for
@@ -431,16 +476,27 @@ def _json_checks(flag: str, value: Any, text: str, resolved: Resolved) -> list[S
     dest = flag[2:].replace("-", "_")
     parsed_all = resolved.args.get(dest)
     if not isinstance(value, dict):
-        return [SettingCheck(flag, text, None, None, NOT_REPORTED,
-                             None if parsed_all is None else _show(parsed_all))]
+        return [
+            SettingCheck(
+                flag,
+                text,
+                None,
+                None,
+                NOT_REPORTED,
+                None if parsed_all is None else _show(parsed_all),
+            )
+        ]
     reported = resolved.engine.get(dest)
     out = []
     for key, want in value.items():
         parsed = parsed_all.get(key, _MISSING) if isinstance(parsed_all, dict) else _MISSING
         found: tuple[Any, str] | None = None
         if isinstance(reported, dict):
-            rkey = "num_spec_tokens" if (dest == "speculative_config"
-                                         and key == "num_speculative_tokens") else key
+            rkey = (
+                "num_spec_tokens"
+                if (dest == "speculative_config" and key == "num_speculative_tokens")
+                else key
+            )
             if rkey in reported:
                 found = (reported[rkey], "engine config")
         if dest == "compilation_config":
@@ -449,15 +505,20 @@ def _json_checks(flag: str, value: Any, text: str, resolved: Resolved) -> list[S
     return out
 
 
-def _runtime_graphs(key: str, want: Any, resolved: Resolved,
-                    found: tuple[Any, str] | None) -> tuple[Any, str] | None:
+def _runtime_graphs(
+    key: str, want: Any, resolved: Resolved, found: tuple[Any, str] | None
+) -> tuple[Any, str] | None:
     """What the model runner did after the engine line was logged: a downgrade warning
     (``setting cudagraph_mode=X``) replaces the configured mode; the graphs it captured
     (``Capturing CUDA graphs (decode, FULL): .../N``) must number the sizes asked for."""
     if key == "cudagraph_mode":
         return _runtime_mode(resolved) or found
-    if (key == "cudagraph_capture_sizes" and isinstance(want, list) and found is not None
-            and same(want, found[0])):
+    if (
+        key == "cudagraph_capture_sizes"
+        and isinstance(want, list)
+        and found is not None
+        and same(want, found[0])
+    ):
         return _captured_sizes(want, resolved) or found
     return found
 
@@ -506,13 +567,22 @@ def _flag_check(flag: str, value: Any, text: str, resolved: Resolved) -> Setting
     found = _lookup(dest, resolved)
     if dest == "performance_mode" and resolved.performance_mode is not None:
         found = (resolved.performance_mode, "log")
-    elif (dest == "kv_cache_memory_bytes" and found is None
-          and resolved.kv_reserved_gib is not None and isinstance(value, (int, float))):
+    elif (
+        dest == "kv_cache_memory_bytes"
+        and found is None
+        and resolved.kv_reserved_gib is not None
+        and isinstance(value, (int, float))
+    ):
         # the worker logs the reservation in GiB to one decimal: equal to that precision
         ok = abs(value / 2**30 - resolved.kv_reserved_gib) <= 0.05 + 1e-9
-        return SettingCheck(flag, text, f"{resolved.kv_reserved_gib:g} GiB",
-                            "log (GiB, 1 decimal)", IN_EFFECT if ok else DIFFERS,
-                            None if parsed is _MISSING else _show(parsed))
+        return SettingCheck(
+            flag,
+            text,
+            f"{resolved.kv_reserved_gib:g} GiB",
+            "log (GiB, 1 decimal)",
+            IN_EFFECT if ok else DIFFERS,
+            None if parsed is _MISSING else _show(parsed),
+        )
     return _check_one(flag, value, text, parsed, found)
 
 
@@ -523,16 +593,18 @@ def mismatches(checks: Sequence[SettingCheck]) -> list[SettingCheck]:
 def summary(checks: Sequence[SettingCheck]) -> str:
     """``N in effect, M not reported, K differ`` for a log line."""
     n = {s: sum(1 for c in checks if c.status == s) for s in (IN_EFFECT, NOT_REPORTED, DIFFERS)}
-    return (f"{n[IN_EFFECT]} in effect, {n[NOT_REPORTED]} not reported, "
-            f"{n[DIFFERS]} differ")
+    return f"{n[IN_EFFECT]} in effect, {n[NOT_REPORTED]} not reported, {n[DIFFERS]} differ"
 
 
 def failure_line(checks: Sequence[SettingCheck], log: object = None) -> str:
     """The one line that fails a launch: every setting the server does not run."""
     bad = mismatches(checks)
     where = f" (log {log})" if log else ""
-    return (f"vLLM is not running {len(bad)} requested setting(s): "
-            + "; ".join(c.line() for c in bad) + where)
+    return (
+        f"vLLM is not running {len(bad)} requested setting(s): "
+        + "; ".join(c.line() for c in bad)
+        + where
+    )
 
 
 def to_markdown(checks: Sequence[SettingCheck]) -> str:
@@ -540,10 +612,19 @@ def to_markdown(checks: Sequence[SettingCheck]) -> str:
     status; then the summary."""
     lines = ["| setting | requested | server reports | from | status |", "|---|---|---|---|---|"]
     for c in checks:
-        shown = c.in_effect if c.in_effect is not None else (
-            f"(parsed {c.parsed})" if c.parsed is not None else "-")
-        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in (
-            c.flag, c.requested, shown, c.source or "-", c.status)) + " |")
+        shown = (
+            c.in_effect
+            if c.in_effect is not None
+            else (f"(parsed {c.parsed})" if c.parsed is not None else "-")
+        )
+        lines.append(
+            "| "
+            + " | ".join(
+                x.replace("|", "\\|")
+                for x in (c.flag, c.requested, shown, c.source or "-", c.status)
+            )
+            + " |"
+        )
     return "\n".join(lines) + f"\n\n{summary(checks)}\n"
 
 

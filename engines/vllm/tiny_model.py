@@ -36,17 +36,36 @@ MAX_POSITIONS = {"llama": 8192, "deepseek": 32768, "moonlight": 131072}
 #: The DeepSeek-V3 shape served on the H200 (hidden 2048, 4 layers with the first dense,
 #: 64 routed + 1 shared experts, 8 per token, MLA 1536/512/128/64/128, 1 MTP layer).
 DEEPSEEK_CONFIG: dict[str, Any] = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-    "hidden_size": 2048, "intermediate_size": 4096, "moe_intermediate_size": 512,
-    "num_hidden_layers": 4, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-    "num_attention_heads": 16, "num_key_value_heads": 16,
-    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128,
-    "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 8,
-    "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
-    "norm_topk_prob": True, "routed_scaling_factor": 2.5, "num_nextn_predict_layers": 1,
-    "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 10000,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 2048,
+    "intermediate_size": 4096,
+    "moe_intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 64,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "n_group": 8,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "num_nextn_predict_layers": 1,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -61,17 +80,36 @@ DEEPSEEK_CONFIG: dict[str, Any] = {
 #: every id, and ids the tokenizer lacks would stream as nothing), and the positions reach
 #: 131,072 (Moonlight's config says 8,192).
 MOONLIGHT_CONFIG: dict[str, Any] = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-    "hidden_size": 2048, "intermediate_size": 11264, "moe_intermediate_size": 1408,
-    "num_hidden_layers": 27, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-    "num_attention_heads": 16, "num_key_value_heads": 16,
-    "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128,
-    "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
-    "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
-    "norm_topk_prob": True, "routed_scaling_factor": 2.446, "num_nextn_predict_layers": 1,
-    "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 2048,
+    "intermediate_size": 11264,
+    "moe_intermediate_size": 1408,
+    "num_hidden_layers": 27,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.446,
+    "num_nextn_predict_layers": 1,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 50000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
 }
 
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -88,10 +126,17 @@ def deepseek_parameters(config: dict[str, Any]) -> dict[str, int]:
     token uses, embeddings) and ``total`` (main + mtp). Norm and router weights count."""
     h, v = config["hidden_size"], config["vocab_size"]
     heads = config["num_attention_heads"]
-    nope, rope, vdim = (config["qk_nope_head_dim"], config["qk_rope_head_dim"],
-                        config["v_head_dim"])
+    nope, rope, vdim = (
+        config["qk_nope_head_dim"],
+        config["qk_rope_head_dim"],
+        config["v_head_dim"],
+    )
     kv_lora, q_lora = config["kv_lora_rank"], config["q_lora_rank"]
-    q = (h * q_lora + q_lora + q_lora * heads * (nope + rope)) if q_lora else h * heads * (nope + rope)
+    q = (
+        (h * q_lora + q_lora + q_lora * heads * (nope + rope))
+        if q_lora
+        else h * heads * (nope + rope)
+    )
     attn = q + h * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + vdim) + heads * vdim * h
     norms = 2 * h
     dense = 3 * h * config["intermediate_size"]
@@ -104,9 +149,12 @@ def deepseek_parameters(config: dict[str, Any]) -> dict[str, int]:
     main = layers * (attn + norms) + first_dense * dense + (layers - first_dense) * moe + embed
     mtp_layer = attn + norms + moe + 2 * h * h + 3 * h + h * v
     mtp = config["num_nextn_predict_layers"] * mtp_layer
-    active = (layers * (attn + norms) + first_dense * dense
-              + (layers - first_dense) * (expert * config["num_experts_per_tok"] + shared + router)
-              + embed)
+    active = (
+        layers * (attn + norms)
+        + first_dense * dense
+        + (layers - first_dense) * (expert * config["num_experts_per_tok"] + shared + router)
+        + embed
+    )
     return {"main": main, "mtp": mtp, "active": active, "total": main + mtp}
 
 
@@ -133,26 +181,58 @@ def describe_served(model: str | None) -> str | None:
 
 def llama_config(vocab: int, hidden: int = 256, layers: int = 4) -> dict[str, Any]:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": hidden, "intermediate_size": hidden * 4,
-        "num_hidden_layers": layers, "num_attention_heads": hidden // 64,
-        "num_key_value_heads": max(1, hidden // 128), "head_dim": 64,
-        "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": vocab,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 4,
+        "num_hidden_layers": layers,
+        "num_attention_heads": hidden // 64,
+        "num_key_value_heads": max(1, hidden // 128),
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": vocab,
     }
 
 
 def _corpus(vocab: int, rng: random.Random) -> Iterator[str]:
     letters = "abcdefghijklmnopqrstuvwxyz"
-    lexicon = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
-               for _ in range(max(vocab * 3, 20000))]
-    lexicon += ["the", "a", "of", "and", "to", "in", "is", "you", "that", "it", "Hello",
-                "world", *"0123456789", ".", ",", "?", "!", ":", ";", "(", ")", "\n"]
+    lexicon = [
+        "".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
+        for _ in range(max(vocab * 3, 20000))
+    ]
+    lexicon += [
+        "the",
+        "a",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "you",
+        "that",
+        "it",
+        "Hello",
+        "world",
+        *"0123456789",
+        ".",
+        ",",
+        "?",
+        "!",
+        ":",
+        ";",
+        "(",
+        ")",
+        "\n",
+    ]
     weights = [1.0 / (i + 1) ** 0.6 for i in range(len(lexicon))]
     words = rng.choices(lexicon, weights=weights, k=max(400_000, vocab * 8)) + lexicon
     rng.shuffle(words)
     for i in range(0, len(words), 12):
-        yield " ".join(words[i:i + 12])
+        yield " ".join(words[i : i + 12])
 
 
 def train_tokenizer(vocab: int, seed: int = 0) -> Any:
@@ -160,28 +240,36 @@ def train_tokenizer(vocab: int, seed: int = 0) -> Any:
     try:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError:
-        raise InputError("tiny-model needs the 'tokenizers' package: "
-                         "pip install 'agent-replay[tokenizer]'") from None
+        raise InputError(
+            "tiny-model needs the 'tokenizers' package: pip install 'agent-replay[tokenizer]'"
+        ) from None
     if vocab < 512:
         raise InputError(f"--vocab {vocab}: need at least 512 (256 bytes + merges)")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=list(SPECIAL_TOKENS),
-                                  show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIAL_TOKENS),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_corpus(vocab, random.Random(seed)), trainer=trainer)
     if tok.get_vocab_size() < vocab:  # pad to the exact size
-        tok.add_special_tokens([f"<|reserved_{i}|>"
-                                for i in range(vocab - tok.get_vocab_size())])
+        tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(vocab - tok.get_vocab_size())])
     if tok.get_vocab_size() != vocab:
-        raise InputError(f"--vocab {vocab}: the tokenizer came out with "
-                         f"{tok.get_vocab_size()} ids")
+        raise InputError(f"--vocab {vocab}: the tokenizer came out with {tok.get_vocab_size()} ids")
     return tok
 
 
-def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None = None,
-                    seed: int = 0, force: bool = False) -> Path:
+def make_tiny_model(
+    out: str | Path,
+    *,
+    arch: str = "llama",
+    vocab: int | None = None,
+    seed: int = 0,
+    force: bool = False,
+) -> Path:
     """Write a tiny model folder to ``out`` and return its path."""
     if arch not in MAX_POSITIONS:
         raise InputError(f"--arch {arch}: expected {', '.join(MAX_POSITIONS)}")
@@ -193,25 +281,46 @@ def make_tiny_model(out: str | Path, *, arch: str = "llama", vocab: int | None =
             raise InputError(f"{path}: exists and is not a folder")
     vocab = vocab or 32000
     tok = train_tokenizer(vocab, seed)
-    ids = {name: tok.token_to_id(tokstr) for name, tokstr in
-           (("bos_token_id", "<s>"), ("eos_token_id", "<|im_end|>"), ("pad_token_id", "<pad>"))}
+    ids = {
+        name: tok.token_to_id(tokstr)
+        for name, tokstr in (
+            ("bos_token_id", "<s>"),
+            ("eos_token_id", "<|im_end|>"),
+            ("pad_token_id", "<pad>"),
+        )
+    }
     config = _model_config(arch, vocab)
     config.update(ids, max_position_embeddings=MAX_POSITIONS[arch])
-    added = {str(tok.token_to_id(t)): {"content": t, "special": True, "lstrip": False,
-                                       "rstrip": False, "normalized": False,
-                                       "single_word": False}
-             for t in SPECIAL_TOKENS}
+    added = {
+        str(tok.token_to_id(t)): {
+            "content": t,
+            "special": True,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "single_word": False,
+        }
+        for t in SPECIAL_TOKENS
+    }
     files = {
         "config.json": config,
         "generation_config.json": dict(ids),
         "tokenizer_config.json": {
-            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
-            "eos_token": "<|im_end|>", "pad_token": "<pad>", "add_bos_token": False,
-            "model_max_length": MAX_POSITIONS[arch], "chat_template": CHAT_TEMPLATE,
-            "clean_up_tokenization_spaces": False, "added_tokens_decoder": added,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<s>",
+            "eos_token": "<|im_end|>",
+            "pad_token": "<pad>",
+            "add_bos_token": False,
+            "model_max_length": MAX_POSITIONS[arch],
+            "chat_template": CHAT_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+            "added_tokens_decoder": added,
         },
-        "special_tokens_map.json": {"bos_token": "<s>", "eos_token": "<|im_end|>",
-                                    "pad_token": "<pad>"},
+        "special_tokens_map.json": {
+            "bos_token": "<s>",
+            "eos_token": "<|im_end|>",
+            "pad_token": "<pad>",
+        },
     }
     _write_folder(path, tok, files)
     return path

@@ -57,28 +57,42 @@ class ValueChange:
 
 
 FLAG_CHANGES: tuple[FlagChange, ...] = (
-    FlagChange("--custom-histogram-buckets", (0, 32, 0), None,
-               "absent in 0.26.0, present in 0.32.0"),
-    FlagChange("--per-request-spec-decode-metrics", (0, 32, 0), None,
-               "absent in 0.26.0, present in 0.32.0"),
+    FlagChange(
+        "--custom-histogram-buckets", (0, 32, 0), None, "absent in 0.26.0, present in 0.32.0"
+    ),
+    FlagChange(
+        "--per-request-spec-decode-metrics", (0, 32, 0), None, "absent in 0.26.0, present in 0.32.0"
+    ),
     FlagChange("--max-num-queued-reqs", (0, 32, 0), None, "absent in 0.26.0, present in 0.32.0"),
-    FlagChange("--max-num-queued-tokens", (0, 32, 0), None,
-               "absent in 0.26.0, present in 0.32.0"),
+    FlagChange("--max-num-queued-tokens", (0, 32, 0), None, "absent in 0.26.0, present in 0.32.0"),
     FlagChange("--max-num-active-seqs", (0, 32, 0), None, "absent in 0.26.0, present in 0.32.0"),
-    FlagChange("--sse-keep-alive-interval", (0, 32, 0), None,
-               "absent in 0.26.0, present in 0.32.0"),
-    FlagChange("--max-num-partial-prefills", None, (0, 32, 0),
-               "present in 0.26.0, removed by 0.32.0"),
-    FlagChange("--max-long-partial-prefills", None, (0, 32, 0),
-               "present in 0.26.0, removed by 0.32.0"),
+    FlagChange(
+        "--sse-keep-alive-interval", (0, 32, 0), None, "absent in 0.26.0, present in 0.32.0"
+    ),
+    FlagChange(
+        "--max-num-partial-prefills", None, (0, 32, 0), "present in 0.26.0, removed by 0.32.0"
+    ),
+    FlagChange(
+        "--max-long-partial-prefills", None, (0, 32, 0), "present in 0.26.0, removed by 0.32.0"
+    ),
     FlagChange("--calculate-kv-scales", None, (0, 32, 0), "present in 0.26.0, removed by 0.32.0"),
 )
 
 VALUE_CHANGES: tuple[ValueChange, ...] = (
-    ValueChange("--all2all-backend", "pplx", "allgather_reducescatter", (0, 33, 0),
-                "pplx was removed in 0.33 (vLLM falls back to allgather_reducescatter)"),
-    ValueChange("--all2all-backend", "naive", "allgather_reducescatter", (0, 33, 0),
-                "naive was removed in 0.33 (vLLM falls back to allgather_reducescatter)"),
+    ValueChange(
+        "--all2all-backend",
+        "pplx",
+        "allgather_reducescatter",
+        (0, 33, 0),
+        "pplx was removed in 0.33 (vLLM falls back to allgather_reducescatter)",
+    ),
+    ValueChange(
+        "--all2all-backend",
+        "naive",
+        "allgather_reducescatter",
+        (0, 33, 0),
+        "naive was removed in 0.33 (vLLM falls back to allgather_reducescatter)",
+    ),
 )
 
 
@@ -103,8 +117,9 @@ def _renamed_value(flag: str, value: str, version: str, notes: list[str]) -> str
     return value
 
 
-def adapt_argv(argv: list[str], version: str, *, protected: frozenset[str] = frozenset()
-               ) -> tuple[list[str], list[str]]:
+def adapt_argv(
+    argv: list[str], version: str, *, protected: frozenset[str] = frozenset()
+) -> tuple[list[str], list[str]]:
     """Drop flags ``version`` lacks and rewrite renamed values.
 
     ``argv`` holds ``--flag [value]`` items (no program name). A flag in ``protected`` (given

@@ -23,7 +23,9 @@ def _price(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a price (USD per million tokens)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a price (USD per million tokens)"
+        ) from None
     if v < 0:
         raise argparse.ArgumentTypeError("must not be negative")
     return v
@@ -31,39 +33,69 @@ def _price(text: str) -> float:
 
 def register(sub: Any) -> None:
     """Add this area's parsers to ``sub``."""
-    p = sub.add_parser("report", help="report the metrics of a results folder",
-                       description="Per-user P90 tokens/s, TTFT, ITL, tail latency, goodput, "
-                       "throughput, revenue per GPU-hour and replay fidelity of one run.")
-    p.add_argument("results", nargs="+", help="results folder written by 'agent-replay run' "
-                   "(several: a table report of each in turn, e.g. demo-results/*)")
+    p = sub.add_parser(
+        "report",
+        help="report the metrics of a results folder",
+        description="Per-user P90 tokens/s, TTFT, ITL, tail latency, goodput, "
+        "throughput, revenue per GPU-hour and replay fidelity of one run.",
+    )
+    p.add_argument(
+        "results",
+        nargs="+",
+        help="results folder written by 'agent-replay run' "
+        "(several: a table report of each in turn, e.g. demo-results/*)",
+    )
     p.add_argument("--format", choices=("table", "md", "json", "csv"), default="table")
-    p.add_argument("--slo", help="per-request objectives for goodput, e.g. ttft=2s,tpot=50ms,e2e=60s "
-                   "(bare numbers are ms); any per-request metric of the report's latency "
-                   "table (ttst, e2e_per_token, agentx_itl, ...)")
+    p.add_argument(
+        "--slo",
+        help="per-request objectives for goodput, e.g. ttft=2s,tpot=50ms,e2e=60s "
+        "(bare numbers are ms); any per-request metric of the report's latency "
+        "table (ttst, e2e_per_token, agentx_itl, ...)",
+    )
     p.add_argument("--gpus", type=_positive_int, help="GPUs serving the run (tokens/s per GPU)")
     p.add_argument("--price-input-miss", type=_price, help="USD per million computed input tokens")
     p.add_argument("--price-input-hit", type=_price, help="USD per million cached input tokens")
     p.add_argument("--price-output", type=_price, help="USD per million output tokens")
     p.add_argument("--plots", metavar="DIR", help="also write PNG plots into DIR (for papers)")
-    p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained "
-                   "HTML file with interactive charts (needs the html extra)")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained "
+        "HTML file with interactive charts (needs the html extra)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite existing plot files")
     p.set_defaults(func=run_report)
 
-    c = sub.add_parser("compare", help="compare two or more results folders",
-                       description="Side-by-side metrics of runs, deltas against the first, "
-                       "bootstrap 95% confidence intervals and a plain verdict.")
-    c.add_argument("results", nargs="+", help="results folders; the first is the baseline. "
-                   "Replicate runs of one arm joined by commas (A1,A2,A3 B1,B2,B3) give "
-                   "run-level intervals")
-    c.add_argument("--force", action="store_true", help="compare runs of different traces, "
-                   "models or timing options anyway (they are refused otherwise)")
+    c = sub.add_parser(
+        "compare",
+        help="compare two or more results folders",
+        description="Side-by-side metrics of runs, deltas against the first, "
+        "bootstrap 95% confidence intervals and a plain verdict.",
+    )
+    c.add_argument(
+        "results",
+        nargs="+",
+        help="results folders; the first is the baseline. "
+        "Replicate runs of one arm joined by commas (A1,A2,A3 B1,B2,B3) give "
+        "run-level intervals",
+    )
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="compare runs of different traces, "
+        "models or timing options anyway (they are refused otherwise)",
+    )
     c.add_argument("--format", choices=("table", "md", "json"), default="table")
-    c.add_argument("--resamples", type=_positive_int, default=1000,
-                   help="bootstrap resamples (default 1000)")
+    c.add_argument(
+        "--resamples", type=_positive_int, default=1000, help="bootstrap resamples (default 1000)"
+    )
     c.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    c.add_argument("--html", metavar="FILE", help="also write the comparison as one "
-                   "self-contained HTML file with the runs' latency CDFs (needs the html extra)")
+    c.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the comparison as one "
+        "self-contained HTML file with the runs' latency CDFs (needs the html extra)",
+    )
     c.set_defaults(func=run_compare)
 
 
@@ -76,21 +108,27 @@ def run_report(args: argparse.Namespace) -> int:
     prices = None
     if any(v is not None for v in given):
         if any(v is None for v in given):
-            raise InputError("revenue needs all three prices: --price-input-miss, "
-                             "--price-input-hit and --price-output")
-        prices = Prices(input_miss=args.price_input_miss, input_hit=args.price_input_hit,
-                        output=args.price_output)
+            raise InputError(
+                "revenue needs all three prices: --price-input-miss, "
+                "--price-input-hit and --price-output"
+            )
+        prices = Prices(
+            input_miss=args.price_input_miss,
+            input_hit=args.price_input_hit,
+            output=args.price_output,
+        )
     if len(args.results) > 1:
         if args.plots or args.html or args.format not in ("table", "md"):
-            raise InputError(f"{len(args.results)} results folders given: --plots, --html and "
-                             "--format json/csv take one (report them one at a time)")
+            raise InputError(
+                f"{len(args.results)} results folders given: --plots, --html and "
+                "--format json/csv take one (report them one at a time)"
+            )
         for results in args.results:
             one = argparse.Namespace(**{**vars(args), "results": [results]})
             run_report(one)
             print()
         return 0
-    report = build_report(args.results[0], slo=parse_slo(args.slo), gpus=args.gpus,
-                          prices=prices)
+    report = build_report(args.results[0], slo=parse_slo(args.slo), gpus=args.gpus, prices=prices)
     if args.plots:
         from agent_replay.analysis.plots import write_plots
 
@@ -127,14 +165,18 @@ def run_compare(args: argparse.Namespace) -> int:
 
         result = compare_arms(arms, names, force=args.force)
     else:
-        result = compare_dirs(args.results, resamples=args.resamples, seed=args.seed,
-                              force=args.force)
+        result = compare_dirs(
+            args.results, resamples=args.resamples, seed=args.seed, force=args.force
+        )
     if args.html:
         from agent_replay.analysis.html import compare_html, write_html
         from agent_replay.analysis.report import build_report
 
-        runs = [(result.names[i] + (f" [{j}]" if len(arm) > 1 else ""), build_report(d))
-                for i, arm in enumerate(arms) for j, d in enumerate(arm)]
+        runs = [
+            (result.names[i] + (f" [{j}]" if len(arm) > 1 else ""), build_report(d))
+            for i, arm in enumerate(arms)
+            for j, d in enumerate(arm)
+        ]
         write_html(compare_html(result, runs), args.html)
         print(f"wrote {args.html}", file=sys.stderr)
     if args.format == "json":

@@ -39,8 +39,11 @@ def register_fit(sub: Any) -> None:
     )
     p.add_argument("results", nargs="+", help="results folders of real runs (one deployment)")
     p.add_argument("-o", "--output", required=True, help="the profile JSON to write")
-    p.add_argument("--command", help="the deployment's launch record (*.command.json): its "
-                   "vLLM flags (speculative tokens, max-num-seqs, max-num-batched-tokens)")
+    p.add_argument(
+        "--command",
+        help="the deployment's launch record (*.command.json): its "
+        "vLLM flags (speculative tokens, max-num-seqs, max-num-batched-tokens)",
+    )
     p.add_argument("--name", default="fitted", help="the profile's name")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.set_defaults(func=_fit)

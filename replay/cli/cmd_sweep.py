@@ -9,31 +9,57 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("sweep", help="run an experiment: targets x load points x repeats, "
-                       "interleaved, with warm-up; writes one tree, its index and frontier",
-                       description="Run (or resume) the sweep EXPERIMENT.toml describes, then "
-                       "write its frontier (frontier.md, PNGs with the plots extra).")
+    p = sub.add_parser(
+        "sweep",
+        help="run an experiment: targets x load points x repeats, "
+        "interleaved, with warm-up; writes one tree, its index and frontier",
+        description="Run (or resume) the sweep EXPERIMENT.toml describes, then "
+        "write its frontier (frontier.md, PNGs with the plots extra).",
+    )
     p.add_argument("experiment", help="experiment file (TOML)")
-    p.add_argument("--output", "-o", default=None, help="sweep folder (default: the file's "
-                   "'output', else sweeps/<file name>)")
-    p.add_argument("--force", action="store_true", help="replace the sweep folder instead of resuming it")
-    p.add_argument("--find-capacity", action="store_true",
-                   help="bisect the load axis for the most load that meets --slo")
-    p.add_argument("--slo", default=None, metavar="TERMS",
-                   help="e.g. 'p90_tps>=20,ttft_p99<=2s' (default: the file's slo)")
-    p.add_argument("--report-only", action="store_true",
-                   help="rebuild the frontier from the sweep folder, run nothing")
-    p.add_argument("--reindex", action="store_true",
-                   help="with --report-only: first recompute every run's figures from its "
-                   "results folder (new metric definitions, prices or GPU costs)")
+    p.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="sweep folder (default: the file's 'output', else sweeps/<file name>)",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace the sweep folder instead of resuming it"
+    )
+    p.add_argument(
+        "--find-capacity",
+        action="store_true",
+        help="bisect the load axis for the most load that meets --slo",
+    )
+    p.add_argument(
+        "--slo",
+        default=None,
+        metavar="TERMS",
+        help="e.g. 'p90_tps>=20,ttft_p99<=2s' (default: the file's slo)",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the frontier from the sweep folder, run nothing",
+    )
+    p.add_argument(
+        "--reindex",
+        action="store_true",
+        help="with --report-only: first recompute every run's figures from its "
+        "results folder (new metric definitions, prices or GPU costs)",
+    )
     p.set_defaults(func=cmd_sweep)
 
     f = sub.add_parser("frontier", help="the frontier of one or several sweep folders (overlaid)")
     f.add_argument("sweeps", nargs="+", help="sweep folders")
     f.add_argument("--output", "-o", default=None, help="where to write (default: the first sweep)")
-    f.add_argument("--reference", default=None, metavar="FILE",
-                   help="published points to list and draw beside the frontier (JSON; e.g. "
-                   "benchmarks/references/agentx.json), with the hardware difference stated")
+    f.add_argument(
+        "--reference",
+        default=None,
+        metavar="FILE",
+        help="published points to list and draw beside the frontier (JSON; e.g. "
+        "benchmarks/references/agentx.json), with the hardware difference stated",
+    )
     f.set_defaults(func=cmd_frontier)
 
 
@@ -72,16 +98,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _find_capacity(args, exp)
     result = run_sweep(exp, force=args.force, progress=_err, hooks=_hooks())
     t = result.timing
-    _err(f"sweep wall {t.get('wall_s', 0):.1f} s: runs {t.get('run_s', 0):.1f} s, warm-up "
-         f"{t.get('warmup_s', 0):.1f} s, server start {t.get('server_start_s', 0):.1f} s, "
-         f"other {t.get('outside_runs_s', 0) - t.get('server_start_s', 0):.1f} s")
+    _err(
+        f"sweep wall {t.get('wall_s', 0):.1f} s: runs {t.get('run_s', 0):.1f} s, warm-up "
+        f"{t.get('warmup_s', 0):.1f} s, server start {t.get('server_start_s', 0):.1f} s, "
+        f"other {t.get('outside_runs_s', 0) - t.get('server_start_s', 0):.1f} s"
+    )
     res = build([result.out])
     _html([result.out], res, result.out)
     print(res["markdown"])
     print("wrote " + ", ".join(str(f) for f in res["files"]))
     if result.failed:
-        _err(f"agent-replay: error: {result.failed} of {len(result.rows)} runs failed (reasons "
-             f"in {result.out}/index.csv); the same command runs them again")
+        _err(
+            f"agent-replay: error: {result.failed} of {len(result.rows)} runs failed (reasons "
+            f"in {result.out}/index.csv); the same command runs them again"
+        )
     return result.exit_code
 
 

@@ -24,8 +24,11 @@ def register(sub: Any) -> None:
     imp.add_argument("--format", choices=sorted(FORMATS), help="input format (default: detect)")
     imp.add_argument("--block-size", type=int, help="override the format's block size")
     imp.add_argument("--tokenizer", help="tokenizer.json for content-bearing formats (lmcache)")
-    imp.add_argument("--no-sessions", action="store_true",
-                     help="mooncake: do not infer sessions from hash-prefix chains")
+    imp.add_argument(
+        "--no-sessions",
+        action="store_true",
+        help="mooncake: do not infer sessions from hash-prefix chains",
+    )
     imp.add_argument("--force", action="store_true", help="overwrite OUTPUT")
     imp.set_defaults(func=_import)
 
@@ -34,7 +37,9 @@ def register(sub: Any) -> None:
     syn.add_argument("--sessions", type=int, default=8)
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--rate", type=float, help="new sessions per second (default 1, or fitted)")
-    syn.add_argument("--duration", type=float, help="drop requests arriving after this many seconds")
+    syn.add_argument(
+        "--duration", type=float, help="drop requests arriving after this many seconds"
+    )
     syn.add_argument("--block-size", type=int, default=64)
     syn.add_argument("--system-prompt-tokens", type=int, default=0)
     syn.add_argument("--fit", metavar="TRACE", help="fit distributions to this trace")
@@ -57,10 +62,18 @@ def register(sub: Any) -> None:
 
     cv = tsub.add_parser("convert", help="convert between a Parquet trace and Mooncake-style JSONL")
     cv.add_argument("input")
-    cv.add_argument("-o", "--output", required=True, help=".jsonl writes Mooncake JSONL; "
-                    ".parquet reads Mooncake JSONL")
-    cv.add_argument("--to", choices=("mooncake", "weka"), default="mooncake",
-                    help="format of a .jsonl/.json output (weka: AgentX traces, agent trees kept)")
+    cv.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help=".jsonl writes Mooncake JSONL; .parquet reads Mooncake JSONL",
+    )
+    cv.add_argument(
+        "--to",
+        choices=("mooncake", "weka"),
+        default="mooncake",
+        help="format of a .jsonl/.json output (weka: AgentX traces, agent trees kept)",
+    )
     cv.add_argument("--force", action="store_true")
     cv.set_defaults(func=_convert)
 
@@ -90,15 +103,24 @@ def _import(a: argparse.Namespace) -> int:
     from agent_replay.traces.io import write_trace
 
     _check_out(a.output, a.force)
-    res = import_paths(a.paths, a.format, ImportOptions(block_size=a.block_size, tokenizer=a.tokenizer,
-                                                        infer_sessions=not a.no_sessions,
-                                                        prompt_hasher=_prompt_hasher))
+    res = import_paths(
+        a.paths,
+        a.format,
+        ImportOptions(
+            block_size=a.block_size,
+            tokenizer=a.tokenizer,
+            infer_sessions=not a.no_sessions,
+            prompt_hasher=_prompt_hasher,
+        ),
+    )
     from agent_replay.traces.stats import session_codes
 
     _, n_sess = session_codes(res.table)
     write_trace(res.table, a.output, res.meta, force=a.force)
-    print(f"format {res.format}: {res.table.num_rows:,} requests in {n_sess:,} sessions, "
-          f"block size {res.meta.block_size} -> {a.output}")
+    print(
+        f"format {res.format}: {res.table.num_rows:,} requests in {n_sess:,} sessions, "
+        f"block size {res.meta.block_size} -> {a.output}"
+    )
     for note in res.notes:
         print(f"  {note}")
     return 0
@@ -115,11 +137,21 @@ def _synth(a: argparse.Namespace) -> int:
     _check_out(a.output, a.force)
     model = fit(read_trace(a.fit)[0]) if a.fit else SynthModel()
     model.system_prompt_tokens = a.system_prompt_tokens
-    table, meta = synthesize(model, SynthConfig(sessions=a.sessions, seed=a.seed, block_size=a.block_size,
-                                                rate=a.rate, duration_s=a.duration,
-                                                model_name=a.model))
+    table, meta = synthesize(
+        model,
+        SynthConfig(
+            sessions=a.sessions,
+            seed=a.seed,
+            block_size=a.block_size,
+            rate=a.rate,
+            duration_s=a.duration,
+            model_name=a.model,
+        ),
+    )
     write_trace(table, a.output, meta, force=a.force)
-    print(f"synthetic: {table.num_rows:,} requests in {a.sessions:,} sessions (seed {a.seed}) -> {a.output}")
+    print(
+        f"synthetic: {table.num_rows:,} requests in {a.sessions:,} sessions (seed {a.seed}) -> {a.output}"
+    )
     return 0
 
 
@@ -153,8 +185,10 @@ def failed_sentence(n: int, total: int, causes: list[tuple[str, int]]) -> str:
     if n == 0:
         return "failed requests: none"
     text = ", ".join(f"{c} ({k:,})" for c, k in causes)
-    return (f"failed requests: {n:,} of {total:,} ({n / total:.1%}): {text}; "
-            "left out of replay unless --include-failed")
+    return (
+        f"failed requests: {n:,} of {total:,} ({n / total:.1%}): {text}; "
+        "left out of replay unless --include-failed"
+    )
 
 
 def _validate(a: argparse.Namespace) -> int:
@@ -195,8 +229,10 @@ def _convert(a: argparse.Namespace) -> int:
 
         table, meta = read_trace(a.input)
         write_weka(table, meta, out, force=a.force)
-        print(f"{table.num_rows:,} requests -> {out} (weka traces, WEKA convention, "
-              f"{meta.block_size}-token blocks)")
+        print(
+            f"{table.num_rows:,} requests -> {out} (weka traces, WEKA convention, "
+            f"{meta.block_size}-token blocks)"
+        )
         return 0
     if out.suffix == ".jsonl":
         from agent_replay.traces.convert import write_mooncake
@@ -204,8 +240,10 @@ def _convert(a: argparse.Namespace) -> int:
 
         table, meta = read_trace(a.input)
         write_mooncake(table, meta, out, force=a.force)
-        print(f"{table.num_rows:,} requests -> {out} (Mooncake JSONL, hash ids over "
-              f"{meta.block_size}-token blocks)")
+        print(
+            f"{table.num_rows:,} requests -> {out} (Mooncake JSONL, hash ids over "
+            f"{meta.block_size}-token blocks)"
+        )
         return 0
     if out.suffix == ".parquet":
         from agent_replay.traces.importers import ImportOptions, import_paths

@@ -18,47 +18,65 @@ def register(sub: Any) -> None:
     from agent_replay.engines.vllm.profiles import PROFILES
 
     names = ", ".join(PROFILES)
-    p = sub.add_parser("vllm-cmd", help="print the exact vLLM commands of a deployment profile",
-                       description="Print the per-node commands (env + argv) of a vLLM "
-                       f"deployment profile ({names}). When vLLM is importable (this "
-                       "python, --vllm-python or $AGENT_REPLAY_VLLM_PYTHON), every command "
-                       "is checked with vLLM's own argument parser.")
+    p = sub.add_parser(
+        "vllm-cmd",
+        help="print the exact vLLM commands of a deployment profile",
+        description="Print the per-node commands (env + argv) of a vLLM "
+        f"deployment profile ({names}). When vLLM is importable (this "
+        "python, --vllm-python or $AGENT_REPLAY_VLLM_PYTHON), every command "
+        "is checked with vLLM's own argument parser.",
+    )
     deployment_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of shell lines")
     p.add_argument("--no-check", action="store_true", help="do not run vLLM's parser")
-    p.add_argument("--diff", default=None, metavar="PROFILE",
-                   help="print only what differs from PROFILE's command (built with the "
-                   "same model, GPUs and the --set flags it takes)")
+    p.add_argument(
+        "--diff",
+        default=None,
+        metavar="PROFILE",
+        help="print only what differs from PROFILE's command (built with the "
+        "same model, GPUs and the --set flags it takes)",
+    )
     p.set_defaults(func=_vllm_cmd)
 
-    p = sub.add_parser("launch", help="start a local vLLM with a profile and wait until healthy",
-                       description="Start a local vLLM server (one instance, one node), "
-                       "wait for /health, print its URL and metadata, and stop it on Ctrl-C. "
-                       "'agent-replay run --launch \"PROFILE --model M ...\"' takes the same "
-                       "arguments.")
+    p = sub.add_parser(
+        "launch",
+        help="start a local vLLM with a profile and wait until healthy",
+        description="Start a local vLLM server (one instance, one node), "
+        "wait for /health, print its URL and metadata, and stop it on Ctrl-C. "
+        "'agent-replay run --launch \"PROFILE --model M ...\"' takes the same "
+        "arguments.",
+    )
     add_launch_args(p)
     p.set_defaults(func=_launch)
 
-    p = sub.add_parser("vllm-settings", help="check a recorded launch: each flag of its "
-                       "command against what the server's log (and /metrics page) reports",
-                       description="Read a launch JSON (engines launch's output, or run.json, "
-                       "whose 'launch' holds it) and the server log it names, and print per "
-                       "flag what the server reports: in effect, differs, or not reported. "
-                       "Exit 1 when a setting differs.")
+    p = sub.add_parser(
+        "vllm-settings",
+        help="check a recorded launch: each flag of its "
+        "command against what the server's log (and /metrics page) reports",
+        description="Read a launch JSON (engines launch's output, or run.json, "
+        "whose 'launch' holds it) and the server log it names, and print per "
+        "flag what the server reports: in effect, differs, or not reported. "
+        "Exit 1 when a setting differs.",
+    )
     p.add_argument("launch_json", help="launch JSON or run.json")
     p.add_argument("--log", default=None, help="server log (default: the one the JSON names)")
     p.add_argument("--metrics", default=None, help="a saved /metrics page of the server")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_vllm_settings)
 
-    p = sub.add_parser("tiny-model", help="write a tiny model folder (tokenizer + config) "
-                       "for --load-format dummy, offline")
+    p = sub.add_parser(
+        "tiny-model",
+        help="write a tiny model folder (tokenizer + config) for --load-format dummy, offline",
+    )
     p.add_argument("out", help="output folder")
-    p.add_argument("--arch", choices=("llama", "deepseek", "moonlight"), default="llama",
-                   help="llama: tiny Llama; deepseek: tiny DeepSeek-V3 shape (4 layers); "
-                        "moonlight: Moonlight-16B-A3B's DeepSeek-V3 shape (16B, 27 layers, MTP)")
-    p.add_argument("--vocab", type=int, default=None,
-                   help="vocabulary size (default 32000)")
+    p.add_argument(
+        "--arch",
+        choices=("llama", "deepseek", "moonlight"),
+        default="llama",
+        help="llama: tiny Llama; deepseek: tiny DeepSeek-V3 shape (4 layers); "
+        "moonlight: Moonlight-16B-A3B's DeepSeek-V3 shape (16B, 27 layers, MTP)",
+    )
+    p.add_argument("--vocab", type=int, default=None, help="vocabulary size (default 32000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="overwrite an existing folder")
     p.set_defaults(func=_tiny_model)
@@ -69,8 +87,14 @@ def _vllm_cmd(args: argparse.Namespace) -> int:
     from agent_replay.engines.vllm.profiles import build, parse_sets
 
     sets = parse_sets(args.sets)
-    dep = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes, sets=sets,
-                version=args.vllm_version)
+    dep = build(
+        args.profile,
+        model=args.model,
+        gpus=args.gpus,
+        nodes=args.nodes,
+        sets=sets,
+        version=args.vllm_version,
+    )
     if args.diff is not None:
         return _print_diff(dep, args, sets)
     python = None if args.no_check else find_vllm_python(args.vllm_python)
@@ -99,33 +123,57 @@ def _print_diff(dep: Any, args: argparse.Namespace, sets: list[tuple[str, str]])
 
     mine, other = get_profile(args.profile), get_profile(args.diff)
     base_sets = [(k, v) for k, v in sets if other.knob(k) is not None or mine.knob(k) is None]
-    base = build(other, model=args.model, gpus=args.gpus, nodes=args.nodes, sets=base_sets,
-                 version=args.vllm_version)
+    base = build(
+        other,
+        model=args.model,
+        gpus=args.gpus,
+        nodes=args.nodes,
+        sets=base_sets,
+        version=args.vllm_version,
+    )
     if args.json:
-        print(json.dumps({"profile": dep.profile, "base": base.profile,
-                          "diff": [{"flag": d.flag, "base": d.base, "profile": d.other}
-                                   for d in diff(base, dep)]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "profile": dep.profile,
+                    "base": base.profile,
+                    "diff": [
+                        {"flag": d.flag, "base": d.base, "profile": d.other}
+                        for d in diff(base, dep)
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         sys.stdout.write(render_diff(base, dep))
     return 0
 
 
-def _checked(dep: Any, args: argparse.Namespace, sets: list[tuple[str, str]], python: str
-             ) -> tuple[Any, str]:
+def _checked(
+    dep: Any, args: argparse.Namespace, sets: list[tuple[str, str]], python: str
+) -> tuple[Any, str]:
     """Check ``dep`` with vLLM's parser; adapt to its version first when that changes it."""
     from agent_replay.engines.vllm.argcheck import require_valid
     from agent_replay.engines.vllm.profiles import build
 
     res = require_valid(dep, python)
     if args.vllm_version is None:
-        adapted = build(args.profile, model=args.model, gpus=args.gpus, nodes=args.nodes,
-                        sets=sets, version=res.version)
+        adapted = build(
+            args.profile,
+            model=args.model,
+            gpus=args.gpus,
+            nodes=args.nodes,
+            sets=sets,
+            version=res.version,
+        )
         if adapted.commands != dep.commands:
             res = require_valid(adapted, python)
         dep = adapted
     for name in res.unknown_env:
-        print(f"agent-replay: warning: vLLM {res.version} does not know env {name}",
-              file=sys.stderr)
+        print(
+            f"agent-replay: warning: vLLM {res.version} does not know env {name}", file=sys.stderr
+        )
     return dep, res.version
 
 
@@ -184,7 +232,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def _tiny_model(args: argparse.Namespace) -> int:
     from agent_replay.engines.vllm.tiny_model import make_tiny_model
 
-    path = make_tiny_model(args.out, arch=args.arch, vocab=args.vocab, seed=args.seed,
-                           force=args.force)
+    path = make_tiny_model(
+        args.out, arch=args.arch, vocab=args.vocab, seed=args.seed, force=args.force
+    )
     print(path)
     return 0

@@ -6,13 +6,21 @@ from __future__ import annotations
 
 from agent_replay.replay.distributed.backend import RayPool, import_ray
 from agent_replay.replay.distributed.placement import (
-           ActorSpec,
-           Lost,
-           NodeInfo,
-           lost_sessions,
-           place,
-           rebase_t0,
+    ActorSpec,
+    Lost,
+    NodeInfo,
+    lost_sessions,
+    place,
+    rebase_t0,
 )
 
-__all__ = ["ActorSpec", "Lost", "NodeInfo", "RayPool", "import_ray", "lost_sessions", "place",
-           "rebase_t0"]
+__all__ = [
+    "ActorSpec",
+    "Lost",
+    "NodeInfo",
+    "RayPool",
+    "import_ray",
+    "lost_sessions",
+    "place",
+    "rebase_t0",
+]

@@ -58,8 +58,11 @@ def driver_identity(ray: Any) -> dict[str, Any]:
     """What an actor needs to watch this process, its driver: the process (as run.json's
     ``writer``), its Ray node and its Ray job."""
     ctx = ray.get_runtime_context()
-    return {"process": writer_identity(), "node_id": str(ctx.get_node_id()),
-            "job_id": str(ctx.get_job_id())}
+    return {
+        "process": writer_identity(),
+        "node_id": str(ctx.get_node_id()),
+        "job_id": str(ctx.get_job_id()),
+    }
 
 
 class ShardActor:
@@ -86,14 +89,21 @@ class ShardActor:
         self._error: str | None = None
         self._stopping = False
         if driver is not None:
-            threading.Thread(target=self._watch, args=(dict(driver),), daemon=True,
-                             name="driver-watch").start()
+            threading.Thread(
+                target=self._watch, args=(dict(driver),), daemon=True, name="driver-watch"
+            ).start()
 
     def info(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "node_id": self.node_id}
 
-    def prepare(self, config: RunConfig, shard: int, n: int, ship: bool,
-                trace_files: list[tuple[str, bytes]] | None) -> int:
+    def prepare(
+        self,
+        config: RunConfig,
+        shard: int,
+        n: int,
+        ship: bool,
+        trace_files: list[tuple[str, bytes]] | None,
+    ) -> int:
         """Load the plan before the run's t0 (so its start is not late). With ``ship``, the
         trace comes as bytes and the part files go to a staging folder. Returns the number
         of requests of this shard."""
@@ -106,8 +116,9 @@ class ShardActor:
                 tdir.mkdir()
                 for name, data in trace_files:
                     (tdir / name).write_bytes(data)
-                config = replace(config, trace=str(tdir if len(trace_files) > 1 else
-                                                   tdir / trace_files[0][0]))
+                config = replace(
+                    config, trace=str(tdir if len(trace_files) > 1 else tdir / trace_files[0][0])
+                )
         self._config = config
         self._parts_dir = Path(config.output or ".") / "requests"
         self._plan = load_plan(config)
@@ -119,11 +130,17 @@ class ShardActor:
         assert self._config is not None and self._plan is not None
         if self._stopping:
             return
-        t0 = t0_mono_ns if same_clock else rebase_t0(t0_wall_ns, time.time_ns(), time.monotonic_ns())
+        t0 = (
+            t0_mono_ns if same_clock else rebase_t0(t0_wall_ns, time.time_ns(), time.monotonic_ns())
+        )
         config = replace(self._config, t0_ns=t0)
         started = threading.Event()
-        self._thread = threading.Thread(target=self._main, args=(config, self._plan, started),
-                                        daemon=True, name=f"shard-{self._shard}")
+        self._thread = threading.Thread(
+            target=self._main,
+            args=(config, self._plan, started),
+            daemon=True,
+            name=f"shard-{self._shard}",
+        )
         self._thread.start()
         started.wait(10)
 
@@ -132,8 +149,9 @@ class ShardActor:
         self._loop = loop
         try:
             asyncio.set_event_loop(loop)
-            self._task = loop.create_task(arun_shard(config, self._shard, self._n, self._report,
-                                                     plan=plan))
+            self._task = loop.create_task(
+                arun_shard(config, self._shard, self._n, self._report, plan=plan)
+            )
             if self._stopping:  # a stop that came while the task was made
                 self._task.cancel()
             started.set()
@@ -162,9 +180,14 @@ class ShardActor:
         shard's summary once it finished."""
         done = self._thread is not None and not self._thread.is_alive()
         parts = self._collect()
-        return ActorPoll(progress=self._progress, parts=parts, snapshot=self._live.encode(),
-                         done=done, summary=self._summary if done else None,
-                         error=self._error if done else None)
+        return ActorPoll(
+            progress=self._progress,
+            parts=parts,
+            snapshot=self._live.encode(),
+            done=done,
+            summary=self._summary if done else None,
+            error=self._error if done else None,
+        )
 
     def _collect(self) -> list[tuple[str, bytes]]:
         out: list[tuple[str, bytes]] = []
@@ -172,7 +195,11 @@ class ShardActor:
             return out
         prefix = f"part-{self._shard:03d}-"
         for f in sorted(self._parts_dir.iterdir()):
-            if not f.name.startswith(prefix) or not f.name.endswith(".parquet") or f.name in self._seen:
+            if (
+                not f.name.startswith(prefix)
+                or not f.name.endswith(".parquet")
+                or f.name in self._seen
+            ):
                 continue
             self._seen.add(f.name)
             self._observe(f)
@@ -210,11 +237,21 @@ class ShardActor:
         if self._thread is not None:
             self._thread.join(STOP_WAIT_S + (config.write_retry_s if config is not None else 0.0))
         if config is not None and not self._ship:
-            leave_orphaned(Path(config.output or "."), config, self._plan, self._shard, self._n,
-                           self._summary, started)
+            leave_orphaned(
+                Path(config.output or "."),
+                config,
+                self._plan,
+                self._shard,
+                self._n,
+                self._summary,
+                started,
+            )
         elif self._staging is not None and self._staging.exists():
-            print(f"agent-replay: the run's driver is gone; shard {self._shard}'s part files "
-                  f"not handed over are kept in {self._staging}", file=sys.stderr)
+            print(
+                f"agent-replay: the run's driver is gone; shard {self._shard}'s part files "
+                f"not handed over are kept in {self._staging}",
+                file=sys.stderr,
+            )
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
@@ -241,5 +278,3 @@ def _node_id() -> str:
     if not ray.is_initialized():
         return "local"
     return str(ray.get_runtime_context().get_node_id())
-
-

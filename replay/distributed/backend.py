@@ -62,8 +62,10 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError("--ray needs the ray extra: pip install 'agent-replay[ray]' "
-                         "(or pip install 'ray[default]')") from None
+        raise InputError(
+            "--ray needs the ray extra: pip install 'agent-replay[ray]' "
+            "(or pip install 'ray[default]')"
+        ) from None
     return ray
 
 
@@ -107,9 +109,15 @@ class RayPool:
 
     # -- setup ---------------------------------------------------------------------------
     @classmethod
-    def start(cls, config: RunConfig, plan: Plan, address: str | None = None,
-              actors_per_node: int = 1, ship: str = "auto",
-              warn: Callable[[str], None] | None = None) -> RayPool:
+    def start(
+        cls,
+        config: RunConfig,
+        plan: Plan,
+        address: str | None = None,
+        actors_per_node: int = 1,
+        ship: str = "auto",
+        warn: Callable[[str], None] | None = None,
+    ) -> RayPool:
         """Connect (``address``: ``auto`` = RAY_ADDRESS or the running local cluster,
         ``local`` = start a private one-node Ray here, else ``HOST:PORT`` or ``ray://...``),
         place the actors and load their plans. ``ship``: ``auto`` (part files travel back
@@ -118,8 +126,16 @@ class RayPool:
         if ship not in ("auto", "always", "never"):
             raise InputError(f"ship must be auto, always or never, got {ship!r}")
         connected_here, keeper = _connect(ray, address or "auto", config.write_retry_s)
-        pool = cls(ray, [], "", Path(config.output or "."), plan,
-                   connected_here=connected_here, keeper=keeper, warn=warn)
+        pool = cls(
+            ray,
+            [],
+            "",
+            Path(config.output or "."),
+            plan,
+            connected_here=connected_here,
+            keeper=keeper,
+            warn=warn,
+        )
         try:
             pool.driver_node = str(ray.get_runtime_context().get_node_id())
             specs = place(alive_nodes(ray.nodes()), actors_per_node)
@@ -140,10 +156,14 @@ class RayPool:
         for spec in specs:
             strategy = NodeAffinitySchedulingStrategy(node_id=spec.node_id, soft=False)
             in_place = not _ships(ship, spec.node_id == self.driver_node)
-            handle = remote.options(num_cpus=spec.num_cpus, scheduling_strategy=strategy,
-                                    max_restarts=0, name=f"agent-replay-{config.run_id}-{spec.shard}",
-                                    namespace="agent-replay",
-                                    lifetime="detached" if in_place else None).remote(driver)
+            handle = remote.options(
+                num_cpus=spec.num_cpus,
+                scheduling_strategy=strategy,
+                max_restarts=0,
+                name=f"agent-replay-{config.run_id}-{spec.shard}",
+                namespace="agent-replay",
+                lifetime="detached" if in_place else None,
+            ).remote(driver)
             self.slots.append(_Slot(spec, handle))
 
     def _load(self, config: RunConfig, ship: str) -> None:
@@ -158,7 +178,9 @@ class RayPool:
             files = None
             if shipping and not slot.same_node:
                 if blob is None:
-                    blob = self.ray.put([(f.name, f.read_bytes()) for f in trace_files(config.trace)])
+                    blob = self.ray.put(
+                        [(f.name, f.read_bytes()) for f in trace_files(config.trace)]
+                    )
                 files = blob
             sends.append(slot.handle.prepare.remote(config, slot.spec.shard, n, shipping, files))
         for slot, k in zip(self.slots, self._get(sends, "load the plan"), strict=True):
@@ -169,8 +191,10 @@ class RayPool:
             return list(self.ray.get(refs, timeout=300))
         except Exception as exc:
             self.close()
-            raise AgentReplayError(f"Ray actors could not {what}: {type(exc).__name__}: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+            raise AgentReplayError(
+                f"Ray actors could not {what}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from None
 
     @property
     def size(self) -> int:
@@ -178,13 +202,25 @@ class RayPool:
 
     def describe(self) -> dict[str, Any]:
         """run.json's ``ray`` block: where every shard ran and what was lost."""
-        return {"ray": {
-            "actors": [{"shard": s.spec.shard, "host": s.host, "node_id": s.spec.node_id,
-                        "num_cpus": s.spec.num_cpus, "ships_parts": not s.same_node,
-                        "requests": s.requests, "dead": s.dead} for s in self.slots],
-            "parts_received": self.parts_received, "bytes_received": self.bytes_received,
-            "lost": [x.to_json() for x in self.lost],
-        }}
+        return {
+            "ray": {
+                "actors": [
+                    {
+                        "shard": s.spec.shard,
+                        "host": s.host,
+                        "node_id": s.spec.node_id,
+                        "num_cpus": s.spec.num_cpus,
+                        "ships_parts": not s.same_node,
+                        "requests": s.requests,
+                        "dead": s.dead,
+                    }
+                    for s in self.slots
+                ],
+                "parts_received": self.parts_received,
+                "bytes_received": self.bytes_received,
+                "lost": [x.to_json() for x in self.lost],
+            }
+        }
 
     # -- the run -------------------------------------------------------------------------
     def run(self, config: RunConfig, feed: ProgressFeed) -> list[WorkerSummary]:
@@ -198,8 +234,9 @@ class RayPool:
     def arrived(self) -> list[WorkerSummary]:
         return [s.summary for s in self.slots if s.summary is not None]
 
-    def _run(self, config: RunConfig, report: Report | None,
-             warn: Callable[[str], None] | None) -> list[WorkerSummary]:
+    def _run(
+        self, config: RunConfig, report: Report | None, warn: Callable[[str], None] | None
+    ) -> list[WorkerSummary]:
         assert config.t0_ns is not None
         self._start(config.t0_ns, warn)
         try:
@@ -282,8 +319,13 @@ class RayPool:
         if first and "RayActorError" not in reason:
             reason = f"{reason}: {first[:200]}"
         s.dead = reason
-        lost = lost_sessions(self.plan.shard(s.spec.shard, len(self.slots)),
-                             self._recorded(s.spec.shard), s.spec.shard, s.host, reason)
+        lost = lost_sessions(
+            self.plan.shard(s.spec.shard, len(self.slots)),
+            self._recorded(s.spec.shard),
+            s.spec.shard,
+            s.host,
+            reason,
+        )
         self.lost.append(lost)
         if warn is not None:
             warn(lost.line())
@@ -292,8 +334,9 @@ class RayPool:
         counts: dict[str, int] = {}
         for f in sorted((self.output / "requests").glob(f"part-{shard:03d}-*.parquet")):
             t = pq.read_table(f, columns=["session_id", "clone"])
-            for sid, clone in zip(t.column("session_id").to_pylist(), t.column("clone").to_pylist(),
-                                  strict=True):
+            for sid, clone in zip(
+                t.column("session_id").to_pylist(), t.column("clone").to_pylist(), strict=True
+            ):
                 key = session_key(str(sid), int(clone or 0))
                 counts[key] = counts.get(key, 0) + 1
         return counts
@@ -304,8 +347,9 @@ class RayPool:
         errors: dict[str, int] = {}
         for f in sorted((self.output / "requests").glob(f"part-{lost.shard:03d}-*.parquet")):
             t = pq.read_table(f, columns=["status", "error_kind"])
-            for status, kind in zip(t.column("status").to_pylist(), t.column("error_kind").to_pylist(),
-                                    strict=True):
+            for status, kind in zip(
+                t.column("status").to_pylist(), t.column("error_kind").to_pylist(), strict=True
+            ):
                 if status == "ok":
                     ok += 1
                 else:
@@ -313,9 +357,14 @@ class RayPool:
         missing = lost.planned_requests - lost.recorded_requests
         if missing:
             errors["actor_lost"] = errors.get("actor_lost", 0) + missing
-        return WorkerSummary(shard=lost.shard, total=lost.planned_requests,
-                             sent=lost.recorded_requests, done=lost.recorded_requests, ok=ok,
-                             errors=errors)
+        return WorkerSummary(
+            shard=lost.shard,
+            total=lost.planned_requests,
+            sent=lost.recorded_requests,
+            done=lost.recorded_requests,
+            ok=ok,
+            errors=errors,
+        )
 
     def _merge_live(self) -> None:
         if self.on_snapshot is None:
@@ -363,7 +412,9 @@ def _connect(ray: Any, address: str, write_retry_s: float) -> tuple[bool, LocalR
             ray.init(address=address, **kwargs)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TargetError(f"--ray {address}: cannot connect to a Ray cluster: {first}") from None
+            raise TargetError(
+                f"--ray {address}: cannot connect to a Ray cluster: {first}"
+            ) from None
     return True, None
 
 
@@ -381,4 +432,3 @@ def _own_sigterm() -> Iterator[None]:
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
-

@@ -55,8 +55,12 @@ class LocalRay:
         actors once the run's process is gone."""
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=_keeper_main, args=(theirs, OBJECT_STORE_BYTES, orphan_wait_s),
-                           name="agent-replay-ray", daemon=False)
+        proc = ctx.Process(
+            target=_keeper_main,
+            args=(theirs, OBJECT_STORE_BYTES, orphan_wait_s),
+            name="agent-replay-ray",
+            daemon=False,
+        )
         keeper = cls(proc, ours, "")
         deadline = time.monotonic() + START_S
         try:
@@ -65,9 +69,14 @@ class LocalRay:
             theirs.close()
             while not ours.poll(0.2):
                 if not proc.is_alive() or time.monotonic() > deadline:
-                    raise TargetError("--ray local: the private Ray did not start"
-                                      + ("" if proc.is_alive() else
-                                         f" (its process exited with code {proc.exitcode})"))
+                    raise TargetError(
+                        "--ray local: the private Ray did not start"
+                        + (
+                            ""
+                            if proc.is_alive()
+                            else f" (its process exited with code {proc.exitcode})"
+                        )
+                    )
             kind, payload = ours.recv()
         except BaseException:
             keeper.close()
@@ -109,9 +118,13 @@ def _keeper_main(conn: Any, object_store_bytes: int, orphan_wait_s: float) -> No
     import ray
 
     try:
-        ctx = ray.init(include_dashboard=False, _node_ip_address="127.0.0.1",
-                       object_store_memory=object_store_bytes, log_to_driver=False,
-                       namespace=NAMESPACE)
+        ctx = ray.init(
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            object_store_memory=object_store_bytes,
+            log_to_driver=False,
+            namespace=NAMESPACE,
+        )
         port = str(ctx.address_info["gcs_address"]).rsplit(":", 1)[1]  # type: ignore[attr-defined]
         ready = (f"127.0.0.1:{port}", os.environ.get(AUTH_MODE))
     except Exception as exc:

@@ -71,19 +71,27 @@ class Lost:
     """One entry per session not fully recorded: key, planned and recorded requests."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"shard": self.shard, "host": self.host, "reason": self.reason,
-                "planned_requests": self.planned_requests,
-                "recorded_requests": self.recorded_requests, "sessions": self.sessions}
+        return {
+            "shard": self.shard,
+            "host": self.host,
+            "reason": self.reason,
+            "planned_requests": self.planned_requests,
+            "recorded_requests": self.recorded_requests,
+            "sessions": self.sessions,
+        }
 
     def line(self) -> str:
-        return (f"Ray actor for shard {self.shard} on {self.host} died ({self.reason}): "
-                f"{len(self.sessions)} sessions not completed, "
-                f"{self.planned_requests - self.recorded_requests} of {self.planned_requests} "
-                "requests not recorded; listed in run.json under ray.lost")
+        return (
+            f"Ray actor for shard {self.shard} on {self.host} died ({self.reason}): "
+            f"{len(self.sessions)} sessions not completed, "
+            f"{self.planned_requests - self.recorded_requests} of {self.planned_requests} "
+            "requests not recorded; listed in run.json under ray.lost"
+        )
 
 
-def lost_sessions(shard_plan: Plan, recorded: Mapping[str, int], shard: int, host: str,
-                  reason: str) -> Lost:
+def lost_sessions(
+    shard_plan: Plan, recorded: Mapping[str, int], shard: int, host: str, reason: str
+) -> Lost:
     """Compare a dead shard's plan with the rows it left (``recorded``: rows per session
     key) and list every session that is not complete."""
     sessions = []

@@ -10,5 +10,11 @@ from __future__ import annotations
 from agent_replay.replay.record.recorder import RecordConfig, Recorder, RecorderStats, parse_listen
 from agent_replay.replay.record.sessions import Assignment, SessionTracker
 
-__all__ = ["Assignment", "RecordConfig", "Recorder", "RecorderStats", "SessionTracker",
-           "parse_listen"]
+__all__ = [
+    "Assignment",
+    "RecordConfig",
+    "Recorder",
+    "RecorderStats",
+    "SessionTracker",
+    "parse_listen",
+]

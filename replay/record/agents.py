@@ -102,9 +102,16 @@ class AgentTracker:
     def __init__(self) -> None:
         self._sessions: dict[str, _SessionAgents] = {}
 
-    def place(self, session_id: str, request_index: int, agent_id: str | None,
-              arrival_ns: int, parent_index: int, linked: bool = True,
-              side: bool = False) -> Placement:
+    def place(
+        self,
+        session_id: str,
+        request_index: int,
+        agent_id: str | None,
+        arrival_ns: int,
+        parent_index: int,
+        linked: bool = True,
+        side: bool = False,
+    ) -> Placement:
         """``parent_index``: the request's parent in the session (-1: none); ``linked``:
         the parent was found by conversation (the request carries its reply or extends
         its prompt), not only as the session's last finished request; ``side``: a side
@@ -124,8 +131,11 @@ class AgentTracker:
             if s.streams[home].turns[-1] == parent_index:
                 lane = home
         elif side:  # a lane of its own
-            seen = [i for i in s.end if done(i) and i not in s.side
-                    and s.streams[s.lane_of[i]].agent == agent]
+            seen = [
+                i
+                for i in s.end
+                if done(i) and i not in s.side and s.streams[s.lane_of[i]].agent == agent
+            ]
             if seen:
                 deps.append(max(seen, key=lambda i: (s.end[i], i)))
         else:
@@ -136,11 +146,9 @@ class AgentTracker:
                 lane = max(free, key=lambda n: (s.end[s.streams[n].turns[-1]], n == agent))
                 deps.append(s.streams[lane].turns[-1])
             elif not lanes and agent != MAIN:  # a subagent's first turn: its spawn
-                spawned = [i for i in s.end
-                           if done(i) and s.streams[s.lane_of[i]].agent != agent]
+                spawned = [i for i in s.end if done(i) and s.streams[s.lane_of[i]].agent != agent]
                 if spawned:
-                    spawn = max(spawned, key=lambda i: (i not in s.side, s.called(i),
-                                                        s.end[i], i))
+                    spawn = max(spawned, key=lambda i: (i not in s.side, s.called(i), s.end[i], i))
                     deps.append(spawn)
                     lane = agent
                     s.streams[lane] = _Stream(agent, spawner=s.lane_of[spawn])
@@ -171,8 +179,13 @@ class AgentTracker:
             think = max(0, arrival_ns - max(s.end[d] for d in deps))
         return Placement(lane, deps, think)
 
-    def complete(self, session_id: str, request_index: int, end_ns: int,
-                 called: bool | Callable[[], bool] | None = None) -> None:
+    def complete(
+        self,
+        session_id: str,
+        request_index: int,
+        end_ns: int,
+        called: bool | Callable[[], bool] | None = None,
+    ) -> None:
         """``called``: whether the reply called a tool (or a function that tells it when
         asked; None: unknown)."""
         s = self._sessions.get(session_id)
@@ -192,12 +205,18 @@ def _tool_names(item: Any) -> list[str]:
     ``function_call``, Anthropic ``tool_use`` blocks)."""
     if item.get("type") == "function_call":
         return [str(item.get("name") or "")]
-    names = [str((tc.get("function") or {}).get("name") or "")
-             for tc in item.get("tool_calls") or () if isinstance(tc, dict)]
+    names = [
+        str((tc.get("function") or {}).get("name") or "")
+        for tc in item.get("tool_calls") or ()
+        if isinstance(tc, dict)
+    ]
     content = item.get("content")
     if isinstance(content, list):
-        names += [str(b.get("name") or "") for b in content
-                  if isinstance(b, dict) and b.get("type") == "tool_use"]
+        names += [
+            str(b.get("name") or "")
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
     return names
 
 
@@ -210,7 +229,7 @@ def handoff_target(items: Sequence[Any]) -> str | None:
     while i >= 0 and is_reply_item(items[i]):
         for name in _tool_names(items[i]):
             if name.startswith(HANDOFF_PREFIX) and len(name) > len(HANDOFF_PREFIX):
-                return name[len(HANDOFF_PREFIX):]
+                return name[len(HANDOFF_PREFIX) :]
         i -= 1
     return None
 
@@ -223,8 +242,9 @@ def system_key(system: Any, items: Sequence[Any]) -> bytes:
         if not (isinstance(it, dict) and it.get("role") in ("system", "developer")):
             break
         lead.append(it)
-    return hashlib.blake2b(orjson.dumps([system, lead], option=orjson.OPT_SORT_KEYS),
-                           digest_size=16).digest()
+    return hashlib.blake2b(
+        orjson.dumps([system, lead], option=orjson.OPT_SORT_KEYS), digest_size=16
+    ).digest()
 
 
 class Handoffs:
@@ -241,8 +261,15 @@ class Handoffs:
         that continue it are that stream's."""
         self._stream[(session_id, request_index)] = stream
 
-    def stream(self, session_id: str, request_index: int, parent_index: int, linked: bool,
-               system: Any, items: Sequence[Any]) -> str:
+    def stream(
+        self,
+        session_id: str,
+        request_index: int,
+        parent_index: int,
+        linked: bool,
+        system: Any,
+        items: Sequence[Any],
+    ) -> str:
         names = self._names.get(session_id)
         if names is None:
             names = self._names[session_id] = {system_key(system, items): MAIN}

@@ -64,8 +64,7 @@ class BodyDigest:
     secrets: list[str]
     """``agent_replay.redact.secret_values`` of the body."""
 
-    def hash_ids(self, hasher: PromptHasher, input_tokens: int | None
-                 ) -> tuple[np.ndarray, int]:
+    def hash_ids(self, hasher: PromptHasher, input_tokens: int | None) -> tuple[np.ndarray, int]:
         """As ``PromptHasher.hash_ids`` of the body, as an int64 array (which the flush
         gathers into the part's column without the GIL, ``sink.rows_to_table``)."""
         ids = hasher.ids(self.units, input_tokens)
@@ -90,8 +89,11 @@ class BigBodies:
 
     def _start(self) -> None:
         pool = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"), initializer=_background,
-            initargs=(os.getpid(),))
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_background,
+            initargs=(os.getpid(),),
+        )
         self._pool = pool
         pool.submit(_hasher, self.spec).result()
 
@@ -105,8 +107,9 @@ class BigBodies:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
-    async def digest(self, api: str, parts: list[bytes], rewrite: bool = True
-                     ) -> tuple[RequestInfo, list[bytes], BodyDigest] | str:
+    async def digest(
+        self, api: str, parts: list[bytes], rewrite: bool = True
+    ) -> tuple[RequestInfo, list[bytes], BodyDigest] | str:
         """The request's info (with an empty ``body``), the pieces to send upstream and
         the digest; when the body is not a JSON object, why not (a key of
         ``wire.UNRECORDED``). Without ``rewrite`` the pieces are ``parts`` as they are
@@ -121,8 +124,7 @@ class BigBodies:
         fd, path = tempfile.mkstemp(prefix="agent-replay-body-", dir=_MEMORY_DIR)
         try:
             await loop.run_in_executor(None, _write, fd, parts)
-            got = await loop.run_in_executor(self._pool, _digest, api, path, self.spec,
-                                             rewrite)
+            got = await loop.run_in_executor(self._pool, _digest, api, path, self.spec, rewrite)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -191,8 +193,9 @@ def _hasher(spec: DigestSpec) -> PromptHasher:
     return h
 
 
-def _digest(api: str, path: str, spec: DigestSpec, rewrite: bool = True
-            ) -> tuple[RequestInfo, bytes | None, BodyDigest] | str:
+def _digest(
+    api: str, path: str, spec: DigestSpec, rewrite: bool = True
+) -> tuple[RequestInfo, bytes | None, BodyDigest] | str:
     """In the helper: parse the body in ``path``; the bytes to send are not sent back when
     they are the body as it came (None) or with the usage option spliced in. A body that
     is not a JSON object: why not."""
@@ -218,9 +221,11 @@ def _digest(api: str, path: str, spec: DigestSpec, rewrite: bool = True
         units = dataclasses.replace(units, prefix=units.prefix[:0], complete=0)
     digest = BodyDigest(
         items=[it if is_reply_item(it) else _OTHER_ITEM for it in items],
-        chains=chain_digests(items), units=units,
+        chains=chain_digests(items),
+        units=units,
         content=orjson.dumps(strip_secrets(body)) if spec.content == "full" else None,
-        secrets=secret_values(body))
+        secrets=secret_values(body),
+    )
     info = dataclasses.replace(info, body={})
     if out is raw:
         return info, None, digest

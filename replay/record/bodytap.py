@@ -59,8 +59,12 @@ class BodyTap:
         what the reader holds already. ``take(data)`` returns True when the client is not
         keeping up; an exception it raises in ``data_received`` ends the body with that
         exception (``readany`` raises it)."""
-        if type(content) is not StreamReader or content.exception() is not None \
-                or content.is_eof() or id(content) in _TAPS:
+        if (
+            type(content) is not StreamReader
+            or content.exception() is not None
+            or content.is_eof()
+            or id(content) in _TAPS
+        ):
             return None
         tap = cls(content, take)
         content.__class__ = _TapReader

@@ -152,9 +152,19 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-_LANE_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
-                       0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53,
-                       0x27D4EB2F165667C5, 0x94D049BB133111EB], dtype=np.uint64)
+_LANE_MULT = np.array(
+    [
+        0x9E3779B97F4A7C15,
+        0xC2B2AE3D27D4EB4F,
+        0x165667B19E3779F9,
+        0xD6E8FEB86659FD93,
+        0xFF51AFD7ED558CCD,
+        0xC4CEB9FE1A85EC53,
+        0x27D4EB2F165667C5,
+        0x94D049BB133111EB,
+    ],
+    dtype=np.uint64,
+)
 
 
 def grain_digests(data: bytes) -> np.ndarray:
@@ -206,7 +216,7 @@ def _ids_at(seed: int, prefix: np.ndarray, ends: np.ndarray, index: np.ndarray) 
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             time.sleep(0.0005)
         h = key.copy()
-        h.update(data[24 * i:24 * i + 24])
+        h.update(data[24 * i : 24 * i + 24])
         out += h.digest()
     return (np.frombuffer(bytes(out), dtype="<u8") & np.uint64(_MASK)).astype(np.int64)
 
@@ -223,11 +233,11 @@ class _Run:
     def matching(self, prefix: np.ndarray, pos: int, most: int, start: int) -> int:
         """How many blocks from ``pos`` on (at most ``most``) a prompt with these prefix
         digests shares, having reached grain ``start``."""
-        ends = self.ends[pos:pos + most]
+        ends = self.ends[pos : pos + most]
         if not len(ends) or ends[0] < start:
             return 0
         inside = ends < len(prefix)
-        same = inside & (prefix[np.where(inside, ends, 0)] == self.digests[pos:pos + len(ends)])
+        same = inside & (prefix[np.where(inside, ends, 0)] == self.digests[pos : pos + len(ends)])
         return len(ends) if same.all() else int(np.argmin(same))
 
 
@@ -331,8 +341,9 @@ class PromptHasher:
         parts = prompt_parts(api, body)
         if isinstance(parts, np.ndarray):
             ids = hash_bytes(parts.astype("<u4").tobytes(), self.block_size * 4, self.seed)
-            return PromptUnits(np.zeros(0, dtype=np.uint64), np.array(ids, dtype=np.int64),
-                               0, len(parts))
+            return PromptUnits(
+                np.zeros(0, dtype=np.uint64), np.array(ids, dtype=np.int64), 0, len(parts)
+            )
         texts = [render(p) for p in parts]
         if self.tokenizer is not None:
             encs = self.tokenizer.encode_batch(texts, add_special_tokens=False)
@@ -342,11 +353,13 @@ class PromptHasher:
             data = "".join(texts).encode()
             est = -(-len(data) // BYTES_PER_TOKEN)
         whole = len(data) // GRAIN_BYTES
-        return PromptUnits(prefix_digests(grain_digests(data)), None, whole, est,
-                           data[whole * GRAIN_BYTES:], data)
+        return PromptUnits(
+            prefix_digests(grain_digests(data)), None, whole, est, data[whole * GRAIN_BYTES :], data
+        )
 
-    def hash_ids(self, api: str, body: Mapping[str, Any],
-                 input_tokens: int | None) -> tuple[list[int], int]:
+    def hash_ids(
+        self, api: str, body: Mapping[str, Any], input_tokens: int | None
+    ) -> tuple[list[int], int]:
         """The ids, exactly ceil(n / block_size) of them where n = ``input_tokens`` when
         known, else the estimated prompt length; and that estimate."""
         u = self.units(api, body)
@@ -370,7 +383,7 @@ class PromptHasher:
             for run, pos in self._next.get(prev, ()):
                 m = run.matching(prefix, pos, limit - k, start)
                 if m:
-                    known.append(run.ids[pos:pos + m])
+                    known.append(run.ids[pos : pos + m])
                     k += m
                     prev, start = int(run.ids[pos + m - 1]), int(run.ends[pos + m - 1])
                     break
@@ -401,13 +414,21 @@ class PromptHasher:
             self._remember(prev, _Run(ends[:keep], prefix[ends[:keep]], new[:keep]))
         if exact and keep < want - k and u.data is not None:
             before = int(new[-2]) if want - k >= 2 else prev
-            self._keep_tail(before, _Tail(want - 1, u.complete, prefix[u.complete], u.tail,
-                                          n - (want - 1) * bs, int(new[-1])))
+            self._keep_tail(
+                before,
+                _Tail(
+                    want - 1,
+                    u.complete,
+                    prefix[u.complete],
+                    u.tail,
+                    n - (want - 1) * bs,
+                    int(new[-1]),
+                ),
+            )
         known.append(new)
         return _joined(known)
 
-    def _continued(self, prev: int, k: int, u: PromptUnits, n: int, want: int
-                   ) -> _Tail | None:
+    def _continued(self, prev: int, k: int, u: PromptUnits, n: int, want: int) -> _Tail | None:
         """The last block of an earlier prompt that this one continues at block ``k``
         (after block ``prev``): every byte of that prompt begins this one, this one is
         longer, and its block k holds more tokens (the longest such; a partial one that a
@@ -421,10 +442,15 @@ class PromptHasher:
                 continue
             if n - k * bs < (c.tokens + 1 if c.tokens < bs else bs):
                 continue
-            if (want - 1 > k and -(-c.end // GRAIN_BYTES) > u.complete) or \
-                    c.complete >= len(u.prefix) or u.prefix[c.complete] != c.digest:
+            if (
+                (want - 1 > k and -(-c.end // GRAIN_BYTES) > u.complete)
+                or c.complete >= len(u.prefix)
+                or u.prefix[c.complete] != c.digest
+            ):
                 continue
-            if data[c.complete * GRAIN_BYTES:c.end] == c.tail and (best is None or c.end > best.end):
+            if data[c.complete * GRAIN_BYTES : c.end] == c.tail and (
+                best is None or c.end > best.end
+            ):
                 best = c
         if best is not None and best.tokens < bs:
             best.taken = True

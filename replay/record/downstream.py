@@ -35,10 +35,10 @@ class ClientBody:
         self._transport = request.transport
         self._protocol: Any = getattr(writer, "protocol", None)
         self._chunked = bool(getattr(writer, "chunked", False))
-        empty = request.method == "HEAD" or response.status in (204, 304) \
-            or response.status < 200
-        self._left: int | None = 0 if empty else (
-            None if self._chunked else response.content_length)
+        empty = request.method == "HEAD" or response.status in (204, 304) or response.status < 200
+        self._left: int | None = (
+            0 if empty else (None if self._chunked else response.content_length)
+        )
         """Bytes the declared length still allows (None: no limit)."""
 
     def write(self, data: bytes) -> bool:

@@ -131,8 +131,9 @@ def _brotli() -> Decoder | None:
 
     def run(pieces: Iterable[bytes]) -> Iterator[bytes]:
         if not bounded:
-            raise ValueError(f"{mod.__name__} {version} cannot stop decoding at a size "
-                             "(brotli >= 1.2 can)")
+            raise ValueError(
+                f"{mod.__name__} {version} cannot stop decoding at a size (brotli >= 1.2 can)"
+            )
         d = mod.Decompressor()
         for p in pieces:
             out = d.process(p, output_buffer_limit=STEP)
@@ -206,8 +207,11 @@ def _zstd() -> Decoder | None:
 
         def run(pieces: Iterable[bytes]) -> Iterator[bytes]:
             dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_WINDOW)
-            with dctx.stream_reader(_Chain(pieces),  # type: ignore[arg-type]  # has read()
-                                    read_size=STEP, closefd=False) as r:
+            with dctx.stream_reader(
+                _Chain(pieces),  # type: ignore[arg-type]  # has read()
+                read_size=STEP,
+                closefd=False,
+            ) as r:
                 while out := r.read(STEP):
                     yield out
 
@@ -237,8 +241,9 @@ def decoders() -> dict[str, Decoder]:
 _DECODERS = decoders()
 
 
-def decode(parts: Sequence[bytes], encoding: str | None, limits: DecodeLimits = DecodeLimits()
-           ) -> tuple[list[bytes] | None, str | None]:
+def decode(
+    parts: Sequence[bytes], encoding: str | None, limits: DecodeLimits = DecodeLimits()
+) -> tuple[list[bytes] | None, str | None]:
     """(the decoded body, in pieces; None), or (None, why) when it cannot be decoded here.
     ``encoding`` is the Content-Encoding field: codings applied in order, comma-separated.
     Raises ``BodyRefused`` as soon as the output passes a limit."""
@@ -259,12 +264,16 @@ def decode(parts: Sequence[bytes], encoding: str | None, limits: DecodeLimits = 
             for piece in dec(_sliced(pieces)):
                 n += len(piece)
                 if n > limits.max_decoded:
-                    raise BodyRefused(f"the {coding} body decodes to more than "
-                                      f"{size_text(limits.max_decoded)} (--max-decoded)")
+                    raise BodyRefused(
+                        f"the {coding} body decodes to more than "
+                        f"{size_text(limits.max_decoded)} (--max-decoded)"
+                    )
                 if n > limits.ratio_floor and n > limits.max_ratio * size:
-                    raise BodyRefused(f"the {coding} body of {size:,} bytes decodes to more "
-                                      f"than {limits.max_ratio:g} times its size "
-                                      "(--max-ratio)")
+                    raise BodyRefused(
+                        f"the {coding} body of {size:,} bytes decodes to more "
+                        f"than {limits.max_ratio:g} times its size "
+                        "(--max-ratio)"
+                    )
                 out.append(piece)
         except BodyRefused:
             raise
@@ -282,11 +291,12 @@ def _sliced(pieces: Iterable[bytes]) -> Iterator[bytes]:
             continue
         view = memoryview(p)
         for i in range(0, len(p), IN_STEP):
-            yield view[i:i + IN_STEP]  # type: ignore[misc]  # a bytes-like view
+            yield view[i : i + IN_STEP]  # type: ignore[misc]  # a bytes-like view
 
 
-def decode_body(data: bytes, encoding: str | None, limits: DecodeLimits = DecodeLimits()
-                ) -> tuple[bytes | None, str | None]:
+def decode_body(
+    data: bytes, encoding: str | None, limits: DecodeLimits = DecodeLimits()
+) -> tuple[bytes | None, str | None]:
     """``decode`` of one piece, joined."""
     pieces, why = decode([data], encoding, limits)
     return (b"".join(pieces), None) if pieces is not None else (None, why)
@@ -312,13 +322,16 @@ class Decoders:
         self._threads = threads
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
-    async def decode(self, parts: Sequence[bytes], encoding: str
-                     ) -> tuple[list[bytes] | None, str | None]:
+    async def decode(
+        self, parts: Sequence[bytes], encoding: str
+    ) -> tuple[list[bytes] | None, str | None]:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                self._threads, thread_name_prefix="decode", initializer=_lower_priority)
+                self._threads, thread_name_prefix="decode", initializer=_lower_priority
+            )
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool, decode, parts, encoding, self.limits)
+            self._pool, decode, parts, encoding, self.limits
+        )
 
     def close(self) -> None:
         if self._pool is not None:

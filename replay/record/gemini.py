@@ -136,8 +136,7 @@ class GeminiSubagents:
         waiting = [t for t in self._turns if self._waiting(t, arrival_ns)]
         if not waiting:
             return None
-        spawn = max(waiting, key=lambda t: (INVOKE in _called(t), t.end_ns or 0,
-                                            t.request_index))
+        spawn = max(waiting, key=lambda t: (INVOKE in _called(t), t.end_ns or 0, t.request_index))
         self._count += 1
         name = (_called(spawn) or ["agent"])[-1]
         route = Route(spawn.session_id, f"{name}-{self._count}")
@@ -153,8 +152,7 @@ class GeminiSubagents:
             return False
         return bool(t.reply and t.reply.tool_ids)
 
-    def seen(self, chains: Sequence[bytes], turn: Turn, parent_index: int,
-             linked: bool) -> None:
+    def seen(self, chains: Sequence[bytes], turn: Turn, parent_index: int, linked: bool) -> None:
         """A Gemini request was assigned: its conversation, its turn and, when it continues
         one (``linked``), its parent in the session."""
         self._keys[chains[-1]] = None

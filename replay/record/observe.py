@@ -100,8 +100,9 @@ class ResponseObserver:
         self._decoder: Any = None
         self._parse = True
 
-    def start(self, status: int, content_type: str, content_encoding: str,
-              content_length: int | None) -> None:
+    def start(
+        self, status: int, content_type: str, content_encoding: str, content_length: int | None
+    ) -> None:
         self.status = status
         self.streamed = content_type.split(";")[0].strip().lower() == "text/event-stream"
         try:
@@ -111,8 +112,12 @@ class ResponseObserver:
             self.parse_error = f"content-encoding {content_encoding!r} not decoded"
         if self.streamed:
             self._decoder = dialect(self.api).decoder()
-            self.filtering = (self.injected_usage and self._decomp is None and self._parse
-                              and content_length is None)
+            self.filtering = (
+                self.injected_usage
+                and self._decomp is None
+                and self._parse
+                and content_length is None
+            )
             if self.filtering:
                 self._splitter = RawEventSplitter()
 
@@ -135,8 +140,14 @@ class ResponseObserver:
         if self._parse:
             try:
                 self._observe(self._decomp.decompress(data) if self._decomp else data, t_ns)
-            except (zlib.error, orjson.JSONDecodeError, ValueError, TypeError, KeyError,
-                    AttributeError) as exc:
+            except (
+                zlib.error,
+                orjson.JSONDecodeError,
+                ValueError,
+                TypeError,
+                KeyError,
+                AttributeError,
+            ) as exc:
                 self._parse = False
                 self.parse_error = f"unparsable response: {type(exc).__name__}: {exc}"[:200]
 
@@ -182,8 +193,10 @@ class ResponseObserver:
             self.malformed += 1
             if self.malformed == 1:
                 self._first_malformed = f"{type(exc).__name__}: {exc}"[:160]
-            self.stream_error = (f"malformed event from the upstream ({self.malformed} in "
-                                 f"all; first: {self._first_malformed})")
+            self.stream_error = (
+                f"malformed event from the upstream ({self.malformed} in "
+                f"all; first: {self._first_malformed})"
+            )
             return
         self.events.append(ev)
         if k > 0:
@@ -208,8 +221,9 @@ class ResponseObserver:
 
     def exact_counts(self) -> bool:
         dec = self._decoder
-        return bool(self.streamed and dec is not None and dec.exact and self._parse
-                    and not self.malformed)
+        return bool(
+            self.streamed and dec is not None and dec.exact and self._parse and not self.malformed
+        )
 
     def json_body(self) -> Any:
         """The parsed body of a non-stream response (None when it is not JSON)."""
@@ -244,6 +258,9 @@ def _is_extra_usage(event: bytes) -> bool:
                 obj = orjson.loads(line[5:].strip())
             except orjson.JSONDecodeError:
                 return False
-            return (isinstance(obj, dict) and obj.get("choices") == []
-                    and isinstance(obj.get("usage"), dict))
+            return (
+                isinstance(obj, dict)
+                and obj.get("choices") == []
+                and isinstance(obj.get("usage"), dict)
+            )
     return False

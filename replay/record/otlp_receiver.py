@@ -42,8 +42,11 @@ EXPORTS_FILE = "otlp-exports.jsonl"
 PART = "part-00001.parquet"
 CODINGS = ("identity", "gzip", "deflate")
 """Content codings a body may come in (those OTLP exporters send), inflated here."""
-SIGNALS = {"/v1/traces": "resourceSpans", "/v1/logs": "resourceLogs",
-           "/v1/metrics": "resourceMetrics"}
+SIGNALS = {
+    "/v1/traces": "resourceSpans",
+    "/v1/logs": "resourceLogs",
+    "/v1/metrics": "resourceMetrics",
+}
 
 
 @dataclass
@@ -71,19 +74,24 @@ class OtlpReceiver:
     stats: ReceiverStats = field(default_factory=ReceiverStats)
 
     def __post_init__(self) -> None:
-        self.host, self.port = parse_listen(self.listen) if isinstance(self.listen, str) \
-            else self.listen
+        self.host, self.port = (
+            parse_listen(self.listen) if isinstance(self.listen, str) else self.listen
+        )
         if not is_loopback(self.host) and not self.allow_remote:
-            raise InputError(f"--listen {self.host}: not a loopback address; the receiver "
-                             "would accept telemetry from other machines (pass "
-                             "--allow-remote to mean it)")
+            raise InputError(
+                f"--listen {self.host}: not a loopback address; the receiver "
+                "would accept telemetry from other machines (pass "
+                "--allow-remote to mean it)"
+            )
         if self.block_size < 1 or self.flush_interval_s <= 0 or self.max_body < 1:
             raise InputError("--block-size, --flush-interval and --max-body must be > 0")
         self.out_dir = Path(self.out_dir)
         exports = self.out_dir / EXPORTS_FILE
         if exports.exists() and not self.force:
-            raise InputError(f"{exports}: exists (a previous recording); pass --force to "
-                             "replace it, or choose another folder")
+            raise InputError(
+                f"{exports}: exists (a previous recording); pass --force to "
+                "replace it, or choose another folder"
+            )
         self.writer = PartWriter(self.out_dir, force=self.force)  # refuses a used folder
         self._spool = exports.open("wb")
         self.collector = Collector()
@@ -187,14 +195,20 @@ class OtlpReceiver:
                 pass
             try:  # in a thread: the loop goes on accepting (exports wait for the lock)
                 res = await asyncio.to_thread(
-                    result, self.collector, self.block_size, [EXPORTS_FILE],
-                    str(self.out_dir / EXPORTS_FILE), lambda bs: PromptHasher(bs, self._seed))
+                    result,
+                    self.collector,
+                    self.block_size,
+                    [EXPORTS_FILE],
+                    str(self.out_dir / EXPORTS_FILE),
+                    lambda bs: PromptHasher(bs, self._seed),
+                )
             except InputError:
                 return  # nothing that makes a request yet
             res.meta.extra["receiver"] = {"listen": self.url}
             try:
-                await asyncio.to_thread(write_trace, res.table, self.out_dir / PART, res.meta,
-                                        force=True)
+                await asyncio.to_thread(
+                    write_trace, res.table, self.out_dir / PART, res.meta, force=True
+                )
             except OSError as exc:
                 self.stats.write_error = str(exc)
                 self._dirty = True
@@ -204,8 +218,10 @@ class OtlpReceiver:
 
     def status_line(self) -> str:
         s = self.stats
-        line = (f"{s.exports:,} exports, {s.rows:,} requests written, {s.rejected:,} "
-                f"rejected, {s.problems:,} spans skipped")
+        line = (
+            f"{s.exports:,} exports, {s.rows:,} requests written, {s.rejected:,} "
+            f"rejected, {s.problems:,} spans skipped"
+        )
         if s.write_error:
             line += f"; WRITE FAILING: {s.write_error}"
         return line
@@ -229,8 +245,12 @@ def inflate(body: bytes, coding: str, limit: int, over: str) -> tuple[bytes | No
     except zlib.error as exc:
         return None, 400, f"body not decodable as Content-Encoding {coding}: {exc}"
     if not d.eof:
-        return None, 400, f"body not decodable as Content-Encoding {coding}: it ends early " \
-                          f"({len(body):,} bytes sent)"
+        return (
+            None,
+            400,
+            f"body not decodable as Content-Encoding {coding}: it ends early "
+            f"({len(body):,} bytes sent)",
+        )
     return bytes(out), 200, ""
 
 
@@ -239,10 +259,14 @@ def _status(code: int, message: str, proto: bool = False) -> web.Response:
     protobuf export, else JSON)."""
     grpc = {400: 3, 413: 8, 415: 3}.get(code, 2)
     if proto:
-        return web.Response(status=code, body=status_protobuf(grpc, message),
-                            content_type="application/x-protobuf")
-    return web.Response(status=code, body=orjson.dumps({"code": grpc, "message": message}),
-                        content_type="application/json")
+        return web.Response(
+            status=code, body=status_protobuf(grpc, message), content_type="application/x-protobuf"
+        )
+    return web.Response(
+        status=code,
+        body=orjson.dumps({"code": grpc, "message": message}),
+        content_type="application/json",
+    )
 
 
 def status_protobuf(code: int, message: str) -> bytes:
@@ -274,8 +298,11 @@ def _checked(key: str, obj: Any) -> tuple[dict[str, Any] | None, str]:
         return None, f"not an export request: a JSON {type(obj).__name__}, not an object"
     other = [k for k in obj if k != key]
     if other or not isinstance(obj.get(key, []), list):
-        return None, f"not an export request for this path: expected {{\"{key}\": [...]}}, " \
-                     f"got keys {sorted(obj)}"
+        return (
+            None,
+            f'not an export request for this path: expected {{"{key}": [...]}}, '
+            f"got keys {sorted(obj)}",
+        )
     return obj, ""
 
 
@@ -285,8 +312,10 @@ def _decode(key: str, ctype: str, body: bytes) -> tuple[dict[str, Any] | None, s
         return _from_protobuf(key, body)
     if ctype in ("application/json", "text/plain", ""):
         return _from_json(key, body)
-    return None, f"unsupported Content-Type {ctype!r}: send application/json or " \
-                 "application/x-protobuf"
+    return (
+        None,
+        f"unsupported Content-Type {ctype!r}: send application/json or application/x-protobuf",
+    )
 
 
 def _proto_class(key: str) -> Any:
@@ -300,15 +329,19 @@ def _proto_class(key: str) -> Any:
     classes: dict[str, Any] = {
         "resourceSpans": trace_service_pb2.ExportTraceServiceRequest,
         "resourceLogs": logs_service_pb2.ExportLogsServiceRequest,
-        "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest}
+        "resourceMetrics": metrics_service_pb2.ExportMetricsServiceRequest,
+    }
     return classes[key]
 
 
 def _from_protobuf(key: str, body: bytes) -> tuple[dict[str, Any] | None, str]:
     cls = _proto_class(key)
     if cls is None:
-        return None, "protobuf exports need the otlp extra (pip install " \
-                     "'agent-replay[otlp]'); or set OTEL_EXPORTER_OTLP_PROTOCOL=http/json"
+        return (
+            None,
+            "protobuf exports need the otlp extra (pip install "
+            "'agent-replay[otlp]'); or set OTEL_EXPORTER_OTLP_PROTOCOL=http/json",
+        )
     from google.protobuf.json_format import MessageToDict
     from google.protobuf.message import DecodeError
 

@@ -86,14 +86,22 @@ class ProxyHandler:
     recorded, counted by why in ``unrecorded``.
     """
 
-    def __init__(self, upstream: str, session: aiohttp.ClientSession, *,
-                 on_headers: Callable[[Exchange], None], on_done: Callable[[Exchange], None],
-                 read_timeout_s: float | None, session_header: str = "X-Session-ID",
-                 clock: Callable[[], int] = time.monotonic_ns,
-                 on_arrival: Callable[[int], None] | None = None,
-                 authorization: str | None = None, max_body: int | None = None,
-                 big: BigBodies | None = None,
-                 limits: DecodeLimits = DecodeLimits()) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        session: aiohttp.ClientSession,
+        *,
+        on_headers: Callable[[Exchange], None],
+        on_done: Callable[[Exchange], None],
+        read_timeout_s: float | None,
+        session_header: str = "X-Session-ID",
+        clock: Callable[[], int] = time.monotonic_ns,
+        on_arrival: Callable[[int], None] | None = None,
+        authorization: str | None = None,
+        max_body: int | None = None,
+        big: BigBodies | None = None,
+        limits: DecodeLimits = DecodeLimits(),
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.max_body = max_body
         self.big = big
@@ -112,8 +120,9 @@ class ProxyHandler:
         self.read_timeout_s = read_timeout_s
         self.clock = clock
         self.session_header = session_header
-        self.uncached_input = "anthropic.com" in self.upstream.split("/")[2] \
-            if "//" in self.upstream else False
+        self.uncached_input = (
+            "anthropic.com" in self.upstream.split("/")[2] if "//" in self.upstream else False
+        )
         """Anthropic's own API counts only uncached prompt tokens in ``input_tokens``."""
         self.passed_through = 0
         self.tapped_reads = 0
@@ -129,11 +138,15 @@ class ProxyHandler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         arrival = self.clock()
         if self.draining:  # a kept-alive connection after the stop: not taken
-            return web.Response(status=503, text="the recorder is stopping\n",
-                                headers={"Connection": "close", "Retry-After": "1"})
+            return web.Response(
+                status=503,
+                text="the recorder is stopping\n",
+                headers={"Connection": "close", "Retry-After": "1"},
+            )
         if upstream_path(request.raw_path) is None:
-            return web.Response(status=400, text="the request path climbs out of the "
-                                "upstream's base\n")
+            return web.Response(
+                status=400, text="the request path climbs out of the upstream's base\n"
+            )
         self.in_flight += 1
         try:
             api = api_for(request.method, request.path)
@@ -162,8 +175,9 @@ class ProxyHandler:
         finally:
             self.in_flight -= 1
 
-    async def _parse(self, request: web.Request, api: str, parts: list[bytes]
-                     ) -> tuple[RequestInfo, list[bytes], BodyDigest | None] | str:
+    async def _parse(
+        self, request: web.Request, api: str, parts: list[bytes]
+    ) -> tuple[RequestInfo, list[bytes], BodyDigest | None] | str:
         """The request's info, the pieces to send upstream and a big body's digest; or why
         the body is not recorded (a key of ``wire.UNRECORDED``). An encoded body goes
         upstream as sent; it is decoded off the loop (``BodyRefused`` past a limit)."""
@@ -172,9 +186,19 @@ class ProxyHandler:
         if encoding:
             pieces, why = await self.decoders.decode(parts, encoding)
             if pieces is None:
-                return RequestInfo(api=api, body={}, model=None, stream=False,
-                                   injected_usage=False, session_hint=None,
-                                   undecoded=why), parts, None
+                return (
+                    RequestInfo(
+                        api=api,
+                        body={},
+                        model=None,
+                        stream=False,
+                        injected_usage=False,
+                        session_hint=None,
+                        undecoded=why,
+                    ),
+                    parts,
+                    None,
+                )
             decoded = pieces
         if self.big is not None and sum(map(len, decoded)) > BIG_BODY_BYTES:
             got = await self.big.digest(api, decoded, rewrite=not encoding)
@@ -198,24 +222,35 @@ class ProxyHandler:
         ex.state["headers"] = request.headers  # for the error text's scrub, if any
         return ex
 
-    def _refuse(self, request: web.Request, api: str, arrival: int, why: str
-                ) -> web.StreamResponse:
+    def _refuse(self, request: web.Request, api: str, arrival: int, why: str) -> web.StreamResponse:
         """Answer 413 in the API's error shape, without asking the upstream, and record
         the refusal (a row with its error; no content)."""
         self.refused += 1
-        info = RequestInfo(api=api, body={}, model=None, stream=False, injected_usage=False,
-                           session_hint=None, undecoded=why)
+        info = RequestInfo(
+            api=api,
+            body={},
+            model=None,
+            stream=False,
+            injected_usage=False,
+            session_hint=None,
+            undecoded=why,
+        )
         ex = self._exchange_of(request, info, arrival)
         ex.error = f"refused by the recorder (413): {why}"
         ex.state["status"] = 413
         ex.end = self.clock()
         self.on_done(ex)
-        return web.Response(status=413, content_type="application/json",
-                            body=dialect(api).error_body(f"agent-replay record: {why}", 413,
-                                                         "invalid_request_error"))
+        return web.Response(
+            status=413,
+            content_type="application/json",
+            body=dialect(api).error_body(
+                f"agent-replay record: {why}", 413, "invalid_request_error"
+            ),
+        )
 
-    async def _pass_through(self, request: web.Request, parts: list[bytes] | None = None
-                            ) -> web.StreamResponse:
+    async def _pass_through(
+        self, request: web.Request, parts: list[bytes] | None = None
+    ) -> web.StreamResponse:
         self.passed_through += 1
         headers = self._headers(request)
         data: Any
@@ -226,8 +261,12 @@ class ProxyHandler:
         out: ClientBody | None = None
         try:
             async with self.session.request(
-                request.method, self._url(request), headers=headers, data=data,
-                allow_redirects=False, timeout=self._timeout(),
+                request.method,
+                self._url(request),
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                timeout=self._timeout(),
             ) as resp:
                 out = await self._prepare(request, resp, resp.headers.get("Content-Length"))
                 read = resp.content.readany
@@ -243,12 +282,16 @@ class ProxyHandler:
         """The read timeout; the connect timeouts are the session's (a request's own
         ``ClientTimeout`` replaces the session's whole)."""
         base = self.session.timeout
-        return aiohttp.ClientTimeout(total=None, connect=base.connect,
-                                     sock_connect=base.sock_connect,
-                                     sock_read=self.read_timeout_s)
+        return aiohttp.ClientTimeout(
+            total=None,
+            connect=base.connect,
+            sock_connect=base.sock_connect,
+            sock_read=self.read_timeout_s,
+        )
 
-    async def _prepare(self, request: web.Request, resp: aiohttp.ClientResponse,
-                       length: str | None) -> ClientBody:
+    async def _prepare(
+        self, request: web.Request, resp: aiohttp.ClientResponse, length: str | None
+    ) -> ClientBody:
         headers = CIMultiDict(end_to_end_headers(resp.headers, _DROP_RESPONSE))
         out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=headers)
         if length is not None:
@@ -256,19 +299,31 @@ class ProxyHandler:
         await out.prepare(request)
         return ClientBody(request, out)
 
-    def _fail(self, request: web.Request, exc: BaseException,
-              out: ClientBody | None, api: str | None = None) -> web.StreamResponse:
+    def _fail(
+        self,
+        request: web.Request,
+        exc: BaseException,
+        out: ClientBody | None,
+        api: str | None = None,
+    ) -> web.StreamResponse:
         """Show an upstream failure to the client: before the response started, 504 for a
         timeout and 502 for anything else; after, a cut connection."""
-        if out is None and isinstance(exc, asyncio.TimeoutError) \
-                and not isinstance(exc, aiohttp.ConnectionTimeoutError):
+        if (
+            out is None
+            and isinstance(exc, asyncio.TimeoutError)
+            and not isinstance(exc, aiohttp.ConnectionTimeoutError)
+        ):
             return web.Response(status=504, text="upstream timed out\n")
         if out is None:
-            message = scrub(upstream_failure(redact_url(self.upstream), exc),
-                            header_secrets(request.headers.items()))
-            return web.Response(status=502, content_type="application/json",
-                                body=dialect(api or "chat").error_body(
-                                    message, 502, "upstream_error"))
+            message = scrub(
+                upstream_failure(redact_url(self.upstream), exc),
+                header_secrets(request.headers.items()),
+            )
+            return web.Response(
+                status=502,
+                content_type="application/json",
+                body=dialect(api or "chat").error_body(message, 502, "upstream_error"),
+            )
         transport = request.transport
         if transport is not None:
             transport.abort()
@@ -280,11 +335,13 @@ class ProxyHandler:
             headers.append(("Authorization", self.authorization))
         return headers
 
-    async def _exchange(self, request: web.Request, ex: Exchange, body: list[bytes]
-                        ) -> web.StreamResponse:
+    async def _exchange(
+        self, request: web.Request, ex: Exchange, body: list[bytes]
+    ) -> web.StreamResponse:
         headers = self._headers(request)
-        obs = ResponseObserver(ex.info.api, injected_usage=ex.info.injected_usage,
-                               uncached_input=self.uncached_input)
+        obs = ResponseObserver(
+            ex.info.api, injected_usage=ex.info.injected_usage, uncached_input=self.uncached_input
+        )
         ex.observer = obs
         later = ObserveLater(obs)
         out: ClientBody | None = None
@@ -293,14 +350,21 @@ class ProxyHandler:
             ex.send = clock()
             data = _body_data(body, headers)
             async with self.session.request(  # a big body goes in pieces, between other work
-                request.method, self._url(request), headers=headers, data=data,
-                allow_redirects=False, timeout=self._timeout(),
+                request.method,
+                self._url(request),
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                timeout=self._timeout(),
             ) as resp:
                 ex.headers = clock()
                 length = resp.headers.get("Content-Length")
-                obs.start(resp.status, resp.headers.get("Content-Type", ""),
-                          resp.headers.get("Content-Encoding", ""),
-                          int(length) if length is not None else None)
+                obs.start(
+                    resp.status,
+                    resp.headers.get("Content-Type", ""),
+                    resp.headers.get("Content-Encoding", ""),
+                    int(length) if length is not None else None,
+                )
                 if obs.filtering:
                     length = None
                 self.on_headers(ex)
@@ -359,8 +423,9 @@ class ProxyHandler:
         except (asyncio.CancelledError, ClientGone):
             later.drain()
             if not answered(ex):
-                ex.error = ex.error or ("cut by the recorder's stop" if self.draining
-                                        else "client disconnected")
+                ex.error = ex.error or (
+                    "cut by the recorder's stop" if self.draining else "client disconnected"
+                )
             raise
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
             later.drain()
@@ -370,8 +435,9 @@ class ProxyHandler:
             later.drain()
 
 
-async def _wait_client(out: ClientBody, deadline: ReadDeadline | None,
-                       clock: Callable[[], int]) -> None:
+async def _wait_client(
+    out: ClientBody, deadline: ReadDeadline | None, clock: Callable[[], int]
+) -> None:
     """Wait until the client takes what was written (time that is not the upstream's)."""
     if deadline is None:
         await out.drain()
@@ -393,8 +459,9 @@ class ReadDeadline:
 
     __slots__ = ("_clock", "_content", "_handle", "_loop", "_ns", "last", "paused")
 
-    def __init__(self, resp: aiohttp.ClientResponse, timeout_s: float,
-                 clock: Callable[[], int]) -> None:
+    def __init__(
+        self, resp: aiohttp.ClientResponse, timeout_s: float, clock: Callable[[], int]
+    ) -> None:
         self._content = resp.content
         self._ns = int(timeout_s * 1e9)
         self._clock = clock
@@ -404,8 +471,9 @@ class ReadDeadline:
         self._handle = self._loop.call_later(timeout_s, self._check)
 
     @classmethod
-    def start(cls, resp: aiohttp.ClientResponse, timeout_s: float | None,
-              clock: Callable[[], int]) -> ReadDeadline | None:
+    def start(
+        cls, resp: aiohttp.ClientResponse, timeout_s: float | None, clock: Callable[[], int]
+    ) -> ReadDeadline | None:
         """Take the body's read timeout over from aiohttp (None: there is none, or the
         response has no connection of its own any more)."""
         conn = resp.connection
@@ -422,7 +490,8 @@ class ReadDeadline:
             self._handle = self._loop.call_later(wait / 1e9, self._check)
             return
         self._content.set_exception(
-            aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+            aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+        )
 
     def cancel(self) -> None:
         self._handle.cancel()
@@ -496,11 +565,15 @@ def upstream_failure(upstream: str, exc: BaseException) -> str:
         return f"agent-replay record: upstream {upstream} unreachable: connect timed out"
     if isinstance(exc, aiohttp.ClientConnectorError):
         err = exc.os_error
-        why = (os.strerror(err.errno) if err.errno and not isinstance(err, socket.gaierror)
-               else err.strerror or str(err))
+        why = (
+            os.strerror(err.errno)
+            if err.errno and not isinstance(err, socket.gaierror)
+            else err.strerror or str(err)
+        )
         return f"agent-replay record: upstream {upstream} unreachable: {why.lower()}"
-    return (f"agent-replay record: upstream {upstream} failed before answering: "
-            + _cause(exc).removeprefix("upstream "))
+    return f"agent-replay record: upstream {upstream} failed before answering: " + _cause(
+        exc
+    ).removeprefix("upstream ")
 
 
 def _cause(exc: BaseException) -> str:

@@ -135,8 +135,10 @@ def _check(cfg: RecordConfig) -> None:
     if not cfg.upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream {cfg.upstream!r}: expected an http:// or https:// URL")
     if not is_loopback(cfg.host) and not cfg.allow_remote:
-        raise InputError(f"--listen {cfg.host}: not a loopback address; the recorder would "
-                         "accept traffic from other machines (pass --allow-remote to mean it)")
+        raise InputError(
+            f"--listen {cfg.host}: not a loopback address; the recorder would "
+            "accept traffic from other machines (pass --allow-remote to mean it)"
+        )
 
 
 @dataclass(slots=True)
@@ -170,22 +172,29 @@ class RecorderStats:
 class Recorder:
     """A recording proxy in this process's event loop (see the module text)."""
 
-    def __init__(self, upstream: str, listen: str | tuple[str, int] = "127.0.0.1:0",
-                 out_dir: str | os.PathLike[str] = "trace", **options: Any) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        listen: str | tuple[str, int] = "127.0.0.1:0",
+        out_dir: str | os.PathLike[str] = "trace",
+        **options: Any,
+    ) -> None:
         host, port = parse_listen(listen) if isinstance(listen, str) else listen
         # Credentials in the upstream URL go upstream as Basic auth and nowhere else: the
         # config (printed, stored in every part's metadata) keeps the URL without them.
         upstream, self._authorization = split_userinfo(upstream)
-        self.config = RecordConfig(upstream=upstream, out_dir=Path(out_dir),
-                                   host=host, port=port, **options)
+        self.config = RecordConfig(
+            upstream=upstream, out_dir=Path(out_dir), host=host, port=port, **options
+        )
         _check(self.config)
         cfg = self.config
         self.writer = PartWriter(cfg.out_dir, force=cfg.force)
         tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         seed = cfg.hash_seed if cfg.hash_seed is not None else secrets.randbits(63)
         self.hasher = PromptHasher(cfg.block_size, seed, tok)
-        self._big = BigBodies(DigestSpec(cfg.block_size, self.hasher.seed, cfg.tokenizer,
-                                         cfg.content))
+        self._big = BigBodies(
+            DigestSpec(cfg.block_size, self.hasher.seed, cfg.tokenizer, cfg.content)
+        )
         self._pseudo_key = secrets.token_bytes(16)
         self.tracker = SessionTracker()
         self.agents = AgentTracker()
@@ -233,32 +242,47 @@ class Recorder:
         # default soft limit (1024) would refuse new clients after ~500 open streams.
         self.fd_limit = reserve_fds()
         if not is_loopback(cfg.host):
-            print(f"agent-replay record: WARNING: listening on {cfg.host}, reachable from "
-                  "other machines; anyone who can connect can use the upstream through it",
-                  file=sys.stderr)
+            print(
+                f"agent-replay record: WARNING: listening on {cfg.host}, reachable from "
+                "other machines; anyone who can connect can use the upstream through it",
+                file=sys.stderr,
+            )
         self._client = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-            timeout=aiohttp.ClientTimeout(total=None, connect=cfg.connect_timeout_s,
-                                          sock_read=cfg.read_timeout_s),
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s
+            ),
             cookie_jar=aiohttp.DummyCookieJar(),
         )
-        self._handler = ProxyHandler(cfg.upstream, self._client, on_headers=self._on_headers,
-                                     on_done=self._on_done, read_timeout_s=cfg.read_timeout_s,
-                                     session_header=cfg.session_header, clock=self.clock,
-                                     on_arrival=self._on_arrival,
-                                     authorization=self._authorization,
-                                     max_body=cfg.max_body, big=self._big,
-                                     limits=DecodeLimits(cfg.max_decoded, cfg.max_ratio))
+        self._handler = ProxyHandler(
+            cfg.upstream,
+            self._client,
+            on_headers=self._on_headers,
+            on_done=self._on_done,
+            read_timeout_s=cfg.read_timeout_s,
+            session_header=cfg.session_header,
+            clock=self.clock,
+            on_arrival=self._on_arrival,
+            authorization=self._authorization,
+            max_body=cfg.max_body,
+            big=self._big,
+            limits=DecodeLimits(cfg.max_decoded, cfg.max_ratio),
+        )
         app = web.Application(client_max_size=cfg.max_body, middlewares=[client_gone_middleware])
         app.router.add_route("*", "/{tail:.*}", self._handler.handle)
         # stop() waits for open requests itself (drain_timeout_s); aiohttp's own wait on
         # top of it (60 s by default) would make the stop unbounded in practice.
         # auto_decompress=False: a request body reaches the upstream as the client sent it
         # (replay.record.encodings decodes a copy for the recorder).
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     shutdown_timeout=0.5, auto_decompress=False)
+        self._runner = web.AppRunner(
+            app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=0.5,
+            auto_decompress=False,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         try:
@@ -311,8 +335,12 @@ class Recorder:
         for site in list(runner.sites):
             await site.stop()
         deadline = time.monotonic() + self.config.drain_timeout_s
-        while handler is not None and handler.in_flight and time.monotonic() < deadline \
-                and not self._force.is_set():
+        while (
+            handler is not None
+            and handler.in_flight
+            and time.monotonic() < deadline
+            and not self._force.is_set()
+        ):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._force.wait(), 0.02)
         await runner.cleanup()
@@ -389,13 +417,13 @@ class Recorder:
         else:
             items, chains = conversation(ex.info.api, ex.info.body), None
         if ex.info.api == gemini.API:  # Gemini CLI's history edits and subagents
-            items, chains, explicit, agent = self._gemini_route(ex, items, chains, explicit,
-                                                                agent)
+            items, chains, explicit, agent = self._gemini_route(ex, items, chains, explicit, agent)
         spawned = None
         if explicit is None and agent is None and digest is None:  # a subagent naming nothing
             spawned = functools.partial(self.spawns.spawner, items, ex.arrival)
-        assignment, turn = self.tracker.assign(ex.arrival, items, explicit, agent,
-                                               chains=chains, spawned=spawned)
+        assignment, turn = self.tracker.assign(
+            ex.arrival, items, explicit, agent, chains=chains, spawned=spawned
+        )
         ex.state["assignment"] = assignment
         ex.state["turn"] = turn
         linked = assignment.how.endswith(("prefix", "reply", "retry"))
@@ -406,12 +434,19 @@ class Recorder:
         # a side request (a title): carries no earlier reply and offers no tools
         side = not linked and digest is None and not dialect(ex.info.api).tools(ex.info.body)
         ex.state["placement"] = self.agents.place(
-            assignment.session_id, assignment.request_index, agent,
-            ex.arrival, assignment.parent_index, linked=linked, side=side)
+            assignment.session_id,
+            assignment.request_index,
+            agent,
+            ex.arrival,
+            assignment.parent_index,
+            linked=linked,
+            side=side,
+        )
         self.stats.sessions = self.tracker.session_count
 
-    def _stream_of(self, ex: Exchange, assignment: Assignment, linked: bool, items: Sequence[Any]
-                   ) -> str | None:
+    def _stream_of(
+        self, ex: Exchange, assignment: Assignment, linked: bool, items: Sequence[Any]
+    ) -> str | None:
         """The agent stream of a request no header names: a subagent found by its task
         (``replay.record.spawns``), an Agents SDK handoff's agent, or the stream of the turn
         it continues (None: the main agent's)."""
@@ -419,8 +454,14 @@ class Recorder:
             stream = self.spawns.name(assignment.session_id)
             self.handoffs.name(assignment.session_id, assignment.request_index, stream)
             return stream
-        stream = self.handoffs.stream(assignment.session_id, assignment.request_index, assignment.parent_index, linked,
-                                      dialect(ex.info.api).system(ex.info.body), items)
+        stream = self.handoffs.stream(
+            assignment.session_id,
+            assignment.request_index,
+            assignment.parent_index,
+            linked,
+            dialect(ex.info.api).system(ex.info.body),
+            items,
+        )
         return None if stream == MAIN else stream
 
     def _named(self, ex: Exchange) -> tuple[str | None, str | None]:
@@ -435,17 +476,23 @@ class Recorder:
             explicit, agent = root, agent or explicit
         return explicit, agent
 
-    def _gemini_route(self, ex: Exchange, items: Sequence[Any], chains: list[bytes] | None,
-                      explicit: str | None, agent: str | None
-                      ) -> tuple[Sequence[Any], list[bytes], str | None, str | None]:
+    def _gemini_route(
+        self,
+        ex: Exchange,
+        items: Sequence[Any],
+        chains: list[bytes] | None,
+        explicit: str | None,
+        agent: str | None,
+    ) -> tuple[Sequence[Any], list[bytes], str | None, str | None]:
         """The conversation as session inference compares it, and the session and stream
         of a Gemini CLI subagent's request (``replay.record.gemini``)."""
         if chains is None:  # a big body's digest has them already
             items = gemini.session_items(ex.info.api, items)
             chains = chain_digests(items)
             if explicit is None and agent is None:
-                route = self.gemini.route(ex.arrival, chains, dialect(ex.info.api).tools(
-                    ex.info.body))
+                route = self.gemini.route(
+                    ex.arrival, chains, dialect(ex.info.api).tools(ex.info.body)
+                )
                 if route is not None:
                     explicit, agent = route.session_id, route.agent
         return items, chains, explicit, agent
@@ -459,8 +506,10 @@ class Recorder:
             return None
         if self.config.content == "full":
             return hint
-        return "user-" + hashlib.blake2b(hint.encode(), digest_size=6,
-                                         key=self._pseudo_key).hexdigest()
+        return (
+            "user-"
+            + hashlib.blake2b(hint.encode(), digest_size=6, key=self._pseudo_key).hexdigest()
+        )
 
     def _on_done(self, ex: Exchange) -> None:
         self._assign_queued()
@@ -470,13 +519,17 @@ class Recorder:
         turn = ex.state["turn"]
         end = ex.end if ex.end is not None else self.clock()
         ok = obs is not None and ex.error is None
-        self.tracker.complete(turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None,
-                              failed=not ok)
-        self.agents.complete(turn.session_id, turn.request_index, end,
-                             (lambda: bool(turn.reply and turn.reply.tool_ids)) if ok else False)
+        self.tracker.complete(
+            turn, end, _reply_fn(ex.info.api, obs) if ok and obs else None, failed=not ok
+        )
+        self.agents.complete(
+            turn.session_id,
+            turn.request_index,
+            end,
+            (lambda: bool(turn.reply and turn.reply.tool_ids)) if ok else False,
+        )
         if ok and obs is not None:
-            ex.state["spawn"] = self.spawns.finished(turn.session_id, end,
-                                                     _arguments_fn(obs, turn))
+            ex.state["spawn"] = self.spawns.finished(turn.session_id, end, _arguments_fn(obs, turn))
         self._count_done(ex)
         self._pending.append(ex)
 
@@ -509,8 +562,11 @@ class Recorder:
         is complete or absent (``traces.io.write_trace``)."""
         async with self._flush_lock:
             self._count()
-            if not self._pending and not self._unwritten and not (
-                    final and self.stats.unrecorded != self._told_unrecorded):
+            if (
+                not self._pending
+                and not self._unwritten
+                and not (final and self.stats.unrecorded != self._told_unrecorded)
+            ):
                 return None
             batch, self._pending = self._pending, []
             meta = self._meta()
@@ -530,14 +586,21 @@ class Recorder:
                 self.stats.unwritten = len(self._unwritten)
                 self.stats.write_error = _describe(exc)
                 if first:
-                    print(f"agent-replay record: WARNING: cannot write {self.config.out_dir}: "
-                          f"{self.stats.write_error}; {self.stats.unwritten} rows kept in "
-                          "memory and retried every flush; still proxying",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"agent-replay record: WARNING: cannot write {self.config.out_dir}: "
+                        f"{self.stats.write_error}; {self.stats.unwritten} rows kept in "
+                        "memory and retried every flush; still proxying",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 raise FlushError(self.stats.unwritten, self.stats.write_error) from exc
             if self.stats.write_error is not None:
-                print(f"agent-replay record: writing again; {path.name} holds the rows "
-                      "kept since the failure", file=sys.stderr, flush=True)
+                print(
+                    f"agent-replay record: writing again; {path.name} holds the rows "
+                    "kept since the failure",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self._told_unrecorded = meta.extra["recorder"]["unrecorded"]
             self.stats.unwritten = 0
             self.stats.write_error = None
@@ -552,11 +615,20 @@ class Recorder:
     def _meta(self) -> TraceMeta:
         cfg = self.config
         return TraceMeta(
-            block_size=cfg.block_size, source="recorded", content_mode=cfg.content,
-            tokenizer=cfg.tokenizer, start_wall_ns=self._wall0, tool_version=__version__,
-            extra={"recorder": {"upstream": cfg.upstream, "hash_unit": self.hasher.unit,
-                                "session_header": cfg.session_header,
-                                "unrecorded": dict(self.stats.unrecorded)}},
+            block_size=cfg.block_size,
+            source="recorded",
+            content_mode=cfg.content,
+            tokenizer=cfg.tokenizer,
+            start_wall_ns=self._wall0,
+            tool_version=__version__,
+            extra={
+                "recorder": {
+                    "upstream": cfg.upstream,
+                    "hash_unit": self.hasher.unit,
+                    "session_header": cfg.session_header,
+                    "unrecorded": dict(self.stats.unrecorded),
+                }
+            },
         )
 
     def _count(self) -> None:
@@ -651,8 +723,10 @@ class Recorder:
             return ex.error
         digest: BodyDigest | None = ex.state.get("digest")
         headers = ex.state.get("headers")
-        secrets = [*(header_secrets(headers.items()) if headers is not None else ()),
-                   *secret_forms(digest.secrets if digest is not None else secret_values(ex.info.body))]
+        secrets = [
+            *(header_secrets(headers.items()) if headers is not None else ()),
+            *secret_forms(digest.secrets if digest is not None else secret_values(ex.info.body)),
+        ]
         if self._authorization is not None:
             secrets.extend(header_secrets([("authorization", self._authorization)]))
         return scrub(ex.error, secrets)
@@ -665,10 +739,14 @@ class Recorder:
             flush = "no flush yet"
         else:
             flush = f"last flush {s.last_part} {(self.clock() - s.last_flush_ns) / 1e9:.1f} s ago"
-        failed = f"{s.errors} failed" + (f", last: {s.last_error}" if s.errors and s.last_error else "")
-        line = (f"recorded {s.requests} requests ({failed}), {s.sessions} sessions, "
-                f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
-                f"{flush}")
+        failed = f"{s.errors} failed" + (
+            f", last: {s.last_error}" if s.errors and s.last_error else ""
+        )
+        line = (
+            f"recorded {s.requests} requests ({failed}), {s.sessions} sessions, "
+            f"{_mb(s.bytes_out)} to clients, {s.rows_written} rows in {s.parts} parts, "
+            f"{flush}"
+        )
         malformed = max(s.malformed, self._malformed.count)
         if malformed:
             line += f", {malformed} malformed requests refused (400)"
@@ -676,9 +754,11 @@ class Recorder:
         if s.refused:
             line += f", {s.refused} refused (413)"
         if s.unrecorded:
-            line += (f", {sum(s.unrecorded.values())} forwarded but not recorded ("
-                     + ", ".join(f"{UNRECORDED[k]}: {n}" for k, n in s.unrecorded.items())
-                     + ")")
+            line += (
+                f", {sum(s.unrecorded.values())} forwarded but not recorded ("
+                + ", ".join(f"{UNRECORDED[k]}: {n}" for k, n in s.unrecorded.items())
+                + ")"
+            )
         if s.write_error is not None:
             line += f"; WARNING: {s.unwritten} rows NOT written ({s.write_error})"
         return line
@@ -705,10 +785,22 @@ def _describe(exc: BaseException) -> str:
 
 def _warm_up_writer() -> None:
     """Write a one-row part to memory, as ``PartWriter`` would to a file."""
-    table = rows_to_table([{"session_id": "warm-up", "request_index": 0, "parent_index": -1,
-                            "arrival_ns": 0, "input_tokens": 1, "output_tokens": 1,
-                            "api": "chat", "chunk_gaps_ns": [1], "chunk_tokens": [1],
-                            "hash_ids": [1]}])
+    table = rows_to_table(
+        [
+            {
+                "session_id": "warm-up",
+                "request_index": 0,
+                "parent_index": -1,
+                "arrival_ns": 0,
+                "input_tokens": 1,
+                "output_tokens": 1,
+                "api": "chat",
+                "chunk_gaps_ns": [1],
+                "chunk_tokens": [1],
+                "hash_ids": [1],
+            }
+        ]
+    )
     pq.write_table(conform(table), io.BytesIO(), compression="zstd")
 
 
@@ -718,6 +810,7 @@ def _mb(n: int) -> str:
 
 def _arguments_fn(obs: ResponseObserver, turn: Turn) -> Callable[[], str]:
     """The tool-call arguments of a reply that called tools (``replay.record.spawns``)."""
+
     def fn() -> str:
         if not (turn.reply and turn.reply.tool_ids):
             return ""

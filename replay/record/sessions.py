@@ -110,8 +110,7 @@ class _Session:
 
 
 def item_digest(item: Any) -> bytes:
-    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS),
-                           digest_size=16).digest()
+    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
 def chain_digests(items: Sequence[Any]) -> list[bytes]:
@@ -156,8 +155,9 @@ class _Query:
         return t.end_ns is not None and t.end_ns <= self.arrival_ns
 
 
-def _chains_of(items: Sequence[Any], chains: list[bytes] | None, system: int
-               ) -> tuple[list[bytes], list[bytes] | None]:
+def _chains_of(
+    items: Sequence[Any], chains: list[bytes] | None, system: int
+) -> tuple[list[bytes], list[bytes] | None]:
     """The chain digests of the conversation (``chains`` when given) and of the
     conversation without its ``system`` leading system messages (None when it has none, or
     nothing else, or ``chains`` was given)."""
@@ -227,9 +227,15 @@ class SessionTracker:
     def session_count(self) -> int:
         return len(self._sessions)
 
-    def assign(self, arrival_ns: int, items: Sequence[Any], explicit: str | None = None,
-               agent: str | None = None, chains: list[bytes] | None = None,
-               spawned: Callable[[], str | None] | None = None) -> tuple[Assignment, Turn]:
+    def assign(
+        self,
+        arrival_ns: int,
+        items: Sequence[Any],
+        explicit: str | None = None,
+        agent: str | None = None,
+        chains: list[bytes] | None = None,
+        spawned: Callable[[], str | None] | None = None,
+    ) -> tuple[Assignment, Turn]:
         """``agent``: the agent stream named by the request (Claude Code subagents); parents
         by conversation are looked for among that stream's requests only (subagents often
         open with identical conversations). ``chains``: ``chain_digests(items)`` when the
@@ -242,9 +248,16 @@ class SessionTracker:
         retried, parent, how = self._match(items, chains, bare_chains, system, query)
         sid, parent, how = self._session_of(retried or parent, parent, how, query, spawned)
         sess = self._sessions.setdefault(sid, _Session())
-        turn = Turn(sid, sess.next_index, arrival_ns, chains[-1], parent,
-                    bare_chains[-1] if bare_chains is not None else None, agent,
-                    head=chains[1] if len(chains) > 1 else b"")
+        turn = Turn(
+            sid,
+            sess.next_index,
+            arrival_ns,
+            chains[-1],
+            parent,
+            bare_chains[-1] if bare_chains is not None else None,
+            agent,
+            head=chains[1] if len(chains) > 1 else b"",
+        )
         sess.next_index += 1
         sess.turns.append(turn)
         self._remember(turn)
@@ -254,8 +267,14 @@ class SessionTracker:
         pidx = parent.request_index if parent is not None else -1
         return Assignment(sid, turn.request_index, pidx, think, how), turn
 
-    def _match(self, items: Sequence[Any], chains: list[bytes], bare_chains: list[bytes] | None,
-               system: int, query: _Query) -> tuple[Turn | None, Turn | None, str]:
+    def _match(
+        self,
+        items: Sequence[Any],
+        chains: list[bytes],
+        bare_chains: list[bytes] | None,
+        system: int,
+        query: _Query,
+    ) -> tuple[Turn | None, Turn | None, str]:
         """Rules 1-3 on whole conversations, then without their leading system messages,
         then the carried reply: (the request retried, the parent, how)."""
         retried = self._find_retry(chains[-1], query) if items else None
@@ -271,13 +290,22 @@ class SessionTracker:
         parent = self._find_carrier(items, chains, query)
         return None, parent, "reply" if parent is not None else "new"
 
-    def _session_of(self, owner: Turn | None, parent: Turn | None, how: str, query: _Query,
-                    spawned: Callable[[], str | None] | None = None
-                    ) -> tuple[str, Turn | None, str]:
+    def _session_of(
+        self,
+        owner: Turn | None,
+        parent: Turn | None,
+        how: str,
+        query: _Query,
+        spawned: Callable[[], str | None] | None = None,
+    ) -> tuple[str, Turn | None, str]:
         """The session (rules 4-6 where no earlier request was matched), the parent and
         how."""
         if owner is not None:
-            return owner.session_id, parent, ("explicit+" + how if query.explicit is not None else how)
+            return (
+                owner.session_id,
+                parent,
+                ("explicit+" + how if query.explicit is not None else how),
+            )
         if query.explicit is not None:
             return query.explicit, self._last_finished(query.explicit, query.arrival_ns), "explicit"
         sid = spawned() if spawned is not None else None
@@ -288,8 +316,11 @@ class SessionTracker:
     def _last_finished(self, sid: str, arrival_ns: int) -> Turn | None:
         """The session's request that finished last before ``arrival_ns`` (rule 4)."""
         sess = self._sessions.get(sid)
-        done = [t for t in sess.turns if t.end_ns is not None
-                and t.end_ns <= arrival_ns] if sess is not None else []
+        done = (
+            [t for t in sess.turns if t.end_ns is not None and t.end_ns <= arrival_ns]
+            if sess is not None
+            else []
+        )
         return max(done, key=lambda t: (t.end_ns, t.request_index)) if done else None
 
     def _new_session_id(self) -> str:
@@ -300,9 +331,13 @@ class SessionTracker:
             sid = f"{self._new_prefix}{self._new_count:05d}"
         return sid
 
-    def complete(self, turn: Turn, end_ns: int,
-                 reply: Reply | Callable[[], Reply | None] | None,
-                 failed: bool | None = None) -> None:
+    def complete(
+        self,
+        turn: Turn,
+        end_ns: int,
+        reply: Reply | Callable[[], Reply | None] | None,
+        failed: bool | None = None,
+    ) -> None:
         """The request's last byte arrived; ``reply`` is what the model said (None when
         unknown), or a function that tells it when asked. ``failed`` (default: no reply)
         marks a request whose identical successor is its retry."""
@@ -323,8 +358,9 @@ class SessionTracker:
                 return t
         return None
 
-    def _find_parent(self, items: Sequence[Any], chains: list[bytes], query: _Query,
-                     bare: bool = False) -> Turn | None:
+    def _find_parent(
+        self, items: Sequence[Any], chains: list[bytes], query: _Query, bare: bool = False
+    ) -> Turn | None:
         fallback: Turn | None = None
         index = self._by_bare if bare else self._by_key
         for k in range(len(items) - 1, 0, -1):
@@ -337,14 +373,15 @@ class SessionTracker:
                 if fallback is not None:
                     return fallback
                 continue
-            matched, unknown = _by_reply(cands, reply_from_items(items[k:_reply_end(items, k)]))
+            matched, unknown = _by_reply(cands, reply_from_items(items[k : _reply_end(items, k)]))
             if matched is not None:
                 return matched
             fallback = fallback or unknown
         return fallback
 
-    def _find_carrier(self, items: Sequence[Any], chains: list[bytes], query: _Query
-                      ) -> Turn | None:
+    def _find_carrier(
+        self, items: Sequence[Any], chains: list[bytes], query: _Query
+    ) -> Turn | None:
         """Rule 2b: the request whose reply is the last one the conversation carries,
         among the last ``CARRIED_LOOKBACK`` requests to finish, when it finished before the
         arrival and its conversation began with the same item (the most recent such)."""
@@ -352,8 +389,12 @@ class SessionTracker:
         if sent is None:
             return None
         for t in reversed(self._finished):
-            if t.head == chains[1] and not (t.failed or t.forgotten) and query.admits(t) \
-                    and query.after(t):
+            if (
+                t.head == chains[1]
+                and not (t.failed or t.forgotten)
+                and query.admits(t)
+                and query.after(t)
+            ):
                 reply = t.reply
                 if reply is not None and reply.matches(sent):
                     return t

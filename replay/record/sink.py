@@ -56,8 +56,7 @@ def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
         if f.name == "hash_ids" and any(isinstance(v, np.ndarray) for v in cols[f.name]):
             arrays.append(_int64_lists(cols[f.name]))
         elif pa.types.is_dictionary(f.type):
-            arrays.append(pa.array(cols[f.name], type=pa.string()).dictionary_encode()
-                          .cast(f.type))
+            arrays.append(pa.array(cols[f.name], type=pa.string()).dictionary_encode().cast(f.type))
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
@@ -73,8 +72,9 @@ def _int64_lists(values: list[Any]) -> pa.ListArray:
     np.cumsum(lengths, out=offsets[1:])
     parts = [np.asarray(v, dtype=np.int64) for v in values if v is not None]
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat),
-                                    mask=pa.array([v is None for v in values]))
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(flat), mask=pa.array([v is None for v in values])
+    )
 
 
 def yield_cpu(min_gap_ns: int = 0) -> None:
@@ -111,8 +111,11 @@ class PartWriter:
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise OutputExistsError(str(self.out_dir))
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        existing = [p for p in self.out_dir.iterdir()
-                    if p.suffix == ".parquet" and not p.name.startswith(".")]
+        existing = [
+            p
+            for p in self.out_dir.iterdir()
+            if p.suffix == ".parquet" and not p.name.startswith(".")
+        ]
         if existing:
             if not force:
                 raise OutputExistsError(str(self.out_dir))

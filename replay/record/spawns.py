@@ -74,8 +74,7 @@ def argument_text(events: Iterable[SSEEvent], body: Any = None) -> str:
 def task_text(items: Sequence[Any]) -> str | None:
     """The last text of a conversation's first user message (the task a spawning call
     handed over), None when shorter than ``MIN_TASK``."""
-    first = next((it for it in items if isinstance(it, dict) and it.get("role") == "user"),
-                 None)
+    first = next((it for it in items if isinstance(it, dict) and it.get("role") == "user"), None)
     text = _last_text(first.get("content")) if first is not None else ""
     return text if len(text) >= MIN_TASK else None
 

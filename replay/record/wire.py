@@ -141,8 +141,9 @@ def unrecorded_why(raw: bytes) -> str:
     return "not_object"
 
 
-def inspect_request(api: str, raw: bytes, rewrite: bool = True, path: str = ""
-                    ) -> tuple[RequestInfo, bytes] | None:
+def inspect_request(
+    api: str, raw: bytes, rewrite: bool = True, path: str = ""
+) -> tuple[RequestInfo, bytes] | None:
     """Parse a request body; returns its info and the bytes to send upstream, or None
     when the body is not a JSON object (it is then forwarded untouched, not recorded).
     Without ``rewrite`` the body goes as sent (no ``include_usage`` added). ``path``: the

@@ -11,5 +11,14 @@ from agent_replay.replay.sweep.experiment import Experiment, Target, Warmup, loa
 from agent_replay.replay.sweep.runner import RunHook, SweepResult, run_sweep, schedule
 from agent_replay.replay.sweep.session import run_capacity
 
-__all__ = ["Experiment", "RunHook", "SweepResult", "Target", "Warmup", "load_experiment",
-           "run_capacity", "run_sweep", "schedule"]
+__all__ = [
+    "Experiment",
+    "RunHook",
+    "SweepResult",
+    "Target",
+    "Warmup",
+    "load_experiment",
+    "run_capacity",
+    "run_sweep",
+    "schedule",
+]

@@ -70,13 +70,17 @@ def parse_slo(text: str) -> tuple[Term, ...]:
     for part in text.split(","):
         m = _TERM.match(part.lower())
         if not m:
-            raise InputError(f"--slo: {part.strip()!r}: expected NAME>=VALUE or NAME<=VALUE, "
-                             "e.g. p90_tps>=20,ttft_p99<=2s")
+            raise InputError(
+                f"--slo: {part.strip()!r}: expected NAME>=VALUE or NAME<=VALUE, "
+                "e.g. p90_tps>=20,ttft_p99<=2s"
+            )
         name, op, raw, unit = m.groups()
         col = name if name in fields else f"{name}_ms" if f"{name}_ms" in fields else None
         if col is None:
-            raise InputError(f"--slo: unknown figure {name!r} (known: "
-                             f"{', '.join(k.removesuffix('_ms') for k in fields)})")
+            raise InputError(
+                f"--slo: unknown figure {name!r} (known: "
+                f"{', '.join(k.removesuffix('_ms') for k in fields)})"
+            )
         try:
             value = float(raw)
         except ValueError:
@@ -86,7 +90,9 @@ def parse_slo(text: str) -> tuple[Term, ...]:
                 raise InputError(f"--slo: {name}: unit {unit!r} (use ms, s or us)")
             value *= _UNITS_MS[unit]
         elif unit:
-            raise InputError(f"--slo: {name}: takes a plain number in {fields[col]}, got unit {unit!r}")
+            raise InputError(
+                f"--slo: {name}: takes a plain number in {fields[col]}, got unit {unit!r}"
+            )
         terms.append(Term(col, op, value, part.strip()))
     return tuple(terms)
 
@@ -104,7 +110,9 @@ def meets(runs: Sequence[Mapping[str, Any]], slo: Sequence[Term]) -> bool:
     return True
 
 
-def _term_ci(runs: Sequence[Mapping[str, Any]], t: Term) -> tuple[float | None, float | None] | None:
+def _term_ci(
+    runs: Sequence[Mapping[str, Any]], t: Term
+) -> tuple[float | None, float | None] | None:
     """The 95% interval of a term's mean over ``runs`` ((None, None) with fewer than two);
     None when a run lacks the figure."""
     vals = [r.get(t.column) for r in runs]
@@ -184,9 +192,13 @@ def run_length(exp: Experiment) -> tuple[float | None, str]:
         turns = max(turns, math.ceil(min_count_for(90) / min(exp.points)))
     need = turns * period / speed + float(exp.run.get("ramp_s", 1.0))
     if given is not None and float(given) >= need:
-        return float(given), f"the experiment's duration (>= {turns} turns of {period / speed:.2f} s)"
-    return round(need, 1), (f"{turns} turns per session at the trace's median turn period "
-                            f"{period:.2f} s / speedup {speed:g} + ramp")
+        return float(
+            given
+        ), f"the experiment's duration (>= {turns} turns of {period / speed:.2f} s)"
+    return round(need, 1), (
+        f"{turns} turns per session at the trace's median turn period "
+        f"{period:.2f} s / speedup {speed:g} + ramp"
+    )
 
 
 @dataclass
@@ -238,27 +250,42 @@ class Capacity:
         elif self.first_fail is None:
             head = f"{self.target}: {axis} {self.capacity:g}{per} meets the SLO; the highest point probed, so capacity is at least this"
         else:
-            head = (f"{self.target}: capacity {self.capacity:g}{per} ({axis}; between {self.capacity:g} "
-                    f"and {self.first_fail:g})")
+            head = (
+                f"{self.target}: capacity {self.capacity:g}{per} ({axis}; between {self.capacity:g} "
+                f"and {self.first_fail:g})"
+            )
         slo_, shi = self.spread
         if self.capacity is not None and (slo_, shi) != (self.capacity, self.first_fail):
             top = max((p.point for p in self.probes), default=None)
-            head += (f"; with the run-to-run spread: {'none' if slo_ is None else f'{slo_:g}'} to "
-                     + (f"{shi:g}" if shi is not None else f"beyond the highest probe ({top:g})"
-                        if top is not None else "-"))
+            head += (
+                f"; with the run-to-run spread: {'none' if slo_ is None else f'{slo_:g}'} to "
+                + (
+                    f"{shi:g}"
+                    if shi is not None
+                    else f"beyond the highest probe ({top:g})"
+                    if top is not None
+                    else "-"
+                )
+            )
         if self.crossing is not None:
             x, lo_x, hi_x = self.crossing
-            head += (f"; the SLO is crossed at {x:.1f} (95% interval {lo_x:.1f} to {hi_x:.1f}, "
-                     "from the bracket's repeats)")
+            head += (
+                f"; the SLO is crossed at {x:.1f} (95% interval {lo_x:.1f} to {hi_x:.1f}, "
+                "from the bracket's repeats)"
+            )
         if self.client_limit:
-            head += ("; the first failing load was one the load generator could not hold: "
-                     "this is the client's limit, not the server's (use more --workers)")
+            head += (
+                "; the first failing load was one the load generator could not hold: "
+                "this is the client's limit, not the server's (use more --workers)"
+            )
         lo, hi = self.interval
         if lo != hi or self.disagree is not None:
-            head += (f"; uncertainty {'-' if lo is None else f'{lo:g}'} to "
-                     f"{'-' if hi is None else f'{hi:g}'}: every run met the SLO up to "
-                     f"{'none' if lo is None else f'{lo:g}'}, some run up to "
-                     f"{'none' if hi is None else f'{hi:g}'}")
+            head += (
+                f"; uncertainty {'-' if lo is None else f'{lo:g}'} to "
+                f"{'-' if hi is None else f'{hi:g}'}: every run met the SLO up to "
+                f"{'none' if lo is None else f'{lo:g}'}, some run up to "
+                f"{'none' if hi is None else f'{hi:g}'}"
+            )
         return head
 
 
@@ -283,24 +310,34 @@ CAPACITY_AXES = ("concurrent_sessions", "concurrency", "rate")
 
 def check_axis(exp: Experiment) -> None:
     if exp.axis not in CAPACITY_AXES:
-        raise InputError(f"{exp.path}: --find-capacity needs a load the server paces: [load] axis "
-                         f"concurrent_sessions, concurrency (closed loop) or rate, not {exp.axis!r} "
-                         "(the trace's own timing sets that load, so meeting an SLO there says "
-                         "nothing of how much more the server could take)")
+        raise InputError(
+            f"{exp.path}: --find-capacity needs a load the server paces: [load] axis "
+            f"concurrent_sessions, concurrency (closed loop) or rate, not {exp.axis!r} "
+            "(the trace's own timing sets that load, so meeting an SLO there says "
+            "nothing of how much more the server could take)"
+        )
 
 
-def _probe(rows: Mapping[tuple[Any, ...], Mapping[str, Any]], target: str, pt: float,
-           slo: Sequence[Term]) -> Probe:
+def _probe(
+    rows: Mapping[tuple[Any, ...], Mapping[str, Any]], target: str, pt: float, slo: Sequence[Term]
+) -> Probe:
     runs = [r for k, r in rows.items() if k[0] == "capacity" and k[1] == target and k[2] == pt]
     good = [r for r in runs if r["status"] == "complete"]
     passed = sum(1 for r in good if meets([r], slo))
     ok = meets(good, slo) and len(good) == len(runs)
     sure = surely(good, slo) if len(good) == len(runs) else "fails"
-    return Probe(pt, len(runs), passed, ok, {t.column: _mean([r.get(t.column) for r in good]) for t in slo},
-                 sure, sum(1 for r in runs if r["status"] == "unreachable"),
-                 sum(1 for r in runs if r.get("machine_contention")),
-                 sum(1 for r in runs if r.get("warmup_steady") is False),
-                 tuple(t.column for t in slo if any(too_few(r, t.column) for r in good)))
+    return Probe(
+        pt,
+        len(runs),
+        passed,
+        ok,
+        {t.column: _mean([r.get(t.column) for r in good]) for t in slo},
+        sure,
+        sum(1 for r in runs if r["status"] == "unreachable"),
+        sum(1 for r in runs if r.get("machine_contention")),
+        sum(1 for r in runs if r.get("warmup_steady") is False),
+        tuple(t.column for t in slo if any(too_few(r, t.column) for r in good)),
+    )
 
 
 def max_runs(exp: Experiment, max_steps: int = 12, expand: int = 3, rounds: int = 3) -> int:
@@ -337,14 +374,26 @@ class _Overall:
         per_run = (time.monotonic() - self.t0) / self.done
         left = max(0, self.most - self.done) * per_run
         if self.progress is not None:
-            self.progress(f"capacity round {self.round}, run {self.done} of at most {self.most}"
-                          f" (at most {left / 60:.0f} min left): {line}")
+            self.progress(
+                f"capacity round {self.round}, run {self.done} of at most {self.most}"
+                f" (at most {left / 60:.0f} min left): {line}"
+            )
 
 
-def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any, ...], dict[str, Any]],
-                  out: Any, servers: Servers, progress: Reporter | None = None,
-                  hooks: Sequence[RunHook] = (), timing: dict[str, float] | None = None,
-                  max_steps: int = 12, expand: int = 3, rounds: int = 3) -> list[Capacity]:
+def find_capacity(
+    exp: Experiment,
+    slo: Sequence[Term],
+    *,
+    rows: dict[tuple[Any, ...], dict[str, Any]],
+    out: Any,
+    servers: Servers,
+    progress: Reporter | None = None,
+    hooks: Sequence[RunHook] = (),
+    timing: dict[str, float] | None = None,
+    max_steps: int = 12,
+    expand: int = 3,
+    rounds: int = 3,
+) -> list[Capacity]:
     check_axis(exp)
     integer = exp.axis in INTEGER_AXES
     lo0, hi0 = min(exp.points), max(exp.points)
@@ -370,13 +419,23 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
                 for k in rng.permutation(len(mine)).tolist():
                     slots.append(Slot(order, r, i, mine[k], "capacity"))
                     order += 1
-        if not execute(exp, slots, servers, rows, out, progress=overall if progress else None,
-                       hooks=hooks, timing=timing):
+        if not execute(
+            exp,
+            slots,
+            servers,
+            rows,
+            out,
+            progress=overall if progress else None,
+            hooks=hooks,
+            timing=timing,
+        ):
             raise KeyboardInterrupt
 
     def refresh(i: int) -> None:
-        caps[i].probes = [_probe(rows, caps[i].target, pt, slo) for pt in sorted({
-            p for (ii, p) in reps if ii == i})]
+        caps[i].probes = [
+            _probe(rows, caps[i].target, pt, slo)
+            for pt in sorted({p for (ii, p) in reps if ii == i})
+        ]
 
     step = 0
     for _ in range(rounds):
@@ -433,8 +492,17 @@ def find_capacity(exp: Experiment, slo: Sequence[Term], *, rows: dict[tuple[Any,
         fail = next((p for p in c.probes if p.point == c.first_fail), None)
         c.client_limit = fail is not None and fail.unreachable > 0
         if c.capacity is not None and c.first_fail is not None:
-            ends = [[r for k, r in rows.items() if k[0] == "capacity" and k[1] == c.target
-                     and k[2] == pt and r["status"] == "complete"] for pt in (c.capacity, c.first_fail)]
+            ends = [
+                [
+                    r
+                    for k, r in rows.items()
+                    if k[0] == "capacity"
+                    and k[1] == c.target
+                    and k[2] == pt
+                    and r["status"] == "complete"
+                ]
+                for pt in (c.capacity, c.first_fail)
+            ]
             c.crossing = crossing_interval(ends[0], ends[1], c.capacity, c.first_fail, slo)
     return caps
 
@@ -453,25 +521,37 @@ def margin(t: Term, estimate: float | None, low: float | None, high: float | Non
     return m[0], min(m[1:]), max(m[1:])
 
 
-def crossing_interval(lo_runs: Sequence[Mapping[str, Any]], hi_runs: Sequence[Mapping[str, Any]],
-                      lo: float, hi: float, slo: Sequence[Term]) -> tuple[float, float, float] | None:
+def crossing_interval(
+    lo_runs: Sequence[Mapping[str, Any]],
+    hi_runs: Sequence[Mapping[str, Any]],
+    lo: float,
+    hi: float,
+    slo: Sequence[Term],
+) -> tuple[float, float, float] | None:
     """Where between the bracket's ends ``lo`` (meets) and ``hi`` (fails) the SLO is crossed,
     with a 95% interval; None with fewer than two runs at an end.
 
     Each term's margin (its mean minus the bound, the sign turned so that positive meets) is
     interpolated linearly between the ends (``crossing``), with both ends' margins at the
     95% intervals of their means (``mean_ci``)."""
+
     def runs_margin(runs: Sequence[Mapping[str, Any]], t: Term) -> Margin | None:
-        vals = [float(v) for r in runs if (v := r.get(t.column)) is not None and not math.isnan(float(v))]
+        vals = [
+            float(v)
+            for r in runs
+            if (v := r.get(t.column)) is not None and not math.isnan(float(v))
+        ]
         ci = mean_ci(vals)
         return margin(t, ci.estimate, ci.low, ci.high)
 
-    return crossing([runs_margin(lo_runs, t) for t in slo], [runs_margin(hi_runs, t) for t in slo],
-                    lo, hi)
+    return crossing(
+        [runs_margin(lo_runs, t) for t in slo], [runs_margin(hi_runs, t) for t in slo], lo, hi
+    )
 
 
-def crossing(lo_margins: Sequence[Margin | None], hi_margins: Sequence[Margin | None],
-             lo: float, hi: float) -> tuple[float, float, float] | None:
+def crossing(
+    lo_margins: Sequence[Margin | None], hi_margins: Sequence[Margin | None], lo: float, hi: float
+) -> tuple[float, float, float] | None:
     """Where the SLO is crossed between ``lo`` (meets) and ``hi`` (fails), with a 95%
     interval, from each term's margin at both ends (``margin``; None: no answer).
 
@@ -508,7 +588,9 @@ def _spread(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
             break
         if p.sure == "meets":
             lo = p.point
-    hi = next((p.point for p in ordered if p.sure == "fails" and (lo is None or p.point > lo)), None)
+    hi = next(
+        (p.point for p in ordered if p.sure == "fails" and (lo is None or p.point > lo)), None
+    )
     return lo, hi
 
 
@@ -517,15 +599,22 @@ def _mean(vals: Sequence[Any]) -> float | None:
     return mean_ci(clean).estimate if clean else None
 
 
-def other_phase(caps: Sequence[Capacity], rows: Mapping[tuple[Any, ...], Mapping[str, Any]],
-                slo: Sequence[Term]) -> list[str]:
+def other_phase(
+    caps: Sequence[Capacity], rows: Mapping[tuple[Any, ...], Mapping[str, Any]], slo: Sequence[Term]
+) -> list[str]:
     """Where the sweep phase of the same tree measured a probed (target, load) too: both
     means of each SLO figure, so that a drift of the host between the phases shows."""
     out = []
     for c in caps:
         for p in c.probes:
-            runs = [r for k, r in rows.items() if k[0] == "sweep" and k[1] == c.target
-                    and k[2] == p.point and r["status"] == "complete"]
+            runs = [
+                r
+                for k, r in rows.items()
+                if k[0] == "sweep"
+                and k[1] == c.target
+                and k[2] == p.point
+                and r["status"] == "complete"
+            ]
             if not runs:
                 continue
             figs = []
@@ -539,43 +628,66 @@ def other_phase(caps: Sequence[Capacity], rows: Mapping[tuple[Any, ...], Mapping
     return out
 
 
-def to_markdown(caps: Sequence[Capacity], axis: str, slo_text: str,
-                drift: Sequence[str] = ()) -> str:
+def to_markdown(
+    caps: Sequence[Capacity], axis: str, slo_text: str, drift: Sequence[str] = ()
+) -> str:
     lines = [f"# Capacity at SLO `{slo_text}`", ""]
     lines += [f"- {c.line(axis)}" for c in caps]
-    lines += ["", f"| target | {axis} | runs | runs meeting SLO | mean meets | surely | host contention | "
-              "warm-up not steady | "
-              + " | ".join("mean " + t for t in sorted({k for c in caps for p in c.probes for k in p.means}))
-              + " |"]
+    lines += [
+        "",
+        f"| target | {axis} | runs | runs meeting SLO | mean meets | surely | host contention | "
+        "warm-up not steady | "
+        + " | ".join(
+            "mean " + t for t in sorted({k for c in caps for p in c.probes for k in p.means})
+        )
+        + " |",
+    ]
     keys = sorted({k for c in caps for p in c.probes for k in p.means})
     lines.append("|" + "---|" * (8 + len(keys)))
     for c in caps:
         for p in sorted(c.probes, key=lambda p: p.point):
-            vals = [("-" if p.means.get(k) is None else f"{p.means[k]:,.2f}" + (FEW if k in p.few else ""))
-                    for k in keys]
-            lines.append(f"| {c.target} | {p.point:g} | {p.runs} | {p.passed_runs} | "
-                         f"{'yes' if p.meets else 'no'} | {p.sure} | {p.contended} | {p.unsteady} | "
-                         + " | ".join(vals) + " |")
+            vals = [
+                (
+                    "-"
+                    if p.means.get(k) is None
+                    else f"{p.means[k]:,.2f}" + (FEW if k in p.few else "")
+                )
+                for k in keys
+            ]
+            lines.append(
+                f"| {c.target} | {p.point:g} | {p.runs} | {p.passed_runs} | "
+                f"{'yes' if p.meets else 'no'} | {p.sure} | {p.contended} | {p.unsteady} | "
+                + " | ".join(vals)
+                + " |"
+            )
     lines.append("")
-    lines.append("A load meets the SLO when the mean of its replicate runs meets every term "
-                 "and none of them failed; 'surely' compares the 95% interval of each mean with "
-                 "the bound (the bracket's ends are run twice as often). Per GPU = load / the "
-                 f"target's GPUs. {FEW}: a percentile over fewer samples than it needs in some "
-                 f"run (P90 >= {min_count_for(90)}, P99 >= {min_count_for(99)}).")
+    lines.append(
+        "A load meets the SLO when the mean of its replicate runs meets every term "
+        "and none of them failed; 'surely' compares the 95% interval of each mean with "
+        "the bound (the bracket's ends are run twice as often). Per GPU = load / the "
+        f"target's GPUs. {FEW}: a percentile over fewer samples than it needs in some "
+        f"run (P90 >= {min_count_for(90)}, P99 >= {min_count_for(99)})."
+    )
     runs = sum(p.runs for c in caps for p in c.probes)
     busy = sum(p.contended for c in caps for p in c.probes)
     lines.append("")
-    lines.append(f"This answer holds for the host's load during the search: {busy} of {runs} runs "
-                 "had host contention. The same load measured at another time, or on a host "
-                 "with other work, can land outside the bracket: repeat the search before "
-                 "comparing it with another.")
+    lines.append(
+        f"This answer holds for the host's load during the search: {busy} of {runs} runs "
+        "had host contention. The same load measured at another time, or on a host "
+        "with other work, can land outside the bracket: repeat the search before "
+        "comparing it with another."
+    )
     if drift:
-        lines += ["", "The same loads measured by this tree's sweep (another time, another host "
-                  "load):", ""] + [f"- {d}" for d in drift]
+        lines += [
+            "",
+            "The same loads measured by this tree's sweep (another time, another host load):",
+            "",
+        ] + [f"- {d}" for d in drift]
     return "\n".join(lines) + "\n"
 
 
 # ---- capacity from a ladder of measured runs ---------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
@@ -611,8 +723,9 @@ def figure_estimate(report: Any, key: str, resamples: int = RESAMPLES, seed: int
     keep = ~np.isnan(x)
     if value is None or int(keep.sum()) < min_interval_count(b[1], True):
         return Estimate(value)
-    boots = block_bootstrap_percentile(x[keep], order[keep], b[1], resamples,
-                                       np.random.default_rng(seed))
+    boots = block_bootstrap_percentile(
+        x[keep], order[keep], b[1], resamples, np.random.default_rng(seed)
+    )
     # the bootstrap takes nearest-rank percentiles; a figure may be a linear one (the North
     # Star): its interval is the figure scaled by the resamples' ratio to the whole run's
     # nearest-rank percentile, so that it holds the figure as the report states it
@@ -623,8 +736,9 @@ def figure_estimate(report: Any, key: str, resamples: int = RESAMPLES, seed: int
     return Estimate(float(value), float(lo), float(hi))
 
 
-def ladder_capacity(target: str, gpus: int, points: Mapping[float, Mapping[str, Estimate]],
-                    slo: Sequence[Term]) -> Capacity:
+def ladder_capacity(
+    target: str, gpus: int, points: Mapping[float, Mapping[str, Estimate]], slo: Sequence[Term]
+) -> Capacity:
     """Capacity from a ladder of load points run once each: the highest point whose figures
     meet every term and the lowest above it that does not (the bracket), whether each point
     surely meets or fails given its figures' 95% intervals (``verdict``), and where the SLO
@@ -640,7 +754,9 @@ def ladder_capacity(target: str, gpus: int, points: Mapping[float, Mapping[str, 
     cap.interval = (cap.capacity, cap.capacity)
     cap.spread = _spread(probes)
     if cap.capacity is not None and cap.first_fail is not None:
-        lo_m, hi_m = ([margin(t, e[t.column].value, e[t.column].low, e[t.column].high)
-                       for t in slo] for e in (points[cap.capacity], points[cap.first_fail]))
+        lo_m, hi_m = (
+            [margin(t, e[t.column].value, e[t.column].low, e[t.column].high) for t in slo]
+            for e in (points[cap.capacity], points[cap.first_fail])
+        )
         cap.crossing = crossing(lo_m, hi_m, cap.capacity, cap.first_fail)
     return cap

@@ -128,12 +128,18 @@ class Experiment:
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a sweep and its resumption."""
-        return {"trace": self.trace, "axis": self.axis, "seed": self.seed,
-                "targets": [t.name for t in self.targets], "run": self.run}
+        return {
+            "trace": self.trace,
+            "axis": self.axis,
+            "seed": self.seed,
+            "targets": [t.name for t in self.targets],
+            "run": self.run,
+        }
 
 
-def _check_run_options(f: str, trace: str, run: dict[str, Any], axis: str,
-                       points: list[float]) -> None:
+def _check_run_options(
+    f: str, trace: str, run: dict[str, Any], axis: str, points: list[float]
+) -> None:
     """The [run] options at every load point, as the runs will get them, checked by
     ``RunConfig.check`` (a bad speedup or duration is an error now, not a failed run each)."""
     from agent_replay.replay.config import RunConfig
@@ -175,7 +181,9 @@ TARGET_KINDS = ("url", "sim", "launch", "virtual")
 def _target(where: str, raw: Any) -> Target:
     if not isinstance(raw, dict):
         raise InputError(f"{where}: expected a table")
-    _check_keys(where, raw, {"name", *TARGET_KINDS, "gpus", "usd_per_gpu_hour", "lifetime", "sim_args"})
+    _check_keys(
+        where, raw, {"name", *TARGET_KINDS, "gpus", "usd_per_gpu_hour", "lifetime", "sim_args"}
+    )
     kind, spec = _target_spec(where, raw)
     gpus = int(_typed(where, "gpus", raw.get("gpus", 1), int))
     if gpus < 1:
@@ -188,8 +196,15 @@ def _target(where: str, raw: Any) -> Target:
     sim_args = raw.get("sim_args", [])
     if not isinstance(sim_args, list) or not all(isinstance(a, str) for a in sim_args):
         raise InputError(f"{where} sim_args: expected a list of strings")
-    return Target(_target_name(where, raw, kind, spec), kind, spec, gpus, price,
-                  _lifetime(where, raw, kind), tuple(sim_args))
+    return Target(
+        _target_name(where, raw, kind, spec),
+        kind,
+        spec,
+        gpus,
+        price,
+        _lifetime(where, raw, kind),
+        tuple(sim_args),
+    )
 
 
 def _target_spec(where: str, raw: dict[str, Any]) -> tuple[str, str]:
@@ -223,9 +238,15 @@ def _target_name(where: str, raw: dict[str, Any], kind: str, spec: str) -> str:
 
 def _lifetime(where: str, raw: dict[str, Any], kind: str) -> str:
     """``visit`` by default for a launched server, else ``sweep``; a URL only ``sweep``."""
-    lifetime = str(_typed(where, "lifetime", raw.get("lifetime", "visit" if kind == "launch" else "sweep"), str))
+    lifetime = str(
+        _typed(
+            where, "lifetime", raw.get("lifetime", "visit" if kind == "launch" else "sweep"), str
+        )
+    )
     if lifetime not in LIFETIMES:
-        raise InputError(f"{where} lifetime: must be one of {', '.join(LIFETIMES)}, got {lifetime!r}")
+        raise InputError(
+            f"{where} lifetime: must be one of {', '.join(LIFETIMES)}, got {lifetime!r}"
+        )
     if kind == "url" and lifetime == "visit":
         raise InputError(f"{where} lifetime: a url target cannot be restarted; use 'sweep'")
     return lifetime
@@ -249,8 +270,9 @@ def load_experiment(path: str | Path, *, output: str | None = None) -> Experimen
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p}: not valid TOML: {exc}") from None
     except RecursionError:
-        raise InputError(f"{p}: nested too deeply (more than {MAX_DEPTH} levels of tables "
-                         "or arrays)") from None
+        raise InputError(
+            f"{p}: nested too deeply (more than {MAX_DEPTH} levels of tables or arrays)"
+        ) from None
     _check_shape(str(p), raw)
     return experiment_from_dict(raw, p, output=output)
 
@@ -258,8 +280,10 @@ def load_experiment(path: str | Path, *, output: str | None = None) -> Experimen
 def _check_shape(where: str, value: Any, key: str = "", depth: int = 0) -> None:
     """Nesting depth and the range of every number, before any value is used."""
     if depth > MAX_DEPTH:
-        raise InputError(f"{where}: {key or 'the file'}: nested too deeply (more than "
-                         f"{MAX_DEPTH} levels of tables or arrays)")
+        raise InputError(
+            f"{where}: {key or 'the file'}: nested too deeply (more than "
+            f"{MAX_DEPTH} levels of tables or arrays)"
+        )
     if isinstance(value, dict):
         for k, v in value.items():
             _check_shape(where, v, f"{key}.{k}" if key else str(k), depth + 1)
@@ -267,8 +291,10 @@ def _check_shape(where: str, value: Any, key: str = "", depth: int = 0) -> None:
         for i, v in enumerate(value):
             _check_shape(where, v, f"{key}[{i}]", depth + 1)
     elif _out_of_range(value):
-        raise InputError(f"{where}: {key}: {value!r} is out of range (a finite number "
-                         f"of magnitude at most {MAX_NUMBER:g})")
+        raise InputError(
+            f"{where}: {key}: {value!r} is out of range (a finite number "
+            f"of magnitude at most {MAX_NUMBER:g})"
+        )
 
 
 def _out_of_range(value: Any) -> bool:
@@ -280,8 +306,11 @@ def _out_of_range(value: Any) -> bool:
 
 def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = None) -> Experiment:
     f = str(p)
-    _check_keys(f, raw, {"trace", "output", "repeats", "seed", "load", "run", "warmup",
-                         "prices", "slo", "targets"})
+    _check_keys(
+        f,
+        raw,
+        {"trace", "output", "repeats", "seed", "load", "run", "warmup", "prices", "slo", "targets"},
+    )
     trace, out_path = _paths(f, raw, p, output)
     repeats = int(_typed(f, "repeats", raw.get("repeats", 3), int))
     if not 1 <= repeats <= MAX_REPEATS:
@@ -295,11 +324,25 @@ def experiment_from_dict(raw: dict[str, Any], p: Path, *, output: str | None = N
     targets = _targets(f, raw)
     runs = len(targets) * len(points) * repeats
     if runs > MAX_RUNS:
-        raise InputError(f"{f}: {len(targets)} targets x {len(points)} points x {repeats} "
-                         f"repeats = {runs:,} runs, more than {MAX_RUNS:,}")
+        raise InputError(
+            f"{f}: {len(targets)} targets x {len(points)} points x {repeats} "
+            f"repeats = {runs:,} runs, more than {MAX_RUNS:,}"
+        )
     _check_run_options(f, str(trace.resolve()), dict(run), str(axis), points)
-    return Experiment(str(p), str(trace.resolve()), str(out_path.resolve()), targets, str(axis), tuple(points),
-                      repeats, seed, dict(run), w, prices, slo)
+    return Experiment(
+        str(p),
+        str(trace.resolve()),
+        str(out_path.resolve()),
+        targets,
+        str(axis),
+        tuple(points),
+        repeats,
+        seed,
+        dict(run),
+        w,
+        prices,
+        slo,
+    )
 
 
 def _paths(f: str, raw: dict[str, Any], p: Path, output: str | None) -> tuple[Path, Path]:
@@ -342,9 +385,11 @@ def _load_point(f: str, axis: str, v: Any) -> float:
     _typed(f"{f}: [load]", "points", v, (int, float))
     whole = axis in INTEGER_AXES
     if not 0 < v <= MAX_POINT or (whole and not float(v).is_integer()):
-        raise InputError(f"{f}: [load] points: {v!r} is not a valid {axis} (positive"
-                         f"{' whole number' if whole else ''}, at most "
-                         f"{MAX_POINT:g})")
+        raise InputError(
+            f"{f}: [load] points: {v!r} is not a valid {axis} (positive"
+            f"{' whole number' if whole else ''}, at most "
+            f"{MAX_POINT:g})"
+        )
     return float(v)
 
 
@@ -376,9 +421,12 @@ def _warmup(f: str, raw: dict[str, Any]) -> Warmup:
         burst_s=float(_typed(where, "burst_s", wraw.get("burst_s", 3.0), (int, float))),
         min_bursts=int(_typed(where, "min_bursts", wraw.get("min_bursts", 2), int)),
         max_bursts=int(_typed(where, "max_bursts", wraw.get("max_bursts", 5), int)),
-        tolerance=float(_typed(where, "tolerance", wraw.get("tolerance", 0.10), (int, float))))
+        tolerance=float(_typed(where, "tolerance", wraw.get("tolerance", 0.10), (int, float))),
+    )
     if w.burst_s <= 0 or w.min_bursts < 1 or w.max_bursts < w.min_bursts or w.tolerance <= 0:
-        raise InputError(f"{f}: [warmup]: need burst_s > 0, 1 <= min_bursts <= max_bursts, tolerance > 0")
+        raise InputError(
+            f"{f}: [warmup]: need burst_s > 0, 1 <= min_bursts <= max_bursts, tolerance > 0"
+        )
     return w
 
 

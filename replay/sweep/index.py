@@ -17,13 +17,26 @@ import pyarrow.parquet as pq
 from agent_replay.analysis.points import POINT_FIELDS
 
 KEY_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
-    ("phase", pa.string()), ("order", pa.int64()), ("repeat", pa.int64()),
-    ("target", pa.string()), ("axis", pa.string()), ("point", pa.float64()),
-    ("status", pa.string()), ("reason", pa.string()), ("path", pa.string()),
-    ("salt", pa.int64()), ("started_utc", pa.string()), ("run_s", pa.float64()),
-    ("replay_s", pa.float64()), ("warmup_s", pa.float64()), ("warmup_bursts", pa.int64()),
-    ("warmup_steady", pa.bool_()), ("gpus", pa.int64()), ("usd_per_gpu_hour", pa.float64()),
-    ("load_generator_bottleneck", pa.bool_()), ("machine_contention", pa.bool_()),
+    ("phase", pa.string()),
+    ("order", pa.int64()),
+    ("repeat", pa.int64()),
+    ("target", pa.string()),
+    ("axis", pa.string()),
+    ("point", pa.float64()),
+    ("status", pa.string()),
+    ("reason", pa.string()),
+    ("path", pa.string()),
+    ("salt", pa.int64()),
+    ("started_utc", pa.string()),
+    ("run_s", pa.float64()),
+    ("replay_s", pa.float64()),
+    ("warmup_s", pa.float64()),
+    ("warmup_bursts", pa.int64()),
+    ("warmup_steady", pa.bool_()),
+    ("gpus", pa.int64()),
+    ("usd_per_gpu_hour", pa.float64()),
+    ("load_generator_bottleneck", pa.bool_()),
+    ("machine_contention", pa.bool_()),
     ("cold_start", pa.bool_()),
 )
 DONE = ("complete", "unreachable")
@@ -34,8 +47,10 @@ _INT = {"requests_ok", "requests_failed"}
 
 def schema() -> pa.Schema:
     fields = [pa.field(k, t) for k, t in KEY_FIELDS]
-    fields += [pa.field(k, pa.int64() if k in _INT or unit == "samples" else pa.float64())
-               for k, unit in POINT_FIELDS]
+    fields += [
+        pa.field(k, pa.int64() if k in _INT or unit == "samples" else pa.float64())
+        for k, unit in POINT_FIELDS
+    ]
     return pa.schema(fields)
 
 

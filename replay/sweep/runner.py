@@ -73,8 +73,14 @@ def target_order(base: Sequence[int], repeat: int) -> list[int]:
     return list(base[k:]) + list(base[:k])
 
 
-def schedule(n_targets: int, points: Sequence[float], repeats: int, seed: int,
-             first_order: int = 0, phase: str = "sweep") -> list[Slot]:
+def schedule(
+    n_targets: int,
+    points: Sequence[float],
+    repeats: int,
+    seed: int,
+    first_order: int = 0,
+    phase: str = "sweep",
+) -> list[Slot]:
     """The interleaved order of runs: every repeat visits every target (``target_order``: a
     seeded permutation rotated per repeat), each visit runs every point (seeded random
     order)."""
@@ -94,8 +100,17 @@ def run_config(exp: Experiment, url: str, out: Path, point: float, repeat: int) 
     opts = dict(exp.run)
     shared = stable_hash("sweep", exp.seed, point, repeat) & ((1 << 62) - 1)
     axis = axis_values(RunConfig, exp.axis, point)
-    return RunConfig(trace=exp.trace, target=url, output=str(out), force=True, progress=False,
-                     salt=shared, arrival_seed=shared & 0xFFFFFFFF, **opts, **axis)
+    return RunConfig(
+        trace=exp.trace,
+        target=url,
+        output=str(out),
+        force=True,
+        progress=False,
+        salt=shared,
+        arrival_seed=shared & 0xFFFFFFFF,
+        **opts,
+        **axis,
+    )
 
 
 def _median_tpot_ms(run_dir: Path) -> tuple[float | None, int]:
@@ -131,23 +146,45 @@ def warm_up(cfg: RunConfig, wdir: Path, policy: Warmup) -> dict[str, Any]:
     dur = policy.burst_s if cfg.duration_s is None else min(policy.burst_s, cfg.duration_s)
     for i in range(policy.max_bursts):
         b_out = wdir / f"burst-{i}"
-        bcfg = replace(cfg, output=str(b_out), duration_s=dur, warmup_s=0.0, scrape_interval_s=0.0,
-                       gpu_metrics="off", salt=stable_hash("warmup", cfg.salt, i) & ((1 << 62) - 1))
+        bcfg = replace(
+            cfg,
+            output=str(b_out),
+            duration_s=dur,
+            warmup_s=0.0,
+            scrape_interval_s=0.0,
+            gpu_metrics="off",
+            salt=stable_hash("warmup", cfg.salt, i) & ((1 << 62) - 1),
+        )
         tb = time.monotonic()
         summary = run(bcfg, progress=None)
         med, n = _median_tpot_ms(b_out)
         medians.append(med)
-        bursts.append({"burst": i, "path": b_out.name, "wall_s": time.monotonic() - tb,
-                       "ok": summary.ok, "failed": summary.failed, "tpot_p50_ms": med,
-                       "tpot_count": n})
+        bursts.append(
+            {
+                "burst": i,
+                "path": b_out.name,
+                "wall_s": time.monotonic() - tb,
+                "ok": summary.ok,
+                "failed": summary.failed,
+                "tpot_p50_ms": med,
+                "tpot_count": n,
+            }
+        )
         if summary.interrupted:
             raise KeyboardInterrupt
         if steady(medians, policy):
             break
-    decision = {"policy": {"burst_s": dur, "min_bursts": policy.min_bursts,
-                           "max_bursts": policy.max_bursts, "tolerance": policy.tolerance},
-                "bursts": bursts, "steady": steady(medians, policy),
-                "wall_s": time.monotonic() - t0}
+    decision = {
+        "policy": {
+            "burst_s": dur,
+            "min_bursts": policy.min_bursts,
+            "max_bursts": policy.max_bursts,
+            "tolerance": policy.tolerance,
+        },
+        "bursts": bursts,
+        "steady": steady(medians, policy),
+        "wall_s": time.monotonic() - t0,
+    }
     write_json_atomic(wdir / "warmup.json", decision)
     return decision
 
@@ -174,8 +211,12 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, float] | None = None,
-             ) -> tuple[str, str | None, dict[str, Any], bool, bool, bool]:
+def _outcome(
+    run_dir: Path,
+    summary: Any,
+    target: Target,
+    prices: dict[str, float] | None = None,
+) -> tuple[str, str | None, dict[str, Any], bool, bool, bool]:
     """status, reason, point figures, and the flags bottleneck, cold start, host contention
     (``analysis.selfcheck``) of a finished run."""
     from agent_replay.analysis.points import empty_point, point_metrics
@@ -183,8 +224,15 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
     from agent_replay.analysis.runstats import Prices
 
     meta = RunMeta.from_json(json.loads((run_dir / "run.json").read_text()))
-    rep = build_report(run_dir, gpus=target.gpus, prices=None if prices is None else Prices(
-        input_miss=prices["input_miss"], input_hit=prices["input_hit"], output=prices["output"]))
+    rep = build_report(
+        run_dir,
+        gpus=target.gpus,
+        prices=None
+        if prices is None
+        else Prices(
+            input_miss=prices["input_miss"], input_hit=prices["input_hit"], output=prices["output"]
+        ),
+    )
     figures = point_metrics(rep, target.gpus, target.usd_per_gpu_hour)
     bottleneck = meta.load_generator_bottleneck
     cold = bool(rep.cold_start)
@@ -195,26 +243,57 @@ def _outcome(run_dir: Path, summary: Any, target: Target, prices: dict[str, floa
         why = meta.error or f"the run ended {meta.status}"
         return "failed", str(why), figures, bottleneck, cold, contended
     if meta.status == "invalid":  # agentx timing: the AgentX rules refuse the run
-        return "failed", f"invalid AgentX run: {meta.invalid_reason}", figures, bottleneck, cold, contended
+        return (
+            "failed",
+            f"invalid AgentX run: {meta.invalid_reason}",
+            figures,
+            bottleneck,
+            cold,
+            contended,
+        )
     if rep.stats.requests["ok"] == 0:
         why = ", ".join(f"{k} {v}" for k, v in rep.stats.errors.items()) or "no request was sent"
-        return "failed", f"no request succeeded ({why})", empty_point() | figures, bottleneck, cold, contended
+        return (
+            "failed",
+            f"no request succeeded ({why})",
+            empty_point() | figures,
+            bottleneck,
+            cold,
+            contended,
+        )
     if bottleneck:
-        return ("unreachable", "the load generator could not hold this load: "
-                + str(meta.load_generator_warning), figures, bottleneck, cold, contended)
+        return (
+            "unreachable",
+            "the load generator could not hold this load: " + str(meta.load_generator_warning),
+            figures,
+            bottleneck,
+            cold,
+            contended,
+        )
     return "complete", None, figures, bottleneck, cold, contended
 
 
-def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict[tuple[Any, ...], dict[str, Any]],
-            out: Path, *, progress: Reporter | None, hooks: Sequence[RunHook] = (),
-            timing: dict[str, float] | None = None, total: int | None = None) -> bool:
+def execute(
+    exp: Experiment,
+    slots: Iterable[Slot],
+    servers: Servers,
+    rows: dict[tuple[Any, ...], dict[str, Any]],
+    out: Path,
+    *,
+    progress: Reporter | None,
+    hooks: Sequence[RunHook] = (),
+    timing: dict[str, float] | None = None,
+    total: int | None = None,
+) -> bool:
     """Run ``slots`` (skipping those already done in ``rows``), updating ``rows`` and the
     index after each; returns False when interrupted."""
     timing = timing if timing is not None else {}
     slots = list(slots)
     total = total or len(slots)
     current: Target | None = None
-    cannot_start: dict[tuple[str, int], str] = {}  # (target, repeat) -> why: not retried in that visit
+    cannot_start: dict[
+        tuple[str, int], str
+    ] = {}  # (target, repeat) -> why: not retried in that visit
     for n, slot in enumerate(slots, 1):
         target = exp.targets[slot.target]
         k = _slot_key(exp, slot)
@@ -236,14 +315,26 @@ def execute(exp: Experiment, slots: Iterable[Slot], servers: Servers, rows: dict
     return True
 
 
-def _attempt(exp: Experiment, slot: Slot, target: Target, servers: Servers,
-             cannot_start: dict[tuple[str, int], str], out: Path, hooks: Sequence[RunHook],
-             timing: dict[str, float]) -> tuple[dict[str, Any], bool]:
+def _attempt(
+    exp: Experiment,
+    slot: Slot,
+    target: Target,
+    servers: Servers,
+    cannot_start: dict[tuple[str, int], str],
+    out: Path,
+    hooks: Sequence[RunHook],
+    timing: dict[str, float],
+) -> tuple[dict[str, Any], bool]:
     """One slot's run in its folder under ``out``: its index row, whatever happened (a
     target that failed is dropped, to be started afresh for its next run), and whether
     the run was interrupted."""
-    run_dir = (out / ("runs" if slot.phase == "sweep" else slot.phase) / target.name
-               / exp.point_label(slot.point) / f"r{slot.repeat}")
+    run_dir = (
+        out
+        / ("runs" if slot.phase == "sweep" else slot.phase)
+        / target.name
+        / exp.point_label(slot.point)
+        / f"r{slot.repeat}"
+    )
     row = _new_row(exp, slot, target, str(run_dir.relative_to(out)))
     try:
         running = _server(servers, target, slot.repeat, cannot_start)
@@ -261,10 +352,19 @@ def _new_row(exp: Experiment, slot: Slot, target: Target, path: str) -> dict[str
     """A run's index row before it runs: where and what it is, its figures empty."""
     from agent_replay.analysis.points import empty_point
 
-    return {"phase": slot.phase, "order": slot.order, "repeat": slot.repeat, "target": target.name,
-            "axis": exp.axis, "point": slot.point, "path": path,
-            "started_utc": _now(), "gpus": target.gpus, "usd_per_gpu_hour": target.usd_per_gpu_hour,
-            **empty_point()}
+    return {
+        "phase": slot.phase,
+        "order": slot.order,
+        "repeat": slot.repeat,
+        "target": target.name,
+        "axis": exp.axis,
+        "point": slot.point,
+        "path": path,
+        "started_utc": _now(),
+        "gpus": target.gpus,
+        "usd_per_gpu_hour": target.usd_per_gpu_hour,
+        **empty_point(),
+    }
 
 
 def _slot_key(exp: Experiment, s: Slot) -> tuple[Any, ...]:
@@ -276,7 +376,9 @@ def _done(rows: dict[tuple[Any, ...], dict[str, Any]], k: tuple[Any, ...]) -> bo
     return k in rows and rows[k]["status"] in DONE
 
 
-def _server(servers: Servers, target: Target, repeat: int, cannot_start: dict[tuple[str, int], str]) -> Running:
+def _server(
+    servers: Servers, target: Target, repeat: int, cannot_start: dict[tuple[str, int], str]
+) -> Running:
     """The target's running server; a target that could not start is not tried again in
     the same visit (``cannot_start``: (target, repeat) -> why)."""
     why = cannot_start.get((target.name, repeat))
@@ -289,8 +391,16 @@ def _server(servers: Servers, target: Target, repeat: int, cannot_start: dict[tu
         raise
 
 
-def _run_slot(exp: Experiment, slot: Slot, target: Target, running: Running, run_dir: Path,
-              row: dict[str, Any], hooks: Sequence[RunHook], timing: dict[str, float]) -> bool:
+def _run_slot(
+    exp: Experiment,
+    slot: Slot,
+    target: Target,
+    running: Running,
+    run_dir: Path,
+    row: dict[str, Any],
+    hooks: Sequence[RunHook],
+    timing: dict[str, float],
+) -> bool:
     """One run of the sweep on ``running``: the warm-up, the replay with the hooks around
     it, and its outcome in ``row``; True when it was interrupted."""
     cfg = run_config(exp, running.url, run_dir, slot.point, slot.repeat)
@@ -304,16 +414,28 @@ def _run_slot(exp: Experiment, slot: Slot, target: Target, running: Running, run
     row["replay_s"] = summary.wall_s
     timing["run_s"] = timing.get("run_s", 0.0) + row["run_s"]
     timing["replay_s"] = timing.get("replay_s", 0.0) + summary.wall_s
-    status, reason, figures, bottleneck, cold, contended = _outcome(run_dir, summary, target,
-                                                                   exp.prices)
-    row.update(figures, status=status, reason=redact(reason), load_generator_bottleneck=bottleneck,
-               machine_contention=contended,
-               cold_start=cold)
+    status, reason, figures, bottleneck, cold, contended = _outcome(
+        run_dir, summary, target, exp.prices
+    )
+    row.update(
+        figures,
+        status=status,
+        reason=redact(reason),
+        load_generator_bottleneck=bottleneck,
+        machine_contention=contended,
+        cold_start=cold,
+    )
     return summary.interrupted
 
 
-def _replay_hooked(exp: Experiment, cfg: RunConfig, target: Target, running: Running, run_dir: Path,
-                   hooks: Sequence[RunHook]) -> tuple[RunSummary, float]:
+def _replay_hooked(
+    exp: Experiment,
+    cfg: RunConfig,
+    target: Target,
+    running: Running,
+    run_dir: Path,
+    hooks: Sequence[RunHook],
+) -> tuple[RunSummary, float]:
     """The replay (a virtual engine's in virtual time) and its seconds, every hook started
     before it and stopped after it, whatever happens."""
     from agent_replay.replay.run import run
@@ -330,8 +452,11 @@ def _replay_hooked(exp: Experiment, cfg: RunConfig, target: Target, running: Run
 
             summary = run_virtual(cfg, running.url)
         else:
-            summary = run(replace(cfg, warmed_up=exp.warmup.enabled), progress=None,
-                          launch_info=None if target.kind == "url" else running.info)
+            summary = run(
+                replace(cfg, warmed_up=exp.warmup.enabled),
+                progress=None,
+                launch_info=None if target.kind == "url" else running.info,
+            )
         return summary, time.monotonic() - tr
     finally:
         for h in started:
@@ -345,8 +470,11 @@ def _line(n: int, total: int, row: dict[str, Any], secs: float) -> str:
         return f"{head} ({row['reason']}) ({secs:.1f} s)"
     p90 = row.get("p90_tps")
     tps = row.get("output_tps_per_gpu")
-    return (f"{head}, P90 TPS {p90:,.1f}" if p90 is not None else f"{head}, P90 TPS n/a") + (
-        f", {tps:,.0f} output tok/s/GPU" if tps is not None else "") + f" ({secs:.1f} s)"
+    return (
+        (f"{head}, P90 TPS {p90:,.1f}" if p90 is not None else f"{head}, P90 TPS n/a")
+        + (f", {tps:,.0f} output tok/s/GPU" if tps is not None else "")
+        + f" ({secs:.1f} s)"
+    )
 
 
 def _prepare(exp: Experiment, force: bool) -> tuple[Path, dict[tuple[Any, ...], dict[str, Any]]]:
@@ -358,9 +486,11 @@ def _prepare(exp: Experiment, force: bool) -> tuple[Path, dict[tuple[Any, ...], 
     if state.exists():
         old = json.loads(state.read_text())
         if old.get("identity") != json.loads(json.dumps(redact(exp.identity()))):
-            raise InputError(f"{out}: holds a sweep of a different experiment (trace, axis, seed, "
-                             "targets or [run] options differ); use --force to replace it or "
-                             "--output for another folder")
+            raise InputError(
+                f"{out}: holds a sweep of a different experiment (trace, axis, seed, "
+                "targets or [run] options differ); use --force to replace it or "
+                "--output for another folder"
+            )
         rows = {key(r): r for r in read_index(out)}
     elif out.exists() and any(out.iterdir()):
         raise InputError(f"{out}: exists and is not a sweep folder (use --force to replace it)")
@@ -371,16 +501,35 @@ def _prepare(exp: Experiment, force: bool) -> tuple[Path, dict[tuple[Any, ...], 
 def write_state(exp: Experiment, out: Path, timing: dict[str, float], status: str) -> None:
     from agent_replay.replay.provenance import provenance
 
-    write_json_atomic(out / "sweep.json", redact({
-        "experiment": exp.path, "identity": exp.identity(), "status": status,
-        "axis": exp.axis, "axis_kind": axes(RunConfig)[exp.axis].axis, "points": list(exp.points), "repeats": exp.repeats, "seed": exp.seed,
-        "targets": [t.__dict__ for t in exp.targets], "warmup": exp.warmup.__dict__,
-        "prices": exp.prices, "timing": timing, "provenance": provenance(None),
-    }))
+    write_json_atomic(
+        out / "sweep.json",
+        redact(
+            {
+                "experiment": exp.path,
+                "identity": exp.identity(),
+                "status": status,
+                "axis": exp.axis,
+                "axis_kind": axes(RunConfig)[exp.axis].axis,
+                "points": list(exp.points),
+                "repeats": exp.repeats,
+                "seed": exp.seed,
+                "targets": [t.__dict__ for t in exp.targets],
+                "warmup": exp.warmup.__dict__,
+                "prices": exp.prices,
+                "timing": timing,
+                "provenance": provenance(None),
+            }
+        ),
+    )
 
 
-def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None = None,
-              hooks: Sequence[RunHook] = ()) -> SweepResult:
+def run_sweep(
+    exp: Experiment,
+    *,
+    force: bool = False,
+    progress: Reporter | None = None,
+    hooks: Sequence[RunHook] = (),
+) -> SweepResult:
     """Run (or resume) the sweep; the frontier is built from its index afterwards."""
     t0 = time.monotonic()
     out, rows = _prepare(exp, force)
@@ -396,7 +545,9 @@ def run_sweep(exp: Experiment, *, force: bool = False, progress: Reporter | None
         ok = execute(exp, slots, servers, rows, out, progress=progress, hooks=hooks, timing=timing)
         timing["server_start_s"] = servers.start_s
     timing["wall_s"] = time.monotonic() - t0
-    timing["outside_runs_s"] = timing["wall_s"] - timing.get("run_s", 0.0) - timing.get("warmup_s", 0.0)
+    timing["outside_runs_s"] = (
+        timing["wall_s"] - timing.get("run_s", 0.0) - timing.get("warmup_s", 0.0)
+    )
     write_state(exp, out, timing, "complete" if ok else "interrupted")
     return SweepResult(out, list(rows.values()), timing, interrupted=not ok)
 
@@ -414,16 +565,31 @@ def reindex(exp: Experiment, out: Path | None = None) -> list[dict[str, Any]]:
     if not rows:
         raise InputError(f"{root}: no index.parquet to rebuild")
     targets = {t.name: t for t in exp.targets}
-    prices = None if exp.prices is None else Prices(
-        input_miss=exp.prices["input_miss"], input_hit=exp.prices["input_hit"], output=exp.prices["output"])
+    prices = (
+        None
+        if exp.prices is None
+        else Prices(
+            input_miss=exp.prices["input_miss"],
+            input_hit=exp.prices["input_hit"],
+            output=exp.prices["output"],
+        )
+    )
     for r in rows:
         run_dir = root / str(r["path"])
         t = targets.get(str(r["target"]))
-        if t is None or r["status"] not in ("complete", "unreachable") or not (run_dir / "run.json").exists():
+        if (
+            t is None
+            or r["status"] not in ("complete", "unreachable")
+            or not (run_dir / "run.json").exists()
+        ):
             continue
         rep = build_report(run_dir, gpus=t.gpus, prices=prices)
-        r.update(point_metrics(rep, t.gpus, t.usd_per_gpu_hour), gpus=t.gpus,
-                 usd_per_gpu_hour=t.usd_per_gpu_hour, cold_start=bool(rep.cold_start),
-                 machine_contention=self_check(rep.meta, rep.stats).contention)
+        r.update(
+            point_metrics(rep, t.gpus, t.usd_per_gpu_hour),
+            gpus=t.gpus,
+            usd_per_gpu_hour=t.usd_per_gpu_hour,
+            cold_start=bool(rep.cold_start),
+            machine_contention=self_check(rep.meta, rep.stats).contention,
+        )
     write_index(root, rows)
     return rows

@@ -19,8 +19,9 @@ class Running:
     """One started target: its URL, what is known about the server (for run.json), and how
     long starting it took."""
 
-    def __init__(self, url: str, info: dict[str, Any], stack: contextlib.ExitStack,
-                 start_s: float) -> None:
+    def __init__(
+        self, url: str, info: dict[str, Any], stack: contextlib.ExitStack, start_s: float
+    ) -> None:
         self.url, self.info, self._stack, self.start_s = url, info, stack, start_s
 
     def stop(self) -> None:
@@ -38,7 +39,9 @@ def start(target: Target, seed: int = 0) -> Running:
             try:
                 asyncio.run(probe(url))
             except AgentReplayError as exc:
-                raise TargetError(f"target {target.name!r} ({url}) does not answer: {exc}") from None
+                raise TargetError(
+                    f"target {target.name!r} ({url}) does not answer: {exc}"
+                ) from None
         elif target.kind == "virtual":  # in-process, on a virtual clock: nothing to start
             from agent_replay.engines.sim.profile import SimProfile
 
@@ -47,7 +50,9 @@ def start(target: Target, seed: int = 0) -> Running:
         elif target.kind == "sim":
             from agent_replay.engines.sim import SimProcess
 
-            sim = stack.enter_context(SimProcess(target.spec, seed=seed, extra_args=target.sim_args))
+            sim = stack.enter_context(
+                SimProcess(target.spec, seed=seed, extra_args=target.sim_args)
+            )
             url = sim.url
             info = {"kind": "sim", "profile": target.spec, "argv": sim.command()}
         else:
@@ -91,8 +96,11 @@ class Servers:
             with contextlib.suppress(Exception):
                 started[t.name] = start(t, self.seed)
 
-        threads = [threading.Thread(target=one, args=(t,), daemon=True) for t in targets
-                   if t.name not in self.running]
+        threads = [
+            threading.Thread(target=one, args=(t,), daemon=True)
+            for t in targets
+            if t.name not in self.running
+        ]
         for th in threads:
             th.start()
         for th in threads:

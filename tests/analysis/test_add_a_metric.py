@@ -15,17 +15,17 @@ from pathlib import Path
 from agent_replay.analysis import definitions
 from agent_replay.analysis.fixtures import rows_to_table, write_results
 
-ENTRY = '''    Metric(key="decode_time", label="decode time", unit="ms", per="request", rows="ok",
+ENTRY = """    Metric(key="decode_time", label="decode time", unit="ms", per="request", rows="ok",
            live=True, higher_is_better=False, doc="e - f", formula=decode_time,
            headline=(50.0,), cdf=True, compared=(50.0,)),
-'''
-FORMULA = '''def decode_time(x: Inputs) -> np.ndarray:
+"""
+FORMULA = """def decode_time(x: Inputs) -> np.ndarray:
     return _f64(x.batch, "end_ns") - _f64(x.batch, "first_token_ns")
 
 
-'''
+"""
 
-PROBE = r'''
+PROBE = r"""
 import io, json, sys, types
 from pathlib import Path
 
@@ -87,7 +87,7 @@ print(json.dumps({
     "live_p50": live.hists["decode_time"].percentiles([50.0])[50.0],
     "dashboard": "decode time" in buf.getvalue(),
 }))
-'''
+"""
 
 
 def test_one_entry_reaches_every_consumer(tmp_path: Path) -> None:
@@ -95,18 +95,48 @@ def test_one_entry_reaches_every_consumer(tmp_path: Path) -> None:
     # first token and last byte (ms): decode times 30, 10, 50, 20 ms; a failed request and a
     # warm-up one do not count. Nearest-rank P50 of [10, 20, 30, 50] = 20 ms.
     ok = [(100, 130), (200, 210), (300, 350), (400, 420)]
-    rows = [{"sent_ns": (f - 50) * ms, "first_token_ns": f * ms, "end_ns": e * ms,
-             "chunk_ns": [f * ms, e * ms], "chunk_tokens": [1, 4], "intended_ns": (f - 50) * ms,
-             "session_id": f"s{i}"} for i, (f, e) in enumerate(ok)]
-    rows.append({"sent_ns": 0, "first_token_ns": ms, "end_ns": 500 * ms, "chunk_ns": [ms],
-                 "chunk_tokens": [1], "status": "error", "error_kind": "http"})
-    rows.append({"sent_ns": 0, "first_token_ns": ms, "end_ns": 900 * ms, "chunk_ns": [ms],
-                 "chunk_tokens": [1], "warmup": True})
+    rows = [
+        {
+            "sent_ns": (f - 50) * ms,
+            "first_token_ns": f * ms,
+            "end_ns": e * ms,
+            "chunk_ns": [f * ms, e * ms],
+            "chunk_tokens": [1, 4],
+            "intended_ns": (f - 50) * ms,
+            "session_id": f"s{i}",
+        }
+        for i, (f, e) in enumerate(ok)
+    ]
+    rows.append(
+        {
+            "sent_ns": 0,
+            "first_token_ns": ms,
+            "end_ns": 500 * ms,
+            "chunk_ns": [ms],
+            "chunk_tokens": [1],
+            "status": "error",
+            "error_kind": "http",
+        }
+    )
+    rows.append(
+        {
+            "sent_ns": 0,
+            "first_token_ns": ms,
+            "end_ns": 900 * ms,
+            "chunk_ns": [ms],
+            "chunk_tokens": [1],
+            "warmup": True,
+        }
+    )
     out = write_results(tmp_path / "res", rows_to_table(rows))
     assert "decode_time" not in definitions.BY_KEY  # the shipped table does not have it
 
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(out), FORMULA, ENTRY],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), FORMULA, ENTRY],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["json"]["p50"] == 20.0 and got["json"]["max"] == 50.0

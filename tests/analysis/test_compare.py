@@ -29,8 +29,9 @@ def test_beta_order_statistic_bootstrap_matches_explicit_resampling() -> None:
 
 
 def _arrays(n: int, seed: int, scale: float) -> dict[str, np.ndarray]:
-    m = request_metrics(synthetic_results(n, seed, tpot_scale=scale, median_output_tokens=30,
-                                          failed_fraction=0.0))
+    m = request_metrics(
+        synthetic_results(n, seed, tpot_scale=scale, median_output_tokens=30, failed_fraction=0.0)
+    )
     return {"tpot": m.tpot, "ttft": m.ttft}
 
 
@@ -45,7 +46,10 @@ def test_no_interval_from_fewer_requests_than_the_percentile_and_two_blocks_need
     head = ds["p90_tps"]
     assert not head.significant and head.ci_low is None
     assert head.change == pytest.approx(6.41 / 6.39 - 1)
-    assert head.verdict("b") == "P90 TPS (= 1 / P90 TPOT): no interval: 1 and 1 requests, it needs 10 a side"
+    assert (
+        head.verdict("b")
+        == "P90 TPS (= 1 / P90 TPOT): no interval: 1 and 1 requests, it needs 10 a side"
+    )
     assert not any(d.significant for d in ds.values())
 
     rng = np.random.default_rng(0)
@@ -58,8 +62,12 @@ def test_no_interval_from_fewer_requests_than_the_percentile_and_two_blocks_need
         assert ds["p90_tps"].significant is has_ci, n
     # the per-request bootstrap: P50 needs 2 samples, P90 10
     two = np.array([1e6, 2e6])
-    ds = {d.key: d for d in compare_arrays({"tpot": two, "ttft": two},
-                                           {"tpot": two * 3, "ttft": two * 3}, seed=1)}
+    ds = {
+        d.key: d
+        for d in compare_arrays(
+            {"tpot": two, "ttft": two}, {"tpot": two * 3, "ttft": two * 3}, seed=1
+        )
+    }
     assert ds["median_tps"].ci_low is not None and ds["p90_tps"].ci_low is None
 
 
@@ -69,9 +77,12 @@ def test_five_percent_tpot_difference_is_found_and_zero_is_not() -> None:
     false_p90 = 0
     for trial in range(100):
         for scale in hits:
-            ds = {d.key: d for d in compare_arrays(_arrays(2000, 2 * trial, 1.0),
-                                                   _arrays(2000, 2 * trial + 1, scale),
-                                                   seed=trial)}
+            ds = {
+                d.key: d
+                for d in compare_arrays(
+                    _arrays(2000, 2 * trial, 1.0), _arrays(2000, 2 * trial + 1, scale), seed=trial
+                )
+            }
             hits[scale] += ds["median_tps"].significant
             if scale == 1.0:
                 false_p90 += ds["p90_tps"].significant
@@ -94,15 +105,30 @@ def test_compare_cli_and_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_compare_refuses_different_experiments_unless_forced(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    meta = {"trace": {"path": "t1.parquet", "sha256": "aa"}, "target": {"model": "m"},
-            "options": {"timing": "session", "speedup": 1.0}}
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = {
+        "trace": {"path": "t1.parquet", "sha256": "aa"},
+        "target": {"model": "m"},
+        "options": {"timing": "session", "speedup": 1.0},
+    }
     a = write_results(tmp_path / "a", synthetic_batches(500, 1), meta)
-    b = write_results(tmp_path / "b", synthetic_batches(500, 2), meta | {
-        "trace": {"path": "t2.parquet", "sha256": "bb"}, "options": {"timing": "session", "speedup": 4.0}})
+    b = write_results(
+        tmp_path / "b",
+        synthetic_batches(500, 2),
+        meta
+        | {
+            "trace": {"path": "t2.parquet", "sha256": "bb"},
+            "options": {"timing": "session", "speedup": 4.0},
+        },
+    )
     assert main(["compare", str(a), str(b)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "trace t1.parquet vs t2.parquet" in err and "speedup 1.0 vs 4.0" in err
+    assert (
+        err.count("\n") == 1
+        and "trace t1.parquet vs t2.parquet" in err
+        and "speedup 1.0 vs 4.0" in err
+    )
     assert "--force" in err
     assert main(["compare", str(a), str(b), "--force", "--format", "md"]) == 0
     assert "compared because of --force: b differs from a: trace" in capsys.readouterr().out
@@ -131,39 +157,60 @@ def test_time_block_bootstrap_is_wider_on_drifting_runs() -> None:
     assert 0.7 < float(np.median(ratios)) < 1.4, ratios
 
 
-def test_replicate_arms_give_run_level_intervals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replicate_arms_give_run_level_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = [write_results(tmp_path / f"r{i}", synthetic_batches(400, i)) for i in range(3)]
     arm = ",".join(str(r) for r in runs)
     # the same three runs on both sides: every difference is 0, every verdict inconclusive
     assert main(["compare", arm, arm, "--format", "md"]) == 0
     out = capsys.readouterr().out
-    assert ("P90 TPS (= 1 / P90 TPOT): +0.0% (95% CI +0.0% to +0.0%, paired t on log ratios, "
-            "3 pairs, p=1, Holm p=1): inconclusive") in out
+    assert (
+        "P90 TPS (= 1 / P90 TPOT): +0.0% (95% CI +0.0% to +0.0%, paired t on log ratios, "
+        "3 pairs, p=1, Holm p=1): inconclusive"
+    ) in out
     assert "TPOT P90:" not in out  # the reciprocal of P90 TPS: no second test
-    faster = [write_results(tmp_path / f"f{i}", synthetic_batches(400, 10 + i, tpot_scale=0.5))
-              for i in range(3)]
+    faster = [
+        write_results(tmp_path / f"f{i}", synthetic_batches(400, 10 + i, tpot_scale=0.5))
+        for i in range(3)
+    ]
     assert main(["compare", arm, ",".join(str(r) for r in faster), "--format", "md"]) == 0
     out = capsys.readouterr().out
     assert "P90 TPS (= 1 / P90 TPOT): +" in out and "): better" in out
     assert "Holm-corrected across the 6 comparisons" in out
 
 
-BUSY = {"self_check": {"loop_lag_p99_ns": 20_000_000, "loop_lag_n": 500, "cpu_fraction": 0.2,
-                       "machine": {"cpus": 2, "busy_cores": 1.9, "steal": 0.0, "ours_cores": 0.2}}}
+BUSY = {
+    "self_check": {
+        "loop_lag_p99_ns": 20_000_000,
+        "loop_lag_n": 500,
+        "cpu_fraction": 0.2,
+        "machine": {"cpus": 2, "busy_cores": 1.9, "steal": 0.0, "ours_cores": 0.2},
+    }
+}
 
 
 def test_single_run_compare_gives_no_verdict_under_host_contention(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a = write_results(tmp_path / "a", synthetic_batches(3000, 1))
-    quiet = compare_dirs([a, write_results(tmp_path / "b", synthetic_batches(3000, 2, tpot_scale=1 / 1.26))],
-                         seed=3)
+    quiet = compare_dirs(
+        [a, write_results(tmp_path / "b", synthetic_batches(3000, 2, tpot_scale=1 / 1.26))], seed=3
+    )
     assert any(d.significant for d in quiet.deltas[0])
-    busy = compare_dirs([a, write_results(tmp_path / "busy", synthetic_batches(3000, 2, tpot_scale=1 / 1.26),
-                                          BUSY)], seed=3)
+    busy = compare_dirs(
+        [
+            a,
+            write_results(tmp_path / "busy", synthetic_batches(3000, 2, tpot_scale=1 / 1.26), BUSY),
+        ],
+        seed=3,
+    )
     assert not any(d.significant for d in busy.deltas[0])
     assert all(d.ci_low is None and d.change is not None for d in busy.deltas[0])
-    line = ("busy vs a: no verdict: host contention in run busy: rerun on a quiet host or with "
-            "replicates (compare A1,A2,A3 B1,B2,B3)")
+    line = (
+        "busy vs a: no verdict: host contention in run busy: rerun on a quiet host or with "
+        "replicates (compare A1,A2,A3 B1,B2,B3)"
+    )
     assert busy.verdicts[0] == line
     assert main(["compare", str(a), str(tmp_path / "busy"), "--format", "md"]) == 0
     assert line in capsys.readouterr().out
@@ -182,32 +229,84 @@ def test_one_verdict_for_p90_tps_and_its_reciprocal_and_holm_in_the_table(tmp_pa
 
 
 def test_server_setting_differences_are_listed() -> None:
-    base = {"launch": {"kind": "launch", "profile": "standard", "command": [
-        "python", "-m", "vllm.entrypoints.cli.main", "serve", "M", "--port", "8100",
-        "--max-num-seqs", "256", "--enable-prefix-caching"], "env": {"VLLM_X": "1"}}}
-    other = {"launch": {"kind": "launch", "profile": "mtp", "command": [
-        "python", "-m", "vllm.entrypoints.cli.main", "serve", "M", "--port", "8200",
-        "--max-num-seqs", "128", "--speculative-config", '{"method": "mtp"}'], "env": {"VLLM_X": "1"}}}
-    assert server_settings(base) == {"profile": "standard", "model": "M", "--max-num-seqs": "256",
-                                     "--enable-prefix-caching": "true", "env VLLM_X": "1"}
+    base = {
+        "launch": {
+            "kind": "launch",
+            "profile": "standard",
+            "command": [
+                "python",
+                "-m",
+                "vllm.entrypoints.cli.main",
+                "serve",
+                "M",
+                "--port",
+                "8100",
+                "--max-num-seqs",
+                "256",
+                "--enable-prefix-caching",
+            ],
+            "env": {"VLLM_X": "1"},
+        }
+    }
+    other = {
+        "launch": {
+            "kind": "launch",
+            "profile": "mtp",
+            "command": [
+                "python",
+                "-m",
+                "vllm.entrypoints.cli.main",
+                "serve",
+                "M",
+                "--port",
+                "8200",
+                "--max-num-seqs",
+                "128",
+                "--speculative-config",
+                '{"method": "mtp"}',
+            ],
+            "env": {"VLLM_X": "1"},
+        }
+    }
+    assert server_settings(base) == {
+        "profile": "standard",
+        "model": "M",
+        "--max-num-seqs": "256",
+        "--enable-prefix-caching": "true",
+        "env VLLM_X": "1",
+    }
     (line,) = setting_differences([base, other], ["standard", "mtp"])
-    assert line == ("mtp vs standard: the servers differ in 4 settings: --enable-prefix-caching "
-                    "true vs (unset); --max-num-seqs 256 vs 128; --speculative-config (unset) vs "
-                    '{"method": "mtp"}; profile standard vs mtp')  # the port is not a setting
-    sim = {"launch": {"kind": "sim", "profile": "fast", "argv": ["py", "--port", "1", "--profile", "fast"]}}
+    assert line == (
+        "mtp vs standard: the servers differ in 4 settings: --enable-prefix-caching "
+        "true vs (unset); --max-num-seqs 256 vs 128; --speculative-config (unset) vs "
+        '{"method": "mtp"}; profile standard vs mtp'
+    )  # the port is not a setting
+    sim = {
+        "launch": {
+            "kind": "sim",
+            "profile": "fast",
+            "argv": ["py", "--port", "1", "--profile", "fast"],
+        }
+    }
     assert setting_differences([sim, sim], ["a", "b"]) == []
     (none,) = setting_differences([{"launch": {"kind": "url"}}, sim], ["u", "s"])
     assert none.startswith("server settings not recorded for u (a server given by URL)")
 
 
 def test_compare_of_differently_named_models_says_that_is_expected(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The README's two-deployment recipe with two simulated engine profiles: only the
     model names differ; the refusal says when that is expected and what to do."""
-    meta = {"trace": {"path": "t.parquet", "sha256": "aa"}, "target": {"model": "sim-8b"},
-            "options": {"timing": "session", "speedup": 1.0}}
+    meta = {
+        "trace": {"path": "t.parquet", "sha256": "aa"},
+        "target": {"model": "sim-8b"},
+        "options": {"timing": "session", "speedup": 1.0},
+    }
     a = write_results(tmp_path / "a", synthetic_batches(300, 1), meta)
-    b = write_results(tmp_path / "b", synthetic_batches(300, 2), meta | {"target": {"model": "sim-8b-mtp"}})
+    b = write_results(
+        tmp_path / "b", synthetic_batches(300, 2), meta | {"target": {"model": "sim-8b-mtp"}}
+    )
     assert main(["compare", str(a), str(b)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model sim-8b vs sim-8b-mtp" in err

@@ -25,27 +25,40 @@ class WithKnob(RunConfig):
 
 def _meta(cfg: RunConfig) -> dict[str, Any]:
     """run.json's fields compare reads, as a run writes them (``replay.runrecord``)."""
-    return {"run_meta_version": 1, "trace": {"path": cfg.trace, "sha256": "abc"},
-            "target": {"model": "m"}, "options": record_options(cfg),
-            "option_kinds": option_kinds(type(cfg))}
+    return {
+        "run_meta_version": 1,
+        "trace": {"path": cfg.trace, "sha256": "abc"},
+        "target": {"model": "m"},
+        "options": record_options(cfg),
+        "option_kinds": option_kinds(type(cfg)),
+    }
 
 
 def test_the_max_think_pair_is_refused() -> None:
     a = _meta(RunConfig(trace="t", target="http://a:1", max_think_s=5.0))
     b = _meta(RunConfig(trace="t", target="http://b:1"))
     assert differences(a, b) == ["max_think_s 5.0 vs None"]
-    with pytest.raises(InputError, match=r"^compare: not the same experiment \(B differs "
-                       r"from A: max_think_s 5.0 vs None\); pass --force to compare anyway$"):
+    with pytest.raises(
+        InputError,
+        match=r"^compare: not the same experiment \(B differs "
+        r"from A: max_think_s 5.0 vs None\); pass --force to compare anyway$",
+    ):
         check_comparable([a, b], ["A", "B"], force=False)
 
 
 def test_a_field_added_as_load_is_refused_and_an_output_one_is_not() -> None:
     base = WithKnob(trace="t", target="http://a:1")
     assert differences(_meta(base), _meta(WithKnob(trace="t", target="http://b:1", knob=2))) == [
-        "knob 1 vs 2"]
-    assert differences(_meta(base), _meta(WithKnob(trace="t", target="http://b:1", label="b"))) == []
-    warned = check_comparable([_meta(base), _meta(WithKnob(trace="t", target="http://b:1",
-                                                           knob=3))], ["A", "B"], force=True)
+        "knob 1 vs 2"
+    ]
+    assert (
+        differences(_meta(base), _meta(WithKnob(trace="t", target="http://b:1", label="b"))) == []
+    )
+    warned = check_comparable(
+        [_meta(base), _meta(WithKnob(trace="t", target="http://b:1", knob=3))],
+        ["A", "B"],
+        force=True,
+    )
     assert warned == ["not comparable, compared because of --force: B differs from A: knob 1 vs 3"]
 
 

@@ -23,16 +23,35 @@ def test_rules() -> None:
     assert keyed({"http": 2}, {"http": 1, "timeout": 3}) == {"http": 3, "timeout": 3}
     assert keyed_lists({0: [5, 1]}, {0: [2, 2], 1: [1, 1]}) == {0: [7, 3], 1: [1, 1]}
     assert largest(2.5, 1.0) == 2.5 and add(b"ab", b"c") == b"abc"
-    assert GC_MERGE({"gc_young_collections": 3, "gc_pause_max_ns": 7},
-                    {"gc_young_collections": 2, "gc_pause_max_ns": 5}) == \
-        {"gc_young_collections": 5, "gc_pause_max_ns": 7}
+    assert GC_MERGE(
+        {"gc_young_collections": 3, "gc_pause_max_ns": 7},
+        {"gc_young_collections": 2, "gc_pause_max_ns": 5},
+    ) == {"gc_young_collections": 5, "gc_pause_max_ns": 7}
 
 
 def test_workers_merge_into_the_run_summary() -> None:
-    a = WorkerSummary(0, total=10, sent=9, ok=7, errors={"http": 2}, wall_s=3.0, cpu_s=1.0,
-                      output_tokens=70, gc={"gc_young_collections": 1, "gc_pause_max_ns": 9})
-    b = WorkerSummary(1, total=5, sent=5, ok=4, errors={"http": 1, "timeout": 1}, wall_s=4.0,
-                      cpu_s=0.5, output_tokens=40, gc={"gc_young_collections": 2, "gc_pause_max_ns": 4})
+    a = WorkerSummary(
+        0,
+        total=10,
+        sent=9,
+        ok=7,
+        errors={"http": 2},
+        wall_s=3.0,
+        cpu_s=1.0,
+        output_tokens=70,
+        gc={"gc_young_collections": 1, "gc_pause_max_ns": 9},
+    )
+    b = WorkerSummary(
+        1,
+        total=5,
+        sent=5,
+        ok=4,
+        errors={"http": 1, "timeout": 1},
+        wall_s=4.0,
+        cpu_s=0.5,
+        output_tokens=40,
+        gc={"gc_young_collections": 2, "gc_pause_max_ns": 4},
+    )
     s = RunSummary(output="o")
     merge_all(s, [a, b])
     assert (s.total, s.sent, s.ok, s.output_tokens) == (15, 14, 11, 110)
@@ -58,8 +77,20 @@ def test_a_new_count_is_one_declared_field() -> None:
 
 def test_live_stats_merge_by_their_declared_rules() -> None:
     a, b = LiveStats(), LiveStats()
-    a.ok, a.errors, a.throughput, a.elapsed_ns, a.cpu_percent = 2, {"http": 1}, {3: [10, 1]}, 5, [50.0]
-    b.ok, b.errors, b.throughput, b.elapsed_ns, b.cpu_percent = 1, {"http": 2}, {3: [4, 2], 4: [1, 1]}, 9, [20.0]
+    a.ok, a.errors, a.throughput, a.elapsed_ns, a.cpu_percent = (
+        2,
+        {"http": 1},
+        {3: [10, 1]},
+        5,
+        [50.0],
+    )
+    b.ok, b.errors, b.throughput, b.elapsed_ns, b.cpu_percent = (
+        1,
+        {"http": 2},
+        {3: [4, 2], 4: [1, 1]},
+        9,
+        [20.0],
+    )
     a.merge(b)
     assert (a.ok, a.errors, a.elapsed_ns, a.cpu_percent) == (3, {"http": 3}, 9, [50.0, 20.0])
     assert a.throughput == {3: [14, 3], 4: [1, 1]}

@@ -34,19 +34,38 @@ def _stats(n: int = 400) -> LiveStats:
 def _draw(st: LiveStats, width: int = 100, height: int = 30, **kw: object) -> str:
     buf = io.StringIO()
     Console(file=buf, width=width, height=height, color_system=None).print(
-        render_dashboard(st, width, height, **kw))  # type: ignore[arg-type]
+        render_dashboard(st, width, height, **kw)
+    )  # type: ignore[arg-type]
     return buf.getvalue()
 
 
 def test_dashboard_fits_100x30_and_shows_everything() -> None:
-    out = _draw(_stats(), server_gauges={"vllm:num_requests_running": 12.0,
-                                         "vllm:kv_cache_usage_perc": 0.42})
+    out = _draw(
+        _stats(),
+        server_gauges={"vllm:num_requests_running": 12.0, "vllm:kv_cache_usage_perc": 0.42},
+    )
     lines = out.splitlines()
     assert len(lines) <= 30 and max(len(x) for x in lines) <= 100
-    for needle in ("400/1,000 requests", "ETA", "sessions 7", "in flight 12", "TTFT", "TPOT",
-                   "ITL (per token)", "chunk gap", "E2E", "req TPS", "P99.9", "output tok/s",
-                   "errors: ", "tokens/chunk: 1:", "schedule lag P50 0.20", "CPU 35%",
-                   "running 12", "KV cache 42%"):
+    for needle in (
+        "400/1,000 requests",
+        "ETA",
+        "sessions 7",
+        "in flight 12",
+        "TTFT",
+        "TPOT",
+        "ITL (per token)",
+        "chunk gap",
+        "E2E",
+        "req TPS",
+        "P99.9",
+        "output tok/s",
+        "errors: ",
+        "tokens/chunk: 1:",
+        "schedule lag P50 0.20",
+        "CPU 35%",
+        "running 12",
+        "KV cache 42%",
+    ):
         assert needle in out, needle
     assert "bottleneck" not in out
 
@@ -93,11 +112,13 @@ def test_sparkline() -> None:
 
 @pytest.fixture
 def metrics_url() -> Iterator[str]:
-    body = (b"# TYPE vllm:num_requests_running gauge\n"
-            b'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
-            b'vllm:num_requests_running{engine="1",model_name="m"} 4.0\n'
-            b"# TYPE vllm:num_preemptions counter\n"
-            b'vllm:num_preemptions_total{engine="0",model_name="m"} 9.0\n')
+    body = (
+        b"# TYPE vllm:num_requests_running gauge\n"
+        b'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        b'vllm:num_requests_running{engine="1",model_name="m"} 4.0\n'
+        b"# TYPE vllm:num_preemptions counter\n"
+        b'vllm:num_preemptions_total{engine="0",model_name="m"} 9.0\n'
+    )
 
     class H(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -167,7 +188,8 @@ def test_stop_puts_the_renderer_back_at_normal_priority(monkeypatch: pytest.Monk
 
 
 def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The render loop itself, on a thread: it must poll before any snapshot arrived (sequence
     # 0, empty slot) without dying, skip a damaged snapshot, and show the next good one.
     from agent_replay.analysis import dashboard
@@ -175,8 +197,10 @@ def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
     monkeypatch.setattr(dashboard, "_yield_cpu", lambda: None)  # no renice of the test process
     monkeypatch.setattr(dashboard, "FPS", 50.0)
     d = DashboardProcess(total_requests=100, title="t", tty=False)
-    th = threading.Thread(target=dashboard._render_loop, args=(
-        d._buf, d._seq, d._len, d._lock, d._stop, 100, "t", None, False))
+    th = threading.Thread(
+        target=dashboard._render_loop,
+        args=(d._buf, d._seq, d._len, d._lock, d._stop, 100, "t", None, False),
+    )
     th.start()
     try:
         threading.Event().wait(0.2)  # ~10 polls of an empty slot
@@ -194,7 +218,8 @@ def test_renderer_waits_for_the_first_snapshot_and_survives_a_bad_one(
 
 
 def test_dashboard_process_computes_request_stats_from_the_part_files(
-        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     # A local run's dashboard: the workers write part files and send progress only; the
     # renderer's process reads the parts. Two requests with TTFT 10 and 30 ms (sent at 2 ms)
     # and 4 tokens in 4 chunks 5 ms apart (TPOT 5 ms: 200 tok/s); the part being written
@@ -205,9 +230,18 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
     ms = 1_000_000
     w = ResultWriter(tmp_path, t0_ns=0)
     for i, first in enumerate((12 * ms, 32 * ms)):
-        r = RequestRecord(session_id=f"s{i}", request_index=0, parent_index=-1, clone=0, worker=0,
-                          request_id=f"r{i}", api="completions", expected_input_tokens=10,
-                          expected_output_tokens=4, implied_cached_tokens=None)
+        r = RequestRecord(
+            session_id=f"s{i}",
+            request_index=0,
+            parent_index=-1,
+            clone=0,
+            worker=0,
+            request_id=f"r{i}",
+            api="completions",
+            expected_input_tokens=10,
+            expected_output_tokens=4,
+            implied_cached_tokens=None,
+        )
         r.intended_ns, r.sent_ns, r.first_token_ns = 2 * ms, 2 * ms, first
         r.chunk_ns.extend(first + k * 5 * ms for k in range(4))
         r.chunk_tokens.extend([1] * 4)
@@ -231,8 +265,14 @@ def test_dashboard_process_computes_request_stats_from_the_part_files(
 def test_gauge_sums_add_label_sets_and_counter_totals() -> None:
     from agent_replay.analysis.gauges import gauge_sums
 
-    got = gauge_sums([("vllm:num_requests_running", 3), ("vllm:num_requests_running", 4),
-                      ("vllm:num_preemptions_total", 2), ("vllm:other", 9)])
+    got = gauge_sums(
+        [
+            ("vllm:num_requests_running", 3),
+            ("vllm:num_requests_running", 4),
+            ("vllm:num_preemptions_total", 2),
+            ("vllm:other", 9),
+        ]
+    )
     assert got == {"vllm:num_requests_running": 7.0, "vllm:num_preemptions": 2.0}
 
 
@@ -276,10 +316,18 @@ def test_dashboard_shows_the_labelled_p90_tps_headline() -> None:
     ms = 1_000_000
     for i in range(20):  # TPOT (c_m - c_1) / (N - k_1) = (i + 10) ms per token
         t0 = i * 100 * ms
-        st.observe_request({"status": "ok", "intended_ns": t0, "sent_ns": t0,
-                            "first_token_ns": t0 + 5 * ms, "end_ns": t0 + 5 * ms + 4 * (i + 10) * ms,
-                            "chunk_ns": [t0 + 5 * ms, t0 + 5 * ms + 4 * (i + 10) * ms],
-                            "chunk_tokens": [1, 4], "completion_tokens": 5})
+        st.observe_request(
+            {
+                "status": "ok",
+                "intended_ns": t0,
+                "sent_ns": t0,
+                "first_token_ns": t0 + 5 * ms,
+                "end_ns": t0 + 5 * ms + 4 * (i + 10) * ms,
+                "chunk_ns": [t0 + 5 * ms, t0 + 5 * ms + 4 * (i + 10) * ms],
+                "chunk_tokens": [1, 4],
+                "completion_tokens": 5,
+            }
+        )
     line = live_headline(st)
     # P90 of TPOT over 10..29 ms is the 18th value, 27 ms (HdrHistogram: to 3 digits)
     assert line.startswith("per-user decode speed, P90: 37.0 tok/s (90% of requests at least")

@@ -73,8 +73,9 @@ def test_fold_empty_rows_negative_gaps_and_zero_tokens() -> None:
 def test_null_list_owning_values_is_empty() -> None:
     # Arrow allows a null list slot to span child values; those are not the row's chunks.
     values = pa.array([1, 2, 3, 4, 5], pa.int64())
-    col = pa.ListArray.from_arrays(pa.array([0, 2, 4, 5], pa.int32()), values,
-                                   mask=pa.array([False, True, False]))
+    col = pa.ListArray.from_arrays(
+        pa.array([0, 2, 4, 5], pa.int32()), values, mask=pa.array([False, True, False])
+    )
     assert col.null_count == 1 and col.value_lengths().to_pylist() == [2, None, 1]
     lst = lists(pa.table({"chunk_ns": col}), "chunk_ns")
     assert lst.values.tolist() == [1, 2, 5] and lst.offsets.tolist() == [0, 2, 2, 3]
@@ -90,18 +91,24 @@ def test_request_metrics_with_given_lists_match() -> None:
 
 @pytest.mark.parametrize("lowest", [1, 1000])
 def test_blocked_recording_matches_reference_at_bucket_edges(
-        lowest: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    lowest: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(hist, "RECORD_BLOCK", 1000)
     top = 3_600 * 10**9
     edges = [v + d for e in range(0, 42) for d in (-1, 0, 1) if 0 <= (v := 1 << e) + d <= top]
     rng = np.random.default_rng(11)
-    values = np.concatenate([np.array(edges + [0, top], dtype=np.int64),
-                             rng.integers(0, top, 5000), rng.lognormal(14, 3, 5000).astype(np.int64)
-                             .clip(0, top)])
+    values = np.concatenate(
+        [
+            np.array(edges + [0, top], dtype=np.int64),
+            rng.integers(0, top, 5000),
+            rng.lognormal(14, 3, 5000).astype(np.int64).clip(0, top),
+        ]
+    )
     weights = rng.integers(0, 4, values.size)
     ours, ref = Hist(top, lowest=lowest), HdrHistogram(lowest, top, 3)
-    lost = ours.record_many(np.concatenate([values, [-5, top + 1]]),
-                            np.concatenate([weights, [2, 3]]))
+    lost = ours.record_many(
+        np.concatenate([values, [-5, top + 1]]), np.concatenate([weights, [2, 3]])
+    )
     for v, w in zip(values.tolist(), weights.tolist(), strict=True):
         if w:
             ref.record_value(v, w)
@@ -119,12 +126,15 @@ def test_one_token_chunks_share_the_bucket_work(block: int) -> None:
         ok, _ = stats_rows(t)
         ref_itl, ref_gap, ref_tpc = _reference(t, ok)
         itl, gap = Hist(), Hist()
-        tpc = fold_chunks(lists(t, "chunk_ns"), lists(t, "chunk_tokens"), ok, itl, gap,
-                          block=block)
+        tpc = fold_chunks(lists(t, "chunk_ns"), lists(t, "chunk_tokens"), ok, itl, gap, block=block)
         assert np.array_equal(itl._counts, ref_itl._counts)
         assert np.array_equal(gap._counts, ref_gap._counts)
         assert (itl.count, itl.min, itl.max, itl.dropped) == (
-            ref_itl.count, ref_itl.min, ref_itl.max, ref_itl.dropped)
+            ref_itl.count,
+            ref_itl.min,
+            ref_itl.max,
+            ref_itl.dropped,
+        )
         assert _tpc(tpc) == ref_tpc
 
 

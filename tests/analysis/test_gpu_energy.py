@@ -31,12 +31,30 @@ def _telemetry() -> pa.Table:
     e0 = [0, 100, 250, 450, 600, 700]
     e1 = [1_000_000, 1_052_000, 1_104_000, 52_000, 104_000, 156_000]
     for k in range(6):
-        rows.append({"t_ns": k * S, "gpu": 0, "uuid": "GPU-a", "gpu_util_pct": 10.0 * k,
-                     "power_w": float(p0[k]), "energy_mj": 5_000_000 + e0[k] * 1000,
-                     "mem_used_bytes": (k + 1) << 30, "temp_c": 40.0 + k})
-        rows.append({"t_ns": k * S, "gpu": 1, "uuid": "GPU-b", "gpu_util_pct": 50.0,
-                     "power_w": 50.0, "energy_mj": e1[k], "mem_used_bytes": 1 << 30,
-                     "temp_c": 30.0})
+        rows.append(
+            {
+                "t_ns": k * S,
+                "gpu": 0,
+                "uuid": "GPU-a",
+                "gpu_util_pct": 10.0 * k,
+                "power_w": float(p0[k]),
+                "energy_mj": 5_000_000 + e0[k] * 1000,
+                "mem_used_bytes": (k + 1) << 30,
+                "temp_c": 40.0 + k,
+            }
+        )
+        rows.append(
+            {
+                "t_ns": k * S,
+                "gpu": 1,
+                "uuid": "GPU-b",
+                "gpu_util_pct": 50.0,
+                "power_w": 50.0,
+                "energy_mj": e1[k],
+                "mem_used_bytes": 1 << 30,
+                "temp_c": 30.0,
+            }
+        )
     cols = {f.name: [r.get(f.name) for r in rows] for f in GPU_TELEMETRY_SCHEMA}
     return pa.table(cols, schema=GPU_TELEMETRY_SCHEMA)
 
@@ -44,23 +62,56 @@ def _telemetry() -> pa.Table:
 def _requests() -> pa.Table:
     # a: 1 s .. 3 s, chunks at 1.5 s (10 tokens) and 2.5 s (30); b: 2 s .. 4 s, chunks at
     # 2.2 s (5) and 2.8 s (15). Measured window: first intended send 1 s .. last byte 4 s.
-    return rows_to_table([
-        {"session_id": "a", "request_id": "a0", "intended_ns": 1 * S, "sent_ns": 1 * S,
-         "first_token_ns": 3 * S // 2, "end_ns": 3 * S, "chunk_ns": [3 * S // 2, 5 * S // 2],
-         "chunk_tokens": [10, 30], "completion_tokens": 40, "expected_output_tokens": 40},
-        {"session_id": "b", "request_id": "b0", "intended_ns": 2 * S, "sent_ns": 2 * S,
-         "first_token_ns": 22 * S // 10, "end_ns": 4 * S, "chunk_ns": [22 * S // 10, 28 * S // 10],
-         "chunk_tokens": [5, 15], "completion_tokens": 20, "expected_output_tokens": 20},
-    ])
+    return rows_to_table(
+        [
+            {
+                "session_id": "a",
+                "request_id": "a0",
+                "intended_ns": 1 * S,
+                "sent_ns": 1 * S,
+                "first_token_ns": 3 * S // 2,
+                "end_ns": 3 * S,
+                "chunk_ns": [3 * S // 2, 5 * S // 2],
+                "chunk_tokens": [10, 30],
+                "completion_tokens": 40,
+                "expected_output_tokens": 40,
+            },
+            {
+                "session_id": "b",
+                "request_id": "b0",
+                "intended_ns": 2 * S,
+                "sent_ns": 2 * S,
+                "first_token_ns": 22 * S // 10,
+                "end_ns": 4 * S,
+                "chunk_ns": [22 * S // 10, 28 * S // 10],
+                "chunk_tokens": [5, 15],
+                "completion_tokens": 20,
+                "expected_output_tokens": 20,
+            },
+        ]
+    )
 
 
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
-    meta = {"options": {"timing": "session"}, "gpu_telemetry": {
-        "enabled": True, "source": "NVML", "gpus": [{"index": 0, "uuid": "GPU-a", "name": "H200"},
-                                                    {"index": 1, "uuid": "GPU-b", "name": "H200"}],
-        "cost": {"samples_per_s": 10.0, "cpu_percent": 0.5, "read_ms_mean": 0.3,
-                 "read_ms_max": 1.2, "errors": 0}}}
+    meta = {
+        "options": {"timing": "session"},
+        "gpu_telemetry": {
+            "enabled": True,
+            "source": "NVML",
+            "gpus": [
+                {"index": 0, "uuid": "GPU-a", "name": "H200"},
+                {"index": 1, "uuid": "GPU-b", "name": "H200"},
+            ],
+            "cost": {
+                "samples_per_s": 10.0,
+                "cpu_percent": 0.5,
+                "read_ms_mean": 0.3,
+                "read_ms_max": 1.2,
+                "errors": 0,
+            },
+        },
+    }
     root = write_results(tmp_path / "res", _requests(), meta)
     pq.write_table(_telemetry(), root / "gpu_telemetry.parquet")
     return root
@@ -95,8 +146,9 @@ def test_energy_two_ways_and_derived_figures(results: Path) -> None:
     assert a["fields"]["temp_c"]["p99"] == 44.0
     assert "sm_active_pct" not in a["fields"]  # no such readings: left out
     # the +0.9% total is within 2%; GPU 1's +4% is not
-    assert g["notes"] == ["energy counter and power integral differ by more than 2% on "
-                          "GPU 1 (+4.0%)"]
+    assert g["notes"] == [
+        "energy counter and power integral differ by more than 2% on GPU 1 (+4.0%)"
+    ]
 
 
 def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
@@ -113,8 +165,20 @@ def test_sweep_point_figures(results: Path, tmp_path: Path) -> None:
 
     row = point_metrics(build_report(results), gpus=1)
     assert row["j_per_output_token"] == pytest.approx(656.0 / 60)
-    write_index(tmp_path, [row | {"phase": "sweep", "order": 0, "repeat": 0, "target": "t",
-                                  "point": 1.0, "status": "complete"}])
+    write_index(
+        tmp_path,
+        [
+            row
+            | {
+                "phase": "sweep",
+                "order": 0,
+                "repeat": 0,
+                "target": "t",
+                "point": 1.0,
+                "status": "complete",
+            }
+        ],
+    )
     assert read_index(tmp_path)[0]["j_per_output_token"] == pytest.approx(656.0 / 60)
 
 
@@ -158,9 +222,11 @@ def test_a_note_when_counter_and_power_disagree(tmp_path: Path) -> None:
     pq.write_table(t, root / "gpu_telemetry.parquet")
     g = build_report(root).gpu
     assert g is not None
-    assert g["notes"] == ["energy counter and power integral differ by +4.0% (more than 2%): "
-                          "the driver may average its power reading, or the sample interval "
-                          "is coarse for this window"]
+    assert g["notes"] == [
+        "energy counter and power integral differ by +4.0% (more than 2%): "
+        "the driver may average its power reading, or the sample interval "
+        "is coarse for this window"
+    ]
     assert "sessions" not in g  # sessions are not the unit of a max-rate run
 
 
@@ -177,12 +243,21 @@ def test_energy_helpers_edges() -> None:
     t = np.array([0.0, 1.0, 2.0]) * S
     assert counter_energy_j(t[:1], np.array([5.0]), 0, S) is None
     # the window's edges fall inside intervals: linear interpolation of the counter
-    assert counter_energy_j(t, np.array([0.0, 1000.0, 3000.0]), 0.5 * S, 1.5 * S) == pytest.approx(1.5)
+    assert counter_energy_j(t, np.array([0.0, 1000.0, 3000.0]), 0.5 * S, 1.5 * S) == pytest.approx(
+        1.5
+    )
     # power 0 -> 100 W over 1 s: held linear; [0.5, 1] s integrates 37.5 J
     assert power_energy_j(t, np.array([0.0, 100.0, 100.0]), 0.5 * S, 1.0 * S) == pytest.approx(37.5)
     # an interval's energy is split by tokens; a window cuts half of the first interval
-    per, rest = apportion(t, np.array([10.0, 20.0]), np.array([0.5, 1.5, 1.6]) * S,
-                          np.array([1, 1, 3]), np.array([0, 0, 1]), 2, window_ns=(0.5 * S, 2 * S))
+    per, rest = apportion(
+        t,
+        np.array([10.0, 20.0]),
+        np.array([0.5, 1.5, 1.6]) * S,
+        np.array([1, 1, 3]),
+        np.array([0, 0, 1]),
+        2,
+        window_ns=(0.5 * S, 2 * S),
+    )
     assert per.tolist() == pytest.approx([5.0 + 5.0, 15.0]) and rest == 0.0
 
 
@@ -194,7 +269,12 @@ def test_gpu_plot_and_in_flight(results: Path, tmp_path: Path) -> None:
     # a: 1..3 s, b: 2..4 s -> in flight at 0.5, 1, 2.5, 3.5, 4 s: 0, 1, 2, 1, 0
     grid = np.array([0.5, 1.0, 2.5, 3.5, 4.0]) * S
     assert in_flight(np.array([1.0, 2.0]) * S, np.array([3.0, 4.0]) * S, grid).tolist() == [
-        0, 1, 2, 1, 0]
+        0,
+        1,
+        2,
+        1,
+        0,
+    ]
     r = build_report(results)
     paths = write_plots(r, tmp_path / "plots")
     assert [p.name for p in paths] == [*NAMES, "gpu.png"]

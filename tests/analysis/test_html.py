@@ -36,12 +36,25 @@ S = 1_000_000_000
 
 def _gpu_samples(t0: int, t1: int) -> pa.Table:
     ts = np.arange(t0, t1, S // 2)
-    rows = [{"t_ns": int(t), "gpu": g, "uuid": f"GPU-{g}", "gpu_util_pct": 40.0 + 10 * g,
-             "sm_active_pct": 30.0 + 10 * g, "power_w": 300.0 + 50 * g + (i % 5),
-             "energy_mj": int(1e9 + i * 150_000), "mem_used_bytes": 1 << 30, "temp_c": 50.0}
-            for i, t in enumerate(ts) for g in (0, 1)]
-    return pa.table({f.name: [r.get(f.name) for r in rows] for f in GPU_TELEMETRY_SCHEMA},
-                    schema=GPU_TELEMETRY_SCHEMA)
+    rows = [
+        {
+            "t_ns": int(t),
+            "gpu": g,
+            "uuid": f"GPU-{g}",
+            "gpu_util_pct": 40.0 + 10 * g,
+            "sm_active_pct": 30.0 + 10 * g,
+            "power_w": 300.0 + 50 * g + (i % 5),
+            "energy_mj": int(1e9 + i * 150_000),
+            "mem_used_bytes": 1 << 30,
+            "temp_c": 50.0,
+        }
+        for i, t in enumerate(ts)
+        for g in (0, 1)
+    ]
+    return pa.table(
+        {f.name: [r.get(f.name) for r in rows] for f in GPU_TELEMETRY_SCHEMA},
+        schema=GPU_TELEMETRY_SCHEMA,
+    )
 
 
 def make_results(root: Path, *, seed: int = 3, tpot_scale: float = 1.0, gpu: bool = True) -> Path:
@@ -57,11 +70,19 @@ def make_results(root: Path, *, seed: int = 3, tpot_scale: float = 1.0, gpu: boo
         kinds[i] = "cancelled"
     t = t.set_column(t.schema.get_field_index("clone"), "clone", pa.array(clone, pa.int32()))
     t = t.set_column(t.schema.get_field_index("agent_id"), "agent_id", pa.array(agent, pa.string()))
-    t = t.set_column(t.schema.get_field_index("error_kind"), "error_kind", pa.array(kinds, pa.string()))
+    t = t.set_column(
+        t.schema.get_field_index("error_kind"), "error_kind", pa.array(kinds, pa.string())
+    )
     meta = {"options": {"timing": "session"}, "status": "ok", "gpus": 2}
     if gpu:
-        meta["gpu_telemetry"] = {"enabled": True, "source": "NVML", "gpus": [
-            {"index": 0, "uuid": "GPU-0", "name": "H200"}, {"index": 1, "uuid": "GPU-1", "name": "H200"}]}
+        meta["gpu_telemetry"] = {
+            "enabled": True,
+            "source": "NVML",
+            "gpus": [
+                {"index": 0, "uuid": "GPU-0", "name": "H200"},
+                {"index": 1, "uuid": "GPU-1", "name": "H200"},
+            ],
+        }
     root = write_results(root, t, meta)
     if gpu:
         lo = int(pc.min(t.column("intended_ns")).as_py())
@@ -119,7 +140,9 @@ def test_page_has_the_terminal_reports_figures_and_needs_no_network(report: Repo
     assert "Bokeh" in page and len(page) > 500_000  # the library itself, inlined
 
 
-def test_run_without_the_extra_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_without_the_extra_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = make_results(tmp_path / "run", gpu=False)
     monkeypatch.setattr(html_mod, "available", lambda: False)
     path, line = html_mod.write_run_report(root)
@@ -195,17 +218,31 @@ def _check_in_chromium(page_path: Path, shot: Path, expected: set[str]) -> list[
     return charts
 
 
-needs_chromium = pytest.mark.skipif(chromium_path() is None,
-                                    reason="no chromium (apt-get install chromium; scripts/test.sh does)")
+needs_chromium = pytest.mark.skipif(
+    chromium_path() is None, reason="no chromium (apt-get install chromium; scripts/test.sh does)"
+)
 
 
 @pytest.mark.slow
 @needs_chromium
 def test_report_renders_every_chart_in_chromium(report: Report, tmp_path: Path) -> None:
     path = html_mod.write_html(html_mod.report_html(report), tmp_path / "report.html")
-    _check_in_chromium(path, tmp_path / "report.png",
-                       {"cdf-ttft", "cdf-tpot", "cdf-itl", "cdf-e2e", "tps", "throughput",
-                        "in-flight", "timelines", "gpu-power", "gpu-util"})
+    _check_in_chromium(
+        path,
+        tmp_path / "report.png",
+        {
+            "cdf-ttft",
+            "cdf-tpot",
+            "cdf-itl",
+            "cdf-e2e",
+            "tps",
+            "throughput",
+            "in-flight",
+            "timelines",
+            "gpu-power",
+            "gpu-util",
+        },
+    )
 
 
 @pytest.mark.slow
@@ -226,24 +263,34 @@ def test_compare_and_sweep_pages_render_in_chromium(tmp_path: Path) -> None:
         for point in (2, 8, 32):
             for rep in range(3):
                 v = speed * (400 / (1 + point / 8)) * (1 + 0.05 * (rep - 1))
-                rows.append({"target": target, "point": float(point), "repeat": rep,
-                             "status": "complete", "p90_tps": v, "north_star": 0.8 * v,
-                             "agentx_interactivity": 0.9 * v,
-                             "output_tps_per_gpu": point * v / 2, "total_tps_per_gpu": point * v,
-                             "ttft_p99_ms": 50.0 * point,
-                             "warmup_steady": not (point == 2 and rep == 0),
-                             "machine_contention": target == "mtp" and point == 32 and rep == 1})
+                rows.append(
+                    {
+                        "target": target,
+                        "point": float(point),
+                        "repeat": rep,
+                        "status": "complete",
+                        "p90_tps": v,
+                        "north_star": 0.8 * v,
+                        "agentx_interactivity": 0.9 * v,
+                        "output_tps_per_gpu": point * v / 2,
+                        "total_tps_per_gpu": point * v,
+                        "ttft_p99_ms": 50.0 * point,
+                        "warmup_steady": not (point == 2 and rep == 0),
+                        "machine_contention": target == "mtp" and point == 32 and rep == 1,
+                    }
+                )
     pts = points(rows)
     res = {"points": pts, "markdown": to_markdown(pts, "concurrent_sessions")}
     page = html_mod.sweep_html([tmp_path], res)
     # before: the flag sat in a clipped table column; now the page opens with it
-    assert ('<div class="warn strong">WARNING: host contention in 1 of 18 runs (mtp 32 r1)'
-            in page)
+    assert '<div class="warn strong">WARNING: host contention in 1 of 18 runs (mtp 32 r1)' in page
     assert "hollow triangles in the plots" in page
     path = html_mod.write_html(page, tmp_path / "sweep.html")
-    charts = _check_in_chromium(path, tmp_path / "sweep.png",
-                                {"frontier-p90_tps", "frontier-north_star",
-                                  "frontier-agentx_interactivity"})
+    charts = _check_in_chromium(
+        path,
+        tmp_path / "sweep.png",
+        {"frontier-p90_tps", "frontier-north_star", "frontier-agentx_interactivity"},
+    )
     for c in charts:  # the promised hollow triangles: the two unsteady runs (one per target)
         assert ["triangle", 0] in c["markers"], c["markers"]
 
@@ -263,8 +310,9 @@ def test_each_sweep_run_gets_its_page(tmp_path: Path) -> None:
     assert not (empty / "report.html").exists()
 
 
-def test_an_unwritable_page_is_one_line_not_a_traceback(tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unwritable_page_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from agent_replay.replay.cli import main
 
     root = make_results(tmp_path / "run", gpu=False)
@@ -274,8 +322,9 @@ def test_an_unwritable_page_is_one_line_not_a_traceback(tmp_path: Path,
     assert err.count("\n") == 1 and "cannot write the HTML report" in err
 
 
-@pytest.mark.parametrize(("lo", "hi"), [(0.004, 0.05), (800.0, 2400.0), (310.0, 390.0),
-                                        (1.0, 1e5), (0.001, 3.0)])
+@pytest.mark.parametrize(
+    ("lo", "hi"), [(0.004, 0.05), (800.0, 2400.0), (310.0, 390.0), (1.0, 1e5), (0.001, 3.0)]
+)
 def test_log_ticks_leave_no_stretch_of_the_range_unlabelled(lo: float, hi: float) -> None:
     """Before: 1-2-5 ticks only, so E2E values between 500 and 1000 ms (40% of a run) had
     no label; now a label at least every factor 2.5, one below and one above the range."""
@@ -289,7 +338,9 @@ def test_log_ticks_leave_no_stretch_of_the_range_unlabelled(lo: float, hi: float
 def test_zero_gaps_are_said_in_the_title() -> None:
     """Tokens read in one chunk have 0 ms gaps; a log axis draws them at 0.001 ms, and the
     title says how many there are."""
-    assert cdf.zero_fraction(np.array([0.0, 0.0, 1.0, 2.0]), np.array([0.25, 0.5, 0.75, 1.0])) == 0.5
+    assert (
+        cdf.zero_fraction(np.array([0.0, 0.0, 1.0, 2.0]), np.array([0.25, 0.5, 0.75, 1.0])) == 0.5
+    )
     assert cdf.zero_fraction(np.array([1.0]), np.array([1.0])) == 0.0
 
 

@@ -29,27 +29,69 @@ from agent_replay.analysis.runstats import Accumulator, Slo
 # X1 (exact): s=0, chunks 100/130/190 with 1/1/2 tokens, e=200. TTFT 100, E2E 200,
 #    decode 90, N - k_1 = 3, TPOT 30; ITL 30 x1, 60/2=30 x2; chunk gaps 30, 60.
 X1: dict[str, Any] = dict(
-    session_id="x", request_index=0, intended_ns=0, sent_ns=0, first_token_ns=100, end_ns=200,
-    chunk_ns=[100, 130, 190], chunk_tokens=[1, 1, 2], expected_input_tokens=10,
-    expected_output_tokens=4, prompt_tokens=10, completion_tokens=4)
+    session_id="x",
+    request_index=0,
+    intended_ns=0,
+    sent_ns=0,
+    first_token_ns=100,
+    end_ns=200,
+    chunk_ns=[100, 130, 190],
+    chunk_tokens=[1, 1, 2],
+    expected_input_tokens=10,
+    expected_output_tokens=4,
+    prompt_tokens=10,
+    completion_tokens=4,
+)
 # X2 (exact): s=1000, chunks 1050/1070 with 1/1, e=1080. TTFT 50, E2E 80, TPOT 20, ITL 20 x1.
 X2: dict[str, Any] = dict(
-    session_id="m", request_index=0, intended_ns=1000, sent_ns=1000, first_token_ns=1050,
-    end_ns=1080, chunk_ns=[1050, 1070], chunk_tokens=[1, 1], expected_input_tokens=10,
-    expected_output_tokens=2, prompt_tokens=10, completion_tokens=2)
+    session_id="m",
+    request_index=0,
+    intended_ns=1000,
+    sent_ns=1000,
+    first_token_ns=1050,
+    end_ns=1080,
+    chunk_ns=[1050, 1070],
+    chunk_tokens=[1, 1],
+    expected_input_tokens=10,
+    expected_output_tokens=2,
+    prompt_tokens=10,
+    completion_tokens=2,
+)
 # I1 (inexact, usage 9): s=2010, three content events at 2110/2150/2250, e=2300. TTFT 100,
 #    E2E 290, chunk gaps 40, 100. Counted as exact it would add TPOT 140/2 = 70 and ITLs.
 I1: dict[str, Any] = dict(
-    session_id="m", request_index=1, parent_index=0, intended_ns=2000, sent_ns=2010,
-    first_token_ns=2110, end_ns=2300, chunk_ns=[2110, 2150, 2250], chunk_tokens=[1, 1, 1],
-    expected_input_tokens=10, expected_output_tokens=9, prompt_tokens=10, completion_tokens=9,
-    error_kind="inexact", error="tokens per chunk not exact")
+    session_id="m",
+    request_index=1,
+    parent_index=0,
+    intended_ns=2000,
+    sent_ns=2010,
+    first_token_ns=2110,
+    end_ns=2300,
+    chunk_ns=[2110, 2150, 2250],
+    chunk_tokens=[1, 1, 1],
+    expected_input_tokens=10,
+    expected_output_tokens=9,
+    prompt_tokens=10,
+    completion_tokens=9,
+    error_kind="inexact",
+    error="tokens per chunk not exact",
+)
 # I2 (inexact, no usage at all): s=3000, events at 3020/3030, e=3040. TTFT 20, E2E 40,
 #    chunk gap 10; output length unknown (2 events: a lower bound), trace says 5.
 I2: dict[str, Any] = dict(
-    session_id="y", request_index=0, intended_ns=3000, sent_ns=3000, first_token_ns=3020,
-    end_ns=3040, chunk_ns=[3020, 3030], chunk_tokens=[1, 1], expected_input_tokens=10,
-    expected_output_tokens=5, error_kind="inexact", error="tokens per chunk not exact")
+    session_id="y",
+    request_index=0,
+    intended_ns=3000,
+    sent_ns=3000,
+    first_token_ns=3020,
+    end_ns=3040,
+    chunk_ns=[3020, 3030],
+    chunk_tokens=[1, 1],
+    expected_input_tokens=10,
+    expected_output_tokens=5,
+    error_kind="inexact",
+    error="tokens per chunk not exact",
+)
 MIXED = [X1, X2, I1, I2]
 
 
@@ -82,7 +124,11 @@ def test_mixed_rows_per_token_metrics_from_exact_rows_only() -> None:
     # throughput from the usage (I1: 9), I2's two events as a lower bound
     assert st.tokens["output"] == 4 + 2 + 9 + 2
     f = st.fidelity
-    assert (f["output_tokens_served"], f["output_tokens_trace"], f["output_mismatches"]) == (15, 15, 0)
+    assert (f["output_tokens_served"], f["output_tokens_trace"], f["output_mismatches"]) == (
+        15,
+        15,
+        0,
+    )
     # session m = X2 + I1: session TPS from X2 alone (1 token in 20 ns); y has none
     s = {r["session_id"]: r for r in st.sessions.to_pylist()}
     assert s["m"]["session_tps"] == pytest.approx(1e9 / 20) and s["m"]["requests_ok"] == 2
@@ -129,7 +175,10 @@ def test_report_all_inexact_shows_times_and_says_why(tmp_path: Path) -> None:
     assert st.latency["chunk_gap"].count == 6
     assert st.latency["tpot"].count == 0 and st.latency["itl"].count == 0 and st.tps.count == 0
     assert st.tokens_per_chunk == {}
-    assert r.headline["p90_tps"] is None and "3 requests had inexact token counts" in r.headline["text"]
+    assert (
+        r.headline["p90_tps"] is None
+        and "3 requests had inexact token counts" in r.headline["text"]
+    )
     warn = [w for w in r.warnings if "inexact" in w]
     assert len(warn) == 1 and "3 of 3 successful requests" in warn[0]
     assert "ITL, TPOT, request TPS" in warn[0] and "TTFT, E2E, chunk gap" in warn[0]
@@ -147,8 +196,9 @@ def test_report_mixed_headline_names_what_it_leaves_out(tmp_path: Path) -> None:
     r = build_report(write_results(tmp_path / "r", rows_to_table(MIXED)))
     assert r.headline["p90_tps"] == pytest.approx(1e9 / 30)
     assert "leaves out 2 requests with inexact token counts" in r.headline["text"]
-    assert any("2 of 4 successful requests" in w and "1 of them sent no usage" in w
-               for w in r.warnings)
+    assert any(
+        "2 of 4 successful requests" in w and "1 of them sent no usage" in w for w in r.warnings
+    )
 
 
 def test_exact_run_has_no_inexact_lines(tmp_path: Path) -> None:

@@ -36,8 +36,14 @@ def test_send_time_is_after_a_new_connection_opened() -> None:
     # S=100, started s0=110, 30 opening a connection: s=140, f=240, e=300.
     # schedule lag s0-S=10, TTFT f-s=100 (140 from intended), E2E e-s=160 (200 from intended).
     # The same row on a kept-alive connection (connect null): s=s0.
-    row = dict(intended_ns=100, sent_ns=110, first_token_ns=240, end_ns=300,
-               chunk_ns=[240, 270], chunk_tokens=[1, 1])
+    row = dict(
+        intended_ns=100,
+        sent_ns=110,
+        first_token_ns=240,
+        end_ns=300,
+        chunk_ns=[240, 270],
+        chunk_tokens=[1, 1],
+    )
     m = request_metrics(rows_to_table([{**row, "connect_ns": 30}, row]))
     assert _eq(m.schedule_lag, [10, 10])
     assert _eq(m.connect, [30, NAN])

@@ -36,8 +36,18 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     trace = write_rows(tmp / "t.parquet", chain_rows(40, 4, output_tokens=20, think_ns=20_000_000))
     out = tmp / "res"
     with SimProcess("fast") as sim:
-        summary = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), salt=0,
-                                speedup=4, scrape_interval_s=0, progress=False), progress=None)
+        summary = run(
+            RunConfig(
+                trace=str(trace),
+                target=sim.url,
+                output=str(out),
+                salt=0,
+                speedup=4,
+                scrape_interval_s=0,
+                progress=False,
+            ),
+            progress=None,
+        )
     assert summary.ok == 160
     return out, summary
 
@@ -48,14 +58,23 @@ def test_every_consumer_shows_the_same_figures(folder: tuple[Path, object]) -> N
     lat = rep.stats.latency
     sp = speeds(lat)
     p90_tps = sp["p90_tps"]
-    assert p90_tps is not None and p90_tps == pytest.approx(1e9 / lat["tpot"].values[90.0], rel=1e-12)
+    assert p90_tps is not None and p90_tps == pytest.approx(
+        1e9 / lat["tpot"].values[90.0], rel=1e-12
+    )
 
     # report: headline, JSON, CSV, Markdown and the terminal table
     assert rep.headline["p90_tps"] == p90_tps == rep.stats.tps.values[90.0]
     d = json.loads(to_json(rep))
-    assert d["headline"]["p90_tps"] == p90_tps == d["speeds_tok_s"]["p90_tps"] == d["request_tps"]["p90"]
-    rows = {(r["section"], r["name"], r["field"]): r["value"]
-            for r in csv.DictReader(io.StringIO(to_csv(rep)))}
+    assert (
+        d["headline"]["p90_tps"]
+        == p90_tps
+        == d["speeds_tok_s"]["p90_tps"]
+        == d["request_tps"]["p90"]
+    )
+    rows = {
+        (r["section"], r["name"], r["field"]): r["value"]
+        for r in csv.DictReader(io.StringIO(to_csv(rep)))
+    }
     assert float(rows[("speeds_tok_s", "speeds_tok_s", "p90_tps")]) == p90_tps
     assert float(rows[("request_tps", "tps", "p90")]) == p90_tps
     for m in METRICS:
@@ -64,11 +83,15 @@ def test_every_consumer_shows_the_same_figures(folder: tuple[Path, object]) -> N
             if v is None:
                 continue
             assert d["latency_ms"][m.key][f"p{p:g}"] == pytest.approx(v / 1e6, rel=1e-12)
-            assert float(rows[("latency_ms", m.key, f"p{p:g}")]) == pytest.approx(v / 1e6, rel=1e-12)
+            assert float(rows[("latency_ms", m.key, f"p{p:g}")]) == pytest.approx(
+                v / 1e6, rel=1e-12
+            )
     head = f"{p90_tps:,.1f} tok/s"
     assert head in to_markdown(rep) and head in to_text(rep)
     fid = rep.stats.fidelity
-    assert float(rows[("fidelity", "fidelity", "prompt_tokens_trace")]) == fid["prompt_tokens_trace"]
+    assert (
+        float(rows[("fidelity", "fidelity", "prompt_tokens_trace")]) == fid["prompt_tokens_trace"]
+    )
 
     # the run summary: its headline line and its schedule lag P99 (the same rank rule)
     buf = io.StringIO()
@@ -85,7 +108,10 @@ def test_every_consumer_shows_the_same_figures(folder: tuple[Path, object]) -> N
     assert nums["TTFT P99 (ms)"] == lat["ttft"].values[99.0] / 1e6
     pt = point_metrics(rep, gpus=1)
     assert pt["p90_tps"] == p90_tps and pt["north_star"] == sp["north_star"]
-    assert pt["ttft_p99_ms"] == nums["TTFT P99 (ms)"] and pt["schedule_lag_p99_ms"] == sc.schedule_lag_p99_ns / 1e6
+    assert (
+        pt["ttft_p99_ms"] == nums["TTFT P99 (ms)"]
+        and pt["schedule_lag_p99_ms"] == sc.schedule_lag_p99_ns / 1e6
+    )
 
     # live statistics from the part files, and the dashboard's line from them
     live = LiveStats()

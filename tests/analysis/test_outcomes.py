@@ -19,13 +19,26 @@ MS = 1_000_000
 
 
 def _rows() -> list[dict[str, object]]:
-    ok = [{"session_id": f"s{i}", "intended_ns": i * 100 * MS, "sent_ns": i * 100 * MS,
-           "first_token_ns": i * 100 * MS + 20 * MS, "end_ns": i * 100 * MS + 60 * MS,
-           "chunk_ns": [i * 100 * MS + 20 * MS, i * 100 * MS + 60 * MS], "chunk_tokens": [1, 4],
-           "completion_tokens": 5, "expected_output_tokens": 5, "status": "ok"} for i in range(7)]
-    bad = [{"session_id": "x", "status": "error", "error_kind": "http", "intended_ns": 0},
-           {"session_id": "y", "status": "error", "error_kind": "cancelled", "intended_ns": 0},
-           {"session_id": "z", "status": "error", "error_kind": "cancelled", "intended_ns": 0}]
+    ok = [
+        {
+            "session_id": f"s{i}",
+            "intended_ns": i * 100 * MS,
+            "sent_ns": i * 100 * MS,
+            "first_token_ns": i * 100 * MS + 20 * MS,
+            "end_ns": i * 100 * MS + 60 * MS,
+            "chunk_ns": [i * 100 * MS + 20 * MS, i * 100 * MS + 60 * MS],
+            "chunk_tokens": [1, 4],
+            "completion_tokens": 5,
+            "expected_output_tokens": 5,
+            "status": "ok",
+        }
+        for i in range(7)
+    ]
+    bad = [
+        {"session_id": "x", "status": "error", "error_kind": "http", "intended_ns": 0},
+        {"session_id": "y", "status": "error", "error_kind": "cancelled", "intended_ns": 0},
+        {"session_id": "z", "status": "error", "error_kind": "cancelled", "intended_ns": 0},
+    ]
     return ok + bad
 
 

@@ -27,8 +27,10 @@ def test_power_table_is_the_committed_results() -> None:
     results = json.loads(path.read_text())
     assert block == bench.doc_block(path.relative_to(ROOT).as_posix(), results)
     assert results["phases"] == ["quiet", "busy"]
-    assert all(results[p]["lane_runs"] > 0 and results[p]["requests_per_run"] > 0
-               for p in results["phases"])
+    assert all(
+        results[p]["lane_runs"] > 0 and results[p]["requests_per_run"] > 0
+        for p in results["phases"]
+    )
 
 
 def test_write_doc_puts_a_fresh_results_file_in(tmp_path: Path) -> None:
@@ -45,17 +47,32 @@ def test_write_doc_puts_a_fresh_results_file_in(tmp_path: Path) -> None:
 
 
 def test_summary_by_hand() -> None:
-    cells = {f"{d}|{t}|{s}": bench._cell() for d in bench.DESIGNS for t in bench.SLOWER for s in bench.STATS}
+    cells = {
+        f"{d}|{t}|{s}": bench._cell()
+        for d in bench.DESIGNS
+        for t in bench.SLOWER
+        for s in bench.STATS
+    }
     for v in ("worse", "worse", "none"):
         bench._judge(cells["1v1 interleaved|slow10|p90_tps"], v, 10)
     bench._judge(cells["3v3 paired|same|median_tps"], "better", 0)  # a false positive
     bench._judge(cells["3v3 paired|slow25|median_tps"], "better", 25)  # a wrong sign
     bench._judge(cells["3v3 paired|slow25|ttft_p90_ms"], "better", 25, signed=False)  # no sign
     # signed verdicts on slower copies: 3 at P90 TPS and 1 at median TPS (TTFT has no sign)
-    phase = {"cells": cells, "runs": 30, "contention_runs": 2, "lane_runs": 48,
-             "lane_contention_runs": 0, "requests_per_run": 57}
-    results = {"args": {"repeats": 6, "sessions": 8, "duration": 8.0, "speedup": 10.0},
-               "phases": ["quiet"], "load_before": [0.42, 0, 0], "quiet": phase}
+    phase = {
+        "cells": cells,
+        "runs": 30,
+        "contention_runs": 2,
+        "lane_runs": 48,
+        "lane_contention_runs": 0,
+        "requests_per_run": 57,
+    }
+    results = {
+        "args": {"repeats": 6, "sessions": 8, "duration": 8.0, "speedup": 10.0},
+        "phases": ["quiet"],
+        "load_before": [0.42, 0, 0],
+        "quiet": phase,
+    }
     assert bench.summary(results).splitlines() == [
         "6 repeats of each copy, 8 sessions at once at speedup 10, sending for at most 8 s: 57 "
         "requests a run. "
@@ -63,7 +80,8 @@ def test_summary_by_hand() -> None:
         "Quiet: host contention in 2 of 30 sweep runs and 0 of 48 lane runs; 1 false positives "
         "in 1 verdicts on the identical copy, 1 wrong signs in 4 on the slower ones; a 10% "
         "slowdown found at P90 TPS in 0/0 (3v3 paired), 2/3 (1v1 interleaved), 0/0 (3v3 "
-        "interleaved)."]
+        "interleaved).",
+    ]
 
 
 def test_a_changed_cell_fails() -> None:
@@ -71,11 +89,18 @@ def test_a_changed_cell_fails() -> None:
     row = next(ln for ln in block.splitlines() if ln.startswith("| quiet |"))
     changed = block.replace(row, row.replace("/", "1/", 1))
     assert changed != block
-    assert changed != bench.doc_block(path.relative_to(ROOT).as_posix(), json.loads(path.read_text()))
+    assert changed != bench.doc_block(
+        path.relative_to(ROOT).as_posix(), json.loads(path.read_text())
+    )
 
 
 def test_table_counts_by_hand() -> None:
-    cells = {f"{d}|{t}|{s}": bench._cell() for d in bench.DESIGNS for t in bench.SLOWER for s in bench.STATS}
+    cells = {
+        f"{d}|{t}|{s}": bench._cell()
+        for d in bench.DESIGNS
+        for t in bench.SLOWER
+        for s in bench.STATS
+    }
     c = cells["1v1 paired|slow10|p90_tps"]
     for v in ("worse", "worse", "none", "better", None):
         bench._judge(c, v, 10)
@@ -87,8 +112,11 @@ def test_table_counts_by_hand() -> None:
     ttft = cells["1v1 paired|slow10|ttft_p90_ms"]
     bench._judge(ttft, "better", 10, signed=False)
     assert ttft["right"] == 1 and ttft["wrong"] == 0
-    line = next(ln for ln in bench.table({"phases": ["quiet"], "quiet": {"cells": cells}}).splitlines()
-                if "| 1v1 paired | P90 TPS" in ln)
+    line = next(
+        ln
+        for ln in bench.table({"phases": ["quiet"], "quiet": {"cells": cells}}).splitlines()
+        if "| 1v1 paired | P90 TPS" in ln
+    )
     assert line == "| quiet | 1v1 paired | P90 TPS (= 1 / TPOT P90) | 2/3 | - | 2/4 | - | 1/4 | 1 |"
 
 
@@ -98,7 +126,7 @@ def test_readme_paired_example_is_what_compare_prints() -> None:
     ex = ROOT / "benchmarks" / "results" / "paired-example"
     c = compare_dirs([ex / "lane-1", ex / "lane-2"])
     readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index("    lane-2 is 9% slower at P90 TPS"):]
+    block = readme[readme.index("    lane-2 is 9% slower at P90 TPS") :]
     shown = [ln.strip() for ln in block.split("\n\n")[0].splitlines()]
     assert shown == [v for v in c.verdicts if not v.startswith("Verdicts are Holm")]
     assert "paired" in shown[-1]

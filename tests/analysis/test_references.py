@@ -30,15 +30,29 @@ def _sweep(tmp: Path) -> Path:
         for rep in (0, 1):
             path = f"runs/ded/c={point:g}/r{rep}"
             (sweep / path).mkdir(parents=True)
-            (sweep / path / "run.json").write_text(json.dumps(
-                {"launch": {"gpus": ["NVIDIA H100 80GB HBM3"], "profile": "dedicated-decode"}}))
-            rows.append({"target": "ded", "point": point, "repeat": rep, "status": "complete",
-                         "phase": "sweep", "path": path, "p90_tps": base + rep,
-                         "north_star": base / 2 + rep, "output_tps_per_gpu": 400 / base * point,
-                         "total_tps_per_gpu": 8000 / base * point})
+            (sweep / path / "run.json").write_text(
+                json.dumps(
+                    {"launch": {"gpus": ["NVIDIA H100 80GB HBM3"], "profile": "dedicated-decode"}}
+                )
+            )
+            rows.append(
+                {
+                    "target": "ded",
+                    "point": point,
+                    "repeat": rep,
+                    "status": "complete",
+                    "phase": "sweep",
+                    "path": path,
+                    "p90_tps": base + rep,
+                    "north_star": base / 2 + rep,
+                    "output_tps_per_gpu": 400 / base * point,
+                    "total_tps_per_gpu": 8000 / base * point,
+                }
+            )
     pq.write_table(pa.Table.from_pylist(rows), sweep / "index.parquet")
-    (sweep / "sweep.json").write_text(json.dumps({"axis": "concurrent_sessions",
-                                                  "targets": [{"name": "ded"}]}))
+    (sweep / "sweep.json").write_text(
+        json.dumps({"axis": "concurrent_sessions", "targets": [{"name": "ded"}]})
+    )
     return sweep
 
 
@@ -50,7 +64,9 @@ def test_committed_agentx_file_records_what_each_point_is() -> None:
     assert seed.ratio["value"] == 1.26 and not seed.confirmed
     pr = by["InferenceX #3344 TP2 C64 chunk 4096"]
     assert pr.values == {"total_tps_per_gpu": 90885.06, "north_star": 84.42}
-    assert pr.confirmed and pr.source.startswith("https://github.com/SemiAnalysisAI/InferenceX/pull/3344")
+    assert pr.confirmed and pr.source.startswith(
+        "https://github.com/SemiAnalysisAI/InferenceX/pull/3344"
+    )
     assert pr.hardware == "GB300" and pr.concurrency == 64 and "SGLang" in pr.engine
     assert ref.hardware() == ["4x B300", "B300 / GB300", "GB300"]
 
@@ -59,10 +75,17 @@ def test_frontier_with_reference_lists_points_and_hardware_difference(tmp_path: 
     sweep = _sweep(tmp_path)
     res = build([sweep], tmp_path / "out", reference=AGENTX)
     md = res["markdown"]
-    assert ("Hardware differs: the reference ran on 4x B300, B300 / GB300, GB300; this "
-            "frontier on 1x NVIDIA H100 80GB HBM3.") in md
-    row = next(ln for ln in md.splitlines() if ln.startswith("| InferenceX #3344 TP2 C64 chunk 4096 |"))
-    assert "total tok/s per GPU 90,885.06; North Star: 1 / P90 E2E per output token (tok/s/user) 84.42" in row
+    assert (
+        "Hardware differs: the reference ran on 4x B300, B300 / GB300, GB300; this "
+        "frontier on 1x NVIDIA H100 80GB HBM3."
+    ) in md
+    row = next(
+        ln for ln in md.splitlines() if ln.startswith("| InferenceX #3344 TP2 C64 chunk 4096 |")
+    )
+    assert (
+        "total tok/s per GPU 90,885.06; North Star: 1 / P90 E2E per output token (tok/s/user) 84.42"
+        in row
+    )
     assert "| GB300 (2 GPUs) |" in row and "| 64 |" in row
     seed = next(ln for ln in md.splitlines() if ln.startswith("| seed: dedicated decode, 1 user |"))
     assert "dedicated-decode / standard P90 TPS at 1 user 1.26" in seed
@@ -70,7 +93,9 @@ def test_frontier_with_reference_lists_points_and_hardware_difference(tmp_path: 
     approx = next(ln for ln in md.splitlines() if ln.startswith("| seed: throughput per GPU |"))
     assert "total tok/s per GPU ~1,000,000" in approx
     data = json.loads((tmp_path / "out" / "frontier.json").read_text())
-    assert [p["label"] for p in data["reference"]["points"]][2] == "InferenceX #3344 TP2 C64 chunk 4096"
+    assert [p["label"] for p in data["reference"]["points"]][
+        2
+    ] == "InferenceX #3344 TP2 C64 chunk 4096"
     # the sweep's own table is unchanged by the overlay
     plain = build([sweep], tmp_path / "plain")["markdown"]
     assert md.startswith(plain)
@@ -102,14 +127,19 @@ def test_plot_draws_reference_points_on_log_scales(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "frontier-north_star-total.png") in res["files"]
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda d: d["points"][0]["values"].update(ttft=3), "points[0]: values.ttft: not an axis"),
-    (lambda d: d["points"][1]["values"].update(total_tps_per_gpu=-1),
-     "points[1]: values.total_tps_per_gpu: expected a positive number, got -1"),
-    (lambda d: d["points"][2].pop("source"), "points[2]: 'source' must be a non-empty string"),
-    (lambda d: d["points"][3].update(gpus=0), "points[3]: 'gpus' must be a positive integer"),
-    (lambda d: d.update(points=[]), "expected an object with a non-empty 'points' list"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["points"][0]["values"].update(ttft=3), "points[0]: values.ttft: not an axis"),
+        (
+            lambda d: d["points"][1]["values"].update(total_tps_per_gpu=-1),
+            "points[1]: values.total_tps_per_gpu: expected a positive number, got -1",
+        ),
+        (lambda d: d["points"][2].pop("source"), "points[2]: 'source' must be a non-empty string"),
+        (lambda d: d["points"][3].update(gpus=0), "points[3]: 'gpus' must be a positive integer"),
+        (lambda d: d.update(points=[]), "expected an object with a non-empty 'points' list"),
+    ],
+)
 def test_bad_reference_file_is_one_line(tmp_path: Path, edit: object, message: str) -> None:
     raw = json.loads(AGENTX.read_text())
     edit(raw)  # type: ignore[operator]
@@ -122,17 +152,45 @@ def test_bad_reference_file_is_one_line(tmp_path: Path, edit: object, message: s
 
 def test_frontier_cli_reference_and_bad_path(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path)
-    ok = subprocess.run([sys.executable, "-m", "agent_replay", "frontier", str(sweep),
-                         "--reference", str(AGENTX), "-o", str(tmp_path / "o")],
-                        capture_output=True, text=True, check=False)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "frontier",
+            str(sweep),
+            "--reference",
+            str(AGENTX),
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "## Reference: Published AgentX-style reference points" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "agent_replay", "frontier", str(sweep),
-                          "--reference", str(tmp_path / "none.json"), "-o", str(tmp_path / "p")],
-                         capture_output=True, text=True, check=False)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "frontier",
+            str(sweep),
+            "--reference",
+            str(tmp_path / "none.json"),
+            "-o",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode == 2
-    assert bad.stderr.strip() == (f"agent-replay: error: {tmp_path / 'none.json'}: cannot read "
-                                  "the reference file (No such file or directory)")
+    assert bad.stderr.strip() == (
+        f"agent-replay: error: {tmp_path / 'none.json'}: cannot read "
+        "the reference file (No such file or directory)"
+    )
     assert not (tmp_path / "p" / "frontier.md").exists()
 
 
@@ -152,12 +210,15 @@ def test_sweep_html_draws_the_reference_on_log_charts_and_lists_it(tmp_path: Pat
     assert "frontier-north_star-reference" in page and "frontier-p90_tps-reference" in page
     assert "<h2>Reference: Published AgentX-style reference points" in page
     assert "Hardware differs: the reference ran on" in page
-    chart = frontier_chart(res["points"], "north_star", "total_tps_per_gpu", "i", "t",
-                           reference=res["reference"])
+    chart = frontier_chart(
+        res["points"], "north_star", "total_tps_per_gpu", "i", "t", reference=res["reference"]
+    )
     assert type(chart.x_scale).__name__ == type(chart.y_scale).__name__ == "LogScale"
     labels = sorted(m.text for m in chart.center if type(m).__name__ == "Label")
-    assert labels == ["InferenceX #3344 TP2 C64 chunk 4096",
-                      "InferenceX #3344 TP2 C64 chunk 8192 (selected)"]
+    assert labels == [
+        "InferenceX #3344 TP2 C64 chunk 4096",
+        "InferenceX #3344 TP2 C64 chunk 8192 (selected)",
+    ]
     spans = [m.location for m in chart.center if type(m).__name__ == "Span"]
     assert spans == [1000000.0]
     # the y range reaches the 1M line and the lowest run, with a factor of margin
@@ -172,7 +233,17 @@ def test_a_run_on_a_server_it_did_not_launch_names_its_hosts_gpus() -> None:
     frontier names the GPUs its host showed (``provenance.gpus``)."""
     from agent_replay.analysis.frontier import _gpu_counts
 
-    run = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu"
-           / "2026-12-06-h100-agentx-solo" / "results" / "runs" / "standard" / "c4" / "r1"
-           / "run.json")
+    run = (
+        Path(__file__).resolve().parents[2]
+        / "benchmarks"
+        / "results"
+        / "gpu"
+        / "2026-12-06-h100-agentx-solo"
+        / "results"
+        / "runs"
+        / "standard"
+        / "c4"
+        / "r1"
+        / "run.json"
+    )
     assert _gpu_counts(run) == {"1x NVIDIA H100 80GB HBM3 (the host's)"}

@@ -22,8 +22,14 @@ def _stats(**kw):  # type: ignore[no-untyped-def]
 
 def test_run_stats_on_hand_computed_rows() -> None:
     st = _stats(slo=Slo(ttft_ns=100, tpot_ns=20, e2e_ns=200))
-    assert st.requests == {"total": 6, "counted": 5, "ok": 4, "failed": 1, "cancelled": 0,
-                           "warmup": 1}
+    assert st.requests == {
+        "total": 6,
+        "counted": 5,
+        "ok": 4,
+        "failed": 1,
+        "cancelled": 0,
+        "warmup": 1,
+    }
     assert st.errors == {"http": 1}
     assert st.latency["ttft"].count == 3 and st.latency["ttft"].values[50.0] == 100
     assert st.latency["tpot"].count == 1 and st.latency["tpot"].values[50.0] == 18
@@ -36,8 +42,16 @@ def test_run_stats_on_hand_computed_rows() -> None:
     assert st.tokens_per_chunk == {1: 2, 2: 1, 3: 1, 4: 1}
     f = st.fidelity
     # the failed D counts on both sides: 60 prompt and 5 output tokens in the trace, none served
-    assert (f["prompt_tokens_served"], f["prompt_tokens_trace"], f["prompt_mismatches"]) == (360, 420, 0)
-    assert (f["output_tokens_served"], f["output_tokens_trace"], f["output_mismatches"]) == (11, 23, 2)
+    assert (f["prompt_tokens_served"], f["prompt_tokens_trace"], f["prompt_mismatches"]) == (
+        360,
+        420,
+        0,
+    )
+    assert (f["output_tokens_served"], f["output_tokens_trace"], f["output_mismatches"]) == (
+        11,
+        23,
+        2,
+    )
     assert f["prefix_hit_rate_server"] == pytest.approx(140 / 360)
     assert f["prefix_hit_rate_implied"] == pytest.approx(150 / 360)
     assert f["think_time_error"].count == 1 and f["think_time_error"].max == 0
@@ -96,11 +110,16 @@ def test_linear_and_nearest_rank_percentiles_differ_as_defined() -> None:
 
 def test_economics_arithmetic() -> None:
     # One hour: 1M cached, 2M computed input tokens and 0.5M output tokens per second.
-    tokens = {"input_cached": 3_600 * 10**6, "input_computed": 7_200 * 10**6,
-              "output": 1_800 * 10**6}
+    tokens = {
+        "input_cached": 3_600 * 10**6,
+        "input_computed": 7_200 * 10**6,
+        "output": 1_800 * 10**6,
+    }
     e = economics(tokens, 3_600 * 10**9, Prices(input_miss=0.27, input_hit=0.07, output=1.10), 8)
     # 1e6*3600*0.07/1e6 = 252; 2e6*3600*0.27/1e6 = 1944; 0.5e6*3600*1.10/1e6 = 1980
-    assert e["usd_per_hour"] == pytest.approx({"input_hit": 252.0, "input_miss": 1944.0, "output": 1980.0})
+    assert e["usd_per_hour"] == pytest.approx(
+        {"input_hit": 252.0, "input_miss": 1944.0, "output": 1980.0}
+    )
     assert e["usd_per_gpu_hour"] == pytest.approx(4176.0 / 8)
     assert e["arithmetic"][-1].endswith("= $522.00 per GPU-hour")
 
@@ -115,24 +134,35 @@ def test_parse_slo() -> None:
 
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
-    return write_results(tmp_path / "res", synthetic_batches(3000, 7, batch_rows=1000,
-                                                             failed_fraction=0.05,
-                                                             warmup_fraction=0.01),
-                         {"load_generator_bottleneck": True,
-                          "load_generator_warning": "CPU 98%"})
+    return write_results(
+        tmp_path / "res",
+        synthetic_batches(3000, 7, batch_rows=1000, failed_fraction=0.05, warmup_fraction=0.01),
+        {"load_generator_bottleneck": True, "load_generator_warning": "CPU 98%"},
+    )
 
 
 def test_report_renders_every_section(results: Path) -> None:
-    r = build_report(results, slo=parse_slo("ttft=1s,tpot=30ms"), gpus=4,
-                     prices=Prices(0.27, 0.07, 1.10))
+    r = build_report(
+        results, slo=parse_slo("ttft=1s,tpot=30ms"), gpus=4, prices=Prices(0.27, 0.07, 1.10)
+    )
     text = to_text(r)
     first = text.splitlines()[0]
     assert first.startswith("WARNING: load generator saturated: CPU 98%") and "understate" in first
     assert sum("CPU 98%" in ln for ln in text.splitlines()) == 1
-    for needle in ("90% of requests at least this fast", "median", "TTFT from intended",
-                   "ITL (per token) (hdr)", "request TPS", "Goodput", "per GPU-hour",
-                   "Replay fidelity", "Tokens per chunk", "Sessions (slowest 10 of 149",
-                   "failed by cause", "per GPU (4 GPUs)"):  # s0 is all warmup
+    for needle in (
+        "90% of requests at least this fast",
+        "median",
+        "TTFT from intended",
+        "ITL (per token) (hdr)",
+        "request TPS",
+        "Goodput",
+        "per GPU-hour",
+        "Replay fidelity",
+        "Tokens per chunk",
+        "Sessions (slowest 10 of 149",
+        "failed by cause",
+        "per GPU (4 GPUs)",
+    ):  # s0 is all warmup
         assert needle in text, needle
     d = json.loads(to_json(r))
     assert d["requests"]["ok"] + d["requests"]["failed"] + d["requests"]["warmup"] == 3000
@@ -144,8 +174,9 @@ def test_report_renders_every_section(results: Path) -> None:
     assert csv_text.startswith("section,name,field,value") and "latency_ms,ttft,p90," in csv_text
 
 
-def test_cli_report_formats_and_errors(results: Path, tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_report_formats_and_errors(
+    results: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["report", str(results), "--format", "json", "--gpus", "2"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["throughput"]["gpus"] == 2
@@ -198,7 +229,9 @@ def test_the_report_states_agentx_readings_and_an_unknown_gpu_count(tmp_path: Pa
     assert f"{371 / 840e-9 / 2:,.1f}" in two
 
 
-def test_report_of_several_folders_reports_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_of_several_folders_reports_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``report demo-results/*`` after a second demo: each run in turn."""
     from agent_replay.analysis.fixtures import synthetic_results
     from agent_replay.replay.cli import main

@@ -67,7 +67,9 @@ def test_report_slo_takes_any_per_request_metric() -> None:
     assert {d.key for d in REQUEST_METRICS} >= {"ttst", "e2e_per_token", "agentx_itl"}
 
 
-def test_report_cli_slo_on_another_metric(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_cli_slo_on_another_metric(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_results(tmp_path / "r", rows_to_table(ALL_ROWS))
     assert main(["report", str(tmp_path / "r"), "--slo", "ttst=100ns", "--format", "json"]) == 0
     g = json.loads(capsys.readouterr().out)["goodput"]
@@ -93,5 +95,10 @@ def test_every_figure_reaches_index_sweep_slo_compare_and_frontier() -> None:
     assert set(X_AXES) == {f.key for f in FIGURES if f.axis == "x"}
     assert set(Y_AXES) == {f.key for f in FIGURES if f.axis == "y"}
     assert ENERGY == "j_per_output_token"
-    assert {f.key for f in RUN_FIGURES} >= {"failure_rate", "goodput_rps", "j_per_output_token",
-                                            "agentx_tps_per_gpu", "output_tps"}
+    assert {f.key for f in RUN_FIGURES} >= {
+        "failure_rate",
+        "goodput_rps",
+        "j_per_output_token",
+        "agentx_tps_per_gpu",
+        "output_tps",
+    }

@@ -37,25 +37,38 @@ def test_every_committed_run_json_reads() -> None:
 
 
 def test_hand_made_record_old_and_new() -> None:
-    old = {"results_schema_version": 1, "status": "complete", "options": {"speedup": 2},
-           "self_check": {"cpu_fraction": 0.5, "loop_lag_p99_ns": 1000, "warnings": []},
-           "load_generator_bottleneck": True, "load_generator_warning": "CPU 99%",
-           "gpus": 0, "scrape": {"interval_s": 1}}
+    old = {
+        "results_schema_version": 1,
+        "status": "complete",
+        "options": {"speedup": 2},
+        "self_check": {"cpu_fraction": 0.5, "loop_lag_p99_ns": 1000, "warnings": []},
+        "load_generator_bottleneck": True,
+        "load_generator_warning": "CPU 99%",
+        "gpus": 0,
+        "scrape": {"interval_s": 1},
+    }
     m = RunMeta.from_json(old)
     assert m.version == 0 and m.timing == "session" and m.gpus is None  # 0 GPUs: unknown
     assert m.self_check is not None and m.self_check.kind is None  # before the one policy
     assert m.self_check.cpu_fraction == 0.5 and m.load_generator_bottleneck
     assert m.extra == {"scrape": {"interval_s": 1}} and m.summary is None
-    new = RunMeta.from_json({**old, "run_meta_version": RUN_META_VERSION, "gpus": 8,
-                             "options": {"timing": "agentx", "warmed_up": True},
-                             "agentx": {"valid": False, "invalid_reason": "too short"}})
+    new = RunMeta.from_json(
+        {
+            **old,
+            "run_meta_version": RUN_META_VERSION,
+            "gpus": 8,
+            "options": {"timing": "agentx", "warmed_up": True},
+            "agentx": {"valid": False, "invalid_reason": "too short"},
+        }
+    )
     assert new.version == 1 and new.gpus == 8 and new.timing == "agentx" and new.warmed_up
     assert new.invalid_reason == "too short"
     assert RunMeta.from_json({}).summary is None and RunMeta.from_json(None).options == {}
 
 
-@pytest.mark.parametrize("bad", [{"gpus": True}, {"gpus": "8"}, {"trace": "x.parquet"},
-                                 {"warnings": "one"}])
+@pytest.mark.parametrize(
+    "bad", [{"gpus": True}, {"gpus": "8"}, {"trace": "x.parquet"}, {"warnings": "one"}]
+)
 def test_wrong_kinds_read_as_defaults(bad: dict[str, object]) -> None:
     m = RunMeta.from_json(bad)
     assert m.gpus is None and m.trace.sha256 is None and m.warnings == []

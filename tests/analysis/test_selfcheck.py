@@ -10,10 +10,23 @@ MS = 1_000_000
 QUIET = Machine(cpus=2, busy_cores=0.4, steal=0.0, ours_cores=0.07)
 
 
-def _a(sched: float | None = None, loop: float | None = None, cpu: float = 0.07,
-       machine: Machine | None = QUIET, n: int = 500, mode: str = "session") -> Assessment:
-    return assess(schedule_lag_p99_ns=sched, schedule_lag_n=n, loop_lag_p99_ns=loop, loop_lag_n=n,
-                  cpu_fraction=cpu, machine=machine, mode=mode)
+def _a(
+    sched: float | None = None,
+    loop: float | None = None,
+    cpu: float = 0.07,
+    machine: Machine | None = QUIET,
+    n: int = 500,
+    mode: str = "session",
+) -> Assessment:
+    return assess(
+        schedule_lag_p99_ns=sched,
+        schedule_lag_n=n,
+        loop_lag_p99_ns=loop,
+        loop_lag_n=n,
+        cpu_fraction=cpu,
+        machine=machine,
+        mode=mode,
+    )
 
 
 def test_quiet() -> None:

@@ -78,26 +78,29 @@ def _next(text: str, changes: dict[str, float]) -> str:
 
 
 def test_data_parallel_engines_are_summed() -> None:
-    t1 = _next(DP_T0, {
-        'vllm:prefix_cache_queries_total{engine="0",model_name="m"}': 300,  # +200
-        'vllm:prefix_cache_queries_total{engine="1",model_name="m"}': 250,  # +200
-        'vllm:prefix_cache_hits_total{engine="0",model_name="m"}': 110,  # +100
-        'vllm:prefix_cache_hits_total{engine="1",model_name="m"}': 200,  # +200
-        'vllm:num_requests_running{engine="0",model_name="m"}': 5,
-        'vllm:num_requests_running{engine="1",model_name="m"}': 4,
-        'vllm:kv_cache_usage_perc{engine="0",model_name="m"}': 0.5,
-        'vllm:kv_cache_usage_perc{engine="1",model_name="m"}': 0.9,
-        # engine 0: +3 requests at 0.5 s; engine 1: +1 at 0.05 s and +1 at 5 s
-        'vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"}': 4,
-        'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"}': 4,
-        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"}': 4,
-        'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"}': 1.55,
-        'vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1",model_name="m"}': 1,
-        'vllm:time_to_first_token_seconds_bucket{engine="1",le="1.0",model_name="m"}': 1,
-        'vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="m"}': 2,
-        'vllm:time_to_first_token_seconds_count{engine="1",model_name="m"}': 2,
-        'vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"}': 5.05,
-    })
+    t1 = _next(
+        DP_T0,
+        {
+            'vllm:prefix_cache_queries_total{engine="0",model_name="m"}': 300,  # +200
+            'vllm:prefix_cache_queries_total{engine="1",model_name="m"}': 250,  # +200
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"}': 110,  # +100
+            'vllm:prefix_cache_hits_total{engine="1",model_name="m"}': 200,  # +200
+            'vllm:num_requests_running{engine="0",model_name="m"}': 5,
+            'vllm:num_requests_running{engine="1",model_name="m"}': 4,
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"}': 0.5,
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"}': 0.9,
+            # engine 0: +3 requests at 0.5 s; engine 1: +1 at 0.05 s and +1 at 5 s
+            'vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="m"}': 4,
+            'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"}': 4,
+            'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"}': 4,
+            'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"}': 1.55,
+            'vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1",model_name="m"}': 1,
+            'vllm:time_to_first_token_seconds_bucket{engine="1",le="1.0",model_name="m"}': 1,
+            'vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="m"}': 2,
+            'vllm:time_to_first_token_seconds_count{engine="1",model_name="m"}': 2,
+            'vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"}': 5.05,
+        },
+    )
     s = summarize(rows_to_table(parse_metrics(DP_T0, 0) + parse_metrics(t1, 10**9)))
     assert s["engines"] == 2
     assert s["prefix_cache"] == {"queries": 400.0, "hits": 300.0, "hit_rate": 0.75}
@@ -115,7 +118,8 @@ def test_data_parallel_engines_are_summed() -> None:
 
 def test_counter_restart_counts_the_new_value() -> None:
     def scrape(v: float, t: int) -> list[tuple[int, str, str, float]]:
-        return parse_metrics(f"vllm:prompt_tokens_total{{engine=\"0\"}} {v}\n", t)
+        return parse_metrics(f'vllm:prompt_tokens_total{{engine="0"}} {v}\n', t)
+
     s = summarize(rows_to_table(scrape(100, 0) + scrape(150, 1) + scrape(20, 2) + scrape(30, 3)))
     assert s["prompt_tokens"] == 50 + 20 + 10
 

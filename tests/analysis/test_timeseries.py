@@ -32,8 +32,12 @@ def test_tokens_are_spread_over_first_to_last_token() -> None:
     # 100 tokens over 0.5 .. 1.5 s: 50 in each of the first two bins; 7 tokens in one instant
     # at 2.2 s all in the third bin; NaNs (never sent) ignored
     edges = np.array([0, 1, 2, 3]) * S
-    got = spread_rate(np.array([0.5, 2.2, np.nan]) * S, np.array([1.5, 2.2, 1.0]) * S,
-                      np.array([100, 7, 5]), edges)
+    got = spread_rate(
+        np.array([0.5, 2.2, np.nan]) * S,
+        np.array([1.5, 2.2, 1.0]) * S,
+        np.array([100, 7, 5]),
+        edges,
+    )
     assert got.tolist() == pytest.approx([50.0, 50.0, 7.0])
 
 

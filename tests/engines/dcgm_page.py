@@ -39,8 +39,9 @@ class DcgmPage:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 page.hits += 1
-                body = (page_at(page.text, time.monotonic() - page.t0) if page.live
-                        else page.text).encode()
+                body = (
+                    page_at(page.text, time.monotonic() - page.t0) if page.live else page.text
+                ).encode()
                 self.send_response(page.status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))

@@ -75,10 +75,16 @@ def test_count_in_place_equals_feed_of_the_copy():
     assert StreamDecoder().count_span(b'{"token_ids":[1,2,3]}', 0, 15) == -1  # "]" past the end
 
 
-@pytest.mark.parametrize("name", ["sse_completions_return_token_ids.txt",
-                                  "sse_dsv3_mtp_engineered_peak0.917_temp1.txt",
-                                  "sse_completions_tokenids.txt", "sse_chat.txt",
-                                  "sse_ngram_specdecode.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sse_completions_return_token_ids.txt",
+        "sse_dsv3_mtp_engineered_peak0.917_temp1.txt",
+        "sse_completions_tokenids.txt",
+        "sse_chat.txt",
+        "sse_ngram_specdecode.txt",
+    ],
+)
 def test_real_vllm_captures(name):
     path = SAMPLES / name
     if not path.exists():
@@ -98,10 +104,20 @@ def test_real_vllm_captures(name):
 
 
 def test_continuous_usage_without_token_ids():
-    raw = b"".join(
-        b'data: ' + orjson.dumps({"choices": [{"index": 0, "text": "x"}],
-                                 "usage": {"prompt_tokens": 4, "completion_tokens": c}}) + b"\n\n"
-        for c in (2, 3, 6)) + b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":6}}\n\ndata: [DONE]\n\n'
+    raw = (
+        b"".join(
+            b"data: "
+            + orjson.dumps(
+                {
+                    "choices": [{"index": 0, "text": "x"}],
+                    "usage": {"prompt_tokens": 4, "completion_tokens": c},
+                }
+            )
+            + b"\n\n"
+            for c in (2, 3, 6)
+        )
+        + b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":6}}\n\ndata: [DONE]\n\n'
+    )
     ks, d = decode_all(raw)
     assert ks == [2, 1, 3, 0, 0] and d.exact
 
@@ -123,11 +139,13 @@ def test_bad_json_raises():
 
 
 def test_messages_stream():
-    raw = (b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":12,"output_tokens":0}}}\n\n'
-           b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"a"},"usage":{"output_tokens":2}}\n\n'
-           b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"b"},"usage":{"output_tokens":3}}\n\n'
-           b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":3}}\n\n'
-           b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    raw = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":12,"output_tokens":0}}}\n\n'
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"a"},"usage":{"output_tokens":2}}\n\n'
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"b"},"usage":{"output_tokens":3}}\n\n'
+        b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":3}}\n\n'
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
     d = MessagesStreamDecoder()
     ks = [d.feed(e.data, e.event) for e in SSEParser().feed(raw)]
     assert ks == [0, 2, 1, 0, 0]
@@ -137,10 +155,14 @@ def test_messages_stream():
 
 def test_messages_stream_without_per_delta_usage():
     def stream(n_deltas: int, final: int) -> bytes:
-        return (b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":5,"output_tokens":0}}}\n\n'
-                + b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"a"}}\n\n' * n_deltas
-                + b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":5,"output_tokens":'
-                + str(final).encode() + b',"cache_read_input_tokens":4}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
+        return (
+            b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":5,"output_tokens":0}}}\n\n'
+            + b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"a"}}\n\n'
+            * n_deltas
+            + b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":5,"output_tokens":'
+            + str(final).encode()
+            + b',"cache_read_input_tokens":4}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
+        )
 
     d = MessagesStreamDecoder()
     ks = [d.feed(e.data, e.event) for e in SSEParser().feed(stream(3, 3))]
@@ -163,13 +185,22 @@ def test_build_request_bodies():
     assert chat["max_completion_tokens"] == 3 and "max_tokens" not in chat
     msg = build_request("messages", model="m", prompt="hi", max_tokens=3, vllm_extras=False)
     assert msg["max_tokens"] == 3 and "ignore_eos" not in msg and "stream_options" not in msg
-    replayed = build_request("chat", model="m", prompt=None, max_tokens=5,
-                             base={"messages": [{"role": "system", "content": "s"}], "max_tokens": 99, "stream": False})
+    replayed = build_request(
+        "chat",
+        model="m",
+        prompt=None,
+        max_tokens=5,
+        base={"messages": [{"role": "system", "content": "s"}], "max_tokens": 99, "stream": False},
+    )
     assert replayed["messages"] == [{"role": "system", "content": "s"}]
     assert replayed["stream"] and "max_tokens" not in replayed
-    resp = build_request("responses", model="m", prompt="x", max_tokens=4,
-                         base={"input": "old", "previous_response_id": "resp_1",
-                               "max_tokens": 9})
+    resp = build_request(
+        "responses",
+        model="m",
+        prompt="x",
+        max_tokens=4,
+        base={"input": "old", "previous_response_id": "resp_1", "max_tokens": 9},
+    )
     assert resp["input"] == [{"role": "user", "content": "x"}] and resp["max_output_tokens"] == 4
     assert "previous_response_id" not in resp and "max_tokens" not in resp
     assert resp["store"] is False and "stream_options" not in resp and resp["ignore_eos"]

@@ -12,19 +12,22 @@ from agent_replay.engines.metrics_scrape import Scraper, parse_metrics
 from agent_replay.errors import ProtocolError
 from agent_replay.results_schema import SERVER_METRICS_SCHEMA
 
-FIXTURE = Path(__file__).parent.parent / "analysis" / "fixtures" / \
-    "vllm_cpu_metrics_llama_ngram.txt"
+FIXTURE = (
+    Path(__file__).parent.parent / "analysis" / "fixtures" / "vllm_cpu_metrics_llama_ngram.txt"
+)
 
 
 def test_parse_keeps_vllm_samples_and_drops_created() -> None:
-    text = "# TYPE python_info gauge\npython_info{x=\"1\"} 1\n" + FIXTURE.read_text()
+    text = '# TYPE python_info gauge\npython_info{x="1"} 1\n' + FIXTURE.read_text()
     rows = parse_metrics(text, 7)
     assert rows and all(r[1].startswith("vllm:") and r[0] == 7 for r in rows)
     assert not any(r[1].endswith("_created") for r in rows)
     by = {(r[1], r[2]): r[3] for r in rows}
     assert by[("vllm:prefix_cache_hits_total", '{"engine":"0","model_name":"tiny-llama"}')] == 768
-    key = ("vllm:time_to_first_token_seconds_bucket",
-           '{"engine":"0","le":"+Inf","model_name":"tiny-llama"}')
+    key = (
+        "vllm:time_to_first_token_seconds_bucket",
+        '{"engine":"0","le":"+Inf","model_name":"tiny-llama"}',
+    )
     assert by[key] == 6
     everything = parse_metrics(text, 0, prefixes=None)
     assert (0, "python_info", '{"x":"1"}', 1.0) in everything
@@ -46,8 +49,10 @@ class _FakeServer:
         self.hits += 1
         if self.hits == 3:
             return web.Response(status=500, text="boom")
-        body = (f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {10 * self.hits}\n'
-                f'vllm:num_requests_running{{engine="0",model_name="m"}} {self.hits}\n')
+        body = (
+            f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {10 * self.hits}\n'
+            f'vllm:num_requests_running{{engine="0",model_name="m"}} {self.hits}\n'
+        )
         return web.Response(text=body, content_type="text/plain")
 
 
@@ -79,8 +84,13 @@ async def test_scraper_samples_until_stop_and_survives_errors() -> None:
     assert scraper.scrapes == fake.hits - 1
     times = table.column("t_ns").to_pylist()
     assert times == sorted(times)
-    gen = [v for n, v in zip(table.column("name").to_pylist(), table.column("value").to_pylist(),
-                             strict=True) if n == "vllm:generation_tokens_total"]
+    gen = [
+        v
+        for n, v in zip(
+            table.column("name").to_pylist(), table.column("value").to_pylist(), strict=True
+        )
+        if n == "vllm:generation_tokens_total"
+    ]
     assert gen[0] == 10 and gen[-1] == 10 * fake.hits and 30 not in gen
     assert json.loads(table.column("labels")[0].as_py()) == {"engine": "0", "model_name": "m"}
     s = summarize(table)
@@ -104,9 +114,14 @@ async def test_scraper_against_the_simulated_engine() -> None:
         scraper = Scraper(server.url, interval_s=0.05)
         await scraper.start()
         import aiohttp
+
         async with aiohttp.ClientSession() as http:
-            body = {"model": server.profile.model_name, "prompt": list(range(1000, 1064)),
-                    "max_tokens": 8, "ignore_eos": True}
+            body = {
+                "model": server.profile.model_name,
+                "prompt": list(range(1000, 1064)),
+                "max_tokens": 8,
+                "ignore_eos": True,
+            }
             for _ in range(2):
                 async with http.post(server.url + "/v1/completions", json=body) as resp:
                     assert resp.status == 200

@@ -14,14 +14,25 @@ from agent_replay.engines.prompts import TokenPrompts, block_seed, fit_text, spl
 def test_splitmix64_known_values():
     # reference values of splitmix64 seeded with 0 (Vigna's published sequence)
     assert [int(v) for v in splitmix64(0, 3)] == [
-        0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+        0xE220A8397B1DCDAF,
+        0x6E789E6AA1B965F4,
+        0x06C45D188009454F,
+    ]
 
 
 def test_ids_are_stable_across_processes():
-    code = ("from agent_replay.engines.prompts import TokenPrompts;"
-            "print(TokenPrompts(16, salt=7).prompt([3, 4], 20).tolist())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "123", "PATH": ""}, cwd=".").stdout
+    code = (
+        "from agent_replay.engines.prompts import TokenPrompts;"
+        "print(TokenPrompts(16, salt=7).prompt([3, 4], 20).tolist())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "123", "PATH": ""},
+        cwd=".",
+    ).stdout
     here = TokenPrompts(16, salt=7).prompt([3, 4], 20).tolist()
     assert out.strip() == str(here)
     assert block_seed(7, 0, 3) == block_seed(7, 0, 3) != block_seed(8, 0, 3)
@@ -51,8 +62,11 @@ async def test_fit_text_reaches_exact_count():
         return " ".join(["abcdefg" if i % 3 == 0 else "ab" for i in range(n)])
 
     for target in (3, 10, 57, 200):
-        text, got = await fit_text("hello world", tail, target, count) if target > 5 else \
-            await fit_text("", tail, target, count)
+        text, got = (
+            await fit_text("hello world", tail, target, count)
+            if target > 5
+            else await fit_text("", tail, target, count)
+        )
         assert got == target, (target, text)
         assert await count(text) == target
 

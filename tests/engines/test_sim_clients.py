@@ -29,22 +29,35 @@ def profile_file(tmp: Path, name: str, **changes: object) -> str:
 @pytest.fixture(scope="module")
 def slow_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimProcess, SimProfile]]:
     """5 ms decode steps independent of batch and context; 25,000 prompt tokens/s."""
-    path = profile_file(tmp_path_factory.mktemp("p"), "fast", decode_base_ns=5_000_000,
-                        decode_per_seq_ns=0, decode_per_ctx_token_ns=0.0,
-                        prefill_tokens_per_s=25_000.0, spin_ns=1_500_000, eos_prob=0.0)
+    path = profile_file(
+        tmp_path_factory.mktemp("p"),
+        "fast",
+        decode_base_ns=5_000_000,
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        prefill_tokens_per_s=25_000.0,
+        spin_ns=1_500_000,
+        eos_prob=0.0,
+    )
     with SimProcess(path) as s:
         yield s, SimProfile.load(path)
 
 
 @pytest.mark.timing
-def test_single_stream_decode_rate_with_the_openai_client(slow_sim: tuple[SimProcess, SimProfile]) -> None:
+def test_single_stream_decode_rate_with_the_openai_client(
+    slow_sim: tuple[SimProcess, SimProfile],
+) -> None:
     import openai
+
     sim, prof = slow_sim
     client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none")
     times: list[int] = []
     tokens: list[int] = []
     stream = client.completions.create(
-        model=prof.model_name, prompt=list(range(2000, 2032)), max_tokens=120, stream=True,
+        model=prof.model_name,
+        prompt=list(range(2000, 2032)),
+        max_tokens=120,
+        stream=True,
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True, "return_token_ids": True},
     )
@@ -77,8 +90,14 @@ async def _ttft(url: str, prompt: list[int]) -> float:
 @pytest.mark.timing
 async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
     # long steps, so that a busy 2-core machine's scheduling delays (a few ms) stay < 5%
-    path = profile_file(tmp_path, "fast", decode_base_ns=150_000_000, prefill_tokens_per_s=10_000.0,
-                        spin_ns=1_500_000, eos_prob=0.0)
+    path = profile_file(
+        tmp_path,
+        "fast",
+        decode_base_ns=150_000_000,
+        prefill_tokens_per_s=10_000.0,
+        spin_ns=1_500_000,
+        eos_prob=0.0,
+    )
     prof = SimProfile.load(path)
     n = 2000
     uncached, cached = [], []
@@ -99,14 +118,25 @@ async def test_ttft_of_cached_and_uncached_prompts(tmp_path: Path) -> None:
 
 def test_mean_tokens_per_chunk_under_speculation(tmp_path: Path) -> None:
     import openai
-    path = profile_file(tmp_path, "mtp", decode_base_ns=500_000, decode_per_seq_ns=0,
-                        decode_per_ctx_token_ns=0.0, prefill_tokens_per_s=1e6, spin_ns=300_000,
-                        eos_prob=0.0)
+
+    path = profile_file(
+        tmp_path,
+        "mtp",
+        decode_base_ns=500_000,
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        prefill_tokens_per_s=1e6,
+        spin_ns=300_000,
+        eos_prob=0.0,
+    )
     prof = SimProfile.load(path)
     with SimProcess(path) as sim:
         client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none")
         stream = client.completions.create(
-            model=prof.model_name, prompt=list(range(100, 200)), max_tokens=2000, stream=True,
+            model=prof.model_name,
+            prompt=list(range(100, 200)),
+            max_tokens=2000,
+            stream=True,
             extra_body={"ignore_eos": True, "return_token_ids": True},
             extra_headers={"X-Request-Id": "spec-1"},
         )
@@ -117,14 +147,20 @@ def test_mean_tokens_per_chunk_under_speculation(tmp_path: Path) -> None:
     assert statistics.mean(decode) == pytest.approx(prof.expected_tokens_per_step, rel=0.05)
 
 
-def test_anthropic_client_streams_and_counts_tokens(slow_sim: tuple[SimProcess, SimProfile]) -> None:
+def test_anthropic_client_streams_and_counts_tokens(
+    slow_sim: tuple[SimProcess, SimProfile],
+) -> None:
     import anthropic
+
     sim, prof = slow_sim
     client = anthropic.Anthropic(base_url=sim.url, api_key="none")
     content = " abcd" * 30  # 30 tokens under the documented tokenizer
     with client.messages.stream(
-        model=prof.model_name, max_tokens=12, system="be brief",
-        messages=[{"role": "user", "content": content}], extra_body={"ignore_eos": True},
+        model=prof.model_name,
+        max_tokens=12,
+        system="be brief",
+        messages=[{"role": "user", "content": content}],
+        extra_body={"ignore_eos": True},
     ) as stream:
         deltas = [e for e in stream if e.type == "content_block_delta"]
         final = stream.get_final_message()
@@ -133,19 +169,26 @@ def test_anthropic_client_streams_and_counts_tokens(slow_sim: tuple[SimProcess, 
     assert final.usage.input_tokens == 3 + 5 + 30 + 5 + 3  # "be brief": be, " bri", ef
     assert final.usage.output_tokens == 12
     assert final.stop_reason == "max_tokens"
-    msg = client.messages.create(model=prof.model_name, max_tokens=3,
-                                 messages=[{"role": "user", "content": "hi"}],
-                                 extra_body={"ignore_eos": True})
+    msg = client.messages.create(
+        model=prof.model_name,
+        max_tokens=3,
+        messages=[{"role": "user", "content": "hi"}],
+        extra_body={"ignore_eos": True},
+    )
     assert msg.usage.output_tokens == 3 and msg.content[0].type == "text"
 
 
 def test_openai_chat_client_non_streaming(slow_sim: tuple[SimProcess, SimProfile]) -> None:
     import openai
+
     sim, prof = slow_sim
     client = openai.OpenAI(base_url=sim.url + "/v1", api_key="none")
-    r = client.chat.completions.create(model=prof.model_name, max_completion_tokens=5,
-                                       messages=[{"role": "user", "content": " abcd" * 10}],
-                                       extra_body={"ignore_eos": True})
+    r = client.chat.completions.create(
+        model=prof.model_name,
+        max_completion_tokens=5,
+        messages=[{"role": "user", "content": " abcd" * 10}],
+        extra_body={"ignore_eos": True},
+    )
     assert r.usage is not None
     assert r.usage.prompt_tokens == 10 + 5 + 3 and r.usage.completion_tokens == 5
     assert r.choices[0].finish_reason == "length"

@@ -10,15 +10,30 @@ from agent_replay.engines.sim.profile import SimProfile
 from agent_replay.errors import InputError
 
 BASE = SimProfile(
-    name="t", max_num_seqs=4, max_num_batched_tokens=128, block_size=16, kv_cache_blocks=1000,
-    prefix_cache_blocks=1000, prefill_tokens_per_s=1e6, decode_base_ns=1_000_000,
-    decode_per_seq_ns=100_000, decode_per_ctx_token_ns=10.0, eos_prob=0.0,
+    name="t",
+    max_num_seqs=4,
+    max_num_batched_tokens=128,
+    block_size=16,
+    kv_cache_blocks=1000,
+    prefix_cache_blocks=1000,
+    prefill_tokens_per_s=1e6,
+    decode_base_ns=1_000_000,
+    decode_per_seq_ns=100_000,
+    decode_per_ctx_token_ns=10.0,
+    eos_prob=0.0,
 )
 
 
-def req(n_prompt: int, max_tokens: int, *, first: int = 1000, rid: str = "r", **kw: object) -> SimRequest:
-    return SimRequest(request_id=rid, prompt_ids=list(range(first, first + n_prompt)),
-                      max_tokens=max_tokens, ignore_eos=True, **kw)  # type: ignore[arg-type]
+def req(
+    n_prompt: int, max_tokens: int, *, first: int = 1000, rid: str = "r", **kw: object
+) -> SimRequest:
+    return SimRequest(
+        request_id=rid,
+        prompt_ids=list(range(first, first + n_prompt)),
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def run(core: EngineCore, t: int = 0, limit: int = 10_000) -> list[StepResult]:
@@ -225,8 +240,13 @@ def test_kv_usage_and_metrics_histograms() -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"max_num_seqs": 0}, {"num_speculative_tokens": 2, "spec_acceptance": (0.5,)},
-     {"eos_prob": 2.0}, {"prefill_tokens_per_s": 0.0}, {"max_num_batched_tokens": 3}],
+    [
+        {"max_num_seqs": 0},
+        {"num_speculative_tokens": 2, "spec_acceptance": (0.5,)},
+        {"eos_prob": 2.0},
+        {"prefill_tokens_per_s": 0.0},
+        {"max_num_batched_tokens": 3},
+    ],
 )
 def test_invalid_profiles_are_rejected(change: dict[str, object]) -> None:
     with pytest.raises(InputError):

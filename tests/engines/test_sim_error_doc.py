@@ -41,8 +41,11 @@ def test_committed_data_is_what_a_fresh_fit_and_prediction_give(tmp_path: Path, 
 
     ex = se.EXPERIMENTS[which]
     committed = json.loads((se.OUT / f"{ex.name}.json").read_text())
-    fit = fit_runs([se._rel(f) for p in ex.fit for f in ex.folders(p)], name=ex.name,
-                   command=read_command(ex.command))
+    fit = fit_runs(
+        [se._rel(f) for p in ex.fit for f in ex.folders(p)],
+        name=ex.name,
+        command=read_command(ex.command),
+    )
     assert fit.profile.to_dict() == committed
     data = se.load()
     assert data["experiments"][which]["name"] == ex.name
@@ -66,9 +69,12 @@ def test_capacity_answer_wording() -> None:
 
     probes = [Probe(1, 1, 1, True, {}), Probe(8, 1, 0, False, {})]
     assert sc.answer(Capacity("", 1, probes, capacity=None)) == "below 1 (the lowest point fails)"
-    assert sc.answer(Capacity("", 1, probes, capacity=8)) == "at least 8 (the highest point, 8, meets)"
-    assert sc.answer(Capacity("", 1, probes, capacity=4, first_fail=6, crossing=(5.0, 4.5, 5.5))) == (
-        "4 (between 4 and 6); crossed at 5.0 [4.5, 5.5]")
+    assert (
+        sc.answer(Capacity("", 1, probes, capacity=8)) == "at least 8 (the highest point, 8, meets)"
+    )
+    assert sc.answer(
+        Capacity("", 1, probes, capacity=4, first_fail=6, crossing=(5.0, 4.5, 5.5))
+    ) == ("4 (between 4 and 6); crossed at 5.0 [4.5, 5.5]")
 
 
 def test_point_spread_borrows_the_stand_in_repeats() -> None:
@@ -115,8 +121,12 @@ def test_doc_figures_of_the_cache_split_and_the_misses() -> None:
     assert (round(min(cached["mtp"]) / 1e3, 1), round(max(cached["mtp"]) / 1e3, 1)) == (1.1, 1.3)
     mtp = json.loads((se.OUT / "h100-solo-mtp.json").read_text())["extra"]["fit"]["terms"]
     assert round(mtp["frontend_per_prompt_token_ns"]["value"] / 1e3, 2) == 1.76
-    highs = [json.loads((se.OUT / f"h100-solo-{n}.json").read_text())["extra"]["fit"]["terms"]
-             ["prefill_per_ctx_token_ns"]["high"] for n in ("standard", "mtp", "dedicated-decode")]
+    highs = [
+        json.loads((se.OUT / f"h100-solo-{n}.json").read_text())["extra"]["fit"]["terms"][
+            "prefill_per_ctx_token_ns"
+        ]["high"]
+        for n in ("standard", "mtp", "dedicated-decode")
+    ]
     assert (round(min(highs) / 1e3, 1), round(max(highs) / 1e3, 1)) == (7.5, 8.2)
 
 

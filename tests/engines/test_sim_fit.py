@@ -31,40 +31,88 @@ from agent_replay.results_schema import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
 MS = 1_000_000
 
 
-def _row(session: str, index: int, *, sent: int, prompt: int, cached: int, out: int,
-         parent: int | None = None, parent_end: int = 0) -> dict[str, Any]:
+def _row(
+    session: str,
+    index: int,
+    *,
+    sent: int,
+    prompt: int,
+    cached: int,
+    out: int,
+    parent: int | None = None,
+    parent_end: int = 0,
+) -> dict[str, Any]:
     """A request row as a replay writes it; its times are placeholders the simulation
     replaces, except sent_ns (roots) and the think gap (sent - parent's end_ns)."""
     return {
-        "session_id": session, "request_index": index, "parent_index": -1 if parent is None else parent,
-        "clone": 0, "worker": 0, "request_id": f"{session}-{index}", "api": "completions",
-        "warmup": False, "intended_ns": sent, "sent_ns": sent, "connect_ns": None,
-        "headers_ns": sent, "first_token_ns": sent + 1, "end_ns": sent + 2,
-        "chunk_ns": [sent + 1], "chunk_tokens": [1], "parent_end_ns": parent_end or None,
-        "think_ns": None, "expected_input_tokens": prompt, "expected_output_tokens": out,
-        "prompt_tokens": prompt, "completion_tokens": out, "cached_tokens": None,
-        "implied_cached_tokens": cached, "status": "ok", "error_kind": None, "http_status": 200,
-        "error": None, "agent_id": "main", "depends_on": [] if parent is None else [parent],
+        "session_id": session,
+        "request_index": index,
+        "parent_index": -1 if parent is None else parent,
+        "clone": 0,
+        "worker": 0,
+        "request_id": f"{session}-{index}",
+        "api": "completions",
+        "warmup": False,
+        "intended_ns": sent,
+        "sent_ns": sent,
+        "connect_ns": None,
+        "headers_ns": sent,
+        "first_token_ns": sent + 1,
+        "end_ns": sent + 2,
+        "chunk_ns": [sent + 1],
+        "chunk_tokens": [1],
+        "parent_end_ns": parent_end or None,
+        "think_ns": None,
+        "expected_input_tokens": prompt,
+        "expected_output_tokens": out,
+        "prompt_tokens": prompt,
+        "completion_tokens": out,
+        "cached_tokens": None,
+        "implied_cached_tokens": cached,
+        "status": "ok",
+        "error_kind": None,
+        "http_status": 200,
+        "error": None,
+        "agent_id": "main",
+        "depends_on": [] if parent is None else [parent],
     }
 
 
-def _folder(tmp: Path, name: str, rows: list[dict[str, Any]], spec: list[tuple[int, str, str, float]] | None = None) -> Path:
+def _folder(
+    tmp: Path,
+    name: str,
+    rows: list[dict[str, Any]],
+    spec: list[tuple[int, str, str, float]] | None = None,
+) -> Path:
     d = tmp / name
     (d / "requests").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA), d / "requests" / "part-000-00000.parquet")
-    (d / "run.json").write_text(json.dumps({"run_id": name, "gpus": 1, "status": "ok",
-                                            "target": {"model": "m"}}))
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA), d / "requests" / "part-000-00000.parquet"
+    )
+    (d / "run.json").write_text(
+        json.dumps({"run_id": name, "gpus": 1, "status": "ok", "target": {"model": "m"}})
+    )
     if spec:
-        pq.write_table(pa.Table.from_pylist(
-            [{"t_ns": t, "name": n, "labels": lab, "value": v} for t, n, lab, v in spec],
-            schema=SERVER_METRICS_SCHEMA), d / "server_metrics.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(
+                [{"t_ns": t, "name": n, "labels": lab, "value": v} for t, n, lab, v in spec],
+                schema=SERVER_METRICS_SCHEMA,
+            ),
+            d / "server_metrics.parquet",
+        )
     return d
 
 
 def test_prediction_of_one_session_by_hand() -> None:
     # front end 1 ms; a step 2 ms; 1000 new tokens at 1e6 tok/s = 1 ms of prefill
-    p = SimProfile(frontend_base_ns=1 * MS, decode_base_ns=2 * MS, decode_per_seq_ns=0,
-                   decode_per_ctx_token_ns=0.0, prefill_tokens_per_s=1e6, prefix_cache_blocks=0)
+    p = SimProfile(
+        frontend_base_ns=1 * MS,
+        decode_base_ns=2 * MS,
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        prefill_tokens_per_s=1e6,
+        prefix_cache_blocks=0,
+    )
     parent = _row("s", 0, sent=0, prompt=1500, cached=500, out=3)
     parent["end_ns"] = 10 * MS
     child = _row("s", 1, sent=15 * MS, prompt=1600, cached=1500, out=2, parent=0)
@@ -80,10 +128,18 @@ def test_prediction_of_one_session_by_hand() -> None:
 
 
 def test_front_end_serves_one_request_at_a_time() -> None:
-    p = SimProfile(frontend_base_ns=3 * MS, decode_base_ns=1 * MS, decode_per_seq_ns=0,
-                   decode_per_ctx_token_ns=0.0, prefill_tokens_per_s=1e12, prefix_cache_blocks=0)
-    rows = [_row("a", 0, sent=0, prompt=10, cached=0, out=1),
-            _row("b", 0, sent=0, prompt=10, cached=0, out=1)]
+    p = SimProfile(
+        frontend_base_ns=3 * MS,
+        decode_base_ns=1 * MS,
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        prefill_tokens_per_s=1e12,
+        prefix_cache_blocks=0,
+    )
+    rows = [
+        _row("a", 0, sent=0, prompt=10, cached=0, out=1),
+        _row("b", 0, sent=0, prompt=10, cached=0, out=1),
+    ]
     got = simulate_rows(p, rows)
     # a: ready 3 ms, one 1 ms step -> 4 ms; b waits for the front end: ready 6 ms -> 7 ms
     assert sorted(r["first_token_ns"] for r in got) == [4 * MS, 7 * MS]
@@ -107,8 +163,11 @@ def test_active_counts_intervals_holding_the_window() -> None:
 def test_spec_acceptance_from_counter_deltas(tmp_path: Path) -> None:
     name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
     spec = [(t, "vllm:spec_decode_num_drafts_total", "{}", v) for t, v in ((0, 100.0), (1, 300.0))]
-    spec += [(t, name, json.dumps({"position": str(i)}), v)
-             for t, vals in ((0, (50.0, 10.0)), (1, (210.0, 90.0))) for i, v in enumerate(vals)]
+    spec += [
+        (t, name, json.dumps({"position": str(i)}), v)
+        for t, vals in ((0, (50.0, 10.0)), (1, (210.0, 90.0)))
+        for i, v in enumerate(vals)
+    ]
     d = _folder(tmp_path, "r", [_row("s", 0, sent=0, prompt=10, cached=0, out=1)], spec)
     # 200 drafts; 160 accepted at position 0, 80 at position 1
     assert _spec_counts(d / "server_metrics.parquet") == (200.0, [160.0, 80.0])
@@ -128,8 +187,15 @@ def _synthetic_runs(tmp: Path, truth: SimProfile, runs: int = 3) -> list[Path]:
                 for i in range(12):
                     new = rnd.randrange(50, 3000)
                     prompt += new
-                    row = _row(session, i, sent=t, prompt=prompt, cached=prompt - new,
-                               out=rnd.randrange(40, 200), parent=i - 1 if i else None)
+                    row = _row(
+                        session,
+                        i,
+                        sent=t,
+                        prompt=prompt,
+                        cached=prompt - new,
+                        out=rnd.randrange(40, 200),
+                        parent=i - 1 if i else None,
+                    )
                     rows.append(row)
                     # the think gap the simulation keeps: this sent - the parent's end_ns
                     t = row["end_ns"] + rnd.randrange(20 * MS, 300 * MS)
@@ -139,11 +205,17 @@ def _synthetic_runs(tmp: Path, truth: SimProfile, runs: int = 3) -> list[Path]:
 
 
 def test_fit_recovers_the_profile_that_timed_the_runs(tmp_path: Path) -> None:
-    truth = SimProfile(decode_base_ns=5 * MS, decode_per_seq_ns=200_000,
-                       decode_per_ctx_token_ns=20.0, prefill_tokens_per_s=50_000.0,
-                       prefill_base_ns=1 * MS, prefill_per_ctx_token_ns=0.0,
-                       frontend_base_ns=8 * MS, frontend_per_prompt_token_ns=500.0,
-                       prefix_cache_blocks=0)
+    truth = SimProfile(
+        decode_base_ns=5 * MS,
+        decode_per_seq_ns=200_000,
+        decode_per_ctx_token_ns=20.0,
+        prefill_tokens_per_s=50_000.0,
+        prefill_base_ns=1 * MS,
+        prefill_per_ctx_token_ns=0.0,
+        frontend_base_ns=8 * MS,
+        frontend_per_prompt_token_ns=500.0,
+        prefix_cache_blocks=0,
+    )
     folders = _synthetic_runs(tmp_path, truth)
     fit = fit_runs([str(f) for f in folders], name="t")
     got = fit.profile
@@ -174,16 +246,32 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         read_run(tmp_path)
     with pytest.raises(InputError, match="no results folders"):
         fit_runs([])
-    r = subprocess.run([sys.executable, "-m", "agent_replay", "engines", "sim-fit", str(tmp_path),
-                        "-o", str(tmp_path / "p.json")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "engines",
+            "sim-fit",
+            str(tmp_path),
+            "-o",
+            str(tmp_path / "p.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0
     assert "not a results folder" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.json").exists()
 
 
 def test_write_profile_refuses_to_overwrite(tmp_path: Path) -> None:
-    truth = SimProfile(decode_base_ns=5 * MS, decode_per_seq_ns=200_000, prefix_cache_blocks=0,
-                       frontend_base_ns=8 * MS)
+    truth = SimProfile(
+        decode_base_ns=5 * MS,
+        decode_per_seq_ns=200_000,
+        prefix_cache_blocks=0,
+        frontend_base_ns=8 * MS,
+    )
     fit = fit_runs([str(f) for f in _synthetic_runs(tmp_path, truth, runs=2)])
     out = tmp_path / "p.json"
     out.write_text("keep")
@@ -199,7 +287,9 @@ def test_cache_split_and_cached_starts_by_hand() -> None:
 
     # TTFT per prompt token of first requests: 1.0, 1.2 (read from cache) and 20, 25 us
     # (computed): the widest gap is 1.2 -> 20 (16.7x >= 4), its geometric middle 4.9 us
-    assert cache_split([20_000.0, 1_000.0, 25_000.0, 1_200.0]) == pytest.approx((1_200 * 20_000) ** 0.5)
+    assert cache_split([20_000.0, 1_000.0, 25_000.0, 1_200.0]) == pytest.approx(
+        (1_200 * 20_000) ** 0.5
+    )
     assert cache_split([1_000.0, 1_200.0, 3_000.0]) is None  # one regime: 2.5x at most
     assert cache_split([5_000.0]) is None
     rows = [

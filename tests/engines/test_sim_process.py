@@ -22,17 +22,25 @@ def sim() -> Iterator[SimProcess]:
 
 def _events(raw: bytes) -> list[bytes]:
     assert raw.endswith(b"\n\n")
-    return [e[len(b"data: "):] for e in raw.split(b"\n\n") if e]
+    return [e[len(b"data: ") :] for e in raw.split(b"\n\n") if e]
 
 
-async def test_streaming_token_ids_with_return_token_ids_and_continuous_usage(sim: SimProcess) -> None:
+async def test_streaming_token_ids_with_return_token_ids_and_continuous_usage(
+    sim: SimProcess,
+) -> None:
     prompt = list(range(1000, 1040))
-    body = {"prompt": prompt, "max_tokens": 12, "stream": True, "ignore_eos": True,
-            "return_token_ids": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    async with aiohttp.ClientSession() as c, c.post(
-        sim.url + "/v1/completions", json=body, headers={"X-Request-Id": "t-1"}
-    ) as r:
+    body = {
+        "prompt": prompt,
+        "max_tokens": 12,
+        "stream": True,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    async with (
+        aiohttp.ClientSession() as c,
+        c.post(sim.url + "/v1/completions", json=body, headers={"X-Request-Id": "t-1"}) as r,
+    ):
         assert r.status == 200
         assert r.headers["Content-Type"] == "text/event-stream; charset=utf-8"
         raw = await r.read()

@@ -15,15 +15,29 @@ import aiohttp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STREAM = {"model": "m", "prompt": "hello " * 20, "max_tokens": 4000, "stream": True,
-          "ignore_eos": True}
+STREAM = {
+    "model": "m",
+    "prompt": "hello " * 20,
+    "max_tokens": 4000,
+    "stream": True,
+    "ignore_eos": True,
+}
 
 
 async def _start() -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", "engines", "sim", "--port", "0", cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        sys.executable,
+        "-m",
+        "agent_replay",
+        "engines",
+        "sim",
+        "--port",
+        "0",
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 async def _interrupt(proc: asyncio.subprocess.Process) -> tuple[int, str]:

@@ -6,8 +6,8 @@ from agent_replay.engines.sse import SSEEvent, SSEParser, encode_event
 
 STREAM = (
     b": keep-alive\n\n"
-    b"event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
-    b"data: {\"a\":1}\n\n"
+    b'event: message_start\ndata: {"type":"message_start"}\n\n'
+    b'data: {"a":1}\n\n'
     b"data: line1\ndata: line2\n\n"
     b"id: 7\nretry: 10\ndata:nospace\n\n"
     b"data: [DONE]\n\n"

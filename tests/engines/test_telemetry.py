@@ -54,20 +54,35 @@ def ramp(i: int, t_s: float) -> float:
 
 # -- NVML ------------------------------------------------------------------------------------
 
+
 def test_nvml_backend_reads_every_field_in_schema_units() -> None:
     clock = FakeClock(0)
     nv = FakeNvml(3, clock_ns=clock.now)
     b = NvmlBackend(nv)
     infos = b.open()
     assert [(g.index, g.uuid, g.name) for g in infos] == [
-        (i, f"GPU-fake-000{i}", "Fake GPU") for i in range(3)]
+        (i, f"GPU-fake-000{i}", "Fake GPU") for i in range(3)
+    ]
     clock.t += 2 * S
     rows = b.sample()
     assert len(rows) == 3
     # GPU 2: util 60/24 %, 62 GiB used of 141 GiB, 320 W (320000 mW), 42 C, 1980/2619 MHz,
     # energy = 1e9 mJ + 320 W x 2 s = 1e9 + 640000 mJ
-    assert rows[2] == (2, "GPU-fake-0002", 60.0, None, 24.0, None, 62 << 30, 141 << 30,
-                       320.0, 1_000_640_000, 42.0, 1980.0, 2619.0)
+    assert rows[2] == (
+        2,
+        "GPU-fake-0002",
+        60.0,
+        None,
+        24.0,
+        None,
+        62 << 30,
+        141 << 30,
+        320.0,
+        1_000_640_000,
+        42.0,
+        1980.0,
+        2619.0,
+    )
     b.close()
     assert nv.initialized == 0
 
@@ -99,6 +114,7 @@ def test_nvml_off_reasons() -> None:
 
 
 # -- sampler on a fake clock -----------------------------------------------------------------
+
 
 def test_sampler_cadence_midpoint_stamps_and_energy_against_power() -> None:
     clock = FakeClock(ticks=20)
@@ -164,6 +180,7 @@ def test_sampler_counts_failed_reads_and_keeps_going() -> None:
 
 # -- DCGM exporter ---------------------------------------------------------------------------
 
+
 def test_parse_recorded_dcgm_page() -> None:
     rows, info = parse_dcgm(PAGE.read_text())
     assert info[1].uuid == "GPU-8a2b4c6d-1e3f-4a5b-8c7d-9e0f1a2b3c4d"
@@ -187,18 +204,23 @@ def test_parse_dcgm_blank_values_mig_and_missing_fields() -> None:
         'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a"} 100.5\n'
         'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",GPU_I_ID="1",GPU_I_PROFILE="1g.18gb"} 7\n'
         'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 10\n'
-        'some_other_metric{gpu="0"} 5\n')
+        'some_other_metric{gpu="0"} 5\n'
+    )
     rows, _ = parse_dcgm(text)
-    assert rows == [(0, "GPU-a", None, None, None, None, 10 * MIB, None, 100.5, None, None,
-                     None, None)]
+    assert rows == [
+        (0, "GPU-a", None, None, None, None, 10 * MIB, None, 100.5, None, None, None, None)
+    ]
     # spaces after commas, an escaped quote, a timestamp after the value
-    rows, info = parse_dcgm('DCGM_FI_DEV_SM_CLOCK{gpu="3", UUID="GPU-c", modelName="a \\"b\\""} '
-                            '1410 1700000000000\n')
+    rows, info = parse_dcgm(
+        'DCGM_FI_DEV_SM_CLOCK{gpu="3", UUID="GPU-c", modelName="a \\"b\\""} 1410 1700000000000\n'
+    )
     assert rows[0][0] == 3 and rows[0][-2] == 1410.0 and info[3].name == 'a "b"'
-    for bad, msg in (('DCGM_FI_DEV_GPU_TEMP{gpu="0" 5', "line 2: no closing brace"),
-                     ('DCGM_FI_DEV_GPU_TEMP{gpu=0} 5', "line 2: bad labels"),
-                     ('DCGM_FI_DEV_GPU_TEMP{gpu="0"} hot', "line 2: value 'hot' is not a number"),
-                     ('DCGM_FI_DEV_GPU_TEMP{gpu="0"}', "line 2: no value")):
+    for bad, msg in (
+        ('DCGM_FI_DEV_GPU_TEMP{gpu="0" 5', "line 2: no closing brace"),
+        ("DCGM_FI_DEV_GPU_TEMP{gpu=0} 5", "line 2: bad labels"),
+        ('DCGM_FI_DEV_GPU_TEMP{gpu="0"} hot', "line 2: value 'hot' is not a number"),
+        ('DCGM_FI_DEV_GPU_TEMP{gpu="0"}', "line 2: no value"),
+    ):
         with pytest.raises(ValueError, match=msg):
             parse_dcgm("# HELP x\n" + bad + "\n")
     # lines of metrics the sampler does not read are not parsed at all
@@ -208,8 +230,10 @@ def test_parse_dcgm_blank_values_mig_and_missing_fields() -> None:
 def test_dcgm_backend_over_loopback_http() -> None:
     with DcgmPage() as url:
         b = DcgmBackend(url)
-        assert [g.uuid for g in b.open()] == ["GPU-3f1c2a9e-5b7d-4e21-9a0c-7d1e2f3a4b5c",
-                                              "GPU-8a2b4c6d-1e3f-4a5b-8c7d-9e0f1a2b3c4d"]
+        assert [g.uuid for g in b.open()] == [
+            "GPU-3f1c2a9e-5b7d-4e21-9a0c-7d1e2f3a4b5c",
+            "GPU-8a2b4c6d-1e3f-4a5b-8c7d-9e0f1a2b3c4d",
+        ]
         assert b.sample()[1][8] == 431.007
     with DcgmPage("# nothing here\n") as url, pytest.raises(TelemetryOff, match="lists no DCGM"):
         DcgmBackend(url).open()
@@ -218,6 +242,7 @@ def test_dcgm_backend_over_loopback_http() -> None:
 
 
 # -- the sampler process ---------------------------------------------------------------------
+
 
 def test_process_with_fake_nvml_writes_parquet_on_the_runs_clock(tmp_path: Path) -> None:
     out = tmp_path / "gpu_telemetry.parquet"
@@ -259,37 +284,48 @@ def test_process_off_says_why_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "g.parquet"
     tel = TelemetryProcess(Source("nvml"), 0.1, out, nvml=FakeNvml(driver=False))
     assert not tel.start()
-    assert tel.off_line() == ("GPU telemetry off: NVML cannot start (NVML Shared Library Not "
-                              "Found): no NVIDIA driver on this host")
+    assert tel.off_line() == (
+        "GPU telemetry off: NVML cannot start (NVML Shared Library Not "
+        "Found): no NVIDIA driver on this host"
+    )
     assert tel.stop() == {"enabled": False, "source": "NVML", "reason": tel.off_reason}
     assert not out.exists()
 
 
 # -- choosing the source ---------------------------------------------------------------------
 
+
 def test_resolve_and_check_spec() -> None:
     assert resolve("auto", "http://127.0.0.1:8000") == (Source("nvml"), "")
     assert resolve("auto", "http://localhost:8000")[0] == Source("nvml")
     assert resolve("auto", "http://10.1.2.3:8000", launched=True)[0] == Source("nvml")
     src, why = resolve("auto", "http://10.1.2.3:8000")
-    assert src is None and why == ("the server (10.1.2.3) is not on this host; pass "
-                                   "--gpu-metrics URL of its DCGM exporter")
+    assert src is None and why == (
+        "the server (10.1.2.3) is not on this host; pass --gpu-metrics URL of its DCGM exporter"
+    )
     assert resolve("nvml:0,2", "http://10.1.2.3:8000")[0] == Source("nvml", indices=(0, 2))
-    assert resolve("http://h:9400/metrics", "http://x")[0] == Source("dcgm", url="http://h:9400/metrics")
+    assert resolve("http://h:9400/metrics", "http://x")[0] == Source(
+        "dcgm", url="http://h:9400/metrics"
+    )
     assert resolve("off", "http://127.0.0.1:1") == (None, "turned off (--gpu-metrics off)")
     # a launched server's CUDA_VISIBLE_DEVICES picks the GPUs auto samples
     assert resolve("auto", "http://127.0.0.1:8", True, "2,3")[0] == Source("nvml", indices=(2, 3))
     assert resolve("auto", "http://127.0.0.1:8", True, "GPU-1a2b")[0] == Source("nvml")
     assert resolve("auto", "http://127.0.0.1:8", False, "1")[0] == Source("nvml", indices=(1,))
     assert resolve("nvml:0", "http://127.0.0.1:8", True, "1")[0] == Source("nvml", indices=(0,))
-    for bad, msg in (("nvml:a", "'a' is not a GPU index"), ("gpu", "expected auto, off"),
-                     ("http://", "no host"), ("nvml:-1", ">= 0")):
+    for bad, msg in (
+        ("nvml:a", "'a' is not a GPU index"),
+        ("gpu", "expected auto, off"),
+        ("http://", "no host"),
+        ("nvml:-1", ">= 0"),
+    ):
         with pytest.raises(InputError, match=msg):
             check_spec(bad)
 
 
 def test_vllm_vendored_bindings_are_loaded_without_importing_vllm(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sys
 
     from agent_replay.engines.telemetry.source import load_pynvml, nvml_unavailable, vendored_pynvml
@@ -309,6 +345,7 @@ def test_vllm_vendored_bindings_are_loaded_without_importing_vllm(
 
 # -- the dashboard's GPU line ----------------------------------------------------------------
 
+
 def test_gauges_aggregate_and_line() -> None:
     from agent_replay.engines.telemetry.gauges import aggregate, line
 
@@ -326,8 +363,9 @@ def test_gauges_aggregate_and_line() -> None:
     # util (93 + 71) / 2, SM (78.125 + 55.37) / 2, power 512.348 + 431.007 W, memory
     # (129,658 + 128,486) MiB = 252.1 GiB of 2 x (used + free + reserved) = 279.4 GiB
     rows, _ = parse_dcgm(PAGE.read_text())
-    assert line(aggregate(rows, None)) == ("GPU 2x: util 82% (SM 67%)  power 943 W  "
-                                           "memory 252/279 GiB  max 52 C")
+    assert line(aggregate(rows, None)) == (
+        "GPU 2x: util 82% (SM 67%)  power 943 W  memory 252/279 GiB  max 52 C"
+    )
 
 
 def test_process_feeds_the_dashboard_line(tmp_path: Path) -> None:
@@ -357,8 +395,14 @@ def test_long_runs_flush_rows_to_the_file_as_they_come() -> None:
     b = NvmlBackend(FakeNvml(2, clock_ns=clock.now))
     b.open()
     got: list[int] = []
-    s = Sampler(b, 0.1, clock_ns=clock.now, cpu_s=lambda: 0.0, flush_rows=6,
-                sink=lambda rows: got.append(len(rows)) or len(got) > 1)  # refuses the first
+    s = Sampler(
+        b,
+        0.1,
+        clock_ns=clock.now,
+        cpu_s=lambda: 0.0,
+        flush_rows=6,
+        sink=lambda rows: got.append(len(rows)) or len(got) > 1,
+    )  # refuses the first
     s.run(clock.wait)
     # 11 reads x 2 GPUs: refused at 6 rows, taken at 8, then at 6 and 6; 2 left
     assert got == [6, 8, 6, 6] and s.rows_flushed == 20 and len(s.rows) == 2

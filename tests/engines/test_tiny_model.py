@@ -24,11 +24,24 @@ def test_parameters_by_hand() -> None:
     + 20 = 140; embeddings 2*4*10 + 4 = 84.
     main = 2*(83+8) + 96 + 140 + 84 = 502; mtp = 83+8+140 + 2*16 + 12 + 40 = 315;
     active = 2*(83+8) + 96 + (2*24 + 24 + 20) + 84 = 454."""
-    cfg = {"hidden_size": 4, "vocab_size": 10, "num_attention_heads": 2,
-           "qk_nope_head_dim": 2, "qk_rope_head_dim": 1, "v_head_dim": 2, "kv_lora_rank": 3,
-           "q_lora_rank": None, "intermediate_size": 8, "moe_intermediate_size": 2,
-           "n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2,
-           "num_hidden_layers": 2, "first_k_dense_replace": 1, "num_nextn_predict_layers": 1}
+    cfg = {
+        "hidden_size": 4,
+        "vocab_size": 10,
+        "num_attention_heads": 2,
+        "qk_nope_head_dim": 2,
+        "qk_rope_head_dim": 1,
+        "v_head_dim": 2,
+        "kv_lora_rank": 3,
+        "q_lora_rank": None,
+        "intermediate_size": 8,
+        "moe_intermediate_size": 2,
+        "n_shared_experts": 1,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 2,
+        "first_k_dense_replace": 1,
+        "num_nextn_predict_layers": 1,
+    }
     assert deepseek_parameters(cfg) == {"main": 502, "mtp": 315, "active": 454, "total": 817}
 
 
@@ -57,8 +70,9 @@ def test_run_json_says_what_a_served_model_folder_is(tmp_path: Path) -> None:
 
     folder = tmp_path / "m"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(dict(MOONLIGHT_CONFIG, vocab_size=32000,
-                                                        agent_replay_shape="Moonlight-16B-A3B")))
+    (folder / "config.json").write_text(
+        json.dumps(dict(MOONLIGHT_CONFIG, vocab_size=32000, agent_replay_shape="Moonlight-16B-A3B"))
+    )
     assert describe_served(str(folder)) == "dummy weights, shape of Moonlight-16B-A3B"
     (folder / "config.json").write_text(json.dumps(MOONLIGHT_CONFIG))  # not one of ours
     assert describe_served(str(folder)) is None

@@ -53,30 +53,45 @@ def test_dedicated_decode_flags() -> None:
     assert f["--max-num-seqs"] == "6"
     assert "--prefill-schedule-interval" not in f
     assert json.loads(f["--speculative-config"] or "") == {
-        "method": "mtp", "num_speculative_tokens": 3,
-        "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.49}
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 2.49,
+    }
     assert json.loads(f["--compilation-config"] or "") == {
-        "cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [4, 8, 12, 16, 20, 24],
-        "mode": 0}
+        "cudagraph_mode": "FULL_DECODE_ONLY",
+        "cudagraph_capture_sizes": [4, 8, 12, 16, 20, 24],
+        "mode": 0,
+    }
     assert "--kv-transfer-config" not in f
-    real = build("dedicated-decode", model="m", gpus=1,
-                 sets=[("max_num_seqs", "2"), ("spec_tokens", "2"),
-                       ("synthetic_acceptance_length", "none")])
+    real = build(
+        "dedicated-decode",
+        model="m",
+        gpus=1,
+        sets=[("max_num_seqs", "2"), ("spec_tokens", "2"), ("synthetic_acceptance_length", "none")],
+    )
     fr = _flags(real.commands[0].argv)
-    assert json.loads(fr["--speculative-config"] or "") == {"method": "mtp",
-                                                           "num_speculative_tokens": 2}
+    assert json.loads(fr["--speculative-config"] or "") == {
+        "method": "mtp",
+        "num_speculative_tokens": 2,
+    }
     assert json.loads(fr["--compilation-config"] or "")["cudagraph_capture_sizes"] == [3, 6]
-    plain = build("dedicated-decode", model="m", gpus=1,
-                  sets=[("max_num_seqs", "2"), ("spec_method", "none")])
+    plain = build(
+        "dedicated-decode", model="m", gpus=1, sets=[("max_num_seqs", "2"), ("spec_method", "none")]
+    )
     assert json.loads(_flags(plain.commands[0].argv)["--compilation-config"] or "")[
-        "cudagraph_capture_sizes"] == [1, 2]
+        "cudagraph_capture_sizes"
+    ] == [1, 2]
 
 
 def test_flags_inert_at_one_data_parallel_rank_are_refused() -> None:
     """--prefill-schedule-interval acts only in vLLM's data-parallel engine core: set on a
     single engine it is refused in one line; under dep (DP over every GPU) it stays."""
-    with pytest.raises(InputError, match=r"--prefill-schedule-interval has no effect at "
-                                         r"data-parallel size 1: .*dep profile"):
+    with pytest.raises(
+        InputError,
+        match=r"--prefill-schedule-interval has no effect at "
+        r"data-parallel size 1: .*dep profile",
+    ):
         build("dedicated-decode", model="m", gpus=1, sets=[("prefill-schedule-interval", "4")])
     with pytest.raises(InputError, match="data-parallel size 1"):
         build("standard", model="m", gpus=4, sets=[("--prefill-schedule-interval", "2")])
@@ -99,11 +114,14 @@ def test_flags_inert_at_one_data_parallel_rank_are_refused() -> None:
 
 
 def test_dedicated_decode_as_pd_decode_side() -> None:
-    d = build("dedicated-decode", model="m", gpus=4, sets=[("role", "pd-decode"),
-                                                          ("spec_method", "none")])
+    d = build(
+        "dedicated-decode", model="m", gpus=4, sets=[("role", "pd-decode"), ("spec_method", "none")]
+    )
     f = _flags(d.commands[0].argv)
-    assert json.loads(f["--kv-transfer-config"] or "") == {"kv_connector": "NixlConnector",
-                                                           "kv_role": "kv_both"}
+    assert json.loads(f["--kv-transfer-config"] or "") == {
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_both",
+    }
     assert "--speculative-config" not in f
 
 
@@ -135,8 +153,10 @@ def test_pd_disagg_one_node_splits_gpus() -> None:
     prefill, decode, router = d.commands
     assert dict(prefill.env)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     assert dict(decode.env)["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
-    assert dict(prefill.env)["VLLM_NIXL_SIDE_CHANNEL_PORT"] != dict(decode.env)[
-        "VLLM_NIXL_SIDE_CHANNEL_PORT"]
+    assert (
+        dict(prefill.env)["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+        != dict(decode.env)["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+    )
     assert "--performance-mode" in decode.argv and "--performance-mode" not in prefill.argv
     assert not router.is_vllm_serve
     assert router.argv[router.argv.index("--prefill") + 1] == "http://localhost:8100"
@@ -149,9 +169,19 @@ def test_pd_disagg_needs_two_gpus() -> None:
 
 
 def test_set_flags_add_replace_remove_and_scope() -> None:
-    d = build("pd-disagg", model="m", gpus=2, sets=parse_sets(
-        ["max-model-len=4096", "decode.max-num-seqs=4", "--enforce-eager=true",
-         "enable-prefix-caching=false"]))
+    d = build(
+        "pd-disagg",
+        model="m",
+        gpus=2,
+        sets=parse_sets(
+            [
+                "max-model-len=4096",
+                "decode.max-num-seqs=4",
+                "--enforce-eager=true",
+                "enable-prefix-caching=false",
+            ]
+        ),
+    )
     prefill, decode, _ = d.commands
     fp, fd = _flags(prefill.argv), _flags(decode.argv)
     assert fp["--max-model-len"] == fd["--max-model-len"] == "4096"
@@ -162,11 +192,14 @@ def test_set_flags_add_replace_remove_and_scope() -> None:
     assert "--performance-mode" not in d.commands[0].argv
 
 
-@pytest.mark.parametrize("sets, match", [
-    ([("max_num_seqs", "many")], "expected int"),
-    ([("spec_method", "eagle9")], "spec_method"),
-    ([("bad key!", "1")], "not a knob"),
-])
+@pytest.mark.parametrize(
+    "sets, match",
+    [
+        ([("max_num_seqs", "many")], "expected int"),
+        ([("spec_method", "eagle9")], "spec_method"),
+        ([("bad key!", "1")], "not a knob"),
+    ],
+)
 def test_bad_sets(sets: list[tuple[str, str]], match: str) -> None:
     with pytest.raises(InputError, match=match):
         build("dedicated-decode", model="m", gpus=1, sets=sets)
@@ -187,7 +220,7 @@ def test_shell_rendering_round_trips_and_keeps_placeholders() -> None:
     assert "${HEAD_IP}" in line and "'${HEAD_IP}'" not in line
     words = shlex.split(line)
     env_words = [w for w in words if "=" in w and w.split("=")[0].isupper()]
-    assert words[len(env_words):] == list(d.commands[1].argv)
+    assert words[len(env_words) :] == list(d.commands[1].argv)
 
 
 def test_versions_table() -> None:
@@ -201,8 +234,17 @@ def test_versions_table() -> None:
     out, notes = adapt_argv(argv, "0.26.0")
     assert out == ["--all2all-backend", "pplx", "--enforce-eager"] and len(notes) == 1
     out, notes = adapt_argv(argv, "0.33.0")
-    assert out == ["--custom-histogram-buckets", "{}", "--all2all-backend",
-                   "allgather_reducescatter", "--enforce-eager"] and len(notes) == 1
+    assert (
+        out
+        == [
+            "--custom-histogram-buckets",
+            "{}",
+            "--all2all-backend",
+            "allgather_reducescatter",
+            "--enforce-eager",
+        ]
+        and len(notes) == 1
+    )
     out, _ = adapt_argv(argv, "0.26.0", protected=frozenset({"--custom-histogram-buckets"}))
     assert out[0] == "--custom-histogram-buckets"
 
@@ -214,14 +256,42 @@ def test_build_for_version_drops_unknown_profile_flags() -> None:
 
 
 def test_cli_prints_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["engines", "vllm-cmd", "wide-ep", "--model", "m", "--gpus", "16", "--nodes", "2",
-               "--no-check", "--json"])
+    rc = main(
+        [
+            "engines",
+            "vllm-cmd",
+            "wide-ep",
+            "--model",
+            "m",
+            "--gpus",
+            "16",
+            "--nodes",
+            "2",
+            "--no-check",
+            "--json",
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["profile"] == "wide-ep" and len(out["commands"]) == 2
     assert out["commands"][1]["node"] == 1 and out["checked_with"] is None
-    assert main(["engines", "vllm-cmd", "standard", "--model", "m", "--gpus", "2", "--nodes",
-                 "3", "--no-check"]) == 2
+    assert (
+        main(
+            [
+                "engines",
+                "vllm-cmd",
+                "standard",
+                "--model",
+                "m",
+                "--gpus",
+                "2",
+                "--nodes",
+                "3",
+                "--no-check",
+            ]
+        )
+        == 2
+    )
     assert "does not divide" in capsys.readouterr().err
 
 
@@ -233,20 +303,34 @@ def test_every_profile_is_documented() -> None:
 def test_agentx_pinned_acceptance_per_model_and_k() -> None:
     from agent_replay.engines.vllm.profiles import agentx_speculative_config
 
-    got = {k: json.loads(agentx_speculative_config("deepseek-ai/DeepSeek-V3.2", k))
-           for k in (1, 2, 3, 4)}
+    got = {
+        k: json.loads(agentx_speculative_config("deepseek-ai/DeepSeek-V3.2", k))
+        for k in (1, 2, 3, 4)
+    }
     assert {k: c["synthetic_acceptance_length"] for k, c in got.items()} == {
-        1: 1.79, 2: 2.27, 3: 2.49, 4: 2.54}
-    assert got[3] == {"method": "mtp", "num_speculative_tokens": 3,
-                      "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.49}
+        1: 1.79,
+        2: 2.27,
+        3: 2.49,
+        4: 2.54,
+    }
+    assert got[3] == {
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 2.49,
+    }
     with pytest.raises(InputError, match="K=5"):
         agentx_speculative_config("DeepSeek-R1", 5)
     with pytest.raises(InputError, match="known families: deepseek"):
         agentx_speculative_config("Qwen/Qwen3-8B", 3)
 
 
-MTP_SPEC = {"method": "mtp", "num_speculative_tokens": 3,
-            "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.8}
+MTP_SPEC = {
+    "method": "mtp",
+    "num_speculative_tokens": 3,
+    "rejection_sample_method": "synthetic",
+    "synthetic_acceptance_length": 2.8,
+}
 
 
 def test_mtp_is_standard_plus_speculative_decoding_only() -> None:
@@ -256,7 +340,8 @@ def test_mtp_is_standard_plus_speculative_decoding_only() -> None:
     assert json.loads(f_mtp.pop("--speculative-config") or "") == MTP_SPEC
     assert f_mtp == f_std and mtp.commands[0].env == std.commands[0].env
     assert "--speculative-config" not in _flags(
-        build("mtp", model="m", gpus=1, sets=[("spec_method", "none")]).commands[0].argv)
+        build("mtp", model="m", gpus=1, sets=[("spec_method", "none")]).commands[0].argv
+    )
 
 
 def test_diff_against_standard() -> None:
@@ -265,11 +350,19 @@ def test_diff_against_standard() -> None:
     std = build("standard", model="m", gpus=1, sets=[("kv-cache-memory-bytes", "1024")])
     mtp = build("mtp", model="m", gpus=1, sets=[("kv-cache-memory-bytes", "1024")])
     ded = build("dedicated-decode", model="m", gpus=1, sets=[("max_num_seqs", "2")])
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 3,
-                       "rejection_sample_method": "synthetic",
-                       "synthetic_acceptance_length": 2.49}, separators=(",", ":"))
-    graphs = json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY",
-                         "cudagraph_capture_sizes": [4, 8], "mode": 0}, separators=(",", ":"))
+    spec = json.dumps(
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 3,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_length": 2.49,
+        },
+        separators=(",", ":"),
+    )
+    graphs = json.dumps(
+        {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [4, 8], "mode": 0},
+        separators=(",", ":"),
+    )
     assert diff(std, mtp) == [FlagDiff("--speculative-config", None, spec)]
     assert diff(std, std) == []
     assert diff(std, ded) == [
@@ -277,21 +370,39 @@ def test_diff_against_standard() -> None:
         FlagDiff("--performance-mode", None, "interactivity"),
         FlagDiff("--max-num-seqs", None, "2"),
         FlagDiff("--speculative-config", None, spec),
-        FlagDiff("--compilation-config", None, graphs)]
+        FlagDiff("--compilation-config", None, graphs),
+    ]
     bare = build("standard", model="m", gpus=1, sets=[("enforce-eager", "true")])
     assert diff(bare, build("standard", model="m", gpus=1)) == [
-        FlagDiff("--enforce-eager", "", None)]
+        FlagDiff("--enforce-eager", "", None)
+    ]
 
 
 def test_cli_diff(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["engines", "vllm-cmd", "mtp", "--model", "m", "--gpus", "1",
-            "--set", "synthetic_acceptance_length=2.8", "--set", "kv-cache-memory-bytes=64",
-            "--diff", "standard"]
+    args = [
+        "engines",
+        "vllm-cmd",
+        "mtp",
+        "--model",
+        "m",
+        "--gpus",
+        "1",
+        "--set",
+        "synthetic_acceptance_length=2.8",
+        "--set",
+        "kv-cache-memory-bytes=64",
+        "--diff",
+        "standard",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "# mtp vs standard: 1 setting(s) differ"
     assert out[1:] == ["+ --speculative-config " + json.dumps(MTP_SPEC, separators=(",", ":"))]
     assert main([*args[:2], "dedicated-decode", *args[3:], "--json"]) == 0
     flags = [d["flag"] for d in json.loads(capsys.readouterr().out)["diff"]]
-    assert flags == ["--performance-mode", "--max-num-seqs", "--speculative-config",
-                     "--compilation-config"]
+    assert flags == [
+        "--performance-mode",
+        "--max-num-seqs",
+        "--speculative-config",
+        "--compilation-config",
+    ]

@@ -49,15 +49,15 @@ def zstd_bomb(decoded: int) -> bytes:
     return b"".join([*(c.compress(p) for p in _zeros(decoded)), c.flush()])
 
 
-BOMBS: dict[str, Callable[[int], bytes]] = {"br": brotli_bomb, "zstd": zstd_bomb,
-                                             "gzip": gzip_bomb}
+BOMBS: dict[str, Callable[[int], bytes]] = {"br": brotli_bomb, "zstd": zstd_bomb, "gzip": gzip_bomb}
 
 
 def ordinary_body(size: int, seed: int = 1) -> bytes:
     """A chat request of about ``size`` bytes of word salad (gzip: about 3 to 1)."""
     rng = random.Random(seed)
-    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9)))
-             for _ in range(5000)]
+    words = [
+        "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(5000)
+    ]
     per = 200_000
     msgs = []
     while sum(len(m["content"]) for m in msgs) < size:
@@ -73,7 +73,7 @@ async def slices(data: bytes, size: int = 1 << 18) -> AsyncIterator[bytes]:
     """``data`` posted a slice at a time (a bytes body is copied whole on the client's
     loop, which would stall the streams it measures)."""
     for i in range(0, len(data), size):
-        yield data[i:i + size]
+        yield data[i : i + size]
 
 
 def rss_peak(pid: int) -> int:
@@ -115,9 +115,15 @@ class Phase:
     rss_peak: int = 0
 
 
-STREAM_BODY = orjson.dumps({"model": "m", "stream": True, "max_tokens": 100,
-                            "temperature": 5,  # streamserver: 5 ms between chunks
-                            "messages": [{"role": "user", "content": "small"}]})
+STREAM_BODY = orjson.dumps(
+    {
+        "model": "m",
+        "stream": True,
+        "max_tokens": 100,
+        "temperature": 5,  # streamserver: 5 ms between chunks
+        "messages": [{"role": "user", "content": "small"}],
+    }
+)
 
 
 class Rig:
@@ -133,14 +139,30 @@ class Rig:
 
     async def __aenter__(self) -> Rig:
         self.up = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.faults.streamserver", cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "tests.faults.streamserver",
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+        )
         assert self.up.stdout is not None
         up_url = (await asyncio.wait_for(self.up.stdout.readline(), 30)).decode().strip()
         self.rec = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agent_replay", "record", "--upstream", up_url,
-            "--listen", "127.0.0.1:0", "-o", str(self.out), "--quiet", *self.args,
-            cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "record",
+            "--upstream",
+            up_url,
+            "--listen",
+            "127.0.0.1:0",
+            "-o",
+            str(self.out),
+            "--quiet",
+            *self.args,
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
         assert self.rec.stderr is not None
         self.url = (await asyncio.wait_for(self.rec.stderr.readline(), 30)).decode().split()[2]
         return self
@@ -179,8 +201,9 @@ async def stream(s: aiohttp.ClientSession, url: str, gaps: list[float], until: f
                 last = now
 
 
-async def post(s: aiohttp.ClientSession, url: str, name: str, data: bytes,
-               encoding: str | None) -> Posted:
+async def post(
+    s: aiohttp.ClientSession, url: str, name: str, data: bytes, encoding: str | None
+) -> Posted:
     headers = {"Content-Type": "application/json", "Content-Length": str(len(data))}
     if encoding:
         headers["Content-Encoding"] = encoding
@@ -190,8 +213,15 @@ async def post(s: aiohttp.ClientSession, url: str, name: str, data: bytes,
     return Posted(name, r.status, body[:400], time.monotonic() - t0)
 
 
-async def phase(rig: Rig, name: str, sends: list[tuple[str, bytes, str | None]], *,
-                streams: int = 20, seconds: float = 3.0, delay: float = 0.5) -> Phase:
+async def phase(
+    rig: Rig,
+    name: str,
+    sends: list[tuple[str, bytes, str | None]],
+    *,
+    streams: int = 20,
+    seconds: float = 3.0,
+    delay: float = 0.5,
+) -> Phase:
     """``streams`` live streams for ``seconds``; ``delay`` after they start, ``sends``
     are posted (name, body, Content-Encoding), all at once. The recorder's peak RSS over
     the phase, from its RSS at the start."""
@@ -203,8 +233,7 @@ async def phase(rig: Rig, name: str, sends: list[tuple[str, bytes, str | None]],
         until = time.monotonic() + seconds
         live = [asyncio.create_task(stream(s, rig.url, out.gaps, until)) for _ in range(streams)]
         await asyncio.sleep(delay)
-        out.posted = list(await asyncio.gather(*(post(s, rig.url, n, d, e)
-                                                 for n, d, e in sends)))
+        out.posted = list(await asyncio.gather(*(post(s, rig.url, n, d, e) for n, d, e in sends)))
         await asyncio.gather(*live)
     out.rss_peak = rss_peak(rig.pid)
     return out

@@ -45,7 +45,8 @@ def string_bomb(path: Path, rows: int = 9000, value_bytes: int = 1 << 20) -> Pat
     Arrow schema, so a plain reader decodes it to strings."""
     cols = _base(rows)
     cols["content"] = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(rows, np.int32)), pa.array(["x" * value_bytes]))
+        pa.array(np.zeros(rows, np.int32)), pa.array(["x" * value_bytes])
+    )
     return _write(path, cols, store_schema=False)
 
 
@@ -53,7 +54,8 @@ def name_bomb(path: Path, rows: int = 5000, value_bytes: int = 1 << 20) -> Path:
     """A dictionary-encoded ``model`` name of ``value_bytes`` on every row."""
     cols = _base(rows)
     cols["model"] = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(rows, np.int32)), pa.array(["m" * value_bytes]))
+        pa.array(np.zeros(rows, np.int32)), pa.array(["m" * value_bytes])
+    )
     return _write(path, cols)
 
 
@@ -62,15 +64,17 @@ def long_name(path: Path, rows: int = 5000, value_bytes: int = 1 << 20) -> Path:
     page on disk; written without the Arrow schema, so it reads as plain strings)."""
     cols = _base(rows)
     cols["session_id"] = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(rows, np.int32)), pa.array(["s" * value_bytes]))
+        pa.array(np.zeros(rows, np.int32)), pa.array(["s" * value_bytes])
+    )
     return _write(path, cols, store_schema=False)
 
 
 def list_bomb(path: Path, length: int = 11_000_000) -> Path:
     """One row whose ``hash_ids`` list has ``length`` equal values (run-length encoded)."""
     cols = _base(1)
-    cols["hash_ids"] = pa.ListArray.from_arrays(pa.array([0, length], pa.int32()),
-                                                pa.array(np.zeros(length, np.int64)))
+    cols["hash_ids"] = pa.ListArray.from_arrays(
+        pa.array([0, length], pa.int32()), pa.array(np.zeros(length, np.int64))
+    )
     return _write(path, cols)
 
 
@@ -88,13 +92,15 @@ def many_rows(path: Path, rows: int, sessions: int) -> Path:
     64K rows."""
     meta = TraceMeta(block_size=16, source="synthetic")
     sid = np.arange(rows) % sessions
-    table = pa.table({
-        "session_id": pa.array(sid.astype(str)).dictionary_encode(),
-        "request_index": pa.array(np.arange(rows) // sessions, pa.int32()),
-        "parent_index": pa.array(np.arange(rows) // sessions - 1, pa.int32()),
-        "arrival_ns": pa.array(np.arange(rows, dtype=np.int64) * 1000),
-        "input_tokens": pa.array(np.full(rows, 16), pa.int32()),
-        "output_tokens": pa.array(np.full(rows, 1), pa.int32()),
-    }).replace_schema_metadata({METADATA_KEY: meta.to_bytes()})
+    table = pa.table(
+        {
+            "session_id": pa.array(sid.astype(str)).dictionary_encode(),
+            "request_index": pa.array(np.arange(rows) // sessions, pa.int32()),
+            "parent_index": pa.array(np.arange(rows) // sessions - 1, pa.int32()),
+            "arrival_ns": pa.array(np.arange(rows, dtype=np.int64) * 1000),
+            "input_tokens": pa.array(np.full(rows, 16), pa.int32()),
+            "output_tokens": pa.array(np.full(rows, 1), pa.int32()),
+        }
+    ).replace_schema_metadata({METADATA_KEY: meta.to_bytes()})
     pq.write_table(table, path, compression="zstd", row_group_size=65536)
     return path

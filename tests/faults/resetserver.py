@@ -40,7 +40,8 @@ class ResetServer:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024))
+            asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024)
+        )
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()

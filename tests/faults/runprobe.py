@@ -78,8 +78,9 @@ def mount_tmpfs(where: Path, size: str) -> bool:
     where.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         return False
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                       capture_output=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
     return r.returncode == 0
 
 
@@ -173,8 +174,12 @@ class Outcome:
         s = self.summary
         if not s:
             return None
-        return int(s.get("ok", 0)) + int(s.get("failed", 0)) + int(s.get("cancelled", 0)) \
+        return (
+            int(s.get("ok", 0))
+            + int(s.get("failed", 0))
+            + int(s.get("cancelled", 0))
             - int(s.get("unwritten", 0) or 0)
+        )
 
     def problems(self) -> list[str]:
         """What this outcome breaks of the contract (the test_run_rows.py checks that
@@ -204,23 +209,37 @@ class Outcome:
 
     def row(self) -> str:
         rep = self.reported_rows()
-        return (f"| {self.name} | {self.finished} | {self.rows} | {self.missing} | "
-                f"{'-' if rep is None else rep} | {self.unwritten if self.unwritten is not None else '-'} | "
-                f"{self.status or '-'} | {'hang' if self.hang else self.rc} | "
-                f"{'yes' if self.traceback else 'no'} | {self.orphans} | {self.tmp_left} | "
-                f"{'-' if self.after_fault_s is None else f'{self.after_fault_s:.1f}'} | "
-                f"{self.last_line[:70]} | {'; '.join(self.problems()) or 'none'} |")
+        return (
+            f"| {self.name} | {self.finished} | {self.rows} | {self.missing} | "
+            f"{'-' if rep is None else rep} | {self.unwritten if self.unwritten is not None else '-'} | "
+            f"{self.status or '-'} | {'hang' if self.hang else self.rc} | "
+            f"{'yes' if self.traceback else 'no'} | {self.orphans} | {self.tmp_left} | "
+            f"{'-' if self.after_fault_s is None else f'{self.after_fault_s:.1f}'} | "
+            f"{self.last_line[:70]} | {'; '.join(self.problems()) or 'none'} |"
+        )
 
 
-TABLE_HEAD = ("| scenario | finished by engine | rows | finished without row | rows reported "
-              "| unwritten reported | run.json status | exit | traceback | orphans | .tmp left "
-              "| exit s after fault | final line | problems |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+TABLE_HEAD = (
+    "| scenario | finished by engine | rows | finished without row | rows reported "
+    "| unwritten reported | run.json status | exit | traceback | orphans | .tmp left "
+    "| exit s after fault | final line | problems |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
-def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: int = 1,
-          tmpfs: str | None = None, fill_first: bool = False, repo: Path = ROOT,
-          timeout_s: float = 60, extra: tuple[str, ...] = ()) -> Outcome:
+def probe(
+    name: str,
+    trace: Path,
+    work: Path,
+    fault: Fault | None,
+    *,
+    workers: int = 1,
+    tmpfs: str | None = None,
+    fill_first: bool = False,
+    repo: Path = ROOT,
+    timeout_s: float = 60,
+    extra: tuple[str, ...] = (),
+) -> Outcome:
     """Run ``trace`` on the sim engine with ``fault`` applied; see the module docs.
     ``tmpfs``: put the results folder on a tmpfs of this size (root only: otherwise a
     plain folder); ``fill_first``: fill it before the run starts."""
@@ -239,11 +258,32 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
             env = {**os.environ, "PYTHONPATH": str(repo)}
             t0 = time.monotonic()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", sim.url,
-                 "-o", str(out), "--workers", str(workers), "--no-progress",
-                 "--scrape-interval", "0", "--gpu-metrics", "off", *extra],
-                cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "agent_replay",
+                    "run",
+                    str(trace),
+                    "--target",
+                    sim.url,
+                    "-o",
+                    str(out),
+                    "--workers",
+                    str(workers),
+                    "--no-progress",
+                    "--scrape-interval",
+                    "0",
+                    "--gpu-metrics",
+                    "off",
+                    *extra,
+                ],
+                cwd=repo,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             run = Run(proc, out, disk)
             outs: list[str] = []
 
@@ -281,11 +321,19 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
         rows_ids: set[str] = set()
         for f in run.parts():
             rows_ids |= set(pq.read_table(f, columns=["request_id"]).column(0).to_pylist())
-        tmp_left = len(list((out / "requests").glob(".*.tmp"))) if (out / "requests").is_dir() else 0
-        truth = pq.read_table(gt, columns=["request_id", "finish_reason"]).to_pydict() \
-            if gt.exists() else {"request_id": [], "finish_reason": []}
-        finished = {r for r, fr in zip(truth["request_id"], truth["finish_reason"], strict=True)
-                    if fr is not None}
+        tmp_left = (
+            len(list((out / "requests").glob(".*.tmp"))) if (out / "requests").is_dir() else 0
+        )
+        truth = (
+            pq.read_table(gt, columns=["request_id", "finish_reason"]).to_pydict()
+            if gt.exists()
+            else {"request_id": [], "finish_reason": []}
+        )
+        finished = {
+            r
+            for r, fr in zip(truth["request_id"], truth["finish_reason"], strict=True)
+            if fr is not None
+        }
         meta: dict[str, Any] = {}
         with contextlib.suppress(OSError, ValueError):
             meta = json.loads((out / "run.json").read_text())
@@ -295,15 +343,29 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
         if not final and stderr.strip():
             final = stderr.strip().splitlines()[-1]
         return Outcome(
-            name=name, rc=proc.returncode if not hang else None, hang=hang, rows=len(rows_ids),
-            finished=len(finished), missing=len(finished - rows_ids),
-            received=len(truth["request_id"]), tmp_left=tmp_left, status=meta.get("status"),
-            summary=summary, unwritten=summary.get("unwritten"), last_line=final,
-            traceback="Traceback" in stderr, orphans=len(orphans), seconds=seconds,
+            name=name,
+            rc=proc.returncode if not hang else None,
+            hang=hang,
+            rows=len(rows_ids),
+            finished=len(finished),
+            missing=len(finished - rows_ids),
+            received=len(truth["request_id"]),
+            tmp_left=tmp_left,
+            status=meta.get("status"),
+            summary=summary,
+            unwritten=summary.get("unwritten"),
+            last_line=final,
+            traceback="Traceback" in stderr,
+            orphans=len(orphans),
+            seconds=seconds,
             after_fault_s=None if run.fault_at is None else ended - run.fault_at,
             reserve_left=(out / ".space-reserve").exists(),
-            stderr=stderr, stdout=stdout, pid=proc.pid, children=len(run.seen),
-            fault_at=run.fault_at)
+            stderr=stderr,
+            stdout=stdout,
+            pid=proc.pid,
+            children=len(run.seen),
+            fault_at=run.fault_at,
+        )
     finally:
         if disk is not None:
             umount(disk)
@@ -311,16 +373,23 @@ def probe(name: str, trace: Path, work: Path, fault: Fault | None, *, workers: i
 
 def report(out: Path, repo: Path = ROOT) -> str:
     """What ``agent-replay report`` prints for the results folder ``out``."""
-    r = subprocess.run([sys.executable, "-m", "agent_replay", "report", str(out)], cwd=repo,
-                       env={**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "200"},
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "agent_replay", "report", str(out)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return r.stdout + r.stderr
 
 
 # Faults ------------------------------------------------------------------------------
 
+
 def after_rows(n: int, then: Fault) -> Fault:
     """``then`` once the part files hold at least ``n`` rows."""
+
     def fault(run: Run) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and run.proc.poll() is None:
@@ -333,6 +402,7 @@ def after_rows(n: int, then: Fault) -> Fault:
                 break
             time.sleep(0.05)
         then(run)
+
     return fault
 
 
@@ -342,11 +412,13 @@ def after_first_part(then: Fault, delay_s: float = 0.3) -> Fault:
             time.sleep(delay_s)
             run.watch()
             then(run)
+
     return fault
 
 
 def disk_full(free_after_s: float | None) -> Fault:
     """Fill the disk; free it again after ``free_after_s`` (None: never)."""
+
     def fault(run: Run) -> None:
         assert run.disk is not None
         run.fault_at = time.monotonic()
@@ -357,6 +429,7 @@ def disk_full(free_after_s: float | None) -> Fault:
                 run.watch()
                 time.sleep(0.05)
             filler.unlink()
+
     return fault
 
 
@@ -364,12 +437,14 @@ def to_parent(sig: int) -> Fault:
     def fault(run: Run) -> None:
         run.fault_at = time.monotonic()
         run.proc.send_signal(sig)
+
     return fault
 
 
 def to_group(sig: int) -> Fault:
     def fault(run: Run) -> None:
         run.signal_group(sig)
+
     return fault
 
 
@@ -379,26 +454,31 @@ def to_worker(sig: int) -> Fault:
         if ws:
             run.fault_at = time.monotonic()
             os.kill(ws[0], sig)
+
     return fault
 
 
 def early(then: Fault, delay_s: float) -> Fault:
     """``then`` ``delay_s`` after the run started."""
+
     def fault(run: Run) -> None:
         end = time.monotonic() + delay_s
         while time.monotonic() < end:
             run.watch()
             time.sleep(0.01)
         then(run)
+
     return fault
 
 
 def when_workers_start(then: Fault) -> Fault:
     """``then`` as soon as worker processes exist (they are still importing)."""
+
     def fault(run: Run) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and run.proc.poll() is None and not run.workers():
             time.sleep(0.01)
         run.watch()
         then(run)
+
     return fault

@@ -26,8 +26,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
             await asyncio.sleep(gap)
     prompt = len(raw) // 4  # the proxy's byte fallback counts 4 bytes a token
     usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
-    await resp.write(b"data: " + orjson.dumps({"id": "c", "choices": [], "usage": usage})
-                     + b"\n\ndata: [DONE]\n\n")
+    await resp.write(
+        b"data: "
+        + orjson.dumps({"id": "c", "choices": [], "usage": usage})
+        + b"\n\ndata: [DONE]\n\n"
+    )
     await resp.write_eof()
     return resp
 

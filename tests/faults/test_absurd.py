@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _one_line(r: subprocess.CompletedProcess[str]) -> str:
@@ -32,26 +37,61 @@ def _one_line(r: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("rows", "says"), [
-    ([{"timestamp": 0, "input_length": 1e12, "output_length": 10, "hash_ids": [1]}],
-     "does not fit the trace schema"),
-    ([{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]},
-      {"timestamp": 1e300, "input_length": 100, "output_length": 10, "hash_ids": [2]}],
-     "does not fit the trace schema"),
-    ([{"timestamp": 0, "input_length": 20_000_000, "output_length": 10,
-       "hash_ids": list(range(-(-20_000_000 // 512)))}],
-     "row 0, field 'input_tokens': above 10,000,000"),
-    ([{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]},
-      {"timestamp": 400 * 86_400_000, "input_length": 100, "output_length": 10,
-       "hash_ids": [2]}],
-     "field 'arrival_ns': more than a year"),
-])
-def test_import_refuses_absurd_numbers(tmp_path: Path, rows: list[dict[str, object]],
-                                       says: str) -> None:
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        (
+            [{"timestamp": 0, "input_length": 1e12, "output_length": 10, "hash_ids": [1]}],
+            "does not fit the trace schema",
+        ),
+        (
+            [
+                {"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]},
+                {"timestamp": 1e300, "input_length": 100, "output_length": 10, "hash_ids": [2]},
+            ],
+            "does not fit the trace schema",
+        ),
+        (
+            [
+                {
+                    "timestamp": 0,
+                    "input_length": 20_000_000,
+                    "output_length": 10,
+                    "hash_ids": list(range(-(-20_000_000 // 512))),
+                }
+            ],
+            "row 0, field 'input_tokens': above 10,000,000",
+        ),
+        (
+            [
+                {"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]},
+                {
+                    "timestamp": 400 * 86_400_000,
+                    "input_length": 100,
+                    "output_length": 10,
+                    "hash_ids": [2],
+                },
+            ],
+            "field 'arrival_ns': more than a year",
+        ),
+    ],
+)
+def test_import_refuses_absurd_numbers(
+    tmp_path: Path, rows: list[dict[str, object]], says: str
+) -> None:
     src = tmp_path / "t.jsonl"
     src.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    line = _one_line(_cli("traces", "import", str(src), "--format", "mooncake", "-o",
-                          str(tmp_path / "out.parquet")))
+    line = _one_line(
+        _cli(
+            "traces",
+            "import",
+            str(src),
+            "--format",
+            "mooncake",
+            "-o",
+            str(tmp_path / "out.parquet"),
+        )
+    )
     assert says in line, line
     assert not (tmp_path / "out.parquet").exists()
 
@@ -64,8 +104,9 @@ def test_validate_and_run_refuse_before_planning(tmp_path: Path) -> None:
     line = _one_line(_cli("traces", "validate", str(trace)))
     assert "input_tokens" in line and "above 10,000,000" in line
     t0 = time.monotonic()
-    line = _one_line(_cli("run", str(trace), "--target", "http://127.0.0.1:9", "-o",
-                          str(tmp_path / "res")))
+    line = _one_line(
+        _cli("run", str(trace), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "res"))
+    )
     assert "above 10,000,000" in line
     assert time.monotonic() - t0 < 30  # validation, not minutes of planning
 
@@ -74,8 +115,9 @@ def test_run_of_a_trace_whose_every_request_failed_is_refused(tmp_path: Path) ->
     table = trace_table(chain_rows(1, 2))
     table = table.append_column("error", pa.array(["upstream: HTTP 404"] * 2, pa.string()))
     trace = write_trace(table, tmp_path / "t.parquet", TraceMeta(block_size=16))
-    line = _one_line(_cli("run", str(trace), "--target", "http://127.0.0.1:9", "-o",
-                          str(tmp_path / "res")))
+    line = _one_line(
+        _cli("run", str(trace), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "res"))
+    )
     assert "nothing to replay" in line and "2 requests all failed" in line
     assert "--include-failed" in line and str(trace) in line
     assert not (tmp_path / "res").exists()

@@ -29,20 +29,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def _slices(data: bytes) -> AsyncIterator[bytes]:
     for i in range(0, len(data), 1 << 18):
-        yield data[i:i + (1 << 18)]
+        yield data[i : i + (1 << 18)]
 
 
 async def _post_big(s: aiohttp.ClientSession, url: str, data: bytes) -> aiohttp.ClientResponse:
     """POST ``data`` in slices: a bytes or BytesIO body would make aiohttp copy it whole
     on this test's event loop, stalling the streams it measures."""
-    return await s.post(url + "/v1/chat/completions", data=_slices(data),
-                        headers={"Content-Length": str(len(data))})
+    return await s.post(
+        url + "/v1/chat/completions", data=_slices(data), headers={"Content-Length": str(len(data))}
+    )
 
 
 async def _proc(*args: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     return proc, ""
 
 
@@ -50,26 +55,43 @@ async def _proc(*args: str) -> tuple[asyncio.subprocess.Process, str]:
 @pytest.mark.timing
 async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
     up = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.faults.streamserver", cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE)
+        sys.executable, "-m", "tests.faults.streamserver", cwd=ROOT, stdout=asyncio.subprocess.PIPE
+    )
     assert up.stdout is not None
     up_url = (await asyncio.wait_for(up.stdout.readline(), 30)).decode().strip()
     rec = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", "record", "--upstream", up_url, "--listen",
-        "127.0.0.1:0", "-o", str(tmp_path / "trace"), "--quiet", "--max-body", "40",
-        cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agent_replay",
+        "record",
+        "--upstream",
+        up_url,
+        "--listen",
+        "127.0.0.1:0",
+        "-o",
+        str(tmp_path / "trace"),
+        "--quiet",
+        "--max-body",
+        "40",
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert rec.stderr is not None
     url = (await asyncio.wait_for(rec.stderr.readline(), 30)).decode().split()[2]
     try:
-        big = orjson.dumps({"model": "m", "stream": True, "messages": [
-            {"role": "user", "content": "x " * 500_000} for _ in range(30)]})
+        big = orjson.dumps(
+            {
+                "model": "m",
+                "stream": True,
+                "messages": [{"role": "user", "content": "x " * 500_000} for _ in range(30)],
+            }
+        )
         assert len(big) > 30_000_000
         huge = b'{"model": "m", "pad": "' + b"y" * (41 << 20) + b'"}'
         quiet: list[float] = []
         gaps: list[float] = []
         async with aiohttp.ClientSession() as s:
-            await asyncio.gather(*(stream(s, url, quiet, time.monotonic() + 1.5)
-                                   for _ in range(4)))
+            await asyncio.gather(*(stream(s, url, quiet, time.monotonic() + 1.5) for _ in range(4)))
             until = time.monotonic() + 6
             streams = [asyncio.create_task(stream(s, url, gaps, until)) for _ in range(4)]
             await asyncio.sleep(0.5)
@@ -81,8 +103,10 @@ async def test_big_body_leaves_other_streams_alone(tmp_path: Path) -> None:
             async with await _post_big(s, url, huge) as r:
                 assert r.status == 413
             await asyncio.gather(*streams)
-        print(f"30 MB body through the proxy in {big_s:.1f} s: other streams' largest chunk "
-              f"gap {max(gaps) * 1e3:.0f} ms (quiet: {max(quiet) * 1e3:.0f} ms)")
+        print(
+            f"30 MB body through the proxy in {big_s:.1f} s: other streams' largest chunk "
+            f"gap {max(gaps) * 1e3:.0f} ms (quiet: {max(quiet) * 1e3:.0f} ms)"
+        )
         assert len(gaps) > 1000
         # Parsing the body on the proxy's loop stalled the other streams for 88-215 ms, and
         # so did converting its 117,000 hash ids to Arrow under the GIL at the next flush
@@ -115,10 +139,16 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
     from agent_replay.replay.record.sink import rows_to_table
     from agent_replay.replay.record.wire import inspect_request
 
-    msgs = [{"role": "user", "content": "a " * 300_000},
-            {"role": "assistant", "content": "sure", "tool_calls": None},
-            {"role": "user", "content": [{"type": "text", "text": "b " * 400_000,
-                                          "cache_control": {"type": "ephemeral"}}]}]
+    msgs = [
+        {"role": "user", "content": "a " * 300_000},
+        {"role": "assistant", "content": "sure", "tool_calls": None},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "b " * 400_000, "cache_control": {"type": "ephemeral"}}
+            ],
+        },
+    ]
     bodies = [
         {"model": "m", "stream": True, "messages": msgs, "api_key": "sk-planted"},
         {"model": "m", "stream": True, "stream_options": {"x": 1}, "messages": msgs},
@@ -129,7 +159,7 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
     try:
         for body in bodies:
             raw = b"  " + orjson.dumps(body)
-            parts = [raw[i:i + 70_001] for i in range(0, len(raw), 70_001)]
+            parts = [raw[i : i + 70_001] for i in range(0, len(raw), 70_001)]
             got = await big.digest("chat", parts)
             assert got is not None
             info, send, digest = got
@@ -137,8 +167,11 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
             assert b"".join(send) == want_out
             assert info.body == {}
             assert (info.model, info.stream, info.injected_usage, info.session_hint) == (
-                want_info.model, want_info.stream, want_info.injected_usage,
-                want_info.session_hint)
+                want_info.model,
+                want_info.stream,
+                want_info.injected_usage,
+                want_info.session_hint,
+            )
             est = hasher.hash_ids("chat", body, None)[1]
             for n in (None, 1, 17, est, est + 100):
                 ids, e = digest.hash_ids(twin, n)
@@ -150,17 +183,18 @@ async def test_big_body_digest_matches_the_small_path(content: str) -> None:
                     # a part file holds the same column from the array as from the list
                     row = {"session_id": "s", "request_index": 0, "parent_index": -1}
                     rows = [row, row | {"hash_ids": [7, 8]}, row | {"hash_ids": []}]
-                    assert (rows_to_table([*rows, row | {"hash_ids": ids}])
-                            .equals(rows_to_table([*rows, row | {"hash_ids": got_ids}])))
+                    assert rows_to_table([*rows, row | {"hash_ids": ids}]).equals(
+                        rows_to_table([*rows, row | {"hash_ids": got_ids}])
+                    )
             items = conversation("chat", body)
             assert digest.chains == chain_digests(items)
-            assert digest.content == (orjson.dumps(strip_secrets(body))
-                                      if content == "full" else None)
+            assert digest.content == (
+                orjson.dumps(strip_secrets(body)) if content == "full" else None
+            )
             assert digest.secrets == secret_values(body)
             # session inference: the same parent from the digest as from the body
             full, light = SessionTracker(), SessionTracker()
-            for tracker, its, chains in ((full, items, None),
-                                         (light, digest.items, digest.chains)):
+            for tracker, its, chains in ((full, items, None), (light, digest.items, digest.chains)):
                 first = conversation("chat", {"messages": msgs[:1]})
                 _, turn = tracker.assign(0, first)
                 tracker.complete(turn, 10, None, failed=False)
@@ -175,11 +209,13 @@ def test_helper_ends_when_the_recorder_died_before_it_started() -> None:
     """The parse helper watches the recorder's pid, not whichever parent it finds: a
     recorder killed while the helper was still starting (it was reparented already) must
     not leave it waiting for work forever, holding the recorder's stderr open."""
-    code = ("import sys, time\n"
-            "from agent_replay.replay.record.bigbody import _background\n"
-            "_background(int(sys.argv[1]))\n"
-            "time.sleep(30)\n"
-            "sys.exit(3)\n")
-    gone = 2 ** 22 + 1  # above pid_max's default: never this process's parent
+    code = (
+        "import sys, time\n"
+        "from agent_replay.replay.record.bigbody import _background\n"
+        "_background(int(sys.argv[1]))\n"
+        "time.sleep(30)\n"
+        "sys.exit(3)\n"
+    )
+    gone = 2**22 + 1  # above pid_max's default: never this process's parent
     proc = subprocess.run([sys.executable, "-c", code, str(gone)], timeout=20)
     assert proc.returncode == 0

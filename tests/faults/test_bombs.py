@@ -19,8 +19,10 @@ from tests.faults.bombs import BOMBS, Rig, ordinary_body, pct, phase
 
 MIB = 1 << 20
 
-pytestmark = pytest.mark.skipif(not {"br", "zstd"} <= set(decoders()),
-                                reason="brotli and zstandard not installed (extra: codecs)")
+pytestmark = pytest.mark.skipif(
+    not {"br", "zstd"} <= set(decoders()),
+    reason="brotli and zstandard not installed (extra: codecs)",
+)
 
 
 def _bombs() -> list[tuple[str, bytes, str | None]]:
@@ -70,6 +72,8 @@ async def test_bombs_leave_live_streams_their_gaps(tmp_path: Path) -> None:
     assert [x.status for x in plain.posted] == [200] * 3
     assert [x.status for x in bombs.posted] == [413] * 3
     p99 = pct(plain.gaps, 99), pct(bombs.gaps, 99)
-    print(f"p99 gap plain {p99[0] * 1e3:.1f} ms, bombs {p99[1] * 1e3:.1f} ms; max "
-          f"{max(plain.gaps) * 1e3:.0f} / {max(bombs.gaps) * 1e3:.0f} ms")
+    print(
+        f"p99 gap plain {p99[0] * 1e3:.1f} ms, bombs {p99[1] * 1e3:.1f} ms; max "
+        f"{max(plain.gaps) * 1e3:.0f} / {max(bombs.gaps) * 1e3:.0f} ms"
+    )
     assert p99[1] < p99[0] + 0.005, p99

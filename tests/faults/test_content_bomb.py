@@ -22,8 +22,11 @@ from tests.peak import run_peak
 def test_a_content_bomb_is_refused_before_it_is_decoded(tmp_path: Path, cmd: str) -> None:
     path = hostile.string_bomb(tmp_path / "t.parquet", rows=2000)
     assert path.stat().st_size < 40_000
-    args = ["traces", "validate", str(path)] if cmd == "validate" else \
-        ["run", str(path), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r")]
+    args = (
+        ["traces", "validate", str(path)]
+        if cmd == "validate"
+        else ["run", str(path), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r")]
+    )
     r, rss_mib = run_peak(tmp_path, *args)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

@@ -24,8 +24,12 @@ from agent_replay.replay.record.sink import PartWriter
 from agent_replay.traces.io import read_trace
 
 FLUSH_S = 0.2
-BODY = {"model": "sim-fast", "stream": True, "max_tokens": 8,
-        "messages": [{"role": "user", "content": "disk full"}]}
+BODY = {
+    "model": "sim-fast",
+    "stream": True,
+    "max_tokens": 8,
+    "messages": [{"role": "user", "content": "disk full"}],
+}
 
 
 async def _one(s: aiohttp.ClientSession, url: str) -> bool:
@@ -34,8 +38,9 @@ async def _one(s: aiohttp.ClientSession, url: str) -> bool:
         return r.status == 200
 
 
-async def test_failed_flush_keeps_rows_and_retries(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failed_flush_keeps_rows_and_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC injected into the part writer: the rows wait in memory, the status line
     warns, and the next successful flush writes every one of them."""
     real = PartWriter.write
@@ -71,15 +76,17 @@ async def test_failed_flush_keeps_rows_and_retries(tmp_path: Path,
     assert table.num_rows == 10
 
 
-async def test_final_flush_failure_is_counted(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_final_flush_failure_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def write(self: PartWriter, rows: list[dict[str, Any]], meta: Any) -> Path:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(PartWriter, "write", write)
     async with SimServer("fast") as sim:
-        rec = Recorder(sim.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60,
-                       write_retry_s=0.3)
+        rec = Recorder(
+            sim.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60, write_retry_s=0.3
+        )
         await rec.start()
         async with aiohttp.ClientSession() as s:
             assert all([await _one(s, rec.url) for _ in range(4)])
@@ -94,8 +101,9 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
     where.mkdir()
     if os.geteuid() != 0:
         return False
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                       capture_output=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
     return r.returncode == 0
 
 
@@ -123,9 +131,20 @@ async def test_tmpfs_full_then_space_returns(tmp_path: Path) -> None:
         out = disk / "trace"
         async with SimServer("fast") as sim:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agent_replay", "record", "--upstream", sim.url, "--listen",
-                "127.0.0.1:0", "-o", str(out), "--flush-interval", str(FLUSH_S),
-                stderr=asyncio.subprocess.PIPE)
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "record",
+                "--upstream",
+                sim.url,
+                "--listen",
+                "127.0.0.1:0",
+                "-o",
+                str(out),
+                "--flush-interval",
+                str(FLUSH_S),
+                stderr=asyncio.subprocess.PIPE,
+            )
             assert proc.stderr is not None
             line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
             url = line.split()[2]
@@ -153,8 +172,10 @@ async def test_tmpfs_full_then_space_returns(tmp_path: Path) -> None:
             rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
             assert await proc.wait() == 0, rest
         table, _ = read_trace(out)
-        print(f"disk full: {len(done)} requests completed ({during} while full), "
-              f"{table.num_rows} rows written")
+        print(
+            f"disk full: {len(done)} requests completed ({during} while full), "
+            f"{table.num_rows} rows written"
+        )
         assert during > 0 and len(done) > during
         assert "writing again" in rest
         assert table.num_rows >= len(done)  # every completed request, none lost
@@ -172,9 +193,22 @@ async def test_tmpfs_full_at_exit_is_loud(tmp_path: Path) -> None:
         out = disk / "trace"
         async with SimServer("fast") as sim:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agent_replay", "record", "--upstream", sim.url, "--listen",
-                "127.0.0.1:0", "-o", str(out), "--flush-interval", "60", "--write-retry", "1.5",
-                stderr=asyncio.subprocess.PIPE)
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "record",
+                "--upstream",
+                sim.url,
+                "--listen",
+                "127.0.0.1:0",
+                "-o",
+                str(out),
+                "--flush-interval",
+                "60",
+                "--write-retry",
+                "1.5",
+                stderr=asyncio.subprocess.PIPE,
+            )
             assert proc.stderr is not None
             line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
             url = line.split()[2]

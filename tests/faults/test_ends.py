@@ -38,8 +38,13 @@ KEY = "sim-key-123456"
 
 
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 NO_SCRAPE = ("--no-progress", "--scrape-interval", "0")
@@ -60,9 +65,26 @@ def test_sigterm_ends_run_and_workers(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 4, gap_ns=150 * MS, output_tokens=6))
     out = tmp_path / "res"
     with SimProcess("fast") as sim:
-        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
-                                sim.url, "-o", str(out), "--workers", "2", "--no-progress"],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "-o",
+                str(out),
+                "--workers",
+                "2",
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.1)
@@ -94,12 +116,22 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(6, 3, gap_ns=20 * MS, output_tokens=4))
     with SimProcess("fast", extra_args=["--api-key", KEY]) as sim:
         # no key: the probe says so, one line, exit 3
-        r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "a"),
-                 *NO_SCRAPE)
+        r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "a"), *NO_SCRAPE)
         assert r.returncode == 3 and "wants a key" in r.stderr and "Traceback" not in r.stderr
         # the key by option, and a base URL ending in /v1: every request served
-        r = _run("run", str(trace), "--target", sim.url + "/v1", "-o", str(tmp_path / "b"),
-                 *NO_SCRAPE, "--api-key", KEY, "--speedup", "5")
+        r = _run(
+            "run",
+            str(trace),
+            "--target",
+            sim.url + "/v1",
+            "-o",
+            str(tmp_path / "b"),
+            *NO_SCRAPE,
+            "--api-key",
+            KEY,
+            "--speedup",
+            "5",
+        )
         assert r.returncode == 0, r.stderr
         meta = json.loads((tmp_path / "b" / "run.json").read_text())
         assert meta["status"] == "ok" and meta["summary"]["ok"] == 18
@@ -107,34 +139,95 @@ def test_refused_requests_fail_the_run_and_abort(tmp_path: Path) -> None:
         assert KEY not in (tmp_path / "b" / "run.json").read_text()
         # the key by environment
         env_run = subprocess.run(
-            [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", sim.url, "-o",
-             str(tmp_path / "c"), *NO_SCRAPE, "--speedup", "5"], cwd=ROOT,
-            capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "-o",
+                str(tmp_path / "c"),
+                *NO_SCRAPE,
+                "--speedup",
+                "5",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "OPENAI_API_KEY": KEY},
+        )
         assert env_run.returncode == 0, env_run.stderr
         # a wrong key in a header (the probe passes with the right one in x-api-key...):
         # every request refused -> failed, exit 1
-        r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "d"),
-                 *NO_SCRAPE, "--header", "Authorization=Bearer wrong", "--header",
-                 f"x-api-key={KEY}", "--speedup", "5")
+        r = _run(
+            "run",
+            str(trace),
+            "--target",
+            sim.url,
+            "-o",
+            str(tmp_path / "d"),
+            *NO_SCRAPE,
+            "--header",
+            "Authorization=Bearer wrong",
+            "--header",
+            f"x-api-key={KEY}",
+            "--speedup",
+            "5",
+        )
         assert r.returncode == 0, r.stderr  # x-api-key suffices for the engine
-        r = _run("run", str(trace), "--target", sim.url, "-o", str(tmp_path / "e"),
-                 *NO_SCRAPE, "--api-key", "wrong-key", "--speedup", "5")
+        r = _run(
+            "run",
+            str(trace),
+            "--target",
+            sim.url,
+            "-o",
+            str(tmp_path / "e"),
+            *NO_SCRAPE,
+            "--api-key",
+            "wrong-key",
+            "--speedup",
+            "5",
+        )
         assert r.returncode == 3  # the probe is refused first
     # every request refused past the probe: a server that lists models but refuses work
     with SimProcess("fast") as ok_sim:
         srv = _RefusingProxy(ok_sim.url)
         try:
-            r = _run("run", str(trace), "--target", srv.url, "-o", str(tmp_path / "f"),
-                     *NO_SCRAPE, "--speedup", "5")
+            r = _run(
+                "run",
+                str(trace),
+                "--target",
+                srv.url,
+                "-o",
+                str(tmp_path / "f"),
+                *NO_SCRAPE,
+                "--speedup",
+                "5",
+            )
             assert r.returncode == 1, r.stdout + r.stderr
             # the first requests all refused alike: the run stops, the server's word first
-            assert r.stdout.splitlines()[0] == ("error: the first 8 requests all failed with "
-                                                "HTTP 401: refused")
+            assert r.stdout.splitlines()[0] == (
+                "error: the first 8 requests all failed with HTTP 401: refused"
+            )
             assert "ABORTED" in r.stdout and "Traceback" not in r.stderr
             meta = json.loads((tmp_path / "f" / "run.json").read_text())
             assert meta["status"] == "aborted" and 8 <= meta["summary"]["failed"] < 18
-            r = _run("run", str(trace), "--target", srv.url, "-o", str(tmp_path / "g"),
-                     *NO_SCRAPE, "--speedup", "5", "--abort-after-failures", "3")
+            r = _run(
+                "run",
+                str(trace),
+                "--target",
+                srv.url,
+                "-o",
+                str(tmp_path / "g"),
+                *NO_SCRAPE,
+                "--speedup",
+                "5",
+                "--abort-after-failures",
+                "3",
+            )
             assert r.returncode == 1, r.stdout + r.stderr
             meta = json.loads((tmp_path / "g" / "run.json").read_text())
             assert meta["status"] == "aborted"
@@ -191,9 +284,26 @@ def test_server_killed_mid_run(tmp_path: Path, api: str) -> None:
     out = tmp_path / "res"
     sim = SimProcess("fast").start()
     try:
-        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
-                                sim.url, "-o", str(out), "--no-progress", "--api", api],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "-o",
+                str(out),
+                "--no-progress",
+                "--api",
+                api,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.05)
@@ -220,9 +330,18 @@ def _busy_port() -> tuple[socket.socket, int]:
 def test_port_in_use_is_one_line(tmp_path: Path) -> None:
     s, port = _busy_port()
     try:
-        for args in (["engines", "sim", "--port", str(port)],
-                     ["record", "--upstream", "http://127.0.0.1:9", "--listen",
-                      f"127.0.0.1:{port}", "-o", str(tmp_path / "rec")]):
+        for args in (
+            ["engines", "sim", "--port", str(port)],
+            [
+                "record",
+                "--upstream",
+                "http://127.0.0.1:9",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "-o",
+                str(tmp_path / "rec"),
+            ],
+        ):
             r = _run(*args, timeout=60)
             assert r.returncode == 2, r.stderr
             assert "Traceback" not in r.stderr
@@ -241,15 +360,21 @@ async def test_recorder_force_stop_cuts_the_drain(tmp_path: Path) -> None:
     stall = asyncio.Event()
 
     runner, port = await _stalling_upstream(stall)
-    rec = Recorder(f"http://127.0.0.1:{port}", "127.0.0.1:0", tmp_path / "trace",
-                   drain_timeout_s=60.0, flush_interval_s=60)
+    rec = Recorder(
+        f"http://127.0.0.1:{port}",
+        "127.0.0.1:0",
+        tmp_path / "trace",
+        drain_timeout_s=60.0,
+        flush_interval_s=60,
+    )
     await rec.start()
 
     async with aiohttp.ClientSession() as s:
         async with s.post(rec.url + "/v1/chat/completions", data=_chat_body("done")) as r:
             await r.read()
-        stalled = asyncio.create_task(s.post(rec.url + "/v1/chat/completions",
-                                             data=_chat_body("stall")))
+        stalled = asyncio.create_task(
+            s.post(rec.url + "/v1/chat/completions", data=_chat_body("stall"))
+        )
         await asyncio.sleep(0.2)
         stopping = asyncio.create_task(rec.stop())
         await asyncio.sleep(0.3)
@@ -277,15 +402,21 @@ async def test_recorder_drain_refuses_new_requests_and_is_bounded(tmp_path: Path
     stall = asyncio.Event()
 
     runner, port = await _stalling_upstream(stall)
-    rec = Recorder(f"http://127.0.0.1:{port}", "127.0.0.1:0", tmp_path / "trace",
-                   drain_timeout_s=1.0, flush_interval_s=60)
+    rec = Recorder(
+        f"http://127.0.0.1:{port}",
+        "127.0.0.1:0",
+        tmp_path / "trace",
+        drain_timeout_s=1.0,
+        flush_interval_s=60,
+    )
     await rec.start()
 
     async with aiohttp.ClientSession() as s, aiohttp.ClientSession() as other:
         async with s.post(rec.url + "/v1/chat/completions", data=_chat_body("quick")) as r:
             await r.read()  # the connection stays open (keep-alive)
-        stalled = asyncio.create_task(other.post(rec.url + "/v1/chat/completions",
-                                                 data=_chat_body("stall")))
+        stalled = asyncio.create_task(
+            other.post(rec.url + "/v1/chat/completions", data=_chat_body("stall"))
+        )
         await asyncio.sleep(0.2)
         t0 = time.monotonic()
         stopping = asyncio.create_task(rec.stop())
@@ -314,9 +445,25 @@ def test_kill_9_of_run_leaves_no_worker(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 4, gap_ns=150 * MS, output_tokens=6))
     out = tmp_path / "res"
     with SimProcess("fast") as sim:
-        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
-                                sim.url, "-o", str(out), "--workers", "2", "--no-progress"],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "-o",
+                str(out),
+                "--workers",
+                "2",
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.1)
@@ -357,5 +504,6 @@ async def _stalling_upstream(stall: asyncio.Event) -> tuple[Any, int]:
 
 
 def _chat_body(text: str) -> bytes:
-    return orjson.dumps({"model": "m", "stream": True,
-                         "messages": [{"role": "user", "content": text}]})
+    return orjson.dumps(
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": text}]}
+    )

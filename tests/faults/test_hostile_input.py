@@ -35,8 +35,14 @@ def _capped() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, preexec_fn=_capped)
+    return subprocess.run(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_capped,
+    )
 
 
 def _one_line(r: subprocess.CompletedProcess[str]) -> str:
@@ -56,14 +62,19 @@ BOMBS: list[tuple[str, Callable[[Path], Path], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("make", "says"), [(m, s) for _, m, s in BOMBS],
-                         ids=[n for n, _, _ in BOMBS])
+@pytest.mark.parametrize(
+    ("make", "says"), [(m, s) for _, m, s in BOMBS], ids=[n for n, _, _ in BOMBS]
+)
 def test_hostile_trace_is_one_line_in_validate_inspect_and_run(
-        tmp_path: Path, make: Callable[[Path], Path], says: str) -> None:
+    tmp_path: Path, make: Callable[[Path], Path], says: str
+) -> None:
     path = make(tmp_path / "t.parquet")
     assert path.stat().st_size < 200_000  # tiny on disk
-    for args in (["traces", "validate", str(path)], ["traces", "inspect", str(path)],
-                 ["run", str(path), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r")]):
+    for args in (
+        ["traces", "validate", str(path)],
+        ["traces", "inspect", str(path)],
+        ["run", str(path), "--target", "http://127.0.0.1:9", "-o", str(tmp_path / "r")],
+    ):
         if args[1] == "inspect" and "content" in says:  # inspect does not read content
             r = _cli(*args)
             assert r.returncode == 0 and "9,000" in r.stdout, r.stderr
@@ -106,19 +117,23 @@ def test_max_sessions_reads_only_the_sessions_it_can_use(tmp_path: Path) -> None
     assert first_sessions(trace, 40, skip_failed=True) is None
     whole, _ = read_trace(trace)
     for mult in (1, 3):
-        cfg = RunConfig(trace=str(trace), target="http://127.0.0.1:9", max_sessions=5,
-                        sessions_multiplier=mult)
+        cfg = RunConfig(
+            trace=str(trace), target="http://127.0.0.1:9", max_sessions=5, sessions_multiplier=mult
+        )
         part, _, numbers = read_replayed(cfg)
         # with clones the whole trace is read: their start shifts depend on every session
         assert part.num_rows == (15 if mult == 1 else whole.num_rows)
-        assert np.array_equal(part.column("request_index").to_numpy(),
-                              whole.column("request_index").to_numpy()[numbers])
+        assert np.array_equal(
+            part.column("request_index").to_numpy(),
+            whole.column("request_index").to_numpy()[numbers],
+        )
         from agent_replay.traces.failed import drop_failed
 
         a = build_plan(drop_failed(part)[0], 16, cfg.plan_options())
         b = build_plan(drop_failed(whole)[0], 16, cfg.plan_options())
-        assert [(s.session_id, s.clone, s.start_ns) for s in a.sessions] == \
-            [(s.session_id, s.clone, s.start_ns) for s in b.sessions]
+        assert [(s.session_id, s.clone, s.start_ns) for s in a.sessions] == [
+            (s.session_id, s.clone, s.start_ns) for s in b.sessions
+        ]
         assert len(a.sessions) == 5
 
 
@@ -139,8 +154,16 @@ def test_max_sessions_bounds_the_memory_of_a_many_row_trace(tmp_path: Path) -> N
     """300K rows in 30K sessions: the run with --max-sessions 5 reads and plans five
     sessions in a process capped at 1 GiB and fails only on the target, not the trace."""
     trace = hostile.many_rows(tmp_path / "t.parquet", 300_000, 30_000)
-    r = _cli("run", str(trace), "--target", "http://127.0.0.1:9", "--max-sessions", "5",
-             "-o", str(tmp_path / "r"))
+    r = _cli(
+        "run",
+        str(trace),
+        "--target",
+        "http://127.0.0.1:9",
+        "--max-sessions",
+        "5",
+        "-o",
+        str(tmp_path / "r"),
+    )
     assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr
     assert r.returncode == 3 and "127.0.0.1:9" in r.stderr, r.stderr
 
@@ -160,21 +183,28 @@ url = "http://127.0.0.1:9"
 """
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    (("points = [1]", "points = [1e308]"), "load.points[0]: 1e+308 is out of range"),
-    (("points = [1]", "points = [inf]"), "load.points[0]: inf is out of range"),
-    (("points = [1]", "points = [nan]"), "load.points[0]: nan is out of range"),
-    (("points = [1]", "points = [2000000]"), "at most 1e+06"),
-    (("repeats = 1", "repeats = 1000000000"), "repeats: must be within 1..1000"),
-    (("[warmup]", "[run]\nduration_s = -5\n[warmup]"), "[run] duration_s: must be > 0, got -5"),
-    (('axis = "concurrent_sessions"', 'axis = "rate"'), None),
-    (("[warmup]", "[run]\nspeedup = 0\n[warmup]"), "[run] speedup: must be > 0, got 0"),
-    (("points = [1]", "points = [" + ", ".join(str(i) for i in range(1, 1002)) + "]"),
-     "1,001 points, more than 1000"),
-    (("[warmup]", "[run]\nx = " + "[" * 4000 + "]" * 4000 + "\n[warmup]"), "nested too deeply"),
-    (("[warmup]", "[run]\nx = " + "[" * 10 + "]" * 10 + "\n[warmup]"), "nested too deeply"),
-])
-def test_bad_sweep_file_is_one_line(tmp_path: Path, change: tuple[str, str], says: str | None) -> None:
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (("points = [1]", "points = [1e308]"), "load.points[0]: 1e+308 is out of range"),
+        (("points = [1]", "points = [inf]"), "load.points[0]: inf is out of range"),
+        (("points = [1]", "points = [nan]"), "load.points[0]: nan is out of range"),
+        (("points = [1]", "points = [2000000]"), "at most 1e+06"),
+        (("repeats = 1", "repeats = 1000000000"), "repeats: must be within 1..1000"),
+        (("[warmup]", "[run]\nduration_s = -5\n[warmup]"), "[run] duration_s: must be > 0, got -5"),
+        (('axis = "concurrent_sessions"', 'axis = "rate"'), None),
+        (("[warmup]", "[run]\nspeedup = 0\n[warmup]"), "[run] speedup: must be > 0, got 0"),
+        (
+            ("points = [1]", "points = [" + ", ".join(str(i) for i in range(1, 1002)) + "]"),
+            "1,001 points, more than 1000",
+        ),
+        (("[warmup]", "[run]\nx = " + "[" * 4000 + "]" * 4000 + "\n[warmup]"), "nested too deeply"),
+        (("[warmup]", "[run]\nx = " + "[" * 10 + "]" * 10 + "\n[warmup]"), "nested too deeply"),
+    ],
+)
+def test_bad_sweep_file_is_one_line(
+    tmp_path: Path, change: tuple[str, str], says: str | None
+) -> None:
     write_rows(tmp_path / "t.parquet", chain_rows(1, 1))
     text = EXP.replace(*change)
     if says is None:  # the rate axis with a speedup of 0 in [run]
@@ -198,16 +228,29 @@ def test_bad_sweep_file_is_one_line(tmp_path: Path, change: tuple[str, str], say
 def test_failed_runs_exit_1_and_are_run_again_on_resume(tmp_path: Path) -> None:
     """Also: the target's user-info is in no file of the sweep and not on stderr."""
     write_rows(tmp_path / "t.parquet", chain_rows(1, 1))
-    (tmp_path / "e.toml").write_text(EXP.replace("points = [1]", "points = [1, 2]").replace(
-        "http://127.0.0.1:9", f"http://user:{PASSWORD}@127.0.0.1:9"))
-    first = subprocess.run([sys.executable, "-m", "agent_replay", "sweep", str(tmp_path / "e.toml")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    (tmp_path / "e.toml").write_text(
+        EXP.replace("points = [1]", "points = [1, 2]").replace(
+            "http://127.0.0.1:9", f"http://user:{PASSWORD}@127.0.0.1:9"
+        )
+    )
+    first = subprocess.run(
+        [sys.executable, "-m", "agent_replay", "sweep", str(tmp_path / "e.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert first.returncode == 1, first.stderr
     assert "Traceback" not in first.stderr
     assert "2 of 2 runs failed" in first.stderr
     assert first.stderr.count(": failed (") == 2
-    again = subprocess.run([sys.executable, "-m", "agent_replay", "sweep", str(tmp_path / "e.toml")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "agent_replay", "sweep", str(tmp_path / "e.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 1
     assert "resuming" not in again.stderr  # no run counts as done
     assert again.stderr.count(": failed (") == 2  # both run again
@@ -223,15 +266,45 @@ def test_run_json_keeps_header_values_only_for_safe_names() -> None:
 
     from agent_replay.redact import redact, redact_argv
 
-    cfg = RunConfig(trace="t", target=f"http://u:{PASSWORD}@h:8000/v1", api_key=PASSWORD,
-                    headers=(("X-Auth", PASSWORD), ("X-Trace", PASSWORD), ("Accept", "text/x"),
-                             ("Authorization", f"Bearer {PASSWORD}")))
+    cfg = RunConfig(
+        trace="t",
+        target=f"http://u:{PASSWORD}@h:8000/v1",
+        api_key=PASSWORD,
+        headers=(
+            ("X-Auth", PASSWORD),
+            ("X-Trace", PASSWORD),
+            ("Accept", "text/x"),
+            ("Authorization", f"Bearer {PASSWORD}"),
+        ),
+    )
     opts = redact(asdict(cfg))
-    assert opts["headers"] == [["X-Auth", "<redacted>"], ["X-Trace", "<redacted>"],
-                               ["Accept", "text/x"], ["Authorization", "<redacted>"]]
+    assert opts["headers"] == [
+        ["X-Auth", "<redacted>"],
+        ["X-Trace", "<redacted>"],
+        ["Accept", "text/x"],
+        ["Authorization", "<redacted>"],
+    ]
     assert opts["target"] == "http://h:8000/v1" and opts["api_key"] == "<redacted>"
-    argv = redact_argv(["run", "--header", f"X-Auth={PASSWORD}", f"--header=X-Trace: {PASSWORD}",
-                        "-H", "Accept=text/x", "--target", f"http://u:{PASSWORD}@h/"])
-    assert argv == ["run", "--header", "X-Auth=<redacted>", "--header=X-Trace:<redacted>",
-                    "-H", "Accept=text/x", "--target", "http://h/"]
+    argv = redact_argv(
+        [
+            "run",
+            "--header",
+            f"X-Auth={PASSWORD}",
+            f"--header=X-Trace: {PASSWORD}",
+            "-H",
+            "Accept=text/x",
+            "--target",
+            f"http://u:{PASSWORD}@h/",
+        ]
+    )
+    assert argv == [
+        "run",
+        "--header",
+        "X-Auth=<redacted>",
+        "--header=X-Trace:<redacted>",
+        "-H",
+        "Accept=text/x",
+        "--target",
+        "http://h/",
+    ]
     assert PASSWORD not in repr(opts) + repr(argv)

@@ -33,30 +33,47 @@ async def test_paths_stay_under_the_upstream_base(tmp_path: Path) -> None:
     rec = Recorder(up + "/base", "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60)
     await rec.start()
     try:
-        answers = [await _raw(rec.url, f"GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-                   for p in ("/../../admin/secret", "/v1/%2e%2E/%2e%2e/%2E%2E/admin?a=../b",
-                             "/v1/./models", "/..%2f..%2fadmin", "/a/..%5c..%5cadmin")]
+        answers = [
+            await _raw(
+                rec.url, f"GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+            )
+            for p in (
+                "/../../admin/secret",
+                "/v1/%2e%2E/%2e%2e/%2E%2E/admin?a=../b",
+                "/v1/./models",
+                "/..%2f..%2fadmin",
+                "/a/..%5c..%5cadmin",
+            )
+        ]
     finally:
         await rec.stop()
         await srv.stop()
-    assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 3 + \
-        [b"HTTP/1.1 400 Bad Request"] * 2
+    assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 3 + [
+        b"HTTP/1.1 400 Bad Request"
+    ] * 2
     paths = [r.head.split(b" ")[1] for r in srv.received]
     assert paths == [b"/base/admin/secret", b"/base/admin?a=../b", b"/base/v1/models"]
 
 
 async def test_malformed_request_lines_get_400_and_no_traceback(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     srv = RawServer(lambda i, got: [OK])
     up = await srv.start()
     rec = Recorder(up, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60)
     await rec.start()
-    bad = [b"GARBAGE\r\n\r\n", b"GET /\x00\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
-           b"GET / HTTP/9.9\r\n\r\n", b"GET / HTTP/1.1\r\nHo st: x\r\n\r\n"]
+    bad = [
+        b"GARBAGE\r\n\r\n",
+        b"GET /\x00\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/9.9\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHo st: x\r\n\r\n",
+    ]
     try:
         with caplog.at_level(logging.DEBUG):
             answers = [await _raw(rec.url, b) for b in bad]
-            good = await _raw(rec.url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            good = await _raw(
+                rec.url, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
             line = rec.status_line()
     finally:
         await rec.stop()

@@ -53,22 +53,38 @@ def _echo(i: int, got: Received) -> list[Step]:
     base64- and percent-encoded too, as a careless server's debug output."""
     head = got.head.decode()
     values = [line.partition(":")[2].strip() for line in head.split("\r\n")[1:] if ":" in line]
-    echo = {"message": "bad request", "request": head,
-            "b64": [base64.b64encode(v.encode()).decode() for v in values],
-            "pct": [quote(v, safe="") for v in values]}
+    echo = {
+        "message": "bad request",
+        "request": head,
+        "b64": [base64.b64encode(v.encode()).decode() for v in values],
+        "pct": [quote(v, safe="") for v in values],
+    }
     evs = events(2)[:2] + [b"data: " + orjson.dumps({"error": echo}) + b"\n\n"]
     return [SSE_HEAD + b"".join(chunk(e) for e in evs) + b"0\r\n\r\n"]
 
 
 def _prep() -> Prepared:
     p = prep(40, 5)
-    p.headers.update({"Authorization": f"Bearer {KEY}", "x-api-key": KEY, "X-Auth": XAUTH,
-                      "X-Trace": TRACE, "Cookie": f"sid={COOKIE}"})
+    p.headers.update(
+        {
+            "Authorization": f"Bearer {KEY}",
+            "x-api-key": KEY,
+            "X-Auth": XAUTH,
+            "X-Trace": TRACE,
+            "Cookie": f"sid={COOKIE}",
+        }
+    )
     return p
 
 
-async def _send(kind: str, url: str, p: Prepared, r: RequestRecord, timeout_s: float = 10.0,
-                headers: dict[str, str] | None = None) -> RequestRecord:
+async def _send(
+    kind: str,
+    url: str,
+    p: Prepared,
+    r: RequestRecord,
+    timeout_s: float = 10.0,
+    headers: dict[str, str] | None = None,
+) -> RequestRecord:
     if kind == "fast":
         fast = FastSender(url, timeout_s)
         try:
@@ -85,7 +101,9 @@ async def _send(kind: str, url: str, p: Prepared, r: RequestRecord, timeout_s: f
 
 
 @pytest.mark.parametrize("kind", ["fast", "aiohttp"])
-async def test_echoed_headers_leave_no_secret_in_the_record(raw: list[RawServer], kind: str) -> None:
+async def test_echoed_headers_leave_no_secret_in_the_record(
+    raw: list[RawServer], kind: str
+) -> None:
     srv = RawServer(_echo)
     raw.append(srv)
     url = await srv.start()
@@ -100,13 +118,16 @@ async def test_echoed_headers_leave_no_secret_in_the_record(raw: list[RawServer]
     leaks = [(i, s) for i, r in enumerate(records) for s in SECRETS if s in (r.error or "")]
     assert leaks == []
     assert [r.error_kind for r in records] == ["stream"] * 4
-    assert all("error event" in (r.error or "") and "<redacted>" in (r.error or "")
-               for r in records)
+    assert all(
+        "error event" in (r.error or "") and "<redacted>" in (r.error or "") for r in records
+    )
     assert all(len(r.chunk_tokens) == 2 for r in records)  # the events before it are kept
 
 
 @pytest.mark.parametrize("kind", ["fast", "aiohttp"])
-async def test_broken_chunked_coding_ends_the_request_at_once(raw: list[RawServer], kind: str) -> None:
+async def test_broken_chunked_coding_ends_the_request_at_once(
+    raw: list[RawServer], kind: str
+) -> None:
     steps: list[Step] = [SSE_HEAD + chunk(events(5)[0]), 0.2, b"ZZZ\r\nxx\r\n", "hold"]
     srv = RawServer(lambda i, got: steps)
     raw.append(srv)
@@ -124,13 +145,17 @@ async def test_broken_chunked_coding_ends_the_request_at_once(raw: list[RawServe
 def _models_or_echo(i: int, got: Received) -> list[Step]:
     if got.head.startswith(b"GET /v1/models"):
         body = orjson.dumps({"object": "list", "data": [{"id": "echo-model", "object": "model"}]})
-        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                % (len(body), body)]
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
+        ]
     return _echo(i, got)
 
 
 @pytest.mark.parametrize("client", ["fast", "aiohttp"])
-async def test_run_writes_no_echoed_secret(raw: list[RawServer], tmp_path: Path, client: str) -> None:
+async def test_run_writes_no_echoed_secret(
+    raw: list[RawServer], tmp_path: Path, client: str
+) -> None:
     """``agent-replay run`` with --api-key, --header X-Auth/X-Trace and user-info in the
     target, against a server whose every stream ends in an error event echoing the request
     head: every row failed with the echo, and no value is in any file or output."""
@@ -140,11 +165,33 @@ async def test_run_writes_no_echoed_secret(raw: list[RawServer], tmp_path: Path,
     trace = write_rows(tmp_path / "t.parquet", chain_rows(3, 2))
     target = url.replace("http://", f"http://user:{PASSWORD}@")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", "run", str(trace), "--target", target,
-        "--api-key", KEY, "--header", f"X-Auth={XAUTH}", "--header", f"X-Trace={TRACE}",
-        "-o", str(tmp_path / "res"), "--no-progress", "--http-client", client,
-        "--max-failure-rate", "1", "--scrape-interval", "0", "--speedup", "50",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agent_replay",
+        "run",
+        str(trace),
+        "--target",
+        target,
+        "--api-key",
+        KEY,
+        "--header",
+        f"X-Auth={XAUTH}",
+        "--header",
+        f"X-Trace={TRACE}",
+        "-o",
+        str(tmp_path / "res"),
+        "--no-progress",
+        "--http-client",
+        client,
+        "--max-failure-rate",
+        "1",
+        "--scrape-interval",
+        "0",
+        "--speedup",
+        "50",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert b"Traceback" not in err, err.decode()[-2000:]
     sent = b"".join(r.head for r in srv.received)

@@ -33,12 +33,15 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 120 requests over about 2 s, 6 to 9 output tokens each
-    return write_rows(tmp_path_factory.mktemp("trace") / "t.parquet",
-                      chain_rows(30, 4, gap_ns=40 * MS, think_ns=100 * MS, output_tokens=6))
+    return write_rows(
+        tmp_path_factory.mktemp("trace") / "t.parquet",
+        chain_rows(30, 4, gap_ns=40 * MS, think_ns=100 * MS, output_tokens=6),
+    )
 
 
-def _lying_run(trace: Path, work: Path, faults: str) -> tuple[subprocess.CompletedProcess[str],
-                                                               dict[str, Any], int]:
+def _lying_run(
+    trace: Path, work: Path, faults: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], int]:
     """The run's process, its run.json and the output tokens the engine streamed."""
     prof = json.loads(json.dumps(dataclasses.asdict(SimProfile.load("fast")), default=list))
     prof.update(faults=faults)
@@ -47,25 +50,48 @@ def _lying_run(trace: Path, work: Path, faults: str) -> tuple[subprocess.Complet
     gt = work / "gt.parquet"
     out = work / "res"
     with SimProcess(work / "prof.json", ground_truth=gt) as sim:
-        r = subprocess.run([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
-                            sim.url, "-o", str(out), "--no-progress", "--scrape-interval", "0",
-                            "--gpu-metrics", "off"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
-    streamed = sum(sum(c) for c in pq.read_table(gt, columns=["chunk_tokens"]).column(0).to_pylist())
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "-o",
+                str(out),
+                "--no-progress",
+                "--scrape-interval",
+                "0",
+                "--gpu-metrics",
+                "off",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    streamed = sum(
+        sum(c) for c in pq.read_table(gt, columns=["chunk_tokens"]).column(0).to_pylist()
+    )
     return r, json.loads((out / "run.json").read_text()), streamed
 
 
-def test_a_usage_ten_times_the_stream_does_not_inflate_throughput(trace: Path,
-                                                                  tmp_path: Path) -> None:
+def test_a_usage_ten_times_the_stream_does_not_inflate_throughput(
+    trace: Path, tmp_path: Path
+) -> None:
     r, meta, streamed = _lying_run(trace, tmp_path, "usage_scale=10")
     rep = build_report(tmp_path / "res")
     tokens = rep.stats.tokens["output"]
     rows = pq.read_table(tmp_path / "res" / "requests", columns=["error_kind", "completion_tokens"])
     kinds = rows.column("error_kind").to_pylist()
-    print(f"| usage 10x | streamed {streamed} | report output tokens {tokens} "
-          f"({tokens / streamed:.2f}x) | output tok/s {rep.stats.extra['throughput']['output_tokens_per_s']:.1f} "
-          f"| rows flagged {kinds.count('mismatch')}/{len(kinds)} | summary "
-          f"usage_disagree {meta['summary'].get('usage_disagree')} |")
+    print(
+        f"| usage 10x | streamed {streamed} | report output tokens {tokens} "
+        f"({tokens / streamed:.2f}x) | output tok/s {rep.stats.extra['throughput']['output_tokens_per_s']:.1f} "
+        f"| rows flagged {kinds.count('mismatch')}/{len(kinds)} | summary "
+        f"usage_disagree {meta['summary'].get('usage_disagree')} |"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(kinds) == 120 and kinds.count("mismatch") == 120
     assert sum(rows.column("completion_tokens").to_pylist()) == 10 * streamed  # the lie is kept
@@ -77,13 +103,17 @@ def test_a_usage_ten_times_the_stream_does_not_inflate_throughput(trace: Path,
 
 def test_a_200_with_no_tokens_is_a_failure_of_its_own(trace: Path, tmp_path: Path) -> None:
     r, meta, _ = _lying_run(trace, tmp_path, "empty=0.3")
-    rows = pq.read_table(tmp_path / "res" / "requests",
-                         columns=["status", "error_kind", "http_status", "chunk_tokens"]).to_pylist()
+    rows = pq.read_table(
+        tmp_path / "res" / "requests",
+        columns=["status", "error_kind", "http_status", "chunk_tokens"],
+    ).to_pylist()
     no_tokens = [x for x in rows if not sum(x["chunk_tokens"])]
     ok_empty = [x for x in no_tokens if x["status"] == "ok"]
     s = meta["summary"]
-    print(f"| 200, 0 tokens (30%) | rows without tokens {len(no_tokens)} | of them ok "
-          f"{len(ok_empty)} | errors {s['errors']} | status {meta['status']} |")
+    print(
+        f"| 200, 0 tokens (30%) | rows without tokens {len(no_tokens)} | of them ok "
+        f"{len(ok_empty)} | errors {s['errors']} | status {meta['status']} |"
+    )
     assert 20 <= len(no_tokens) <= 60  # 30% of 120, seeded
     assert ok_empty == []
     assert all(x["error_kind"] == "empty" and x["http_status"] == 200 for x in no_tokens)

@@ -60,8 +60,12 @@ async def _streams(url: str, client: str, n: int, concurrency: int) -> list[Requ
     return records
 
 
-def run_resets(loop_factory: Callable[[], asyncio.AbstractEventLoop], client: str, n: int,
-               concurrency: int = 32) -> tuple[dict[str, int], list[int]]:
+def run_resets(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+    client: str,
+    n: int,
+    concurrency: int = 32,
+) -> tuple[dict[str, int], list[int]]:
     """``n`` reset streams: the count of each outcome kind, and each stream's time from its
     last event to the end of the request (the server resets ``RESET_AFTER_S`` after that
     event: the rest is the client's detection delay)."""

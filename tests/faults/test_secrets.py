@@ -26,15 +26,28 @@ from aiohttp import web
 HDR = "sk-HDR-SECRET-1111"
 XKEY = "XKEY-SECRET-2222"
 URLPASS = "URLPASS-SECRET-3333"
-BODY = {"api_key": "BODYKEY-SECRET-4444", "token": "TOKEN-SECRET-5555",
-        "auth_token": "AUTHTOK-SECRET-6666", "bearer": "BEARER-SECRET-7777",
-        "private_key": "PRIVKEY-SECRET-8888", "aws_secret_access_key": "AWS-SECRET-9999",
-        "password": "PASSWD-SECRET-0000", "clientSecret": "CLIENT-SECRET-1212"}
+BODY = {
+    "api_key": "BODYKEY-SECRET-4444",
+    "token": "TOKEN-SECRET-5555",
+    "auth_token": "AUTHTOK-SECRET-6666",
+    "bearer": "BEARER-SECRET-7777",
+    "private_key": "PRIVKEY-SECRET-8888",
+    "aws_secret_access_key": "AWS-SECRET-9999",
+    "password": "PASSWD-SECRET-0000",
+    "clientSecret": "CLIENT-SECRET-1212",
+}
 RUNKEY = "sk-RUN-SECRET-3434"
 RUNPASS = "RUNPASS-SECRET-5656"
-SECRETS = [HDR, XKEY, URLPASS, RUNKEY, RUNPASS, *BODY.values(),
-           base64.b64encode(f"user:{URLPASS}".encode()).decode()[:-2],
-           base64.b64encode(f"u:{RUNPASS}".encode()).decode()[:-2]]
+SECRETS = [
+    HDR,
+    XKEY,
+    URLPASS,
+    RUNKEY,
+    RUNPASS,
+    *BODY.values(),
+    base64.b64encode(f"user:{URLPASS}".encode()).decode()[:-2],
+    base64.b64encode(f"u:{RUNPASS}".encode()).decode()[:-2],
+]
 
 
 class EchoUpstream:
@@ -67,17 +80,28 @@ class EchoUpstream:
         last = str(body.get("messages", [{}])[-1].get("content", ""))
         if "fail" in last or (len(self.auth_seen) % 2 == 0 and "RUN" in auth):
             return web.json_response(
-                {"error": f"invalid credentials {auth} {request.headers.get('x-api-key')}"
-                          f" {body.get('api_key')}"}, status=401)
+                {
+                    "error": f"invalid credentials {auth} {request.headers.get('x-api-key')}"
+                    f" {body.get('api_key')}"
+                },
+                status=401,
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for i in range(3):
-            ev = {"id": "c", "object": "chat.completion.chunk", "model": "echo-model",
-                  "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}]}
+            ev = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": "echo-model",
+                "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}],
+            }
             await resp.write(b"data: " + orjson.dumps(ev) + b"\n\n")
         usage = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
-        await resp.write(b"data: " + orjson.dumps({"id": "c", "choices": [], "usage": usage})
-                         + b"\n\ndata: [DONE]\n\n")
+        await resp.write(
+            b"data: "
+            + orjson.dumps({"id": "c", "choices": [], "usage": usage})
+            + b"\n\ndata: [DONE]\n\n"
+        )
         await resp.write_eof()
         return resp
 
@@ -94,8 +118,13 @@ async def echo() -> AsyncIterator[EchoUpstream]:
 async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """An agent-replay command, without blocking this loop (the upstream runs on it)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", *args, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agent_replay",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode())
@@ -118,24 +147,50 @@ async def test_no_secret_in_anything_written(tmp_path: Path, echo: EchoUpstream)
     host = echo.url.removeprefix("http://")
     trace = tmp_path / "trace"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", "record", "--upstream", f"http://user:{URLPASS}@{host}",
-        "--listen", "127.0.0.1:0", "-o", str(trace), "--content", "full",
-        "--flush-interval", "0.2", stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agent_replay",
+        "record",
+        "--upstream",
+        f"http://user:{URLPASS}@{host}",
+        "--listen",
+        "127.0.0.1:0",
+        "-o",
+        str(trace),
+        "--content",
+        "full",
+        "--flush-interval",
+        "0.2",
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     first = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
     url = first.split()[2]
     statuses = []
     async with aiohttp.ClientSession() as s:
-        for i, (text, headers) in enumerate([
+        for i, (text, headers) in enumerate(
+            [
                 ("hello", {}),  # no Authorization: the URL's user-info goes as Basic auth
-                ("again", {"Authorization": f"Bearer {HDR}", "x-api-key": XKEY,
-                           "Cookie": f"sid={HDR}"}),
-                ("please fail", {"Authorization": f"Bearer {HDR}", "x-api-key": XKEY})]):
-            body = {"model": "echo-model", "stream": True, "stream_options": {"include_usage": True},
-                    "messages": [{"role": "user", "content": text}], **BODY,
-                    "metadata": {"nested": {"token": BODY["token"]}}}
-            async with s.post(url + "/v1/chat/completions", data=orjson.dumps(body),
-                              headers={"X-Session-ID": f"s{i}", **headers}) as r:
+                (
+                    "again",
+                    {"Authorization": f"Bearer {HDR}", "x-api-key": XKEY, "Cookie": f"sid={HDR}"},
+                ),
+                ("please fail", {"Authorization": f"Bearer {HDR}", "x-api-key": XKEY}),
+            ]
+        ):
+            body = {
+                "model": "echo-model",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": text}],
+                **BODY,
+                "metadata": {"nested": {"token": BODY["token"]}},
+            }
+            async with s.post(
+                url + "/v1/chat/completions",
+                data=orjson.dumps(body),
+                headers={"X-Session-ID": f"s{i}", **headers},
+            ) as r:
                 await r.read()
                 statuses.append(r.status)
     assert statuses == [200, 200, 401]  # never a 500
@@ -153,10 +208,23 @@ async def test_no_secret_in_anything_written(tmp_path: Path, echo: EchoUpstream)
     # run: a key in --header and user-info in the target, against the same upstream, which
     # refuses every other request echoing the key
     results = tmp_path / "results"
-    run = await _cli("run", str(trace), "--target", f"http://u:{RUNPASS}@{host}/v1",
-                     "--header", f"Authorization=Bearer {RUNKEY}", "-o", str(results),
-                     "--speedup", "50", "--no-progress", "--http-client", "aiohttp",
-                     "--max-failure-rate", "1")
+    run = await _cli(
+        "run",
+        str(trace),
+        "--target",
+        f"http://u:{RUNPASS}@{host}/v1",
+        "--header",
+        f"Authorization=Bearer {RUNKEY}",
+        "-o",
+        str(results),
+        "--speedup",
+        "50",
+        "--no-progress",
+        "--http-client",
+        "aiohttp",
+        "--max-failure-rate",
+        "1",
+    )
     assert "Traceback" not in run.stderr, run.stderr
     assert (results / "run.json").exists(), run.stderr
     meta = json.loads((results / "run.json").read_text())
@@ -176,20 +244,50 @@ async def test_no_secret_in_anything_written(tmp_path: Path, echo: EchoUpstream)
 def test_redaction_policy() -> None:
     from agent_replay.redact import is_secret_key, redact, redact_url, scrub
 
-    for k in ("api_key", "x-api-key", "Authorization", "token", "auth_token", "bearer",
-              "private_key", "aws_secret_access_key", "password", "clientSecret", "Cookie",
-              "OPENAI_API_KEY", "accessToken", "credentials"):
+    for k in (
+        "api_key",
+        "x-api-key",
+        "Authorization",
+        "token",
+        "auth_token",
+        "bearer",
+        "private_key",
+        "aws_secret_access_key",
+        "password",
+        "clientSecret",
+        "Cookie",
+        "OPENAI_API_KEY",
+        "accessToken",
+        "credentials",
+    ):
         assert is_secret_key(k), k
-    for k in ("max_tokens", "token_ids", "prompt_tokens", "tokens", "keyword", "monkey",
-              "messages", "content", "model"):
+    for k in (
+        "max_tokens",
+        "token_ids",
+        "prompt_tokens",
+        "tokens",
+        "keyword",
+        "monkey",
+        "messages",
+        "content",
+        "model",
+    ):
         assert not is_secret_key(k), k
     assert redact_url("https://u:p%40ss@h.example:8443/v1?x=1") == "https://h.example:8443/v1?x=1"
     assert redact_url("http://[::1]:80/") == "http://[::1]:80/"
-    out: Any = redact({"a": {"api_key": "k"}, "headers": [["X-Api-Key", "v"], ["Accept", "j"]],
-                       "url": "see http://me:pw@host/x"})
-    assert out == {"a": {"api_key": "<redacted>"},
-                   "headers": [["X-Api-Key", "<redacted>"], ["Accept", "j"]],
-                   "url": "see http://host/x"}
-    assert scrub("bad key sk-abcdef123 (Bearer sk-abcdef123)", ["Bearer sk-abcdef123",
-                                                                "sk-abcdef123"]) == \
-        "bad key <redacted> (<redacted>)"
+    out: Any = redact(
+        {
+            "a": {"api_key": "k"},
+            "headers": [["X-Api-Key", "v"], ["Accept", "j"]],
+            "url": "see http://me:pw@host/x",
+        }
+    )
+    assert out == {
+        "a": {"api_key": "<redacted>"},
+        "headers": [["X-Api-Key", "<redacted>"], ["Accept", "j"]],
+        "url": "see http://host/x",
+    }
+    assert (
+        scrub("bad key sk-abcdef123 (Bearer sk-abcdef123)", ["Bearer sk-abcdef123", "sk-abcdef123"])
+        == "bad key <redacted> (<redacted>)"
+    )

@@ -31,15 +31,33 @@ ARGS = ("--workers", "2", "--no-progress", "--scrape-interval", "0", "--gpu-metr
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 360 requests over about 14 s: a second run started under load still finds it live
-    return write_rows(tmp_path_factory.mktemp("trace") / "t.parquet",
-                      chain_rows(30, 12, gap_ns=60 * MS, think_ns=1000 * MS, output_tokens=6))
+    return write_rows(
+        tmp_path_factory.mktemp("trace") / "t.parquet",
+        chain_rows(30, 12, gap_ns=60 * MS, think_ns=1000 * MS, output_tokens=6),
+    )
 
 
 def _start(trace: Path, url: str, out: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
-                             url, "-o", str(out), *ARGS, *extra], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "run",
+            str(trace),
+            "--target",
+            url,
+            "-o",
+            str(out),
+            *ARGS,
+            *extra,
+        ],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _wait_part(out: Path, timeout_s: float = 60) -> None:
@@ -64,24 +82,43 @@ def _total(meta: dict[str, object]) -> int:
 
 
 @pytest.mark.parametrize("force", [True, False], ids=["--force", "no-force"])
-def test_a_second_run_into_a_live_folder_is_refused(trace: Path, tmp_path: Path,
-                                                    force: bool) -> None:
+def test_a_second_run_into_a_live_folder_is_refused(
+    trace: Path, tmp_path: Path, force: bool
+) -> None:
     out = tmp_path / "res"
     with SimProcess("fast") as sim:
         a = _start(trace, sim.url, out)
         _wait_part(out)
         t = time.monotonic()
-        b = subprocess.run([sys.executable, "-m", "agent_replay", "run", str(trace), "--target",
-                            sim.url, "-o", str(out), *ARGS, *(("--force",) if force else ())],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        b = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "-o",
+                str(out),
+                *ARGS,
+                *(("--force",) if force else ()),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         b_s = time.monotonic() - t
         a_out, a_err = a.communicate(timeout=120)
     meta = json.loads((out / "run.json").read_text())
     rows = _rows_by_run(out)
     b_lines = [x for x in b.stderr.splitlines() if x.strip()]
-    print(f"| live folder {'--force' if force else ''} | B exit {b.returncode} in {b_s:.1f} s | "
-          f"A exit {a.returncode} {meta['status']} | rows by run {dict(rows)} | "
-          f"run.json total {_total(meta)} | B: {b_lines[-1] if b_lines else ''} |")
+    print(
+        f"| live folder {'--force' if force else ''} | B exit {b.returncode} in {b_s:.1f} s | "
+        f"A exit {a.returncode} {meta['status']} | rows by run {dict(rows)} | "
+        f"run.json total {_total(meta)} | B: {b_lines[-1] if b_lines else ''} |"
+    )
     assert b.returncode == 2, b.stdout + b.stderr
     assert len(b_lines) == 1 and "another run is writing its results here" in b_lines[0]
     assert f"pid {a.pid} on " in b_lines[0]
@@ -108,8 +145,10 @@ def test_force_on_a_finished_folder_moves_it_aside(trace: Path, tmp_path: Path) 
     assert _rows_by_run(aside[0]) == {old["run_id"]: 360}
     new = json.loads((out / "run.json").read_text())
     assert _rows_by_run(out) == {new["run_id"]: 360}
-    print(f"| finished folder --force | moved to {aside[0].name} | old rows "
-          f"{sum(_rows_by_run(aside[0]).values())} | new rows {sum(_rows_by_run(out).values())} |")
+    print(
+        f"| finished folder --force | moved to {aside[0].name} | old rows "
+        f"{sum(_rows_by_run(aside[0]).values())} | new rows {sum(_rows_by_run(out).values())} |"
+    )
 
 
 def test_a_run_killed_outright_does_not_block_the_next(trace: Path, tmp_path: Path) -> None:

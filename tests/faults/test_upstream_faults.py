@@ -19,8 +19,9 @@ EV = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
 BODY = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
 
 
-async def _through(tmp_path: Path, steps: list[bytes | float | str]
-                   ) -> tuple[float, str, dict[str, object]]:
+async def _through(
+    tmp_path: Path, steps: list[bytes | float | str]
+) -> tuple[float, str, dict[str, object]]:
     srv = RawServer(lambda i, got: steps)
     url = await srv.start()
     rec = Recorder(url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60)
@@ -28,8 +29,10 @@ async def _through(tmp_path: Path, steps: list[bytes | float | str]
     t0 = time.monotonic()
     outcome = "ok"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s, \
-                s.post(rec.url + "/v1/chat/completions", json=BODY) as r:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s,
+            s.post(rec.url + "/v1/chat/completions", json=BODY) as r,
+        ):
             await r.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
         outcome = type(exc).__name__
@@ -43,7 +46,8 @@ async def _through(tmp_path: Path, steps: list[bytes | float | str]
 
 async def test_broken_chunked_coding_ends_at_once(tmp_path: Path) -> None:
     took, outcome, row = await _through(
-        tmp_path, [SSE_HEAD + chunk(EV) + chunk(EV), 0.3, b"ZZZ\r\nxx\r\n", "hold"])
+        tmp_path, [SSE_HEAD + chunk(EV) + chunk(EV), 0.3, b"ZZZ\r\nxx\r\n", "hold"]
+    )
     print(f"broken chunked coding: client's response ended after {took:.2f} s")
     assert outcome == "ClientPayloadError"  # the client's response is cut, as the upstream's was
     assert took < 3  # 0.3 s of upstream pause; it used to wait for the client's timeout
@@ -56,7 +60,8 @@ async def test_broken_chunked_coding_ends_at_once(tmp_path: Path) -> None:
 async def test_malformed_event_is_flagged_and_tokens_kept(tmp_path: Path, bad: bytes) -> None:
     events = [EV, EV, bad, EV, EV, EV, b"data: [DONE]\n\n"]
     _, outcome, row = await _through(
-        tmp_path, [SSE_HEAD + b"".join(chunk(e) for e in events) + b"0\r\n\r\n"])
+        tmp_path, [SSE_HEAD + b"".join(chunk(e) for e in events) + b"0\r\n\r\n"]
+    )
     assert outcome == "ok"  # the client got every byte as sent
     assert row["output_tokens"] == 5  # every well-formed event counted
     assert str(row["error"]).startswith("malformed event from the upstream (1 in all")

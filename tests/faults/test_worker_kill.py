@@ -29,8 +29,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # 1200 requests over about 13 s
-    return write_rows(tmp_path_factory.mktemp("trace") / "t.parquet",
-                      chain_rows(30, 40, gap_ns=60 * MS, think_ns=250 * MS, output_tokens=6))
+    return write_rows(
+        tmp_path_factory.mktemp("trace") / "t.parquet",
+        chain_rows(30, 40, gap_ns=60 * MS, think_ns=250 * MS, output_tokens=6),
+    )
 
 
 def _clean(o: rp.Outcome, out: Path) -> None:
@@ -65,10 +67,16 @@ def _last_chunk_before_kill(work: Path, o: rp.Outcome) -> dict[str, float]:
     return out
 
 
-def test_kill_9_of_one_worker_loses_only_what_it_held_in_flight(trace: Path,
-                                                                tmp_path: Path) -> None:
-    o = rp.probe("kill -9 worker", trace, tmp_path,
-                 rp.after_first_part(rp.to_worker(signal.SIGKILL), delay_s=0.6), workers=2)
+def test_kill_9_of_one_worker_loses_only_what_it_held_in_flight(
+    trace: Path, tmp_path: Path
+) -> None:
+    o = rp.probe(
+        "kill -9 worker",
+        trace,
+        tmp_path,
+        rp.after_first_part(rp.to_worker(signal.SIGKILL), delay_s=0.6),
+        workers=2,
+    )
     print(rp.TABLE_HEAD)
     print(o.row())
     _clean(o, tmp_path / "res")
@@ -96,12 +104,21 @@ def test_kill_9_of_one_worker_loses_only_what_it_held_in_flight(trace: Path,
     assert cut[0]["rows"] > 0
 
 
-def test_sigterm_to_one_worker_stops_the_run_as_on_the_parent(trace: Path,
-                                                              tmp_path: Path) -> None:
-    parent = rp.probe("SIGTERM parent", trace, tmp_path / "p",
-                      rp.after_first_part(rp.to_parent(signal.SIGTERM)), workers=2)
-    worker = rp.probe("SIGTERM worker", trace, tmp_path / "w",
-                      rp.after_first_part(rp.to_worker(signal.SIGTERM)), workers=2)
+def test_sigterm_to_one_worker_stops_the_run_as_on_the_parent(trace: Path, tmp_path: Path) -> None:
+    parent = rp.probe(
+        "SIGTERM parent",
+        trace,
+        tmp_path / "p",
+        rp.after_first_part(rp.to_parent(signal.SIGTERM)),
+        workers=2,
+    )
+    worker = rp.probe(
+        "SIGTERM worker",
+        trace,
+        tmp_path / "w",
+        rp.after_first_part(rp.to_worker(signal.SIGTERM)),
+        workers=2,
+    )
     print(rp.TABLE_HEAD)
     print(parent.row())
     print(worker.row())
@@ -112,8 +129,10 @@ def test_sigterm_to_one_worker_stops_the_run_as_on_the_parent(trace: Path,
         assert o.after_fault_s is not None
     assert worker.after_fault_s is not None and parent.after_fault_s is not None
     # as prompt as the parent's stop, with a margin for a loaded host
-    assert worker.after_fault_s < parent.after_fault_s + 3.0, (worker.after_fault_s,
-                                                               parent.after_fault_s)
+    assert worker.after_fault_s < parent.after_fault_s + 3.0, (
+        worker.after_fault_s,
+        parent.after_fault_s,
+    )
     assert worker.rows < 1200 * 0.8
     meta = json.loads((tmp_path / "w" / "res" / "run.json").read_text())
     assert meta["stopped_by_worker"] in (0, 1) and "workers_cut" not in meta

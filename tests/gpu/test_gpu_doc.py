@@ -48,8 +48,9 @@ def test_log_ratio_effect_by_hand() -> None:
     assert e.low == pytest.approx(math.expm1(math.log(4) - half), rel=1e-3)
     assert e.high == pytest.approx(math.expm1(math.log(4) + half), rel=1e-3)
     # two tests: the smaller p is tested at 1 - 0.05/2, the larger at 0.95
-    a, b = doc.log_ratio_effects([([1.0, 1.0, 1.0], [2.0, 2.1, 1.9]),
-                                  ([1.0, 1.0, 1.0], [1.0, 1.5, 0.8])])
+    a, b = doc.log_ratio_effects(
+        [([1.0, 1.0, 1.0], [2.0, 2.1, 1.9]), ([1.0, 1.0, 1.0], [1.0, 1.5, 0.8])]
+    )
     assert a.level == pytest.approx(0.975) and b.level == pytest.approx(0.95)
     assert a.p_holm == pytest.approx(2 * a.p)
 
@@ -96,9 +97,14 @@ def test_no_requested_setting_differs_on_the_servers_that_ran() -> None:
         checks = runs.setting_checks(name, RUN)
         assert checks and [c.flag for c in checks if c.status == "differs"] == []
     ded = {c.flag: c.status for c in runs.setting_checks("ded", RUN)}
-    for flag in ("--performance-mode", "--compilation-config.cudagraph_mode",
-                 "--compilation-config.cudagraph_capture_sizes", "--compilation-config.mode",
-                 "--speculative-config.num_speculative_tokens", "--kv-cache-memory-bytes"):
+    for flag in (
+        "--performance-mode",
+        "--compilation-config.cudagraph_mode",
+        "--compilation-config.cudagraph_capture_sizes",
+        "--compilation-config.mode",
+        "--speculative-config.num_speculative_tokens",
+        "--kv-cache-memory-bytes",
+    ):
         assert ded[flag] == "in effect", flag
 
 
@@ -119,8 +125,10 @@ def test_each_repeat_replayed_the_same_seed_on_every_server() -> None:
     import json
 
     for r in (1, 2, 3):
-        seeds = {json.loads((doc.run_dir(p, 1, r, RUN) / "run.json").read_text())["salt"]
-                 for p in doc.PROFILES}
+        seeds = {
+            json.loads((doc.run_dir(p, 1, r, RUN) / "run.json").read_text())["salt"]
+            for p in doc.PROFILES
+        }
         assert seeds == {42 + r}
 
 
@@ -142,11 +150,24 @@ def test_each_empty_run_spent_its_duration_in_the_warm_up() -> None:
 
 # ---- the solo ladders ---------------------------------------------------------------------
 
+
 def _hand_points(p90: dict[int, float]) -> list:
     from agent_replay.analysis.frontier import points
 
-    return points([{"phase": "sweep", "target": "x", "point": float(c), "repeat": 1,
-                    "status": "complete", "p90_tps": v, "tpot_n": 50} for c, v in p90.items()])
+    return points(
+        [
+            {
+                "phase": "sweep",
+                "target": "x",
+                "point": float(c),
+                "repeat": 1,
+                "status": "complete",
+                "p90_tps": v,
+                "tpot_n": 50,
+            }
+            for c, v in p90.items()
+        ]
+    )
 
 
 def test_capacity_by_hand() -> None:
@@ -174,8 +195,9 @@ def test_a_changed_solo_number_fails() -> None:
         assert doc.missing(text.replace(row, row.replace("|", "| 1", 2)[:-1] + "|")) == [name]
     sentence = blocks["ladder sentence"]
     assert sentence in " ".join(text.split())
-    assert doc.missing(text.replace("along the solo ladder: standard",
-                                    "along the solo ladder: standard 1")) == ["ladder sentence"]
+    assert doc.missing(
+        text.replace("along the solo ladder: standard", "along the solo ladder: standard 1")
+    ) == ["ladder sentence"]
 
 
 def test_solo_runs_ran_as_the_doc_says() -> None:
@@ -183,7 +205,9 @@ def test_solo_runs_ran_as_the_doc_says() -> None:
     import json
 
     folders = solo.solo_folders(SOLO)
-    assert [(p, c) for p, c, _ in folders] == [(p, c) for p in doc.PROFILES for c in (1, 2, 4, 6, 8)]
+    assert [(p, c) for p, c, _ in folders] == [
+        (p, c) for p in doc.PROFILES for c in (1, 2, 4, 6, 8)
+    ]
     for _, c, folder in folders:
         meta = json.loads((folder / "run.json").read_text())
         opts = meta["options"]
@@ -198,8 +222,9 @@ def test_solo_runs_ran_as_the_doc_says() -> None:
     order = [n for n, _, _ in solo.steps(SOLO) if n.endswith("-mtp")]
     assert order == ["c1-r1-mtp", "c2-r1-mtp", "c4-r1-mtp", "c8-r1-mtp", "c6-r1-mtp"]
     # one model for both setups, one kind of card for every run
-    assert (RUN / "results/model-config.json").read_bytes() == \
-        (SOLO / "results/model-config.json").read_bytes()
+    assert (RUN / "results/model-config.json").read_bytes() == (
+        SOLO / "results/model-config.json"
+    ).read_bytes()
     assert solo.cards(RUN) == solo.cards(SOLO) and len(solo.cards(SOLO)) == 1
     assert solo.cards(SOLO)[0].startswith("NVIDIA H100 80GB HBM3")
 
@@ -222,8 +247,9 @@ def test_the_ladder_reading_holds() -> None:
     assert p90[("dedicated-decode", 8)] > p90[("mtp", 8)]
 
 
-def test_the_sweep_folder_gives_the_docs_frontier(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sweep_folder_gives_the_docs_frontier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`agent-replay frontier` on the folder ``--sweep`` writes (its library call, the plots
     left out) prints the doc's frontier table and the reference file's rows."""
     from agent_replay.analysis import frontier
@@ -234,8 +260,9 @@ def test_the_sweep_folder_gives_the_docs_frontier(tmp_path: Path,
     assert solo.frontier_solo_table(SOLO) in res["markdown"]
     rows = [ln for ln in solo.reference_section(SOLO).splitlines() if ln.startswith("|")]
     assert rows and all(r in res["markdown"] for r in rows)
-    assert [p.runs[0]["p90_tps"] for p in res["points"]] == \
-        [doc.figures(doc.run_dir(p.target, int(p.point), 1, SOLO)).p90_tps for p in res["points"]]
+    assert [p.runs[0]["p90_tps"] for p in res["points"]] == [
+        doc.figures(doc.run_dir(p.target, int(p.point), 1, SOLO)).p90_tps for p in res["points"]
+    ]
 
 
 def test_no_requested_setting_differs_on_the_solo_servers() -> None:
@@ -243,8 +270,11 @@ def test_no_requested_setting_differs_on_the_solo_servers() -> None:
         checks = runs.setting_checks(name, SOLO)
         assert checks and [c.flag for c in checks if c.status == "differs"] == []
     ded = {c.flag: c.status for c in runs.setting_checks("ded", SOLO)}
-    for flag in ("--performance-mode", "--compilation-config.cudagraph_mode",
-                 "--kv-cache-memory-bytes"):
+    for flag in (
+        "--performance-mode",
+        "--compilation-config.cudagraph_mode",
+        "--kv-cache-memory-bytes",
+    ):
         assert ded[flag] == "in effect", flag
 
 

@@ -56,8 +56,10 @@ def gemini_p(prompt: str):  # type: ignore[no-untyped-def]
     gemini = program("gemini")
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        return [gemini, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], \
-            gemini_env(url, model, home)
+        return [gemini, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], gemini_env(
+            url, model, home
+        )
+
     return argv_env
 
 
@@ -72,9 +74,12 @@ async def test_gemini_cli(tmp_path: Path) -> None:
 
 
 async def test_gemini_cli_subagent(tmp_path: Path) -> None:
-    trace, rows = await record(tmp_path, [DONE, AGENT, LS],
-                               gemini_p("Use a subagent to list the files."))
-    assert len({r["session_id"] for r in rows}) == 1, [(r["session_id"], r["agent_id"]) for r in rows]
+    trace, rows = await record(
+        tmp_path, [DONE, AGENT, LS], gemini_p("Use a subagent to list the files.")
+    )
+    assert len({r["session_id"] for r in rows}) == 1, [
+        (r["session_id"], r["agent_id"]) for r in rows
+    ]
     rows.sort(key=lambda r: r["request_index"])
     subs = [r for r in rows if r["agent_id"] != "main"]
     main = [r for r in rows if r["agent_id"] == "main"]
@@ -93,16 +98,34 @@ async def test_gemini_cli_resumed_prompt_continues_the_session(tmp_path: Path) -
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    async with SimServer("fast", seed=3, tool_call=[LS]) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full") as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=[LS]) as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60, content="full") as rec,
+    ):
         model = sim.profile.model_name
         for more in ([], ["--resume", "latest"]):
-            await run_program([gemini, "-p", "List the files here.", "-m", model, "--yolo",
-                               "--skip-trust", *more], gemini_env(rec.url, model, home), work)
+            await run_program(
+                [
+                    gemini,
+                    "-p",
+                    "List the files here.",
+                    "-m",
+                    model,
+                    "--yolo",
+                    "--skip-trust",
+                    *more,
+                ],
+                gemini_env(rec.url, model, home),
+                work,
+            )
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["request_index"])
     assert len(rows) == 4 and len({r["session_id"] for r in rows}) == 1
     assert [(r["parent_index"], list(r["depends_on"] or ())) for r in rows] == [
-        (-1, []), (0, [0]), (1, [1]), (2, [2])]
+        (-1, []),
+        (0, [0]),
+        (1, [1]),
+        (2, [2]),
+    ]
     # the edits this rides over: the first call sent again unsigned, its result twice
     first, again = (orjson.loads(rows[i]["content"])["contents"] for i in (1, 2))
     assert "thoughtSignature" in first[1]["parts"][0]

@@ -41,8 +41,10 @@ async def _both(tmp: Path, tool_calls: list[str], argv_env: Any) -> tuple[list[d
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", tmp / "recorded", flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=tool_calls) as sim,
+        Recorder(sim.url, "127.0.0.1:0", tmp / "recorded", flush_interval_s=60) as rec,
+    ):
         otlp = OtlpReceiver("127.0.0.1:0", tmp / "received", flush_interval_s=60)
         await otlp.start()
         try:
@@ -71,15 +73,24 @@ def _report(name: str, tmp: Path, recorded: list[dict], received: list[dict]) ->
     """One line of figures (pytest -s shows it): counts, totals, reuse, send-time gaps;
     returns the gaps (recorder arrival - OTel send, ms)."""
     r_meta, o_meta = read_trace(tmp / "recorded")[1], read_trace(tmp / "received")[1]
-    gaps = [((r_meta.start_wall_ns or 0) + r["arrival_ns"]
-             - (o_meta.start_wall_ns or 0) - o["arrival_ns"]) / 1e6
-            for r, o in zip(recorded, received, strict=True)]
+    gaps = [
+        (
+            (r_meta.start_wall_ns or 0)
+            + r["arrival_ns"]
+            - (o_meta.start_wall_ns or 0)
+            - o["arrival_ns"]
+        )
+        / 1e6
+        for r, o in zip(recorded, received, strict=True)
+    ]
     size = sorted(abs(g) for g in gaps)
-    print(f"{name}: requests, input, output {_totals(recorded)} recorded, {_totals(received)} "
-          f"received; reuse {_reuse_points(tmp / 'received', recorded):+.2f} points; "
-          f"recorder arrival - OTel send, ms: {[round(g, 1) for g in gaps]} (|error| p50 "
-          f"{size[(len(size) - 1) // 2]:.1f}, max {size[-1]:.1f}); tree equal: "
-          f"{_tree(received) == _tree(recorded)}")
+    print(
+        f"{name}: requests, input, output {_totals(recorded)} recorded, {_totals(received)} "
+        f"received; reuse {_reuse_points(tmp / 'received', recorded):+.2f} points; "
+        f"recorder arrival - OTel send, ms: {[round(g, 1) for g in gaps]} (|error| p50 "
+        f"{size[(len(size) - 1) // 2]:.1f}, max {size[-1]:.1f}); tree equal: "
+        f"{_tree(received) == _tree(recorded)}"
+    )
     return gaps
 
 
@@ -87,23 +98,44 @@ def _totals(rows: list[dict]) -> tuple[int, int, int]:
     return (len(rows), sum(r["input_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
 
 
-def claude_env(claude: str, url: str, model: str, home: Path, otlp: str,
-               spans: bool = False) -> tuple[list[str], dict[str, str]]:
+def claude_env(
+    claude: str, url: str, model: str, home: Path, otlp: str, spans: bool = False
+) -> tuple[list[str], dict[str, str]]:
     env = base_env(home)
-    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET,
-               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-               CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
-               # the telemetry recipe of docs/recording.md
-               CLAUDE_CODE_ENABLE_TELEMETRY="1", OTEL_LOGS_EXPORTER="otlp",
-               OTEL_METRICS_EXPORTER="none", OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
-               OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_LOGS_EXPORT_INTERVAL="500")
+    env.update(
+        ANTHROPIC_BASE_URL=url,
+        ANTHROPIC_API_KEY=SECRET,
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        ANTHROPIC_MODEL=model,
+        ANTHROPIC_SMALL_FAST_MODEL=model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+        CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+        # the telemetry recipe of docs/recording.md
+        CLAUDE_CODE_ENABLE_TELEMETRY="1",
+        OTEL_LOGS_EXPORTER="otlp",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+        OTEL_EXPORTER_OTLP_ENDPOINT=otlp,
+        OTEL_LOGS_EXPORT_INTERVAL="500",
+    )
     if spans:  # the enhanced-telemetry recipe: its claude_code.llm_request spans too
-        env.update(CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1", OTEL_TRACES_EXPORTER="otlp",
-                   OTEL_TRACES_EXPORT_INTERVAL="500")
-    return [claude, "-p", "List the files here.", "--max-turns", "3",
-            "--allowedTools", "Bash(ls)"], env
+        env.update(
+            CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1",
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_TRACES_EXPORT_INTERVAL="500",
+        )
+    return [
+        claude,
+        "-p",
+        "List the files here.",
+        "--max-turns",
+        "3",
+        "--allowedTools",
+        "Bash(ls)",
+    ], env
 
 
 @pytest.mark.parametrize("spans", [False, True], ids=["events", "spans"])
@@ -125,8 +157,10 @@ async def test_claude_code_telemetry(tmp_path: Path, spans: bool) -> None:
 def _tree(rows: list[dict]) -> list[tuple[object, ...]]:
     """Each request's stream (numbered by first appearance), parent and dependencies."""
     names: dict[str, int] = {}
-    return [(names.setdefault(r["agent_id"], len(names)), r["parent_index"], r["depends_on"])
-            for r in sorted(rows, key=lambda r: r["request_index"])]
+    return [
+        (names.setdefault(r["agent_id"], len(names)), r["parent_index"], r["depends_on"])
+        for r in sorted(rows, key=lambda r: r["request_index"])
+    ]
 
 
 def _streams(rows: list[dict], *, subagents: bool = False) -> list[list[int]]:
@@ -172,11 +206,14 @@ async def test_claude_code_background_subagents(tmp_path: Path, spans: bool) -> 
     events and (enhanced telemetry) llm_request spans name the agent that sent each
     request (agent_id, parent_agent_id)."""
     claude = program("claude")
-    version = subprocess.run([claude, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout.split()
+    version = subprocess.run(
+        [claude, "--version"], capture_output=True, text=True, timeout=60
+    ).stdout.split()
     if not version or tuple(int(x) for x in version[0].split(".")[:3]) < (2, 1, 300):
-        pytest.skip(f"claude {' '.join(version[:1])} predates background subagents "
-                    "(scripts/setup-real-clients.sh installs the current release as claude)")
+        pytest.skip(
+            f"claude {' '.join(version[:1])} predates background subagents "
+            "(scripts/setup-real-clients.sh installs the current release as claude)"
+        )
 
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
         argv, env = claude_env(claude, url, model, home, otlp, spans=spans)
@@ -184,8 +221,12 @@ async def test_claude_code_background_subagents(tmp_path: Path, spans: bool) -> 
 
     recorded, received = await _both(tmp_path, [AGENT, LS], argv_env)
     assert _totals(received) == _totals(recorded)
-    gaps = _report(f"claude code background subagents {'spans' if spans else 'events'}",
-                   tmp_path, recorded, received)
+    gaps = _report(
+        f"claude code background subagents {'spans' if spans else 'events'}",
+        tmp_path,
+        recorded,
+        received,
+    )
     assert len({r["agent_id"] for r in recorded}) >= 3
     assert _streams(received, subagents=True) == _streams(recorded, subagents=True)
     # who waits for whom, as the recorder saw it (the recorder may parent a nested
@@ -204,10 +245,12 @@ async def test_codex_telemetry(tmp_path: Path) -> None:
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
         argv, env = plain(url, model, home)
         with (home / "config.toml").open("a") as fh:  # the [otel] recipe of docs/recording.md
-            fh.write('\n[otel]\nlog_user_prompt = false\nexporter = { otlp-http = { endpoint = '
-                     f'"{otlp}/v1/logs", protocol = "json" }} }}\n'
-                     'trace_exporter = { otlp-http = { endpoint = '
-                     f'"{otlp}/v1/traces", protocol = "json" }} }}\n')
+            fh.write(
+                "\n[otel]\nlog_user_prompt = false\nexporter = { otlp-http = { endpoint = "
+                f'"{otlp}/v1/logs", protocol = "json" }} }}\n'
+                "trace_exporter = { otlp-http = { endpoint = "
+                f'"{otlp}/v1/traces", protocol = "json" }} }}\n'
+            )
         return argv, env
 
     recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)

@@ -58,20 +58,37 @@ def program(name: str) -> str:
 def base_env(home: Path) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
     env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(HOME=str(home), HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9",
-               https_proxy="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9",
-               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    env.update(
+        HOME=str(home),
+        HTTPS_PROXY="http://127.0.0.1:9",
+        HTTP_PROXY="http://127.0.0.1:9",
+        https_proxy="http://127.0.0.1:9",
+        http_proxy="http://127.0.0.1:9",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
     return env
 
 
-async def run_program(argv: Sequence[str], env: dict[str, str], cwd: Path,
-                      timeout_s: float = 240, stdin: str | None = None) -> str:
+async def run_program(
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: Path,
+    timeout_s: float = 240,
+    stdin: str | None = None,
+) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         out, _ = await asyncio.wait_for(
-            proc.communicate(None if stdin is None else stdin.encode()), timeout_s)
+            proc.communicate(None if stdin is None else stdin.encode()), timeout_s
+        )
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
@@ -81,8 +98,9 @@ async def run_program(argv: Sequence[str], env: dict[str, str], cwd: Path,
     return text
 
 
-async def record(tmp: Path, tool_calls: list[str], argv_env: Any, stdin: str | None = None
-                 ) -> tuple[Path, list[dict]]:
+async def record(
+    tmp: Path, tool_calls: list[str], argv_env: Any, stdin: str | None = None
+) -> tuple[Path, list[dict]]:
     """Record one run of the program; ``argv_env(proxy_url, model, home)`` gives
     (argv, env); ``stdin``: what it reads on its standard input."""
     trace = tmp / "trace"
@@ -91,8 +109,10 @@ async def record(tmp: Path, tool_calls: list[str], argv_env: Any, stdin: str | N
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=tool_calls) as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         argv, env = argv_env(rec.url, sim.profile.model_name, home)
         await run_program(argv, env, work, stdin=stdin)
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
@@ -118,11 +138,21 @@ async def replay_matches(trace: Path, rows: list[dict], out: Path) -> None:
     from agent_replay.replay.run import arun
 
     with SimProcess("fast", seed=4) as target:
-        summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
-                                       progress=False, scrape_interval_s=0), progress=None)
+        summary = await arun(
+            RunConfig(
+                trace=str(trace),
+                target=target.url,
+                output=str(out),
+                progress=False,
+                scrape_interval_s=0,
+            ),
+            progress=None,
+        )
     assert summary.failed == 0
-    res = {(x["session_id"], x["request_index"]): x
-           for x in pq.read_table(out / "requests").to_pylist()}
+    res = {
+        (x["session_id"], x["request_index"]): x
+        for x in pq.read_table(out / "requests").to_pylist()
+    }
     assert len(res) == len(rows)
     for r in rows:
         x = res[(r["session_id"], r["request_index"])]
@@ -153,14 +183,29 @@ async def test_claude_code(tmp_path: Path, name: str) -> None:
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         env = base_env(home)
-        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
-                   DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-                   DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
-        return [claude, "-p", "List the files here.", "--max-turns", "3",
-                "--allowedTools", "Bash(ls)"], env
+        env.update(
+            ANTHROPIC_BASE_URL=url,
+            ANTHROPIC_API_KEY=SECRET,
+            DISABLE_TELEMETRY="1",
+            DISABLE_AUTOUPDATER="1",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            DISABLE_ERROR_REPORTING="1",
+            ANTHROPIC_MODEL=model,
+            ANTHROPIC_SMALL_FAST_MODEL=model,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+            ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+            ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+            CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+        )
+        return [
+            claude,
+            "-p",
+            "List the files here.",
+            "--max-turns",
+            "3",
+            "--allowedTools",
+            "Bash(ls)",
+        ], env
 
     trace, rows = await record(tmp_path, [LS], argv_env)
     main = the_agent_session(rows)
@@ -171,8 +216,10 @@ async def test_claude_code(tmp_path: Path, name: str) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-AGENT = ('Agent={"description": "List files", "prompt": "List the files here.", '
-         '"subagent_type": "general-purpose"}')
+AGENT = (
+    'Agent={"description": "List files", "prompt": "List the files here.", '
+    '"subagent_type": "general-purpose"}'
+)
 
 
 @pytest.mark.parametrize("name", CLAUDES)
@@ -186,14 +233,30 @@ async def test_claude_code_subagents(tmp_path: Path, name: str) -> None:
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         env = base_env(home)
-        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
-                   DISABLE_AUTOUPDATER="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-                   DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-                   ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
-        return [claude, "-p", "List the files here.", "--max-turns", "3",
-                "--allowedTools", "Bash(ls)", "Agent"], env
+        env.update(
+            ANTHROPIC_BASE_URL=url,
+            ANTHROPIC_API_KEY=SECRET,
+            DISABLE_TELEMETRY="1",
+            DISABLE_AUTOUPDATER="1",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            DISABLE_ERROR_REPORTING="1",
+            ANTHROPIC_MODEL=model,
+            ANTHROPIC_SMALL_FAST_MODEL=model,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+            ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+            ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+            CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+        )
+        return [
+            claude,
+            "-p",
+            "List the files here.",
+            "--max-turns",
+            "3",
+            "--allowedTools",
+            "Bash(ls)",
+            "Agent",
+        ], env
 
     trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
     session = [r for r in rows if r["session_id"] == rows[0]["session_id"]]
@@ -209,8 +272,12 @@ async def test_claude_code_subagents(tmp_path: Path, name: str) -> None:
         assert spawn["agent_id"] != a  # spawned by another stream's turn
         # joined by a later turn of the spawner's stream, when the spawner went on
         assert spawn["output_tokens"] > 0 and spawn["error"] is None
-        later = [r for r in session if r["agent_id"] == spawn["agent_id"]
-                 and r["arrival_ns"] >= last["arrival_ns"] + last["end_ns"]]
+        later = [
+            r
+            for r in session
+            if r["agent_id"] == spawn["agent_id"]
+            and r["arrival_ns"] >= last["arrival_ns"] + last["end_ns"]
+        ]
         if later:
             assert last["request_index"] in later[0]["depends_on"]
     main_turns = [r for r in session if r["agent_id"] == "main"]
@@ -219,19 +286,29 @@ async def test_claude_code_subagents(tmp_path: Path, name: str) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-def codex_exec(codex: str, prompt: str) -> Callable[[str, str, Path], tuple[list[str], dict[str, str]]]:
+def codex_exec(
+    codex: str, prompt: str
+) -> Callable[[str, str, Path], tuple[list[str], dict[str, str]]]:
     """``codex exec PROMPT`` against the recorder: a ``[model_providers]`` entry on the
     Responses API, its key from the environment."""
+
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         (home / "config.toml").write_text(
             f'model = "{model}"\nmodel_provider = "sim"\n\n'
             f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
             'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n'
-            "[analytics]\nenabled = false\n")
+            "[analytics]\nenabled = false\n"
+        )
         env = base_env(home)
         env.update(CODEX_HOME=str(home), SIM_API_KEY=SECRET)
-        return [codex, "exec", "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox", prompt], env
+        return [
+            codex,
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            prompt,
+        ], env
+
     return argv_env
 
 
@@ -259,8 +336,11 @@ async def test_codex_subagent(tmp_path: Path) -> None:
     join here, and a subagent's last request may be cut.)"""
     codex = program("codex")
 
-    trace, rows = await record(tmp_path, [CODEX_SPAWN, CODEX_LS],
-                               codex_exec(codex, "Spawn a subagent to list the files here."))
+    trace, rows = await record(
+        tmp_path,
+        [CODEX_SPAWN, CODEX_LS],
+        codex_exec(codex, "Spawn a subagent to list the files here."),
+    )
     assert len({r["session_id"] for r in rows}) == 1
     by_index = {r["request_index"]: r for r in rows}
     threads = {r["agent_id"] for r in rows} - {"main"}
@@ -281,13 +361,31 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         env = base_env(home)
-        env.update(MSWEA_CONFIGURED="true", MSWEA_GLOBAL_CONFIG_DIR=str(home),
-                   MSWEA_COST_TRACKING="ignore_errors", OPENAI_API_KEY=SECRET,
-                   LITELLM_LOCAL_MODEL_COST_MAP="True")
-        return [mini, "-m", f"openai/{model}", "-t", "List the files here.", "-y",
-                "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={url}/v1",
-                "-c", "agent.step_limit=3", "-c", "agent.cost_limit=0",
-                "-o", str(home / "trajectory.json")], env
+        env.update(
+            MSWEA_CONFIGURED="true",
+            MSWEA_GLOBAL_CONFIG_DIR=str(home),
+            MSWEA_COST_TRACKING="ignore_errors",
+            OPENAI_API_KEY=SECRET,
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
+        return [
+            mini,
+            "-m",
+            f"openai/{model}",
+            "-t",
+            "List the files here.",
+            "-y",
+            "-c",
+            "mini.yaml",
+            "-c",
+            f"model.model_kwargs.api_base={url}/v1",
+            "-c",
+            "agent.step_limit=3",
+            "-c",
+            "agent.cost_limit=0",
+            "-o",
+            str(home / "trajectory.json"),
+        ], env
 
     trace, rows = await record(tmp_path, [MINI_LS], argv_env)
     main = the_agent_session(rows)
@@ -302,14 +400,23 @@ def qwen_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str
     """qwen-code -p (node >= 22, the OpenAI variables, the openai auth type, and a
     max_tokens that fits the engine's context: it asks for 32000 otherwise)."""
     (home / ".qwen").mkdir()
-    (home / ".qwen" / "settings.json").write_text(json.dumps({
-        "security": {"auth": {"selectedType": "openai"}},
-        "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}}}))
+    (home / ".qwen" / "settings.json").write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "openai"}},
+                "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
+            }
+        )
+    )
     env = base_env(home)
     if (BIN.parent / "node22" / "bin").is_dir():
         env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
-    env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=SECRET, OPENAI_MODEL=model,
-               QWEN_CODE_SUPPRESS_YOLO_WARNING="1")
+    env.update(
+        OPENAI_BASE_URL=f"{url}/v1",
+        OPENAI_API_KEY=SECRET,
+        OPENAI_MODEL=model,
+        QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
+    )
     return [program("qwen"), "-p", "List the files here.", "--yolo"], env
 
 
@@ -327,8 +434,10 @@ async def test_qwen_code(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-QWEN_AGENT = ('agent={"description": "List files", "prompt": "List the files here.", '
-              '"subagent_type": "general-purpose"}')
+QWEN_AGENT = (
+    'agent={"description": "List files", "prompt": "List the files here.", '
+    '"subagent_type": "general-purpose"}'
+)
 
 
 async def test_qwen_code_subagents(tmp_path: Path) -> None:
@@ -349,8 +458,11 @@ async def test_qwen_code_subagents(tmp_path: Path) -> None:
         mine = sorted((r for r in rows if r["agent_id"] == a), key=lambda r: r["request_index"])
         spawn = by_index[mine[0]["depends_on"][0]]
         assert spawn["agent_id"] != a
-        joins = [r for r in rows if r["agent_id"] == spawn["agent_id"]
-                 and mine[-1]["request_index"] in r["depends_on"]]
+        joins = [
+            r
+            for r in rows
+            if r["agent_id"] == spawn["agent_id"] and mine[-1]["request_index"] in r["depends_on"]
+        ]
         assert joins  # the spawner went on after the subagent and waited for it
     notice = max(rows, key=lambda r: r["arrival_ns"])
     assert notice["agent_id"] == "main" and len(notice["depends_on"]) == 2
@@ -367,14 +479,26 @@ async def test_aider(tmp_path: Path) -> None:
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
         env = base_env(home)
-        env.update(OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=SECRET,
-                   LITELLM_LOCAL_MODEL_COST_MAP="True")
-        return [aider, "--model", f"openai/{model}", "--no-git", "--yes-always",
-                "--no-check-update", "--no-show-model-warnings", "--analytics-disable",
-                "--no-fancy-input", "--no-pretty", "--no-show-release-notes"], env
+        env.update(
+            OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=SECRET, LITELLM_LOCAL_MODEL_COST_MAP="True"
+        )
+        return [
+            aider,
+            "--model",
+            f"openai/{model}",
+            "--no-git",
+            "--yes-always",
+            "--no-check-update",
+            "--no-show-model-warnings",
+            "--analytics-disable",
+            "--no-fancy-input",
+            "--no-pretty",
+            "--no-show-release-notes",
+        ], env
 
-    trace, rows = await record(tmp_path, [], argv_env,
-                               stdin="Say hello.\nNow say goodbye.\nOnce more.\n")
+    trace, rows = await record(
+        tmp_path, [], argv_env, stdin="Say hello.\nNow say goodbye.\nOnce more.\n"
+    )
     main = the_agent_session(rows)
     assert len(rows) == len(main) == 3 and all(r["api"] == "chat" for r in main)
     assert [r["depends_on"] for r in main] == [[], [0], [1]]
@@ -382,20 +506,35 @@ async def test_aider(tmp_path: Path) -> None:
     no_secret_written(trace, tmp_path / "results")
 
 
-OPENCODE_TASK = ('task={"description": "List files", "prompt": "List the files here.", '
-                 '"subagent_type": "general"}')
+OPENCODE_TASK = (
+    'task={"description": "List files", "prompt": "List the files here.", '
+    '"subagent_type": "general"}'
+)
 OPENCODE_LS = 'bash={"command": "ls", "description": "List files"}'
 
 
 def opencode_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
     conf = home / ".config" / "opencode"
     conf.mkdir(parents=True)
-    (conf / "opencode.json").write_text(json.dumps({
-        "provider": {"sim": {"npm": "@ai-sdk/openai-compatible", "name": "sim",
-                             "options": {"baseURL": f"{url}/v1", "apiKey": SECRET},
-                             "models": {model: {"name": model, "limit": {
-                                 "context": 32768, "output": 4000}}}}},
-        "model": f"sim/{model}", "share": "disabled", "autoupdate": False}))
+    (conf / "opencode.json").write_text(
+        json.dumps(
+            {
+                "provider": {
+                    "sim": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "sim",
+                        "options": {"baseURL": f"{url}/v1", "apiKey": SECRET},
+                        "models": {
+                            model: {"name": model, "limit": {"context": 32768, "output": 4000}}
+                        },
+                    }
+                },
+                "model": f"sim/{model}",
+                "share": "disabled",
+                "autoupdate": False,
+            }
+        )
+    )
     return [program("opencode"), "run", "List the files here."], base_env(home)
 
 
@@ -440,25 +579,58 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    (home / ".claude.json").write_text(json.dumps({
-        "hasCompletedOnboarding": True,
-        "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
-        "projects": {str(work): {"hasTrustDialogAccepted": True}}}))
+    (home / ".claude.json").write_text(
+        json.dumps(
+            {
+                "hasCompletedOnboarding": True,
+                "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
+                "projects": {str(work): {"hasTrustDialogAccepted": True}},
+            }
+        )
+    )
     name = f"agent-replay-{os.getpid()}"
-    async with SimServer("fast", seed=3, tool_call=[LS]) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=[LS]) as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         model = sim.profile.model_name
         env = base_env(home)
-        env.update(ANTHROPIC_BASE_URL=rec.url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
-                   DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-                   ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-                   CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000", TERM="xterm-256color")
+        env.update(
+            ANTHROPIC_BASE_URL=rec.url,
+            ANTHROPIC_API_KEY=SECRET,
+            DISABLE_TELEMETRY="1",
+            DISABLE_AUTOUPDATER="1",
+            DISABLE_ERROR_REPORTING="1",
+            ANTHROPIC_MODEL=model,
+            ANTHROPIC_SMALL_FAST_MODEL=model,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+            CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
+            TERM="xterm-256color",
+        )
         script = tmp_path / "claude.sh"
-        script.write_text("#!/bin/sh\nexec env -i "
-                          + " ".join(f"{k}='{v}'" for k, v in env.items()) + f" {claude}\n")
+        script.write_text(
+            "#!/bin/sh\nexec env -i "
+            + " ".join(f"{k}='{v}'" for k, v in env.items())
+            + f" {claude}\n"
+        )
         script.chmod(0o755)
-        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
-                        str(work), str(script)], check=True)
+        subprocess.run(
+            [
+                tmux,
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "150",
+                "-y",
+                "40",
+                "-c",
+                str(work),
+                str(script),
+            ],
+            check=True,
+        )
         try:
             want = 0
             for text in ("List the files here.", "List them again."):
@@ -483,17 +655,25 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
             dep = by_index[d]
             assert dep["arrival_ns"] + dep["end_ns"] <= r["arrival_ns"], (r, dep)
     # the user's turns overlap their title requests: some pair ran side by side
-    assert any(a["arrival_ns"] < b["arrival_ns"] < a["arrival_ns"] + a["end_ns"]
-               for a in rows for b in rows if a is not b)
+    assert any(
+        a["arrival_ns"] < b["arrival_ns"] < a["arrival_ns"] + a["end_ns"]
+        for a in rows
+        for b in rows
+        if a is not b
+    )
     await replay_matches(trace, rows, tmp_path / "results")
     # each request is sent its think time after its latest dependency ended (the recorded
     # offsets were 0.02-0.09 ms off on a quiet machine: benchmarks/journal/
     # 2026-12-03-recorded-prefix.md; the bound leaves room for load)
-    errs = [x["sent_ns"] - x["parent_end_ns"] - x["think_ns"]
-            for x in pq.read_table(tmp_path / "results" / "requests").to_pylist()
-            if x["depends_on"] and x["parent_end_ns"] is not None]
-    print(f"send offset from the latest dependency vs recorded think: {len(errs)} requests, "
-          f"max |error| {max(abs(e) for e in errs) / 1e6:.3f} ms")
+    errs = [
+        x["sent_ns"] - x["parent_end_ns"] - x["think_ns"]
+        for x in pq.read_table(tmp_path / "results" / "requests").to_pylist()
+        if x["depends_on"] and x["parent_end_ns"] is not None
+    ]
+    print(
+        f"send offset from the latest dependency vs recorded think: {len(errs)} requests, "
+        f"max |error| {max(abs(e) for e in errs) / 1e6:.3f} ms"
+    )
     assert errs and max(abs(e) for e in errs) < 50_000_000, errs
     no_secret_written(trace, tmp_path / "results")
 
@@ -501,11 +681,19 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
 def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
     """Claude Code against ``url`` with every model role on the engine's model."""
     env = base_env(home)
-    env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=SECRET, DISABLE_TELEMETRY="1",
-               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", ANTHROPIC_MODEL=model,
-               ANTHROPIC_SMALL_FAST_MODEL=model, ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-               ANTHROPIC_DEFAULT_SONNET_MODEL=model, ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-               CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000")
+    env.update(
+        ANTHROPIC_BASE_URL=url,
+        ANTHROPIC_API_KEY=SECRET,
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        ANTHROPIC_MODEL=model,
+        ANTHROPIC_SMALL_FAST_MODEL=model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
+        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
+        CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
+    )
     return env
 
 
@@ -533,9 +721,9 @@ def manual_permissions(claude: str) -> list[str]:
     return ["--permission-mode", "manual"] if '"manual"' in out else []
 
 
-async def record_interactive(tmp: Path, claude: str, tool_calls: list[str],
-                             prompts: Sequence[str], allowed: Sequence[str]
-                             ) -> tuple[Path, list[dict]]:
+async def record_interactive(
+    tmp: Path, claude: str, tool_calls: list[str], prompts: Sequence[str], allowed: Sequence[str]
+) -> tuple[Path, list[dict]]:
     """Interactive Claude Code in tmux through the recorder: each prompt typed once the
     previous one's answer has settled, then ``/exit``."""
     tmux = shutil.which("tmux")
@@ -545,24 +733,50 @@ async def record_interactive(tmp: Path, claude: str, tool_calls: list[str],
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    (home / ".claude.json").write_text(json.dumps({
-        "hasCompletedOnboarding": True,
-        "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
-        "projects": {str(work): {"hasTrustDialogAccepted": True,
-                                 "allowedTools": list(allowed)}}}))
+    (home / ".claude.json").write_text(
+        json.dumps(
+            {
+                "hasCompletedOnboarding": True,
+                "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
+                "projects": {
+                    str(work): {"hasTrustDialogAccepted": True, "allowedTools": list(allowed)}
+                },
+            }
+        )
+    )
     name = f"agent-replay-{os.getpid()}-{tmp.name}"
-    async with SimServer("fast", seed=3, tool_call=tool_calls) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call=tool_calls) as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         env = claude_env(rec.url, sim.profile.model_name, home)
         env.update(CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000", TERM="xterm-256color")
         script = tmp / "claude.sh"
-        script.write_text("#!/bin/sh\nexec env -i "
-                          + " ".join(f"{k}='{v}'" for k, v in env.items())
-                          + f" {claude} {' '.join(manual_permissions(claude))} --allowedTools "
-                          + " ".join(f"'{a}'" for a in allowed) + "\n")
+        script.write_text(
+            "#!/bin/sh\nexec env -i "
+            + " ".join(f"{k}='{v}'" for k, v in env.items())
+            + f" {claude} {' '.join(manual_permissions(claude))} --allowedTools "
+            + " ".join(f"'{a}'" for a in allowed)
+            + "\n"
+        )
         script.chmod(0o755)
-        subprocess.run([tmux, "new-session", "-d", "-s", name, "-x", "150", "-y", "40", "-c",
-                        str(work), str(script)], check=True)
+        subprocess.run(
+            [
+                tmux,
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "150",
+                "-y",
+                "40",
+                "-c",
+                str(work),
+                str(script),
+            ],
+            check=True,
+        )
         try:
             await asyncio.sleep(5)  # the prompt is ready
             for text in prompts:
@@ -581,13 +795,21 @@ def slow_profile(folder: Path, factor: float) -> Path:
     """The simulated engine's ``fast`` profile with every step ``factor`` times as long."""
     from importlib import resources
 
-    fast = json.loads((resources.files("agent_replay.engines.sim") / "profiles"
-                       / "fast.json").read_text())
+    fast = json.loads(
+        (resources.files("agent_replay.engines.sim") / "profiles" / "fast.json").read_text()
+    )
     slow = folder / "slow.json"
-    slow.write_text(json.dumps({**fast, "name": f"fast-x{factor:g}",
-                                "decode_base_ns": int(factor * fast["decode_base_ns"]),
-                                "decode_per_seq_ns": int(factor * fast["decode_per_seq_ns"]),
-                                "prefill_tokens_per_s": fast["prefill_tokens_per_s"] / factor}))
+    slow.write_text(
+        json.dumps(
+            {
+                **fast,
+                "name": f"fast-x{factor:g}",
+                "decode_base_ns": int(factor * fast["decode_base_ns"]),
+                "decode_per_seq_ns": int(factor * fast["decode_per_seq_ns"]),
+                "prefill_tokens_per_s": fast["prefill_tokens_per_s"] / factor,
+            }
+        )
+    )
     return slow
 
 
@@ -602,15 +824,29 @@ async def joins_kept_on_a_slower_server(tmp: Path, trace: Path, rows: list[dict]
 
     out = tmp / "results"
     with SimProcess(str(slow_profile(tmp, 10)), seed=4) as target:
-        summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
-                                       progress=False, scrape_interval_s=0), progress=None)
+        summary = await arun(
+            RunConfig(
+                trace=str(trace),
+                target=target.url,
+                output=str(out),
+                progress=False,
+                scrape_interval_s=0,
+            ),
+            progress=None,
+        )
     assert summary.failed == 0
     sid = rows[0]["session_id"]
     rec = [r for r in rows if r["session_id"] == sid]
-    res = {x["request_index"]: x for x in pq.read_table(out / "requests").to_pylist()
-           if x["session_id"] == sid}
-    ratios = sorted((res[r["request_index"]]["end_ns"] - res[r["request_index"]]["sent_ns"])
-                    / r["end_ns"] for r in rec if r["error"] is None and r["end_ns"] > 0)
+    res = {
+        x["request_index"]: x
+        for x in pq.read_table(out / "requests").to_pylist()
+        if x["session_id"] == sid
+    }
+    ratios = sorted(
+        (res[r["request_index"]]["end_ns"] - res[r["request_index"]]["sent_ns"]) / r["end_ns"]
+        for r in rec
+        if r["error"] is None and r["end_ns"] > 0
+    )
     assert ratios[len(ratios) // 2] >= 2, ratios  # the server was at least 2x slower
     subs = {r["agent_id"] for r in rec if not r["agent_id"].startswith("main")}  # not a lane
     assert subs
@@ -622,15 +858,15 @@ async def joins_kept_on_a_slower_server(tmp: Path, trace: Path, rows: list[dict]
         for r in rec:
             if r["agent_id"] != a and r["arrival_ns"] >= rec_end:
                 x = res[r["request_index"]]
-                assert x["sent_ns"] >= replay_end, (a, r["request_index"], x["sent_ns"],
-                                                    replay_end)
+                assert x["sent_ns"] >= replay_end, (a, r["request_index"], x["sent_ns"], replay_end)
                 checked += 1
     return checked
 
 
 @pytest.mark.parametrize("name", CLAUDES)
 async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
-        tmp_path: Path, name: str) -> None:
+    tmp_path: Path, name: str
+) -> None:
     """A Claude Code session with subagents (``-p``), replayed against a server slower
     than the one it was recorded against: no turn that came after a subagent's end in the
     recording is sent before the subagent's last request ended in the replay. Checked
@@ -638,8 +874,16 @@ async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
     claude = program(name)
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        return [claude, "-p", "List the files here.", "--max-turns", "3",
-                "--allowedTools", "Bash(ls)", "Agent"], claude_env(url, model, home)
+        return [
+            claude,
+            "-p",
+            "List the files here.",
+            "--max-turns",
+            "3",
+            "--allowedTools",
+            "Bash(ls)",
+            "Agent",
+        ], claude_env(url, model, home)
 
     trace, rows = await record(tmp_path, [AGENT, LS], argv_env)
     assert await joins_kept_on_a_slower_server(tmp_path, trace, rows)
@@ -647,15 +891,20 @@ async def test_claude_code_subagent_replay_keeps_the_join_on_a_slower_server(
 
 @pytest.mark.parametrize("name", CLAUDES)
 async def test_claude_code_interactive_subagent_replay_keeps_the_join_on_a_slower_server(
-        tmp_path: Path, name: str) -> None:
+    tmp_path: Path, name: str
+) -> None:
     """Interactive Claude Code (tmux), two prompts, each answered with the Agent tool: the
     subagents' turns and the main turn after them are one session; replayed against a
     server slower than the recording's, no main turn goes before the subagent it waited
     for has ended (from the result rows)."""
     claude = program(name)
     trace, rows = await record_interactive(
-        tmp_path, claude, [AGENT, LS], ["List the files here.", "List them again."],
-        ["Bash(ls)", "Agent"])
+        tmp_path,
+        claude,
+        [AGENT, LS],
+        ["List the files here.", "List them again."],
+        ["Bash(ls)", "Agent"],
+    )
     assert len({r["session_id"] for r in rows}) == 1
     assert all(r["error"] is None for r in rows)
     main = [r for r in rows if r["agent_id"].startswith("main")]

@@ -29,7 +29,9 @@ def main() -> None:
     base_url, endpoint, kind, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     kind, http = kind.removesuffix("+http"), kind.endswith("+http")
     provider = TracerProvider(resource=Resource.create({"service.name": "otel-agent"}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces")))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint + "/v1/traces"))
+    )
     trace.set_tracer_provider(provider)
     if kind == "openai-v2":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
@@ -49,8 +51,10 @@ def main() -> None:
 
         more["http_client"] = httpx.Client()
     client = OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0, **more)
-    msgs = [{"role": "system", "content": "You are a coding agent. " * 30},
-            {"role": "user", "content": "Find the bug in parse(). " * 20}]
+    msgs = [
+        {"role": "system", "content": "You are a coding agent. " * 30},
+        {"role": "user", "content": "Find the bug in parse(). " * 20},
+    ]
     tracer = trace.get_tracer("otel-agent")
     with tracer.start_as_current_span("session"):
         for turn in range(turns):
@@ -62,18 +66,32 @@ def main() -> None:
             else:
                 usage, parts = None, []
                 for c in client.chat.completions.create(
-                        model="sim-fast", messages=msgs, max_tokens=16, stream=True,
-                        stream_options={"include_usage": True}):
+                    model="sim-fast",
+                    messages=msgs,
+                    max_tokens=16,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                ):
                     if c.choices and c.choices[0].delta.content:
                         parts.append(c.choices[0].delta.content)
                     if c.usage is not None:
                         usage = c.usage
                 text = "".join(parts)
             assert usage is not None
-            print(json.dumps({"sent_ns": sent, "input": usage.prompt_tokens,
-                              "output": usage.completion_tokens}), flush=True)
-            msgs += [{"role": "assistant", "content": text},
-                     {"role": "user", "content": f"tool output {turn}: " + "ok " * 40}]
+            print(
+                json.dumps(
+                    {
+                        "sent_ns": sent,
+                        "input": usage.prompt_tokens,
+                        "output": usage.completion_tokens,
+                    }
+                ),
+                flush=True,
+            )
+            msgs += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": f"tool output {turn}: " + "ok " * 40},
+            ]
             time.sleep(0.15)  # the tool runs
     provider.shutdown()
 

@@ -30,18 +30,24 @@ async def _agent(client: openai.AsyncOpenAI, i: int, log: list[tuple[int, int, i
     """One agent: a task, then turns of (model reply -> tool run -> result back)."""
     # every other session opens with the same words: only the replies tell them apart
     task = "fix the failing test" if i % 2 else f"task {i}: refactor module {i}"
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
-                                  {"role": "user", "content": task}]
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": task},
+    ]
     for turn in range(2 + i % 4):
         await asyncio.sleep(0.003 * (i % 7))  # sessions start at different times
         if (i + turn) % 2:
-            r = await client.chat.completions.create(model=MODEL, messages=msgs,  # type: ignore[arg-type]
-                                                     max_tokens=8 + i + turn)
+            r = await client.chat.completions.create(
+                model=MODEL,
+                messages=msgs,  # type: ignore[arg-type]
+                max_tokens=8 + i + turn,
+            )
             text = r.choices[0].message.content or ""
         else:
             parts = []
             async for c in await client.chat.completions.create(
-                    model=MODEL, messages=msgs, max_tokens=8 + i + turn, stream=True):  # type: ignore[arg-type]
+                model=MODEL, messages=msgs, max_tokens=8 + i + turn, stream=True
+            ):  # type: ignore[arg-type]
                 if c.choices and c.choices[0].delta.content:
                     parts.append(c.choices[0].delta.content)
             text = "".join(parts)
@@ -56,10 +62,13 @@ async def _agent(client: openai.AsyncOpenAI, i: int, log: list[tuple[int, int, i
 @pytest.mark.timing
 async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
     import openai
+
     trace = tmp_path / "trace"
     log: list[tuple[int, int, int]] = []
-    async with SimServer("fast", seed=3) as sim, Recorder(
-            sim.url, "127.0.0.1:0", trace, flush_interval_s=0.5) as rec:
+    async with (
+        SimServer("fast", seed=3) as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=0.5) as rec,
+    ):
         client = openai.AsyncOpenAI(base_url=rec.url + "/v1", api_key="k", max_retries=0)
         await asyncio.gather(*(_agent(client, i, log) for i in range(SESSIONS)))
         await client.close()
@@ -92,9 +101,17 @@ async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
     # The replay's target runs in its own process, as in real use: an in-process server
     # would share this interpreter's lock with the replay and add its own lag to the sends.
     with SimProcess("fast", seed=4) as target:
-        summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
-                                       progress=False, scrape_interval_s=0, api="completions"),
-                             progress=None)
+        summary = await arun(
+            RunConfig(
+                trace=str(trace),
+                target=target.url,
+                output=str(out),
+                progress=False,
+                scrape_interval_s=0,
+                api="completions",
+            ),
+            progress=None,
+        )
     assert summary.ok == len(rows) and summary.failed == 0
     res = pq.read_table(out / "requests").to_pylist()
     rec_by_key = {(r["session_id"], r["request_index"]): r for r in rows}
@@ -117,8 +134,10 @@ async def test_record_twenty_sessions_then_replay(tmp_path: Path) -> None:
     errs.sort()
     assert len(errs) == len(rows) - SESSIONS
     within = sum(1 for e in errs if abs(e) <= 2_000_000)
-    print(f"think-time error: {within}/{len(errs)} within 2 ms, median "
-          f"{errs[len(errs) // 2] / 1e6:.3f} ms, max {errs[-1] / 1e6:.3f} ms")
+    print(
+        f"think-time error: {within}/{len(errs)} within 2 ms, median "
+        f"{errs[len(errs) // 2] / 1e6:.3f} ms, max {errs[-1] / 1e6:.3f} ms"
+    )
     within_5ms = sum(1 for e in errs if abs(e) <= 5_000_000)
     assert within_5ms >= 0.8 * len(errs), errs
     assert errs[0] >= -2_000_000 and errs[-1] <= 100_000_000, errs

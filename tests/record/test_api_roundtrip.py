@@ -21,18 +21,30 @@ if TYPE_CHECKING:  # imported by the tests that use it (tests/conftest.py says w
     import openai
 
 MODEL = "sim-fast"
-BASH = {"type": "function", "name": "Bash", "description": "Run a shell command",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                       "required": ["command"]}}
+BASH = {
+    "type": "function",
+    "name": "Bash",
+    "description": "Run a shell command",
+    "parameters": {
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    },
+}
 
 
 async def _codex_like(client: openai.AsyncOpenAI, task: str) -> None:
     """A Responses agent: the task, the model's tool call, the tool's output back."""
     items: list[Any] = [{"role": "user", "content": task}]
     for _ in range(2):
-        stream = await client.responses.create(model=MODEL, instructions="You are Codex.",
-                                               input=items, tools=[BASH],  # type: ignore[list-item]
-                                               stream=True, max_output_tokens=40)
+        stream = await client.responses.create(
+            model=MODEL,
+            instructions="You are Codex.",
+            input=items,
+            tools=[BASH],  # type: ignore[list-item]
+            stream=True,
+            max_output_tokens=40,
+        )
         final = None
         async for ev in stream:
             if ev.type == "response.completed":
@@ -41,10 +53,17 @@ async def _codex_like(client: openai.AsyncOpenAI, task: str) -> None:
         out = final.output[0]
         if out.type != "function_call":
             break
-        items.append({"type": "function_call", "call_id": out.call_id, "name": out.name,
-                      "arguments": out.arguments})
-        items.append({"type": "function_call_output", "call_id": out.call_id,
-                      "output": "README.md\nsrc"})
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": out.call_id,
+                "name": out.name,
+                "arguments": out.arguments,
+            }
+        )
+        items.append(
+            {"type": "function_call_output", "call_id": out.call_id, "output": "README.md\nsrc"}
+        )
 
 
 async def _replay(trace: Path, out: Path) -> list[dict]:
@@ -52,8 +71,16 @@ async def _replay(trace: Path, out: Path) -> list[dict]:
     from agent_replay.replay.run import arun
 
     with SimProcess("fast", seed=4) as target:
-        summary = await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
-                                       progress=False, scrape_interval_s=0), progress=None)
+        summary = await arun(
+            RunConfig(
+                trace=str(trace),
+                target=target.url,
+                output=str(out),
+                progress=False,
+                scrape_interval_s=0,
+            ),
+            progress=None,
+        )
     assert summary.failed == 0
     return pq.read_table(out / "requests").to_pylist()
 
@@ -61,16 +88,21 @@ async def _replay(trace: Path, out: Path) -> list[dict]:
 @pytest.mark.slow
 async def test_a_responses_session_with_a_tool_call_replays_with_responses(tmp_path: Path) -> None:
     import openai
+
     trace = tmp_path / "trace"
-    async with SimServer("fast", seed=3, tool_call='Bash={"command": "ls"}') as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast", seed=3, tool_call='Bash={"command": "ls"}') as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         client = openai.AsyncOpenAI(base_url=rec.url + "/v1", api_key="k", max_retries=0)
         await _codex_like(client, "list the files")
         await client.close()
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["request_index"])
     assert [r["api"] for r in rows] == ["responses", "responses"]
-    assert [(r["session_id"], r["parent_index"]) for r in rows] == [("auto-00001", -1),
-                                                                    ("auto-00001", 0)]
+    assert [(r["session_id"], r["parent_index"]) for r in rows] == [
+        ("auto-00001", -1),
+        ("auto-00001", 0),
+    ]
     assert all(r["error"] is None and r["exact_chunk_tokens"] for r in rows)
     assert rows[0]["output_tokens"] == len(SimTokenizer().pieces('{"command": "ls"}'))
     res = await _replay(trace, tmp_path / "results")
@@ -84,12 +116,21 @@ async def test_a_responses_session_with_a_tool_call_replays_with_responses(tmp_p
         assert x["parent_index"] == r["parent_index"]
 
 
-CLAUDE_TOOLS = [{"name": f"Tool{i}", "description": f"Tool {i} reads and writes things. " * 25,
-                 "input_schema": {"type": "object", "properties": {
-                     "file_path": {"type": "string", "description": "absolute path"},
-                     "limit": {"type": "integer", "description": "lines"}},
-                     "required": ["file_path"]}}
-                for i in range(24)]
+CLAUDE_TOOLS = [
+    {
+        "name": f"Tool{i}",
+        "description": f"Tool {i} reads and writes things. " * 25,
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "absolute path"},
+                "limit": {"type": "integer", "description": "lines"},
+            },
+            "required": ["file_path"],
+        },
+    }
+    for i in range(24)
+]
 SYSTEM = [{"type": "text", "text": "You are Claude Code, a coding agent. " * 30}]
 
 
@@ -101,19 +142,28 @@ def _rendered_count(tools: list[Any], system: list[Any], messages: list[Any]) ->
     return n + sum(5 + tok.count(m["content"]) for m in messages) + 3
 
 
-async def test_claude_code_shaped_requests_count_and_hash_the_whole_request(
-        tmp_path: Path) -> None:
+async def test_claude_code_shaped_requests_count_and_hash_the_whole_request(tmp_path: Path) -> None:
     import anthropic
+
     trace = tmp_path / "trace"
-    firsts = ["Fix the failing test in tests/test_io.py please.",
-              "Write a README section about installation."]
-    async with SimServer("fast", seed=3) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60, hash_seed=11) as rec:
+    firsts = [
+        "Fix the failing test in tests/test_io.py please.",
+        "Write a README section about installation.",
+    ]
+    async with (
+        SimServer("fast", seed=3) as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60, hash_seed=11) as rec,
+    ):
         client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
         for text in firsts:
             msgs = [{"role": "user", "content": text}]
-            async with client.messages.stream(model=MODEL, max_tokens=16, system=SYSTEM,  # type: ignore[arg-type]
-                                              tools=CLAUDE_TOOLS, messages=msgs) as s:  # type: ignore[arg-type]
+            async with client.messages.stream(
+                model=MODEL,
+                max_tokens=16,
+                system=SYSTEM,  # type: ignore[arg-type]
+                tools=CLAUDE_TOOLS,
+                messages=msgs,
+            ) as s:  # type: ignore[arg-type]
                 await s.get_final_message()
         await client.close()
     table, meta = read_trace(trace)

@@ -49,8 +49,9 @@ def test_length_follows_reported_input_tokens() -> None:
 def _server_count(body: dict, bytes_per_token: float) -> int:
     """A stand-in server's prompt length: 7 template tokens a message plus its rendered
     bytes at ``bytes_per_token`` (never the recorder's 4)."""
-    return sum(7 + int(len(render(m).encode()) / bytes_per_token)
-               for m in prompt_parts("messages", body))
+    return sum(
+        7 + int(len(render(m).encode()) / bytes_per_token) for m in prompt_parts("messages", body)
+    )
 
 
 @pytest.mark.parametrize("ratio", [1.3, 2.5, 3.2, 4.0, 6.5])
@@ -65,12 +66,15 @@ def test_next_turn_shares_every_block_whatever_the_ratio(ratio: float) -> None:
     msgs: list[dict] = []
     prev: list[int] = []
     for turn in range(8):
-        msgs = [*msgs, {"role": "user", "content": f"turn {turn}: " + "run the tests " * (5 + turn)}]
+        msgs = [
+            *msgs,
+            {"role": "user", "content": f"turn {turn}: " + "run the tests " * (5 + turn)},
+        ]
         body = {"system": sys_text, "messages": msgs}
         n = _server_count(body, ratio)
         ids, _ = h.hash_ids("messages", body, n)
         assert len(ids) == -(-n // bs)
-        assert ids[:len(prev)] == prev, f"turn {turn}"
+        assert ids[: len(prev)] == prev, f"turn {turn}"
         assert len(set(ids)) == len(ids)
         msgs = [*msgs, {"role": "assistant", "content": f"ok {turn} " + "done " * 9}]
         prev = ids
@@ -94,12 +98,16 @@ def test_a_partial_last_block_is_continued_once() -> None:
     b_ids, _ = h.hash_ids("chat", b, _server_count(b, 3.0))
     again, _ = h.hash_ids("chat", a, _server_count(a, 3.0))
     last = len(p_ids) - 1
-    assert a_ids[:last + 1] == p_ids
+    assert a_ids[: last + 1] == p_ids
     assert b_ids[:last] == p_ids[:last] and b_ids[last] != p_ids[last]
     assert again == a_ids
     # a prompt that does not hold the parent's last bytes does not continue it
-    c = {"messages": [{"role": "user", "content": "list the files " * 19 + "list the fileZ "},
-                      {"role": "assistant", "content": "ok " * 40}]}
+    c = {
+        "messages": [
+            {"role": "user", "content": "list the files " * 19 + "list the fileZ "},
+            {"role": "assistant", "content": "ok " * 40},
+        ]
+    }
     h2 = PromptHasher(bs, seed=5)
     p2, _ = h2.hash_ids("chat", parent, n)
     c_ids, _ = h2.hash_ids("chat", c, _server_count(c, 3.0))
@@ -132,8 +140,9 @@ def test_length_is_the_count_given_and_estimates_leave_no_boundaries() -> None:
     body = _chat("x" * 100, "y" * 50)
     est = h.hash_ids("chat", body, None)[1]
     assert not h._next  # an estimate is not built upon
-    assert est == -(-len("".join(render(m) for m in prompt_parts("chat", body)).encode())
-                    // BYTES_PER_TOKEN)
+    assert est == -(
+        -len("".join(render(m) for m in prompt_parts("chat", body)).encode()) // BYTES_PER_TOKEN
+    )
     for n in (0, 1, 8, 9, est, 5 * est):
         ids, _ = h.hash_ids("chat", body, n)
         assert len(ids) == -(-n // 8) and len(set(ids)) == len(ids)
@@ -157,8 +166,10 @@ def test_grain_and_prefix_digests() -> None:
     assert pa_[: full + 1].tolist() == pb[: full + 1].tolist()
     # P[e] = sum g[i] * K**(e-1-i) mod 2**64, checked with Python integers
     k = 0x9E3779B97F4A7C15
-    want = [sum(int(g) * pow(k, e - 1 - i, 1 << 64) for i, g in enumerate(gb[:e])) % (1 << 64)
-            for e in range(len(gb) + 1)]
+    want = [
+        sum(int(g) * pow(k, e - 1 - i, 1 << 64) for i, g in enumerate(gb[:e])) % (1 << 64)
+        for e in range(len(gb) + 1)
+    ]
     assert pb.tolist() == want
     swapped = np.concatenate([gb[1:2], gb[:1], gb[2:]])
     assert prefix_digests(swapped)[-1] != pb[-1]  # order counts
@@ -167,9 +178,17 @@ def test_grain_and_prefix_digests() -> None:
 def test_cache_control_and_string_vs_block_content_hash_the_same() -> None:
     h = PromptHasher(8, seed=3)
     s = {"system": "sys", "messages": [{"role": "user", "content": "hello"}]}
-    b = {"system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
-         "messages": [{"role": "user", "content": [{"type": "text", "text": "hello",
-                                                   "cache_control": {"type": "ephemeral"}}]}]}
+    b = {
+        "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}
+                ],
+            }
+        ],
+    }
     assert h.hash_ids("messages", s, 40) == h.hash_ids("messages", b, 40)
 
 
@@ -187,9 +206,15 @@ def test_tokenizer_units(tmp_path: Path) -> None:
 
 
 def test_strip_secrets_at_any_depth() -> None:
-    body = {"model": "m", "api_key": "sk-1", "extra": {"OpenAI-Api-Key": "sk-2",
-            "nested": [{"x-api-key": "sk-3", "authorization": "Bearer sk-4", "keep": 1}]},
-            "messages": [{"role": "user", "content": "my key is in text"}]}
+    body = {
+        "model": "m",
+        "api_key": "sk-1",
+        "extra": {
+            "OpenAI-Api-Key": "sk-2",
+            "nested": [{"x-api-key": "sk-3", "authorization": "Bearer sk-4", "keep": 1}],
+        },
+        "messages": [{"role": "user", "content": "my key is in text"}],
+    }
     out = orjson.dumps(strip_secrets(body))
     for s in (b"sk-1", b"sk-2", b"sk-3", b"sk-4"):
         assert s not in out
@@ -197,9 +222,19 @@ def test_strip_secrets_at_any_depth() -> None:
 
 
 def test_hop_by_hop_headers() -> None:
-    hs = [("Connection", "close, X-A"), ("X-A", "1"), ("Keep-Alive", "t=5"), ("TE", "trailers"),
-          ("Transfer-Encoding", "chunked"), ("Upgrade", "h2c"), ("Proxy-Authorization", "p"),
-          ("Trailer", "x"), ("X-B", "2"), ("X-B", "3"), ("Host", "h")]
+    hs = [
+        ("Connection", "close, X-A"),
+        ("X-A", "1"),
+        ("Keep-Alive", "t=5"),
+        ("TE", "trailers"),
+        ("Transfer-Encoding", "chunked"),
+        ("Upgrade", "h2c"),
+        ("Proxy-Authorization", "p"),
+        ("Trailer", "x"),
+        ("X-B", "2"),
+        ("X-B", "3"),
+        ("Host", "h"),
+    ]
     assert end_to_end_headers(hs, frozenset({"host"})) == [("X-B", "2"), ("X-B", "3")]
 
 
@@ -207,7 +242,10 @@ def test_inject_usage_keeps_other_bytes() -> None:
     raw = b'{"model": "m",  "stream": true, "messages": []}'
     info, out = inspect_request("chat", raw)  # type: ignore[misc]
     assert info.injected_usage
-    assert out == b'{"stream_options":{"include_usage":true},"model": "m",  "stream": true, "messages": []}'
+    assert (
+        out
+        == b'{"stream_options":{"include_usage":true},"model": "m",  "stream": true, "messages": []}'
+    )
     raw2 = b'{"stream":true,"stream_options":{"include_usage":true},"prompt":"x"}'
     info2, out2 = inspect_request("completions", raw2)  # type: ignore[misc]
     assert not info2.injected_usage and out2 == raw2
@@ -216,15 +254,19 @@ def test_inject_usage_keeps_other_bytes() -> None:
     assert inspect_request("chat", b"[1]") is None and inspect_request("chat", b"{x") is None
 
 
-STREAM = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}\n\n'
-          b'data: {"choices":[{"index":0,"delta":{"content":"b"}}],"usage":null}\r\n\r\n'
-          b': keep-alive\n\n'
-          b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-          b"data: [DONE]\n\n")
-CLIENT_VIEW = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
-               b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\r\n\r\n'
-               b': keep-alive\n\n'
-               b"data: [DONE]\n\n")
+STREAM = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"a"}}],"usage":null}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{"content":"b"}}],"usage":null}\r\n\r\n'
+    b": keep-alive\n\n"
+    b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    b"data: [DONE]\n\n"
+)
+CLIENT_VIEW = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\r\n\r\n'
+    b": keep-alive\n\n"
+    b"data: [DONE]\n\n"
+)
 
 
 @pytest.mark.parametrize("split", range(len(STREAM) + 1))
@@ -260,7 +302,7 @@ def test_vllm_captured_stream_token_counts(shared_dir: Path) -> None:
     obs = ResponseObserver("completions", injected_usage=False)
     obs.start(200, "text/event-stream", "", None)
     for i in range(0, len(data), 97):
-        obs.feed(data[i:i + 97], i)
+        obs.feed(data[i : i + 97], i)
     obs.end(len(data))
     inp, out, _ = obs.usage()
     assert obs.exact_counts()
@@ -270,14 +312,31 @@ def test_vllm_captured_stream_token_counts(shared_dir: Path) -> None:
 def test_item_ids_the_model_never_reads_do_not_end_the_shared_prefix() -> None:
     """Codex gives its own Responses items fresh ids in every session: two sessions with
     the same instructions and messages hash alike however their item ids differ."""
+
     def body(item_id: str, text: str) -> dict:
-        return {"instructions": "Be brief.", "input": [
-            {"type": "message", "id": item_id, "role": "developer", "status": "completed",
-             "content": [{"type": "input_text", "text": "Sandbox on."}]},
-            {"type": "message", "role": "developer",
-             "content": [{"type": "input_text", "text": "Sandbox rules. " * 80}]},
-            {"type": "message", "role": "user",
-             "content": [{"type": "input_text", "text": text}]}]}
+        return {
+            "instructions": "Be brief.",
+            "input": [
+                {
+                    "type": "message",
+                    "id": item_id,
+                    "role": "developer",
+                    "status": "completed",
+                    "content": [{"type": "input_text", "text": "Sandbox on."}],
+                },
+                {
+                    "type": "message",
+                    "role": "developer",
+                    "content": [{"type": "input_text", "text": "Sandbox rules. " * 80}],
+                },
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": text}],
+                },
+            ],
+        }
+
     h = PromptHasher(16, seed=2)
     a, _ = h.hash_ids("responses", body("msg_1", "first task"), 400)
     b, _ = h.hash_ids("responses", body("msg_2", "second task"), 400)

@@ -23,18 +23,35 @@ def _dead_port() -> int:
 
 def test_dead_upstream_is_named_at_start_and_in_the_status_line(tmp_path: Path) -> None:
     upstream = f"http://127.0.0.1:{_dead_port()}"
-    proc = subprocess.Popen([sys.executable, "-m", "agent_replay", "record", "--upstream", upstream,
-                             "--listen", "127.0.0.1:0", "-o", str(tmp_path / "trace")],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "record",
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "-o",
+            str(tmp_path / "trace"),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         first = proc.stderr.readline()
         url = first.split()[2]
         warning = proc.stderr.readline()
         assert "WARNING: the upstream" in warning and "cannot connect" in warning, warning
-        req = urllib.request.Request(url + "/v1/completions", method="POST",
-                                     data=json.dumps({"model": "m", "prompt": "hi"}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url + "/v1/completions",
+            method="POST",
+            data=json.dumps({"model": "m", "prompt": "hi"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             urllib.request.urlopen(req, timeout=10).read()
         except (urllib.error.URLError, ConnectionError):

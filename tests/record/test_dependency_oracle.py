@@ -31,10 +31,12 @@ def test_labels_tell_requests_apart_by_tools_length_and_order() -> None:
     tools = [{"name": "Bash", "input_schema": {}}]
     lab = Labeler()
     a = lab(request_kind("messages", {"messages": [{"role": "user", "content": "x"}]}))
-    b = lab(request_kind("messages", {"messages": [{"role": "user", "content": "y"}],
-                                      "tools": tools}))
-    c = lab(request_kind("messages", {"messages": [{"role": "user", "content": "z"}],
-                                      "tools": tools}))
+    b = lab(
+        request_kind("messages", {"messages": [{"role": "user", "content": "y"}], "tools": tools})
+    )
+    c = lab(
+        request_kind("messages", {"messages": [{"role": "user", "content": "z"}], "tools": tools})
+    )
     assert a.split("#")[0] != b.split("#")[0]  # the tools differ
     assert (b.split("#")[0], b[-2:], c[-2:]) == (c.split("#")[0], "#0", "#1")
 
@@ -45,18 +47,27 @@ def test_verdicts_by_hand() -> None:
     and c by the delay (100); c was not sent when b was held (no verdict). The trace makes
     a wait for t (false) and b wait for nothing (two pairs missing)."""
     base = {"t": 0, "a": 0, "b": 10, "c": 20}
-    delayed = {"t": [{"t": 0, "a": 0, "b": 12, "c": 19},
-                     {"t": 0, "a": 0, "b": 90, "c": 95}],  # a slow start: once only
-               "a": [{"t": 0, "a": 0, "b": 110, "c": 121}],
-               "b": [{"t": 0, "a": 1, "b": 10}],
-               "c": [{"t": 0, "a": 0, "b": 10, "c": 20}]}
+    delayed = {
+        "t": [
+            {"t": 0, "a": 0, "b": 12, "c": 19},
+            {"t": 0, "a": 0, "b": 90, "c": 95},
+        ],  # a slow start: once only
+        "a": [{"t": 0, "a": 0, "b": 110, "c": 121}],
+        "b": [{"t": 0, "a": 1, "b": 10}],
+        "c": [{"t": 0, "a": 0, "b": 10, "c": 20}],
+    }
     measured, unknown = measured_ancestors(base, delayed, 100)
     assert measured == {"t": set(), "a": set(), "b": {"a"}, "c": {"a"}}
     assert unknown == {("c", "b")}
     assert reduction({"b": {"a"}, "c": {"a", "b"}, "a": set()}) == {
-        "b": {"a"}, "c": {"b"}, "a": set()}
-    rows = {lab: {"session_id": "s", "request_index": i, "depends_on": d}
-            for i, (lab, d) in enumerate([("t", []), ("a", [0]), ("b", []), ("c", [2])])}
+        "b": {"a"},
+        "c": {"b"},
+        "a": set(),
+    }
+    rows = {
+        lab: {"session_id": "s", "request_index": i, "depends_on": d}
+        for i, (lab, d) in enumerate([("t", []), ("a", [0]), ("b", []), ("c", [2])])
+    }
     traced = trace_ancestors(rows)
     assert traced == {"t": set(), "a": {"t"}, "b": set(), "c": {"b"}}
     v = compare(measured, traced, 2, unknown)
@@ -92,20 +103,29 @@ def scripted(log: list[str]) -> Any:
         hdr = {"X-Claude-Code-Session-Id": "s1"}
 
         async def ask(msgs: list[dict[str, Any]], tools: bool) -> str:
-            r = await client.messages.create(model=model, max_tokens=4, messages=msgs,  # type: ignore[arg-type]
-                                             extra_headers=hdr, **({"tools": TOOLS} if tools else {}))
+            r = await client.messages.create(
+                model=model,
+                max_tokens=4,
+                messages=msgs,  # type: ignore[arg-type]
+                extra_headers=hdr,
+                **({"tools": TOOLS} if tools else {}),
+            )
             return "".join(b.text for b in r.content if b.type == "text")
 
         first = [{"role": "user", "content": "list the files"}]
         title = asyncio.ensure_future(ask([{"role": "user", "content": "title?"}], False))
         r0 = await ask(first, True)
-        second = [*first, {"role": "assistant", "content": r0 or "ok"},
-                  {"role": "user", "content": "again"}]
+        second = [
+            *first,
+            {"role": "assistant", "content": r0 or "ok"},
+            {"role": "user", "content": "again"},
+        ]
         await ask(second, True)
         await ask([{"role": "user", "content": "title 2?"}], False)
         await title  # nothing waited for it
         await client.close()
         log.append("done")
+
     return run
 
 

@@ -24,9 +24,21 @@ FLUSH_S = 0.3
 
 async def _start(out: Path, upstream: str, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", "record", "--upstream", upstream, "--listen",
-        "127.0.0.1:0", "-o", str(out), "--flush-interval", str(FLUSH_S), *extra,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agent_replay",
+        "record",
+        "--upstream",
+        upstream,
+        "--listen",
+        "127.0.0.1:0",
+        "-o",
+        str(out),
+        "--flush-interval",
+        str(FLUSH_S),
+        *extra,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
     assert "->" in line, line
@@ -34,16 +46,26 @@ async def _start(out: Path, upstream: str, *extra: str) -> tuple[asyncio.subproc
 
 
 async def _load(url: str, stop: asyncio.Event, done: list[int], n: int = 16) -> None:
-    body = {"model": "sim-fast", "stream": True, "max_tokens": 20, "api_key": KEY,
-            "messages": [{"role": "user", "content": "load"}]}
+    body = {
+        "model": "sim-fast",
+        "stream": True,
+        "max_tokens": 20,
+        "api_key": KEY,
+        "messages": [{"role": "user", "content": "load"}],
+    }
 
     async def one(s: aiohttp.ClientSession, i: int) -> None:
         while not stop.is_set():
             try:
-                async with s.post(url + "/v1/chat/completions", data=orjson.dumps(body),
-                                  headers={"Authorization": f"Bearer {KEY}",
-                                           "Cookie": f"session={KEY}",
-                                           "X-Session-ID": f"s{i}"}) as r:
+                async with s.post(
+                    url + "/v1/chat/completions",
+                    data=orjson.dumps(body),
+                    headers={
+                        "Authorization": f"Bearer {KEY}",
+                        "Cookie": f"session={KEY}",
+                        "X-Session-ID": f"s{i}",
+                    },
+                ) as r:
                     await r.read()
                     if r.status == 200:
                         done.append(time.monotonic_ns())
@@ -111,8 +133,9 @@ def _no_secret(out: Path, rows: list[dict]) -> None:
     assert all(r["content"] is not None and "api_key" not in r["content"] for r in rows)
 
 
-async def test_stop_during_a_periodic_flush_keeps_its_rows(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_stop_during_a_periodic_flush_keeps_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """stop() cancels the periodic flush; rows that flush had already taken must still be
     on disk when stop() returns."""
     import threading
@@ -136,8 +159,10 @@ async def test_stop_during_a_periodic_flush_keeps_its_rows(tmp_path: Path,
     async with Upstream() as up:
         rec = Recorder(up.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=0.05)
         await rec.start()
-        async with aiohttp.ClientSession() as s, s.post(
-                rec.url + "/v1/completions", json={"model": "m", "prompt": "hi"}) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(rec.url + "/v1/completions", json={"model": "m", "prompt": "hi"}) as r,
+        ):
             assert r.status == 200
             await r.read()
         while not writing.is_set():

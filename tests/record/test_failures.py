@@ -18,13 +18,17 @@ from tests.record.upstream import Upstream
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
-async def _post(url: str, headers: dict | None = None, body: dict | None = None
-                ) -> tuple[str, object]:
+async def _post(
+    url: str, headers: dict | None = None, body: dict | None = None
+) -> tuple[str, object]:
     """What a client experiences: ("ok", (status, bytes)) or ("error", exception type)."""
     try:
-        async with aiohttp.ClientSession() as s, s.post(
-            url + "/v1/chat/completions", data=orjson.dumps(body or CHAT),
-            headers=headers or {}) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                url + "/v1/chat/completions", data=orjson.dumps(body or CHAT), headers=headers or {}
+            ) as r,
+        ):
             return "ok", (r.status, await r.read())
     except aiohttp.ClientError as exc:
         return "error", type(exc)
@@ -53,7 +57,8 @@ async def test_refused(tmp_path: Path) -> None:
     assert proxied[0] == "ok" and proxied[1][0] == 502  # type: ignore[index]
     err = orjson.loads(proxied[1][1])["error"]  # type: ignore[index]
     assert err["type"] == "upstream_error" and err["message"].endswith(
-        f"upstream {dead} unreachable: connection refused")
+        f"upstream {dead} unreachable: connection refused"
+    )
     assert rows[0]["error"].startswith("upstream connect failed")
     assert rows[0]["http_status"] == 0 and rows[0]["output_tokens"] == 0
 
@@ -79,8 +84,9 @@ async def test_reset_mid_stream(upstream: Upstream, recorder: Recorder) -> None:
 
 @pytest.mark.parametrize("where", ["hang", "hang-mid"])
 async def test_upstream_timeout(upstream: Upstream, tmp_path: Path, where: str) -> None:
-    async with Recorder(upstream.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60,
-                        read_timeout_s=0.3) as rec:
+    async with Recorder(
+        upstream.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60, read_timeout_s=0.3
+    ) as rec:
         proxied = await _post(rec.url, {"X-Fail": where})
         rows = await _rows(rec)
     if where == "hang":
@@ -92,8 +98,11 @@ async def test_upstream_timeout(upstream: Upstream, tmp_path: Path, where: str) 
 
 async def test_client_disconnect_cancels_upstream(upstream: Upstream, recorder: Recorder) -> None:
     async with aiohttp.ClientSession() as s:
-        resp = await s.post(recorder.url + "/v1/chat/completions", data=orjson.dumps(CHAT),
-                            headers={"X-Words": "200", "X-Delay-Ms": "10"})
+        resp = await s.post(
+            recorder.url + "/v1/chat/completions",
+            data=orjson.dumps(CHAT),
+            headers={"X-Words": "200", "X-Delay-Ms": "10"},
+        )
         await resp.content.readany()
         resp.close()  # the client goes away mid-stream
     for _ in range(100):

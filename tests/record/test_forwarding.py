@@ -32,15 +32,23 @@ class Conn:
         sock.connect((host, int(port)))
         return cls(*await asyncio.open_connection(sock=sock, limit=rcvbuf or 2**16))
 
-    async def request(self, method: str, path: str, body: dict | None = None,
-                      headers: list[tuple[str, str]] | None = None, pause_s: float = 0
-                      ) -> tuple[h11.Response, bytes]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        headers: list[tuple[str, str]] | None = None,
+        pause_s: float = 0,
+    ) -> tuple[h11.Response, bytes]:
         data = orjson.dumps(body) if body is not None else b""
         head = [("Host", "x"), ("Content-Length", str(len(data))), *(headers or [])]
         if self.h.our_state is h11.DONE:
             self.h.start_next_cycle()
-        self.writer.write(self.h.send(h11.Request(method=method, target=path, headers=head))
-                          + self.h.send(h11.Data(data=data)) + self.h.send(h11.EndOfMessage()))
+        self.writer.write(
+            self.h.send(h11.Request(method=method, target=path, headers=head))
+            + self.h.send(h11.Data(data=data))
+            + self.h.send(h11.EndOfMessage())
+        )
         await self.writer.drain()
         resp: h11.Response | None = None
         body_out = bytearray()
@@ -76,10 +84,12 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream":
 
 
 async def test_framing_and_keep_alive(upstream: Upstream, recorder: Recorder) -> None:
-    asks = [("POST", "/v1/chat/completions", CHAT, [("X-Words", "40")]),
-            ("POST", "/v1/completions", {"model": "m", "prompt": "hi"}, []),
-            ("GET", "/v1/models", None, []),
-            ("POST", "/v1/chat/completions", {**CHAT, "stream": False}, [("X-Fail", "gzip")])]
+    asks = [
+        ("POST", "/v1/chat/completions", CHAT, [("X-Words", "40")]),
+        ("POST", "/v1/completions", {"model": "m", "prompt": "hi"}, []),
+        ("GET", "/v1/models", None, []),
+        ("POST", "/v1/chat/completions", {**CHAT, "stream": False}, [("X-Fail", "gzip")]),
+    ]
     got = {}
     for name, url in (("direct", upstream.url), ("proxy", recorder.url)):
         conn = await Conn.open(url)  # one connection for all four
@@ -92,24 +102,21 @@ async def test_framing_and_keep_alive(upstream: Upstream, recorder: Recorder) ->
     assert [_framing(p)[0] for p, _ in got["proxy"]] == ["chunked", None, None, None]
     await recorder.flush()
     rows = read_trace(recorder.config.out_dir)[0].to_pylist()
-    assert [(r["error"], r["output_tokens"]) for r in rows] == [(None, 40), (None, 5),
-                                                                 (None, 5)]
+    assert [(r["error"], r["output_tokens"]) for r in rows] == [(None, 40), (None, 5), (None, 5)]
 
 
-async def test_client_slower_than_upstream_gets_every_byte(upstream: Upstream,
-                                                           tmp_path: Path) -> None:
+async def test_client_slower_than_upstream_gets_every_byte(
+    upstream: Upstream, tmp_path: Path
+) -> None:
     headers = [("X-Words", "20000")]  # ~2 MB of events, sent as fast as the upstream can
     direct = await Conn.open(upstream.url)
     _, want = await direct.request("POST", "/v1/chat/completions", CHAT, headers)
     await direct.close()
-    async with Recorder(upstream.url, "127.0.0.1:0", tmp_path / "t",
-                        flush_interval_s=60) as rec:
+    async with Recorder(upstream.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec:
         conn = await Conn.open(rec.url, rcvbuf=4096)
-        resp, body = await conn.request("POST", "/v1/chat/completions", CHAT, headers,
-                                        pause_s=0.5)
+        resp, body = await conn.request("POST", "/v1/chat/completions", CHAT, headers, pause_s=0.5)
         # the connection is still usable after a response that waited for the client
-        again, small = await conn.request("POST", "/v1/completions",
-                                          {"model": "m", "prompt": "hi"})
+        again, small = await conn.request("POST", "/v1/completions", {"model": "m", "prompt": "hi"})
         await conn.close()
         await rec.flush()
         rows = read_trace(rec.config.out_dir)[0].to_pylist()
@@ -118,15 +125,15 @@ async def test_client_slower_than_upstream_gets_every_byte(upstream: Upstream,
     assert [(r["error"], r["output_tokens"]) for r in rows] == [(None, 20000), (None, 5)]
 
 
-async def test_stream_reads_taken_in_data_received(upstream: Upstream,
-                                                   recorder: Recorder) -> None:
+async def test_stream_reads_taken_in_data_received(upstream: Upstream, recorder: Recorder) -> None:
     """A stream's reads reach the client from the upstream connection's ``data_received``
     (``BodyTap``), not through ``readany``: with 2 ms between events, nearly every event
     is a read of its own. Fails if aiohttp stops feeding the body through the reader's
     ``feed_data``."""
     conn = await Conn.open(recorder.url)
-    resp, body = await conn.request("POST", "/v1/chat/completions", CHAT,
-                                    [("X-Words", "40"), ("X-Delay-Ms", "2")])
+    resp, body = await conn.request(
+        "POST", "/v1/chat/completions", CHAT, [("X-Words", "40"), ("X-Delay-Ms", "2")]
+    )
     await conn.close()
     assert resp.status_code == 200 and body.count(b"data: ") >= 41
     handler = recorder._handler

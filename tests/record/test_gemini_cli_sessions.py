@@ -26,9 +26,11 @@ SIG = "skip_thought_signature_validator"
 LS = {"functionDeclarations": [{"name": "list_directory", "parameters": {"type": "object"}}]}
 AGENT = {"functionDeclarations": [{"name": "invoke_agent", "parameters": {"type": "object"}}]}
 DONE = {"functionDeclarations": [{"name": "complete_task", "parameters": {"type": "object"}}]}
-CALLS = ['complete_task={"result": {"response": "two files"}}',
-         'invoke_agent={"agent_name": "generalist", "prompt": "List the files."}',
-         'list_directory={"dir_path": "."}']
+CALLS = [
+    'complete_task={"result": {"response": "two files"}}',
+    'invoke_agent={"agent_name": "generalist", "prompt": "List the files."}',
+    'list_directory={"dir_path": "."}',
+]
 
 
 def _user(text: str) -> dict[str, Any]:
@@ -36,12 +38,23 @@ def _user(text: str) -> dict[str, Any]:
 
 
 def _result(call: dict[str, Any], call_id: str) -> dict[str, Any]:
-    return {"role": "user", "parts": [{"functionResponse": {
-        "id": call_id, "name": call["name"], "response": {"output": "a.txt b.txt"}}}]}
+    return {
+        "role": "user",
+        "parts": [
+            {
+                "functionResponse": {
+                    "id": call_id,
+                    "name": call["name"],
+                    "response": {"output": "a.txt b.txt"},
+                }
+            }
+        ],
+    }
 
 
-async def _turn(http: aiohttp.ClientSession, url: str, contents: list[Any], tools: list[Any]
-                ) -> list[dict[str, Any]]:
+async def _turn(
+    http: aiohttp.ClientSession, url: str, contents: list[Any], tools: list[Any]
+) -> list[dict[str, Any]]:
     """One streamed request; the model's parts, as the client keeps them."""
     body = {"contents": contents, "tools": tools, "generationConfig": {"maxOutputTokens": 8}}
     async with http.post(url, json=body) as resp:
@@ -58,36 +71,50 @@ def _signed(parts: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
     """The model turn as the CLI sends it in the running prompt: its call's id prefixed
     with the name, the stand-in signature on the first call."""
     call = parts[0]["functionCall"]
-    return {"role": "model", "parts": [{"functionCall": {**call, "id": call_id},
-                                        "thoughtSignature": SIG}]}
+    return {
+        "role": "model",
+        "parts": [{"functionCall": {**call, "id": call_id}, "thoughtSignature": SIG}],
+    }
 
 
 def _unsigned(turn: dict[str, Any]) -> dict[str, Any]:
     """The same turn once a later prompt runs: the signature dropped."""
-    return {"role": "model", "parts": [{k: v for k, v in p.items() if k != "thoughtSignature"}
-                                       for p in turn["parts"]]}
+    return {
+        "role": "model",
+        "parts": [{k: v for k, v in p.items() if k != "thoughtSignature"} for p in turn["parts"]],
+    }
 
 
 async def test_the_clis_signature_edit_continues_the_session(tmp_path: Path) -> None:
-    async with SimServer("fast", seed=3, tool_call=CALLS) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec, \
-            aiohttp.ClientSession() as http:
+    async with (
+        SimServer("fast", seed=3, tool_call=CALLS) as sim,
+        Recorder(sim.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec,
+        aiohttp.ClientSession() as http,
+    ):
         url = rec.url + GEMINI.url_path(sim.profile.model_name)
         convo = [_user("List the files here.")]
-        parts = await _turn(http, url, convo, [LS])                       # 0: the call
+        parts = await _turn(http, url, convo, [LS])  # 0: the call
         assert [p["functionCall"]["name"] for p in parts] == ["list_directory"]
         model = _signed(parts, "list_directory__c1")
         convo += [model, _result(parts[0]["functionCall"], "list_directory__c1")]
-        text = await _turn(http, url, convo, [LS])                        # 1: text
+        text = await _turn(http, url, convo, [LS])  # 1: text
         assert text and "functionCall" not in text[0]
-        convo = [convo[0], _unsigned(model), convo[2], {"role": "model", "parts": text},
-                 _user("List them again.")]
-        again = await _turn(http, url, convo, [LS])                       # 2: the call
+        convo = [
+            convo[0],
+            _unsigned(model),
+            convo[2],
+            {"role": "model", "parts": text},
+            _user("List them again."),
+        ]
+        again = await _turn(http, url, convo, [LS])  # 2: the call
         assert again[0]["functionCall"]["name"] == "list_directory"
     rows = sorted(read_trace(tmp_path / "t")[0].to_pylist(), key=lambda r: r["arrival_ns"])
     assert len({r["session_id"] for r in rows}) == 1
-    assert [(r["request_index"], r["parent_index"], list(r["depends_on"] or ()))
-            for r in rows] == [(0, -1, []), (1, 0, [0]), (2, 1, [1])]
+    assert [(r["request_index"], r["parent_index"], list(r["depends_on"] or ())) for r in rows] == [
+        (0, -1, []),
+        (1, 0, [0]),
+        (2, 1, [1]),
+    ]
     assert [r["agent_id"] for r in rows] == ["main"] * 3
     assert all(r["error"] is None and r["exact_chunk_tokens"] for r in rows)
     # the call's output tokens are its arguments' pieces, all counted
@@ -95,30 +122,44 @@ async def test_the_clis_signature_edit_continues_the_session(tmp_path: Path) -> 
 
 
 async def test_a_subagent_is_a_stream_spawned_and_joined(tmp_path: Path) -> None:
-    async with SimServer("fast", seed=3, tool_call=CALLS) as sim, \
-            Recorder(sim.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec, \
-            aiohttp.ClientSession() as http:
+    async with (
+        SimServer("fast", seed=3, tool_call=CALLS) as sim,
+        Recorder(sim.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec,
+        aiohttp.ClientSession() as http,
+    ):
         url = rec.url + GEMINI.url_path(sim.profile.model_name)
         main = [_user("Use a subagent to list the files.")]
-        parts = await _turn(http, url, main, [AGENT, LS])                 # 0 main: invoke_agent
+        parts = await _turn(http, url, main, [AGENT, LS])  # 0 main: invoke_agent
         call = parts[0]["functionCall"]
         assert call["name"] == "invoke_agent"
         sub = [_user("List the files.")]
-        done = await _turn(http, url, sub, [LS, DONE])                    # 1 sub: complete_task
+        done = await _turn(http, url, sub, [LS, DONE])  # 1 sub: complete_task
         assert done[0]["functionCall"]["name"] == "complete_task"
-        sub += [_signed(done, "complete_task__s1"),
-                _result(done[0]["functionCall"], "complete_task__s1")]
-        await _turn(http, url, sub, [LS, DONE])                           # 2 sub: text
+        sub += [
+            _signed(done, "complete_task__s1"),
+            _result(done[0]["functionCall"], "complete_task__s1"),
+        ]
+        await _turn(http, url, sub, [LS, DONE])  # 2 sub: text
         main += [_signed(parts, "invoke_agent__m1"), _result(call, "invoke_agent__m1")]
-        await _turn(http, url, main, [AGENT, LS])                         # 3 main: text
+        await _turn(http, url, main, [AGENT, LS])  # 3 main: text
     rows = sorted(read_trace(tmp_path / "t")[0].to_pylist(), key=lambda r: r["arrival_ns"])
     assert len({r["session_id"] for r in rows}) == 1
     assert [(r["agent_id"], list(r["depends_on"] or ())) for r in rows] == [
-        ("main", []), ("invoke_agent-1", [0]), ("invoke_agent-1", [1]), ("main", [0, 2])]
+        ("main", []),
+        ("invoke_agent-1", [0]),
+        ("invoke_agent-1", [1]),
+        ("main", [0, 2]),
+    ]
 
 
-def _assign(tracker: SessionTracker, subs: GeminiSubagents, t: int, contents: list[Any],
-            tools: list[Any], reply: list[Any]) -> tuple[str, str | None]:
+def _assign(
+    tracker: SessionTracker,
+    subs: GeminiSubagents,
+    t: int,
+    contents: list[Any],
+    tools: list[Any],
+    reply: list[Any],
+) -> tuple[str, str | None]:
     items = session_items("gemini", GEMINI.conversation({"contents": contents}))
     chains = chain_digests(items)
     route = subs.route(t, chains, tools)
@@ -153,16 +194,17 @@ def test_the_session_view_leaves_out_only_the_clis_edits() -> None:
         return session_items("gemini", GEMINI.conversation({"contents": contents}))
 
     ran = view([_user("a"), _signed([{"functionCall": call}], "list_directory__c1"), result])
-    resumed = [_user("a"), {"role": "model", "parts": [{"functionCall": call}]},
-               {"role": "user", "parts": result["parts"] * 2}]  # --resume: sent twice
+    resumed = [
+        _user("a"),
+        {"role": "model", "parts": [{"functionCall": call}]},
+        {"role": "user", "parts": result["parts"] * 2},
+    ]  # --resume: sent twice
     assert view(resumed) == ran
     # another call, or another call's result beside it, is not an edit
     other = {"name": "list_directory", "args": {"dir_path": "src"}}
-    assert view([_user("a"), {"role": "model", "parts": [{"functionCall": other}]},
-                 result]) != ran
+    assert view([_user("a"), {"role": "model", "parts": [{"functionCall": other}]}, result]) != ran
     twice = {"role": "user", "parts": result["parts"] + _result(call, "c2")["parts"]}
-    assert view([_user("a"), {"role": "model", "parts": [{"functionCall": call}]},
-                 twice]) != ran
+    assert view([_user("a"), {"role": "model", "parts": [{"functionCall": call}]}, twice]) != ran
     # other APIs' items are left as they are
     items = [{"role": "user", "content": "a", "thoughtSignature": "x"}]
     assert session_items("chat", items) is items
@@ -176,7 +218,9 @@ def test_the_readmes_gemini_settings_are_the_tested_ones(tmp_path: Path) -> None
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     block = readme.split("cat > ~/.gemini/settings.json <<'EOF'\n", 1)[1].split("    EOF", 1)[0]
     gemini_settings(tmp_path, "sim-8b")
-    assert orjson.loads(block) == orjson.loads((tmp_path / ".gemini" / "settings.json").read_bytes())
+    assert orjson.loads(block) == orjson.loads(
+        (tmp_path / ".gemini" / "settings.json").read_bytes()
+    )
 
 
 def test_a_running_invoke_agent_call_is_preferred_to_a_later_other_call() -> None:

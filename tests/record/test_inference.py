@@ -39,12 +39,25 @@ def test_a_child_that_dropped_the_reply_continues_the_session() -> None:
     a, ta = tr.assign(0, conv(SYS, user("task")))
     tr.complete(ta, 100, Reply("no code block here", ()))
     b, tb = tr.assign(130, conv(SYS, user("task"), user("format error: one bash block")))
-    assert (b.session_id, b.request_index, b.parent_index, b.think_ns, b.how) == \
-        (a.session_id, 1, 0, 30, "prefix")
+    assert (b.session_id, b.request_index, b.parent_index, b.think_ns, b.how) == (
+        a.session_id,
+        1,
+        0,
+        30,
+        "prefix",
+    )
     tr.complete(tb, 200, Reply("```bash\nls\n```", ()))
     # the next turn keeps the reply and extends the longer conversation: its parent is 1
-    c, _ = tr.assign(260, conv(SYS, user("task"), user("format error: one bash block"),
-                               asst("```bash\nls\n```"), user("a.txt")))
+    c, _ = tr.assign(
+        260,
+        conv(
+            SYS,
+            user("task"),
+            user("format error: one bash block"),
+            asst("```bash\nls\n```"),
+            user("a.txt"),
+        ),
+    )
     assert (c.session_id, c.parent_index, c.think_ns) == (a.session_id, 1, 60)
     assert tr.session_count == 1
 
@@ -64,8 +77,10 @@ def test_retries_of_a_first_request_stay_in_its_session() -> None:
     tr.complete(t1, 90, None)  # failed again
     r2, t2 = tr.assign(100, conv(user("go")))
     assert [(x.session_id, x.request_index, x.parent_index, x.how) for x in (a, r1, r2)] == [
-        ("auto-00001", 0, -1, "new"), ("auto-00001", 1, -1, "retry"),
-        ("auto-00001", 2, -1, "retry")]
+        ("auto-00001", 0, -1, "new"),
+        ("auto-00001", 1, -1, "retry"),
+        ("auto-00001", 2, -1, "retry"),
+    ]
     tr.complete(t2, 150, Reply("ok", ()))
     # the next turn follows the retry that succeeded
     n, _ = tr.assign(170, conv(user("go"), asst("ok"), user("next")))
@@ -164,13 +179,20 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
     trace = tmp_path / "t"
     sess = {"X-Claude-Code-Session-Id": "cc-7"}
     sub = {**sess, "x-claude-code-agent-id": "agent-1"}
-    async with SimServer("fast") as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast") as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
 
         async def turn(msgs: list[dict[str, Any]], headers: dict[str, str]) -> str:
-            r = await client.messages.create(model="sim-fast", max_tokens=5, messages=msgs,  # type: ignore[arg-type]
-                                             tools=TOOLS, extra_headers=headers)
+            r = await client.messages.create(
+                model="sim-fast",
+                max_tokens=5,
+                messages=msgs,  # type: ignore[arg-type]
+                tools=TOOLS,
+                extra_headers=headers,
+            )
             return r.content[0].text  # type: ignore[union-attr]
 
         opening = [user("look at the repo")]
@@ -183,8 +205,12 @@ async def test_recorded_agent_streams_are_written_and_validate(tmp_path: Path) -
     validate_or_raise(table, meta, str(trace))
     rows = sorted(table.to_pylist(), key=lambda r: r["request_index"])
     got = [(r["session_id"], r["agent_id"], r["parent_index"], r["depends_on"]) for r in rows]
-    assert got == [("cc-7", "main", -1, []), ("cc-7", "agent-1", 0, [0]),
-                   ("cc-7", "agent-1", 1, [1]), ("cc-7", "main", 0, [0, 2])]
+    assert got == [
+        ("cc-7", "main", -1, []),
+        ("cc-7", "agent-1", 0, [0]),
+        ("cc-7", "agent-1", 1, [1]),
+        ("cc-7", "main", 0, [0, 2]),
+    ]
     last = rows[3]
     assert last["think_ns"] == last["arrival_ns"] - rows[2]["arrival_ns"] - rows[2]["end_ns"]
 
@@ -208,8 +234,10 @@ def test_side_requests_and_parallel_branches_stay_concurrent() -> None:
     at.complete("s", 4, 7_100)
     title2 = at.place("s", 5, None, 9_000, 4, linked=False, side=True)  # ended last: 4
     turn2 = at.place("s", 6, None, 9_001, 3)
-    got = [(p.agent_id, p.depends_on, p.think_ns)
-           for p in (t0, title, turn, tool, branch, title2, turn2)]
+    got = [
+        (p.agent_id, p.depends_on, p.think_ns)
+        for p in (t0, title, turn, tool, branch, title2, turn2)
+    ]
     assert got == [
         (MAIN, [], None),
         ("main/2", [0], 4_900),
@@ -232,7 +260,10 @@ def test_a_title_sent_first_is_no_dependency() -> None:
     at.complete("s", 1, 3_000, True)
     turn2 = at.place("s", 2, None, 3_100, 1)
     assert [(p.agent_id, p.depends_on) for p in (title, turn, turn2)] == [
-        (MAIN, []), ("main/2", []), ("main/2", [1])]
+        (MAIN, []),
+        ("main/2", []),
+        ("main/2", [1]),
+    ]
 
 
 def test_a_subagent_is_spawned_by_the_turn_that_called_a_tool() -> None:
@@ -267,21 +298,31 @@ async def test_child_sessions_are_streams_of_their_root_session(tmp_path: Path) 
     root = {"X-Session-Id": "ses_root"}
     child = {"X-Session-Id": "ses_child", "x-parent-session-id": "ses_root"}
     grandchild = {"X-Session-Id": "ses_grand", "x-parent-session-id": "ses_child"}
-    async with SimServer("fast") as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast") as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
         for headers in (root, child, grandchild, root):
-            await client.messages.create(model="sim-fast", max_tokens=5, tools=TOOLS,
-                                         messages=[user("do it")], extra_headers=headers)
+            await client.messages.create(
+                model="sim-fast",
+                max_tokens=5,
+                tools=TOOLS,
+                messages=[user("do it")],
+                extra_headers=headers,
+            )
         await client.close()
     table, meta = read_trace(trace)
     validate_or_raise(table, meta, str(trace))
     rows = sorted(table.to_pylist(), key=lambda r: r["request_index"])
     got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
-    assert got == [("ses_root", "main", []), ("ses_root", "ses_child", [0]),
-                   ("ses_root", "ses_grand", [1]),
-                   # main's lane and the child it joins (which waited for its own)
-                   ("ses_root", "main", [0, 1])]
+    assert got == [
+        ("ses_root", "main", []),
+        ("ses_root", "ses_child", [0]),
+        ("ses_root", "ses_grand", [1]),
+        # main's lane and the child it joins (which waited for its own)
+        ("ses_root", "main", [0, 1]),
+    ]
 
 
 async def test_codex_subagent_threads_are_streams_of_their_session(tmp_path: Path) -> None:
@@ -297,20 +338,39 @@ async def test_codex_subagent_threads_are_streams_of_their_session(tmp_path: Pat
 
     trace = tmp_path / "t"
     root = {"session-id": "th-root", "thread-id": "th-root"}
-    child = {"session-id": "th-root", "thread-id": "th-child",
-             "x-codex-parent-thread-id": "th-root", "x-openai-subagent": "collab_spawn"}
-    async with SimServer("fast") as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec:
+    child = {
+        "session-id": "th-root",
+        "thread-id": "th-child",
+        "x-codex-parent-thread-id": "th-root",
+        "x-openai-subagent": "collab_spawn",
+    }
+    async with (
+        SimServer("fast") as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+    ):
         client = anthropic.AsyncAnthropic(base_url=rec.url, api_key="k", max_retries=0)
-        for headers, text in ((root, "do it"), (child, "list files"), (child, "and more"),
-                              (root, "done?")):
-            await client.messages.create(model="sim-fast", max_tokens=5, tools=TOOLS,
-                                         messages=[user(text)], extra_headers=headers)
+        for headers, text in (
+            (root, "do it"),
+            (child, "list files"),
+            (child, "and more"),
+            (root, "done?"),
+        ):
+            await client.messages.create(
+                model="sim-fast",
+                max_tokens=5,
+                tools=TOOLS,
+                messages=[user(text)],
+                extra_headers=headers,
+            )
         await client.close()
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["request_index"])
     got = [(r["session_id"], r["agent_id"], r["depends_on"]) for r in rows]
-    assert got == [("th-root", "main", []), ("th-root", "th-child", [0]),
-                   ("th-root", "th-child", [1]), ("th-root", "main", [0, 2])]
+    assert got == [
+        ("th-root", "main", []),
+        ("th-root", "th-child", [0]),
+        ("th-root", "th-child", [1]),
+        ("th-root", "main", [0, 2]),
+    ]
 
 
 def test_a_client_without_tools_keeps_one_stream() -> None:
@@ -324,4 +384,7 @@ def test_a_client_without_tools_keeps_one_stream() -> None:
     at.complete("s", 1, 300)
     p2 = at.place("s", 2, None, 350, 1)
     assert [(p.agent_id, p.depends_on) for p in (p0, p1, p2)] == [
-        (MAIN, []), (MAIN, [0]), (MAIN, [1])]
+        (MAIN, []),
+        (MAIN, [0]),
+        (MAIN, [1]),
+    ]

@@ -27,8 +27,10 @@ SEND_TOLERANCE_NS = 250_000_000
 client's: 5 to 40 ms on a loaded 2-core machine (benchmarks/journal/2026-12-06-otel-three-ways.md)."""
 
 
-CAPTURE = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
-           "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}
+CAPTURE = {
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+    "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+}
 """openai-v2's switches that put the prompts on the span (``gen_ai.input.messages``)."""
 
 
@@ -37,8 +39,16 @@ HTTP_TOLERANCE_NS = 50_000_000
 recorder's event loop; under 5 ms on a quiet host, bounded here for a loaded one."""
 
 
-@pytest.mark.parametrize("kind", ["openai-v2", "openai-v2+http", "openai-v2+content+http",
-                                  "openinference", "openinference+http"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "openai-v2",
+        "openai-v2+http",
+        "openai-v2+content+http",
+        "openinference",
+        "openinference+http",
+    ],
+)
 async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) -> None:
     http = kind.endswith("+http")
     kind = kind.removesuffix("+http")
@@ -47,20 +57,31 @@ async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) 
     pytest.importorskip("opentelemetry.sdk")
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     pytest.importorskip("opentelemetry.proto")
-    pytest.importorskip("opentelemetry.instrumentation.openai_v2" if kind == "openai-v2"
-                        else "openinference.instrumentation.openai")
+    pytest.importorskip(
+        "opentelemetry.instrumentation.openai_v2"
+        if kind == "openai-v2"
+        else "openinference.instrumentation.openai"
+    )
     if http:
         pytest.importorskip("opentelemetry.instrumentation.httpx")
-    async with SimServer("fast", seed=3) as sim, Recorder(
-            sim.url, "127.0.0.1:0", tmp_path / "recorded", flush_interval_s=60) as rec:
+    async with (
+        SimServer("fast", seed=3) as sim,
+        Recorder(sim.url, "127.0.0.1:0", tmp_path / "recorded", flush_interval_s=60) as rec,
+    ):
         otlp = OtlpReceiver("127.0.0.1:0", tmp_path / "received", flush_interval_s=60)
         await otlp.start()
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, str(AGENT), rec.url, otlp.url, kind + ("+http" if http else ""),
+                sys.executable,
+                str(AGENT),
+                rec.url,
+                otlp.url,
+                kind + ("+http" if http else ""),
                 str(TURNS),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, **(CAPTURE if content else {})})
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **(CAPTURE if content else {})},
+            )
             out, err = await asyncio.wait_for(proc.communicate(), 120)
             assert proc.returncode == 0, err.decode()[-2000:]
         finally:
@@ -81,21 +102,29 @@ async def test_instrumented_sdk_matches_the_recorder(tmp_path: Path, kind: str) 
     gaps = [r - o for r, o in zip(r_send, o_send, strict=True)]
     # the LLM span opens before the client builds the request, the HTTP span as it sends
     # it; the recorder stamps it on arrival
-    assert all(-1_000_000 <= g <= (HTTP_TOLERANCE_NS if http else SEND_TOLERANCE_NS)
-               for g in gaps), gaps
+    assert all(
+        -1_000_000 <= g <= (HTTP_TOLERANCE_NS if http else SEND_TOLERANCE_NS) for g in gaps
+    ), gaps
     assert otlp.collector.n_http_sent == (TURNS if http else 0)
-    print(f"{kind}{'+http' if http else ''}: recorder arrival - OTel send, ms: "
-          f"{[round(g / 1e6, 2) for g in gaps]}")
+    print(
+        f"{kind}{'+http' if http else ''}: recorder arrival - OTel send, ms: "
+        f"{[round(g / 1e6, 2) for g in gaps]}"
+    )
     total = sum(r["input_tokens"] for r in r_rows)
-    reuse = {n: 100 * int(implied_cached_tokens(t, m.block_size).sum()) / total
-             for n, (t, m) in (("recorded", (recorded, rmeta)), ("received", (received, ometa)))}
+    reuse = {
+        n: 100 * int(implied_cached_tokens(t, m.block_size).sum()) / total
+        for n, (t, m) in (("recorded", (recorded, rmeta)), ("received", (received, ometa)))
+    }
     server = 100 * sum(r["cached_tokens"] or 0 for r in r_rows) / total
-    print(f"{kind}: hash ids from {ometa.extra['hash_ids_from']}; implied reuse {reuse}; "
-          f"server's cached {server:.2f} %")
+    print(
+        f"{kind}: hash ids from {ometa.extra['hash_ids_from']}; implied reuse {reuse}; "
+        f"server's cached {server:.2f} %"
+    )
     # OpenInference captures the prompts (hashed as the recorder hashes them) and the cache
     # counts; openai-v2 neither unless told: its hash ids then follow the token counts
-    assert ometa.extra["hash_ids_from"] == ("content" if kind == "openinference" or content
-                                            else "token counts")
+    assert ometa.extra["hash_ids_from"] == (
+        "content" if kind == "openinference" or content else "token counts"
+    )
     if kind == "openinference":
         assert [o["cached_tokens"] for o in o_rows] == [r["cached_tokens"] for r in r_rows]
     assert abs(reuse["received"] - reuse["recorded"]) <= 1

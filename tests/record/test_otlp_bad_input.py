@@ -26,36 +26,72 @@ DEEP = b'{"resourceSpans": ' + b"[" * 2000 + b"]" * 2000 + b"}"
 
 BAD = [
     # (what, body, headers, status, the one line)
-    ("declared over the limit", b"{}" * (LIMIT // 2 + 1), {}, 413,
-     "export over the 65,536-byte limit (--max-body)"),
-    ("a gzip bomb", BOMB, {"Content-Encoding": "gzip"}, 413,
-     "export over the 65,536-byte limit (--max-body)"),
-    ("corrupt gzip", b"\x1f\x8b\x08\x00garbage-not-deflate" * 4, {"Content-Encoding": "gzip"},
-     400, "body not decodable as Content-Encoding gzip: "),
-    ("truncated gzip", gzip.compress(orjson.dumps(GENAI[0]))[:-30], {"Content-Encoding": "gzip"},
-     400, "body not decodable as Content-Encoding gzip: it ends early ("),
-    ("corrupt deflate", zlib.compress(orjson.dumps(GENAI[0]))[:40],
-     {"Content-Encoding": "deflate"}, 400, "body not decodable as Content-Encoding deflate: "),
-    ("an unknown content coding", orjson.dumps(GENAI[0]), {"Content-Encoding": "br"},
-     415, "unsupported Content-Encoding 'br': send gzip or none"),
-    ("an unknown content type", orjson.dumps(GENAI[0]), {"Content-Type": "application/xml"},
-     415, "unsupported Content-Type 'application/xml': send application/json or "
-     "application/x-protobuf"),
+    (
+        "declared over the limit",
+        b"{}" * (LIMIT // 2 + 1),
+        {},
+        413,
+        "export over the 65,536-byte limit (--max-body)",
+    ),
+    (
+        "a gzip bomb",
+        BOMB,
+        {"Content-Encoding": "gzip"},
+        413,
+        "export over the 65,536-byte limit (--max-body)",
+    ),
+    (
+        "corrupt gzip",
+        b"\x1f\x8b\x08\x00garbage-not-deflate" * 4,
+        {"Content-Encoding": "gzip"},
+        400,
+        "body not decodable as Content-Encoding gzip: ",
+    ),
+    (
+        "truncated gzip",
+        gzip.compress(orjson.dumps(GENAI[0]))[:-30],
+        {"Content-Encoding": "gzip"},
+        400,
+        "body not decodable as Content-Encoding gzip: it ends early (",
+    ),
+    (
+        "corrupt deflate",
+        zlib.compress(orjson.dumps(GENAI[0]))[:40],
+        {"Content-Encoding": "deflate"},
+        400,
+        "body not decodable as Content-Encoding deflate: ",
+    ),
+    (
+        "an unknown content coding",
+        orjson.dumps(GENAI[0]),
+        {"Content-Encoding": "br"},
+        415,
+        "unsupported Content-Encoding 'br': send gzip or none",
+    ),
+    (
+        "an unknown content type",
+        orjson.dumps(GENAI[0]),
+        {"Content-Type": "application/xml"},
+        415,
+        "unsupported Content-Type 'application/xml': send application/json or "
+        "application/x-protobuf",
+    ),
     ("nesting past the parser's limit", DEEP, {}, 400, "not valid JSON: "),
 ]
 
 
-async def _post(s: aiohttp.ClientSession, url: str, body: bytes,
-                headers: dict[str, str]) -> tuple[int, str, bytes]:
+async def _post(
+    s: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, str, bytes]:
     h = {"Content-Type": "application/json", **headers}
     async with s.post(url, data=io.BytesIO(body), headers=h, compress=None) as r:
         return r.status, r.content_type, await r.read()
 
 
 @pytest.mark.parametrize("what, body, headers, status, line", BAD, ids=[b[0] for b in BAD])
-async def test_bad_body_gets_its_status_and_one_line(tmp_path: Path, what: str, body: bytes,
-                                                     headers: dict[str, str], status: int,
-                                                     line: str) -> None:
+async def test_bad_body_gets_its_status_and_one_line(
+    tmp_path: Path, what: str, body: bytes, headers: dict[str, str], status: int, line: str
+) -> None:
     rec = OtlpReceiver("127.0.0.1:0", tmp_path / "t", flush_interval_s=60, max_body=LIMIT)
     await rec.start()
     try:
@@ -80,8 +116,9 @@ async def test_protobuf_errors_come_back_in_protobuf(tmp_path: Path) -> None:
     await rec.start()
     try:
         async with aiohttp.ClientSession() as s:
-            st, ctype, reply = await _post(s, rec.url + "/v1/traces", b"\xff\xff",
-                                           {"Content-Type": "application/x-protobuf"})
+            st, ctype, reply = await _post(
+                s, rec.url + "/v1/traces", b"\xff\xff", {"Content-Type": "application/x-protobuf"}
+            )
     finally:
         await rec.stop()
     assert (st, ctype) == (400, "application/x-protobuf")
@@ -93,13 +130,18 @@ async def test_protobuf_errors_come_back_in_protobuf(tmp_path: Path) -> None:
 
 def _spans_body(n: int) -> bytes:
     """One export of ``n`` small chat spans."""
-    sp = ('{{"traceId":"{t:032x}","spanId":"{s:016x}","name":"chat","startTimeUnixNano":"1",'
-          '"endTimeUnixNano":"2","attributes":[{{"key":"gen_ai.operation.name","value":'
-          '{{"stringValue":"chat"}}}},{{"key":"gen_ai.usage.input_tokens","value":'
-          '{{"intValue":"10"}}}},{{"key":"gen_ai.usage.output_tokens","value":'
-          '{{"intValue":"1"}}}}]}}')
-    return ('{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":['
-            + ",".join(sp.format(t=i // 50, s=i + 1) for i in range(n)) + "]}]}]}").encode()
+    sp = (
+        '{{"traceId":"{t:032x}","spanId":"{s:016x}","name":"chat","startTimeUnixNano":"1",'
+        '"endTimeUnixNano":"2","attributes":[{{"key":"gen_ai.operation.name","value":'
+        '{{"stringValue":"chat"}}}},{{"key":"gen_ai.usage.input_tokens","value":'
+        '{{"intValue":"10"}}}},{{"key":"gen_ai.usage.output_tokens","value":'
+        '{{"intValue":"1"}}}}]}}'
+    )
+    return (
+        '{"resourceSpans":[{"resource":{},"scopeSpans":[{"spans":['
+        + ",".join(sp.format(t=i // 50, s=i + 1) for i in range(n))
+        + "]}]}]}"
+    ).encode()
 
 
 N_SPANS = 24_000
@@ -112,7 +154,8 @@ async def test_peak_memory_with_a_bomb_and_the_largest_body(tmp_path: Path) -> N
     not by what the bomb inflates to."""
     out = tmp_path / "trace"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _PEAK, str(out), stderr=asyncio.subprocess.PIPE)
+        sys.executable, "-c", _PEAK, str(out), stderr=asyncio.subprocess.PIPE
+    )
     assert proc.stderr is not None
     try:
         url = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode().split()[-1]
@@ -133,9 +176,11 @@ async def test_peak_memory_with_a_bomb_and_the_largest_body(tmp_path: Path) -> N
     assert proc.returncode == 0, err
     base_kb, peak_kb, rows = map(int, err.decode().split()[-3:])
     assert rows == N_SPANS
-    print(f"receiver RSS: {base_kb / 1024:.0f} MiB started, {peak_kb / 1024:.0f} MiB peak "
-          f"after a {len(bomb) >> 10} KiB gzip bomb (1 GiB inflated) and a "
-          f"{len(body) / (1 << 20):.1f} MiB export of {N_SPANS:,} spans")
+    print(
+        f"receiver RSS: {base_kb / 1024:.0f} MiB started, {peak_kb / 1024:.0f} MiB peak "
+        f"after a {len(bomb) >> 10} KiB gzip bomb (1 GiB inflated) and a "
+        f"{len(body) / (1 << 20):.1f} MiB export of {N_SPANS:,} spans"
+    )
     assert peak_kb - base_kb < 400 << 10, (base_kb, peak_kb)
 
 

@@ -19,16 +19,28 @@ from agent_replay.traces.importers import import_paths
 from agent_replay.traces.io import read_trace
 from tests.traces.test_otel import GENAI, claude_event, logs
 
-KEYS = ("session_id", "request_index", "parent_index", "arrival_ns", "input_tokens",
-        "output_tokens", "cached_tokens", "end_ns", "agent_id", "depends_on", "think_ns")
+KEYS = (
+    "session_id",
+    "request_index",
+    "parent_index",
+    "arrival_ns",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "end_ns",
+    "agent_id",
+    "depends_on",
+    "think_ns",
+)
 
 
 def _view(rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
     return sorted(tuple(r[k] for k in KEYS) for r in rows)
 
 
-async def _post(s: aiohttp.ClientSession, url: str, body: bytes,
-                ctype: str = "application/json", **headers: str) -> tuple[int, bytes]:
+async def _post(
+    s: aiohttp.ClientSession, url: str, body: bytes, ctype: str = "application/json", **headers: str
+) -> tuple[int, bytes]:
     async with s.post(url, data=body, headers={"Content-Type": ctype, **headers}) as r:
         return r.status, await r.read()
 
@@ -42,21 +54,37 @@ async def test_exports_become_the_imported_trace(tmp_path: Path) -> None:
             for e in GENAI:
                 assert await _post(s, rec.url + "/v1/traces", orjson.dumps(e)) == (200, b"{}")
                 await rec.flush()  # a trace written after each: later ones build on it
-                assert read_trace(out / "part-00001.parquet")[0].num_rows == \
-                    (2 if e is GENAI[0] else 5)
+                assert read_trace(out / "part-00001.parquet")[0].num_rows == (
+                    2 if e is GENAI[0] else 5
+                )
             # a gzipped body, as the Collector sends by default
-            ev = logs(claude_event(2.0, session__id="s-1", model="c", input_tokens="10",
-                                   output_tokens="5", cache_read_tokens="0",
-                                   cache_creation_tokens="0", duration_ms="1000"))
-            st, _ = await _post(s, rec.url + "/v1/logs", gzip.compress(orjson.dumps(ev)),
-                                **{"Content-Encoding": "gzip"})
+            ev = logs(
+                claude_event(
+                    2.0,
+                    session__id="s-1",
+                    model="c",
+                    input_tokens="10",
+                    output_tokens="5",
+                    cache_read_tokens="0",
+                    cache_creation_tokens="0",
+                    duration_ms="1000",
+                )
+            )
+            st, _ = await _post(
+                s,
+                rec.url + "/v1/logs",
+                gzip.compress(orjson.dumps(ev)),
+                **{"Content-Encoding": "gzip"},
+            )
             assert st == 200
             assert (await _post(s, rec.url + "/v1/metrics", b'{"resourceMetrics": []}'))[0] == 200
             # malformed exports: a clear 400 each, nothing recorded from them
             st, body = await _post(s, rec.url + "/v1/traces", b'{"resourceSpans": [')
             assert st == 400 and orjson.loads(body)["message"].startswith("not valid JSON")
             st, body = await _post(s, rec.url + "/v1/traces", b'{"resourceLogs": []}')
-            assert st == 400 and "expected {\"resourceSpans\": [...]}" in orjson.loads(body)["message"]
+            assert (
+                st == 400 and 'expected {"resourceSpans": [...]}' in orjson.loads(body)["message"]
+            )
             st, body = await _post(s, rec.url + "/v1/traces", b"[1, 2]")
             assert st == 400 and "not an object" in orjson.loads(body)["message"]
             st, _ = await _post(s, rec.url + "/v1/traces", b" " * (128 << 10))
@@ -73,8 +101,9 @@ async def test_exports_become_the_imported_trace(tmp_path: Path) -> None:
                 assert st == 415 and b"otlp extra" in body
             else:
                 assert st == 200
-                st, body = await _post(s, rec.url + "/v1/traces", b"\xff\xff",
-                                       "application/x-protobuf")
+                st, body = await _post(
+                    s, rec.url + "/v1/traces", b"\xff\xff", "application/x-protobuf"
+                )
                 assert st == 400 and b"not a protobuf ExportTraceServiceRequest" in body
     finally:
         await rec.stop()
@@ -103,8 +132,19 @@ def test_loopback_unless_told(tmp_path: Path) -> None:
 async def test_ctrl_c_writes_everything_received(tmp_path: Path) -> None:
     out = tmp_path / "trace"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_replay", "record-otlp", "--listen", "127.0.0.1:0", "-o",
-        str(out), "--flush-interval", "600", "--quiet", stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agent_replay",
+        "record-otlp",
+        "--listen",
+        "127.0.0.1:0",
+        "-o",
+        str(out),
+        "--flush-interval",
+        "600",
+        "--quiet",
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
     url = line.split(" at ")[1].split()[0]

@@ -11,34 +11,69 @@ from agent_replay.traces.io import read_trace
 from tests.record.upstream import Upstream
 
 CASES = [
-    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                              "stream": True}, {}),
-    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                              "stream": True, "stream_options": {"include_usage": True}}, {}),
-    ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                              "stream": True, "stream_options": {"include_usage": False}}, {}),
+    (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        {},
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        {},
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": False},
+        },
+        {},
+    ),
     ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, {}),
-    ("/v1/completions", {"model": "m", "prompt": [1, 2, 3], "stream": True,
-                         "return_token_ids": True}, {}),
+    (
+        "/v1/completions",
+        {"model": "m", "prompt": [1, 2, 3], "stream": True, "return_token_ids": True},
+        {},
+    ),
     ("/v1/completions", {"model": "m", "prompt": "abc"}, {"X-Fail": "gzip"}),
-    ("/v1/messages", {"model": "m", "max_tokens": 9, "stream": True,
-                      "messages": [{"role": "user", "content": "hi"}]}, {}),
+    (
+        "/v1/messages",
+        {
+            "model": "m",
+            "max_tokens": 9,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        {},
+    ),
     ("/v1/responses", {"model": "m", "input": "hi", "stream": True}, {}),
     ("/v1/chat/completions", {"model": "m", "messages": []}, {"X-Fail": "500"}),
 ]
 
 
 async def _get(url: str, path: str, body: dict, headers: dict) -> tuple[int, dict, bytes]:
-    async with aiohttp.ClientSession(auto_decompress=False) as s, s.post(
-        url + path, data=orjson.dumps(body), headers={"Content-Type": "application/json",
-                                                       "Accept-Encoding": "gzip", **headers},
-    ) as r:
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(
+            url + path,
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json", "Accept-Encoding": "gzip", **headers},
+        ) as r,
+    ):
         return r.status, dict(r.headers), await r.read()
 
 
 @pytest.mark.parametrize(("path", "body", "headers"), CASES)
-async def test_bytes_identical(upstream: Upstream, recorder: Recorder, path: str, body: dict,
-                               headers: dict) -> None:
+async def test_bytes_identical(
+    upstream: Upstream, recorder: Recorder, path: str, body: dict, headers: dict
+) -> None:
     direct = await _get(upstream.url, path, body, headers)
     proxied = await _get(recorder.url, path, body, headers)
     assert proxied[0] == direct[0]
@@ -60,10 +95,18 @@ async def test_bytes_identical(upstream: Upstream, recorder: Recorder, path: str
 
 
 async def test_get_passthrough_and_hop_by_hop(upstream: Upstream, recorder: Recorder) -> None:
-    async with aiohttp.ClientSession() as s, s.get(
-        recorder.url + "/v1/models?x=1", headers={"Connection": "keep-alive, X-Hop",
-                                                 "X-Hop": "secret-hop", "X-Keep": "k",
-                                                 "Authorization": "Bearer sk-x"}) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(
+            recorder.url + "/v1/models?x=1",
+            headers={
+                "Connection": "keep-alive, X-Hop",
+                "X-Hop": "secret-hop",
+                "X-Keep": "k",
+                "Authorization": "Bearer sk-x",
+            },
+        ) as r,
+    ):
         assert r.status == 200
         assert r.headers["X-Upstream"] == "yes"
         assert (await r.json())["data"][0]["id"] == "m"

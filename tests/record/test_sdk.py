@@ -17,10 +17,14 @@ MODEL = "sim-fast"
 async def test_openai_and_anthropic_sdks(tmp_path: Path) -> None:
     import anthropic
     import openai
+
     seen: list[tuple[str, int, int]] = []  # (api, prompt tokens, completion tokens) per SDK
-    async with SimServer("fast", seed=1) as sim, Recorder(
-            sim.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60,
-            content="full") as rec:
+    async with (
+        SimServer("fast", seed=1) as sim,
+        Recorder(
+            sim.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60, content="full"
+        ) as rec,
+    ):
         oa = openai.AsyncOpenAI(base_url=rec.url + "/v1", api_key=KEY, max_retries=0)
         msgs = [{"role": "user", "content": "write a haiku"}]
         r = await oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=12)  # type: ignore[arg-type]
@@ -28,33 +32,53 @@ async def test_openai_and_anthropic_sdks(tmp_path: Path) -> None:
         seen.append(("chat", r.usage.prompt_tokens, r.usage.completion_tokens))
 
         # a stream that did not ask for usage: the SDK must not see the injected usage chunk
-        chunks = [c async for c in await oa.chat.completions.create(
-            model=MODEL, messages=msgs, max_tokens=12, stream=True)]  # type: ignore[arg-type]
+        chunks = [
+            c
+            async for c in await oa.chat.completions.create(
+                model=MODEL, messages=msgs, max_tokens=12, stream=True
+            )
+        ]  # type: ignore[arg-type]
         assert all(c.choices for c in chunks) and all(c.usage is None for c in chunks)
         seen.append(("chat", -1, -1))
 
-        chunks = [c async for c in await oa.chat.completions.create(
-            model=MODEL, messages=msgs, max_tokens=12, stream=True,  # type: ignore[arg-type]
-            stream_options={"include_usage": True})]
+        chunks = [
+            c
+            async for c in await oa.chat.completions.create(
+                model=MODEL,
+                messages=msgs,
+                max_tokens=12,
+                stream=True,  # type: ignore[arg-type]
+                stream_options={"include_usage": True},
+            )
+        ]
         assert chunks[-1].usage is not None and chunks[-1].choices == []
         seen.append(("chat", chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens))
 
         c = await oa.completions.create(model=MODEL, prompt=[5, 6, 7, 8], max_tokens=9)
         assert c.usage is not None
         seen.append(("completions", c.usage.prompt_tokens, c.usage.completion_tokens))
-        cs = [x async for x in await oa.completions.create(
-            model=MODEL, prompt="hello there", max_tokens=9, stream=True,
-            stream_options={"include_usage": True})]
+        cs = [
+            x
+            async for x in await oa.completions.create(
+                model=MODEL,
+                prompt="hello there",
+                max_tokens=9,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        ]
         assert cs[-1].usage is not None
         seen.append(("completions", cs[-1].usage.prompt_tokens, cs[-1].usage.completion_tokens))
 
         an = anthropic.AsyncAnthropic(base_url=rec.url, api_key=KEY, max_retries=0)
-        m = await an.messages.create(model=MODEL, max_tokens=10,
-                                     messages=[{"role": "user", "content": "hi"}])
+        m = await an.messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
         assert m.content
         seen.append(("messages", m.usage.input_tokens, m.usage.output_tokens))
-        async with an.messages.stream(model=MODEL, max_tokens=10,
-                                      messages=[{"role": "user", "content": "hi"}]) as st:
+        async with an.messages.stream(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        ) as st:
             text = "".join([t async for t in st.text_stream])
             final = await st.get_final_message()
         assert text

@@ -16,8 +16,9 @@ def user(t: str) -> dict[str, Any]:
 def asst(t: str, call: str | None = None) -> dict[str, Any]:
     m: dict[str, Any] = {"role": "assistant", "content": t}
     if call:
-        m["tool_calls"] = [{"id": call, "type": "function",
-                            "function": {"name": "f", "arguments": "{}"}}]
+        m["tool_calls"] = [
+            {"id": call, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ]
     return m
 
 
@@ -33,13 +34,32 @@ def test_linear_conversation_with_tools() -> None:
     tr = SessionTracker()
     sys_ = {"role": "system", "content": "you are helpful"}
     a1, t1 = tr.assign(1_000, conv(sys_, user("fix it")))
-    assert (a1.session_id, a1.request_index, a1.parent_index, a1.think_ns) == ("auto-00001", 0, -1, None)
+    assert (a1.session_id, a1.request_index, a1.parent_index, a1.think_ns) == (
+        "auto-00001",
+        0,
+        -1,
+        None,
+    )
     tr.complete(t1, 5_000, Reply("looking", ("c1",)))
     a2, t2 = tr.assign(7_500, conv(sys_, user("fix it"), asst("looking", "c1"), tool("c1", "ok")))
-    assert (a2.session_id, a2.request_index, a2.parent_index, a2.think_ns) == ("auto-00001", 1, 0, 2_500)
+    assert (a2.session_id, a2.request_index, a2.parent_index, a2.think_ns) == (
+        "auto-00001",
+        1,
+        0,
+        2_500,
+    )
     tr.complete(t2, 9_000, Reply("done", ()))
-    a3, _ = tr.assign(19_000, conv(sys_, user("fix it"), asst("looking", "c1"), tool("c1", "ok"),
-                                   asst("done"), user("thanks")))
+    a3, _ = tr.assign(
+        19_000,
+        conv(
+            sys_,
+            user("fix it"),
+            asst("looking", "c1"),
+            tool("c1", "ok"),
+            asst("done"),
+            user("thanks"),
+        ),
+    )
     assert (a3.request_index, a3.parent_index, a3.think_ns, a3.how) == (2, 1, 10_000, "prefix")
     assert tr.session_count == 1
 
@@ -112,16 +132,35 @@ def test_explicit_sessions() -> None:
 
 def test_anthropic_cache_control_moves_do_not_break_the_chain() -> None:
     tr = SessionTracker()
-    m1 = [{"role": "user", "content": [{"type": "text", "text": "hi",
-                                        "cache_control": {"type": "ephemeral"}}]}]
+    m1 = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
     _, t = tr.assign(0, conversation("messages", {"messages": m1}))
     tr.complete(t, 5, Reply("yo", ("toolu_1",)))
-    m2 = [{"role": "user", "content": "hi"},
-          {"role": "assistant", "content": [{"type": "text", "text": "yo"},
-                                            {"type": "tool_use", "id": "toolu_1", "name": "f",
-                                             "input": {}}]},
-          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
-                                        "content": "ok", "cache_control": {"type": "ephemeral"}}]}]
+    m2 = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "yo"},
+                {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "ok",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+    ]
     a, _ = tr.assign(9, conversation("messages", {"messages": m2}))
     assert (a.session_id, a.parent_index, a.think_ns) == ("auto-00001", 0, 4)
 
@@ -130,9 +169,11 @@ def test_responses_items() -> None:
     tr = SessionTracker()
     _, t = tr.assign(0, conversation("responses", {"input": "go"}))
     tr.complete(t, 5, Reply("", ("fc_1",)))
-    items = [{"role": "user", "content": "go"},
-             {"type": "function_call", "call_id": "fc_1", "name": "f", "arguments": "{}"},
-             {"type": "function_call_output", "call_id": "fc_1", "output": "1"}]
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "fc_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "fc_1", "output": "1"},
+    ]
     a, _ = tr.assign(8, conversation("responses", {"input": items}))
     assert (a.session_id, a.parent_index, a.think_ns) == ("auto-00001", 0, 3)
 
@@ -157,8 +198,15 @@ def test_handoff_that_replaces_the_system_message_continues_the_session() -> Non
     expert = {"role": "system", "content": "You answer maths questions."}
     a1, t1 = tr.assign(0, conv(triage, user("what is 2+2?")))
     tr.complete(t1, 100, Reply("", ("call_transfer",)))
-    a2, t2 = tr.assign(150, conv(expert, user("what is 2+2?"), asst("", "call_transfer"),
-                                 tool("call_transfer", '{"assistant": "Math"}')))
+    a2, t2 = tr.assign(
+        150,
+        conv(
+            expert,
+            user("what is 2+2?"),
+            asst("", "call_transfer"),
+            tool("call_transfer", '{"assistant": "Math"}'),
+        ),
+    )
     assert (a2.session_id, a2.parent_index, a2.think_ns, a2.how) == (a1.session_id, 0, 50, "prefix")
     tr.complete(t2, 300, Reply("4", ()))
     other, _ = tr.assign(400, conv(expert, user("what is 3+3?")))
@@ -178,18 +226,35 @@ def test_a_rewritten_history_that_carries_the_reply_continues_the_session() -> N
     sys_ = {"role": "system", "content": "you edit code"}
     a1, t1 = tr.assign(1_000, conv(sys_, user("add a test" + REMINDER)))
     tr.complete(t1, 5_000, Reply("Here it is.", ()))
-    a2, t2 = tr.assign(8_000, conv(sys_, user("add a test"), asst("Here it is."),
-                                   user("and a doc" + REMINDER)))
+    a2, t2 = tr.assign(
+        8_000, conv(sys_, user("add a test"), asst("Here it is."), user("and a doc" + REMINDER))
+    )
     assert (a2.session_id, a2.request_index, a2.parent_index, a2.think_ns, a2.how) == (
-        a1.session_id, 1, 0, 3_000, "reply")
+        a1.session_id,
+        1,
+        0,
+        3_000,
+        "reply",
+    )
     # a third turn: the last reply carried is the second's
     tr.complete(t2, 9_000, Reply("Done.", ()))
-    a3, _ = tr.assign(12_000, conv(sys_, user("add a test"), asst("Here it is."),
-                                    user("and a doc"), asst("Done."), user("thanks" + REMINDER)))
+    a3, _ = tr.assign(
+        12_000,
+        conv(
+            sys_,
+            user("add a test"),
+            asst("Here it is."),
+            user("and a doc"),
+            asst("Done."),
+            user("thanks" + REMINDER),
+        ),
+    )
     assert (a3.session_id, a3.parent_index, a3.think_ns) == (a1.session_id, 1, 3_000)
     # the same reply text in a conversation that opens otherwise: not this session's
-    other, _ = tr.assign(13_000, conv({"role": "system", "content": "another agent"},
-                                      user("x"), asst("Done."), user("y")))
+    other, _ = tr.assign(
+        13_000,
+        conv({"role": "system", "content": "another agent"}, user("x"), asst("Done."), user("y")),
+    )
     assert (other.session_id, other.parent_index, other.how) == ("auto-00002", -1, "new")
     # a reply still streaming when the request arrived cannot have been sent back
     tr2 = SessionTracker()

@@ -19,10 +19,16 @@ async def _slow_then_fast_upstream() -> tuple[web.AppRunner, str]:
     async def handle(request: web.Request) -> web.Response:
         body = await request.json()
         await asyncio.sleep(0.3 if body["prompt"] == "first" else 0.0)
-        return web.json_response({
-            "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        return web.json_response(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/v1/completions", handle)
@@ -37,13 +43,17 @@ async def _slow_then_fast_upstream() -> tuple[web.AppRunner, str]:
 async def test_first_arrival_is_time_zero(tmp_path: Path) -> None:
     runner, url = await _slow_then_fast_upstream()
     try:
-        async with Recorder(url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60) as rec, \
-                aiohttp.ClientSession() as s:
+        async with (
+            Recorder(url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60) as rec,
+            aiohttp.ClientSession() as s,
+        ):
 
             async def post(prompt: str) -> None:
-                async with s.post(rec.url + "/v1/completions", data=orjson.dumps(
-                        {"model": "m", "prompt": prompt, "max_tokens": 1}),
-                        headers={"Content-Type": "application/json"}) as r:
+                async with s.post(
+                    rec.url + "/v1/completions",
+                    data=orjson.dumps({"model": "m", "prompt": prompt, "max_tokens": 1}),
+                    headers={"Content-Type": "application/json"},
+                ) as r:
                     assert r.status == 200
                     await r.read()
 

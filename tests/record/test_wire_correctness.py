@@ -22,10 +22,16 @@ from agent_replay.replay.record.encodings import decode_body, decoders
 from agent_replay.traces.failed import drop_failed
 from agent_replay.traces.io import read_trace
 
-BODY = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
-        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-        "messages": [{"role": "system", "content": "be brief " * 40},
-                     {"role": "user", "content": "hello there " * 60}]}
+BODY = {
+    "model": "m",
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "messages": [
+        {"role": "system", "content": "be brief " * 40},
+        {"role": "user", "content": "hello there " * 60},
+    ],
+}
 EVENTS = [
     b'data: {"choices":[{"index":0,"delta":{"content":" a"}}],"usage":{"prompt_tokens":300,"completion_tokens":1,"total_tokens":301}}\n\n',
     b'data: {"choices":[{"index":0,"delta":{"content":" b"}}],"usage":{"prompt_tokens":300,"completion_tokens":2,"total_tokens":302}}\n\n',
@@ -76,19 +82,25 @@ async def raw_upstream() -> AsyncIterator[RawUpstream]:
 
 
 async def _record(up_url: str, out: Path, sends: list[tuple[bytes, dict[str, str]]]) -> list[dict]:
-    async with Recorder(up_url, "127.0.0.1:0", out, flush_interval_s=60, hash_seed=7,
-                        block_size=16) as rec, aiohttp.ClientSession(auto_decompress=False) as s:
+    async with (
+        Recorder(
+            up_url, "127.0.0.1:0", out, flush_interval_s=60, hash_seed=7, block_size=16
+        ) as rec,
+        aiohttp.ClientSession(auto_decompress=False) as s,
+    ):
         for data, headers in sends:
-            async with s.post(rec.url + "/v1/chat/completions", data=data,
-                              headers={"Content-Type": "application/json", **headers}) as r:
+            async with s.post(
+                rec.url + "/v1/chat/completions",
+                data=data,
+                headers={"Content-Type": "application/json", **headers},
+            ) as r:
                 assert r.status == 200
                 await r.read()
     return read_trace(out)[0].to_pylist()
 
 
 def _encoders() -> dict[str, object]:
-    enc: dict[str, object] = {"gzip": lambda b: gzip.compress(b, mtime=0),
-                              "deflate": zlib.compress}
+    enc: dict[str, object] = {"gzip": lambda b: gzip.compress(b, mtime=0), "deflate": zlib.compress}
     if "br" in decoders():
         import brotli  # type: ignore[import-not-found]
 
@@ -101,15 +113,17 @@ def _encoders() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
-async def test_encoded_bodies_go_as_sent_and_hash_decoded(raw_upstream: RawUpstream,
-                                                          tmp_path: Path, coding: str) -> None:
+async def test_encoded_bodies_go_as_sent_and_hash_decoded(
+    raw_upstream: RawUpstream, tmp_path: Path, coding: str
+) -> None:
     enc = _encoders()
     if coding not in enc:
         pytest.skip(f"no {coding} decoder installed (optional: brotli, zstandard)")
     plain = orjson.dumps(BODY)
     packed = enc[coding](plain)  # type: ignore[operator]
-    rows = await _record(raw_upstream.url, tmp_path / "t",
-                         [(plain, {}), (packed, {"Content-Encoding": coding})])
+    rows = await _record(
+        raw_upstream.url, tmp_path / "t", [(plain, {}), (packed, {"Content-Encoding": coding})]
+    )
     (h0, b0), (h1, b1) = raw_upstream.seen
     assert b0 == plain and b1 == packed  # byte for byte, still encoded
     assert h1["Content-Encoding"] == coding and "Content-Encoding" not in h0
@@ -118,11 +132,13 @@ async def test_encoded_bodies_go_as_sent_and_hash_decoded(raw_upstream: RawUpstr
     assert rows[1]["input_tokens"] == 300 and rows[1]["error"] is None
 
 
-async def test_a_body_no_decoder_knows_is_forwarded_and_flagged(raw_upstream: RawUpstream,
-                                                                tmp_path: Path) -> None:
+async def test_a_body_no_decoder_knows_is_forwarded_and_flagged(
+    raw_upstream: RawUpstream, tmp_path: Path
+) -> None:
     packed = b"\x28\xb5\x2f\xfdnot-really-zstd"
-    rows = await _record(raw_upstream.url, tmp_path / "t",
-                         [(packed, {"Content-Encoding": "x-unknown"})])
+    rows = await _record(
+        raw_upstream.url, tmp_path / "t", [(packed, {"Content-Encoding": "x-unknown"})]
+    )
     headers, body = raw_upstream.seen[0]
     assert body == packed and headers["Content-Encoding"] == "x-unknown"
     assert "no decoder installed" in rows[0]["undecoded_body"]
@@ -141,8 +157,10 @@ def test_decode_body_layers_and_errors() -> None:
 
 async def test_closing_after_the_end_event_is_not_a_disconnect(tmp_path: Path) -> None:
     """The OpenAI SDK stops reading at [DONE] and closes; the upstream's body ends later."""
-    async with RawUpstream(linger_s=0.5) as up, \
-            Recorder(up.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec:
+    async with (
+        RawUpstream(linger_s=0.5) as up,
+        Recorder(up.url, "127.0.0.1:0", tmp_path / "t", flush_interval_s=60) as rec,
+    ):
         async with aiohttp.ClientSession() as s:
             resp = await s.post(rec.url + "/v1/chat/completions", data=orjson.dumps(BODY))
             got = b""
@@ -161,11 +179,18 @@ async def test_closing_after_the_end_event_is_not_a_disconnect(tmp_path: Path) -
 
 def _trace(errors: list[str | None], parents: list[int]) -> pa.Table:
     n = len(errors)
-    return pa.table({"session_id": ["s"] * n, "request_index": list(range(n)),
-                     "parent_index": parents, "error": errors,
-                     "depends_on": [[p] if p >= 0 else [] for p in parents],
-                     "arrival_ns": [0, 100, 200, 300], "end_ns": [50, 20, 50, 50],
-                     "think_ns": [None, 50, 50, 180]})
+    return pa.table(
+        {
+            "session_id": ["s"] * n,
+            "request_index": list(range(n)),
+            "parent_index": parents,
+            "error": errors,
+            "depends_on": [[p] if p >= 0 else [] for p in parents],
+            "arrival_ns": [0, 100, 200, 300],
+            "end_ns": [50, 20, 50, 50],
+            "think_ns": [None, 50, 50, 180],
+        }
+    )
 
 
 def test_failed_rows_are_dropped_and_their_children_relinked() -> None:
@@ -178,13 +203,15 @@ def test_failed_rows_are_dropped_and_their_children_relinked() -> None:
     assert kept.column("depends_on").to_pylist() == [[], [0], [0]]
     # 2 waited for 0 all along; 3 waited for 1 (ended 120) and now for 0 (ended 50)
     assert kept.column("think_ns").to_pylist() == [None, 50, 250]
-    assert failed_line(t) == ("failed requests: 1 of 4 (25.0%): http 500 (1); "
-                              "left out of replay unless --include-failed")
+    assert failed_line(t) == (
+        "failed requests: 1 of 4 (25.0%): http 500 (1); left out of replay unless --include-failed"
+    )
     assert failed_line(kept) == "failed requests: none"
 
 
 async def test_failed_recorded_requests_show_in_inspect_and_stay_out_of_replay(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Three turns of one conversation, the second refused by the engine (500) and retried,
     and a second session: inspect counts the failure; replay sends 4 requests (with one
     worker or two), or 5 with --include-failed."""
@@ -197,31 +224,54 @@ async def test_failed_recorded_requests_show_in_inspect_and_stay_out_of_replay(
 
     trace = tmp_path / "t"
     msgs: list[dict] = [{"role": "user", "content": "start"}]
-    async with SimServer("fast") as sim, \
-            Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec, \
-            aiohttp.ClientSession() as s:
+    async with (
+        SimServer("fast") as sim,
+        Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
+        aiohttp.ClientSession() as s,
+    ):
         for fault in ("", "error=1,status=500", "", ""):
             body = {"model": "sim-fast", "messages": msgs, "max_tokens": 4}
-            async with s.post(rec.url + "/v1/chat/completions", json=body,
-                              headers={"X-Sim-Fault": fault} if fault else {}) as r:
+            async with s.post(
+                rec.url + "/v1/chat/completions",
+                json=body,
+                headers={"X-Sim-Fault": fault} if fault else {},
+            ) as r:
                 data = await r.json()
             if r.status == 200:
                 msgs = [*msgs, data["choices"][0]["message"], {"role": "user", "content": "more"}]
-        other = {"model": "sim-fast", "messages": [{"role": "user", "content": "other"}],
-                 "max_tokens": 4}  # a second session, so that two workers get one each
+        other = {
+            "model": "sim-fast",
+            "messages": [{"role": "user", "content": "other"}],
+            "max_tokens": 4,
+        }  # a second session, so that two workers get one each
         async with s.post(rec.url + "/v1/chat/completions", json=other) as r:
             assert r.status == 200
     rows = [r for r in read_trace(trace)[0].to_pylist() if r["session_id"] == "auto-00001"]
-    assert [r["error"] is not None for r in sorted(rows, key=lambda r: r["request_index"])] \
-        == [False, True, False, False]
+    assert [r["error"] is not None for r in sorted(rows, key=lambda r: r["request_index"])] == [
+        False,
+        True,
+        False,
+        False,
+    ]
     assert main(["traces", "inspect", str(trace)]) == 0
-    assert "failed requests: 1 of 5 (20.0%): http 500 (1)" in capsys.readouterr().out.replace("\n", " ")
+    assert "failed requests: 1 of 5 (20.0%): http 500 (1)" in capsys.readouterr().out.replace(
+        "\n", " "
+    )
     sent = {}
     with SimProcess("fast") as target:
         for include, workers in ((False, 1), (True, 1), (False, 2)):
             out = tmp_path / f"r{include}{workers}"
-            await arun(RunConfig(trace=str(trace), target=target.url, output=str(out),
-                                 progress=False, scrape_interval_s=0, include_failed=include,
-                                 workers=workers), progress=None)
+            await arun(
+                RunConfig(
+                    trace=str(trace),
+                    target=target.url,
+                    output=str(out),
+                    progress=False,
+                    scrape_interval_s=0,
+                    include_failed=include,
+                    workers=workers,
+                ),
+                progress=None,
+            )
             sent[(include, workers)] = pq.read_table(out / "requests").num_rows
     assert sent == {(False, 1): 4, (True, 1): 5, (False, 2): 4}

@@ -19,12 +19,15 @@ from aiohttp import web
 
 def _words(n: int, seed: str) -> list[str]:
     h = hashlib.sha256(seed.encode()).hexdigest()
-    return [f" w{h[i % 60:i % 60 + 3]}{i}" for i in range(n)]
+    return [f" w{h[i % 60 : i % 60 + 3]}{i}" for i in range(n)]
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:
-    return max(1, len(orjson.dumps(body.get("messages") or body.get("prompt")
-                                   or body.get("input") or "")) // 4)
+    return max(
+        1,
+        len(orjson.dumps(body.get("messages") or body.get("prompt") or body.get("input") or ""))
+        // 4,
+    )
 
 
 class Upstream:
@@ -71,18 +74,26 @@ class Upstream:
     async def _handle(self, request: web.Request, raw: bytes) -> web.StreamResponse:
         fail = request.headers.get("X-Fail", "")
         if request.method == "GET":
-            return web.json_response({"object": "list", "data": [{"id": "m"}]},
-                                     headers={"X-Upstream": "yes"})
+            return web.json_response(
+                {"object": "list", "data": [{"id": "m"}]}, headers={"X-Upstream": "yes"}
+            )
         if fail == "500":
-            return web.json_response({"error": {"type": "server_error", "message": "boom"}},
-                                     status=500)
+            return web.json_response(
+                {"error": {"type": "server_error", "message": "boom"}}, status=500
+            )
         if fail == "hang":
             await asyncio.sleep(30)
         body = orjson.loads(raw)
         path = request.path
-        api = ("chat" if path.endswith("/chat/completions") else
-               "completions" if path.endswith("/completions") else
-               "messages" if path.endswith("/messages") else "responses")
+        api = (
+            "chat"
+            if path.endswith("/chat/completions")
+            else "completions"
+            if path.endswith("/completions")
+            else "messages"
+            if path.endswith("/messages")
+            else "responses"
+        )
         n = int(request.headers.get("X-Words", "5"))
         delay = float(request.headers.get("X-Delay-Ms", "0")) / 1000
         # the answer depends on the prompt only, not on stream_options the proxy may add
@@ -99,13 +110,21 @@ class Upstream:
                 data = gzip.compress(data, mtime=0)
                 headers["Content-Encoding"] = "gzip"
             return web.Response(body=data, headers=headers)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(request)
         so = body.get("stream_options") or {}
-        events = self._events(api, seed, words, ptoks, tool, bool(so.get("include_usage")),
-                              bool(so.get("continuous_usage_stats")),
-                              bool(body.get("return_token_ids")))
+        events = self._events(
+            api,
+            seed,
+            words,
+            ptoks,
+            tool,
+            bool(so.get("include_usage")),
+            bool(so.get("continuous_usage_stats")),
+            bool(body.get("return_token_ids")),
+        )
         for i, ev in enumerate(events):
             if delay:
                 await asyncio.sleep(delay)
@@ -126,37 +145,87 @@ class Upstream:
         if api == "chat":
             msg: dict[str, Any] = {"role": "assistant", "content": text}
             if tool:
-                msg["tool_calls"] = [{"id": f"call_{seed}", "type": "function",
-                                      "function": {"name": "run", "arguments": "{}"}}]
-            return {"id": f"chatcmpl-{seed}", "object": "chat.completion", "created": 1,
-                    "model": "m", "choices": [{"index": 0, "message": msg,
-                                               "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": ptoks, "completion_tokens": n,
-                              "total_tokens": ptoks + n,
-                              "prompt_tokens_details": {"cached_tokens": 3}}}
+                msg["tool_calls"] = [
+                    {
+                        "id": f"call_{seed}",
+                        "type": "function",
+                        "function": {"name": "run", "arguments": "{}"},
+                    }
+                ]
+            return {
+                "id": f"chatcmpl-{seed}",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
+                "usage": {
+                    "prompt_tokens": ptoks,
+                    "completion_tokens": n,
+                    "total_tokens": ptoks + n,
+                    "prompt_tokens_details": {"cached_tokens": 3},
+                },
+            }
         if api == "completions":
-            return {"id": f"cmpl-{seed}", "object": "text_completion", "created": 1,
-                    "model": "m", "choices": [{"index": 0, "text": text,
-                                               "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": ptoks, "completion_tokens": n,
-                              "total_tokens": ptoks + n}}
+            return {
+                "id": f"cmpl-{seed}",
+                "object": "text_completion",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": {
+                    "prompt_tokens": ptoks,
+                    "completion_tokens": n,
+                    "total_tokens": ptoks + n,
+                },
+            }
         if api == "messages":
             content: list[dict[str, Any]] = [{"type": "text", "text": text}]
             if tool:
-                content.append({"type": "tool_use", "id": f"toolu_{seed}", "name": "run",
-                                "input": {}})
-            return {"id": f"msg_{seed}", "type": "message", "role": "assistant",
-                    "model": "m", "content": content, "stop_reason": "end_turn",
-                    "usage": {"input_tokens": ptoks - 2, "cache_read_input_tokens": 2,
-                              "output_tokens": n}}
-        return {"id": f"resp_{seed}", "object": "response", "status": "completed",
-                "output": [{"type": "message", "role": "assistant",
-                            "content": [{"type": "output_text", "text": text}]}],
-                "usage": {"input_tokens": ptoks, "output_tokens": n,
-                          "input_tokens_details": {"cached_tokens": 0}}}
+                content.append(
+                    {"type": "tool_use", "id": f"toolu_{seed}", "name": "run", "input": {}}
+                )
+            return {
+                "id": f"msg_{seed}",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": content,
+                "stop_reason": "end_turn",
+                "usage": {
+                    "input_tokens": ptoks - 2,
+                    "cache_read_input_tokens": 2,
+                    "output_tokens": n,
+                },
+            }
+        return {
+            "id": f"resp_{seed}",
+            "object": "response",
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text}],
+                }
+            ],
+            "usage": {
+                "input_tokens": ptoks,
+                "output_tokens": n,
+                "input_tokens_details": {"cached_tokens": 0},
+            },
+        }
 
-    def _events(self, api: str, seed: str, words: list[str], ptoks: int, tool: bool,
-                usage: bool, continuous: bool, token_ids: bool) -> list[bytes]:
+    def _events(
+        self,
+        api: str,
+        seed: str,
+        words: list[str],
+        ptoks: int,
+        tool: bool,
+        usage: bool,
+        continuous: bool,
+        token_ids: bool,
+    ) -> list[bytes]:
         n = len(words)
         out: list[bytes] = []
 
@@ -172,53 +241,135 @@ class Upstream:
                     if i == 0:
                         delta["role"] = "assistant"
                     if tool and i == n - 1:
-                        delta["tool_calls"] = [{"index": 0, "id": f"call_{seed}",
-                                                "type": "function",
-                                                "function": {"name": "run", "arguments": "{}"}}]
+                        delta["tool_calls"] = [
+                            {
+                                "index": 0,
+                                "id": f"call_{seed}",
+                                "type": "function",
+                                "function": {"name": "run", "arguments": "{}"},
+                            }
+                        ]
                     choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
                 else:
                     choice = {"index": 0, "text": w, "finish_reason": None}
                 if token_ids:
                     choice["token_ids"] = [100 + i]
-                chunk: dict[str, Any] = {"id": f"x-{seed}", "object": obj_name, "created": 1,
-                                         "model": "m", "choices": [choice]}
+                chunk: dict[str, Any] = {
+                    "id": f"x-{seed}",
+                    "object": obj_name,
+                    "created": 1,
+                    "model": "m",
+                    "choices": [choice],
+                }
                 if usage and continuous:
-                    chunk["usage"] = {"prompt_tokens": ptoks, "completion_tokens": i + 1,
-                                      "total_tokens": ptoks + i + 1}
+                    chunk["usage"] = {
+                        "prompt_tokens": ptoks,
+                        "completion_tokens": i + 1,
+                        "total_tokens": ptoks + i + 1,
+                    }
                 sse(chunk)
             if usage:
-                sse({"id": f"x-{seed}", "object": obj_name, "created": 1, "model": "m",
-                     "choices": [], "usage": {"prompt_tokens": ptoks, "completion_tokens": n,
-                                              "total_tokens": ptoks + n,
-                                              "prompt_tokens_details": {"cached_tokens": 3}}})
+                sse(
+                    {
+                        "id": f"x-{seed}",
+                        "object": obj_name,
+                        "created": 1,
+                        "model": "m",
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": ptoks,
+                            "completion_tokens": n,
+                            "total_tokens": ptoks + n,
+                            "prompt_tokens_details": {"cached_tokens": 3},
+                        },
+                    }
+                )
             out.append(b"data: [DONE]\n\n")
             return out
         if api == "messages":
-            sse({"type": "message_start", "message": {
-                "id": f"msg_{seed}", "type": "message", "role": "assistant", "model": "m",
-                "content": [], "usage": {"input_tokens": ptoks - 2, "cache_read_input_tokens": 2,
-                                         "output_tokens": 0}}}, "message_start")
-            sse({"type": "content_block_start", "index": 0,
-                 "content_block": {"type": "text", "text": ""}}, "content_block_start")
+            sse(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": f"msg_{seed}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "m",
+                        "content": [],
+                        "usage": {
+                            "input_tokens": ptoks - 2,
+                            "cache_read_input_tokens": 2,
+                            "output_tokens": 0,
+                        },
+                    },
+                },
+                "message_start",
+            )
+            sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            )
             for w in words:
-                sse({"type": "content_block_delta", "index": 0,
-                     "delta": {"type": "text_delta", "text": w}}, "content_block_delta")
+                sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": w},
+                    },
+                    "content_block_delta",
+                )
             sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
             if tool:
-                sse({"type": "content_block_start", "index": 1,
-                     "content_block": {"type": "tool_use", "id": f"toolu_{seed}",
-                                       "name": "run", "input": {}}}, "content_block_start")
+                sse(
+                    {
+                        "type": "content_block_start",
+                        "index": 1,
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": f"toolu_{seed}",
+                            "name": "run",
+                            "input": {},
+                        },
+                    },
+                    "content_block_start",
+                )
                 sse({"type": "content_block_stop", "index": 1}, "content_block_stop")
-            sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                 "usage": {"output_tokens": n}}, "message_delta")
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": n},
+                },
+                "message_delta",
+            )
             sse({"type": "message_stop"}, "message_stop")
             return out
         for w in words:
             sse({"type": "response.output_text.delta", "delta": w}, "response.output_text.delta")
-        sse({"type": "response.completed", "response": {
-            "id": f"resp_{seed}", "status": "completed",
-            "output": [{"type": "message", "role": "assistant",
-                        "content": [{"type": "output_text", "text": "".join(words)}]}],
-            "usage": {"input_tokens": ptoks, "output_tokens": n,
-                      "input_tokens_details": {"cached_tokens": 1}}}}, "response.completed")
+        sse(
+            {
+                "type": "response.completed",
+                "response": {
+                    "id": f"resp_{seed}",
+                    "status": "completed",
+                    "output": [
+                        {
+                            "type": "message",
+                            "role": "assistant",
+                            "content": [{"type": "output_text", "text": "".join(words)}],
+                        }
+                    ],
+                    "usage": {
+                        "input_tokens": ptoks,
+                        "output_tokens": n,
+                        "input_tokens_details": {"cached_tokens": 1},
+                    },
+                },
+            },
+            "response.completed",
+        )
         return out

@@ -48,7 +48,9 @@ class FakeVllm:
         return app
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake-model", "max_model_len": 65536}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "fake-model", "max_model_len": 65536}]}
+        )
 
     @staticmethod
     def _text_tokens(messages: list[dict[str, Any]]) -> int:
@@ -80,7 +82,11 @@ class FakeVllm:
         path = request.path
         if path == "/v1/completions":
             prompt = body["prompt"]
-            ids = prompt if isinstance(prompt, list) else [hash(w) & 0xFFFF for w in str(prompt).split()]
+            ids = (
+                prompt
+                if isinstance(prompt, list)
+                else [hash(w) & 0xFFFF for w in str(prompt).split()]
+            )
             n_prompt = len(ids)
             cached = self._cached(ids)
             n_out = body["max_tokens"]
@@ -88,7 +94,11 @@ class FakeVllm:
             n_prompt = self._text_tokens(body["messages"])
             cached = 0
             n_out = body.get("max_completion_tokens") or body["max_tokens"]
-        self.seen.append(Seen(path, body, {k.lower(): v for k, v in request.headers.items()}, t, n_prompt, cached))
+        self.seen.append(
+            Seen(
+                path, body, {k.lower(): v for k, v in request.headers.items()}, t, n_prompt, cached
+            )
+        )
         if self.fail_status:
             return web.json_response({"error": {"message": "nope"}}, status=self.fail_status)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -99,15 +109,26 @@ class FakeVllm:
         rti = bool(body.get("return_token_ids")) and self.token_ids
         cont = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         if anthropic:
-            await resp.write(b"event: message_start\ndata: " + orjson.dumps(
-                {"type": "message_start", "message": {"usage": {"input_tokens": n_prompt, "output_tokens": 0}}}) + b"\n\n")
+            await resp.write(
+                b"event: message_start\ndata: "
+                + orjson.dumps(
+                    {
+                        "type": "message_start",
+                        "message": {"usage": {"input_tokens": n_prompt, "output_tokens": 0}},
+                    }
+                )
+                + b"\n\n"
+            )
         done = 0
         while done < n_out:
             k = min(self.tokens_per_chunk, n_out - done)
             done += k
             if anthropic:
-                ev = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": " w" * k},
-                      "usage": {"output_tokens": done}}
+                ev = {
+                    "type": "content_block_delta",
+                    "delta": {"type": "text_delta", "text": " w" * k},
+                    "usage": {"output_tokens": done},
+                }
                 await resp.write(b"event: content_block_delta\ndata: " + orjson.dumps(ev) + b"\n\n")
             else:
                 choice: dict[str, Any] = {"index": 0, "text": " w" * k, "finish_reason": None}
@@ -115,8 +136,11 @@ class FakeVllm:
                     choice["token_ids"] = list(range(1000, 1000 + k))
                 ev = {"id": "x", "choices": [choice]}
                 if cont:
-                    ev["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": done,
-                                   "total_tokens": n_prompt + done}
+                    ev["usage"] = {
+                        "prompt_tokens": n_prompt,
+                        "completion_tokens": done,
+                        "total_tokens": n_prompt + done,
+                    }
                 raw = b"data: " + orjson.dumps(ev) + b"\n\n"
                 if self.split_writes:
                     cut = 7 + done % (len(raw) - 8)
@@ -129,15 +153,29 @@ class FakeVllm:
                 return resp
             if self.step_s:
                 await asyncio.sleep(self.step_s)
-        usage = {"prompt_tokens": n_prompt, "completion_tokens": done, "total_tokens": n_prompt + done,
-                 "prompt_tokens_details": {"cached_tokens": cached}}
+        usage = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": done,
+            "total_tokens": n_prompt + done,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
         if anthropic:
-            await resp.write(b"event: message_delta\ndata: " + orjson.dumps(
-                {"type": "message_delta", "delta": {"stop_reason": "max_tokens"},
-                 "usage": {"output_tokens": done}}) + b"\n\n")
+            await resp.write(
+                b"event: message_delta\ndata: "
+                + orjson.dumps(
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": "max_tokens"},
+                        "usage": {"output_tokens": done},
+                    }
+                )
+                + b"\n\n"
+            )
             await resp.write(b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
         else:
-            await resp.write(b"data: " + orjson.dumps({"id": "x", "choices": [], "usage": usage}) + b"\n\n")
+            await resp.write(
+                b"data: " + orjson.dumps({"id": "x", "choices": [], "usage": usage}) + b"\n\n"
+            )
             await resp.write(b"data: [DONE]\n\n")
         return resp
 

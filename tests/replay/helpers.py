@@ -18,19 +18,41 @@ MS = 1_000_000
 
 
 TYPES: dict[str, pa.DataType] = {
-    "session_id": pa.string(), "request_index": pa.int32(), "parent_index": pa.int32(),
-    "arrival_ns": pa.int64(), "think_ns": pa.int64(), "input_tokens": pa.int32(),
-    "output_tokens": pa.int32(), "cached_tokens": pa.int32(), "hash_ids": pa.list_(pa.int64()),
-    "end_ns": pa.int64(), "api": pa.string(), "agent_id": pa.string(),
-    "depends_on": pa.list_(pa.int32())}
-BASIC = ("session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-         "output_tokens", "cached_tokens", "hash_ids", "end_ns", "api")
+    "session_id": pa.string(),
+    "request_index": pa.int32(),
+    "parent_index": pa.int32(),
+    "arrival_ns": pa.int64(),
+    "think_ns": pa.int64(),
+    "input_tokens": pa.int32(),
+    "output_tokens": pa.int32(),
+    "cached_tokens": pa.int32(),
+    "hash_ids": pa.list_(pa.int64()),
+    "end_ns": pa.int64(),
+    "api": pa.string(),
+    "agent_id": pa.string(),
+    "depends_on": pa.list_(pa.int32()),
+}
+BASIC = (
+    "session_id",
+    "request_index",
+    "parent_index",
+    "arrival_ns",
+    "think_ns",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "hash_ids",
+    "end_ns",
+    "api",
+)
 
 
 def trace_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = BASIC) -> pa.Table:
     """Rows -> a trace table of ``columns`` (typed by ``TYPES``; a key a row lacks is null)."""
-    return pa.table({k: [r.get(k) for r in rows] for k in columns},
-                    schema=pa.schema([(k, TYPES[k]) for k in columns]))
+    return pa.table(
+        {k: [r.get(k) for r in rows] for k in columns},
+        schema=pa.schema([(k, TYPES[k]) for k in columns]),
+    )
 
 
 def tree_rows_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
@@ -43,21 +65,35 @@ def columns_table(cols: dict[str, list[Any]]) -> pa.Table:
     return pa.table(cols, schema=pa.schema([(k, TYPES[k]) for k in cols]))
 
 
-def chain_rows(n_sessions: int, per_session: int, *, gap_ns: int = 100 * MS, think_ns: int = 50 * MS,
-               input_tokens: int = 100, output_tokens: int = 8, block: int = 16,
-               shared_prefix: bool = True) -> list[dict[str, Any]]:
+def chain_rows(
+    n_sessions: int,
+    per_session: int,
+    *,
+    gap_ns: int = 100 * MS,
+    think_ns: int = 50 * MS,
+    input_tokens: int = 100,
+    output_tokens: int = 8,
+    block: int = 16,
+    shared_prefix: bool = True,
+) -> list[dict[str, Any]]:
     """Sessions of chained requests; request r's prompt extends request r-1's prompt."""
     rows = []
     for s in range(n_sessions):
         for r in range(per_session):
             n_in = input_tokens + 40 * r
             n_blocks = -(-n_in // block)
-            rows.append({
-                "session_id": f"s{s}", "request_index": r, "parent_index": r - 1,
-                "arrival_ns": s * gap_ns + r * 300 * MS, "think_ns": think_ns if r else None,
-                "input_tokens": n_in, "output_tokens": output_tokens + r,
-                "hash_ids": [s * 1000 + i for i in range(n_blocks)] if shared_prefix else None,
-            })
+            rows.append(
+                {
+                    "session_id": f"s{s}",
+                    "request_index": r,
+                    "parent_index": r - 1,
+                    "arrival_ns": s * gap_ns + r * 300 * MS,
+                    "think_ns": think_ns if r else None,
+                    "input_tokens": n_in,
+                    "output_tokens": output_tokens + r,
+                    "hash_ids": [s * 1000 + i for i in range(n_blocks)] if shared_prefix else None,
+                }
+            )
     return rows
 
 

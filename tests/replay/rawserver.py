@@ -86,12 +86,24 @@ def events(n_out: int, n_in: int = 40, tokens_per_chunk: int = 1) -> list[bytes]
     while done < n_out:
         k = min(tokens_per_chunk, n_out - done)
         done += k
-        ev = {"id": "x", "choices": [{"index": 0, "text": " w" * k, "token_ids": list(range(k)),
-                                      "finish_reason": None}],
-              "usage": {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done}}
+        ev = {
+            "id": "x",
+            "choices": [
+                {"index": 0, "text": " w" * k, "token_ids": list(range(k)), "finish_reason": None}
+            ],
+            "usage": {
+                "prompt_tokens": n_in,
+                "completion_tokens": done,
+                "total_tokens": n_in + done,
+            },
+        }
         out.append(b"data: " + orjson.dumps(ev) + b"\n\n")
-    usage = {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done,
-             "prompt_tokens_details": {"cached_tokens": 16}}
+    usage = {
+        "prompt_tokens": n_in,
+        "completion_tokens": done,
+        "total_tokens": n_in + done,
+        "prompt_tokens_details": {"cached_tokens": 16},
+    }
     out.append(b"data: " + orjson.dumps({"id": "x", "choices": [], "usage": usage}) + b"\n\n")
     out.append(b"data: [DONE]\n\n")
     return out
@@ -102,7 +114,9 @@ def chunk(payload: bytes) -> bytes:
 
 
 LAST_CHUNK = b"0\r\n\r\n"
-SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
 
 
 def chunked_response(evs: list[bytes], head: bytes = SSE_HEAD) -> bytes:

@@ -31,8 +31,13 @@ linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU aff
 def test_parse_cpu_list() -> None:
     assert parse_cpu_list("0,2,4-6") == [0, 2, 4, 5, 6]
     assert parse_cpu_list("7,3") == [7, 3]  # the order is the workers'
-    for bad, msg in (("1,,2", "empty item"), ("a", "not a CPU number"), ("5-3", "bad range"),
-                     ("1,1", "listed twice"), ("-1", "not a CPU number")):
+    for bad, msg in (
+        ("1,,2", "empty item"),
+        ("a", "not a CPU number"),
+        ("5-3", "bad range"),
+        ("1,1", "listed twice"),
+        ("-1", "not a CPU number"),
+    ):
         with pytest.raises(InputError, match=msg):
             parse_cpu_list(bad)
 
@@ -99,8 +104,17 @@ def test_workers_run_on_their_cpus(tmp_path: Path, workers: int) -> None:
     before = os.sched_getaffinity(0)
     with SimProcess("fast", cpus=allowed[:1]) as sim:
         sim_mask = os.sched_getaffinity(sim.proc.pid)
-        s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), workers=workers,
-                          cpus=",".join(map(str, cpus)), scrape_interval_s=0), progress=None)
+        s = run(
+            RunConfig(
+                trace=str(trace),
+                target=sim.url,
+                output=str(out),
+                workers=workers,
+                cpus=",".join(map(str, cpus)),
+                scrape_interval_s=0,
+            ),
+            progress=None,
+        )
     assert sim_mask == {allowed[0]}
     assert s.ok == 16 and s.failed == 0
     assert [w.cpus for w in sorted(s.workers, key=lambda w: w.shard)] == [[c] for c in cpus]
@@ -116,9 +130,27 @@ def test_workers_run_on_their_cpus(tmp_path: Path, workers: int) -> None:
 def test_cli_refuses_more_workers_than_listed_cpus(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(4, 1, gap_ns=MS, output_tokens=2))
     with SimProcess("fast") as sim:
-        p = subprocess.run([sys.executable, "-m", "agent_replay", "run", str(trace), "--target", sim.url,
-                            "--workers", "2", "--cpus", str(allowed_cpus()[0]), "-o", str(tmp_path / "r"),
-                            "--no-progress"], capture_output=True, text=True, cwd=Path(__file__).parents[2])
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                sim.url,
+                "--workers",
+                "2",
+                "--cpus",
+                str(allowed_cpus()[0]),
+                "-o",
+                str(tmp_path / "r"),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parents[2],
+        )
     assert p.returncode != 0
     assert p.stderr.strip().splitlines()[-1].endswith("--cpus lists 1 CPUs for 2 workers")
     assert not (tmp_path / "r" / "requests").exists()

@@ -27,8 +27,10 @@ benchmarks/journal/2026-12-03-agentx-aiperf.md)."""
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     binary = bench.aiperf_bin()
     if binary is None:
-        pytest.skip(f"no AIPerf venv at {bench.AIPERF_VENV} (or its tokenizer): run "
-                    "scripts/setup-aiperf.sh, which needs PyPI")
+        pytest.skip(
+            f"no AIPerf venv at {bench.AIPERF_VENV} (or its tokenizer): run "
+            "scripts/setup-aiperf.sh, which needs PyPI"
+        )
     if not TRACE.exists():
         pytest.skip(f"{TRACE} not found (../shared/data)")
     out = tmp_path_factory.mktemp("agentx-aiperf")
@@ -47,13 +49,28 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
             bench.reset_cache(sim.url)
             d = out / side
             if side == "aiperf":
-                info = bench.run_aiperf(binary, sim.url, tdir, d, out / "aiperf-cache",
-                                        concurrency=1, duration=90, seed=1, start_range=(0, 0))
+                info = bench.run_aiperf(
+                    binary,
+                    sim.url,
+                    tdir,
+                    d,
+                    out / "aiperf-cache",
+                    concurrency=1,
+                    duration=90,
+                    seed=1,
+                    start_range=(0, 0),
+                )
             else:
-                info = bench.run_ours(out / "trace.parquet", sim.url, d, concurrency=1,
-                                      duration=90, seed=1, start_range=(0, 0),
-                                      extra=["--preset=aiperf-agentx-mvp", "--min-duration=0",
-                                             "--metric-coverage=0"])
+                info = bench.run_ours(
+                    out / "trace.parquet",
+                    sim.url,
+                    d,
+                    concurrency=1,
+                    duration=90,
+                    seed=1,
+                    start_range=(0, 0),
+                    extra=["--preset=aiperf-agentx-mvp", "--min-duration=0", "--metric-coverage=0"],
+                )
             assert info["rc"] == 0, Path(info["log"]).read_text()[-3000:]
             info.update(side=side, repeat=0, dir=str(d))
             runs.append(info)
@@ -63,12 +80,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
 def test_same_requests_same_gaps_same_tokens(runs: tuple[Path, list[dict]]) -> None:
     out, (a_run, o_run) = runs
     ix = ao.load_traces([TRACE])
-    plan = pq.read_table(out / "trace.parquet", columns=[
-        "session_id", "request_index", "agent_id", "depends_on", "think_ns"]).to_pylist()
-    recs = [json.loads(x) for x in (Path(a_run["dir"]) / "profile_export.jsonl").read_text().splitlines() if x]
+    plan = pq.read_table(
+        out / "trace.parquet",
+        columns=["session_id", "request_index", "agent_id", "depends_on", "think_ns"],
+    ).to_pylist()
+    recs = [
+        json.loads(x)
+        for x in (Path(a_run["dir"]) / "profile_export.jsonl").read_text().splitlines()
+        if x
+    ]
     a = ao.aiperf_sent(recs, 0)
-    o, problems = ao.ours_sent(pq.read_table(Path(o_run["dir"]) / "requests").to_pylist(), ix,
-                               ao.stream_ranks(plan), 0)
+    o, problems = ao.ours_sent(
+        pq.read_table(Path(o_run["dir"]) / "requests").to_pylist(), ix, ao.stream_ranks(plan), 0
+    )
     assert problems == []
     # from the trace's start, one lane: the same requests in the same order, none warm-up
     a_keys = [s.key for s in sorted(a, key=lambda s: s.send_ns) if not s.warmup]
@@ -79,11 +103,16 @@ def test_same_requests_same_gaps_same_tokens(runs: tuple[Path, list[dict]]) -> N
     rules_a = ao.aiperf_rules(bench.aiperf_metadata(out / "aiperf-cache"))
     rules_o = ao.ours_rules(ao.read_plan(out / "trace.parquet"), ix)
     differ = {d.key for d in ao.compare_rules(rules_a, rules_o)}
-    gaps = [g for g in ao.compare_gaps(ao.measured_gaps(a, rules_a), ao.measured_gaps(o, rules_o))
-            if g.key not in differ]
+    gaps = [
+        g
+        for g in ao.compare_gaps(ao.measured_gaps(a, rules_a), ao.measured_gaps(o, rules_o))
+        if g.key not in differ
+    ]
     assert len(gaps) >= 5, [ao.key_str(g.key) for g in gaps]
     worst = max(gaps, key=lambda g: abs(g.diff_ms))
-    assert abs(worst.diff_ms) <= BOUND_MS, [(ao.key_str(g.key), g.aiperf_ms, g.ours_ms) for g in gaps]
+    assert abs(worst.diff_ms) <= BOUND_MS, [
+        (ao.key_str(g.key), g.aiperf_ms, g.ours_ms) for g in gaps
+    ]
     for t in ao.compare_tokens(a + o, ix):
         assert t.aiperf_out == t.ours_out == t.trace_out, t
         assert abs(t.aiperf_in - t.trace_in) <= 0.02 * t.trace_in + 16, t
@@ -116,17 +145,33 @@ def test_aiperf_plan_built_without_a_run_equals_the_runs(runs: tuple[Path, list[
 
     out, _ = runs
     proc = subprocess.run(
-        [str(bench.AIPERF_VENV / "bin" / "python"), str(bench.ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
-         "--traces", str(out / "traces"), "--concurrency", "1", "--seed", "1"],
-        capture_output=True, text=True, check=False)
+        [
+            str(bench.AIPERF_VENV / "bin" / "python"),
+            str(bench.ROOT / "benchmarks" / "aiperf_agentx_plan.py"),
+            "--traces",
+            str(out / "traces"),
+            "--concurrency",
+            "1",
+            "--seed",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     built = json.loads(proc.stdout)["metadata"]
     cached = bench.aiperf_metadata(out / "aiperf-cache")
     text = {"raw_messages_count", "has_forks"}
 
     def fields(meta: dict) -> dict:
-        return {c["conversation_id"]: ({k: v for k, v in c.items() if k != "turns"},
-                                       [{k: v for k, v in t.items() if k not in text} for t in c["turns"]])
-                for c in meta["conversations"]}
+        return {
+            c["conversation_id"]: (
+                {k: v for k, v in c.items() if k != "turns"},
+                [{k: v for k, v in t.items() if k not in text} for t in c["turns"]],
+            )
+            for c in meta["conversations"]
+        }
+
     assert sum(len(c["turns"]) for c in cached["conversations"]) == 13
     assert fields(built) == fields(cached)

@@ -22,10 +22,23 @@ from agent_replay.traces.io import write_trace
 
 
 def test_blocks_before_the_marker_stay_the_traces_own() -> None:
-    q = PlannedRequest(session_id="s", clone=0, request_index=3, parent_index=2, parent=2,
-                       offset_ns=0, think_ns=0, input_tokens=256, output_tokens=4,
-                       hash_ids=[11, 12, 13, 14], api="completions", model=None, content=None,
-                       cached_tokens=None, shared_blocks=2)
+    q = PlannedRequest(
+        session_id="s",
+        clone=0,
+        request_index=3,
+        parent_index=2,
+        parent=2,
+        offset_ns=0,
+        think_ns=0,
+        input_tokens=256,
+        output_tokens=4,
+        hash_ids=[11, 12, 13, 14],
+        api="completions",
+        model=None,
+        content=None,
+        cached_tokens=None,
+        shared_blocks=2,
+    )
     a, b, a2 = cache_bust(q, 5), cache_bust(q, 6), cache_bust(q, 5)
     assert a.hash_ids[:2] == b.hash_ids[:2] == [11, 12]  # tools + system: shared
     assert not set(a.hash_ids[2:]) & set(b.hash_ids[2:])  # from the marker on: per play
@@ -39,12 +52,29 @@ def test_blocks_before_the_marker_stay_the_traces_own() -> None:
 
 def weka_trace(tool: int, system: int) -> dict[str, Any]:
     def call(t: float, n_in: int, ids: list[int]) -> dict[str, Any]:
-        return {"t": t, "type": "n", "model": "m", "in": n_in, "out": 4, "hash_ids": ids,
-                "input_types": ["text"], "output_types": ["text"], "stop": "end_turn",
-                "api_time": 0.05, "think_time": 0.01}
-    return {"id": "tx", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
-            "tool_tokens": tool, "system_tokens": system,
-            "requests": [call(0.0, 256, [1, 2, 3, 4]), call(0.2, 320, [1, 2, 3, 4, 5])]}
+        return {
+            "t": t,
+            "type": "n",
+            "model": "m",
+            "in": n_in,
+            "out": 4,
+            "hash_ids": ids,
+            "input_types": ["text"],
+            "output_types": ["text"],
+            "stop": "end_turn",
+            "api_time": 0.05,
+            "think_time": 0.01,
+        }
+
+    return {
+        "id": "tx",
+        "models": ["m"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "tool_tokens": tool,
+        "system_tokens": system,
+        "requests": [call(0.0, 256, [1, 2, 3, 4]), call(0.2, 320, [1, 2, 3, 4, 5])],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +93,24 @@ def test_the_import_records_the_prefix_and_the_plan_its_blocks(trace: Path) -> N
 @pytest.mark.slow
 def test_a_recycled_play_hits_the_shared_prefix_only(trace: Path, tmp_path: Path) -> None:
     with SimProcess("fast") as sim:
-        run(RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "r"), salt=3,
-                      timing="agentx", concurrency=1, duration_s=2.0, scrape_interval_s=0,
-                      progress=False, agentx=AgentXSettings(start_min=0.0, start_max=0.0)),
-            progress=None)
-    rows = [r for r in pq.read_table(tmp_path / "r" / "requests").to_pylist() if r["status"] == "ok"]
+        run(
+            RunConfig(
+                trace=str(trace),
+                target=sim.url,
+                output=str(tmp_path / "r"),
+                salt=3,
+                timing="agentx",
+                concurrency=1,
+                duration_s=2.0,
+                scrape_interval_s=0,
+                progress=False,
+                agentx=AgentXSettings(start_min=0.0, start_max=0.0),
+            ),
+            progress=None,
+        )
+    rows = [
+        r for r in pq.read_table(tmp_path / "r" / "requests").to_pylist() if r["status"] == "ok"
+    ]
     first = sorted((r for r in rows if r["request_index"] == 0), key=lambda r: r["sent_ns"])
     assert len(first) >= 3
     # the first play starts cold; every later play finds the 2 shared blocks (128 tokens)

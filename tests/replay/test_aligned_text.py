@@ -77,7 +77,7 @@ async def test_server_blocks_shared_exactly_as_hash_ids() -> None:
 
     def blocks(text: str) -> list[tuple[int, ...]]:
         ids = target.prompt_ids(text)
-        return [tuple(ids[i:i + BS]) for i in range(0, len(ids) - BS + 1, BS)]
+        return [tuple(ids[i : i + BS]) for i in range(0, len(ids) - BS + 1, BS)]
 
     p, c, o = blocks(parent), blocks(child), blocks(other)
     shared = next(i for i, (x, y) in enumerate(zip(p, c, strict=False)) if x != y)
@@ -111,9 +111,18 @@ async def test_a_target_without_tokenize_fails_with_a_hint(tmp_path: Path) -> No
     sample = sorted(trace.glob("*.parquet"))[0]
     async with NoTokenize("fast") as sim:
         with pytest.raises(AgentReplayError) as exc:
-            await arun(RunConfig(trace=str(sample), target=sim.url, output=str(tmp_path / "r"),
-                                 progress=False, scrape_interval_s=0, api="chat",
-                                 max_sessions=1), progress=None)
+            await arun(
+                RunConfig(
+                    trace=str(sample),
+                    target=sim.url,
+                    output=str(tmp_path / "r"),
+                    progress=False,
+                    scrape_interval_s=0,
+                    api="chat",
+                    max_sessions=1,
+                ),
+                progress=None,
+            )
     assert "HTTP 404" in str(exc.value) and "--api completions" in str(exc.value)
 
 
@@ -142,10 +151,21 @@ async def test_a_target_without_tokenize_replays_with_an_offline_tokenizer(tmp_p
 
     sample = Path(__file__).resolve().parents[2] / "traces" / "samples" / "agent-small.parquet"
     async with NoTokenize("fast") as sim:
-        summary = await arun(RunConfig(trace=str(sample), target=sim.url,
-                                       output=str(tmp_path / "r"), progress=False,
-                                       scrape_interval_s=0, api="chat", max_sessions=2,
-                                       speedup=50, tokenizer=str(path), salt=0), progress=None)
+        summary = await arun(
+            RunConfig(
+                trace=str(sample),
+                target=sim.url,
+                output=str(tmp_path / "r"),
+                progress=False,
+                scrape_interval_s=0,
+                api="chat",
+                max_sessions=2,
+                speedup=50,
+                tokenizer=str(path),
+                salt=0,
+            ),
+            progress=None,
+        )
     rows = pq.read_table(tmp_path / "r" / "requests").to_pylist()
     assert summary.failed == 0 and rows
     assert all(r["prompt_tokens"] == r["expected_input_tokens"] for r in rows)
@@ -153,8 +173,9 @@ async def test_a_target_without_tokenize_replays_with_an_offline_tokenizer(tmp_p
 
 async def test_text_from_a_cached_prefix_equals_text_built_whole() -> None:
     warm, _ = await _calibrated()
-    cold = AlignedText(warm.words.tolist(), head=warm.head, overhead=warm.overhead,
-                       block_size=BS, salt=5)
+    cold = AlignedText(
+        warm.words.tolist(), head=warm.head, overhead=warm.overhead, block_size=BS, salt=5
+    )
     ids = list(range(500, 560))
     warm.prompt(ids[:40], 40 * BS, clone=0, tail_key=1)  # the parent's prefix is cached
     assert warm.prompt(ids, 60 * BS - 5, 0, 2) == cold.prompt(ids, 60 * BS - 5, 0, 2)

@@ -20,8 +20,9 @@ async def test_floor_reads_every_request_to_its_end(tmp_path, stamps):
     gt = tmp_path / "gt.parquet"
     profile = dataclasses.replace(SimProfile.load("fast"), model_name=MODEL)
     async with SimServer(profile, ground_truth=gt, force=True) as sim:
-        args = argparse.Namespace(url=sim.url, concurrency=3, requests=7, prompt=32, output=12,
-                                  stamps=stamps)
+        args = argparse.Namespace(
+            url=sim.url, concurrency=3, requests=7, prompt=32, output=12, stamps=stamps
+        )
         got = await floor.main(args)
     assert got["requests"] == 7
     truth = pq.read_table(gt).to_pylist()
@@ -34,7 +35,8 @@ async def test_floor_reads_every_request_to_its_end(tmp_path, stamps):
 
 async def test_floor_stops_on_an_answer_that_is_not_a_stream(tmp_path):
     async with SimServer("fast") as sim:  # another model name: 404
-        args = argparse.Namespace(url=sim.url, concurrency=2, requests=3, prompt=8, output=4,
-                                  stamps="kernel")
+        args = argparse.Namespace(
+            url=sim.url, concurrency=2, requests=3, prompt=8, output=4, stamps="kernel"
+        )
         with pytest.raises(SystemExit, match="404"):
             await floor.main(args)

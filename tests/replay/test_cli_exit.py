@@ -33,8 +33,13 @@ def test_exit_process_runs_python_shutdown_and_keeps_the_code(tmp_path: Path) ->
     marks = tmp_path / "marks"
     script = tmp_path / "exit_script.py"
     script.write_text(SCRIPT)
-    res = subprocess.run([sys.executable, str(script), str(marks)], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(script), str(marks)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert res.returncode == 3, res.stderr
     assert res.stdout == "unflushed output"
     # the non-daemon thread is joined before the atexit handlers, as at a normal exit
@@ -42,11 +47,23 @@ def test_exit_process_runs_python_shutdown_and_keeps_the_code(tmp_path: Path) ->
 
 
 def test_module_entry_exit_codes(tmp_path: Path) -> None:
-    bad = subprocess.run([sys.executable, "-m", "agent_replay", "report", str(tmp_path / "missing")],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert bad.returncode not in (0, -6) and bad.stderr.startswith("agent-replay: error:"), bad.stderr
-    ok = subprocess.run([sys.executable, "-m", "agent_replay", "--version"], capture_output=True,
-                        text=True, timeout=60, cwd=ROOT)
+    bad = subprocess.run(
+        [sys.executable, "-m", "agent_replay", "report", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert bad.returncode not in (0, -6) and bad.stderr.startswith("agent-replay: error:"), (
+        bad.stderr
+    )
+    ok = subprocess.run(
+        [sys.executable, "-m", "agent_replay", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert ok.returncode == 0 and ok.stdout.startswith("agent-replay ")
 
 
@@ -67,8 +84,15 @@ def test_a_raising_exit_hook_is_one_line_and_keeps_the_code(tmp_path: Path) -> N
     script = tmp_path / "hook_script.py"
     script.write_text(HOOK_SCRIPT)
     marks = tmp_path / "marks"
-    res = subprocess.run([sys.executable, str(script), str(marks)], capture_output=True,
-                         text=True, timeout=60, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(script), str(marks)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stderr.splitlines() == ["agent-replay: at exit: OSError: [Errno 9] Bad file descriptor"]
+    assert res.stderr.splitlines() == [
+        "agent-replay: at exit: OSError: [Errno 9] Bad file descriptor"
+    ]
     assert marks.read_text() == "atexit"  # the other exit steps still ran

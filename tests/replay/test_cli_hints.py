@@ -11,8 +11,9 @@ from agent_replay.replay.cli import main
 
 
 @pytest.mark.parametrize("name", ["trace.jsonl", "trace.json", "trace.csv"])
-def test_a_json_trace_given_to_run_says_import_it(tmp_path: Path, name: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_json_trace_given_to_run_says_import_it(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / name
     f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n')
     assert main(["run", str(f), "--target", "http://127.0.0.1:9"]) == 2
@@ -21,14 +22,19 @@ def test_a_json_trace_given_to_run_says_import_it(tmp_path: Path, name: str,
     assert f"agent-replay traces import {f} -o trace.parquet" in err
 
 
-def test_target_with_v1_is_said_and_an_endpoint_refused(tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_target_with_v1_is_said_and_an_endpoint_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = Path(__file__).resolve().parents[2] / "traces" / "samples" / "agent-small.parquet"
     # nothing listens on port 9: the run stops at the probe, after the note
-    assert main(["run", str(trace), "--target", "http://127.0.0.1:9/v1/", "-o",
-                 str(tmp_path / "r")]) != 0
-    assert "note: --target http://127.0.0.1:9/v1/: the server's root http://127.0.0.1:9 is used" \
+    assert (
+        main(["run", str(trace), "--target", "http://127.0.0.1:9/v1/", "-o", str(tmp_path / "r")])
+        != 0
+    )
+    assert (
+        "note: --target http://127.0.0.1:9/v1/: the server's root http://127.0.0.1:9 is used"
         in capsys.readouterr().err
+    )
     assert main(["run", str(trace), "--target", "http://127.0.0.1:9/v1/chat/completions"]) == 2
     err = capsys.readouterr().err
     assert "give the server's base URL (http://127.0.0.1:9), not an endpoint" in err

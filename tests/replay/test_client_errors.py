@@ -22,17 +22,34 @@ from tests.replay.helpers import chain_rows, write_rows
 
 
 def rec(n_in: int = 40, n_out: int = 9) -> RequestRecord:
-    return RequestRecord(session_id="s", request_index=0, parent_index=-1, clone=0, worker=0,
-                         request_id="rid-1", api="completions", expected_input_tokens=n_in,
-                         expected_output_tokens=n_out, implied_cached_tokens=0)
+    return RequestRecord(
+        session_id="s",
+        request_index=0,
+        parent_index=-1,
+        clone=0,
+        worker=0,
+        request_id="rid-1",
+        api="completions",
+        expected_input_tokens=n_in,
+        expected_output_tokens=n_out,
+        implied_cached_tokens=0,
+    )
 
 
 def prep(n_in: int = 40, n_out: int = 9, api: str = "completions") -> Prepared:
     prompt = np.arange(1000, 1000 + n_in) if api == "completions" else "a b c"
     body = build_request(api, model="fake-model", prompt=prompt, max_tokens=n_out)
-    path = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "messages": "/v1/messages"}[api]
-    return Prepared(path, encode_body(body), {"Content-Type": "application/json",
-                                              "X-Session-ID": "s", "X-Request-Id": "rid-1"}, api)
+    path = {
+        "completions": "/v1/completions",
+        "chat": "/v1/chat/completions",
+        "messages": "/v1/messages",
+    }[api]
+    return Prepared(
+        path,
+        encode_body(body),
+        {"Content-Type": "application/json", "X-Session-ID": "s", "X-Request-Id": "rid-1"},
+        api,
+    )
 
 
 @pytest.fixture
@@ -138,6 +155,7 @@ async def test_cancel_records_request(server) -> None:
 
 # -- CLI bad input -----------------------------------------------------------------------
 
+
 def test_invalid_trace_is_rejected_before_sending(tmp_path: Path, capsys) -> None:
     rows = chain_rows(1, 2)
     rows[1]["output_tokens"] = -5
@@ -184,9 +202,15 @@ def test_run_cli_end_to_end_and_force(tmp_path: Path) -> None:
         "        print(o.decode(), e.decode())\n"
         "    print('CODES', codes)\n"
         "    await runner.cleanup()\n"
-        "asyncio.run(go())\n")
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[2])
+        "asyncio.run(go())\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert "CODES [0, 2, 0]" in res.stdout, res.stdout + res.stderr
     assert "already exists (use --force to overwrite)" in res.stdout
     assert "6 ok, 0 failed" in res.stdout

@@ -20,8 +20,12 @@ def test_sleepers_wake_at_their_deadlines_in_deadline_then_arrival_order():
         woke.append((name, clock.now_ns()))
 
     async def main() -> None:
-        await asyncio.gather(sleeper("c", 30 * MS), sleeper("a", 10 * MS),
-                             sleeper("b", 10 * MS), sleeper("d", 20 * MS))
+        await asyncio.gather(
+            sleeper("c", 30 * MS),
+            sleeper("a", 10 * MS),
+            sleeper("b", 10 * MS),
+            sleeper("d", 20 * MS),
+        )
 
     clock.run(main())
     assert woke == [("a", 10 * MS), ("b", 10 * MS), ("d", 20 * MS), ("c", 30 * MS)]

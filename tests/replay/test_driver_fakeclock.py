@@ -23,8 +23,17 @@ def run_plan(rows, mode="session", service_ns=20 * MS, **opts):
     clock = FakeClock(start_ns=T0 - 2_000 * MS)
     transport = FakeTransport(clock, service_ns)
     recs: list[RequestRecord] = []
-    driver = Driver(plan, transport, clock, mode=mode, t0_ns=T0, on_record=recs.append,
-                    concurrency=conc, duration_ns=duration, warmup_ns=warmup)
+    driver = Driver(
+        plan,
+        transport,
+        clock,
+        mode=mode,
+        t0_ns=T0,
+        on_record=recs.append,
+        concurrency=conc,
+        duration_ns=duration,
+        warmup_ns=warmup,
+    )
     return plan, driver, transport, recs, clock
 
 
@@ -76,12 +85,31 @@ def test_speedup_scales_offsets_and_think():
 
 def test_null_think_is_gap_minus_parent_duration():
     rows = [
-        {"session_id": "a", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
-         "input_tokens": 20, "output_tokens": 2, "end_ns": 70 * MS},
-        {"session_id": "a", "request_index": 1, "parent_index": 0, "arrival_ns": 100 * MS,
-         "input_tokens": 20, "output_tokens": 2},
-        {"session_id": "a", "request_index": 2, "parent_index": 1, "arrival_ns": 150 * MS,
-         "input_tokens": 20, "output_tokens": 2},
+        {
+            "session_id": "a",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 0,
+            "input_tokens": 20,
+            "output_tokens": 2,
+            "end_ns": 70 * MS,
+        },
+        {
+            "session_id": "a",
+            "request_index": 1,
+            "parent_index": 0,
+            "arrival_ns": 100 * MS,
+            "input_tokens": 20,
+            "output_tokens": 2,
+        },
+        {
+            "session_id": "a",
+            "request_index": 2,
+            "parent_index": 1,
+            "arrival_ns": 150 * MS,
+            "input_tokens": 20,
+            "output_tokens": 2,
+        },
     ]
     plan = build_plan(trace_table(rows), 16, PlanOptions())
     q = plan.sessions[0].requests
@@ -109,10 +137,27 @@ def test_clones_are_staggered_and_run_independently():
 
 
 def test_simultaneous_arrivals_go_out_together():
-    rows = [{"session_id": f"m{i}", "request_index": 0, "parent_index": -1, "arrival_ns": 3_000 * MS,
-             "input_tokens": 10, "output_tokens": 1} for i in range(28)]
-    rows.append({"session_id": "first", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
-                 "input_tokens": 10, "output_tokens": 1})
+    rows = [
+        {
+            "session_id": f"m{i}",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 3_000 * MS,
+            "input_tokens": 10,
+            "output_tokens": 1,
+        }
+        for i in range(28)
+    ]
+    rows.append(
+        {
+            "session_id": "first",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 0,
+            "input_tokens": 10,
+            "output_tokens": 1,
+        }
+    )
     _plan, driver, _tr, recs, clock = run_plan(rows, mode="absolute")
     clock.run(driver.run())
     sends = sorted(r.sent_ns for r in recs if r.session_id != "first")
@@ -121,7 +166,9 @@ def test_simultaneous_arrivals_go_out_together():
 
 def test_max_rate_respects_concurrency_and_order():
     rows = chain_rows(10, 3)
-    _plan, driver, tr, recs, clock = run_plan(rows, mode="max-rate", concurrency=4, service_ns=10 * MS)
+    _plan, driver, tr, recs, clock = run_plan(
+        rows, mode="max-rate", concurrency=4, service_ns=10 * MS
+    )
     clock.run(driver.run())
     assert len(recs) == 30
     assert tr.max_in_flight == 4
@@ -135,8 +182,9 @@ def test_max_rate_respects_concurrency_and_order():
 
 def test_duration_cuts_and_warmup_flags():
     rows = chain_rows(10, 1, gap_ns=100 * MS)
-    _plan, driver, _tr, recs, clock = run_plan(rows, mode="absolute", duration_ns=450 * MS,
-                                             warmup_ns=200 * MS)
+    _plan, driver, _tr, recs, clock = run_plan(
+        rows, mode="absolute", duration_ns=450 * MS, warmup_ns=200 * MS
+    )
     clock.run(driver.run())
     assert sorted(r.session_id for r in recs) == ["s0", "s1", "s2", "s3", "s4"]
     assert driver.skipped == 5
@@ -160,14 +208,42 @@ def test_max_sessions_keeps_earliest():
 
 def test_fan_out_children_run_in_parallel_after_parent():
     rows = [
-        {"session_id": "a", "request_index": 0, "parent_index": -1, "arrival_ns": 0, "think_ns": None,
-         "input_tokens": 10, "output_tokens": 1},
-        {"session_id": "a", "request_index": 1, "parent_index": 0, "arrival_ns": 0, "think_ns": 5 * MS,
-         "input_tokens": 10, "output_tokens": 1},
-        {"session_id": "a", "request_index": 2, "parent_index": 0, "arrival_ns": 0, "think_ns": 7 * MS,
-         "input_tokens": 10, "output_tokens": 1},
-        {"session_id": "a", "request_index": 3, "parent_index": 1, "arrival_ns": 0, "think_ns": 0,
-         "input_tokens": 10, "output_tokens": 1},
+        {
+            "session_id": "a",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 0,
+            "think_ns": None,
+            "input_tokens": 10,
+            "output_tokens": 1,
+        },
+        {
+            "session_id": "a",
+            "request_index": 1,
+            "parent_index": 0,
+            "arrival_ns": 0,
+            "think_ns": 5 * MS,
+            "input_tokens": 10,
+            "output_tokens": 1,
+        },
+        {
+            "session_id": "a",
+            "request_index": 2,
+            "parent_index": 0,
+            "arrival_ns": 0,
+            "think_ns": 7 * MS,
+            "input_tokens": 10,
+            "output_tokens": 1,
+        },
+        {
+            "session_id": "a",
+            "request_index": 3,
+            "parent_index": 1,
+            "arrival_ns": 0,
+            "think_ns": 0,
+            "input_tokens": 10,
+            "output_tokens": 1,
+        },
     ]
     _plan, driver, _tr, recs, clock = run_plan(rows, service_ns=100 * MS)
     clock.run(driver.run())

@@ -20,26 +20,47 @@ def tree_rows(session: str = "s", start_ns: int = 0) -> list[dict[str, Any]]:
     """main 0 spawns x (1, 3) and y (2, 4) in parallel; main 5 joins both; z (6) spawned by
     main 5 is never joined (background); main 7 follows main 5."""
     spec = [  # (agent, depends_on, think ms, arrival ms)
-        ("main", [], None, 0), ("x", [0], 10, 30), ("y", [0], 20, 40), ("x", [1], 30, 90),
-        ("y", [2], 5, 70), ("main", [0, 3, 4], 40, 200), ("z", [5], 10, 260),
-        ("main", [5], 15, 270)]
+        ("main", [], None, 0),
+        ("x", [0], 10, 30),
+        ("y", [0], 20, 40),
+        ("x", [1], 30, 90),
+        ("y", [2], 5, 70),
+        ("main", [0, 3, 4], 40, 200),
+        ("z", [5], 10, 260),
+        ("main", [5], 15, 270),
+    ]
     rows = []
     for i, (agent, deps, think, at) in enumerate(spec):
-        rows.append({"session_id": session, "request_index": i, "parent_index": -1,
-                     "arrival_ns": start_ns + at * MS, "think_ns": None if think is None else think * MS,
-                     "input_tokens": 32, "output_tokens": 4, "agent_id": agent, "depends_on": deps})
+        rows.append(
+            {
+                "session_id": session,
+                "request_index": i,
+                "parent_index": -1,
+                "arrival_ns": start_ns + at * MS,
+                "think_ns": None if think is None else think * MS,
+                "input_tokens": 32,
+                "output_tokens": 4,
+                "agent_id": agent,
+                "depends_on": deps,
+            }
+        )
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> pa.Table:
     t = trace_table(rows)
     t = t.append_column("agent_id", pa.array([r["agent_id"] for r in rows], pa.string()))
-    return t.append_column("depends_on", pa.array([r["depends_on"] for r in rows],
-                                                  pa.list_(pa.int32())))
+    return t.append_column(
+        "depends_on", pa.array([r["depends_on"] for r in rows], pa.list_(pa.int32()))
+    )
 
 
-def replay(rows: list[dict[str, Any]], mode: str = "session", service: dict[int, int] | None = None,
-                 **opts: Any) -> tuple[dict[int, RequestRecord], Driver]:
+def replay(
+    rows: list[dict[str, Any]],
+    mode: str = "session",
+    service: dict[int, int] | None = None,
+    **opts: Any,
+) -> tuple[dict[int, RequestRecord], Driver]:
     plan = build_plan(table(rows), 16, PlanOptions(**opts))
     clock = FakeClock(start_ns=T0 - 2_000 * MS)
     transport = FakeTransport(clock, 50 * MS)
@@ -49,10 +70,18 @@ def replay(rows: list[dict[str, Any]], mode: str = "session", service: dict[int,
         async def send(prepared: Any, rec: RequestRecord) -> None:
             transport.service_ns = service.get(rec.request_index, 50 * MS)
             await base_send(prepared, rec)
+
         transport.send = send  # type: ignore[method-assign]
     recs: list[RequestRecord] = []
-    driver = Driver(plan, transport, clock, mode=mode, t0_ns=T0, on_record=recs.append,
-                    concurrency=4 if mode == "max-rate" else None)
+    driver = Driver(
+        plan,
+        transport,
+        clock,
+        mode=mode,
+        t0_ns=T0,
+        on_record=recs.append,
+        concurrency=4 if mode == "max-rate" else None,
+    )
     clock.run(driver.run())
     return {r.request_index: r for r in recs}, driver
 
@@ -100,8 +129,12 @@ def test_absolute_timing_sends_early_and_the_results_count_it() -> None:
     # by hand (ms from t0, 50 ms service, 300 for request 1): 0 ends 50, so 1 (30) and 2 (40)
     # go early; 3 (90) before 1 ends (330); 4 (70) before 2 ends (90); 5 (200) after 3 (140)
     # and 4 (120); 6 (260) and 7 (270) after 5 (250).
-    want = {i for i, row in enumerate(tree_rows())
-            for d in row["depends_on"] if by[i].sent_ns < by[d].end_ns}  # type: ignore[operator]
+    want = {
+        i
+        for i, row in enumerate(tree_rows())
+        for d in row["depends_on"]
+        if by[i].sent_ns < by[d].end_ns
+    }  # type: ignore[operator]
     assert got == want == {1, 2, 3, 4}
     # and the report's fidelity row says 4, not 0
     from agent_replay.analysis.runstats import accumulate

@@ -67,12 +67,15 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         reads[0] += 1
         return reads[0]
 
-    monkeypatch.setattr("agent_replay.replay.fastclient.time", types.SimpleNamespace(monotonic_ns=monotonic_ns))
+    monkeypatch.setattr(
+        "agent_replay.replay.fastclient.time", types.SimpleNamespace(monotonic_ns=monotonic_ns)
+    )
     return reads
 
 
-async def feed(reads: list[bytes], n_out: int = 5, api: str = "completions",
-               lost: bool = False) -> tuple[RequestRecord, asyncio.Future[int], H1Connection]:
+async def feed(
+    reads: list[bytes], n_out: int = 5, api: str = "completions", lost: bool = False
+) -> tuple[RequestRecord, asyncio.Future[int], H1Connection]:
     r = rec(40, n_out)
     r.api = api
     conn = H1Connection()
@@ -111,10 +114,17 @@ def crlf_events(evs: list[bytes]) -> list[bytes]:
     return [e.replace(b"\n", b"\r\n") for e in evs]
 
 
-@pytest.mark.parametrize("response", [FULL, with_extensions(EVS), chunked_response(crlf_events(EVS)),
-                                 # several events per chunk, and events split over chunks
-                                 chunked_response([b"".join(EVS[:3]), EVS[3][:10], EVS[3][10:] + b"".join(EVS[4:])])],
-                         ids=["plain", "extensions", "crlf", "regrouped"])
+@pytest.mark.parametrize(
+    "response",
+    [
+        FULL,
+        with_extensions(EVS),
+        chunked_response(crlf_events(EVS)),
+        # several events per chunk, and events split over chunks
+        chunked_response([b"".join(EVS[:3]), EVS[3][:10], EVS[3][10:] + b"".join(EVS[4:])]),
+    ],
+    ids=["plain", "extensions", "crlf", "regrouped"],
+)
 async def test_every_split_of_a_response(clock: list[int], response: bytes) -> None:
     for cut in range(1, len(response)):
         r, fut, conn = await feed(split(response, cut))
@@ -129,7 +139,7 @@ async def test_every_split_of_a_response(clock: list[int], response: bytes) -> N
 async def test_every_split_of_a_body_after_its_head(clock: list[int], response: bytes) -> None:
     # the head in a read of its own, so the body's reads start at a chunk boundary: whole
     # chunks at the start of a read take the short path, the rest the chunked decoder
-    body = response[len(SSE_HEAD):]
+    body = response[len(SSE_HEAD) :]
     for cut in range(len(body) + 1):
         clock[0] = 0
         reads = [SSE_HEAD, *split(body, cut)]
@@ -137,8 +147,11 @@ async def test_every_split_of_a_body_after_its_head(clock: list[int], response: 
         assert (r.status, r.error_kind) == ("ok", None), (cut, r.error)
         assert list(r.chunk_tokens) == [1] * 5, cut
         # every event is stamped with the read that completed it
-        ends = [body.index(chunk(e).split(b"\r\n", 1)[1][:-2]) + len(e) for e in EVS[:5]] \
-            if response is FULL else None
+        ends = (
+            [body.index(chunk(e).split(b"\r\n", 1)[1][:-2]) + len(e) for e in EVS[:5]]
+            if response is FULL
+            else None
+        )
         if ends is not None:
             assert list(r.chunk_ns) == [2 if e <= cut and cut else len(reads) for e in ends], cut
         assert conn.keep_alive and fut.result() == len(reads)
@@ -154,7 +167,7 @@ async def test_two_cuts_anywhere_in_a_short_response(clock: list[int]) -> None:
 
 async def test_each_chunk_is_stamped_with_the_read_that_completed_it(clock: list[int]) -> None:
     # one byte per read: the read number is the clock
-    r, fut, _ = await feed([FULL[i:i + 1] for i in range(len(FULL))])
+    r, fut, _ = await feed([FULL[i : i + 1] for i in range(len(FULL))])
     want = []
     pos = len(SSE_HEAD)
     for e in EVS[:5]:
@@ -209,25 +222,35 @@ async def test_bytes_after_the_response_close_the_connection(clock: list[int]) -
 
 
 async def test_error_status_keeps_the_body_and_the_connection(clock: list[int]) -> None:
-    raw = b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"no such") \
-        + chunk(b" model") + LAST_CHUNK
+    raw = (
+        b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunk(b"no such")
+        + chunk(b" model")
+        + LAST_CHUNK
+    )
     for cut in range(1, len(raw)):
         _, fut, conn = await feed(split(raw, cut))
         assert fut.done() and conn.error_text() == "no such model" and conn.keep_alive, cut
     big = b"x" * (ERROR_BODY + 100)
-    _, fut, conn = await feed([b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n" % len(big), big[:3000], big[3000:]])
+    _, fut, conn = await feed(
+        [b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n" % len(big), big[:3000], big[3000:]]
+    )
     assert fut.done() and conn.error_text() == "x" * ERROR_BODY
     assert not conn.keep_alive  # the rest of the body was not read
 
 
-@pytest.mark.parametrize("reads,error", [
-    ([b"HELLO\r\n\r\n"], "bad status line"),
-    ([SSE_HEAD + b"zz\r\n"], "bad chunk-size line"),
-    ([SSE_HEAD, b"5\r\ndata: x\n\nXX"], "chunk data not followed by CRLF"),
-    ([SSE_HEAD, b"0x5\r\n"], "bad chunk-size line"),
-])
-async def test_garbage_fails_the_response_and_drops_the_connection(clock: list[int], reads: list[bytes],
-                                                                   error: str) -> None:
+@pytest.mark.parametrize(
+    "reads,error",
+    [
+        ([b"HELLO\r\n\r\n"], "bad status line"),
+        ([SSE_HEAD + b"zz\r\n"], "bad chunk-size line"),
+        ([SSE_HEAD, b"5\r\ndata: x\n\nXX"], "chunk data not followed by CRLF"),
+        ([SSE_HEAD, b"0x5\r\n"], "bad chunk-size line"),
+    ],
+)
+async def test_garbage_fails_the_response_and_drops_the_connection(
+    clock: list[int], reads: list[bytes], error: str
+) -> None:
     _, fut, conn = await feed(reads)
     exc = fut.exception()
     assert isinstance(exc, ProtocolError) and error in str(exc)
@@ -240,19 +263,20 @@ async def test_event_that_is_not_json_fails_in_the_read(clock: list[int]) -> Non
     assert conn.transport.aborted  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("reads,message", [
-    ([], "without a response"),
-    ([b"HTTP/1.1 200"], "inside the response head (12 bytes)"),
-    ([SSE_HEAD, chunk(EVS[0])], "before the end of the response"),
-])
+@pytest.mark.parametrize(
+    "reads,message",
+    [
+        ([], "without a response"),
+        ([b"HTTP/1.1 200"], "inside the response head (12 bytes)"),
+        ([SSE_HEAD, chunk(EVS[0])], "before the end of the response"),
+    ],
+)
 async def test_close_before_the_end(clock: list[int], reads: list[bytes], message: str) -> None:
     _, fut, _ = await feed(reads, lost=True)
     assert message in str(fut.exception())
 
 
 # -- over sockets ---------------------------------------------------------------------
-
-
 
 
 async def serve(servers: list[RawServer], script: Any) -> tuple[RawServer, str]:
@@ -265,8 +289,13 @@ def always(*steps: Step) -> Any:
     return lambda i, got: list(steps)
 
 
-async def fast_send(url: str, p: Prepared, r: RequestRecord, timeout_s: float = 10.0,
-                    sender: FastSender | None = None) -> RequestRecord:
+async def fast_send(
+    url: str,
+    p: Prepared,
+    r: RequestRecord,
+    timeout_s: float = 10.0,
+    sender: FastSender | None = None,
+) -> RequestRecord:
     s = sender or FastSender(url, timeout_s)
     try:
         await s.send(p, r)
@@ -281,7 +310,9 @@ async def test_request_bytes_on_the_wire_and_keep_alive_reuse(raw: list[RawServe
     sender = FastSender(url + "/base/", 10)
     rs = [await fast_send(url, prep(40, 5), rec(40, 5), sender=sender) for _ in range(3)]
     await sender.close()
-    assert [(r.status, r.error_kind, list(r.chunk_tokens)) for r in rs] == [("ok", None, [1] * 5)] * 3
+    assert [(r.status, r.error_kind, list(r.chunk_tokens)) for r in rs] == [
+        ("ok", None, [1] * 5)
+    ] * 3
     assert srv.connections == 1 and sender.pool.opened == 1 and sender.chunks == 15
     assert [g.connection for g in srv.received] == [0, 0, 0]
     p = prep(40, 5)
@@ -289,11 +320,14 @@ async def test_request_bytes_on_the_wire_and_keep_alive_reuse(raw: list[RawServe
     assert srv.received[0].head == (
         b"POST /base/v1/completions HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nAccept: */*\r\n"
         b"Content-Type: application/json\r\nX-Session-ID: s\r\nX-Request-Id: rid-1\r\n"
-        b"Content-Length: %d\r\n\r\n" % (port.encode(), len(p.body)))
+        b"Content-Length: %d\r\n\r\n" % (port.encode(), len(p.body))
+    )
     assert srv.received[0].body == p.body
 
 
-async def test_concurrent_requests_open_one_connection_each_then_reuse(raw: list[RawServer]) -> None:
+async def test_concurrent_requests_open_one_connection_each_then_reuse(
+    raw: list[RawServer],
+) -> None:
     srv, url = await serve(raw, always(0.05, FULL))
     sender = FastSender(url, 10)
     for _ in range(2):
@@ -331,8 +365,9 @@ async def test_writes_on_new_connections_pass_the_start_gate_again(raw: list[Raw
     assert srv.connections == 6
 
 
-async def test_connect_time_is_split_out_of_the_send(raw: list[RawServer],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_connect_time_is_split_out_of_the_send(
+    raw: list[RawServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A request that must open a connection records how long that took (connect_ns); its
     bytes go out after it, so TTFT counts from sent_ns + connect_ns and a slow connect is
     not server latency. A request on a kept-alive connection has connect_ns None."""
@@ -357,10 +392,20 @@ async def test_connect_time_is_split_out_of_the_send(raw: list[RawServer],
     assert srv.received[0].at_ns >= first.sent_ns + first.connect_ns
     assert srv.received[1].at_ns >= second.sent_ns
     t0 = first.sent_ns  # both intended at t0
-    m = request_metrics(rows_to_table([
-        {"intended_ns": 0, "sent_ns": r.sent_ns - t0, "connect_ns": r.connect_ns,  # type: ignore[operator]
-         "first_token_ns": r.first_token_ns - t0, "end_ns": r.end_ns - t0}  # type: ignore[operator]
-        for r in (first, second)]))
+    m = request_metrics(
+        rows_to_table(
+            [
+                {
+                    "intended_ns": 0,
+                    "sent_ns": r.sent_ns - t0,
+                    "connect_ns": r.connect_ns,  # type: ignore[operator]
+                    "first_token_ns": r.first_token_ns - t0,
+                    "end_ns": r.end_ns - t0,
+                }  # type: ignore[operator]
+                for r in (first, second)
+            ]
+        )
+    )
     assert m.ttft[0] == first.first_token_ns - first.sent_ns - first.connect_ns  # type: ignore[operator]
     assert m.ttft[0] < 50_000_000 <= m.ttft_intended[0]  # the connect counts from intended only
     assert m.schedule_lag[0] == 0 and m.connect[0] == first.connect_ns
@@ -432,6 +477,7 @@ async def test_a_stale_reused_connection_is_sent_again_once(raw: list[RawServer]
     closed it as the request went out): that request goes again on a new connection, once,
     with the time it lost inside its connect time. A new connection closed without an
     answer is an error, not sent again."""
+
     def script(i: int, got: Received) -> list[Step]:
         return ["close"] if i in (1, 3, 4) else [FULL]
 
@@ -442,32 +488,57 @@ async def test_a_stale_reused_connection_is_sent_again_once(raw: list[RawServer]
     assert (r1.status, r2.status, sender.resent) == ("ok", "ok", 1)
     assert [g.connection for g in srv.received] == [0, 0, 1]
     assert r2.connect_ns is not None and r2.sent_ns + r2.connect_ns > srv.received[1].at_ns
-    r3 = await fast_send(url, prep(40, 5), rec(40, 5), sender=sender)  # reused, closed, then new and closed
+    r3 = await fast_send(
+        url, prep(40, 5), rec(40, 5), sender=sender
+    )  # reused, closed, then new and closed
     await sender.close()
     assert (r3.status, r3.error_kind, sender.resent) == ("error", "stream", 2)
     assert "without a response" in (r3.error or "") and srv.connections == 3
 
 
-@pytest.mark.parametrize("script,want", [
-    (always(b"HTTP/1.0 200 OK\r\n\r\n" + b"".join(EVS), "close"), ("ok", None, 200, 5)),
-    (always(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(b"".join(EVS)) + b"".join(EVS)),
-     ("ok", None, 200, 5)),
-    (always(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 11\r\n\r\nslow down\r\n"),
-     ("error", "http", 429, 0)),
-    (always(SSE_HEAD + chunk(EVS[0]) + chunk(EVS[1]), "close"), ("error", "stream", 200, 2)),
-    (always(SSE_HEAD + chunk(EVS[0])[:20], "close"), ("error", "stream", 200, 0)),
-    (always("close"), ("error", "stream", None, 0)),
-    (always(b"HELLO WORLD\r\n\r\n", "close"), ("error", "stream", None, 0)),
-    (always(SSE_HEAD + b"zz\r\n", "hold"), ("error", "stream", 200, 0)),
-    (always(chunked_response([b"data: {nope\n\n"])), ("error", "json", 200, 0)),
-    (always(SSE_HEAD + chunk(EVS[0]), "hold"), ("error", "timeout", 200, 1)),
-    (always("hold"), ("error", "timeout", None, 0)),
-    (always(chunked_response(EVS[:5])), ("error", "stream", 200, 5)),  # no [DONE]
-], ids=["http10-close", "content-length", "429", "close-mid-stream", "close-mid-chunk",
-        "close-no-response", "garbage-head", "garbage-chunk", "json", "stall", "no-head",
-        "no-end-marker"])
-async def test_outcomes_over_sockets(raw: list[RawServer], script: Any,
-                                     want: tuple[str, str | None, int | None, int]) -> None:
+@pytest.mark.parametrize(
+    "script,want",
+    [
+        (always(b"HTTP/1.0 200 OK\r\n\r\n" + b"".join(EVS), "close"), ("ok", None, 200, 5)),
+        (
+            always(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(b"".join(EVS))
+                + b"".join(EVS)
+            ),
+            ("ok", None, 200, 5),
+        ),
+        (
+            always(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 11\r\n\r\nslow down\r\n"),
+            ("error", "http", 429, 0),
+        ),
+        (always(SSE_HEAD + chunk(EVS[0]) + chunk(EVS[1]), "close"), ("error", "stream", 200, 2)),
+        (always(SSE_HEAD + chunk(EVS[0])[:20], "close"), ("error", "stream", 200, 0)),
+        (always("close"), ("error", "stream", None, 0)),
+        (always(b"HELLO WORLD\r\n\r\n", "close"), ("error", "stream", None, 0)),
+        (always(SSE_HEAD + b"zz\r\n", "hold"), ("error", "stream", 200, 0)),
+        (always(chunked_response([b"data: {nope\n\n"])), ("error", "json", 200, 0)),
+        (always(SSE_HEAD + chunk(EVS[0]), "hold"), ("error", "timeout", 200, 1)),
+        (always("hold"), ("error", "timeout", None, 0)),
+        (always(chunked_response(EVS[:5])), ("error", "stream", 200, 5)),  # no [DONE]
+    ],
+    ids=[
+        "http10-close",
+        "content-length",
+        "429",
+        "close-mid-stream",
+        "close-mid-chunk",
+        "close-no-response",
+        "garbage-head",
+        "garbage-chunk",
+        "json",
+        "stall",
+        "no-head",
+        "no-end-marker",
+    ],
+)
+async def test_outcomes_over_sockets(
+    raw: list[RawServer], script: Any, want: tuple[str, str | None, int | None, int]
+) -> None:
     _srv, url = await serve(raw, script)
     r = await fast_send(url, prep(40, 5), rec(40, 5), timeout_s=0.4)
     assert (r.status, r.error_kind, r.http_status, len(r.chunk_tokens)) == want, r.error
@@ -529,12 +600,20 @@ def sim_prep(n_in: int, n_out: int) -> Prepared:
 
 
 def outcome(r: RequestRecord) -> tuple[Any, ...]:
-    return (r.status, r.error_kind, r.http_status, list(r.chunk_tokens), r.prompt_tokens,
-            r.completion_tokens, r.cached_tokens)
+    return (
+        r.status,
+        r.error_kind,
+        r.http_status,
+        list(r.chunk_tokens),
+        r.prompt_tokens,
+        r.completion_tokens,
+        r.cached_tokens,
+    )
 
 
-async def both(url: str, make_prep: Any, make_rec: Any, between: Any = None,
-               fast_url: str | None = None) -> tuple[RequestRecord, RequestRecord]:
+async def both(
+    url: str, make_prep: Any, make_rec: Any, between: Any = None, fast_url: str | None = None
+) -> tuple[RequestRecord, RequestRecord]:
     """The same request by the aiohttp client, then by the fast one (``between`` resets the
     server's prefix cache in between)."""
     a = make_rec()
@@ -547,8 +626,9 @@ async def both(url: str, make_prep: Any, make_rec: Any, between: Any = None,
     return a, b
 
 
-@pytest.mark.parametrize("case", ["multi", "split", "usage", "mismatch", "http", "truncate",
-                                  "chat", "messages"])
+@pytest.mark.parametrize(
+    "case", ["multi", "split", "usage", "mismatch", "http", "truncate", "chat", "messages"]
+)
 async def test_same_records_as_aiohttp_on_the_fake_vllm(case: str) -> None:
     fake = FakeVllm()
     n_in, n_out, api, expect = 40, 9, "completions", (40, 9)
@@ -586,11 +666,20 @@ async def test_same_records_as_aiohttp_on_the_fake_vllm(case: str) -> None:
     assert fake.seen[0].headers["x-request-id"] == fake.seen[1].headers["x-request-id"] == "rid-1"
 
 
-@pytest.mark.parametrize("fault,kind", [
-    ("", None), ("error=1", "http"), ("status=503;error=1", "http"), ("truncate_after=3", "stream"),
-    ("malformed_after=2", "json"), ("reset_after=3", "stream"),
-])
-async def test_same_classification_as_aiohttp_on_the_simulated_engine(fault: str, kind: str | None) -> None:
+@pytest.mark.parametrize(
+    "fault,kind",
+    [
+        ("", None),
+        ("error=1", "http"),
+        ("status=503;error=1", "http"),
+        ("truncate_after=3", "stream"),
+        ("malformed_after=2", "json"),
+        ("reset_after=3", "stream"),
+    ],
+)
+async def test_same_classification_as_aiohttp_on_the_simulated_engine(
+    fault: str, kind: str | None
+) -> None:
     def make_prep() -> Prepared:
         p = sim_prep(64, 12)
         if fault:
@@ -611,9 +700,13 @@ async def test_many_streams_on_the_simulated_engine() -> None:
     async with SimServer("fast") as sim:
         sender = FastSender(sim.url, 30)
         recs = [rec(64 + i, 20 + i % 7) for i in range(64)]
-        await asyncio.gather(*(sender.send(sim_prep(64 + i, 20 + i % 7), r) for i, r in enumerate(recs)))
+        await asyncio.gather(
+            *(sender.send(sim_prep(64 + i, 20 + i % 7), r) for i, r in enumerate(recs))
+        )
         await sender.close()
-    assert all(r.status == "ok" and r.error_kind is None for r in recs), [r.error for r in recs if r.error]
+    assert all(r.status == "ok" and r.error_kind is None for r in recs), [
+        r.error for r in recs if r.error
+    ]
     assert [sum(r.chunk_tokens) for r in recs] == [20 + i % 7 for i in range(64)]
     assert sender.chunks == sum(20 + i % 7 for i in range(64))
     assert all(r.sent_ns < r.headers_ns <= r.first_token_ns <= r.end_ns for r in recs)  # type: ignore[operator]
@@ -625,5 +718,7 @@ async def test_header_with_a_line_break_is_not_sent(raw: list[RawServer]) -> Non
     p = prep(40, 5)
     p.headers = {**p.headers, "X-Session-ID": "s\r\nX-Injected: 1"}
     r = await fast_send(url, p, rec(40, 5))
-    assert (r.status, r.error_kind) == ("error", "stream") and "contains CR or LF" in (r.error or "")
+    assert (r.status, r.error_kind) == ("error", "stream") and "contains CR or LF" in (
+        r.error or ""
+    )
     assert srv.received == [] and srv.connections == 0

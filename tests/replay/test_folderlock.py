@@ -32,8 +32,11 @@ def test_a_second_writer_is_refused_even_with_force(tmp_path: Path) -> None:
         who = json.loads((out / LOCK_NAME).read_text())
         assert who["pid"] == writer_identity()["pid"]
         for force in (False, True):
-            with pytest.raises(InputError, match=r"another run is writing its results here "
-                               rf"\(pid {who['pid']} on {who['host']}, since "):
+            with pytest.raises(
+                InputError,
+                match=r"another run is writing its results here "
+                rf"\(pid {who['pid']} on {who['host']}, since ",
+            ):
                 acquire(out, force)
         with pytest.raises(InputError, match="another run is writing"):
             refuse_if_busy(out)
@@ -94,8 +97,9 @@ def test_a_folder_that_is_not_results_is_left_as_it_was(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
-def test_without_flock_the_recorded_writer_decides(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_flock_the_recorded_writer_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(folderlock, "_try_lock", lambda fd: None)
     out = tmp_path / "res"
     out.mkdir()

@@ -30,17 +30,27 @@ def sim() -> Iterator[SimProcess]:
 
 
 def _trace(tmp_path: Path) -> Path:
-    return write_rows(tmp_path / "t.parquet", chain_rows(4, 3, gap_ns=50 * MS, think_ns=50 * MS,
-                                                         output_tokens=20))
+    return write_rows(
+        tmp_path / "t.parquet", chain_rows(4, 3, gap_ns=50 * MS, think_ns=50 * MS, output_tokens=20)
+    )
 
 
 def test_run_with_dcgm_exporter_writes_telemetry(sim: SimProcess, tmp_path: Path) -> None:
     out = tmp_path / "res"
     lines: list[str] = []
     with DcgmPage(live=True) as url:
-        s = run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
-                          scrape_interval_s=0, gpu_metrics=url, gpu_interval_s=0.05),
-                progress=lines.append)
+        s = run(
+            RunConfig(
+                trace=str(_trace(tmp_path)),
+                target=sim.url,
+                output=str(out),
+                salt=0,
+                scrape_interval_s=0,
+                gpu_metrics=url,
+                gpu_interval_s=0.05,
+            ),
+            progress=lines.append,
+        )
     assert s.ok == 12
     assert not any("GPU telemetry off" in x for x in lines)
     g = read_run_record(out).gpu_telemetry
@@ -65,15 +75,32 @@ def test_run_without_gpus_says_why_in_one_line(sim: SimProcess, tmp_path: Path) 
 
     out = tmp_path / "res"
     lines: list[str] = []
-    run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
-                  scrape_interval_s=0, gpu_metrics="nvml"), progress=lines.append)
+    run(
+        RunConfig(
+            trace=str(_trace(tmp_path)),
+            target=sim.url,
+            output=str(out),
+            salt=0,
+            scrape_interval_s=0,
+            gpu_metrics="nvml",
+        ),
+        progress=lines.append,
+    )
     assert [x for x in lines if "GPU telemetry" in x] == [f"GPU telemetry off: {why}"]
     assert read_run_record(out).gpu_telemetry == {"enabled": False, "reason": why}
     assert not (out / "gpu_telemetry.parquet").exists()
     # not asked for (auto): said only on a host with an NVIDIA driver; run.json keeps it
     lines.clear()
-    run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(tmp_path / "auto"),
-                  salt=0, scrape_interval_s=0), progress=lines.append)
+    run(
+        RunConfig(
+            trace=str(_trace(tmp_path)),
+            target=sim.url,
+            output=str(tmp_path / "auto"),
+            salt=0,
+            scrape_interval_s=0,
+        ),
+        progress=lines.append,
+    )
     said = [x for x in lines if "GPU telemetry" in x]
     assert said == ([f"GPU telemetry off: {why}"] if host_has_nvidia() else [])
     assert read_run_record(tmp_path / "auto").gpu_telemetry["enabled"] is False
@@ -85,8 +112,9 @@ def test_bad_gpu_metrics_value_is_an_input_error(tmp_path: Path) -> None:
         run(cfg, progress=None)
 
 
-def test_unreachable_exporter_is_one_line_and_the_run_goes_on(sim: SimProcess,
-                                                               tmp_path: Path) -> None:
+def test_unreachable_exporter_is_one_line_and_the_run_goes_on(
+    sim: SimProcess, tmp_path: Path
+) -> None:
     import socket
 
     with socket.socket() as sock:  # a port nobody listens on
@@ -94,12 +122,22 @@ def test_unreachable_exporter_is_one_line_and_the_run_goes_on(sim: SimProcess,
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/metrics"
     out = tmp_path / "res"
     lines: list[str] = []
-    s = run(RunConfig(trace=str(_trace(tmp_path)), target=sim.url, output=str(out), salt=0,
-                      scrape_interval_s=0, gpu_metrics=url), progress=lines.append)
+    s = run(
+        RunConfig(
+            trace=str(_trace(tmp_path)),
+            target=sim.url,
+            output=str(out),
+            salt=0,
+            scrape_interval_s=0,
+            gpu_metrics=url,
+        ),
+        progress=lines.append,
+    )
     assert s.ok == 12 and s.exit_code == 0
     off = [x for x in lines if "GPU telemetry" in x]
-    assert len(off) == 1 and off[0].startswith(f"GPU telemetry off: DCGM exporter {url} not "
-                                                "reachable (")
+    assert len(off) == 1 and off[0].startswith(
+        f"GPU telemetry off: DCGM exporter {url} not reachable ("
+    )
     meta = read_run_record(out)
     assert meta.gpu_telemetry["enabled"] is False and meta.status == "ok"
 
@@ -109,7 +147,9 @@ def test_cli_options() -> None:
     base = ["run", "t.parquet", "--target", "http://127.0.0.1:1"]
     cfg = config_from_args(parser.parse_args(base), "http://127.0.0.1:1")
     assert (cfg.gpu_metrics, cfg.gpu_interval_s) == ("auto", 0.1)
-    args = parser.parse_args([*base, "--gpu-metrics", "http://h:9400/metrics", "--gpu-interval", "0.5"])
+    args = parser.parse_args(
+        [*base, "--gpu-metrics", "http://h:9400/metrics", "--gpu-interval", "0.5"]
+    )
     cfg = config_from_args(args, args.target)
     assert (cfg.gpu_metrics, cfg.gpu_interval_s) == ("http://h:9400/metrics", 0.5)
     args = parser.parse_args([*base, "--no-gpu-metrics"])
@@ -126,7 +166,9 @@ def test_which_gpus_a_run_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     remote = RunConfig(trace="t", target="http://10.9.9.9:8000")
     local = RunConfig(trace="t", target="http://127.0.0.1:8000")
     # run --launch (no kind) and a sweep's launch target: the server's CUDA_VISIBLE_DEVICES
-    assert gpu_source(remote, {"env": {"CUDA_VISIBLE_DEVICES": "1"}})[0] == Source("nvml", indices=(1,))
+    assert gpu_source(remote, {"env": {"CUDA_VISIBLE_DEVICES": "1"}})[0] == Source(
+        "nvml", indices=(1,)
+    )
     assert gpu_source(remote, {"kind": "launch", "env": {}})[0] == Source("nvml")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert gpu_source(remote, {"kind": "launch", "env": {}})[0] == Source("nvml", indices=(0, 1))
@@ -152,9 +194,13 @@ def test_a_local_servers_cuda_visible_devices_picks_its_gpus(tmp_path: Path) -> 
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 20

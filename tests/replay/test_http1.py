@@ -15,7 +15,7 @@ from agent_replay.replay.http1 import (
     request_head_prefix,
 )
 
-PAYLOADS = [b"data: {\"a\":1}\n\n", b"x", b"data: " + b"y" * 300 + b"\n\n", b"\r\n\r\n"]
+PAYLOADS = [b'data: {"a":1}\n\n', b"x", b"data: " + b"y" * 300 + b"\n\n", b"\r\n\r\n"]
 
 
 def chunked(payloads: list[bytes], ext: bool = False, trailer: bytes = b"") -> bytes:
@@ -43,13 +43,17 @@ def decode_split(raw: bytes, cuts: list[int]) -> tuple[bytes, ChunkedDecoder, li
 def test_request_head_exact() -> None:
     prefix = request_head_prefix("POST", "/v1/completions", "127.0.0.1:8000")
     head = request_head(prefix, {"Content-Type": "application/json", "X-Request-Id": "r-1"}, 42)
-    assert head == (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept: */*\r\n"
-                    b"Content-Type: application/json\r\nX-Request-Id: r-1\r\n"
-                    b"Content-Length: 42\r\n\r\n")
+    assert head == (
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept: */*\r\n"
+        b"Content-Type: application/json\r\nX-Request-Id: r-1\r\n"
+        b"Content-Length: 42\r\n\r\n"
+    )
 
 
-@pytest.mark.parametrize("headers", [{"X-Session-ID": "s\r\nX-Evil: 1"}, {"X-A\nB": "v"},
-                                     {"X-Session-ID": "caf\u00e9 \u2603"}])
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Session-ID": "s\r\nX-Evil: 1"}, {"X-A\nB": "v"}, {"X-Session-ID": "caf\u00e9 \u2603"}],
+)
 def test_request_head_refuses_what_would_change_the_request(headers: dict[str, str]) -> None:
     with pytest.raises(ProtocolError):
         request_head(b"POST / HTTP/1.1\r\n", headers, 0)
@@ -57,7 +61,10 @@ def test_request_head_refuses_what_would_change_the_request(headers: dict[str, s
 
 def test_request_head_without_headers() -> None:
     assert request_head(b"P\r\n", {}, 0) == b"P\r\nContent-Length: 0\r\n\r\n"
-    assert request_head(b"P\r\n", {"A": "caf\u00e9"}, 1) == b"P\r\nA: caf\xe9\r\nContent-Length: 1\r\n\r\n"
+    assert (
+        request_head(b"P\r\n", {"A": "caf\u00e9"}, 1)
+        == b"P\r\nA: caf\xe9\r\nContent-Length: 1\r\n\r\n"
+    )
 
 
 @pytest.mark.parametrize("ext,trailer", [(False, b""), (True, b""), (True, b"X-T: 1\r\nY: 2\r\n")])
@@ -83,7 +90,7 @@ def test_chunked_every_pair_of_splits() -> None:
 def test_chunked_one_byte_at_a_time_gives_data_as_it_comes() -> None:
     raw = chunked([b"hello"])
     dec = ChunkedDecoder()
-    pieces = [dec.feed(raw[i:i + 1]) for i in range(len(raw))]
+    pieces = [dec.feed(raw[i : i + 1]) for i in range(len(raw))]
     # "5\r\n" then one piece per data byte, nothing for the CRLF and the last chunk
     assert pieces[3:8] == [[b"h"], [b"e"], [b"l"], [b"l"], [b"o"]]
     assert all(p == [] for p in pieces[:3] + pieces[8:])
@@ -104,17 +111,20 @@ def test_chunked_boundary_and_extra_bytes() -> None:
     assert dec.feed(b" 200") == [] and dec.extra == b"HTTP/1.1 200"
 
 
-@pytest.mark.parametrize("raw", [
-    b"zz\r\nab\r\n",  # not hex
-    b"-1\r\n",  # a sign
-    b"0x2\r\nab\r\n",  # a prefix
-    b"1_0\r\n",  # an underscore
-    b" 2\r\nab\r\n",  # leading space
-    b"\r\n",  # empty size
-    b"2\r\nabX\r\n",  # data longer than its size
-    b"2\r\nab\rX",  # CR not followed by LF
-    b"1" * 5000,  # endless size line
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"zz\r\nab\r\n",  # not hex
+        b"-1\r\n",  # a sign
+        b"0x2\r\nab\r\n",  # a prefix
+        b"1_0\r\n",  # an underscore
+        b" 2\r\nab\r\n",  # leading space
+        b"\r\n",  # empty size
+        b"2\r\nabX\r\n",  # data longer than its size
+        b"2\r\nab\rX",  # CR not followed by LF
+        b"1" * 5000,  # endless size line
+    ],
+)
 def test_chunked_garbage_is_a_protocol_error(raw: bytes) -> None:
     with pytest.raises(ProtocolError):
         ChunkedDecoder().feed(raw)
@@ -125,11 +135,25 @@ def test_chunked_size_with_whitespace_before_extension() -> None:
 
 
 def test_parse_head_framing_and_keep_alive() -> None:
-    h = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked")
-    assert (h.status, h.reason, h.chunked, h.content_length, h.keep_alive) == (200, "OK", True, None, True)
+    h = parse_head(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked"
+    )
+    assert (h.status, h.reason, h.chunked, h.content_length, h.keep_alive) == (
+        200,
+        "OK",
+        True,
+        None,
+        True,
+    )
     assert h.headers == [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
     h = parse_head(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 12\r\nConnection: close")
-    assert (h.status, h.chunked, h.content_length, h.keep_alive, h.until_close) == (500, False, 12, False, False)
+    assert (h.status, h.chunked, h.content_length, h.keep_alive, h.until_close) == (
+        500,
+        False,
+        12,
+        False,
+        False,
+    )
     h = parse_head(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain")
     assert (h.keep_alive, h.until_close) == (False, True)
     h = parse_head(b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0")
@@ -142,19 +166,30 @@ def test_parse_head_framing_and_keep_alive() -> None:
     assert parse_head(b"HTTP/1.1 200").reason == ""
 
 
-@pytest.mark.parametrize("raw", [
-    b"HTTP/2 200 OK", b"garbage", b"HTTP/1.1 2000 OK", b"HTTP/1.1 abc OK", b"",
-    b"HTTP/1.1 200 OK\r\nno colon here", b"HTTP/1.1 200 OK\r\nBad Name: x",
-    b"HTTP/1.1 200 OK\r\nContent-Length: -1", b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/2 200 OK",
+        b"garbage",
+        b"HTTP/1.1 2000 OK",
+        b"HTTP/1.1 abc OK",
+        b"",
+        b"HTTP/1.1 200 OK\r\nno colon here",
+        b"HTTP/1.1 200 OK\r\nBad Name: x",
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2",
+    ],
+)
 def test_parse_head_rejects(raw: bytes) -> None:
     with pytest.raises(ProtocolError):
         parse_head(raw)
 
 
 def test_head_reader_every_split_skips_interim_and_returns_the_rest() -> None:
-    raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-           b"3\r\nabc\r\n")
+    raw = (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3\r\nabc\r\n"
+    )
     for cut in range(len(raw) + 1):
         r = HeadReader()
         got = r.feed(raw[:cut])

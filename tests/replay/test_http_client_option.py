@@ -29,7 +29,9 @@ def test_cli_option_and_config_checks() -> None:
     parser = build_parser()
     args = parser.parse_args(["run", "t.parquet", "--target", "http://127.0.0.1:1"])
     assert config_from_args(args, args.target).http_client == "fast"
-    args = parser.parse_args(["run", "t.parquet", "--target", "http://127.0.0.1:1", "--http-client", "aiohttp"])
+    args = parser.parse_args(
+        ["run", "t.parquet", "--target", "http://127.0.0.1:1", "--http-client", "aiohttp"]
+    )
     assert config_from_args(args, args.target).http_client == "aiohttp"
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "t.parquet", "--target", "http://x", "--http-client", "curl"])
@@ -37,7 +39,10 @@ def test_cli_option_and_config_checks() -> None:
         RunConfig(trace="t", target="http://x", http_client="curl").check()
     assert RunConfig(trace="t", target="https://x").effective_http_client() == "aiohttp"
     assert RunConfig(trace="t", target="http://x").effective_http_client() == "fast"
-    assert RunConfig(trace="t", target="http://x", http_client="aiohttp").effective_http_client() == "aiohttp"
+    assert (
+        RunConfig(trace="t", target="http://x", http_client="aiohttp").effective_http_client()
+        == "aiohttp"
+    )
 
 
 def test_both_clients_give_the_same_rows(sim: SimProcess, tmp_path: Path) -> None:
@@ -46,18 +51,44 @@ def test_both_clients_give_the_same_rows(sim: SimProcess, tmp_path: Path) -> Non
     got = {}
     for client in ("fast", "aiohttp"):
         out = tmp_path / client
-        s = run(RunConfig(trace=str(trace), target=sim.url, output=str(out), salt=7, speedup=4,
-                          scrape_interval_s=0, http_client=client), progress=None)
+        s = run(
+            RunConfig(
+                trace=str(trace),
+                target=sim.url,
+                output=str(out),
+                salt=7,
+                speedup=4,
+                scrape_interval_s=0,
+                http_client=client,
+            ),
+            progress=None,
+        )
         assert (s.ok, s.failed, s.mismatches, s.total) == (18, 0, 0, 18)
         meta = read_run_record(out)
         assert meta.environment["http_client"] == client
         assert meta.option("http_client") == client
-        t = pq.read_table(out / "requests").sort_by([("session_id", "ascending"), ("request_index", "ascending")])
-        got[client] = t.select(["session_id", "request_index", "status", "error_kind", "http_status",
-                                "prompt_tokens", "completion_tokens", "expected_output_tokens",
-                                "chunk_tokens"]).to_pydict()
+        t = pq.read_table(out / "requests").sort_by(
+            [("session_id", "ascending"), ("request_index", "ascending")]
+        )
+        got[client] = t.select(
+            [
+                "session_id",
+                "request_index",
+                "status",
+                "error_kind",
+                "http_status",
+                "prompt_tokens",
+                "completion_tokens",
+                "expected_output_tokens",
+                "chunk_tokens",
+            ]
+        ).to_pydict()
         d = t.to_pydict()
         assert all(len(c) == 10 + r for c, r in zip(d["chunk_ns"], d["request_index"], strict=True))
-        assert all(s_ < h <= f <= e for s_, h, f, e in zip(d["sent_ns"], d["headers_ns"], d["first_token_ns"],
-                                                           d["end_ns"], strict=True))
+        assert all(
+            s_ < h <= f <= e
+            for s_, h, f, e in zip(
+                d["sent_ns"], d["headers_ns"], d["first_token_ns"], d["end_ns"], strict=True
+            )
+        )
     assert got["fast"] == got["aiohttp"]

@@ -73,9 +73,16 @@ class GenericServer:
         await resp.prepare(request)
         messages = request.path == "/v1/messages"
         if messages:
-            await resp.write(b"event: message_start\ndata: " + orjson.dumps(
-                {"type": "message_start", "message": {"usage": {"input_tokens": n_in,
-                                                                 "output_tokens": 1}}}) + b"\n\n")
+            await resp.write(
+                b"event: message_start\ndata: "
+                + orjson.dumps(
+                    {
+                        "type": "message_start",
+                        "message": {"usage": {"input_tokens": n_in, "output_tokens": 1}},
+                    }
+                )
+                + b"\n\n"
+            )
         done = 0
         while done < n_out:
             k = min(self.tokens_per_chunk, n_out - done)
@@ -90,17 +97,29 @@ class GenericServer:
                     choice["text"] = text
                 else:
                     choice["delta"] = {"content": text}
-                await resp.write(b"data: " + orjson.dumps({"id": "g", "choices": [choice]}) + b"\n\n")
+                await resp.write(
+                    b"data: " + orjson.dumps({"id": "g", "choices": [choice]}) + b"\n\n"
+                )
             await asyncio.sleep(0.001)
         if messages:
-            await resp.write(b"event: message_delta\ndata: " + orjson.dumps(
-                {"type": "message_delta", "delta": {"stop_reason": "max_tokens"},
-                 "usage": {"output_tokens": done}}) + b"\n\n")
+            await resp.write(
+                b"event: message_delta\ndata: "
+                + orjson.dumps(
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": "max_tokens"},
+                        "usage": {"output_tokens": done},
+                    }
+                )
+                + b"\n\n"
+            )
             await resp.write(b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
             return resp
         if self.usage and opts.get("include_usage"):
             usage = {"prompt_tokens": n_in, "completion_tokens": done, "total_tokens": n_in + done}
-            await resp.write(b"data: " + orjson.dumps({"id": "g", "choices": [], "usage": usage}) + b"\n\n")
+            await resp.write(
+                b"data: " + orjson.dumps({"id": "g", "choices": [], "usage": usage}) + b"\n\n"
+            )
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
@@ -124,15 +143,25 @@ async def generic() -> AsyncIterator[tuple[GenericServer, str]]:
 
 def _prep(api: str, n_in: int, n_out: int, vllm_extras: bool = False) -> Prepared:
     prompt: Any = np.arange(1000, 1000 + n_in) if api == "completions" else "a b c"
-    body = build_request(api, model="generic", prompt=prompt, max_tokens=n_out,
-                         vllm_extras=vllm_extras)
+    body = build_request(
+        api, model="generic", prompt=prompt, max_tokens=n_out, vllm_extras=vllm_extras
+    )
     return Prepared(API_PATHS[api], encode_body(body), {"Content-Type": "application/json"}, api)
 
 
 def _rec(api: str, n_in: int, n_out: int) -> RequestRecord:
-    return RequestRecord(session_id="s", request_index=0, parent_index=-1, clone=0, worker=0,
-                         request_id="r", api=api, expected_input_tokens=n_in,
-                         expected_output_tokens=n_out, implied_cached_tokens=None)
+    return RequestRecord(
+        session_id="s",
+        request_index=0,
+        parent_index=-1,
+        clone=0,
+        worker=0,
+        request_id="r",
+        api=api,
+        expected_input_tokens=n_in,
+        expected_output_tokens=n_out,
+        implied_cached_tokens=None,
+    )
 
 
 async def _send(client: str, url: str, p: Prepared, r: RequestRecord) -> RequestRecord:
@@ -152,12 +181,21 @@ async def _send(client: str, url: str, p: Prepared, r: RequestRecord) -> Request
 
 
 def _outcome(r: RequestRecord) -> tuple[Any, ...]:
-    return (r.status, r.error_kind, r.error, list(r.chunk_tokens), r.prompt_tokens,
-            r.completion_tokens, r.http_status)
+    return (
+        r.status,
+        r.error_kind,
+        r.error,
+        list(r.chunk_tokens),
+        r.prompt_tokens,
+        r.completion_tokens,
+        r.http_status,
+    )
 
 
 @pytest.mark.parametrize("api", ["completions", "chat", "messages"])
-async def test_both_clients_keep_inexact_requests_ok(generic: tuple[GenericServer, str], api: str) -> None:
+async def test_both_clients_keep_inexact_requests_ok(
+    generic: tuple[GenericServer, str], api: str
+) -> None:
     _, url = generic
     n_in = 40 if api == "completions" else 6
     got = {}
@@ -174,7 +212,9 @@ async def test_both_clients_keep_inexact_requests_ok(generic: tuple[GenericServe
     assert got["fast"] == got["aiohttp"]
 
 
-async def test_inexact_counts_still_checked_against_the_trace(generic: tuple[GenericServer, str]) -> None:
+async def test_inexact_counts_still_checked_against_the_trace(
+    generic: tuple[GenericServer, str],
+) -> None:
     srv, url = generic
     for client in ("fast", "aiohttp"):
         r = await _send(client, url, _prep("completions", 40, 9), _rec("completions", 41, 10))
@@ -191,22 +231,38 @@ async def test_inexact_counts_still_checked_against_the_trace(generic: tuple[Gen
     assert got["fast"] == got["aiohttp"]
 
 
-async def test_vllm_extras_are_refused_by_the_generic_server(generic: tuple[GenericServer, str]) -> None:
+async def test_vllm_extras_are_refused_by_the_generic_server(
+    generic: tuple[GenericServer, str],
+) -> None:
     _, url = generic
-    r = await _send("fast", url, _prep("completions", 40, 9, vllm_extras=True), _rec("completions", 40, 9))
+    r = await _send(
+        "fast", url, _prep("completions", 40, 9, vllm_extras=True), _rec("completions", 40, 9)
+    )
     assert (r.status, r.error_kind, r.http_status) == ("error", "http", 400)
 
 
 @pytest.mark.parametrize("client", ["fast", "aiohttp"])
 async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
-        generic: tuple[GenericServer, str], tmp_path: Path, client: str) -> None:
+    generic: tuple[GenericServer, str], tmp_path: Path, client: str
+) -> None:
     srv, url = generic
     rows = chain_rows(3, 2, gap_ns=20 * MS, think_ns=10 * MS, input_tokens=60, output_tokens=7)
     trace = write_rows(tmp_path / "t.parquet", rows)
     out = tmp_path / "out"
-    s = await arun(RunConfig(trace=str(trace), target=url, output=str(out), salt=3, speedup=10,
-                             scrape_interval_s=0, vllm_extras=False, http_client=client,
-                             progress=False), progress=None)
+    s = await arun(
+        RunConfig(
+            trace=str(trace),
+            target=url,
+            output=str(out),
+            salt=3,
+            speedup=10,
+            scrape_interval_s=0,
+            vllm_extras=False,
+            http_client=client,
+            progress=False,
+        ),
+        progress=None,
+    )
     assert (s.ok, s.failed, s.total) == (6, 0, 6)
     assert s.output_tokens == sum(r["output_tokens"] for r in rows)  # from the usage
     assert all(not any(f in b for f in VLLM_FIELDS) for b in srv.seen)
@@ -222,7 +278,9 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
     assert st.requests["ok"] == 6 and st.requests["failed"] == 0
     assert st.inexact == {"requests": 6, "without_usage": 0}
     assert st.latency["ttft"].count == 6 and st.latency["e2e"].count == 6
-    assert st.latency["chunk_gap"].count == sum(-(-row["expected_output_tokens"] // 2) - 1 for row in t)
+    assert st.latency["chunk_gap"].count == sum(
+        -(-row["expected_output_tokens"] // 2) - 1 for row in t
+    )
     assert st.latency["tpot"].count == 0 and st.latency["itl"].count == 0 and st.tps.count == 0
     assert st.tokens_per_chunk == {}
     assert st.tokens["output"] == sum(row["expected_output_tokens"] for row in t)  # from usage
@@ -243,9 +301,20 @@ async def test_replay_with_no_vllm_extras_reports_times_not_per_token(
     # an inexact stream whose usage disagrees with the trace counts as a mismatch too
     srv.shortfall = 1
     out2 = tmp_path / "out2"
-    s2 = await arun(RunConfig(trace=str(trace), target=url, output=str(out2), salt=3, speedup=10,
-                              scrape_interval_s=0, vllm_extras=False, http_client=client,
-                              progress=False), progress=None)
+    s2 = await arun(
+        RunConfig(
+            trace=str(trace),
+            target=url,
+            output=str(out2),
+            salt=3,
+            speedup=10,
+            scrape_interval_s=0,
+            vllm_extras=False,
+            http_client=client,
+            progress=False,
+        ),
+        progress=None,
+    )
     assert (s2.ok, s2.inexact, s2.mismatches) == (6, 6, 6)
 
 

@@ -31,18 +31,39 @@ def test_sigint_keeps_partial_results(tmp_path: Path, inherited: str) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(40, 3, gap_ns=200 * MS, output_tokens=4))
     out = tmp_path / "res"
     server = subprocess.Popen(
-        [sys.executable, "-c",
-         "import asyncio\nfrom tests.replay.fakeserver import FakeVllm, start\n"
-         "async def go():\n    runner, url = await start(FakeVllm(step_s=0.01))\n"
-         "    print(url, flush=True)\n    await asyncio.sleep(120)\nasyncio.run(go())\n"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import asyncio\nfrom tests.replay.fakeserver import FakeVllm, start\n"
+            "async def go():\n    runner, url = await start(FakeVllm(step_s=0.01))\n"
+            "    print(url, flush=True)\n    await asyncio.sleep(120)\nasyncio.run(go())\n",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
-        run = subprocess.Popen([sys.executable, "-m", "agent_replay", "run", str(trace), "--target", url,
-                                "-o", str(out), "--no-progress"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=_ignore_sigint if inherited == "ignored" else None)
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agent_replay",
+                "run",
+                str(trace),
+                "--target",
+                url,
+                "-o",
+                str(out),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_ignore_sigint if inherited == "ignored" else None,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not list((out / "requests").glob("part-*.parquet")):
             time.sleep(0.1)

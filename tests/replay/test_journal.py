@@ -17,9 +17,18 @@ T0 = 7_000_000_000
 
 
 def _rec(i: int) -> RequestRecord:
-    r = RequestRecord(session_id=f"s{i}", request_index=i, parent_index=i - 1, clone=1, worker=0,
-                      request_id=f"run-s{i}-{i}", api="chat", expected_input_tokens=80 + i,
-                      expected_output_tokens=3, implied_cached_tokens=None if i % 2 else 16)
+    r = RequestRecord(
+        session_id=f"s{i}",
+        request_index=i,
+        parent_index=i - 1,
+        clone=1,
+        worker=0,
+        request_id=f"run-s{i}-{i}",
+        api="chat",
+        expected_input_tokens=80 + i,
+        expected_output_tokens=3,
+        implied_cached_tokens=None if i % 2 else 16,
+    )
     r.intended_ns, r.sent_ns, r.first_token_ns, r.end_ns = T0 + 10, T0 + 12, T0 + 20, T0 + 40
     r.connect_ns = 5 if i % 2 else None
     r.chunk_ns = array("q", [T0 + 20, T0 + 30 + i, T0 + 40])
@@ -61,8 +70,9 @@ def test_segments_go_with_their_part_files_and_all_at_close(tmp_path: Path) -> N
     w._pool.submit(lambda: None).result()  # the part is written
     w.tick(T0 + 10**10)  # harvest: segment 0 goes, segment 1 (row 2) stays
     assert sorted(p.name for p in req.glob(".rows-*")) == [".rows-000-00001.journal"]
-    assert [r.request_id for r in decode((req / ".rows-000-00001.journal").read_bytes())] == \
-        ["run-s2-2"]
+    assert [r.request_id for r in decode((req / ".rows-000-00001.journal").read_bytes())] == [
+        "run-s2-2"
+    ]
     w.close()
     assert not list(req.glob(".rows-*"))
     assert w.unwritten == 0

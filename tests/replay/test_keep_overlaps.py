@@ -20,14 +20,36 @@ ROWS = [("main", 0, [], None, 1), ("x", 2, [0], 1, 3), ("main", 6, [0], 5, 1)]
 
 
 def table() -> pa.Table:
-    cols: dict[str, list[Any]] = {k: [] for k in (
-        "session_id", "request_index", "parent_index", "arrival_ns", "think_ns", "input_tokens",
-        "output_tokens", "hash_ids", "end_ns", "agent_id", "depends_on")}
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "session_id",
+            "request_index",
+            "parent_index",
+            "arrival_ns",
+            "think_ns",
+            "input_tokens",
+            "output_tokens",
+            "hash_ids",
+            "end_ns",
+            "agent_id",
+            "depends_on",
+        )
+    }
     for i, (agent, t, deps, think, dur) in enumerate(ROWS):
-        for k, v in (("session_id", "s"), ("request_index", i), ("parent_index", -1),
-                     ("arrival_ns", t * S), ("think_ns", None if think is None else think * S),
-                     ("input_tokens", 32), ("output_tokens", 4), ("hash_ids", [i]),
-                     ("end_ns", dur * S), ("agent_id", agent), ("depends_on", deps)):
+        for k, v in (
+            ("session_id", "s"),
+            ("request_index", i),
+            ("parent_index", -1),
+            ("arrival_ns", t * S),
+            ("think_ns", None if think is None else think * S),
+            ("input_tokens", 32),
+            ("output_tokens", 4),
+            ("hash_ids", [i]),
+            ("end_ns", dur * S),
+            ("agent_id", agent),
+            ("depends_on", deps),
+        ):
             cols[k].append(v)
     return columns_table(cols)
 
@@ -37,7 +59,9 @@ def sends(opts: PlanOptions) -> dict[int, tuple[int, int]]:
     plan = build_plan(table(), 16, opts)
     clock = FakeClock(start_ns=0)
     recs: list[RequestRecord] = []
-    clock.run(Driver(plan, FakeTransport(clock, 3 * S), clock, t0_ns=0, on_record=recs.append).run())
+    clock.run(
+        Driver(plan, FakeTransport(clock, 3 * S), clock, t0_ns=0, on_record=recs.append).run()
+    )
     return {r.request_index: (r.intended_ns, r.end_ns or 0) for r in recs}
 
 

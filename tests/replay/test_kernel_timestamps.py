@@ -23,13 +23,12 @@ from agent_replay.replay.outcome import RequestRecord
 from tests.replay.rawserver import LAST_CHUNK, SSE_HEAD, RawServer, chunk, chunked_response, events
 from tests.replay.test_client_errors import prep, rec
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="SO_TIMESTAMPNS receive timestamps are Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS receive timestamps are Linux's"
+)
 
 MS = 1_000_000
 BLOCK_S = 0.2  # long enough that a loaded machine still writes inside it
-
-
 
 
 class ThreadServer:
@@ -52,8 +51,13 @@ class ThreadServer:
             while b"\r\n\r\n" not in buf:
                 buf += conn.recv(65536)
             head, _, body = buf.partition(b"\r\n\r\n")
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length")))
+            length = int(
+                next(
+                    line.split(b":")[1]
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+            )
             while len(body) < length:
                 body += conn.recv(65536)
             conn.sendall(SSE_HEAD)
@@ -112,8 +116,9 @@ def test_the_realtime_offset_matches_the_clocks() -> None:
 # -- the kernel-stamped transport carries the fast client's other cases too -----------------
 
 
-async def _kernel_send(url: str, n_out: int = 5, timeout_s: float = 10.0
-                       ) -> tuple[RequestRecord, FastSender]:
+async def _kernel_send(
+    url: str, n_out: int = 5, timeout_s: float = 10.0
+) -> tuple[RequestRecord, FastSender]:
     sender = FastSender(url, timeout_s, kernel_timestamps=True)
     r = rec(40, n_out)
     try:
@@ -158,17 +163,29 @@ def test_kernel_timestamps_need_the_fast_client() -> None:
     from agent_replay.replay.config import RunConfig
 
     with pytest.raises(InputError, match="--timestamps kernel needs the fast client"):
-        RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="kernel",
-                  http_client="aiohttp").check()
+        RunConfig(
+            trace="t",
+            target="http://127.0.0.1:1",
+            output="o",
+            timestamps="kernel",
+            http_client="aiohttp",
+        ).check()
     with pytest.raises(InputError, match="--timestamps must be one of"):
         RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="nic").check()
     RunConfig(trace="t", target="http://127.0.0.1:1", output="o", timestamps="kernel").check()
     # auto: kernel stamps with the fast client, loop stamps where they cannot be had
     auto = RunConfig(trace="t", target="http://127.0.0.1:1", output="o")
     assert auto.timestamps == "auto" and auto.effective_timestamps() == "kernel"
-    assert RunConfig(trace="t", target="http://127.0.0.1:1", output="o",
-                     http_client="aiohttp").effective_timestamps() == "loop"
-    assert RunConfig(trace="t", target="https://example.com", output="o").effective_timestamps() == "loop"
+    assert (
+        RunConfig(
+            trace="t", target="http://127.0.0.1:1", output="o", http_client="aiohttp"
+        ).effective_timestamps()
+        == "loop"
+    )
+    assert (
+        RunConfig(trace="t", target="https://example.com", output="o").effective_timestamps()
+        == "loop"
+    )
 
 
 class Collect:

@@ -17,9 +17,18 @@ from tests.replay.rawserver import events
 
 
 def _rec(n_out: int) -> RequestRecord:
-    return RequestRecord(session_id="s", request_index=0, parent_index=-1, clone=0, worker=0,
-                         request_id="r", api="completions", expected_input_tokens=40,
-                         expected_output_tokens=n_out, implied_cached_tokens=None)
+    return RequestRecord(
+        session_id="s",
+        request_index=0,
+        parent_index=-1,
+        clone=0,
+        worker=0,
+        request_id="r",
+        api="completions",
+        expected_input_tokens=40,
+        expected_output_tokens=n_out,
+        implied_cached_tokens=None,
+    )
 
 
 def _play(evs: list[bytes], n_out: int = 5) -> RequestRecord:
@@ -35,8 +44,11 @@ def _play(evs: list[bytes], n_out: int = 5) -> RequestRecord:
 def _final_usage(evs: list[bytes], completion: int) -> list[bytes]:
     """``evs`` with the final usage event saying ``completion`` output tokens."""
     usage = {"prompt_tokens": 40, "completion_tokens": completion, "total_tokens": 40 + completion}
-    return [*evs[:-2], b"data: " + orjson.dumps({"id": "x", "choices": [], "usage": usage}) + b"\n\n",
-            evs[-1]]
+    return [
+        *evs[:-2],
+        b"data: " + orjson.dumps({"id": "x", "choices": [], "usage": usage}) + b"\n\n",
+        evs[-1],
+    ]
 
 
 def test_a_usage_that_disagrees_with_the_stream_is_flagged_not_believed() -> None:

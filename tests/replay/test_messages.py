@@ -12,9 +12,22 @@ from agent_replay.replay.messages import ActorPoll, Progress
 
 
 def _progress(shard: int, **kw: object) -> Progress:
-    base = dict(shard=shard, elapsed_ns=2_000_000_000, total=10, sent=4, done=3, skipped=0,
-                in_flight=1, sessions=2, ok=3, errors=0, chunks=30, output_tokens=90, cpu=0.25,
-                loop_lags=(1_000, 2_000))
+    base = dict(
+        shard=shard,
+        elapsed_ns=2_000_000_000,
+        total=10,
+        sent=4,
+        done=3,
+        skipped=0,
+        in_flight=1,
+        sessions=2,
+        ok=3,
+        errors=0,
+        chunks=30,
+        output_tokens=90,
+        cpu=0.25,
+        loop_lags=(1_000, 2_000),
+    )
     base.update(kw)
     return Progress(**base)  # type: ignore[arg-type]
 

@@ -33,8 +33,9 @@ from agent_replay.replay.sweep.experiment import RUN_KEYS, load_experiment
 class WithLabel(RunConfig):
     """A config with one more option, declared as one field."""
 
-    label_count: int | None = option(None, kind=LOAD, metavar="N", checks=(at_least(2),), sweep=True,
-                                     help="a new option")
+    label_count: int | None = option(
+        None, kind=LOAD, metavar="N", checks=(at_least(2),), sweep=True, help="a new option"
+    )
 
 
 def _parse(cls: type, argv: list[str]) -> argparse.Namespace:
@@ -69,34 +70,74 @@ def test_low_token_id_is_an_option_everywhere(tmp_path: Path) -> None:
     assert RUN_KEYS["low_token_id"] == (int,)
     (tmp_path / "t.parquet").write_bytes(b"")
     exp = tmp_path / "exp.toml"
-    exp.write_text('trace = "t.parquet"\n[load]\naxis = "rate"\npoints = [1]\n[run]\n'
-                   'low_token_id = -1\n[[targets]]\nsim = "fast"\n')
+    exp.write_text(
+        'trace = "t.parquet"\n[load]\naxis = "rate"\npoints = [1]\n[run]\n'
+        'low_token_id = -1\n[[targets]]\nsim = "fast"\n'
+    )
     with pytest.raises(InputError, match=r"\[run\] low_token_id: must be >= 0, got -1"):
         load_experiment(exp)
 
 
 def test_command_line_to_config_hand_checked() -> None:
     parser = build_parser()
-    args = parser.parse_args([
-        "run", "t.parquet", "--target", "http://h:1", "-o", "out", "--speedup", "2.5",
-        "--duration", "30", "--ramp", "4", "--no-vllm-extras", "--no-progress",
-        "--header", "X-A=1", "--header", "X-B=2=3", "--no-gpu-metrics", "--ray",
-        "--request-timeout", "9", "--max-failure-rate", "0.5"])
+    args = parser.parse_args(
+        [
+            "run",
+            "t.parquet",
+            "--target",
+            "http://h:1",
+            "-o",
+            "out",
+            "--speedup",
+            "2.5",
+            "--duration",
+            "30",
+            "--ramp",
+            "4",
+            "--no-vllm-extras",
+            "--no-progress",
+            "--header",
+            "X-A=1",
+            "--header",
+            "X-B=2=3",
+            "--no-gpu-metrics",
+            "--ray",
+            "--request-timeout",
+            "9",
+            "--max-failure-rate",
+            "0.5",
+        ]
+    )
     cfg = config_from_args(args, args.target)
     assert (cfg.output, cfg.speedup, cfg.duration_s, cfg.ramp_s) == ("out", 2.5, 30.0, 4.0)
     assert cfg.vllm_extras is False and cfg.progress is False
     assert cfg.headers == (("X-A", "1"), ("X-B", "2=3"))
     assert cfg.gpu_metrics == "off" and cfg.ray == "auto"
     assert cfg.request_timeout_s == 9.0 and cfg.max_failure_rate == 0.5
-    plain = config_from_args(parser.parse_args(["run", "t", "--target", "http://h:1"]), "http://h:1")
+    plain = config_from_args(
+        parser.parse_args(["run", "t", "--target", "http://h:1"]), "http://h:1"
+    )
     assert plain == RunConfig(trace="t", target="http://h:1")  # every default is the field's
 
 
 def test_preset_fills_what_the_command_line_leaves_out() -> None:
     parser = build_parser()
-    args = parser.parse_args(["run", "t", "--target", "http://h:1", "--preset",
-                              "inferencex-agentx", "--idle-cap", "5", "--start-range", "0.1,0.2",
-                              "--concurrency", "4"])
+    args = parser.parse_args(
+        [
+            "run",
+            "t",
+            "--target",
+            "http://h:1",
+            "--preset",
+            "inferencex-agentx",
+            "--idle-cap",
+            "5",
+            "--start-range",
+            "0.1,0.2",
+            "--concurrency",
+            "4",
+        ]
+    )
     cfg = config_from_args(args, args.target)
     assert cfg.timing == "agentx" and cfg.duration_s == 3600.0
     assert (cfg.agentx.idle_cap_s, cfg.agentx.seed, cfg.agentx.warmup_requests) == (5.0, 42, 10)
@@ -104,14 +145,33 @@ def test_preset_fills_what_the_command_line_leaves_out() -> None:
     assert record_options(cfg)["agentx"]["preset"] == "inferencex-agentx"
     assert tuple(PRESETS) == PRESET_NAMES
     with pytest.raises(InputError, match=r"^--idle-cap-s must be >= 0, got -1"):
-        config_from_args(parser.parse_args(["run", "t", "--target", "http://h:1", "--timing",
-                                            "agentx", "--concurrency", "1", "--idle-cap", "-1"]),
-                         "http://h:1").check()
+        config_from_args(
+            parser.parse_args(
+                [
+                    "run",
+                    "t",
+                    "--target",
+                    "http://h:1",
+                    "--timing",
+                    "agentx",
+                    "--concurrency",
+                    "1",
+                    "--idle-cap",
+                    "-1",
+                ]
+            ),
+            "http://h:1",
+        ).check()
 
 
 def test_run_json_options_redact_and_skip_unrecorded() -> None:
-    cfg = RunConfig(trace="t", target="http://h:1", api_key="sk-1", t0_ns=5,
-                    headers=(("Authorization", "Bearer x"),))
+    cfg = RunConfig(
+        trace="t",
+        target="http://h:1",
+        api_key="sk-1",
+        t0_ns=5,
+        headers=(("Authorization", "Bearer x"),),
+    )
     rec = record_options(cfg)
     assert "t0_ns" not in rec and rec["api_key"] != "sk-1"
     assert rec["headers"][0][1] != "Bearer x" and rec["trace"] == "t"
@@ -125,11 +185,21 @@ def test_a_run_records_its_options_and_reads_back_typed(tmp_path: Path) -> None:
     from agent_replay.runmeta import RUN_META_VERSION, RunMeta
     from tests.replay.helpers import MS, chain_rows, write_rows
 
-    trace = write_rows(tmp_path / "t.parquet", chain_rows(2, 2, gap_ns=5 * MS, think_ns=1 * MS,
-                                                          input_tokens=40, output_tokens=4))
+    trace = write_rows(
+        tmp_path / "t.parquet",
+        chain_rows(2, 2, gap_ns=5 * MS, think_ns=1 * MS, input_tokens=40, output_tokens=4),
+    )
     with SimProcess("fast") as sim:
-        cfg = RunConfig(trace=str(trace), target=sim.url, output=str(tmp_path / "r"), salt=3,
-                        speedup=4, scrape_interval_s=0, low_token_id=2000, gpu_metrics="off")
+        cfg = RunConfig(
+            trace=str(trace),
+            target=sim.url,
+            output=str(tmp_path / "r"),
+            salt=3,
+            speedup=4,
+            scrape_interval_s=0,
+            low_token_id=2000,
+            gpu_metrics="off",
+        )
         s = run(cfg, progress=None)
     assert (s.ok, s.failed) == (4, 0)
     raw = json.loads((tmp_path / "r" / "run.json").read_text())
@@ -151,8 +221,9 @@ def test_axes_plan_and_kinds_come_from_the_declarations() -> None:
 
     @dataclass(frozen=True)
     class WithAxis(RunConfig):
-        lanes: int | None = option(None, kind=LOAD, axis=CLOSED,
-                                   axis_sets=(("timing", "max-rate"),), help="lanes")
+        lanes: int | None = option(
+            None, kind=LOAD, axis=CLOSED, axis_sets=(("timing", "max-rate"),), help="lanes"
+        )
 
     assert AXES == ("speedup", "concurrency", "rate", "concurrent_sessions")
     assert INTEGER_AXES == ("concurrency", "concurrent_sessions")
@@ -161,12 +232,32 @@ def test_axes_plan_and_kinds_come_from_the_declarations() -> None:
     assert axis_values(RunConfig, "rate", 2) == {"rate": 2.0}
     assert axis_kind({"axis": "rate", "axis_kind": "offered"}) == OFFERED
     assert axis_kind({"axis": "concurrency"}) == "closed"  # a sweep.json before axis_kind
-    cfg = RunConfig(trace="t", target="http://h", speedup=2, api="chat", max_think_s=3,
-                    rebase_sessions=True, keep_overlaps=True, ramp_s=4, arrival_seed=7,
-                    sessions_multiplier=2, max_sessions=5, duration_s=9)
+    cfg = RunConfig(
+        trace="t",
+        target="http://h",
+        speedup=2,
+        api="chat",
+        max_think_s=3,
+        rebase_sessions=True,
+        keep_overlaps=True,
+        ramp_s=4,
+        arrival_seed=7,
+        sessions_multiplier=2,
+        max_sessions=5,
+        duration_s=9,
+    )
     assert cfg.plan_options() == PlanOptions(
-        speedup=2, sessions_multiplier=2, max_sessions=5, duration_s=9, api_override="chat",
-        ramp_s=4, arrival_seed=7, max_think_s=3, rebase_sessions=True, keep_overlaps=True)
+        speedup=2,
+        sessions_multiplier=2,
+        max_sessions=5,
+        duration_s=9,
+        api_override="chat",
+        ramp_s=4,
+        arrival_seed=7,
+        max_think_s=3,
+        rebase_sessions=True,
+        keep_overlaps=True,
+    )
     for f, o in option_fields(RunConfig):  # every option says what it means, once
         if o.cli:
             assert o.kind in KINDS and o.help, f.name

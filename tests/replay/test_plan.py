@@ -11,17 +11,47 @@ from tests.replay.helpers import MS, chain_rows, trace_table
 
 def test_implied_cached_follows_shared_prefix_blocks():
     rows = [
-        {"session_id": "a", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
-         "input_tokens": 40, "output_tokens": 1, "hash_ids": [1, 2, 3]},
-        {"session_id": "a", "request_index": 1, "parent_index": 0, "arrival_ns": 10 * MS,
-         "input_tokens": 60, "output_tokens": 1, "hash_ids": [1, 2, 3, 4]},
-        {"session_id": "b", "request_index": 0, "parent_index": -1, "arrival_ns": 20 * MS,
-         "input_tokens": 30, "output_tokens": 1, "hash_ids": [1, 9]},
-        {"session_id": "c", "request_index": 0, "parent_index": -1, "arrival_ns": 30 * MS,
-         "input_tokens": 20, "output_tokens": 1, "hash_ids": [1, 2]},
+        {
+            "session_id": "a",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 0,
+            "input_tokens": 40,
+            "output_tokens": 1,
+            "hash_ids": [1, 2, 3],
+        },
+        {
+            "session_id": "a",
+            "request_index": 1,
+            "parent_index": 0,
+            "arrival_ns": 10 * MS,
+            "input_tokens": 60,
+            "output_tokens": 1,
+            "hash_ids": [1, 2, 3, 4],
+        },
+        {
+            "session_id": "b",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 20 * MS,
+            "input_tokens": 30,
+            "output_tokens": 1,
+            "hash_ids": [1, 9],
+        },
+        {
+            "session_id": "c",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 30 * MS,
+            "input_tokens": 20,
+            "output_tokens": 1,
+            "hash_ids": [1, 2],
+        },
     ]
     plan = build_plan(trace_table(rows), 16, PlanOptions())
-    got = {(q.session_id, q.request_index): q.implied_cached for s in plan.sessions for q in s.requests}
+    got = {
+        (q.session_id, q.request_index): q.implied_cached for s in plan.sessions for q in s.requests
+    }
     # a/0 cached blocks 1, 2 in full but only 8 tokens of block 3 (no full server block):
     # a/1 hits 1, 2 = 32. b: block 1 = 16. c (20 tokens): 16 + 4 matched, but the last
     # prompt token is always computed: (20 - 1) // 16 * 16 = 16.
@@ -39,12 +69,31 @@ def test_clones_do_not_share_blocks_with_originals():
 
 def test_rows_without_hash_ids_get_unique_blocks_or_parent_prefix():
     rows = [
-        {"session_id": "a", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
-         "input_tokens": 50, "output_tokens": 1},
-        {"session_id": "a", "request_index": 1, "parent_index": 0, "arrival_ns": 10 * MS,
-         "input_tokens": 80, "output_tokens": 1, "cached_tokens": 40},
-        {"session_id": "a", "request_index": 2, "parent_index": 1, "arrival_ns": 20 * MS,
-         "input_tokens": 90, "output_tokens": 1},
+        {
+            "session_id": "a",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 0,
+            "input_tokens": 50,
+            "output_tokens": 1,
+        },
+        {
+            "session_id": "a",
+            "request_index": 1,
+            "parent_index": 0,
+            "arrival_ns": 10 * MS,
+            "input_tokens": 80,
+            "output_tokens": 1,
+            "cached_tokens": 40,
+        },
+        {
+            "session_id": "a",
+            "request_index": 2,
+            "parent_index": 1,
+            "arrival_ns": 20 * MS,
+            "input_tokens": 90,
+            "output_tokens": 1,
+        },
     ]
     plan = build_plan(trace_table(rows), 16, PlanOptions())
     q = plan.sessions[0].requests
@@ -57,8 +106,17 @@ def test_rows_without_hash_ids_get_unique_blocks_or_parent_prefix():
 
 
 def test_short_hash_lists_are_extended():
-    rows = [{"session_id": "a", "request_index": 0, "parent_index": -1, "arrival_ns": 0,
-             "input_tokens": 50, "output_tokens": 1, "hash_ids": [7]}]
+    rows = [
+        {
+            "session_id": "a",
+            "request_index": 0,
+            "parent_index": -1,
+            "arrival_ns": 0,
+            "input_tokens": 50,
+            "output_tokens": 1,
+            "hash_ids": [7],
+        }
+    ]
     q = build_plan(trace_table(rows), 16, PlanOptions()).sessions[0].requests[0]
     assert q.hash_ids[0] == 7 and len(q.hash_ids) == 4
 
@@ -80,8 +138,15 @@ def test_shards_partition_sessions_evenly_over_time():
     assert [s.key for s in again.shard(1, 3).sessions] == [s.key for s in parts[1].sessions]
 
 
-@pytest.mark.parametrize("opts", [PlanOptions(speedup=0), PlanOptions(sessions_multiplier=0),
-                                  PlanOptions(max_sessions=0), PlanOptions(duration_s=-1)])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        PlanOptions(speedup=0),
+        PlanOptions(sessions_multiplier=0),
+        PlanOptions(max_sessions=0),
+        PlanOptions(duration_s=-1),
+    ],
+)
 def test_bad_options_are_input_errors(opts):
     with pytest.raises(InputError):
         build_plan(trace_table(chain_rows(1, 1)), 16, opts)

@@ -18,8 +18,17 @@ from agent_replay.replay.pools import InProcessPool, LocalProcessPool, WorkerPoo
 from agent_replay.replay.run import load_and_validate
 from tests.replay.helpers import chain_rows, write_rows
 
-MEMBERS = ("size", "start_delay_ns", "feeds_snapshots", "meters_host", "lost", "run", "arrived",
-           "describe", "close")
+MEMBERS = (
+    "size",
+    "start_delay_ns",
+    "feeds_snapshots",
+    "meters_host",
+    "lost",
+    "run",
+    "arrived",
+    "describe",
+    "close",
+)
 
 
 @pytest.fixture()
@@ -48,12 +57,18 @@ def test_one_worker_runs_in_this_process(config: RunConfig, plan: Plan) -> None:
     assert pool.lost == [] and pool.describe() == {} and pool.arrived() == []
 
 
-def test_more_workers_run_in_local_processes(config: RunConfig, plan: Plan,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_more_workers_run_in_local_processes(
+    config: RunConfig, plan: Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
     started: list[int] = []
 
-    def fake_start(cls: type[LocalProcessPool], cfg: RunConfig, n: int,
-                   whole: Plan | None = None, warn: Any = None) -> LocalProcessPool:
+    def fake_start(
+        cls: type[LocalProcessPool],
+        cfg: RunConfig,
+        n: int,
+        whole: Plan | None = None,
+        warn: Any = None,
+    ) -> LocalProcessPool:
         started.append(n)
         assert whole is plan
         return cls(cfg, 0)  # no process: the pool's bookkeeping only
@@ -69,26 +84,39 @@ def test_more_workers_run_in_local_processes(config: RunConfig, plan: Plan,
     pool.close()
 
 
-def test_ray_is_picked_by_its_option(config: RunConfig, plan: Plan,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_is_picked_by_its_option(
+    config: RunConfig, plan: Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen: dict[str, Any] = {}
 
-    def fake_start(cls: type[RayPool], cfg: RunConfig, p: Plan, address: str | None = None,
-                   actors_per_node: int = 1, ship: str = "auto", warn: Any = None) -> RayPool:
+    def fake_start(
+        cls: type[RayPool],
+        cfg: RunConfig,
+        p: Plan,
+        address: str | None = None,
+        actors_per_node: int = 1,
+        ship: str = "auto",
+        warn: Any = None,
+    ) -> RayPool:
         seen.update(address=address, actors_per_node=actors_per_node, warn=warn)
-        return cls(ray=None, slots=[], driver_node="n0", output=Path(cfg.output or "."), plan=p,
-                   warn=warn)
+        return cls(
+            ray=None, slots=[], driver_node="n0", output=Path(cfg.output or "."), plan=p, warn=warn
+        )
 
     monkeypatch.setattr(RayPool, "start", classmethod(fake_start))
     cfg = replace(config, ray="local", ray_actors_per_node=2)
     pool = start_pool(cfg, plan, 1, warn=print)
-    assert isinstance(pool, RayPool) and seen == {"address": "local", "actors_per_node": 2, "warn": print}
+    assert isinstance(pool, RayPool) and seen == {
+        "address": "local",
+        "actors_per_node": 2,
+        "warn": print,
+    }
     _has_the_interface(pool)
     assert (pool.size, pool.feeds_snapshots, pool.meters_host) == (0, True, False)
-    assert pool.describe() == {"ray": {"actors": [], "parts_received": 0, "bytes_received": 0,
-                                       "lost": []}}
+    assert pool.describe() == {
+        "ray": {"actors": [], "parts_received": 0, "bytes_received": 0, "lost": []}
+    }
     assert pool.arrived() == []
-
 
 
 def test_a_worker_without_a_report_is_counted_from_its_part_files(tmp_path: Path) -> None:
@@ -114,8 +142,9 @@ def test_a_worker_without_a_report_is_counted_from_its_part_files(tmp_path: Path
     assert s.errors == {"cancelled": 2} and s.interrupted
 
 
-def test_workers_whose_parent_died_record_the_run_as_interrupted(tmp_path: Path,
-                                                                 config: RunConfig) -> None:
+def test_workers_whose_parent_died_record_the_run_as_interrupted(
+    tmp_path: Path, config: RunConfig
+) -> None:
     """Each worker, on its way out, merges its own summary and counts the others from their
     part files; the last one out writes totals from every summary."""
     import json
@@ -144,14 +173,17 @@ def test_workers_whose_parent_died_record_the_run_as_interrupted(tmp_path: Path,
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "interrupted"
     assert meta["parent_died"]["counted_from_rows"] == [1]
-    assert meta["error"] == ("the run's process (pid 4242) died while its workers ran; they "
-                             "stopped, wrote their rows and this record (workers 1 counted "
-                             "from their part files)")
+    assert meta["error"] == (
+        "the run's process (pid 4242) died while its workers ran; they "
+        "stopped, wrote their rows and this record (workers 1 counted "
+        "from their part files)"
+    )
     s = meta["summary"]
     assert (s["total"], s["sent"], s["ok"], s["cancelled"], s["chunks"]) == (6, 5, 4, 1, 30)
     assert (out / "requests" / ".part-001-00009.parquet.tmp").exists()  # worker 1 may write
-    s1 = WorkerSummary(shard=1, total=2, sent=2, done=2, ok=1, errors={"cancelled": 1},
-                       chunks=7, interrupted=True)
+    s1 = WorkerSummary(
+        shard=1, total=2, sent=2, done=2, ok=1, errors={"cancelled": 1}, chunks=7, interrupted=True
+    )
     assert record_orphaned(out, config, plan, 1, 2, s1)
     meta = json.loads((out / "run.json").read_text())
     assert meta["parent_died"]["counted_from_rows"] == []

@@ -13,8 +13,22 @@ from agent_replay.replay.prepare import Preparer
 
 
 def request(tokens: int, clone: int = 0) -> PlannedRequest:
-    return PlannedRequest("s", clone, 1, 0, 0, 0, 0, tokens, 8, list(range(-(-tokens // 16))),
-                          "completions", None, None, None)
+    return PlannedRequest(
+        "s",
+        clone,
+        1,
+        0,
+        0,
+        0,
+        0,
+        tokens,
+        8,
+        list(range(-(-tokens // 16))),
+        "completions",
+        None,
+        None,
+        None,
+    )
 
 
 async def test_sliced_prompt_has_the_same_tokens_and_lets_the_loop_run() -> None:

@@ -12,20 +12,27 @@ from agent_replay import __version__
 from agent_replay.replay.provenance import CHECKOUT, code_version
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (CHECKOUT / ".git").exists(),
-                    reason="not running from a git checkout")
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (CHECKOUT / ".git").exists(),
+    reason="not running from a git checkout",
+)
 def test_a_checkout_reports_git_describe():
     code_version.cache_clear()  # an earlier test of this process may have cached another tree state
-    want = subprocess.run(["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    want = subprocess.run(
+        ["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert code_version() == want and want
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_a_dirty_checkout_says_so(tmp_path: Path):
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     git("init", "-q")
     (tmp_path / "f").write_text("a")

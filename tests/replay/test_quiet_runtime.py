@@ -114,9 +114,14 @@ def test_reserve_fds_grows_the_table_before_the_run(limit: int) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     want = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     # a fresh process, whose table has not grown yet; its soft limit starts low
-    p = subprocess.run([sys.executable, "-c", _FDSIZE, str(limit)], capture_output=True, text=True,
-                       cwd=Path(__file__).parents[2], check=True,
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
+    p = subprocess.run(
+        [sys.executable, "-c", _FDSIZE, str(limit)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        check=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)),
+    )
     d = json.loads(p.stdout)
     assert d["before"] < want
     assert d["soft"] >= want  # the soft limit was raised to what the table holds

@@ -43,9 +43,18 @@ STEP_NS = 4 * MS
 
 
 def _trace(path: Path, sessions: int, per_session: int, output_tokens: int, think_ms: int) -> str:
-    cols: dict[str, list[Any]] = {k: [] for k in ("session_id", "request_index", "parent_index",
-                                                  "arrival_ns", "think_ns", "input_tokens",
-                                                  "output_tokens")}
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "session_id",
+            "request_index",
+            "parent_index",
+            "arrival_ns",
+            "think_ns",
+            "input_tokens",
+            "output_tokens",
+        )
+    }
     for s in range(sessions):
         for r in range(per_session):
             cols["session_id"].append(f"s{s}")
@@ -55,10 +64,17 @@ def _trace(path: Path, sessions: int, per_session: int, output_tokens: int, thin
             cols["think_ns"].append(think_ms * MS if r else None)
             cols["input_tokens"].append(64 + 16 * r)
             cols["output_tokens"].append(output_tokens)
-    schema = pa.schema([("session_id", pa.string()), ("request_index", pa.int32()),
-                        ("parent_index", pa.int32()), ("arrival_ns", pa.int64()),
-                        ("think_ns", pa.int64()), ("input_tokens", pa.int32()),
-                        ("output_tokens", pa.int32())])
+    schema = pa.schema(
+        [
+            ("session_id", pa.string()),
+            ("request_index", pa.int32()),
+            ("parent_index", pa.int32()),
+            ("arrival_ns", pa.int64()),
+            ("think_ns", pa.int64()),
+            ("input_tokens", pa.int32()),
+            ("output_tokens", pa.int32()),
+        ]
+    )
     write_trace(pa.table(cols, schema=schema), path, TraceMeta(block_size=16))
     return str(path)
 
@@ -67,9 +83,15 @@ def _trace(path: Path, sessions: int, per_session: int, output_tokens: int, thin
 def cluster() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False,
-        "object_store_memory": 80 * 1024 * 1024})
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "object_store_memory": 80 * 1024 * 1024,
+        },
+    )
     c.add_node(num_cpus=1, node_ip_address="127.0.0.1", object_store_memory=80 * 1024 * 1024)
     ray.init(address=c.address, log_to_driver=False, namespace="agent-replay")
     try:
@@ -83,8 +105,14 @@ def cluster() -> Iterator[Any]:
 def profile(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Decode steps of 4 ms whatever the batch, fast prefill, no early end of sequence."""
     base = SimProfile.load("fast").to_dict()
-    base.update(name="ray-test", decode_base_ns=STEP_NS, decode_per_seq_ns=0,
-                decode_per_ctx_token_ns=0.0, eos_prob=0.0, prefill_tokens_per_s=1e6)
+    base.update(
+        name="ray-test",
+        decode_base_ns=STEP_NS,
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        eos_prob=0.0,
+        prefill_tokens_per_s=1e6,
+    )
     path = tmp_path_factory.mktemp("sim") / "ray-test.json"
     path.write_text(json.dumps(base))
     return str(path)
@@ -101,8 +129,9 @@ def _rows(out: Path) -> pa.Table:
 
 
 def _keys(t: pa.Table) -> list[tuple[str, int]]:
-    return sorted(zip(t.column("session_id").to_pylist(), t.column("request_index").to_pylist(),
-                      strict=True))
+    return sorted(
+        zip(t.column("session_id").to_pylist(), t.column("request_index").to_pylist(), strict=True)
+    )
 
 
 def _tpot_itl(chunk_ns: list[int], chunk_tokens: list[int]) -> tuple[float | None, np.ndarray]:
@@ -119,8 +148,12 @@ def _against_truth(rows: pa.Table, truth: dict[str, dict[str, Any]]) -> dict[str
     request's TPOT (median and P90 of the ratio) and the run's per-token ITL (the ratio of
     medians and of means)."""
     ratios, ours, engine = [], [], []
-    for rid, c, k in zip(rows.column("request_id").to_pylist(), rows.column("chunk_ns").to_pylist(),
-                         rows.column("chunk_tokens").to_pylist(), strict=True):
+    for rid, c, k in zip(
+        rows.column("request_id").to_pylist(),
+        rows.column("chunk_ns").to_pylist(),
+        rows.column("chunk_tokens").to_pylist(),
+        strict=True,
+    ):
         t = truth[rid]
         tpot, itl = _tpot_itl(c, k)
         true_tpot, true_itl = _tpot_itl(t["chunk_ns"], t["chunk_tokens"])
@@ -129,18 +162,25 @@ def _against_truth(rows: pa.Table, truth: dict[str, dict[str, Any]]) -> dict[str
         ours.append(itl)
         engine.append(true_itl)
     a, b = np.concatenate(ours), np.concatenate(engine)
-    return {"tpot_p50": float(np.percentile(ratios, 50)), "tpot_p90": float(np.percentile(ratios, 90)),
-            "itl_p50": float(np.percentile(a, 50) / np.percentile(b, 50)),
-            "itl_mean": float(a.mean() / b.mean())}
+    return {
+        "tpot_p50": float(np.percentile(ratios, 50)),
+        "tpot_p90": float(np.percentile(ratios, 90)),
+        "itl_p50": float(np.percentile(a, 50) / np.percentile(b, 50)),
+        "itl_mean": float(a.mean() / b.mean()),
+    }
 
 
 def test_ray_run_matches_a_local_run(cluster: Any, profile: str, tmp_path: Path) -> None:
-    trace = _trace(tmp_path / "t.parquet", sessions=8, per_session=4, output_tokens=100, think_ms=60)
+    trace = _trace(
+        tmp_path / "t.parquet", sessions=8, per_session=4, output_tokens=100, think_ms=60
+    )
     gt = tmp_path / "truth.parquet"
     with SimProcess(profile, ground_truth=gt) as sim:
         common = dict(trace=trace, target=sim.url, progress=False, scrape_interval_s=0.0)
         local = run(RunConfig(output=str(tmp_path / "local"), salt=1, **common), progress=None)  # type: ignore[arg-type]
-        dist = run(RunConfig(output=str(tmp_path / "ray"), salt=2, ray="auto", **common), progress=None)  # type: ignore[arg-type]
+        dist = run(
+            RunConfig(output=str(tmp_path / "ray"), salt=2, ray="auto", **common), progress=None
+        )  # type: ignore[arg-type]
 
     assert local.total == dist.total == 32
     assert local.ok == dist.ok == 32 and not dist.errors
@@ -162,7 +202,8 @@ def test_ray_run_matches_a_local_run(cluster: Any, profile: str, tmp_path: Path)
     # against 3.0 ms in one pair of runs), and both clients must see exactly that.
     truth = {str(r["request_id"]): r for r in pq.read_table(gt).to_pylist()}
     assert len(truth) == 64 and set(truth) >= set(lt.column("request_id").to_pylist()) | set(
-        rt.column("request_id").to_pylist())
+        rt.column("request_id").to_pylist()
+    )
     report = {"local": _against_truth(lt, truth), "ray": _against_truth(rt, truth)}
     print(json.dumps(report))
     # With one core held busy both stay within 1.2%. With both cores busy the actor's loop
@@ -175,11 +216,20 @@ def test_ray_run_matches_a_local_run(cluster: Any, profile: str, tmp_path: Path)
 
 
 def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_path: Path) -> None:
-    trace = _trace(tmp_path / "long.parquet", sessions=6, per_session=12, output_tokens=30,
-                   think_ms=150)
+    trace = _trace(
+        tmp_path / "long.parquet", sessions=6, per_session=12, output_tokens=30, think_ms=150
+    )
     out = tmp_path / "killed"
-    cfg = RunConfig(trace=trace, target=sim.url, output=str(out), progress=False,
-                    scrape_interval_s=0.0, salt=3, ray="auto", run_id="killtest")
+    cfg = RunConfig(
+        trace=trace,
+        target=sim.url,
+        output=str(out),
+        progress=False,
+        scrape_interval_s=0.0,
+        salt=3,
+        ray="auto",
+        run_id="killtest",
+    )
     result: dict[str, Any] = {}
     lines: list[str] = []
     th = threading.Thread(target=lambda: result.setdefault("s", run(cfg, progress=lines.append)))
@@ -208,15 +258,23 @@ def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_pa
     shard0 = {x.key: len(x.requests) for x in plan.shard(0, 2).sessions}
     rows = _rows(out)
     got: dict[str, int] = {}
-    for sid, w in zip(rows.column("session_id").to_pylist(), rows.column("worker").to_pylist(), strict=True):
+    for sid, w in zip(
+        rows.column("session_id").to_pylist(), rows.column("worker").to_pylist(), strict=True
+    ):
         if w == 0:
             got[sid] = got.get(sid, 0) + 1
-    expected = [{"session": k, "planned": n, "recorded": got.get(k, 0)} for k, n in shard0.items()
-                if got.get(k, 0) < n]
+    expected = [
+        {"session": k, "planned": n, "recorded": got.get(k, 0)}
+        for k, n in shard0.items()
+        if got.get(k, 0) < n
+    ]
     by_key = lambda x: x["session"]  # noqa: E731
     assert expected and sorted(lost[0]["sessions"], key=by_key) == sorted(expected, key=by_key)
     # shard 1 finished everything
-    assert rows.filter(pa.compute.equal(rows.column("worker"), 1)).num_rows == plan.shard(1, 2).n_requests
+    assert (
+        rows.filter(pa.compute.equal(rows.column("worker"), 1)).num_rows
+        == plan.shard(1, 2).n_requests
+    )
     missing = sum(e["planned"] - e["recorded"] for e in expected)
     assert s.errors.get("actor_lost") == missing
     assert s.total == plan.n_requests
@@ -228,8 +286,9 @@ def test_killed_actor_reports_its_sessions(cluster: Any, sim: SimProcess, tmp_pa
     assert f"{len(expected)} sessions ({missing} requests)" in lines[-1] and str(out) in lines[-1]
 
 
-def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ray_run_feeds_the_dashboard(
+    cluster: Any, sim: SimProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The Ray pool's merged live statistics reach the dashboard (complete snapshots: the
     dashboard is not asked to read the part files)."""
     import agent_replay.analysis.dashboard
@@ -238,9 +297,16 @@ def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Pa
     updates: list[bytes] = []
 
     class Recorder:
-        def __init__(self, total: int, title: str = "", server_gauges_url: str | None = None,
-                     results_dir: str | None = None, shared_gauges: object = None,
-                     gpu_gauges: object = None, planned_ns: object = None) -> None:
+        def __init__(
+            self,
+            total: int,
+            title: str = "",
+            server_gauges_url: str | None = None,
+            results_dir: str | None = None,
+            shared_gauges: object = None,
+            gpu_gauges: object = None,
+            planned_ns: object = None,
+        ) -> None:
             self.total = total
             assert results_dir is None
 
@@ -256,8 +322,18 @@ def test_ray_run_feeds_the_dashboard(cluster: Any, sim: SimProcess, tmp_path: Pa
 
     monkeypatch.setattr(agent_replay.analysis.dashboard, "DashboardProcess", Recorder)
     trace = _trace(tmp_path / "t.parquet", sessions=4, per_session=3, output_tokens=20, think_ms=50)
-    s = run(RunConfig(trace=trace, target=sim.url, output=str(tmp_path / "dash"), progress=True,
-                      scrape_interval_s=0.0, salt=5, ray="auto"), progress=lambda line: None)
+    s = run(
+        RunConfig(
+            trace=trace,
+            target=sim.url,
+            output=str(tmp_path / "dash"),
+            progress=True,
+            scrape_interval_s=0.0,
+            salt=5,
+            ray="auto",
+        ),
+        progress=lambda line: None,
+    )
     assert s.ok == 12 and not s.partial and s.exit_code == 0
     assert updates, "the dashboard got no snapshot from the Ray pool"
     last = LiveStats.decode(updates[-1])
@@ -275,8 +351,10 @@ def test_killed_driver_leaves_no_actor_and_an_interrupted_run(cluster: Any, tmp_
     from tests.replay.helpers import MS as HMS
     from tests.replay.helpers import chain_rows, write_rows
 
-    trace = write_rows(tmp_path / "t.parquet",
-                       chain_rows(30, 12, gap_ns=60 * HMS, think_ns=250 * HMS, output_tokens=6))
+    trace = write_rows(
+        tmp_path / "t.parquet",
+        chain_rows(30, 12, gap_ns=60 * HMS, think_ns=250 * HMS, output_tokens=6),
+    )
     ended: list[float] = []
 
     def kill_and_wait(run: rp.Run) -> None:
@@ -289,8 +367,14 @@ def test_killed_driver_leaves_no_actor_and_an_interrupted_run(cluster: Any, tmp_
         assert run.fault_at is not None
         ended.append(time.monotonic() - run.fault_at)
 
-    o = rp.probe("kill -9 driver", trace, tmp_path / "w", rp.after_first_part(kill_and_wait),
-                 extra=(f"--ray={cluster.address}",), timeout_s=120)
+    o = rp.probe(
+        "kill -9 driver",
+        trace,
+        tmp_path / "w",
+        rp.after_first_part(kill_and_wait),
+        extra=(f"--ray={cluster.address}",),
+        timeout_s=120,
+    )
     print(o.row(), ended)
     assert ray.util.list_named_actors(all_namespaces=True) == []
     assert o.rc == -signal.SIGKILL and not o.hang and "Traceback" not in o.stderr

@@ -25,12 +25,27 @@ MS = 1_000_000
 
 def _trace(path: Path) -> Path:
     n = 6
-    schema = pa.schema([("session_id", pa.string()), ("request_index", pa.int32()),
-                        ("parent_index", pa.int32()), ("arrival_ns", pa.int64()),
-                        ("input_tokens", pa.int32()), ("output_tokens", pa.int32())])
-    t = pa.table({"session_id": [f"s{i // 2}" for i in range(n)], "request_index": [i % 2 for i in range(n)],
-                  "parent_index": [i % 2 - 1 for i in range(n)], "arrival_ns": [i * 20 * MS for i in range(n)],
-                  "input_tokens": [32] * n, "output_tokens": [12] * n}, schema=schema)
+    schema = pa.schema(
+        [
+            ("session_id", pa.string()),
+            ("request_index", pa.int32()),
+            ("parent_index", pa.int32()),
+            ("arrival_ns", pa.int64()),
+            ("input_tokens", pa.int32()),
+            ("output_tokens", pa.int32()),
+        ]
+    )
+    t = pa.table(
+        {
+            "session_id": [f"s{i // 2}" for i in range(n)],
+            "request_index": [i % 2 for i in range(n)],
+            "parent_index": [i % 2 - 1 for i in range(n)],
+            "arrival_ns": [i * 20 * MS for i in range(n)],
+            "input_tokens": [32] * n,
+            "output_tokens": [12] * n,
+        },
+        schema=schema,
+    )
     return write_trace(t, path, TraceMeta(block_size=16))
 
 
@@ -50,9 +65,14 @@ def _poll_until_done(actor: ShardActor) -> list[ActorPoll]:
 def test_shipping_shard_hands_over_every_part_once(tmp_path: Path) -> None:
     trace = _trace(tmp_path / "t.parquet")
     with SimProcess("fast") as sim:
-        config = RunConfig(trace=str(tmp_path / "not-on-this-node.parquet"), target=sim.url,
-                           output=str(tmp_path / "driver-out"), model="sim-fast", salt=0,
-                           progress=False)
+        config = RunConfig(
+            trace=str(tmp_path / "not-on-this-node.parquet"),
+            target=sim.url,
+            output=str(tmp_path / "driver-out"),
+            model="sim-fast",
+            salt=0,
+            progress=False,
+        )
         actor = ShardActor()
         n = actor.prepare(config, 0, 1, True, [("t.parquet", trace.read_bytes())])
         assert n == 6

@@ -21,9 +21,18 @@ from agent_replay.replay.results import ResultWriter
 
 
 def _rec(i: int, t0: int) -> RequestRecord:
-    r = RequestRecord(session_id=f"s{i}", request_index=0, parent_index=-1, clone=0, worker=0,
-                      request_id=f"r{i}", api="completions", expected_input_tokens=8,
-                      expected_output_tokens=3, implied_cached_tokens=0)
+    r = RequestRecord(
+        session_id=f"s{i}",
+        request_index=0,
+        parent_index=-1,
+        clone=0,
+        worker=0,
+        request_id=f"r{i}",
+        api="completions",
+        expected_input_tokens=8,
+        expected_output_tokens=3,
+        implied_cached_tokens=0,
+    )
     r.intended_ns, r.sent_ns, r.first_token_ns, r.end_ns = t0 + 10, t0 + 12, t0 + 20, t0 + 40
     r.chunk_ns = array("q", [t0 + 20, t0 + 30, t0 + 40])
     r.chunk_tokens = array("i", [1, 1, 1])
@@ -72,7 +81,8 @@ def _ids(folder: Path) -> list[str]:
 
 
 def test_failed_part_keeps_its_rows_and_is_retried_after_a_back_off(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     disk = _Disk(monkeypatch)
     t0 = 1_000
     w = ResultWriter(tmp_path, t0, flush_s=0.2)
@@ -100,7 +110,8 @@ def test_failed_part_keeps_its_rows_and_is_retried_after_a_back_off(
 
 
 def test_close_retries_then_counts_what_it_could_not_write(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _Disk(monkeypatch)
     w = ResultWriter(tmp_path, 0, flush_s=0.05, retry_s=0.4)
     for i in range(7):
@@ -115,7 +126,8 @@ def test_close_retries_then_counts_what_it_could_not_write(
 
 
 def test_close_writes_every_row_when_space_returns_during_its_retries(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     disk = _Disk(monkeypatch)
     w = ResultWriter(tmp_path, 0, flush_s=0.05, retry_s=10)
     for i in range(4):
@@ -127,7 +139,8 @@ def test_close_writes_every_row_when_space_returns_during_its_retries(
 
 
 def test_held_rows_are_bounded_and_the_dropped_ones_counted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _Disk(monkeypatch)
     one = 600 + 12 * 3  # a row of _rec as the writer prices it
     w = ResultWriter(tmp_path, 0, flush_s=0.05, retry_s=0, hold_bytes=4 * one)

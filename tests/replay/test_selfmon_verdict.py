@@ -34,8 +34,12 @@ def test_saturated_load_generator_names_lags_and_cpu_once() -> None:
 def test_contention_is_told_from_saturation() -> None:
     busy = Machine(cpus=2, busy_cores=1.9, steal=0.0, ours_cores=0.07)
     r = verdict([50_000] * 200, [1 * MS] * 480 + [18 * MS] * 20, 0.07, machine=busy)
-    assert r.kind == "contention" and r.machine == {"cpus": 2, "busy_cores": 1.9, "steal": 0.0,
-                                                    "ours_cores": 0.07}
+    assert r.kind == "contention" and r.machine == {
+        "cpus": 2,
+        "busy_cores": 1.9,
+        "steal": 0.0,
+        "ours_cores": 0.07,
+    }
     assert "more --workers would not help" in r.warnings[0] and "1.8 of 2 CPUs" in r.warnings[0]
 
 

@@ -24,8 +24,10 @@ from agent_replay.traces.io import write_trace
 # the others: the whole module goes with it, so its one expensive fixture runs once.
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow, pytest.mark.timing]
 
-LOGS = ("haiku__prefab-cloud__prefab-cloud-python-62",
-        "haiku__wemake-services__wemake-python-styleguide-3117")
+LOGS = (
+    "haiku__prefab-cloud__prefab-cloud-python-62",
+    "haiku__wemake-services__wemake-python-styleguide-3117",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +38,36 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
         pytest.skip(f"real traces not available: {SHARED_DATA} does not exist")
     tmp = tmp_path_factory.mktemp("trees")
     out: dict[str, dict[str, list[Any]]] = {}
-    profile = json.loads((Path(agent_replay.engines.sim.__file__).parent / "profiles" / "fast.json").read_text())
+    profile = json.loads(
+        (Path(agent_replay.engines.sim.__file__).parent / "profiles" / "fast.json").read_text()
+    )
     # prompts of trace_0291 reach 101k tokens; its 19.5k output tokens, mostly on one branch
     # at a time, take 5 s at 0.25 ms a step
     profile.update(name="fast-long", max_model_len=262_144, decode_base_ns=250_000)
     (tmp / "fast-long.json").write_text(json.dumps(profile))
     with SimProcess(tmp / "fast-long.json") as sim:
         for name, paths, speedup in (
-                ("weka", [SHARED_DATA / "weka" / "trace_0291.json"], 40.0),
-                ("claude", [SHARED_DATA / "claude_code_logs" / x / "trace.jsonl" for x in LOGS], 8.0)):
+            ("weka", [SHARED_DATA / "weka" / "trace_0291.json"], 40.0),
+            ("claude", [SHARED_DATA / "claude_code_logs" / x / "trace.jsonl" for x in LOGS], 8.0),
+        ):
             res = import_paths(paths)
             trace = write_trace(res.table, tmp / f"{name}.parquet", res.meta)
             dest = tmp / f"{name}-res"
-            s = run(RunConfig(trace=str(trace), target=sim.url, output=str(dest), salt=0,
-                              speedup=speedup, max_think_s=8.0, rebase_sessions=True,
-                              api="completions",  # token-id prompts: no /tokenize fitting
-                              scrape_interval_s=0, progress=False), progress=None)
+            s = run(
+                RunConfig(
+                    trace=str(trace),
+                    target=sim.url,
+                    output=str(dest),
+                    salt=0,
+                    speedup=speedup,
+                    max_think_s=8.0,
+                    rebase_sessions=True,
+                    api="completions",  # token-id prompts: no /tokenize fitting
+                    scrape_interval_s=0,
+                    progress=False,
+                ),
+                progress=None,
+            )
             assert (s.failed, s.total) == (0, res.table.num_rows)
             out[name] = pq.read_table(dest / "requests").to_pydict()
             out[name]["_run_json"] = [(dest / "run.json").read_text()]
@@ -59,7 +75,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
 
 
 def by_key(d: dict[str, list[Any]]) -> dict[tuple[str, int], int]:
-    return {(s, r): i for i, (s, r) in enumerate(zip(d["session_id"], d["request_index"], strict=True))}
+    return {
+        (s, r): i for i, (s, r) in enumerate(zip(d["session_id"], d["request_index"], strict=True))
+    }
 
 
 @pytest.mark.parametrize("name", ["weka", "claude"])
@@ -75,7 +93,9 @@ def test_no_request_before_its_dependencies(results: dict[str, Any], name: str) 
         assert d["parent_end_ns"][i] == max(ends)
         waited += 1
     assert waited == sum(1 for x in d["depends_on"] if x) > 0
-    assert '"max_think_s": 8.0' in d["_run_json"][0] and '"rebase_sessions": true' in d["_run_json"][0]
+    assert (
+        '"max_think_s": 8.0' in d["_run_json"][0] and '"rebase_sessions": true' in d["_run_json"][0]
+    )
 
 
 def spans(d: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
@@ -86,7 +106,9 @@ def spans(d: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_parallel_subagents_overlap_and_joins_wait_for_every_branch(results: dict[str, Any]) -> None:
+def test_parallel_subagents_overlap_and_joins_wait_for_every_branch(
+    results: dict[str, Any],
+) -> None:
     d = results["weka"]
     sp = spans(d)
     assert set(sp) == {"main", "agent_001", "agent_002"}
@@ -98,8 +120,11 @@ def test_parallel_subagents_overlap_and_joins_wait_for_every_branch(results: dic
         d = results[name]
         at = by_key(d)
         for i, deps in enumerate(d["depends_on"]):
-            branch_ends = [d["end_ns"][at[(d["session_id"][i], x)]] for x in deps
-                           if d["agent_id"][at[(d["session_id"][i], x)]] != d["agent_id"][i]]
+            branch_ends = [
+                d["end_ns"][at[(d["session_id"][i], x)]]
+                for x in deps
+                if d["agent_id"][at[(d["session_id"][i], x)]] != d["agent_id"][i]
+            ]
             if d["agent_id"][i] == "main" and branch_ends:
                 joins += 1
                 assert d["sent_ns"][i] >= max(branch_ends)
@@ -109,9 +134,13 @@ def test_parallel_subagents_overlap_and_joins_wait_for_every_branch(results: dic
 @pytest.mark.parametrize("name", ["weka", "claude"])
 def test_think_time_error_is_small(results: dict[str, Any], name: str) -> None:
     d = results[name]
-    rows = [(s, p, t, i) for s, p, t, i in zip(d["sent_ns"], d["parent_end_ns"], d["think_ns"],
-                                               d["intended_ns"], strict=True)
-            if p is not None and t is not None]
+    rows = [
+        (s, p, t, i)
+        for s, p, t, i in zip(
+            d["sent_ns"], d["parent_end_ns"], d["think_ns"], d["intended_ns"], strict=True
+        )
+        if p is not None and t is not None
+    ]
     assert len(rows) > 10
     # The schedule, exactly: each request is due its think time after its latest dependency
     # ended, and leaves no earlier.

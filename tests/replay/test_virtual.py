@@ -24,9 +24,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _profile(tmp: Path, **kw: object) -> Path:
     fields: dict[str, object] = {
-        "name": "hand", "decode_base_ns": 2 * MS, "decode_per_seq_ns": 0,
-        "decode_per_ctx_token_ns": 0.0, "prefill_tokens_per_s": 1e6, "frontend_base_ns": 1 * MS,
-        "prefix_cache_blocks": 0, **kw}
+        "name": "hand",
+        "decode_base_ns": 2 * MS,
+        "decode_per_seq_ns": 0,
+        "decode_per_ctx_token_ns": 0.0,
+        "prefill_tokens_per_s": 1e6,
+        "frontend_base_ns": 1 * MS,
+        "prefix_cache_blocks": 0,
+        **kw,
+    }
     p = SimProfile.from_dict(fields)
     path = tmp / "p.json"
     path.write_text(json.dumps(p.to_dict()))
@@ -36,8 +42,10 @@ def _profile(tmp: Path, **kw: object) -> Path:
 def test_one_session_timed_by_hand(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(1, 2, think_ns=50 * MS))
     out = tmp_path / "out"
-    summary = run_virtual(RunConfig(trace=str(trace), target="http://x", output=str(out),
-                                    api="completions"), f"sim:{_profile(tmp_path)}")
+    summary = run_virtual(
+        RunConfig(trace=str(trace), target="http://x", output=str(out), api="completions"),
+        f"sim:{_profile(tmp_path)}",
+    )
     assert summary.exit_code == 0
     rows = sorted(pq.read_table(out / "requests").to_pylist(), key=lambda r: r["request_index"])
     a, b = rows
@@ -61,8 +69,15 @@ def test_one_session_timed_by_hand(tmp_path: Path) -> None:
 def test_agentx_lanes_run_on_the_virtual_clock(tmp_path: Path) -> None:
     trace = write_rows(tmp_path / "t.parquet", chain_rows(6, 5, think_ns=2_000 * MS))
     out = tmp_path / "ax"
-    cfg = RunConfig(trace=str(trace), target="http://x", output=str(out), api="completions",
-                    timing="agentx", concurrency=3, duration_s=30.0)
+    cfg = RunConfig(
+        trace=str(trace),
+        target="http://x",
+        output=str(out),
+        api="completions",
+        timing="agentx",
+        concurrency=3,
+        duration_s=30.0,
+    )
     summary = run_virtual(cfg, f"sim:{_profile(tmp_path)}")
     assert summary.exit_code == 0
     meta = json.loads((out / "run.json").read_text())
@@ -77,13 +92,40 @@ def test_engine_spec_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="sim:PROFILE"):
         parse_engine("vllm:x")
     trace = write_rows(tmp_path / "t.parquet", chain_rows(1, 1))
-    r = subprocess.run([sys.executable, "-m", "agent_replay", "run", str(trace), "--engine",
-                        "sim:fast", "-o", str(tmp_path / "o")], capture_output=True, text=True,
-                       cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "run",
+            str(trace),
+            "--engine",
+            "sim:fast",
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode != 0 and "--virtual" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "agent_replay", "run", str(trace), "--engine",
-                        "sim:nope.json", "--virtual", "-o", str(tmp_path / "o")],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "run",
+            str(trace),
+            "--engine",
+            "sim:nope.json",
+            "--virtual",
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode != 0 and "nope.json" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -97,10 +139,16 @@ def test_gpus_what_if_is_data_parallel_and_labelled(tmp_path: Path) -> None:
     gaps = {}
     for gpus in (1, 3):
         out = tmp_path / f"g{gpus}"
-        run_virtual(RunConfig(trace=str(trace), target="http://x", output=str(out),
-                              api="completions", gpus=gpus), f"sim:{profile}")
+        run_virtual(
+            RunConfig(
+                trace=str(trace), target="http://x", output=str(out), api="completions", gpus=gpus
+            ),
+            f"sim:{profile}",
+        )
         rows = pq.read_table(out / "requests").to_pylist()
-        gaps[gpus] = {b - a for r in rows for a, b in zip(r["chunk_ns"][:-1], r["chunk_ns"][1:], strict=True)}
+        gaps[gpus] = {
+            b - a for r in rows for a, b in zip(r["chunk_ns"][:-1], r["chunk_ns"][1:], strict=True)
+        }
         meta = json.loads((out / "run.json").read_text())
         assert meta["gpus"] == gpus
         assert ("extrapolation" in meta["prediction"]) == (gpus > 1)

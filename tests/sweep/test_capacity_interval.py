@@ -15,8 +15,9 @@ def _runs(col: str, values: list[float]) -> list[dict[str, float]]:
 def test_crossing_by_hand() -> None:
     slo = parse_slo("p90_tps>=20")
     # no spread: margins +2 at 14 and -2 at 15 cross half way
-    assert crossing_interval(_runs("p90_tps", [22.0] * 3), _runs("p90_tps", [18.0] * 3), 14, 15,
-                             slo) == pytest.approx((14.5, 14.5, 14.5))
+    assert crossing_interval(
+        _runs("p90_tps", [22.0] * 3), _runs("p90_tps", [18.0] * 3), 14, 15, slo
+    ) == pytest.approx((14.5, 14.5, 14.5))
     # spread at both ends: the pessimistic crossing uses 14's low bound and 15's low bound
     a, b = [21.0, 22.0, 23.0], [17.0, 18.0, 19.0]
     ca, cb = mean_ci(a), mean_ci(b)
@@ -25,7 +26,11 @@ def test_crossing_by_hand() -> None:
     def cross(x: float, y: float) -> float:
         return 14 + (x - 20) / ((x - 20) - (y - 20))
 
-    x, lo, hi = crossing_interval(_runs("p90_tps", a), _runs("p90_tps", b), 14, 15, slo) or (0, 0, 0)
+    x, lo, hi = crossing_interval(_runs("p90_tps", a), _runs("p90_tps", b), 14, 15, slo) or (
+        0,
+        0,
+        0,
+    )
     assert x == pytest.approx(cross(ca.estimate, cb.estimate))
     assert lo == pytest.approx(cross(ca.low, cb.low))
     assert hi == pytest.approx(cross(ca.high, cb.high))
@@ -33,8 +38,9 @@ def test_crossing_by_hand() -> None:
     # an end whose interval straddles the bound: its pessimistic margin is below the other
     # end's, so that line never crosses; the interval reaches past the bracket, one bracket
     # width at most
-    wide = crossing_interval(_runs("p90_tps", [19.0, 22.0, 25.0]), _runs("p90_tps", [19.5] * 3),
-                             14, 15, slo)
+    wide = crossing_interval(
+        _runs("p90_tps", [19.0, 22.0, 25.0]), _runs("p90_tps", [19.5] * 3), 14, 15, slo
+    )
     assert wide is not None and wide[1] == 13 and 14 < wide[0] < wide[2] < 15
     # a latency term: bound - value is the margin; the first term to cross sets the answer
     two = parse_slo("p90_tps>=20,ttft_p90<=100ms")
@@ -47,7 +53,16 @@ def test_crossing_by_hand() -> None:
 
 
 def test_capacity_line_reports_the_crossing() -> None:
-    c = Capacity("sim", 1, capacity=14, first_fail=15, interval=(14, 14), spread=(14, 15),
-                 crossing=(14.5, 14.2, 14.9))
+    c = Capacity(
+        "sim",
+        1,
+        capacity=14,
+        first_fail=15,
+        interval=(14, 14),
+        spread=(14, 15),
+        crossing=(14.5, 14.2, 14.9),
+    )
     line = c.line("concurrent_sessions")
-    assert "the SLO is crossed at 14.5 (95% interval 14.2 to 14.9, from the bracket's repeats)" in line
+    assert (
+        "the SLO is crossed at 14.5 (95% interval 14.2 to 14.9, from the bracket's repeats)" in line
+    )

@@ -39,17 +39,20 @@ def test_margin_and_verdict_by_hand() -> None:
 def test_crossing_by_hand() -> None:
     # margins +20 at 4 and -20 at 6: crossed at 5; pessimistic +10 and -30: 4 + 2 x 10 / 40
     assert crossing([(20.0, 10.0, 30.0)], [(-20.0, -30.0, -10.0)], 4, 6) == pytest.approx(
-        (5.0, 4.5, 4 + 2 * 30 / 40))
+        (5.0, 4.5, 4 + 2 * 30 / 40)
+    )
     assert crossing([None], [(-1.0, -2.0, 0.0)], 4, 6) is None
 
 
 def test_ladder_capacity_by_hand() -> None:
     slo = parse_slo("p90_tps>=100")
-    pts = {1.0: {"p90_tps": Estimate(160.0, 150.0, 170.0)},
-           2.0: {"p90_tps": Estimate(130.0, 110.0, 150.0)},
-           4.0: {"p90_tps": Estimate(110.0, 90.0, 125.0)},
-           6.0: {"p90_tps": Estimate(90.0, 70.0, 95.0)},
-           8.0: {"p90_tps": Estimate(70.0, None, None)}}
+    pts = {
+        1.0: {"p90_tps": Estimate(160.0, 150.0, 170.0)},
+        2.0: {"p90_tps": Estimate(130.0, 110.0, 150.0)},
+        4.0: {"p90_tps": Estimate(110.0, 90.0, 125.0)},
+        6.0: {"p90_tps": Estimate(90.0, 70.0, 95.0)},
+        8.0: {"p90_tps": Estimate(70.0, None, None)},
+    }
     cap = ladder_capacity("std", 1, pts, slo)
     assert (cap.capacity, cap.first_fail) == (4.0, 6.0)
     assert [p.sure for p in cap.probes] == ["meets", "meets", "uncertain", "fails", "uncertain"]
@@ -92,7 +95,9 @@ def test_figure_estimate_is_the_bootstrap_of_the_percentile() -> None:
     tpot = np.asarray(t.column("tpot").to_pylist(), dtype=np.float64)[ok]
     order = np.asarray(t.column("intended_ns").to_pylist(), dtype=np.float64)[ok]
     keep = ~np.isnan(tpot)
-    boots = block_bootstrap_percentile(tpot[keep], order[keep], 90.0, 1000, np.random.default_rng(0))
+    boots = block_bootstrap_percentile(
+        tpot[keep], order[keep], 90.0, 1000, np.random.default_rng(0)
+    )
     # P90 TPS is a nearest-rank figure: its interval is 1 / the resampled P90 TPOT
     e = figure_estimate(report, "p90_tps")
     lo, hi = np.percentile(1e9 / boots, [2.5, 97.5])

@@ -47,18 +47,33 @@ def test_reads_a_valid_file(tmp_path: Path) -> None:
     assert exp.output == str((Path("sweeps") / "exp").resolve())
 
 
-@pytest.mark.parametrize("text, expect", [
-    ("bogus = 1\n" + BASE, "exp.toml: unknown key 'bogus'"),
-    (BASE.replace("speedup = 4", "spedup = 4"), "exp.toml: [run]: unknown key 'spedup'"),
-    (BASE.replace('axis = "concurrent_sessions"', 'axis = "users"'), "[load] axis: must be one of"),
-    (BASE.replace("points = [1, 2, 4]", "points = [1, 2.5]"), "[load] points: 2.5 is not a valid concurrent_sessions"),
-    (BASE.replace('name = "b"', 'name = "a"'), "targets: name 'a' is used twice"),
-    (BASE.replace('url = "http://127.0.0.1:9"', 'url = "127.0.0.1:9"'), "targets[1] url: expected an http(s) URL"),
-    (BASE.replace("gpus = 2", "gpus = 0"), "targets[1] gpus: must be >= 1"),
-    (BASE.replace("[run]\nspeedup = 4", "[run]\nconcurrent_sessions = 4"), "a load axis; set it in [load]"),
-    ("slo = 'p90_tps>>3'\n" + BASE, "exp.toml: slo: --slo: 'p90_tps>>3'"),
-    (BASE.replace("repeats = 3", "repeats = 'x'"), "exp.toml repeats: expected int"),
-])
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("bogus = 1\n" + BASE, "exp.toml: unknown key 'bogus'"),
+        (BASE.replace("speedup = 4", "spedup = 4"), "exp.toml: [run]: unknown key 'spedup'"),
+        (
+            BASE.replace('axis = "concurrent_sessions"', 'axis = "users"'),
+            "[load] axis: must be one of",
+        ),
+        (
+            BASE.replace("points = [1, 2, 4]", "points = [1, 2.5]"),
+            "[load] points: 2.5 is not a valid concurrent_sessions",
+        ),
+        (BASE.replace('name = "b"', 'name = "a"'), "targets: name 'a' is used twice"),
+        (
+            BASE.replace('url = "http://127.0.0.1:9"', 'url = "127.0.0.1:9"'),
+            "targets[1] url: expected an http(s) URL",
+        ),
+        (BASE.replace("gpus = 2", "gpus = 0"), "targets[1] gpus: must be >= 1"),
+        (
+            BASE.replace("[run]\nspeedup = 4", "[run]\nconcurrent_sessions = 4"),
+            "a load axis; set it in [load]",
+        ),
+        ("slo = 'p90_tps>>3'\n" + BASE, "exp.toml: slo: --slo: 'p90_tps>>3'"),
+        (BASE.replace("repeats = 3", "repeats = 'x'"), "exp.toml repeats: expected int"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_key(tmp_path: Path, text: str, expect: str) -> None:
     with pytest.raises(InputError) as err:
         load_experiment(_write(tmp_path, text))

@@ -38,32 +38,51 @@ def test_steady_needs_two_close_bursts() -> None:
 
 
 def test_saturated_run_is_unreachable_with_its_reason(tmp_path: Path) -> None:
-    run_dir = write_results(tmp_path / "r", synthetic_batches(300, 1), {
-        "load_generator_bottleneck": True,
-        "load_generator_warning": "load generator saturated: schedule lag p99 30.0 ms"})
-    status, reason, figures, bottleneck, _, _ = _outcome(run_dir, SimpleNamespace(interrupted=False),
-                                                      Target("a", "sim", "fast"))
+    run_dir = write_results(
+        tmp_path / "r",
+        synthetic_batches(300, 1),
+        {
+            "load_generator_bottleneck": True,
+            "load_generator_warning": "load generator saturated: schedule lag p99 30.0 ms",
+        },
+    )
+    status, reason, figures, bottleneck, _, _ = _outcome(
+        run_dir, SimpleNamespace(interrupted=False), Target("a", "sim", "fast")
+    )
     assert (status, bottleneck) == ("unreachable", True)
     assert "could not hold this load" in str(reason) and "30.0 ms" in str(reason)
     assert figures["p90_tps"] is not None  # the figures are kept, marked by the status
     meta = json.loads((run_dir / "run.json").read_text())
     meta["load_generator_bottleneck"] = False
     (run_dir / "run.json").write_text(json.dumps(meta))
-    assert _outcome(run_dir, SimpleNamespace(interrupted=False), Target("a", "sim", "fast"))[0] == "complete"
+    assert (
+        _outcome(run_dir, SimpleNamespace(interrupted=False), Target("a", "sim", "fast"))[0]
+        == "complete"
+    )
 
 
 def test_run_config_of_a_point_is_shared_by_targets(tmp_path: Path) -> None:
     (tmp_path / "t.parquet").write_bytes(b"")
-    raw = {"trace": "t.parquet", "load": {"axis": "rate", "points": [0.5, 2]},
-           "run": {"speedup": 3, "arrival": "constant"},
-           "targets": [{"name": "a", "sim": "fast"}, {"name": "b", "sim": "mtp"}]}
+    raw = {
+        "trace": "t.parquet",
+        "load": {"axis": "rate", "points": [0.5, 2]},
+        "run": {"speedup": 3, "arrival": "constant"},
+        "targets": [{"name": "a", "sim": "fast"}, {"name": "b", "sim": "mtp"}],
+    }
     exp = experiment_from_dict(raw, tmp_path / "e.toml")
     a = run_config(exp, "http://127.0.0.1:1", tmp_path / "x", 2.0, 1)
     b = run_config(exp, "http://127.0.0.1:2", tmp_path / "y", 2.0, 1)
-    assert (a.rate, a.arrival, a.speedup, a.salt, a.arrival_seed) == (2.0, "constant", 3, b.salt, b.arrival_seed)
+    assert (a.rate, a.arrival, a.speedup, a.salt, a.arrival_seed) == (
+        2.0,
+        "constant",
+        3,
+        b.salt,
+        b.arrival_seed,
+    )
     assert run_config(exp, "http://127.0.0.1:1", tmp_path / "x", 2.0, 2).salt != a.salt
-    c = experiment_from_dict(raw | {"load": {"axis": "concurrency", "points": [4]}, "run": {}},
-                             tmp_path / "e.toml")
+    c = experiment_from_dict(
+        raw | {"load": {"axis": "concurrency", "points": [4]}, "run": {}}, tmp_path / "e.toml"
+    )
     cfg = run_config(c, "http://127.0.0.1:1", tmp_path / "z", 4.0, 0)
     assert (cfg.concurrency, cfg.timing) == (4, "max-rate")
 
@@ -71,13 +90,26 @@ def test_run_config_of_a_point_is_shared_by_targets(tmp_path: Path) -> None:
 def test_slo_terms_and_bisection_state() -> None:
     slo = parse_slo("p90_tps>=20, ttft_p99<=2s,tpot_p90<=50")
     assert [(t.column, t.op, t.bound) for t in slo] == [
-        ("p90_tps", ">=", 20.0), ("ttft_p99_ms", "<=", 2000.0), ("tpot_p90_ms", "<=", 50.0)]
+        ("p90_tps", ">=", 20.0),
+        ("ttft_p99_ms", "<=", 2000.0),
+        ("tpot_p90_ms", "<=", 50.0),
+    ]
     # the mean of replicate runs is mean_ci's (geometric): sqrt(25 x 18) = 21.2 >= 20
-    assert meets([{"p90_tps": 25, "ttft_p99_ms": 1500, "tpot_p90_ms": 40},
-                  {"p90_tps": 18, "ttft_p99_ms": 1700, "tpot_p90_ms": 45}], slo)
+    assert meets(
+        [
+            {"p90_tps": 25, "ttft_p99_ms": 1500, "tpot_p90_ms": 40},
+            {"p90_tps": 18, "ttft_p99_ms": 1700, "tpot_p90_ms": 45},
+        ],
+        slo,
+    )
     # sqrt(25 x 15.8) = 19.87 < 20 though the arithmetic mean is 20.4
-    assert not meets([{"p90_tps": 25, "ttft_p99_ms": 1500, "tpot_p90_ms": 40},
-                      {"p90_tps": 15.8, "ttft_p99_ms": 1700, "tpot_p90_ms": 45}], slo)
+    assert not meets(
+        [
+            {"p90_tps": 25, "ttft_p99_ms": 1500, "tpot_p90_ms": 40},
+            {"p90_tps": 15.8, "ttft_p99_ms": 1700, "tpot_p90_ms": 45},
+        ],
+        slo,
+    )
     assert not meets([{"p90_tps": 25, "ttft_p99_ms": None, "tpot_p90_ms": 40}], slo)
     for bad in ("p90_tps>20", "speed>=3", "ttft_p99<=2h", "p90_tps>=3ms"):
         with pytest.raises(InputError):
@@ -88,11 +120,21 @@ def test_slo_terms_and_bisection_state() -> None:
 
 
 def test_an_invalid_agentx_run_is_a_failed_point_with_its_reason(tmp_path: Path) -> None:
-    run_dir = write_results(tmp_path / "r", synthetic_batches(300, 1), {
-        "status": "invalid", "agentx": {"invalid_reason": "measured 60 s, below the minimum of 900 s"}})
-    status, reason, figures, _, _, _ = _outcome(run_dir, SimpleNamespace(interrupted=False),
-                                                Target("a", "sim", "fast"))
-    assert status == "failed" and reason == "invalid AgentX run: measured 60 s, below the minimum of 900 s"
+    run_dir = write_results(
+        tmp_path / "r",
+        synthetic_batches(300, 1),
+        {
+            "status": "invalid",
+            "agentx": {"invalid_reason": "measured 60 s, below the minimum of 900 s"},
+        },
+    )
+    status, reason, figures, _, _, _ = _outcome(
+        run_dir, SimpleNamespace(interrupted=False), Target("a", "sim", "fast")
+    )
+    assert (
+        status == "failed"
+        and reason == "invalid AgentX run: measured 60 s, below the minimum of 900 s"
+    )
     assert figures["p90_tps"] is not None
 
 
@@ -109,9 +151,13 @@ def test_surely_widens_the_bracket_by_the_run_to_run_spread() -> None:
     assert surely(runs(80, 82, 84), slo) == "fails"  # wholly below 100
     assert surely(runs(150), slo) == "uncertain"  # one run: no interval
     assert surely([{"p90_tps": None}], slo) == "fails"
-    probes = [Probe(2, 3, 3, True, {}, "meets"), Probe(8, 3, 3, True, {}, "uncertain"),
-              Probe(12, 3, 2, True, {}, "uncertain"), Probe(13, 3, 1, False, {}, "uncertain"),
-              Probe(16, 3, 0, False, {}, "fails")]
+    probes = [
+        Probe(2, 3, 3, True, {}, "meets"),
+        Probe(8, 3, 3, True, {}, "uncertain"),
+        Probe(12, 3, 2, True, {}, "uncertain"),
+        Probe(13, 3, 1, False, {}, "uncertain"),
+        Probe(16, 3, 0, False, {}, "fails"),
+    ]
     assert _state(probes) == (12, 13)  # by the means
     assert _spread(probes) == (2, 16)  # with the spread: only 2 surely meets, 16 surely fails
 
@@ -127,21 +173,27 @@ def test_capacity_needs_a_paced_axis_and_enough_turns(tmp_path: Path) -> None:
         r["arrival_ns"] = starts[(int(str(r["session_id"])[1:]), int(r["request_index"]))] * 10**9
     write_rows(tmp_path / "t.parquet", rows)
     assert turn_period_s(str(tmp_path / "t.parquet")) == pytest.approx(1.75)
-    raw = {"trace": "t.parquet", "load": {"axis": "concurrent_sessions", "points": [1, 4]},
-           "run": {"speedup": 2, "duration_s": 3}, "targets": [{"sim": "fast"}]}
+    raw = {
+        "trace": "t.parquet",
+        "load": {"axis": "concurrent_sessions", "points": [1, 4]},
+        "run": {"speedup": 2, "duration_s": 3},
+        "targets": [{"sim": "fast"}],
+    }
     exp = experiment_from_dict(raw, tmp_path / "e.toml")
     # 1 session at the lowest point: 10 turns for a P90's 10 requests (more than 5);
     # 10 x 1.75 s / speedup 2 + 1 s ramp = 9.75 s > the file's 3 s
     assert MIN_TURNS == 5 and run_length(exp)[0] == pytest.approx(9.8)
-    exp = experiment_from_dict(raw | {"load": {"axis": "concurrent_sessions", "points": [4, 8]}},
-                               tmp_path / "e.toml")
+    exp = experiment_from_dict(
+        raw | {"load": {"axis": "concurrent_sessions", "points": [4, 8]}}, tmp_path / "e.toml"
+    )
     # 4 sessions send 10 requests in 3 turns: 5 turns x 1.75 / 2 + 1 = 5.375 s
     assert run_length(exp)[0] == pytest.approx(5.4)
     exp = experiment_from_dict(raw | {"run": {"speedup": 2, "duration_s": 12}}, tmp_path / "e.toml")
     assert run_length(exp)[0] == 12.0
     check_axis(exp)
-    sped = experiment_from_dict(raw | {"load": {"axis": "speedup", "points": [1, 4]}, "run": {}},
-                                tmp_path / "e.toml")
+    sped = experiment_from_dict(
+        raw | {"load": {"axis": "speedup", "points": [1, 4]}, "run": {}}, tmp_path / "e.toml"
+    )
     with pytest.raises(InputError, match="needs a load the server paces"):
         check_axis(sped)
 
@@ -150,10 +202,19 @@ def test_capacity_table_flags_contention_warmup_and_few_samples() -> None:
     from agent_replay.replay.sweep.capacity import Capacity, _probe, to_markdown
 
     slo = parse_slo("p90_tps>=100,ttft_p99<=2s")
-    rows = {("capacity", "a", 4.0, r): {"status": "complete", "p90_tps": v, "ttft_p99_ms": 500.0,
-                                        "requests_ok": 30, "tpot_n": 30, "ttft_n": 30,
-                                        "machine_contention": r == 0, "warmup_steady": r != 1}
-            for r, v in enumerate((110.0, 120.0, 130.0))}
+    rows = {
+        ("capacity", "a", 4.0, r): {
+            "status": "complete",
+            "p90_tps": v,
+            "ttft_p99_ms": 500.0,
+            "requests_ok": 30,
+            "tpot_n": 30,
+            "ttft_n": 30,
+            "machine_contention": r == 0,
+            "warmup_steady": r != 1,
+        }
+        for r, v in enumerate((110.0, 120.0, 130.0))
+    }
     p = _probe(rows, "a", 4.0, slo)
     assert (p.runs, p.passed_runs, p.meets, p.contended, p.unsteady) == (3, 3, True, 1, 1)
     assert p.few == ("ttft_p99_ms",)  # a P99 of 30 requests; P90 TPS of 30 is enough
@@ -168,9 +229,11 @@ def test_capacity_shows_the_same_load_measured_by_the_sweep_phase() -> None:
     from agent_replay.replay.sweep.capacity import Capacity, _probe, other_phase
 
     slo = parse_slo("p90_tps>=100")
-    rows = {(phase, "a", 8.0, r): {"status": "complete", "p90_tps": v}
-            for phase, vals in (("capacity", (119.0, 119.0)), ("sweep", (98.0, 98.0)))
-            for r, v in enumerate(vals)}
+    rows = {
+        (phase, "a", 8.0, r): {"status": "complete", "p90_tps": v}
+        for phase, vals in (("capacity", (119.0, 119.0)), ("sweep", (98.0, 98.0)))
+        for r, v in enumerate(vals)
+    }
     cap = Capacity("a", 1, [_probe(rows, "a", 8.0, slo)])
     assert other_phase([cap], rows, slo) == ["a at 8: p90_tps 119.0 here, 98.0 in the sweep"]
 
@@ -179,9 +242,12 @@ def test_capacity_progress_counts_every_round_against_the_most_runs(tmp_path: Pa
     from agent_replay.replay.sweep.capacity import _Overall, max_runs
 
     (tmp_path / "t.parquet").write_bytes(b"")
-    raw = {"trace": "t.parquet", "repeats": 2,
-           "targets": [{"name": "a", "sim": "fast"}, {"name": "b", "sim": "mtp"}],
-           "load": {"axis": "concurrent_sessions", "points": [1, 33]}}
+    raw = {
+        "trace": "t.parquet",
+        "repeats": 2,
+        "targets": [{"name": "a", "sim": "fast"}, {"name": "b", "sim": "mtp"}],
+        "load": {"axis": "concurrent_sessions", "points": [1, 33]},
+    }
     exp = experiment_from_dict(raw, tmp_path / "e.toml")
     # both ends (2 points), bisection of 1..33 (32 -> 16 -> 8 -> 4 -> 2 -> 1: 5 steps) and up
     # to 2 x 3 more for the top doubled 3 times, then 3 rounds of the bracket's ends again

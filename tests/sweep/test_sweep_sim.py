@@ -59,7 +59,8 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     assert len(res.rows) == 8 and {r["status"] for r in res.rows} == {"complete"}, res.rows
     idx = pq.read_table(out / "index.parquet").to_pylist()
     assert sorted((r["target"], r["point"], r["repeat"]) for r in idx) == sorted(
-        (t, p, r) for t in "ab" for p in (1.0, 3.0) for r in (0, 1))
+        (t, p, r) for t in "ab" for p in (1.0, 3.0) for r in (0, 1)
+    )
     assert (out / "index.csv").read_text().count("\n") == 9
     for r in idx:
         run_dir = out / r["path"]
@@ -77,7 +78,10 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     salts = {(r["point"], r["repeat"]): set() for r in idx}
     for r in idx:
         salts[(r["point"], r["repeat"])].add(r["salt"])
-    assert all(len(s) == 1 for s in salts.values()) and len({next(iter(s)) for s in salts.values()}) == 4
+    assert (
+        all(len(s) == 1 for s in salts.values())
+        and len({next(iter(s)) for s in salts.values()}) == 4
+    )
     assert [r["usd_per_m_output"] is not None for r in idx if r["target"] == "a"] == [True] * 4
     assert len(lines) == 8 and lines[0].startswith("[1/8] r0 ")
 
@@ -90,17 +94,24 @@ def test_sweep_runs_indexes_resumes_and_builds_the_frontier(exp_file: Path) -> N
     assert (out / "frontier.md").exists() and (out / "frontier.json").exists()
     assert "| a | 3 | 2 |" in built["markdown"].replace("|  | ", "| ")
     # no GPU telemetry on the simulated engine: the energy figures are null, no energy column
-    assert all(r["j_per_output_token"] is None and r["output_tokens_per_s_per_kw"] is None
-               for r in idx)
+    assert all(
+        r["j_per_output_token"] is None and r["output_tokens_per_s_per_kw"] is None for r in idx
+    )
     assert "J/output token" not in built["markdown"]
-    assert json.loads((out / "frontier.json").read_text())["points"][0]["mean_ci"][
-        "j_per_output_token"]["estimate"] is None
+    assert (
+        json.loads((out / "frontier.json").read_text())["points"][0]["mean_ci"][
+            "j_per_output_token"
+        ]["estimate"]
+        is None
+    )
     assert any("b vs a at 1, p90_tps" in c for c in built["comparisons"])
     # both targets are the same sim profile: no server setting differs
     assert "Targets' server settings" not in built["markdown"]
 
 
-def test_unreachable_target_is_kept_as_failed_with_its_reason(tmp_path: Path, exp_file: Path) -> None:
+def test_unreachable_target_is_kept_as_failed_with_its_reason(
+    tmp_path: Path, exp_file: Path
+) -> None:
     text = exp_file.read_text().replace('sim = "fast"\n[[targets]]', 'sim = "fast"\n[[targets]]', 1)
     text = text.replace('name = "b"\nsim = "fast"', 'name = "b"\nurl = "http://127.0.0.1:9"')
     text = text.replace("points = [1, 3]", "points = [1]").replace("repeats = 2", "repeats = 1")
@@ -108,7 +119,10 @@ def test_unreachable_target_is_kept_as_failed_with_its_reason(tmp_path: Path, ex
     res = run_sweep(load_experiment(exp_file))
     by = {r["target"]: r for r in res.rows}
     assert by["a"]["status"] == "complete"
-    assert by["b"]["status"] == "failed" and "target 'b' (http://127.0.0.1:9) does not answer" in by["b"]["reason"]
+    assert (
+        by["b"]["status"] == "failed"
+        and "target 'b' (http://127.0.0.1:9) does not answer" in by["b"]["reason"]
+    )
     md = build([res.out])["markdown"]
     assert "r0 failed: target 'b'" in md
 
@@ -124,8 +138,14 @@ def find(exp, slo: str, **kw):  # type: ignore[no-untyped-def]
         return find_capacity(exp, parse_slo(slo), rows=rows, out=out, servers=servers, **kw)
 
 
-def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = exp_file.read_text().replace("points = [1, 3]", "points = [1, 4]").replace("repeats = 2", "repeats = 1")
+def test_capacity_search_and_cli(
+    tmp_path: Path, exp_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        exp_file.read_text()
+        .replace("points = [1, 3]", "points = [1, 4]")
+        .replace("repeats = 2", "repeats = 1")
+    )
     text = text.replace('[[targets]]\nname = "b"\nsim = "fast"\n', "")
     exp_file.write_text(text)
     exp = load_experiment(exp_file)
@@ -151,8 +171,13 @@ def test_capacity_search_and_cli(tmp_path: Path, exp_file: Path, capsys: pytest.
     assert main(["sweep", str(exp_file), "--report-only"]) == 0
     assert "frontier.md" in capsys.readouterr().out
     # reindex: figures recomputed from the run folders, with the prices now in the file
-    exp_file.write_text(exp_file.read_text().replace(
-        "[[targets]]", "[prices]\ninput_hit = 0.1\ninput_miss = 0.5\noutput = 2.0\n[[targets]]", 1))
+    exp_file.write_text(
+        exp_file.read_text().replace(
+            "[[targets]]",
+            "[prices]\ninput_hit = 0.1\ninput_miss = 0.5\noutput = 2.0\n[[targets]]",
+            1,
+        )
+    )
     assert main(["sweep", str(exp_file), "--report-only", "--reindex"]) == 0
     rows = pq.read_table(Path(exp.output) / "index.parquet").to_pylist()
     assert rows and all(r["revenue_per_gpu_hour"] > 0 for r in rows if r["status"] == "complete")

@@ -24,25 +24,31 @@ def subagent_session(n: int) -> pa.Table:
     values = np.concatenate([np.concatenate(main_deps), sub])
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
     req = np.concatenate([main, n + 1 + sub])
-    arrival = np.concatenate([main.astype(np.int64) * 2_000_000, sub.astype(np.int64) * 2_000_000
-                              + 1_000_000])
+    arrival = np.concatenate(
+        [main.astype(np.int64) * 2_000_000, sub.astype(np.int64) * 2_000_000 + 1_000_000]
+    )
     agents = pa.DictionaryArray.from_arrays(
         pa.array(np.concatenate([np.zeros(n + 1, np.int32), sub + 1])),
-        pa.array(["main"] + [f"a{k}" for k in range(n)]))
+        pa.array(["main"] + [f"a{k}" for k in range(n)]),
+    )
     rows = 2 * n + 1
-    return pa.table({
-        "session_id": pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)),
-                                                     pa.array(["tree"])),
-        "request_index": pa.array(req, pa.int32()),
-        "parent_index": pa.array(np.concatenate([main - 1, sub]), pa.int32()),
-        "arrival_ns": pa.array(arrival),
-        "input_tokens": pa.array(np.full(rows, 64), pa.int32()),
-        "output_tokens": pa.array(np.full(rows, 4), pa.int32()),
-        "agent_id": agents,
-        "depends_on": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32())),
-    })
+    return pa.table(
+        {
+            "session_id": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(rows, np.int32)), pa.array(["tree"])
+            ),
+            "request_index": pa.array(req, pa.int32()),
+            "parent_index": pa.array(np.concatenate([main - 1, sub]), pa.int32()),
+            "arrival_ns": pa.array(arrival),
+            "input_tokens": pa.array(np.full(rows, 64), pa.int32()),
+            "output_tokens": pa.array(np.full(rows, 4), pa.int32()),
+            "agent_id": agents,
+            "depends_on": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32())),
+        }
+    )
 
 
 def write_subagent_session(path: Path, n: int) -> Path:
-    return write_trace(subagent_session(n), path, TraceMeta(block_size=16, schema_version=2),
-                       force=True)
+    return write_trace(
+        subagent_session(n), path, TraceMeta(block_size=16, schema_version=2), force=True
+    )

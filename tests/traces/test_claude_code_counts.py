@@ -21,28 +21,73 @@ CALL = {"file_path": "/repo/setup.cfg"}
 
 
 def _rec(uuid: str, parent: str | None, t: int, kind: str, message: dict[str, Any]) -> str:
-    return json.dumps({"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "s1",
-                       "timestamp": f"2025-08-01T10:00:{t:02d}.000Z", "isSidechain": False,
-                       "message": message})
+    return json.dumps(
+        {
+            "type": kind,
+            "uuid": uuid,
+            "parentUuid": parent,
+            "sessionId": "s1",
+            "timestamp": f"2025-08-01T10:00:{t:02d}.000Z",
+            "isSidechain": False,
+            "message": message,
+        }
+    )
 
 
-def _assistant(mid: str, content: list[dict[str, Any]], out: int, stop: str | None) -> dict[str, Any]:
-    return {"id": mid, "role": "assistant", "model": "claude-3-5-haiku", "content": content,
-            "stop_reason": stop, "usage": {"input_tokens": 100, "output_tokens": out,
-                                           "cache_read_input_tokens": 0,
-                                           "cache_creation_input_tokens": 0}}
+def _assistant(
+    mid: str, content: list[dict[str, Any]], out: int, stop: str | None
+) -> dict[str, Any]:
+    return {
+        "id": mid,
+        "role": "assistant",
+        "model": "claude-3-5-haiku",
+        "content": content,
+        "stop_reason": stop,
+        "usage": {
+            "input_tokens": 100,
+            "output_tokens": out,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        },
+    }
 
 
 def _log(tmp_path: Path, out: int, stop: str | None) -> Path:
     lines = [
         _rec("u1", None, 0, "user", {"role": "user", "content": "fix the test"}),
-        _rec("a1", "u1", 2, "assistant", _assistant("m1", [{"type": "text", "text": WORDS}], out, stop)),
-        _rec("a2", "a1", 3, "assistant", _assistant(
-            "m1", [{"type": "tool_use", "id": "t1", "name": "Read", "input": CALL}], out, stop)),
-        _rec("u2", "a2", 4, "user", {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": "[metadata]"}]}),
-        _rec("a3", "u2", 6, "assistant", _assistant(
-            "m2", [{"type": "text", "text": "Done."}], 3, "end_turn")),
+        _rec(
+            "a1",
+            "u1",
+            2,
+            "assistant",
+            _assistant("m1", [{"type": "text", "text": WORDS}], out, stop),
+        ),
+        _rec(
+            "a2",
+            "a1",
+            3,
+            "assistant",
+            _assistant(
+                "m1", [{"type": "tool_use", "id": "t1", "name": "Read", "input": CALL}], out, stop
+            ),
+        ),
+        _rec(
+            "u2",
+            "a2",
+            4,
+            "user",
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "[metadata]"}],
+            },
+        ),
+        _rec(
+            "a3",
+            "u2",
+            6,
+            "assistant",
+            _assistant("m2", [{"type": "text", "text": "Done."}], 3, "end_turn"),
+        ),
     ]
     f = tmp_path / "trace.jsonl"
     f.write_text("\n".join(lines) + "\n")

@@ -46,10 +46,14 @@ def test_synth_duration_cut_and_fit_roundtrip() -> None:
     out, meta = synthesize(m, SynthConfig(sessions=200, seed=5, block_size=16))
     assert validate(out, meta, "fit") == []
     # fitted outputs are drawn from the source's own values
-    assert set(out.column("output_tokens").to_pylist()) <= set(src.column("output_tokens").to_pylist())
+    assert set(out.column("output_tokens").to_pylist()) <= set(
+        src.column("output_tokens").to_pylist()
+    )
     src_turns = np.bincount(src.column("request_index").to_numpy() == 0)
     assert src_turns.size > 0
-    assert out.column("input_tokens").to_numpy().max() <= src.column("input_tokens").to_numpy().max()
+    assert (
+        out.column("input_tokens").to_numpy().max() <= src.column("input_tokens").to_numpy().max()
+    )
 
 
 def test_agent_small_sample_matches_its_contract() -> None:
@@ -69,11 +73,24 @@ def test_agent_small_sample_matches_its_contract() -> None:
         assert f.stat().st_size < 200_000
 
 
-def test_cli_import_inspect_validate_head_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_import_inspect_validate_head_convert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "m.jsonl"
-    src.write_text("\n".join(json.dumps({"timestamp": i * 1000, "input_length": 1100 + 512 * i,
-                                         "output_length": 5, "hash_ids": list(range(3 + i))})
-                             for i in range(3)) + "\n")
+    src.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "timestamp": i * 1000,
+                    "input_length": 1100 + 512 * i,
+                    "output_length": 5,
+                    "hash_ids": list(range(3 + i)),
+                }
+            )
+            for i in range(3)
+        )
+        + "\n"
+    )
     out = tmp_path / "t.parquet"
     assert main(["traces", "import", str(src), "-o", str(out)]) == 0
     said = capsys.readouterr().out
@@ -86,13 +103,16 @@ def test_cli_import_inspect_validate_head_convert(tmp_path: Path, capsys: pytest
     back = tmp_path / "back.jsonl"
     assert main(["traces", "convert", str(out), "-o", str(back)]) == 0
     assert [json.loads(x) for x in back.read_text().splitlines()] == [
-        json.loads(x) for x in src.read_text().splitlines()]
+        json.loads(x) for x in src.read_text().splitlines()
+    ]
     again = tmp_path / "again.parquet"
     assert main(["traces", "convert", str(back), "-o", str(again)]) == 0
     assert read_trace(again)[0].equals(read_trace(out)[0])
 
 
-def test_cli_refuses_overwrite_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_refuses_overwrite_and_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "t.parquet"
     out.write_bytes(b"keep me")
     good = tmp_path / "m.jsonl"
@@ -107,19 +127,24 @@ def test_cli_refuses_overwrite_and_bad_input(tmp_path: Path, capsys: pytest.Capt
     assert len(err) == 1 and "bad.jsonl: line 2: not valid JSON" in err[0]
     assert not out2.exists() and not list(tmp_path.glob(".*tmp"))
     assert main(["traces", "synth", "-o", str(out), "--sessions", "2"]) == 2
-    assert main(["traces", "synth", "-o", str(out), "--sessions", "2", "--force", "--seed", "1"]) == 0
+    assert (
+        main(["traces", "synth", "-o", str(out), "--sessions", "2", "--force", "--seed", "1"]) == 0
+    )
     assert read_trace(out)[0].num_rows > 2
     assert main(["traces", "validate", str(tmp_path / "missing.parquet")]) == 2
 
 
-def test_inspect_every_shared_source(shared_data: Path, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    sources = [shared_data / "mooncake" / "conversation_trace.jsonl",
-               shared_data / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
-               shared_data / "tracelab" / "example_sessions" / "sanitized" / "round_trace.jsonl",
-               shared_data / "lmcache_agent_trace" / "miniswe",
-               shared_data / "claude_code_logs",
-               shared_data / "tracelab" / "example_sessions" / "codex" / "trace.json"]
+def test_inspect_every_shared_source(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sources = [
+        shared_data / "mooncake" / "conversation_trace.jsonl",
+        shared_data / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
+        shared_data / "tracelab" / "example_sessions" / "sanitized" / "round_trace.jsonl",
+        shared_data / "lmcache_agent_trace" / "miniswe",
+        shared_data / "claude_code_logs",
+        shared_data / "tracelab" / "example_sessions" / "codex" / "trace.json",
+    ]
     for i, src in enumerate(sources):
         out = tmp_path / f"{i}.parquet"
         assert main(["traces", "import", str(src), "-o", str(out)]) == 0, src

@@ -36,8 +36,10 @@ def test_a_jsonl_export_imports_back_with_its_block_size(tmp_path: Path) -> None
 
 def test_block_size_by_hand(tmp_path: Path) -> None:
     f = tmp_path / "a.jsonl"
-    rows = [{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1, 2]},
-            {"timestamp": 1, "input_length": 129, "output_length": 1, "hash_ids": [1, 2, 3]}]
+    rows = [
+        {"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1, 2]},
+        {"timestamp": 1, "input_length": 129, "output_length": 1, "hash_ids": [1, 2, 3]},
+    ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert block_size_of([f]) == 64  # ceil(100/64) = 2, ceil(129/64) = 3; 128 gives 1 and 2
     rows[1]["hash_ids"] = [1, 2, 3, 4, 5]  # no block size fits both rows
@@ -60,7 +62,12 @@ def test_taubench_row_waits_for_the_output_its_input_holds(tmp_path: Path) -> No
         {"timestamp": 1_000_000, "input": sys_a, "output": a1, "session_id": "t"},
         {"timestamp": 2_000_000, "input": sys_u + a1, "output": u1, "session_id": "t"},
         {"timestamp": 3_000_000, "input": sys_a + a1 + u1, "output": a2, "session_id": "t"},
-        {"timestamp": 4_000_000, "input": sys_u + "agent: " + a2, "output": "ok", "session_id": "t"},
+        {
+            "timestamp": 4_000_000,
+            "input": sys_u + "agent: " + a2,
+            "output": "ok",
+            "session_id": "t",
+        },
     ]
     f = tmp_path / "taubench.jsonl"
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -68,8 +75,9 @@ def test_taubench_row_waits_for_the_output_its_input_holds(tmp_path: Path) -> No
     t = res.table.to_pydict()
     assert t["parent_index"] == [-1, -1, 0, -1]  # the agent's chain; each user turn starts anew
     assert t["depends_on"] == [None, [0], [0, 1], [2]]
-    assert any("3 rows wait for an earlier row whose output their input holds" in n
-               for n in res.notes), res.notes
+    assert any(
+        "3 rows wait for an earlier row whose output their input holds" in n for n in res.notes
+    ), res.notes
 
 
 @pytest.mark.shared_data
@@ -90,8 +98,13 @@ def test_taubench_real_rows_first_reply_is_waited_for(tmp_path: Path) -> None:
     row 1's input is row 0's output. Alone, neither chain continues, so nothing linked
     them before; row 1 now waits for row 0."""
     cut = tmp_path / "rows0-1.jsonl"
-    cut.write_bytes(b"".join((FIXTURES / "taubench-09867e5c-rows0-4.jsonl").read_bytes()
-                             .splitlines(keepends=True)[:2]))
+    cut.write_bytes(
+        b"".join(
+            (FIXTURES / "taubench-09867e5c-rows0-4.jsonl")
+            .read_bytes()
+            .splitlines(keepends=True)[:2]
+        )
+    )
     first, second = (json.loads(x) for x in cut.read_text().splitlines())
     assert second["input"] == first["output"]
     t = import_paths([cut], "lmcache").table.to_pydict()

@@ -25,12 +25,23 @@ def rows(result: object) -> list[dict[str, object]]:
 
 # --- small fixtures of our own ---------------------------------------------------------
 
-MOONCAKE = "\n".join(json.dumps(r) for r in [
-    {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
-    {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 5]},
-    {"timestamp": 3000, "input_length": 1600, "output_length": 7, "hash_ids": [0, 1, 3, 4]},
-    {"timestamp": 6000, "input_length": 2100, "output_length": 9, "hash_ids": [0, 1, 3, 4, 6]},
-]) + "\n"
+MOONCAKE = (
+    "\n".join(
+        json.dumps(r)
+        for r in [
+            {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
+            {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 5]},
+            {"timestamp": 3000, "input_length": 1600, "output_length": 7, "hash_ids": [0, 1, 3, 4]},
+            {
+                "timestamp": 6000,
+                "input_length": 2100,
+                "output_length": 9,
+                "hash_ids": [0, 1, 3, 4, 6],
+            },
+        ]
+    )
+    + "\n"
+)
 
 
 def test_mooncake_sessions_from_prefix_chains(tmp_path: Path) -> None:
@@ -59,8 +70,11 @@ def test_mooncake_popular_prefix_stops_linking() -> None:
 
 
 def test_azure_keeps_100ns_digits(tmp_path: Path) -> None:
-    p = write(tmp_path / "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-              "2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.0319601,3180,8\n")
+    p = write(
+        tmp_path / "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.0319601,3180,8\n",
+    )
     res = import_paths([p])
     assert res.format == "azure"
     assert [x["arrival_ns"] for x in rows(res)] == [0, 52_000_100]
@@ -68,17 +82,25 @@ def test_azure_keeps_100ns_digits(tmp_path: Path) -> None:
 
 
 def test_burstgpt_with_and_without_sessions(tmp_path: Path) -> None:
-    plain = write(tmp_path / "b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                  "5,ChatGPT,100,20,120,Conversation log\n7.5,GPT-4,50,0,50,API log\n")
+    plain = write(
+        tmp_path / "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,100,20,120,Conversation log\n7.5,GPT-4,50,0,50,API log\n",
+    )
     res = import_paths([plain])
     assert res.format == "burstgpt"
     assert [(x["arrival_ns"], x["input_tokens"], x["parent_index"]) for x in rows(res)] == [
-        (0, 100, -1), (2_500_000_000, 50, -1)]
-    sess = write(tmp_path / "s.csv", "Timestamp,Session ID,Elapsed time,Model,Request tokens,"
-                 "Response tokens,Total tokens,Log Type\n"
-                 "10,s1,2,ChatGPT,100,20,120,Conversation log\n"
-                 "11,s2,1,ChatGPT,30,5,35,Conversation log\n"
-                 "15,s1,1,ChatGPT,140,9,149,Conversation log\n")
+        (0, 100, -1),
+        (2_500_000_000, 50, -1),
+    ]
+    sess = write(
+        tmp_path / "s.csv",
+        "Timestamp,Session ID,Elapsed time,Model,Request tokens,"
+        "Response tokens,Total tokens,Log Type\n"
+        "10,s1,2,ChatGPT,100,20,120,Conversation log\n"
+        "11,s2,1,ChatGPT,30,5,35,Conversation log\n"
+        "15,s1,1,ChatGPT,140,9,149,Conversation log\n",
+    )
     r = rows(import_paths([sess]))
     s1 = [x for x in r if x["session_id"] == "bg-s1"]
     assert [(x["request_index"], x["parent_index"]) for x in s1] == [(0, -1), (1, 0)]
@@ -87,18 +109,45 @@ def test_burstgpt_with_and_without_sessions(tmp_path: Path) -> None:
 
 def test_qwen_chat_trees(tmp_path: Path) -> None:
     lines = [
-        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 1.0, "input_length": 20, "output_length": 3,
-         "type": "text", "turn": 1, "hash_ids": [11, 12]},
-        {"chat_id": 2, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 5, "output_length": 3,
-         "type": "text", "turn": 1, "hash_ids": [13]},
-        {"chat_id": 3, "parent_chat_id": 1, "timestamp": 2.25, "input_length": 40, "output_length": 3,
-         "type": "text", "turn": 2, "hash_ids": [11, 12, 14]},
+        {
+            "chat_id": 1,
+            "parent_chat_id": -1,
+            "timestamp": 1.0,
+            "input_length": 20,
+            "output_length": 3,
+            "type": "text",
+            "turn": 1,
+            "hash_ids": [11, 12],
+        },
+        {
+            "chat_id": 2,
+            "parent_chat_id": -1,
+            "timestamp": 1.5,
+            "input_length": 5,
+            "output_length": 3,
+            "type": "text",
+            "turn": 1,
+            "hash_ids": [13],
+        },
+        {
+            "chat_id": 3,
+            "parent_chat_id": 1,
+            "timestamp": 2.25,
+            "input_length": 40,
+            "output_length": 3,
+            "type": "text",
+            "turn": 2,
+            "hash_ids": [11, 12, 14],
+        },
     ]
     res = import_paths([write(tmp_path / "q.jsonl", "\n".join(map(json.dumps, lines)))])
     assert res.format == "qwen" and res.meta.block_size == 16
     r = rows(res)
     assert [(x["session_id"], x["request_index"], x["parent_index"]) for x in r] == [
-        ("qw-1", 0, -1), ("qw-2", 0, -1), ("qw-1", 1, 0)]
+        ("qw-1", 0, -1),
+        ("qw-2", 0, -1),
+        ("qw-1", 1, 0),
+    ]
     assert r[2]["arrival_ns"] == 1_250_000_000
     # chat 3 shares chat 1's first block; chat 1's second held 4 tokens (20 - 16), no
     # whole server block
@@ -128,8 +177,18 @@ def test_lmcache_magagent_flattened_inputs_and_empty_rows(tmp_path: Path) -> Non
     sys_, out0 = "S" * 100, "answer-zero " * 4  # 48-byte output
     lines = [
         {"timestamp": 1_000_000, "input": sys_, "output": out0, "session_id": "m"},
-        {"timestamp": 2_000_000, "input": "", "output": "o" * 8, "session_id": "m"},  # screenshot dropped
-        {"timestamp": 3_000_000, "input": sys_ + out0 + "U" * 40, "output": "o" * 8, "session_id": "m"},
+        {
+            "timestamp": 2_000_000,
+            "input": "",
+            "output": "o" * 8,
+            "session_id": "m",
+        },  # screenshot dropped
+        {
+            "timestamp": 3_000_000,
+            "input": sys_ + out0 + "U" * 40,
+            "output": "o" * 8,
+            "session_id": "m",
+        },
     ]
     res = import_paths([write(tmp_path / "m.jsonl", "\n".join(map(json.dumps, lines)))])
     r = rows(res)
@@ -171,18 +230,37 @@ def test_detection_and_bad_input(tmp_path: Path) -> None:
     trunc = write(tmp_path / "t.jsonl", MOONCAKE + '{"timestamp": 9, "input_le')
     with pytest.raises(TraceError, match=r"t\.jsonl: line 5: not valid JSON \(truncated\?\)"):
         import_paths([trunc])
-    bad = write(tmp_path / "b.jsonl", MOONCAKE.replace('"input_length": 600', '"input_length": "six"'))
-    with pytest.raises(TraceError, match=r"b\.jsonl: line 2: field 'input_length' must be an integer"):
+    bad = write(
+        tmp_path / "b.jsonl", MOONCAKE.replace('"input_length": 600', '"input_length": "six"')
+    )
+    with pytest.raises(
+        TraceError, match=r"b\.jsonl: line 2: field 'input_length' must be an integer"
+    ):
         import_paths([bad])
     with pytest.raises(InputError, match="mix formats"):
-        import_paths([tmp_path / "m.jsonl", write(tmp_path / "a.csv",
-                      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,1,1\n")])
+        import_paths(
+            [
+                tmp_path / "m.jsonl",
+                write(
+                    tmp_path / "a.csv",
+                    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,1,1\n",
+                ),
+            ]
+        )
     with pytest.raises(TraceError, match=r"c\.csv: line 3: field 'ContextTokens'"):
-        import_paths([write(tmp_path / "c.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                            "2023-11-16 18:17:03.97,1,1\n2023-11-16 18:17:04,x,1\n")])
+        import_paths(
+            [
+                write(
+                    tmp_path / "c.csv",
+                    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:17:03.97,1,1\n2023-11-16 18:17:04,x,1\n",
+                )
+            ]
+        )
 
 
 # --- fidelity against the real public traces ---------------------------------------------
+
 
 def test_mooncake_real_trace_fidelity(shared_data: Path) -> None:
     src = shared_data / "mooncake" / "conversation_trace.jsonl"
@@ -214,8 +292,10 @@ def test_azure_real_trace_fidelity(shared_data: Path) -> None:
     def ns(ts: str) -> int:
         day, clock = ts.split(" ")
         h, m, s = clock.split(":")
-        return int(day.split("-")[2]) * 86_400 * 10**9 + int((Decimal(h) * 3600 + Decimal(m) * 60
-                                                              + Decimal(s)) * 10**9)
+        return int(day.split("-")[2]) * 86_400 * 10**9 + int(
+            (Decimal(h) * 3600 + Decimal(m) * 60 + Decimal(s)) * 10**9
+        )
+
     stamps = sorted(ns(line.split(",")[0]) for line in lines)
     t = import_paths([src]).table
     assert t.num_rows == len(lines) == 8_819
@@ -242,22 +322,39 @@ def test_tracelab_fidelity(shared_data: Path) -> None:
     implied = implied_cached_tokens(res.table, 16)
     for i, x in enumerate(r):
         if x["parent_index"] >= 0:
-            p = next(y for y in r if y["session_id"] == x["session_id"]
-                     and y["request_index"] == x["parent_index"])
-            want = (p["input_tokens"] if x["input_tokens"] >= p["input_tokens"]
-                    else x["cached_tokens"]) // 16 * 16
+            p = next(
+                y
+                for y in r
+                if y["session_id"] == x["session_id"] and y["request_index"] == x["parent_index"]
+            )
+            want = (
+                (
+                    p["input_tokens"]
+                    if x["input_tokens"] >= p["input_tokens"]
+                    else x["cached_tokens"]
+                )
+                // 16
+                * 16
+            )
             assert implied[i] == want
 
 
 def test_claude_code_and_codex_match_tracelab_rounds(shared_data: Path) -> None:
     ex = shared_data / "tracelab" / "example_sessions"
-    raw = [json.loads(line) for line in (ex / "derived" / "round_trace.jsonl").read_text().splitlines()]
-    for log, provider, fmt in ((ex / "claude" / "trace.json", "claude", "claude-code"),
-                               (ex / "codex" / "trace.json", "codex", "codex")):
+    raw = [
+        json.loads(line) for line in (ex / "derived" / "round_trace.jsonl").read_text().splitlines()
+    ]
+    for log, provider, fmt in (
+        (ex / "claude" / "trace.json", "claude", "claude-code"),
+        (ex / "codex" / "trace.json", "codex", "codex"),
+    ):
         res = import_paths([log])
         assert res.format == fmt
-        want = [(x["input_tokens_total"], x["output_tokens"], x["prefix_tokens"])
-                for x in raw if x["provider"] == provider]
+        want = [
+            (x["input_tokens_total"], x["output_tokens"], x["prefix_tokens"])
+            for x in raw
+            if x["provider"] == provider
+        ]
         got = [(x["input_tokens"], x["output_tokens"], x["cached_tokens"]) for x in rows(res)]
         assert got == want
         assert len(set(res.table.column("session_id").to_pylist())) == 1
@@ -267,7 +364,11 @@ def test_claude_code_native_logs_sessions(shared_data: Path) -> None:
     for d in sorted((shared_data / "claude_code_logs").iterdir()):
         if not d.is_dir():
             continue
-        recs = [json.loads(line) for line in (d / "trace.jsonl").read_text().splitlines() if line.strip()]
+        recs = [
+            json.loads(line)
+            for line in (d / "trace.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
         sessions = {x["sessionId"] for x in recs if x.get("sessionId")}
         msg_ids = {x["message"]["id"] for x in recs if x.get("type") == "assistant"}
         res = import_paths([d])
@@ -289,7 +390,9 @@ def test_lmcache_real_trace_fidelity(shared_data: Path) -> None:
     assert {x["session_id"] for x in r} == {x["session_id"] for x in raw}
     t0 = min(x["timestamp"] for x in raw)
     assert sorted(x["arrival_ns"] for x in r) == sorted((x["timestamp"] - t0) * 1000 for x in raw)
-    assert sum(x["output_tokens"] for x in r) == sum(math.ceil(len(x["output"].encode()) / 4) for x in raw)
+    assert sum(x["output_tokens"] for x in r) == sum(
+        math.ceil(len(x["output"].encode()) / 4) for x in raw
+    )
 
 
 def test_tokenizer_option_counts_with_a_real_tokenizer(tmp_path: Path) -> None:
@@ -299,10 +402,14 @@ def test_tokenizer_option_counts_with_a_real_tokenizer(tmp_path: Path) -> None:
     tok = tokenizers.Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tok.json"))
-    lines = [{"timestamp": 1, "input": "a b a", "output": "b b", "session_id": "s"},
-             {"timestamp": 2, "input": "a b a b", "output": "a", "session_id": "s"}]
-    res = import_paths([write(tmp_path / "l.jsonl", "\n".join(map(json.dumps, lines)))],
-                       options=ImportOptions(tokenizer=str(tmp_path / "tok.json"), block_size=2))
+    lines = [
+        {"timestamp": 1, "input": "a b a", "output": "b b", "session_id": "s"},
+        {"timestamp": 2, "input": "a b a b", "output": "a", "session_id": "s"},
+    ]
+    res = import_paths(
+        [write(tmp_path / "l.jsonl", "\n".join(map(json.dumps, lines)))],
+        options=ImportOptions(tokenizer=str(tmp_path / "tok.json"), block_size=2),
+    )
     # prompt 1 = "a b a" + "b b" + " b" = "a b ab b b": the joined "ab" is one unknown word
     assert [x["input_tokens"] for x in rows(res)] == [3, 5]
     assert [x["output_tokens"] for x in rows(res)] == [2, 1]
@@ -312,23 +419,42 @@ def test_tokenizer_option_counts_with_a_real_tokenizer(tmp_path: Path) -> None:
 def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
     """Recomputed from the raw records: sidechain messages become one subagent spawned by
     the message with the Task call and joined by the one whose prompt holds its result."""
-    for name in ("haiku__prefab-cloud__prefab-cloud-python-62",
-                 "haiku__wemake-services__wemake-python-styleguide-3117"):
+    for name in (
+        "haiku__prefab-cloud__prefab-cloud-python-62",
+        "haiku__wemake-services__wemake-python-styleguide-3117",
+    ):
         src = shared_data / "claude_code_logs" / name / "trace.jsonl"
         recs = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
-        side_ids = {r["message"]["id"] for r in recs if r.get("type") == "assistant" and r.get("isSidechain")}
-        task = next((r["message"]["id"], b["id"]) for r in recs if r.get("type") == "assistant"
-                    for b in r["message"]["content"] if b.get("type") == "tool_use" and b.get("name") == "Task")
-        result_uuid = next(r["uuid"] for r in recs if r.get("type") == "user" and isinstance(
-            r["message"]["content"], list) and any(b.get("tool_use_id") == task[1] for b in r["message"]["content"]))
+        side_ids = {
+            r["message"]["id"]
+            for r in recs
+            if r.get("type") == "assistant" and r.get("isSidechain")
+        }
+        task = next(
+            (r["message"]["id"], b["id"])
+            for r in recs
+            if r.get("type") == "assistant"
+            for b in r["message"]["content"]
+            if b.get("type") == "tool_use" and b.get("name") == "Task"
+        )
+        result_uuid = next(
+            r["uuid"]
+            for r in recs
+            if r.get("type") == "user"
+            and isinstance(r["message"]["content"], list)
+            and any(b.get("tool_use_id") == task[1] for b in r["message"]["content"])
+        )
         joiner = next(r["message"]["id"] for r in recs if r.get("parentUuid") == result_uuid)
         logged: dict[str, int] = {}
         for r in recs:
             if r.get("type") == "assistant":
                 m_id = r["message"]["id"]
                 logged[m_id] = max(logged.get(m_id, 0), r["message"]["usage"]["output_tokens"])
-        no_stop = set(logged) - {r["message"]["id"] for r in recs if r.get("type") == "assistant"
-                                 and r["message"].get("stop_reason")}
+        no_stop = set(logged) - {
+            r["message"]["id"]
+            for r in recs
+            if r.get("type") == "assistant" and r["message"].get("stop_reason")
+        }
         stream_start = {m for m in no_stop if logged[m] <= 4}
         res = import_paths([src])
         t = res.table.to_pylist()
@@ -337,9 +463,20 @@ def test_claude_code_sidechains_are_subagents(shared_data: Path) -> None:
         for r in recs:
             if r.get("type") == "assistant" and r["message"]["id"] not in msg_order:
                 msg_order.append(r["message"]["id"])
-        row_of = dict(zip(sorted(msg_order, key=lambda m: next(
-            x["timestamp"] for x in recs if x.get("type") == "assistant" and x["message"]["id"] == m)),
-            ids, strict=True))
+        row_of = dict(
+            zip(
+                sorted(
+                    msg_order,
+                    key=lambda m: next(
+                        x["timestamp"]
+                        for x in recs
+                        if x.get("type") == "assistant" and x["message"]["id"] == m
+                    ),
+                ),
+                ids,
+                strict=True,
+            )
+        )
         sub = [row_of[m] for m in side_ids]
         assert {r["agent_id"] for r in sub} == {task[1]}
         assert sum(r["agent_id"] != "main" for r in t) == len(side_ids)

@@ -35,9 +35,15 @@ def small_table(n: int = 5) -> pa.Table:
 
 
 def test_roundtrip_keeps_metadata_and_extra_columns(tmp_path: Path) -> None:
-    dest = write_trace(small_table(), tmp_path / "t.parquet", TraceMeta(block_size=16, source="recorded"))
+    dest = write_trace(
+        small_table(), tmp_path / "t.parquet", TraceMeta(block_size=16, source="recorded")
+    )
     table, meta = read_trace(dest)
-    assert meta.block_size == 16 and meta.source == "recorded" and meta.schema_version == SCHEMA_VERSION
+    assert (
+        meta.block_size == 16
+        and meta.source == "recorded"
+        and meta.schema_version == SCHEMA_VERSION
+    )
     assert table.num_rows == 5
     assert table.column("my_extra").to_pylist() == ["x"] * 5
     assert table.column("think_ns").null_count == 5  # missing nullable column added as nulls
@@ -64,14 +70,18 @@ def test_folder_of_parts_projection_and_batches(tmp_path: Path) -> None:
 
 
 def test_newer_schema_version_is_refused_with_a_reason(tmp_path: Path) -> None:
-    dest = write_trace(small_table(), tmp_path / "t.parquet", TraceMeta(schema_version=SCHEMA_VERSION + 1))
+    dest = write_trace(
+        small_table(), tmp_path / "t.parquet", TraceMeta(schema_version=SCHEMA_VERSION + 1)
+    )
     with pytest.raises(TraceError, match=rf"t\.parquet.*schema v{SCHEMA_VERSION + 1}.*upgrade"):
         read_meta(dest)
 
 
 def test_missing_required_column_names_the_field(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="'output_tokens'"):
-        write_trace(small_table().drop_columns(["output_tokens"]), tmp_path / "t.parquet", TraceMeta())
+        write_trace(
+            small_table().drop_columns(["output_tokens"]), tmp_path / "t.parquet", TraceMeta()
+        )
     assert not (tmp_path / "t.parquet").exists()
 
 

@@ -26,8 +26,9 @@ from tests.traces.bigtraces import subagent_session
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _reference(lists: list[list[int]], inputs: list[int], bs: int, sb: int
-               ) -> tuple[list[int], list[int]]:
+def _reference(
+    lists: list[list[int]], inputs: list[int], bs: int, sb: int
+) -> tuple[list[int], list[int]]:
     """The rules of ``traces.stats.implied_hits`` and ``matched_blocks``, one request at a
     time with a dict: what an unbounded cache holds after each request."""
     held: dict[int, int] = {}
@@ -53,8 +54,9 @@ def _reference(lists: list[list[int]], inputs: list[int], bs: int, sb: int
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_prefix_cache_in_small_steps_follows_the_rules(seed: int,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prefix_cache_in_small_steps_follows_the_rules(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.default_rng(seed)
     bs, sb = 32, 16
     lists, inputs = [], []
@@ -72,9 +74,11 @@ def test_prefix_cache_in_small_steps_follows_the_rules(seed: int,
         got_m: list[int] = []
         got_i: list[int] = []
         for lo in range(0, 200, cut):
-            ln = lengths[lo:lo + cut]
+            ln = lengths[lo : lo + cut]
             first = int(lengths[:lo].sum())
-            m, h = cache.step(ln, flat[first:first + int(ln.sum())], np.array(inputs[lo:lo + cut]))
+            m, h = cache.step(
+                ln, flat[first : first + int(ln.sum())], np.array(inputs[lo : lo + cut])
+            )
             got_m += m.tolist()
             got_i += h.tolist()
         assert (got_m, got_i) == want
@@ -91,8 +95,9 @@ def _synth(sessions: int = 60) -> tuple[pa.Table, TraceMeta]:
 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["in-order", "shuffled"])
-def test_streamed_summary_equals_the_whole_table(tmp_path: Path, shuffle: bool,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streamed_summary_equals_the_whole_table(
+    tmp_path: Path, shuffle: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Row groups of 37 rows; shuffled rows take the second read, in windows of 50 ranks
     with two groups held between windows."""
     table, meta = _synth()
@@ -118,9 +123,21 @@ def test_a_folder_of_parts_with_and_without_optional_columns(tmp_path: Path) -> 
     half = table.num_rows // 2
     first, second = table.slice(0, half), table.slice(half)
     _write_groups(folder / "a.parquet", first, 1000, meta)
-    _write_groups(folder / "b.parquet", second.select(
-        ["session_id", "request_index", "parent_index", "arrival_ns", "input_tokens",
-         "output_tokens"]), 1000, meta)
+    _write_groups(
+        folder / "b.parquet",
+        second.select(
+            [
+                "session_id",
+                "request_index",
+                "parent_index",
+                "arrival_ns",
+                "input_tokens",
+                "output_tokens",
+            ]
+        ),
+        1000,
+        meta,
+    )
     s = summarize_trace(folder, meta.block_size)
     assert s.requests == table.num_rows
     assert s.think_s["count"] == first.column("think_ns").drop_null().__len__()
@@ -128,25 +145,37 @@ def test_a_folder_of_parts_with_and_without_optional_columns(tmp_path: Path) -> 
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_replay", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "agent_replay", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_inspect_accepts_a_trace_validate_accepts_with_only_required_columns(
-        tmp_path: Path) -> None:
-    t = pa.table({"session_id": ["a", "a", "b"], "request_index": pa.array([0, 1, 0], pa.int32()),
-                  "parent_index": pa.array([-1, 0, -1], pa.int32()),
-                  "arrival_ns": pa.array([0, 10**9, 2 * 10**9], pa.int64()),
-                  "input_tokens": pa.array([10, 20, 30], pa.int32()),
-                  "output_tokens": pa.array([1, 2, 3], pa.int32())})
+    tmp_path: Path,
+) -> None:
+    t = pa.table(
+        {
+            "session_id": ["a", "a", "b"],
+            "request_index": pa.array([0, 1, 0], pa.int32()),
+            "parent_index": pa.array([-1, 0, -1], pa.int32()),
+            "arrival_ns": pa.array([0, 10**9, 2 * 10**9], pa.int64()),
+            "input_tokens": pa.array([10, 20, 30], pa.int32()),
+            "output_tokens": pa.array([1, 2, 3], pa.int32()),
+        }
+    )
     path = _write_groups(tmp_path / "t.parquet", t, 10, TraceMeta(block_size=16))
     v = _cli("traces", "validate", str(path))
     assert v.returncode == 0, v.stderr
     r = _cli("traces", "inspect", str(path))
     assert r.returncode == 0, r.stderr
     assert "3 in 2 sessions" in r.stdout and "unknown (no hash ids)" in r.stdout
-    missing = _write_groups(tmp_path / "bad.parquet", t.drop_columns(["arrival_ns"]), 10,
-                            TraceMeta(block_size=16))
+    missing = _write_groups(
+        tmp_path / "bad.parquet", t.drop_columns(["arrival_ns"]), 10, TraceMeta(block_size=16)
+    )
     r = _cli("traces", "inspect", str(missing))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "arrival_ns" in r.stderr and str(missing) in r.stderr
@@ -155,16 +184,23 @@ def test_inspect_accepts_a_trace_validate_accepts_with_only_required_columns(
 def test_session_streams_of_many_subagents_by_hand() -> None:
     """Main turns 0..3; subagent k (request 4+k) spawned by main turn k, joined by k+1."""
     t = subagent_session(3)
-    got = session_streams("tree", t.column("request_index").to_pylist(),
-                          t.column("agent_id").cast(pa.string()).to_pylist(),
-                          t.column("depends_on").to_pylist())
+    got = session_streams(
+        "tree",
+        t.column("request_index").to_pylist(),
+        t.column("agent_id").cast(pa.string()).to_pylist(),
+        t.column("depends_on").to_pylist(),
+    )
     assert [(a.agent_id, a.turns, a.first, a.last, a.spawned_by, a.joined_by) for a in got] == [
-        ("main", 4, 0, 3, None, None), ("a0", 1, 4, 4, 0, 1), ("a1", 1, 5, 5, 1, 2),
-        ("a2", 1, 6, 6, 2, 3)]
+        ("main", 4, 0, 3, None, None),
+        ("a0", 1, 4, 4, 0, 1),
+        ("a1", 1, 5, 5, 1, 2),
+        ("a2", 1, 6, 6, 2, 3),
+    ]
     big = summarize_table(subagent_session(20_000), 16)  # quadratic took minutes
     assert len(big.agents) == 20_001
-    assert big.agents[-1] == type(big.agents[-1])("tree", "a19999", 1, 40_000, 40_000, 19_999,
-                                                   20_000)
+    assert big.agents[-1] == type(big.agents[-1])(
+        "tree", "a19999", 1, 40_000, 40_000, 19_999, 20_000
+    )
 
 
 @pytest.mark.slow

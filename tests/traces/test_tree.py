@@ -16,9 +16,12 @@ from agent_replay.traces.validate import validate
 def v2(agent: list[str | None], deps: list[list[int] | None], **cols: list[object]) -> pa.Table:
     n = len(agent)
     base: dict[str, object] = {
-        "session_id": ["s"] * n, "request_index": list(range(n)),
-        "parent_index": [-1] + list(range(n - 1)), "arrival_ns": list(range(n)),
-        "input_tokens": [16] * n, "output_tokens": [1] * n,
+        "session_id": ["s"] * n,
+        "request_index": list(range(n)),
+        "parent_index": [-1] + list(range(n - 1)),
+        "arrival_ns": list(range(n)),
+        "input_tokens": [16] * n,
+        "output_tokens": [1] * n,
         "agent_id": pa.array(agent, pa.string()),
         "depends_on": pa.array(deps, pa.list_(pa.int32())),
     }
@@ -32,11 +35,16 @@ def messages(t: pa.Table) -> list[str]:
 
 def test_v1_file_reads_with_derived_tree_columns(tmp_path: Path) -> None:
     # a file as a v1 writer left it: no agent_id / depends_on columns, schema_version 1
-    v1 = pa.table({
-        "session_id": ["a", "a", "a", "b"], "request_index": [0, 1, 2, 0],
-        "parent_index": [-1, 0, 0, -1], "arrival_ns": [0, 5, 9, 1],
-        "input_tokens": [16, 32, 32, 16], "output_tokens": [1, 1, 1, 1],
-    })
+    v1 = pa.table(
+        {
+            "session_id": ["a", "a", "a", "b"],
+            "request_index": [0, 1, 2, 0],
+            "parent_index": [-1, 0, 0, -1],
+            "arrival_ns": [0, 5, 9, 1],
+            "input_tokens": [16, 32, 32, 16],
+            "output_tokens": [1, 1, 1, 1],
+        }
+    )
     meta = TraceMeta(schema_version=1, block_size=16)
     path = tmp_path / "v1.parquet"
     v1 = conform(v1).drop_columns(["agent_id", "depends_on"])
@@ -59,28 +67,44 @@ def test_null_rows_get_v1_meaning_and_set_rows_are_kept(tmp_path: Path) -> None:
 
 def test_validator_accepts_a_fan_out_and_join() -> None:
     # 0 main spawns x (1) and y (2) in parallel; 3 is x's second turn; 4 joins x and y
-    t = v2(["main", "x", "y", "x", "main"], [[], [0], [0], [1], [0, 2, 3]],
-           parent_index=[-1, -1, -1, 1, 0])
+    t = v2(
+        ["main", "x", "y", "x", "main"],
+        [[], [0], [0], [1], [0, 2, 3]],
+        parent_index=[-1, -1, -1, 1, 0],
+    )
     assert messages(t) == []
 
 
 def test_validator_rejects_forward_cyclic_outside_and_broken_sequences() -> None:
     fwd = v2(["main", "main", "main"], [[], [2], [1]])
-    assert any("1:depends_on:depends on a request that does not arrive before it" in m
-               for m in messages(fwd))
+    assert any(
+        "1:depends_on:depends on a request that does not arrive before it" in m
+        for m in messages(fwd)
+    )
     cyc = v2(["main", "main"], [[1], [0]], arrival_ns=[0, 0], parent_index=[-1, -1])
-    assert any(m.startswith("0:depends_on:depends on a request that does not arrive before")
-               for m in messages(cyc))
+    assert any(
+        m.startswith("0:depends_on:depends on a request that does not arrive before")
+        for m in messages(cyc)
+    )
     outside = v2(["main", "main"], [[], [7]])
-    assert any("1:depends_on:names a request_index the session does not have" in m
-               for m in messages(outside))
+    assert any(
+        "1:depends_on:names a request_index the session does not have" in m
+        for m in messages(outside)
+    )
     # other session's request 0 does not count: session "t" has only request 1
-    other = v2(["main", "main"], [[], [0]], session_id=["s", "t"], request_index=[0, 1],
-               parent_index=[-1, -1])
+    other = v2(
+        ["main", "main"],
+        [[], [0]],
+        session_id=["s", "t"],
+        request_index=[0, 1],
+        parent_index=[-1, -1],
+    )
     assert any("names a request_index the session does not have" in m for m in messages(other))
     broken = v2(["main", "x", "main"], [[], [0], [1]], parent_index=[-1, 0, -1])
-    assert any(m.startswith("2:depends_on:does not depend on the previous turn of its agent_id")
-               for m in messages(broken))
+    assert any(
+        m.startswith("2:depends_on:does not depend on the previous turn of its agent_id")
+        for m in messages(broken)
+    )
 
 
 def test_derive_depends_on_spawn_join_and_background() -> None:
@@ -100,9 +124,7 @@ def test_derive_depends_on_explicit_spawn_time_and_end() -> None:
     # the subagent's own turn arrives late (13) but it was spawned at 6, after main's 2nd turn
     agents = ["main", "main", "s", "main"]
     arrivals = [0, 5, 13, 20]
-    deps = derive_depends_on(agents, arrivals, [1, 1, 1, 1], spawn_at={"s": 6},
-                             agent_end={"s": 21})
+    deps = derive_depends_on(agents, arrivals, [1, 1, 1, 1], spawn_at={"s": 6}, agent_end={"s": 21})
     assert deps == [[], [0], [1], [1]]  # ends at 21 > 20: background
-    deps = derive_depends_on(agents, arrivals, [1, 1, 1, 1], spawn_at={"s": 6},
-                             agent_end={"s": 20})
+    deps = derive_depends_on(agents, arrivals, [1, 1, 1, 1], spawn_at={"s": 6}, agent_end={"s": 20})
     assert deps == [[], [0], [1], [1, 2]]

@@ -20,12 +20,15 @@ BS = 64
 # The top-level calls that AIPerf 0.13.0's weka loader splits off as flattened agents
 # (``weka_agent_chains.detect_agent_chains`` run on these files in its venv): trace file ->
 # agent -> outer indices. Every other real trace has none.
-FLATTENED = {"trace_0014.json": {"fa:000": range(102, 114)},
-             "trace_0398.json": {"fa:000": range(24, 36)}}
+FLATTENED = {
+    "trace_0014.json": {"fa:000": range(102, 114)},
+    "trace_0398.json": {"fa:000": range(24, 36)},
+}
 
 
-def raw_calls(trace: dict[str, Any], flat: dict[str, range] | None = None
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def raw_calls(
+    trace: dict[str, Any], flat: dict[str, range] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(top-level calls, subagent entries) of a WEKA-convention trace, with every call's
     absolute start as ``abs_t`` and its stream as ``agent`` (``flat``: the flattened
     agents' outer indices)."""
@@ -89,13 +92,17 @@ def test_every_real_weka_trace_recomputed_from_raw(shared_data: Path) -> None:
         for agent, calls in streams + [(s["agent_id"], inner_calls(s)) for s in subs]:
             got = agents[agent]
             calls = sorted(calls, key=lambda c: c["abs_t"])
-            assert [g["hash_ids"][: len(c["hash_ids"])] for g, c in zip(got, calls, strict=True)] \
-                == [c["hash_ids"] for c in calls]
-            assert all(len(g["hash_ids"]) == -(-c["in"] // BS) for g, c in zip(got, calls, strict=True))
+            assert [
+                g["hash_ids"][: len(c["hash_ids"])] for g, c in zip(got, calls, strict=True)
+            ] == [c["hash_ids"] for c in calls]
+            assert all(
+                len(g["hash_ids"]) == -(-c["in"] // BS) for g, c in zip(got, calls, strict=True)
+            )
             # arrivals on the session clock: inner t counts from the subagent's spawn
             assert [g["arrival_ns"] for g in got] == [round(c["abs_t"] * 1e9) for c in calls]
             assert [g["end_ns"] for g in got] == [
-                None if "api_time" not in c else round(c["api_time"] * 1e9) for c in calls]
+                None if "api_time" not in c else round(c["api_time"] * 1e9) for c in calls
+            ]
         # number of subagents and flattened agents
         assert len(agents) - 1 == len(subs) + len(flat)
         with_subagents += bool(subs)
@@ -108,8 +115,11 @@ def test_every_real_weka_trace_recomputed_from_raw(shared_data: Path) -> None:
             spawner = [r for r in main_rows if r["arrival_ns"] == round(spawn[-1]["t"] * 1e9)]
             assert first["depends_on"] == [spawner[0]["request_index"]]
             end = s["t"] + s["duration_ms"] / 1000
-            join = [m for m in main_rows if m["arrival_ns"] >= round(end * 1e9)
-                    and m["arrival_ns"] > last["arrival_ns"]]
+            join = [
+                m
+                for m in main_rows
+                if m["arrival_ns"] >= round(end * 1e9) and m["arrival_ns"] > last["arrival_ns"]
+            ]
             joined_by = [m for m in main_rows if last["request_index"] in m["depends_on"]]
             assert joined_by == join[:1]
         # a flattened agent: spawned off the last main call before its first call, joined
@@ -120,14 +130,22 @@ def test_every_real_weka_trace_recomputed_from_raw(shared_data: Path) -> None:
             before = [r for r in main_rows if r["arrival_ns"] < first["arrival_ns"]]
             assert first["depends_on"] == [before[-1]["request_index"]], (f.name, a)
             end = max(c["t"] + c["api_time"] for c in calls)
-            join = [m for m in main_rows if m["arrival_ns"] >= round(end * 1e9)
-                    and m["arrival_ns"] > last["arrival_ns"]]
+            join = [
+                m
+                for m in main_rows
+                if m["arrival_ns"] >= round(end * 1e9) and m["arrival_ns"] > last["arrival_ns"]
+            ]
             assert [m for m in main_rows if last["request_index"] in m["depends_on"]] == join[:1]
         assert res.meta.extra["weka"][0]["flattened"] == {a: len(os) for a, os in flat.items()}
         # AIPerf's interval waits between a stream and its flattened agents: all implied here
         assert not [n for n in res.notes if "interval barriers" in n], f.name
-        overlaps = {(a["agent_id"], b["agent_id"]) for i, a in enumerate(subs) for b in subs[i + 1:]
-                    if a["t"] < b["t"] + b["duration_ms"] / 1000 and b["t"] < a["t"] + a["duration_ms"] / 1000}
+        overlaps = {
+            (a["agent_id"], b["agent_id"])
+            for i, a in enumerate(subs)
+            for b in subs[i + 1 :]
+            if a["t"] < b["t"] + b["duration_ms"] / 1000
+            and b["t"] < a["t"] + a["duration_ms"] / 1000
+        }
         with_parallel += bool(overlaps)
         for a, b in overlaps:
             fa, la = agents[a][0]["request_index"], agents[a][-1]["request_index"]
@@ -141,21 +159,49 @@ def weka_fixture() -> dict[str, Any]:
     """A small WEKA-convention trace: main 0 spawns two parallel Explore subagents (hash ids
     share their system prompt block 50), main 1 at t=20 joins x (ends 16); y (ends 25)
     joins at main 2 (t=30)."""
-    def call(t: float, n_in: int, ids: list[int], out: int = 10, api: float = 1.0,
-             think: float = 0.0) -> dict[str, Any]:
-        return {"t": t, "type": "n", "model": "m", "in": n_in, "out": out, "hash_ids": ids,
-                "input_types": ["text"], "output_types": ["text"], "stop": "end_turn",
-                "api_time": api, "think_time": think}
-    return {"id": "fx", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
-            "requests": [
-                call(0.0, 150, [1, 2]),
-                {"t": 2.0, "type": "subagent", "agent_id": "x", "duration_ms": 14000,
-                 "requests": [call(0.0, 130, [50, 51]), call(5.0, 200, [50, 51, 52], api=2.0)]},
-                {"t": 3.0, "type": "subagent", "agent_id": "y", "duration_ms": 22000,
-                 "requests": [call(0.0, 129, [50, 60]), call(10.0, 190, [50, 60, 61], api=3.0)]},
-                call(20.0, 260, [1, 2, 3, 4], think=4.0),
-                call(30.0, 330, [1, 2, 3, 4, 5], think=5.0),
-            ]}
+
+    def call(
+        t: float, n_in: int, ids: list[int], out: int = 10, api: float = 1.0, think: float = 0.0
+    ) -> dict[str, Any]:
+        return {
+            "t": t,
+            "type": "n",
+            "model": "m",
+            "in": n_in,
+            "out": out,
+            "hash_ids": ids,
+            "input_types": ["text"],
+            "output_types": ["text"],
+            "stop": "end_turn",
+            "api_time": api,
+            "think_time": think,
+        }
+
+    return {
+        "id": "fx",
+        "models": ["m"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "requests": [
+            call(0.0, 150, [1, 2]),
+            {
+                "t": 2.0,
+                "type": "subagent",
+                "agent_id": "x",
+                "duration_ms": 14000,
+                "requests": [call(0.0, 130, [50, 51]), call(5.0, 200, [50, 51, 52], api=2.0)],
+            },
+            {
+                "t": 3.0,
+                "type": "subagent",
+                "agent_id": "y",
+                "duration_ms": 22000,
+                "requests": [call(0.0, 129, [50, 60]), call(10.0, 190, [50, 60, 61], api=3.0)],
+            },
+            call(20.0, 260, [1, 2, 3, 4], think=4.0),
+            call(30.0, 330, [1, 2, 3, 4, 5], think=5.0),
+        ],
+    }
 
 
 def to_semianalysis(w: dict[str, Any]) -> dict[str, Any]:
@@ -195,8 +241,15 @@ def test_semianalysis_twin_gives_the_same_tree(tmp_path: Path) -> None:
         assert [h + 1 if h >= 0 else h for h in y.pop("hash_ids")] == x.pop("hash_ids")
         assert x == y
     tree = {(r["request_index"], r["agent_id"]): r["depends_on"] for r in ra}
-    assert tree == {(0, "main"): [], (1, "x"): [0], (2, "y"): [0], (3, "x"): [1],
-                    (4, "y"): [2], (5, "main"): [0, 3], (6, "main"): [4, 5]}
+    assert tree == {
+        (0, "main"): [],
+        (1, "x"): [0],
+        (2, "y"): [0],
+        (3, "x"): [1],
+        (4, "y"): [2],
+        (5, "main"): [0, 3],
+        (6, "main"): [4, 5],
+    }
     # think time from the latest dependency's end: main 1 at 20, x ended at 7 + 2 = 9
     assert ra[5]["think_ns"] == 11_000_000_000
     assert "1 pairs overlap" in a.notes[1]
@@ -210,13 +263,21 @@ def test_convert_to_weka_round_trips_the_tree(tmp_path: Path, shared_data: Path)
     assert main(["traces", "convert", str(out), "-o", str(back), "--to", "weka"]) == 0
     again = import_paths([back]).table
     orig = read_trace(out)[0]
-    for name in ("agent_id", "depends_on", "parent_index", "input_tokens", "output_tokens",
-                 "end_ns", "hash_ids"):
+    for name in (
+        "agent_id",
+        "depends_on",
+        "parent_index",
+        "input_tokens",
+        "output_tokens",
+        "end_ns",
+        "hash_ids",
+    ):
         assert again.column(name).to_pylist() == orig.column(name).to_pylist(), name
     exported = json.loads(back.read_text())
     raw = json.loads(src.read_text())
-    assert [r.get("hash_ids") for r in exported["requests"] if r["type"] != "subagent"] == \
-        [r["hash_ids"] for r in raw["requests"] if r["type"] != "subagent"]
+    assert [r.get("hash_ids") for r in exported["requests"] if r["type"] != "subagent"] == [
+        r["hash_ids"] for r in raw["requests"] if r["type"] != "subagent"
+    ]
 
 
 def bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], trace: dict[str, Any]) -> str:
@@ -231,24 +292,30 @@ def bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], trace: dict[str, Any
 
 
 def test_bad_subagent_structures_name_file_trace_and_request(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dangling = weka_fixture()
     dangling["requests"][1]["requests"] = []
-    assert "bad.json: trace fx, request requests[1].requests: a subagent with no requests" \
-        in bad(tmp_path, capsys, dangling)
+    assert "bad.json: trace fx, request requests[1].requests: a subagent with no requests" in bad(
+        tmp_path, capsys, dangling
+    )
     cyclic = weka_fixture()
     cyclic["requests"][1]["requests"].append(copy.deepcopy(cyclic["requests"][2]))
     cyclic["requests"][1]["requests"][-1]["agent_id"] = "x"
     cyclic["requests"][1]["requests"][-1]["t"] = 6.0
-    assert "trace fx, request requests[1].requests[2]: subagent 'x' appears again" \
-        in bad(tmp_path, capsys, cyclic)
+    assert "trace fx, request requests[1].requests[2]: subagent 'x' appears again" in bad(
+        tmp_path, capsys, cyclic
+    )
     undecided = to_semianalysis(weka_fixture())
     undecided["requests"][0]["stop"] = "end_turn"  # a WEKA field in a SemiAnalysis trace
-    assert "trace fx, request requests: cannot decide the convention" in bad(tmp_path, capsys, undecided)
+    assert "trace fx, request requests: cannot decide the convention" in bad(
+        tmp_path, capsys, undecided
+    )
     backwards = weka_fixture()
     backwards["requests"][4]["t"] = 1.0
-    assert "trace fx, request requests[4]: starts before the previous entry" \
-        in bad(tmp_path, capsys, backwards)
+    assert "trace fx, request requests[4]: starts before the previous entry" in bad(
+        tmp_path, capsys, backwards
+    )
 
 
 def test_convert_any_trace_to_weka_and_back(tmp_path: Path) -> None:
@@ -265,7 +332,9 @@ def test_convert_any_trace_to_weka_and_back(tmp_path: Path) -> None:
     orig = read_trace(src)[0]
     again = import_paths([back]).table
     assert again.num_rows == orig.num_rows
-    assert sum(again.column("output_tokens").to_pylist()) == sum(orig.column("output_tokens").to_pylist())
+    assert sum(again.column("output_tokens").to_pylist()) == sum(
+        orig.column("output_tokens").to_pylist()
+    )
     assert matched_blocks(again).sum() > 0
 
 
@@ -275,21 +344,42 @@ def test_think_time_after_a_call_without_api_time_is_the_start_to_start_gap(tmp_
     the last call that had an ``api_time``, the cut-off call's span included. AIPerf's
     loader takes the start-to-start gap (16 s) after a call without ``api_time``, and so
     does the import."""
+
     def call(t: float, api: float | None, think: float | None) -> dict[str, Any]:
-        c: dict[str, Any] = {"t": t, "type": "s", "model": "m", "in": 128, "out": 5,
-                             "hash_ids": [1, 2], "input_types": ["text"],
-                             "output_types": ["text"], "stop": "end_turn"}
+        c: dict[str, Any] = {
+            "t": t,
+            "type": "s",
+            "model": "m",
+            "in": 128,
+            "out": 5,
+            "hash_ids": [1, 2],
+            "input_types": ["text"],
+            "output_types": ["text"],
+            "stop": "end_turn",
+        }
         if api is not None:
             c["api_time"] = api
         if think is not None:
             c["think_time"] = think
         return c
-    trace = {"id": "cut", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
-             "requests": [call(0.0, 2.0, None), call(10.0, None, 8.0), call(26.0, 1.5, 1201.0),
-                          call(30.0, 1.0, 2.5)]}
+
+    trace = {
+        "id": "cut",
+        "models": ["m"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "requests": [
+            call(0.0, 2.0, None),
+            call(10.0, None, 8.0),
+            call(26.0, 1.5, 1201.0),
+            call(30.0, 1.0, 2.5),
+        ],
+    }
     (tmp_path / "cut.json").write_text(json.dumps(trace))
-    rows = sorted(import_paths([tmp_path / "cut.json"], "weka").table.to_pylist(),
-                  key=lambda r: r["request_index"])
+    rows = sorted(
+        import_paths([tmp_path / "cut.json"], "weka").table.to_pylist(),
+        key=lambda r: r["request_index"],
+    )
     # row 1: its dependency (row 0) has api_time: end-to-start 10 - (0 + 2) = 8 s
     # row 2: its dependency (row 1) has none: start to start, 26 - 10 = 16 s
     # row 3: end-to-start again, 30 - (26 + 1.5) = 2.5 s
@@ -300,22 +390,50 @@ def test_inner_calls_aiperf_reads_as_absolute_are_counted(tmp_path: Path) -> Non
     """A WEKA trace whose subagent (spawned at 10 s) has inner calls at relative 0, 5 and
     12 s: all three are relative here (arrivals 10, 15, 22 s); AIPerf's per-call rule reads
     the one at 12 s (not before 10 s) as absolute, and the import says so (1 call)."""
+
     def call(t: float) -> dict[str, Any]:
-        return {"t": t, "type": "s", "model": "m", "in": 128, "out": 5, "api_time": 1.0,
-                "hash_ids": [1, 2], "input_types": ["text"], "output_types": ["text"],
-                "stop": "end_turn"}
-    trace = {"id": "rel", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
-             "requests": [call(0.0), {"type": "subagent", "t": 10.0, "agent_id": "a1",
-                                      "duration_ms": 14000, "requests": [call(0.0), call(5.0), call(12.0)]},
-                          call(30.0)]}
+        return {
+            "t": t,
+            "type": "s",
+            "model": "m",
+            "in": 128,
+            "out": 5,
+            "api_time": 1.0,
+            "hash_ids": [1, 2],
+            "input_types": ["text"],
+            "output_types": ["text"],
+            "stop": "end_turn",
+        }
+
+    trace = {
+        "id": "rel",
+        "models": ["m"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "requests": [
+            call(0.0),
+            {
+                "type": "subagent",
+                "t": 10.0,
+                "agent_id": "a1",
+                "duration_ms": 14000,
+                "requests": [call(0.0), call(5.0), call(12.0)],
+            },
+            call(30.0),
+        ],
+    }
     (tmp_path / "rel.json").write_text(json.dumps(trace))
     res = import_paths([tmp_path / "rel.json"], "weka")
     rows = [r for r in res.table.to_pylist() if r["agent_id"] == "a1"]
     assert sorted(r["arrival_ns"] for r in rows) == [10 * 10**9, 15 * 10**9, 22 * 10**9]
-    assert any(n.startswith("1 inner subagent calls have a relative t at or after") for n in res.notes)
+    assert any(
+        n.startswith("1 inner subagent calls have a relative t at or after") for n in res.notes
+    )
     trace["requests"][1]["requests"][2]["t"] = 9.0  # before the spawn: relative for both
     (tmp_path / "rel.json").write_text(json.dumps(trace))
-    assert not any("inner subagent calls" in n for n in import_paths([tmp_path / "rel.json"], "weka").notes)
+    assert not any(
+        "inner subagent calls" in n for n in import_paths([tmp_path / "rel.json"], "weka").notes
+    )
 
 
 def test_a_first_call_longer_than_the_sniffed_head_is_still_weka(tmp_path: Path) -> None:
@@ -325,11 +443,25 @@ def test_a_first_call_longer_than_the_sniffed_head_is_still_weka(tmp_path: Path)
     from agent_replay.traces.importers import detect
     from agent_replay.traces.importers._common import file_contains, head_bytes
 
-    first = {"t": 0.0, "type": "s", "model": "m", "in": 716_145, "out": 166,
-             "hash_ids": list(range(1, 716_145 // BS + 1)), "api_time": 30.0,
-             "input_types": ["text"], "output_types": ["text"], "stop": "end_turn"}
-    trace = {"id": "long", "models": ["m"], "block_size": BS, "hash_id_scope": "local",
-             "requests": [first, dict(first, t=40.0, api_time=2.0)]}
+    first = {
+        "t": 0.0,
+        "type": "s",
+        "model": "m",
+        "in": 716_145,
+        "out": 166,
+        "hash_ids": list(range(1, 716_145 // BS + 1)),
+        "api_time": 30.0,
+        "input_types": ["text"],
+        "output_types": ["text"],
+        "stop": "end_turn",
+    }
+    trace = {
+        "id": "long",
+        "models": ["m"],
+        "block_size": BS,
+        "hash_id_scope": "local",
+        "requests": [first, dict(first, t=40.0, api_time=2.0)],
+    }
     f = tmp_path / "long.json"
     f.write_text(json.dumps(trace))
     assert b'"api_time"' not in head_bytes(f)  # the case: beyond the head

@@ -16,11 +16,21 @@ from agent_replay.traces.importers.weka_chains import ChainCall, detect
 S = 1_000_000_000
 
 
-def call(t: float, ids: list[int], *, api: float = 2.0, out: int = 100,
-         model: str = "m") -> dict[str, Any]:
-    return {"t": t, "type": "n", "model": model, "in": 64 * len(ids) + 10, "out": out,
-            "hash_ids": ids, "input_types": ["text"], "output_types": ["text"],
-            "stop": "end_turn", "api_time": api}
+def call(
+    t: float, ids: list[int], *, api: float = 2.0, out: int = 100, model: str = "m"
+) -> dict[str, Any]:
+    return {
+        "t": t,
+        "type": "n",
+        "model": model,
+        "in": 64 * len(ids) + 10,
+        "out": out,
+        "hash_ids": ids,
+        "input_types": ["text"],
+        "output_types": ["text"],
+        "stop": "end_turn",
+        "api_time": api,
+    }
 
 
 def flattened_trace() -> dict[str, Any]:
@@ -31,20 +41,30 @@ def flattened_trace() -> dict[str, Any]:
     the main chain's last call and C starts after it ended: C is the main agent continuing
     after a context edit (a seam), not an agent. AIPerf 0.13.0's ``_split_off_preamble`` and
     ``detect_agent_chains`` give the same chains on this trace and on each variant below."""
-    return {"id": "fl", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "requests": [
-        call(0.0, [100], api=0.5, out=10),
-        call(1.0, [1, 2, 3]),            # ends 3
-        call(10.0, [1, 2, 7]),           # ends 12
-        call(20.0, [1, 2, 7, 8]),        # ends 22: B's end
-        call(30.0, [1, 2, 3, 4]),        # ends 32
-        call(40.0, [1, 5], api=1.0),
-        call(50.0, [1, 5, 6], api=1.0),
-    ]}
+    return {
+        "id": "fl",
+        "models": ["m"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "requests": [
+            call(0.0, [100], api=0.5, out=10),
+            call(1.0, [1, 2, 3]),  # ends 3
+            call(10.0, [1, 2, 7]),  # ends 12
+            call(20.0, [1, 2, 7, 8]),  # ends 22: B's end
+            call(30.0, [1, 2, 3, 4]),  # ends 32
+            call(40.0, [1, 5], api=1.0),
+            call(50.0, [1, 5, 6], api=1.0),
+        ],
+    }
 
 
 def chain_calls(trace: dict[str, Any]) -> list[ChainCall]:
-    return [ChainCall(i, r["t"], r["t"] + r["api_time"], r["model"], tuple(r["hash_ids"]),
-                      r["in"], r["out"]) for i, r in enumerate(trace["requests"])]
+    return [
+        ChainCall(
+            i, r["t"], r["t"] + r["api_time"], r["model"], tuple(r["hash_ids"]), r["in"], r["out"]
+        )
+        for i, r in enumerate(trace["requests"])
+    ]
 
 
 def test_detect_splits_the_fork_keeps_the_seam_and_the_title_call() -> None:
@@ -62,7 +82,7 @@ def test_a_fork_on_another_model_or_before_the_tail_ended_is_an_agent() -> None:
 
 def test_without_a_shared_prefix_nothing_splits() -> None:
     tr = flattened_trace()
-    tr["requests"][2]["hash_ids"] = [1, 2, 3, 9]   # extends [1]
+    tr["requests"][2]["hash_ids"] = [1, 2, 3, 9]  # extends [1]
     tr["requests"][3]["hash_ids"] = [1, 2, 3, 9, 8]
     tr["requests"][4]["hash_ids"] = [1, 2, 3, 9, 8, 4]
     assert detect(chain_calls(tr)) == ([0, 1, 2, 3, 4, 5, 6], [])
@@ -73,7 +93,15 @@ def test_imported_as_a_subagent_spawned_and_joined_by_the_main_stream(tmp_path: 
     src.write_text(json.dumps(flattened_trace()))
     res = import_paths([src])
     rows = sorted(res.table.to_pylist(), key=lambda r: r["request_index"])
-    assert [r["agent_id"] for r in rows] == ["main", "main", "fa:000", "fa:000", "main", "main", "main"]
+    assert [r["agent_id"] for r in rows] == [
+        "main",
+        "main",
+        "fa:000",
+        "fa:000",
+        "main",
+        "main",
+        "main",
+    ]
     assert [r["depends_on"] for r in rows] == [[], [0], [1], [2], [1, 3], [4], [5]]
     # end-to-start from the latest dependency: [2] 10 - 3, [4] 30 - 22 (B's end)
     assert [r["think_ns"] for r in rows][2:5] == [7 * S, 8 * S, 8 * S]
@@ -93,11 +121,23 @@ def test_inside_a_subagent_a_flattened_agent_shares_its_branch(tmp_path: Path) -
     the same calls as the top level above, relative to its spawn: its fork becomes
     x:fa:000, spawned off [0] and joined by [2] like x."""
     inner = flattened_trace()["requests"]
-    tr = {"id": "nx", "models": ["m"], "block_size": 64, "hash_id_scope": "local", "requests": [
-        call(0.0, [900, 901]),
-        {"t": 5.0, "type": "subagent", "agent_id": "x", "duration_ms": 55000, "requests": inner},
-        call(70.0, [900, 901, 902]),
-    ]}
+    tr = {
+        "id": "nx",
+        "models": ["m"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "requests": [
+            call(0.0, [900, 901]),
+            {
+                "t": 5.0,
+                "type": "subagent",
+                "agent_id": "x",
+                "duration_ms": 55000,
+                "requests": inner,
+            },
+            call(70.0, [900, 901, 902]),
+        ],
+    }
     src = tmp_path / "nx.json"
     src.write_text(json.dumps(tr))
     res = import_paths([src])
@@ -125,7 +165,8 @@ def test_aiperf_interval_waits_not_implied_are_counted(tmp_path: Path) -> None:
     assert [n for n in res.notes if "interval barriers" in n] == [
         "2 calls of streams with flattened agents also wait for another of those streams' calls "
         "that ended before they started in the recording (AIPerf's interval barriers): "
-        "--timing agentx applies them, other timings do not"]
+        "--timing agentx applies them, other timings do not"
+    ]
     # --timing agentx holds them back: [3] for [2], [4] for [3] (and [5] for [4], its join)
     reqs = build_plan(res.table, 64, PlanOptions()).sessions[0].requests
     barrier = [r.barrier for r in stream_rules(reqs, *capped_times(reqs, None))]

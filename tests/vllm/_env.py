@@ -14,8 +14,10 @@ ENV = "AGENT_REPLAY_VLLM_PYTHON"
 def vllm_python_or_skip() -> str:
     python = os.environ.get(ENV)
     if not python:
-        pytest.skip(f"no real vLLM: ${ENV} is not set (scripts/test.sh sets it via "
-                    "scripts/setup-vllm-cpu.sh)")
+        pytest.skip(
+            f"no real vLLM: ${ENV} is not set (scripts/test.sh sets it via "
+            "scripts/setup-vllm-cpu.sh)"
+        )
     if not Path(python).exists():
         pytest.fail(f"${ENV}={python} does not exist")
     return python

@@ -30,13 +30,23 @@ CPU_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
-CPU_FLAGS = [("load-format", "dummy"), ("dtype", "bfloat16"), ("enforce-eager", "true"),
-             ("max-model-len", "4096"), ("block-size", "32"),
-             ("enable-prompt-tokens-details", "true"), ("served-model-name", SERVED_NAME)]
+CPU_FLAGS = [
+    ("load-format", "dummy"),
+    ("dtype", "bfloat16"),
+    ("enforce-eager", "true"),
+    ("max-model-len", "4096"),
+    ("block-size", "32"),
+    ("enable-prompt-tokens-details", "true"),
+    ("served-model-name", SERVED_NAME),
+]
 
 
-DEDICATED_ON_CPU = [("spec_method", "ngram"), ("spec_tokens", "3"),
-                    ("synthetic_acceptance_length", "none"), ("compilation-config", "false")]
+DEDICATED_ON_CPU = [
+    ("spec_method", "ngram"),
+    ("spec_tokens", "3"),
+    ("synthetic_acceptance_length", "none"),
+    ("compilation-config", "false"),
+]
 """dedicated-decode as it runs here: n-gram drafts (no MTP head on the tiny Llama) verified
 for real (vLLM's CPU sampler has no synthetic acceptance: its engine dies on the first
 request) and no compilation config: vLLM on CPU captures no CUDA graphs (it resolves
@@ -55,8 +65,9 @@ def tiny_model(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama", arch="llama")
 
 
-def start_server(profile: str, python: str, model: Path, log: Path,
-                 extra: list[tuple[str, str]] | None = None) -> VllmServer:
+def start_server(
+    profile: str, python: str, model: Path, log: Path, extra: list[tuple[str, str]] | None = None
+) -> VllmServer:
     dep = build(profile, model=str(model), gpus=1, sets=[*CPU_FLAGS, *(extra or [])])
     server = VllmServer(dep, python=python, env=CPU_ENV, timeout_s=300, log_path=log)
     server.start()
@@ -72,11 +83,16 @@ def _servers() -> Iterator[list[VllmServer]]:
 
 
 @pytest.fixture(scope="module")
-def server(_servers: list[VllmServer], vllm_python: str, tiny_model: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> VllmServer:
+def server(
+    _servers: list[VllmServer],
+    vllm_python: str,
+    tiny_model: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> VllmServer:
     """The session's server; a new one when an earlier module has stopped it."""
     if not _servers or not _servers[-1].running():
         log = tmp_path_factory.mktemp("logs") / "vllm-ngram.log"
-        _servers.append(start_server("dedicated-decode", vllm_python, tiny_model, log,
-                                     extra=DEDICATED_ON_CPU))
+        _servers.append(
+            start_server("dedicated-decode", vllm_python, tiny_model, log, extra=DEDICATED_ON_CPU)
+        )
     return _servers[-1]

@@ -69,24 +69,55 @@ def shared_prompts(tiny_model: Path, tmp: Path) -> tuple[Path, Path]:
 
     tok = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
     rng = np.random.default_rng(1)
-    prompts = [tok.decode(rng.integers(0, tok.get_vocab_size(), INPUT_LEN).tolist(),
-                          skip_special_tokens=True) for _ in range(N_REQUESTS)]
+    prompts = [
+        tok.decode(
+            rng.integers(0, tok.get_vocab_size(), INPUT_LEN).tolist(), skip_special_tokens=True
+        )
+        for _ in range(N_REQUESTS)
+    ]
     sharegpt = tmp / "prompts.json"
-    sharegpt.write_text(json.dumps([
-        {"id": str(i), "conversations": [{"from": "human", "value": p},
-                                         {"from": "gpt", "value": "-"}]}
-        for i, p in enumerate(prompts)]))
-    reqs = [Request(session=f"p{i}", key=0, arrival_abs_ns=i * 1_000_000,
-                    input_tokens=len(tok.encode(p).ids), output_tokens=OUTPUT_LEN,
-                    api="completions", model=SERVED_NAME)
-            for i, p in enumerate(prompts)]
+    sharegpt.write_text(
+        json.dumps(
+            [
+                {
+                    "id": str(i),
+                    "conversations": [{"from": "human", "value": p}, {"from": "gpt", "value": "-"}],
+                }
+                for i, p in enumerate(prompts)
+            ]
+        )
+    )
+    reqs = [
+        Request(
+            session=f"p{i}",
+            key=0,
+            arrival_abs_ns=i * 1_000_000,
+            input_tokens=len(tok.encode(p).ids),
+            output_tokens=OUTPUT_LEN,
+            api="completions",
+            model=SERVED_NAME,
+        )
+        for i, p in enumerate(prompts)
+    ]
     table, _ = build_table(reqs)
-    bodies = [json.dumps({"model": SERVED_NAME, "prompt": p, "temperature": 0,
-                          "max_tokens": OUTPUT_LEN, "ignore_eos": True}) for p in prompts]
-    table = table.set_column(table.schema.get_field_index("content"), "content",
-                             pa.array(bodies, pa.string()))
-    trace = write_trace(table, tmp / "prompts.parquet",
-                        TraceMeta(source="synthetic", content_mode="full"))
+    bodies = [
+        json.dumps(
+            {
+                "model": SERVED_NAME,
+                "prompt": p,
+                "temperature": 0,
+                "max_tokens": OUTPUT_LEN,
+                "ignore_eos": True,
+            }
+        )
+        for p in prompts
+    ]
+    table = table.set_column(
+        table.schema.get_field_index("content"), "content", pa.array(bodies, pa.string())
+    )
+    trace = write_trace(
+        table, tmp / "prompts.parquet", TraceMeta(source="synthetic", content_mode="full")
+    )
     return sharegpt, trace
 
 
@@ -96,8 +127,9 @@ def warm_up(server: VllmServer) -> None:
 
     for _ in range(2):
         body = json.dumps({"model": SERVED_NAME, "prompt": "warm up", "max_tokens": 8}).encode()
-        req = urllib.request.Request(server.url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            server.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=120) as resp:
             resp.read()
 
@@ -111,13 +143,35 @@ def _median(xs: list[float]) -> float:
 def run_ours(server: VllmServer, trace: Path, tmp: Path) -> dict[str, float]:
     out = tmp / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", server.url,
-         "--output", str(out), "--model", SERVED_NAME, "--no-progress",
-         "--timing", "max-rate", "--concurrency", "1",  # as bench's --max-concurrency 1
-         # first and last scrape only: vllm bench does not scrape, and on 2 cores every
-         # /metrics render takes CPU from the server being timed
-         "--scrape-interval", "600", "--loop", "asyncio"],
-        capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "run",
+            str(trace),
+            "--target",
+            server.url,
+            "--output",
+            str(out),
+            "--model",
+            SERVED_NAME,
+            "--no-progress",
+            "--timing",
+            "max-rate",
+            "--concurrency",
+            "1",  # as bench's --max-concurrency 1
+            # first and last scrape only: vllm bench does not scrape, and on 2 cores every
+            # /metrics render takes CPU from the server being timed
+            "--scrape-interval",
+            "600",
+            "--loop",
+            "asyncio",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     rows = pq.read_table(out / "requests").to_pydict()
     assert set(rows["status"]) == {"ok"} and rows["completion_tokens"] == [OUTPUT_LEN] * N_REQUESTS
@@ -138,19 +192,57 @@ def run_ours(server: VllmServer, trace: Path, tmp: Path) -> dict[str, float]:
     }
 
 
-def run_bench(base_url: str, vllm_python: str, tiny_model: Path, prompts: Path, out: Path
-              ) -> dict[str, float]:
+def run_bench(
+    base_url: str, vllm_python: str, tiny_model: Path, prompts: Path, out: Path
+) -> dict[str, float]:
     proc = subprocess.run(
-        [vllm_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-         "--base-url", base_url, "--model", SERVED_NAME, "--tokenizer", str(tiny_model),
-         "--dataset-name", "sharegpt", "--dataset-path", str(prompts), "--disable-shuffle",
-         "--sharegpt-output-len", str(OUTPUT_LEN), "--num-prompts", str(N_REQUESTS),
-         "--max-concurrency", "1", "--ignore-eos", "--temperature", "0", "--seed", "1",
-         "--percentile-metrics", "ttft,tpot,itl", "--save-result", "--result-dir", str(out),
-         "--result-filename", "bench.json"],
-        capture_output=True, text=True, timeout=600, check=False,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-             "PATH": "/usr/bin:/bin"})
+        [
+            vllm_python,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "bench",
+            "serve",
+            "--base-url",
+            base_url,
+            "--model",
+            SERVED_NAME,
+            "--tokenizer",
+            str(tiny_model),
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            str(prompts),
+            "--disable-shuffle",
+            "--sharegpt-output-len",
+            str(OUTPUT_LEN),
+            "--num-prompts",
+            str(N_REQUESTS),
+            "--max-concurrency",
+            "1",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--seed",
+            "1",
+            "--percentile-metrics",
+            "ttft,tpot,itl",
+            "--save-result",
+            "--result-dir",
+            str(out),
+            "--result-filename",
+            "bench.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "bench.json").read_text())
     assert result["completed"] == N_REQUESTS
@@ -160,9 +252,9 @@ def run_bench(base_url: str, vllm_python: str, tiny_model: Path, prompts: Path, 
 
 
 @pytest.fixture(scope="module")
-def attempts(server: VllmServer, vllm_python: str, tiny_model: Path,
-             tmp_path_factory: pytest.TempPathFactory) -> list[tuple[dict[str, float],
-                                                                      dict[str, float]]]:
+def attempts(
+    server: VllmServer, vllm_python: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[dict[str, float], dict[str, float]]]:
     """Our replay, then vllm bench serve, on the same prompts, with vLLM's own TPOT
     histogram read before and after each; repeated (at most 5 times) until a pair agrees
     (see ``_agree``). Both are timing measurements on a
@@ -175,8 +267,9 @@ def attempts(server: VllmServer, vllm_python: str, tiny_model: Path,
         s0 = server_tpot_total(server.url)
         ours = run_ours(server, trace, tmp_path_factory.mktemp(f"ours{i}"))
         s1 = server_tpot_total(server.url)
-        bench = run_bench(server.url, vllm_python, tiny_model, prompts,
-                          tmp_path_factory.mktemp(f"bench{i}"))
+        bench = run_bench(
+            server.url, vllm_python, tiny_model, prompts, tmp_path_factory.mktemp(f"bench{i}")
+        )
         s2 = server_tpot_total(server.url)
         ours["server_tpot_ms"] = server_tpot_ms(s0, s1)
         bench["server_tpot_ms"] = server_tpot_ms(s1, s2)
@@ -195,20 +288,26 @@ def _agree(ours: dict[str, float], bench: dict[str, float]) -> bool:
     its histogram shows it, so that difference is the server's, not a measurement's)."""
     o = ours["mean_tpot_ms"] / ours["server_tpot_ms"]
     b = bench["mean_tpot_ms"] / bench["server_tpot_ms"]
-    return (o == pytest.approx(1.0, rel=0.05) and b == pytest.approx(1.0, rel=0.05)
-            and o == pytest.approx(b, rel=0.05))
+    return (
+        o == pytest.approx(1.0, rel=0.05)
+        and b == pytest.approx(1.0, rel=0.05)
+        and o == pytest.approx(b, rel=0.05)
+    )
 
 
 def _ratios(ours: dict[str, float], bench: dict[str, float]) -> str:
     """One attempt in a line: each client's mean TPOT over the server's, and the load."""
-    return (f"ours {ours['mean_tpot_ms']:.3f}/{ours['server_tpot_ms']:.3f} ms = "
-            f"{ours['mean_tpot_ms'] / ours['server_tpot_ms']:.3f}, bench "
-            f"{bench['mean_tpot_ms']:.3f}/{bench['server_tpot_ms']:.3f} ms = "
-            f"{bench['mean_tpot_ms'] / bench['server_tpot_ms']:.3f}, load1 {bench['load1']:.2f}")
+    return (
+        f"ours {ours['mean_tpot_ms']:.3f}/{ours['server_tpot_ms']:.3f} ms = "
+        f"{ours['mean_tpot_ms'] / ours['server_tpot_ms']:.3f}, bench "
+        f"{bench['mean_tpot_ms']:.3f}/{bench['server_tpot_ms']:.3f} ms = "
+        f"{bench['mean_tpot_ms'] / bench['server_tpot_ms']:.3f}, load1 {bench['load1']:.2f}"
+    )
 
 
 def test_speculation_packs_several_tokens_per_chunk(
-        attempts: list[tuple[dict[str, float], dict[str, float]]]) -> None:
+    attempts: list[tuple[dict[str, float], dict[str, float]]],
+) -> None:
     ours = attempts[-1][0]
     assert ours["max_chunk_tokens"] > 1
     assert ours["tokens_per_chunk"] > 1.2
@@ -218,20 +317,25 @@ def test_speculation_packs_several_tokens_per_chunk(
 
 
 def test_tpot_agrees_and_itl_differs_by_tokens_per_chunk(
-        attempts: list[tuple[dict[str, float], dict[str, float]]]) -> None:
+    attempts: list[tuple[dict[str, float], dict[str, float]]],
+) -> None:
     ours, bench = attempts[-1]
     agree = _agree(ours, bench)
     cores = os.cpu_count() or 1
     if not agree and min(b["load1"] for _, b in attempts) > 1.5 * cores:
-        pytest.skip(f"machine too busy for a 5% timing comparison (load average above "
-                    f"{1.5 * cores:g} on {cores} cores in every attempt): {attempts}")
+        pytest.skip(
+            f"machine too busy for a 5% timing comparison (load average above "
+            f"{1.5 * cores:g} on {cores} cores in every attempt): {attempts}"
+        )
     assert agree, [_ratios(o, b) for o, b in attempts]
     # Each client's figures divided by the server's own TPOT over that client's requests, so
     # that the server running faster for one run than for the other (seen: 27%) cancels out.
     o_speed, b_speed = ours["server_tpot_ms"], bench["server_tpot_ms"]
     # vLLM bench serve counts one ITL sample per chunk: that is our chunk gap ...
     assert bench["mean_itl_ms"] / b_speed == pytest.approx(
-        ours["mean_chunk_gap_ms"] / o_speed, rel=0.15), attempts
+        ours["mean_chunk_gap_ms"] / o_speed, rel=0.15
+    ), attempts
     # ... and larger than our per-token ITL by the tokens each chunk carries.
     assert (bench["mean_itl_ms"] / b_speed) / (ours["mean_itl_ms"] / o_speed) == pytest.approx(
-        ours["tokens_per_chunk"], rel=0.15), attempts
+        ours["tokens_per_chunk"], rel=0.15
+    ), attempts

@@ -47,10 +47,33 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def replayed(server: VllmServer, trace: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("results") / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent_replay", "run", str(trace), "--target", server.url,
-         "--output", str(out), "--model", SERVED_NAME, "--speedup", "2", "--salt", "7",
-         "--scrape-interval", "0.5", "--no-progress", "--loop", "asyncio"],
-        capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "agent_replay",
+            "run",
+            str(trace),
+            "--target",
+            server.url,
+            "--output",
+            str(out),
+            "--model",
+            SERVED_NAME,
+            "--speedup",
+            "2",
+            "--salt",
+            "7",
+            "--scrape-interval",
+            "0.5",
+            "--no-progress",
+            "--loop",
+            "asyncio",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return out
 
@@ -72,8 +95,9 @@ def test_tokens_served_equal_the_trace(replayed: Path, trace: Path) -> None:
         assert sum(toks) == n  # type: ignore[call-overload]
 
 
-def _within_buckets(value: float, q: dict[str, float | None], les: list[float | None],
-                    slack: int) -> bool:
+def _within_buckets(
+    value: float, q: dict[str, float | None], les: list[float | None], slack: int
+) -> bool:
     """``value`` lies in the server's bucket for this quantile, widened by ``slack`` buckets."""
     finite = [le for le in les if le is not None]
     lo, hi = q["lo"], q["hi"]
@@ -101,11 +125,14 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
     meta = json.loads((replayed / "run.json").read_text())
     machine = Machine.from_dict(meta.get("machine"))
     contended = bool(meta.get("machine_contention")) or (
-        machine is not None and machine.others_cores >= OTHERS_BUSY * machine.cpus)
+        machine is not None and machine.others_cores >= OTHERS_BUSY * machine.cpus
+    )
     server = summarize(pq.read_table(replayed / "server_metrics.parquet"))
     n = len(rows["status"])
     # TTFT as the product defines it: from the request's bytes sent (after any new connection)
-    ttft = sorted(float(x) / 1e9 for x in request_metrics(pq.read_table(replayed / "requests")).ttft)
+    ttft = sorted(
+        float(x) / 1e9 for x in request_metrics(pq.read_table(replayed / "requests")).ttft
+    )
     tpot = []
     for cs, ks in zip(rows["chunk_ns"], rows["chunk_tokens"], strict=True):
         rest = sum(ks[1:])  # type: ignore[index]
@@ -127,11 +154,14 @@ def test_ttft_and_tpot_agree_with_vllm_histograms(replayed: Path) -> None:
             # 0.08 s, so TTFT gets two buckets of slack and TPOT one.
             slack = 2 if name == "ttft" else 1
             if contended:
-                assert _within_buckets(value, hist[f"p{int(q * 100)}"] | {"hi": None}, les,
-                                       slack=slack), (report, machine)
+                assert _within_buckets(
+                    value, hist[f"p{int(q * 100)}"] | {"hi": None}, les, slack=slack
+                ), (report, machine)
                 continue
             assert _within_buckets(value, hist[f"p{int(q * 100)}"], les, slack=slack), (
-                report, machine)
+                report,
+                machine,
+            )
     print(json.dumps(report | {"host_contended": contended, "machine": meta.get("machine")}))
 
 
@@ -158,25 +188,47 @@ async def _sdk_traffic(base: str, seen: list[tuple[str, int, int]]) -> None:
     oa = openai.AsyncOpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
     msgs = [{"role": "user", "content": "write a haiku about caches"}]
     extra = {"ignore_eos": True}
-    r = await oa.chat.completions.create(model=SERVED_NAME, messages=msgs, max_tokens=12,  # type: ignore[arg-type]
-                                         extra_body=extra)
+    r = await oa.chat.completions.create(
+        model=SERVED_NAME,
+        messages=msgs,
+        max_tokens=12,  # type: ignore[arg-type]
+        extra_body=extra,
+    )
     assert r.usage is not None
     seen.append(("chat", r.usage.prompt_tokens, r.usage.completion_tokens))
     # a stream that did not ask for usage: the SDK must not see the usage chunk the proxy adds
-    chunks = [c async for c in await oa.chat.completions.create(
-        model=SERVED_NAME, messages=msgs, max_tokens=12, stream=True,  # type: ignore[arg-type]
-        extra_body=extra)]
+    chunks = [
+        c
+        async for c in await oa.chat.completions.create(
+            model=SERVED_NAME,
+            messages=msgs,
+            max_tokens=12,
+            stream=True,  # type: ignore[arg-type]
+            extra_body=extra,
+        )
+    ]
     assert chunks and all(c.usage is None for c in chunks)
     seen.append(("chat", r.usage.prompt_tokens, 12))
-    cs = [x async for x in await oa.completions.create(
-        model=SERVED_NAME, prompt=[11, 12, 13, 14, 15], max_tokens=9, stream=True,
-        stream_options={"include_usage": True}, extra_body=extra)]
+    cs = [
+        x
+        async for x in await oa.completions.create(
+            model=SERVED_NAME,
+            prompt=[11, 12, 13, 14, 15],
+            max_tokens=9,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=extra,
+        )
+    ]
     assert cs[-1].usage is not None
     seen.append(("completions", cs[-1].usage.prompt_tokens, cs[-1].usage.completion_tokens))
     an = anthropic.AsyncAnthropic(base_url=base, api_key=KEY, max_retries=0)
-    async with an.messages.stream(model=SERVED_NAME, max_tokens=10,
-                                  messages=[{"role": "user", "content": "hi"}],
-                                  extra_body=extra) as st:
+    async with an.messages.stream(
+        model=SERVED_NAME,
+        max_tokens=10,
+        messages=[{"role": "user", "content": "hi"}],
+        extra_body=extra,
+    ) as st:
         _ = [t async for t in st.text_stream]
         final = await st.get_final_message()
     seen.append(("messages", final.usage.input_tokens, final.usage.output_tokens))
@@ -190,8 +242,7 @@ async def test_recorder_in_front_of_real_vllm(server: VllmServer, tmp_path: Path
     from agent_replay.replay.record import Recorder
 
     seen: list[tuple[str, int, int]] = []
-    async with Recorder(server.url, "127.0.0.1:0", tmp_path / "trace",
-                        flush_interval_s=60) as rec:
+    async with Recorder(server.url, "127.0.0.1:0", tmp_path / "trace", flush_interval_s=60) as rec:
         await _sdk_traffic(rec.url, seen)
     table, _ = read_trace(tmp_path / "trace")
     rows = sorted(table.to_pylist(), key=lambda r: r["arrival_ns"])
@@ -213,6 +264,9 @@ def test_stop_leaves_no_process_behind(server: VllmServer) -> None:
     family = [server.pid] + [p.pid for p in psutil.Process(server.pid).children(recursive=True)]
     server.stop()
     assert not server.running()
-    alive = [pid for pid in family if psutil.pid_exists(pid)
-             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    alive = [
+        pid
+        for pid in family
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
     assert alive == []

@@ -25,9 +25,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_replay", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False,
-                          env={**os.environ, **CPU_ENV})
+    return subprocess.run(
+        [sys.executable, "-m", "agent_replay", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **CPU_ENV},
+    )
 
 
 def _sets(items: list[tuple[str, str]]) -> list[str]:
@@ -35,12 +40,23 @@ def _sets(items: list[tuple[str, str]]) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["vllm-cmd", "launch"])
-def test_prefill_schedule_interval_refused_at_dp1(command: str, vllm_python: str,
-                                                  tiny_model: Path) -> None:
-    proc = _cli("engines", command, "dedicated-decode", "--model", str(tiny_model),
-                "--gpus", "1", "--set", "prefill-schedule-interval=4",
-                "--vllm-python", vllm_python,
-                timeout=120)
+def test_prefill_schedule_interval_refused_at_dp1(
+    command: str, vllm_python: str, tiny_model: Path
+) -> None:
+    proc = _cli(
+        "engines",
+        command,
+        "dedicated-decode",
+        "--model",
+        str(tiny_model),
+        "--gpus",
+        "1",
+        "--set",
+        "prefill-schedule-interval=4",
+        "--vllm-python",
+        vllm_python,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -50,9 +66,21 @@ def test_prefill_schedule_interval_refused_at_dp1(command: str, vllm_python: str
 
 
 def test_dep_at_dp2_carries_the_interval_and_vllms_parser_accepts_it(
-        vllm_python: str, tiny_model: Path) -> None:
-    proc = _cli("engines", "vllm-cmd", "dep", "--model", str(tiny_model), "--gpus", "2",
-                "--vllm-python", vllm_python, "--json", timeout=300)
+    vllm_python: str, tiny_model: Path
+) -> None:
+    proc = _cli(
+        "engines",
+        "vllm-cmd",
+        "dep",
+        "--model",
+        str(tiny_model),
+        "--gpus",
+        "2",
+        "--vllm-python",
+        vllm_python,
+        "--json",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     argv = out["commands"][0]["argv"]
@@ -65,9 +93,16 @@ def test_launch_records_settings_in_effect(server: VllmServer) -> None:
     """The session's server (conftest): dedicated-decode on CPU without the graph config."""
     settings = {s["flag"]: s for s in server.info["settings"]}
     assert [s["flag"] for s in settings.values() if s["status"] == DIFFERS] == []
-    for flag in ("--performance-mode", "--speculative-config.method",
-                 "--speculative-config.num_speculative_tokens", "--max-model-len", "--dtype",
-                 "--enforce-eager", "--block-size", "--tensor-parallel-size"):
+    for flag in (
+        "--performance-mode",
+        "--speculative-config.method",
+        "--speculative-config.num_speculative_tokens",
+        "--max-model-len",
+        "--dtype",
+        "--enforce-eager",
+        "--block-size",
+        "--tensor-parallel-size",
+    ):
         assert settings[flag]["status"] == IN_EFFECT, settings[flag]
     assert settings["--performance-mode"]["in_effect"] == "interactivity"
     assert settings["--block-size"]["source"] == "/metrics cache_config_info"
@@ -84,28 +119,44 @@ def test_launch_records_settings_in_effect(server: VllmServer) -> None:
 
 
 def test_launch_fails_when_cpu_ignores_the_cuda_graph_config(
-        vllm_python: str, tiny_model: Path, tmp_path: Path) -> None:
+    vllm_python: str, tiny_model: Path, tmp_path: Path
+) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path / "graphs.log"
     sets = [*CPU_FLAGS, ("spec_method", "ngram"), ("spec_tokens", "3")]
-    proc = _cli("engines", "launch", "dedicated-decode", "--model", str(tiny_model),
-                *_sets(sets), "--vllm-python", vllm_python, "--port", str(port),
-                "--log", str(log), "--timeout", "300",
-                *[a for k, v in CPU_ENV.items() for a in ("--env", f"{k}={v}")])
+    proc = _cli(
+        "engines",
+        "launch",
+        "dedicated-decode",
+        "--model",
+        str(tiny_model),
+        *_sets(sets),
+        "--vllm-python",
+        vllm_python,
+        "--port",
+        str(port),
+        "--log",
+        str(log),
+        "--timeout",
+        "300",
+        *[a for k, v in CPU_ENV.items() for a in ("--env", f"{k}={v}")],
+    )
     assert proc.returncode == LaunchError.exit_code, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr[-2000:]
     assert lines[0].startswith(
         "agent-replay: error: vLLM is not running 2 requested setting(s): "
         "--compilation-config.cudagraph_mode FULL_DECODE_ONLY: server runs NONE (engine "
-        "config); --compilation-config.cudagraph_capture_sizes [4,8,12"), lines[0]
+        "config); --compilation-config.cudagraph_capture_sizes [4,8,12"
+    ), lines[0]
     assert lines[0].endswith(f"(log {log})")
     assert proc.stdout == ""  # no launch JSON: the server never counted as launched
     # the server is gone: its API server pid (from its log) and its port
-    pids = {int(w.split("=")[1].rstrip(")")) for w in log.read_text().split()
-            if w.startswith("pid=")}
+    pids = {
+        int(w.split("=")[1].rstrip(")")) for w in log.read_text().split() if w.startswith("pid=")
+    }
     assert pids and not any(psutil.pid_exists(p) for p in pids)
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0

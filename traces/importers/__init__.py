@@ -31,8 +31,18 @@ from agent_replay.traces.importers._common import ImportOptions, ImportResult, h
 from agent_replay.traces.validate import validate_or_raise
 
 # Order matters: the first module whose sniff() accepts a file wins.
-_MODULES: tuple[ModuleType, ...] = (otel, weka, qwen, tracelab, lmcache, mooncake, codex, claude_code, azure,
-                                    burstgpt)
+_MODULES: tuple[ModuleType, ...] = (
+    otel,
+    weka,
+    qwen,
+    tracelab,
+    lmcache,
+    mooncake,
+    codex,
+    claude_code,
+    azure,
+    burstgpt,
+)
 FORMATS: dict[str, ModuleType] = {m.NAME: m for m in _MODULES}
 SUFFIXES = (".jsonl", ".json", ".csv")
 
@@ -45,8 +55,11 @@ def expand(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in SUFFIXES
-                           and not f.name.startswith("."))
+            found = sorted(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and f.suffix in SUFFIXES and not f.name.startswith(".")
+            )
             if not found:
                 raise InputError(f"{p}: folder holds no .jsonl, .json or .csv files")
             out += found
@@ -65,8 +78,10 @@ def detect(path: Path) -> str:
     for m in _MODULES:
         if m.sniff(path, head):
             return str(m.NAME)
-    raise TraceError("unrecognized format (not one of " + ", ".join(FORMATS) +
-                     "); name it with --format", path=str(path))
+    raise TraceError(
+        "unrecognized format (not one of " + ", ".join(FORMATS) + "); name it with --format",
+        path=str(path),
+    )
 
 
 def _validate(result: ImportResult, first: Path) -> None:
@@ -76,13 +91,16 @@ def _validate(result: ImportResult, first: Path) -> None:
     except TraceError as exc:
         if "'hash_ids'" not in str(exc) or "ceil(input_tokens" not in str(exc):
             raise
-        raise TraceError(f"{exc}: the hash ids were made over other blocks than "
-                         f"{result.meta.block_size} tokens; give the file's block size "
-                         "with --block-size N") from None
+        raise TraceError(
+            f"{exc}: the hash ids were made over other blocks than "
+            f"{result.meta.block_size} tokens; give the file's block size "
+            "with --block-size N"
+        ) from None
 
 
-def _detect_format(paths: Sequence[str | os.PathLike[str]], files: list[Path]
-                   ) -> tuple[list[Path], str, list[str]]:
+def _detect_format(
+    paths: Sequence[str | os.PathLike[str]], files: list[Path]
+) -> tuple[list[Path], str, list[str]]:
     """(the files in a known format, that format, the names of the others): a file named
     on the command line must be in a known format, a side file in a folder (e.g.
     tool_calls.json) is skipped; the files must share one format."""
@@ -105,8 +123,11 @@ def _detect_format(paths: Sequence[str | os.PathLike[str]], files: list[Path]
     return list(kinds), names.pop(), skipped
 
 
-def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None,
-                 options: ImportOptions | None = None) -> ImportResult:
+def import_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    fmt: str | None = None,
+    options: ImportOptions | None = None,
+) -> ImportResult:
     """Import one or more files of one format into a validated trace table."""
     files = expand(paths)
     opts = options or ImportOptions()
@@ -118,8 +139,11 @@ def import_paths(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None
     try:
         result: ImportResult = FORMATS[fmt].load(files, opts)
     except (pa.ArrowInvalid, OverflowError) as exc:  # a number the schema cannot hold
-        raise TraceError(f"a value does not fit the trace schema ({exc}); numbers this large "
-                         "are not real requests (a unit mix-up?)", path=str(files[0])) from None
+        raise TraceError(
+            f"a value does not fit the trace schema ({exc}); numbers this large "
+            "are not real requests (a unit mix-up?)",
+            path=str(files[0]),
+        ) from None
     _validate(result, files[0])
     if skipped:
         result.notes.append(f"skipped {len(skipped)} unrecognized files: {', '.join(skipped[:5])}")

@@ -93,7 +93,11 @@ def read_csv(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
 
 def get_int(obj: dict[str, Any], key: str, path: Path, line: int, *, minimum: int = 0) -> int:
     v = obj.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and v != int(v)):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and v != int(v))
+    ):
         raise fail(path, line, f"field {key!r} must be an integer, got {v!r}")
     if v < minimum:
         raise fail(path, line, f"field {key!r} must be >= {minimum}, got {v!r}")
@@ -129,7 +133,7 @@ def parse_iso_ns(text: Any, path: Path | str, line: int | None, key: str = "time
         end = dot + 1
         while end < len(s) and s[end].isdigit():
             end += 1
-        digits = s[dot + 1:end]
+        digits = s[dot + 1 : end]
         frac_ns = int((digits + "000000000")[:9]) if digits else 0
         main = s[:dot] + s[end:]
     try:
@@ -155,8 +159,9 @@ SCAN_LIMIT = 16 << 20
 """How far into a file a sniffer may look for a field the first 64 KiB did not reach."""
 
 
-def file_contains(path: Path, needle: bytes, *, start: int = 0, limit: int = SCAN_LIMIT,
-                  chunk: int = 1 << 20) -> bool:
+def file_contains(
+    path: Path, needle: bytes, *, start: int = 0, limit: int = SCAN_LIMIT, chunk: int = 1 << 20
+) -> bool:
     """Whether ``needle`` occurs in ``path`` between ``start`` and ``start + limit``, read a
     chunk at a time (memory stays at one chunk, whatever the file's size)."""
     keep = len(needle) - 1
@@ -230,20 +235,26 @@ def read_records(path: Path) -> Iterator[tuple[int, Any]]:
 SYNTH_HASH_NOTE = "hash ids synthesized: append-only context, cached prefix on compaction"
 
 
-def agent_log_result(reqs: list[Any], paths: list[Path], block_size: int, name: str,
-                     notes: list[str]) -> ImportResult:
+def agent_log_result(
+    reqs: list[Any], paths: list[Path], block_size: int, name: str, notes: list[str]
+) -> ImportResult:
     """The result of an agent-log importer (Claude Code, Codex, TraceLab): the table built
     from its requests, with metadata naming the files it came from."""
     from agent_replay.traces.builder import build_table
 
     table, start = build_table(reqs)
-    meta = TraceMeta(block_size=block_size, source=f"imported:{name}", start_wall_ns=start,
-                     extra={"imported_from": [p.name for p in paths]})
+    meta = TraceMeta(
+        block_size=block_size,
+        source=f"imported:{name}",
+        start_wall_ns=start,
+        extra={"imported_from": [p.name for p in paths]},
+    )
     return ImportResult(table, meta, name, [*notes, SYNTH_HASH_NOTE])
 
 
-def load_each(paths: list[Path], block_size: int,
-              load_file: Callable[[Path, int], list[Any]]) -> list[Any]:
+def load_each(
+    paths: list[Path], block_size: int, load_file: Callable[[Path, int], list[Any]]
+) -> list[Any]:
     """The requests of every file, in order; an empty file is an error that names it."""
     reqs: list[Any] = []
     for p in paths:

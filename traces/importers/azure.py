@@ -58,20 +58,32 @@ def _load_one(path: Path, tag: str) -> tuple[pa.Table, int]:
     order = sorted(range(len(ts)), key=lambda i: (ts[i], i))
     t0 = ts[order[0]]
     n = len(ts)
-    table = pa.table({
-        "session_id": pa.array([f"{tag}{i}" for i in range(n)], pa.string()).dictionary_encode(),
-        "request_index": pa.array([0] * n, pa.int32()),
-        "parent_index": pa.array([-1] * n, pa.int32()),
-        "arrival_ns": pa.array([ts[i] - t0 for i in order], pa.int64()),
-        "input_tokens": pa.array([ins[i] for i in order], pa.int32()),
-        "output_tokens": pa.array([outs[i] for i in order], pa.int32()),
-    })
+    table = pa.table(
+        {
+            "session_id": pa.array(
+                [f"{tag}{i}" for i in range(n)], pa.string()
+            ).dictionary_encode(),
+            "request_index": pa.array([0] * n, pa.int32()),
+            "parent_index": pa.array([-1] * n, pa.int32()),
+            "arrival_ns": pa.array([ts[i] - t0 for i in order], pa.int64()),
+            "input_tokens": pa.array([ins[i] for i in order], pa.int32()),
+            "output_tokens": pa.array([outs[i] for i in order], pa.int32()),
+        }
+    )
     return conform(table), t0
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     parts = [_load_one(p, f"{p.stem}-" if len(paths) > 1 else "az-") for p in paths]
-    meta = TraceMeta(block_size=opts.block_size or 16, source=f"imported:{NAME}",
-                     start_wall_ns=parts[0][1], extra={"imported_from": [p.name for p in paths]})
-    return ImportResult(concat(t for t, _ in parts), meta, NAME,
-                        ["no sessions in source: one session per request", "no prefix hashes"])
+    meta = TraceMeta(
+        block_size=opts.block_size or 16,
+        source=f"imported:{NAME}",
+        start_wall_ns=parts[0][1],
+        extra={"imported_from": [p.name for p in paths]},
+    )
+    return ImportResult(
+        concat(t for t, _ in parts),
+        meta,
+        NAME,
+        ["no sessions in source: one session per request", "no prefix hashes"],
+    )

@@ -61,9 +61,14 @@ def _request(cells: list[str], col: dict[str, int], path: Path, line: int, tag: 
     n_in = int(_num(cells[col["Request tokens"]], path, line, "Request tokens"))
     n_out = int(_num(cells[col["Response tokens"]], path, line, "Response tokens"))
     session = f"{tag}{cells[col['Session ID']].strip()}" if "Session ID" in col else f"{tag}{line}"
-    r = Request(session=session, key=line, arrival_abs_ns=round(t * 1e9), input_tokens=n_in,
-                output_tokens=n_out,
-                model=cells[col["Model"]].strip() or None if "Model" in col else None)
+    r = Request(
+        session=session,
+        key=line,
+        arrival_abs_ns=round(t * 1e9),
+        input_tokens=n_in,
+        output_tokens=n_out,
+        model=cells[col["Model"]].strip() or None if "Model" in col else None,
+    )
     if "Elapsed time" in col:
         r.end_ns = round(_num(cells[col["Elapsed time"]], path, line, "Elapsed time") * 1e9)
     return r
@@ -90,8 +95,13 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
         reqs += part
         sessions = sessions and has
     table, _ = build_table(reqs)
-    meta = TraceMeta(block_size=opts.block_size or 16, source=f"imported:{NAME}",
-                     extra={"imported_from": [p.name for p in paths]})
-    notes = ["sessions from 'Session ID'" if sessions else "no 'Session ID': one session per request",
-             "no prefix hashes"]
+    meta = TraceMeta(
+        block_size=opts.block_size or 16,
+        source=f"imported:{NAME}",
+        extra={"imported_from": [p.name for p in paths]},
+    )
+    notes = [
+        "sessions from 'Session ID'" if sessions else "no 'Session ID': one session per request",
+        "no prefix hashes",
+    ]
     return ImportResult(concat([table]), meta, NAME, notes)

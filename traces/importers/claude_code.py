@@ -63,8 +63,11 @@ TOOL_CALL_TOKENS = 40
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    return (b'"sessionId"' in head and (b'"parentUuid"' in head or b'"uuid"' in head)
-            and b'"type"' in head)
+    return (
+        b'"sessionId"' in head
+        and (b'"parentUuid"' in head or b'"uuid"' in head)
+        and b'"type"' in head
+    )
 
 
 @dataclass
@@ -105,7 +108,11 @@ class _Msg:
         u = self.usage
         has_cache = "cache_read_input_tokens" in u or "cache_creation_input_tokens" in u
         cached = int(u.get("cache_read_input_tokens") or 0) if has_cache else None
-        n_in = int(u.get("input_tokens") or 0) + int(u.get("cache_creation_input_tokens") or 0) + (cached or 0)
+        n_in = (
+            int(u.get("input_tokens") or 0)
+            + int(u.get("cache_creation_input_tokens") or 0)
+            + (cached or 0)
+        )
         n_out = int(u.get("output_tokens") or 0)
         # no stop_reason: the usage may be the stream's start, whatever its figure (5 tokens
         # were logged for 14 words and a tool call): the content's estimate when larger
@@ -222,8 +229,17 @@ class _Log:
             raise fail(self.path, line, "assistant record without sessionId")
         cur = self.msgs.get(mid)
         if cur is None:
-            cur = self.msgs[mid] = _Msg(mid, sid, uuid, ts, ts, m.get("model"), dict(usage),
-                                        m.get("stop_reason") is not None, 0)
+            cur = self.msgs[mid] = _Msg(
+                mid,
+                sid,
+                uuid,
+                ts,
+                ts,
+                m.get("model"),
+                dict(usage),
+                m.get("stop_reason") is not None,
+                0,
+            )
         cur.add(uuid, ts, m, usage)
         self.msg_of_uuid[uuid] = mid
 
@@ -252,7 +268,9 @@ class _Log:
             self.root_of[u] = root
         return root
 
-    def _spawn_task(self, root: str, ordered: list[_Msg], used: set[str]) -> tuple[_Msg, str] | None:
+    def _spawn_task(
+        self, root: str, ordered: list[_Msg], used: set[str]
+    ) -> tuple[_Msg, str] | None:
         """(the main message, its Task call id) that spawned sidechain ``root``: the
         unused Task call before the root carrying its prompt, else the latest one."""
         prompt = _first_text((self.records[root].get("message") or {}).get("content"))
@@ -264,8 +282,10 @@ class _Log:
 
     def _subagents(self, ordered: list[_Msg]) -> None:
         """Each sidechain's agent id, spawning message and last message."""
-        roots = sorted({m.sidechain for m in ordered if m.sidechain is not None},
-                       key=lambda u: self.records[u]["_ts"])
+        roots = sorted(
+            {m.sidechain for m in ordered if m.sidechain is not None},
+            key=lambda u: self.records[u]["_ts"],
+        )
         used: set[str] = set()
         for root in roots:
             pick = self._spawn_task(root, ordered, used)
@@ -322,7 +342,9 @@ class _Log:
         """(agent id, dependencies beyond the parent): a sidechain's first message waits
         for its spawner, a main message for the sidechains whose Task results it carries."""
         if m.sidechain is None:
-            return "main", [self.last_of_root[j] for j in joins if self.last_of_root.get(j) in self.done]
+            return "main", [
+                self.last_of_root[j] for j in joins if self.last_of_root.get(j) in self.done
+            ]
         agent = self.agent_of_root[m.sidechain]
         if m.sidechain in self.first_of_root:
             return agent, []
@@ -338,11 +360,21 @@ class _Log:
         deps = [parent_msg] if parent_msg is not None and p is not None else []
         agent, more = self._tree_deps(m, joins)
         deps += more
-        r = Request(session=m.session, key=m.id, parent_key=p.key if p else None,
-                    arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
-                    cached_tokens=cached, api="messages", model=m.model,
-                    end_ns=m.last_ts - arrival, agent_id=agent, depends_on_keys=list(deps),
-                    output_estimated=estimated)
+        r = Request(
+            session=m.session,
+            key=m.id,
+            parent_key=p.key if p else None,
+            arrival_abs_ns=arrival,
+            input_tokens=n_in,
+            output_tokens=n_out,
+            cached_tokens=cached,
+            api="messages",
+            model=m.model,
+            end_ns=m.last_ts - arrival,
+            agent_id=agent,
+            depends_on_keys=list(deps),
+            output_estimated=estimated,
+        )
         link_to_parent(r, p, bs, f"{self.path.name}#{m.id}")
         ends = [self.done[d].arrival_abs_ns + (self.done[d].end_ns or 0) for d in deps]
         r.think_ns = max(0, arrival - max(ends)) if ends else None
@@ -352,8 +384,13 @@ class _Log:
 def _open_tasks(ordered: list[_Msg], by: int, used: set[str]) -> list[tuple[_Msg, str]]:
     """(main message, Task call id) of the Task calls sent by ``by`` not yet matched to a
     sidechain (``used``), in message order."""
-    return [(m, tid) for m in ordered if m.sidechain is None and m.first_ts <= by
-            for tid, _prompt in m.tasks if tid not in used]
+    return [
+        (m, tid)
+        for m in ordered
+        if m.sidechain is None and m.first_ts <= by
+        for tid, _prompt in m.tasks
+        if tid not in used
+    ]
 
 
 def _task_prompt(m: _Msg, tid: str) -> str:
@@ -364,9 +401,13 @@ def _task_prompt(m: _Msg, tid: str) -> str:
 def _task_results(rec: dict[str, Any], root_of_task: dict[str, str]) -> list[str]:
     """The sidechain roots whose Task call's ``tool_result`` the record carries."""
     content = (rec.get("message") or {}).get("content")
-    return [root_of_task[b["tool_use_id"]] for b in (content if isinstance(content, list) else ())
-            if isinstance(b, dict) and b.get("type") == "tool_result"
-            and b.get("tool_use_id") in root_of_task]
+    return [
+        root_of_task[b["tool_use_id"]]
+        for b in (content if isinstance(content, list) else ())
+        if isinstance(b, dict)
+        and b.get("type") == "tool_result"
+        and b.get("tool_use_id") in root_of_task
+    ]
 
 
 def _load_file(path: Path, bs: int, tokenizer: Any = None) -> list[Request]:
@@ -386,9 +427,19 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     reqs = load_each(paths, bs, lambda p, b: _load_file(p, b, tok))
     subagents = {(r.session, r.agent_id) for r in reqs if r.agent_id not in (None, "main")}
     estimated = sum(1 for r in reqs if r.output_estimated)
-    how = "with the tokenizer" if tok is not None else \
-        f"as characters / {CHARS_PER_TOKEN} + {TOOL_CALL_TOKENS} per tool call"
-    return agent_log_result(reqs, paths, bs, NAME, [
-        "one request per message.id; sessions from sessionId; parents from parentUuid chains",
-        f"{len(subagents)} sidechains as subagents (spawned by the Task call, joined by its result)",
-        f"{estimated} requests with stream-start usage: output estimated {how} (output_estimated)"])
+    how = (
+        "with the tokenizer"
+        if tok is not None
+        else f"as characters / {CHARS_PER_TOKEN} + {TOOL_CALL_TOKENS} per tool call"
+    )
+    return agent_log_result(
+        reqs,
+        paths,
+        bs,
+        NAME,
+        [
+            "one request per message.id; sessions from sessionId; parents from parentUuid chains",
+            f"{len(subagents)} sidechains as subagents (spawned by the Task call, joined by its result)",
+            f"{estimated} requests with stream-start usage: output estimated {how} (output_estimated)",
+        ],
+    )

@@ -31,7 +31,13 @@ from agent_replay.traces.importers._common import (
 NAME = "codex"
 BLOCK_SIZE = 16
 INPUT_ITEMS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
-OUTPUT_ITEMS = ("reasoning", "function_call", "custom_tool_call", "local_shell_call", "web_search_call")
+OUTPUT_ITEMS = (
+    "reasoning",
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "web_search_call",
+)
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -65,8 +71,11 @@ def _payload(rec: dict[str, Any]) -> dict[str, Any]:
 def _usage(u: dict[str, Any], path: Path, line: int) -> tuple[int, int, int]:
     """(input, cached input, output) tokens of a ``last_token_usage``."""
     try:
-        return (int(u.get("input_tokens") or 0), int(u.get("cached_input_tokens") or 0),
-                int(u.get("output_tokens") or 0))
+        return (
+            int(u.get("input_tokens") or 0),
+            int(u.get("cached_input_tokens") or 0),
+            int(u.get("output_tokens") or 0),
+        )
     except (TypeError, ValueError) as exc:
         raise fail(path, line, f"token_count usage is not numeric ({exc})") from exc
 
@@ -120,10 +129,18 @@ class _Log:
         arrival = next((t for t in (self.last_in, self.first_out) if t is not None), ts)
         prev = self.reqs[-1] if self.reqs else None
         n = len(self.reqs)
-        r = Request(session=self.session, key=n, parent_key=prev.key if prev else None,
-                    arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
-                    cached_tokens=min(cached, n_in), api="responses", model=self.model,
-                    end_ns=ts - arrival)
+        r = Request(
+            session=self.session,
+            key=n,
+            parent_key=prev.key if prev else None,
+            arrival_abs_ns=arrival,
+            input_tokens=n_in,
+            output_tokens=n_out,
+            cached_tokens=min(cached, n_in),
+            api="responses",
+            model=self.model,
+            end_ns=ts - arrival,
+        )
         link_to_parent(r, prev, self.bs, f"{self.session}#{n}")
         self.reqs.append(r)
         self.last_in = self.first_out = None
@@ -140,5 +157,10 @@ def _load_file(path: Path, bs: int) -> list[Request]:
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     bs = opts.block_size or BLOCK_SIZE
-    return agent_log_result(load_each(paths, bs, _load_file), paths, bs, NAME, [
-        "one request per token_count report; sessions from session_meta"])
+    return agent_log_result(
+        load_each(paths, bs, _load_file),
+        paths,
+        bs,
+        NAME,
+        ["one request per token_count report; sessions from session_meta"],
+    )

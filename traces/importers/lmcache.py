@@ -65,8 +65,9 @@ LOOK_BACK = 64
 """How many earlier rows of the session an input is searched for their outputs."""
 
 
-def content_dependency(text_in: str, earlier: list[tuple[object, str]],
-                       parent: object | None = None) -> object | None:
+def content_dependency(
+    text_in: str, earlier: list[tuple[object, str]], parent: object | None = None
+) -> object | None:
     """The key of the latest earlier row (``earlier`` in time order: (key, output)) whose
     output, stripped and at least ``MIN_OUTPUT_CHARS`` long, is inside ``text_in``; None
     when there is none or it is the row's prefix ``parent`` (waited for already)."""
@@ -88,8 +89,9 @@ def _tokenizer(path: str | None) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise InputError("--tokenizer needs the 'tokenizers' package (pip install "
-                         "'agent-replay[tokenizer]')") from exc
+        raise InputError(
+            "--tokenizer needs the 'tokenizers' package (pip install 'agent-replay[tokenizer]')"
+        ) from exc
     try:
         return Tokenizer.from_file(path)
     except Exception as exc:
@@ -105,8 +107,15 @@ def _read_rows(paths: list[Path]) -> list[tuple[str, int, int, str, str]]:
             for key in ("input", "output", "session_id"):
                 if not isinstance(obj.get(key), str):
                     raise fail(path, line, f"field {key!r} must be a string")
-            rows.append((obj["session_id"], get_int(obj, "timestamp", path, line), line,
-                         obj["input"], obj["output"]))
+            rows.append(
+                (
+                    obj["session_id"],
+                    get_int(obj, "timestamp", path, line),
+                    line,
+                    obj["input"],
+                    obj["output"],
+                )
+            )
     if not rows:
         raise fail(paths[0], None, "no requests in file")
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
@@ -145,28 +154,39 @@ def _place(mine: list[_Chain], text_in: str) -> tuple[_Chain, str, str | None]:
     """(the conversation of the session an input continues, its prompt, how: None, or
     ``repeated``, ``flattened``, as counted in the notes); a new conversation when the
     input extends none of ``mine``."""
-    chain = max((c for c in mine if text_in.startswith(c.last_input)),
-                key=lambda c: len(c.last_input), default=None)
+    chain = max(
+        (c for c in mine if text_in.startswith(c.last_input)),
+        key=lambda c: len(c.last_input),
+        default=None,
+    )
     if chain is None:
         chain = _Chain(len(mine))
         mine.append(chain)
         return chain, text_in, None
     if text_in == chain.last_input:
         return chain, chain.last_prompt, "repeated"  # the same prompt sent again
-    new = text_in[len(chain.last_input):]
+    new = text_in[len(chain.last_input) :]
     out_head = chain.last_output.strip()[:200]
     if out_head and out_head in new:
         return chain, text_in, "flattened"  # the input is the flattened conversation already
     return chain, chain.prompt + new, None
 
 
-def _request(sid: str, ts_us: int, line: int, chain: _Chain, n_in: int, hashes: list[int],
-             n_out: int) -> Request:
+def _request(
+    sid: str, ts_us: int, line: int, chain: _Chain, n_in: int, hashes: list[int], n_out: int
+) -> Request:
     """A row continuing ``chain``; an empty output is sent as 1 token (estimated)."""
-    r = Request(session=sid, key=(ts_us, line),
-                parent_key=chain.last.key if chain.last is not None else None,
-                arrival_abs_ns=ts_us * 1000, input_tokens=n_in, output_tokens=max(n_out, 1),
-                hash_ids=hashes, api="chat", output_estimated=True if n_out == 0 else None)
+    r = Request(
+        session=sid,
+        key=(ts_us, line),
+        parent_key=chain.last.key if chain.last is not None else None,
+        arrival_abs_ns=ts_us * 1000,
+        input_tokens=n_in,
+        output_tokens=max(n_out, 1),
+        hash_ids=hashes,
+        api="chat",
+        output_estimated=True if n_out == 0 else None,
+    )
     r.extra["chain"] = chain.number
     return r
 
@@ -175,7 +195,7 @@ _NOTES = {
     "flattened": "{n} rows whose input already holds the conversation (kept as is)",
     "repeated": "{n} rows repeat their conversation's last input: sent with the same prompt again",
     "no_output": "{n} rows with an empty output (not logged by the source): replayed with 1 "
-                 "output token (output_estimated)",
+    "output token (output_estimated)",
     "interleaved": "{n} sessions interleave several LLMs: one chain (agent_id) each",
     "by_content": "{n} rows wait for an earlier row whose output their input holds",
     "empty": "{n} rows with an empty input left out (not replayed as 0-token prompts)",
@@ -212,11 +232,18 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     counts["interleaved"] = _streams(reqs, chains)
     counts["by_content"] = _wait_for_outputs(reqs)
     table, start = build_table(reqs)
-    meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
-                     content_mode="hashed", tokenizer=opts.tokenizer,
-                     extra={"imported_from": [p.name for p in paths]})
-    notes = ["prompts rebuilt from earlier inputs and outputs; hash ids from content",
-             tokens.how(opts.tokenizer)]
+    meta = TraceMeta(
+        block_size=bs,
+        source=f"imported:{NAME}",
+        start_wall_ns=start,
+        content_mode="hashed",
+        tokenizer=opts.tokenizer,
+        extra={"imported_from": [p.name for p in paths]},
+    )
+    notes = [
+        "prompts rebuilt from earlier inputs and outputs; hash ids from content",
+        tokens.how(opts.tokenizer),
+    ]
     notes += [note.format(n=counts[key]) for key, note in _NOTES.items() if counts[key]]
     return ImportResult(table, meta, NAME, notes)
 

@@ -51,8 +51,11 @@ MAX_CHILDREN = 4
 
 def sniff(path: Path, head: bytes) -> bool:
     obj = first_json_object(head)
-    return obj is not None and {"timestamp", "input_length", "output_length"} <= obj.keys() \
+    return (
+        obj is not None
+        and {"timestamp", "input_length", "output_length"} <= obj.keys()
         and "chat_id" not in obj
+    )
 
 
 def infer_sessions(hash_lists: list[list[int]], inputs: list[int], block_size: int) -> list[int]:
@@ -69,8 +72,12 @@ def infer_sessions(hash_lists: list[list[int]], inputs: list[int], block_size: i
             owner = key_owner.get(ids[j])
             # a continuation extends its parent by at least one block: same-length prompts
             # that share full blocks are siblings on a shared prompt, not a conversation
-            if owner is not None and key_pos[ids[j]] == j and children.get(ids[j], 0) < MAX_CHILDREN \
-                    and len(ids) >= len(hash_lists[owner]) + 1:
+            if (
+                owner is not None
+                and key_pos[ids[j]] == j
+                and children.get(ids[j], 0) < MAX_CHILDREN
+                and len(ids) >= len(hash_lists[owner]) + 1
+            ):
                 parent = owner
                 children[ids[j]] = children.get(ids[j], 0) + 1
                 break
@@ -126,15 +133,19 @@ def _load_one(path: Path, opts: ImportOptions, file_tag: str) -> pa.Table:
         parents = [-1] * len(ts)
     session, index = _sessions(parents)
     t0 = ts[0]
-    table = pa.table({
-        "session_id": pa.array([f"{file_tag}{s}" for s in session], pa.string()).dictionary_encode(),
-        "request_index": pa.array(index, pa.int32()),
-        "parent_index": pa.array([index[p] if p >= 0 else -1 for p in parents], pa.int32()),
-        "arrival_ns": pa.array([(t - t0) * 1_000_000 for t in ts], pa.int64()),
-        "input_tokens": pa.array(ins, pa.int32()),
-        "output_tokens": pa.array(outs, pa.int32()),
-        "hash_ids": pa.array(hashes, pa.list_(pa.int64())),
-    })
+    table = pa.table(
+        {
+            "session_id": pa.array(
+                [f"{file_tag}{s}" for s in session], pa.string()
+            ).dictionary_encode(),
+            "request_index": pa.array(index, pa.int32()),
+            "parent_index": pa.array([index[p] if p >= 0 else -1 for p in parents], pa.int32()),
+            "arrival_ns": pa.array([(t - t0) * 1_000_000 for t in ts], pa.int64()),
+            "input_tokens": pa.array(ins, pa.int32()),
+            "output_tokens": pa.array(outs, pa.int32()),
+            "hash_ids": pa.array(hashes, pa.list_(pa.int64())),
+        }
+    )
     return conform(table)
 
 
@@ -145,7 +156,7 @@ def block_size_of(paths: list[Path]) -> int | None:
     hash ids)."""
     lengths = [_lengths(obj) for path in paths for _, obj in read_jsonl(path)]
     pairs = np.array([p for p in lengths if p is not None], dtype=np.int64).reshape(-1, 2)
-    fits = [b for b in (2 ** k for k in range(15)) if _fits(pairs, b)]
+    fits = [b for b in (2**k for k in range(15)) if _fits(pairs, b)]
     if BLOCK_SIZE in fits:
         return BLOCK_SIZE
     return fits[0] if len(fits) == 1 else None
@@ -169,12 +180,18 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
         opts = replace(opts, block_size=inferred)
     tables = [_load_one(p, opts, f"{p.stem}-" if len(paths) > 1 else "mc-") for p in paths]
     bs = opts.block_size or BLOCK_SIZE
-    meta = TraceMeta(block_size=bs, source=f"imported:{NAME}",
-                     extra={"imported_from": [p.name for p in paths]})
-    notes = ["sessions inferred from hash-prefix chains" if opts.infer_sessions
-             else "one session per request",
-             "timestamps are milliseconds; think times unknown (null)"]
+    meta = TraceMeta(
+        block_size=bs, source=f"imported:{NAME}", extra={"imported_from": [p.name for p in paths]}
+    )
+    notes = [
+        "sessions inferred from hash-prefix chains"
+        if opts.infer_sessions
+        else "one session per request",
+        "timestamps are milliseconds; think times unknown (null)",
+    ]
     if read:
-        notes.append(f"block size {inferred} tokens, read from the hash ids' lengths "
-                     "(--block-size overrides it)")
+        notes.append(
+            f"block size {inferred} tokens, read from the hash ids' lengths "
+            "(--block-size overrides it)"
+        )
     return ImportResult(concat(tables), meta, NAME, notes)

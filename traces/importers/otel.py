@@ -107,12 +107,24 @@ MAX_PROBLEM_LINES = 20
 AGENT_TOOLS = ("Agent", "Task")
 """Claude Code's tools that run a subagent."""
 CLAUDE_REQUEST = "claude_code.api_request"
-AGENT_CALL_EVENTS = {"tool_decision", "claude_code.tool_decision", "tool_result",
-                     "claude_code.tool_result"}
+AGENT_CALL_EVENTS = {
+    "tool_decision",
+    "claude_code.tool_decision",
+    "tool_result",
+    "claude_code.tool_result",
+}
 RESULT_EVENTS = {"tool_result", "claude_code.tool_result"}
 
-__all__ = ["BLOCK_SIZE", "LLM_OPERATIONS", "NAME", "Collector", "collect", "load", "result",
-           "sniff"]
+__all__ = [
+    "BLOCK_SIZE",
+    "LLM_OPERATIONS",
+    "NAME",
+    "Collector",
+    "collect",
+    "load",
+    "result",
+    "sniff",
+]
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -127,8 +139,11 @@ def _order(a: dict[str, Any], ts: int) -> tuple[int, int]:
 
 def _event_names(rec: dict[str, Any], a: dict[str, Any]) -> set[Any]:
     body = rec.get("body")
-    return {rec.get("eventName"), a.get("event.name"),
-            body.get("stringValue") if isinstance(body, dict) else None}
+    return {
+        rec.get("eventName"),
+        a.get("event.name"),
+        body.get("stringValue") if isinstance(body, dict) else None,
+    }
 
 
 @dataclass
@@ -217,8 +232,15 @@ class Collector:
         elif kind == "endpoint":
             self.endpoint_starts[key] = start
 
-    def _keep(self, key: int, kind: str, convention: Convention | None, sp: dict[str, Any],
-              a: dict[str, Any], label: str) -> None:
+    def _keep(
+        self,
+        key: int,
+        kind: str,
+        convention: Convention | None,
+        sp: dict[str, Any],
+        a: dict[str, Any],
+        label: str,
+    ) -> None:
         """Keep an agent span, or a request span with its counts."""
         s = self._timed(kind, sp, a, label)
         if s is not None and (convention is None or self._counted(s, convention, a, sp, label)):
@@ -229,8 +251,7 @@ class Collector:
         if parent_key is not None and start is not None:
             self.http.add(parent_key, start)
 
-    def _timed(self, kind: str, sp: dict[str, Any], a: dict[str, Any],
-               label: str) -> Span | None:
+    def _timed(self, kind: str, sp: dict[str, Any], a: dict[str, Any], label: str) -> Span | None:
         """The span with its times, session and agent name; None (a problem) when its
         times are missing or run backwards."""
         start, end = nanos(sp.get("startTimeUnixNano")), nanos(sp.get("endTimeUnixNano"))
@@ -241,14 +262,22 @@ class Collector:
             self.problem(f"{label}: ends {(start - end) / 1e6:.3f} ms before it starts: skipped")
             return None
         session = a.get("gen_ai.conversation.id") or a.get("session.id")
-        s = Span(str(sp["spanId"]), str(sp["traceId"]), kind, str(sp.get("name") or ""),
-                 start, end, session=session if isinstance(session, str) and session else None)
+        s = Span(
+            str(sp["spanId"]),
+            str(sp["traceId"]),
+            kind,
+            str(sp.get("name") or ""),
+            start,
+            end,
+            session=session if isinstance(session, str) and session else None,
+        )
         if kind == "agent":
             s.agent = agent_name(a)
         return s
 
-    def _counted(self, s: Span, convention: Convention, a: dict[str, Any], sp: dict[str, Any],
-                 label: str) -> bool:
+    def _counted(
+        self, s: Span, convention: Convention, a: dict[str, Any], sp: dict[str, Any], label: str
+    ) -> bool:
         """Read a request span's counts; False (a problem) without input or output."""
         self.sources.add(convention.source)
         n_in, n_out, read, write = convention.read(s, a, sp)
@@ -291,10 +320,15 @@ class Collector:
         """An accepted Agent call opens a subagent (``tool_decision``) or closes it
         (``tool_result``)."""
         sess, tid = str_attr(a, "session.id"), str_attr(a, "tool_use_id")
-        if sess is not None and tid is not None and ts is not None and \
-                a.get("decision", "accept") == "accept":
-            self._marks.append(Mark(sess, _order(a, ts), ts, "done" if done else "spawn",
-                                    tid, None))
+        if (
+            sess is not None
+            and tid is not None
+            and ts is not None
+            and a.get("decision", "accept") == "accept"
+        ):
+            self._marks.append(
+                Mark(sess, _order(a, ts), ts, "done" if done else "spawn", tid, None)
+            )
 
     def _claude(self, a: dict[str, Any], ts: int | None, where: str) -> None:
         checked = self._claude_checked(a, ts, _event_label(where, a))
@@ -310,11 +344,20 @@ class Collector:
         extra: dict[str, object] = {"cache_parts": (read, write), "side": source in SIDE_SOURCES}
         if self._named_agent(a, extra):
             self._named_sessions.add(sess)
-        self.events.append(Request(
-            session=sess, key=len(self.events), arrival_abs_ns=ts - span,
-            input_tokens=n_in, output_tokens=n_out, cached_tokens=read,
-            api="messages", model=str_attr(a, "model"), end_ns=span if dur is not None else None,
-            extra=extra))
+        self.events.append(
+            Request(
+                session=sess,
+                key=len(self.events),
+                arrival_abs_ns=ts - span,
+                input_tokens=n_in,
+                output_tokens=n_out,
+                cached_tokens=read,
+                api="messages",
+                model=str_attr(a, "model"),
+                end_ns=span if dur is not None else None,
+                extra=extra,
+            )
+        )
 
     @staticmethod
     def _named_agent(a: dict[str, Any], extra: dict[str, object]) -> bool:
@@ -326,8 +369,9 @@ class Collector:
         extra["agent_ids"] = (agent, str_attr(a, "parent_agent_id"))
         return True
 
-    def _claude_checked(self, a: dict[str, Any], ts: int | None,
-                        label: str) -> tuple[str, int, int, int, float | None] | None:
+    def _claude_checked(
+        self, a: dict[str, Any], ts: int | None, label: str
+    ) -> tuple[str, int, int, int, float | None] | None:
         """(session, time, input, output, duration_ms) of an api_request event, or None
         (a problem) when one of them is missing or the duration negative."""
         sess = str_attr(a, "session.id")
@@ -357,11 +401,20 @@ class Collector:
         sent, span = self._codex_sent.pop(conv, (None, None))
         arrival = sent if sent is not None and sent <= ts else ts
         cached = int_attr(a, "cached_token_count")
-        self.events.append(Request(
-            session=conv, key=len(self.events), arrival_abs_ns=arrival, input_tokens=n_in,
-            output_tokens=n_out, cached_tokens=min(cached, n_in) if cached is not None else None,
-            api="responses", model=str_attr(a, "model"), end_ns=ts - arrival,
-            extra={"send_span": span} if span is not None else {}))
+        self.events.append(
+            Request(
+                session=conv,
+                key=len(self.events),
+                arrival_abs_ns=arrival,
+                input_tokens=n_in,
+                output_tokens=n_out,
+                cached_tokens=min(cached, n_in) if cached is not None else None,
+                api="responses",
+                model=str_attr(a, "model"),
+                end_ns=ts - arrival,
+                extra={"send_span": span} if span is not None else {},
+            )
+        )
 
     # assembly
 
@@ -388,8 +441,13 @@ class Collector:
         items = self._span_items(st, prompts)
         claude_span_sessions = {r.session for r, _ in items if "cache_parts" in r.extra}
         items += self._event_items(st, claude_span_sessions)
-        uncached = uncached_sessions([r for r, _ in sorted(items, key=lambda it: it[0].arrival_abs_ns)
-                                      if "cache_parts" in r.extra])
+        uncached = uncached_sessions(
+            [
+                r
+                for r, _ in sorted(items, key=lambda it: it[0].arrival_abs_ns)
+                if "cache_parts" in r.extra
+            ]
+        )
         self.n_uncached_sessions = len(uncached)
         for r, _ in items:
             parts = r.extra.get("cache_parts")
@@ -409,8 +467,9 @@ class Collector:
 
     def _ancestor_session(self, ups: list[int]) -> str | None:
         """The session of the nearest ancestor span that names one."""
-        return next((self.kept[u].session for u in ups if u in self.kept
-                     and self.kept[u].session), None)
+        return next(
+            (self.kept[u].session for u in ups if u in self.kept and self.kept[u].session), None
+        )
 
     def _ancestors_or_none(self, s: Span) -> list[int]:
         """``_ancestors``, none on a cycle (a problem, named once however often the trace
@@ -420,15 +479,20 @@ class Collector:
             return ups
         if s.sid not in self._cycles:
             self._cycles.add(s.sid)
-            self.problem(f"span {s.sid} ({s.name}): its parent ids form a cycle: "
-                         "imported outside any agent, in its trace's session")
+            self.problem(
+                f"span {s.sid} ({s.name}): its parent ids form a cycle: "
+                "imported outside any agent, in its trace's session"
+            )
         return []
 
-    def _span_items(self, st: _Streams, prompts: dict[str, list[Any]]) -> list[tuple[Request, object]]:
+    def _span_items(
+        self, st: _Streams, prompts: dict[str, list[Any]]
+    ) -> list[tuple[Request, object]]:
         items: list[tuple[Request, object]] = []  # (request, its stream: None is main)
         self.n_http_sent = 0
-        llm = sorted((s for s in self.kept.values() if s.kind == "llm"),
-                     key=lambda s: (s.start, s.sid))
+        llm = sorted(
+            (s for s in self.kept.values() if s.kind == "llm"), key=lambda s: (s.start, s.sid)
+        )
         sent = self.http.latest({span_key(s.sid) for s in llm})
         for s in llm:
             session, agent_span, outer = self._place(s)
@@ -454,10 +518,18 @@ class Collector:
         else:
             sent = s.start
         ttft = max(0, s.start + s.ttft_ns - sent) if s.ttft_ns is not None else None
-        r = Request(session=session, key=s.sid, arrival_abs_ns=sent,
-                    input_tokens=s.n_in or 0, output_tokens=s.n_out or 0,
-                    cached_tokens=s.cached, api="messages" if s.cache_parts else "chat",
-                    model=s.model, ttft_ns=ttft, end_ns=s.end - sent)
+        r = Request(
+            session=session,
+            key=s.sid,
+            arrival_abs_ns=sent,
+            input_tokens=s.n_in or 0,
+            output_tokens=s.n_out or 0,
+            cached_tokens=s.cached,
+            api="messages" if s.cache_parts else "chat",
+            model=s.model,
+            ttft_ns=ttft,
+            end_ns=s.end - sent,
+        )
         if s.cache_parts is not None:
             r.extra["cache_parts"] = s.cache_parts
         if s.side:
@@ -467,15 +539,25 @@ class Collector:
     def _event_items(self, st: _Streams, skip: set[str]) -> list[tuple[Request, object]]:
         """Log-event requests: the main agent, and Claude Code's subagents where its events
         say so; none of the sessions in ``skip`` (their spans say more)."""
-        events = sorted((e for e in self.events if e.session not in skip),
-                        key=lambda r: (r.arrival_abs_ns, int(str(r.key))))
+        events = sorted(
+            (e for e in self.events if e.session not in skip),
+            key=lambda r: (r.arrival_abs_ns, int(str(r.key))),
+        )
         self.n_endpoint_sent = 0
         stream_of, self.n_flat_sessions = claude_streams(
             [m for m in self._marks if m.session not in skip | self._named_sessions],
-            st.agent_ids, st.outer_of, st.end_of)
+            st.agent_ids,
+            st.outer_of,
+            st.end_of,
+        )
         # the collector's own stay as read
-        return [(self._endpoint_sent(replace(e, key=f"event-{e.key}", extra=dict(e.extra))),
-                 self._event_stream(st, e, stream_of)) for e in events]
+        return [
+            (
+                self._endpoint_sent(replace(e, key=f"event-{e.key}", extra=dict(e.extra))),
+                self._event_stream(st, e, stream_of),
+            )
+            for e in events
+        ]
 
     def _event_stream(self, st: _Streams, e: Request, stream_of: dict[int, object]) -> object:
         """An event request's stream: the agent its event names (``agent_id``, Claude Code
@@ -554,10 +636,12 @@ class ParentLinks:
         self._keys = None
 
     def finish(self) -> None:
-        keys = np.frombuffer(self._child, dtype=np.uint64) if self._child else \
-            np.zeros(0, np.uint64)
-        vals = np.frombuffer(self._parent, dtype=np.uint64) if self._parent else \
-            np.zeros(0, np.uint64)
+        keys = (
+            np.frombuffer(self._child, dtype=np.uint64) if self._child else np.zeros(0, np.uint64)
+        )
+        vals = (
+            np.frombuffer(self._parent, dtype=np.uint64) if self._parent else np.zeros(0, np.uint64)
+        )
         order = np.argsort(keys, kind="stable")
         self._keys, self._vals = keys[order], vals[order]
 
@@ -613,8 +697,13 @@ def collect(paths: Iterable[Path]) -> Collector:
     return c
 
 
-def result(c: Collector, bs: int, name_files: list[str], where: str,
-           prompt_hasher: Callable[[int], Any] | None = None) -> ImportResult:
+def result(
+    c: Collector,
+    bs: int,
+    name_files: list[str],
+    where: str,
+    prompt_hasher: Callable[[int], Any] | None = None,
+) -> ImportResult:
     """The trace of a collector's requests, hash ids from content or cache counts."""
     reqs, prompts = c.requests()
     if not reqs:
@@ -622,9 +711,13 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
     ways = assign_hashes(reqs, prompts, bs, prompt_hasher)
     table, start = build_table(reqs)
     hashed_from = " and ".join(k for k, n in ways.items() if n)
-    meta = TraceMeta(block_size=bs, source=f"imported:{NAME}", start_wall_ns=start,
-                     content_mode="hashed" if ways["content"] else "none",
-                     extra={"imported_from": name_files, "hash_ids_from": hashed_from})
+    meta = TraceMeta(
+        block_size=bs,
+        source=f"imported:{NAME}",
+        start_wall_ns=start,
+        content_mode="hashed" if ways["content"] else "none",
+        extra={"imported_from": name_files, "hash_ids_from": hashed_from},
+    )
     notes = _notes(c, reqs, ways, hashed_from) + _source_notes(c, reqs)
     if prompts and not ways["content"]:
         notes.append(f"{len(prompts):,} requests carry their prompt, unused: no content hasher")
@@ -633,10 +726,15 @@ def result(c: Collector, bs: int, name_files: list[str], where: str,
 
 def _nothing(c: Collector) -> str:
     """Why a collector made no request."""
-    what = ("metrics only: export traces (GenAI or OpenInference spans) or logs "
-            "(Claude Code / Codex events)") if c.n_metrics else \
-        "no LLM spans (gen_ai.operation.name chat/text_completion/generate_content, " \
+    what = (
+        (
+            "metrics only: export traces (GenAI or OpenInference spans) or logs "
+            "(Claude Code / Codex events)"
+        )
+        if c.n_metrics
+        else "no LLM spans (gen_ai.operation.name chat/text_completion/generate_content, "
         "openinference.span.kind LLM) and no api_request events"
+    )
     detail = f"; first problem: {c.problems[0]}" if c.problems else ""
     return f"{what}{detail}"
 
@@ -658,21 +756,29 @@ def _notes(c: Collector, reqs: list[Request], ways: dict[str, int], hashed_from:
 def _source_notes(c: Collector, reqs: list[Request]) -> list[str]:
     notes = []
     if c.n_http_sent:
-        notes.append(f"{c.n_http_sent:,} requests sent when their HTTP client span started "
-                     "(the rest: when their LLM span started)")
+        notes.append(
+            f"{c.n_http_sent:,} requests sent when their HTTP client span started "
+            "(the rest: when their LLM span started)"
+        )
     if c.n_endpoint_sent:
-        notes.append(f"{c.n_endpoint_sent:,} Codex requests sent when the endpoint span their "
-                     "api_request event names started (the rest: its time - duration_ms)")
+        notes.append(
+            f"{c.n_endpoint_sent:,} Codex requests sent when the endpoint span their "
+            "api_request event names started (the rest: its time - duration_ms)"
+        )
     if any(r.api == "responses" for r in reqs):
         notes.append("Codex events name no agent: one stream per session")
     if c.n_flat_sessions:
-        notes.append(f"{c.n_flat_sessions} Claude Code sessions ran subagents side by side, "
-                     "which its events do not tell apart: one stream each")
+        notes.append(
+            f"{c.n_flat_sessions} Claude Code sessions ran subagents side by side, "
+            "which its events do not tell apart: one stream each"
+        )
     claude = {r.session for r in reqs if "cache_parts" in r.extra}
     if claude:
-        notes.append(f"Claude Code input_tokens: the uncached part (Anthropic's API: cache "
-                     f"reads and writes added) in {c.n_uncached_sessions} sessions, the whole "
-                     f"prompt (a vLLM-like server) in {len(claude) - c.n_uncached_sessions}")
+        notes.append(
+            f"Claude Code input_tokens: the uncached part (Anthropic's API: cache "
+            f"reads and writes added) in {c.n_uncached_sessions} sessions, the whole "
+            f"prompt (a vLLM-like server) in {len(claude) - c.n_uncached_sessions}"
+        )
     return notes
 
 
@@ -685,8 +791,12 @@ def _problem_notes(c: Collector) -> list[str]:
     return notes
 
 
-def assign_hashes(reqs: list[Request], prompts: dict[str, list[Any]], bs: int,
-                  prompt_hasher: Callable[[int], Any] | None) -> dict[str, int]:
+def assign_hashes(
+    reqs: list[Request],
+    prompts: dict[str, list[Any]],
+    bs: int,
+    prompt_hasher: Callable[[int], Any] | None,
+) -> dict[str, int]:
     """Set every request's hash ids: from its captured prompt (with ``prompt_hasher``),
     else from its cache count (``hashing.cached_prefix_hashes``), else from token counts
     alone (``hashing.chain_hashes``). Returns how many requests each way."""
@@ -705,8 +815,9 @@ def _content_hashes(reqs: list[Request], prompts: dict[str, list[Any]], hasher: 
     """Hash ids from the captured prompts, in the order the requests finished (as the
     recorder's flush does); returns how many."""
     n = 0
-    for r in sorted((r for r in reqs if r.key in prompts),
-                    key=lambda r: r.arrival_abs_ns + (r.end_ns or 0)):
+    for r in sorted(
+        (r for r in reqs if r.key in prompts), key=lambda r: r.arrival_abs_ns + (r.end_ns or 0)
+    ):
         r.hash_ids, _ = hasher.hash_ids("chat", {"messages": prompts[str(r.key)]}, r.input_tokens)
         n += 1
     return n
@@ -717,11 +828,13 @@ def _count_hashes(r: Request, p: Request | None, bs: int) -> str:
     from token counts alone; returns which."""
     tag = f"{r.session}#{r.key}"
     if r.cached_tokens is None:
-        r.hash_ids = chain_hashes(p.hash_ids if p else None, p.input_tokens if p else None,
-                                  r.input_tokens, None, bs, tag)
+        r.hash_ids = chain_hashes(
+            p.hash_ids if p else None, p.input_tokens if p else None, r.input_tokens, None, bs, tag
+        )
         return "token counts"
-    r.hash_ids = cached_prefix_hashes(p.hash_ids if p else None, r.cached_tokens,
-                                      r.input_tokens, bs, tag, f"shared#{r.model}")
+    r.hash_ids = cached_prefix_hashes(
+        p.hash_ids if p else None, r.cached_tokens, r.input_tokens, bs, tag, f"shared#{r.model}"
+    )
     return "cache counts"
 
 

@@ -75,9 +75,12 @@ class GenAI:
         ttfc = a.get("gen_ai.response.time_to_first_chunk")
         if isinstance(ttfc, (int, float)) and not isinstance(ttfc, bool) and ttfc >= 0:
             s.ttft_ns = round(ttfc * 1e9)
-        return (int_attr(a, "gen_ai.usage.input_tokens"), int_attr(a, "gen_ai.usage.output_tokens"),
-                int_attr(a, "gen_ai.usage.cache_read.input_tokens"),
-                int_attr(a, "gen_ai.usage.cache_creation.input_tokens"))
+        return (
+            int_attr(a, "gen_ai.usage.input_tokens"),
+            int_attr(a, "gen_ai.usage.output_tokens"),
+            int_attr(a, "gen_ai.usage.cache_read.input_tokens"),
+            int_attr(a, "gen_ai.usage.cache_creation.input_tokens"),
+        )
 
 
 class OpenInference:
@@ -89,9 +92,12 @@ class OpenInference:
         t = event_time(sp, FIRST_TOKEN_EVENT, first=True)
         if t is not None and t >= s.start:
             s.ttft_ns = t - s.start
-        return (int_attr(a, "llm.token_count.prompt"), int_attr(a, "llm.token_count.completion"),
-                int_attr(a, "llm.token_count.prompt_details.cache_read"),
-                int_attr(a, "llm.token_count.prompt_details.cache_write"))
+        return (
+            int_attr(a, "llm.token_count.prompt"),
+            int_attr(a, "llm.token_count.completion"),
+            int_attr(a, "llm.token_count.prompt_details.cache_read"),
+            int_attr(a, "llm.token_count.prompt_details.cache_write"),
+        )
 
 
 class ClaudeCodeSpans:
@@ -111,7 +117,10 @@ class ClaudeCodeSpans:
         agent = str_attr(a, "agent_id")
         s.stream = (agent, str_attr(a, "parent_agent_id")) if agent else None
         s.side = (str_attr(a, "query_source") or str_attr(a, "query_source_safe")) in SIDE_SOURCES
-        read, write = int_attr(a, "cache_read_tokens") or 0, int_attr(a, "cache_creation_tokens") or 0
+        read, write = (
+            int_attr(a, "cache_read_tokens") or 0,
+            int_attr(a, "cache_creation_tokens") or 0,
+        )
         s.cache_parts = (read, write)
         return int_attr(a, "input_tokens"), int_attr(a, "output_tokens"), read, None
 
@@ -236,7 +245,9 @@ def gen_ai_messages(a: dict[str, Any]) -> list[Any] | None:
         out.append({"role": "system", "content": _parts_text(system)})
     for m in msgs:
         if isinstance(m, dict):
-            out.append({"role": m.get("role"), "content": _parts_text(m.get("parts", m.get("content")))})
+            out.append(
+                {"role": m.get("role"), "content": _parts_text(m.get("parts", m.get("content")))}
+            )
     return out
 
 
@@ -245,8 +256,12 @@ def _parts_text(parts: Any) -> Any:
     if isinstance(parts, str):
         return parts
     if isinstance(parts, list):
-        return [p.get("content") if isinstance(p, dict) and p.get("type") == "text"
-                and isinstance(p.get("content"), str) else p for p in parts]
+        return [
+            p.get("content")
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
+            else p
+            for p in parts
+        ]
     return parts
 
 
@@ -257,7 +272,7 @@ def openinference_messages(a: dict[str, Any]) -> list[Any] | None:
     for k, v in a.items():
         if not k.startswith(prefix):
             continue
-        idx, _, rest = k[len(prefix):].partition(".")
+        idx, _, rest = k[len(prefix) :].partition(".")
         if idx.isdigit():
             by_index.setdefault(int(idx), {})[rest.removeprefix("message.")] = v
     if not by_index:

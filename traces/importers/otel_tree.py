@@ -19,8 +19,9 @@ def _lane_for(lane: list[Request], r: Request) -> tuple[int, Request | None]:
     request's is never continued), the one whose prompt it extends (the longest not longer
     than its own), else the first free; none free: a new lane, side by side (no
     predecessor)."""
-    free = [i for i, q in enumerate(lane) if _done_by(q, r.arrival_abs_ns)
-            and not q.extra.get("side")]
+    free = [
+        i for i, q in enumerate(lane) if _done_by(q, r.arrival_abs_ns) and not q.extra.get("side")
+    ]
     if not free:
         lane.append(r)
         return len(lane) - 1, None
@@ -53,8 +54,14 @@ class _Tree:
         n, prev = _lane_for(lane, r)
         deps: list[Request] = [prev] if prev is not None else []
         # the other lanes' ends this request has seen come back
-        deps += [q for i, q in enumerate(lane) if i != n and q.key not in self.joined
-                 and not q.extra.get("side") and _done_by(q, r.arrival_abs_ns)]
+        deps += [
+            q
+            for i, q in enumerate(lane)
+            if i != n
+            and q.key not in self.joined
+            and not q.extra.get("side")
+            and _done_by(q, r.arrival_abs_ns)
+        ]
         parent = prev
         if stream is not None and first:
             parent = self._spawn(r, stream, deps) or parent
@@ -63,12 +70,14 @@ class _Tree:
         self.last[key] = r
         self.history.setdefault(key, []).append(r)
 
-    def _link(self, r: Request, stream: object, n: int, parent: Request | None,
-              deps: list[Request]) -> None:
+    def _link(
+        self, r: Request, stream: object, n: int, parent: Request | None, deps: list[Request]
+    ) -> None:
         """Set ``r``'s agent id (lane ``n`` of its stream), parent, dependencies and think
         time (since the latest dependency's end)."""
-        r.agent_id = ("main" if stream is None else self.agent_ids[stream]) + \
-            (f"/{n + 1}" if n else "")
+        r.agent_id = ("main" if stream is None else self.agent_ids[stream]) + (
+            f"/{n + 1}" if n else ""
+        )
         r.parent_key = parent.key if parent is not None else None
         r.depends_on_keys = [d.key for d in deps]
         self.joined.update(d.key for d in deps)
@@ -93,15 +102,21 @@ class _Tree:
         waiting = self.pending.get(key, [])
         for sub in list(waiting):
             sub_last = self.last.get((r.session, sub))
-            if sub_last is not None and \
-                    self.end_of.get(sub, sub_last.arrival_abs_ns) <= r.arrival_abs_ns:
+            if (
+                sub_last is not None
+                and self.end_of.get(sub, sub_last.arrival_abs_ns) <= r.arrival_abs_ns
+            ):
                 out.append(sub_last)
                 waiting.remove(sub)
         return out
 
 
-def assemble(items: list[tuple[Request, object]], agent_ids: dict[object, str],
-             outer_of: dict[object, object], end_of: dict[object, int]) -> list[Request]:
+def assemble(
+    items: list[tuple[Request, object]],
+    agent_ids: dict[object, str],
+    outer_of: dict[object, object],
+    end_of: dict[object, int],
+) -> list[Request]:
     """Parents, dependencies, agent ids and think times of requests in arrival order, each
     in a stream (None: the main agent) of its session. Within a stream each request follows
     the one before; a request that arrives while every earlier one of its stream still
@@ -189,14 +204,18 @@ class _SessionMarks:
             self.flat = self.flat or bool(self.quiet)
             self.stack.append(opened)
             self.quiet.add(opened)
-            self.outer_of[(self.session, opened)] = (self.session, self.stack[-2]) \
-                if len(self.stack) > 1 else None
+            self.outer_of[(self.session, opened)] = (
+                (self.session, self.stack[-2]) if len(self.stack) > 1 else None
+            )
         self.deferred = []
 
 
-def claude_streams(marks: list[Mark], agent_ids: dict[object, str],
-                   outer_of: dict[object, object],
-                   end_of: dict[object, int]) -> tuple[dict[int, object], int]:
+def claude_streams(
+    marks: list[Mark],
+    agent_ids: dict[object, str],
+    outer_of: dict[object, object],
+    end_of: dict[object, int],
+) -> tuple[dict[int, object], int]:
     """Claude Code's subagents: an accepted ``Agent`` (``Task``) call opens one (after the
     ``api_request`` of the turn that made it, which Claude Code logs after the call's
     ``tool_decision``), its ``tool_result`` closes it, and a request whose ``agent.name`` /

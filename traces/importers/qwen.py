@@ -45,7 +45,8 @@ def _request(obj: dict[str, Any], path: Path, line: int, root_of: dict[object, o
     root_of[chat] = chat if parent in (-1, None) or parent not in root_of else root_of[parent]
     linked = parent not in (-1, None) and parent in root_of  # read after: a chat can name itself
     return Request(
-        session=f"qw-{root_of[chat]}", key=chat,
+        session=f"qw-{root_of[chat]}",
+        key=chat,
         parent_key=parent if linked else None,
         arrival_abs_ns=round(get_num(obj, "timestamp", path, line) * 1e9),
         input_tokens=get_int(obj, "input_length", path, line),
@@ -60,6 +61,9 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     if not reqs:
         raise fail(paths[0], None, "no requests in file")
     table, _ = build_table(reqs)
-    meta = TraceMeta(block_size=opts.block_size or BLOCK_SIZE, source=f"imported:{NAME}",
-                     extra={"imported_from": [p.name for p in paths]})
+    meta = TraceMeta(
+        block_size=opts.block_size or BLOCK_SIZE,
+        source=f"imported:{NAME}",
+        extra={"imported_from": [p.name for p in paths]},
+    )
     return ImportResult(table, meta, NAME, ["sessions from chat_id / parent_chat_id trees"])

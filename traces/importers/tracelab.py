@@ -87,7 +87,9 @@ def _round(obj: dict[str, Any], path: Path, line: int) -> _Round:
 
 def _api(sid: str) -> str | None:
     """The API a session's client spoke, by the session id's prefix."""
-    return "messages" if sid.startswith("claude") else "responses" if sid.startswith("codex") else None
+    return (
+        "messages" if sid.startswith("claude") else "responses" if sid.startswith("codex") else None
+    )
 
 
 def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
@@ -102,13 +104,24 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
         p = prev.get(sid)
         api = _api(sid)
         r = Request(
-            session=sid, key=idx, arrival_abs_ns=arrival, input_tokens=n_in, output_tokens=n_out,
-            cached_tokens=min(cached, n_in) if cached is not None else None, model=model, api=api,
+            session=sid,
+            key=idx,
+            arrival_abs_ns=arrival,
+            input_tokens=n_in,
+            output_tokens=n_out,
+            cached_tokens=min(cached, n_in) if cached is not None else None,
+            model=model,
+            api=api,
             parent_key=p.key if p else None,
             end_ns=(end - arrival) if end is not None and end >= arrival else None,
         )
         link_to_parent(r, p, bs, f"{sid}#{idx}")
         prev[sid] = r
         reqs.append(r)
-    return agent_log_result(reqs, paths, bs, NAME, [
-        "sessions from session_id; think = arrival - previous round's last event"])
+    return agent_log_result(
+        reqs,
+        paths,
+        bs,
+        NAME,
+        ["sessions from session_id; think = arrival - previous round's last event"],
+    )

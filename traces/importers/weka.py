@@ -199,10 +199,17 @@ class _Evidence:
         sa = self.absolute or (not self.typed and self.min_hash == 0)
         if weka != sa:
             return WEKA if weka else SEMIANALYSIS
-        found = (("type fields", self.typed), ("relative inner t", self.relative),
-                 ("absolute inner t", self.absolute), ("hash ids from 0", self.min_hash == 0))
-        why = ("evidence for both (" + ", ".join(x for x, on in found if on) + ")") if weka \
+        found = (
+            ("type fields", self.typed),
+            ("relative inner t", self.relative),
+            ("absolute inner t", self.absolute),
+            ("hash ids from 0", self.min_hash == 0),
+        )
+        why = (
+            ("evidence for both (" + ", ".join(x for x, on in found if on) + ")")
+            if weka
             else "no type fields, no subagent timing and hash ids not from 0"
+        )
         raise _Bad("requests", f"cannot decide the convention (WEKA or SemiAnalysis): {why}")
 
 
@@ -223,8 +230,12 @@ def _flatten(trace: dict[str, Any], conv: str) -> tuple[list[_Call], list[_Agent
 
     def walk(reqs: Any, where: str, agent: str, base_ns: int) -> None:
         if not isinstance(reqs, list) or not reqs:
-            raise _Bad(where, "a subagent with no requests (dangling)" if agent != MAIN
-                       else "field 'requests' must be a non-empty list")
+            raise _Bad(
+                where,
+                "a subagent with no requests (dangling)"
+                if agent != MAIN
+                else "field 'requests' must be a non-empty list",
+            )
         last_t = -1
         for i, r in enumerate(reqs):
             w = f"{where}[{i}]"
@@ -239,16 +250,22 @@ def _flatten(trace: dict[str, Any], conv: str) -> tuple[list[_Call], list[_Agent
             if r.get("type") == "subagent":
                 sub = _subagent_id(r, w)
                 if sub in seen:
-                    raise _Bad(w, f"subagent {sub!r} appears again (first at {seen[sub]}): "
-                               "a cyclic or duplicated subagent structure")
+                    raise _Bad(
+                        w,
+                        f"subagent {sub!r} appears again (first at {seen[sub]}): "
+                        "a cyclic or duplicated subagent structure",
+                    )
                 seen[sub] = w
                 dur = _num(r, "duration_ms", w, optional=True)
                 end = None if dur is None else t_ns + _ns(dur / 1000)
                 agents.append(_Agent(sub, agent, w, t_ns, end))
                 first = _first_inner_t(r)
                 if conv == SEMIANALYSIS and first is not None and first < t:
-                    raise _Bad(f"{w}.requests[0]", "inner t before its subagent's t in a "
-                               "SemiAnalysis trace (relative?): conventions mixed")
+                    raise _Bad(
+                        f"{w}.requests[0]",
+                        "inner t before its subagent's t in a "
+                        "SemiAnalysis trace (relative?): conventions mixed",
+                    )
                 walk(r.get("requests"), f"{w}.requests", sub, t_ns)
                 continue
             calls.append(_Call(agent, w, t_ns, r))
@@ -279,21 +296,29 @@ def _chain_call(i: int, c: _Call) -> ChainCall:
     r = c.obj
     model = r.get("model")
     start_s = c.t_ns / 1e9
-    return ChainCall(i, start_s, start_s + _positive_seconds(r.get("api_time")),
-                     model if isinstance(model, str) else "", _int_tuple(r.get("hash_ids")),
-                     _int_or_zero(r.get("in")), _int_or_zero(r.get("out")))
+    return ChainCall(
+        i,
+        start_s,
+        start_s + _positive_seconds(r.get("api_time")),
+        model if isinstance(model, str) else "",
+        _int_tuple(r.get("hash_ids")),
+        _int_or_zero(r.get("in")),
+        _int_or_zero(r.get("out")),
+    )
 
 
-def _flat_agent(name: str, stream: str, chain: list[int], calls: list[_Call],
-                owner: _Agent | None) -> _Agent:
+def _flat_agent(
+    name: str, stream: str, chain: list[int], calls: list[_Call], owner: _Agent | None
+) -> _Agent:
     """The agent record of flattened agent ``name`` (its calls: ``chain``) of ``stream``,
     whose subagent record is ``owner`` (None: the top level)."""
     first = calls[chain[0]]
     if owner is None:
         end = max(_chain_call(i, calls[i]).end for i in chain)
         return _Agent(name, MAIN, first.where, first.t_ns, _ns(end), flat=True, scope=stream)
-    return _Agent(name, owner.spawner, first.where, owner.spawn_ns, owner.end_ns,
-                  flat=True, scope=stream)
+    return _Agent(
+        name, owner.spawner, first.where, owner.spawn_ns, owner.end_ns, flat=True, scope=stream
+    )
 
 
 def _flattened_chains(stream: str, calls: list[_Call]) -> list[list[int]]:
@@ -316,8 +341,10 @@ def _split_flattened(stream: str, calls: list[_Call], agents: list[_Agent]) -> N
     for n, chain in enumerate(flat):
         name = flat_agent_id(None if owner is None else stream, n)
         if name in taken:
-            raise _Bad(calls[chain[0]].where, f"agent id {name!r} is needed for a flattened "
-                       "agent and already names a subagent")
+            raise _Bad(
+                calls[chain[0]].where,
+                f"agent id {name!r} is needed for a flattened agent and already names a subagent",
+            )
         for i in chain:
             calls[i].agent = name
         agents.append(_flat_agent(name, stream, chain, calls, owner))
@@ -346,9 +373,13 @@ def _timeline(trace: dict[str, Any], conv: str) -> _Timeline:
         api = _num(c.obj, "api_time", c.where, optional=True)  # absent on cut-off streams
         dur.append(None if api is None else _ns(api))
     deps = derive_depends_on(
-        ag, arr, dur, spawner={a.agent: a.spawner for a in agents},
+        ag,
+        arr,
+        dur,
+        spawner={a.agent: a.spawner for a in agents},
         spawn_at={a.agent: a.spawn_ns for a in agents},
-        agent_end={a.agent: a.end_ns for a in agents if a.end_ns is not None})
+        agent_end={a.agent: a.end_ns for a in agents if a.end_ns is not None},
+    )
     return _Timeline(calls, agents, ag, arr, dur, deps)
 
 
@@ -371,8 +402,9 @@ def _block_ids(c: _Call, key: int, tid: str, shift: int, need: int) -> tuple[lis
     return ids, need - kept
 
 
-def _request(tid: str, i: int, tl: _Timeline, shift: int, bs: int,
-             parent: int | None) -> tuple[Request, int]:
+def _request(
+    tid: str, i: int, tl: _Timeline, shift: int, bs: int, parent: int | None
+) -> tuple[Request, int]:
     """(call ``i`` of the timeline as a request, its count of fresh tail ids)."""
     c = tl.calls[i]
     r, w = c.obj, c.where
@@ -385,27 +417,43 @@ def _request(tid: str, i: int, tl: _Timeline, shift: int, bs: int,
     ttft_ns = None if ttft is None else (_ns(ttft) if d is None else min(_ns(ttft), d))
     model = r.get("model")
     return Request(
-        session=tid, key=i, arrival_abs_ns=c.t_ns, input_tokens=int(n_in),
-        output_tokens=int(n_out), parent_key=parent,
-        think_ns=_think(c, tl.deps[i], tl.arr, tl.dur), hash_ids=ids, api="messages",
+        session=tid,
+        key=i,
+        arrival_abs_ns=c.t_ns,
+        input_tokens=int(n_in),
+        output_tokens=int(n_out),
+        parent_key=parent,
+        think_ns=_think(c, tl.deps[i], tl.arr, tl.dur),
+        hash_ids=ids,
+        api="messages",
         model=model if isinstance(model, str) else None,
-        ttft_ns=ttft_ns, end_ns=d,
-        agent_id=c.agent, depends_on_keys=list(tl.deps[i])), padded
+        ttft_ns=ttft_ns,
+        end_ns=d,
+        agent_id=c.agent,
+        depends_on_keys=list(tl.deps[i]),
+    ), padded
 
 
 def _agent_ends(tl: _Timeline) -> dict[str, int]:
     """Agent -> its end: the recorded one, else the latest end of its calls."""
-    return {a.agent: a.end_ns if a.end_ns is not None else max(
-        tl.arr[i] + (tl.dur[i] or 0) for i in range(len(tl.calls)) if tl.ag[i] == a.agent)
-        for a in tl.agents}
+    return {
+        a.agent: a.end_ns
+        if a.end_ns is not None
+        else max(tl.arr[i] + (tl.dur[i] or 0) for i in range(len(tl.calls)) if tl.ag[i] == a.agent)
+        for a in tl.agents
+    }
 
 
 def _overlaps(tl: _Timeline) -> list[tuple[str, str]]:
     """Pairs of subagents (not flattened agents) that run at once."""
     ends = _agent_ends(tl)
     subs = [a for a in tl.agents if not a.flat]
-    return [(x.agent, y.agent) for n, x in enumerate(subs) for y in subs[n + 1:]
-            if x.spawn_ns < ends[y.agent] and y.spawn_ns < ends[x.agent]]
+    return [
+        (x.agent, y.agent)
+        for n, x in enumerate(subs)
+        for y in subs[n + 1 :]
+        if x.spawn_ns < ends[y.agent] and y.spawn_ns < ends[x.agent]
+    ]
 
 
 def _background(tl: _Timeline) -> list[str]:
@@ -427,12 +475,18 @@ def _requests(trace: dict[str, Any], ordinal: int, bs: int) -> tuple[list[Reques
         out.append(req)
         padded += pad
         last_of[c.agent] = i
-    info = {"id": tid, "convention": conv, "subagents": sum(not a.flat for a in tl.agents),
-            "overlaps": _overlaps(tl),
-            "flattened": {a.agent: tl.ag.count(a.agent) for a in tl.agents if a.flat},
-            "background": _background(tl), "padded": padded, "prefix_tokens": _prefix_tokens(trace),
-            "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0,
-            "aiperf_interval_waits": _unapplied_interval_waits(tl)}
+    info = {
+        "id": tid,
+        "convention": conv,
+        "subagents": sum(not a.flat for a in tl.agents),
+        "overlaps": _overlaps(tl),
+        "flattened": {a.agent: tl.ag.count(a.agent) for a in tl.agents if a.flat},
+        "background": _background(tl),
+        "padded": padded,
+        "prefix_tokens": _prefix_tokens(trace),
+        "aiperf_absolute": _read_as_absolute(trace) if conv == WEKA else 0,
+        "aiperf_interval_waits": _unapplied_interval_waits(tl),
+    }
     return out, info
 
 
@@ -469,8 +523,11 @@ def _unapplied_interval_waits(tl: _Timeline) -> int:
     anc = _ancestors(tl.deps)
     n = 0
     for pos in scopes:
-        waits = interval_waits([tl.ag[i] for i in pos], [tl.arr[i] / 1e9 for i in pos],
-                               [(tl.arr[i] + (tl.dur[i] or 0)) / 1e9 for i in pos])
+        waits = interval_waits(
+            [tl.ag[i] for i in pos],
+            [tl.arr[i] / 1e9 for i in pos],
+            [(tl.arr[i] + (tl.dur[i] or 0)) / 1e9 for i in pos],
+        )
         n += sum(1 for k, i in enumerate(pos) if any(not anc[i] >> pos[w] & 1 for w in waits[k]))
     return n
 
@@ -496,9 +553,14 @@ def _read_as_absolute(trace: dict[str, Any]) -> int:
         spawn, inner = sub.get("t"), sub.get("requests")
         if not isinstance(spawn, (int, float)):
             continue
-        calls = [q for q in (inner if isinstance(inner, list) else ())
-                 if isinstance(q, dict) and q.get("type") != "subagent"]
-        n += sum(1 for q in calls if isinstance(q.get("t"), (int, float)) and q["t"] + 1e-6 >= spawn)
+        calls = [
+            q
+            for q in (inner if isinstance(inner, list) else ())
+            if isinstance(q, dict) and q.get("type") != "subagent"
+        ]
+        n += sum(
+            1 for q in calls if isinstance(q.get("t"), (int, float)) and q["t"] + 1e-6 >= spawn
+        )
     return n
 
 
@@ -518,7 +580,11 @@ def _prefix_tokens(trace: dict[str, Any]) -> dict[str, int]:
     while stack:
         reqs = stack.pop()
         for r in reqs if isinstance(reqs, list) else ():
-            if isinstance(r, dict) and r.get("type") == "subagent" and isinstance(r.get("agent_id"), str):
+            if (
+                isinstance(r, dict)
+                and r.get("type") == "subagent"
+                and isinstance(r.get("agent_id"), str)
+            ):
                 one(r, r["agent_id"])
                 stack.append(r.get("requests"))
     return out
@@ -582,16 +648,21 @@ def _block_size(trace: dict[str, Any], before: int | None, where: str, path: Pat
     tid = trace.get("id", "?")
     bs = trace.get("block_size", BLOCK_SIZE)
     if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-        raise TraceError(f"{where}trace {tid}: 'block_size' must be a positive integer, "
-                         f"got {bs!r}", path=str(path))
+        raise TraceError(
+            f"{where}trace {tid}: 'block_size' must be a positive integer, got {bs!r}",
+            path=str(path),
+        )
     if before is not None and bs != before:
-        raise TraceError(f"{where}trace {tid}: block size {bs} differs from {before} "
-                         "of the traces before it", path=str(path))
+        raise TraceError(
+            f"{where}trace {tid}: block size {bs} differs from {before} of the traces before it",
+            path=str(path),
+        )
     return bs
 
 
-def _read_all(paths: list[Path], block_size: int | None
-              ) -> tuple[list[Request], list[dict[str, Any]], int | None]:
+def _read_all(
+    paths: list[Path], block_size: int | None
+) -> tuple[list[Request], list[dict[str, Any]], int | None]:
     """(every trace's requests, every trace's info, the block size)."""
     reqs: list[Request] = []
     infos: list[dict[str, Any]] = []
@@ -602,11 +673,14 @@ def _read_all(paths: list[Path], block_size: int | None
             try:
                 rs, info = _requests(trace, len(infos), block_size)
             except _Bad as exc:
-                raise TraceError(f"{w}trace {trace.get('id', '?')}, request {exc.where}: {exc}",
-                                 path=str(path)) from exc
+                raise TraceError(
+                    f"{w}trace {trace.get('id', '?')}, request {exc.where}: {exc}", path=str(path)
+                ) from exc
             if info["id"] in seen_ids:
-                raise TraceError(f"{w}trace {trace.get('id', '?')}: id also used in "
-                                 f"{seen_ids[info['id']]}", path=str(path))
+                raise TraceError(
+                    f"{w}trace {trace.get('id', '?')}: id also used in {seen_ids[info['id']]}",
+                    path=str(path),
+                )
             seen_ids[info["id"]] = path.name
             reqs += rs
             infos.append(info)
@@ -616,12 +690,12 @@ def _read_all(paths: list[Path], block_size: int | None
 # Per-trace tallies that only the notes report (not kept in the metadata), with their note.
 _COUNTED_NOTES = {
     "aiperf_absolute": "{n} inner subagent calls have a relative t at or after their "
-                       "subagent's t: read as relative here; AIPerf 0.13.0 reads each such call "
-                       "as absolute (its rule is per call), so its schedule of them differs",
+    "subagent's t: read as relative here; AIPerf 0.13.0 reads each such call "
+    "as absolute (its rule is per call), so its schedule of them differs",
     "aiperf_interval_waits": "{n} calls of streams with flattened agents also wait for another "
-                             "of those streams' calls that ended before they started in the "
-                             "recording (AIPerf's interval barriers): --timing agentx applies "
-                             "them, other timings do not",
+    "of those streams' calls that ended before they started in the "
+    "recording (AIPerf's interval barriers): --timing agentx applies "
+    "them, other timings do not",
     "padded": "{n} partial last blocks got fresh hash ids (the format hashes only full blocks)",
 }
 
@@ -636,17 +710,21 @@ def _structure_note(infos: list[dict[str, Any]]) -> str:
     n_sub = sum(i["subagents"] for i in infos)
     n_par = sum(len(i["overlaps"]) for i in infos)
     n_bg = sum(len(i["background"]) for i in infos)
-    return (f"{n_sub} subagents in {sum(1 for i in infos if i['subagents'])} traces; "
-            f"{n_par} pairs overlap in time (parallel); {n_bg} background (no join)")
+    return (
+        f"{n_sub} subagents in {sum(1 for i in infos if i['subagents'])} traces; "
+        f"{n_par} pairs overlap in time (parallel); {n_bg} background (no join)"
+    )
 
 
 def _flattened_notes(infos: list[dict[str, Any]]) -> list[str]:
     flat = [(i["id"], a, n) for i in infos for a, n in i["flattened"].items()]
     if not flat:
         return []
-    return [f"{len(flat)} flattened agents (calls recorded in another agent's stream, "
-            "split off by their hash ids as AIPerf does): "
-            + ", ".join(f"{t} {a} ({n} calls)" for t, a, n in flat)]
+    return [
+        f"{len(flat)} flattened agents (calls recorded in another agent's stream, "
+        "split off by their hash ids as AIPerf does): "
+        + ", ".join(f"{t} {a} ({n} calls)" for t, a, n in flat)
+    ]
 
 
 def _notes(infos: list[dict[str, Any]]) -> list[str]:
@@ -663,8 +741,12 @@ def load(paths: list[Path], opts: ImportOptions) -> ImportResult:
     if not reqs:
         raise TraceError("no traces in file", path=str(paths[0]))
     table, _ = build_table(reqs)
-    meta = TraceMeta(block_size=block_size or BLOCK_SIZE, source=f"imported:{NAME}",
-                     extra={"imported_from": [p.name for p in paths],
-                            "weka": [{k: v for k, v in i.items() if k not in _COUNTED_NOTES}
-                                     for i in infos]})
+    meta = TraceMeta(
+        block_size=block_size or BLOCK_SIZE,
+        source=f"imported:{NAME}",
+        extra={
+            "imported_from": [p.name for p in paths],
+            "weka": [{k: v for k, v in i.items() if k not in _COUNTED_NOTES} for i in infos],
+        },
+    )
     return ImportResult(table, meta, NAME, _notes(infos))

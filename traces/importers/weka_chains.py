@@ -120,7 +120,7 @@ def _extension(chains: list[_Chain], c: ChainCall) -> int | None:
             continue
         if tl.model != c.model or tl.end > c.t + EPS_S:
             continue
-        if c.hash_ids[:len(tl.hash_ids)] == tl.hash_ids:
+        if c.hash_ids[: len(tl.hash_ids)] == tl.hash_ids:
             best, best_len = i, len(tl.hash_ids)
     return best
 
@@ -180,8 +180,15 @@ class _Chains:
 
     def _fork(self, c: ChainCall, parent: int | None, depth: int) -> None:
         tail = self.chains[parent].tail if parent is not None else None
-        self.chains.append(_Chain(fork_parent=parent, fork_tail=None if tail is None else tail.index,
-                                  depth=depth, fork_t=c.t, forked=True))
+        self.chains.append(
+            _Chain(
+                fork_parent=parent,
+                fork_tail=None if tail is None else tail.index,
+                depth=depth,
+                fork_t=c.t,
+                forked=True,
+            )
+        )
         new = len(self.chains) - 1
         self.append(new, c)
         if tail is not None and depth > 0:
@@ -213,8 +220,9 @@ def detect(calls: list[ChainCall]) -> tuple[list[int], list[list[int]]]:
     return _split(state, pre, rest[0]) or (everything, [])
 
 
-def _split(state: _Chains, pre: list[ChainCall], first: ChainCall
-           ) -> tuple[list[int], list[list[int]]] | None:
+def _split(
+    state: _Chains, pre: list[ChainCall], first: ChainCall
+) -> tuple[list[int], list[list[int]]] | None:
     """(main chain with the preamble, flattened agents in AIPerf's numbering) after the
     seams; None when no chain other than the one holding ``first`` is left."""
     chains = state.chains
@@ -236,17 +244,23 @@ def _elect(chains: list[_Chain], registered: list[int], tail: ChainCall) -> int 
         gap = chains[i].calls[0].t - tail.end
         return gap > SEAM_MAX_GAP_S and chains[i].depth / blocks < SEAM_MIN_OVERLAP
 
-    cands = [i for i in registered
-             if chains[i].forked and chains[i].depth > 0
-             and tail.end <= chains[i].calls[0].t + EPS_S
-             and chains[i].calls[0].model == tail.model and not blocked(i)]
+    cands = [
+        i
+        for i in registered
+        if chains[i].forked
+        and chains[i].depth > 0
+        and tail.end <= chains[i].calls[0].t + EPS_S
+        and chains[i].calls[0].model == tail.model
+        and not blocked(i)
+    ]
     if not cands:
         return None
     return max(cands, key=lambda i: (chains[i].depth, -chains[i].fork_t, -i))
 
 
-def _rekey(state: _Chains, registered: list[int], elected: int, owner: int,
-           new_tail: ChainCall) -> bool:
+def _rekey(
+    state: _Chains, registered: list[int], elected: int, owner: int, new_tail: ChainCall
+) -> bool:
     """Measure the other forks of a tail that was just continued against its chain's new
     tail (those sharing a prefix with it are registered there); whether any was."""
     rekeyed = False
@@ -287,20 +301,29 @@ def _seams(state: _Chains, by_index: dict[int, ChainCall]) -> None:
             heapq.heappush(keys, new_tail)
 
 
-def _latest_done(idx: list[int], i: int, starts: Sequence[float], ends: Sequence[float]) -> int | None:
+def _latest_done(
+    idx: list[int], i: int, starts: Sequence[float], ends: Sequence[float]
+) -> int | None:
     """Among calls ``idx``, the one with the latest end of those that started before call
     ``i`` and ended at or before its start."""
     done = [j for j in idx if starts[j] < starts[i] and ends[j] <= starts[i]]
     return max(done, key=lambda j: (ends[j], starts[j], j)) if done else None
 
 
-def _not_superseded(frontier: list[int], starts: Sequence[float], ends: Sequence[float]) -> list[int]:
+def _not_superseded(
+    frontier: list[int], starts: Sequence[float], ends: Sequence[float]
+) -> list[int]:
     """The waits of ``frontier`` that no other of them started after, sorted."""
-    return sorted(j for j in frontier if not any(
-        starts[j] < starts[k] and ends[j] <= starts[k] for k in frontier if k != j))
+    return sorted(
+        j
+        for j in frontier
+        if not any(starts[j] < starts[k] and ends[j] <= starts[k] for k in frontier if k != j)
+    )
 
 
-def interval_waits(streams: Sequence[str], starts: Sequence[float], ends: Sequence[float]) -> list[list[int]]:
+def interval_waits(
+    streams: Sequence[str], starts: Sequence[float], ends: Sequence[float]
+) -> list[list[int]]:
     """AIPerf's recorded-interval waits among the streams of one scope (a trace's main
     stream and its flattened agents, or a subagent and its own): call ``i`` also waits, for
     every other stream, for that stream's call with the latest end among those that started

@@ -38,10 +38,16 @@ def medium_model() -> SynthModel:
 
 
 def main() -> None:
-    t, m = synthesize(small_model(), SynthConfig(sessions=8, seed=7, block_size=16, model_name="synthetic"))
-    m.extra["description"] = "8 synthetic agent sessions for the demo (traces/samples/make_samples.py)"
+    t, m = synthesize(
+        small_model(), SynthConfig(sessions=8, seed=7, block_size=16, model_name="synthetic")
+    )
+    m.extra["description"] = (
+        "8 synthetic agent sessions for the demo (traces/samples/make_samples.py)"
+    )
     write_trace(t, HERE / "agent-small.parquet", m, force=True)
-    t, m = synthesize(medium_model(), SynthConfig(sessions=64, seed=11, block_size=64, model_name="synthetic"))
+    t, m = synthesize(
+        medium_model(), SynthConfig(sessions=64, seed=11, block_size=64, model_name="synthetic")
+    )
     m.extra["description"] = "64 synthetic agent sessions (traces/samples/make_samples.py)"
     write_trace(t, HERE / "agent-medium.parquet", m, force=True)
 
