@@ -753,7 +753,10 @@ class AgentXDriver(Driver):
         held = _ended(r.barrier, ends, but=None)
         if r.at_send and r.anchor is not None:  # spawned when its spawning turn was sent
             self._pin = True
-            return max([self._issue[s.key][r.anchor] + r.delay_ns] + held)
+            issued = self._issue.get(s.key, {}).get(r.anchor)
+            if issued is None:  # its spawning turn was dropped (an overflow): so is it
+                return self.clock.now_ns()
+            return max([issued + r.delay_ns] + held)
         mine = _ended(r.deps, ends, but=None)
         if not mine:  # every dependency was before t*: at its offset in the play
             return max([super()._due(s, st, p, None)] + held)

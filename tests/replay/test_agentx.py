@@ -601,6 +601,44 @@ def test_a_branch_that_overlapped_its_spawning_turn_goes_from_that_turns_send() 
     assert not any(r.at_send for r in stream_rules(reqs, *capped_times(reqs, None)))
 
 
+def test_a_branch_of_a_turn_an_overflow_dropped_is_dropped_with_it() -> None:
+    """r0 overflows, so main's later turns (r1, r3) are not sent; x's branch overlapped r1
+    (recorded 2-10.2 s, x at 10 s) and would go at r1's send, which never comes: x is
+    dropped too, and the play ends with nothing else sent."""
+
+    class Overflowing(FakeTransport):
+        async def send(self, prepared: Any, rec: RequestRecord) -> None:
+            await super().send(prepared, rec)
+            if prepared[0].request_index == 0:
+                rec.http_status, rec.error = 400, "This model's maximum context length is 8 tokens"
+
+    table = _tree(
+        [
+            ("a", "main", 0, [], 1),
+            ("a", "main", 2, [0], 8.2),
+            ("a", "x", 10, [1], 1),
+            ("a", "main", 100, [1, 2], 1),
+        ]
+    )
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    recs: list[RequestRecord] = []
+    d = AgentXDriver(
+        plan,
+        Overflowing(clock, 1 * S),
+        clock,
+        t0_ns=0,
+        on_record=recs.append,
+        lanes=1,
+        duration_ns=3 * S,
+        start_range=(0.0, 0.0),
+        idle_cap_ns=None,
+    )
+    clock.run(d.run())
+    assert [(x.clone, x.request_index) for x in recs if x.clone == 1] == [(1, 0)]
+    assert d.dropped >= 3
+
+
 def test_a_subagents_first_turn_waits_its_branch_offset_past_the_idle_cap() -> None:
     """x and y are one branch (spawned by r0, joined by r3), its start x's first t (1 s):
     x goes 0 s after r0 ends, y 30 s after (31 - 1), although nothing is in flight from 2
