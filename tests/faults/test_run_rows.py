@@ -52,6 +52,7 @@ def _rows_match(o: rp.Outcome) -> None:
     assert o.reported_rows() == o.rows, (o.summary, o.rows)
 
 
+@pytest.mark.timing  # the disk is full for 1.2 s: a loaded host can write no part in it
 def test_disk_full_mid_run_then_freed_loses_no_row(trace: Path, tmp_path: Path) -> None:
     _root()
     o = rp.probe(
