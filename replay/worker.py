@@ -232,7 +232,7 @@ class _RecordCounter:
         passed = rec.status == "ok" or rec.error_kind == ErrorKind.CANCELLED
         self.streak = 0 if passed else self.streak + 1
         why = self.alike.observe_record(rec)  # the first requests' one error (replay.failfast)
-        if not passed and self.warmup_abort and rec.warmup and rec.agent_id == "main":
+        if not passed and self.warmup_abort and rec.warmup and (rec.agent_id or "main") == "main":
             why = warmup_failure_line(rec)
         if not summary.aborted and (why or self.streak >= self.abort_after):
             summary.aborted, summary.abort_reason = True, why
