@@ -687,6 +687,7 @@ class AgentXDriver(Driver):
         self._idle_since: int | None = None
         self._dead: dict[str, set[int]] = {}  # play -> positions its overflows ended
         self._issue: dict[str, dict[int, int]] = {}  # play -> position -> intended send
+        self._failed = asyncio.Event()  # a request task raised (``_lanes_or_failure``)
         self._drop = False
         self.total = 0  # unknown up front: counts as requests start
 
@@ -907,7 +908,7 @@ class AgentXDriver(Driver):
             # warm-up as a phase of its own before the profiling duration)
             self.deadline = start + self.duration_ns
             lanes = [asyncio.ensure_future(self._lane(f, start)) for f in firsts]
-            await asyncio.gather(*lanes)
+            await self._lanes_or_failure(lanes)
         except BaseException:
             for t in lanes:
                 t.cancel()
@@ -917,6 +918,29 @@ class AgentXDriver(Driver):
             await self._idle.wait()
         if self._failure is not None:
             raise self._failure
+
+    async def _lanes_or_failure(self, lanes: list[asyncio.Future[None]]) -> None:
+        """Until every lane is done, or a request task failed: a play would then wait
+        for that request's dependants forever, so the lanes are cancelled and the failure
+        raised (``Driver._task_done`` keeps it)."""
+        gathered: asyncio.Future[Any] = asyncio.gather(*lanes)
+        failed: asyncio.Future[Any] = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait({gathered, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failed.cancel()
+        if gathered.done():
+            gathered.result()
+            return
+        gathered.cancel()
+        await asyncio.gather(gathered, return_exceptions=True)
+        assert self._failure is not None
+        raise self._failure
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        super()._task_done(task)
+        if self._failure is not None:
+            self._failed.set()
 
     def _next_session(self) -> PlannedSession:
         s = self.plan.sessions[self._cursor % len(self.plan.sessions)]

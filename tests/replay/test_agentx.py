@@ -4,6 +4,7 @@ gap skipping under the fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -637,6 +638,34 @@ def test_a_branch_of_a_turn_an_overflow_dropped_is_dropped_with_it() -> None:
     clock.run(d.run())
     assert [(x.clone, x.request_index) for x in recs if x.clone == 1] == [(1, 0)]
     assert d.dropped >= 3
+
+
+def test_a_request_task_that_raises_fails_the_run_instead_of_leaving_it_waiting() -> None:
+    """r1's task raises before it is sent: r2, which waits for r1, is never spawned, so its
+    play would wait forever; the run ends with r1's error instead."""
+
+    class Failing(FakeTransport):
+        async def prepare(self, q: Any, request_id: str, session_key: str) -> Any:
+            if q.request_index == 1 and "warmup" not in request_id:
+                raise RuntimeError("prepare failed")
+            return await super().prepare(q, request_id, session_key)
+
+    table = _tree([("a", "main", 0, [], 1), ("a", "main", 2, [0], 1), ("a", "main", 4, [1], 1)])
+    plan = build_plan(table, 16, PlanOptions())
+    clock = FakeClock(start_ns=0)
+    d = AgentXDriver(
+        plan,
+        Failing(clock, 1 * S),
+        clock,
+        t0_ns=0,
+        on_record=lambda r: None,
+        lanes=1,
+        duration_ns=30 * S,
+        start_range=(0.0, 0.0),
+        idle_cap_ns=None,
+    )
+    with pytest.raises(RuntimeError, match="prepare failed"):
+        clock.run(asyncio.wait_for(d.run(), 60))
 
 
 def test_a_subagents_first_turn_waits_its_branch_offset_past_the_idle_cap() -> None:
