@@ -42,36 +42,12 @@ from agent_replay.traces.stats import implied_cached_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_dependencies import gemini_settings  # noqa: E402
+from benchmarks.bench_dependencies import base_env, gemini_settings, program  # noqa: E402
 
-BIN = ROOT / ".real-clients" / "bin"
 KEY = "sk-bench-recorded-prefix"
 FRESH = False
 """--new-sessions: every turn a new session (they share the agent's tools and system
 prompt, not the conversation)."""
-
-
-def program(name: str) -> str | None:
-    for folder in (BIN, Path(sys.executable).parent):
-        if (folder / name).exists():
-            return str(folder / name)
-    return shutil.which(name)
-
-
-def base_env(home: Path) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    closed = "http://127.0.0.1:9"  # anything not on loopback fails fast
-    env.update(
-        HOME=str(home),
-        HTTPS_PROXY=closed,
-        HTTP_PROXY=closed,
-        https_proxy=closed,
-        http_proxy=closed,
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-    )
-    return env
 
 
 def claude_runs(
