@@ -57,6 +57,8 @@ class Experiment:
     repeats: tuple[str, ...]
     spread_runs: tuple[Path, ...] = ()
     """Repeats of another point whose spread stands in where a held-out point ran once."""
+    prefill_ctx_full_chunk: int = 0
+    """The attention backend's decode-path threshold (``sim-fit --prefill-ctx-full-chunk``)."""
 
     def folders(self, point: str) -> list[Path]:
         return [
@@ -67,6 +69,8 @@ class Experiment:
 
 
 def _h200(profile: str, server: str) -> Experiment:
+    """The H200 toy sweep: fitted on 1 and 8 sessions, predicting 2 and 32. Its servers ran
+    vLLM's FLASH_ATTN_MLA backend too (``logs/``)."""
     return Experiment(
         name=f"h200-{profile}",
         gpu="H200, 4-layer toy model, mini-swe-agent sessions",
@@ -76,13 +80,16 @@ def _h200(profile: str, server: str) -> Experiment:
         held_out=("concurrent_sessions=2", "concurrent_sessions=32"),
         runs=H200 / "mtp/runs",
         repeats=tuple(f"r{i}" for i in range(5)),
+        prefill_ctx_full_chunk=512,
     )
 
 
 def _solo(profile: str, server: str) -> Experiment:
     """The H100 solo ladder (each deployment alone on the GPU, 40 GiB of KV, one run per
     point): fitted on 1, 2 and 8 lanes, predicting 4 and 6. Its spread is the one of the
-    co-resident run's three repeats at 1 lane (the only repeats of this model and GPU)."""
+    co-resident run's three repeats at 1 lane (the only repeats of this model and GPU).
+    The servers ran vLLM's FLASH_ATTN_MLA backend (``logs/*.server.log``), which sends a
+    chunk of up to 512 new tokens down its decode path."""
     spread = H100 / "results/runs" / profile / "c1"
     return Experiment(
         name=f"h100-solo-{profile}",
@@ -96,6 +103,7 @@ def _solo(profile: str, server: str) -> Experiment:
         spread_runs=tuple(
             spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()
         ),
+        prefill_ctx_full_chunk=512,
     )
 
 
@@ -131,7 +139,10 @@ def refresh() -> dict[str, Any]:
     for ex in EXPERIMENTS:
         fit_folders = [f for p in ex.fit for f in ex.folders(p)]
         fit = fit_runs(
-            [_rel(f) for f in fit_folders], name=ex.name, command=read_command(ex.command)
+            [_rel(f) for f in fit_folders],
+            name=ex.name,
+            command=read_command(ex.command),
+            prefill_ctx_full_chunk=ex.prefill_ctx_full_chunk,
         )
         profile_path = OUT / f"{ex.name}.json"
         profile_path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")

@@ -23,6 +23,8 @@ from agent_replay.engines.sim.stats import SimStats
 from agent_replay.engines.sim.tokenizer import FIRST_WORD_ID
 
 NS = 1e-9
+FRONTEND_BATCH = 32
+"""Most requests in one front-end batch (vLLM's ``AsyncMicrobatchTokenizer.max_batch_size``)."""
 
 
 def request_seed(seed: int, key: str) -> int:
@@ -106,7 +108,8 @@ class EngineCore:
         )
         self._blocks_in_use = 0
         self._last_start_ns = -1
-        self._frontend_free_ns = 0
+        # the front end's latest batch: start, end, its requests
+        self._fe_batch: tuple[int, int, list[SimRequest]] = (0, 0, [])
 
     # admission ------------------------------------------------------------------------
 
@@ -118,16 +121,30 @@ class EngineCore:
             raise QueueFullError
         if self.profile.prefix_cache_blocks > 0 and not req.hashes:  # given: kept
             req.hashes = block_hashes(req.prompt_ids, self.profile.block_size)
-        # the front end is one process: requests pass it one at a time, in arrival order
         cost = self.profile.frontend_ns(req.prompt_len)
-        req.ready_ns = (
-            max(req.arrival_ns, self._frontend_free_ns) + cost if cost else req.arrival_ns
-        )
-        self._frontend_free_ns = req.ready_ns if cost else self._frontend_free_ns
+        req.ready_ns = self._frontend(req, cost) if cost else req.arrival_ns
         self.waiting.append(req)
         s = self.stats
         s.hists["request_params_max_tokens"].observe(req.max_tokens)
         s.hists["request_params_n"].observe(1)
+
+    def _frontend(self, req: SimRequest, cost: int) -> int:
+        """When ``req`` leaves the front end. The front end works one batch at a time (vLLM's
+        API server tokenizes on one thread, in micro-batches of up to ``FRONTEND_BATCH``):
+        a request that arrives while a batch is at work joins the next batch, which starts
+        when that one ends and releases all its requests together, after all their costs."""
+        start, end, members = self._fe_batch
+        if req.arrival_ns >= end or not members:  # idle: a batch of its own, now
+            self._fe_batch = (req.arrival_ns, req.arrival_ns + cost, [req])
+        elif req.arrival_ns >= start or len(members) >= FRONTEND_BATCH:  # at work: the next
+            self._fe_batch = (end, end + cost, [req])
+        else:  # the next batch has not started: join it
+            end += cost
+            members.append(req)
+            for m in members:
+                m.ready_ns = end
+            self._fe_batch = (start, end, members)
+        return self._fe_batch[1]
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request (client went away); it emits nothing more."""
@@ -218,7 +235,7 @@ class EngineCore:
             return None
         prefill_tokens = sum(t for _, t in chunks)
         context = sum(r.prompt_len + r.num_generated for r in decode)
-        prefill_ctx = sum(r.computed_tokens + t for r, t in chunks)
+        prefill_ctx = sum(p.chunk_context(r.computed_tokens + t, t) for r, t in chunks)
         duration = p.decode_step_ns(len(decode), context) + p.prefill_ns(
             prefill_tokens, len(chunks), prefill_ctx
         )

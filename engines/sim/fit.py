@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from agent_replay.engines.sim.predict import cache_split, prefix_hits, unrecorded_starts
 from agent_replay.engines.sim.profile import SimProfile
+from agent_replay.engines.sim.server_cache import earlier_runs, served_prompts
 from agent_replay.errors import InputError
 
 BOOTSTRAP = 400
@@ -58,12 +59,20 @@ FRONTEND_UNITS = ("ns", "ns per prompt token")
 MIN_PREFILL_GAPS = 30
 
 
-def chunk_context(cached: np.ndarray, new: np.ndarray, budget: int) -> np.ndarray:
+def chunk_context(
+    cached: np.ndarray, new: np.ndarray, budget: int, full_chunk: int = 0
+) -> np.ndarray:
     """Sum over a prefill's chunks of the context at each chunk's end: chunk j (of
-    ceil(new / budget)) ends at cached + min(j * budget, new)."""
+    ceil(new / budget)) ends at cached + min(j * budget, new); a chunk of q < ``full_chunk``
+    tokens counts q / ``full_chunk`` of it (``SimProfile.chunk_context``)."""
     steps = np.maximum(1, np.ceil(new / budget)).astype(np.int64)
     full = steps - 1  # chunks of exactly ``budget`` tokens before the last
-    return steps * cached + budget * full * (full + 1) / 2 + new
+    before = full * cached + budget * full * (full + 1) / 2
+    last = new - full * budget
+    weight = np.minimum(1.0, last / full_chunk) if full_chunk > 0 else 1.0
+    if full_chunk > budget:
+        before = before * budget / full_chunk
+    return before + (cached + new) * weight
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,8 @@ def read_rows(folder: str | Path) -> tuple[dict[str, Any], Any]:
         raise InputError(f"{folder}: no requests/ folder")
     cols = [
         "session_id",
+        "clone",
+        "request_index",
         "status",
         "sent_ns",
         "connect_ns",
@@ -123,11 +134,12 @@ def read_rows(folder: str | Path) -> tuple[dict[str, Any], Any]:
 
 
 def read_run(folder: str | Path, cached_below_ns_per_token: float | None = None) -> Run:
-    """A results folder's rows and counters (``prefix_hits`` with the cache split given)."""
+    """A results folder's rows and counters (``prefix_hits`` with what the server served
+    before the run, ``server_cache.served_prompts``, else the cache split given)."""
     meta, table = read_rows(folder)
     all_rows = table.to_pylist()
     rows = table.to_pydict()
-    hits = prefix_hits(all_rows, cached_below_ns_per_token)
+    hits = prefix_hits(all_rows, cached_below_ns_per_token, served_prompts(folder))
     keep = [
         i
         for i, s in enumerate(rows["status"])
@@ -158,8 +170,16 @@ def read_run(folder: str | Path, cached_below_ns_per_token: float | None = None)
 
 
 def fit_cache_split(folders: list[str | Path]) -> float | None:
-    """``predict.cache_split`` over the first requests without a recorded hit of all runs."""
-    return cache_split([v for f in folders for v in unrecorded_starts(read_rows(f)[1].to_pylist())])
+    """``predict.cache_split`` over the first requests without a recorded hit of the runs
+    whose server's earlier runs are unknown (``server_cache.earlier_runs``)."""
+    return cache_split(
+        [
+            v
+            for f in folders
+            if earlier_runs(f) is None
+            for v in unrecorded_starts(read_rows(f)[1].to_pylist())
+        ]
+    )
 
 
 def cache_config(folder: str | Path) -> dict[str, int]:
@@ -431,12 +451,21 @@ def _fit_decode(samples: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[Te
     return _fit_terms(dparts, DECODE_TERMS, DECODE_UNITS, scale=np.array([1.0, 10.0, 1e4]))
 
 
+def relative(x: np.ndarray, y: np.ndarray, ttft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a least-squares problem weighted so that it minimises the error relative to
+    each sample's measured TTFT (TTFTs span 50 ms to 3 s; the error targets are relative),
+    in units of a 100 ms TTFT to keep the normal equations' scale."""
+    w = 1e8 / np.maximum(ttft, 1.0)
+    return x * w[:, None], y * w
+
+
 def _fit_prefill(
     runs: list[Run],
     samples: list[tuple[np.ndarray, np.ndarray]],
     d: dict[str, float],
     k: int,
     budget: int,
+    full_chunk: int = 0,
 ) -> list[Term]:
     """The in-step prefill terms on the prefill gaps (when there are enough), then the front
     end on what the TTFT of lone prefills leaves."""
@@ -468,7 +497,8 @@ def _fit_prefill(
         if sterms:
             y = y - (
                 steps * s_["prefill_base_ns"]
-                + s_["prefill_per_ctx_token_ns"] * chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget)
+                + s_["prefill_per_ctx_token_ns"]
+                * chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget, full_chunk)
                 + s_["prefill_ns_per_token"] * p[:, 2]
             )
             x = np.stack([np.ones(len(p)), p[:, 1]], axis=1)
@@ -478,11 +508,11 @@ def _fit_prefill(
                     np.ones(len(p)),
                     p[:, 1],
                     p[:, 2],
-                    chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget),
+                    chunk_context(p[:, 1] - p[:, 2], p[:, 2], budget, full_chunk),
                 ],
                 axis=1,
             )
-        fparts.append((x, y))
+        fparts.append(relative(x, y, p[:, 0]))
     if sterms:
         return sterms + _fit_terms(
             fparts, FRONTEND_TERMS, FRONTEND_UNITS, scale=np.array([1.0, 1e4])
@@ -552,6 +582,7 @@ def _build_profile(
         prefill_tokens_per_s=1e9 / per_token if per_token > 0 else 1e12,
         prefill_base_ns=round(v.get("prefill_base_ns", 0.0)),
         prefill_per_ctx_token_ns=float(v.get("prefill_per_ctx_token_ns", 0.0)),
+        prefill_ctx_full_chunk=int(v.get("prefill_ctx_full_chunk", 0)),
         frontend_base_ns=round(v["frontend_base_ns"]),
         frontend_per_prompt_token_ns=float(v["frontend_per_prompt_token_ns"]),
         num_speculative_tokens=len(acceptance),
@@ -582,6 +613,7 @@ def fit_runs(
     base: SimProfile | None = None,
     command: dict[str, Any] | None = None,
     notes: str = "",
+    prefill_ctx_full_chunk: int = 0,
 ) -> Fit:
     """Fit the model to the runs in ``folders`` (one deployment: same model, GPU, flags;
     ``command`` is its launch record, whose flags the model reads)."""
@@ -595,14 +627,14 @@ def fit_runs(
     budget = int(flags.get("max_num_batched_tokens", base.max_num_batched_tokens))
     samples = [gap_samples(r, k, budget) for r in runs]
     dterms = _fit_decode(samples, k)
-    pterms = _fit_prefill(runs, samples, _values(dterms), k, budget)
+    pterms = _fit_prefill(runs, samples, _values(dterms), k, budget, prefill_ctx_full_chunk)
     aterms = _fit_acceptance([r.spec for r in runs if r.spec is not None], k) if k else []
     terms = {t.name: t for t in dterms + pterms + aterms}
     profile = _build_profile(
         base,
         name,
         notes,
-        _values(dterms + pterms),
+        {**_values(dterms + pterms), "prefill_ctx_full_chunk": prefill_ctx_full_chunk},
         tuple(_values(aterms).values()),
         flags,
         runs,

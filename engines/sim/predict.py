@@ -31,21 +31,30 @@ BLOCK = 16
 
 
 def prefix_hits(
-    rows: list[dict[str, Any]], cached_below_ns_per_token: float | None = None
+    rows: list[dict[str, Any]],
+    cached_below_ns_per_token: float | None = None,
+    served: dict[Any, int] | None = None,
 ) -> list[int]:
-    """Each row's prefix-cache hit in tokens: the recorded one (``implied_cached_tokens``,
-    else ``cached_tokens``); where neither was recorded, the previous request of the same
-    session (in send order) is assumed cached whole, in full blocks, when this prompt is
-    at least as long (no eviction), else the hit is 0.
+    """Each row's prefix-cache hit in tokens.
 
-    A session's first request without a recorded hit meets whatever the server's cache held
-    when the run began (an earlier run of the same sessions may have filled it): with
+    With ``served`` (``server_cache.served_prompts``: what the server computed before the
+    run, (session, clone, request index) -> prompt tokens), the server's cache is known:
+    a row's hit is the server-reported ``cached_tokens`` where recorded, else vLLM's
+    block rule on what the server had computed by then (``served_hit``).
+
+    Without it: the recorded hit (``implied_cached_tokens``, else ``cached_tokens``);
+    where neither was recorded, the previous request of the same session (in send order)
+    is assumed cached whole, in full blocks, when this prompt is at least as long (no
+    eviction), else the hit is 0. A session's first request without a recorded hit meets
+    whatever the server's cache held when the run began: with
     ``cached_below_ns_per_token``, such a request whose measured TTFT per prompt token was
     below it is taken as cached whole (``cache_split`` finds the value), else as cold."""
     order = sorted(
         (i for i, r in enumerate(rows) if r.get("sent_ns") is not None),
         key=lambda i: rows[i]["sent_ns"],
     )
+    if served is not None:
+        return _served_hits(rows, order, served)
     last_prompt: dict[Any, int] = {}
     hits = [0] * len(rows)
     for i in order:
@@ -59,6 +68,47 @@ def prefix_hits(
             rec = (prev // BLOCK) * BLOCK if prev is not None and prev <= prompt else 0
         hits[i] = min(int(rec), max(0, prompt - 1))
         last_prompt[r["session_id"]] = prompt
+    return hits
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return (r["session_id"], r.get("clone"), r.get("request_index"))
+
+
+def served_hit(served: dict[Any, int], key: tuple[Any, Any, Any], prompt: int) -> int:
+    """vLLM's prefix-cache hit of a prompt of ``prompt`` tokens (request ``key``: session,
+    clone, request index) on a server that computed the prompts in ``served``: the same
+    request's prompt again is all of it but the last token; else the longest prompt
+    computed of the same session and play that is no longer (a turn's prompt extends the
+    turns before it; the output the server generated is not the recorded one, so only
+    prompts are shared); in whole ``BLOCK``-token blocks."""
+    if served.get(key) == prompt:
+        hit = prompt - 1
+    else:
+        s, c = key[0], key[1]
+        hit = max(
+            (p for (s2, c2, _), p in served.items() if s2 == s and c2 == c and p <= prompt),
+            default=0,
+        )
+    return min((hit // BLOCK) * BLOCK, max(0, prompt - 1))
+
+
+def _served_hits(rows: list[dict[str, Any]], order: list[int], served: dict[Any, int]) -> list[int]:
+    """``prefix_hits`` on a known server cache: rows in send order, each one's prompt
+    computed once it has its first token."""
+    seen = dict(served)
+    hits = [0] * len(rows)
+    for i in order:
+        r = rows[i]
+        prompt = int(r.get("prompt_tokens") or 0)
+        rec = r.get("cached_tokens")
+        hits[i] = (
+            min(int(rec), max(0, prompt - 1))
+            if rec is not None
+            else served_hit(seen, _key(r), prompt)
+        )
+        if r.get("first_token_ns") is not None and prompt:
+            seen[_key(r)] = prompt
     return hits
 
 
@@ -136,10 +186,50 @@ def _dependencies(
     return parents, children
 
 
+def warmup_gates(
+    rows: list[dict[str, Any]], live: list[int], parents: dict[int, list[int]], turns: int
+) -> dict[int, list[int]]:
+    """AgentX's phases as waits (``replay/agentx.py``): every stream's warm-up first; when
+    the last of those has ended, each lane's ``turns`` warm-up turns back to back; when the
+    last warm-up has ended, the measured phase, every lane at once. Returns, for each row
+    that starts a phase, the rows it waits for: a lane's first warm-up turn waits for the
+    stream warm-ups, and a measured request without a measured parent in the run waits for
+    every warm-up. The lane's warm-up turns are its last ``turns`` warm-ups in send order
+    that were sent after the stream warm-ups had all ended."""
+    warm = [i for i in live if rows[i].get("warmup")]
+    if not warm:
+        return {}
+    lanes: dict[tuple[Any, Any], list[int]] = {}
+    for i in sorted(warm, key=lambda i: int(rows[i]["sent_ns"])):
+        lanes.setdefault((rows[i]["session_id"], rows[i]["clone"]), []).append(i)
+    second = {i for lane in lanes.values() for i in lane[len(lane) - min(turns, len(lane)) :]}
+    first = [i for i in warm if i not in second]
+    if first:
+        end1 = max(int(rows[i]["end_ns"]) for i in first)
+        second = {i for i in second if int(rows[i]["sent_ns"]) >= end1}
+        first = [i for i in warm if i not in second]
+    gates: dict[int, list[int]] = {}
+    for lane in lanes.values():
+        turns_of_lane = [i for i in lane if i in second]
+        if turns_of_lane and first:
+            gates[turns_of_lane[0]] = first
+    warm_set = set(warm)
+    for i in live:
+        if i not in warm_set and all(p in warm_set for p in parents[i]):
+            gates[i] = warm
+    return gates
+
+
 class _Plan:
     """The closed loop of a recorded run on the engine: who is sent when, and what came back."""
 
-    def __init__(self, profile: SimProfile, rows: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        profile: SimProfile,
+        rows: list[dict[str, Any]],
+        served: dict[Any, int] | None,
+        warmup_turns: int | None = None,
+    ) -> None:
         self.rows = rows
         self.core = EngineCore(profile)
         self.live = [
@@ -150,14 +240,25 @@ class _Plan:
             and r["sent_ns"] is not None
             and r["prompt_tokens"] is not None
         ]
-        self.parents, self.children = _dependencies(rows, self.live)
-        self.hits = prefix_hits(rows, cached_below(profile))
+        self.parents, _ = _dependencies(rows, self.live)
+        # what each row waits for: its parents, or the phase it starts (warmup_gates)
+        gates = (
+            {}
+            if warmup_turns is None
+            else warmup_gates(rows, self.live, self.parents, warmup_turns)
+        )
+        self.waits = {i: gates.get(i, self.parents[i]) for i in self.live}
+        self.children: dict[int, list[int]] = {}
+        for i in self.live:
+            for p in self.waits[i]:
+                self.children.setdefault(p, []).append(i)
+        self.hits = prefix_hits(rows, cached_below(profile), served)
         self.pred_end: dict[int, int] = {}
         self.pred_send: dict[int, int] = {}
         self.chunks: dict[int, tuple[list[int], list[int]]] = {i: ([], []) for i in self.live}
         self.arrivals: list[tuple[int, int]] = []
         for i in self.live:
-            if not self.parents[i]:
+            if not self.waits[i]:
                 self.pred_send[i] = _arrival(rows[i])
                 heapq.heappush(self.arrivals, (self.pred_send[i], i))
 
@@ -178,14 +279,14 @@ class _Plan:
             )
 
     def finished(self, i: int, end_ns: int) -> None:
-        """Request i ended: send each child whose parents have all ended, its recorded think
-        time after the last of them."""
+        """Request i ended: send each row whose waits (parents, or the phase before it) have
+        all ended, its recorded time after the last of them."""
         self.pred_end[i] = end_ns
         for c in self.children.get(i, []):
-            if all(p in self.pred_end for p in self.parents[c]):
+            if all(p in self.pred_end for p in self.waits[c]):
                 r = self.rows[c]
-                gap = _arrival(r) - max(int(self.rows[p]["end_ns"]) for p in self.parents[c])
-                self.pred_send[c] = max(self.pred_end[p] for p in self.parents[c]) + gap
+                gap = _arrival(r) - max(int(self.rows[p]["end_ns"]) for p in self.waits[c])
+                self.pred_send[c] = max(self.pred_end[p] for p in self.waits[c]) + gap
                 heapq.heappush(self.arrivals, (self.pred_send[c], c))
 
     def run(self) -> None:
@@ -238,10 +339,18 @@ class _Plan:
         return r
 
 
-def simulate_rows(profile: SimProfile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with their timing replaced by the engine's on a virtual clock."""
+def simulate_rows(
+    profile: SimProfile,
+    rows: list[dict[str, Any]],
+    served: dict[Any, int] | None = None,
+    warmup_turns: int | None = None,
+) -> list[dict[str, Any]]:
+    """The rows with their timing replaced by the engine's on a virtual clock (``served``:
+    what the server had served before the run, ``server_cache.served_prompts``;
+    ``warmup_turns``: an AgentX run's ``warmup_requests``, whose phases ``warmup_gates``
+    keeps; None for another run, whose warm-up is a time window with no phases)."""
     # the hits are given (prefix_hits): the engine's own prefix cache is not consulted
-    plan = _Plan(profile.replace(eos_prob=0.0, prefix_cache_blocks=0), rows)
+    plan = _Plan(profile.replace(eos_prob=0.0, prefix_cache_blocks=0), rows, served, warmup_turns)
     plan.run()
     return [plan.row(i) for i in range(len(rows))]
 
@@ -257,6 +366,7 @@ def predict_run(
     if not req_dir.is_dir() or not (source / "run.json").is_file():
         raise InputError(f"{source}: not a results folder (needs run.json and requests/)")
     from agent_replay.engines.sim.fit import cache_config
+    from agent_replay.engines.sim.server_cache import served_prompts
 
     cache = cache_config(source)  # the run's own KV capacity: a setting of its deployment
     if cache:
@@ -264,7 +374,10 @@ def predict_run(
             kv_cache_blocks=cache["num_gpu_blocks"], block_size=cache["block_size"]
         )
     table = pq.read_table(req_dir)
-    rows = simulate_rows(profile, table.to_pylist())
+    meta = json.loads((source / "run.json").read_text())
+    agentx = (meta.get("options") or {}).get("agentx")
+    turns = int(agentx.get("warmup_requests") or 0) if agentx else None
+    rows = simulate_rows(profile, table.to_pylist(), served_prompts(source), turns)
     if out.exists():
         shutil.rmtree(out)
     (out / "requests").mkdir(parents=True)

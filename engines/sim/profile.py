@@ -43,6 +43,8 @@ class SimProfile:
     # prefill cost in the step beyond the new tokens: per request prefilled, per context token
     prefill_base_ns: int = 0
     prefill_per_ctx_token_ns: float = 0.0
+    # a chunk of q new tokens counts its context times min(1, q / this) (0: always whole)
+    prefill_ctx_full_chunk: int = 0
     # the server's front end (HTTP, prompt processing) before the engine sees a request
     frontend_base_ns: int = 0
     frontend_per_prompt_token_ns: float = 0.0
@@ -86,6 +88,7 @@ class SimProfile:
             "frontend_per_prompt_token_ns",
             "prefill_base_ns",
             "prefill_per_ctx_token_ns",
+            "prefill_ctx_full_chunk",
             "num_speculative_tokens",
         ):
             if getattr(self, name) < 0:
@@ -127,7 +130,14 @@ class SimProfile:
         """Time from a request's arrival until the engine can schedule it."""
         return int(self.frontend_base_ns + self.frontend_per_prompt_token_ns * prompt_tokens)
 
-    def prefill_ns(self, tokens: int, requests: int = 0, context_tokens: int = 0) -> int:
+    def chunk_context(self, context_end: int, chunk: int) -> float:
+        """What a prefill chunk of ``chunk`` new tokens ending at ``context_end`` tokens adds
+        to ``prefill_ns``'s ``context_tokens``: the context, times ``chunk /
+        prefill_ctx_full_chunk`` for a chunk smaller than that."""
+        full = self.prefill_ctx_full_chunk
+        return context_end if full <= 0 or chunk >= full else context_end * chunk / full
+
+    def prefill_ns(self, tokens: int, requests: int = 0, context_tokens: float = 0) -> int:
         """Prefill time of ``tokens`` new tokens in ``requests`` chunks whose contexts (cached
         and new tokens up to each chunk's end) add up to ``context_tokens``."""
         return int(

@@ -45,15 +45,32 @@ def register_fit(sub: Any) -> None:
         "vLLM flags (speculative tokens, max-num-seqs, max-num-batched-tokens)",
     )
     p.add_argument("--name", default="fitted", help="the profile's name")
+    p.add_argument(
+        "--prefill-ctx-full-chunk",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="a prefill chunk of fewer new tokens counts that fraction of its context "
+        "(the attention backend's decode-path threshold: 512 for vLLM's FLASH_ATTN_MLA; "
+        "default 0: every chunk counts its whole context)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.set_defaults(func=_fit)
 
 
 def _fit(args: argparse.Namespace) -> int:
     from agent_replay.engines.sim.fit import describe, fit_runs, read_command, write_profile
+    from agent_replay.errors import InputError
 
     command = read_command(args.command) if args.command else None
-    fit = fit_runs(args.results, name=args.name, command=command)
+    if args.prefill_ctx_full_chunk < 0:
+        raise InputError("--prefill-ctx-full-chunk must be >= 0")
+    fit = fit_runs(
+        args.results,
+        name=args.name,
+        command=command,
+        prefill_ctx_full_chunk=args.prefill_ctx_full_chunk,
+    )
     write_profile(fit, args.output, force=args.force)
     print(describe(fit))
     print(f"wrote {args.output}")

@@ -309,3 +309,106 @@ def test_cache_split_and_cached_starts_by_hand() -> None:
     # with the split at 4.5 us: a's first request was read from the cache, whole blocks of
     # 16 up to the prompt's last token (63,999 -> 63,984); b's was computed
     assert prefix_hits(rows, 4_500.0) == [63_984, 0, 64_000]
+
+
+def test_front_end_works_in_batches_by_hand() -> None:
+    # 100 ms per request; a at 0 is alone: ready at 100 ms. b (10 ms) and c (20 ms) come
+    # while a's batch works: one batch from 100 ms costing 200 ms, both ready at 300 ms.
+    # d at 150 ms finds that batch at work: the next batch, 300 to 400 ms
+    from agent_replay.engines.sim.core import EngineCore, SimRequest
+
+    core = EngineCore(SimProfile(frontend_base_ns=100 * MS, prefix_cache_blocks=0))
+    reqs = [
+        SimRequest(request_id=n, prompt_ids=range(10), max_tokens=1, arrival_ns=t * MS)
+        for n, t in (("a", 0), ("b", 10), ("c", 20), ("d", 150))
+    ]
+    for r in reqs:
+        core.add(r)
+    assert [r.ready_ns // MS for r in reqs] == [100, 300, 300, 400]
+
+
+def test_front_end_batch_holds_at_most_the_tokenizers_batch(monkeypatch: Any) -> None:
+    import agent_replay.engines.sim.core as core_mod
+
+    monkeypatch.setattr(core_mod, "FRONTEND_BATCH", 2)
+    core = core_mod.EngineCore(SimProfile(frontend_base_ns=100 * MS, prefix_cache_blocks=0))
+    reqs = [
+        core_mod.SimRequest(request_id=str(t), prompt_ids=range(10), max_tokens=1, arrival_ns=t)
+        for t in (0, 1, 2, 3)
+    ]
+    for r in reqs:
+        core.add(r)
+    # a alone to 100 ms; the next two together to 300 ms; the fourth after them, 400 ms
+    assert [r.ready_ns // MS for r in reqs] == [100, 300, 300, 400]
+
+
+def test_chunk_context_below_the_decode_path_threshold_by_hand() -> None:
+    # one chunk of 128 new tokens on 10,000 cached, threshold 512: 10,128 * 128 / 512
+    assert chunk_context(np.array([10_000]), np.array([128]), 8192, 512)[0] == 2532
+    p = SimProfile(prefill_ctx_full_chunk=512)
+    assert p.chunk_context(10_128, 128) == 2532
+    # at or above the threshold the whole context counts, as without one
+    assert chunk_context(np.array([100]), np.array([250]), 100, 50)[0] == 850
+    assert p.chunk_context(10_600, 600) == SimProfile().chunk_context(10_600, 600) == 10_600
+    # budget 100 above a threshold of 400: the two full chunks count 1/4 each (200, 300),
+    # the last chunk of 50 tokens 1/8 of its 350
+    assert chunk_context(np.array([100]), np.array([250]), 100, 400)[0] == pytest.approx(
+        (200 + 300) / 4 + 350 / 8
+    )
+
+
+def test_front_end_fit_minimises_the_relative_error() -> None:
+    # a constant fitted to TTFTs of 100 and 200 ms in relative terms: it minimises
+    # ((100 - c) / 100)^2 + ((200 - c) / 200)^2, so c = (1/100 + 1/200) / (1/100^2 + 1/200^2)
+    # = 120 ms (not the mean, 150 ms)
+    from agent_replay.engines.sim.fit import _fit_terms, relative
+
+    ttft = np.array([100.0, 200.0]) * MS
+    x, y = relative(np.ones((2, 1)), ttft, ttft)
+    (term,) = _fit_terms([(x, y)], ("c",), ("ns",))
+    assert term.value == pytest.approx(120 * MS)
+
+
+def test_agentx_phases_are_kept_by_hand() -> None:
+    # Recorded: stream warm-ups a#0 (0-50 ms) and b#0 (10-100 ms); then, at 101 ms, each
+    # lane's warm-up turn a#1, b#1 (ending 150 and 180 ms); at 185 ms the measured phase:
+    # a#2 (parent a#1) and b#2 (parent b#1). Predicted with a 1 ms step and a 3 ms front
+    # end, the waits are the phases, not each request's own parent.
+    from agent_replay.engines.sim.predict import warmup_gates
+
+    def row(s: str, i: int, sent: int, end: int, warm: bool, parent: int | None) -> Any:
+        r = _row(s, i, sent=sent * MS, prompt=10, cached=0, out=1, parent=parent)
+        r.update(warmup=warm, end_ns=end * MS, clone=1)
+        return r
+
+    rows = [
+        row("a", 0, 0, 50, True, None),
+        row("b", 0, 10, 100, True, None),
+        row("a", 1, 101, 150, True, 0),
+        row("b", 1, 101, 180, True, 0),
+        row("a", 2, 185, 300, False, 1),
+        row("b", 2, 185, 300, False, 1),
+    ]
+    live = list(range(6))
+    parents = {0: [], 1: [], 2: [0], 3: [1], 4: [2], 5: [3]}
+    # a#1 and b#1 wait for both stream warm-ups; a#2 and b#2 for every warm-up
+    assert warmup_gates(rows, live, parents, 1) == {2: [0, 1], 3: [0, 1], 4: live[:4], 5: live[:4]}
+    p = SimProfile(
+        frontend_base_ns=3 * MS,
+        decode_base_ns=1 * MS,
+        decode_per_seq_ns=0,
+        decode_per_ctx_token_ns=0.0,
+        prefill_tokens_per_s=1e12,
+        prefix_cache_blocks=0,
+    )
+    got = simulate_rows(p, rows, None, 1)
+    # a#0 ends 4 ms, b#0 (sent 10 ms) 14 ms: the turns go 1 ms after the later (15 ms);
+    # one front-end batch each: a#1 ready 18 ms, ends 19; b#1 waits for a#1's batch: 21, 22
+    assert [r["end_ns"] // MS for r in got[:4]] == [4, 14, 19, 22]
+    assert got[2]["sent_ns"] == got[3]["sent_ns"] == 15 * MS
+    # the measured phase: 5 ms after the last warm-up's end, both lanes at once (27 ms)
+    assert got[4]["sent_ns"] == got[5]["sent_ns"] == 27 * MS
+    # without AgentX's phases each waits for its own parent only: a#1 its recorded 51 ms
+    # after a#0's end (4 ms), b#1 1 ms after b#0's (14 ms)
+    plain = simulate_rows(p, rows)
+    assert plain[2]["sent_ns"] == 55 * MS and plain[3]["sent_ns"] == 15 * MS
