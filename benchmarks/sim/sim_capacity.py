@@ -112,6 +112,7 @@ def refresh(trace: str | None) -> dict[str, Any]:
             [_rel(f) for f in runs],
             name=f"h100-solo-{profile}-ladder",
             command=read_command(SOLO / f"results/{server}.command.json"),
+            prefill_ctx_full_chunk=512,  # FLASH_ATTN_MLA, as in sim_error.py
         )
         path = OUT / f"h100-solo-{profile}-ladder.json"
         path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")

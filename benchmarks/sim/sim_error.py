@@ -30,6 +30,8 @@ OUT = ROOT / "benchmarks/results/sim"
 H200 = ROOT / "benchmarks/results/gpu/2026-12-03-h200-mtp"
 H100 = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx"
 SOLO = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo"
+REPEATS = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo-repeats"
+"""More runs of the solo ladder's held-out points (other start seeds, another server start)."""
 
 FIGURES = (
     ("ttft_p50_ms", "TTFT P50"),
@@ -60,12 +62,19 @@ class Experiment:
     prefill_ctx_full_chunk: int = 0
     """The attention backend's decode-path threshold (``sim-fit --prefill-ctx-full-chunk``)."""
 
+    more_runs: Path | None = None
+    """Another sweep's runs folder with more repeats (``r*``) of the held-out points."""
+
     def folders(self, point: str) -> list[Path]:
-        return [
+        own = [
             self.runs / self.profile / point / r
             for r in self.repeats
             if (self.runs / self.profile / point / r / "requests").is_dir()
         ]
+        if self.more_runs is None or point not in self.held_out:
+            return own
+        more = sorted(p.parent for p in (self.more_runs / self.profile / point).glob("r*/requests"))
+        return own + more
 
 
 def _h200(profile: str, server: str) -> Experiment:
@@ -86,10 +95,13 @@ def _h200(profile: str, server: str) -> Experiment:
 
 def _solo(profile: str, server: str) -> Experiment:
     """The H100 solo ladder (each deployment alone on the GPU, 40 GiB of KV, one run per
-    point): fitted on 1, 2 and 8 lanes, predicting 4 and 6. Its spread is the one of the
-    co-resident run's three repeats at 1 lane (the only repeats of this model and GPU).
+    point, seed 42): fitted on 1, 2 and 8 lanes, predicting 4 and 6, each also in the
+    repeats' runs (``REPEATS``: seeds 43 and 44) where they are committed. Without those,
+    a held-out point's spread is the one of the co-resident run's three repeats at 1 lane.
     The servers ran vLLM's FLASH_ATTN_MLA backend (``logs/*.server.log``), which sends a
     chunk of up to 512 new tokens down its decode path."""
+    more = REPEATS / "results/runs"
+    repeated = (more / profile).is_dir()
     spread = H100 / "results/runs" / profile / "c1"
     return Experiment(
         name=f"h100-solo-{profile}",
@@ -100,10 +112,11 @@ def _solo(profile: str, server: str) -> Experiment:
         held_out=("c4", "c6"),
         runs=SOLO / "results/runs",
         repeats=("r1",),
-        spread_runs=tuple(
-            spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()
-        ),
+        spread_runs=()
+        if repeated
+        else tuple(spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()),
         prefill_ctx_full_chunk=512,
+        more_runs=more if repeated else None,
     )
 
 
