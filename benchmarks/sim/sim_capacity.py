@@ -101,21 +101,32 @@ def virtual_run(source: Path, profile: Path, lanes: int, out: Path, trace: str |
 
 
 def refresh(trace: str | None) -> dict[str, Any]:
-    """Fit each deployment on its whole ladder, run the virtual ladder, and collect both
-    sides' figures."""
-    from agent_replay.engines.sim.fit import fit_runs, read_command
+    """Fit each deployment on its whole ladder (the front end's batch overlap chosen on
+    those runs of all three, ``choose_frontend_overlap``), run the virtual ladder, and
+    collect both sides' figures."""
+    from agent_replay.engines.sim.fit import choose_frontend_overlap, fit_runs, read_command
 
     data: dict[str, Any] = {"slos": list(SLOS), "deployments": []}
-    for profile, server in DEPLOYMENTS:
-        runs = [_folder(profile, c) for c in GPU_LANES]
-        fit = fit_runs(
-            [_rel(f) for f in runs],
+    ladders = {profile: [_folder(profile, c) for c in GPU_LANES] for profile, _ in DEPLOYMENTS}
+    fits = {
+        profile: fit_runs(
+            [_rel(f) for f in ladders[profile]],
             name=f"h100-solo-{profile}-ladder",
             command=read_command(SOLO / f"results/{server}.command.json"),
             prefill_ctx_full_chunk=512,  # FLASH_ATTN_MLA, as in sim_error.py
-        )
+        ).profile
+        for profile, server in DEPLOYMENTS
+    }
+    overlap, scores = choose_frontend_overlap([(fits[p], ladders[p]) for p, _ in DEPLOYMENTS])
+    data["frontend_batch_overlap"] = {
+        "value": overlap,
+        "scores": {f"{v:g}": round(sc, 4) for v, sc in scores.items()},
+    }
+    for profile, _ in DEPLOYMENTS:
+        runs = ladders[profile]
         path = OUT / f"h100-solo-{profile}-ladder.json"
-        path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")
+        fitted = fits[profile].replace(frontend_batch_overlap=overlap)
+        path.write_text(json.dumps(fitted.to_dict(), indent=1) + "\n")
         gpu = {str(c): estimates(f) for c, f in zip(GPU_LANES, runs, strict=True)}
         virtual: dict[str, Any] = {}
         t0 = time.monotonic()

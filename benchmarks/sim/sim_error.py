@@ -64,6 +64,8 @@ class Experiment:
 
     more_runs: Path | None = None
     """Another sweep's runs folder with more repeats (``r*``) of the held-out points."""
+    front_end: str = ""
+    """Experiments served by one API server and tokenizer share ``frontend_batch_overlap``."""
 
     def folders(self, point: str) -> list[Path]:
         own = [
@@ -90,6 +92,7 @@ def _h200(profile: str, server: str) -> Experiment:
         runs=H200 / "mtp/runs",
         repeats=tuple(f"r{i}" for i in range(5)),
         prefill_ctx_full_chunk=512,
+        front_end="h200",
     )
 
 
@@ -117,6 +120,7 @@ def _solo(profile: str, server: str) -> Experiment:
         else tuple(spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()),
         prefill_ctx_full_chunk=512,
         more_runs=more if repeated else None,
+        front_end="h100-solo",
     )
 
 
@@ -142,30 +146,53 @@ def figures(folder: Path) -> dict[str, float | None]:
     return {k: row.get(k) for k, _ in FIGURES}
 
 
-def refresh() -> dict[str, Any]:
-    """Fit every experiment, predict its held-out runs, and collect the figures."""
-    from agent_replay.engines.sim.fit import fit_runs, read_command
-    from agent_replay.engines.sim.predict import predict_run
+def fit_all(experiments: tuple[Experiment, ...]) -> dict[str, Any]:
+    """Each experiment's fit on its fit points, then the front end's batch overlap chosen
+    per front end (``Experiment.front_end``) on those same fit runs
+    (``choose_frontend_overlap``): experiment name -> (profile, the overlap's scores)."""
+    from agent_replay.engines.sim.fit import choose_frontend_overlap, fit_runs, read_command
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    data: dict[str, Any] = {"experiments": []}
-    for ex in EXPERIMENTS:
+    fits = {}
+    for ex in experiments:
         fit_folders = [f for p in ex.fit for f in ex.folders(p)]
-        fit = fit_runs(
+        fits[ex.name] = fit_runs(
             [_rel(f) for f in fit_folders],
             name=ex.name,
             command=read_command(ex.command),
             prefill_ctx_full_chunk=ex.prefill_ctx_full_chunk,
+        ).profile
+    out: dict[str, Any] = {}
+    for group in dict.fromkeys(ex.front_end for ex in experiments):
+        members = [ex for ex in experiments if ex.front_end == group]
+        value, scores = choose_frontend_overlap(
+            [(fits[ex.name], [f for p in ex.fit for f in ex.folders(p)]) for ex in members]
         )
+        for ex in members:
+            out[ex.name] = (
+                fits[ex.name].replace(frontend_batch_overlap=value),
+                {f"{v:g}": round(sc, 4) for v, sc in scores.items()},
+            )
+    return out
+
+
+def refresh() -> dict[str, Any]:
+    """Fit every experiment, predict its held-out runs, and collect the figures."""
+    from agent_replay.engines.sim.predict import predict_run
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {"experiments": []}
+    fits = fit_all(EXPERIMENTS)
+    for ex in EXPERIMENTS:
+        profile, scores = fits[ex.name]
         profile_path = OUT / f"{ex.name}.json"
-        profile_path.write_text(json.dumps(fit.profile.to_dict(), indent=1) + "\n")
+        profile_path.write_text(json.dumps(profile.to_dict(), indent=1) + "\n")
         points = []
         with tempfile.TemporaryDirectory() as tmp:
             for point in ex.held_out:
                 measured, predicted = [], []
                 for folder in ex.folders(point):
                     out = predict_run(
-                        fit.profile,
+                        profile,
                         folder,
                         Path(tmp) / point / folder.name,
                         profile_label=_rel(profile_path),
@@ -186,6 +213,11 @@ def refresh() -> dict[str, Any]:
                 "gpu": ex.gpu,
                 "profile": _rel(profile_path),
                 "fitted_on": list(ex.fit),
+                "frontend_batch_overlap": {
+                    "value": profile.frontend_batch_overlap,
+                    "front_end": ex.front_end,
+                    "scores": scores,
+                },
                 "points": points,
                 "spread_runs": [_rel(f) for f in ex.spread_runs],
                 "spread_measured": [figures(f) for f in ex.spread_runs],

@@ -110,6 +110,7 @@ class EngineCore:
         self._last_start_ns = -1
         # the front end's latest batch: start, end, its requests
         self._fe_batch: tuple[int, int, list[SimRequest]] = (0, 0, [])
+        self._fe_costs: list[int] = []  # the front-end cost of each request of that batch
 
     # admission ------------------------------------------------------------------------
 
@@ -132,14 +133,24 @@ class EngineCore:
         """When ``req`` leaves the front end. The front end works one batch at a time (vLLM's
         API server tokenizes on one thread, in micro-batches of up to ``FRONTEND_BATCH``):
         a request that arrives while a batch is at work joins the next batch, which starts
-        when that one ends and releases all its requests together, after all their costs."""
+        when that one ends and releases all its requests together. A batch costs its
+        largest request's cost plus (1 - ``frontend_batch_overlap``) times the others'."""
         start, end, members = self._fe_batch
         if req.arrival_ns >= end or not members:  # idle: a batch of its own, now
             self._fe_batch = (req.arrival_ns, req.arrival_ns + cost, [req])
+            self._fe_costs = [cost]
         elif req.arrival_ns >= start or len(members) >= FRONTEND_BATCH:  # at work: the next
             self._fe_batch = (end, end + cost, [req])
+            self._fe_costs = [cost]
         else:  # the next batch has not started: join it
-            end += cost
+            costs = self._fe_costs
+            costs.append(cost)
+            top = max(costs)
+            end = (
+                start
+                + top
+                + round((1.0 - self.profile.frontend_batch_overlap) * (sum(costs) - top))
+            )
             members.append(req)
             for m in members:
                 m.ready_ns = end

@@ -585,6 +585,7 @@ def _build_profile(
         prefill_ctx_full_chunk=int(v.get("prefill_ctx_full_chunk", 0)),
         frontend_base_ns=round(v["frontend_base_ns"]),
         frontend_per_prompt_token_ns=float(v["frontend_per_prompt_token_ns"]),
+        frontend_batch_overlap=float(v.get("frontend_batch_overlap", 0.0)),
         num_speculative_tokens=len(acceptance),
         spec_acceptance=acceptance,
         max_num_seqs=int(flags.get("max_num_seqs", base.max_num_seqs)),
@@ -614,6 +615,7 @@ def fit_runs(
     command: dict[str, Any] | None = None,
     notes: str = "",
     prefill_ctx_full_chunk: int = 0,
+    frontend_batch_overlap: float = 0.0,
 ) -> Fit:
     """Fit the model to the runs in ``folders`` (one deployment: same model, GPU, flags;
     ``command`` is its launch record, whose flags the model reads)."""
@@ -634,7 +636,11 @@ def fit_runs(
         base,
         name,
         notes,
-        {**_values(dterms + pterms), "prefill_ctx_full_chunk": prefill_ctx_full_chunk},
+        {
+            **_values(dterms + pterms),
+            "prefill_ctx_full_chunk": prefill_ctx_full_chunk,
+            "frontend_batch_overlap": frontend_batch_overlap,
+        },
         tuple(_values(aterms).values()),
         flags,
         runs,
@@ -719,3 +725,48 @@ def describe(fit: Fit) -> str:
             f"({t.samples} samples)"
         )
     return "\n".join(lines)
+
+
+FRONTEND_OVERLAPS = (0.0, 0.25, 0.5, 0.75, 1.0)
+SCORED = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "tpot_p90_ms")
+
+
+def run_figures(folder: str | Path) -> dict[str, float | None]:
+    """A results folder's TTFT and TPOT P50/P90 as ``agent-replay report`` computes them."""
+    from agent_replay.analysis.points import point_metrics
+    from agent_replay.analysis.report import build_report
+
+    row = point_metrics(build_report(Path(folder)), 1)
+    return {k: row.get(k) for k in SCORED}
+
+
+def choose_frontend_overlap(
+    deployments: list[tuple[SimProfile, list[Path]]],
+    grid: tuple[float, ...] = FRONTEND_OVERLAPS,
+) -> tuple[float, dict[float, float]]:
+    """The front end's batch overlap (``SimProfile.frontend_batch_overlap``) that predicts
+    the fit runs best, and each candidate's score. For each value of ``grid``, every
+    deployment's profile with it predicts each of its own fit runs; the score is the mean
+    of |log(predicted / measured)| over their TTFT and TPOT P50 and P90. The lowest wins
+    (a tie: the smaller value). Deployments served by one API server and tokenizer share a
+    front end, so one value is chosen for all of them."""
+    import tempfile
+
+    from agent_replay.engines.sim.predict import predict_run
+
+    measured = {str(f): run_figures(f) for _, folders in deployments for f in folders}
+    scores: dict[float, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for value in grid:
+            errs = []
+            for n, (profile, folders) in enumerate(deployments):
+                prof = profile.replace(frontend_batch_overlap=value)
+                for j, f in enumerate(folders):
+                    got = run_figures(predict_run(prof, f, Path(tmp) / f"{n}-{j}"))
+                    for k in SCORED:
+                        m, p = measured[str(f)][k], got[k]
+                        if m and p:
+                            errs.append(abs(math.log(p / m)))
+            scores[value] = float(np.mean(errs)) if errs else math.inf
+    best = min(grid, key=lambda v: (scores[v], v))
+    return best, scores

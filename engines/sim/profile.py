@@ -48,6 +48,8 @@ class SimProfile:
     # the server's front end (HTTP, prompt processing) before the engine sees a request
     frontend_base_ns: int = 0
     frontend_per_prompt_token_ns: float = 0.0
+    # a front-end batch costs its largest request's cost + (1 - this) x the others' costs
+    frontend_batch_overlap: float = 0.0
     # speculative decoding: per-position conditional acceptance probabilities
     num_speculative_tokens: int = 0
     spec_acceptance: tuple[float, ...] = ()
@@ -100,6 +102,8 @@ class SimProfile:
             )
         if any(not 0.0 <= p <= 1.0 for p in self.spec_acceptance):
             problems.append("spec_acceptance entries must be within [0, 1]")
+        if not 0.0 <= self.frontend_batch_overlap <= 1.0:
+            problems.append("frontend_batch_overlap must be within [0, 1]")
         if not 0.0 <= self.eos_prob <= 1.0:
             problems.append("eos_prob must be within [0, 1]")
         if not 0 <= self.eos_token_id < self.vocab_size:

@@ -54,6 +54,14 @@ def register_fit(sub: Any) -> None:
         "(the attention backend's decode-path threshold: 512 for vLLM's FLASH_ATTN_MLA; "
         "default 0: every chunk counts its whole context)",
     )
+    p.add_argument(
+        "--frontend-batch-overlap",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="how much of a front-end batch runs in parallel: a batch costs its largest "
+        "request's cost plus (1 - SHARE) x the others' (0 to 1; default 0)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing profile")
     p.set_defaults(func=_fit)
 
@@ -65,11 +73,14 @@ def _fit(args: argparse.Namespace) -> int:
     command = read_command(args.command) if args.command else None
     if args.prefill_ctx_full_chunk < 0:
         raise InputError("--prefill-ctx-full-chunk must be >= 0")
+    if not 0.0 <= args.frontend_batch_overlap <= 1.0:
+        raise InputError("--frontend-batch-overlap must be within [0, 1]")
     fit = fit_runs(
         args.results,
         name=args.name,
         command=command,
         prefill_ctx_full_chunk=args.prefill_ctx_full_chunk,
+        frontend_batch_overlap=args.frontend_batch_overlap,
     )
     write_profile(fit, args.output, force=args.force)
     print(describe(fit))

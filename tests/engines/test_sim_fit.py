@@ -412,3 +412,47 @@ def test_agentx_phases_are_kept_by_hand() -> None:
     # after a#0's end (4 ms), b#1 1 ms after b#0's (14 ms)
     plain = simulate_rows(p, rows)
     assert plain[2]["sent_ns"] == 55 * MS and plain[3]["sent_ns"] == 15 * MS
+
+
+def test_front_end_batch_overlap_by_hand() -> None:
+    # costs 100 (a, alone), then b 100, c 300, d 200 in the next batch: overlap 0.5 makes it
+    # the largest (300) + half of the others (150): 100 + 450 = 550 ms for b, c and d
+    from agent_replay.engines.sim.core import EngineCore, SimRequest
+
+    p = SimProfile(frontend_per_prompt_token_ns=1e6, frontend_batch_overlap=0.5)
+    core = EngineCore(p.replace(prefix_cache_blocks=0))
+    reqs = [
+        SimRequest(request_id=n, prompt_ids=range(size), max_tokens=1, arrival_ns=t * MS)
+        for n, size, t in (("a", 100, 0), ("b", 100, 1), ("c", 300, 2), ("d", 200, 3))
+    ]
+    for r in reqs:
+        core.add(r)
+    assert [r.ready_ns // MS for r in reqs] == [100, 550, 550, 550]
+    with pytest.raises(InputError, match="frontend_batch_overlap"):
+        SimProfile(frontend_batch_overlap=1.5)
+
+
+def test_choose_frontend_overlap_scores_by_hand(monkeypatch: Any, tmp_path: Path) -> None:
+    # one fit run measured at TTFT P50 100 ms (other figures absent); predicted 100 ms
+    # with overlap 0, 200 ms with 0.5 and 50 ms with 1: scores |log(p/m)| 0, log 2, log 2
+    import agent_replay.engines.sim.fit as fit_mod
+    import agent_replay.engines.sim.predict as predict_mod
+
+    ttft = {"measured": 100.0, "0.0": 100.0, "0.5": 200.0, "1.0": 50.0}
+
+    def fake_predict(profile: SimProfile, source: Path, out: Path) -> Path:
+        return Path(str(profile.frontend_batch_overlap))
+
+    def fake_figures(folder: Path) -> dict[str, float | None]:
+        key = "measured" if Path(folder) == tmp_path else str(folder)
+        return {k: ttft[key] if k == "ttft_p50_ms" else None for k in fit_mod.SCORED}
+
+    monkeypatch.setattr(predict_mod, "predict_run", fake_predict)
+    monkeypatch.setattr(fit_mod, "run_figures", fake_figures)
+    best, scores = fit_mod.choose_frontend_overlap([(SimProfile(), [tmp_path])], (0.0, 0.5, 1.0))
+    assert best == 0.0
+    assert scores == {0.0: 0.0, 0.5: pytest.approx(np.log(2)), 1.0: pytest.approx(np.log(2))}
+    # a tie goes to the smaller overlap
+    ttft["0.0"] = 400.0
+    best, _ = fit_mod.choose_frontend_overlap([(SimProfile(), [tmp_path])], (0.0, 0.5, 1.0))
+    assert best == 0.5
