@@ -2,10 +2,11 @@
 engine fitted on it, side by side, each with its interval.
 
 For each deployment of the H100 solo ladder (``benchmarks/results/gpu/2026-12-06-h100-agentx-solo``:
-AgentX lanes 1, 2, 4, 6, 8, one run each):
+AgentX lanes 1, 2, 4, 6, 8, one run each; ``REPEATS`` adds runs of some points):
 
 - **GPU**: each run's figure (P90 TPS, North Star) with its 95% interval from the time-block
-  bootstrap over the run's requests (``replay.sweep.capacity.figure_estimate``), and the
+  bootstrap over the run's requests (``replay.sweep.capacity.figure_estimate``); at a point
+  with repeats, the mean of its runs' figures with its Student-t interval; and the
   capacity of that ladder (``replay.sweep.capacity.ladder_capacity``): the highest lane count
   that meets the SLO, the lowest that does not, and where the SLO is crossed between them
   with its interval.
@@ -37,6 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks/results/sim"
 SOLO = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo"
+REPEATS = ROOT / "benchmarks/results/gpu/2026-12-06-h100-agentx-solo-repeats"
+"""More runs of some of the ladder's points (other start seeds, another server start)."""
 DEPLOYMENTS = (("standard", "std"), ("mtp", "mtp"), ("dedicated-decode", "ded"))
 GPU_LANES = (1, 2, 4, 6, 8)
 VIRTUAL_LANES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
@@ -55,6 +58,28 @@ def _rel(p: Path) -> str:
 
 def _folder(profile: str, lanes: int) -> Path:
     return SOLO / "results/runs" / profile / f"c{lanes}" / "r1"
+
+
+def repeats(profile: str, lanes: int) -> list[Path]:
+    """The point's run of the ladder and its repeats (``REPEATS``), where committed."""
+    more = REPEATS / "results/runs" / profile / f"c{lanes}"
+    return [_folder(profile, lanes), *sorted(p.parent for p in more.glob("r*/requests"))]
+
+
+def point_estimates(folders: list[Path]) -> dict[str, dict[str, float | None]]:
+    """A ladder point's figures with their 95% intervals: one run's time-block bootstrap
+    (``estimates``); over several runs, their mean with its Student-t interval
+    (``analysis.replicates.mean_ci``, as ``sweep --find-capacity`` takes repeats)."""
+    if len(folders) == 1:
+        return estimates(folders[0])
+    from agent_replay.analysis.replicates import mean_ci
+
+    runs = [estimates(f) for f in folders]
+    out = {}
+    for key in KEYS:
+        ci = mean_ci([r[key]["value"] for r in runs])
+        out[key] = {"value": ci.estimate, "low": ci.low, "high": ci.high}
+    return out
 
 
 def estimates(folder: Path) -> dict[str, dict[str, float | None]]:
@@ -127,7 +152,7 @@ def refresh(trace: str | None) -> dict[str, Any]:
         path = OUT / f"h100-solo-{profile}-ladder.json"
         fitted = fits[profile].replace(frontend_batch_overlap=overlap)
         path.write_text(json.dumps(fitted.to_dict(), indent=1) + "\n")
-        gpu = {str(c): estimates(f) for c, f in zip(GPU_LANES, runs, strict=True)}
+        gpu = {str(c): point_estimates(repeats(profile, c)) for c in GPU_LANES}
         virtual: dict[str, Any] = {}
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as tmp:
@@ -139,6 +164,11 @@ def refresh(trace: str | None) -> dict[str, Any]:
                 "name": profile,
                 "profile": _rel(path),
                 "gpu_runs": [_rel(f) for f in runs],
+                "gpu_repeats": {
+                    str(c): [_rel(f) for f in repeats(profile, c)[1:]]
+                    for c in GPU_LANES
+                    if len(repeats(profile, c)) > 1
+                },
                 "gpu": gpu,
                 "virtual": virtual,
                 "virtual_host_s": round(time.monotonic() - t0, 1),
@@ -185,10 +215,25 @@ def _fig(figs: dict[str, Any], key: str) -> str:
     return f"{f['value']:.0f}{ci}"
 
 
+def gpu_runs_text(data: dict[str, Any]) -> str:
+    """The GPU ladder's lanes and how many runs each point has (the first deployment's)."""
+    d = data["deployments"][0]
+    lanes = ", ".join(sorted(d["gpu"], key=int))
+    more = d.get("gpu_repeats") or {}
+    if not more:
+        return f"lanes {lanes}; one run each"
+    counts = sorted({len(v) + 1 for v in more.values()})
+    at = " and ".join(sorted(more, key=int))
+    return (
+        f"lanes {lanes}; at {at} the geometric mean of {'/'.join(map(str, counts))} runs "
+        "with its t interval, else one run"
+    )
+
+
 def table(data: dict[str, Any]) -> str:
     """One row per deployment and SLO: the GPU ladder's answer and the virtual engine's."""
     lines = [
-        "| Deployment | SLO | GPU (lanes 1, 2, 4, 6, 8; one run each) | Virtual engine "
+        f"| Deployment | SLO | GPU ({gpu_runs_text(data)}) | Virtual engine "
         f"(lanes {', '.join(str(c) for c in VIRTUAL_LANES)}) |",
         "|---|---|---|---|",
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,3 +193,23 @@ def test_capacity_figures_lie_in_their_intervals() -> None:
                 for f in figs.values():
                     if f["low"] is not None:
                         assert f["low"] <= f["value"] <= f["high"]
+
+
+def test_capacity_point_of_several_runs_by_hand(monkeypatch: Any) -> None:
+    # P90 TPS of three runs 100, 100 e^0.1, 100 e^-0.1: logs' mean ln 100, sd 0.1, so the
+    # geometric mean 100 and 100 e^(+-t(2) 0.1 / sqrt 3), t(2) = 4.303 -> [78.0, 128.2]
+    import math
+
+    vals = iter([100.0, 100 * math.exp(0.1), 100 * math.exp(-0.1)])
+
+    def fake(folder: Path) -> dict[str, dict[str, float | None]]:
+        v = next(vals)
+        return {k: {"value": v, "low": None, "high": None} for k in sc.KEYS}
+
+    monkeypatch.setattr(sc, "estimates", fake)
+    got = sc.point_estimates([Path("a"), Path("b"), Path("c")])["p90_tps"]
+    assert got["value"] == pytest.approx(100.0)
+    assert (round(got["low"], 1), round(got["high"], 1)) == (78.0, 128.2)
+    one = {"p90_tps": {"value": 5.0, "low": 4.0, "high": 6.0}}
+    monkeypatch.setattr(sc, "estimates", lambda folder: one)
+    assert sc.point_estimates([Path("a")]) == one  # one run: its own bootstrap interval
