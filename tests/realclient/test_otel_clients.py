@@ -173,16 +173,17 @@ def _streams(rows: list[dict], *, subagents: bool = False) -> list[list[int]]:
     return list(by.values())
 
 
-async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spans", [False, True], ids=["events", "spans"])
+async def test_claude_code_subagents_telemetry(tmp_path: Path, spans: bool) -> None:
     """The engine answers with the Agent tool where it is offered: nested subagents, which
     Claude Code's events (agent.name, the Agent call's tool_decision and tool_result) must
-    give the same tree as the recorder's headers. Claude Code 2.1.197: the version whose
-    subagent events the import maps (the current release runs subagents in the background,
-    whose events are not mapped yet)."""
+    give the same tree as the recorder's headers. Claude Code 2.1.197: nested subagents,
+    each waited for by its caller. Its spans name no query_source: the session title is a
+    side request by its api_request event."""
     claude = program("claude-2.1.197")
 
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
-        argv, env = claude_env(claude, url, model, home, otlp)
+        argv, env = claude_env(claude, url, model, home, otlp, spans=spans)
         return [*argv, "Agent"], env
 
     recorded, received = await _both(tmp_path, [AGENT, LS], argv_env)
@@ -194,8 +195,13 @@ async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
     # else the session title request and the first turn overlapped in one trace (a race;
     # the events' end times are the client's, later than the server's): the main agent's
     # lanes differ, and the recorder spawns the first subagent off the title request
+    if spans:  # the spans' own times: who waits for whom as the recorder saw it, the
+        # session title waited for by none
+        assert [t[::2] for t in _tree(received)] == [t[::2] for t in _tree(recorded)]
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
-    _report("claude code subagents", tmp_path, recorded, received)
+    _report(
+        f"claude code subagents {'spans' if spans else 'events'}", tmp_path, recorded, received
+    )
     # the received trace replays: same token counts, tree and think times
     await replay_matches(tmp_path / "received", received, tmp_path / "results")
 
