@@ -12,12 +12,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
-from agent_replay.replay.record.otlp_receiver import OtlpReceiver
+from agent_replay.replay.record.otlp_receiver import EXPORTS_FILE, OtlpReceiver
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.otlp import attributes, log_records
+from agent_replay.traces.otlp import spans as export_spans
 from agent_replay.traces.stats import implied_cached_tokens
 from tests.realclient.test_real_clients import (
     AGENT,
@@ -199,9 +202,7 @@ async def test_claude_code_subagents_telemetry(tmp_path: Path, spans: bool) -> N
         # session title waited for by none
         assert [t[::2] for t in _tree(received)] == [t[::2] for t in _tree(recorded)]
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
-    _report(
-        f"claude code subagents {'spans' if spans else 'events'}", tmp_path, recorded, received
-    )
+    _report(f"claude code subagents {'spans' if spans else 'events'}", tmp_path, recorded, received)
     # the received trace replays: same token counts, tree and think times
     await replay_matches(tmp_path / "received", received, tmp_path / "results")
 
@@ -262,5 +263,20 @@ async def test_codex_telemetry(tmp_path: Path) -> None:
     recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)
     assert _totals(received) == _totals(recorded), (recorded, received)
     assert {r["api"] for r in received} == {"responses"}
+    # the send time is the start of the span each api_request record names: no span of
+    # Codex's opens inside it (docs/recording.md, "Send times")
+    exported = [
+        orjson.loads(x) for x in (tmp_path / "received" / EXPORTS_FILE).read_bytes().splitlines()
+    ]
+    all_spans = [sp for e in exported for _, sp in export_spans(e)]
+    named = {
+        rec.get("spanId")
+        for e in exported
+        for _, rec in log_records(e)
+        if attributes(rec.get("attributes")).get("event.name") == "codex.api_request"
+    }
+    assert len(named) == len(recorded)
+    assert named <= {sp["spanId"] for sp in all_spans}
+    assert not [sp["name"] for sp in all_spans if sp.get("parentSpanId") in named]
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
     _report("codex", tmp_path, recorded, received)
