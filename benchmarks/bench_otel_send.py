@@ -313,6 +313,7 @@ def _paired(tmp: Path, t0: int, wakes: list[tuple[int, int]]) -> list[dict[str, 
     for o in received:
         by_counts.setdefault((o["input_tokens"], o["output_tokens"]), []).append(o)
     seen: set[str] = set()
+    seen_streams: set[tuple[str, str]] = set()
     out = []
     for r in recorded:
         same = by_counts.get((r["input_tokens"], r["output_tokens"]))
@@ -325,11 +326,14 @@ def _paired(tmp: Path, t0: int, wakes: list[tuple[int, int]]) -> list[dict[str, 
         gap -= o["arrival_ns"]
         lead = LEADS.by_stamp.get(r["arrival_ns"] + t0)
         first = r["session_id"] not in seen
+        stream_first = (r["session_id"], r["agent_id"].split("/")[0]) not in seen_streams
         seen.add(r["session_id"])
+        seen_streams.add((r["session_id"], r["agent_id"].split("/")[0]))
         out.append(
             {
                 "error_ms": gap / 1e6,
                 "first": first,
+                "stream_first": stream_first,
                 "handler_lead_ms": lead / 1e6 if lead is not None else None,
                 "loop_stall_ms": _stall_ms(wakes, r["arrival_ns"] + t0),
             }
@@ -392,6 +396,9 @@ async def bench_way(way: str, runs: int, keep: Path) -> dict[str, Any]:
         "handler": handler,
         "handler_lead_ms": stats([x for x in leads if x is not None], [False] * len(rows)),
         "loop_lag_ms": stats(lags, [False] * len(lags)),
+        "max_without_stream_first_ms": stats(
+            [r["error_ms"] for r in rows], [r["stream_first"] for r in rows]
+        ).get("max_without_first_ms"),
         "over_5ms": sum(abs(r["error_ms"]) > BOUND_MS for r in rows),
         "over_5ms_loop_late": sum(
             abs(r["error_ms"]) > BOUND_MS and r["loop_stall_ms"] >= abs(r["error_ms"]) - BOUND_MS
