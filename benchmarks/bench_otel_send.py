@@ -22,8 +22,10 @@ Ways (each skipped, saying why, where its package or program is missing):
 openai-v2, openai-v2+http, openinference, openinference+http (tests/record/otel_agent.py,
 4 requests a run); claude-events, claude-spans (Claude Code ``-p``, 2 requests);
 claude-197-subagents-events, claude-197-subagents-spans (Claude Code 2.1.197 with nested
-subagents, 13 requests); codex (Codex ``exec`` with ``trace_exporter``, 2 requests). With
-the default 5 runs: about 2 to 3 minutes on the 2-core host. Needs the dev extra and
+subagents, 13 requests); claude-subagents-events, claude-subagents-spans (the current
+Claude Code's background subagents, 9 requests); codex (Codex ``exec`` with
+``trace_exporter``, 2 requests). With the default 5 runs: about 4 minutes on the 2-core
+host at load 4. Needs the dev extra and
 scripts/setup-real-clients.sh.
 """
 
@@ -80,6 +82,8 @@ CLIENT_WAYS = (
     "claude-spans",
     "claude-197-subagents-events",
     "claude-197-subagents-spans",
+    "claude-subagents-events",
+    "claude-subagents-spans",
     "codex",
 )
 WAYS = SDK_WAYS + CLIENT_WAYS
@@ -179,15 +183,15 @@ def _client(way: str) -> tuple[RunFn, list[str]]:
             return argv, env
 
         return _agent_run(codex_argv), [CODEX_LS, LS]
-    old = way.startswith("claude-197")
-    claude = _program("claude-2.1.197" if old else "claude")
+    claude = _program("claude-2.1.197" if way.startswith("claude-197") else "claude")
     spans = way.endswith("spans")
+    subagents = "subagents" in way
 
     def claude_argv(url: str, model: str, home: Path, otlp: str) -> Any:
         argv, env = claude_env(claude, url, model, home, otlp, spans=spans)
-        return ([*argv, "Agent"] if old else argv), env
+        return ([*argv, "Agent"] if subagents else argv), env
 
-    return _agent_run(claude_argv), ([AGENT, LS] if old else [LS])
+    return _agent_run(claude_argv), ([AGENT, LS] if subagents else [LS])
 
 
 def _agent_run(argv_env: Callable[[str, str, Path, str], Any]) -> RunFn:
