@@ -44,7 +44,13 @@ from agent_replay.analysis.definitions import (
     speeds,
 )
 from agent_replay.analysis.hist import min_count_for, rank
-from agent_replay.analysis.replicates import ALPHA, holm, holm_note
+from agent_replay.analysis.replicates import (
+    ALPHA,
+    holm,
+    holm_note,
+    inside_margin,
+    margin_verdict,
+)
 from agent_replay.analysis.report import Report, build_report, self_check
 from agent_replay.errors import InputError
 from agent_replay.runmeta import RunMeta
@@ -83,10 +89,18 @@ class Delta:
             and (self.ci_low > 0 or self.ci_high < 0)
         )
 
-    def verdict(self, name: str) -> str:
+    def finding(self, margin: float = 0.0) -> bool:
+        """Significant, and its interval not wholly inside +-``margin``."""
+        return self.significant and not inside_margin(self.ci_low, self.ci_high, margin)
+
+    def verdict(self, name: str, margin: float = 0.0) -> str:
         if self.change is None or self.ci_low is None or self.ci_high is None:
             return f"{self.label}: {self.note or 'not enough data'}"
         ci = f"95% CI {100 * self.ci_low:+.1f}% to {100 * self.ci_high:+.1f}%"
+        if inside_margin(self.ci_low, self.ci_high, margin):
+            return f"{self.label}: " + margin_verdict(
+                self.change, f"{name} {100 * self.change:+.1f}% ({ci})", self.significant, margin
+            )
         if not (self.ci_low > 0 or self.ci_high < 0):
             return (
                 f"{self.label}: inconclusive ({name} {100 * self.change:+.1f}%, {ci}: the "
@@ -297,6 +311,8 @@ class CompareResult:
     deltas: list[list[Delta]]  # per run after the first
     verdicts: list[str]
     warnings: list[str] = field(default_factory=list)
+    margin: float = 0.0
+    """The smallest relative change that matters (``--margin``); 0: none given."""
 
 
 def _numbers(r: Report) -> dict[str, Any]:
@@ -405,9 +421,11 @@ def compare_reports(
     seed: int = 0,
     force: bool = False,
     paired: bool = True,
+    margin: float = 0.0,
 ) -> CompareResult:
     """Each run against the first: request by request where both replayed the same plan
-    (``analysis.paired``; ``paired=False`` never), else each run's time-block bootstrap."""
+    (``analysis.paired``; ``paired=False`` never), else each run's time-block bootstrap.
+    A change whose interval lies inside +-``margin`` reads as equivalent, not a finding."""
     from agent_replay.analysis.paired import as_delta, paired_comparison
 
     warnings = check_comparable([r.meta for r in reports], names, force)
@@ -455,11 +473,11 @@ def compare_reports(
             continue
         head = ds[0]  # the headline statistic (STATS' first)
         verdicts.append(
-            head.verdict(name)
-            if head.significant
-            else f"{name} vs {names[0]}: " + head.verdict(name)
+            head.verdict(name, margin)
+            if head.finding(margin)
+            else f"{name} vs {names[0]}: " + head.verdict(name, margin)
         )
-        verdicts += [d.verdict(name) for d in ds[1:] if d.significant]
+        verdicts += [d.verdict(name, margin) for d in ds[1:] if d.finding(margin)]
         verdicts.append(f"{name} vs {names[0]}: {ds[0].design}")
     n_tests = sum(1 for ds in deltas for d in ds if d.p is not None)
     if n_tests:
@@ -471,7 +489,9 @@ def compare_reports(
         warnings.append(PAIRED_ONE_RUN_WARNING)
     for r, name in zip(reports, names, strict=True):
         warnings += [f"{name}: {w}" for w in r.warnings]
-    return CompareResult(list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings)
+    return CompareResult(
+        list(names), [_numbers(r) for r in reports], deltas, verdicts, warnings, margin
+    )
 
 
 def compare_dirs(
@@ -480,12 +500,15 @@ def compare_dirs(
     resamples: int = 1000,
     seed: int = 0,
     force: bool = False,
+    margin: float = 0.0,
 ) -> CompareResult:
     reports = [build_report(d) for d in dirs]
     names = [os.path.basename(os.path.normpath(str(d))) or str(d) for d in dirs]
     if len(set(names)) < len(names):
         names = [str(d) for d in dirs]
-    return compare_reports(reports, names, resamples=resamples, seed=seed, force=force)
+    return compare_reports(
+        reports, names, resamples=resamples, seed=seed, force=force, margin=margin
+    )
 
 
 ARM_FIGURES: tuple[tuple[str, str, bool], ...] = tuple(
@@ -507,6 +530,7 @@ def compare_arms(
     force: bool = False,
     paired: bool = True,
     by_request: bool = True,
+    margin: float = 0.0,
 ) -> CompareResult:
     """Replicate runs per arm: each run's figures (``analysis.points``), the arm's mean, and
     each arm against the first. Where the arms have as many runs (paired by position, as
@@ -517,7 +541,9 @@ def compare_arms(
     False: run-level intervals for every statistic. "Inconclusive"
     when the interval includes 0."""
     reports = [[build_report(d) for d in arm] for arm in arms]
-    return compare_arm_reports(reports, names, force=force, paired=paired, by_request=by_request)
+    return compare_arm_reports(
+        reports, names, force=force, paired=paired, by_request=by_request, margin=margin
+    )
 
 
 def compare_arm_reports(
@@ -527,6 +553,7 @@ def compare_arm_reports(
     force: bool = False,
     paired: bool = True,
     by_request: bool = True,
+    margin: float = 0.0,
 ) -> CompareResult:
     """``compare_arms`` on reports already built."""
     from agent_replay.analysis.hist import FEW
@@ -573,7 +600,7 @@ def compare_arm_reports(
             tests.append((f"{name} vs {names[0]}, {label}{few}", ci, hib))
     adjusted = adjust([ci for _, ci, _ in tests])
     verdicts = [
-        verdict(label, ci, hib) for (label, _, hib), ci in zip(tests, adjusted, strict=True)
+        verdict(label, ci, hib, margin) for (label, _, hib), ci in zip(tests, adjusted, strict=True)
     ]
     n = sum(1 for c in adjusted if c.p is not None)
     if n:
@@ -585,7 +612,7 @@ def compare_arm_reports(
         )
     if any(len(a) < 2 for a in reports):
         warnings.append("an arm has a single run: no run-to-run interval for it")
-    return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings)
+    return CompareResult(list(names), side, [[] for _ in names[1:]], verdicts, warnings, margin)
 
 
 def _fmt(v: Any) -> str:
@@ -642,7 +669,7 @@ def render_compare(c: CompareResult) -> Group:
                 if d.ci_low is None or d.ci_high is None
                 else f"{100 * d.ci_low:+.1f}% .. {100 * d.ci_high:+.1f}%",
                 "-" if d.p_holm is None else f"{d.p_holm:.3g}",
-                "yes" if d.significant else "no",
+                _significance(d, c.margin),
             )
         parts.append(bt)
     parts.append(
@@ -650,6 +677,12 @@ def render_compare(c: CompareResult) -> Group:
     )
     parts += [safe.text(v, style="bold") for v in c.verdicts]
     return Group(*parts)
+
+
+def _significance(delta: Delta, margin: float) -> str:
+    if not delta.significant:
+        return "no"
+    return "yes" if delta.finding(margin) else "yes, < margin"
 
 
 def to_markdown(c: CompareResult) -> str:
@@ -667,6 +700,10 @@ def to_json(c: CompareResult) -> str:
         "side_by_side": c.side_by_side,
         "verdicts": c.verdicts,
         "warnings": c.warnings,
-        "deltas": [[asdict(x) | {"significant": x.significant} for x in ds] for ds in c.deltas],
+        "margin": c.margin,
+        "deltas": [
+            [asdict(x) | {"significant": x.significant, "finding": x.finding(c.margin)} for x in ds]
+            for ds in c.deltas
+        ],
     }
     return orjson.dumps(d, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -279,9 +279,25 @@ def holm_note(m: int) -> str:
     )
 
 
-def verdict(label: str, ci: Interval, higher_is_better: bool = True) -> str:
+def inside_margin(low: float | None, high: float | None, margin: float) -> bool:
+    """Whether an interval of a relative change lies wholly inside +-``margin`` (the
+    smallest change that matters; 0: none given, never inside)."""
+    return margin > 0 and low is not None and high is not None and -margin < low and high < margin
+
+
+def margin_verdict(change: float, span: str, significant: bool, margin: float) -> str:
+    """The verdict of a change whose interval lies inside +-``margin``: equivalent for the
+    comparison, or a real difference smaller than the margin."""
+    bound = f"+-{100 * margin:g}%"
+    if significant:
+        return f"{span}: a real difference of {100 * change:+.1f}%, smaller than the {bound} margin"
+    return f"{span}: equivalent within the {bound} margin"
+
+
+def verdict(label: str, ci: Interval, higher_is_better: bool = True, margin: float = 0.0) -> str:
     """One line: the change with its interval and p-values; "inconclusive" unless the
-    Holm-adjusted p-value is below ``ALPHA``."""
+    Holm-adjusted p-value is below ``ALPHA``; with a ``margin``, an interval wholly inside
+    it reads as equivalent (``margin_verdict``)."""
     if ci.estimate is None:
         return f"{label}: not enough data"
     if ci.low is None or ci.high is None:
@@ -295,6 +311,8 @@ def verdict(label: str, ci: Interval, higher_is_better: bool = True) -> str:
         f"{100 * ci.estimate:+.1f}% (95% CI {100 * ci.low:+.1f}% to {100 * ci.high:+.1f}%, "
         f"{ci.method}{ps})"
     )
+    if inside_margin(ci.low, ci.high, margin):
+        return f"{label}: " + margin_verdict(ci.estimate, span, ci.significant, margin)
     if not ci.excludes_zero:
         return f"{label}: {span}: inconclusive, the run-to-run spread covers the difference"
     if not ci.significant:

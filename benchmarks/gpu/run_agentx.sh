@@ -13,7 +13,7 @@
 # Every phase ends by packing /root/agentx into $OUT (agentx.tar.gz.NN, 15 MiB pieces).
 # Single user: in each repeat the three servers in a seeded random order; repeat r replays
 # with AgentX start seed 42 + r on every server (the same requests on each). Ladder: each
-# point on LADDER_PROFILES, in a seeded random order, seed 42.
+# point on LADDER_PROFILES, in a seeded random order, once per seed of LADDER_SEEDS (42).
 # Dry run here, with the simulated engine in place of vLLM:
 #   bash benchmarks/gpu/run_agentx.sh --dry-run --phase start --out /tmp/ax-dry --budget 120
 # A server restarted with other settings, then the single-user runs it lacks:
@@ -22,7 +22,8 @@
 #   SOLO=std KV_GIB=std=40 LADDER="1 2 4 6 8" bash benchmarks/gpu/run_agentx.sh --phase solo \
 #     --out /root/agentx-solo --budget 560
 # Knobs (environment): REPEATS (3), SINGLE_S (30: measured seconds at concurrency 1),
-# LADDER ("2 4 8 3"), LADDER_S (25), LADDER_PROFILES ("std ded"), WARMUP_REQUESTS (3),
+# LADDER ("2 4 8 3"), LADDER_S (25), LADDER_PROFILES ("std ded"), LADDER_SEEDS ("42": AgentX
+# start seeds, one repeat each; seed s writes repeat r(s - 41)), WARMUP_REQUESTS (3),
 # KV_GIB ("std=8 mtp=5 ded=8"), UTIL (0.25: vLLM's start check only; the KV cache is fixed),
 # QUANT (fp8: weights quantized online at load, layer by layer; none: bf16),
 # MAX_CONC (8: dedicated-decode is sized for it).
@@ -43,6 +44,7 @@ SINGLE_S=${SINGLE_S:-30}
 LADDER=${LADDER:-2 4 8 3}
 LADDER_S=${LADDER_S:-25}
 LADDER_PROFILES=${LADDER_PROFILES:-std ded}
+LADDER_SEEDS=${LADDER_SEEDS:-42}
 WARMUP_REQUESTS=${WARMUP_REQUESTS:-3}
 UTIL=${UTIL:-0.25}
 QUANT=${QUANT:-fp8}
@@ -73,7 +75,7 @@ record_env() {
   { date -u; uname -a; nvidia-smi 2>&1 | head -20; $PY -V;
     $PY -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>&1 | tail -1;
     cat "$ROOT/.commit" 2>/dev/null; git -C "$ROOT" log -1 --format='agent-replay commit %H' 2>/dev/null
-    echo "repeats $REPEATS single_s $SINGLE_S ladder $LADDER ladder_s $LADDER_S" \
+    echo "repeats $REPEATS single_s $SINGLE_S ladder $LADDER ladder_s $LADDER_S seeds $LADDER_SEEDS" \
       "ladder_profiles $LADDER_PROFILES warmup_requests $WARMUP_REQUESTS util $UTIL" \
       "kv_gib std=${KV[std]} mtp=${KV[mtp]} ded=${KV[ded]} max_conc $MAX_CONC quant $QUANT" \
       "routing $VLLM_MOE_ROUTING_SIMULATION_STRATEGY solo ${SOLO:-none}"; } >> "$LOG/env.txt" 2>&1
@@ -134,13 +136,16 @@ phase_single() {
 }
 
 phase_ladder() {
-  local c n
-  for c in $LADDER; do
-    # shellcheck disable=SC2086
-    for n in $(order "$c" $LADDER_PROFILES); do
-      [ -f "$RES/runs/${PROFILE[$n]}/c$c/r1/run.json" ] && continue
-      [ "$(left)" -lt $(( LADDER_S + 30 + 5 * c )) ] && { echo "ladder: out of budget at c$c $n"; return 0; }
-      replay "$n" "$c" "$LADDER_S" 42 "$RES/runs/${PROFILE[$n]}/c$c/r1"
+  local c n seed r
+  for seed in $LADDER_SEEDS; do
+    r=$(( seed - 41 ))
+    for c in $LADDER; do
+      # shellcheck disable=SC2086
+      for n in $(order "$c" $LADDER_PROFILES); do
+        [ -f "$RES/runs/${PROFILE[$n]}/c$c/r$r/run.json" ] && continue
+        [ "$(left)" -lt $(( LADDER_S + 30 + 5 * c )) ] && { echo "ladder: out of budget at c$c r$r $n"; return 0; }
+        replay "$n" "$c" "$LADDER_S" "$seed" "$RES/runs/${PROFILE[$n]}/c$c/r$r"
+      done
     done
   done
 }

@@ -19,6 +19,18 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _margin(text: str) -> float:
+    """A relative margin: ``2%`` or ``0.02``, below 100%."""
+    t = text.strip()
+    try:
+        share = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (2% or 0.02)") from None
+    if not 0 <= share < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a margin is from 0% up to below 100%")
+    return share
+
+
 def _price(text: str) -> float:
     try:
         v = float(text)
@@ -90,6 +102,14 @@ def register(sub: Any) -> None:
         "--resamples", type=_positive_int, default=1000, help="bootstrap resamples (default 1000)"
     )
     c.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    c.add_argument(
+        "--margin",
+        type=_margin,
+        default=0.0,
+        metavar="PCT",
+        help="the smallest change that matters (2%% or 0.02): a change whose interval "
+        "lies wholly inside +-PCT reads as equivalent, not as a finding (default: none)",
+    )
     c.add_argument(
         "--html",
         metavar="FILE",
@@ -163,10 +183,14 @@ def run_compare(args: argparse.Namespace) -> int:
     if any("," in r for r in args.results):
         from agent_replay.analysis.compare import compare_arms
 
-        result = compare_arms(arms, names, force=args.force)
+        result = compare_arms(arms, names, force=args.force, margin=args.margin)
     else:
         result = compare_dirs(
-            args.results, resamples=args.resamples, seed=args.seed, force=args.force
+            args.results,
+            resamples=args.resamples,
+            seed=args.seed,
+            force=args.force,
+            margin=args.margin,
         )
     if args.html:
         from agent_replay.analysis.html import compare_html, write_html

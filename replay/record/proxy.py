@@ -34,6 +34,7 @@ from multidict import CIMultiDict
 from agent_replay.engines.dialects import dialect
 from agent_replay.redact import header_secrets, redact_url, scrub
 from agent_replay.replay.client import fail_payload_on_close
+from agent_replay.replay.record.arrivals import arrival_of
 from agent_replay.replay.record.bigbody import BIG_BODY_BYTES, BigBodies, BodyDigest, pieces
 from agent_replay.replay.record.bodytap import BodyTap
 from agent_replay.replay.record.downstream import ClientBody, ClientGone
@@ -74,7 +75,8 @@ class ProxyHandler:
 
     ``on_headers(ex)`` runs when the upstream answered (or failed before answering);
     ``on_done(ex)`` when the exchange is over, whatever happened; ``on_arrival(t)`` when an API
-    request arrives, in arrival order (before its body is read). None may block.
+    request arrives, in arrival order (before its body is read; ``t``: when its headers
+    were read off the connection, ``arrivals``). None may block.
 
     An API request body is read in the pieces it arrives in, at most ``max_body`` bytes
     (else 413); one over ``BIG_BODY_BYTES`` is parsed by ``big`` (off the event loop) and
@@ -129,6 +131,8 @@ class ProxyHandler:
         """Response body reads forwarded from the upstream connection's ``data_received``
         (``BodyTap``); the others went through ``readany``."""
         self.in_flight = 0
+        self.last_arrival = 0
+        """The latest API request's arrival (``clock``)."""
         self.draining = False
         """Set by the recorder's stop: new requests are refused (503), open ones end."""
 
@@ -136,7 +140,8 @@ class ProxyHandler:
         return self.upstream + (upstream_path(request.raw_path) or "/")
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        arrival = self.clock()
+        stamped = arrival_of(request)  # when its headers were read off the connection
+        arrival = stamped if stamped is not None else self.clock()
         if self.draining:  # a kept-alive connection after the stop: not taken
             return web.Response(
                 status=503,
@@ -152,7 +157,10 @@ class ProxyHandler:
             api = api_for(request.method, request.path)
             if api is None:
                 return await self._pass_through(request)
-            if self.on_arrival is not None:  # before any await: API requests in arrival order
+            # API requests in arrival order: a pipelined one, read with the request before
+            # it but handled after requests read later, takes the latest arrival taken
+            arrival = self.last_arrival = max(arrival, self.last_arrival)
+            if self.on_arrival is not None:  # before any await
                 self.on_arrival(arrival)
             try:
                 parts = await _read_parts(request, self.max_body)

@@ -51,6 +51,7 @@ from agent_replay.redact import (
 )
 from agent_replay.replay.record import gemini
 from agent_replay.replay.record.agents import MAIN, AgentTracker, Handoffs
+from agent_replay.replay.record.arrivals import StampingRunner
 from agent_replay.replay.record.bigbody import BigBodies, BodyDigest, DigestSpec
 from agent_replay.replay.record.content import PromptHasher, conversation, load_tokenizer
 from agent_replay.replay.record.encodings import MAX_DECODED, MAX_RATIO, DecodeLimits
@@ -276,8 +277,9 @@ class Recorder:
         # top of it (60 s by default) would make the stop unbounded in practice.
         # auto_decompress=False: a request body reaches the upstream as the client sent it
         # (replay.record.encodings decodes a copy for the recorder).
-        self._runner = web.AppRunner(
+        self._runner = StampingRunner(
             app,
+            clock=self.clock,
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=0.5,

@@ -333,3 +333,50 @@ def test_run_names_are_data_in_every_compare_output(tmp_path: Path) -> None:
     assert "\\x1b]0;pwn" in text  # the escape shown, not obeyed
     md = to_markdown(c)
     assert "\x1b" not in md and "\x07" not in md and "b[bold]" in md
+
+
+def test_a_margin_turns_an_interval_inside_it_into_equivalence() -> None:
+    from agent_replay.analysis.compare import Delta
+    from agent_replay.analysis.replicates import Interval, verdict
+
+    # a real but small change: +0.6%, 95% CI +0.4% to +0.8%, p = 0.001
+    small = Interval(0.006, 0.004, 0.008, 3, "paired t", p=0.001)
+    assert verdict("P90 TPS", small).endswith(": better")
+    assert verdict("P90 TPS", small, margin=0.02).endswith(
+        ": a real difference of +0.6%, smaller than the +-2% margin"
+    )
+    # an interval across 0 is equivalent only where it lies wholly inside the margin
+    wide = Interval(0.001, -0.01, 0.012, 3, "paired t", p=0.5)
+    assert verdict("P90 TPS", wide, margin=0.02).endswith(": equivalent within the +-2% margin")
+    assert verdict("P90 TPS", wide, margin=0.01).endswith(
+        ": inconclusive, the run-to-run spread covers the difference"
+    )
+    d = Delta("p90_tps", "P90 TPS", 100.0, 100.6, 0.006, 0.004, 0.008, True, p=0.001)
+    assert d.significant and d.finding() and not d.finding(0.02)
+    assert d.verdict("b").startswith("b is 1% faster at P90 TPS")
+    assert d.verdict("b", 0.02) == (
+        "P90 TPS: b +0.6% (95% CI +0.4% to +0.8%): a real difference of +0.6%, smaller "
+        "than the +-2% margin"
+    )
+    assert d.finding(0.008)  # a bound on the margin is not inside it
+    assert not d.finding(0.0081)
+
+
+def test_compare_margin_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_results(tmp_path / "a", synthetic_batches(3000, 1))
+    b = write_results(tmp_path / "b", synthetic_batches(3000, 2, tpot_scale=1 / 1.26))
+    # one run against itself, unpaired: P90 TPS +0.0%, 95% CI -2.2% to +2.0%
+    assert main(["compare", str(a), str(a), "--margin", "2%", "--format", "md"]) == 0
+    assert "+0.0%, 95% CI -2.2% to +2.0%: the interval includes 0" in capsys.readouterr().out
+    assert main(["compare", str(a), str(a), "--margin", "5%", "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "+0.0% (95% CI -2.2% to +2.0%): equivalent within the +-5% margin" in out
+    assert "inconclusive" not in out
+    assert main(["compare", str(a), str(b), "--margin", "0.02", "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert '"margin": 0.02' in out and '"finding": true' in out
+    with pytest.raises(SystemExit) as exit_:
+        main(["compare", str(a), str(b), "--margin", "150%"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "a margin is from 0% up to below 100%" in err and "Traceback" not in err

@@ -12,12 +12,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
-from agent_replay.replay.record.otlp_receiver import OtlpReceiver
+from agent_replay.replay.record.otlp_receiver import EXPORTS_FILE, OtlpReceiver
 from agent_replay.traces.io import read_trace
+from agent_replay.traces.otlp import attributes, log_records
+from agent_replay.traces.otlp import spans as export_spans
 from agent_replay.traces.stats import implied_cached_tokens
 from tests.realclient.test_real_clients import (
     AGENT,
@@ -173,16 +176,17 @@ def _streams(rows: list[dict], *, subagents: bool = False) -> list[list[int]]:
     return list(by.values())
 
 
-async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spans", [False, True], ids=["events", "spans"])
+async def test_claude_code_subagents_telemetry(tmp_path: Path, spans: bool) -> None:
     """The engine answers with the Agent tool where it is offered: nested subagents, which
     Claude Code's events (agent.name, the Agent call's tool_decision and tool_result) must
-    give the same tree as the recorder's headers. Claude Code 2.1.197: the version whose
-    subagent events the import maps (the current release runs subagents in the background,
-    whose events are not mapped yet)."""
+    give the same tree as the recorder's headers. Claude Code 2.1.197: nested subagents,
+    each waited for by its caller. Its spans name no query_source: the session title is a
+    side request by its api_request event."""
     claude = program("claude-2.1.197")
 
     def argv_env(url: str, model: str, home: Path, otlp: str) -> tuple[list[str], dict[str, str]]:
-        argv, env = claude_env(claude, url, model, home, otlp)
+        argv, env = claude_env(claude, url, model, home, otlp, spans=spans)
         return [*argv, "Agent"], env
 
     recorded, received = await _both(tmp_path, [AGENT, LS], argv_env)
@@ -194,8 +198,11 @@ async def test_claude_code_subagents_telemetry(tmp_path: Path) -> None:
     # else the session title request and the first turn overlapped in one trace (a race;
     # the events' end times are the client's, later than the server's): the main agent's
     # lanes differ, and the recorder spawns the first subagent off the title request
+    if spans:  # the spans' own times: who waits for whom as the recorder saw it, the
+        # session title waited for by none
+        assert [t[::2] for t in _tree(received)] == [t[::2] for t in _tree(recorded)]
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
-    _report("claude code subagents", tmp_path, recorded, received)
+    _report(f"claude code subagents {'spans' if spans else 'events'}", tmp_path, recorded, received)
     # the received trace replays: same token counts, tree and think times
     await replay_matches(tmp_path / "received", received, tmp_path / "results")
 
@@ -256,5 +263,20 @@ async def test_codex_telemetry(tmp_path: Path) -> None:
     recorded, received = await _both(tmp_path, [CODEX_LS, LS], argv_env)
     assert _totals(received) == _totals(recorded), (recorded, received)
     assert {r["api"] for r in received} == {"responses"}
+    # the send time is the start of the span each api_request record names: no span of
+    # Codex's opens inside it (docs/recording.md, "Send times")
+    exported = [
+        orjson.loads(x) for x in (tmp_path / "received" / EXPORTS_FILE).read_bytes().splitlines()
+    ]
+    all_spans = [sp for e in exported for _, sp in export_spans(e)]
+    named = {
+        rec.get("spanId")
+        for e in exported
+        for _, rec in log_records(e)
+        if attributes(rec.get("attributes")).get("event.name") == "codex.api_request"
+    }
+    assert len(named) == len(recorded)
+    assert named <= {sp["spanId"] for sp in all_spans}
+    assert not [sp["name"] for sp in all_spans if sp.get("parentSpanId") in named]
     assert abs(_reuse_points(tmp_path / "received", recorded)) <= 1
     _report("codex", tmp_path, recorded, received)

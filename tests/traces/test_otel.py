@@ -750,6 +750,47 @@ def test_claude_code_session_title_is_a_side_request(tmp_path: Path) -> None:
     assert [x["depends_on"] for x in r] == [[], [], [1], [2]]
 
 
+def test_claude_code_title_span_is_a_side_request_by_its_event(tmp_path: Path) -> None:
+    # Claude Code 2.1.1xx's spans carry no query_source: the session is read from its
+    # spans, and the span whose api_request event says generate_session_title (same
+    # counts, ended within a second) is the side request; a look-alike in another
+    # session and one of other counts are not
+    def ev(t: float, n_in: int, source: str, session: str = "s-7") -> dict[str, Any]:
+        return claude_event(
+            t,
+            session__id=session,
+            input_tokens=n_in,
+            output_tokens=20,
+            cache_read_tokens=0,
+            cache_creation_tokens=0,
+            duration_ms=300,
+            query_source=source,
+        )
+
+    p = lines(
+        tmp_path / "cc.jsonl",
+        export(
+            _cc_span("c300000000000001", 0.0, 0.4, 419, attempt=0.004),
+            _cc_span("c300000000000002", 0.05, 1.0, 20000, attempt=0.06),
+            _cc_span("c300000000000003", 2.0, 3.0, 20100, attempt=2.001),
+            _cc_span("c300000000000004", 4.0, 5.0, 20200, attempt=4.001),
+        ),
+        logs(
+            ev(0.4003, 419, "generate_session_title"),
+            ev(1.0004, 20000, "sdk"),
+            ev(3.0, 20100, "sdk"),
+            ev(5.0, 20200, "sdk"),
+            ev(5.0, 20200, "generate_session_title", session="s-other"),
+            ev(3.0, 777, "generate_session_title"),
+        ),
+    )
+    r = [x for x in rows(import_paths([p])) if x["session_id"] == "s-7"]
+    assert [x["input_tokens"] for x in r] == [419, 20000, 20100, 20200]
+    # the turns wait for the turn before, never for the title
+    assert [x["depends_on"] for x in r] == [[], [], [1], [2]]
+    assert [x["agent_id"] for x in r] == ["main", "main/2", "main/2", "main/2"]
+
+
 def test_claude_code_events_from_a_whole_prompt_server(tmp_path: Path) -> None:
     # vLLM (and the simulated engine) count the whole prompt in input_tokens on the
     # Messages API too: the cache reads never exceed it nor the previous prompt

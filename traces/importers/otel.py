@@ -39,7 +39,9 @@ end = ``event.timestamp``, arrival = end - ``duration_ms``, both in whole millis
 session = ``session.id``); Codex's ``codex.sse_event`` of kind ``response.completed``
 (``input_token_count`` including ``cached_token_count``; arrival = the conversation's latest
 ``codex.api_request`` minus its ``duration_ms``, session = ``conversation.id``). A Claude
-Code session that also sent its spans is read from the spans alone. Codex's events name no
+Code session that also sent its spans is read from the spans alone, except that a span its
+event calls a side request (``query_source``, which 2.1.1xx's spans lack) is one. Codex's
+events name no
 agent: one stream per session; Claude Code's subagents from the order of its events
 (``otel_tree.claude_streams``).
 
@@ -114,6 +116,9 @@ AGENT_CALL_EVENTS = {
     "claude_code.tool_result",
 }
 RESULT_EVENTS = {"tool_result", "claude_code.tool_result"}
+SIDE_MATCH_NS = 1_000_000_000
+"""A Claude Code span and its ``api_request`` event end this close (the event's time is
+whole milliseconds, logged after the span ends)."""
 
 __all__ = [
     "BLOCK_SIZE",
@@ -440,6 +445,7 @@ class Collector:
         st = _Streams()
         items = self._span_items(st, prompts)
         claude_span_sessions = {r.session for r, _ in items if "cache_parts" in r.extra}
+        self._sides_from_events([r for r, _ in items], claude_span_sessions)
         items += self._event_items(st, claude_span_sessions)
         uncached = uncached_sessions(
             [
@@ -455,6 +461,28 @@ class Collector:
                 r.input_tokens += int(parts[0]) + int(parts[1])
         items.sort(key=_item_order)
         return assemble(items, st.agent_ids, st.outer_of, st.end_of), prompts
+
+    def _sides_from_events(self, reqs: list[Request], sessions: set[str]) -> None:
+        """Claude Code spans whose ``api_request`` event calls them side requests (its
+        ``query_source``; 2.1.1xx's spans carry none): the span of the event's session with
+        the same token counts that ended nearest the event, within ``SIDE_MATCH_NS``."""
+        by_counts: dict[tuple[object, ...], list[Request]] = {}
+        for r in reqs:
+            if "cache_parts" in r.extra and not r.extra.get("side"):
+                by_counts.setdefault(_counts_key(r), []).append(r)
+        for e in self.events:
+            if e.session not in sessions or not e.extra.get("side"):
+                continue
+            end = e.arrival_abs_ns + (e.end_ns or 0)
+            near = min(
+                by_counts.get(_counts_key(e), ()),
+                key=lambda r: abs(r.arrival_abs_ns + (r.end_ns or 0) - end),
+                default=None,
+            )
+            if near is not None and abs(near.arrival_abs_ns + (near.end_ns or 0) - end) <= (
+                SIDE_MATCH_NS
+            ):
+                near.extra["side"] = True
 
     def _place(self, s: Span) -> tuple[str, int | None, int | None]:
         """A request span's session, its agent span (None: the main agent) and that
@@ -577,6 +605,10 @@ class Collector:
             r.arrival_abs_ns, r.end_ns = start, end - start
             self.n_endpoint_sent += 1
         return r
+
+
+def _counts_key(r: Request) -> tuple[object, ...]:
+    return r.session, r.input_tokens, r.output_tokens, r.cached_tokens, r.extra.get("cache_parts")
 
 
 def _item_order(it: tuple[Request, object]) -> tuple[int, str]:
