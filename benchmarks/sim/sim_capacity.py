@@ -216,17 +216,20 @@ def _fig(figs: dict[str, Any], key: str) -> str:
 
 
 def gpu_runs_text(data: dict[str, Any]) -> str:
-    """The GPU ladder's lanes and how many runs each point has (the first deployment's)."""
-    d = data["deployments"][0]
-    lanes = ", ".join(sorted(d["gpu"], key=int))
-    more = d.get("gpu_repeats") or {}
-    if not more:
+    """The GPU ladder's lanes and which points have several runs."""
+    lanes = ", ".join(sorted(data["deployments"][0]["gpu"], key=int))
+    parts = []
+    for d in data["deployments"]:
+        more = d.get("gpu_repeats") or {}
+        by_count: dict[int, list[str]] = {}
+        for lane, runs in sorted(more.items(), key=lambda kv: int(kv[0])):
+            by_count.setdefault(len(runs) + 1, []).append(lane)
+        parts += [f"{d['name']} {', '.join(ls)}: {n} runs" for n, ls in sorted(by_count.items())]
+    if not parts:
         return f"lanes {lanes}; one run each"
-    counts = sorted({len(v) + 1 for v in more.values()})
-    at = " and ".join(sorted(more, key=int))
     return (
-        f"lanes {lanes}; at {at} the geometric mean of {'/'.join(map(str, counts))} runs "
-        "with its t interval, else one run"
+        f"lanes {lanes}; one run each, but {'; '.join(parts)}: their geometric mean with its "
+        "t interval"
     )
 
 

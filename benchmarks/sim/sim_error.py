@@ -99,8 +99,8 @@ def _h200(profile: str, server: str) -> Experiment:
 def _solo(profile: str, server: str) -> Experiment:
     """The H100 solo ladder (each deployment alone on the GPU, 40 GiB of KV, one run per
     point, seed 42): fitted on 1, 2 and 8 lanes, predicting 4 and 6, each also in the
-    repeats' runs (``REPEATS``: seeds 43 and 44) where they are committed. Without those,
-    a held-out point's spread is the one of the co-resident run's three repeats at 1 lane.
+    repeats' runs (``REPEATS``: seeds 43 and 44) where they are committed. A held-out point
+    with one run takes the spread of the co-resident run's three repeats at 1 lane.
     The servers ran vLLM's FLASH_ATTN_MLA backend (``logs/*.server.log``), which sends a
     chunk of up to 512 new tokens down its decode path."""
     more = REPEATS / "results/runs"
@@ -115,9 +115,9 @@ def _solo(profile: str, server: str) -> Experiment:
         held_out=("c4", "c6"),
         runs=SOLO / "results/runs",
         repeats=("r1",),
-        spread_runs=()
-        if repeated
-        else tuple(spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()),
+        spread_runs=tuple(
+            spread / r for r in ("r1", "r2", "r3") if (spread / r / "requests").is_dir()
+        ),
         prefill_ctx_full_chunk=512,
         more_runs=more if repeated else None,
         front_end="h100-solo",
