@@ -551,7 +551,10 @@ async def _quiet(settle_s: float) -> None:
             return
 
 
-def codex_exec(exe: str, prompt: str) -> Run:
+def codex_exec(exe: str, prompt: str, *more: str) -> Run:
+    """``codex exec`` on ``prompt``, then ``codex exec resume --last`` on each of ``more``
+    (a session continued by later runs of the program)."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         (home / "config.toml").write_text(
             f'model = "{model}"\nmodel_provider = "sim"\n\n'
@@ -560,22 +563,17 @@ def codex_exec(exe: str, prompt: str) -> Run:
         )
         env = base_env(home)
         env.update(CODEX_HOME=str(home), SIM_API_KEY=KEY)
-        await run_program(
-            [
-                exe,
-                "exec",
-                "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-                prompt,
-            ],
-            env,
-            work,
-        )
+        flags = ["--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+        await run_program([exe, "exec", *flags, prompt], env, work)
+        for text in more:
+            await run_program([exe, "exec", "resume", "--last", *flags, text], env, work)
 
     return run
 
 
-def opencode_run(exe: str) -> Run:
+def opencode_run(exe: str, *more: str) -> Run:
+    """``opencode run``, then ``opencode run --continue`` on each of ``more``."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         conf = home / ".config" / "opencode"
         conf.mkdir(parents=True, exist_ok=True)
@@ -599,11 +597,13 @@ def opencode_run(exe: str) -> Run:
             ).decode()
         )
         await run_program([exe, "run", "List the files here."], base_env(home), work)
+        for text in more:
+            await run_program([exe, "run", "--continue", text], base_env(home), work)
 
     return run
 
 
-def mini_run(exe: str) -> Run:
+def mini_run(exe: str, task: str = "List the files here.", steps: int = 3) -> Run:
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
         env.update(
@@ -619,14 +619,14 @@ def mini_run(exe: str) -> Run:
                 "-m",
                 f"openai/{model}",
                 "-t",
-                "List the files here.",
+                task,
                 "-y",
                 "-c",
                 "mini.yaml",
                 "-c",
                 f"model.model_kwargs.api_base={url}/v1",
                 "-c",
-                "agent.step_limit=3",
+                f"agent.step_limit={steps}",
                 "-c",
                 "agent.cost_limit=0",
                 "-o",
@@ -639,32 +639,61 @@ def mini_run(exe: str) -> Run:
     return run
 
 
+def qwen_env(url: str, model: str, home: Path) -> dict[str, str]:
+    """qwen-code on a fresh HOME: the OpenAI variables, the openai auth type and a
+    max_tokens that fits the engine's context (it asks for 32000 otherwise); node >= 22
+    first on PATH."""
+    conf = home / ".qwen"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "settings.json").write_text(
+        orjson.dumps(
+            {
+                "security": {"auth": {"selectedType": "openai"}},
+                "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
+            }
+        ).decode()
+    )
+    env = base_env(home)
+    node22 = BIN.parent / "node22" / "bin"
+    if node22.is_dir():
+        env["PATH"] = f"{node22}:{env.get('PATH', '')}"
+    env.update(
+        OPENAI_BASE_URL=f"{url}/v1",
+        OPENAI_API_KEY=KEY,
+        OPENAI_MODEL=model,
+        QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
+    )
+    return env
+
+
 def qwen_run(exe: str) -> Run:
-    """qwen-code -p: the OpenAI variables, the openai auth type and a max_tokens that fits
-    the engine's context (it asks for 32000 otherwise); node >= 22 first on PATH."""
+    """qwen-code -p."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        conf = home / ".qwen"
-        conf.mkdir(parents=True, exist_ok=True)
-        (conf / "settings.json").write_text(
-            orjson.dumps(
-                {
-                    "security": {"auth": {"selectedType": "openai"}},
-                    "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
-                }
-            ).decode()
+        await run_program(
+            [exe, "-p", "List the files here.", "--yolo"], qwen_env(url, model, home), work
         )
-        env = base_env(home)
-        node22 = BIN.parent / "node22" / "bin"
-        if node22.is_dir():
-            env["PATH"] = f"{node22}:{env.get('PATH', '')}"
-        env.update(
-            OPENAI_BASE_URL=f"{url}/v1",
-            OPENAI_API_KEY=KEY,
-            OPENAI_MODEL=model,
-            QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
+
+    return run
+
+
+def qwen_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
+    """Interactive qwen-code in tmux: each prompt typed once the previous turn has gone
+    quiet for ``settle_s``."""
+
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = qwen_env(url, model, home)
+        env["TERM"] = "xterm-256color"
+        script = home / "qwen.sh"
+        script.write_text(
+            "#!/bin/sh\nexec env -i "
+            + " ".join(f"{k}='{v}'" for k, v in env.items())
+            + f" {exe} --yolo\n"
         )
-        await run_program([exe, "-p", "List the files here.", "--yolo"], env, work)
+        script.chmod(0o755)
+        await _in_tmux(
+            script, work, prompts, "/quit", settle_s, enter_apart=True, ready="Type your message"
+        )
 
     return run
 
@@ -720,17 +749,37 @@ def gemini_run(exe: str, prompt: str) -> Run:
     return run
 
 
-def aider_run(exe: str, prompts: Sequence[str]) -> Run:
+def aider_run(
+    exe: str, prompts: Sequence[str], files: Sequence[str] = (), git: bool = False
+) -> Run:
     """aider, one run answering ``prompts`` read from standard input one after the other
-    (plain input, no git repository), on the OpenAI variables."""
+    (plain input), on the OpenAI variables. ``files``: files of this repository copied
+    into the work folder and added to the chat (their text is in every prompt, as in a
+    real session); ``git``: the folder is a git repository with them committed (aider
+    then sends its map of the repository too)."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
         env.update(
             OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True"
         )
+        names = []
+        for f in files:
+            dst = work / Path(f).name
+            shutil.copyfile(ROOT / f, dst)
+            names.append(dst.name)
+        flags = list(AIDER_FLAGS)
+        if git:
+            flags.remove("--no-git")
+            for argv in (
+                ["git", "init", "-q"],
+                ["git", "add", "."],
+                ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "start"],
+            ):
+                subprocess.run(argv, cwd=work, check=True, env=env)
+            flags.append("--no-auto-commits")
         await run_program(
-            [exe, *AIDER_FLAGS, "--model", f"openai/{model}"],
+            [exe, *flags, "--model", f"openai/{model}", *names],
             env,
             work,
             stdin="".join(f"{p}\n" for p in prompts),
@@ -738,6 +787,10 @@ def aider_run(exe: str, prompts: Sequence[str]) -> Run:
 
     return run
 
+
+AIDER_FILES = ("replay/record/sessions.py", "replay/record/spawns.py")
+"""Real source files for aider's chat: prompts of the length real aider sessions send."""
+WEATHER = 'get_weather={"city": "Paris"}'
 
 AIDER_FLAGS = (
     "--no-git",
@@ -756,21 +809,43 @@ import asyncio, sys
 import agents
 from openai import AsyncOpenAI
 agents.set_tracing_disabled(True)
+
+@agents.function_tool
+def get_weather(city: str) -> str:
+    \"\"\"The weather in a city.\"\"\"
+    return f"Sunny in {city}."
+
 async def main():
     client = AsyncOpenAI(base_url=sys.argv[1] + "/v1", api_key=sys.argv[3], max_retries=0)
     model = agents.OpenAIChatCompletionsModel(model=sys.argv[2], openai_client=client)
-    maths = agents.Agent(name="Math agent", instructions="You answer maths.", model=model)
-    triage = agents.Agent(name="Triage", instructions="You route questions.",
-                          handoffs=[maths], model=model)
-    await agents.Runner.run(triage, "What is 2+2?")
+    kind = sys.argv[4]
+    if kind == "handoff":
+        maths = agents.Agent(name="Math agent", instructions="You answer maths.", model=model)
+        triage = agents.Agent(name="Triage", instructions="You route questions.",
+                              handoffs=[maths], model=model)
+        await agents.Runner.run(triage, "What is 2+2?")
+    else:
+        agent = agents.Agent(name="Weather", instructions="You tell the weather.",
+                             tools=[get_weather], model=model)
+        result = await agents.Runner.run(agent, "Weather in Paris?")
+        if kind == "chat":  # a second user turn on the conversation so far
+            await agents.Runner.run(
+                agent, result.to_input_list() + [{"role": "user", "content": "And Rome?"}]
+            )
     await client.close()
 asyncio.run(main())
 """
 
 
-def agents_sdk_run() -> Run:
+def agents_sdk_run(kind: str = "handoff") -> Run:
+    """The OpenAI Agents SDK: ``handoff`` (triage hands off to a maths agent), ``tool``
+    (one function tool called, then the answer) or ``chat`` (``tool``, then a second
+    user turn on the conversation so far)."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        await run_program([sys.executable, "-c", AGENTS_SDK, url, model, KEY], base_env(home), work)
+        await run_program(
+            [sys.executable, "-c", AGENTS_SDK, url, model, KEY, kind], base_env(home), work
+        )
 
     return run
 
@@ -804,6 +879,11 @@ def clients() -> dict[str, Client]:
         "codex": Client(
             program("codex"), [codex_ls], lambda e: codex_exec(e, "List the files here.")
         ),
+        "codex-resume": Client(
+            program("codex"),
+            [codex_ls],
+            lambda e: codex_exec(e, "List the files here.", "List them again."),
+        ),
         "codex-agent": Client(
             program("codex"),
             ['spawn_agent={"message": "List the files."}', codex_ls],
@@ -813,6 +893,11 @@ def clients() -> dict[str, Client]:
             program("opencode"),
             ['bash={"command": "ls", "description": "List"}'],
             lambda e: opencode_run(e),
+        ),
+        "opencode-continue": Client(
+            program("opencode"),
+            ['bash={"command": "ls", "description": "List"}'],
+            lambda e: opencode_run(e, "List them again."),
         ),
         "opencode-agent": Client(
             program("opencode"),
@@ -826,6 +911,11 @@ def clients() -> dict[str, Client]:
         "qwen": Client(
             program("qwen"), ['run_shell_command={"command": "ls"}'], lambda e: qwen_run(e)
         ),
+        "qwen-interactive": Client(
+            program("qwen"),
+            ['run_shell_command={"command": "ls"}'],
+            lambda e: qwen_interactive(e, ["List the files here.", "List them again."]),
+        ),
         "qwen-agent": Client(
             program("qwen"),
             [
@@ -836,6 +926,16 @@ def clients() -> dict[str, Client]:
             lambda e: qwen_run(e),
         ),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
+        "mini-5": Client(
+            program("mini"),
+            ['bash={"command": "cat hello.txt"}'],
+            lambda e: mini_run(e, "Show what hello.txt says.", 5),
+        ),
+        "mini-4": Client(
+            program("mini"),
+            ['bash={"command": "wc -l hello.txt"}'],
+            lambda e: mini_run(e, "Count the lines of hello.txt.", 4),
+        ),
         "gemini": Client(
             program("gemini"), [GEMINI_LS], lambda e: gemini_run(e, "List the files here.")
         ),
@@ -854,9 +954,30 @@ def clients() -> dict[str, Client]:
             [],
             lambda e: aider_run(e, ["Say hello.", "Now say goodbye.", "Once more."]),
         ),
+        "aider-files": Client(
+            program("aider"),
+            [],
+            lambda e: aider_run(
+                e,
+                ["What does sessions.py do?", "And spawns.py?", "How do they fit together?"],
+                AIDER_FILES,
+            ),
+        ),
+        "aider-git": Client(
+            program("aider"),
+            [],
+            lambda e: aider_run(
+                e,
+                ["Explain spawns.py.", "Which function is the entry point?"],
+                AIDER_FILES[1:],
+                True,
+            ),
+        ),
         "agents-sdk": Client(
             sys.executable, ["transfer_to_math_agent={}"], lambda e: agents_sdk_run()
         ),
+        "agents-sdk-tool": Client(sys.executable, [WEATHER], lambda e: agents_sdk_run("tool")),
+        "agents-sdk-chat": Client(sys.executable, [WEATHER], lambda e: agents_sdk_run("chat")),
     }
 
 
