@@ -115,38 +115,97 @@ def label_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]
 
 
 def measured_ancestors(
-    base: Mapping[str, int], delayed: Mapping[str, Sequence[Mapping[str, int]]], delay_ns: int
+    base: Mapping[str, int],
+    delayed: Mapping[str, Sequence[Mapping[str, int]]],
+    delay_ns: int,
+    answered: Mapping[str, Sequence[int | None]] | None = None,
 ) -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     """``base``: label -> arrival in the baseline; ``delayed``: X -> the runs that held X
-    back (label -> arrival). Y waited for X iff, in every such run that sent Y, Y arrived
-    at least ``delay_ns / 2`` later both on the run's clock (``run_shift`` aside) and
-    counted from X's own arrival: a client slowed by the host moves in one run, a
-    dependency in all; and never when Y arrived before X in the baseline (it did not wait
-    for X there). Also the pairs (Y, X) with no verdict: X was
-    not sent again, or no run that held X back sent Y (the client ended first)."""
+    back (label -> arrival); ``answered``: X -> when X's answer began in each of those
+    runs (None: not known). Y waited for X iff every run that can tell (``run_verdicts``)
+    says so, and one can. Also the pairs (Y, X) with no verdict: X was not sent again, no
+    run that held X back sent Y (the client ended first), or none could tell."""
     out: dict[str, set[str]] = {y: set() for y in base}
     unknown = {(y, x) for x in base for y in base if x != y and not delayed.get(x)}
     for x, runs in delayed.items():
         if not runs:
             continue
-        moved: dict[str, bool] = {}
-        for run in runs:
-            shift = run_shift(base, run, x)
-            for y, t in run.items():
-                if y != x and y in base:
-                    # later on the run's clock, and later after X's own arrival: a client
-                    # slowed by the host between its requests fools one, seldom both; one
-                    # sent before X in the baseline cannot have waited for X's answer
-                    late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
-                    moved[y] = moved.get(y, True) and late >= delay_ns // 2 and base[y] > base[x]
+        said: dict[str, list[bool | None]] = {}
+        for i, run in enumerate(runs):
+            ans = answered.get(x) if answered else None
+            verdicts = run_verdicts(base, run, x, delay_ns, ans[i] if ans else None)
+            for y, v in verdicts.items():
+                said.setdefault(y, []).append(v)
         for y in base:
             if y == x:
                 continue
-            if y not in moved:
+            told = [v for v in said.get(y, ()) if v is not None]
+            if not told:
                 unknown.add((y, x))
-            elif moved[y]:
+            elif all(told):
                 out[y].add(x)
     return out, unknown
+
+
+def run_verdicts(
+    base: Mapping[str, int],
+    run: Mapping[str, int],
+    x: str,
+    delay_ns: int,
+    answered: int | None = None,
+) -> dict[str, bool | None]:
+    """What one run that held X back says of each request Y it sent: True (Y waited for
+    X), False (it did not) or None (the run cannot tell).
+
+    Y waited when it arrived at least ``delay_ns / 2`` later both on the run's clock
+    (``run_shift`` aside) and counted from X's own arrival: a client slowed by the host
+    between its requests fools one, seldom both. Y sent before X in the baseline did not
+    wait for X's answer. Nor did Y sent before X's answer began in this run
+    (``answered``, on the run's clock). Y that did not move but was sent after X's
+    answer began may have waited for X off the critical path (something else held it
+    longer than X was held): the run cannot tell (None); a run holding X longer
+    (``longer_holds``) can. Without ``answered`` such a Y counts as not waiting."""
+    shift = run_shift(base, run, x)
+    out: dict[str, bool | None] = {}
+    for y, t in run.items():
+        if y == x or y not in base:
+            continue
+        late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
+        if base[y] <= base[x]:
+            out[y] = False
+        elif late >= delay_ns // 2:
+            out[y] = True
+        elif answered is not None and t >= answered:
+            out[y] = None
+        else:
+            out[y] = False
+    return out
+
+
+def longer_holds(
+    base: Mapping[str, int],
+    delayed: Mapping[str, Sequence[Mapping[str, int]]],
+    answered: Mapping[str, Sequence[int | None]],
+    delay_ns: int,
+) -> dict[str, int]:
+    """X -> how long to hold X back in a run that tells what the runs so far could not:
+    for each Y no run could tell about (sent ``gap`` after X's answer began, not moved),
+    a hold of 2 * ``delay_ns`` + the largest such gap. Then a Y that waited for X comes
+    at least ``delay_ns`` later than it did, and one that did not comes before X's answer
+    begins."""
+    out: dict[str, int] = {}
+    for x, runs in delayed.items():
+        gaps = []
+        said: dict[str, list[bool | None]] = {}
+        for i, run in enumerate(runs):
+            ans = answered.get(x, [None] * len(runs))[i]
+            for y, v in run_verdicts(base, run, x, delay_ns, ans).items():
+                said.setdefault(y, []).append(v)
+                if v is None and ans is not None:
+                    gaps.append(run[y] - ans)
+        if gaps and any(all(v is None for v in vs) for vs in said.values()):
+            out[x] = 2 * delay_ns + max(gaps)
+    return out
 
 
 def run_shift(base: Mapping[str, int], run: Mapping[str, int], x: str) -> int:
@@ -1035,30 +1094,75 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
 
 
 async def oracle(
-    name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
+    name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1, max_hold_s=120.0
 ) -> tuple[Verdict, Recorded, list[str]]:
     first = await record_once(client, folder, None, 0)
+    shutil.rmtree(folder / "base-trace", ignore_errors=True)
+    shutil.copytree(folder / "trace", folder / "base-trace")  # to judge again (``--judge``)
     base = first.rows
     notes = []
     failed = [lab for lab, r in base.items() if r["error"] is not None]
     if failed:
         notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
-    delayed = await held_runs(client, folder, base, delay_s, repeats, notes)
+    arrivals = {lab: r["arrival_ns"] for lab, r in base.items()}
+    order = sorted(base, key=lambda lab: base[lab]["arrival_ns"])
+    delayed: dict[str, list[dict[str, int]]] = {}
+    answered: dict[str, list[int | None]] = {}
+    holds: dict[str, list[int]] = {}
+    await held_runs(
+        client, folder, base, {x: delay_s for x in order}, repeats, notes, delayed, answered, holds
+    )
+    longer = longer_holds(arrivals, delayed, answered, int(delay_s * 1e9))
+    wanted = {x: ns / 1e9 for x, ns in longer.items() if ns / 1e9 <= max_hold_s}
+    for x in sorted(set(longer) - set(wanted)):
+        notes.append(f"{x}: a hold of {longer[x] / 1e9:.0f} s would tell more (over --max-hold)")
+    if wanted:
+        notes.append("held longer: " + ", ".join(f"{x} {s:.1f} s" for x, s in wanted.items()))
+    await held_runs(client, folder, base, wanted, repeats, notes, delayed, answered, holds)
     (folder / "arrivals.json").write_bytes(
         orjson.dumps(
-            {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
+            {
+                "delay_s": delay_s,
+                "base": arrivals,
+                "delayed": delayed,
+                "answered": answered,
+                "holds": holds,
+            },
             option=orjson.OPT_INDENT_2,
         )
     )
-    measured, unknown = measured_ancestors(
-        {lab: r["arrival_ns"] for lab, r in base.items()}, delayed, int(delay_s * 1e9)
-    )
+    return judge(base, arrivals, delayed, answered, delay_s), first, [layout(base), *notes]
+
+
+def judge(
+    base: Mapping[str, Mapping[str, Any]],
+    arrivals: Mapping[str, int],
+    delayed: Mapping[str, Sequence[Mapping[str, int]]],
+    answered: Mapping[str, Sequence[int | None]] | None,
+    delay_s: float,
+) -> Verdict:
+    """The verdict on the baseline trace's rows ``base`` (by label) from the runs."""
+    measured, unknown = measured_ancestors(arrivals, delayed, int(delay_s * 1e9), answered)
     # waiting composes: a chain of waits a host's slow steps hid at its far end is one
     measured = {y: closure(y, measured) for y in measured}
     traced = trace_ancestors(base)
-    v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()), unknown)
-    notes.insert(0, layout(base))
-    return v, first, notes
+    return compare(
+        measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()), unknown
+    )
+
+
+def judge_kept(folder: Path) -> tuple[Verdict, Recorded, list[str]]:
+    """The verdict again from a client's kept runs (``--keep``): its arrivals.json and
+    baseline trace (folders kept before the baseline was: the last run's trace, whose
+    rows carry the same labels)."""
+    kept = orjson.loads((folder / "arrivals.json").read_bytes())
+    trace = folder / "base-trace"
+    table, meta = read_trace(trace if trace.exists() else folder / "trace")
+    summary = summarize_table(table, meta.block_size)
+    rows = label_rows(table.to_pylist())
+    rec = Recorded(rows, True, summary.server_cached_rate, summary.implied_cached_rate)
+    v = judge(rows, kept["base"], kept["delayed"], kept.get("answered"), kept.get("delay_s", 8.0))
+    return v, rec, [layout(rows)]
 
 
 def layout(base: Mapping[str, Mapping[str, Any]]) -> str:
@@ -1074,24 +1178,30 @@ async def held_runs(
     client: Client,
     folder: Path,
     base: Mapping[str, Mapping[str, Any]],
-    delay_s: float,
+    hold_s: Mapping[str, float],
     repeats: int,
     notes: list[str],
-) -> dict[str, list[dict[str, int]]]:
-    """For each request X of the baseline, ``repeats`` runs holding X back: X -> the
-    arrivals (label -> ns) of each run that sent X again."""
-    delayed: dict[str, list[dict[str, int]]] = {}
-    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
+    delayed: dict[str, list[dict[str, int]]],
+    answered: dict[str, list[int | None]],
+    holds: dict[str, list[int]],
+) -> None:
+    """For each request X of ``hold_s``, ``repeats`` runs holding X back that long; each
+    run that sent X again goes to ``delayed[X]`` (label -> arrival), when X's answer
+    began in it to ``answered[X]``, the hold to ``holds[X]`` (ns)."""
+    for x in sorted(hold_s, key=lambda lab: base[lab]["arrival_ns"]):
         for _ in range(repeats):
-            held = await record_once(client, folder, x, delay_s)
-            if not held.hit:
+            held = await record_once(client, folder, x, hold_s[x])
+            if not held.hit or x not in held.rows:
                 notes.append(f"{x}: not sent again")
                 continue
             lost = set(base) - set(held.rows)
             if lost:
                 notes.append(f"{x} held: {len(lost)} requests not sent ({', '.join(sorted(lost))})")
             delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in held.rows.items()})
-    return delayed
+            row = held.rows[x]
+            began = None if row["headers_ns"] is None else row["arrival_ns"] + row["headers_ns"]
+            answered.setdefault(x, []).append(began)
+            holds.setdefault(x, []).append(int(hold_s[x] * 1e9))
 
 
 def _pct(x: float | None) -> str:
@@ -1140,6 +1250,18 @@ def main() -> None:
         "--block-size", type=int, default=64, help="the trace's block size (the engine's is 16)"
     )
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
+    ap.add_argument(
+        "--max-hold",
+        type=float,
+        default=120.0,
+        help="longest hold of a request run again to tell what --delay could not (s)",
+    )
+    ap.add_argument(
+        "--judge",
+        default=None,
+        metavar="DIR",
+        help="run nothing: judge again the clients' runs kept in DIR (by --keep)",
+    )
     args = ap.parse_args()
     table = clients()
     BLOCK_SIZE[0] = args.block_size
@@ -1150,11 +1272,17 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.clients.split(","):
+        if args.judge:
+            report(name, *judge_kept(Path(args.judge) / name))
+            continue
         c = table[name]
         if c.exe is None:
             print(f"| {name} | not installed | | | | | | | | | |")
             continue
-        report(name, *asyncio.run(oracle(name, c, root / name, args.delay, args.repeats)))
+        report(
+            name,
+            *asyncio.run(oracle(name, c, root / name, args.delay, args.repeats, args.max_hold)),
+        )
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 
