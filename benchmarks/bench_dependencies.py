@@ -294,6 +294,21 @@ def compare(
 # -- the hop ----------------------------------------------------------------------------
 
 
+SUGGESTION = "[SUGGESTION MODE:"
+"""How interactive qwen-code opens the request it sends after each answer for the next
+prompt it shows the user greyed out: not an answer the user waits for."""
+
+
+def suggestion(api: str, body: Mapping[str, Any]) -> bool:
+    """The request is qwen-code's prompt suggestion (``SUGGESTION``)."""
+    conv = conversation(api, body)
+    last = conv[-1] if conv else None
+    content = last.get("content") if isinstance(last, dict) else None
+    if isinstance(content, list):
+        content = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return isinstance(content, str) and content.lstrip().startswith(SUGGESTION)
+
+
 class DelayHop:
     """A proxy that forwards to ``upstream``, holding the request labelled ``target``
     back by ``delay_s`` before it goes on."""
@@ -305,7 +320,8 @@ class DelayHop:
         self.hit = False
         self.labels: list[str] = []
         self.busy = 0
-        """Requests offering tools (the agents' turns, not titles) in flight."""
+        """Requests offering tools (the agents' turns, not titles or suggestions) in
+        flight."""
         self.changed = 0.0
         """When the last request arrived or the last turn (not a title) ended (loop time)."""
         self._label = Labeler()
@@ -355,7 +371,7 @@ class DelayHop:
             if isinstance(body, dict):
                 label = self._label(request_kind(api, body))
                 self.labels.append(label)
-                if dialect(api).tools(body):
+                if dialect(api).tools(body) and not suggestion(api, body):
                     turn.append(True)
                     self.busy += 1
                 if label == self.target:

@@ -25,6 +25,7 @@ from benchmarks.bench_dependencies import (
     request_kind,
     run_shift,
     run_verdicts,
+    suggestion,
     trace_ancestors,
 )
 
@@ -217,3 +218,12 @@ def test_a_wait_off_the_critical_path_is_told_by_a_longer_hold() -> None:
     assert measured["n"] == set()
     # nothing left to tell: no longer hold
     assert longer_holds(base, {"r": [longer]}, {"r": [18500]}, 8000) == {}
+
+
+def test_qwen_codes_prompt_suggestion_is_no_turn_the_user_waits_for() -> None:
+    said = [{"type": "text", "text": "[SUGGESTION MODE: Suggest what the user might type.]"}]
+    typed = [{"type": "text", "text": "List them again."}]
+    msgs: Any = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    assert suggestion("chat", {"messages": [*msgs, {"role": "user", "content": said}]})
+    assert not suggestion("chat", {"messages": [*msgs, {"role": "user", "content": typed}]})
+    assert not suggestion("chat", {"messages": msgs})
