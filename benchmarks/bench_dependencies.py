@@ -59,8 +59,26 @@ from agent_replay.replay.record.wire import api_for, end_to_end_headers
 from agent_replay.traces.io import read_trace
 from agent_replay.traces.summary import summarize_table
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".real-clients" / "bin"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import realclients
+from benchmarks.realclients import (
+    AIDER_FLAGS,
+    CODEX_FLAGS,
+    ROOT,
+    Tmux,
+    aider_env,
+    base_env,
+    claude_env,
+    claude_state,
+    codex_env,
+    env_script,
+    gemini_env,
+    manual_permissions,
+    opencode_env,
+    program,
+    qwen_env,
+)
+
 KEY = "sk-bench-dependencies"
 BLOCK_SIZE = [64]
 """The trace's block size (``--block-size``)."""
@@ -403,47 +421,6 @@ class DelayHop:
 # -- clients ----------------------------------------------------------------------------
 
 
-def program(name: str) -> str | None:
-    for folder in (BIN, Path(sys.executable).parent):
-        if (folder / name).exists():
-            return str(folder / name)
-    return shutil.which(name)
-
-
-def base_env(home: Path) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    closed = "http://127.0.0.1:9"  # anything not on loopback fails fast
-    env.update(
-        HOME=str(home),
-        HTTPS_PROXY=closed,
-        HTTP_PROXY=closed,
-        https_proxy=closed,
-        http_proxy=closed,
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-    )
-    return env
-
-
-def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
-    env = base_env(home)
-    env.update(
-        ANTHROPIC_BASE_URL=url,
-        ANTHROPIC_API_KEY=KEY,
-        DISABLE_TELEMETRY="1",
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_ERROR_REPORTING="1",
-        ANTHROPIC_MODEL=model,
-        ANTHROPIC_SMALL_FAST_MODEL=model,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-        CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
-    )
-    return env
-
-
 LS = 'Bash={"command": "ls"}'
 AGENT = (
     'Agent={"description": "List files", "prompt": "List the files here.", '
@@ -464,24 +441,11 @@ async def run_program(
     timeout_s: float = 240,
     stdin: str | None = None,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(
-            proc.communicate(None if stdin is None else stdin.encode()), timeout_s
-        )
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    if proc.returncode != 0:
-        print(f"  exit {proc.returncode}: {out.decode(errors='replace')[-400:]}", file=sys.stderr)
+    """Run the program; a failure is noted on standard error (the oracle judges what
+    it sent)."""
+    rc, out = await realclients.run_program(argv, env, cwd, timeout_s, stdin)
+    if rc != 0:
+        print(f"  exit {rc}: {out[-400:]}", file=sys.stderr)
 
 
 def claude_p(exe: str, *tools: str) -> Run:
@@ -497,7 +461,7 @@ def claude_p(exe: str, *tools: str) -> Run:
                 "Bash(ls)",
                 *tools,
             ],
-            claude_env(url, model, home),
+            claude_env(url, model, home, KEY),
             work,
         )
 
@@ -509,26 +473,14 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
     quiet for ``settle_s``."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        (home / ".claude.json").write_text(
-            orjson.dumps(
-                {
-                    "hasCompletedOnboarding": True,
-                    "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
-                    "projects": {
-                        str(work): {"hasTrustDialogAccepted": True, "allowedTools": ["Bash(ls)"]}
-                    },
-                }
-            ).decode()
-        )
-        env = claude_env(url, model, home)
+        claude_state(home, work, KEY, ["Bash(ls)"])
+        env = claude_env(url, model, home, KEY)
         env["TERM"] = "xterm-256color"
-        script = home / "claude.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent\n"
+        script = env_script(
+            home / "claude.sh",
+            env,
+            f"{exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent",
         )
-        script.chmod(0o755)
         await _in_tmux(script, work, prompts, "/exit", settle_s)
 
     return run
@@ -544,71 +496,23 @@ async def _in_tmux(
     ready: str | None = None,
 ) -> None:
     """Run ``script`` in tmux and type each prompt once the previous turn has gone quiet
-    (``_quiet``), then ``leave``. ``enter_apart``: Enter a second after the text (Gemini
-    CLI takes text and Enter that come at once for a paste, the Enter a new line);
-    ``ready``: the first prompt waits until the screen shows this (at most 60 s; without
-    it, 5 s)."""
-    tmux = shutil.which("tmux")
-    assert tmux is not None, "tmux not installed"
-    name = f"bench-deps-{os.getpid()}"
-
-    async def wait_ready() -> None:
+    (``_quiet``), then ``leave``. ``enter_apart``: see ``Tmux.type_in``; ``ready``: the
+    first prompt waits until the screen shows this (at most 60 s; without it, 5 s)."""
+    tmux = Tmux(f"bench-deps-{os.getpid()}")
+    tmux.start(script, work)
+    try:
         for _ in range(600 if ready else 50):
             await asyncio.sleep(0.1)
-            if (
-                ready
-                and ready
-                in subprocess.run(
-                    [tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True
-                ).stdout
-            ):
+            if ready and ready in tmux.screen():
                 await asyncio.sleep(1)  # the input box takes keys a moment after it shows
-                return
-
-    async def type_in(text: str) -> None:
-        if enter_apart:
-            subprocess.run([tmux, "send-keys", "-t", name, text], check=True)
-            await asyncio.sleep(1)
-            subprocess.run([tmux, "send-keys", "-t", name, "Enter"], check=True)
-        else:
-            subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
-
-    subprocess.run(
-        [
-            tmux,
-            "new-session",
-            "-d",
-            "-s",
-            name,
-            "-x",
-            "150",
-            "-y",
-            "40",
-            "-c",
-            str(work),
-            str(script),
-        ],
-        check=True,
-    )
-    try:
-        await wait_ready()
+                break
         for text in prompts:
-            await type_in(text)
+            await tmux.type_in(text, enter_apart)
             await _quiet(settle_s)
-        await type_in(leave)
+        await tmux.type_in(leave, enter_apart)
         await asyncio.sleep(1)
     finally:
-        subprocess.run(
-            [tmux, "kill-session", "-t", name], check=False, stderr=subprocess.DEVNULL
-        )  # gone already when the client quit
-
-
-def manual_permissions(exe: str) -> list[str]:
-    """Claude Code from 2.1.332 on starts interactive sessions in "auto" permission mode,
-    whose safety check cannot pass the recorder: every tool call waits for the user's
-    approval. "manual" mode (2.1.197's "default") asks only for tools not allowed."""
-    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
-    return ["--permission-mode", "manual"] if '"manual"' in out else []
+        tmux.kill()
 
 
 _QUIET: dict[str, Any] = {}
@@ -631,17 +535,10 @@ def codex_exec(exe: str, prompt: str, *more: str) -> Run:
     (a session continued by later runs of the program)."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        (home / "config.toml").write_text(
-            f'model = "{model}"\nmodel_provider = "sim"\n\n'
-            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
-            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n'
-        )
-        env = base_env(home)
-        env.update(CODEX_HOME=str(home), SIM_API_KEY=KEY)
-        flags = ["--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
-        await run_program([exe, "exec", *flags, prompt], env, work)
+        env = codex_env(url, model, home, KEY)
+        await run_program([exe, "exec", *CODEX_FLAGS, prompt], env, work)
         for text in more:
-            await run_program([exe, "exec", "resume", "--last", *flags, text], env, work)
+            await run_program([exe, "exec", "resume", "--last", *CODEX_FLAGS, text], env, work)
 
     return run
 
@@ -650,30 +547,10 @@ def opencode_run(exe: str, *more: str) -> Run:
     """``opencode run``, then ``opencode run --continue`` on each of ``more``."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        conf = home / ".config" / "opencode"
-        conf.mkdir(parents=True, exist_ok=True)
-        (conf / "opencode.json").write_text(
-            orjson.dumps(
-                {
-                    "provider": {
-                        "sim": {
-                            "npm": "@ai-sdk/openai-compatible",
-                            "name": "sim",
-                            "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
-                            "models": {
-                                model: {"name": model, "limit": {"context": 32768, "output": 4000}}
-                            },
-                        }
-                    },
-                    "model": f"sim/{model}",
-                    "share": "disabled",
-                    "autoupdate": False,
-                }
-            ).decode()
-        )
-        await run_program([exe, "run", "List the files here."], base_env(home), work)
+        env = opencode_env(url, model, home, KEY)
+        await run_program([exe, "run", "List the files here."], env, work)
         for text in more:
-            await run_program([exe, "run", "--continue", text], base_env(home), work)
+            await run_program([exe, "run", "--continue", text], env, work)
 
     return run
 
@@ -714,39 +591,12 @@ def mini_run(exe: str, task: str = "List the files here.", steps: int = 3) -> Ru
     return run
 
 
-def qwen_env(url: str, model: str, home: Path) -> dict[str, str]:
-    """qwen-code on a fresh HOME: the OpenAI variables, the openai auth type and a
-    max_tokens that fits the engine's context (it asks for 32000 otherwise); node >= 22
-    first on PATH."""
-    conf = home / ".qwen"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "settings.json").write_text(
-        orjson.dumps(
-            {
-                "security": {"auth": {"selectedType": "openai"}},
-                "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
-            }
-        ).decode()
-    )
-    env = base_env(home)
-    node22 = BIN.parent / "node22" / "bin"
-    if node22.is_dir():
-        env["PATH"] = f"{node22}:{env.get('PATH', '')}"
-    env.update(
-        OPENAI_BASE_URL=f"{url}/v1",
-        OPENAI_API_KEY=KEY,
-        OPENAI_MODEL=model,
-        QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
-    )
-    return env
-
-
 def qwen_run(exe: str) -> Run:
     """qwen-code -p."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         await run_program(
-            [exe, "-p", "List the files here.", "--yolo"], qwen_env(url, model, home), work
+            [exe, "-p", "List the files here.", "--yolo"], qwen_env(url, model, home, KEY), work
         )
 
     return run
@@ -757,15 +607,9 @@ def qwen_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -
     quiet for ``settle_s``."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = qwen_env(url, model, home)
+        env = qwen_env(url, model, home, KEY)
         env["TERM"] = "xterm-256color"
-        script = home / "qwen.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {exe} --yolo\n"
-        )
-        script.chmod(0o755)
+        script = env_script(home / "qwen.sh", env, f"{exe} --yolo")
         await _in_tmux(
             script, work, prompts, "/quit", settle_s, enter_apart=True, ready="Type your message"
         )
@@ -773,39 +617,14 @@ def qwen_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -
     return run
 
 
-def gemini_settings(home: Path, model: str) -> dict[str, str]:
-    """Gemini CLI on a fresh HOME against the recorder, as the README's recipe writes it:
-    the API-key auth chosen in its settings (with only the base-URL variable it picks a
-    gateway auth it then refuses: "Invalid auth method selected"), the model, no usage
-    statistics. The variables to run it with (``base_env`` and the base URL aside)."""
-    conf = home / ".gemini"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "settings.json").write_text(
-        orjson.dumps(
-            {
-                "security": {"auth": {"selectedType": "gemini-api-key"}},
-                "model": {"name": model},
-                "privacy": {"usageStatisticsEnabled": False},
-            }
-        ).decode()
-    )
-    return {"GEMINI_API_KEY": KEY}
-
-
 def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
     """Interactive Gemini CLI in tmux: each prompt typed once the previous turn has gone
     quiet for ``settle_s``."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = base_env(home)
-        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url, TERM="xterm-256color")
-        script = home / "gemini.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {exe} -m {model} --yolo --skip-trust\n"
-        )
-        script.chmod(0o755)
+        env = gemini_env(url, model, home, KEY)
+        env["TERM"] = "xterm-256color"
+        script = env_script(home / "gemini.sh", env, f"{exe} -m {model} --yolo --skip-trust")
         await _in_tmux(
             script, work, prompts, "/quit", settle_s, enter_apart=True, ready="Type your message"
         )
@@ -817,9 +636,11 @@ def gemini_run(exe: str, prompt: str) -> Run:
     """Gemini CLI -p (``--skip-trust``: a fresh folder is not trusted otherwise)."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = base_env(home)
-        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url)
-        await run_program([exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], env, work)
+        await run_program(
+            [exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"],
+            gemini_env(url, model, home, KEY),
+            work,
+        )
 
     return run
 
@@ -834,10 +655,7 @@ def aider_run(
     then sends its map of the repository too)."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = base_env(home)
-        env.update(
-            OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True"
-        )
+        env = aider_env(url, home, KEY)
         names = []
         for f in files:
             dst = work / Path(f).name
@@ -866,17 +684,6 @@ def aider_run(
 AIDER_FILES = ("replay/record/sessions.py", "replay/record/spawns.py")
 """Real source files for aider's chat: prompts of the length real aider sessions send."""
 WEATHER = 'get_weather={"city": "Paris"}'
-
-AIDER_FLAGS = (
-    "--no-git",
-    "--yes-always",
-    "--no-check-update",
-    "--no-show-model-warnings",
-    "--analytics-disable",
-    "--no-fancy-input",
-    "--no-pretty",
-    "--no-show-release-notes",
-)
 
 
 AGENTS_SDK = """
