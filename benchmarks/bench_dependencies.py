@@ -179,17 +179,18 @@ def run_verdicts(
     (``run_shift`` aside) and counted from X's own arrival: a client slowed by the host
     between its requests fools one, seldom both. Y sent before X in the baseline did not
     wait for X's answer. Nor did Y sent before X's answer began in this run
-    (``answered``, on the run's clock). Y that did not move but was sent after X's
-    answer began may have waited for X off the critical path (something else held it
-    longer than X was held): the run cannot tell (None); a run holding X longer
-    (``longer_holds``) can. Without ``answered`` such a Y counts as not waiting."""
+    (``answered``, on the run's clock), however late a slow host made it. Y that did not
+    move but was sent after X's answer began may have waited for X off the critical path
+    (something else held it longer than X was held): the run cannot tell (None); a run
+    holding X longer (``longer_holds``) can. Without ``answered`` such a Y counts as not
+    waiting."""
     shift = run_shift(base, run, x)
     out: dict[str, bool | None] = {}
     for y, t in run.items():
         if y == x or y not in base:
             continue
         late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
-        if base[y] <= base[x]:
+        if base[y] <= base[x] or (answered is not None and t < answered):
             out[y] = False
         elif late >= delay_ns // 2:
             out[y] = True
@@ -510,7 +511,7 @@ async def _in_tmux(
             await tmux.type_in(text, enter_apart)
             await _quiet(settle_s)
         await tmux.type_in(leave, enter_apart)
-        await asyncio.sleep(1)
+        await tmux.ended()  # its last writes to HOME are done before the next run
     finally:
         tmux.kill()
 
@@ -884,8 +885,8 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
     home, work, trace = folder / "home", folder / "work", folder / "trace"
     for d in (home, work, trace):
         shutil.rmtree(d, ignore_errors=True)
-    home.mkdir(parents=True)
-    work.mkdir()
+    home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
     (work / "hello.txt").write_text("hello\n")
     async with (
         SimServer("fast", seed=3, tool_call=client.tool_calls) as sim,

@@ -286,6 +286,24 @@ class Tmux:
         else:
             subprocess.run([self.tmux, "send-keys", "-t", self.name, text, "Enter"], check=True)
 
+    def alive(self) -> bool:
+        """The session is there (its program has not ended)."""
+        return (
+            subprocess.run(
+                [self.tmux, "has-session", "-t", self.name], stderr=subprocess.DEVNULL
+            ).returncode
+            == 0
+        )
+
+    async def ended(self, limit_s: float = 15) -> bool:
+        """Wait up to ``limit_s`` for the program to end by itself (it may still be
+        writing its state after it was told to quit)."""
+        for _ in range(int(limit_s * 10)):
+            if not self.alive():
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
     def kill(self) -> None:
         """End the session (gone already when the program quit)."""
         subprocess.run(

@@ -216,6 +216,11 @@ def test_a_wait_off_the_critical_path_is_told_by_a_longer_hold() -> None:
         base, {"r": [held, longer, other]}, 8000, {"r": [8600, 18500, 19000]}
     )
     assert measured["n"] == set()
+    # a host that slowed e by 4100 in the longer run: late enough to read as moved, but e
+    # was sent before r's answer began (18500), so it did not wait for r
+    slowed = {**longer, "e": 14400}
+    assert run_verdicts(base, slowed, "r", 8000, 18500)["e"] is False
+    assert run_verdicts(base, slowed, "r", 8000)["e"] is True  # what the delay alone says
     # nothing left to tell: no longer hold
     assert longer_holds(base, {"r": [longer]}, {"r": [18500]}, 8000) == {}
 
