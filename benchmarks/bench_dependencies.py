@@ -59,8 +59,26 @@ from agent_replay.replay.record.wire import api_for, end_to_end_headers
 from agent_replay.traces.io import read_trace
 from agent_replay.traces.summary import summarize_table
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = ROOT / ".real-clients" / "bin"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import realclients
+from benchmarks.realclients import (
+    AIDER_FLAGS,
+    CODEX_FLAGS,
+    ROOT,
+    Tmux,
+    aider_env,
+    base_env,
+    claude_env,
+    claude_state,
+    codex_env,
+    env_script,
+    gemini_env,
+    manual_permissions,
+    opencode_env,
+    program,
+    qwen_env,
+)
+
 KEY = "sk-bench-dependencies"
 BLOCK_SIZE = [64]
 """The trace's block size (``--block-size``)."""
@@ -115,38 +133,98 @@ def label_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]
 
 
 def measured_ancestors(
-    base: Mapping[str, int], delayed: Mapping[str, Sequence[Mapping[str, int]]], delay_ns: int
+    base: Mapping[str, int],
+    delayed: Mapping[str, Sequence[Mapping[str, int]]],
+    delay_ns: int,
+    answered: Mapping[str, Sequence[int | None]] | None = None,
 ) -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     """``base``: label -> arrival in the baseline; ``delayed``: X -> the runs that held X
-    back (label -> arrival). Y waited for X iff, in every such run that sent Y, Y arrived
-    at least ``delay_ns / 2`` later both on the run's clock (``run_shift`` aside) and
-    counted from X's own arrival: a client slowed by the host moves in one run, a
-    dependency in all; and never when Y arrived before X in the baseline (it did not wait
-    for X there). Also the pairs (Y, X) with no verdict: X was
-    not sent again, or no run that held X back sent Y (the client ended first)."""
+    back (label -> arrival); ``answered``: X -> when X's answer began in each of those
+    runs (None: not known). Y waited for X iff every run that can tell (``run_verdicts``)
+    says so, and one can. Also the pairs (Y, X) with no verdict: X was not sent again, no
+    run that held X back sent Y (the client ended first), or none could tell."""
     out: dict[str, set[str]] = {y: set() for y in base}
     unknown = {(y, x) for x in base for y in base if x != y and not delayed.get(x)}
     for x, runs in delayed.items():
         if not runs:
             continue
-        moved: dict[str, bool] = {}
-        for run in runs:
-            shift = run_shift(base, run, x)
-            for y, t in run.items():
-                if y != x and y in base:
-                    # later on the run's clock, and later after X's own arrival: a client
-                    # slowed by the host between its requests fools one, seldom both; one
-                    # sent before X in the baseline cannot have waited for X's answer
-                    late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
-                    moved[y] = moved.get(y, True) and late >= delay_ns // 2 and base[y] > base[x]
+        said: dict[str, list[bool | None]] = {}
+        for i, run in enumerate(runs):
+            ans = answered.get(x) if answered else None
+            verdicts = run_verdicts(base, run, x, delay_ns, ans[i] if ans else None)
+            for y, v in verdicts.items():
+                said.setdefault(y, []).append(v)
         for y in base:
             if y == x:
                 continue
-            if y not in moved:
+            told = [v for v in said.get(y, ()) if v is not None]
+            if not told:
                 unknown.add((y, x))
-            elif moved[y]:
+            elif all(told):
                 out[y].add(x)
     return out, unknown
+
+
+def run_verdicts(
+    base: Mapping[str, int],
+    run: Mapping[str, int],
+    x: str,
+    delay_ns: int,
+    answered: int | None = None,
+) -> dict[str, bool | None]:
+    """What one run that held X back says of each request Y it sent: True (Y waited for
+    X), False (it did not) or None (the run cannot tell).
+
+    Y waited when it arrived at least ``delay_ns / 2`` later both on the run's clock
+    (``run_shift`` aside) and counted from X's own arrival: a client slowed by the host
+    between its requests fools one, seldom both. Y sent before X in the baseline did not
+    wait for X's answer. Nor did Y sent before X's answer began in this run
+    (``answered``, on the run's clock), however late a slow host made it. Y that did not
+    move but was sent after X's answer began may have waited for X off the critical path
+    (something else held it longer than X was held): the run cannot tell (None); a run
+    holding X longer (``longer_holds``) can. Without ``answered`` such a Y counts as not
+    waiting."""
+    shift = run_shift(base, run, x)
+    out: dict[str, bool | None] = {}
+    for y, t in run.items():
+        if y == x or y not in base:
+            continue
+        late = min(t - shift - base[y], (t - run[x]) - (base[y] - base[x]))
+        if base[y] <= base[x] or (answered is not None and t < answered):
+            out[y] = False
+        elif late >= delay_ns // 2:
+            out[y] = True
+        elif answered is not None and t >= answered:
+            out[y] = None
+        else:
+            out[y] = False
+    return out
+
+
+def longer_holds(
+    base: Mapping[str, int],
+    delayed: Mapping[str, Sequence[Mapping[str, int]]],
+    answered: Mapping[str, Sequence[int | None]],
+    delay_ns: int,
+) -> dict[str, int]:
+    """X -> how long to hold X back in a run that tells what the runs so far could not:
+    for each Y no run could tell about (sent ``gap`` after X's answer began, not moved),
+    a hold of 2 * ``delay_ns`` + the largest such gap. Then a Y that waited for X comes
+    at least ``delay_ns`` later than it did, and one that did not comes before X's answer
+    begins."""
+    out: dict[str, int] = {}
+    for x, runs in delayed.items():
+        gaps = []
+        said: dict[str, list[bool | None]] = {}
+        for i, run in enumerate(runs):
+            ans = answered.get(x, [None] * len(runs))[i]
+            for y, v in run_verdicts(base, run, x, delay_ns, ans).items():
+                said.setdefault(y, []).append(v)
+                if v is None and ans is not None:
+                    gaps.append(run[y] - ans)
+        if gaps and any(all(v is None for v in vs) for vs in said.values()):
+            out[x] = 2 * delay_ns + max(gaps)
+    return out
 
 
 def run_shift(base: Mapping[str, int], run: Mapping[str, int], x: str) -> int:
@@ -235,6 +313,21 @@ def compare(
 # -- the hop ----------------------------------------------------------------------------
 
 
+SUGGESTION = "[SUGGESTION MODE:"
+"""How interactive qwen-code opens the request it sends after each answer for the next
+prompt it shows the user greyed out: not an answer the user waits for."""
+
+
+def suggestion(api: str, body: Mapping[str, Any]) -> bool:
+    """The request is qwen-code's prompt suggestion (``SUGGESTION``)."""
+    conv = conversation(api, body)
+    last = conv[-1] if conv else None
+    content = last.get("content") if isinstance(last, dict) else None
+    if isinstance(content, list):
+        content = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return isinstance(content, str) and content.lstrip().startswith(SUGGESTION)
+
+
 class DelayHop:
     """A proxy that forwards to ``upstream``, holding the request labelled ``target``
     back by ``delay_s`` before it goes on."""
@@ -246,7 +339,8 @@ class DelayHop:
         self.hit = False
         self.labels: list[str] = []
         self.busy = 0
-        """Requests offering tools (the agents' turns, not titles) in flight."""
+        """Requests offering tools (the agents' turns, not titles or suggestions) in
+        flight."""
         self.changed = 0.0
         """When the last request arrived or the last turn (not a title) ended (loop time)."""
         self._label = Labeler()
@@ -296,7 +390,7 @@ class DelayHop:
             if isinstance(body, dict):
                 label = self._label(request_kind(api, body))
                 self.labels.append(label)
-                if dialect(api).tools(body):
+                if dialect(api).tools(body) and not suggestion(api, body):
                     turn.append(True)
                     self.busy += 1
                 if label == self.target:
@@ -328,47 +422,6 @@ class DelayHop:
 # -- clients ----------------------------------------------------------------------------
 
 
-def program(name: str) -> str | None:
-    for folder in (BIN, Path(sys.executable).parent):
-        if (folder / name).exists():
-            return str(folder / name)
-    return shutil.which(name)
-
-
-def base_env(home: Path) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    closed = "http://127.0.0.1:9"  # anything not on loopback fails fast
-    env.update(
-        HOME=str(home),
-        HTTPS_PROXY=closed,
-        HTTP_PROXY=closed,
-        https_proxy=closed,
-        http_proxy=closed,
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-    )
-    return env
-
-
-def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
-    env = base_env(home)
-    env.update(
-        ANTHROPIC_BASE_URL=url,
-        ANTHROPIC_API_KEY=KEY,
-        DISABLE_TELEMETRY="1",
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_ERROR_REPORTING="1",
-        ANTHROPIC_MODEL=model,
-        ANTHROPIC_SMALL_FAST_MODEL=model,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-        CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
-    )
-    return env
-
-
 LS = 'Bash={"command": "ls"}'
 AGENT = (
     'Agent={"description": "List files", "prompt": "List the files here.", '
@@ -389,24 +442,11 @@ async def run_program(
     timeout_s: float = 240,
     stdin: str | None = None,
 ) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(
-            proc.communicate(None if stdin is None else stdin.encode()), timeout_s
-        )
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    if proc.returncode != 0:
-        print(f"  exit {proc.returncode}: {out.decode(errors='replace')[-400:]}", file=sys.stderr)
+    """Run the program; a failure is noted on standard error (the oracle judges what
+    it sent)."""
+    rc, out = await realclients.run_program(argv, env, cwd, timeout_s, stdin)
+    if rc != 0:
+        print(f"  exit {rc}: {out[-400:]}", file=sys.stderr)
 
 
 def claude_p(exe: str, *tools: str) -> Run:
@@ -422,7 +462,7 @@ def claude_p(exe: str, *tools: str) -> Run:
                 "Bash(ls)",
                 *tools,
             ],
-            claude_env(url, model, home),
+            claude_env(url, model, home, KEY),
             work,
         )
 
@@ -434,26 +474,14 @@ def claude_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
     quiet for ``settle_s``."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        (home / ".claude.json").write_text(
-            orjson.dumps(
-                {
-                    "hasCompletedOnboarding": True,
-                    "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []},
-                    "projects": {
-                        str(work): {"hasTrustDialogAccepted": True, "allowedTools": ["Bash(ls)"]}
-                    },
-                }
-            ).decode()
-        )
-        env = claude_env(url, model, home)
+        claude_state(home, work, KEY, ["Bash(ls)"])
+        env = claude_env(url, model, home, KEY)
         env["TERM"] = "xterm-256color"
-        script = home / "claude.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent\n"
+        script = env_script(
+            home / "claude.sh",
+            env,
+            f"{exe} {' '.join(manual_permissions(exe))} --allowedTools 'Bash(ls)' Agent",
         )
-        script.chmod(0o755)
         await _in_tmux(script, work, prompts, "/exit", settle_s)
 
     return run
@@ -469,71 +497,23 @@ async def _in_tmux(
     ready: str | None = None,
 ) -> None:
     """Run ``script`` in tmux and type each prompt once the previous turn has gone quiet
-    (``_quiet``), then ``leave``. ``enter_apart``: Enter a second after the text (Gemini
-    CLI takes text and Enter that come at once for a paste, the Enter a new line);
-    ``ready``: the first prompt waits until the screen shows this (at most 60 s; without
-    it, 5 s)."""
-    tmux = shutil.which("tmux")
-    assert tmux is not None, "tmux not installed"
-    name = f"bench-deps-{os.getpid()}"
-
-    async def wait_ready() -> None:
+    (``_quiet``), then ``leave``. ``enter_apart``: see ``Tmux.type_in``; ``ready``: the
+    first prompt waits until the screen shows this (at most 60 s; without it, 5 s)."""
+    tmux = Tmux(f"bench-deps-{os.getpid()}")
+    tmux.start(script, work)
+    try:
         for _ in range(600 if ready else 50):
             await asyncio.sleep(0.1)
-            if (
-                ready
-                and ready
-                in subprocess.run(
-                    [tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True
-                ).stdout
-            ):
+            if ready and ready in tmux.screen():
                 await asyncio.sleep(1)  # the input box takes keys a moment after it shows
-                return
-
-    async def type_in(text: str) -> None:
-        if enter_apart:
-            subprocess.run([tmux, "send-keys", "-t", name, text], check=True)
-            await asyncio.sleep(1)
-            subprocess.run([tmux, "send-keys", "-t", name, "Enter"], check=True)
-        else:
-            subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
-
-    subprocess.run(
-        [
-            tmux,
-            "new-session",
-            "-d",
-            "-s",
-            name,
-            "-x",
-            "150",
-            "-y",
-            "40",
-            "-c",
-            str(work),
-            str(script),
-        ],
-        check=True,
-    )
-    try:
-        await wait_ready()
+                break
         for text in prompts:
-            await type_in(text)
+            await tmux.type_in(text, enter_apart)
             await _quiet(settle_s)
-        await type_in(leave)
-        await asyncio.sleep(1)
+        await tmux.type_in(leave, enter_apart)
+        await tmux.ended()  # its last writes to HOME are done before the next run
     finally:
-        subprocess.run(
-            [tmux, "kill-session", "-t", name], check=False, stderr=subprocess.DEVNULL
-        )  # gone already when the client quit
-
-
-def manual_permissions(exe: str) -> list[str]:
-    """Claude Code from 2.1.332 on starts interactive sessions in "auto" permission mode,
-    whose safety check cannot pass the recorder: every tool call waits for the user's
-    approval. "manual" mode (2.1.197's "default") asks only for tools not allowed."""
-    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
-    return ["--permission-mode", "manual"] if '"manual"' in out else []
+        tmux.kill()
 
 
 _QUIET: dict[str, Any] = {}
@@ -551,59 +531,32 @@ async def _quiet(settle_s: float) -> None:
             return
 
 
-def codex_exec(exe: str, prompt: str) -> Run:
+def codex_exec(exe: str, prompt: str, *more: str) -> Run:
+    """``codex exec`` on ``prompt``, then ``codex exec resume --last`` on each of ``more``
+    (a session continued by later runs of the program)."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        (home / "config.toml").write_text(
-            f'model = "{model}"\nmodel_provider = "sim"\n\n'
-            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
-            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n[analytics]\nenabled = false\n'
-        )
-        env = base_env(home)
-        env.update(CODEX_HOME=str(home), SIM_API_KEY=KEY)
-        await run_program(
-            [
-                exe,
-                "exec",
-                "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-                prompt,
-            ],
-            env,
-            work,
-        )
+        env = codex_env(url, model, home, KEY)
+        await run_program([exe, "exec", *CODEX_FLAGS, prompt], env, work)
+        for text in more:
+            await run_program([exe, "exec", "resume", "--last", *CODEX_FLAGS, text], env, work)
 
     return run
 
 
-def opencode_run(exe: str) -> Run:
+def opencode_run(exe: str, *more: str) -> Run:
+    """``opencode run``, then ``opencode run --continue`` on each of ``more``."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        conf = home / ".config" / "opencode"
-        conf.mkdir(parents=True, exist_ok=True)
-        (conf / "opencode.json").write_text(
-            orjson.dumps(
-                {
-                    "provider": {
-                        "sim": {
-                            "npm": "@ai-sdk/openai-compatible",
-                            "name": "sim",
-                            "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
-                            "models": {
-                                model: {"name": model, "limit": {"context": 32768, "output": 4000}}
-                            },
-                        }
-                    },
-                    "model": f"sim/{model}",
-                    "share": "disabled",
-                    "autoupdate": False,
-                }
-            ).decode()
-        )
-        await run_program([exe, "run", "List the files here."], base_env(home), work)
+        env = opencode_env(url, model, home, KEY)
+        await run_program([exe, "run", "List the files here."], env, work)
+        for text in more:
+            await run_program([exe, "run", "--continue", text], env, work)
 
     return run
 
 
-def mini_run(exe: str) -> Run:
+def mini_run(exe: str, task: str = "List the files here.", steps: int = 3) -> Run:
     async def run(url: str, model: str, home: Path, work: Path) -> None:
         env = base_env(home)
         env.update(
@@ -619,14 +572,14 @@ def mini_run(exe: str) -> Run:
                 "-m",
                 f"openai/{model}",
                 "-t",
-                "List the files here.",
+                task,
                 "-y",
                 "-c",
                 "mini.yaml",
                 "-c",
                 f"model.model_kwargs.api_base={url}/v1",
                 "-c",
-                "agent.step_limit=3",
+                f"agent.step_limit={steps}",
                 "-c",
                 "agent.cost_limit=0",
                 "-o",
@@ -640,52 +593,29 @@ def mini_run(exe: str) -> Run:
 
 
 def qwen_run(exe: str) -> Run:
-    """qwen-code -p: the OpenAI variables, the openai auth type and a max_tokens that fits
-    the engine's context (it asks for 32000 otherwise); node >= 22 first on PATH."""
+    """qwen-code -p."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        conf = home / ".qwen"
-        conf.mkdir(parents=True, exist_ok=True)
-        (conf / "settings.json").write_text(
-            orjson.dumps(
-                {
-                    "security": {"auth": {"selectedType": "openai"}},
-                    "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
-                }
-            ).decode()
+        await run_program(
+            [exe, "-p", "List the files here.", "--yolo"], qwen_env(url, model, home, KEY), work
         )
-        env = base_env(home)
-        node22 = BIN.parent / "node22" / "bin"
-        if node22.is_dir():
-            env["PATH"] = f"{node22}:{env.get('PATH', '')}"
-        env.update(
-            OPENAI_BASE_URL=f"{url}/v1",
-            OPENAI_API_KEY=KEY,
-            OPENAI_MODEL=model,
-            QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
-        )
-        await run_program([exe, "-p", "List the files here.", "--yolo"], env, work)
 
     return run
 
 
-def gemini_settings(home: Path, model: str) -> dict[str, str]:
-    """Gemini CLI on a fresh HOME against the recorder, as the README's recipe writes it:
-    the API-key auth chosen in its settings (with only the base-URL variable it picks a
-    gateway auth it then refuses: "Invalid auth method selected"), the model, no usage
-    statistics. The variables to run it with (``base_env`` and the base URL aside)."""
-    conf = home / ".gemini"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "settings.json").write_text(
-        orjson.dumps(
-            {
-                "security": {"auth": {"selectedType": "gemini-api-key"}},
-                "model": {"name": model},
-                "privacy": {"usageStatisticsEnabled": False},
-            }
-        ).decode()
-    )
-    return {"GEMINI_API_KEY": KEY}
+def qwen_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
+    """Interactive qwen-code in tmux: each prompt typed once the previous turn has gone
+    quiet for ``settle_s``."""
+
+    async def run(url: str, model: str, home: Path, work: Path) -> None:
+        env = qwen_env(url, model, home, KEY)
+        env["TERM"] = "xterm-256color"
+        script = env_script(home / "qwen.sh", env, f"{exe} --yolo")
+        await _in_tmux(
+            script, work, prompts, "/quit", settle_s, enter_apart=True, ready="Type your message"
+        )
+
+    return run
 
 
 def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0) -> Run:
@@ -693,15 +623,9 @@ def gemini_interactive(exe: str, prompts: Sequence[str], settle_s: float = 10.0)
     quiet for ``settle_s``."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = base_env(home)
-        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url, TERM="xterm-256color")
-        script = home / "gemini.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {exe} -m {model} --yolo --skip-trust\n"
-        )
-        script.chmod(0o755)
+        env = gemini_env(url, model, home, KEY)
+        env["TERM"] = "xterm-256color"
+        script = env_script(home / "gemini.sh", env, f"{exe} -m {model} --yolo --skip-trust")
         await _in_tmux(
             script, work, prompts, "/quit", settle_s, enter_apart=True, ready="Type your message"
         )
@@ -713,24 +637,43 @@ def gemini_run(exe: str, prompt: str) -> Run:
     """Gemini CLI -p (``--skip-trust``: a fresh folder is not trusted otherwise)."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = base_env(home)
-        env.update(gemini_settings(home, model), GOOGLE_GEMINI_BASE_URL=url)
-        await run_program([exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"], env, work)
+        await run_program(
+            [exe, "-p", prompt, "-m", model, "--yolo", "--skip-trust"],
+            gemini_env(url, model, home, KEY),
+            work,
+        )
 
     return run
 
 
-def aider_run(exe: str, prompts: Sequence[str]) -> Run:
+def aider_run(
+    exe: str, prompts: Sequence[str], files: Sequence[str] = (), git: bool = False
+) -> Run:
     """aider, one run answering ``prompts`` read from standard input one after the other
-    (plain input, no git repository), on the OpenAI variables."""
+    (plain input), on the OpenAI variables. ``files``: files of this repository copied
+    into the work folder and added to the chat (their text is in every prompt, as in a
+    real session); ``git``: the folder is a git repository with them committed (aider
+    then sends its map of the repository too)."""
 
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        env = base_env(home)
-        env.update(
-            OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=KEY, LITELLM_LOCAL_MODEL_COST_MAP="True"
-        )
+        env = aider_env(url, home, KEY)
+        names = []
+        for f in files:
+            dst = work / Path(f).name
+            shutil.copyfile(ROOT / f, dst)
+            names.append(dst.name)
+        flags = list(AIDER_FLAGS)
+        if git:
+            flags.remove("--no-git")
+            for argv in (
+                ["git", "init", "-q"],
+                ["git", "add", "."],
+                ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "start"],
+            ):
+                subprocess.run(argv, cwd=work, check=True, env=env)
+            flags.append("--no-auto-commits")
         await run_program(
-            [exe, *AIDER_FLAGS, "--model", f"openai/{model}"],
+            [exe, *flags, "--model", f"openai/{model}", *names],
             env,
             work,
             stdin="".join(f"{p}\n" for p in prompts),
@@ -739,16 +682,9 @@ def aider_run(exe: str, prompts: Sequence[str]) -> Run:
     return run
 
 
-AIDER_FLAGS = (
-    "--no-git",
-    "--yes-always",
-    "--no-check-update",
-    "--no-show-model-warnings",
-    "--analytics-disable",
-    "--no-fancy-input",
-    "--no-pretty",
-    "--no-show-release-notes",
-)
+AIDER_FILES = ("replay/record/sessions.py", "replay/record/spawns.py")
+"""Real source files for aider's chat: prompts of the length real aider sessions send."""
+WEATHER = 'get_weather={"city": "Paris"}'
 
 
 AGENTS_SDK = """
@@ -756,21 +692,43 @@ import asyncio, sys
 import agents
 from openai import AsyncOpenAI
 agents.set_tracing_disabled(True)
+
+@agents.function_tool
+def get_weather(city: str) -> str:
+    \"\"\"The weather in a city.\"\"\"
+    return f"Sunny in {city}."
+
 async def main():
     client = AsyncOpenAI(base_url=sys.argv[1] + "/v1", api_key=sys.argv[3], max_retries=0)
     model = agents.OpenAIChatCompletionsModel(model=sys.argv[2], openai_client=client)
-    maths = agents.Agent(name="Math agent", instructions="You answer maths.", model=model)
-    triage = agents.Agent(name="Triage", instructions="You route questions.",
-                          handoffs=[maths], model=model)
-    await agents.Runner.run(triage, "What is 2+2?")
+    kind = sys.argv[4]
+    if kind == "handoff":
+        maths = agents.Agent(name="Math agent", instructions="You answer maths.", model=model)
+        triage = agents.Agent(name="Triage", instructions="You route questions.",
+                              handoffs=[maths], model=model)
+        await agents.Runner.run(triage, "What is 2+2?")
+    else:
+        agent = agents.Agent(name="Weather", instructions="You tell the weather.",
+                             tools=[get_weather], model=model)
+        result = await agents.Runner.run(agent, "Weather in Paris?")
+        if kind == "chat":  # a second user turn on the conversation so far
+            await agents.Runner.run(
+                agent, result.to_input_list() + [{"role": "user", "content": "And Rome?"}]
+            )
     await client.close()
 asyncio.run(main())
 """
 
 
-def agents_sdk_run() -> Run:
+def agents_sdk_run(kind: str = "handoff") -> Run:
+    """The OpenAI Agents SDK: ``handoff`` (triage hands off to a maths agent), ``tool``
+    (one function tool called, then the answer) or ``chat`` (``tool``, then a second
+    user turn on the conversation so far)."""
+
     async def run(url: str, model: str, home: Path, work: Path) -> None:
-        await run_program([sys.executable, "-c", AGENTS_SDK, url, model, KEY], base_env(home), work)
+        await run_program(
+            [sys.executable, "-c", AGENTS_SDK, url, model, KEY, kind], base_env(home), work
+        )
 
     return run
 
@@ -804,6 +762,11 @@ def clients() -> dict[str, Client]:
         "codex": Client(
             program("codex"), [codex_ls], lambda e: codex_exec(e, "List the files here.")
         ),
+        "codex-resume": Client(
+            program("codex"),
+            [codex_ls],
+            lambda e: codex_exec(e, "List the files here.", "List them again."),
+        ),
         "codex-agent": Client(
             program("codex"),
             ['spawn_agent={"message": "List the files."}', codex_ls],
@@ -813,6 +776,11 @@ def clients() -> dict[str, Client]:
             program("opencode"),
             ['bash={"command": "ls", "description": "List"}'],
             lambda e: opencode_run(e),
+        ),
+        "opencode-continue": Client(
+            program("opencode"),
+            ['bash={"command": "ls", "description": "List"}'],
+            lambda e: opencode_run(e, "List them again."),
         ),
         "opencode-agent": Client(
             program("opencode"),
@@ -826,6 +794,11 @@ def clients() -> dict[str, Client]:
         "qwen": Client(
             program("qwen"), ['run_shell_command={"command": "ls"}'], lambda e: qwen_run(e)
         ),
+        "qwen-interactive": Client(
+            program("qwen"),
+            ['run_shell_command={"command": "ls"}'],
+            lambda e: qwen_interactive(e, ["List the files here.", "List them again."]),
+        ),
         "qwen-agent": Client(
             program("qwen"),
             [
@@ -836,6 +809,16 @@ def clients() -> dict[str, Client]:
             lambda e: qwen_run(e),
         ),
         "mini": Client(program("mini"), ['bash={"command": "ls"}'], lambda e: mini_run(e)),
+        "mini-5": Client(
+            program("mini"),
+            ['bash={"command": "cat hello.txt"}'],
+            lambda e: mini_run(e, "Show what hello.txt says.", 5),
+        ),
+        "mini-4": Client(
+            program("mini"),
+            ['bash={"command": "wc -l hello.txt"}'],
+            lambda e: mini_run(e, "Count the lines of hello.txt.", 4),
+        ),
         "gemini": Client(
             program("gemini"), [GEMINI_LS], lambda e: gemini_run(e, "List the files here.")
         ),
@@ -854,9 +837,30 @@ def clients() -> dict[str, Client]:
             [],
             lambda e: aider_run(e, ["Say hello.", "Now say goodbye.", "Once more."]),
         ),
+        "aider-files": Client(
+            program("aider"),
+            [],
+            lambda e: aider_run(
+                e,
+                ["What does sessions.py do?", "And spawns.py?", "How do they fit together?"],
+                AIDER_FILES,
+            ),
+        ),
+        "aider-git": Client(
+            program("aider"),
+            [],
+            lambda e: aider_run(
+                e,
+                ["Explain spawns.py.", "Which function is the entry point?"],
+                AIDER_FILES[1:],
+                True,
+            ),
+        ),
         "agents-sdk": Client(
             sys.executable, ["transfer_to_math_agent={}"], lambda e: agents_sdk_run()
         ),
+        "agents-sdk-tool": Client(sys.executable, [WEATHER], lambda e: agents_sdk_run("tool")),
+        "agents-sdk-chat": Client(sys.executable, [WEATHER], lambda e: agents_sdk_run("chat")),
     }
 
 
@@ -881,8 +885,8 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
     home, work, trace = folder / "home", folder / "work", folder / "trace"
     for d in (home, work, trace):
         shutil.rmtree(d, ignore_errors=True)
-    home.mkdir(parents=True)
-    work.mkdir()
+    home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
     (work / "hello.txt").write_text("hello\n")
     async with (
         SimServer("fast", seed=3, tool_call=client.tool_calls) as sim,
@@ -914,30 +918,75 @@ async def record_once(client: Client, folder: Path, target: str | None, delay_s:
 
 
 async def oracle(
-    name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1
+    name: str, client: Client, folder: Path, delay_s: float, repeats: int = 1, max_hold_s=120.0
 ) -> tuple[Verdict, Recorded, list[str]]:
     first = await record_once(client, folder, None, 0)
+    shutil.rmtree(folder / "base-trace", ignore_errors=True)
+    shutil.copytree(folder / "trace", folder / "base-trace")  # to judge again (``--judge``)
     base = first.rows
     notes = []
     failed = [lab for lab, r in base.items() if r["error"] is not None]
     if failed:
         notes.append(f"baseline: {len(failed)} failed requests ({', '.join(failed)})")
-    delayed = await held_runs(client, folder, base, delay_s, repeats, notes)
+    arrivals = {lab: r["arrival_ns"] for lab, r in base.items()}
+    order = sorted(base, key=lambda lab: base[lab]["arrival_ns"])
+    delayed: dict[str, list[dict[str, int]]] = {}
+    answered: dict[str, list[int | None]] = {}
+    holds: dict[str, list[int]] = {}
+    await held_runs(
+        client, folder, base, {x: delay_s for x in order}, repeats, notes, delayed, answered, holds
+    )
+    longer = longer_holds(arrivals, delayed, answered, int(delay_s * 1e9))
+    wanted = {x: ns / 1e9 for x, ns in longer.items() if ns / 1e9 <= max_hold_s}
+    for x in sorted(set(longer) - set(wanted)):
+        notes.append(f"{x}: a hold of {longer[x] / 1e9:.0f} s would tell more (over --max-hold)")
+    if wanted:
+        notes.append("held longer: " + ", ".join(f"{x} {s:.1f} s" for x, s in wanted.items()))
+    await held_runs(client, folder, base, wanted, repeats, notes, delayed, answered, holds)
     (folder / "arrivals.json").write_bytes(
         orjson.dumps(
-            {"base": {lab: r["arrival_ns"] for lab, r in base.items()}, "delayed": delayed},
+            {
+                "delay_s": delay_s,
+                "base": arrivals,
+                "delayed": delayed,
+                "answered": answered,
+                "holds": holds,
+            },
             option=orjson.OPT_INDENT_2,
         )
     )
-    measured, unknown = measured_ancestors(
-        {lab: r["arrival_ns"] for lab, r in base.items()}, delayed, int(delay_s * 1e9)
-    )
+    return judge(base, arrivals, delayed, answered, delay_s), first, [layout(base), *notes]
+
+
+def judge(
+    base: Mapping[str, Mapping[str, Any]],
+    arrivals: Mapping[str, int],
+    delayed: Mapping[str, Sequence[Mapping[str, int]]],
+    answered: Mapping[str, Sequence[int | None]] | None,
+    delay_s: float,
+) -> Verdict:
+    """The verdict on the baseline trace's rows ``base`` (by label) from the runs."""
+    measured, unknown = measured_ancestors(arrivals, delayed, int(delay_s * 1e9), answered)
     # waiting composes: a chain of waits a host's slow steps hid at its far end is one
     measured = {y: closure(y, measured) for y in measured}
     traced = trace_ancestors(base)
-    v = compare(measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()), unknown)
-    notes.insert(0, layout(base))
-    return v, first, notes
+    return compare(
+        measured, traced, sum(len(r["depends_on"] or ()) for r in base.values()), unknown
+    )
+
+
+def judge_kept(folder: Path) -> tuple[Verdict, Recorded, list[str]]:
+    """The verdict again from a client's kept runs (``--keep``): its arrivals.json and
+    baseline trace (folders kept before the baseline was: the last run's trace, whose
+    rows carry the same labels)."""
+    kept = orjson.loads((folder / "arrivals.json").read_bytes())
+    trace = folder / "base-trace"
+    table, meta = read_trace(trace if trace.exists() else folder / "trace")
+    summary = summarize_table(table, meta.block_size)
+    rows = label_rows(table.to_pylist())
+    rec = Recorded(rows, True, summary.server_cached_rate, summary.implied_cached_rate)
+    v = judge(rows, kept["base"], kept["delayed"], kept.get("answered"), kept.get("delay_s", 8.0))
+    return v, rec, [layout(rows)]
 
 
 def layout(base: Mapping[str, Mapping[str, Any]]) -> str:
@@ -953,24 +1002,30 @@ async def held_runs(
     client: Client,
     folder: Path,
     base: Mapping[str, Mapping[str, Any]],
-    delay_s: float,
+    hold_s: Mapping[str, float],
     repeats: int,
     notes: list[str],
-) -> dict[str, list[dict[str, int]]]:
-    """For each request X of the baseline, ``repeats`` runs holding X back: X -> the
-    arrivals (label -> ns) of each run that sent X again."""
-    delayed: dict[str, list[dict[str, int]]] = {}
-    for x in sorted(base, key=lambda lab: base[lab]["arrival_ns"]):
+    delayed: dict[str, list[dict[str, int]]],
+    answered: dict[str, list[int | None]],
+    holds: dict[str, list[int]],
+) -> None:
+    """For each request X of ``hold_s``, ``repeats`` runs holding X back that long; each
+    run that sent X again goes to ``delayed[X]`` (label -> arrival), when X's answer
+    began in it to ``answered[X]``, the hold to ``holds[X]`` (ns)."""
+    for x in sorted(hold_s, key=lambda lab: base[lab]["arrival_ns"]):
         for _ in range(repeats):
-            held = await record_once(client, folder, x, delay_s)
-            if not held.hit:
+            held = await record_once(client, folder, x, hold_s[x])
+            if not held.hit or x not in held.rows:
                 notes.append(f"{x}: not sent again")
                 continue
             lost = set(base) - set(held.rows)
             if lost:
                 notes.append(f"{x} held: {len(lost)} requests not sent ({', '.join(sorted(lost))})")
             delayed.setdefault(x, []).append({lab: r["arrival_ns"] for lab, r in held.rows.items()})
-    return delayed
+            row = held.rows[x]
+            began = None if row["headers_ns"] is None else row["arrival_ns"] + row["headers_ns"]
+            answered.setdefault(x, []).append(began)
+            holds.setdefault(x, []).append(int(hold_s[x] * 1e9))
 
 
 def _pct(x: float | None) -> str:
@@ -1019,6 +1074,18 @@ def main() -> None:
         "--block-size", type=int, default=64, help="the trace's block size (the engine's is 16)"
     )
     ap.add_argument("--keep", default=None, help="folder for the runs (default: a temporary one)")
+    ap.add_argument(
+        "--max-hold",
+        type=float,
+        default=120.0,
+        help="longest hold of a request run again to tell what --delay could not (s)",
+    )
+    ap.add_argument(
+        "--judge",
+        default=None,
+        metavar="DIR",
+        help="run nothing: judge again the clients' runs kept in DIR (by --keep)",
+    )
     args = ap.parse_args()
     table = clients()
     BLOCK_SIZE[0] = args.block_size
@@ -1029,11 +1096,17 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.clients.split(","):
+        if args.judge:
+            report(name, *judge_kept(Path(args.judge) / name))
+            continue
         c = table[name]
         if c.exe is None:
             print(f"| {name} | not installed | | | | | | | | | |")
             continue
-        report(name, *asyncio.run(oracle(name, c, root / name, args.delay, args.repeats)))
+        report(
+            name,
+            *asyncio.run(oracle(name, c, root / name, args.delay, args.repeats, args.max_hold)),
+        )
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 

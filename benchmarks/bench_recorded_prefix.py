@@ -42,7 +42,7 @@ from agent_replay.traces.stats import implied_cached_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_dependencies import base_env, gemini_settings, program  # noqa: E402
+from benchmarks.realclients import base_env, gemini_env, program  # noqa: E402
 
 KEY = "sk-bench-recorded-prefix"
 FRESH = False
@@ -192,8 +192,7 @@ def gemini_runs(
 ) -> list[tuple[list[str], dict[str, str]]]:
     """Gemini CLI -p, then ``--resume latest``: each later prompt sends the earlier
     prompts' function calls without the ``thoughtSignature`` they had while they ran."""
-    env = base_env(home)
-    env.update(gemini_settings(home, model), GEMINI_API_KEY=KEY, GOOGLE_GEMINI_BASE_URL=url)
+    env = gemini_env(url, model, home, KEY)
     return [
         (
             [

@@ -30,7 +30,9 @@ turns, the one that ended last, and depends on its last turn.
   subagents too);
 * a turn of a spawner lane that arrives after a subagent's every turn has finished joins
   it: it also depends on the subagent's last turn (once per subagent). A subagent still
-  running then stays a background branch.
+  running then stays a background branch. A lane that branched off the spawning turn
+  itself (its first turn continues that turn while another request already did) is a
+  spawner too: Claude Code's main turn with the subagent's launch may come second.
 
 Handoffs (the OpenAI Agents SDK): an agent hands the conversation to another by calling a
 tool ``transfer_to_NAME``; the next request carries that call and another system prompt
@@ -65,6 +67,11 @@ class _Stream:
     turns: list[int] = field(default_factory=list)
     joined: bool = False
     spawner: str | None = None
+    spawn: int | None = None
+    """The request that spawned this subagent."""
+    branch_of: int | None = None
+    """The request this lane's first turn continues, when another already had (a
+    parallel branch)."""
     side: bool = False
     """Its last turn was a side request."""
 
@@ -151,7 +158,7 @@ class AgentTracker:
                     spawn = max(spawned, key=lambda i: (i not in s.side, s.called(i), s.end[i], i))
                     deps.append(spawn)
                     lane = agent
-                    s.streams[lane] = _Stream(agent, spawner=s.lane_of[spawn])
+                    s.streams[lane] = _Stream(agent, spawner=s.lane_of[spawn], spawn=spawn)
             elif not lanes:
                 lane = agent
         if lane is None:
@@ -161,8 +168,12 @@ class AgentTracker:
         stream = s.streams.get(lane)
         if stream is None:
             stream = s.streams[lane] = _Stream(agent)
+            if has_link and s.lane_of.get(parent_index) in lanes:
+                stream.branch_of = parent_index
         for sub in s.streams.values():
-            if sub.spawner != lane or sub.joined or not sub.turns:
+            if sub.joined or not sub.turns:
+                continue
+            if sub.spawner != lane and (sub.spawn is None or sub.spawn != stream.branch_of):
                 continue
             if all(done(i) for i in sub.turns):
                 deps.append(sub.turns[-1])

@@ -127,9 +127,13 @@ def render(part: Any, not_seen: frozenset[str] = _NOT_SEEN) -> str:
     return "\n".join(out) + "\n"
 
 
-GRAIN_BYTES = 64
+GRAIN_BYTES = 32
 """Prompt bytes are digested in grains of this many bytes; block boundaries fall between
-grains (a 64-token block at 3-4 bytes a token spans 3-4 grains)."""
+grains (a 64-token block at 3-4 bytes a token spans 6-8 grains, a 16-token block 1.5-2).
+A prompt that diverges from an earlier one inside it (aider drops the reminder it had
+appended to the user's message) shares the blocks that end before the grain where the
+bytes differ: a grain much longer than a server's block (64 bytes, about 18 tokens) lost
+about a block there that the server cached."""
 
 MAX_KNOWN_BLOCKS = 1 << 22
 """Block boundaries kept (past this, the oldest half of the prefixes they continue is

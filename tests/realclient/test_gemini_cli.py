@@ -26,10 +26,9 @@ import pytest
 from agent_replay.engines.sim import SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.traces.io import read_trace
-from benchmarks.bench_dependencies import gemini_settings
+from benchmarks import realclients
 from tests.realclient.test_real_clients import (
     SECRET,
-    base_env,
     no_secret_written,
     program,
     record,
@@ -47,9 +46,7 @@ DONE = 'complete_task={"result": {"response": "hello.txt"}}'
 
 def gemini_env(url: str, model: str, home: Path) -> dict[str, str]:
     """The README's recipe: settings on a fresh HOME, the key and the base URL."""
-    env = base_env(home)
-    env.update(gemini_settings(home, model), GEMINI_API_KEY=SECRET, GOOGLE_GEMINI_BASE_URL=url)
-    return env
+    return realclients.gemini_env(url, model, home, SECRET)
 
 
 def gemini_p(prompt: str):  # type: ignore[no-untyped-def]

@@ -20,9 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,11 +30,23 @@ import pytest
 from agent_replay.engines.sim import SimProcess, SimServer
 from agent_replay.replay.record import Recorder
 from agent_replay.traces.io import read_trace
+from benchmarks import realclients
+from benchmarks.realclients import (
+    AIDER_FLAGS,
+    CODEX_FLAGS,
+    Tmux,
+    aider_env,
+    base_env,
+    claude_state,
+    codex_env,
+    env_script,
+    manual_permissions,
+    opencode_env,
+    qwen_env,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.realclient]
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / ".real-clients" / "bin"
 SECRET = "sk-realclient-test-0f9e8d7c"
 LS = 'Bash={"command": "ls"}'
 CODEX_LS = 'exec_command={"cmd": "ls"}'
@@ -45,29 +54,10 @@ MINI_LS = 'bash={"command": "ls"}'
 
 
 def program(name: str) -> str:
-    for folder in (BIN, Path(sys.executable).parent):  # npm's prefix; the venv (pip)
-        path = folder / name
-        if path.exists():
-            return str(path)
-    found = shutil.which(name)
+    found = realclients.program(name)
     if found is None:
         pytest.skip(f"{name} not installed (scripts/setup-real-clients.sh)")
     return found
-
-
-def base_env(home: Path) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL")
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(
-        HOME=str(home),
-        HTTPS_PROXY="http://127.0.0.1:9",
-        HTTP_PROXY="http://127.0.0.1:9",
-        https_proxy="http://127.0.0.1:9",
-        http_proxy="http://127.0.0.1:9",
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-    )
-    return env
 
 
 async def run_program(
@@ -77,24 +67,8 @@ async def run_program(
     timeout_s: float = 240,
     stdin: str | None = None,
 ) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(
-            proc.communicate(None if stdin is None else stdin.encode()), timeout_s
-        )
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    text = out.decode(errors="replace")
-    assert proc.returncode == 0, text[-3000:]
+    rc, text = await realclients.run_program(argv, env, cwd, timeout_s, stdin)
+    assert rc == 0, text[-3000:]
     return text
 
 
@@ -182,21 +156,8 @@ async def test_claude_code(tmp_path: Path, name: str) -> None:
     claude = program(name)
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        env = base_env(home)
-        env.update(
-            ANTHROPIC_BASE_URL=url,
-            ANTHROPIC_API_KEY=SECRET,
-            DISABLE_TELEMETRY="1",
-            DISABLE_AUTOUPDATER="1",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            DISABLE_ERROR_REPORTING="1",
-            ANTHROPIC_MODEL=model,
-            ANTHROPIC_SMALL_FAST_MODEL=model,
-            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-            ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-            ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-            CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
-        )
+        env = claude_env(url, model, home)
+        env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
         return [
             claude,
             "-p",
@@ -232,21 +193,8 @@ async def test_claude_code_subagents(tmp_path: Path, name: str) -> None:
     claude = program(name)
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        env = base_env(home)
-        env.update(
-            ANTHROPIC_BASE_URL=url,
-            ANTHROPIC_API_KEY=SECRET,
-            DISABLE_TELEMETRY="1",
-            DISABLE_AUTOUPDATER="1",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            DISABLE_ERROR_REPORTING="1",
-            ANTHROPIC_MODEL=model,
-            ANTHROPIC_SMALL_FAST_MODEL=model,
-            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-            ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-            ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-            CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
-        )
+        env = claude_env(url, model, home)
+        env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
         return [
             claude,
             "-p",
@@ -293,21 +241,7 @@ def codex_exec(
     Responses API, its key from the environment."""
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        (home / "config.toml").write_text(
-            f'model = "{model}"\nmodel_provider = "sim"\n\n'
-            f'[model_providers.sim]\nname = "sim"\nbase_url = "{url}/v1"\n'
-            'wire_api = "responses"\nenv_key = "SIM_API_KEY"\n\n'
-            "[analytics]\nenabled = false\n"
-        )
-        env = base_env(home)
-        env.update(CODEX_HOME=str(home), SIM_API_KEY=SECRET)
-        return [
-            codex,
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            prompt,
-        ], env
+        return [codex, "exec", *CODEX_FLAGS, prompt], codex_env(url, model, home, SECRET)
 
     return argv_env
 
@@ -399,24 +333,7 @@ async def test_mini_swe_agent(tmp_path: Path) -> None:
 def qwen_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
     """qwen-code -p (node >= 22, the OpenAI variables, the openai auth type, and a
     max_tokens that fits the engine's context: it asks for 32000 otherwise)."""
-    (home / ".qwen").mkdir()
-    (home / ".qwen" / "settings.json").write_text(
-        json.dumps(
-            {
-                "security": {"auth": {"selectedType": "openai"}},
-                "model": {"generationConfig": {"samplingParams": {"max_tokens": 4000}}},
-            }
-        )
-    )
-    env = base_env(home)
-    if (BIN.parent / "node22" / "bin").is_dir():
-        env["PATH"] = f"{BIN.parent / 'node22' / 'bin'}:{env.get('PATH', '')}"
-    env.update(
-        OPENAI_BASE_URL=f"{url}/v1",
-        OPENAI_API_KEY=SECRET,
-        OPENAI_MODEL=model,
-        QWEN_CODE_SUPPRESS_YOLO_WARNING="1",
-    )
+    env = qwen_env(url, model, home, SECRET)
     return [program("qwen"), "-p", "List the files here.", "--yolo"], env
 
 
@@ -478,23 +395,7 @@ async def test_aider(tmp_path: Path) -> None:
     aider = program("aider")
 
     def argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-        env = base_env(home)
-        env.update(
-            OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=SECRET, LITELLM_LOCAL_MODEL_COST_MAP="True"
-        )
-        return [
-            aider,
-            "--model",
-            f"openai/{model}",
-            "--no-git",
-            "--yes-always",
-            "--no-check-update",
-            "--no-show-model-warnings",
-            "--analytics-disable",
-            "--no-fancy-input",
-            "--no-pretty",
-            "--no-show-release-notes",
-        ], env
+        return [aider, "--model", f"openai/{model}", *AIDER_FLAGS], aider_env(url, home, SECRET)
 
     trace, rows = await record(
         tmp_path, [], argv_env, stdin="Say hello.\nNow say goodbye.\nOnce more.\n"
@@ -514,28 +415,8 @@ OPENCODE_LS = 'bash={"command": "ls", "description": "List files"}'
 
 
 def opencode_argv_env(url: str, model: str, home: Path) -> tuple[list[str], dict[str, str]]:
-    conf = home / ".config" / "opencode"
-    conf.mkdir(parents=True)
-    (conf / "opencode.json").write_text(
-        json.dumps(
-            {
-                "provider": {
-                    "sim": {
-                        "npm": "@ai-sdk/openai-compatible",
-                        "name": "sim",
-                        "options": {"baseURL": f"{url}/v1", "apiKey": SECRET},
-                        "models": {
-                            model: {"name": model, "limit": {"context": 32768, "output": 4000}}
-                        },
-                    }
-                },
-                "model": f"sim/{model}",
-                "share": "disabled",
-                "autoupdate": False,
-            }
-        )
-    )
-    return [program("opencode"), "run", "List the files here."], base_env(home)
+    env = opencode_env(url, model, home, SECRET)
+    return [program("opencode"), "run", "List the files here."], env
 
 
 async def test_opencode_subagent(tmp_path: Path) -> None:
@@ -572,79 +453,36 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
     request whose reply it carries), and the replay sends every request its recorded
     think time after the end of its latest dependency."""
     claude = program("claude")
-    tmux = shutil.which("tmux")
-    if tmux is None:
+    try:
+        tmux = Tmux(f"agent-replay-{os.getpid()}")
+    except FileNotFoundError:
         pytest.skip("tmux not installed")
     home, work, trace = tmp_path / "home", tmp_path / "work", tmp_path / "trace"
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    (home / ".claude.json").write_text(
-        json.dumps(
-            {
-                "hasCompletedOnboarding": True,
-                "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
-                "projects": {str(work): {"hasTrustDialogAccepted": True}},
-            }
-        )
-    )
-    name = f"agent-replay-{os.getpid()}"
+    claude_state(home, work, SECRET, ())
     async with (
         SimServer("fast", seed=3, tool_call=[LS]) as sim,
         Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
     ):
-        model = sim.profile.model_name
-        env = base_env(home)
-        env.update(
-            ANTHROPIC_BASE_URL=rec.url,
-            ANTHROPIC_API_KEY=SECRET,
-            DISABLE_TELEMETRY="1",
-            DISABLE_AUTOUPDATER="1",
-            DISABLE_ERROR_REPORTING="1",
-            ANTHROPIC_MODEL=model,
-            ANTHROPIC_SMALL_FAST_MODEL=model,
-            ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-            CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
-            TERM="xterm-256color",
-        )
-        script = tmp_path / "claude.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {claude}\n"
-        )
-        script.chmod(0o755)
-        subprocess.run(
-            [
-                tmux,
-                "new-session",
-                "-d",
-                "-s",
-                name,
-                "-x",
-                "150",
-                "-y",
-                "40",
-                "-c",
-                str(work),
-                str(script),
-            ],
-            check=True,
-        )
+        env = claude_env(rec.url, sim.profile.model_name, home)
+        env.update(CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000", TERM="xterm-256color")
+        tmux.start(env_script(tmp_path / "claude.sh", env, claude), work)
         try:
             want = 0
             for text in ("List the files here.", "List them again."):
                 await asyncio.sleep(4)  # the prompt is ready
-                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+                await tmux.type_in(text)
                 want += 3  # title, the turn (a tool call), the turn after the tool's result
                 for _ in range(600):
                     if rec.stats.requests >= want and not rec.in_flight:
                         break
                     await asyncio.sleep(0.1)
-            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
+            await tmux.type_in("/exit")
             await asyncio.sleep(1)
         finally:
-            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+            tmux.kill()
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
     assert len({r["session_id"] for r in rows}) == 1 and all(r["error"] is None for r in rows)
     by_index = {r["request_index"]: r for r in rows}
@@ -680,21 +518,7 @@ async def test_claude_code_interactive_title_requests_stay_concurrent(tmp_path: 
 
 def claude_env(url: str, model: str, home: Path) -> dict[str, str]:
     """Claude Code against ``url`` with every model role on the engine's model."""
-    env = base_env(home)
-    env.update(
-        ANTHROPIC_BASE_URL=url,
-        ANTHROPIC_API_KEY=SECRET,
-        DISABLE_TELEMETRY="1",
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_ERROR_REPORTING="1",
-        ANTHROPIC_MODEL=model,
-        ANTHROPIC_SMALL_FAST_MODEL=model,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-        CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
-    )
-    return env
+    return realclients.claude_env(url, model, home, SECRET, max_output=8000)
 
 
 async def settled(rec: Recorder, before: int, quiet_s: float, limit_s: float = 240) -> None:
@@ -711,82 +535,43 @@ async def settled(rec: Recorder, before: int, quiet_s: float, limit_s: float = 2
     raise AssertionError(f"the agent did not settle in {limit_s:.0f} s ({seen} requests)")
 
 
-def manual_permissions(claude: str) -> list[str]:
-    """The current Claude Code starts interactive sessions in "auto" permission mode,
-    whose safety check runs on Anthropic's servers: through a proxy it cannot, and every
-    tool call waits for the user's approval (the session stops at its first tool call).
-    "manual" mode asks only for tools not allowed by ``--allowedTools``. Releases without
-    "manual" (2.1.197) start in their "default" mode, which is that."""
-    out = subprocess.run([claude, "--help"], capture_output=True, text=True, timeout=60).stdout
-    return ["--permission-mode", "manual"] if '"manual"' in out else []
-
-
 async def record_interactive(
     tmp: Path, claude: str, tool_calls: list[str], prompts: Sequence[str], allowed: Sequence[str]
 ) -> tuple[Path, list[dict]]:
     """Interactive Claude Code in tmux through the recorder: each prompt typed once the
     previous one's answer has settled, then ``/exit``."""
-    tmux = shutil.which("tmux")
-    if tmux is None:
+    try:
+        tmux = Tmux(f"agent-replay-{os.getpid()}-{tmp.name}")
+    except FileNotFoundError:
         pytest.skip("tmux not installed")
     home, work, trace = tmp / "home", tmp / "work", tmp / "trace"
     home.mkdir()
     work.mkdir()
     (work / "hello.txt").write_text("hello\n")
-    (home / ".claude.json").write_text(
-        json.dumps(
-            {
-                "hasCompletedOnboarding": True,
-                "customApiKeyResponses": {"approved": [SECRET[-20:]], "rejected": []},
-                "projects": {
-                    str(work): {"hasTrustDialogAccepted": True, "allowedTools": list(allowed)}
-                },
-            }
-        )
-    )
-    name = f"agent-replay-{os.getpid()}-{tmp.name}"
+    claude_state(home, work, SECRET, allowed)
     async with (
         SimServer("fast", seed=3, tool_call=tool_calls) as sim,
         Recorder(sim.url, "127.0.0.1:0", trace, flush_interval_s=60) as rec,
     ):
         env = claude_env(rec.url, sim.profile.model_name, home)
         env.update(CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000", TERM="xterm-256color")
-        script = tmp / "claude.sh"
-        script.write_text(
-            "#!/bin/sh\nexec env -i "
-            + " ".join(f"{k}='{v}'" for k, v in env.items())
-            + f" {claude} {' '.join(manual_permissions(claude))} --allowedTools "
-            + " ".join(f"'{a}'" for a in allowed)
-            + "\n"
+        script = env_script(
+            tmp / "claude.sh",
+            env,
+            f"{claude} {' '.join(manual_permissions(claude))} --allowedTools "
+            + " ".join(f"'{a}'" for a in allowed),
         )
-        script.chmod(0o755)
-        subprocess.run(
-            [
-                tmux,
-                "new-session",
-                "-d",
-                "-s",
-                name,
-                "-x",
-                "150",
-                "-y",
-                "40",
-                "-c",
-                str(work),
-                str(script),
-            ],
-            check=True,
-        )
+        tmux.start(script, work)
         try:
             await asyncio.sleep(5)  # the prompt is ready
             for text in prompts:
                 before = rec.stats.requests
-                subprocess.run([tmux, "send-keys", "-t", name, text, "Enter"], check=True)
+                await tmux.type_in(text)
                 await settled(rec, before, quiet_s=5)
-            subprocess.run([tmux, "send-keys", "-t", name, "/exit", "Enter"], check=True)
+            await tmux.type_in("/exit")
             await asyncio.sleep(1)
         finally:
-            subprocess.run([tmux, "kill-session", "-t", name], check=False)
+            tmux.kill()
     rows = sorted(read_trace(trace)[0].to_pylist(), key=lambda r: r["arrival_ns"])
     return trace, rows
 

@@ -342,3 +342,31 @@ def test_item_ids_the_model_never_reads_do_not_end_the_shared_prefix() -> None:
     b, _ = h.hash_ids("responses", body("msg_2", "second task"), 400)
     common = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
     assert common >= 20
+
+
+def test_a_prompt_diverging_inside_an_earlier_one_shares_the_blocks_before() -> None:
+    """aider's shape: the second prompt sends the first's user message back without what
+    was appended to it. 3 bytes a token throughout (" ab" and " xy" words; the server's
+    counts given as bytes // 3): the bytes differ from byte 1,814 on (token 604), so a
+    server with 16-token blocks caches 37 blocks (592 tokens) of the second prompt. Block
+    37's end, token 592, is byte 1,776, which goes on a grain boundary: with 32-byte
+    grains byte 1,792, the start of the grain where the bytes differ, so the trace shares
+    all 37 (64-byte grains put it at byte 1,856, past the difference: 36)."""
+    system = {"role": "system", "content": " ab" * 600}
+    first = {"messages": [system, {"role": "user", "content": "q" + " xy" * 100}]}
+    second = {
+        "messages": [
+            system,
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": " ok" * 10},
+            {"role": "user", "content": " more"},
+        ]
+    }
+    data = ["".join(render(p) for p in prompt_parts("chat", b)).encode() for b in (first, second)]
+    assert (len(data[0]), len(data[1])) == (2115, 1867)
+    assert next(i for i, (x, y) in enumerate(zip(*data, strict=False)) if x != y) == 1814
+    assert GRAIN_BYTES == 32
+    h = PromptHasher(16, 1)
+    a, _ = h.hash_ids("chat", first, 2115 // 3)
+    b, _ = h.hash_ids("chat", second, 1867 // 3)
+    assert next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y) == 37

@@ -17,12 +17,15 @@ from benchmarks.bench_dependencies import (
     Client,
     Labeler,
     compare,
+    longer_holds,
     measured_ancestors,
     oracle,
     record_once,
     reduction,
     request_kind,
     run_shift,
+    run_verdicts,
+    suggestion,
     trace_ancestors,
 )
 
@@ -181,3 +184,51 @@ def test_the_runs_clock_is_read_on_the_requests_nearest_the_held_one() -> None:
     assert run_shift(base, run, "x") == -4500
     measured, _ = measured_ancestors(base, {"x": [run]}, 8000)
     assert measured["y"] == {"x"}
+
+
+def test_a_wait_off_the_critical_path_is_told_by_a_longer_hold() -> None:
+    """qwen-code's shape: turn a calls the agent tool; r, the main agent's reply to the
+    call's result, is sent at 300; the subagent's s at 1000 and its last step e at 10300
+    do not wait for r; the completion notice n (10500) carries r's reply and e's result.
+    Held 8000, r's answer begins at 8600: s and e, sent before it, did not wait for r
+    (e: 10300 >= 8600, yet it did not move either: the run cannot tell); n did not move
+    (e held it longer) but came after r's answer: the run cannot tell either. A hold of
+    2 * 8000 + 10500 - 8600 = 17900 tells both: n moves, e comes before r's answer."""
+    base = {"a": 0, "r": 300, "s": 1000, "e": 10300, "n": 10500}
+    held = {"a": 0, "r": 300, "s": 1000, "e": 10300, "n": 10500}
+    assert run_verdicts(base, held, "r", 8000, 8600) == {
+        "a": False,
+        "s": False,
+        "e": None,
+        "n": None,
+    }
+    assert run_verdicts(base, held, "r", 8000) == {"a": False, "s": False, "e": False, "n": False}
+    measured, unknown = measured_ancestors(base, {"r": [held]}, 8000, {"r": [8600]})
+    assert measured["n"] == set() and {("n", "r"), ("e", "r")} <= unknown
+    assert longer_holds(base, {"r": [held]}, {"r": [8600]}, 8000) == {"r": 17900}
+    longer = {**held, "n": 18700}  # r answered at 18500; e as before
+    measured, unknown = measured_ancestors(base, {"r": [held, longer]}, 8000, {"r": [8600, 18500]})
+    assert measured["n"] == {"r"} and measured["e"] == set()
+    assert not {("n", "r"), ("e", "r")} & unknown
+    # a run that tells the opposite of another: no wait (every run that can tell must)
+    other = {**held, "n": 10600}
+    measured, _ = measured_ancestors(
+        base, {"r": [held, longer, other]}, 8000, {"r": [8600, 18500, 19000]}
+    )
+    assert measured["n"] == set()
+    # a host that slowed e by 4100 in the longer run: late enough to read as moved, but e
+    # was sent before r's answer began (18500), so it did not wait for r
+    slowed = {**longer, "e": 14400}
+    assert run_verdicts(base, slowed, "r", 8000, 18500)["e"] is False
+    assert run_verdicts(base, slowed, "r", 8000)["e"] is True  # what the delay alone says
+    # nothing left to tell: no longer hold
+    assert longer_holds(base, {"r": [longer]}, {"r": [18500]}, 8000) == {}
+
+
+def test_qwen_codes_prompt_suggestion_is_no_turn_the_user_waits_for() -> None:
+    said = [{"type": "text", "text": "[SUGGESTION MODE: Suggest what the user might type.]"}]
+    typed = [{"type": "text", "text": "List them again."}]
+    msgs: Any = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    assert suggestion("chat", {"messages": [*msgs, {"role": "user", "content": said}]})
+    assert not suggestion("chat", {"messages": [*msgs, {"role": "user", "content": typed}]})
+    assert not suggestion("chat", {"messages": msgs})

@@ -213,11 +213,11 @@ def test_the_session_view_leaves_out_only_the_clis_edits() -> None:
 def test_the_readmes_gemini_settings_are_the_tested_ones(tmp_path: Path) -> None:
     """The README's recipe writes the settings the real-client tests and the benches run
     Gemini CLI with."""
-    from benchmarks.bench_dependencies import gemini_settings
+    from benchmarks.realclients import gemini_env
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     block = readme.split("cat > ~/.gemini/settings.json <<'EOF'\n", 1)[1].split("    EOF", 1)[0]
-    gemini_settings(tmp_path, "sim-8b")
+    gemini_env("http://127.0.0.1:1", "sim-8b", tmp_path, "key")
     assert orjson.loads(block) == orjson.loads(
         (tmp_path / ".gemini" / "settings.json").read_bytes()
     )

@@ -388,3 +388,30 @@ def test_a_client_without_tools_keeps_one_stream() -> None:
         (MAIN, [0]),
         (MAIN, [1]),
     ]
+
+
+def test_a_branch_off_the_spawning_turn_joins_the_subagent() -> None:
+    """Claude Code 2.1.332, background subagents: main turn 1 calls the Agent tool; the
+    subagent's first turn (2) and two requests continuing turn 1 follow: 3 (first: it
+    keeps turn 1's lane) and 4, the main turn with the launch notice (a new lane,
+    branching off turn 1). The subagent ends (5); the main turn that carries its
+    completion notice (6) continues 4: it joins the subagent, although turn 1's lane is
+    3's."""
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1)
+    at.complete("s", 0, 10)
+    at.place("s", 1, None, 20, 0)
+    at.complete("s", 1, 30, True)
+    sub = at.place("s", 2, "agent-a", 40, 1)
+    at.place("s", 3, None, 41, 1)
+    branch = at.place("s", 4, None, 45, 1)
+    assert (sub.depends_on, branch.agent_id, branch.depends_on) == ([1], "main/2", [1])
+    at.complete("s", 3, 50)
+    at.complete("s", 2, 60)
+    at.complete("s", 4, 70)
+    mid = at.place("s", 5, "agent-a", 80, 2)
+    at.complete("s", 5, 90)
+    notice = at.place("s", 6, None, 100, 4)
+    assert (mid.depends_on, notice.agent_id, notice.depends_on) == ([2], "main/2", [4, 5])
+    # a later turn of turn 1's own lane does not join it again
+    assert at.place("s", 7, None, 110, 3).depends_on == [3]
