@@ -152,8 +152,8 @@ class EngineCore:
                 + round((1.0 - self.profile.frontend_batch_overlap) * (sum(costs) - top))
             )
             members.append(req)
-            for m in members:
-                m.ready_ns = end
+            for member in members:
+                member.ready_ns = end
             self._fe_batch = (start, end, members)
         return self._fe_batch[1]
 

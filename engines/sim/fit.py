@@ -455,8 +455,8 @@ def relative(x: np.ndarray, y: np.ndarray, ttft: np.ndarray) -> tuple[np.ndarray
     """Rows of a least-squares problem weighted so that it minimises the error relative to
     each sample's measured TTFT (TTFTs span 50 ms to 3 s; the error targets are relative),
     in units of a 100 ms TTFT to keep the normal equations' scale."""
-    w = 1e8 / np.maximum(ttft, 1.0)
-    return x * w[:, None], y * w
+    weight = 1e8 / np.maximum(ttft, 1.0)
+    return x * weight[:, None], y * weight
 
 
 def _fit_prefill(
@@ -761,12 +761,12 @@ def choose_frontend_overlap(
             errs = []
             for n, (profile, folders) in enumerate(deployments):
                 prof = profile.replace(frontend_batch_overlap=value)
-                for j, f in enumerate(folders):
-                    got = run_figures(predict_run(prof, f, Path(tmp) / f"{n}-{j}"))
+                for j, folder in enumerate(folders):
+                    got = run_figures(predict_run(prof, folder, Path(tmp) / f"{n}-{j}"))
                     for k in SCORED:
-                        m, p = measured[str(f)][k], got[k]
-                        if m and p:
-                            errs.append(abs(math.log(p / m)))
+                        meas, pred = measured[str(folder)][k], got[k]
+                        if meas and pred:
+                            errs.append(abs(math.log(pred / meas)))
             scores[value] = float(np.mean(errs)) if errs else math.inf
     best = min(grid, key=lambda v: (scores[v], v))
     return best, scores

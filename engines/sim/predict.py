@@ -71,8 +71,8 @@ def prefix_hits(
     return hits
 
 
-def _key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
-    return (r["session_id"], r.get("clone"), r.get("request_index"))
+def _key(row: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return (row["session_id"], row.get("clone"), row.get("request_index"))
 
 
 def served_hit(served: dict[Any, int], key: tuple[Any, Any, Any], prompt: int) -> int:
@@ -85,9 +85,13 @@ def served_hit(served: dict[Any, int], key: tuple[Any, Any, Any], prompt: int) -
     if served.get(key) == prompt:
         hit = prompt - 1
     else:
-        s, c = key[0], key[1]
+        session, clone = key[0], key[1]
         hit = max(
-            (p for (s2, c2, _), p in served.items() if s2 == s and c2 == c and p <= prompt),
+            (
+                p
+                for (s2, c2, _), p in served.items()
+                if s2 == session and c2 == clone and p <= prompt
+            ),
             default=0,
         )
     return min((hit // BLOCK) * BLOCK, max(0, prompt - 1))
@@ -177,12 +181,14 @@ def _dependencies(
     parents: dict[int, list[int]] = {}
     children: dict[int, list[int]] = {}
     for i in live:
-        r = rows[i]
-        found = [by_key.get((r["session_id"], r["clone"], d)) for d in (r["depends_on"] or [])]
+        row = rows[i]
+        found = [
+            by_key.get((row["session_id"], row["clone"], d)) for d in (row["depends_on"] or [])
+        ]
         ps = [p for p in found if p is not None and p in live_set]
         parents[i] = ps
-        for p in ps:
-            children.setdefault(p, []).append(i)
+        for parent in ps:
+            children.setdefault(parent, []).append(i)
     return parents, children
 
 
@@ -250,8 +256,8 @@ class _Plan:
         self.waits = {i: gates.get(i, self.parents[i]) for i in self.live}
         self.children: dict[int, list[int]] = {}
         for i in self.live:
-            for p in self.waits[i]:
-                self.children.setdefault(p, []).append(i)
+            for parent in self.waits[i]:
+                self.children.setdefault(parent, []).append(i)
         self.hits = prefix_hits(rows, cached_below(profile), served)
         self.pred_end: dict[int, int] = {}
         self.pred_send: dict[int, int] = {}

@@ -58,10 +58,10 @@ def earlier_runs(folder: str | Path, candidates: list[Path] | None = None) -> li
     folder = Path(folder)
     pool = sibling_runs(folder) if candidates is None else [Path(c) for c in candidates]
     ends: dict[float, Path] = {}
-    for c in pool:
-        span = queries_span(c)
-        if span is not None and c.resolve() != folder.resolve():
-            ends.setdefault(span[1], c)
+    for other in pool:
+        span = queries_span(other)
+        if span is not None and other.resolve() != folder.resolve():
+            ends.setdefault(span[1], other)
     chain: list[Path] = []
     cur = folder
     while True:
@@ -95,11 +95,11 @@ def served_prompts(
         return None
     salt = _salt(folder)
     seen: dict[Key, int] = {}
-    for r in runs:
-        if _salt(r) != salt:
+    for run in runs:
+        if _salt(run) != salt:
             continue
         cols = ["session_id", "clone", "request_index", "prompt_tokens", "first_token_ns"]
-        rows = pq.read_table(r / "requests", columns=cols).to_pylist()
+        rows = pq.read_table(run / "requests", columns=cols).to_pylist()
         for row in rows:
             if row["first_token_ns"] is not None and row["prompt_tokens"]:
                 seen[(row["session_id"], row["clone"], row["request_index"])] = int(

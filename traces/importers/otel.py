@@ -467,15 +467,15 @@ class Collector:
         ``query_source``; 2.1.1xx's spans carry none): the span of the event's session with
         the same token counts that ended nearest the event, within ``SIDE_MATCH_NS``."""
         by_counts: dict[tuple[object, ...], list[Request]] = {}
-        for r in reqs:
-            if "cache_parts" in r.extra and not r.extra.get("side"):
-                by_counts.setdefault(_counts_key(r), []).append(r)
-        for e in self.events:
-            if e.session not in sessions or not e.extra.get("side"):
+        for req in reqs:
+            if "cache_parts" in req.extra and not req.extra.get("side"):
+                by_counts.setdefault(_counts_key(req), []).append(req)
+        for event in self.events:
+            if event.session not in sessions or not event.extra.get("side"):
                 continue
-            end = e.arrival_abs_ns + (e.end_ns or 0)
+            end = event.arrival_abs_ns + (event.end_ns or 0)
             near = min(
-                by_counts.get(_counts_key(e), ()),
+                by_counts.get(_counts_key(event), ()),
                 key=lambda r: abs(r.arrival_abs_ns + (r.end_ns or 0) - end),
                 default=None,
             )
@@ -607,8 +607,14 @@ class Collector:
         return r
 
 
-def _counts_key(r: Request) -> tuple[object, ...]:
-    return r.session, r.input_tokens, r.output_tokens, r.cached_tokens, r.extra.get("cache_parts")
+def _counts_key(req: Request) -> tuple[object, ...]:
+    return (
+        req.session,
+        req.input_tokens,
+        req.output_tokens,
+        req.cached_tokens,
+        req.extra.get("cache_parts"),
+    )
 
 
 def _item_order(it: tuple[Request, object]) -> tuple[int, str]:
