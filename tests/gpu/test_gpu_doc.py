@@ -316,6 +316,11 @@ def test_repeats_ran_as_the_doc_says() -> None:
         order = [n for n, _, _ in solo.steps(REPEATS) if n.startswith("c") and n.endswith(short)]
         assert order == [f"c4-r2-{short}", f"c6-r2-{short}", f"c4-r3-{short}", f"c6-r3-{short}"]
     assert [n for n, _, _ in solo.steps(REPEATS) if n.endswith("-std")] == ["c4-r2-std"]
+    env = (REPEATS / "logs/env.txt").read_text().splitlines()
+    assert env.count("5cb94b45ef63a3ef4dd43c3cc54bf9c0f6c2a9a6") == 3  # .commit, once a phase
+    assert (REPEATS / "results/model-config.json").read_bytes() == (
+        SOLO / "results/model-config.json"
+    ).read_bytes()
 
 
 def test_the_repeats_reading_holds() -> None:
