@@ -1,14 +1,16 @@
 """Every measured figure of docs/gpu.md, computed from the committed files of the one-H100
 AgentX runs: the three servers co-resident on the GPU
 (benchmarks/results/gpu/2026-12-06-h100-agentx/) and each deployment alone on it
-(benchmarks/results/gpu/2026-12-06-h100-agentx-solo/): each replay's results folder
+(benchmarks/results/gpu/2026-12-06-h100-agentx-solo/, with the repeats of some points in
+benchmarks/results/gpu/2026-12-06-h100-agentx-solo-repeats/): each replay's results folder
 (per-request Parquet, run.json, the server's /metrics series), the servers' startup logs and
 commands, and the model's config.
 
     python benchmarks/gpu/agentx_doc.py                    # print the doc's figure blocks
     python benchmarks/gpu/agentx_doc.py --check docs/gpu.md --readme README.md
                                                           # exit 1 naming each block it lacks
-    python benchmarks/gpu/agentx_doc.py --sweep DIR        # the solo runs as a sweep folder
+    python benchmarks/gpu/agentx_doc.py --sweep DIR        # the solo runs (repeats included)
+                                                          # as a sweep folder
 
 This script holds the co-resident run's blocks and the check; the solo ladders' blocks are
 in ``agentx_solo.py`` and the readers both use in ``agentx_runs.py``, beside it.
