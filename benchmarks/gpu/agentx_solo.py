@@ -351,7 +351,7 @@ class Capacity:
     whether a run of a deciding point had too few requests for its P90. ``last`` and
     ``first_fail``: those two points (None where there is none); ``spread``: the bracket
     widened by the run-to-run spread, as ``--find-capacity`` widens its own
-    (``replay.sweep.capacity._spread``: the highest count that surely meets with none below
+    (``replay.sweep.capacity.sure_bracket``: the highest count that surely meets with none below
     surely failing, the lowest above it that surely fails)."""
 
     meets: int
@@ -381,7 +381,7 @@ def capacity_of(points: Sequence[Any], profile: str, floor: float) -> Capacity:
     ``meets``, the mean of its runs meets ``p90_tps>=floor``; ``surely``, the 95% interval
     of that mean is on one side of the floor) over the frontier points
     (``analysis.frontier.Point``) of ``profile``, in lane order."""
-    from agent_replay.replay.sweep.capacity import Probe, _spread, meets, parse_slo, surely
+    from agent_replay.replay.sweep.capacity import Probe, meets, parse_slo, sure_bracket, surely
 
     slo = parse_slo(f"p90_tps>={floor:g}")
     pts = sorted((p for p in points if p.target == profile), key=lambda p: p.point)
@@ -419,7 +419,7 @@ def capacity_of(points: Sequence[Any], profile: str, floor: float) -> Capacity:
         if fails is not None and p.point > fails[0] and probe.meets
     )
     few = any(e.few for e in (last, first_fail) if e is not None)
-    return Capacity(best, fails, later, few, last, first_fail, _spread(probes))
+    return Capacity(best, fails, later, few, last, first_fail, sure_bracket(probes))
 
 
 def _capacity_cell(cap: Capacity) -> str:

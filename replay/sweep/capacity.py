@@ -488,7 +488,7 @@ def find_capacity(
         every = [p.point for p in c.probes if p.runs and p.passed_runs == p.runs]
         some = [p.point for p in c.probes if p.passed_runs > 0]
         c.interval = (max(every) if every else None, max(some) if some else None)
-        c.spread = _spread(c.probes)
+        c.spread = sure_bracket(c.probes)
         fail = next((p for p in c.probes if p.point == c.first_fail), None)
         c.client_limit = fail is not None and fail.unreachable > 0
         if c.capacity is not None and c.first_fail is not None:
@@ -578,7 +578,7 @@ def crossing(
     return est, low, high
 
 
-def _spread(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
+def sure_bracket(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
     """(highest probe that surely meets with no surely failing probe below it, lowest probe
     above that which surely fails)."""
     ordered = sorted(probes, key=lambda p: p.point)
@@ -752,7 +752,7 @@ def ladder_capacity(
     cap = Capacity(target, gpus, probes)
     cap.capacity, cap.first_fail = _state(probes)
     cap.interval = (cap.capacity, cap.capacity)
-    cap.spread = _spread(probes)
+    cap.spread = sure_bracket(probes)
     if cap.capacity is not None and cap.first_fail is not None:
         lo_m, hi_m = (
             [margin(t, e[t.column].value, e[t.column].low, e[t.column].high) for t in slo]

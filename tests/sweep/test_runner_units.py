@@ -15,12 +15,12 @@ from agent_replay.replay.sweep.capacity import (
     MIN_TURNS,
     Probe,
     _next,
-    _spread,
     _state,
     check_axis,
     meets,
     parse_slo,
     run_length,
+    sure_bracket,
     surely,
     turn_period_s,
 )
@@ -159,7 +159,7 @@ def test_surely_widens_the_bracket_by_the_run_to_run_spread() -> None:
         Probe(16, 3, 0, False, {}, "fails"),
     ]
     assert _state(probes) == (12, 13)  # by the means
-    assert _spread(probes) == (2, 16)  # with the spread: only 2 surely meets, 16 surely fails
+    assert sure_bracket(probes) == (2, 16)  # with the spread: only 2 surely meets, 16 surely fails
 
 
 def test_capacity_needs_a_paced_axis_and_enough_turns(tmp_path: Path) -> None:
