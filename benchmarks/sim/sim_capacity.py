@@ -129,7 +129,8 @@ def refresh(trace: str | None) -> dict[str, Any]:
     """Fit each deployment on its whole ladder (the front end's batch overlap chosen on
     those runs of all three, ``choose_frontend_overlap``), run the virtual ladder, and
     collect both sides' figures."""
-    from agent_replay.engines.sim.fit import choose_frontend_overlap, fit_runs, read_command
+    from agent_replay.engines.sim.fit import fit_runs, read_command
+    from agent_replay.replay.simcal import choose_frontend_overlap
 
     data: dict[str, Any] = {"slos": list(SLOS), "deployments": []}
     ladders = {profile: [_folder(profile, c) for c in GPU_LANES] for profile, _ in DEPLOYMENTS}

@@ -150,7 +150,8 @@ def fit_all(experiments: tuple[Experiment, ...]) -> dict[str, Any]:
     """Each experiment's fit on its fit points, then the front end's batch overlap chosen
     per front end (``Experiment.front_end``) on those same fit runs
     (``choose_frontend_overlap``): experiment name -> (profile, the overlap's scores)."""
-    from agent_replay.engines.sim.fit import choose_frontend_overlap, fit_runs, read_command
+    from agent_replay.engines.sim.fit import fit_runs, read_command
+    from agent_replay.replay.simcal import choose_frontend_overlap
 
     fits = {}
     for ex in experiments:

@@ -435,8 +435,8 @@ def test_front_end_batch_overlap_by_hand() -> None:
 def test_choose_frontend_overlap_scores_by_hand(monkeypatch: Any, tmp_path: Path) -> None:
     # one fit run measured at TTFT P50 100 ms (other figures absent); predicted 100 ms
     # with overlap 0, 200 ms with 0.5 and 50 ms with 1: scores |log(p/m)| 0, log 2, log 2
-    import agent_replay.engines.sim.fit as fit_mod
     import agent_replay.engines.sim.predict as predict_mod
+    import agent_replay.replay.simcal as fit_mod
 
     ttft = {"measured": 100.0, "0.0": 100.0, "0.5": 200.0, "1.0": 50.0}
 
