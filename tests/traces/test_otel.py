@@ -750,6 +750,42 @@ def test_claude_code_session_title_is_a_side_request(tmp_path: Path) -> None:
     assert [x["depends_on"] for x in r] == [[], [], [1], [2]]
 
 
+def test_a_subagent_is_never_spawned_by_the_session_title(tmp_path: Path) -> None:
+    # the title request (sent 0.0 s) came back at 1.5 s, after the first turn (0.05-1.0 s)
+    # whose reply made the Agent call: the subagent's first request (1.6 s) is spawned by
+    # that turn, the one of its agent that ended last before it but for the side request
+    def call(
+        end: float, dur_ms: int, n_in: int, source: str, agent: str | None = None
+    ) -> dict[str, Any]:
+        more = {"agent_id": agent, "agent__name": "general-purpose"} if agent else {}
+        return claude_event(
+            end,
+            session__id="s-9",
+            input_tokens=n_in,
+            output_tokens=9,
+            cache_read_tokens=0,
+            cache_creation_tokens=0,
+            duration_ms=dur_ms,
+            query_source=source,
+            **more,
+        )
+
+    p = lines(
+        tmp_path / "cc.jsonl",
+        logs(
+            call(1.5, 1500, 419, "generate_session_title"),
+            call(1.0, 950, 20000, "sdk"),
+            call(2.0, 400, 7000, "agent:builtin:general-purpose", "a1"),
+            call(3.0, 400, 20300, "sdk"),
+        ),
+    )
+    r = rows(import_paths([p]))
+    assert [x["input_tokens"] for x in r] == [419, 20000, 7000, 20300]
+    assert [x["agent_id"] for x in r][2] == "agent-a1"
+    assert r[2]["depends_on"] == [1]
+    assert 0 not in r[3]["depends_on"]
+
+
 def test_claude_code_title_span_is_a_side_request_by_its_event(tmp_path: Path) -> None:
     # Claude Code 2.1.1xx's spans carry no query_source: the session is read from its
     # spans, and the span whose api_request event says generate_session_title (same

@@ -87,9 +87,14 @@ class _Tree:
     def _spawn(self, r: Request, stream: object, deps: list[Request]) -> Request | None:
         """A subagent's first request: spawned by its enclosing stream's request that
         ended last before it (returned, and added to ``deps``; one still running cannot
-        have made the call), and owed a join by that stream."""
+        have made the call, nor can a side request such as the session title), and owed a
+        join by that stream."""
         outer = (r.session, self.outer_of.get(stream))
-        ended = [q for q in self.history.get(outer, ()) if _done_by(q, r.arrival_abs_ns)]
+        ended = [
+            q
+            for q in self.history.get(outer, ())
+            if _done_by(q, r.arrival_abs_ns) and not q.extra.get("side")
+        ]
         spawner = max(ended, key=lambda q: q.arrival_abs_ns + (q.end_ns or 0)) if ended else None
         if spawner is not None:
             deps.append(spawner)
