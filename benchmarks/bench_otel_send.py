@@ -63,10 +63,10 @@ from agent_replay.replay.record.arrivals import arrival_of  # noqa: E402
 from agent_replay.replay.record.proxy import ProxyHandler  # noqa: E402
 from agent_replay.replay.record.wire import api_for  # noqa: E402
 from agent_replay.traces.io import read_trace  # noqa: E402
+from benchmarks.realclients import BIN  # noqa: E402
 from tests.realclient.test_otel_clients import claude_env  # noqa: E402
 from tests.realclient.test_real_clients import (  # noqa: E402
     AGENT,
-    BIN,
     CODEX_LS,
     LS,
     codex_exec,
