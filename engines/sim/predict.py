@@ -208,22 +208,56 @@ def warmup_gates(
     lanes: dict[tuple[Any, Any], list[int]] = {}
     for i in sorted(warm, key=lambda i: int(rows[i]["sent_ns"])):
         lanes.setdefault((rows[i]["session_id"], rows[i]["clone"]), []).append(i)
-    second = {i for lane in lanes.values() for i in lane[len(lane) - min(turns, len(lane)) :]}
-    first = [i for i in warm if i not in second]
-    if first:
-        end1 = max(int(rows[i]["end_ns"]) for i in first)
-        second = {i for i in second if int(rows[i]["sent_ns"]) >= end1}
-        first = [i for i in warm if i not in second]
-    gates: dict[int, list[int]] = {}
-    for lane in lanes.values():
-        turns_of_lane = [i for i in lane if i in second]
-        if turns_of_lane and first:
-            gates[turns_of_lane[0]] = first
+    first, second = _warmup_phases(rows, warm, lanes, turns)
+    gates = _lane_gates(lanes, first, second)
     warm_set = set(warm)
-    for i in live:
-        if i not in warm_set and all(p in warm_set for p in parents[i]):
-            gates[i] = warm
+    gates.update(
+        {i: warm for i in live if i not in warm_set and all(p in warm_set for p in parents[i])}
+    )
     return gates
+
+
+def _lane_gates(
+    lanes: dict[Any, list[int]], first: list[int], second: set[int]
+) -> dict[int, list[int]]:
+    """Each lane's first warm-up turn waits for every stream warm-up (``first``)."""
+    if not first:
+        return {}
+    heads = (next((i for i in lane if i in second), None) for lane in lanes.values())
+    return {i: first for i in heads if i is not None}
+
+
+def _warmup_phases(
+    rows: list[dict[str, Any]], warm: list[int], lanes: dict[Any, list[int]], turns: int
+) -> tuple[list[int], set[int]]:
+    """The stream warm-ups and the lanes' warm-up turns (``warmup_gates``): each lane's last
+    ``turns`` warm-ups, those sent after every stream warm-up had ended."""
+    second = {i for lane in lanes.values() for i in lane[max(0, len(lane) - turns) :]}
+    first = [i for i in warm if i not in second]
+    if not first:
+        return first, second
+    end1 = max(int(rows[i]["end_ns"]) for i in first)
+    late = {i for i in second if int(rows[i]["sent_ns"]) >= end1}
+    return [i for i in warm if i not in late], late
+
+
+def _served(row: dict[str, Any]) -> bool:
+    """A row the server answered: ok, with its first token, send time and prompt."""
+    return (
+        row["status"] == "ok"
+        and row["first_token_ns"] is not None
+        and row["sent_ns"] is not None
+        and row["prompt_tokens"] is not None
+    )
+
+
+def _children(waits: dict[int, list[int]]) -> dict[int, list[int]]:
+    """Who waits for each row: ``waits`` turned round, in row order."""
+    children: dict[int, list[int]] = {}
+    for i, parents in waits.items():
+        for parent in parents:
+            children.setdefault(parent, []).append(i)
+    return children
 
 
 class _Plan:
@@ -238,14 +272,7 @@ class _Plan:
     ) -> None:
         self.rows = rows
         self.core = EngineCore(profile)
-        self.live = [
-            i
-            for i, r in enumerate(rows)
-            if r["status"] == "ok"
-            and r["first_token_ns"] is not None
-            and r["sent_ns"] is not None
-            and r["prompt_tokens"] is not None
-        ]
+        self.live = [i for i, r in enumerate(rows) if _served(r)]
         self.parents, _ = _dependencies(rows, self.live)
         # what each row waits for: its parents, or the phase it starts (warmup_gates)
         gates = (
@@ -254,10 +281,7 @@ class _Plan:
             else warmup_gates(rows, self.live, self.parents, warmup_turns)
         )
         self.waits = {i: gates.get(i, self.parents[i]) for i in self.live}
-        self.children: dict[int, list[int]] = {}
-        for i in self.live:
-            for parent in self.waits[i]:
-                self.children.setdefault(parent, []).append(i)
+        self.children = _children(self.waits)
         self.hits = prefix_hits(rows, cached_below(profile), served)
         self.pred_end: dict[int, int] = {}
         self.pred_send: dict[int, int] = {}
