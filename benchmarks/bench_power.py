@@ -204,10 +204,10 @@ def _judge(cell: dict[str, int], verdict: str | None, slower: int, signed: bool 
         cell["wrong"] += 1
 
 
-def _delta_verdict(d: Any) -> str | None:
+def _delta_verdict(d: Any, margin: float = 0.0) -> str | None:
     if d is None or d.ci_low is None:
         return None
-    if not d.significant:
+    if not d.finding(margin):
         return "none"
     return "better" if (d.change > 0) == d.higher_is_better else "worse"
 
@@ -225,7 +225,9 @@ def _arm_verdict(verdicts: list[str], head: str) -> str | None:
 class Counter:
     """Every design's verdicts on every copy, and the estimated changes behind them."""
 
-    def __init__(self) -> None:
+    def __init__(self, margin: float = 0.0) -> None:
+        self.margin = margin
+        """``compare --margin``: a change inside it is no finding."""
         self.cells = {f"{d}|{t}|{s}": _cell() for d in DESIGNS for t in SLOWER for s in STATS}
         self.changes: dict[str, list[float]] = {}
         self.requests: list[int] = []
@@ -241,12 +243,13 @@ class Counter:
         """One run pair ``(base, copy)`` compared as ``compare A B``."""
         from agent_replay.analysis.compare import compare_reports
 
-        c = compare_reports(list(pair), ["base", t], paired=paired)
+        c = compare_reports(list(pair), ["base", t], paired=paired, margin=self.margin)
         by_key = {d.key: d for d in c.deltas[0]}
         for s in STATS:
             d = by_key.get(s if paired else UNPAIRED_1V1.get(s, ""))
             if d is not None or paired:
-                self.record(design, t, s, _delta_verdict(d), None if d is None else d.change)
+                verdict = _delta_verdict(d, self.margin)
+                self.record(design, t, s, verdict, None if d is None else d.change)
 
     def groups(self, design: str, t: str, pairs: list[Any], by_request: bool = True) -> None:
         """Every 3 of the run pairs compared as ``compare A1,A2,A3 B1,B2,B3``."""
@@ -255,7 +258,10 @@ class Counter:
         labels = {key: label for key, label, _ in ARM_TESTS}
         for g in itertools.combinations(pairs, 3):
             c = compare_arm_reports(
-                [[p[0] for p in g], [p[1] for p in g]], ["base", t], by_request=by_request
+                [[p[0] for p in g], [p[1] for p in g]],
+                ["base", t],
+                by_request=by_request,
+                margin=self.margin,
             )
             for s in STATS:
                 self.record(
@@ -337,9 +343,10 @@ def count_sweep(sweep: Path, repeats: int, counter: Counter) -> dict[str, int]:
     }
 
 
-def count(sweep: Path, repeats: int) -> dict[str, Any]:
-    """Every design's verdicts on every slowed copy and the identical one."""
-    counter = Counter()
+def count(sweep: Path, repeats: int, margin: float = 0.0) -> dict[str, Any]:
+    """Every design's verdicts on every slowed copy and the identical one (``compare
+    --margin`` ``margin``)."""
+    counter = Counter(margin)
     out: dict[str, Any] = (
         count_sweep(sweep, repeats, counter)
         if sweep.is_dir()
@@ -544,6 +551,12 @@ def main() -> int:
         default=None,
         help="recount the verdicts of the runs kept in --keep into this results file",
     )
+    ap.add_argument(
+        "--margin",
+        type=float,
+        default=0.0,
+        help="with --recount: judge as `compare --margin` (a fraction: 0.01 is 1%%)",
+    )
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     if args.table:
@@ -555,8 +568,10 @@ def main() -> int:
         return 0
     if args.recount:
         results = json.loads(Path(args.recount).read_text())
+        results["margin"] = args.margin
         for phase in results["phases"]:
-            results[phase] |= count(Path(args.keep) / phase / "sweep", results["args"]["repeats"])
+            sweep = Path(args.keep) / phase / "sweep"
+            results[phase] |= count(sweep, results["args"]["repeats"], args.margin)
     else:
         results = run_phases(args)
     print(table(results), end="")

@@ -130,3 +130,16 @@ def test_readme_paired_example_is_what_compare_prints() -> None:
     shown = [ln.strip() for ln in block.split("\n\n")[0].splitlines()]
     assert shown == [v for v in c.verdicts if not v.startswith("Verdicts are Holm")]
     assert "paired" in shown[-1]
+
+
+def test_a_change_inside_the_margin_counts_as_no_verdict() -> None:
+    from agent_replay.analysis.compare import Delta
+
+    # P90 TPS 0.6% lower, 95% CI -0.8% to -0.4%, p = 0.001: slower, unless 1% is the margin
+    d = Delta("p90_tps", "P90 TPS", 100.0, 99.4, -0.006, -0.008, -0.004, True, p=0.001)
+    assert bench._delta_verdict(d) == "worse"
+    assert bench._delta_verdict(d, 0.01) == "none"
+    assert bench._delta_verdict(d, 0.005) == "worse"  # -0.8% reaches past 0.5%
+    cell = bench._cell()
+    bench._judge(cell, bench._delta_verdict(d, 0.01), 0)  # on the identical copy
+    assert cell == {"tested": 1, "right": 0, "wrong": 0, "refused": 0}
