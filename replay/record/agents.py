@@ -28,9 +28,10 @@ turns, the one that ended last, and depends on its last turn.
   last before it arrived among those whose reply called a tool (the call that spawned
   it), side requests last; that turn's lane is the subagent's spawner (subagents spawn
   subagents too);
-* a turn of a spawner lane that arrives after a subagent's every turn has finished joins
-  it: it also depends on the subagent's last turn (once per subagent). A subagent still
-  running then stays a background branch. A lane that branched off the spawning turn
+* a turn of a spawner lane that arrives after a subagent's every turn has finished, the
+  last with a reply that called no tool (one that called a tool is followed by the
+  subagent's next turn), joins it: it also depends on the subagent's last turn (once per
+  subagent). A subagent still running then stays a background branch. A lane that branched off the spawning turn
   itself (its first turn continues that turn while another request already did) is a
   spawner too: Claude Code's main turn with the subagent's launch may come second.
 
@@ -175,7 +176,7 @@ class AgentTracker:
                 continue
             if sub.spawner != lane and (sub.spawn is None or sub.spawn != stream.branch_of):
                 continue
-            if all(done(i) for i in sub.turns):
+            if all(done(i) for i in sub.turns) and not s.called(sub.turns[-1]):
                 deps.append(sub.turns[-1])
                 sub.joined = True
         stream.turns.append(request_index)

@@ -415,3 +415,25 @@ def test_a_branch_off_the_spawning_turn_joins_the_subagent() -> None:
     assert (mid.depends_on, notice.agent_id, notice.depends_on) == ([2], "main/2", [4, 5])
     # a later turn of turn 1's own lane does not join it again
     assert at.place("s", 7, None, 110, 3).depends_on == [3]
+
+
+def test_a_main_turn_between_a_subagents_tool_calls_does_not_join_it() -> None:
+    """Claude Code 2.1.332, background subagents: the subagent's first turn (2) ended with
+    a tool call, and the main turn with the launch notice (4, a branch off the spawning
+    turn 1) came while that tool ran. The subagent was not done: it went on (5) and ended
+    with its answer; the main turn that carries its completion notice (6) is the join."""
+    at = AgentTracker()
+    at.place("s", 0, None, 0, -1)
+    at.complete("s", 0, 10)
+    at.place("s", 1, None, 20, 0)
+    at.complete("s", 1, 30, True)
+    assert at.place("s", 2, "agent-a", 40, 1).depends_on == [1]
+    at.place("s", 3, None, 41, 1)
+    at.complete("s", 2, 43, True)  # its reply called a tool
+    at.complete("s", 3, 44)
+    branch = at.place("s", 4, None, 45, 1)
+    assert (branch.agent_id, branch.depends_on) == ("main/2", [1])
+    at.complete("s", 4, 50)
+    assert at.place("s", 5, "agent-a", 60, 2).depends_on == [2]
+    at.complete("s", 5, 70, False)  # its answer
+    assert at.place("s", 6, None, 80, 4).depends_on == [4, 5]
