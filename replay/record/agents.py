@@ -29,9 +29,10 @@ turns, the one that ended last, and depends on its last turn.
   it), side requests last; that turn's lane is the subagent's spawner (subagents spawn
   subagents too);
 * a turn of a spawner lane that arrives after a subagent's every turn has finished, the
-  last with a reply that called no tool (one that called a tool is followed by the
-  subagent's next turn), joins it: it also depends on the subagent's last turn (once per
-  subagent). A subagent still running then stays a background branch. A lane that branched off the spawning turn
+  last with a reply that handed no tool call back to the client (one that did is followed
+  by the subagent's next turn; Gemini CLI's ``complete_task`` ends the subagent), joins
+  it: it also depends on the subagent's last turn (once per subagent). A subagent still
+  running then stays a background branch. A lane that branched off the spawning turn
   itself (its first turn continues that turn while another request already did) is a
   spawner too: Claude Code's main turn with the subagent's launch may come second.
 

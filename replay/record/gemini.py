@@ -164,6 +164,14 @@ class GeminiSubagents:
         _bound(self._roots, self._memory)
 
 
+def hands_back(tool_ids: Sequence[str]) -> bool:
+    """Whether a reply's tool calls hand work back to the client, which answers them in its
+    next request: any call but Gemini CLI's ``complete_task``, with which a subagent ends
+    (a Gemini call id is the function's name, ``:``, a digest; other APIs' ids never
+    name ``complete_task``)."""
+    return any(i.rsplit(":", 1)[0] != COMPLETE_TASK for i in tool_ids)
+
+
 def _called(t: Turn) -> list[str]:
     """The functions a turn's reply called (``call_id`` is the name, ``:``, a digest)."""
     return [i.rsplit(":", 1)[0] for i in t.reply.tool_ids] if t.reply else []

@@ -528,7 +528,7 @@ class Recorder:
             turn.session_id,
             turn.request_index,
             end,
-            (lambda: bool(turn.reply and turn.reply.tool_ids)) if ok else False,
+            (lambda: bool(turn.reply and gemini.hands_back(turn.reply.tool_ids))) if ok else False,
         )
         if ok and obs is not None:
             ex.state["spawn"] = self.spawns.finished(turn.session_id, end, _arguments_fn(obs, turn))

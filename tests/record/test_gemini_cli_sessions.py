@@ -232,3 +232,12 @@ def test_a_running_invoke_agent_call_is_preferred_to_a_later_other_call() -> Non
     assert s1 != s0
     s2, agent = _assign(tracker, subs, 30, [_user("x")], [DONE], [{"text": "y"}])
     assert (s2, agent) == (s0, "invoke_agent-1")
+
+
+def test_complete_task_hands_nothing_back() -> None:
+    from agent_replay.replay.record.gemini import hands_back
+
+    assert hands_back(("run_shell_command:1f2e", "complete_task:9a0b"))
+    assert not hands_back(("complete_task:9a0b",))
+    assert hands_back(("toolu_01ABC",))  # an Anthropic tool_use id
+    assert not hands_back(())
