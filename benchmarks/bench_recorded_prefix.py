@@ -42,7 +42,7 @@ from agent_replay.traces.stats import implied_cached_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.realclients import base_env, gemini_env, program  # noqa: E402
+from benchmarks.realclients import base_env, gemini_env, opencode_env, program  # noqa: E402
 
 KEY = "sk-bench-recorded-prefix"
 FRESH = False
@@ -151,28 +151,7 @@ def mini_runs(
 def opencode_runs(
     exe: str, url: str, model: str, home: Path, turns: int
 ) -> list[tuple[list[str], dict[str, str]]]:
-    conf = home / ".config" / "opencode"
-    conf.mkdir(parents=True)
-    (conf / "opencode.json").write_text(
-        orjson.dumps(
-            {
-                "provider": {
-                    "sim": {
-                        "npm": "@ai-sdk/openai-compatible",
-                        "name": "sim",
-                        "options": {"baseURL": f"{url}/v1", "apiKey": KEY},
-                        "models": {
-                            model: {"name": model, "limit": {"context": 32768, "output": 4000}}
-                        },
-                    }
-                },
-                "model": f"sim/{model}",
-                "share": "disabled",
-                "autoupdate": False,
-            }
-        ).decode()
-    )
-    env = base_env(home)
+    env = opencode_env(url, model, home, KEY)
     return [
         (
             [

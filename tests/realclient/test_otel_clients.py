@@ -22,12 +22,12 @@ from agent_replay.traces.io import read_trace
 from agent_replay.traces.otlp import attributes, log_records
 from agent_replay.traces.otlp import spans as export_spans
 from agent_replay.traces.stats import implied_cached_tokens
+from benchmarks import realclients
 from tests.realclient.test_real_clients import (
     AGENT,
     CODEX_LS,
     LS,
     SECRET,
-    base_env,
     codex_exec,
     no_secret_written,
     program,
@@ -104,18 +104,9 @@ def _totals(rows: list[dict]) -> tuple[int, int, int]:
 def claude_env(
     claude: str, url: str, model: str, home: Path, otlp: str, spans: bool = False
 ) -> tuple[list[str], dict[str, str]]:
-    env = base_env(home)
+    env = realclients.claude_env(url, model, home, SECRET, max_output=8000)
+    del env["DISABLE_TELEMETRY"]
     env.update(
-        ANTHROPIC_BASE_URL=url,
-        ANTHROPIC_API_KEY=SECRET,
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_ERROR_REPORTING="1",
-        ANTHROPIC_MODEL=model,
-        ANTHROPIC_SMALL_FAST_MODEL=model,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-        CLAUDE_CODE_MAX_OUTPUT_TOKENS="8000",
         # the telemetry recipe of docs/recording.md
         CLAUDE_CODE_ENABLE_TELEMETRY="1",
         OTEL_LOGS_EXPORTER="otlp",
