@@ -42,7 +42,13 @@ from agent_replay.traces.stats import implied_cached_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.realclients import base_env, gemini_env, opencode_env, program  # noqa: E402
+from benchmarks.realclients import (  # noqa: E402
+    base_env,
+    claude_env,
+    gemini_env,
+    opencode_env,
+    program,
+)
 
 KEY = "sk-bench-recorded-prefix"
 FRESH = False
@@ -53,21 +59,8 @@ prompt, not the conversation)."""
 def claude_runs(
     exe: str, url: str, model: str, home: Path, turns: int
 ) -> list[tuple[list[str], dict[str, str]]]:
-    env = base_env(home)
-    env.update(
-        ANTHROPIC_BASE_URL=url,
-        ANTHROPIC_API_KEY=KEY,
-        DISABLE_TELEMETRY="1",
-        DISABLE_AUTOUPDATER="1",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_ERROR_REPORTING="1",
-        ANTHROPIC_MODEL=model,
-        ANTHROPIC_SMALL_FAST_MODEL=model,
-        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
-        ANTHROPIC_DEFAULT_SONNET_MODEL=model,
-        ANTHROPIC_DEFAULT_OPUS_MODEL=model,
-        CLAUDE_CODE_MAX_OUTPUT_TOKENS="4000",
-    )
+    env = claude_env(url, model, home, KEY)
+    env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     runs = []
     for t in range(turns):
         more = ["--continue"] if t and not FRESH else []
