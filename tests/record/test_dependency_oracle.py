@@ -106,11 +106,15 @@ def scripted(log: list[str]) -> Any:
         hdr = {"X-Claude-Code-Session-Id": "s1"}
 
         async def ask(msgs: list[dict[str, Any]], tools: bool) -> str:
+            # a turn streams 100 tokens (about 0.1 s on the fast profile), so that the title
+            # sent beside the first turn reaches the recorder before that turn has ended,
+            # however late a loaded host runs the title's task
             r = await client.messages.create(
                 model=model,
-                max_tokens=4,
+                max_tokens=100 if tools else 4,
                 messages=msgs,  # type: ignore[arg-type]
                 extra_headers=hdr,
+                extra_body={"ignore_eos": True},
                 **({"tools": TOOLS} if tools else {}),
             )
             return "".join(b.text for b in r.content if b.type == "text")
