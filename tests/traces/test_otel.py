@@ -721,19 +721,29 @@ def test_claude_code_events_that_name_their_agent(tmp_path: Path) -> None:
     assert [x["depends_on"] for x in r] == [[], [0], [0], [2], [3], [2, 4], [1, 5]]
 
 
+def _api_request(
+    session: str, end: float, dur_ms: int, n_in: int, source: str, agent: str | None = None
+) -> dict[str, Any]:
+    """A Claude Code ``api_request`` event of 9 output tokens and no cache, ended at ``end``
+    s; ``agent``: a subagent's (2.1.3xx names it)."""
+    more = {"agent_id": agent, "agent__name": "general-purpose"} if agent else {}
+    return claude_event(
+        end,
+        session__id=session,
+        input_tokens=n_in,
+        output_tokens=9,
+        cache_read_tokens=0,
+        cache_creation_tokens=0,
+        duration_ms=dur_ms,
+        query_source=source,
+        **more,
+    )
+
+
 def test_claude_code_session_title_is_a_side_request(tmp_path: Path) -> None:
     # Claude Code asks for the session's title beside the first turn: nothing waits for it
     def call(t: float, dur_ms: int, n_in: int, source: str) -> dict[str, Any]:
-        return claude_event(
-            t,
-            session__id="s-4",
-            input_tokens=n_in,
-            output_tokens=9,
-            cache_read_tokens=0,
-            cache_creation_tokens=0,
-            duration_ms=dur_ms,
-            query_source=source,
-        )
+        return _api_request("s-4", t, dur_ms, n_in, source)
 
     p = lines(
         tmp_path / "cc.jsonl",
@@ -757,18 +767,7 @@ def test_a_subagent_is_never_spawned_by_the_session_title(tmp_path: Path) -> Non
     def call(
         end: float, dur_ms: int, n_in: int, source: str, agent: str | None = None
     ) -> dict[str, Any]:
-        more = {"agent_id": agent, "agent__name": "general-purpose"} if agent else {}
-        return claude_event(
-            end,
-            session__id="s-9",
-            input_tokens=n_in,
-            output_tokens=9,
-            cache_read_tokens=0,
-            cache_creation_tokens=0,
-            duration_ms=dur_ms,
-            query_source=source,
-            **more,
-        )
+        return _api_request("s-9", end, dur_ms, n_in, source, agent)
 
     p = lines(
         tmp_path / "cc.jsonl",
